@@ -1,0 +1,44 @@
+import type { Command } from 'commander';
+import { compileOptions } from '../../config/options.js';
+import { buildBusyboxImage } from '../../image/builders/busybox.js';
+import { buildDebianImage } from '../../image/builders/debian.js';
+import { ImageStore } from '../../image/image-store.js';
+import { LayerStore } from '../../image/layer-store.js';
+import { collectList, humanBytes, printTable } from '../output.js';
+
+/** Images live in the data dir's image store; the CLI works on it directly, with or without a server. */
+function openStore(dataDir?: string): ImageStore {
+  const opts = compileOptions({ dataDir });
+  const layers = new LayerStore(opts.dataDir);
+  return new ImageStore(opts.dataDir, layers);
+}
+
+export function registerImageCommands(program: Command): void {
+  const image = program.command('image').description('build and list images');
+  image
+    .command('ls')
+    .description('list images')
+    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
+    .option('--json', 'machine-readable output')
+    .action((f: { dataDir?: string; json?: boolean }) => {
+      const list = openStore(f.dataDir).list();
+      const rows = list.map((i) => ({ ...i, id: i.id.slice(0, 19), names: i.names.join(', '), layers: i.layers.length, size: humanBytes(i.sizeBytes) }));
+      printTable(f.json ? list : rows, ['names', 'id', 'layers', 'size', 'createdAt'], f.json ?? false);
+    });
+  image
+    .command('build')
+    .description('build an image: busybox (a few MB, seconds) or debian (debootstrap minbase, about a minute)')
+    .argument('<builder>', 'busybox | debian')
+    .option('--name <name>', 'tag the image with this name')
+    .option('-p, --package <pkg>', 'debian: extra package to install (repeatable)', collectList)
+    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
+    .action(async (builder: string, f: { name?: string; package?: string[]; dataDir?: string }) => {
+      const store = openStore(f.dataDir);
+      const progress = (m: string): void => void process.stderr.write(`${m}\n`);
+      let built;
+      if (builder === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
+      else if (builder === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
+      else throw new Error(`unknown builder ${JSON.stringify(builder)}: use busybox or debian`);
+      process.stdout.write(`${built.name} ${built.id}\n`);
+    });
+}

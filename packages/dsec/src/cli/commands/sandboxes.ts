@@ -1,0 +1,103 @@
+import type { Command } from 'commander';
+import { Sandbox } from '@dsec/sdk';
+import { collectKv, printTable } from '../output.js';
+
+interface CreateFlags {
+  memory?: string;
+  cpu?: string;
+  pids?: string;
+  env?: Record<string, string>;
+  label?: Record<string, string>;
+  rm?: boolean;
+  timeout?: string;
+  json?: boolean;
+}
+
+function writeResult(r: { stdout: string; stderr: string; truncated: boolean; timedOut: boolean }): void {
+  process.stdout.write(r.stdout);
+  process.stderr.write(r.stderr);
+  if (r.truncated) process.stderr.write('dsec: output truncated (over maxOutputBytes)\n');
+  if (r.timedOut) process.stderr.write('dsec: command timed out and was killed\n');
+}
+
+export function registerSandboxCommands(program: Command): void {
+  program
+    .command('run')
+    .description('create a sandbox from IMAGE; with -- CMD, run CMD in it and print its output')
+    .argument('<image>', 'image name or id')
+    .argument('[cmd...]', 'command to run after --')
+    .option('-m, --memory <MiB>', 'memory limit in MiB')
+    .option('-c, --cpu <cores>', 'CPU cores')
+    .option('--pids <n>', 'process limit')
+    .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
+    .option('-l, --label <KEY=VALUE>', 'label (repeatable)', collectKv)
+    .option('--rm', 'kill the sandbox after CMD finishes')
+    .option('--timeout <ms>', 'command timeout in ms')
+    .option('--json', 'print the sandbox (and result) as JSON')
+    .action(async (image: string, cmd: string[], f: CreateFlags) => {
+      const resources: Record<string, number> = {};
+      if (f.memory) resources['memoryMiB'] = Number(f.memory);
+      if (f.cpu) resources['cpu'] = Number(f.cpu);
+      if (f.pids) resources['pids'] = Number(f.pids);
+      const sb = await Sandbox.create({ image, resources, env: f.env, labels: f.label });
+      if (!f.json) process.stderr.write(`${sb.id}\n`);
+      try {
+        if (cmd.length === 0) {
+          if (f.json) process.stdout.write(JSON.stringify(sb.info, null, 2) + '\n');
+          return;
+        }
+        const r = await sb.commands.run(cmd, f.timeout ? { timeoutMs: Number(f.timeout) } : {});
+        if (f.json) process.stdout.write(JSON.stringify({ sandbox: sb.info, result: r }, null, 2) + '\n');
+        else writeResult(r);
+        process.exitCode = r.exitCode;
+      } finally {
+        if (f.rm) await sb.kill();
+      }
+    });
+
+  program
+    .command('exec')
+    .description('run a command in a sandbox: dsec exec ID -- CMD ARGS…')
+    .argument('<id>', 'sandbox id')
+    .argument('<cmd...>', 'command and arguments')
+    .option('-w, --cwd <dir>', 'working directory')
+    .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
+    .option('--timeout <ms>', 'kill the command after this many ms')
+    .option('--json', 'print the whole result as JSON')
+    .action(async (id: string, cmd: string[], f: { cwd?: string; env?: Record<string, string>; timeout?: string; json?: boolean }) => {
+      const sb = await Sandbox.connect(id);
+      const r = await sb.commands.run(cmd, { cwd: f.cwd, env: f.env, ...(f.timeout ? { timeoutMs: Number(f.timeout) } : {}) });
+      if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+      else writeResult(r);
+      process.exitCode = r.exitCode;
+    });
+
+  program
+    .command('ps')
+    .description('list sandboxes')
+    .option('-l, --label <KEY=VALUE>', 'only sandboxes with this label (repeatable)', collectKv)
+    .option('--json', 'machine-readable output')
+    .action(async (f: { label?: Record<string, string>; json?: boolean }) => {
+      const list = await Sandbox.list({ labels: f.label });
+      const rows = list.map((s) => ({
+        ...s,
+        memory: `${s.resources.memoryMiB} MiB`,
+        cpu: s.resources.cpu,
+        labels: Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(','),
+        reason: s.reason ?? '',
+      }));
+      printTable(f.json ? list : rows, ['id', 'status', 'image', 'cpu', 'memory', 'createdAt', 'labels', 'reason'], f.json ?? false);
+    });
+
+  program
+    .command('kill')
+    .description('kill sandboxes and remove everything they had')
+    .argument('<ids...>', 'sandbox ids')
+    .action(async (ids: string[]) => {
+      for (const id of ids) {
+        const sb = await Sandbox.connect(id);
+        await sb.kill();
+        process.stdout.write(`${id}\n`);
+      }
+    });
+}

@@ -1,0 +1,50 @@
+import type { Command } from 'commander';
+import { compileOptions } from '../../config/options.js';
+import { doctorPassed, formatChecks, runDoctor } from '../../host/doctor.js';
+import { startAllInOne } from '../../runtime/all-in-one.js';
+
+export function registerServerCommands(program: Command): void {
+  program
+    .command('up')
+    .description('run the control plane and a local edge in one process (embedded defaults)')
+    .option('--listen <host:port>', 'address of the HTTP API (env DSEC_LISTEN)', undefined)
+    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)', undefined)
+    .option('--edge-id <id>', 'this node\'s edge id (env DSEC_EDGE_ID)', undefined)
+    .option('--max-sandboxes <n>', 'admission limit of the local edge (env DSEC_MAX_SANDBOXES)', undefined)
+    .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)', undefined)
+    .action(async (flags: { listen?: string; dataDir?: string; edgeId?: string; maxSandboxes?: string; logLevel?: string }) => {
+      const opts = compileOptions(flags);
+      const dsec = await startAllInOne(opts);
+      process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
+      if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
+      process.stdout.write(`client config: ${opts.dataDir}/client.json\n`);
+      const stop = (signal: string): void => {
+        dsec.log.info(`${signal}: draining; sandboxes keep running and are adopted at the next start`);
+        dsec.close().then(
+          () => process.exit(0),
+          (err: unknown) => {
+            dsec.log.error({ err }, 'shutdown failed');
+            process.exit(1);
+          },
+        );
+      };
+      process.once('SIGTERM', () => stop('SIGTERM'));
+      process.once('SIGINT', () => stop('SIGINT'));
+    });
+
+  program
+    .command('doctor')
+    .description('check this host can run sandboxes and apply the host fixes dsec knows')
+    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
+    .option('--no-fix', 'only look; change nothing')
+    .option('--json', 'machine-readable output')
+    .action((flags: { dataDir?: string; fix: boolean; json?: boolean }) => {
+      const opts = compileOptions({ dataDir: flags.dataDir });
+      const checks = runDoctor({ dataDir: opts.dataDir, fix: flags.fix });
+      if (flags.json) process.stdout.write(JSON.stringify(checks, null, 2) + '\n');
+      else process.stdout.write(formatChecks(checks) + '\n');
+      const ok = doctorPassed(checks);
+      if (!flags.json) process.stdout.write(ok ? 'this host can run dsec sandboxes\n' : 'this host cannot run dsec sandboxes: fix the FAIL lines above\n');
+      process.exitCode = ok ? 0 : 1;
+    });
+}

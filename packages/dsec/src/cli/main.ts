@@ -1,0 +1,34 @@
+#!/usr/bin/env node
+import { Command } from 'commander';
+import { DsecError } from '@dsec/sdk';
+import { OptionsError } from '../config/options.js';
+import { HostNotReadyError } from '../runtime/all-in-one.js';
+import { registerBenchCommands } from './commands/bench.js';
+import { registerDemoCommand } from './commands/demo.js';
+import { registerImageCommands } from './commands/images.js';
+import { registerSandboxCommands } from './commands/sandboxes.js';
+import { registerServerCommands } from './commands/server.js';
+
+const program = new Command('dsec')
+  .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
+  .showHelpAfterError();
+registerServerCommands(program);
+registerSandboxCommands(program);
+registerImageCommands(program);
+registerDemoCommand(program);
+registerBenchCommands(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  if (err instanceof DsecError) {
+    process.stderr.write(`dsec: ${err.message}${err.code ? ` (${err.code})` : ''}\n`);
+    const stderr = err.details['stderr'];
+    if (typeof stderr === 'string' && stderr) process.stderr.write(`${stderr}\n`);
+  } else if (err instanceof OptionsError || err instanceof HostNotReadyError) {
+    process.stderr.write(`dsec: ${err.message}\n`);
+  } else {
+    process.stderr.write(`dsec: ${(err as Error).stack ?? String(err)}\n`);
+  }
+  process.exitCode = 1;
+}

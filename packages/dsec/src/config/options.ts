@@ -1,0 +1,61 @@
+import { Type, type Static } from 'typebox';
+import { Value } from 'typebox/value';
+import { DEFAULT_DATA_DIR } from '@dsec/sdk';
+
+/**
+ * Every option dsec's server accepts, with its default and environment variable. Flags, env and
+ * defaults are merged once at start-up by compileOptions(); unknown keys are rejected, and every
+ * field of the result is defined.
+ */
+export const ServerOptions = Type.Object(
+  {
+    /** DSEC_DATA_DIR: state (SQLite, layer blobs, images, sandboxes). */
+    dataDir: Type.String({ default: DEFAULT_DATA_DIR, minLength: 1 }),
+    /** DSEC_LISTEN: host:port of the HTTP API. */
+    listen: Type.String({ default: '127.0.0.1:7070', pattern: '^[^:]+:[0-9]{1,5}$' }),
+    /** DSEC_EDGE_ID: this node's edge id, part of every sandbox id. */
+    edgeId: Type.String({ default: 'local', pattern: '^[a-z0-9]{1,32}$' }),
+    /** DSEC_MAX_SANDBOXES: the edge admits no more than this many at once. */
+    maxSandboxes: Type.Integer({ default: 4000, minimum: 1 }),
+    /** DSEC_LOG_LEVEL */
+    logLevel: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')], {
+      default: 'info',
+    }),
+  },
+  { additionalProperties: false },
+);
+export type ServerOptions = Static<typeof ServerOptions>;
+
+const ENV: Record<keyof ServerOptions, string> = {
+  dataDir: 'DSEC_DATA_DIR',
+  listen: 'DSEC_LISTEN',
+  edgeId: 'DSEC_EDGE_ID',
+  maxSandboxes: 'DSEC_MAX_SANDBOXES',
+  logLevel: 'DSEC_LOG_LEVEL',
+};
+
+export class OptionsError extends Error {
+  override readonly name = 'OptionsError';
+}
+
+/** Flags over env over defaults; throws OptionsError naming the bad field. */
+export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknown>> = {}, env = process.env): ServerOptions {
+  const merged: Record<string, unknown> = {};
+  for (const key of Object.keys(ENV) as (keyof ServerOptions)[]) {
+    const envValue = env[ENV[key]];
+    if (envValue !== undefined && envValue !== '') merged[key] = envValue;
+  }
+  for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
+  const withDefaults = Value.Default(ServerOptions, Value.Convert(ServerOptions, merged));
+  const errors = [...Value.Errors(ServerOptions, withDefaults)];
+  if (errors.length > 0) {
+    const e = errors[0]!;
+    throw new OptionsError(`invalid option ${e.instancePath || '(root)'}: ${e.message}`);
+  }
+  return withDefaults as ServerOptions;
+}
+
+export function parseListen(listen: string): { host: string; port: number } {
+  const i = listen.lastIndexOf(':');
+  return { host: listen.slice(0, i), port: Number(listen.slice(i + 1)) };
+}

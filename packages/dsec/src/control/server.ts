@@ -1,0 +1,65 @@
+import swagger from '@fastify/swagger';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
+import { authenticate } from './api-keys.js';
+import type { ControlPlane } from './control-plane.js';
+import { errorHandler } from './http-errors.js';
+import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
+import { sandboxRoutes } from './routes/sandboxes.js';
+import { systemRoutes, type Metrics } from './routes/system.js';
+import type { StateStore } from './state-store.js';
+
+export interface ServerDeps extends ImageRouteDeps {
+  control: ControlPlane;
+  store: StateStore;
+  log: Logger;
+  metrics: Metrics;
+}
+
+/** JSON bodies carry at most an 8 MiB stdin; files travel as raw bytes up to MAX_FILE_BYTES. */
+const JSON_BODY_LIMIT = 16 << 20;
+
+export type App = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/** The HTTP API: every /v1 route needs an API key; schemas validate every request. */
+export async function buildServer(deps: ServerDeps): Promise<App> {
+  const app = Fastify({
+    loggerInstance: deps.log,
+    bodyLimit: JSON_BODY_LIMIT,
+    logController: new LogController({ disableRequestLogging: true }),
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'dsec API', version: '0.1.0', description: 'Sandboxes for agent RL: create, exec, files, kill.' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+  });
+
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler((req, reply) => {
+    void reply.status(404).send({ error: { code: 'ROUTE_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
+  });
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_FILE_BYTES }, (_req, body, done) => done(null, body));
+
+  app.addHook('onRequest', async (req, reply) => {
+    if (!req.url.startsWith('/v1/') && req.url !== '/v1') return;
+    if (!authenticate(deps.store, req.headers.authorization)) {
+      await reply.status(401).send({
+        error: { code: 'UNAUTHORIZED', message: 'missing or unknown API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
+      });
+    }
+  });
+
+  await app.register(systemRoutes(deps));
+  await app.register(sandboxRoutes(deps));
+  await app.register(imageRoutes(deps));
+  app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,125 @@
+import Database from 'better-sqlite3';
+import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+
+/**
+ * The control plane's state in SQLite (better-sqlite3: synchronous, embedded, the fastest SQLite
+ * binding for Node; v12 because v13 needs Node 22). WAL with synchronous=NORMAL: a committed
+ * transaction survives a process crash, and writers don't block readers.
+ */
+export class StateStore {
+  readonly db: Database.Database;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.pragma('busy_timeout = 5000');
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS api_keys (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        created_at TEXT NOT NULL
+      );
+      CREATE TABLE IF NOT EXISTS sandboxes (
+        id TEXT PRIMARY KEY,
+        edge TEXT NOT NULL,
+        status TEXT NOT NULL,
+        image TEXT NOT NULL,
+        image_id TEXT NOT NULL,
+        resources TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        reason TEXT
+      );
+      CREATE INDEX IF NOT EXISTS sandboxes_status ON sandboxes(status);
+    `);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+
+  // --- API keys -------------------------------------------------------------------------------
+
+  countKeys(): number {
+    return (this.db.prepare('SELECT count(*) AS n FROM api_keys').get() as { n: number }).n;
+  }
+
+  insertKey(id: string, hash: string, name: string): void {
+    this.db.prepare('INSERT INTO api_keys (id, hash, name, created_at) VALUES (?, ?, ?, ?)').run(id, hash, name, new Date().toISOString());
+  }
+
+  keyByHash(hash: string): { id: string; name: string } | undefined {
+    return this.db.prepare('SELECT id, name FROM api_keys WHERE hash = ?').get(hash) as { id: string; name: string } | undefined;
+  }
+
+  // --- sandboxes ------------------------------------------------------------------------------
+
+  insertSandbox(s: SandboxInfo): void {
+    this.db
+      .prepare('INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
+      .run(s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null);
+  }
+
+  setStatus(id: string, status: SandboxStatus, reason?: string): void {
+    this.db.prepare('UPDATE sandboxes SET status = ?, reason = ? WHERE id = ?').run(status, reason ?? null, id);
+  }
+
+  deleteSandbox(id: string): void {
+    this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+  }
+
+  getSandbox(id: string): SandboxInfo | undefined {
+    const row = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as SandboxRow | undefined;
+    return row && fromRow(row);
+  }
+
+  /** Sandboxes whose labels contain every pair in `labels`, oldest first. */
+  listSandboxes(filter: { labels?: Record<string, string>; status?: SandboxStatus; edge?: string } = {}): SandboxInfo[] {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    for (const [k, v] of Object.entries(filter.labels ?? {})) {
+      where.push('json_extract(labels, ?) = ?');
+      params.push(`$."${k.replace(/"/g, '')}"`, v);
+    }
+    if (filter.status) {
+      where.push('status = ?');
+      params.push(filter.status);
+    }
+    if (filter.edge) {
+      where.push('edge = ?');
+      params.push(filter.edge);
+    }
+    const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
+    return (this.db.prepare(sql).all(...params) as SandboxRow[]).map(fromRow);
+  }
+}
+
+interface SandboxRow {
+  id: string;
+  edge: string;
+  status: SandboxStatus;
+  image: string;
+  image_id: string;
+  resources: string;
+  labels: string;
+  created_at: string;
+  reason: string | null;
+}
+
+function fromRow(r: SandboxRow): SandboxInfo {
+  const info: SandboxInfo = {
+    id: r.id,
+    edge: r.edge,
+    backend: 'container',
+    status: r.status,
+    image: r.image,
+    imageId: r.image_id,
+    resources: JSON.parse(r.resources) as SandboxInfo['resources'],
+    labels: JSON.parse(r.labels) as Record<string, string>,
+    createdAt: r.created_at,
+  };
+  if (r.reason !== null) info.reason = r.reason;
+  return info;
+}

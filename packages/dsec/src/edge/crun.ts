@@ -1,0 +1,75 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { runTool, ToolError, signalNumber } from '../host/run-tool.js';
+
+export interface CrunState {
+  status: 'created' | 'running' | 'stopped' | 'paused' | string;
+  pid: number;
+}
+
+/**
+ * crun, with a state root of dsec's own (so `crun list` shows only this edge's sandboxes).
+ * A detached container inherits its creator's stdio, so `run` gives crun /dev/null for all three
+ * and reads crun's own errors from a --log file instead: the sandbox's output never lands on the
+ * host and the edge never waits on a pipe the container holds.
+ */
+export class Crun {
+  constructor(readonly root: string) {
+    mkdirSync(root, { recursive: true });
+  }
+
+  globalArgs(): string[] {
+    return ['--root', this.root];
+  }
+
+  async run(id: string, bundle: string, logFile: string): Promise<void> {
+    rmSync(logFile, { force: true });
+    const args = [...this.globalArgs(), `--log=file:${logFile}`, '--log-format=json', 'run', '-d', '--bundle', bundle, id];
+    const code = await new Promise<number>((resolve) => {
+      const child = spawn('crun', args, { stdio: 'ignore' });
+      child.on('error', () => resolve(127));
+      child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
+    });
+    if (code !== 0) throw new ToolError('crun', args, { code, stdout: '', stderr: readCrunLog(logFile) });
+  }
+
+  async state(id: string): Promise<CrunState | undefined> {
+    const r = await runTool('crun', [...this.globalArgs(), 'state', id]);
+    if (r.code !== 0) return undefined;
+    return JSON.parse(r.stdout) as CrunState;
+  }
+
+  /** Kills and deletes; a container that is already gone is not an error. */
+  async delete(id: string): Promise<void> {
+    const args = [...this.globalArgs(), 'delete', '-f', id];
+    const r = await runTool('crun', args);
+    if (r.code !== 0 && !/does not exist|No such file/i.test(r.stderr)) throw new ToolError('crun', args, r);
+  }
+
+  async list(): Promise<{ id: string; pid: number; status: string }[]> {
+    const r = await runTool('crun', [...this.globalArgs(), 'list', '--format', 'json']);
+    if (r.code !== 0) return [];
+    return (JSON.parse(r.stdout || '[]') as { id: string; pid: number; status: string }[]) ?? [];
+  }
+}
+
+/** crun's JSON log lines → the messages a person needs to read. */
+export function readCrunLog(logFile: string): string {
+  let text = '';
+  try {
+    text = readFileSync(logFile, 'utf8');
+  } catch {
+    return '(crun left no log)';
+  }
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => {
+      try {
+        return (JSON.parse(line) as { msg?: string }).msg ?? line;
+      } catch {
+        return line;
+      }
+    })
+    .join('\n');
+}

@@ -1,0 +1,109 @@
+import type { ImageConfig } from '@dsec/sdk/schema';
+import { CGROUP_PARENT } from '../host/cgroups.js';
+import type { SandboxLimits } from './edge-api.js';
+
+/** Where the init binary (catatonit) appears inside the sandbox: on /dev's tmpfs, so it leaves no trace in the writable layer. */
+export const INIT_PATH = '/dev/.dsec-init';
+/** catatonit: a static init that reaps zombies; `-P` runs it alone, with no child. */
+export const INIT_BINARY = '/usr/bin/catatonit';
+
+/**
+ * Docker's default capability set: enough for an agent to apt-get install, chown and bind low
+ * ports inside its sandbox; no CAP_SYS_ADMIN, SYS_MODULE, SYS_PTRACE, NET_ADMIN, SYS_TIME….
+ */
+export const DEFAULT_CAPABILITIES = [
+  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FSETID', 'CAP_FOWNER', 'CAP_MKNOD', 'CAP_NET_RAW', 'CAP_SETGID',
+  'CAP_SETUID', 'CAP_SETFCAP', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_KILL', 'CAP_AUDIT_WRITE',
+];
+
+const MASKED_PATHS = [
+  '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
+  '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
+];
+const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
+
+export const CPU_PERIOD_US = 100_000;
+
+export interface ProcessSpec {
+  args: string[];
+  env: string[];
+  cwd: string;
+  user: { uid: number; gid: number };
+}
+
+/** "uid[:gid]" → numbers; names are not resolved (images carry numeric users). */
+export function parseUser(user: string): { uid: number; gid: number } {
+  const m = /^(\d+)(?::(\d+))?$/.exec(user.trim());
+  if (!m) return { uid: 0, gid: 0 };
+  const uid = Number(m[1]);
+  return { uid, gid: m[2] === undefined ? uid : Number(m[2]) };
+}
+
+/** Merges KEY=VALUE lists; later entries win, order of first appearance kept. */
+export function mergeEnv(base: string[], ...overrides: Record<string, string>[]): string[] {
+  const map = new Map<string, string>();
+  for (const kv of base) {
+    const i = kv.indexOf('=');
+    if (i > 0) map.set(kv.slice(0, i), kv.slice(i + 1));
+  }
+  for (const o of overrides) for (const [k, v] of Object.entries(o)) map.set(k, v);
+  return [...map].map(([k, v]) => `${k}=${v}`);
+}
+
+/** The `process` block shared by the sandbox's init and every command exec'd into it. */
+export function processBlock(p: ProcessSpec): Record<string, unknown> {
+  return {
+    terminal: false,
+    user: p.user,
+    args: p.args,
+    env: p.env,
+    cwd: p.cwd,
+    capabilities: {
+      bounding: DEFAULT_CAPABILITIES,
+      effective: DEFAULT_CAPABILITIES,
+      permitted: DEFAULT_CAPABILITIES,
+    },
+    rlimits: [{ type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 }],
+    noNewPrivileges: true,
+  };
+}
+
+/** The OCI runtime config for one sandbox (crun reads it from the bundle's config.json). */
+export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Record<string, string>; limits: SandboxLimits }): Record<string, unknown> {
+  const { id, limits } = opts;
+  const memory = limits.memoryMiB * 1024 * 1024;
+  return {
+    ociVersion: '1.0.2',
+    process: processBlock({
+      args: [INIT_PATH, '-P'],
+      env: mergeEnv(opts.config.env, opts.env),
+      cwd: '/',
+      user: { uid: 0, gid: 0 },
+    }),
+    root: { path: 'rootfs', readonly: false },
+    hostname: id.slice(-12),
+    mounts: [
+      { destination: '/proc', type: 'proc', source: 'proc' },
+      { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+      { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
+      { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+      { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+      { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+      { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+    ],
+    linux: {
+      namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }],
+      cgroupsPath: `/${CGROUP_PARENT}/${id}`,
+      resources: {
+        devices: [{ allow: false, access: 'rwm' }],
+        memory: { limit: memory, swap: memory },
+        pids: { limit: limits.pids },
+        cpu: { shares: Math.max(2, Math.round(limits.cpu * 1024)), quota: Math.round(limits.cpu * CPU_PERIOD_US), period: CPU_PERIOD_US },
+      },
+      maskedPaths: MASKED_PATHS,
+      readonlyPaths: READONLY_PATHS,
+      rootfsPropagation: 'private',
+    },
+  };
+}

@@ -1,0 +1,74 @@
+import { mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ImageConfig } from '@dsec/sdk/schema';
+import { writeFileAtomic } from '../image/atomic-file.js';
+import type { LayerDigest } from '../image/layer-store.js';
+import type { SandboxLimits } from './edge-api.js';
+
+/**
+ * A sandbox as the edge remembers it on disk (`node/sandboxes/<id>/state.json`), so a restarted
+ * edge knows which layers each sandbox holds and can adopt or clean it up.
+ */
+export interface SandboxRecord {
+  id: string;
+  phase: 'creating' | 'running';
+  layers: LayerDigest[];
+  config: ImageConfig;
+  env: Record<string, string>;
+  limits: SandboxLimits;
+  createdAt: string;
+  pid?: number;
+}
+
+/** The files of one sandbox: its bundle (config.json), overlay dirs and state. */
+export class SandboxPaths {
+  constructor(readonly dir: string) {}
+  get state(): string {
+    return join(this.dir, 'state.json');
+  }
+  get config(): string {
+    return join(this.dir, 'config.json');
+  }
+  get rootfs(): string {
+    return join(this.dir, 'rootfs');
+  }
+  get upper(): string {
+    return join(this.dir, 'upper');
+  }
+  get work(): string {
+    return join(this.dir, 'work');
+  }
+  get crunLog(): string {
+    return join(this.dir, 'crun.log');
+  }
+  get scratch(): string {
+    return join(this.dir, 'run');
+  }
+}
+
+export class SandboxRecords {
+  constructor(readonly dir: string) {
+    mkdirSync(dir, { recursive: true });
+  }
+
+  paths(id: string): SandboxPaths {
+    return new SandboxPaths(join(this.dir, id));
+  }
+
+  save(record: SandboxRecord): void {
+    writeFileAtomic(this.paths(record.id).state, JSON.stringify(record));
+  }
+
+  load(id: string): SandboxRecord | undefined {
+    try {
+      return JSON.parse(readFileSync(this.paths(id).state, 'utf8')) as SandboxRecord;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Every sandbox directory, with its record when one was written. */
+  scan(): { id: string; record: SandboxRecord | undefined }[] {
+    return readdirSync(this.dir).map((id) => ({ id, record: this.load(id) }));
+  }
+}

@@ -1,0 +1,54 @@
+import { existsSync, readdirSync, rmdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+export const CGROUP_ROOT = '/sys/fs/cgroup';
+/** The v1 controllers dsec's sandboxes are limited by; crun creates a cgroup in each. */
+export const V1_CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct', 'cpuset', 'devices', 'freezer', 'blkio', 'hugetlb'] as const;
+/** Every sandbox cgroup lives under this parent, so leaks are easy to find. */
+export const CGROUP_PARENT = 'dsec';
+
+/** Hierarchies (v1 controllers and the v2 mount) that have a cgroup at `rel`. */
+export function cgroupDirs(rel: string): string[] {
+  const out: string[] = [];
+  for (const entry of safeReaddir(CGROUP_ROOT)) {
+    const dir = join(CGROUP_ROOT, entry, rel);
+    if (existsSync(dir)) out.push(dir);
+  }
+  return out;
+}
+
+/** Removes a cgroup (and empty children) in every hierarchy; cgroups with tasks stay (EBUSY). */
+export function removeCgroupTree(rel: string): string[] {
+  const left: string[] = [];
+  for (const dir of cgroupDirs(rel)) {
+    if (!rmdirDeep(dir)) left.push(dir);
+  }
+  return left;
+}
+
+function rmdirDeep(dir: string): boolean {
+  for (const entry of safeReaddir(dir, true)) rmdirDeep(join(dir, entry));
+  try {
+    rmdirSync(dir);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+}
+
+function safeReaddir(dir: string, dirsOnly = false): string[] {
+  try {
+    return readdirSync(dir, { withFileTypes: true })
+      .filter((d) => !dirsOnly || d.isDirectory())
+      .map((d) => d.name);
+  } catch {
+    return [];
+  }
+}
+
+/** Sandbox cgroups under the dsec parent (any hierarchy), e.g. for leak checks. */
+export function listSandboxCgroups(): string[] {
+  const names = new Set<string>();
+  for (const dir of cgroupDirs(CGROUP_PARENT)) for (const child of safeReaddir(dir, true)) names.add(child);
+  return [...names];
+}

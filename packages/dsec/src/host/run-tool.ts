@@ -1,0 +1,68 @@
+import { spawn } from 'node:child_process';
+
+/** The outcome of running a host tool (crun, mkfs.erofs, mount, apt-get…). */
+export interface ToolResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** A host tool failed; carries its stderr, which is the user's only clue. */
+export class ToolError extends Error {
+  override readonly name = 'ToolError';
+  constructor(
+    readonly tool: string,
+    readonly args: readonly string[],
+    readonly result: ToolResult,
+  ) {
+    super(`${tool} ${args.join(' ')} exited ${result.code}: ${result.stderr.trim() || result.stdout.trim() || '(no output)'}`);
+  }
+}
+
+export interface RunToolOptions {
+  input?: string | Buffer;
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  /** Keep at most this many bytes of each stream. @default 1 MiB */
+  maxOutput?: number;
+  /** Stream stderr lines to this callback as they arrive (progress). */
+  onStderr?: (chunk: string) => void;
+  onStdout?: (chunk: string) => void;
+}
+
+/** Runs a tool to completion; never rejects on a non-zero exit (see runToolOrThrow). */
+export function runTool(tool: string, args: readonly string[], opts: RunToolOptions = {}): Promise<ToolResult> {
+  const max = opts.maxOutput ?? 1 << 20;
+  return new Promise((resolve) => {
+    const child = spawn(tool, args, {
+      cwd: opts.cwd,
+      env: opts.env ?? process.env,
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      opts.onStdout?.(d);
+      if (stdout.length < max) stdout += d.slice(0, max - stdout.length);
+    });
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+      opts.onStderr?.(d);
+      if (stderr.length < max) stderr += d.slice(0, max - stderr.length);
+    });
+    child.on('error', (err) => resolve({ code: 127, stdout, stderr: `${stderr}${err.message}` }));
+    child.on('close', (code, signal) => resolve({ code: code ?? 128 + signalNumber(signal), stdout, stderr }));
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
+  });
+}
+
+export async function runToolOrThrow(tool: string, args: readonly string[], opts: RunToolOptions = {}): Promise<ToolResult> {
+  const result = await runTool(tool, args, opts);
+  if (result.code !== 0) throw new ToolError(tool, args, result);
+  return result;
+}
+
+const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15 };
+
+export function signalNumber(signal: NodeJS.Signals | null): number {
+  return signal === null ? 0 : (SIGNALS[signal] ?? 0);
+}

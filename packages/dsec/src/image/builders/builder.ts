@@ -1,0 +1,53 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ImageConfig } from '@dsec/sdk/schema';
+import { buildErofs, type ErofsBuildOptions } from '../erofs.js';
+import type { ImageId, ImageStore } from '../image-store.js';
+
+/** Label holding a builder's cache key: same inputs, same key, no rebuild. */
+export const CACHE_KEY_LABEL = 'dsec.build.key';
+
+export type Progress = (message: string) => void;
+
+export interface BuiltImage {
+  id: ImageId;
+  name: string;
+  cached: boolean;
+}
+
+/**
+ * The part every root-filesystem builder shares: look the name up and reuse it when its cache key
+ * matches; otherwise fill a scratch directory, turn it into one EROFS layer and tag the image.
+ */
+export async function buildSingleLayerImage(opts: {
+  store: ImageStore;
+  name: string;
+  cacheKey: string;
+  config: ImageConfig;
+  progress: Progress;
+  erofs?: ErofsBuildOptions;
+  fill: (rootDir: string) => Promise<void>;
+}): Promise<BuiltImage> {
+  const { store, name, cacheKey, progress } = opts;
+  const existing = store.resolve(name);
+  if (existing && store.get(existing)?.config.labels[CACHE_KEY_LABEL] === cacheKey) {
+    progress(`image ${name} is up to date (${existing.slice(0, 19)})`);
+    return { id: existing, name, cached: true };
+  }
+  const scratch = mkdtempSync(join(store.layers.tmpDir, 'build-'));
+  try {
+    const root = join(scratch, 'root');
+    await opts.fill(root);
+    progress('packing the root filesystem with mkfs.erofs');
+    const blob = store.layers.tempPath();
+    await buildErofs(root, blob, opts.erofs);
+    const layer = await store.layers.add(blob);
+    const config = { ...opts.config, labels: { ...opts.config.labels, [CACHE_KEY_LABEL]: cacheKey } };
+    const id = store.put({ layers: [layer], config });
+    store.tag(name, id);
+    progress(`image ${name} built: ${id.slice(0, 19)} (layer ${layer.slice(0, 19)}, ${store.layers.size(layer)} bytes)`);
+    return { id, name, cached: false };
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}

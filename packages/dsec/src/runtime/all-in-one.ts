@@ -1,0 +1,129 @@
+import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pino, { type Logger } from 'pino';
+import { ControlPlane } from '../control/control-plane.js';
+import { createApiKey, hashKey } from '../control/api-keys.js';
+import { buildServer, type App } from '../control/server.js';
+import { Metrics } from '../control/routes/system.js';
+import { StateStore } from '../control/state-store.js';
+import { Edge } from '../edge/edge.js';
+import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
+import { ImageStore } from '../image/image-store.js';
+import { LayerStore } from '../image/layer-store.js';
+import { parseListen, type ServerOptions } from '../config/options.js';
+
+export interface ClientFile {
+  url: string;
+  apiKey: string;
+}
+
+export class HostNotReadyError extends Error {
+  override readonly name = 'HostNotReadyError';
+}
+
+/** A running control plane + local edge, as `dsec up` and `dsec demo` start it. */
+export interface RunningDsec {
+  url: string;
+  apiKey: string;
+  /** Set only when this start created the key (it is printed once). */
+  newKey: boolean;
+  app: App;
+  edge: Edge;
+  control: ControlPlane;
+  images: ImageStore;
+  log: Logger;
+  doctor: Check[];
+  /** Stops serving; sandboxes keep running for the next start unless killAll. */
+  close(opts?: { killAll?: boolean }): Promise<void>;
+}
+
+export function clientFilePath(dataDir: string): string {
+  return join(dataDir, 'client.json');
+}
+
+export function readClientFile(dataDir: string): ClientFile | undefined {
+  try {
+    return JSON.parse(readFileSync(clientFilePath(dataDir), 'utf8')) as ClientFile;
+  } catch {
+    return undefined;
+  }
+}
+
+/** One pid file per data dir: two servers on one data dir would fight over mounts and crun state. */
+function takePidLock(dataDir: string): () => void {
+  const file = join(dataDir, 'dsec.pid');
+  if (existsSync(file)) {
+    const pid = Number(readFileSync(file, 'utf8'));
+    let alive = false;
+    try {
+      process.kill(pid, 0);
+      alive = pid !== process.pid;
+    } catch {
+      alive = false;
+    }
+    if (alive) throw new HostNotReadyError(`dsec (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
+  }
+  writeFileSync(file, String(process.pid));
+  return () => rmSync(file, { force: true });
+}
+
+/**
+ * The wiring module: doctor, stores, edge, control plane and HTTP server, each given its
+ * dependencies here. The control plane reaches the edge only through EdgeApi.
+ */
+export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; quietDoctor?: boolean } = {}): Promise<RunningDsec> {
+  const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
+  const doctor = runDoctor({ dataDir: opts.dataDir });
+  for (const c of doctor) if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
+  if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
+
+  const releaseLock = takePidLock(opts.dataDir);
+  const layers = new LayerStore(opts.dataDir);
+  const images = new ImageStore(opts.dataDir, layers);
+  const store = new StateStore(join(opts.dataDir, 'state.db'));
+  const edge = new Edge({ id: opts.edgeId, nodeDir: join(opts.dataDir, 'node'), layers, maxSandboxes: opts.maxSandboxes, log: log.child({ edge: opts.edgeId }) });
+  await edge.start();
+  const control = new ControlPlane(store, images, log.child({ component: 'control' }));
+  control.addEdge(opts.edgeId, edge);
+  await control.reconcile(opts.edgeId);
+
+  const app = await buildServer({ control, store, images, log, metrics: new Metrics() });
+  const { host, port } = parseListen(opts.listen);
+  await app.listen({ host, port });
+  const addr = app.server.address();
+  const actualPort = typeof addr === 'object' && addr ? addr.port : port;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+
+  // client.json keeps a working key for local scripts; a key is created when none there works.
+  const existing = readClientFile(opts.dataDir);
+  let apiKey = existing?.apiKey;
+  let newKey = false;
+  if (!apiKey || !store.keyByHash(hashKey(apiKey))) {
+    apiKey = createApiKey(store, 'client.json').key;
+    newKey = true;
+  }
+  writeFileSync(clientFilePath(opts.dataDir), JSON.stringify({ url, apiKey } satisfies ClientFile, null, 2) + '\n', { mode: 0o600 });
+  chmodSync(clientFilePath(opts.dataDir), 0o600);
+
+  let closed = false;
+  return {
+    url,
+    apiKey,
+    newKey,
+    app,
+    edge,
+    control,
+    images,
+    log,
+    doctor,
+    async close(closeOpts = {}) {
+      if (closed) return;
+      closed = true;
+      await app.close();
+      if (closeOpts.killAll) await control.killAll();
+      await edge.shutdown({ killAll: closeOpts.killAll ?? false });
+      store.close();
+      releaseLock();
+    },
+  };
+}

@@ -1,0 +1,118 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { DsecError, TimeoutError, errorFromWire } from './errors.js';
+
+/** Where dsec keeps its state unless told otherwise; `dsec up` writes client.json there. */
+export const DEFAULT_DATA_DIR = '/var/lib/dsec';
+
+export interface ConnectionOptions {
+  /** Base URL of the control plane. @default process.env.DSEC_URL, else client.json */
+  url?: string;
+  /** API key. @default process.env.DSEC_API_KEY, else client.json */
+  apiKey?: string;
+  /** Default per-call timeout in ms. @default 120000 */
+  requestTimeoutMs?: number;
+}
+
+/** Options every call accepts. */
+export interface CallOptions {
+  signal?: AbortSignal;
+  /** Fail the call with TimeoutError after this long. */
+  timeoutMs?: number;
+}
+
+interface ClientFile {
+  url: string;
+  apiKey: string;
+}
+
+function readClientFile(): Partial<ClientFile> {
+  const dir = process.env['DSEC_DATA_DIR'] ?? DEFAULT_DATA_DIR;
+  try {
+    return JSON.parse(readFileSync(join(dir, 'client.json'), 'utf8')) as Partial<ClientFile>;
+  } catch {
+    return {};
+  }
+}
+
+/** Resolves url and key: explicit options, then DSEC_URL/DSEC_API_KEY, then DATA_DIR/client.json. */
+export function resolveConnection(opts: ConnectionOptions = {}): Required<ConnectionOptions> {
+  let url = opts.url ?? process.env['DSEC_URL'];
+  let apiKey = opts.apiKey ?? process.env['DSEC_API_KEY'];
+  if (url === undefined || apiKey === undefined) {
+    const file = readClientFile();
+    url ??= file.url;
+    apiKey ??= file.apiKey;
+  }
+  if (url === undefined || apiKey === undefined) {
+    throw new DsecError(
+      'no dsec server configured: set DSEC_URL and DSEC_API_KEY, or start one with `dsec up` (it writes client.json)',
+      'NOT_CONFIGURED',
+      undefined,
+    );
+  }
+  return { url: url.replace(/\/+$/, ''), apiKey, requestTimeoutMs: opts.requestTimeoutMs ?? 120_000 };
+}
+
+/** A thin HTTP transport: auth header, JSON bodies, timeouts and wire errors mapped to classes. */
+export class Connection {
+  readonly url: string;
+  readonly #apiKey: string;
+  readonly #timeoutMs: number;
+
+  constructor(opts: ConnectionOptions = {}) {
+    const resolved = resolveConnection(opts);
+    this.url = resolved.url;
+    this.#apiKey = resolved.apiKey;
+    this.#timeoutMs = resolved.requestTimeoutMs;
+  }
+
+  async request(
+    method: string,
+    path: string,
+    init: { json?: unknown; body?: Uint8Array; query?: Record<string, string | string[] | undefined> } & CallOptions = {},
+  ): Promise<Response> {
+    const url = new URL(this.url + path);
+    for (const [k, v] of Object.entries(init.query ?? {})) {
+      if (v === undefined) continue;
+      for (const one of Array.isArray(v) ? v : [v]) url.searchParams.append(k, one);
+    }
+    const timeoutMs = init.timeoutMs ?? this.#timeoutMs;
+    const signals = [AbortSignal.timeout(timeoutMs)];
+    if (init.signal) signals.push(init.signal);
+    const headers: Record<string, string> = { authorization: `Bearer ${this.#apiKey}` };
+    let body: string | Uint8Array | undefined;
+    if (init.json !== undefined) {
+      headers['content-type'] = 'application/json';
+      body = JSON.stringify(init.json);
+    } else if (init.body !== undefined) {
+      headers['content-type'] = 'application/octet-stream';
+      body = init.body;
+    }
+    let res: Response;
+    try {
+      res = await fetch(url, { method, headers, body, signal: AbortSignal.any(signals) });
+    } catch (err) {
+      if (err instanceof Error && (err.name === 'TimeoutError' || err.name === 'AbortError')) {
+        throw new TimeoutError(`${method} ${path} did not finish within ${timeoutMs} ms or was aborted`, 'TIMEOUT', undefined);
+      }
+      throw new DsecError(`cannot reach dsec at ${this.url}: ${(err as Error).message}`, 'UNREACHABLE', undefined);
+    }
+    if (!res.ok) {
+      let wire: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
+      try {
+        wire = (await res.json()) as typeof wire;
+      } catch {
+        wire = undefined;
+      }
+      throw errorFromWire(res.status, wire?.error);
+    }
+    return res;
+  }
+
+  async json<T>(method: string, path: string, init: Parameters<Connection['request']>[2] = {}): Promise<T> {
+    const res = await this.request(method, path, init);
+    if (res.status === 204) return undefined as T;
+    return (await res.json()) as T;
+  }
+}

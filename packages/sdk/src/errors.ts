@@ -1,0 +1,84 @@
+/**
+ * One error-code registry for server and SDK. The server answers with `{error:{code,message,details}}`
+ * and the HTTP status listed here; the SDK maps the code back to an error class.
+ */
+export const ERROR_CODES = {
+  INVALID_REQUEST: 400,
+  UNAUTHORIZED: 401,
+  FORBIDDEN: 403,
+  SANDBOX_NOT_FOUND: 404,
+  IMAGE_NOT_FOUND: 404,
+  FILE_NOT_FOUND: 404,
+  ROUTE_NOT_FOUND: 404,
+  SANDBOX_NOT_RUNNING: 409,
+  PATH_CONFLICT: 409,
+  PAYLOAD_TOO_LARGE: 413,
+  UNSUPPORTED_MEDIA_TYPE: 415,
+  CAPACITY_EXCEEDED: 503,
+  SANDBOX_CREATE_FAILED: 500,
+  EXEC_FAILED: 500,
+  INTERNAL: 500,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export function statusForCode(code: ErrorCode): number {
+  return ERROR_CODES[code];
+}
+
+/** Root of every error the SDK throws. */
+export class DsecError extends Error {
+  override readonly name: string = 'DsecError';
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly status: number | undefined,
+    readonly details: Record<string, unknown> = {},
+  ) {
+    super(message);
+  }
+}
+
+export class NotFoundError extends DsecError {
+  override readonly name = 'NotFoundError';
+}
+export class AuthError extends DsecError {
+  override readonly name = 'AuthError';
+}
+export class ConflictError extends DsecError {
+  override readonly name = 'ConflictError';
+}
+export class InvalidRequestError extends DsecError {
+  override readonly name = 'InvalidRequestError';
+}
+/** The call did not finish within `timeoutMs`, or its signal aborted it. */
+export class TimeoutError extends DsecError {
+  override readonly name = 'TimeoutError';
+}
+
+/** Thrown by `commands.run(..., { throwOnError: true })` when a command exits non-zero. */
+export class CommandExitError extends DsecError {
+  override readonly name = 'CommandExitError';
+  constructor(
+    readonly exitCode: number,
+    readonly stdout: string,
+    readonly stderr: string,
+  ) {
+    super(`command exited with code ${exitCode}`, 'COMMAND_EXIT', undefined, { exitCode });
+  }
+}
+
+/** Maps a wire error to the class callers act on. */
+export function errorFromWire(
+  status: number,
+  body: { code?: string; message?: string; details?: Record<string, unknown> } | undefined,
+): DsecError {
+  const code = body?.code ?? `HTTP_${status}`;
+  const message = body?.message ?? `HTTP ${status}`;
+  const details = body?.details ?? {};
+  if (status === 401 || status === 403) return new AuthError(message, code, status, details);
+  if (status === 404) return new NotFoundError(message, code, status, details);
+  if (status === 409) return new ConflictError(message, code, status, details);
+  if (status === 400 || status === 413 || status === 415) return new InvalidRequestError(message, code, status, details);
+  return new DsecError(message, code, status, details);
+}

@@ -1,0 +1,27 @@
+import { Type, type Static } from 'typebox';
+
+/** The wire form of every error: `{ error: { code, message, details } }`. */
+export const ErrorBody = Type.Object(
+  {
+    error: Type.Object({
+      code: Type.String({ description: 'Stable machine-readable code, e.g. SANDBOX_NOT_FOUND.' }),
+      message: Type.String({ description: 'What went wrong and what to change.' }),
+      details: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+    }),
+  },
+  {},
+);
+export type ErrorBody = Static<typeof ErrorBody>;
+
+/** Labels: short keys and values a caller filters sandboxes by. */
+export const Labels = Type.Record(
+  Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$' }),
+  Type.String({ maxLength: 256 }),
+  { description: 'Key/value labels; list filters on them with ?label=k=v.', maxProperties: 64 },
+);
+
+export const EnvMap = Type.Record(
+  Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$', maxLength: 256 }),
+  Type.String({ maxLength: 32768 }),
+  { description: 'Environment variables, merged over the image environment.', maxProperties: 256 },
+);

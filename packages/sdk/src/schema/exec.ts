@@ -1,0 +1,46 @@
+import { Type, type Static } from 'typebox';
+import { EnvMap } from './common.js';
+
+export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+export const MAX_EXEC_TIMEOUT_MS = 24 * 3600_000;
+export const DEFAULT_MAX_OUTPUT_BYTES = 1 << 20;
+export const MAX_OUTPUT_BYTES_LIMIT = 64 << 20;
+export const MAX_STDIN_BYTES = 8 << 20;
+
+export const ExecRequest = Type.Object(
+  {
+    cmd: Type.Union(
+      [
+        Type.String({ minLength: 1, maxLength: 131072, description: 'A shell command line, run with /bin/sh -c.' }),
+        Type.Array(Type.String({ maxLength: 131072 }), { minItems: 1, maxItems: 4096, description: 'An argv, run as is.' }),
+      ],
+      { description: 'The command: a shell string or an argv array.' },
+    ),
+    cwd: Type.Optional(Type.String({ minLength: 1, maxLength: 4096, pattern: '^/', description: 'Absolute working directory; default the image cwd.' })),
+    env: Type.Optional(EnvMap),
+    stdin: Type.Optional(Type.String({ maxLength: MAX_STDIN_BYTES, description: 'Bytes written to the command stdin (UTF-8).' })),
+    timeoutMs: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: MAX_EXEC_TIMEOUT_MS, default: DEFAULT_EXEC_TIMEOUT_MS, description: 'Kill the command (its whole process tree) after this long.' }),
+    ),
+    maxOutputBytes: Type.Optional(
+      Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES_LIMIT, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'Cap per stream on returned output; bytes past it are counted, not kept.' }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type ExecRequest = Static<typeof ExecRequest>;
+
+export const ExecResult = Type.Object(
+  {
+    exitCode: Type.Integer({ description: 'Exit status; 128+N when killed by signal N.' }),
+    stdout: Type.String(),
+    stderr: Type.String(),
+    truncated: Type.Boolean({ description: 'True when either stream exceeded maxOutputBytes.' }),
+    stdoutBytes: Type.Integer({ description: 'Total bytes the command wrote to stdout, kept or not.' }),
+    stderrBytes: Type.Integer({ description: 'Total bytes the command wrote to stderr, kept or not.' }),
+    timedOut: Type.Boolean(),
+    durationMs: Type.Number(),
+  },
+  {},
+);
+export type ExecResult = Static<typeof ExecResult>;

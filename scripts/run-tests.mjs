@@ -1,0 +1,40 @@
+// Runs every compiled test file with node's test runner, one file at a time (integration tests
+// share the host's crun and cgroups), then checks the suite left no dsec mount or cgroup behind.
+import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+
+function findTests(dir, out = []) {
+  if (!existsSync(dir)) return out;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) findTests(p, out);
+    else if (e.name.endsWith('.test.js')) out.push(p);
+  }
+  return out;
+}
+
+function hostDsecState() {
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .filter((l) => /dsec-test/.test(l))
+    .map((l) => l.split(' ')[4]);
+  const cgroups = [];
+  for (const h of existsSync('/sys/fs/cgroup') ? readdirSync('/sys/fs/cgroup') : []) {
+    const d = join('/sys/fs/cgroup', h, 'dsec');
+    if (existsSync(d)) for (const c of readdirSync(d, { withFileTypes: true })) if (c.isDirectory()) cgroups.push(`${h}/dsec/${c.name}`);
+  }
+  return [...mounts.map((m) => `mount ${m}`), ...cgroups.map((c) => `cgroup ${c}`)];
+}
+
+const filter = process.argv.slice(2);
+let files = [...findTests('packages/sdk/dist'), ...findTests('packages/dsec/dist')].sort();
+if (filter.length) files = files.filter((f) => filter.some((x) => f.includes(x)));
+const before = new Set(hostDsecState());
+const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' });
+const leaked = hostDsecState().filter((x) => !before.has(x));
+if (leaked.length) {
+  console.error(`the test suite leaked:\n  ${leaked.join('\n  ')}`);
+  process.exit(1);
+}
+process.exit(r.status ?? 1);
