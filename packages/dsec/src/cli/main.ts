@@ -8,6 +8,7 @@ import { registerDemoCommand } from './commands/demo.js';
 import { registerImageCommands } from './commands/images.js';
 import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
+import { registerOpenApiCommand } from './commands/openapi.js';
 
 const program = new Command('dsec')
   .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
@@ -17,6 +18,7 @@ registerSandboxCommands(program);
 registerImageCommands(program);
 registerDemoCommand(program);
 registerBenchCommands(program);
+registerOpenApiCommand(program);
 
 try {
   await program.parseAsync(process.argv);

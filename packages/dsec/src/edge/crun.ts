@@ -22,15 +22,17 @@ export class Crun {
     return ['--root', this.root];
   }
 
-  async run(id: string, bundle: string, logFile: string): Promise<void> {
+  /** Starts a detached container and returns its init's host pid (from --pid-file: no extra `crun state`). */
+  async run(id: string, bundle: string, logFile: string, pidFile: string): Promise<number> {
     rmSync(logFile, { force: true });
-    const args = [...this.globalArgs(), `--log=file:${logFile}`, '--log-format=json', 'run', '-d', '--bundle', bundle, id];
+    const args = [...this.globalArgs(), `--log=file:${logFile}`, '--log-format=json', 'run', '-d', '--pid-file', pidFile, '--bundle', bundle, id];
     const code = await new Promise<number>((resolve) => {
       const child = spawn('crun', args, { stdio: 'ignore' });
       child.on('error', () => resolve(127));
       child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
     });
     if (code !== 0) throw new ToolError('crun', args, { code, stdout: '', stderr: readCrunLog(logFile) });
+    return Number(readFileSync(pidFile, 'utf8'));
   }
 
   async state(id: string): Promise<CrunState | undefined> {

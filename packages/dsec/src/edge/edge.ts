@@ -133,10 +133,8 @@ export class Edge implements EdgeApi {
       }
       mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits })));
-      await this.crun.run(req.id, paths.dir, paths.crunLog);
-      const state = await this.crun.state(req.id);
+      record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
       record.phase = 'running';
-      record.pid = state?.pid ?? 0;
       this.records.save(record);
       this.#live.set(req.id, record);
       return toEdgeSandbox(record);

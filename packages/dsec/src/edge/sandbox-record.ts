@@ -41,6 +41,9 @@ export class SandboxPaths {
   get crunLog(): string {
     return join(this.dir, 'crun.log');
   }
+  get pidFile(): string {
+    return join(this.dir, 'init.pid');
+  }
   get scratch(): string {
     return join(this.dir, 'run');
   }

@@ -1,0 +1,30 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { ImageStore } from '../image/image-store.js';
+import { LayerStore } from '../image/layer-store.js';
+import { ControlPlane } from './control-plane.js';
+import { Metrics } from './routes/system.js';
+import { buildServer } from './server.js';
+import { StateStore } from './state-store.js';
+
+/**
+ * The OpenAPI document, generated from the same route schemas the server validates with. Built
+ * on a throw-away server (in-memory SQLite, empty image store) so it needs no root and no host.
+ */
+export async function generateOpenApi(): Promise<unknown> {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-openapi-'));
+  const log = pino({ level: 'silent' });
+  const store = new StateStore(':memory:');
+  try {
+    const images = new ImageStore(dir, new LayerStore(dir));
+    const app = await buildServer({ control: new ControlPlane(store, images, log), store, images, log, metrics: new Metrics() });
+    const doc = app.swagger();
+    await app.close();
+    return doc;
+  } finally {
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
