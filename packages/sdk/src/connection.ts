@@ -70,7 +70,13 @@ export class Connection {
   async request(
     method: string,
     path: string,
-    init: { json?: unknown; body?: Uint8Array; query?: Record<string, string | string[] | undefined> } & CallOptions = {},
+    init: {
+      json?: unknown;
+      body?: Uint8Array;
+      contentType?: string;
+      accept?: string;
+      query?: Record<string, string | string[] | undefined>;
+    } & CallOptions = {},
   ): Promise<Response> {
     const url = new URL(this.url + path);
     for (const [k, v] of Object.entries(init.query ?? {})) {
@@ -86,9 +92,10 @@ export class Connection {
       headers['content-type'] = 'application/json';
       body = JSON.stringify(init.json);
     } else if (init.body !== undefined) {
-      headers['content-type'] = 'application/octet-stream';
+      headers['content-type'] = init.contentType ?? 'application/octet-stream';
       body = init.body;
     }
+    if (init.accept) headers['accept'] = init.accept;
     let res: Response;
     try {
       res = await fetch(url, { method, headers, body, signal: AbortSignal.any(signals) });

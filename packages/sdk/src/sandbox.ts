@@ -1,71 +1,16 @@
-import type { CreateSandboxRequest, ExecRequest, ExecResult, SandboxInfo, SandboxList, WriteFileResult } from './schema/index.js';
+import type { CreateSandboxRequest, ReplayResult, SandboxInfo, SandboxList, Trajectory } from './schema/index.js';
+import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
-import { CommandExitError } from './errors.js';
+import { Files } from './files.js';
+import { Sessions } from './sessions.js';
 
 export type CreateOptions = Omit<CreateSandboxRequest, 'image'> & { image?: string } & ConnectionOptions & CallOptions;
-export type RunOptions = Omit<ExecRequest, 'cmd'> & CallOptions & {
-  /** Throw CommandExitError when the exit code is not 0. @default false */
-  throwOnError?: boolean;
-};
-
-/** Runs commands in a sandbox. */
-export class Commands {
-  constructor(
-    private readonly conn: Connection,
-    private readonly id: string,
-  ) {}
-
-  /**
-   * Runs a command to completion and returns its output.
-   * @example const r = await sandbox.commands.run('echo hi'); r.stdout === 'hi\n'
-   */
-  async run(cmd: string | string[], opts: RunOptions = {}): Promise<ExecResult> {
-    const { signal, timeoutMs, throwOnError, ...rest } = opts;
-    const body: ExecRequest = { cmd, ...rest };
-    if (timeoutMs !== undefined) body.timeoutMs = timeoutMs;
-    // The HTTP call waits for the command, so give it a margin over the command's own timeout.
-    const callTimeout = (body.timeoutMs ?? 60_000) + 10_000;
-    const result = await this.conn.json<ExecResult>('POST', `/v1/sandboxes/${this.id}/exec`, {
-      json: body,
-      signal,
-      timeoutMs: callTimeout,
-    });
-    if (throwOnError && result.exitCode !== 0) throw new CommandExitError(result.exitCode, result.stdout, result.stderr);
-    return result;
-  }
-}
-
-/** Reads and writes files inside a sandbox; paths resolve inside its root. */
-export class Files {
-  constructor(
-    private readonly conn: Connection,
-    private readonly id: string,
-  ) {}
-
-  async read(path: string, opts: CallOptions = {}): Promise<Uint8Array> {
-    const res = await this.conn.request('GET', `/v1/sandboxes/${this.id}/files`, { query: { path }, ...opts });
-    return new Uint8Array(await res.arrayBuffer());
-  }
-
-  async readText(path: string, opts: CallOptions = {}): Promise<string> {
-    return new TextDecoder().decode(await this.read(path, opts));
-  }
-
-  async write(path: string, data: string | Uint8Array, opts: CallOptions & { mode?: number } = {}): Promise<WriteFileResult> {
-    const body = typeof data === 'string' ? new TextEncoder().encode(data) : data;
-    const { mode, ...call } = opts;
-    return this.conn.json<WriteFileResult>('PUT', `/v1/sandboxes/${this.id}/files`, {
-      body,
-      query: { path, mode: mode === undefined ? undefined : mode.toString(8) },
-      ...call,
-    });
-  }
-}
 
 /** A handle on one sandbox. */
 export class Sandbox {
   readonly commands: Commands;
   readonly files: Files;
+  readonly sessions: Sessions;
 
   private constructor(
     private readonly conn: Connection,
@@ -73,6 +18,7 @@ export class Sandbox {
   ) {
     this.commands = new Commands(conn, info.id);
     this.files = new Files(conn, info.id);
+    this.sessions = new Sessions(conn, info.id);
   }
 
   get id(): string {
@@ -112,6 +58,18 @@ export class Sandbox {
   async refresh(opts: CallOptions = {}): Promise<SandboxInfo> {
     this.info = await this.conn.json<SandboxInfo>('GET', `/v1/sandboxes/${this.id}`, opts);
     return this.info;
+  }
+
+  /** The logged steps (commands, session commands, file changes) with their results. */
+  async trajectory(opts: CallOptions & { afterSeq?: number; limit?: number } = {}): Promise<Trajectory> {
+    const { afterSeq, limit, ...call } = opts;
+    return this.conn.json<Trajectory>('GET', `/v1/sandboxes/${this.id}/trajectory`, { query: { afterSeq: afterSeq?.toString(), limit: limit?.toString() }, ...call });
+  }
+
+  /** Rebuilds this sandbox as a new one from its image and trajectory (e.g. after its node was lost). */
+  async replay(opts: CallOptions = {}): Promise<{ sandbox: Sandbox; result: ReplayResult }> {
+    const result = await this.conn.json<ReplayResult>('POST', `/v1/sandboxes/${this.id}/replay`, { timeoutMs: 600_000, ...opts });
+    return { sandbox: new Sandbox(this.conn, result.sandbox), result };
   }
 
   /** Kills the sandbox and removes everything it had. */

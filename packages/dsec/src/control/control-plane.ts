@@ -1,11 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import { totalmem } from 'node:os';
 import type { Logger } from 'pino';
-import type { CreateSandboxRequest, ExecRequest, ExecResult, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import { Readable } from 'node:stream';
+import type {
+  CreateSandboxRequest, ExecRequest, ExecResult, OpenSessionRequest, ReplayResult, SandboxInfo, SandboxStatus, SessionExecRequest, SessionInfo,
+} from '@dsec/sdk/schema';
+import type { ExecEvent } from '../exec/run-command.js';
 import { ApiError } from '../api-error.js';
 import type { EdgeApi, EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
 import type { ImageStore } from '../image/image-store.js';
 import type { StateStore } from './state-store.js';
+import { replayEntries } from './replay.js';
+import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
 
 export const DEFAULT_LIMITS: SandboxLimits = { cpu: 1, memoryMiB: 512, pids: 512 };
 
@@ -26,11 +32,15 @@ export function edgeOf(id: string): string | undefined {
 export class ControlPlane {
   readonly #edges = new Map<string, EdgeApi>();
 
+  readonly trajectory: TrajectoryLog;
+
   constructor(
     private readonly store: StateStore,
     private readonly images: ImageStore,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.trajectory = new TrajectoryLog(store);
+  }
 
   addEdge(id: string, edge: EdgeApi): void {
     this.#edges.set(id, edge);
@@ -107,6 +117,7 @@ export class ControlPlane {
       createdAt: new Date().toISOString(),
     };
     this.store.insertSandbox(info);
+    this.store.saveSpec(info.id, req);
     try {
       await this.#edge(edgeId).createSandbox({ id: info.id, layers: manifest.layers, config: manifest.config, env: req.env ?? {}, limits });
     } catch (err) {
@@ -156,8 +167,50 @@ export class ControlPlane {
     return this.#edge(s.edge);
   }
 
+  /** The edge of a running sandbox, for calls that change nothing worth logging. */
+  edgeFor(id: string): EdgeApi {
+    return this.#runningOn(id);
+  }
+
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
-    return this.#runningOn(id).exec(id, req, signal);
+    const result = await this.#runningOn(id).exec(id, req, signal);
+    this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: result.durationMs, exitCode: result.exitCode, payload: stdinPayload(req) });
+    return result;
+  }
+
+  /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
+  async *execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    const edge = this.#runningOn(id);
+    const kept = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+    let keptBytes = 0;
+    for await (const ev of edge.execStream(id, req, signal)) {
+      if (ev.type === 'exit') {
+        const enc = req.encoding ?? 'utf8';
+        const result = { ...ev.result, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
+        this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
+      } else if (keptBytes < 2 * MAX_LOGGED_OUTPUT) {
+        kept[ev.type].push(ev.data);
+        keptBytes += ev.data.length;
+      }
+      yield ev;
+    }
+  }
+
+  async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
+    const info = await this.#runningOn(id).openSession(id, req);
+    this.trajectory.append(id, { kind: 'session.open', request: { ...req }, result: { sessionId: info.id, shell: info.shell } });
+    return info;
+  }
+
+  async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    const result = await this.#runningOn(id).sessionExec(id, sid, req, signal);
+    this.trajectory.append(id, { kind: 'session.exec', request: { sessionId: sid, ...req }, result, durationMs: result.durationMs, exitCode: result.exitCode });
+    return result;
+  }
+
+  async closeSession(id: string, sid: string): Promise<void> {
+    await this.#runningOn(id).closeSession(id, sid);
+    this.trajectory.append(id, { kind: 'session.close', request: { sessionId: sid } });
   }
 
   async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
@@ -165,7 +218,60 @@ export class ControlPlane {
   }
 
   async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
-    return this.#runningOn(id).writeFile(id, path, data, mode);
+    const bytes = await this.#runningOn(id).writeFile(id, path, data, mode);
+    this.trajectory.append(id, { kind: 'files.write', request: { path, mode: mode.toString(8), bytes }, payload: data });
+    return bytes;
+  }
+
+  async makeDir(id: string, path: string, parents: boolean): Promise<void> {
+    await this.#runningOn(id).makeDir(id, path, parents);
+    this.trajectory.append(id, { kind: 'files.mkdir', request: { path, parents } });
+  }
+
+  async removePath(id: string, path: string, recursive: boolean): Promise<void> {
+    await this.#runningOn(id).removePath(id, path, recursive);
+    this.trajectory.append(id, { kind: 'files.remove', request: { path, recursive } });
+  }
+
+  async renamePath(id: string, from: string, to: string): Promise<void> {
+    await this.#runningOn(id).renamePath(id, from, to);
+    this.trajectory.append(id, { kind: 'files.rename', request: { from, to } });
+  }
+
+  /** Tar uploads are kept for replay up to MAX_PAYLOAD; a larger one marks the step unreplayable. */
+  async uploadTar(id: string, dir: string, body: Readable): Promise<number> {
+    const edge = this.#runningOn(id);
+    const copy: Buffer[] = [];
+    let size = 0;
+    const tee = async function* (): AsyncGenerator<Buffer> {
+      for await (const chunk of body) {
+        const b = chunk as Buffer;
+        size += b.length;
+        if (size <= MAX_PAYLOAD) copy.push(b);
+        yield b;
+      }
+    };
+    const bytes = await edge.uploadTar(id, dir, Readable.from(tee()));
+    this.trajectory.append(id, {
+      kind: 'files.upload',
+      request: { path: dir, bytes },
+      payload: size <= MAX_PAYLOAD ? Buffer.concat(copy) : Buffer.alloc(MAX_PAYLOAD + 1),
+    });
+    return bytes;
+  }
+
+  /**
+   * Rebuilds a sandbox from its trajectory: a new sandbox from the original's exact image and
+   * spec, the logged steps re-run in order, and the original log copied to the new sandbox, so the
+   * trainer reads the results it already consumed from the log and continues from there.
+   */
+  async replay(id: string): Promise<ReplayResult> {
+    const orig = this.get(id);
+    const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: orig.imageId, resources: orig.resources, labels: orig.labels };
+    const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } });
+    const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id));
+    this.trajectory.copy(id, created.id);
+    return { sandbox: created, replayed: steps.length, diverged: steps.filter((s) => s.diverged).length, steps };
   }
 
   async nodes(): Promise<EdgeInfo[]> {
@@ -176,4 +282,14 @@ export class ControlPlane {
   async killAll(): Promise<void> {
     await Promise.allSettled(this.store.listSandboxes().map((s) => this.kill(s.id)));
   }
+}
+
+/** The log keeps stdin as a payload (bytes), not inside the JSON request. */
+function withoutStdin(req: ExecRequest): Record<string, unknown> {
+  const { stdin, ...rest } = req;
+  return stdin === undefined ? { ...rest } : { ...rest, stdinBytes: Buffer.byteLength(stdin, req.stdinEncoding ?? 'utf8') };
+}
+
+function stdinPayload(req: ExecRequest): Buffer | undefined {
+  return req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8');
 }

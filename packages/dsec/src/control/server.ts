@@ -7,7 +7,10 @@ import { authenticate } from './api-keys.js';
 import type { ControlPlane } from './control-plane.js';
 import { errorHandler } from './http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
+import { execRoutes } from './routes/exec.js';
+import { fileRoutes } from './routes/files.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
+import { trajectoryRoutes } from './routes/trajectory.js';
 import { systemRoutes, type Metrics } from './routes/system.js';
 import type { StateStore } from './state-store.js';
 
@@ -58,6 +61,9 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
 
   await app.register(systemRoutes(deps));
   await app.register(sandboxRoutes(deps));
+  await app.register(execRoutes(deps));
+  await app.register(fileRoutes(deps));
+  await app.register(trajectoryRoutes(deps));
   await app.register(imageRoutes(deps));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();

@@ -14,6 +14,7 @@ export class StateStore {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     this.db.pragma('busy_timeout = 5000');
+    this.db.pragma('foreign_keys = ON');
     this.db.exec(`
       CREATE TABLE IF NOT EXISTS api_keys (
         id TEXT PRIMARY KEY,
@@ -33,6 +34,23 @@ export class StateStore {
         reason TEXT
       );
       CREATE INDEX IF NOT EXISTS sandboxes_status ON sandboxes(status);
+      CREATE TABLE IF NOT EXISTS sandbox_specs (
+        id TEXT PRIMARY KEY REFERENCES sandboxes(id) ON DELETE CASCADE,
+        spec TEXT NOT NULL
+      );
+      CREATE TABLE IF NOT EXISTS trajectory (
+        sandbox_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        request TEXT NOT NULL,
+        result TEXT,
+        payload BLOB,
+        duration_ms REAL,
+        exit_code INTEGER,
+        replayable INTEGER NOT NULL,
+        PRIMARY KEY (sandbox_id, seq)
+      );
     `);
   }
 
@@ -62,12 +80,25 @@ export class StateStore {
       .run(s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null);
   }
 
+  /** The create request as the caller sent it: what a replay re-creates from. */
+  saveSpec(id: string, spec: unknown): void {
+    this.db.prepare('INSERT OR REPLACE INTO sandbox_specs (id, spec) VALUES (?, ?)').run(id, JSON.stringify(spec));
+  }
+
+  getSpec<T>(id: string): T | undefined {
+    const row = this.db.prepare('SELECT spec FROM sandbox_specs WHERE id = ?').get(id) as { spec: string } | undefined;
+    return row && (JSON.parse(row.spec) as T);
+  }
+
   setStatus(id: string, status: SandboxStatus, reason?: string): void {
     this.db.prepare('UPDATE sandboxes SET status = ?, reason = ? WHERE id = ?').run(status, reason ?? null, id);
   }
 
   deleteSandbox(id: string): void {
-    this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+    this.db.transaction(() => {
+      this.db.prepare('DELETE FROM trajectory WHERE sandbox_id = ?').run(id);
+      this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+    })();
   }
 
   getSandbox(id: string): SandboxInfo | undefined {

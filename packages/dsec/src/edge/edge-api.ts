@@ -1,4 +1,9 @@
-import type { ExecRequest, ExecResult, ImageConfig } from '@dsec/sdk/schema';
+import type {
+  FileStat,
+  Encoding, ExecRequest, ExecResult, ImageConfig, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+} from '@dsec/sdk/schema';
+import type { Readable } from 'node:stream';
+import type { ExecEvent } from '../exec/run-command.js';
 import type { LayerDigest } from '../image/layer-store.js';
 
 /** Limits after defaults are applied: every field is set. */
@@ -44,6 +49,29 @@ export interface EdgeApi {
   killSandbox(id: string): Promise<void>;
   listSandboxes(): Promise<EdgeSandbox[]>;
   exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult>;
+  /** Output as it is produced, then the exit; stopping iteration kills the command. */
+  execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncIterable<ExecEvent>;
+
+  startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo>;
+  listProcesses(id: string): Promise<ProcessInfo[]>;
+  processOutput(id: string, pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): Promise<ProcessOutput>;
+  waitProcess(id: string, pid: string, timeoutMs: number): Promise<ProcessInfo>;
+  signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo>;
+  writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void>;
+
+  openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo>;
+  listSessions(id: string): Promise<SessionInfo[]>;
+  sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }>;
+  closeSession(id: string, sid: string): Promise<void>;
+
   readFile(id: string, path: string, maxBytes: number): Promise<Buffer>;
   writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number>;
+  statPath(id: string, path: string): Promise<FileStat>;
+  listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }>;
+  makeDir(id: string, path: string, parents: boolean): Promise<void>;
+  removePath(id: string, path: string, recursive: boolean): Promise<void>;
+  renamePath(id: string, from: string, to: string): Promise<void>;
+  /** Unpacks a tar stream into dir (created if missing), inside the sandbox. */
+  uploadTar(id: string, dir: string, body: Readable): Promise<number>;
+  downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>>;
 }

@@ -1,7 +1,15 @@
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import type { Readable } from 'node:stream';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import type { ExecRequest, ExecResult } from '@dsec/sdk/schema';
+import type {
+  FileStat,
+  Encoding, ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+} from '@dsec/sdk/schema';
+import type { ExecTarget } from '../exec/exec-target.js';
+import { ProcessTable } from '../exec/process-table.js';
+import { runCommand, streamCommand, type ExecEvent } from '../exec/run-command.js';
+import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
 import { ApiError } from '../api-error.js';
 import { CGROUP_PARENT, removeCgroupTree } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
@@ -9,11 +17,13 @@ import { ToolError } from '../host/run-tool.js';
 import type { LayerStore } from '../image/layer-store.js';
 import { Crun } from './crun.js';
 import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeSandbox } from './edge-api.js';
-import { execInSandbox } from './exec.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
-import { readFileInRoot, sandboxPath, writeFileInRoot } from './sandbox-files.js';
+import {
+  listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
+} from './sandbox-files.js';
+import { extractTar, packTar, removeRecursive } from '../exec/sandbox-tar.js';
 import { type SandboxRecord, SandboxRecords } from './sandbox-record.js';
 
 export interface EdgeOptions {
@@ -37,7 +47,7 @@ export class Edge implements EdgeApi {
   readonly crun: Crun;
   readonly layerMounts: LayerMounts;
   readonly records: SandboxRecords;
-  readonly #live = new Map<string, SandboxRecord>();
+  readonly #live = new Map<string, LiveSandbox>();
   /** Ids being created or killed, so a kill waits for a create to finish and vice versa. */
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
@@ -62,7 +72,7 @@ export class Edge implements EdgeApi {
     for (const { id, record } of this.records.scan()) {
       const c = running.get(id);
       if (record?.phase === 'running' && c?.status === 'running') {
-        this.#live.set(id, { ...record, pid: c.pid });
+        this.#live.set(id, this.#liveSandbox({ ...record, pid: c.pid }));
         adopted.push(id);
       } else {
         await this.#teardown(id, record?.layers ?? [], false);
@@ -76,7 +86,7 @@ export class Edge implements EdgeApi {
       removeCgroupTree(`${CGROUP_PARENT}/${id}`);
       cleaned.push(id);
     }
-    this.layerMounts.reconcile([...this.#live.values()].map((r) => r.layers));
+    this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
@@ -87,7 +97,7 @@ export class Edge implements EdgeApi {
   }
 
   async listSandboxes(): Promise<EdgeSandbox[]> {
-    return [...this.#live.values()].map((r) => toEdgeSandbox(r));
+    return [...this.#live.values()].map((l) => toEdgeSandbox(l.record));
   }
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
@@ -136,7 +146,7 @@ export class Edge implements EdgeApi {
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
       record.phase = 'running';
       this.records.save(record);
-      this.#live.set(req.id, record);
+      this.#live.set(req.id, this.#liveSandbox(record));
       return toEdgeSandbox(record);
     } catch (err) {
       await this.#teardown(req.id, acquired, true);
@@ -151,10 +161,12 @@ export class Edge implements EdgeApi {
   async killSandbox(id: string): Promise<void> {
     const inflight = this.#busy.get(id);
     if (inflight) await inflight.catch(() => undefined);
-    const record = this.#live.get(id);
-    if (!record) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on edge ${this.id}`);
+    const live = this.#live.get(id);
+    if (!live) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on edge ${this.id}`);
     this.#live.delete(id);
-    const work = this.#teardown(id, record.layers, true);
+    live.processes.killAll();
+    for (const s of live.sessions.values()) void s.close();
+    const work = this.#teardown(id, live.record.layers, true);
     this.#busy.set(id, work);
     try {
       await work;
@@ -173,25 +185,162 @@ export class Edge implements EdgeApi {
     rmSync(paths.dir, { recursive: true, force: true });
   }
 
-  #running(id: string): SandboxRecord {
-    const r = this.#live.get(id);
-    if (!r) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on edge ${this.id}`);
-    return r;
+  #liveSandbox(record: SandboxRecord): LiveSandbox {
+    const paths = this.records.paths(record.id);
+    const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
+    return { record, target, processes: new ProcessTable(), sessions: new Map() };
   }
+
+  #running(id: string): LiveSandbox {
+    const l = this.#live.get(id);
+    if (!l) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on edge ${this.id}`);
+    return l;
+  }
+
+  // --- commands ------------------------------------------------------------------------------
 
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
-    const r = this.#running(id);
-    return execInSandbox({ crun: this.crun, id, dir: this.records.paths(id).scratch, config: r.config, env: r.env }, req, signal);
+    return runCommand(this.#running(id).target, req, signal);
   }
 
+  execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncIterable<ExecEvent> {
+    return streamCommand(this.#running(id).target, req, signal);
+  }
+
+  // --- background processes ------------------------------------------------------------------
+
+  async startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
+    const l = this.#running(id);
+    return l.processes.start(l.target, req);
+  }
+
+  async listProcesses(id: string): Promise<ProcessInfo[]> {
+    return this.#running(id).processes.list();
+  }
+
+  #process(id: string, pid: string): ReturnType<ProcessTable['get']> & object {
+    const e = this.#running(id).processes.get(pid);
+    if (!e) throw new ApiError('PROCESS_NOT_FOUND', `no process ${pid} in sandbox ${id}`, { pid });
+    return e;
+  }
+
+  async processOutput(id: string, pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): Promise<ProcessOutput> {
+    this.#process(id, pid);
+    return this.#running(id).processes.output(pid, offsets, encoding)!;
+  }
+
+  async waitProcess(id: string, pid: string, timeoutMs: number): Promise<ProcessInfo> {
+    this.#process(id, pid);
+    return (await this.#running(id).processes.wait(pid, timeoutMs))!;
+  }
+
+  async signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
+    const { proc } = this.#process(id, pid);
+    await proc.signal(signal);
+    if (signal === 'SIGKILL') await proc.done;
+    return this.#running(id).processes.info(pid)!;
+  }
+
+  async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
+    const { proc } = this.#process(id, pid);
+    if (proc.exit) throw new ApiError('PROCESS_NOT_RUNNING', `process ${pid} has exited`, { pid });
+    if (data.length && !proc.writeStdin(data)) {
+      throw new ApiError('PROCESS_NOT_RUNNING', `process ${pid} has no open stdin (start it with stdin: true)`, { pid });
+    }
+    if (eof) proc.endStdin();
+  }
+
+  // --- sessions ------------------------------------------------------------------------------
+
+  async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
+    const l = this.#running(id);
+    if (l.sessions.size >= MAX_SESSIONS) {
+      throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${id} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
+    }
+    const s = new ShellSession(l.target, req);
+    l.sessions.set(s.id, s);
+    return s.info();
+  }
+
+  async listSessions(id: string): Promise<SessionInfo[]> {
+    return [...this.#running(id).sessions.values()].map((s) => s.info());
+  }
+
+  #session(id: string, sid: string): ShellSession {
+    const s = this.#running(id).sessions.get(sid);
+    if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${id}`, { sessionId: sid });
+    return s;
+  }
+
+  async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    try {
+      return await this.#session(id, sid).exec(req, signal);
+    } catch (err) {
+      if (err instanceof SessionClosedError) throw new ApiError('SESSION_CLOSED', `${err.message}; open a new session`, { sessionId: sid });
+      throw err;
+    }
+  }
+
+  async closeSession(id: string, sid: string): Promise<void> {
+    const s = this.#session(id, sid);
+    this.#running(id).sessions.delete(sid);
+    await s.close();
+  }
+
+  // --- files ---------------------------------------------------------------------------------
+
   async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
-    const r = this.#running(id);
-    return readFileInRoot(this.records.paths(id).rootfs, sandboxPath(path, r.config.cwd), maxBytes);
+    const l = this.#running(id);
+    return readFileInRoot(l.target.rootfs, sandboxPath(path, l.record.config.cwd), maxBytes);
   }
 
   async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
-    const r = this.#running(id);
-    return writeFileInRoot(this.records.paths(id).rootfs, sandboxPath(path, r.config.cwd), data, mode);
+    const l = this.#running(id);
+    return writeFileInRoot(l.target.rootfs, sandboxPath(path, l.record.config.cwd), data, mode);
+  }
+
+  #path(id: string, path: string): { l: LiveSandbox; p: string } {
+    const l = this.#running(id);
+    return { l, p: sandboxPath(path, l.record.config.cwd) };
+  }
+
+  async statPath(id: string, path: string): Promise<FileStat> {
+    const { l, p } = this.#path(id, path);
+    return statInRoot(l.target.rootfs, p);
+  }
+
+  async listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    const { l, p } = this.#path(id, path);
+    return listDirInRoot(l.target.rootfs, p);
+  }
+
+  async makeDir(id: string, path: string, parents: boolean): Promise<void> {
+    const { l, p } = this.#path(id, path);
+    mkdirInRoot(l.target.rootfs, p, parents);
+  }
+
+  async removePath(id: string, path: string, recursive: boolean): Promise<void> {
+    const { l, p } = this.#path(id, path);
+    const st = statInRoot(l.target.rootfs, p); // 404 for a missing path, either way
+    if (recursive && st.type === 'dir') await removeRecursive(l.target, p);
+    else removeInRoot(l.target.rootfs, p);
+  }
+
+  async renamePath(id: string, from: string, to: string): Promise<void> {
+    const { l, p } = this.#path(id, from);
+    renameInRoot(l.target.rootfs, p, sandboxPath(to, l.record.config.cwd));
+  }
+
+  async uploadTar(id: string, dir: string, body: Readable): Promise<number> {
+    const { l, p } = this.#path(id, dir);
+    mkdirInRoot(l.target.rootfs, p, true);
+    return extractTar(l.target, p, body);
+  }
+
+  async downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>> {
+    const { l, p } = this.#path(id, path);
+    statInRoot(l.target.rootfs, p);
+    return packTar(l.target, p);
   }
 
   /**
@@ -208,6 +357,17 @@ export class Edge implements EdgeApi {
     this.#state = 'stopped';
   }
 }
+
+/** A running sandbox as the edge holds it in memory: its record and its exec engine state. */
+interface LiveSandbox {
+  record: SandboxRecord;
+  target: ExecTarget;
+  processes: ProcessTable;
+  sessions: Map<string, ShellSession>;
+}
+
+/** Open sessions per sandbox: each holds one shell process. */
+const MAX_SESSIONS = 32;
 
 function toEdgeSandbox(r: SandboxRecord): EdgeSandbox {
   return { id: r.id, status: 'running', pid: r.pid ?? 0, createdAt: r.createdAt };

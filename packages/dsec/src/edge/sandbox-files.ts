@@ -1,7 +1,8 @@
-import { closeSync, fstatSync, openSync, readSync, writeSync, fchmodSync, constants as fsc } from 'node:fs';
+import { type Stats, closeSync, fstatSync, lstatSync, openSync, readSync, readdirSync, readlinkSync, writeSync, fchmodSync, constants as fsc } from 'node:fs';
+import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import {
-  O_CLOEXEC, O_DIRECTORY, O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV, SyscallError, mkdirat, openat2,
+  AT_REMOVEDIR, O_CLOEXEC, O_DIRECTORY, O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV, SyscallError, mkdirat, openat2, renameat, unlinkat,
 } from '../host/syscalls.js';
 
 /**
@@ -151,5 +152,153 @@ export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode
     } finally {
       closeSync(fd);
     }
+  });
+}
+
+function statToInfo(path: string, name: string, st: Stats, linkTarget?: string): FileStat {
+  const info: FileStat = {
+    path,
+    name,
+    type: st.isFile() ? 'file' : st.isDirectory() ? 'dir' : st.isSymbolicLink() ? 'symlink' : 'other',
+    size: st.size,
+    mode: (st.mode & 0o7777).toString(8).padStart(4, '0'),
+    uid: st.uid,
+    gid: st.gid,
+    mtime: st.mtime.toISOString(),
+  };
+  if (linkTarget !== undefined) info.linkTarget = linkTarget;
+  return info;
+}
+
+/** Splits `/a/b/c` into the parent (`/a/b`) and the last component (`c`). */
+function splitParent(path: string): { parent: string; name: string } {
+  const parts = path.split('/').filter((p) => p !== '' && p !== '.');
+  const name = parts.pop();
+  if (name === undefined || name === '..') throw new ApiError('INVALID_REQUEST', `${path} names no entry (the root, or ends in ..)`, { path });
+  return { parent: `/${parts.join('/')}`, name };
+}
+
+/** Opens a directory inside the root as O_PATH; fn gets its fd. */
+function withDir<T>(rootFd: number, path: string, fn: (dirFd: number) => T): T {
+  let fd: number;
+  try {
+    fd = openat2(rootFd, path, O_PATH | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE);
+  } catch (err) {
+    mapError(err, path);
+  }
+  try {
+    return fn(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** lstat of one entry: the parent is resolved inside the root, the entry itself is not followed. */
+export function statInRoot(rootfs: string, path: string): FileStat {
+  return withRoot(rootfs, (rootFd) => {
+    const { parent, name } = splitParent(path);
+    return withDir(rootFd, parent, (dirFd) => {
+      const p = `/proc/self/fd/${dirFd}/${name}`;
+      try {
+        const st = lstatSync(p);
+        return statToInfo(path, name, st, st.isSymbolicLink() ? readlinkSync(p) : undefined);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
+        throw err;
+      }
+    });
+  });
+}
+
+/** Lists a directory (entries lstat'ed, links not followed). */
+export function listDirInRoot(rootfs: string, path: string, limit = 10_000): { entries: FileStat[]; truncated: boolean } {
+  return withRoot(rootfs, (rootFd) =>
+    withDir(rootFd, path, (dirFd) => {
+      const dir = `/proc/self/fd/${dirFd}`;
+      const names = readdirSync(dir).sort();
+      const entries: FileStat[] = [];
+      for (const name of names.slice(0, limit)) {
+        try {
+          const st = lstatSync(`${dir}/${name}`);
+          entries.push(statToInfo(`${path.replace(/\/$/, '')}/${name}`, name, st, st.isSymbolicLink() ? readlinkSync(`${dir}/${name}`) : undefined));
+        } catch {
+          // removed while listing
+        }
+      }
+      return { entries, truncated: names.length > limit };
+    }),
+  );
+}
+
+/** mkdir, optionally with parents (like mkdir -p), each component created inside the root. */
+export function mkdirInRoot(rootfs: string, path: string, parents: boolean, mode = 0o755): void {
+  withRoot(rootfs, (rootFd) => {
+    const parts = path.split('/').filter((p) => p !== '' && p !== '.');
+    if (parts.length === 0) return;
+    let dir = '';
+    for (const [i, part] of parts.entries()) {
+      const last = i === parts.length - 1;
+      const next = `${dir}/${part}`;
+      let exists = true;
+      try {
+        closeSync(openat2(rootFd, next, O_PATH | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE));
+      } catch (err) {
+        if (!(err instanceof SyscallError && err.code === 'ENOENT')) mapError(err, path);
+        exists = false;
+      }
+      if (exists && last && !parents) throw new ApiError('PATH_CONFLICT', `${path} already exists`, { path });
+      if (!exists) {
+        if (!last && !parents) throw new ApiError('FILE_NOT_FOUND', `parent of ${path} does not exist (set parents: true)`, { path });
+        withDir(rootFd, dir || '/', (parentFd) => {
+          try {
+            mkdirat(parentFd, part, mode);
+          } catch (e) {
+            if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
+          }
+        });
+      }
+      dir = next;
+    }
+  });
+}
+
+/** Removes a file, a symlink (not its target) or an empty directory. */
+export function removeInRoot(rootfs: string, path: string): void {
+  withRoot(rootfs, (rootFd) => {
+    const { parent, name } = splitParent(path);
+    withDir(rootFd, parent, (dirFd) => {
+      const st = (() => {
+        try {
+          return lstatSync(`/proc/self/fd/${dirFd}/${name}`);
+        } catch {
+          throw new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
+        }
+      })();
+      try {
+        unlinkat(dirFd, name, st.isDirectory() ? AT_REMOVEDIR : 0);
+      } catch (err) {
+        if (err instanceof SyscallError && (err.code === 'ENOTEMPTY' || err.code === 'EEXIST')) {
+          throw new ApiError('PATH_CONFLICT', `${path} is a directory that is not empty (set recursive: true)`, { path });
+        }
+        mapError(err, path);
+      }
+    });
+  });
+}
+
+/** Renames within the sandbox; both parents are resolved inside the root. */
+export function renameInRoot(rootfs: string, from: string, to: string): void {
+  withRoot(rootfs, (rootFd) => {
+    const a = splitParent(from);
+    const b = splitParent(to);
+    withDir(rootFd, a.parent, (fromFd) =>
+      withDir(rootFd, b.parent, (toFd) => {
+        try {
+          renameat(fromFd, a.name, toFd, b.name);
+        } catch (err) {
+          mapError(err, from);
+        }
+      }),
+    );
   });
 }

@@ -12,6 +12,8 @@ const umount2Fn = libc.func('int umount2(const char *target, int flags)');
 const OpenHow = koffi.struct('open_how', { flags: 'uint64_t', mode: 'uint64_t', resolve: 'uint64_t' });
 const syscallOpenat2 = libc.func('long syscall(long nr, int dirfd, const char *path, open_how *how, size_t size)');
 const mkdiratFn = libc.func('int mkdirat(int dirfd, const char *path, uint32_t mode)');
+const unlinkatFn = libc.func('int unlinkat(int dirfd, const char *path, int flags)');
+const renameatFn = libc.func('int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)');
 const strerrorFn = libc.func('const char *strerror(int errnum)');
 
 export const MS_RDONLY = 1;
@@ -26,6 +28,7 @@ export const O_PATH = 0o10000000;
 export const O_DIRECTORY = 0o200000;
 export const O_NOFOLLOW = 0o400000;
 export const O_CLOEXEC = 0o2000000;
+export const AT_REMOVEDIR = 0x200;
 
 /** A failed system call, with errno and its name so callers can branch on it. */
 export class SyscallError extends Error {
@@ -44,7 +47,7 @@ export class SyscallError extends Error {
 
 const ERRNO_NAMES: Record<number, string> = {
   1: 'EPERM', 2: 'ENOENT', 13: 'EACCES', 15: 'ENOTBLK', 16: 'EBUSY', 17: 'EEXIST', 18: 'EXDEV',
-  20: 'ENOTDIR', 21: 'EISDIR', 22: 'EINVAL', 28: 'ENOSPC', 36: 'ENAMETOOLONG', 40: 'ELOOP',
+  20: 'ENOTDIR', 21: 'EISDIR', 22: 'EINVAL', 28: 'ENOSPC', 36: 'ENAMETOOLONG', 39: 'ENOTEMPTY', 40: 'ELOOP',
 };
 
 export function mount(source: string, target: string, fstype: string, flags: number, data: string | null): void {
@@ -65,4 +68,12 @@ export function openat2(dirfd: number, path: string, flags: number, mode: number
 
 export function mkdirat(dirfd: number, name: string, mode: number): void {
   if (mkdiratFn(dirfd, name, mode) !== 0) throw new SyscallError('mkdirat', koffi.errno(), name);
+}
+
+export function unlinkat(dirfd: number, name: string, flags: number): void {
+  if (unlinkatFn(dirfd, name, flags) !== 0) throw new SyscallError('unlinkat', koffi.errno(), name);
+}
+
+export function renameat(oldDirfd: number, oldName: string, newDirfd: number, newName: string): void {
+  if (renameatFn(oldDirfd, oldName, newDirfd, newName) !== 0) throw new SyscallError('renameat', koffi.errno(), `${oldName} -> ${newName}`);
 }

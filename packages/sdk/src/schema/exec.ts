@@ -7,6 +7,10 @@ export const DEFAULT_MAX_OUTPUT_BYTES = 1 << 20;
 export const MAX_OUTPUT_BYTES_LIMIT = 64 << 20;
 export const MAX_STDIN_BYTES = 8 << 20;
 
+/** How bytes travel in JSON: utf8 text, or base64 for binary-safe transfer. */
+export const Encoding = Type.Union([Type.Literal('utf8'), Type.Literal('base64')], { default: 'utf8', description: 'utf8 text or base64 bytes.' });
+export type Encoding = Static<typeof Encoding>;
+
 export const ExecRequest = Type.Object(
   {
     cmd: Type.Union(
@@ -18,13 +22,15 @@ export const ExecRequest = Type.Object(
     ),
     cwd: Type.Optional(Type.String({ minLength: 1, maxLength: 4096, pattern: '^/', description: 'Absolute working directory; default the image cwd.' })),
     env: Type.Optional(EnvMap),
-    stdin: Type.Optional(Type.String({ maxLength: MAX_STDIN_BYTES, description: 'Bytes written to the command stdin (UTF-8).' })),
+    stdin: Type.Optional(Type.String({ maxLength: MAX_STDIN_BYTES * 2, description: 'Bytes written to the command stdin, then closed (see stdinEncoding).' })),
+    stdinEncoding: Type.Optional(Encoding),
     timeoutMs: Type.Optional(
       Type.Integer({ minimum: 1, maximum: MAX_EXEC_TIMEOUT_MS, default: DEFAULT_EXEC_TIMEOUT_MS, description: 'Kill the command (its whole process tree) after this long.' }),
     ),
     maxOutputBytes: Type.Optional(
       Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES_LIMIT, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'Cap per stream on returned output; bytes past it are counted, not kept.' }),
     ),
+    encoding: Type.Optional(Encoding),
   },
   { additionalProperties: false },
 );
@@ -33,8 +39,9 @@ export type ExecRequest = Static<typeof ExecRequest>;
 export const ExecResult = Type.Object(
   {
     exitCode: Type.Integer({ description: 'Exit status; 128+N when killed by signal N.' }),
-    stdout: Type.String(),
-    stderr: Type.String(),
+    stdout: Type.String({ description: 'Kept stdout, in `encoding`.' }),
+    stderr: Type.String({ description: 'Kept stderr, in `encoding`.' }),
+    encoding: Encoding,
     truncated: Type.Boolean({ description: 'True when either stream exceeded maxOutputBytes.' }),
     stdoutBytes: Type.Integer({ description: 'Total bytes the command wrote to stdout, kept or not.' }),
     stderrBytes: Type.Integer({ description: 'Total bytes the command wrote to stderr, kept or not.' }),

@@ -1,0 +1,78 @@
+import { Readable } from 'node:stream';
+import type { ExecRequest, OpenSessionRequest, ReplayResult, SessionExecRequest, TrajectoryEntry } from '@dsec/sdk/schema';
+import type { EdgeApi } from '../edge/edge-api.js';
+
+type Step = ReplayResult['steps'][number];
+
+/**
+ * Re-runs a logged trajectory, in order, on a fresh sandbox: commands, session commands (in
+ * sessions opened anew, mapped from the old ids) and file changes (from their kept payloads).
+ * Each step reports whether it diverged from the log (failed, or a different exit code); the
+ * logged results stay the answer to steps the trainer already consumed.
+ */
+export async function replayEntries(
+  edge: EdgeApi,
+  sandboxId: string,
+  entries: Iterable<TrajectoryEntry & { payload: Buffer | null }>,
+): Promise<Step[]> {
+  const sessions = new Map<string, string>();
+  const steps: Step[] = [];
+  for (const e of entries) {
+    const step: Step = { seq: e.seq, kind: e.kind, diverged: false };
+    if (e.exitCode !== undefined) step.loggedExitCode = e.exitCode;
+    try {
+      if (!e.replayable) throw new Error('step was not kept in full (payload over the log limit)');
+      const r = e.request;
+      switch (e.kind) {
+        case 'exec': {
+          const { stdinBytes: _ignored, ...rest } = r as ExecRequest & { stdinBytes?: number };
+          const req: ExecRequest = { ...rest };
+          if (e.payload) {
+            req.stdin = e.payload.toString('base64');
+            req.stdinEncoding = 'base64';
+          }
+          step.replayedExitCode = (await edge.exec(sandboxId, req)).exitCode;
+          break;
+        }
+        case 'session.open': {
+          const info = await edge.openSession(sandboxId, r as OpenSessionRequest);
+          sessions.set(String((e.result ?? {})['sessionId']), info.id);
+          break;
+        }
+        case 'session.exec': {
+          const { sessionId, ...req } = r as SessionExecRequest & { sessionId: string };
+          const sid = sessions.get(sessionId);
+          if (!sid) throw new Error(`session ${sessionId} was not opened in the replay`);
+          step.replayedExitCode = (await edge.sessionExec(sandboxId, sid, req)).exitCode;
+          break;
+        }
+        case 'session.close': {
+          const sid = sessions.get(String(r['sessionId']));
+          if (sid) await edge.closeSession(sandboxId, sid);
+          break;
+        }
+        case 'files.write':
+          await edge.writeFile(sandboxId, String(r['path']), e.payload ?? Buffer.alloc(0), parseInt(String(r['mode'] ?? '644'), 8));
+          break;
+        case 'files.mkdir':
+          await edge.makeDir(sandboxId, String(r['path']), r['parents'] !== false);
+          break;
+        case 'files.remove':
+          await edge.removePath(sandboxId, String(r['path']), r['recursive'] === true);
+          break;
+        case 'files.rename':
+          await edge.renamePath(sandboxId, String(r['from']), String(r['to']));
+          break;
+        case 'files.upload':
+          await edge.uploadTar(sandboxId, String(r['path']), Readable.from([e.payload ?? Buffer.alloc(0)]));
+          break;
+      }
+      if (step.loggedExitCode !== undefined && step.replayedExitCode !== step.loggedExitCode) step.diverged = true;
+    } catch (err) {
+      step.diverged = true;
+      step.error = (err as Error).message;
+    }
+    steps.push(step);
+  }
+  return steps;
+}

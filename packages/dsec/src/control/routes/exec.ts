@@ -1,0 +1,142 @@
+import { Readable } from 'node:stream';
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import {
+  ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput, ProcessOutputQuery, ProcessParams, SandboxIdParams,
+  SessionExecRequest, SessionInfo, SessionList, SessionParams, SignalRequest, StartProcessRequest, WaitProcessRequest,
+} from '@dsec/sdk/schema';
+import type { ControlPlane } from '../control-plane.js';
+import { abortOnHangup } from './abort-on-hangup.js';
+import { errorResponses as errors } from './error-responses.js';
+import type { Metrics } from './system.js';
+
+export const NDJSON = 'application/x-ndjson';
+
+/** Commands: one-shot exec (JSON or an NDJSON stream), persistent sessions, background processes. */
+export function execRoutes(deps: { control: ControlPlane; metrics: Metrics }): FastifyPluginAsync {
+  const { control, metrics } = deps;
+  return async (base) => {
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+
+    app.post(
+      '/v1/sandboxes/:id/exec',
+      {
+        schema: {
+          tags: ['exec'],
+          summary: `Run a command to completion; with Accept: ${NDJSON}, stream {type:stdout|stderr,data:base64} lines, then {type:exit,…}`,
+          description: 'A client that disconnects before the answer is complete has its command killed (whole process tree).',
+          params: SandboxIdParams,
+          body: ExecRequest,
+          response: { 200: ExecResult, ...errors },
+        },
+      },
+      async (req, reply) => {
+        const { id } = req.params;
+        if ((req.headers.accept ?? '').includes(NDJSON)) {
+          control.edgeFor(id); // 404/409 now, before the stream starts
+          const hangup = abortOnHangup(reply);
+          const lines = async function* (): AsyncGenerator<string> {
+            try {
+              for await (const ev of control.execStream(id, req.body, hangup.signal)) {
+                yield ev.type === 'exit' ? `${JSON.stringify({ type: 'exit', ...ev.result })}\n` : `${JSON.stringify({ type: ev.type, data: ev.data.toString('base64') })}\n`;
+              }
+            } finally {
+              hangup.done();
+            }
+          };
+          return reply.type(NDJSON).send(Readable.from(lines()) as never);
+        }
+        const hangup = abortOnHangup(reply);
+        try {
+          const started = performance.now();
+          const result = await control.exec(id, req.body, hangup.signal);
+          metrics.observeExec(performance.now() - started);
+          return result;
+        } finally {
+          hangup.done();
+        }
+      },
+    );
+
+    // --- sessions ----------------------------------------------------------------------------
+    const sTags = ['sessions'];
+    app.post('/v1/sandboxes/:id/sessions', { schema: { tags: sTags, summary: 'Open a persistent shell session', params: SandboxIdParams, body: OpenSessionRequest, response: { 201: SessionInfo, ...errors } } }, async (req, reply) =>
+      reply.status(201).send(await control.openSession(req.params.id, req.body)),
+    );
+    app.get('/v1/sandboxes/:id/sessions', { schema: { tags: sTags, summary: 'List sessions', params: SandboxIdParams, response: { 200: SessionList, ...errors } } }, async (req) => ({
+      sessions: await control.edgeFor(req.params.id).listSessions(req.params.id),
+    }));
+    app.post(
+      '/v1/sandboxes/:id/sessions/:sid/exec',
+      {
+        schema: {
+          tags: sTags,
+          summary: 'Run a command in a session (cwd, env and variables persist); commands queue in order',
+          params: SessionParams,
+          body: SessionExecRequest,
+          response: { 200: Type.Intersect([ExecResult, Type.Object({ sessionAlive: Type.Boolean() })]), ...errors },
+        },
+      },
+      async (req, reply) => {
+        const hangup = abortOnHangup(reply);
+        try {
+          return await control.sessionExec(req.params.id, req.params.sid, req.body, hangup.signal);
+        } finally {
+          hangup.done();
+        }
+      },
+    );
+    app.delete('/v1/sandboxes/:id/sessions/:sid', { schema: { tags: sTags, summary: 'Close a session', params: SessionParams, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+      await control.closeSession(req.params.id, req.params.sid);
+      return reply.status(204).send(null);
+    });
+
+    // --- background processes ----------------------------------------------------------------
+    const pTags = ['processes'];
+    app.post('/v1/sandboxes/:id/processes', { schema: { tags: pTags, summary: 'Start a background process', params: SandboxIdParams, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } }, async (req, reply) =>
+      reply.status(201).send(await control.edgeFor(req.params.id).startProcess(req.params.id, req.body)),
+    );
+    app.get('/v1/sandboxes/:id/processes', { schema: { tags: pTags, summary: 'List background processes', params: SandboxIdParams, response: { 200: ProcessList, ...errors } } }, async (req) => ({
+      processes: await control.edgeFor(req.params.id).listProcesses(req.params.id),
+    }));
+    app.get(
+      '/v1/sandboxes/:id/processes/:pid',
+      { schema: { tags: pTags, summary: 'A process and its output so far (from the given offsets)', params: ProcessParams, querystring: ProcessOutputQuery, response: { 200: ProcessOutput, ...errors } } },
+      async (req) =>
+        control
+          .edgeFor(req.params.id)
+          .processOutput(req.params.id, req.params.pid, { stdout: req.query.stdoutOffset ?? 0, stderr: req.query.stderrOffset ?? 0 }, req.query.encoding ?? 'utf8'),
+    );
+    app.post(
+      '/v1/sandboxes/:id/processes/:pid/wait',
+      { schema: { tags: pTags, summary: 'Wait for a process to exit (or timeoutMs)', params: ProcessParams, body: WaitProcessRequest, response: { 200: ProcessInfo, ...errors } } },
+      async (req) => control.edgeFor(req.params.id).waitProcess(req.params.id, req.params.pid, req.body.timeoutMs ?? 30_000),
+    );
+    app.post(
+      '/v1/sandboxes/:id/processes/:pid/signal',
+      { schema: { tags: pTags, summary: 'Signal a process (SIGKILL: its whole tree)', params: ProcessParams, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } },
+      async (req) => control.edgeFor(req.params.id).signalProcess(req.params.id, req.params.pid, req.body.signal),
+    );
+    app.post(
+      '/v1/sandboxes/:id/processes/:pid/stdin',
+      {
+        schema: {
+          tags: pTags,
+          summary: 'Write raw bytes (application/octet-stream) to a process started with stdin: true; ?eof=true closes it',
+          params: ProcessParams,
+          querystring: Type.Object({ eof: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false }),
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
+      async (req, reply) => {
+        const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+        await control.edgeFor(req.params.id).writeProcessStdin(req.params.id, req.params.pid, body, req.query.eof ?? false);
+        return reply.status(204).send(null);
+      },
+    );
+    app.delete('/v1/sandboxes/:id/processes/:pid', { schema: { tags: pTags, summary: 'Kill a process and its tree', params: ProcessParams, response: { 200: ProcessInfo, ...errors } } }, async (req) =>
+      control.edgeFor(req.params.id).signalProcess(req.params.id, req.params.pid, 'SIGKILL'),
+    );
+  };
+}

@@ -1,0 +1,108 @@
+import type { TrajectoryEntry, TrajectoryKind } from '@dsec/sdk/schema';
+import type { StateStore } from './state-store.js';
+
+/** Entries kept per sandbox; later ones are counted as dropped. */
+export const MAX_ENTRIES = 10_000;
+/** Command output kept per stream per entry. */
+export const MAX_LOGGED_OUTPUT = 64 << 10;
+/** File and tar payloads kept for replay; larger ones make the step unreplayable. */
+export const MAX_PAYLOAD = 8 << 20;
+
+export interface NewEntry {
+  kind: TrajectoryKind;
+  request: Record<string, unknown>;
+  result?: Record<string, unknown>;
+  payload?: Buffer;
+  durationMs?: number;
+  exitCode?: number;
+}
+
+function capOutput(result: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (!result) return result;
+  const out = { ...result };
+  for (const k of ['stdout', 'stderr']) {
+    const v = out[k];
+    if (typeof v === 'string' && v.length > MAX_LOGGED_OUTPUT) {
+      out[k] = v.slice(0, MAX_LOGGED_OUTPUT);
+      out['logTruncated'] = true;
+    }
+  }
+  return out;
+}
+
+/**
+ * Every state-changing step of a sandbox (commands, session commands, file changes) with its
+ * result, in order: the trainer can read what happened, and a replay can rebuild the sandbox.
+ * It is kept by the control plane (SQLite), not the edge, so it outlives the node the sandbox ran
+ * on: a sandbox lost with its node can still be rebuilt elsewhere.
+ */
+export class TrajectoryLog {
+  readonly #dropped = new Map<string, number>();
+
+  constructor(private readonly store: StateStore) {}
+
+  append(sandboxId: string, e: NewEntry): void {
+    const db = this.store.db;
+    const row = db.prepare('SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?').get(sandboxId) as { n: number; last: number };
+    if (row.n >= MAX_ENTRIES) {
+      this.#dropped.set(sandboxId, (this.#dropped.get(sandboxId) ?? 0) + 1);
+      return;
+    }
+    const keepPayload = e.payload !== undefined && e.payload.length <= MAX_PAYLOAD;
+    db.prepare(
+      'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    ).run(
+      sandboxId,
+      row.last + 1,
+      new Date().toISOString(),
+      e.kind,
+      JSON.stringify(e.request),
+      e.result === undefined ? null : JSON.stringify(capOutput(e.result)),
+      keepPayload ? e.payload : null,
+      e.durationMs ?? null,
+      e.exitCode ?? null,
+      e.payload === undefined || keepPayload ? 1 : 0,
+    );
+  }
+
+  list(sandboxId: string, afterSeq = 0, limit = 1000): { entries: TrajectoryEntry[]; dropped: number } {
+    const rows = this.store.db
+      .prepare('SELECT seq, at, kind, request, result, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?')
+      .all(sandboxId, afterSeq, limit) as Row[];
+    return { entries: rows.map(toEntry), dropped: this.#dropped.get(sandboxId) ?? 0 };
+  }
+
+  /** Entries with their payloads, for replay. */
+  *replayable(sandboxId: string): Generator<TrajectoryEntry & { payload: Buffer | null }> {
+    const stmt = this.store.db.prepare('SELECT * FROM trajectory WHERE sandbox_id = ? ORDER BY seq');
+    for (const r of stmt.iterate(sandboxId) as Iterable<Row & { payload: Buffer | null }>) yield { ...toEntry(r), payload: r.payload };
+  }
+
+  /** Copies a sandbox's log to another (the replayed sandbox starts with its history). */
+  copy(from: string, to: string): void {
+    this.store.db
+      .prepare(
+        'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) SELECT ?, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ?',
+      )
+      .run(to, from);
+  }
+}
+
+interface Row {
+  seq: number;
+  at: string;
+  kind: TrajectoryKind;
+  request: string;
+  result: string | null;
+  duration_ms: number | null;
+  exit_code: number | null;
+  replayable: number;
+}
+
+function toEntry(r: Row): TrajectoryEntry {
+  const e: TrajectoryEntry = { seq: r.seq, at: r.at, kind: r.kind, request: JSON.parse(r.request) as Record<string, unknown>, replayable: r.replayable === 1 };
+  if (r.result !== null) e.result = JSON.parse(r.result) as Record<string, unknown>;
+  if (r.duration_ms !== null) e.durationMs = r.duration_ms;
+  if (r.exit_code !== null) e.exitCode = r.exit_code;
+  return e;
+}

@@ -1,0 +1,182 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { signalNumber } from '../host/run-tool.js';
+import { processBlock, type ProcessSpec } from '../edge/oci-config.js';
+import { killTree } from '../edge/process-tree.js';
+import { CappedOutput } from './capped-output.js';
+import type { ExecTarget } from './exec-target.js';
+
+export type StreamName = 'stdout' | 'stderr';
+export type OutputListener = (stream: StreamName, raw: Buffer, kept: Buffer) => void;
+
+export interface ProcessExit {
+  exitCode: number;
+  timedOut: boolean;
+  /** Set when killed from outside (timeout, kill(), client gone). */
+  killed: boolean;
+  durationMs: number;
+}
+
+export interface StartOptions {
+  /** Keep stdin open for writeStdin(); otherwise stdin is /dev/null (or `input`, then closed). */
+  stdin?: boolean;
+  input?: Buffer;
+  maxOutputBytes: number;
+  timeoutMs?: number;
+}
+
+/**
+ * One process started in a sandbox from outside with `crun exec`: its output (capped), stdin,
+ * timeout and kill. The process spec (argv, env, cwd, user, capabilities) is written to a file on
+ * the edge so nothing is inherited by accident. kill() ends the process's whole tree, found from
+ * the host through /proc starting at the pid crun reports; the sandbox itself is untouched.
+ */
+export class SandboxProcess {
+  readonly stdout: CappedOutput;
+  readonly stderr: CappedOutput;
+  readonly done: Promise<ProcessExit>;
+  readonly startedAt = new Date();
+  #exit: ProcessExit | undefined;
+  readonly #child: ChildProcess;
+  readonly #pidFile: string;
+  readonly #listeners = new Set<OutputListener>();
+  #timedOut = false;
+  #killed = false;
+
+  constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
+    const tag = randomBytes(6).toString('hex');
+    const specFile = join(target.scratchDir, `exec-${tag}.json`);
+    this.#pidFile = join(target.scratchDir, `exec-${tag}.pid`);
+    writeFileSync(specFile, JSON.stringify(processBlock(spec)));
+    this.stdout = new CappedOutput(opts.maxOutputBytes);
+    this.stderr = new CappedOutput(opts.maxOutputBytes);
+    const started = performance.now();
+    const withStdin = opts.stdin || opts.input !== undefined;
+    const child = spawn('crun', [...target.crun.globalArgs(), 'exec', '--process', specFile, '--pid-file', this.#pidFile, target.id], {
+      stdio: [withStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    });
+    this.#child = child;
+    child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
+    if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
+    else if (opts.input !== undefined) child.stdin?.write(opts.input);
+    child.stdout!.on('data', (d: Buffer) => this.#emit('stdout', d, this.stdout.push(d)));
+    child.stderr!.on('data', (d: Buffer) => this.#emit('stderr', d, this.stderr.push(d)));
+    const timer = opts.timeoutMs === undefined ? undefined : setTimeout(() => {
+      this.#timedOut = true;
+      this.kill();
+    }, opts.timeoutMs);
+    this.done = new Promise<ProcessExit>((resolve) => {
+      let code: number | undefined;
+      const finish = (): void => {
+        if (this.#exit) return;
+        if (timer) clearTimeout(timer);
+        rmSync(specFile, { force: true });
+        rmSync(this.#pidFile, { force: true });
+        this.#exit = {
+          exitCode: this.#timedOut ? 137 : (code ?? 1),
+          timedOut: this.#timedOut,
+          killed: this.#killed,
+          durationMs: Math.round((performance.now() - started) * 100) / 100,
+        };
+        resolve(this.#exit);
+      };
+      child.on('error', (err) => {
+        const msg = Buffer.from(`cannot start crun exec: ${err.message}\n`);
+        this.#emit('stderr', msg, this.stderr.push(msg));
+        code = 127;
+        finish();
+      });
+      child.on('exit', (c, s) => {
+        code = c ?? 128 + signalNumber(s);
+        // A background child of the command may hold the pipes open: don't wait on it for long.
+        const grace = setTimeout(() => {
+          child.stdout!.destroy();
+          child.stderr!.destroy();
+          finish();
+        }, 100);
+        child.on('close', () => {
+          clearTimeout(grace);
+          finish();
+        });
+      });
+    });
+  }
+
+  get exit(): ProcessExit | undefined {
+    return this.#exit;
+  }
+
+  /** The command's pid as the host sees it, once crun has reported it. */
+  get hostPid(): number | undefined {
+    try {
+      const pid = Number(readFileSync(this.#pidFile, 'utf8'));
+      return pid > 0 ? pid : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Every chunk as it arrives (`raw`), and the part of it within the cap (`kept`, maybe empty). */
+  onOutput(listener: OutputListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #emit(stream: StreamName, raw: Buffer, kept: Buffer): void {
+    for (const l of this.#listeners) l(stream, raw, kept);
+  }
+
+  writeStdin(data: Buffer): boolean {
+    const stdin = this.#child.stdin;
+    if (!stdin || stdin.writableEnded || this.#exit) return false;
+    stdin.write(data);
+    return true;
+  }
+
+  endStdin(): void {
+    this.#child.stdin?.end();
+  }
+
+  /** Stops reading output (the command blocks on a full pipe) until resume(): backpressure. */
+  pause(): void {
+    this.#child.stdout?.pause();
+    this.#child.stderr?.pause();
+  }
+
+  resume(): void {
+    this.#child.stdout?.resume();
+    this.#child.stderr?.resume();
+  }
+
+  /**
+   * Sends a signal to the command (SIGKILL: to its whole process tree). Right after start, crun
+   * may not have reported the pid yet: wait for it briefly rather than lose the signal.
+   */
+  async signal(sig: NodeJS.Signals): Promise<void> {
+    if (sig === 'SIGKILL') this.#killed = true;
+    let pid = this.hostPid;
+    for (let i = 0; !pid && !this.#exit && i < 200; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      pid = this.hostPid;
+    }
+    if (this.#exit) return;
+    if (sig === 'SIGKILL') {
+      if (pid) killTree(pid);
+      this.#child.kill('SIGKILL');
+      return;
+    }
+    if (pid) {
+      try {
+        process.kill(pid, sig);
+      } catch {
+        // already gone
+      }
+    }
+  }
+
+  kill(): void {
+    void this.signal('SIGKILL');
+  }
+}

@@ -1,0 +1,59 @@
+import { Type, type Static } from 'typebox';
+import { SandboxInfo } from './sandbox.js';
+
+export const TrajectoryKind = Type.Union([
+  Type.Literal('exec'),
+  Type.Literal('session.open'),
+  Type.Literal('session.exec'),
+  Type.Literal('session.close'),
+  Type.Literal('files.write'),
+  Type.Literal('files.mkdir'),
+  Type.Literal('files.remove'),
+  Type.Literal('files.rename'),
+  Type.Literal('files.upload'),
+]);
+export type TrajectoryKind = Static<typeof TrajectoryKind>;
+
+export const TrajectoryEntry = Type.Object({
+  seq: Type.Integer({ description: 'Order within the sandbox, from 1.' }),
+  at: Type.String({ format: 'date-time' }),
+  kind: TrajectoryKind,
+  request: Type.Record(Type.String(), Type.Unknown(), { description: 'What was asked (file contents omitted).' }),
+  result: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'What came back; command output capped at 64 KiB per stream.' })),
+  durationMs: Type.Optional(Type.Number()),
+  exitCode: Type.Optional(Type.Integer()),
+  replayable: Type.Boolean({ description: 'False when the step cannot be re-run (e.g. an upload too large to keep).' }),
+});
+export type TrajectoryEntry = Static<typeof TrajectoryEntry>;
+
+export const Trajectory = Type.Object({
+  sandboxId: Type.String(),
+  entries: Type.Array(TrajectoryEntry),
+  dropped: Type.Integer({ description: 'Entries not kept because the log reached its bound.' }),
+});
+export type Trajectory = Static<typeof Trajectory>;
+
+export const TrajectoryQuery = Type.Object(
+  {
+    afterSeq: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Only entries with seq greater than this.' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000, default: 1000 })),
+  },
+  { additionalProperties: false },
+);
+
+export const ReplayStep = Type.Object({
+  seq: Type.Integer(),
+  kind: TrajectoryKind,
+  loggedExitCode: Type.Optional(Type.Integer()),
+  replayedExitCode: Type.Optional(Type.Integer()),
+  diverged: Type.Boolean({ description: 'The step failed, or its exit code differs from the log.' }),
+  error: Type.Optional(Type.String()),
+});
+
+export const ReplayResult = Type.Object({
+  sandbox: SandboxInfo,
+  replayed: Type.Integer(),
+  diverged: Type.Integer(),
+  steps: Type.Array(ReplayStep),
+});
+export type ReplayResult = Static<typeof ReplayResult>;
