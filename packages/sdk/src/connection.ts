@@ -57,13 +57,13 @@ export function resolveConnection(opts: ConnectionOptions = {}): Required<Connec
 /** A thin HTTP transport: auth header, JSON bodies, timeouts and wire errors mapped to classes. */
 export class Connection {
   readonly url: string;
-  readonly #apiKey: string;
+  readonly apiKey: string;
   readonly #timeoutMs: number;
 
   constructor(opts: ConnectionOptions = {}) {
     const resolved = resolveConnection(opts);
     this.url = resolved.url;
-    this.#apiKey = resolved.apiKey;
+    this.apiKey = resolved.apiKey;
     this.#timeoutMs = resolved.requestTimeoutMs;
   }
 
@@ -86,7 +86,7 @@ export class Connection {
     const timeoutMs = init.timeoutMs ?? this.#timeoutMs;
     const signals = [AbortSignal.timeout(timeoutMs)];
     if (init.signal) signals.push(init.signal);
-    const headers: Record<string, string> = { authorization: `Bearer ${this.#apiKey}` };
+    const headers: Record<string, string> = { authorization: `Bearer ${this.apiKey}` };
     let body: string | Uint8Array | undefined;
     if (init.json !== undefined) {
       headers['content-type'] = 'application/json';

@@ -3,6 +3,7 @@ import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
 import { Sessions } from './sessions.js';
+import { Terminal, type TerminalOptions } from './terminal.js';
 
 export type CreateOptions = Omit<CreateSandboxRequest, 'image'> & { image?: string } & ConnectionOptions & CallOptions;
 
@@ -58,6 +59,14 @@ export class Sandbox {
   async refresh(opts: CallOptions = {}): Promise<SandboxInfo> {
     this.info = await this.conn.json<SandboxInfo>('GET', `/v1/sandboxes/${this.id}`, opts);
     return this.info;
+  }
+
+  /**
+   * Opens an interactive terminal (a pseudo-terminal in the sandbox).
+   * @example const t = await sb.terminal({ cmd: ['python3'], onData: (d) => process.stdout.write(d) }); t.write('1+1\n');
+   */
+  async terminal(opts: TerminalOptions): Promise<Terminal> {
+    return Terminal.open(this.conn, this.id, opts);
   }
 
   /** The logged steps (commands, session commands, file changes) with their results. */

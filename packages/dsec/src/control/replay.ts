@@ -21,7 +21,7 @@ export async function replayEntries(
     const step: Step = { seq: e.seq, kind: e.kind, diverged: false };
     if (e.exitCode !== undefined) step.loggedExitCode = e.exitCode;
     try {
-      if (!e.replayable) throw new Error('step was not kept in full (payload over the log limit)');
+      if (!e.replayable) throw new Error(e.kind === 'pty' ? 'interactive terminal sessions are not replayable' : 'step was not kept in full (payload over the log limit)');
       const r = e.request;
       switch (e.kind) {
         case 'exec': {
@@ -63,6 +63,8 @@ export async function replayEntries(
         case 'files.rename':
           await edge.renamePath(sandboxId, String(r['from']), String(r['to']));
           break;
+        case 'pty':
+          throw new Error('interactive terminal sessions are not replayable');
         case 'files.upload':
           await edge.uploadTar(sandboxId, String(r['path']), Readable.from([e.payload ?? Buffer.alloc(0)]));
           break;

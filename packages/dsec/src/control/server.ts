@@ -9,6 +9,7 @@ import { errorHandler } from './http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
 import { execRoutes } from './routes/exec.js';
 import { fileRoutes } from './routes/files.js';
+import { ptyRoutes } from './routes/pty.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import { systemRoutes, type Metrics } from './routes/system.js';
@@ -64,6 +65,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(execRoutes(deps));
   await app.register(fileRoutes(deps));
   await app.register(trajectoryRoutes(deps));
+  await app.register(ptyRoutes(deps));
   await app.register(imageRoutes(deps));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();

@@ -15,6 +15,8 @@ export interface NewEntry {
   payload?: Buffer;
   durationMs?: number;
   exitCode?: number;
+  /** Override: steps such as interactive terminals cannot be re-run. */
+  replayable?: boolean;
 }
 
 function capOutput(result: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
@@ -61,7 +63,7 @@ export class TrajectoryLog {
       keepPayload ? e.payload : null,
       e.durationMs ?? null,
       e.exitCode ?? null,
-      e.payload === undefined || keepPayload ? 1 : 0,
+      e.replayable === false ? 0 : e.payload === undefined || keepPayload ? 1 : 0,
     );
   }
 

@@ -4,6 +4,7 @@ import type {
 } from '@dsec/sdk/schema';
 import type { Readable } from 'node:stream';
 import type { ExecEvent } from '../exec/run-command.js';
+import type { PtyOptions, PtyProcess } from '../exec/pty-process.js';
 import type { LayerDigest } from '../image/layer-store.js';
 
 /** Limits after defaults are applied: every field is set. */
@@ -63,6 +64,9 @@ export interface EdgeApi {
   listSessions(id: string): Promise<SessionInfo[]>;
   sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }>;
   closeSession(id: string, sid: string): Promise<void>;
+
+  /** An interactive command under a terminal (default: bash, else sh). */
+  openPty(id: string, opts: Omit<PtyOptions, 'cmd'> & { cmd?: string[] | undefined }): Promise<PtyProcess>;
 
   readFile(id: string, path: string, maxBytes: number): Promise<Buffer>;
   writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number>;

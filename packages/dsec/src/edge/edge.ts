@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -10,8 +10,9 @@ import type { ExecTarget } from '../exec/exec-target.js';
 import { ProcessTable } from '../exec/process-table.js';
 import { runCommand, streamCommand, type ExecEvent } from '../exec/run-command.js';
 import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
+import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
-import { CGROUP_PARENT, removeCgroupTree } from '../host/cgroups.js';
+import { CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
 import { ToolError } from '../host/run-tool.js';
 import type { LayerStore } from '../image/layer-store.js';
@@ -85,6 +86,15 @@ export class Edge implements EdgeApi {
       await this.crun.delete(id);
       removeCgroupTree(`${CGROUP_PARENT}/${id}`);
       cleaned.push(id);
+    }
+    // Cgroups of sandboxes that nothing above accounted for (crun state lost), recognised as this
+    // edge's by their processes' root being under this edge's directory.
+    for (const cg of listSandboxCgroups()) {
+      if (!this.#live.has(cg) && cgroupPids(`${CGROUP_PARENT}/${cg}`).some((pid) => rootOf(pid).startsWith(this.records.dir + '/'))) {
+        await killCgroupProcesses(`${CGROUP_PARENT}/${cg}`);
+        removeCgroupTree(`${CGROUP_PARENT}/${cg}`);
+        cleaned.push(cg);
+      }
     }
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
     this.#state = 'running';
@@ -166,6 +176,7 @@ export class Edge implements EdgeApi {
     this.#live.delete(id);
     live.processes.killAll();
     for (const s of live.sessions.values()) void s.close();
+    for (const p of live.ptys) p.kill();
     const work = this.#teardown(id, live.record.layers, true);
     this.#busy.set(id, work);
     try {
@@ -179,6 +190,8 @@ export class Edge implements EdgeApi {
   async #teardown(id: string, layers: SandboxRecord['layers'], releaseLayers: boolean): Promise<void> {
     const paths = this.records.paths(id);
     await this.crun.delete(id);
+    const stray = await killCgroupProcesses(`${CGROUP_PARENT}/${id}`);
+    if (stray) this.opts.log.warn({ sandbox: id, killed: stray }, 'killed processes crun no longer tracked');
     for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
     removeCgroupTree(`${CGROUP_PARENT}/${id}`);
     if (releaseLayers) for (const l of layers) this.layerMounts.release(l);
@@ -188,7 +201,7 @@ export class Edge implements EdgeApi {
   #liveSandbox(record: SandboxRecord): LiveSandbox {
     const paths = this.records.paths(record.id);
     const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
-    return { record, target, processes: new ProcessTable(), sessions: new Map() };
+    return { record, target, processes: new ProcessTable(), sessions: new Map(), ptys: new Set() };
   }
 
   #running(id: string): LiveSandbox {
@@ -287,6 +300,17 @@ export class Edge implements EdgeApi {
     await s.close();
   }
 
+  // --- terminals ---------------------------------------------------------------------------
+
+  async openPty(id: string, opts: Omit<PtyOptions, 'cmd'> & { cmd?: string[] | undefined }): Promise<PtyProcess> {
+    const l = this.#running(id);
+    const cmd = opts.cmd?.length ? opts.cmd : [existsSync(`${l.target.rootfs}/bin/bash`) ? '/bin/bash' : '/bin/sh'];
+    const p = new PtyProcess(l.target, { ...opts, cmd });
+    l.ptys.add(p);
+    void p.exit.then(() => l.ptys.delete(p));
+    return p;
+  }
+
   // --- files ---------------------------------------------------------------------------------
 
   async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
@@ -364,10 +388,26 @@ interface LiveSandbox {
   target: ExecTarget;
   processes: ProcessTable;
   sessions: Map<string, ShellSession>;
+  ptys: Set<PtyProcess>;
 }
 
 /** Open sessions per sandbox: each holds one shell process. */
 const MAX_SESSIONS = 32;
+
+/**
+ * The overlay upper dir of a process's root filesystem ('' when unreadable). /proc/<pid>/root
+ * reads as "/" for a process in another mount namespace, but its mountinfo names the upper dir.
+ */
+function rootOf(pid: number): string {
+  try {
+    const line = readFileSync(`/proc/${pid}/mountinfo`, 'utf8')
+      .split('\n')
+      .find((l) => l.split(' ')[4] === '/');
+    return /upperdir=([^,\s]+)/.exec(line ?? '')?.[1] ?? '';
+  } catch {
+    return '';
+  }
+}
 
 function toEdgeSandbox(r: SandboxRecord): EdgeSandbox {
   return { id: r.id, status: 'running', pid: r.pid ?? 0, createdAt: r.createdAt };

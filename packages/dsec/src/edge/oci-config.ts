@@ -25,6 +25,8 @@ const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/pro
 export const CPU_PERIOD_US = 100_000;
 
 export interface ProcessSpec {
+  /** Give the process a pseudo-terminal (crun allocates it in the sandbox's own devpts). */
+  terminal?: boolean;
   args: string[];
   env: string[];
   cwd: string;
@@ -53,7 +55,7 @@ export function mergeEnv(base: string[], ...overrides: Record<string, string>[])
 /** The `process` block shared by the sandbox's init and every command exec'd into it. */
 export function processBlock(p: ProcessSpec): Record<string, unknown> {
   return {
-    terminal: false,
+    terminal: p.terminal ?? false,
     user: p.user,
     args: p.args,
     env: p.env,

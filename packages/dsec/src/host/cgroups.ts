@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, rmdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, rmdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const CGROUP_ROOT = '/sys/fs/cgroup';
@@ -44,6 +44,42 @@ function safeReaddir(dir: string, dirsOnly = false): string[] {
   } catch {
     return [];
   }
+}
+
+/**
+ * SIGKILLs every process still in a cgroup (any hierarchy). crun delete normally leaves none;
+ * this catches a container crun no longer knows (its state lost in a crash), which would
+ * otherwise keep running with nothing to account for it.
+ */
+export async function killCgroupProcesses(rel: string): Promise<number> {
+  let killed = 0;
+  for (let round = 0; round < 5; round++) {
+    const pids = cgroupPids(rel);
+    if (pids.length === 0) break;
+    if (round > 0) await new Promise((r) => setTimeout(r, 20 * round));
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+        killed++;
+      } catch {
+        // gone already
+      }
+    }
+  }
+  return killed;
+}
+
+/** Pids in a cgroup (any hierarchy). */
+export function cgroupPids(rel: string): number[] {
+  const pids = new Set<number>();
+  for (const dir of cgroupDirs(rel)) {
+    try {
+      for (const line of readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n')) if (line) pids.add(Number(line));
+    } catch {
+      // hierarchy without this cgroup
+    }
+  }
+  return [...pids];
 }
 
 /** Sandbox cgroups under the dsec parent (any hierarchy), e.g. for leak checks. */

@@ -14,6 +14,8 @@ const syscallOpenat2 = libc.func('long syscall(long nr, int dirfd, const char *p
 const mkdiratFn = libc.func('int mkdirat(int dirfd, const char *path, uint32_t mode)');
 const unlinkatFn = libc.func('int unlinkat(int dirfd, const char *path, int flags)');
 const renameatFn = libc.func('int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)');
+const Winsize = koffi.struct('winsize', { ws_row: 'uint16_t', ws_col: 'uint16_t', ws_xpixel: 'uint16_t', ws_ypixel: 'uint16_t' });
+const ioctlWinsize = libc.func('int ioctl(int fd, unsigned long request, winsize *ws)');
 const strerrorFn = libc.func('const char *strerror(int errnum)');
 
 export const MS_RDONLY = 1;
@@ -76,4 +78,14 @@ export function unlinkat(dirfd: number, name: string, flags: number): void {
 
 export function renameat(oldDirfd: number, oldName: string, newDirfd: number, newName: string): void {
   if (renameatFn(oldDirfd, oldName, newDirfd, newName) !== 0) throw new SyscallError('renameat', koffi.errno(), `${oldName} -> ${newName}`);
+}
+
+export const TIOCSWINSZ = 0x5414;
+
+/** Sets a terminal's window size (the kernel then sends SIGWINCH to its foreground process group). */
+export function setWindowSize(fd: number, cols: number, rows: number): void {
+  void Winsize;
+  if (ioctlWinsize(fd, TIOCSWINSZ, { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 }) !== 0) {
+    throw new SyscallError('ioctl(TIOCSWINSZ)', koffi.errno(), String(fd));
+  }
 }

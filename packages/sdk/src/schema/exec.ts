@@ -51,3 +51,14 @@ export const ExecResult = Type.Object(
   {},
 );
 export type ExecResult = Static<typeof ExecResult>;
+
+export const PtyQuery = Type.Object(
+  {
+    cmd: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256, description: 'argv (repeat ?cmd=); default bash if present, else sh.' })),
+    cols: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 80 })),
+    rows: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 24 })),
+    cwd: Type.Optional(Type.String({ pattern: '^/', maxLength: 4096 })),
+  },
+  { additionalProperties: false },
+);
+export type PtyQuery = Static<typeof PtyQuery>;

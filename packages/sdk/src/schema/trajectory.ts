@@ -11,6 +11,7 @@ export const TrajectoryKind = Type.Union([
   Type.Literal('files.remove'),
   Type.Literal('files.rename'),
   Type.Literal('files.upload'),
+  Type.Literal('pty'),
 ]);
 export type TrajectoryKind = Static<typeof TrajectoryKind>;
 

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { Sandbox } from '@dsec/sdk';
+import { Sandbox, type Terminal } from '@dsec/sdk';
 import { collectKv, printTable } from '../output.js';
 
 interface CreateFlags {
@@ -18,6 +18,45 @@ function writeResult(r: { stdout: string; stderr: string; truncated: boolean; ti
   process.stderr.write(r.stderr);
   if (r.truncated) process.stderr.write('dsec: output truncated (over maxOutputBytes)\n');
   if (r.timedOut) process.stderr.write('dsec: command timed out and was killed\n');
+}
+
+/**
+ * Attaches this terminal to a sandbox terminal: raw keystrokes in, output out, resizes forwarded.
+ * Raw mode starts before connecting so early keystrokes are neither echoed locally nor lost.
+ */
+async function runTerminal(sb: Sandbox, cmd: string[], cwd: string | undefined, interactive: boolean): Promise<number> {
+  const stdin = process.stdin;
+  const early: Buffer[] = [];
+  let term: Terminal | undefined;
+  const onInput = (d: Buffer): void => {
+    if (term) term.write(d);
+    else early.push(d);
+  };
+  if (interactive) {
+    if (stdin.isTTY) stdin.setRawMode(true);
+    stdin.on('data', onInput);
+    stdin.resume();
+  }
+  const onResize = (): void => term?.resize(process.stdout.columns || 80, process.stdout.rows || 24);
+  process.stdout.on('resize', onResize);
+  try {
+    term = await sb.terminal({
+      cmd,
+      cwd,
+      cols: process.stdout.columns || 80,
+      rows: process.stdout.rows || 24,
+      onData: (d) => void process.stdout.write(d),
+    });
+    for (const d of early.splice(0)) term.write(d);
+    return await term.exited;
+  } finally {
+    process.stdout.off('resize', onResize);
+    if (interactive) {
+      stdin.off('data', onInput);
+      if (stdin.isTTY) stdin.setRawMode(false);
+      stdin.pause();
+    }
+  }
 }
 
 export function registerSandboxCommands(program: Command): void {
@@ -64,8 +103,14 @@ export function registerSandboxCommands(program: Command): void {
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
     .option('--timeout <ms>', 'kill the command after this many ms')
     .option('--json', 'print the whole result as JSON')
-    .action(async (id: string, cmd: string[], f: { cwd?: string; env?: Record<string, string>; timeout?: string; json?: boolean }) => {
+    .option('-i, --interactive', 'with -t: keep stdin attached')
+    .option('-t, --tty', 'run under a pseudo-terminal (e.g. dsec exec -it ID -- bash)')
+    .action(async (id: string, cmd: string[], f: { cwd?: string; env?: Record<string, string>; timeout?: string; json?: boolean; tty?: boolean; interactive?: boolean }) => {
       const sb = await Sandbox.connect(id);
+      if (f.tty) {
+        process.exitCode = await runTerminal(sb, cmd, f.cwd, f.interactive ?? false);
+        return;
+      }
       const r = await sb.commands.run(cmd, { cwd: f.cwd, env: f.env, ...(f.timeout ? { timeoutMs: Number(f.timeout) } : {}) });
       if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
       else writeResult(r);

@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { totalmem } from 'node:os';
+import { describe, test } from 'node:test';
+import pino from 'pino';
+import { SandboxIdParams } from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
+import type { ImageStore } from '../image/image-store.js';
+import { ControlPlane, DEFAULT_LIMITS, edgeOf, newSandboxId } from './control-plane.js';
+import type { StateStore } from './state-store.js';
+
+const ID_PATTERN = new RegExp((SandboxIdParams.properties.id as { pattern?: string }).pattern!);
+
+describe('sandbox ids', () => {
+  test('newSandboxId gives sb-<edge>-<13 base-36 characters>', () => {
+    assert.match(newSandboxId('local'), /^sb-local-[0-9a-z]{13}$/);
+  });
+
+  test('every new id matches the id pattern the HTTP API accepts', () => {
+    for (let i = 0; i < 500; i++) {
+      const id = newSandboxId('edge7');
+      assert.match(id, ID_PATTERN, id);
+    }
+  });
+
+  test('ids are unique', () => {
+    const ids = new Set(Array.from({ length: 5000 }, () => newSandboxId('local')));
+    assert.equal(ids.size, 5000);
+  });
+
+  test('edgeOf decodes the edge from an id', () => {
+    assert.equal(edgeOf(newSandboxId('local')), 'local');
+    assert.equal(edgeOf(newSandboxId('n0de42')), 'n0de42');
+    assert.equal(edgeOf('sb-e1-abcdef'), 'e1');
+  });
+
+  test('edgeOf of something that is not a sandbox id is undefined', () => {
+    for (const bad of ['', 'sb-', 'sb-local', 'sb-local-', 'xx-local-abcdef', 'sb-Local-abcdef', 'sb-a-b-c', `sb-${'a'.repeat(33)}-abcdef`, 'sb-local-abc/../x']) {
+      assert.equal(edgeOf(bad), undefined, bad);
+    }
+  });
+});
+
+describe('ControlPlane.limitsFor', () => {
+  // limitsFor uses neither store nor images: they are left out on purpose.
+  const cp = new ControlPlane(undefined as unknown as StateStore, undefined as unknown as ImageStore, pino({ level: 'silent' }));
+
+  test('defaults fill every limit not given', () => {
+    assert.deepEqual(cp.limitsFor({ image: 'busybox' }), DEFAULT_LIMITS);
+    assert.deepEqual(cp.limitsFor({ image: 'busybox', resources: { memoryMiB: 64 } }), { ...DEFAULT_LIMITS, memoryMiB: 64 });
+  });
+
+  test('more memory than the host has is INVALID_REQUEST naming resources.memoryMiB', () => {
+    const hostMiB = Math.floor(totalmem() / (1 << 20));
+    assert.throws(
+      () => cp.limitsFor({ image: 'busybox', resources: { memoryMiB: hostMiB + 1 } }),
+      (err: unknown) => err instanceof ApiError && err.code === 'INVALID_REQUEST' && err.details['field'] === 'resources.memoryMiB',
+    );
+  });
+});

@@ -1,0 +1,68 @@
+import websocket from '@fastify/websocket';
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { PtyQuery, SandboxIdParams } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { ControlPlane } from '../control-plane.js';
+
+/**
+ * An interactive terminal over a WebSocket. Client → server: binary frames are keystrokes;
+ * text frames are JSON `{type:"resize",cols,rows}` or `{type:"input",data}`. Server → client:
+ * binary frames of terminal output, then a text frame `{type:"exit",exitCode}` and close.
+ * Closing the socket kills the command.
+ */
+export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
+  const { control } = deps;
+  return async (base) => {
+    await base.register(websocket, { options: { maxPayload: 1 << 20 } });
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+    app.get(
+      '/v1/sandboxes/:id/pty',
+      {
+        websocket: true,
+        schema: {
+          tags: ['exec'],
+          summary: 'Interactive terminal (WebSocket upgrade): binary frames in and out; text {type:resize,cols,rows}',
+          params: SandboxIdParams,
+          querystring: PtyQuery,
+        },
+      },
+      async (socket, req) => {
+        const { id } = req.params;
+        let proc;
+        try {
+          const started = performance.now();
+          proc = await control.edgeFor(id).openPty(id, { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd });
+          void proc.exit.then((exitCode) =>
+            control.trajectory.append(id, { kind: 'pty', request: { cmd: req.query.cmd ?? [] }, exitCode, durationMs: performance.now() - started, replayable: false }),
+          );
+        } catch (err) {
+          const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
+          socket.send(JSON.stringify({ type: 'error', error: { code: e.code, message: e.message } }));
+          socket.close(1011, e.code);
+          return;
+        }
+        const p = proc;
+        p.onData((data) => {
+          if (socket.readyState === socket.OPEN) socket.send(Buffer.from(data, 'utf8'));
+        });
+        socket.on('message', (msg: Buffer, isBinary: boolean) => {
+          if (isBinary) return p.write(msg);
+          try {
+            const m = JSON.parse(msg.toString('utf8')) as { type?: string; cols?: number; rows?: number; data?: string };
+            if (m.type === 'resize' && Number.isInteger(m.cols) && Number.isInteger(m.rows)) p.resize(Math.min(Math.max(m.cols!, 1), 1000), Math.min(Math.max(m.rows!, 1), 1000));
+            else if (m.type === 'input' && typeof m.data === 'string') p.write(m.data);
+          } catch {
+            // not JSON: ignore
+          }
+        });
+        socket.on('close', () => p.kill());
+        const exitCode = await p.exit;
+        if (socket.readyState === socket.OPEN) {
+          socket.send(JSON.stringify({ type: 'exit', exitCode }));
+          socket.close(1000, 'exited');
+        }
+      },
+    );
+  };
+}
