@@ -1,4 +1,6 @@
-import type { CreateSandboxRequest, ReplayResult, SandboxInfo, SandboxList, Trajectory } from './schema/index.js';
+import type {
+  CreateSandboxRequest, ForkResult, ReplayResult, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult, Trajectory,
+} from './schema/index.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
@@ -79,6 +81,37 @@ export class Sandbox {
   async replay(opts: CallOptions = {}): Promise<{ sandbox: Sandbox; result: ReplayResult }> {
     const result = await this.conn.json<ReplayResult>('POST', `/v1/sandboxes/${this.id}/replay`, { timeoutMs: 600_000, ...opts });
     return { sandbox: new Sandbox(this.conn, result.sandbox), result };
+  }
+
+  /** Freezes the sandbox; memory stays resident. Commands answer 409 until resume(). */
+  async pause(opts: CallOptions = {}): Promise<SandboxInfo> {
+    this.info = await this.conn.json<SandboxInfo>('POST', `/v1/sandboxes/${this.id}/pause`, opts);
+    return this.info;
+  }
+
+  async resume(opts: CallOptions = {}): Promise<SandboxInfo> {
+    this.info = await this.conn.json<SandboxInfo>('POST', `/v1/sandboxes/${this.id}/resume`, opts);
+    return this.info;
+  }
+
+  /**
+   * Captures the sandbox's changes (pack_diff) as an image; `Sandbox.create({ image: snap.imageId })` restores it.
+   * @example const snap = await sb.snapshot({ name: 'task-42:step-3' });
+   */
+  async snapshot(opts: SnapshotRequest & CallOptions = {}): Promise<SnapshotResult> {
+    const { signal, timeoutMs, ...body } = opts;
+    return this.conn.json<SnapshotResult>('POST', `/v1/sandboxes/${this.id}/snapshot`, { json: body, signal, timeoutMs: timeoutMs ?? 600_000 });
+  }
+
+  /** One snapshot, then `count` new sandboxes from it: rollouts from the same state. */
+  async fork(count: number, opts: CallOptions & { labels?: Record<string, string> } = {}): Promise<{ sandboxes: Sandbox[]; result: ForkResult }> {
+    const { signal, timeoutMs, labels } = opts;
+    const result = await this.conn.json<ForkResult>('POST', `/v1/sandboxes/${this.id}/fork`, {
+      json: labels ? { count, labels } : { count },
+      signal,
+      timeoutMs: timeoutMs ?? 600_000,
+    });
+    return { sandboxes: result.sandboxes.map((i) => new Sandbox(this.conn, i)), result };
   }
 
   /** Kills the sandbox and removes everything it had. */

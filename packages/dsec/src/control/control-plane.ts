@@ -3,12 +3,14 @@ import { totalmem } from 'node:os';
 import type { Logger } from 'pino';
 import { Readable } from 'node:stream';
 import type {
-  CreateSandboxRequest, ExecRequest, ExecResult, OpenSessionRequest, ReplayResult, SandboxInfo, SandboxStatus, SessionExecRequest, SessionInfo,
+  CreateSandboxRequest, ExecRequest, ExecResult, ForkRequest, ForkResult, ImageConfig, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
+  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo,
 } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../exec/run-command.js';
 import { ApiError } from '../api-error.js';
 import type { EdgeApi, EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
-import type { ImageStore } from '../image/image-store.js';
+import type { ImageId, ImageStore } from '../image/image-store.js';
+import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
 import type { StateStore } from './state-store.js';
 import { replayEntries } from './replay.js';
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
@@ -52,7 +54,7 @@ export class ControlPlane {
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
     const lost: string[] = [];
     for (const s of this.store.listSandboxes({ edge: edgeId })) {
-      if ((s.status === 'running' || s.status === 'creating') && !onEdge.has(s.id)) {
+      if ((s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id)) {
         this.store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
         lost.push(s.id);
       }
@@ -95,16 +97,35 @@ export class ControlPlane {
     return limits;
   }
 
-  async create(req: CreateSandboxRequest): Promise<SandboxInfo> {
+  /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
+  #composeLayers(req: CreateSandboxRequest): { imageId: ImageId; layers: LayerDigest[]; config: ImageConfig } {
+    const notFound = (ref: string): ApiError =>
+      new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``, {
+        image: ref,
+      });
     const imageId = this.images.resolve(req.image);
     const manifest = imageId && this.images.get(imageId);
-    if (!imageId || !manifest) {
-      throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(req.image)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``, {
-        image: req.image,
-      });
+    if (!imageId || !manifest) throw notFound(req.image);
+    const layers: LayerDigest[] = [...manifest.layers];
+    for (const ref of req.layers ?? []) {
+      let extra: LayerDigest[];
+      if (isLayerDigest(ref) && this.images.layers.has(ref)) extra = [ref];
+      else {
+        const id = this.images.resolve(ref);
+        const m = id && this.images.get(id);
+        if (!m) throw notFound(ref);
+        extra = m.layers;
+      }
+      for (const l of extra) if (!layers.includes(l)) layers.push(l);
     }
+    return { imageId, layers, config: manifest.config };
+  }
+
+  async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}): Promise<SandboxInfo> {
+    const { imageId, layers, config } = this.#composeLayers(req);
     const limits = this.limitsFor(req);
     const edgeId = await this.#place();
+    const now = Date.now();
     const info: SandboxInfo = {
       id: newSandboxId(edgeId),
       edge: edgeId,
@@ -113,13 +134,21 @@ export class ControlPlane {
       image: req.image,
       imageId,
       resources: limits,
-      labels: req.labels ?? {},
-      createdAt: new Date().toISOString(),
+      labels: { ...(req.labels ?? {}), ...extraLabels },
+      layers,
+      createdAt: new Date(now).toISOString(),
+      onExpiry: req.onExpiry ?? 'stop',
+      lastActivityAt: new Date(now).toISOString(),
     };
+    if (req.ttlSeconds !== undefined) {
+      info.ttlSeconds = req.ttlSeconds;
+      info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
+    }
+    if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
     this.store.insertSandbox(info);
     this.store.saveSpec(info.id, req);
     try {
-      await this.#edge(edgeId).createSandbox({ id: info.id, layers: manifest.layers, config: manifest.config, env: req.env ?? {}, limits });
+      await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits });
     } catch (err) {
       if (err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED') {
         this.store.deleteSandbox(info.id); // never accepted
@@ -149,7 +178,7 @@ export class ControlPlane {
 
   async kill(id: string): Promise<void> {
     const s = this.get(id);
-    if (s.status === 'running' || s.status === 'creating') {
+    if (s.status === 'running' || s.status === 'creating' || s.status === 'paused') {
       try {
         await this.#edge(s.edge).killSandbox(id);
       } catch (err) {
@@ -159,12 +188,107 @@ export class ControlPlane {
     this.store.deleteSandbox(id);
   }
 
+  /** The edge of a running sandbox; counts as activity for the idle timeout. */
   #runningOn(id: string): EdgeApi {
     const s = this.get(id);
     if (s.status !== 'running') {
-      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}${s.reason ? `: ${s.reason}` : ''}`, { id, status: s.status });
+      const hint = s.status === 'paused' ? ': resume it first (POST /v1/sandboxes/{id}/resume)' : s.reason ? `: ${s.reason}` : '';
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}${hint}`, { id, status: s.status });
     }
+    this.store.touch(id);
     return this.#edge(s.edge);
+  }
+
+  // --- pause, resume, snapshot, fork -----------------------------------------------------------
+
+  async pause(id: string): Promise<SandboxInfo> {
+    const s = this.get(id);
+    if (s.status === 'paused') return s;
+    await this.#runningOn(id).pauseSandbox(id);
+    this.store.setStatus(id, 'paused');
+    return this.get(id);
+  }
+
+  async resume(id: string): Promise<SandboxInfo> {
+    const s = this.get(id);
+    if (s.status === 'running') return s;
+    if (s.status !== 'paused') throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
+    await this.#edge(s.edge).resumeSandbox(id);
+    this.store.setStatus(id, 'running');
+    this.store.touch(id);
+    return this.get(id);
+  }
+
+  /** pack_diff → an image (parent layers + the delta) that new sandboxes start from. */
+  async snapshot(id: string, req: SnapshotRequest = {}): Promise<SnapshotResult> {
+    const s = this.get(id);
+    if (s.status !== 'running' && s.status !== 'paused') {
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
+    }
+    const snap = await this.#edge(s.edge).snapshotSandbox(id, req.scrub ? { scrub: req.scrub } : {});
+    const layers = snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers;
+    const imageId = this.images.put({ layers, config: snap.config });
+    if (req.name) this.images.tag(req.name, imageId);
+    return { imageId, layers, layerAdded: snap.layer !== null, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats };
+  }
+
+  /** One snapshot, then `count` sandboxes from it, created concurrently. */
+  async fork(id: string, req: ForkRequest): Promise<ForkResult> {
+    const snapshot = await this.snapshot(id);
+    const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: snapshot.imageId };
+    const results = await Promise.allSettled(
+      Array.from({ length: req.count }, () =>
+        this.create({ ...spec, image: snapshot.imageId, layers: [], labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) } }, { 'dsec.fork-of': id }),
+      ),
+    );
+    const sandboxes: SandboxInfo[] = [];
+    const failures: ForkResult['failures'] = [];
+    for (const r of results) {
+      if (r.status === 'fulfilled') sandboxes.push(r.value);
+      else failures.push({ code: r.reason instanceof ApiError ? r.reason.code : 'INTERNAL', message: (r.reason as Error).message });
+    }
+    return { snapshot, sandboxes, failures };
+  }
+
+  // --- TTL and idle timeout -------------------------------------------------------------------
+
+  /**
+   * Applies the TTL and idle policies: a running sandbox past its TTL or idle for longer than its
+   * timeout is stopped (resources freed, record kept with the reason) or paused. Expiries live in
+   * SQLite, so one that passed while dsec was down applies at the first sweep after start.
+   */
+  async sweepExpired(now = Date.now()): Promise<string[]> {
+    const done: string[] = [];
+    for (const e of this.store.expired(now)) {
+      try {
+        const s = this.get(e.id);
+        if (e.onExpiry === 'pause' && s.status === 'running') {
+          await this.pause(e.id);
+        } else if (e.onExpiry === 'stop') {
+          await this.#edge(s.edge).killSandbox(e.id).catch((err: unknown) => {
+            if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
+          });
+          this.store.setStatus(e.id, 'stopped', e.why);
+        }
+        done.push(e.id);
+        this.log.info({ sandbox: e.id, action: e.onExpiry, why: e.why }, 'sandbox expired');
+      } catch (err) {
+        this.log.error({ err, sandbox: e.id }, 'applying expiry failed');
+      }
+    }
+    return done;
+  }
+
+  /** Runs sweepExpired every `intervalMs` until the returned stop function is called. */
+  startExpiryLoop(intervalMs = 1000): () => void {
+    let running = false;
+    const timer = setInterval(() => {
+      if (running) return;
+      running = true;
+      void this.sweepExpired().finally(() => (running = false));
+    }, intervalMs);
+    timer.unref();
+    return () => clearInterval(timer);
   }
 
   /** The edge of a running sandbox, for calls that change nothing worth logging. */

@@ -33,6 +33,7 @@ export class StateStore {
         created_at TEXT NOT NULL,
         reason TEXT
       );
+      CREATE INDEX IF NOT EXISTS sandboxes_edge ON sandboxes(edge);
       CREATE INDEX IF NOT EXISTS sandboxes_status ON sandboxes(status);
       CREATE TABLE IF NOT EXISTS sandbox_specs (
         id TEXT PRIMARY KEY REFERENCES sandboxes(id) ON DELETE CASCADE,
@@ -52,6 +53,21 @@ export class StateStore {
         PRIMARY KEY (sandbox_id, seq)
       );
     `);
+    this.#migrate();
+  }
+
+  /** Columns added after the first release; ALTER TABLE keeps existing state dbs working. */
+  #migrate(): void {
+    const have = new Set((this.db.prepare('PRAGMA table_info(sandboxes)').all() as { name: string }[]).map((c) => c.name));
+    const add: [string, string][] = [
+      ['layers', "TEXT NOT NULL DEFAULT '[]'"],
+      ['ttl_seconds', 'INTEGER'],
+      ['idle_timeout_seconds', 'INTEGER'],
+      ['on_expiry', "TEXT NOT NULL DEFAULT 'stop'"],
+      ['expires_at', 'INTEGER'],
+      ['last_activity', 'INTEGER NOT NULL DEFAULT 0'],
+    ];
+    for (const [col, type] of add) if (!have.has(col)) this.db.exec(`ALTER TABLE sandboxes ADD COLUMN ${col} ${type}`);
   }
 
   close(): void {
@@ -76,8 +92,36 @@ export class StateStore {
 
   insertSandbox(s: SandboxInfo): void {
     this.db
-      .prepare('INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null);
+      .prepare(
+        `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
+          on_expiry, expires_at, last_activity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(
+        s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null,
+        JSON.stringify(s.layers), s.ttlSeconds ?? null, s.idleTimeoutSeconds ?? null, s.onExpiry,
+        s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt),
+      );
+  }
+
+  /** Records activity (exec, files, sessions) for the idle timeout. */
+  touch(id: string, at = Date.now()): void {
+    this.db.prepare('UPDATE sandboxes SET last_activity = ? WHERE id = ?').run(at, id);
+  }
+
+  /** Running sandboxes whose TTL or idle timeout has passed at `now`. */
+  expired(now = Date.now()): { id: string; onExpiry: 'stop' | 'pause'; why: string }[] {
+    const rows = this.db
+      .prepare(
+        `SELECT id, on_expiry, expires_at, idle_timeout_seconds, last_activity FROM sandboxes
+         WHERE (status = 'running' AND ((expires_at IS NOT NULL AND expires_at <= ?) OR (idle_timeout_seconds IS NOT NULL AND last_activity + idle_timeout_seconds * 1000 <= ?)))
+            OR (status = 'paused' AND on_expiry = 'stop' AND expires_at IS NOT NULL AND expires_at <= ?)`,
+      )
+      .all(now, now, now) as { id: string; on_expiry: 'stop' | 'pause'; expires_at: number | null; idle_timeout_seconds: number | null; last_activity: number }[];
+    return rows.map((r) => ({
+      id: r.id,
+      onExpiry: r.on_expiry,
+      why: r.expires_at !== null && r.expires_at <= now ? 'ttl expired' : `idle for ${r.idle_timeout_seconds} s`,
+    }));
   }
 
   /** The create request as the caller sent it: what a replay re-creates from. */
@@ -137,6 +181,12 @@ interface SandboxRow {
   labels: string;
   created_at: string;
   reason: string | null;
+  layers: string;
+  ttl_seconds: number | null;
+  idle_timeout_seconds: number | null;
+  on_expiry: 'stop' | 'pause';
+  expires_at: number | null;
+  last_activity: number;
 }
 
 function fromRow(r: SandboxRow): SandboxInfo {
@@ -149,8 +199,14 @@ function fromRow(r: SandboxRow): SandboxInfo {
     imageId: r.image_id,
     resources: JSON.parse(r.resources) as SandboxInfo['resources'],
     labels: JSON.parse(r.labels) as Record<string, string>,
+    layers: JSON.parse(r.layers) as string[],
     createdAt: r.created_at,
+    onExpiry: r.on_expiry,
+    lastActivityAt: new Date(r.last_activity || Date.parse(r.created_at)).toISOString(),
   };
   if (r.reason !== null) info.reason = r.reason;
+  if (r.ttl_seconds !== null) info.ttlSeconds = r.ttl_seconds;
+  if (r.idle_timeout_seconds !== null) info.idleTimeoutSeconds = r.idle_timeout_seconds;
+  if (r.expires_at !== null) info.expiresAt = new Date(r.expires_at).toISOString();
   return info;
 }

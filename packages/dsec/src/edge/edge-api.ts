@@ -24,7 +24,16 @@ export interface EdgeCreateRequest {
   limits: SandboxLimits;
 }
 
-export type EdgeSandboxStatus = 'running' | 'stopped';
+export type EdgeSandboxStatus = 'running' | 'paused';
+
+/** What pack_diff captured: a new layer over the sandbox's own layers, or none if nothing changed. */
+export interface EdgeSnapshot {
+  layer: LayerDigest | null;
+  baseLayers: LayerDigest[];
+  config: ImageConfig;
+  stats: { entries: number; bytes: number; whiteouts: number; opaqueDirs: number; sparseFiles: number };
+  frozenMs: number;
+}
 
 export interface EdgeSandbox {
   id: string;
@@ -64,6 +73,10 @@ export interface EdgeApi {
   listSessions(id: string): Promise<SessionInfo[]>;
   sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }>;
   closeSession(id: string, sid: string): Promise<void>;
+
+  pauseSandbox(id: string): Promise<void>;
+  resumeSandbox(id: string): Promise<void>;
+  snapshotSandbox(id: string, opts?: { scrub?: string[] }): Promise<EdgeSnapshot>;
 
   /** An interactive command under a terminal (default: bash, else sh). */
   openPty(id: string, opts: Omit<PtyOptions, 'cmd'> & { cmd?: string[] | undefined }): Promise<PtyProcess>;

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -14,10 +14,14 @@ import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import { CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
+import { freeze, thaw } from '../host/freezer.js';
+import { syncfs } from '../host/syscalls.js';
+import { buildErofs } from '../image/erofs.js';
+import { DEFAULT_SCRUB, type DiffStats, stageUpperDiff } from '../image/pack-diff.js';
 import { ToolError } from '../host/run-tool.js';
 import type { LayerStore } from '../image/layer-store.js';
 import { Crun } from './crun.js';
-import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeSandbox } from './edge-api.js';
+import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeSandbox, EdgeSnapshot } from './edge-api.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
@@ -300,6 +304,58 @@ export class Edge implements EdgeApi {
     await s.close();
   }
 
+  // --- pause, resume, snapshot ------------------------------------------------------------------
+
+  async pauseSandbox(id: string): Promise<void> {
+    const l = this.#running(id);
+    await freeze(id);
+    l.record.paused = true;
+    this.records.save(l.record);
+  }
+
+  async resumeSandbox(id: string): Promise<void> {
+    const l = this.#running(id);
+    await thaw(id);
+    l.record.paused = false;
+    this.records.save(l.record);
+  }
+
+  /**
+   * pack_diff: freeze, sync, copy the upper dir to a staging tree (overlay-internal xattrs
+   * stripped, scrub paths left out), thaw, then build an EROFS layer from the staging tree. The
+   * sandbox is frozen only for the copy. Returns no layer when the sandbox changed nothing.
+   */
+  async snapshotSandbox(id: string, opts: { scrub?: string[] } = {}): Promise<EdgeSnapshot> {
+    const l = this.#running(id);
+    const paths = this.records.paths(id);
+    const stage = mkdtempSync(join(this.opts.layers.tmpDir, 'snap-'));
+    try {
+      const wasPaused = l.record.paused === true;
+      const t0 = performance.now();
+      if (!wasPaused) await freeze(id);
+      let stats: DiffStats;
+      try {
+        const fd = openSync(paths.upper, 'r');
+        try {
+          syncfs(fd);
+        } finally {
+          closeSync(fd);
+        }
+        stats = stageUpperDiff(paths.upper, stage, opts.scrub ?? DEFAULT_SCRUB);
+      } finally {
+        if (!wasPaused) await thaw(id);
+      }
+      const frozenMs = performance.now() - t0;
+      if (stats.entries === 0) return { layer: null, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
+      const blob = this.opts.layers.tempPath();
+      await buildErofs(stage, blob, { compression: 'none', chunked: stats.sparseFiles > 0 });
+      const layer = await this.opts.layers.add(blob);
+      return { layer, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
+    } finally {
+      rmSync(stage, { recursive: true, force: true });
+    }
+  }
+
   // --- terminals ---------------------------------------------------------------------------
 
   async openPty(id: string, opts: Omit<PtyOptions, 'cmd'> & { cmd?: string[] | undefined }): Promise<PtyProcess> {
@@ -410,5 +466,5 @@ function rootOf(pid: number): string {
 }
 
 function toEdgeSandbox(r: SandboxRecord): EdgeSandbox {
-  return { id: r.id, status: 'running', pid: r.pid ?? 0, createdAt: r.createdAt };
+  return { id: r.id, status: r.paused ? 'paused' : 'running', pid: r.pid ?? 0, createdAt: r.createdAt };
 }

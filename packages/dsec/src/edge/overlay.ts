@@ -12,7 +12,9 @@ const MAX_OPTIONS = 4095;
 export function mountOverlay(layersBottomFirst: string[], upper: string, work: string, target: string): void {
   for (const d of [upper, work, target]) mkdirSync(d, { recursive: true });
   const lowerdir = [...layersBottomFirst].reverse().join(':');
-  const options = `lowerdir=${lowerdir},upperdir=${upper},workdir=${work}`;
+  // No redirects or metacopy: an upper dir must be a self-contained diff that pack_diff can turn
+  // into a layer (a renamed lower directory is copied up whole instead of pointing back at it).
+  const options = `lowerdir=${lowerdir},upperdir=${upper},workdir=${work},redirect_dir=off,metacopy=off`;
   if (options.length > MAX_OPTIONS) {
     throw new ApiError('INVALID_REQUEST', `too many layers (${layersBottomFirst.length}) for one overlay mount`, { layers: layersBottomFirst.length });
   }

@@ -18,6 +18,8 @@ export interface SandboxRecord {
   limits: SandboxLimits;
   createdAt: string;
   pid?: number;
+  /** Frozen by pause (the freezer keeps it so across an edge restart too). */
+  paused?: boolean;
 }
 
 /** The files of one sandbox: its bundle (config.json), overlay dirs and state. */

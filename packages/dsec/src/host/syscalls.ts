@@ -16,6 +16,11 @@ const unlinkatFn = libc.func('int unlinkat(int dirfd, const char *path, int flag
 const renameatFn = libc.func('int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)');
 const Winsize = koffi.struct('winsize', { ws_row: 'uint16_t', ws_col: 'uint16_t', ws_xpixel: 'uint16_t', ws_ypixel: 'uint16_t' });
 const ioctlWinsize = libc.func('int ioctl(int fd, unsigned long request, winsize *ws)');
+const llistxattrFn = libc.func('long llistxattr(const char *path, _Out_ uint8_t *list, size_t size)');
+const lgetxattrFn = libc.func('long lgetxattr(const char *path, const char *name, _Out_ uint8_t *value, size_t size)');
+const lsetxattrFn = libc.func('int lsetxattr(const char *path, const char *name, const uint8_t *value, size_t size, int flags)');
+const mknodFn = libc.func('int mknod(const char *path, uint32_t mode, uint64_t dev)');
+const syncfsFn = libc.func('int syncfs(int fd)');
 const strerrorFn = libc.func('const char *strerror(int errnum)');
 
 export const MS_RDONLY = 1;
@@ -88,4 +93,38 @@ export function setWindowSize(fd: number, cols: number, rows: number): void {
   if (ioctlWinsize(fd, TIOCSWINSZ, { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 }) !== 0) {
     throw new SyscallError('ioctl(TIOCSWINSZ)', koffi.errno(), String(fd));
   }
+}
+
+/** Extended attribute names of a path (not following a final symlink). */
+export function listXattrs(path: string): string[] {
+  const size = Number(llistxattrFn(path, null, 0));
+  if (size < 0) throw new SyscallError('llistxattr', koffi.errno(), path);
+  if (size === 0) return [];
+  const buf = Buffer.alloc(size);
+  const n = Number(llistxattrFn(path, buf, size));
+  if (n < 0) throw new SyscallError('llistxattr', koffi.errno(), path);
+  return buf.subarray(0, n).toString('latin1').split('\0').filter(Boolean);
+}
+
+export function getXattr(path: string, name: string): Buffer {
+  const size = Number(lgetxattrFn(path, name, null, 0));
+  if (size < 0) throw new SyscallError('lgetxattr', koffi.errno(), `${path} ${name}`);
+  const buf = Buffer.alloc(size);
+  const n = Number(lgetxattrFn(path, name, buf, size));
+  if (n < 0) throw new SyscallError('lgetxattr', koffi.errno(), `${path} ${name}`);
+  return buf.subarray(0, n);
+}
+
+export function setXattr(path: string, name: string, value: Buffer): void {
+  if (lsetxattrFn(path, name, value, value.length, 0) !== 0) throw new SyscallError('lsetxattr', koffi.errno(), `${path} ${name}`);
+}
+
+/** mknod(2): device nodes (overlay whiteouts are character devices 0:0) and FIFOs. */
+export function mknod(path: string, mode: number, dev: number): void {
+  if (mknodFn(path, mode, BigInt(dev)) !== 0) throw new SyscallError('mknod', koffi.errno(), path);
+}
+
+/** Flushes the filesystem holding `fd` to disk. */
+export function syncfs(fd: number): void {
+  if (syncfsFn(fd) !== 0) throw new SyscallError('syncfs', koffi.errno(), String(fd));
 }

@@ -86,6 +86,8 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
   const control = new ControlPlane(store, images, log.child({ component: 'control' }));
   control.addEdge(opts.edgeId, edge);
   await control.reconcile(opts.edgeId);
+  await control.sweepExpired();
+  const stopExpiryLoop = control.startExpiryLoop();
 
   const app = await buildServer({ control, store, images, log, metrics: new Metrics() });
   const { host, port } = parseListen(opts.listen);
@@ -119,6 +121,7 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
     async close(closeOpts = {}) {
       if (closed) return;
       closed = true;
+      stopExpiryLoop();
       await app.close();
       if (closeOpts.killAll) await control.killAll();
       await edge.shutdown({ killAll: closeOpts.killAll ?? false });

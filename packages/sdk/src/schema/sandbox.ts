@@ -24,8 +24,11 @@ export const Resources = Type.Object(
 export type Resources = Static<typeof Resources>;
 
 export const SandboxStatus = Type.Union(
-  [Type.Literal('creating'), Type.Literal('running'), Type.Literal('failed'), Type.Literal('killed')],
-  { description: 'creating → running | failed; kill removes the sandbox.' },
+  [Type.Literal('creating'), Type.Literal('running'), Type.Literal('paused'), Type.Literal('stopped'), Type.Literal('failed')],
+  {
+    description:
+      'creating → running | failed; running ⇄ paused (memory kept); stopped: ended by its TTL or idle policy (resources freed, record kept); kill (DELETE) removes the sandbox and its record.',
+  },
 );
 export type SandboxStatus = Static<typeof SandboxStatus>;
 
@@ -38,8 +41,21 @@ export const CreateSandboxRequest = Type.Object(
       description: 'Image name (e.g. "busybox", "debian:py") or id ("sha256:…").',
     }),
     resources: Type.Optional(Resources),
+    layers: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 200 }), {
+        maxItems: 64,
+        description: 'Images (names or ids) or layer digests stacked over the base image, in order (workspace, toolkits). No layer data is copied.',
+      }),
+    ),
     env: Type.Optional(EnvMap),
     labels: Type.Optional(Labels),
+    ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Absolute lifetime; on expiry the onExpiry action applies.' })),
+    idleTimeoutSeconds: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Seconds without exec/files/session activity before the onExpiry action applies.' }),
+    ),
+    onExpiry: Type.Optional(
+      Type.Union([Type.Literal('stop'), Type.Literal('pause')], { default: 'stop', description: 'stop frees everything (record kept as stopped); pause freezes it.' }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -55,8 +71,14 @@ export const SandboxInfo = Type.Object(
     imageId: Type.String({ description: 'The resolved image id.' }),
     resources: Type.Object({ cpu: Type.Number(), memoryMiB: Type.Integer(), pids: Type.Integer() }),
     labels: Type.Record(Type.String(), Type.String()),
+    layers: Type.Array(Type.String(), { description: 'Every layer digest of the sandbox, bottom first.' }),
     createdAt: Type.String({ format: 'date-time' }),
-    reason: Type.Optional(Type.String({ description: 'Why the sandbox failed, when status is failed.' })),
+    reason: Type.Optional(Type.String({ description: 'Why the sandbox failed or stopped.' })),
+    ttlSeconds: Type.Optional(Type.Integer()),
+    idleTimeoutSeconds: Type.Optional(Type.Integer()),
+    onExpiry: Type.Union([Type.Literal('stop'), Type.Literal('pause')]),
+    expiresAt: Type.Optional(Type.String({ format: 'date-time', description: 'When the TTL ends.' })),
+    lastActivityAt: Type.String({ format: 'date-time' }),
   },
   {},
 );
@@ -80,3 +102,46 @@ export const ListSandboxesQuery = Type.Object(
   },
   { additionalProperties: false },
 );
+
+export const SnapshotRequest = Type.Object(
+  {
+    name: Type.Optional(Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}(:[a-z0-9][a-z0-9._-]{0,62})?$', description: 'Tag the snapshot image with this name.' })),
+    scrub: Type.Optional(
+      Type.Array(Type.String({ pattern: '^/', maxLength: 4096 }), {
+        maxItems: 256,
+        description: 'Paths left out of the snapshot (default: apt caches and lists, /root/.cache, /var/log/apt).',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type SnapshotRequest = Static<typeof SnapshotRequest>;
+
+export const SnapshotResult = Type.Object({
+  imageId: Type.String({ description: 'Create sandboxes from this image id to restore the snapshot.' }),
+  layers: Type.Array(Type.String()),
+  layerAdded: Type.Boolean({ description: 'False when the sandbox had changed nothing: the image reuses its layers.' }),
+  frozenMs: Type.Number({ description: 'How long the sandbox was frozen for the capture.' }),
+  entries: Type.Integer(),
+  bytes: Type.Integer(),
+  whiteouts: Type.Integer(),
+  opaqueDirs: Type.Integer(),
+  sparseFiles: Type.Integer({ description: 'Sparse files kept sparse (the layer is then built in chunked mode, which is slower).' }),
+});
+export type SnapshotResult = Static<typeof SnapshotResult>;
+
+export const ForkRequest = Type.Object(
+  {
+    count: Type.Integer({ minimum: 1, maximum: 256, description: 'How many sandboxes to start from one snapshot.' }),
+    labels: Type.Optional(Labels),
+  },
+  { additionalProperties: false },
+);
+export type ForkRequest = Static<typeof ForkRequest>;
+
+export const ForkResult = Type.Object({
+  snapshot: SnapshotResult,
+  sandboxes: Type.Array(SandboxInfo),
+  failures: Type.Array(Type.Object({ code: Type.String(), message: Type.String() })),
+});
+export type ForkResult = Static<typeof ForkResult>;

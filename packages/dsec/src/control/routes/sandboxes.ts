@@ -1,7 +1,9 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { CreateSandboxRequest, ListSandboxesQuery, SandboxIdParams, SandboxInfo, SandboxList } from '@dsec/sdk/schema';
+import {
+  CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, SandboxIdParams, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
+} from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
 import type { Metrics } from './system.js';
@@ -45,5 +47,30 @@ export function sandboxRoutes(deps: { control: ControlPlane; metrics: Metrics })
       return reply.status(204).send(null);
     });
 
+
+    app.post('/v1/sandboxes/:id/pause', { schema: { tags, summary: 'Freeze a sandbox (memory stays resident); exec answers 409 until resumed', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
+      control.pause(req.params.id),
+    );
+    app.post('/v1/sandboxes/:id/resume', { schema: { tags, summary: 'Thaw a paused sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
+      control.resume(req.params.id),
+    );
+    app.post(
+      '/v1/sandboxes/:id/snapshot',
+      {
+        schema: {
+          tags,
+          summary: 'pack_diff: capture the sandbox\'s changes as a new EROFS layer and register an image new sandboxes start from',
+          params: SandboxIdParams,
+          body: Type.Optional(SnapshotRequest),
+          response: { 201: SnapshotResult, ...errors },
+        },
+      },
+      async (req, reply) => reply.status(201).send(await control.snapshot(req.params.id, req.body ?? {})),
+    );
+    app.post(
+      '/v1/sandboxes/:id/fork',
+      { schema: { tags, summary: 'One snapshot of this sandbox, then count new sandboxes from it', params: SandboxIdParams, body: ForkRequest, response: { 201: ForkResult, ...errors } } },
+      async (req, reply) => reply.status(201).send(await control.fork(req.params.id, req.body)),
+    );
   };
 }

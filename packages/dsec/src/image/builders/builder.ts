@@ -51,3 +51,9 @@ export async function buildSingleLayerImage(opts: {
     rmSync(scratch, { recursive: true, force: true });
   }
 }
+
+/** A UUID (v4 layout) derived from a cache key, for reproducible filesystem images. */
+export function uuidFromKey(key: string): string {
+  const h = key.padEnd(32, '0').slice(0, 32);
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}

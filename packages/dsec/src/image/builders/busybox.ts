@@ -3,7 +3,7 @@ import { chmodSync, copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFil
 import { dirname, join } from 'node:path';
 import { runToolOrThrow } from '../../host/run-tool.js';
 import { defaultImageConfig, type ImageStore } from '../image-store.js';
-import { buildSingleLayerImage, type BuiltImage, type Progress } from './builder.js';
+import { buildSingleLayerImage, uuidFromKey, type BuiltImage, type Progress } from './builder.js';
 
 /** Debian's busybox-static: one static binary, so the image is a few MB and needs nothing else. */
 export const BUSYBOX_PATH = '/bin/busybox';
@@ -19,7 +19,8 @@ export async function buildBusyboxImage(store: ImageStore, opts: { name?: string
     name: opts.name ?? 'busybox',
     cacheKey,
     progress,
-    erofs: { compression: 'none' },
+    // Reproducible: the same busybox binary gives the same layer digest on every node.
+    erofs: { compression: 'none', reproducible: { timestamp: 0, uuid: uuidFromKey(cacheKey) } },
     config: defaultImageConfig({ cmd: ['/bin/sh'], labels: { 'dsec.builder': 'busybox' } }),
     fill: async (root) => {
       progress('laying out a busybox root filesystem');

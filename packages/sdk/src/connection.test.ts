@@ -1,0 +1,196 @@
+/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, beforeEach, describe, test } from 'node:test';
+import { Connection, resolveConnection } from './connection.js';
+import { AuthError, DsecError, NotFoundError, TimeoutError } from './errors.js';
+
+/** Runs `fn` with some environment variables set (undefined: unset), then restores them. */
+function withEnv<T>(vars: Record<string, string | undefined>, fn: () => T): T {
+  const saved: Record<string, string | undefined> = {};
+  for (const k of Object.keys(vars)) {
+    saved[k] = process.env[k];
+    if (vars[k] === undefined) delete process.env[k];
+    else process.env[k] = vars[k];
+  }
+  try {
+    return fn();
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+describe('resolveConnection', () => {
+  let dir: string;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'dsec-sdk-conn-'));
+    writeFileSync(join(dir, 'client.json'), JSON.stringify({ url: 'http://127.0.0.1:1111', apiKey: 'from-file' }));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  const noEnv = { DSEC_URL: undefined, DSEC_API_KEY: undefined };
+
+  test('explicit options win over env and client.json', () => {
+    const c = withEnv({ DSEC_URL: 'http://127.0.0.1:2222', DSEC_API_KEY: 'from-env', DSEC_DATA_DIR: dir }, () =>
+      resolveConnection({ url: 'http://127.0.0.1:3333', apiKey: 'explicit' }),
+    );
+    assert.equal(c.url, 'http://127.0.0.1:3333');
+    assert.equal(c.apiKey, 'explicit');
+  });
+
+  test('DSEC_URL and DSEC_API_KEY win over client.json', () => {
+    const c = withEnv({ DSEC_URL: 'http://127.0.0.1:2222', DSEC_API_KEY: 'from-env', DSEC_DATA_DIR: dir }, () => resolveConnection());
+    assert.equal(c.url, 'http://127.0.0.1:2222');
+    assert.equal(c.apiKey, 'from-env');
+  });
+
+  test('client.json in DSEC_DATA_DIR is used when nothing else is set', () => {
+    const c = withEnv({ ...noEnv, DSEC_DATA_DIR: dir }, () => resolveConnection());
+    assert.equal(c.url, 'http://127.0.0.1:1111');
+    assert.equal(c.apiKey, 'from-file');
+  });
+
+  test('a key from the env combines with a url from client.json', () => {
+    const c = withEnv({ DSEC_URL: undefined, DSEC_API_KEY: 'from-env', DSEC_DATA_DIR: dir }, () => resolveConnection());
+    assert.equal(c.url, 'http://127.0.0.1:1111');
+    assert.equal(c.apiKey, 'from-env');
+  });
+
+  test('trailing slashes are removed from the url', () => {
+    assert.equal(resolveConnection({ url: 'http://127.0.0.1:1//', apiKey: 'k' }).url, 'http://127.0.0.1:1');
+  });
+
+  test('the request timeout defaults to 120 s', () => {
+    assert.equal(resolveConnection({ url: 'http://127.0.0.1:1', apiKey: 'k' }).requestTimeoutMs, 120_000);
+  });
+
+  test('nothing configured → DsecError NOT_CONFIGURED saying what to set', () => {
+    withEnv({ ...noEnv, DSEC_DATA_DIR: join(dir, 'missing') }, () => {
+      assert.throws(() => resolveConnection(), (err: unknown) => {
+        assert.ok(err instanceof DsecError);
+        assert.equal(err.code, 'NOT_CONFIGURED');
+        assert.match(err.message, /DSEC_URL/);
+        return true;
+      });
+    });
+  });
+});
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: Buffer;
+}
+
+describe('Connection against a local HTTP server', () => {
+  let server: Server;
+  let url: string;
+  let seen: Seen[];
+  let reply: (req: IncomingMessage, res: ServerResponse) => void;
+
+  before(async () => {
+    server = createServer((req, res) => {
+      res.setHeader('connection', 'close'); // no keep-alive: each call gets a fresh socket
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        seen.push({ method: req.method!, url: req.url!, headers: req.headers, body: Buffer.concat(chunks) });
+        reply(req, res);
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  after(async () => {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  });
+  beforeEach(() => {
+    seen = [];
+    reply = (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+  });
+
+  const conn = (): Connection => new Connection({ url, apiKey: 'secret-key' });
+
+  test('sends the API key as a Bearer token', async () => {
+    await conn().json('GET', '/v1/x');
+    assert.equal(seen[0]!.headers['authorization'], 'Bearer secret-key');
+  });
+
+  test('sends JSON bodies with content-type application/json', async () => {
+    await conn().json('POST', '/v1/x', { json: { a: [1, 2] } });
+    assert.equal(seen[0]!.headers['content-type'], 'application/json');
+    assert.deepEqual(JSON.parse(seen[0]!.body.toString()), { a: [1, 2] });
+  });
+
+  test('sends raw bodies as application/octet-stream, byte for byte', async () => {
+    await conn().json('PUT', '/v1/x', { body: new Uint8Array([0, 255, 10]) });
+    assert.equal(seen[0]!.headers['content-type'], 'application/octet-stream');
+    assert.deepEqual([...seen[0]!.body], [0, 255, 10]);
+  });
+
+  test('query values are encoded; arrays repeat the key; undefined is left out', async () => {
+    await conn().json('GET', '/v1/x', { query: { label: ['a=1', 'b=x y&z'], path: '/tmp/a b', none: undefined } });
+    const q = new URL(seen[0]!.url, url).searchParams;
+    assert.deepEqual(q.getAll('label'), ['a=1', 'b=x y&z']);
+    assert.equal(q.get('path'), '/tmp/a b');
+    assert.equal(q.has('none'), false);
+  });
+
+  test('json() answers undefined for 204', async () => {
+    reply = (_req, res) => res.writeHead(204).end();
+    assert.equal(await conn().json('DELETE', '/v1/x'), undefined);
+  });
+
+  test('a wire error becomes the mapped class with code, message and details', async () => {
+    reply = (_req, res) =>
+      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'SANDBOX_NOT_FOUND', message: 'no sandbox x', details: { id: 'x' } } }));
+    await assert.rejects(conn().json('GET', '/v1/x'), (err: unknown) => {
+      assert.ok(err instanceof NotFoundError);
+      assert.equal(err.code, 'SANDBOX_NOT_FOUND');
+      assert.equal(err.message, 'no sandbox x');
+      assert.equal(err.status, 404);
+      assert.deepEqual(err.details, { id: 'x' });
+      return true;
+    });
+  });
+
+  test('an error answer that is not JSON still maps by status (HTTP_<status>)', async () => {
+    reply = (_req, res) => res.writeHead(401, { 'content-type': 'text/plain' }).end('go away');
+    await assert.rejects(conn().json('GET', '/v1/x'), (err: unknown) => err instanceof AuthError && err.code === 'HTTP_401');
+  });
+
+  test('a call that takes longer than timeoutMs fails with TimeoutError (TIMEOUT)', async () => {
+    reply = () => {}; // never answers
+    await assert.rejects(conn().json('GET', '/v1/slow', { timeoutMs: 50 }), (err: unknown) => err instanceof TimeoutError && err.code === 'TIMEOUT');
+  });
+
+  test('an aborted signal fails the call with TimeoutError', async () => {
+    reply = () => {};
+    const ac = new AbortController();
+    const pending = conn().json('GET', '/v1/slow', { signal: ac.signal });
+    ac.abort();
+    await assert.rejects(pending, TimeoutError);
+  });
+
+  test('a server that is not there → DsecError UNREACHABLE naming the url', async () => {
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const deadUrl = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`;
+    await new Promise((r) => closed.close(r));
+    await assert.rejects(new Connection({ url: deadUrl, apiKey: 'k' }).json('GET', '/v1/x'), (err: unknown) => {
+      assert.ok(err instanceof DsecError);
+      assert.equal(err.code, 'UNREACHABLE');
+      assert.ok(err.message.includes(deadUrl));
+      return true;
+    });
+  });
+});
