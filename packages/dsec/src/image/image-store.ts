@@ -115,6 +115,19 @@ export class ImageStore {
     rmSync(join(this.refsDir, normalizeName(name)), { force: true });
   }
 
+  /** Deletes a manifest and every name pointing at it (its layers stay until GC). */
+  remove(id: ImageId): void {
+    for (const [name, target] of this.#refs()) if (target === id) this.untag(name);
+    rmSync(this.#file(id), { force: true });
+  }
+
+  /** Every layer any stored image refers to. */
+  referencedLayers(): Set<LayerDigest> {
+    const out = new Set<LayerDigest>();
+    for (const img of this.list()) for (const l of img.layers) out.add(l as LayerDigest);
+    return out;
+  }
+
   #file(id: ImageId): string {
     return join(this.dir, `${id.slice('sha256:'.length)}.json`);
   }

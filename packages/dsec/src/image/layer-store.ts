@@ -53,6 +53,23 @@ export class LayerStore {
     return digest;
   }
 
+  /** Removes a blob; callers make sure nothing references it. */
+  remove(digest: LayerDigest): number {
+    const p = this.path(digest);
+    try {
+      const size = statSync(p).size;
+      rmSync(p);
+      return size;
+    } catch {
+      return 0;
+    }
+  }
+
+  /** How long ago the blob was written, in ms. */
+  ageMs(digest: LayerDigest): number {
+    return Date.now() - statSync(this.path(digest)).mtimeMs;
+  }
+
   list(): LayerDigest[] {
     return readdirSync(this.dir)
       .filter((f) => f.endsWith('.erofs'))

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { Connection } from '@dsec/sdk';
 import { compileOptions } from '../../config/options.js';
 import { buildBusyboxImage } from '../../image/builders/busybox.js';
 import { buildDebianImage } from '../../image/builders/debian.js';
@@ -40,5 +41,25 @@ export function registerImageCommands(program: Command): void {
       else if (builder === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
       else throw new Error(`unknown builder ${JSON.stringify(builder)}: use busybox or debian`);
       process.stdout.write(`${built.name} ${built.id}\n`);
+    });
+  image
+    .command('rm')
+    .description('untag an image name, or delete an image by id (needs a running dsec)')
+    .argument('<refs...>', 'names or ids')
+    .action(async (refs: string[]) => {
+      const conn = new Connection();
+      for (const ref of refs) {
+        await conn.json<void>('DELETE', `/v1/images/${encodeURIComponent(ref)}`);
+        process.stdout.write(`${ref}\n`);
+      }
+    });
+  image
+    .command('gc')
+    .description('delete layer blobs no image or live sandbox uses (needs a running dsec)')
+    .option('--json', 'machine-readable output')
+    .action(async (f: { json?: boolean }) => {
+      const r = await new Connection().json<{ removedLayers: string[]; freedBytes: number; keptLayers: number }>('POST', '/v1/images/gc');
+      if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+      else process.stdout.write(`removed ${r.removedLayers.length} layers (${humanBytes(r.freedBytes)}), kept ${r.keptLayers}\n`);
     });
 }

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { Sandbox, type Terminal } from '@dsec/sdk';
-import { collectKv, printTable } from '../output.js';
+import { collectKv, collectList, printTable } from '../output.js';
 
 interface CreateFlags {
   memory?: string;
@@ -10,6 +10,10 @@ interface CreateFlags {
   label?: Record<string, string>;
   rm?: boolean;
   timeout?: string;
+  layer?: string[];
+  ttl?: string;
+  idleTimeout?: string;
+  onExpiry?: string;
   json?: boolean;
 }
 
@@ -70,6 +74,10 @@ export function registerSandboxCommands(program: Command): void {
     .option('--pids <n>', 'process limit')
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
     .option('-l, --label <KEY=VALUE>', 'label (repeatable)', collectKv)
+    .option('--layer <image>', 'stack this image or layer over the base (repeatable, in order)', collectList)
+    .option('--ttl <seconds>', 'absolute lifetime')
+    .option('--idle-timeout <seconds>', 'stop (or pause, see --on-expiry) after this long without activity')
+    .option('--on-expiry <action>', 'stop | pause', 'stop')
     .option('--rm', 'kill the sandbox after CMD finishes')
     .option('--timeout <ms>', 'command timeout in ms')
     .option('--json', 'print the sandbox (and result) as JSON')
@@ -78,7 +86,16 @@ export function registerSandboxCommands(program: Command): void {
       if (f.memory) resources['memoryMiB'] = Number(f.memory);
       if (f.cpu) resources['cpu'] = Number(f.cpu);
       if (f.pids) resources['pids'] = Number(f.pids);
-      const sb = await Sandbox.create({ image, resources, env: f.env, labels: f.label });
+      const sb = await Sandbox.create({
+        image,
+        resources,
+        env: f.env,
+        labels: f.label,
+        layers: f.layer,
+        ttlSeconds: f.ttl ? Number(f.ttl) : undefined,
+        idleTimeoutSeconds: f.idleTimeout ? Number(f.idleTimeout) : undefined,
+        onExpiry: f.onExpiry === 'pause' ? 'pause' : 'stop',
+      });
       if (!f.json) process.stderr.write(`${sb.id}\n`);
       try {
         if (cmd.length === 0) {
@@ -144,5 +161,77 @@ export function registerSandboxCommands(program: Command): void {
         await sb.kill();
         process.stdout.write(`${id}\n`);
       }
+    });
+
+  program
+    .command('pause')
+    .description('freeze sandboxes (memory stays resident)')
+    .argument('<ids...>', 'sandbox ids')
+    .action(async (ids: string[]) => {
+      for (const id of ids) process.stdout.write(`${(await (await Sandbox.connect(id)).pause()).id}\n`);
+    });
+
+  program
+    .command('resume')
+    .description('thaw paused sandboxes')
+    .argument('<ids...>', 'sandbox ids')
+    .action(async (ids: string[]) => {
+      for (const id of ids) process.stdout.write(`${(await (await Sandbox.connect(id)).resume()).id}\n`);
+    });
+
+  program
+    .command('snapshot')
+    .description('capture a sandbox\'s changes as an image (pack_diff); create from the printed image id to restore')
+    .argument('<id>', 'sandbox id')
+    .option('--name <name>', 'tag the image')
+    .option('--scrub <path>', 'leave this path out (repeatable; replaces the default list)', collectList)
+    .option('--json', 'machine-readable output')
+    .action(async (id: string, f: { name?: string; scrub?: string[]; json?: boolean }) => {
+      const snap = await (await Sandbox.connect(id)).snapshot({ name: f.name, scrub: f.scrub });
+      if (f.json) process.stdout.write(JSON.stringify(snap, null, 2) + '\n');
+      else process.stdout.write(`${snap.imageId}${snap.layerAdded ? '' : ' (unchanged: no new layer)'}\n`);
+    });
+
+  program
+    .command('fork')
+    .description('snapshot a sandbox once and start N sandboxes from it')
+    .argument('<id>', 'sandbox id')
+    .option('-n, --count <n>', 'how many', '1')
+    .option('--json', 'machine-readable output')
+    .action(async (id: string, f: { count: string; json?: boolean }) => {
+      const { result } = await (await Sandbox.connect(id)).fork(Number(f.count));
+      if (f.json) process.stdout.write(JSON.stringify(result, null, 2) + '\n');
+      else for (const s of result.sandboxes) process.stdout.write(`${s.id}\n`);
+      for (const e of result.failures) process.stderr.write(`dsec: a fork failed: ${e.message} (${e.code})\n`);
+      if (result.failures.length) process.exitCode = 1;
+    });
+
+  program
+    .command('replay')
+    .description('rebuild a sandbox from its image and trajectory log as a new sandbox')
+    .argument('<id>', 'sandbox id')
+    .option('--json', 'machine-readable output')
+    .action(async (id: string, f: { json?: boolean }) => {
+      const { result } = await (await Sandbox.connect(id)).replay();
+      if (f.json) process.stdout.write(JSON.stringify(result, null, 2) + '\n');
+      else process.stdout.write(`${result.sandbox.id} (${result.replayed} steps replayed, ${result.diverged} diverged)\n`);
+    });
+
+  program
+    .command('log')
+    .description("a sandbox's trajectory: every command and file change with its result")
+    .argument('<id>', 'sandbox id')
+    .option('--json', 'machine-readable output')
+    .action(async (id: string, f: { json?: boolean }) => {
+      const t = await (await Sandbox.connect(id)).trajectory({ limit: 10000 });
+      const rows = t.entries.map((e) => ({
+        seq: e.seq,
+        at: e.at,
+        kind: e.kind,
+        what: JSON.stringify(e.request['cmd'] ?? e.request['path'] ?? e.request['from'] ?? '').slice(0, 60),
+        exit: e.exitCode ?? '',
+        ms: e.durationMs === undefined ? '' : Math.round(e.durationMs),
+      }));
+      printTable(f.json ? t.entries : rows, ['seq', 'at', 'kind', 'what', 'exit', 'ms'], f.json ?? false);
     });
 }

@@ -4,14 +4,19 @@ import { BuildImageRequest, ErrorBody, ImageInfo, ImageList } from '@dsec/sdk/sc
 import { ApiError } from '../../api-error.js';
 import { buildBusyboxImage } from '../../image/builders/busybox.js';
 import { buildDebianImage } from '../../image/builders/debian.js';
-import type { ImageStore } from '../../image/image-store.js';
+import { type ImageId, type ImageStore, normalizeName } from '../../image/image-store.js';
+import { collectGarbage } from '../image-gc.js';
+import type { StateStore } from '../state-store.js';
+import { Type } from 'typebox';
+import { errorResponses as errors } from './error-responses.js';
 
 export interface ImageRouteDeps {
   images: ImageStore;
+  store: StateStore;
 }
 
 export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
-  const { images } = deps;
+  const { images, store } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['images'];
@@ -34,6 +39,41 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         }
         return reply.status(201).send(images.info(built.id)!);
       },
+    );
+
+    app.delete(
+      '/v1/images/:ref',
+      {
+        schema: {
+          tags,
+          summary: 'Untag an image name, or delete an image by id (with its names); layers are freed by GC when nothing uses them',
+          params: Type.Object({ ref: Type.String({ minLength: 1, maxLength: 200 }) }),
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
+      async (req, reply) => {
+        const { ref } = req.params;
+        const id = images.resolve(ref);
+        if (!id) throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}`, { image: ref });
+        if (ref.startsWith('sha256:')) images.remove(id as ImageId);
+        else images.untag(normalizeName(ref));
+        return reply.status(204).send(null);
+      },
+    );
+
+    app.post(
+      '/v1/images/gc',
+      {
+        schema: {
+          tags,
+          summary: 'Delete layer blobs no image or live sandbox uses (blobs younger than 10 minutes are kept)',
+          response: {
+            200: Type.Object({ removedLayers: Type.Array(Type.String()), freedBytes: Type.Integer(), keptLayers: Type.Integer(), removedTemp: Type.Array(Type.String()) }),
+            ...errors,
+          },
+        },
+      },
+      async () => collectGarbage(images, store),
     );
   };
 }

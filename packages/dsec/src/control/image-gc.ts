@@ -1,0 +1,44 @@
+import { readdirSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ImageStore } from '../image/image-store.js';
+import type { LayerDigest } from '../image/layer-store.js';
+import type { StateStore } from './state-store.js';
+
+/** A blob this young may belong to a build or snapshot that has not registered its image yet. */
+export const GC_GRACE_MS = 10 * 60_000;
+
+export interface GcResult {
+  removedLayers: string[];
+  freedBytes: number;
+  keptLayers: number;
+  removedTemp: string[];
+}
+
+/**
+ * Deletes layer blobs that no image and no sandbox (running, paused or creating) refers to, and
+ * build/snapshot scratch dirs left by a crash. Nothing in use is ever removed: a sandbox's
+ * layers are in its state row from create to kill, and young blobs are spared.
+ */
+export function collectGarbage(images: ImageStore, store: StateStore, now = Date.now(), graceMs = GC_GRACE_MS): GcResult {
+  const keep = images.referencedLayers();
+  for (const s of store.listSandboxes()) {
+    if (s.status === 'running' || s.status === 'paused' || s.status === 'creating') for (const l of s.layers) keep.add(l as LayerDigest);
+  }
+  const result: GcResult = { removedLayers: [], freedBytes: 0, keptLayers: 0, removedTemp: [] };
+  for (const digest of images.layers.list()) {
+    if (keep.has(digest) || images.layers.ageMs(digest) < graceMs) {
+      result.keptLayers++;
+      continue;
+    }
+    result.freedBytes += images.layers.remove(digest);
+    result.removedLayers.push(digest);
+  }
+  for (const name of readdirSync(images.layers.tmpDir)) {
+    const p = join(images.layers.tmpDir, name);
+    if (now - statSync(p).mtimeMs > graceMs) {
+      rmSync(p, { recursive: true, force: true });
+      result.removedTemp.push(name);
+    }
+  }
+  return result;
+}
