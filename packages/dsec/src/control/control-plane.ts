@@ -4,8 +4,9 @@ import type { Logger } from 'pino';
 import { Readable } from 'node:stream';
 import type {
   CreateSandboxRequest, ExecRequest, ExecResult, ForkRequest, ForkResult, ImageConfig, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
-  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo,
+  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult,
 } from '@dsec/sdk/schema';
+import { parseAllowList, PolicyError, type NetworkPolicy } from '../net/policy.js';
 import type { ExecEvent } from '../exec/run-command.js';
 import { ApiError } from '../api-error.js';
 import type { EdgeApi, EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
@@ -124,6 +125,7 @@ export class ControlPlane {
   async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}): Promise<SandboxInfo> {
     const { imageId, layers, config } = this.#composeLayers(req);
     const limits = this.limitsFor(req);
+    const network = req.network ? await this.#policy(req.network) : undefined;
     const edgeId = await this.#place();
     const now = Date.now();
     const info: SandboxInfo = {
@@ -148,7 +150,7 @@ export class ControlPlane {
     this.store.insertSandbox(info);
     this.store.saveSpec(info.id, req);
     try {
-      await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits });
+      await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, ...(network ? { network } : {}) });
     } catch (err) {
       if (err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED') {
         this.store.deleteSandbox(info.id); // never accepted
@@ -170,6 +172,17 @@ export class ControlPlane {
     const s = this.store.getSandbox(id);
     if (!s) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
     return s;
+  }
+
+  /** get() plus live usage (OOM kills, memory, pids) for a running or paused sandbox. */
+  async inspect(id: string): Promise<SandboxInfo> {
+    const s = this.get(id);
+    if (s.status !== 'running' && s.status !== 'paused') return s;
+    try {
+      return { ...s, usage: await this.#edge(s.edge).sandboxUsage(id) };
+    } catch {
+      return s;
+    }
   }
 
   list(filter: { labels?: Record<string, string>; status?: SandboxStatus }): SandboxInfo[] {
@@ -248,6 +261,32 @@ export class ControlPlane {
       else failures.push({ code: r.reason instanceof ApiError ? r.reason.code : 'INTERNAL', message: (r.reason as Error).message });
     }
     return { snapshot, sandboxes, failures };
+  }
+
+  // --- network -------------------------------------------------------------------------------
+
+  async #policy(req: NetworkPolicyRequest): Promise<NetworkPolicy> {
+    if (req.mode !== 'allow' && req.allow?.length) {
+      throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
+    }
+    try {
+      return { mode: req.mode, allow: req.mode === 'allow' ? await parseAllowList(req.allow ?? []) : [] };
+    } catch (err) {
+      if (err instanceof PolicyError) throw new ApiError('INVALID_REQUEST', err.message, { field: 'allow' });
+      throw err;
+    }
+  }
+
+  /** Replaces a running sandbox's egress policy (a task's phase switch). */
+  async setNetwork(id: string, req: NetworkPolicyRequest): Promise<NetworkPolicyResult> {
+    const policy = await this.#policy(req);
+    const r = await this.#runningOn(id).setNetwork(id, policy);
+    const out: NetworkPolicyResult = { mode: r.policy.mode, allow: r.policy.allow, appliedMs: r.appliedMs };
+    if (r.link) {
+      out.address = r.link.sandbox;
+      out.gateway = r.link.host;
+    }
+    return out;
   }
 
   // --- TTL and idle timeout -------------------------------------------------------------------

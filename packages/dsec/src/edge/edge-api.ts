@@ -6,6 +6,8 @@ import type { Readable } from 'node:stream';
 import type { ExecEvent } from '../exec/run-command.js';
 import type { PtyOptions, PtyProcess } from '../exec/pty-process.js';
 import type { LayerDigest } from '../image/layer-store.js';
+import type { Link } from '../net/address-pool.js';
+import type { NetworkPolicy } from '../net/policy.js';
 
 /** Limits after defaults are applied: every field is set. */
 export interface SandboxLimits {
@@ -22,6 +24,8 @@ export interface EdgeCreateRequest {
   config: ImageConfig;
   env: Record<string, string>;
   limits: SandboxLimits;
+  /** Egress policy applied right after start; none (loopback only) when absent. */
+  network?: NetworkPolicy;
 }
 
 export type EdgeSandboxStatus = 'running' | 'paused';
@@ -74,7 +78,10 @@ export interface EdgeApi {
   sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }>;
   closeSession(id: string, sid: string): Promise<void>;
 
+  /** Live cgroup usage: OOM kills, memory, process count. */
+  sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }>;
   pauseSandbox(id: string): Promise<void>;
+  setNetwork(id: string, policy: NetworkPolicy): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }>;
   resumeSandbox(id: string): Promise<void>;
   snapshotSandbox(id: string, opts?: { scrub?: string[] }): Promise<EdgeSnapshot>;
 

@@ -12,8 +12,12 @@ import { runCommand, streamCommand, type ExecEvent } from '../exec/run-command.j
 import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
-import { CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree } from '../host/cgroups.js';
+import { CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree, sandboxUsage } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
+import { AddressPool, type Link } from '../net/address-pool.js';
+import { HostGuard } from '../net/host-guard.js';
+import type { NetworkPolicy } from '../net/policy.js';
+import { applyRuleset, attachLink, detachLink } from '../net/sandbox-network.js';
 import { freeze, thaw } from '../host/freezer.js';
 import { syncfs } from '../host/syscalls.js';
 import { buildErofs } from '../image/erofs.js';
@@ -56,6 +60,8 @@ export class Edge implements EdgeApi {
   /** Ids being created or killed, so a kill waits for a create to finish and vice versa. */
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
+  readonly #addresses = new AddressPool();
+  readonly #hostGuard = new HostGuard();
 
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
@@ -101,6 +107,10 @@ export class Edge implements EdgeApi {
       }
     }
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
+    const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
+    for (const l of linked) this.#addresses.claim(l.record.network!.link!.index);
+    if (linked.length) await this.#hostGuard.ensure();
+    else await HostGuard.removeStale();
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
@@ -158,6 +168,7 @@ export class Edge implements EdgeApi {
       mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits })));
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
+      if (req.network && req.network.mode !== 'none') await this.#applyNetwork(record, req.network);
       record.phase = 'running';
       this.records.save(record);
       this.#live.set(req.id, this.#liveSandbox(record));
@@ -178,6 +189,7 @@ export class Edge implements EdgeApi {
     const live = this.#live.get(id);
     if (!live) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on edge ${this.id}`);
     this.#live.delete(id);
+    if (live.record.network?.link) this.#addresses.release(live.record.network.link.index);
     live.processes.killAll();
     for (const s of live.sessions.values()) void s.close();
     for (const p of live.ptys) p.kill();
@@ -198,6 +210,7 @@ export class Edge implements EdgeApi {
     if (stray) this.opts.log.warn({ sandbox: id, killed: stray }, 'killed processes crun no longer tracked');
     for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
     removeCgroupTree(`${CGROUP_PARENT}/${id}`);
+    await detachLink(id); // normally gone with the netns; a crash may leave the host end
     if (releaseLayers) for (const l of layers) this.layerMounts.release(l);
     rmSync(paths.dir, { recursive: true, force: true });
   }
@@ -306,6 +319,11 @@ export class Edge implements EdgeApi {
 
   // --- pause, resume, snapshot ------------------------------------------------------------------
 
+  async sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
+    this.#running(id);
+    return sandboxUsage(id);
+  }
+
   async pauseSandbox(id: string): Promise<void> {
     const l = this.#running(id);
     await freeze(id);
@@ -354,6 +372,45 @@ export class Edge implements EdgeApi {
     } finally {
       rmSync(stage, { recursive: true, force: true });
     }
+  }
+
+  // --- network -------------------------------------------------------------------------------
+
+  /** Replaces the egress policy of a running sandbox; takes effect in one nft transaction. */
+  async setNetwork(id: string, policy: NetworkPolicy): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
+    const l = this.#running(id);
+    const t0 = performance.now();
+    await this.#applyNetwork(l.record, policy);
+    this.records.save(l.record);
+    const out: { policy: NetworkPolicy; link?: Link; appliedMs: number } = { policy, appliedMs: Math.round((performance.now() - t0) * 100) / 100 };
+    if (l.record.network?.link) out.link = l.record.network.link;
+    return out;
+  }
+
+  async #applyNetwork(record: SandboxRecord, policy: NetworkPolicy): Promise<void> {
+    const pid = record.pid ?? 0;
+    let link = record.network?.link;
+    if (policy.mode === 'none') {
+      await applyRuleset(pid, policy, link?.host);
+      if (link) {
+        await detachLink(record.id);
+        this.#addresses.release(link.index);
+        link = undefined;
+      }
+    } else {
+      if (!link) {
+        await this.#hostGuard.ensure();
+        link = this.#addresses.take();
+        try {
+          await attachLink(record.id, pid, link);
+        } catch (err) {
+          this.#addresses.release(link.index);
+          throw err;
+        }
+      }
+      await applyRuleset(pid, policy, link.host);
+    }
+    record.network = link ? { policy, link } : { policy };
   }
 
   // --- terminals ---------------------------------------------------------------------------
@@ -434,6 +491,7 @@ export class Edge implements EdgeApi {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
       removeCgroupTree(CGROUP_PARENT);
     }
+    if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
     this.#state = 'stopped';
   }
 }

@@ -1,6 +1,7 @@
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { CGROUP_PARENT } from '../host/cgroups.js';
 import type { SandboxLimits } from './edge-api.js';
+import { defaultSeccompProfile } from './seccomp.js';
 
 /** Where the init binary (catatonit) appears inside the sandbox: on /dev's tmpfs, so it leaves no trace in the writable layer. */
 export const INIT_PATH = '/dev/.dsec-init';
@@ -106,6 +107,7 @@ export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Rec
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
       rootfsPropagation: 'private',
+      seccomp: defaultSeccompProfile(),
     },
   };
 }

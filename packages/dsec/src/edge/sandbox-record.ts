@@ -4,6 +4,8 @@ import type { ImageConfig } from '@dsec/sdk/schema';
 import { writeFileAtomic } from '../image/atomic-file.js';
 import type { LayerDigest } from '../image/layer-store.js';
 import type { SandboxLimits } from './edge-api.js';
+import type { Link } from '../net/address-pool.js';
+import type { NetworkPolicy } from '../net/policy.js';
 
 /**
  * A sandbox as the edge remembers it on disk (`node/sandboxes/<id>/state.json`), so a restarted
@@ -18,6 +20,8 @@ export interface SandboxRecord {
   limits: SandboxLimits;
   createdAt: string;
   pid?: number;
+  /** Egress policy and, unless it is none, the sandbox's link to the host. */
+  network?: { policy: NetworkPolicy; link?: Link };
   /** Frozen by pause (the freezer keeps it so across an edge restart too). */
   paused?: boolean;
 }

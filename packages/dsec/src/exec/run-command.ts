@@ -1,4 +1,5 @@
 import { DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES, type ExecRequest, type ExecResult } from '@dsec/sdk/schema';
+import { sandboxUsage } from '../host/cgroups.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from './output-stream.js';
 import { SandboxProcess, type StreamName } from './sandbox-process.js';
@@ -22,6 +23,7 @@ function killOnAbort(proc: SandboxProcess, signal: AbortSignal | undefined): voi
 
 /** Runs a command to completion and returns its (capped) output. */
 export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+  const oomBefore = sandboxUsage(target.id).oomKills;
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
   const exit = await proc.done;
@@ -35,6 +37,7 @@ export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: 
     stdoutBytes: proc.stdout.total,
     stderrBytes: proc.stderr.total,
     timedOut: exit.timedOut,
+    oomKilled: sandboxUsage(target.id).oomKills > oomBefore,
     durationMs: exit.durationMs,
   };
 }
@@ -43,6 +46,7 @@ export type ExecEvent = { type: StreamName; data: Buffer } | { type: 'exit'; res
 
 /** Runs a command and yields its output as it comes (within the cap), then its exit. */
 export async function* streamCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+  const oomBefore = sandboxUsage(target.id).oomKills;
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
   for await (const { stream, data } of iterateOutput(proc, 'kept')) yield { type: stream, data };
@@ -56,6 +60,7 @@ export async function* streamCommand(target: ExecTarget, req: ExecRequest, signa
       stdoutBytes: proc.stdout.total,
       stderrBytes: proc.stderr.total,
       timedOut: exit.timedOut,
+      oomKilled: sandboxUsage(target.id).oomKills > oomBefore,
       durationMs: exit.durationMs,
     },
   };

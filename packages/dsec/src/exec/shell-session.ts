@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
 import { killTree, processTree } from '../edge/process-tree.js';
+import { sandboxUsage } from '../host/cgroups.js';
 import { CappedOutput } from './capped-output.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { SandboxProcess, type StreamName } from './sandbox-process.js';
@@ -67,7 +68,10 @@ export class ShellSession {
   readonly #proc: SandboxProcess;
   #current: { stdout: MarkerScanner; stderr: MarkerScanner; wake: () => void } | undefined;
 
+  readonly #sandboxId: string;
+
   constructor(target: ExecTarget, req: OpenSessionRequest) {
+    this.#sandboxId = target.id;
     this.id = `ss-${randomBytes(6).toString('hex')}`;
     const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && existsSync(join(target.rootfs, 'bin/bash')));
     this.shell = wantBash ? '/bin/bash' : '/bin/sh';
@@ -108,6 +112,7 @@ export class ShellSession {
     const stdout = new MarkerScanner(Buffer.from(`\n${marker}`), cap);
     const stderr = new MarkerScanner(Buffer.from(`\n${marker}`), cap);
     let timedOut = false;
+    const oomBefore = sandboxUsage(this.#sandboxId).oomKills;
     const quoted = shellQuote(req.cmd);
     // sh (dash, busybox) exits on a syntax error inside eval, so check syntax first; bash does not.
     const body =
@@ -150,6 +155,7 @@ export class ShellSession {
       stdoutBytes: stdout.output.total,
       stderrBytes: stderr.output.total,
       timedOut,
+      oomKilled: sandboxUsage(this.#sandboxId).oomKills > oomBefore,
       durationMs: Math.round((performance.now() - started) * 100) / 100,
       sessionAlive: this.alive,
     };

@@ -88,3 +88,28 @@ export function listSandboxCgroups(): string[] {
   for (const dir of cgroupDirs(CGROUP_PARENT)) for (const child of safeReaddir(dir, true)) names.add(child);
   return [...names];
 }
+
+function readNumber(file: string): number | undefined {
+  try {
+    return Number(readFileSync(file, 'utf8').trim());
+  } catch {
+    return undefined;
+  }
+}
+
+/** Live usage of a sandbox's cgroup: OOM kills so far, memory in use, process count. */
+export function sandboxUsage(id: string): { oomKills: number; memoryBytes: number; pids: number } {
+  const rel = join(CGROUP_PARENT, id);
+  let oomKills = 0;
+  try {
+    // v1: memory.oom_control has "oom_kill N"; v2: memory.events has "oom_kill N".
+    const v1 = join(CGROUP_ROOT, 'memory', rel, 'memory.oom_control');
+    const text = existsSync(v1) ? readFileSync(v1, 'utf8') : readFileSync(join(CGROUP_ROOT, rel, 'memory.events'), 'utf8');
+    oomKills = Number(/oom_kill (\d+)/.exec(text)?.[1] ?? 0);
+  } catch {
+    // no memory cgroup (sandbox gone)
+  }
+  const memoryBytes = readNumber(join(CGROUP_ROOT, 'memory', rel, 'memory.usage_in_bytes')) ?? readNumber(join(CGROUP_ROOT, rel, 'memory.current')) ?? 0;
+  const pids = readNumber(join(CGROUP_ROOT, 'pids', rel, 'pids.current')) ?? readNumber(join(CGROUP_ROOT, rel, 'pids.current')) ?? 0;
+  return { oomKills, memoryBytes, pids };
+}

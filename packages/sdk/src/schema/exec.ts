@@ -46,6 +46,7 @@ export const ExecResult = Type.Object(
     stdoutBytes: Type.Integer({ description: 'Total bytes the command wrote to stdout, kept or not.' }),
     stderrBytes: Type.Integer({ description: 'Total bytes the command wrote to stderr, kept or not.' }),
     timedOut: Type.Boolean(),
+    oomKilled: Type.Boolean({ description: 'The sandbox hit its memory limit and the kernel killed a process while the command ran.' }),
     durationMs: Type.Number(),
   },
   {},

@@ -39,3 +39,40 @@ export const BuildImageRequest = Type.Object(
   { additionalProperties: false },
 );
 export type BuildImageRequest = Static<typeof BuildImageRequest>;
+
+/** Largest archive POST /v1/images/import accepts (it is unpacked to disk as it streams in). */
+export const MAX_IMAGE_IMPORT_BYTES = 64 * 1024 ** 3;
+
+export const ImportImageQuery = Type.Object(
+  {
+    name: Type.Optional(Type.String({ pattern: IMAGE_NAME_PATTERN, description: 'Tag the image with this name; default: the name the archive gives it.' })),
+    squash: Type.Optional(Type.Boolean({ default: false, description: 'Merge every layer into one EROFS layer (whiteouts applied as deletions).' })),
+    ref: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 256, description: 'Which image, when the archive holds several: a name it is tagged with in the archive.' }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type ImportImageQuery = Static<typeof ImportImageQuery>;
+
+export const ImportedLayer = Type.Object({
+  diffId: Type.String({ description: 'sha256 of the uncompressed layer tar, as the image config lists it.' }),
+  digest: Type.String({ description: 'The EROFS layer it became ("" for an empty layer, which is left out).' }),
+  cached: Type.Boolean({ description: 'Reused from an earlier import of the same layer.' }),
+  empty: Type.Boolean(),
+  entries: Type.Integer(),
+  bytes: Type.Integer(),
+  whiteouts: Type.Integer(),
+  opaqueDirs: Type.Integer(),
+});
+export type ImportedLayer = Static<typeof ImportedLayer>;
+
+export const ImportImageResult = Type.Object({
+  image: ImageInfo,
+  format: Type.Union([Type.Literal('oci-layout'), Type.Literal('docker-save')]),
+  sourceRef: Type.Optional(Type.String({ description: 'The name the archive gave the image.' })),
+  squashed: Type.Boolean(),
+  layers: Type.Array(ImportedLayer),
+  warnings: Type.Array(Type.String(), { description: 'Entries skipped or changed while unpacking (unsafe paths, dropped xattrs…).' }),
+});
+export type ImportImageResult = Static<typeof ImportImageResult>;

@@ -6,3 +6,4 @@ export * from './image.js';
 export * from './session.js';
 export * from './process.js';
 export * from './trajectory.js';
+export * from './network.js';

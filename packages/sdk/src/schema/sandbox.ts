@@ -1,5 +1,6 @@
 import { Type, type Static } from 'typebox';
 import { EnvMap, Labels } from './common.js';
+import { NetworkPolicyRequest } from './network.js';
 
 /** Resource limits, enforced by cgroups on the edge. Every field has a default. */
 export const Resources = Type.Object(
@@ -49,6 +50,7 @@ export const CreateSandboxRequest = Type.Object(
     ),
     env: Type.Optional(EnvMap),
     labels: Type.Optional(Labels),
+    network: Type.Optional(NetworkPolicyRequest),
     ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Absolute lifetime; on expiry the onExpiry action applies.' })),
     idleTimeoutSeconds: Type.Optional(
       Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Seconds without exec/files/session activity before the onExpiry action applies.' }),
@@ -79,6 +81,16 @@ export const SandboxInfo = Type.Object(
     onExpiry: Type.Union([Type.Literal('stop'), Type.Literal('pause')]),
     expiresAt: Type.Optional(Type.String({ format: 'date-time', description: 'When the TTL ends.' })),
     lastActivityAt: Type.String({ format: 'date-time' }),
+    usage: Type.Optional(
+      Type.Object(
+        {
+          oomKills: Type.Integer({ description: 'Processes the kernel killed for exceeding the memory limit (OOM), since create.' }),
+          memoryBytes: Type.Integer(),
+          pids: Type.Integer(),
+        },
+        { description: 'Live cgroup usage, on inspect of a running or paused sandbox.' },
+      ),
+    ),
   },
   {},
 );

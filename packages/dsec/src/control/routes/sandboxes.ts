@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import {
-  CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, SandboxIdParams, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
+  CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, NetworkPolicyRequest, NetworkPolicyResult, SandboxIdParams, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
 } from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
@@ -39,7 +39,7 @@ export function sandboxRoutes(deps: { control: ControlPlane; metrics: Metrics })
     });
 
     app.get('/v1/sandboxes/:id', { schema: { tags, summary: 'Inspect a sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
-      control.get(req.params.id),
+      control.inspect(req.params.id),
     );
 
     app.delete('/v1/sandboxes/:id', { schema: { tags, summary: 'Kill a sandbox and remove all it had', params: SandboxIdParams, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
@@ -71,6 +71,20 @@ export function sandboxRoutes(deps: { control: ControlPlane; metrics: Metrics })
       '/v1/sandboxes/:id/fork',
       { schema: { tags, summary: 'One snapshot of this sandbox, then count new sandboxes from it', params: SandboxIdParams, body: ForkRequest, response: { 201: ForkResult, ...errors } } },
       async (req, reply) => reply.status(201).send(await control.fork(req.params.id, req.body)),
+    );
+
+    app.put(
+      '/v1/sandboxes/:id/network',
+      {
+        schema: {
+          tags,
+          summary: 'Replace the egress policy at runtime (e.g. setup phase: allow a mirror; rollout: none); atomic, in force when the call returns',
+          params: SandboxIdParams,
+          body: NetworkPolicyRequest,
+          response: { 200: NetworkPolicyResult, ...errors },
+        },
+      },
+      async (req) => control.setNetwork(req.params.id, req.body),
     );
   };
 }

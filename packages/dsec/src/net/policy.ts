@@ -1,0 +1,80 @@
+import { lookup } from 'node:dns/promises';
+import { isIPv4 } from 'node:net';
+
+/** A sandbox's egress policy: none (loopback only), allow (a list), or open. */
+export type NetworkMode = 'none' | 'allow' | 'open';
+
+export interface AllowRule {
+  /** IPv4 address or CIDR. */
+  cidr: string;
+  port?: number;
+}
+
+export interface NetworkPolicy {
+  mode: NetworkMode;
+  allow: AllowRule[];
+}
+
+/** Never reachable from a sandbox, whatever its policy: cloud metadata services. */
+export const ALWAYS_DENIED = ['169.254.169.254/32'];
+
+export class PolicyError extends Error {
+  override readonly name = 'PolicyError';
+}
+
+/** `10.0.0.0/8`, `1.2.3.4:443`, `mirror.example:80`, `pypi.org` → rules (host names resolved now, on the host). */
+export async function parseAllowList(entries: string[], resolve: (host: string) => Promise<string[]> = resolveHost): Promise<AllowRule[]> {
+  const rules: AllowRule[] = [];
+  for (const raw of entries) {
+    const m = /^(?<host>[^:/]+)(?:\/(?<bits>\d{1,2}))?(?::(?<port>\d{1,5}))?$/.exec(raw.trim());
+    if (!m?.groups) throw new PolicyError(`cannot parse allow entry ${JSON.stringify(raw)}: use CIDR, CIDR:port, host or host:port`);
+    const { host, bits, port } = m.groups as { host: string; bits?: string; port?: string };
+    const portNum = port === undefined ? undefined : Number(port);
+    if (portNum !== undefined && (portNum < 1 || portNum > 65535)) throw new PolicyError(`port out of range in ${JSON.stringify(raw)}`);
+    if (bits !== undefined && (Number(bits) > 32 || !isIPv4(host))) throw new PolicyError(`bad CIDR ${JSON.stringify(raw)}`);
+    const addrs = isIPv4(host) ? [host] : await resolve(host);
+    if (addrs.length === 0) throw new PolicyError(`host ${host} resolved to no IPv4 address`);
+    for (const a of addrs) {
+      const rule: AllowRule = { cidr: `${a}/${bits ?? 32}` };
+      if (portNum !== undefined) rule.port = portNum;
+      rules.push(rule);
+    }
+  }
+  return rules;
+}
+
+async function resolveHost(host: string): Promise<string[]> {
+  try {
+    return (await lookup(host, { all: true, family: 4 })).map((a) => a.address);
+  } catch (err) {
+    throw new PolicyError(`cannot resolve ${host}: ${(err as Error).message}`);
+  }
+}
+
+/**
+ * The nftables ruleset inside a sandbox's network namespace. One atomic `nft -f` replaces it,
+ * so a phase switch takes effect in one step. Only the output hook is filtered: replies to
+ * allowed connections come back in; a connection to a destination no longer allowed is cut,
+ * while allowed ones continue untouched.
+ */
+export function sandboxRuleset(policy: NetworkPolicy, gateway: string | undefined): string {
+  const never = [...ALWAYS_DENIED, ...(gateway ? [`${gateway}/32`] : [])];
+  const lines = [
+    'table inet dsec',
+    'delete table inet dsec',
+    'table inet dsec {',
+    '  chain output {',
+    `    type filter hook output priority 0; policy ${policy.mode === 'open' ? 'accept' : 'drop'};`,
+    '    oif "lo" accept',
+    `    ip daddr { ${never.join(', ')} } drop`,
+    '    meta nfproto ipv6 drop',
+  ];
+  if (policy.mode === 'allow') {
+    for (const r of policy.allow) {
+      if (r.port === undefined) lines.push(`    ip daddr ${r.cidr} accept`);
+      else lines.push(`    ip daddr ${r.cidr} tcp dport ${r.port} accept`, `    ip daddr ${r.cidr} udp dport ${r.port} accept`);
+    }
+  }
+  lines.push('  }', '}', '');
+  return lines.join('\n');
+}
