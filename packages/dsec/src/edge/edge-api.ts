@@ -14,6 +14,8 @@ export interface SandboxLimits {
   cpu: number;
   memoryMiB: number;
   pids: number;
+  /** Size of the writable layer; unset: no limit of its own (it shares the node's disk). */
+  diskMiB?: number;
 }
 
 /** What the control plane asks an edge to run: everything resolved, nothing left to look up. */

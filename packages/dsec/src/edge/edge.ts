@@ -29,6 +29,7 @@ import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeSandbox, EdgeSnapshot } 
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
+import { mountUpperDisk } from './upper-disk.js';
 import {
   listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
 } from './sandbox-files.js';
@@ -145,7 +146,6 @@ export class Edge implements EdgeApi {
   }
 
   async #create(req: EdgeCreateRequest): Promise<EdgeSandbox> {
-    const paths = this.records.paths(req.id);
     const record: SandboxRecord = {
       id: req.id,
       phase: 'creating',
@@ -155,6 +155,7 @@ export class Edge implements EdgeApi {
       limits: req.limits,
       createdAt: new Date().toISOString(),
     };
+    const paths = this.records.paths(req.id, record);
     mkdirSync(paths.dir);
     mkdirSync(paths.scratch);
     this.records.save(record);
@@ -165,6 +166,7 @@ export class Edge implements EdgeApi {
         lowers.push(await this.layerMounts.acquire(layer));
         acquired.push(layer);
       }
+      if (req.limits.diskMiB !== undefined) await mountUpperDisk(paths.dir, req.limits.diskMiB);
       mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits })));
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
@@ -345,7 +347,7 @@ export class Edge implements EdgeApi {
    */
   async snapshotSandbox(id: string, opts: { scrub?: string[] } = {}): Promise<EdgeSnapshot> {
     const l = this.#running(id);
-    const paths = this.records.paths(id);
+    const paths = this.records.paths(id, l.record);
     const stage = mkdtempSync(join(this.opts.layers.tmpDir, 'snap-'));
     try {
       const wasPaused = l.record.paused === true;

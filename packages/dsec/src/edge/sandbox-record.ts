@@ -28,7 +28,14 @@ export interface SandboxRecord {
 
 /** The files of one sandbox: its bundle (config.json), overlay dirs and state. */
 export class SandboxPaths {
-  constructor(readonly dir: string) {}
+  /** `withDisk`: the upper and work dirs live on the sandbox's own size-limited filesystem. */
+  constructor(
+    readonly dir: string,
+    readonly withDisk = false,
+  ) {}
+  get disk(): string {
+    return join(this.dir, 'disk');
+  }
   get state(): string {
     return join(this.dir, 'state.json');
   }
@@ -39,10 +46,10 @@ export class SandboxPaths {
     return join(this.dir, 'rootfs');
   }
   get upper(): string {
-    return join(this.dir, 'upper');
+    return join(this.withDisk ? this.disk : this.dir, 'upper');
   }
   get work(): string {
-    return join(this.dir, 'work');
+    return join(this.withDisk ? this.disk : this.dir, 'work');
   }
   get crunLog(): string {
     return join(this.dir, 'crun.log');
@@ -60,8 +67,8 @@ export class SandboxRecords {
     mkdirSync(dir, { recursive: true });
   }
 
-  paths(id: string): SandboxPaths {
-    return new SandboxPaths(join(this.dir, id));
+  paths(id: string, record?: SandboxRecord): SandboxPaths {
+    return new SandboxPaths(join(this.dir, id), record?.limits.diskMiB !== undefined);
   }
 
   save(record: SandboxRecord): void {

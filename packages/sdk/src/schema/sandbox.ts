@@ -19,6 +19,13 @@ export const Resources = Type.Object(
     pids: Type.Optional(
       Type.Integer({ minimum: 8, maximum: 65536, description: 'Maximum number of processes and threads.', default: 512 }),
     ),
+    diskMiB: Type.Optional(
+      Type.Integer({
+        minimum: 16,
+        maximum: 1048576,
+        description: 'Size limit of the writable layer: writes past it fail with ENOSPC inside the sandbox. Unset: no limit of its own (faster create).',
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -71,7 +78,7 @@ export const SandboxInfo = Type.Object(
     status: SandboxStatus,
     image: Type.String({ description: 'The image as requested.' }),
     imageId: Type.String({ description: 'The resolved image id.' }),
-    resources: Type.Object({ cpu: Type.Number(), memoryMiB: Type.Integer(), pids: Type.Integer() }),
+    resources: Type.Object({ cpu: Type.Number(), memoryMiB: Type.Integer(), pids: Type.Integer(), diskMiB: Type.Optional(Type.Integer()) }),
     labels: Type.Record(Type.String(), Type.String()),
     layers: Type.Array(Type.String(), { description: 'Every layer digest of the sandbox, bottom first.' }),
     createdAt: Type.String({ format: 'date-time' }),
