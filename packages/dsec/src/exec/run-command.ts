@@ -2,7 +2,7 @@ import { DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES, type ExecRequest, ty
 import { sandboxUsage } from '../host/cgroups.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from './output-stream.js';
-import { SandboxProcess, type StreamName } from './sandbox-process.js';
+import { SandboxProcess, type ProcessExit, type StreamName } from './sandbox-process.js';
 
 export function startCommand(target: ExecTarget, req: ExecRequest): SandboxProcess {
   return new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env }), {
@@ -22,24 +22,27 @@ function killOnAbort(proc: SandboxProcess, signal: AbortSignal | undefined): voi
 }
 
 /** Runs a command to completion and returns its (capped) output. */
+/** The exit status of a finished command, without its output. */
+function exitStatus(proc: SandboxProcess, exit: ProcessExit, req: ExecRequest, oomKilled: boolean): Omit<ExecResult, 'stdout' | 'stderr'> {
+  return {
+    exitCode: exit.exitCode,
+    encoding: req.encoding ?? 'utf8',
+    truncated: proc.stdout.truncated || proc.stderr.truncated,
+    stdoutBytes: proc.stdout.total,
+    stderrBytes: proc.stderr.total,
+    timedOut: exit.timedOut,
+    oomKilled,
+    durationMs: exit.durationMs,
+  };
+}
+
 export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
   const oomBefore = sandboxUsage(target.id).oomKills;
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
   const exit = await proc.done;
-  const encoding = req.encoding ?? 'utf8';
-  return {
-    exitCode: exit.exitCode,
-    stdout: proc.stdout.encode(encoding),
-    stderr: proc.stderr.encode(encoding),
-    encoding,
-    truncated: proc.stdout.truncated || proc.stderr.truncated,
-    stdoutBytes: proc.stdout.total,
-    stderrBytes: proc.stderr.total,
-    timedOut: exit.timedOut,
-    oomKilled: sandboxUsage(target.id).oomKills > oomBefore,
-    durationMs: exit.durationMs,
-  };
+  const status = exitStatus(proc, exit, req, sandboxUsage(target.id).oomKills > oomBefore);
+  return { ...status, stdout: proc.stdout.encode(status.encoding), stderr: proc.stderr.encode(status.encoding) };
 }
 
 export type ExecEvent = { type: StreamName; data: Buffer } | { type: 'exit'; result: Omit<ExecResult, 'stdout' | 'stderr'> };
@@ -51,17 +54,5 @@ export async function* streamCommand(target: ExecTarget, req: ExecRequest, signa
   killOnAbort(proc, signal);
   for await (const { stream, data } of iterateOutput(proc, 'kept')) yield { type: stream, data };
   const exit = await proc.done;
-  yield {
-    type: 'exit',
-    result: {
-      exitCode: exit.exitCode,
-      encoding: req.encoding ?? 'utf8',
-      truncated: proc.stdout.truncated || proc.stderr.truncated,
-      stdoutBytes: proc.stdout.total,
-      stderrBytes: proc.stderr.total,
-      timedOut: exit.timedOut,
-      oomKilled: sandboxUsage(target.id).oomKills > oomBefore,
-      durationMs: exit.durationMs,
-    },
-  };
+  yield { type: 'exit', result: exitStatus(proc, exit, req, sandboxUsage(target.id).oomKills > oomBefore) };
 }
