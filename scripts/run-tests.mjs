@@ -14,15 +14,21 @@ function findTests(dir, out = []) {
   return out;
 }
 
+/**
+ * What the suite's own servers could leave behind: mounts under their data dirs
+ * (/var/tmp/dsec-test-*) and cgroups of sandboxes on their edges (test edge ids are t<hex>,
+ * see test/helpers/server.ts), so a benchmark or another dsec running beside does not count.
+ */
 function hostDsecState() {
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
-    .filter((l) => /dsec-test/.test(l))
-    .map((l) => l.split(' ')[4]);
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((mp) => mp.startsWith('/var/tmp/dsec-test-'));
   const cgroups = [];
   for (const h of existsSync('/sys/fs/cgroup') ? readdirSync('/sys/fs/cgroup') : []) {
     const d = join('/sys/fs/cgroup', h, 'dsec');
-    if (existsSync(d)) for (const c of readdirSync(d, { withFileTypes: true })) if (c.isDirectory()) cgroups.push(`${h}/dsec/${c.name}`);
+    if (!existsSync(d)) continue;
+    for (const c of readdirSync(d, { withFileTypes: true })) if (c.isDirectory() && /^sb-t[0-9a-f]+-/.test(c.name)) cgroups.push(`${h}/dsec/${c.name}`);
   }
   return [...mounts.map((m) => `mount ${m}`), ...cgroups.map((c) => `cgroup ${c}`)];
 }

@@ -6,6 +6,8 @@ import type { StateStore } from './state-store.js';
 
 /** A blob this young may belong to a build or snapshot that has not registered its image yet. */
 export const GC_GRACE_MS = 10 * 60_000;
+/** Scratch dirs of builds, imports and snapshots: removed only when clearly abandoned. */
+export const TEMP_GRACE_MS = 6 * 3600_000;
 
 export interface GcResult {
   removedLayers: string[];
@@ -35,7 +37,7 @@ export function collectGarbage(images: ImageStore, store: StateStore, now = Date
   }
   for (const name of readdirSync(images.layers.tmpDir)) {
     const p = join(images.layers.tmpDir, name);
-    if (now - statSync(p).mtimeMs > graceMs) {
+    if (now - statSync(p).mtimeMs > Math.max(graceMs, TEMP_GRACE_MS)) {
       rmSync(p, { recursive: true, force: true });
       result.removedTemp.push(name);
     }

@@ -155,8 +155,9 @@ export class StateStore {
     const where: string[] = [];
     const params: unknown[] = [];
     for (const [k, v] of Object.entries(filter.labels ?? {})) {
-      where.push('json_extract(labels, ?) = ?');
-      params.push(`$."${k.replace(/"/g, '')}"`, v);
+      // json_each, not a JSON path built from the key: keys may hold any character.
+      where.push('EXISTS (SELECT 1 FROM json_each(sandboxes.labels) WHERE key = ? AND value = ?)');
+      params.push(k, v);
     }
     if (filter.status) {
       where.push('status = ?');

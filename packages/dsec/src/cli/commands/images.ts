@@ -1,10 +1,17 @@
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { Connection } from '@dsec/sdk';
-import { compileOptions } from '../../config/options.js';
+import { OptionsError, compileOptions } from '../../config/options.js';
 import { buildBusyboxImage } from '../../image/builders/busybox.js';
 import { buildDebianImage } from '../../image/builders/debian.js';
 import { ImageStore } from '../../image/image-store.js';
 import { LayerStore } from '../../image/layer-store.js';
+import { ImportError, importImage } from '../../image/oci-import.js';
+import { DockerfileError } from '../../image/dockerfile/parser.js';
+import { buildDockerfile, type DockerfileBuildOptions, type DockerfileBuildResult } from '../../image/dockerfile/builder.js';
+import { controlPlaneSandboxes, sdkSandboxes } from '../../image/dockerfile/sandboxes.js';
+import { readClientFile, startAllInOne } from '../../runtime/all-in-one.js';
 import { collectList, humanBytes, printTable } from '../output.js';
 
 /** Images live in the data dir's image store; the CLI works on it directly, with or without a server. */
@@ -12,6 +19,43 @@ function openStore(dataDir?: string): ImageStore {
   const opts = compileOptions({ dataDir });
   const layers = new LayerStore(opts.dataDir);
   return new ImageStore(opts.dataDir, layers);
+}
+
+/** A server already up on this data dir, if its client.json answers. */
+async function runningServer(dataDir: string): Promise<{ url: string; apiKey: string } | undefined> {
+  const c = readClientFile(dataDir);
+  if (!c) return undefined;
+  try {
+    const res = await fetch(`${c.url}/v1/nodes`, { headers: { authorization: `Bearer ${c.apiKey}` }, signal: AbortSignal.timeout(2000) });
+    return res.ok ? c : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A Dockerfile build from the CLI: through the dsec server running on the data dir (its API, via
+ * the SDK), or, when none runs, a server started in this process for the build (as `dsec demo`
+ * does). Build sandboxes are killed step by step; other sandboxes are left alone.
+ */
+async function runDockerfileBuild(
+  o: Omit<DockerfileBuildOptions, 'images' | 'sandboxes'> & { dataDir: string | undefined },
+): Promise<DockerfileBuildResult> {
+  const { dataDir: dataDirFlag, ...rest } = o;
+  const options = compileOptions({ dataDir: dataDirFlag, logLevel: 'warn' });
+  const images = openStore(options.dataDir);
+  const conn = await runningServer(options.dataDir);
+  if (conn) {
+    o.progress?.(`using the dsec server at ${conn.url}`);
+    return buildDockerfile({ ...rest, images, sandboxes: sdkSandboxes(conn) });
+  }
+  o.progress?.('no dsec server runs on this data dir: starting one in this process for the build');
+  const dsec = await startAllInOne({ ...options, listen: '127.0.0.1:0' });
+  try {
+    return await buildDockerfile({ ...rest, images: dsec.images, sandboxes: controlPlaneSandboxes(dsec.control) });
+  } finally {
+    await dsec.close();
+  }
 }
 
 export function registerImageCommands(program: Command): void {
@@ -28,19 +72,83 @@ export function registerImageCommands(program: Command): void {
     });
   image
     .command('build')
-    .description('build an image: busybox (a few MB, seconds) or debian (debootstrap minbase, about a minute)')
-    .argument('<builder>', 'busybox | debian')
+    .description(
+      'build an image: busybox (a few MB, seconds), debian (debootstrap minbase, about a minute), or from a Dockerfile: build -f Dockerfile CONTEXT (RUN steps run in real sandboxes; needs root)',
+    )
+    .argument('[target]', 'busybox | debian | a build context directory (with -f, or holding a Dockerfile)')
     .option('--name <name>', 'tag the image with this name')
     .option('-p, --package <pkg>', 'debian: extra package to install (repeatable)', collectList)
+    .option('-f, --file <dockerfile>', 'the Dockerfile (default CONTEXT/Dockerfile)')
+    .option('--build-arg <k=v>', 'a Dockerfile build argument (repeatable)', collectList)
+    .option('--no-cache', 'run every Dockerfile step again')
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
-    .action(async (builder: string, f: { name?: string; package?: string[]; dataDir?: string }) => {
+    .action(
+      async (
+        target: string | undefined,
+        f: { name?: string; package?: string[]; file?: string; buildArg?: string[]; cache?: boolean; dataDir?: string },
+      ) => {
+        const progress = (m: string): void => void process.stderr.write(`${m}\n`);
+        const isContext = target !== undefined && target !== 'busybox' && target !== 'debian' && existsSync(target) && statSync(target).isDirectory();
+        if (f.file || isContext || target === undefined) {
+          const contextDir = target ?? '.';
+          const dockerfile = f.file ?? join(contextDir, 'Dockerfile');
+          if (!existsSync(dockerfile)) throw new OptionsError(`no Dockerfile at ${dockerfile}: give one with -f, or a builder (busybox, debian)`);
+          const buildArgs: Record<string, string> = {};
+          for (const kv of f.buildArg ?? []) {
+            const i = kv.indexOf('=');
+            if (i <= 0) throw new OptionsError(`--build-arg ${kv}: expected KEY=VALUE`);
+            buildArgs[kv.slice(0, i)] = kv.slice(i + 1);
+          }
+          try {
+            const r = await runDockerfileBuild({
+              dataDir: f.dataDir,
+              dockerfile: readFileSync(dockerfile, 'utf8'),
+              contextDir,
+              name: f.name,
+              buildArgs,
+              noCache: f.cache === false,
+              progress,
+              output: (chunk) => void process.stderr.write(chunk),
+            });
+            process.stdout.write(`${r.name ?? ''}${r.name ? ' ' : ''}${r.id}\n`);
+          } catch (err) {
+            if (!(err instanceof DockerfileError)) throw err;
+            process.stderr.write(`dsec: build failed: ${err.message}\n`);
+            process.exitCode = 1;
+          }
+          return;
+        }
+        const store = openStore(f.dataDir);
+        let built;
+        if (target === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
+        else if (target === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
+        else throw new Error(`unknown builder ${JSON.stringify(target)}: use busybox, debian, or a Dockerfile context directory`);
+        process.stdout.write(`${built.name} ${built.id}\n`);
+      },
+    );
+  image
+    .command('import')
+    .description('import an OCI image layout (directory or tar) or a `docker save` archive into the local image store')
+    .argument('<path>', 'a directory holding an OCI layout, or a tar (gzip/zstd allowed) of a layout or of `docker save`')
+    .option('--name <name>', 'tag the image with this name (default: the name the archive gives it)')
+    .option('--squash', 'merge all layers into one EROFS layer')
+    .option('--ref <ref>', 'which image, when the archive holds several')
+    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
+    .option('--json', 'machine-readable output')
+    .action(async (path: string, f: { name?: string; squash?: boolean; ref?: string; dataDir?: string; json?: boolean }) => {
       const store = openStore(f.dataDir);
       const progress = (m: string): void => void process.stderr.write(`${m}\n`);
-      let built;
-      if (builder === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
-      else if (builder === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
-      else throw new Error(`unknown builder ${JSON.stringify(builder)}: use busybox or debian`);
-      process.stdout.write(`${built.name} ${built.id}\n`);
+      let r;
+      try {
+        r = await importImage(store, path, { name: f.name, squash: f.squash ?? false, ref: f.ref, progress });
+      } catch (err) {
+        if (!(err instanceof ImportError)) throw err;
+        process.stderr.write(`dsec: image import failed: ${err.message}\n`);
+        process.exitCode = 1;
+        return;
+      }
+      if (f.json) process.stdout.write(JSON.stringify({ ...r, image: store.info(r.id) }, null, 2) + '\n');
+      else process.stdout.write(`${r.name} ${r.id}\n`);
     });
   image
     .command('rm')

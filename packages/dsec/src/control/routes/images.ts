@@ -1,14 +1,30 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BuildImageRequest, ErrorBody, ImageInfo, ImageList } from '@dsec/sdk/schema';
+import { Readable, Transform } from 'node:stream';
+import {
+  BuildImageRequest, ErrorBody, ImageInfo, ImageList, ImportImageQuery, ImportImageResult, MAX_IMAGE_IMPORT_BYTES,
+} from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { buildBusyboxImage } from '../../image/builders/busybox.js';
 import { buildDebianImage } from '../../image/builders/debian.js';
 import { type ImageId, type ImageStore, normalizeName } from '../../image/image-store.js';
+import { ImportError, importImageArchive } from '../../image/oci-import.js';
 import { collectGarbage } from '../image-gc.js';
 import type { StateStore } from '../state-store.js';
 import { Type } from 'typebox';
 import { errorResponses as errors } from './error-responses.js';
+
+/** Counts bytes through; past `limit` the upload fails with 413 rather than filling a disk. */
+function limitBytes(limit: number): Transform {
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      seen += chunk.length;
+      if (seen > limit) cb(new ApiError('PAYLOAD_TOO_LARGE', `the archive is over the ${limit}-byte limit`, { limit }));
+      else cb(null, chunk);
+    },
+  });
+}
 
 export interface ImageRouteDeps {
   images: ImageStore;
@@ -38,6 +54,44 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
           throw new ApiError('INTERNAL', `image build failed: ${(err as Error).message}`, { builder });
         }
         return reply.status(201).send(images.info(built.id)!);
+      },
+    );
+
+    const ARCHIVE_TYPES = ['application/x-tar', 'application/gzip', 'application/x-gzip', 'application/zstd'];
+    app.addContentTypeParser(ARCHIVE_TYPES, (_req, payload, done) => done(null, payload));
+
+    app.post(
+      '/v1/images/import',
+      {
+        schema: {
+          tags,
+          summary:
+            'Import an OCI image layout or a `docker save` archive (raw body: application/x-tar, or gzip/zstd of one); digests are verified, each layer becomes an EROFS layer',
+          querystring: ImportImageQuery,
+          response: { 201: ImportImageResult, ...errors },
+        },
+      },
+      async (req, reply) => {
+        if (!(req.body instanceof Readable)) {
+          throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the archive as the raw body with Content-Type: ${ARCHIVE_TYPES.join(' or ')}`);
+        }
+        const limited = req.body.pipe(limitBytes(MAX_IMAGE_IMPORT_BYTES));
+        req.body.on('error', (err) => limited.destroy(err));
+        let result;
+        try {
+          result = await importImageArchive(images, limited, {
+            name: req.query.name,
+            squash: req.query.squash ?? false,
+            ref: req.query.ref,
+            progress: (m) => req.log.info({ import: true }, m),
+          });
+        } catch (err) {
+          if (err instanceof ApiError) throw err;
+          if (err instanceof ImportError) throw new ApiError('INVALID_REQUEST', `image import failed: ${err.message}`);
+          throw new ApiError('INTERNAL', `image import failed: ${(err as Error).message}`);
+        }
+        const { id, format, sourceRef, squashed, layers, warnings } = result;
+        return reply.status(201).send({ image: images.info(id)!, format, ...(sourceRef ? { sourceRef } : {}), squashed, layers, warnings });
       },
     );
 
