@@ -97,8 +97,10 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
   const leftover = await Sandbox.list({ ...conn, labels: { demo: runLabel } });
   for (const s of leftover) leaks.push(`sandbox record ${s.id} (${s.status})`);
   if (server) {
+    // With the server stopped, its layer mounts must be gone too (other sandboxes on the host,
+    // e.g. another dsec's, are not ours to count).
     await server.close({ killAll: false });
-    leaks.push(...(await findLeaks(options.dataDir, { includeLayers: true })));
+    leaks.push(...(await findLeaks(options.dataDir, { onlyIds: created.map((s) => s.id), includeLayers: true })));
   }
 
   const report: DemoReport = {
