@@ -3,8 +3,14 @@ import type { CallOptions, Connection } from './connection.js';
 import { CommandExitError, DsecError } from './errors.js';
 import { readNdjson } from './ndjson.js';
 
-export type RunOptions = Omit<ExecRequest, 'cmd'> &
-  CallOptions & {
+/**
+ * `timeoutMs` is the command's own timeout (it is killed, and the result says timedOut); the HTTP
+ * call waits that long plus a margin, or `requestTimeoutMs` when given.
+ */
+export type RunOptions = Omit<ExecRequest, 'cmd'> & {
+    signal?: AbortSignal;
+    /** Deadline of the HTTP call itself. @default timeoutMs + 10 s */
+    requestTimeoutMs?: number;
     /** Throw CommandExitError when the exit code is not 0. @default false */
     throwOnError?: boolean;
     /** Called with each stdout chunk as it is produced (switches to streaming). */
@@ -17,8 +23,8 @@ export type StreamEvent = { type: 'stdout' | 'stderr'; data: Uint8Array } | ({ t
 const DEFAULT_TIMEOUT = 60_000;
 
 /** The HTTP call waits for the command: give it a margin over the command's own timeout. */
-function callTimeout(req: { timeoutMs?: number | undefined }, opts: CallOptions): number {
-  return opts.timeoutMs ?? (req.timeoutMs ?? DEFAULT_TIMEOUT) + 10_000;
+function callTimeout(req: { timeoutMs?: number | undefined }, requestTimeoutMs: number | undefined): number {
+  return requestTimeoutMs ?? (req.timeoutMs ?? DEFAULT_TIMEOUT) + 10_000;
 }
 
 /** A background process: poll its output, wait, signal, feed stdin. */
@@ -92,14 +98,14 @@ export class Commands {
    * @example const r = await sandbox.commands.run('echo hi'); r.stdout === 'hi\n'
    */
   async run(cmd: string | string[], opts: RunOptions = {}): Promise<ExecResult> {
-    const { signal, timeoutMs, throwOnError, onStdout, onStderr, ...rest } = opts;
+    const { signal, requestTimeoutMs, throwOnError, onStdout, onStderr, ...rest } = opts;
     const body: ExecRequest = { cmd, ...rest };
     let result: ExecResult;
     if (onStdout || onStderr) {
       const enc = body.encoding ?? 'utf8';
       const out = { stdout: [] as Uint8Array[], stderr: [] as Uint8Array[] };
       let exit: Extract<StreamEvent, { type: 'exit' }> | undefined;
-      for await (const ev of this.stream(cmd, { ...rest, signal, timeoutMs })) {
+      for await (const ev of this.stream(cmd, { ...rest, signal, requestTimeoutMs })) {
         if (ev.type === 'exit') exit = ev;
         else {
           out[ev.type].push(ev.data);
@@ -110,7 +116,7 @@ export class Commands {
       const { type: _t, ...status } = exit;
       result = { ...status, stdout: Buffer.concat(out.stdout).toString(enc), stderr: Buffer.concat(out.stderr).toString(enc) };
     } else {
-      result = await this.conn.json<ExecResult>('POST', `/v1/sandboxes/${this.id}/exec`, { json: body, signal, timeoutMs: callTimeout(body, { timeoutMs }) });
+      result = await this.conn.json<ExecResult>('POST', `/v1/sandboxes/${this.id}/exec`, { json: body, signal, timeoutMs: callTimeout(body, requestTimeoutMs) });
     }
     if (throwOnError && result.exitCode !== 0) throw new CommandExitError(result.exitCode, result.stdout, result.stderr);
     return result;
@@ -122,12 +128,12 @@ export class Commands {
    * @example for await (const ev of sb.commands.stream('make')) if (ev.type === 'stdout') process.stdout.write(ev.data);
    */
   async *stream(cmd: string | string[], opts: Omit<RunOptions, 'throwOnError' | 'onStdout' | 'onStderr'> = {}): AsyncGenerator<StreamEvent> {
-    const { signal, timeoutMs, ...rest } = opts;
+    const { signal, requestTimeoutMs, ...rest } = opts;
     const body: ExecRequest = { cmd, ...rest };
     const res = await this.conn.request('POST', `/v1/sandboxes/${this.id}/exec`, {
       json: body,
       signal,
-      timeoutMs: callTimeout(body, { timeoutMs }),
+      timeoutMs: callTimeout(body, requestTimeoutMs),
       accept: 'application/x-ndjson',
     });
     if (!res.body) return;
@@ -138,9 +144,13 @@ export class Commands {
   }
 
   /** Starts a background process that outlives this call. */
-  async start(cmd: string | string[], opts: Omit<StartProcessRequest, 'cmd'> & CallOptions = {}): Promise<ProcessHandle> {
-    const { signal, timeoutMs, ...rest } = opts;
-    const info = await this.conn.json<ProcessInfo>('POST', `/v1/sandboxes/${this.id}/processes`, { json: { cmd, ...rest }, signal, timeoutMs });
+  /** `timeoutMs` kills the process after that long; `requestTimeoutMs` bounds the HTTP call. */
+  async start(
+    cmd: string | string[],
+    opts: Omit<StartProcessRequest, 'cmd'> & { signal?: AbortSignal; requestTimeoutMs?: number } = {},
+  ): Promise<ProcessHandle> {
+    const { signal, requestTimeoutMs, ...rest } = opts;
+    const info = await this.conn.json<ProcessInfo>('POST', `/v1/sandboxes/${this.id}/processes`, { json: { cmd, ...rest }, signal, timeoutMs: requestTimeoutMs });
     return new ProcessHandle(this.conn, this.id, info);
   }
 

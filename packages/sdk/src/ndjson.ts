@@ -1,3 +1,5 @@
+import { DsecError, TimeoutError } from './errors.js';
+
 /** Parses a newline-delimited JSON response body into objects, as they arrive. */
 export async function* readNdjson<T>(body: ReadableStream<Uint8Array>): AsyncGenerator<T> {
   const decoder = new TextDecoder();
@@ -5,7 +7,17 @@ export async function* readNdjson<T>(body: ReadableStream<Uint8Array>): AsyncGen
   const reader = body.getReader();
   try {
     for (;;) {
-      const { value, done } = await reader.read();
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        // The call's deadline or signal fired mid-stream.
+        if (err instanceof Error && (err.name === 'TimeoutError' || err.name === 'AbortError')) {
+          throw new TimeoutError(`the stream was cut by its deadline or signal: ${err.message}`, 'TIMEOUT', undefined);
+        }
+        throw new DsecError(`the stream broke: ${(err as Error).message}`, 'STREAM_BROKEN', undefined);
+      }
+      const { value, done } = chunk;
       if (done) break;
       buffered += decoder.decode(value, { stream: true });
       let nl: number;

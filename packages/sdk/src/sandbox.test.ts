@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+ 
 /** What the SDK puts on the wire, checked against a local HTTP server that records requests. */
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';

@@ -20,13 +20,17 @@ export class Session {
    * Runs one command in the session and returns its own output and exit code.
    * @example await s.run('cd /tmp && export X=1'); (await s.run('echo $PWD $X')).stdout === '/tmp 1\n'
    */
-  async run(cmd: string, opts: Omit<SessionExecRequest, 'cmd'> & CallOptions & { throwOnError?: boolean } = {}): Promise<SessionResult> {
-    const { signal, timeoutMs, throwOnError, ...rest } = opts;
+  /** `timeoutMs` interrupts the command (the session survives); `requestTimeoutMs` bounds the HTTP call. */
+  async run(
+    cmd: string,
+    opts: Omit<SessionExecRequest, 'cmd'> & { signal?: AbortSignal; requestTimeoutMs?: number; throwOnError?: boolean } = {},
+  ): Promise<SessionResult> {
+    const { signal, requestTimeoutMs, throwOnError, ...rest } = opts;
     const body: SessionExecRequest = { cmd, ...rest };
     const r = await this.conn.json<SessionResult>('POST', `/v1/sandboxes/${this.sandboxId}/sessions/${this.info.id}/exec`, {
       json: body,
       signal,
-      timeoutMs: timeoutMs ?? (body.timeoutMs ?? 60_000) + 10_000,
+      timeoutMs: requestTimeoutMs ?? (body.timeoutMs ?? 60_000) + 10_000,
     });
     if (throwOnError && r.exitCode !== 0) throw new CommandExitError(r.exitCode, r.stdout, r.stderr);
     return r;

@@ -46,12 +46,18 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
     if (envValue !== undefined && envValue !== '') merged[key] = envValue;
   }
   for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
+  // Convert would cut "2.5" to 2: numbers must be written as integers.
+  if (merged['maxSandboxes'] !== undefined && !/^\d+$/.test(String(merged['maxSandboxes']))) {
+    throw new OptionsError(`invalid option /maxSandboxes: ${JSON.stringify(merged['maxSandboxes'])} is not a whole number`);
+  }
   const withDefaults = Value.Default(ServerOptions, Value.Convert(ServerOptions, merged));
   const errors = [...Value.Errors(ServerOptions, withDefaults)];
   if (errors.length > 0) {
     const e = errors[0]!;
     throw new OptionsError(`invalid option ${e.instancePath || '(root)'}: ${e.message}`);
   }
+  const port = parseListen((withDefaults as ServerOptions).listen).port;
+  if (port > 65535) throw new OptionsError(`invalid option /listen: port ${port} is above 65535`);
   return withDefaults as ServerOptions;
 }
 

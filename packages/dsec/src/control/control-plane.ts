@@ -4,9 +4,10 @@ import type { Logger } from 'pino';
 import { Readable } from 'node:stream';
 import type {
   CreateSandboxRequest, ExecRequest, ExecResult, ForkRequest, ForkResult, ImageConfig, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
-  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult,
+  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult, StartProcessRequest, ProcessInfo,
 } from '@dsec/sdk/schema';
 import { parseAllowList, PolicyError, type NetworkPolicy } from '../net/policy.js';
+import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../exec/run-command.js';
 import { ApiError } from '../api-error.js';
 import type { EdgeApi, EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
@@ -336,6 +337,7 @@ export class ControlPlane {
   }
 
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+    checkCommand(req);
     const result = await this.#runningOn(id).exec(id, req, signal);
     this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: result.durationMs, exitCode: result.exitCode, payload: stdinPayload(req) });
     return result;
@@ -343,6 +345,7 @@ export class ControlPlane {
 
   /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
   async *execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    checkCommand(req);
     const edge = this.#runningOn(id);
     const kept = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
     let keptBytes = 0;
@@ -357,6 +360,14 @@ export class ControlPlane {
       }
       yield ev;
     }
+  }
+
+  /** Background processes change state too: logged so a replay starts them again. */
+  async startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
+    checkCommand({ cmd: req.cmd });
+    const info = await this.#runningOn(id).startProcess(id, req);
+    this.trajectory.append(id, { kind: 'process.start', request: { ...req }, result: { processId: info.id } });
+    return info;
   }
 
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
@@ -444,6 +455,21 @@ export class ControlPlane {
   /** Kills every sandbox (used by `dsec demo` cleanup and tests). */
   async killAll(): Promise<void> {
     await Promise.allSettled(this.store.listSandboxes().map((s) => this.kill(s.id)));
+  }
+}
+
+/**
+ * Checks the schema cannot express: an argv's program is not empty (a body `cmd: ""` can arrive
+ * as `[""]`), and stdin decodes to at most MAX_STDIN_BYTES.
+ */
+export function checkCommand(req: { cmd: string | string[]; stdin?: string | undefined; stdinEncoding?: 'utf8' | 'base64' | undefined }): void {
+  const program = Array.isArray(req.cmd) ? req.cmd[0] : req.cmd;
+  if (!program) throw new ApiError('INVALID_REQUEST', 'cmd is empty: give a shell command line or an argv whose first item is the program', { field: 'cmd' });
+  if (req.stdin !== undefined && Buffer.byteLength(req.stdin, req.stdinEncoding ?? 'utf8') > MAX_STDIN_BYTES) {
+    throw new ApiError('PAYLOAD_TOO_LARGE', `stdin is over ${MAX_STDIN_BYTES} bytes; stream larger input to a background process (POST …/processes/{pid}/stdin)`, {
+      field: 'stdin',
+      limit: MAX_STDIN_BYTES,
+    });
   }
 }
 

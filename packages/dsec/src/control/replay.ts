@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import type { ExecRequest, OpenSessionRequest, ReplayResult, SessionExecRequest, TrajectoryEntry } from '@dsec/sdk/schema';
+import type { ExecRequest, OpenSessionRequest, ReplayResult, SessionExecRequest, StartProcessRequest, TrajectoryEntry } from '@dsec/sdk/schema';
 import type { EdgeApi } from '../edge/edge-api.js';
 
 type Step = ReplayResult['steps'][number];
@@ -62,6 +62,9 @@ export async function replayEntries(
           break;
         case 'files.rename':
           await edge.renamePath(sandboxId, String(r['from']), String(r['to']));
+          break;
+        case 'process.start':
+          await edge.startProcess(sandboxId, r as StartProcessRequest);
           break;
         case 'pty':
           throw new Error('interactive terminal sessions are not replayable');

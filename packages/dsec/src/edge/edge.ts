@@ -12,7 +12,9 @@ import { runCommand, streamCommand, type ExecEvent } from '../exec/run-command.j
 import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
-import { CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree, sandboxUsage } from '../host/cgroups.js';
+import {
+  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree, removeEmptyCgroup, sandboxUsage,
+} from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
 import { AddressPool, type Link } from '../net/address-pool.js';
 import { HostGuard } from '../net/host-guard.js';
@@ -491,7 +493,7 @@ export class Edge implements EdgeApi {
     await Promise.allSettled([...this.#busy.values()]);
     if (opts.killAll) {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
-      removeCgroupTree(CGROUP_PARENT);
+      removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent
     }
     if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
     this.#state = 'stopped';

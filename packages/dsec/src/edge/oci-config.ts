@@ -34,10 +34,13 @@ export interface ProcessSpec {
   user: { uid: number; gid: number };
 }
 
-/** "uid[:gid]" → numbers; names are not resolved (images carry numeric users). */
+/**
+ * "uid[:gid]" → numbers. Images carry numeric users (imports resolve names); anything else runs as
+ * nobody, never as root by accident.
+ */
 export function parseUser(user: string): { uid: number; gid: number } {
   const m = /^(\d+)(?::(\d+))?$/.exec(user.trim());
-  if (!m) return { uid: 0, gid: 0 };
+  if (!m) return { uid: 65534, gid: 65534 };
   const uid = Number(m[1]);
   return { uid, gid: m[2] === undefined ? uid : Number(m[2]) };
 }

@@ -1,4 +1,5 @@
 import { type Stats, closeSync, fstatSync, lstatSync, openSync, readSync, readdirSync, readlinkSync, writeSync, fchmodSync, constants as fsc } from 'node:fs';
+import { posix } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import {
@@ -19,8 +20,8 @@ const VIRTUAL = /^\/(proc|sys|dev)(\/|$)/;
 /** Normalises an API path: relative paths are taken from `cwd`; the result is absolute. */
 export function sandboxPath(path: string, cwd: string): string {
   if (path.includes('\0')) throw new ApiError('INVALID_REQUEST', 'path must not contain NUL bytes', { path });
-  const abs = path.startsWith('/') ? path : `${cwd.replace(/\/$/, '')}/${path}`;
-  if (VIRTUAL.test(abs.replace(/\/+/g, '/'))) {
+  const abs = posix.normalize(path.startsWith('/') ? path : `${cwd.replace(/\/$/, '')}/${path}`);
+  if (VIRTUAL.test(abs)) {
     throw new ApiError('INVALID_REQUEST', `path ${path} is in /proc, /sys or /dev, which the files API does not serve; read it with exec`, { path });
   }
   return abs;
@@ -135,10 +136,21 @@ export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode
     } catch (err) {
       if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err;
       try {
-        // O_EXCL: a new regular file, or EEXIST if the sandbox raced one in (the caller retries).
+        // O_EXCL: a new regular file, never an existing FIFO or device.
         fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | O_CLOEXEC, mode, RESOLVE);
       } catch (e) {
-        mapError(e, path);
+        if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
+        // A dangling symlink: create its target (resolved inside the root). O_NONBLOCK so a FIFO
+        // raced in meanwhile fails (ENXIO) instead of blocking; the fstat below rejects non-files.
+        try {
+          fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NONBLOCK | O_CLOEXEC, mode, RESOLVE);
+        } catch (e2) {
+          mapError(e2, path);
+        }
+        if (!fstatSync(fd).isFile()) {
+          closeSync(fd);
+          throw new ApiError('INVALID_REQUEST', `${path} is not a regular file`, { path });
+        }
       }
     }
     try {

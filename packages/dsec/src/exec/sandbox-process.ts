@@ -3,12 +3,35 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { signalNumber } from '../host/run-tool.js';
+import { CGROUP_PARENT, cgroupPids } from '../host/cgroups.js';
 import { processBlock, type ProcessSpec } from '../edge/oci-config.js';
 import { killTree } from '../edge/process-tree.js';
 import { CappedOutput } from './capped-output.js';
 import type { ExecTarget } from './exec-target.js';
 
 export type StreamName = 'stdout' | 'stderr';
+
+/** After the command exits, how long the pipes may stay silent before they are closed. */
+const QUIET_MS = 500;
+
+/** Environment variable that marks every process a command started (see killTagged). */
+export const EXEC_TAG_VAR = 'DSEC_EXEC_ID';
+
+/** SIGKILLs every process of a sandbox whose environment carries this exec's tag. */
+export function killTagged(sandboxId: string, tag: string): number {
+  const needle = Buffer.from(`${EXEC_TAG_VAR}=${tag}\0`);
+  let killed = 0;
+  for (const pid of cgroupPids(`${CGROUP_PARENT}/${sandboxId}`)) {
+    try {
+      if (!readFileSync(`/proc/${pid}/environ`).includes(needle)) continue;
+      process.kill(pid, 'SIGKILL');
+      killed++;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return killed;
+}
 export type OutputListener = (stream: StreamName, raw: Buffer, kept: Buffer) => void;
 
 export interface ProcessExit {
@@ -44,12 +67,18 @@ export class SandboxProcess {
   readonly #listeners = new Set<OutputListener>();
   #timedOut = false;
   #killed = false;
+  readonly #tag: string;
+  readonly #sandboxId: string;
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
     const tag = randomBytes(6).toString('hex');
     const specFile = join(target.scratchDir, `exec-${tag}.json`);
     this.#pidFile = join(target.scratchDir, `exec-${tag}.pid`);
-    writeFileSync(specFile, JSON.stringify(processBlock(spec)));
+    // The tag is inherited by everything the command starts, so kill() finds descendants that
+    // were reparented to the sandbox's init (a double fork) and left the process tree.
+    this.#tag = tag;
+    this.#sandboxId = target.id;
+    writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] })));
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
     const started = performance.now();
@@ -90,12 +119,21 @@ export class SandboxProcess {
       });
       child.on('exit', (c, s) => {
         code = c ?? 128 + signalNumber(s);
-        // A background child of the command may hold the pipes open: don't wait on it for long.
-        const grace = setTimeout(() => {
+        // The pipes normally close right after; a background child of the command may hold them
+        // open for good. Wait while output keeps coming (a busy host delivers it late), and stop
+        // waiting only after a quiet spell.
+        let grace = setTimeout(stopWaiting, QUIET_MS);
+        function stopWaiting(): void {
           child.stdout!.destroy();
           child.stderr!.destroy();
           finish();
-        }, 100);
+        }
+        const rearm = (): void => {
+          clearTimeout(grace);
+          grace = setTimeout(stopWaiting, QUIET_MS);
+        };
+        child.stdout!.on('data', rearm);
+        child.stderr!.on('data', rearm);
         child.on('close', () => {
           clearTimeout(grace);
           finish();
@@ -164,7 +202,11 @@ export class SandboxProcess {
     if (this.#exit) return;
     if (sig === 'SIGKILL') {
       if (pid) killTree(pid);
-      this.#child.kill('SIGKILL');
+      killTagged(this.#sandboxId, this.#tag);
+      // crun exec reaps the command and exits by itself; killing it first would leave the
+      // command a zombie parented to the host's PID 1. Only a crun that lingers is killed.
+      if (!pid) this.#child.kill('SIGKILL');
+      else setTimeout(() => this.#child.kill('SIGKILL'), 1000).unref();
       return;
     }
     if (pid) {

@@ -177,6 +177,10 @@ export class ShellSession {
   }
 
   async close(): Promise<void> {
+    // Jobs the session put in the background go with it: they carry the session's exec tag.
+    const shellPid = this.#proc.hostPid;
+    if (shellPid) for (const pid of processTree(shellPid).slice(1)) killTree(pid);
+    void this.#proc.signal('SIGKILL');
     this.#proc.endStdin();
     const t = setTimeout(() => this.#proc.kill(), 1000);
     await this.#proc.done;

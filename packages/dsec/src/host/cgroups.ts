@@ -26,6 +26,17 @@ export function removeCgroupTree(rel: string): string[] {
   return left;
 }
 
+/** Removes a cgroup in every hierarchy only where it has no children and no tasks. */
+export function removeEmptyCgroup(rel: string): void {
+  for (const dir of cgroupDirs(rel)) {
+    try {
+      rmdirSync(dir);
+    } catch {
+      // not empty: still in use
+    }
+  }
+}
+
 function rmdirDeep(dir: string): boolean {
   for (const entry of safeReaddir(dir, true)) rmdirDeep(join(dir, entry));
   try {

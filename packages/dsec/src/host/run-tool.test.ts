@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+ 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ToolError, runTool, runToolOrThrow, signalNumber } from './run-tool.js';

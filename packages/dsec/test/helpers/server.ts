@@ -3,10 +3,13 @@
  * fresh data dir under /var/tmp, and tears it down with a leak check. Nothing here is mocked.
  */
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { compileOptions } from '../../src/config/options.js';
 import { findLeaks } from '../../src/host/leak-check.js';
 import { readMounts } from '../../src/host/mounts.js';
+import { umount } from '../../src/host/syscalls.js';
 import { which } from '../../src/host/doctor.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { startAllInOne, type RunningDsec } from '../../src/runtime/all-in-one.js';
@@ -30,6 +33,8 @@ export interface TestServer {
   url: string;
   apiKey: string;
   dataDir: string;
+  /** This server's edge id; every sandbox id is `sb-<edgeId>-…`. */
+  edgeId: string;
   dsec: RunningDsec;
   /** Connection options for the SDK: `Sandbox.create({ ...server.conn, … })`. */
   conn: { url: string; apiKey: string };
@@ -41,15 +46,19 @@ export function makeDataDir(): string {
   return mkdtempSync(DATA_DIR_PREFIX);
 }
 
+/**
+ * A fresh edge id per test server. Sandbox cgroups live under one host-wide parent (`dsec/`) that
+ * every dsec on the machine shares; the edge id in each sandbox id tells ours apart.
+ */
+export function newEdgeId(): string {
+  return `t${randomBytes(5).toString('hex')}`;
+}
+
 /** Starts dsec on `dataDir` (which may hold state from an earlier start) and builds busybox. */
-export async function startDsec(dataDir: string, opts: { maxSandboxes?: number } = {}): Promise<RunningDsec> {
-  const dsec = await startAllInOne({
-    dataDir,
-    listen: '127.0.0.1:0',
-    edgeId: 'local',
-    maxSandboxes: opts.maxSandboxes ?? 4000,
-    logLevel: 'silent',
-  });
+export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number }): Promise<RunningDsec> {
+  // compileOptions fills every other option with its default; {} as env keeps DSEC_* out.
+  const options = compileOptions({ dataDir, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, logLevel: 'silent' }, {});
+  const dsec = await startAllInOne(options);
   try {
     await buildBusyboxImage(dsec.images);
   } catch (err) {
@@ -67,27 +76,43 @@ export function mountsBelow(dir: string): string[] {
 }
 
 /**
- * Asserts a data dir holds nothing on the host any more (no sandbox or layer mount, cgroup, crun
- * container or sandbox directory), then removes it. Refuses to delete through a mount.
+ * findLeaks(dataDir, {includeLayers: true}), with cgroups narrowed to this edge's sandboxes:
+ * findLeaks reports every `dsec/sb-*` cgroup on the host, including those of other dsec servers
+ * running on the same machine. Mounts, crun containers and directories are per data dir already.
  */
-export async function assertCleanAndRemove(dataDir: string): Promise<void> {
-  assert.ok(dataDir.startsWith(DATA_DIR_PREFIX), `refusing to remove ${dataDir}: not a test data dir`);
+export async function dataDirLeaks(dataDir: string, edgeId: string): Promise<string[]> {
   const leaks = await findLeaks(dataDir, { includeLayers: true });
-  const mounts = mountsBelow(dataDir);
+  return leaks.filter((l) => !l.startsWith('cgroup ') || l.startsWith(`cgroup dsec/sb-${edgeId}-`));
+}
+
+/**
+ * Asserts a data dir holds nothing on the host any more (no sandbox or layer mount, cgroup, crun
+ * container or sandbox directory), then removes it. Refuses to delete through a mount. The one
+ * mount allowed is the tmpfs `dsec doctor` puts on a data dir that sits on overlayfs: it is
+ * unmounted first.
+ */
+export async function assertCleanAndRemove(dataDir: string, edgeId: string): Promise<void> {
+  assert.ok(dataDir.startsWith(DATA_DIR_PREFIX), `refusing to remove ${dataDir}: not a test data dir`);
+  const leaks = await dataDirLeaks(dataDir, edgeId);
+  const doctorTmpfs = readMounts().some((m) => m.mountPoint === dataDir && m.fsType === 'tmpfs');
+  const mounts = mountsBelow(dataDir).filter((mp) => !(doctorTmpfs && mp === dataDir));
   if (mounts.length > 0) {
     // Never rm -rf through a mount: that would delete a layer's or a sandbox's files (or worse).
     throw new Error(`data dir ${dataDir} still has mounts; NOT removing it:\n  ${mounts.join('\n  ')}\nleaks: ${JSON.stringify(leaks)}`);
   }
   assert.deepEqual(leaks, [], `dsec leaked resources of ${dataDir}`);
+  if (doctorTmpfs) umount(dataDir);
+  if (mountsBelow(dataDir).length > 0) throw new Error(`data dir ${dataDir} is still a mount point; NOT removing it`);
   rmSync(dataDir, { recursive: true, force: true });
 }
 
 /** Starts one shared server for a test file (call from `before`, close from `after`). */
 export async function startTestServer(opts: { maxSandboxes?: number } = {}): Promise<TestServer> {
   const dataDir = makeDataDir();
+  const edgeId = newEdgeId();
   let dsec: RunningDsec;
   try {
-    dsec = await startDsec(dataDir, opts);
+    dsec = await startDsec(dataDir, { ...opts, edgeId });
   } catch (err) {
     if (existsSync(dataDir) && mountsBelow(dataDir).length === 0) rmSync(dataDir, { recursive: true, force: true });
     throw err;
@@ -97,13 +122,14 @@ export async function startTestServer(opts: { maxSandboxes?: number } = {}): Pro
     url: dsec.url,
     apiKey: dsec.apiKey,
     dataDir,
+    edgeId,
     dsec,
     conn: { url: dsec.url, apiKey: dsec.apiKey },
     async close() {
       if (closed) return;
       closed = true;
       await dsec.close({ killAll: true });
-      await assertCleanAndRemove(dataDir);
+      await assertCleanAndRemove(dataDir, edgeId);
     },
   };
 }

@@ -1,6 +1,6 @@
 /** Raw HTTP helpers for wire-level checks: status codes and the `{error:{code,message,details}}` body. */
 import assert from 'node:assert/strict';
-import { DsecError } from '@dsec/sdk';
+import type { DsecError } from '@dsec/sdk';
 
 export interface WireResponse {
   status: number;

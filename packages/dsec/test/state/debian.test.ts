@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+ 
 /**
  * Everything that needs a Debian image, in one file (debootstrap takes about 80 s per data dir):
  * a Dockerfile build of a small Python project whose sandbox runs it, the rebuild fully cached,

@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+ 
 /**
  * Dockerfile builds on busybox (no debootstrap needed) against a real server: RUN in real
  * sandboxes, COPY of a directory, ENV/WORKDIR/USER/LABEL/CMD in the config, one layer per

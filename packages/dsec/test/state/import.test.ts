@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+ 
 /**
  * OCI image layout and `docker save` imports against a real server, from archives this test
  * writes itself (fixtures/oci.ts: its own ustar writer and digests): whiteouts and opaque dirs

@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+ 
 /**
  * Sandbox state over time against a real server: pause/resume keeps processes and their memory,
  * TTL and idle policies (also across a server restart), and image GC.

@@ -1,4 +1,4 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test's describe() and test() return promises the runner itself awaits */
+ 
 /**
  * Snapshot/restore correctness against a real server: a sandbox restored from a snapshot shows
  * exactly the snapshotted tree (paths, types, modes, owners, link targets, hard-link groups,

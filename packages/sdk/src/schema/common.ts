@@ -17,11 +17,11 @@ export type ErrorBody = Static<typeof ErrorBody>;
 export const Labels = Type.Record(
   Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$' }),
   Type.String({ maxLength: 256 }),
-  { description: 'Key/value labels; list filters on them with ?label=k=v.', maxProperties: 64 },
+  { description: 'Key/value labels; list filters on them with ?label=k=v.', maxProperties: 64, additionalProperties: false },
 );
 
 export const EnvMap = Type.Record(
   Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$', maxLength: 256 }),
   Type.String({ maxLength: 32768 }),
-  { description: 'Environment variables, merged over the image environment.', maxProperties: 256 },
+  { description: 'Environment variables, merged over the image environment.', maxProperties: 256, additionalProperties: false },
 );

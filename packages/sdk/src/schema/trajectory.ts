@@ -12,6 +12,7 @@ export const TrajectoryKind = Type.Union([
   Type.Literal('files.rename'),
   Type.Literal('files.upload'),
   Type.Literal('pty'),
+  Type.Literal('process.start'),
 ]);
 export type TrajectoryKind = Static<typeof TrajectoryKind>;
 

@@ -37,6 +37,8 @@ export function execRoutes(deps: { control: ControlPlane; metrics: Metrics }): F
           control.edgeFor(id); // 404/409 now, before the stream starts
           const hangup = abortOnHangup(reply);
           const lines = async function* (): AsyncGenerator<string> {
+            // A first line right away: headers go out before the command writes anything.
+            yield `${JSON.stringify({ type: 'start' })}\n`;
             try {
               for await (const ev of control.execStream(id, req.body, hangup.signal)) {
                 yield ev.type === 'exit' ? `${JSON.stringify({ type: 'exit', ...ev.result })}\n` : `${JSON.stringify({ type: ev.type, data: ev.data.toString('base64') })}\n`;
@@ -95,7 +97,7 @@ export function execRoutes(deps: { control: ControlPlane; metrics: Metrics }): F
     // --- background processes ----------------------------------------------------------------
     const pTags = ['processes'];
     app.post('/v1/sandboxes/:id/processes', { schema: { tags: pTags, summary: 'Start a background process', params: SandboxIdParams, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } }, async (req, reply) =>
-      reply.status(201).send(await control.edgeFor(req.params.id).startProcess(req.params.id, req.body)),
+      reply.status(201).send(await control.startProcess(req.params.id, req.body)),
     );
     app.get('/v1/sandboxes/:id/processes', { schema: { tags: pTags, summary: 'List background processes', params: SandboxIdParams, response: { 200: ProcessList, ...errors } } }, async (req) => ({
       processes: await control.edgeFor(req.params.id).listProcesses(req.params.id),

@@ -1,0 +1,94 @@
+ 
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { DEFAULT_DATA_DIR } from '@dsec/sdk';
+import { OptionsError, compileOptions, parseListen } from './options.js';
+
+describe('compileOptions', () => {
+  test('with no flags and no env every option has its default', () => {
+    assert.deepEqual(compileOptions({}, {}), {
+      dataDir: DEFAULT_DATA_DIR,
+      listen: '127.0.0.1:7070',
+      edgeId: 'local',
+      maxSandboxes: 4000,
+      logLevel: 'info',
+    });
+  });
+
+  test('environment variables set options, strings converted to their types', () => {
+    const opts = compileOptions(
+      {},
+      { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LOG_LEVEL: 'warn' },
+    );
+    assert.deepEqual(opts, { dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, logLevel: 'warn' });
+  });
+
+  test('flags win over environment variables', () => {
+    const opts = compileOptions({ dataDir: '/from/flag', maxSandboxes: '3' }, { DSEC_DATA_DIR: '/from/env', DSEC_MAX_SANDBOXES: '9' });
+    assert.equal(opts.dataDir, '/from/flag');
+    assert.equal(opts.maxSandboxes, 3);
+  });
+
+  test('undefined flags and empty env values fall through to the next source', () => {
+    const opts = compileOptions({ dataDir: undefined }, { DSEC_DATA_DIR: '', DSEC_LISTEN: '127.0.0.1:9' });
+    assert.equal(opts.dataDir, DEFAULT_DATA_DIR);
+    assert.equal(opts.listen, '127.0.0.1:9');
+  });
+
+  test('environment variables that are not dsec options are ignored', () => {
+    const opts = compileOptions({}, { HOME: '/root', DSEC_UNKNOWN: 'x' });
+    assert.equal(opts.edgeId, 'local');
+  });
+
+  test('an unknown flag is rejected with OptionsError', () => {
+    assert.throws(() => compileOptions({ bogus: 1 } as never, {}), OptionsError);
+  });
+
+  test('a listen address without a port is rejected, naming the field', () => {
+    assert.throws(() => compileOptions({ listen: 'localhost' }, {}), (err: unknown) => {
+      assert.ok(err instanceof OptionsError);
+      assert.match(err.message, /listen/);
+      return true;
+    });
+  });
+
+  test('an edge id with upper case or dashes is rejected (it is part of every sandbox id)', () => {
+    assert.throws(() => compileOptions({ edgeId: 'Edge-1' }, {}), OptionsError);
+    assert.throws(() => compileOptions({}, { DSEC_EDGE_ID: 'a'.repeat(33) }), OptionsError);
+  });
+
+  test('maxSandboxes below 1 or not a number is rejected', () => {
+    assert.throws(() => compileOptions({ maxSandboxes: '0' }, {}), OptionsError);
+    assert.throws(() => compileOptions({}, { DSEC_MAX_SANDBOXES: 'many' }), OptionsError);
+  });
+
+  test('a fractional maxSandboxes is rejected, not silently truncated', () => {
+    assert.throws(() => compileOptions({ maxSandboxes: '2.5' }, {}), OptionsError, 'maxSandboxes 2.5 was accepted');
+  });
+
+  test('a listen port above 65535 is rejected with OptionsError', () => {
+    assert.throws(() => compileOptions({ listen: '127.0.0.1:99999' }, {}), OptionsError, 'listen 127.0.0.1:99999 was accepted');
+  });
+
+  test('an unknown log level is rejected', () => {
+    assert.throws(() => compileOptions({ logLevel: 'verbose' }, {}), OptionsError);
+  });
+
+  test('an empty data dir flag is rejected', () => {
+    assert.throws(() => compileOptions({ dataDir: '' }, {}), OptionsError);
+  });
+
+  test('the OptionsError message says which option is invalid', () => {
+    assert.throws(() => compileOptions({ maxSandboxes: '0' }, {}), /maxSandboxes/);
+  });
+});
+
+describe('parseListen', () => {
+  test('splits host and port', () => {
+    assert.deepEqual(parseListen('127.0.0.1:7070'), { host: '127.0.0.1', port: 7070 });
+  });
+
+  test('splits at the last colon, so an IPv6 host keeps its colons', () => {
+    assert.deepEqual(parseListen('::1:8080'), { host: '::1', port: 8080 });
+  });
+});

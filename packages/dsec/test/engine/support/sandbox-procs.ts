@@ -1,0 +1,83 @@
+/** Looking at processes: inside a sandbox (through exec `ps`) and on the host (through /proc). */
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import type { Sandbox } from '@dsec/sdk';
+
+/** Lists "STAT ARGS" lines from /proc, for images without ps (Debian minbase has no procps). */
+const PROC_LIST =
+  'echo "STAT COMMAND"; for d in /proc/[0-9]*; do st=$(awk \'/^State:/{print $2}\' "$d/status" 2>/dev/null); [ -n "$st" ] || continue; ' +
+  'a=$(tr \'\\0\\n\' \'  \' < "$d/cmdline" 2>/dev/null); [ -n "$a" ] && printf "%s %s\\n" "$st" "${a% }"; done';
+
+/**
+ * Processes in the sandbox that are alive (zombies excluded) whose args match `pattern`, from
+ * `ps -e -o stat,args` run in the sandbox (or /proc when the image has no ps).
+ */
+export async function liveProcesses(sb: Sandbox, pattern: RegExp): Promise<string[]> {
+  let res = await sb.commands.run(['ps', '-e', '-o', 'stat,args']);
+  if (res.exitCode !== 0 && /not found|No such file/i.test(res.stderr)) res = await sb.commands.run(['/bin/sh', '-c', PROC_LIST]);
+  assert.equal(res.exitCode, 0, `listing processes failed: ${res.stderr}`);
+  return res.stdout
+    .split('\n')
+    .slice(1)
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('Z'))
+    .map((l) => l.replace(/^\S+\s+/, ''))
+    .filter((args) => pattern.test(args) && !/\bps\b -|for d in \/proc/.test(args));
+}
+
+/**
+ * Polls `check` until it returns true, at most `tries` times with `intervalMs` between tries.
+ * Bounded by a count, not a deadline: the test's own timeout is the only clock.
+ */
+export async function pollUntil(
+  check: () => Promise<boolean> | boolean,
+  opts: { tries?: number; intervalMs?: number } = {},
+): Promise<boolean> {
+  const tries = opts.tries ?? 100;
+  for (let i = 0; i < tries; i++) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, opts.intervalMs ?? 100));
+  }
+  return false;
+}
+
+/** Polls until no live process in the sandbox matches `pattern`; returns what is left (empty when done). */
+export async function waitGone(sb: Sandbox, pattern: RegExp, tries = 50): Promise<string[]> {
+  let left: string[] = [];
+  await pollUntil(async () => (left = await liveProcesses(sb, pattern)).length === 0, { tries, intervalMs: 100 });
+  return left;
+}
+
+export interface HostProcess {
+  pid: number;
+  argv: string[];
+}
+
+/** Host processes whose argv[0] is crun and whose command line names `sandboxId`. */
+export function hostCrunProcesses(sandboxId: string): HostProcess[] {
+  const out: HostProcess[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    let argv: string[];
+    let state: string;
+    try {
+      argv = readFileSync(`/proc/${e}/cmdline`, 'utf8').split('\0').filter(Boolean);
+      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
+      state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    } catch {
+      continue;
+    }
+    if (state === 'Z' || argv.length === 0) continue;
+    const exe = argv[0]!.split('/').pop();
+    if (exe === 'crun' && argv.some((a) => a.includes(sandboxId))) out.push({ pid: Number(e), argv });
+  }
+  return out;
+}
+
+/** Host pids of crun `exec` processes of a sandbox (one per running exec, session shell or background process). */
+export function hostCrunExecs(sandboxId: string): number[] {
+  return hostCrunProcesses(sandboxId)
+    .filter((p) => p.argv.includes('exec'))
+    .map((p) => p.pid)
+    .sort((a, b) => a - b);
+}

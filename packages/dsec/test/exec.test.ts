@@ -1,0 +1,242 @@
+ 
+/** Running commands in a sandbox: output, env, cwd, argv, stdin, exit codes, timeouts, output caps. */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { CommandExitError, Sandbox, type ExecResult } from '@dsec/sdk';
+import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
+import { call } from './helpers/wire.js';
+
+/** Processes in the sandbox that are still alive (zombies excluded) whose args start with `prefix`. */
+async function liveProcesses(sb: Sandbox, prefix: string): Promise<string[]> {
+  const r = await sb.commands.run(['ps', '-o', 'stat,args']);
+  assert.equal(r.exitCode, 0, r.stderr);
+  return r.stdout
+    .split('\n')
+    .slice(1)
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('Z'))
+    .map((l) => l.replace(/^\S+\s+/, ''))
+    .filter((args) => args.startsWith(prefix));
+}
+
+describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
+  let server: TestServer;
+  let sb: Sandbox;
+
+  before(async () => {
+    server = await startTestServer();
+    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 64 }, env: { FROM_CREATE: 'create-value', SHARED: 'from-create' } });
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  test('echo hi: stdout is "hi\\n", exit code 0, nothing else', async () => {
+    const r = await sb.commands.run('echo hi');
+    assert.equal(r.stdout, 'hi\n');
+    assert.equal(r.stderr, '');
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.truncated, false);
+    assert.equal(r.timedOut, false);
+    assert.equal(r.stdoutBytes, 3);
+    assert.equal(r.stderrBytes, 0);
+    assert.equal(typeof r.durationMs, 'number');
+  });
+
+  test('stderr is returned separately from stdout', async () => {
+    const r = await sb.commands.run('echo out; echo err >&2');
+    assert.equal(r.stdout, 'out\n');
+    assert.equal(r.stderr, 'err\n');
+  });
+
+  test('env given at create is visible to every command', async () => {
+    const r = await sb.commands.run('echo "$FROM_CREATE"');
+    assert.equal(r.stdout, 'create-value\n');
+  });
+
+  test('env given at exec is visible, and overrides env from create', async () => {
+    const r = await sb.commands.run('echo "$FROM_EXEC $SHARED $FROM_CREATE"', { env: { FROM_EXEC: 'exec-value', SHARED: 'from-exec' } });
+    assert.equal(r.stdout, 'exec-value from-exec create-value\n');
+    const later = await sb.commands.run('echo "${FROM_EXEC:-unset} $SHARED"');
+    assert.equal(later.stdout, 'unset from-create\n', 'exec env does not stick to the sandbox');
+  });
+
+  test('the image env (PATH, HOME) is set', async () => {
+    const r = await sb.commands.run('echo "$HOME"; echo "$PATH"');
+    assert.equal(r.stdout.split('\n')[0], '/root');
+    assert.ok(r.stdout.includes('/usr/bin'), r.stdout);
+  });
+
+  test('commands run as the image user (root) from the image cwd (/) by default', async () => {
+    const r = await sb.commands.run('id -u; pwd');
+    assert.equal(r.stdout, '0\n/\n');
+  });
+
+  test('the cwd option sets the working directory', async () => {
+    const r = await sb.commands.run('pwd', { cwd: '/tmp' });
+    assert.equal(r.stdout, '/tmp\n');
+  });
+
+  test('a cwd that does not exist fails the command with a non-zero exit code and a message', async () => {
+    const r = await sb.commands.run('pwd', { cwd: '/no/such/dir' });
+    assert.notEqual(r.exitCode, 0);
+    assert.match(r.stderr, /no\/such\/dir/);
+  });
+
+  test('argv form runs the program directly, without a shell', async () => {
+    const r = await sb.commands.run(['echo', '$HOME', 'a b', '*']);
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.equal(r.stdout, '$HOME a b *\n');
+  });
+
+  test('argv form with a program that does not exist fails with a non-zero exit code', async () => {
+    const r = await sb.commands.run(['/no/such/program']);
+    assert.notEqual(r.exitCode, 0);
+  });
+
+  test('stdin is written to the command and closed', async () => {
+    const r = await sb.commands.run('wc -c; echo', { stdin: 'hello\nworld\n' });
+    assert.equal(r.stdout.trim(), '12');
+    const cat = await sb.commands.run(['cat'], { stdin: 'line one\nline two' });
+    assert.equal(cat.stdout, 'line one\nline two');
+  });
+
+  test('without stdin the command reads EOF at once', async () => {
+    const r = await sb.commands.run('cat; echo done');
+    assert.equal(r.stdout, 'done\n');
+    assert.equal(r.timedOut, false);
+  });
+
+  test('a non-zero exit code is returned, not thrown', async () => {
+    const r = await sb.commands.run('echo partial; exit 3');
+    assert.equal(r.exitCode, 3);
+    assert.equal(r.stdout, 'partial\n');
+  });
+
+  test('throwOnError turns a non-zero exit into CommandExitError with the output', async () => {
+    await assert.rejects(sb.commands.run('echo o; echo e >&2; exit 7', { throwOnError: true }), (err: unknown) => {
+      assert.ok(err instanceof CommandExitError);
+      assert.equal(err.exitCode, 7);
+      assert.equal(err.stdout, 'o\n');
+      assert.equal(err.stderr, 'e\n');
+      return true;
+    });
+  });
+
+  test('a command killed by a signal reports 128 + the signal number', async () => {
+    const r = await sb.commands.run('kill -9 $$');
+    assert.equal(r.exitCode, 137);
+  });
+
+  test('timeout (SDK): sleep 100 with timeoutMs 500 is killed, timedOut is true and no sleep is left running', async () => {
+    const r = await sb.commands.run(['sleep', '100'], { timeoutMs: 500 });
+    assert.equal(r.timedOut, true);
+    assert.equal(r.exitCode, 137);
+    assert.deepEqual(await liveProcesses(sb, 'sleep'), []);
+  });
+
+  test('timeout (HTTP API): {timeoutMs: 500} kills sleep 100, answers timedOut true and exit code 137', async () => {
+    const res = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: ['sleep', '100'], timeoutMs: 500 } });
+    assert.equal(res.status, 200, res.text);
+    const r = res.json as ExecResult;
+    assert.equal(r.timedOut, true);
+    assert.equal(r.exitCode, 137);
+    assert.deepEqual(await liveProcesses(sb, 'sleep'), []);
+  });
+
+  test('timeout kills the whole process tree, background children included', async () => {
+    const res = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: 'sleep 1003 & sleep 1004 & sleep 1005; wait', timeoutMs: 500 } });
+    assert.equal((res.json as ExecResult).timedOut, true);
+    assert.deepEqual(await liveProcesses(sb, 'sleep'), []);
+  });
+
+  test('after a timeout the sandbox is still running and usable', async () => {
+    const res = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: ['sleep', '100'], timeoutMs: 300 } });
+    assert.equal((res.json as ExecResult).timedOut, true);
+    const info = await sb.refresh();
+    assert.equal(info.status, 'running');
+    assert.equal((await sb.commands.run('echo still here')).stdout, 'still here\n');
+  });
+
+  test('output cap: 3,000,000 bytes with maxOutputBytes 1000 keeps 1000, counts all, sets truncated', async () => {
+    const r = await sb.commands.run('yes | head -c 3000000', { maxOutputBytes: 1000 });
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.equal(r.truncated, true);
+    assert.equal(r.stdoutBytes, 3_000_000);
+    assert.equal(r.stdout.length, 1000);
+    assert.equal(r.stdout, 'y\n'.repeat(500));
+  });
+
+  test('output cap applies to stderr too, per stream', async () => {
+    const r = await sb.commands.run('head -c 5000 /dev/zero | tr "\\0" e >&2; echo ok', { maxOutputBytes: 100 });
+    assert.equal(r.stdout, 'ok\n');
+    assert.equal(r.stderr, 'e'.repeat(100));
+    assert.equal(r.stderrBytes, 5000);
+    assert.equal(r.truncated, true);
+  });
+
+  test('maxOutputBytes 0 keeps no output but still counts it', async () => {
+    const r = await sb.commands.run('echo hello', { maxOutputBytes: 0 });
+    assert.equal(r.stdout, '');
+    assert.equal(r.stdoutBytes, 6);
+    assert.equal(r.truncated, true);
+  });
+
+  test('output exactly at the cap is not truncated', async () => {
+    const r = await sb.commands.run('printf 12345', { maxOutputBytes: 5 });
+    assert.equal(r.stdout, '12345');
+    assert.equal(r.truncated, false);
+  });
+
+  test('commands see only the sandbox processes (own PID namespace)', async () => {
+    const r = await sb.commands.run(['ps', '-o', 'pid,args']);
+    const pids = r.stdout.split('\n').slice(1).filter(Boolean);
+    assert.ok(pids.length < 10, `the sandbox sees ${pids.length} processes:\n${r.stdout}`);
+    assert.ok(!r.stdout.includes('node'), 'the host node process is not visible');
+  });
+
+  test('a caller that hangs up kills its command', async () => {
+    const abort = new AbortController();
+    const pending = fetch(`${server.url}/v1/sandboxes/${sb.id}/exec`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${server.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ cmd: ['sleep', '1006'], timeoutMs: 600_000 }),
+      signal: abort.signal,
+    }).catch((err: Error) => err);
+    // Wait (bounded by this exec's own timeout) until the command runs, then hang up.
+    const started = await sb.commands.run(`until ps -o args | grep -q '^sleep 1006'; do sleep 0.05; done; echo started`, { timeoutMs: 30_000 });
+    assert.equal(started.stdout, 'started\n', 'the long command never started');
+    abort.abort();
+    assert.ok((await pending) instanceof Error, 'the aborted request rejects');
+    const gone = await sb.commands.run(`while ps -o stat,args | grep -v '^Z' | grep -q 'sleep 1006$'; do sleep 0.05; done; echo gone`, { timeoutMs: 30_000 });
+    assert.equal(gone.timedOut, false, 'the command kept running after its caller hung up');
+    assert.equal(gone.stdout, 'gone\n');
+  });
+
+  test('concurrent execs in one sandbox each get their own output', async () => {
+    const results = await Promise.all(Array.from({ length: 6 }, (_, i) => sb.commands.run(`echo ${i}; echo err${i} >&2`)));
+    results.forEach((r, i) => {
+      assert.equal(r.stdout, `${i}\n`);
+      assert.equal(r.stderr, `err${i}\n`);
+    });
+  });
+
+  test('40 concurrent execs each return their complete output (none is cut off when crun exits first)', async () => {
+    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => sb.commands.run(['echo', `line-${i}`])));
+    const lost = results.map((r, i) => ({ i, r })).filter(({ r, i }) => r.stdout !== `line-${i}\n`);
+    assert.deepEqual(
+      lost.map(({ i, r }) => `#${i}: exit ${r.exitCode}, stdout ${JSON.stringify(r.stdout)}, stdoutBytes ${r.stdoutBytes}`),
+      [],
+      'exec answered without the output the command wrote',
+    );
+  });
+
+  test('the exec response body has every documented field', async () => {
+    const res = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: 'echo hi' } });
+    assert.equal(res.status, 200);
+    const body = res.json as Record<string, unknown>;
+    for (const k of ['exitCode', 'stdout', 'stderr', 'truncated', 'stdoutBytes', 'stderrBytes', 'timedOut', 'durationMs']) {
+      assert.ok(k in body, `missing ${k}`);
+    }
+  });
+});
