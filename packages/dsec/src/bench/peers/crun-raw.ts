@@ -1,0 +1,93 @@
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ImageConfig } from '@dsec/sdk/schema';
+import { Crun } from '../../edge/crun.js';
+import type { SandboxLimits } from '../../edge/edge-api.js';
+import { tryUnmount } from '../../edge/layer-mounts.js';
+import { buildOciConfig } from '../../edge/oci-config.js';
+import { mountOverlay } from '../../edge/overlay.js';
+import { SandboxPaths } from '../../edge/sandbox-record.js';
+import { removeCgroupTree } from '../../host/cgroups.js';
+import { mountsUnder } from '../../host/mounts.js';
+import { runTool } from '../../host/run-tool.js';
+import type { CgroupScope } from '../cgroup-memory.js';
+import { STEPS, type Spans } from '../profile.js';
+import type { Peer } from './peer.js';
+
+/**
+ * The floor: what dsec's edge does to start a sandbox, with nothing else. The same code builds
+ * it: a fresh overlay over the same shared EROFS layer mount (edge/overlay.ts), dsec's OCI
+ * config (edge/oci-config.ts: namespaces, memory+pids+cpu limits, catatonit -P bind-mounted as
+ * init) and the same `crun run -d` invocation (edge/crun.ts: own --root, stdio on /dev/null,
+ * errors in a --log file, --pid-file). No HTTP, no SQLite, no state files.
+ */
+export class CrunRawPeer implements Peer {
+  readonly name = 'crun' as const;
+  readonly description =
+    "raw `crun run -d`: mkdir + overlay mount + dsec's config.json + crun run -d (edge/crun.ts), same layer, same limits";
+  readonly execDescription = 'raw `crun exec ID true` on a raw crun container (stdout/stderr piped, as dsec does)';
+  readonly cgroupScope: CgroupScope;
+  readonly crun: Crun;
+  readonly #containers: string;
+  readonly #live = new Set<string>();
+  #n = 0;
+
+  constructor(
+    /** cgroupParent: raw crun's cgroups live apart from dsec's (`dsec/`), so a leak is told apart and swept. */
+    private readonly opts: {
+      dir: string;
+      lowerDir: string;
+      config: ImageConfig;
+      limits: SandboxLimits;
+      spans: Spans;
+      cgroupParent: string;
+    },
+    readonly version: string,
+  ) {
+    this.cgroupScope = { parent: opts.cgroupParent };
+    this.crun = new Crun(join(opts.dir, 'crun-state'));
+    this.#containers = join(opts.dir, 'containers');
+    mkdirSync(this.#containers, { recursive: true });
+  }
+
+  async create(): Promise<string> {
+    const id = `${this.opts.cgroupParent}-${++this.#n}`;
+    const paths = new SandboxPaths(join(this.#containers, id));
+    const t0 = performance.now();
+    mkdirSync(paths.dir);
+    this.#live.add(id);
+    mountOverlay([this.opts.lowerDir], paths.upper, paths.work, paths.rootfs);
+    const t1 = performance.now();
+    const config = buildOciConfig({ id, config: this.opts.config, env: {}, limits: this.opts.limits });
+    (config['linux'] as Record<string, unknown>)['cgroupsPath'] = `/${this.opts.cgroupParent}/${id}`;
+    writeFileSync(paths.config, JSON.stringify(config));
+    const t2 = performance.now();
+    await this.crun.run(id, paths.dir, paths.crunLog, paths.pidFile);
+    const t3 = performance.now();
+    this.opts.spans.record(STEPS.rawOverlay, t1 - t0);
+    this.opts.spans.record(STEPS.rawConfig, t2 - t1);
+    this.opts.spans.record(STEPS.rawCrunRun, t3 - t2);
+    return id;
+  }
+
+  async exec(id: string): Promise<void> {
+    const r = await runTool('crun', [...this.crun.globalArgs(), 'exec', id, 'true']);
+    if (r.code !== 0) throw new Error(`crun exec ${id} true exited ${r.code}: ${r.stderr.trim()}`);
+  }
+
+  async remove(id: string): Promise<void> {
+    const paths = new SandboxPaths(join(this.#containers, id));
+    await this.crun.delete(id);
+    for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
+    removeCgroupTree(`${this.opts.cgroupParent}/${id}`);
+    rmSync(paths.dir, { recursive: true, force: true });
+    this.#live.delete(id);
+  }
+
+  async close(): Promise<void> {
+    const ids = new Set([...this.#live, ...(await this.crun.list()).map((c) => c.id)]);
+    for (const id of ids) await this.remove(id);
+    for (const m of mountsUnder(this.#containers).reverse()) tryUnmount(m.mountPoint);
+    removeCgroupTree(this.opts.cgroupParent);
+  }
+}

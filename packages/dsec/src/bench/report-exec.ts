@@ -1,0 +1,63 @@
+import { renderChart, type ChartPanel } from './chart-svg.js';
+import { mdTable, ratio } from './markdown.js';
+import type { BenchReport } from './report.js';
+import { renderCommon } from './report-common.js';
+import type { ExecScenarioResult, PeerExecResult } from './scenarios/exec.js';
+import { ratioCheck, TARGETS, type TargetCheck } from './targets.js';
+
+type ExecReport = BenchReport & { scenario: 'exec' };
+
+export function execTargets(result: ExecScenarioResult): TargetCheck[] {
+  const dsec = result.peers.find((p) => p.name === 'dsec');
+  const crun = result.peers.find((p) => p.name === 'crun');
+  return [
+    ratioCheck(`exec p50 ≤ ${TARGETS.execRatio}× raw crun exec`, dsec?.exec.p50 ?? NaN, crun?.exec.p50 ?? NaN, TARGETS.execRatio, 'crun'),
+  ];
+}
+
+const METRICS: { name: string; get: (p: PeerExecResult) => number }[] = [
+  { name: 'exec `true` p50 (ms)', get: (p) => p.exec.p50 },
+  { name: 'p90 (ms)', get: (p) => p.exec.p90 },
+  { name: 'p99 (ms)', get: (p) => p.exec.p99 },
+  { name: 'min (ms)', get: (p) => p.exec.min },
+  { name: 'max (ms)', get: (p) => p.exec.max },
+  { name: 'mean (ms)', get: (p) => p.exec.mean },
+];
+
+export function renderExecReport(report: ExecReport, svgName: string): { markdown: string; svg: string } {
+  const { result } = report;
+  const o = report.options as { count: number; rounds: number };
+  const dsec = result.peers.find((p) => p.name === 'dsec');
+  const others = result.peers.filter((p) => p.name !== 'dsec');
+  const table = mdTable(
+    ['metric', ...result.peers.map((p) => p.name), ...others.map((x) => `dsec ÷ ${x.name}`)],
+    METRICS.map((m) => [m.name, ...result.peers.map((p) => m.get(p)), ...others.map((x) => (dsec ? ratio(m.get(dsec), m.get(x)) : 'n/a'))]),
+  );
+  const crunP50 = result.peers.find((p) => p.name === 'crun')?.exec.p50 ?? NaN;
+  const bars = (get: (p: PeerExecResult) => number): ChartPanel['bars'] => result.peers.map((p) => ({ label: p.name, value: get(p) }));
+  const svg = renderChart(
+    `dsec bench exec — ${report.startedAt}`,
+    `${report.host.os}, kernel ${report.host.kernel}, ${report.host.cpus} CPUs`,
+    [
+      {
+        title: 'exec `true` p50',
+        unit: 'ms',
+        better: 'lower',
+        bars: bars((p) => p.exec.p50),
+        target: { value: crunP50 * TARGETS.execRatio, label: `target ${TARGETS.execRatio}× crun` },
+      },
+      { title: 'exec `true` p99', unit: 'ms', better: 'lower', bars: bars((p) => p.exec.p99) },
+    ],
+  );
+  const md = [
+    `# dsec bench exec — ${report.startedAt}`,
+    '',
+    `\`true\` run to completion in one idle busybox sandbox per peer, ${o.count} times each, one at a time, ` +
+      `in ${o.rounds} rounds with peers alternating. Latency is what the caller waits, output collected.`,
+    '',
+    table,
+    '',
+    ...renderCommon(report, svgName),
+  ];
+  return { markdown: md.join('\n'), svg };
+}

@@ -1,0 +1,88 @@
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { tryUnmount } from '../edge/layer-mounts.js';
+import { CGROUP_PARENT, CGROUP_ROOT, removeCgroupTree } from '../host/cgroups.js';
+import { findLeaks } from '../host/leak-check.js';
+import { mountsUnder } from '../host/mounts.js';
+import { runTool } from '../host/run-tool.js';
+import { NAME_PREFIX, type RunNames } from './run-names.js';
+
+/** Every cgroup a run may make: raw crun's, podman's and docker's parents, and dsec's `sb-bench-…`. */
+function benchCgroups(names: RunNames): string[] {
+  const out = new Set<string>();
+  const ls = (dir: string): string[] => {
+    try {
+      return readdirSync(dir, { withFileTypes: true })
+        .filter((d) => d.isDirectory())
+        .map((d) => d.name);
+    } catch {
+      return [];
+    }
+  };
+  for (const h of ls(CGROUP_ROOT)) {
+    for (const name of ls(join(CGROUP_ROOT, h))) if (name.startsWith(`${NAME_PREFIX}${names.id}-`)) out.add(name);
+    for (const name of ls(join(CGROUP_ROOT, h, CGROUP_PARENT)))
+      if (name.startsWith(names.sandboxPrefix)) out.add(`${CGROUP_PARENT}/${name}`);
+  }
+  return [...out];
+}
+
+/** crun state roots a run uses: dsec's edge and raw crun. */
+function crunRoots(dir: string): string[] {
+  return [join(dir, 'dsec', 'node', 'crun'), join(dir, 'crun', 'crun-state')].filter(existsSync);
+}
+
+function dockerdPid(dir: string): number | undefined {
+  const file = join(dir, 'docker', 'dockerd.pid');
+  try {
+    const pid = Number(readFileSync(file, 'utf8'));
+    process.kill(pid, 0);
+    return pid;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What a run left on the host after its own cleanup steps; empty means nothing. */
+export async function findBenchLeaks(names: RunNames): Promise<string[]> {
+  const { dir } = names;
+  const leaks: string[] = [];
+  if (existsSync(join(dir, 'dsec'))) {
+    // findLeaks reports every `sb-` cgroup on the host; other dsec servers may run here, and theirs are not ours.
+    const mine = (l: string): boolean =>
+      !l.startsWith(`cgroup ${CGROUP_PARENT}/`) || l.startsWith(`cgroup ${CGROUP_PARENT}/${names.sandboxPrefix}`);
+    leaks.push(...(await findLeaks(join(dir, 'dsec'), { includeLayers: true })).filter(mine));
+  }
+  for (const m of mountsUnder(dir)) if (!leaks.some((l) => l.endsWith(m.mountPoint))) leaks.push(`mount ${m.mountPoint}`);
+  for (const root of crunRoots(dir)) {
+    const r = await runTool('crun', ['--root', root, 'list', '--quiet']);
+    for (const id of r.stdout.split('\n').filter(Boolean)) if (!leaks.includes(`crun container ${id}`)) leaks.push(`crun container ${id}`);
+  }
+  for (const cg of benchCgroups(names)) if (!leaks.includes(`cgroup ${cg}`)) leaks.push(`cgroup ${cg}`);
+  const pid = dockerdPid(dir);
+  if (pid) leaks.push(`dockerd pid ${pid}`);
+  return leaks;
+}
+
+/**
+ * The last resort, after every peer's own cleanup: stops the dockerd this run started (by the
+ * PID it wrote), deletes containers left in the run's crun roots, unmounts everything under the
+ * run's temp dir, removes the run's cgroups and the temp dir itself.
+ */
+export async function sweep(names: RunNames): Promise<void> {
+  const { dir } = names;
+  const pid = dockerdPid(dir);
+  if (pid) {
+    process.kill(pid, 'SIGTERM');
+    for (let i = 0; i < 100 && dockerdPid(dir) === pid; i++) await new Promise((r) => setTimeout(r, 200));
+    if (dockerdPid(dir) === pid) process.kill(pid, 'SIGKILL');
+  }
+  for (const root of crunRoots(dir)) {
+    const r = await runTool('crun', ['--root', root, 'list', '--quiet']);
+    for (const id of r.stdout.split('\n').filter(Boolean)) await runTool('crun', ['--root', root, 'delete', '-f', id]);
+  }
+  for (const m of mountsUnder(dir).reverse()) tryUnmount(m.mountPoint);
+  for (const cg of benchCgroups(names)) removeCgroupTree(cg);
+  if (mountsUnder(dir).length === 0) rmSync(dir, { recursive: true, force: true });
+  else throw new Error(`${dir} still has mounts (${mountsUnder(dir).length}); left in place`);
+}

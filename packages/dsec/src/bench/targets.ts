@@ -1,0 +1,48 @@
+import { round } from '../demo/stats.js';
+
+/** One of the issues' targets, checked against a run. `ok` is undefined when it could not be judged. */
+export interface TargetCheck {
+  target: string;
+  measured: string;
+  ok: boolean | undefined;
+  /** By how much it is missed or met, or why it could not be judged. */
+  note: string;
+}
+
+/** `value` must be ≤ `limit` (or ≥ when `atLeast`): the check, with the margin in words. */
+export function check(
+  target: string,
+  value: number,
+  limit: number,
+  unit: string,
+  opts: { atLeast?: boolean; measured?: string; missing?: string } = {},
+): TargetCheck {
+  if (!Number.isFinite(value) || !Number.isFinite(limit)) {
+    return { target, measured: opts.measured ?? 'n/a', ok: undefined, note: opts.missing ?? 'not measured' };
+  }
+  const measured = opts.measured ?? `${round(value, 2)} ${unit}`;
+  const ok = opts.atLeast ? value >= limit : value <= limit;
+  const diff = Math.abs(value - limit);
+  const pct = round((100 * diff) / limit, 0);
+  const note = ok
+    ? `met, ${round(diff, 2)} ${unit} (${pct}%) of headroom`
+    : `missed by ${round(diff, 2)} ${unit} (${pct}% ${opts.atLeast ? 'short of' : 'over'} the target)`;
+  return { target, measured, ok, note };
+}
+
+/** A ratio target ("dsec p50 ≤ 1.2× crun p50"), judged in ms against the budget the ratio allows. */
+export function ratioCheck(target: string, dsecMs: number, floorMs: number, maxRatio: number, floorName: string): TargetCheck {
+  const budget = floorMs * maxRatio;
+  const ratio = dsecMs / floorMs;
+  const measured = `${round(dsecMs, 2)} ms vs ${floorName} ${round(floorMs, 2)} ms = ${round(ratio, 2)}×`;
+  const c = check(target, dsecMs, budget, 'ms', { measured, missing: `${floorName} did not run` });
+  if (c.ok === undefined) return c;
+  return { ...c, note: `${c.note}; budget ${round(budget, 2)} ms (${maxRatio}× ${round(floorMs, 2)} ms)` };
+}
+
+export const TARGETS = {
+  createRatio: 1.2,
+  createsPerSecond: 30,
+  memoryMiB: 1.2,
+  execRatio: 1.5,
+} as const;
