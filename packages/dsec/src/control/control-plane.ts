@@ -348,17 +348,28 @@ export class ControlPlane {
     checkCommand(req);
     const edge = this.#runningOn(id);
     const kept = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+    const enc = req.encoding ?? 'utf8';
     let keptBytes = 0;
-    for await (const ev of edge.execStream(id, req, signal)) {
-      if (ev.type === 'exit') {
-        const enc = req.encoding ?? 'utf8';
-        const result = { ...ev.result, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
-        this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
-      } else if (keptBytes < 2 * MAX_LOGGED_OUTPUT) {
-        kept[ev.type].push(ev.data);
-        keptBytes += ev.data.length;
+    let logged = false;
+    const started = performance.now();
+    try {
+      for await (const ev of edge.execStream(id, req, signal)) {
+        if (ev.type === 'exit') {
+          const result = { ...ev.result, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
+          this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
+          logged = true;
+        } else if (keptBytes < 2 * MAX_LOGGED_OUTPUT) {
+          kept[ev.type].push(ev.data);
+          keptBytes += ev.data.length;
+        }
+        yield ev;
       }
-      yield ev;
+    } finally {
+      // The client went away mid-stream: the command was killed, but what it did so far happened.
+      if (!logged) {
+        const result = { disconnected: true, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
+        this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: performance.now() - started, payload: stdinPayload(req) });
+      }
     }
   }
 

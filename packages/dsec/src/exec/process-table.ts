@@ -67,7 +67,7 @@ export class ProcessTable {
 
   /** Kills everything still running (the sandbox is going away). */
   killAll(): void {
-    for (const e of this.#entries.values()) e.proc.kill();
+    for (const e of this.#entries.values()) e.proc.kill({ now: true });
   }
 
   #info(e: Entry): ProcessInfo {

@@ -192,7 +192,7 @@ export class SandboxProcess {
    * Sends a signal to the command (SIGKILL: to its whole process tree). Right after start, crun
    * may not have reported the pid yet: wait for it briefly rather than lose the signal.
    */
-  async signal(sig: NodeJS.Signals): Promise<void> {
+  async signal(sig: NodeJS.Signals, opts: { now?: boolean } = {}): Promise<void> {
     if (sig === 'SIGKILL') this.#killed = true;
     let pid = this.hostPid;
     for (let i = 0; !pid && !this.#exit && i < 200; i++) {
@@ -205,7 +205,7 @@ export class SandboxProcess {
       killTagged(this.#sandboxId, this.#tag);
       // crun exec reaps the command and exits by itself; killing it first would leave the
       // command a zombie parented to the host's PID 1. Only a crun that lingers is killed.
-      if (!pid) this.#child.kill('SIGKILL');
+      if (!pid || opts.now) this.#child.kill('SIGKILL');
       else setTimeout(() => this.#child.kill('SIGKILL'), 1000).unref();
       return;
     }
@@ -218,7 +218,8 @@ export class SandboxProcess {
     }
   }
 
-  kill(): void {
-    void this.signal('SIGKILL');
+  /** `now`: also kill crun exec at once (the sandbox is being torn down, its init reaps nothing). */
+  kill(opts: { now?: boolean } = {}): void {
+    void this.signal('SIGKILL', opts);
   }
 }

@@ -6,7 +6,7 @@ import {
   ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput, ProcessOutputQuery, ProcessParams, SandboxIdParams,
   SessionExecRequest, SessionInfo, SessionList, SessionParams, SignalRequest, StartProcessRequest, WaitProcessRequest,
 } from '@dsec/sdk/schema';
-import type { ControlPlane } from '../control-plane.js';
+import { checkCommand, type ControlPlane } from '../control-plane.js';
 import { abortOnHangup } from './abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import type { Metrics } from './system.js';
@@ -34,7 +34,8 @@ export function execRoutes(deps: { control: ControlPlane; metrics: Metrics }): F
       async (req, reply) => {
         const { id } = req.params;
         if ((req.headers.accept ?? '').includes(NDJSON)) {
-          control.edgeFor(id); // 404/409 now, before the stream starts
+          checkCommand(req.body); // 400/413 and 404/409 now, before the stream starts
+          control.edgeFor(id);
           const hangup = abortOnHangup(reply);
           const lines = async function* (): AsyncGenerator<string> {
             // A first line right away: headers go out before the command writes anything.

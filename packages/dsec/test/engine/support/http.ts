@@ -9,8 +9,23 @@ export interface Server {
 
 export type NdjsonEvent = { type: 'stdout' | 'stderr'; data: string } | ({ type: 'exit' } & Record<string, unknown>);
 
-/** Splits a response body into parsed NDJSON lines as they arrive. */
+/**
+ * Splits a response body into parsed NDJSON lines as they arrive. The stream opens with a
+ * `{type:"start"}` line (so headers go out at once); it is checked to come first and not yielded.
+ */
 export async function* ndjsonLines(body: ReadableStream<Uint8Array>): AsyncGenerator<NdjsonEvent> {
+  let seen = 0;
+  for await (const ev of rawNdjsonLines(body)) {
+    seen++;
+    if ((ev as { type: string }).type === 'start') {
+      assert.equal(seen, 1, 'the start line comes first');
+      continue;
+    }
+    yield ev;
+  }
+}
+
+async function* rawNdjsonLines(body: ReadableStream<Uint8Array>): AsyncGenerator<NdjsonEvent> {
   const decoder = new TextDecoder();
   let buffered = '';
   for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
