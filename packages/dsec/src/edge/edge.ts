@@ -33,7 +33,7 @@ import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
-  listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
+  isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
 } from './sandbox-files.js';
 import { extractTar, packTar, removeRecursive } from '../exec/sandbox-tar.js';
 import { type SandboxRecord, SandboxRecords } from './sandbox-record.js';
@@ -64,10 +64,11 @@ export class Edge implements EdgeApi {
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
   readonly #addresses = new AddressPool();
-  readonly #hostGuard = new HostGuard();
+  readonly #hostGuard: HostGuard;
 
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
+    this.#hostGuard = new HostGuard(opts.id);
     mkdirSync(opts.nodeDir, { recursive: true });
     this.crun = new Crun(join(opts.nodeDir, 'crun'));
     this.layerMounts = new LayerMounts(opts.nodeDir, opts.layers);
@@ -113,7 +114,7 @@ export class Edge implements EdgeApi {
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
     for (const l of linked) this.#addresses.claim(l.record.network!.link!.index);
     if (linked.length) await this.#hostGuard.ensure();
-    else await HostGuard.removeStale();
+    else await this.#hostGuard.remove(); // this edge's own table, left by a crash
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
@@ -421,7 +422,7 @@ export class Edge implements EdgeApi {
 
   async openPty(id: string, opts: Omit<PtyOptions, 'cmd'> & { cmd?: string[] | undefined }): Promise<PtyProcess> {
     const l = this.#running(id);
-    const cmd = opts.cmd?.length ? opts.cmd : [existsSync(`${l.target.rootfs}/bin/bash`) ? '/bin/bash' : '/bin/sh'];
+    const cmd = opts.cmd?.length ? opts.cmd : [isRegularFileInRoot(l.target.rootfs, '/bin/bash') ? '/bin/bash' : '/bin/sh'];
     const p = new PtyProcess(l.target, { ...opts, cmd });
     l.ptys.add(p);
     void p.exit.then(() => l.ptys.delete(p));

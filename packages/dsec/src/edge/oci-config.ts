@@ -9,11 +9,13 @@ export const INIT_PATH = '/dev/.dsec-init';
 export const INIT_BINARY = '/usr/bin/catatonit';
 
 /**
- * Docker's default capability set: enough for an agent to apt-get install, chown and bind low
- * ports inside its sandbox; no CAP_SYS_ADMIN, SYS_MODULE, SYS_PTRACE, NET_ADMIN, SYS_TIME….
+ * Docker's default capability set less CAP_NET_RAW: enough for an agent to apt-get install, chown
+ * and bind low ports inside its sandbox; no CAP_SYS_ADMIN, SYS_MODULE, SYS_PTRACE, NET_ADMIN,
+ * SYS_TIME…. NET_RAW is out because raw and packet sockets skip the sandbox's nftables output
+ * chain (the egress policy); ping keeps working through ICMP datagram sockets (ping_group_range).
  */
 export const DEFAULT_CAPABILITIES = [
-  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FSETID', 'CAP_FOWNER', 'CAP_MKNOD', 'CAP_NET_RAW', 'CAP_SETGID',
+  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FSETID', 'CAP_FOWNER', 'CAP_MKNOD', 'CAP_SETGID',
   'CAP_SETUID', 'CAP_SETFCAP', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_KILL', 'CAP_AUDIT_WRITE',
 ];
 
@@ -110,6 +112,8 @@ export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Rec
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
       rootfsPropagation: 'private',
+      // Unprivileged ICMP echo sockets, so ping works without CAP_NET_RAW (a per-netns sysctl).
+      sysctl: { 'net.ipv4.ping_group_range': '0 2147483647' },
       seccomp: defaultSeccompProfile(),
     },
   };

@@ -316,3 +316,19 @@ export function renameInRoot(rootfs: string, from: string, to: string): void {
     );
   });
 }
+
+/** Whether `path` is a regular file inside the sandbox (symlinks resolved inside its root, never on the host). */
+export function isRegularFileInRoot(rootfs: string, path: string): boolean {
+  try {
+    return withRoot(rootfs, (rootFd) => {
+      const fd = openat2(rootFd, path, O_PATH | O_CLOEXEC, 0, RESOLVE);
+      try {
+        return fstatSync(fd).isFile();
+      } finally {
+        closeSync(fd);
+      }
+    });
+  } catch {
+    return false;
+  }
+}

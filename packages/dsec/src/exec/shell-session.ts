@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
 import { killTree, processTree } from '../edge/process-tree.js';
+import { isRegularFileInRoot } from '../edge/sandbox-files.js';
 import { sandboxUsage } from '../host/cgroups.js';
 import { CappedOutput } from './capped-output.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
@@ -73,7 +72,7 @@ export class ShellSession {
   constructor(target: ExecTarget, req: OpenSessionRequest) {
     this.#sandboxId = target.id;
     this.id = `ss-${randomBytes(6).toString('hex')}`;
-    const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && existsSync(join(target.rootfs, 'bin/bash')));
+    const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && isRegularFileInRoot(target.rootfs, '/bin/bash'));
     this.shell = wantBash ? '/bin/bash' : '/bin/sh';
     const args = wantBash ? ['/bin/bash', '--noprofile', '--norc'] : ['/bin/sh'];
     this.#proc = new SandboxProcess(target, processSpecFor(target, args, { cwd: req.cwd, env: req.env }), { stdin: true, maxOutputBytes: 0 });

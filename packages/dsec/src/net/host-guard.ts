@@ -7,13 +7,16 @@ import { runTool, runToolOrThrow } from '../host/run-tool.js';
  * reaches another sandbox, none reaches the metadata address; sandbox traffic leaving the host is
  * masqueraded. Installed when the first sandbox gets a link, removed when the edge stops.
  */
-const TABLE = 'dsec_host';
+/** Each edge owns its own table, so edges sharing a host never remove each other's guard. */
+export function guardTable(edgeId: string): string {
+  return `dsec_host_${edgeId}`;
+}
 
-export function hostGuardRuleset(): string {
+export function hostGuardRuleset(table: string): string {
   return [
-    `table inet ${TABLE}`,
-    `delete table inet ${TABLE}`,
-    `table inet ${TABLE} {`,
+    `table inet ${table}`,
+    `delete table inet ${table}`,
+    `table inet ${table} {`,
     '  chain input {',
     '    type filter hook input priority -10; policy accept;',
     '    iifname "dsh*" drop',
@@ -33,28 +36,34 @@ export function hostGuardRuleset(): string {
 }
 
 export class HostGuard {
+  readonly table: string;
   #installed = false;
   #forwardBefore: string | undefined;
 
+  constructor(edgeId: string) {
+    this.table = guardTable(edgeId);
+  }
+
+  /**
+   * (Re)installs the table atomically. Run before every new link, not cached: whatever removed
+   * the table meanwhile (an operator, a flush), the guard is back before a sandbox gets a link.
+   */
   async ensure(): Promise<void> {
-    if (this.#installed) return;
-    await runToolOrThrow('nft', ['-f', '-'], { input: hostGuardRuleset() });
-    const f = '/proc/sys/net/ipv4/ip_forward';
-    this.#forwardBefore = readFileSync(f, 'utf8').trim();
-    if (this.#forwardBefore !== '1') writeFileSync(f, '1');
-    this.#installed = true;
+    await runToolOrThrow('nft', ['-f', '-'], { input: hostGuardRuleset(this.table) });
+    if (!this.#installed) {
+      const f = '/proc/sys/net/ipv4/ip_forward';
+      this.#forwardBefore = readFileSync(f, 'utf8').trim();
+      if (this.#forwardBefore !== '1') writeFileSync(f, '1');
+      this.#installed = true;
+    }
   }
 
-  /** Removes the table and restores ip_forward as it was. */
+  /** Removes this edge's table and restores ip_forward as it was (unless another edge still guards links). */
   async remove(): Promise<void> {
+    await runTool('nft', ['delete', 'table', 'inet', this.table]);
     if (!this.#installed) return;
-    await runTool('nft', ['delete', 'table', 'inet', TABLE]);
-    if (this.#forwardBefore !== undefined && this.#forwardBefore !== '1') writeFileSync('/proc/sys/net/ipv4/ip_forward', this.#forwardBefore);
+    const others = (await runTool('nft', ['list', 'tables'])).stdout.includes('dsec_host_');
+    if (!others && this.#forwardBefore !== undefined && this.#forwardBefore !== '1') writeFileSync('/proc/sys/net/ipv4/ip_forward', this.#forwardBefore);
     this.#installed = false;
-  }
-
-  /** A table left by a crashed edge (no sandbox link remains): remove it. */
-  static async removeStale(): Promise<void> {
-    await runTool('nft', ['delete', 'table', 'inet', TABLE]);
   }
 }

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { runToolOrThrow, runTool } from '../host/run-tool.js';
 import type { Link } from './address-pool.js';
 import { sandboxRuleset, type NetworkPolicy } from './policy.js';
@@ -27,8 +28,15 @@ export async function attachLink(sandboxId: string, pid: number, link: Link): Pr
   const p = peerVeth(sandboxId);
   await runTool('ip', ['link', 'del', h]); // a leftover from a crash
   await runToolOrThrow('ip', ['-batch', '-'], {
-    input: [`link add ${h} type veth peer name ${p}`, `link set ${p} netns ${pid}`, `addr add ${link.host}/30 dev ${h}`, `link set ${h} up`, ''].join('\n'),
+    input: [`link add ${h} type veth peer name ${p}`, `link set ${p} netns ${pid}`, `addr add ${link.host}/30 dev ${h}`, ''].join('\n'),
   });
+  // No IPv6 on the host end: a sandbox must not be able to install routes with router adverts.
+  try {
+    writeFileSync(`/proc/sys/net/ipv6/conf/${h}/disable_ipv6`, '1');
+  } catch {
+    // IPv6 disabled host-wide
+  }
+  await runToolOrThrow('ip', ['link', 'set', h, 'up']);
   await inNetns(pid, 'ip', ['-batch', '-'], [`link set ${p} name eth0`, `addr add ${link.sandbox}/30 dev eth0`, 'link set eth0 up', `route add default via ${link.host}`, ''].join('\n'));
 }
 
