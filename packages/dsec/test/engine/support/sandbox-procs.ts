@@ -3,10 +3,13 @@ import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import type { Sandbox } from '@dsec/sdk';
 
-/** Lists "STAT ARGS" lines from /proc, for images without ps (Debian minbase has no procps). */
+/**
+ * Lists "STAT ARGS" lines from /proc, for images without ps (Debian minbase has no procps). Ends
+ * with `true`: a process that exits mid-listing must not turn the listing's status into a failure.
+ */
 const PROC_LIST =
   'echo "STAT COMMAND"; for d in /proc/[0-9]*; do st=$(awk \'/^State:/{print $2}\' "$d/status" 2>/dev/null); [ -n "$st" ] || continue; ' +
-  'a=$(tr \'\\0\\n\' \'  \' < "$d/cmdline" 2>/dev/null); [ -n "$a" ] && printf "%s %s\\n" "$st" "${a% }"; done';
+  'a=$(tr \'\\0\\n\' \'  \' < "$d/cmdline" 2>/dev/null); [ -n "$a" ] && printf "%s %s\\n" "$st" "${a% }"; done; true';
 
 /**
  * Processes in the sandbox that are alive (zombies excluded) whose args match `pattern`, from
