@@ -108,30 +108,7 @@ export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode
   return withRoot(rootfs, (rootFd) => {
     const parts = path.split('/').filter((p) => p !== '' && p !== '.');
     if (parts.length === 0) throw new ApiError('PATH_CONFLICT', `${path} is the root directory`, { path });
-    // Create parents one component at a time, each opened inside the root.
-    let dir = '';
-    for (const part of parts.slice(0, -1)) {
-      const next = `${dir}/${part}`;
-      try {
-        closeSync(openat2(rootFd, next, O_PATH | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE));
-      } catch (err) {
-        if (!(err instanceof SyscallError && err.code === 'ENOENT')) mapError(err, path);
-        let parentFd: number;
-        try {
-          parentFd = openat2(rootFd, dir || '/', O_PATH | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE);
-        } catch (e) {
-          mapError(e, path);
-        }
-        try {
-          mkdirat(parentFd, part, 0o755);
-        } catch (e) {
-          if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
-        } finally {
-          closeSync(parentFd);
-        }
-      }
-      dir = next;
-    }
+    makeDirs(rootFd, parts.slice(0, -1), path, { parents: true, mode: 0o755 });
     let fd: number;
     try {
       fd = openRegular(rootFd, path, fsc.O_WRONLY | fsc.O_TRUNC);
@@ -244,36 +221,41 @@ export function listDirInRoot(rootfs: string, path: string, limit = 10_000): { e
   );
 }
 
-/** mkdir, optionally with parents (like mkdir -p), each component created inside the root. */
-export function mkdirInRoot(rootfs: string, path: string, parents: boolean, mode = 0o755): void {
-  withRoot(rootfs, (rootFd) => {
-    const parts = path.split('/').filter((p) => p !== '' && p !== '.');
-    if (parts.length === 0) return;
-    let dir = '';
-    for (const [i, part] of parts.entries()) {
-      const last = i === parts.length - 1;
-      const next = `${dir}/${part}`;
-      let exists = true;
-      try {
-        closeSync(openat2(rootFd, next, O_PATH | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE));
-      } catch (err) {
-        if (!(err instanceof SyscallError && err.code === 'ENOENT')) mapError(err, path);
-        exists = false;
-      }
-      if (exists && last && !parents) throw new ApiError('PATH_CONFLICT', `${path} already exists`, { path });
-      if (!exists) {
-        if (!last && !parents) throw new ApiError('FILE_NOT_FOUND', `parent of ${path} does not exist (set parents: true)`, { path });
-        withDir(rootFd, dir || '/', (parentFd) => {
-          try {
-            mkdirat(parentFd, part, mode);
-          } catch (e) {
-            if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
-          }
-        });
-      }
-      dir = next;
+/**
+ * Creates the directories `parts` (a path from the root, component by component), each opened
+ * and created inside the root. Without `parents`, every component but the last must exist and
+ * the last must not.
+ */
+function makeDirs(rootFd: number, parts: string[], path: string, opts: { parents: boolean; mode: number }): void {
+  let dir = '';
+  for (const [i, part] of parts.entries()) {
+    const last = i === parts.length - 1;
+    const next = `${dir}/${part}`;
+    let exists = true;
+    try {
+      closeSync(openat2(rootFd, next, O_PATH | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE));
+    } catch (err) {
+      if (!(err instanceof SyscallError && err.code === 'ENOENT')) mapError(err, path);
+      exists = false;
     }
-  });
+    if (exists && last && !opts.parents) throw new ApiError('PATH_CONFLICT', `${path} already exists`, { path });
+    if (!exists) {
+      if (!last && !opts.parents) throw new ApiError('FILE_NOT_FOUND', `parent of ${path} does not exist (set parents: true)`, { path });
+      withDir(rootFd, dir || '/', (parentFd) => {
+        try {
+          mkdirat(parentFd, part, opts.mode);
+        } catch (e) {
+          if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
+        }
+      });
+    }
+    dir = next;
+  }
+}
+
+/** mkdir, optionally with parents (like mkdir -p). */
+export function mkdirInRoot(rootfs: string, path: string, parents: boolean, mode = 0o755): void {
+  withRoot(rootfs, (rootFd) => makeDirs(rootFd, path.split('/').filter((p) => p !== '' && p !== '.'), path, { parents, mode }));
 }
 
 /** Removes a file, a symlink (not its target) or an empty directory. */
