@@ -344,9 +344,13 @@ export class ControlPlane {
   }
 
   /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
-  async *execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+  execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    // Checked now, not at the first next(): a bad request fails before any response is streamed.
     checkCommand(req);
-    const edge = this.#runningOn(id);
+    return this.#logStream(id, this.#runningOn(id), req, signal);
+  }
+
+  async *#logStream(id: string, edge: EdgeApi, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
     const kept = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
     const enc = req.encoding ?? 'utf8';
     let keptBytes = 0;

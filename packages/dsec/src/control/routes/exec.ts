@@ -6,7 +6,8 @@ import {
   ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput, ProcessOutputQuery, ProcessParams, SandboxIdParams,
   SessionExecRequest, SessionInfo, SessionList, SessionParams, SignalRequest, StartProcessRequest, WaitProcessRequest,
 } from '@dsec/sdk/schema';
-import { checkCommand, type ControlPlane } from '../control-plane.js';
+import type { ControlPlane } from '../control-plane.js';
+import type { ExecEvent } from '../../exec/run-command.js';
 import { abortOnHangup } from './abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import type { Metrics } from './system.js';
@@ -34,14 +35,19 @@ export function execRoutes(deps: { control: ControlPlane; metrics: Metrics }): F
       async (req, reply) => {
         const { id } = req.params;
         if ((req.headers.accept ?? '').includes(NDJSON)) {
-          checkCommand(req.body); // 400/413 and 404/409 now, before the stream starts
-          control.edgeFor(id);
           const hangup = abortOnHangup(reply);
+          let events: AsyncGenerator<ExecEvent>;
+          try {
+            events = control.execStream(id, req.body, hangup.signal); // 400/413/404/409 before the stream starts
+          } catch (err) {
+            hangup.done();
+            throw err;
+          }
           const lines = async function* (): AsyncGenerator<string> {
             // A first line right away: headers go out before the command writes anything.
             yield `${JSON.stringify({ type: 'start' })}\n`;
             try {
-              for await (const ev of control.execStream(id, req.body, hangup.signal)) {
+              for await (const ev of events) {
                 yield ev.type === 'exit' ? `${JSON.stringify({ type: 'exit', ...ev.result })}\n` : `${JSON.stringify({ type: ev.type, data: ev.data.toString('base64') })}\n`;
               }
             } finally {
