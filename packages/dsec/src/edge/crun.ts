@@ -55,6 +55,16 @@ export class Crun {
   }
 }
 
+/** The pid crun wrote to a --pid-file, or undefined while it has not written one yet. */
+export function readPidFile(pidFile: string): number | undefined {
+  try {
+    const pid = Number(readFileSync(pidFile, 'utf8'));
+    return pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** crun's JSON log lines → the messages a person needs to read. */
 export function readCrunLog(logFile: string): string {
   let text = '';

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants as fsc, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, constants as fsc, openSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pty, { type IPty } from 'node-pty';
+import { readPidFile } from '../edge/crun.js';
 import { processBlock } from '../edge/oci-config.js';
 import { killTree } from '../edge/process-tree.js';
 import { setWindowSize } from '../host/syscalls.js';
@@ -81,10 +82,6 @@ export class PtyProcess {
   }
 
   #hostPid(): number | undefined {
-    try {
-      return Number(readFileSync(this.#pidFile, 'utf8')) || undefined;
-    } catch {
-      return undefined;
-    }
+    return readPidFile(this.#pidFile);
   }
 }

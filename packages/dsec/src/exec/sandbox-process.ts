@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { signalNumber } from '../host/run-tool.js';
+import { readPidFile } from '../edge/crun.js';
 import { CGROUP_PARENT, cgroupPids } from '../host/cgroups.js';
 import { processBlock, type ProcessSpec } from '../edge/oci-config.js';
 import { killTree } from '../edge/process-tree.js';
@@ -148,12 +149,7 @@ export class SandboxProcess {
 
   /** The command's pid as the host sees it, once crun has reported it. */
   get hostPid(): number | undefined {
-    try {
-      const pid = Number(readFileSync(this.#pidFile, 'utf8'));
-      return pid > 0 ? pid : undefined;
-    } catch {
-      return undefined;
-    }
+    return readPidFile(this.#pidFile);
   }
 
   /** Every chunk as it arrives (`raw`), and the part of it within the cap (`kept`, maybe empty). */
