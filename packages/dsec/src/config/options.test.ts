@@ -11,6 +11,7 @@ describe('compileOptions', () => {
       listen: '127.0.0.1:7070',
       edgeId: 'local',
       maxSandboxes: 4000,
+      layerCacheMiB: 20480,
       logLevel: 'info',
     });
   });
@@ -18,9 +19,9 @@ describe('compileOptions', () => {
   test('environment variables set options, strings converted to their types', () => {
     const opts = compileOptions(
       {},
-      { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LOG_LEVEL: 'warn' },
+      { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_LOG_LEVEL: 'warn' },
     );
-    assert.deepEqual(opts, { dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, logLevel: 'warn' });
+    assert.deepEqual(opts, { dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, logLevel: 'warn' });
   });
 
   test('flags win over environment variables', () => {
@@ -60,6 +61,12 @@ describe('compileOptions', () => {
   test('maxSandboxes below 1 or not a number is rejected', () => {
     assert.throws(() => compileOptions({ maxSandboxes: '0' }, {}), OptionsError);
     assert.throws(() => compileOptions({}, { DSEC_MAX_SANDBOXES: 'many' }), OptionsError);
+  });
+
+  test('layerCacheMiB may be 0 (cache only what is mounted) but not negative or fractional', () => {
+    assert.equal(compileOptions({ layerCacheMiB: '0' }, {}).layerCacheMiB, 0);
+    assert.throws(() => compileOptions({ layerCacheMiB: '-1' }, {}), /layerCacheMiB/);
+    assert.throws(() => compileOptions({}, { DSEC_LAYER_CACHE_MIB: '1.5' }), /layerCacheMiB/);
   });
 
   test('a fractional maxSandboxes is rejected, not silently truncated', () => {

@@ -17,6 +17,12 @@ export const ServerOptions = Type.Object(
     edgeId: Type.String({ default: 'local', pattern: '^[a-z0-9]{1,32}$' }),
     /** DSEC_MAX_SANDBOXES: the edge admits no more than this many at once. */
     maxSandboxes: Type.Integer({ default: 4000, minimum: 1 }),
+    /**
+     * DSEC_LAYER_CACHE_MIB: budget of the node's layer cache (node/layer-cache), in MiB. Above it,
+     * the least recently used layers no sandbox mounts are evicted; mounted layers never are.
+     * Blobs hard-linked from a store on the same filesystem cost nothing against it.
+     */
+    layerCacheMiB: Type.Integer({ default: 20480, minimum: 0 }),
     /** DSEC_LOG_LEVEL */
     logLevel: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')], {
       default: 'info',
@@ -31,6 +37,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   listen: 'DSEC_LISTEN',
   edgeId: 'DSEC_EDGE_ID',
   maxSandboxes: 'DSEC_MAX_SANDBOXES',
+  layerCacheMiB: 'DSEC_LAYER_CACHE_MIB',
   logLevel: 'DSEC_LOG_LEVEL',
 };
 
@@ -47,8 +54,10 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   }
   for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
   // Convert would cut "2.5" to 2: numbers must be written as integers.
-  if (merged['maxSandboxes'] !== undefined && !/^\d+$/.test(String(merged['maxSandboxes']))) {
-    throw new OptionsError(`invalid option /maxSandboxes: ${JSON.stringify(merged['maxSandboxes'])} is not a whole number`);
+  for (const key of ['maxSandboxes', 'layerCacheMiB'] as const) {
+    if (merged[key] !== undefined && !/^\d+$/.test(String(merged[key]))) {
+      throw new OptionsError(`invalid option /${key}: ${JSON.stringify(merged[key])} is not a whole number`);
+    }
   }
   const withDefaults = Value.Default(ServerOptions, Value.Convert(ServerOptions, merged));
   const errors = [...Value.Errors(ServerOptions, withDefaults)];

@@ -6,6 +6,7 @@ import type { Readable } from 'node:stream';
 import type { ExecEvent } from '../exec/run-command.js';
 import type { PtyOptions, PtyProcess } from '../exec/pty-process.js';
 import type { LayerDigest } from '../image/layer-store.js';
+import type { LayerCacheStats } from './layer-cache.js';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
 
@@ -52,6 +53,8 @@ export interface EdgeInfo {
   id: string;
   sandboxes: number;
   maxSandboxes: number;
+  /** The node's layer cache: entries, bytes against the budget, mounted, evictions. */
+  layerCache: LayerCacheStats;
 }
 
 /**

@@ -28,6 +28,7 @@ import { ToolError } from '../host/run-tool.js';
 import type { LayerStore } from '../image/layer-store.js';
 import { Crun } from './crun.js';
 import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeSandbox, EdgeSnapshot } from './edge-api.js';
+import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
@@ -44,6 +45,8 @@ export interface EdgeOptions {
   nodeDir: string;
   layers: LayerStore;
   maxSandboxes: number;
+  /** Budget of the node's layer cache; default DEFAULT_LAYER_CACHE_BYTES. */
+  layerCacheBytes?: number;
   log: Logger;
 }
 
@@ -57,6 +60,7 @@ type EdgeState = 'starting' | 'running' | 'draining' | 'stopped';
 export class Edge implements EdgeApi {
   readonly id: string;
   readonly crun: Crun;
+  readonly layerCache: LayerCache;
   readonly layerMounts: LayerMounts;
   readonly records: SandboxRecords;
   readonly #live = new Map<string, LiveSandbox>();
@@ -71,7 +75,14 @@ export class Edge implements EdgeApi {
     this.#hostGuard = new HostGuard(opts.id);
     mkdirSync(opts.nodeDir, { recursive: true });
     this.crun = new Crun(join(opts.nodeDir, 'crun'));
-    this.layerMounts = new LayerMounts(opts.nodeDir, opts.layers);
+    this.layerCache = new LayerCache({
+      nodeDir: opts.nodeDir,
+      store: opts.layers,
+      budgetBytes: opts.layerCacheBytes ?? DEFAULT_LAYER_CACHE_BYTES,
+      inUse: (d) => this.layerMounts.inUse(d),
+      log: opts.log,
+    });
+    this.layerMounts = new LayerMounts(opts.nodeDir, this.layerCache);
     this.records = new SandboxRecords(join(opts.nodeDir, 'sandboxes'));
   }
 

@@ -3,10 +3,18 @@ import { join } from 'node:path';
 import { MS_NODEV, MS_NOSUID, MS_RDONLY, SyscallError, mount, umount, MNT_DETACH } from '../host/syscalls.js';
 import { mountsUnder } from '../host/mounts.js';
 import { runToolOrThrow } from '../host/run-tool.js';
-import type { LayerDigest, LayerStore } from '../image/layer-store.js';
+import { LayerStore, type LayerDigest } from '../image/layer-store.js';
+
+/** Where the blob to mount comes from: the node's LayerCache, or a LayerStore used directly. */
+export interface LayerBlobs {
+  /** A local path to the blob, ready to mount. */
+  ensure(digest: LayerDigest): Promise<string>;
+  /** The layer's last mount is gone. */
+  unmounted(digest: LayerDigest): void;
+}
 
 /**
- * The node's shared, read-only layer mounts: each EROFS blob is mounted once under
+ * The node's shared, read-only layer mounts: each EROFS blob (from the node's layer cache) is mounted once under
  * `node/layers/<hex>` and shared by every sandbox that stacks it; a refcount unmounts it when the
  * last user goes. Mounting uses mount(2) on the blob file (file-backed EROFS, ~0.5 ms, no loop
  * device). Where the kernel refuses that (ENOTBLK: the blob lives on overlayfs), it falls back to
@@ -16,13 +24,13 @@ export class LayerMounts {
   readonly #refs = new Map<LayerDigest, number>();
   readonly #pending = new Map<LayerDigest, Promise<string>>();
   readonly dir: string;
+  readonly #blobs: LayerBlobs;
 
-  constructor(
-    nodeDir: string,
-    private readonly store: LayerStore,
-  ) {
+  /** A LayerStore given directly is mounted from in place (the benchmark's raw-crun peers do so). */
+  constructor(nodeDir: string, blobs: LayerBlobs | LayerStore) {
     this.dir = join(nodeDir, 'layers');
     mkdirSync(this.dir, { recursive: true });
+    this.#blobs = blobs instanceof LayerStore ? { ensure: async (d) => blobs.path(d), unmounted: () => undefined } : blobs;
   }
 
   mountPoint(digest: LayerDigest): string {
@@ -78,14 +86,19 @@ export class LayerMounts {
     return this.#refs.get(digest) ?? 0;
   }
 
+  /** Mounted, or being mounted right now. */
+  inUse(digest: LayerDigest): boolean {
+    return this.#refs.has(digest) || this.#pending.has(digest);
+  }
+
   mounted(): LayerDigest[] {
     return [...this.#refs.keys()];
   }
 
   async #mount(digest: LayerDigest): Promise<string> {
     const mp = this.mountPoint(digest);
-    const blob = this.store.path(digest);
     if (mountsUnder(mp).some((m) => m.mountPoint === mp)) return mp; // survived an edge restart
+    const blob = await this.#blobs.ensure(digest);
     mkdirSync(mp, { recursive: true });
     try {
       mount(blob, mp, 'erofs', MS_RDONLY | MS_NOSUID | MS_NODEV, null);
@@ -104,6 +117,7 @@ export class LayerMounts {
     } catch {
       // a lazy unmount may still hold it; reconcile retries at next start
     }
+    this.#blobs.unmounted(digest);
   }
 }
 

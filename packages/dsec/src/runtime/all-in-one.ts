@@ -81,7 +81,14 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
   const layers = new LayerStore(opts.dataDir);
   const images = new ImageStore(opts.dataDir, layers);
   const store = new StateStore(join(opts.dataDir, 'state.db'));
-  const edge = new Edge({ id: opts.edgeId, nodeDir: join(opts.dataDir, 'node'), layers, maxSandboxes: opts.maxSandboxes, log: log.child({ edge: opts.edgeId }) });
+  const edge = new Edge({
+    id: opts.edgeId,
+    nodeDir: join(opts.dataDir, 'node'),
+    layers,
+    maxSandboxes: opts.maxSandboxes,
+    layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
+    log: log.child({ edge: opts.edgeId }),
+  });
   await edge.start();
   const control = new ControlPlane(store, images, log.child({ component: 'control' }));
   control.addEdge(opts.edgeId, edge);

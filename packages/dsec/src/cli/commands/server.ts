@@ -11,9 +11,11 @@ export function registerServerCommands(program: Command): void {
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)', undefined)
     .option('--edge-id <id>', 'this node\'s edge id (env DSEC_EDGE_ID)', undefined)
     .option('--max-sandboxes <n>', 'admission limit of the local edge (env DSEC_MAX_SANDBOXES)', undefined)
+    .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB, default 20480 (env DSEC_LAYER_CACHE_MIB)', undefined)
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)', undefined)
-    .action(async (flags: { listen?: string; dataDir?: string; edgeId?: string; maxSandboxes?: string; logLevel?: string }) => {
-      const opts = compileOptions(flags);
+    .action(async (flags: { listen?: string; dataDir?: string; edgeId?: string; maxSandboxes?: string; layerCacheMib?: string; logLevel?: string }) => {
+      const { layerCacheMib, ...rest } = flags; // commander spells the flag's key layerCacheMib
+      const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib });
       const dsec = await startAllInOne(opts);
       process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
       if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
