@@ -122,6 +122,7 @@ export class Edge implements EdgeApi {
       }
     }
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
+    this.layerCache.reconcile();
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
     for (const l of linked) this.#addresses.claim(l.record.network!.link!.index);
     if (linked.length) await this.#hostGuard.ensure();
@@ -132,7 +133,7 @@ export class Edge implements EdgeApi {
   }
 
   async info(): Promise<EdgeInfo> {
-    return { id: this.id, sandboxes: this.#live.size, maxSandboxes: this.opts.maxSandboxes };
+    return { id: this.id, sandboxes: this.#live.size, maxSandboxes: this.opts.maxSandboxes, layerCache: this.layerCache.stats() };
   }
 
   async listSandboxes(): Promise<EdgeSandbox[]> {
