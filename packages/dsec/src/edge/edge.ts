@@ -125,8 +125,8 @@ export class Edge implements EdgeApi {
     this.layerCache.reconcile();
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
     for (const l of linked) this.#addresses.claim(l.record.network!.link!.index);
-    if (linked.length) await this.#hostGuard.ensure();
-    else await this.#hostGuard.remove(); // this edge's own table, left by a crash
+    if (linked.length) this.#hostGuard.ensure();
+    else this.#hostGuard.remove(); // this edge's own table, left by a crash
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
@@ -404,29 +404,26 @@ export class Edge implements EdgeApi {
     return out;
   }
 
+  /**
+   * A sandbox gets its link (veth, address, route: process spawns, tens of ms) the first time a
+   * policy other than none is applied, and keeps it until it ends: a later switch, in either
+   * direction, is then one in-process nft transaction (well under a millisecond). Under none the
+   * ruleset drops everything but loopback, so a kept link carries nothing.
+   */
   async #applyNetwork(record: SandboxRecord, policy: NetworkPolicy): Promise<void> {
     const pid = record.pid ?? 0;
     let link = record.network?.link;
-    if (policy.mode === 'none') {
-      await applyRuleset(pid, policy, link?.host);
-      if (link) {
-        await detachLink(record.id);
+    if (!link && policy.mode !== 'none') {
+      this.#hostGuard.ensure();
+      link = this.#addresses.take();
+      try {
+        await attachLink(record.id, pid, link);
+      } catch (err) {
         this.#addresses.release(link.index);
-        link = undefined;
+        throw err;
       }
-    } else {
-      if (!link) {
-        await this.#hostGuard.ensure();
-        link = this.#addresses.take();
-        try {
-          await attachLink(record.id, pid, link);
-        } catch (err) {
-          this.#addresses.release(link.index);
-          throw err;
-        }
-      }
-      await applyRuleset(pid, policy, link.host);
     }
+    applyRuleset(pid, policy, link?.host);
     record.network = link ? { policy, link } : { policy };
   }
 
@@ -508,7 +505,7 @@ export class Edge implements EdgeApi {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
       removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent
     }
-    if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
+    if (![...this.#live.values()].some((l) => l.record.network?.link)) this.#hostGuard.remove();
     this.#state = 'stopped';
   }
 }

@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs';
-import { runTool, runToolOrThrow } from '../host/run-tool.js';
+import { nft, NftError } from './nftables.js';
 
 /**
  * Host-side rules that hold whatever a sandbox's own policy says, in dsec's own nftables table:
@@ -48,8 +48,8 @@ export class HostGuard {
    * (Re)installs the table atomically. Run before every new link, not cached: whatever removed
    * the table meanwhile (an operator, a flush), the guard is back before a sandbox gets a link.
    */
-  async ensure(): Promise<void> {
-    await runToolOrThrow('nft', ['-f', '-'], { input: hostGuardRuleset(this.table) });
+  ensure(): void {
+    nft(hostGuardRuleset(this.table));
     if (!this.#installed) {
       const f = '/proc/sys/net/ipv4/ip_forward';
       this.#forwardBefore = readFileSync(f, 'utf8').trim();
@@ -59,10 +59,14 @@ export class HostGuard {
   }
 
   /** Removes this edge's table and restores ip_forward as it was (unless another edge still guards links). */
-  async remove(): Promise<void> {
-    await runTool('nft', ['delete', 'table', 'inet', this.table]);
+  remove(): void {
+    try {
+      nft(`delete table inet ${this.table}`);
+    } catch (err) {
+      if (!(err instanceof NftError)) throw err; // not there: nothing to remove
+    }
     if (!this.#installed) return;
-    const others = (await runTool('nft', ['list', 'tables'])).stdout.includes('dsec_host_');
+    const others = nft('list tables').includes('dsec_host_');
     if (!others && this.#forwardBefore !== undefined && this.#forwardBefore !== '1') writeFileSync('/proc/sys/net/ipv4/ip_forward', this.#forwardBefore);
     this.#installed = false;
   }

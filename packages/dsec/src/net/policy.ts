@@ -55,7 +55,8 @@ async function resolveHost(host: string): Promise<string[]> {
  * The nftables ruleset inside a sandbox's network namespace. One atomic `nft -f` replaces it,
  * so a phase switch takes effect in one step. Only the output hook is filtered: replies to
  * allowed connections come back in; a connection to a destination no longer allowed is cut,
- * while allowed ones continue untouched.
+ * while allowed ones continue untouched. A new connection the policy forbids is refused (TCP
+ * reset, "Connection refused"; other protocols an ICMP admin-prohibited).
  */
 export function sandboxRuleset(policy: NetworkPolicy, gateway: string | undefined): string {
   const never = [...ALWAYS_DENIED, ...(gateway ? [`${gateway}/32`] : [])];
@@ -75,6 +76,9 @@ export function sandboxRuleset(policy: NetworkPolicy, gateway: string | undefine
       else lines.push(`    ip daddr ${r.cidr} tcp dport ${r.port} accept`, `    ip daddr ${r.cidr} udp dport ${r.port} accept`);
     }
   }
+  // Whatever is left is refused at once rather than dropped, so that an agent whose phase
+  // forbids the network fails fast instead of waiting out a connect timeout.
+  if (policy.mode !== 'open') lines.push('    meta l4proto tcp reject with tcp reset', '    reject with icmpx type admin-prohibited');
   lines.push('  }', '}', '');
   return lines.join('\n');
 }

@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { runToolOrThrow, runTool } from '../host/run-tool.js';
 import type { Link } from './address-pool.js';
+import { nftInNetns } from './nftables.js';
 import { sandboxRuleset, type NetworkPolicy } from './policy.js';
 
 /** Host-side veth name for a sandbox: short (IFNAMSIZ is 16) and recognisable by the host guard. */
@@ -26,7 +27,7 @@ function inNetns(pid: number, tool: string, args: string[], input?: string): Pro
 export async function attachLink(sandboxId: string, pid: number, link: Link): Promise<void> {
   const h = hostVeth(sandboxId);
   const p = peerVeth(sandboxId);
-  await runTool('ip', ['link', 'del', h]); // a leftover from a crash
+  await detachLink(sandboxId); // a leftover from a crash
   await runToolOrThrow('ip', ['-batch', '-'], {
     input: [`link add ${h} type veth peer name ${p}`, `link set ${p} netns ${pid}`, `addr add ${link.host}/30 dev ${h}`, ''].join('\n'),
   });
@@ -42,10 +43,11 @@ export async function attachLink(sandboxId: string, pid: number, link: Link): Pr
 
 /** Removes the link (deleting one end of a veth deletes both). */
 export async function detachLink(sandboxId: string): Promise<void> {
-  await runTool('ip', ['link', 'del', hostVeth(sandboxId)]);
+  const h = hostVeth(sandboxId);
+  if (existsSync(`/sys/class/net/${h}`)) await runTool('ip', ['link', 'del', h]);
 }
 
-/** Replaces the sandbox's nftables ruleset in one atomic transaction. */
-export async function applyRuleset(pid: number, policy: NetworkPolicy, gateway: string | undefined): Promise<void> {
-  await inNetns(pid, 'nft', ['-f', '-'], sandboxRuleset(policy, gateway));
+/** Replaces the sandbox's nftables ruleset in one atomic transaction (in-process, see nftables.ts). */
+export function applyRuleset(pid: number, policy: NetworkPolicy, gateway: string | undefined): void {
+  nftInNetns(pid, sandboxRuleset(policy, gateway));
 }
