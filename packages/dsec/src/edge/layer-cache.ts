@@ -5,26 +5,14 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import type { LayerCacheStats } from '@dsec/sdk/schema';
 import { isLayerDigest, type LayerDigest, type LayerStore } from '../image/layer-store.js';
 
 /** 20 GiB: room for hundreds of base/workspace/toolkit layers before anything is evicted. */
 export const DEFAULT_LAYER_CACHE_BYTES = 20 * 1024 ** 3;
 
-/** What the cache holds, for operators (`GET /v1/nodes`). */
-export interface LayerCacheStats {
-  entries: number;
-  /** Size of every cached blob, linked or copied. */
-  bytes: number;
-  /** What counts against the budget: blobs the cache alone keeps on disk (see LayerCache). */
-  chargedBytes: number;
-  budgetBytes: number;
-  /** Cached layers mounted right now (never evicted). */
-  mounted: number;
-  /** Layers evicted since this edge started. */
-  evictions: number;
-  /** True when only mounted layers are left and they alone exceed the budget. */
-  overBudget: boolean;
-}
+/** What the cache holds, for operators (`GET /v1/nodes`); the wire schema documents each field. */
+export type { LayerCacheStats };
 
 /** A store blob whose bytes do not hash to its name: never mounted. */
 export class LayerIntegrityError extends Error {
@@ -207,7 +195,9 @@ export class LayerCache {
       await pipeline(createReadStream(src), hashing, createWriteStream(tmp, { mode: 0o444 }));
       const got = `sha256:${hash.digest('hex')}`;
       if (got !== digest) {
-        throw new LayerIntegrityError(`layer ${digest}: the store's blob ${src} hashes to ${got}; it is corrupt or truncated and will not be mounted`);
+        throw new LayerIntegrityError(
+          `layer ${digest}: the store's blob ${src} hashes to ${got}; it is corrupt or truncated and will not be mounted`,
+        );
       }
       const fd = openSync(tmp, 'r');
       try {
@@ -273,7 +263,10 @@ export class LayerCache {
     }
     const over = charged > this.opts.budgetBytes;
     if (over && !this.#warnedOver) {
-      this.opts.log?.warn({ chargedBytes: charged, budgetBytes: this.opts.budgetBytes }, 'layer cache over budget: every remaining layer is mounted');
+      this.opts.log?.warn(
+        { chargedBytes: charged, budgetBytes: this.opts.budgetBytes },
+        'layer cache over budget: every remaining layer is mounted',
+      );
     }
     this.#warnedOver = over;
   }

@@ -55,9 +55,12 @@ export function newEdgeId(): string {
 }
 
 /** Starts dsec on `dataDir` (which may hold state from an earlier start) and builds busybox. */
-export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number }): Promise<RunningDsec> {
+export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number }): Promise<RunningDsec> {
   // compileOptions fills every other option with its default; {} as env keeps DSEC_* out.
-  const options = compileOptions({ dataDir, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, logLevel: 'silent' }, {});
+  const options = compileOptions(
+    { dataDir, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB, logLevel: 'silent' },
+    {},
+  );
   const dsec = await startAllInOne(options);
   try {
     await buildBusyboxImage(dsec.images);

@@ -7,3 +7,4 @@ export * from './session.js';
 export * from './process.js';
 export * from './trajectory.js';
 export * from './network.js';
+export * from './node.js';

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
+import { ErrorBody, NodeList } from '@dsec/sdk/schema';
 import type { ControlPlane } from '../control-plane.js';
 
 /** Counters for /metrics (Prometheus text format). */
@@ -38,6 +39,10 @@ export function systemRoutes(deps: { control: ControlPlane; metrics: Metrics }):
       ].join('\n');
       return reply.type('text/plain; version=0.0.4').send(text);
     });
-    app.get('/v1/nodes', { schema: { tags: ['nodes'], summary: 'Edges and their capacity' } }, async () => ({ nodes: await deps.control.nodes() }));
+    app.get(
+      '/v1/nodes',
+      { schema: { tags: ['nodes'], summary: 'Edges, their capacity and their layer cache', response: { 200: NodeList, 401: ErrorBody } } },
+      async () => ({ nodes: await deps.control.nodes() }),
+    );
   };
 }
