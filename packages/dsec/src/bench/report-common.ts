@@ -1,5 +1,33 @@
-import { mdTable, profileTable, targetsTable } from './markdown.js';
+import type { ChartPanel } from './chart-svg.js';
+import { mdTable, profileTable, ratio, targetsTable } from './markdown.js';
 import type { BenchReport } from './report.js';
+import type { PeerResultBase } from './scenarios/scenario.js';
+
+/** One row of a scenario's results table: a figure of each peer. */
+export interface TableMetric<P> {
+  name: string;
+  get: (p: P) => number;
+}
+
+/** Metric rows, one column per peer, then "dsec ÷ peer" for every other peer. */
+export function metricsTable<P extends PeerResultBase>(peers: P[], metrics: TableMetric<P>[]): string {
+  const dsec = peers.find((p) => p.name === 'dsec');
+  const others = peers.filter((p) => p.name !== 'dsec');
+  return mdTable(
+    ['metric', ...peers.map((p) => p.name), ...others.map((o) => `dsec ÷ ${o.name}`)],
+    metrics.map((m) => [m.name, ...peers.map((p) => m.get(p)), ...others.map((o) => (dsec ? ratio(m.get(dsec), m.get(o)) : 'n/a'))]),
+  );
+}
+
+/** One chart bar per peer. */
+export function peerBars<P extends PeerResultBase>(peers: P[], get: (p: P) => number): ChartPanel['bars'] {
+  return peers.map((p) => ({ label: p.name, value: get(p) }));
+}
+
+/** The chart's subtitle: the machine. */
+export function chartSubtitle(report: BenchReport): string {
+  return `${report.host.os}, kernel ${report.host.kernel}, ${report.host.cpus} CPUs, ${report.host.memTotalMiB} MiB`;
+}
 
 /** The sections every scenario's markdown ends with: who did not run, targets, profile, peers, host, cleanup, chart. */
 export function renderCommon(report: BenchReport, svgName: string): string[] {

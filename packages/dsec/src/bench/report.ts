@@ -1,13 +1,10 @@
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import type { ProfileRow } from './breakdown.js';
 import type { HostInfo } from './host-info.js';
 import type { PeerUnavailable } from './peers/peer.js';
-import type { CreateScenarioResult } from './scenarios/create.js';
-import type { ExecScenarioResult } from './scenarios/exec.js';
+import type { ScenarioResult } from './scenarios/scenario.js';
 import type { TargetCheck } from './targets.js';
-import { createTargets, renderCreateReport } from './report-create.js';
-import { execTargets, renderExecReport } from './report-exec.js';
 
 export interface ProfileSection {
   title: string;
@@ -30,8 +27,11 @@ interface ReportBase {
   cleanup: { errors: string[]; leaks: string[] };
 }
 
-export type BenchReport = ReportBase &
-  ({ scenario: 'create'; result: CreateScenarioResult } | { scenario: 'exec'; result: ExecScenarioResult });
+/** One scenario's saved result: `scenario` names its entry in scenarios/index.ts. */
+export type BenchReport<R extends ScenarioResult = ScenarioResult> = ReportBase & { scenario: string; result: R };
+
+/** A scenario's rendering: markdown that links its chart by `svgName`, and the chart. */
+export type RenderReport = (report: BenchReport, svgName: string) => { markdown: string; svg: string };
 
 /** `2025-01-31T12:34:56.789Z` → `20250131T123456Z`: sortable, and safe in a file name. */
 export function fileStamp(iso: string): string {
@@ -47,40 +47,26 @@ export interface WrittenFiles {
 
 /**
  * Writes `<scenario>-<UTC stamp>.{json,md,svg}` and refreshes `latest-<scenario>.{md,svg}` in
- * `outDir`. The markdown links its chart by a relative name, so both can be moved together.
+ * `outDir` (unless `latest` is false). The markdown links its chart by a relative name, so both
+ * can be moved together.
  */
-export function writeResults(outDir: string, report: BenchReport): WrittenFiles {
+export function writeResults(outDir: string, report: BenchReport, render: RenderReport, opts: { latest?: boolean; json?: boolean } = {}): WrittenFiles {
   const dir = resolve(outDir);
   mkdirSync(dir, { recursive: true });
   const base = `${report.scenario}-${fileStamp(report.startedAt)}`;
-  const render = (svgName: string): { markdown: string; svg: string } =>
-    report.scenario === 'create' ? renderCreateReport(report, svgName) : renderExecReport(report, svgName);
   const files: WrittenFiles = {
     json: join(dir, `${base}.json`),
     markdown: join(dir, `${base}.md`),
     svg: join(dir, `${base}.svg`),
-    latest: join(dir, `latest-${report.scenario}.md`),
+    latest: opts.latest === false ? '' : join(dir, `latest-${report.scenario}.md`),
   };
-  writeFileSync(files.json, JSON.stringify(report, null, 2) + '\n');
-  const own = render(`${base}.svg`);
+  if (opts.json !== false) writeFileSync(files.json, JSON.stringify(report, null, 2) + '\n');
+  const own = render(report, `${base}.svg`);
   writeFileSync(files.markdown, own.markdown);
   writeFileSync(files.svg, own.svg);
-  writeFileSync(files.latest, render(`latest-${report.scenario}.svg`).markdown);
-  copyFileSync(files.svg, join(dir, `latest-${report.scenario}.svg`));
-  return files;
-}
-
-/** Renders a saved JSON result again (after the report's format changed); refreshes latest-* only if asked. */
-export function rerender(jsonFile: string, opts: { latest: boolean }): WrittenFiles {
-  const report = JSON.parse(readFileSync(jsonFile, 'utf8')) as BenchReport;
-  // Targets are a pure function of the measurements: judge them with today's rules.
-  report.targets = report.scenario === 'create' ? createTargets(report.result) : execTargets(report.result);
-  const dir = dirname(resolve(jsonFile));
-  if (opts.latest) return writeResults(dir, report);
-  const base = `${report.scenario}-${fileStamp(report.startedAt)}`;
-  const own = report.scenario === 'create' ? renderCreateReport(report, `${base}.svg`) : renderExecReport(report, `${base}.svg`);
-  const files = { json: resolve(jsonFile), markdown: join(dir, `${base}.md`), svg: join(dir, `${base}.svg`), latest: '' };
-  writeFileSync(files.markdown, own.markdown);
-  writeFileSync(files.svg, own.svg);
+  if (files.latest) {
+    writeFileSync(files.latest, render(report, `latest-${report.scenario}.svg`).markdown);
+    copyFileSync(files.svg, join(dir, `latest-${report.scenario}.svg`));
+  }
   return files;
 }

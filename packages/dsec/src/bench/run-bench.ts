@@ -1,25 +1,28 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { loadavg, setPriority } from 'node:os';
-import { createBreakdown, execBreakdown, floorBreakdown } from './breakdown.js';
 import { Cleanup, trapSignals } from './cleanup.js';
 import { startFixture } from './fixture.js';
 import { dsecVersion, hostInfo } from './host-info.js';
-import type { PeerName } from './peers/peer.js';
+import type { Peer, PeerName, PeerUnavailable } from './peers/peer.js';
 import { setupPeers } from './peers/setup.js';
-import { instrumentDsec, phaseKey, Spans } from './profile.js';
-import { createTargets } from './report-create.js';
-import { execTargets } from './report-exec.js';
-import { writeResults, type BenchReport, type ProfileSection, type WrittenFiles } from './report.js';
-import { PHASE_CONCURRENT, PHASE_SEQUENTIAL, runCreateScenario, type CreateScenarioOptions } from './scenarios/create.js';
-import { PHASE_EXEC, runExecScenario, type ExecScenarioOptions } from './scenarios/exec.js';
+import { instrumentDsec, Spans } from './profile.js';
+import { writeAllSummary, type AllSummary } from './report-all.js';
+import { writeResults, type BenchReport, type WrittenFiles } from './report.js';
 import { runNames } from './run-names.js';
+import type { BenchScenarioDef, ScenarioContext } from './scenarios/scenario.js';
 import { findBenchLeaks, sweep } from './sweep.js';
 
-export type BenchScenario = { name: 'create'; options: CreateScenarioOptions } | { name: 'exec'; options: ExecScenarioOptions };
+/** A scenario to run and its compiled options. */
+export interface ScenarioRun {
+  def: BenchScenarioDef;
+  options: object;
+}
 
 export interface BenchRunOptions {
-  scenario: BenchScenario;
+  /** One scenario, or every one (`dsec bench all`: `combined` is then written too). */
+  scenarios: ScenarioRun[];
+  combined: boolean;
   peers: PeerName[];
   outDir: string;
   commandLine: string;
@@ -28,14 +31,26 @@ export interface BenchRunOptions {
   say: (m: string) => void;
 }
 
+export interface BenchOutcome {
+  reports: { report: BenchReport; files: WrittenFiles }[];
+  /** Scenarios that failed outright (the others still ran), with why. */
+  failed: { scenario: string; error: string }[];
+  /** `dsec bench all`'s combined summary. */
+  all?: { summary: AllSummary; files: { json: string; markdown: string; latest: string } };
+}
+
+type ReportBody = Omit<BenchReport, 'host' | 'cleanup'>;
+
 /**
- * One benchmark run: a temp dir, an in-process dsec, the peers, the scenario, the result files.
- * Everything it makes is undone on the way out, also on failure and Ctrl-C; the report says
- * what (if anything) could not be.
+ * One benchmark run: a temp dir, an in-process dsec, the peers, the scenarios one after the
+ * other on the same peers, the result files. Everything it makes is undone on the way out, also
+ * on failure and Ctrl-C; each report says what (if anything) could not be.
  */
-export async function runBench(opts: BenchRunOptions): Promise<{ report: BenchReport; files: WrittenFiles }> {
+export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
   const { say } = opts;
   if (process.getuid?.() !== 0) throw new Error('dsec bench needs root (mounts, namespaces, cgroups, apt-get)');
+  // Before anything is set up: a run the host cannot hold is refused with what does not fit.
+  for (const s of opts.scenarios) s.def.preflight?.(s.options, opts.peers);
   // Lower than others' nice value, the whole run (server, crun, podman, dockerd) is perturbed less by other
   // jobs on a shared host; every peer inherits it, so the comparison stays even.
   if (opts.nice !== 0) setPriority(opts.nice);
@@ -51,12 +66,13 @@ export async function runBench(opts: BenchRunOptions): Promise<{ report: BenchRe
   const abort = new AbortController();
   const untrap = trapSignals(abort, cleanup, say);
   const spans = new Spans();
-  let body: Omit<BenchReport, 'startedAt' | 'finishedAt' | 'host' | 'loadAverage1mAtEnd' | 'cleanup'> | undefined;
+  const bodies: ReportBody[] = [];
+  const failed: BenchOutcome['failed'] = [];
   let failure: unknown;
   try {
     say(`temp dir ${dir}; starting dsec in this process…`);
-    const count = opts.scenario.options.count;
-    const fixture = await startFixture(names, Math.max(4000, count * 4), cleanup, say);
+    const maxSandboxes = Math.max(4000, ...opts.scenarios.map((s) => s.def.maxSandboxes(s.options) * 2));
+    const fixture = await startFixture(names, maxSandboxes, cleanup, say);
     const notInstrumented = instrumentDsec(fixture.dsec, spans);
     const { peers, unavailable } = await setupPeers(opts.peers, fixture, {
       cleanup,
@@ -70,58 +86,18 @@ export async function runBench(opts: BenchRunOptions): Promise<{ report: BenchRe
     say(
       `peers: ${peers.map((p) => p.name).join(', ')}${unavailable.length ? `; not running: ${unavailable.map((u) => u.name).join(', ')}` : ''}`,
     );
-    const ctx = { signal: abort.signal, spans, say };
-    if (opts.scenario.name === 'create') {
-      const result = await runCreateScenario(peers, opts.scenario.options, ctx);
-      const profile: ProfileSection[] = [];
-      const dsec = result.peers.find((p) => p.name === 'dsec');
-      const crun = result.peers.find((p) => p.name === 'crun');
-      if (dsec && result.ops['dsec']) {
-        profile.push({
-          title: "Where dsec's create time goes (one at a time, mean per create)",
-          rows: createBreakdown(spans, phaseKey('dsec', PHASE_SEQUENTIAL), result.ops['dsec'].sequential, dsec.sequential.mean),
-        });
+    const ctx: ScenarioContext = { signal: abort.signal, spans, say };
+    for (const s of opts.scenarios) {
+      abort.signal.throwIfAborted();
+      if (opts.scenarios.length > 1) say(`\n== ${s.def.name} ==`);
+      try {
+        bodies.push(await runScenario(s, peers, unavailable, notInstrumented, ctx, opts));
+      } catch (err) {
+        // In `all`, one scenario failing does not lose the others; alone, it is the run's failure.
+        if (abort.signal.aborted || opts.scenarios.length === 1) throw err;
+        failed.push({ scenario: s.def.name, error: (err as Error).message });
+        say(`${s.def.name} failed: ${(err as Error).message}`);
       }
-      if (crun && result.ops['crun']) {
-        profile.push({
-          title: 'The floor, raw crun, split the same way (one at a time, mean per create)',
-          rows: floorBreakdown(spans, phaseKey('crun', PHASE_SEQUENTIAL), result.ops['crun'].sequential, crun.sequential.mean),
-        });
-      }
-      if (dsec && result.ops['dsec']) {
-        profile.push({
-          title: `dsec's create time with ${dsec.concurrent.concurrency} in flight (mean per create; steps overlap, so shares can exceed 100%)`,
-          rows: createBreakdown(spans, phaseKey('dsec', PHASE_CONCURRENT), result.ops['dsec'].concurrent, dsec.concurrent.latency.mean),
-        });
-      }
-      body = {
-        scenario: 'create',
-        options: { ...opts.scenario.options, peers: opts.peers, nice: opts.nice },
-        result,
-        unavailable: [...unavailable, ...result.dropped],
-        targets: createTargets(result),
-        profile,
-        notInstrumented,
-      };
-    } else {
-      const result = await runExecScenario(peers, opts.scenario.options, ctx);
-      const dsec = result.peers.find((p) => p.name === 'dsec');
-      const profile: ProfileSection[] = [];
-      if (dsec && result.ops['dsec']) {
-        profile.push({
-          title: "Where dsec's exec time goes (mean per exec)",
-          rows: execBreakdown(spans, phaseKey('dsec', PHASE_EXEC), result.ops['dsec'], dsec.exec.mean),
-        });
-      }
-      body = {
-        scenario: 'exec',
-        options: { ...opts.scenario.options, peers: opts.peers, nice: opts.nice },
-        result,
-        unavailable: [...unavailable, ...result.dropped],
-        targets: execTargets(result),
-        profile,
-        notInstrumented,
-      };
     }
   } catch (err) {
     failure = err;
@@ -129,18 +105,42 @@ export async function runBench(opts: BenchRunOptions): Promise<{ report: BenchRe
   say('cleaning up…');
   const errors = await cleanup.run(say);
   untrap();
-  if (!body) {
+  if (bodies.length === 0) {
     if (leaks.length || errors.length) say(`cleanup left: ${[...errors, ...leaks].join('; ')}`);
     throw failure;
   }
-  const report = {
-    ...body,
+  if (failure) failed.push({ scenario: 'run', error: (failure as Error).message });
+  const reports = bodies.map((body) => {
+    const def = opts.scenarios.find((s) => s.def.name === body.scenario)!.def;
+    const report = { ...body, host, cleanup: { errors, leaks } } as BenchReport;
+    return { report, files: writeResults(opts.outDir, report, (r, svg) => def.render(r, svg)) };
+  });
+  const outcome: BenchOutcome = { reports, failed };
+  if (opts.combined) outcome.all = writeAllSummary(opts.outDir, { startedAt, host, peers: opts.peers, nice: opts.nice, reports, failed, defs: opts.scenarios.map((s) => s.def) });
+  return outcome;
+}
+
+async function runScenario(
+  s: ScenarioRun,
+  peers: Peer[],
+  unavailable: PeerUnavailable[],
+  notInstrumented: string[],
+  ctx: ScenarioContext,
+  opts: BenchRunOptions,
+): Promise<ReportBody> {
+  const startedAt = new Date().toISOString();
+  const result = await s.def.run(peers, s.options, ctx);
+  return {
+    scenario: s.def.name,
     startedAt,
     finishedAt: new Date().toISOString(),
-    host,
     loadAverage1mAtEnd: Math.round((loadavg()[0] ?? 0) * 100) / 100,
-    cleanup: { errors, leaks },
-  } as BenchReport;
-  const files = writeResults(opts.outDir, report);
-  return { report, files };
+    options: { ...s.options, peers: opts.peers, nice: opts.nice },
+    result,
+    unavailable: [...unavailable, ...result.dropped],
+    targets: s.def.targets(result),
+    profile: s.def.profile?.(result, ctx.spans) ?? [],
+    notInstrumented,
+  };
 }
+

@@ -45,4 +45,14 @@ export const TARGETS = {
   createsPerSecond: 30,
   memoryMiB: 1.2,
   execRatio: 1.5,
+  /** Issue 6: this many sandboxes created, each running one command, within burstSeconds. */
+  burstCount: 1000,
+  burstSeconds: 30,
+  /** Issue 6: pause and resume p50 (ms). */
+  pauseMs: 5,
+  /** Issue 4: a snapshot of snapshotMiB written takes at most snapshotMs. */
+  snapshotMiB: 100,
+  snapshotMs: 2000,
+  /** Issue 4: restore p50 ≤ create p50 + this (ms). */
+  restoreOverCreateMs: 20,
 } as const;

@@ -1,6 +1,7 @@
 import { runTool, type ToolResult } from '../../host/run-tool.js';
 import type { CgroupScope } from '../cgroup-memory.js';
-import type { Peer, PeerName } from './peer.js';
+import { pool } from '../rounds.js';
+import type { Peer, PeerName, SnapshotOps } from './peer.js';
 
 /** How to drive a docker-compatible CLI (podman, docker) on a private store. */
 export interface CliPeerSpec {
@@ -27,6 +28,8 @@ export class CliPeer implements Peer {
   readonly execDescription: string;
   readonly version: string;
   readonly cgroupScope: CgroupScope;
+  readonly pauseDescription: string;
+  readonly snapshots: { ops: SnapshotOps };
   readonly #live = new Set<string>();
 
   constructor(
@@ -38,6 +41,8 @@ export class CliPeer implements Peer {
     this.execDescription = `${spec.name} exec ID true`;
     this.cgroupScope = { parent: spec.cgroupParent };
     this.version = spec.version;
+    this.pauseDescription = `${spec.name} pause ID / ${spec.name} unpause ID`;
+    this.snapshots = { ops: this.#snapshotOps() };
   }
 
   run(args: string[]): Promise<ToolResult> {
@@ -50,15 +55,45 @@ export class CliPeer implements Peer {
     return r;
   }
 
-  async create(): Promise<string> {
-    const r = await this.#ok(['run', '-d', ...this.spec.runArgs, this.spec.image, '/bin/sleep', 'infinity']);
+  create(): Promise<string> {
+    return this.#runDetached(this.spec.image);
+  }
+
+  async #runDetached(image: string): Promise<string> {
+    const r = await this.#ok(['run', '-d', ...this.spec.runArgs, image, '/bin/sleep', 'infinity']);
     const id = r.stdout.trim().split('\n').pop() ?? '';
     this.#live.add(id);
     return id;
   }
 
-  async exec(id: string): Promise<void> {
-    await this.#ok(['exec', id, 'true']);
+  async exec(id: string, cmd: string[] = ['true']): Promise<string> {
+    return (await this.#ok(['exec', id, ...cmd])).stdout;
+  }
+
+  async pause(id: string): Promise<void> {
+    await this.#ok(['pause', id]);
+  }
+
+  async resume(id: string): Promise<void> {
+    await this.#ok(['unpause', id]);
+  }
+
+  /** `commit` (the CLI's default: the container is paused while its diff is copied), then `run -d` of that image. */
+  #snapshotOps(): SnapshotOps {
+    const n = this.spec.name;
+    const commit = async (id: string): Promise<string> => (await this.#ok(['commit', id])).stdout.trim().split('\n').pop() ?? '';
+    return {
+      description: `${n} commit ID / ${n} run -d IMAGE (same flags as create); fork = commit + N × run -d, 8 in flight`,
+      snapshot: commit,
+      createFrom: (image) => this.#runDetached(image),
+      fork: async (id, count) => {
+        const image = await commit(id);
+        const ids: string[] = [];
+        await pool(count, 8, async () => void ids.push(await this.#runDetached(image)));
+        return { ids, image };
+      },
+      removeImage: async (image) => void (await this.#ok(['rmi', '-f', image])),
+    };
   }
 
   async remove(id: string): Promise<void> {

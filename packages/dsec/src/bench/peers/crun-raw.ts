@@ -70,9 +70,27 @@ export class CrunRawPeer implements Peer {
     return id;
   }
 
-  async exec(id: string): Promise<void> {
-    const r = await runTool('crun', [...this.crun.globalArgs(), 'exec', id, 'true']);
-    if (r.code !== 0) throw new Error(`crun exec ${id} true exited ${r.code}: ${r.stderr.trim()}`);
+  readonly pauseDescription = 'raw `crun pause ID` / `crun resume ID` (cgroup freezer)';
+  readonly snapshots = {
+    unavailable: 'not applicable: raw crun runs a bundle and has no image or snapshot format (that is what dsec adds on top of it)',
+  };
+
+  async exec(id: string, cmd: string[] = ['true']): Promise<string> {
+    return (await this.#crun(['exec', id, ...cmd])).stdout;
+  }
+
+  async pause(id: string): Promise<void> {
+    await this.#crun(['pause', id]);
+  }
+
+  async resume(id: string): Promise<void> {
+    await this.#crun(['resume', id]);
+  }
+
+  async #crun(args: string[]): Promise<{ stdout: string }> {
+    const r = await runTool('crun', [...this.crun.globalArgs(), ...args]);
+    if (r.code !== 0) throw new Error(`crun ${args.join(' ')} exited ${r.code}: ${r.stderr.trim()}`);
+    return r;
   }
 
   async remove(id: string): Promise<void> {

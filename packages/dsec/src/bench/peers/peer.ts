@@ -21,8 +21,15 @@ export interface Peer {
   readonly cgroupScope: CgroupScope;
   /** Starts one idle sandbox; resolves once it runs; returns its id. */
   create(): Promise<string>;
-  /** Runs `true` in a sandbox and waits for it; throws on a non-zero exit. */
-  exec(id: string): Promise<void>;
+  /** Runs `cmd` (default `true`) in a sandbox and waits for it; returns its stdout; throws on a non-zero exit. */
+  exec(id: string, cmd?: string[]): Promise<string>;
+  /** Freezes every process of a sandbox (cgroup freezer); resolves once frozen. */
+  pause(id: string): Promise<void>;
+  resume(id: string): Promise<void>;
+  /** What a pause/resume timing covers, e.g. "crun pause ID / crun resume ID". */
+  readonly pauseDescription: string;
+  /** Snapshots of a running sandbox and sandboxes started from them, or why the peer has none. */
+  readonly snapshots: { ops: SnapshotOps } | { unavailable: string };
   remove(id: string): Promise<void>;
   /** Removes every sandbox it made and whatever it set up. Safe to call twice. */
   close(): Promise<void>;
@@ -45,4 +52,18 @@ export function parsePeers(list: string): PeerName[] {
   }
   // crun is the floor every ratio is taken against: it always runs.
   return [...new Set<PeerName>(['crun', ...(names as PeerName[])])];
+}
+
+/** A peer's way to capture a running sandbox as an image and start sandboxes from it. */
+export interface SnapshotOps {
+  /** What each timing covers, e.g. "podman commit ID / podman run -d IMAGE". */
+  readonly description: string;
+  /** Captures the sandbox's changes; returns the image to start from. */
+  snapshot(id: string): Promise<string>;
+  /** Starts one idle sandbox from a snapshot image; returns its id. */
+  createFrom(image: string): Promise<string>;
+  /** One snapshot of `id` and `count` sandboxes from it; returns their ids (and the image, to remove). */
+  fork(id: string, count: number): Promise<{ ids: string[]; image: string }>;
+  /** Removes a snapshot image once no sandbox uses it. */
+  removeImage(image: string): Promise<void>;
 }

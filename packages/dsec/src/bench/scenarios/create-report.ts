@@ -1,12 +1,11 @@
-import { round } from '../demo/stats.js';
-import { renderChart, type ChartPanel } from './chart-svg.js';
-import { mdTable, ratio } from './markdown.js';
-import type { BenchReport } from './report.js';
-import { renderCommon } from './report-common.js';
-import type { CreateScenarioResult, PeerCreateResult } from './scenarios/create.js';
-import { check, ratioCheck, TARGETS, type TargetCheck } from './targets.js';
+import { round } from '../../demo/stats.js';
+import { renderChart, type ChartPanel } from '../chart-svg.js';
+import type { BenchReport } from '../report.js';
+import { chartSubtitle, metricsTable, peerBars, renderCommon, type TableMetric } from '../report-common.js';
+import { check, ratioCheck, TARGETS, type TargetCheck } from '../targets.js';
+import type { CreateScenarioResult, PeerCreateResult } from './create.js';
 
-type CreateReport = BenchReport & { scenario: 'create' };
+type CreateReport = BenchReport<CreateScenarioResult>;
 
 export function createTargets(result: CreateScenarioResult): TargetCheck[] {
   const dsec = result.peers.find((p) => p.name === 'dsec');
@@ -62,57 +61,45 @@ function memoryCheck(dsec: PeerCreateResult | undefined): TargetCheck {
   return check(target, m.perSandboxMiBMedian, TARGETS.memoryMiB, 'MiB', { measured });
 }
 
-interface Metric {
-  name: string;
-  get: (p: PeerCreateResult) => number;
-  /** Ratios read "dsec is N× the peer"; for throughput, higher is better. */
-  better: 'lower' | 'higher';
-}
-
-function metrics(c: number): Metric[] {
+function metrics(c: number, high: number | undefined): TableMetric<PeerCreateResult>[] {
+  const highRows: TableMetric<PeerCreateResult>[] = high
+    ? [
+        { name: `creates/s, ${high} in flight`, get: (p) => p.concurrentHigh?.createsPerSecond ?? NaN },
+        { name: `create p50, ${high} in flight (ms)`, get: (p) => p.concurrentHigh?.latency.p50 ?? NaN },
+        { name: `create p99, ${high} in flight (ms)`, get: (p) => p.concurrentHigh?.latency.p99 ?? NaN },
+      ]
+    : [];
   return [
-    { name: 'create p50, one at a time (ms)', get: (p) => p.sequential.p50, better: 'lower' },
-    { name: 'create p90 (ms)', get: (p) => p.sequential.p90, better: 'lower' },
-    { name: 'create p99 (ms)', get: (p) => p.sequential.p99, better: 'lower' },
-    { name: 'create min (ms)', get: (p) => p.sequential.min, better: 'lower' },
-    { name: 'create max (ms)', get: (p) => p.sequential.max, better: 'lower' },
-    { name: `creates/s, ${c} in flight`, get: (p) => p.concurrent.createsPerSecond, better: 'higher' },
-    { name: `create p50, ${c} in flight (ms)`, get: (p) => p.concurrent.latency.p50, better: 'lower' },
-    { name: `create p99, ${c} in flight (ms)`, get: (p) => p.concurrent.latency.p99, better: 'lower' },
+    { name: 'create p50, one at a time (ms)', get: (p) => p.sequential.p50 },
+    { name: 'create p90 (ms)', get: (p) => p.sequential.p90 },
+    { name: 'create p99 (ms)', get: (p) => p.sequential.p99 },
+    { name: 'create min (ms)', get: (p) => p.sequential.min },
+    { name: 'create max (ms)', get: (p) => p.sequential.max },
+    { name: `creates/s, ${c} in flight`, get: (p) => p.concurrent.createsPerSecond },
+    { name: `create p50, ${c} in flight (ms)`, get: (p) => p.concurrent.latency.p50 },
+    { name: `create p99, ${c} in flight (ms)`, get: (p) => p.concurrent.latency.p99 },
+    ...highRows,
     {
       name: 'host memory per idle sandbox (MiB, MemAvailable drop, median of batches)',
       get: (p) => p.memory.perSandboxMiBMedian,
-      better: 'lower',
     },
-    { name: '… same, all batches together (MiB)', get: (p) => p.memory.perSandboxMiB, better: 'lower' },
-    { name: '… same, freed on removal (MiB)', get: (p) => p.memory.freedPerSandboxMiB, better: 'lower' },
-    { name: 'slab per idle sandbox (KiB)', get: (p) => p.memory.slabPerSandboxKiB, better: 'lower' },
-    { name: "charged to the sandboxes' own cgroups (KiB per sandbox)", get: (p) => p.memory.cgroupChargedPerSandboxKiB, better: 'lower' },
+    { name: '… same, all batches together (MiB)', get: (p) => p.memory.perSandboxMiB },
+    { name: '… same, freed on removal (MiB)', get: (p) => p.memory.freedPerSandboxMiB },
+    { name: 'slab per idle sandbox (KiB)', get: (p) => p.memory.slabPerSandboxKiB },
+    { name: "charged to the sandboxes' own cgroups (KiB per sandbox)", get: (p) => p.memory.cgroupChargedPerSandboxKiB },
     {
       name: 'kernel stacks + page tables per sandbox (KiB)',
       get: (p) => round(p.memory.kernelStackPerSandboxKiB + p.memory.pageTablesPerSandboxKiB, 1),
-      better: 'lower',
     },
-    { name: 'remove p50, one at a time (ms)', get: (p) => p.remove.p50, better: 'lower' },
+    { name: 'remove p50, one at a time (ms)', get: (p) => p.remove.p50 },
   ];
-}
-
-function resultsTable(result: CreateScenarioResult): string {
-  const peers = result.peers;
-  const dsec = peers.find((p) => p.name === 'dsec');
-  const others = peers.filter((p) => p.name !== 'dsec');
-  const c = dsec?.concurrent.concurrency ?? 0;
-  return mdTable(
-    ['metric', ...peers.map((p) => p.name), ...others.map((o) => `dsec ÷ ${o.name}`)],
-    metrics(c).map((m) => [m.name, ...peers.map((p) => m.get(p)), ...others.map((o) => (dsec ? ratio(m.get(dsec), m.get(o)) : 'n/a'))]),
-  );
 }
 
 function chart(report: CreateReport): string {
   const { result } = report;
   const c = result.peers[0]?.concurrent.concurrency ?? 0;
   const crunP50 = result.peers.find((p) => p.name === 'crun')?.sequential.p50 ?? NaN;
-  const bars = (get: (p: PeerCreateResult) => number): ChartPanel['bars'] => result.peers.map((p) => ({ label: p.name, value: get(p) }));
+  const bars = (get: (p: PeerCreateResult) => number): ChartPanel['bars'] => peerBars(result.peers, get);
   const panels: ChartPanel[] = [
     {
       title: 'create p50, one at a time',
@@ -144,23 +131,31 @@ function chart(report: CreateReport): string {
     },
     { title: 'remove, one at a time, p50', unit: 'ms', better: 'lower', bars: bars((p) => p.remove.p50) },
   ];
-  return renderChart(
-    `dsec bench create — ${report.startedAt}`,
-    `${report.host.os}, kernel ${report.host.kernel}, ${report.host.cpus} CPUs, ${report.host.memTotalMiB} MiB`,
-    panels,
-  );
+  const high = result.peers[0]?.concurrentHigh?.concurrency;
+  if (high) {
+    panels.splice(3, 0, {
+      title: `creates per second, ${high} in flight`,
+      unit: 'creates/s',
+      better: 'higher',
+      bars: bars((p) => p.concurrentHigh?.createsPerSecond ?? NaN),
+    });
+  }
+  return renderChart(`dsec bench create — ${report.startedAt}`, chartSubtitle(report), panels);
 }
 
 export function renderCreateReport(report: CreateReport, svgName: string): { markdown: string; svg: string } {
-  const o = report.options as { count: number; concurrency: number; rounds: number; throughputRounds: number };
+  const o = report.options as { count: number; concurrency: number; concurrencyHigh?: number; rounds: number; throughputRounds: number };
+  const high = report.result.peers[0]?.concurrentHigh?.concurrency;
   const md = [
     `# dsec bench create — ${report.startedAt}`,
     '',
     `Each peer creates ${o.count} idle busybox sandboxes (64 MiB memory limit) one at a time and keeps them running ` +
       `(${o.rounds} rounds, peers alternating; host memory read between batches), removes them the same way, then creates ` +
-      `${o.count} more with ${o.concurrency} in flight (${o.throughputRounds} alternating rounds). Latency is what the caller waits.`,
+      `${o.count} more with ${o.concurrency} in flight (${o.throughputRounds} alternating rounds)` +
+      (high ? ` and ${o.count} more with ${high} in flight` : '') +
+      '. Latency is what the caller waits.',
     '',
-    resultsTable(report.result),
+    metricsTable(report.result.peers, metrics(o.concurrency, high)),
     '',
     ...renderCommon(report, svgName),
   ];

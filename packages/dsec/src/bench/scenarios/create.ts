@@ -3,14 +3,20 @@ import { cgroupCharged } from '../cgroup-memory.js';
 import { summarizeLatency, timed, type LatencySummary } from '../latency.js';
 import { addMem, memUsed, settledMeminfo, ZERO_MEM, type MemSnapshot } from '../meminfo.js';
 import type { Peer, PeerUnavailable } from '../peers/peer.js';
+import { createBreakdown, floorBreakdown } from '../breakdown.js';
 import { phaseKey, type Spans } from '../profile.js';
+import type { ProfileSection } from '../report.js';
 import { batchSizes, pool, roundOrder } from '../rounds.js';
+import { createTargets, renderCreateReport } from './create-report.js';
+import { valuesOf, type BenchScenarioDef, type PeerResultBase, type ScenarioResult } from './scenario.js';
 
 export interface CreateScenarioOptions {
   /** Sandboxes each peer creates one at a time (and keeps, for the memory figure). @default 200 */
   count: number;
   /** Creates in flight at once in the throughput phase. @default 8 */
   concurrency: number;
+  /** A second throughput phase with this many in flight (issue 6: 50 concurrent); 0 skips it. @default 50 */
+  concurrencyHigh: number;
   /** Rounds the sequential phase is split into, peers alternating. @default 8 */
   rounds: number;
   /** Rounds of the throughput phase (count creates per peer in all). @default 4 */
@@ -43,37 +49,43 @@ export interface PeerMemory {
   pageTablesPerSandboxKiB: number;
 }
 
-export interface PeerCreateResult {
-  name: Peer['name'];
-  description: string;
-  version: string;
-  /** One create at a time, the rest of the population idle. */
-  sequential: LatencySummary;
-  concurrent: { concurrency: number; created: number; wallSeconds: number; createsPerSecond: number; latency: LatencySummary };
-  remove: LatencySummary;
-  memory: PeerMemory;
-  errors: string[];
+export interface Throughput {
+  concurrency: number;
+  created: number;
+  wallSeconds: number;
+  createsPerSecond: number;
+  latency: LatencySummary;
 }
 
-export interface CreateScenarioResult {
+export interface PeerCreateResult extends PeerResultBase {
+  /** One create at a time, the rest of the population idle. */
+  sequential: LatencySummary;
+  concurrent: Throughput;
+  /** The same with `concurrencyHigh` in flight; absent when that phase was skipped (and in older results). */
+  concurrentHigh?: Throughput;
+  remove: LatencySummary;
+  memory: PeerMemory;
+}
+
+export interface CreateScenarioResult extends ScenarioResult {
   peers: PeerCreateResult[];
   /** Peers that stopped working during the run, with why. */
   dropped: PeerUnavailable[];
   /** Timed creates of each peer in each phase (a profile divides by these). */
-  ops: Record<string, { sequential: number; concurrent: number }>;
+  ops: Record<string, { sequential: number; concurrent: number; concurrentHigh?: number }>;
 }
 
 export const PHASE_SEQUENTIAL = 'create, sequential';
 export const PHASE_CONCURRENT = 'create, concurrent';
+export const PHASE_CONCURRENT_HIGH = 'create, concurrent (high)';
 const MAX_ERRORS = 3;
 
 interface PeerState {
   peer: Peer;
   live: string[];
   seq: number[];
-  conc: number[];
-  concWall: number;
-  concCreated: number;
+  conc: ThroughputState;
+  high: ThroughputState;
   rm: number[];
   used: MemSnapshot;
   usedCount: number;
@@ -99,9 +111,8 @@ export async function runCreateScenario(
     peer,
     live: [],
     seq: [],
-    conc: [],
-    concWall: 0,
-    concCreated: 0,
+    conc: { lat: [], wall: 0, created: 0 },
+    high: { lat: [], wall: 0, created: 0 },
     rm: [],
     used: ZERO_MEM,
     usedCount: 0,
@@ -184,35 +195,10 @@ export async function runCreateScenario(
     }
   }
 
-  const concSizes = batchSizes(opts.count, opts.throughputRounds);
-  say(`throughput: ${opts.count} creates per peer, ${opts.concurrency} in flight, in ${concSizes.length} alternating rounds…`);
-  for (const [r, size] of concSizes.entries()) {
-    for (const s of roundOrder(active(), r)) {
-      signal.throwIfAborted();
-      const ids: string[] = [];
-      spans.phase = phaseKey(s.peer.name, PHASE_CONCURRENT);
-      const t0 = performance.now();
-      try {
-        await pool(size, opts.concurrency, async () => {
-          signal.throwIfAborted();
-          ids.push(await timed(s.conc, () => s.peer.create()));
-        });
-        s.concWall += (performance.now() - t0) / 1000;
-        s.concCreated += size;
-      } catch (err) {
-        if (signal.aborted) throw err;
-        fail(s, 'concurrent create', err);
-      } finally {
-        spans.phase = undefined;
-      }
-      // Removed untimed, then a pause, so teardown work does not spill into the next peer's batch.
-      await pool(ids.length, opts.concurrency, (i) => s.peer.remove(ids[i]!)).catch((err: unknown) =>
-        fail(s, 'remove after throughput batch', err),
-      );
-      await new Promise((res) => setTimeout(res, opts.settleMs));
-    }
-    say(`  round ${r + 1}/${concSizes.length} done`);
-  }
+  const phase = { active, fail, signal, spans, say, settleMs: opts.settleMs };
+  await throughputPhase(phase, batchSizes(opts.count, opts.throughputRounds), opts.concurrency, PHASE_CONCURRENT, (s) => s.conc);
+  if (opts.concurrencyHigh > 0)
+    await throughputPhase(phase, batchSizes(opts.count, opts.throughputRounds), opts.concurrencyHigh, PHASE_CONCURRENT_HIGH, (s) => s.high);
 
   const perKiB = (kib: number, n: number): number => (n > 0 ? round(kib / n, 1) : NaN);
   return {
@@ -221,13 +207,8 @@ export async function runCreateScenario(
       description: s.peer.description,
       version: s.peer.version,
       sequential: summarizeLatency(s.seq),
-      concurrent: {
-        concurrency: opts.concurrency,
-        created: s.concCreated,
-        wallSeconds: round(s.concWall, 2),
-        createsPerSecond: s.concWall > 0 ? round(s.concCreated / s.concWall, 1) : NaN,
-        latency: summarizeLatency(s.conc),
-      },
+      concurrent: throughput(s.conc, opts.concurrency),
+      ...(opts.concurrencyHigh > 0 ? { concurrentHigh: throughput(s.high, opts.concurrencyHigh) } : {}),
       remove: summarizeLatency(s.rm),
       memory: {
         sandboxes: s.usedCount,
@@ -244,6 +225,141 @@ export async function runCreateScenario(
       errors: s.errors,
     })),
     dropped,
-    ops: Object.fromEntries(states.map((s) => [s.peer.name, { sequential: s.seq.length, concurrent: s.conc.length }])),
+    ops: Object.fromEntries(
+      states.map((s) => [s.peer.name, { sequential: s.seq.length, concurrent: s.conc.lat.length, concurrentHigh: s.high.lat.length }]),
+    ),
   };
 }
+
+interface ThroughputState {
+  lat: number[];
+  wall: number;
+  created: number;
+}
+
+function throughput(t: ThroughputState, concurrency: number): Throughput {
+  return {
+    concurrency,
+    created: t.created,
+    wallSeconds: round(t.wall, 2),
+    createsPerSecond: t.wall > 0 ? round(t.created / t.wall, 1) : NaN,
+    latency: summarizeLatency(t.lat),
+  };
+}
+
+/**
+ * `sizes` batches of creates per peer with `concurrency` in flight, peers alternating; each batch
+ * is removed untimed, then a pause, so teardown work does not spill into the next peer's batch.
+ */
+async function throughputPhase(
+  ctx: {
+    active: () => PeerState[];
+    fail: (s: PeerState, what: string, err: unknown) => void;
+    signal: AbortSignal;
+    spans: Spans;
+    say: (m: string) => void;
+    settleMs: number;
+  },
+  sizes: number[],
+  concurrency: number,
+  phaseName: string,
+  into: (s: PeerState) => ThroughputState,
+): Promise<void> {
+  const { signal, spans, say, fail } = ctx;
+  say(`throughput: ${sizes.reduce((a, b) => a + b, 0)} creates per peer, ${concurrency} in flight, in ${sizes.length} alternating rounds…`);
+  for (const [r, size] of sizes.entries()) {
+    for (const s of roundOrder(ctx.active(), r)) {
+      signal.throwIfAborted();
+      const t = into(s);
+      const ids: string[] = [];
+      spans.phase = phaseKey(s.peer.name, phaseName);
+      const t0 = performance.now();
+      try {
+        await pool(size, concurrency, async () => {
+          signal.throwIfAborted();
+          ids.push(await timed(t.lat, () => s.peer.create()));
+        });
+        t.wall += (performance.now() - t0) / 1000;
+        t.created += size;
+      } catch (err) {
+        if (signal.aborted) throw err;
+        fail(s, `concurrent create (${concurrency} in flight)`, err);
+      } finally {
+        spans.phase = undefined;
+      }
+      await pool(ids.length, concurrency, (i) => s.peer.remove(ids[i]!)).catch((err: unknown) =>
+        fail(s, 'remove after throughput batch', err),
+      );
+      await new Promise((res) => setTimeout(res, ctx.settleMs));
+    }
+    say(`  round ${r + 1}/${sizes.length} done`);
+  }
+}
+
+function createProfile(result: CreateScenarioResult, spans: Spans): ProfileSection[] {
+  const profile: ProfileSection[] = [];
+  const dsec = result.peers.find((p) => p.name === 'dsec');
+  const crun = result.peers.find((p) => p.name === 'crun');
+  const ops = result.ops;
+  if (dsec && ops['dsec']) {
+    profile.push({
+      title: "Where dsec's create time goes (one at a time, mean per create)",
+      rows: createBreakdown(spans, phaseKey('dsec', PHASE_SEQUENTIAL), ops['dsec'].sequential, dsec.sequential.mean),
+    });
+  }
+  if (crun && ops['crun']) {
+    profile.push({
+      title: 'The floor, raw crun, split the same way (one at a time, mean per create)',
+      rows: floorBreakdown(spans, phaseKey('crun', PHASE_SEQUENTIAL), ops['crun'].sequential, crun.sequential.mean),
+    });
+  }
+  for (const [t, phase, n] of [
+    [dsec?.concurrent, PHASE_CONCURRENT, ops['dsec']?.concurrent],
+    [dsec?.concurrentHigh, PHASE_CONCURRENT_HIGH, ops['dsec']?.concurrentHigh],
+  ] as const) {
+    if (!t || !n) continue;
+    profile.push({
+      title: `dsec's create time with ${t.concurrency} in flight (mean per create; steps overlap, so shares can exceed 100%)`,
+      rows: createBreakdown(spans, phaseKey('dsec', phase), n, t.latency.mean),
+    });
+  }
+  return profile;
+}
+
+export const createScenario: BenchScenarioDef<CreateScenarioOptions, CreateScenarioResult> = {
+  name: 'create',
+  summary: 'create latency (one at a time), throughput (8 and 50 in flight) and host memory per idle sandbox',
+  flags: [
+    { key: 'count', long: 'count', short: 'n', description: 'sandboxes per peer, per phase', default: 200, min: 1 },
+    { key: 'concurrency', long: 'concurrency', short: 'c', description: 'creates in flight in the throughput phase', default: 8, min: 1 },
+    { key: 'concurrencyHigh', long: 'concurrency-high', description: 'creates in flight in a second throughput phase (0: skip)', default: 50, min: 0 },
+    { key: 'rounds', long: 'rounds', description: 'alternating rounds of the one-at-a-time phase', default: 8, min: 1 },
+    { key: 'throughputRounds', long: 'throughput-rounds', description: 'alternating rounds of each throughput phase', default: 4, min: 1 },
+    { key: 'warmup', long: 'warmup', description: 'untimed creates per peer first', default: 5, min: 0 },
+    { key: 'settleMs', long: 'settle-ms', description: 'pause before each memory reading (ms)', default: 1000, min: 0 },
+  ],
+  maxSandboxes: (o) => o.count + Math.max(o.concurrency, o.concurrencyHigh),
+  run: runCreateScenario,
+  profile: createProfile,
+  targets: createTargets,
+  render: renderCreateReport,
+  lines: (r) =>
+    r.peers.map(
+      (p) =>
+        `${p.name.padEnd(7)} create p50 ${p.sequential.p50} ms  p99 ${p.sequential.p99} ms  ` +
+        `${p.concurrent.createsPerSecond} creates/s (${p.concurrent.concurrency} in flight)` +
+        (p.concurrentHigh ? `  ${p.concurrentHigh.createsPerSecond}/s (${p.concurrentHigh.concurrency} in flight)` : '') +
+        `  ${p.memory.perSandboxMiBMedian} MiB/sandbox`,
+    ),
+  headline: (r) => {
+    const c = r.peers[0]?.concurrent.concurrency;
+    const high = r.peers[0]?.concurrentHigh?.concurrency;
+    return [
+      { metric: 'create p50, one at a time (ms)', better: 'lower', values: valuesOf(r.peers, (p) => p.sequential.p50) },
+      { metric: `creates/s, ${c} in flight`, better: 'higher', values: valuesOf(r.peers, (p) => p.concurrent.createsPerSecond) },
+      ...(high
+        ? [{ metric: `creates/s, ${high} in flight`, better: 'higher' as const, values: valuesOf(r.peers, (p) => p.concurrentHigh?.createsPerSecond ?? NaN) }]
+        : []),
+    ];
+  },
+};

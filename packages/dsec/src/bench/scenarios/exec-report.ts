@@ -1,11 +1,10 @@
-import { renderChart, type ChartPanel } from './chart-svg.js';
-import { mdTable, ratio } from './markdown.js';
-import type { BenchReport } from './report.js';
-import { renderCommon } from './report-common.js';
-import type { ExecScenarioResult, PeerExecResult } from './scenarios/exec.js';
-import { ratioCheck, TARGETS, type TargetCheck } from './targets.js';
+import { renderChart, type ChartPanel } from '../chart-svg.js';
+import type { BenchReport } from '../report.js';
+import { chartSubtitle, metricsTable, peerBars, renderCommon, type TableMetric } from '../report-common.js';
+import { ratioCheck, TARGETS, type TargetCheck } from '../targets.js';
+import type { ExecScenarioResult, PeerExecResult } from './exec.js';
 
-type ExecReport = BenchReport & { scenario: 'exec' };
+type ExecReport = BenchReport<ExecScenarioResult>;
 
 export function execTargets(result: ExecScenarioResult): TargetCheck[] {
   const dsec = result.peers.find((p) => p.name === 'dsec');
@@ -15,7 +14,7 @@ export function execTargets(result: ExecScenarioResult): TargetCheck[] {
   ];
 }
 
-const METRICS: { name: string; get: (p: PeerExecResult) => number }[] = [
+const METRICS: TableMetric<PeerExecResult>[] = [
   { name: 'exec `true` p50 (ms)', get: (p) => p.exec.p50 },
   { name: 'p90 (ms)', get: (p) => p.exec.p90 },
   { name: 'p99 (ms)', get: (p) => p.exec.p99 },
@@ -27,17 +26,12 @@ const METRICS: { name: string; get: (p: PeerExecResult) => number }[] = [
 export function renderExecReport(report: ExecReport, svgName: string): { markdown: string; svg: string } {
   const { result } = report;
   const o = report.options as { count: number; rounds: number };
-  const dsec = result.peers.find((p) => p.name === 'dsec');
-  const others = result.peers.filter((p) => p.name !== 'dsec');
-  const table = mdTable(
-    ['metric', ...result.peers.map((p) => p.name), ...others.map((x) => `dsec ÷ ${x.name}`)],
-    METRICS.map((m) => [m.name, ...result.peers.map((p) => m.get(p)), ...others.map((x) => (dsec ? ratio(m.get(dsec), m.get(x)) : 'n/a'))]),
-  );
+  const table = metricsTable(result.peers, METRICS);
   const crunP50 = result.peers.find((p) => p.name === 'crun')?.exec.p50 ?? NaN;
-  const bars = (get: (p: PeerExecResult) => number): ChartPanel['bars'] => result.peers.map((p) => ({ label: p.name, value: get(p) }));
+  const bars = (get: (p: PeerExecResult) => number): ChartPanel['bars'] => peerBars(result.peers, get);
   const svg = renderChart(
     `dsec bench exec — ${report.startedAt}`,
-    `${report.host.os}, kernel ${report.host.kernel}, ${report.host.cpus} CPUs`,
+    chartSubtitle(report),
     [
       {
         title: 'exec `true` p50',

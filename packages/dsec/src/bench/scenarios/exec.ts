@@ -1,7 +1,11 @@
-import { summarizeLatency, timed, type LatencySummary } from '../latency.js';
+import { summarizeLatency, type LatencySummary } from '../latency.js';
 import type { Peer, PeerUnavailable } from '../peers/peer.js';
 import { phaseKey, type Spans } from '../profile.js';
-import { batchSizes, roundOrder } from '../rounds.js';
+import type { ProfileSection } from '../report.js';
+import { execBreakdown } from '../breakdown.js';
+import { execTargets, renderExecReport } from './exec-report.js';
+import { msOf, oneSandboxRounds } from './one-sandbox-rounds.js';
+import { valuesOf, type BenchScenarioDef, type PeerResultBase, type ScenarioContext, type ScenarioResult } from './scenario.js';
 
 export interface ExecScenarioOptions {
   /** Timed execs per peer. @default 200 */
@@ -12,15 +16,11 @@ export interface ExecScenarioOptions {
   warmup: number;
 }
 
-export interface PeerExecResult {
-  name: Peer['name'];
-  description: string;
-  version: string;
+export interface PeerExecResult extends PeerResultBase {
   exec: LatencySummary;
-  errors: string[];
 }
 
-export interface ExecScenarioResult {
+export interface ExecScenarioResult extends ScenarioResult {
   peers: PeerExecResult[];
   dropped: PeerUnavailable[];
   /** Timed execs of each peer. */
@@ -28,64 +28,45 @@ export interface ExecScenarioResult {
 }
 
 export const PHASE_EXEC = 'exec';
-const MAX_ERRORS = 3;
 
 /** `true` run to completion in one idle sandbox per peer, one at a time, peers alternating. */
-export async function runExecScenario(
-  peers: Peer[],
-  opts: ExecScenarioOptions,
-  ctx: { signal: AbortSignal; spans: Spans; say: (m: string) => void },
-): Promise<ExecScenarioResult> {
-  const { signal, spans, say } = ctx;
-  const dropped: PeerUnavailable[] = [];
-  const states: { peer: Peer; id: string; lat: number[]; errors: string[] }[] = [];
-  for (const peer of peers) {
-    try {
-      states.push({ peer, id: await peer.create(), lat: [], errors: [] });
-    } catch (err) {
-      dropped.push({ name: peer.name, reason: `could not create its sandbox: ${(err as Error).message}` });
-    }
-  }
-  const live = (): typeof states => states.filter((s) => s.errors.length < MAX_ERRORS);
-  const runOne = async (s: (typeof states)[number], into: number[]): Promise<void> => {
-    try {
-      await timed(into, () => s.peer.exec(s.id));
-    } catch (err) {
-      s.errors.push((err as Error).message);
-      say(`${s.peer.name}: exec failed: ${(err as Error).message}`);
-      if (s.errors.length === MAX_ERRORS)
-        dropped.push({ name: s.peer.name, reason: `stopped after ${MAX_ERRORS} failed execs; last: ${s.errors.at(-1)}` });
-    }
-  };
-  try {
-    say(`warm-up: ${opts.warmup} execs per peer…`);
-    for (const s of states) for (let i = 0; i < opts.warmup; i++) await runOne(s, []);
-    const sizes = batchSizes(opts.count, opts.rounds);
-    say(`exec: ${opts.count} per peer in ${sizes.length} alternating rounds…`);
-    for (const [r, size] of sizes.entries()) {
-      for (const s of roundOrder(live(), r)) {
-        spans.phase = phaseKey(s.peer.name, PHASE_EXEC);
-        for (let i = 0; i < size && s.errors.length < MAX_ERRORS; i++) {
-          signal.throwIfAborted();
-          await runOne(s, s.lat);
-        }
-        spans.phase = undefined;
-      }
-      say(`  round ${r + 1}/${sizes.length} done`);
-    }
-  } finally {
-    spans.phase = undefined;
-    for (const s of states) await s.peer.remove(s.id).catch(() => undefined);
-  }
+export async function runExecScenario(peers: Peer[], opts: ExecScenarioOptions, ctx: ScenarioContext): Promise<ExecScenarioResult> {
+  const { states, dropped } = await oneSandboxRounds(peers, ['exec'], { ...opts, phase: PHASE_EXEC, what: 'exec' }, ctx, async (peer, id) => ({
+    exec: await msOf(() => peer.exec(id)),
+  }));
   return {
     peers: states.map((s) => ({
       name: s.peer.name,
       description: s.peer.execDescription,
       version: s.peer.version,
-      exec: summarizeLatency(s.lat),
+      exec: summarizeLatency(s.timings.exec),
       errors: s.errors,
     })),
     dropped,
-    ops: Object.fromEntries(states.map((s) => [s.peer.name, s.lat.length])),
+    ops: Object.fromEntries(states.map((s) => [s.peer.name, s.timings.exec.length])),
   };
 }
+
+function execProfile(result: ExecScenarioResult, spans: Spans): ProfileSection[] {
+  const dsec = result.peers.find((p) => p.name === 'dsec');
+  const ops = result.ops['dsec'];
+  if (!dsec || !ops) return [];
+  return [{ title: "Where dsec's exec time goes (mean per exec)", rows: execBreakdown(spans, phaseKey('dsec', PHASE_EXEC), ops, dsec.exec.mean) }];
+}
+
+export const execScenario: BenchScenarioDef<ExecScenarioOptions, ExecScenarioResult> = {
+  name: 'exec',
+  summary: 'exec round trip (`true`) through the API vs raw `crun exec` (and podman/docker exec)',
+  flags: [
+    { key: 'count', long: 'count', short: 'n', description: 'execs per peer', default: 200, min: 1 },
+    { key: 'rounds', long: 'rounds', description: 'alternating rounds', default: 10, min: 1 },
+    { key: 'warmup', long: 'warmup', description: 'untimed execs per peer first', default: 10, min: 0 },
+  ],
+  maxSandboxes: () => 8,
+  run: runExecScenario,
+  profile: execProfile,
+  targets: execTargets,
+  render: renderExecReport,
+  lines: (r) => r.peers.map((p) => `${p.name.padEnd(7)} exec p50 ${p.exec.p50} ms  p99 ${p.exec.p99} ms`),
+  headline: (r) => [{ metric: 'exec `true` p50 (ms)', better: 'lower', values: valuesOf(r.peers, (p) => p.exec.p50) }],
+};

@@ -1,8 +1,10 @@
 import type { Command } from 'commander';
 import { BenchInterrupted } from '../../bench/cleanup.js';
 import { parsePeers } from '../../bench/peers/peer.js';
-import { rerender, type BenchReport } from '../../bench/report.js';
-import { runBench, type BenchScenario } from '../../bench/run-bench.js';
+import { rerender } from '../../bench/rerender.js';
+import { runBench, type BenchOutcome, type ScenarioRun } from '../../bench/run-bench.js';
+import { SCENARIOS } from '../../bench/scenarios/index.js';
+import { defaultOptions, type BenchScenarioDef, type ScenarioFlag } from '../../bench/scenarios/scenario.js';
 
 const say = (m: string): void => void process.stderr.write(`${m}\n`);
 
@@ -27,11 +29,12 @@ interface CommonFlags {
   out: string;
 }
 
-async function run(scenario: BenchScenario, flags: CommonFlags): Promise<void> {
-  let outcome: Awaited<ReturnType<typeof runBench>>;
+async function run(scenarios: ScenarioRun[], combined: boolean, flags: CommonFlags): Promise<void> {
+  let outcome: BenchOutcome;
   try {
     outcome = await runBench({
-      scenario,
+      scenarios,
+      combined,
       peers: parsePeers(flags.peers),
       outDir: flags.out,
       nice: flags.nice,
@@ -44,33 +47,62 @@ async function run(scenario: BenchScenario, flags: CommonFlags): Promise<void> {
     process.exitCode = 130;
     return;
   }
-  const { report, files } = outcome;
-  if (flags.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
-  else printSummary(report);
-  say(`results: ${files.json}\n         ${files.markdown}\n         ${files.svg}\n         ${files.latest}`);
-  if (report.cleanup.leaks.length || report.cleanup.errors.length) process.exitCode = 1;
+  if (flags.json) {
+    const reports = outcome.reports.map((r) => r.report);
+    process.stdout.write(JSON.stringify(combined ? { summary: outcome.all?.summary, reports } : reports[0], null, 2) + '\n');
+  } else printSummary(outcome);
+  for (const { files } of outcome.reports) say(`results: ${[files.json, files.markdown, files.svg, files.latest].filter(Boolean).join('\n         ')}`);
+  if (outcome.all) say(`summary: ${outcome.all.files.markdown}\n         ${outcome.all.files.json}\n         ${outcome.all.files.latest}`);
+  const cleanup = outcome.reports[0]?.report.cleanup;
+  if (cleanup?.leaks.length || cleanup?.errors.length || outcome.failed.length) process.exitCode = 1;
 }
 
-function printSummary(report: BenchReport): void {
+function printSummary(outcome: BenchOutcome): void {
   const lines: string[] = [];
-  if (report.scenario === 'create') {
-    for (const p of report.result.peers) {
-      lines.push(
-        `${p.name.padEnd(7)} create p50 ${p.sequential.p50} ms  p99 ${p.sequential.p99} ms  ` +
-          `${p.concurrent.createsPerSecond} creates/s (${p.concurrent.concurrency} in flight)  ${p.memory.perSandboxMiB} MiB/sandbox`,
-      );
-    }
-  } else {
-    for (const p of report.result.peers) lines.push(`${p.name.padEnd(7)} exec p50 ${p.exec.p50} ms  p99 ${p.exec.p99} ms`);
+  for (const { report } of outcome.reports) {
+    const def = SCENARIOS.find((s) => s.name === report.scenario);
+    if (outcome.reports.length > 1) lines.push(`== ${report.scenario}`);
+    lines.push(...(def?.lines(report.result) ?? []));
+    for (const u of report.unavailable) lines.push(`${u.name.padEnd(7)} did not run: ${u.reason}`);
+    for (const t of report.targets)
+      lines.push(`target ${t.target}: ${t.ok === undefined ? 'not judged' : t.ok ? 'met' : 'MISSED'} (${t.measured}; ${t.note})`);
   }
-  for (const u of report.unavailable) lines.push(`${u.name.padEnd(7)} did not run: ${u.reason}`);
-  for (const t of report.targets)
-    lines.push(`target ${t.target}: ${t.ok === undefined ? 'not judged' : t.ok ? 'met' : 'MISSED'} (${t.measured}; ${t.note})`);
-  const c = report.cleanup;
-  lines.push(
-    c.leaks.length || c.errors.length ? `cleanup left: ${[...c.errors, ...c.leaks].join('; ')}` : 'cleanup verified: nothing left behind',
-  );
+  for (const f of outcome.failed) lines.push(`FAILED ${f.scenario}: ${f.error}`);
+  const c = outcome.reports[0]?.report.cleanup;
+  if (c)
+    lines.push(
+      c.leaks.length || c.errors.length ? `cleanup left: ${[...c.errors, ...c.leaks].join('; ')}` : 'cleanup verified: nothing left behind',
+    );
   process.stdout.write(lines.join('\n') + '\n');
+}
+
+const common = (cmd: Command): Command =>
+  cmd
+    .option(
+      '--peers <list>',
+      'comma-separated peers besides dsec: crun (always included), podman, docker; missing ones are apt-get installed',
+      'crun',
+    )
+    .option('--json', 'print the full report as JSON on stdout')
+    .option('--out <dir>', 'where result files go', 'bench/results')
+    .option('--nice <n>', 'run the benchmark and all it starts at this nice value (e.g. -10 on a shared host)', niceValue, 0);
+
+/** `--<prefix><long>`: `all` takes every scenario's flags as `--density-count` and so on. */
+function addFlag(cmd: Command, f: ScenarioFlag, prefix = ''): void {
+  const long = `--${prefix}${f.long} <n>`;
+  const flags = !prefix && f.short ? `-${f.short}, ${long}` : long;
+  cmd.option(flags, f.description, int(`${prefix}${f.long}`, f.min), f.default);
+}
+
+/** Commander's key for `--<prefix><long>`: camel case. */
+function flagKey(prefix: string, long: string): string {
+  return `${prefix}${long}`.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+function optionsFrom(def: BenchScenarioDef, given: Record<string, unknown>, prefix = ''): object {
+  const picked: Record<string, number> = {};
+  for (const f of def.flags) picked[f.key] = given[flagKey(prefix, f.long)] as number;
+  return defaultOptions(def, picked);
 }
 
 export function registerBenchCommands(program: Command): void {
@@ -78,47 +110,27 @@ export function registerBenchCommands(program: Command): void {
     .command('bench')
     .description('benchmarks side by side with raw crun (always), podman and docker; needs root (see docs/BENCHMARKS.md)');
 
-  const common = (cmd: Command): Command =>
-    cmd
-      .option(
-        '--peers <list>',
-        'comma-separated peers besides dsec: crun (always included), podman, docker; missing ones are apt-get installed',
-        'crun',
-      )
-      .option('--json', 'print the full report as JSON on stdout')
-      .option('--out <dir>', 'where result files go', 'bench/results')
-      .option('--nice <n>', 'run the benchmark and all it starts at this nice value (e.g. -10 on a shared host)', niceValue, 0);
+  for (const def of SCENARIOS) {
+    const cmd = common(bench.command(def.name).description(def.summary));
+    for (const f of def.flags) addFlag(cmd, f);
+    cmd.action(async (f: CommonFlags & Record<string, unknown>) => {
+      await run([{ def, options: optionsFrom(def, f) }], false, f);
+    });
+  }
 
-  common(
+  const all = common(
     bench
-      .command('create')
-      .description('create latency (one at a time), throughput (N in flight) and host memory per idle sandbox')
-      .option('-n, --count <n>', 'sandboxes per peer, per phase', int('count', 1), 200)
-      .option('-c, --concurrency <n>', 'creates in flight in the throughput phase', int('concurrency', 1), 8)
-      .option('--rounds <n>', 'alternating rounds of the one-at-a-time phase', int('rounds', 1), 8)
-      .option('--throughput-rounds <n>', 'alternating rounds of the throughput phase', int('throughput-rounds', 1), 4)
-      .option('--warmup <n>', 'untimed creates per peer first', int('warmup', 0), 5)
-      .option('--settle-ms <ms>', 'pause before each memory reading', int('settle-ms', 0), 1000),
-  ).action(
-    async (
-      f: CommonFlags & { count: number; concurrency: number; rounds: number; throughputRounds: number; warmup: number; settleMs: number },
-    ) => {
-      await run(
-        {
-          name: 'create',
-          options: {
-            count: f.count,
-            concurrency: f.concurrency,
-            rounds: f.rounds,
-            throughputRounds: f.throughputRounds,
-            warmup: f.warmup,
-            settleMs: f.settleMs,
-          },
-        },
-        f,
-      );
-    },
+      .command('all')
+      .description(`every scenario (${SCENARIOS.map((s) => s.name).join(', ')}) on the same peers, and a combined summary`),
   );
+  for (const def of SCENARIOS) for (const f of def.flags) addFlag(all, f, `${def.name}-`);
+  all.action(async (f: CommonFlags & Record<string, unknown>) => {
+    await run(
+      SCENARIOS.map((def) => ({ def, options: optionsFrom(def, f, `${def.name}-`) })),
+      true,
+      f,
+    );
+  });
 
   bench
     .command('render <json...>')
@@ -130,15 +142,4 @@ export function registerBenchCommands(program: Command): void {
         say(`rendered ${out.markdown}, ${out.svg}${out.latest ? `, ${out.latest}` : ''}`);
       });
     });
-
-  common(
-    bench
-      .command('exec')
-      .description('exec round trip (`true`) through the API vs raw `crun exec` (and podman/docker exec)')
-      .option('-n, --count <n>', 'execs per peer', int('count', 1), 200)
-      .option('--rounds <n>', 'alternating rounds', int('rounds', 1), 10)
-      .option('--warmup <n>', 'untimed execs per peer first', int('warmup', 0), 10),
-  ).action(async (f: CommonFlags & { count: number; rounds: number; warmup: number }) => {
-    await run({ name: 'exec', options: { count: f.count, rounds: f.rounds, warmup: f.warmup } }, f);
-  });
 }

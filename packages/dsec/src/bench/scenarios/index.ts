@@ -1,0 +1,15 @@
+import { burstScenario } from './burst.js';
+import { createScenario } from './create.js';
+import { densityScenario } from './density.js';
+import { execScenario } from './exec.js';
+import { pauseScenario } from './pause.js';
+import type { BenchScenarioDef } from './scenario.js';
+
+/** Every `dsec bench` scenario, in the order `dsec bench all` runs them. A new scenario: its module, and a line here. */
+export const SCENARIOS: readonly BenchScenarioDef[] = [createScenario, execScenario, densityScenario, burstScenario, pauseScenario];
+
+export function scenarioByName(name: string): BenchScenarioDef {
+  const def = SCENARIOS.find((s) => s.name === name);
+  if (!def) throw new Error(`unknown scenario ${JSON.stringify(name)}; known: ${SCENARIOS.map((s) => s.name).join(', ')}`);
+  return def;
+}
