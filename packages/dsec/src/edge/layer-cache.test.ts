@@ -107,6 +107,14 @@ describe('LayerCache', { skip }, () => {
     assert.deepEqual(readdirSync(join(nodeDir, 'layer-cache', '.tmp')), [], 'the partial copy is removed');
   });
 
+  test('a cached file removed behind the cache is fetched again', async () => {
+    const digest = await addBlob(f.remote);
+    const { cache } = cacheOn(f.nodeDir(), f.remote, 1 << 30);
+    rmSync(await cache.ensure(digest));
+    const p = await cache.ensure(digest);
+    assert.deepEqual(readFileSync(p), readFileSync(f.remote.path(digest)));
+  });
+
   test('concurrent ensure() of one layer share one fetch', async () => {
     const digest = await addBlob(f.remote);
     const lines: string[] = [];
@@ -164,20 +172,25 @@ describe('LayerCache', { skip }, () => {
   });
 
   test('a layer GC removed from the store leaves the cache once unmounted, not before', async () => {
-    const [a, b] = [await addBlob(f.local), await addBlob(f.local)];
+    const [a, b, c] = [await addBlob(f.local), await addBlob(f.local), await addBlob(f.local)];
     const { cache, mounted } = cacheOn(f.nodeDir(), f.local, 1 << 30);
     mounted.add(a);
     await cache.ensure(a);
+    mounted.add(b);
     await cache.ensure(b);
+    await cache.ensure(c); // cached, not mounted
+    assert.equal(cache.stats().chargedBytes, 0, 'links to blobs the store holds are free');
     f.local.remove(a);
-    f.local.remove(b);
-    assert.equal(cache.stats().chargedBytes, 2 * BLOB, 'the cache is now the only name of both blobs');
-    cache.unmounted(b);
-    assert.deepEqual([cache.has(a), cache.has(b)], [true, false]);
+    f.local.remove(c);
+    mounted.delete(b);
+    cache.unmounted(b); // a layer's last unmount sweeps what GC removed from the store
+    assert.deepEqual([cache.has(a), cache.has(b), cache.has(c)], [true, true, false]);
     assert.ok(existsSync(cache.path(a)), 'a mounted layer keeps its blob');
+    assert.equal(cache.stats().chargedBytes, BLOB, 'the cache is now the only name of a, so a counts');
     mounted.delete(a);
     cache.unmounted(a);
     assert.equal(cache.has(a), false);
     assert.equal(existsSync(cache.path(a)), false);
+    assert.equal(cache.stats().evictions, 0, 'dropping a layer the store lost is not an eviction');
   });
 });

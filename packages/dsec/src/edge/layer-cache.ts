@@ -44,13 +44,14 @@ export interface LayerCacheOptions {
  * a hard link when the store is on the cache's filesystem (no bytes move), otherwise a copy that
  * is hashed while it is written and renamed into place only when it matches its digest.
  *
- * Budget: `chargedBytes` counts the blobs the cache alone keeps alive (link count 1: copies, and
- * links whose store name GC removed). A link to a blob the store still holds costs no disk, and
+ * Budget: `chargedBytes` counts the blobs the cache alone keeps alive (copies, and links whose
+ * store name GC removed; at start, those with link count 1). A link to a blob the store still holds costs no disk, and
  * evicting it would free nothing, so it is free. When charged bytes exceed the budget, the least
  * recently used layers that are not mounted are removed until they fit; a mounted layer is never
  * removed, so a node whose mounted layers alone exceed the budget stays over it (`overBudget`).
  *
- * Last use is the file's atime, set explicitly on every use: it survives an edge restart with no
+ * Last use is the file's atime, set explicitly when the layer is mounted and when its last mount
+ * goes (it was in use until then): it survives an edge restart with no
  * index to keep consistent, and leaves mtime alone, which GC reads (through a shared inode when
  * linked) as the blob's age.
  */
@@ -86,8 +87,8 @@ export class LayerCache {
   /** A local path to the layer's blob, fetched from the store unless cached; marks it used. */
   async ensure(digest: LayerDigest): Promise<string> {
     if (this.#entries.has(digest)) {
-      this.#touch(digest);
-      return this.path(digest);
+      if (this.#touch(digest)) return this.path(digest);
+      this.#entries.delete(digest); // removed behind the edge's back: fetch it again
     }
     // Concurrent callers share one fetch.
     let pending = this.#pending.get(digest);
@@ -104,8 +105,8 @@ export class LayerCache {
    */
   unmounted(digest: LayerDigest): void {
     if (!this.#entries.has(digest)) return;
-    if (!this.opts.store.has(digest)) this.#remove(digest);
-    else this.#touch(digest); // in use until now
+    this.#touch(digest); // in use until now
+    this.#sweep();
     this.#evictToBudget();
   }
 
@@ -140,7 +141,6 @@ export class LayerCache {
     for (const [digest, e] of this.#entries) {
       bytes += e.size;
       if (this.opts.inUse(digest)) mounted++;
-      if (e.linked && !this.opts.store.has(digest)) e.linked = false;
     }
     const chargedBytes = this.#chargedBytes();
     return {
@@ -211,18 +211,16 @@ export class LayerCache {
     }
   }
 
-  #touch(digest: LayerDigest): void {
+  /** Marks the entry used now (memory and atime); false when its file is gone. */
+  #touch(digest: LayerDigest): boolean {
     const e = this.#entries.get(digest);
-    if (!e) return;
+    const st = statSync(this.path(digest), { throwIfNoEntry: false });
+    if (!e || !st) return false;
     // Strictly increasing across entries, so uses within one millisecond keep their order.
     this.#clock = Math.max(Date.now(), this.#clock + 1);
     e.lastUse = this.#clock;
-    try {
-      const st = statSync(this.path(digest));
-      utimesSync(this.path(digest), e.lastUse / 1000, st.mtime);
-    } catch {
-      // the in-memory order still holds until the next restart
-    }
+    utimesSync(this.path(digest), e.lastUse / 1000, st.mtime);
+    return true;
   }
 
   /** Bytes only the cache keeps alive: copies, and links whose store name is gone. */
@@ -234,7 +232,8 @@ export class LayerCache {
 
   /**
    * Layers GC removed from the store: dropped unless mounted; a mounted link now costs its bytes.
-   * One stat per entry, so it runs when a blob is fetched and at start, not on every unmount.
+   * One stat per entry, so it runs when a blob is fetched, a layer's last mount goes, and at
+   * start; never on the create path of a cached layer, nor in stats() (placement asks per create).
    */
   #sweep(): void {
     for (const [digest, e] of [...this.#entries]) {
