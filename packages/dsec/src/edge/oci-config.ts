@@ -1,5 +1,6 @@
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { CGROUP_PARENT } from '../host/cgroups.js';
+import { LANDLOCK_BINARY } from '../host/native-helpers.js';
 import type { SandboxLimits } from './edge-api.js';
 import { defaultSeccompProfile } from './seccomp.js';
 
@@ -7,6 +8,8 @@ import { defaultSeccompProfile } from './seccomp.js';
 export const INIT_PATH = '/dev/.dsec-init';
 /** catatonit: a static init that reaps zombies; `-P` runs it alone, with no child. */
 export const INIT_BINARY = '/usr/bin/catatonit';
+/** Where dsec-landlock (native/landlock-exec.c) appears inside the sandbox, beside the init. */
+export const LANDLOCK_PATH = '/dev/.dsec-landlock';
 
 /**
  * Docker's default capability set less CAP_NET_RAW: enough for an agent to apt-get install, chown
@@ -99,6 +102,7 @@ export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Rec
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
       { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
       { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+      { destination: LANDLOCK_PATH, type: 'bind', source: LANDLOCK_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
     ],
     linux: {
       namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }],

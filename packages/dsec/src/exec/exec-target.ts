@@ -1,6 +1,8 @@
 import type { ImageConfig } from '@dsec/sdk/schema';
 import type { Crun } from '../edge/crun.js';
-import { mergeEnv, parseUser, type ProcessSpec } from '../edge/oci-config.js';
+import { LANDLOCK_PATH, mergeEnv, parseUser, type ProcessSpec } from '../edge/oci-config.js';
+import { ApiError } from '../api-error.js';
+import { statInRoot } from '../edge/sandbox-files.js';
 
 /** What the exec engine needs to know of a sandbox to start processes in it from outside. */
 export interface ExecTarget {
@@ -14,16 +16,34 @@ export interface ExecTarget {
   env: Record<string, string>;
 }
 
-/** argv, env and cwd for a command: image env < sandbox env < command env. */
+/**
+ * argv, env and cwd for a command: image env < sandbox env < command env. With `writablePaths`
+ * the command starts through dsec-landlock, which confines it (and all it starts) to changing
+ * files beneath those paths, then execs it: nothing of dsec stays in the sandbox.
+ */
 export function processSpecFor(
   target: ExecTarget,
   cmd: string | string[],
-  opts: { cwd?: string | undefined; env?: Record<string, string> | undefined } = {},
+  opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined } = {},
 ): ProcessSpec {
+  const args = typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
   return {
-    args: typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd,
+    args: opts.writablePaths ? landlocked(target, opts.writablePaths, args) : args,
     env: mergeEnv(target.config.env, target.env, opts.env ?? {}),
     cwd: opts.cwd ?? target.config.cwd,
     user: parseUser(target.config.user),
   };
+}
+
+function landlocked(target: ExecTarget, writable: string[], args: string[]): string[] {
+  const rw: string[] = [];
+  for (const p of writable) {
+    try {
+      statInRoot(target.rootfs, p);
+    } catch {
+      throw new ApiError('INVALID_REQUEST', `writablePaths: ${p} does not exist in the sandbox; create it first`, { path: p });
+    }
+    rw.push('--rw', p);
+  }
+  return [LANDLOCK_PATH, ...rw, '--', ...args];
 }

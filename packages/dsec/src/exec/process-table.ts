@@ -21,7 +21,7 @@ export class ProcessTable {
   readonly #entries = new Map<string, Entry>();
 
   start(target: ExecTarget, req: StartProcessRequest): ProcessInfo {
-    const proc = new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env }), {
+    const proc = new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
       stdin: req.stdin ?? false,
       maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
       timeoutMs: req.timeoutMs,

@@ -5,7 +5,7 @@ import { iterateOutput } from './output-stream.js';
 import { SandboxProcess, type ProcessExit, type StreamName } from './sandbox-process.js';
 
 export function startCommand(target: ExecTarget, req: ExecRequest): SandboxProcess {
-  return new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env }), {
+  return new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
     input: req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8'),
     maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
     timeoutMs: req.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,

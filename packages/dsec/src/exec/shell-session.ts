@@ -75,7 +75,7 @@ export class ShellSession {
     const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && isRegularFileInRoot(target.rootfs, '/bin/bash'));
     this.shell = wantBash ? '/bin/bash' : '/bin/sh';
     const args = wantBash ? ['/bin/bash', '--noprofile', '--norc'] : ['/bin/sh'];
-    this.#proc = new SandboxProcess(target, processSpecFor(target, args, { cwd: req.cwd, env: req.env }), { stdin: true, maxOutputBytes: 0 });
+    this.#proc = new SandboxProcess(target, processSpecFor(target, args, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), { stdin: true, maxOutputBytes: 0 });
     this.#proc.onOutput((stream: StreamName, raw: Buffer) => {
       const cur = this.#current;
       if (!cur) return; // output between commands (e.g. from a background job) belongs to no command

@@ -2,7 +2,8 @@ import { accessSync, constants, existsSync, mkdirSync, readFileSync } from 'node
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
 import { filesystemOf, readMounts } from './mounts.js';
-import { MS_NODEV, MS_NOSUID, mount } from './syscalls.js';
+import { LANDLOCK_BINARY } from './native-helpers.js';
+import { landlockAbi, MS_NODEV, MS_NOSUID, mount } from './syscalls.js';
 
 export interface Check {
   name: string;
@@ -126,6 +127,15 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
     const p = which(t.tool);
     checks.push({ name: `tool ${t.tool}`, ok: !!p, detail: p ?? `missing: apt-get install ${t.pkg}`, required: t.required });
   }
+  const helper = existsSync(LANDLOCK_BINARY);
+  checks.push({ name: 'dsec-landlock helper', ok: helper, detail: helper ? LANDLOCK_BINARY : `missing ${LANDLOCK_BINARY}: run scripts/setup`, required: true });
+  const abi = landlockAbi();
+  checks.push({
+    name: 'Landlock',
+    ok: abi > 0,
+    detail: abi > 0 ? `ABI ${abi}` : 'not available in this kernel: commands with writablePaths fail (exit 126) instead of running unconfined',
+    required: false,
+  });
   if (isRoot && fix) {
     checks.push(fixHybridCgroups());
     checks.push(fixDataDirFs(opts.dataDir));

@@ -23,6 +23,7 @@ const mknodFn = libc.func('int mknod(const char *path, uint32_t mode, uint64_t d
 const syncfsFn = libc.func('int syncfs(int fd)');
 const strerrorFn = libc.func('const char *strerror(int errnum)');
 const setnsFn = libc.func('int setns(int fd, int nstype)');
+const syscallLandlockVersion = libc.func('long syscall(long nr, void *attr, size_t size, uint32_t flags)');
 
 export const MS_RDONLY = 1;
 export const MS_NOSUID = 2;
@@ -134,4 +135,13 @@ export function syncfs(fd: number): void {
 /** Moves the calling thread into the namespace `fd` refers to (of kind `nstype`, e.g. CLONE_NEWNET). */
 export function setns(fd: number, nstype: number): void {
   if (setnsFn(fd, nstype) !== 0) throw new SyscallError('setns', koffi.errno(), String(fd));
+}
+
+const SYS_LANDLOCK_CREATE_RULESET = 444;
+const LANDLOCK_CREATE_RULESET_VERSION = 1;
+
+/** The kernel's Landlock ABI version; 0 when Landlock is not built in or not enabled at boot. */
+export function landlockAbi(): number {
+  const v = Number(syscallLandlockVersion(SYS_LANDLOCK_CREATE_RULESET, null, 0, LANDLOCK_CREATE_RULESET_VERSION));
+  return v > 0 ? v : 0;
 }

@@ -25,3 +25,18 @@ export const EnvMap = Type.Record(
   Type.String({ maxLength: 32768 }),
   { description: 'Environment variables, merged over the image environment.', maxProperties: 256, additionalProperties: false },
 );
+
+/**
+ * Landlock write confinement for one command (or session, or background process) and everything
+ * it starts: files may be changed only beneath these paths (and /dev); the rest of the sandbox is
+ * read-only to it. Each path must exist in the sandbox.
+ */
+export const WritablePaths = Type.Array(
+  Type.String({ minLength: 1, maxLength: 4096, pattern: '^/[^\\u0000]*$', description: 'An absolute path in the sandbox.' }),
+  {
+    minItems: 1,
+    maxItems: 64,
+    description:
+      'Confine the command with Landlock: it and its descendants may create, change, rename or remove files only beneath these paths (and /dev). Reading and executing stay allowed everywhere. Each path must exist.',
+  },
+);

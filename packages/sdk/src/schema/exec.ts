@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { EnvMap } from './common.js';
+import { EnvMap, WritablePaths } from './common.js';
 
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 export const MAX_EXEC_TIMEOUT_MS = 24 * 3600_000;
@@ -22,6 +22,7 @@ export const ExecRequest = Type.Object(
     ),
     cwd: Type.Optional(Type.String({ minLength: 1, maxLength: 4096, pattern: '^/', description: 'Absolute working directory; default the image cwd.' })),
     env: Type.Optional(EnvMap),
+    writablePaths: Type.Optional(WritablePaths),
     stdin: Type.Optional(Type.String({ maxLength: MAX_STDIN_BYTES * 2, description: 'Bytes written to the command stdin, then closed (see stdinEncoding).' })),
     stdinEncoding: Type.Optional(Encoding),
     timeoutMs: Type.Optional(

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { EnvMap } from './common.js';
+import { EnvMap, WritablePaths } from './common.js';
 import { Encoding, MAX_EXEC_TIMEOUT_MS, MAX_OUTPUT_BYTES_LIMIT } from './exec.js';
 
 export const StartProcessRequest = Type.Object(
@@ -9,6 +9,7 @@ export const StartProcessRequest = Type.Object(
     }),
     cwd: Type.Optional(Type.String({ pattern: '^/', maxLength: 4096 })),
     env: Type.Optional(EnvMap),
+    writablePaths: Type.Optional(WritablePaths),
     stdin: Type.Optional(Type.Boolean({ default: false, description: 'Keep stdin open for POST …/stdin; otherwise stdin is /dev/null.' })),
     timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_EXEC_TIMEOUT_MS, description: 'Kill after this long; default: runs until it exits or the sandbox dies.' })),
     maxOutputBytes: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES_LIMIT, default: 1 << 20, description: 'Kept output per stream; the rest is counted.' })),

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { EnvMap } from './common.js';
+import { EnvMap, WritablePaths } from './common.js';
 import { Encoding, MAX_EXEC_TIMEOUT_MS, MAX_OUTPUT_BYTES_LIMIT } from './exec.js';
 
 export const OpenSessionRequest = Type.Object(
@@ -7,6 +7,7 @@ export const OpenSessionRequest = Type.Object(
     shell: Type.Optional(Type.Union([Type.Literal('auto'), Type.Literal('bash'), Type.Literal('sh')], { default: 'auto', description: 'auto: bash if the image has it, else sh.' })),
     cwd: Type.Optional(Type.String({ pattern: '^/', maxLength: 4096, description: 'Starting directory; default the image cwd.' })),
     env: Type.Optional(EnvMap),
+    writablePaths: Type.Optional(WritablePaths),
   },
   { additionalProperties: false },
 );

@@ -1,0 +1,116 @@
+/*
+ * dsec-landlock: restrict where a command may change files, then become that command.
+ *
+ *   dsec-landlock --rw PATH [--rw PATH]... -- CMD [ARG]...
+ *
+ * The edge bind-mounts this static binary into every sandbox (read-only, on /dev's tmpfs, like
+ * the init) and puts it in front of a command's argv when the request names writable paths.
+ * It creates a Landlock ruleset that handles every kind of filesystem change (write, truncate,
+ * create, remove, rename/link across directories), allows them beneath each PATH and beneath
+ * /dev, applies it to itself and execs the command: the restriction holds for the command and
+ * all its descendants, and nothing of dsec stays resident. Reading and executing stay allowed.
+ *
+ * It fails closed: a kernel without Landlock, a missing PATH or any failed step ends with exit
+ * status 126 and a message on stderr, never with the command running unrestricted.
+ *
+ * The Landlock ABI is stable, so its few constants and system call numbers are spelt out here
+ * rather than taken from the build machine's headers, which may be older than the kernel.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SYS_landlock_create_ruleset_ 444
+#define SYS_landlock_add_rule_ 445
+#define SYS_landlock_restrict_self_ 446
+#define LANDLOCK_CREATE_RULESET_VERSION (1U << 0)
+#define LANDLOCK_RULE_PATH_BENEATH 1
+
+#define FS_WRITE_FILE (1ULL << 1)
+#define FS_REMOVE_DIR (1ULL << 4)
+#define FS_REMOVE_FILE (1ULL << 5)
+#define FS_MAKE_CHAR (1ULL << 6)
+#define FS_MAKE_DIR (1ULL << 7)
+#define FS_MAKE_REG (1ULL << 8)
+#define FS_MAKE_SOCK (1ULL << 9)
+#define FS_MAKE_FIFO (1ULL << 10)
+#define FS_MAKE_BLOCK (1ULL << 11)
+#define FS_MAKE_SYM (1ULL << 12)
+#define FS_REFER (1ULL << 13)    /* ABI 2 */
+#define FS_TRUNCATE (1ULL << 14) /* ABI 3 */
+
+/* What a command may do to a file it does not create or remove: only these apply to files. */
+#define FILE_CHANGES (FS_WRITE_FILE | FS_TRUNCATE)
+
+struct ruleset_attr {
+  uint64_t handled_access_fs;
+};
+
+struct path_beneath_attr {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+} __attribute__((packed));
+
+static int fail(const char *what, const char *detail) {
+  if (detail)
+    fprintf(stderr, "dsec-landlock: %s %s: %s\n", what, detail, strerror(errno));
+  else
+    fprintf(stderr, "dsec-landlock: %s\n", what);
+  return 126;
+}
+
+static int allow_beneath(int ruleset, const char *path, uint64_t handled) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return -1;
+  }
+  struct path_beneath_attr rule = {
+      .allowed_access = S_ISDIR(st.st_mode) ? handled : (handled & FILE_CHANGES),
+      .parent_fd = fd,
+  };
+  long r = syscall(SYS_landlock_add_rule_, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+  close(fd);
+  return r == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  int i = 1;
+  long abi = syscall(SYS_landlock_create_ruleset_, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  if (abi < 1) return fail("this kernel has no usable Landlock; refusing to run the command unrestricted", NULL);
+
+  uint64_t handled = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG |
+                     FS_MAKE_SOCK | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM;
+  if (abi >= 2) handled |= FS_REFER;
+  if (abi >= 3) handled |= FS_TRUNCATE;
+
+  struct ruleset_attr attr = {.handled_access_fs = handled};
+  int ruleset = (int)syscall(SYS_landlock_create_ruleset_, &attr, sizeof attr, 0);
+  if (ruleset < 0) return fail("landlock_create_ruleset", "");
+
+  /* /dev is the sandbox's own tmpfs: /dev/null, ttys and /dev/shm must stay writable. */
+  if (allow_beneath(ruleset, "/dev", handled) != 0) return fail("cannot allow", "/dev");
+  for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--rw") != 0 || i + 1 >= argc) return fail("usage: dsec-landlock --rw PATH... -- CMD [ARG]...", NULL);
+    i++;
+    if (allow_beneath(ruleset, argv[i], handled) != 0) return fail("cannot allow writes beneath", argv[i]);
+  }
+  if (i + 1 >= argc) return fail("usage: dsec-landlock --rw PATH... -- CMD [ARG]...", NULL);
+
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail("prctl(PR_SET_NO_NEW_PRIVS)", "");
+  if (syscall(SYS_landlock_restrict_self_, ruleset, 0) != 0) return fail("landlock_restrict_self", "");
+  close(ruleset);
+
+  execvp(argv[i + 1], &argv[i + 1]);
+  fprintf(stderr, "dsec-landlock: %s: %s\n", argv[i + 1], strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}
