@@ -127,6 +127,7 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
     const p = which(t.tool);
     checks.push({ name: `tool ${t.tool}`, ok: !!p, detail: p ?? `missing: apt-get install ${t.pkg}`, required: t.required });
   }
+  checks.push(chrootCheck());
   const helper = existsSync(LANDLOCK_BINARY);
   checks.push({ name: 'dsec-landlock helper', ok: helper, detail: helper ? LANDLOCK_BINARY : `missing ${LANDLOCK_BINARY}: run scripts/setup`, required: true });
   const abi = landlockAbi();
@@ -144,6 +145,26 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
     checks.push({ name: 'cgroup layout usable by crun', ok: !leftover, detail: leftover ? `controllers on cgroup2: ${leftover} (run dsec doctor as root to fix)` : 'ok', required: true });
   }
   return checks;
+}
+
+/**
+ * In a chroot (not a mount namespace with its own root), crun cannot pivot_root into a sandbox
+ * and falls back to chroot, which leaves the sandbox's mount namespace rooted at the host's
+ * root: `crun exec` then lands there, outside the sandbox's files. Seen with chroot-based test
+ * rigs; real hosts and containers with their own mount namespace are fine.
+ */
+function chrootCheck(): Check {
+  // mountinfo lists mount points relative to this process's root and leaves out mounts above it:
+  // a root that is a mount has a line for "/", a chroot into a plain directory has none.
+  const rootIsMount = readMounts().some((m) => m.mountPoint === '/');
+  return {
+    name: 'root is a mount (not a chroot)',
+    ok: rootIsMount,
+    detail: rootIsMount
+      ? '/ is a mount point of this mount namespace'
+      : "/ is a chroot, not a mount: crun cannot pivot_root and `crun exec` would run commands in the host's root instead of the sandbox's; run dsec in a mount namespace whose root is a mount",
+    required: false,
+  };
 }
 
 export function doctorPassed(checks: Check[]): boolean {
