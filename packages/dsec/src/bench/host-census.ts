@@ -46,8 +46,8 @@ export function inScope(cgroup: string, scope: CgroupScope): boolean {
 }
 
 /**
- * The per-sandbox helpers a runtime leaves resident (conmon, containerd-shim): the ancestors of
- * the sandboxes' processes that live outside the sandboxes' cgroups and appeared since `before`
+ * The per-sandbox helpers a runtime leaves resident (conmon, containerd-shim): ancestors of the
+ * sandboxes' processes that live outside that sandbox's own cgroup and appeared since `before`
  * (so the daemons set up first, this process and PID 1 are not counted, nor other tenants' jobs).
  * Counted by command name.
  */
@@ -57,7 +57,7 @@ export function residentHelpers(before: ReadonlySet<number>, scope: CgroupScope,
   for (const p of now) {
     if (!inScope(p.cgroup, scope)) continue;
     for (let q = byPid.get(p.ppid); q && q.pid > 1 && !before.has(q.pid) && q.pid !== process.pid; q = byPid.get(q.ppid))
-      if (!inScope(q.cgroup, scope)) helpers.add(q);
+      if (q.cgroup !== p.cgroup && !q.cgroup.startsWith(`${p.cgroup}/`)) helpers.add(q);
   }
   const out: Record<string, number> = {};
   for (const h of helpers) out[h.comm] = (out[h.comm] ?? 0) + 1;
