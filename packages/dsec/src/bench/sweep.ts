@@ -43,6 +43,26 @@ function dockerdPid(dir: string): number | undefined {
   }
 }
 
+/**
+ * Processes whose command line names the run's temp dir: conmon, containerd shims, containerd,
+ * dockerd and crun of this run (their roots and sockets live there), never another run's.
+ */
+function runProcesses(dir: string): { pid: number; comm: string }[] {
+  const out: { pid: number; comm: string }[] = [];
+  for (const name of readdirSync('/proc')) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    try {
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      if (argv.some((a) => a === dir || a.startsWith(`${dir}/`) || a.includes(`=${dir}/`) || a.includes(`://${dir}/`)))
+        out.push({ pid, comm: readFileSync(`/proc/${pid}/comm`, 'utf8').trim() });
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
 /** What a run left on the host after its own cleanup steps; empty means nothing. */
 export async function findBenchLeaks(names: RunNames): Promise<string[]> {
   const { dir } = names;
@@ -61,6 +81,7 @@ export async function findBenchLeaks(names: RunNames): Promise<string[]> {
   for (const cg of benchCgroups(names)) if (!leaks.includes(`cgroup ${cg}`)) leaks.push(`cgroup ${cg}`);
   const pid = dockerdPid(dir);
   if (pid) leaks.push(`dockerd pid ${pid}`);
+  for (const p of runProcesses(dir)) if (p.pid !== pid) leaks.push(`process ${p.pid} (${p.comm})`);
   return leaks;
 }
 
@@ -80,6 +101,14 @@ export async function sweep(names: RunNames): Promise<void> {
   for (const root of crunRoots(dir)) {
     const r = await runTool('crun', ['--root', root, 'list', '--quiet']);
     for (const id of r.stdout.split('\n').filter(Boolean)) await runTool('crun', ['--root', root, 'delete', '-f', id]);
+  }
+  // What is still running with its roots or sockets in the run's dir (a shim or conmon whose daemon died first) is this run's.
+  for (const p of runProcesses(dir)) {
+    try {
+      process.kill(p.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
   }
   for (const m of mountsUnder(dir).reverse()) tryUnmount(m.mountPoint);
   for (const cg of benchCgroups(names)) removeCgroupTree(cg);
