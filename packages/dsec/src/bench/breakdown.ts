@@ -70,16 +70,27 @@ export function createBreakdown(spans: Spans, phase: string, ops: number, client
   );
 }
 
-/** Where one dsec exec goes: HTTP, the control plane's lookup, the edge's crun exec. */
-export function execBreakdown(spans: Spans, phase: string, ops: number, clientMeanMs: number): ProfileRow[] {
+/**
+ * Where one dsec API call goes: HTTP (client, Fastify, auth), the control plane (SQLite, other)
+ * and the edge step, split further into `edgeParts` (steps timed inside it) and `edgeRest`.
+ */
+function apiCallBreakdown(
+  spans: Spans,
+  phase: string,
+  ops: number,
+  clientMeanMs: number,
+  steps: { control: string; edge: string; edgeParts?: string[]; edgeRest?: string },
+): ProfileRow[] {
   const t = spans.totals(phase);
   const per = (step: string): number => (t.get(step)?.ms ?? 0) / ops;
   const server = per(STEPS.serverHttp);
-  const control = per(STEPS.controlExec);
+  const control = per(steps.control);
   const auth = per(STEPS.sqliteAuth);
-  const edge = per(STEPS.edgeExec);
+  const edge = per(steps.edge);
   const db = sqliteRows(spans, phase, ops, 3);
   const dbTotal = db.reduce((a, r) => a + r[2], 0);
+  const parts: [string, number, number][] = (steps.edgeParts ?? []).map((s) => [s, 4, per(s)]);
+  const rest: [string, number, number][] = steps.edgeRest ? [[steps.edgeRest, 4, edge - parts.reduce((a, p) => a + p[2], 0)]] : [];
   return rowsFrom(
     [
       ['SDK round trip (what the caller waits)', 0, clientMeanMs],
@@ -87,13 +98,30 @@ export function execBreakdown(spans: Spans, phase: string, ops: number, clientMe
       [STEPS.serverHttp, 1, server],
       [FASTIFY, 2, server - control - auth],
       [STEPS.sqliteAuth, 2, auth],
-      [STEPS.controlExec, 2, control],
+      [steps.control, 2, control],
       ...db,
-      [STEPS.edgeExec, 3, edge],
+      [steps.edge, 3, edge],
+      ...parts,
+      ...rest,
       ['control plane, other', 3, control - dbTotal - edge],
     ],
     clientMeanMs,
   );
+}
+
+/** Where one dsec exec goes: HTTP, the control plane's lookup, the edge's crun exec. */
+export function execBreakdown(spans: Spans, phase: string, ops: number, clientMeanMs: number): ProfileRow[] {
+  return apiCallBreakdown(spans, phase, ops, clientMeanMs, { control: STEPS.controlExec, edge: STEPS.edgeExec });
+}
+
+/** Where one dsec pause + resume pair goes: HTTP twice, SQLite status writes, the edge's freezer and state.json. */
+export function pauseBreakdown(spans: Spans, phase: string, ops: number, clientMeanMs: number): ProfileRow[] {
+  return apiCallBreakdown(spans, phase, ops, clientMeanMs, {
+    control: STEPS.controlPause,
+    edge: STEPS.edgePause,
+    edgeParts: [STEPS.stateWrite],
+    edgeRest: 'cgroup freezer: write FROZEN / THAWED, wait until it holds',
+  });
 }
 
 /** The floor's own split: the same steps dsec's edge takes, with nothing around them. */

@@ -1,13 +1,17 @@
 import { renderChart } from '../chart-svg.js';
 import { summarizeLatency, type LatencySummary } from '../latency.js';
 import type { Peer } from '../peers/peer.js';
-import type { BenchReport } from '../report.js';
+import { pauseBreakdown } from '../breakdown.js';
+import { phaseKey, type Spans } from '../profile.js';
+import type { BenchReport, ProfileSection } from '../report.js';
 import { chartSubtitle, metricsTable, peerBars, renderCommon, type TableMetric } from '../report-common.js';
 import { check, TARGETS, type TargetCheck } from '../targets.js';
 import { msOf, oneSandboxRounds, type RoundsOptions } from './one-sandbox-rounds.js';
 import { valuesOf, type BenchScenarioDef, type PeerResultBase, type ScenarioContext, type ScenarioResult } from './scenario.js';
 
 export type PauseOptions = RoundsOptions;
+
+const PHASE = 'pause/resume';
 
 export interface PeerPauseResult extends PeerResultBase {
   pause: LatencySummary;
@@ -18,12 +22,23 @@ export interface PauseResult extends ScenarioResult {
   peers: PeerPauseResult[];
 }
 
+function pauseProfile(result: PauseResult, spans: Spans): ProfileSection[] {
+  const d = result.peers.find((p) => p.name === 'dsec');
+  if (!d || d.pause.count === 0) return [];
+  return [
+    {
+      title: "Where dsec's pause + resume time goes (mean per pair)",
+      rows: pauseBreakdown(spans, phaseKey('dsec', PHASE), d.pause.count, d.pause.mean + d.resume.mean),
+    },
+  ];
+}
+
 /** One idle sandbox per peer, paused and resumed `count` times, peers alternating. */
 export async function runPause(peers: Peer[], opts: PauseOptions, ctx: ScenarioContext): Promise<PauseResult> {
   const { states, dropped } = await oneSandboxRounds(
     peers,
     ['pause', 'resume'],
-    { ...opts, phase: 'pause/resume', what: 'pause + resume' },
+    { ...opts, phase: PHASE, what: 'pause + resume' },
     ctx,
     async (peer, id) => ({ pause: await msOf(() => peer.pause(id)), resume: await msOf(() => peer.resume(id)) }),
   );
@@ -90,6 +105,7 @@ export const pauseScenario: BenchScenarioDef<PauseOptions, PauseResult> = {
   ],
   maxSandboxes: () => 8,
   run: runPause,
+  profile: pauseProfile,
   targets: pauseTargets,
   render: renderPause,
   lines: (r) =>
