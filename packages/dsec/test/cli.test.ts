@@ -104,6 +104,27 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     assert.deepEqual(await Sandbox.list({ ...server.conn, labels: { via: 'cli-run' } }), []);
   });
 
+  test('run --network allow --allow, then network ID none switches the policy; a bad mode exits 1 saying what to use', async () => {
+    const r = await runCli(['run', 'busybox', '--network', 'allow', '--allow', '169.254.250.1:80', '--json'], env);
+    assert.equal(r.code, 0, r.stderr);
+    const info = JSON.parse(r.stdout) as { id: string };
+    try {
+      const made = await Sandbox.connect(info.id, server.conn);
+      assert.equal((await made.network()).mode, 'allow');
+      const sw = await runCli(['network', info.id, 'none'], env);
+      assert.equal(sw.code, 0, sw.stderr);
+      assert.match(sw.stdout, /^none \(applied in [\d.]+ ms\)\n$/);
+      const now = await made.network();
+      assert.equal(now.mode, 'none');
+      assert.ok(now.address, 'the link is kept under none (so that switching back is fast)');
+      const bad = await runCli(['network', info.id, 'sideways'], env);
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /none, allow or open/);
+    } finally {
+      await (await Sandbox.connect(info.id, server.conn)).kill();
+    }
+  });
+
   test('kill ID removes the sandbox', async () => {
     const victim = await Sandbox.create(server.conn);
     const r = await runCli(['kill', victim.id], env);

@@ -1,5 +1,6 @@
 import type {
-  CreateSandboxRequest, ForkResult, ReplayResult, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult, Trajectory,
+  CreateSandboxRequest, ForkResult, NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, ReplayResult, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
+  Trajectory,
 } from './schema/index.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
@@ -81,6 +82,20 @@ export class Sandbox {
   async replay(opts: CallOptions = {}): Promise<{ sandbox: Sandbox; result: ReplayResult }> {
     const result = await this.conn.json<ReplayResult>('POST', `/v1/sandboxes/${this.id}/replay`, { timeoutMs: 600_000, ...opts });
     return { sandbox: new Sandbox(this.conn, result.sandbox), result };
+  }
+
+  /**
+   * Switches the sandbox's egress policy at runtime (e.g. a setup phase that may reach a package
+   * mirror, then a rollout phase with nothing); in force when this returns.
+   * @example await sb.setNetwork({ mode: 'allow', allow: ['deb.debian.org:80'] }); … await sb.setNetwork({ mode: 'none' });
+   */
+  async setNetwork(policy: NetworkPolicyRequest, opts: CallOptions = {}): Promise<NetworkPolicyResult> {
+    return this.conn.json<NetworkPolicyResult>('PUT', `/v1/sandboxes/${this.id}/network`, { json: policy, ...opts });
+  }
+
+  /** The egress policy in force, and the sandbox's link to the host if it has one. */
+  async network(opts: CallOptions = {}): Promise<NetworkPolicyState> {
+    return this.conn.json<NetworkPolicyState>('GET', `/v1/sandboxes/${this.id}/network`, opts);
   }
 
   /** Freezes the sandbox; memory stays resident. Commands answer 409 until resume(). */

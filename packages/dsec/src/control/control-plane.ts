@@ -4,8 +4,9 @@ import type { Logger } from 'pino';
 import { Readable } from 'node:stream';
 import type {
   CreateSandboxRequest, ExecRequest, ExecResult, ForkRequest, ForkResult, ImageConfig, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
-  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult, StartProcessRequest, ProcessInfo,
+  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, StartProcessRequest, ProcessInfo,
 } from '@dsec/sdk/schema';
+import type { Link } from '../net/address-pool.js';
 import { parseAllowList, PolicyError, type NetworkPolicy } from '../net/policy.js';
 import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../exec/run-command.js';
@@ -282,12 +283,11 @@ export class ControlPlane {
   async setNetwork(id: string, req: NetworkPolicyRequest): Promise<NetworkPolicyResult> {
     const policy = await this.#policy(req);
     const r = await this.#runningOn(id).setNetwork(id, policy);
-    const out: NetworkPolicyResult = { mode: r.policy.mode, allow: r.policy.allow, appliedMs: r.appliedMs };
-    if (r.link) {
-      out.address = r.link.sandbox;
-      out.gateway = r.link.host;
-    }
-    return out;
+    return { ...networkState(r), appliedMs: r.appliedMs };
+  }
+
+  async getNetwork(id: string): Promise<NetworkPolicyState> {
+    return networkState(await this.#runningOn(id).getNetwork(id));
   }
 
   // --- TTL and idle timeout -------------------------------------------------------------------
@@ -496,4 +496,13 @@ function withoutStdin(req: ExecRequest): Record<string, unknown> {
 
 function stdinPayload(req: ExecRequest): Buffer | undefined {
   return req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8');
+}
+
+function networkState(r: { policy: NetworkPolicy; link?: Link }): NetworkPolicyState {
+  const out: NetworkPolicyState = { mode: r.policy.mode, allow: r.policy.allow };
+  if (r.link) {
+    out.address = r.link.sandbox;
+    out.gateway = r.link.host;
+  }
+  return out;
 }

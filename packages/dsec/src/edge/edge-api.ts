@@ -87,6 +87,8 @@ export interface EdgeApi {
   sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }>;
   pauseSandbox(id: string): Promise<void>;
   setNetwork(id: string, policy: NetworkPolicy): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }>;
+  /** The policy in force and the link, if the sandbox has one. */
+  getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }>;
   resumeSandbox(id: string): Promise<void>;
   snapshotSandbox(id: string, opts?: { scrub?: string[] }): Promise<EdgeSnapshot>;
 

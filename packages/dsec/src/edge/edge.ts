@@ -404,6 +404,13 @@ export class Edge implements EdgeApi {
     return out;
   }
 
+  async getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }> {
+    const { network } = this.#running(id).record;
+    const out: { policy: NetworkPolicy; link?: Link } = { policy: network?.policy ?? { mode: 'none', allow: [] } };
+    if (network?.link) out.link = network.link;
+    return out;
+  }
+
   /**
    * A sandbox gets its link (veth, address, route: process spawns, tens of ms) the first time a
    * policy other than none is applied, and keeps it until it ends: a later switch, in either

@@ -15,11 +15,19 @@ export const NetworkPolicyRequest = Type.Object(
 );
 export type NetworkPolicyRequest = Static<typeof NetworkPolicyRequest>;
 
-export const NetworkPolicyResult = Type.Object({
+const networkStateFields = {
   mode: NetworkMode,
   allow: Type.Array(Type.Object({ cidr: Type.String(), port: Type.Optional(Type.Integer()) })),
-  address: Type.Optional(Type.String({ description: "The sandbox's link-local address on its link to the host." })),
+  address: Type.Optional(Type.String({ description: "The sandbox's link-local address on its link to the host (kept once made, also under none)." })),
   gateway: Type.Optional(Type.String()),
+};
+
+/** The policy in force on a sandbox, and its link to the host if it has one. */
+export const NetworkPolicyState = Type.Object(networkStateFields);
+export type NetworkPolicyState = Static<typeof NetworkPolicyState>;
+
+export const NetworkPolicyResult = Type.Object({
+  ...networkStateFields,
   appliedMs: Type.Number({ description: 'Time from request to the rules being in force.' }),
 });
 export type NetworkPolicyResult = Static<typeof NetworkPolicyResult>;

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { Sandbox, type Terminal } from '@dsec/sdk';
+import type { NetworkPolicyRequest } from '@dsec/sdk/schema';
 import { collectKv, collectList, printTable } from '../output.js';
 
 interface CreateFlags {
@@ -14,7 +15,18 @@ interface CreateFlags {
   ttl?: string;
   idleTimeout?: string;
   onExpiry?: string;
+  network?: string;
+  allow?: string[];
   json?: boolean;
+}
+
+/** `--network MODE` and `--allow DEST` (repeatable) → a policy; --allow alone means allow. */
+function networkPolicy(mode: string | undefined, allow: string[] | undefined): NetworkPolicyRequest | undefined {
+  const m = mode ?? (allow?.length ? 'allow' : undefined);
+  if (m === undefined) return undefined;
+  if (m !== 'none' && m !== 'allow' && m !== 'open') throw new Error(`--network must be none, allow or open, got ${JSON.stringify(m)}`);
+  if (m !== 'allow' && allow?.length) throw new Error('--allow only goes with --network allow');
+  return m === 'allow' ? { mode: m, allow: allow ?? [] } : { mode: m };
 }
 
 function writeResult(r: { stdout: string; stderr: string; truncated: boolean; timedOut: boolean }): void {
@@ -78,6 +90,8 @@ export function registerSandboxCommands(program: Command): void {
     .option('--ttl <seconds>', 'absolute lifetime')
     .option('--idle-timeout <seconds>', 'stop (or pause, see --on-expiry) after this long without activity')
     .option('--on-expiry <action>', 'stop | pause', 'stop')
+    .option('--network <mode>', 'egress policy: none (default, loopback only) | allow | open')
+    .option('--allow <dest>', 'with --network allow: CIDR, CIDR:port, host or host:port (repeatable)', collectList)
     .option('--rm', 'kill the sandbox after CMD finishes')
     .option('--timeout <ms>', 'command timeout in ms')
     .option('--json', 'print the sandbox (and result) as JSON')
@@ -95,6 +109,7 @@ export function registerSandboxCommands(program: Command): void {
         ttlSeconds: f.ttl ? Number(f.ttl) : undefined,
         idleTimeoutSeconds: f.idleTimeout ? Number(f.idleTimeout) : undefined,
         onExpiry: f.onExpiry === 'pause' ? 'pause' : 'stop',
+        network: networkPolicy(f.network, f.allow),
       });
       if (!f.json) process.stderr.write(`${sb.id}\n`);
       try {
@@ -161,6 +176,19 @@ export function registerSandboxCommands(program: Command): void {
         await sb.kill();
         process.stdout.write(`${id}\n`);
       }
+    });
+
+  program
+    .command('network')
+    .description("switch a running sandbox's egress policy (in force when the command returns)")
+    .argument('<id>', 'sandbox id')
+    .argument('<mode>', 'none | allow | open')
+    .option('--allow <dest>', 'with allow: CIDR, CIDR:port, host or host:port (repeatable)', collectList)
+    .option('--json', 'machine-readable output')
+    .action(async (id: string, mode: string, f: { allow?: string[]; json?: boolean }) => {
+      const r = await (await Sandbox.connect(id)).setNetwork(networkPolicy(mode, f.allow)!);
+      if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+      else process.stdout.write(`${r.mode}${r.allow.length ? ` ${r.allow.map((a) => (a.port ? `${a.cidr}:${a.port}` : a.cidr)).join(' ')}` : ''} (applied in ${r.appliedMs} ms)\n`);
     });
 
   program

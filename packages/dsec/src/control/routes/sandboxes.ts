@@ -2,7 +2,8 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import {
-  CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, NetworkPolicyRequest, NetworkPolicyResult, SandboxIdParams, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
+  CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, NetworkPolicyRequest, NetworkPolicyResult,
+  NetworkPolicyState, SandboxIdParams, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
 } from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
@@ -85,6 +86,12 @@ export function sandboxRoutes(deps: { control: ControlPlane; metrics: Metrics })
         },
       },
       async (req) => control.setNetwork(req.params.id, req.body),
+    );
+
+    app.get(
+      '/v1/sandboxes/:id/network',
+      { schema: { tags, summary: 'The egress policy in force, and the link to the host if the sandbox has one', params: SandboxIdParams, response: { 200: NetworkPolicyState, ...errors } } },
+      async (req) => control.getNetwork(req.params.id),
     );
   };
 }
