@@ -55,4 +55,8 @@ export const TARGETS = {
   snapshotMs: 2000,
   /** Issue 4: restore p50 ≤ create p50 + this (ms). */
   restoreOverCreateMs: 20,
+  /** Issue 5: a network policy switch in force within this (ms). */
+  policySwitchMs: 10,
+  /** Issue 5: the defences add at most this much to create p50 (%). */
+  hardeningCreatePct: 10,
 } as const;

@@ -18,6 +18,7 @@ import {
 import { mountsUnder } from '../host/mounts.js';
 import { AddressPool, type Link } from '../net/address-pool.js';
 import { HostGuard } from '../net/host-guard.js';
+import { Nftables } from '../net/nftables.js';
 import type { NetworkPolicy } from '../net/policy.js';
 import { applyRuleset, attachLink, detachLink } from '../net/sandbox-network.js';
 import { freeze, thaw } from '../host/freezer.js';
@@ -68,11 +69,12 @@ export class Edge implements EdgeApi {
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
   readonly #addresses = new AddressPool();
+  readonly #nft = new Nftables();
   readonly #hostGuard: HostGuard;
 
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
-    this.#hostGuard = new HostGuard(opts.id);
+    this.#hostGuard = new HostGuard(opts.id, this.#nft);
     mkdirSync(opts.nodeDir, { recursive: true });
     this.crun = new Crun(join(opts.nodeDir, 'crun'));
     this.layerCache = new LayerCache({
@@ -125,8 +127,8 @@ export class Edge implements EdgeApi {
     this.layerCache.reconcile();
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
     for (const l of linked) this.#addresses.claim(l.record.network!.link!.index);
-    if (linked.length) this.#hostGuard.ensure();
-    else this.#hostGuard.remove(); // this edge's own table, left by a crash
+    if (linked.length) await this.#hostGuard.ensure();
+    else await this.#hostGuard.remove(); // this edge's own table, left by a crash
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
@@ -421,7 +423,7 @@ export class Edge implements EdgeApi {
     const pid = record.pid ?? 0;
     let link = record.network?.link;
     if (!link && policy.mode !== 'none') {
-      this.#hostGuard.ensure();
+      await this.#hostGuard.ensure();
       link = this.#addresses.take();
       try {
         await attachLink(record.id, pid, link);
@@ -430,7 +432,7 @@ export class Edge implements EdgeApi {
         throw err;
       }
     }
-    applyRuleset(pid, policy, link?.host);
+    await applyRuleset(this.#nft, pid, policy, link?.host);
     record.network = link ? { policy, link } : { policy };
   }
 
@@ -512,7 +514,8 @@ export class Edge implements EdgeApi {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
       removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent
     }
-    if (![...this.#live.values()].some((l) => l.record.network?.link)) this.#hostGuard.remove();
+    if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
+    await this.#nft.close();
     this.#state = 'stopped';
   }
 }

@@ -2,7 +2,7 @@ import { accessSync, constants, existsSync, mkdirSync, readFileSync } from 'node
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
 import { filesystemOf, readMounts } from './mounts.js';
-import { LANDLOCK_BINARY } from './native-helpers.js';
+import { LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
 import { landlockAbi, MS_NODEV, MS_NOSUID, mount } from './syscalls.js';
 
 export interface Check {
@@ -128,8 +128,13 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
     checks.push({ name: `tool ${t.tool}`, ok: !!p, detail: p ?? `missing: apt-get install ${t.pkg}`, required: t.required });
   }
   checks.push(chrootCheck());
-  const helper = existsSync(LANDLOCK_BINARY);
-  checks.push({ name: 'dsec-landlock helper', ok: helper, detail: helper ? LANDLOCK_BINARY : `missing ${LANDLOCK_BINARY}: run scripts/setup`, required: true });
+  for (const [name, bin, required] of [
+    ['dsec-landlock helper', LANDLOCK_BINARY, true],
+    ['dsec-nft helper (network policies)', NFT_HELPER_BINARY, false],
+  ] as const) {
+    const ok = existsSync(bin);
+    checks.push({ name, ok, detail: ok ? bin : `missing ${bin}: run scripts/setup`, required });
+  }
   const abi = landlockAbi();
   checks.push({
     name: 'Landlock',

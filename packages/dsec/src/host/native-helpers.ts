@@ -1,8 +1,13 @@
 import { fileURLToPath } from 'node:url';
 
+/** Where scripts/setup puts the native helpers: dist/native/, two levels above dist/src/host/. */
+const NATIVE_DIR = new URL('../../native/', import.meta.url);
+
 /**
- * dsec-landlock, the static binary scripts/setup builds from native/landlock-exec.c into
- * dist/native/ (two levels above this module in dist/src/host/); the edge bind-mounts it into
- * every sandbox.
+ * dsec-landlock, the static binary scripts/setup builds from native/landlock-exec.c; the edge
+ * bind-mounts it into every sandbox.
  */
-export const LANDLOCK_BINARY = fileURLToPath(new URL('../../native/dsec-landlock', import.meta.url));
+export const LANDLOCK_BINARY = fileURLToPath(new URL('dsec-landlock', NATIVE_DIR));
+
+/** dsec-nft (native/nft-helper.c): the edge's resident nftables helper, linked against libnftables. */
+export const NFT_HELPER_BINARY = fileURLToPath(new URL('dsec-nft', NATIVE_DIR));

@@ -22,7 +22,6 @@ const lsetxattrFn = libc.func('int lsetxattr(const char *path, const char *name,
 const mknodFn = libc.func('int mknod(const char *path, uint32_t mode, uint64_t dev)');
 const syncfsFn = libc.func('int syncfs(int fd)');
 const strerrorFn = libc.func('const char *strerror(int errnum)');
-const setnsFn = libc.func('int setns(int fd, int nstype)');
 const syscallLandlockVersion = libc.func('long syscall(long nr, void *attr, size_t size, uint32_t flags)');
 
 export const MS_RDONLY = 1;
@@ -38,7 +37,6 @@ export const O_DIRECTORY = 0o200000;
 export const O_NOFOLLOW = 0o400000;
 export const O_CLOEXEC = 0o2000000;
 export const AT_REMOVEDIR = 0x200;
-export const CLONE_NEWNET = 0x40000000;
 
 /** A failed system call, with errno and its name so callers can branch on it. */
 export class SyscallError extends Error {
@@ -130,11 +128,6 @@ export function mknod(path: string, mode: number, dev: number): void {
 /** Flushes the filesystem holding `fd` to disk. */
 export function syncfs(fd: number): void {
   if (syncfsFn(fd) !== 0) throw new SyscallError('syncfs', koffi.errno(), String(fd));
-}
-
-/** Moves the calling thread into the namespace `fd` refers to (of kind `nstype`, e.g. CLONE_NEWNET). */
-export function setns(fd: number, nstype: number): void {
-  if (setnsFn(fd, nstype) !== 0) throw new SyscallError('setns', koffi.errno(), String(fd));
 }
 
 const SYS_LANDLOCK_CREATE_RULESET = 444;

@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs';
-import { nft, NftError } from './nftables.js';
+import { NftError, type Nftables } from './nftables.js';
 
 /**
  * Host-side rules that hold whatever a sandbox's own policy says, in dsec's own nftables table:
@@ -40,7 +40,10 @@ export class HostGuard {
   #installed = false;
   #forwardBefore: string | undefined;
 
-  constructor(edgeId: string) {
+  constructor(
+    edgeId: string,
+    private readonly nft: Nftables,
+  ) {
     this.table = guardTable(edgeId);
   }
 
@@ -48,8 +51,8 @@ export class HostGuard {
    * (Re)installs the table atomically. Run before every new link, not cached: whatever removed
    * the table meanwhile (an operator, a flush), the guard is back before a sandbox gets a link.
    */
-  ensure(): void {
-    nft(hostGuardRuleset(this.table));
+  async ensure(): Promise<void> {
+    await this.nft.run(hostGuardRuleset(this.table));
     if (!this.#installed) {
       const f = '/proc/sys/net/ipv4/ip_forward';
       this.#forwardBefore = readFileSync(f, 'utf8').trim();
@@ -59,14 +62,14 @@ export class HostGuard {
   }
 
   /** Removes this edge's table and restores ip_forward as it was (unless another edge still guards links). */
-  remove(): void {
+  async remove(): Promise<void> {
     try {
-      nft(`delete table inet ${this.table}`);
+      await this.nft.run(`delete table inet ${this.table}`);
     } catch (err) {
       if (!(err instanceof NftError)) throw err; // not there: nothing to remove
     }
     if (!this.#installed) return;
-    const others = nft('list tables').includes('dsec_host_');
+    const others = (await this.nft.run('list tables')).includes('dsec_host_');
     if (!others && this.#forwardBefore !== undefined && this.#forwardBefore !== '1') writeFileSync('/proc/sys/net/ipv4/ip_forward', this.#forwardBefore);
     this.#installed = false;
   }

@@ -1,107 +1,120 @@
-import { closeSync, openSync } from 'node:fs';
-import koffi from 'koffi';
-import { CLONE_NEWNET, setns } from '../host/syscalls.js';
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { NFT_HELPER_BINARY } from '../host/native-helpers.js';
 
 /**
- * nftables without spawning nft: libnftables (the library the nft tool is itself a thin shell
- * over, installed with it) called in-process through koffi. A ruleset goes in as the same text
- * `nft -f` reads and is committed as one netlink transaction, so it is atomic exactly as before;
- * what goes away is a fork+exec of nsenter and nft per change, which on a loaded host cost
- * 100–300 ms and now costs well under a millisecond once warm.
+ * nftables for one edge without a process spawn per change: commands go to dsec-nft
+ * (native/nft-helper.c), a small resident helper that runs them through libnftables (nftables'
+ * own library) in the host's or a sandbox's network namespace, one atomic transaction each —
+ * exactly what `nft -f` does, minus a fork+exec of nsenter and nft (100–300 ms on a loaded host).
  *
- * A ruleset for a sandbox goes into the sandbox's network namespace by moving this thread there
- * with setns(2) for the duration of one synchronous call: libnftables opens its netlink socket
- * when the context is created, in the thread's namespace at that moment, so the context is made
- * and freed inside the window. No JavaScript runs on this thread meanwhile, and libuv's worker
- * threads keep their own namespaces, so nothing else can open a socket in the sandbox's netns.
+ * Why a helper process and not libnftables inside the edge (tried first): the kernel makes a
+ * transaction committed by a process that has just forked wait 10–40 ms, and the edge forks for
+ * every crun call; the helper never forks, so a commit costs about a millisecond. One helper per
+ * edge (not per sandbox), started on first use, gone when its stdin closes (also when the edge
+ * dies). Requests are answered in order, one at a time.
  */
-
-const NFT_CTX_DEFAULT = 0;
-
-interface Lib {
-  ctxNew: (flags: number) => unknown;
-  ctxFree: (ctx: unknown) => void;
-  bufferOutput: (ctx: unknown) => number;
-  bufferError: (ctx: unknown) => number;
-  outputBuffer: (ctx: unknown) => string | null;
-  errorBuffer: (ctx: unknown) => string | null;
-  runFromBuffer: (ctx: unknown, buf: string) => number;
-}
-
-let lib: Lib | undefined;
-
-function load(): Lib {
-  if (lib) return lib;
-  let so: ReturnType<typeof koffi.load>;
-  try {
-    so = koffi.load('libnftables.so.1');
-  } catch (err) {
-    throw new Error(`libnftables.so.1 cannot be loaded (install the nftables package): ${(err as Error).message}`);
-  }
-  lib = {
-    ctxNew: so.func('void *nft_ctx_new(uint32_t flags)'),
-    ctxFree: so.func('void nft_ctx_free(void *ctx)'),
-    bufferOutput: so.func('int nft_ctx_buffer_output(void *ctx)'),
-    bufferError: so.func('int nft_ctx_buffer_error(void *ctx)'),
-    outputBuffer: so.func('const char *nft_ctx_get_output_buffer(void *ctx)'),
-    errorBuffer: so.func('const char *nft_ctx_get_error_buffer(void *ctx)'),
-    runFromBuffer: so.func('int nft_run_cmd_from_buffer(void *ctx, const char *buf)'),
-  };
-  return lib;
-}
-
 export class NftError extends Error {
   override readonly name = 'NftError';
 }
 
-/** Runs nft commands (ruleset text, as `nft -f -` reads it) in this thread's current netns; returns nft's output. */
-function runHere(l: Lib, commands: string): string {
-  const ctx = l.ctxNew(NFT_CTX_DEFAULT);
-  if (!ctx) throw new NftError('nft_ctx_new failed');
-  try {
-    l.bufferOutput(ctx);
-    l.bufferError(ctx);
-    if (l.runFromBuffer(ctx, commands) !== 0) throw new NftError(`nft: ${(l.errorBuffer(ctx) ?? '').trim() || 'failed'}`);
-    return l.outputBuffer(ctx) ?? '';
-  } finally {
-    l.ctxFree(ctx);
+interface Pending {
+  resolve: (output: string) => void;
+  reject: (err: Error) => void;
+}
+
+export class Nftables {
+  #child: ChildProcessWithoutNullStreams | undefined;
+  #pending: Pending[] = [];
+  #buf = Buffer.alloc(0);
+  #stderr = '';
+
+  constructor(private readonly binary = NFT_HELPER_BINARY) {}
+
+  /** Runs nft commands (ruleset text as `nft -f` reads it) in the host's network namespace; resolves to nft's output. */
+  run(commands: string): Promise<string> {
+    return this.#request(0, commands);
   }
-}
 
-/** Runs nft commands in the host's (this process's) network namespace. */
-export function nft(commands: string): string {
-  return runHere(load(), commands);
-}
+  /** Runs nft commands inside the network namespace of process `pid` (a sandbox's init). */
+  runInNetns(pid: number, commands: string): Promise<string> {
+    if (!Number.isInteger(pid) || pid <= 0) return Promise.reject(new NftError(`no such process: ${pid}`));
+    return this.#request(pid, commands);
+  }
 
-/** Runs nft commands inside the network namespace of process `pid` (a sandbox's init). */
-export function nftInNetns(pid: number, commands: string): string {
-  const l = load();
-  const target = openSync(`/proc/${pid}/ns/net`, 'r');
-  let home: number | undefined;
-  try {
-    home = openSync('/proc/thread-self/ns/net', 'r');
-    setns(target, CLONE_NEWNET);
-    try {
-      return runHere(l, commands);
-    } finally {
-      returnHome(home);
+  /** Stops the helper (it exits when its stdin closes). */
+  async close(): Promise<void> {
+    const child = this.#child;
+    if (!child) return;
+    const exited = new Promise<void>((res) => child.once('exit', () => res()));
+    child.stdin.end();
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  #request(pid: number, commands: string): Promise<string> {
+    const child = this.#ensure();
+    return new Promise<string>((resolve, reject) => {
+      if (this.#pending.length === 0) this.#hold(child, true);
+      this.#pending.push({ resolve, reject });
+      const body = Buffer.from(commands);
+      child.stdin.write(`${pid} ${body.length}\n`);
+      child.stdin.write(body);
+    });
+  }
+
+  #ensure(): ChildProcessWithoutNullStreams {
+    if (this.#child) return this.#child;
+    const child = spawn(this.binary, [], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.#child = child;
+    this.#buf = Buffer.alloc(0);
+    this.#stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      this.#buf = Buffer.concat([this.#buf, chunk]);
+      this.#drain();
+    });
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (this.#stderr = (this.#stderr + d).slice(-4096)));
+    const fail = (why: string): void => {
+      if (this.#child !== child) return;
+      this.#child = undefined;
+      const err = new NftError(`dsec-nft ${why}${this.#stderr ? `: ${this.#stderr.trim()}` : ''}`);
+      for (const p of this.#pending.splice(0)) p.reject(err);
+    };
+    child.on('error', (err) => fail(`could not run (${err.message}; run scripts/setup to build it)`));
+    child.on('exit', (code, signal) => fail(`exited (${signal ?? code})`));
+    child.stdin.on('error', () => undefined); // a dead helper: reported by 'exit'
+    // An idle helper must not keep the edge's process alive; one with answers due must.
+    child.unref();
+    this.#hold(child, false);
+    return child;
+  }
+
+  #hold(child: ChildProcessWithoutNullStreams, on: boolean): void {
+    for (const s of [child.stdin, child.stdout, child.stderr]) {
+      const h = s as unknown as { ref?: () => void; unref?: () => void };
+      if (on) h.ref?.();
+      else h.unref?.();
     }
-  } finally {
-    closeSync(target);
-    if (home !== undefined) closeSync(home);
   }
-}
 
-/**
- * Back to our own netns. If that ever failed, this thread would go on opening sockets inside a
- * sandbox (its API clients, DNS lookups): the process stops instead, and a restarted edge adopts
- * its sandboxes.
- */
-function returnHome(home: number): void {
-  try {
-    setns(home, CLONE_NEWNET);
-  } catch (err) {
-    process.stderr.write(`dsec: cannot return to the host network namespace (${(err as Error).message}); stopping\n`);
-    process.abort();
+  /** Answers are `ok|err <length>\n<bytes>`, in request order. */
+  #drain(): void {
+    for (;;) {
+      const nl = this.#buf.indexOf(10);
+      if (nl < 0) return;
+      const m = /^(ok|err) (\d+)$/.exec(this.#buf.subarray(0, nl).toString('latin1'));
+      if (!m) {
+        this.#child?.kill('SIGKILL');
+        return;
+      }
+      const len = Number(m[2]);
+      if (this.#buf.length < nl + 1 + len) return;
+      const text = this.#buf.subarray(nl + 1, nl + 1 + len).toString('utf8');
+      this.#buf = this.#buf.subarray(nl + 1 + len);
+      const p = this.#pending.shift();
+      if (this.#pending.length === 0 && this.#child) this.#hold(this.#child, false);
+      if (m[1] === 'ok') p?.resolve(text);
+      else p?.reject(new NftError(`nft: ${text.trim() || 'failed'}`));
+    }
   }
 }

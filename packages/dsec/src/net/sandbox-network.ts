@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, writeFileSync } from 'node:fs';
 import { runToolOrThrow, runTool } from '../host/run-tool.js';
 import type { Link } from './address-pool.js';
-import { nftInNetns } from './nftables.js';
+import type { Nftables } from './nftables.js';
 import { sandboxRuleset, type NetworkPolicy } from './policy.js';
 
 /** Host-side veth name for a sandbox: short (IFNAMSIZ is 16) and recognisable by the host guard. */
@@ -47,7 +47,7 @@ export async function detachLink(sandboxId: string): Promise<void> {
   if (existsSync(`/sys/class/net/${h}`)) await runTool('ip', ['link', 'del', h]);
 }
 
-/** Replaces the sandbox's nftables ruleset in one atomic transaction (in-process, see nftables.ts). */
-export function applyRuleset(pid: number, policy: NetworkPolicy, gateway: string | undefined): void {
-  nftInNetns(pid, sandboxRuleset(policy, gateway));
+/** Replaces the sandbox's nftables ruleset in one atomic transaction (through the edge's dsec-nft, see nftables.ts). */
+export async function applyRuleset(nft: Nftables, pid: number, policy: NetworkPolicy, gateway: string | undefined): Promise<void> {
+  await nft.runInNetns(pid, sandboxRuleset(policy, gateway));
 }

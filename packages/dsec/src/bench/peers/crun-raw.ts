@@ -41,6 +41,8 @@ export class CrunRawPeer implements Peer {
       limits: SandboxLimits;
       spans: Spans;
       cgroupParent: string;
+      /** Changes dsec's OCI config before each run (the hardening benchmark strips defences with it). */
+      configure?: (config: Record<string, unknown>) => void;
     },
     readonly version: string,
   ) {
@@ -48,6 +50,14 @@ export class CrunRawPeer implements Peer {
     this.crun = new Crun(join(opts.dir, 'crun-state'));
     this.#containers = join(opts.dir, 'containers');
     mkdirSync(this.#containers, { recursive: true });
+  }
+
+  /** Another raw crun peer on the same layer with a changed config, in its own dir and cgroup parent. */
+  variant(suffix: string, configure: (config: Record<string, unknown>) => void): CrunRawPeer {
+    return new CrunRawPeer(
+      { ...this.opts, dir: `${this.opts.dir}-${suffix}`, cgroupParent: `${this.opts.cgroupParent}-${suffix}`, configure },
+      this.version,
+    );
   }
 
   async create(): Promise<string> {
@@ -60,6 +70,7 @@ export class CrunRawPeer implements Peer {
     const t1 = performance.now();
     const config = buildOciConfig({ id, config: this.opts.config, env: {}, limits: this.opts.limits });
     (config['linux'] as Record<string, unknown>)['cgroupsPath'] = `/${this.opts.cgroupParent}/${id}`;
+    this.opts.configure?.(config);
     writeFileSync(paths.config, JSON.stringify(config));
     const t2 = performance.now();
     await this.crun.run(id, paths.dir, paths.crunLog, paths.pidFile);

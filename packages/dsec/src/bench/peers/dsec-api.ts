@@ -16,7 +16,8 @@ export class DsecApiPeer implements Peer {
   readonly #live = new Map<string, Sandbox>();
 
   constructor(
-    private readonly conn: { url: string; apiKey: string },
+    /** The server's URL and key (the hardening benchmark makes its own sandboxes through them). */
+    readonly conn: { url: string; apiKey: string },
     private readonly image: string,
     private readonly limits: SandboxLimits,
     private readonly labels: Record<string, string>,

@@ -1,0 +1,377 @@
+import { Sandbox } from '@dsec/sdk';
+import { round } from '../../demo/stats.js';
+import { LANDLOCK_PATH } from '../../edge/oci-config.js';
+import { CGROUP_PARENT, cgroupPids } from '../../host/cgroups.js';
+import { runToolOrThrow } from '../../host/run-tool.js';
+import { sandboxRuleset, type NetworkPolicy } from '../../net/policy.js';
+import { renderChart, type ChartPanel } from '../chart-svg.js';
+import { summarizeLatency, type LatencySummary } from '../latency.js';
+import { mdTable, ratio } from '../markdown.js';
+import { CrunRawPeer } from '../peers/crun-raw.js';
+import { DsecApiPeer } from '../peers/dsec-api.js';
+import { BENCH_LIMITS } from '../peers/setup.js';
+import type { Peer } from '../peers/peer.js';
+import type { BenchReport } from '../report.js';
+import { chartSubtitle, renderCommon } from '../report-common.js';
+import { batchSizes, roundOrder } from '../rounds.js';
+import { check, TARGETS, type TargetCheck } from '../targets.js';
+import type { BenchScenarioDef, PeerResultBase, ScenarioContext, ScenarioResult } from './scenario.js';
+
+/**
+ * What dsec's defences cost (issue 5): create and exec with and without them, and how long a
+ * network policy switch takes. Seccomp, masked paths and the rest are measured on the raw crun
+ * floor, built from dsec's own OCI config with defences stripped, because that is where their
+ * cost lands (crun compiles and loads the seccomp filter, mounts the masks) and dsec adds nothing
+ * to it; the network policy and Landlock are measured through dsec's API, where they are applied.
+ */
+export interface HardeningOptions {
+  /** Timed creates and execs per arm. @default 60 */
+  count: number;
+  /** Rounds, arms alternating. @default 6 */
+  rounds: number;
+  /** Untimed creates and execs per arm first. @default 3 */
+  warmup: number;
+  /** Timed policy switches (none ⇄ allow, alternating). @default 100 */
+  switches: number;
+  /** Fresh sandboxes whose first switch away from none (adding the link) is timed. @default 10 */
+  attaches: number;
+}
+
+export interface ArmResult {
+  label: string;
+  what: string;
+  latency: LatencySummary;
+  errors: string[];
+}
+
+export interface SwitchResult {
+  /** PUT /network none ⇄ allow on a sandbox that has its link, as the caller waits for it. */
+  put: LatencySummary;
+  /** The edge's own time for the same switches (appliedMs). */
+  applied: LatencySummary;
+  /** The previous implementation on the same sandbox: `nsenter --net nft -f -` with the same ruleset. */
+  nsenterNft: LatencySummary;
+  /** First switch away from none (veth + address + route, then the ruleset), as the caller waits. */
+  firstAttach: LatencySummary;
+  /** After the last switch to none, a TCP connect from inside: what it got, and how fast. */
+  enforcement: string;
+}
+
+export interface HardeningResult extends ScenarioResult {
+  peers: PeerResultBase[];
+  create: ArmResult[];
+  exec: ArmResult[];
+  switch: SwitchResult;
+}
+
+/** A link-local destination the allow policy names. Nothing is ever sent to it (see the enforcement check). */
+const ALLOWED = '169.254.250.1:80';
+const ALLOW: NetworkPolicy = { mode: 'allow', allow: [{ cidr: '169.254.250.1/32', port: 80 }] };
+
+interface Arm {
+  label: string;
+  what: string;
+  create(): Promise<string>;
+  exec(id: string): Promise<void>;
+  remove(id: string): Promise<void>;
+}
+
+function stripAllDefences(config: Record<string, unknown>): void {
+  const linux = config['linux'] as Record<string, unknown>;
+  delete linux['seccomp'];
+  delete linux['maskedPaths'];
+  delete linux['readonlyPaths'];
+  config['mounts'] = (config['mounts'] as { destination: string }[]).filter((m) => m.destination !== LANDLOCK_PATH);
+  (config['process'] as Record<string, unknown>)['noNewPrivileges'] = false;
+}
+
+/** dsec arms made through the SDK with extra create or exec fields. */
+function dsecArm(peer: DsecApiPeer, label: string, what: string, create: Record<string, unknown>, run: Record<string, unknown>): Arm & { close(): Promise<void> } {
+  const live = new Map<string, Sandbox>();
+  return {
+    label,
+    what,
+    async create() {
+      const sb = await Sandbox.create({ ...peer.conn, image: 'busybox', resources: { ...BENCH_LIMITS }, labels: { bench: 'hardening' }, ...create });
+      live.set(sb.id, sb);
+      return sb.id;
+    },
+    async exec(id) {
+      const r = await live.get(id)!.commands.run(['true'], run);
+      if (r.exitCode !== 0) throw new Error(`${label}: exec true exited ${r.exitCode}: ${r.stderr.trim()}`);
+    },
+    async remove(id) {
+      await live.get(id)?.kill();
+      live.delete(id);
+    },
+    async close() {
+      await Promise.allSettled([...live.values()].map((s) => s.kill()));
+      live.clear();
+    },
+  };
+}
+
+function peerArm(peer: Peer, label: string, what: string, cmd?: string[]): Arm {
+  return {
+    label,
+    what,
+    create: () => peer.create(),
+    exec: async (id) => void (await peer.exec(id, cmd)),
+    remove: (id) => peer.remove(id),
+  };
+}
+
+const MAX_ERRORS = 3;
+
+/** `op` of every arm `count` times, in rounds with the arms alternating, after `warmup` untimed. */
+async function alternate(
+  arms: Arm[],
+  opts: HardeningOptions,
+  ctx: ScenarioContext,
+  what: string,
+  op: (arm: Arm) => Promise<number>,
+): Promise<ArmResult[]> {
+  const lat = new Map(arms.map((a) => [a, [] as number[]]));
+  const errors = new Map(arms.map((a) => [a, [] as string[]]));
+  const once = async (a: Arm, keep: boolean): Promise<void> => {
+    if (errors.get(a)!.length >= MAX_ERRORS) return;
+    try {
+      const ms = await op(a);
+      if (keep) lat.get(a)!.push(ms);
+    } catch (err) {
+      errors.get(a)!.push((err as Error).message);
+      ctx.say(`${a.label}: ${what} failed: ${(err as Error).message}`);
+    }
+  };
+  for (const a of arms) for (let i = 0; i < opts.warmup; i++) await once(a, false);
+  const sizes = batchSizes(opts.count, opts.rounds);
+  for (const [r, size] of sizes.entries()) {
+    for (const a of roundOrder(arms, r)) {
+      for (let i = 0; i < size; i++) {
+        ctx.signal.throwIfAborted();
+        await once(a, true);
+      }
+    }
+    ctx.say(`  ${what}: round ${r + 1}/${sizes.length} done`);
+  }
+  return arms.map((a) => ({ label: a.label, what: a.what, latency: summarizeLatency(lat.get(a)!), errors: errors.get(a)! }));
+}
+
+async function ms(fn: () => Promise<unknown>): Promise<number> {
+  const t = performance.now();
+  await fn();
+  return performance.now() - t;
+}
+
+export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: ScenarioContext): Promise<HardeningResult> {
+  const dsec = peers.find((p): p is DsecApiPeer => p instanceof DsecApiPeer);
+  const crun = peers.find((p): p is CrunRawPeer => p instanceof CrunRawPeer);
+  if (!dsec || !crun) throw new Error('dsec bench hardening needs dsec and raw crun');
+  const noSeccomp = crun.variant('noseccomp', (c) => void delete (c['linux'] as Record<string, unknown>)['seccomp']);
+  const bare = crun.variant('bare', stripAllDefences);
+  const dsecNet = dsecArm(dsec, 'dsec+net', 'dsec create with network allow [one CIDR:port]: + veth link, host guard, nft ruleset', { network: { mode: 'allow', allow: [ALLOWED] } }, {});
+  const dsecLandlock = dsecArm(dsec, 'dsec+ll', 'dsec exec `true` with writablePaths ["/tmp"] (through dsec-landlock)', {}, { writablePaths: ['/tmp'] });
+  const result: Partial<HardeningResult> = {};
+  try {
+    ctx.say('create: crun with dsec defaults, without seccomp, bare; dsec default, dsec with a network policy…');
+    const createArms: Arm[] = [
+      peerArm(crun, 'crun', "raw crun run -d with dsec's config: seccomp deny list, masked/read-only /proc paths, Landlock helper mount, no_new_privs"),
+      peerArm(noSeccomp, 'crun -sec', 'the same without the seccomp filter'),
+      peerArm(bare, 'crun bare', 'the same without seccomp, masked/read-only paths, the Landlock helper mount or no_new_privs'),
+      peerArm(dsec, 'dsec', 'dsec create (policy none: loopback only)'),
+      dsecNet,
+    ];
+    // Each create is removed right after (untimed), so the population stays the same for every arm.
+    result.create = await alternate(createArms, opts, ctx, 'create', async (a) => {
+      let id = '';
+      const t = await ms(async () => void (id = await a.create()));
+      await a.remove(id);
+      return t;
+    });
+
+    ctx.say('exec: with and without Landlock…');
+    const execArms: Arm[] = [
+      peerArm(crun, 'crun', 'raw crun exec ID true'),
+      peerArm(crun, 'crun+ll', `raw crun exec ID ${LANDLOCK_PATH} --rw /tmp -- true`, [LANDLOCK_PATH, '--rw', '/tmp', '--', 'true']),
+      peerArm(dsec, 'dsec', 'dsec exec `true`'),
+      dsecLandlock,
+    ];
+    const ids = new Map<Arm, string>();
+    try {
+      for (const a of execArms) ids.set(a, await a.create());
+      result.exec = await alternate(execArms, opts, ctx, 'exec', (a) => ms(() => a.exec(ids.get(a)!)));
+    } finally {
+      for (const [a, id] of ids) await a.remove(id).catch(() => undefined);
+    }
+
+    result.switch = await measureSwitches(dsec, opts, ctx);
+  } finally {
+    await dsecNet.close();
+    await dsecLandlock.close();
+    await noSeccomp.close();
+    await bare.close();
+  }
+  return {
+    peers: [
+      { name: 'dsec', description: dsec.description, version: dsec.version, errors: [] },
+      { name: 'crun', description: crun.description, version: crun.version, errors: [] },
+    ],
+    dropped: [],
+    create: result.create ?? [],
+    exec: result.exec ?? [],
+    switch: result.switch!,
+  };
+}
+
+async function measureSwitches(dsec: DsecApiPeer, opts: HardeningOptions, ctx: ScenarioContext): Promise<SwitchResult> {
+  const create = (): Promise<Sandbox> => Sandbox.create({ ...dsec.conn, image: 'busybox', labels: { bench: 'hardening' } });
+  ctx.say(`policy switch: first attach on ${opts.attaches} fresh sandboxes…`);
+  const firstAttach: number[] = [];
+  for (let i = 0; i < opts.attaches; i++) {
+    const sb = await create();
+    try {
+      firstAttach.push(await ms(() => sb.setNetwork({ mode: 'allow', allow: [ALLOWED] })));
+    } finally {
+      await sb.kill();
+    }
+  }
+  ctx.say(`policy switch: ${opts.switches} switches none ⇄ allow, alternating with the old nsenter + nft way…`);
+  const sb = await create();
+  try {
+    const link = await sb.setNetwork({ mode: 'allow', allow: [ALLOWED] });
+    const pid = cgroupPids(`${CGROUP_PARENT}/${sb.id}`)[0];
+    if (!pid) throw new Error(`no process found in ${sb.id}'s cgroup`);
+    const put: number[] = [];
+    const applied: number[] = [];
+    const spawned: number[] = [];
+    for (let i = 0; i < opts.switches; i++) {
+      ctx.signal.throwIfAborted();
+      const policy = i % 2 === 0 ? ({ mode: 'none' } as const) : { mode: 'allow' as const, allow: [ALLOWED] };
+      let appliedMs = NaN;
+      put.push(await ms(async () => void ({ appliedMs } = await sb.setNetwork(policy))));
+      applied.push(appliedMs);
+      // The same ruleset as the edge just applied, the way it was applied before libnftables.
+      const ruleset = sandboxRuleset(i % 2 === 0 ? { mode: 'none', allow: [] } : ALLOW, link.gateway);
+      spawned.push(await ms(() => runToolOrThrow('nsenter', [`--target=${pid}`, '--net', '--', 'nft', '-f', '-'], { input: ruleset })));
+    }
+    await sb.setNetwork({ mode: 'none' });
+    // Enforcement, seen from inside: under none a TCP connect is refused by the sandbox's own
+    // ruleset (a reset made in its netns: nothing leaves it).
+    const t = performance.now();
+    const r = await sb.commands.run(['nc', '-w', '2', ALLOWED.split(':')[0]!, '80'], { timeoutMs: 10_000 });
+    const enforcement = `${r.exitCode === 0 ? 'CONNECTED (not enforced!)' : (r.stderr.trim().split('\n').pop() ?? `exit ${r.exitCode}`)} after ${round(performance.now() - t, 1)} ms (exec included)`;
+    return {
+      put: summarizeLatency(put),
+      applied: summarizeLatency(applied),
+      nsenterNft: summarizeLatency(spawned),
+      firstAttach: summarizeLatency(firstAttach),
+      enforcement,
+    };
+  } finally {
+    await sb.kill();
+  }
+}
+
+const p50 = (arms: ArmResult[], label: string): number => arms.find((a) => a.label === label)?.latency.p50 ?? NaN;
+
+export function hardeningTargets(r: HardeningResult): TargetCheck[] {
+  const hardened = p50(r.create, 'crun');
+  const bareP50 = p50(r.create, 'crun bare');
+  const cost = (hardened / bareP50 - 1) * 100;
+  return [
+    check(`hardening adds ≤ ${TARGETS.hardeningCreatePct}% to create p50 (crun with dsec defaults vs bare, same run)`, cost, TARGETS.hardeningCreatePct, '%', {
+      measured: `${round(hardened, 2)} ms vs ${round(bareP50, 2)} ms = ${round(cost, 1)}%`,
+    }),
+    check(`policy switch in force ≤ ${TARGETS.policySwitchMs} ms (PUT /network round trip, p50)`, r.switch.put.p50, TARGETS.policySwitchMs, 'ms'),
+  ];
+}
+
+function armTable(arms: ArmResult[], base: string): string {
+  const b = p50(arms, base);
+  return mdTable(
+    ['arm', 'what', 'p50 (ms)', 'p90 (ms)', 'p99 (ms)', `p50 ÷ ${base}`],
+    arms.map((a) => [a.label, a.what, a.latency.p50, a.latency.p90, a.latency.p99, ratio(a.latency.p50, b)]),
+  );
+}
+
+export function renderHardening(report: BenchReport<HardeningResult>, svgName: string): { markdown: string; svg: string } {
+  const r = report.result;
+  const o = report.options as unknown as HardeningOptions;
+  const bars = (arms: ArmResult[]): ChartPanel['bars'] => arms.map((a) => ({ label: a.label, value: a.latency.p50 }));
+  const s = r.switch;
+  const svg = renderChart(`dsec bench hardening — ${report.startedAt}`, chartSubtitle(report), [
+    { title: 'create p50, with and without defences', unit: 'ms', better: 'lower', bars: bars(r.create) },
+    { title: 'exec p50, with and without Landlock', unit: 'ms', better: 'lower', bars: bars(r.exec) },
+    {
+      title: 'policy switch p50',
+      unit: 'ms',
+      better: 'lower',
+      bars: [
+        { label: 'PUT', value: s.put.p50 },
+        { label: 'edge', value: s.applied.p50 },
+        { label: 'nsenter', value: s.nsenterNft.p50 },
+        { label: '1st link', value: s.firstAttach.p50 },
+      ],
+      target: { value: TARGETS.policySwitchMs, label: `target ${TARGETS.policySwitchMs} ms` },
+    },
+  ]);
+  const md = [
+    `# dsec bench hardening — ${report.startedAt}`,
+    '',
+    `What dsec's defences cost. Creates: ${o.count} per arm, one at a time, each removed right after (untimed), ` +
+      `in ${o.rounds} rounds with the arms alternating. Execs: ${o.count} per arm on one idle sandbox each. ` +
+      'Seccomp and the other OCI-level defences are measured on the raw crun floor (dsec\'s own config with them stripped), ' +
+      'where their cost lands; the network policy and Landlock through dsec\'s API.',
+    '',
+    '## Create',
+    '',
+    armTable(r.create, 'crun bare'),
+    '',
+    '## Exec',
+    '',
+    armTable(r.exec, 'crun'),
+    '',
+    '## Network policy switch',
+    '',
+    mdTable(
+      ['what', 'p50 (ms)', 'p90 (ms)', 'p99 (ms)', 'n'],
+      [
+        ['PUT /network none ⇄ allow, round trip (SDK → control plane → edge → libnftables, in force on return)', s.put.p50, s.put.p90, s.put.p99, s.put.count],
+        ["the edge's own time for those switches (appliedMs)", s.applied.p50, s.applied.p90, s.applied.p99, s.applied.count],
+        ['before: `nsenter --net nft -f -` with the same ruleset (the old way, same sandbox)', s.nsenterNft.p50, s.nsenterNft.p90, s.nsenterNft.p99, s.nsenterNft.count],
+        ['first switch away from none (adds veth, address, route; process spawns)', s.firstAttach.p50, s.firstAttach.p90, s.firstAttach.p99, s.firstAttach.count],
+      ],
+    ),
+    '',
+    `Enforcement check after the last switch to none: \`nc\` from inside got: ${s.enforcement}.`,
+    '',
+    ...renderCommon(report, svgName),
+  ];
+  return { markdown: md.join('\n'), svg };
+}
+
+export const hardeningScenario: BenchScenarioDef<HardeningOptions, HardeningResult> = {
+  name: 'hardening',
+  summary: "the cost of dsec's defences: create and exec with and without them, and network policy switch latency",
+  flags: [
+    { key: 'count', long: 'count', short: 'n', description: 'timed creates and execs per arm', default: 60, min: 1 },
+    { key: 'rounds', long: 'rounds', description: 'alternating rounds', default: 6, min: 1 },
+    { key: 'warmup', long: 'warmup', description: 'untimed creates and execs per arm first', default: 3, min: 0 },
+    { key: 'switches', long: 'switches', description: 'timed policy switches', default: 100, min: 2 },
+    { key: 'attaches', long: 'attaches', description: 'fresh sandboxes whose first link is timed', default: 10, min: 1 },
+  ],
+  maxSandboxes: () => 16,
+  run: runHardening,
+  targets: hardeningTargets,
+  render: renderHardening,
+  lines: (r) => [
+    ...r.create.map((a) => `create ${a.label.padEnd(10)} p50 ${a.latency.p50} ms  p99 ${a.latency.p99} ms`),
+    ...r.exec.map((a) => `exec   ${a.label.padEnd(10)} p50 ${a.latency.p50} ms  p99 ${a.latency.p99} ms`),
+    `switch PUT p50 ${r.switch.put.p50} ms (edge ${r.switch.applied.p50} ms; nsenter+nft ${r.switch.nsenterNft.p50} ms; first link ${r.switch.firstAttach.p50} ms)`,
+    `enforcement: ${r.switch.enforcement}`,
+  ],
+  headline: (r) => [
+    { metric: 'hardening: create p50 with defences (ms)', better: 'lower', values: { dsec: p50(r.create, 'dsec'), crun: p50(r.create, 'crun') } },
+    { metric: 'hardening: policy switch p50 (ms)', better: 'lower', values: { dsec: r.switch.put.p50 } },
+  ],
+};
