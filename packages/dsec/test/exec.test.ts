@@ -1,9 +1,9 @@
  
 /** Running commands in a sandbox: output, env, cwd, argv, stdin, exit codes, timeouts, output caps. */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import { CommandExitError, Sandbox, type ExecResult } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
+import { describe, test } from 'node:test';
+import { CommandExitError, type Sandbox, type ExecResult } from '@dsec/sdk';
+import { integrationSkipReason, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call } from './helpers/wire.js';
 
 /** Processes in the sandbox that are still alive (zombies excluded) whose args start with `prefix`. */
@@ -23,12 +23,9 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
 
-  before(async () => {
-    server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 64 }, env: { FROM_CREATE: 'create-value', SHARED: 'from-create' } });
-  });
-  after(async () => {
-    await server?.close();
+  useServerAndSandbox({ resources: { memoryMiB: 64 }, env: { FROM_CREATE: 'create-value', SHARED: 'from-create' } }, (s, b) => {
+    server = s;
+    sb = b;
   });
 
   test('echo hi: stdout is "hi\\n", exit code 0, nothing else', async () => {

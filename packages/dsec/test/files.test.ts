@@ -2,21 +2,18 @@
 /** The files API: round trips, parents, modes, and agreement with what commands see. */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { ConflictError, NotFoundError, Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
+import { integrationSkipReason, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call, expectSdkError, expectWireError } from './helpers/wire.js';
 
 describe('files', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
 
-  before(async () => {
-    server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
-  });
-  after(async () => {
-    await server?.close();
+  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+    server = s;
+    sb = b;
   });
 
   test('write then read returns the same bytes, every byte value included (NUL, 0xff)', async () => {

@@ -2,10 +2,10 @@
 /** Sandbox lifecycle against a real server: create, inspect, limits on the host, init, list, kill. */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { NotFoundError, Sandbox, type SandboxInfo } from '@dsec/sdk';
 import { findLeaks } from '../src/host/leak-check.js';
-import { integrationSkipReason, sandboxCgroupDir, startTestServer, type TestServer } from './helpers/server.js';
+import { integrationSkipReason, sandboxCgroupDir, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call, expectWireError } from './helpers/wire.js';
 
 const MiB = 1024 * 1024;
@@ -15,12 +15,9 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
   /** One busybox sandbox with small, distinctive limits, shared by the read-only checks. */
   let sb: Sandbox;
 
-  before(async () => {
-    server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 64, pids: 100, cpu: 0.5 }, labels: { suite: 'lifecycle' } });
-  });
-  after(async () => {
-    await server?.close();
+  useServerAndSandbox({ image: 'busybox', resources: { memoryMiB: 64, pids: 100, cpu: 0.5 }, labels: { suite: 'lifecycle' } }, (s, b) => {
+    server = s;
+    sb = b;
   });
 
   test('create returns a running busybox sandbox with the requested resources', () => {

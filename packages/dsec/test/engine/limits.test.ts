@@ -5,9 +5,9 @@
  * including the server's memory staying bounded while `yes` runs flat out for 10 s.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import { Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { describe, test } from 'node:test';
+import { type Sandbox } from '@dsec/sdk';
+import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { execJson, execNdjson, ndjsonLines } from './support/http.js';
 import { liveProcesses, waitGone } from './support/sandbox-procs.js';
 
@@ -32,12 +32,9 @@ describe('engine: timeouts, output caps and memory', { skip: integrationSkipReas
   let server: TestServer;
   let sb: Sandbox;
 
-  before(async () => {
-    server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 256 } });
-  });
-  after(async () => {
-    await server?.close();
+  useServerAndSandbox({ resources: { memoryMiB: 256 } }, (s, b) => {
+    server = s;
+    sb = b;
   });
 
   test('timeout kills the whole tree: background children and nested shells are gone; timedOut true, exit 137', async () => {

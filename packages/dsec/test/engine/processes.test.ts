@@ -5,9 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { ConflictError, NotFoundError, Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { callJson } from './support/http.js';
 import { hostCrunExecs, liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 
@@ -15,12 +15,9 @@ describe('engine: background processes', { skip: integrationSkipReason(), timeou
   let server: TestServer;
   let sb: Sandbox;
 
-  before(async () => {
-    server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
-  });
-  after(async () => {
-    await server?.close();
+  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+    server = s;
+    sb = b;
   });
 
   test('start answers 201 with a running process handle (id, cmd, status, counters)', async () => {

@@ -5,9 +5,9 @@
  * terminal killing its command.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { DsecError, Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 import { TermCapture } from './support/term.js';
 
@@ -15,12 +15,9 @@ describe('engine: pty terminals', { skip: integrationSkipReason(), timeout: 180_
   let server: TestServer;
   let sb: Sandbox;
 
-  before(async () => {
-    server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
-  });
-  after(async () => {
-    await server?.close();
+  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+    server = s;
+    sb = b;
   });
 
   test('the terminal starts with the requested size: stty size prints rows and cols', async () => {

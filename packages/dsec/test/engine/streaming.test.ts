@@ -6,9 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, describe, test } from 'node:test';
-import { Sandbox, type StreamEvent } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { describe, test } from 'node:test';
+import { type Sandbox, type StreamEvent } from '@dsec/sdk';
+import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { execNdjson, ndjsonLines, type NdjsonEvent } from './support/http.js';
 import { liveProcesses, waitGone } from './support/sandbox-procs.js';
 
@@ -23,12 +23,9 @@ describe('engine: streaming exec', { skip: integrationSkipReason(), timeout: 180
   let server: TestServer;
   let sb: Sandbox;
 
-  before(async () => {
-    server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
-  });
-  after(async () => {
-    await server?.close();
+  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+    server = s;
+    sb = b;
   });
 
   test('NDJSON: the response is application/x-ndjson with base64 stdout/stderr lines and exactly one exit line, last', async () => {

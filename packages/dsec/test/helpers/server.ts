@@ -6,6 +6,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
+import { Sandbox, type CreateOptions } from '@dsec/sdk';
 import { compileOptions } from '../../src/config/options.js';
 import { findLeaks } from '../../src/host/leak-check.js';
 import { readMounts } from '../../src/host/mounts.js';
@@ -135,6 +137,24 @@ export async function startTestServer(opts: { maxSandboxes?: number } = {}): Pro
       await assertCleanAndRemove(dataDir, edgeId);
     },
   };
+}
+
+/**
+ * The usual set-up of a test file, as hooks of the enclosing describe: one server and one sandbox
+ * made with `spec`, handed to `use` before the tests run; the server (with a leak check) is
+ * closed after them.
+ * @example let server: TestServer; let sb: Sandbox;
+ *   useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => { server = s; sb = b; });
+ */
+export function useServerAndSandbox(spec: Omit<CreateOptions, 'url' | 'apiKey'>, use: (server: TestServer, sb: Sandbox) => void): void {
+  let server: TestServer | undefined;
+  before(async () => {
+    server = await startTestServer();
+    use(server, await Sandbox.create({ ...server.conn, ...spec }));
+  });
+  after(async () => {
+    await server?.close();
+  });
 }
 
 /** Path of a sandbox's cgroup in one v1 controller (or the v2 mount), as the host sees it. */
