@@ -47,7 +47,10 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
   else {
     say('starting dsec (control plane + local edge) in this process…');
     server = await startAllInOne({ ...options, listen: '127.0.0.1:0' });
-    for (const c of server.doctor) if (c.fixed) say(`doctor: ${c.fixed}`);
+    for (const c of server.doctor) {
+      if (c.fixed) say(`doctor: ${c.fixed}`);
+      else if (!c.ok) say(`doctor warning: ${c.name}: ${c.detail}`);
+    }
     conn = { url: server.url, apiKey: server.apiKey };
     say(`dsec is up at ${conn.url}`);
   }

@@ -74,7 +74,10 @@ function takePidLock(dataDir: string): () => void {
 export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; quietDoctor?: boolean } = {}): Promise<RunningDsec> {
   const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
   const doctor = runDoctor({ dataDir: opts.dataDir });
-  for (const c of doctor) if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
+  for (const c of doctor) {
+    if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
+    else if (!c.ok && !c.required) log.warn({ check: c.name }, c.detail);
+  }
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
 
   const releaseLock = takePidLock(opts.dataDir);
