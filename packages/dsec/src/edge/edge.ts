@@ -416,23 +416,28 @@ export class Edge implements EdgeApi {
   /**
    * A sandbox gets its link (veth, address, route: process spawns, tens of ms) the first time a
    * policy other than none is applied, and keeps it until it ends: a later switch, in either
-   * direction, is then one in-process nft transaction (well under a millisecond). Under none the
-   * ruleset drops everything but loopback, so a kept link carries nothing.
+   * direction, is then one nft transaction through the edge's dsec-nft helper (about a
+   * millisecond). Under none the ruleset refuses everything but loopback, so a kept link carries
+   * nothing. A link made for a ruleset that then fails is taken down again.
    */
   async #applyNetwork(record: SandboxRecord, policy: NetworkPolicy): Promise<void> {
     const pid = record.pid ?? 0;
     let link = record.network?.link;
+    let fresh: Link | undefined;
     if (!link && policy.mode !== 'none') {
       await this.#hostGuard.ensure();
-      link = this.#addresses.take();
-      try {
-        await attachLink(record.id, pid, link);
-      } catch (err) {
-        this.#addresses.release(link.index);
-        throw err;
-      }
+      link = fresh = this.#addresses.take();
     }
-    await applyRuleset(this.#nft, pid, policy, link?.host);
+    try {
+      if (fresh) await attachLink(record.id, pid, fresh);
+      await applyRuleset(this.#nft, pid, policy, link?.host);
+    } catch (err) {
+      if (fresh) {
+        await detachLink(record.id);
+        this.#addresses.release(fresh.index);
+      }
+      throw err;
+    }
     record.network = link ? { policy, link } : { policy };
   }
 
