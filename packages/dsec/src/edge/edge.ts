@@ -21,7 +21,7 @@ import { HostGuard } from '../net/host-guard.js';
 import { Nftables } from '../net/nftables.js';
 import type { NetworkPolicy } from '../net/policy.js';
 import { applyRuleset, attachLink, detachLink } from '../net/sandbox-network.js';
-import { freeze, thaw } from '../host/freezer.js';
+import { FreezerPin, freeze, thaw } from '../host/freezer.js';
 import { syncfs } from '../host/syscalls.js';
 import { buildErofs } from '../image/erofs.js';
 import { DEFAULT_SCRUB, type DiffStats, stageUpperDiff } from '../image/pack-diff.js';
@@ -70,6 +70,7 @@ export class Edge implements EdgeApi {
   #state: EdgeState = 'starting';
   readonly #addresses = new AddressPool();
   readonly #nft = new Nftables();
+  #freezerPin: FreezerPin | undefined;
   readonly #hostGuard: HostGuard;
 
   constructor(private readonly opts: EdgeOptions) {
@@ -129,6 +130,7 @@ export class Edge implements EdgeApi {
     for (const l of linked) this.#addresses.claim(l.record.network!.link!.index);
     if (linked.length) await this.#hostGuard.ensure();
     else await this.#hostGuard.remove(); // this edge's own table, left by a crash
+    this.#freezerPin = new FreezerPin(`freezer-pin-${this.id}`);
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
@@ -515,6 +517,7 @@ export class Edge implements EdgeApi {
   async shutdown(opts: { killAll?: boolean } = {}): Promise<void> {
     this.#state = 'draining';
     await Promise.allSettled([...this.#busy.values()]);
+    this.#freezerPin?.release();
     if (opts.killAll) {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
       removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent

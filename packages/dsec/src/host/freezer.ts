@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CGROUP_PARENT, CGROUP_ROOT } from './cgroups.js';
 
@@ -54,4 +54,38 @@ export function isFrozen(id: string): boolean {
   if (f.v1) return readFileSync(f.v1, 'utf8').trim() !== 'THAWED';
   if (f.v2) return readFileSync(f.v2, 'utf8').trim() === '1';
   return false;
+}
+
+/**
+ * Keeps one empty cgroup frozen for as long as the edge runs (cgroup v1 only). The v1 freezer
+ * turns a kernel static key on when the first cgroup on the host starts freezing and off when the
+ * last one thaws; flipping it patches kernel text and cost ~5 ms per write here, on every pause
+ * and every resume. With this pin frozen the key stays on, and a sandbox's freeze or thaw is a
+ * plain write (~0.01 ms, measured). It holds no process, so it freezes nothing.
+ */
+export class FreezerPin {
+  readonly #state: string | undefined;
+
+  constructor(name: string) {
+    const root = join(CGROUP_ROOT, 'freezer');
+    if (!existsSync(join(root, 'freezer.state')) && !existsSync(join(root, 'cgroup.procs'))) return; // no v1 freezer
+    const dir = join(root, CGROUP_PARENT, name);
+    try {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, 'freezer.state'), 'FROZEN');
+      this.#state = join(dir, 'freezer.state');
+    } catch {
+      // Only a speed-up: without it, pause and resume still work.
+    }
+  }
+
+  release(): void {
+    if (!this.#state) return;
+    try {
+      writeFileSync(this.#state, 'THAWED');
+      rmdirSync(join(this.#state, '..'));
+    } catch {
+      // already gone
+    }
+  }
 }
