@@ -108,6 +108,37 @@ describe('restart re-adopts running sandboxes', { skip, timeout: 120_000 }, () =
   });
 });
 
+describe('restart with a paused sandbox', { skip, timeout: 120_000 }, () => {
+  const { f, cleanup } = restartFixture();
+  let id: string;
+
+  before(async () => {
+    f.dataDir = makeDataDir();
+    f.first = await f.start();
+    const sb = await Sandbox.create({ ...conn(f.first), resources: { memoryMiB: 64 }, labels: { case: 'restart-paused' } });
+    id = sb.id;
+    // State that lives only in memory: a file on the sandbox's /dev/shm tmpfs and a running process.
+    const r = await sb.commands.run('echo in-memory > /dev/shm/kept && (sleep 1009 &) ; exit 0');
+    assert.equal(r.exitCode, 0, r.stderr);
+    await sb.pause();
+    await f.first.close(); // sandboxes keep running (here: frozen)
+    f.second = await f.start();
+  });
+  after(cleanup);
+
+  test('it is adopted, still paused, not torn down as lost', async () => {
+    const sb = await Sandbox.connect(id, conn(f.second!));
+    assert.equal(sb.info.status, 'paused', JSON.stringify(sb.info));
+  });
+
+  test('resume brings back its memory and processes as they were', async () => {
+    const sb = await Sandbox.connect(id, conn(f.second!));
+    await sb.resume();
+    const r = await sb.commands.run('cat /dev/shm/kept; ps -o args | grep -c "[s]leep 1009"');
+    assert.equal(r.stdout, 'in-memory\n1\n', r.stderr);
+  });
+});
+
 describe('restart after the container was removed behind dsec', { skip, timeout: 120_000 }, () => {
   const { f, cleanup } = restartFixture();
   let id: string;

@@ -100,8 +100,10 @@ export class Edge implements EdgeApi {
     const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
     for (const { id, record } of this.records.scan()) {
       const c = running.get(id);
-      if (record?.phase === 'running' && c?.status === 'running') {
-        this.#live.set(id, this.#liveSandbox({ ...record, pid: c.pid }));
+      // A paused sandbox is adopted too (crun reports its frozen cgroup as paused): the kernel's
+      // freezer, not state.json, says whether it is paused.
+      if (record?.phase === 'running' && (c?.status === 'running' || c?.status === 'paused')) {
+        this.#live.set(id, this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' }));
         adopted.push(id);
       } else {
         await this.#teardown(id, record?.layers ?? [], false);
@@ -345,18 +347,17 @@ export class Edge implements EdgeApi {
     return sandboxUsage(id);
   }
 
+  /** Pause and resume write no state: after a restart the freezer itself says (see start()). */
   async pauseSandbox(id: string): Promise<void> {
     const l = this.#running(id);
     await freeze(id);
     l.record.paused = true;
-    this.records.save(l.record);
   }
 
   async resumeSandbox(id: string): Promise<void> {
     const l = this.#running(id);
     await thaw(id);
     l.record.paused = false;
-    this.records.save(l.record);
   }
 
   /**
