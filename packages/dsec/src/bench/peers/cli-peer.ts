@@ -1,7 +1,39 @@
+import type { SandboxLimits } from '../../edge/edge-api.js';
 import { runTool, type ToolResult } from '../../host/run-tool.js';
 import type { CgroupScope } from '../cgroup-memory.js';
 import { pool } from '../rounds.js';
 import type { Peer, PeerName, SnapshotOps } from './peer.js';
+
+/** What starting podman or docker needs from the benchmark. */
+export interface CliPeerSetup {
+  dir: string;
+  rootfsTar: () => Promise<string>;
+  limits: SandboxLimits;
+  cgroupParent: string;
+  say: (m: string) => void;
+}
+
+/** `run -d` flags giving a podman or docker container the same limits as every other peer's sandbox. */
+export function limitFlags(limits: SandboxLimits): string[] {
+  return [
+    '--pull=never',
+    '--network=none',
+    `--memory=${limits.memoryMiB}m`,
+    `--memory-swap=${limits.memoryMiB}m`,
+    `--pids-limit=${limits.pids}`,
+    `--cpus=${limits.cpu}`,
+  ];
+}
+
+/** Imports the busybox rootfs tar as the peer's image; on failure the peer is closed and the CLI's error thrown. */
+export async function importRootfs(peer: CliPeer, tar: string, image: string): Promise<CliPeer> {
+  const imported = await peer.run(['import', tar, image]);
+  if (imported.code !== 0) {
+    await peer.close();
+    throw new Error(`${peer.name} import of the busybox rootfs failed: ${imported.stderr.trim()}`);
+  }
+  return peer;
+}
 
 /** How to drive a docker-compatible CLI (podman, docker) on a private store. */
 export interface CliPeerSpec {

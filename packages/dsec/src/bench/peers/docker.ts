@@ -1,14 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { SandboxLimits } from '../../edge/edge-api.js';
 import { tryUnmount } from '../../edge/layer-mounts.js';
 import { removeCgroupTree } from '../../host/cgroups.js';
 import { which } from '../../host/doctor.js';
 import { mountsUnder } from '../../host/mounts.js';
 import { runTool } from '../../host/run-tool.js';
 import { ensurePackages } from './apt.js';
-import { CliPeer } from './cli-peer.js';
+import { CliPeer, importRootfs, limitFlags, type CliPeerSetup } from './cli-peer.js';
 
 const IMAGE = 'dsec-bench-busybox:latest';
 
@@ -62,13 +61,7 @@ class Dockerd {
  * run's temp dir, no iptables and no bridge (there is no network here; containers run with
  * --network none), cgroupfs. The image is imported from the same rootfs dsec runs.
  */
-export async function startDocker(opts: {
-  dir: string;
-  rootfsTar: () => Promise<string>;
-  limits: SandboxLimits;
-  cgroupParent: string;
-  say: (m: string) => void;
-}): Promise<CliPeer> {
+export async function startDocker(opts: CliPeerSetup): Promise<CliPeer> {
   await ensurePackages(['docker.io'], opts.say);
   const dockerdBin = which('dockerd');
   if (!dockerdBin) throw new Error('dockerd is not on PATH after apt-get install docker.io');
@@ -157,23 +150,11 @@ export async function startDocker(opts: {
       globalArgs,
       env,
       image: IMAGE,
-      runArgs: [
-        '--pull=never',
-        '--network=none',
-        `--memory=${opts.limits.memoryMiB}m`,
-        `--memory-swap=${opts.limits.memoryMiB}m`,
-        `--pids-limit=${opts.limits.pids}`,
-        `--cpus=${opts.limits.cpu}`,
-      ],
+      runArgs: limitFlags(opts.limits),
       cgroupParent: opts.cgroupParent,
       rmArgs: [],
     },
     onClose,
   );
-  const imported = await peer.run(['import', await opts.rootfsTar(), IMAGE]);
-  if (imported.code !== 0) {
-    await peer.close();
-    throw new Error(`docker import of the busybox rootfs failed: ${imported.stderr.trim()}`);
-  }
-  return peer;
+  return importRootfs(peer, await opts.rootfsTar(), IMAGE);
 }

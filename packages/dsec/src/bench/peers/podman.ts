@@ -1,13 +1,12 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { SandboxLimits } from '../../edge/edge-api.js';
 import { tryUnmount } from '../../edge/layer-mounts.js';
 import { CGROUP_ROOT, removeCgroupTree } from '../../host/cgroups.js';
 import { which } from '../../host/doctor.js';
 import { mountsUnder } from '../../host/mounts.js';
 import { runTool } from '../../host/run-tool.js';
 import { ensurePackages } from './apt.js';
-import { CliPeer } from './cli-peer.js';
+import { CliPeer, importRootfs, limitFlags, type CliPeerSetup } from './cli-peer.js';
 
 const IMAGE = 'localhost/dsec-bench-busybox:latest';
 
@@ -17,13 +16,7 @@ const IMAGE = 'localhost/dsec-bench-busybox:latest';
  * (it lacks CAP_SYS_RESOURCE, so podman's default nofile=1048576 fails). The image is the very
  * rootfs dsec runs, imported from a tar: nothing comes from a registry.
  */
-export async function startPodman(opts: {
-  dir: string;
-  rootfsTar: () => Promise<string>;
-  limits: SandboxLimits;
-  cgroupParent: string;
-  say: (m: string) => void;
-}): Promise<CliPeer> {
+export async function startPodman(opts: CliPeerSetup): Promise<CliPeer> {
   await ensurePackages(['podman'], opts.say);
   const bin = which('podman');
   if (!bin) throw new Error('podman is not on PATH after apt-get install podman');
@@ -83,12 +76,7 @@ export async function startPodman(opts: {
       env,
       image: IMAGE,
       runArgs: [
-        '--pull=never',
-        '--network=none',
-        `--memory=${opts.limits.memoryMiB}m`,
-        `--memory-swap=${opts.limits.memoryMiB}m`,
-        `--pids-limit=${opts.limits.pids}`,
-        `--cpus=${opts.limits.cpu}`,
+        ...limitFlags(opts.limits),
         `--cgroup-parent=/${opts.cgroupParent}`,
       ],
       cgroupParent: opts.cgroupParent,
@@ -102,10 +90,5 @@ export async function startPodman(opts: {
       if (!libpodParentExisted) removeCgroupTree('libpod_parent');
     },
   );
-  const imported = await peer.run(['import', await opts.rootfsTar(), IMAGE]);
-  if (imported.code !== 0) {
-    await peer.close();
-    throw new Error(`podman import of the busybox rootfs failed: ${imported.stderr.trim()}`);
-  }
-  return peer;
+  return importRootfs(peer, await opts.rootfsTar(), IMAGE);
 }
