@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { tryUnmount } from '../edge/layer-mounts.js';
+import { isProcessAlive } from '../edge/process-tree.js';
 import { CGROUP_PARENT, CGROUP_ROOT, removeCgroupTree } from '../host/cgroups.js';
 import { findLeaks } from '../host/leak-check.js';
 import { mountsUnder } from '../host/mounts.js';
@@ -36,10 +37,9 @@ function dockerdPid(dir: string): number | undefined {
   const file = join(dir, 'docker', 'dockerd.pid');
   try {
     const pid = Number(readFileSync(file, 'utf8'));
-    process.kill(pid, 0);
-    return pid;
+    return isProcessAlive(pid) ? pid : undefined;
   } catch {
-    return undefined;
+    return undefined; // no pid file
   }
 }
 

@@ -19,6 +19,16 @@ function parentMap(): Map<number, number[]> {
   return children;
 }
 
+/** Whether process `pid` exists (signal 0: nothing is sent). */
+export function isProcessAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /** `pid` and all its descendants, as seen from the host. */
 export function processTree(pid: number): number[] {
   const children = parentMap();

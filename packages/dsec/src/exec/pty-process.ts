@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import pty, { type IPty } from 'node-pty';
 import { readPidFile } from '../edge/crun.js';
 import { processBlock } from '../edge/oci-config.js';
-import { killTree } from '../edge/process-tree.js';
+import { isProcessAlive, killTree } from '../edge/process-tree.js';
 import { setWindowSize } from '../host/syscalls.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 
@@ -106,18 +106,10 @@ export class PtyProcess {
     this.#pty.onData(() => (lastData = performance.now()));
     const pid = this.#pty.pid;
     const timer = setInterval(() => {
-      if (processAlive(pid) || performance.now() - lastData < 20) return;
+      if (isProcessAlive(pid) || performance.now() - lastData < 20) return;
       clearInterval(timer);
       closeSync(hold);
     }, 10);
   }
 }
 
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}

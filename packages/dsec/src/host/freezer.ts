@@ -68,7 +68,7 @@ export class FreezerPin {
 
   constructor(name: string) {
     const root = join(CGROUP_ROOT, 'freezer');
-    if (!existsSync(join(root, 'freezer.state')) && !existsSync(join(root, 'cgroup.procs'))) return; // no v1 freezer
+    if (!existsSync(join(root, 'cgroup.procs'))) return; // no v1 freezer hierarchy
     const dir = join(root, CGROUP_PARENT, name);
     try {
       mkdirSync(dir, { recursive: true });

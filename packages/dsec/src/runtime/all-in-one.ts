@@ -7,6 +7,7 @@ import { buildServer, type App } from '../control/server.js';
 import { Metrics } from '../control/routes/system.js';
 import { StateStore } from '../control/state-store.js';
 import { Edge } from '../edge/edge.js';
+import { isProcessAlive } from '../edge/process-tree.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
 import { LayerStore } from '../image/layer-store.js';
@@ -54,14 +55,7 @@ function takePidLock(dataDir: string): () => void {
   const file = join(dataDir, 'dsec.pid');
   if (existsSync(file)) {
     const pid = Number(readFileSync(file, 'utf8'));
-    let alive = false;
-    try {
-      process.kill(pid, 0);
-      alive = pid !== process.pid;
-    } catch {
-      alive = false;
-    }
-    if (alive) throw new HostNotReadyError(`dsec (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
+    if (pid !== process.pid && isProcessAlive(pid)) throw new HostNotReadyError(`dsec (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
   }
   writeFileSync(file, String(process.pid));
   return () => rmSync(file, { force: true });

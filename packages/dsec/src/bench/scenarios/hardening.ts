@@ -15,6 +15,7 @@ import type { BenchReport } from '../report.js';
 import { chartSubtitle, renderCommon } from '../report-common.js';
 import { batchSizes, roundOrder } from '../rounds.js';
 import { check, TARGETS, type TargetCheck } from '../targets.js';
+import { msOf } from './one-sandbox-rounds.js';
 import type { BenchScenarioDef, PeerResultBase, ScenarioContext, ScenarioResult } from './scenario.js';
 
 /**
@@ -157,12 +158,6 @@ async function alternate(
   return arms.map((a) => ({ label: a.label, what: a.what, latency: summarizeLatency(lat.get(a)!), errors: errors.get(a)! }));
 }
 
-async function ms(fn: () => Promise<unknown>): Promise<number> {
-  const t = performance.now();
-  await fn();
-  return performance.now() - t;
-}
-
 export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: ScenarioContext): Promise<HardeningResult> {
   const dsec = peers.find((p): p is DsecApiPeer => p instanceof DsecApiPeer);
   const crun = peers.find((p): p is CrunRawPeer => p instanceof CrunRawPeer);
@@ -184,7 +179,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     // Each create is removed right after (untimed), so the population stays the same for every arm.
     result.create = await alternate(createArms, opts, ctx, 'create', async (a) => {
       let id = '';
-      const t = await ms(async () => void (id = await a.create()));
+      const t = await msOf(async () => void (id = await a.create()));
       await a.remove(id);
       return t;
     });
@@ -199,7 +194,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     const ids = new Map<Arm, string>();
     try {
       for (const a of execArms) ids.set(a, await a.create());
-      result.exec = await alternate(execArms, opts, ctx, 'exec', (a) => ms(() => a.exec(ids.get(a)!)));
+      result.exec = await alternate(execArms, opts, ctx, 'exec', (a) => msOf(() => a.exec(ids.get(a)!)));
     } finally {
       for (const [a, id] of ids) await a.remove(id).catch(() => undefined);
     }
@@ -230,7 +225,7 @@ async function measureSwitches(dsec: DsecApiPeer, opts: HardeningOptions, ctx: S
   for (let i = 0; i < opts.attaches; i++) {
     const sb = await create();
     try {
-      firstAttach.push(await ms(() => sb.setNetwork({ mode: 'allow', allow: [ALLOWED] })));
+      firstAttach.push(await msOf(() => sb.setNetwork({ mode: 'allow', allow: [ALLOWED] })));
     } finally {
       await sb.kill();
     }
@@ -253,13 +248,13 @@ async function measureSwitches(dsec: DsecApiPeer, opts: HardeningOptions, ctx: S
       for (let i = done; i < done + block; i++) {
         ctx.signal.throwIfAborted();
         let appliedMs = NaN;
-        put.push(await ms(async () => void ({ appliedMs } = await sb.setNetwork(policyFor(i)))));
+        put.push(await msOf(async () => void ({ appliedMs } = await sb.setNetwork(policyFor(i)))));
         applied.push(appliedMs);
       }
       for (let i = done; i < done + block; i++) {
         // The same rulesets, the way they were applied before dsec-nft.
         const ruleset = sandboxRuleset(i % 2 === 0 ? { mode: 'none', allow: [] } : ALLOW, link.gateway);
-        spawned.push(await ms(() => runToolOrThrow('nsenter', [`--target=${pid}`, '--net', '--', 'nft', '-f', '-'], { input: ruleset })));
+        spawned.push(await msOf(() => runToolOrThrow('nsenter', [`--target=${pid}`, '--net', '--', 'nft', '-f', '-'], { input: ruleset })));
       }
     }
     await sb.setNetwork({ mode: 'none' });
