@@ -159,15 +159,20 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
  * rigs; real hosts and containers with their own mount namespace are fine.
  */
 function chrootCheck(): Check {
-  // mountinfo lists mount points relative to this process's root and leaves out mounts above it:
-  // a root that is a mount has a line for "/", a chroot into a plain directory has none.
-  const rootIsMount = readMounts().some((m) => m.mountPoint === '/');
+  // mountinfo lists mount points relative to this process's root. A root that is the root of
+  // its filesystem's mount has a "/" line whose root field is "/"; a chroot into a plain
+  // directory has no "/" line, and one into a bind-mounted directory shows that directory.
+  const line = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' '))
+    .find((f) => f[4] === '/');
+  const rootOk = line?.[3] === '/';
   return {
     name: 'root is a mount (not a chroot)',
-    ok: rootIsMount,
-    detail: rootIsMount
-      ? '/ is a mount point of this mount namespace'
-      : "/ is a chroot, not a mount: crun cannot pivot_root and `crun exec` would run commands in the host's root instead of the sandbox's; run dsec in a mount namespace whose root is a mount",
+    ok: rootOk,
+    detail: rootOk
+      ? '/ is the root of its mount'
+      : `/ is a chroot (${line ? `of ${line[3]}` : 'not a mount'}): crun cannot pivot_root and \`crun exec\` would run commands in the host's root instead of the sandbox's; run dsec in a mount namespace whose root is a mount`,
     required: false,
   };
 }
