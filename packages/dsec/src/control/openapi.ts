@@ -19,7 +19,7 @@ export async function generateOpenApi(): Promise<unknown> {
   const store = new StateStore(':memory:');
   try {
     const images = new ImageStore(dir, new LayerStore(dir));
-    const app = await buildServer({ control: new ControlPlane(store, images, log), store, images, log, metrics: new Metrics() });
+    const app = await buildServer({ control: new ControlPlane(store, images, log), store, images, log, metrics: new Metrics(), clusterToken: 'openapi' });
     const doc = app.swagger();
     await app.close();
     return doc;

@@ -4,6 +4,8 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { authenticate } from './api-keys.js';
+import { bearerMatches } from './cluster/cluster-token.js';
+import { blobRoutes } from './routes/blobs.js';
 import type { ControlPlane } from './control-plane.js';
 import { errorHandler } from './http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
@@ -17,6 +19,8 @@ import type { StateStore } from './state-store.js';
 
 export interface ServerDeps extends ImageRouteDeps {
   control: ControlPlane;
+  /** The cluster's shared secret: opens the blob endpoint and the edge routes (/v1/cluster). */
+  clusterToken: string;
   store: StateStore;
   log: Logger;
   metrics: Metrics;
@@ -53,6 +57,13 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
 
   app.addHook('onRequest', async (req, reply) => {
     if (!req.url.startsWith('/v1/') && req.url !== '/v1') return;
+    // Edges hold the cluster token, not an API key: it opens their routes and the layer blobs.
+    if (req.url.startsWith('/v1/cluster/')) {
+      if (bearerMatches(req.headers.authorization, deps.clusterToken)) return;
+      await reply.status(401).send({ error: { code: 'UNAUTHORIZED', message: 'edge routes need the cluster token (Authorization: Bearer <token>)', details: {} } });
+      return;
+    }
+    if (req.url.startsWith('/v1/blobs/') && bearerMatches(req.headers.authorization, deps.clusterToken)) return;
     if (!authenticate(deps.store, req.headers.authorization)) {
       await reply.status(401).send({
         error: { code: 'UNAUTHORIZED', message: 'missing or unknown API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
@@ -67,6 +78,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(trajectoryRoutes(deps));
   await app.register(ptyRoutes(deps));
   await app.register(imageRoutes(deps));
+  await app.register(blobRoutes({ layers: deps.images.layers }));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;

@@ -1,5 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, existsSync, mkdirSync, renameSync, rmSync, statSync, readdirSync } from 'node:fs';
+import { closeSync, createReadStream, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statSync, readdirSync } from 'node:fs';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
 
 /** `sha256:<64 hex>`: the content address of an EROFS layer blob. */
@@ -51,6 +53,32 @@ export class LayerStore {
     if (existsSync(dest)) rmSync(file, { force: true });
     else renameSync(file, dest);
     return digest;
+  }
+
+  /**
+   * Writes a stream into the store: hashed while it is written, fsynced, then renamed under its
+   * digest (an identical blob is kept once). Returns the digest the bytes have.
+   */
+  async addStream(body: NodeJS.ReadableStream): Promise<LayerDigest> {
+    const tmp = this.tempPath();
+    const hash = createHash('sha256');
+    try {
+      const out = createWriteStream(tmp, { mode: 0o644 });
+      await pipeline(body, new Transform({ transform(chunk: Buffer, _e, cb) { hash.update(chunk); cb(null, chunk); } }), out);
+      const fd = openSync(tmp, 'r');
+      try {
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      const digest: LayerDigest = `sha256:${hash.digest('hex')}`;
+      if (existsSync(this.path(digest))) rmSync(tmp, { force: true });
+      else renameSync(tmp, this.path(digest));
+      return digest;
+    } catch (err) {
+      rmSync(tmp, { force: true });
+      throw err;
+    }
   }
 
   /** Removes a blob; callers make sure nothing references it. */

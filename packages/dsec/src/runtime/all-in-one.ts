@@ -2,6 +2,7 @@ import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node
 import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { ControlPlane } from '../control/control-plane.js';
+import { loadOrCreateClusterToken } from '../control/cluster/cluster-token.js';
 import { createApiKey, hashKey } from '../control/api-keys.js';
 import { buildServer, type App } from '../control/server.js';
 import { Metrics } from '../control/routes/system.js';
@@ -93,7 +94,8 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
   await control.sweepExpired();
   const stopExpiryLoop = control.startExpiryLoop();
 
-  const app = await buildServer({ control, store, images, log, metrics: new Metrics() });
+  const clusterToken = loadOrCreateClusterToken(opts.dataDir);
+  const app = await buildServer({ control, store, images, log, metrics: new Metrics(), clusterToken });
   const { host, port } = parseListen(opts.listen);
   await app.listen({ host, port });
   const addr = app.server.address();

@@ -1,0 +1,97 @@
+import { createReadStream, statSync } from 'node:fs';
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import parseRange from 'range-parser';
+import { Type } from 'typebox';
+import { ErrorBody } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import { isLayerDigest, type LayerDigest, type LayerStore } from '../../image/layer-store.js';
+
+/** Content type of an uploaded layer blob (an EROFS image). */
+export const LAYER_MEDIA_TYPE = 'application/vnd.dsec.layer.erofs';
+
+/** Raw bytes; serialization is skipped for streams, this only documents the response. */
+const BlobBytes = Type.Unsafe<NodeJS.ReadableStream>({ type: 'string', format: 'binary' });
+
+const DigestParams = Type.Object({ digest: Type.String({ pattern: '^sha256:[0-9a-f]{64}$', description: 'sha256:<64 hex>' }) });
+
+/**
+ * The control plane's blob endpoint: layer blobs by digest, for edges on other nodes (no shared
+ * filesystem) and for lazy loading (single byte ranges, RFC 9110). Edges authenticate with the
+ * cluster token, users with an API key. Uploads (a snapshot's new layer, made on an edge) are
+ * checked against their digest before they enter the store.
+ */
+export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
+  const { layers } = deps;
+  return async (base) => {
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+    const tags = ['blobs'];
+    // Layers are hundreds of MB: the body stays a stream, hashed as it is written to disk.
+    app.addContentTypeParser(LAYER_MEDIA_TYPE, (_req, payload, done) => done(null, payload));
+    const sizeOf = (digest: LayerDigest): number => {
+      try {
+        return statSync(layers.path(digest)).size;
+      } catch {
+        throw new ApiError('BLOB_NOT_FOUND', `no blob ${digest} in the layer store`, { digest });
+      }
+    };
+
+    app.head('/v1/blobs/:digest', { schema: { tags, summary: 'Size of a layer blob', params: DigestParams } }, async (req, reply) => {
+      const size = sizeOf(req.params.digest as LayerDigest);
+      return reply.header('content-length', size).header('accept-ranges', 'bytes').header('content-type', 'application/octet-stream').send();
+    });
+
+    app.get(
+      '/v1/blobs/:digest',
+      {
+        schema: {
+          tags,
+          summary: 'A layer blob by digest; a single Range gives 206 with Content-Range',
+          params: DigestParams,
+          response: { 200: BlobBytes, 206: BlobBytes, 401: ErrorBody, 404: ErrorBody, 416: ErrorBody },
+        },
+      },
+      async (req, reply) => {
+        const digest = req.params.digest as LayerDigest;
+        const size = sizeOf(digest);
+        void reply.header('accept-ranges', 'bytes').header('content-type', 'application/octet-stream');
+        const range = req.headers.range;
+        if (range === undefined) return reply.header('content-length', size).send(createReadStream(layers.path(digest)));
+        const ranges = parseRange(size, range, { combine: true });
+        if (ranges === -1 || ranges === -2 || ranges.type !== 'bytes' || ranges.length !== 1) {
+          void reply.header('content-range', `bytes */${size}`);
+          throw new ApiError('RANGE_NOT_SATISFIABLE', `range ${JSON.stringify(range)} is not one satisfiable byte range of a ${size}-byte blob`, { size });
+        }
+        const { start, end } = ranges[0]!;
+        return reply
+          .status(206)
+          .header('content-range', `bytes ${start}-${end}/${size}`)
+          .header('content-length', end - start + 1)
+          .send(createReadStream(layers.path(digest), { start, end }));
+      },
+    );
+
+    app.put(
+      '/v1/blobs/:digest',
+      {
+        schema: {
+          tags,
+          summary: 'Upload a layer blob (raw bytes); refused unless its sha256 is the digest',
+          params: DigestParams,
+          response: { 201: Type.Object({ digest: Type.String(), size: Type.Integer() }), 400: ErrorBody, 401: ErrorBody },
+        },
+      },
+      async (req, reply) => {
+        const digest = req.params.digest as LayerDigest;
+        if (!isLayerDigest(digest)) throw new ApiError('INVALID_REQUEST', 'digest must be sha256:<64 hex>', { field: 'digest' });
+        if (!layers.has(digest)) {
+          const got = await layers.addStream(req.body as NodeJS.ReadableStream);
+          if (got !== digest) throw new ApiError('INVALID_REQUEST', `the uploaded bytes hash to ${got}, not ${digest}`, { expected: digest, got });
+        } else {
+          (req.body as NodeJS.ReadableStream).resume();
+        }
+        return reply.status(201).send({ digest, size: layers.size(digest) });
+      },
+    );
+  };
+}
