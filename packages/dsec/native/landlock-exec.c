@@ -2,6 +2,7 @@
  * dsec-landlock: restrict where a command may change files, then become that command.
  *
  *   dsec-landlock --rw PATH [--rw PATH]... -- CMD [ARG]...
+ *   dsec-landlock --isolate -- CMD [ARG]...
  *
  * The edge bind-mounts this static binary into every sandbox (read-only, on /dev's tmpfs, like
  * the init) and puts it in front of a command's argv when the request names writable paths.
@@ -9,6 +10,13 @@
  * create, remove, rename/link across directories), allows them beneath each PATH and beneath
  * /dev, applies it to itself and execs the command: the restriction holds for the command and
  * all its descendants, and nothing of dsec stays resident. Reading and executing stay allowed.
+ *
+ * With --isolate it changes no file right that matters (it only refuses making block device
+ * nodes) but still puts the command in a Landlock domain of its own. The edge starts every
+ * command that way: Landlock lets a process in a domain ptrace, read /proc/<pid>/mem or fd/,
+ * pidfd_getfd or process_vm_* only processes in the same domain or one nested in it, so what an
+ * earlier command left running cannot reach into a later command (a grader's, say) to read its
+ * input or forge its output and exit status; same-uid root inside the sandbox no longer decides.
  *
  * It fails closed: a kernel without Landlock, a missing PATH or any failed step ends with exit
  * status 126 and a message on stderr, never with the command running unrestricted.
@@ -87,6 +95,20 @@ int main(int argc, char **argv) {
   int i = 1;
   long abi = syscall(SYS_landlock_create_ruleset_, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi < 1) return fail("this kernel has no usable Landlock; refusing to run the command unrestricted", NULL);
+
+  if (i < argc && strcmp(argv[i], "--isolate") == 0) {
+    /* A domain of its own; block devices are useless in a sandbox (the device cgroup) anyway. */
+    struct ruleset_attr attr = {.handled_access_fs = FS_MAKE_BLOCK};
+    int ruleset = (int)syscall(SYS_landlock_create_ruleset_, &attr, sizeof attr, 0);
+    if (ruleset < 0) return fail("landlock_create_ruleset", "");
+    if (i + 2 >= argc || strcmp(argv[i + 1], "--") != 0) return fail("usage: dsec-landlock --isolate -- CMD [ARG]...", NULL);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail("prctl(PR_SET_NO_NEW_PRIVS)", "");
+    if (syscall(SYS_landlock_restrict_self_, ruleset, 0) != 0) return fail("landlock_restrict_self", "");
+    close(ruleset);
+    execvp(argv[i + 2], &argv[i + 2]);
+    fprintf(stderr, "dsec-landlock: %s: %s\n", argv[i + 2], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+  }
 
   uint64_t handled = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG |
                      FS_MAKE_SOCK | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM;

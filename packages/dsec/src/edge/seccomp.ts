@@ -28,6 +28,19 @@ export const DENIED_SYSCALLS: Record<string, string> = {
   uselib: 'obsolete loader call',
   nfsservctl: 'obsolete NFS server control',
   _sysctl: 'obsolete sysctl',
+  // other processes: reading or changing what another process holds. A process that lingers from
+  // one command could otherwise take a later command's pipes (pidfd_getfd) or memory and forge
+  // its output or exit status. The exec engine needs none of them (it works from the host).
+  ptrace: 'trace or change another process',
+  process_vm_readv: "read another process's memory",
+  process_vm_writev: "write another process's memory",
+  pidfd_getfd: "take a copy of another process's file descriptor",
+  kcmp: "compare other processes' kernel objects (an address oracle)",
+  // io_uring: a second system call interface that seccomp filters cannot see into, and a rich
+  // source of kernel escapes; ordinary programs fall back to plain read/write without it.
+  io_uring_setup: 'io_uring (kernel attack surface)',
+  io_uring_enter: 'io_uring (kernel attack surface)',
+  io_uring_register: 'io_uring (kernel attack surface)',
   // filesystems and namespaces
   mount: 'mount a filesystem',
   umount: 'unmount',

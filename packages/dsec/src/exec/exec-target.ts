@@ -3,6 +3,7 @@ import type { Crun } from '../edge/crun.js';
 import { LANDLOCK_PATH, mergeEnv, parseUser, type ProcessSpec } from '../edge/oci-config.js';
 import { ApiError } from '../api-error.js';
 import { statInRoot } from '../edge/sandbox-files.js';
+import { landlockAbi } from '../host/syscalls.js';
 
 /** What the exec engine needs to know of a sandbox to start processes in it from outside. */
 export interface ExecTarget {
@@ -17,10 +18,18 @@ export interface ExecTarget {
 }
 
 /**
- * argv, env and cwd for a command: image env < sandbox env < command env. With `writablePaths`
- * the command starts through dsec-landlock, which confines it (and all it starts) to changing
- * files beneath those paths, then execs it: nothing of dsec stays in the sandbox.
+ * argv, env and cwd for a command: image env < sandbox env < command env. The command starts
+ * through dsec-landlock, which puts it (and all it starts) in a Landlock domain of its own and,
+ * with `writablePaths`, confines it to changing files beneath those paths, then execs it:
+ * nothing of dsec stays in the sandbox.
  */
+/**
+ * Whether every command starts in a Landlock domain of its own (dsec-landlock --isolate), so
+ * that nothing an earlier command left running can reach into it (see landlock-exec.c). Needs
+ * Landlock in the kernel; without it commands start as they are and the edge logs why.
+ */
+export const ISOLATE_COMMANDS = landlockAbi() >= 1;
+
 export function processSpecFor(
   target: ExecTarget,
   cmd: string | string[],
@@ -28,7 +37,7 @@ export function processSpecFor(
 ): ProcessSpec {
   const args = typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
   return {
-    args: opts.writablePaths ? landlocked(target, opts.writablePaths, args) : args,
+    args: opts.writablePaths ? landlocked(target, opts.writablePaths, args) : ISOLATE_COMMANDS ? [LANDLOCK_PATH, '--isolate', '--', ...args] : args,
     env: mergeEnv(target.config.env, target.env, opts.env ?? {}),
     cwd: opts.cwd ?? target.config.cwd,
     user: parseUser(target.config.user),

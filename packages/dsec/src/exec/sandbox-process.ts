@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { signalNumber } from '../host/run-tool.js';
 import { readPidFile } from '../edge/crun.js';
 import { CGROUP_PARENT, cgroupPids } from '../host/cgroups.js';
@@ -49,6 +50,13 @@ export interface StartOptions {
   input?: Buffer;
   maxOutputBytes: number;
   timeoutMs?: number;
+  /** The exec tag (see killTagged); commands of one session share theirs. @default random */
+  tag?: string;
+  /**
+   * Give the command a third output pipe as fd 3 (`crun exec --preserve-fds=1`), kept up to this
+   * many bytes in `fd3`: a channel of this command's own, e.g. for a session's state.
+   */
+  fd3MaxBytes?: number;
 }
 
 /**
@@ -61,6 +69,9 @@ export class SandboxProcess {
   readonly stdout: CappedOutput;
   readonly stderr: CappedOutput;
   readonly done: Promise<ProcessExit>;
+  /** crun exec's own exit (the command's status), before its pipes have drained. */
+  readonly exited: Promise<number>;
+  readonly fd3: CappedOutput | undefined;
   readonly startedAt = new Date();
   #exit: ProcessExit | undefined;
   readonly #child: ChildProcess;
@@ -72,7 +83,7 @@ export class SandboxProcess {
   readonly #sandboxId: string;
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
-    const tag = randomBytes(6).toString('hex');
+    const tag = opts.tag ?? randomBytes(6).toString('hex');
     const specFile = join(target.scratchDir, `exec-${tag}.json`);
     this.#pidFile = join(target.scratchDir, `exec-${tag}.pid`);
     // The tag is inherited by everything the command starts, so kill() finds descendants that
@@ -84,9 +95,13 @@ export class SandboxProcess {
     this.stderr = new CappedOutput(opts.maxOutputBytes);
     const started = performance.now();
     const withStdin = opts.stdin || opts.input !== undefined;
-    const child = spawn('crun', [...target.crun.globalArgs(), 'exec', '--process', specFile, '--pid-file', this.#pidFile, target.id], {
-      stdio: [withStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    const extra = opts.fd3MaxBytes === undefined ? [] : ['--preserve-fds=1'];
+    const child = spawn('crun', [...target.crun.globalArgs(), 'exec', ...extra, '--process', specFile, '--pid-file', this.#pidFile, target.id], {
+      stdio: [withStdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(opts.fd3MaxBytes === undefined ? [] : ['pipe' as const])],
     });
+    const fd3Stream = opts.fd3MaxBytes === undefined ? undefined : (child.stdio[3] as Readable);
+    this.fd3 = opts.fd3MaxBytes === undefined ? undefined : new CappedOutput(opts.fd3MaxBytes);
+    fd3Stream?.on('data', (d: Buffer) => this.fd3!.push(d));
     this.#child = child;
     child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
     if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
@@ -97,6 +112,10 @@ export class SandboxProcess {
       this.#timedOut = true;
       this.kill();
     }, opts.timeoutMs);
+    this.exited = new Promise<number>((resolve) => {
+      child.on('error', () => resolve(127));
+      child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
+    });
     this.done = new Promise<ProcessExit>((resolve) => {
       let code: number | undefined;
       const finish = (): void => {
@@ -127,6 +146,7 @@ export class SandboxProcess {
         function stopWaiting(): void {
           child.stdout!.destroy();
           child.stderr!.destroy();
+          fd3Stream?.destroy();
           finish();
         }
         const rearm = (): void => {
@@ -135,6 +155,7 @@ export class SandboxProcess {
         };
         child.stdout!.on('data', rearm);
         child.stderr!.on('data', rearm);
+        fd3Stream?.on('data', rearm);
         child.on('close', () => {
           clearTimeout(grace);
           finish();

@@ -1,26 +1,30 @@
 import { randomBytes } from 'node:crypto';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
-import { killTree, processTree } from '../edge/process-tree.js';
 import { isRegularFileInRoot } from '../edge/sandbox-files.js';
 import { sandboxUsage } from '../host/cgroups.js';
 import { CappedOutput } from './capped-output.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
-import { SandboxProcess, type StreamName } from './sandbox-process.js';
+import { killTagged, SandboxProcess, type StreamName } from './sandbox-process.js';
+import { restoreScript, saveScript, parseSavedState, type SessionState } from './session-state.js';
 
 /** Single-quotes a string for a POSIX shell. */
 export function shellQuote(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
+/** The most a session's saved state (variables, functions, cwd) may take. */
+const MAX_STATE_BYTES = 8 << 20;
+
 /**
- * Splits one stream of a session shell into per-command output: everything up to the command's
- * end marker (a line with a random nonce, written by the shell after the command) is the
- * command's output, capped; the marker line carries the exit status on stdout.
+ * Splits one stream of a session command into its output and the end marker (a line with a
+ * random nonce, printed by the command's shell after the command): only what comes before the
+ * marker is the command's output, so output of the command's background jobs that arrives
+ * after it is not.
  */
 class MarkerScanner {
   #pending: Buffer = Buffer.alloc(0);
   readonly output: CappedOutput;
-  found: string | undefined;
+  found = false;
 
   constructor(
     private readonly marker: Buffer,
@@ -30,32 +34,46 @@ class MarkerScanner {
   }
 
   push(chunk: Buffer): void {
-    if (this.found !== undefined) return;
+    if (this.found) return;
     this.#pending = this.#pending.length ? Buffer.concat([this.#pending, chunk]) : chunk;
     const at = this.#pending.indexOf(this.marker);
     if (at >= 0) {
-      const eol = this.#pending.indexOf(0x0a, at + this.marker.length);
-      if (eol < 0) return; // the rest of the marker line is still coming
       this.output.push(this.#pending.subarray(0, at));
-      this.found = this.#pending.subarray(at + this.marker.length, eol).toString('utf8').trim();
+      this.found = true;
       this.#pending = Buffer.alloc(0);
       return;
     }
     // Keep a tail long enough to hold a marker split across chunks; the rest is output.
-    const keep = this.marker.length + 16;
+    const keep = this.marker.length;
     if (this.#pending.length > keep) {
       this.output.push(this.#pending.subarray(0, this.#pending.length - keep));
       this.#pending = Buffer.from(this.#pending.subarray(this.#pending.length - keep));
     }
   }
+
+  /** The command ended without a marker (it called `exit`): what is pending is output too. */
+  flush(): void {
+    if (!this.found && this.#pending.length) this.output.push(this.#pending);
+    this.#pending = Buffer.alloc(0);
+  }
 }
 
 /**
- * A persistent shell in a sandbox: one `crun exec` of bash (or sh) whose cwd, environment and
- * variables persist across commands. Each command is sent on the shell's stdin as
- * `eval '<cmd>' </dev/null` followed by end markers, so it gets its own output and exit code,
- * cannot read the commands that follow, and no command starts a new crun process.
- * A timeout kills the command's processes (the shell's descendants), not the shell.
+ * A persistent shell session in a sandbox whose cwd, variables and (bash) functions persist
+ * across commands, where each command is a process of its own: a `crun exec` of the shell that
+ * restores the state the previous command left, runs the command, and hands its new state back
+ * on a pipe of its own (fd 3).
+ *
+ * Why not one long-lived shell fed commands on its stdin (dsec's first design): every process a
+ * session command puts in the background is a fork of that shell, in the same Landlock domain
+ * and uid, so it can open the shell's stdin through /proc, read each later command and print the
+ * end marker and exit status itself: a grader reusing the session is told whatever the job likes.
+ * Here the exit status is the one crun exec reports (the kernel's), the output is what came
+ * through this command's own pipes, and each command runs in a Landlock domain of its own
+ * (exec-target.ts), which a process left by an earlier command cannot reach into.
+ * What does carry over is the state itself, by design: whatever an earlier command defined
+ * (functions, traps, variables) shapes the later ones, so a check whose result matters runs as
+ * a plain exec, not in the agent's session.
  */
 export class ShellSession {
   readonly id: string;
@@ -63,30 +81,27 @@ export class ShellSession {
   readonly createdAt = new Date();
   commands = 0;
   #busy = false;
+  #ended = false;
   #queue: Promise<unknown> = Promise.resolve();
-  readonly #proc: SandboxProcess;
-  #current: { stdout: MarkerScanner; stderr: MarkerScanner; wake: () => void } | undefined;
-
-  readonly #sandboxId: string;
+  /** What the last completed command left (undefined before the first: the open request's env and cwd apply). */
+  #state: SessionState | undefined;
+  #current: SandboxProcess | undefined;
+  /** The exec tag shared by every command of the session, so close() finds their background jobs. */
+  readonly #tag = randomBytes(6).toString('hex');
+  readonly #target: ExecTarget;
+  readonly #req: OpenSessionRequest;
 
   constructor(target: ExecTarget, req: OpenSessionRequest) {
-    this.#sandboxId = target.id;
+    this.#target = target;
+    this.#req = req;
     this.id = `ss-${randomBytes(6).toString('hex')}`;
     const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && isRegularFileInRoot(target.rootfs, '/bin/bash'));
     this.shell = wantBash ? '/bin/bash' : '/bin/sh';
-    const args = wantBash ? ['/bin/bash', '--noprofile', '--norc'] : ['/bin/sh'];
-    this.#proc = new SandboxProcess(target, processSpecFor(target, args, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), { stdin: true, maxOutputBytes: 0 });
-    this.#proc.onOutput((stream: StreamName, raw: Buffer) => {
-      const cur = this.#current;
-      if (!cur) return; // output between commands (e.g. from a background job) belongs to no command
-      cur[stream].push(raw);
-      if (cur.stdout.found !== undefined && cur.stderr.found !== undefined) cur.wake();
-    });
-    void this.#proc.done.then(() => this.#current?.wake());
+    processSpecFor(target, [this.shell], { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }); // a bad request fails at open
   }
 
   get alive(): boolean {
-    return this.#proc.exit === undefined;
+    return !this.#ended;
   }
 
   info(): SessionInfo {
@@ -107,43 +122,59 @@ export class ShellSession {
     const started = performance.now();
     const nonce = randomBytes(12).toString('hex');
     const marker = `__DSEC_END_${nonce}`;
+    const stateEnd = `__DSEC_STATE_${nonce}`;
     const cap = req.maxOutputBytes ?? 1 << 20;
-    const stdout = new MarkerScanner(Buffer.from(`\n${marker}`), cap);
-    const stderr = new MarkerScanner(Buffer.from(`\n${marker}`), cap);
-    let timedOut = false;
-    const oomBefore = sandboxUsage(this.#sandboxId).oomKills;
-    const quoted = shellQuote(req.cmd);
-    // sh (dash, busybox) exits on a syntax error inside eval, so check syntax first; bash does not.
-    const body =
-      this.shell === '/bin/bash'
-        ? `eval ${quoted} </dev/null`
-        : `if /bin/sh -n -c ${quoted} 2>/dev/null; then eval ${quoted} </dev/null; else /bin/sh -n -c ${quoted}; fi`;
-    const script = `${body}\n__dsec_rc=$?; printf '\\n%s %d\\n' '${marker}' "$__dsec_rc"; printf '\\n%s\\n' '${marker}' >&2\n`;
+    const stdout = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
+    const stderr = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
+    const bash = this.shell === '/bin/bash';
+    const oomBefore = sandboxUsage(this.#target.id).oomKills;
+    const program = [restoreScript(bash, this.#state), commandScript(bash, req.cmd), saveScript(bash, marker, stateEnd), ''].join('\n');
+    const spec = processSpecFor(this.#target, [this.shell, ...(bash ? ['--noprofile', '--norc'] : []), '-s'], {
+      cwd: this.#state ? '/' : this.#req.cwd,
+      env: this.#req.env,
+      writablePaths: this.#req.writablePaths,
+    });
+    // After the first command the environment is the state's (exports and unsets included).
+    if (this.#state) spec.env = [];
+    const proc = new SandboxProcess(this.#target, spec, {
+      input: Buffer.from(program),
+      maxOutputBytes: 0,
+      timeoutMs: req.timeoutMs ?? 60_000,
+      tag: this.#tag,
+      fd3MaxBytes: MAX_STATE_BYTES,
+    });
+    this.#current = proc;
+    const onAbort = (): void => proc.kill();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    let exitCode: number;
+    let exit;
     try {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          timedOut = true;
-          this.#interrupt();
-        }, req.timeoutMs ?? 60_000);
-        const onAbort = (): void => this.#interrupt();
-        signal?.addEventListener('abort', onAbort, { once: true });
-        this.#current = {
-          stdout,
-          stderr,
-          wake: () => {
-            clearTimeout(timer);
-            signal?.removeEventListener('abort', onAbort);
-            resolve();
-          },
-        };
-        if (!this.#proc.writeStdin(Buffer.from(script))) this.#current.wake();
+      proc.onOutput((stream: StreamName, raw: Buffer) => {
+        (stream === 'stdout' ? stdout : stderr).push(raw);
       });
+      exitCode = await proc.exited;
+      // The command's shell printed its markers before it exited, so they are already in the
+      // pipes; a background job holding the pipes open does not delay the answer.
+      const marked = new Promise<void>((resolve) => {
+        const check = (): void => {
+          if (stdout.found && stderr.found) resolve();
+        };
+        check();
+        proc.onOutput(check);
+      });
+      exit = await Promise.race([proc.done, marked.then(() => undefined)]);
     } finally {
+      signal?.removeEventListener('abort', onAbort);
       this.#current = undefined;
       this.#busy = false;
     }
-    const exit = this.#proc.exit;
-    const exitCode = stdout.found !== undefined ? Number(stdout.found) : (exit?.exitCode ?? 1);
+    const timedOut = exit?.timedOut ?? proc.exit?.timedOut ?? false;
+    const killed = exit?.killed ?? proc.exit?.killed ?? false;
+    if (!stdout.found) stdout.flush();
+    if (!stderr.found) stderr.flush();
+    const saved = stdout.found ? parseSavedState(proc.fd3!.bytes(), stateEnd) : undefined;
+    if (saved) this.#state = saved;
+    else if (!timedOut && !killed) this.#ended = true; // the shell exited (`exit`, a fatal error) before saving
     const encoding = req.encoding ?? 'utf8';
     return {
       exitCode: timedOut ? 137 : exitCode,
@@ -154,37 +185,34 @@ export class ShellSession {
       stdoutBytes: stdout.output.total,
       stderrBytes: stderr.output.total,
       timedOut,
-      oomKilled: sandboxUsage(this.#sandboxId).oomKills > oomBefore,
+      oomKilled: sandboxUsage(this.#target.id).oomKills > oomBefore,
       durationMs: Math.round((performance.now() - started) * 100) / 100,
       sessionAlive: this.alive,
     };
   }
 
-  /**
-   * Kills what the current command started (the shell's descendants). A command made only of
-   * shell builtins (`while :; do :; done`) has no process of its own: if the shell does not come
-   * back within a grace period, the session ends rather than hang.
-   */
-  #interrupt(): void {
-    const shellPid = this.#proc.hostPid;
-    if (!shellPid) return;
-    for (const pid of processTree(shellPid).slice(1)) killTree(pid);
-    const cur = this.#current;
-    setTimeout(() => {
-      if (this.#current === cur && cur) this.#proc.kill();
-    }, 2000).unref();
-  }
-
   async close(): Promise<void> {
+    this.#ended = true;
+    const current = this.#current;
+    if (current) {
+      current.kill({ now: true });
+      await current.done;
+    }
     // Jobs the session put in the background go with it: they carry the session's exec tag.
-    const shellPid = this.#proc.hostPid;
-    if (shellPid) for (const pid of processTree(shellPid).slice(1)) killTree(pid);
-    void this.#proc.signal('SIGKILL');
-    this.#proc.endStdin();
-    const t = setTimeout(() => this.#proc.kill(), 1000);
-    await this.#proc.done;
-    clearTimeout(t);
+    killTagged(this.#target.id, this.#tag);
   }
+}
+
+/**
+ * The command itself, with stdin at EOF (so it cannot read the rest of the program) and without
+ * fd 3 (so its jobs do not hold the state pipe). sh (dash, busybox) exits on a syntax error
+ * inside eval, so its syntax is checked first; bash does not.
+ */
+function commandScript(bash: boolean, cmd: string): string {
+  const quoted = shellQuote(cmd);
+  return bash
+    ? `builtin eval ${quoted} </dev/null 3>&-`
+    : `if /bin/sh -n -c ${quoted} 2>/dev/null 3>&-; then eval ${quoted} </dev/null 3>&-; else /bin/sh -n -c ${quoted} 3>&-; fi`;
 }
 
 export class SessionClosedError extends Error {

@@ -47,6 +47,13 @@ export const NR = {
   open_tree: 428,
   fsopen: 430,
   clone3: 435,
+  ptrace: 101,
+  process_vm_readv: 310,
+  process_vm_writev: 311,
+  kcmp: 312,
+  io_uring_setup: 425,
+  pidfd_open: 434,
+  pidfd_getfd: 438,
 } as const;
 
 const BASE = 0x400000n;

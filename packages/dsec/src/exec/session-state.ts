@@ -1,0 +1,89 @@
+/**
+ * What a session carries from one command to the next (see shell-session.ts): the working
+ * directory and a script, written by the shell itself after a command, that recreates its
+ * variables (exported or not, with bash's attributes and arrays), bash functions, aliases and
+ * options in the next command's fresh shell. busybox ash and dash cannot list their functions,
+ * so sh sessions carry cwd, variables and exports only.
+ */
+export interface SessionState {
+  cwd: string;
+  script: string;
+}
+
+function q(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * Printed by the command's shell after the command: its state on fd 3, closed with `stateEnd`,
+ * then the end markers on stdout and stderr, then the command's own status as the shell's exit
+ * status. Everything is a builtin (bash: `builtin`, so a function named like one is not run).
+ */
+export function saveScript(bash: boolean, marker: string, stateEnd: string): string {
+  if (bash) {
+    return [
+      'builtin set -- "$?"',
+      `{ builtin printf '%s\\0' "$PWD"; builtin declare -p; builtin declare -f; builtin alias -p; builtin shopt -p; builtin set +o; builtin printf '\\n%s\\n' ${q(stateEnd)}; } >&3 2>/dev/null`,
+      'builtin exec 3>&-',
+      `builtin printf '\\n%s\\n' ${q(marker)}; builtin printf '\\n%s\\n' ${q(marker)} >&2`,
+      'builtin exit "$1"',
+    ].join('\n');
+  }
+  return [
+    'set -- "$?"',
+    `{ printf '%s\\0' "$PWD"; set; export -p; printf '\\n%s\\n' ${q(stateEnd)}; } >&3 2>/dev/null`,
+    'exec 3>&-',
+    `printf '\\n%s\\n' ${q(marker)}; printf '\\n%s\\n' ${q(marker)} >&2`,
+    'exit "$1"',
+  ].join('\n');
+}
+
+/** Variables a fresh sh sets itself, some read-only (assigning one would end a POSIX shell). */
+const SH_OWN_VARIABLES = new Set(['PPID', 'LINENO', 'OPTIND', 'RANDOM', 'SECONDS', 'HOSTNAME', 'UID', 'EUID', 'GROUPS', '_']);
+
+/**
+ * Drops the assignments of `SH_OWN_VARIABLES` from sh's `set` output. Each assignment is
+ * `NAME=value` with the value single-quoted (newlines inside quotes), so the split respects quotes.
+ */
+function withoutShellOwn(script: string): string {
+  const out: string[] = [];
+  let i = 0;
+  while (i < script.length) {
+    let j = i;
+    let quoted = false;
+    while (j < script.length && (quoted || script[j] !== '\n')) {
+      if (script[j] === "'") quoted = !quoted;
+      else if (script[j] === '\\' && !quoted) j++;
+      j++;
+    }
+    const statement = script.slice(i, j);
+    const name = /^([A-Za-z_][A-Za-z0-9_]*)=/.exec(statement)?.[1];
+    if (!name || !SH_OWN_VARIABLES.has(name)) out.push(statement);
+    i = j + 1;
+  }
+  return out.join('\n');
+}
+
+/**
+ * Recreates `state` at the start of the next command (nothing before the first one). The command
+ * starts with an empty environment but crun adds HOME when it is missing: unset it first, so an
+ * `unset HOME` in the session holds (the state sets it again if it had it).
+ */
+export function restoreScript(bash: boolean, state: SessionState | undefined): string {
+  if (!state) return '';
+  if (bash) {
+    // Read-only variables bash sets itself (EUID, BASHOPTS…) fail to restore, quietly.
+    return [`builtin unset HOME; __dsec_state=${q(state.script)}`, 'builtin eval "$__dsec_state" 2>/dev/null; builtin unset __dsec_state', `builtin cd -- ${q(state.cwd)} 2>/dev/null || :`].join('\n');
+  }
+  return [`unset HOME; __dsec_state=${q(withoutShellOwn(state.script))}`, 'eval "$__dsec_state" 2>/dev/null; unset __dsec_state', `cd -- ${q(state.cwd)} 2>/dev/null || :`].join('\n');
+}
+
+/** The state a command's shell wrote on fd 3, if it got as far as writing all of it. */
+export function parseSavedState(raw: Buffer, stateEnd: string): SessionState | undefined {
+  const text = raw.toString('utf8');
+  const end = text.lastIndexOf(`\n${stateEnd}\n`);
+  if (end < 0) return undefined;
+  const nul = text.indexOf('\0');
+  if (nul < 0 || nul > end) return undefined;
+  return { cwd: text.slice(0, nul), script: text.slice(nul + 1, end) };
+}
