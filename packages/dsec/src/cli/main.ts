@@ -5,6 +5,7 @@ import { OptionsError } from '../config/options.js';
 import { HostNotReadyError } from '../runtime/all-in-one.js';
 import { registerBenchCommands } from './commands/bench.js';
 import { registerDemoCommand } from './commands/demo.js';
+import { registerE2bCommands } from './commands/e2b.js';
 import { registerImageCommands } from './commands/images.js';
 import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
@@ -19,6 +20,7 @@ registerImageCommands(program);
 registerDemoCommand(program);
 registerBenchCommands(program);
 registerOpenApiCommand(program);
+registerE2bCommands(program);
 
 try {
   await program.parseAsync(process.argv);

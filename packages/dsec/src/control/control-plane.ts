@@ -292,6 +292,14 @@ export class ControlPlane {
 
   // --- TTL and idle timeout -------------------------------------------------------------------
 
+  /** Sets when a sandbox expires (E2B's setTimeout); its TTL becomes the span from creation to then. */
+  setExpiry(id: string, expiresAt: number): SandboxInfo {
+    const s = this.get(id);
+    const ttl = Math.max(1, Math.ceil((expiresAt - Date.parse(s.createdAt)) / 1000));
+    this.store.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
+    return this.get(id);
+  }
+
   /**
    * Applies the TTL and idle policies: a running sandbox past its TTL or idle for longer than its
    * timeout is stopped (resources freed, record kept with the reason) or paused. Expiries live in

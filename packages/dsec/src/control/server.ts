@@ -7,6 +7,7 @@ import { authenticate } from './api-keys.js';
 import { bearerMatches } from './cluster/cluster-token.js';
 import { blobRoutes } from './routes/blobs.js';
 import type { ControlPlane } from './control-plane.js';
+import { e2bRewriteUrl, e2bRoutes } from './e2b/index.js';
 import { errorHandler } from './http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
 import { execRoutes } from './routes/exec.js';
@@ -37,6 +38,8 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     loggerInstance: deps.log,
     bodyLimit: JSON_BODY_LIMIT,
     logController: new LogController({ disableRequestLogging: true }),
+    // E2B's SDK sends every sandbox-side call to this one URL with E2b-Sandbox-Id (control/e2b/).
+    rewriteUrl: e2bRewriteUrl,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
@@ -79,6 +82,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(ptyRoutes(deps));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers }));
+  await app.register(e2bRoutes(deps));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;

@@ -108,6 +108,11 @@ export class StateStore {
     this.db.prepare('UPDATE sandboxes SET last_activity = ? WHERE id = ?').run(at, id);
   }
 
+  /** Moves a sandbox's TTL expiry; the TTL stays the span from creation to it. */
+  setExpiry(id: string, ttlSeconds: number, expiresAt: number): void {
+    this.db.prepare('UPDATE sandboxes SET ttl_seconds = ?, expires_at = ? WHERE id = ?').run(ttlSeconds, expiresAt, id);
+  }
+
   /** Running sandboxes whose TTL or idle timeout has passed at `now`. */
   expired(now = Date.now()): { id: string; onExpiry: 'stop' | 'pause'; why: string }[] {
     const rows = this.db

@@ -5,6 +5,7 @@ import { Connection } from '@dsec/sdk';
 import { OptionsError, compileOptions } from '../../config/options.js';
 import { buildBusyboxImage } from '../../image/builders/busybox.js';
 import { buildDebianImage } from '../../image/builders/debian.js';
+import { buildE2bBaseImage } from '../../control/e2b/base-template.js';
 import { ImageStore } from '../../image/image-store.js';
 import { LayerStore } from '../../image/layer-store.js';
 import { ImportError, importImage } from '../../image/oci-import.js';
@@ -73,9 +74,9 @@ export function registerImageCommands(program: Command): void {
   image
     .command('build')
     .description(
-      'build an image: busybox (a few MB, seconds), debian (debootstrap minbase, about a minute), or from a Dockerfile: build -f Dockerfile CONTEXT (RUN steps run in real sandboxes; needs root)',
+      'build an image: busybox (a few MB, seconds), debian (debootstrap minbase, about a minute), e2b-base (E2B\'s base template: debian + user `user`, python3, sudo; named base), or from a Dockerfile: build -f Dockerfile CONTEXT (RUN steps run in real sandboxes; needs root)',
     )
-    .argument('[target]', 'busybox | debian | a build context directory (with -f, or holding a Dockerfile)')
+    .argument('[target]', 'busybox | debian | e2b-base | a build context directory (with -f, or holding a Dockerfile)')
     .option('--name <name>', 'tag the image with this name')
     .option('-p, --package <pkg>', 'debian: extra package to install (repeatable)', collectList)
     .option('-f, --file <dockerfile>', 'the Dockerfile (default CONTEXT/Dockerfile)')
@@ -88,7 +89,7 @@ export function registerImageCommands(program: Command): void {
         f: { name?: string; package?: string[]; file?: string; buildArg?: string[]; cache?: boolean; dataDir?: string },
       ) => {
         const progress = (m: string): void => void process.stderr.write(`${m}\n`);
-        const isContext = target !== undefined && target !== 'busybox' && target !== 'debian' && existsSync(target) && statSync(target).isDirectory();
+        const isContext = target !== undefined && target !== 'busybox' && target !== 'debian' && target !== 'e2b-base' && existsSync(target) && statSync(target).isDirectory();
         if (f.file || isContext || target === undefined) {
           const contextDir = target ?? '.';
           const dockerfile = f.file ?? join(contextDir, 'Dockerfile');
@@ -122,7 +123,8 @@ export function registerImageCommands(program: Command): void {
         let built;
         if (target === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
         else if (target === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
-        else throw new Error(`unknown builder ${JSON.stringify(target)}: use busybox, debian, or a Dockerfile context directory`);
+        else if (target === 'e2b-base') built = await buildE2bBaseImage(store, { ...(f.name ? { name: f.name } : {}), progress });
+        else throw new Error(`unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`);
         process.stdout.write(`${built.name} ${built.id}\n`);
       },
     );

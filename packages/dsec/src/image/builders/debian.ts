@@ -30,12 +30,20 @@ export function hostDebianMirror(): string {
 /** Builds a Debian minbase image with debootstrap, optionally with extra packages (python3, git…). */
 export async function buildDebianImage(
   store: ImageStore,
-  opts: { name?: string; packages?: string[]; progress?: Progress } = {},
+  opts: {
+    name?: string;
+    packages?: string[];
+    progress?: Progress;
+    /** A last step on the finished tree (add users, config); its `key` joins the cache key. */
+    customize?: { key: string; run: (root: string) => Promise<void> };
+  } = {},
 ): Promise<BuiltImage> {
   const progress = opts.progress ?? (() => {});
   const packages = [...new Set(opts.packages ?? [])].sort();
   const mirror = hostDebianMirror();
-  const cacheKey = createHash('sha256').update(JSON.stringify([BUILDER_VERSION, SUITE, packages])).digest('hex');
+  const keyParts: unknown[] = [BUILDER_VERSION, SUITE, packages];
+  if (opts.customize) keyParts.push(opts.customize.key);
+  const cacheKey = createHash('sha256').update(JSON.stringify(keyParts)).digest('hex');
   return buildSingleLayerImage({
     store,
     name: opts.name ?? (packages.length ? `debian:${createHash('sha256').update(packages.join(',')).digest('hex').slice(0, 8)}` : 'debian'),
@@ -63,6 +71,7 @@ export async function buildDebianImage(
       for (const d of ['var/cache/apt/archives', 'var/lib/apt/lists']) {
         for (const f of readdirSync(join(root, d))) if (f !== 'partial' && f !== 'lock') rmSync(join(root, d, f), { recursive: true, force: true });
       }
+      if (opts.customize) await opts.customize.run(root);
     },
   });
 }

@@ -1,0 +1,70 @@
+import type { IncomingMessage } from 'node:http';
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { createE2bApiKey } from '../api-keys.js';
+import type { ControlPlane } from '../control-plane.js';
+import { errorResponses as errors } from '../routes/error-responses.js';
+import type { StateStore } from '../state-store.js';
+import { registerControlRoutes } from './control-routes.js';
+import { FilesystemService } from './filesystem-service.js';
+import { ProcessService } from './process-service.js';
+import { registerSandboxRoutes, SANDBOX_PREFIX } from './sandbox-routes.js';
+import { SandboxUsers } from './sandbox-users.js';
+
+/**
+ * The dispatch E2B's SDK relies on when E2B_SANDBOX_URL points at dsec: every sandbox request
+ * carries `E2b-Sandbox-Id`, so such a request is routed to the sandbox side, and anything else
+ * keeps its URL. A URL that already starts with the sandbox prefix but lacks the header is sent
+ * nowhere, so the sandbox side is reachable only as E2B reaches it.
+ */
+export function e2bRewriteUrl(req: IncomingMessage): string {
+  const url = req.url ?? '/';
+  if (req.headers['e2b-sandbox-id'] !== undefined) return `${SANDBOX_PREFIX}${url.startsWith('/') ? url : `/${url}`}`;
+  if (url === SANDBOX_PREFIX || url.startsWith(`${SANDBOX_PREFIX}/`) || url.startsWith(`${SANDBOX_PREFIX}?`)) return `/__no-route${url}`;
+  return url;
+}
+
+const E2bKey = Type.Object({
+  id: Type.String(),
+  key: Type.String({ description: 'An `e2b_` key: give it to E2B code as E2B_API_KEY. Shown once; only its hash is stored.' }),
+});
+
+/**
+ * E2B compatibility: E2B's control-plane REST API and its sandbox-side services (envd) on dsec's
+ * own port, over the control plane's services, plus `POST /v1/e2b/keys` to mint E2B-shaped keys.
+ */
+export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): FastifyPluginAsync {
+  const { control, store } = deps;
+  return async (app) => {
+    const users = new SandboxUsers(control);
+    const processes = new ProcessService(control, users);
+    const files = new FilesystemService(control, users);
+    const forget = (id: string): void => {
+      users.forget(id);
+      processes.forget(id);
+      files.forget(id);
+    };
+
+    await app.register(async (scope) => {
+      registerControlRoutes(scope, { control, store, onKill: forget });
+    });
+    await app.register(async (scope) => {
+      registerSandboxRoutes(scope, { control, users, files, services: [processes.service(), files.service()] });
+    });
+    await app.register(async (base) => {
+      base.withTypeProvider<TypeBoxTypeProvider>().post(
+        '/v1/e2b/keys',
+        {
+          schema: {
+            tags: ['e2b'],
+            summary: "Mint an API key in E2B's shape (e2b_…) for code that uses E2B's SDK against this server (see docs/E2B.md)",
+            body: Type.Object({ name: Type.Optional(Type.String({ maxLength: 128 })) }, { additionalProperties: false }),
+            response: { 201: E2bKey, ...errors },
+          },
+        },
+        async (req, reply) => reply.status(201).send(createE2bApiKey(store, req.body.name ?? 'e2b')),
+      );
+    });
+  };
+}

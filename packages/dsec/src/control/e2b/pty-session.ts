@@ -1,0 +1,66 @@
+import type { ControlPlane } from '../control-plane.js';
+
+export type PtyListener = (data: Buffer) => void;
+
+/**
+ * One E2B PTY: a terminal the control plane opened in the sandbox, with listeners for its output
+ * (a PTY's bytes go to whichever streams are attached, as E2B's Connect re-attaches to one) and its
+ * exit. The only place the E2B layer touches the terminal API, so a change of that API stays here.
+ */
+export class PtySession {
+  readonly #listeners = new Set<PtyListener>();
+  readonly exit: Promise<number>;
+  exitCode: number | undefined;
+
+  private constructor(
+    private readonly proc: {
+      onData(l: (d: string) => void): void;
+      write(d: string | Buffer): void;
+      resize(cols: number, rows: number): void;
+      kill(): void;
+      exit: Promise<number>;
+    },
+  ) {
+    proc.onData((d) => {
+      const b = Buffer.from(d, 'utf8');
+      for (const l of this.#listeners) l(b);
+    });
+    this.exit = proc.exit.then((code) => (this.exitCode = code));
+  }
+
+  static async open(
+    control: ControlPlane,
+    sandboxId: string,
+    opts: { cmd: string[]; cols: number; rows: number; cwd: string; env: Record<string, string> },
+  ): Promise<PtySession> {
+    const started = performance.now();
+    const proc = await control.edgeFor(sandboxId).openPty(sandboxId, opts);
+    void proc.exit.then((exitCode) =>
+      control.trajectory.append(sandboxId, {
+        kind: 'pty',
+        request: { cmd: opts.cmd, via: 'e2b' },
+        exitCode,
+        durationMs: performance.now() - started,
+        replayable: false,
+      }),
+    );
+    return new PtySession(proc);
+  }
+
+  listen(l: PtyListener): () => void {
+    this.#listeners.add(l);
+    return () => this.#listeners.delete(l);
+  }
+
+  write(data: Buffer): void {
+    this.proc.write(data);
+  }
+
+  resize(cols: number, rows: number): void {
+    this.proc.resize(Math.min(Math.max(cols, 1), 1000), Math.min(Math.max(rows, 1), 1000));
+  }
+
+  kill(): void {
+    this.proc.kill();
+  }
+}

@@ -1,0 +1,153 @@
+import { posix } from 'node:path';
+import { gunzipSync, gzipSync } from 'node:zlib';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { ControlPlane } from '../control-plane.js';
+import { CONNECT_CODES, ConnectError } from './connect-protocol.js';
+import type { FilesystemService } from './filesystem-service.js';
+import { connectErrorOf, registerRpc, type RpcService } from './rpc-router.js';
+import { sandboxFor } from './sandbox-access.js';
+import { resolvePath, userFromAuthorization, type SandboxUsers } from './sandbox-users.js';
+
+/** Where sandbox-side requests are routed once `E2b-Sandbox-Id` has been seen (see e2bRewriteUrl). */
+export const SANDBOX_PREFIX = '/e2b-sandbox';
+
+/** Multipart framing around a file of MAX_FILE_BYTES. */
+const BODY_LIMIT = MAX_FILE_BYTES + (1 << 20);
+
+function httpError(reply: FastifyReply, err: unknown): FastifyReply {
+  const e = connectErrorOf(err);
+  const status = e.code === 'unavailable' ? 502 : CONNECT_CODES[e.code];
+  return reply.status(status).type('application/json').send({ code: status, message: e.message });
+}
+
+function queryString(q: unknown, key: string): string | undefined {
+  const v = (q as Record<string, unknown>)[key];
+  return typeof v === 'string' && v !== '' ? v : undefined;
+}
+
+/** The files of a POST /files body: one raw (maybe gzip) body, or the parts of a multipart form. */
+async function uploadedFiles(req: FastifyRequest, queryPath: string | undefined): Promise<{ path: string; data: Buffer }[]> {
+  const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+  const type = (req.headers['content-type'] ?? '').toLowerCase();
+  if (type.startsWith('multipart/form-data')) {
+    // undici's multipart parser (Node's own fetch implementation) reads the form.
+    const form = await new Response(body, { headers: { 'content-type': req.headers['content-type']! } }).formData();
+    const files: { path: string; data: Buffer }[] = [];
+    const entries = [...form.entries()].filter(([, v]) => typeof v !== 'string') as [string, File][];
+    for (const [, file] of entries) {
+      const path = entries.length === 1 && queryPath ? queryPath : file.name || queryPath;
+      if (!path) throw new ConnectError('invalid_argument', 'each uploaded file needs a path: give ?path= or a filename in the form part');
+      files.push({ path, data: Buffer.from(await file.arrayBuffer()) });
+    }
+    if (files.length === 0) throw new ConnectError('invalid_argument', 'the multipart body holds no file part');
+    return files;
+  }
+  if (!queryPath) throw new ConnectError('invalid_argument', 'path is required (?path=)');
+  let data = body;
+  if ((req.headers['content-encoding'] ?? '').toLowerCase() === 'gzip') {
+    try {
+      data = gunzipSync(body, { maxOutputLength: MAX_FILE_BYTES });
+    } catch (err) {
+      throw new ConnectError(
+        'invalid_argument',
+        `the gzip body does not decompress (or is over ${MAX_FILE_BYTES} bytes): ${(err as Error).message}`,
+      );
+    }
+  }
+  return [{ path: queryPath, data }];
+}
+
+/**
+ * The sandbox side of E2B on dsec's port: envd's Connect services plus `/files` and `/health`.
+ * Requests reach it only through the `E2b-Sandbox-Id` rewrite, carry E2B's access token instead
+ * of a dsec key, and run every operation through the control plane (confinement, limits, log).
+ */
+export function registerSandboxRoutes(
+  app: FastifyInstance,
+  deps: { control: ControlPlane; users: SandboxUsers; files: FilesystemService; services: RpcService[] },
+): void {
+  const { control, users, files } = deps;
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
+
+  registerRpc(app, SANDBOX_PREFIX, deps.services, async (req) => {
+    const s = sandboxFor(control, req.headers);
+    return { sandboxId: s.id, user: userFromAuthorization(req.headers.authorization) };
+  });
+
+  app.get(`${SANDBOX_PREFIX}/health`, { schema: { hide: true } }, async (req, reply) => {
+    try {
+      sandboxFor(control, { ...req.headers, 'x-access-token': undefined }, undefined);
+    } catch (err) {
+      // health needs no token: only whether the sandbox runs
+      if (!(err instanceof ConnectError && err.code === 'unauthenticated')) return httpError(reply, err);
+    }
+    return reply.status(204).send();
+  });
+
+  app.get(`${SANDBOX_PREFIX}/files`, { schema: { hide: true } }, async (req, reply) => {
+    try {
+      const rawPath = queryString(req.query, 'path');
+      if (!rawPath) throw new ConnectError('invalid_argument', 'path is required (?path=)');
+      const username = queryString(req.query, 'username');
+      const signature = queryString(req.query, 'signature');
+      const exp = queryString(req.query, 'signature_expiration');
+      const s = sandboxFor(
+        control,
+        req.headers,
+        signature
+          ? { path: rawPath, operation: 'read', user: username ?? '', signature, ...(exp ? { expiration: Number(exp) } : {}) }
+          : undefined,
+      );
+      const user = await users.resolve(s.id, username);
+      const data = await control.readFile(s.id, resolvePath(rawPath, user), MAX_FILE_BYTES);
+      void reply
+        .type('application/octet-stream')
+        .header('content-disposition', `attachment; filename="${encodeURIComponent(posix.basename(rawPath))}"`);
+      if (/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? '')) && data.length > 0)
+        return reply.header('content-encoding', 'gzip').send(gzipSync(data));
+      return reply.send(data);
+    } catch (err) {
+      return httpError(reply, err);
+    }
+  });
+
+  app.post(`${SANDBOX_PREFIX}/files`, { schema: { hide: true } }, async (req, reply) => {
+    try {
+      const queryPath = queryString(req.query, 'path');
+      const username = queryString(req.query, 'username');
+      const signature = queryString(req.query, 'signature');
+      const exp = queryString(req.query, 'signature_expiration');
+      const s = sandboxFor(
+        control,
+        req.headers,
+        signature
+          ? { path: queryPath ?? '', operation: 'write', user: username ?? '', signature, ...(exp ? { expiration: Number(exp) } : {}) }
+          : undefined,
+      );
+      if (Object.keys(req.headers).some((h) => h.startsWith('x-metadata-')))
+        throw new ConnectError('unimplemented', 'file metadata (X-Metadata-* headers) is not supported by dsec');
+      const user = await users.resolve(s.id, username);
+      const written: { name: string; type: 'file'; path: string }[] = [];
+      for (const f of await uploadedFiles(req, queryPath)) {
+        const p = resolvePath(f.path, user);
+        let existed = true;
+        try {
+          await control.edgeFor(s.id).statPath(s.id, p);
+        } catch (err) {
+          if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err;
+          existed = false;
+        }
+        const created = existed ? [] : [p, ...(await files.missingParents(s.id, p))];
+        await control.writeFile(s.id, p, f.data, 0o644);
+        await files.chown(s.id, user, created);
+        written.push({ name: posix.basename(p), type: 'file', path: p });
+      }
+      return reply.status(200).send(written);
+    } catch (err) {
+      return httpError(reply, err);
+    }
+  });
+}

@@ -1,0 +1,43 @@
+/**
+ * E2B's `base` template for the tests, built once per machine: debootstrap takes a minute or more,
+ * so the built layer and its config are kept in a cache directory beside the test data dirs and
+ * imported into each fresh data dir. The builder then checks its own cache key on the imported
+ * image: a changed builder rebuilds (and refreshes the cache), an unchanged one does nothing.
+ */
+import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { buildE2bBaseImage, BASE_TEMPLATE } from '../../src/control/e2b/base-template.js';
+import type { ImageStore } from '../../src/image/image-store.js';
+import type { LayerDigest } from '../../src/image/layer-store.js';
+import type { ImageConfig } from '@dsec/sdk/schema';
+
+export const BASE_CACHE_DIR = '/var/tmp/dsec-e2b-base-cache';
+
+interface Cached {
+  layers: LayerDigest[];
+  config: ImageConfig;
+}
+
+export async function ensureBaseImage(images: ImageStore, progress: (m: string) => void = () => {}): Promise<{ cached: boolean }> {
+  const meta = join(BASE_CACHE_DIR, 'image.json');
+  if (existsSync(meta)) {
+    const c = JSON.parse(readFileSync(meta, 'utf8')) as Cached;
+    if (c.layers.every((l) => existsSync(join(BASE_CACHE_DIR, `${l}.erofs`)))) {
+      for (const l of c.layers) {
+        const tmp = images.layers.tempPath();
+        copyFileSync(join(BASE_CACHE_DIR, `${l}.erofs`), tmp);
+        await images.layers.add(tmp);
+      }
+      images.tag(BASE_TEMPLATE, images.put({ layers: c.layers, config: c.config }));
+    }
+  }
+  const built = await buildE2bBaseImage(images, { progress });
+  if (!built.cached) {
+    const m = images.get(built.id)!;
+    mkdirSync(BASE_CACHE_DIR, { recursive: true });
+    for (const l of m.layers) copyFileSync(images.layers.path(l), join(BASE_CACHE_DIR, `${l}.erofs`));
+    writeFileSync(`${meta}.tmp`, JSON.stringify({ layers: m.layers, config: m.config } satisfies Cached));
+    renameSync(`${meta}.tmp`, meta);
+  }
+  return { cached: built.cached };
+}
