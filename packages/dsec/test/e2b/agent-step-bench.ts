@@ -74,10 +74,40 @@ async function main(): Promise<void> {
       if (out !== '4950\n') throw new Error(`dsec step read ${JSON.stringify(out)}`);
       return { write, run, read, total: write + run + read };
     };
+    // Attribution: E2B's endpoints without its SDK (plain fetch, on the E2B sandbox), and dsec's SDK
+    // running the command the way E2B's SDK does (a login bash, on the dsec sandbox, over the input
+    // its own step wrote): the differences place the overhead.
+    const headers = { 'e2b-sandbox-id': e2b.sandboxId, 'x-access-token': (e2b as unknown as { envdAccessToken: string }).envdAccessToken };
+    const rawStep = async (n: number): Promise<Phases> => {
+      const [, write] = await timed(async () => {
+        const r = await fetch(`${server.url}/files?path=/root/raw-in-${n}.txt&username=root`, {
+          method: 'POST',
+          headers: { ...headers, 'content-type': 'application/octet-stream' },
+          body: INPUT,
+        });
+        if (r.status !== 200) throw new Error(`raw write: ${r.status}`);
+        await r.arrayBuffer();
+      });
+      const [, run] = await timed(async () => {
+        const r = await dsec.commands.run([
+          '/bin/bash',
+          '-l',
+          '-c',
+          `python3 -c '${SCRIPT.replace(/'/g, "'\\''")}' /root/in-${n}.txt > /root/raw-out-${n}.txt`,
+        ]);
+        if (r.exitCode !== 0) throw new Error(`login-shell step: ${r.stderr}`);
+      });
+      const [out, read] = await timed(async () =>
+        (await fetch(`${server.url}/files?path=/root/out-${n}.txt&username=root`, { headers })).text(),
+      );
+      if (out !== '4950\n') throw new Error(`raw step read ${JSON.stringify(out)}`);
+      return { write, run, read, total: write + run + read };
+    };
     // warm-up: first calls open connections and fill caches
     await e2bStep(-1);
     await dsecStep(-1);
-    const samples: { e2b: Phases[]; dsec: Phases[] } = { e2b: [], dsec: [] };
+    await rawStep(-1);
+    const samples: { e2b: Phases[]; dsec: Phases[]; attribution: Phases[] } = { e2b: [], dsec: [], attribution: [] };
     for (let n = 0; n < rounds; n++) {
       if (n % 2 === 0) {
         samples.e2b.push(await e2bStep(n));
@@ -86,16 +116,18 @@ async function main(): Promise<void> {
         samples.dsec.push(await dsecStep(n));
         samples.e2b.push(await e2bStep(n));
       }
+      samples.attribution.push(await rawStep(n));
     }
     await e2b.kill();
     await dsec.kill();
 
     const phases = ['write', 'run', 'read', 'total'] as const;
-    type Row = { e2bP50: number; dsecP50: number; e2bP95: number; dsecP95: number; ratioP50: number };
+    type Row = { e2bP50: number; dsecP50: number; e2bP95: number; dsecP95: number; ratioP50: number; attributionP50: number };
     const summary = Object.fromEntries(
       phases.map((p): [string, Row] => {
         const e = samples.e2b.map((s) => s[p]);
         const d = samples.dsec.map((s) => s[p]);
+        const a = samples.attribution.map((s) => s[p]);
         return [
           p,
           {
@@ -104,6 +136,7 @@ async function main(): Promise<void> {
             e2bP95: round2(quantile(e, 0.95)),
             dsecP95: round2(quantile(d, 0.95)),
             ratioP50: round2(quantile(e, 0.5) / quantile(d, 0.5)),
+            attributionP50: round2(quantile(a, 0.5)),
           },
         ];
       }),
@@ -124,12 +157,18 @@ async function main(): Promise<void> {
       '',
       'Step: write a 290-byte file, run `python3` over it writing its answer to a file, read the answer back. Milliseconds.',
       '',
-      '| phase | E2B p50 | dsec p50 | ratio (E2B/dsec) | E2B p95 | dsec p95 |',
-      '|---|---|---|---|---|---|',
+      '| phase | E2B SDK p50 | dsec SDK p50 | ratio (E2B/dsec) | E2B SDK p95 | dsec SDK p95 | attribution p50 |',
+      '|---|---|---|---|---|---|---|',
       ...phases.map(
         (p) =>
-          `| ${p} | ${summary[p].e2bP50} | ${summary[p].dsecP50} | ${summary[p].ratioP50} | ${summary[p].e2bP95} | ${summary[p].dsecP95} |`,
+          `| ${p} | ${summary[p].e2bP50} | ${summary[p].dsecP50} | ${summary[p].ratioP50} | ${summary[p].e2bP95} | ${summary[p].dsecP95} | ${summary[p].attributionP50} |`,
       ),
+      '',
+      "Attribution column: write and read are E2B's `/files` endpoint called with plain `fetch` (no E2B SDK), so E2B SDK − attribution",
+      "is the E2B SDK client's own cost and attribution − dsec SDK is the E2B server path (token and user lookup, the existence check",
+      "for ownership); run is dsec's SDK running the command as E2B's SDK does (`/bin/bash -l -c`, a login shell), so attribution −",
+      'dsec SDK is the login shell and E2B SDK − attribution is the E2B process path (a background process followed over a Connect',
+      'stream, and the SDK). The total row of the attribution column is their sum, not a step of its own.',
       '',
     ].join('\n');
     writeFileSync(`${base}.md`, md);

@@ -160,8 +160,9 @@ describe('E2B SDK against dsec', { skip: skipReason(), timeout: 900_000 }, () =>
     const big = Buffer.alloc(3 << 20, 'x');
     await sb.files.write('/tmp/streamed.txt', new Blob([big]).stream());
     assert.equal((await sb.files.getInfo('/tmp/streamed.txt')).size, big.length);
-    await sb.files.write('/tmp/gz.txt', 'zipped both ways', { gzip: true });
-    assert.equal(await sb.files.read('/tmp/gz.txt', { gzip: true }), 'zipped both ways');
+    const zipped = 'zipped both ways\n'.repeat(200);
+    await sb.files.write('/tmp/gz.txt', zipped, { gzip: true });
+    assert.equal(await sb.files.read('/tmp/gz.txt', { gzip: true }), zipped);
     await sb.files.write([
       { path: '/tmp/multi/a.txt', data: 'A' },
       { path: '/tmp/multi/b.txt', data: 'B' },

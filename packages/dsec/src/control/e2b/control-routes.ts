@@ -6,8 +6,11 @@ import type { ControlPlane } from '../control-plane.js';
 import type { StateStore } from '../state-store.js';
 import { ENVD_VERSION, LABEL, newAccessToken } from './sandbox-access.js';
 
-/** E2B's default sandbox timeout when the create request names none (its API says 15 s). */
-const DEFAULT_TIMEOUT_S = 15;
+/**
+ * A sandbox's timeout when the create request names none: five minutes, the default E2B's
+ * documentation gives (SDK 2.x sends no timeout of its own when the caller gives none).
+ */
+const DEFAULT_TIMEOUT_S = 300;
 const MAX_TIMEOUT_S = 30 * 86400;
 const PAGE_MAX = 100;
 

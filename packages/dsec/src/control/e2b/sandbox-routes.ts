@@ -13,6 +13,9 @@ import { resolvePath, userFromAuthorization, type SandboxUsers } from './sandbox
 /** Where sandbox-side requests are routed once `E2b-Sandbox-Id` has been seen (see e2bRewriteUrl). */
 export const SANDBOX_PREFIX = '/e2b-sandbox';
 
+/** Files smaller than this are sent uncompressed even to a client that accepts gzip. */
+const GZIP_MIN_BYTES = 1024;
+
 /** Multipart framing around a file of MAX_FILE_BYTES. */
 const BODY_LIMIT = MAX_FILE_BYTES + (1 << 20);
 
@@ -106,7 +109,8 @@ export function registerSandboxRoutes(
       void reply
         .type('application/octet-stream')
         .header('content-disposition', `attachment; filename="${encodeURIComponent(posix.basename(rawPath))}"`);
-      if (/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? '')) && data.length > 0)
+      // Small files go as they are: fetch asks for gzip on every request, and inflating costs more than it saves.
+      if (/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? '')) && data.length >= GZIP_MIN_BYTES)
         return reply.header('content-encoding', 'gzip').send(gzipSync(data));
       return reply.send(data);
     } catch (err) {
