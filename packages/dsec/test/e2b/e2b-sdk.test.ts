@@ -310,6 +310,22 @@ describe('E2B SDK against dsec', { skip: skipReason(), timeout: 900_000 }, () =>
     }
   });
 
+  test('sandbox timeouts: past its timeout a sandbox is killed, or paused with onTimeout pause', async (t) => {
+    if (noBase) return t.skip(noBase);
+    const short = await Sandbox.create('base', { timeoutMs: 1000 });
+    const napper = await Sandbox.create('base', { timeoutMs: 1000, lifecycle: { onTimeout: 'pause' } });
+    try {
+      await eventually('the short sandbox is gone', async () => !(await short.isRunning()));
+      await assert.rejects(Sandbox.getInfo(short.sandboxId), SandboxNotFoundError);
+      await eventually('the napper is paused', async () => (await Sandbox.getInfo(napper.sandboxId)).state === 'paused');
+      const awake = await Sandbox.connect(napper.sandboxId, { timeoutMs: 60_000 });
+      assert.equal((await awake.commands.run('echo awake')).stdout, 'awake\n');
+    } finally {
+      await Sandbox.kill(napper.sandboxId);
+      await server.dsec.control.kill(short.sandboxId).catch(() => undefined); // its stopped record
+    }
+  });
+
   test('kill during a run fails the run; the sandbox is then not found', async (t) => {
     if (noBase) return t.skip(noBase);
     const doomed = await Sandbox.create('base', { timeoutMs: 120_000 });
