@@ -14,6 +14,7 @@ import { ApiError } from '../api-error.js';
 import type { EdgeApi, EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
 import type { ImageId, ImageStore } from '../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
+import { CACHE_KEY_LABEL } from '../image/builders/builder.js';
 import type { StateStore } from './state-store.js';
 import { replayEntries } from './replay.js';
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
@@ -242,7 +243,9 @@ export class ControlPlane {
     }
     const snap = await this.#edge(s.edge).snapshotSandbox(id, req.scrub ? { scrub: req.scrub } : {});
     const layers = snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers;
-    const imageId = this.images.put({ layers, config: snap.config });
+    // A snapshot is not a builder's output: it must not carry the builder's cache key.
+    const { [CACHE_KEY_LABEL]: _key, ...labels } = snap.config.labels;
+    const imageId = this.images.put({ layers, config: { ...snap.config, labels } });
     if (req.name) this.images.tag(req.name, imageId);
     return { imageId, layers, layerAdded: snap.layer !== null, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats };
   }

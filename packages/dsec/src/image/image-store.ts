@@ -45,6 +45,8 @@ export function defaultImageConfig(overrides: Partial<ImageConfig> = {}): ImageC
 export class ImageStore {
   readonly dir: string;
   readonly refsDir: string;
+  /** `builds/<cache key>` → the image id a builder made from those inputs (see recordBuild). */
+  readonly buildsDir: string;
 
   constructor(
     root: string,
@@ -52,7 +54,9 @@ export class ImageStore {
   ) {
     this.dir = join(root, 'images');
     this.refsDir = join(this.dir, 'refs');
+    this.buildsDir = join(this.dir, 'builds');
     mkdirSync(this.refsDir, { recursive: true });
+    mkdirSync(this.buildsDir, { recursive: true });
   }
 
   /** Stores a manifest (idempotent) and returns its id. */
@@ -119,6 +123,27 @@ export class ImageStore {
   remove(id: ImageId): void {
     for (const [name, target] of this.#refs()) if (target === id) this.untag(name);
     rmSync(this.#file(id), { force: true });
+  }
+
+  /**
+   * Remembers that a builder made image `id` from inputs hashing to `cacheKey`. A build trusts a
+   * name only when it still points at the image recorded here: a name that a snapshot, an import
+   * or `dsec image rm` re-pointed is not the builder's output, whatever labels its config carries.
+   */
+  recordBuild(cacheKey: string, id: ImageId): void {
+    if (!/^[0-9a-f]{64}$/.test(cacheKey)) throw new Error(`invalid build cache key ${JSON.stringify(cacheKey)}`);
+    writeFileAtomic(join(this.buildsDir, cacheKey), id);
+  }
+
+  /** The image a builder last made from `cacheKey`, if it still exists. */
+  builtFrom(cacheKey: string): ImageId | undefined {
+    if (!/^[0-9a-f]{64}$/.test(cacheKey)) return undefined;
+    try {
+      const id = readFileSync(join(this.buildsDir, cacheKey), 'utf8').trim() as ImageId;
+      return existsSync(this.#file(id)) ? id : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** Every layer any stored image refers to. */

@@ -2,10 +2,28 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { buildErofs, type ErofsBuildOptions } from '../erofs.js';
-import type { ImageId, ImageStore } from '../image-store.js';
+import { isImageName, type ImageId, type ImageStore } from '../image-store.js';
 
-/** Label holding a builder's cache key: same inputs, same key, no rebuild. */
+/**
+ * Label holding a builder's cache key, for people reading an image's config. The cache itself is
+ * the store's build record (ImageStore.recordBuild), which a label copied into a snapshot or an
+ * imported image cannot fake.
+ */
 export const CACHE_KEY_LABEL = 'dsec.build.key';
+
+/** A build argument that is wrong before any work starts (a bad name, an unknown builder). */
+export class BuildInputError extends Error {
+  override readonly name = 'BuildInputError';
+}
+
+/** Throws BuildInputError unless `name` is a valid image name; call before any build work. */
+export function checkImageName(name: string): void {
+  if (!isImageName(name)) {
+    throw new BuildInputError(
+      `invalid image name ${JSON.stringify(name)}: use lower-case letters, digits, '.', '_' and '-' (up to 63), optionally :tag (e.g. py:3.11)`,
+    );
+  }
+}
 
 export type Progress = (message: string) => void;
 
@@ -29,8 +47,9 @@ export async function buildSingleLayerImage(opts: {
   fill: (rootDir: string) => Promise<void>;
 }): Promise<BuiltImage> {
   const { store, name, cacheKey, progress } = opts;
+  checkImageName(name);
   const existing = store.resolve(name);
-  if (existing && store.get(existing)?.config.labels[CACHE_KEY_LABEL] === cacheKey) {
+  if (existing && existing === store.builtFrom(cacheKey)) {
     progress(`image ${name} is up to date (${existing.slice(0, 19)})`);
     return { id: existing, name, cached: true };
   }
@@ -44,6 +63,7 @@ export async function buildSingleLayerImage(opts: {
     const layer = await store.layers.add(blob);
     const config = { ...opts.config, labels: { ...opts.config.labels, [CACHE_KEY_LABEL]: cacheKey } };
     const id = store.put({ layers: [layer], config });
+    store.recordBuild(cacheKey, id);
     store.tag(name, id);
     progress(`image ${name} built: ${id.slice(0, 19)} (layer ${layer.slice(0, 19)}, ${store.layers.size(layer)} bytes)`);
     return { id, name, cached: false };
