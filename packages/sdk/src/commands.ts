@@ -1,15 +1,25 @@
-import type { ExecRequest, ExecResult, ProcessInfo, ProcessOutput, SignalRequest, StartProcessRequest } from './schema/index.js';
-import type { CallOptions, Connection } from './connection.js';
+import {
+  DEFAULT_EXEC_TIMEOUT_MS, ExecRequest, type ExecResult, type ProcessInfo, type ProcessOutput, type SignalRequest, StartProcessRequest,
+} from './schema/index.js';
+import { type CallOptions, type Connection, abortedError } from './connection.js';
 import { CommandExitError, DsecError } from './errors.js';
 import { readNdjson } from './ndjson.js';
+import { checkBody, checkCmd, checkOptionalInt, checkSignal } from './validate.js';
 
 /**
- * `timeoutMs` is the command's own timeout (it is killed, and the result says timedOut); the HTTP
- * call waits that long plus a margin, or `requestTimeoutMs` when given.
+ * Options of `commands.run` and `commands.stream`, besides the request fields:
+ * - `timeoutMs`: the command's own timeout; past it the command's whole process tree is killed
+ *   and the result says `timedOut: true`, exit code 137. @default 60000 (60 s)
+ * - `maxOutputBytes`: bytes kept per stream; past it bytes are counted, not kept (`truncated`).
+ *   @default 1048576 (1 MiB); at most 64 MiB. A stream with `uncapped: true` sends every byte.
+ * - `encoding`: `'utf8'` text, or `'base64'` for the exact bytes. @default 'utf8'
+ * - `cwd`: absolute working directory. @default the image's
+ * The HTTP call waits for the command: `timeoutMs` plus a margin, or `requestTimeoutMs` when given.
  */
 export type RunOptions = Omit<ExecRequest, 'cmd'> & {
+    /** Aborts the call (and so kills the command); the call then fails with AbortedError, or TimeoutError for AbortSignal.timeout(). */
     signal?: AbortSignal;
-    /** Deadline of the HTTP call itself. @default timeoutMs + 10 s */
+    /** Deadline of the HTTP call itself. @default timeoutMs + 10 s (70 s with the default timeoutMs) */
     requestTimeoutMs?: number;
     /** Throw CommandExitError when the exit code is not 0. @default false */
     throwOnError?: boolean;
@@ -20,11 +30,17 @@ export type RunOptions = Omit<ExecRequest, 'cmd'> & {
 
 export type StreamEvent = { type: 'stdout' | 'stderr'; data: Uint8Array } | ({ type: 'exit' } & Omit<ExecResult, 'stdout' | 'stderr'>);
 
-const DEFAULT_TIMEOUT = 60_000;
-
 /** The HTTP call waits for the command: give it a margin over the command's own timeout. */
 function callTimeout(req: { timeoutMs?: number | undefined }, requestTimeoutMs: number | undefined): number {
-  return requestTimeoutMs ?? (req.timeoutMs ?? DEFAULT_TIMEOUT) + 10_000;
+  return requestTimeoutMs ?? (req.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS) + 10_000;
+}
+
+/** The checks every command call makes before sending anything. */
+function checkExec(cmd: unknown, body: unknown, opts: { signal?: unknown; requestTimeoutMs?: unknown }, what: string): void {
+  checkCmd(cmd);
+  checkSignal(opts.signal);
+  checkOptionalInt(opts.requestTimeoutMs, 'requestTimeoutMs', 1);
+  checkBody(what === 'commands.start' ? StartProcessRequest : ExecRequest, body, what);
 }
 
 /** A background process: poll its output, wait, signal, feed stdin. */
@@ -100,6 +116,7 @@ export class Commands {
   async run(cmd: string | string[], opts: RunOptions = {}): Promise<ExecResult> {
     const { signal, requestTimeoutMs, throwOnError, onStdout, onStderr, ...rest } = opts;
     const body: ExecRequest = { cmd, ...rest };
+    checkExec(cmd, body, opts, 'commands.run');
     let result: ExecResult;
     if (onStdout || onStderr) {
       const enc = body.encoding ?? 'utf8';
@@ -130,16 +147,19 @@ export class Commands {
   async *stream(cmd: string | string[], opts: Omit<RunOptions, 'throwOnError' | 'onStdout' | 'onStderr'> = {}): AsyncGenerator<StreamEvent> {
     const { signal, requestTimeoutMs, ...rest } = opts;
     const body: ExecRequest = { cmd, ...rest };
-    const res = await this.conn.request('POST', `/v1/sandboxes/${this.id}/exec`, {
-      json: body,
-      signal,
-      timeoutMs: callTimeout(body, requestTimeoutMs),
-      accept: 'application/x-ndjson',
-    });
+    checkExec(cmd, body, opts, 'commands.stream');
+    const timeoutMs = callTimeout(body, requestTimeoutMs);
+    const path = `/v1/sandboxes/${this.id}/exec`;
+    const res = await this.conn.request('POST', path, { json: body, signal, timeoutMs, accept: 'application/x-ndjson' });
     if (!res.body) return;
-    for await (const line of readNdjson<{ type: string; data?: string } & Record<string, unknown>>(res.body)) {
-      if (line.type === 'stdout' || line.type === 'stderr') yield { type: line.type, data: Buffer.from(line.data ?? '', 'base64') };
-      else if (line.type === 'exit') yield line as unknown as StreamEvent;
+    try {
+      for await (const line of readNdjson<{ type: string; data?: string } & Record<string, unknown>>(res.body)) {
+        if (line.type === 'stdout' || line.type === 'stderr') yield { type: line.type, data: Buffer.from(line.data ?? '', 'base64') };
+        else if (line.type === 'exit') yield line as unknown as StreamEvent;
+      }
+    } catch (err) {
+      // The deadline or the caller's signal can fire while the body streams, not only before.
+      throw abortedError(err, 'POST', path, timeoutMs, signal) ?? err;
     }
   }
 
@@ -150,7 +170,9 @@ export class Commands {
     opts: Omit<StartProcessRequest, 'cmd'> & { signal?: AbortSignal; requestTimeoutMs?: number } = {},
   ): Promise<ProcessHandle> {
     const { signal, requestTimeoutMs, ...rest } = opts;
-    const info = await this.conn.json<ProcessInfo>('POST', `/v1/sandboxes/${this.id}/processes`, { json: { cmd, ...rest }, signal, timeoutMs: requestTimeoutMs });
+    const body = { cmd, ...rest };
+    checkExec(cmd, body, opts, 'commands.start');
+    const info = await this.conn.json<ProcessInfo>('POST', `/v1/sandboxes/${this.id}/processes`, { json: body, signal, timeoutMs: requestTimeoutMs });
     return new ProcessHandle(this.conn, this.id, info);
   }
 

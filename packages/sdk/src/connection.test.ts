@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { Connection, resolveConnection } from './connection.js';
-import { AuthError, DsecError, NotFoundError, TimeoutError } from './errors.js';
+import { AbortedError, AuthError, DsecError, NotFoundError, TimeoutError } from './errors.js';
 
 /** Runs `fn` with some environment variables set (undefined: unset), then restores them. */
 function withEnv<T>(vars: Record<string, string | undefined>, fn: () => T): T {
@@ -77,6 +77,8 @@ describe('resolveConnection', () => {
         assert.ok(err instanceof DsecError);
         assert.equal(err.code, 'NOT_CONFIGURED');
         assert.match(err.message, /DSEC_URL/);
+        assert.match(err.message, /DSEC_DATA_DIR/, 'a custom data dir user must learn which variable points at it');
+        assert.ok(err.message.includes(join(dir, 'missing', 'client.json')), err.message);
         return true;
       });
     });
@@ -168,17 +170,36 @@ describe('Connection against a local HTTP server', () => {
     await assert.rejects(conn().json('GET', '/v1/x'), (err: unknown) => err instanceof AuthError && err.code === 'HTTP_401');
   });
 
-  test('a call that takes longer than timeoutMs fails with TimeoutError (TIMEOUT)', async () => {
+  test('a call that takes longer than timeoutMs fails with TimeoutError (TIMEOUT) naming that deadline', async () => {
     reply = () => {}; // never answers
-    await assert.rejects(conn().json('GET', '/v1/slow', { timeoutMs: 50 }), (err: unknown) => err instanceof TimeoutError && err.code === 'TIMEOUT');
+    await assert.rejects(
+      conn().json('GET', '/v1/slow', { timeoutMs: 50 }),
+      (err: unknown) => err instanceof TimeoutError && err.code === 'TIMEOUT' && /did not finish within 50 ms/.test(err.message),
+    );
   });
 
-  test('an aborted signal fails the call with TimeoutError', async () => {
+  test("the caller's AbortController fails the call with AbortedError (ABORTED) giving the reason, not a timeout", async () => {
     reply = () => {};
     const ac = new AbortController();
     const pending = conn().json('GET', '/v1/slow', { signal: ac.signal });
-    ac.abort();
-    await assert.rejects(pending, TimeoutError);
+    ac.abort(new Error('user pressed stop'));
+    await assert.rejects(pending, (err: unknown) => {
+      assert.ok(err instanceof AbortedError, String(err));
+      assert.equal(err.code, 'ABORTED');
+      assert.match(err.message, /aborted by the caller's signal \(user pressed stop\)/);
+      return true;
+    });
+  });
+
+  test("the caller's AbortSignal.timeout(…) says the signal timed out, not the call's own 120000 ms deadline", async () => {
+    reply = () => {};
+    await assert.rejects(conn().json('GET', '/v1/slow', { signal: AbortSignal.timeout(50) }), (err: unknown) => {
+      assert.ok(err instanceof TimeoutError, String(err));
+      assert.equal(err.code, 'ABORTED');
+      assert.match(err.message, /the caller's signal timed out/);
+      assert.doesNotMatch(err.message, /120000/);
+      return true;
+    });
   });
 
   test('a server that is not there → DsecError UNREACHABLE naming the url', async () => {

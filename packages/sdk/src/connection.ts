@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DsecError, TimeoutError, errorFromWire } from './errors.js';
+import { AbortedError, DsecError, TimeoutError, errorFromWire } from './errors.js';
 
 /** Where dsec keeps its state unless told otherwise; `dsec up` writes client.json there. */
 export const DEFAULT_DATA_DIR = '/var/lib/dsec';
@@ -16,9 +16,33 @@ export interface ConnectionOptions {
 
 /** Options every call accepts. */
 export interface CallOptions {
+  /** Aborts the call: it fails with AbortedError (TimeoutError when the signal's reason is a timeout, as with AbortSignal.timeout()). */
   signal?: AbortSignal;
-  /** Fail the call with TimeoutError after this long. */
+  /** Fail the call with TimeoutError after this long. @default the connection's requestTimeoutMs (120000) */
   timeoutMs?: number;
+}
+
+/**
+ * The error for a call that was cut short: by the caller's own signal (AbortedError, or
+ * TimeoutError naming the signal when its reason is a timeout), or by the call's deadline
+ * (TimeoutError naming the deadline). Undefined when `err` is not an abort.
+ */
+export function abortedError(err: unknown, method: string, path: string, timeoutMs: number, signal: AbortSignal | undefined): DsecError | undefined {
+  if (err instanceof DsecError) return err;
+  // fetch rejects with the signal's reason itself when the caller gave one, whatever it is.
+  if (signal?.aborted) {
+    const reason: unknown = signal.reason;
+    if (reason instanceof Error && reason.name === 'TimeoutError') {
+      return new TimeoutError(`${method} ${path} was aborted: the caller's signal timed out (${reason.message})`, 'ABORTED', undefined, { by: 'signal' });
+    }
+    const why = reason instanceof Error ? reason.message : reason === undefined ? 'no reason given' : String(reason);
+    return new AbortedError(`${method} ${path} was aborted by the caller's signal (${why})`, 'ABORTED', undefined, { by: 'signal' });
+  }
+  if (!(err instanceof Error) || (err.name !== 'TimeoutError' && err.name !== 'AbortError')) return undefined;
+  return new TimeoutError(`${method} ${path} did not finish within ${timeoutMs} ms (the call's timeoutMs / requestTimeoutMs)`, 'TIMEOUT', undefined, {
+    by: 'timeout',
+    timeoutMs,
+  });
 }
 
 interface ClientFile {
@@ -45,10 +69,14 @@ export function resolveConnection(opts: ConnectionOptions = {}): Required<Connec
     apiKey ??= file.apiKey;
   }
   if (url === undefined || apiKey === undefined) {
+    const dir = process.env['DSEC_DATA_DIR'] ?? DEFAULT_DATA_DIR;
+    const missing = [url === undefined ? 'url' : '', apiKey === undefined ? 'apiKey' : ''].filter(Boolean).join(' and ');
     throw new DsecError(
-      'no dsec server configured: set DSEC_URL and DSEC_API_KEY, or start one with `dsec up` (it writes client.json)',
+      `no dsec server configured (no ${missing}): pass { url, apiKey }, set DSEC_URL and DSEC_API_KEY, or set DSEC_DATA_DIR to the data dir of a running \`dsec up\` ` +
+        `(it writes client.json there; looked in ${join(dir, 'client.json')}${process.env['DSEC_DATA_DIR'] === undefined ? ', the default data dir' : ''})`,
       'NOT_CONFIGURED',
       undefined,
+      { clientFile: join(dir, 'client.json') },
     );
   }
   return { url: url.replace(/\/+$/, ''), apiKey, requestTimeoutMs: opts.requestTimeoutMs ?? 120_000 };
@@ -100,9 +128,8 @@ export class Connection {
     try {
       res = await fetch(url, { method, headers, body, signal: AbortSignal.any(signals) });
     } catch (err) {
-      if (err instanceof Error && (err.name === 'TimeoutError' || err.name === 'AbortError')) {
-        throw new TimeoutError(`${method} ${path} did not finish within ${timeoutMs} ms or was aborted`, 'TIMEOUT', undefined);
-      }
+      const aborted = abortedError(err, method, path, timeoutMs, init.signal);
+      if (aborted) throw aborted;
       throw new DsecError(`cannot reach dsec at ${this.url}: ${(err as Error).message}`, 'UNREACHABLE', undefined);
     }
     if (!res.ok) {
@@ -120,6 +147,10 @@ export class Connection {
   async json<T>(method: string, path: string, init: Parameters<Connection['request']>[2] = {}): Promise<T> {
     const res = await this.request(method, path, init);
     if (res.status === 204) return undefined as T;
-    return (await res.json()) as T;
+    try {
+      return (await res.json()) as T;
+    } catch (err) {
+      throw abortedError(err, method, path, init.timeoutMs ?? this.#timeoutMs, init.signal) ?? err;
+    }
   }
 }

@@ -60,9 +60,17 @@ export class ConflictError extends DsecError {
 export class InvalidRequestError extends DsecError {
   override readonly name = 'InvalidRequestError';
 }
-/** The call did not finish within `timeoutMs`, or its signal aborted it. */
+/**
+ * The call did not finish within its deadline (`code: 'TIMEOUT'`, `details.timeoutMs`), or the
+ * caller's signal timed out (`code: 'ABORTED'`, e.g. AbortSignal.timeout()).
+ */
 export class TimeoutError extends DsecError {
   override readonly name = 'TimeoutError';
+}
+
+/** The caller's signal aborted the call (`signal.reason` is in the message). */
+export class AbortedError extends DsecError {
+  override readonly name = 'AbortedError';
 }
 
 /** Thrown by `commands.run(..., { throwOnError: true })` when a command exits non-zero. */

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, beforeEach, describe, test } from 'node:test';
-import { CommandExitError } from './errors.js';
+import { CommandExitError, InvalidRequestError } from './errors.js';
 import { Sandbox } from './sandbox.js';
 
 interface Seen {
@@ -151,4 +151,63 @@ describe('SDK requests', () => {
     assert.deepEqual([...bytes], [0, 1, 255]);
     assert.equal(seen.at(-1)!.query.get('path'), '/etc/x');
   });
+
+  // --- checks at the SDK's edge: JavaScript callers' wrong types fail before anything is sent ---
+
+  /** Calls `fn` as untyped JavaScript would and expects an InvalidRequestError naming `field`, with no request sent. */
+  const refused = async (fn: (sb: Sandbox) => Promise<unknown>, field: string, message: RegExp): Promise<void> => {
+    const sb = await Sandbox.connect(INFO.id, opts());
+    const before = seen.length;
+    await assert.rejects(fn(sb), (err: unknown) => {
+      assert.ok(err instanceof InvalidRequestError, `expected InvalidRequestError, got ${String(err)}`);
+      assert.equal(err.code, 'INVALID_REQUEST');
+      assert.equal(err.details['field'], field);
+      assert.match(err.message, message);
+      return true;
+    });
+    assert.equal(seen.length, before, 'a request was sent');
+  };
+  /* eslint-disable @typescript-eslint/no-explicit-any -- these calls are what untyped JavaScript passes */
+
+  test("commands.run('echo hi', {timeoutMs: '5000'}) → InvalidRequestError naming timeoutMs", async () => {
+    await refused((sb) => sb.commands.run('echo hi', { timeoutMs: '5000' as any }), 'timeoutMs', /timeoutMs must be integer, got the string "5000"/);
+  });
+
+  test('commands.run(123) → InvalidRequestError naming cmd, not sh -c 123', async () => {
+    await refused((sb) => sb.commands.run(123 as any), 'cmd', /cmd must be a shell command string or an argv array of strings, got number 123/);
+  });
+
+  test('commands.run with an argv holding a number → names the item', async () => {
+    await refused((sb) => sb.commands.run(['echo', 5 as any]), 'cmd[1]', /must be a string/);
+  });
+
+  test('commands.run with an unknown option (timeout for timeoutMs) → names it', async () => {
+    await refused((sb) => sb.commands.run('true', { timeout: 5 } as any), 'timeout', /timeout is not an option of commands.run/);
+  });
+
+  test('commands.stream and commands.start check too', async () => {
+    await refused((sb) => sb.commands.stream('true', { maxOutputBytes: -1 }).next(), 'maxOutputBytes', /maxOutputBytes must be/);
+    await refused((sb) => sb.commands.start({ cmd: 'x' } as any), 'cmd', /got an object/);
+  });
+
+  test('files.write(p, {a: 1}) → InvalidRequestError, not a file holding [object Object]', async () => {
+    await refused((sb) => sb.files.write('/tmp/x', { a: 1 } as any), 'data', /data must be a string or a Uint8Array \(Buffer\), got an object \(Object\); serialize objects first/);
+  });
+
+  test('files calls with a path that is not a string → InvalidRequestError naming path', async () => {
+    await refused((sb) => sb.files.read(undefined as any), 'path', /path must be a non-empty string, got undefined/);
+    await refused((sb) => sb.files.write('', 'x'), 'path', /non-empty/);
+    await refused((sb) => sb.files.write('/x', 'x', { mode: '755' as any }), 'mode', /whole number/);
+  });
+
+  test('setNetwork with an unknown mode lists the modes', async () => {
+    await refused((sb) => sb.setNetwork({ mode: 'closed' } as any), 'mode', /mode must be one of "none", "allow", "open", got the string "closed"/);
+  });
+
+  test('Sandbox.create with a string memory limit → InvalidRequestError before any request', async () => {
+    const before = seen.length;
+    await assert.rejects(Sandbox.create({ ...opts(), resources: { memoryMiB: '64' as any } }), (err: unknown) => err instanceof InvalidRequestError && err.details['field'] === 'resources.memoryMiB');
+    assert.equal(seen.length, before);
+  });
+  /* eslint-enable @typescript-eslint/no-explicit-any */
 });

@@ -1,7 +1,8 @@
-import type {
-  CreateSandboxRequest, ForkResult, NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, ReplayResult, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
-  Trajectory,
+import {
+  CreateSandboxRequest, type ForkResult, NetworkPolicyRequest, type NetworkPolicyResult, type NetworkPolicyState, type ReplayResult, type SandboxInfo, type SandboxList,
+  SnapshotRequest, type SnapshotResult, type Trajectory,
 } from './schema/index.js';
+import { checkBody, checkOptionalInt, checkPath } from './validate.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
@@ -35,8 +36,9 @@ export class Sandbox {
    */
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
     const { url, apiKey, requestTimeoutMs, signal, timeoutMs, ...spec } = opts;
-    const conn = new Connection({ url, apiKey, requestTimeoutMs });
     const body: CreateSandboxRequest = { ...spec, image: spec.image ?? 'busybox' };
+    checkBody(CreateSandboxRequest, body, 'Sandbox.create');
+    const conn = new Connection({ url, apiKey, requestTimeoutMs });
     const info = await conn.json<SandboxInfo>('POST', '/v1/sandboxes', { json: body, signal, timeoutMs });
     return new Sandbox(conn, info);
   }
@@ -90,6 +92,7 @@ export class Sandbox {
    * @example await sb.setNetwork({ mode: 'allow', allow: ['deb.debian.org:80'] }); … await sb.setNetwork({ mode: 'none' });
    */
   async setNetwork(policy: NetworkPolicyRequest, opts: CallOptions = {}): Promise<NetworkPolicyResult> {
+    checkBody(NetworkPolicyRequest, policy, 'setNetwork');
     return this.conn.json<NetworkPolicyResult>('PUT', `/v1/sandboxes/${this.id}/network`, { json: policy, ...opts });
   }
 
@@ -115,12 +118,14 @@ export class Sandbox {
    */
   async snapshot(opts: SnapshotRequest & CallOptions = {}): Promise<SnapshotResult> {
     const { signal, timeoutMs, ...body } = opts;
+    checkBody(SnapshotRequest, body, 'snapshot');
     return this.conn.json<SnapshotResult>('POST', `/v1/sandboxes/${this.id}/snapshot`, { json: body, signal, timeoutMs: timeoutMs ?? 600_000 });
   }
 
   /** One snapshot, then `count` new sandboxes from it: rollouts from the same state. */
   async fork(count: number, opts: CallOptions & { labels?: Record<string, string> } = {}): Promise<{ sandboxes: Sandbox[]; result: ForkResult }> {
     const { signal, timeoutMs, labels } = opts;
+    checkOptionalInt(count, 'count', 1);
     const result = await this.conn.json<ForkResult>('POST', `/v1/sandboxes/${this.id}/fork`, {
       json: labels ? { count, labels } : { count },
       signal,
@@ -129,8 +134,18 @@ export class Sandbox {
     return { sandboxes: result.sandboxes.map((i) => new Sandbox(this.conn, i)), result };
   }
 
-  /** Kills the sandbox and removes everything it had. */
+  /**
+   * Kills the sandbox and removes everything it had. Idempotent: killing a sandbox that is
+   * already killed or gone succeeds, so `finally { await sb.kill() }` is safe.
+   */
   async kill(opts: CallOptions = {}): Promise<void> {
     await this.conn.json<void>('DELETE', `/v1/sandboxes/${this.id}`, opts);
+  }
+
+  /** Kills a sandbox by id without connecting first; idempotent like `kill()`. */
+  static async kill(id: string, opts: ConnectionOptions & CallOptions = {}): Promise<void> {
+    const { signal, timeoutMs, ...connOpts } = opts;
+    checkPath(id, 'id');
+    await new Connection(connOpts).json<void>('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}`, { signal, timeoutMs });
   }
 }
