@@ -128,12 +128,19 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
   });
 
   test('the SDK maps a 400 to InvalidRequestError with details', async () => {
+    // A check only the server makes (the SDK checks the schema before sending).
     const err = await expectSdkError(
-      Sandbox.create({ ...server.conn, resources: { memoryMiB: 1 } }),
+      Sandbox.create({ ...server.conn, network: { mode: 'allow', allow: [] } }),
       InvalidRequestError,
       'INVALID_REQUEST',
     );
     assert.equal(err.status, 400);
+    assert.equal(err.details['field'], 'allow');
+  });
+
+  test('the SDK refuses what the schema refuses before sending: InvalidRequestError naming the field, no status', async () => {
+    const err = await expectSdkError(Sandbox.create({ ...server.conn, resources: { memoryMiB: 1 } }), InvalidRequestError, 'INVALID_REQUEST');
+    assert.equal(err.status, undefined);
     assert.equal(err.details['field'], 'resources.memoryMiB');
   });
 
@@ -148,9 +155,9 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
     expectWireError(await call(server, 'PUT', `/v1/sandboxes/${UNKNOWN_ID}/files?path=/tmp/x`, { body: 'x' }), 404, 'SANDBOX_NOT_FOUND');
   });
 
-  test('inspect and kill of an unknown sandbox → 404 SANDBOX_NOT_FOUND', async () => {
+  test('inspect of an unknown sandbox → 404 SANDBOX_NOT_FOUND; kill of one → 204 (kill is idempotent: gone is gone)', async () => {
     expectWireError(await call(server, 'GET', `/v1/sandboxes/${UNKNOWN_ID}`), 404, 'SANDBOX_NOT_FOUND');
-    expectWireError(await call(server, 'DELETE', `/v1/sandboxes/${UNKNOWN_ID}`), 404, 'SANDBOX_NOT_FOUND');
+    assert.equal((await call(server, 'DELETE', `/v1/sandboxes/${UNKNOWN_ID}`)).status, 204);
   });
 
   test('exec on a killed sandbox → 404 SANDBOX_NOT_FOUND', async () => {
@@ -230,13 +237,47 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
 
   // --- path params ----------------------------------------------------------------------------
 
-  test('a malformed sandbox id in the path → 400 INVALID_REQUEST', async () => {
-    for (const id of ['not-an-id', 'sb-UPPER-abcdef', 'sb-local-ab', '..%2F..%2Fetc', 'sb-local-abcdef%00']) {
-      expectWireError(await call(server, 'GET', `/v1/sandboxes/${id}`), 400, 'INVALID_REQUEST');
+  test('a sandbox id that could never be one in the path → 400 INVALID_REQUEST saying what ids look like (no regex)', async () => {
+    for (const id of ['sb-UPPER-abcdef', '..%2F..%2Fetc', 'sb-local-abcdef%00', 'a_b']) {
+      const e = expectWireError(await call(server, 'GET', `/v1/sandboxes/${id}`), 400, 'INVALID_REQUEST');
+      assert.match(e.message, /ids look like sb-<edge>-/);
+      assert.doesNotMatch(e.message, /\^sb-/, 'the message quotes the pattern');
       expectWireError(await call(server, 'DELETE', `/v1/sandboxes/${id}`), 400, 'INVALID_REQUEST');
       expectWireError(await exec({ cmd: 'true' }, id), 400, 'INVALID_REQUEST');
       expectWireError(await call(server, 'GET', `/v1/sandboxes/${id}/files?path=/etc/passwd`), 400, 'INVALID_REQUEST');
     }
+  });
+
+  test('an id of id characters that no sandbox has (a typo, a wrong length) → 404 SANDBOX_NOT_FOUND', async () => {
+    for (const id of ['sb-local-nope', 'not-an-id', 'sb-local-ab']) {
+      expectWireError(await call(server, 'GET', `/v1/sandboxes/${id}`), 404, 'SANDBOX_NOT_FOUND');
+      expectWireError(await exec({ cmd: 'true' }, id), 404, 'SANDBOX_NOT_FOUND');
+    }
+    await expectSdkError(Sandbox.connect('sb-local-nope', server.conn), NotFoundError, 'SANDBOX_NOT_FOUND');
+  });
+
+  test("network mode 'closed' → 400 listing none, allow, open; allow with no entries → 400 naming allow", async () => {
+    const bad = expectWireError(await call(server, 'PUT', `/v1/sandboxes/${sb.id}/network`, { json: { mode: 'closed' } }), 400, 'INVALID_REQUEST');
+    assert.match(bad.message, /mode must be one of "none", "allow", "open"/);
+    for (const body of [{ mode: 'allow' }, { mode: 'allow', allow: [] }]) {
+      const e = expectWireError(await call(server, 'PUT', `/v1/sandboxes/${sb.id}/network`, { json: body }), 400, 'INVALID_REQUEST');
+      assert.equal(e.details['field'], 'allow');
+      assert.match(e.message, /needs at least one allow entry/);
+    }
+  });
+
+  test('a cwd that does not exist (or is a file) → 400 naming cwd, not exit 255 with crun text in stderr', async () => {
+    for (const [cwd, what] of [['/nope', /does not exist/], ['/etc/passwd', /is not a directory/]] as const) {
+      const e = expectWireError(await exec({ cmd: 'pwd', cwd }), 400, 'INVALID_REQUEST');
+      assert.equal(e.details['field'], 'cwd');
+      assert.match(e.message, what);
+    }
+  });
+
+  test('a file over 64 MiB → 413 stating the limit', async () => {
+    const e = expectWireError(await call(server, 'PUT', `/v1/sandboxes/${sb.id}/files?path=/tmp/big`, { body: new Uint8Array((64 << 20) + 1) }), 413, 'PAYLOAD_TOO_LARGE');
+    assert.match(e.message, /64 MiB limit/);
+    assert.equal(e.details['limit'], 64 << 20);
   });
 
   // --- exec -----------------------------------------------------------------------------------

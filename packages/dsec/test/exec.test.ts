@@ -2,7 +2,7 @@
 /** Running commands in a sandbox: output, env, cwd, argv, stdin, exit codes, timeouts, output caps. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CommandExitError, type Sandbox, type ExecResult } from '@dsec/sdk';
+import { CommandExitError, InvalidRequestError, type Sandbox, type ExecResult } from '@dsec/sdk';
 import { integrationSkipReason, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call } from './helpers/wire.js';
 
@@ -74,10 +74,13 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     assert.equal(r.stdout, '/tmp\n');
   });
 
-  test('a cwd that does not exist fails the command with a non-zero exit code and a message', async () => {
-    const r = await sb.commands.run('pwd', { cwd: '/no/such/dir' });
-    assert.notEqual(r.exitCode, 0);
-    assert.match(r.stderr, /no\/such\/dir/);
+  test('a cwd that does not exist is refused (InvalidRequestError naming cwd and the path), not run', async () => {
+    await assert.rejects(sb.commands.run('pwd', { cwd: '/no/such/dir' }), (err: unknown) => {
+      assert.ok(err instanceof InvalidRequestError, String(err));
+      assert.equal(err.details['field'], 'cwd');
+      assert.match(err.message, /cwd \/no\/such\/dir does not exist in the sandbox/);
+      return true;
+    });
   });
 
   test('argv form runs the program directly, without a shell', async () => {

@@ -16,6 +16,7 @@ import type { ImageId, ImageStore } from '../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
 import { CACHE_KEY_LABEL } from '../image/builders/builder.js';
 import type { StateStore } from './state-store.js';
+import { Metrics } from './metrics.js';
 import { replayEntries } from './replay.js';
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
 
@@ -39,6 +40,8 @@ export class ControlPlane {
   readonly #edges = new Map<string, EdgeApi>();
 
   readonly trajectory: TrajectoryLog;
+  /** Counted here, not in routes, so forks, replays and every exec path count too. */
+  readonly metrics = new Metrics();
 
   constructor(
     private readonly store: StateStore,
@@ -126,6 +129,7 @@ export class ControlPlane {
   }
 
   async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}): Promise<SandboxInfo> {
+    const started = performance.now();
     const { imageId, layers, config } = this.#composeLayers(req);
     const limits = this.limitsFor(req);
     const network = req.network ? await this.#policy(req.network) : undefined;
@@ -168,6 +172,7 @@ export class ControlPlane {
       throw new ApiError('SANDBOX_CREATE_FAILED', reason, { sandboxId: info.id });
     }
     this.store.setStatus(info.id, 'running');
+    this.metrics.observeCreate(performance.now() - started);
     return { ...info, status: 'running' };
   }
 
@@ -192,8 +197,14 @@ export class ControlPlane {
     return this.store.listSandboxes(filter);
   }
 
+  /**
+   * Kills a sandbox and removes everything it had. Idempotent: killing a sandbox that is already
+   * killed, or gone for any other reason, succeeds, so `finally { await sb.kill() }` never throws
+   * for that and two concurrent kills both succeed.
+   */
   async kill(id: string): Promise<void> {
-    const s = this.get(id);
+    const s = this.store.getSandbox(id);
+    if (!s) return;
     if (s.status === 'running' || s.status === 'creating' || s.status === 'paused') {
       try {
         await this.#edge(s.edge).killSandbox(id);
@@ -222,6 +233,7 @@ export class ControlPlane {
     if (s.status === 'paused') return s;
     await this.#runningOn(id).pauseSandbox(id);
     this.store.setStatus(id, 'paused');
+    this.trajectory.append(id, { kind: 'pause', request: {} });
     return this.get(id);
   }
 
@@ -232,6 +244,7 @@ export class ControlPlane {
     await this.#edge(s.edge).resumeSandbox(id);
     this.store.setStatus(id, 'running');
     this.store.touch(id);
+    this.trajectory.append(id, { kind: 'resume', request: {} });
     return this.get(id);
   }
 
@@ -274,6 +287,11 @@ export class ControlPlane {
     if (req.mode !== 'allow' && req.allow?.length) {
       throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
     }
+    if (req.mode === 'allow' && !req.allow?.length) {
+      throw new ApiError('INVALID_REQUEST', 'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing', {
+        field: 'allow',
+      });
+    }
     try {
       return { mode: req.mode, allow: req.mode === 'allow' ? await parseAllowList(req.allow ?? []) : [] };
     } catch (err) {
@@ -286,7 +304,10 @@ export class ControlPlane {
   async setNetwork(id: string, req: NetworkPolicyRequest): Promise<NetworkPolicyResult> {
     const policy = await this.#policy(req);
     const r = await this.#runningOn(id).setNetwork(id, policy);
-    return { ...networkState(r), appliedMs: r.appliedMs };
+    const result = { ...networkState(r), appliedMs: r.appliedMs };
+    // The request as given (names, not the addresses they resolved to): a replay resolves again.
+    this.trajectory.append(id, { kind: 'network.set', request: { ...req }, result: { mode: result.mode, allow: result.allow } });
+    return result;
   }
 
   async getNetwork(id: string): Promise<NetworkPolicyState> {
@@ -349,7 +370,13 @@ export class ControlPlane {
 
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
     checkCommand(req);
+    if (req.uncapped) {
+      throw new ApiError('INVALID_REQUEST', 'uncapped applies to streamed exec (Accept: application/x-ndjson); a buffered result is capped at maxOutputBytes (at most 64 MiB)', {
+        field: 'uncapped',
+      });
+    }
     const result = await this.#runningOn(id).exec(id, req, signal);
+    this.metrics.observeExec(result.durationMs);
     this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: result.durationMs, exitCode: result.exitCode, payload: stdinPayload(req) });
     return result;
   }
@@ -370,6 +397,7 @@ export class ControlPlane {
     try {
       for await (const ev of edge.execStream(id, req, signal)) {
         if (ev.type === 'exit') {
+          this.metrics.observeExec(ev.result.durationMs);
           const result = { ...ev.result, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
           this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
           logged = true;
@@ -404,6 +432,7 @@ export class ControlPlane {
 
   async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
     const result = await this.#runningOn(id).sessionExec(id, sid, req, signal);
+    this.metrics.observeExec(result.durationMs);
     this.trajectory.append(id, { kind: 'session.exec', request: { sessionId: sid, ...req }, result, durationMs: result.durationMs, exitCode: result.exitCode });
     return result;
   }
@@ -469,9 +498,10 @@ export class ControlPlane {
     const orig = this.get(id);
     const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: orig.imageId, resources: orig.resources, labels: orig.labels };
     const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } });
-    const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id));
+    const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id), { policy: (req) => this.#policy(req) });
     this.trajectory.copy(id, created.id);
-    return { sandbox: created, replayed: steps.length, diverged: steps.filter((s) => s.diverged).length, steps };
+    const ran = steps.filter((s) => !s.skipped);
+    return { sandbox: created, replayed: ran.length, diverged: ran.filter((s) => s.diverged).length, skipped: steps.length - ran.length, steps };
   }
 
   async nodes(): Promise<EdgeInfo[]> {

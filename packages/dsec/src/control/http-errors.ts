@@ -1,5 +1,9 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
+
+/** JSON bodies carry at most an 8 MiB stdin (base64 makes it larger); files travel as raw bytes up to MAX_FILE_BYTES. */
+export const JSON_BODY_LIMIT = 16 << 20;
 
 interface ValidationIssue {
   instancePath?: string;
@@ -27,7 +31,23 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
     const issue = fe.validation[0]!;
     const field = fieldOf(issue);
     const where = fe.validationContext ?? 'request';
-    const what = issue.params?.['additionalProperty'] ? 'is not a known field' : (issue.message ?? 'is invalid');
+    if (where === 'params' && field === 'id') {
+      // A sandbox id that cannot exist: 404 when it is made of id characters (a typo, an id of
+      // the wrong length), 400 when it could never be one. Neither quotes the id pattern.
+      const id = String((req.params as Record<string, unknown> | undefined)?.['id'] ?? '');
+      if (/^[a-z0-9-]{1,80}$/.test(id)) {
+        void reply.status(404).send({ error: { code: 'SANDBOX_NOT_FOUND', message: `no sandbox ${id}; list sandboxes with \`dsec ps\``, details: { id } } });
+        return;
+      }
+      void reply.status(400).send({
+        error: { code: 'INVALID_REQUEST', message: 'params.id is not a sandbox id: ids look like sb-<edge>-<lower-case letters and digits>, as `dsec ps` lists them', details: { field: 'id', in: 'params' } },
+      });
+      return;
+    }
+    let what = issue.params?.['additionalProperty'] ? 'is not a known field' : (issue.message ?? 'is invalid');
+    // A union of literals fails once per literal ("must be equal to constant"): name them all.
+    const allowed = fe.validation.filter((i) => i.instancePath === issue.instancePath && i.params?.['allowedValue'] !== undefined).map((i) => i.params!['allowedValue']);
+    if (allowed.length > 0) what = `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}`;
     void reply.status(400).send({
       error: {
         code: 'INVALID_REQUEST',
@@ -38,7 +58,12 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
     return;
   }
   if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-    void reply.status(413).send({ error: { code: 'PAYLOAD_TOO_LARGE', message: `request body is over the limit for this route`, details: {} } });
+    const raw = (req.headers['content-type'] ?? '').startsWith('application/octet-stream');
+    const limit = raw ? MAX_FILE_BYTES : JSON_BODY_LIMIT;
+    const hint = raw ? ' (a file: send larger trees as a tar upload, PUT …/files/tar, up to 1 GiB)' : ' (a JSON body: stdin over 8 MiB belongs to a background process)';
+    void reply.status(413).send({
+      error: { code: 'PAYLOAD_TOO_LARGE', message: `request body is over the ${limit >> 20} MiB limit for this route${hint}`, details: { limit } },
+    });
     return;
   }
   if (fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {

@@ -5,7 +5,6 @@ import pino from 'pino';
 import { ImageStore } from '../image/image-store.js';
 import { LayerStore } from '../image/layer-store.js';
 import { ControlPlane } from './control-plane.js';
-import { Metrics } from './routes/system.js';
 import { buildServer } from './server.js';
 import { StateStore } from './state-store.js';
 
@@ -19,7 +18,8 @@ export async function generateOpenApi(): Promise<unknown> {
   const store = new StateStore(':memory:');
   try {
     const images = new ImageStore(dir, new LayerStore(dir));
-    const app = await buildServer({ control: new ControlPlane(store, images, log), store, images, log, metrics: new Metrics(), clusterToken: 'openapi' });
+    const control = new ControlPlane(store, images, log);
+    const app = await buildServer({ control, store, images, log, clusterToken: 'openapi' });
     const doc = app.swagger();
     await app.close();
     return doc;

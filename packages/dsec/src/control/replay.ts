@@ -1,27 +1,35 @@
 import { Readable } from 'node:stream';
-import type { ExecRequest, OpenSessionRequest, ReplayResult, SessionExecRequest, StartProcessRequest, TrajectoryEntry } from '@dsec/sdk/schema';
+import type { ExecRequest, NetworkPolicyRequest, OpenSessionRequest, ReplayResult, SessionExecRequest, StartProcessRequest, TrajectoryEntry } from '@dsec/sdk/schema';
 import type { EdgeApi } from '../edge/edge-api.js';
+import type { NetworkPolicy } from '../net/policy.js';
 
 type Step = ReplayResult['steps'][number];
 
 /**
  * Re-runs a logged trajectory, in order, on a fresh sandbox: commands, session commands (in
  * sessions opened anew, mapped from the old ids) and file changes (from their kept payloads).
- * Each step reports whether it diverged from the log (failed, or a different exit code); the
- * logged results stay the answer to steps the trainer already consumed.
+ * Network policy switches are applied again (names resolved anew). Each re-run step reports
+ * whether it diverged from the log (failed, or a different exit code); steps that cannot be re-run
+ * (terminals, payloads too large to keep) or need not be (pause, resume) are reported as skipped,
+ * never as diverged. The logged results stay the answer to steps the trainer already consumed.
  */
 export async function replayEntries(
   edge: EdgeApi,
   sandboxId: string,
   entries: Iterable<TrajectoryEntry & { payload: Buffer | null }>,
+  deps: { policy: (req: NetworkPolicyRequest) => Promise<NetworkPolicy> },
 ): Promise<Step[]> {
   const sessions = new Map<string, string>();
   const steps: Step[] = [];
   for (const e of entries) {
-    const step: Step = { seq: e.seq, kind: e.kind, diverged: false };
+    const step: Step = { seq: e.seq, kind: e.kind, diverged: false, skipped: false };
     if (e.exitCode !== undefined) step.loggedExitCode = e.exitCode;
+    const skip = skipReason(e);
+    if (skip) {
+      steps.push({ ...step, skipped: true, skipReason: skip });
+      continue;
+    }
     try {
-      if (!e.replayable) throw new Error(e.kind === 'pty' ? 'interactive terminal sessions are not replayable' : 'step was not kept in full (payload over the log limit)');
       const r = e.request;
       switch (e.kind) {
         case 'exec': {
@@ -66,8 +74,13 @@ export async function replayEntries(
         case 'process.start':
           await edge.startProcess(sandboxId, r as StartProcessRequest);
           break;
+        case 'network.set':
+          await edge.setNetwork(sandboxId, await deps.policy(r as NetworkPolicyRequest));
+          break;
         case 'pty':
-          throw new Error('interactive terminal sessions are not replayable');
+        case 'pause':
+        case 'resume':
+          break; // skipped above
         case 'files.upload':
           await edge.uploadTar(sandboxId, String(r['path']), Readable.from([e.payload ?? Buffer.alloc(0)]));
           break;
@@ -80,4 +93,12 @@ export async function replayEntries(
     steps.push(step);
   }
   return steps;
+}
+
+/** Why a logged step is not re-run, or undefined when it is. */
+function skipReason(e: TrajectoryEntry): string | undefined {
+  if (e.kind === 'pty') return 'interactive terminal sessions are not replayable';
+  if (e.kind === 'pause' || e.kind === 'resume') return 'a pause changes no state a replay must redo';
+  if (!e.replayable) return 'the step was not kept in full (payload over the log limit)';
+  return undefined;
 }

@@ -8,14 +8,14 @@ import { bearerMatches } from './cluster/cluster-token.js';
 import { blobRoutes } from './routes/blobs.js';
 import type { ControlPlane } from './control-plane.js';
 import { e2bRewriteUrl, e2bRoutes } from './e2b/index.js';
-import { errorHandler } from './http-errors.js';
+import { JSON_BODY_LIMIT, errorHandler } from './http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
 import { execRoutes } from './routes/exec.js';
 import { fileRoutes } from './routes/files.js';
 import { ptyRoutes } from './routes/pty.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
-import { systemRoutes, type Metrics } from './routes/system.js';
+import { systemRoutes } from './routes/system.js';
 import type { StateStore } from './state-store.js';
 
 export interface ServerDeps extends ImageRouteDeps {
@@ -24,11 +24,7 @@ export interface ServerDeps extends ImageRouteDeps {
   clusterToken: string;
   store: StateStore;
   log: Logger;
-  metrics: Metrics;
 }
-
-/** JSON bodies carry at most an 8 MiB stdin; files travel as raw bytes up to MAX_FILE_BYTES. */
-const JSON_BODY_LIMIT = 16 << 20;
 
 export type App = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>; // eslint-disable-line @typescript-eslint/no-explicit-any
 

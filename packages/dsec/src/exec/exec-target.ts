@@ -36,12 +36,32 @@ export function processSpecFor(
   opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined } = {},
 ): ProcessSpec {
   const args = typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
+  if (opts.cwd !== undefined) checkCwd(target, opts.cwd);
   return {
     args: opts.writablePaths ? landlocked(target, opts.writablePaths, args) : ISOLATE_COMMANDS ? [LANDLOCK_PATH, '--isolate', '--', ...args] : args,
     env: mergeEnv(target.config.env, target.env, opts.env ?? {}),
     cwd: opts.cwd ?? target.config.cwd,
     user: parseUser(target.config.user),
   };
+}
+
+/**
+ * A cwd that is not a directory in the sandbox is the caller's mistake: say so as a 400 rather
+ * than let crun fail the command with exit 255 and its chdir error mixed into the command's stderr.
+ */
+function checkCwd(target: ExecTarget, cwd: string): void {
+  if (/^[/.]*$/.test(cwd)) return; // the root (`/`, `/.`): always there
+  let type: string;
+  try {
+    type = statInRoot(target.rootfs, cwd).type;
+  } catch (err) {
+    if (err instanceof ApiError && (err.code === 'FILE_NOT_FOUND' || err.code === 'PATH_CONFLICT')) {
+      throw new ApiError('INVALID_REQUEST', `cwd ${cwd} does not exist in the sandbox; create it first (files.mkdir) or use another`, { field: 'cwd', path: cwd });
+    }
+    throw err;
+  }
+  // A symlink is followed by the chdir; one that leads nowhere fails there.
+  if (type !== 'dir' && type !== 'symlink') throw new ApiError('INVALID_REQUEST', `cwd ${cwd} is not a directory in the sandbox`, { field: 'cwd', path: cwd });
 }
 
 function landlocked(target: ExecTarget, writable: string[], args: string[]): string[] {

@@ -47,12 +47,16 @@ export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: 
 
 export type ExecEvent = { type: StreamName; data: Buffer } | { type: 'exit'; result: Omit<ExecResult, 'stdout' | 'stderr'> };
 
-/** Runs a command and yields its output as it comes (within the cap), then its exit. */
+/**
+ * Runs a command and yields its output as it comes (within the cap, or all of it when the request
+ * says `uncapped`), then its exit.
+ */
 export async function* streamCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
   const oomBefore = sandboxUsage(target.id).oomKills;
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
-  for await (const { stream, data } of iterateOutput(proc, 'kept')) yield { type: stream, data };
+  for await (const { stream, data } of iterateOutput(proc, req.uncapped ? 'raw' : 'kept')) yield { type: stream, data };
   const exit = await proc.done;
-  yield { type: 'exit', result: exitStatus(proc, exit, req, sandboxUsage(target.id).oomKills > oomBefore) };
+  const status = exitStatus(proc, exit, req, sandboxUsage(target.id).oomKills > oomBefore);
+  yield { type: 'exit', result: req.uncapped ? { ...status, truncated: false } : status };
 }

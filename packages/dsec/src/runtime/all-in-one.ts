@@ -5,7 +5,6 @@ import { ControlPlane } from '../control/control-plane.js';
 import { loadOrCreateClusterToken } from '../control/cluster/cluster-token.js';
 import { createApiKey, hashKey } from '../control/api-keys.js';
 import { buildServer, type App } from '../control/server.js';
-import { Metrics } from '../control/routes/system.js';
 import { StateStore } from '../control/state-store.js';
 import { Edge } from '../edge/edge.js';
 import { isProcessAlive } from '../edge/process-tree.js';
@@ -95,9 +94,23 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
   const stopExpiryLoop = control.startExpiryLoop();
 
   const clusterToken = loadOrCreateClusterToken(opts.dataDir);
-  const app = await buildServer({ control, store, images, log, metrics: new Metrics(), clusterToken });
+  const app = await buildServer({ control, store, images, log, clusterToken });
   const { host, port } = parseListen(opts.listen);
-  await app.listen({ host, port });
+  try {
+    await app.listen({ host, port });
+  } catch (err) {
+    // Undo the start-up so far; the sandboxes the edge adopted keep running for the next start.
+    stopExpiryLoop();
+    await app.close();
+    await edge.shutdown({ killAll: false });
+    store.close();
+    releaseLock();
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') throw new HostNotReadyError(`cannot listen on ${opts.listen}: the address is in use; stop what listens there or pick another with --listen HOST:PORT (env DSEC_LISTEN)`);
+    if (code === 'EADDRNOTAVAIL') throw new HostNotReadyError(`cannot listen on ${opts.listen}: no interface has that address; use --listen 127.0.0.1:PORT`);
+    if (code === 'EACCES') throw new HostNotReadyError(`cannot listen on ${opts.listen}: permission denied (ports below 1024 need root)`);
+    throw err;
+  }
   const addr = app.server.address();
   const actualPort = typeof addr === 'object' && addr ? addr.port : port;
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;

@@ -196,6 +196,26 @@ describe('engine: streaming exec', { skip: integrationSkipReason(), timeout: 180
     assert.equal(exit['stdoutBytes'], 100000);
   });
 
+  test('uncapped: true streams every byte past maxOutputBytes, and the exit line does not say truncated', async () => {
+    let bytes = 0;
+    let exit: StreamEvent | undefined;
+    for await (const ev of sb.commands.stream('head -c 3000000 /dev/zero', { maxOutputBytes: 1000, uncapped: true })) {
+      if (ev.type === 'exit') exit = ev;
+      else bytes += ev.data.length;
+    }
+    assert.equal(bytes, 3_000_000);
+    assert.ok(exit?.type === 'exit');
+    assert.equal(exit.truncated, false);
+    assert.equal(exit.stdoutBytes, 3_000_000);
+  });
+
+  test('uncapped: true on a buffered (JSON) exec is refused with 400 naming the field', async () => {
+    await assert.rejects(sb.commands.run('true', { uncapped: true }), (err: unknown) => {
+      const e = err as { status?: number; code?: string; details?: Record<string, unknown> };
+      return e.status === 400 && e.code === 'INVALID_REQUEST' && e.details?.['field'] === 'uncapped';
+    });
+  });
+
   test('a client that aborts a streaming exec mid-stream has its command killed (no `sleep 1001` left)', async () => {
     const ctrl = new AbortController();
     const res = await execNdjson(server, sb.id, { cmd: 'echo ready; sleep 1001; echo never' }, ctrl.signal);

@@ -291,7 +291,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     }
   });
 
-  test('replay reports divergence: a non-replayable pty step, and a later command whose exit code differs', async () => {
+  test('replay reports a non-replayable pty step as skipped (not diverged), and a later command whose exit code differs as diverged', async () => {
     const orig = await fresh();
     const t = await orig.terminal({ cmd: ['/bin/sh', '-c', 'echo made-by-pty > /tmp/from-pty'], onData: () => {} });
     assert.equal(await t.exited, 0);
@@ -300,20 +300,21 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     const { sandbox: copy, result } = await orig.replay();
     try {
       const pty = result.steps.find((x) => x.kind === 'pty')!;
-      assert.equal(pty.diverged, true);
-      assert.match(pty.error ?? '', /not replayable/);
+      assert.equal(pty.skipped, true);
+      assert.equal(pty.diverged, false);
+      assert.match(pty.skipReason ?? '', /not replayable/);
       const cat = result.steps.find((x) => x.kind === 'exec')!;
       assert.equal(cat.loggedExitCode, 0);
       assert.notEqual(cat.replayedExitCode, 0);
       assert.equal(cat.diverged, true);
-      assert.equal(result.diverged, 2);
+      assert.deepEqual([result.replayed, result.diverged, result.skipped], [1, 1, 1]);
     } finally {
       await copy.kill();
       await orig.kill();
     }
   });
 
-  test('an upload larger than the log keeps is marked unreplayable and reported as diverged on replay', async () => {
+  test('an upload larger than the log keeps is marked unreplayable and reported as skipped on replay', async () => {
     const orig = await fresh();
     const big = encodeTar([{ name: 'big.bin', type: 'file', mode: 0o644, data: randomBytes((8 << 20) + 4096) }]);
     await orig.files.uploadTar('/tmp/big', big);
@@ -322,9 +323,32 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     assert.equal(e!.replayable, false);
     const { sandbox: copy, result } = await orig.replay();
     try {
-      assert.equal(result.steps[0]!.diverged, true);
-      assert.match(result.steps[0]!.error ?? '', /not kept/);
+      assert.equal(result.steps[0]!.skipped, true);
+      assert.equal(result.diverged, 0);
+      assert.match(result.steps[0]!.skipReason ?? '', /not kept/);
       await assert.rejects(copy.files.stat('/tmp/big/big.bin'), (err: unknown) => err instanceof NotFoundError);
+    } finally {
+      await copy.kill();
+      await orig.kill();
+    }
+  });
+
+  test('network switches, pauses and resumes are logged; a replay applies the switches and skips the pauses', async () => {
+    const orig = await fresh();
+    await orig.setNetwork({ mode: 'open' });
+    await orig.pause();
+    await orig.resume();
+    await orig.commands.run('true');
+    const log = await entries(orig);
+    assert.deepEqual(
+      log.map((e) => e.kind),
+      ['network.set', 'pause', 'resume', 'exec'],
+    );
+    assert.equal(log[0]!.request['mode'], 'open');
+    const { sandbox: copy, result } = await orig.replay();
+    try {
+      assert.deepEqual([result.replayed, result.diverged, result.skipped], [2, 0, 2], JSON.stringify(result.steps));
+      assert.equal((await copy.network()).mode, 'open', 'the replay did not apply the logged network switch');
     } finally {
       await copy.kill();
       await orig.kill();

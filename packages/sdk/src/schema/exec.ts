@@ -32,6 +32,13 @@ export const ExecRequest = Type.Object(
       Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES_LIMIT, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'Cap per stream on returned output; bytes past it are counted, not kept.' }),
     ),
     encoding: Type.Optional(Encoding),
+    uncapped: Type.Optional(
+      Type.Boolean({
+        default: false,
+        description:
+          'Streamed exec only (Accept: application/x-ndjson): send every byte the command writes, not only the first maxOutputBytes per stream. A buffered (JSON) result is always capped, so true is refused there.',
+      }),
+    ),
   },
   { additionalProperties: false },
 );

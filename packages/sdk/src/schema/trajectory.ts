@@ -13,6 +13,9 @@ export const TrajectoryKind = Type.Union([
   Type.Literal('files.upload'),
   Type.Literal('pty'),
   Type.Literal('process.start'),
+  Type.Literal('network.set'),
+  Type.Literal('pause'),
+  Type.Literal('resume'),
 ]);
 export type TrajectoryKind = Static<typeof TrajectoryKind>;
 
@@ -48,14 +51,17 @@ export const ReplayStep = Type.Object({
   kind: TrajectoryKind,
   loggedExitCode: Type.Optional(Type.Integer()),
   replayedExitCode: Type.Optional(Type.Integer()),
-  diverged: Type.Boolean({ description: 'The step failed, or its exit code differs from the log.' }),
+  diverged: Type.Boolean({ description: 'The step was re-run and failed, or its exit code differs from the log. Always false for a skipped step.' }),
+  skipped: Type.Boolean({ description: 'The step was not re-run: it cannot be (an interactive terminal, a payload too large to keep) or need not be (a pause); see skipReason.' }),
+  skipReason: Type.Optional(Type.String()),
   error: Type.Optional(Type.String()),
 });
 
 export const ReplayResult = Type.Object({
   sandbox: SandboxInfo,
-  replayed: Type.Integer(),
-  diverged: Type.Integer(),
+  replayed: Type.Integer({ description: 'Steps re-run.' }),
+  diverged: Type.Integer({ description: 'Re-run steps that failed or exited differently.' }),
+  skipped: Type.Integer({ description: 'Steps not re-run (see each step\'s skipReason).' }),
   steps: Type.Array(ReplayStep),
 });
 export type ReplayResult = Static<typeof ReplayResult>;

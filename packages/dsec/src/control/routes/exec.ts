@@ -10,13 +10,12 @@ import type { ControlPlane } from '../control-plane.js';
 import type { ExecEvent } from '../../exec/run-command.js';
 import { abortOnHangup } from './abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
-import type { Metrics } from './system.js';
 
 export const NDJSON = 'application/x-ndjson';
 
 /** Commands: one-shot exec (JSON or an NDJSON stream), persistent sessions, background processes. */
-export function execRoutes(deps: { control: ControlPlane; metrics: Metrics }): FastifyPluginAsync {
-  const { control, metrics } = deps;
+export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
+  const { control } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
 
@@ -58,10 +57,7 @@ export function execRoutes(deps: { control: ControlPlane; metrics: Metrics }): F
         }
         const hangup = abortOnHangup(reply);
         try {
-          const started = performance.now();
-          const result = await control.exec(id, req.body, hangup.signal);
-          metrics.observeExec(performance.now() - started);
-          return result;
+          return await control.exec(id, req.body, hangup.signal);
         } finally {
           hangup.done();
         }

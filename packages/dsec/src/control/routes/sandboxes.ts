@@ -7,7 +7,6 @@ import {
 } from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
-import type { Metrics } from './system.js';
 
 
 function parseLabels(label: string | string[] | undefined): Record<string, string> {
@@ -20,17 +19,14 @@ function parseLabels(label: string | string[] | undefined): Record<string, strin
 }
 
 /** Sandbox lifecycle: thin handlers over ControlPlane. */
-export function sandboxRoutes(deps: { control: ControlPlane; metrics: Metrics }): FastifyPluginAsync {
-  const { control, metrics } = deps;
+export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
+  const { control } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['sandboxes'];
 
     app.post('/v1/sandboxes', { schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } } }, async (req, reply) => {
-      const started = performance.now();
-      const info = await control.create(req.body);
-      metrics.observeCreate(performance.now() - started);
-      return reply.status(201).send(info);
+      return reply.status(201).send(await control.create(req.body));
     });
 
     app.get('/v1/sandboxes', { schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } } }, async (req) => {

@@ -2,27 +2,11 @@ import type { FastifyPluginAsync } from 'fastify';
 import { ErrorBody, NodeList } from '@dsec/sdk/schema';
 import type { ControlPlane } from '../control-plane.js';
 
-/** Counters for /metrics (Prometheus text format). */
-export class Metrics {
-  creates = 0;
-  createMsTotal = 0;
-  execs = 0;
-  execMsTotal = 0;
-  observeCreate(ms: number): void {
-    this.creates++;
-    this.createMsTotal += ms;
-  }
-  observeExec(ms: number): void {
-    this.execs++;
-    this.execMsTotal += ms;
-  }
-}
-
-export function systemRoutes(deps: { control: ControlPlane; metrics: Metrics }): FastifyPluginAsync {
+export function systemRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
   return async (app) => {
     app.get('/healthz', { schema: { hide: true } }, async () => ({ ok: true }));
     app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => {
-      const m = deps.metrics;
+      const m = deps.control.metrics;
       const running = deps.control.list({ status: 'running' }).length;
       const text = [
         '# TYPE dsec_sandboxes_running gauge',
