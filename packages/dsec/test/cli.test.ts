@@ -2,10 +2,14 @@
 /** The dsec CLI, run as a separate process against a real server. */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
+import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startTestServer, type TestServer } from './helpers/server.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 
@@ -13,29 +17,39 @@ interface CliResult {
   code: number | null;
   stdout: string;
   stderr: string;
+  /** stdout as the bytes the CLI wrote. */
+  stdoutBytes: Buffer;
 }
 
 /**
  * Runs the CLI with only the given env (plus PATH), so no developer config leaks in. A CLI still
  * running after `guardMs` is killed (it would otherwise hang the suite), which fails its test.
+ * `pipeIn` runs it as `printf %s PIPEIN | dsec …` under sh, so its stdin is a real shell pipe.
  */
-function runCli(args: string[], env: Record<string, string>, guardMs = 60_000): Promise<CliResult> {
+function runCli(args: string[], env: Record<string, string>, guardMs = 60_000, pipeIn?: string): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], {
-      env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
+    const fullEnv = { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin', ...env };
+    const child =
+      pipeIn === undefined
+        ? spawn(process.execPath, [CLI, ...args], { env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] })
+        : spawn('/bin/sh', ['-c', 'printf %s "$PIPEIN" | "$@"', 'sh', process.execPath, CLI, ...args], { env: { ...fullEnv, PIPEIN: pipeIn }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
     let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stdout.on('data', (d: Buffer) => out.push(d));
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     const guard = setTimeout(() => child.kill('SIGKILL'), guardMs);
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(guard);
-      resolve({ code, stdout, stderr });
+      const stdoutBytes = Buffer.concat(out);
+      resolve({ code, stdout: stdoutBytes.toString('utf8'), stderr, stdoutBytes });
     });
   });
+}
+
+/** A user's mistake is one line of explanation, never a stack trace. */
+function assertNoStack(r: CliResult): void {
+  assert.doesNotMatch(r.stderr, /^\s+at /m, `a stack trace was printed:\n${r.stderr}`);
 }
 
 describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
@@ -119,7 +133,14 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
       assert.ok(now.address, 'the link is kept under none (so that switching back is fast)');
       const bad = await runCli(['network', info.id, 'sideways'], env);
       assert.equal(bad.code, 1);
-      assert.match(bad.stderr, /none, allow or open/);
+      assert.match(bad.stderr, /MODE must be none, allow or open/);
+      assert.doesNotMatch(bad.stderr, /--network/, 'the message names an option of run, not of network');
+      assertNoStack(bad);
+      const noDest = await runCli(['network', info.id, 'allow'], env);
+      assert.equal(noDest.code, 1, 'allow without --allow was accepted');
+      assert.match(noDest.stderr, /allow needs at least one --allow DEST/);
+      assertNoStack(noDest);
+      assert.equal((await made.network()).mode, 'none', 'the refused switch changed the policy');
     } finally {
       await (await Sandbox.connect(info.id, server.conn)).kill();
     }
@@ -165,5 +186,105 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     const r = await runCli(['ps'], { DSEC_DATA_DIR: `${server.dataDir}/does-not-exist` });
     assert.equal(r.code, 1);
     assert.match(r.stderr, /no dsec server configured/);
+  });
+
+  test('piped stdin reaches the command: printf hello | dsec exec ID -- cat (with and without -i)', async () => {
+    const r = await runCli(['exec', sb.id, '--', 'cat'], env, 60_000, 'hello');
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, 'hello');
+    const ri = await runCli(['exec', '-i', sb.id, '--', 'wc', '-c'], env, 60_000, 'four');
+    assert.equal(ri.code, 0, ri.stderr);
+    assert.equal(ri.stdout.trim(), '4');
+  });
+
+  test('run IMAGE -- CMD takes piped stdin too', async () => {
+    const r = await runCli(['run', 'busybox', '--rm', '--', 'cat'], env, 60_000, 'via-run');
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, 'via-run');
+  });
+
+  test('exec output is binary-safe: the exact bytes, no U+FFFD', async () => {
+    const r = await runCli(['exec', sb.id, '--', 'sh', '-c', 'printf "\\377\\376\\000ok"'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual([...r.stdoutBytes], [0xff, 0xfe, 0x00, 0x6f, 0x6b]);
+  });
+
+  test('options after the sandbox id belong to the command: exec ID echo -w /tmp', async () => {
+    const r = await runCli(['exec', sb.id, 'echo', '-w', '/tmp'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, '-w /tmp\n');
+    const before = await runCli(['exec', '-w', '/tmp', sb.id, 'pwd'], env);
+    assert.equal(before.stdout, '/tmp\n', 'options before the id are still dsec\'s');
+  });
+
+  test('exec streams more than 1 MiB of output uncapped', async () => {
+    const r = await runCli(['exec', sb.id, '--', 'sh', '-c', 'head -c 3000000 /dev/zero'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdoutBytes.length, 3_000_000);
+  });
+
+  test('kill is idempotent: killing a killed sandbox exits 0', async () => {
+    const victim = await Sandbox.create(server.conn);
+    assert.equal((await runCli(['kill', victim.id], env)).code, 0);
+    const again = await runCli(['kill', victim.id], env);
+    assert.equal(again.code, 0, again.stderr);
+  });
+
+  test('image build with an invalid --name fails before building, without a stack trace', async () => {
+    const r = await runCli(['image', 'build', 'busybox', '--name', 'BadName', '--data-dir', server.dataDir], env);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /invalid image name "BadName": use lower-case/);
+    assert.doesNotMatch(r.stderr, /laying out|packing/, 'the build ran before the name was checked');
+    assertNoStack(r);
+  });
+
+  test('a bad option value is refused by name, without a stack trace', async () => {
+    for (const args of [['run', 'busybox', '-m', 'lots'], ['run', 'busybox', '-e', 'NOVALUE'], ['exec', '--timeout', 'soon', sb.id, 'true']]) {
+      const r = await runCli(args, env);
+      assert.equal(r.code, 1, args.join(' '));
+      assert.match(r.stderr, /invalid/, args.join(' '));
+      assertNoStack(r);
+    }
+  });
+
+  test('up on a port in use exits 1 saying so, without a stack trace, and leaves nothing behind', async () => {
+    const blocker = createServer();
+    await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', r));
+    const port = (blocker.address() as AddressInfo).port;
+    const dataDir = makeDataDir();
+    try {
+      const r = await runCli(['up', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, '--log-level', 'silent', '--edge-id', newEdgeId()], {}, 30_000);
+      assert.equal(r.code, 1, r.stdout);
+      assert.match(r.stderr, /cannot listen on 127\.0\.0\.1:\d+: the address is in use/);
+      assertNoStack(r);
+      assert.ok(!existsSync(join(dataDir, 'dsec.pid')), 'the pid lock was left behind');
+    } finally {
+      await new Promise((r) => blocker.close(r));
+      await assertCleanAndRemove(dataDir, 'none');
+    }
+  });
+
+  test('a snapshot tagged with a built name does not fool the build cache', async () => {
+    const dd = ['--data-dir', server.dataDir];
+    const built = await runCli(['image', 'build', 'busybox', '--name', 'bbx', ...dd], env);
+    assert.equal(built.code, 0, built.stderr);
+    const base = await Sandbox.create({ ...server.conn, image: 'bbx' });
+    try {
+      await base.commands.run('echo tampered > /etc/motd', { throwOnError: true });
+      const snap = await runCli(['snapshot', base.id, '--name', 'bbx'], env);
+      assert.equal(snap.code, 0, snap.stderr);
+    } finally {
+      await base.kill();
+    }
+    const rebuilt = await runCli(['image', 'build', 'busybox', '--name', 'bbx', ...dd], env);
+    assert.equal(rebuilt.code, 0, rebuilt.stderr);
+    assert.doesNotMatch(rebuilt.stderr, /up to date/, 'the build trusted the snapshot');
+    const fresh = await Sandbox.create({ ...server.conn, image: 'bbx' });
+    try {
+      const motd = await fresh.commands.run('cat /etc/motd 2>/dev/null; true');
+      assert.doesNotMatch(motd.stdout, /tampered/);
+    } finally {
+      await fresh.kill();
+    }
   });
 });

@@ -3,6 +3,10 @@ import { Command } from 'commander';
 import { DsecError } from '@dsec/sdk';
 import { OptionsError } from '../config/options.js';
 import { HostNotReadyError } from '../runtime/all-in-one.js';
+import { BuildInputError } from '../image/builders/builder.js';
+import { DockerfileError } from '../image/dockerfile/parser.js';
+import { ImportError } from '../image/oci-import.js';
+import { UsageError } from './args.js';
 import { registerBenchCommands } from './commands/bench.js';
 import { registerDemoCommand } from './commands/demo.js';
 import { registerE2bCommands } from './commands/e2b.js';
@@ -13,7 +17,9 @@ import { registerOpenApiCommand } from './commands/openapi.js';
 
 const program = new Command('dsec')
   .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
-  .showHelpAfterError();
+  .showHelpAfterError()
+  // Lets `exec` hand every option after the sandbox id to the command (passThroughOptions).
+  .enablePositionalOptions();
 registerServerCommands(program);
 registerSandboxCommands(program);
 registerImageCommands(program);
@@ -29,7 +35,15 @@ try {
     process.stderr.write(`dsec: ${err.message}${err.code ? ` (${err.code})` : ''}\n`);
     const stderr = err.details['stderr'];
     if (typeof stderr === 'string' && stderr) process.stderr.write(`${stderr}\n`);
-  } else if (err instanceof OptionsError || err instanceof HostNotReadyError) {
+  } else if (
+    err instanceof OptionsError ||
+    err instanceof HostNotReadyError ||
+    err instanceof UsageError ||
+    err instanceof BuildInputError ||
+    err instanceof DockerfileError ||
+    err instanceof ImportError
+  ) {
+    // The user's mistake or the host's state: the message says what to do; a stack trace would not.
     process.stderr.write(`dsec: ${err.message}\n`);
   } else {
     process.stderr.write(`dsec: ${(err as Error).stack ?? String(err)}\n`);

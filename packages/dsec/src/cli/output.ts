@@ -1,3 +1,4 @@
+import { InvalidArgumentError } from 'commander';
 import Table from 'cli-table3';
 
 /** Prints rows as a table for people, or as JSON for scripts (`--json`). */
@@ -29,7 +30,7 @@ export function humanBytes(n: number): string {
 /** Collects repeated `--opt k=v` flags into a map. */
 export function collectKv(value: string, prev: Record<string, string> = {}): Record<string, string> {
   const i = value.indexOf('=');
-  if (i <= 0) throw new Error(`expected KEY=VALUE, got ${JSON.stringify(value)}`);
+  if (i <= 0) throw new InvalidArgumentError(`expected KEY=VALUE, got ${JSON.stringify(value)}`);
   return { ...prev, [value.slice(0, i)]: value.slice(i + 1) };
 }
 

@@ -13,6 +13,8 @@ import { DockerfileError } from '../../image/dockerfile/parser.js';
 import { buildDockerfile, type DockerfileBuildOptions, type DockerfileBuildResult } from '../../image/dockerfile/builder.js';
 import { controlPlaneSandboxes, sdkSandboxes } from '../../image/dockerfile/sandboxes.js';
 import { readClientFile, startAllInOne } from '../../runtime/all-in-one.js';
+import { checkImageName } from '../../image/builders/builder.js';
+import { UsageError } from '../args.js';
 import { collectList, humanBytes, printTable } from '../output.js';
 
 /** Images live in the data dir's image store; the CLI works on it directly, with or without a server. */
@@ -89,7 +91,14 @@ export function registerImageCommands(program: Command): void {
         f: { name?: string; package?: string[]; file?: string; buildArg?: string[]; cache?: boolean; dataDir?: string },
       ) => {
         const progress = (m: string): void => void process.stderr.write(`${m}\n`);
-        const isContext = target !== undefined && target !== 'busybox' && target !== 'debian' && target !== 'e2b-base' && existsSync(target) && statSync(target).isDirectory();
+        // Every argument is checked before any work: a debian build takes a minute.
+        if (f.name !== undefined) checkImageName(f.name);
+        const builders = ['busybox', 'debian', 'e2b-base'];
+        const isContext = target !== undefined && !builders.includes(target) && existsSync(target) && statSync(target).isDirectory();
+        if (!f.file && !isContext && target !== undefined && !builders.includes(target)) {
+          throw new UsageError(`unknown builder or context ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a directory holding a Dockerfile (or -f FILE)`);
+        }
+        if (f.package?.length && target !== 'debian') throw new UsageError('-p/--package goes with the debian builder (a Dockerfile installs packages with RUN)');
         if (f.file || isContext || target === undefined) {
           const contextDir = target ?? '.';
           const dockerfile = f.file ?? join(contextDir, 'Dockerfile');
@@ -124,7 +133,7 @@ export function registerImageCommands(program: Command): void {
         if (target === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
         else if (target === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
         else if (target === 'e2b-base') built = await buildE2bBaseImage(store, { ...(f.name ? { name: f.name } : {}), progress });
-        else throw new Error(`unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`);
+        else throw new UsageError(`unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`);
         process.stdout.write(`${built.name} ${built.id}\n`);
       },
     );
@@ -138,6 +147,8 @@ export function registerImageCommands(program: Command): void {
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
     .option('--json', 'machine-readable output')
     .action(async (path: string, f: { name?: string; squash?: boolean; ref?: string; dataDir?: string; json?: boolean }) => {
+      if (f.name !== undefined) checkImageName(f.name);
+      if (!existsSync(path)) throw new UsageError(`no such file or directory: ${path}`);
       const store = openStore(f.dataDir);
       const progress = (m: string): void => void process.stderr.write(`${m}\n`);
       let r;

@@ -1,40 +1,44 @@
 import type { Command } from 'commander';
 import { Sandbox, type Terminal } from '@dsec/sdk';
-import type { NetworkPolicyRequest } from '@dsec/sdk/schema';
+import { DEFAULT_EXEC_TIMEOUT_MS, type NetworkPolicyRequest } from '@dsec/sdk/schema';
+import { UsageError, choiceArg, intArg, positiveArg } from '../args.js';
+import { stdinForCommand, stdinOptions, streamToTerminal } from '../exec-io.js';
 import { collectKv, collectList, printTable } from '../output.js';
 
 interface CreateFlags {
-  memory?: string;
-  cpu?: string;
-  pids?: string;
+  memory?: number;
+  cpu?: number;
+  pids?: number;
   env?: Record<string, string>;
   label?: Record<string, string>;
   rm?: boolean;
-  timeout?: string;
+  timeout?: number;
   layer?: string[];
-  ttl?: string;
-  idleTimeout?: string;
-  onExpiry?: string;
+  ttl?: number;
+  idleTimeout?: number;
+  onExpiry: 'stop' | 'pause';
   network?: string;
   allow?: string[];
+  interactive?: boolean;
   json?: boolean;
 }
 
-/** `--network MODE` and `--allow DEST` (repeatable) → a policy; --allow alone means allow. */
-function networkPolicy(mode: string | undefined, allow: string[] | undefined): NetworkPolicyRequest | undefined {
+/**
+ * A mode and `--allow DEST`s (repeatable) → a policy; --allow alone means allow. `what` names
+ * where the mode came from in messages (`--network` for run, `MODE` for `dsec network`).
+ */
+function networkPolicy(mode: string | undefined, allow: string[] | undefined, what: string): NetworkPolicyRequest | undefined {
   const m = mode ?? (allow?.length ? 'allow' : undefined);
   if (m === undefined) return undefined;
-  if (m !== 'none' && m !== 'allow' && m !== 'open') throw new Error(`--network must be none, allow or open, got ${JSON.stringify(m)}`);
-  if (m !== 'allow' && allow?.length) throw new Error('--allow only goes with --network allow');
+  if (m !== 'none' && m !== 'allow' && m !== 'open') throw new UsageError(`${what} must be none, allow or open, got ${JSON.stringify(m)}`);
+  if (m !== 'allow' && allow?.length) throw new UsageError(`--allow only goes with ${what === 'MODE' ? 'mode' : what} allow`);
+  if (m === 'allow' && !allow?.length) {
+    throw new UsageError(`${what === 'MODE' ? 'mode' : what} allow needs at least one --allow DEST (CIDR, CIDR:port, host or host:port); use none to allow nothing`);
+  }
   return m === 'allow' ? { mode: m, allow: allow ?? [] } : { mode: m };
 }
 
-function writeResult(r: { stdout: string; stderr: string; truncated: boolean; timedOut: boolean }): void {
-  process.stdout.write(r.stdout);
-  process.stderr.write(r.stderr);
-  if (r.truncated) process.stderr.write('dsec: output truncated (over maxOutputBytes)\n');
-  if (r.timedOut) process.stderr.write('dsec: command timed out and was killed\n');
-}
+const TIMEOUT_HELP = `kill the command (its whole process tree) after this many ms (default ${DEFAULT_EXEC_TIMEOUT_MS}; exit 137)`;
 
 /**
  * Attaches this terminal to a sandbox terminal: raw keystrokes in, output out, resizes forwarded.
@@ -81,35 +85,38 @@ export function registerSandboxCommands(program: Command): void {
     .description('create a sandbox from IMAGE; with -- CMD, run CMD in it and print its output')
     .argument('<image>', 'image name or id')
     .argument('[cmd...]', 'command to run after --')
-    .option('-m, --memory <MiB>', 'memory limit in MiB')
-    .option('-c, --cpu <cores>', 'CPU cores')
-    .option('--pids <n>', 'process limit')
+    .option('-m, --memory <MiB>', 'memory limit in MiB (default 512)', intArg(1))
+    .option('-c, --cpu <cores>', 'CPU cores (default 1)', positiveArg)
+    .option('--pids <n>', 'process limit (default 512)', intArg(1))
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
     .option('-l, --label <KEY=VALUE>', 'label (repeatable)', collectKv)
     .option('--layer <image>', 'stack this image or layer over the base (repeatable, in order)', collectList)
-    .option('--ttl <seconds>', 'absolute lifetime')
-    .option('--idle-timeout <seconds>', 'stop (or pause, see --on-expiry) after this long without activity')
-    .option('--on-expiry <action>', 'stop | pause', 'stop')
+    .option('--ttl <seconds>', 'absolute lifetime (default none)', intArg(1))
+    .option('--idle-timeout <seconds>', 'stop (or pause, see --on-expiry) after this long without activity (default none)', intArg(1))
+    .option('--on-expiry <action>', 'stop | pause', choiceArg(['stop', 'pause'] as const), 'stop')
     .option('--network <mode>', 'egress policy: none (default, loopback only) | allow | open')
     .option('--allow <dest>', 'with --network allow: CIDR, CIDR:port, host or host:port (repeatable)', collectList)
     .option('--rm', 'kill the sandbox after CMD finishes')
-    .option('--timeout <ms>', 'command timeout in ms')
-    .option('--json', 'print the sandbox (and result) as JSON')
+    .option('--timeout <ms>', TIMEOUT_HELP, intArg(1))
+    .option('-i, --interactive', "send this terminal's stdin to CMD (piped or redirected stdin is sent without -i)")
+    .option('--json', 'print the sandbox (and result) as JSON (output as utf8 text)')
     .action(async (image: string, cmd: string[], f: CreateFlags) => {
       const resources: Record<string, number> = {};
-      if (f.memory) resources['memoryMiB'] = Number(f.memory);
-      if (f.cpu) resources['cpu'] = Number(f.cpu);
-      if (f.pids) resources['pids'] = Number(f.pids);
+      if (f.memory !== undefined) resources['memoryMiB'] = f.memory;
+      if (f.cpu !== undefined) resources['cpu'] = f.cpu;
+      if (f.pids !== undefined) resources['pids'] = f.pids;
+      const network = networkPolicy(f.network, f.allow, '--network'); // before any work
+      const stdin = cmd.length ? await stdinOptions(stdinForCommand(f.interactive ?? false)) : {};
       const sb = await Sandbox.create({
         image,
         resources,
         env: f.env,
         labels: f.label,
         layers: f.layer,
-        ttlSeconds: f.ttl ? Number(f.ttl) : undefined,
-        idleTimeoutSeconds: f.idleTimeout ? Number(f.idleTimeout) : undefined,
-        onExpiry: f.onExpiry === 'pause' ? 'pause' : 'stop',
-        network: networkPolicy(f.network, f.allow),
+        ttlSeconds: f.ttl,
+        idleTimeoutSeconds: f.idleTimeout,
+        onExpiry: f.onExpiry,
+        network,
       });
       if (!f.json) process.stderr.write(`${sb.id}\n`);
       try {
@@ -117,10 +124,14 @@ export function registerSandboxCommands(program: Command): void {
           if (f.json) process.stdout.write(JSON.stringify(sb.info, null, 2) + '\n');
           return;
         }
-        const r = await sb.commands.run(cmd, f.timeout ? { timeoutMs: Number(f.timeout) } : {});
-        if (f.json) process.stdout.write(JSON.stringify({ sandbox: sb.info, result: r }, null, 2) + '\n');
-        else writeResult(r);
-        process.exitCode = r.exitCode;
+        const opts = { ...stdin, ...(f.timeout ? { timeoutMs: f.timeout } : {}) };
+        if (f.json) {
+          const r = await sb.commands.run(cmd, opts);
+          process.stdout.write(JSON.stringify({ sandbox: sb.info, result: r }, null, 2) + '\n');
+          process.exitCode = r.exitCode;
+        } else {
+          process.exitCode = await streamToTerminal(sb, cmd, { ...opts, uncapped: true });
+        }
       } finally {
         if (f.rm) await sb.kill();
       }
@@ -128,25 +139,33 @@ export function registerSandboxCommands(program: Command): void {
 
   program
     .command('exec')
-    .description('run a command in a sandbox: dsec exec ID -- CMD ARGS…')
+    .description('run a command in a sandbox: dsec exec [options] ID CMD ARGS… (everything after ID is the command\'s; `--` is optional)')
     .argument('<id>', 'sandbox id')
     .argument('<cmd...>', 'command and arguments')
-    .option('-w, --cwd <dir>', 'working directory')
+    .option('-w, --cwd <dir>', "working directory (default the image's)")
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
-    .option('--timeout <ms>', 'kill the command after this many ms')
-    .option('--json', 'print the whole result as JSON')
-    .option('-i, --interactive', 'with -t: keep stdin attached')
-    .option('-t, --tty', 'run under a pseudo-terminal (e.g. dsec exec -it ID -- bash)')
-    .action(async (id: string, cmd: string[], f: { cwd?: string; env?: Record<string, string>; timeout?: string; json?: boolean; tty?: boolean; interactive?: boolean }) => {
+    .option('--timeout <ms>', TIMEOUT_HELP, intArg(1))
+    .option('--json', 'print the whole result as JSON (output as utf8 text, capped at 1 MiB per stream)')
+    .option('-i, --interactive', "send this terminal's stdin to the command (piped or redirected stdin is sent without -i)")
+    .option('-t, --tty', 'run under a pseudo-terminal (e.g. dsec exec -it ID bash)')
+    // Options after the sandbox id are the command's: `dsec exec ID ls -w /tmp` runs `ls -w /tmp`.
+    .passThroughOptions()
+    .action(async (id: string, cmd: string[], f: { cwd?: string; env?: Record<string, string>; timeout?: number; json?: boolean; tty?: boolean; interactive?: boolean }) => {
+      if (cmd[0] === '--') cmd = cmd.slice(1);
+      if (cmd.length === 0) throw new UsageError('no command: dsec exec ID CMD ARGS…');
       const sb = await Sandbox.connect(id);
       if (f.tty) {
         process.exitCode = await runTerminal(sb, cmd, f.cwd, f.interactive ?? false);
         return;
       }
-      const r = await sb.commands.run(cmd, { cwd: f.cwd, env: f.env, ...(f.timeout ? { timeoutMs: Number(f.timeout) } : {}) });
-      if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
-      else writeResult(r);
-      process.exitCode = r.exitCode;
+      const opts = { cwd: f.cwd, env: f.env, ...(await stdinOptions(stdinForCommand(f.interactive ?? false))), ...(f.timeout ? { timeoutMs: f.timeout } : {}) };
+      if (f.json) {
+        const r = await sb.commands.run(cmd, opts);
+        process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+        process.exitCode = r.exitCode;
+      } else {
+        process.exitCode = await streamToTerminal(sb, cmd, { ...opts, uncapped: true });
+      }
     });
 
   program
@@ -168,12 +187,11 @@ export function registerSandboxCommands(program: Command): void {
 
   program
     .command('kill')
-    .description('kill sandboxes and remove everything they had')
+    .description('kill sandboxes and remove everything they had (killing one already gone succeeds)')
     .argument('<ids...>', 'sandbox ids')
     .action(async (ids: string[]) => {
       for (const id of ids) {
-        const sb = await Sandbox.connect(id);
-        await sb.kill();
+        await Sandbox.kill(id);
         process.stdout.write(`${id}\n`);
       }
     });
@@ -186,7 +204,8 @@ export function registerSandboxCommands(program: Command): void {
     .option('--allow <dest>', 'with allow: CIDR, CIDR:port, host or host:port (repeatable)', collectList)
     .option('--json', 'machine-readable output')
     .action(async (id: string, mode: string, f: { allow?: string[]; json?: boolean }) => {
-      const r = await (await Sandbox.connect(id)).setNetwork(networkPolicy(mode, f.allow)!);
+      const policy = networkPolicy(mode, f.allow, 'MODE')!;
+      const r = await (await Sandbox.connect(id)).setNetwork(policy);
       if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
       else process.stdout.write(`${r.mode}${r.allow.length ? ` ${r.allow.map((a) => (a.port ? `${a.cidr}:${a.port}` : a.cidr)).join(' ')}` : ''} (applied in ${r.appliedMs} ms)\n`);
     });
@@ -242,7 +261,14 @@ export function registerSandboxCommands(program: Command): void {
     .action(async (id: string, f: { json?: boolean }) => {
       const { result } = await (await Sandbox.connect(id)).replay();
       if (f.json) process.stdout.write(JSON.stringify(result, null, 2) + '\n');
-      else process.stdout.write(`${result.sandbox.id} (${result.replayed} steps replayed, ${result.diverged} diverged)\n`);
+      else {
+        const skipped = result.skipped ? `, ${result.skipped} skipped` : '';
+        process.stdout.write(`${result.sandbox.id} (${result.replayed} steps replayed, ${result.diverged} diverged${skipped})\n`);
+        for (const s of result.steps) {
+          if (s.skipped) process.stderr.write(`dsec: step ${s.seq} (${s.kind}) skipped: ${s.skipReason ?? ''}\n`);
+          else if (s.diverged) process.stderr.write(`dsec: step ${s.seq} (${s.kind}) diverged: ${s.error ?? `exit ${s.replayedExitCode} where the log has ${s.loggedExitCode}`}\n`);
+        }
+      }
     });
 
   program
