@@ -33,14 +33,27 @@ function hostDsecState() {
   return [...mounts.map((m) => `mount ${m}`), ...cgroups.map((c) => `cgroup ${c}`)];
 }
 
+/**
+ * The Python SDK's tests (python/tests/run.py: unittest, against a dsec it starts itself), with
+ * Debian's python3 (what scripts/setup installs) ahead of any other on PATH. They run with the
+ * whole suite, or when a filter names them (`node scripts/run-tests.mjs python`).
+ */
+function runPythonTests() {
+  const python = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+  return spawnSync(python, ['python/tests/run.py'], { stdio: 'inherit' }).status ?? 1;
+}
+
 const filter = process.argv.slice(2);
 let files = [...findTests('packages/sdk/dist'), ...findTests('packages/dsec/dist')].sort();
 if (filter.length) files = files.filter((f) => filter.some((x) => f.includes(x)));
+const withPython = !filter.length || filter.some((x) => 'python/tests/run.py'.includes(x));
 const before = new Set(hostDsecState());
-const r = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' });
+// With a filter that names no compiled test, node --test would fall back to its own discovery.
+const nodeStatus = files.length || !withPython ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' }).status ?? 1) : 0;
+const pythonStatus = withPython ? runPythonTests() : 0;
 const leaked = hostDsecState().filter((x) => !before.has(x));
 if (leaked.length) {
   console.error(`the test suite leaked:\n  ${leaked.join('\n  ')}`);
   process.exit(1);
 }
-process.exit(r.status ?? 1);
+process.exit(nodeStatus || pythonStatus);

@@ -1,0 +1,415 @@
+"""Every API call as data: method, path, query, body, deadline and how to read the answer.
+
+The sync and asyncio clients both build their requests here and differ only in how they send
+them (``transport.py`` / ``aio_transport.py``), so the two surfaces cannot drift apart.
+Times are seconds on the Python side and milliseconds on the wire.
+"""
+
+from __future__ import annotations
+
+import base64
+import json as jsonlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from urllib.parse import quote, urlencode
+
+from . import models as m
+
+T = TypeVar("T")
+
+#: The server's default command timeout (seconds) when a call gives none.
+DEFAULT_COMMAND_TIMEOUT = 60.0
+#: What the HTTP call waits beyond a command's own timeout (the server answers after killing it).
+COMMAND_MARGIN = 10.0
+#: Deadline of calls that pack a layer (snapshot, fork, replay) unless the caller gives one.
+SNAPSHOT_TIMEOUT = 600.0
+
+NDJSON = "application/x-ndjson"
+
+Cmd = Union[str, Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    path: str
+    query: Sequence[Tuple[str, str]] = ()
+    json: Any = None
+    has_json: bool = False
+    body: Optional[bytes] = None
+    content_type: Optional[str] = None
+    accept: Optional[str] = None
+    #: Deadline of the whole call in seconds; None: the connection's default.
+    timeout: Optional[float] = None
+
+    @property
+    def target(self) -> str:
+        return self.path + ("?" + urlencode(list(self.query)) if self.query else "")
+
+    @property
+    def idempotent(self) -> bool:
+        return self.method in ("GET", "HEAD", "PUT", "DELETE")
+
+    def payload(self) -> Tuple[Optional[bytes], Dict[str, str]]:
+        """The body bytes and the headers describing them."""
+        headers: Dict[str, str] = {}
+        if self.accept:
+            headers["Accept"] = self.accept
+        if self.has_json:
+            headers["Content-Type"] = "application/json"
+            return jsonlib.dumps(self.json, separators=(",", ":")).encode("utf-8"), headers
+        if self.body is not None:
+            headers["Content-Type"] = self.content_type or "application/octet-stream"
+            return self.body, headers
+        return None, headers
+
+
+@dataclass(frozen=True)
+class Op(Generic[T]):
+    """A call and what its answer becomes: parsed JSON (``parse``), or raw bytes (``raw``)."""
+
+    call: Call
+    parse: Callable[[Any], T]
+    raw: bool = False
+
+
+def _ms(seconds: Optional[float]) -> Optional[int]:
+    return None if seconds is None else int(round(seconds * 1000))
+
+
+def _query(**kv: Any) -> List[Tuple[str, str]]:
+    out: List[Tuple[str, str]] = []
+    for k, v in kv.items():
+        if v is None or v is False:
+            continue
+        for one in v if isinstance(v, (list, tuple)) else [v]:
+            out.append((k, "true" if one is True else str(one)))
+    return out
+
+
+def _clean(d: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+def _seg(s: str) -> str:
+    return quote(s, safe="")
+
+
+def _sb(sandbox_id: str, suffix: str = "") -> str:
+    return f"/v1/sandboxes/{_seg(sandbox_id)}{suffix}"
+
+
+def json_call(method: str, path: str, body: Any = None, *, has_json: bool = True, **kw: Any) -> Call:
+    return Call(method, path, json=body, has_json=has_json and body is not None, **kw)
+
+
+# --- sandboxes ---------------------------------------------------------------------------------
+
+
+def network_body(network: Union[None, str, Mapping[str, Any]], allow: Optional[Sequence[str]] = None) -> Optional[Dict[str, Any]]:
+    """``"none"`` / ``{"mode": "allow", "allow": [...]}`` → the wire policy."""
+    if network is None:
+        return None
+    if isinstance(network, str):
+        return _clean({"mode": network, "allow": list(allow) if allow is not None else None})
+    return dict(network)
+
+
+def create_body(
+    *,
+    image: str = "busybox",
+    cpu: Optional[float] = None,
+    memory_mib: Optional[int] = None,
+    pids: Optional[int] = None,
+    disk_mib: Optional[int] = None,
+    layers: Optional[Sequence[str]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    network: Union[None, str, Mapping[str, Any]] = None,
+    ttl_seconds: Optional[int] = None,
+    idle_timeout_seconds: Optional[int] = None,
+    on_expiry: Optional[str] = None,
+    backend: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The wire spec of one sandbox (also the ``spec`` of a batch)."""
+    resources = _clean({"cpu": cpu, "memoryMiB": memory_mib, "pids": pids, "diskMiB": disk_mib})
+    return _clean(
+        {
+            "backend": backend,
+            "image": image,
+            "resources": resources or None,
+            "layers": list(layers) if layers is not None else None,
+            "env": dict(env) if env is not None else None,
+            "labels": dict(labels) if labels is not None else None,
+            "network": network_body(network),
+            "ttlSeconds": ttl_seconds,
+            "idleTimeoutSeconds": idle_timeout_seconds,
+            "onExpiry": on_expiry,
+        }
+    )
+
+
+def create(spec: Dict[str, Any], timeout: Optional[float]) -> Op[m.SandboxInfo]:
+    return Op(json_call("POST", "/v1/sandboxes", spec, timeout=timeout), m.SandboxInfo.from_wire)
+
+
+def get(sandbox_id: str, timeout: Optional[float]) -> Op[m.SandboxInfo]:
+    return Op(Call("GET", _sb(sandbox_id), timeout=timeout), m.SandboxInfo.from_wire)
+
+
+def list_sandboxes(labels: Optional[Mapping[str, str]], status: Optional[str], timeout: Optional[float]) -> Op[List[m.SandboxInfo]]:
+    q = _query(label=[f"{k}={v}" for k, v in (labels or {}).items()] or None, status=status)
+    return Op(Call("GET", "/v1/sandboxes", query=q, timeout=timeout), lambda d: [m.SandboxInfo.from_wire(s) for s in d["sandboxes"]])
+
+
+def kill(sandbox_id: str, timeout: Optional[float]) -> Op[None]:
+    return Op(Call("DELETE", _sb(sandbox_id), timeout=timeout), _none)
+
+
+def pause(sandbox_id: str, timeout: Optional[float]) -> Op[m.SandboxInfo]:
+    return Op(Call("POST", _sb(sandbox_id, "/pause"), timeout=timeout), m.SandboxInfo.from_wire)
+
+
+def resume(sandbox_id: str, timeout: Optional[float]) -> Op[m.SandboxInfo]:
+    return Op(Call("POST", _sb(sandbox_id, "/resume"), timeout=timeout), m.SandboxInfo.from_wire)
+
+
+def snapshot(sandbox_id: str, name: Optional[str], scrub: Optional[Sequence[str]], timeout: Optional[float]) -> Op[m.SnapshotResult]:
+    body = _clean({"name": name, "scrub": list(scrub) if scrub is not None else None})
+    return Op(json_call("POST", _sb(sandbox_id, "/snapshot"), body, timeout=timeout or SNAPSHOT_TIMEOUT), m.SnapshotResult.from_wire)
+
+
+def _object(d: Any) -> Dict[str, Any]:
+    return d if isinstance(d, dict) else {}
+
+
+def fork(sandbox_id: str, count: int, labels: Optional[Mapping[str, str]], timeout: Optional[float]) -> Op[Dict[str, Any]]:
+    body = _clean({"count": count, "labels": dict(labels) if labels is not None else None})
+    return Op(json_call("POST", _sb(sandbox_id, "/fork"), body, timeout=timeout or SNAPSHOT_TIMEOUT), _object)
+
+
+def set_network(sandbox_id: str, mode: str, allow: Optional[Sequence[str]], timeout: Optional[float]) -> Op[m.NetworkState]:
+    return Op(json_call("PUT", _sb(sandbox_id, "/network"), network_body(mode, allow), timeout=timeout), m.NetworkState.from_wire)
+
+
+def network(sandbox_id: str, timeout: Optional[float]) -> Op[m.NetworkState]:
+    return Op(Call("GET", _sb(sandbox_id, "/network"), timeout=timeout), m.NetworkState.from_wire)
+
+
+def trajectory(sandbox_id: str, after_seq: Optional[int], limit: Optional[int], timeout: Optional[float]) -> Op[m.Trajectory]:
+    return Op(Call("GET", _sb(sandbox_id, "/trajectory"), query=_query(afterSeq=after_seq, limit=limit), timeout=timeout), m.Trajectory.from_wire)
+
+
+def replay(sandbox_id: str, timeout: Optional[float]) -> Op[Dict[str, Any]]:
+    return Op(Call("POST", _sb(sandbox_id, "/replay"), timeout=timeout or SNAPSHOT_TIMEOUT), _object)
+
+
+def nodes(timeout: Optional[float]) -> Op[List[m.NodeInfo]]:
+    return Op(Call("GET", "/v1/nodes", timeout=timeout), lambda d: [m.NodeInfo.from_wire(n) for n in d["nodes"]])
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def _cmd(cmd: Cmd) -> Union[str, List[str]]:
+    return cmd if isinstance(cmd, str) else list(cmd)
+
+
+def _stdin(stdin: Union[None, str, bytes]) -> Dict[str, Any]:
+    if stdin is None:
+        return {}
+    if isinstance(stdin, (bytes, bytearray, memoryview)):
+        return {"stdin": base64.b64encode(bytes(stdin)).decode("ascii"), "stdinEncoding": "base64"}
+    return {"stdin": stdin}
+
+
+def command_deadline(timeout: Optional[float], request_timeout: Optional[float]) -> float:
+    return request_timeout if request_timeout is not None else (timeout if timeout is not None else DEFAULT_COMMAND_TIMEOUT) + COMMAND_MARGIN
+
+
+def exec_body(
+    cmd: Cmd,
+    *,
+    cwd: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    writable_paths: Optional[Sequence[str]] = None,
+    stdin: Union[None, str, bytes] = None,
+    timeout: Optional[float] = None,
+    max_output_bytes: Optional[int] = None,
+    binary: bool = False,
+) -> Dict[str, Any]:
+    body = _clean(
+        {
+            "cmd": _cmd(cmd),
+            "cwd": cwd,
+            "env": dict(env) if env is not None else None,
+            "writablePaths": list(writable_paths) if writable_paths is not None else None,
+            "timeoutMs": _ms(timeout),
+            "maxOutputBytes": max_output_bytes,
+            "encoding": "base64" if binary else None,
+        }
+    )
+    body.update(_stdin(stdin))
+    return body
+
+
+def exec_(sandbox_id: str, body: Dict[str, Any], deadline: float) -> Op[m.ExecResult]:
+    return Op(json_call("POST", _sb(sandbox_id, "/exec"), body, timeout=deadline), m.ExecResult.from_wire)
+
+
+def exec_stream(sandbox_id: str, body: Dict[str, Any], deadline: float) -> Call:
+    return json_call("POST", _sb(sandbox_id, "/exec"), body, timeout=deadline, accept=NDJSON)
+
+
+def stream_event(line: Dict[str, Any]) -> Optional[m.StreamEvent]:
+    """One NDJSON line of an exec stream → an event (None for lines that carry none, e.g. start)."""
+    kind = line.get("type")
+    if kind in ("stdout", "stderr"):
+        return m.OutputEvent(stream=kind, data=base64.b64decode(line.get("data") or ""))
+    if kind == "exit":
+        return m.ExitEvent.from_wire(line)
+    return None
+
+
+def start_process(
+    sandbox_id: str,
+    cmd: Cmd,
+    *,
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    writable_paths: Optional[Sequence[str]],
+    stdin: bool,
+    timeout: Optional[float],
+    max_output_bytes: Optional[int],
+    request_timeout: Optional[float],
+) -> Op[m.ProcessInfo]:
+    body = _clean(
+        {
+            "cmd": _cmd(cmd),
+            "cwd": cwd,
+            "env": dict(env) if env is not None else None,
+            "writablePaths": list(writable_paths) if writable_paths is not None else None,
+            "stdin": True if stdin else None,
+            "timeoutMs": _ms(timeout),
+            "maxOutputBytes": max_output_bytes,
+        }
+    )
+    return Op(json_call("POST", _sb(sandbox_id, "/processes"), body, timeout=request_timeout), m.ProcessInfo.from_wire)
+
+
+def _proc(sandbox_id: str, process_id: str, suffix: str = "") -> str:
+    return _sb(sandbox_id, f"/processes/{_seg(process_id)}{suffix}")
+
+
+def list_processes(sandbox_id: str, timeout: Optional[float]) -> Op[List[m.ProcessInfo]]:
+    return Op(Call("GET", _sb(sandbox_id, "/processes"), timeout=timeout), lambda d: [m.ProcessInfo.from_wire(p) for p in d["processes"]])
+
+
+def process_output(sandbox_id: str, process_id: str, stdout_offset: int, stderr_offset: int, timeout: Optional[float]) -> Op[m.ProcessOutput]:
+    q = _query(stdoutOffset=stdout_offset or None, stderrOffset=stderr_offset or None, encoding="base64")
+    return Op(Call("GET", _proc(sandbox_id, process_id), query=q, timeout=timeout), m.ProcessOutput.from_wire)
+
+
+def wait_process(sandbox_id: str, process_id: str, wait: float, timeout: Optional[float]) -> Op[m.ProcessInfo]:
+    call = json_call("POST", _proc(sandbox_id, process_id, "/wait"), {"timeoutMs": _ms(wait)}, timeout=timeout if timeout is not None else wait + COMMAND_MARGIN)
+    return Op(call, m.ProcessInfo.from_wire)
+
+
+def signal_process(sandbox_id: str, process_id: str, signal: str, timeout: Optional[float]) -> Op[m.ProcessInfo]:
+    return Op(json_call("POST", _proc(sandbox_id, process_id, "/signal"), {"signal": signal}, timeout=timeout), m.ProcessInfo.from_wire)
+
+
+def kill_process(sandbox_id: str, process_id: str, timeout: Optional[float]) -> Op[m.ProcessInfo]:
+    return Op(Call("DELETE", _proc(sandbox_id, process_id), timeout=timeout), m.ProcessInfo.from_wire)
+
+
+def write_stdin(sandbox_id: str, process_id: str, data: Union[str, bytes], eof: bool, timeout: Optional[float]) -> Op[None]:
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return Op(Call("POST", _proc(sandbox_id, process_id, "/stdin"), query=_query(eof=eof), body=raw, timeout=timeout), _none)
+
+
+# --- sessions ----------------------------------------------------------------------------------
+
+
+def open_session(
+    sandbox_id: str, shell: Optional[str], cwd: Optional[str], env: Optional[Mapping[str, str]], writable_paths: Optional[Sequence[str]], timeout: Optional[float]
+) -> Op[m.SessionInfo]:
+    body = _clean({"shell": shell, "cwd": cwd, "env": dict(env) if env is not None else None, "writablePaths": list(writable_paths) if writable_paths is not None else None})
+    return Op(json_call("POST", _sb(sandbox_id, "/sessions"), body, timeout=timeout), m.SessionInfo.from_wire)
+
+
+def list_sessions(sandbox_id: str, timeout: Optional[float]) -> Op[List[m.SessionInfo]]:
+    return Op(Call("GET", _sb(sandbox_id, "/sessions"), timeout=timeout), lambda d: [m.SessionInfo.from_wire(s) for s in d["sessions"]])
+
+
+def session_exec(
+    sandbox_id: str, session_id: str, cmd: str, timeout: Optional[float], max_output_bytes: Optional[int], binary: bool, request_timeout: Optional[float]
+) -> Op[m.ExecResult]:
+    body = _clean({"cmd": cmd, "timeoutMs": _ms(timeout), "maxOutputBytes": max_output_bytes, "encoding": "base64" if binary else None})
+    call = json_call("POST", _sb(sandbox_id, f"/sessions/{_seg(session_id)}/exec"), body, timeout=command_deadline(timeout, request_timeout))
+    return Op(call, m.ExecResult.from_wire)
+
+
+def close_session(sandbox_id: str, session_id: str, timeout: Optional[float]) -> Op[None]:
+    return Op(Call("DELETE", _sb(sandbox_id, f"/sessions/{_seg(session_id)}"), timeout=timeout), _none)
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+def _raw(b: Any) -> bytes:
+    return b  # type: ignore[no-any-return]
+
+
+def read_file(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[bytes]:
+    return Op(Call("GET", _sb(sandbox_id, "/files"), query=_query(path=path), timeout=timeout), _raw, raw=True)
+
+
+def write_file(sandbox_id: str, path: str, data: Union[str, bytes], mode: Optional[int], timeout: Optional[float]) -> Op[m.WriteResult]:
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    q = _query(path=path, mode=format(mode, "o") if mode is not None else None)
+    return Op(Call("PUT", _sb(sandbox_id, "/files"), query=q, body=raw, timeout=timeout), m.WriteResult.from_wire)
+
+
+def stat(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[m.FileStat]:
+    return Op(Call("GET", _sb(sandbox_id, "/files/stat"), query=_query(path=path), timeout=timeout), m.FileStat.from_wire)
+
+
+def list_dir(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[m.DirListing]:
+    return Op(Call("GET", _sb(sandbox_id, "/files/list"), query=_query(path=path), timeout=timeout), m.DirListing.from_wire)
+
+
+def mkdir(sandbox_id: str, path: str, parents: bool, timeout: Optional[float]) -> Op[None]:
+    return Op(json_call("POST", _sb(sandbox_id, "/files/mkdir"), {"path": path, "parents": parents}, timeout=timeout), _none)
+
+
+def remove(sandbox_id: str, path: str, recursive: bool, timeout: Optional[float]) -> Op[None]:
+    return Op(Call("DELETE", _sb(sandbox_id, "/files"), query=_query(path=path, recursive=recursive), timeout=timeout), _none)
+
+
+def rename(sandbox_id: str, src: str, dst: str, timeout: Optional[float]) -> Op[None]:
+    return Op(json_call("POST", _sb(sandbox_id, "/files/rename"), {"from": src, "to": dst}, timeout=timeout), _none)
+
+
+def upload_tar(sandbox_id: str, directory: str, archive: bytes, timeout: Optional[float]) -> Op[m.WriteResult]:
+    call = Call("PUT", _sb(sandbox_id, "/files/tar"), query=_query(path=directory), body=bytes(archive), content_type="application/x-tar", timeout=timeout)
+    return Op(call, m.WriteResult.from_wire)
+
+
+def download_tar(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[bytes]:
+    return Op(Call("GET", _sb(sandbox_id, "/files/tar"), query=_query(path=path), timeout=timeout), _raw, raw=True)
+
+
+# --- terminals ---------------------------------------------------------------------------------
+
+
+def pty_target(sandbox_id: str, cmd: Optional[Sequence[str]], cols: Optional[int], rows: Optional[int], cwd: Optional[str]) -> str:
+    q = _query(cmd=list(cmd) if cmd else None, cols=cols, rows=rows, cwd=cwd)
+    return _sb(sandbox_id, "/pty") + ("?" + urlencode(q) if q else "")
+
+
+__all__ = ["Call", "Op", "field"]

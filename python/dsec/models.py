@@ -1,0 +1,375 @@
+"""Typed views of the wire schemas (packages/sdk/src/schema), with Python names.
+
+Each class is built from the server's JSON by ``from_wire``; ``raw`` keeps the JSON as received,
+so a field the server adds later is readable before this package learns its name.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, Generic, List, Optional, Type, TypeVar, Union
+
+T = TypeVar("T")
+
+_CAMEL = re.compile(r"_([a-z])")
+
+
+def camel(name: str) -> str:
+    """``memory_mib`` → ``memoryMiB``; ``exit_code`` → ``exitCode``."""
+    special = {"memory_mib": "memoryMiB", "disk_mib": "diskMiB", "layer_cache_mib": "layerCacheMiB", "image_id": "imageId"}
+    return special.get(name) or _CAMEL.sub(lambda m: m.group(1).upper(), name)
+
+
+def _build(cls: Type[T], data: Any, **overrides: Any) -> T:
+    """Fills a dataclass from camelCase JSON; missing optional fields take their defaults."""
+    if not isinstance(data, dict):
+        data = {}
+    kwargs: Dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name == "raw":
+            kwargs["raw"] = data
+        elif f.name in overrides:
+            kwargs[f.name] = overrides[f.name]
+        else:
+            key = camel(f.name)
+            if key in data:
+                kwargs[f.name] = data[key]
+    return cls(**kwargs)
+
+
+@dataclass
+class Resources:
+    cpu: float = 1.0
+    memory_mib: int = 512
+    pids: int = 512
+    disk_mib: Optional[int] = None
+
+
+@dataclass
+class SandboxInfo:
+    id: str
+    edge: str = ""
+    backend: str = "container"
+    status: str = ""
+    image: str = ""
+    image_id: str = ""
+    resources: Resources = field(default_factory=Resources)
+    labels: Dict[str, str] = field(default_factory=dict)
+    layers: List[str] = field(default_factory=list)
+    created_at: str = ""
+    reason: Optional[str] = None
+    ttl_seconds: Optional[int] = None
+    idle_timeout_seconds: Optional[int] = None
+    on_expiry: str = "stop"
+    expires_at: Optional[str] = None
+    last_activity_at: str = ""
+    #: Live cgroup usage on inspect: {"oomKills", "memoryBytes", "pids"}.
+    usage: Optional[Dict[str, int]] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "SandboxInfo":
+        return _build(cls, d, resources=_build(Resources, (d or {}).get("resources")))
+
+
+@dataclass
+class ExecResult:
+    """The outcome of a command. ``stdout``/``stderr`` are ``str`` (UTF-8), or ``bytes`` when the
+    call asked for ``binary=True``; ``stdout_total``/``stderr_total`` count every byte written,
+    kept or not (``truncated`` says some were not kept)."""
+
+    exit_code: int
+    stdout: Any = ""
+    stderr: Any = ""
+    truncated: bool = False
+    stdout_total: int = 0
+    stderr_total: int = 0
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_ms: float = 0.0
+    #: Only for session commands: whether the session's shell is still alive.
+    session_alive: Optional[bool] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "ExecResult":
+        d = d or {}
+        binary = d.get("encoding") == "base64"
+        out: Any = d.get("stdout", "")
+        err: Any = d.get("stderr", "")
+        if binary:
+            out, err = base64.b64decode(out), base64.b64decode(err)
+        return _build(cls, d, stdout=out, stderr=err, stdout_total=d.get("stdoutBytes", 0), stderr_total=d.get("stderrBytes", 0))
+
+
+@dataclass
+class OutputEvent:
+    """A chunk of live output from ``commands.stream``; ``stream`` is "stdout" or "stderr"."""
+
+    stream: str
+    data: bytes
+
+
+@dataclass
+class ExitEvent:
+    """The last event of ``commands.stream``: the command's status (its output came before)."""
+
+    exit_code: int
+    truncated: bool = False
+    stdout_total: int = 0
+    stderr_total: int = 0
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_ms: float = 0.0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "ExitEvent":
+        return _build(cls, d, stdout_total=d.get("stdoutBytes", 0), stderr_total=d.get("stderrBytes", 0))
+
+
+StreamEvent = Union[OutputEvent, ExitEvent]
+
+
+@dataclass
+class ProcessInfo:
+    id: str
+    cmd: Union[str, List[str]] = ""
+    status: str = "running"
+    exit_code: Optional[int] = None
+    timed_out: bool = False
+    started_at: str = ""
+    duration_ms: Optional[float] = None
+    stdout_total: int = 0
+    stderr_total: int = 0
+    truncated: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "ProcessInfo":
+        d = d or {}
+        return _build(cls, d, stdout_total=d.get("stdoutBytes", 0), stderr_total=d.get("stderrBytes", 0))
+
+
+@dataclass
+class ProcessOutput:
+    """Output of a background process kept so far, from the offsets asked for (bytes)."""
+
+    process: ProcessInfo
+    stdout: bytes
+    stderr: bytes
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "ProcessOutput":
+        def dec(s: str) -> bytes:
+            return base64.b64decode(s) if d.get("encoding") == "base64" else s.encode("utf-8")
+
+        return cls(process=ProcessInfo.from_wire(d.get("process")), stdout=dec(d.get("stdout", "")), stderr=dec(d.get("stderr", "")))
+
+
+@dataclass
+class SessionInfo:
+    id: str
+    shell: str = ""
+    alive: bool = True
+    busy: bool = False
+    commands: int = 0
+    created_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "SessionInfo":
+        return _build(cls, d)
+
+
+@dataclass
+class FileStat:
+    path: str
+    name: str = ""
+    #: "file", "dir", "symlink" or "other".
+    type: str = "file"
+    size: int = 0
+    #: Octal permission bits as a string, e.g. "0644".
+    mode: str = ""
+    uid: int = 0
+    gid: int = 0
+    mtime: str = ""
+    link_target: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "FileStat":
+        return _build(cls, d)
+
+
+@dataclass
+class DirListing:
+    path: str
+    entries: List[FileStat]
+    truncated: bool = False
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "DirListing":
+        return cls(path=d.get("path", ""), entries=[FileStat.from_wire(e) for e in d.get("entries", [])], truncated=bool(d.get("truncated")))
+
+
+@dataclass
+class WriteResult:
+    path: str
+    bytes: int
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "WriteResult":
+        return cls(path=d.get("path", ""), bytes=int(d.get("bytes", 0)))
+
+
+@dataclass
+class SnapshotResult:
+    """``Sandbox.create(image=snap.image_id)`` restores the snapshot."""
+
+    image_id: str
+    layers: List[str] = field(default_factory=list)
+    layer_added: bool = False
+    frozen_ms: float = 0.0
+    entries: int = 0
+    bytes: int = 0
+    whiteouts: int = 0
+    opaque_dirs: int = 0
+    sparse_files: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "SnapshotResult":
+        return _build(cls, d)
+
+
+@dataclass
+class NetworkState:
+    #: "none", "allow" or "open".
+    mode: str
+    allow: List[Dict[str, Any]] = field(default_factory=list)
+    address: Optional[str] = None
+    gateway: Optional[str] = None
+    #: Set by ``set_network``: milliseconds from request to the rules being in force.
+    applied_ms: Optional[float] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "NetworkState":
+        return _build(cls, d)
+
+
+@dataclass
+class TrajectoryEntry:
+    seq: int
+    at: str = ""
+    #: "exec", "session.exec", "files.write", "pty", "process.start", ...
+    kind: str = ""
+    request: Dict[str, Any] = field(default_factory=dict)
+    result: Optional[Dict[str, Any]] = None
+    duration_ms: Optional[float] = None
+    exit_code: Optional[int] = None
+    replayable: bool = True
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "TrajectoryEntry":
+        return _build(cls, d)
+
+
+@dataclass
+class Trajectory:
+    sandbox_id: str
+    entries: List[TrajectoryEntry]
+    #: Entries not kept because the log reached its bound.
+    dropped: int = 0
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "Trajectory":
+        return cls(sandbox_id=d.get("sandboxId", ""), entries=[TrajectoryEntry.from_wire(e) for e in d.get("entries", [])], dropped=int(d.get("dropped", 0)))
+
+
+@dataclass
+class ReplayStep:
+    seq: int
+    kind: str = ""
+    logged_exit_code: Optional[int] = None
+    replayed_exit_code: Optional[int] = None
+    diverged: bool = False
+    error: Optional[str] = None
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "ReplayStep":
+        return _build(cls, d)
+
+
+@dataclass
+class ReplayReport:
+    """What ``replay`` did: the steps re-run and which diverged from the log."""
+
+    replayed: int
+    diverged: int
+    steps: List[ReplayStep]
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "ReplayReport":
+        return cls(replayed=int(d.get("replayed", 0)), diverged=int(d.get("diverged", 0)), steps=[ReplayStep.from_wire(s) for s in d.get("steps", [])])
+
+
+@dataclass
+class ForkFailure:
+    code: str
+    message: str
+
+
+@dataclass
+class NodeInfo:
+    id: str
+    sandboxes: int = 0
+    max_sandboxes: int = 0
+    layer_cache: Dict[str, Any] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "NodeInfo":
+        return _build(cls, d)
+
+
+S = TypeVar("S")
+
+
+@dataclass
+class Fork(Generic[S]):
+    """What ``fork`` made: the sandboxes started from one snapshot, and those that failed."""
+
+    sandboxes: List[S]
+    snapshot: SnapshotResult
+    failures: List[ForkFailure]
+
+
+@dataclass
+class Batch(Generic[S]):
+    """What ``create_many`` made: the sandboxes that came up and the errors of those that did not."""
+
+    sandboxes: List[S]
+    failures: List[Exception]
+
+
+@dataclass
+class BatchProgress(Generic[S]):
+    """One step of ``iter_create_many``: a sandbox came up (``sandbox``) or failed (``error``)."""
+
+    created: int
+    failed: int
+    total: int
+    sandbox: Optional[S] = None
+    error: Optional[Exception] = None
+
+    @property
+    def done(self) -> bool:
+        return self.created + self.failed >= self.total

@@ -1,0 +1,518 @@
+"""The sync client: ``Sandbox`` and its namespaces (commands, sessions, files).
+
+Every method takes a keyword ``timeout`` in seconds: the deadline of the HTTP call (for
+commands it is the command's own timeout, and ``request_timeout`` bounds the call). The asyncio
+client (``aio.py``) has the same surface with ``await``.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+from . import calls
+from . import models as m
+from .calls import Cmd
+from .config import ConnectionConfig, resolve_connection
+from .errors import CommandExitError, DsecError, NotFoundError
+from .terminal import Terminal
+from .transport import SyncTransport
+
+_transports: Dict[ConnectionConfig, SyncTransport] = {}
+_transports_lock = threading.Lock()
+
+
+def transport_for(url: Optional[str] = None, api_key: Optional[str] = None, request_timeout: Optional[float] = None) -> SyncTransport:
+    """One transport (and so one kept-alive connection per thread) per server and key."""
+    config = resolve_connection(url, api_key, request_timeout)
+    with _transports_lock:
+        t = _transports.get(config)
+        if t is None:
+            t = _transports[config] = SyncTransport(config)
+        return t
+
+
+def _check(result: m.ExecResult, check: bool) -> m.ExecResult:
+    if check and result.exit_code != 0:
+        raise CommandExitError(result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+class Process:
+    """A background process: read its output, wait, signal, feed stdin."""
+
+    def __init__(self, transport: SyncTransport, sandbox_id: str, info: m.ProcessInfo) -> None:
+        self._t = transport
+        self.sandbox_id = sandbox_id
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def output(self, *, stdout_offset: int = 0, stderr_offset: int = 0, timeout: Optional[float] = None) -> m.ProcessOutput:
+        """Output kept so far (bytes), from these byte offsets on."""
+        out = self._t.run(calls.process_output(self.sandbox_id, self.id, stdout_offset, stderr_offset, timeout))
+        self.info = out.process
+        return out
+
+    def follow(self, *, poll: float = 0.2) -> Iterator[m.OutputEvent]:
+        """Output as it is produced (polled), until the process exits."""
+        offsets = {"stdout": 0, "stderr": 0}
+        while True:
+            out = self.output(stdout_offset=offsets["stdout"], stderr_offset=offsets["stderr"])
+            for stream, data in (("stdout", out.stdout), ("stderr", out.stderr)):
+                if data:
+                    offsets[stream] += len(data)
+                    yield m.OutputEvent(stream, data)
+            if out.process.status == "exited":
+                return
+            self.wait(wait=poll)
+
+    def wait(self, *, wait: float = 30.0, timeout: Optional[float] = None) -> m.ProcessInfo:
+        """Waits until the process exits or ``wait`` seconds pass; its state either way."""
+        self.info = self._t.run(calls.wait_process(self.sandbox_id, self.id, wait, timeout))
+        return self.info
+
+    def signal(self, signal: str = "SIGTERM", *, timeout: Optional[float] = None) -> m.ProcessInfo:
+        self.info = self._t.run(calls.signal_process(self.sandbox_id, self.id, signal, timeout))
+        return self.info
+
+    def kill(self, *, timeout: Optional[float] = None) -> m.ProcessInfo:
+        """Kills the process and everything it started."""
+        self.info = self._t.run(calls.kill_process(self.sandbox_id, self.id, timeout))
+        return self.info
+
+    def write_stdin(self, data: Union[str, bytes], *, eof: bool = False, timeout: Optional[float] = None) -> None:
+        """Writes to the stdin of a process started with ``stdin=True``."""
+        self._t.run(calls.write_stdin(self.sandbox_id, self.id, data, eof, timeout))
+
+    def close_stdin(self, *, timeout: Optional[float] = None) -> None:
+        self.write_stdin(b"", eof=True, timeout=timeout)
+
+
+class Commands:
+    """Runs commands in a sandbox: to completion, streamed, or in the background."""
+
+    def __init__(self, transport: SyncTransport, sandbox_id: str) -> None:
+        self._t = transport
+        self.sandbox_id = sandbox_id
+
+    def run(
+        self,
+        cmd: Cmd,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        stdin: Union[None, str, bytes] = None,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        binary: bool = False,
+        check: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> m.ExecResult:
+        """Runs a command (a shell string, or an argv list) to completion.
+
+        ``timeout`` kills it (its whole tree) after that many seconds, and the result says
+        ``timed_out``. ``binary=True`` returns stdout/stderr as bytes. ``check=True`` raises
+        ``CommandExitError`` on a non-zero exit. ``writable_paths`` confines its writes (Landlock).
+
+        Example: ``sb.commands.run("echo hi").stdout == "hi\\n"``
+        """
+        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, binary=binary)
+        return _check(self._t.run(calls.exec_(self.sandbox_id, body, calls.command_deadline(timeout, request_timeout))), check)
+
+    def stream(
+        self,
+        cmd: Cmd,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        stdin: Union[None, str, bytes] = None,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Iterator[m.StreamEvent]:
+        """Runs a command and yields its output as it is produced (``OutputEvent``, bytes), then
+        its status (``ExitEvent``). Leaving the loop early disconnects, which kills the command.
+
+        Example::
+
+            for ev in sb.commands.stream("make"):
+                if isinstance(ev, dsec.OutputEvent): sys.stdout.buffer.write(ev.data)
+        """
+        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes)
+        for line in self._t.lines(calls.exec_stream(self.sandbox_id, body, calls.command_deadline(timeout, request_timeout))):
+            ev = calls.stream_event(line)
+            if ev is not None:
+                yield ev
+
+    def start(
+        self,
+        cmd: Cmd,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        stdin: bool = False,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Process:
+        """Starts a background process that outlives this call; ``stdin=True`` keeps its stdin open."""
+        op = calls.start_process(
+            self.sandbox_id, cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, request_timeout=request_timeout
+        )
+        return Process(self._t, self.sandbox_id, self._t.run(op))
+
+    def list(self, *, timeout: Optional[float] = None) -> List[Process]:
+        """Background processes (running, and recently exited)."""
+        return [Process(self._t, self.sandbox_id, p) for p in self._t.run(calls.list_processes(self.sandbox_id, timeout))]
+
+    def connect(self, process_id: str, *, timeout: Optional[float] = None) -> Process:
+        out = self._t.run(calls.process_output(self.sandbox_id, process_id, 0, 0, timeout))
+        return Process(self._t, self.sandbox_id, out.process)
+
+
+class Session:
+    """A persistent shell: ``cd``, ``export`` and variables carry over between commands."""
+
+    def __init__(self, transport: SyncTransport, sandbox_id: str, info: m.SessionInfo) -> None:
+        self._t = transport
+        self.sandbox_id = sandbox_id
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def run(
+        self,
+        cmd: str,
+        *,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        binary: bool = False,
+        check: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> m.ExecResult:
+        """Runs one command in the session; ``timeout`` interrupts it (the session survives)."""
+        op = calls.session_exec(self.sandbox_id, self.id, cmd, timeout, max_output_bytes, binary, request_timeout)
+        return _check(self._t.run(op), check)
+
+    def close(self, *, timeout: Optional[float] = None) -> None:
+        self._t.run(calls.close_session(self.sandbox_id, self.id, timeout))
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.close()
+        except NotFoundError:
+            pass
+
+
+class Sessions:
+    def __init__(self, transport: SyncTransport, sandbox_id: str) -> None:
+        self._t = transport
+        self.sandbox_id = sandbox_id
+
+    def create(
+        self,
+        *,
+        shell: Optional[str] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Session:
+        """Opens a shell session (``shell``: "auto", "bash" or "sh")."""
+        return Session(self._t, self.sandbox_id, self._t.run(calls.open_session(self.sandbox_id, shell, cwd, env, writable_paths, timeout)))
+
+    def list(self, *, timeout: Optional[float] = None) -> List[Session]:
+        return [Session(self._t, self.sandbox_id, s) for s in self._t.run(calls.list_sessions(self.sandbox_id, timeout))]
+
+
+def tar_directory(local_dir: str) -> bytes:
+    """A tar archive of a local directory's contents (entries relative to it)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(local_dir, arcname=".")
+    return buf.getvalue()
+
+
+def untar_into(archive: bytes, local_dir: str) -> None:
+    """Unpacks an archive from ``download_tar`` into a local directory, refusing unsafe entries."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
+        for member in tar.getmembers():
+            name = member.name
+            if name.startswith("/") or ".." in name.split("/") or member.isdev():
+                raise DsecError(f"refusing to unpack {name!r}: it would leave {local_dir}", "UNSAFE_ARCHIVE")
+            if (member.issym() or member.islnk()) and (member.linkname.startswith("/") or ".." in member.linkname.split("/")):
+                raise DsecError(f"refusing to unpack link {name!r} -> {member.linkname!r}", "UNSAFE_ARCHIVE")
+        tar.extractall(local_dir)  # noqa: S202 - every member checked above
+
+
+class Files:
+    """Files inside a sandbox; every path resolves inside its root."""
+
+    def __init__(self, transport: SyncTransport, sandbox_id: str) -> None:
+        self._t = transport
+        self.sandbox_id = sandbox_id
+
+    def read(self, path: str, *, timeout: Optional[float] = None) -> bytes:
+        return self._t.run(calls.read_file(self.sandbox_id, path, timeout))
+
+    def read_text(self, path: str, *, encoding: str = "utf-8", timeout: Optional[float] = None) -> str:
+        return self.read(path, timeout=timeout).decode(encoding)
+
+    def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None, timeout: Optional[float] = None) -> m.WriteResult:
+        """Creates or replaces a file (parents created); ``str`` is written as UTF-8."""
+        return self._t.run(calls.write_file(self.sandbox_id, path, data, mode, timeout))
+
+    def stat(self, path: str, *, timeout: Optional[float] = None) -> m.FileStat:
+        return self._t.run(calls.stat(self.sandbox_id, path, timeout))
+
+    def exists(self, path: str, *, timeout: Optional[float] = None) -> bool:
+        try:
+            self.stat(path, timeout=timeout)
+            return True
+        except NotFoundError:
+            return False
+
+    def list(self, path: str, *, timeout: Optional[float] = None) -> m.DirListing:
+        return self._t.run(calls.list_dir(self.sandbox_id, path, timeout))
+
+    def mkdir(self, path: str, *, parents: bool = True, timeout: Optional[float] = None) -> None:
+        self._t.run(calls.mkdir(self.sandbox_id, path, parents, timeout))
+
+    def remove(self, path: str, *, recursive: bool = False, timeout: Optional[float] = None) -> None:
+        self._t.run(calls.remove(self.sandbox_id, path, recursive, timeout))
+
+    def rename(self, src: str, dst: str, *, timeout: Optional[float] = None) -> None:
+        self._t.run(calls.rename(self.sandbox_id, src, dst, timeout))
+
+    def upload_tar(self, directory: str, archive: bytes, *, timeout: Optional[float] = None) -> m.WriteResult:
+        """Unpacks a tar archive into ``directory`` (created if missing), inside the sandbox."""
+        return self._t.run(calls.upload_tar(self.sandbox_id, directory, archive, timeout))
+
+    def download_tar(self, path: str, *, timeout: Optional[float] = None) -> bytes:
+        """A file or directory as a tar archive (one top-level entry: its name)."""
+        return self._t.run(calls.download_tar(self.sandbox_id, path, timeout))
+
+    def upload_dir(self, local_dir: str, directory: str, *, timeout: Optional[float] = None) -> m.WriteResult:
+        """Copies a local directory's contents into ``directory`` in the sandbox (as one tar)."""
+        return self.upload_tar(directory, tar_directory(local_dir), timeout=timeout)
+
+    def download_dir(self, path: str, local_dir: str, *, timeout: Optional[float] = None) -> None:
+        """Copies a sandbox file or directory into ``local_dir`` (as ``local_dir/<name>``)."""
+        untar_into(self.download_tar(path, timeout=timeout), local_dir)
+
+
+_CONN_KEYS = ("url", "api_key", "request_timeout")
+
+
+def _split_connection(kw: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    conn = {k: kw.pop(k) for k in _CONN_KEYS if k in kw}
+    return conn, kw
+
+
+class Sandbox:
+    """A handle on one sandbox. ``with Sandbox.create(...) as sb:`` kills it on exit."""
+
+    def __init__(self, transport: SyncTransport, info: m.SandboxInfo) -> None:
+        self._t = transport
+        self.info = info
+        self.commands = Commands(transport, info.id)
+        self.files = Files(transport, info.id)
+        self.sessions = Sessions(transport, info.id)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, status={self.info.status!r})"
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.kill()
+        except NotFoundError:
+            pass
+
+    # -- making and finding sandboxes ------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        image: str = "busybox",
+        *,
+        cpu: Optional[float] = None,
+        memory_mib: Optional[int] = None,
+        pids: Optional[int] = None,
+        disk_mib: Optional[int] = None,
+        layers: Optional[Sequence[str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        network: Union[None, str, Mapping[str, Any]] = None,
+        ttl_seconds: Optional[int] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        on_expiry: Optional[str] = None,
+        backend: Optional[str] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> "Sandbox":
+        """Creates a sandbox and returns when it is running.
+
+        Example: ``sb = dsec.Sandbox.create("busybox", memory_mib=64, labels={"task": "t1"})``
+        """
+        t = transport_for(url, api_key, request_timeout)
+        spec = calls.create_body(
+            image=image, cpu=cpu, memory_mib=memory_mib, pids=pids, disk_mib=disk_mib, layers=layers, env=env, labels=labels, network=network,
+            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, on_expiry=on_expiry, backend=backend,
+        )  # fmt: skip
+        return cls(t, t.run(calls.create(spec, timeout)))
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None, request_timeout: Optional[float] = None) -> "Sandbox":
+        """Attaches to an existing sandbox by id."""
+        t = transport_for(url, api_key, request_timeout)
+        return cls(t, t.run(calls.get(sandbox_id, timeout)))
+
+    @classmethod
+    def list(
+        cls,
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        status: Optional[str] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> List[m.SandboxInfo]:
+        """Sandboxes whose labels match all of ``labels`` (and ``status`` if given)."""
+        return transport_for(url, api_key, request_timeout).run(calls.list_sandboxes(labels, status, timeout))
+
+    @classmethod
+    def iter_create_many(cls, count: int, *, concurrency: int = 16, **spec: Any) -> Iterator[m.BatchProgress["Sandbox"]]:
+        """Creates ``count`` sandboxes of one spec (the keywords of ``create``), ``concurrency``
+        at a time, yielding progress as each comes up or fails. Stopping early kills those made
+        after the last yielded step."""
+        conn, spec = _split_connection(dict(spec))
+        timeout = spec.pop("timeout", None)
+        t = transport_for(**conn)
+        op = calls.create(calls.create_body(**spec), timeout)
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        pool = ThreadPoolExecutor(max_workers=max(1, min(concurrency, count)), thread_name_prefix="dsec-create")
+        create_one: Callable[[], m.SandboxInfo] = lambda: t.run(op)  # noqa: E731
+        futures: List["Future[m.SandboxInfo]"] = [pool.submit(create_one) for _ in range(count)]
+        handed: Set["Future[m.SandboxInfo]"] = set()
+        created = failed = 0
+        try:
+            for fut in as_completed(futures):
+                err = fut.exception()
+                handed.add(fut)
+                if isinstance(err, Exception):
+                    failed += 1
+                    yield m.BatchProgress(created, failed, count, error=err)
+                else:
+                    created += 1
+                    yield m.BatchProgress(created, failed, count, sandbox=cls(t, fut.result()))
+        finally:
+            for fut in futures:
+                fut.cancel()
+            pool.shutdown(wait=True)
+            for fut in futures:
+                if fut not in handed and not fut.cancelled() and fut.exception() is None:
+                    try:
+                        t.run(calls.kill(fut.result().id, None))
+                    except DsecError:
+                        pass
+
+    @classmethod
+    def create_many(cls, count: int, *, concurrency: int = 16, **spec: Any) -> m.Batch["Sandbox"]:
+        """Creates ``count`` sandboxes of one spec; returns those that came up and the errors of
+        those that did not (a ``CapacityError`` among them is ``retryable``).
+
+        Example: ``batch = dsec.Sandbox.create_many(32, image="busybox", memory_mib=64)``
+        """
+        batch: m.Batch[Sandbox] = m.Batch([], [])
+        for step in cls.iter_create_many(count, concurrency=concurrency, **spec):
+            if step.sandbox is not None:
+                batch.sandboxes.append(step.sandbox)
+            elif step.error is not None:
+                batch.failures.append(step.error)
+        return batch
+
+    # -- this sandbox ---------------------------------------------------------------------------
+
+    def refresh(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
+        self.info = self._t.run(calls.get(self.id, timeout))
+        return self.info
+
+    def kill(self, *, timeout: Optional[float] = None) -> None:
+        """Kills the sandbox and removes everything it had."""
+        self._t.run(calls.kill(self.id, timeout))
+
+    def pause(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
+        """Freezes the sandbox; memory stays resident. Commands raise ConflictError until resume()."""
+        self.info = self._t.run(calls.pause(self.id, timeout))
+        return self.info
+
+    def resume(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
+        self.info = self._t.run(calls.resume(self.id, timeout))
+        return self.info
+
+    def snapshot(self, *, name: Optional[str] = None, scrub: Optional[Sequence[str]] = None, timeout: Optional[float] = None) -> m.SnapshotResult:
+        """Captures the sandbox's changes (pack_diff) as an image; ``Sandbox.create(snap.image_id)`` restores it."""
+        return self._t.run(calls.snapshot(self.id, name, scrub, timeout))
+
+    def fork(self, count: int, *, labels: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> m.Fork["Sandbox"]:
+        """One snapshot, then ``count`` new sandboxes from it: rollouts from the same state."""
+        d = self._t.run(calls.fork(self.id, count, labels, timeout))
+        return m.Fork(
+            sandboxes=[Sandbox(self._t, m.SandboxInfo.from_wire(s)) for s in d.get("sandboxes", [])],
+            snapshot=m.SnapshotResult.from_wire(d.get("snapshot")),
+            failures=[m.ForkFailure(f.get("code", ""), f.get("message", "")) for f in d.get("failures", [])],
+        )
+
+    def set_network(self, mode: str, *, allow: Optional[Sequence[str]] = None, timeout: Optional[float] = None) -> m.NetworkState:
+        """Switches the egress policy ("none", "allow" with ``allow``, "open"); in force on return."""
+        return self._t.run(calls.set_network(self.id, mode, allow, timeout))
+
+    def network(self, *, timeout: Optional[float] = None) -> m.NetworkState:
+        return self._t.run(calls.network(self.id, timeout))
+
+    def trajectory(self, *, after_seq: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None) -> m.Trajectory:
+        """The logged steps (commands, session commands, file changes) with their results."""
+        return self._t.run(calls.trajectory(self.id, after_seq, limit, timeout))
+
+    def replay(self, *, timeout: Optional[float] = None) -> Tuple["Sandbox", m.ReplayReport]:
+        """Rebuilds this sandbox as a new one from its image and trajectory."""
+        d = self._t.run(calls.replay(self.id, timeout))
+        return Sandbox(self._t, m.SandboxInfo.from_wire(d.get("sandbox"))), m.ReplayReport.from_wire(d)
+
+    def terminal(
+        self, *, cmd: Optional[Sequence[str]] = None, cols: Optional[int] = None, rows: Optional[int] = None, cwd: Optional[str] = None, timeout: Optional[float] = None
+    ) -> Terminal:
+        """Opens an interactive terminal (a pseudo-terminal in the sandbox)."""
+        return Terminal.open(self._t, self.id, cmd=cmd, cols=cols, rows=rows, cwd=cwd, timeout=timeout)
+
+
+def nodes(*, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> List[m.NodeInfo]:
+    """The server's edges: sandboxes, admission limits, layer caches."""
+    return transport_for(url, api_key).run(calls.nodes(timeout))
+
+

@@ -1,0 +1,368 @@
+"""Unit tests that need no dsec: connection resolution, error mapping by code, request bodies,
+the WebSocket codec, and both transports against a local HTTP server (the same checks as
+packages/sdk/src/connection.test.ts and errors.test.ts)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Optional
+from unittest import mock
+from urllib.parse import parse_qs, urlsplit
+
+import dsec
+from dsec import calls, errors
+from dsec import websocket as ws
+from dsec.aio_transport import AsyncTransport
+from dsec.config import ConnectionConfig, resolve_connection
+from dsec.transport import SyncTransport
+
+
+class ResolveConnectionTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="dsec-py-conn-")
+        with open(os.path.join(self.dir, "client.json"), "w") as f:
+            json.dump({"url": "http://127.0.0.1:1111", "apiKey": "from-file"}, f)
+
+    def tearDown(self) -> None:
+        shutil.rmtree(self.dir)
+
+    def env(self, **kv: Optional[str]) -> Any:
+        base = {k: v for k, v in os.environ.items() if k not in ("DSEC_URL", "DSEC_API_KEY", "DSEC_DATA_DIR")}
+        base.update({k: v for k, v in kv.items() if v is not None})
+        return mock.patch.dict(os.environ, base, clear=True)
+
+    def test_explicit_arguments_win_over_env_and_client_json(self) -> None:
+        with self.env(DSEC_URL="http://127.0.0.1:2222", DSEC_API_KEY="from-env", DSEC_DATA_DIR=self.dir):
+            c = resolve_connection("http://127.0.0.1:3333", "explicit")
+        self.assertEqual((c.url, c.api_key), ("http://127.0.0.1:3333", "explicit"))
+
+    def test_env_wins_over_client_json(self) -> None:
+        with self.env(DSEC_URL="http://127.0.0.1:2222", DSEC_API_KEY="from-env", DSEC_DATA_DIR=self.dir):
+            c = resolve_connection()
+        self.assertEqual((c.url, c.api_key), ("http://127.0.0.1:2222", "from-env"))
+
+    def test_client_json_in_the_data_dir_when_nothing_else_is_set(self) -> None:
+        with self.env(DSEC_DATA_DIR=self.dir):
+            c = resolve_connection()
+        self.assertEqual((c.url, c.api_key), ("http://127.0.0.1:1111", "from-file"))
+
+    def test_a_key_from_the_env_combines_with_a_url_from_client_json(self) -> None:
+        with self.env(DSEC_API_KEY="from-env", DSEC_DATA_DIR=self.dir):
+            c = resolve_connection()
+        self.assertEqual((c.url, c.api_key), ("http://127.0.0.1:1111", "from-env"))
+
+    def test_trailing_slashes_are_removed_and_the_timeout_defaults_to_120_s(self) -> None:
+        c = resolve_connection("http://127.0.0.1:1//", "k")
+        self.assertEqual(c.url, "http://127.0.0.1:1")
+        self.assertEqual(c.request_timeout, 120.0)
+
+    def test_nothing_configured_raises_not_configured_naming_dsec_url(self) -> None:
+        with self.env(DSEC_DATA_DIR=os.path.join(self.dir, "missing")):
+            with self.assertRaises(dsec.NotConfiguredError) as cm:
+                resolve_connection()
+        self.assertEqual(cm.exception.code, "NOT_CONFIGURED")
+        self.assertIn("DSEC_URL", str(cm.exception))
+
+
+class ErrorMappingTest(unittest.TestCase):
+    def test_every_registry_code_maps_to_its_class(self) -> None:
+        # The registry in packages/sdk/src/errors.ts: each code, the status the server sends.
+        expected = {
+            "INVALID_REQUEST": dsec.InvalidRequestError, "UNAUTHORIZED": dsec.AuthError, "FORBIDDEN": dsec.AuthError,
+            "SANDBOX_NOT_FOUND": dsec.NotFoundError, "IMAGE_NOT_FOUND": dsec.NotFoundError, "FILE_NOT_FOUND": dsec.NotFoundError,
+            "ROUTE_NOT_FOUND": dsec.NotFoundError, "SESSION_NOT_FOUND": dsec.NotFoundError, "PROCESS_NOT_FOUND": dsec.NotFoundError,
+            "SESSION_CLOSED": dsec.ConflictError, "PROCESS_NOT_RUNNING": dsec.ConflictError, "SANDBOX_NOT_RUNNING": dsec.ConflictError,
+            "PATH_CONFLICT": dsec.ConflictError, "PAYLOAD_TOO_LARGE": dsec.InvalidRequestError, "UNSUPPORTED_MEDIA_TYPE": dsec.InvalidRequestError,
+            "CAPACITY_EXCEEDED": dsec.CapacityError, "SANDBOX_CREATE_FAILED": dsec.ServerError, "EXEC_FAILED": dsec.ServerError,
+            "INTERNAL": dsec.ServerError,
+        }  # fmt: skip
+        for code, cls in expected.items():
+            e = errors.error_from_wire(418, {"code": code, "message": "m", "details": {"a": 1}})
+            self.assertIs(type(e), cls, code)
+            self.assertEqual((e.code, e.message, e.details, e.status), (code, "m", {"a": 1}, 418))
+
+    def test_the_code_decides_not_the_status(self) -> None:
+        # A capacity error is retryable whatever status a proxy put on it.
+        e = errors.error_from_wire(500, {"code": "CAPACITY_EXCEEDED", "message": "full"})
+        self.assertIsInstance(e, dsec.CapacityError)
+        self.assertTrue(e.retryable)
+
+    def test_retryable_only_on_capacity_and_rate_limits(self) -> None:
+        self.assertTrue(errors.error_from_wire(429, {"code": "RATE_LIMITED", "message": "slow down"}).retryable)
+        self.assertTrue(errors.error_from_wire(429, None).retryable)
+        self.assertTrue(errors.error_from_wire(503, None).retryable)
+        for code in ("SANDBOX_NOT_FOUND", "INVALID_REQUEST", "INTERNAL", "QUOTA_EXCEEDED"):
+            self.assertFalse(errors.error_from_wire(400, {"code": code, "message": "x"}).retryable, code)
+
+    def test_an_unknown_code_or_a_body_that_is_not_an_error_falls_back_to_the_status(self) -> None:
+        e = errors.error_from_wire(404, {"code": "SOMETHING_NEW", "message": "gone"})
+        self.assertIsInstance(e, dsec.NotFoundError)
+        self.assertEqual(e.code, "SOMETHING_NEW")
+        e = errors.error_from_wire(401, None)
+        self.assertIsInstance(e, dsec.AuthError)
+        self.assertEqual((e.code, e.message), ("HTTP_401", "HTTP 401"))
+
+    def test_timeout_error_is_also_the_builtin_timeout_error(self) -> None:
+        self.assertTrue(issubclass(dsec.TimeoutError, TimeoutError))
+        self.assertTrue(issubclass(dsec.TimeoutError, dsec.DsecError))
+
+    def test_command_exit_error_carries_exit_code_and_output(self) -> None:
+        e = dsec.CommandExitError(2, "o", "e")
+        self.assertEqual((e.exit_code, e.stdout, e.stderr, e.code), (2, "o", "e", "COMMAND_EXIT"))
+
+
+class RequestBodyTest(unittest.TestCase):
+    def test_create_spec_uses_wire_names_and_leaves_unset_fields_out(self) -> None:
+        body = calls.create_body(image="busybox", cpu=0.5, memory_mib=64, labels={"task": "t1"}, network="none", ttl_seconds=60)
+        self.assertEqual(body, {"image": "busybox", "resources": {"cpu": 0.5, "memoryMiB": 64}, "labels": {"task": "t1"}, "network": {"mode": "none"}, "ttlSeconds": 60})
+
+    def test_exec_body_seconds_become_milliseconds_and_bytes_stdin_travels_as_base64(self) -> None:
+        body = calls.exec_body(["cat"], cwd="/tmp", stdin=b"\x00\xff", timeout=1.5, writable_paths=["/work"], binary=True)
+        self.assertEqual(body, {"cmd": ["cat"], "cwd": "/tmp", "timeoutMs": 1500, "writablePaths": ["/work"], "encoding": "base64", "stdin": "AP8=", "stdinEncoding": "base64"})
+        self.assertEqual(calls.exec_body("echo", stdin="text")["stdin"], "text")
+
+    def test_the_http_deadline_of_a_command_is_its_timeout_plus_a_margin(self) -> None:
+        self.assertEqual(calls.command_deadline(5, None), 15)
+        self.assertEqual(calls.command_deadline(None, None), 70)
+        self.assertEqual(calls.command_deadline(5, 2), 2)
+
+    def test_query_values_are_encoded_and_labels_repeat(self) -> None:
+        op = calls.list_sandboxes({"team": "a", "run": "r 1&x"}, None, None)
+        q = parse_qs(urlsplit(op.call.target).query)
+        self.assertEqual(sorted(q["label"]), ["run=r 1&x", "team=a"])
+        self.assertEqual(parse_qs(urlsplit(calls.write_file("sb-x-abcdef", "/tmp/a b", "x", 0o750, None).call.target).query), {"path": ["/tmp/a b"], "mode": ["750"]})
+
+    def test_results_read_camel_case_fields(self) -> None:
+        r = dsec.ExecResult.from_wire({"exitCode": 3, "stdout": "AP8=", "stderr": "", "encoding": "base64", "stdoutBytes": 2, "timedOut": True, "durationMs": 4})
+        self.assertEqual((r.exit_code, r.stdout, r.stdout_total, r.timed_out, r.ok), (3, b"\x00\xff", 2, True, False))
+        info = dsec.SandboxInfo.from_wire({"id": "sb-a-123456", "resources": {"cpu": 1, "memoryMiB": 64, "pids": 8}, "imageId": "sha256:x", "future": 1})
+        self.assertEqual((info.resources.memory_mib, info.image_id, info.raw["future"]), (64, "sha256:x", 1))
+
+
+class WebSocketCodecTest(unittest.TestCase):
+    def test_the_accept_value_of_rfc_6455s_example(self) -> None:
+        self.assertEqual(ws.accept_for("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+
+    def test_frames_of_every_length_form_round_trip_masked_and_split_anywhere(self) -> None:
+        for n in (0, 1, 125, 126, 65535, 65536, 200000):
+            data = os.urandom(n)
+            frame = ws.encode_frame(ws.OP_BINARY, data)
+            self.assertTrue(frame[1] & 0x80, "client frames are masked")
+            p = ws.FrameParser()
+            got: List[ws.Frame] = []
+            for i in range(0, len(frame), 7000):
+                got += p.feed(frame[i : i + 7000])
+            self.assertEqual([(f.opcode, f.payload) for f in got], [(ws.OP_BINARY, data)], n)
+
+    def test_fragments_are_joined_and_control_frames_pass_between_them(self) -> None:
+        first = bytes([0x01, 3]) + b"abc"  # text, not final
+        ping = bytes([0x89, 1]) + b"p"
+        last = bytes([0x80, 2]) + b"de"  # continuation, final
+        frames = ws.FrameParser().feed(first + ping + last)
+        self.assertEqual([(f.opcode, f.payload) for f in frames], [(ws.OP_PING, b"p"), (ws.OP_TEXT, b"abcde")])
+
+    def test_reserved_bits_and_stray_continuations_are_protocol_errors(self) -> None:
+        with self.assertRaises(ws.ProtocolError):
+            ws.FrameParser().feed(bytes([0xC2, 0]))
+        with self.assertRaises(ws.ProtocolError):
+            ws.FrameParser().feed(bytes([0x80, 0]))
+
+
+# --- transports against a local HTTP server ---------------------------------------------------
+
+
+class Seen:
+    def __init__(self, method: str, path: str, headers: Dict[str, str], body: bytes, client_port: int) -> None:
+        self.method, self.path, self.headers, self.body, self.client_port = method, path, headers, body, client_port
+
+
+class LocalServer:
+    """A loopback HTTP/1.1 server whose answer each test sets (``reply``)."""
+
+    def __init__(self) -> None:
+        self.seen: List[Seen] = []
+        self.reply: Callable[[BaseHTTPRequestHandler], None] = lambda h: LocalServer.json(h, 200, {"ok": True})
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def handle_one(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                outer.seen.append(Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, self.client_address[1]))
+                outer.reply(self)
+
+            do_GET = do_POST = do_PUT = do_DELETE = handle_one
+
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that timed out or cancelled has hung up: expected here
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def json(h: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class SyncTransportTest(unittest.TestCase):
+    server: LocalServer
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = LocalServer()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.close()
+
+    def setUp(self) -> None:
+        self.server.seen = []
+        self.server.reply = lambda h: LocalServer.json(h, 200, {"ok": True})
+        self.t = SyncTransport(ConnectionConfig(self.server.url, "secret-key", 5.0))
+
+    def tearDown(self) -> None:
+        self.t.close()
+
+    def test_sends_the_api_key_as_a_bearer_token_and_json_bodies(self) -> None:
+        self.t.content(calls.json_call("POST", "/v1/x", {"a": [1, 2]}))
+        s = self.server.seen[0]
+        self.assertEqual(s.headers["authorization"], "Bearer secret-key")
+        self.assertEqual(s.headers["content-type"], "application/json")
+        self.assertEqual(json.loads(s.body), {"a": [1, 2]})
+
+    def test_sends_raw_bodies_byte_for_byte_as_octet_stream(self) -> None:
+        self.t.content(calls.Call("PUT", "/v1/x", body=bytes([0, 255, 10])))
+        self.assertEqual(self.server.seen[0].headers["content-type"], "application/octet-stream")
+        self.assertEqual(self.server.seen[0].body, bytes([0, 255, 10]))
+
+    def test_a_wire_error_becomes_the_class_of_its_code_with_message_and_details(self) -> None:
+        self.server.reply = lambda h: LocalServer.json(h, 404, {"error": {"code": "SANDBOX_NOT_FOUND", "message": "no sandbox x", "details": {"id": "x"}}})
+        with self.assertRaises(dsec.NotFoundError) as cm:
+            self.t.run(calls.get("sb-x-abcdef", None))
+        e = cm.exception
+        self.assertEqual((e.code, e.message, e.status, e.details), ("SANDBOX_NOT_FOUND", "no sandbox x", 404, {"id": "x"}))
+
+    def test_a_204_answers_none(self) -> None:
+        def reply(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(204)
+            h.end_headers()
+
+        self.server.reply = reply
+        self.assertIsNone(self.t.run(calls.kill("sb-x-abcdef", None)))
+
+    def test_a_call_slower_than_its_timeout_raises_timeout_error(self) -> None:
+        self.server.reply = lambda h: (time.sleep(1.0), LocalServer.json(h, 200, {}))  # type: ignore[func-returns-value]
+        with self.assertRaises(dsec.TimeoutError) as cm:
+            self.t.run(calls.Op(calls.Call("GET", "/v1/slow", timeout=0.2), lambda d: d))
+        self.assertEqual(cm.exception.code, "TIMEOUT")
+
+    def test_a_server_that_is_not_there_raises_unreachable(self) -> None:
+        t = SyncTransport(ConnectionConfig("http://127.0.0.1:1", "k", 5.0))
+        with self.assertRaises(dsec.UnreachableError) as cm:
+            t.run(calls.get("sb-x-abcdef", None))
+        self.assertEqual(cm.exception.code, "UNREACHABLE")
+
+    def test_consecutive_calls_reuse_one_kept_alive_connection(self) -> None:
+        for _ in range(3):
+            self.t.run(calls.Op(calls.Call("GET", "/v1/x"), lambda d: d))
+        self.assertEqual(len({s.client_port for s in self.server.seen}), 1)
+
+    def test_ndjson_lines_arrive_as_objects_even_when_split_across_chunks(self) -> None:
+        def reply(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(200)
+            h.send_header("Content-Type", calls.NDJSON)
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            for part in (b'{"type":"start"}\n{"type":"std', b'out","data":"aGk="}\n', b'{"type":"exit","exitCode":0}\n'):
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                h.wfile.flush()
+            h.wfile.write(b"0\r\n\r\n")
+
+        self.server.reply = reply
+        lines = list(self.t.lines(calls.exec_stream("sb-x-abcdef", {"cmd": "x"}, 5)))
+        self.assertEqual([ln["type"] for ln in lines], ["start", "stdout", "exit"])
+        self.assertEqual(self.server.seen[0].headers["accept"], calls.NDJSON)
+
+
+class AsyncTransportTest(unittest.IsolatedAsyncioTestCase):
+    server: LocalServer
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = LocalServer()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.close()
+
+    async def asyncSetUp(self) -> None:
+        self.server.seen = []
+        self.server.reply = lambda h: LocalServer.json(h, 200, {"ok": True})
+        self.t = AsyncTransport(ConnectionConfig(self.server.url, "secret-key", 5.0))
+
+    async def asyncTearDown(self) -> None:
+        await self.t.aclose()
+
+    async def test_bearer_json_body_and_keep_alive(self) -> None:
+        for _ in range(3):
+            await self.t.content(calls.json_call("POST", "/v1/x", {"a": 1}))
+        self.assertEqual(self.server.seen[0].headers["authorization"], "Bearer secret-key")
+        self.assertEqual(json.loads(self.server.seen[0].body), {"a": 1})
+        self.assertEqual(len({s.client_port for s in self.server.seen}), 1)
+
+    async def test_a_wire_error_maps_by_code(self) -> None:
+        self.server.reply = lambda h: LocalServer.json(h, 503, {"error": {"code": "CAPACITY_EXCEEDED", "message": "full", "details": {}}})
+        with self.assertRaises(dsec.CapacityError) as cm:
+            await self.t.run(calls.get("sb-x-abcdef", None))
+        self.assertTrue(cm.exception.retryable)
+
+    async def test_a_call_slower_than_its_timeout_raises_timeout_error(self) -> None:
+        self.server.reply = lambda h: (time.sleep(1.0), LocalServer.json(h, 200, {}))  # type: ignore[func-returns-value]
+        with self.assertRaises(dsec.TimeoutError):
+            await self.t.run(calls.Op(calls.Call("GET", "/v1/slow", timeout=0.2), lambda d: d))
+
+    async def test_a_204_has_no_body_to_wait_for(self) -> None:
+        def reply(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(204)
+            h.end_headers()
+
+        self.server.reply = reply
+        self.assertIsNone(await self.t.run(calls.kill("sb-x-abcdef", 2.0)))
+
+    async def test_cancelling_the_task_cancels_the_call(self) -> None:
+        self.server.reply = lambda h: (time.sleep(1.0), LocalServer.json(h, 200, {}))  # type: ignore[func-returns-value]
+        task = asyncio.ensure_future(self.t.run(calls.get("sb-x-abcdef", None)))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        self.assertEqual(self.t._idle, [], "a cancelled call's connection is closed, not pooled")
+
+
+if __name__ == "__main__":
+    unittest.main()
