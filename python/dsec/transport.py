@@ -185,8 +185,7 @@ class SyncTransport:
                     raise UnreachableError(f"the stream of {call.method} {call.path} broke: {err!r}", "STREAM_BROKEN") from None
                 if not chunk:
                     break
-                buffered += chunk
-                *complete, buffered = buffered.split(b"\n")
+                complete, buffered = split_lines(buffered, chunk)
                 for line in complete:
                     if line.strip():
                         yield json.loads(line)
