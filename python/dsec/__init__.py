@@ -23,6 +23,7 @@ from .errors import (
     RateLimitError,
     ServerError,
     TimeoutError,
+    UnavailableError,
     UnreachableError,
     error_from_wire,
 )
@@ -61,5 +62,5 @@ __all__ = [
     "InvalidRequestError", "NetworkState", "NodeInfo", "NotConfiguredError", "NotFoundError", "OutputEvent", "Process",
     "ProcessInfo", "ProcessOutput", "QuotaError", "RateLimitError", "ReplayReport", "Sandbox", "SandboxInfo", "ServerError",
     "Session", "SessionInfo", "Sessions", "SnapshotResult", "StreamEvent", "Terminal", "TimeoutError", "Trajectory",
-    "TrajectoryEntry", "UnreachableError", "WriteResult", "error_from_wire", "nodes", "resolve_connection",
+    "TrajectoryEntry", "UnavailableError", "UnreachableError", "WriteResult", "error_from_wire", "nodes", "resolve_connection",
 ]  # fmt: skip

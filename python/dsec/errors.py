@@ -56,6 +56,12 @@ class RateLimitError(DsecError):
     retryable = True
 
 
+class UnavailableError(DsecError):
+    """A node the call needs is unreachable for now (e.g. its edge is restarting); retry later."""
+
+    retryable = True
+
+
 class QuotaError(DsecError):
     """The project's quota is used up; kill sandboxes or raise the quota."""
 
@@ -92,6 +98,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "INVALID_REQUEST": InvalidRequestError,
     "PAYLOAD_TOO_LARGE": InvalidRequestError,
     "UNSUPPORTED_MEDIA_TYPE": InvalidRequestError,
+    "RANGE_NOT_SATISFIABLE": InvalidRequestError,
     "UNAUTHORIZED": AuthError,
     "FORBIDDEN": AuthError,
     "SANDBOX_NOT_FOUND": NotFoundError,
@@ -100,11 +107,15 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "ROUTE_NOT_FOUND": NotFoundError,
     "SESSION_NOT_FOUND": NotFoundError,
     "PROCESS_NOT_FOUND": NotFoundError,
+    "BLOB_NOT_FOUND": NotFoundError,
+    "EDGE_NOT_FOUND": NotFoundError,
+    "BATCH_NOT_FOUND": NotFoundError,
     "SESSION_CLOSED": ConflictError,
     "PROCESS_NOT_RUNNING": ConflictError,
     "SANDBOX_NOT_RUNNING": ConflictError,
     "PATH_CONFLICT": ConflictError,
     "CAPACITY_EXCEEDED": CapacityError,
+    "EDGE_UNAVAILABLE": UnavailableError,
     "RATE_LIMITED": RateLimitError,
     "QUOTA_EXCEEDED": QuotaError,
     "SANDBOX_CREATE_FAILED": ServerError,
@@ -120,6 +131,7 @@ _STATUS_CLASSES: Dict[int, Type[DsecError]] = {
     409: ConflictError,
     413: InvalidRequestError,
     415: InvalidRequestError,
+    416: InvalidRequestError,
     429: RateLimitError,
     503: CapacityError,
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -88,6 +89,23 @@ class ErrorMappingTest(unittest.TestCase):
             e = errors.error_from_wire(418, {"code": code, "message": "m", "details": {"a": 1}})
             self.assertIs(type(e), cls, code)
             self.assertEqual((e.code, e.message, e.details, e.status), (code, "m", {"a": 1}, 418))
+
+    def test_every_code_of_the_ts_registry_has_a_class_of_its_status_family(self) -> None:
+        # Reads the registry the server uses, so a code added there without a class here fails.
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "packages", "sdk", "src", "errors.ts")
+        with open(path, encoding="utf-8") as f:
+            block = f.read().split("ERROR_CODES = {", 1)[1].split("} as const", 1)[0]
+        registry = {code: int(status) for code, status in re.findall(r"^\s*([A-Z_]+): (\d+),", block, re.M)}
+        self.assertGreater(len(registry), 15)
+        family = {400: dsec.InvalidRequestError, 401: dsec.AuthError, 403: dsec.AuthError, 404: dsec.NotFoundError, 409: dsec.ConflictError,
+                  413: dsec.InvalidRequestError, 415: dsec.InvalidRequestError, 416: dsec.InvalidRequestError, 500: dsec.ServerError}  # fmt: skip
+        for code, status in registry.items():
+            self.assertIn(code, errors.CODE_CLASSES, f"{code} ({status}) has no class in dsec/errors.py")
+            cls = errors.CODE_CLASSES[code]
+            if status == 503:
+                self.assertTrue(cls.retryable, f"{code} is a 503 and should be retryable")
+            else:
+                self.assertIs(cls, family[status], code)
 
     def test_the_code_decides_not_the_status(self) -> None:
         # A capacity error is retryable whatever status a proxy put on it.
