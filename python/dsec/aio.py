@@ -114,10 +114,11 @@ class AsyncCommands:
         stdin: Union[None, str, bytes] = None,
         timeout: Optional[float] = None,
         max_output_bytes: Optional[int] = None,
+        uncapped: bool = False,
         request_timeout: Optional[float] = None,
     ) -> AsyncIterator[m.StreamEvent]:
         """See ``Commands.stream``: ``async for ev in sb.commands.stream("make")``."""
-        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes)
+        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, uncapped=uncapped)
         lines = self._t.lines(calls.exec_stream(self.sandbox_id, body, calls.command_deadline(timeout, request_timeout)))
         try:
             async for line in lines:
@@ -396,6 +397,10 @@ class AsyncSandbox:
 
     async def kill(self, *, timeout: Optional[float] = None) -> None:
         await self._t.run(calls.kill(self.id, timeout))
+
+    @classmethod
+    async def kill_by_id(cls, sandbox_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        await transport_for(url, api_key).run(calls.kill(sandbox_id, timeout))
 
     async def pause(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
         self.info = await self._t.run(calls.pause(self.id, timeout))

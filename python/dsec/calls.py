@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequen
 from urllib.parse import quote, urlencode
 
 from . import models as m
+from .errors import InvalidRequestError
 
 T = TypeVar("T")
 
@@ -241,6 +242,7 @@ def exec_body(
     timeout: Optional[float] = None,
     max_output_bytes: Optional[int] = None,
     binary: bool = False,
+    uncapped: bool = False,
 ) -> Dict[str, Any]:
     body = _clean(
         {
@@ -251,6 +253,7 @@ def exec_body(
             "timeoutMs": _ms(timeout),
             "maxOutputBytes": max_output_bytes,
             "encoding": "base64" if binary else None,
+            "uncapped": True if uncapped else None,
         }
     )
     body.update(_stdin(stdin))
@@ -328,7 +331,7 @@ def kill_process(sandbox_id: str, process_id: str, timeout: Optional[float]) -> 
 
 
 def write_stdin(sandbox_id: str, process_id: str, data: Union[str, bytes], eof: bool, timeout: Optional[float]) -> Op[None]:
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    raw = as_bytes(data, "data")
     return Op(Call("POST", _proc(sandbox_id, process_id, "/stdin"), query=_query(eof=eof), body=raw, timeout=timeout), _none)
 
 
@@ -369,8 +372,17 @@ def read_file(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[bytes]
     return Op(Call("GET", _sb(sandbox_id, "/files"), query=_query(path=path), timeout=timeout), _raw, raw=True)
 
 
+def as_bytes(data: Any, field: str) -> bytes:
+    """``str`` as UTF-8, bytes-like as is; anything else is the caller's mistake, said plainly."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidRequestError(f"{field} must be str or bytes, got {type(data).__name__}", "INVALID_REQUEST", None, {"field": field})
+
+
 def write_file(sandbox_id: str, path: str, data: Union[str, bytes], mode: Optional[int], timeout: Optional[float]) -> Op[m.WriteResult]:
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    raw = as_bytes(data, "data")
     q = _query(path=path, mode=format(mode, "o") if mode is not None else None)
     return Op(Call("PUT", _sb(sandbox_id, "/files"), query=q, body=raw, timeout=timeout), m.WriteResult.from_wire)
 
@@ -396,7 +408,7 @@ def rename(sandbox_id: str, src: str, dst: str, timeout: Optional[float]) -> Op[
 
 
 def upload_tar(sandbox_id: str, directory: str, archive: bytes, timeout: Optional[float]) -> Op[m.WriteResult]:
-    call = Call("PUT", _sb(sandbox_id, "/files/tar"), query=_query(path=directory), body=bytes(archive), content_type="application/x-tar", timeout=timeout)
+    call = Call("PUT", _sb(sandbox_id, "/files/tar"), query=_query(path=directory), body=as_bytes(archive, "archive"), content_type="application/x-tar", timeout=timeout)
     return Op(call, m.WriteResult.from_wire)
 
 

@@ -24,8 +24,12 @@ class ConnectionConfig:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
 
+def _client_path() -> str:
+    return os.path.join(os.environ.get("DSEC_DATA_DIR", DEFAULT_DATA_DIR), "client.json")
+
+
 def _client_file() -> Dict[str, Any]:
-    path = os.path.join(os.environ.get("DSEC_DATA_DIR", DEFAULT_DATA_DIR), "client.json")
+    path = _client_path()
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -45,8 +49,13 @@ def resolve_connection(url: Optional[str] = None, api_key: Optional[str] = None,
         if api_key is None and isinstance(file.get("apiKey"), str):
             api_key = file["apiKey"]
     if url is None or api_key is None:
+        missing = " and ".join(name for name, v in (("url", url), ("api_key", api_key)) if v is None)
+        default = "" if "DSEC_DATA_DIR" in os.environ else ", the default data dir"
         raise NotConfiguredError(
-            "no dsec server configured: set DSEC_URL and DSEC_API_KEY, or start one with `dsec up` (it writes client.json)",
+            f"no dsec server configured (no {missing}): pass url= and api_key=, set DSEC_URL and DSEC_API_KEY, or set DSEC_DATA_DIR "
+            f"to the data dir of a running `dsec up` (it writes client.json there; looked in {_client_path()}{default})",
             "NOT_CONFIGURED",
+            None,
+            {"clientFile": _client_path()},
         )
     return ConnectionConfig(url=url.rstrip("/"), api_key=api_key, request_timeout=request_timeout if request_timeout is not None else DEFAULT_REQUEST_TIMEOUT)

@@ -301,6 +301,9 @@ class ReplayStep:
     logged_exit_code: Optional[int] = None
     replayed_exit_code: Optional[int] = None
     diverged: bool = False
+    #: Not re-run: it cannot be (a terminal, a payload too large to keep) or need not be (a pause).
+    skipped: bool = False
+    skip_reason: Optional[str] = None
     error: Optional[str] = None
 
     @classmethod
@@ -315,10 +318,12 @@ class ReplayReport:
     replayed: int
     diverged: int
     steps: List[ReplayStep]
+    skipped: int = 0
 
     @classmethod
     def from_wire(cls, d: Any) -> "ReplayReport":
-        return cls(replayed=int(d.get("replayed", 0)), diverged=int(d.get("diverged", 0)), steps=[ReplayStep.from_wire(s) for s in d.get("steps", [])])
+        steps = [ReplayStep.from_wire(s) for s in d.get("steps", [])]
+        return cls(replayed=int(d.get("replayed", 0)), diverged=int(d.get("diverged", 0)), steps=steps, skipped=int(d.get("skipped", 0)))
 
 
 @dataclass

@@ -136,17 +136,19 @@ class Commands:
         stdin: Union[None, str, bytes] = None,
         timeout: Optional[float] = None,
         max_output_bytes: Optional[int] = None,
+        uncapped: bool = False,
         request_timeout: Optional[float] = None,
     ) -> Iterator[m.StreamEvent]:
         """Runs a command and yields its output as it is produced (``OutputEvent``, bytes), then
         its status (``ExitEvent``). Leaving the loop early disconnects, which kills the command.
+        ``uncapped=True`` sends every byte, not only the first ``max_output_bytes`` per stream.
 
         Example::
 
             for ev in sb.commands.stream("make"):
                 if isinstance(ev, dsec.OutputEvent): sys.stdout.buffer.write(ev.data)
         """
-        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes)
+        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, uncapped=uncapped)
         for line in self._t.lines(calls.exec_stream(self.sandbox_id, body, calls.command_deadline(timeout, request_timeout))):
             ev = calls.stream_event(line)
             if ev is not None:
@@ -463,8 +465,14 @@ class Sandbox:
         return self.info
 
     def kill(self, *, timeout: Optional[float] = None) -> None:
-        """Kills the sandbox and removes everything it had."""
+        """Kills the sandbox and removes everything it had. Idempotent: a sandbox already killed
+        or gone is no error, so ``finally: sb.kill()`` is safe."""
         self._t.run(calls.kill(self.id, timeout))
+
+    @classmethod
+    def kill_by_id(cls, sandbox_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> None:
+        """Kills a sandbox by id without connecting first; idempotent like ``kill()``."""
+        transport_for(url, api_key).run(calls.kill(sandbox_id, timeout))
 
     def pause(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
         """Freezes the sandbox; memory stays resident. Commands raise ConflictError until resume()."""

@@ -73,7 +73,7 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
         finally:
             await asyncio.gather(*(c.kill() for c in fork.sandboxes))
         self.assertEqual((await self.sb.set_network("none")).mode, "none")
-        self.assertEqual([e.kind for e in (await self.sb.trajectory()).entries], ["files.write"])
+        self.assertEqual([e.kind for e in (await self.sb.trajectory()).entries], ["files.write", "network.set"])
         self.assertEqual((await self.sb.pause()).status, "paused")
         with self.assertRaises(dsec.ConflictError):
             await self.sb.commands.run("true")

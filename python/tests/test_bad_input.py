@@ -56,10 +56,20 @@ class BadInputTest(unittest.TestCase):
         with self.assertRaises(dsec.NotFoundError) as cm:
             dsec.Sandbox.connect(UNKNOWN_ID, **conn())
         self.assertEqual(cm.exception.code, "SANDBOX_NOT_FOUND")
-        for call in (lambda: self.killed.commands.run("true"), lambda: self.killed.files.read("/etc/passwd"), self.killed.kill):
+        for call in (lambda: self.killed.commands.run("true"), lambda: self.killed.files.read("/etc/passwd")):
             with self.assertRaises(dsec.NotFoundError) as cm:
                 call()
             self.assertEqual(cm.exception.code, "SANDBOX_NOT_FOUND")
+
+    def test_kill_is_idempotent(self) -> None:
+        self.killed.kill()
+        dsec.Sandbox.kill_by_id(self.killed.id, **conn())
+        dsec.Sandbox.kill_by_id(UNKNOWN_ID, **conn())
+
+    def test_data_that_is_not_str_or_bytes_is_refused_before_sending(self) -> None:
+        with self.assertRaises(dsec.InvalidRequestError) as cm:
+            self.sb.files.write("/tmp/x", {"not": "bytes"})  # type: ignore[arg-type]
+        self.assertEqual(cm.exception.details, {"field": "data"})
 
     def test_a_wrong_api_key_is_an_auth_error(self) -> None:
         with self.assertRaises(dsec.AuthError) as cm:
@@ -107,9 +117,11 @@ class BadInputTest(unittest.TestCase):
         with self.assertRaises(dsec.NotFoundError):
             t.wait(timeout=20)
 
-    def test_a_terminal_with_a_malformed_id_is_refused_before_the_upgrade(self) -> None:
-        with self.assertRaises(dsec.InvalidRequestError):
-            dsec.Terminal.open(self.sb._t, "not-an-id")
+    def test_a_terminal_with_a_malformed_id_is_refused(self) -> None:
+        # Refused before the upgrade (the route checks its params), or by an error frame after it.
+        with self.assertRaises(dsec.DsecError) as cm:
+            dsec.Terminal.open(self.sb._t, "not-an-id").wait(timeout=20)
+        self.assertIsInstance(cm.exception, (dsec.NotFoundError, dsec.InvalidRequestError))
 
     def test_a_file_path_outside_the_root_stays_inside_it(self) -> None:
         # Paths resolve inside the sandbox root: ../../ from / is / (the sandbox's, not the host's).

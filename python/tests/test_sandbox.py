@@ -53,6 +53,10 @@ class CommandsTest(unittest.TestCase):
         self.assertTrue(r.timed_out)
         self.assertNotEqual(r.exit_code, 0)
 
+    def test_an_uncapped_stream_sends_every_byte(self) -> None:
+        events = list(self.sb.commands.stream("head -c 5000 /dev/zero", max_output_bytes=100, uncapped=True))
+        self.assertEqual(sum(len(e.data) for e in events if isinstance(e, dsec.OutputEvent)), 5000)
+
     def test_output_past_max_output_bytes_is_counted_not_kept(self) -> None:
         r = self.sb.commands.run("head -c 5000 /dev/zero", max_output_bytes=100, binary=True)
         self.assertTrue(r.truncated)
@@ -254,7 +258,7 @@ class StateTest(unittest.TestCase):
             self.assertEqual([e.seq for e in sb.trajectory(after_seq=1).entries], [2])
             copy, report = sb.replay()
             with copy:
-                self.assertEqual((report.replayed, report.diverged), (2, 0))
+                self.assertEqual((report.replayed, report.diverged, report.skipped), (2, 0, 0))
                 self.assertEqual(copy.files.read_text("/work/b.txt"), "a\n")
 
     def test_a_terminal_has_the_size_asked_for_and_returns_the_exit_code(self) -> None:

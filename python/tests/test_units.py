@@ -71,6 +71,7 @@ class ResolveConnectionTest(unittest.TestCase):
                 resolve_connection()
         self.assertEqual(cm.exception.code, "NOT_CONFIGURED")
         self.assertIn("DSEC_URL", str(cm.exception))
+        self.assertIn(os.path.join(self.dir, "missing", "client.json"), str(cm.exception))
 
 
 class ErrorMappingTest(unittest.TestCase):
