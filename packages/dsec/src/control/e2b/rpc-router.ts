@@ -171,7 +171,8 @@ async function serveStream(
     const deadline = parseTimeoutMs(req.headers['connect-timeout-ms']);
     const deadlineAt = deadline !== undefined && deadline > 0 ? Date.now() + deadline : undefined;
     if (deadline !== undefined && deadline > 0) timers.push(setTimeout(() => ctrl.abort('deadline' satisfies AbortReason), deadline));
-    const ka = Number(req.headers['keepalive-ping-interval'] ?? DEFAULT_KEEPALIVE_S);
+    // The JS SDK names the interval Keepalive-Ping-Interval; newer Python SDKs E2B-Keepalive-Ping.
+    const ka = Number(req.headers['keepalive-ping-interval'] ?? req.headers['e2b-keepalive-ping'] ?? DEFAULT_KEEPALIVE_S);
     const kaMs = (Number.isFinite(ka) && ka > 0 ? ka : DEFAULT_KEEPALIVE_S) * 1000;
     const keepalive = setInterval(
       () => {
