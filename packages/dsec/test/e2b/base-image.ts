@@ -1,12 +1,14 @@
 /**
  * E2B's `base` template for the tests, built once per machine: debootstrap takes a minute or more,
  * so the built layer and its config are kept in a cache directory beside the test data dirs and
- * imported into each fresh data dir. The builder then checks its own cache key on the imported
- * image: a changed builder rebuilds (and refreshes the cache), an unchanged one does nothing.
+ * imported into each fresh data dir with its build record. The builder then checks its own cache
+ * key against that record: a changed builder rebuilds (and refreshes the cache), an unchanged one
+ * does nothing.
  */
 import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildE2bBaseImage, BASE_TEMPLATE } from '../../src/control/e2b/base-template.js';
+import { CACHE_KEY_LABEL } from '../../src/image/builders/builder.js';
 import type { ImageStore } from '../../src/image/image-store.js';
 import type { LayerDigest } from '../../src/image/layer-store.js';
 import type { ImageConfig } from '@dsec/sdk/schema';
@@ -28,7 +30,11 @@ export async function ensureBaseImage(images: ImageStore, progress: (m: string) 
         copyFileSync(join(BASE_CACHE_DIR, `${l}.erofs`), tmp);
         await images.layers.add(tmp);
       }
-      images.tag(BASE_TEMPLATE, images.put({ layers: c.layers, config: c.config }));
+      const id = images.put({ layers: c.layers, config: c.config });
+      images.tag(BASE_TEMPLATE, id);
+      // The builder trusts a name only with its build record: the cached image is what it built.
+      const key = c.config.labels[CACHE_KEY_LABEL];
+      if (key) images.recordBuild(key, id);
     }
   }
   const built = await buildE2bBaseImage(images, { progress });
