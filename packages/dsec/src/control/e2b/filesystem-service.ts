@@ -272,4 +272,9 @@ export class FilesystemService {
   forget(sandboxId: string): void {
     for (const [id, e] of this.#watchers) if (e.sandboxId === sandboxId) this.#watchers.delete(id);
   }
+
+  /** Sandboxes this service holds watchers for. */
+  sandboxes(): string[] {
+    return [...new Set([...this.#watchers.values()].map((e) => e.sandboxId))];
+  }
 }

@@ -25,6 +25,9 @@ export function e2bRewriteUrl(req: IncomingMessage): string {
   return url;
 }
 
+/** How often in-memory E2B state of sandboxes that are gone is dropped. */
+const STATE_SWEEP_MS = 60_000;
+
 const E2bKey = Type.Object({
   id: Type.String(),
   key: Type.String({ description: 'An `e2b_` key: give it to E2B code as E2B_API_KEY. Shown once; only its hash is stored.' }),
@@ -45,6 +48,22 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
       processes.forget(id);
       files.forget(id);
     };
+    // Sandboxes also end without the E2B API (dsec's DELETE, a TTL, a failed edge): their
+    // in-memory E2B state (pids, PTYs, watchers, users) is dropped once they are gone.
+    const sweep = setInterval(() => {
+      const known = new Set([...users.sandboxes(), ...processes.sandboxes(), ...files.sandboxes()]);
+      for (const id of known) {
+        let status: string | undefined;
+        try {
+          status = control.get(id).status;
+        } catch {
+          status = undefined;
+        }
+        if (status !== 'running' && status !== 'paused') forget(id);
+      }
+    }, STATE_SWEEP_MS);
+    sweep.unref();
+    app.addHook('onClose', async () => clearInterval(sweep));
 
     await app.register(async (scope) => {
       registerControlRoutes(scope, { control, store, onKill: forget });

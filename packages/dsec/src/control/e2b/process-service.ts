@@ -97,6 +97,11 @@ export class ProcessService {
     this.#tables.delete(sandboxId);
   }
 
+  /** Sandboxes this service holds state for. */
+  sandboxes(): string[] {
+    return [...this.#tables.keys()];
+  }
+
   #table(id: string): Map<number, Tracked> {
     let t = this.#tables.get(id);
     if (!t) this.#tables.set(id, (t = new Map()));

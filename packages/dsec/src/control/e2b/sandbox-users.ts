@@ -87,6 +87,11 @@ export class SandboxUsers {
     this.#cache.delete(sandboxId);
     this.#names.delete(sandboxId);
   }
+
+  /** Sandboxes this cache holds users for. */
+  sandboxes(): string[] {
+    return [...new Set([...this.#cache.keys(), ...this.#names.keys()])];
+  }
 }
 
 /** The user name in `Authorization: Basic base64("name:")`, E2B's way of naming the caller's user. */
