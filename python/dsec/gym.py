@@ -1,0 +1,193 @@
+"""A gym-style environment over one sandbox: ``reset(task) -> observation``,
+``step(action) -> (observation, reward, done, info)``, ``close()``. No gym dependency: the
+shapes follow the classic gym API so a trainer's loop (or a gymnasium wrapper) can drive it.
+
+An episode: ``reset`` makes a sandbox (from the task's image, e.g. a snapshot of a prepared
+workspace), writes the task's files, runs its setup, then switches the network to the task's
+rollout policy (``none`` by default). Each ``step`` runs the agent's action confined by Landlock
+to the task's ``writable_paths``; ``Submit`` (or the step budget running out) runs the task's
+tests, and the reward is what ``Task.reward`` makes of their result (1.0 when they pass).
+
+    env = SandboxEnv()
+    obs = env.reset(Task(files={"/work/a.sh": "echo $((1-1))"}, test_cmd="[ $(sh a.sh) = 2 ]"))
+    obs, reward, done, info = env.step("sed -i 's/1-1/1+1/' a.sh")
+    obs, reward, done, info = env.step(Submit())      # reward 1.0, done
+    env.close()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .models import ExecResult
+from .sandbox import Sandbox
+
+
+@dataclass
+class Task:
+    """What an episode is about. Paths are inside the sandbox."""
+
+    #: Shown to the agent in the first observation.
+    prompt: str = ""
+    #: Files written at reset (the workspace), ``str`` as UTF-8.
+    files: Mapping[str, Union[str, bytes]] = field(default_factory=dict)
+    #: Shell commands run at reset, before the network switches to ``Task.network``.
+    setup: Sequence[str] = ()
+    #: The task's tests; run from ``workdir`` on Submit or when the step budget runs out.
+    test_cmd: str = "true"
+    workdir: str = "/work"
+    #: Where actions may write (Landlock); None: the workdir and /tmp.
+    writable_paths: Optional[Sequence[str]] = None
+    #: The image to start from: a name, or the id of a snapshot holding a prepared workspace.
+    image: str = "busybox"
+    #: Egress policy while the agent acts: "none", "open", or {"mode": "allow", "allow": [...]}.
+    network: Union[str, Mapping[str, Any]] = "none"
+    max_steps: int = 20
+    #: Seconds each action may run before it is killed.
+    step_timeout: float = 60.0
+    #: The reward from the tests' result; default 1.0 when they exit 0, else 0.0.
+    reward: Optional[Callable[[ExecResult], float]] = None
+    #: Anything the trainer wants back in ``info["task"]``.
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """Run a shell command in the workdir."""
+
+    cmd: str
+
+
+@dataclass
+class WriteFile:
+    """Create or replace a file (as the agent's own write: confined like a command)."""
+
+    path: str
+    data: Union[str, bytes]
+
+
+@dataclass
+class Submit:
+    """End the episode: the tests run and give the reward."""
+
+
+Action = Union[str, Run, WriteFile, Submit]
+
+
+@dataclass
+class Observation:
+    """What the agent sees after a step: the action's output and exit code."""
+
+    output: str
+    exit_code: Optional[int]
+    step: int
+    prompt: str = ""
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"output": self.output, "exit_code": self.exit_code, "step": self.step, "prompt": self.prompt}
+
+
+def _default_reward(tests: ExecResult) -> float:
+    return 1.0 if tests.exit_code == 0 else 0.0
+
+
+class SandboxEnv:
+    """One sandbox per episode; ``close()`` (or leaving a ``with``) kills it."""
+
+    def __init__(
+        self,
+        *,
+        memory_mib: int = 256,
+        cpu: Optional[float] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        max_output_bytes: int = 64 << 10,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> None:
+        self._create_kw: Dict[str, Any] = {"memory_mib": memory_mib, "cpu": cpu, "labels": dict(labels or {}), "url": url, "api_key": api_key}
+        self.max_output_bytes = max_output_bytes
+        self.sandbox: Optional[Sandbox] = None
+        self.task: Optional[Task] = None
+        self.steps = 0
+        self.done = True
+
+    def reset(self, task: Task) -> Observation:
+        """Starts an episode on ``task`` in a fresh sandbox (the previous one is killed)."""
+        self.close()
+        sb = Sandbox.create(task.image, **self._create_kw)
+        self.sandbox, self.task, self.steps, self.done = sb, task, 0, False
+        try:
+            sb.files.mkdir(task.workdir)
+            for path, data in task.files.items():
+                sb.files.write(path, data)
+            for cmd in task.setup:
+                sb.commands.run(cmd, cwd=task.workdir, check=True)
+            network = task.network
+            if isinstance(network, str):
+                sb.set_network(network)
+            else:
+                sb.set_network(str(network["mode"]), allow=network.get("allow"))
+            listing = sb.commands.run(["ls", "-la", task.workdir]).stdout
+        except BaseException:
+            self.close()
+            raise
+        return Observation(output=listing, exit_code=0, step=0, prompt=task.prompt)
+
+    def _writable(self, task: Task) -> List[str]:
+        return list(task.writable_paths) if task.writable_paths is not None else [task.workdir, "/tmp"]
+
+    def step(self, action: Action) -> Tuple[Observation, float, bool, Dict[str, Any]]:
+        """Runs one action; returns (observation, reward, done, info). The reward is 0.0 until
+        the episode ends (Submit, or ``max_steps`` actions), then the tests' reward."""
+        if self.sandbox is None or self.task is None or self.done:
+            raise RuntimeError("call reset(task) before step(), and again after an episode is done")
+        sb, task = self.sandbox, self.task
+        if isinstance(action, Submit):
+            return self._finish(truncated=False)
+        self.steps += 1
+        if isinstance(action, WriteFile):
+            # Through a command, not the files API, so the write is confined like any other action.
+            r = sb.commands.run(
+                ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "write", action.path], stdin=action.data, cwd=task.workdir,
+                writable_paths=self._writable(task), timeout=task.step_timeout, max_output_bytes=self.max_output_bytes,
+            )  # fmt: skip
+        else:
+            cmd = action.cmd if isinstance(action, Run) else action
+            r = sb.commands.run(cmd, cwd=task.workdir, writable_paths=self._writable(task), timeout=task.step_timeout, max_output_bytes=self.max_output_bytes)
+        obs = Observation(output=r.stdout + r.stderr, exit_code=r.exit_code, step=self.steps, prompt=task.prompt)
+        info: Dict[str, Any] = {"exit_code": r.exit_code, "timed_out": r.timed_out, "duration_ms": r.duration_ms, "sandbox_id": sb.id, "task": task.meta}
+        if self.steps >= task.max_steps:
+            _, reward, done, end_info = self._finish(truncated=True)
+            info.update(end_info)
+            return obs, reward, done, info
+        return obs, 0.0, False, info
+
+    def _finish(self, *, truncated: bool) -> Tuple[Observation, float, bool, Dict[str, Any]]:
+        assert self.sandbox is not None and self.task is not None
+        task = self.task
+        tests = self.sandbox.commands.run(task.test_cmd, cwd=task.workdir, writable_paths=["/tmp"], timeout=task.step_timeout, max_output_bytes=self.max_output_bytes)
+        reward = (task.reward or _default_reward)(tests)
+        self.done = True
+        obs = Observation(output=tests.stdout + tests.stderr, exit_code=tests.exit_code, step=self.steps, prompt=task.prompt)
+        info = {"tests": tests, "truncated": truncated, "sandbox_id": self.sandbox.id, "task": task.meta}
+        return obs, reward, True, info
+
+    def trajectory(self) -> List[Dict[str, Any]]:
+        """The episode's logged steps (commands and file changes, with results), as dicts."""
+        if self.sandbox is None:
+            return []
+        return [vars(e) for e in self.sandbox.trajectory().entries]
+
+    def close(self) -> None:
+        """Kills the episode's sandbox (idempotent)."""
+        sb, self.sandbox = self.sandbox, None
+        self.done = True
+        if sb is not None:
+            sb.kill()
+
+    def __enter__(self) -> "SandboxEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
