@@ -12,12 +12,7 @@ import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxErr
 import { which } from '../../src/host/doctor.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { ensureBaseImage } from './base-image.js';
-
-function skipReason(): string | undefined {
-  return (
-    integrationSkipReason() ?? (which('debootstrap') ? undefined : 'debootstrap is not installed (the base template is a Debian image)')
-  );
-}
+import { wireProtocolTests } from './wire-protocol.js';
 
 /** Resolves when `check` holds, polling; fails with `what` after a generous bound (not a timing assertion). */
 async function eventually(what: string, check: () => boolean | Promise<boolean>, boundMs = 20_000): Promise<void> {
@@ -28,7 +23,7 @@ async function eventually(what: string, check: () => boolean | Promise<boolean>,
   }
 }
 
-describe('E2B SDK against dsec', { skip: skipReason(), timeout: 900_000 }, () => {
+describe('E2B SDK against dsec', { skip: integrationSkipReason(), timeout: 900_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
   /** Why the base template could not be built (no Debian mirror…): every test skips with it. */
@@ -37,6 +32,11 @@ describe('E2B SDK against dsec', { skip: skipReason(), timeout: 900_000 }, () =>
 
   before(async () => {
     server = await startTestServer();
+    if (!which('debootstrap')) {
+      noBase = 'debootstrap is not installed (the base template is a Debian image)';
+      process.stderr.write(`# skipping E2B SDK tests: ${noBase}\n`);
+      return;
+    }
     try {
       await ensureBaseImage(server.dsec.images, (m) => process.stderr.write(`# ${m}\n`));
     } catch (err) {
@@ -353,4 +353,6 @@ describe('E2B SDK against dsec', { skip: skipReason(), timeout: 900_000 }, () =>
     const res = await fetch(`${server.url}/sandboxes`, { headers: { 'x-api-key': 'e2b_0000' } });
     assert.equal(res.status, 401);
   });
+
+  wireProtocolTests(() => server);
 });
