@@ -101,7 +101,7 @@ describe('node layer cache: a store on another filesystem, budget 0', { skip: in
       err = e;
     }
     assert.ok(err instanceof DsecError, `create should fail: ${String(err)}`);
-    assert.match(err.message, new RegExp(`layer ${bad}: the store's blob .* hashes to sha256:[0-9a-f]{64}; it is corrupt or truncated`));
+    assert.match(err.message, new RegExp(`layer ${bad}: the blob from .* hashes to sha256:[0-9a-f]{64}; it is corrupt or truncated`));
     assert.equal(dsec!.edge.layerCache.has(bad), false);
     assert.equal(dsec!.edge.layerMounts.refCount(bad), 0);
     assert.equal(existsSync(dsec!.edge.layerMounts.mountPoint(bad)), false);

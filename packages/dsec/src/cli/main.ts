@@ -13,6 +13,7 @@ import { registerE2bCommands } from './commands/e2b.js';
 import { registerImageCommands } from './commands/images.js';
 import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
+import { registerClusterCommands } from './commands/cluster.js';
 import { registerOpenApiCommand } from './commands/openapi.js';
 
 const program = new Command('dsec')
@@ -21,6 +22,7 @@ const program = new Command('dsec')
   // Lets `exec` hand every option after the sandbox id to the command (passThroughOptions).
   .enablePositionalOptions();
 registerServerCommands(program);
+registerClusterCommands(program);
 registerSandboxCommands(program);
 registerImageCommands(program);
 registerDemoCommand(program);

@@ -1,17 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import { totalmem } from 'node:os';
 import type { Logger } from 'pino';
 import { Readable } from 'node:stream';
 import type {
-  CreateSandboxRequest, ExecRequest, ExecResult, ForkRequest, ForkResult, ImageConfig, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
+  CreateSandboxRequest, ExecRequest, NodeInfo, ExecResult, ForkRequest, ForkResult, ImageConfig, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
   SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, StartProcessRequest, ProcessInfo,
 } from '@dsec/sdk/schema';
 import type { Link } from '../net/address-pool.js';
-import { parseAllowList, PolicyError, type NetworkPolicy } from '../net/policy.js';
+import { allowEntryError, type NetworkPolicy } from '../net/policy.js';
 import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../exec/run-command.js';
 import { ApiError } from '../api-error.js';
-import type { EdgeApi, EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
+import type { EdgeApi, EdgeNetworkRequest, SandboxLimits } from '../edge/edge-api.js';
+import { EdgeRegistry } from './edges/edge-registry.js';
+import { infeasible, place, poolUtilisation } from './placement.js';
 import type { ImageId, ImageStore } from '../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
 import { CACHE_KEY_LABEL } from '../image/builders/builder.js';
@@ -36,72 +37,111 @@ export function edgeOf(id: string): string | undefined {
  * sandboxes on edges, keeps the state store in step with the edges. It reaches edges only
  * through EdgeApi and never touches an edge's files.
  */
-export class ControlPlane {
-  readonly #edges = new Map<string, EdgeApi>();
+export interface ControlPlaneOptions {
+  /** The edges; a registry with no edges (and no cluster token) when omitted. */
+  edges?: EdgeRegistry;
+  /** Pool that takes burstable sandboxes when their pool is above `burstThreshold` or full. */
+  burstPool?: string;
+  /** Utilisation (0..1) of a pool above which burstable sandboxes go to the burst pool. */
+  burstThreshold?: number;
+}
 
+/** Above 80 % of a pool's slots or memory, burstable sandboxes go to the burst pool. */
+export const DEFAULT_BURST_THRESHOLD = 0.8;
+
+export class ControlPlane {
+  readonly edges: EdgeRegistry;
   readonly trajectory: TrajectoryLog;
   /** Counted here, not in routes, so forks, replays and every exec path count too. */
   readonly metrics = new Metrics();
+  readonly #burstPool: string;
+  readonly #burstThreshold: number;
 
   constructor(
     private readonly store: StateStore,
     private readonly images: ImageStore,
     private readonly log: Logger,
+    opts: ControlPlaneOptions = {},
   ) {
     this.trajectory = new TrajectoryLog(store);
+    this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
+    this.#burstPool = opts.burstPool ?? 'burst';
+    this.#burstThreshold = opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD;
+    this.edges.onLost = async (edge, why) => {
+      const lost = this.store.markEdgeLost(edge, `lost: ${why}`);
+      if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
+    };
+    this.edges.onBack = async (edge) => {
+      await this.reconcile(edge);
+    };
   }
 
-  addEdge(id: string, edge: EdgeApi): void {
-    this.#edges.set(id, edge);
-  }
-
-  /** Brings the store in line with what an edge actually runs (after either restarted). */
-  async reconcile(edgeId: string): Promise<{ lost: string[]; orphans: string[] }> {
-    const edge = this.#edge(edgeId);
+  /**
+   * Brings the store in line with what an edge actually runs (after either restarted, or when a
+   * lost edge reports again). The rule: a sandbox the edge runs and the store has as running or
+   * paused is kept; one the store already reported `lost` is killed (its caller was told it is
+   * gone, and may have replayed it elsewhere); one the store does not know is killed (no caller
+   * was ever told about it). A sandbox the store has as live but the edge does not run becomes
+   * `failed` with the reason.
+   */
+  async reconcile(edgeId: string): Promise<{ lost: string[]; orphans: string[]; killedLost: string[] }> {
+    const edge = this.edges.apiEvenIfLost(edgeId);
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
     const lost: string[] = [];
+    const killedLost: string[] = [];
     for (const s of this.store.listSandboxes({ edge: edgeId })) {
       if ((s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id)) {
         this.store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
         lost.push(s.id);
       }
       if (s.status === 'creating' && onEdge.has(s.id)) this.store.setStatus(s.id, 'running');
+      if (s.status === 'lost' && onEdge.has(s.id)) {
+        await edge.killSandbox(s.id).catch((err: unknown) => this.log.error({ err, sandbox: s.id }, 'killing a sandbox reported lost failed'));
+        this.store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
+        killedLost.push(s.id);
+      }
       onEdge.delete(s.id);
     }
     // Sandboxes no caller was ever told about: kill them rather than leak them.
     const orphans = [...onEdge];
-    for (const id of orphans) await edge.killSandbox(id).catch(() => undefined);
-    if (lost.length || orphans.length) this.log.warn({ edge: edgeId, lost, orphans }, 'reconciled state store with edge');
-    return { lost, orphans };
+    for (const id of orphans) await edge.killSandbox(id).catch((err: unknown) => this.log.error({ err, sandbox: id }, 'killing an orphan failed'));
+    if (lost.length || orphans.length || killedLost.length) this.log.warn({ edge: edgeId, lost, orphans, killedLost }, 'reconciled state store with edge');
+    return { lost, orphans, killedLost };
   }
 
   #edge(id: string): EdgeApi {
-    const e = this.#edges.get(id);
-    if (!e) throw new ApiError('INTERNAL', `edge ${id} is not registered`);
-    return e;
+    return this.edges.api(id);
   }
 
-  /** Placement: the registered edge with the most free slots. */
-  async #place(): Promise<string> {
-    let best: { id: string; free: number } | undefined;
-    for (const [id, edge] of this.#edges) {
-      const info = await edge.info();
-      const free = info.maxSandboxes - info.sandboxes;
-      if (free > 0 && (!best || free > best.free)) best = { id, free };
+  /**
+   * Placement from the capacity edges last reported: the sandbox's pool (or the burst pool, for a
+   * burstable sandbox when its pool is above the burst threshold or has no room), filtered and
+   * scored in placement.ts. CAPACITY_EXCEEDED only when no edge of those pools can take it.
+   */
+  #place(req: CreateSandboxRequest, limits: SandboxLimits, layers: string[], exclude: Set<string>): string {
+    const candidates = this.edges.candidates();
+    const pool = req.placement?.pool ?? 'default';
+    const labels = req.placement?.labels;
+    const pools = [pool];
+    if (req.placement?.burst && pool !== this.#burstPool) {
+      if (poolUtilisation(candidates, pool) > this.#burstThreshold) pools.unshift(this.#burstPool);
+      else pools.push(this.#burstPool);
     }
-    if (!best) throw new ApiError('CAPACITY_EXCEEDED', 'every edge is full; kill sandboxes or add nodes');
-    return best.id;
+    for (const p of pools) {
+      const chosen = place(candidates, { limits, layers, pool: p, labels, exclude });
+      if (chosen) return chosen.id;
+    }
+    const inPool = candidates.filter((c) => pools.includes(c.pool));
+    if (inPool.length > 0 && inPool.every((c) => limits.memoryMiB * 1048576 > c.info.capacity.memoryBytes)) {
+      const most = Math.max(...inPool.map((c) => Math.floor(c.info.capacity.memoryBytes / 1048576)));
+      throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than any node has (at most ${most} MiB)`, { field: 'resources.memoryMiB' });
+    }
+    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude }) ?? 'other pool'}`).join('; ')})`;
+    throw new ApiError('CAPACITY_EXCEEDED', `the cluster is full for this sandbox: ${why}; kill sandboxes or add nodes`, { pools });
   }
 
   limitsFor(req: CreateSandboxRequest): SandboxLimits {
-    const limits = { ...DEFAULT_LIMITS, ...req.resources };
-    const hostMiB = Math.floor(totalmem() / (1 << 20));
-    if (limits.memoryMiB > hostMiB) {
-      throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than this host has (${hostMiB} MiB)`, {
-        field: 'resources.memoryMiB',
-      });
-    }
-    return limits;
+    return { ...DEFAULT_LIMITS, ...req.resources };
   }
 
   /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
@@ -128,52 +168,64 @@ export class ControlPlane {
     return { imageId, layers, config: manifest.config };
   }
 
-  async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}): Promise<SandboxInfo> {
+  async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}, batch?: { id: string; index: number }): Promise<SandboxInfo> {
     const started = performance.now();
     const { imageId, layers, config } = this.#composeLayers(req);
     const limits = this.limitsFor(req);
-    const network = req.network ? await this.#policy(req.network) : undefined;
-    const edgeId = await this.#place();
-    const now = Date.now();
-    const info: SandboxInfo = {
-      id: newSandboxId(edgeId),
-      edge: edgeId,
-      backend: 'container',
-      status: 'creating',
-      image: req.image,
-      imageId,
-      resources: limits,
-      labels: { ...(req.labels ?? {}), ...extraLabels },
-      layers,
-      createdAt: new Date(now).toISOString(),
-      onExpiry: req.onExpiry ?? 'stop',
-      lastActivityAt: new Date(now).toISOString(),
-    };
-    if (req.ttlSeconds !== undefined) {
-      info.ttlSeconds = req.ttlSeconds;
-      info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
-    }
-    if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
-    this.store.insertSandbox(info);
-    this.store.saveSpec(info.id, req);
-    try {
-      await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, ...(network ? { network } : {}) });
-    } catch (err) {
-      if (err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED') {
-        this.store.deleteSandbox(info.id); // never accepted
-        throw err;
+    const network = req.network ? checkPolicy(req.network) : undefined;
+    const exclude = new Set<string>();
+    // The edge has the last word: one that refuses (full, draining, unreachable before the
+    // request left) is excluded and the create placed again, so a caller sees CAPACITY_EXCEEDED
+    // only when no edge can take it.
+    for (;;) {
+      const edgeId = this.#place(req, limits, layers, exclude);
+      const now = Date.now();
+      const info: SandboxInfo = {
+        id: newSandboxId(edgeId),
+        edge: edgeId,
+        backend: 'container',
+        status: 'creating',
+        image: req.image,
+        imageId,
+        resources: limits,
+        labels: { ...(req.labels ?? {}), ...extraLabels },
+        layers,
+        createdAt: new Date(now).toISOString(),
+        onExpiry: req.onExpiry ?? 'stop',
+        lastActivityAt: new Date(now).toISOString(),
+      };
+      if (req.ttlSeconds !== undefined) {
+        info.ttlSeconds = req.ttlSeconds;
+        info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
       }
-      const reason = err instanceof Error ? err.message : String(err);
-      this.store.setStatus(info.id, 'failed', reason);
-      if (err instanceof ApiError) {
-        err.details['sandboxId'] = info.id;
-        throw err;
+      if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
+      this.store.insertSandbox(info, batch);
+      this.store.saveSpec(info.id, req);
+      this.edges.reserve(edgeId, limits);
+      try {
+        await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, ...(network ? { network } : {}) });
+      } catch (err) {
+        this.edges.release(edgeId, limits, true);
+        const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
+        if (retry) {
+          this.store.deleteSandbox(info.id); // never accepted by that edge
+          exclude.add(edgeId);
+          this.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');
+          continue;
+        }
+        const reason = err instanceof Error ? err.message : String(err);
+        this.store.setStatus(info.id, 'failed', reason);
+        if (err instanceof ApiError) {
+          err.details['sandboxId'] = info.id;
+          throw err;
+        }
+        throw new ApiError('SANDBOX_CREATE_FAILED', reason, { sandboxId: info.id });
       }
-      throw new ApiError('SANDBOX_CREATE_FAILED', reason, { sandboxId: info.id });
+      this.edges.release(edgeId, limits, false);
+      this.store.setStatus(info.id, 'running');
+      this.metrics.observeCreate(performance.now() - started);
+      return { ...info, status: 'running' };
     }
-    this.store.setStatus(info.id, 'running');
-    this.metrics.observeCreate(performance.now() - started);
-    return { ...info, status: 'running' };
   }
 
   get(id: string): SandboxInfo {
@@ -255,7 +307,7 @@ export class ControlPlane {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
     }
     const snap = await this.#edge(s.edge).snapshotSandbox(id, req.scrub ? { scrub: req.scrub } : {});
-    const layers = snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers;
+    const layers = (snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers) as LayerDigest[];
     // A snapshot is not a builder's output: it must not carry the builder's cache key.
     const { [CACHE_KEY_LABEL]: _key, ...labels } = snap.config.labels;
     const imageId = this.images.put({ layers, config: { ...snap.config, labels } });
@@ -283,27 +335,9 @@ export class ControlPlane {
 
   // --- network -------------------------------------------------------------------------------
 
-  async #policy(req: NetworkPolicyRequest): Promise<NetworkPolicy> {
-    if (req.mode !== 'allow' && req.allow?.length) {
-      throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
-    }
-    if (req.mode === 'allow' && !req.allow?.length) {
-      throw new ApiError('INVALID_REQUEST', 'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing', {
-        field: 'allow',
-      });
-    }
-    try {
-      return { mode: req.mode, allow: req.mode === 'allow' ? await parseAllowList(req.allow ?? []) : [] };
-    } catch (err) {
-      if (err instanceof PolicyError) throw new ApiError('INVALID_REQUEST', err.message, { field: 'allow' });
-      throw err;
-    }
-  }
-
   /** Replaces a running sandbox's egress policy (a task's phase switch). */
   async setNetwork(id: string, req: NetworkPolicyRequest): Promise<NetworkPolicyResult> {
-    const policy = await this.#policy(req);
-    const r = await this.#runningOn(id).setNetwork(id, policy);
+    const r = await this.#runningOn(id).setNetwork(id, checkPolicy(req));
     const result = { ...networkState(r), appliedMs: r.appliedMs };
     // The request as given (names, not the addresses they resolved to): a replay resolves again.
     this.trajectory.append(id, { kind: 'network.set', request: { ...req }, result: { mode: result.mode, allow: result.allow } });
@@ -498,14 +532,43 @@ export class ControlPlane {
     const orig = this.get(id);
     const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: orig.imageId, resources: orig.resources, labels: orig.labels };
     const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } });
-    const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id), { policy: (req) => this.#policy(req) });
+    const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id), { policy: checkPolicy });
     this.trajectory.copy(id, created.id);
     const ran = steps.filter((s) => !s.skipped);
     return { sandbox: created, replayed: ran.length, diverged: ran.filter((s) => s.diverged).length, skipped: steps.length - ran.length, steps };
   }
 
-  async nodes(): Promise<EdgeInfo[]> {
-    return Promise.all([...this.#edges.values()].map((e) => e.info()));
+  /** Every edge, from the facts its heartbeats brought. */
+  async nodes(): Promise<NodeInfo[]> {
+    await this.edges.refreshLocal();
+    return this.edges.describe().map((e) => {
+      const n: NodeInfo = {
+        id: e.id,
+        pool: e.pool,
+        labels: e.labels,
+        state: e.state,
+        lastSeenAt: e.lastSeenAt,
+        version: e.info.version,
+        sandboxes: e.info.sandboxes,
+        maxSandboxes: e.info.maxSandboxes,
+        cpuOvercommit: e.cpuOvercommit,
+        utilisation: Math.max(
+          e.info.sandboxes / e.info.maxSandboxes,
+          1 - e.info.capacity.memoryAvailableBytes / e.info.capacity.memoryBytes,
+        ),
+        capacity: e.info.capacity,
+        cachedLayers: e.info.cachedLayers.length,
+        layerCache: e.info.layerCache,
+      };
+      if (e.url) n.url = e.url;
+      return n;
+    });
+  }
+
+  /** Stops new placements on an edge; a remote edge leaves once its last sandbox is gone. */
+  async drain(id: string): Promise<NodeInfo> {
+    this.edges.drain(id);
+    return (await this.nodes()).find((n) => n.id === id)!;
   }
 
   /** Kills every sandbox (used by `dsec demo` cleanup and tests). */
@@ -537,6 +600,27 @@ function withoutStdin(req: ExecRequest): Record<string, unknown> {
 
 function stdinPayload(req: ExecRequest): Buffer | undefined {
   return req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8');
+}
+
+/**
+ * The allow list's syntax, checked here so a bad entry is a 400 before any placement; host names
+ * are resolved by the edge that enforces the rules (DNS is a fact of its node).
+ */
+function checkPolicy(req: NetworkPolicyRequest): EdgeNetworkRequest {
+  if (req.mode !== 'allow' && req.allow?.length) {
+    throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
+  }
+  if (req.mode === 'allow' && !req.allow?.length) {
+    throw new ApiError('INVALID_REQUEST', 'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing', {
+      field: 'allow',
+    });
+  }
+  const allow = req.mode === 'allow' ? (req.allow ?? []) : [];
+  for (const entry of allow) {
+    const err = allowEntryError(entry);
+    if (err) throw new ApiError('INVALID_REQUEST', err, { field: 'allow' });
+  }
+  return { mode: req.mode, allow };
 }
 
 function networkState(r: { policy: NetworkPolicy; link?: Link }): NetworkPolicyState {

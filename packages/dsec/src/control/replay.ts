@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import type { ExecRequest, NetworkPolicyRequest, OpenSessionRequest, ReplayResult, SessionExecRequest, StartProcessRequest, TrajectoryEntry } from '@dsec/sdk/schema';
 import type { EdgeApi } from '../edge/edge-api.js';
-import type { NetworkPolicy } from '../net/policy.js';
+import type { EdgeNetworkRequest } from '../edge/edge-api.js';
 
 type Step = ReplayResult['steps'][number];
 
@@ -17,7 +17,7 @@ export async function replayEntries(
   edge: EdgeApi,
   sandboxId: string,
   entries: Iterable<TrajectoryEntry & { payload: Buffer | null }>,
-  deps: { policy: (req: NetworkPolicyRequest) => Promise<NetworkPolicy> },
+  deps: { policy: (req: NetworkPolicyRequest) => EdgeNetworkRequest },
 ): Promise<Step[]> {
   const sessions = new Map<string, string>();
   const steps: Step[] = [];
@@ -75,7 +75,7 @@ export async function replayEntries(
           await edge.startProcess(sandboxId, r as StartProcessRequest);
           break;
         case 'network.set':
-          await edge.setNetwork(sandboxId, await deps.policy(r as NetworkPolicyRequest));
+          await edge.setNetwork(sandboxId, deps.policy(r as NetworkPolicyRequest));
           break;
         case 'pty':
         case 'pause':

@@ -6,6 +6,7 @@ import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { authenticate } from './api-keys.js';
 import { bearerMatches } from './cluster/cluster-token.js';
 import { blobRoutes } from './routes/blobs.js';
+import { clusterRoutes } from './routes/cluster.js';
 import type { ControlPlane } from './control-plane.js';
 import { e2bRewriteUrl, e2bRoutes } from './e2b/index.js';
 import { JSON_BODY_LIMIT, errorHandler } from './http-errors.js';
@@ -79,6 +80,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers }));
   await app.register(e2bRoutes(deps));
+  await app.register(clusterRoutes(deps));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;

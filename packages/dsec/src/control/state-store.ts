@@ -1,5 +1,17 @@
 import Database from 'better-sqlite3';
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import type { EdgeInfo } from '../edge/edge-api.js';
+
+/** An edge as the store keeps it between control-plane restarts. */
+export interface StoredEdge {
+  id: string;
+  url: string;
+  pool: string;
+  labels: Record<string, string>;
+  state: 'ready' | 'draining' | 'lost';
+  info: EdgeInfo;
+  cpuOvercommit: number;
+}
 
 /**
  * The control plane's state in SQLite (better-sqlite3: synchronous, embedded, the fastest SQLite
@@ -52,6 +64,29 @@ export class StateStore {
         replayable INTEGER NOT NULL,
         PRIMARY KEY (sandbox_id, seq)
       );
+      CREATE TABLE IF NOT EXISTS edges (
+        id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        pool TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        state TEXT NOT NULL,
+        info TEXT NOT NULL,
+        cpu_overcommit REAL NOT NULL
+      );
+      CREATE TABLE IF NOT EXISTS batches (
+        id TEXT PRIMARY KEY,
+        count INTEGER NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        finished_at TEXT
+      );
+      CREATE TABLE IF NOT EXISTS batch_events (
+        batch_id TEXT NOT NULL REFERENCES batches(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        PRIMARY KEY (batch_id, seq)
+      );
     `);
     this.#migrate();
   }
@@ -66,8 +101,45 @@ export class StateStore {
       ['on_expiry', "TEXT NOT NULL DEFAULT 'stop'"],
       ['expires_at', 'INTEGER'],
       ['last_activity', 'INTEGER NOT NULL DEFAULT 0'],
+      ['batch_id', 'TEXT'],
+      ['batch_index', 'INTEGER'],
     ];
     for (const [col, type] of add) if (!have.has(col)) this.db.exec(`ALTER TABLE sandboxes ADD COLUMN ${col} ${type}`);
+    this.db.exec('CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_batch ON sandboxes(batch_id, batch_index) WHERE batch_id IS NOT NULL');
+  }
+
+  // --- edges ----------------------------------------------------------------------------------
+
+  upsertEdge(e: StoredEdge): void {
+    this.db
+      .prepare('INSERT OR REPLACE INTO edges (id, url, pool, labels, state, info, cpu_overcommit) VALUES (?, ?, ?, ?, ?, ?, ?)')
+      .run(e.id, e.url, e.pool, JSON.stringify(e.labels), e.state, JSON.stringify(e.info), e.cpuOvercommit);
+  }
+
+  listEdges(): StoredEdge[] {
+    const rows = this.db.prepare('SELECT * FROM edges').all() as { id: string; url: string; pool: string; labels: string; state: StoredEdge['state']; info: string; cpu_overcommit: number }[];
+    return rows.map((r) => ({
+      id: r.id,
+      url: r.url,
+      pool: r.pool,
+      labels: JSON.parse(r.labels) as Record<string, string>,
+      state: r.state,
+      info: JSON.parse(r.info) as EdgeInfo,
+      cpuOvercommit: r.cpu_overcommit,
+    }));
+  }
+
+  deleteEdge(id: string): void {
+    this.db.prepare('DELETE FROM edges WHERE id = ?').run(id);
+  }
+
+  /** Every live sandbox of a lost edge becomes `lost` with the reason, in one transaction. */
+  markEdgeLost(edge: string, reason: string): string[] {
+    return this.db.transaction(() => {
+      const ids = (this.db.prepare("SELECT id FROM sandboxes WHERE edge = ? AND status IN ('creating', 'running', 'paused')").all(edge) as { id: string }[]).map((r) => r.id);
+      this.db.prepare("UPDATE sandboxes SET status = 'lost', reason = ? WHERE edge = ? AND status IN ('creating', 'running', 'paused')").run(reason, edge);
+      return ids;
+    })();
   }
 
   close(): void {
@@ -90,16 +162,17 @@ export class StateStore {
 
   // --- sandboxes ------------------------------------------------------------------------------
 
-  insertSandbox(s: SandboxInfo): void {
+  /** `batch`: the sandbox is item `index` of a batch (unique: a batch never creates an item twice). */
+  insertSandbox(s: SandboxInfo, batch?: { id: string; index: number }): void {
     this.db
       .prepare(
         `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
-          on_expiry, expires_at, last_activity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          on_expiry, expires_at, last_activity, batch_id, batch_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
       .run(
         s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null,
         JSON.stringify(s.layers), s.ttlSeconds ?? null, s.idleTimeoutSeconds ?? null, s.onExpiry,
-        s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt),
+        s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt), batch?.id ?? null, batch?.index ?? null,
       );
   }
 

@@ -1,66 +1,42 @@
 import type {
   FileStat,
-  Encoding, ExecRequest, ExecResult, ImageConfig, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+  Encoding, ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
 } from '@dsec/sdk/schema';
-import type { Readable } from 'node:stream';
 import type { ExecEvent } from '../exec/run-command.js';
-import type { PtyOptions, PtyProcess } from '../exec/pty-process.js';
-import type { LayerDigest } from '../image/layer-store.js';
-import type { LayerCacheStats } from './layer-cache.js';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
+import type { EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot } from './protocol/schemas.js';
 
-/** Limits after defaults are applied: every field is set. */
-export interface SandboxLimits {
-  cpu: number;
-  memoryMiB: number;
-  pids: number;
-  /** Size of the writable layer; unset: no limit of its own (it shares the node's disk). */
-  diskMiB?: number;
+export type { EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, EdgeSandboxStatus } from './protocol/schemas.js';
+
+/**
+ * An interactive terminal as a channel of bytes: output out, keystrokes and resizes in, one exit
+ * code. In-process it wraps a PtyProcess; over the network it is a WebSocket.
+ */
+export interface TerminalChannel {
+  readonly exit: Promise<number>;
+  onData(listener: (data: Buffer) => void): void;
+  write(data: Buffer | string): void;
+  resize(cols: number, rows: number): void;
+  /** Ends the terminal's command (and its process tree). */
+  kill(): void;
 }
 
-/** What the control plane asks an edge to run: everything resolved, nothing left to look up. */
-export interface EdgeCreateRequest {
-  id: string;
-  /** Layers bottom first. */
-  layers: LayerDigest[];
-  config: ImageConfig;
-  env: Record<string, string>;
-  limits: SandboxLimits;
-  /** Egress policy applied right after start; none (loopback only) when absent. */
-  network?: NetworkPolicy;
-}
-
-export type EdgeSandboxStatus = 'running' | 'paused';
-
-/** What pack_diff captured: a new layer over the sandbox's own layers, or none if nothing changed. */
-export interface EdgeSnapshot {
-  layer: LayerDigest | null;
-  baseLayers: LayerDigest[];
-  config: ImageConfig;
-  stats: { entries: number; bytes: number; whiteouts: number; opaqueDirs: number; sparseFiles: number };
-  frozenMs: number;
-}
-
-export interface EdgeSandbox {
-  id: string;
-  status: EdgeSandboxStatus;
-  pid: number;
-  createdAt: string;
-}
-
-export interface EdgeInfo {
-  id: string;
-  sandboxes: number;
-  maxSandboxes: number;
-  /** The node's layer cache: entries, bytes against the budget, mounted, evictions. */
-  layerCache: LayerCacheStats;
+export interface TerminalRequest {
+  cmd?: string[] | undefined;
+  cols: number;
+  rows: number;
+  cwd?: string | undefined;
+  env?: Record<string, string> | undefined;
 }
 
 /**
- * The control plane ↔ edge boundary. The control plane reaches an edge only through this
- * interface: in `dsec up` the Edge object itself implements it in-process; across nodes the
- * same calls go over HTTP. Errors are ApiErrors with registry codes.
+ * The control plane ↔ edge boundary, as a wire contract (schemas in protocol/schemas.ts). The
+ * control plane reaches an edge only through this interface: in `dsec up` the Edge object itself
+ * implements it in-process; across nodes HttpEdgeClient implements the same calls over HTTP, and
+ * one contract test suite runs against both. Everything crossing it is a schema'd value, a byte
+ * stream or a terminal channel; failures are errors carrying a registry code (ApiError), which
+ * the HTTP client rebuilds from `{error:{code,message,details}}`.
  */
 export interface EdgeApi {
   info(): Promise<EdgeInfo>;
@@ -86,14 +62,16 @@ export interface EdgeApi {
   /** Live cgroup usage: OOM kills, memory, process count. */
   sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }>;
   pauseSandbox(id: string): Promise<void>;
-  setNetwork(id: string, policy: NetworkPolicy): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }>;
+  resumeSandbox(id: string): Promise<void>;
+  /** Host names in the allow list are resolved by the edge, on its node. */
+  setNetwork(id: string, policy: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }>;
   /** The policy in force and the link, if the sandbox has one. */
   getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }>;
-  resumeSandbox(id: string): Promise<void>;
+  /** pack_diff; the new layer is in the cluster's blob store when this returns. */
   snapshotSandbox(id: string, opts?: { scrub?: string[] }): Promise<EdgeSnapshot>;
 
   /** An interactive command under a terminal (default: bash, else sh). */
-  openPty(id: string, opts: Omit<PtyOptions, 'cmd'> & { cmd?: string[] | undefined }): Promise<PtyProcess>;
+  openPty(id: string, req: TerminalRequest): Promise<TerminalChannel>;
 
   readFile(id: string, path: string, maxBytes: number): Promise<Buffer>;
   writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number>;
@@ -102,7 +80,7 @@ export interface EdgeApi {
   makeDir(id: string, path: string, parents: boolean): Promise<void>;
   removePath(id: string, path: string, recursive: boolean): Promise<void>;
   renamePath(id: string, from: string, to: string): Promise<void>;
-  /** Unpacks a tar stream into dir (created if missing), inside the sandbox. */
-  uploadTar(id: string, dir: string, body: Readable): Promise<number>;
+  /** Unpacks a tar byte stream into dir (created if missing), inside the sandbox. */
+  uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number>;
   downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>>;
 }

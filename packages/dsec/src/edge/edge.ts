@@ -1,5 +1,6 @@
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type {
@@ -26,9 +27,14 @@ import { syncfs } from '../host/syscalls.js';
 import { buildErofs } from '../image/erofs.js';
 import { DEFAULT_SCRUB, type DiffStats, stageUpperDiff } from '../image/pack-diff.js';
 import { ToolError } from '../host/run-tool.js';
-import type { LayerStore } from '../image/layer-store.js';
+import type { BlobSource } from './blob-source.js';
+import { EDGE_PROTOCOL_VERSION } from './protocol/schemas.js';
+import { nodeCapacity } from './node-capacity.js';
+import { DSEC_VERSION } from '../version.js';
+import type { LayerDigest } from '../image/layer-store.js';
+import { parseAllowList, PolicyError } from '../net/policy.js';
 import { Crun } from './crun.js';
-import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeSandbox, EdgeSnapshot } from './edge-api.js';
+import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from './edge-api.js';
 import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { buildOciConfig } from './oci-config.js';
@@ -44,7 +50,8 @@ export interface EdgeOptions {
   id: string;
   /** Node-local directory: layer mounts, sandbox dirs, crun state. */
   nodeDir: string;
-  layers: LayerStore;
+  /** Where layer blobs come from and snapshot layers go: the local store or the control plane. */
+  blobs: BlobSource;
   maxSandboxes: number;
   /** Budget of the node's layer cache; default DEFAULT_LAYER_CACHE_BYTES. */
   layerCacheBytes?: number;
@@ -72,6 +79,8 @@ export class Edge implements EdgeApi {
   readonly #nft = new Nftables();
   #freezerPin: FreezerPin | undefined;
   readonly #hostGuard: HostGuard;
+  /** Node-local scratch for snapshot staging trees and blobs before they go to the blob source. */
+  readonly #tmpDir: string;
 
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
@@ -80,13 +89,16 @@ export class Edge implements EdgeApi {
     this.crun = new Crun(join(opts.nodeDir, 'crun'));
     this.layerCache = new LayerCache({
       nodeDir: opts.nodeDir,
-      store: opts.layers,
+      source: opts.blobs,
       budgetBytes: opts.layerCacheBytes ?? DEFAULT_LAYER_CACHE_BYTES,
       inUse: (d) => this.layerMounts.inUse(d),
       log: opts.log,
     });
     this.layerMounts = new LayerMounts(opts.nodeDir, this.layerCache);
     this.records = new SandboxRecords(join(opts.nodeDir, 'sandboxes'));
+    this.#tmpDir = join(opts.nodeDir, 'tmp');
+    rmSync(this.#tmpDir, { recursive: true, force: true }); // staging left by a crash
+    mkdirSync(this.#tmpDir, { recursive: true });
   }
 
   get state(): EdgeState {
@@ -139,7 +151,17 @@ export class Edge implements EdgeApi {
   }
 
   async info(): Promise<EdgeInfo> {
-    return { id: this.id, sandboxes: this.#live.size, maxSandboxes: this.opts.maxSandboxes, layerCache: this.layerCache.stats() };
+    return {
+      id: this.id,
+      protocol: EDGE_PROTOCOL_VERSION,
+      version: DSEC_VERSION,
+      state: this.#state,
+      sandboxes: this.#live.size,
+      maxSandboxes: this.opts.maxSandboxes,
+      capacity: nodeCapacity([...this.#live.values()].map((l) => l.record.limits)),
+      layerCache: this.layerCache.stats(),
+      cachedLayers: this.layerCache.digests(),
+    };
   }
 
   async listSandboxes(): Promise<EdgeSandbox[]> {
@@ -154,10 +176,14 @@ export class Edge implements EdgeApi {
     if (this.#live.has(req.id) || this.#busy.has(req.id) || existsSync(this.records.paths(req.id).dir)) {
       throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists on edge ${this.id}`);
     }
-    for (const layer of req.layers) {
-      if (!this.opts.layers.has(layer)) throw new ApiError('IMAGE_NOT_FOUND', `layer ${layer} is not in the layer store`, { layer });
+    for (const layer of req.layers as LayerDigest[]) {
+      if (!this.layerCache.has(layer) && this.opts.blobs.has(layer) === false) {
+        throw new ApiError('IMAGE_NOT_FOUND', `layer ${layer} is not in the layer store`, { layer });
+      }
     }
-    const work = this.#create(req);
+    // Host names are resolved here, on the node that will enforce the rules.
+    const network = req.network && req.network.mode !== 'none' ? await resolvePolicy(req.network) : undefined;
+    const work = this.#create(req, network);
     this.#busy.set(req.id, work);
     try {
       return await work;
@@ -166,11 +192,11 @@ export class Edge implements EdgeApi {
     }
   }
 
-  async #create(req: EdgeCreateRequest): Promise<EdgeSandbox> {
+  async #create(req: EdgeCreateRequest, network: NetworkPolicy | undefined): Promise<EdgeSandbox> {
     const record: SandboxRecord = {
       id: req.id,
       phase: 'creating',
-      layers: req.layers,
+      layers: req.layers as LayerDigest[],
       config: req.config,
       env: req.env,
       limits: req.limits,
@@ -180,10 +206,10 @@ export class Edge implements EdgeApi {
     mkdirSync(paths.dir);
     mkdirSync(paths.scratch);
     this.records.save(record);
-    const acquired: typeof req.layers = [];
+    const acquired: LayerDigest[] = [];
     try {
       const lowers: string[] = [];
-      for (const layer of req.layers) {
+      for (const layer of record.layers) {
         lowers.push(await this.layerMounts.acquire(layer));
         acquired.push(layer);
       }
@@ -191,7 +217,7 @@ export class Edge implements EdgeApi {
       mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits })));
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
-      if (req.network && req.network.mode !== 'none') await this.#applyNetwork(record, req.network);
+      if (network) await this.#applyNetwork(record, network);
       record.phase = 'running';
       this.records.save(record);
       this.#live.set(req.id, this.#liveSandbox(record));
@@ -368,7 +394,7 @@ export class Edge implements EdgeApi {
   async snapshotSandbox(id: string, opts: { scrub?: string[] } = {}): Promise<EdgeSnapshot> {
     const l = this.#running(id);
     const paths = this.records.paths(id, l.record);
-    const stage = mkdtempSync(join(this.opts.layers.tmpDir, 'snap-'));
+    const stage = mkdtempSync(join(this.#tmpDir, 'snap-'));
     try {
       const wasPaused = l.record.paused === true;
       const t0 = performance.now();
@@ -387,9 +413,14 @@ export class Edge implements EdgeApi {
       }
       const frozenMs = performance.now() - t0;
       if (stats.entries === 0) return { layer: null, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
-      const blob = this.opts.layers.tempPath();
-      await buildErofs(stage, blob, { compression: 'none', chunked: stats.sparseFiles > 0 });
-      const layer = await this.opts.layers.add(blob);
+      const blob = join(this.#tmpDir, `layer-${randomBytes(6).toString('hex')}.erofs`);
+      try {
+        await buildErofs(stage, blob, { compression: 'none', chunked: stats.sparseFiles > 0 });
+      } catch (err) {
+        rmSync(blob, { force: true });
+        throw err;
+      }
+      const layer = await this.opts.blobs.put(blob);
       return { layer, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
     } finally {
       rmSync(stage, { recursive: true, force: true });
@@ -399,8 +430,9 @@ export class Edge implements EdgeApi {
   // --- network -------------------------------------------------------------------------------
 
   /** Replaces the egress policy of a running sandbox; takes effect in one nft transaction. */
-  async setNetwork(id: string, policy: NetworkPolicy): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
+  async setNetwork(id: string, req: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
     const l = this.#running(id);
+    const policy = await resolvePolicy(req);
     const t0 = performance.now();
     await this.#applyNetwork(l.record, policy);
     this.records.save(l.record);
@@ -446,13 +478,22 @@ export class Edge implements EdgeApi {
 
   // --- terminals ---------------------------------------------------------------------------
 
-  async openPty(id: string, opts: Omit<PtyOptions, 'cmd'> & { cmd?: string[] | undefined }): Promise<PtyProcess> {
+  async openPty(id: string, req: TerminalRequest): Promise<TerminalChannel> {
     const l = this.#running(id);
-    const cmd = opts.cmd?.length ? opts.cmd : [isRegularFileInRoot(l.target.rootfs, '/bin/bash') ? '/bin/bash' : '/bin/sh'];
-    const p = new PtyProcess(l.target, { ...opts, cmd });
+    const cmd = req.cmd?.length ? req.cmd : [isRegularFileInRoot(l.target.rootfs, '/bin/bash') ? '/bin/bash' : '/bin/sh'];
+    const opts: PtyOptions = { cmd, cols: req.cols, rows: req.rows };
+    if (req.cwd !== undefined) opts.cwd = req.cwd;
+    if (req.env !== undefined) opts.env = req.env;
+    const p = new PtyProcess(l.target, opts);
     l.ptys.add(p);
     void p.exit.then(() => l.ptys.delete(p));
-    return p;
+    return {
+      exit: p.exit,
+      onData: (listener) => p.onData((s) => listener(Buffer.from(s, 'utf8'))),
+      write: (data) => p.write(data),
+      resize: (cols, rows) => p.resize(cols, rows),
+      kill: () => p.kill(),
+    };
   }
 
   // --- files ---------------------------------------------------------------------------------
@@ -499,10 +540,10 @@ export class Edge implements EdgeApi {
     renameInRoot(l.target.rootfs, p, sandboxPath(to, l.record.config.cwd));
   }
 
-  async uploadTar(id: string, dir: string, body: Readable): Promise<number> {
+  async uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number> {
     const { l, p } = this.#path(id, dir);
     mkdirInRoot(l.target.rootfs, p, true);
-    return extractTar(l.target, p, body);
+    return extractTar(l.target, p, Readable.from(body));
   }
 
   async downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>> {
@@ -536,6 +577,16 @@ interface LiveSandbox {
   processes: ProcessTable;
   sessions: Map<string, ShellSession>;
   ptys: Set<PtyProcess>;
+}
+
+/** Resolves an allow list's host names on this node; a bad entry is the caller's 400. */
+async function resolvePolicy(req: EdgeNetworkRequest): Promise<NetworkPolicy> {
+  try {
+    return { mode: req.mode, allow: req.mode === 'allow' ? await parseAllowList(req.allow) : [] };
+  } catch (err) {
+    if (err instanceof PolicyError) throw new ApiError('INVALID_REQUEST', err.message, { field: 'allow' });
+    throw err;
+  }
 }
 
 /** Open sessions per sandbox: each holds one shell process. */

@@ -13,6 +13,7 @@ import pino from 'pino';
 import { LayerStore, type LayerDigest } from '../image/layer-store.js';
 import { readMounts } from '../host/mounts.js';
 import { mount, umount } from '../host/syscalls.js';
+import { LocalBlobSource } from './blob-source.js';
 import { LayerCache, LayerIntegrityError } from './layer-cache.js';
 
 const skip = process.getuid?.() !== 0 ? 'the layer cache tests mount a tmpfs: run them as root' : undefined;
@@ -58,7 +59,7 @@ async function addBlob(store: LayerStore): Promise<LayerDigest> {
 /** A cache with a mutable set of mounted layers standing in for LayerMounts' refcounts. */
 function cacheOn(nodeDir: string, store: LayerStore, budgetBytes: number, log?: pino.Logger) {
   const mounted = new Set<LayerDigest>();
-  const cache = new LayerCache({ nodeDir, store, budgetBytes, inUse: (d) => mounted.has(d), ...(log ? { log } : {}) });
+  const cache = new LayerCache({ nodeDir, source: new LocalBlobSource(store), budgetBytes, inUse: (d) => mounted.has(d), ...(log ? { log } : {}) });
   return { cache, mounted };
 }
 
@@ -99,7 +100,7 @@ describe('LayerCache', { skip }, () => {
     const { cache } = cacheOn(nodeDir, f.remote, 1 << 30);
     await assert.rejects(cache.ensure(digest), (err: unknown) => {
       assert.ok(err instanceof LayerIntegrityError, String(err));
-      assert.match(err.message, new RegExp(`layer ${digest}: the store's blob .* hashes to sha256:[0-9a-f]{64}; it is corrupt`));
+      assert.match(err.message, new RegExp(`layer ${digest}: the blob from .* hashes to sha256:[0-9a-f]{64}; it is corrupt`));
       return true;
     });
     assert.equal(cache.has(digest), false);

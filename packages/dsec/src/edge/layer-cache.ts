@@ -6,7 +6,8 @@ import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { LayerCacheStats } from '@dsec/sdk/schema';
-import { isLayerDigest, type LayerDigest, type LayerStore } from '../image/layer-store.js';
+import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
+import type { BlobSource } from './blob-source.js';
 
 /** 20 GiB: room for hundreds of base/workspace/toolkit layers before anything is evicted. */
 export const DEFAULT_LAYER_CACHE_BYTES = 20 * 1024 ** 3;
@@ -30,7 +31,8 @@ interface Entry {
 export interface LayerCacheOptions {
   /** The edge's node directory; the cache lives in `<nodeDir>/layer-cache`. */
   nodeDir: string;
-  store: LayerStore;
+  /** Where blobs come from: the local layer store, or the control plane's blob endpoint. */
+  source: BlobSource;
   budgetBytes: number;
   /** Whether the layer is mounted (or being mounted): such a layer is never evicted. */
   inUse: (digest: LayerDigest) => boolean;
@@ -78,6 +80,11 @@ export class LayerCache {
 
   path(digest: LayerDigest): string {
     return join(this.dir, `${digest.slice('sha256:'.length)}.erofs`);
+  }
+
+  /** Every cached layer (placement prefers nodes that already hold an image's layers). */
+  digests(): LayerDigest[] {
+    return [...this.#entries.keys()];
   }
 
   has(digest: LayerDigest): boolean {
@@ -155,12 +162,11 @@ export class LayerCache {
   }
 
   async #fetch(digest: LayerDigest): Promise<string> {
-    const src = this.opts.store.path(digest);
+    const src = this.opts.source.localPath(digest);
     const dest = this.path(digest);
-    const srcStat = statSync(src, { throwIfNoEntry: false });
-    if (!srcStat) throw new Error(`layer ${digest} is not in the layer store (${src})`);
-    let how: 'link' | 'copy' = 'copy';
-    if (srcStat.dev === statSync(this.dir).dev) {
+    const srcStat = src === undefined ? undefined : statSync(src, { throwIfNoEntry: false });
+    let how: 'link' | 'copy' | 'download' = src === undefined ? 'download' : 'copy';
+    if (src !== undefined && srcStat && srcStat.dev === statSync(this.dir).dev) {
       try {
         linkSync(src, dest);
         how = 'link';
@@ -171,7 +177,7 @@ export class LayerCache {
         else if (code !== 'EXDEV' && code !== 'EPERM') throw err;
       }
     }
-    if (how === 'copy') await this.#copyVerified(digest, src, dest);
+    if (how !== 'link') await this.#copyVerified(digest, src !== undefined && srcStat ? createReadStream(src) : await this.opts.source.open(digest), src ?? 'the blob endpoint', dest);
     const size = statSync(dest).size;
     this.#entries.set(digest, { size, lastUse: 0, linked: how === 'link' });
     this.#touch(digest);
@@ -181,8 +187,8 @@ export class LayerCache {
     return dest;
   }
 
-  /** Copies the store blob to a temp file, hashing as it goes; renamed into place only if it matches. */
-  async #copyVerified(digest: LayerDigest, src: string, dest: string): Promise<void> {
+  /** Copies a blob's bytes to a temp file, hashing as it goes; renamed into place only if it matches. */
+  async #copyVerified(digest: LayerDigest, bytes: NodeJS.ReadableStream, src: string, dest: string): Promise<void> {
     const tmp = join(this.#tmp, `${randomBytes(6).toString('hex')}.erofs`);
     try {
       const hash = createHash('sha256');
@@ -192,11 +198,11 @@ export class LayerCache {
           done(null, chunk);
         },
       });
-      await pipeline(createReadStream(src), hashing, createWriteStream(tmp, { mode: 0o444 }));
+      await pipeline(bytes, hashing, createWriteStream(tmp, { mode: 0o444 }));
       const got = `sha256:${hash.digest('hex')}`;
       if (got !== digest) {
         throw new LayerIntegrityError(
-          `layer ${digest}: the store's blob ${src} hashes to ${got}; it is corrupt or truncated and will not be mounted`,
+          `layer ${digest}: the blob from ${src} hashes to ${got}; it is corrupt or truncated and will not be mounted`,
         );
       }
       const fd = openSync(tmp, 'r');
@@ -237,7 +243,7 @@ export class LayerCache {
    */
   #sweep(): void {
     for (const [digest, e] of [...this.#entries]) {
-      if (this.opts.store.has(digest)) continue;
+      if (this.opts.source.has(digest) !== false) continue; // present, or a remote store that cannot tell
       if (this.opts.inUse(digest)) e.linked = false;
       else this.#remove(digest);
     }

@@ -26,8 +26,10 @@ export class PolicyError extends Error {
 export async function parseAllowList(entries: string[], resolve: (host: string) => Promise<string[]> = resolveHost): Promise<AllowRule[]> {
   const rules: AllowRule[] = [];
   for (const raw of entries) {
+    const bad = allowEntryError(raw);
+    if (bad) throw new PolicyError(bad);
     const m = /^(?<host>[^:/]+)(?:\/(?<bits>\d{1,2}))?(?::(?<port>\d{1,5}))?$/.exec(raw.trim());
-    if (!m?.groups) throw new PolicyError(`cannot parse allow entry ${JSON.stringify(raw)}: use CIDR, CIDR:port, host or host:port`);
+    if (!m?.groups) throw new PolicyError(`cannot parse allow entry ${JSON.stringify(raw)}`);
     const { host, bits, port } = m.groups as { host: string; bits?: string; port?: string };
     const portNum = port === undefined ? undefined : Number(port);
     if (portNum !== undefined && (portNum < 1 || portNum > 65535)) throw new PolicyError(`port out of range in ${JSON.stringify(raw)}`);
@@ -41,6 +43,23 @@ export async function parseAllowList(entries: string[], resolve: (host: string) 
     }
   }
   return rules;
+}
+
+/** A host name as DNS allows it (RFC 1123 labels), so nothing else reaches a resolver or a ruleset. */
+const HOST_NAME = /^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
+
+/**
+ * What is wrong with an allow entry's syntax (undefined when nothing is), without resolving it:
+ * the control plane checks syntax, the edge that enforces the rules resolves host names.
+ */
+export function allowEntryError(raw: string): string | undefined {
+  const m = /^(?<host>[^:/]+)(?:\/(?<bits>\d{1,2}))?(?::(?<port>\d{1,5}))?$/.exec(raw.trim());
+  if (!m?.groups) return `cannot parse allow entry ${JSON.stringify(raw)}: use CIDR, CIDR:port, host or host:port`;
+  const { host, bits, port } = m.groups as { host: string; bits?: string; port?: string };
+  if (!isIPv4(host) && !HOST_NAME.test(host)) return `allow entry ${JSON.stringify(raw)}: ${JSON.stringify(host)} is neither an IPv4 address nor a host name`;
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) return `port out of range in ${JSON.stringify(raw)}`;
+  if (bits !== undefined && (Number(bits) > 32 || !isIPv4(host))) return `bad CIDR ${JSON.stringify(raw)}`;
+  return undefined;
 }
 
 async function resolveHost(host: string): Promise<string[]> {

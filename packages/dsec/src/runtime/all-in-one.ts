@@ -3,10 +3,12 @@ import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { ControlPlane } from '../control/control-plane.js';
 import { loadOrCreateClusterToken } from '../control/cluster/cluster-token.js';
+import { EdgeRegistry } from '../control/edges/edge-registry.js';
 import { createApiKey, hashKey } from '../control/api-keys.js';
 import { buildServer, type App } from '../control/server.js';
 import { StateStore } from '../control/state-store.js';
 import { Edge } from '../edge/edge.js';
+import { LocalBlobSource } from '../edge/blob-source.js';
 import { isProcessAlive } from '../edge/process-tree.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
@@ -16,6 +18,8 @@ import { parseListen, type ServerOptions } from '../config/options.js';
 export interface ClientFile {
   url: string;
   apiKey: string;
+  /** The cluster's join token (`dsec edge --join URL --token T`); not an API key. */
+  joinToken?: string;
 }
 
 export class HostNotReadyError extends Error {
@@ -61,12 +65,32 @@ function takePidLock(dataDir: string): () => void {
   return () => rmSync(file, { force: true });
 }
 
+/** A control plane with no edge of its own (`dsec control`): edges join it over the network. */
+export interface RunningControl extends Omit<RunningDsec, 'edge'> {
+  /** The cluster's join token, for `dsec edge --join URL --token T`. */
+  joinToken: string;
+}
+
 /**
  * The wiring module: doctor, stores, edge, control plane and HTTP server, each given its
  * dependencies here. The control plane reaches the edge only through EdgeApi.
  */
 export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; quietDoctor?: boolean } = {}): Promise<RunningDsec> {
+  const started = await startDsecProcess(opts, { ...extra, localEdge: true });
+  return started as RunningDsec;
+}
+
+/** `dsec control`: the control plane alone; edges on other nodes join it with the token. */
+export async function startControlPlane(opts: ServerOptions & { edgeLostAfterMs?: number }, extra: { log?: Logger } = {}): Promise<RunningControl> {
+  return startDsecProcess(opts, { ...extra, localEdge: false });
+}
+
+async function startDsecProcess(
+  opts: ServerOptions & { edgeLostAfterMs?: number },
+  extra: { log?: Logger; localEdge: boolean },
+): Promise<RunningControl & { edge?: Edge }> {
   const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
+  // A control plane alone runs no sandbox, but builds images (mkfs.erofs): the same host checks.
   const doctor = runDoctor({ dataDir: opts.dataDir });
   for (const c of doctor) {
     if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
@@ -78,22 +102,28 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
   const layers = new LayerStore(opts.dataDir);
   const images = new ImageStore(opts.dataDir, layers);
   const store = new StateStore(join(opts.dataDir, 'state.db'));
-  const edge = new Edge({
-    id: opts.edgeId,
-    nodeDir: join(opts.dataDir, 'node'),
-    layers,
-    maxSandboxes: opts.maxSandboxes,
-    layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
-    log: log.child({ edge: opts.edgeId }),
-  });
-  await edge.start();
-  const control = new ControlPlane(store, images, log.child({ component: 'control' }));
-  control.addEdge(opts.edgeId, edge);
-  await control.reconcile(opts.edgeId);
+  const clusterToken = loadOrCreateClusterToken(opts.dataDir);
+  const registry = new EdgeRegistry({ store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
+  const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry });
+  let edge: Edge | undefined;
+  if (extra.localEdge) {
+    edge = new Edge({
+      id: opts.edgeId,
+      nodeDir: join(opts.dataDir, 'node'),
+      blobs: new LocalBlobSource(layers),
+      maxSandboxes: opts.maxSandboxes,
+      layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
+      log: log.child({ edge: opts.edgeId }),
+    });
+    await edge.start();
+    await control.edges.addLocal(opts.edgeId, edge);
+    await control.reconcile(opts.edgeId);
+  }
+  // Remote edges known from before a restart are reconciled when they next report.
   await control.sweepExpired();
   const stopExpiryLoop = control.startExpiryLoop();
+  const stopEdgeWatcher = control.edges.startWatcher();
 
-  const clusterToken = loadOrCreateClusterToken(opts.dataDir);
   const app = await buildServer({ control, store, images, log, clusterToken });
   const { host, port } = parseListen(opts.listen);
   try {
@@ -101,8 +131,9 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
   } catch (err) {
     // Undo the start-up so far; the sandboxes the edge adopted keep running for the next start.
     stopExpiryLoop();
+    stopEdgeWatcher();
     await app.close();
-    await edge.shutdown({ killAll: false });
+    await edge?.shutdown({ killAll: false });
     store.close();
     releaseLock();
     const code = (err as NodeJS.ErrnoException).code;
@@ -123,16 +154,16 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
     apiKey = createApiKey(store, 'client.json').key;
     newKey = true;
   }
-  writeFileSync(clientFilePath(opts.dataDir), JSON.stringify({ url, apiKey } satisfies ClientFile, null, 2) + '\n', { mode: 0o600 });
+  writeFileSync(clientFilePath(opts.dataDir), JSON.stringify({ url, apiKey, joinToken: clusterToken } satisfies ClientFile, null, 2) + '\n', { mode: 0o600 });
   chmodSync(clientFilePath(opts.dataDir), 0o600);
 
   let closed = false;
-  return {
+  const running: RunningControl & { edge?: Edge } = {
     url,
     apiKey,
     newKey,
+    joinToken: clusterToken,
     app,
-    edge,
     control,
     images,
     log,
@@ -141,11 +172,14 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
       if (closed) return;
       closed = true;
       stopExpiryLoop();
+      stopEdgeWatcher();
       await app.close();
       if (closeOpts.killAll) await control.killAll();
-      await edge.shutdown({ killAll: closeOpts.killAll ?? false });
+      await edge?.shutdown({ killAll: closeOpts.killAll ?? false });
       store.close();
       releaseLock();
     },
   };
+  if (edge) running.edge = edge;
+  return running;
 }

@@ -20,11 +20,37 @@ export const LayerCacheStats = Type.Object(
 );
 export type LayerCacheStats = Static<typeof LayerCacheStats>;
 
+export const NodeCapacity = Type.Object(
+  {
+    cpus: Type.Integer({ description: 'CPUs of the node.' }),
+    memoryBytes: Type.Integer({ description: 'Memory of the node.' }),
+    memoryAvailableBytes: Type.Integer({ description: 'MemAvailable at the last heartbeat.' }),
+    cpuCommitted: Type.Number({ description: 'Sum of the cpu limits of its sandboxes.' }),
+    memoryCommittedMiB: Type.Integer({ description: 'Sum of the memory limits of its sandboxes.' }),
+    pidsCommitted: Type.Integer({ description: 'Sum of the pids limits of its sandboxes.' }),
+    pidMax: Type.Integer({ description: 'kernel.pid_max of the node.' }),
+    pidsInUse: Type.Integer({ description: 'Processes and threads on the node at the last heartbeat.' }),
+  },
+  { description: "What the node has, as its own edge measured it (never the control plane's host)." },
+);
+
 export const NodeInfo = Type.Object(
   {
     id: Type.String({ description: 'The edge id; part of every sandbox id on it.' }),
+    url: Type.Optional(Type.String({ description: 'Where the control plane reaches the edge (absent for the in-process edge of dsec up).' })),
+    pool: Type.String({ description: 'Node pool (placement.pool); "burst" takes burstable sandboxes above the burst threshold.' }),
+    labels: Type.Record(Type.String(), Type.String()),
+    state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')], {
+      description: 'ready: takes sandboxes; draining: takes none and leaves when empty; lost: no heartbeat within the timeout.',
+    }),
+    lastSeenAt: Type.String({ format: 'date-time', description: 'Last heartbeat.' }),
+    version: Type.String({ description: 'dsec version of the edge.' }),
     sandboxes: Type.Integer({ description: 'Sandboxes on the node now.' }),
     maxSandboxes: Type.Integer({ description: 'Admission limit of the edge.' }),
+    cpuOvercommit: Type.Number({ description: 'CPU limits may add up to this many times the CPUs (0: no cap).' }),
+    utilisation: Type.Number({ description: 'The larger of sandbox slots and memory in use, 0..1.' }),
+    capacity: NodeCapacity,
+    cachedLayers: Type.Integer({ description: 'Layers in the node cache.' }),
     layerCache: LayerCacheStats,
   },
   {},

@@ -32,10 +32,10 @@ export const Resources = Type.Object(
 export type Resources = Static<typeof Resources>;
 
 export const SandboxStatus = Type.Union(
-  [Type.Literal('creating'), Type.Literal('running'), Type.Literal('paused'), Type.Literal('stopped'), Type.Literal('failed')],
+  [Type.Literal('creating'), Type.Literal('running'), Type.Literal('paused'), Type.Literal('stopped'), Type.Literal('failed'), Type.Literal('lost')],
   {
     description:
-      'creating → running | failed; running ⇄ paused (memory kept); stopped: ended by its TTL or idle policy (resources freed, record kept); kill (DELETE) removes the sandbox and its record.',
+      'creating → running | failed; running ⇄ paused (memory kept); stopped: ended by its TTL or idle policy (resources freed, record kept); lost: its edge stopped reporting (reason says which; replay rebuilds it elsewhere, and the edge kills it if it comes back); kill (DELETE) removes the sandbox and its record.',
   },
 );
 export type SandboxStatus = Static<typeof SandboxStatus>;
@@ -58,6 +58,18 @@ export const CreateSandboxRequest = Type.Object(
     env: Type.Optional(EnvMap),
     labels: Type.Optional(Labels),
     network: Type.Optional(NetworkPolicyRequest),
+    placement: Type.Optional(
+      Type.Object(
+        {
+          pool: Type.Optional(Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,31}$', description: 'Run on edges of this pool.', default: 'default' })),
+          labels: Type.Optional(Type.Record(Type.String({ maxLength: 63 }), Type.String({ maxLength: 63 }), { description: 'Run only on edges that carry every one of these labels.' })),
+          burst: Type.Optional(
+            Type.Boolean({ description: 'May go to the burst pool when the pool is above the burst threshold (default 80 %) or full.', default: false }),
+          ),
+        },
+        { additionalProperties: false, description: 'Where the sandbox may run (a cluster of edges).' },
+      ),
+    ),
     ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Absolute lifetime; on expiry the onExpiry action applies.' })),
     idleTimeoutSeconds: Type.Optional(
       Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Seconds without exec/files/session activity before the onExpiry action applies.' }),

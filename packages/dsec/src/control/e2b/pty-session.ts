@@ -1,3 +1,4 @@
+import type { TerminalChannel } from '../../edge/edge-api.js';
 import type { ControlPlane } from '../control-plane.js';
 
 export type PtyListener = (data: Buffer) => void;
@@ -13,16 +14,9 @@ export class PtySession {
   exitCode: number | undefined;
 
   private constructor(
-    private readonly proc: {
-      onData(l: (d: string) => void): void;
-      write(d: string | Buffer): void;
-      resize(cols: number, rows: number): void;
-      kill(): void;
-      exit: Promise<number>;
-    },
+    private readonly proc: TerminalChannel,
   ) {
-    proc.onData((d) => {
-      const b = Buffer.from(d, 'utf8');
+    proc.onData((b) => {
       for (const l of this.#listeners) l(b);
     });
     this.exit = proc.exit.then((code) => (this.exitCode = code));

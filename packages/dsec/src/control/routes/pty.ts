@@ -44,7 +44,7 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
         }
         const p = proc;
         p.onData((data) => {
-          if (socket.readyState === socket.OPEN) socket.send(Buffer.from(data, 'utf8'));
+          if (socket.readyState === socket.OPEN) socket.send(data);
         });
         socket.on('message', (msg: Buffer, isBinary: boolean) => {
           if (isBinary) return p.write(msg);

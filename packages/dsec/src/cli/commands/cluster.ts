@@ -1,0 +1,139 @@
+import type { Command } from 'commander';
+import { Connection } from '@dsec/sdk';
+import type { NodeInfo } from '@dsec/sdk/schema';
+import { compileOptions, OptionsError } from '../../config/options.js';
+import { DEFAULT_CPU_OVERCOMMIT } from '../../control/edges/edge-registry.js';
+import { startControlPlane } from '../../runtime/all-in-one.js';
+import { startEdgeDaemon } from '../../runtime/edge-daemon.js';
+import { collectKv, printTable } from '../output.js';
+
+function stopOn(signals: NodeJS.Signals[], close: () => Promise<void>, log: { info: (m: string) => void; error: (o: object, m: string) => void }): void {
+  for (const sig of signals) {
+    process.once(sig, () => {
+      log.info(`${sig}: stopping; sandboxes keep running and are adopted at the next start`);
+      close().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    });
+  }
+}
+
+function wholeNumber(name: string, v: string | undefined, dflt: number): number {
+  if (v === undefined) return dflt;
+  if (!/^\d+$/.test(v)) throw new OptionsError(`invalid option ${name}: ${JSON.stringify(v)} is not a whole number`);
+  return Number(v);
+}
+
+/** `dsec control` (a control plane for many nodes) and `dsec edge` (one node of it). */
+export function registerClusterCommands(program: Command): void {
+  program
+    .command('control')
+    .description('run a control plane with no local edge; edges on other nodes join it with `dsec edge --join URL --token T`')
+    .option('--listen <host:port>', 'address of the HTTP API, default 127.0.0.1:7070 (env DSEC_LISTEN)')
+    .option('--data-dir <dir>', 'state directory, default /var/lib/dsec (env DSEC_DATA_DIR)')
+    .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
+    .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)')
+    .action(async (flags: { listen?: string; dataDir?: string; edgeLostAfter: string; logLevel?: string }) => {
+      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, logLevel: flags.logLevel });
+      const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
+      const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });
+      process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
+      if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
+      process.stdout.write(`join token (also in client.json): ${dsec.joinToken}\n`);
+      process.stdout.write(`on each node: dsec edge --join ${dsec.url} --token ${dsec.joinToken} --listen <node-address>:7071\n`);
+      stopOn(['SIGTERM', 'SIGINT'], () => dsec.close(), dsec.log);
+    });
+
+  const edge = program
+    .command('edge')
+    .description('run this node as an edge of a cluster: crun sandboxes, served to the control plane over the edge protocol')
+    .option('--join <url>', "the control plane's URL")
+    .option('--token <token>', "the cluster's join token (dsec control prints it; env DSEC_JOIN_TOKEN)")
+    .option('--listen <host:port>', 'address the edge protocol listens on', '127.0.0.1:7071')
+    .option('--advertise <url>', 'URL the control plane reaches this edge at (default http://<listen>)')
+    .option('--data-dir <dir>', 'state directory of this node (env DSEC_DATA_DIR)')
+    .option('--id <id>', 'edge id (default: made once and kept in DATA_DIR/edge-id)')
+    .option('--pool <name>', 'node pool; "burst" takes burstable sandboxes above the threshold', 'default')
+    .option('--label <KEY=VALUE>', 'label for placement (repeatable)', collectKv)
+    .option('--cpu-overcommit <ratio>', `CPU limits may add up to this many times the node's CPUs (0: no cap; default ${DEFAULT_CPU_OVERCOMMIT})`, String(DEFAULT_CPU_OVERCOMMIT))
+    .option('--max-sandboxes <n>', 'admission limit of this edge', '4000')
+    .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB', '20480')
+    .option('--log-level <level>', 'debug|info|warn|error|silent', 'info')
+    .action(
+      async (flags: {
+        join?: string; token?: string; listen: string; advertise?: string; dataDir?: string; id?: string; pool: string; label?: Record<string, string>;
+        cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; logLevel: string;
+      }) => {
+        const token = flags.token ?? process.env['DSEC_JOIN_TOKEN'];
+        if (!flags.join || !/^https?:\/\//.test(flags.join)) throw new OptionsError('--join <url> is required: the control plane URL that `dsec control` printed');
+        if (!token) throw new OptionsError('--token <token> is required: the join token that `dsec control` printed (or env DSEC_JOIN_TOKEN)');
+        if (!/^[a-z0-9][a-z0-9-]{0,31}$/.test(flags.pool)) throw new OptionsError(`invalid --pool ${JSON.stringify(flags.pool)}: lowercase letters, digits and -`);
+        const ratio = Number(flags.cpuOvercommit);
+        if (!Number.isFinite(ratio) || ratio < 0) throw new OptionsError(`invalid --cpu-overcommit ${JSON.stringify(flags.cpuOvercommit)}: a number ≥ 0`);
+        const base = compileOptions({ dataDir: flags.dataDir, listen: flags.listen, logLevel: flags.logLevel });
+        const daemon = await startEdgeDaemon({
+          join: flags.join,
+          token,
+          listen: base.listen,
+          advertise: flags.advertise,
+          dataDir: base.dataDir,
+          id: flags.id,
+          pool: flags.pool,
+          labels: flags.label ?? {},
+          cpuOvercommit: ratio,
+          maxSandboxes: wholeNumber('--max-sandboxes', flags.maxSandboxes, 4000),
+          layerCacheMiB: wholeNumber('--layer-cache-mib', flags.layerCacheMib, 20480),
+          logLevel: base.logLevel,
+        });
+        process.stdout.write(`dsec edge ${daemon.id} serves ${daemon.url} and joined ${flags.join}\n`);
+        const log = { info: (m: string) => process.stderr.write(`${m}\n`), error: (_o: object, m: string) => process.stderr.write(`${m}\n`) };
+        stopOn(['SIGTERM', 'SIGINT'], () => daemon.close(), log);
+        void daemon.left.then(async () => {
+          await daemon.close();
+          process.stdout.write(`edge ${daemon.id} drained and left the cluster\n`);
+          process.exit(0);
+        });
+      },
+    );
+
+  edge
+    .command('drain')
+    .description('stop new placements on an edge; it leaves the cluster once its last sandbox is gone')
+    .argument('<id>', 'edge id (see dsec nodes)')
+    .option('--json', 'print the node as JSON')
+    .action(async (id: string, f: { json?: boolean }) => {
+      const node = await new Connection().json<NodeInfo>('POST', `/v1/nodes/${encodeURIComponent(id)}/drain`);
+      if (f.json) process.stdout.write(JSON.stringify(node, null, 2) + '\n');
+      else process.stdout.write(`edge ${node.id} is ${node.state}: ${node.sandboxes} sandboxes left\n`);
+    });
+
+  program
+    .command('nodes')
+    .description('list the edges: pool, state, sandboxes, memory, last heartbeat')
+    .option('--json', 'machine-readable output')
+    .action(async (f: { json?: boolean }) => {
+      const { nodes } = await new Connection().json<{ nodes: NodeInfo[] }>('GET', '/v1/nodes');
+      if (f.json) {
+        process.stdout.write(JSON.stringify(nodes, null, 2) + '\n');
+        return;
+      }
+      printTable(
+        nodes.map((n) => ({
+          id: n.id,
+          pool: n.pool,
+          state: n.state,
+          sandboxes: `${n.sandboxes}/${n.maxSandboxes}`,
+          memAvail: `${Math.round(n.capacity.memoryAvailableBytes / 1048576)} MiB`,
+          util: `${Math.round(n.utilisation * 100)}%`,
+          url: n.url ?? '(in-process)',
+          lastSeen: n.lastSeenAt,
+        })),
+        ['id', 'pool', 'state', 'sandboxes', 'memAvail', 'util', 'url', 'lastSeen'],
+        false,
+      );
+    });
+}

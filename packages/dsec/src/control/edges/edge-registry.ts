@@ -1,0 +1,273 @@
+import type { Logger } from 'pino';
+import { ApiError } from '../../api-error.js';
+import type { EdgeApi, EdgeInfo, SandboxLimits } from '../../edge/edge-api.js';
+import type { PlacementCandidate } from '../placement.js';
+import type { StateStore } from '../state-store.js';
+import { HttpEdgeClient } from './http-edge-client.js';
+
+export type EdgeState = PlacementCandidate['state'];
+
+/** What an edge says about itself when it joins (and again after a control plane forgot it). */
+export interface EdgeRegistration {
+  id: string;
+  url: string;
+  pool: string;
+  labels: Record<string, string>;
+  cpuOvercommit: number;
+  info: EdgeInfo;
+}
+
+interface EdgeEntry extends PlacementCandidate {
+  api: EdgeApi;
+  /** Unset for the in-process edge of `dsec up`. */
+  url?: string;
+  /** In-process edges cannot be lost: they live and die with the control plane. */
+  local: boolean;
+  lastSeen: number;
+  /** Placed, create not answered yet: survives a heartbeat, unlike `pending`. */
+  inflight: { count: number; cpu: number; memoryMiB: number; pids: number };
+}
+
+const zero = (): EdgeEntry['pending'] => ({ count: 0, cpu: 0, memoryMiB: 0, pids: 0 });
+
+/** An edge with no heartbeat for this long is lost (the issue's bound: 10 s at most). */
+export const DEFAULT_EDGE_LOST_AFTER_MS = 10_000;
+
+export interface EdgeRegistryOptions {
+  store: StateStore;
+  token: string;
+  log: Logger;
+  lostAfterMs?: number;
+}
+
+/**
+ * The control plane's edges: how to reach each, its pool and labels, and its last reported
+ * capacity. Remote edges report every second (heartbeats); the in-process edge is asked. An edge
+ * silent for `lostAfterMs` is marked lost (onLost), and back when it reports again (onBack). The
+ * list is kept in the state store too, so a restarted control plane knows where its sandboxes run
+ * before the first heartbeat arrives.
+ */
+export class EdgeRegistry {
+  readonly #edges = new Map<string, EdgeEntry>();
+  readonly lostAfterMs: number;
+  onLost: (id: string, why: string) => Promise<void> = async () => undefined;
+  onBack: (id: string) => Promise<void> = async () => undefined;
+
+  constructor(private readonly opts: EdgeRegistryOptions) {
+    this.lostAfterMs = opts.lostAfterMs ?? DEFAULT_EDGE_LOST_AFTER_MS;
+    // Edges known before a restart: reachable as before; they get a full timeout to report.
+    for (const e of opts.store.listEdges()) {
+      this.#edges.set(e.id, {
+        id: e.id,
+        pool: e.pool,
+        labels: e.labels,
+        state: e.state === 'lost' ? 'lost' : e.state,
+        info: e.info,
+        pending: zero(),
+        inflight: zero(),
+        cpuOvercommit: e.cpuOvercommit,
+        api: new HttpEdgeClient(e.id, e.url, opts.token),
+        url: e.url,
+        local: false,
+        lastSeen: Date.now(),
+      });
+    }
+  }
+
+  /** The in-process edge of `dsec up`: placed on like any other, never lost. */
+  async addLocal(id: string, api: EdgeApi, opts: { pool?: string; labels?: Record<string, string>; cpuOvercommit?: number } = {}): Promise<void> {
+    this.#edges.set(id, {
+      id,
+      pool: opts.pool ?? 'default',
+      labels: opts.labels ?? {},
+      state: 'ready',
+      info: await api.info(),
+      pending: zero(),
+      inflight: zero(),
+      cpuOvercommit: opts.cpuOvercommit ?? DEFAULT_CPU_OVERCOMMIT,
+      api,
+      local: true,
+      lastSeen: Date.now(),
+    });
+  }
+
+  /** A remote edge joins (or rejoins after a restart of either side). */
+  async register(reg: EdgeRegistration): Promise<{ state: EdgeState }> {
+    const prev = this.#edges.get(reg.id);
+    if (prev?.local) throw new ApiError('INVALID_REQUEST', `edge id ${reg.id} is this control plane's own edge`, { id: reg.id });
+    const wasLost = prev?.state === 'lost';
+    const state: EdgeState = prev?.state === 'draining' ? 'draining' : 'ready';
+    const entry: EdgeEntry = {
+      id: reg.id,
+      pool: reg.pool,
+      labels: reg.labels,
+      state,
+      info: reg.info,
+      pending: zero(),
+      inflight: prev?.inflight ?? zero(),
+      cpuOvercommit: reg.cpuOvercommit,
+      api: prev && prev.url === reg.url ? prev.api : new HttpEdgeClient(reg.id, reg.url, this.opts.token),
+      url: reg.url,
+      local: false,
+      lastSeen: Date.now(),
+    };
+    this.#edges.set(reg.id, entry);
+    this.#persist(entry);
+    this.opts.log.info({ edge: reg.id, url: reg.url, pool: reg.pool, rejoined: !!prev }, 'edge joined');
+    if (wasLost) await this.onBack(reg.id);
+    return { state };
+  }
+
+  /** A heartbeat: the edge's capacity now. Unknown edges must register first (404). */
+  async heartbeat(id: string, info: EdgeInfo): Promise<{ state: EdgeState }> {
+    const e = this.#edges.get(id);
+    if (!e || e.local) throw new ApiError('EDGE_NOT_FOUND', `edge ${id} is not registered here; register first`, { id });
+    e.info = info;
+    e.pending = { ...e.inflight };
+    e.lastSeen = Date.now();
+    if (e.state === 'lost') {
+      e.state = 'ready';
+      this.#persist(e);
+      this.opts.log.warn({ edge: id }, 'lost edge is back');
+      await this.onBack(id);
+    }
+    return { state: e.state };
+  }
+
+  /** Asks the in-process edges for their facts now (they send no heartbeats). */
+  async refreshLocal(now = Date.now()): Promise<void> {
+    for (const e of this.#edges.values()) {
+      if (!e.local) continue;
+      e.info = await e.api.info();
+      e.pending = { ...e.inflight };
+      e.lastSeen = now;
+    }
+  }
+
+  /** Called on the control plane's clock: marks silent edges lost; refreshes in-process ones. */
+  async tick(now = Date.now()): Promise<void> {
+    await this.refreshLocal(now);
+    for (const e of this.#edges.values()) {
+      if (e.local) continue;
+      if (e.state !== 'lost' && now - e.lastSeen > this.lostAfterMs) {
+        e.state = 'lost';
+        this.#persist(e);
+        const why = `edge ${e.id} sent no heartbeat for ${Math.round((now - e.lastSeen) / 1000)} s`;
+        this.opts.log.error({ edge: e.id }, why);
+        await this.onLost(e.id, why);
+      }
+    }
+  }
+
+  /** Starts tick() every intervalMs; returns the stop function. */
+  startWatcher(intervalMs = 1000): () => void {
+    let busy = false;
+    const timer = setInterval(() => {
+      if (busy) return;
+      busy = true;
+      this.tick()
+        .catch((err: unknown) => this.opts.log.error({ err }, 'edge watcher failed'))
+        .finally(() => (busy = false));
+    }, intervalMs);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  drain(id: string): EdgeState {
+    const e = this.#entry(id);
+    e.state = 'draining';
+    this.#persist(e);
+    return e.state;
+  }
+
+  /** A drained edge leaves: nothing runs on it any more. */
+  remove(id: string): void {
+    const e = this.#entry(id);
+    if (e.local) throw new ApiError('INVALID_REQUEST', `edge ${id} is this control plane's own edge`, { id });
+    this.#edges.delete(id);
+    this.opts.store.deleteEdge(id);
+  }
+
+  #entry(id: string): EdgeEntry {
+    const e = this.#edges.get(id);
+    if (!e) throw new ApiError('EDGE_NOT_FOUND', `no edge ${id}; list them with GET /v1/nodes`, { id });
+    return e;
+  }
+
+  has(id: string): boolean {
+    return this.#edges.has(id);
+  }
+
+  state(id: string): EdgeState | undefined {
+    return this.#edges.get(id)?.state;
+  }
+
+  /** How to reach an edge. Calls to a lost edge fail fast with EDGE_UNAVAILABLE. */
+  api(id: string): EdgeApi {
+    const e = this.#entry(id);
+    if (e.state === 'lost') throw new ApiError('EDGE_UNAVAILABLE', `edge ${id} is lost (no heartbeat for over ${this.lostAfterMs / 1000} s)`, { edge: id });
+    return e.api;
+  }
+
+  /** The same api(), for reconciling an edge that has just come back. */
+  apiEvenIfLost(id: string): EdgeApi {
+    return this.#entry(id).api;
+  }
+
+  candidates(): PlacementCandidate[] {
+    return [...this.#edges.values()];
+  }
+
+  ids(): string[] {
+    return [...this.#edges.keys()];
+  }
+
+  /** Counts a placement until the edge's next heartbeat shows it (and until the create answers). */
+  reserve(id: string, l: SandboxLimits): void {
+    const e = this.#edges.get(id);
+    if (!e) return;
+    for (const b of [e.pending, e.inflight]) {
+      b.count++;
+      b.cpu += l.cpu;
+      b.memoryMiB += l.memoryMiB;
+      b.pids += l.pids;
+    }
+  }
+
+  release(id: string, l: SandboxLimits, failed: boolean): void {
+    const e = this.#edges.get(id);
+    if (!e) return;
+    const bs = failed ? [e.pending, e.inflight] : [e.inflight];
+    for (const b of bs) {
+      b.count = Math.max(0, b.count - 1);
+      b.cpu = Math.max(0, b.cpu - l.cpu);
+      b.memoryMiB = Math.max(0, b.memoryMiB - l.memoryMiB);
+      b.pids = Math.max(0, b.pids - l.pids);
+    }
+  }
+
+  /** Every edge with its placement facts, for GET /v1/nodes. */
+  describe(): { id: string; url?: string; pool: string; labels: Record<string, string>; state: EdgeState; lastSeenAt: string; info: EdgeInfo; cpuOvercommit: number }[] {
+    return [...this.#edges.values()].map((e) => {
+      const d: ReturnType<EdgeRegistry['describe']>[number] = {
+        id: e.id,
+        pool: e.pool,
+        labels: e.labels,
+        state: e.state,
+        lastSeenAt: new Date(e.lastSeen).toISOString(),
+        info: e.info,
+        cpuOvercommit: e.cpuOvercommit,
+      };
+      if (e.url) d.url = e.url;
+      return d;
+    });
+  }
+
+  #persist(e: EdgeEntry): void {
+    if (e.local || !e.url) return;
+    this.opts.store.upsertEdge({ id: e.id, url: e.url, pool: e.pool, labels: e.labels, state: e.state, info: e.info, cpuOvercommit: e.cpuOvercommit });
+  }
+}
+
+/** No cap on CPU limits by default: they are CFS ceilings, and idle sandboxes use next to none. */
+export const DEFAULT_CPU_OVERCOMMIT = 0;

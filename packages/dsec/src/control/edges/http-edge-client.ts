@@ -1,0 +1,296 @@
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { createInterface } from 'node:readline';
+import { Readable } from 'node:stream';
+import WebSocket from 'ws';
+import type { ErrorCode } from '@dsec/sdk';
+import type {
+  Encoding, ExecRequest, ExecResult, FileStat, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+} from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
+import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
+import { lineToEvent } from '../../edge/protocol/exec-lines.js';
+import type { ExecEvent } from '../../exec/run-command.js';
+import type { Link } from '../../net/address-pool.js';
+import type { NetworkPolicy } from '../../net/policy.js';
+
+/** Network failures that mean the request never reached the edge: safe to place elsewhere. */
+const NEVER_SENT = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/**
+ * EdgeApi over HTTP: the control plane's view of an edge on another node. Every call carries the
+ * cluster token; errors come back as the edge's `{error:{code,message,details}}` and are thrown as
+ * ApiErrors with the same code, so callers cannot tell an in-process edge from a remote one. An
+ * edge that cannot be reached is EDGE_UNAVAILABLE (with `retryable: true` when the request never
+ * left, e.g. connection refused).
+ */
+export class HttpEdgeClient implements EdgeApi {
+  readonly #base: string;
+
+  constructor(
+    readonly edgeId: string,
+    readonly url: string,
+    readonly token: string,
+    /** Per-call timeout for calls that do not run commands (ms). */
+    readonly callTimeoutMs = 30_000,
+  ) {
+    this.#base = `${url.replace(/\/$/, '')}${EDGE_PREFIX}`;
+  }
+
+  async #fetch(path: string, init: RequestInit & { timeout?: boolean } = {}): Promise<Response> {
+    const headers = new Headers(init.headers);
+    headers.set('authorization', `Bearer ${this.token}`);
+    const signals = [init.signal, init.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs)].filter((s): s is AbortSignal => !!s);
+    let res: Response;
+    try {
+      res = await fetch(`${this.#base}${path}`, { ...init, headers, signal: signals.length ? AbortSignal.any(signals) : null });
+    } catch (err) {
+      if (init.signal?.aborted) throw err;
+      const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+      throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} at ${this.url} did not answer: ${cause}`, { edge: this.edgeId, cause, retryable: NEVER_SENT.has(cause) });
+    }
+    if (res.ok) return res;
+    let body: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
+    try {
+      body = (await res.json()) as typeof body;
+    } catch {
+      body = undefined;
+    }
+    const code = (body?.error?.code ?? 'INTERNAL') as ErrorCode;
+    throw new ApiError(code, body?.error?.message ?? `edge ${this.edgeId} answered HTTP ${res.status}`, body?.error?.details ?? {});
+  }
+
+  async #json<T>(method: string, path: string, body?: unknown, opts: { signal?: AbortSignal | undefined; timeout?: boolean } = {}): Promise<T> {
+    const init: RequestInit & { timeout?: boolean } = { method };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers = { 'content-type': 'application/json' };
+    }
+    if (opts.signal) init.signal = opts.signal;
+    if (opts.timeout !== undefined) init.timeout = opts.timeout;
+    const res = await this.#fetch(path, init);
+    if (res.status === 204) return undefined as T;
+    return (await res.json()) as T;
+  }
+
+  #sb(id: string, rest = ''): string {
+    return `/sandboxes/${encodeURIComponent(id)}${rest}`;
+  }
+
+  info(): Promise<EdgeInfo> {
+    return this.#json('GET', '/info');
+  }
+
+  createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
+    // A create may fetch layers over the network first: no short timeout.
+    return this.#json('POST', '/sandboxes', req, { timeout: false });
+  }
+
+  async killSandbox(id: string): Promise<void> {
+    await this.#json('DELETE', this.#sb(id), undefined, { timeout: false });
+  }
+
+  async listSandboxes(): Promise<EdgeSandbox[]> {
+    return (await this.#json<{ sandboxes: EdgeSandbox[] }>('GET', '/sandboxes')).sandboxes;
+  }
+
+  exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+    return this.#json('POST', this.#sb(id, '/exec'), req, { signal, timeout: false });
+  }
+
+  async *execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncIterable<ExecEvent> {
+    const ctrl = new AbortController();
+    const onAbort = (): void => ctrl.abort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const res = await this.#fetch(this.#sb(id, '/exec'), {
+        method: 'POST',
+        body: JSON.stringify(req),
+        headers: { 'content-type': 'application/json', accept: 'application/x-ndjson' },
+        signal: ctrl.signal,
+        timeout: false,
+      });
+      const lines = createInterface({ input: Readable.fromWeb(res.body as WebReadableStream), crlfDelay: Infinity });
+      for await (const line of lines) {
+        if (!line) continue;
+        const ev = lineToEvent(line);
+        if (ev) yield ev;
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      ctrl.abort(); // the caller stopped iterating: the edge kills the command when the stream closes
+    }
+  }
+
+  startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
+    return this.#json('POST', this.#sb(id, '/processes'), req);
+  }
+
+  async listProcesses(id: string): Promise<ProcessInfo[]> {
+    return (await this.#json<{ processes: ProcessInfo[] }>('GET', this.#sb(id, '/processes'))).processes;
+  }
+
+  processOutput(id: string, pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): Promise<ProcessOutput> {
+    return this.#json('GET', this.#sb(id, `/processes/${encodeURIComponent(pid)}?stdout=${offsets.stdout}&stderr=${offsets.stderr}&encoding=${encoding}`));
+  }
+
+  waitProcess(id: string, pid: string, timeoutMs: number): Promise<ProcessInfo> {
+    return this.#json('POST', this.#sb(id, `/processes/${encodeURIComponent(pid)}/wait`), { timeoutMs }, { timeout: false });
+  }
+
+  signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
+    return this.#json('POST', this.#sb(id, `/processes/${encodeURIComponent(pid)}/signal`), { signal });
+  }
+
+  async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
+    await this.#fetch(this.#sb(id, `/processes/${encodeURIComponent(pid)}/stdin?eof=${eof}`), {
+      method: 'POST',
+      body: data,
+      headers: { 'content-type': 'application/octet-stream' },
+    });
+  }
+
+  openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
+    return this.#json('POST', this.#sb(id, '/sessions'), req);
+  }
+
+  async listSessions(id: string): Promise<SessionInfo[]> {
+    return (await this.#json<{ sessions: SessionInfo[] }>('GET', this.#sb(id, '/sessions'))).sessions;
+  }
+
+  sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    return this.#json('POST', this.#sb(id, `/sessions/${encodeURIComponent(sid)}/exec`), req, { signal, timeout: false });
+  }
+
+  async closeSession(id: string, sid: string): Promise<void> {
+    await this.#json('DELETE', this.#sb(id, `/sessions/${encodeURIComponent(sid)}`));
+  }
+
+  sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
+    return this.#json('GET', this.#sb(id, '/usage'));
+  }
+
+  async pauseSandbox(id: string): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/pause'));
+  }
+
+  async resumeSandbox(id: string): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/resume'));
+  }
+
+  setNetwork(id: string, policy: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
+    return this.#json('PUT', this.#sb(id, '/network'), policy);
+  }
+
+  getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }> {
+    return this.#json('GET', this.#sb(id, '/network'));
+  }
+
+  snapshotSandbox(id: string, opts: { scrub?: string[] } = {}): Promise<EdgeSnapshot> {
+    return this.#json('POST', this.#sb(id, '/snapshot'), opts, { timeout: false });
+  }
+
+  async openPty(id: string, req: TerminalRequest): Promise<TerminalChannel> {
+    const q = new URLSearchParams({ cols: String(req.cols), rows: String(req.rows) });
+    for (const c of req.cmd ?? []) q.append('cmd', c);
+    if (req.cwd !== undefined) q.set('cwd', req.cwd);
+    if (req.env !== undefined) q.set('env', JSON.stringify(req.env));
+    const ws = new WebSocket(`${this.#base.replace(/^http/, 'ws')}${this.#sb(id, '/pty')}?${q.toString()}`, { headers: { authorization: `Bearer ${this.token}` } });
+    const listeners: ((data: Buffer) => void)[] = [];
+    let resolveExit!: (code: number) => void;
+    const exit = new Promise<number>((r) => (resolveExit = r));
+    await new Promise<void>((resolve, reject) => {
+      let opened = false;
+      ws.on('open', () => {
+        opened = true;
+        resolve();
+      });
+      ws.on('unexpected-response', (_req, res) => reject(new ApiError(res.statusCode === 401 ? 'UNAUTHORIZED' : 'EDGE_UNAVAILABLE', `edge ${this.edgeId} refused the terminal: HTTP ${res.statusCode}`)));
+      ws.on('error', (err) => {
+        if (!opened) reject(new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId}: ${err.message}`, { edge: this.edgeId }));
+      });
+    });
+    let errorFrame: ApiError | undefined;
+    let exitCode: number | undefined;
+    const first = new Promise<void>((resolve) => {
+      ws.on('message', (msg: Buffer, isBinary: boolean) => {
+        if (isBinary) {
+          for (const l of listeners) l(msg);
+          return;
+        }
+        const m = JSON.parse(msg.toString('utf8')) as { type: string; exitCode?: number; error?: { code: ErrorCode; message: string; details?: Record<string, unknown> } };
+        if (m.type === 'exit') exitCode = m.exitCode ?? 0;
+        if (m.type === 'error' && m.error) errorFrame = new ApiError(m.error.code, m.error.message, m.error.details ?? {});
+        resolve();
+      });
+      ws.on('close', () => {
+        resolveExit(exitCode ?? 137);
+        resolve();
+      });
+    });
+    // An error frame is the edge's answer to an open it could not do (no sandbox, not running).
+    await Promise.race([first, new Promise((r) => setTimeout(r, 50))]);
+    if (errorFrame) throw errorFrame;
+    return {
+      exit,
+      onData: (l) => listeners.push(l),
+      write: (data) => {
+        if (ws.readyState === WebSocket.OPEN) ws.send(Buffer.isBuffer(data) ? data : Buffer.from(data, 'utf8'), { binary: true });
+      },
+      resize: (cols, rows) => {
+        if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'resize', cols, rows }));
+      },
+      kill: () => ws.close(),
+    };
+  }
+
+  async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
+    const res = await this.#fetch(this.#sb(id, `/files?path=${encodeURIComponent(path)}&maxBytes=${maxBytes}`));
+    return Buffer.from(await res.arrayBuffer());
+  }
+
+  async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
+    const res = await this.#fetch(this.#sb(id, `/files?path=${encodeURIComponent(path)}&mode=${mode}`), {
+      method: 'PUT',
+      body: data,
+      headers: { 'content-type': 'application/octet-stream' },
+    });
+    return ((await res.json()) as { bytes: number }).bytes;
+  }
+
+  statPath(id: string, path: string): Promise<FileStat> {
+    return this.#json('GET', this.#sb(id, `/files/stat?path=${encodeURIComponent(path)}`));
+  }
+
+  listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    return this.#json('GET', this.#sb(id, `/files/list?path=${encodeURIComponent(path)}`));
+  }
+
+  async makeDir(id: string, path: string, parents: boolean): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/files/mkdir'), { path, parents });
+  }
+
+  async removePath(id: string, path: string, recursive: boolean): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/files/remove'), { path, recursive }, { timeout: false });
+  }
+
+  async renamePath(id: string, from: string, to: string): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/files/rename'), { from, to });
+  }
+
+  async uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number> {
+    const res = await this.#fetch(this.#sb(id, `/files/tar?path=${encodeURIComponent(dir)}`), {
+      method: 'PUT',
+      body: Readable.toWeb(Readable.from(body)) as unknown as ReadableStream,
+      headers: { 'content-type': 'application/x-tar' },
+      duplex: 'half',
+      timeout: false,
+    } as RequestInit & { timeout: boolean });
+    return ((await res.json()) as { bytes: number }).bytes;
+  }
+
+  async downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>> {
+    const res = await this.#fetch(this.#sb(id, `/files/tar?path=${encodeURIComponent(path)}`), { timeout: false });
+    return Readable.fromWeb(res.body as WebReadableStream);
+  }
+}

@@ -1,0 +1,65 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { ErrorBody, NodeInfo } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import { EdgeInfo } from '../../edge/protocol/schemas.js';
+import type { ControlPlane } from '../control-plane.js';
+
+const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$' }) });
+const EdgeStateReply = Type.Object({ state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')]), heartbeatMs: Type.Integer() });
+
+export const EdgeRegistrationBody = Type.Object(
+  {
+    id: Type.String({ pattern: '^[a-z0-9]{1,32}$', description: 'Edge id; part of every sandbox id on it.' }),
+    url: Type.String({ pattern: '^https?://', maxLength: 300, description: 'Where the control plane reaches the edge protocol.' }),
+    pool: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,31}$' }),
+    labels: Type.Record(Type.String({ maxLength: 63 }), Type.String({ maxLength: 63 })),
+    cpuOvercommit: Type.Number({ minimum: 0 }),
+    info: EdgeInfo,
+  },
+  { additionalProperties: false },
+);
+
+/** How often an edge reports; the control plane marks it lost after lostAfterMs of silence. */
+export const HEARTBEAT_MS = 1000;
+
+/**
+ * The control plane's side of the cluster: edges join, report their capacity every second and
+ * leave (all under the cluster token, /v1/cluster/…); operators drain an edge (API key).
+ */
+export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
+  const { control } = deps;
+  return async (base) => {
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+    const tags = ['cluster'];
+    app.post(
+      '/v1/cluster/edges',
+      { schema: { tags, summary: 'An edge joins (cluster token)', body: EdgeRegistrationBody, response: { 200: EdgeStateReply, 400: ErrorBody, 401: ErrorBody } } },
+      async (req) => ({ ...(await control.edges.register(req.body)), heartbeatMs: HEARTBEAT_MS }),
+    );
+    app.put(
+      '/v1/cluster/edges/:id/heartbeat',
+      { schema: { tags, summary: "An edge's capacity, every second (cluster token); 404 asks it to join again", params: EdgeIdParams, body: Type.Object({ info: EdgeInfo }), response: { 200: EdgeStateReply, 401: ErrorBody, 404: ErrorBody } } },
+      async (req) => {
+        if (req.body.info.id !== req.params.id) throw new ApiError('INVALID_REQUEST', `heartbeat of edge ${req.body.info.id} sent to /edges/${req.params.id}`);
+        return { ...(await control.edges.heartbeat(req.params.id, req.body.info)), heartbeatMs: HEARTBEAT_MS };
+      },
+    );
+    app.delete(
+      '/v1/cluster/edges/:id',
+      { schema: { tags, summary: 'A drained, empty edge leaves (cluster token)', params: EdgeIdParams, response: { 204: Type.Null(), 401: ErrorBody, 404: ErrorBody, 409: ErrorBody } } },
+      async (req, reply) => {
+        const live = control.list({}).filter((s) => s.edge === req.params.id && ['creating', 'running', 'paused'].includes(s.status));
+        if (live.length) throw new ApiError('EDGE_NOT_EMPTY', `edge ${req.params.id} still runs ${live.length} sandboxes; drain it and kill them first`, { sandboxes: live.length });
+        control.edges.remove(req.params.id);
+        return reply.status(204).send(null);
+      },
+    );
+    app.post(
+      '/v1/nodes/:id/drain',
+      { schema: { tags: ['nodes'], summary: 'Stop new placements on an edge; it leaves when its last sandbox is gone', params: EdgeIdParams, response: { 200: NodeInfo, 401: ErrorBody, 404: ErrorBody } } },
+      async (req) => control.drain(req.params.id),
+    );
+  };
+}

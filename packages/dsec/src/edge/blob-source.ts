@@ -1,0 +1,98 @@
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import { createReadStream, existsSync, rmSync } from 'node:fs';
+import { Readable } from 'node:stream';
+import { ApiError } from '../api-error.js';
+import { sha256File, type LayerDigest, type LayerStore } from '../image/layer-store.js';
+
+/**
+ * Where an edge gets layer blobs and puts the layers its snapshots make. On one machine that is
+ * the layer store's directory (which may be a shared POSIX mount); on a node of a cluster it is
+ * the control plane's blob endpoint, so edges and control plane share no filesystem.
+ */
+export interface BlobSource {
+  /** A file on this node holding the blob (the cache may hard-link or copy it), if there is one. */
+  localPath(digest: LayerDigest): string | undefined;
+  /** The blob's bytes (the cache hashes them as it writes them). IMAGE_NOT_FOUND when absent. */
+  open(digest: LayerDigest): Promise<Readable>;
+  /** Whether the source still holds the blob; undefined when it cannot tell cheaply (remote). */
+  has(digest: LayerDigest): boolean | undefined;
+  /** Stores a finished blob file (consumed) and returns its digest. */
+  put(file: string): Promise<LayerDigest>;
+}
+
+/** The layer store on this node's filesystem: `dsec up`, or a shared mount every node sees. */
+export class LocalBlobSource implements BlobSource {
+  constructor(readonly store: LayerStore) {}
+
+  localPath(digest: LayerDigest): string | undefined {
+    const p = this.store.path(digest);
+    return existsSync(p) ? p : undefined;
+  }
+
+  async open(digest: LayerDigest): Promise<Readable> {
+    if (!this.store.has(digest)) throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the layer store`, { layer: digest });
+    return createReadStream(this.store.path(digest));
+  }
+
+  has(digest: LayerDigest): boolean {
+    return this.store.has(digest);
+  }
+
+  async put(file: string): Promise<LayerDigest> {
+    try {
+      return await this.store.add(file);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+      // The store is on another filesystem than the node's scratch space: copy while hashing.
+      try {
+        return await this.store.addStream(createReadStream(file));
+      } finally {
+        rmSync(file, { force: true });
+      }
+    }
+  }
+}
+
+/** The control plane's blob endpoint (`/v1/blobs/{digest}`), with the cluster token. */
+export class HttpBlobSource implements BlobSource {
+  constructor(
+    readonly baseUrl: string,
+    readonly token: string,
+  ) {}
+
+  localPath(): undefined {
+    return undefined;
+  }
+
+  has(): undefined {
+    return undefined;
+  }
+
+  async open(digest: LayerDigest): Promise<Readable> {
+    let res: Response;
+    try {
+      res = await fetch(`${this.baseUrl}/v1/blobs/${digest}`, { headers: { authorization: `Bearer ${this.token}` } });
+    } catch (err) {
+      throw new ApiError('EDGE_UNAVAILABLE', `cannot reach the blob endpoint at ${this.baseUrl}: ${(err as Error).message}`, { layer: digest });
+    }
+    if (res.status === 404) throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the cluster's blob store`, { layer: digest });
+    if (!res.ok || !res.body) throw new ApiError('INTERNAL', `blob endpoint answered ${res.status} for ${digest}`, { layer: digest, status: res.status });
+    return Readable.fromWeb(res.body as WebReadableStream);
+  }
+
+  async put(file: string): Promise<LayerDigest> {
+    const digest = await sha256File(file);
+    try {
+      const res = await fetch(`${this.baseUrl}/v1/blobs/${digest}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${this.token}`, 'content-type': 'application/vnd.dsec.layer.erofs' },
+        body: Readable.toWeb(createReadStream(file)) as unknown as RequestInit['body'],
+        duplex: 'half',
+      } as RequestInit);
+      if (res.status !== 201) throw new ApiError('INTERNAL', `uploading layer ${digest} failed: HTTP ${res.status} ${await res.text()}`, { layer: digest });
+      return digest;
+    } finally {
+      rmSync(file, { force: true });
+    }
+  }
+}

@@ -1,0 +1,119 @@
+import { Type, type Static } from 'typebox';
+import { ImageConfig, LayerCacheStats } from '@dsec/sdk/schema';
+
+/**
+ * The edge protocol: what crosses the control plane ↔ edge seam, as schemas. The edge's HTTP
+ * server validates with them and serves them as an OpenAPI document (`/edge/v1/openapi.json`);
+ * the in-process edge is typed by them. Everything here is data: terminals, output and tar
+ * archives travel as byte streams, errors as `{error:{code,message,details}}` with registry codes.
+ */
+export const EDGE_PROTOCOL_VERSION = 1;
+export const EDGE_PREFIX = '/edge/v1';
+
+const Digest = Type.String({ pattern: '^sha256:[0-9a-f]{64}$' });
+const SandboxId = Type.String({ pattern: '^sb-[a-z0-9]{1,32}-[a-z0-9]{6,32}$' });
+
+/** Limits after defaults are applied: every field is set. */
+export const SandboxLimits = Type.Object(
+  {
+    cpu: Type.Number({ exclusiveMinimum: 0 }),
+    memoryMiB: Type.Integer({ minimum: 1 }),
+    pids: Type.Integer({ minimum: 1 }),
+    /** Size of the writable layer; unset: no limit of its own (it shares the node's disk). */
+    diskMiB: Type.Optional(Type.Integer({ minimum: 1 })),
+  },
+  { additionalProperties: false },
+);
+export type SandboxLimits = Static<typeof SandboxLimits>;
+
+/**
+ * An egress policy as the caller wrote it: host names are resolved by the edge, on its node
+ * (a fact of the node, like its memory), not by the control plane.
+ */
+export const EdgeNetworkRequest = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('none'), Type.Literal('allow'), Type.Literal('open')]),
+    allow: Type.Array(Type.String({ minLength: 1, maxLength: 300 }), { maxItems: 256 }),
+  },
+  { additionalProperties: false },
+);
+export type EdgeNetworkRequest = Static<typeof EdgeNetworkRequest>;
+
+/** What the control plane asks an edge to run: everything resolved, nothing left to look up. */
+export const EdgeCreateRequest = Type.Object(
+  {
+    id: SandboxId,
+    /** Layers bottom first. */
+    layers: Type.Array(Digest, { minItems: 1, maxItems: 128 }),
+    config: ImageConfig,
+    env: Type.Record(Type.String(), Type.String()),
+    limits: SandboxLimits,
+    /** Egress policy applied right after start; none (loopback only) when absent. */
+    network: Type.Optional(EdgeNetworkRequest),
+  },
+  { additionalProperties: false },
+);
+export type EdgeCreateRequest = Static<typeof EdgeCreateRequest>;
+
+export const EdgeSandboxStatus = Type.Union([Type.Literal('running'), Type.Literal('paused')]);
+export type EdgeSandboxStatus = Static<typeof EdgeSandboxStatus>;
+
+export const EdgeSandbox = Type.Object({ id: Type.String(), status: EdgeSandboxStatus, pid: Type.Integer(), createdAt: Type.String() });
+export type EdgeSandbox = Static<typeof EdgeSandbox>;
+export const EdgeSandboxList = Type.Object({ sandboxes: Type.Array(EdgeSandbox) });
+
+/** What a node has and has promised, as its edge measures it: placement decides from this. */
+export const EdgeCapacity = Type.Object({
+  cpus: Type.Integer({ description: 'CPUs of the node.' }),
+  memoryBytes: Type.Integer({ description: 'Memory of the node.' }),
+  memoryAvailableBytes: Type.Integer({ description: 'MemAvailable now.' }),
+  cpuCommitted: Type.Number({ description: 'Sum of the cpu limits of its sandboxes.' }),
+  memoryCommittedMiB: Type.Integer({ description: 'Sum of the memory limits of its sandboxes.' }),
+  pidsCommitted: Type.Integer({ description: 'Sum of the pids limits of its sandboxes.' }),
+  pidMax: Type.Integer({ description: 'kernel.pid_max of the node.' }),
+  pidsInUse: Type.Integer({ description: 'Processes and threads on the node now.' }),
+});
+export type EdgeCapacity = Static<typeof EdgeCapacity>;
+
+export const EdgeInfo = Type.Object({
+  id: Type.String(),
+  protocol: Type.Integer({ description: 'Edge protocol version.' }),
+  version: Type.String({ description: 'dsec version of the edge.' }),
+  state: Type.Union([Type.Literal('starting'), Type.Literal('running'), Type.Literal('draining'), Type.Literal('stopped')]),
+  sandboxes: Type.Integer(),
+  maxSandboxes: Type.Integer(),
+  capacity: EdgeCapacity,
+  layerCache: LayerCacheStats,
+  /** Layers in the node's cache (for placement by locality). */
+  cachedLayers: Type.Array(Type.String()),
+});
+export type EdgeInfo = Static<typeof EdgeInfo>;
+
+export const DiffStats = Type.Object({
+  entries: Type.Integer(),
+  bytes: Type.Integer(),
+  whiteouts: Type.Integer(),
+  opaqueDirs: Type.Integer(),
+  sparseFiles: Type.Integer(),
+});
+
+/** What pack_diff captured: a new layer over the sandbox's own layers, or none if nothing changed. */
+export const EdgeSnapshot = Type.Object({
+  layer: Type.Union([Digest, Type.Null()]),
+  baseLayers: Type.Array(Type.String()),
+  config: ImageConfig,
+  stats: DiffStats,
+  frozenMs: Type.Number(),
+});
+export type EdgeSnapshot = Static<typeof EdgeSnapshot>;
+
+export const EdgeSnapshotRequest = Type.Object({ scrub: Type.Optional(Type.Array(Type.String({ pattern: '^/' }), { maxItems: 256 })) }, { additionalProperties: false });
+
+export const EdgeLink = Type.Object({ index: Type.Integer(), host: Type.String(), sandbox: Type.String() });
+export const EdgeNetworkState = Type.Object({
+  policy: Type.Object({ mode: Type.String(), allow: Type.Array(Type.Object({ cidr: Type.String(), port: Type.Optional(Type.Integer()) })) }),
+  link: Type.Optional(EdgeLink),
+  appliedMs: Type.Optional(Type.Number()),
+});
+
+export const EdgeUsage = Type.Object({ oomKills: Type.Integer(), memoryBytes: Type.Integer(), pids: Type.Integer() });

@@ -1,0 +1,234 @@
+import { Readable } from 'node:stream';
+import swagger from '@fastify/swagger';
+import websocket from '@fastify/websocket';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { LogController } from 'fastify';
+import type { Logger } from 'pino';
+import { Type } from 'typebox';
+import {
+  DirListing, ErrorBody, ExecRequest, ExecResult, FileStat, MAX_FILE_BYTES, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput,
+  SessionExecRequest, SessionInfo, SessionList, SignalRequest, StartProcessRequest,
+} from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import { bearerMatches } from '../../control/cluster/cluster-token.js';
+import { errorHandler } from '../../control/http-errors.js';
+import { abortOnHangup } from '../../control/routes/abort-on-hangup.js';
+import type { App } from '../../control/server.js';
+import type { EdgeApi } from '../edge-api.js';
+import {
+  EDGE_PREFIX, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage,
+} from '../protocol/schemas.js';
+import { eventToLine } from '../protocol/exec-lines.js';
+
+export const NDJSON = 'application/x-ndjson';
+export const OCTETS = 'application/octet-stream';
+
+const Id = Type.Object({ id: Type.String({ pattern: '^sb-[a-z0-9]{1,32}-[a-z0-9]{6,32}$' }) });
+const IdPid = Type.Object({ id: Id.properties.id, pid: Type.String({ minLength: 1, maxLength: 64 }) });
+const IdSid = Type.Object({ id: Id.properties.id, sid: Type.String({ minLength: 1, maxLength: 64 }) });
+const PathQ = Type.Object({ path: Type.String({ minLength: 1, maxLength: 4096 }) }, { additionalProperties: false });
+const errors = { 400: ErrorBody, 401: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 500: ErrorBody, 503: ErrorBody };
+
+/**
+ * The edge protocol over HTTP: what `dsec edge` serves to its control plane. Every route needs the
+ * cluster token; anything else that reaches the port (a sandbox included) gets 401. Bodies and
+ * answers are the protocol's schemas (documented at /edge/v1/openapi.json); output, files and tar
+ * archives are raw byte streams; exec streams are NDJSON lines; terminals are WebSockets.
+ */
+export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log: Logger }): Promise<App> {
+  const app = Fastify({
+    loggerInstance: opts.log,
+    bodyLimit: 16 << 20,
+    logController: new LogController({ disableRequestLogging: true }),
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+  await app.register(swagger, { openapi: { openapi: '3.0.3', info: { title: 'dsec edge protocol', version: '1' } } });
+  await app.register(websocket, { options: { maxPayload: 1 << 20 } });
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler((req, reply) => {
+    void reply.status(404).send({ error: { code: 'ROUTE_NOT_FOUND', message: `no edge route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
+  });
+  app.addContentTypeParser(OCTETS, { parseAs: 'buffer', bodyLimit: MAX_FILE_BYTES }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser('application/x-tar', (_req, payload, done) => done(null, payload));
+  app.addHook('onRequest', async (req, reply) => {
+    if (bearerMatches(req.headers.authorization, opts.token)) return;
+    await reply.status(401).send({ error: { code: 'UNAUTHORIZED', message: 'this is a dsec edge: only its control plane (with the cluster token) may call it', details: {} } });
+  });
+
+  const P = EDGE_PREFIX;
+  const S = `${P}/sandboxes/:id`;
+  app.get(`${P}/info`, { schema: { response: { 200: EdgeInfo, ...errors } } }, async () => edge.info());
+  app.get(`${P}/sandboxes`, { schema: { response: { 200: EdgeSandboxList } } }, async () => ({ sandboxes: await edge.listSandboxes() }));
+  app.post(`${P}/sandboxes`, { schema: { body: EdgeCreateRequest, response: { 201: EdgeSandbox, ...errors } } }, async (req, reply) =>
+    reply.status(201).send(await edge.createSandbox(req.body)),
+  );
+  app.delete(S, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.killSandbox(req.params.id);
+    return reply.status(204).send(null);
+  });
+
+  app.post(`${S}/exec`, { schema: { params: Id, body: ExecRequest, response: { 200: ExecResult, ...errors } } }, async (req, reply) => {
+    const hangup = abortOnHangup(reply);
+    if ((req.headers.accept ?? '').includes(NDJSON)) {
+      const events = edge.execStream(req.params.id, req.body, hangup.signal);
+      const lines = async function* (): AsyncGenerator<string> {
+        yield `${JSON.stringify({ type: 'start' })}\n`;
+        try {
+          for await (const ev of events) yield eventToLine(ev);
+        } catch (err) {
+          const e = err instanceof ApiError ? err : new ApiError('EXEC_FAILED', (err as Error).message);
+          yield `${JSON.stringify({ type: 'error', error: { code: e.code, message: e.message, details: e.details } })}\n`;
+        } finally {
+          hangup.done();
+        }
+      };
+      return reply.type(NDJSON).send(Readable.from(lines()) as never);
+    }
+    try {
+      return await edge.exec(req.params.id, req.body, hangup.signal);
+    } finally {
+      hangup.done();
+    }
+  });
+
+  // --- processes ---
+  app.post(`${S}/processes`, { schema: { params: Id, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } }, async (req, reply) =>
+    reply.status(201).send(await edge.startProcess(req.params.id, req.body)),
+  );
+  app.get(`${S}/processes`, { schema: { params: Id, response: { 200: ProcessList, ...errors } } }, async (req) => ({ processes: await edge.listProcesses(req.params.id) }));
+  app.get(
+    `${S}/processes/:pid`,
+    {
+      schema: {
+        params: IdPid,
+        querystring: Type.Object({ stdout: Type.Integer({ minimum: 0, default: 0 }), stderr: Type.Integer({ minimum: 0, default: 0 }), encoding: Type.Union([Type.Literal('utf8'), Type.Literal('base64')], { default: 'utf8' }) }),
+        response: { 200: ProcessOutput, ...errors },
+      },
+    },
+    async (req) => edge.processOutput(req.params.id, req.params.pid, { stdout: req.query.stdout, stderr: req.query.stderr }, req.query.encoding),
+  );
+  app.post(`${S}/processes/:pid/wait`, { schema: { params: IdPid, body: Type.Object({ timeoutMs: Type.Integer({ minimum: 0 }) }), response: { 200: ProcessInfo, ...errors } } }, async (req) =>
+    edge.waitProcess(req.params.id, req.params.pid, req.body.timeoutMs),
+  );
+  app.post(`${S}/processes/:pid/signal`, { schema: { params: IdPid, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } }, async (req) =>
+    edge.signalProcess(req.params.id, req.params.pid, req.body.signal),
+  );
+  app.post(`${S}/processes/:pid/stdin`, { schema: { params: IdPid, querystring: Type.Object({ eof: Type.Boolean({ default: false }) }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.writeProcessStdin(req.params.id, req.params.pid, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.query.eof);
+    return reply.status(204).send(null);
+  });
+
+  // --- sessions ---
+  app.post(`${S}/sessions`, { schema: { params: Id, body: OpenSessionRequest, response: { 201: SessionInfo, ...errors } } }, async (req, reply) =>
+    reply.status(201).send(await edge.openSession(req.params.id, req.body)),
+  );
+  app.get(`${S}/sessions`, { schema: { params: Id, response: { 200: SessionList, ...errors } } }, async (req) => ({ sessions: await edge.listSessions(req.params.id) }));
+  app.post(
+    `${S}/sessions/:sid/exec`,
+    { schema: { params: IdSid, body: SessionExecRequest, response: { 200: Type.Intersect([ExecResult, Type.Object({ sessionAlive: Type.Boolean() })]), ...errors } } },
+    async (req, reply) => {
+      const hangup = abortOnHangup(reply);
+      try {
+        return await edge.sessionExec(req.params.id, req.params.sid, req.body, hangup.signal);
+      } finally {
+        hangup.done();
+      }
+    },
+  );
+  app.delete(`${S}/sessions/:sid`, { schema: { params: IdSid, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.closeSession(req.params.id, req.params.sid);
+    return reply.status(204).send(null);
+  });
+
+  // --- state ---
+  app.get(`${S}/usage`, { schema: { params: Id, response: { 200: EdgeUsage, ...errors } } }, async (req) => edge.sandboxUsage(req.params.id));
+  app.post(`${S}/pause`, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.pauseSandbox(req.params.id);
+    return reply.status(204).send(null);
+  });
+  app.post(`${S}/resume`, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.resumeSandbox(req.params.id);
+    return reply.status(204).send(null);
+  });
+  app.put(`${S}/network`, { schema: { params: Id, body: EdgeNetworkRequest, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.setNetwork(req.params.id, req.body));
+  app.get(`${S}/network`, { schema: { params: Id, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.getNetwork(req.params.id));
+  app.post(`${S}/snapshot`, { schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } }, async (req) =>
+    edge.snapshotSandbox(req.params.id, req.body.scrub ? { scrub: req.body.scrub } : {}),
+  );
+
+  // --- files ---
+  app.get(`${S}/files`, { schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }) }), response: errors } }, async (req, reply) =>
+    reply.type(OCTETS).send((await edge.readFile(req.params.id, req.query.path, req.query.maxBytes)) as never),
+  );
+  app.put(`${S}/files`, { schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, mode: Type.Integer({ minimum: 0, maximum: 0o7777 }) }), response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
+    if (!Buffer.isBuffer(req.body)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the file as ${OCTETS}`);
+    return { bytes: await edge.writeFile(req.params.id, req.query.path, req.body, req.query.mode) };
+  });
+  app.get(`${S}/files/stat`, { schema: { params: Id, querystring: PathQ, response: { 200: FileStat, ...errors } } }, async (req) => edge.statPath(req.params.id, req.query.path));
+  app.get(`${S}/files/list`, { schema: { params: Id, querystring: PathQ, response: { 200: DirListing, ...errors } } }, async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path)) }));
+  app.post(`${S}/files/mkdir`, { schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.makeDir(req.params.id, req.body.path, req.body.parents);
+    return reply.status(204).send(null);
+  });
+  app.post(`${S}/files/remove`, { schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.removePath(req.params.id, req.body.path, req.body.recursive);
+    return reply.status(204).send(null);
+  });
+  app.post(`${S}/files/rename`, { schema: { params: Id, body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.renamePath(req.params.id, req.body.from, req.body.to);
+    return reply.status(204).send(null);
+  });
+  app.get(`${S}/files/tar`, { schema: { params: Id, querystring: PathQ, response: errors } }, async (req, reply) =>
+    reply.type('application/x-tar').send(Readable.from(await edge.downloadTar(req.params.id, req.query.path)) as never),
+  );
+  app.put(`${S}/files/tar`, { schema: { params: Id, querystring: PathQ, response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
+    if (!(req.body instanceof Readable)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'send the archive as application/x-tar');
+    return { bytes: await edge.uploadTar(req.params.id, req.query.path, req.body) };
+  });
+
+  // --- terminals: binary frames both ways, text frames for resize (in) and exit/error (out) ---
+  app.get(
+    `${S}/pty`,
+    {
+      websocket: true,
+      schema: {
+        params: Id,
+        querystring: Type.Object({ cmd: Type.Optional(Type.Array(Type.String())), cols: Type.Integer({ minimum: 1, maximum: 1000, default: 80 }), rows: Type.Integer({ minimum: 1, maximum: 1000, default: 24 }), cwd: Type.Optional(Type.String()), env: Type.Optional(Type.String({ description: 'JSON object of environment variables' })) }),
+      },
+    },
+    async (socket, req) => {
+      let term;
+      try {
+        const env = req.query.env === undefined ? undefined : (JSON.parse(req.query.env) as Record<string, string>);
+        term = await edge.openPty(req.params.id, { cmd: req.query.cmd, cols: req.query.cols, rows: req.query.rows, cwd: req.query.cwd, env });
+      } catch (err) {
+        const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
+        socket.send(JSON.stringify({ type: 'error', error: { code: e.code, message: e.message, details: e.details } }));
+        socket.close(1011, e.code);
+        return;
+      }
+      const t = term;
+      t.onData((data) => {
+        if (socket.readyState === socket.OPEN) socket.send(data);
+      });
+      socket.on('message', (msg: Buffer, isBinary: boolean) => {
+        if (isBinary) return t.write(msg);
+        try {
+          const m = JSON.parse(msg.toString('utf8')) as { type?: string; cols?: number; rows?: number };
+          if (m.type === 'resize' && Number.isInteger(m.cols) && Number.isInteger(m.rows)) t.resize(m.cols!, m.rows!);
+        } catch {
+          // not JSON: ignore
+        }
+      });
+      socket.on('close', () => t.kill());
+      const exitCode = await t.exit;
+      if (socket.readyState === socket.OPEN) {
+        socket.send(JSON.stringify({ type: 'exit', exitCode }));
+        socket.close(1000, 'exited');
+      }
+    },
+  );
+  app.get(`${P}/openapi.json`, { schema: { hide: true } }, async () => app.swagger());
+  await app.ready();
+  return app as unknown as App;
+}

@@ -1,0 +1,171 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import pino, { type Logger } from 'pino';
+import type { App } from '../control/server.js';
+import { HttpBlobSource } from '../edge/blob-source.js';
+import { Edge } from '../edge/edge.js';
+import { isProcessAlive } from '../edge/process-tree.js';
+import { buildEdgeServer } from '../edge/server/edge-server.js';
+import { doctorPassed, formatChecks, runDoctor } from '../host/doctor.js';
+import { parseListen } from '../config/options.js';
+import { HostNotReadyError } from './all-in-one.js';
+
+export interface EdgeDaemonOptions {
+  /** The control plane's URL. */
+  join: string;
+  /** The cluster's join token (printed by `dsec control`, in its client.json). */
+  token: string;
+  /** host:port the edge protocol listens on. */
+  listen: string;
+  /** URL the control plane reaches this edge at; default http://<listen>. */
+  advertise?: string | undefined;
+  dataDir: string;
+  /** Default: kept in DATA_DIR/edge-id, made once. */
+  id?: string | undefined;
+  pool: string;
+  labels: Record<string, string>;
+  cpuOvercommit: number;
+  maxSandboxes: number;
+  layerCacheMiB: number;
+  logLevel: string;
+}
+
+export interface RunningEdgeDaemon {
+  id: string;
+  url: string;
+  edge: Edge;
+  /** Resolves when the edge has left the cluster (drained and empty). */
+  left: Promise<void>;
+  close(opts?: { killAll?: boolean }): Promise<void>;
+}
+
+/** The edge id: given, or the one this data dir was given before, or a new one kept there. */
+function edgeIdFor(dataDir: string, given: string | undefined): string {
+  const file = join(dataDir, 'edge-id');
+  if (given) {
+    if (!/^[a-z0-9]{1,32}$/.test(given)) throw new HostNotReadyError(`edge id ${JSON.stringify(given)}: use 1-32 lowercase letters and digits`);
+    writeFileSync(file, given + '\n');
+    return given;
+  }
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  const id = `e${randomBytes(4).toString('hex')}`;
+  writeFileSync(file, id + '\n');
+  return id;
+}
+
+function takePidLock(dataDir: string): () => void {
+  const file = join(dataDir, 'dsec-edge.pid');
+  if (existsSync(file)) {
+    const pid = Number(readFileSync(file, 'utf8'));
+    if (pid !== process.pid && isProcessAlive(pid)) throw new HostNotReadyError(`a dsec edge (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
+  }
+  writeFileSync(file, String(process.pid));
+  return () => rmSync(file, { force: true });
+}
+
+/**
+ * `dsec edge`: one node of a cluster. Runs the node's edge (crun, layers, network, exec engine)
+ * behind the edge protocol's HTTP server, fetches layers from the control plane's blob endpoint
+ * (no shared filesystem), joins the control plane and reports its capacity every second. A 404
+ * to a heartbeat (a control plane that forgot it) makes it join again; a control plane that does
+ * not answer changes nothing here: sandboxes keep running, heartbeats keep trying.
+ */
+export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Logger } = {}): Promise<RunningEdgeDaemon> {
+  const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
+  mkdirSync(opts.dataDir, { recursive: true });
+  const doctor = runDoctor({ dataDir: opts.dataDir });
+  for (const c of doctor) if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
+  if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
+  const releaseLock = takePidLock(opts.dataDir);
+  const id = edgeIdFor(opts.dataDir, opts.id);
+  const joinUrl = opts.join.replace(/\/$/, '');
+  const edge = new Edge({
+    id,
+    nodeDir: join(opts.dataDir, 'node'),
+    blobs: new HttpBlobSource(joinUrl, opts.token),
+    maxSandboxes: opts.maxSandboxes,
+    layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
+    log: log.child({ edge: id }),
+  });
+  let server: App | undefined;
+  try {
+    await edge.start();
+    server = await buildEdgeServer(edge, { token: opts.token, log: log.child({ edge: id }) });
+    const { host, port } = parseListen(opts.listen);
+    await server.listen({ host, port });
+  } catch (err) {
+    await server?.close();
+    await edge.shutdown();
+    releaseLock();
+    throw err;
+  }
+  const addr = server.server.address();
+  const { host } = parseListen(opts.listen);
+  const url = opts.advertise ?? `http://${host.includes(':') ? `[${host}]` : host}:${typeof addr === 'object' && addr ? addr.port : 0}`;
+
+  const auth = { authorization: `Bearer ${opts.token}`, 'content-type': 'application/json' };
+  const register = async (): Promise<{ state: string }> => {
+    const res = await fetch(`${joinUrl}/v1/cluster/edges`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ id, url, pool: opts.pool, labels: opts.labels, cpuOvercommit: opts.cpuOvercommit, info: await edge.info() }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (!res.ok) throw new Error(`joining ${joinUrl} failed: HTTP ${res.status} ${await res.text()}`);
+    return (await res.json()) as { state: string };
+  };
+  await register(); // the first join must work: a wrong URL or token is the operator's to fix now
+
+  let stopped = false;
+  let leave!: () => void;
+  const left = new Promise<void>((r) => (leave = r));
+  let warned = false;
+  const beat = async (): Promise<void> => {
+    const info = await edge.info();
+    const res = await fetch(`${joinUrl}/v1/cluster/edges/${id}/heartbeat`, { method: 'PUT', headers: auth, body: JSON.stringify({ info }), signal: AbortSignal.timeout(5_000) });
+    let state: string | undefined;
+    if (res.status === 404) state = (await register()).state;
+    else if (res.ok) state = ((await res.json()) as { state: string }).state;
+    else throw new Error(`heartbeat: HTTP ${res.status}`);
+    if (state === 'draining' && info.sandboxes === 0) {
+      const del = await fetch(`${joinUrl}/v1/cluster/edges/${id}`, { method: 'DELETE', headers: { authorization: auth.authorization }, signal: AbortSignal.timeout(5_000) });
+      if (del.status === 204) {
+        log.info({ edge: id }, 'drained and empty: left the cluster');
+        stopped = true;
+        leave();
+      }
+    }
+  };
+  const loop = async (): Promise<void> => {
+    while (!stopped) {
+      try {
+        await beat();
+        if (warned) log.info({ edge: id }, 'control plane reachable again');
+        warned = false;
+      } catch (err) {
+        if (!warned) log.warn({ edge: id, err: (err as Error).message }, 'heartbeat failed; sandboxes keep running, retrying');
+        warned = true;
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  };
+  const loopDone = loop();
+
+  let closed = false;
+  return {
+    id,
+    url,
+    edge,
+    left,
+    async close(closeOpts = {}) {
+      if (closed) return;
+      closed = true;
+      stopped = true;
+      await loopDone;
+      await server.close();
+      await edge.shutdown({ killAll: closeOpts.killAll ?? false });
+      releaseLock();
+    },
+  };
+}
