@@ -114,6 +114,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "PROCESS_NOT_RUNNING": ConflictError,
     "SANDBOX_NOT_RUNNING": ConflictError,
     "PATH_CONFLICT": ConflictError,
+    "EDGE_NOT_EMPTY": ConflictError,
     "CAPACITY_EXCEEDED": CapacityError,
     "EDGE_UNAVAILABLE": UnavailableError,
     "RATE_LIMITED": RateLimitError,
