@@ -1,4 +1,5 @@
-export { Sandbox, type CreateOptions } from './sandbox.js';
+export { Sandbox, type CreateOptions, type CreateManyOptions, type BatchFailure } from './sandbox.js';
+export { batchEvents, batchInfo, type BatchProgress } from './batch.js';
 export { Commands, ProcessHandle, type RunOptions, type StreamEvent } from './commands.js';
 export { Files } from './files.js';
 export { Session, Sessions, type SessionResult } from './sessions.js';

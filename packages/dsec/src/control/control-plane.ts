@@ -12,6 +12,7 @@ import type { ExecEvent } from '../exec/run-command.js';
 import { ApiError } from '../api-error.js';
 import type { EdgeApi, EdgeNetworkRequest, SandboxLimits } from '../edge/edge-api.js';
 import { EdgeRegistry } from './edges/edge-registry.js';
+import { BatchService } from './batches.js';
 import { infeasible, place, poolUtilisation } from './placement.js';
 import type { ImageId, ImageStore } from '../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
@@ -52,6 +53,8 @@ export const DEFAULT_BURST_THRESHOLD = 0.8;
 export class ControlPlane {
   readonly edges: EdgeRegistry;
   readonly trajectory: TrajectoryLog;
+  /** Batches of up to 32,000 sandboxes, driven through create(). */
+  readonly batches: BatchService;
   /** Counted here, not in routes, so forks, replays and every exec path count too. */
   readonly metrics = new Metrics();
   readonly #burstPool: string;
@@ -64,6 +67,7 @@ export class ControlPlane {
     opts: ControlPlaneOptions = {},
   ) {
     this.trajectory = new TrajectoryLog(store);
+    this.batches = new BatchService(store, this, log.child({ component: 'batches' }));
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
     this.#burstPool = opts.burstPool ?? 'burst';
     this.#burstThreshold = opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD;
@@ -168,7 +172,21 @@ export class ControlPlane {
     return { imageId, layers, config: manifest.config };
   }
 
-  async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}, batch?: { id: string; index: number }): Promise<SandboxInfo> {
+  /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
+  checkSpec(req: CreateSandboxRequest): void {
+    this.#composeLayers(req);
+    if (req.network) checkPolicy(req.network);
+  }
+
+  /**
+   * Creates a sandbox. `opts.batch`: it is item `index` of a batch (recorded with the row);
+   * `opts.onPlaced` hears the edge chosen before the edge answers.
+   */
+  async create(
+    req: CreateSandboxRequest,
+    extraLabels: Record<string, string> = {},
+    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void } = {},
+  ): Promise<SandboxInfo> {
     const started = performance.now();
     const { imageId, layers, config } = this.#composeLayers(req);
     const limits = this.limitsFor(req);
@@ -199,9 +217,10 @@ export class ControlPlane {
         info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
       }
       if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
-      this.store.insertSandbox(info, batch);
+      this.store.insertSandbox(info, opts.batch);
       this.store.saveSpec(info.id, req);
       this.edges.reserve(edgeId, limits);
+      opts.onPlaced?.(edgeId, info.id);
       try {
         await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, ...(network ? { network } : {}) });
       } catch (err) {
@@ -569,6 +588,26 @@ export class ControlPlane {
   async drain(id: string): Promise<NodeInfo> {
     this.edges.drain(id);
     return (await this.nodes()).find((n) => n.id === id)!;
+  }
+
+  /** Kills every sandbox carrying all these labels, 32 at a time; returns how many went. */
+  async killByLabels(labels: Record<string, string>): Promise<number> {
+    const ids = this.store.listSandboxes({ labels }).map((s) => s.id);
+    let next = 0;
+    let killed = 0;
+    const worker = async (): Promise<void> => {
+      while (next < ids.length) {
+        const id = ids[next++]!;
+        try {
+          await this.kill(id);
+          killed++;
+        } catch (err) {
+          this.log.error({ err, sandbox: id }, 'kill by label failed');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(32, ids.length) }, worker));
+    return killed;
   }
 
   /** Kills every sandbox (used by `dsec demo` cleanup and tests). */

@@ -7,6 +7,7 @@ import { authenticate } from './api-keys.js';
 import { bearerMatches } from './cluster/cluster-token.js';
 import { blobRoutes } from './routes/blobs.js';
 import { clusterRoutes } from './routes/cluster.js';
+import { batchRoutes } from './routes/batches.js';
 import type { ControlPlane } from './control-plane.js';
 import { e2bRewriteUrl, e2bRoutes } from './e2b/index.js';
 import { JSON_BODY_LIMIT, errorHandler } from './http-errors.js';
@@ -81,6 +82,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(blobRoutes({ layers: deps.images.layers }));
   await app.register(e2bRoutes(deps));
   await app.register(clusterRoutes(deps));
+  await app.register(batchRoutes({ batches: deps.control.batches }));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;

@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import type { BatchEvent, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import type { EdgeInfo } from '../edge/edge-api.js';
 
 /** An edge as the store keeps it between control-plane restarts. */
@@ -106,6 +106,43 @@ export class StateStore {
     ];
     for (const [col, type] of add) if (!have.has(col)) this.db.exec(`ALTER TABLE sandboxes ADD COLUMN ${col} ${type}`);
     this.db.exec('CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_batch ON sandboxes(batch_id, batch_index) WHERE batch_id IS NOT NULL');
+  }
+
+  // --- batches --------------------------------------------------------------------------------
+
+  insertBatch(id: string, count: number, req: unknown, createdAt: string): void {
+    this.db.prepare("INSERT INTO batches (id, count, spec, state, created_at) VALUES (?, ?, ?, 'running', ?)").run(id, count, JSON.stringify(req), createdAt);
+  }
+
+  getBatch(id: string): StoredBatch | undefined {
+    const r = this.db.prepare('SELECT * FROM batches WHERE id = ?').get(id) as BatchRow | undefined;
+    return r && fromBatchRow(r);
+  }
+
+  listBatches(state?: StoredBatch['state']): StoredBatch[] {
+    const rows = (state ? this.db.prepare('SELECT * FROM batches WHERE state = ? ORDER BY created_at').all(state) : this.db.prepare('SELECT * FROM batches ORDER BY created_at').all()) as BatchRow[];
+    return rows.map(fromBatchRow);
+  }
+
+  finishBatch(id: string, state: 'done' | 'cancelled', at: string): void {
+    this.db.prepare('UPDATE batches SET state = ?, finished_at = ? WHERE id = ?').run(state, at, id);
+  }
+
+  /** One transaction for many events (a 32,000-sandbox batch makes ~64,000). */
+  appendBatchEvents(groups: { id: string; events: { seq: number }[] }[]): void {
+    const ins = this.db.prepare('INSERT OR IGNORE INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?)');
+    this.db.transaction(() => {
+      for (const g of groups) for (const e of g.events) ins.run(g.id, e.seq, JSON.stringify(e));
+    })();
+  }
+
+  batchEvents(id: string, after: number): BatchEvent[] {
+    return (this.db.prepare('SELECT event FROM batch_events WHERE batch_id = ? AND seq > ? ORDER BY seq').all(id, after) as { event: string }[]).map((r) => JSON.parse(r.event) as BatchEvent);
+  }
+
+  /** The sandbox rows a batch made, by item index (whatever their status). */
+  batchSandboxes(batchId: string): { index: number; id: string }[] {
+    return (this.db.prepare('SELECT batch_index AS "index", id FROM sandboxes WHERE batch_id = ?').all(batchId) as { index: number; id: string }[]);
   }
 
   // --- edges ----------------------------------------------------------------------------------
@@ -248,6 +285,30 @@ export class StateStore {
     const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
     return (this.db.prepare(sql).all(...params) as SandboxRow[]).map(fromRow);
   }
+}
+
+export interface StoredBatch {
+  id: string;
+  count: number;
+  spec: string;
+  state: 'running' | 'done' | 'cancelled';
+  createdAt: string;
+  finishedAt?: string;
+}
+
+interface BatchRow {
+  id: string;
+  count: number;
+  spec: string;
+  state: StoredBatch['state'];
+  created_at: string;
+  finished_at: string | null;
+}
+
+function fromBatchRow(r: BatchRow): StoredBatch {
+  const b: StoredBatch = { id: r.id, count: r.count, spec: r.spec, state: r.state, createdAt: r.created_at };
+  if (r.finished_at) b.finishedAt = r.finished_at;
+  return b;
 }
 
 interface SandboxRow {

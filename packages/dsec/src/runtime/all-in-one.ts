@@ -121,6 +121,7 @@ async function startDsecProcess(
   }
   // Remote edges known from before a restart are reconciled when they next report.
   await control.sweepExpired();
+  control.batches.resume();
   const stopExpiryLoop = control.startExpiryLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
 
@@ -173,6 +174,7 @@ async function startDsecProcess(
       closed = true;
       stopExpiryLoop();
       stopEdgeWatcher();
+      await control.batches.stop();
       await app.close();
       if (closeOpts.killAll) await control.killAll();
       await edge?.shutdown({ killAll: closeOpts.killAll ?? false });

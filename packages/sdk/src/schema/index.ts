@@ -8,3 +8,4 @@ export * from './process.js';
 export * from './trajectory.js';
 export * from './network.js';
 export * from './node.js';
+export * from './batch.js';

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { Sandbox, type Terminal } from '@dsec/sdk';
 import { DEFAULT_EXEC_TIMEOUT_MS, type NetworkPolicyRequest } from '@dsec/sdk/schema';
 import { UsageError, choiceArg, intArg, positiveArg } from '../args.js';
+import { ProgressLine } from '../progress.js';
 import { stdinForCommand, stdinOptions, streamToTerminal } from '../exec-io.js';
 import { collectKv, collectList, printTable } from '../output.js';
 
@@ -21,6 +22,7 @@ interface CreateFlags {
   allow?: string[];
   interactive?: boolean;
   json?: boolean;
+  count?: number;
 }
 
 /**
@@ -100,12 +102,30 @@ export function registerSandboxCommands(program: Command): void {
     .option('--timeout <ms>', TIMEOUT_HELP, intArg(1))
     .option('-i, --interactive', "send this terminal's stdin to CMD (piped or redirected stdin is sent without -i)")
     .option('--json', 'print the sandbox (and result) as JSON (output as utf8 text)')
+    .option('-n, --count <n>', 'create N sandboxes as one batch (up to 32000) with a live progress bar; prints their ids', intArg(1))
     .action(async (image: string, cmd: string[], f: CreateFlags) => {
       const resources: Record<string, number> = {};
       if (f.memory !== undefined) resources['memoryMiB'] = f.memory;
       if (f.cpu !== undefined) resources['cpu'] = f.cpu;
       if (f.pids !== undefined) resources['pids'] = f.pids;
       const network = networkPolicy(f.network, f.allow, '--network'); // before any work
+      if (f.count !== undefined && f.count > 1) {
+        if (cmd.length) throw new UsageError('--count creates sandboxes only; run commands in them with dsec exec');
+        const bar = new ProgressLine(`creating ${f.count} sandboxes`);
+        const { batchId, sandboxes, failures } = await Sandbox.createMany(f.count, {
+          image, resources, env: f.env, labels: f.label, layers: f.layer, ttlSeconds: f.ttl, idleTimeoutSeconds: f.idleTimeout, onExpiry: f.onExpiry, network,
+          onProgress: (_e, p) => bar.update(p.running + p.failed, p.count, { placed: p.placed, running: p.running, failed: p.failed }),
+        });
+        bar.end();
+        if (f.json) process.stdout.write(JSON.stringify({ batchId, sandboxes: sandboxes.map((x) => x.info), failures }, null, 2) + '\n');
+        else {
+          for (const x of sandboxes) process.stdout.write(`${x.id}\n`);
+          for (const x of failures) process.stderr.write(`item ${x.index} failed: ${x.reason} (${x.code})\n`);
+          process.stderr.write(`batch ${batchId}: ${sandboxes.length} running, ${failures.length} failed\n`);
+        }
+        if (failures.length) process.exitCode = 1;
+        return;
+      }
       const stdin = cmd.length ? await stdinOptions(stdinForCommand(f.interactive ?? false)) : {};
       const sb = await Sandbox.create({
         image,

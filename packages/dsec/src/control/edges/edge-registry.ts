@@ -26,6 +26,8 @@ interface EdgeEntry extends PlacementCandidate {
   lastSeen: number;
   /** Placed, create not answered yet: survives a heartbeat, unlike `pending`. */
   inflight: { count: number; cpu: number; memoryMiB: number; pids: number };
+  /** Known from the store after a control-plane restart: reconciled at its first report. */
+  reconcileAtFirstReport?: boolean;
 }
 
 const zero = (): EdgeEntry['pending'] => ({ count: 0, cpu: 0, memoryMiB: 0, pids: 0 });
@@ -70,6 +72,7 @@ export class EdgeRegistry {
         url: e.url,
         local: false,
         lastSeen: Date.now(),
+        reconcileAtFirstReport: true,
       });
     }
   }
@@ -95,7 +98,7 @@ export class EdgeRegistry {
   async register(reg: EdgeRegistration): Promise<{ state: EdgeState }> {
     const prev = this.#edges.get(reg.id);
     if (prev?.local) throw new ApiError('INVALID_REQUEST', `edge id ${reg.id} is this control plane's own edge`, { id: reg.id });
-    const wasLost = prev?.state === 'lost';
+    const wasLost = prev?.state === 'lost' || prev?.reconcileAtFirstReport === true;
     const state: EdgeState = prev?.state === 'draining' ? 'draining' : 'ready';
     const entry: EdgeEntry = {
       id: reg.id,
@@ -114,7 +117,7 @@ export class EdgeRegistry {
     this.#edges.set(reg.id, entry);
     this.#persist(entry);
     this.opts.log.info({ edge: reg.id, url: reg.url, pool: reg.pool, rejoined: !!prev }, 'edge joined');
-    if (wasLost) await this.onBack(reg.id);
+    if (wasLost) this.#reconcile(reg.id);
     return { state };
   }
 
@@ -125,13 +128,19 @@ export class EdgeRegistry {
     e.info = info;
     e.pending = { ...e.inflight };
     e.lastSeen = Date.now();
-    if (e.state === 'lost') {
-      e.state = 'ready';
+    if (e.state === 'lost' || e.reconcileAtFirstReport) {
+      if (e.state === 'lost') this.opts.log.warn({ edge: id }, 'lost edge is back');
+      e.state = e.state === 'lost' ? 'ready' : e.state;
+      e.reconcileAtFirstReport = false;
       this.#persist(e);
-      this.opts.log.warn({ edge: id }, 'lost edge is back');
-      await this.onBack(id);
+      this.#reconcile(id);
     }
     return { state: e.state };
+  }
+
+  /** Reconciles in the background: a heartbeat is answered at once, whatever the edge runs. */
+  #reconcile(id: string): void {
+    this.onBack(id).catch((err: unknown) => this.opts.log.error({ err, edge: id }, 'reconciling an edge that reported again failed'));
   }
 
   /** Asks the in-process edges for their facts now (they send no heartbeats). */
@@ -155,6 +164,7 @@ export class EdgeRegistry {
         const why = `edge ${e.id} sent no heartbeat for ${Math.round((now - e.lastSeen) / 1000)} s`;
         this.opts.log.error({ edge: e.id }, why);
         await this.onLost(e.id, why);
+        if (e.api instanceof HttpEdgeClient) e.api.abortInflight();
       }
     }
   }

@@ -26,6 +26,8 @@ const NEVER_SENT = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOT
  */
 export class HttpEdgeClient implements EdgeApi {
   readonly #base: string;
+  /** Aborted when the edge is declared lost: calls hung on a partitioned link end then. */
+  #lost = new AbortController();
 
   constructor(
     readonly edgeId: string,
@@ -40,12 +42,14 @@ export class HttpEdgeClient implements EdgeApi {
   async #fetch(path: string, init: RequestInit & { timeout?: boolean } = {}): Promise<Response> {
     const headers = new Headers(init.headers);
     headers.set('authorization', `Bearer ${this.token}`);
-    const signals = [init.signal, init.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs)].filter((s): s is AbortSignal => !!s);
+    const lost = this.#lost.signal;
+    const signals = [init.signal, lost, init.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs)].filter((s): s is AbortSignal => !!s);
     let res: Response;
     try {
-      res = await fetch(`${this.#base}${path}`, { ...init, headers, signal: signals.length ? AbortSignal.any(signals) : null });
+      res = await fetch(`${this.#base}${path}`, { ...init, headers, signal: AbortSignal.any(signals) });
     } catch (err) {
       if (init.signal?.aborted) throw err;
+      if (lost.aborted) throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} was lost during the call (no heartbeat); the outcome on the edge is unknown`, { edge: this.edgeId, retryable: false });
       const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
       throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} at ${this.url} did not answer: ${cause}`, { edge: this.edgeId, cause, retryable: NEVER_SENT.has(cause) });
     }
@@ -75,6 +79,12 @@ export class HttpEdgeClient implements EdgeApi {
 
   #sb(id: string, rest = ''): string {
     return `/sandboxes/${encodeURIComponent(id)}${rest}`;
+  }
+
+  /** Ends every call in flight (the edge was declared lost); later calls start afresh. */
+  abortInflight(): void {
+    this.#lost.abort();
+    this.#lost = new AbortController();
   }
 
   info(): Promise<EdgeInfo> {

@@ -1,0 +1,251 @@
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import type { Logger } from 'pino';
+import type { BatchEvent, BatchInfo, CreateBatchRequest, CreateSandboxRequest } from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
+import type { ControlPlane } from './control-plane.js';
+import type { StateStore } from './state-store.js';
+
+/** Label on every sandbox a batch made: list or kill them by it. */
+export const BATCH_LABEL = 'dsec.batch';
+
+/** Events are written to the store in groups: one transaction per group, not per event. */
+const FLUSH_EVERY_MS = 50;
+
+type Emitted = Omit<BatchEvent, 'seq' | 'at'>;
+
+/** A batch this process drives: its events in memory (served to streams) and its counts. */
+class LiveBatch {
+  readonly events: BatchEvent[] = [];
+  readonly bus = new EventEmitter();
+  readonly done = new Set<number>();
+  placed = 0;
+  running = 0;
+  failed = 0;
+  cancelled = false;
+  finished = false;
+  unflushed: BatchEvent[] = [];
+  constructor(
+    readonly id: string,
+    readonly count: number,
+    readonly spec: CreateSandboxRequest,
+    readonly createdAt: string,
+  ) {
+    this.bus.setMaxListeners(0);
+  }
+}
+
+/**
+ * Batches: N sandboxes of one spec as one job (up to 32,000). The driver creates them through the
+ * control plane's own create (placement, admission retries, the state store), with a bounded
+ * number in flight, and records each step as an event: accepted, placed, running or failed with a
+ * reason, then done. Events carry a sequence number and are kept in the store, so a client that
+ * reconnects resumes after the last one it saw, and a restarted control plane finishes a batch it
+ * was driving: items that already have a sandbox row are not created again (the store's unique
+ * (batch, index) says so), the rest are.
+ */
+export class BatchService {
+  readonly #live = new Map<string, LiveBatch>();
+  readonly #drivers = new Set<Promise<void>>();
+  #flushTimer: NodeJS.Timeout | undefined;
+  #stopped = false;
+
+  constructor(
+    private readonly store: StateStore,
+    private readonly control: ControlPlane,
+    private readonly log: Logger,
+  ) {}
+
+  /** Accepts a batch: the spec is checked first (a bad spec is a 400, not 32,000 failures). */
+  create(req: CreateBatchRequest): BatchInfo {
+    this.control.checkSpec(req.spec);
+    const id = `batch-${randomBytes(8).toString('hex')}`;
+    const createdAt = new Date().toISOString();
+    this.store.insertBatch(id, req.count, req, createdAt);
+    const b = new LiveBatch(id, req.count, req.spec, createdAt);
+    this.#live.set(id, b);
+    this.#emit(b, { type: 'accepted', count: req.count });
+    this.#start(b, req.concurrency ?? 64);
+    return this.info(id);
+  }
+
+  /** After a restart: picks up every batch that was still running. */
+  resume(): void {
+    for (const row of this.store.listBatches('running')) {
+      const req = JSON.parse(row.spec) as CreateBatchRequest;
+      const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt);
+      for (const e of this.store.batchEvents(row.id, -1)) {
+        b.events.push(e);
+        this.#count(b, e);
+      }
+      this.#live.set(row.id, b);
+      this.log.warn({ batch: row.id, done: b.done.size, count: row.count }, 'resuming a batch after a restart');
+      this.#start(b, req.concurrency ?? 64);
+    }
+  }
+
+  info(id: string): BatchInfo {
+    const b = this.#live.get(id);
+    if (b) {
+      const info: BatchInfo = { id, count: b.count, state: b.cancelled ? 'cancelled' : b.finished ? 'done' : 'running', placed: b.placed, running: b.running, failed: b.failed, createdAt: b.createdAt, lastSeq: b.events.length - 1 };
+      return info;
+    }
+    const row = this.store.getBatch(id);
+    if (!row) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
+    const counts = { placed: 0, running: 0, failed: 0, last: -1 };
+    for (const e of this.store.batchEvents(id, -1)) {
+      if (e.type === 'placed') counts.placed++;
+      if (e.type === 'running') counts.running++;
+      if (e.type === 'failed') counts.failed++;
+      counts.last = e.seq;
+    }
+    const info: BatchInfo = { id, count: row.count, state: row.state, placed: counts.placed, running: counts.running, failed: counts.failed, createdAt: row.createdAt, lastSeq: counts.last };
+    if (row.finishedAt) info.finishedAt = row.finishedAt;
+    return info;
+  }
+
+  /**
+   * Events after `after`, then (with follow) live ones until the batch ends. Served from memory
+   * while this process drives the batch, from the store otherwise.
+   */
+  async *events(id: string, after: number, follow: boolean, signal?: AbortSignal): AsyncGenerator<BatchEvent> {
+    const b = this.#live.get(id);
+    if (!b) {
+      this.info(id); // 404 for an unknown batch
+      yield* this.store.batchEvents(id, after);
+      return;
+    }
+    let next = after + 1;
+    for (;;) {
+      while (next < b.events.length) yield b.events[next++]!;
+      if (!follow || b.finished || signal?.aborted) return;
+      await new Promise<void>((resolve) => {
+        const wake = (): void => {
+          b.bus.off('event', wake);
+          signal?.removeEventListener('abort', wake);
+          resolve();
+        };
+        b.bus.on('event', wake);
+        signal?.addEventListener('abort', wake, { once: true });
+      });
+    }
+  }
+
+  /** Stops creating and kills what the batch made. */
+  async cancel(id: string): Promise<BatchInfo> {
+    const b = this.#live.get(id);
+    if (!b) {
+      const info = this.info(id);
+      if (info.state === 'running') throw new ApiError('INTERNAL', `batch ${id} is running but not driven here`);
+      return info;
+    }
+    if (!b.finished) {
+      b.cancelled = true;
+      await this.control.killByLabels({ [BATCH_LABEL]: id });
+      this.#finish(b, 'cancelled');
+    }
+    return this.info(id);
+  }
+
+  #start(b: LiveBatch, concurrency: number): void {
+    const p = this.#drive(b, concurrency).catch((err: unknown) => this.log.error({ err, batch: b.id }, 'batch driver failed'));
+    this.#drivers.add(p);
+    void p.finally(() => this.#drivers.delete(p));
+  }
+
+  async #drive(b: LiveBatch, concurrency: number): Promise<void> {
+    // Items a previous run got to: their sandbox rows say how they ended.
+    const rows = new Map(this.store.batchSandboxes(b.id).map((r) => [r.index, r]));
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      while (!b.cancelled && !this.#stopped) {
+        const index = next++;
+        if (index >= b.count) return;
+        if (b.done.has(index)) continue;
+        const row = rows.get(index);
+        if (row) {
+          await this.#settleExisting(b, index, row.id);
+          continue;
+        }
+        try {
+          const s = await this.control.create(b.spec, { [BATCH_LABEL]: b.id }, {
+            batch: { id: b.id, index },
+            onPlaced: (edge, sandboxId) => this.#emit(b, { type: 'placed', index, edge, sandboxId }),
+          });
+          this.#emit(b, { type: 'running', index, sandboxId: s.id, edge: s.edge });
+        } catch (err) {
+          const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
+          const ev: Emitted = { type: 'failed', index, code: e.code, reason: e.message };
+          if (typeof e.details['sandboxId'] === 'string') ev.sandboxId = e.details['sandboxId'];
+          this.#emit(b, ev);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, b.count) }, worker));
+    if (!b.cancelled && !this.#stopped) this.#finish(b, 'done');
+  }
+
+  /** An item whose sandbox a previous run created: running, failed, or still being reconciled. */
+  async #settleExisting(b: LiveBatch, index: number, sandboxId: string): Promise<void> {
+    for (let waited = 0; ; waited += 500) {
+      const s = this.store.getSandbox(sandboxId);
+      if (!s) return this.#emit(b, { type: 'failed', index, sandboxId, code: 'SANDBOX_NOT_FOUND', reason: 'the sandbox was killed before the batch finished' });
+      if (s.status === 'running' || s.status === 'paused') return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });
+      if (s.status !== 'creating') return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: s.reason ?? s.status });
+      // 'creating' across a restart: its edge reports it (or not) at its next heartbeat.
+      if (waited >= 30_000 || this.#stopped) {
+        this.store.setStatus(sandboxId, 'failed', 'lost: the control plane restarted while creating it and its edge never reported it');
+        return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: 'lost while the control plane restarted' });
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+
+  #count(b: LiveBatch, e: BatchEvent): void {
+    if (e.type === 'placed') b.placed++;
+    if (e.type === 'running') b.running++;
+    if (e.type === 'failed') b.failed++;
+    if ((e.type === 'running' || e.type === 'failed') && e.index !== undefined) b.done.add(e.index);
+    if (e.type === 'done') b.finished = true;
+    if (e.type === 'cancelled') {
+      b.finished = true;
+      b.cancelled = true;
+    }
+  }
+
+  #emit(b: LiveBatch, e: Emitted): void {
+    const ev = { ...e, seq: b.events.length, at: new Date().toISOString() } as BatchEvent;
+    b.events.push(ev);
+    this.#count(b, ev);
+    b.unflushed.push(ev);
+    b.bus.emit('event');
+    if (!this.#stopped) this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_EVERY_MS);
+  }
+
+  #finish(b: LiveBatch, how: 'done' | 'cancelled'): void {
+    this.#emit(b, { type: how });
+    this.flush();
+    this.store.finishBatch(b.id, how, new Date().toISOString());
+  }
+
+  /** Writes buffered events, one transaction for all batches. */
+  flush(): void {
+    if (this.#flushTimer) clearTimeout(this.#flushTimer);
+    this.#flushTimer = undefined;
+    const pending: { id: string; events: BatchEvent[] }[] = [];
+    for (const b of this.#live.values()) {
+      if (b.unflushed.length) pending.push({ id: b.id, events: b.unflushed.splice(0) });
+    }
+    if (pending.length) this.store.appendBatchEvents(pending);
+  }
+
+  /**
+   * Stops driving: creates in flight finish, no new ones start, and the batch stays `running` in
+   * the store, so the next start resumes it.
+   */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    await Promise.allSettled([...this.#drivers]);
+    this.flush();
+  }
+}

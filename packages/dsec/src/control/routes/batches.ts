@@ -1,0 +1,72 @@
+import { Readable } from 'node:stream';
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { BatchEventsQuery, BatchIdParams, BatchInfo, CreateBatchRequest } from '@dsec/sdk/schema';
+import type { BatchService } from '../batches.js';
+import { abortOnHangup } from './abort-on-hangup.js';
+import { errorResponses as errors } from './error-responses.js';
+import { NDJSON } from './exec.js';
+
+/**
+ * Batches: POST accepts up to 32,000 sandboxes of one spec at once (202) and, with
+ * `Accept: application/x-ndjson`, streams the progress right away; GET …/events resumes a
+ * progress stream after the last sequence number a client saw; DELETE cancels.
+ */
+export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync {
+  const { batches } = deps;
+  return async (base) => {
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+    const tags = ['batches'];
+
+    const stream = (id: string, after: number, follow: boolean, reply: Parameters<typeof abortOnHangup>[0]): Readable => {
+      const hangup = abortOnHangup(reply);
+      const lines = async function* (): AsyncGenerator<string> {
+        try {
+          for await (const e of batches.events(id, after, follow, hangup.signal)) yield `${JSON.stringify(e)}\n`;
+        } finally {
+          hangup.done();
+        }
+      };
+      return Readable.from(lines());
+    };
+
+    app.post(
+      '/v1/batches',
+      {
+        schema: {
+          tags,
+          summary: `Create up to 32,000 sandboxes of one spec; 202 with the batch, or with Accept: ${NDJSON} its progress as a stream`,
+          body: CreateBatchRequest,
+          response: { 202: BatchInfo, ...errors },
+        },
+      },
+      async (req, reply) => {
+        const info = batches.create(req.body);
+        if ((req.headers.accept ?? '').includes(NDJSON)) return reply.status(202).type(NDJSON).send(stream(info.id, -1, true, reply) as never);
+        return reply.status(202).send(info);
+      },
+    );
+    app.get('/v1/batches/:id', { schema: { tags, summary: 'A batch: state and counts', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
+      batches.info(req.params.id),
+    );
+    app.get(
+      '/v1/batches/:id/events',
+      {
+        schema: {
+          tags,
+          summary: `Progress as NDJSON (${NDJSON}): events with seq > after, then live ones until the batch ends (follow=false: only what exists)`,
+          params: BatchIdParams,
+          querystring: BatchEventsQuery,
+          response: errors,
+        },
+      },
+      async (req, reply) => {
+        batches.info(req.params.id); // 404 before the stream starts
+        return reply.type(NDJSON).send(stream(req.params.id, req.query.after ?? -1, req.query.follow ?? true, reply) as never);
+      },
+    );
+    app.delete('/v1/batches/:id', { schema: { tags, summary: 'Cancel a batch: stop creating, kill what it made', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
+      batches.cancel(req.params.id),
+    );
+  };
+}
