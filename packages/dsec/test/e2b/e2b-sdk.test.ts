@@ -85,6 +85,8 @@ describe('E2B SDK against dsec', { skip: integrationSkipReason(), timeout: 900_0
     assert.equal(who.stdout, 'user\n/home/user\n/home/user\n');
     assert.equal(who.stderr, 'err\n');
     assert.equal((await sb.commands.run('whoami', { user: 'root' })).stdout, 'root\n');
+    await sb.commands.run('useradd --create-home agent', { user: 'root' });
+    assert.equal((await sb.commands.run('whoami; pwd', { user: 'agent' })).stdout, 'agent\n/home/agent\n');
     assert.equal((await sb.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n');
     assert.equal((await sb.commands.run('echo "$GREETING $N"', { envs: { GREETING: 'hello', N: '3' } })).stdout, 'hello 3\n');
     assert.equal((await sb.commands.run('python3 -c "print(6*7)"')).stdout, '42\n');

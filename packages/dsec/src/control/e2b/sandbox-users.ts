@@ -48,7 +48,12 @@ export class SandboxUsers {
    * default user when the image has it, else root.
    */
   async resolve(sandboxId: string, requested: string | undefined): Promise<SandboxUser> {
-    const users = await this.#passwd(sandboxId);
+    let users = await this.#passwd(sandboxId);
+    if (requested && !users.has(requested)) {
+      // a user added inside the sandbox since we last read /etc/passwd
+      this.forget(sandboxId);
+      users = await this.#passwd(sandboxId);
+    }
     if (requested) {
       const u = users.get(requested);
       if (!u)
