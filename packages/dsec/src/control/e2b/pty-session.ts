@@ -13,9 +13,7 @@ export class PtySession {
   readonly exit: Promise<number>;
   exitCode: number | undefined;
 
-  private constructor(
-    private readonly proc: TerminalChannel,
-  ) {
+  private constructor(private readonly proc: TerminalChannel) {
     proc.onData((b) => {
       for (const l of this.#listeners) l(b);
     });
