@@ -29,6 +29,7 @@ from .errors import (
 )
 from .models import (
     Batch,
+    BatchInfo,
     BatchProgress,
     DirListing,
     ExecResult,
@@ -57,7 +58,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncCommands", "AsyncFiles", "AsyncProcess", "AsyncSandbox", "AsyncSession", "AsyncSessions", "AsyncTerminal",
-    "AuthError", "Batch", "BatchProgress", "CapacityError", "CommandExitError", "Commands", "ConflictError", "ConnectionConfig",
+    "AuthError", "Batch", "BatchInfo", "BatchProgress", "CapacityError", "CommandExitError", "Commands", "ConflictError", "ConnectionConfig",
     "DEFAULT_DATA_DIR", "DirListing", "DsecError", "ExecResult", "ExitEvent", "FileStat", "Files", "Fork", "ForkFailure",
     "InvalidRequestError", "NetworkState", "NodeInfo", "NotConfiguredError", "NotFoundError", "OutputEvent", "Process",
     "ProcessInfo", "ProcessOutput", "QuotaError", "RateLimitError", "ReplayReport", "Sandbox", "SandboxInfo", "ServerError",

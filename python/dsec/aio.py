@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import calls
 from . import models as m
 from .aio_transport import AsyncTransport
 from .calls import Cmd
 from .config import ConnectionConfig, resolve_connection
-from .errors import DsecError, NotFoundError
-from .sandbox import _check, _split_connection, tar_directory, untar_into
+from .errors import DsecError, NotFoundError, UnreachableError
+from .sandbox import BATCH_STREAM_RETRIES, _check, tar_directory, untar_into
 from .terminal import AsyncTerminal
 
 _transports: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[ConnectionConfig, AsyncTransport]]" = weakref.WeakKeyDictionary()
@@ -30,6 +30,35 @@ def transport_for(url: Optional[str] = None, api_key: Optional[str] = None, requ
     if t is None:
         t = per_loop[config] = AsyncTransport(config)
     return t
+
+
+async def _batch_events(t: AsyncTransport, batch_id: str, after: int = -1) -> AsyncIterator[Dict[str, Any]]:
+    """See ``sandbox._batch_events``: progress events until the batch ends, resumed after breaks."""
+    breaks = 0
+    while True:
+        lines = t.lines(calls.batch_events(batch_id, after))
+        try:
+            async for e in lines:
+                after, breaks = int(e.get("seq", after)), 0
+                yield e
+                if e.get("type") in ("done", "cancelled"):
+                    return
+        except DsecError as err:
+            if err.status is not None and 400 <= err.status < 500:
+                raise
+        finally:
+            await lines.aclose()  # type: ignore[attr-defined]
+        breaks += 1
+        if breaks > BATCH_STREAM_RETRIES:
+            raise UnreachableError(f"the progress stream of batch {batch_id} broke {breaks} times in a row", "STREAM_BROKEN")
+        await asyncio.sleep(min(0.2 * breaks, 2.0))
+
+
+async def _cancel_quietly(t: AsyncTransport, batch_id: str) -> None:
+    try:
+        await t.run(calls.cancel_batch(batch_id, None))
+    except DsecError:
+        pass  # already ended, or the server is gone: nothing more to stop
 
 
 class AsyncProcess:
@@ -335,61 +364,75 @@ class AsyncSandbox:
         return await transport_for(url, api_key, request_timeout).run(calls.list_sandboxes(labels, status, timeout))
 
     @classmethod
-    async def iter_create_many(cls, count: int, *, concurrency: int = 16, **spec: Any) -> AsyncIterator[m.BatchProgress["AsyncSandbox"]]:
-        """See ``Sandbox.iter_create_many``: ``async for step in AsyncSandbox.iter_create_many(8)``."""
-        conn, spec = _split_connection(dict(spec))
-        timeout = spec.pop("timeout", None)
-        t = transport_for(**conn)
-        op = calls.create(calls.create_body(**spec), timeout)
-        if count < 1:
-            raise ValueError("count must be at least 1")
-        gate = asyncio.Semaphore(max(1, concurrency))
-
-        async def one() -> m.SandboxInfo:
-            async with gate:
-                return await t.run(op)
-
-        tasks = [asyncio.ensure_future(one()) for _ in range(count)]
-        handed: Set["asyncio.Future[m.SandboxInfo]"] = set()
-        created = failed = 0
+    async def iter_create_many(
+        cls,
+        count: int,
+        *,
+        concurrency: Optional[int] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+        **spec: Any,
+    ) -> AsyncIterator[m.BatchProgress["AsyncSandbox"]]:
+        """See ``Sandbox.iter_create_many``: ``async for step in AsyncSandbox.iter_create_many(8)``.
+        Leaving the loop early cancels the batch once the generator is closed (``aclose()``, or
+        when it is collected)."""
+        t = transport_for(url, api_key, request_timeout)
+        info = await t.run(calls.create_batch(count, calls.create_body(**spec), concurrency, timeout))
+        tally = calls.BatchTally(info.id, count)
+        finished = False
         try:
-            pending = set(tasks)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    handed.add(task)
-                    err = task.exception()
-                    if isinstance(err, Exception):
-                        failed += 1
-                        yield m.BatchProgress(created, failed, count, error=err)
-                    else:
-                        created += 1
-                        yield m.BatchProgress(created, failed, count, sandbox=cls(t, task.result()))
+            async for e in _batch_events(t, info.id):
+                tally.add(e)
+                kind = str(e.get("type", ""))
+                sandbox: Optional[AsyncSandbox] = None
+                error: Optional[DsecError] = None
+                if kind == "running" and e.get("sandboxId"):
+                    sandbox = cls(t, await t.run(calls.get(str(e["sandboxId"]), timeout)))
+                elif kind == "failed":
+                    error = calls.batch_failure(info.id, e)
+                finished = kind in ("done", "cancelled")
+                yield m.BatchProgress(info.id, kind, count, tally.placed, tally.running, tally.failed, e.get("index"), sandbox, error, int(e.get("seq", -1)))
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                if task in handed:
-                    continue
-                try:
-                    info = await task
-                except (asyncio.CancelledError, Exception):
-                    continue
-                try:
-                    await t.run(calls.kill(info.id, None))
-                except DsecError:
-                    pass
+            if not finished:
+                await _cancel_quietly(t, info.id)
 
     @classmethod
-    async def create_many(cls, count: int, *, concurrency: int = 16, **spec: Any) -> m.Batch["AsyncSandbox"]:
-        """See ``Sandbox.create_many``."""
-        batch: m.Batch[AsyncSandbox] = m.Batch([], [])
-        async for step in cls.iter_create_many(count, concurrency=concurrency, **spec):
-            if step.sandbox is not None:
-                batch.sandboxes.append(step.sandbox)
-            elif step.error is not None:
-                batch.failures.append(step.error)
-        return batch
+    async def create_many(
+        cls,
+        count: int,
+        *,
+        concurrency: Optional[int] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+        **spec: Any,
+    ) -> m.Batch["AsyncSandbox"]:
+        """See ``Sandbox.create_many``; cancelling the awaiting task cancels the batch."""
+        t = transport_for(url, api_key, request_timeout)
+        info = await t.run(calls.create_batch(count, calls.create_body(**spec), concurrency, timeout))
+        failures: List[DsecError] = []
+        finished = False
+        try:
+            async for e in _batch_events(t, info.id):
+                if e.get("type") == "failed":
+                    failures.append(calls.batch_failure(info.id, e))
+                finished = e.get("type") in ("done", "cancelled")
+        finally:
+            if not finished:
+                await asyncio.shield(_cancel_quietly(t, info.id))
+        running = await t.run(calls.list_sandboxes({calls.BATCH_LABEL: info.id}, "running", timeout))
+        return m.Batch(info.id, [cls(t, i) for i in running], failures)
+
+    @classmethod
+    async def batch_info(cls, batch_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BatchInfo:
+        return await transport_for(url, api_key).run(calls.batch_info(batch_id, timeout))
+
+    @classmethod
+    async def cancel_batch(cls, batch_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BatchInfo:
+        return await transport_for(url, api_key).run(calls.cancel_batch(batch_id, timeout))
 
     async def refresh(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
         self.info = await self._t.run(calls.get(self.id, timeout))

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequen
 from urllib.parse import quote, urlencode
 
 from . import models as m
-from .errors import InvalidRequestError
+from .errors import DsecError, InvalidRequestError, error_from_wire
 
 T = TypeVar("T")
 
@@ -211,6 +211,55 @@ def replay(sandbox_id: str, timeout: Optional[float]) -> Op[Dict[str, Any]]:
 
 def nodes(timeout: Optional[float]) -> Op[List[m.NodeInfo]]:
     return Op(Call("GET", "/v1/nodes", timeout=timeout), lambda d: [m.NodeInfo.from_wire(n) for n in d["nodes"]])
+
+
+# --- batches -----------------------------------------------------------------------------------
+
+#: Deadline of one batch progress stream (it stays open until the batch ends).
+BATCH_STREAM_TIMEOUT = 24 * 3600.0
+#: Label the server puts on every sandbox of a batch (value: the batch id).
+BATCH_LABEL = "dsec.batch"
+
+
+def create_batch(count: int, spec: Dict[str, Any], concurrency: Optional[int], timeout: Optional[float]) -> Op[m.BatchInfo]:
+    body = _clean({"count": count, "spec": spec, "concurrency": concurrency})
+    return Op(json_call("POST", "/v1/batches", body, timeout=timeout), m.BatchInfo.from_wire)
+
+
+def batch_info(batch_id: str, timeout: Optional[float]) -> Op[m.BatchInfo]:
+    return Op(Call("GET", f"/v1/batches/{_seg(batch_id)}", timeout=timeout), m.BatchInfo.from_wire)
+
+
+def cancel_batch(batch_id: str, timeout: Optional[float]) -> Op[m.BatchInfo]:
+    return Op(Call("DELETE", f"/v1/batches/{_seg(batch_id)}", timeout=timeout), m.BatchInfo.from_wire)
+
+
+def batch_events(batch_id: str, after: int) -> Call:
+    """The progress stream from the event after ``after`` on, open until the batch ends."""
+    return Call("GET", f"/v1/batches/{_seg(batch_id)}/events", query=_query(after=after), accept=NDJSON, timeout=BATCH_STREAM_TIMEOUT)
+
+
+def batch_failure(batch_id: str, event: Dict[str, Any]) -> "DsecError":
+    """A failed item as the error its code maps to, with its index (and sandbox id if it had one)."""
+    details = _clean({"batchId": batch_id, "index": event.get("index"), "sandboxId": event.get("sandboxId")})
+    return error_from_wire(None, {"code": event.get("code") or "SANDBOX_CREATE_FAILED", "message": event.get("reason") or "unknown", "details": details})
+
+
+class BatchTally:
+    """The counts of a batch's progress, as its events arrive."""
+
+    def __init__(self, batch_id: str, total: int) -> None:
+        self.batch_id, self.total = batch_id, total
+        self.placed = self.running = self.failed = 0
+
+    def add(self, event: Dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "placed":
+            self.placed += 1
+        elif kind == "running":
+            self.running += 1
+        elif kind == "failed":
+            self.failed += 1
 
 
 # --- commands ----------------------------------------------------------------------------------

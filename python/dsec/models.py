@@ -9,7 +9,10 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Generic, List, Optional, Type, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Dict, Generic, List, Optional, Type, TypeVar, Union
+
+if TYPE_CHECKING:
+    from .errors import DsecError
 
 T = TypeVar("T")
 
@@ -359,22 +362,51 @@ class Fork(Generic[S]):
 
 @dataclass
 class Batch(Generic[S]):
-    """What ``create_many`` made: the sandboxes that came up and the errors of those that did not."""
+    """What ``create_many`` made: the sandboxes that run, and one error per item that failed
+    (``details`` holds its ``index`` and ``batchId``)."""
 
+    batch_id: str
     sandboxes: List[S]
-    failures: List[Exception]
+    failures: List["DsecError"]
+
+
+@dataclass
+class BatchInfo:
+    """A batch on the server: ``state`` is "running", "done" or "cancelled"."""
+
+    id: str
+    count: int = 0
+    state: str = "running"
+    placed: int = 0
+    running: int = 0
+    failed: int = 0
+    created_at: str = ""
+    finished_at: Optional[str] = None
+    last_seq: int = -1
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "BatchInfo":
+        return _build(cls, d)
 
 
 @dataclass
 class BatchProgress(Generic[S]):
-    """One step of ``iter_create_many``: a sandbox came up (``sandbox``) or failed (``error``)."""
+    """One event of ``iter_create_many``, with the batch's counts so far. ``event`` is
+    "accepted", "placed", "running" (``sandbox`` is set), "failed" (``error`` is set), "done"
+    or "cancelled"; ``index`` is the item (0..total-1) the event is about."""
 
-    created: int
-    failed: int
+    batch_id: str
+    event: str
     total: int
+    placed: int = 0
+    running: int = 0
+    failed: int = 0
+    index: Optional[int] = None
     sandbox: Optional[S] = None
-    error: Optional[Exception] = None
+    error: Optional["DsecError"] = None
+    seq: int = -1
 
     @property
     def done(self) -> bool:
-        return self.created + self.failed >= self.total
+        return self.event in ("done", "cancelled")

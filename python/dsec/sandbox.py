@@ -10,14 +10,14 @@ from __future__ import annotations
 import io
 import tarfile
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+import time
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import calls
 from . import models as m
 from .calls import Cmd
 from .config import ConnectionConfig, resolve_connection
-from .errors import CommandExitError, DsecError, NotFoundError
+from .errors import CommandExitError, DsecError, NotFoundError, UnreachableError
 from .terminal import Terminal
 from .transport import SyncTransport
 
@@ -33,6 +33,38 @@ def transport_for(url: Optional[str] = None, api_key: Optional[str] = None, requ
         if t is None:
             t = _transports[config] = SyncTransport(config)
         return t
+
+
+#: Breaks in a row (no event between) after which a batch progress stream gives up.
+BATCH_STREAM_RETRIES = 30
+
+
+def _batch_events(t: SyncTransport, batch_id: str, after: int = -1) -> Iterator[Dict[str, Any]]:
+    """A batch's progress events until it ends; a broken stream (a dropped connection, a
+    restarted control plane) is picked up again after the last event seen, so none is lost or
+    repeated."""
+    breaks = 0
+    while True:
+        try:
+            for e in t.lines(calls.batch_events(batch_id, after)):
+                after, breaks = int(e.get("seq", after)), 0
+                yield e
+                if e.get("type") in ("done", "cancelled"):
+                    return
+        except DsecError as err:
+            if err.status is not None and 400 <= err.status < 500:
+                raise
+        breaks += 1
+        if breaks > BATCH_STREAM_RETRIES:
+            raise UnreachableError(f"the progress stream of batch {batch_id} broke {breaks} times in a row", "STREAM_BROKEN")
+        time.sleep(min(0.2 * breaks, 2.0))
+
+
+def _cancel_quietly(t: SyncTransport, batch_id: str) -> None:
+    try:
+        t.run(calls.cancel_batch(batch_id, None))
+    except DsecError:
+        pass  # already ended, or the server is gone: nothing more to stop
 
 
 def _check(result: m.ExecResult, check: bool) -> m.ExecResult:
@@ -317,14 +349,6 @@ class Files:
         untar_into(self.download_tar(path, timeout=timeout), local_dir)
 
 
-_CONN_KEYS = ("url", "api_key", "request_timeout")
-
-
-def _split_connection(kw: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    conn = {k: kw.pop(k) for k in _CONN_KEYS if k in kw}
-    return conn, kw
-
-
 class Sandbox:
     """A handle on one sandbox. ``with Sandbox.create(...) as sb:`` kills it on exit."""
 
@@ -407,56 +431,92 @@ class Sandbox:
         return transport_for(url, api_key, request_timeout).run(calls.list_sandboxes(labels, status, timeout))
 
     @classmethod
-    def iter_create_many(cls, count: int, *, concurrency: int = 16, **spec: Any) -> Iterator[m.BatchProgress["Sandbox"]]:
-        """Creates ``count`` sandboxes of one spec (the keywords of ``create``), ``concurrency``
-        at a time, yielding progress as each comes up or fails. Stopping early kills those made
-        after the last yielded step."""
-        conn, spec = _split_connection(dict(spec))
-        timeout = spec.pop("timeout", None)
-        t = transport_for(**conn)
-        op = calls.create(calls.create_body(**spec), timeout)
-        if count < 1:
-            raise ValueError("count must be at least 1")
-        pool = ThreadPoolExecutor(max_workers=max(1, min(concurrency, count)), thread_name_prefix="dsec-create")
-        create_one: Callable[[], m.SandboxInfo] = lambda: t.run(op)  # noqa: E731
-        futures: List["Future[m.SandboxInfo]"] = [pool.submit(create_one) for _ in range(count)]
-        handed: Set["Future[m.SandboxInfo]"] = set()
-        created = failed = 0
+    def iter_create_many(
+        cls,
+        count: int,
+        *,
+        concurrency: Optional[int] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+        **spec: Any,
+    ) -> Iterator[m.BatchProgress["Sandbox"]]:
+        """Creates ``count`` sandboxes of one spec (the keywords of ``create``) as one batch on the
+        server (``POST /v1/batches``, up to 32,000), and yields its progress as it happens: each
+        event with the counts so far, a ``Sandbox`` as each one runs, an error as each one fails.
+        ``concurrency`` bounds the creates in flight across the cluster (server default 64). A
+        dropped progress stream is resumed after the last event seen. Stopping before the batch
+        is done cancels it, which kills every sandbox it made.
+
+        Example::
+
+            for step in dsec.Sandbox.iter_create_many(32, image="busybox", memory_mib=64):
+                if step.sandbox: pool.submit(rollout, step.sandbox)
+        """
+        t = transport_for(url, api_key, request_timeout)
+        info = t.run(calls.create_batch(count, calls.create_body(**spec), concurrency, timeout))
+        tally = calls.BatchTally(info.id, count)
+        finished = False
         try:
-            for fut in as_completed(futures):
-                err = fut.exception()
-                handed.add(fut)
-                if isinstance(err, Exception):
-                    failed += 1
-                    yield m.BatchProgress(created, failed, count, error=err)
-                else:
-                    created += 1
-                    yield m.BatchProgress(created, failed, count, sandbox=cls(t, fut.result()))
+            for e in _batch_events(t, info.id):
+                tally.add(e)
+                kind = str(e.get("type", ""))
+                sandbox: Optional[Sandbox] = None
+                error: Optional[DsecError] = None
+                if kind == "running" and e.get("sandboxId"):
+                    sandbox = cls(t, t.run(calls.get(str(e["sandboxId"]), timeout)))
+                elif kind == "failed":
+                    error = calls.batch_failure(info.id, e)
+                finished = kind in ("done", "cancelled")
+                yield m.BatchProgress(info.id, kind, count, tally.placed, tally.running, tally.failed, e.get("index"), sandbox, error, int(e.get("seq", -1)))
         finally:
-            for fut in futures:
-                fut.cancel()
-            pool.shutdown(wait=True)
-            for fut in futures:
-                if fut not in handed and not fut.cancelled() and fut.exception() is None:
-                    try:
-                        t.run(calls.kill(fut.result().id, None))
-                    except DsecError:
-                        pass
+            if not finished:
+                _cancel_quietly(t, info.id)
 
     @classmethod
-    def create_many(cls, count: int, *, concurrency: int = 16, **spec: Any) -> m.Batch["Sandbox"]:
-        """Creates ``count`` sandboxes of one spec; returns those that came up and the errors of
-        those that did not (a ``CapacityError`` among them is ``retryable``).
+    def create_many(
+        cls,
+        count: int,
+        *,
+        concurrency: Optional[int] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+        **spec: Any,
+    ) -> m.Batch["Sandbox"]:
+        """Creates ``count`` sandboxes of one spec as one batch and returns when every one runs
+        or failed: ``Batch(batch_id, sandboxes, failures)``, one error per failed item (a
+        ``CapacityError`` among them is ``retryable``). Interrupted before the batch is done
+        (an exception, Ctrl-C), it cancels the batch, which kills what it made.
 
         Example: ``batch = dsec.Sandbox.create_many(32, image="busybox", memory_mib=64)``
         """
-        batch: m.Batch[Sandbox] = m.Batch([], [])
-        for step in cls.iter_create_many(count, concurrency=concurrency, **spec):
-            if step.sandbox is not None:
-                batch.sandboxes.append(step.sandbox)
-            elif step.error is not None:
-                batch.failures.append(step.error)
-        return batch
+        t = transport_for(url, api_key, request_timeout)
+        info = t.run(calls.create_batch(count, calls.create_body(**spec), concurrency, timeout))
+        failures: List[DsecError] = []
+        finished = False
+        try:
+            for e in _batch_events(t, info.id):
+                if e.get("type") == "failed":
+                    failures.append(calls.batch_failure(info.id, e))
+                finished = e.get("type") in ("done", "cancelled")
+        finally:
+            if not finished:
+                _cancel_quietly(t, info.id)
+        running = t.run(calls.list_sandboxes({calls.BATCH_LABEL: info.id}, "running", timeout))
+        return m.Batch(info.id, [cls(t, i) for i in running], failures)
+
+    @classmethod
+    def batch_info(cls, batch_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BatchInfo:
+        """A batch's state and counts."""
+        return transport_for(url, api_key).run(calls.batch_info(batch_id, timeout))
+
+    @classmethod
+    def cancel_batch(cls, batch_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BatchInfo:
+        """Cancels a batch: no more creates, and the sandboxes it made are killed."""
+        return transport_for(url, api_key).run(calls.cancel_batch(batch_id, timeout))
 
     # -- this sandbox ---------------------------------------------------------------------------
 

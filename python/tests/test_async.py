@@ -88,6 +88,10 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
     async def test_create_many_and_the_context_manager(self) -> None:
         batch = await dsec.AsyncSandbox.create_many(3, concurrency=3, memory_mib=64, labels={"py-test": "async-many"}, **conn())
         self.assertEqual((len(batch.sandboxes), batch.failures), (3, []))
+        steps = [s async for s in dsec.AsyncSandbox.iter_create_many(2, memory_mib=64, labels={"py-test": "async-many"}, **conn())]
+        self.assertEqual((steps[0].event, steps[-1].event), ("accepted", "done"))
+        batch.sandboxes += [s.sandbox for s in steps if s.sandbox is not None]
+        self.assertEqual(len(batch.sandboxes), 5)
         for sb in batch.sandboxes:
             async with sb:
                 self.assertEqual((await sb.commands.run("echo ok")).stdout, "ok\n")

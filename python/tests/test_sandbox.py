@@ -289,30 +289,51 @@ class StateTest(unittest.TestCase):
 
 @unittest.skipIf(SKIP, SKIP or "")
 class CreateManyTest(unittest.TestCase):
-    def test_create_many_makes_count_sandboxes_of_one_spec(self) -> None:
+    """create_many and iter_create_many over the batch API (POST /v1/batches + its NDJSON progress)."""
+
+    def test_create_many_makes_count_sandboxes_of_one_spec_as_one_batch(self) -> None:
         batch = dsec.Sandbox.create_many(3, concurrency=2, memory_mib=64, labels={"py-test": "many"}, **conn())
         try:
             self.assertEqual((len(batch.sandboxes), batch.failures), (3, []))
+            self.assertTrue(batch.batch_id.startswith("batch-"))
             self.assertEqual({i.id for i in dsec.Sandbox.list(labels={"py-test": "many"}, **conn())}, {s.id for s in batch.sandboxes})
-            self.assertTrue(all(s.info.resources.memory_mib == 64 for s in batch.sandboxes))
+            self.assertTrue(all(s.info.resources.memory_mib == 64 and s.info.labels["dsec.batch"] == batch.batch_id for s in batch.sandboxes))
+            self.assertEqual(batch.sandboxes[0].commands.run("echo from-a-batch").stdout, "from-a-batch\n")
+            info = dsec.Sandbox.batch_info(batch.batch_id, **conn())
+            self.assertEqual((info.state, info.running, info.failed, info.placed), ("done", 3, 0, 3))
         finally:
             for sb in batch.sandboxes:
                 sb.kill()
 
-    def test_failures_come_back_as_errors_beside_the_sandboxes(self) -> None:
-        batch = dsec.Sandbox.create_many(2, image="no-such-image", **conn())
-        self.assertEqual(batch.sandboxes, [])
-        self.assertEqual([type(e) for e in batch.failures], [dsec.NotFoundError, dsec.NotFoundError])
-
-    def test_stopping_early_kills_the_sandboxes_not_handed_over(self) -> None:
-        steps = dsec.Sandbox.iter_create_many(4, concurrency=2, memory_mib=64, labels={"py-test": "early"}, **conn())
-        first = next(steps)
-        steps.close()  # type: ignore[attr-defined]
-        assert first.sandbox is not None
+    def test_progress_counts_up_event_by_event_and_each_running_item_is_a_sandbox(self) -> None:
+        steps = list(dsec.Sandbox.iter_create_many(3, memory_mib=64, labels={"py-test": "iter"}, **conn()))
         try:
-            self.assertEqual([i.id for i in dsec.Sandbox.list(labels={"py-test": "early"}, **conn())], [first.sandbox.id])
+            self.assertEqual((steps[0].event, steps[-1].event, steps[-1].done), ("accepted", "done", True))
+            self.assertEqual([s.seq for s in steps], list(range(len(steps))))
+            running = [s for s in steps if s.event == "running"]
+            self.assertEqual(sorted(s.index for s in running), [0, 1, 2])  # type: ignore[type-var]
+            self.assertTrue(all(s.sandbox is not None and s.sandbox.info.status == "running" for s in running))
+            self.assertEqual((steps[-1].running, steps[-1].placed, steps[-1].failed, steps[-1].total), (3, 3, 0, 3))
         finally:
-            first.sandbox.kill()
+            for s in steps:
+                if s.sandbox is not None:
+                    s.sandbox.kill()
+
+    def test_a_bad_spec_is_refused_before_anything_is_made(self) -> None:
+        with self.assertRaises(dsec.NotFoundError) as cm:
+            dsec.Sandbox.create_many(2, image="no-such-image", labels={"py-test": "bad-batch"}, **conn())
+        self.assertEqual(cm.exception.code, "IMAGE_NOT_FOUND")
+        with self.assertRaises(dsec.InvalidRequestError):
+            dsec.Sandbox.create_many(0, **conn())
+        self.assertEqual(dsec.Sandbox.list(labels={"py-test": "bad-batch"}, **conn()), [])
+
+    def test_stopping_early_cancels_the_batch_and_kills_what_it_made(self) -> None:
+        steps = dsec.Sandbox.iter_create_many(4, concurrency=1, memory_mib=64, labels={"py-test": "early"}, **conn())
+        first = next(s for s in steps if s.sandbox is not None)
+        steps.close()  # type: ignore[attr-defined]
+        self.assertEqual(dsec.Sandbox.batch_info(first.batch_id, **conn()).state, "cancelled")
+        gone = harness.wait_until(lambda: dsec.Sandbox.list(labels={"py-test": "early"}, **conn()) == [])
+        self.assertTrue(gone, "the cancelled batch's sandboxes were killed")
 
 
 if __name__ == "__main__":

@@ -163,6 +163,13 @@ class RequestBodyTest(unittest.TestCase):
         self.assertEqual(sorted(q["label"]), ["run=r 1&x", "team=a"])
         self.assertEqual(parse_qs(urlsplit(calls.write_file("sb-x-abcdef", "/tmp/a b", "x", 0o750, None).call.target).query), {"path": ["/tmp/a b"], "mode": ["750"]})
 
+    def test_a_failed_batch_item_becomes_the_error_of_its_code_with_its_index(self) -> None:
+        e = calls.batch_failure("batch-abc123", {"type": "failed", "index": 7, "code": "CAPACITY_EXCEEDED", "reason": "the node is full"})
+        self.assertIsInstance(e, dsec.CapacityError)
+        self.assertEqual((e.message, e.details, e.retryable), ("the node is full", {"batchId": "batch-abc123", "index": 7}, True))
+        e = calls.batch_failure("batch-abc123", {"type": "failed", "index": 1})
+        self.assertEqual((type(e), e.code), (dsec.ServerError, "SANDBOX_CREATE_FAILED"))
+
     def test_results_read_camel_case_fields(self) -> None:
         r = dsec.ExecResult.from_wire({"exitCode": 3, "stdout": "AP8=", "stderr": "", "encoding": "base64", "stdoutBytes": 2, "timedOut": True, "durationMs": 4})
         self.assertEqual((r.exit_code, r.stdout, r.stdout_total, r.timed_out, r.ok), (3, b"\x00\xff", 2, True, False))
