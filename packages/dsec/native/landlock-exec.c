@@ -97,10 +97,20 @@ int main(int argc, char **argv) {
   if (abi < 1) return fail("this kernel has no usable Landlock; refusing to run the command unrestricted", NULL);
 
   if (i < argc && strcmp(argv[i], "--isolate") == 0) {
-    /* A domain of its own; block devices are useless in a sandbox (the device cgroup) anyway. */
-    struct ruleset_attr attr = {.handled_access_fs = FS_MAKE_BLOCK};
+    /*
+     * A domain of its own that changes nothing else: block devices are useless in a sandbox (the
+     * device cgroup) anyway. Every Landlock domain refuses linking or renaming across directories
+     * unless REFER is granted, so it is granted beneath / (ABI 2 and later; the edge does not
+     * isolate on older kernels).
+     */
+    if (abi < 2) return fail("--isolate needs Landlock ABI 2 (REFER)", NULL);
+    struct ruleset_attr attr = {.handled_access_fs = FS_MAKE_BLOCK | FS_REFER};
     int ruleset = (int)syscall(SYS_landlock_create_ruleset_, &attr, sizeof attr, 0);
     if (ruleset < 0) return fail("landlock_create_ruleset", "");
+    int root = open("/", O_PATH | O_CLOEXEC);
+    struct path_beneath_attr everywhere = {.allowed_access = FS_REFER, .parent_fd = root};
+    if (root < 0 || syscall(SYS_landlock_add_rule_, ruleset, LANDLOCK_RULE_PATH_BENEATH, &everywhere, 0) != 0) return fail("cannot allow", "REFER beneath /");
+    close(root);
     if (i + 2 >= argc || strcmp(argv[i + 1], "--") != 0) return fail("usage: dsec-landlock --isolate -- CMD [ARG]...", NULL);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail("prctl(PR_SET_NO_NEW_PRIVS)", "");
     if (syscall(SYS_landlock_restrict_self_, ruleset, 0) != 0) return fail("landlock_restrict_self", "");

@@ -26,9 +26,10 @@ export interface ExecTarget {
 /**
  * Whether every command starts in a Landlock domain of its own (dsec-landlock --isolate), so
  * that nothing an earlier command left running can reach into it (see landlock-exec.c). Needs
- * Landlock in the kernel; without it commands start as they are and the edge logs why.
+ * Landlock ABI 2 (REFER, so that links and renames across directories keep working); without
+ * it commands start as they are.
  */
-export const ISOLATE_COMMANDS = landlockAbi() >= 1;
+export const ISOLATE_COMMANDS = landlockAbi() >= 2;
 
 export function processSpecFor(
   target: ExecTarget,
