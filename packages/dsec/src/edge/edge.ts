@@ -1,4 +1,4 @@
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
@@ -39,6 +39,7 @@ import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
+import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
   isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
@@ -85,7 +86,9 @@ export class Edge implements EdgeApi {
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
     this.#hostGuard = new HostGuard(opts.id, this.#nft);
-    mkdirSync(opts.nodeDir, { recursive: true });
+    // 0700: nothing under the node dir is any host user's business but root's (see sandboxes-mount.ts).
+    mkdirSync(opts.nodeDir, { recursive: true, mode: 0o700 });
+    chmodSync(opts.nodeDir, 0o700);
     this.crun = new Crun(join(opts.nodeDir, 'crun'));
     this.layerCache = new LayerCache({
       nodeDir: opts.nodeDir,
@@ -109,6 +112,9 @@ export class Edge implements EdgeApi {
   async start(): Promise<{ adopted: string[]; cleaned: string[] }> {
     const adopted: string[] = [];
     const cleaned: string[] = [];
+    if (!secureSandboxesDir(this.records.dir)) {
+      this.opts.log.warn({ dir: this.records.dir }, 'sandboxes from an older dsec are mounted here: the directory is made nosuid,nodev at the first start without them');
+    }
     const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
     for (const { id, record } of this.records.scan()) {
       const c = running.get(id);
@@ -203,7 +209,7 @@ export class Edge implements EdgeApi {
       createdAt: new Date().toISOString(),
     };
     const paths = this.records.paths(req.id, record);
-    mkdirSync(paths.dir);
+    mkdirSync(paths.dir, { mode: 0o700 });
     mkdirSync(paths.scratch);
     this.records.save(record);
     const acquired: LayerDigest[] = [];
@@ -565,6 +571,7 @@ export class Edge implements EdgeApi {
       removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent
     }
     if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
+    if (this.#live.size === 0) releaseSandboxesDir(this.records.dir);
     await this.#nft.close();
     this.#state = 'stopped';
   }

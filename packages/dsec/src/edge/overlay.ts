@@ -1,6 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { ApiError } from '../api-error.js';
-import { MS_NODEV, mount } from '../host/syscalls.js';
+import { MS_NODEV, MS_NOSUID, mount } from '../host/syscalls.js';
 
 /** mount(2) takes the option string in one page. */
 const MAX_OPTIONS = 4095;
@@ -18,5 +18,7 @@ export function mountOverlay(layersBottomFirst: string[], upper: string, work: s
   if (options.length > MAX_OPTIONS) {
     throw new ApiError('INVALID_REQUEST', `too many layers (${layersBottomFirst.length}) for one overlay mount`, { layers: layersBottomFirst.length });
   }
-  mount('overlay', target, 'overlay', MS_NODEV, options);
+  // nosuid,nodev: a setuid file or a device node the sandbox makes in its writable layer stays
+  // inert wherever the overlay is reached from (crun also reaches it through this mount).
+  mount('overlay', target, 'overlay', MS_NODEV | MS_NOSUID, options);
 }

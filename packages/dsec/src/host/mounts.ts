@@ -4,6 +4,8 @@ export interface MountEntry {
   mountPoint: string;
   fsType: string;
   source: string;
+  /** Per-mount options (rw/ro, nosuid, nodev, noexec, …), the sixth field of mountinfo. */
+  options: string[];
 }
 
 /** mountinfo escapes space, tab, newline and backslash as octal (\040 …). */
@@ -21,7 +23,12 @@ export function readMounts(): MountEntry[] {
     const postFields = post?.split(' ') ?? [];
     const mountPoint = fields[4];
     if (mountPoint === undefined) continue;
-    out.push({ mountPoint: unescapeOctal(mountPoint), fsType: postFields[0] ?? '', source: unescapeOctal(postFields[1] ?? '') });
+    out.push({
+      mountPoint: unescapeOctal(mountPoint),
+      fsType: postFields[0] ?? '',
+      source: unescapeOctal(postFields[1] ?? ''),
+      options: (fields[5] ?? '').split(','),
+    });
   }
   return out;
 }
