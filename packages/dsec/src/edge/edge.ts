@@ -25,7 +25,7 @@ import { applyRuleset, attachLink, detachLink } from '../net/sandbox-network.js'
 import { FreezerPin, freeze, thaw } from '../host/freezer.js';
 import { syncfs } from '../host/syscalls.js';
 import { buildErofs } from '../image/erofs.js';
-import { DEFAULT_SCRUB, type DiffStats, stageUpperDiff } from '../image/pack-diff.js';
+import { DEFAULT_SCRUB, DiffLimitError, type DiffStats, stageUpperDiff } from '../image/pack-diff.js';
 import { ToolError } from '../host/run-tool.js';
 import type { BlobSource } from './blob-source.js';
 import { EDGE_PROTOCOL_VERSION } from './protocol/schemas.js';
@@ -40,6 +40,7 @@ import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
+import { removeTree } from '../host/remove-tree.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
   isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
@@ -100,7 +101,6 @@ export class Edge implements EdgeApi {
     this.layerMounts = new LayerMounts(opts.nodeDir, this.layerCache);
     this.records = new SandboxRecords(join(opts.nodeDir, 'sandboxes'));
     this.#tmpDir = join(opts.nodeDir, 'tmp');
-    rmSync(this.#tmpDir, { recursive: true, force: true }); // staging left by a crash
     mkdirSync(this.#tmpDir, { recursive: true });
   }
 
@@ -112,22 +112,31 @@ export class Edge implements EdgeApi {
   async start(): Promise<{ adopted: string[]; cleaned: string[] }> {
     const adopted: string[] = [];
     const cleaned: string[] = [];
+    // Staging left by a crash (a snapshot's copy of a tree the sandbox shaped: any depth).
+    await removeTree(this.#tmpDir);
+    mkdirSync(this.#tmpDir, { recursive: true });
     if (!secureSandboxesDir(this.records.dir)) {
       this.opts.log.warn({ dir: this.records.dir }, 'sandboxes from an older dsec are mounted here: the directory is made nosuid,nodev at the first start without them');
     }
     const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
     for (const { id, record } of this.records.scan()) {
       const c = running.get(id);
+      running.delete(id);
       // A paused sandbox is adopted too (crun reports its frozen cgroup as paused): the kernel's
       // freezer, not state.json, says whether it is paused.
       if (record?.phase === 'running' && (c?.status === 'running' || c?.status === 'paused')) {
         this.#live.set(id, this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' }));
         adopted.push(id);
-      } else {
+        continue;
+      }
+      // A sandbox's leftovers are its own to shape; failing to clean one must not keep the edge
+      // (and every other sandbox) down. It stays for the next start or an operator, logged.
+      try {
         await this.#teardown(id, record?.layers ?? [], false);
         cleaned.push(id);
+      } catch (err) {
+        this.opts.log.error({ sandbox: id, err: (err as Error).message }, 'could not clean up a dead sandbox; leaving it and starting anyway');
       }
-      running.delete(id);
     }
     // Containers in our crun root without a sandbox dir: a crash between crun run and state save.
     for (const id of running.keys()) {
@@ -267,7 +276,7 @@ export class Edge implements EdgeApi {
     removeCgroupTree(`${CGROUP_PARENT}/${id}`);
     await detachLink(id); // normally gone with the netns; a crash may leave the host end
     if (releaseLayers) for (const l of layers) this.layerMounts.release(l);
-    rmSync(paths.dir, { recursive: true, force: true });
+    await removeTree(paths.dir);
   }
 
   #liveSandbox(record: SandboxRecord): LiveSandbox {
@@ -414,6 +423,9 @@ export class Edge implements EdgeApi {
           closeSync(fd);
         }
         stats = stageUpperDiff(paths.upper, stage, opts.scrub ?? DEFAULT_SCRUB);
+      } catch (err) {
+        if (err instanceof DiffLimitError) throw new ApiError('PAYLOAD_TOO_LARGE', err.message, err.details);
+        throw err;
       } finally {
         if (!wasPaused) await thaw(id);
       }
@@ -429,7 +441,7 @@ export class Edge implements EdgeApi {
       const layer = await this.opts.blobs.put(blob);
       return { layer, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
     } finally {
-      rmSync(stage, { recursive: true, force: true });
+      await removeTree(stage);
     }
   }
 

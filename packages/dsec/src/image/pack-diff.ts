@@ -38,21 +38,50 @@ function copyMeta(src: string, dest: string, st: Stats, isLink: boolean): void {
   if (!isLink) chmodSync(dest, st.mode & 0o7777);
 }
 
+/** The longest path the kernel resolves (PATH_MAX, with its terminating NUL) and mkfs.erofs can pack. */
+export const MAX_PATH_BYTES = 4095;
+
+/** A sandbox's upper dir cannot become a layer (a path too long for mkfs.erofs, or over a limit). */
+export class DiffLimitError extends Error {
+  override readonly name = 'DiffLimitError';
+  constructor(
+    message: string,
+    readonly details: Record<string, unknown>,
+  ) {
+    super(message);
+  }
+}
+
 /**
  * pack_diff's capture step: copies a sandbox's overlay upper dir (a frozen one) into `stage` as
  * a layer tree: whiteouts (char 0:0) and opaque dirs kept, overlay-internal xattrs stripped,
  * hard links kept as links, owners, modes, times and other xattrs kept, scrub paths left out.
  * The copy is what lets the sandbox thaw while mkfs.erofs runs.
+ *
+ * The tree is the sandbox's to shape, so the walk is iterative (an explicit stack: no depth
+ * can overflow the JS stack) and refuses, before touching it, any path whose staged copy would
+ * not fit in PATH_MAX: the kernel cannot resolve it by name and mkfs.erofs (which works on full
+ * paths) could not pack it. The caller removes `stage` whatever happens (host/remove-tree.ts
+ * copes with any depth).
  */
 export function stageUpperDiff(upper: string, stage: string, scrub: string[] = DEFAULT_SCRUB): DiffStats {
   const stats: DiffStats = { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 };
   const inodes = new Map<string, string>();
   const dirTimes: [string, Stats][] = [];
+  const longest = Math.max(Buffer.byteLength(upper), Buffer.byteLength(stage));
+  const pending: string[] = [''];
 
-  const walk = (rel: string): void => {
+  for (let rel = pending.pop(); rel !== undefined; rel = pending.pop()) {
     for (const name of readdirSync(join(upper, rel))) {
       const childRel = `${rel}/${name}`;
       if (isScrubbed(childRel, scrub)) continue;
+      if (longest + Buffer.byteLength(childRel) > MAX_PATH_BYTES) {
+        throw new DiffLimitError(
+          `the sandbox has a path too long to snapshot (${Buffer.byteLength(childRel)} bytes, beginning ${JSON.stringify(childRel.slice(0, 80))}): ` +
+            `a layer holds paths up to ${MAX_PATH_BYTES - longest} bytes; remove or shorten that tree first`,
+          { path: childRel.slice(0, 256), maxPathBytes: MAX_PATH_BYTES - longest },
+        );
+      }
       const src = join(upper, childRel);
       const dest = join(stage, childRel);
       const st = lstatSync(src);
@@ -61,7 +90,7 @@ export function stageUpperDiff(upper: string, stage: string, scrub: string[] = D
         mkdirSync(dest);
         copyMeta(src, dest, st, false);
         if (listXattrs(src).includes('trusted.overlay.opaque')) stats.opaqueDirs++;
-        walk(childRel);
+        pending.push(childRel);
         dirTimes.push([dest, st]);
         continue;
       }
@@ -88,9 +117,8 @@ export function stageUpperDiff(upper: string, stage: string, scrub: string[] = D
       lutimesSync(dest, st.atime, st.mtime);
       if (st.nlink > 1) inodes.set(key, dest);
     }
-  };
-  walk('');
+  }
   // Directory times last: creating children changed them.
-  for (const [dest, st] of dirTimes.reverse()) lutimesSync(dest, st.atime, st.mtime);
+  for (const [dest, st] of dirTimes) lutimesSync(dest, st.atime, st.mtime);
   return stats;
 }
