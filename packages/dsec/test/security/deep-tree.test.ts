@@ -55,7 +55,7 @@ describe('red team: a directory tree deeper than PATH_MAX', { skip: integrationS
     const err = expectWireError(res, 413, 'PAYLOAD_TOO_LARGE');
     assert.match(err.message, /path too long to snapshot/, err.message);
     assert.deepEqual(
-      readdirSync(join(dataDir, 'tmp')).filter((n) => n.startsWith('snap-')),
+      readdirSync(join(dataDir, 'node', 'tmp')).filter((n) => n.startsWith('snap-')),
       [],
       'a snapshot staging dir was left behind',
     );
