@@ -85,6 +85,16 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
             self.assertIn(b"hello-term", out)
             self.assertEqual(await t.wait(timeout=20), 3)
 
+    async def test_closing_a_progress_iterator_early_cancels_the_batch(self) -> None:
+        steps = dsec.AsyncSandbox.iter_create_many(3, concurrency=1, memory_mib=64, labels={"py-test": "async-early"}, **conn())
+        async for step in steps:
+            if step.sandbox is not None:
+                break
+        await steps.aclose()  # type: ignore[attr-defined]
+        self.assertEqual((await dsec.AsyncSandbox.batch_info(step.batch_id, **conn())).state, "cancelled")
+        gone = await asyncio.to_thread(harness.wait_until, lambda: dsec.Sandbox.list(labels={"py-test": "async-early"}, **conn()) == [])
+        self.assertTrue(gone, "the cancelled batch's sandboxes were killed")
+
     async def test_create_many_and_the_context_manager(self) -> None:
         batch = await dsec.AsyncSandbox.create_many(3, concurrency=3, memory_mib=64, labels={"py-test": "async-many"}, **conn())
         self.assertEqual((len(batch.sandboxes), batch.failures), (3, []))
