@@ -11,7 +11,7 @@ import io
 import tarfile
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import calls
 from . import models as m
@@ -290,7 +290,10 @@ def untar_into(archive: bytes, local_dir: str) -> None:
                 raise DsecError(f"refusing to unpack {name!r}: it would leave {local_dir}", "UNSAFE_ARCHIVE")
             if (member.issym() or member.islnk()) and (member.linkname.startswith("/") or ".." in member.linkname.split("/")):
                 raise DsecError(f"refusing to unpack link {name!r} -> {member.linkname!r}", "UNSAFE_ARCHIVE")
-        tar.extractall(local_dir)  # noqa: S202 - every member checked above
+        if hasattr(tarfile, "data_filter"):  # 3.12, and security releases of 3.9-3.11
+            tar.extractall(local_dir, **cast(Dict[str, Any], {"filter": "data"}))  # older typeshed lacks filter=
+        else:
+            tar.extractall(local_dir)  # noqa: S202 - every member checked above
 
 
 class Files:
