@@ -57,6 +57,8 @@ export class ControlPlane {
   readonly batches: BatchService;
   /** Counted here, not in routes, so forks, replays and every exec path count too. */
   readonly metrics = new Metrics();
+  /** Sandboxes whose create is in flight here: reconcile leaves them to their create. */
+  readonly #creating = new Set<string>();
   readonly #burstPool: string;
   readonly #burstThreshold: number;
 
@@ -90,18 +92,27 @@ export class ControlPlane {
    */
   async reconcile(edgeId: string): Promise<{ lost: string[]; orphans: string[]; killedLost: string[] }> {
     const edge = this.edges.apiEvenIfLost(edgeId);
+    // A create that is in flight now may finish on the edge after it lists its sandboxes, or
+    // before the store is read below: either way, that sandbox is its create's to settle.
+    const inflight = new Set(this.#creating);
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
     const lost: string[] = [];
     const killedLost: string[] = [];
     for (const s of this.store.listSandboxes({ edge: edgeId })) {
+      if (inflight.has(s.id) || this.#creating.has(s.id)) {
+        onEdge.delete(s.id);
+        continue;
+      }
       if ((s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id)) {
         this.store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
         lost.push(s.id);
       }
       if (s.status === 'creating' && onEdge.has(s.id)) this.store.setStatus(s.id, 'running');
-      if (s.status === 'lost' && onEdge.has(s.id)) {
-        await edge.killSandbox(s.id).catch((err: unknown) => this.log.error({ err, sandbox: s.id }, 'killing a sandbox reported lost failed'));
-        this.store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
+      const live = s.status === 'running' || s.status === 'creating' || s.status === 'paused';
+      if (!live && onEdge.has(s.id)) {
+        // Reported lost, failed or stopped: the caller was told it is not running, so it must not run.
+        await edge.killSandbox(s.id).catch((err: unknown) => this.log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
+        if (s.status === 'lost') this.store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
         killedLost.push(s.id);
       }
       onEdge.delete(s.id);
@@ -217,6 +228,7 @@ export class ControlPlane {
         info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
       }
       if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
+      this.#creating.add(info.id);
       this.store.insertSandbox(info, opts.batch);
       this.store.saveSpec(info.id, req);
       this.edges.reserve(edgeId, limits);
@@ -224,6 +236,7 @@ export class ControlPlane {
       try {
         await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, ...(network ? { network } : {}) });
       } catch (err) {
+        this.#creating.delete(info.id);
         this.edges.release(edgeId, limits, true);
         const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
         if (retry) {
@@ -241,6 +254,11 @@ export class ControlPlane {
         throw new ApiError('SANDBOX_CREATE_FAILED', reason, { sandboxId: info.id });
       }
       this.edges.release(edgeId, limits, false);
+      this.#creating.delete(info.id);
+      // The edge was declared lost while this create was in flight: the row says lost, and stays so.
+      if (this.store.getSandbox(info.id)?.status === 'lost') {
+        throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, { sandboxId: info.id, edge: edgeId });
+      }
       this.store.setStatus(info.id, 'running');
       this.metrics.observeCreate(performance.now() - started);
       return { ...info, status: 'running' };
