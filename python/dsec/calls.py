@@ -74,8 +74,18 @@ class Op(Generic[T]):
     raw: bool = False
 
 
-def _ms(seconds: Optional[float]) -> Optional[int]:
-    return None if seconds is None else int(round(seconds * 1000))
+def _invalid(field: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(message, "INVALID_REQUEST", None, {"field": field})
+
+
+def _ms(seconds: Optional[float], field: str = "timeout") -> Optional[int]:
+    """Seconds → wire milliseconds; a caller's string or bool is refused here, where the message
+    can name the Python argument."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise _invalid(field, f"{field} must be a number of seconds, got {type(seconds).__name__} {seconds!r}")
+    return int(round(seconds * 1000))
 
 
 def _query(**kv: Any) -> List[Tuple[str, str]]:
@@ -367,7 +377,7 @@ def process_output(sandbox_id: str, process_id: str, stdout_offset: int, stderr_
 
 
 def wait_process(sandbox_id: str, process_id: str, wait: float, timeout: Optional[float]) -> Op[m.ProcessInfo]:
-    call = json_call("POST", _proc(sandbox_id, process_id, "/wait"), {"timeoutMs": _ms(wait)}, timeout=timeout if timeout is not None else wait + COMMAND_MARGIN)
+    call = json_call("POST", _proc(sandbox_id, process_id, "/wait"), {"timeoutMs": _ms(wait, "wait")}, timeout=timeout if timeout is not None else wait + COMMAND_MARGIN)
     return Op(call, m.ProcessInfo.from_wire)
 
 
@@ -417,7 +427,14 @@ def _raw(b: Any) -> bytes:
     return b  # type: ignore[no-any-return]
 
 
+def _path(path: Any, field: str = "path") -> str:
+    if not isinstance(path, str) or not path:
+        raise _invalid(field, f"{field} must be a non-empty str (a path in the sandbox), got {type(path).__name__} {path!r}")
+    return path
+
+
 def read_file(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[bytes]:
+    _path(path)
     return Op(Call("GET", _sb(sandbox_id, "/files"), query=_query(path=path), timeout=timeout), _raw, raw=True)
 
 
@@ -427,41 +444,50 @@ def as_bytes(data: Any, field: str) -> bytes:
         return data.encode("utf-8")
     if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data)
-    raise InvalidRequestError(f"{field} must be str or bytes, got {type(data).__name__}", "INVALID_REQUEST", None, {"field": field})
+    raise _invalid(field, f"{field} must be str or bytes, got {type(data).__name__}")
 
 
 def write_file(sandbox_id: str, path: str, data: Union[str, bytes], mode: Optional[int], timeout: Optional[float]) -> Op[m.WriteResult]:
+    _path(path)
     raw = as_bytes(data, "data")
     q = _query(path=path, mode=format(mode, "o") if mode is not None else None)
     return Op(Call("PUT", _sb(sandbox_id, "/files"), query=q, body=raw, timeout=timeout), m.WriteResult.from_wire)
 
 
 def stat(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[m.FileStat]:
+    _path(path)
     return Op(Call("GET", _sb(sandbox_id, "/files/stat"), query=_query(path=path), timeout=timeout), m.FileStat.from_wire)
 
 
 def list_dir(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[m.DirListing]:
+    _path(path)
     return Op(Call("GET", _sb(sandbox_id, "/files/list"), query=_query(path=path), timeout=timeout), m.DirListing.from_wire)
 
 
 def mkdir(sandbox_id: str, path: str, parents: bool, timeout: Optional[float]) -> Op[None]:
+    _path(path)
     return Op(json_call("POST", _sb(sandbox_id, "/files/mkdir"), {"path": path, "parents": parents}, timeout=timeout), _none)
 
 
 def remove(sandbox_id: str, path: str, recursive: bool, timeout: Optional[float]) -> Op[None]:
+    _path(path)
     return Op(Call("DELETE", _sb(sandbox_id, "/files"), query=_query(path=path, recursive=recursive), timeout=timeout), _none)
 
 
 def rename(sandbox_id: str, src: str, dst: str, timeout: Optional[float]) -> Op[None]:
+    _path(src, "src")
+    _path(dst, "dst")
     return Op(json_call("POST", _sb(sandbox_id, "/files/rename"), {"from": src, "to": dst}, timeout=timeout), _none)
 
 
 def upload_tar(sandbox_id: str, directory: str, archive: bytes, timeout: Optional[float]) -> Op[m.WriteResult]:
+    _path(directory, "directory")
     call = Call("PUT", _sb(sandbox_id, "/files/tar"), query=_query(path=directory), body=as_bytes(archive, "archive"), content_type="application/x-tar", timeout=timeout)
     return Op(call, m.WriteResult.from_wire)
 
 
 def download_tar(sandbox_id: str, path: str, timeout: Optional[float]) -> Op[bytes]:
+    _path(path)
     return Op(Call("GET", _sb(sandbox_id, "/files/tar"), query=_query(path=path), timeout=timeout), _raw, raw=True)
 
 

@@ -152,6 +152,19 @@ class RequestBodyTest(unittest.TestCase):
         self.assertEqual(body, {"cmd": ["cat"], "cwd": "/tmp", "timeoutMs": 1500, "writablePaths": ["/work"], "encoding": "base64", "stdin": "AP8=", "stdinEncoding": "base64"})
         self.assertEqual(calls.exec_body("echo", stdin="text")["stdin"], "text")
 
+    def test_arguments_of_the_wrong_python_type_are_refused_naming_the_argument(self) -> None:
+        for make, field in (
+            (lambda: calls.exec_body("true", timeout="5"), "timeout"),  # type: ignore[arg-type]
+            (lambda: calls.exec_body("true", timeout=True), "timeout"),
+            (lambda: calls.wait_process("sb-x-abcdef", "p-1", "30", None), "wait"),  # type: ignore[arg-type]
+            (lambda: calls.write_file("sb-x-abcdef", "/x", {"a": 1}, None, None), "data"),  # type: ignore[arg-type]
+            (lambda: calls.read_file("sb-x-abcdef", 123, None), "path"),  # type: ignore[arg-type]
+            (lambda: calls.rename("sb-x-abcdef", "/a", None, None), "dst"),  # type: ignore[arg-type]
+        ):
+            with self.assertRaises(dsec.InvalidRequestError) as cm:
+                make()
+            self.assertEqual(cm.exception.details, {"field": field}, cm.exception.message)
+
     def test_the_http_deadline_of_a_command_is_its_timeout_plus_a_margin(self) -> None:
         self.assertEqual(calls.command_deadline(5, None), 15)
         self.assertEqual(calls.command_deadline(None, None), 70)
