@@ -212,7 +212,7 @@ export class ControlPlane {
       const info: SandboxInfo = {
         id: newSandboxId(edgeId),
         edge: edgeId,
-        backend: 'container',
+        backend: req.backend ?? 'container',
         status: 'creating',
         image: req.image,
         imageId,
@@ -234,7 +234,7 @@ export class ControlPlane {
       this.edges.reserve(edgeId, limits);
       opts.onPlaced?.(edgeId, info.id);
       try {
-        await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, ...(network ? { network } : {}) });
+        await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend, ...(network ? { network } : {}) });
       } catch (err) {
         this.#creating.delete(info.id);
         this.edges.release(edgeId, limits, true);

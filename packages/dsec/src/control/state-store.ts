@@ -103,6 +103,7 @@ export class StateStore {
       ['last_activity', 'INTEGER NOT NULL DEFAULT 0'],
       ['batch_id', 'TEXT'],
       ['batch_index', 'INTEGER'],
+      ['backend', "TEXT NOT NULL DEFAULT 'container'"],
     ];
     for (const [col, type] of add) if (!have.has(col)) this.db.exec(`ALTER TABLE sandboxes ADD COLUMN ${col} ${type}`);
     this.db.exec('CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_batch ON sandboxes(batch_id, batch_index) WHERE batch_id IS NOT NULL');
@@ -204,12 +205,12 @@ export class StateStore {
     this.db
       .prepare(
         `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
-          on_expiry, expires_at, last_activity, batch_id, batch_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          on_expiry, expires_at, last_activity, batch_id, batch_index, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
       .run(
         s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null,
         JSON.stringify(s.layers), s.ttlSeconds ?? null, s.idleTimeoutSeconds ?? null, s.onExpiry,
-        s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt), batch?.id ?? null, batch?.index ?? null,
+        s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt), batch?.id ?? null, batch?.index ?? null, s.backend,
       );
   }
 
@@ -327,13 +328,14 @@ interface SandboxRow {
   on_expiry: 'stop' | 'pause';
   expires_at: number | null;
   last_activity: number;
+  backend: SandboxInfo['backend'];
 }
 
 function fromRow(r: SandboxRow): SandboxInfo {
   const info: SandboxInfo = {
     id: r.id,
     edge: r.edge,
-    backend: 'container',
+    backend: r.backend,
     status: r.status,
     image: r.image,
     imageId: r.image_id,

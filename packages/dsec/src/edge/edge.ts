@@ -57,6 +57,8 @@ export interface EdgeOptions {
   maxSandboxes: number;
   /** Budget of the node's layer cache; default DEFAULT_LAYER_CACHE_BYTES. */
   layerCacheBytes?: number;
+  /** Whether another backend (VMs) holds a layer, so the cache keeps it. */
+  layerInUse?: (digest: LayerDigest) => boolean;
   log: Logger;
 }
 
@@ -95,7 +97,7 @@ export class Edge implements EdgeApi {
       nodeDir: opts.nodeDir,
       source: opts.blobs,
       budgetBytes: opts.layerCacheBytes ?? DEFAULT_LAYER_CACHE_BYTES,
-      inUse: (d) => this.layerMounts.inUse(d),
+      inUse: (d) => this.layerMounts.inUse(d) || (opts.layerInUse?.(d) ?? false),
       log: opts.log,
     });
     this.layerMounts = new LayerMounts(opts.nodeDir, this.layerCache);

@@ -1,4 +1,4 @@
-import type { SandboxProcess, StreamName } from './sandbox-process.js';
+import type { CommandProcess, StreamName } from './sandbox-process.js';
 
 /**
  * A process's output as an async iterable, at the consumer's pace: past a few queued chunks the
@@ -6,7 +6,7 @@ import type { SandboxProcess, StreamName } from './sandbox-process.js';
  * more than that. `kept` yields only bytes within the output cap; `raw` yields everything (for
  * tar streams, which are not capped). Leaving the loop early kills the process.
  */
-export async function* iterateOutput(proc: SandboxProcess, mode: 'kept' | 'raw'): AsyncGenerator<{ stream: StreamName; data: Buffer }> {
+export async function* iterateOutput(proc: CommandProcess, mode: 'kept' | 'raw'): AsyncGenerator<{ stream: StreamName; data: Buffer }> {
   const queue: { stream: StreamName; data: Buffer }[] = [];
   let wake: (() => void) | undefined;
   const off = proc.onOutput((stream, raw, kept) => {

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Encoding, ProcessInfo, ProcessOutput, StartProcessRequest } from '@dsec/sdk/schema';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
-import { SandboxProcess } from './sandbox-process.js';
+import { SandboxProcess, type CommandProcess } from './sandbox-process.js';
 
 interface Entry {
   id: string;
   cmd: StartProcessRequest['cmd'];
-  proc: SandboxProcess;
+  proc: CommandProcess;
 }
 
 /** How many finished processes a sandbox remembers (running ones are never dropped). */
@@ -26,7 +26,12 @@ export class ProcessTable {
       maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
       timeoutMs: req.timeoutMs,
     });
-    const entry: Entry = { id: `p-${randomBytes(6).toString('hex')}`, cmd: req.cmd, proc };
+    return this.add(req.cmd, proc);
+  }
+
+  /** Tracks a command some other way started (a VM guest's agent runs it). */
+  add(cmd: StartProcessRequest['cmd'], proc: CommandProcess): ProcessInfo {
+    const entry: Entry = { id: `p-${randomBytes(6).toString('hex')}`, cmd, proc };
     this.#entries.set(entry.id, entry);
     void proc.done.then(() => this.#prune());
     return this.#info(entry);

@@ -36,6 +36,15 @@ export function killTagged(sandboxId: string, tag: string): number {
 }
 export type OutputListener = (stream: StreamName, raw: Buffer, kept: Buffer) => void;
 
+/**
+ * What the exec engine needs of a running command, whatever runs it: a SandboxProcess (crun exec
+ * into a container) or a VM backend's process (the guest agent's exec).
+ */
+export type CommandProcess = Pick<
+  SandboxProcess,
+  'stdout' | 'stderr' | 'done' | 'startedAt' | 'exit' | 'onOutput' | 'writeStdin' | 'endStdin' | 'pause' | 'resume' | 'signal' | 'kill'
+>;
+
 export interface ProcessExit {
   exitCode: number;
   timedOut: boolean;

@@ -7,8 +7,10 @@ import { EdgeRegistry } from '../control/edges/edge-registry.js';
 import { createApiKey, hashKey } from '../control/api-keys.js';
 import { buildServer, type App } from '../control/server.js';
 import { StateStore } from '../control/state-store.js';
-import { Edge } from '../edge/edge.js';
+import type { Edge } from '../edge/edge.js';
 import { LocalBlobSource } from '../edge/blob-source.js';
+import type { VmBackend } from '../edge/backends/vm/vm-backend.js';
+import { makeNodeBackends, type NodeBackends } from './node-backends.js';
 import { isProcessAlive } from '../edge/process-tree.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
@@ -34,6 +36,8 @@ export interface RunningDsec {
   newKey: boolean;
   app: App;
   edge: Edge;
+  /** microVM/VM sandboxes; undefined when the VM guest was not built. */
+  vms: VmBackend | undefined;
   control: ControlPlane;
   images: ImageStore;
   log: Logger;
@@ -88,7 +92,7 @@ export async function startControlPlane(opts: ServerOptions & { edgeLostAfterMs?
 async function startDsecProcess(
   opts: ServerOptions & { edgeLostAfterMs?: number },
   extra: { log?: Logger; localEdge: boolean },
-): Promise<RunningControl & { edge?: Edge }> {
+): Promise<RunningControl & { edge?: Edge; vms?: VmBackend | undefined }> {
   const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
   // A control plane alone runs no sandbox, but builds images (mkfs.erofs): the same host checks.
   const doctor = runDoctor({ dataDir: opts.dataDir });
@@ -106,8 +110,9 @@ async function startDsecProcess(
   const registry = new EdgeRegistry({ store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
   const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry });
   let edge: Edge | undefined;
+  let node: NodeBackends | undefined;
   if (extra.localEdge) {
-    edge = new Edge({
+    node = makeNodeBackends({
       id: opts.edgeId,
       nodeDir: join(opts.dataDir, 'node'),
       blobs: new LocalBlobSource(layers),
@@ -115,8 +120,9 @@ async function startDsecProcess(
       layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
       log: log.child({ edge: opts.edgeId }),
     });
-    await edge.start();
-    await control.edges.addLocal(opts.edgeId, edge);
+    edge = node.edge;
+    await node.start();
+    await control.edges.addLocal(opts.edgeId, node.api);
     await control.reconcile(opts.edgeId);
   }
   // Remote edges known from before a restart are reconciled when they next report.
@@ -134,7 +140,7 @@ async function startDsecProcess(
     stopExpiryLoop();
     stopEdgeWatcher();
     await app.close();
-    await edge?.shutdown({ killAll: false });
+    await node?.shutdown({ killAll: false });
     store.close();
     releaseLock();
     const code = (err as NodeJS.ErrnoException).code;
@@ -159,7 +165,7 @@ async function startDsecProcess(
   chmodSync(clientFilePath(opts.dataDir), 0o600);
 
   let closed = false;
-  const running: RunningControl & { edge?: Edge } = {
+  const running: RunningControl & { edge?: Edge; vms?: VmBackend | undefined } = {
     url,
     apiKey,
     newKey,
@@ -169,6 +175,7 @@ async function startDsecProcess(
     images,
     log,
     doctor,
+    vms: node?.vms,
     async close(closeOpts = {}) {
       if (closed) return;
       closed = true;
@@ -177,7 +184,7 @@ async function startDsecProcess(
       await control.batches.stop();
       await app.close();
       if (closeOpts.killAll) await control.killAll();
-      await edge?.shutdown({ killAll: closeOpts.killAll ?? false });
+      await node?.shutdown({ killAll: closeOpts.killAll ?? false });
       store.close();
       releaseLock();
     },

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import type { App } from '../control/server.js';
 import { HttpBlobSource } from '../edge/blob-source.js';
-import { Edge } from '../edge/edge.js';
+import type { Edge } from '../edge/edge.js';
+import { makeNodeBackends } from './node-backends.js';
 import { isProcessAlive } from '../edge/process-tree.js';
 import { buildEdgeServer } from '../edge/server/edge-server.js';
 import { doctorPassed, formatChecks, runDoctor } from '../host/doctor.js';
@@ -80,7 +81,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const releaseLock = takePidLock(opts.dataDir);
   const id = edgeIdFor(opts.dataDir, opts.id);
   const joinUrl = opts.join.replace(/\/$/, '');
-  const edge = new Edge({
+  const node = makeNodeBackends({
     id,
     nodeDir: join(opts.dataDir, 'node'),
     blobs: new HttpBlobSource(joinUrl, opts.token),
@@ -88,15 +89,16 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     log: log.child({ edge: id }),
   });
+  const api = node.api;
   let server: App | undefined;
   try {
-    await edge.start();
-    server = await buildEdgeServer(edge, { token: opts.token, log: log.child({ edge: id }) });
+    await node.start();
+    server = await buildEdgeServer(api, { token: opts.token, log: log.child({ edge: id }) });
     const { host, port } = parseListen(opts.listen);
     await server.listen({ host, port });
   } catch (err) {
     await server?.close();
-    await edge.shutdown();
+    await node.shutdown();
     releaseLock();
     throw err;
   }
@@ -109,7 +111,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     const res = await fetch(`${joinUrl}/v1/cluster/edges`, {
       method: 'POST',
       headers: auth,
-      body: JSON.stringify({ id, url, pool: opts.pool, labels: opts.labels, cpuOvercommit: opts.cpuOvercommit, info: await edge.info() }),
+      body: JSON.stringify({ id, url, pool: opts.pool, labels: opts.labels, cpuOvercommit: opts.cpuOvercommit, info: await api.info() }),
       signal: AbortSignal.timeout(10_000),
     });
     if (!res.ok) throw new Error(`joining ${joinUrl} failed: HTTP ${res.status} ${await res.text()}`);
@@ -122,7 +124,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const left = new Promise<void>((r) => (leave = r));
   let warned = false;
   const beat = async (): Promise<void> => {
-    const info = await edge.info();
+    const info = await api.info();
     const res = await fetch(`${joinUrl}/v1/cluster/edges/${id}/heartbeat`, { method: 'PUT', headers: auth, body: JSON.stringify({ info }), signal: AbortSignal.timeout(5_000) });
     let state: string | undefined;
     if (res.status === 404) state = (await register()).state;
@@ -156,7 +158,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   return {
     id,
     url,
-    edge,
+    edge: node.edge,
     left,
     async close(closeOpts = {}) {
       if (closed) return;
@@ -164,7 +166,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
       stopped = true;
       await loopDone;
       await server.close();
-      await edge.shutdown({ killAll: closeOpts.killAll ?? false });
+      await node.shutdown({ killAll: closeOpts.killAll ?? false });
       releaseLock();
     },
   };

@@ -40,9 +40,16 @@ export const SandboxStatus = Type.Union(
 );
 export type SandboxStatus = Static<typeof SandboxStatus>;
 
+export const SandboxBackend = Type.Union([Type.Literal('container'), Type.Literal('microvm'), Type.Literal('vm')], {
+  description:
+    'Isolation backend. container: crun on the host kernel. microvm: a QEMU microVM (virtio-mmio, no firmware) with its own kernel. vm: a QEMU q35 machine with PCI. VMs serve exec, files, background processes, pause/resume and kill; other calls answer BACKEND_UNSUPPORTED.',
+  default: 'container',
+});
+export type SandboxBackend = Static<typeof SandboxBackend>;
+
 export const CreateSandboxRequest = Type.Object(
   {
-    backend: Type.Optional(Type.Literal('container', { description: 'Isolation backend.', default: 'container' })),
+    backend: Type.Optional(SandboxBackend),
     image: Type.String({
       minLength: 1,
       maxLength: 200,
@@ -86,7 +93,7 @@ export const SandboxInfo = Type.Object(
   {
     id: Type.String({ description: 'Sandbox id; encodes the edge it runs on: sb-<edge>-<random>.' }),
     edge: Type.String(),
-    backend: Type.Literal('container'),
+    backend: SandboxBackend,
     status: SandboxStatus,
     image: Type.String({ description: 'The image as requested.' }),
     imageId: Type.String({ description: 'The resolved image id.' }),

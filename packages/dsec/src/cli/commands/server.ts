@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { compileOptions } from '../../config/options.js';
 import { doctorPassed, formatChecks, runDoctor } from '../../host/doctor.js';
+import { vmCheck } from '../../runtime/vm-check.js';
 import { startAllInOne } from '../../runtime/all-in-one.js';
 
 export function registerServerCommands(program: Command): void {
@@ -40,9 +41,9 @@ export function registerServerCommands(program: Command): void {
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
     .option('--no-fix', 'only look; change nothing')
     .option('--json', 'machine-readable output')
-    .action((flags: { dataDir?: string; fix: boolean; json?: boolean }) => {
+    .action(async (flags: { dataDir?: string; fix: boolean; json?: boolean }) => {
       const opts = compileOptions({ dataDir: flags.dataDir });
-      const checks = runDoctor({ dataDir: opts.dataDir, fix: flags.fix });
+      const checks = [...runDoctor({ dataDir: opts.dataDir, fix: flags.fix }), await vmCheck()];
       if (flags.json) process.stdout.write(JSON.stringify(checks, null, 2) + '\n');
       else process.stdout.write(formatChecks(checks) + '\n');
       const ok = doctorPassed(checks);

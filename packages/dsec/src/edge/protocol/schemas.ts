@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { ImageConfig, LayerCacheStats } from '@dsec/sdk/schema';
+import { ImageConfig, LayerCacheStats, SandboxBackend } from '@dsec/sdk/schema';
 
 /**
  * The edge protocol: what crosses the control plane ↔ edge seam, as schemas. The edge's HTTP
@@ -48,6 +48,8 @@ export const EdgeCreateRequest = Type.Object(
     config: ImageConfig,
     env: Type.Record(Type.String(), Type.String()),
     limits: SandboxLimits,
+    /** Isolation backend; container when absent. */
+    backend: Type.Optional(SandboxBackend),
     /** Egress policy applied right after start; none (loopback only) when absent. */
     network: Type.Optional(EdgeNetworkRequest),
   },

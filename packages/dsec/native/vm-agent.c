@@ -1,0 +1,907 @@
+/*
+ * dsec-vm-agent: PID 1 of a dsec microVM or VM guest, and the edge's only way into it.
+ *
+ * Boot: mounts /proc, /sys, /dev; loads the kernel modules packed beside it in the initramfs
+ * (every .ko in /modules, in name order); finds the disks the edge attached by their virtio-blk serials
+ * (layer0..layerN-1: the image's EROFS layers, read-only; upper: an ext4 disk of its own);
+ * composes them with overlayfs exactly as a container's root is composed; moves into that root;
+ * opens the virtio-serial port named "dsec.agent" and says {"ev":"ready"}.
+ *
+ * Then it serves the edge over that port (protocol: packages/dsec/src/edge/backends/vm/README.md):
+ * frames of [u32 header length][u32 payload length][JSON header][payload], requests carrying an
+ * id the edge chose, events echoing it. exec (streamed stdout/stderr, stdin, signals to the
+ * command's process group, exit status), file read/write/stat/list/mkdir/remove/rename, sync.
+ *
+ * The port has one end in the guest (this process holds it; virtio_console refuses a second
+ * opener with EBUSY, and the device node is unlinked once open) and one on the host (a unix
+ * socket in the sandbox's directory that only the edge, as root, can open).
+ *
+ * A boot failure is printed on the console, which the edge keeps as console.log, and powers the
+ * guest off: the edge reports the message as the create's failure.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_HEADER (64 * 1024)
+#define MAX_PAYLOAD (64 * 1024 * 1024)
+#define MAX_PROCS 256
+#define MAX_LAYERS 64
+#define CHUNK 65536
+
+/* ---------- console and fatal errors ------------------------------------------------------ */
+
+static void logmsg(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "dsec-vm-agent: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+static void fatal(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "dsec-vm-agent: fatal: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  sync();
+  reboot(RB_POWER_OFF);
+  _exit(1);
+}
+
+/* ---------- a small JSON reader: one flat object of strings, numbers, bools, string arrays --- */
+
+#define MAX_KEYS 32
+#define MAX_ARR 4096
+
+struct jval {
+  char key[32];
+  int type; /* 's' string, 'n' number, 'b' bool, 'a' array of strings, '0' null */
+  char *str;
+  long long num;
+  char **arr;
+  int n;
+};
+
+struct jobj {
+  struct jval v[MAX_KEYS];
+  int n;
+};
+
+static const char *skip_ws(const char *p) {
+  while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+  return p;
+}
+
+static int utf8_put(char *out, unsigned cp) {
+  if (cp < 0x80) { out[0] = (char)cp; return 1; }
+  if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+  out[0] = (char)(0xE0 | (cp >> 12));
+  out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  out[2] = (char)(0x80 | (cp & 0x3F));
+  return 3;
+}
+
+/* Parses a JSON string at p (which points at the opening quote); returns a malloc'd copy. */
+static char *parse_str(const char **pp) {
+  const char *p = *pp;
+  if (*p != '"') return NULL;
+  p++;
+  size_t cap = 64, len = 0;
+  char *out = malloc(cap);
+  if (!out) return NULL;
+  while (*p && *p != '"') {
+    if (len + 8 > cap) {
+      cap *= 2;
+      char *o = realloc(out, cap);
+      if (!o) { free(out); return NULL; }
+      out = o;
+    }
+    if (*p == '\\') {
+      p++;
+      switch (*p) {
+      case 'n': out[len++] = '\n'; break;
+      case 't': out[len++] = '\t'; break;
+      case 'r': out[len++] = '\r'; break;
+      case 'b': out[len++] = '\b'; break;
+      case 'f': out[len++] = '\f'; break;
+      case 'u': {
+        unsigned cp = 0;
+        for (int i = 1; i <= 4; i++) {
+          char c = p[i];
+          cp <<= 4;
+          if (c >= '0' && c <= '9') cp |= (unsigned)(c - '0');
+          else if (c >= 'a' && c <= 'f') cp |= (unsigned)(c - 'a' + 10);
+          else if (c >= 'A' && c <= 'F') cp |= (unsigned)(c - 'A' + 10);
+          else { free(out); return NULL; }
+        }
+        p += 4;
+        len += (size_t)utf8_put(out + len, cp);
+        break;
+      }
+      case '\0': free(out); return NULL;
+      default: out[len++] = *p; break;
+      }
+      p++;
+    } else {
+      out[len++] = *p++;
+    }
+  }
+  if (*p != '"') { free(out); return NULL; }
+  out[len] = 0;
+  *pp = p + 1;
+  return out;
+}
+
+static void jobj_free(struct jobj *o) {
+  for (int i = 0; i < o->n; i++) {
+    free(o->v[i].str);
+    for (int j = 0; j < o->v[i].n; j++) free(o->v[i].arr[j]);
+    free(o->v[i].arr);
+  }
+  o->n = 0;
+}
+
+static int jobj_parse(const char *p, struct jobj *o) {
+  memset(o, 0, sizeof *o);
+  p = skip_ws(p);
+  if (*p++ != '{') return -1;
+  p = skip_ws(p);
+  if (*p == '}') return 0;
+  for (;;) {
+    if (o->n >= MAX_KEYS) return -1;
+    struct jval *v = &o->v[o->n];
+    p = skip_ws(p);
+    char *k = parse_str(&p);
+    if (!k) return -1;
+    snprintf(v->key, sizeof v->key, "%s", k);
+    free(k);
+    o->n++;
+    p = skip_ws(p);
+    if (*p++ != ':') return -1;
+    p = skip_ws(p);
+    if (*p == '"') {
+      v->type = 's';
+      if (!(v->str = parse_str(&p))) return -1;
+    } else if (*p == '[') {
+      v->type = 'a';
+      v->arr = calloc(MAX_ARR, sizeof(char *));
+      if (!v->arr) return -1;
+      p = skip_ws(p + 1);
+      if (*p == ']') p++;
+      else for (;;) {
+        if (v->n >= MAX_ARR) return -1;
+        p = skip_ws(p);
+        if (!(v->arr[v->n] = parse_str(&p))) return -1;
+        v->n++;
+        p = skip_ws(p);
+        if (*p == ',') { p++; continue; }
+        if (*p++ != ']') return -1;
+        break;
+      }
+    } else if (!strncmp(p, "true", 4)) { v->type = 'b'; v->num = 1; p += 4; }
+    else if (!strncmp(p, "false", 5)) { v->type = 'b'; v->num = 0; p += 5; }
+    else if (!strncmp(p, "null", 4)) { v->type = '0'; p += 4; }
+    else {
+      char *end;
+      v->type = 'n';
+      v->num = strtoll(p, &end, 10);
+      if (end == p) return -1;
+      p = end;
+      if (*p == '.') { p++; while (*p >= '0' && *p <= '9') p++; }
+    }
+    p = skip_ws(p);
+    if (*p == ',') { p++; continue; }
+    if (*p == '}') return 0;
+    return -1;
+  }
+}
+
+static struct jval *jget(struct jobj *o, const char *key, int type) {
+  for (int i = 0; i < o->n; i++)
+    if (!strcmp(o->v[i].key, key) && o->v[i].type == type) return &o->v[i];
+  return NULL;
+}
+static const char *jstr(struct jobj *o, const char *key) {
+  struct jval *v = jget(o, key, 's');
+  return v ? v->str : NULL;
+}
+static long long jnum(struct jobj *o, const char *key, long long dflt) {
+  struct jval *v = jget(o, key, 'n');
+  return v ? v->num : dflt;
+}
+static int jbool(struct jobj *o, const char *key) {
+  struct jval *v = jget(o, key, 'b');
+  return v ? (int)v->num : 0;
+}
+
+/* ---------- a small JSON writer ----------------------------------------------------------- */
+
+struct sbuf {
+  char *b;
+  size_t len, cap;
+};
+
+static void sb_add(struct sbuf *s, const char *d, size_t n) {
+  if (s->len + n + 1 > s->cap) {
+    size_t cap = s->cap ? s->cap : 256;
+    while (s->len + n + 1 > cap) cap *= 2;
+    char *b = realloc(s->b, cap);
+    if (!b) fatal("out of memory");
+    s->b = b;
+    s->cap = cap;
+  }
+  memcpy(s->b + s->len, d, n);
+  s->len += n;
+  s->b[s->len] = 0;
+}
+
+static void sb_printf(struct sbuf *s, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n > 0) sb_add(s, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A JSON string; bytes that are not valid text still round-trip as \u00XX (latin-1) escapes. */
+static void sb_str(struct sbuf *s, const char *str) {
+  sb_add(s, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+    if (*p == '"' || *p == '\\') { char e[2] = {'\\', (char)*p}; sb_add(s, e, 2); }
+    else if (*p < 0x20 || *p == 0x7f) sb_printf(s, "\\u%04x", *p);
+    else sb_add(s, (const char *)p, 1);
+  }
+  sb_add(s, "\"", 1);
+}
+
+/* ---------- framing over the port ----------------------------------------------------------- */
+
+static int port_fd = -1;
+
+static void write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        poll(&pfd, 1, 1000);
+        continue;
+      }
+      fatal("write to the agent port: %s", strerror(errno));
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void send_frame(const char *header, const void *payload, size_t plen) {
+  size_t hlen = strlen(header);
+  unsigned char pre[8];
+  uint32_t h = (uint32_t)hlen, l = (uint32_t)plen;
+  pre[0] = (unsigned char)(h >> 24); pre[1] = (unsigned char)(h >> 16); pre[2] = (unsigned char)(h >> 8); pre[3] = (unsigned char)h;
+  pre[4] = (unsigned char)(l >> 24); pre[5] = (unsigned char)(l >> 16); pre[6] = (unsigned char)(l >> 8); pre[7] = (unsigned char)l;
+  write_all(port_fd, pre, 8);
+  write_all(port_fd, header, hlen);
+  if (plen) write_all(port_fd, payload, plen);
+}
+
+static void send_ev(long long id, const char *ev, const char *extra, const void *payload, size_t plen) {
+  char h[1024];
+  snprintf(h, sizeof h, "{\"id\":%lld,\"ev\":\"%s\"%s%s}", id, ev, extra && *extra ? "," : "", extra ? extra : "");
+  send_frame(h, payload, plen);
+}
+
+static void send_err(long long id, int err, const char *what) {
+  struct sbuf s = {0};
+  sb_printf(&s, "{\"id\":%lld,\"ev\":\"error\",\"errno\":%d,\"code\":", id, err);
+  sb_str(&s, strerrorname_np(err) ? strerrorname_np(err) : "EIO");
+  sb_add(&s, ",\"message\":", 11);
+  char msg[1200];
+  snprintf(msg, sizeof msg, "%s: %s", what, strerror(err));
+  sb_str(&s, msg);
+  sb_add(&s, "}", 1);
+  send_frame(s.b, NULL, 0);
+  free(s.b);
+}
+
+/* ---------- boot ---------------------------------------------------------------------------- */
+
+static void must_mount(const char *src, const char *dst, const char *type, unsigned long flags, const char *data) {
+  mkdir(dst, 0755);
+  if (mount(src, dst, type, flags, data) < 0) fatal("mount %s on %s (%s): %s", src, dst, type, strerror(errno));
+}
+
+static int ko_filter(const struct dirent *d) {
+  size_t n = strlen(d->d_name);
+  return n > 3 && !strcmp(d->d_name + n - 3, ".ko");
+}
+
+static void load_modules(void) {
+  struct dirent **list;
+  int n = scandir("/modules", &list, ko_filter, alphasort);
+  for (int i = 0; i < n; i++) {
+    char path[300];
+    snprintf(path, sizeof path, "/modules/%s", list[i]->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fatal("open %s: %s", path, strerror(errno));
+    if (syscall(SYS_finit_module, fd, "", 0) < 0 && errno != EEXIST) fatal("load module %s: %s", path, strerror(errno));
+    close(fd);
+    free(list[i]);
+  }
+  if (n > 0) free(list);
+}
+
+static int read_line(const char *path, char *buf, size_t n) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, buf, n - 1);
+  close(fd);
+  if (r < 0) return -1;
+  buf[r] = 0;
+  while (r > 0 && (buf[r - 1] == '\n' || buf[r - 1] == ' ')) buf[--r] = 0;
+  return 0;
+}
+
+/* The kernel command line value of key (e.g. "dsec.layers="), or NULL. */
+static const char *cmdline_value(const char *key, char *out, size_t n) {
+  static char cmd[4096];
+  if (read_line("/proc/cmdline", cmd, sizeof cmd) < 0) return NULL;
+  for (char *tok = strtok(cmd, " "); tok; tok = strtok(NULL, " ")) {
+    if (!strncmp(tok, key, strlen(key))) {
+      snprintf(out, n, "%s", tok + strlen(key));
+      return out;
+    }
+  }
+  return NULL;
+}
+
+static void msleep(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Finds /dev/vdX whose virtio serial is `serial`; waits for devices to appear (up to ~20 s). */
+static void disk_by_serial(const char *serial, char *dev, size_t n) {
+  for (int tries = 0; tries < 2000; tries++) {
+    DIR *d = opendir("/sys/block");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      if (strncmp(e->d_name, "vd", 2)) continue;
+      char p[300], s[64];
+      snprintf(p, sizeof p, "/sys/block/%s/serial", e->d_name);
+      if (read_line(p, s, sizeof s) == 0 && !strcmp(s, serial)) {
+        snprintf(dev, n, "/dev/%s", e->d_name);
+        closedir(d);
+        return;
+      }
+    }
+    if (d) closedir(d);
+    msleep(10);
+  }
+  fatal("no virtio disk with serial %s", serial);
+}
+
+static int open_port(void) {
+  for (int tries = 0; tries < 2000; tries++) {
+    DIR *d = opendir("/sys/class/virtio-ports");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      if (e->d_name[0] == '.') continue;
+      char p[300], name[64];
+      snprintf(p, sizeof p, "/sys/class/virtio-ports/%s/name", e->d_name);
+      if (read_line(p, name, sizeof name) == 0 && !strcmp(name, "dsec.agent")) {
+        char dev[300];
+        snprintf(dev, sizeof dev, "/dev/%s", e->d_name);
+        closedir(d);
+        int fd = open(dev, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0) fatal("open %s: %s", dev, strerror(errno));
+        unlink(dev); /* nothing else in the guest gets a path to it */
+        return fd;
+      }
+    }
+    if (d) closedir(d);
+    msleep(10);
+  }
+  fatal("no virtio-serial port named dsec.agent");
+  return -1;
+}
+
+static void loopback_up(void) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return;
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP;
+    ioctl(s, SIOCSIFFLAGS, &ifr);
+  }
+  close(s);
+}
+
+static void boot(void) {
+  must_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  must_mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  must_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+  load_modules();
+
+  char val[32];
+  int layers = cmdline_value("dsec.layers=", val, sizeof val) ? atoi(val) : 0;
+  if (layers < 1 || layers > MAX_LAYERS) fatal("dsec.layers= is missing or out of range");
+
+  char dev[300];
+  disk_by_serial("upper", dev, sizeof dev);
+  must_mount(dev, "/mnt/upper", "ext4", MS_NOATIME, NULL);
+  mkdir("/mnt/upper/upper", 0755);
+  mkdir("/mnt/upper/work", 0755);
+
+  struct sbuf opts = {0};
+  sb_add(&opts, "lowerdir=", 9);
+  for (int i = layers - 1; i >= 0; i--) { /* topmost layer first */
+    char serial[16], mp[64];
+    snprintf(serial, sizeof serial, "layer%d", i);
+    snprintf(mp, sizeof mp, "/mnt/l%d", i);
+    disk_by_serial(serial, dev, sizeof dev);
+    must_mount(dev, mp, "erofs", MS_RDONLY, NULL);
+    sb_printf(&opts, "%s%s", mp, i ? ":" : "");
+  }
+  sb_printf(&opts, ",upperdir=/mnt/upper/upper,workdir=/mnt/upper/work,redirect_dir=off,metacopy=off");
+  must_mount("overlay", "/newroot", "overlay", 0, opts.b);
+  free(opts.b);
+
+  /* The guest's root becomes the overlay; the initramfs stays beneath, unreachable. */
+  if (chdir("/newroot") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 || chdir("/") < 0)
+    fatal("switch to the overlay root: %s", strerror(errno));
+  must_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  must_mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  must_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+  must_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620");
+  must_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+  mkdir("/tmp", 01777);
+  loopback_up();
+  sethostname("sandbox", 7);
+}
+
+/* ---------- processes ----------------------------------------------------------------------- */
+
+struct proc {
+  long long id; /* the edge's request id; 0: free slot */
+  pid_t pid;
+  int out, err, in; /* -1 once closed */
+};
+
+static struct proc procs[MAX_PROCS];
+
+static struct proc *proc_by_id(long long id) {
+  for (int i = 0; i < MAX_PROCS; i++) if (procs[i].id == id) return &procs[i];
+  return NULL;
+}
+
+static void op_exec(long long id, struct jobj *o) {
+  struct jval *argv = jget(o, "argv", 'a'), *env = jget(o, "env", 'a');
+  if (!argv || argv->n == 0) { send_err(id, EINVAL, "exec: argv is empty"); return; }
+  if (proc_by_id(id)) { send_err(id, EEXIST, "exec: id in use"); return; }
+  struct proc *slot = proc_by_id(0);
+  if (!slot) { send_err(id, EAGAIN, "exec: too many processes"); return; }
+  int po[2], pe[2], pi[2], ps[2];
+  if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(pi, O_CLOEXEC) || pipe2(ps, O_CLOEXEC)) {
+    send_err(id, errno, "exec: pipe");
+    return;
+  }
+  const char *cwd = jstr(o, "cwd");
+  uid_t uid = (uid_t)jnum(o, "uid", 0);
+  gid_t gid = (gid_t)jnum(o, "gid", 0);
+  int want_stdin = jbool(o, "stdin");
+  char **av = calloc((size_t)argv->n + 1, sizeof(char *));
+  char **ev = calloc((size_t)(env ? env->n : 0) + 1, sizeof(char *));
+  for (int i = 0; i < argv->n; i++) av[i] = argv->arr[i];
+  for (int i = 0; env && i < env->n; i++) ev[i] = env->arr[i];
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    setsid();
+    dup2(pi[0], 0);
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    int err = 0;
+    const char *step = "";
+    if (cwd && chdir(cwd) < 0) { err = errno; step = "chdir"; }
+    else if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0) { err = errno; step = "set user"; }
+    else {
+      /* PATH from the command's env, as execvpe does with the caller's environ. */
+      for (int i = 0; ev[i]; i++) if (!strncmp(ev[i], "PATH=", 5)) setenv("PATH", ev[i] + 5, 1);
+      execvpe(av[0], av, ev);
+      err = errno;
+      step = "exec";
+    }
+    char msg[64];
+    int n = snprintf(msg, sizeof msg, "%s %d", step, err);
+    if (write(ps[1], msg, (size_t)n) < 0) _exit(127);
+    _exit(127);
+  }
+  free(av);
+  free(ev);
+  close(po[1]); close(pe[1]); close(pi[0]); close(ps[1]);
+  if (pid < 0) {
+    send_err(id, errno, "exec: fork");
+    close(po[0]); close(pe[0]); close(pi[1]); close(ps[0]);
+    return;
+  }
+  /* The status pipe closes on a successful exec; otherwise it carries the step and errno. */
+  char msg[64];
+  ssize_t n;
+  do n = read(ps[0], msg, sizeof msg - 1); while (n < 0 && errno == EINTR);
+  close(ps[0]);
+  if (n > 0) {
+    msg[n] = 0;
+    char step[16] = "";
+    int err = EIO;
+    sscanf(msg, "%15s %d", step, &err);
+    waitpid(pid, NULL, 0);
+    close(po[0]); close(pe[0]); close(pi[1]);
+    char what[4200];
+    snprintf(what, sizeof what, "%s %s", step, argv->arr[0]);
+    send_err(id, err, what);
+    return;
+  }
+  fcntl(po[0], F_SETFL, O_NONBLOCK);
+  fcntl(pe[0], F_SETFL, O_NONBLOCK);
+  fcntl(pi[1], F_SETFL, O_NONBLOCK);
+  if (!want_stdin) { close(pi[1]); pi[1] = -1; }
+  *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = pi[1]};
+  char extra[64];
+  snprintf(extra, sizeof extra, "\"pid\":%d", pid);
+  send_ev(id, "started", extra, NULL, 0);
+}
+
+/* Reads what a pipe holds now; returns 0 at EOF (and closes it). */
+static int drain(struct proc *p, int *fd, const char *ev) {
+  static char buf[CHUNK];
+  for (;;) {
+    ssize_t r = read(*fd, buf, sizeof buf);
+    if (r > 0) { send_ev(p->id, ev, NULL, buf, (size_t)r); continue; }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) return 1;
+    close(*fd);
+    *fd = -1;
+    return 0;
+  }
+}
+
+static void reaped(pid_t pid, int status) {
+  for (int i = 0; i < MAX_PROCS; i++) {
+    struct proc *p = &procs[i];
+    if (!p->id || p->pid != pid) continue;
+    /* Output written before the exit is in the pipes now: send it, then the exit. Pipes a
+       background grandchild still holds are closed here: the command is over. */
+    if (p->out >= 0) { drain(p, &p->out, "stdout"); if (p->out >= 0) close(p->out); }
+    if (p->err >= 0) { drain(p, &p->err, "stderr"); if (p->err >= 0) close(p->err); }
+    if (p->in >= 0) close(p->in);
+    char extra[64];
+    if (WIFSIGNALED(status)) snprintf(extra, sizeof extra, "\"code\":%d,\"signal\":%d", 128 + WTERMSIG(status), WTERMSIG(status));
+    else snprintf(extra, sizeof extra, "\"code\":%d", WEXITSTATUS(status));
+    send_ev(p->id, "exit", extra, NULL, 0);
+    memset(p, 0, sizeof *p);
+    return;
+  }
+}
+
+static void op_stdin(long long id, struct jobj *o, const char *payload, size_t plen) {
+  struct proc *p = proc_by_id(id);
+  if (!p || p->in < 0) return; /* exited or stdin closed: the edge already knows */
+  size_t off = 0;
+  while (off < plen) {
+    ssize_t w = write(p->in, payload + off, plen - off);
+    if (w > 0) { off += (size_t)w; continue; }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      struct pollfd pfd = {.fd = p->in, .events = POLLOUT};
+      if (poll(&pfd, 1, 5000) > 0) continue;
+    }
+    break; /* reader gone or stuck: drop the rest rather than stall every other request */
+  }
+  if (jbool(o, "eof")) { close(p->in); p->in = -1; }
+}
+
+static void op_signal(long long id, struct jobj *o) {
+  struct proc *p = proc_by_id(id);
+  if (!p) return;
+  int sig = (int)jnum(o, "signal", SIGKILL);
+  if (kill(-p->pid, sig) < 0) kill(p->pid, sig);
+}
+
+/* ---------- files ------------------------------------------------------------------------- */
+
+static void stat_json(struct sbuf *s, const char *name, const char *path, struct stat *st) {
+  const char *type = S_ISREG(st->st_mode) ? "file" : S_ISDIR(st->st_mode) ? "dir" : S_ISLNK(st->st_mode) ? "symlink" : "other";
+  sb_add(s, "{\"name\":", 8);
+  sb_str(s, name);
+  sb_printf(s, ",\"type\":\"%s\",\"size\":%lld,\"mode\":%u,\"uid\":%u,\"gid\":%u,\"mtimeMs\":%lld", type, (long long)st->st_size,
+            (unsigned)(st->st_mode & 07777), (unsigned)st->st_uid, (unsigned)st->st_gid,
+            (long long)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000);
+  if (S_ISLNK(st->st_mode)) {
+    char target[4097];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n >= 0) {
+      target[n] = 0;
+      sb_add(s, ",\"linkTarget\":", 14);
+      sb_str(s, target);
+    }
+  }
+  sb_add(s, "}", 1);
+}
+
+static void op_read(long long id, const char *path, long long max) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) { send_err(id, errno, path); return; }
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    send_err(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path);
+    return;
+  }
+  if (st.st_size > max) {
+    close(fd);
+    char extra[64];
+    snprintf(extra, sizeof extra, "\"size\":%lld", (long long)st.st_size);
+    send_ev(id, "too_large", extra, NULL, 0);
+    return;
+  }
+  static char buf[CHUNK];
+  long long total = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) { int e = errno; close(fd); send_err(id, e, path); return; }
+    if (r == 0) break;
+    total += r;
+    if (total > max) break;
+    send_ev(id, "data", NULL, buf, (size_t)r);
+  }
+  close(fd);
+  char extra[64];
+  snprintf(extra, sizeof extra, "\"size\":%lld", total);
+  send_ev(id, "ok", extra, NULL, 0);
+}
+
+static void op_write(long long id, const char *path, long long mode, const char *payload, size_t plen) {
+  struct stat st;
+  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) { send_err(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path); return; }
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, (mode_t)mode);
+  if (fd < 0) { send_err(id, errno, path); return; }
+  size_t off = 0;
+  while (off < plen) {
+    ssize_t w = write(fd, payload + off, plen - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) { int e = errno; close(fd); send_err(id, e, path); return; }
+    off += (size_t)w;
+  }
+  fchmod(fd, (mode_t)mode);
+  close(fd);
+  char extra[64];
+  snprintf(extra, sizeof extra, "\"size\":%zu", plen);
+  send_ev(id, "ok", extra, NULL, 0);
+}
+
+static void op_stat(long long id, const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0) { send_err(id, errno, path); return; }
+  const char *name = strrchr(path, '/');
+  struct sbuf s = {0};
+  stat_json(&s, name && name[1] ? name + 1 : path, path, &st);
+  send_ev(id, "ok", NULL, s.b, s.len);
+  free(s.b);
+}
+
+static void op_list(long long id, const char *path, long long max) {
+  DIR *d = opendir(path);
+  if (!d) { send_err(id, errno, path); return; }
+  struct sbuf s = {0};
+  sb_add(&s, "[", 1);
+  struct dirent *e;
+  long long n = 0;
+  int truncated = 0;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (n >= max) { truncated = 1; break; }
+    char full[8192];
+    snprintf(full, sizeof full, "%s/%s", strcmp(path, "/") ? path : "", e->d_name);
+    struct stat st;
+    if (lstat(full, &st) < 0) continue;
+    if (n++) sb_add(&s, ",", 1);
+    stat_json(&s, e->d_name, full, &st);
+  }
+  closedir(d);
+  sb_add(&s, "]", 1);
+  send_ev(id, "ok", truncated ? "\"truncated\":true" : "\"truncated\":false", s.b, s.len);
+  free(s.b);
+}
+
+static int mkdir_p(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int r = mkdir(path, 0755);
+    *p = '/';
+    if (r < 0 && errno != EEXIST) return -1;
+  }
+  if (mkdir(path, 0755) < 0 && errno != EEXIST) return -1;
+  struct stat st;
+  if (stat(path, &st) < 0) return -1;
+  if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+  return 0;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st; (void)ftw;
+  return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+static void op_fs(long long id, const char *op, struct jobj *o) {
+  const char *path = jstr(o, "path");
+  if (!path && strcmp(op, "rename") && strcmp(op, "sync")) { send_err(id, EINVAL, "path is missing"); return; }
+  int r = 0;
+  const char *what = path;
+  if (!strcmp(op, "mkdir")) {
+    char *p = strdup(path);
+    r = jbool(o, "parents") ? mkdir_p(p) : mkdir(p, 0755);
+    free(p);
+  } else if (!strcmp(op, "remove")) {
+    struct stat st;
+    r = lstat(path, &st);
+    if (r == 0 && S_ISDIR(st.st_mode)) r = jbool(o, "recursive") ? nftw(path, rm_one, 32, FTW_DEPTH | FTW_PHYS) : rmdir(path);
+    else if (r == 0) r = unlink(path);
+  } else if (!strcmp(op, "rename")) {
+    const char *from = jstr(o, "from"), *to = jstr(o, "to");
+    what = from ? from : "rename";
+    r = from && to ? rename(from, to) : (errno = EINVAL, -1);
+  } else if (!strcmp(op, "sync")) {
+    sync();
+  } else {
+    r = -1;
+    errno = ENOSYS;
+    what = op;
+  }
+  if (r < 0) send_err(id, errno, what);
+  else send_ev(id, "ok", NULL, NULL, 0);
+}
+
+/* ---------- the request loop ------------------------------------------------------------ */
+
+static char *inbuf;
+static size_t inlen, incap;
+
+static void handle(const char *header, const char *payload, size_t plen) {
+  struct jobj o;
+  if (jobj_parse(header, &o) < 0) { logmsg("bad request header"); jobj_free(&o); return; }
+  long long id = jnum(&o, "id", -1);
+  const char *op = jstr(&o, "op");
+  if (id < 1 || !op) { logmsg("request without id or op"); jobj_free(&o); return; }
+  if (!strcmp(op, "exec")) op_exec(id, &o);
+  else if (!strcmp(op, "stdin")) op_stdin(id, &o, payload, plen);
+  else if (!strcmp(op, "signal")) op_signal(id, &o);
+  else if (!strcmp(op, "read")) jstr(&o, "path") ? op_read(id, jstr(&o, "path"), jnum(&o, "max", MAX_PAYLOAD)) : send_err(id, EINVAL, "path is missing");
+  else if (!strcmp(op, "write")) jstr(&o, "path") ? op_write(id, jstr(&o, "path"), jnum(&o, "mode", 0644), payload, plen) : send_err(id, EINVAL, "path is missing");
+  else if (!strcmp(op, "stat")) jstr(&o, "path") ? op_stat(id, jstr(&o, "path")) : send_err(id, EINVAL, "path is missing");
+  else if (!strcmp(op, "list")) jstr(&o, "path") ? op_list(id, jstr(&o, "path"), jnum(&o, "max", 10000)) : send_err(id, EINVAL, "path is missing");
+  else if (!strcmp(op, "ping")) send_ev(id, "ok", NULL, NULL, 0);
+  else op_fs(id, op, &o);
+  jobj_free(&o);
+}
+
+static uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void port_readable(void) {
+  for (;;) {
+    if (incap - inlen < CHUNK) {
+      incap = incap ? incap * 2 : 4 * CHUNK;
+      inbuf = realloc(inbuf, incap);
+      if (!inbuf) fatal("out of memory");
+    }
+    ssize_t r = read(port_fd, inbuf + inlen, incap - inlen);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break; /* EAGAIN, or no host end connected (the edge restarts): wait for more */
+    inlen += (size_t)r;
+  }
+  size_t off = 0;
+  while (inlen - off >= 8) {
+    const unsigned char *p = (const unsigned char *)inbuf + off;
+    uint32_t hl = be32(p), pl = be32(p + 4);
+    if (hl == 0 || hl > MAX_HEADER || pl > MAX_PAYLOAD) fatal("bad frame from the edge (header %u, payload %u)", hl, pl);
+    if (inlen - off < 8 + (size_t)hl + pl) break;
+    char *h = malloc(hl + 1);
+    memcpy(h, p + 8, hl);
+    h[hl] = 0;
+    handle(h, (const char *)p + 8 + hl, pl);
+    free(h);
+    off += 8 + (size_t)hl + pl;
+  }
+  memmove(inbuf, inbuf + off, inlen - off);
+  inlen -= off;
+}
+
+int main(void) {
+  if (getpid() != 1) {
+    fprintf(stderr, "dsec-vm-agent runs as PID 1 of a dsec guest (the initramfs's /init)\n");
+    return 2;
+  }
+  setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
+  boot();
+  port_fd = open_port();
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGPIPE);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  sigdelset(&mask, SIGPIPE);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) fatal("signalfd: %s", strerror(errno));
+
+  send_ev(0, "ready", NULL, NULL, 0);
+  logmsg("ready");
+
+  static struct pollfd pfds[2 + 2 * MAX_PROCS];
+  static struct proc *owner[2 + 2 * MAX_PROCS];
+  for (;;) {
+    int n = 0;
+    pfds[n++] = (struct pollfd){.fd = port_fd, .events = POLLIN};
+    pfds[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
+    for (int i = 0; i < MAX_PROCS; i++) {
+      if (!procs[i].id) continue;
+      if (procs[i].out >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].out, .events = POLLIN}; }
+      if (procs[i].err >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].err, .events = POLLIN}; }
+    }
+    /* With no host end connected the port polls as hung up; sleep rather than spin. */
+    int r = poll(pfds, (nfds_t)n, 1000);
+    if (r < 0) continue;
+    if (pfds[0].revents & POLLIN) port_readable();
+    else if (pfds[0].revents & POLLHUP) msleep(50);
+    for (int i = 2; i < n; i++) {
+      if (!pfds[i].revents) continue;
+      struct proc *p = owner[i];
+      if (!p->id) continue;
+      if (pfds[i].fd == p->out) drain(p, &p->out, "stdout");
+      else if (pfds[i].fd == p->err) drain(p, &p->err, "stderr");
+    }
+    if (pfds[1].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) == sizeof si) {}
+      int status;
+      pid_t pid;
+      while ((pid = waitpid(-1, &status, WNOHANG)) > 0) reaped(pid, status);
+    }
+  }
+}

@@ -1,0 +1,122 @@
+import { spawn } from 'node:child_process';
+import { closeSync, openSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Accel } from './accel-probe.js';
+import { QEMU_BINARY, type GuestAssets } from './guest-assets.js';
+
+export type VmMachine = 'microvm' | 'vm';
+
+/** The files of one VM on the edge (`node/vms/<id>/`); the sockets are QEMU's, only root reaches them. */
+export class VmPaths {
+  constructor(readonly dir: string) {}
+  get state(): string {
+    return join(this.dir, 'state.json');
+  }
+  get disk(): string {
+    return join(this.dir, 'upper.img');
+  }
+  get agentSocket(): string {
+    return join(this.dir, 'agent.sock');
+  }
+  get qmpSocket(): string {
+    return join(this.dir, 'qmp.sock');
+  }
+  get console(): string {
+    return join(this.dir, 'console.log');
+  }
+  get qemuLog(): string {
+    return join(this.dir, 'qemu.log');
+  }
+}
+
+export interface LaunchSpec {
+  machine: VmMachine;
+  accel: Accel;
+  guest: GuestAssets;
+  paths: VmPaths;
+  /** The image's layer blobs (EROFS files), bottom first. */
+  layers: string[];
+  vcpus: number;
+  memoryMiB: number;
+}
+
+/**
+ * The TSC rate the guest is told under TCG. microvm has no PIT speaker port, HPET or ACPI PM
+ * timer, so a stock kernel cannot calibrate its TSC and hangs; TCG's TSC runs at the host's
+ * rate, which the host's cpuinfo gives.
+ */
+function hostTscKhz(): number {
+  try {
+    const m = /cpu MHz\s*:\s*([\d.]+)/.exec(readFileSync('/proc/cpuinfo', 'utf8'));
+    if (m) return Math.round(Number(m[1]) * 1000);
+  } catch {
+    // fall through
+  }
+  return 2_000_000;
+}
+
+/**
+ * QEMU's command line. microvm: virtio-mmio, no firmware, the kernel booted directly. vm: q35
+ * with PCI (SeaBIOS, then the same kernel). No network device: the guest has loopback only.
+ * Disks are found by serial in the guest (layer0…, upper), so attachment order does not matter.
+ * The guest's only link to the host is the virtio-serial port "dsec.agent".
+ */
+export function qemuArgs(s: LaunchSpec): string[] {
+  const mmio = s.machine === 'microvm';
+  const blk = mmio ? 'virtio-blk-device' : 'virtio-blk-pci';
+  const append = ['console=ttyS0', 'quiet', 'loglevel=1', 'panic=-1', `dsec.layers=${s.layers.length}`];
+  if (mmio && s.accel === 'tcg') {
+    const khz = hostTscKhz();
+    append.push(`tsc_early_khz=${khz}`, `lpj=${Math.round((khz * 1000) / 250)}`);
+  }
+  const args = [
+    '-name', `dsec-${s.paths.dir.split('/').pop()}`,
+    '-M', mmio ? 'microvm,x-option-roms=off,rtc=on' : 'q35',
+    '-accel', s.accel,
+    '-cpu', s.accel === 'kvm' ? 'host' : 'max',
+    '-smp', String(s.vcpus),
+    '-m', String(s.memoryMiB),
+    '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot',
+    // QEMU's own seccomp filter: no new processes, no privilege changes.
+    '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+    '-kernel', s.guest.kernel,
+    '-initrd', s.guest.initramfs,
+    '-append', append.join(' '),
+    '-serial', `file:${s.paths.console}`,
+  ];
+  s.layers.forEach((file, i) => {
+    args.push('-drive', `id=l${i},file=${file},format=raw,if=none,readonly=on`, '-device', `${blk},drive=l${i},serial=layer${i}`);
+  });
+  args.push('-drive', `id=up,file=${s.paths.disk},format=raw,if=none,cache=unsafe,discard=unmap`, '-device', `${blk},drive=up,serial=upper`);
+  args.push(
+    '-device', mmio ? 'virtio-serial-device' : 'virtio-serial-pci',
+    '-chardev', `socket,id=agent,path=${s.paths.agentSocket},server=on,wait=off`,
+    '-device', 'virtserialport,chardev=agent,name=dsec.agent',
+    '-qmp', `unix:${s.paths.qmpSocket},server=on,wait=off`,
+  );
+  return args;
+}
+
+/** Starts QEMU detached (it outlives an edge restart, which adopts it); returns its pid. */
+export function launchQemu(s: LaunchSpec): number {
+  const log = openSync(s.paths.qemuLog, 'a');
+  try {
+    const child = spawn(QEMU_BINARY, qemuArgs(s), { detached: true, stdio: ['ignore', log, log] });
+    child.unref();
+    if (!child.pid) throw new Error(`could not start ${QEMU_BINARY}`);
+    return child.pid;
+  } finally {
+    closeSync(log);
+  }
+}
+
+/** Whether pid is this VM's QEMU (and not a recycled pid): its command line names the VM's dir. */
+export function isQemuOf(pid: number, paths: VmPaths): boolean {
+  try {
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return cmd.includes(paths.agentSocket) && !/\) Z /.test(stat);
+  } catch {
+    return false;
+  }
+}

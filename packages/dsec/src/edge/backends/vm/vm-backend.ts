@@ -1,0 +1,613 @@
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import {
+  DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES,
+  type Encoding, type ExecRequest, type ExecResult, type FileStat, type ProcessInfo, type ProcessOutput, type SessionInfo,
+  type StartProcessRequest,
+} from '@dsec/sdk/schema';
+import { ApiError } from '../../../api-error.js';
+import { ProcessTable } from '../../../exec/process-table.js';
+import { iterateOutput } from '../../../exec/output-stream.js';
+import type { ExecEvent } from '../../../exec/run-command.js';
+import type { ProcessExit } from '../../../exec/sandbox-process.js';
+import { runToolOrThrow, ToolError } from '../../../host/run-tool.js';
+import { writeFileAtomic } from '../../../image/atomic-file.js';
+import type { LayerDigest } from '../../../image/layer-store.js';
+import type { Link } from '../../../net/address-pool.js';
+import type { NetworkPolicy } from '../../../net/policy.js';
+import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, TerminalChannel } from '../../edge-api.js';
+import type { LayerCache } from '../../layer-cache.js';
+import { mergeEnv, parseUser } from '../../oci-config.js';
+import { sandboxPath } from '../../sandbox-files.js';
+import { unsupported, type BackendKind, type SandboxBackend } from '../backend.js';
+import { AgentClient, AgentError } from './agent-client.js';
+import { chooseAccel, type AccelChoice } from './accel-probe.js';
+import { guestAssets, type GuestAssets } from './guest-assets.js';
+import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
+import { QmpClient } from './qmp-client.js';
+import { VmProcess, type GuestCommand } from './vm-process.js';
+import type { ImageConfig } from '@dsec/sdk/schema';
+
+/** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
+export const DEFAULT_VM_DISK_MIB = 2048;
+/** How long a guest may take from QEMU's start to the agent's ready (TCG on a loaded host is slow). */
+const BOOT_TIMEOUT_MS = Number(process.env['DSEC_VM_BOOT_TIMEOUT_MS'] ?? 180_000);
+
+/** A VM as the edge remembers it on disk (`node/vms/<id>/state.json`), to adopt or clean it up. */
+interface VmRecord {
+  id: string;
+  backend: Exclude<BackendKind, 'container'>;
+  phase: 'creating' | 'running';
+  layers: LayerDigest[];
+  config: ImageConfig;
+  env: Record<string, string>;
+  limits: SandboxLimits;
+  createdAt: string;
+  accel?: AccelChoice;
+  pid?: number;
+  paused?: boolean;
+}
+
+interface LiveVm {
+  record: VmRecord;
+  paths: VmPaths;
+  agent: AgentClient;
+  qmp: QmpClient;
+  processes: ProcessTable;
+}
+
+export interface VmBackendOptions {
+  nodeDir: string;
+  layerCache: LayerCache;
+  log: Logger;
+}
+
+/**
+ * microVM and VM sandboxes: one QEMU process each, booting Debian's kernel with the dsec guest
+ * agent as PID 1; the image's EROFS layers are read-only virtio-blk disks, the writable layer an
+ * ext4 disk of its own, composed with overlayfs inside the guest. Every call goes to the agent
+ * over the VM's virtio-serial port. QEMU runs detached, so an edge restart adopts running VMs.
+ */
+export class VmBackend implements SandboxBackend {
+  readonly dir: string;
+  readonly guest: GuestAssets;
+  readonly #live = new Map<string, LiveVm>();
+  readonly #creating = new Set<string>();
+  #accel: Promise<AccelChoice> | undefined;
+
+  constructor(
+    private readonly opts: VmBackendOptions,
+    guest: GuestAssets,
+  ) {
+    this.guest = guest;
+    this.dir = join(opts.nodeDir, 'vms');
+    mkdirSync(this.dir, { recursive: true });
+  }
+
+  /** A backend when the guest was built, else undefined and why (VM creates are then refused). */
+  static create(opts: VmBackendOptions): { backend?: VmBackend; missing?: string } {
+    const g = guestAssets();
+    if ('missing' in g) return { missing: g.missing };
+    return { backend: new VmBackend(opts, g) };
+  }
+
+  get count(): number {
+    return this.#live.size + this.#creating.size;
+  }
+
+  owns(id: string): boolean {
+    return this.#live.has(id) || this.#creating.has(id);
+  }
+
+  /** Whether a VM holds this layer (the layer cache must not evict a disk QEMU has open). */
+  layerInUse(digest: LayerDigest): boolean {
+    for (const v of this.#live.values()) if (v.record.layers.includes(digest)) return true;
+    return false;
+  }
+
+  accel(): Promise<AccelChoice> {
+    this.#accel ??= chooseAccel(this.guest);
+    return this.#accel;
+  }
+
+  /** Adopts VMs whose QEMU still runs; removes whatever else a previous run left. */
+  async start(): Promise<{ adopted: string[]; cleaned: string[] }> {
+    const adopted: string[] = [];
+    const cleaned: string[] = [];
+    for (const id of readdirSync(this.dir)) {
+      const paths = new VmPaths(join(this.dir, id));
+      const record = readRecord(paths);
+      if (record?.phase === 'running' && record.pid && isQemuOf(record.pid, paths)) {
+        try {
+          const agent = await AgentClient.open(paths.agentSocket);
+          await agent.call('ping', {});
+          const qmp = await QmpClient.open(paths.qmpSocket);
+          const status = (await qmp.execute('query-status')) as { status?: string };
+          record.paused = status.status === 'paused';
+          this.#adopt(record, paths, agent, qmp);
+          adopted.push(id);
+          continue;
+        } catch (err) {
+          this.opts.log.warn({ sandbox: id, err: (err as Error).message }, 'could not reattach to a VM; removing it');
+        }
+      }
+      await this.#teardown(id, record?.pid);
+      cleaned.push(id);
+    }
+    if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'VM backend reconciled VMs from disk');
+    return { adopted, cleaned };
+  }
+
+  #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
+    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable() };
+    this.#live.set(record.id, live);
+    agent.onClose((err) => {
+      if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
+    });
+    return live;
+  }
+
+  async listSandboxes(): Promise<EdgeSandbox[]> {
+    return [...this.#live.values()].map((v) => toEdgeSandbox(v.record));
+  }
+
+  async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
+    const kind = req.backend;
+    if (kind !== 'microvm' && kind !== 'vm') throw new ApiError('INTERNAL', `VM backend asked for a ${String(kind)} sandbox`);
+    if (req.network && req.network.mode !== 'none') unsupported(kind, 'A network policy other than none');
+    if (req.layers.length === 0) throw new ApiError('INVALID_REQUEST', 'a VM sandbox needs at least one layer');
+    if (req.layers.length > 60) throw new ApiError('INVALID_REQUEST', `a VM sandbox takes at most 60 layers (one disk each); this one has ${req.layers.length}`);
+    const paths = new VmPaths(join(this.dir, req.id));
+    if (this.owns(req.id) || existsSync(paths.dir)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
+    const record: VmRecord = {
+      id: req.id,
+      backend: kind,
+      phase: 'creating',
+      layers: req.layers as LayerDigest[],
+      config: req.config,
+      env: req.env,
+      limits: req.limits,
+      createdAt: new Date().toISOString(),
+    };
+    this.#creating.add(req.id);
+    mkdirSync(paths.dir, { mode: 0o700 });
+    saveRecord(paths, record);
+    let agent: AgentClient | undefined;
+    try {
+      const layerFiles: string[] = [];
+      for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
+      await makeDisk(paths.disk, req.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
+      record.accel = await this.accel();
+      record.pid = launchQemu({
+        machine: kind as VmMachine,
+        accel: record.accel.accel,
+        guest: this.guest,
+        paths,
+        layers: layerFiles,
+        vcpus: Math.max(1, Math.ceil(req.limits.cpu)),
+        memoryMiB: req.limits.memoryMiB,
+      });
+      saveRecord(paths, record);
+      agent = await this.#boot(record.pid, paths);
+      const qmp = await QmpClient.open(paths.qmpSocket);
+      record.phase = 'running';
+      saveRecord(paths, record);
+      this.#adopt(record, paths, agent, qmp);
+      return toEdgeSandbox(record);
+    } catch (err) {
+      agent?.close();
+      await this.#teardown(req.id, record.pid);
+      if (err instanceof ApiError) throw err;
+      if (err instanceof ToolError) throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
+      throw new ApiError('SANDBOX_CREATE_FAILED', `the ${kind} did not start: ${(err as Error).message}`);
+    } finally {
+      this.#creating.delete(req.id);
+    }
+  }
+
+  /** Connects to the agent's socket once QEMU has made it and waits for the guest's ready. */
+  async #boot(pid: number, paths: VmPaths): Promise<AgentClient> {
+    const deadline = Date.now() + BOOT_TIMEOUT_MS;
+    const dead = (): Error => new Error(`QEMU exited during boot: ${tail(paths.qemuLog) || '(no QEMU output)'}; guest console: ${tail(paths.console) || '(empty)'}`);
+    let agent: AgentClient | undefined;
+    while (!agent) {
+      if (!isQemuOf(pid, paths)) throw dead();
+      if (Date.now() > deadline) throw new Error(`QEMU made no agent socket within ${BOOT_TIMEOUT_MS} ms`);
+      if (existsSync(paths.agentSocket)) agent = await AgentClient.open(paths.agentSocket).catch(() => undefined);
+      if (!agent) await sleep(20);
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const watch = new Promise<never>((_, reject) => {
+      const check = (): void => {
+        if (!isQemuOf(pid, paths)) return reject(dead());
+        if (Date.now() > deadline) return reject(new Error(`the guest was not ready within ${BOOT_TIMEOUT_MS} ms; console: ${tail(paths.console) || '(empty)'}`));
+        timer = setTimeout(check, 100);
+      };
+      timer = setTimeout(check, 100);
+    });
+    try {
+      await Promise.race([agent.ready(), watch]);
+      return agent;
+    } catch (err) {
+      agent.close();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async killSandbox(id: string): Promise<void> {
+    const v = this.#live.get(id);
+    if (!v) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on this edge`);
+    this.#live.delete(id);
+    v.processes.killAll();
+    v.agent.close();
+    await v.qmp.execute('quit').catch(() => undefined);
+    v.qmp.close();
+    await this.#teardown(id, v.record.pid);
+  }
+
+  /** Ends QEMU (if it still runs) and removes the VM's directory: disk, sockets, logs. */
+  async #teardown(id: string, pid: number | undefined): Promise<void> {
+    const paths = new VmPaths(join(this.dir, id));
+    if (pid) {
+      for (let i = 0; i < 100 && isQemuOf(pid, paths); i++) {
+        if (i === 20 || i === 0) {
+          try {
+            process.kill(pid, i === 0 ? 'SIGTERM' : 'SIGKILL');
+          } catch {
+            // gone
+          }
+        }
+        await sleep(25);
+      }
+      if (isQemuOf(pid, paths)) this.opts.log.error({ sandbox: id, pid }, 'QEMU did not exit after SIGKILL');
+    }
+    rmSync(paths.dir, { recursive: true, force: true });
+  }
+
+  async shutdown(opts: { killAll?: boolean } = {}): Promise<void> {
+    if (opts.killAll) await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
+    for (const v of this.#live.values()) {
+      v.agent.close();
+      v.qmp.close();
+    }
+    this.#live.clear();
+  }
+
+  #running(id: string): LiveVm {
+    const v = this.#live.get(id);
+    if (!v) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on this edge`);
+    if (v.record.paused) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused; resume it first`, { status: 'paused' });
+    if (v.agent.closed) throw new ApiError('SANDBOX_NOT_RUNNING', `the agent of VM ${id} is gone: ${v.agent.closed.message}`);
+    return v;
+  }
+
+  // --- commands ------------------------------------------------------------------------------
+
+  #command(v: LiveVm, cmd: string | string[], opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined }): GuestCommand {
+    if (opts.writablePaths) unsupported(v.record.backend, 'writablePaths (Landlock confinement of a command)');
+    const user = parseUser(v.record.config.user);
+    return {
+      argv: typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd,
+      env: mergeEnv(v.record.config.env, v.record.env, opts.env ?? {}),
+      cwd: opts.cwd ?? v.record.config.cwd,
+      uid: user.uid,
+      gid: user.gid,
+    };
+  }
+
+  #start(id: string, req: ExecRequest, signal?: AbortSignal): VmProcess {
+    const v = this.#running(id);
+    const proc = new VmProcess(v.agent, this.#command(v, req.cmd, req), {
+      input: req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8'),
+      maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
+      timeoutMs: req.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+    });
+    if (signal?.aborted) proc.kill();
+    else signal?.addEventListener('abort', () => proc.kill(), { once: true });
+    return proc;
+  }
+
+  async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+    const proc = this.#start(id, req, signal);
+    const exit = await proc.done;
+    const status = exitStatus(proc, exit, req);
+    return { ...status, stdout: proc.stdout.encode(status.encoding), stderr: proc.stderr.encode(status.encoding) };
+  }
+
+  async *execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    const proc = this.#start(id, req, signal);
+    for await (const { stream, data } of iterateOutput(proc, 'kept')) yield { type: stream, data };
+    const exit = await proc.done;
+    yield { type: 'exit', result: exitStatus(proc, exit, req) };
+  }
+
+  // --- background processes ------------------------------------------------------------------
+
+  async startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
+    const v = this.#running(id);
+    const proc = new VmProcess(v.agent, this.#command(v, req.cmd, req), {
+      stdin: req.stdin ?? false,
+      maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
+      timeoutMs: req.timeoutMs,
+    });
+    return v.processes.add(req.cmd, proc);
+  }
+
+  async listProcesses(id: string): Promise<ProcessInfo[]> {
+    return this.#vm(id).processes.list();
+  }
+
+  #vm(id: string): LiveVm {
+    const v = this.#live.get(id);
+    if (!v) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on this edge`);
+    return v;
+  }
+
+  #process(id: string, pid: string): NonNullable<ReturnType<ProcessTable['get']>> {
+    const e = this.#vm(id).processes.get(pid);
+    if (!e) throw new ApiError('PROCESS_NOT_FOUND', `no process ${pid} in sandbox ${id}`, { pid });
+    return e;
+  }
+
+  async processOutput(id: string, pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): Promise<ProcessOutput> {
+    this.#process(id, pid);
+    return this.#vm(id).processes.output(pid, offsets, encoding)!;
+  }
+
+  async waitProcess(id: string, pid: string, timeoutMs: number): Promise<ProcessInfo> {
+    this.#process(id, pid);
+    return (await this.#vm(id).processes.wait(pid, timeoutMs))!;
+  }
+
+  async signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
+    const { proc } = this.#process(id, pid);
+    this.#running(id);
+    await proc.signal(signal);
+    if (signal === 'SIGKILL') await proc.done;
+    return this.#vm(id).processes.info(pid)!;
+  }
+
+  async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
+    const { proc } = this.#process(id, pid);
+    this.#running(id);
+    if (proc.exit) throw new ApiError('PROCESS_NOT_RUNNING', `process ${pid} has exited`, { pid });
+    if (data.length && !proc.writeStdin(data)) {
+      throw new ApiError('PROCESS_NOT_RUNNING', `process ${pid} has no open stdin (start it with stdin: true)`, { pid });
+    }
+    if (eof) proc.endStdin();
+  }
+
+  // --- what VMs do not serve yet -----------------------------------------------------------------
+
+  async openSession(id: string): Promise<SessionInfo> {
+    unsupported(this.#vm(id).record.backend, 'Sessions');
+  }
+
+  async listSessions(id: string): Promise<SessionInfo[]> {
+    this.#vm(id);
+    return [];
+  }
+
+  async sessionExec(id: string): Promise<ExecResult & { sessionAlive: boolean }> {
+    unsupported(this.#vm(id).record.backend, 'Sessions');
+  }
+
+  async closeSession(id: string): Promise<void> {
+    unsupported(this.#vm(id).record.backend, 'Sessions');
+  }
+
+  async snapshotSandbox(id: string): Promise<EdgeSnapshot> {
+    unsupported(this.#vm(id).record.backend, 'Snapshots (and fork)');
+  }
+
+  async openPty(id: string): Promise<TerminalChannel> {
+    unsupported(this.#vm(id).record.backend, 'A terminal (PTY)');
+  }
+
+  async uploadTar(id: string): Promise<number> {
+    unsupported(this.#vm(id).record.backend, 'Tar upload');
+  }
+
+  async downloadTar(id: string): Promise<AsyncIterable<Buffer>> {
+    unsupported(this.#vm(id).record.backend, 'Tar download');
+  }
+
+  /** A VM has no network device: only none (loopback) is served. */
+  async setNetwork(id: string, policy: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
+    const v = this.#vm(id);
+    if (policy.mode !== 'none') unsupported(v.record.backend, 'A network policy other than none');
+    return { policy: { mode: 'none', allow: [] }, appliedMs: 0 };
+  }
+
+  async getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }> {
+    this.#vm(id);
+    return { policy: { mode: 'none', allow: [] } };
+  }
+
+  // --- state -------------------------------------------------------------------------------------
+
+  /** QEMU's resident memory stands for the sandbox's; the guest's own OOM kills are not counted. */
+  async sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
+    const v = this.#vm(id);
+    return { oomKills: 0, memoryBytes: qemuRssBytes(v.record.pid), pids: 0 };
+  }
+
+  /** QMP stop: every vCPU halts, memory stays; the guest's clock does not see the gap. */
+  async pauseSandbox(id: string): Promise<void> {
+    const v = this.#vm(id);
+    await v.qmp.execute('stop');
+    v.record.paused = true;
+    saveRecord(v.paths, v.record);
+  }
+
+  async resumeSandbox(id: string): Promise<void> {
+    const v = this.#vm(id);
+    await v.qmp.execute('cont');
+    v.record.paused = false;
+    saveRecord(v.paths, v.record);
+  }
+
+  // --- files ---------------------------------------------------------------------------------
+
+  async #fs<T>(id: string, path: string, fn: (v: LiveVm, p: string) => Promise<T>): Promise<T> {
+    const v = this.#running(id);
+    const p = sandboxPath(path, v.record.config.cwd);
+    try {
+      return await fn(v, p);
+    } catch (err) {
+      throw fileError(err, path);
+    }
+  }
+
+  async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
+    return this.#fs(id, path, async (v, p) => {
+      const r = await v.agent.call('read', { path: p, max: maxBytes });
+      if (r.header['ev'] === 'too_large') {
+        const size = Number(r.header['size']);
+        throw new ApiError('PAYLOAD_TOO_LARGE', `${path} is ${size} bytes, over the ${maxBytes}-byte limit of the files API`, { path, size, limit: maxBytes });
+      }
+      return Buffer.concat(r.data);
+    });
+  }
+
+  async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
+    return this.#fs(id, path, async (v, p) => {
+      await v.agent.call('write', { path: p, mode }, data);
+      return data.length;
+    });
+  }
+
+  async statPath(id: string, path: string): Promise<FileStat> {
+    return this.#fs(id, path, async (v, p) => toFileStat(JSON.parse((await v.agent.call('stat', { path: p })).payload.toString('utf8')) as GuestStat, p));
+  }
+
+  async listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    return this.#fs(id, path, async (v, p) => {
+      const r = await v.agent.call('list', { path: p, max: 10_000 });
+      const entries = (JSON.parse(r.payload.toString('utf8')) as GuestStat[]).map((s) => toFileStat(s, `${p.replace(/\/$/, '')}/${s.name}`));
+      return { entries, truncated: r.header['truncated'] === true };
+    });
+  }
+
+  async makeDir(id: string, path: string, parents: boolean): Promise<void> {
+    await this.#fs(id, path, (v, p) => v.agent.call('mkdir', { path: p, parents }));
+  }
+
+  async removePath(id: string, path: string, recursive: boolean): Promise<void> {
+    await this.#fs(id, path, (v, p) => v.agent.call('remove', { path: p, recursive }));
+  }
+
+  async renamePath(id: string, from: string, to: string): Promise<void> {
+    await this.#fs(id, from, (v, p) => v.agent.call('rename', { from: p, to: sandboxPath(to, v.record.config.cwd) }));
+  }
+}
+
+interface GuestStat {
+  name: string;
+  type: FileStat['type'];
+  size: number;
+  mode: number;
+  uid: number;
+  gid: number;
+  mtimeMs: number;
+  linkTarget?: string;
+}
+
+function toFileStat(s: GuestStat, path: string): FileStat {
+  const out: FileStat = {
+    path,
+    name: s.name,
+    type: s.type,
+    size: s.size,
+    mode: `0${(s.mode & 0o7777).toString(8).padStart(3, '0')}`,
+    uid: s.uid,
+    gid: s.gid,
+    mtime: new Date(s.mtimeMs).toISOString(),
+  };
+  if (s.linkTarget !== undefined) out.linkTarget = s.linkTarget;
+  return out;
+}
+
+/** The guest's errno as the same API errors the container files API gives. */
+function fileError(err: unknown, path: string): Error {
+  if (!(err instanceof AgentError)) return err instanceof ApiError ? err : new ApiError('SANDBOX_NOT_RUNNING', `the VM's agent did not answer: ${(err as Error).message}`);
+  switch (err.code) {
+    case 'ENOENT':
+      return new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
+    case 'EISDIR':
+      return new ApiError('PATH_CONFLICT', `${path} is a directory`, { path });
+    case 'ENOTDIR':
+      return new ApiError('PATH_CONFLICT', `a component of ${path} is not a directory`, { path });
+    case 'EEXIST':
+      return new ApiError('PATH_CONFLICT', `${path} already exists`, { path });
+    case 'ENOTEMPTY':
+      return new ApiError('PATH_CONFLICT', `${path} is a directory that is not empty (set recursive: true)`, { path });
+    case 'ENOSPC':
+      return new ApiError('PAYLOAD_TOO_LARGE', `the sandbox disk is full writing ${path}`, { path });
+    case 'EINVAL':
+      return new ApiError('INVALID_REQUEST', `${path} is not a regular file`, { path });
+    default:
+      return new ApiError('INVALID_REQUEST', err.message, { path, errno: err.code });
+  }
+}
+
+function exitStatus(proc: VmProcess, exit: ProcessExit, req: ExecRequest): Omit<ExecResult, 'stdout' | 'stderr'> {
+  return {
+    exitCode: exit.exitCode,
+    encoding: req.encoding ?? 'utf8',
+    truncated: proc.stdout.truncated || proc.stderr.truncated,
+    stdoutBytes: proc.stdout.total,
+    stderrBytes: proc.stderr.total,
+    timedOut: exit.timedOut,
+    oomKilled: false,
+    durationMs: exit.durationMs,
+  };
+}
+
+/** A sparse file formatted ext4: the guest's writable layer, limited to its size. */
+async function makeDisk(file: string, mib: number): Promise<void> {
+  writeFileSync(file, '');
+  truncateSync(file, mib * 1024 * 1024);
+  await runToolOrThrow('mkfs.ext4', ['-q', '-F', '-E', 'lazy_itable_init=1,lazy_journal_init=1', '-O', '^has_journal', file]);
+}
+
+function readRecord(paths: VmPaths): VmRecord | undefined {
+  try {
+    return JSON.parse(readFileSync(paths.state, 'utf8')) as VmRecord;
+  } catch {
+    return undefined;
+  }
+}
+
+function saveRecord(paths: VmPaths, record: VmRecord): void {
+  writeFileAtomic(paths.state, JSON.stringify(record));
+}
+
+function toEdgeSandbox(r: VmRecord): EdgeSandbox {
+  return { id: r.id, status: r.paused ? 'paused' : 'running', pid: r.pid ?? 0, createdAt: r.createdAt };
+}
+
+function qemuRssBytes(pid: number | undefined): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** The last lines of a log, for an error message. */
+function tail(file: string): string {
+  try {
+    return readFileSync(file, 'utf8').trim().split('\n').slice(-6).join(' | ').slice(-1500);
+  } catch {
+    return '';
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

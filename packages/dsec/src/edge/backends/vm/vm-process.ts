@@ -1,0 +1,127 @@
+import { CappedOutput } from '../../../exec/capped-output.js';
+import type { OutputListener, ProcessExit, StartOptions, StreamName } from '../../../exec/sandbox-process.js';
+import { signalNumber } from '../../../host/run-tool.js';
+import type { AgentClient } from './agent-client.js';
+import type { AgentFrame } from './agent-frames.js';
+
+/** argv, env, cwd and user of a command, resolved on the edge; the agent runs it as given. */
+export interface GuestCommand {
+  argv: string[];
+  env: string[];
+  cwd: string;
+  uid: number;
+  gid: number;
+}
+
+/**
+ * One command in a VM guest, run by the guest agent in its own session (process group), with the
+ * same surface as a container's SandboxProcess: capped output, stdin, signals, timeout. A signal
+ * goes to the command's whole process group, so SIGKILL ends what it started too.
+ */
+export class VmProcess {
+  readonly stdout: CappedOutput;
+  readonly stderr: CappedOutput;
+  readonly done: Promise<ProcessExit>;
+  readonly startedAt = new Date();
+  #exit: ProcessExit | undefined;
+  readonly #listeners = new Set<OutputListener>();
+  readonly #agent: AgentClient;
+  readonly #id: number;
+  #stdinOpen: boolean;
+  #timedOut = false;
+  #killed = false;
+
+  constructor(agent: AgentClient, cmd: GuestCommand, opts: StartOptions) {
+    this.#agent = agent;
+    this.stdout = new CappedOutput(opts.maxOutputBytes);
+    this.stderr = new CappedOutput(opts.maxOutputBytes);
+    const started = performance.now();
+    const withStdin = opts.stdin === true || opts.input !== undefined;
+    this.#stdinOpen = withStdin;
+    let resolveDone!: (e: ProcessExit) => void;
+    this.done = new Promise((r) => (resolveDone = r));
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (exitCode: number): void => {
+      if (this.#exit) return;
+      if (timer) clearTimeout(timer);
+      this.#agent.release(this.#id);
+      this.#stdinOpen = false;
+      this.#exit = {
+        exitCode: this.#timedOut ? 137 : exitCode,
+        timedOut: this.#timedOut,
+        killed: this.#killed,
+        durationMs: Math.round((performance.now() - started) * 100) / 100,
+      };
+      resolveDone(this.#exit);
+    };
+    const onEvent = (f: AgentFrame): void => {
+      const ev = f.header['ev'];
+      if (ev === 'stdout' || ev === 'stderr') this.#emit(ev, f.payload);
+      else if (ev === 'exit') finish(Number(f.header['code'] ?? 1));
+      else if (ev === 'error') {
+        // The agent could not start it (no such file, no permission): like a shell, 127 / 126.
+        this.#emit('stderr', Buffer.from(`${String(f.header['message'] ?? 'cannot start the command')}\n`));
+        finish(f.header['code'] === 'ENOENT' ? 127 : 126);
+      } else if (ev === 'closed') {
+        this.#emit('stderr', Buffer.from(`the VM's agent channel closed: ${String(f.header['message'] ?? '')}\n`));
+        finish(137);
+      }
+    };
+    this.#id = agent.send('exec', { argv: cmd.argv, env: cmd.env, cwd: cmd.cwd, uid: cmd.uid, gid: cmd.gid, stdin: withStdin }, undefined, onEvent);
+    if (opts.input !== undefined) {
+      if (opts.input.length) this.writeStdin(opts.input);
+      if (!opts.stdin) this.endStdin();
+    }
+    if (opts.timeoutMs !== undefined) {
+      timer = setTimeout(() => {
+        this.#timedOut = true;
+        this.kill();
+      }, opts.timeoutMs);
+    }
+  }
+
+  get exit(): ProcessExit | undefined {
+    return this.#exit;
+  }
+
+  onOutput(listener: OutputListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #emit(stream: StreamName, raw: Buffer): void {
+    const kept = this[stream].push(raw);
+    for (const l of this.#listeners) l(stream, raw, kept);
+  }
+
+  writeStdin(data: Buffer): boolean {
+    if (!this.#stdinOpen || this.#exit) return false;
+    this.#agent.write({ op: 'stdin', id: this.#id }, data);
+    return true;
+  }
+
+  endStdin(): void {
+    if (!this.#stdinOpen || this.#exit) return;
+    this.#stdinOpen = false;
+    this.#agent.write({ op: 'stdin', id: this.#id, eof: true });
+  }
+
+  /** The channel carries output as the guest writes it; there is no per-command pause. */
+  pause(): void {}
+
+  resume(): void {}
+
+  async signal(sig: NodeJS.Signals): Promise<void> {
+    if (this.#exit) return;
+    if (sig === 'SIGKILL') this.#killed = true;
+    try {
+      this.#agent.write({ op: 'signal', id: this.#id, signal: signalNumber(sig) });
+    } catch {
+      // the channel is gone; the exit comes from its close
+    }
+  }
+
+  kill(): void {
+    void this.signal('SIGKILL');
+  }
+}
