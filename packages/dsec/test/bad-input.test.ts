@@ -106,8 +106,8 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
     expectInvalidField(await create({}), 'image');
   });
 
-  test("backend other than 'container' → 400, field backend", async () => {
-    expectInvalidField(await create({ image: 'busybox', backend: 'vm' }), 'backend');
+  test("backend other than container, microvm or vm → 400, field backend", async () => {
+    expectInvalidField(await create({ image: 'busybox', backend: 'firecracker' }), 'backend');
   });
 
   test('an env name that is not a shell identifier → 400 INVALID_REQUEST', async () => {
