@@ -5,10 +5,11 @@ import { execScenario } from './exec.js';
 import { hardeningScenario } from './hardening.js';
 import { pauseScenario } from './pause.js';
 import { snapshotScenario } from './snapshot.js';
+import { vmScenario } from './vm.js';
 import type { BenchScenarioDef } from './scenario.js';
 
 /** Every `dsec bench` scenario, in the order `dsec bench all` runs them. A new scenario: its module, and a line here. */
-export const SCENARIOS: readonly BenchScenarioDef[] = [createScenario, execScenario, densityScenario, burstScenario, pauseScenario, snapshotScenario, hardeningScenario];
+export const SCENARIOS: readonly BenchScenarioDef[] = [createScenario, execScenario, densityScenario, burstScenario, pauseScenario, snapshotScenario, hardeningScenario, vmScenario];
 
 export function scenarioByName(name: string): BenchScenarioDef {
   const def = SCENARIOS.find((s) => s.name === name);

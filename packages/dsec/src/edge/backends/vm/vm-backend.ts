@@ -73,7 +73,8 @@ export class VmBackend implements SandboxBackend {
   readonly dir: string;
   readonly guest: GuestAssets;
   readonly #live = new Map<string, LiveVm>();
-  readonly #creating = new Set<string>();
+  /** Creates in flight, so a kill of one waits for it to finish (or fail) first. */
+  readonly #creating = new Map<string, Promise<unknown>>();
   #accel: Promise<AccelChoice> | undefined;
 
   constructor(
@@ -153,13 +154,24 @@ export class VmBackend implements SandboxBackend {
   }
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
+    if (this.owns(req.id)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
+    const work = this.#create(req);
+    this.#creating.set(req.id, work);
+    try {
+      return await work;
+    } finally {
+      this.#creating.delete(req.id);
+    }
+  }
+
+  async #create(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     const kind = req.backend;
     if (kind !== 'microvm' && kind !== 'vm') throw new ApiError('INTERNAL', `VM backend asked for a ${String(kind)} sandbox`);
     if (req.network && req.network.mode !== 'none') unsupported(kind, 'A network policy other than none');
     if (req.layers.length === 0) throw new ApiError('INVALID_REQUEST', 'a VM sandbox needs at least one layer');
     if (req.layers.length > 60) throw new ApiError('INVALID_REQUEST', `a VM sandbox takes at most 60 layers (one disk each); this one has ${req.layers.length}`);
     const paths = new VmPaths(join(this.dir, req.id));
-    if (this.owns(req.id) || existsSync(paths.dir)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
+    if (this.#live.has(req.id) || existsSync(paths.dir)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
     const record: VmRecord = {
       id: req.id,
       backend: kind,
@@ -170,7 +182,6 @@ export class VmBackend implements SandboxBackend {
       limits: req.limits,
       createdAt: new Date().toISOString(),
     };
-    this.#creating.add(req.id);
     mkdirSync(paths.dir, { mode: 0o700 });
     saveRecord(paths, record);
     let agent: AgentClient | undefined;
@@ -201,8 +212,6 @@ export class VmBackend implements SandboxBackend {
       if (err instanceof ApiError) throw err;
       if (err instanceof ToolError) throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
       throw new ApiError('SANDBOX_CREATE_FAILED', `the ${kind} did not start: ${(err as Error).message}`);
-    } finally {
-      this.#creating.delete(req.id);
     }
   }
 
@@ -238,6 +247,7 @@ export class VmBackend implements SandboxBackend {
   }
 
   async killSandbox(id: string): Promise<void> {
+    await this.#creating.get(id)?.catch(() => undefined);
     const v = this.#live.get(id);
     if (!v) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on this edge`);
     this.#live.delete(id);
@@ -268,6 +278,7 @@ export class VmBackend implements SandboxBackend {
   }
 
   async shutdown(opts: { killAll?: boolean } = {}): Promise<void> {
+    await Promise.allSettled([...this.#creating.values()]);
     if (opts.killAll) await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
     for (const v of this.#live.values()) {
       v.agent.close();
