@@ -59,4 +59,11 @@ export const TARGETS = {
   policySwitchMs: 10,
   /** Issue 5: the defences add at most this much to create p50 (%). */
   hardeningCreatePct: 10,
+  /** Issue 11: the control plane's own create rate against simulated edges, through the public API (DSec's cluster figure). */
+  clusterCreatesPerSecond: 5000,
+  /** Issue 11: a batch of this many from accepted to all placed within clusterBatchSeconds. */
+  clusterBatchCount: 32000,
+  clusterBatchSeconds: 10,
+  /** Issue 11: sandboxes per edge across equal edges differ by at most this much (max/min − 1, %). */
+  clusterSpreadPct: 10,
 } as const;

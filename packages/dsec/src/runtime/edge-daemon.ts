@@ -7,6 +7,7 @@ import { HttpBlobSource } from '../edge/blob-source.js';
 import type { Edge } from '../edge/edge.js';
 import { makeNodeBackends } from './node-backends.js';
 import { isProcessAlive } from '../edge/process-tree.js';
+import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
 import { buildEdgeServer } from '../edge/server/edge-server.js';
 import { doctorPassed, formatChecks, runDoctor } from '../host/doctor.js';
 import { parseListen } from '../config/options.js';
@@ -68,9 +69,9 @@ function takePidLock(dataDir: string): () => void {
 /**
  * `dsec edge`: one node of a cluster. Runs the node's edge (crun, layers, network, exec engine)
  * behind the edge protocol's HTTP server, fetches layers from the control plane's blob endpoint
- * (no shared filesystem), joins the control plane and reports its capacity every second. A 404
- * to a heartbeat (a control plane that forgot it) makes it join again; a control plane that does
- * not answer changes nothing here: sandboxes keep running, heartbeats keep trying.
+ * (no shared filesystem), joins the control plane and reports its capacity every second
+ * (edge/join-loop.ts). A control plane that does not answer changes nothing here: sandboxes keep
+ * running, heartbeats keep trying.
  */
 export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Logger } = {}): Promise<RunningEdgeDaemon> {
   const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
@@ -106,65 +107,26 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const { host } = parseListen(opts.listen);
   const url = opts.advertise ?? `http://${host.includes(':') ? `[${host}]` : host}:${typeof addr === 'object' && addr ? addr.port : 0}`;
 
-  const auth = { authorization: `Bearer ${opts.token}`, 'content-type': 'application/json' };
-  const register = async (): Promise<{ state: string }> => {
-    const res = await fetch(`${joinUrl}/v1/cluster/edges`, {
-      method: 'POST',
-      headers: auth,
-      body: JSON.stringify({ id, url, pool: opts.pool, labels: opts.labels, cpuOvercommit: opts.cpuOvercommit, info: await api.info() }),
-      signal: AbortSignal.timeout(10_000),
-    });
-    if (!res.ok) throw new Error(`joining ${joinUrl} failed: HTTP ${res.status} ${await res.text()}`);
-    return (await res.json()) as { state: string };
-  };
-  await register(); // the first join must work: a wrong URL or token is the operator's to fix now
-
-  let stopped = false;
-  let leave!: () => void;
-  const left = new Promise<void>((r) => (leave = r));
-  let warned = false;
-  const beat = async (): Promise<void> => {
-    const info = await api.info();
-    const res = await fetch(`${joinUrl}/v1/cluster/edges/${id}/heartbeat`, { method: 'PUT', headers: auth, body: JSON.stringify({ info }), signal: AbortSignal.timeout(5_000) });
-    let state: string | undefined;
-    if (res.status === 404) state = (await register()).state;
-    else if (res.ok) state = ((await res.json()) as { state: string }).state;
-    else throw new Error(`heartbeat: HTTP ${res.status}`);
-    if (state === 'draining' && info.sandboxes === 0) {
-      const del = await fetch(`${joinUrl}/v1/cluster/edges/${id}`, { method: 'DELETE', headers: { authorization: auth.authorization }, signal: AbortSignal.timeout(5_000) });
-      if (del.status === 204) {
-        log.info({ edge: id }, 'drained and empty: left the cluster');
-        stopped = true;
-        leave();
-      }
-    }
-  };
-  const loop = async (): Promise<void> => {
-    while (!stopped) {
-      try {
-        await beat();
-        if (warned) log.info({ edge: id }, 'control plane reachable again');
-        warned = false;
-      } catch (err) {
-        if (!warned) log.warn({ edge: id, err: (err as Error).message }, 'heartbeat failed; sandboxes keep running, retrying');
-        warned = true;
-      }
-      await new Promise((r) => setTimeout(r, 1000));
-    }
-  };
-  const loopDone = loop();
+  let joined: JoinedEdge;
+  try {
+    joined = await joinCluster({ join: joinUrl, token: opts.token, id, url, pool: opts.pool, labels: opts.labels, cpuOvercommit: opts.cpuOvercommit, info: () => api.info(), log });
+  } catch (err) {
+    await server.close();
+    await node.shutdown();
+    releaseLock();
+    throw err;
+  }
 
   let closed = false;
   return {
     id,
     url,
     edge: node.edge,
-    left,
+    left: joined.left,
     async close(closeOpts = {}) {
       if (closed) return;
       closed = true;
-      stopped = true;
-      await loopDone;
+      await joined.stop();
       await server.close();
       await node.shutdown({ killAll: closeOpts.killAll ?? false });
       releaseLock();

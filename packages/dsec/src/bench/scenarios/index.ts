@@ -1,4 +1,5 @@
 import { burstScenario } from './burst.js';
+import { clusterScenario } from './cluster.js';
 import { createScenario } from './create.js';
 import { densityScenario } from './density.js';
 import { execScenario } from './exec.js';
@@ -9,7 +10,17 @@ import { vmScenario } from './vm.js';
 import type { BenchScenarioDef } from './scenario.js';
 
 /** Every `dsec bench` scenario, in the order `dsec bench all` runs them. A new scenario: its module, and a line here. */
-export const SCENARIOS: readonly BenchScenarioDef[] = [createScenario, execScenario, densityScenario, burstScenario, pauseScenario, snapshotScenario, hardeningScenario, vmScenario];
+export const SCENARIOS: readonly BenchScenarioDef[] = [
+  createScenario,
+  execScenario,
+  densityScenario,
+  burstScenario,
+  pauseScenario,
+  snapshotScenario,
+  hardeningScenario,
+  vmScenario,
+  clusterScenario,
+];
 
 export function scenarioByName(name: string): BenchScenarioDef {
   const def = SCENARIOS.find((s) => s.name === name);

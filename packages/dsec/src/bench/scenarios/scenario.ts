@@ -1,5 +1,6 @@
 import type { Peer, PeerName, PeerUnavailable } from '../peers/peer.js';
 import type { Spans } from '../profile.js';
+import type { RunNames } from '../run-names.js';
 import type { BenchReport, ProfileSection } from '../report.js';
 import type { TargetCheck } from '../targets.js';
 
@@ -20,6 +21,8 @@ export interface ScenarioResult {
 
 export interface ScenarioContext {
   signal: AbortSignal;
+  /** The run's names: its temp dir (everything a scenario makes on disk goes under it) and ids. */
+  names: RunNames;
   spans: Spans;
   say: (m: string) => void;
 }

@@ -1,0 +1,121 @@
+import type { Logger } from 'pino';
+import type { EdgeInfo } from './protocol/schemas.js';
+
+export interface JoinLoopOptions {
+  /** The control plane's URL. */
+  join: string;
+  /** The cluster's join token. */
+  token: string;
+  /** This edge's id and the URL the control plane reaches it at. */
+  id: string;
+  url: string;
+  pool: string;
+  labels: Record<string, string>;
+  cpuOvercommit: number;
+  /** The edge's facts now: sent when it joins and with every heartbeat. */
+  info: () => Promise<EdgeInfo>;
+  log: Logger;
+  /** Between heartbeats. @default 1000 */
+  intervalMs?: number;
+}
+
+export interface JoinedEdge {
+  /** Resolves when the edge has left the cluster (drained and empty). */
+  left: Promise<void>;
+  /** Stops heartbeating (after the one in flight, if any). */
+  stop(): Promise<void>;
+}
+
+/**
+ * An edge's membership of a cluster, as every edge keeps it (`dsec edge`, and the benchmark's
+ * simulated edge): join (POST /v1/cluster/edges), then a heartbeat with its facts every second
+ * (PUT …/heartbeat), both under the cluster token. A 404 to a heartbeat (a control plane that
+ * forgot it) makes it join again; a control plane that does not answer changes nothing here:
+ * heartbeats keep trying. Once the control plane says `draining` and the edge is empty, it leaves
+ * (DELETE …) and `left` resolves. The first join must work: it throws, since a wrong URL or token
+ * is the operator's to fix now.
+ */
+export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
+  const { id, log } = opts;
+  const joinUrl = opts.join.replace(/\/$/, '');
+  const auth = { authorization: `Bearer ${opts.token}`, 'content-type': 'application/json' };
+  const register = async (): Promise<{ state: string }> => {
+    const res = await fetch(`${joinUrl}/v1/cluster/edges`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({
+        id,
+        url: opts.url,
+        pool: opts.pool,
+        labels: opts.labels,
+        cpuOvercommit: opts.cpuOvercommit,
+        info: await opts.info(),
+      }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (!res.ok) throw new Error(`joining ${joinUrl} failed: HTTP ${res.status} ${await res.text()}`);
+    return (await res.json()) as { state: string };
+  };
+  await register();
+
+  let stopped = false;
+  let leave!: () => void;
+  const left = new Promise<void>((r) => (leave = r));
+  let warned = false;
+  const beat = async (): Promise<void> => {
+    const info = await opts.info();
+    const res = await fetch(`${joinUrl}/v1/cluster/edges/${id}/heartbeat`, {
+      method: 'PUT',
+      headers: auth,
+      body: JSON.stringify({ info }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    let state: string | undefined;
+    if (res.status === 404) state = (await register()).state;
+    else if (res.ok) state = ((await res.json()) as { state: string }).state;
+    else throw new Error(`heartbeat: HTTP ${res.status}`);
+    if (state === 'draining' && info.sandboxes === 0) {
+      const del = await fetch(`${joinUrl}/v1/cluster/edges/${id}`, {
+        method: 'DELETE',
+        headers: { authorization: auth.authorization },
+        signal: AbortSignal.timeout(5_000),
+      });
+      if (del.status === 204) {
+        log.info({ edge: id }, 'drained and empty: left the cluster');
+        stopped = true;
+        leave();
+      }
+    }
+  };
+  // The wait between heartbeats is cut short by stop(), so closing an edge does not wait a second.
+  let wake: () => void = () => undefined;
+  const loop = async (): Promise<void> => {
+    while (!stopped) {
+      try {
+        await beat();
+        if (warned) log.info({ edge: id }, 'control plane reachable again');
+        warned = false;
+      } catch (err) {
+        if (!warned) log.warn({ edge: id, err: (err as Error).message }, 'heartbeat failed; sandboxes keep running, retrying');
+        warned = true;
+      }
+      if (stopped) break;
+      await new Promise<void>((r) => {
+        const timer = setTimeout(r, opts.intervalMs ?? 1000);
+        wake = () => {
+          clearTimeout(timer);
+          r();
+        };
+      });
+    }
+  };
+  const loopDone = loop();
+  return {
+    left,
+    async stop() {
+      stopped = true;
+      wake();
+      await loopDone;
+    },
+  };
+}

@@ -1,0 +1,92 @@
+/**
+ * The benchmark's SIMULATED edge against a real `dsec control` (startControlPlane, SQLite, the
+ * busybox image): it joins and heartbeats like `dsec edge` (edge/join-loop.ts), the control plane
+ * places public-API creates on it over the edge protocol, and what the API accepted is what the
+ * edges hold. No crun: the simulated edge only records sandboxes.
+ */
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import type { SandboxInfo } from '@dsec/sdk/schema';
+import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { compileOptions } from '../../src/config/options.js';
+import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
+import { startControlPlane, type RunningControl } from '../../src/runtime/all-in-one.js';
+import { integrationSkipReason, makeDataDir, mountsBelow } from '../helpers/server.js';
+
+const skip = integrationSkipReason();
+
+describe('simulated edge under a real control plane', { skip }, () => {
+  let control: RunningControl;
+  let dataDir: string;
+  const edges: RunningSimulatedEdge[] = [];
+  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> => {
+    const res = await fetch(`${control.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${control.apiKey}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    return { status: res.status, body: res.status === 204 ? undefined : await res.json() };
+  };
+  const nodes = async (): Promise<{ id: string; state: string; sandboxes: number }[]> =>
+    ((await api('GET', '/v1/nodes')).body as { nodes: { id: string; state: string; sandboxes: number }[] }).nodes;
+
+  before(async () => {
+    dataDir = makeDataDir();
+    control = await startControlPlane(compileOptions({ dataDir, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+    await buildBusyboxImage(control.images);
+    for (const id of ['simone', 'simtwo']) edges.push(await startSimulatedEdge({ join: control.url, token: control.joinToken, id }));
+  });
+
+  after(async () => {
+    for (const e of edges) await e.close();
+    await control?.close();
+    // Nothing here mounts anything (no local edge, no sandbox): the data dir must hold no mount.
+    assert.deepEqual(mountsBelow(dataDir), []);
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  test('both joined with the cluster token and are ready', async () => {
+    const n = await nodes();
+    assert.deepEqual(n.map((x) => [x.id, x.state]).sort(), [
+      ['simone', 'ready'],
+      ['simtwo', 'ready'],
+    ]);
+  });
+
+  test('creates through the public API land on the simulated edges; each holds what the API placed there; kill removes it', async () => {
+    const made: SandboxInfo[] = [];
+    for (let i = 0; i < 20; i++) {
+      const r = await api('POST', '/v1/sandboxes', { image: 'busybox', resources: { memoryMiB: 64 } });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      made.push(r.body as SandboxInfo);
+    }
+    for (const e of edges) {
+      const placed = made
+        .filter((s) => s.edge === e.id)
+        .map((s) => s.id)
+        .sort();
+      assert.deepEqual((await e.edge.listSandboxes()).map((s) => s.id).sort(), placed, `edge ${e.id}`);
+    }
+    assert.ok(made.every((s) => s.status === 'running'));
+    const first = made[0]!;
+    assert.equal((await api('DELETE', `/v1/sandboxes/${first.id}`)).status, 204);
+    const holder = edges.find((e) => e.id === first.edge)!;
+    assert.ok(!(await holder.edge.listSandboxes()).some((s) => s.id === first.id));
+    // What a simulated edge cannot do is said as such, through the public API too.
+    const exec = await api('POST', `/v1/sandboxes/${made[1]!.id}/exec`, { cmd: ['true'] });
+    assert.equal(exec.status, 400);
+    assert.match(JSON.stringify(exec.body), /simulated edge/);
+  });
+
+  test('a control plane that forgot an edge gets it back at its next heartbeat (the join loop re-joins on 404)', async () => {
+    control.control.edges.remove('simtwo');
+    assert.ok(!(await nodes()).some((n) => n.id === 'simtwo'));
+    let back = false;
+    for (let i = 0; i < 100 && !back; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      back = (await nodes()).some((n) => n.id === 'simtwo' && n.state === 'ready');
+    }
+    assert.ok(back, 'simtwo did not re-join');
+  });
+});
