@@ -139,6 +139,7 @@ function result(over: Partial<ClusterResult> = {}): ClusterResult {
       errors: [],
       acceptedSeconds: 0,
       placedSeconds: 1,
+      runningSeconds: 1,
       placedPerSecond: 2000,
       perEdge: { e1: 700, e2: 650, e3: 650 },
       spreadPct: 7.69,

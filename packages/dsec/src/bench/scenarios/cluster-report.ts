@@ -137,7 +137,8 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
         ['create latency under that load, p50 / p90 / p99 (ms)', `${rate.latency.p50} / ${rate.latency.p90} / ${rate.latency.p99}`],
         [`batch of ${batch.count}: how`, batch.note],
         ['batch: accepted after (s)', batch.mode === 'batch-api' ? batch.acceptedSeconds : 'n/a (each create is accepted as it is placed)'],
-        ['batch: all placed and running after (s)', batch.placedSeconds],
+        ['batch: all placed after (s)', batch.placedSeconds],
+        ['batch: all running after (s)', batch.runningSeconds],
         ['batch: placed per second', batch.placedPerSecond],
         ['batch: placed / failed', `${batch.placed} / ${batch.failed}`],
         ['batch: sandboxes per edge', perEdgeText(batch.perEdge)],
@@ -200,7 +201,7 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
           ],
         ].join('\n'),
     '',
-    `Options: ${JSON.stringify({ edges: o.edges, clients: o.clients, creates: o.creates, batchCount: o.batchCount, realCount: o.realCount, realConcurrency: o.realConcurrency })}`,
+    `Options: ${JSON.stringify({ edges: o.edges, clients: o.clients, creates: o.creates, batchCount: o.batchCount, batchConcurrency: o.batchConcurrency, realCount: o.realCount, realConcurrency: o.realConcurrency })}`,
     '',
     ...renderCommon(report, svgName),
   ];
