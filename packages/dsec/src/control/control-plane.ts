@@ -568,6 +568,11 @@ export class ControlPlane {
   async replay(id: string): Promise<ReplayResult> {
     const orig = this.get(id);
     const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: orig.imageId, resources: orig.resources, labels: orig.labels };
+    // A lost sandbox is rebuilt on another edge: node labels that pinned it to the lost one go.
+    if (orig.status === 'lost' && spec.placement?.labels) {
+      const { labels: _pinned, ...placement } = spec.placement;
+      spec.placement = placement;
+    }
     const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } });
     const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id), { policy: checkPolicy });
     this.trajectory.copy(id, created.id);

@@ -117,6 +117,8 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     const e = h.edges[2]!;
     const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 }, placement: { labels: { node: `n${e.index}` } } });
     assert.equal(sb.info.edge, e.id);
+    await sb.files.write('/root/work.txt', 'step 1 of the rollout\n');
+    await sb.commands.run('echo step 2 >> /root/work.txt');
     h.cut(e);
     const t = await h.waitFor(async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'lost', 'the cut edge lost', () => h.controlLog.join(''), 15_000);
     assert.ok(t <= 10_000 + 1000, `lost after ${t} ms`);
@@ -124,6 +126,13 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     assert.equal(lost.status, 'lost');
     assert.match(lost.reason ?? '', /no heartbeat/);
     await assert.rejects(Sandbox.create({ ...conn, image: 'busybox', placement: { labels: { node: `n${e.index}` } } }), /CAPACITY|full|lost/);
+    // Replay rebuilds the lost sandbox on another edge from its image and trajectory.
+    const replay = await new Connection(conn).json<{ sandbox: SandboxInfo; replayed: number }>('POST', `/v1/sandboxes/${sb.id}/replay`);
+    assert.notEqual(replay.sandbox.edge, e.id);
+    assert.equal(replay.replayed, 2);
+    const rebuilt = await Sandbox.connect(replay.sandbox.id, conn);
+    assert.equal(Buffer.from(await rebuilt.files.read('/root/work.txt')).toString(), 'step 1 of the rollout\nstep 2\n');
+    await rebuilt.kill();
     h.heal(e);
     await h.waitFor(async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'ready', 'the edge back in service');
     await h.waitFor(async () => !(await listOnEdge(h, e.index)).includes(sb.id), 'the sandbox reported lost killed on the edge');

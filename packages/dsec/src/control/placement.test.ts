@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { EdgeInfo } from '../edge/edge-api.js';
+import { infeasible, place, poolUtilisation, score, type PlacementCandidate, type PlacementRequest } from './placement.js';
+
+const GiB = 1024 ** 3;
+
+function edge(id: string, o: { pool?: string; sandboxes?: number; max?: number; memAvail?: number; cpuCommitted?: number; cached?: string[]; state?: PlacementCandidate['state']; labels?: Record<string, string>; cpuOvercommit?: number } = {}): PlacementCandidate {
+  const info: EdgeInfo = {
+    id,
+    protocol: 1,
+    version: 'test',
+    state: 'running',
+    sandboxes: o.sandboxes ?? 0,
+    maxSandboxes: o.max ?? 100,
+    capacity: {
+      cpus: 4,
+      memoryBytes: 16 * GiB,
+      memoryAvailableBytes: o.memAvail ?? 12 * GiB,
+      cpuCommitted: o.cpuCommitted ?? 0,
+      memoryCommittedMiB: 0,
+      pidsCommitted: 0,
+      pidMax: 4_194_304,
+      pidsInUse: 300,
+    },
+    layerCache: { entries: 0, bytes: 0, chargedBytes: 0, budgetBytes: 0, mounted: 0, evictions: 0, overBudget: false },
+    cachedLayers: o.cached ?? [],
+  };
+  return { id, pool: o.pool ?? 'default', labels: o.labels ?? {}, state: o.state ?? 'ready', info, pending: { count: 0, cpu: 0, memoryMiB: 0, pids: 0 }, cpuOvercommit: o.cpuOvercommit ?? 0 };
+}
+
+const req = (o: Partial<PlacementRequest> = {}): PlacementRequest => ({ limits: { cpu: 1, memoryMiB: 512, pids: 512 }, layers: ['sha256:a', 'sha256:b'], pool: 'default', ...o });
+
+describe('placement', () => {
+  test('filters by state, pool, labels, slots, memory and exclusions, and says why', () => {
+    assert.match(infeasible(edge('a', { state: 'lost' }), req()) ?? '', /lost/);
+    assert.match(infeasible(edge('a', { state: 'draining' }), req()) ?? '', /draining/);
+    assert.match(infeasible(edge('a', { pool: 'burst' }), req()) ?? '', /pool/);
+    assert.match(infeasible(edge('a', { labels: { gpu: 'no' } }), req({ labels: { gpu: 'yes' } })) ?? '', /label gpu/);
+    assert.match(infeasible(edge('a', { sandboxes: 100 }), req()) ?? '', /slots/);
+    assert.match(infeasible(edge('a', { memAvail: 100 << 20 }), req()) ?? '', /memory/);
+    assert.match(infeasible(edge('a'), req({ limits: { cpu: 1, memoryMiB: 32 * 1024, pids: 1 } })) ?? '', /less memory than the limit/);
+    assert.match(infeasible(edge('a'), req({ exclude: new Set(['a']) })) ?? '', /refused/);
+    assert.match(infeasible(edge('a', { cpuOvercommit: 2, cpuCommitted: 7.5 }), req()) ?? '', /overcommit/);
+    assert.equal(infeasible(edge('a', { cpuCommitted: 1000 }), req()), undefined, 'no CPU cap unless the edge sets one');
+    assert.equal(infeasible(edge('a'), req()), undefined);
+  });
+
+  test('pending placements count until the next heartbeat', () => {
+    const e = edge('a', { sandboxes: 99 });
+    assert.equal(infeasible(e, req()), undefined);
+    e.pending.count = 1;
+    assert.match(infeasible(e, req()) ?? '', /slots/);
+  });
+
+  test('scores free CPU, layer locality and spread', () => {
+    assert.ok(score(edge('warm', { cached: ['sha256:a', 'sha256:b'] }), req()) > score(edge('cold'), req()));
+    assert.ok(score(edge('idle'), req()) > score(edge('busy', { sandboxes: 80, cpuCommitted: 40 }), req()));
+  });
+
+  test('best of two random candidates; undefined when nothing fits', () => {
+    const edges = [edge('a', { sandboxes: 90 }), edge('b'), edge('c', { pool: 'burst' })];
+    // random() = 0 picks a then b: b wins on spread.
+    assert.equal(place(edges, req(), () => 0)?.id, 'b');
+    assert.equal(place(edges, req({ pool: 'gpu' })), undefined);
+    assert.equal(place([edge('x', { state: 'lost' })], req()), undefined);
+  });
+
+  test('random sampling spreads a burst over equal edges within 10 %', () => {
+    const edges = [edge('a', { max: 5000 }), edge('b', { max: 5000 }), edge('c', { max: 5000 })];
+    const counts = new Map<string, number>();
+    let seed = 42; // a fixed LCG, so the test is the same every run
+    const random = (): number => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+    for (let i = 0; i < 3000; i++) {
+      const chosen = place(edges, req(), random)!;
+      counts.set(chosen.id, (counts.get(chosen.id) ?? 0) + 1);
+      chosen.pending.count++; // as the registry reserves it until the next heartbeat
+      chosen.pending.cpu += 1;
+    }
+    const n = [...counts.values()];
+    assert.ok(Math.max(...n) / Math.min(...n) <= 1.1, JSON.stringify([...counts]));
+  });
+
+  test('pool utilisation is the larger of slots and memory in use', () => {
+    const edges = [edge('a', { sandboxes: 85, max: 100 }), edge('b', { sandboxes: 75, max: 100 }), edge('c', { pool: 'burst' })];
+    assert.equal(poolUtilisation(edges, 'default'), 0.8);
+    assert.equal(poolUtilisation([edge('m', { memAvail: 1 * GiB })], 'default'), 15 / 16);
+    assert.equal(poolUtilisation([], 'default'), 1, 'a pool with no edges is full');
+  });
+});
