@@ -19,7 +19,7 @@ export async function generateOpenApi(): Promise<unknown> {
   try {
     const images = new ImageStore(dir, new LayerStore(dir));
     const control = new ControlPlane(store, images, log);
-    const app = await buildServer({ control, store, images, log, clusterToken: 'openapi' });
+    const app = await buildServer({ control, store, images, log, clusterToken: 'openapi', dataDir: dir });
     const doc = app.swagger();
     await app.close();
     return doc;

@@ -131,7 +131,7 @@ async function startDsecProcess(
   const stopExpiryLoop = control.startExpiryLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
 
-  const app = await buildServer({ control, store, images, log, clusterToken });
+  const app = await buildServer({ control, store, images, log, clusterToken, dataDir: opts.dataDir });
   const { host, port } = parseListen(opts.listen);
   try {
     await app.listen({ host, port });

@@ -5,11 +5,13 @@ import {
   BuildImageRequest, ErrorBody, ImageInfo, ImageList, ImportImageQuery, ImportImageResult, MAX_IMAGE_IMPORT_BYTES,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import { buildBusyboxImage } from '../../image/builders/busybox.js';
-import { buildDebianImage } from '../../image/builders/debian.js';
 import { type ImageId, type ImageStore, normalizeName } from '../../image/image-store.js';
-import { ImportError, importImageArchive } from '../../image/oci-import.js';
 import { collectGarbage } from '../image-gc.js';
+import { runImageJob, uploadPath } from '../image-jobs.js';
+import type { ImportResult } from '../../image/oci-import.js';
+import { randomBytes } from 'node:crypto';
+import { createWriteStream, rmSync } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
 import type { StateStore } from '../state-store.js';
 import { Type } from 'typebox';
 import { errorResponses as errors } from './error-responses.js';
@@ -29,10 +31,12 @@ function limitBytes(limit: number): Transform {
 export interface ImageRouteDeps {
   images: ImageStore;
   store: StateStore;
+  /** The data dir the image jobs write into (the one `images` reads). */
+  dataDir: string;
 }
 
 export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
-  const { images, store } = deps;
+  const { images, store, dataDir } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['images'];
@@ -43,17 +47,13 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
       { schema: { tags, summary: 'Build an image (busybox or debian minbase); cached by inputs', body: BuildImageRequest, response: { 201: ImageInfo, 400: ErrorBody, 401: ErrorBody, 500: ErrorBody } } },
       async (req, reply) => {
         const { builder, name, packages } = req.body;
-        const log = (m: string): void => req.log.info({ builder }, m);
-        let built;
-        try {
-          built =
-            builder === 'busybox'
-              ? await buildBusyboxImage(images, { name, progress: log })
-              : await buildDebianImage(images, { name, packages, progress: log });
-        } catch (err) {
-          throw new ApiError('INTERNAL', `image build failed: ${(err as Error).message}`, { builder });
-        }
-        return reply.status(201).send(images.info(built.id)!);
+        const args = ['build', builder, ...(name ? ['--name', name] : []), ...(packages ?? []).flatMap((p) => ['-p', p])];
+        const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ builder }, m), userError: /invalid image name|unknown builder|-p\/--package/ });
+        // The job prints "<name> <id>"; the image is in the store it wrote to.
+        const id = /(sha256:[0-9a-f]{64})\s*$/.exec(out.trim())?.[1];
+        const info = id && images.info(id as ImageId);
+        if (!info) throw new ApiError('INTERNAL', `image build finished without an image: ${out.slice(0, 300)}`, { builder });
+        return reply.status(201).send(info);
       },
     );
 
@@ -75,23 +75,19 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         if (!(req.body instanceof Readable)) {
           throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the archive as the raw body with Content-Type: ${ARCHIVE_TYPES.join(' or ')}`);
         }
-        const limited = req.body.pipe(limitBytes(MAX_IMAGE_IMPORT_BYTES));
-        req.body.on('error', (err) => limited.destroy(err));
-        let result;
+        // The archive is stored first (within the size limit), then imported by a job.
+        const file = uploadPath(dataDir, randomBytes(6).toString('hex'));
         try {
-          result = await importImageArchive(images, limited, {
-            name: req.query.name,
-            squash: req.query.squash ?? false,
-            ref: req.query.ref,
-            progress: (m) => req.log.info({ import: true }, m),
-          });
-        } catch (err) {
-          if (err instanceof ApiError) throw err;
-          if (err instanceof ImportError) throw new ApiError('INVALID_REQUEST', `image import failed: ${err.message}`);
-          throw new ApiError('INTERNAL', `image import failed: ${(err as Error).message}`);
+          await pipeline(req.body, limitBytes(MAX_IMAGE_IMPORT_BYTES), createWriteStream(file, { mode: 0o600 }));
+          const q = req.query;
+          const args = ['import', file, '--json', ...(q.name ? ['--name', q.name] : []), ...(q.squash ? ['--squash'] : []), ...(q.ref ? ['--ref', q.ref] : [])];
+          const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ import: true }, m), userError: /image import failed|invalid image name/ });
+          const r = JSON.parse(out) as ImportResult;
+          const { id, format, sourceRef, squashed, layers, warnings } = r;
+          return await reply.status(201).send({ image: images.info(id)!, format, ...(sourceRef ? { sourceRef } : {}), squashed, layers, warnings });
+        } finally {
+          rmSync(file, { force: true });
         }
-        const { id, format, sourceRef, squashed, layers, warnings } = result;
-        return reply.status(201).send({ image: images.info(id)!, format, ...(sourceRef ? { sourceRef } : {}), squashed, layers, warnings });
       },
     );
 
