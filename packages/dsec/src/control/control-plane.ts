@@ -50,6 +50,9 @@ export interface ControlPlaneOptions {
 /** Above 80 % of a pool's slots or memory, burstable sandboxes go to the burst pool. */
 export const DEFAULT_BURST_THRESHOLD = 0.8;
 
+/** The reason of a sandbox whose kill left resources on its node; a kill retries it. */
+const KILL_FAILED_REASON = 'kill failed, resources remain: ';
+
 export class ControlPlane {
   readonly edges: EdgeRegistry;
   readonly trajectory: TrajectoryLog;
@@ -277,7 +280,9 @@ export class ControlPlane {
     if (s.status !== 'running' && s.status !== 'paused') return s;
     try {
       return { ...s, usage: await this.#edge(s.edge).sandboxUsage(id) };
-    } catch {
+    } catch (err) {
+      // The row is still the answer; usage is left out, and why is logged rather than hidden.
+      if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) this.log.warn({ sandbox: id, edge: s.edge, err: (err as Error).message }, 'inspect: the edge did not give usage');
       return s;
     }
   }
@@ -294,10 +299,15 @@ export class ControlPlane {
   async kill(id: string): Promise<void> {
     const s = this.store.getSandbox(id);
     if (!s) return;
-    if (s.status === 'running' || s.status === 'creating' || s.status === 'paused') {
+    const teardownFailed = s.status === 'failed' && s.reason?.startsWith(KILL_FAILED_REASON) === true;
+    if (s.status === 'running' || s.status === 'creating' || s.status === 'paused' || teardownFailed) {
       try {
         await this.#edge(s.edge).killSandbox(id);
       } catch (err) {
+        if (err instanceof ApiError && err.code === 'SANDBOX_KILL_FAILED') {
+          // Its mounts or cgroups are still on the node: the row stays, saying so, until a kill succeeds.
+          this.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
+        }
         if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
       }
     }
@@ -493,6 +503,19 @@ export class ControlPlane {
     const info = await this.#runningOn(id).startProcess(id, req);
     this.trajectory.append(id, { kind: 'process.start', request: { ...req }, result: { processId: info.id } });
     return info;
+  }
+
+  /** A signal (SIGKILL: the process's kill) changes the sandbox: logged so a replay sends it too. */
+  async signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
+    const info = await this.#runningOn(id).signalProcess(id, pid, signal);
+    this.trajectory.append(id, { kind: 'process.signal', request: { processId: pid, signal } });
+    return info;
+  }
+
+  /** Bytes written to a process's stdin are kept (up to MAX_PAYLOAD) so a replay writes them again. */
+  async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
+    await this.#runningOn(id).writeProcessStdin(id, pid, data, eof);
+    this.trajectory.append(id, { kind: 'process.stdin', request: { processId: pid, bytes: data.length, eof }, payload: data });
   }
 
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {

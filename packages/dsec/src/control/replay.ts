@@ -8,7 +8,8 @@ type Step = ReplayResult['steps'][number];
 /**
  * Re-runs a logged trajectory, in order, on a fresh sandbox: commands, session commands (in
  * sessions opened anew, mapped from the old ids) and file changes (from their kept payloads).
- * Network policy switches are applied again (names resolved anew). Each re-run step reports
+ * Background processes are started again, and get the logged stdin and signals (ids mapped
+ * like sessions'). Network policy switches are applied again (names resolved anew). Each re-run step reports
  * whether it diverged from the log (failed, or a different exit code); steps that cannot be re-run
  * (terminals, payloads too large to keep) or need not be (pause, resume) are reported as skipped,
  * never as diverged. The logged results stay the answer to steps the trainer already consumed.
@@ -20,6 +21,7 @@ export async function replayEntries(
   deps: { policy: (req: NetworkPolicyRequest) => EdgeNetworkRequest },
 ): Promise<Step[]> {
   const sessions = new Map<string, string>();
+  const processes = new Map<string, string>();
   const steps: Step[] = [];
   for (const e of entries) {
     const step: Step = { seq: e.seq, kind: e.kind, diverged: false, skipped: false };
@@ -71,9 +73,19 @@ export async function replayEntries(
         case 'files.rename':
           await edge.renamePath(sandboxId, String(r['from']), String(r['to']));
           break;
-        case 'process.start':
-          await edge.startProcess(sandboxId, r as StartProcessRequest);
+        case 'process.start': {
+          const info = await edge.startProcess(sandboxId, r as StartProcessRequest);
+          processes.set(String((e.result ?? {})['processId']), info.id);
           break;
+        }
+        case 'process.signal':
+        case 'process.stdin': {
+          const pid = processes.get(String(r['processId']));
+          if (!pid) throw new Error(`process ${String(r['processId'])} was not started in the replay`);
+          if (e.kind === 'process.signal') await edge.signalProcess(sandboxId, pid, r['signal'] as NodeJS.Signals);
+          else await edge.writeProcessStdin(sandboxId, pid, e.payload ?? Buffer.alloc(0), r['eof'] === true);
+          break;
+        }
         case 'network.set':
           await edge.setNetwork(sandboxId, deps.policy(r as NetworkPolicyRequest));
           break;

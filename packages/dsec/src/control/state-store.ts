@@ -104,9 +104,12 @@ export class StateStore {
       ['batch_id', 'TEXT'],
       ['batch_index', 'INTEGER'],
       ['backend', "TEXT NOT NULL DEFAULT 'container'"],
+      ['trajectory_dropped', 'INTEGER NOT NULL DEFAULT 0'],
     ];
     for (const [col, type] of add) if (!have.has(col)) this.db.exec(`ALTER TABLE sandboxes ADD COLUMN ${col} ${type}`);
     this.db.exec('CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_batch ON sandboxes(batch_id, batch_index) WHERE batch_id IS NOT NULL');
+    // Rows an older dsec appended after their sandbox was deleted (the table has no foreign key).
+    this.db.exec('DELETE FROM trajectory WHERE sandbox_id NOT IN (SELECT id FROM sandboxes)');
   }
 
   // --- batches --------------------------------------------------------------------------------

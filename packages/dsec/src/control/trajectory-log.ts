@@ -39,20 +39,23 @@ function capOutput(result: Record<string, unknown> | undefined): Record<string, 
  * on: a sandbox lost with its node can still be rebuilt elsewhere.
  */
 export class TrajectoryLog {
-  readonly #dropped = new Map<string, number>();
-
   constructor(private readonly store: StateStore) {}
 
+  /**
+   * Appends a step of a sandbox that still has its row. A step that finishes after the sandbox was
+   * killed (a terminal's exit, a stream's last entry) is not logged: its rows are gone with it.
+   * Steps past MAX_ENTRIES are counted in the sandbox's row, so the count survives a restart.
+   */
   append(sandboxId: string, e: NewEntry): void {
     const db = this.store.db;
     const row = db.prepare('SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?').get(sandboxId) as { n: number; last: number };
     if (row.n >= MAX_ENTRIES) {
-      this.#dropped.set(sandboxId, (this.#dropped.get(sandboxId) ?? 0) + 1);
+      db.prepare('UPDATE sandboxes SET trajectory_dropped = trajectory_dropped + 1 WHERE id = ?').run(sandboxId);
       return;
     }
     const keepPayload = e.payload !== undefined && e.payload.length <= MAX_PAYLOAD;
     db.prepare(
-      'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+      'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)',
     ).run(
       sandboxId,
       row.last + 1,
@@ -64,6 +67,7 @@ export class TrajectoryLog {
       e.durationMs ?? null,
       e.exitCode ?? null,
       e.replayable === false ? 0 : e.payload === undefined || keepPayload ? 1 : 0,
+      sandboxId,
     );
   }
 
@@ -71,7 +75,8 @@ export class TrajectoryLog {
     const rows = this.store.db
       .prepare('SELECT seq, at, kind, request, result, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?')
       .all(sandboxId, afterSeq, limit) as Row[];
-    return { entries: rows.map(toEntry), dropped: this.#dropped.get(sandboxId) ?? 0 };
+    const dropped = this.store.db.prepare('SELECT trajectory_dropped AS n FROM sandboxes WHERE id = ?').get(sandboxId) as { n: number } | undefined;
+    return { entries: rows.map(toEntry), dropped: dropped?.n ?? 0 };
   }
 
   /** Entries with their payloads, for replay. */

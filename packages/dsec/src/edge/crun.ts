@@ -48,10 +48,20 @@ export class Crun {
     if (r.code !== 0 && !/does not exist|No such file/i.test(r.stderr)) throw new ToolError('crun', args, r);
   }
 
+  /**
+   * Every container under this state root. A failed listing (a busy lock, a state file crun cannot
+   * parse) throws with crun's stderr: an empty list would read as "nothing runs" and a caller
+   * would tear down live sandboxes.
+   */
   async list(): Promise<{ id: string; pid: number; status: string }[]> {
-    const r = await runTool('crun', [...this.globalArgs(), 'list', '--format', 'json']);
-    if (r.code !== 0) return [];
-    return (JSON.parse(r.stdout || '[]') as { id: string; pid: number; status: string }[]) ?? [];
+    const args = [...this.globalArgs(), 'list', '--format', 'json'];
+    const r = await runTool('crun', args);
+    if (r.code !== 0) throw new ToolError('crun', args, r);
+    try {
+      return (JSON.parse(r.stdout || '[]') as { id: string; pid: number; status: string }[] | null) ?? [];
+    } catch (err) {
+      throw new ToolError('crun', args, { ...r, stderr: `unreadable JSON from crun list: ${(err as Error).message}` });
+    }
   }
 }
 

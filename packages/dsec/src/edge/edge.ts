@@ -114,13 +114,14 @@ export class Edge implements EdgeApi {
   async start(): Promise<{ adopted: string[]; cleaned: string[] }> {
     const adopted: string[] = [];
     const cleaned: string[] = [];
+    // First, before anything is touched: without crun's listing every live sandbox would look dead.
+    const running = new Map((await this.#listContainers()).map((c) => [c.id, c]));
     // Staging left by a crash (a snapshot's copy of a tree the sandbox shaped: any depth).
     await removeTree(this.#tmpDir);
     mkdirSync(this.#tmpDir, { recursive: true });
     if (!secureSandboxesDir(this.records.dir)) {
       this.opts.log.warn({ dir: this.records.dir }, 'sandboxes from an older dsec are mounted here: the directory is made nosuid,nodev at the first start without them');
     }
-    const running = new Map((await this.crun.list()).map((c) => [c.id, c]));
     for (const { id, record } of this.records.scan()) {
       const c = running.get(id);
       running.delete(id);
@@ -165,6 +166,15 @@ export class Edge implements EdgeApi {
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
+  }
+
+  async #listContainers(): Promise<Awaited<ReturnType<Crun['list']>>> {
+    try {
+      return await this.crun.list();
+    } catch (err) {
+      const why = err instanceof ToolError ? err.result.stderr.trim() : (err as Error).message;
+      throw new Error(`edge ${this.id} cannot start: crun cannot list its containers under ${this.crun.root} (${why}); no sandbox was adopted or removed. Fix crun's state and start again`);
+    }
   }
 
   async info(): Promise<EdgeInfo> {
@@ -254,22 +264,29 @@ export class Edge implements EdgeApi {
     if (inflight) await inflight.catch(() => undefined);
     const live = this.#live.get(id);
     if (!live) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on edge ${this.id}`);
-    this.#live.delete(id);
-    if (live.record.network?.link) this.#addresses.release(live.record.network.link.index);
+    // The sandbox stays known until its teardown has really finished: a teardown that fails leaves
+    // it listed (and a kill retries it), never forgotten with its mounts and cgroups still there.
+    live.killing = true;
     live.processes.killAll();
     for (const s of live.sessions.values()) void s.close();
     for (const p of live.ptys) p.kill();
-    const work = this.#teardown(id, live.record.layers, true);
+    const work = this.#teardown(id, live.record.layers, !live.layersReleased, () => (live.layersReleased = true));
     this.#busy.set(id, work);
     try {
       await work;
+    } catch (err) {
+      const why = err instanceof ToolError ? `${err.tool}: ${err.result.stderr.trim()}` : (err as Error).message;
+      this.opts.log.error({ sandbox: id, err: why }, 'teardown failed; the sandbox stays listed until a kill succeeds');
+      throw new ApiError('SANDBOX_KILL_FAILED', `could not remove everything of sandbox ${id}: ${why}; kill it again to retry`, { id });
     } finally {
       this.#busy.delete(id);
     }
+    this.#live.delete(id);
+    if (live.record.network?.link) this.#addresses.release(live.record.network.link.index);
   }
 
   /** Removes everything of a sandbox, in reverse order of creation; safe on half-made ones. */
-  async #teardown(id: string, layers: SandboxRecord['layers'], releaseLayers: boolean): Promise<void> {
+  async #teardown(id: string, layers: SandboxRecord['layers'], releaseLayers: boolean, onReleased?: () => void): Promise<void> {
     const paths = this.records.paths(id);
     await this.crun.delete(id);
     const stray = await killCgroupProcesses(`${CGROUP_PARENT}/${id}`);
@@ -277,7 +294,10 @@ export class Edge implements EdgeApi {
     for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
     removeCgroupTree(`${CGROUP_PARENT}/${id}`);
     await detachLink(id); // normally gone with the netns; a crash may leave the host end
-    if (releaseLayers) for (const l of layers) this.layerMounts.release(l);
+    if (releaseLayers) {
+      for (const l of layers) this.layerMounts.release(l);
+      onReleased?.(); // a retried teardown must not release them twice
+    }
     await removeTree(paths.dir);
   }
 
@@ -290,6 +310,7 @@ export class Edge implements EdgeApi {
   #running(id: string): LiveSandbox {
     const l = this.#live.get(id);
     if (!l) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on edge ${this.id}`);
+    if (l.killing) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is being killed`, { id });
     return l;
   }
 
@@ -598,6 +619,9 @@ interface LiveSandbox {
   processes: ProcessTable;
   sessions: Map<string, ShellSession>;
   ptys: Set<PtyProcess>;
+  /** Set once a kill started: no new work; the sandbox stays here until its teardown succeeds. */
+  killing?: boolean;
+  layersReleased?: boolean;
 }
 
 /** Resolves an allow list's host names on this node; a bad entry is the caller's 400. */

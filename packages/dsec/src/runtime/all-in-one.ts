@@ -121,7 +121,14 @@ async function startDsecProcess(
       log: log.child({ edge: opts.edgeId }),
     });
     edge = node.edge;
-    await node.start();
+    try {
+      await node.start();
+    } catch (err) {
+      // The edge adopted and removed nothing: leave the data dir for the next start.
+      store.close();
+      releaseLock();
+      throw err;
+    }
     await control.edges.addLocal(opts.edgeId, node.api);
     await control.reconcile(opts.edgeId);
   }

@@ -13,6 +13,8 @@ export const TrajectoryKind = Type.Union([
   Type.Literal('files.upload'),
   Type.Literal('pty'),
   Type.Literal('process.start'),
+  Type.Literal('process.signal'),
+  Type.Literal('process.stdin'),
   Type.Literal('network.set'),
   Type.Literal('pause'),
   Type.Literal('resume'),

@@ -241,7 +241,7 @@ export class ProcessService {
 
   async #kill(id: string, t: Tracked): Promise<void> {
     if (t.pty) t.pty.kill();
-    else await this.control.edgeFor(id).signalProcess(id, t.handle!, 'SIGKILL');
+    else await this.control.signalProcess(id, t.handle!, 'SIGKILL');
   }
 
   async #list(ctx: CallContext): Promise<Message> {
@@ -276,7 +276,7 @@ export class ProcessService {
 
   async #writeStdin(id: string, t: Tracked, data: Buffer, eof: boolean): Promise<void> {
     try {
-      await this.control.edgeFor(id).writeProcessStdin(id, t.handle!, data, eof);
+      await this.control.writeProcessStdin(id, t.handle!, data, eof);
     } catch (err) {
       if (err instanceof ApiError && err.code === 'PROCESS_NOT_RUNNING')
         throw new ConnectError('failed_precondition', `process ${t.pid}: ${err.message}`);
@@ -304,7 +304,7 @@ export class ProcessService {
       t.pty.kill();
       return {};
     }
-    await this.control.edgeFor(ctx.sandboxId).signalProcess(ctx.sandboxId, t.handle!, sig);
+    await this.control.signalProcess(ctx.sandboxId, t.handle!, sig);
     return {};
   }
 

@@ -121,7 +121,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
     app.post(
       '/v1/sandboxes/:id/processes/:pid/signal',
       { schema: { tags: pTags, summary: 'Signal a process (SIGKILL: its whole tree)', params: ProcessParams, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } },
-      async (req) => control.edgeFor(req.params.id).signalProcess(req.params.id, req.params.pid, req.body.signal),
+      async (req) => control.signalProcess(req.params.id, req.params.pid, req.body.signal),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/stdin',
@@ -136,12 +136,12 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       },
       async (req, reply) => {
         const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-        await control.edgeFor(req.params.id).writeProcessStdin(req.params.id, req.params.pid, body, req.query.eof ?? false);
+        await control.writeProcessStdin(req.params.id, req.params.pid, body, req.query.eof ?? false);
         return reply.status(204).send(null);
       },
     );
     app.delete('/v1/sandboxes/:id/processes/:pid', { schema: { tags: pTags, summary: 'Kill a process and its tree', params: ProcessParams, response: { 200: ProcessInfo, ...errors } } }, async (req) =>
-      control.edgeFor(req.params.id).signalProcess(req.params.id, req.params.pid, 'SIGKILL'),
+      control.signalProcess(req.params.id, req.params.pid, 'SIGKILL'),
     );
   };
 }
