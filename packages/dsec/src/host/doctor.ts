@@ -1,9 +1,9 @@
-import { accessSync, constants, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, readFileSync, realpathSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
 import { filesystemOf, readMounts } from './mounts.js';
 import { LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
-import { landlockAbi, MS_NODEV, MS_NOSUID, mount } from './syscalls.js';
+import { landlockAbi, MS_NODEV, MS_NOSUID, MS_REMOUNT, mount } from './syscalls.js';
 
 export interface Check {
   name: string;
@@ -62,8 +62,11 @@ function fixHybridCgroups(): Check {
     return { name, ok: pure2, detail: pure2 ? 'cgroup v2' : 'no memory cgroup controller found', required: true };
   }
   const leftover = existsSync(v2) ? readFileSync(v2, 'utf8').trim() : '';
-  if (!leftover) return { name, ok: true, detail: 'cgroup v1 controllers, none on the cgroup2 mount', required: true };
-  const controllers = leftover.split(/\s+/);
+  // A controller may sit on a v1 hierarchy mounted only in another mount namespace (another dsec's
+  // container): cgroup2 then shows none, yet crun finds a plain directory where it looks and
+  // writes files into it, and every killed sandbox leaves a directory there.
+  const controllers = leftover ? leftover.split(/\s+/) : unmountedV1Controllers(readFileSync('/proc/cgroups', 'utf8'), cgroupMounts());
+  if (controllers.length === 0) return { name, ok: true, detail: 'cgroup v1 controllers, each mounted where crun looks, none on the cgroup2 mount', required: true };
   const fixed: string[] = [];
   for (const c of controllers) {
     const dir = join(CGROUP_ROOT, c);
@@ -79,9 +82,40 @@ function fixHybridCgroups(): Check {
     name,
     ok: true,
     detail: 'hybrid cgroups: v1 controllers, cgroup2 now has none',
-    fixed: `mounted v1 cgroup hierarchies for ${fixed.join(', ')} at ${fixed.map((c) => join(CGROUP_ROOT, c)).join(', ')} (crun refuses hybrid mode otherwise)`,
+    fixed: `mounted v1 cgroup hierarchies for ${fixed.join(', ')} at ${fixed.map((c) => join(CGROUP_ROOT, c)).join(', ')} (${
+      leftover ? 'crun refuses hybrid mode otherwise' : 'they were not mounted in this mount namespace, where crun looks for them'
+    })`,
     required: true,
   };
+}
+
+/** cgroup v1 mounts in this mount namespace: where, and which controllers (the super options). */
+function cgroupMounts(): { mountPoint: string; controllers: string[] }[] {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' - '))
+    .filter(([, post]) => post?.startsWith('cgroup '))
+    .map(([pre, post]) => ({ mountPoint: pre!.split(' ')[4] ?? '', controllers: (post!.split(' ')[2] ?? '').split(',') }));
+}
+
+/**
+ * Controllers the kernel has bound to a v1 hierarchy (`/proc/cgroups`: hierarchy > 0, enabled)
+ * that are not mounted at CGROUP_ROOT/<name> (or where that symlink points, as cpu → cpu,cpuacct).
+ */
+export function unmountedV1Controllers(procCgroups: string, mounts: { mountPoint: string; controllers: string[] }[]): string[] {
+  const missing: string[] = [];
+  for (const line of procCgroups.split('\n')) {
+    const [name, hierarchy, , enabled] = line.trim().split(/\s+/);
+    if (!name || name.startsWith('#') || hierarchy === '0' || enabled !== '1') continue;
+    let where = join(CGROUP_ROOT, name);
+    try {
+      where = realpathSync(where);
+    } catch {
+      // absent: no mount can be there
+    }
+    if (!mounts.some((m) => m.mountPoint === where && m.controllers.includes(name))) missing.push(name);
+  }
+  return missing;
 }
 
 /**
@@ -89,16 +123,26 @@ function fixHybridCgroups(): Check {
  * upper dir. When the data dir sits on overlayfs (dsec itself running in a container), give it a
  * tmpfs: sandboxes work, but the data dir does not survive a reboot.
  */
-function fixDataDirFs(dataDir: string): Check {
+export function fixDataDirFs(dataDir: string): Check {
   const name = 'data dir filesystem';
   mkdirSync(dataDir, { recursive: true });
+  const tmpfs = readMounts().findLast((m) => m.mountPoint === dataDir && m.fsType === 'tmpfs');
+  if (tmpfs && !tmpfs.options.includes('nodev')) return { name, ok: true, detail: `${dataDir} is on tmpfs`, required: true };
+  if (tmpfs) {
+    // An older doctor mounted it nodev: debootstrap cannot use the device nodes it makes there.
+    try {
+      mount('tmpfs', dataDir, 'tmpfs', MS_REMOUNT | MS_NOSUID, null);
+    } catch (err) {
+      return { name, ok: false, detail: `${dataDir} is a nodev tmpfs and could not be remounted without nodev: ${(err as Error).message}`, required: true };
+    }
+    return { name, ok: true, detail: `${dataDir} is on tmpfs`, fixed: `remounted the tmpfs on ${dataDir} without nodev (image builds make device nodes there)`, required: true };
+  }
   const fs = filesystemOf(dataDir);
   if (fs !== 'overlay') return { name, ok: true, detail: `${dataDir} is on ${fs}`, required: true };
-  if (readMounts().some((m) => m.mountPoint === dataDir && m.fsType === 'tmpfs')) {
-    return { name, ok: true, detail: `${dataDir} is on tmpfs`, required: true };
-  }
   try {
-    mount('tmpfs', dataDir, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0711,size=50%');
+    // Not nodev: a Debian build's debootstrap makes and uses device nodes under DATA/tmp. The
+    // sandboxes directory below gets nosuid,nodev of its own (edge/sandboxes-mount.ts).
+    mount('tmpfs', dataDir, 'tmpfs', MS_NOSUID, 'mode=0711,size=50%');
   } catch (err) {
     return { name, ok: false, detail: `${dataDir} is on overlayfs and a tmpfs could not be mounted: ${(err as Error).message}`, required: true };
   }
@@ -147,7 +191,13 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
     checks.push(fixDataDirFs(opts.dataDir));
   } else {
     const leftover = existsSync(join(CGROUP_ROOT, 'unified', 'cgroup.controllers')) ? readFileSync(join(CGROUP_ROOT, 'unified', 'cgroup.controllers'), 'utf8').trim() : '';
-    checks.push({ name: 'cgroup layout usable by crun', ok: !leftover, detail: leftover ? `controllers on cgroup2: ${leftover} (run dsec doctor as root to fix)` : 'ok', required: true });
+    const unmounted = leftover || !existsSync(join(CGROUP_ROOT, 'memory')) ? [] : unmountedV1Controllers(readFileSync('/proc/cgroups', 'utf8'), cgroupMounts());
+    const detail = leftover
+      ? `controllers on cgroup2: ${leftover} (run dsec doctor as root to fix)`
+      : unmounted.length
+        ? `v1 controllers not mounted where crun looks: ${unmounted.map((c) => join(CGROUP_ROOT, c)).join(', ')} (run dsec doctor as root to fix)`
+        : 'ok';
+    checks.push({ name: 'cgroup layout usable by crun', ok: !leftover && unmounted.length === 0, detail, required: true });
   }
   return checks;
 }

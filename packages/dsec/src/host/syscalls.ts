@@ -27,6 +27,7 @@ const syscallLandlockVersion = libc.func('long syscall(long nr, void *attr, size
 export const MS_RDONLY = 1;
 export const MS_NOSUID = 2;
 export const MS_NODEV = 4;
+export const MS_REMOUNT = 32;
 export const MNT_DETACH = 2;
 export const SYS_OPENAT2 = 437;
 export const RESOLVE_NO_XDEV = 0x01;
