@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { constants } from 'node:os';
 
 /** The outcome of running a host tool (crun, mkfs.erofs, mount, apt-get…). */
 export interface ToolResult {
@@ -61,8 +62,7 @@ export async function runToolOrThrow(tool: string, args: readonly string[], opts
   return result;
 }
 
-const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15 };
-
+/** The signal's number (the shell's exit status is 128 + it); every signal Node knows, from os.constants. */
 export function signalNumber(signal: NodeJS.Signals | null): number {
-  return signal === null ? 0 : (SIGNALS[signal] ?? 0);
+  return signal === null ? 0 : (constants.signals[signal] ?? 0);
 }

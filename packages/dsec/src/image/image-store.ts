@@ -88,11 +88,20 @@ export class ImageStore {
     }
   }
 
+  /** The manifest, or undefined when there is none; a manifest that cannot be read throws, naming the file. */
   get(id: ImageId): ImageManifest | undefined {
+    const file = this.#file(id);
+    let text: string;
     try {
-      return JSON.parse(readFileSync(this.#file(id), 'utf8')) as ImageManifest;
-    } catch {
-      return undefined;
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return undefined;
+      throw new CorruptManifestError(id, file, (err as Error).message);
+    }
+    try {
+      return JSON.parse(text) as ImageManifest;
+    } catch (err) {
+      throw new CorruptManifestError(id, file, (err as Error).message);
     }
   }
 
@@ -161,5 +170,17 @@ export class ImageStore {
     return readdirSync(this.refsDir)
       .filter((f) => !f.includes('.tmp-'))
       .map((f) => [f, readFileSync(join(this.refsDir, f), 'utf8').trim()]);
+  }
+}
+
+/** A manifest file that exists but cannot be read or parsed: not the same as an image that is absent. */
+export class CorruptManifestError extends Error {
+  override readonly name = 'CorruptManifestError';
+  constructor(
+    readonly imageId: string,
+    readonly file: string,
+    why: string,
+  ) {
+    super(`the manifest of image ${imageId} (${file}) is corrupt: ${why}; remove the image (dsec images rm) and build or import it again`);
   }
 }
