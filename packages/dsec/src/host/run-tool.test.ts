@@ -55,10 +55,16 @@ describe('runToolOrThrow', () => {
 });
 
 describe('signalNumber', () => {
-  test('maps common signals; null and unknown give 0', () => {
+  test('maps every signal Node knows; null gives 0', () => {
     assert.equal(signalNumber('SIGKILL'), 9);
     assert.equal(signalNumber('SIGTERM'), 15);
+    assert.equal(signalNumber('SIGUSR1'), 10);
+    assert.equal(signalNumber('SIGALRM'), 14);
     assert.equal(signalNumber(null), 0);
-    assert.equal(signalNumber('SIGUSR1'), 0);
+  });
+
+  test('a tool killed by a signal outside the common few exits 128 + its number, not 128', async () => {
+    const r = await runTool('sh', ['-c', 'kill -USR1 $$']);
+    assert.equal(r.code, 138);
   });
 });

@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ImageStore, defaultImageConfig, isImageName, normalizeName } from './image-store.js';
+import { CorruptManifestError, ImageStore, defaultImageConfig, isImageName, normalizeName } from './image-store.js';
 import { LayerStore, isLayerDigest, sha256File } from './layer-store.js';
 
 describe('image names', () => {
@@ -133,5 +133,21 @@ describe('LayerStore and ImageStore', () => {
     images.untag('untag-me');
     assert.equal(images.resolve('untag-me'), undefined);
     assert.equal(images.resolve(id), id);
+  });
+});
+
+describe('ImageStore: a corrupt manifest', () => {
+  test('is an error naming the file, not an absent image', () => {
+    const root = mkdtempSync(join(tmpdir(), 'dsec-unit-manifest-'));
+    try {
+      const images = new ImageStore(root, new LayerStore(root));
+      const id = `sha256:${'c'.repeat(64)}` as const;
+      assert.equal(images.get(id), undefined, 'absent: undefined');
+      const file = join(images.dir, `${'c'.repeat(64)}.json`);
+      writeFileSync(file, '{"layers": [tru');
+      assert.throws(() => images.get(id), (err: unknown) => err instanceof CorruptManifestError && err.message.includes(file));
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });
