@@ -144,7 +144,7 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
         ['batch: sandboxes per edge', perEdgeText(batch.perEdge)],
         ['batch: spread, max/min − 1 (%)', batch.spreadPct],
         [
-          'GET /v1/sandboxes/{id} while the batch runs, p50 / p99 (ms)',
+          'GET /v1/nodes (no edge call) while the batch runs, p50 / p99 (ms)',
           `${batch.readLatency.p50} / ${batch.readLatency.p99} (${batch.readLatency.count} reads)`,
         ],
         ...(batch.mode === 'individual-creates'

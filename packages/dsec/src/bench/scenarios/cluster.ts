@@ -69,7 +69,7 @@ export interface BatchPhase {
   perEdge: PerEdge;
   /** (max/min − 1) × 100 of the sandboxes per edge. */
   spreadPct: number;
-  /** GET /v1/sandboxes/{id} by one more client while the batch runs: the API's latency under that load. */
+  /** GET /v1/nodes (the control plane's own read: no edge call) by one more client while the batch runs: the API's latency under that load. */
   readLatency: LatencySummary;
   /** Each create's latency (individual-creates only). */
   createLatency: LatencySummary;
@@ -518,7 +518,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     say(`  ${a.ok} in ${round(seconds, 2)} s = ${rate.createsPerSecond}/s, p50 ${rate.latency.p50} ms`);
 
     say(`batch: ${opts.batchCount} sandboxes from accepted to all placed…`);
-    const probed = probe(http, `/v1/sandboxes/${a.ids[0]}`);
+    const probed = probe(http, '/v1/nodes');
     let batch: BatchPhase;
     const viaApi = await runBatchApi(control.url, control.apiKey, opts.batchCount, opts.batchConcurrency, signal);
     if (viaApi) {
