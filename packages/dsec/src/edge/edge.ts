@@ -41,6 +41,7 @@ import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { removeTree } from '../host/remove-tree.js';
+import { claimLinkBlock, lockEdgeId, releaseLinkBlock } from '../host/host-claims.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
   isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
@@ -79,7 +80,8 @@ export class Edge implements EdgeApi {
   /** Ids being created or killed, so a kill waits for a create to finish and vice versa. */
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
-  readonly #addresses = new AddressPool();
+  readonly #addresses: AddressPool;
+  #releaseEdgeId: (() => void) | undefined;
   readonly #nft = new Nftables();
   #freezerPin: FreezerPin | undefined;
   readonly #hostGuard: HostGuard;
@@ -89,6 +91,7 @@ export class Edge implements EdgeApi {
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
     this.#hostGuard = new HostGuard(opts.id, this.#nft);
+    this.#addresses = new AddressPool(opts.id, { claim: claimLinkBlock, release: releaseLinkBlock });
     // 0700: nothing under the node dir is any host user's business but root's (see sandboxes-mount.ts).
     mkdirSync(opts.nodeDir, { recursive: true, mode: 0o700 });
     chmodSync(opts.nodeDir, 0o700);
@@ -114,7 +117,10 @@ export class Edge implements EdgeApi {
   async start(): Promise<{ adopted: string[]; cleaned: string[] }> {
     const adopted: string[] = [];
     const cleaned: string[] = [];
-    // First, before anything is touched: without crun's listing every live sandbox would look dead.
+    // First: a second edge with this id on this host would take over the first one's sandboxes,
+    // host guard table and cgroups. It refuses to start instead (EdgeIdTakenError).
+    this.#releaseEdgeId ??= lockEdgeId(this.id);
+    // Then, before anything is touched: without crun's listing every live sandbox would look dead.
     const running = new Map((await this.#listContainers()).map((c) => [c.id, c]));
     // Staging left by a crash (a snapshot's copy of a tree the sandbox shaped: any depth).
     await removeTree(this.#tmpDir);
@@ -159,7 +165,11 @@ export class Edge implements EdgeApi {
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
     this.layerCache.reconcile();
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
-    for (const l of linked) this.#addresses.claim(l.record.network!.link!.index);
+    for (const l of linked) {
+      if (!this.#addresses.claim(l.record.network!.link!.index)) {
+        this.opts.log.error({ sandbox: l.record.id, link: l.record.network!.link }, "another edge on this host claims this sandbox's link block");
+      }
+    }
     if (linked.length) await this.#hostGuard.ensure();
     else await this.#hostGuard.remove(); // this edge's own table, left by a crash
     this.#freezerPin = new FreezerPin(`freezer-pin-${this.id}`);
@@ -608,6 +618,8 @@ export class Edge implements EdgeApi {
     if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
     if (this.#live.size === 0) releaseSandboxesDir(this.records.dir);
     await this.#nft.close();
+    this.#releaseEdgeId?.();
+    this.#releaseEdgeId = undefined;
     this.#state = 'stopped';
   }
 }

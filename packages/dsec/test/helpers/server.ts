@@ -100,6 +100,11 @@ export async function assertCleanAndRemove(dataDir: string, edgeId: string): Pro
   assert.ok(dataDir.startsWith(DATA_DIR_PREFIX), `refusing to remove ${dataDir}: not a test data dir`);
   const leaks = await dataDirLeaks(dataDir, edgeId);
   const doctorTmpfs = readMounts().some((m) => m.mountPoint === dataDir && m.fsType === 'tmpfs');
+  // The edge's nosuid,nodev bind of node/sandboxes onto itself stays when an edge dies without a
+  // killAll shutdown; with nothing mounted below it, it holds nothing of a sandbox.
+  const sandboxesBind = join(dataDir, 'node', 'sandboxes');
+  const onlyBind = !mountsBelow(dataDir).some((mp) => mp.startsWith(`${sandboxesBind}/`));
+  if (onlyBind && mountsBelow(dataDir).includes(sandboxesBind)) umount(sandboxesBind, 2);
   const mounts = mountsBelow(dataDir).filter((mp) => !(doctorTmpfs && mp === dataDir));
   if (mounts.length > 0) {
     // Never rm -rf through a mount: that would delete a layer's or a sandbox's files (or worse).

@@ -1,0 +1,104 @@
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * Host-wide claims between dsec edges that share one machine (the cluster's tests run three on
+ * one host; a node may run several): an edge id, and the link-local address blocks its sandbox
+ * links use. A claim is a file created exclusively (O_EXCL) under /run/dsec, naming its owner.
+ * It is stale when written in an earlier boot (no sandbox survives a reboot) and, for an edge id
+ * lock, when its process is gone. One process may hold several edges (tests): it remembers which
+ * ids it holds, so a claim by this pid for an id it no longer holds is stale too.
+ */
+export const CLAIMS_DIR = process.env['DSEC_CLAIMS_DIR'] ?? '/run/dsec';
+
+const bootId = ((): string => {
+  try {
+    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch {
+    return 'unknown';
+  }
+})();
+
+interface Claim {
+  owner: string;
+  pid: number;
+  boot: string;
+}
+
+function readClaim(path: string): Claim | undefined {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8')) as Claim;
+  } catch {
+    return undefined; // gone, or a half-written file: treated as stale
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Creates `path` exclusively for `owner`. An existing claim is taken over when `stale(claim)`
+ * says so (or it was written in another boot); otherwise its owner is returned.
+ */
+function claim(path: string, owner: string, stale: (c: Claim) => boolean): { ok: true } | { ok: false; holder: Claim } {
+  mkdirSync(join(path, '..'), { recursive: true, mode: 0o700 });
+  const mine: Claim = { owner, pid: process.pid, boot: bootId };
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      writeFileSync(path, JSON.stringify(mine), { flag: 'wx', mode: 0o600 });
+      return { ok: true };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = readClaim(path);
+    if (holder && holder.boot === bootId && !stale(holder)) return { ok: false, holder };
+    rmSync(path, { force: true }); // stale: remove and try again (another claimant may win the race)
+  }
+  const holder = readClaim(path);
+  return holder ? { ok: false, holder } : { ok: false, holder: { owner: 'unknown', pid: 0, boot: bootId } };
+}
+
+/** Edge ids this process holds (see the class comment). */
+const heldHere = new Set<string>();
+
+export class EdgeIdTakenError extends Error {
+  override readonly name = 'EdgeIdTakenError';
+}
+
+/**
+ * Takes the host-wide lock on an edge id: a second edge with the same id (which would delete the
+ * first one's host guard table, reuse its crun root names and cgroups) refuses to start instead.
+ * Returns the release function.
+ */
+export function lockEdgeId(edgeId: string): () => void {
+  const path = join(CLAIMS_DIR, 'edges', `${edgeId}.lock`);
+  const r = claim(path, edgeId, (c) => !alive(c.pid) || (c.pid === process.pid && !heldHere.has(edgeId)));
+  if (!r.ok) throw new EdgeIdTakenError(`edge id ${edgeId} is already in use on this host (process ${r.holder.pid}); give each edge its own --edge-id`);
+  heldHere.add(edgeId);
+  return () => {
+    heldHere.delete(edgeId);
+    if (readClaim(path)?.pid === process.pid) rmSync(path, { force: true });
+  };
+}
+
+/**
+ * Claims link-local block `block` (a third octet of 169.254.0.0/16) for `edgeId`. A block stays
+ * its edge's until that edge gives it back, also across the edge's restarts and crashes: its
+ * sandboxes keep their links while the edge is down. Only another boot frees it.
+ */
+export function claimLinkBlock(block: number, edgeId: string): boolean {
+  const path = join(CLAIMS_DIR, 'link-blocks', String(block));
+  const r = claim(path, edgeId, (c) => c.owner === edgeId);
+  return r.ok;
+}
+
+export function releaseLinkBlock(block: number, edgeId: string): void {
+  const path = join(CLAIMS_DIR, 'link-blocks', String(block));
+  if (readClaim(path)?.owner === edgeId) rmSync(path, { force: true });
+}
