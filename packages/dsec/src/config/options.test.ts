@@ -12,6 +12,8 @@ describe('compileOptions', () => {
       edgeId: 'local',
       maxSandboxes: 4000,
       layerCacheMiB: 20480,
+      layerFetch: 'eager',
+      layerChunkKiB: 1024,
       logLevel: 'info',
     });
   });
@@ -21,7 +23,9 @@ describe('compileOptions', () => {
       {},
       { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_LOG_LEVEL: 'warn' },
     );
-    assert.deepEqual(opts, { dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, logLevel: 'warn' });
+    assert.deepEqual(opts, {
+      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, logLevel: 'warn',
+    });
   });
 
   test('flags win over environment variables', () => {
@@ -61,6 +65,11 @@ describe('compileOptions', () => {
   test('maxSandboxes below 1 or not a number is rejected', () => {
     assert.throws(() => compileOptions({ maxSandboxes: '0' }, {}), OptionsError);
     assert.throws(() => compileOptions({}, { DSEC_MAX_SANDBOXES: 'many' }), OptionsError);
+  });
+
+  test('layerFetch is eager or lazy (DSEC_LAYER_FETCH)', () => {
+    assert.equal(compileOptions({}, { DSEC_LAYER_FETCH: 'lazy' }).layerFetch, 'lazy');
+    assert.throws(() => compileOptions({ layerFetch: 'sometimes' }, {}), /layerFetch/);
   });
 
   test('layerCacheMiB may be 0 (cache only what is mounted) but not negative or fractional', () => {

@@ -23,6 +23,17 @@ export const ServerOptions = Type.Object(
      * Blobs hard-linked from a store on the same filesystem cost nothing against it.
      */
     layerCacheMiB: Type.Integer({ default: 20480, minimum: 0 }),
+    /**
+     * DSEC_LAYER_FETCH: how the edge brings in a layer it has not got. `eager`: the whole blob before
+     * the layer is mounted. `lazy`: the layer is mounted from dsec-chunk-fuse at once, and each chunk
+     * is fetched from the blob endpoint (HTTP ranges, sha256 per chunk) when a sandbox first reads it.
+     */
+    layerFetch: Type.Union([Type.Literal('eager'), Type.Literal('lazy')], { default: 'eager' }),
+    /**
+     * DSEC_LAYER_CHUNK_KIB: chunk size of the per-chunk digest lists recorded for new layers, in KiB
+     * (the unit lazy nodes fetch and verify). Layers keep the size they were recorded with.
+     */
+    layerChunkKiB: Type.Integer({ default: 1024, minimum: 4, maximum: 1024 * 1024 }),
     /** DSEC_LOG_LEVEL */
     logLevel: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')], {
       default: 'info',
@@ -38,6 +49,8 @@ const ENV: Record<keyof ServerOptions, string> = {
   edgeId: 'DSEC_EDGE_ID',
   maxSandboxes: 'DSEC_MAX_SANDBOXES',
   layerCacheMiB: 'DSEC_LAYER_CACHE_MIB',
+  layerFetch: 'DSEC_LAYER_FETCH',
+  layerChunkKiB: 'DSEC_LAYER_CHUNK_KIB',
   logLevel: 'DSEC_LOG_LEVEL',
 };
 
@@ -54,7 +67,7 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   }
   for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
   // Convert would cut "2.5" to 2: numbers must be written as integers.
-  for (const key of ['maxSandboxes', 'layerCacheMiB'] as const) {
+  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB'] as const) {
     if (merged[key] !== undefined && !/^\d+$/.test(String(merged[key]))) {
       throw new OptionsError(`invalid option /${key}: ${JSON.stringify(merged[key])} is not a whole number`);
     }

@@ -37,6 +37,8 @@ import { Crun } from './crun.js';
 import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from './edge-api.js';
 import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
+import { LazyLayers } from './lazy/lazy-layers.js';
+import { clearDeadDaemonMount, liveDaemonPid, type ChunkSource } from './lazy/chunk-daemon.js';
 import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
@@ -60,6 +62,13 @@ export interface EdgeOptions {
   layerCacheBytes?: number;
   /** Whether another backend (VMs) holds a layer, so the cache keeps it. */
   layerInUse?: (digest: LayerDigest) => boolean;
+  /**
+   * Lazy layers (`--layer-fetch lazy`): layers are mounted from dsec-chunk-fuse, whose chunks come
+   * from this blob store on first read, instead of being brought in whole. Unset: eager.
+   */
+  lazy?: { source: () => ChunkSource; retries?: number; attemptTimeoutMs?: number; connectTimeoutMs?: number };
+  /** A sandbox the edge had to end on its own (its lazy layers' daemon died), with why. */
+  onSandboxFailed?: (id: string, reason: string) => void;
   log: Logger;
 }
 
@@ -75,6 +84,8 @@ export class Edge implements EdgeApi {
   readonly crun: Crun;
   readonly layerCache: LayerCache;
   readonly layerMounts: LayerMounts;
+  /** Set in lazy mode: the node's lazy layer store. */
+  readonly lazyLayers: LazyLayers | undefined;
   readonly records: SandboxRecords;
   readonly #live = new Map<string, LiveSandbox>();
   /** Ids being created or killed, so a kill waits for a create to finish and vice versa. */
@@ -103,7 +114,21 @@ export class Edge implements EdgeApi {
       inUse: (d) => this.layerMounts.inUse(d) || (opts.layerInUse?.(d) ?? false),
       log: opts.log,
     });
-    this.layerMounts = new LayerMounts(opts.nodeDir, this.layerCache);
+    this.lazyLayers = opts.lazy
+      ? new LazyLayers({
+          nodeDir: opts.nodeDir,
+          source: opts.lazy.source,
+          budgetBytes: opts.layerCacheBytes ?? DEFAULT_LAYER_CACHE_BYTES,
+          otherChargedBytes: () => this.layerCache.stats().chargedBytes,
+          inUse: (d) => this.layerMounts.inUse(d),
+          onDaemonDeath: (reason) => void this.#lazyLayersLost(reason),
+          ...(opts.lazy.retries !== undefined ? { retries: opts.lazy.retries } : {}),
+          ...(opts.lazy.attemptTimeoutMs !== undefined ? { attemptTimeoutMs: opts.lazy.attemptTimeoutMs } : {}),
+          ...(opts.lazy.connectTimeoutMs !== undefined ? { connectTimeoutMs: opts.lazy.connectTimeoutMs } : {}),
+          log: opts.log,
+        })
+      : undefined;
+    this.layerMounts = new LayerMounts(opts.nodeDir, this.lazyLayers ?? this.layerCache);
     this.records = new SandboxRecords(join(opts.nodeDir, 'sandboxes'));
     this.#tmpDir = join(opts.nodeDir, 'tmp');
     mkdirSync(this.#tmpDir, { recursive: true });
@@ -128,12 +153,19 @@ export class Edge implements EdgeApi {
     if (!secureSandboxesDir(this.records.dir)) {
       this.opts.log.warn({ dir: this.records.dir }, 'sandboxes from an older dsec are mounted here: the directory is made nosuid,nodev at the first start without them');
     }
+    // Lazy layers whose daemon did not survive are unreadable: their sandboxes cannot be adopted.
+    const lazyDead = this.#deadLazyLayers();
+    const failed: { id: string; reason: string }[] = [];
     for (const { id, record } of this.records.scan()) {
       const c = running.get(id);
       running.delete(id);
+      const lostLayer = record?.layers.find((l) => lazyDead.has(l));
+      if (lostLayer && record?.phase === 'running') {
+        failed.push({ id, reason: `its layer ${lostLayer} was served by a lazy layer daemon that died while the edge was down` });
+      }
       // A paused sandbox is adopted too (crun reports its frozen cgroup as paused): the kernel's
       // freezer, not state.json, says whether it is paused.
-      if (record?.phase === 'running' && (c?.status === 'running' || c?.status === 'paused')) {
+      if (record?.phase === 'running' && !lostLayer && (c?.status === 'running' || c?.status === 'paused')) {
         this.#live.set(id, this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' }));
         adopted.push(id);
         continue;
@@ -164,6 +196,9 @@ export class Edge implements EdgeApi {
     }
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
     this.layerCache.reconcile();
+    this.lazyLayers?.reconcile();
+    if (!this.lazyLayers && lazyDead.size) clearDeadDaemonMount(join(this.opts.nodeDir, 'lazy'));
+    for (const f of failed) this.opts.onSandboxFailed?.(f.id, f.reason);
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
     for (const l of linked) {
       if (!this.#addresses.claim(l.record.network!.link!.index)) {
@@ -196,9 +231,54 @@ export class Edge implements EdgeApi {
       sandboxes: this.#live.size,
       maxSandboxes: this.opts.maxSandboxes,
       capacity: nodeCapacity([...this.#live.values()].map((l) => l.record.limits)),
-      layerCache: this.layerCache.stats(),
+      layerCache: this.#layerCacheStats(),
       cachedLayers: this.layerCache.digests(),
     };
+  }
+
+  /** The eager cache's stats, with the lazy chunk cache counted against the same budget. */
+  #layerCacheStats(): EdgeInfo['layerCache'] {
+    const eager = this.layerCache.stats();
+    if (!this.lazyLayers) return eager;
+    const lazy = this.lazyLayers.stats();
+    const chargedBytes = eager.chargedBytes + lazy.chunkBytes;
+    return { ...eager, bytes: eager.bytes + lazy.chunkBytes, chargedBytes, overBudget: chargedBytes > eager.budgetBytes, lazy };
+  }
+
+  /**
+   * Lazy layers mounted from a daemon that is gone (found at start): readable no more. Their
+   * mounts' source is a file on the lazy mount, and that mount has no live daemon behind it.
+   */
+  #deadLazyLayers(): Set<LayerDigest> {
+    const lazyMount = join(this.opts.nodeDir, 'lazy', 'mnt') + '/';
+    const onLazy = mountsUnder(this.layerMounts.dir).filter((m) => m.source.startsWith(lazyMount));
+    if (onLazy.length === 0) return new Set();
+    if (this.lazyLayers ? this.lazyLayers.daemon.adopt() : liveDaemonPid(join(this.opts.nodeDir, 'lazy')) !== undefined) return new Set();
+    return new Set(onLazy.map((m) => `sha256:${m.mountPoint.slice(this.layerMounts.dir.length + 1)}` as LayerDigest));
+  }
+
+  /**
+   * The lazy layer daemon died: every sandbox on a lazy layer has lost its image (reads fail), so
+   * each is ended and reported failed with the reason; its layer mounts go with it, then the dead
+   * daemon's own mount. The next create that needs a lazy layer starts a new daemon.
+   */
+  async #lazyLayersLost(reason: string): Promise<void> {
+    const lazy = this.lazyLayers;
+    if (!lazy || this.#state === 'stopped') return;
+    const lazyLayers = new Set(
+      mountsUnder(this.layerMounts.dir)
+        .filter((m) => lazy.isLazySource(m.source))
+        .map((m) => `sha256:${m.mountPoint.slice(this.layerMounts.dir.length + 1)}`),
+    );
+    const victims = [...this.#live.values()].filter((l) => l.record.layers.some((d) => lazyLayers.has(d))).map((l) => l.record.id);
+    await Promise.allSettled(
+      victims.map(async (id) => {
+        await this.killSandbox(id);
+        this.opts.onSandboxFailed?.(id, `failed: ${reason}; the sandbox's image layers became unreadable`);
+      }),
+    );
+    this.opts.log.error({ sandboxes: victims }, `ended sandboxes on lazy layers: ${reason}`);
+    if (!lazy.daemon.running) lazy.daemon.clearMount();
   }
 
   async listSandboxes(): Promise<EdgeSandbox[]> {
@@ -617,6 +697,9 @@ export class Edge implements EdgeApi {
     }
     if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
     if (this.#live.size === 0) releaseSandboxesDir(this.records.dir);
+    // The lazy layer daemon outlives the edge while sandboxes read from it (the next edge adopts it).
+    if (this.lazyLayers && this.layerMounts.mounted().length === 0) await this.lazyLayers.stop();
+    else this.lazyLayers?.detach();
     await this.#nft.close();
     this.#releaseEdgeId?.();
     this.#releaseEdgeId = undefined;

@@ -11,3 +11,6 @@ export const LANDLOCK_BINARY = fileURLToPath(new URL('dsec-landlock', NATIVE_DIR
 
 /** dsec-nft (native/nft-helper.c): the edge's resident nftables helper, linked against libnftables. */
 export const NFT_HELPER_BINARY = fileURLToPath(new URL('dsec-nft', NATIVE_DIR));
+
+/** dsec-chunk-fuse (native/chunk-fuse.c): the node's lazy layer store (FUSE over HTTP range requests, libfuse3 + libcurl). */
+export const CHUNK_FUSE_BINARY = fileURLToPath(new URL('dsec-chunk-fuse', NATIVE_DIR));

@@ -1,8 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statSync, readdirSync } from 'node:fs';
+import { closeSync, createReadStream, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, readdirSync } from 'node:fs';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
+import { writeFileAtomic } from './atomic-file.js';
+import { computeChunkIndex, DEFAULT_CHUNK_SIZE, isChunkIndex, type ChunkIndex } from './chunk-index.js';
 
 /** `sha256:<64 hex>`: the content address of an EROFS layer blob. */
 export type LayerDigest = `sha256:${string}`;
@@ -22,7 +24,13 @@ export class LayerStore {
   readonly dir: string;
   readonly tmpDir: string;
 
-  constructor(root: string) {
+  /** Chunk size of the per-chunk digest lists recorded for new layers (lazy nodes fetch by chunk). */
+  readonly chunkSize: number;
+  /** Indexes being computed, so concurrent first requests for an older layer's index share one pass. */
+  readonly #indexing = new Map<LayerDigest, Promise<ChunkIndex>>();
+
+  constructor(root: string, opts: { chunkSize?: number } = {}) {
+    this.chunkSize = opts.chunkSize ?? DEFAULT_CHUNK_SIZE;
     this.dir = join(root, 'layers');
     this.tmpDir = join(root, 'tmp');
     mkdirSync(this.dir, { recursive: true });
@@ -46,12 +54,25 @@ export class LayerStore {
     return join(this.tmpDir, `blob-${randomBytes(6).toString('hex')}${suffix}`);
   }
 
-  /** Moves a finished blob into the store under its digest; an identical blob is kept once. */
+  /** Where the blob's per-chunk digest list is kept, beside the blob. */
+  chunkIndexPath(digest: LayerDigest): string {
+    return join(this.dir, `${digest.slice('sha256:'.length)}.chunks.json`);
+  }
+
+  /**
+   * Moves a finished blob into the store under its digest, with its per-chunk digest list
+   * (`<hex>.chunks.json`) written first, so a blob in the store always has its index; an identical
+   * blob is kept once.
+   */
   async add(file: string): Promise<LayerDigest> {
     const digest = await sha256File(file);
     const dest = this.path(digest);
-    if (existsSync(dest)) rmSync(file, { force: true });
-    else renameSync(file, dest);
+    if (existsSync(dest)) {
+      rmSync(file, { force: true });
+      return digest;
+    }
+    if (!existsSync(this.chunkIndexPath(digest))) writeFileAtomic(this.chunkIndexPath(digest), JSON.stringify(await computeChunkIndex(file, this.chunkSize)));
+    renameSync(file, dest);
     return digest;
   }
 
@@ -73,12 +94,60 @@ export class LayerStore {
       }
       const digest: LayerDigest = `sha256:${hash.digest('hex')}`;
       if (existsSync(this.path(digest))) rmSync(tmp, { force: true });
-      else renameSync(tmp, this.path(digest));
+      else {
+        renameSync(tmp, this.path(digest));
+        await this.chunkIndex(digest); // recorded now, as add() does, not at the first lazy mount
+      }
       return digest;
     } catch (err) {
       rmSync(tmp, { force: true });
       throw err;
     }
+  }
+
+  /** The blob's per-chunk digest list: the recorded one, or (a layer made before lists were) computed now and kept. */
+  async chunkIndex(digest: LayerDigest): Promise<ChunkIndex> {
+    try {
+      const recorded: unknown = JSON.parse(readFileSync(this.chunkIndexPath(digest), 'utf8'));
+      if (isChunkIndex(recorded)) return recorded;
+    } catch {
+      // not recorded (an older layer) or unreadable: compute it
+    }
+    let pending = this.#indexing.get(digest);
+    if (!pending) {
+      pending = computeChunkIndex(this.path(digest), this.chunkSize)
+        .then((index) => {
+          writeFileAtomic(this.chunkIndexPath(digest), JSON.stringify(index));
+          return index;
+        })
+        .finally(() => this.#indexing.delete(digest));
+      this.#indexing.set(digest, pending);
+    }
+    return pending;
+  }
+
+  /**
+   * The layer's prefetch list: the chunks the first workload on it read, in the order it read
+   * them (empty until one was recorded). Nodes mounting the layer later fetch these first.
+   */
+  prefetchList(digest: LayerDigest): number[] {
+    try {
+      const v = (JSON.parse(readFileSync(this.#prefetchPath(digest), 'utf8')) as { chunks?: unknown }).chunks;
+      return Array.isArray(v) ? v.filter((i): i is number => Number.isSafeInteger(i) && (i as number) >= 0) : [];
+    } catch {
+      return [];
+    }
+  }
+
+  /** Records the prefetch list unless one is recorded already (the first run's is kept); true if recorded. */
+  recordPrefetchList(digest: LayerDigest, chunks: number[]): boolean {
+    if (existsSync(this.#prefetchPath(digest))) return false;
+    writeFileAtomic(this.#prefetchPath(digest), JSON.stringify({ chunks }));
+    return true;
+  }
+
+  #prefetchPath(digest: LayerDigest): string {
+    return join(this.dir, `${digest.slice('sha256:'.length)}.prefetch.json`);
   }
 
   /** Removes a blob; callers make sure nothing references it. */
@@ -87,6 +156,8 @@ export class LayerStore {
     try {
       const size = statSync(p).size;
       rmSync(p);
+      rmSync(this.chunkIndexPath(digest), { force: true });
+      rmSync(this.#prefetchPath(digest), { force: true });
       return size;
     } catch {
       return 0;

@@ -15,6 +15,7 @@ import { isProcessAlive } from '../edge/process-tree.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
 import { LayerStore } from '../image/layer-store.js';
+import { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
 import { parseListen, type ServerOptions } from '../config/options.js';
 
 export interface ClientFile {
@@ -103,7 +104,7 @@ async function startDsecProcess(
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
 
   const releaseLock = takePidLock(opts.dataDir);
-  const layers = new LayerStore(opts.dataDir);
+  const layers = new LayerStore(opts.dataDir, { chunkSize: opts.layerChunkKiB * 1024 });
   const images = new ImageStore(opts.dataDir, layers);
   const store = new StateStore(join(opts.dataDir, 'state.db'));
   const clusterToken = loadOrCreateClusterToken(opts.dataDir);
@@ -111,6 +112,12 @@ async function startDsecProcess(
   const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry });
   let edge: Edge | undefined;
   let node: NodeBackends | undefined;
+  // Lazy layers: the store is local here, so its blobs are served to dsec-chunk-fuse from a
+  // thread of their own (see BlobServerThread), on loopback, under the cluster token.
+  const blobThread =
+    extra.localEdge && opts.layerFetch === 'lazy'
+      ? await BlobServerThread.start({ storeRoot: opts.dataDir, chunkSize: layers.chunkSize, token: clusterToken, host: '127.0.0.1' })
+      : undefined;
   if (extra.localEdge) {
     node = makeNodeBackends({
       id: opts.edgeId,
@@ -118,6 +125,8 @@ async function startDsecProcess(
       blobs: new LocalBlobSource(layers),
       maxSandboxes: opts.maxSandboxes,
       layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
+      ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),
+      onSandboxFailed: (id, reason) => store.setStatus(id, 'failed', reason),
       log: log.child({ edge: opts.edgeId }),
     });
     edge = node.edge;
@@ -148,6 +157,7 @@ async function startDsecProcess(
     stopEdgeWatcher();
     await app.close();
     await node?.shutdown({ killAll: false });
+    await blobThread?.close();
     store.close();
     releaseLock();
     const code = (err as NodeJS.ErrnoException).code;
@@ -192,6 +202,7 @@ async function startDsecProcess(
       await app.close();
       if (closeOpts.killAll) await control.killAll();
       await node?.shutdown({ killAll: closeOpts.killAll ?? false });
+      await blobThread?.close();
       store.close();
       releaseLock();
     },

@@ -1,5 +1,34 @@
 import { Type, type Static } from 'typebox';
 
+/** One layer fetched lazily on this node: how much of it was read from the blob store. */
+export const LazyLayerStat = Type.Object(
+  {
+    digest: Type.String({ description: 'The layer (sha256:<hex>).' }),
+    sizeBytes: Type.Integer({ description: 'Size of the whole layer blob.' }),
+    cachedBytes: Type.Integer({ description: "Bytes of the layer's chunks in the node's chunk cache now." }),
+    fetchedBytes: Type.Integer({ description: 'Bytes fetched from the blob store since the lazy layer daemon started (refetches after eviction included).' }),
+    fetchedChunks: Type.Integer({ description: 'Chunks fetched since the daemon started.' }),
+    failedFetches: Type.Integer({ description: 'Chunk fetches that failed after every retry (the reader got EIO).' }),
+    digestMismatches: Type.Integer({ description: 'Fetched chunks refused because their sha256 did not match the recorded list.' }),
+    mounted: Type.Boolean({ description: 'Whether the layer is mounted now.' }),
+  },
+  {},
+);
+export type LazyLayerStat = Static<typeof LazyLayerStat>;
+
+/** The node's lazy layer store (option layerFetch = lazy): dsec-chunk-fuse and its chunk cache. */
+export const LazyLayerStats = Type.Object(
+  {
+    daemon: Type.Union([Type.Literal('running'), Type.Literal('stopped')], { description: 'Whether dsec-chunk-fuse runs (it starts on the first lazy layer).' }),
+    chunkBytes: Type.Integer({ description: "Bytes in the node's chunk cache; counted in chargedBytes against the layer cache budget." }),
+    fetchedBytes: Type.Integer({ description: 'Bytes fetched from the blob store, all layers.' }),
+    evictedChunks: Type.Integer({ description: 'Chunks evicted to keep the layer cache within its budget since the edge started.' }),
+    layers: Type.Array(LazyLayerStat),
+  },
+  {},
+);
+export type LazyLayerStats = Static<typeof LazyLayerStats>;
+
 /** A node's layer cache: the local copies (or hard links) of the layer blobs it mounts. */
 export const LayerCacheStats = Type.Object(
   {
@@ -7,7 +36,7 @@ export const LayerCacheStats = Type.Object(
     bytes: Type.Integer({ description: 'Size of every cached blob, linked or copied.' }),
     chargedBytes: Type.Integer({
       description:
-        'Bytes counted against the budget: blobs the cache alone keeps on disk (copies, links whose store blob was deleted). A hard link to a blob the store still holds costs nothing.',
+        'Bytes counted against the budget: blobs the cache alone keeps on disk (copies, links whose store blob was deleted), and the chunk cache of lazily fetched layers. A hard link to a blob the store still holds costs nothing.',
     }),
     budgetBytes: Type.Integer({
       description: 'The budget (option layerCacheMiB); above it, least recently used unmounted layers are evicted.',
@@ -15,6 +44,7 @@ export const LayerCacheStats = Type.Object(
     mounted: Type.Integer({ description: 'Cached layers mounted now; a mounted layer is never evicted.' }),
     evictions: Type.Integer({ description: 'Layers evicted since the edge started.' }),
     overBudget: Type.Boolean({ description: 'True when the layers left (all mounted) alone exceed the budget.' }),
+    lazy: Type.Optional(LazyLayerStats),
   },
   {},
 );

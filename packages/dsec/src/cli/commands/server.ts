@@ -13,10 +13,12 @@ export function registerServerCommands(program: Command): void {
     .option('--edge-id <id>', 'this node\'s edge id (env DSEC_EDGE_ID)', undefined)
     .option('--max-sandboxes <n>', 'admission limit of the local edge (env DSEC_MAX_SANDBOXES)', undefined)
     .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB, default 20480 (env DSEC_LAYER_CACHE_MIB)', undefined)
+    .option('--layer-fetch <mode>', 'eager (whole layers before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)', undefined)
+    .option('--layer-chunk-kib <n>', 'chunk size recorded for new layers, default 1024 (env DSEC_LAYER_CHUNK_KIB)', undefined)
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)', undefined)
-    .action(async (flags: { listen?: string; dataDir?: string; edgeId?: string; maxSandboxes?: string; layerCacheMib?: string; logLevel?: string }) => {
-      const { layerCacheMib, ...rest } = flags; // commander spells the flag's key layerCacheMib
-      const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib });
+    .action(async (flags: { listen?: string; dataDir?: string; edgeId?: string; maxSandboxes?: string; layerCacheMib?: string; layerFetch?: string; layerChunkKib?: string; logLevel?: string }) => {
+      const { layerCacheMib, layerChunkKib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib
+      const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib });
       const dsec = await startAllInOne(opts);
       process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
       if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);

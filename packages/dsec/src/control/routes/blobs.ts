@@ -13,6 +13,18 @@ export const LAYER_MEDIA_TYPE = 'application/vnd.dsec.layer.erofs';
 /** Raw bytes; serialization is skipped for streams, this only documents the response. */
 const BlobBytes = Type.Unsafe<NodeJS.ReadableStream>({ type: 'string', format: 'binary' });
 
+const ChunkIndexBody = Type.Object({
+  chunkSize: Type.Integer({ description: 'Bytes per chunk (1 MiB unless the store was configured otherwise).' }),
+  size: Type.Integer({ description: 'Bytes in the blob.' }),
+  digests: Type.Array(Type.String({ pattern: '^sha256:[0-9a-f]{64}$' }), { description: 'sha256 of each chunk, in order.' }),
+  prefetch: Type.Array(Type.Integer({ minimum: 0 }), { description: 'Chunks to fetch first, in order (empty until a first run recorded them).' }),
+});
+
+const PrefetchBody = Type.Object(
+  { chunks: Type.Array(Type.Integer({ minimum: 0 }), { maxItems: 1_000_000, description: 'Chunk numbers in the order they were first read.' }) },
+  { additionalProperties: false },
+);
+
 const DigestParams = Type.Object({ digest: Type.String({ pattern: '^sha256:[0-9a-f]{64}$', description: 'sha256:<64 hex>' }) });
 
 /**
@@ -68,6 +80,47 @@ export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
           .header('content-range', `bytes ${start}-${end}/${size}`)
           .header('content-length', end - start + 1)
           .send(createReadStream(layers.path(digest), { start, end }));
+      },
+    );
+
+    app.get(
+      '/v1/blobs/:digest/chunks',
+      {
+        schema: {
+          tags,
+          summary: "A layer blob's per-chunk sha256 list and prefetch list (for lazy loading)",
+          description:
+            'Chunk i covers bytes [i*chunkSize, min(size, (i+1)*chunkSize)). A lazy node checks each chunk it fetches against its digest here, so it trusts a chunk before the whole blob has arrived. Recorded when the layer is made; computed (and kept) on first request for a layer made before.',
+          params: DigestParams,
+          response: { 200: ChunkIndexBody, 401: ErrorBody, 404: ErrorBody },
+        },
+      },
+      async (req) => {
+        const digest = req.params.digest as LayerDigest;
+        sizeOf(digest);
+        return { ...(await layers.chunkIndex(digest)), prefetch: layers.prefetchList(digest) };
+      },
+    );
+
+    app.put(
+      '/v1/blobs/:digest/prefetch',
+      {
+        schema: {
+          tags,
+          summary: "Record a layer's prefetch list (the chunks a first run read, in order); the first one recorded is kept",
+          params: DigestParams,
+          body: PrefetchBody,
+          response: { 200: Type.Object({ recorded: Type.Boolean({ description: 'False when a list was recorded before (it is kept).' }) }), 400: ErrorBody, 401: ErrorBody, 404: ErrorBody },
+        },
+      },
+      async (req) => {
+        const digest = req.params.digest as LayerDigest;
+        const size = sizeOf(digest);
+        const { chunkSize } = await layers.chunkIndex(digest);
+        const count = Math.ceil(size / chunkSize);
+        const bad = req.body.chunks.find((i) => i >= count);
+        if (bad !== undefined) throw new ApiError('INVALID_REQUEST', `chunk ${bad} is past the blob's last chunk (${count - 1})`, { field: 'chunks', chunks: count });
+        return { recorded: layers.recordPrefetchList(digest, [...new Set(req.body.chunks)]) };
       },
     );
 
