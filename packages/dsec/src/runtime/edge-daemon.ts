@@ -30,6 +30,8 @@ export interface EdgeDaemonOptions {
   cpuOvercommit: number;
   maxSandboxes: number;
   layerCacheMiB: number;
+  /** lazy: layers mounted through dsec-chunk-fuse, chunks fetched from the control plane's blob endpoint on first read. */
+  layerFetch?: 'eager' | 'lazy';
   logLevel: string;
 }
 
@@ -88,6 +90,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     blobs: new HttpBlobSource(joinUrl, opts.token),
     maxSandboxes: opts.maxSandboxes,
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
+    ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => ({ url: joinUrl, token: opts.token }) } } : {}),
     log: log.child({ edge: id }),
   });
   const api = node.api;

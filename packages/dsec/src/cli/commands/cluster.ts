@@ -62,11 +62,12 @@ export function registerClusterCommands(program: Command): void {
     .option('--cpu-overcommit <ratio>', `CPU limits may add up to this many times the node's CPUs (0: no cap; default ${DEFAULT_CPU_OVERCOMMIT})`, String(DEFAULT_CPU_OVERCOMMIT))
     .option('--max-sandboxes <n>', 'admission limit of this edge', '4000')
     .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB', '20480')
+    .option('--layer-fetch <mode>', 'eager (whole layers from the blob endpoint before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)')
     .option('--log-level <level>', 'debug|info|warn|error|silent', 'info')
     .action(
       async (flags: {
         join?: string; token?: string; listen: string; advertise?: string; dataDir?: string; id?: string; pool: string; label?: Record<string, string>;
-        cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; logLevel: string;
+        cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; layerFetch?: string; logLevel: string;
       }) => {
         const token = flags.token ?? process.env['DSEC_JOIN_TOKEN'];
         if (!flags.join || !/^https?:\/\//.test(flags.join)) throw new OptionsError('--join <url> is required: the control plane URL that `dsec control` printed');
@@ -74,7 +75,7 @@ export function registerClusterCommands(program: Command): void {
         if (!/^[a-z0-9][a-z0-9-]{0,31}$/.test(flags.pool)) throw new OptionsError(`invalid --pool ${JSON.stringify(flags.pool)}: lowercase letters, digits and -`);
         const ratio = Number(flags.cpuOvercommit);
         if (!Number.isFinite(ratio) || ratio < 0) throw new OptionsError(`invalid --cpu-overcommit ${JSON.stringify(flags.cpuOvercommit)}: a number ≥ 0`);
-        const base = compileOptions({ dataDir: flags.dataDir, listen: flags.listen, logLevel: flags.logLevel });
+        const base = compileOptions({ dataDir: flags.dataDir, listen: flags.listen, logLevel: flags.logLevel, layerFetch: flags.layerFetch });
         const daemon = await startEdgeDaemon({
           join: flags.join,
           token,
@@ -87,6 +88,7 @@ export function registerClusterCommands(program: Command): void {
           cpuOvercommit: ratio,
           maxSandboxes: wholeNumber('--max-sandboxes', flags.maxSandboxes, 4000),
           layerCacheMiB: wholeNumber('--layer-cache-mib', flags.layerCacheMib, 20480),
+          layerFetch: base.layerFetch,
           logLevel: base.logLevel,
         });
         process.stdout.write(`dsec edge ${daemon.id} serves ${daemon.url} and joined ${flags.join}\n`);
