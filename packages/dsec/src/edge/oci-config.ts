@@ -10,6 +10,14 @@ export const INIT_PATH = '/dev/.dsec-init';
 export const INIT_BINARY = '/usr/bin/catatonit';
 /** Where dsec-landlock (native/landlock-exec.c) appears inside the sandbox, beside the init. */
 export const LANDLOCK_PATH = '/dev/.dsec-landlock';
+/**
+ * The tools the platform itself runs inside a sandbox (tar for uploads and downloads, rm for
+ * removals): Debian's busybox-static, bind-mounted read-only beside the init. Never the
+ * sandbox's own `tar` or `rm`, which an agent can replace to rewrite what the trainer uploads or
+ * reads back (the DSec paper's "overwrote /bin/bash" lesson).
+ */
+export const TOOLBOX_PATH = '/dev/.dsec-tools/busybox';
+export const TOOLBOX_BINARY = '/bin/busybox';
 
 /**
  * Docker's default capability set less CAP_NET_RAW: enough for an agent to apt-get install, chown
@@ -103,6 +111,7 @@ export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Rec
       { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
       { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: LANDLOCK_PATH, type: 'bind', source: LANDLOCK_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+      { destination: TOOLBOX_PATH, type: 'bind', source: TOOLBOX_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
     ],
     linux: {
       namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }],

@@ -1,24 +1,26 @@
 import type { Readable } from 'node:stream';
 import { ApiError } from '../api-error.js';
+import { TOOLBOX_PATH } from '../edge/oci-config.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from './output-stream.js';
 import { SandboxProcess } from './sandbox-process.js';
 
 /**
- * Directory transfer as tar streams, packed and unpacked by the sandbox's own `tar` inside the
- * sandbox (in its mount namespace, as its user): every path in the archive, `..`, absolute names
- * and symlinks included, resolves inside the sandbox, so no tar entry can reach the host.
- * Images without tar get a clear error.
+ * Directory transfer as tar streams, packed and unpacked inside the sandbox (in its mount
+ * namespace, as its user): every path in the archive, `..`, absolute names and symlinks included,
+ * resolves inside the sandbox, so no tar entry can reach the host. The tar is the platform's own
+ * (a static busybox bind-mounted read-only, TOOLBOX_PATH), never the one in the sandbox's PATH:
+ * an agent that plants /usr/local/bin/tar cannot change what is uploaded or read back.
  */
 function tarProcess(target: ExecTarget, args: string[], stdin: boolean): SandboxProcess {
-  return new SandboxProcess(target, processSpecFor(target, ['tar', ...args], { cwd: '/' }), { stdin, maxOutputBytes: 64 << 10 });
+  return new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'tar', ...args], { cwd: '/' }), { stdin, maxOutputBytes: 64 << 10 });
 }
 
 function tarFailed(what: string, stderr: string, exitCode: number): ApiError {
   const missing = /not found in \$PATH|No such file/.test(stderr) && exitCode === 255;
   return new ApiError(
     'INVALID_REQUEST',
-    missing ? `the sandbox image has no tar, which ${what} needs` : `${what} failed: ${stderr.trim() || `tar exited ${exitCode}`}`,
+    missing ? `the sandbox has no ${TOOLBOX_PATH} (it was created by an older dsec), which ${what} needs` : `${what} failed: ${stderr.trim() || `tar exited ${exitCode}`}`,
     { stderr, exitCode },
   );
 }
@@ -75,9 +77,9 @@ export async function packTar(target: ExecTarget, path: string): Promise<AsyncIt
   })();
 }
 
-/** rm -rf inside the sandbox (recursive removal walks the sandbox's own tree, in its namespace). */
+/** rm -rf inside the sandbox with the platform's own rm (recursive removal walks the sandbox's own tree, in its namespace). */
 export async function removeRecursive(target: ExecTarget, path: string): Promise<void> {
-  const proc = new SandboxProcess(target, processSpecFor(target, ['rm', '-rf', '--', path], { cwd: '/' }), { maxOutputBytes: 64 << 10 });
+  const proc = new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'rm', '-rf', '--', path], { cwd: '/' }), { maxOutputBytes: 64 << 10 });
   const exit = await proc.done;
   if (exit.exitCode !== 0) throw new ApiError('INVALID_REQUEST', `rm -rf ${path} failed: ${proc.stderr.bytes().toString('utf8').trim()}`, { path });
 }
