@@ -209,8 +209,17 @@ export class ControlPlane {
     // The edge has the last word: one that refuses (full, draining, unreachable before the
     // request left) is excluded and the create placed again, so a caller sees CAPACITY_EXCEEDED
     // only when no edge can take it.
-    for (;;) {
-      const edgeId = this.#place(req, limits, layers, exclude);
+    for (let refreshed = false; ; ) {
+      let edgeId: string;
+      try {
+        edgeId = this.#place(req, limits, layers, exclude);
+      } catch (err) {
+        // An in-process edge's facts are a tick old: ask it now before refusing.
+        if (refreshed || !(err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED')) throw err;
+        refreshed = true;
+        await this.edges.refreshLocal();
+        continue;
+      }
       const now = Date.now();
       const info: SandboxInfo = {
         id: newSandboxId(edgeId),

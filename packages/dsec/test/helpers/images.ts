@@ -1,5 +1,5 @@
 /** Builds small special-purpose images for tests, through the same builder code path as busybox. */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { buildSingleLayerImage, type BuiltImage } from '../../src/image/builders/builder.js';
@@ -19,7 +19,7 @@ export async function buildTestImage(
   return buildSingleLayerImage({
     store,
     name,
-    cacheKey: `test-${unique}`,
+    cacheKey: createHash('sha256').update(`test-${unique}`).digest('hex'), // a build cache key is 64 hex
     progress: () => {},
     erofs: { compression: 'none' },
     config: defaultImageConfig(config),
