@@ -10,7 +10,8 @@
  * Then it serves the edge over that port (protocol: packages/dsec/src/edge/backends/vm/README.md):
  * frames of [u32 header length][u32 payload length][JSON header][payload], requests carrying an
  * id the edge chose, events echoing it. exec (streamed stdout/stderr, stdin, signals to the
- * command's process group, exit status), file read/write/stat/list/mkdir/remove/rename, sync.
+ * command's process group, exit status; or under a pseudo-terminal, with resize), file
+ * read/write/stat/list/mkdir/remove/rename, sync.
  *
  * The port has one end in the guest (this process holds it; virtio_console refuses a second
  * opener with EBUSY, and the device node is unlinked once open) and one on the host (a unix
@@ -34,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/signalfd.h>
@@ -512,9 +514,23 @@ static void op_exec(long long id, struct jobj *o) {
   struct proc *slot = proc_by_id(0);
   if (!slot) { send_err(id, EAGAIN, "exec: too many processes"); return; }
   int po[2], pe[2], pi[2], ps[2];
+  int pty = jbool(o, "pty"), master = -1;
+  char slave[128] = "";
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(pi, O_CLOEXEC) || pipe2(ps, O_CLOEXEC)) {
     send_err(id, errno, "exec: pipe");
     return;
+  }
+  if (pty) {
+    /* The terminal is the guest's own: its devpts, its line discipline; the edge sees bytes. */
+    master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname_r(master, slave, sizeof slave) != 0) {
+      send_err(id, errno, "exec: open a pseudo-terminal");
+      if (master >= 0) close(master);
+      close(po[0]); close(po[1]); close(pe[0]); close(pe[1]); close(pi[0]); close(pi[1]); close(ps[0]); close(ps[1]);
+      return;
+    }
+    struct winsize ws = {.ws_row = (unsigned short)jnum(o, "rows", 24), .ws_col = (unsigned short)jnum(o, "cols", 80)};
+    ioctl(master, TIOCSWINSZ, &ws);
   }
   const char *cwd = jstr(o, "cwd");
   uid_t uid = (uid_t)jnum(o, "uid", 0);
@@ -530,9 +546,18 @@ static void op_exec(long long id, struct jobj *o) {
     sigemptyset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
     setsid();
-    dup2(pi[0], 0);
-    dup2(po[1], 1);
-    dup2(pe[1], 2);
+    if (pty) {
+      int s = open(slave, O_RDWR);
+      if (s < 0 || ioctl(s, TIOCSCTTY, 0) < 0) _exit(126);
+      dup2(s, 0);
+      dup2(s, 1);
+      dup2(s, 2);
+      if (s > 2) close(s);
+    } else {
+      dup2(pi[0], 0);
+      dup2(po[1], 1);
+      dup2(pe[1], 2);
+    }
     int err = 0;
     const char *step = "";
     if (cwd && chdir(cwd) < 0) { err = errno; step = "chdir"; }
@@ -549,9 +574,21 @@ static void op_exec(long long id, struct jobj *o) {
     if (write(ps[1], msg, (size_t)n) < 0) _exit(127);
     _exit(127);
   }
+  if (pty) {
+    /* Output and input both go through the terminal's master side; no separate stderr. */
+    close(po[0]); close(po[1]); close(pe[0]); close(pe[1]); close(pi[1]);
+    po[0] = master;
+    po[1] = -1;
+    pi[1] = fcntl(master, F_DUPFD_CLOEXEC, 0);
+    if (pipe2(pe, O_CLOEXEC) == 0) close(pe[1]); /* an stderr that is at EOF at once */
+    pe[1] = -1;
+  }
   free(av);
   free(ev);
-  close(po[1]); close(pe[1]); close(pi[0]); close(ps[1]);
+  if (po[1] >= 0) close(po[1]);
+  if (pe[1] >= 0) close(pe[1]);
+  close(pi[0]);
+  close(ps[1]);
   if (pid < 0) {
     send_err(id, errno, "exec: fork");
     close(po[0]); close(pe[0]); close(pi[1]); close(ps[0]);
@@ -631,6 +668,13 @@ static void op_stdin(long long id, struct jobj *o, const char *payload, size_t p
     break; /* reader gone or stuck: drop the rest rather than stall every other request */
   }
   if (jbool(o, "eof")) { close(p->in); p->in = -1; }
+}
+
+static void op_resize(long long id, struct jobj *o) {
+  struct proc *p = proc_by_id(id);
+  if (!p || p->out < 0) return;
+  struct winsize ws = {.ws_row = (unsigned short)jnum(o, "rows", 24), .ws_col = (unsigned short)jnum(o, "cols", 80)};
+  ioctl(p->out, TIOCSWINSZ, &ws); /* the kernel sends SIGWINCH to the terminal's foreground group */
 }
 
 static void op_signal(long long id, struct jobj *o) {
@@ -810,6 +854,7 @@ static void handle(const char *header, const char *payload, size_t plen) {
   if (!strcmp(op, "exec")) op_exec(id, &o);
   else if (!strcmp(op, "stdin")) op_stdin(id, &o, payload, plen);
   else if (!strcmp(op, "signal")) op_signal(id, &o);
+  else if (!strcmp(op, "resize")) op_resize(id, &o);
   else if (!strcmp(op, "read")) jstr(&o, "path") ? op_read(id, jstr(&o, "path"), jnum(&o, "max", MAX_PAYLOAD)) : send_err(id, EINVAL, "path is missing");
   else if (!strcmp(op, "write")) jstr(&o, "path") ? op_write(id, jstr(&o, "path"), jnum(&o, "mode", 0644), payload, plen) : send_err(id, EINVAL, "path is missing");
   else if (!strcmp(op, "stat")) jstr(&o, "path") ? op_stat(id, jstr(&o, "path")) : send_err(id, EINVAL, "path is missing");

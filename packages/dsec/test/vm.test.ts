@@ -13,6 +13,7 @@ import { guestAssets } from '../src/edge/backends/vm/guest-assets.js';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
 import { call, expectWireError } from './helpers/wire.js';
+import { TermCapture } from './engine/support/term.js';
 
 function vmSkipReason(): string | undefined {
   const base = integrationSkipReason();
@@ -142,6 +143,19 @@ describe('microvm sandbox: exec, files, processes, pause, isolation, kill', { sk
     await sb.resume();
     const r = await sb.commands.run('cat /work/before');
     assert.equal(r.exitCode, 0);
+  });
+
+  test('a terminal: a real pty in the guest, its size, resize, keystrokes, exit code', async () => {
+    const cap = new TermCapture();
+    const t = await sb.terminal({ cmd: ['/bin/sh'], cols: 100, rows: 30, onData: cap.onData });
+    t.write('tty; stty size\r');
+    assert.ok(await cap.waitFor(/\/dev\/pts\/\d+[\s\S]*\b30 100\b/), JSON.stringify(cap.text));
+    const mark = cap.text.length;
+    t.resize(120, 40);
+    t.write('stty size\r');
+    assert.ok(await cap.waitFor(/\b40 120\b/, mark), JSON.stringify(cap.since(mark)));
+    t.write('exit 7\r');
+    assert.equal(await t.exited, 7);
   });
 
   test('calls a VM does not serve answer BACKEND_UNSUPPORTED, and nothing half-happens', async () => {

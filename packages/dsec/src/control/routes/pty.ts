@@ -29,6 +29,11 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
       },
       async (socket, req) => {
         const { id } = req.params;
+        // Keystrokes sent while the edge is still opening the terminal (a VM guest's agent, a
+        // remote edge) are queued, not dropped: the client may type as soon as the socket opens.
+        const early: [Buffer, boolean][] = [];
+        const queue = (msg: Buffer, isBinary: boolean): void => void early.push([msg, isBinary]);
+        socket.on('message', queue);
         let proc;
         try {
           const started = performance.now();
@@ -46,7 +51,7 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
         p.onData((data) => {
           if (socket.readyState === socket.OPEN) socket.send(data);
         });
-        socket.on('message', (msg: Buffer, isBinary: boolean) => {
+        const onMessage = (msg: Buffer, isBinary: boolean): void => {
           if (isBinary) return p.write(msg);
           try {
             const m = JSON.parse(msg.toString('utf8')) as { type?: string; cols?: number; rows?: number; data?: string };
@@ -55,8 +60,12 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
           } catch {
             // not JSON: ignore
           }
-        });
+        };
+        socket.off('message', queue);
+        for (const [msg, isBinary] of early.splice(0)) onMessage(msg, isBinary);
+        socket.on('message', onMessage);
         socket.on('close', () => p.kill());
+        if (socket.readyState !== socket.OPEN) p.kill(); // the client left while it was opening
         const exitCode = await p.exit;
         if (socket.readyState === socket.OPEN) {
           socket.send(JSON.stringify({ type: 'exit', exitCode }));

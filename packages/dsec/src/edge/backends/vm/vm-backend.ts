@@ -16,7 +16,7 @@ import { writeFileAtomic } from '../../../image/atomic-file.js';
 import type { LayerDigest } from '../../../image/layer-store.js';
 import type { Link } from '../../../net/address-pool.js';
 import type { NetworkPolicy } from '../../../net/policy.js';
-import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, TerminalChannel } from '../../edge-api.js';
+import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, TerminalChannel, TerminalRequest } from '../../edge-api.js';
 import type { LayerCache } from '../../layer-cache.js';
 import { mergeEnv, parseUser } from '../../oci-config.js';
 import { sandboxPath } from '../../sandbox-files.js';
@@ -27,6 +27,7 @@ import { guestAssets, type GuestAssets } from './guest-assets.js';
 import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
 import { QmpClient } from './qmp-client.js';
 import { VmProcess, type GuestCommand } from './vm-process.js';
+import { openVmTerminal } from './vm-terminal.js';
 import type { ImageConfig } from '@dsec/sdk/schema';
 
 /** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
@@ -55,6 +56,7 @@ interface LiveVm {
   agent: AgentClient;
   qmp: QmpClient;
   processes: ProcessTable;
+  terminals: Set<TerminalChannel>;
 }
 
 export interface VmBackendOptions {
@@ -141,7 +143,7 @@ export class VmBackend implements SandboxBackend {
   }
 
   #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
-    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable() };
+    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(), terminals: new Set() };
     this.#live.set(record.id, live);
     agent.onClose((err) => {
       if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
@@ -252,6 +254,7 @@ export class VmBackend implements SandboxBackend {
     if (!v) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on this edge`);
     this.#live.delete(id);
     v.processes.killAll();
+    for (const t of v.terminals) t.kill();
     v.agent.close();
     await v.qmp.execute('quit').catch(() => undefined);
     v.qmp.close();
@@ -414,8 +417,23 @@ export class VmBackend implements SandboxBackend {
     unsupported(this.#vm(id).record.backend, 'Snapshots (and fork)');
   }
 
-  async openPty(id: string): Promise<TerminalChannel> {
-    unsupported(this.#vm(id).record.backend, 'A terminal (PTY)');
+  /** An interactive command under a terminal in the guest (default: bash, else sh). */
+  async openPty(id: string, req: TerminalRequest): Promise<TerminalChannel> {
+    const v = this.#running(id);
+    let argv = req.cmd?.length ? req.cmd : undefined;
+    if (!argv) {
+      const bash = await v.agent.call('stat', { path: '/bin/bash' }).then(() => true, () => false);
+      argv = [bash ? '/bin/bash' : '/bin/sh'];
+    }
+    const cmd = this.#command(v, argv, { cwd: req.cwd, env: { TERM: 'xterm-256color', ...req.env } });
+    try {
+      const t = await openVmTerminal(v.agent, cmd, { cols: req.cols, rows: req.rows });
+      v.terminals.add(t);
+      void t.exit.then(() => v.terminals.delete(t));
+      return t;
+    } catch (err) {
+      throw new ApiError('INVALID_REQUEST', `could not start the terminal: ${(err as Error).message}`, { cmd: argv });
+    }
   }
 
   async uploadTar(id: string): Promise<number> {

@@ -1,0 +1,62 @@
+import type { TerminalChannel } from '../../edge-api.js';
+import type { AgentClient } from './agent-client.js';
+import type { AgentFrame } from './agent-frames.js';
+import type { GuestCommand } from './vm-process.js';
+
+/**
+ * An interactive command under a pseudo-terminal inside a VM guest: the agent opens the pty in
+ * the guest's devpts and streams the master side's bytes; keystrokes and resizes go back by id.
+ */
+export function openVmTerminal(agent: AgentClient, cmd: GuestCommand, size: { cols: number; rows: number }): Promise<TerminalChannel> {
+  return new Promise((resolve, reject) => {
+    const listeners = new Set<(data: Buffer) => void>();
+    const early: Buffer[] = [];
+    let started = false;
+    let resolveExit!: (code: number) => void;
+    const exit = new Promise<number>((r) => (resolveExit = r));
+    let done = false;
+    const finish = (code: number): void => {
+      if (done) return;
+      done = true;
+      agent.release(id);
+      resolveExit(code);
+    };
+    const onEvent = (f: AgentFrame): void => {
+      const ev = f.header['ev'];
+      if (ev === 'started') {
+        started = true;
+        resolve(channel);
+      } else if (ev === 'stdout' || ev === 'stderr') {
+        if (listeners.size) for (const l of listeners) l(f.payload);
+        else early.push(f.payload);
+      } else if (ev === 'exit') finish(Number(f.header['code'] ?? 1));
+      else if (ev === 'error' || ev === 'closed') {
+        const msg = String(f.header['message'] ?? 'the guest agent could not start the terminal');
+        if (!started) reject(new Error(msg));
+        finish(ev === 'error' && f.header['code'] === 'ENOENT' ? 127 : 126);
+      }
+    };
+    const id = agent.send(
+      'exec',
+      { argv: cmd.argv, env: cmd.env, cwd: cmd.cwd, uid: cmd.uid, gid: cmd.gid, stdin: true, pty: true, cols: size.cols, rows: size.rows },
+      undefined,
+      onEvent,
+    );
+    const channel: TerminalChannel = {
+      exit,
+      onData(listener) {
+        listeners.add(listener);
+        for (const b of early.splice(0)) listener(b);
+      },
+      write(data) {
+        if (!done) agent.write({ op: 'stdin', id }, Buffer.isBuffer(data) ? data : Buffer.from(data, 'utf8'));
+      },
+      resize(cols, rows) {
+        if (!done) agent.write({ op: 'resize', id, cols, rows });
+      },
+      kill() {
+        if (!done) agent.write({ op: 'signal', id, signal: 9 });
+      },
+    };
+  });
+}
