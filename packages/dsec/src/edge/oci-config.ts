@@ -20,6 +20,14 @@ export const TOOLBOX_PATH = '/dev/.dsec-tools/busybox';
 export const TOOLBOX_BINARY = '/bin/busybox';
 
 /**
+ * Pseudo-terminals one sandbox may hold at once. Every devpts instance draws on one host-wide
+ * count (kernel.pty.max less kernel.pty.reserve: 3,072 here), so without a cap one sandbox that
+ * opens /dev/ptmx in a loop leaves every other sandbox without terminals. Its own devpts
+ * instance (newinstance) with `max=` keeps the damage inside it.
+ */
+export const PTYS_PER_SANDBOX = 256;
+
+/**
  * Docker's default capability set less CAP_NET_RAW: enough for an agent to apt-get install, chown
  * and bind low ports inside its sandbox; no CAP_SYS_ADMIN, SYS_MODULE, SYS_PTRACE, NET_ADMIN,
  * SYS_TIME…. NET_RAW is out because raw and packet sockets skip the sandbox's nftables output
@@ -104,7 +112,7 @@ export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Rec
     mounts: [
       { destination: '/proc', type: 'proc', source: 'proc' },
       { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
-      { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620'] },
+      { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', `max=${PTYS_PER_SANDBOX}`] },
       { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
       { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
