@@ -241,8 +241,7 @@ export class ControlPlane {
       }
       if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
       this.#creating.add(info.id);
-      this.store.insertSandbox(info, opts.batch);
-      this.store.saveSpec(info.id, req);
+      this.store.insertSandbox(info, opts.batch, req);
       this.edges.reserve(edgeId, limits);
       opts.onPlaced?.(edgeId, info.id);
       try {

@@ -176,7 +176,7 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
     mdTable(
       ['part', 'µs'],
       [
-        ['state store writes of one create (insert, spec, status → running; SQLite WAL)', costs.sqliteWritesUs],
+        ['state store writes of one create (insert with its spec, then status → running; SQLite WAL)', costs.sqliteWritesUs],
         ['one create over the edge protocol (HttpEdgeClient → simulated edge, loopback HTTP, schema validation)', costs.edgeCallUs],
         ['one create through the public API, one client, nothing else in flight (p50)', costs.serialCreateUs],
       ],

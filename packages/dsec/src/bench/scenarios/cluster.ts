@@ -77,7 +77,7 @@ export interface BatchPhase {
 
 /** Where a create's time goes, each part measured alone in the benchmark's process. */
 export interface CreateCosts {
-  /** The state store's writes of one create (insert, spec, status → running), on a fresh SQLite file: µs. */
+  /** The state store's writes of one create (insert with its spec, then status → running), on a fresh SQLite file: µs. */
   sqliteWritesUs: number;
   /** One create over the edge protocol (HttpEdgeClient → a simulated edge in this process, loopback HTTP + validation): µs. */
   edgeCallUs: number;
@@ -309,8 +309,7 @@ async function measureCosts(dir: string, token: string, http: HttpLoadClient): P
     const t0 = performance.now();
     for (let i = 0; i < n; i++) {
       const info = { ...base, id: `sb-x-${String(i).padStart(13, '0')}` };
-      store.insertSandbox(info);
-      store.saveSpec(info.id, SPEC);
+      store.insertSandbox(info, undefined, SPEC); // with its spec, in one transaction, as ControlPlane.create writes it
       store.setStatus(info.id, 'running');
     }
     sqliteWritesUs = round(((performance.now() - t0) * 1000) / n, 1);
