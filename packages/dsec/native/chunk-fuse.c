@@ -55,8 +55,16 @@ struct blob {
 	struct blob *next;
 };
 
+/* Bytes fetched on behalf of one sandbox: the cgroup of the process whose read missed the cache. */
+struct sandbox_stat {
+	char id[96];
+	uint64_t bytes, chunks;
+	struct sandbox_stat *next;
+};
+
 static struct {
 	const char *cache;
+	struct sandbox_stat *sandboxes; /* under mu */
 	pthread_mutex_t src_mu; /* url, auth_header and the source file's identity */
 	char url[2048];
 	char auth_header[2048];
@@ -118,12 +126,53 @@ static void write_stats_locked(void) {
 			b->failed_fetches, b->mismatches);
 		pthread_mutex_unlock(&b->mu);
 	}
+	for (struct sandbox_stat *s = g.sandboxes; s; s = s->next) fprintf(f, "sandbox %s %" PRIu64 " %" PRIu64 "\n", s->id, s->bytes, s->chunks);
 	if (fclose(f) == 0) rename(tmp, dst);
 }
 
 static void write_stats(void) {
 	pthread_mutex_lock(&g.mu);
 	write_stats_locked();
+	pthread_mutex_unlock(&g.mu);
+}
+
+/* The dsec sandbox a process belongs to (its cgroup dsec/<sandbox id>), or "" for the node's own. */
+static void sandbox_of(pid_t pid, char *out, size_t n) {
+	out[0] = 0;
+	if (pid <= 0) return;
+	char path[64], line[1024];
+	snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f) return;
+	while (fgets(line, sizeof line, f)) {
+		char *p = strstr(line, ":/dsec/sb-");
+		if (!p) continue;
+		p += strlen(":/dsec/");
+		p[strcspn(p, "/\n")] = 0;
+		snprintf(out, n, "%s", p);
+		break;
+	}
+	fclose(f);
+}
+
+/* Counts a fetch against the sandbox whose process read the chunk first. */
+static void charge_sandbox(pid_t pid, uint64_t bytes) {
+	char id[96];
+	sandbox_of(pid, id, sizeof id);
+	if (!id[0]) return;
+	pthread_mutex_lock(&g.mu);
+	struct sandbox_stat *s;
+	for (s = g.sandboxes; s; s = s->next)
+		if (strcmp(s->id, id) == 0) break;
+	if (!s && (s = calloc(1, sizeof *s))) {
+		snprintf(s->id, sizeof s->id, "%s", id);
+		s->next = g.sandboxes;
+		g.sandboxes = s;
+	}
+	if (s) {
+		s->bytes += bytes;
+		s->chunks++;
+	}
 	pthread_mutex_unlock(&g.mu);
 }
 
@@ -317,7 +366,7 @@ static void chunk_path(const struct blob *b, uint32_t i, char *out, size_t n) {
 }
 
 /* Fetches chunk i with bounded retries, verifies it and renames it into the cache; 0 or -EIO. */
-static int fetch_chunk(struct blob *b, uint32_t i) {
+static int fetch_chunk(struct blob *b, uint32_t i, pid_t reader) {
 	size_t len = chunk_len(b, i);
 	uint64_t off = (uint64_t)i * b->chunk_size;
 	unsigned char *buf = malloc(len ? len : 1);
@@ -376,6 +425,7 @@ static int fetch_chunk(struct blob *b, uint32_t i) {
 		b->failed_fetches++;
 	}
 	pthread_mutex_unlock(&b->mu);
+	if (rc == 0) charge_sandbox(reader, len);
 	write_stats();
 	return rc;
 }
@@ -396,7 +446,7 @@ static void record_touch(struct blob *b, uint32_t i) {
 }
 
 /* An open fd of chunk i, fetching it first if it is not cached; -errno on failure. */
-static int open_chunk(struct blob *b, uint32_t i) {
+static int open_chunk(struct blob *b, uint32_t i, pid_t reader) {
 	char path[4200];
 	chunk_path(b, i, path, sizeof path);
 	for (;;) {
@@ -415,7 +465,7 @@ static int open_chunk(struct blob *b, uint32_t i) {
 		b->inflight[i] = 1;
 		pthread_mutex_unlock(&b->mu);
 		fd = open(path, O_RDONLY | O_CLOEXEC); /* finished between our open and the lock */
-		int rc = fd >= 0 ? 0 : fetch_chunk(b, i);
+		int rc = fd >= 0 ? 0 : fetch_chunk(b, i, reader);
 		pthread_mutex_lock(&b->mu);
 		b->inflight[i] = 0;
 		if (rc != 0) b->failures[i]++;
@@ -436,7 +486,7 @@ static void *prefetch_main(void *arg) {
 	unsigned n = 0;
 	while (fscanf(f, "%lu", &i) == 1) {
 		if (i >= b->nchunks) continue;
-		int fd = open_chunk(b, (uint32_t)i);
+		int fd = open_chunk(b, (uint32_t)i, 0);
 		if (fd >= 0) {
 			close(fd);
 			n++;
@@ -527,7 +577,7 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 		if (n > chunk_len(b, i) - in) n = (size_t)(chunk_len(b, i) - in);
 		/* Never a short read on failure: the kernel would take it for the end of the file,
 		 * zero-fill the rest of the pages and shrink the file's size. */
-		int fd = open_chunk(b, i);
+		int fd = open_chunk(b, i, fuse_get_context()->pid);
 		if (fd < 0) return fd;
 		record_touch(b, i);
 		ssize_t r = pread(fd, buf + done, n, (off_t)in);

@@ -240,7 +240,8 @@ export class Edge implements EdgeApi {
   #layerCacheStats(): EdgeInfo['layerCache'] {
     const eager = this.layerCache.stats();
     if (!this.lazyLayers) return eager;
-    const lazy = this.lazyLayers.stats();
+    const all = this.lazyLayers.stats();
+    const lazy = { ...all, sandboxes: all.sandboxes.filter((sb) => this.#live.has(sb.id)) };
     const chargedBytes = eager.chargedBytes + lazy.chunkBytes;
     return { ...eager, bytes: eager.bytes + lazy.chunkBytes, chargedBytes, overBudget: chargedBytes > eager.budgetBytes, lazy };
   }

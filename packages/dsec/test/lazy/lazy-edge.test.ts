@@ -62,6 +62,8 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     assert.equal(layer.digestMismatches, 0);
     assert.equal(layer.mounted, true);
     assert.ok(cache.chargedBytes >= lazy.chunkBytes && lazy.chunkBytes > 0, 'chunk bytes count against the layer cache budget');
+    const mine = lazy.sandboxes.find((x) => x.id === sb.id);
+    assert.ok(mine && mine.fetchedBytes > 0 && mine.fetchedBytes <= layer.fetchedBytes, `the sandbox's own first reads are charged to it: ${JSON.stringify(lazy.sandboxes)}`);
     await sb.kill();
   });
 

@@ -16,6 +16,17 @@ export const LazyLayerStat = Type.Object(
 );
 export type LazyLayerStat = Static<typeof LazyLayerStat>;
 
+/** Chunks fetched for one sandbox on this node: those whose first reader on the node was one of its processes. */
+export const LazySandboxStat = Type.Object(
+  {
+    id: Type.String({ description: 'The sandbox.' }),
+    fetchedBytes: Type.Integer({ description: 'Bytes fetched from the blob store because a process of this sandbox read them first on this node.' }),
+    fetchedChunks: Type.Integer({ description: 'Chunks fetched so.' }),
+  },
+  {},
+);
+export type LazySandboxStat = Static<typeof LazySandboxStat>;
+
 /** The node's lazy layer store (option layerFetch = lazy): dsec-chunk-fuse and its chunk cache. */
 export const LazyLayerStats = Type.Object(
   {
@@ -24,6 +35,7 @@ export const LazyLayerStats = Type.Object(
     fetchedBytes: Type.Integer({ description: 'Bytes fetched from the blob store, all layers.' }),
     evictedChunks: Type.Integer({ description: 'Chunks evicted to keep the layer cache within its budget since the edge started.' }),
     layers: Type.Array(LazyLayerStat),
+    sandboxes: Type.Array(LazySandboxStat, { description: 'Running sandboxes that caused fetches; a chunk already on the node costs a later sandbox nothing.' }),
   },
   {},
 );

@@ -138,6 +138,7 @@ export class LazyLayers implements LayerBlobs {
       fetchedBytes: layers.reduce((n, l) => n + l.fetchedBytes, 0),
       evictedChunks: this.#evictedChunks,
       layers,
+      sandboxes: [...this.#sandboxStats()].map(([id, f]) => ({ id, fetchedBytes: f.bytes, fetchedChunks: f.chunks })),
     };
   }
 
@@ -243,18 +244,30 @@ export class LazyLayers implements LayerBlobs {
     }
   }
 
+  /** The daemon's counters per sandbox (`sandbox <id> <bytes> <chunks>` lines of DIR/stats). */
+  #sandboxStats(): Map<string, { bytes: number; chunks: number }> {
+    const out = new Map<string, { bytes: number; chunks: number }>();
+    for (const line of this.#statsLines()) {
+      const [kind, id, bytes, chunks] = line.split(' ');
+      if (kind === 'sandbox' && id && chunks !== undefined) out.set(id, { bytes: Number(bytes), chunks: Number(chunks) });
+    }
+    return out;
+  }
+
+  #statsLines(): string[] {
+    try {
+      return readFileSync(join(this.daemon.cacheDir, 'stats'), 'utf8').split('\n');
+    } catch {
+      return [];
+    }
+  }
+
   /** The daemon's counters per blob hex (DIR/stats, rewritten after every fetch). */
   #daemonStats(): Map<string, { bytes: number; chunks: number; failed: number; mismatches: number }> {
     const out = new Map<string, { bytes: number; chunks: number; failed: number; mismatches: number }>();
-    let text = '';
-    try {
-      text = readFileSync(join(this.daemon.cacheDir, 'stats'), 'utf8');
-    } catch {
-      return out;
-    }
-    for (const line of text.split('\n')) {
+    for (const line of this.#statsLines()) {
       const [hex, bytes, chunks, failed, mismatches] = line.split(' ');
-      if (hex && mismatches !== undefined) out.set(hex, { bytes: Number(bytes), chunks: Number(chunks), failed: Number(failed), mismatches: Number(mismatches) });
+      if (hex && hex !== 'sandbox' && mismatches !== undefined) out.set(hex, { bytes: Number(bytes), chunks: Number(chunks), failed: Number(failed), mismatches: Number(mismatches) });
     }
     return out;
   }
