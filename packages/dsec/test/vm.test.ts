@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { which } from '../src/host/doctor.js';
+import { findLeaks } from '../src/host/leak-check.js';
 import { guestAssets } from '../src/edge/backends/vm/guest-assets.js';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
@@ -200,7 +201,10 @@ describe('microvm sandbox: exec, files, processes, pause, isolation, kill', { sk
 
   test('kill: no QEMU, disk, socket or directory is left', async () => {
     assert.ok(alive(qemuPid));
+    const before = await findLeaks(server.dataDir, { onlyIds: [sb.id] });
+    assert.ok(before.some((l) => l.startsWith('QEMU process')) && before.some((l) => l.startsWith('VM directory')), `the leak check sees a live VM: ${before}`);
     await sb.kill();
+    assert.deepEqual(await findLeaks(server.dataDir, { onlyIds: [sb.id] }), []);
     assert.equal(alive(qemuPid), false, 'QEMU exited');
     assert.equal(existsSync(vmDir), false, 'the VM directory (disk, sockets, logs) is gone');
     assert.equal((await server.dsec.vms!.listSandboxes()).length, 0);

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { listSandboxCgroups } from './cgroups.js';
 import { readMounts } from './mounts.js';
@@ -6,7 +6,7 @@ import { runTool } from './run-tool.js';
 
 /**
  * What a dsec data dir has left on the host: sandbox mounts, layer mounts, cgroups, crun
- * containers and sandbox directories. `onlyIds` narrows it to given sandboxes (other sandboxes of
+ * containers, sandbox directories, and VM directories and QEMU processes. `onlyIds` narrows it to given sandboxes (other sandboxes of
  * a shared server may be running). An empty list means nothing leaked.
  */
 export async function findLeaks(dataDir: string, opts: { onlyIds?: string[]; includeLayers?: boolean } = {}): Promise<string[]> {
@@ -30,5 +30,22 @@ export async function findLeaks(dataDir: string, opts: { onlyIds?: string[]; inc
   }
   const sbDir = join(nodeDir, 'sandboxes');
   if (existsSync(sbDir)) for (const id of readdirSync(sbDir)) if (mine(id)) leaks.push(`directory ${join(sbDir, id)}`);
+  // A VM is a directory (disk, sockets) and a QEMU process whose command line names it.
+  const vmDir = join(nodeDir, 'vms');
+  if (existsSync(vmDir)) for (const id of readdirSync(vmDir)) if (mine(id)) leaks.push(`VM directory ${join(vmDir, id)}`);
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let cmd: string;
+    try {
+      cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      continue;
+    }
+    const m = cmd.startsWith('qemu-system') ? new RegExp(`${escapeRegExp(vmDir)}/([^/\0]+)/agent\\.sock`).exec(cmd) : null;
+    if (m && mine(m[1]!)) leaks.push(`QEMU process ${pid} (${m[1]})`);
+  }
   return leaks;
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
