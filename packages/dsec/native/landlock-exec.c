@@ -7,8 +7,8 @@
  * The edge bind-mounts this static binary into every sandbox (read-only, on /dev's tmpfs, like
  * the init) and puts it in front of a command's argv when the request names writable paths.
  * It creates a Landlock ruleset that handles every kind of filesystem change (write, truncate,
- * create, remove, rename/link across directories), allows them beneath each PATH and beneath
- * /dev, applies it to itself and execs the command: the restriction holds for the command and
+ * create, remove, rename/link across directories), allows them beneath each PATH, on /dev's
+ * standard nodes (write only) and beneath /dev/shm, /dev/pts and /dev/mqueue, applies it to itself and execs the command: the restriction holds for the command and
  * all its descendants, and nothing of dsec stays resident. Reading and executing stay allowed.
  *
  * With --isolate it changes no file right that matters (it only refuses making block device
@@ -57,9 +57,21 @@
 /* What a command may do to a file it does not create or remove: only these apply to files. */
 #define FILE_CHANGES (FS_WRITE_FILE | FS_TRUNCATE)
 
+#define SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0) /* ABI 6 */
+#define SCOPE_SIGNAL (1ULL << 1)               /* ABI 6 */
+
 struct ruleset_attr {
   uint64_t handled_access_fs;
+  uint64_t handled_access_net; /* ABI 4 */
+  uint64_t scoped;             /* ABI 6 */
 };
+
+/* The standard character devices a confined command may still write (and truncate) but never
+ * remove, replace or rename: `eval ... </dev/null` must keep reading nothing and /dev/urandom
+ * must stay random whatever a confined agent tries. */
+static const char *const DEV_FILES[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"};
+/* Directories under /dev a command needs to create in: shared memory, terminals, queues. */
+static const char *const DEV_DIRS[] = {"/dev/shm", "/dev/pts", "/dev/mqueue"};
 
 struct path_beneath_attr {
   uint64_t allowed_access;
@@ -125,12 +137,20 @@ int main(int argc, char **argv) {
   if (abi >= 2) handled |= FS_REFER;
   if (abi >= 3) handled |= FS_TRUNCATE;
 
-  struct ruleset_attr attr = {.handled_access_fs = handled};
-  int ruleset = (int)syscall(SYS_landlock_create_ruleset_, &attr, sizeof attr, 0);
+  /* From ABI 6 the domain is also scoped: no signal to a process outside it (SIGSTOP to a
+   * grader, say) and no connecting to an abstract unix socket made outside it. */
+  struct ruleset_attr attr = {.handled_access_fs = handled, .scoped = abi >= 6 ? SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL : 0};
+  size_t attr_size = abi >= 6 ? sizeof attr : sizeof attr.handled_access_fs;
+  int ruleset = (int)syscall(SYS_landlock_create_ruleset_, &attr, attr_size, 0);
   if (ruleset < 0) return fail("landlock_create_ruleset", "");
 
-  /* /dev is the sandbox's own tmpfs: /dev/null, ttys and /dev/shm must stay writable. */
-  if (allow_beneath(ruleset, "/dev", handled) != 0) return fail("cannot allow", "/dev");
+  /* /dev is the sandbox's own tmpfs: its standard nodes stay writable, never replaceable. */
+  for (size_t d = 0; d < sizeof DEV_FILES / sizeof *DEV_FILES; d++) {
+    if (allow_beneath(ruleset, DEV_FILES[d], handled) != 0 && errno != ENOENT) return fail("cannot allow", DEV_FILES[d]);
+  }
+  for (size_t d = 0; d < sizeof DEV_DIRS / sizeof *DEV_DIRS; d++) {
+    if (allow_beneath(ruleset, DEV_DIRS[d], handled) != 0 && errno != ENOENT) return fail("cannot allow", DEV_DIRS[d]);
+  }
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     if (strcmp(argv[i], "--rw") != 0 || i + 1 >= argc) return fail("usage: dsec-landlock --rw PATH... -- CMD [ARG]...", NULL);
     i++;

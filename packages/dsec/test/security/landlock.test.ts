@@ -39,6 +39,39 @@ describe('red team: Landlock write confinement (writablePaths)', { skip: skipRea
     await server?.close();
   });
 
+  test("/dev's standard nodes stay writable but cannot be replaced (issue 10: /dev/null swapped for a file, /dev/urandom for zeros)", async () => {
+    const use = await attack(server, sb, 'echo x > /dev/null && head -c 4 /dev/urandom | wc -c && echo y > /dev/shm/ok && cat /dev/shm/ok', { writablePaths: RW });
+    assert.equal(use.exitCode, 0, show(use));
+    assert.equal(use.stdout, '4\ny\n');
+    for (const cmd of [
+      'rm /dev/null',
+      'mv /tmp/.fake /dev/null',
+      'rm /dev/urandom && ln -s /dev/zero /dev/urandom',
+      'mknod /dev/evil c 1 3',
+      'ln -s /tmp/x /dev/stdin2',
+    ]) {
+      const r = await attack(server, sb, `echo fake > /tmp/.fake; ${cmd}`, { writablePaths: RW });
+      assert.notEqual(r.exitCode, 0, `${cmd} worked under writablePaths: ${show(r)}`);
+      assert.match(r.stderr, DENIED, `${cmd}: ${show(r)}`);
+    }
+    const check = await must(server, sb, 'test -c /dev/null && test -c /dev/urandom && head -c 16 /dev/urandom | od -An -tx1 | grep -vq "00 00 00 00 00 00 00 00" && echo intact');
+    assert.equal(check.stdout, 'intact\n');
+  });
+
+  test('a confined command cannot signal a process outside its domain (Landlock ABI 6 scoping)', async (t) => {
+    if (landlockAbi() < 6) return t.skip(`this kernel's Landlock ABI is ${landlockAbi()} (signal scoping needs 6)`);
+    const grader = await sb.commands.start(['sleep', '4111']);
+    try {
+      const r = await attack(server, sb, 'kill -STOP $(pidof sleep)', { writablePaths: RW });
+      assert.notEqual(r.exitCode, 0, `SIGSTOP reached a process outside the command's domain: ${show(r)}`);
+      assert.match(r.stderr, /not permitted/, show(r));
+      const own = await attack(server, sb, 'sleep 30 & kill $!; wait $!; echo "own: $?"', { writablePaths: RW });
+      assert.equal(own.stdout, 'own: 143\n', `a confined command can still signal its own processes: ${show(own)}`);
+    } finally {
+      await grader.kill().catch(() => undefined);
+    }
+  });
+
   test('the agent edits its workspace but cannot rewrite, delete, or replace the tests', async () => {
     const edit = await attack(server, sb, 'echo "x = 2" > /work/src/x.py && mkdir /work/src/pkg && echo y > /tmp/scratch && cat /work/src/x.py', {
       writablePaths: RW,
