@@ -1,4 +1,4 @@
-import { Sandbox } from '@dsec/sdk';
+import { Sandbox, type Session } from '@dsec/sdk';
 import { round } from '../../demo/stats.js';
 import { LANDLOCK_PATH } from '../../edge/oci-config.js';
 import { CGROUP_PARENT, cgroupPids } from '../../host/cgroups.js';
@@ -112,6 +112,32 @@ function dsecArm(peer: DsecApiPeer, label: string, what: string, create: Record<
   };
 }
 
+/**
+ * A dsec arm whose exec is one command in a shell session (one per sandbox): since issue 10 each
+ * session command is a crun exec of its own that restores the session's state, instead of a line
+ * fed to one long-lived shell.
+ */
+function dsecSessionArm(peer: DsecApiPeer, label: string, what: string): Arm & { close(): Promise<void> } {
+  const inner = dsecArm(peer, label, what, {}, {});
+  const sessions = new Map<string, Session>();
+  return {
+    ...inner,
+    async exec(id) {
+      let s = sessions.get(id);
+      if (!s) {
+        s = await (await Sandbox.connect(id, peer.conn)).sessions.create();
+        sessions.set(id, s);
+      }
+      const r = await s.run('true');
+      if (r.exitCode !== 0) throw new Error(`${label}: session true exited ${r.exitCode}: ${r.stderr.trim()}`);
+    },
+    async remove(id) {
+      sessions.delete(id);
+      await inner.remove(id);
+    },
+  };
+}
+
 function peerArm(peer: Peer, label: string, what: string, cmd?: string[]): Arm {
   return {
     label,
@@ -166,6 +192,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
   const bare = crun.variant('bare', stripAllDefences);
   const dsecNet = dsecArm(dsec, 'dsec+net', 'dsec create with network allow [one CIDR:port]: + veth link, host guard, nft ruleset', { network: { mode: 'allow', allow: [ALLOWED] } }, {});
   const dsecLandlock = dsecArm(dsec, 'dsec+ll', 'dsec exec `true` with writablePaths ["/tmp"] (through dsec-landlock)', {}, { writablePaths: ['/tmp'] });
+  const dsecSession = dsecSessionArm(dsec, 'dsec session', 'one `true` in a shell session: a crun exec per command restoring the session state (was: a line fed to one shell)');
   const result: Partial<HardeningResult> = {};
   try {
     ctx.say('create: crun with dsec defaults, without seccomp, bare; dsec default, dsec with a network policy…');
@@ -187,9 +214,16 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     ctx.say('exec: with and without Landlock…');
     const execArms: Arm[] = [
       peerArm(crun, 'crun', 'raw crun exec ID true'),
+      peerArm(crun, 'crun+iso', `raw crun exec ID ${LANDLOCK_PATH} --isolate -- true (the Landlock domain of its own every dsec command now gets)`, [
+        LANDLOCK_PATH,
+        '--isolate',
+        '--',
+        'true',
+      ]),
       peerArm(crun, 'crun+ll', `raw crun exec ID ${LANDLOCK_PATH} --rw /tmp -- true`, [LANDLOCK_PATH, '--rw', '/tmp', '--', 'true']),
-      peerArm(dsec, 'dsec', 'dsec exec `true`'),
+      peerArm(dsec, 'dsec', 'dsec exec `true` (isolated: through dsec-landlock --isolate)'),
       dsecLandlock,
+      dsecSession,
     ];
     const ids = new Map<Arm, string>();
     try {
@@ -203,6 +237,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
   } finally {
     await dsecNet.close();
     await dsecLandlock.close();
+    await dsecSession.close();
     await noSeccomp.close();
     await bare.close();
   }
