@@ -287,4 +287,17 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
       await fresh.kill();
     }
   });
+
+  test('kill --label k=v kills every sandbox with the label and prints their ids', async () => {
+    const a = await Sandbox.create({ ...server.conn, labels: { via: 'cli-bulk' } });
+    const b = await Sandbox.create({ ...server.conn, labels: { via: 'cli-bulk' } });
+    const r = await runCli(['kill', '--label', 'via=cli-bulk'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(r.stdout.trim().split('\n').sort(), [a.id, b.id].sort());
+    assert.deepEqual(await Sandbox.list({ ...server.conn, labels: { via: 'cli-bulk' } }), []);
+    assert.equal((await sb.refresh()).status, 'running');
+    const none = await runCli(['kill'], env);
+    assert.equal(none.code, 1);
+    assert.match(none.stderr, /give sandbox ids or --label/);
+  });
 });

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { NotFoundError, Sandbox, type SandboxInfo } from '@dsec/sdk';
+import { InvalidRequestError, NotFoundError, Sandbox, type SandboxInfo } from '@dsec/sdk';
 import { findLeaks } from '../src/host/leak-check.js';
 import { integrationSkipReason, sandboxCgroupDir, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call, expectWireError } from './helpers/wire.js';
@@ -221,5 +221,35 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     const r = await sb.commands.run('ls /sys/class/net');
     assert.equal(r.exitCode, 0, r.stderr);
     assert.deepEqual(r.stdout.trim().split(/\s+/), ['lo']);
+  });
+
+  test('bulk by label: pauseAll, resumeAll and killAll touch exactly the matching sandboxes', async () => {
+    const labels = { bulk: 'b1' };
+    const mine = await Promise.all([1, 2, 3].map(() => Sandbox.create({ ...server.conn, labels: { ...labels, n: 'x' } })));
+    const other = await Sandbox.create({ ...server.conn, labels: { bulk: 'b2' } });
+    try {
+      const ids = mine.map((m) => m.id).sort();
+      const paused = await Sandbox.pauseAll({ ...server.conn, labels });
+      assert.deepEqual(paused, { ids, failures: [] });
+      assert.deepEqual((await Sandbox.list({ ...server.conn, labels })).map((s) => s.status), ['paused', 'paused', 'paused']);
+      assert.equal((await other.refresh()).status, 'running');
+      assert.deepEqual((await Sandbox.resumeAll({ ...server.conn, labels: { bulk: 'b1', n: 'x' } })).ids, ids);
+      assert.equal((await mine[0]!.commands.run('echo back')).stdout, 'back\n');
+      const killed = await Sandbox.killAll({ ...server.conn, labels });
+      assert.deepEqual(killed, { ids, failures: [] });
+      assert.deepEqual(await Sandbox.list({ ...server.conn, labels }), []);
+      assert.equal((await other.refresh()).status, 'running', 'a sandbox without the label was touched');
+      assert.deepEqual(await Sandbox.killAll({ ...server.conn, labels }), { ids: [], failures: [] });
+    } finally {
+      await other.kill();
+      for (const m of mine) await m.kill();
+    }
+  });
+
+  test('bulk with no label is refused (never "all"): by the SDK before sending, and by the API with 400', async () => {
+    await assert.rejects(Sandbox.killAll({ ...server.conn, labels: {} }), InvalidRequestError);
+    expectWireError(await call(server, 'POST', '/v1/sandboxes/kill', { json: { labels: {} } }), 400, 'INVALID_REQUEST');
+    expectWireError(await call(server, 'POST', '/v1/sandboxes/pause', { json: {} }), 400, 'INVALID_REQUEST');
+    assert.equal((await sb.refresh()).status, 'running');
   });
 });

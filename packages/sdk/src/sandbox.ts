@@ -1,7 +1,7 @@
 import { batchEvents, type BatchProgress } from './batch.js';
 import { DsecError } from './errors.js';
 import {
-  CreateBatchRequest, type BatchEvent, type BatchInfo,
+  BulkRequest, type BulkResult, CreateBatchRequest, type BatchEvent, type BatchInfo,
   CreateSandboxRequest, type ForkResult, NetworkPolicyRequest, type NetworkPolicyResult, type NetworkPolicyState, type ReplayResult, type SandboxInfo, type SandboxList,
   SnapshotRequest, type SnapshotResult, type Trajectory,
 } from './schema/index.js';
@@ -146,6 +146,31 @@ export class Sandbox {
     const label = Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
     const res = await conn.json<SandboxList>('GET', '/v1/sandboxes', { query: { label }, signal, timeoutMs });
     return res.sandboxes;
+  }
+
+  /**
+   * Kills every sandbox whose labels match all of `labels` (at least one label: this never means
+   * "all"), a few at a time on the server. Sandboxes already gone count as killed.
+   * @example const { ids, failures } = await Sandbox.killAll({ labels: { task: 't1' } });
+   */
+  static async killAll(opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
+    return Sandbox.#bulk('kill', opts);
+  }
+
+  /** Pauses every running sandbox whose labels match all of `labels`. */
+  static async pauseAll(opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
+    return Sandbox.#bulk('pause', opts);
+  }
+
+  /** Resumes every paused sandbox whose labels match all of `labels`. */
+  static async resumeAll(opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
+    return Sandbox.#bulk('resume', opts);
+  }
+
+  static async #bulk(action: 'kill' | 'pause' | 'resume', opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
+    const { signal, timeoutMs, labels, ...connOpts } = opts;
+    checkBody(BulkRequest, { labels }, `Sandbox.${action}All`);
+    return new Connection(connOpts).json<BulkResult>('POST', `/v1/sandboxes/${action}`, { json: { labels }, signal, timeoutMs: timeoutMs ?? 600_000 });
   }
 
   /** Refreshes `info` from the server. */

@@ -183,3 +183,24 @@ export const ForkResult = Type.Object({
   failures: Type.Array(Type.Object({ code: Type.String(), message: Type.String() })),
 });
 export type ForkResult = Static<typeof ForkResult>;
+
+/** Which sandboxes a bulk operation applies to: those whose labels match all of these. */
+export const BulkRequest = Type.Object(
+  {
+    labels: Type.Record(Type.String({ minLength: 1, maxLength: 128 }), Type.String({ maxLength: 512 }), {
+      minProperties: 1,
+      maxProperties: 64,
+      description: 'Sandboxes whose labels contain every pair (at least one: a bulk call never means "all").',
+    }),
+  },
+  { additionalProperties: false },
+);
+export type BulkRequest = Static<typeof BulkRequest>;
+
+export const BulkResult = Type.Object({
+  ids: Type.Array(Type.String(), { description: 'Sandboxes the operation was applied to.' }),
+  failures: Type.Array(Type.Object({ id: Type.String(), code: Type.String(), message: Type.String() }), {
+    description: 'Sandboxes it failed on (the others are done).',
+  }),
+});
+export type BulkResult = Static<typeof BulkResult>;

@@ -81,6 +81,15 @@ async function runTerminal(sb: Sandbox, cmd: string[], cwd: string | undefined, 
   }
 }
 
+/** `dsec kill|pause|resume --label k=v`: one bulk call; prints the ids done, says which failed. */
+async function bulk(action: 'kill' | 'pause' | 'resume', ids: string[], labels: Record<string, string>): Promise<void> {
+  if (ids.length) throw new UsageError(`give sandbox ids or --label, not both`);
+  const r = await (action === 'kill' ? Sandbox.killAll({ labels }) : action === 'pause' ? Sandbox.pauseAll({ labels }) : Sandbox.resumeAll({ labels }));
+  for (const id of r.ids) process.stdout.write(`${id}\n`);
+  for (const f of r.failures) process.stderr.write(`dsec: ${action} ${f.id} failed: ${f.message} (${f.code})\n`);
+  if (r.failures.length) process.exitCode = 1;
+}
+
 export function registerSandboxCommands(program: Command): void {
   program
     .command('run')
@@ -208,11 +217,16 @@ export function registerSandboxCommands(program: Command): void {
   program
     .command('kill')
     .description('kill sandboxes and remove everything they had (killing one already gone succeeds)')
-    .argument('<ids...>', 'sandbox ids')
-    .action(async (ids: string[]) => {
-      for (const id of ids) {
-        await Sandbox.kill(id);
-        process.stdout.write(`${id}\n`);
+    .argument('[ids...]', 'sandbox ids')
+    .option('-l, --label <KEY=VALUE>', 'every sandbox with this label (repeatable: all must match)', collectKv)
+    .action(async (ids: string[], f: { label?: Record<string, string> }) => {
+      if (f.label) await bulk('kill', ids, f.label);
+      else {
+        if (ids.length === 0) throw new UsageError('give sandbox ids or --label KEY=VALUE');
+        for (const id of ids) {
+          await Sandbox.kill(id);
+          process.stdout.write(`${id}\n`);
+        }
       }
     });
 
@@ -233,16 +247,22 @@ export function registerSandboxCommands(program: Command): void {
   program
     .command('pause')
     .description('freeze sandboxes (memory stays resident)')
-    .argument('<ids...>', 'sandbox ids')
-    .action(async (ids: string[]) => {
+    .argument('[ids...]', 'sandbox ids')
+    .option('-l, --label <KEY=VALUE>', 'every running sandbox with this label (repeatable: all must match)', collectKv)
+    .action(async (ids: string[], f: { label?: Record<string, string> }) => {
+      if (f.label) return bulk('pause', ids, f.label);
+      if (ids.length === 0) throw new UsageError('give sandbox ids or --label KEY=VALUE');
       for (const id of ids) process.stdout.write(`${(await (await Sandbox.connect(id)).pause()).id}\n`);
     });
 
   program
     .command('resume')
     .description('thaw paused sandboxes')
-    .argument('<ids...>', 'sandbox ids')
-    .action(async (ids: string[]) => {
+    .argument('[ids...]', 'sandbox ids')
+    .option('-l, --label <KEY=VALUE>', 'every paused sandbox with this label (repeatable: all must match)', collectKv)
+    .action(async (ids: string[], f: { label?: Record<string, string> }) => {
+      if (f.label) return bulk('resume', ids, f.label);
+      if (ids.length === 0) throw new UsageError('give sandbox ids or --label KEY=VALUE');
       for (const id of ids) process.stdout.write(`${(await (await Sandbox.connect(id)).resume()).id}\n`);
     });
 

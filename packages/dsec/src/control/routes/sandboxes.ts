@@ -2,11 +2,12 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import {
-  CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, NetworkPolicyRequest, NetworkPolicyResult,
+  BulkRequest, BulkResult, CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, NetworkPolicyRequest, NetworkPolicyResult,
   NetworkPolicyState, SandboxIdParams, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
 } from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
+import { applyByLabels, type BulkAction } from '../bulk.js';
 
 
 function parseLabels(label: string | string[] | undefined): Record<string, string> {
@@ -34,6 +35,17 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       if (req.query.status) filter.status = req.query.status;
       return { sandboxes: control.list(filter) };
     });
+
+    const bulk: [BulkAction, string][] = [
+      ['kill', 'Kill every sandbox whose labels match (any status); a sandbox already gone counts as killed'],
+      ['pause', 'Pause every running sandbox whose labels match'],
+      ['resume', 'Resume every paused sandbox whose labels match'],
+    ];
+    for (const [action, summary] of bulk) {
+      app.post(`/v1/sandboxes/${action}`, { schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } }, async (req) =>
+        applyByLabels(control, req.body.labels, action),
+      );
+    }
 
     app.get('/v1/sandboxes/:id', { schema: { tags, summary: 'Inspect a sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
       control.inspect(req.params.id),

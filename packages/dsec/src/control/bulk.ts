@@ -1,0 +1,37 @@
+import type { BulkResult, SandboxStatus } from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
+import type { ControlPlane } from './control-plane.js';
+
+/**
+ * Kills, pauses or resumes every sandbox whose labels match, a few at a time: a kill unmounts,
+ * removes cgroups and directories, and a thousand of them at once would only queue on the host.
+ */
+export const BULK_CONCURRENCY = 16;
+
+export type BulkAction = 'kill' | 'pause' | 'resume';
+
+/** Which sandboxes an action applies to: pause only running ones, resume only paused ones. */
+const APPLIES_TO: Record<BulkAction, SandboxStatus | undefined> = { kill: undefined, pause: 'running', resume: 'paused' };
+
+export async function applyByLabels(control: ControlPlane, labels: Record<string, string>, action: BulkAction): Promise<BulkResult> {
+  const status = APPLIES_TO[action];
+  const targets = control.list({ labels, ...(status ? { status } : {}) }).map((s) => s.id);
+  const result: BulkResult = { ids: [], failures: [] };
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < targets.length) {
+      const id = targets[next++]!;
+      try {
+        if (action === 'kill') await control.kill(id);
+        else if (action === 'pause') await control.pause(id);
+        else await control.resume(id);
+        result.ids.push(id);
+      } catch (err) {
+        result.failures.push({ id, code: err instanceof ApiError ? err.code : 'INTERNAL', message: (err as Error).message });
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(BULK_CONCURRENCY, targets.length) }, worker));
+  result.ids.sort();
+  return result;
+}
