@@ -300,4 +300,20 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     assert.equal(none.code, 1);
     assert.match(none.stderr, /give sandbox ids or --label/);
   });
+
+  test('image gc says why it kept what it kept', async () => {
+    const r = await runCli(['image', 'gc'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^removed \d+ layers \(.+\); kept \d+: \d+ in use by an image or a live sandbox/);
+  });
+
+  test('log ID after kill still prints the trajectory', async () => {
+    const victim = await Sandbox.create(server.conn);
+    await victim.commands.run('echo logged');
+    await victim.kill();
+    const r = await runCli(['log', victim.id, '--json'], env);
+    assert.equal(r.code, 0, r.stderr);
+    const entries = JSON.parse(r.stdout) as { kind: string; request: { cmd?: string } }[];
+    assert.deepEqual(entries.map((e) => e.request.cmd), ['echo logged']);
+  });
 });

@@ -252,4 +252,18 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     expectWireError(await call(server, 'POST', '/v1/sandboxes/pause', { json: {} }), 400, 'INVALID_REQUEST');
     assert.equal((await sb.refresh()).status, 'running');
   });
+
+  test("forks start with the parent's network policy as it is at the fork, not as it was created", async () => {
+    const parent = await Sandbox.create({ ...server.conn, network: { mode: 'allow', allow: ['169.254.250.1:80'] } });
+    try {
+      const before = await parent.fork(1);
+      assert.deepEqual(await before.sandboxes[0]!.network().then((n) => [n.mode, n.allow]), ['allow', [{ cidr: '169.254.250.1/32', port: 80 }]]);
+      await parent.setNetwork({ mode: 'none' });
+      const after = await parent.fork(1);
+      assert.equal((await after.sandboxes[0]!.network()).mode, 'none', 'the fork got the create-time policy');
+      for (const f of [...before.sandboxes, ...after.sandboxes]) await f.kill();
+    } finally {
+      await parent.kill();
+    }
+  });
 });

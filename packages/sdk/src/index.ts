@@ -1,5 +1,6 @@
-export { Sandbox, type CreateOptions, type CreateManyOptions, type BatchFailure } from './sandbox.js';
+export { Sandbox, type CreateOptions, type CreateManyOptions, type BatchFailure, type Snapshot } from './sandbox.js';
 export { batchEvents, batchInfo, type BatchProgress } from './batch.js';
+export { Image } from './image.js';
 export { Commands, ProcessHandle, type RunOptions, type StreamEvent } from './commands.js';
 export { Files } from './files.js';
 export { Session, Sessions, type SessionResult } from './sessions.js';

@@ -9,8 +9,12 @@ import { checkBody, checkOptionalInt, checkPath } from './validate.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
+import { Image } from './image.js';
 import { Sessions } from './sessions.js';
 import { Terminal, type TerminalOptions } from './terminal.js';
+
+/** A snapshot's result, with its image as an object (`snap.image.delete()`, `snap.image.refresh()`). */
+export type Snapshot = SnapshotResult & { image: Image };
 
 export type CreateOptions = Omit<CreateSandboxRequest, 'image'> & { image?: string } & ConnectionOptions & CallOptions;
 
@@ -187,10 +191,27 @@ export class Sandbox {
     return Terminal.open(this.conn, this.id, opts);
   }
 
-  /** The logged steps (commands, session commands, file changes) with their results. */
+  /**
+   * The logged steps (commands, sessions, file changes, network switches, pauses) with their
+   * results. Still readable after kill() for the server's retention time (default 24 h).
+   * @param opts.limit @default 1000 (at most 10000; page with afterSeq)
+   */
   async trajectory(opts: CallOptions & { afterSeq?: number; limit?: number } = {}): Promise<Trajectory> {
+    return Sandbox.#trajectory(this.conn, this.id, opts);
+  }
+
+  /** A sandbox's trajectory by id, also of one killed within the retention time (no connect needed). */
+  static async trajectory(id: string, opts: ConnectionOptions & CallOptions & { afterSeq?: number; limit?: number } = {}): Promise<Trajectory> {
+    checkPath(id, 'id');
+    const { url, apiKey, requestTimeoutMs, ...rest } = opts;
+    return Sandbox.#trajectory(new Connection({ url, apiKey, requestTimeoutMs }), id, rest);
+  }
+
+  static async #trajectory(conn: Connection, id: string, opts: CallOptions & { afterSeq?: number; limit?: number }): Promise<Trajectory> {
     const { afterSeq, limit, ...call } = opts;
-    return this.conn.json<Trajectory>('GET', `/v1/sandboxes/${this.id}/trajectory`, { query: { afterSeq: afterSeq?.toString(), limit: limit?.toString() }, ...call });
+    checkOptionalInt(afterSeq, 'afterSeq');
+    checkOptionalInt(limit, 'limit', 1);
+    return conn.json<Trajectory>('GET', `/v1/sandboxes/${encodeURIComponent(id)}/trajectory`, { query: { afterSeq: afterSeq?.toString(), limit: limit?.toString() }, ...call });
   }
 
   /** Rebuilds this sandbox as a new one from its image and trajectory (e.g. after its node was lost). */
@@ -226,13 +247,17 @@ export class Sandbox {
   }
 
   /**
-   * Captures the sandbox's changes (pack_diff) as an image; `Sandbox.create({ image: snap.imageId })` restores it.
+   * Captures the sandbox's changes (pack_diff) as an image; `Sandbox.create({ image: snap.imageId })`
+   * restores it. Unless named or `keep: true`, the image is deleted once this sandbox and every
+   * sandbox started from it are killed (`snap.kept` says which).
+   * @param opts.timeoutMs @default 600000
    * @example const snap = await sb.snapshot({ name: 'task-42:step-3' });
    */
-  async snapshot(opts: SnapshotRequest & CallOptions = {}): Promise<SnapshotResult> {
+  async snapshot(opts: SnapshotRequest & CallOptions = {}): Promise<Snapshot> {
     const { signal, timeoutMs, ...body } = opts;
     checkBody(SnapshotRequest, body, 'snapshot');
-    return this.conn.json<SnapshotResult>('POST', `/v1/sandboxes/${this.id}/snapshot`, { json: body, signal, timeoutMs: timeoutMs ?? 600_000 });
+    const result = await this.conn.json<SnapshotResult>('POST', `/v1/sandboxes/${this.id}/snapshot`, { json: body, signal, timeoutMs: timeoutMs ?? 600_000 });
+    return { ...result, image: Image.fromSnapshot(this.conn, result.imageId) };
   }
 
   /** One snapshot, then `count` new sandboxes from it: rollouts from the same state. */

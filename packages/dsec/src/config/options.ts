@@ -34,6 +34,8 @@ export const ServerOptions = Type.Object(
      * (the unit lazy nodes fetch and verify). Layers keep the size they were recorded with.
      */
     layerChunkKiB: Type.Integer({ default: 1024, minimum: 4, maximum: 1024 * 1024 }),
+    /** DSEC_TRAJECTORY_RETENTION_HOURS: how long a killed sandbox's trajectory stays readable by id; 0 deletes it at kill. */
+    trajectoryRetentionHours: Type.Integer({ default: 24, minimum: 0 }),
     /** DSEC_LOG_LEVEL */
     logLevel: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')], {
       default: 'info',
@@ -51,6 +53,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   layerCacheMiB: 'DSEC_LAYER_CACHE_MIB',
   layerFetch: 'DSEC_LAYER_FETCH',
   layerChunkKiB: 'DSEC_LAYER_CHUNK_KIB',
+  trajectoryRetentionHours: 'DSEC_TRAJECTORY_RETENTION_HOURS',
   logLevel: 'DSEC_LOG_LEVEL',
 };
 
@@ -67,7 +70,7 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   }
   for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
   // Convert would cut "2.5" to 2: numbers must be written as integers.
-  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB'] as const) {
+  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB', 'trajectoryRetentionHours'] as const) {
     if (merged[key] !== undefined && !/^\d+$/.test(String(merged[key]))) {
       throw new OptionsError(`invalid option /${key}: ${JSON.stringify(merged[key])} is not a whole number`);
     }

@@ -20,6 +20,8 @@ import { CACHE_KEY_LABEL } from '../image/builders/builder.js';
 import type { StateStore } from './state-store.js';
 import { Metrics } from './metrics.js';
 import { replayEntries } from './replay.js';
+import { SnapshotImages } from './snapshot-images.js';
+import { DEFAULT_TRAJECTORY_RETENTION_HOURS, EndedSandboxes } from './ended-sandboxes.js';
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
 
 export const DEFAULT_LIMITS: SandboxLimits = { cpu: 1, memoryMiB: 512, pids: 512 };
@@ -45,6 +47,8 @@ export interface ControlPlaneOptions {
   burstPool?: string;
   /** Utilisation (0..1) of a pool above which burstable sandboxes go to the burst pool. */
   burstThreshold?: number;
+  /** How long a killed sandbox's trajectory stays readable; 0 deletes it with the sandbox. @default 24 */
+  trajectoryRetentionHours?: number;
 }
 
 /** Above 80 % of a pool's slots or memory, burstable sandboxes go to the burst pool. */
@@ -58,6 +62,10 @@ export class ControlPlane {
   readonly trajectory: TrajectoryLog;
   /** Batches of up to 32,000 sandboxes, driven through create(). */
   readonly batches: BatchService;
+  /** Unnamed snapshots go away with their sandbox (and the sandboxes started from them). */
+  readonly snapshotImages: SnapshotImages;
+  /** Killed sandboxes whose trajectory is still kept. */
+  readonly ended: EndedSandboxes;
   /** Counted here, not in routes, so forks, replays and every exec path count too. */
   readonly metrics = new Metrics();
   /** Sandboxes whose create is in flight here: reconcile leaves them to their create. */
@@ -73,6 +81,8 @@ export class ControlPlane {
   ) {
     this.trajectory = new TrajectoryLog(store);
     this.batches = new BatchService(store, this, log.child({ component: 'batches' }));
+    this.snapshotImages = new SnapshotImages(store, images);
+    this.ended = new EndedSandboxes(store, (opts.trajectoryRetentionHours ?? DEFAULT_TRAJECTORY_RETENTION_HOURS) * 3600_000);
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
     this.#burstPool = opts.burstPool ?? 'burst';
     this.#burstThreshold = opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD;
@@ -278,8 +288,22 @@ export class ControlPlane {
 
   get(id: string): SandboxInfo {
     const s = this.store.getSandbox(id);
-    if (!s) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
+    if (!s) {
+      const ended = this.ended.get(id);
+      if (ended) {
+        throw new ApiError('SANDBOX_NOT_FOUND', `sandbox ${id} was killed at ${ended.endedAt}; its trajectory stays readable until ${ended.keptUntil} (GET /v1/sandboxes/${id}/trajectory, dsec log ${id})`, {
+          id,
+          ...ended,
+        });
+      }
+      throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
+    }
     return s;
+  }
+
+  /** Throws SANDBOX_NOT_FOUND unless `id` is a sandbox, or a killed one whose trajectory is still kept. */
+  assertTrajectoryKept(id: string): void {
+    if (!this.store.getSandbox(id) && !this.ended.get(id)) this.get(id);
   }
 
   /** get() plus live usage (OOM kills, memory, pids) for a running or paused sandbox. */
@@ -319,7 +343,9 @@ export class ControlPlane {
         if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
       }
     }
-    this.store.deleteSandbox(id);
+    this.ended.retire(s, 'killed');
+    const deleted = this.snapshotImages.release(s);
+    if (deleted.length) this.log.info({ sandbox: id, images: deleted }, 'deleted unnamed snapshot images nothing uses any more');
   }
 
   /** The edge of a running sandbox; counts as activity for the idle timeout. */
@@ -365,18 +391,28 @@ export class ControlPlane {
     const layers = (snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers) as LayerDigest[];
     // A snapshot is not a builder's output: it must not carry the builder's cache key.
     const { [CACHE_KEY_LABEL]: _key, ...labels } = snap.config.labels;
-    const imageId = this.images.put({ layers, config: { ...snap.config, labels } });
+    const manifest = { layers, config: { ...snap.config, labels } };
+    // An image that existed already (an unchanged sandbox's) keeps the lifetime it had.
+    const kept = Boolean(req.name) || req.keep === true || this.images.get(this.images.idOf(manifest)) !== undefined;
+    const imageId = this.images.put(manifest);
     if (req.name) this.images.tag(req.name, imageId);
-    return { imageId, layers, layerAdded: snap.layer !== null, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats };
+    if (!kept) this.snapshotImages.own(imageId, id);
+    return { imageId, layers, layerAdded: snap.layer !== null, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats, kept };
   }
 
   /** One snapshot, then `count` sandboxes from it, created concurrently. */
   async fork(id: string, req: ForkRequest): Promise<ForkResult> {
     const snapshot = await this.snapshot(id);
     const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: snapshot.imageId };
+    // Forks start with the policy in force now, not the one the parent was created with: a
+    // parent switched to none for its rollout phase must not hand its forks the setup phase's.
+    const network = await this.#currentPolicy(id);
     const results = await Promise.allSettled(
       Array.from({ length: req.count }, () =>
-        this.create({ ...spec, image: snapshot.imageId, layers: [], labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) } }, { 'dsec.fork-of': id }),
+        this.create(
+          { ...spec, image: snapshot.imageId, layers: [], labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) }, ...(network ? { network } : {}) },
+          { 'dsec.fork-of': id },
+        ),
       ),
     );
     const sandboxes: SandboxInfo[] = [];
@@ -389,6 +425,15 @@ export class ControlPlane {
   }
 
   // --- network -------------------------------------------------------------------------------
+
+  /** The egress policy a sandbox has now, as a request (resolved addresses, not the names given). */
+  async #currentPolicy(id: string): Promise<NetworkPolicyRequest | undefined> {
+    const s = this.get(id);
+    if (s.status !== 'running' && s.status !== 'paused') return undefined;
+    const r = await this.#edge(s.edge).getNetwork(id);
+    const allow = r.policy.allow.map((a) => (a.port === undefined ? a.cidr : `${a.cidr}:${a.port}`));
+    return r.policy.mode === 'allow' ? { mode: 'allow', allow } : { mode: r.policy.mode };
+  }
 
   /** Replaces a running sandbox's egress policy (a task's phase switch). */
   async setNetwork(id: string, req: NetworkPolicyRequest): Promise<NetworkPolicyResult> {
@@ -420,6 +465,7 @@ export class ControlPlane {
    */
   async sweepExpired(now = Date.now()): Promise<string[]> {
     const done: string[] = [];
+    this.ended.expire(now);
     for (const e of this.store.expired(now)) {
       try {
         const s = this.get(e.id);

@@ -3,18 +3,14 @@ import { join } from 'node:path';
 import type { ImageStore } from '../image/image-store.js';
 import type { LayerDigest } from '../image/layer-store.js';
 import type { StateStore } from './state-store.js';
+import type { GcResult } from '@dsec/sdk/schema';
 
 /** A blob this young may belong to a build or snapshot that has not registered its image yet. */
 export const GC_GRACE_MS = 10 * 60_000;
 /** Scratch dirs of builds, imports and snapshots: removed only when clearly abandoned. */
 export const TEMP_GRACE_MS = 6 * 3600_000;
 
-export interface GcResult {
-  removedLayers: string[];
-  freedBytes: number;
-  keptLayers: number;
-  removedTemp: string[];
-}
+export type { GcResult } from '@dsec/sdk/schema';
 
 /**
  * Deletes layer blobs that no image and no sandbox (running, paused or creating) refers to, and
@@ -26,10 +22,17 @@ export function collectGarbage(images: ImageStore, store: StateStore, now = Date
   for (const s of store.listSandboxes()) {
     if (s.status === 'running' || s.status === 'paused' || s.status === 'creating') for (const l of s.layers) keep.add(l as LayerDigest);
   }
-  const result: GcResult = { removedLayers: [], freedBytes: 0, keptLayers: 0, removedTemp: [] };
+  const result: GcResult = { removedLayers: [], freedBytes: 0, keptLayers: 0, keptInUse: 0, keptYoung: 0, keptYoungBytes: 0, graceSeconds: Math.round(graceMs / 1000), removedTemp: [] };
   for (const digest of images.layers.list()) {
-    if (keep.has(digest) || images.layers.ageMs(digest) < graceMs) {
+    if (keep.has(digest)) {
       result.keptLayers++;
+      result.keptInUse++;
+      continue;
+    }
+    if (images.layers.ageMs(digest) < graceMs) {
+      result.keptLayers++;
+      result.keptYoung++;
+      result.keptYoungBytes += images.layers.size(digest);
       continue;
     }
     result.freedBytes += images.layers.remove(digest);

@@ -59,13 +59,18 @@ export class ImageStore {
     mkdirSync(this.buildsDir, { recursive: true });
   }
 
+  /** The id `put` gives this manifest (the sha256 of its canonical JSON), without storing it. */
+  idOf(manifest: Omit<ImageManifest, 'createdAt'>): ImageId {
+    return `sha256:${createHash('sha256').update(JSON.stringify({ layers: manifest.layers, config: manifest.config })).digest('hex')}`;
+  }
+
   /** Stores a manifest (idempotent) and returns its id. */
   put(manifest: Omit<ImageManifest, 'createdAt'>): ImageId {
     for (const layer of manifest.layers) {
       if (!this.layers.has(layer)) throw new Error(`image refers to a layer not in the store: ${layer}`);
     }
     const body = { layers: manifest.layers, config: manifest.config };
-    const hex = createHash('sha256').update(JSON.stringify(body)).digest('hex');
+    const hex = this.idOf(body).slice('sha256:'.length);
     const file = join(this.dir, `${hex}.json`);
     if (!existsSync(file)) writeFileAtomic(file, JSON.stringify({ ...body, createdAt: new Date().toISOString() }, null, 2));
     return `sha256:${hex}`;

@@ -109,7 +109,7 @@ async function startDsecProcess(
   const store = new StateStore(join(opts.dataDir, 'state.db'));
   const clusterToken = loadOrCreateClusterToken(opts.dataDir);
   const registry = new EdgeRegistry({ store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
-  const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry });
+  const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry, trajectoryRetentionHours: opts.trajectoryRetentionHours });
   let edge: Edge | undefined;
   let node: NodeBackends | undefined;
   // Lazy layers: the store is local here, so its blobs are served to dsec-chunk-fuse from a

@@ -354,4 +354,20 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
       await orig.kill();
     }
   });
+
+  test('after kill the trajectory stays readable by id; inspect says until when', async () => {
+    const sb = await fresh();
+    await sb.commands.run('echo before-kill');
+    await sb.kill();
+    const log = await sb.trajectory();
+    assert.deepEqual(
+      log.entries.map((e) => [e.kind, e.request['cmd']]),
+      [['exec', 'echo before-kill']],
+    );
+    assert.equal((await Sandbox.trajectory(sb.id, server.conn)).entries.length, 1);
+    const r = await callJson(server, 'GET', `/v1/sandboxes/${sb.id}`);
+    assert.equal(r.status, 404);
+    assert.match(r.body.error.message, /was killed at .*; its trajectory stays readable until/);
+    await sb.kill(); // still idempotent
+  });
 });

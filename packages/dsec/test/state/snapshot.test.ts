@@ -195,7 +195,7 @@ describe('snapshot and restore', { skip: integrationSkipReason(), timeout: 900_0
       const s = await Sandbox.create({ ...server.conn, image });
       try {
         await sh(s, `echo step${step} > /data/step${step} && rm -f /data/step${step - 1}`);
-        const snap = await s.snapshot();
+        const snap = await s.snapshot({ keep: true }); // outlives s, killed before the next step
         assert.equal(snap.layers.length, layers.length + 1);
         assert.deepEqual(snap.layers.slice(0, -1), layers);
         image = snap.imageId;

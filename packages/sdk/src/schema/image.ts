@@ -18,10 +18,15 @@ export const ImageInfo = Type.Object(
     config: ImageConfig,
     sizeBytes: Type.Integer({ description: 'Sum of the layer blob sizes.' }),
     createdAt: Type.String({ format: 'date-time' }),
+    snapshotOf: Type.Optional(
+      Type.String({ description: 'An unnamed snapshot of this sandbox, deleted once it and every sandbox started from the image are gone (name the image to keep it).' }),
+    ),
   },
   {},
 );
 export type ImageInfo = Static<typeof ImageInfo>;
+
+export const ImageRefParams = Type.Object({ ref: Type.String({ minLength: 1, maxLength: 200, description: 'An image name (name[:tag]) or id (sha256:…).' }) });
 
 export const ImageList = Type.Object({ images: Type.Array(ImageInfo) }, {});
 export type ImageList = Static<typeof ImageList>;
@@ -76,3 +81,15 @@ export const ImportImageResult = Type.Object({
   warnings: Type.Array(Type.String(), { description: 'Entries skipped or changed while unpacking (unsafe paths, dropped xattrs…).' }),
 });
 export type ImportImageResult = Static<typeof ImportImageResult>;
+
+export const GcResult = Type.Object({
+  removedLayers: Type.Array(Type.String()),
+  freedBytes: Type.Integer(),
+  keptLayers: Type.Integer({ description: 'keptInUse + keptYoung.' }),
+  keptInUse: Type.Integer({ description: 'Layers an image or a live (running, paused, creating) sandbox uses.' }),
+  keptYoung: Type.Integer({ description: 'Unused layers younger than graceSeconds, spared because a build or snapshot may not have registered its image yet; a later gc removes them.' }),
+  keptYoungBytes: Type.Integer(),
+  graceSeconds: Type.Integer(),
+  removedTemp: Type.Array(Type.String()),
+});
+export type GcResult = Static<typeof GcResult>;

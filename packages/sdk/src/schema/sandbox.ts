@@ -150,6 +150,13 @@ export const SnapshotRequest = Type.Object(
         description: 'Paths left out of the snapshot (default: apt caches and lists, /root/.cache, /var/log/apt).',
       }),
     ),
+    keep: Type.Optional(
+      Type.Boolean({
+        default: false,
+        description:
+          'Keep the image after the sandbox is gone. An unnamed snapshot that is not kept is deleted once its sandbox and every sandbox started from it are killed; a named one is always kept.',
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -165,6 +172,9 @@ export const SnapshotResult = Type.Object({
   whiteouts: Type.Integer(),
   opaqueDirs: Type.Integer(),
   sparseFiles: Type.Integer({ description: 'Sparse files kept sparse (the layer is then built in chunked mode, which is slower).' }),
+  kept: Type.Boolean({
+    description: 'True when the image outlives the sandbox (named, keep: true, or an image that existed already); false when it is deleted with the sandbox and the sandboxes started from it.',
+  }),
 });
 export type SnapshotResult = Static<typeof SnapshotResult>;
 

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { Connection } from '@dsec/sdk';
+import { Image } from '@dsec/sdk';
 import { OptionsError, compileOptions } from '../../config/options.js';
 import { buildBusyboxImage } from '../../image/builders/busybox.js';
 import { buildDebianImage } from '../../image/builders/debian.js';
@@ -50,7 +50,7 @@ async function runDockerfileBuild(
   const conn = await runningServer(options.dataDir);
   if (conn) {
     o.progress?.(`using the dsec server at ${conn.url}`);
-    return buildDockerfile({ ...rest, images, sandboxes: sdkSandboxes(conn) });
+    return buildDockerfile({ ...rest, images, sandboxes: sdkSandboxes({ url: conn.url, apiKey: conn.apiKey }) });
   }
   o.progress?.('no dsec server runs on this data dir: starting one in this process for the build');
   const dsec = await startAllInOne({ ...options, listen: '127.0.0.1:0' });
@@ -168,9 +168,8 @@ export function registerImageCommands(program: Command): void {
     .description('untag an image name, or delete an image by id (needs a running dsec)')
     .argument('<refs...>', 'names or ids')
     .action(async (refs: string[]) => {
-      const conn = new Connection();
       for (const ref of refs) {
-        await conn.json<void>('DELETE', `/v1/images/${encodeURIComponent(ref)}`);
+        await Image.delete(ref);
         process.stdout.write(`${ref}\n`);
       }
     });
@@ -179,8 +178,12 @@ export function registerImageCommands(program: Command): void {
     .description('delete layer blobs no image or live sandbox uses (needs a running dsec)')
     .option('--json', 'machine-readable output')
     .action(async (f: { json?: boolean }) => {
-      const r = await new Connection().json<{ removedLayers: string[]; freedBytes: number; keptLayers: number }>('POST', '/v1/images/gc');
+      const r = await Image.gc();
       if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
-      else process.stdout.write(`removed ${r.removedLayers.length} layers (${humanBytes(r.freedBytes)}), kept ${r.keptLayers}\n`);
+      else {
+        process.stdout.write(`removed ${r.removedLayers.length} layers (${humanBytes(r.freedBytes)}); kept ${r.keptLayers}: ${r.keptInUse} in use by an image or a live sandbox`);
+        if (r.keptYoung) process.stdout.write(`, ${r.keptYoung} unused but younger than ${r.graceSeconds / 60} minutes (${humanBytes(r.keptYoungBytes)}; a build or snapshot may still register them: run gc again later)`);
+        process.stdout.write('\n');
+      }
     });
 }

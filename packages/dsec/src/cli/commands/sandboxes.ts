@@ -270,13 +270,17 @@ export function registerSandboxCommands(program: Command): void {
     .command('snapshot')
     .description('capture a sandbox\'s changes as an image (pack_diff); create from the printed image id to restore')
     .argument('<id>', 'sandbox id')
-    .option('--name <name>', 'tag the image')
+    .option('--name <name>', 'tag the image (a named image is kept)')
+    .option('--keep', 'keep the unnamed image after the sandbox is gone (default: deleted with it and the sandboxes started from it)')
     .option('--scrub <path>', 'leave this path out (repeatable; replaces the default list)', collectList)
     .option('--json', 'machine-readable output')
-    .action(async (id: string, f: { name?: string; scrub?: string[]; json?: boolean }) => {
-      const snap = await (await Sandbox.connect(id)).snapshot({ name: f.name, scrub: f.scrub });
+    .action(async (id: string, f: { name?: string; keep?: boolean; scrub?: string[]; json?: boolean }) => {
+      const { image: _image, ...snap } = await (await Sandbox.connect(id)).snapshot({ name: f.name, scrub: f.scrub, ...(f.keep ? { keep: true } : {}) });
       if (f.json) process.stdout.write(JSON.stringify(snap, null, 2) + '\n');
-      else process.stdout.write(`${snap.imageId}${snap.layerAdded ? '' : ' (unchanged: no new layer)'}\n`);
+      else {
+        const notes = [snap.layerAdded ? '' : 'unchanged: no new layer', snap.kept ? '' : `deleted with ${id} and the sandboxes started from it; --name or --keep to keep it`].filter(Boolean);
+        process.stdout.write(`${snap.imageId}${notes.length ? ` (${notes.join('; ')})` : ''}\n`);
+      }
     });
 
   program
@@ -313,11 +317,11 @@ export function registerSandboxCommands(program: Command): void {
 
   program
     .command('log')
-    .description("a sandbox's trajectory: every command and file change with its result")
+    .description("a sandbox's trajectory: every command, file change, network switch and pause with its result (kept 24 h after a kill by default)")
     .argument('<id>', 'sandbox id')
     .option('--json', 'machine-readable output')
     .action(async (id: string, f: { json?: boolean }) => {
-      const t = await (await Sandbox.connect(id)).trajectory({ limit: 10000 });
+      const t = await Sandbox.trajectory(id, { limit: 10000 }); // also of a sandbox killed within the retention time
       const rows = t.entries.map((e) => ({
         seq: e.seq,
         at: e.at,

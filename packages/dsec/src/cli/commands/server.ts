@@ -1,5 +1,12 @@
 import type { Command } from 'commander';
-import { compileOptions } from '../../config/options.js';
+import { DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES, MAX_FILE_BYTES, MAX_STDIN_BYTES } from '@dsec/sdk/schema';
+import { ServerOptions, compileOptions } from '../../config/options.js';
+import { DEFAULT_LIMITS } from '../../control/control-plane.js';
+
+/** An option's default, from the one schema that defines it. */
+function dflt(key: keyof typeof ServerOptions.properties): string {
+  return String((ServerOptions.properties[key] as { default?: unknown }).default);
+}
 import { doctorPassed, formatChecks, runDoctor } from '../../host/doctor.js';
 import { vmCheck } from '../../runtime/vm-check.js';
 import { startAllInOne } from '../../runtime/all-in-one.js';
@@ -8,34 +15,55 @@ export function registerServerCommands(program: Command): void {
   program
     .command('up')
     .description('run the control plane and a local edge in one process (embedded defaults)')
-    .option('--listen <host:port>', 'address of the HTTP API (env DSEC_LISTEN)', undefined)
-    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)', undefined)
-    .option('--edge-id <id>', 'this node\'s edge id (env DSEC_EDGE_ID)', undefined)
-    .option('--max-sandboxes <n>', 'admission limit of the local edge (env DSEC_MAX_SANDBOXES)', undefined)
-    .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB, default 20480 (env DSEC_LAYER_CACHE_MIB)', undefined)
-    .option('--layer-fetch <mode>', 'eager (whole layers before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)', undefined)
-    .option('--layer-chunk-kib <n>', 'chunk size recorded for new layers, default 1024 (env DSEC_LAYER_CHUNK_KIB)', undefined)
-    .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)', undefined)
-    .action(async (flags: { listen?: string; dataDir?: string; edgeId?: string; maxSandboxes?: string; layerCacheMib?: string; layerFetch?: string; layerChunkKib?: string; logLevel?: string }) => {
-      const { layerCacheMib, layerChunkKib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib
-      const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib });
-      const dsec = await startAllInOne(opts);
-      process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
-      if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
-      process.stdout.write(`client config: ${opts.dataDir}/client.json\n`);
-      const stop = (signal: string): void => {
-        dsec.log.info(`${signal}: draining; sandboxes keep running and are adopted at the next start`);
-        dsec.close().then(
-          () => process.exit(0),
-          (err: unknown) => {
-            dsec.log.error({ err }, 'shutdown failed');
-            process.exit(1);
-          },
-        );
-      };
-      process.once('SIGTERM', () => stop('SIGTERM'));
-      process.once('SIGINT', () => stop('SIGINT'));
-    });
+    .option('--listen <host:port>', `address of the HTTP API (env DSEC_LISTEN, default ${dflt('listen')})`)
+    .option('--data-dir <dir>', `state directory (env DSEC_DATA_DIR, default ${dflt('dataDir')})`)
+    .option('--edge-id <id>', `this node's edge id, part of every sandbox id (env DSEC_EDGE_ID, default ${dflt('edgeId')})`)
+    .option('--max-sandboxes <n>', `admission limit of the local edge (env DSEC_MAX_SANDBOXES, default ${dflt('maxSandboxes')})`)
+    .option('--layer-cache-mib <n>', `budget of the node layer cache in MiB (env DSEC_LAYER_CACHE_MIB, default ${dflt('layerCacheMiB')})`)
+    .option('--layer-fetch <mode>', `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`)
+    .option('--layer-chunk-kib <n>', `chunk size recorded for new layers (env DSEC_LAYER_CHUNK_KIB, default ${dflt('layerChunkKiB')})`)
+    .option(
+      '--trajectory-retention-hours <n>',
+      `how long a killed sandbox's trajectory stays readable (dsec log ID); 0: deleted at kill (env DSEC_TRAJECTORY_RETENTION_HOURS, default ${dflt('trajectoryRetentionHours')})`,
+    )
+    .option('--log-level <level>', `debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default ${dflt('logLevel')})`)
+    .addHelpText(
+      'after',
+      `\nSandbox defaults (per create request): ${DEFAULT_LIMITS.cpu} CPU, ${DEFAULT_LIMITS.memoryMiB} MiB memory, ${DEFAULT_LIMITS.pids} pids, no disk limit, network none, image busybox.\n` +
+        `Command defaults: timeout ${DEFAULT_EXEC_TIMEOUT_MS / 1000} s (exit 137), ${DEFAULT_MAX_OUTPUT_BYTES >> 20} MiB kept per stream, stdin at most ${MAX_STDIN_BYTES >> 20} MiB; files at most ${MAX_FILE_BYTES >> 20} MiB.`,
+    )
+    .action(
+      async (flags: {
+        listen?: string;
+        dataDir?: string;
+        edgeId?: string;
+        maxSandboxes?: string;
+        layerCacheMib?: string;
+        layerFetch?: string;
+        layerChunkKib?: string;
+        trajectoryRetentionHours?: string;
+        logLevel?: string;
+      }) => {
+        const { layerCacheMib, layerChunkKib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib
+        const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib });
+        const dsec = await startAllInOne(opts);
+        process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
+        if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
+        process.stdout.write(`client config: ${opts.dataDir}/client.json\n`);
+        const stop = (signal: string): void => {
+          dsec.log.info(`${signal}: draining; sandboxes keep running and are adopted at the next start`);
+          dsec.close().then(
+            () => process.exit(0),
+            (err: unknown) => {
+              dsec.log.error({ err }, 'shutdown failed');
+              process.exit(1);
+            },
+          );
+        };
+        process.once('SIGTERM', () => stop('SIGTERM'));
+        process.once('SIGINT', () => stop('SIGINT'));
+      },
+    );
 
   program
     .command('doctor')
@@ -49,7 +77,8 @@ export function registerServerCommands(program: Command): void {
       if (flags.json) process.stdout.write(JSON.stringify(checks, null, 2) + '\n');
       else process.stdout.write(formatChecks(checks) + '\n');
       const ok = doctorPassed(checks);
-      if (!flags.json) process.stdout.write(ok ? 'this host can run dsec sandboxes\n' : 'this host cannot run dsec sandboxes: fix the FAIL lines above\n');
+      if (!flags.json)
+        process.stdout.write(ok ? 'this host can run dsec sandboxes\n' : 'this host cannot run dsec sandboxes: fix the FAIL lines above\n');
       process.exitCode = ok ? 0 : 1;
     });
 }

@@ -2,17 +2,18 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Readable, Transform } from 'node:stream';
 import {
-  BuildImageRequest, ErrorBody, ImageInfo, ImageList, ImportImageQuery, ImportImageResult, MAX_IMAGE_IMPORT_BYTES,
+  BuildImageRequest, ErrorBody, GcResult, ImageInfo, ImageList, ImageRefParams, ImportImageQuery, ImportImageResult, MAX_IMAGE_IMPORT_BYTES,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { type ImageId, type ImageStore, normalizeName } from '../../image/image-store.js';
-import { collectGarbage } from '../image-gc.js';
+import { GC_GRACE_MS, collectGarbage } from '../image-gc.js';
 import { runImageJob, uploadPath } from '../image-jobs.js';
 import type { ImportResult } from '../../image/oci-import.js';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, rmSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import type { StateStore } from '../state-store.js';
+import type { ControlPlane } from '../control-plane.js';
 import { Type } from 'typebox';
 import { errorResponses as errors } from './error-responses.js';
 
@@ -33,14 +34,34 @@ export interface ImageRouteDeps {
   store: StateStore;
   /** The data dir the image jobs write into (the one `images` reads). */
   dataDir: string;
+  /** For each image's lifetime (snapshotOf). */
+  control: Pick<ControlPlane, 'snapshotImages'>;
 }
 
 export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
   const { images, store, dataDir } = deps;
+  /** An image as the API shows it: with the sandbox it goes away with, if it is an ephemeral snapshot. */
+  const withLifetime = (info: ImageInfo): ImageInfo => {
+    const owner = deps.control.snapshotImages.ownerOf(info.id);
+    return owner && info.names.length === 0 ? { ...info, snapshotOf: owner } : info;
+  };
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['images'];
-    app.get('/v1/images', { schema: { tags, summary: 'List images', response: { 200: ImageList, 401: ErrorBody } } }, async () => ({ images: images.list() }));
+    app.get('/v1/images', { schema: { tags, summary: 'List images', response: { 200: ImageList, 401: ErrorBody } } }, async () => ({
+      images: images.list().map(withLifetime),
+    }));
+
+    app.get(
+      '/v1/images/:ref',
+      { schema: { tags, summary: 'One image by name or id', params: ImageRefParams, response: { 200: ImageInfo, ...errors } } },
+      async (req) => {
+        const id = images.resolve(req.params.ref);
+        const info = id && images.info(id);
+        if (!info) throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(req.params.ref)}; list images with \`dsec image ls\``, { image: req.params.ref });
+        return withLifetime(info);
+      },
+    );
 
     app.post(
       '/v1/images',
@@ -97,7 +118,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         schema: {
           tags,
           summary: 'Untag an image name, or delete an image by id (with its names); layers are freed by GC when nothing uses them',
-          params: Type.Object({ ref: Type.String({ minLength: 1, maxLength: 200 }) }),
+          params: ImageRefParams,
           response: { 204: Type.Null(), ...errors },
         },
       },
@@ -116,11 +137,8 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
       {
         schema: {
           tags,
-          summary: 'Delete layer blobs no image or live sandbox uses (blobs younger than 10 minutes are kept)',
-          response: {
-            200: Type.Object({ removedLayers: Type.Array(Type.String()), freedBytes: Type.Integer(), keptLayers: Type.Integer(), removedTemp: Type.Array(Type.String()) }),
-            ...errors,
-          },
+          summary: `Delete layer blobs no image or live sandbox uses (blobs younger than ${GC_GRACE_MS / 60_000} minutes are kept: a build or snapshot may not have registered its image yet)`,
+          response: { 200: GcResult, ...errors },
         },
       },
       async () => collectGarbage(images, store),

@@ -12,9 +12,9 @@ export function trajectoryRoutes(deps: { control: ControlPlane }): FastifyPlugin
     const tags = ['trajectory'];
     app.get(
       '/v1/sandboxes/:id/trajectory',
-      { schema: { tags, summary: 'Every logged step (commands, session commands, file changes) with its result', params: SandboxIdParams, querystring: TrajectoryQuery, response: { 200: Trajectory, ...errors } } },
+      { schema: { tags, summary: 'Every logged step (commands, sessions, file changes, network switches, pauses) with its result; kept for a while after the sandbox is killed (--trajectory-retention-hours, default 24)', params: SandboxIdParams, querystring: TrajectoryQuery, response: { 200: Trajectory, ...errors } } },
       async (req) => {
-        control.get(req.params.id);
+        control.assertTrajectoryKept(req.params.id); // also readable for a while after a kill
         return { sandboxId: req.params.id, ...control.trajectory.list(req.params.id, req.query.afterSeq ?? 0, req.query.limit ?? 1000) };
       },
     );

@@ -71,7 +71,7 @@ export function controlPlaneSandboxes(control: ControlPlane): BuildSandboxes {
       }
     },
     async snapshot(id, scrub) {
-      return control.snapshot(id, { scrub });
+      return control.snapshot(id, { scrub, keep: true }); // a step's image outlives its build sandbox
     },
     async kill(id) {
       await control.kill(id);
@@ -123,7 +123,7 @@ export function sdkSandboxes(conn: ConnectionOptions): BuildSandboxes {
       }
     },
     async snapshot(id, scrub) {
-      return sb(id).snapshot({ scrub });
+      return sb(id).snapshot({ scrub, keep: true }); // a step's image outlives its build sandbox
     },
     async kill(id) {
       await sb(id).kill();
