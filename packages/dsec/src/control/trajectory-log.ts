@@ -79,10 +79,19 @@ export class TrajectoryLog {
     return { entries: rows.map(toEntry), dropped: dropped?.n ?? 0 };
   }
 
-  /** Entries with their payloads, for replay. */
+  /**
+   * Entries with their payloads, for replay, read a page at a time: the replay awaits the edge
+   * between entries, and an open SQLite cursor would make every write meanwhile (another
+   * sandbox's log, the expiry sweep) fail with "connection is busy".
+   */
   *replayable(sandboxId: string): Generator<TrajectoryEntry & { payload: Buffer | null }> {
-    const stmt = this.store.db.prepare('SELECT * FROM trajectory WHERE sandbox_id = ? ORDER BY seq');
-    for (const r of stmt.iterate(sandboxId) as Iterable<Row & { payload: Buffer | null }>) yield { ...toEntry(r), payload: r.payload };
+    const page = this.store.db.prepare('SELECT * FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT 16');
+    for (let after = 0; ; ) {
+      const rows = page.all(sandboxId, after) as (Row & { payload: Buffer | null })[];
+      if (rows.length === 0) return;
+      for (const r of rows) yield { ...toEntry(r), payload: r.payload };
+      after = rows.at(-1)!.seq;
+    }
   }
 
   /** Copies a sandbox's log to another (the replayed sandbox starts with its history). */
