@@ -167,6 +167,13 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
       rate.cpu.map((c) => [c.process, c.seconds, c.usPerCreate]),
     ),
     '',
+    `Together they used ${round(
+      rate.cpu.reduce((t, c) => t + c.seconds, 0),
+      2,
+    )} CPU-seconds of the ${round(rate.seconds * report.host.cpus, 1)} ` +
+      `that ${report.host.cpus} cores had in the phase's ${rate.seconds} s (${round((100 * rate.cpu.reduce((t, c) => t + c.seconds, 0)) / (rate.seconds * report.host.cpus), 0)} %); ` +
+      `the rest went to other jobs on this shared host (load average ${report.host.loadAverage1m} at start).`,
+    '',
     controlCpu && controlCpu.usPerCreate > 0
       ? `At ${controlCpu.usPerCreate} µs of CPU per create, one core running only the control plane would top out near ${Math.round(1e6 / controlCpu.usPerCreate)} creates/s (Node runs the control plane's JavaScript on one thread).`
       : '',
