@@ -585,8 +585,14 @@ export class ControlPlane {
     return result;
   }
 
+  /** Idempotent like kill: closing a session that is already closed (or gone) succeeds. */
   async closeSession(id: string, sid: string): Promise<void> {
-    await this.#runningOn(id).closeSession(id, sid);
+    try {
+      await this.#runningOn(id).closeSession(id, sid);
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'SESSION_NOT_FOUND') return;
+      throw err;
+    }
     this.trajectory.append(id, { kind: 'session.close', request: { sessionId: sid } });
   }
 

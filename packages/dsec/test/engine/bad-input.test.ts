@@ -96,9 +96,9 @@ describe('engine: bad input', { skip: integrationSkipReason(), timeout: 180_000 
     expectError(await exec({ cmd: 'true', stdin: 'x', stdinEncoding: 'hex' }), 400, 'INVALID_REQUEST');
   });
 
-  test('unknown session id → 404 SESSION_NOT_FOUND on exec and close', async () => {
+  test('unknown session id → 404 SESSION_NOT_FOUND on exec; close answers 204 (idempotent: gone is gone)', async () => {
     expectError(await sessionExec({ cmd: 'true' }, 'ss-doesnotexist'), 404, 'SESSION_NOT_FOUND');
-    expectError(await callJson(server, 'DELETE', `/v1/sandboxes/${sb.id}/sessions/ss-doesnotexist`), 404, 'SESSION_NOT_FOUND');
+    assert.equal((await callJson(server, 'DELETE', `/v1/sandboxes/${sb.id}/sessions/ss-doesnotexist`)).status, 204);
   });
 
   test('a malformed session id → 400 INVALID_REQUEST', async () => {

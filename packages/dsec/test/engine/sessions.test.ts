@@ -314,9 +314,10 @@ describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }
     assert.deepEqual(await waitGone(sb, /^sleep 305[12]$/), [], 'processes of a closed session must not outlive it');
   });
 
-  test('a closed session is gone: exec answers 404 SESSION_NOT_FOUND and it is not listed', async () => {
+  test('a closed session is gone: exec answers 404 SESSION_NOT_FOUND and it is not listed; closing it again succeeds', async () => {
     const s = await sb.sessions.create();
     await s.close();
+    await s.close(); // idempotent, like kill
     const r = await sessionExec(sb, s.id, { cmd: 'true' });
     assert.equal(r.status, 404);
     assert.equal(r.body.error.code, 'SESSION_NOT_FOUND');
