@@ -236,6 +236,27 @@ describe('vm (q35) sandbox boots and serves exec and files', { skip, timeout: 60
   });
 });
 
+describe('a VM that cannot boot fails with a readable reason and leaves nothing', { skip, timeout: 300_000 }, () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer();
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  test('16 MiB of guest RAM: the guest kernel cannot start; the create fails naming why, the record says failed', async () => {
+    const res = await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'microvm', resources: { memoryMiB: 16 } }, timeoutMs: 240_000 });
+    const e = expectWireError(res, 500, 'SANDBOX_CREATE_FAILED');
+    assert.match(e.message, /QEMU exited during boot.*(memory|panic|Out of)/i, e.message);
+    const id = String(e.details['sandboxId']);
+    const info = (await call(server.conn, 'GET', `/v1/sandboxes/${id}`)).json as { status: string; reason?: string };
+    assert.equal(info.status, 'failed');
+    assert.ok((info.reason ?? '').length > 0);
+    assert.deepEqual(await findLeaks(server.dataDir, { onlyIds: [id] }), []);
+  });
+});
+
 describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000 }, () => {
   let dataDir = '';
   const edgeId = newEdgeId();

@@ -202,7 +202,7 @@ export class VmBackend implements SandboxBackend {
         memoryMiB: req.limits.memoryMiB,
       });
       saveRecord(paths, record);
-      agent = await this.#boot(record.pid, paths);
+      agent = await this.#boot(record.pid, paths, req.limits.memoryMiB);
       const qmp = await QmpClient.open(paths.qmpSocket);
       record.phase = 'running';
       saveRecord(paths, record);
@@ -218,9 +218,14 @@ export class VmBackend implements SandboxBackend {
   }
 
   /** Connects to the agent's socket once QEMU has made it and waits for the guest's ready. */
-  async #boot(pid: number, paths: VmPaths): Promise<AgentClient> {
+  async #boot(pid: number, paths: VmPaths, memoryMiB: number): Promise<AgentClient> {
     const deadline = Date.now() + BOOT_TIMEOUT_MS;
-    const dead = (): Error => new Error(`QEMU exited during boot: ${tail(paths.qemuLog) || '(no QEMU output)'}; guest console: ${tail(paths.console) || '(empty)'}`);
+    const dead = (): Error =>
+      new Error(
+        `QEMU exited during boot: ${tail(paths.qemuLog) || '(no QEMU output)'}; guest console: ${
+          tail(paths.console) || `(empty: the guest kernel stopped before its console; with ${memoryMiB} MiB of guest RAM, too little memory is the usual cause)`
+        }`,
+      );
     let agent: AgentClient | undefined;
     while (!agent) {
       if (!isQemuOf(pid, paths)) throw dead();
@@ -242,6 +247,10 @@ export class VmBackend implements SandboxBackend {
       return agent;
     } catch (err) {
       agent.close();
+      // The channel closes when QEMU exits (a guest that panicked or powered off): say why,
+      // from QEMU's own output and the guest's console, rather than "channel closed".
+      for (let i = 0; i < 40 && isQemuOf(pid, paths); i++) await sleep(25);
+      if (!isQemuOf(pid, paths)) throw dead();
       throw err;
     } finally {
       clearTimeout(timer);
