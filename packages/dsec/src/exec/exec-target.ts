@@ -36,6 +36,9 @@ export function processSpecFor(
   cmd: string | string[],
   opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined } = {},
 ): ProcessSpec {
+  rejectNul('cmd', typeof cmd === 'string' ? [cmd] : cmd);
+  rejectNul('env', Object.entries(opts.env ?? {}).flat());
+  if (opts.cwd !== undefined) rejectNul('cwd', [opts.cwd]);
   const args = typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
   if (opts.cwd !== undefined) checkCwd(target, opts.cwd);
   return {
@@ -63,6 +66,17 @@ function checkCwd(target: ExecTarget, cwd: string): void {
   }
   // A symlink is followed by the chdir; one that leads nowhere fails there.
   if (type !== 'dir' && type !== 'symlink') throw new ApiError('INVALID_REQUEST', `cwd ${cwd} is not a directory in the sandbox`, { field: 'cwd', path: cwd });
+}
+
+/**
+ * Refuses a NUL byte in anything that becomes a C string in the sandbox: the kernel ends an
+ * argument or variable at the first NUL, so the command that ran would not be the one asked for
+ * (and logged in the trajectory).
+ */
+export function rejectNul(what: string, values: string[]): void {
+  if (values.some((v) => v.includes('\0'))) {
+    throw new ApiError('INVALID_REQUEST', `${what} contains a NUL byte, which no command line or environment can hold; remove it`, { field: what });
+  }
 }
 
 function landlocked(target: ExecTarget, writable: string[], args: string[]): string[] {

@@ -3,7 +3,7 @@ import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } 
 import { isRegularFileInRoot } from '../edge/sandbox-files.js';
 import { sandboxUsage } from '../host/cgroups.js';
 import { CappedOutput } from './capped-output.js';
-import { processSpecFor, type ExecTarget } from './exec-target.js';
+import { processSpecFor, rejectNul, type ExecTarget } from './exec-target.js';
 import { killTagged, SandboxProcess, type StreamName } from './sandbox-process.js';
 import { restoreScript, saveScript, parseSavedState, type SessionState } from './session-state.js';
 
@@ -117,6 +117,7 @@ export class ShellSession {
 
   async #run(req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
     if (!this.alive) throw new SessionClosedError(this.id);
+    rejectNul('cmd', [req.cmd]);
     this.#busy = true;
     this.commands++;
     const started = performance.now();
