@@ -6,7 +6,7 @@ import { findLeaks } from '../host/leak-check.js';
 import { buildBusyboxImage } from '../image/builders/busybox.js';
 import { ImageStore } from '../image/image-store.js';
 import { LayerStore } from '../image/layer-store.js';
-import { readClientFile, startAllInOne, type RunningDsec } from '../runtime/all-in-one.js';
+import { findRunningServer, startAllInOne, type RunningDsec } from '../runtime/all-in-one.js';
 import { round, summarize, type Summary } from './stats.js';
 
 export interface DemoReport {
@@ -23,17 +23,6 @@ export interface DemoReport {
 
 const say = (m: string): void => void process.stderr.write(`${m}\n`);
 
-/** A server already up on this data dir, if its client.json answers. */
-async function findRunning(dataDir: string): Promise<{ url: string; apiKey: string } | undefined> {
-  const c = readClientFile(dataDir);
-  if (!c) return undefined;
-  try {
-    const res = await fetch(`${c.url}/v1/nodes`, { headers: { authorization: `Bearer ${c.apiKey}` }, signal: AbortSignal.timeout(2000) });
-    return res.ok ? c : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 /**
  * The main job: what a trainer does, 50 times at once. Each sandbox gets a task file, runs a
@@ -42,7 +31,7 @@ async function findRunning(dataDir: string): Promise<{ url: string; apiKey: stri
 export async function runDemo(opts: { options: ServerOptions; count: number; json: boolean }): Promise<DemoReport> {
   const { options, count } = opts;
   let server: RunningDsec | undefined;
-  let conn = await findRunning(options.dataDir);
+  let conn = await findRunningServer(options.dataDir);
   if (conn) say(`using the dsec already running at ${conn.url}`);
   else {
     say('starting dsec (control plane + local edge) in this process…');

@@ -59,6 +59,21 @@ export function readClientFile(dataDir: string): ClientFile | undefined {
   }
 }
 
+/**
+ * A server already up on this data dir, if its client.json answers: only the connection (the
+ * file also holds the cluster's join token, which is no client option).
+ */
+export async function findRunningServer(dataDir: string): Promise<{ url: string; apiKey: string } | undefined> {
+  const c = readClientFile(dataDir);
+  if (!c) return undefined;
+  try {
+    const res = await fetch(`${c.url}/v1/nodes`, { headers: { authorization: `Bearer ${c.apiKey}` }, signal: AbortSignal.timeout(2000) });
+    return res.ok ? { url: c.url, apiKey: c.apiKey } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** One pid file per data dir: two servers on one data dir would fight over mounts and crun state. */
 function takePidLock(dataDir: string): () => void {
   const file = join(dataDir, 'dsec.pid');

@@ -12,7 +12,7 @@ import { ImportError, importImage } from '../../image/oci-import.js';
 import { DockerfileError } from '../../image/dockerfile/parser.js';
 import { buildDockerfile, type DockerfileBuildOptions, type DockerfileBuildResult } from '../../image/dockerfile/builder.js';
 import { controlPlaneSandboxes, sdkSandboxes } from '../../image/dockerfile/sandboxes.js';
-import { readClientFile, startAllInOne } from '../../runtime/all-in-one.js';
+import { findRunningServer, startAllInOne } from '../../runtime/all-in-one.js';
 import { checkImageName } from '../../image/builders/builder.js';
 import { UsageError } from '../args.js';
 import { collectList, humanBytes, printTable } from '../output.js';
@@ -24,17 +24,6 @@ function openStore(dataDir?: string): ImageStore {
   return new ImageStore(opts.dataDir, layers);
 }
 
-/** A server already up on this data dir, if its client.json answers. */
-async function runningServer(dataDir: string): Promise<{ url: string; apiKey: string } | undefined> {
-  const c = readClientFile(dataDir);
-  if (!c) return undefined;
-  try {
-    const res = await fetch(`${c.url}/v1/nodes`, { headers: { authorization: `Bearer ${c.apiKey}` }, signal: AbortSignal.timeout(2000) });
-    return res.ok ? c : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 /**
  * A Dockerfile build from the CLI: through the dsec server running on the data dir (its API, via
@@ -47,7 +36,7 @@ async function runDockerfileBuild(
   const { dataDir: dataDirFlag, ...rest } = o;
   const options = compileOptions({ dataDir: dataDirFlag, logLevel: 'warn' });
   const images = openStore(options.dataDir);
-  const conn = await runningServer(options.dataDir);
+  const conn = await findRunningServer(options.dataDir);
   if (conn) {
     o.progress?.(`using the dsec server at ${conn.url}`);
     return buildDockerfile({ ...rest, images, sandboxes: sdkSandboxes({ url: conn.url, apiKey: conn.apiKey }) });
