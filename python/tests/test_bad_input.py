@@ -48,7 +48,7 @@ class BadInputTest(unittest.TestCase):
             self.assert_invalid(cm.exception, field)
 
     def test_bad_labels_env_backend_and_network_are_invalid(self) -> None:
-        for kwargs in ({"labels": {"bad key!": "x"}}, {"env": {"BAD-NAME": "x"}}, {"backend": "vm"}, {"network": "sideways"}):
+        for kwargs in ({"labels": {"bad key!": "x"}}, {"env": {"BAD-NAME": "x"}}, {"backend": "firecracker"}, {"network": "sideways"}):
             with self.assertRaises(dsec.InvalidRequestError, msg=str(kwargs)):
                 dsec.Sandbox.create("busybox", **kwargs, **conn())  # type: ignore[arg-type]
 
