@@ -215,6 +215,10 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     assert.equal(r.stdout, '-w /tmp\n');
     const before = await runCli(['exec', '-w', '/tmp', sb.id, 'pwd'], env);
     assert.equal(before.stdout, '/tmp\n', 'options before the id are still dsec\'s');
+    const misplaced = await runCli(['exec', sb.id, '--timeout', '500', 'sleep', '5'], env);
+    assert.equal(misplaced.code, 1);
+    assert.match(misplaced.stderr, /--timeout comes after the sandbox id.*put dsec's options before the id/);
+    assertNoStack(misplaced);
   });
 
   test('exec streams more than 1 MiB of output uncapped', async () => {

@@ -181,6 +181,10 @@ export function registerSandboxCommands(program: Command): void {
     .passThroughOptions()
     .action(async (id: string, cmd: string[], f: { cwd?: string; env?: Record<string, string>; timeout?: number; json?: boolean; tty?: boolean; interactive?: boolean }) => {
       if (cmd[0] === '--') cmd = cmd.slice(1);
+      else if (cmd[0]?.startsWith('-')) {
+        // No program starts with '-': this is one of dsec's options given after the id.
+        throw new UsageError(`${cmd[0]} comes after the sandbox id, where everything is the command's; put dsec's options before the id: dsec exec ${cmd[0]} … ${id} CMD`);
+      }
       if (cmd.length === 0) throw new UsageError('no command: dsec exec ID CMD ARGS…');
       const sb = await Sandbox.connect(id);
       if (f.tty) {
