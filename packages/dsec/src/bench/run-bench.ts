@@ -86,7 +86,7 @@ export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
     say(
       `peers: ${peers.map((p) => p.name).join(', ')}${unavailable.length ? `; not running: ${unavailable.map((u) => u.name).join(', ')}` : ''}`,
     );
-    const ctx: ScenarioContext = { signal: abort.signal, names, spans, say };
+    const ctx: ScenarioContext = { signal: abort.signal, names, spans, say, fixture };
     for (const s of opts.scenarios) {
       abort.signal.throwIfAborted();
       if (opts.scenarios.length > 1) say(`\n== ${s.def.name} ==`);

@@ -4,6 +4,7 @@ import { createScenario } from './create.js';
 import { densityScenario } from './density.js';
 import { execScenario } from './exec.js';
 import { hardeningScenario } from './hardening.js';
+import { lazyScenario } from './lazy.js';
 import { pauseScenario } from './pause.js';
 import { snapshotScenario } from './snapshot.js';
 import { vmScenario } from './vm.js';
@@ -20,6 +21,7 @@ export const SCENARIOS: readonly BenchScenarioDef[] = [
   hardeningScenario,
   vmScenario,
   clusterScenario,
+  lazyScenario,
 ];
 
 export function scenarioByName(name: string): BenchScenarioDef {

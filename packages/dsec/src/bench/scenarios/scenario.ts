@@ -1,3 +1,4 @@
+import type { BenchFixture } from '../fixture.js';
 import type { Peer, PeerName, PeerUnavailable } from '../peers/peer.js';
 import type { Spans } from '../profile.js';
 import type { RunNames } from '../run-names.js';
@@ -25,6 +26,8 @@ export interface ScenarioContext {
   names: RunNames;
   spans: Spans;
   say: (m: string) => void;
+  /** The run's in-process dsec and temp dir (the lazy scenario builds its image there and starts cold edges beside it). */
+  fixture?: BenchFixture;
 }
 
 /** One integer option of a scenario: its CLI flag, its default, the key of the options it sets. */
