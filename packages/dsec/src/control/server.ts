@@ -39,6 +39,9 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     // E2B's SDK sends every sandbox-side call to this one URL with E2b-Sandbox-Id (control/e2b/).
     rewriteUrl: e2bRewriteUrl,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+    // Errors Fastify meets before routing (a malformed %-escape in the URL, an unsupported
+    // Content-Type) leave in dsec's own shape too, not Fastify's.
+    frameworkErrors: (err, req, reply) => errorHandler(err, req, reply),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   await app.register(swagger, {
