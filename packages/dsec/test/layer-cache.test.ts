@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DsecError, Sandbox } from '@dsec/sdk';
 import type { LayerCacheStats } from '../src/edge/layer-cache.js';
+import { fixDataDirFs } from '../src/host/doctor.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import { readMounts } from '../src/host/mounts.js';
 import { mount, umount } from '../src/host/syscalls.js';
@@ -31,6 +32,10 @@ describe('node layer cache: a store on another filesystem, budget 0', { skip: in
 
   before(async () => {
     dataDir = makeDataDir();
+    // On an overlay root doctor puts a tmpfs on the data dir at start, which would hide a cache
+    // mount made before it (the cache would then share the store's filesystem): apply it first.
+    const fs = fixDataDirFs(dataDir);
+    assert.ok(fs.ok, fs.detail);
     cacheMount = join(dataDir, 'node', 'layer-cache');
     mkdirSync(cacheMount, { recursive: true });
     mount('tmpfs', cacheMount, 'tmpfs', 0, 'size=256m,mode=0700');
