@@ -1,0 +1,105 @@
+/**
+ * A leak census of one edge on this host: what its sandboxes can leave behind (mounts under its
+ * data dir, cgroups, network namespaces of sandbox processes, host veths, nftables tables,
+ * processes in its cgroups) and what the dsec process itself holds (open fds, child processes,
+ * RSS). The reliability suite takes one before and one after its load and compares them.
+ */
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { readMounts } from '../../src/host/mounts.js';
+
+export interface Census {
+  mounts: string[];
+  cgroups: string[];
+  /** Network namespaces held by processes in this edge's sandbox cgroups. */
+  netns: string[];
+  veths: string[];
+  nftTables: string[];
+  /** Pids in this edge's sandbox cgroups. */
+  processes: number[];
+  /** Open fds of the process that runs dsec (`pid`). */
+  fds: number;
+  /** Direct children of that process. */
+  children: number[];
+  rssBytes: number;
+}
+
+/** `pid` is the process that runs dsec: this test process for an in-process server. */
+export function census(dataDir: string, edgeId: string, pid = process.pid): Census {
+  const mounts = readMounts()
+    .map((m) => m.mountPoint)
+    .filter((mp) => mp.startsWith(`${dataDir}/`) && mp !== join(dataDir, 'node', 'sandboxes'));
+  const cgroups: string[] = [];
+  const processes = new Set<number>();
+  for (const h of readdirSync('/sys/fs/cgroup')) {
+    const dir = join('/sys/fs/cgroup', h, 'dsec');
+    let names: string[] = [];
+    try {
+      names = readdirSync(dir).filter((n) => n.startsWith(`sb-${edgeId}-`));
+    } catch {
+      continue; // no dsec parent in this hierarchy
+    }
+    for (const n of names) {
+      cgroups.push(`${h}/dsec/${n}`);
+      try {
+        for (const p of readFileSync(join(dir, n, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean)) processes.add(Number(p));
+      } catch {
+        // removed meanwhile
+      }
+    }
+  }
+  const netns = new Set<string>();
+  for (const p of processes) {
+    try {
+      netns.add(readlinkSync(`/proc/${p}/ns/net`));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const links = spawnSync('ip', ['-o', 'link', 'show', 'type', 'veth'], { encoding: 'utf8' }).stdout;
+  const veths = links
+    .split('\n')
+    .map((l) => /^\d+:\s+([^@:]+)/.exec(l)?.[1] ?? '')
+    .filter((n) => n.startsWith('dsh') || n.startsWith('dsp'));
+  const nftTables = spawnSync('nft', ['list', 'tables'], { encoding: 'utf8' })
+    .stdout.split('\n')
+    .filter((l) => l.includes(edgeId));
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rssKiB = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+  const children: number[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) children.push(Number(e));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return {
+    mounts,
+    cgroups,
+    netns: [...netns],
+    veths,
+    nftTables,
+    processes: [...processes],
+    fds: readdirSync(`/proc/${pid}/fd`).length,
+    children,
+    rssBytes: rssKiB * 1024,
+  };
+}
+
+/** What `after` holds that `before` did not (fds and children by count: they are reused). */
+export function leaked(before: Census, after: Census): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k of ['mounts', 'cgroups', 'netns', 'veths', 'nftTables'] as const) {
+    const extra = after[k].filter((x) => !before[k].includes(x));
+    if (extra.length) out[k] = extra;
+  }
+  const procs = after.processes.filter((p) => !before.processes.includes(p));
+  if (procs.length) out['processes'] = procs;
+  if (after.children.length > before.children.length) out['children'] = after.children;
+  return out;
+}
