@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { ControlPlane } from '../control/control-plane.js';
@@ -193,8 +193,11 @@ async function startDsecProcess(
     apiKey = createApiKey(store, 'client.json').key;
     newKey = true;
   }
-  writeFileSync(clientFilePath(opts.dataDir), JSON.stringify({ url, apiKey, joinToken: clusterToken } satisfies ClientFile, null, 2) + '\n', { mode: 0o600 });
-  chmodSync(clientFilePath(opts.dataDir), 0o600);
+  // Written aside and renamed: a client reading it while dsec starts never sees half a file.
+  const clientTmp = `${clientFilePath(opts.dataDir)}.${process.pid}.tmp`;
+  writeFileSync(clientTmp, JSON.stringify({ url, apiKey, joinToken: clusterToken } satisfies ClientFile, null, 2) + '\n', { mode: 0o600 });
+  chmodSync(clientTmp, 0o600);
+  renameSync(clientTmp, clientFilePath(opts.dataDir));
 
   let closed = false;
   const running: RunningControl & { edge?: Edge; vms?: VmBackend | undefined } = {

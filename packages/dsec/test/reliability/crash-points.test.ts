@@ -62,8 +62,12 @@ describe(`crash points: ${points} kill -9 of dsec up mid-operation (seed ${seed}
     for (;;) {
       if (child.exitCode !== null) throw new Error(`dsec up exited ${child.exitCode} at start: ${stderr}`);
       if (existsSync(clientFile)) {
-        conn = JSON.parse(readFileSync(clientFile, 'utf8')) as typeof conn;
-        break;
+        try {
+          conn = JSON.parse(readFileSync(clientFile, 'utf8')) as typeof conn;
+          break;
+        } catch {
+          // being written
+        }
       }
       await Promise.race([exited, new Promise((r) => setTimeout(r, 50))]);
     }
@@ -108,13 +112,19 @@ describe(`crash points: ${points} kill -9 of dsec up mid-operation (seed ${seed}
     await up();
   });
   after(async () => {
-    if (!child) await up();
-    const list = (await api('GET', '/v1/sandboxes')).body as { sandboxes: SandboxInfo[] };
-    for (const s of list.sandboxes) await api('DELETE', `/v1/sandboxes/${s.id}`);
-    const c = child!;
-    const gone = new Promise<void>((resolve) => c.once('exit', () => resolve()));
-    c.kill('SIGTERM');
-    await gone;
+    try {
+      if (!child) await up();
+      const list = (await api('GET', '/v1/sandboxes')).body as { sandboxes: SandboxInfo[] };
+      for (const s of list.sandboxes) await api('DELETE', `/v1/sandboxes/${s.id}`);
+    } finally {
+      // Never leave the child running (its sandboxes stay for an operator if the kills failed).
+      const c = child;
+      if (c && c.exitCode === null && c.signalCode === null) {
+        const gone = new Promise<void>((resolve) => c.once('exit', () => resolve()));
+        c.kill('SIGTERM');
+        await gone;
+      }
+    }
     if (dataDir) await assertCleanAndRemove(dataDir, edgeId);
     console.log(`crash points (seed ${seed}):\n  ${report.join('\n  ')}`);
   });
