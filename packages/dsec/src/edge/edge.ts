@@ -217,6 +217,9 @@ export class Edge implements EdgeApi {
     try {
       return await this.crun.list();
     } catch (err) {
+      // Nothing was taken over: the id is free for the next start, in this process or another.
+      this.#releaseEdgeId?.();
+      this.#releaseEdgeId = undefined;
       const why = err instanceof ToolError ? err.result.stderr.trim() : (err as Error).message;
       throw new Error(`edge ${this.id} cannot start: crun cannot list its containers under ${this.crun.root} (${why}); no sandbox was adopted or removed. Fix crun's state and start again`);
     }
