@@ -7,6 +7,7 @@ import { stdinForCommand, stdinOptions, streamToTerminal } from '../exec-io.js';
 import { collectKv, collectList, printTable } from '../output.js';
 
 interface CreateFlags {
+  backend?: 'container' | 'microvm' | 'vm';
   memory?: number;
   cpu?: number;
   pids?: number;
@@ -96,6 +97,7 @@ export function registerSandboxCommands(program: Command): void {
     .description('create a sandbox from IMAGE; with -- CMD, run CMD in it and print its output')
     .argument('<image>', 'image name or id')
     .argument('[cmd...]', 'command to run after --')
+    .option('--backend <kind>', 'container (default) | microvm | vm (a QEMU guest with its own kernel)', choiceArg(['container', 'microvm', 'vm'] as const))
     .option('-m, --memory <MiB>', 'memory limit in MiB (default 512)', intArg(1))
     .option('-c, --cpu <cores>', 'CPU cores (default 1)', positiveArg)
     .option('--pids <n>', 'process limit (default 512)', intArg(1))
@@ -122,7 +124,7 @@ export function registerSandboxCommands(program: Command): void {
         if (cmd.length) throw new UsageError('--count creates sandboxes only; run commands in them with dsec exec');
         const bar = new ProgressLine(`creating ${f.count} sandboxes`);
         const { batchId, sandboxes, failures } = await Sandbox.createMany(f.count, {
-          image, resources, env: f.env, labels: f.label, layers: f.layer, ttlSeconds: f.ttl, idleTimeoutSeconds: f.idleTimeout, onExpiry: f.onExpiry, network,
+          image, backend: f.backend, resources, env: f.env, labels: f.label, layers: f.layer, ttlSeconds: f.ttl, idleTimeoutSeconds: f.idleTimeout, onExpiry: f.onExpiry, network,
           onProgress: (_e, p) => bar.update(p.running + p.failed, p.count, { placed: p.placed, running: p.running, failed: p.failed }),
         });
         bar.end();
@@ -138,6 +140,7 @@ export function registerSandboxCommands(program: Command): void {
       const stdin = cmd.length ? await stdinOptions(stdinForCommand(f.interactive ?? false)) : {};
       const sb = await Sandbox.create({
         image,
+        backend: f.backend,
         resources,
         env: f.env,
         labels: f.label,
