@@ -25,7 +25,8 @@ import { applyRuleset, attachLink, detachLink } from '../net/sandbox-network.js'
 import { FreezerPin, freeze, thaw } from '../host/freezer.js';
 import { syncfs } from '../host/syscalls.js';
 import { buildErofs } from '../image/erofs.js';
-import { DEFAULT_SCRUB, DiffLimitError, type DiffStats, stageUpperDiff } from '../image/pack-diff.js';
+import { DEFAULT_DIFF_LIMITS, DEFAULT_SCRUB, DiffLimitError, type DiffStats } from '../image/pack-diff.js';
+import { DiffCancelledError, stageUpperDiffOffThread } from '../image/stage-worker.js';
 import { ToolError } from '../host/run-tool.js';
 import type { BlobSource } from './blob-source.js';
 import { EDGE_PROTOCOL_VERSION } from './protocol/schemas.js';
@@ -361,6 +362,7 @@ export class Edge implements EdgeApi {
     // The sandbox stays known until its teardown has really finished: a teardown that fails leaves
     // it listed (and a kill retries it), never forgotten with its mounts and cgroups still there.
     live.killing = true;
+    live.stop.abort();
     live.processes.killAll();
     for (const s of live.sessions.values()) void s.close();
     for (const p of live.ptys) p.kill();
@@ -398,7 +400,7 @@ export class Edge implements EdgeApi {
   #liveSandbox(record: SandboxRecord): LiveSandbox {
     const paths = this.records.paths(record.id);
     const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
-    return { record, target, processes: new ProcessTable(), sessions: new Map(), ptys: new Set() };
+    return { record, target, processes: new ProcessTable(), sessions: new Map(), ptys: new Set(), stop: new AbortController() };
   }
 
   #running(id: string): LiveSandbox {
@@ -539,9 +541,14 @@ export class Edge implements EdgeApi {
         } finally {
           closeSync(fd);
         }
-        stats = stageUpperDiff(paths.upper, stage, opts.scrub ?? DEFAULT_SCRUB);
+        // Off the event loop, bounded, and stopped if the sandbox is killed meanwhile.
+        stats = await stageUpperDiffOffThread(paths.upper, stage, opts.scrub ?? DEFAULT_SCRUB, DEFAULT_DIFF_LIMITS, {
+          timeoutMs: SNAPSHOT_COPY_TIMEOUT_MS,
+          signal: l.stop.signal,
+        });
       } catch (err) {
         if (err instanceof DiffLimitError) throw new ApiError('PAYLOAD_TOO_LARGE', err.message, err.details);
+        if (err instanceof DiffCancelledError) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
         throw err;
       } finally {
         if (!wasPaused) await thaw(id);
@@ -720,6 +727,8 @@ interface LiveSandbox {
   ptys: Set<PtyProcess>;
   /** Set once a kill started: no new work; the sandbox stays here until its teardown succeeds. */
   killing?: boolean;
+  /** Aborted when a kill starts: stops work in flight on the sandbox (a snapshot's copy). */
+  stop: AbortController;
   layersReleased?: boolean;
 }
 
@@ -735,6 +744,9 @@ async function resolvePolicy(req: EdgeNetworkRequest): Promise<NetworkPolicy> {
 
 /** Open sessions per sandbox: each holds one shell process. */
 const MAX_SESSIONS = 32;
+
+/** How long a snapshot's copy of the upper dir may run (the sandbox is frozen meanwhile). */
+const SNAPSHOT_COPY_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * The overlay upper dir of a process's root filesystem ('' when unreadable). /proc/<pid>/root

@@ -41,6 +41,19 @@ function copyMeta(src: string, dest: string, st: Stats, isLink: boolean): void {
 /** The longest path the kernel resolves (PATH_MAX, with its terminating NUL) and mkfs.erofs can pack. */
 export const MAX_PATH_BYTES = 4095;
 
+/**
+ * How much one snapshot may copy. A sandbox shapes its upper dir: without bounds a 4 TiB sparse
+ * file kept mkfs.erofs at a full core for good and 200k empty files stalled the copy for seconds.
+ */
+export interface DiffLimits {
+  /** Files, directories, links and nodes. */
+  maxEntries: number;
+  /** Apparent bytes of regular files (a sparse file counts its full size: mkfs.erofs reads it all). */
+  maxBytes: number;
+}
+
+export const DEFAULT_DIFF_LIMITS: DiffLimits = { maxEntries: 1_000_000, maxBytes: 64 * 2 ** 30 };
+
 /** A sandbox's upper dir cannot become a layer (a path too long for mkfs.erofs, or over a limit). */
 export class DiffLimitError extends Error {
   override readonly name = 'DiffLimitError';
@@ -64,7 +77,7 @@ export class DiffLimitError extends Error {
  * paths) could not pack it. The caller removes `stage` whatever happens (host/remove-tree.ts
  * copes with any depth).
  */
-export function stageUpperDiff(upper: string, stage: string, scrub: string[] = DEFAULT_SCRUB): DiffStats {
+export function stageUpperDiff(upper: string, stage: string, scrub: string[] = DEFAULT_SCRUB, limits: DiffLimits = DEFAULT_DIFF_LIMITS): DiffStats {
   const stats: DiffStats = { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 };
   const inodes = new Map<string, string>();
   const dirTimes: [string, Stats][] = [];
@@ -86,6 +99,17 @@ export function stageUpperDiff(upper: string, stage: string, scrub: string[] = D
       const dest = join(stage, childRel);
       const st = lstatSync(src);
       stats.entries++;
+      if (stats.entries > limits.maxEntries) {
+        throw new DiffLimitError(`the sandbox changed more than ${limits.maxEntries} files and directories; a snapshot holds at most that many`, {
+          maxEntries: limits.maxEntries,
+        });
+      }
+      if (st.isFile() && stats.bytes + st.size > limits.maxBytes) {
+        throw new DiffLimitError(
+          `the sandbox's changes exceed ${limits.maxBytes} bytes (apparent size, sparse files in full; ${JSON.stringify(childRel.slice(0, 80))} reached it); a snapshot holds at most that much`,
+          { maxBytes: limits.maxBytes, path: childRel.slice(0, 256) },
+        );
+      }
       if (st.isDirectory()) {
         mkdirSync(dest);
         copyMeta(src, dest, st, false);
