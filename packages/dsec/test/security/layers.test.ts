@@ -6,6 +6,7 @@
  * the host path of the layer is not reachable.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, lstatSync, openSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -162,9 +163,15 @@ describe('red team: shared read-only layers', { skip: integrationSkipReason(), t
       await must(server, attacker, [
         'sh',
         '-c',
-        `ln -s ${client} /leak-client && ln -s /etc/shadow /leak-shadow && mknod /leak-disk b ${major} ${minor} && mkfifo /leak-fifo && ` +
+        `ln -s ${client} /leak-client && ln -s /etc/shadow /leak-shadow && mkfifo /leak-fifo && ` +
           `mkdir -p /d && ln -s / /d/hostroot && chmod u+s /bin/busybox`,
       ]);
+      // A command can no longer make a block node at all (its Landlock domain refuses it); the
+      // node a sandbox from before that defence could have left is planted in its upper from the
+      // host, so the snapshot copy still meets one.
+      const mk = await attack(server, attacker, `mknod /leak-disk b ${major} ${minor}`);
+      assert.match(mk.stderr, /Permission denied/, show(mk));
+      execFileSync('mknod', [join(server.dataDir, 'node', 'sandboxes', attacker.id, 'upper', 'leak-disk'), 'b', String(major), String(minor)]);
       // The host-side copy of the upper (pack_diff) runs as root outside the sandbox's cgroups and
       // namespaces: it must copy these entries as they are, not follow or open them.
       const snap = await attacker.snapshot({ timeoutMs: 300_000 });
