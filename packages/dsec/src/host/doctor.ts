@@ -2,7 +2,7 @@ import { accessSync, constants, existsSync, mkdirSync, readFileSync, realpathSyn
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
 import { filesystemOf, readMounts } from './mounts.js';
-import { LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
+import { CHUNK_FUSE_BINARY, LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
 import { landlockAbi, MS_NODEV, MS_NOSUID, MS_REMOUNT, mount } from './syscalls.js';
 
 export interface Check {
@@ -175,10 +175,13 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
   for (const [name, bin, required] of [
     ['dsec-landlock helper', LANDLOCK_BINARY, true],
     ['dsec-nft helper (network policies)', NFT_HELPER_BINARY, false],
+    ['dsec-chunk-fuse (--layer-fetch lazy)', CHUNK_FUSE_BINARY, false],
   ] as const) {
     const ok = existsSync(bin);
     checks.push({ name, ok, detail: ok ? bin : `missing ${bin}: run scripts/setup`, required });
   }
+  const fuse = existsSync('/dev/fuse');
+  checks.push({ name: 'FUSE (/dev/fuse)', ok: fuse, detail: fuse ? 'present' : 'absent: --layer-fetch lazy cannot mount layers; eager works', required: false });
   const abi = landlockAbi();
   checks.push({
     name: 'Landlock',
