@@ -38,9 +38,11 @@ function withRoot<T>(rootfs: string, fn: (rootFd: number) => T): T {
   }
 }
 
+/** A path error from openat2 (SyscallError) or from Node's fs (ErrnoException) → the caller's 4xx. */
 function mapError(err: unknown, path: string): never {
-  if (err instanceof SyscallError) {
-    switch (err.code) {
+  const code = err instanceof SyscallError ? err.code : err instanceof Error ? (err as NodeJS.ErrnoException).code : undefined;
+  if (code !== undefined) {
+    switch (code) {
       case 'ENOENT':
         throw new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
       case 'EISDIR':
@@ -196,8 +198,7 @@ export function statInRoot(rootfs: string, path: string): FileStat {
         const st = lstatSync(p);
         return statToInfo(path, name, st, st.isSymbolicLink() ? readlinkSync(p) : undefined);
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
-        throw err;
+        mapError(err, path);
       }
     });
   });

@@ -166,6 +166,8 @@ describe(`route fuzzing: ${runs} random requests`, { skip: integrationSkipReason
     const longName = await fetch(`${dsec!.url}/v1/sandboxes/${live}/files/list?path=/${'a'.repeat(300)}`, { headers });
     assert.equal(longName.status, 400, await longName.clone().text());
     assert.match(((await longName.json()) as { error: { message: string } }).error.message, /longer than 255 bytes/);
+    const longStat = await fetch(`${dsec!.url}/v1/sandboxes/${live}/files/stat?path=/${'a'.repeat(300)}`, { headers });
+    assert.equal(longStat.status, 400, await longStat.clone().text());
   });
 
   test('no request gets a 5xx, crashes the server or hangs', async () => {
