@@ -8,12 +8,14 @@ import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { readMounts } from '../../src/host/mounts.js';
+import { hostVeth } from '../../src/net/sandbox-network.js';
 
 export interface Census {
   mounts: string[];
   cgroups: string[];
   /** Network namespaces held by processes in this edge's sandbox cgroups. */
   netns: string[];
+  /** Host ends of the load's sandboxes' veths still present. */
   veths: string[];
   nftTables: string[];
   /** Pids in this edge's sandbox cgroups. */
@@ -25,8 +27,13 @@ export interface Census {
   rssBytes: number;
 }
 
-/** `pid` is the process that runs dsec: this test process for an in-process server. */
-export function census(dataDir: string, edgeId: string, pid = process.pid): Census {
+/**
+ * `sandboxIds`: every sandbox the load made; host veths are named from a hash of the sandbox id,
+ * so only theirs are counted (other engineers' network tests make veths on this host too).
+ * `pid` is the process that runs dsec: this test process for an in-process server.
+ */
+export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<string>, pid = process.pid): Census {
+  const ours = new Set([...sandboxIds].map((id) => hostVeth(id)));
   const mounts = readMounts()
     .map((m) => m.mountPoint)
     .filter((mp) => mp.startsWith(`${dataDir}/`) && mp !== join(dataDir, 'node', 'sandboxes'));
@@ -61,7 +68,7 @@ export function census(dataDir: string, edgeId: string, pid = process.pid): Cens
   const veths = links
     .split('\n')
     .map((l) => /^\d+:\s+([^@:]+)/.exec(l)?.[1] ?? '')
-    .filter((n) => n.startsWith('dsh') || n.startsWith('dsp'));
+    .filter((n) => ours.has(n));
   const nftTables = spawnSync('nft', ['list', 'tables'], { encoding: 'utf8' })
     .stdout.split('\n')
     .filter((l) => l.includes(edgeId));

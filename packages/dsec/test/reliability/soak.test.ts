@@ -30,6 +30,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
   let dsec: RunningDsec | undefined;
   const conn = () => ({ url: dsec!.url, apiKey: dsec!.apiKey });
   const failures: string[] = [];
+  const made: string[] = [];
 
   before(async () => {
     dataDir = makeDataDir();
@@ -42,6 +43,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
 
   async function cycle(i: number): Promise<void> {
     const sb = await Sandbox.create({ ...conn(), labels: { soak: String(i) } });
+    made.push(sb.id);
     try {
       const r = await sb.commands.run(`echo cycle-${i}`);
       assert.equal(r.stdout, `cycle-${i}\n`, r.stderr);
@@ -64,6 +66,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
         await sb.files.write('/snap.txt', `snapshot ${i}`);
         const snap = await sb.snapshot();
         const restored = await Sandbox.create({ ...conn(), image: snap.imageId, labels: { soak: `${i}-restored` } });
+        made.push(restored.id);
         try {
           assert.equal((await restored.commands.run('cat /snap.txt')).stdout, `snapshot ${i}`);
         } finally {
@@ -92,11 +95,11 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
 
   test('every cycle succeeds and nothing leaks', async () => {
     await run(0, warmup);
-    const start: Census = census(dataDir, edgeId);
+    const start: Census = census(dataDir, edgeId, made);
     const t0 = performance.now();
     await run(warmup, cycles);
     const seconds = (performance.now() - t0) / 1000;
-    const end = census(dataDir, edgeId);
+    const end = census(dataDir, edgeId, made);
     const result = {
       cycles,
       concurrency,
