@@ -1,5 +1,5 @@
 import pino, { type Logger } from 'pino';
-import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeSandbox, TerminalChannel } from '../edge/edge-api.js';
+import { createEach, type EdgeApi, type EdgeCreateOutcome, type EdgeCreateRequest, type EdgeInfo, type EdgeSandbox, type TerminalChannel } from '../edge/edge-api.js';
 import { ApiError } from '../api-error.js';
 import type { App } from '../control/server.js';
 import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
@@ -95,6 +95,10 @@ export class SimulatedEdge implements EdgeApi {
     this.#sandboxes.set(req.id, s);
     this.created++;
     return strip(s);
+  }
+
+  createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {
+    return createEach((r) => this.createSandbox(r), reqs, reqs.length);
   }
 
   /** Sandboxes it holds now. */

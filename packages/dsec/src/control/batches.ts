@@ -9,6 +9,9 @@ import type { StateStore } from './state-store.js';
 /** Label on every sandbox a batch made: list or kill them by it. */
 export const BATCH_LABEL = 'dsec.batch';
 
+/** Items created in one group: one transaction for their rows, one request per edge. */
+const MAX_GROUP = 256;
+
 /** Events are written to the store in groups: one transaction per group, not per event. */
 const FLUSH_EVERY_MS = 50;
 
@@ -154,34 +157,39 @@ export class BatchService {
   }
 
   async #drive(b: LiveBatch, concurrency: number): Promise<void> {
-    // Items a previous run got to: their sandbox rows say how they ended.
+    // Items a previous run got to are settled from their sandbox rows; the rest are created in
+    // groups (rows in one transaction, one request per edge: see ControlPlane.createGroup).
     const rows = new Map(this.store.batchSandboxes(b.id).map((r) => [r.index, r]));
+    const todo: number[] = [];
+    const settling: Promise<void>[] = [];
+    for (let index = 0; index < b.count; index++) {
+      if (b.done.has(index)) continue;
+      const row = rows.get(index);
+      if (row) settling.push(this.#settleExisting(b, index, row.id));
+      else todo.push(index);
+    }
+    const size = Math.min(MAX_GROUP, concurrency);
+    const lanes = Math.max(1, Math.ceil(concurrency / size));
     let next = 0;
-    const worker = async (): Promise<void> => {
-      while (!b.cancelled && !this.#stopped) {
-        const index = next++;
-        if (index >= b.count) return;
-        if (b.done.has(index)) continue;
-        const row = rows.get(index);
-        if (row) {
-          await this.#settleExisting(b, index, row.id);
-          continue;
-        }
+    const lane = async (): Promise<void> => {
+      while (!b.cancelled && !this.#stopped && next < todo.length) {
+        const group = todo.slice(next, (next += size));
         try {
-          const s = await this.control.create(b.spec, { [BATCH_LABEL]: b.id }, {
-            batch: { id: b.id, index },
-            onPlaced: (edge, sandboxId) => this.#emit(b, { type: 'placed', index, edge, sandboxId }),
+          await this.control.createGroup(b.spec, { [BATCH_LABEL]: b.id }, group, {
+            batchId: b.id,
+            onPlaced: (index, edge, sandboxId) => this.#emit(b, { type: 'placed', index, edge, sandboxId }),
+            onRunning: (index, edge, sandboxId) => this.#emit(b, { type: 'running', index, sandboxId, edge }),
+            onFailed: (index, code, reason, sandboxId) => this.#emit(b, { type: 'failed', index, code, reason, ...(sandboxId ? { sandboxId } : {}) }),
           });
-          this.#emit(b, { type: 'running', index, sandboxId: s.id, edge: s.edge });
         } catch (err) {
+          // The spec stopped resolving (an image deleted since the batch was accepted): every
+          // item of the group still open fails with the reason.
           const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
-          const ev: Emitted = { type: 'failed', index, code: e.code, reason: e.message };
-          if (typeof e.details['sandboxId'] === 'string') ev.sandboxId = e.details['sandboxId'];
-          this.#emit(b, ev);
+          for (const index of group) if (!b.done.has(index)) this.#emit(b, { type: 'failed', index, code: e.code, reason: e.message });
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(concurrency, b.count) }, worker));
+    await Promise.all([...settling, ...Array.from({ length: lanes }, lane)]);
     if (!b.cancelled && !this.#stopped) this.#finish(b, 'done');
   }
 

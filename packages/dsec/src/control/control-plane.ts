@@ -286,6 +286,130 @@ export class ControlPlane {
     }
   }
 
+  /**
+   * Creates sandboxes of one spec as a group (a batch's): placement for each from the reported
+   * capacity, every row in one transaction, one call per edge (EdgeApi.createSandboxes) instead of
+   * one per sandbox, and the outcomes in one more transaction. An item an edge refuses is placed
+   * again elsewhere, as in create(); each item ends running (`onRunning`) or failed with a reason
+   * (`onFailed`).
+   */
+  async createGroup(
+    req: CreateSandboxRequest,
+    extraLabels: Record<string, string>,
+    indexes: number[],
+    hooks: {
+      batchId: string;
+      onPlaced: (index: number, edge: string, sandboxId: string) => void;
+      onRunning: (index: number, edge: string, sandboxId: string) => void;
+      onFailed: (index: number, code: string, reason: string, sandboxId?: string) => void;
+    },
+  ): Promise<void> {
+    const { imageId, layers, config } = this.#composeLayers(req);
+    const limits = this.limitsFor(req);
+    const network = req.network ? checkPolicy(req.network) : undefined;
+    const backend = req.backend ?? 'container';
+    const started = performance.now();
+    let pending = indexes.map((index) => ({ index, exclude: new Set<string>() }));
+    let refreshed = false;
+    while (pending.length) {
+      const next: typeof pending = [];
+      const placed: { item: (typeof pending)[number]; info: SandboxInfo }[] = [];
+      let full = false;
+      for (const item of pending) {
+        let edgeId: string;
+        try {
+          edgeId = this.#place(req, limits, layers, item.exclude);
+        } catch (err) {
+          const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
+          // An in-process edge's facts are a tick old: ask it now before refusing (once).
+          if (e.code === 'CAPACITY_EXCEEDED' && !refreshed) {
+            full = true;
+            next.push(item);
+          } else hooks.onFailed(item.index, e.code, e.message);
+          continue;
+        }
+        const now = Date.now();
+        const info: SandboxInfo = {
+          id: newSandboxId(edgeId),
+          edge: edgeId,
+          backend,
+          status: 'creating',
+          image: req.image,
+          imageId,
+          resources: limits,
+          labels: { ...(req.labels ?? {}), ...extraLabels },
+          layers,
+          createdAt: new Date(now).toISOString(),
+          onExpiry: req.onExpiry ?? 'stop',
+          lastActivityAt: new Date(now).toISOString(),
+        };
+        if (req.ttlSeconds !== undefined) {
+          info.ttlSeconds = req.ttlSeconds;
+          info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
+        }
+        if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
+        this.edges.reserve(edgeId, limits);
+        this.#creating.add(info.id);
+        placed.push({ item, info });
+      }
+      this.store.insertSandboxes(placed.map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
+      for (const p of placed) hooks.onPlaced(p.item.index, p.info.edge, p.info.id);
+      const byEdge = new Map<string, typeof placed>();
+      for (const p of placed) byEdge.set(p.info.edge, [...(byEdge.get(p.info.edge) ?? []), p]);
+      const done: { id: string; status: SandboxStatus; reason?: string }[] = [];
+      const running: typeof placed = [];
+      const failed: { p: (typeof placed)[number]; code: string; reason: string }[] = [];
+      await Promise.all(
+        [...byEdge].map(async ([edgeId, group]) => {
+          let outcomes: { id: string; sandbox?: unknown; error?: { code: string; message: string; details: Record<string, unknown> } }[];
+          try {
+            outcomes = await this.#edge(edgeId).createSandboxes(
+              group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}) })),
+            );
+          } catch (err) {
+            const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
+            outcomes = group.map((p) => ({ id: p.info.id, error: { code: e.code, message: e.message, details: e.details } }));
+          }
+          group.forEach((p, i) => {
+            const o = outcomes[i];
+            this.#creating.delete(p.info.id);
+            if (o?.sandbox) {
+              this.edges.release(edgeId, limits, false);
+              running.push(p);
+              return;
+            }
+            this.edges.release(edgeId, limits, true);
+            const error = o?.error ?? { code: 'SANDBOX_CREATE_FAILED', message: `edge ${edgeId} gave no answer for ${p.info.id}`, details: {} };
+            if (error.code === 'CAPACITY_EXCEEDED' || (error.code === 'EDGE_UNAVAILABLE' && error.details['retryable'] === true)) {
+              this.store.deleteSandbox(p.info.id); // never accepted by that edge
+              p.item.exclude.add(edgeId);
+              next.push(p.item);
+              return;
+            }
+            failed.push({ p, code: error.code, reason: error.message });
+          });
+        }),
+      );
+      for (const p of running) done.push({ id: p.info.id, status: 'running' });
+      for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
+      this.store.setStatuses(done);
+      for (const p of running) {
+        // The edge was declared lost while this create was in flight: the row says lost.
+        if (this.store.getSandbox(p.info.id)?.status === 'lost') hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
+        else {
+          this.metrics.observeCreate(performance.now() - started);
+          hooks.onRunning(p.item.index, p.info.edge, p.info.id);
+        }
+      }
+      for (const f of failed) hooks.onFailed(f.p.item.index, f.code, f.reason, f.p.info.id);
+      if (full) {
+        refreshed = true;
+        await this.edges.refreshLocal();
+      }
+      pending = next;
+    }
+  }
+
   get(id: string): SandboxInfo {
     const s = this.store.getSandbox(id);
     if (!s) {

@@ -239,6 +239,24 @@ export class StateStore {
       );
   }
 
+  /** Many rows (a batch's group) in one transaction: one commit instead of one per sandbox. */
+  insertSandboxes(rows: { info: SandboxInfo; batch?: { id: string; index: number }; spec: unknown }[]): void {
+    this.db.transaction(() => {
+      for (const r of rows) {
+        this.insertSandbox(r.info, r.batch);
+        this.saveSpec(r.info.id, r.spec);
+      }
+    })();
+  }
+
+  /** Many status changes in one transaction; a row already `lost` keeps that (its edge went away meanwhile). */
+  setStatuses(updates: { id: string; status: SandboxStatus; reason?: string }[]): void {
+    const set = this.#prepared("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status != 'lost'");
+    this.db.transaction(() => {
+      for (const u of updates) set.run(u.status, u.reason ?? null, u.id);
+    })();
+  }
+
   /** Records activity (exec, files, sessions) for the idle timeout. */
   touch(id: string, at = Date.now()): void {
     this.db.prepare('UPDATE sandboxes SET last_activity = ? WHERE id = ?').run(at, id);

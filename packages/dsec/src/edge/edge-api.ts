@@ -5,9 +5,10 @@ import type {
 import type { ExecEvent } from '../exec/run-command.js';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
-import type { EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot } from './protocol/schemas.js';
+import { ApiError } from '../api-error.js';
+import type { EdgeCreateOutcome, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot } from './protocol/schemas.js';
 
-export type { EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, EdgeSandboxStatus } from './protocol/schemas.js';
+export type { EdgeCreateOutcome, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, EdgeSandboxStatus } from './protocol/schemas.js';
 
 /**
  * An interactive terminal as a channel of bytes: output out, keystrokes and resizes in, one exit
@@ -41,6 +42,11 @@ export interface TerminalRequest {
 export interface EdgeApi {
   info(): Promise<EdgeInfo>;
   createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox>;
+  /**
+   * Many creates in one call (a batch's group for this edge): one round trip instead of one per
+   * sandbox; each item succeeds or fails on its own, in the order given.
+   */
+  createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]>;
   killSandbox(id: string): Promise<void>;
   listSandboxes(): Promise<EdgeSandbox[]>;
   exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult>;
@@ -83,4 +89,27 @@ export interface EdgeApi {
   /** Unpacks a tar byte stream into dir (created if missing), inside the sandbox. */
   uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number>;
   downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>>;
+}
+
+/**
+ * createSandboxes for an in-process edge: the creates run `concurrency` at a time (a node's crun
+ * and mounts gain nothing from more), and each item's error is kept as data.
+ */
+export async function createEach(create: (req: EdgeCreateRequest) => Promise<EdgeSandbox>, reqs: EdgeCreateRequest[], concurrency: number): Promise<EdgeCreateOutcome[]> {
+  const out: EdgeCreateOutcome[] = new Array<EdgeCreateOutcome>(reqs.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < reqs.length) {
+      const i = next++;
+      const req = reqs[i]!;
+      try {
+        out[i] = { id: req.id, sandbox: await create(req) };
+      } catch (err) {
+        const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
+        out[i] = { id: req.id, error: { code: e.code, message: e.message, details: e.details } };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, reqs.length)) }, worker));
+  return out;
 }

@@ -35,6 +35,7 @@ import { DSEC_VERSION } from '../version.js';
 import type { LayerDigest } from '../image/layer-store.js';
 import { parseAllowList, PolicyError } from '../net/policy.js';
 import { Crun } from './crun.js';
+import { createEach, type EdgeCreateOutcome } from './edge-api.js';
 import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from './edge-api.js';
 import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
@@ -352,6 +353,10 @@ export class Edge implements EdgeApi {
       if (err instanceof ApiError) throw err;
       throw new ApiError('SANDBOX_CREATE_FAILED', `could not create the sandbox: ${(err as Error).message}`);
     }
+  }
+
+  createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {
+    return createEach((r) => this.createSandbox(r), reqs, 8);
   }
 
   async killSandbox(id: string): Promise<void> {

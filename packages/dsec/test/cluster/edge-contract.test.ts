@@ -186,6 +186,23 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
         await expectCode(api().setNetwork(id, { mode: 'allow', allow: ['1.2.3.4; flush ruleset'] }), 'INVALID_REQUEST');
       });
 
+      test('a group create: each item succeeds or fails on its own, in order', async () => {
+        const ok1 = newId();
+        const ok2 = newId();
+        const out = await api().createSandboxes([
+          { ...spec, id: ok1 },
+          { ...spec, id: newId(), layers: [`sha256:${'0'.repeat(64)}`] },
+          { ...spec, id: ok2 },
+        ]);
+        assert.deepEqual(out.map((o) => o.id.length > 0), [true, true, true]);
+        assert.equal(out[0]!.sandbox?.id, ok1);
+        assert.equal(out[1]!.error?.code, 'IMAGE_NOT_FOUND');
+        assert.equal(out[2]!.sandbox?.status, 'running');
+        assert.equal((await api().exec(ok2, { cmd: 'echo grouped' })).stdout, 'grouped\n');
+        await api().killSandbox(ok1);
+        await api().killSandbox(ok2);
+      });
+
       test('kill removes the sandbox; a second kill is SANDBOX_NOT_FOUND', async () => {
         await api().killSandbox(id);
         assert.ok(!(await api().listSandboxes()).some((s) => s.id === id));

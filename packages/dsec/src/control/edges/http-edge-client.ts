@@ -9,7 +9,7 @@ import type {
   Encoding, ExecRequest, ExecResult, FileStat, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
+import type { EdgeApi, EdgeCreateOutcome, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
 import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
 import { lineToEvent } from '../../edge/protocol/exec-lines.js';
 import type { ExecEvent } from '../../exec/run-command.js';
@@ -148,6 +148,10 @@ export class HttpEdgeClient implements EdgeApi {
   createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     // A create may fetch layers over the network first: no short timeout.
     return this.#json('POST', '/sandboxes', req, { timeout: false });
+  }
+
+  async createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {
+    return (await this.#json<{ results: EdgeCreateOutcome[] }>('POST', '/sandboxes/group', { sandboxes: reqs }, { timeout: false })).results;
   }
 
   async killSandbox(id: string): Promise<void> {

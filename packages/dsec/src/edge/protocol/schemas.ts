@@ -57,12 +57,25 @@ export const EdgeCreateRequest = Type.Object(
 );
 export type EdgeCreateRequest = Static<typeof EdgeCreateRequest>;
 
+/** Many creates in one request: a batch's group for one edge (each item succeeds or fails alone). */
+export const MAX_EDGE_CREATE_GROUP = 1024;
+export const EdgeCreateGroupRequest = Type.Object({ sandboxes: Type.Array(EdgeCreateRequest, { minItems: 1, maxItems: MAX_EDGE_CREATE_GROUP }) }, { additionalProperties: false });
+
 export const EdgeSandboxStatus = Type.Union([Type.Literal('running'), Type.Literal('paused')]);
 export type EdgeSandboxStatus = Static<typeof EdgeSandboxStatus>;
 
 export const EdgeSandbox = Type.Object({ id: Type.String(), status: EdgeSandboxStatus, pid: Type.Integer(), createdAt: Type.String() });
 export type EdgeSandbox = Static<typeof EdgeSandbox>;
 export const EdgeSandboxList = Type.Object({ sandboxes: Type.Array(EdgeSandbox) });
+
+/** One item of a group create: the sandbox, or the error (a registry code) that item got. */
+export const EdgeCreateOutcome = Type.Object({
+  id: Type.String(),
+  sandbox: Type.Optional(EdgeSandbox),
+  error: Type.Optional(Type.Object({ code: Type.String(), message: Type.String(), details: Type.Record(Type.String(), Type.Unknown()) })),
+});
+export type EdgeCreateOutcome = Static<typeof EdgeCreateOutcome>;
+export const EdgeCreateGroupResult = Type.Object({ results: Type.Array(EdgeCreateOutcome) });
 
 /** What a node has and has promised, as its edge measures it: placement decides from this. */
 export const EdgeCapacity = Type.Object({

@@ -16,7 +16,7 @@ import { abortOnHangup } from '../../control/routes/abort-on-hangup.js';
 import type { App } from '../../control/server.js';
 import type { EdgeApi } from '../edge-api.js';
 import {
-  EDGE_PREFIX, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage,
+  EDGE_PREFIX, EdgeCreateGroupRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage,
 } from '../protocol/schemas.js';
 import { eventToLine } from '../protocol/exec-lines.js';
 
@@ -62,6 +62,9 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   app.post(`${P}/sandboxes`, { schema: { body: EdgeCreateRequest, response: { 201: EdgeSandbox, ...errors } } }, async (req, reply) =>
     reply.status(201).send(await edge.createSandbox(req.body)),
   );
+  app.post(`${P}/sandboxes/group`, { schema: { body: EdgeCreateGroupRequest, response: { 200: EdgeCreateGroupResult, ...errors } } }, async (req) => ({
+    results: await edge.createSandboxes(req.body.sandboxes),
+  }));
   app.delete(S, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.killSandbox(req.params.id);
     return reply.status(204).send(null);
