@@ -230,26 +230,7 @@ export class ControlPlane {
         await this.edges.refreshLocal();
         continue;
       }
-      const now = Date.now();
-      const info: SandboxInfo = {
-        id: newSandboxId(edgeId),
-        edge: edgeId,
-        backend: req.backend ?? 'container',
-        status: 'creating',
-        image: req.image,
-        imageId,
-        resources: limits,
-        labels: { ...(req.labels ?? {}), ...extraLabels },
-        layers,
-        createdAt: new Date(now).toISOString(),
-        onExpiry: req.onExpiry ?? 'stop',
-        lastActivityAt: new Date(now).toISOString(),
-      };
-      if (req.ttlSeconds !== undefined) {
-        info.ttlSeconds = req.ttlSeconds;
-        info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
-      }
-      if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
+      const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
       this.#creating.add(info.id);
       this.store.insertSandbox(info, opts.batch, req);
       this.edges.reserve(edgeId, limits);
@@ -328,26 +309,7 @@ export class ControlPlane {
           } else hooks.onFailed(item.index, e.code, e.message);
           continue;
         }
-        const now = Date.now();
-        const info: SandboxInfo = {
-          id: newSandboxId(edgeId),
-          edge: edgeId,
-          backend,
-          status: 'creating',
-          image: req.image,
-          imageId,
-          resources: limits,
-          labels: { ...(req.labels ?? {}), ...extraLabels },
-          layers,
-          createdAt: new Date(now).toISOString(),
-          onExpiry: req.onExpiry ?? 'stop',
-          lastActivityAt: new Date(now).toISOString(),
-        };
-        if (req.ttlSeconds !== undefined) {
-          info.ttlSeconds = req.ttlSeconds;
-          info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
-        }
-        if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
+        const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
         this.edges.reserve(edgeId, limits);
         this.#creating.add(info.id);
         placed.push({ item, info });
@@ -844,6 +806,38 @@ export class ControlPlane {
   async killAll(): Promise<void> {
     await Promise.allSettled(this.store.listSandboxes().map((s) => this.kill(s.id)));
   }
+}
+
+/** The record of a sandbox just placed on `edge`, status creating, as create and createGroup write it. */
+function newSandboxInfo(
+  req: CreateSandboxRequest,
+  edge: string,
+  imageId: string,
+  limits: SandboxLimits,
+  layers: string[],
+  extraLabels: Record<string, string>,
+): SandboxInfo {
+  const now = Date.now();
+  const info: SandboxInfo = {
+    id: newSandboxId(edge),
+    edge,
+    backend: req.backend ?? 'container',
+    status: 'creating',
+    image: req.image,
+    imageId,
+    resources: limits,
+    labels: { ...(req.labels ?? {}), ...extraLabels },
+    layers,
+    createdAt: new Date(now).toISOString(),
+    onExpiry: req.onExpiry ?? 'stop',
+    lastActivityAt: new Date(now).toISOString(),
+  };
+  if (req.ttlSeconds !== undefined) {
+    info.ttlSeconds = req.ttlSeconds;
+    info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
+  }
+  if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
+  return info;
 }
 
 /**
