@@ -13,6 +13,8 @@
  */
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import type { RunningDsec } from '../../src/runtime/all-in-one.js';
@@ -23,6 +25,10 @@ const long = process.env['DSEC_SOAK'] === '1';
 const cycles = Number(process.env['DSEC_SOAK_CYCLES'] ?? (long ? 10_000 : 100));
 const concurrency = Number(process.env['DSEC_SOAK_CONCURRENCY'] ?? 2);
 const warmup = Math.max(2, Math.min(50, Math.floor(cycles / 20)));
+// A full GC before each census, so RSS and heap compare live memory, not how far GC got.
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+const heapMiB = (): number => Math.round(process.memoryUsage().heapUsed / 2 ** 20);
 
 describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationSkipReason(), timeout: long ? 24 * 3600_000 : 900_000 }, () => {
   const edgeId = newEdgeId();
@@ -95,10 +101,14 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
 
   test('every cycle succeeds and nothing leaks', async () => {
     await run(0, warmup);
+    gc();
+    const heapStart = heapMiB();
     const start: Census = census(dataDir, edgeId, made);
     const t0 = performance.now();
     await run(warmup, cycles);
     const seconds = (performance.now() - t0) / 1000;
+    gc();
+    const heapEnd = heapMiB();
     const end = census(dataDir, edgeId, made);
     const result = {
       cycles,
@@ -111,6 +121,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       fds: { start: start.fds, end: end.fds },
       rssMiB: { start: Math.round(start.rssBytes / 2 ** 20), end: Math.round(end.rssBytes / 2 ** 20) },
       rssGrowthPercent: Math.round(((end.rssBytes - start.rssBytes) / start.rssBytes) * 1000) / 10,
+      heapUsedMiB: { start: heapStart, end: heapEnd },
       sandboxesLeft: (await dsec!.edge.listSandboxes()).length,
     };
     console.log(`soak result: ${JSON.stringify(result)}`);
