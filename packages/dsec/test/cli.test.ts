@@ -74,6 +74,19 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     assert.ok(list.some((s) => s.id === sb.id && s.status === 'running'), r.stdout);
   });
 
+  test('run --count N creates a batch: progress lines when not a terminal, then the ids', async () => {
+    const r = await runCli(['run', 'busybox', '--count', '4', '-m', '32', '-l', 'via=cli-batch'], env);
+    assert.equal(r.code, 0, r.stderr);
+    const ids = r.stdout.trim().split('\n');
+    assert.equal(ids.length, 4);
+    assert.ok(ids.every((id) => id.startsWith(`sb-${server.edgeId}-`)), r.stdout);
+    assert.match(r.stderr, /creating 4 sandboxes: 4\/4 \(100%\)/);
+    assert.match(r.stderr, /batch batch-[0-9a-f]+: 4 running, 0 failed/);
+    const listed = await Sandbox.list({ ...server.conn, labels: { via: 'cli-batch' } });
+    assert.deepEqual(listed.map((s) => s.id).sort(), [...ids].sort());
+    for (const id of ids) await Sandbox.kill(id, server.conn);
+  });
+
   test('ps --json -l k=v filters by label', async () => {
     const r = await runCli(['ps', '--json', '-l', 'via=nobody'], env);
     assert.equal(r.code, 0, r.stderr);

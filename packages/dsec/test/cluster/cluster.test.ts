@@ -7,11 +7,14 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { batchEvents, Connection, Sandbox, type BatchInfo, type SandboxInfo } from '@dsec/sdk';
 import { HttpEdgeClient } from '../../src/control/edges/http-edge-client.js';
 import { assertCleanAndRemove, integrationSkipReason } from '../helpers/server.js';
 import { ClusterHarness } from './support/cluster-harness.js';
+
+const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 
 /** Edges declared lost after this much silence (the bound the design gives is 10 s). */
 const LOST_AFTER_MS = 4000;
@@ -53,6 +56,10 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
       assert.ok(n.capacity.memoryBytes > 0 && n.capacity.cpus > 0);
       assert.match(n.labels['node'] ?? '', /^n\d$/);
     }
+    // The same through the CLI, as an operator sees it.
+    const cli = spawnSync(process.execPath, [CLI, 'nodes', '--json'], { encoding: 'utf8', env: { ...process.env, DSEC_URL: conn.url, DSEC_API_KEY: conn.apiKey } });
+    assert.equal(cli.status, 0, cli.stderr);
+    assert.deepEqual((JSON.parse(cli.stdout) as { id: string }[]).map((n) => n.id).sort(), h.edges.map((e) => e.id).sort());
   });
 
   test('a batch of 30 spreads over the edges, fetching layers over the blob endpoint; exec, snapshot and fork work across nodes', async () => {
@@ -166,8 +173,10 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
   test('drain: no new placements on the edge, and it leaves once empty', async () => {
     const e = h.edges[0]!;
     const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 }, placement: { labels: { node: `n${e.index}` } } });
-    const drained = await new Connection(conn).json<{ state: string }>('POST', `/v1/nodes/${e.id}/drain`);
-    assert.equal(drained.state, 'draining');
+    const drain = spawnSync(process.execPath, [CLI, 'edge', 'drain', e.id], { encoding: 'utf8', env: { ...process.env, DSEC_URL: conn.url, DSEC_API_KEY: conn.apiKey } });
+    assert.equal(drain.status, 0, drain.stderr);
+    assert.match(drain.stdout, new RegExp(`edge ${e.id} is draining`));
+    assert.equal((await h.nodes()).find((n) => n.id === e.id)?.state, 'draining');
     const others = await Sandbox.createMany(6, { ...conn, image: 'busybox', resources: { memoryMiB: 32 } });
     assert.ok(others.sandboxes.every((s) => s.info.edge !== e.id));
     await sb.kill();
