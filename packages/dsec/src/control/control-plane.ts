@@ -1,21 +1,20 @@
-import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { Readable } from 'node:stream';
 import type {
-  CreateSandboxRequest, ExecRequest, NodeInfo, ExecResult, ForkRequest, ForkResult, ImageConfig, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
+  CreateSandboxRequest, ExecRequest, NodeInfo, ExecResult, ForkRequest, ForkResult, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
   SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, StartProcessRequest, ProcessInfo,
 } from '@dsec/sdk/schema';
 import type { Link } from '../net/address-pool.js';
-import { allowEntryError, type NetworkPolicy } from '../net/policy.js';
+import type { NetworkPolicy } from '../net/policy.js';
 import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../exec/run-command.js';
 import { ApiError } from '../api-error.js';
-import type { EdgeApi, EdgeNetworkRequest, SandboxLimits } from '../edge/edge-api.js';
+import type { EdgeApi, SandboxLimits } from '../edge/edge-api.js';
 import { EdgeRegistry } from './edges/edge-registry.js';
 import { BatchService } from './batches.js';
-import { infeasible, place, poolUtilisation } from './placement.js';
-import type { ImageId, ImageStore } from '../image/image-store.js';
-import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
+import { checkPolicy, SandboxCreation } from './sandbox-creation.js';
+import type { ImageStore } from '../image/image-store.js';
+import type { LayerDigest } from '../image/layer-store.js';
 import { CACHE_KEY_LABEL } from '../image/builders/builder.js';
 import type { StateStore } from './state-store.js';
 import { Metrics } from './metrics.js';
@@ -24,16 +23,7 @@ import { SnapshotImages } from './snapshot-images.js';
 import { DEFAULT_TRAJECTORY_RETENTION_HOURS, EndedSandboxes } from './ended-sandboxes.js';
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
 
-export const DEFAULT_LIMITS: SandboxLimits = { cpu: 1, memoryMiB: 512, pids: 512 };
-
-/** `sb-<edge>-<random>`: the edge is in the id, so routing a call needs no lookup. */
-export function newSandboxId(edge: string): string {
-  return `sb-${edge}-${randomBytes(8).readBigUInt64BE().toString(36).padStart(13, '0')}`;
-}
-
-export function edgeOf(id: string): string | undefined {
-  return /^sb-([a-z0-9]{1,32})-[a-z0-9]+$/.exec(id)?.[1];
-}
+export { DEFAULT_LIMITS, edgeOf, newSandboxId } from './sandbox-ids.js';
 
 /**
  * The control plane's logic, apart from HTTP: validates against images and limits, places
@@ -68,10 +58,8 @@ export class ControlPlane {
   readonly ended: EndedSandboxes;
   /** Counted here, not in routes, so forks, replays and every exec path count too. */
   readonly metrics = new Metrics();
-  /** Sandboxes whose create is in flight here: reconcile leaves them to their create. */
-  readonly #creating = new Set<string>();
-  readonly #burstPool: string;
-  readonly #burstThreshold: number;
+  /** Resolving, placing and creating sandboxes (placement.ts decides where). */
+  readonly #creation: SandboxCreation;
 
   constructor(
     private readonly store: StateStore,
@@ -84,8 +72,15 @@ export class ControlPlane {
     this.snapshotImages = new SnapshotImages(store, images);
     this.ended = new EndedSandboxes(store, (opts.trajectoryRetentionHours ?? DEFAULT_TRAJECTORY_RETENTION_HOURS) * 3600_000);
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
-    this.#burstPool = opts.burstPool ?? 'burst';
-    this.#burstThreshold = opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD;
+    this.#creation = new SandboxCreation({
+      store,
+      images,
+      edges: this.edges,
+      log,
+      metrics: this.metrics,
+      burstPool: opts.burstPool ?? 'burst',
+      burstThreshold: opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD,
+    });
     this.edges.onLost = async (edge, why) => {
       const lost = this.store.markEdgeLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
@@ -107,12 +102,12 @@ export class ControlPlane {
     const edge = this.edges.apiEvenIfLost(edgeId);
     // A create that is in flight now may finish on the edge after it lists its sandboxes, or
     // before the store is read below: either way, that sandbox is its create's to settle.
-    const inflight = new Set(this.#creating);
+    const inflight = new Set(this.#creation.inflight);
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
     const lost: string[] = [];
     const killedLost: string[] = [];
     for (const s of this.store.listSandboxes({ edge: edgeId })) {
-      if (inflight.has(s.id) || this.#creating.has(s.id)) {
+      if (inflight.has(s.id) || this.#creation.inflight.has(s.id)) {
         onEdge.delete(s.id);
         continue;
       }
@@ -141,235 +136,23 @@ export class ControlPlane {
     return this.edges.api(id);
   }
 
-  /**
-   * Placement from the capacity edges last reported: the sandbox's pool (or the burst pool, for a
-   * burstable sandbox when its pool is above the burst threshold or has no room), filtered and
-   * scored in placement.ts. CAPACITY_EXCEEDED only when no edge of those pools can take it.
-   */
-  #place(req: CreateSandboxRequest, limits: SandboxLimits, layers: string[], exclude: Set<string>): string {
-    const candidates = this.edges.candidates();
-    const pool = req.placement?.pool ?? 'default';
-    const labels = req.placement?.labels;
-    const pools = [pool];
-    if (req.placement?.burst && pool !== this.#burstPool) {
-      if (poolUtilisation(candidates, pool) > this.#burstThreshold) pools.unshift(this.#burstPool);
-      else pools.push(this.#burstPool);
-    }
-    for (const p of pools) {
-      const chosen = place(candidates, { limits, layers, pool: p, labels, exclude });
-      if (chosen) return chosen.id;
-    }
-    const inPool = candidates.filter((c) => pools.includes(c.pool));
-    if (inPool.length > 0 && inPool.every((c) => limits.memoryMiB * 1048576 > c.info.capacity.memoryBytes)) {
-      const most = Math.max(...inPool.map((c) => Math.floor(c.info.capacity.memoryBytes / 1048576)));
-      throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than any node has (at most ${most} MiB)`, { field: 'resources.memoryMiB' });
-    }
-    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude }) ?? 'other pool'}`).join('; ')})`;
-    throw new ApiError('CAPACITY_EXCEEDED', `the cluster is full for this sandbox: ${why}; kill sandboxes or add nodes`, { pools });
-  }
-
   limitsFor(req: CreateSandboxRequest): SandboxLimits {
-    return { ...DEFAULT_LIMITS, ...req.resources };
-  }
-
-  /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
-  #composeLayers(req: CreateSandboxRequest): { imageId: ImageId; layers: LayerDigest[]; config: ImageConfig } {
-    const notFound = (ref: string): ApiError =>
-      new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``, {
-        image: ref,
-      });
-    const imageId = this.images.resolve(req.image);
-    const manifest = imageId && this.images.get(imageId);
-    if (!imageId || !manifest) throw notFound(req.image);
-    const layers: LayerDigest[] = [...manifest.layers];
-    for (const ref of req.layers ?? []) {
-      let extra: LayerDigest[];
-      if (isLayerDigest(ref) && this.images.layers.has(ref)) extra = [ref];
-      else {
-        const id = this.images.resolve(ref);
-        const m = id && this.images.get(id);
-        if (!m) throw notFound(ref);
-        extra = m.layers;
-      }
-      for (const l of extra) if (!layers.includes(l)) layers.push(l);
-    }
-    return { imageId, layers, config: manifest.config };
+    return this.#creation.limitsFor(req);
   }
 
   /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
   checkSpec(req: CreateSandboxRequest): void {
-    this.#composeLayers(req);
-    if (req.network) checkPolicy(req.network);
+    this.#creation.checkSpec(req);
   }
 
-  /**
-   * Creates a sandbox. `opts.batch`: it is item `index` of a batch (recorded with the row);
-   * `opts.onPlaced` hears the edge chosen before the edge answers.
-   */
-  async create(
-    req: CreateSandboxRequest,
-    extraLabels: Record<string, string> = {},
-    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void } = {},
-  ): Promise<SandboxInfo> {
-    const started = performance.now();
-    const { imageId, layers, config } = this.#composeLayers(req);
-    const limits = this.limitsFor(req);
-    const network = req.network ? checkPolicy(req.network) : undefined;
-    const exclude = new Set<string>();
-    // The edge has the last word: one that refuses (full, draining, unreachable before the
-    // request left) is excluded and the create placed again, so a caller sees CAPACITY_EXCEEDED
-    // only when no edge can take it.
-    for (let refreshed = false; ; ) {
-      let edgeId: string;
-      try {
-        edgeId = this.#place(req, limits, layers, exclude);
-      } catch (err) {
-        // An in-process edge's facts are a tick old: ask it now before refusing.
-        if (refreshed || !(err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED')) throw err;
-        refreshed = true;
-        await this.edges.refreshLocal();
-        continue;
-      }
-      const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
-      this.#creating.add(info.id);
-      this.store.insertSandbox(info, opts.batch, req);
-      this.edges.reserve(edgeId, limits);
-      opts.onPlaced?.(edgeId, info.id);
-      try {
-        await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend, ...(network ? { network } : {}) });
-      } catch (err) {
-        this.#creating.delete(info.id);
-        this.edges.release(edgeId, limits, true);
-        const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
-        if (retry) {
-          this.store.deleteSandbox(info.id); // never accepted by that edge
-          exclude.add(edgeId);
-          this.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');
-          continue;
-        }
-        const reason = err instanceof Error ? err.message : String(err);
-        this.store.setStatus(info.id, 'failed', reason);
-        if (err instanceof ApiError) {
-          err.details['sandboxId'] = info.id;
-          throw err;
-        }
-        throw new ApiError('SANDBOX_CREATE_FAILED', reason, { sandboxId: info.id });
-      }
-      this.edges.release(edgeId, limits, false);
-      this.#creating.delete(info.id);
-      // The edge was declared lost while this create was in flight: the row says lost, and stays so.
-      if (this.store.getSandbox(info.id)?.status === 'lost') {
-        throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, { sandboxId: info.id, edge: edgeId });
-      }
-      this.store.setStatus(info.id, 'running');
-      this.metrics.observeCreate(performance.now() - started);
-      return { ...info, status: 'running' };
-    }
+  /** Creates one sandbox: see SandboxCreation.create. */
+  create(...args: Parameters<SandboxCreation['create']>): ReturnType<SandboxCreation['create']> {
+    return this.#creation.create(...args);
   }
 
-  /**
-   * Creates sandboxes of one spec as a group (a batch's): placement for each from the reported
-   * capacity, every row in one transaction, one call per edge (EdgeApi.createSandboxes) instead of
-   * one per sandbox, and the outcomes in one more transaction. An item an edge refuses is placed
-   * again elsewhere, as in create(); each item ends running (`onRunning`) or failed with a reason
-   * (`onFailed`).
-   */
-  async createGroup(
-    req: CreateSandboxRequest,
-    extraLabels: Record<string, string>,
-    indexes: number[],
-    hooks: {
-      batchId: string;
-      onPlaced: (index: number, edge: string, sandboxId: string) => void;
-      onRunning: (index: number, edge: string, sandboxId: string) => void;
-      onFailed: (index: number, code: string, reason: string, sandboxId?: string) => void;
-    },
-  ): Promise<void> {
-    const { imageId, layers, config } = this.#composeLayers(req);
-    const limits = this.limitsFor(req);
-    const network = req.network ? checkPolicy(req.network) : undefined;
-    const backend = req.backend ?? 'container';
-    const started = performance.now();
-    let pending = indexes.map((index) => ({ index, exclude: new Set<string>() }));
-    let refreshed = false;
-    while (pending.length) {
-      const next: typeof pending = [];
-      const placed: { item: (typeof pending)[number]; info: SandboxInfo }[] = [];
-      let full = false;
-      for (const item of pending) {
-        let edgeId: string;
-        try {
-          edgeId = this.#place(req, limits, layers, item.exclude);
-        } catch (err) {
-          const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
-          // An in-process edge's facts are a tick old: ask it now before refusing (once).
-          if (e.code === 'CAPACITY_EXCEEDED' && !refreshed) {
-            full = true;
-            next.push(item);
-          } else hooks.onFailed(item.index, e.code, e.message);
-          continue;
-        }
-        const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
-        this.edges.reserve(edgeId, limits);
-        this.#creating.add(info.id);
-        placed.push({ item, info });
-      }
-      this.store.insertSandboxes(placed.map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
-      for (const p of placed) hooks.onPlaced(p.item.index, p.info.edge, p.info.id);
-      const byEdge = new Map<string, typeof placed>();
-      for (const p of placed) byEdge.set(p.info.edge, [...(byEdge.get(p.info.edge) ?? []), p]);
-      const done: { id: string; status: SandboxStatus; reason?: string }[] = [];
-      const running: typeof placed = [];
-      const failed: { p: (typeof placed)[number]; code: string; reason: string }[] = [];
-      await Promise.all(
-        [...byEdge].map(async ([edgeId, group]) => {
-          let outcomes: { id: string; sandbox?: unknown; error?: { code: string; message: string; details: Record<string, unknown> } }[];
-          try {
-            outcomes = await this.#edge(edgeId).createSandboxes(
-              group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}) })),
-            );
-          } catch (err) {
-            const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
-            outcomes = group.map((p) => ({ id: p.info.id, error: { code: e.code, message: e.message, details: e.details } }));
-          }
-          group.forEach((p, i) => {
-            const o = outcomes[i];
-            this.#creating.delete(p.info.id);
-            if (o?.sandbox) {
-              this.edges.release(edgeId, limits, false);
-              running.push(p);
-              return;
-            }
-            this.edges.release(edgeId, limits, true);
-            const error = o?.error ?? { code: 'SANDBOX_CREATE_FAILED', message: `edge ${edgeId} gave no answer for ${p.info.id}`, details: {} };
-            if (error.code === 'CAPACITY_EXCEEDED' || (error.code === 'EDGE_UNAVAILABLE' && error.details['retryable'] === true)) {
-              this.store.deleteSandbox(p.info.id); // never accepted by that edge
-              p.item.exclude.add(edgeId);
-              next.push(p.item);
-              return;
-            }
-            failed.push({ p, code: error.code, reason: error.message });
-          });
-        }),
-      );
-      for (const p of running) done.push({ id: p.info.id, status: 'running' });
-      for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
-      this.store.setStatuses(done);
-      for (const p of running) {
-        // The edge was declared lost while this create was in flight: the row says lost.
-        if (this.store.getSandbox(p.info.id)?.status === 'lost') hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
-        else {
-          this.metrics.observeCreate(performance.now() - started);
-          hooks.onRunning(p.item.index, p.info.edge, p.info.id);
-        }
-      }
-      for (const f of failed) hooks.onFailed(f.p.item.index, f.code, f.reason, f.p.info.id);
-      if (full) {
-        refreshed = true;
-        await this.edges.refreshLocal();
-      }
-      pending = next;
-    }
+  /** Creates a batch's group of sandboxes: see SandboxCreation.createGroup. */
+  createGroup(...args: Parameters<SandboxCreation['createGroup']>): ReturnType<SandboxCreation['createGroup']> {
+    return this.#creation.createGroup(...args);
   }
 
   get(id: string): SandboxInfo {
@@ -808,38 +591,6 @@ export class ControlPlane {
   }
 }
 
-/** The record of a sandbox just placed on `edge`, status creating, as create and createGroup write it. */
-function newSandboxInfo(
-  req: CreateSandboxRequest,
-  edge: string,
-  imageId: string,
-  limits: SandboxLimits,
-  layers: string[],
-  extraLabels: Record<string, string>,
-): SandboxInfo {
-  const now = Date.now();
-  const info: SandboxInfo = {
-    id: newSandboxId(edge),
-    edge,
-    backend: req.backend ?? 'container',
-    status: 'creating',
-    image: req.image,
-    imageId,
-    resources: limits,
-    labels: { ...(req.labels ?? {}), ...extraLabels },
-    layers,
-    createdAt: new Date(now).toISOString(),
-    onExpiry: req.onExpiry ?? 'stop',
-    lastActivityAt: new Date(now).toISOString(),
-  };
-  if (req.ttlSeconds !== undefined) {
-    info.ttlSeconds = req.ttlSeconds;
-    info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
-  }
-  if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
-  return info;
-}
-
 /**
  * Checks the schema cannot express: an argv's program is not empty (a body `cmd: ""` can arrive
  * as `[""]`), and stdin decodes to at most MAX_STDIN_BYTES.
@@ -865,26 +616,6 @@ function stdinPayload(req: ExecRequest): Buffer | undefined {
   return req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8');
 }
 
-/**
- * The allow list's syntax, checked here so a bad entry is a 400 before any placement; host names
- * are resolved by the edge that enforces the rules (DNS is a fact of its node).
- */
-function checkPolicy(req: NetworkPolicyRequest): EdgeNetworkRequest {
-  if (req.mode !== 'allow' && req.allow?.length) {
-    throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
-  }
-  if (req.mode === 'allow' && !req.allow?.length) {
-    throw new ApiError('INVALID_REQUEST', 'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing', {
-      field: 'allow',
-    });
-  }
-  const allow = req.mode === 'allow' ? (req.allow ?? []) : [];
-  for (const entry of allow) {
-    const err = allowEntryError(entry);
-    if (err) throw new ApiError('INVALID_REQUEST', err, { field: 'allow' });
-  }
-  return { mode: req.mode, allow };
-}
 
 function networkState(r: { policy: NetworkPolicy; link?: Link }): NetworkPolicyState {
   const out: NetworkPolicyState = { mode: r.policy.mode, allow: r.policy.allow };

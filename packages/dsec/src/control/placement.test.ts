@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { EdgeInfo } from '../edge/edge-api.js';
+import pino from 'pino';
+import { ApiError } from '../api-error.js';
+import type { ImageStore } from '../image/image-store.js';
+import type { EdgeRegistry } from './edges/edge-registry.js';
+import { Metrics } from './metrics.js';
 import { infeasible, place, poolUtilisation, score, type PlacementCandidate, type PlacementRequest } from './placement.js';
+import { SandboxCreation } from './sandbox-creation.js';
+import type { StateStore } from './state-store.js';
 
 const GiB = 1024 ** 3;
 
@@ -86,5 +93,33 @@ describe('placement', () => {
     assert.equal(poolUtilisation(edges, 'default'), 0.8);
     assert.equal(poolUtilisation([edge('m', { memAvail: 1 * GiB })], 'default'), 15 / 16);
     assert.equal(poolUtilisation([], 'default'), 1, 'a pool with no edges is full');
+  });
+});
+
+describe('bursting (SandboxCreation.place)', () => {
+  const creation = (edges: PlacementCandidate[]): SandboxCreation =>
+    new SandboxCreation({
+      store: undefined as unknown as StateStore,
+      images: undefined as unknown as ImageStore,
+      edges: { candidates: () => edges } as unknown as EdgeRegistry,
+      log: pino({ level: 'silent' }),
+      metrics: new Metrics(),
+      burstPool: 'burst',
+      burstThreshold: 0.8,
+    });
+  const limits = { cpu: 1, memoryMiB: 512, pids: 512 };
+  const spec = (burst: boolean) => ({ image: 'busybox', placement: { burst } });
+
+  test('above the threshold a burstable sandbox goes to the burst pool; a plain one stays', () => {
+    const c = creation([edge('d1', { sandboxes: 90 }), edge('d2', { sandboxes: 85 }), edge('b1', { pool: 'burst' })]);
+    assert.equal(c.place(spec(true), limits, [], new Set()), 'b1');
+    assert.match(c.place(spec(false), limits, [], new Set()), /^d[12]$/);
+  });
+
+  test('below the threshold it stays in its pool; when its pool is full it bursts', () => {
+    assert.equal(creation([edge('d1', { sandboxes: 10 }), edge('b1', { pool: 'burst' })]).place(spec(true), limits, [], new Set()), 'd1');
+    const full = creation([edge('d1', { sandboxes: 100 }), edge('b1', { pool: 'burst' })]);
+    assert.equal(full.place(spec(true), limits, [], new Set()), 'b1');
+    assert.throws(() => full.place(spec(false), limits, [], new Set()), (err: unknown) => err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED' && /d1: no sandbox slots/.test(err.message));
   });
 });

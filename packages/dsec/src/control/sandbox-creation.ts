@@ -1,0 +1,325 @@
+import type { Logger } from 'pino';
+import type { CreateSandboxRequest, ImageConfig, NetworkPolicyRequest, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
+import type { EdgeApi, EdgeNetworkRequest, SandboxLimits } from '../edge/edge-api.js';
+import type { ImageId, ImageStore } from '../image/image-store.js';
+import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
+import { allowEntryError } from '../net/policy.js';
+import type { EdgeRegistry } from './edges/edge-registry.js';
+import type { Metrics } from './metrics.js';
+import { infeasible, place, poolUtilisation } from './placement.js';
+import type { StateStore } from './state-store.js';
+import { DEFAULT_LIMITS, newSandboxId } from './sandbox-ids.js';
+
+export interface SandboxCreationDeps {
+  store: StateStore;
+  images: ImageStore;
+  edges: EdgeRegistry;
+  log: Logger;
+  metrics: Metrics;
+  /** Pool that takes burstable sandboxes when their pool is above `burstThreshold` or full. */
+  burstPool: string;
+  burstThreshold: number;
+}
+
+/**
+ * How a sandbox comes to exist: its spec resolved (image → layers and config, limits with
+ * defaults, network syntax), an edge chosen from the capacity edges report (placement.ts), its
+ * row written, and the edge asked, with refusals placed again elsewhere. One sandbox at a time
+ * (create) or a batch's group at once (createGroup). `inflight` is what reconcile must leave alone.
+ */
+export class SandboxCreation {
+  /** Sandboxes whose create is in flight here: reconcile leaves them to their create. */
+  readonly inflight = new Set<string>();
+
+  constructor(private readonly deps: SandboxCreationDeps) {}
+
+  #edge(id: string): EdgeApi {
+    return this.deps.edges.api(id);
+  }
+
+  /**
+   * Placement from the capacity edges last reported: the sandbox's pool (or the burst pool, for a
+   * burstable sandbox when its pool is above the burst threshold or has no room), filtered and
+   * scored in placement.ts. CAPACITY_EXCEEDED only when no edge of those pools can take it.
+   */
+  place(req: CreateSandboxRequest, limits: SandboxLimits, layers: string[], exclude: Set<string>): string {
+    const candidates = this.deps.edges.candidates();
+    const pool = req.placement?.pool ?? 'default';
+    const labels = req.placement?.labels;
+    const pools = [pool];
+    if (req.placement?.burst && pool !== this.deps.burstPool) {
+      if (poolUtilisation(candidates, pool) > this.deps.burstThreshold) pools.unshift(this.deps.burstPool);
+      else pools.push(this.deps.burstPool);
+    }
+    for (const p of pools) {
+      const chosen = place(candidates, { limits, layers, pool: p, labels, exclude });
+      if (chosen) return chosen.id;
+    }
+    const inPool = candidates.filter((c) => pools.includes(c.pool));
+    if (inPool.length > 0 && inPool.every((c) => limits.memoryMiB * 1048576 > c.info.capacity.memoryBytes)) {
+      const most = Math.max(...inPool.map((c) => Math.floor(c.info.capacity.memoryBytes / 1048576)));
+      throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than any node has (at most ${most} MiB)`, { field: 'resources.memoryMiB' });
+    }
+    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude }) ?? 'other pool'}`).join('; ')})`;
+    throw new ApiError('CAPACITY_EXCEEDED', `the cluster is full for this sandbox: ${why}; kill sandboxes or add nodes`, { pools });
+  }
+
+  limitsFor(req: CreateSandboxRequest): SandboxLimits {
+    return { ...DEFAULT_LIMITS, ...req.resources };
+  }
+
+  /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
+  composeLayers(req: CreateSandboxRequest): { imageId: ImageId; layers: LayerDigest[]; config: ImageConfig } {
+    const notFound = (ref: string): ApiError =>
+      new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``, {
+        image: ref,
+      });
+    const imageId = this.deps.images.resolve(req.image);
+    const manifest = imageId && this.deps.images.get(imageId);
+    if (!imageId || !manifest) throw notFound(req.image);
+    const layers: LayerDigest[] = [...manifest.layers];
+    for (const ref of req.layers ?? []) {
+      let extra: LayerDigest[];
+      if (isLayerDigest(ref) && this.deps.images.layers.has(ref)) extra = [ref];
+      else {
+        const id = this.deps.images.resolve(ref);
+        const m = id && this.deps.images.get(id);
+        if (!m) throw notFound(ref);
+        extra = m.layers;
+      }
+      for (const l of extra) if (!layers.includes(l)) layers.push(l);
+    }
+    return { imageId, layers, config: manifest.config };
+  }
+
+  /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
+  checkSpec(req: CreateSandboxRequest): void {
+    this.composeLayers(req);
+    if (req.network) checkPolicy(req.network);
+  }
+
+  /**
+   * Creates a sandbox. `opts.batch`: it is item `index` of a batch (recorded with the row);
+   * `opts.onPlaced` hears the edge chosen before the edge answers.
+   */
+  async create(
+    req: CreateSandboxRequest,
+    extraLabels: Record<string, string> = {},
+    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void } = {},
+  ): Promise<SandboxInfo> {
+    const started = performance.now();
+    const { imageId, layers, config } = this.composeLayers(req);
+    const limits = this.limitsFor(req);
+    const network = req.network ? checkPolicy(req.network) : undefined;
+    const exclude = new Set<string>();
+    // The edge has the last word: one that refuses (full, draining, unreachable before the
+    // request left) is excluded and the create placed again, so a caller sees CAPACITY_EXCEEDED
+    // only when no edge can take it.
+    for (let refreshed = false; ; ) {
+      let edgeId: string;
+      try {
+        edgeId = this.place(req, limits, layers, exclude);
+      } catch (err) {
+        // An in-process edge's facts are a tick old: ask it now before refusing.
+        if (refreshed || !(err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED')) throw err;
+        refreshed = true;
+        await this.deps.edges.refreshLocal();
+        continue;
+      }
+      const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
+      this.inflight.add(info.id);
+      this.deps.store.insertSandbox(info, opts.batch, req);
+      this.deps.edges.reserve(edgeId, limits);
+      opts.onPlaced?.(edgeId, info.id);
+      try {
+        await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend, ...(network ? { network } : {}) });
+      } catch (err) {
+        this.inflight.delete(info.id);
+        this.deps.edges.release(edgeId, limits, true);
+        const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
+        if (retry) {
+          this.deps.store.deleteSandbox(info.id); // never accepted by that edge
+          exclude.add(edgeId);
+          this.deps.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');
+          continue;
+        }
+        const reason = err instanceof Error ? err.message : String(err);
+        this.deps.store.setStatus(info.id, 'failed', reason);
+        if (err instanceof ApiError) {
+          err.details['sandboxId'] = info.id;
+          throw err;
+        }
+        throw new ApiError('SANDBOX_CREATE_FAILED', reason, { sandboxId: info.id });
+      }
+      this.deps.edges.release(edgeId, limits, false);
+      this.inflight.delete(info.id);
+      // The edge was declared lost while this create was in flight: the row says lost, and stays so.
+      if (this.deps.store.getSandbox(info.id)?.status === 'lost') {
+        throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, { sandboxId: info.id, edge: edgeId });
+      }
+      this.deps.store.setStatus(info.id, 'running');
+      this.deps.metrics.observeCreate(performance.now() - started);
+      return { ...info, status: 'running' };
+    }
+  }
+
+  /**
+   * Creates sandboxes of one spec as a group (a batch's): placement for each from the reported
+   * capacity, every row in one transaction, one call per edge (EdgeApi.createSandboxes) instead of
+   * one per sandbox, and the outcomes in one more transaction. An item an edge refuses is placed
+   * again elsewhere, as in create(); each item ends running (`onRunning`) or failed with a reason
+   * (`onFailed`).
+   */
+  async createGroup(
+    req: CreateSandboxRequest,
+    extraLabels: Record<string, string>,
+    indexes: number[],
+    hooks: {
+      batchId: string;
+      onPlaced: (index: number, edge: string, sandboxId: string) => void;
+      onRunning: (index: number, edge: string, sandboxId: string) => void;
+      onFailed: (index: number, code: string, reason: string, sandboxId?: string) => void;
+    },
+  ): Promise<void> {
+    const { imageId, layers, config } = this.composeLayers(req);
+    const limits = this.limitsFor(req);
+    const network = req.network ? checkPolicy(req.network) : undefined;
+    const backend = req.backend ?? 'container';
+    const started = performance.now();
+    let pending = indexes.map((index) => ({ index, exclude: new Set<string>() }));
+    let refreshed = false;
+    while (pending.length) {
+      const next: typeof pending = [];
+      const placed: { item: (typeof pending)[number]; info: SandboxInfo }[] = [];
+      let full = false;
+      for (const item of pending) {
+        let edgeId: string;
+        try {
+          edgeId = this.place(req, limits, layers, item.exclude);
+        } catch (err) {
+          const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
+          // An in-process edge's facts are a tick old: ask it now before refusing (once).
+          if (e.code === 'CAPACITY_EXCEEDED' && !refreshed) {
+            full = true;
+            next.push(item);
+          } else hooks.onFailed(item.index, e.code, e.message);
+          continue;
+        }
+        const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
+        this.deps.edges.reserve(edgeId, limits);
+        this.inflight.add(info.id);
+        placed.push({ item, info });
+      }
+      this.deps.store.insertSandboxes(placed.map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
+      for (const p of placed) hooks.onPlaced(p.item.index, p.info.edge, p.info.id);
+      const byEdge = new Map<string, typeof placed>();
+      for (const p of placed) byEdge.set(p.info.edge, [...(byEdge.get(p.info.edge) ?? []), p]);
+      const done: { id: string; status: SandboxStatus; reason?: string }[] = [];
+      const running: typeof placed = [];
+      const failed: { p: (typeof placed)[number]; code: string; reason: string }[] = [];
+      await Promise.all(
+        [...byEdge].map(async ([edgeId, group]) => {
+          let outcomes: { id: string; sandbox?: unknown; error?: { code: string; message: string; details: Record<string, unknown> } }[];
+          try {
+            outcomes = await this.#edge(edgeId).createSandboxes(
+              group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}) })),
+            );
+          } catch (err) {
+            const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
+            outcomes = group.map((p) => ({ id: p.info.id, error: { code: e.code, message: e.message, details: e.details } }));
+          }
+          group.forEach((p, i) => {
+            const o = outcomes[i];
+            this.inflight.delete(p.info.id);
+            if (o?.sandbox) {
+              this.deps.edges.release(edgeId, limits, false);
+              running.push(p);
+              return;
+            }
+            this.deps.edges.release(edgeId, limits, true);
+            const error = o?.error ?? { code: 'SANDBOX_CREATE_FAILED', message: `edge ${edgeId} gave no answer for ${p.info.id}`, details: {} };
+            if (error.code === 'CAPACITY_EXCEEDED' || (error.code === 'EDGE_UNAVAILABLE' && error.details['retryable'] === true)) {
+              this.deps.store.deleteSandbox(p.info.id); // never accepted by that edge
+              p.item.exclude.add(edgeId);
+              next.push(p.item);
+              return;
+            }
+            failed.push({ p, code: error.code, reason: error.message });
+          });
+        }),
+      );
+      for (const p of running) done.push({ id: p.info.id, status: 'running' });
+      for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
+      this.deps.store.setStatuses(done);
+      for (const p of running) {
+        // The edge was declared lost while this create was in flight: the row says lost.
+        if (this.deps.store.getSandbox(p.info.id)?.status === 'lost') hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
+        else {
+          this.deps.metrics.observeCreate(performance.now() - started);
+          hooks.onRunning(p.item.index, p.info.edge, p.info.id);
+        }
+      }
+      for (const f of failed) hooks.onFailed(f.p.item.index, f.code, f.reason, f.p.info.id);
+      if (full) {
+        refreshed = true;
+        await this.deps.edges.refreshLocal();
+      }
+      pending = next;
+    }
+  }
+
+}
+
+/** The record of a sandbox just placed on `edge`, status creating, as create and createGroup write it. */
+function newSandboxInfo(
+  req: CreateSandboxRequest,
+  edge: string,
+  imageId: string,
+  limits: SandboxLimits,
+  layers: string[],
+  extraLabels: Record<string, string>,
+): SandboxInfo {
+  const now = Date.now();
+  const info: SandboxInfo = {
+    id: newSandboxId(edge),
+    edge,
+    backend: req.backend ?? 'container',
+    status: 'creating',
+    image: req.image,
+    imageId,
+    resources: limits,
+    labels: { ...(req.labels ?? {}), ...extraLabels },
+    layers,
+    createdAt: new Date(now).toISOString(),
+    onExpiry: req.onExpiry ?? 'stop',
+    lastActivityAt: new Date(now).toISOString(),
+  };
+  if (req.ttlSeconds !== undefined) {
+    info.ttlSeconds = req.ttlSeconds;
+    info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
+  }
+  if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
+  return info;
+}
+
+/**
+ * The allow list's syntax, checked here so a bad entry is a 400 before any placement; host names
+ * are resolved by the edge that enforces the rules (DNS is a fact of its node).
+ */
+export function checkPolicy(req: NetworkPolicyRequest): EdgeNetworkRequest {
+  if (req.mode !== 'allow' && req.allow?.length) {
+    throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
+  }
+  if (req.mode === 'allow' && !req.allow?.length) {
+    throw new ApiError('INVALID_REQUEST', 'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing', {
+      field: 'allow',
+    });
+  }
+  const allow = req.mode === 'allow' ? (req.allow ?? []) : [];
+  for (const entry of allow) {
+    const err = allowEntryError(entry);
+    if (err) throw new ApiError('INVALID_REQUEST', err, { field: 'allow' });
+  }
+  return { mode: req.mode, allow };
+}
