@@ -2,7 +2,7 @@
 /** The dsec CLI, run as a separate process against a real server. */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -85,6 +85,22 @@ describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     const listed = await Sandbox.list({ ...server.conn, labels: { via: 'cli-batch' } });
     assert.deepEqual(listed.map((s) => s.id).sort(), [...ids].sort());
     for (const id of ids) await Sandbox.kill(id, server.conn);
+  });
+
+  test('dsec edge with a control plane that does not answer: one line naming --join, nothing left running or mounted', async () => {
+    const dir = makeDataDir();
+    const closed = await new Promise<number>((resolve) => {
+      const srv = createServer();
+      srv.listen(0, '127.0.0.1', () => {
+        const port = (srv.address() as AddressInfo).port;
+        srv.close(() => resolve(port));
+      });
+    });
+    const r = await runCli(['edge', '--join', `http://127.0.0.1:${closed}`, '--token', 'dsecjoin_x', '--data-dir', dir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], env);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /could not join the control plane: cannot reach .* \(ECONNREFUSED\); check --join/);
+    assertNoStack(r);
+    await assertCleanAndRemove(dir, readFileSync(join(dir, 'edge-id'), 'utf8').trim());
   });
 
   test('ps --json -l k=v filters by label', async () => {

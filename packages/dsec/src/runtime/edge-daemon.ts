@@ -117,7 +117,13 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     await server.close();
     await node.shutdown();
     releaseLock();
-    throw err;
+    // A wrong URL or token is the operator's to fix: one line that says which, no stack trace.
+    let e: unknown = err;
+    while (e && typeof e === 'object' && !('code' in e) && 'cause' in e) e = (e as { cause?: unknown }).cause;
+    const code = e && typeof e === 'object' && 'code' in e ? String((e as { code: unknown }).code) : undefined;
+    const causeMessage = (err as { cause?: { message?: string } }).cause?.message;
+    const why = code ? `cannot reach ${joinUrl} (${code})` : `${(err as Error).message}${causeMessage ? ` (${causeMessage})` : ''}`;
+    throw new HostNotReadyError(`this edge could not join the control plane: ${why}; check --join (the URL \`dsec control\` printed) and --token`);
   }
 
   let closed = false;
