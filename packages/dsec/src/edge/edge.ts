@@ -405,7 +405,7 @@ export class Edge implements EdgeApi {
   #liveSandbox(record: SandboxRecord): LiveSandbox {
     const paths = this.records.paths(record.id);
     const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
-    return { record, target, processes: new ProcessTable(), sessions: new Map(), ptys: new Set(), stop: new AbortController() };
+    return { record, target, processes: new ProcessTable(record.id), sessions: new Map(), ptys: new Set(), stop: new AbortController() };
   }
 
   #running(id: string): LiveSandbox {
@@ -436,31 +436,23 @@ export class Edge implements EdgeApi {
     return this.#running(id).processes.list();
   }
 
-  #process(id: string, pid: string): ReturnType<ProcessTable['get']> & object {
-    const e = this.#running(id).processes.get(pid);
-    if (!e) throw new ApiError('PROCESS_NOT_FOUND', `no process ${pid} in sandbox ${id}`, { pid });
-    return e;
-  }
-
   async processOutput(id: string, pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): Promise<ProcessOutput> {
-    this.#process(id, pid);
-    return this.#running(id).processes.output(pid, offsets, encoding)!;
+    return this.#running(id).processes.output(pid, offsets, encoding);
   }
 
   async waitProcess(id: string, pid: string, timeoutMs: number): Promise<ProcessInfo> {
-    this.#process(id, pid);
-    return (await this.#running(id).processes.wait(pid, timeoutMs))!;
+    return this.#running(id).processes.wait(pid, timeoutMs);
   }
 
   async signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
-    const { proc } = this.#process(id, pid);
+    const { proc } = this.#running(id).processes.entry(pid);
     await proc.signal(signal);
     if (signal === 'SIGKILL') await proc.done;
-    return this.#running(id).processes.info(pid)!;
+    return this.#running(id).processes.info(pid);
   }
 
   async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
-    const { proc } = this.#process(id, pid);
+    const { proc } = this.#running(id).processes.entry(pid);
     if (proc.exit) throw new ApiError('PROCESS_NOT_RUNNING', `process ${pid} has exited`, { pid });
     if (data.length && !proc.writeStdin(data)) {
       throw new ApiError('PROCESS_NOT_RUNNING', `process ${pid} has no open stdin (start it with stdin: true)`, { pid });

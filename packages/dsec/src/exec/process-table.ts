@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Encoding, ProcessInfo, ProcessOutput, StartProcessRequest } from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { SandboxProcess, type CommandProcess } from './sandbox-process.js';
 
@@ -19,6 +20,9 @@ const KEEP_EXITED = 64;
  */
 export class ProcessTable {
   readonly #entries = new Map<string, Entry>();
+
+  /** `sandboxId` names the sandbox in PROCESS_NOT_FOUND errors. */
+  constructor(readonly sandboxId: string) {}
 
   start(target: ExecTarget, req: StartProcessRequest): ProcessInfo {
     const proc = new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
@@ -41,18 +45,23 @@ export class ProcessTable {
     return this.#entries.get(id);
   }
 
+  /** The process, or PROCESS_NOT_FOUND: every backend's calls on one process start here. */
+  entry(id: string): Entry {
+    const e = this.#entries.get(id);
+    if (!e) throw new ApiError('PROCESS_NOT_FOUND', `no process ${id} in sandbox ${this.sandboxId}`, { pid: id });
+    return e;
+  }
+
   list(): ProcessInfo[] {
     return [...this.#entries.values()].map((e) => this.#info(e));
   }
 
-  info(id: string): ProcessInfo | undefined {
-    const e = this.#entries.get(id);
-    return e && this.#info(e);
+  info(id: string): ProcessInfo {
+    return this.#info(this.entry(id));
   }
 
-  output(id: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): ProcessOutput | undefined {
-    const e = this.#entries.get(id);
-    if (!e) return undefined;
+  output(id: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): ProcessOutput {
+    const e = this.entry(id);
     return {
       process: this.#info(e),
       stdout: e.proc.stdout.since(offsets.stdout).toString(encoding),
@@ -61,9 +70,8 @@ export class ProcessTable {
     };
   }
 
-  async wait(id: string, timeoutMs: number): Promise<ProcessInfo | undefined> {
-    const e = this.#entries.get(id);
-    if (!e) return undefined;
+  async wait(id: string, timeoutMs: number): Promise<ProcessInfo> {
+    const e = this.entry(id);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([e.proc.done, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
     clearTimeout(timer);

@@ -143,7 +143,7 @@ export class VmBackend implements SandboxBackend {
   }
 
   #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
-    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(), terminals: new Set() };
+    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set() };
     this.#live.set(record.id, live);
     agent.onClose((err) => {
       if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
@@ -369,32 +369,24 @@ export class VmBackend implements SandboxBackend {
     return v;
   }
 
-  #process(id: string, pid: string): NonNullable<ReturnType<ProcessTable['get']>> {
-    const e = this.#vm(id).processes.get(pid);
-    if (!e) throw new ApiError('PROCESS_NOT_FOUND', `no process ${pid} in sandbox ${id}`, { pid });
-    return e;
-  }
-
   async processOutput(id: string, pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): Promise<ProcessOutput> {
-    this.#process(id, pid);
-    return this.#vm(id).processes.output(pid, offsets, encoding)!;
+    return this.#vm(id).processes.output(pid, offsets, encoding);
   }
 
   async waitProcess(id: string, pid: string, timeoutMs: number): Promise<ProcessInfo> {
-    this.#process(id, pid);
-    return (await this.#vm(id).processes.wait(pid, timeoutMs))!;
+    return this.#vm(id).processes.wait(pid, timeoutMs);
   }
 
   async signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
-    const { proc } = this.#process(id, pid);
+    const { proc } = this.#vm(id).processes.entry(pid);
     this.#running(id);
     await proc.signal(signal);
     if (signal === 'SIGKILL') await proc.done;
-    return this.#vm(id).processes.info(pid)!;
+    return this.#vm(id).processes.info(pid);
   }
 
   async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
-    const { proc } = this.#process(id, pid);
+    const { proc } = this.#vm(id).processes.entry(pid);
     this.#running(id);
     if (proc.exit) throw new ApiError('PROCESS_NOT_RUNNING', `process ${pid} has exited`, { pid });
     if (data.length && !proc.writeStdin(data)) {
