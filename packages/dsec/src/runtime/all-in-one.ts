@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { ControlPlane } from '../control/control-plane.js';
@@ -11,7 +11,6 @@ import type { Edge } from '../edge/edge.js';
 import { LocalBlobSource } from '../edge/blob-source.js';
 import type { VmBackend } from '../edge/backends/vm/vm-backend.js';
 import { makeNodeBackends, type NodeBackends } from './node-backends.js';
-import { isProcessAlive } from '../edge/process-tree.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
 import { LayerStore } from '../image/layer-store.js';
@@ -25,9 +24,9 @@ export interface ClientFile {
   joinToken?: string;
 }
 
-export class HostNotReadyError extends Error {
-  override readonly name = 'HostNotReadyError';
-}
+import { HostNotReadyError, takePidLock } from './pid-lock.js';
+
+export { HostNotReadyError };
 
 /** A running control plane + local edge, as `dsec up` and `dsec demo` start it. */
 export interface RunningDsec {
@@ -74,16 +73,6 @@ export async function findRunningServer(dataDir: string): Promise<{ url: string;
   }
 }
 
-/** One pid file per data dir: two servers on one data dir would fight over mounts and crun state. */
-function takePidLock(dataDir: string): () => void {
-  const file = join(dataDir, 'dsec.pid');
-  if (existsSync(file)) {
-    const pid = Number(readFileSync(file, 'utf8'));
-    if (pid !== process.pid && isProcessAlive(pid)) throw new HostNotReadyError(`dsec (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
-  }
-  writeFileSync(file, String(process.pid));
-  return () => rmSync(file, { force: true });
-}
 
 /** A control plane with no edge of its own (`dsec control`): edges join it over the network. */
 export interface RunningControl extends Omit<RunningDsec, 'edge'> {
@@ -118,7 +107,7 @@ async function startDsecProcess(
   }
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
 
-  const releaseLock = takePidLock(opts.dataDir);
+  const releaseLock = takePidLock(opts.dataDir, 'dsec.pid', 'dsec');
   const layers = new LayerStore(opts.dataDir, { chunkSize: opts.layerChunkKiB * 1024 });
   const images = new ImageStore(opts.dataDir, layers);
   const store = new StateStore(join(opts.dataDir, 'state.db'));

@@ -1,17 +1,16 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import type { App } from '../control/server.js';
 import { HttpBlobSource } from '../edge/blob-source.js';
 import type { Edge } from '../edge/edge.js';
 import { makeNodeBackends } from './node-backends.js';
-import { isProcessAlive } from '../edge/process-tree.js';
 import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
 import { buildEdgeServer } from '../edge/server/edge-server.js';
 import { doctorPassed, formatChecks, runDoctor } from '../host/doctor.js';
 import { parseListen } from '../config/options.js';
-import { HostNotReadyError } from './all-in-one.js';
+import { HostNotReadyError, takePidLock } from './pid-lock.js';
 
 export interface EdgeDaemonOptions {
   /** The control plane's URL. */
@@ -58,16 +57,6 @@ function edgeIdFor(dataDir: string, given: string | undefined): string {
   return id;
 }
 
-function takePidLock(dataDir: string): () => void {
-  const file = join(dataDir, 'dsec-edge.pid');
-  if (existsSync(file)) {
-    const pid = Number(readFileSync(file, 'utf8'));
-    if (pid !== process.pid && isProcessAlive(pid)) throw new HostNotReadyError(`a dsec edge (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
-  }
-  writeFileSync(file, String(process.pid));
-  return () => rmSync(file, { force: true });
-}
-
 /**
  * `dsec edge`: one node of a cluster. Runs the node's edge (crun, layers, network, exec engine)
  * behind the edge protocol's HTTP server, fetches layers from the control plane's blob endpoint
@@ -81,7 +70,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const doctor = runDoctor({ dataDir: opts.dataDir });
   for (const c of doctor) if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
-  const releaseLock = takePidLock(opts.dataDir);
+  const releaseLock = takePidLock(opts.dataDir, 'dsec-edge.pid', 'a dsec edge');
   const id = edgeIdFor(opts.dataDir, opts.id);
   const joinUrl = opts.join.replace(/\/$/, '');
   const node = makeNodeBackends({
