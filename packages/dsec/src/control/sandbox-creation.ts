@@ -214,7 +214,11 @@ export class SandboxCreation {
       this.deps.store.insertSandboxes(placed.map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
       for (const p of placed) hooks.onPlaced(p.item.index, p.info.edge, p.info.id);
       const byEdge = new Map<string, typeof placed>();
-      for (const p of placed) byEdge.set(p.info.edge, [...(byEdge.get(p.info.edge) ?? []), p]);
+      for (const p of placed) {
+        const group = byEdge.get(p.info.edge);
+        if (group) group.push(p);
+        else byEdge.set(p.info.edge, [p]);
+      }
       const done: { id: string; status: SandboxStatus; reason?: string }[] = [];
       const running: typeof placed = [];
       const failed: { p: (typeof placed)[number]; code: string; reason: string }[] = [];
@@ -251,10 +255,10 @@ export class SandboxCreation {
       );
       for (const p of running) done.push({ id: p.info.id, status: 'running' });
       for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
-      this.deps.store.setStatuses(done);
+      const lostMeanwhile = this.deps.store.setStatuses(done);
       for (const p of running) {
         // The edge was declared lost while this create was in flight: the row says lost.
-        if (this.deps.store.getSandbox(p.info.id)?.status === 'lost') hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
+        if (lostMeanwhile.has(p.info.id)) hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
         else {
           this.deps.metrics.observeCreate(performance.now() - started);
           hooks.onRunning(p.item.index, p.info.edge, p.info.id);

@@ -249,12 +249,21 @@ export class StateStore {
     })();
   }
 
-  /** Many status changes in one transaction; a row already `lost` keeps that (its edge went away meanwhile). */
-  setStatuses(updates: { id: string; status: SandboxStatus; reason?: string }[]): void {
+  /**
+   * Many status changes in one transaction; a row already `lost` keeps that (its edge went away
+   * meanwhile). Returns the ids left unchanged for that reason.
+   */
+  setStatuses(updates: { id: string; status: SandboxStatus; reason?: string }[]): Set<string> {
     const set = this.#prepared("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status != 'lost'");
+    const statusOf = this.#prepared('SELECT status FROM sandboxes WHERE id = ?');
+    const kept = new Set<string>();
     this.db.transaction(() => {
-      for (const u of updates) set.run(u.status, u.reason ?? null, u.id);
+      for (const u of updates) {
+        // No row changed: lost meanwhile, or gone altogether (killed); only the first is kept.
+        if (set.run(u.status, u.reason ?? null, u.id).changes === 0 && (statusOf.get(u.id) as { status: string } | undefined)?.status === 'lost') kept.add(u.id);
+      }
     })();
+    return kept;
   }
 
   /** Records activity (exec, files, sessions) for the idle timeout. */
