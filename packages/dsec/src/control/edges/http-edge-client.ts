@@ -267,38 +267,30 @@ export class HttpEdgeClient implements EdgeApi {
     const listeners: ((data: Buffer) => void)[] = [];
     let resolveExit!: (code: number) => void;
     const exit = new Promise<number>((r) => (resolveExit = r));
-    await new Promise<void>((resolve, reject) => {
-      let opened = false;
-      ws.on('open', () => {
-        opened = true;
-        resolve();
-      });
-      ws.on('unexpected-response', (_req, res) => reject(new ApiError(res.statusCode === 401 ? 'UNAUTHORIZED' : 'EDGE_UNAVAILABLE', `edge ${this.edgeId} refused the terminal: HTTP ${res.statusCode}`)));
-      ws.on('error', (err) => {
-        if (!opened) reject(new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId}: ${err.message}`, { edge: this.edgeId }));
-      });
-    });
-    let errorFrame: ApiError | undefined;
+    // Every listener is attached before the first await: ws parses frames that arrive with the
+    // upgrade answer in the same tick it emits 'open', so a listener added later misses them.
+    // The edge answers an open with a text frame first: {type:ready}, or {type:error} when it
+    // could not open the terminal (no such sandbox, not running); output follows only a ready.
     let exitCode: number | undefined;
-    const first = new Promise<void>((resolve) => {
+    const opened = new Promise<void>((resolve, reject) => {
+      ws.on('unexpected-response', (_req, res) => reject(new ApiError(res.statusCode === 401 ? 'UNAUTHORIZED' : 'EDGE_UNAVAILABLE', `edge ${this.edgeId} refused the terminal: HTTP ${res.statusCode}`)));
+      ws.on('error', (err) => reject(new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId}: ${err.message}`, { edge: this.edgeId })));
       ws.on('message', (msg: Buffer, isBinary: boolean) => {
         if (isBinary) {
           for (const l of listeners) l(msg);
           return;
         }
         const m = JSON.parse(msg.toString('utf8')) as { type: string; exitCode?: number; error?: { code: ErrorCode; message: string; details?: Record<string, unknown> } };
+        if (m.type === 'ready') resolve();
         if (m.type === 'exit') exitCode = m.exitCode ?? 0;
-        if (m.type === 'error' && m.error) errorFrame = new ApiError(m.error.code, m.error.message, m.error.details ?? {});
-        resolve();
+        if (m.type === 'error' && m.error) reject(new ApiError(m.error.code, m.error.message, m.error.details ?? {}));
       });
       ws.on('close', () => {
         resolveExit(exitCode ?? 137);
-        resolve();
+        reject(new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} closed the terminal before it opened`, { edge: this.edgeId }));
       });
     });
-    // An error frame is the edge's answer to an open it could not do (no sandbox, not running).
-    await Promise.race([first, new Promise((r) => setTimeout(r, 50))]);
-    if (errorFrame) throw errorFrame;
+    await opened;
     return {
       exit,
       onData: (l) => listeners.push(l),

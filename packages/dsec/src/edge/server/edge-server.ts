@@ -189,7 +189,7 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
     return { bytes: await edge.uploadTar(req.params.id, req.query.path, req.body) };
   });
 
-  // --- terminals: binary frames both ways, text frames for resize (in) and exit/error (out) ---
+  // --- terminals: binary frames both ways; text frames: resize in; ready (first) or error, then exit, out ---
   app.get(
     `${S}/pty`,
     {
@@ -211,6 +211,7 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
         return;
       }
       const t = term;
+      socket.send(JSON.stringify({ type: 'ready' }));
       t.onData((data) => {
         if (socket.readyState === socket.OPEN) socket.send(data);
       });
