@@ -81,6 +81,12 @@ export class SandboxProcess {
   /** crun exec's own exit (the command's status), before its pipes have drained. */
   readonly exited: Promise<number>;
   readonly fd3: CappedOutput | undefined;
+  /**
+   * Resolves once fd 3 has reached end of file (or was never asked for): the three pipes are
+   * read independently, so markers seen on stdout and stderr say nothing about whether fd 3's
+   * bytes, written before them, have been read yet.
+   */
+  readonly fd3Ended: Promise<void>;
   readonly startedAt = new Date();
   #exit: ProcessExit | undefined;
   readonly #child: ChildProcess;
@@ -111,6 +117,12 @@ export class SandboxProcess {
     const fd3Stream = opts.fd3MaxBytes === undefined ? undefined : (child.stdio[3] as Readable);
     this.fd3 = opts.fd3MaxBytes === undefined ? undefined : new CappedOutput(opts.fd3MaxBytes);
     fd3Stream?.on('data', (d: Buffer) => this.fd3!.push(d));
+    this.fd3Ended = fd3Stream
+      ? new Promise<void>((resolve) => {
+          fd3Stream.once('end', resolve);
+          fd3Stream.once('close', resolve);
+        })
+      : Promise.resolve();
     this.#child = child;
     child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
     if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);

@@ -155,14 +155,16 @@ export class ShellSession {
       });
       exitCode = await proc.exited;
       // The command's shell printed its markers before it exited, so they are already in the
-      // pipes; a background job holding the pipes open does not delay the answer.
+      // pipes; a background job holding the pipes open does not delay the answer. The state on
+      // fd 3 was written and closed before the markers, but its pipe is read on its own: wait
+      // for its end too, or a state not yet read would end the session.
       const marked = new Promise<void>((resolve) => {
         const check = (): void => {
           if (stdout.found && stderr.found) resolve();
         };
         check();
         proc.onOutput(check);
-      });
+      }).then(() => proc.fd3Ended);
       exit = await Promise.race([proc.done, marked.then(() => undefined)]);
     } finally {
       signal?.removeEventListener('abort', onAbort);

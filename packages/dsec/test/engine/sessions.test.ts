@@ -55,6 +55,19 @@ describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }
     await s.close();
   });
 
+  test('the state outlives every command, however its three pipes are scheduled (state on fd 3 read after the markers)', async () => {
+    // The state pipe and the output pipes are read independently: a command whose markers were
+    // read before its state's last bytes must still hand the state on, never end the session.
+    const s = await sb.sessions.create();
+    await s.run(`BIG=$(head -c 200000 /dev/zero | tr '\\0' x); cd /tmp`);
+    for (let i = 0; i < 40; i++) {
+      const r = await s.run(`N=$((\${N:-0}+1)); echo \${#BIG} $PWD $N`);
+      assert.equal(r.stdout, `200000 /tmp ${i + 1}\n`, `command ${i + 1}: ${JSON.stringify(r)}`);
+      assert.equal(r.sessionAlive, true, `command ${i + 1} left the session alive`);
+    }
+    await s.close();
+  });
+
   test('cd persists across commands', async () => {
     const s = await sb.sessions.create();
     await ok(s, 'mkdir -p /tmp/sess-cd && cd /tmp/sess-cd');
