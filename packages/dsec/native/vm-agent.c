@@ -26,7 +26,10 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -449,6 +452,50 @@ static void loopback_up(void) {
   close(s);
 }
 
+static void set_addr(struct sockaddr *sa, in_addr_t a) {
+  struct sockaddr_in *in = (struct sockaddr_in *)sa;
+  memset(in, 0, sizeof *in);
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = a;
+}
+
+/*
+ * eth0 (the VM's virtio-net NIC, a tap in QEMU's netns on the host) from the command line:
+ * dsec.ip=A.B.C.D/N and dsec.gw=E.F.G.H. The egress policy is enforced in that netns, outside
+ * the guest, so nothing here is a security boundary. Without dsec.ip the guest has loopback only.
+ */
+static void network_up(void) {
+  char ipv[40], gwv[40];
+  if (!cmdline_value("dsec.ip=", ipv, sizeof ipv) || !cmdline_value("dsec.gw=", gwv, sizeof gwv)) return;
+  char *slash = strchr(ipv, '/');
+  int bits = slash ? atoi(slash + 1) : 32;
+  if (slash) *slash = 0;
+  in_addr_t addr = inet_addr(ipv), gw = inet_addr(gwv);
+  if (addr == INADDR_NONE || gw == INADDR_NONE || bits < 1 || bits > 32) fatal("bad dsec.ip=/dsec.gw= on the command line");
+  in_addr_t mask = htonl(bits == 32 ? 0xffffffffu : ~((1u << (32 - bits)) - 1));
+  for (int tries = 0; tries < 2000 && access("/sys/class/net/eth0", F_OK) != 0; tries++) msleep(10);
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) fatal("socket: %s", strerror(errno));
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "eth0");
+  set_addr(&ifr.ifr_addr, addr);
+  if (ioctl(s, SIOCSIFADDR, &ifr) < 0) fatal("eth0 address: %s", strerror(errno));
+  set_addr(&ifr.ifr_netmask, mask);
+  if (ioctl(s, SIOCSIFNETMASK, &ifr) < 0) fatal("eth0 netmask: %s", strerror(errno));
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) fatal("eth0 flags: %s", strerror(errno));
+  ifr.ifr_flags |= IFF_UP;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) fatal("eth0 up: %s", strerror(errno));
+  struct rtentry rt;
+  memset(&rt, 0, sizeof rt);
+  set_addr(&rt.rt_dst, 0);
+  set_addr(&rt.rt_genmask, 0);
+  set_addr(&rt.rt_gateway, gw);
+  rt.rt_flags = RTF_UP | RTF_GATEWAY;
+  if (ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST) fatal("default route: %s", strerror(errno));
+  close(s);
+}
+
 static void boot(void) {
   must_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
   must_mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
@@ -489,6 +536,7 @@ static void boot(void) {
   must_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
   mkdir("/tmp", 01777);
   loopback_up();
+  network_up();
   sethostname("sandbox", 7);
 }
 

@@ -3,7 +3,7 @@
  * agent, the image's EROFS layers as virtio-blk disks. One boot per describe, to keep CI short.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { release } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -11,10 +11,13 @@ import { Sandbox } from '@dsec/sdk';
 import { which } from '../src/host/doctor.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import { guestAssets } from '../src/edge/backends/vm/guest-assets.js';
+import { VM_MEMORY_OVERHEAD_MIB } from '../src/edge/backends/vm/vm-cgroup.js';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
 import { call, expectWireError } from './helpers/wire.js';
 import { TermCapture } from './engine/support/term.js';
+import { Mirror } from './security/support/net-lab.js';
+import { hostVeth } from '../src/net/sandbox-network.js';
 
 function vmSkipReason(): string | undefined {
   const base = integrationSkipReason();
@@ -35,13 +38,16 @@ function alive(pid: number): boolean {
   }
 }
 
-describe('microvm sandbox: exec, files, processes, pause, isolation, kill', { skip, timeout: 600_000 }, () => {
+describe('microvm sandbox: exec, files, processes, pause, network, isolation, kill', { skip, timeout: 600_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
   let vmDir: string;
   let qemuPid: number;
+  /** A peer on a link-local /30 of its own (net-lab.ts): port 8080 gets allowed, 8081 not. */
+  let mirror: Mirror;
 
   before(async () => {
+    mirror = await Mirror.start([8080, 8081], 9999);
     server = await startTestServer();
     sb = await Sandbox.create({ ...server.conn, backend: 'microvm', resources: { memoryMiB: 256, cpu: 1, diskMiB: 64 } });
     vmDir = join(server.dataDir, 'node', 'vms', sb.id);
@@ -49,6 +55,7 @@ describe('microvm sandbox: exec, files, processes, pause, isolation, kill', { sk
   });
   after(async () => {
     await server?.close();
+    await mirror?.close();
   });
 
   test('the sandbox is a microvm with its own kernel, and the record says so', async () => {
@@ -62,6 +69,18 @@ describe('microvm sandbox: exec, files, processes, pause, isolation, kill', { sk
     assert.equal(init, 'init', 'PID 1 is the dsec agent (the initramfs /init)');
     const cmd = readFileSync(`/proc/${qemuPid}/cmdline`, 'utf8').split('\0');
     assert.ok(cmd.includes('-M') && cmd[cmd.indexOf('-M') + 1]!.startsWith('microvm'), cmd.join(' '));
+  });
+
+  test("QEMU runs in the sandbox's cgroups: guest RAM plus overhead, CPU quota, QEMU's threads; usage reads them", async () => {
+    const cg = readFileSync(`/proc/${qemuPid}/cgroup`, 'utf8');
+    for (const c of ['memory', 'pids', 'cpu']) assert.match(cg, new RegExp(`:${c}(,[a-z]+)*:/dsec/${sb.id}$`, 'm'), cg);
+    const dir = (c: string): string => `/sys/fs/cgroup/${c}/dsec/${sb.id}`;
+    assert.equal(Number(readFileSync(`${dir('memory')}/memory.limit_in_bytes`, 'utf8')), (256 + VM_MEMORY_OVERHEAD_MIB) * 1024 * 1024);
+    assert.equal(readFileSync(`${dir('cpu')}/cpu.cfs_quota_us`, 'utf8').trim(), '100000', 'cpu: 1 is one core of CPU time');
+    const threads = readFileSync(`${dir('pids')}/pids.current`, 'utf8').trim();
+    const usage = (await sb.refresh()).usage;
+    assert.ok(usage && usage.memoryBytes > 16 << 20, `usage reads the VM's memory cgroup: ${JSON.stringify(usage)}`);
+    assert.ok(Number(threads) >= 2, `QEMU's threads are in the pids cgroup: ${threads}`);
   });
 
   test('exec: exit code, both streams, env, cwd, stdin, a missing binary', async () => {
@@ -162,27 +181,62 @@ describe('microvm sandbox: exec, files, processes, pause, isolation, kill', { sk
   test('calls a VM does not serve answer BACKEND_UNSUPPORTED, and nothing half-happens', async () => {
     expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions`, { json: {} }), 400, 'BACKEND_UNSUPPORTED');
     expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/snapshot`, { json: {} }), 400, 'BACKEND_UNSUPPORTED');
-    expectWireError(await call(server.conn, 'PUT', `/v1/sandboxes/${sb.id}/network`, { json: { mode: 'allow', allow: ['169.254.7.7'] } }), 400, 'BACKEND_UNSUPPORTED');
     const e = expectWireError(
-      await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'microvm', network: { mode: 'allow', allow: ['169.254.7.7'] } } }),
+      await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'microvm', network: { mode: 'allow', allow: ['no such host!'] } } }),
       400,
-      'BACKEND_UNSUPPORTED',
+      'INVALID_REQUEST',
     );
-    assert.match(e.message, /network/i);
+    assert.match(e.message, /allow/i);
     expectWireError(await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'firecracker' } }), 400, 'INVALID_REQUEST');
     assert.equal((await server.dsec.vms!.listSandboxes()).length, 1, 'a refused create leaves no VM');
   });
 
-  test('red team: the guest has no network device, so no edge or control-plane port is reachable', async () => {
+  /** nc from the guest to the mirror: the body when it connected, else nc's complaint. */
+  async function fetchMirror(port: number): Promise<{ ok: boolean; text: string }> {
+    const r = await sb.commands.run(`printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${mirror.address} ${port}; echo rc=$?`, { timeoutMs: 60_000 });
+    return { ok: r.stdout.includes(mirror.body), text: `${r.stdout} ${r.stderr}`.trim() };
+  }
+
+  test('network none (the default): the guest has its NIC but reaches nothing; QEMU runs in a netns of its own', async () => {
+    assert.equal((await sb.network()).mode, 'none');
+    const r = await sb.commands.run('ls /sys/class/net | tr "\\n" " "; echo; ip -4 -o addr show dev eth0');
+    assert.equal(r.stdout.split('\n')[0]!.trim(), 'eth0 lo', r.stdout);
+    assert.match(r.stdout, /inet 169\.254\.0\.2\/30/, 'the guest addressed eth0 from its command line');
+    const none = await fetchMirror(8080);
+    assert.equal(none.ok, false, `policy none reached the mirror: ${none.text}`);
+    assert.match(none.text, /rc=1/);
+    assert.notEqual(readlinkSync(`/proc/${qemuPid}/ns/net`), readlinkSync('/proc/self/ns/net'), "QEMU is in the host's netns");
+    assert.equal(existsSync(`/sys/class/net/${hostVeth(sb.id)}`), false, 'no link to the host under none');
+  });
+
+  test('allow list: the allowed peer port is reachable, a denied port refused; switched at runtime, back to none', async () => {
+    const set = await sb.setNetwork({ mode: 'allow', allow: [`${mirror.address}:8080`] });
+    assert.equal(set.mode, 'allow');
+    assert.ok(set.gateway, 'the first policy other than none gives the VM a link');
+    assert.ok(existsSync(`/sys/class/net/${hostVeth(sb.id)}`), "the link's host end exists");
+    const allowed = await fetchMirror(8080);
+    assert.ok(allowed.ok, `the allowed peer was not reachable: ${allowed.text}`);
+    const denied = await fetchMirror(8081);
+    assert.equal(denied.ok, false, `a port the policy does not allow was reachable: ${denied.text}`);
+    assert.match(denied.text, /refused/i, 'refused at once (tcp reset), as for a container');
+    const gateway = await sb.commands.run(`nc -w 3 ${set.gateway} ${new URL(server.url).port} </dev/null; echo rc=$?`, { timeoutMs: 60_000 });
+    assert.match(gateway.stdout, /rc=1/, `the link's host end is never reachable: ${gateway.stdout}`);
+    assert.deepEqual((await sb.network()).allow, set.allow);
+    await sb.setNetwork({ mode: 'none' });
+    const after = await fetchMirror(8080);
+    assert.equal(after.ok, false, `back under none the peer was reachable: ${after.text}`);
+  });
+
+  test('red team: the guest reaches neither the edge nor its own netns; its kernel cannot loosen the rules', async () => {
     const port = new URL(server.url).port;
-    const r = await sb.commands.run(`ls /sys/class/net; echo | nc 127.0.0.1 ${port}; echo rc=$?; ip route 2>&1 | wc -l`);
-    const lines = r.stdout.trim().split('\n');
-    assert.equal(lines[0], 'lo', `only loopback: ${r.stdout}`);
-    assert.ok(lines.includes('rc=1'), `the control plane's port on the guest's loopback is the guest's own, where nothing listens: ${r.stdout} ${r.stderr}`);
-    assert.match(r.stderr, /refused/);
-    assert.equal(lines.at(-1), '0', 'no routes at all');
-    const cmd = readFileSync(`/proc/${qemuPid}/cmdline`, 'utf8').split('\0');
-    assert.ok(!cmd.some((a) => /netdev|-nic|virtio-net|user,/.test(a)), `QEMU has no network backend: ${cmd.join(' ')}`);
+    // Root in the guest changes its own routes and address: the rules live outside the VM.
+    const r = await sb.commands.run(
+      `echo | nc 127.0.0.1 ${port}; echo rc=$?; ip addr add 169.254.0.3/30 dev eth0; nc -w 2 -s 169.254.0.3 ${mirror.address} 8080 </dev/null; echo rc=$?; nc -w 2 169.254.0.1 22 </dev/null; echo rc=$?`,
+      { timeoutMs: 60_000 },
+    );
+    const rcs = r.stdout.match(/rc=\d+/g) ?? [];
+    assert.deepEqual(rcs, ['rc=1', 'rc=1', 'rc=1'], `${r.stdout} ${r.stderr}`);
+    assert.match(r.stderr, /refused/, "the control plane's port on the guest's loopback is the guest's own, where nothing listens");
   });
 
   test("red team: the agent's channel accepts only the edge", async () => {
@@ -207,6 +261,8 @@ describe('microvm sandbox: exec, files, processes, pause, isolation, kill', { sk
     assert.deepEqual(await findLeaks(server.dataDir, { onlyIds: [sb.id] }), []);
     assert.equal(alive(qemuPid), false, 'QEMU exited');
     assert.equal(existsSync(vmDir), false, 'the VM directory (disk, sockets, logs) is gone');
+    assert.equal(existsSync(`/sys/class/net/${hostVeth(sb.id)}`), false, "the VM's link went with its netns");
+    assert.equal(existsSync(`/sys/fs/cgroup/memory/dsec/${sb.id}`), false, "the VM's cgroups are removed");
     assert.equal((await server.dsec.vms!.listSandboxes()).length, 0);
   });
 });

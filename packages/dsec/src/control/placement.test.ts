@@ -53,6 +53,25 @@ describe('placement', () => {
     assert.equal(infeasible(edge('a'), req()), undefined);
   });
 
+  test('microvm/vm: only edges that run VMs, with a VM slot and free memory for the guest RAM plus overhead', () => {
+    const vm = (o: { running?: number; slots?: number; memAvail?: number } = {}): PlacementCandidate => {
+      const e = edge('v', o.memAvail === undefined ? {} : { memAvail: o.memAvail });
+      e.info.capacity.vms = { slots: o.slots ?? 8, running: o.running ?? 0, memoryCommittedMiB: 0, overheadMiB: 256 };
+      return e;
+    };
+    const microvm = req({ backend: 'microvm', limits: { cpu: 1, memoryMiB: 1024, pids: 64 } });
+    assert.match(infeasible(edge('c'), microvm) ?? '', /no microVM\/VM/);
+    assert.equal(infeasible(edge('c'), req({ backend: 'container' })), undefined, 'containers go anywhere');
+    assert.equal(infeasible(vm(), microvm), undefined);
+    assert.match(infeasible(vm({ running: 8 }), microvm) ?? '', /no VM slots/);
+    // 1 GiB guest + 256 MiB overhead + the 256 MiB floor do not fit in 1.4 GiB available.
+    assert.match(infeasible(vm({ memAvail: 1400 << 20 }), microvm) ?? '', /free memory for the VM/);
+    assert.equal(infeasible(vm({ memAvail: 1600 << 20 }), microvm), undefined);
+    const busy = vm({ memAvail: 1600 << 20 });
+    busy.pending = { count: 1, cpu: 1, memoryMiB: 512, pids: 64 };
+    assert.match(infeasible(busy, microvm) ?? '', /free memory/, "memory placed since the heartbeat counts");
+  });
+
   test('pending placements count until the next heartbeat', () => {
     const e = edge('a', { sandboxes: 99 });
     assert.equal(infeasible(e, req()), undefined);

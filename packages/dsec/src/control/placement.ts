@@ -1,3 +1,4 @@
+import type { SandboxBackend } from '@dsec/sdk/schema';
 import type { EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
 
 /** An edge as placement sees it: its last heartbeat plus what was placed on it since. */
@@ -26,6 +27,8 @@ export interface PlacementRequest {
   labels?: Record<string, string> | undefined;
   /** Edges that already refused or failed this create. */
   exclude?: ReadonlySet<string>;
+  /** microvm/vm: only edges that run VMs, with a VM slot and free memory for the guest's RAM. */
+  backend?: SandboxBackend | undefined;
 }
 
 /** Best of k random feasible edges (power of k choices, as E2B's and DSec's schedulers do). */
@@ -51,7 +54,27 @@ export function infeasible(c: PlacementCandidate, req: PlacementRequest): string
   if (req.limits.memoryMiB * 1024 * 1024 > cap.memoryBytes) return 'less memory than the limit';
   if (cap.memoryAvailableBytes - c.pending.count * IDLE_SANDBOX_BYTES < MEMORY_FLOOR_BYTES) return 'memory nearly exhausted';
   if (cap.pidMax - cap.pidsInUse - c.pending.count * IDLE_SANDBOX_PIDS < PIDS_FLOOR) return 'pids nearly exhausted';
+  if (req.backend && req.backend !== 'container') {
+    const why = vmInfeasible(c, req.limits);
+    if (why) return why;
+  }
   if (c.cpuOvercommit > 0 && cap.cpuCommitted + c.pending.cpu + req.limits.cpu > cap.cpus * c.cpuOvercommit) return `cpu overcommit ${c.cpuOvercommit}× reached`;
+  return undefined;
+}
+
+/**
+ * A VM's guest RAM is the host's once the guest touches it (QEMU's memory is charged to the VM's
+ * cgroup, vm-cgroup.ts), unlike a container's limit, which is a ceiling mostly unused: a VM needs
+ * its RAM plus QEMU's overhead free now, besides the memory limits of whatever was placed since
+ * the heartbeat. Sandboxes placed since the heartbeat count against the VM slots too (placement
+ * does not know which of them are VMs; the next heartbeat corrects it).
+ */
+function vmInfeasible(c: PlacementCandidate, limits: SandboxLimits): string | undefined {
+  const vms = c.info.capacity.vms;
+  if (!vms) return 'runs no microVM/VM sandboxes (no VM guest built)';
+  if (vms.running + c.pending.count >= vms.slots) return 'no VM slots';
+  const need = (limits.memoryMiB + vms.overheadMiB + c.pending.memoryMiB) * 1048576;
+  if (c.info.capacity.memoryAvailableBytes - need < MEMORY_FLOOR_BYTES) return "not enough free memory for the VM's RAM";
   return undefined;
 }
 

@@ -53,7 +53,7 @@ export class SandboxCreation {
       else pools.push(this.deps.burstPool);
     }
     for (const p of pools) {
-      const chosen = place(candidates, { limits, layers, pool: p, labels, exclude });
+      const chosen = place(candidates, { limits, layers, pool: p, labels, exclude, backend: req.backend });
       if (chosen) return chosen.id;
     }
     const inPool = candidates.filter((c) => pools.includes(c.pool));
@@ -61,7 +61,7 @@ export class SandboxCreation {
       const most = Math.max(...inPool.map((c) => Math.floor(c.info.capacity.memoryBytes / 1048576)));
       throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than any node has (at most ${most} MiB)`, { field: 'resources.memoryMiB' });
     }
-    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude }) ?? 'other pool'}`).join('; ')})`;
+    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude, backend: req.backend }) ?? 'other pool'}`).join('; ')})`;
     throw new ApiError('CAPACITY_EXCEEDED', `the cluster is full for this sandbox: ${why}; kill sandboxes or add nodes`, { pools });
   }
 

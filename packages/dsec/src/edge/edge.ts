@@ -17,11 +17,10 @@ import {
   CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree, removeEmptyCgroup, sandboxUsage,
 } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
-import { AddressPool, type Link } from '../net/address-pool.js';
-import { HostGuard } from '../net/host-guard.js';
-import { Nftables } from '../net/nftables.js';
+import type { Link } from '../net/address-pool.js';
+import { NodeLinks } from '../net/node-links.js';
 import type { NetworkPolicy } from '../net/policy.js';
-import { applyRuleset, attachLink, detachLink } from '../net/sandbox-network.js';
+import { detachLink } from '../net/sandbox-network.js';
 import { FreezerPin, freeze, thaw } from '../host/freezer.js';
 import { syncfs } from '../host/syscalls.js';
 import { buildErofs } from '../image/erofs.js';
@@ -33,7 +32,8 @@ import { EDGE_PROTOCOL_VERSION } from './protocol/schemas.js';
 import { nodeCapacity } from './node-capacity.js';
 import { DSEC_VERSION } from '../version.js';
 import type { LayerDigest } from '../image/layer-store.js';
-import { parseAllowList, PolicyError } from '../net/policy.js';
+import { sandboxRuleset } from '../net/policy.js';
+import { resolvePolicy } from './network-request.js';
 import { Crun } from './crun.js';
 import { createEach, type EdgeCreateOutcome } from './edge-api.js';
 import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from './edge-api.js';
@@ -45,7 +45,7 @@ import { buildOciConfig } from './oci-config.js';
 import { mountOverlay } from './overlay.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { removeTree } from '../host/remove-tree.js';
-import { claimLinkBlock, lockEdgeId, releaseLinkBlock } from '../host/host-claims.js';
+import { lockEdgeId } from '../host/host-claims.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
   isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
@@ -93,18 +93,16 @@ export class Edge implements EdgeApi {
   /** Ids being created or killed, so a kill waits for a create to finish and vice versa. */
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
-  readonly #addresses: AddressPool;
   #releaseEdgeId: (() => void) | undefined;
-  readonly #nft = new Nftables();
   #freezerPin: FreezerPin | undefined;
-  readonly #hostGuard: HostGuard;
+  /** The node's sandbox links (address pool, host guard, dsec-nft), shared with the VM backend. */
+  readonly links: NodeLinks;
   /** Node-local scratch for snapshot staging trees and blobs before they go to the blob source. */
   readonly #tmpDir: string;
 
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
-    this.#hostGuard = new HostGuard(opts.id, this.#nft);
-    this.#addresses = new AddressPool(opts.id, { claim: claimLinkBlock, release: releaseLinkBlock });
+    this.links = new NodeLinks(opts.id);
     // 0700: nothing under the node dir is any host user's business but root's (see sandboxes-mount.ts).
     mkdirSync(opts.nodeDir, { recursive: true, mode: 0o700 });
     chmodSync(opts.nodeDir, 0o700);
@@ -203,12 +201,11 @@ export class Edge implements EdgeApi {
     for (const f of failed) this.opts.onSandboxFailed?.(f.id, f.reason);
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
     for (const l of linked) {
-      if (!this.#addresses.claim(l.record.network!.link!.index)) {
+      if (!this.links.adopt(l.record.network!.link!)) {
         this.opts.log.error({ sandbox: l.record.id, link: l.record.network!.link }, "another edge on this host claims this sandbox's link block");
       }
     }
-    if (linked.length) await this.#hostGuard.ensure();
-    else await this.#hostGuard.remove(); // this edge's own table, left by a crash
+    await this.links.settleGuard(); // removes this edge's own table, left by a crash, when nothing is linked
     this.#freezerPin = new FreezerPin(`freezer-pin-${this.id}`);
     this.#state = 'running';
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
@@ -383,7 +380,7 @@ export class Edge implements EdgeApi {
       this.#busy.delete(id);
     }
     this.#live.delete(id);
-    if (live.record.network?.link) this.#addresses.release(live.record.network.link.index);
+    this.links.release(live.record.network?.link);
   }
 
   /** Removes everything of a sandbox, in reverse order of creation; safe on half-made ones. */
@@ -587,32 +584,9 @@ export class Edge implements EdgeApi {
     return out;
   }
 
-  /**
-   * A sandbox gets its link (veth, address, route: process spawns, tens of ms) the first time a
-   * policy other than none is applied, and keeps it until it ends: a later switch, in either
-   * direction, is then one nft transaction through the edge's dsec-nft helper (about a
-   * millisecond). Under none the ruleset refuses everything but loopback, so a kept link carries
-   * nothing. A link made for a ruleset that then fails is taken down again.
-   */
+  /** See NodeLinks.apply: the link on first use, then one nft transaction per switch. */
   async #applyNetwork(record: SandboxRecord, policy: NetworkPolicy): Promise<void> {
-    const pid = record.pid ?? 0;
-    let link = record.network?.link;
-    let fresh: Link | undefined;
-    if (!link && policy.mode !== 'none') {
-      await this.#hostGuard.ensure();
-      link = fresh = this.#addresses.take();
-    }
-    try {
-      if (fresh) await attachLink(record.id, pid, fresh);
-      await applyRuleset(this.#nft, pid, policy, link?.host);
-    } catch (err) {
-      if (fresh) {
-        await detachLink(record.id);
-        this.#addresses.release(fresh.index);
-      }
-      throw err;
-    }
-    record.network = link ? { policy, link } : { policy };
+    record.network = await this.links.apply(record.id, record.pid ?? 0, record.network, policy, sandboxRuleset);
   }
 
   // --- terminals ---------------------------------------------------------------------------
@@ -703,12 +677,11 @@ export class Edge implements EdgeApi {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
       removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent
     }
-    if (![...this.#live.values()].some((l) => l.record.network?.link)) await this.#hostGuard.remove();
     if (this.#live.size === 0) releaseSandboxesDir(this.records.dir);
     // The lazy layer daemon outlives the edge while sandboxes read from it (the next edge adopts it).
     if (this.lazyLayers && this.layerMounts.mounted().length === 0) await this.lazyLayers.stop();
     else this.lazyLayers?.detach();
-    await this.#nft.close();
+    await this.links.close(); // the guard stays while sandboxes (of any backend) that outlive the edge have links
     this.#releaseEdgeId?.();
     this.#releaseEdgeId = undefined;
     this.#state = 'stopped';
@@ -727,16 +700,6 @@ interface LiveSandbox {
   /** Aborted when a kill starts: stops work in flight on the sandbox (a snapshot's copy). */
   stop: AbortController;
   layersReleased?: boolean;
-}
-
-/** Resolves an allow list's host names on this node; a bad entry is the caller's 400. */
-async function resolvePolicy(req: EdgeNetworkRequest): Promise<NetworkPolicy> {
-  try {
-    return { mode: req.mode, allow: req.mode === 'allow' ? await parseAllowList(req.allow) : [] };
-  } catch (err) {
-    if (err instanceof PolicyError) throw new ApiError('INVALID_REQUEST', err.message, { field: 'allow' });
-    throw err;
-  }
 }
 
 /** Open sessions per sandbox: each holds one shell process. */

@@ -1,5 +1,6 @@
 import { lookup } from 'node:dns/promises';
 import { isIPv4 } from 'node:net';
+import { VM_TAP } from './vm-network.js';
 
 /** A sandbox's egress policy: none (loopback only), allow (a list), or open. */
 export type NetworkMode = 'none' | 'allow' | 'open';
@@ -78,17 +79,58 @@ async function resolveHost(host: string): Promise<string[]> {
  * reset, "Connection refused"; other protocols an ICMP admin-prohibited).
  */
 export function sandboxRuleset(policy: NetworkPolicy, gateway: string | undefined): string {
-  const never = [...ALWAYS_DENIED, ...(gateway ? [`${gateway}/32`] : [])];
-  const lines = [
+  return [
     'table inet dsec',
     'delete table inet dsec',
     'table inet dsec {',
     '  chain output {',
     `    type filter hook output priority 0; policy ${policy.mode === 'open' ? 'accept' : 'drop'};`,
     '    oif "lo" accept',
-    `    ip daddr { ${never.join(', ')} } drop`,
-    '    meta nfproto ipv6 drop',
-  ];
+    ...egressRules(policy, gateway),
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+}
+
+/**
+ * The ruleset inside a VM's network namespace, where QEMU's tap (the guest's eth0) and the
+ * sandbox link's eth0 meet. The guest's packets are forwarded, so the same egress rules as a
+ * container's output chain filter the forward hook, for what arrives from the tap only (replies
+ * go back untouched, as a container's input is). The guest reaches nothing in the netns itself,
+ * and what it sends out is masqueraded to the link's sandbox address, so outside the netns a VM
+ * looks exactly like a container (the host guard matches it the same way). The guest's own
+ * kernel cannot loosen any of this: the rules live outside the VM.
+ */
+export function vmRuleset(policy: NetworkPolicy, gateway: string | undefined): string {
+  const tap = `"${VM_TAP.name}"`;
+  return [
+    'table inet dsec',
+    'delete table inet dsec',
+    'table inet dsec {',
+    '  chain input {',
+    '    type filter hook input priority 0; policy accept;',
+    `    iifname ${tap} drop`,
+    '  }',
+    '  chain forward {',
+    `    type filter hook forward priority 0; policy ${policy.mode === 'open' ? 'accept' : 'drop'};`,
+    `    iifname != ${tap} oifname ${tap} accept`,
+    `    iifname != ${tap} drop`,
+    ...egressRules(policy, gateway),
+    '  }',
+    '  chain postrouting {',
+    '    type nat hook postrouting priority 100; policy accept;',
+    `    iifname ${tap} oifname "eth0" masquerade`,
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+}
+
+/** The egress rules of a chain whose default is drop (accept under open): the policy's allow list, then refusals. */
+function egressRules(policy: NetworkPolicy, gateway: string | undefined): string[] {
+  const never = [...ALWAYS_DENIED, ...(gateway ? [`${gateway}/32`] : [])];
+  const lines = [`    ip daddr { ${never.join(', ')} } drop`, '    meta nfproto ipv6 drop'];
   if (policy.mode === 'allow') {
     for (const r of policy.allow) {
       if (r.port === undefined) lines.push(`    ip daddr ${r.cidr} accept`);
@@ -98,6 +140,5 @@ export function sandboxRuleset(policy: NetworkPolicy, gateway: string | undefine
   // Whatever is left is refused at once rather than dropped, so that an agent whose phase
   // forbids the network fails fast instead of waiting out a connect timeout.
   if (policy.mode !== 'open') lines.push('    meta l4proto tcp reject with tcp reset', '    reject with icmpx type admin-prohibited');
-  lines.push('  }', '}', '');
-  return lines.join('\n');
+  return lines;
 }

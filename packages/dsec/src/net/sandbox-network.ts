@@ -2,8 +2,6 @@ import { createHash } from 'node:crypto';
 import { existsSync, writeFileSync } from 'node:fs';
 import { runToolOrThrow, runTool } from '../host/run-tool.js';
 import type { Link } from './address-pool.js';
-import type { Nftables } from './nftables.js';
-import { sandboxRuleset, type NetworkPolicy } from './policy.js';
 
 /** Host-side veth name for a sandbox: short (IFNAMSIZ is 16) and recognisable by the host guard. */
 export function hostVeth(sandboxId: string): string {
@@ -45,9 +43,4 @@ export async function attachLink(sandboxId: string, pid: number, link: Link): Pr
 export async function detachLink(sandboxId: string): Promise<void> {
   const h = hostVeth(sandboxId);
   if (existsSync(`/sys/class/net/${h}`)) await runTool('ip', ['link', 'del', h]);
-}
-
-/** Replaces the sandbox's nftables ruleset in one atomic transaction (through the edge's dsec-nft, see nftables.ts). */
-export async function applyRuleset(nft: Nftables, pid: number, policy: NetworkPolicy, gateway: string | undefined): Promise<void> {
-  await nft.runInNetns(pid, sandboxRuleset(policy, gateway));
 }

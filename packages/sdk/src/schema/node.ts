@@ -72,6 +72,17 @@ export const NodeCapacity = Type.Object(
     pidsCommitted: Type.Integer({ description: 'Sum of the pids limits of its sandboxes.' }),
     pidMax: Type.Integer({ description: 'kernel.pid_max of the node.' }),
     pidsInUse: Type.Integer({ description: 'Processes and threads on the node at the last heartbeat.' }),
+    vms: Type.Optional(
+      Type.Object(
+        {
+          slots: Type.Integer({ description: 'microVM/VM sandboxes the node takes at most (DSEC_MAX_VMS).' }),
+          running: Type.Integer({ description: 'VM sandboxes on the node.' }),
+          memoryCommittedMiB: Type.Integer({ description: 'Guest RAM plus QEMU overhead of its VMs.' }),
+          overheadMiB: Type.Integer({ description: 'Host memory a VM takes beyond its guest RAM.' }),
+        },
+        { description: 'Present when the node runs microvm/vm sandboxes (its VM guest is built).' },
+      ),
+    ),
   },
   { description: "What the node has, as its own edge measured it (never the control plane's host)." },
 );

@@ -28,9 +28,22 @@ export class BackendDispatch implements EdgeApi {
     return this.vms?.owns(id) ? this.vms : this.containers;
   }
 
+  /** The container edge's info with the VMs counted in: sandboxes, committed CPU and memory, and capacity.vms. */
   async info(): Promise<EdgeInfo> {
     const info = await this.containers.info();
-    return { ...info, sandboxes: info.sandboxes + (this.vms?.count ?? 0) };
+    if (!this.vms) return info;
+    const { cpuCommitted, ...vms } = this.vms.capacity();
+    const c = info.capacity;
+    return {
+      ...info,
+      sandboxes: info.sandboxes + this.vms.count,
+      capacity: {
+        ...c,
+        cpuCommitted: Math.round((c.cpuCommitted + cpuCommitted) * 1000) / 1000,
+        memoryCommittedMiB: c.memoryCommittedMiB + vms.memoryCommittedMiB,
+        vms,
+      },
+    };
   }
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {

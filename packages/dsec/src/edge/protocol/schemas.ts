@@ -87,6 +87,14 @@ export const EdgeCapacity = Type.Object({
   pidsCommitted: Type.Integer({ description: 'Sum of the pids limits of its sandboxes.' }),
   pidMax: Type.Integer({ description: 'kernel.pid_max of the node.' }),
   pidsInUse: Type.Integer({ description: 'Processes and threads on the node now.' }),
+  vms: Type.Optional(
+    Type.Object({
+      slots: Type.Integer({ description: 'microVM/VM sandboxes the node takes at most (DSEC_MAX_VMS).' }),
+      running: Type.Integer({ description: 'VM sandboxes on the node now (being created included).' }),
+      memoryCommittedMiB: Type.Integer({ description: 'Guest RAM plus QEMU overhead of its VMs, each charged to its cgroup.' }),
+      overheadMiB: Type.Integer({ description: 'Host memory a VM takes beyond its guest RAM.' }),
+    }),
+  ),
 });
 export type EdgeCapacity = Static<typeof EdgeCapacity>;
 

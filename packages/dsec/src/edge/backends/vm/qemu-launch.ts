@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Accel } from './accel-probe.js';
+import { guestNetworkArgs, VM_TAP } from '../../../net/vm-network.js';
 import { QEMU_BINARY, type GuestAssets } from './guest-assets.js';
 
 export type VmMachine = 'microvm' | 'vm';
@@ -38,6 +39,8 @@ export interface LaunchSpec {
   layers: string[];
   vcpus: number;
   memoryMiB: number;
+  /** cgroup.procs files QEMU joins before it starts (vm-cgroup.ts). */
+  cgroupProcs: string[];
 }
 
 /**
@@ -57,14 +60,15 @@ function hostTscKhz(): number {
 
 /**
  * QEMU's command line. microvm: virtio-mmio, no firmware, the kernel booted directly. vm: q35
- * with PCI (SeaBIOS, then the same kernel). No network device: the guest has loopback only.
+ * with PCI (SeaBIOS, then the same kernel). One virtio-net NIC on a tap in QEMU's own netns
+ * (vm-network.ts), where the sandbox's egress policy is enforced, outside the guest.
  * Disks are found by serial in the guest (layer0…, upper), so attachment order does not matter.
  * The guest's only link to the host is the virtio-serial port "dsec.agent".
  */
 export function qemuArgs(s: LaunchSpec): string[] {
   const mmio = s.machine === 'microvm';
   const blk = mmio ? 'virtio-blk-device' : 'virtio-blk-pci';
-  const append = ['console=ttyS0', 'quiet', 'loglevel=1', 'panic=-1', `dsec.layers=${s.layers.length}`];
+  const append = ['console=ttyS0', 'quiet', 'loglevel=1', 'panic=-1', `dsec.layers=${s.layers.length}`, ...guestNetworkArgs()];
   if (mmio && s.accel === 'tcg') {
     const khz = hostTscKhz();
     append.push(`tsc_early_khz=${khz}`, `lpj=${Math.round((khz * 1000) / 250)}`);
@@ -93,6 +97,10 @@ export function qemuArgs(s: LaunchSpec): string[] {
   // Free page reporting: the guest hands pages it freed back to the host (QEMU discards them),
   // so what boot touched and the guest no longer uses does not stay resident on the host.
   args.push('-device', `${mmio ? 'virtio-balloon-device' : 'virtio-balloon-pci'},free-page-reporting=on`);
+  // QEMU makes the tap in its netns (the edge addresses it once the guest is up); vhost is off
+  // (not every host has vhost-net, and TCG gains nothing from it).
+  args.push('-netdev', `tap,id=net0,ifname=${VM_TAP.name},script=no,downscript=no,vhost=off`);
+  args.push('-device', `${mmio ? 'virtio-net-device' : 'virtio-net-pci'},netdev=net0,mac=52:54:00:d5:ec:02`);
   args.push(
     '-device', mmio ? 'virtio-serial-device' : 'virtio-serial-pci',
     '-chardev', `socket,id=agent,path=${s.paths.agentSocket},server=on,wait=off`,
@@ -102,11 +110,21 @@ export function qemuArgs(s: LaunchSpec): string[] {
   return args;
 }
 
-/** Starts QEMU detached (it outlives an edge restart, which adopts it); returns its pid. */
+/**
+ * Starts QEMU detached (it outlives an edge restart, which adopts it) in the VM's cgroups and a
+ * network namespace of its own: a shell joins the cgroups and execs unshare, which execs QEMU,
+ * so the pid is QEMU's, everything it allocates is charged to the VM from its first page, and
+ * the netns lives exactly as long as QEMU.
+ */
 export function launchQemu(s: LaunchSpec): number {
   const log = openSync(s.paths.qemuLog, 'a');
   try {
-    const child = spawn(QEMU_BINARY, qemuArgs(s), { detached: true, stdio: ['ignore', log, log] });
+    const join = 'for f in $DSEC_VM_CGROUP_PROCS; do echo $$ > "$f" || exit 111; done; exec "$@"';
+    const child = spawn('sh', ['-c', join, 'sh', 'unshare', '--net', '--', QEMU_BINARY, ...qemuArgs(s)], {
+      detached: true,
+      stdio: ['ignore', log, log],
+      env: { ...process.env, DSEC_VM_CGROUP_PROCS: s.cgroupProcs.join(' ') },
+    });
     child.unref();
     if (!child.pid) throw new Error(`could not start ${QEMU_BINARY}`);
     return child.pid;

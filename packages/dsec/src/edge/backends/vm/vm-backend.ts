@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import {
@@ -11,11 +12,16 @@ import { ProcessTable } from '../../../exec/process-table.js';
 import { iterateOutput } from '../../../exec/output-stream.js';
 import type { ExecEvent } from '../../../exec/run-command.js';
 import type { ProcessExit } from '../../../exec/sandbox-process.js';
+import { sandboxUsage } from '../../../host/cgroups.js';
 import { runToolOrThrow, ToolError } from '../../../host/run-tool.js';
 import { writeFileAtomic } from '../../../image/atomic-file.js';
 import type { LayerDigest } from '../../../image/layer-store.js';
 import type { Link } from '../../../net/address-pool.js';
-import type { NetworkPolicy } from '../../../net/policy.js';
+import type { NodeLinks, SandboxNetwork } from '../../../net/node-links.js';
+import { vmRuleset, type NetworkPolicy } from '../../../net/policy.js';
+import { detachLink } from '../../../net/sandbox-network.js';
+import { prepareVmNetns } from '../../../net/vm-network.js';
+import { resolvePolicy } from '../../network-request.js';
 import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, TerminalChannel, TerminalRequest } from '../../edge-api.js';
 import type { LayerCache } from '../../layer-cache.js';
 import { mergeEnv, parseUser } from '../../oci-config.js';
@@ -27,11 +33,20 @@ import { guestAssets, type GuestAssets } from './guest-assets.js';
 import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
 import { QmpClient } from './qmp-client.js';
 import { VmProcess, type GuestCommand } from './vm-process.js';
+import { makeVmCgroup, removeVmCgroup, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
 import { openVmTerminal } from './vm-terminal.js';
 import type { ImageConfig } from '@dsec/sdk/schema';
 
 /** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
 export const DEFAULT_VM_DISK_MIB = 2048;
+/**
+ * VM sandboxes a node takes at most: DSEC_MAX_VMS, else 4 per CPU (an idle guest's timer ticks
+ * still cost host CPU under TCG; the sandbox budget, maxSandboxes, holds as well).
+ */
+export function maxVms(): number {
+  const env = Number(process.env['DSEC_MAX_VMS']);
+  return Number.isInteger(env) && env > 0 ? env : 4 * availableParallelism();
+}
 /** How long a guest may take from QEMU's start to the agent's ready (TCG on a loaded host is slow). */
 const BOOT_TIMEOUT_MS = Number(process.env['DSEC_VM_BOOT_TIMEOUT_MS'] ?? 180_000);
 
@@ -48,6 +63,8 @@ interface VmRecord {
   accel?: AccelChoice;
   pid?: number;
   paused?: boolean;
+  /** The egress policy in force in the VM's netns, and its link once a policy other than none gave it one. */
+  network?: SandboxNetwork;
 }
 
 interface LiveVm {
@@ -62,6 +79,8 @@ interface LiveVm {
 export interface VmBackendOptions {
   nodeDir: string;
   layerCache: LayerCache;
+  /** The node's sandbox links, shared with the container edge. */
+  links: NodeLinks;
   log: Logger;
 }
 
@@ -77,6 +96,9 @@ export class VmBackend implements SandboxBackend {
   readonly #live = new Map<string, LiveVm>();
   /** Creates in flight, so a kill of one waits for it to finish (or fail) first. */
   readonly #creating = new Map<string, Promise<unknown>>();
+  /** The limits of creates in flight: their memory is committed from the start. */
+  readonly #creatingLimits = new Map<string, SandboxLimits>();
+  readonly slots = maxVms();
   #accel: Promise<AccelChoice> | undefined;
 
   constructor(
@@ -97,6 +119,18 @@ export class VmBackend implements SandboxBackend {
 
   get count(): number {
     return this.#live.size + this.#creating.size;
+  }
+
+  /** What placement needs to know (capacity.vms): slots, VMs, and the host memory they are allowed. */
+  capacity(): { slots: number; running: number; memoryCommittedMiB: number; overheadMiB: number; cpuCommitted: number } {
+    const limits = [...[...this.#live.values()].map((v) => v.record.limits), ...this.#creatingLimits.values()];
+    return {
+      slots: this.slots,
+      running: limits.length,
+      memoryCommittedMiB: limits.reduce((n, l) => n + l.memoryMiB + VM_MEMORY_OVERHEAD_MIB, 0),
+      overheadMiB: VM_MEMORY_OVERHEAD_MIB,
+      cpuCommitted: limits.reduce((n, l) => n + l.cpu, 0),
+    };
   }
 
   owns(id: string): boolean {
@@ -128,6 +162,9 @@ export class VmBackend implements SandboxBackend {
           const qmp = await QmpClient.open(paths.qmpSocket);
           const status = (await qmp.execute('query-status')) as { status?: string };
           record.paused = status.status === 'paused';
+          if (record.network?.link && !this.opts.links.adopt(record.network.link)) {
+            this.opts.log.error({ sandbox: id, link: record.network.link }, "another edge on this host claims this VM's link block");
+          }
           this.#adopt(record, paths, agent, qmp);
           adopted.push(id);
           continue;
@@ -157,19 +194,25 @@ export class VmBackend implements SandboxBackend {
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     if (this.owns(req.id)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
+    if (this.count >= this.slots) {
+      throw new ApiError('CAPACITY_EXCEEDED', `this edge runs at most ${this.slots} VM sandboxes (DSEC_MAX_VMS) and has ${this.count}`, { maxVms: this.slots });
+    }
     const work = this.#create(req);
     this.#creating.set(req.id, work);
+    this.#creatingLimits.set(req.id, req.limits);
     try {
       return await work;
     } finally {
       this.#creating.delete(req.id);
+      this.#creatingLimits.delete(req.id);
     }
   }
 
   async #create(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     const kind = req.backend;
     if (kind !== 'microvm' && kind !== 'vm') throw new ApiError('INTERNAL', `VM backend asked for a ${String(kind)} sandbox`);
-    if (req.network && req.network.mode !== 'none') unsupported(kind, 'A network policy other than none');
+    // Host names are resolved here, on the node that enforces the rules.
+    const policy: NetworkPolicy = req.network ? await resolvePolicy(req.network) : { mode: 'none', allow: [] };
     if (req.layers.length === 0) throw new ApiError('INVALID_REQUEST', 'a VM sandbox needs at least one layer');
     if (req.layers.length > 60) throw new ApiError('INVALID_REQUEST', `a VM sandbox takes at most 60 layers (one disk each); this one has ${req.layers.length}`);
     const paths = new VmPaths(join(this.dir, req.id));
@@ -192,6 +235,7 @@ export class VmBackend implements SandboxBackend {
       for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
       await makeDisk(paths.disk, req.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
       record.accel = await this.accel();
+      const cgroupProcs = makeVmCgroup(req.id, req.limits);
       record.pid = launchQemu({
         machine: kind as VmMachine,
         accel: record.accel.accel,
@@ -200,9 +244,12 @@ export class VmBackend implements SandboxBackend {
         layers: layerFiles,
         vcpus: Math.max(1, Math.ceil(req.limits.cpu)),
         memoryMiB: req.limits.memoryMiB,
+        cgroupProcs,
       });
       saveRecord(paths, record);
       agent = await this.#boot(record.pid, paths, req.limits.memoryMiB);
+      await prepareVmNetns(record.pid);
+      record.network = await this.opts.links.apply(req.id, record.pid, undefined, policy, vmRuleset);
       const qmp = await QmpClient.open(paths.qmpSocket);
       record.phase = 'running';
       saveRecord(paths, record);
@@ -211,6 +258,7 @@ export class VmBackend implements SandboxBackend {
     } catch (err) {
       agent?.close();
       await this.#teardown(req.id, record.pid);
+      this.opts.links.release(record.network?.link);
       if (err instanceof ApiError) throw err;
       if (err instanceof ToolError) throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
       throw new ApiError('SANDBOX_CREATE_FAILED', `the ${kind} did not start: ${(err as Error).message}`);
@@ -268,6 +316,7 @@ export class VmBackend implements SandboxBackend {
     await v.qmp.execute('quit').catch(() => undefined);
     v.qmp.close();
     await this.#teardown(id, v.record.pid);
+    this.opts.links.release(v.record.network?.link);
   }
 
   /** Ends QEMU (if it still runs) and removes the VM's directory: disk, sockets, logs. */
@@ -286,6 +335,8 @@ export class VmBackend implements SandboxBackend {
       }
       if (isQemuOf(pid, paths)) this.opts.log.error({ sandbox: id, pid }, 'QEMU did not exit after SIGKILL');
     }
+    await removeVmCgroup(id);
+    await detachLink(id); // gone with QEMU's netns; a crash between veth and netns may leave the host end
     rmSync(paths.dir, { recursive: true, force: true });
   }
 
@@ -445,24 +496,37 @@ export class VmBackend implements SandboxBackend {
     unsupported(this.#vm(id).record.backend, 'Tar download');
   }
 
-  /** A VM has no network device: only none (loopback) is served. */
-  async setNetwork(id: string, policy: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
-    const v = this.#vm(id);
-    if (policy.mode !== 'none') unsupported(v.record.backend, 'A network policy other than none');
-    return { policy: { mode: 'none', allow: [] }, appliedMs: 0 };
+  /**
+   * Replaces the egress policy in the VM's netns (one nft transaction; the link on first use, as
+   * for a container). The guest's NIC is there from boot, so a switch needs nothing from the guest.
+   */
+  async setNetwork(id: string, req: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
+    const v = this.#vm(id); // a paused VM's netns takes rules as well
+    const policy = await resolvePolicy(req);
+    const t0 = performance.now();
+    v.record.network = await this.opts.links.apply(id, v.record.pid ?? 0, v.record.network, policy, vmRuleset);
+    saveRecord(v.paths, v.record);
+    const out: { policy: NetworkPolicy; link?: Link; appliedMs: number } = { policy, appliedMs: Math.round((performance.now() - t0) * 100) / 100 };
+    if (v.record.network.link) out.link = v.record.network.link;
+    return out;
   }
 
   async getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }> {
-    this.#vm(id);
-    return { policy: { mode: 'none', allow: [] } };
+    const { network } = this.#vm(id).record;
+    const out: { policy: NetworkPolicy; link?: Link } = { policy: network?.policy ?? { mode: 'none', allow: [] } };
+    if (network?.link) out.link = network.link;
+    return out;
   }
 
   // --- state -------------------------------------------------------------------------------------
 
-  /** QEMU's resident memory stands for the sandbox's; the guest's own OOM kills are not counted. */
+  /**
+   * The VM's cgroup: everything QEMU holds (guest RAM it touched, TCG's cache, page cache of its
+   * disks) and its threads; OOM kills are the host's of QEMU, not the guest kernel's own.
+   */
   async sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
-    const v = this.#vm(id);
-    return { oomKills: 0, memoryBytes: qemuRssBytes(v.record.pid), pids: 0 };
+    this.#vm(id);
+    return sandboxUsage(id);
   }
 
   /** QMP stop: every vCPU halts, memory stays; the guest's clock does not see the gap. */
@@ -618,15 +682,6 @@ function saveRecord(paths: VmPaths, record: VmRecord): void {
 
 function toEdgeSandbox(r: VmRecord): EdgeSandbox {
   return { id: r.id, status: r.paused ? 'paused' : 'running', pid: r.pid ?? 0, createdAt: r.createdAt };
-}
-
-function qemuRssBytes(pid: number | undefined): number {
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) * 1024 : 0;
-  } catch {
-    return 0;
-  }
 }
 
 /** The last lines of a log, for an error message. */
