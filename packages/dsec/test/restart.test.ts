@@ -197,11 +197,11 @@ describe('restart when the state store forgot a sandbox the edge still runs', { 
     const sb = await Sandbox.create({ ...conn(f.first), labels: { case: 'orphan' } });
     id = sb.id;
     await f.first.close();
-    const store = new StateStore(join(f.dataDir, 'state.db'));
+    const store = await StateStore.open(join(f.dataDir, 'state.db'));
     try {
-      store.deleteSandbox(id);
+      await store.deleteSandbox(id);
     } finally {
-      store.close();
+      await store.close();
     }
     f.second = await f.start();
   });

@@ -9,24 +9,24 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
-export function createApiKey(store: StateStore, name: string): { id: string; key: string } {
+export async function createApiKey(store: StateStore, name: string): Promise<{ id: string; key: string }> {
   const id = `key_${randomBytes(6).toString('hex')}`;
   const key = `dsec_${randomBytes(32).toString('base64url')}`;
-  store.insertKey(id, hashKey(key), name);
+  await store.insertKey(id, hashKey(key), name);
   return { id, key };
 }
 
 /** A key in E2B's shape (`e2b_` + 40 hex digits, as some E2B SDK versions check), stored like any other. */
-export function createE2bApiKey(store: StateStore, name: string): { id: string; key: string } {
+export async function createE2bApiKey(store: StateStore, name: string): Promise<{ id: string; key: string }> {
   const id = `key_${randomBytes(6).toString('hex')}`;
   const key = `e2b_${randomBytes(20).toString('hex')}`;
-  store.insertKey(id, hashKey(key), name);
+  await store.insertKey(id, hashKey(key), name);
   return { id, key };
 }
 
 /** Returns the key's id when the bearer token is a known key. */
-export function authenticate(store: StateStore, authorization: string | undefined): string | undefined {
+export async function authenticate(store: StateStore, authorization: string | undefined): Promise<string | undefined> {
   const m = /^Bearer\s+(\S+)$/i.exec(authorization ?? '');
   if (!m) return undefined;
-  return store.keyByHash(hashKey(m[1]!))?.id;
+  return (await store.keyByHash(hashKey(m[1]!)))?.id;
 }

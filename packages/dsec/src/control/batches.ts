@@ -60,11 +60,11 @@ export class BatchService {
   ) {}
 
   /** Accepts a batch: the spec is checked first (a bad spec is a 400, not 32,000 failures). */
-  create(req: CreateBatchRequest): BatchInfo {
+  async create(req: CreateBatchRequest): Promise<BatchInfo> {
     this.control.checkSpec(req.spec);
     const id = `batch-${randomBytes(8).toString('hex')}`;
     const createdAt = new Date().toISOString();
-    this.store.insertBatch(id, req.count, req, createdAt);
+    await this.store.insertBatch(id, req.count, req, createdAt);
     const b = new LiveBatch(id, req.count, req.spec, createdAt);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
@@ -73,11 +73,11 @@ export class BatchService {
   }
 
   /** After a restart: picks up every batch that was still running. */
-  resume(): void {
-    for (const row of this.store.listBatches('running')) {
+  async resume(): Promise<void> {
+    for (const row of await this.store.listBatches('running')) {
       const req = JSON.parse(row.spec) as CreateBatchRequest;
       const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt);
-      for (const e of this.store.batchEvents(row.id, -1)) {
+      for (const e of await this.store.batchEvents(row.id, -1)) {
         b.events.push(e);
         this.#count(b, e);
       }
@@ -87,16 +87,16 @@ export class BatchService {
     }
   }
 
-  info(id: string): BatchInfo {
+  async info(id: string): Promise<BatchInfo> {
     const b = this.#live.get(id);
     if (b) {
       const info: BatchInfo = { id, count: b.count, state: b.cancelled ? 'cancelled' : b.finished ? 'done' : 'running', placed: b.placed, running: b.running, failed: b.failed, createdAt: b.createdAt, lastSeq: b.events.length - 1 };
       return info;
     }
-    const row = this.store.getBatch(id);
+    const row = await this.store.getBatch(id);
     if (!row) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
     const counts = { placed: 0, running: 0, failed: 0, last: -1 };
-    for (const e of this.store.batchEvents(id, -1)) {
+    for (const e of await this.store.batchEvents(id, -1)) {
       if (e.type === 'placed') counts.placed++;
       if (e.type === 'running') counts.running++;
       if (e.type === 'failed') counts.failed++;
@@ -114,8 +114,8 @@ export class BatchService {
   async *events(id: string, after: number, follow: boolean, signal?: AbortSignal): AsyncGenerator<BatchEvent> {
     const b = this.#live.get(id);
     if (!b) {
-      this.info(id); // 404 for an unknown batch
-      yield* this.store.batchEvents(id, after);
+      await this.info(id); // 404 for an unknown batch
+      yield* await this.store.batchEvents(id, after);
       return;
     }
     let next = after + 1;
@@ -138,14 +138,14 @@ export class BatchService {
   async cancel(id: string): Promise<BatchInfo> {
     const b = this.#live.get(id);
     if (!b) {
-      const info = this.info(id);
+      const info = await this.info(id);
       if (info.state === 'running') throw new ApiError('INTERNAL', `batch ${id} is running but not driven here`);
       return info;
     }
     if (!b.finished) {
       b.cancelled = true;
       await this.control.killByLabels({ [BATCH_LABEL]: id });
-      this.#finish(b, 'cancelled');
+      await this.#finish(b, 'cancelled');
     }
     return this.info(id);
   }
@@ -159,7 +159,7 @@ export class BatchService {
   async #drive(b: LiveBatch, concurrency: number): Promise<void> {
     // Items a previous run got to are settled from their sandbox rows; the rest are created in
     // groups (rows in one transaction, one request per edge: see ControlPlane.createGroup).
-    const rows = new Map(this.store.batchSandboxes(b.id).map((r) => [r.index, r]));
+    const rows = new Map((await this.store.batchSandboxes(b.id)).map((r) => [r.index, r]));
     const todo: number[] = [];
     const settling: Promise<void>[] = [];
     for (let index = 0; index < b.count; index++) {
@@ -190,19 +190,19 @@ export class BatchService {
       }
     };
     await Promise.all([...settling, ...Array.from({ length: lanes }, lane)]);
-    if (!b.cancelled && !this.#stopped) this.#finish(b, 'done');
+    if (!b.cancelled && !this.#stopped) await this.#finish(b, 'done');
   }
 
   /** An item whose sandbox a previous run created: running, failed, or still being reconciled. */
   async #settleExisting(b: LiveBatch, index: number, sandboxId: string): Promise<void> {
     for (let waited = 0; ; waited += 500) {
-      const s = this.store.getSandbox(sandboxId);
+      const s = await this.store.getSandbox(sandboxId);
       if (!s) return this.#emit(b, { type: 'failed', index, sandboxId, code: 'SANDBOX_NOT_FOUND', reason: 'the sandbox was killed before the batch finished' });
       if (s.status === 'running' || s.status === 'paused') return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });
       if (s.status !== 'creating') return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: s.reason ?? s.status });
       // 'creating' across a restart: its edge reports it (or not) at its next heartbeat.
       if (waited >= 30_000 || this.#stopped) {
-        this.store.setStatus(sandboxId, 'failed', 'lost: the control plane restarted while creating it and its edge never reported it');
+        await this.store.setStatus(sandboxId, 'failed', 'lost: the control plane restarted while creating it and its edge never reported it');
         return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: 'lost while the control plane restarted' });
       }
       await new Promise((r) => setTimeout(r, 500));
@@ -227,24 +227,24 @@ export class BatchService {
     this.#count(b, ev);
     b.unflushed.push(ev);
     b.bus.emit('event');
-    if (!this.#stopped) this.#flushTimer ??= setTimeout(() => this.flush(), FLUSH_EVERY_MS);
+    if (!this.#stopped) this.#flushTimer ??= setTimeout(() => void this.flush().catch((err: unknown) => this.log.error({ err }, 'writing batch events failed')), FLUSH_EVERY_MS);
   }
 
-  #finish(b: LiveBatch, how: 'done' | 'cancelled'): void {
+  async #finish(b: LiveBatch, how: 'done' | 'cancelled'): Promise<void> {
     this.#emit(b, { type: how });
-    this.flush();
-    this.store.finishBatch(b.id, how, new Date().toISOString());
+    await this.flush();
+    await this.store.finishBatch(b.id, how, new Date().toISOString());
   }
 
   /** Writes buffered events, one transaction for all batches. */
-  flush(): void {
+  async flush(): Promise<void> {
     if (this.#flushTimer) clearTimeout(this.#flushTimer);
     this.#flushTimer = undefined;
     const pending: { id: string; events: BatchEvent[] }[] = [];
     for (const b of this.#live.values()) {
       if (b.unflushed.length) pending.push({ id: b.id, events: b.unflushed.splice(0) });
     }
-    if (pending.length) this.store.appendBatchEvents(pending);
+    if (pending.length) await this.store.appendBatchEvents(pending);
   }
 
   /**
@@ -254,6 +254,6 @@ export class BatchService {
   async stop(): Promise<void> {
     this.#stopped = true;
     await Promise.allSettled([...this.#drivers]);
-    this.flush();
+    await this.flush();
   }
 }

@@ -15,7 +15,7 @@ const APPLIES_TO: Record<BulkAction, SandboxStatus | undefined> = { kill: undefi
 
 export async function applyByLabels(control: ControlPlane, labels: Record<string, string>, action: BulkAction): Promise<BulkResult> {
   const status = APPLIES_TO[action];
-  const targets = control.list({ labels, ...(status ? { status } : {}) }).map((s) => s.id);
+  const targets = (await control.list({ labels, ...(status ? { status } : {}) })).map((s) => s.id);
   const result: BulkResult = { ids: [], failures: [] };
   let next = 0;
   const worker = async (): Promise<void> => {

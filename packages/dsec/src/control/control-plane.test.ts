@@ -1,6 +1,6 @@
  
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import pino from 'pino';
 import { SandboxIdParams } from '@dsec/sdk/schema';
 import type { ImageStore } from '../image/image-store.js';
@@ -41,7 +41,10 @@ describe('sandbox ids', () => {
 
 describe('ControlPlane.limitsFor', () => {
   // limitsFor uses no image: the image store is left out on purpose.
-  const cp = new ControlPlane(new StateStore(':memory:'), undefined as unknown as ImageStore, pino({ level: 'silent' }));
+  let cp: ControlPlane;
+  before(async () => {
+    cp = new ControlPlane(await StateStore.open(':memory:'), undefined as unknown as ImageStore, pino({ level: 'silent' }));
+  });
 
   test('defaults fill every limit not given', () => {
     assert.deepEqual(cp.limitsFor({ image: 'busybox' }), DEFAULT_LIMITS);

@@ -82,7 +82,7 @@ export class ControlPlane {
       burstThreshold: opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD,
     });
     this.edges.onLost = async (edge, why) => {
-      const lost = this.store.markEdgeLost(edge, `lost: ${why}`);
+      const lost = await this.store.markEdgeLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
     };
     this.edges.onBack = async (edge) => {
@@ -106,21 +106,21 @@ export class ControlPlane {
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
     const lost: string[] = [];
     const killedLost: string[] = [];
-    for (const s of this.store.listSandboxes({ edge: edgeId })) {
+    for (const s of await this.store.listSandboxes({ edge: edgeId })) {
       if (inflight.has(s.id) || this.#creation.inflight.has(s.id)) {
         onEdge.delete(s.id);
         continue;
       }
       if ((s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id)) {
-        this.store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
+        await this.store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
         lost.push(s.id);
       }
-      if (s.status === 'creating' && onEdge.has(s.id)) this.store.setStatus(s.id, 'running');
+      if (s.status === 'creating' && onEdge.has(s.id)) await this.store.setStatus(s.id, 'running');
       const live = s.status === 'running' || s.status === 'creating' || s.status === 'paused';
       if (!live && onEdge.has(s.id)) {
         // Reported lost, failed or stopped: the caller was told it is not running, so it must not run.
         await edge.killSandbox(s.id).catch((err: unknown) => this.log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
-        if (s.status === 'lost') this.store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
+        if (s.status === 'lost') await this.store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
         killedLost.push(s.id);
       }
       onEdge.delete(s.id);
@@ -155,10 +155,10 @@ export class ControlPlane {
     return this.#creation.createGroup(...args);
   }
 
-  get(id: string): SandboxInfo {
-    const s = this.store.getSandbox(id);
+  async get(id: string): Promise<SandboxInfo> {
+    const s = await this.store.getSandbox(id);
     if (!s) {
-      const ended = this.ended.get(id);
+      const ended = await this.ended.get(id);
       if (ended) {
         throw new ApiError('SANDBOX_NOT_FOUND', `sandbox ${id} was killed at ${ended.endedAt}; its trajectory stays readable until ${ended.keptUntil} (GET /v1/sandboxes/${id}/trajectory, dsec log ${id})`, {
           id,
@@ -171,13 +171,13 @@ export class ControlPlane {
   }
 
   /** Throws SANDBOX_NOT_FOUND unless `id` is a sandbox, or a killed one whose trajectory is still kept. */
-  assertTrajectoryKept(id: string): void {
-    if (!this.store.getSandbox(id) && !this.ended.get(id)) this.get(id);
+  async assertTrajectoryKept(id: string): Promise<void> {
+    if (!(await this.store.getSandbox(id)) && !(await this.ended.get(id))) await this.get(id);
   }
 
   /** get() plus live usage (OOM kills, memory, pids) for a running or paused sandbox. */
   async inspect(id: string): Promise<SandboxInfo> {
-    const s = this.get(id);
+    const s = await this.get(id);
     if (s.status !== 'running' && s.status !== 'paused') return s;
     try {
       return { ...s, usage: await this.#edge(s.edge).sandboxUsage(id) };
@@ -188,7 +188,7 @@ export class ControlPlane {
     }
   }
 
-  list(filter: { labels?: Record<string, string>; status?: SandboxStatus }): SandboxInfo[] {
+  list(filter: { labels?: Record<string, string>; status?: SandboxStatus }): Promise<SandboxInfo[]> {
     return this.store.listSandboxes(filter);
   }
 
@@ -198,7 +198,7 @@ export class ControlPlane {
    * for that and two concurrent kills both succeed.
    */
   async kill(id: string): Promise<void> {
-    const s = this.store.getSandbox(id);
+    const s = await this.store.getSandbox(id);
     if (!s) return;
     const teardownFailed = s.status === 'failed' && s.reason?.startsWith(KILL_FAILED_REASON) === true;
     if (s.status === 'running' || s.status === 'creating' || s.status === 'paused' || teardownFailed) {
@@ -207,52 +207,52 @@ export class ControlPlane {
       } catch (err) {
         if (err instanceof ApiError && err.code === 'SANDBOX_KILL_FAILED') {
           // Its mounts or cgroups are still on the node: the row stays, saying so, until a kill succeeds.
-          this.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
+          await this.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
         }
         if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
       }
     }
-    this.ended.retire(s, 'killed');
-    const deleted = this.snapshotImages.release(s);
+    await this.ended.retire(s, 'killed');
+    const deleted = await this.snapshotImages.release(s);
     if (deleted.length) this.log.info({ sandbox: id, images: deleted }, 'deleted unnamed snapshot images nothing uses any more');
   }
 
   /** The edge of a running sandbox; counts as activity for the idle timeout. */
-  #runningOn(id: string): EdgeApi {
-    const s = this.get(id);
+  async #runningOn(id: string): Promise<EdgeApi> {
+    const s = await this.get(id);
     if (s.status !== 'running') {
       const hint = s.status === 'paused' ? ': resume it first (POST /v1/sandboxes/{id}/resume)' : s.reason ? `: ${s.reason}` : '';
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}${hint}`, { id, status: s.status });
     }
-    this.store.touch(id);
+    await this.store.touch(id);
     return this.#edge(s.edge);
   }
 
   // --- pause, resume, snapshot, fork -----------------------------------------------------------
 
   async pause(id: string): Promise<SandboxInfo> {
-    const s = this.get(id);
+    const s = await this.get(id);
     if (s.status === 'paused') return s;
-    await this.#runningOn(id).pauseSandbox(id);
-    this.store.setStatus(id, 'paused');
-    this.trajectory.append(id, { kind: 'pause', request: {} });
-    return this.get(id);
+    await (await this.#runningOn(id)).pauseSandbox(id);
+    await this.store.setStatus(id, 'paused');
+    await this.trajectory.append(id, { kind: 'pause', request: {} });
+    return await this.get(id);
   }
 
   async resume(id: string): Promise<SandboxInfo> {
-    const s = this.get(id);
+    const s = await this.get(id);
     if (s.status === 'running') return s;
     if (s.status !== 'paused') throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
     await this.#edge(s.edge).resumeSandbox(id);
-    this.store.setStatus(id, 'running');
-    this.store.touch(id);
-    this.trajectory.append(id, { kind: 'resume', request: {} });
-    return this.get(id);
+    await this.store.setStatus(id, 'running');
+    await this.store.touch(id);
+    await this.trajectory.append(id, { kind: 'resume', request: {} });
+    return await this.get(id);
   }
 
   /** pack_diff → an image (parent layers + the delta) that new sandboxes start from. */
   async snapshot(id: string, req: SnapshotRequest = {}): Promise<SnapshotResult> {
-    const s = this.get(id);
+    const s = await this.get(id);
     if (s.status !== 'running' && s.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
     }
@@ -265,14 +265,14 @@ export class ControlPlane {
     const kept = Boolean(req.name) || req.keep === true || this.images.get(this.images.idOf(manifest)) !== undefined;
     const imageId = this.images.put(manifest);
     if (req.name) this.images.tag(req.name, imageId);
-    if (!kept) this.snapshotImages.own(imageId, id);
+    if (!kept) await this.snapshotImages.own(imageId, id);
     return { imageId, layers, layerAdded: snap.layer !== null, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats, kept };
   }
 
   /** One snapshot, then `count` sandboxes from it, created concurrently. */
   async fork(id: string, req: ForkRequest): Promise<ForkResult> {
     const snapshot = await this.snapshot(id);
-    const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: snapshot.imageId };
+    const spec = await this.store.getSpec<CreateSandboxRequest>(id) ?? { image: snapshot.imageId };
     // Forks start with the policy in force now, not the one the parent was created with: a
     // parent switched to none for its rollout phase must not hand its forks the setup phase's.
     const network = await this.#currentPolicy(id);
@@ -297,7 +297,7 @@ export class ControlPlane {
 
   /** The egress policy a sandbox has now, as a request (resolved addresses, not the names given). */
   async #currentPolicy(id: string): Promise<NetworkPolicyRequest | undefined> {
-    const s = this.get(id);
+    const s = await this.get(id);
     if (s.status !== 'running' && s.status !== 'paused') return undefined;
     const r = await this.#edge(s.edge).getNetwork(id);
     const allow = r.policy.allow.map((a) => (a.port === undefined ? a.cidr : `${a.cidr}:${a.port}`));
@@ -306,45 +306,45 @@ export class ControlPlane {
 
   /** Replaces a running sandbox's egress policy (a task's phase switch). */
   async setNetwork(id: string, req: NetworkPolicyRequest): Promise<NetworkPolicyResult> {
-    const r = await this.#runningOn(id).setNetwork(id, checkPolicy(req));
+    const r = await (await this.#runningOn(id)).setNetwork(id, checkPolicy(req));
     const result = { ...networkState(r), appliedMs: r.appliedMs };
     // The request as given (names, not the addresses they resolved to): a replay resolves again.
-    this.trajectory.append(id, { kind: 'network.set', request: { ...req }, result: { mode: result.mode, allow: result.allow } });
+    await this.trajectory.append(id, { kind: 'network.set', request: { ...req }, result: { mode: result.mode, allow: result.allow } });
     return result;
   }
 
   async getNetwork(id: string): Promise<NetworkPolicyState> {
-    return networkState(await this.#runningOn(id).getNetwork(id));
+    return networkState(await (await this.#runningOn(id)).getNetwork(id));
   }
 
   // --- TTL and idle timeout -------------------------------------------------------------------
 
   /** Sets when a sandbox expires (E2B's setTimeout); its TTL becomes the span from creation to then. */
-  setExpiry(id: string, expiresAt: number): SandboxInfo {
-    const s = this.get(id);
+  async setExpiry(id: string, expiresAt: number): Promise<SandboxInfo> {
+    const s = await this.get(id);
     const ttl = Math.max(1, Math.ceil((expiresAt - Date.parse(s.createdAt)) / 1000));
-    this.store.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
-    return this.get(id);
+    await this.store.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
+    return await this.get(id);
   }
 
   /**
    * Applies the TTL and idle policies: a running sandbox past its TTL or idle for longer than its
    * timeout is stopped (resources freed, record kept with the reason) or paused. Expiries live in
-   * SQLite, so one that passed while dsec was down applies at the first sweep after start.
+   * the state store, so one that passed while dsec was down applies at the first sweep after start.
    */
   async sweepExpired(now = Date.now()): Promise<string[]> {
     const done: string[] = [];
-    this.ended.expire(now);
-    for (const e of this.store.expired(now)) {
+    await this.ended.expire(now);
+    for (const e of await this.store.expired(now)) {
       try {
-        const s = this.get(e.id);
+        const s = await this.get(e.id);
         if (e.onExpiry === 'pause' && s.status === 'running') {
           await this.pause(e.id);
         } else if (e.onExpiry === 'stop') {
           await this.#edge(s.edge).killSandbox(e.id).catch((err: unknown) => {
             if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
           });
-          this.store.setStatus(e.id, 'stopped', e.why);
+          await this.store.setStatus(e.id, 'stopped', e.why);
         }
         done.push(e.id);
         this.log.info({ sandbox: e.id, action: e.onExpiry, why: e.why }, 'sandbox expired');
@@ -368,7 +368,7 @@ export class ControlPlane {
   }
 
   /** The edge of a running sandbox, for calls that change nothing worth logging. */
-  edgeFor(id: string): EdgeApi {
+  edgeFor(id: string): Promise<EdgeApi> {
     return this.#runningOn(id);
   }
 
@@ -379,17 +379,17 @@ export class ControlPlane {
         field: 'uncapped',
       });
     }
-    const result = await this.#runningOn(id).exec(id, req, signal);
+    const result = await (await this.#runningOn(id)).exec(id, req, signal);
     this.metrics.observeExec(result.durationMs);
-    this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: result.durationMs, exitCode: result.exitCode, payload: stdinPayload(req) });
+    await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: result.durationMs, exitCode: result.exitCode, payload: stdinPayload(req) });
     return result;
   }
 
   /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
-  execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+  async execStream(id: string, req: ExecRequest, signal?: AbortSignal): Promise<AsyncGenerator<ExecEvent>> {
     // Checked now, not at the first next(): a bad request fails before any response is streamed.
     checkCommand(req);
-    return this.#logStream(id, this.#runningOn(id), req, signal);
+    return this.#logStream(id, await this.#runningOn(id), req, signal);
   }
 
   async *#logStream(id: string, edge: EdgeApi, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
@@ -403,7 +403,7 @@ export class ControlPlane {
         if (ev.type === 'exit') {
           this.metrics.observeExec(ev.result.durationMs);
           const result = { ...ev.result, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
-          this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
+          await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
           logged = true;
         } else if (keptBytes < 2 * MAX_LOGGED_OUTPUT) {
           kept[ev.type].push(ev.data);
@@ -415,7 +415,7 @@ export class ControlPlane {
       // The client went away mid-stream: the command was killed, but what it did so far happened.
       if (!logged) {
         const result = { disconnected: true, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
-        this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: performance.now() - started, payload: stdinPayload(req) });
+        await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: performance.now() - started, payload: stdinPayload(req) });
       }
     }
   }
@@ -423,76 +423,76 @@ export class ControlPlane {
   /** Background processes change state too: logged so a replay starts them again. */
   async startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
     checkCommand({ cmd: req.cmd });
-    const info = await this.#runningOn(id).startProcess(id, req);
-    this.trajectory.append(id, { kind: 'process.start', request: { ...req }, result: { processId: info.id } });
+    const info = await (await this.#runningOn(id)).startProcess(id, req);
+    await this.trajectory.append(id, { kind: 'process.start', request: { ...req }, result: { processId: info.id } });
     return info;
   }
 
   /** A signal (SIGKILL: the process's kill) changes the sandbox: logged so a replay sends it too. */
   async signalProcess(id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
-    const info = await this.#runningOn(id).signalProcess(id, pid, signal);
-    this.trajectory.append(id, { kind: 'process.signal', request: { processId: pid, signal } });
+    const info = await (await this.#runningOn(id)).signalProcess(id, pid, signal);
+    await this.trajectory.append(id, { kind: 'process.signal', request: { processId: pid, signal } });
     return info;
   }
 
   /** Bytes written to a process's stdin are kept (up to MAX_PAYLOAD) so a replay writes them again. */
   async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
-    await this.#runningOn(id).writeProcessStdin(id, pid, data, eof);
-    this.trajectory.append(id, { kind: 'process.stdin', request: { processId: pid, bytes: data.length, eof }, payload: data });
+    await (await this.#runningOn(id)).writeProcessStdin(id, pid, data, eof);
+    await this.trajectory.append(id, { kind: 'process.stdin', request: { processId: pid, bytes: data.length, eof }, payload: data });
   }
 
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
-    const info = await this.#runningOn(id).openSession(id, req);
-    this.trajectory.append(id, { kind: 'session.open', request: { ...req }, result: { sessionId: info.id, shell: info.shell } });
+    const info = await (await this.#runningOn(id)).openSession(id, req);
+    await this.trajectory.append(id, { kind: 'session.open', request: { ...req }, result: { sessionId: info.id, shell: info.shell } });
     return info;
   }
 
   async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
-    const result = await this.#runningOn(id).sessionExec(id, sid, req, signal);
+    const result = await (await this.#runningOn(id)).sessionExec(id, sid, req, signal);
     this.metrics.observeExec(result.durationMs);
-    this.trajectory.append(id, { kind: 'session.exec', request: { sessionId: sid, ...req }, result, durationMs: result.durationMs, exitCode: result.exitCode });
+    await this.trajectory.append(id, { kind: 'session.exec', request: { sessionId: sid, ...req }, result, durationMs: result.durationMs, exitCode: result.exitCode });
     return result;
   }
 
   /** Idempotent like kill: closing a session that is already closed (or gone) succeeds. */
   async closeSession(id: string, sid: string): Promise<void> {
     try {
-      await this.#runningOn(id).closeSession(id, sid);
+      await (await this.#runningOn(id)).closeSession(id, sid);
     } catch (err) {
       if (err instanceof ApiError && err.code === 'SESSION_NOT_FOUND') return;
       throw err;
     }
-    this.trajectory.append(id, { kind: 'session.close', request: { sessionId: sid } });
+    await this.trajectory.append(id, { kind: 'session.close', request: { sessionId: sid } });
   }
 
   async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
-    return this.#runningOn(id).readFile(id, path, maxBytes);
+    return (await this.#runningOn(id)).readFile(id, path, maxBytes);
   }
 
   async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
-    const bytes = await this.#runningOn(id).writeFile(id, path, data, mode);
-    this.trajectory.append(id, { kind: 'files.write', request: { path, mode: mode.toString(8), bytes }, payload: data });
+    const bytes = await (await this.#runningOn(id)).writeFile(id, path, data, mode);
+    await this.trajectory.append(id, { kind: 'files.write', request: { path, mode: mode.toString(8), bytes }, payload: data });
     return bytes;
   }
 
   async makeDir(id: string, path: string, parents: boolean): Promise<void> {
-    await this.#runningOn(id).makeDir(id, path, parents);
-    this.trajectory.append(id, { kind: 'files.mkdir', request: { path, parents } });
+    await (await this.#runningOn(id)).makeDir(id, path, parents);
+    await this.trajectory.append(id, { kind: 'files.mkdir', request: { path, parents } });
   }
 
   async removePath(id: string, path: string, recursive: boolean): Promise<void> {
-    await this.#runningOn(id).removePath(id, path, recursive);
-    this.trajectory.append(id, { kind: 'files.remove', request: { path, recursive } });
+    await (await this.#runningOn(id)).removePath(id, path, recursive);
+    await this.trajectory.append(id, { kind: 'files.remove', request: { path, recursive } });
   }
 
   async renamePath(id: string, from: string, to: string): Promise<void> {
-    await this.#runningOn(id).renamePath(id, from, to);
-    this.trajectory.append(id, { kind: 'files.rename', request: { from, to } });
+    await (await this.#runningOn(id)).renamePath(id, from, to);
+    await this.trajectory.append(id, { kind: 'files.rename', request: { from, to } });
   }
 
   /** Tar uploads are kept for replay up to MAX_PAYLOAD; a larger one marks the step unreplayable. */
   async uploadTar(id: string, dir: string, body: Readable): Promise<number> {
-    const edge = this.#runningOn(id);
+    const edge = await this.#runningOn(id);
     const copy: Buffer[] = [];
     let size = 0;
     const tee = async function* (): AsyncGenerator<Buffer> {
@@ -504,7 +504,7 @@ export class ControlPlane {
       }
     };
     const bytes = await edge.uploadTar(id, dir, Readable.from(tee()));
-    this.trajectory.append(id, {
+    await this.trajectory.append(id, {
       kind: 'files.upload',
       request: { path: dir, bytes },
       payload: size <= MAX_PAYLOAD ? Buffer.concat(copy) : Buffer.alloc(MAX_PAYLOAD + 1),
@@ -518,8 +518,8 @@ export class ControlPlane {
    * trainer reads the results it already consumed from the log and continues from there.
    */
   async replay(id: string): Promise<ReplayResult> {
-    const orig = this.get(id);
-    const spec = this.store.getSpec<CreateSandboxRequest>(id) ?? { image: orig.imageId, resources: orig.resources, labels: orig.labels };
+    const orig = await this.get(id);
+    const spec = await this.store.getSpec<CreateSandboxRequest>(id) ?? { image: orig.imageId, resources: orig.resources, labels: orig.labels };
     // A lost sandbox is rebuilt on another edge: node labels that pinned it to the lost one go.
     if (orig.status === 'lost' && spec.placement?.labels) {
       const { labels: _pinned, ...placement } = spec.placement;
@@ -527,7 +527,7 @@ export class ControlPlane {
     }
     const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } });
     const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id), { policy: checkPolicy });
-    this.trajectory.copy(id, created.id);
+    await this.trajectory.copy(id, created.id);
     const ran = steps.filter((s) => !s.skipped);
     return { sandbox: created, replayed: ran.length, diverged: ran.filter((s) => s.diverged).length, skipped: steps.length - ran.length, steps };
   }
@@ -561,13 +561,13 @@ export class ControlPlane {
 
   /** Stops new placements on an edge; a remote edge leaves once its last sandbox is gone. */
   async drain(id: string): Promise<NodeInfo> {
-    this.edges.drain(id);
+    await this.edges.drain(id);
     return (await this.nodes()).find((n) => n.id === id)!;
   }
 
   /** Kills every sandbox carrying all these labels, 32 at a time; returns how many went. */
   async killByLabels(labels: Record<string, string>): Promise<number> {
-    const ids = this.store.listSandboxes({ labels }).map((s) => s.id);
+    const ids = (await this.store.listSandboxes({ labels })).map((s) => s.id);
     let next = 0;
     let killed = 0;
     const worker = async (): Promise<void> => {
@@ -587,7 +587,7 @@ export class ControlPlane {
 
   /** Kills every sandbox (used by `dsec demo` cleanup and tests). */
   async killAll(): Promise<void> {
-    await Promise.allSettled(this.store.listSandboxes().map((s) => this.kill(s.id)));
+    await Promise.allSettled((await this.store.listSandboxes()).map((s) => this.kill(s.id)));
   }
 }
 

@@ -26,43 +26,43 @@ function sandbox(id: string): SandboxInfo {
 }
 
 /** A store holding one sandbox with a two-step trajectory. */
-function storeWithLog(id: string): { store: StateStore; log: TrajectoryLog } {
-  const store = new StateStore(':memory:');
-  store.insertSandbox(sandbox(id));
+async function storeWithLog(id: string): Promise<{ store: StateStore; log: TrajectoryLog }> {
+  const store = await StateStore.open(':memory:');
+  await store.insertSandbox(sandbox(id));
   const log = new TrajectoryLog(store);
-  log.append(id, { kind: 'exec', request: { cmd: 'true' }, exitCode: 0 });
-  log.append(id, { kind: 'pause', request: {} });
+  await log.append(id, { kind: 'exec', request: { cmd: 'true' }, exitCode: 0 });
+  await log.append(id, { kind: 'pause', request: {} });
   return { store, log };
 }
 
 describe('EndedSandboxes: the trajectory of a killed sandbox', () => {
-  test('is kept for the retention time: the record goes, the log stays readable, then both go', () => {
-    const { store, log } = storeWithLog('sb-local-aaaaaaaaaaaaa');
+  test('is kept for the retention time: the record goes, the log stays readable, then both go', async () => {
+    const { store, log } = await storeWithLog('sb-local-aaaaaaaaaaaaa');
     const ended = new EndedSandboxes(store, 24 * HOUR);
     const t0 = Date.UTC(2026, 0, 1);
-    ended.retire(sandbox('sb-local-aaaaaaaaaaaaa'), 'killed', t0);
-    assert.equal(store.getSandbox('sb-local-aaaaaaaaaaaaa'), undefined);
-    assert.equal(log.list('sb-local-aaaaaaaaaaaaa').entries.length, 2);
-    assert.deepEqual(ended.get('sb-local-aaaaaaaaaaaaa', t0 + HOUR), {
+    await ended.retire(sandbox('sb-local-aaaaaaaaaaaaa'), 'killed', t0);
+    assert.equal(await store.getSandbox('sb-local-aaaaaaaaaaaaa'), undefined);
+    assert.equal((await log.list('sb-local-aaaaaaaaaaaaa')).entries.length, 2);
+    assert.deepEqual(await ended.get('sb-local-aaaaaaaaaaaaa', t0 + HOUR), {
       endedAt: new Date(t0).toISOString(),
       reason: 'killed',
       keptUntil: new Date(t0 + 24 * HOUR).toISOString(),
     });
-    assert.equal(ended.expire(t0 + 23 * HOUR), 0);
-    assert.equal(log.list('sb-local-aaaaaaaaaaaaa').entries.length, 2);
-    assert.equal(ended.get('sb-local-aaaaaaaaaaaaa', t0 + 24 * HOUR), undefined, 'readable past its retention');
-    assert.equal(ended.expire(t0 + 24 * HOUR), 1);
-    assert.equal(log.list('sb-local-aaaaaaaaaaaaa').entries.length, 0);
-    store.close();
+    assert.equal(await ended.expire(t0 + 23 * HOUR), 0);
+    assert.equal((await log.list('sb-local-aaaaaaaaaaaaa')).entries.length, 2);
+    assert.equal(await ended.get('sb-local-aaaaaaaaaaaaa', t0 + 24 * HOUR), undefined, 'readable past its retention');
+    assert.equal(await ended.expire(t0 + 24 * HOUR), 1);
+    assert.equal((await log.list('sb-local-aaaaaaaaaaaaa')).entries.length, 0);
+    await store.close();
   });
 
-  test('retention 0 deletes the trajectory with the sandbox', () => {
-    const { store, log } = storeWithLog('sb-local-bbbbbbbbbbbbb');
+  test('retention 0 deletes the trajectory with the sandbox', async () => {
+    const { store, log } = await storeWithLog('sb-local-bbbbbbbbbbbbb');
     const ended = new EndedSandboxes(store, 0);
-    ended.retire(sandbox('sb-local-bbbbbbbbbbbbb'), 'killed');
-    assert.equal(store.getSandbox('sb-local-bbbbbbbbbbbbb'), undefined);
-    assert.equal(log.list('sb-local-bbbbbbbbbbbbb').entries.length, 0);
-    assert.equal(ended.get('sb-local-bbbbbbbbbbbbb'), undefined);
-    store.close();
+    await ended.retire(sandbox('sb-local-bbbbbbbbbbbbb'), 'killed');
+    assert.equal(await store.getSandbox('sb-local-bbbbbbbbbbbbb'), undefined);
+    assert.equal((await log.list('sb-local-bbbbbbbbbbbbb')).entries.length, 0);
+    assert.equal(await ended.get('sb-local-bbbbbbbbbbbbb'), undefined);
+    await store.close();
   });
 });

@@ -17,9 +17,9 @@ export type { GcResult } from '@dsec/sdk/schema';
  * build/snapshot scratch dirs left by a crash. Nothing in use is ever removed: a sandbox's
  * layers are in its state row from create to kill, and young blobs are spared.
  */
-export function collectGarbage(images: ImageStore, store: StateStore, now = Date.now(), graceMs = GC_GRACE_MS): GcResult {
+export async function collectGarbage(images: ImageStore, store: StateStore, now = Date.now(), graceMs = GC_GRACE_MS): Promise<GcResult> {
   const keep = images.referencedLayers();
-  for (const s of store.listSandboxes()) {
+  for (const s of await store.listSandboxes()) {
     if (s.status === 'running' || s.status === 'paused' || s.status === 'creating') for (const l of s.layers) keep.add(l as LayerDigest);
   }
   const result: GcResult = { removedLayers: [], freedBytes: 0, keptLayers: 0, keptInUse: 0, keptYoung: 0, keptYoungBytes: 0, graceSeconds: Math.round(graceMs / 1000), removedTemp: [] };

@@ -15,7 +15,7 @@ import { StateStore } from './state-store.js';
 export async function generateOpenApi(): Promise<unknown> {
   const dir = mkdtempSync(join(tmpdir(), 'dsec-openapi-'));
   const log = pino({ level: 'silent' });
-  const store = new StateStore(':memory:');
+  const store = await StateStore.open(':memory:');
   try {
     const images = new ImageStore(dir, new LayerStore(dir));
     const control = new ControlPlane(store, images, log);
@@ -24,7 +24,7 @@ export async function generateOpenApi(): Promise<unknown> {
     await app.close();
     return doc;
   } finally {
-    store.close();
+    await store.close();
     rmSync(dir, { recursive: true, force: true });
   }
 }

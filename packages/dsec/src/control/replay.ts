@@ -17,13 +17,13 @@ type Step = ReplayResult['steps'][number];
 export async function replayEntries(
   edge: EdgeApi,
   sandboxId: string,
-  entries: Iterable<TrajectoryEntry & { payload: Buffer | null }>,
+  entries: AsyncIterable<TrajectoryEntry & { payload: Buffer | null }>,
   deps: { policy: (req: NetworkPolicyRequest) => EdgeNetworkRequest },
 ): Promise<Step[]> {
   const sessions = new Map<string, string>();
   const processes = new Map<string, string>();
   const steps: Step[] = [];
-  for (const e of entries) {
+  for await (const e of entries) {
     const step: Step = { seq: e.seq, kind: e.kind, diverged: false, skipped: false };
     if (e.exitCode !== undefined) step.loggedExitCode = e.exitCode;
     const skip = skipReason(e);

@@ -129,8 +129,15 @@ export class SandboxCreation {
       }
       const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
       this.inflight.add(info.id);
-      this.deps.store.insertSandbox(info, opts.batch, req);
+      // Reserved before the row is written: a create placed meanwhile counts this one.
       this.deps.edges.reserve(edgeId, limits);
+      try {
+        await this.deps.store.insertSandbox(info, opts.batch, req);
+      } catch (err) {
+        this.inflight.delete(info.id);
+        this.deps.edges.release(edgeId, limits, true);
+        throw err;
+      }
       opts.onPlaced?.(edgeId, info.id);
       try {
         await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend, ...(network ? { network } : {}) });
@@ -139,13 +146,13 @@ export class SandboxCreation {
         this.deps.edges.release(edgeId, limits, true);
         const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
         if (retry) {
-          this.deps.store.deleteSandbox(info.id); // never accepted by that edge
+          await this.deps.store.deleteSandbox(info.id); // never accepted by that edge
           exclude.add(edgeId);
           this.deps.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');
           continue;
         }
         const reason = err instanceof Error ? err.message : String(err);
-        this.deps.store.setStatus(info.id, 'failed', reason);
+        await this.deps.store.setStatus(info.id, 'failed', reason);
         if (err instanceof ApiError) {
           err.details['sandboxId'] = info.id;
           throw err;
@@ -155,10 +162,10 @@ export class SandboxCreation {
       this.deps.edges.release(edgeId, limits, false);
       this.inflight.delete(info.id);
       // The edge was declared lost while this create was in flight: the row says lost, and stays so.
-      if (this.deps.store.getSandbox(info.id)?.status === 'lost') {
+      if ((await this.deps.store.getSandbox(info.id))?.status === 'lost') {
         throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, { sandboxId: info.id, edge: edgeId });
       }
-      this.deps.store.setStatus(info.id, 'running');
+      await this.deps.store.setStatus(info.id, 'running');
       this.deps.metrics.observeCreate(performance.now() - started);
       return { ...info, status: 'running' };
     }
@@ -211,7 +218,7 @@ export class SandboxCreation {
         this.inflight.add(info.id);
         placed.push({ item, info });
       }
-      this.deps.store.insertSandboxes(placed.map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
+      await this.deps.store.insertSandboxes(placed.map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
       for (const p of placed) hooks.onPlaced(p.item.index, p.info.edge, p.info.id);
       const byEdge = new Map<string, typeof placed>();
       for (const p of placed) {
@@ -233,29 +240,29 @@ export class SandboxCreation {
             const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
             outcomes = group.map((p) => ({ id: p.info.id, error: { code: e.code, message: e.message, details: e.details } }));
           }
-          group.forEach((p, i) => {
+          for (const [i, p] of group.entries()) {
             const o = outcomes[i];
             this.inflight.delete(p.info.id);
             if (o?.sandbox) {
               this.deps.edges.release(edgeId, limits, false);
               running.push(p);
-              return;
+              continue;
             }
             this.deps.edges.release(edgeId, limits, true);
             const error = o?.error ?? { code: 'SANDBOX_CREATE_FAILED', message: `edge ${edgeId} gave no answer for ${p.info.id}`, details: {} };
             if (error.code === 'CAPACITY_EXCEEDED' || (error.code === 'EDGE_UNAVAILABLE' && error.details['retryable'] === true)) {
-              this.deps.store.deleteSandbox(p.info.id); // never accepted by that edge
+              await this.deps.store.deleteSandbox(p.info.id); // never accepted by that edge
               p.item.exclude.add(edgeId);
               next.push(p.item);
-              return;
+              continue;
             }
             failed.push({ p, code: error.code, reason: error.message });
-          });
+          }
         }),
       );
       for (const p of running) done.push({ id: p.info.id, status: 'running' });
       for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
-      const lostMeanwhile = this.deps.store.setStatuses(done);
+      const lostMeanwhile = await this.deps.store.setStatuses(done);
       for (const p of running) {
         // The edge was declared lost while this create was in flight: the row says lost.
         if (lostMeanwhile.has(p.info.id)) hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);

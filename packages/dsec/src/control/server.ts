@@ -68,7 +68,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
       return;
     }
     if (req.url.startsWith('/v1/blobs/') && bearerMatches(req.headers.authorization, deps.clusterToken)) return;
-    if (!authenticate(deps.store, req.headers.authorization)) {
+    if (!await authenticate(deps.store, req.headers.authorization)) {
       await reply.status(401).send({
         error: { code: 'UNAUTHORIZED', message: 'missing or unknown API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
       });

@@ -41,105 +41,105 @@ describe('StateStore sandboxes', () => {
   let dir: string;
   let store: StateStore;
 
-  before(() => {
+  before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'dsec-unit-state-'));
-    store = new StateStore(join(dir, 'state.db'));
-    store.insertSandbox(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' }));
-    store.insertSandbox(info('sb-local-bbbbbb', { team: 'b', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:02.000Z' }));
-    store.insertSandbox(info('sb-other-cccccc', { team: 'a' }, { edge: 'other', status: 'failed', reason: 'boom', createdAt: '2025-01-01T00:00:03.000Z' }));
+    store = await StateStore.open(join(dir, 'state.db'));
+    await store.insertSandbox(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' }));
+    await store.insertSandbox(info('sb-local-bbbbbb', { team: 'b', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:02.000Z' }));
+    await store.insertSandbox(info('sb-other-cccccc', { team: 'a' }, { edge: 'other', status: 'failed', reason: 'boom', createdAt: '2025-01-01T00:00:03.000Z' }));
   });
-  after(() => {
-    store.close();
+  after(async () => {
+    await store.close();
     rmSync(dir, { recursive: true, force: true });
   });
 
-  test('a sandbox reads back as inserted', () => {
-    assert.deepEqual(core(store.getSandbox('sb-local-aaaaaa')), core(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' })));
+  test('a sandbox reads back as inserted', async () => {
+    assert.deepEqual(core(await store.getSandbox('sb-local-aaaaaa')), core(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' })));
   });
 
-  test('an unknown id reads back undefined', () => {
-    assert.equal(store.getSandbox('sb-local-zzzzzz'), undefined);
+  test('an unknown id reads back undefined', async () => {
+    assert.equal(await store.getSandbox('sb-local-zzzzzz'), undefined);
   });
 
-  test('reason is present only when set', () => {
-    assert.equal('reason' in store.getSandbox('sb-local-aaaaaa')!, false);
-    assert.equal(store.getSandbox('sb-other-cccccc')!.reason, 'boom');
+  test('reason is present only when set', async () => {
+    assert.equal('reason' in (await store.getSandbox('sb-local-aaaaaa'))!, false);
+    assert.equal((await store.getSandbox('sb-other-cccccc'))!.reason, 'boom');
   });
 
-  test('list is oldest first', () => {
+  test('list is oldest first', async () => {
     assert.deepEqual(
-      store.listSandboxes().map((s) => s.id),
+      (await store.listSandboxes()).map((s) => s.id),
       ['sb-local-aaaaaa', 'sb-local-bbbbbb', 'sb-other-cccccc'],
     );
   });
 
-  test('list filters on one label', () => {
+  test('list filters on one label', async () => {
     assert.deepEqual(
-      store.listSandboxes({ labels: { team: 'a' } }).map((s) => s.id),
+      (await store.listSandboxes({ labels: { team: 'a' } })).map((s) => s.id),
       ['sb-local-aaaaaa', 'sb-other-cccccc'],
     );
   });
 
-  test('list filters on several labels (all must match)', () => {
+  test('list filters on several labels (all must match)', async () => {
     assert.deepEqual(
-      store.listSandboxes({ labels: { team: 'b', 'dsec.io/run': 'r1' } }).map((s) => s.id),
+      (await store.listSandboxes({ labels: { team: 'b', 'dsec.io/run': 'r1' } })).map((s) => s.id),
       ['sb-local-bbbbbb'],
     );
   });
 
-  test('a label key with dots and slashes is matched as one key, not a JSON path', () => {
-    assert.equal(store.listSandboxes({ labels: { 'dsec.io/run': 'r1' } }).length, 2);
-    assert.equal(store.listSandboxes({ labels: { dsec: 'r1' } }).length, 0);
+  test('a label key with dots and slashes is matched as one key, not a JSON path', async () => {
+    assert.equal((await store.listSandboxes({ labels: { 'dsec.io/run': 'r1' } })).length, 2);
+    assert.equal((await store.listSandboxes({ labels: { dsec: 'r1' } })).length, 0);
   });
 
-  test('list filters on status and edge', () => {
+  test('list filters on status and edge', async () => {
     assert.deepEqual(
-      store.listSandboxes({ status: 'failed' }).map((s) => s.id),
+      (await store.listSandboxes({ status: 'failed' })).map((s) => s.id),
       ['sb-other-cccccc'],
     );
     assert.deepEqual(
-      store.listSandboxes({ edge: 'local' }).map((s) => s.id),
+      (await store.listSandboxes({ edge: 'local' })).map((s) => s.id),
       ['sb-local-aaaaaa', 'sb-local-bbbbbb'],
     );
   });
 
-  test('a label value that differs does not match', () => {
-    assert.deepEqual(store.listSandboxes({ labels: { team: 'c' } }), []);
+  test('a label value that differs does not match', async () => {
+    assert.deepEqual(await store.listSandboxes({ labels: { team: 'c' } }), []);
   });
 
-  test('a label filter key with a backslash matches nothing (and does not throw)', () => {
-    assert.deepEqual(store.listSandboxes({ labels: { 'team\\': 'a' } }), []);
+  test('a label filter key with a backslash matches nothing (and does not throw)', async () => {
+    assert.deepEqual(await store.listSandboxes({ labels: { 'team\\': 'a' } }), []);
   });
 
-  test('a label filter key with a double quote matches nothing, not the key without the quote', () => {
-    assert.deepEqual(store.listSandboxes({ labels: { 'te"am': 'a' } }), []);
+  test('a label filter key with a double quote matches nothing, not the key without the quote', async () => {
+    assert.deepEqual(await store.listSandboxes({ labels: { 'te"am': 'a' } }), []);
   });
 
-  test('setStatus changes status and reason; a later setStatus without reason clears it', () => {
-    store.insertSandbox(info('sb-local-dddddd', {}, { status: 'creating' }));
-    store.setStatus('sb-local-dddddd', 'failed', 'why');
-    assert.equal(store.getSandbox('sb-local-dddddd')!.reason, 'why');
-    store.setStatus('sb-local-dddddd', 'running');
-    assert.equal(store.getSandbox('sb-local-dddddd')!.status, 'running');
-    assert.equal(store.getSandbox('sb-local-dddddd')!.reason, undefined);
+  test('setStatus changes status and reason; a later setStatus without reason clears it', async () => {
+    await store.insertSandbox(info('sb-local-dddddd', {}, { status: 'creating' }));
+    await store.setStatus('sb-local-dddddd', 'failed', 'why');
+    assert.equal((await store.getSandbox('sb-local-dddddd'))!.reason, 'why');
+    await store.setStatus('sb-local-dddddd', 'running');
+    assert.equal((await store.getSandbox('sb-local-dddddd'))!.status, 'running');
+    assert.equal((await store.getSandbox('sb-local-dddddd'))!.reason, undefined);
   });
 
-  test('deleteSandbox removes it', () => {
-    store.insertSandbox(info('sb-local-eeeeee', {}));
-    store.deleteSandbox('sb-local-eeeeee');
-    assert.equal(store.getSandbox('sb-local-eeeeee'), undefined);
+  test('deleteSandbox removes it', async () => {
+    await store.insertSandbox(info('sb-local-eeeeee', {}));
+    await store.deleteSandbox('sb-local-eeeeee');
+    assert.equal(await store.getSandbox('sb-local-eeeeee'), undefined);
   });
 
-  test('state survives closing and reopening the database', () => {
+  test('state survives closing and reopening the database', async () => {
     const file = join(dir, 'reopen.db');
-    const a = new StateStore(file);
-    a.insertSandbox(info('sb-local-ffffff', { k: 'v' }));
-    a.close();
-    const b = new StateStore(file);
+    const a = await StateStore.open(file);
+    await a.insertSandbox(info('sb-local-ffffff', { k: 'v' }));
+    await a.close();
+    const b = await StateStore.open(file);
     try {
-      assert.deepEqual(b.getSandbox('sb-local-ffffff')?.labels, { k: 'v' });
+      assert.deepEqual((await b.getSandbox('sb-local-ffffff'))?.labels, { k: 'v' });
     } finally {
-      b.close();
+      await b.close();
     }
   });
 });

@@ -17,52 +17,51 @@ function info(id: string): SandboxInfo {
 
 describe('TrajectoryLog', () => {
   let dir: string;
-  before(() => {
+  before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'dsec-unit-trajectory-'));
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  test('a step that ends after its sandbox was deleted leaves no orphan row', () => {
-    const store = new StateStore(join(dir, 'orphan.db'));
+  test('a step that ends after its sandbox was deleted leaves no orphan row', async () => {
+    const store = await StateStore.open(join(dir, 'orphan.db'));
     const log = new TrajectoryLog(store);
-    store.insertSandbox(info('sb-a'));
-    log.append('sb-a', { kind: 'exec', request: { cmd: ['true'] } });
-    store.deleteSandbox('sb-a');
+    await store.insertSandbox(info('sb-a'));
+    await log.append('sb-a', { kind: 'exec', request: { cmd: ['true'] } });
+    await store.deleteSandbox('sb-a');
     // A terminal's exit or a stream's final entry arriving after the kill:
-    log.append('sb-a', { kind: 'pty', request: {}, exitCode: 0, replayable: false });
-    const rows = store.db.prepare('SELECT count(*) AS n FROM trajectory WHERE sandbox_id = ?').get('sb-a') as { n: number };
+    await log.append('sb-a', { kind: 'pty', request: {}, exitCode: 0, replayable: false });
+    const rows = (await store.db.get<{ n: number }>('SELECT count(*) AS n FROM trajectory WHERE sandbox_id = ?', ['sb-a']))!;
     assert.equal(rows.n, 0);
-    store.close();
+    await store.close();
   });
 
-  test('orphan rows an older dsec left are removed when the store opens', () => {
+  test('orphan rows an older dsec left are removed when the store opens', async () => {
     const file = join(dir, 'old.db');
-    const first = new StateStore(file);
-    first.db
-      .prepare("INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-gone', 1, '2025-01-01T00:00:00Z', 'exec', '{}', 1)")
-      .run();
-    first.close();
-    const second = new StateStore(file);
-    const rows = second.db.prepare('SELECT count(*) AS n FROM trajectory').get() as { n: number };
+    const first = await StateStore.open(file);
+    await first.db.run("INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-gone', 1, '2025-01-01T00:00:00Z', 'exec', '{}', 1)");
+    await first.close();
+    const second = await StateStore.open(file);
+    const rows = (await second.db.get<{ n: number }>('SELECT count(*) AS n FROM trajectory'))!;
     assert.equal(rows.n, 0);
-    second.close();
+    await second.close();
   });
 
-  test('the dropped count survives a restart of the control plane', () => {
+  test('the dropped count survives a restart of the control plane', async () => {
     const file = join(dir, 'dropped.db');
-    const store = new StateStore(file);
-    store.insertSandbox(info('sb-full'));
-    const insert = store.db.prepare("INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-full', ?, '2025-01-01T00:00:00Z', 'exec', '{}', 1)");
-    store.db.transaction(() => {
-      for (let seq = 1; seq <= MAX_ENTRIES; seq++) insert.run(seq);
-    })();
+    const store = await StateStore.open(file);
+    await store.insertSandbox(info('sb-full'));
+    await store.db.transaction(async (tx) => {
+      for (let seq = 1; seq <= MAX_ENTRIES; seq++) {
+        await tx.run("INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-full', ?, '2025-01-01T00:00:00Z', 'exec', '{}', 1)", [seq]);
+      }
+    });
     const log = new TrajectoryLog(store);
-    log.append('sb-full', { kind: 'exec', request: {} });
-    log.append('sb-full', { kind: 'exec', request: {} });
-    assert.equal(log.list('sb-full', 0, 1).dropped, 2);
-    store.close();
-    const reopened = new StateStore(file);
-    assert.equal(new TrajectoryLog(reopened).list('sb-full', 0, 1).dropped, 2);
-    reopened.close();
+    await log.append('sb-full', { kind: 'exec', request: {} });
+    await log.append('sb-full', { kind: 'exec', request: {} });
+    assert.equal((await log.list('sb-full', 0, 1)).dropped, 2);
+    await store.close();
+    const reopened = await StateStore.open(file);
+    assert.equal((await new TrajectoryLog(reopened).list('sb-full', 0, 1)).dropped, 2);
+    await reopened.close();
   });
 });

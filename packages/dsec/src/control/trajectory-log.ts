@@ -35,7 +35,7 @@ function capOutput(result: Record<string, unknown> | undefined): Record<string, 
 /**
  * Every state-changing step of a sandbox (commands, session commands, file changes) with its
  * result, in order: the trainer can read what happened, and a replay can rebuild the sandbox.
- * It is kept by the control plane (SQLite), not the edge, so it outlives the node the sandbox ran
+ * It is kept by the control plane (its state store), not the edge, so it outlives the node the sandbox ran
  * on: a sandbox lost with its node can still be rebuilt elsewhere.
  */
 export class TrajectoryLog {
@@ -46,48 +46,50 @@ export class TrajectoryLog {
    * killed (a terminal's exit, a stream's last entry) is not logged: its rows are gone with it.
    * Steps past MAX_ENTRIES are counted in the sandbox's row, so the count survives a restart.
    */
-  append(sandboxId: string, e: NewEntry): void {
-    const db = this.store.db;
-    const row = db.prepare('SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?').get(sandboxId) as { n: number; last: number };
-    if (row.n >= MAX_ENTRIES) {
-      db.prepare('UPDATE sandboxes SET trajectory_dropped = trajectory_dropped + 1 WHERE id = ?').run(sandboxId);
-      return;
-    }
+  async append(sandboxId: string, e: NewEntry): Promise<void> {
     const keepPayload = e.payload !== undefined && e.payload.length <= MAX_PAYLOAD;
-    db.prepare(
-      'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)',
-    ).run(
-      sandboxId,
-      row.last + 1,
-      new Date().toISOString(),
-      e.kind,
-      JSON.stringify(e.request),
-      e.result === undefined ? null : JSON.stringify(capOutput(e.result)),
-      keepPayload ? e.payload : null,
-      e.durationMs ?? null,
-      e.exitCode ?? null,
-      e.replayable === false ? 0 : e.payload === undefined || keepPayload ? 1 : 0,
-      sandboxId,
-    );
+    // The sequence number is allocated in the transaction that writes it; on PostgreSQL the
+    // sandbox's row is locked so that replicas appending to one sandbox take turns.
+    await this.store.db.transaction(async (tx) => {
+      const lock = tx.dialect === 'postgres' ? ' FOR UPDATE' : '';
+      if (!(await tx.get(`SELECT id FROM sandboxes WHERE id = ?${lock}`, [sandboxId]))) return;
+      const row = (await tx.get<{ n: number; last: number }>('SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?', [sandboxId]))!;
+      if (row.n >= MAX_ENTRIES) {
+        await tx.run('UPDATE sandboxes SET trajectory_dropped = trajectory_dropped + 1 WHERE id = ?', [sandboxId]);
+        return;
+      }
+      await tx.run('INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', [
+        sandboxId,
+        row.last + 1,
+        new Date().toISOString(),
+        e.kind,
+        JSON.stringify(e.request),
+        e.result === undefined ? null : JSON.stringify(capOutput(e.result)),
+        keepPayload ? e.payload! : null,
+        e.durationMs ?? null,
+        e.exitCode ?? null,
+        e.replayable === false ? 0 : e.payload === undefined || keepPayload ? 1 : 0,
+      ]);
+    });
   }
 
-  list(sandboxId: string, afterSeq = 0, limit = 1000): { entries: TrajectoryEntry[]; dropped: number } {
-    const rows = this.store.db
-      .prepare('SELECT seq, at, kind, request, result, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?')
-      .all(sandboxId, afterSeq, limit) as Row[];
-    const dropped = this.store.db.prepare('SELECT trajectory_dropped AS n FROM sandboxes WHERE id = ?').get(sandboxId) as { n: number } | undefined;
+  async list(sandboxId: string, afterSeq = 0, limit = 1000): Promise<{ entries: TrajectoryEntry[]; dropped: number }> {
+    const rows = await this.store.db.all<Row>(
+      'SELECT seq, at, kind, request, result, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT ?',
+      [sandboxId, afterSeq, limit],
+    );
+    const dropped = await this.store.db.get<{ n: number }>('SELECT trajectory_dropped AS n FROM sandboxes WHERE id = ?', [sandboxId]);
     return { entries: rows.map(toEntry), dropped: dropped?.n ?? 0 };
   }
 
   /**
    * Entries with their payloads, for replay, read a page at a time: the replay awaits the edge
-   * between entries, and an open SQLite cursor would make every write meanwhile (another
-   * sandbox's log, the expiry sweep) fail with "connection is busy".
+   * between entries, and a cursor held open meanwhile would hold a connection (and, on SQLite,
+   * make every write meanwhile fail with "connection is busy").
    */
-  *replayable(sandboxId: string): Generator<TrajectoryEntry & { payload: Buffer | null }> {
-    const page = this.store.db.prepare('SELECT * FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT 16');
+  async *replayable(sandboxId: string): AsyncGenerator<TrajectoryEntry & { payload: Buffer | null }> {
     for (let after = 0; ; ) {
-      const rows = page.all(sandboxId, after) as (Row & { payload: Buffer | null })[];
+      const rows = await this.store.db.all<Row & { payload: Buffer | null }>('SELECT * FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT 16', [sandboxId, after]);
       if (rows.length === 0) return;
       for (const r of rows) yield { ...toEntry(r), payload: r.payload };
       after = rows.at(-1)!.seq;
@@ -95,12 +97,11 @@ export class TrajectoryLog {
   }
 
   /** Copies a sandbox's log to another (the replayed sandbox starts with its history). */
-  copy(from: string, to: string): void {
-    this.store.db
-      .prepare(
-        'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) SELECT ?, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ?',
-      )
-      .run(to, from);
+  async copy(from: string, to: string): Promise<void> {
+    await this.store.db.run(
+      'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) SELECT ?, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ?',
+      [to, from],
+    );
   }
 }
 

@@ -110,9 +110,15 @@ async function startDsecProcess(
   const releaseLock = takePidLock(opts.dataDir, 'dsec.pid', 'dsec');
   const layers = new LayerStore(opts.dataDir, { chunkSize: opts.layerChunkKiB * 1024 });
   const images = new ImageStore(opts.dataDir, layers);
-  const store = new StateStore(join(opts.dataDir, 'state.db'));
+  let store: StateStore;
+  try {
+    store = await StateStore.open(join(opts.dataDir, 'state.db'));
+  } catch (err) {
+    releaseLock();
+    throw err;
+  }
   const clusterToken = loadOrCreateClusterToken(opts.dataDir);
-  const registry = new EdgeRegistry({ store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
+  const registry = await EdgeRegistry.open({ store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
   const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry, trajectoryRetentionHours: opts.trajectoryRetentionHours });
   let edge: Edge | undefined;
   let node: NodeBackends | undefined;
@@ -130,7 +136,7 @@ async function startDsecProcess(
       maxSandboxes: opts.maxSandboxes,
       layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
       ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),
-      onSandboxFailed: (id, reason) => store.setStatus(id, 'failed', reason),
+      onSandboxFailed: (id, reason) => void store.setStatus(id, 'failed', reason).catch((err: unknown) => log.error({ err, sandbox: id }, 'recording a failed sandbox failed')),
       log: log.child({ edge: opts.edgeId }),
     });
     edge = node.edge;
@@ -138,7 +144,7 @@ async function startDsecProcess(
       await node.start();
     } catch (err) {
       // The edge adopted and removed nothing: leave the data dir for the next start.
-      store.close();
+      await store.close();
       releaseLock();
       throw err;
     }
@@ -147,7 +153,7 @@ async function startDsecProcess(
   }
   // Remote edges known from before a restart are reconciled when they next report.
   await control.sweepExpired();
-  control.batches.resume();
+  await control.batches.resume();
   const stopExpiryLoop = control.startExpiryLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
 
@@ -162,7 +168,7 @@ async function startDsecProcess(
     await app.close();
     await node?.shutdown({ killAll: false });
     await blobThread?.close();
-    store.close();
+    await store.close();
     releaseLock();
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE') throw new HostNotReadyError(`cannot listen on ${opts.listen}: the address is in use; stop what listens there or pick another with --listen HOST:PORT (env DSEC_LISTEN)`);
@@ -178,8 +184,8 @@ async function startDsecProcess(
   const existing = readClientFile(opts.dataDir);
   let apiKey = existing?.apiKey;
   let newKey = false;
-  if (!apiKey || !store.keyByHash(hashKey(apiKey))) {
-    apiKey = createApiKey(store, 'client.json').key;
+  if (!apiKey || !(await store.keyByHash(hashKey(apiKey)))) {
+    apiKey = (await createApiKey(store, 'client.json')).key;
     newKey = true;
   }
   // Written aside and renamed: a client reading it while dsec starts never sees half a file.
@@ -210,7 +216,7 @@ async function startDsecProcess(
       if (closeOpts.killAll) await control.killAll();
       await node?.shutdown({ killAll: closeOpts.killAll ?? false });
       await blobThread?.close();
-      store.close();
+      await store.close();
       releaseLock();
     },
   };

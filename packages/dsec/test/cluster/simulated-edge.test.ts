@@ -80,7 +80,7 @@ describe('simulated edge under a real control plane', { skip }, () => {
   });
 
   test('a control plane that forgot an edge gets it back at its next heartbeat (the join loop re-joins on 404)', async () => {
-    control.control.edges.remove('simtwo');
+    await control.control.edges.remove('simtwo');
     assert.ok(!(await nodes()).some((n) => n.id === 'simtwo'));
     let back = false;
     for (let i = 0; i < 100 && !back; i++) {

@@ -169,7 +169,7 @@ describe('Dockerfile builds (busybox)', { skip: integrationSkipReason(), timeout
     );
     assert.ok(lines.includes('  about to fail'), lines.join('\n'));
     assert.deepEqual(
-      server.dsec.control.list({}).filter((s) => s.labels['dsec.build']),
+      (await server.dsec.control.list({})).filter((s) => s.labels['dsec.build']),
       [],
     );
     assert.equal(server.dsec.images.resolve('df-fail'), undefined);

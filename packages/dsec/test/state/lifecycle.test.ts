@@ -120,7 +120,7 @@ describe('an expiry that passes while dsec is down', { skip: integrationSkipReas
       await dsec.close(); // sandboxes outlive the server
       await sleep(2500);
       dsec = await startDsec(dataDir, { edgeId });
-      const info = dsec.control.get(sb.id);
+      const info = await dsec.control.get(sb.id);
       assert.equal(info.status, 'stopped');
       assert.match(info.reason ?? '', /ttl/);
       assert.deepEqual(await dsec.edge.listSandboxes(), [], 'the expired sandbox was torn down');
@@ -137,10 +137,10 @@ describe('image GC', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
 
   before(async () => {
     server = await startTestServer();
-    store = new StateStore(join(server.dataDir, 'state.db'));
+    store = await StateStore.open(join(server.dataDir, 'state.db'));
   });
   after(async () => {
-    store?.close();
+    await store?.close();
     await server?.close();
   });
 
@@ -156,7 +156,7 @@ describe('image GC', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
     assert.ok(!(res.json as { removedLayers: string[] }).removedLayers.includes(layer));
     assert.ok(images.layers.has(layer));
     // With a grace period of 0 it goes.
-    const r = collectGarbage(images, store, Date.now(), 0);
+    const r = await collectGarbage(images, store, Date.now(), 0);
     assert.ok(r.removedLayers.includes(layer), JSON.stringify(r));
     assert.ok(!images.layers.has(layer));
     assert.ok(images.resolve('busybox'), 'images still referenced keep their layers');
@@ -171,14 +171,14 @@ describe('image GC', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
     const sb = await Sandbox.create({ ...server.conn, image: 'busybox', layers: [built.id] });
     try {
       images.remove(built.id);
-      const r = collectGarbage(images, store, Date.now(), 0);
+      const r = await collectGarbage(images, store, Date.now(), 0);
       assert.ok(!r.removedLayers.includes(layer));
       assert.ok(images.layers.has(layer));
       assert.equal((await sb.commands.run('echo still')).stdout, 'still\n');
     } finally {
       await sb.kill();
     }
-    const r = collectGarbage(images, store, Date.now(), 0);
+    const r = await collectGarbage(images, store, Date.now(), 0);
     assert.ok(r.removedLayers.includes(layer), 'once the sandbox is gone, the layer goes');
   });
 });

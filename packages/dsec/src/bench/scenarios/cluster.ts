@@ -289,7 +289,7 @@ async function runBatchApi(
 /** Where a create's time goes: its parts measured one at a time, in this process. */
 async function measureCosts(dir: string, token: string, http: HttpLoadClient): Promise<CreateCosts & { accepted: number }> {
   const n = 2000;
-  const store = new StateStore(join(dir, 'costs.db'));
+  const store = await StateStore.open(join(dir, 'costs.db'));
   let sqliteWritesUs: number;
   try {
     const base: SandboxInfo = {
@@ -309,12 +309,12 @@ async function measureCosts(dir: string, token: string, http: HttpLoadClient): P
     const t0 = performance.now();
     for (let i = 0; i < n; i++) {
       const info = { ...base, id: `sb-x-${String(i).padStart(13, '0')}` };
-      store.insertSandbox(info, undefined, SPEC); // with its spec, in one transaction, as ControlPlane.create writes it
-      store.setStatus(info.id, 'running');
+      await store.insertSandbox(info, undefined, SPEC); // with its spec, in one transaction, as ControlPlane.create writes it
+      await store.setStatus(info.id, 'running');
     }
     sqliteWritesUs = round(((performance.now() - t0) * 1000) / n, 1);
   } finally {
-    store.close();
+    await store.close();
   }
   // One simulated edge in this process (not joined), called over loopback HTTP the way the control plane calls any edge.
   const sim = new SimulatedEdge('costprobe');

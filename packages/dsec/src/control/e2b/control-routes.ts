@@ -173,16 +173,16 @@ export function registerControlRoutes(
 
   const authed = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const key = req.headers['x-api-key'];
-    const ok = typeof key === 'string' ? authenticate(store, `Bearer ${key}`) : authenticate(store, req.headers.authorization);
+    const ok = typeof key === 'string' ? await authenticate(store, `Bearer ${key}`) : await authenticate(store, req.headers.authorization);
     if (!ok)
       await reply.status(401).send({ code: 401, message: 'missing or unknown API key: send X-API-KEY (mint one with `dsec e2b-key`)' });
   };
 
   /** An E2B sandbox the caller may see: running or paused and made through this API. */
-  const find = (id: string): SandboxInfo => {
+  const find = async (id: string): Promise<SandboxInfo> => {
     let s: SandboxInfo;
     try {
-      s = control.get(id);
+      s = await control.get(id);
     } catch {
       throw new E2bHttpError(404, `sandbox ${id} not found`);
     }
@@ -241,7 +241,7 @@ export function registerControlRoutes(
   app.post('/sandboxes', opts, create);
   app.post('/v2/sandboxes', opts, create);
 
-  const list = (req: FastifyRequest, v2: boolean): SandboxInfo[] => {
+  const list = async (req: FastifyRequest, v2: boolean): Promise<SandboxInfo[]> => {
     const q = (req.query ?? {}) as Record<string, unknown>;
     const meta = metadataFilter(q['metadata']);
     const states = typeof q['state'] === 'string' ? q['state'].split(',').filter(Boolean) : v2 ? ['running', 'paused'] : ['running'];
@@ -249,8 +249,7 @@ export function registerControlRoutes(
       if (st !== 'running' && st !== 'paused') throw new E2bHttpError(400, `state ${JSON.stringify(st)} is not running or paused`);
     const template = typeof q['template'] === 'string' && q['template'] ? q['template'] : undefined;
     const startedAfter = typeof q['startedAfter'] === 'string' ? Date.parse(q['startedAfter']) : undefined;
-    return control
-      .list({})
+    return (await control.list({}))
       .filter((s) => isE2b(s) && states.includes(s.status))
       .filter((s) => !template || s.labels[LABEL.template] === template)
       .filter((s) => startedAfter === undefined || Number.isNaN(startedAfter) || Date.parse(s.createdAt) > startedAfter)
@@ -263,7 +262,7 @@ export function registerControlRoutes(
 
   app.get('/sandboxes', opts, async (req, reply) => {
     try {
-      return reply.send(list(req, false).map(detail));
+      return reply.send((await list(req, false)).map(detail));
     } catch (err) {
       return send(reply, err);
     }
@@ -279,7 +278,7 @@ export function registerControlRoutes(
         offset = Number(Buffer.from(q['nextToken'], 'base64url').toString('utf8'));
         if (!Number.isInteger(offset) || offset < 0) throw new E2bHttpError(400, 'nextToken is not one this server gave');
       }
-      const all = list(req, true);
+      const all = await list(req, true);
       const page = all.slice(offset, offset + limit);
       if (offset + limit < all.length) void reply.header('x-next-token', Buffer.from(String(offset + limit)).toString('base64url'));
       return reply.send(page.map(detail));
@@ -290,7 +289,7 @@ export function registerControlRoutes(
 
   app.get('/sandboxes/:id', opts, async (req, reply) => {
     try {
-      return reply.send(detail(find((req.params as { id: string }).id)));
+      return reply.send(detail(await find((req.params as { id: string }).id)));
     } catch (err) {
       return send(reply, err);
     }
@@ -298,7 +297,7 @@ export function registerControlRoutes(
 
   app.delete('/sandboxes/:id', opts, async (req, reply) => {
     try {
-      const s = find((req.params as { id: string }).id);
+      const s = await find((req.params as { id: string }).id);
       await control.kill(s.id);
       deps.onKill(s.id);
       return reply.status(204).send();
@@ -309,10 +308,10 @@ export function registerControlRoutes(
 
   app.post('/sandboxes/:id/timeout', opts, async (req, reply) => {
     try {
-      const s = find((req.params as { id: string }).id);
+      const s = await find((req.params as { id: string }).id);
       const t = timeoutOf(obj(req.body, 'body')['timeout']);
       if (t === undefined) throw new E2bHttpError(400, 'timeout (seconds) is required');
-      control.setExpiry(s.id, Date.now() + Math.max(1, t) * 1000);
+      await control.setExpiry(s.id, Date.now() + Math.max(1, t) * 1000);
       return reply.status(204).send();
     } catch (err) {
       return send(reply, err);
@@ -321,10 +320,10 @@ export function registerControlRoutes(
 
   app.post('/sandboxes/:id/refreshes', opts, async (req, reply) => {
     try {
-      const s = find((req.params as { id: string }).id);
+      const s = await find((req.params as { id: string }).id);
       const d = timeoutOf(obj(req.body, 'body')['duration'], 'duration') ?? DEFAULT_TIMEOUT_S;
       const until = Date.now() + d * 1000;
-      if (!s.expiresAt || Date.parse(s.expiresAt) < until) control.setExpiry(s.id, until);
+      if (!s.expiresAt || Date.parse(s.expiresAt) < until) await control.setExpiry(s.id, until);
       return reply.status(204).send();
     } catch (err) {
       return send(reply, err);
@@ -333,11 +332,11 @@ export function registerControlRoutes(
 
   app.post('/sandboxes/:id/pause', opts, async (req, reply) => {
     try {
-      const s = find((req.params as { id: string }).id);
+      const s = await find((req.params as { id: string }).id);
       if (s.status === 'paused') throw new E2bHttpError(409, `sandbox ${s.id} is already paused`);
       await control.pause(s.id);
       // A paused E2B sandbox waits to be resumed; it does not run out while paused.
-      control.setExpiry(s.id, Date.now() + MAX_TIMEOUT_S * 1000);
+      await control.setExpiry(s.id, Date.now() + MAX_TIMEOUT_S * 1000);
       return reply.status(204).send();
     } catch (err) {
       return send(reply, err);
@@ -349,15 +348,15 @@ export function registerControlRoutes(
     (mustBePaused: boolean) =>
     async (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
       try {
-        let s = find((req.params as { id: string }).id);
+        let s = await find((req.params as { id: string }).id);
         const t = timeoutOf(obj(req.body, 'body')['timeout']) ?? DEFAULT_TIMEOUT_S;
         const wasPaused = s.status === 'paused';
         if (mustBePaused && !wasPaused) throw new E2bHttpError(409, `sandbox ${s.id} is already running`);
         const until = Date.now() + Math.max(1, t) * 1000;
         // Before resuming: a pause-on-timeout sandbox whose old expiry passed would be paused again.
-        if (wasPaused || !s.expiresAt || Date.parse(s.expiresAt) < until) control.setExpiry(s.id, until);
+        if (wasPaused || !s.expiresAt || Date.parse(s.expiresAt) < until) await control.setExpiry(s.id, until);
         if (wasPaused) s = await control.resume(s.id);
-        return reply.status(wasPaused ? 201 : 200).send(created(control.get(s.id)));
+        return reply.status(wasPaused ? 201 : 200).send(created(await control.get(s.id)));
       } catch (err) {
         return send(reply, err);
       }

@@ -134,12 +134,12 @@ export class FilesystemService {
   }
 
   async #entry(ctx: CallContext, p: string): Promise<Message> {
-    return this.entryOf(ctx.sandboxId, await this.control.edgeFor(ctx.sandboxId).statPath(ctx.sandboxId, p), p);
+    return this.entryOf(ctx.sandboxId, await (await this.control.edgeFor(ctx.sandboxId)).statPath(ctx.sandboxId, p), p);
   }
 
   async #exists(sandboxId: string, p: string): Promise<boolean> {
     try {
-      await this.control.edgeFor(sandboxId).statPath(sandboxId, p);
+      await (await this.control.edgeFor(sandboxId)).statPath(sandboxId, p);
       return true;
     } catch (err) {
       if (err instanceof ApiError && err.code === 'FILE_NOT_FOUND') return false;
@@ -189,7 +189,7 @@ export class FilesystemService {
     const p = resolvePath(path(req), await this.#user(ctx));
     const depth = req['depth'] === undefined ? 1 : Number(req['depth']);
     if (!Number.isInteger(depth) || depth < 1) throw new ConnectError('invalid_argument', 'depth must be at least 1');
-    const root = await this.control.edgeFor(ctx.sandboxId).statPath(ctx.sandboxId, p);
+    const root = await (await this.control.edgeFor(ctx.sandboxId)).statPath(ctx.sandboxId, p);
     if (root.type !== 'dir') throw new ConnectError('invalid_argument', `${p} is not a directory`);
     const entries: Message[] = [];
     for (const { at, st } of await this.#walk(ctx.sandboxId, p, depth)) entries.push(await this.entryOf(ctx.sandboxId, st, at));
@@ -198,7 +198,7 @@ export class FilesystemService {
 
   /** Entries under `dir` down to `depth` levels (symlinks are listed, not followed). */
   async #walk(sandboxId: string, dir: string, depth: number): Promise<{ at: string; st: FileStat }[]> {
-    const edge = this.control.edgeFor(sandboxId);
+    const edge = await this.control.edgeFor(sandboxId);
     const out: { at: string; st: FileStat }[] = [];
     let level = [dir];
     for (let d = 0; d < depth && level.length > 0; d++) {
@@ -235,7 +235,7 @@ export class FilesystemService {
 
   async #watcherFor(ctx: CallContext, req: Message): Promise<DirWatcher> {
     const p = resolvePath(path(req), await this.#user(ctx));
-    const st = await this.control.edgeFor(ctx.sandboxId).statPath(ctx.sandboxId, p);
+    const st = await (await this.control.edgeFor(ctx.sandboxId)).statPath(ctx.sandboxId, p);
     if (st.type !== 'dir') throw new ConnectError('invalid_argument', `${p} is not a directory`);
     const w = new DirWatcher(this, ctx.sandboxId, p, req['recursive'] === true);
     await w.start();

@@ -50,17 +50,23 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
     };
     // Sandboxes also end without the E2B API (dsec's DELETE, a TTL, a failed edge): their
     // in-memory E2B state (pids, PTYs, watchers, users) is dropped once they are gone.
-    const sweep = setInterval(() => {
+    const sweepOnce = async (): Promise<void> => {
       const known = new Set([...users.sandboxes(), ...processes.sandboxes(), ...files.sandboxes()]);
       for (const id of known) {
         let status: string | undefined;
         try {
-          status = control.get(id).status;
+          status = (await control.get(id)).status;
         } catch {
           status = undefined;
         }
         if (status !== 'running' && status !== 'paused') forget(id);
       }
+    };
+    let sweeping = false;
+    const sweep = setInterval(() => {
+      if (sweeping) return;
+      sweeping = true;
+      void sweepOnce().finally(() => (sweeping = false));
     }, STATE_SWEEP_MS);
     sweep.unref();
     app.addHook('onClose', async () => clearInterval(sweep));
@@ -82,7 +88,7 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
             response: { 201: E2bKey, ...errors },
           },
         },
-        async (req, reply) => reply.status(201).send(createE2bApiKey(store, req.body.name ?? 'e2b')),
+        async (req, reply) => reply.status(201).send(await createE2bApiKey(store, req.body.name ?? 'e2b')),
       );
     });
   };

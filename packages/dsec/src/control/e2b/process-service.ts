@@ -192,7 +192,7 @@ export class ProcessService {
     let from = { stdout: 0, stderr: 0 };
     if (tracked.handle) {
       // Output from now on: a reconnecting client has already seen what came before.
-      const info = (await this.control.edgeFor(ctx.sandboxId).listProcesses(ctx.sandboxId)).find((p) => p.id === tracked.handle);
+      const info = (await (await this.control.edgeFor(ctx.sandboxId)).listProcesses(ctx.sandboxId)).find((p) => p.id === tracked.handle);
       if (info)
         from = { stdout: Math.min(info.stdoutBytes, E2B_MAX_OUTPUT_BYTES), stderr: Math.min(info.stderrBytes, E2B_MAX_OUTPUT_BYTES) };
     }
@@ -215,7 +215,7 @@ export class ProcessService {
       return;
     }
     // The edge of this sandbox, fetched once: polling must not count as sandbox activity each tick.
-    const edge = this.control.edgeFor(id);
+    const edge = await this.control.edgeFor(id);
     const handle = t.handle!;
     const offsets = { ...from };
     let tick = MIN_TICK_MS;
@@ -246,7 +246,7 @@ export class ProcessService {
 
   async #list(ctx: CallContext): Promise<Message> {
     const id = ctx.sandboxId;
-    const running = new Set((await this.control.edgeFor(id).listProcesses(id)).filter((p) => p.status === 'running').map((p) => p.id));
+    const running = new Set((await (await this.control.edgeFor(id)).listProcesses(id)).filter((p) => p.status === 'running').map((p) => p.id));
     const processes: Message[] = [];
     for (const t of this.#table(id).values()) {
       const alive = t.pty ? t.pty.exitCode === undefined : running.has(t.handle!);

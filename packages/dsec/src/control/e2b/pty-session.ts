@@ -26,7 +26,7 @@ export class PtySession {
     opts: { cmd: string[]; cols: number; rows: number; cwd: string; env: Record<string, string> },
   ): Promise<PtySession> {
     const started = performance.now();
-    const proc = await control.edgeFor(sandboxId).openPty(sandboxId, opts);
+    const proc = await (await control.edgeFor(sandboxId)).openPty(sandboxId, opts);
     void proc.exit.then((exitCode) =>
       control.trajectory.append(sandboxId, {
         kind: 'pty',

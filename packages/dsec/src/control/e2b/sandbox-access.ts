@@ -39,16 +39,16 @@ export function fileSignature(path: string, operation: 'read' | 'write', user: s
  * with it). A sandbox that is gone, or not one made through the E2B API, answers `unavailable`
  * (HTTP 502), as E2B's proxy does.
  */
-export function sandboxFor(
+export async function sandboxFor(
   control: ControlPlane,
   headers: Record<string, string | string[] | undefined>,
   signed?: { path: string; operation: 'read' | 'write'; user: string; signature: string; expiration?: number },
-): SandboxInfo {
+): Promise<SandboxInfo> {
   const id = headers['e2b-sandbox-id'];
   if (typeof id !== 'string' || id === '') throw new ConnectError('invalid_argument', 'E2b-Sandbox-Id header is missing');
   let s: SandboxInfo;
   try {
-    s = control.get(id);
+    s = await control.get(id);
   } catch (err) {
     if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') throw new ConnectError('unavailable', `sandbox ${id} not found`);
     throw err;

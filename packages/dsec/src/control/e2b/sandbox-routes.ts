@@ -76,13 +76,13 @@ export function registerSandboxRoutes(
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
 
   registerRpc(app, SANDBOX_PREFIX, deps.services, async (req) => {
-    const s = sandboxFor(control, req.headers);
+    const s = await sandboxFor(control, req.headers);
     return { sandboxId: s.id, user: userFromAuthorization(req.headers.authorization) };
   });
 
   app.get(`${SANDBOX_PREFIX}/health`, { schema: { hide: true } }, async (req, reply) => {
     try {
-      sandboxFor(control, { ...req.headers, 'x-access-token': undefined }, undefined);
+      await sandboxFor(control, { ...req.headers, 'x-access-token': undefined }, undefined);
     } catch (err) {
       // health needs no token: only whether the sandbox runs
       if (!(err instanceof ConnectError && err.code === 'unauthenticated')) return httpError(reply, err);
@@ -97,7 +97,7 @@ export function registerSandboxRoutes(
       const username = queryString(req.query, 'username');
       const signature = queryString(req.query, 'signature');
       const exp = queryString(req.query, 'signature_expiration');
-      const s = sandboxFor(
+      const s = await sandboxFor(
         control,
         req.headers,
         signature
@@ -124,7 +124,7 @@ export function registerSandboxRoutes(
       const username = queryString(req.query, 'username');
       const signature = queryString(req.query, 'signature');
       const exp = queryString(req.query, 'signature_expiration');
-      const s = sandboxFor(
+      const s = await sandboxFor(
         control,
         req.headers,
         signature
@@ -139,7 +139,7 @@ export function registerSandboxRoutes(
         const p = resolvePath(f.path, user);
         let existed = true;
         try {
-          await control.edgeFor(s.id).statPath(s.id, p);
+          await (await control.edgeFor(s.id)).statPath(s.id, p);
         } catch (err) {
           if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err;
           existed = false;

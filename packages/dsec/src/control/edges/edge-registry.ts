@@ -57,8 +57,19 @@ export class EdgeRegistry {
 
   constructor(private readonly opts: EdgeRegistryOptions) {
     this.lostAfterMs = opts.lostAfterMs ?? DEFAULT_EDGE_LOST_AFTER_MS;
-    // Edges known before a restart: reachable as before; they get a full timeout to report.
-    for (const e of opts.store.listEdges()) {
+  }
+
+  /** A registry with the edges the store knows (from before a restart). */
+  static async open(opts: EdgeRegistryOptions): Promise<EdgeRegistry> {
+    const registry = new EdgeRegistry(opts);
+    await registry.#load();
+    return registry;
+  }
+
+  /** Edges known before a restart: reachable as before; they get a full timeout to report. */
+  async #load(): Promise<void> {
+    const opts = this.opts;
+    for (const e of await opts.store.listEdges()) {
       this.#edges.set(e.id, {
         id: e.id,
         pool: e.pool,
@@ -115,7 +126,7 @@ export class EdgeRegistry {
       lastSeen: Date.now(),
     };
     this.#edges.set(reg.id, entry);
-    this.#persist(entry);
+    await this.#persist(entry);
     this.opts.log.info({ edge: reg.id, url: reg.url, pool: reg.pool, rejoined: !!prev }, 'edge joined');
     if (wasLost) this.#reconcile(reg.id);
     return { state };
@@ -132,7 +143,7 @@ export class EdgeRegistry {
       if (e.state === 'lost') this.opts.log.warn({ edge: id }, 'lost edge is back');
       e.state = e.state === 'lost' ? 'ready' : e.state;
       e.reconcileAtFirstReport = false;
-      this.#persist(e);
+      await this.#persist(e);
       this.#reconcile(id);
     }
     return { state: e.state };
@@ -160,7 +171,7 @@ export class EdgeRegistry {
       if (e.local) continue;
       if (e.state !== 'lost' && now - e.lastSeen > this.lostAfterMs) {
         e.state = 'lost';
-        this.#persist(e);
+        await this.#persist(e);
         const why = `edge ${e.id} sent no heartbeat for ${Math.round((now - e.lastSeen) / 1000)} s`;
         this.opts.log.error({ edge: e.id }, why);
         await this.onLost(e.id, why);
@@ -183,19 +194,19 @@ export class EdgeRegistry {
     return () => clearInterval(timer);
   }
 
-  drain(id: string): EdgeState {
+  async drain(id: string): Promise<EdgeState> {
     const e = this.#entry(id);
     e.state = 'draining';
-    this.#persist(e);
+    await this.#persist(e);
     return e.state;
   }
 
   /** A drained edge leaves: nothing runs on it any more. */
-  remove(id: string): void {
+  async remove(id: string): Promise<void> {
     const e = this.#entry(id);
     if (e.local) throw new ApiError('INVALID_REQUEST', `edge ${id} is this control plane's own edge`, { id });
     this.#edges.delete(id);
-    this.opts.store.deleteEdge(id);
+    await this.opts.store.deleteEdge(id);
   }
 
   #entry(id: string): EdgeEntry {
@@ -273,9 +284,9 @@ export class EdgeRegistry {
     });
   }
 
-  #persist(e: EdgeEntry): void {
+  async #persist(e: EdgeEntry): Promise<void> {
     if (e.local || !e.url) return;
-    this.opts.store.upsertEdge({ id: e.id, url: e.url, pool: e.pool, labels: e.labels, state: e.state, info: e.info, cpuOvercommit: e.cpuOvercommit });
+    await this.opts.store.upsertEdge({ id: e.id, url: e.url, pool: e.pool, labels: e.labels, state: e.state, info: e.info, cpuOvercommit: e.cpuOvercommit });
   }
 }
 

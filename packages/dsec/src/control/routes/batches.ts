@@ -41,7 +41,7 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
         },
       },
       async (req, reply) => {
-        const info = batches.create(req.body);
+        const info = await batches.create(req.body);
         if ((req.headers.accept ?? '').includes(NDJSON)) return reply.status(202).type(NDJSON).send(stream(info.id, -1, true, reply) as never);
         return reply.status(202).send(info);
       },
@@ -61,7 +61,7 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
         },
       },
       async (req, reply) => {
-        batches.info(req.params.id); // 404 before the stream starts
+        await batches.info(req.params.id); // 404 before the stream starts
         return reply.type(NDJSON).send(stream(req.params.id, req.query.after ?? -1, req.query.follow ?? true, reply) as never);
       },
     );

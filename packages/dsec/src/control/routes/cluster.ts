@@ -50,9 +50,9 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       '/v1/cluster/edges/:id',
       { schema: { tags, summary: 'A drained, empty edge leaves (cluster token)', params: EdgeIdParams, response: { 204: Type.Null(), 401: ErrorBody, 404: ErrorBody, 409: ErrorBody } } },
       async (req, reply) => {
-        const live = control.list({}).filter((s) => s.edge === req.params.id && ['creating', 'running', 'paused'].includes(s.status));
+        const live = (await control.list({})).filter((s) => s.edge === req.params.id && ['creating', 'running', 'paused'].includes(s.status));
         if (live.length) throw new ApiError('EDGE_NOT_EMPTY', `edge ${req.params.id} still runs ${live.length} sandboxes; drain it and kill them first`, { sandboxes: live.length });
-        control.edges.remove(req.params.id);
+        await control.edges.remove(req.params.id);
         return reply.status(204).send(null);
       },
     );

@@ -37,7 +37,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           const hangup = abortOnHangup(reply);
           let events: AsyncGenerator<ExecEvent>;
           try {
-            events = control.execStream(id, req.body, hangup.signal); // 400/413/404/409 before the stream starts
+            events = await control.execStream(id, req.body, hangup.signal); // 400/413/404/409 before the stream starts
           } catch (err) {
             hangup.done();
             throw err;
@@ -70,7 +70,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       reply.status(201).send(await control.openSession(req.params.id, req.body)),
     );
     app.get('/v1/sandboxes/:id/sessions', { schema: { tags: sTags, summary: 'List sessions', params: SandboxIdParams, response: { 200: SessionList, ...errors } } }, async (req) => ({
-      sessions: await control.edgeFor(req.params.id).listSessions(req.params.id),
+      sessions: await (await control.edgeFor(req.params.id)).listSessions(req.params.id),
     }));
     app.post(
       '/v1/sandboxes/:id/sessions/:sid/exec',
@@ -103,20 +103,19 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       reply.status(201).send(await control.startProcess(req.params.id, req.body)),
     );
     app.get('/v1/sandboxes/:id/processes', { schema: { tags: pTags, summary: 'List background processes', params: SandboxIdParams, response: { 200: ProcessList, ...errors } } }, async (req) => ({
-      processes: await control.edgeFor(req.params.id).listProcesses(req.params.id),
+      processes: await (await control.edgeFor(req.params.id)).listProcesses(req.params.id),
     }));
     app.get(
       '/v1/sandboxes/:id/processes/:pid',
       { schema: { tags: pTags, summary: 'A process and its output so far (from the given offsets)', params: ProcessParams, querystring: ProcessOutputQuery, response: { 200: ProcessOutput, ...errors } } },
       async (req) =>
-        control
-          .edgeFor(req.params.id)
+        (await control.edgeFor(req.params.id))
           .processOutput(req.params.id, req.params.pid, { stdout: req.query.stdoutOffset ?? 0, stderr: req.query.stderrOffset ?? 0 }, req.query.encoding ?? 'utf8'),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/wait',
       { schema: { tags: pTags, summary: 'Wait for a process to exit (or timeoutMs)', params: ProcessParams, body: WaitProcessRequest, response: { 200: ProcessInfo, ...errors } } },
-      async (req) => control.edgeFor(req.params.id).waitProcess(req.params.id, req.params.pid, req.body.timeoutMs ?? 30_000),
+      async (req) => (await control.edgeFor(req.params.id)).waitProcess(req.params.id, req.params.pid, req.body.timeoutMs ?? 30_000),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/signal',

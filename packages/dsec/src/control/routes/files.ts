@@ -76,12 +76,12 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
     );
 
     app.get('/v1/sandboxes/:id/files/stat', { schema: { tags, summary: 'lstat a path', params: SandboxIdParams, querystring: PathQuery, response: { 200: FileStat, ...errors } } }, async (req) =>
-      control.edgeFor(req.params.id).statPath(req.params.id, req.query.path),
+      (await control.edgeFor(req.params.id)).statPath(req.params.id, req.query.path),
     );
 
     app.get('/v1/sandboxes/:id/files/list', { schema: { tags, summary: 'List a directory', params: SandboxIdParams, querystring: PathQuery, response: { 200: DirListing, ...errors } } }, async (req) => ({
       path: req.query.path,
-      ...(await control.edgeFor(req.params.id).listDir(req.params.id, req.query.path)),
+      ...(await (await control.edgeFor(req.params.id)).listDir(req.params.id, req.query.path)),
     }));
 
     app.post('/v1/sandboxes/:id/files/mkdir', { schema: { tags, summary: 'Make a directory', params: SandboxIdParams, body: MkdirRequest, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
@@ -98,7 +98,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       '/v1/sandboxes/:id/files/tar',
       { schema: { tags, summary: `Download a file or directory as a tar stream (${TAR}), packed inside the sandbox`, params: SandboxIdParams, querystring: PathQuery, response: errors } },
       async (req, reply) => {
-        const chunks = await control.edgeFor(req.params.id).downloadTar(req.params.id, req.query.path);
+        const chunks = await (await control.edgeFor(req.params.id)).downloadTar(req.params.id, req.query.path);
         return reply.type(TAR).send(Readable.from(chunks) as never);
       },
     );

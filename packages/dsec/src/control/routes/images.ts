@@ -41,15 +41,15 @@ export interface ImageRouteDeps {
 export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
   const { images, store, dataDir } = deps;
   /** An image as the API shows it: with the sandbox it goes away with, if it is an ephemeral snapshot. */
-  const withLifetime = (info: ImageInfo): ImageInfo => {
-    const owner = deps.control.snapshotImages.ownerOf(info.id);
+  const withLifetime = async (info: ImageInfo): Promise<ImageInfo> => {
+    const owner = await deps.control.snapshotImages.ownerOf(info.id);
     return owner && info.names.length === 0 ? { ...info, snapshotOf: owner } : info;
   };
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['images'];
     app.get('/v1/images', { schema: { tags, summary: 'List images', response: { 200: ImageList, 401: ErrorBody } } }, async () => ({
-      images: images.list().map(withLifetime),
+      images: await Promise.all(images.list().map(withLifetime)),
     }));
 
     app.get(
@@ -59,7 +59,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         const id = images.resolve(req.params.ref);
         const info = id && images.info(id);
         if (!info) throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(req.params.ref)}; list images with \`dsec image ls\``, { image: req.params.ref });
-        return withLifetime(info);
+        return await withLifetime(info);
       },
     );
 

@@ -37,7 +37,7 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
         let proc;
         try {
           const started = performance.now();
-          proc = await control.edgeFor(id).openPty(id, { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd });
+          proc = await (await control.edgeFor(id)).openPty(id, { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd });
           void proc.exit.then((exitCode) =>
             control.trajectory.append(id, { kind: 'pty', request: { cmd: req.query.cmd ?? [] }, exitCode, durationMs: performance.now() - started, replayable: false }),
           );

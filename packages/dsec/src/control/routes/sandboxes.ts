@@ -33,7 +33,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     app.get('/v1/sandboxes', { schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } } }, async (req) => {
       const filter: Parameters<ControlPlane['list']>[0] = { labels: parseLabels(req.query.label) };
       if (req.query.status) filter.status = req.query.status;
-      return { sandboxes: control.list(filter) };
+      return { sandboxes: await control.list(filter) };
     });
 
     const bulk: [BulkAction, string][] = [

@@ -7,7 +7,7 @@ export function systemRoutes(deps: { control: ControlPlane }): FastifyPluginAsyn
     app.get('/healthz', { schema: { hide: true } }, async () => ({ ok: true }));
     app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => {
       const m = deps.control.metrics;
-      const running = deps.control.list({ status: 'running' }).length;
+      const running = (await deps.control.list({ status: 'running' })).length;
       const text = [
         '# TYPE dsec_sandboxes_running gauge',
         `dsec_sandboxes_running ${running}`,

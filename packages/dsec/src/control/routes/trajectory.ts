@@ -14,8 +14,8 @@ export function trajectoryRoutes(deps: { control: ControlPlane }): FastifyPlugin
       '/v1/sandboxes/:id/trajectory',
       { schema: { tags, summary: 'Every logged step (commands, sessions, file changes, network switches, pauses) with its result; kept for a while after the sandbox is killed (--trajectory-retention-hours, default 24)', params: SandboxIdParams, querystring: TrajectoryQuery, response: { 200: Trajectory, ...errors } } },
       async (req) => {
-        control.assertTrajectoryKept(req.params.id); // also readable for a while after a kill
-        return { sandboxId: req.params.id, ...control.trajectory.list(req.params.id, req.query.afterSeq ?? 0, req.query.limit ?? 1000) };
+        await control.assertTrajectoryKept(req.params.id); // also readable for a while after a kill
+        return { sandboxId: req.params.id, ...(await control.trajectory.list(req.params.id, req.query.afterSeq ?? 0, req.query.limit ?? 1000)) };
       },
     );
     app.post(

@@ -42,7 +42,7 @@ export function controlPlaneSandboxes(control: ControlPlane): BuildSandboxes {
       return (await control.create({ image, labels: BUILD_LABELS, resources: buildResources() })).id;
     },
     async run(id, req, onOutput) {
-      for await (const ev of control.execStream(id, req)) {
+      for await (const ev of await control.execStream(id, req)) {
         if (ev.type === 'exit') return { exitCode: ev.result.exitCode, timedOut: ev.result.timedOut };
         onOutput(ev.data);
       }
@@ -56,7 +56,7 @@ export function controlPlaneSandboxes(control: ControlPlane): BuildSandboxes {
     },
     async stat(id, path) {
       try {
-        return (await control.edgeFor(id).statPath(id, path)).type;
+        return (await (await control.edgeFor(id)).statPath(id, path)).type;
       } catch (err) {
         if (notFound(err)) return undefined;
         throw err;

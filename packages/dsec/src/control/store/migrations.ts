@@ -1,0 +1,149 @@
+import type { Dialect, Sql, SqlDb } from './sql.js';
+
+/**
+ * Every change to the control plane's schema, in order, for both engines: a store applies the ones
+ * it has not yet (recorded in schema_migrations), in one transaction. Add a new entry at the end
+ * for a new table or column; never edit one that has shipped. Types are ones both engines know
+ * (BIGINT for epoch milliseconds, DOUBLE PRECISION for fractions); `blob` is the one that differs.
+ */
+export interface Migration {
+  id: number;
+  name: string;
+  up: (db: Sql) => Promise<void>;
+}
+
+const types = (d: Dialect) => ({ blob: d === 'postgres' ? 'BYTEA' : 'BLOB' });
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    id: 1,
+    name: 'baseline: keys, sandboxes, specs, trajectories, edges, batches, snapshot owners, ended sandboxes',
+    up: async (db) => {
+      const t = types(db.dialect);
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS api_keys (
+          id TEXT PRIMARY KEY,
+          hash TEXT NOT NULL UNIQUE,
+          name TEXT NOT NULL,
+          created_at TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS sandboxes (
+          id TEXT PRIMARY KEY,
+          edge TEXT NOT NULL,
+          status TEXT NOT NULL,
+          image TEXT NOT NULL,
+          image_id TEXT NOT NULL,
+          resources TEXT NOT NULL,
+          labels TEXT NOT NULL,
+          created_at TEXT NOT NULL,
+          reason TEXT,
+          layers TEXT NOT NULL DEFAULT '[]',
+          ttl_seconds INTEGER,
+          idle_timeout_seconds INTEGER,
+          on_expiry TEXT NOT NULL DEFAULT 'stop',
+          expires_at BIGINT,
+          last_activity BIGINT NOT NULL DEFAULT 0,
+          batch_id TEXT,
+          batch_index INTEGER,
+          backend TEXT NOT NULL DEFAULT 'container',
+          trajectory_dropped INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE TABLE IF NOT EXISTS sandbox_specs (
+          id TEXT PRIMARY KEY REFERENCES sandboxes(id) ON DELETE CASCADE,
+          spec TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS trajectory (
+          sandbox_id TEXT NOT NULL,
+          seq INTEGER NOT NULL,
+          at TEXT NOT NULL,
+          kind TEXT NOT NULL,
+          request TEXT NOT NULL,
+          result TEXT,
+          payload ${t.blob},
+          duration_ms DOUBLE PRECISION,
+          exit_code INTEGER,
+          replayable INTEGER NOT NULL,
+          PRIMARY KEY (sandbox_id, seq)
+        );
+        CREATE TABLE IF NOT EXISTS edges (
+          id TEXT PRIMARY KEY,
+          url TEXT NOT NULL,
+          pool TEXT NOT NULL,
+          labels TEXT NOT NULL,
+          state TEXT NOT NULL,
+          info TEXT NOT NULL,
+          cpu_overcommit DOUBLE PRECISION NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS batches (
+          id TEXT PRIMARY KEY,
+          count INTEGER NOT NULL,
+          spec TEXT NOT NULL,
+          state TEXT NOT NULL,
+          created_at TEXT NOT NULL,
+          finished_at TEXT
+        );
+        CREATE TABLE IF NOT EXISTS batch_events (
+          batch_id TEXT NOT NULL REFERENCES batches(id) ON DELETE CASCADE,
+          seq INTEGER NOT NULL,
+          event TEXT NOT NULL,
+          PRIMARY KEY (batch_id, seq)
+        );
+        CREATE TABLE IF NOT EXISTS snapshot_images (
+          image_id TEXT PRIMARY KEY,
+          sandbox_id TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS ended_sandboxes (
+          id TEXT PRIMARY KEY,
+          ended_at BIGINT NOT NULL,
+          reason TEXT NOT NULL
+        );
+      `);
+      if (db.dialect === 'sqlite') await addLegacyColumns(db);
+      await db.exec(`
+        CREATE INDEX IF NOT EXISTS sandboxes_edge ON sandboxes(edge);
+        CREATE INDEX IF NOT EXISTS sandboxes_status ON sandboxes(status);
+        CREATE UNIQUE INDEX IF NOT EXISTS sandboxes_batch ON sandboxes(batch_id, batch_index) WHERE batch_id IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS snapshot_images_sandbox ON snapshot_images(sandbox_id);
+        CREATE INDEX IF NOT EXISTS ended_sandboxes_at ON ended_sandboxes(ended_at);
+      `);
+    },
+  },
+];
+
+/**
+ * State files from before schema_migrations have the first release's sandboxes table: the
+ * baseline's CREATE TABLE IF NOT EXISTS leaves it as it is, so the later columns are added here.
+ */
+async function addLegacyColumns(db: Sql): Promise<void> {
+  const have = new Set((await db.all<{ name: string }>('PRAGMA table_info(sandboxes)')).map((c) => c.name));
+  const add: [string, string][] = [
+    ['layers', "TEXT NOT NULL DEFAULT '[]'"],
+    ['ttl_seconds', 'INTEGER'],
+    ['idle_timeout_seconds', 'INTEGER'],
+    ['on_expiry', "TEXT NOT NULL DEFAULT 'stop'"],
+    ['expires_at', 'INTEGER'],
+    ['last_activity', 'INTEGER NOT NULL DEFAULT 0'],
+    ['batch_id', 'TEXT'],
+    ['batch_index', 'INTEGER'],
+    ['backend', "TEXT NOT NULL DEFAULT 'container'"],
+    ['trajectory_dropped', 'INTEGER NOT NULL DEFAULT 0'],
+  ];
+  for (const [col, type] of add) if (!have.has(col)) await db.exec(`ALTER TABLE sandboxes ADD COLUMN ${col} ${type}`);
+}
+
+/** Any constant: the PostgreSQL advisory lock that keeps replicas starting together from migrating twice. */
+const MIGRATION_LOCK = 0x64736563; // "dsec"
+
+/** Applies the migrations `db` has not had yet, in one transaction. */
+export async function migrate(db: SqlDb, migrations: readonly Migration[] = MIGRATIONS): Promise<void> {
+  await db.transaction(async (tx) => {
+    if (tx.dialect === 'postgres') await tx.get('SELECT pg_advisory_xact_lock(?)', [MIGRATION_LOCK]);
+    await tx.exec('CREATE TABLE IF NOT EXISTS schema_migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)');
+    const applied = new Set((await tx.all<{ id: number }>('SELECT id FROM schema_migrations')).map((r) => r.id));
+    for (const m of migrations) {
+      if (applied.has(m.id)) continue;
+      await m.up(tx);
+      await tx.run('INSERT INTO schema_migrations (id, name, applied_at) VALUES (?, ?, ?)', [m.id, m.name, new Date().toISOString()]);
+    }
+  });
+}

@@ -1,0 +1,32 @@
+/**
+ * The SQL engine under the control plane's state store: SQLite (embedded, the default) or
+ * PostgreSQL (shared by several control-plane replicas). Statements are written once, in SQL both
+ * engines run (`?` placeholders, `INSERT ... ON CONFLICT`, no engine-only functions); where the
+ * engines truly differ a caller branches on `dialect`.
+ */
+export type Dialect = 'sqlite' | 'postgres';
+
+/** A parameter value: both engines take these as they are. */
+export type SqlValue = string | number | bigint | boolean | null | Buffer;
+
+/** Something statements run on: the engine itself, or one open transaction on it. */
+export interface Sql {
+  readonly dialect: Dialect;
+  /** Every row of a query. */
+  all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]>;
+  /** The first row of a query, if any. */
+  get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | undefined>;
+  /** A statement's effect: how many rows it changed. */
+  run(sql: string, params?: readonly SqlValue[]): Promise<{ changes: number }>;
+  /** Runs a script of several statements without parameters (migrations). */
+  exec(script: string): Promise<void>;
+}
+
+export interface SqlDb extends Sql {
+  /**
+   * Runs `fn` in one transaction: committed when it resolves, rolled back when it throws. Inside,
+   * run statements on `tx` only (the engine itself waits for the transaction to end).
+   */
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,102 @@
+import Database from 'better-sqlite3';
+import type { Sql, SqlDb, SqlValue } from './sql.js';
+
+/** Prepared statements kept; past this the cache starts over (statements built per filter vary). */
+const MAX_CACHED_STATEMENTS = 500;
+
+/**
+ * SQLite through better-sqlite3 (synchronous, embedded, the fastest SQLite binding for Node; v12
+ * because v13 needs Node 22), behind the async SqlDb interface. WAL with synchronous=NORMAL: a
+ * committed transaction survives a process crash, and writers don't block readers.
+ *
+ * One connection serves everything, so a transaction that awaits between its statements would
+ * take in whatever else ran meanwhile: while one is open, statements outside it wait for its end.
+ */
+export class SqliteDb implements SqlDb {
+  readonly dialect = 'sqlite' as const;
+  readonly #db: Database.Database;
+  /**
+   * Statements prepared once: preparing costs about as much as running one (measured by `dsec
+   * bench cluster`). all/get/run finish synchronously, so one statement is never in use twice.
+   */
+  readonly #statements = new Map<string, Database.Statement>();
+  /** Settles when the open transaction ends; undefined when none is open. */
+  #open: Promise<void> | undefined;
+  /** The open transaction's own view, which runs at once. */
+  readonly #direct: Sql;
+
+  constructor(file: string) {
+    this.#db = new Database(file);
+    this.#db.pragma('journal_mode = WAL');
+    this.#db.pragma('synchronous = NORMAL');
+    this.#db.pragma('busy_timeout = 5000');
+    this.#db.pragma('foreign_keys = ON');
+    this.#direct = {
+      dialect: this.dialect,
+      all: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).all(...bind(params)) as T[],
+      get: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).get(...bind(params)) as T | undefined,
+      run: async (sql: string, params: readonly SqlValue[] = []) => ({ changes: this.#prepared(sql).run(...bind(params)).changes }),
+      exec: async (script: string) => void this.#db.exec(script),
+    };
+  }
+
+  async all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {
+    while (this.#open) await this.#open;
+    return this.#direct.all<T>(sql, params);
+  }
+
+  async get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | undefined> {
+    while (this.#open) await this.#open;
+    return this.#direct.get<T>(sql, params);
+  }
+
+  async run(sql: string, params?: readonly SqlValue[]): Promise<{ changes: number }> {
+    while (this.#open) await this.#open;
+    return this.#direct.run(sql, params);
+  }
+
+  async exec(script: string): Promise<void> {
+    while (this.#open) await this.#open;
+    return this.#direct.exec(script);
+  }
+
+  async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    while (this.#open) await this.#open;
+    let end!: () => void;
+    this.#open = new Promise((resolve) => (end = resolve));
+    try {
+      // IMMEDIATE takes the write lock up front: a deferred one upgrading later can fail busy.
+      this.#db.exec('BEGIN IMMEDIATE');
+      try {
+        const result = await fn(this.#direct);
+        this.#db.exec('COMMIT');
+        return result;
+      } catch (err) {
+        if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
+        throw err;
+      }
+    } finally {
+      this.#open = undefined;
+      end();
+    }
+  }
+
+  async close(): Promise<void> {
+    while (this.#open) await this.#open;
+    this.#db.close();
+  }
+
+  #prepared(sql: string): Database.Statement {
+    let stmt = this.#statements.get(sql);
+    if (!stmt) {
+      if (this.#statements.size >= MAX_CACHED_STATEMENTS) this.#statements.clear();
+      this.#statements.set(sql, (stmt = this.#db.prepare(sql)));
+    }
+    return stmt;
+  }
+}
+
+/** better-sqlite3 takes no booleans: they are stored as 1 and 0, as PostgreSQL's adapter does. */
+function bind(params: readonly SqlValue[]): unknown[] {
+  return params.map((p) => (typeof p === 'boolean' ? (p ? 1 : 0) : p));
+}
