@@ -4,6 +4,10 @@ import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import type { App } from '../control/server.js';
 import { HttpBlobSource } from '../edge/blob-source.js';
+import { RegistryBlobSource } from '../edge/registry-blob-source.js';
+import type { RegistryCredentials } from '../image/registry/registry-auth.js';
+import { RegistryClient } from '../image/registry/registry-client.js';
+import type { RegistryRef } from '../image/registry/registry-ref.js';
 import type { Edge } from '../edge/edge.js';
 import { makeNodeBackends } from './node-backends.js';
 import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
@@ -31,6 +35,8 @@ export interface EdgeDaemonOptions {
   layerCacheMiB: number;
   /** lazy: layers mounted through dsec-chunk-fuse, chunks fetched from the control plane's blob endpoint on first read. */
   layerFetch?: 'eager' | 'lazy';
+  /** An OCI registry repository to read layers from first (the control plane's blob endpoint for what it lacks). */
+  registry?: { ref: Pick<RegistryRef, 'baseUrl' | 'host' | 'repository'>; credentials?: RegistryCredentials | undefined } | undefined;
   logLevel: string;
 }
 
@@ -60,7 +66,7 @@ function edgeIdFor(dataDir: string, given: string | undefined): string {
 /**
  * `dsec edge`: one node of a cluster. Runs the node's edge (crun, layers, network, exec engine)
  * behind the edge protocol's HTTP server, fetches layers from the control plane's blob endpoint
- * (no shared filesystem), joins the control plane and reports its capacity every second
+ * (no shared filesystem; with `registry`, from that OCI registry repository first), joins the control plane and reports its capacity every second
  * (edge/join-loop.ts). A control plane that does not answer changes nothing here: sandboxes keep
  * running, heartbeats keep trying.
  */
@@ -76,7 +82,14 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const node = makeNodeBackends({
     id,
     nodeDir: join(opts.dataDir, 'node'),
-    blobs: new HttpBlobSource(joinUrl, opts.token),
+    blobs: opts.registry
+      ? new RegistryBlobSource(
+          // Few attempts: a create waits on them, and the control plane serves the layer if the registry cannot.
+          new RegistryClient(opts.registry.ref, { credentials: opts.registry.credentials, attempts: 3, onRetry: (why) => log.warn(`registry: retrying: ${why}`) }),
+          new HttpBlobSource(joinUrl, opts.token),
+          (digest, why) => log.warn({ layer: digest }, `registry unavailable, layer fetched from the control plane instead: ${why}`),
+        )
+      : new HttpBlobSource(joinUrl, opts.token),
     maxSandboxes: opts.maxSandboxes,
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => ({ url: joinUrl, token: opts.token }) } } : {}),

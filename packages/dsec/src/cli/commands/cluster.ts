@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { Connection } from '@dsec/sdk';
 import type { NodeInfo } from '@dsec/sdk/schema';
@@ -5,6 +6,8 @@ import { compileOptions, OptionsError } from '../../config/options.js';
 import { DEFAULT_CPU_OVERCOMMIT } from '../../control/edges/edge-registry.js';
 import { startControlPlane } from '../../runtime/all-in-one.js';
 import { startEdgeDaemon } from '../../runtime/edge-daemon.js';
+import { credentialsFromEnv, type RegistryCredentials } from '../../image/registry/registry-auth.js';
+import { parseRegistryRef, RegistryRefError, type RegistryRef } from '../../image/registry/registry-ref.js';
 import { collectKv, printTable } from '../output.js';
 
 function stopOn(signals: NodeJS.Signals[], close: () => Promise<void>, log: { info: (m: string) => void; error: (o: object, m: string) => void }): void {
@@ -63,9 +66,11 @@ export function registerClusterCommands(program: Command): void {
     .option('--max-sandboxes <n>', 'admission limit of this edge', '4000')
     .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB', '20480')
     .option('--layer-fetch <mode>', 'eager (whole layers from the blob endpoint before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)')
+    .option('--registry <host/repository>', 'fetch layers from this OCI registry repository first (images pushed there with dsec image push); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)')
     .option('--log-level <level>', 'debug|info|warn|error|silent', 'info')
     .action(
       async (flags: {
+        registry?: string;
         join?: string; token?: string; listen: string; advertise?: string; dataDir?: string; id?: string; pool: string; label?: Record<string, string>;
         cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; layerFetch?: string; logLevel: string;
       }) => {
@@ -89,6 +94,7 @@ export function registerClusterCommands(program: Command): void {
           maxSandboxes: wholeNumber('--max-sandboxes', flags.maxSandboxes, 4000),
           layerCacheMiB: wholeNumber('--layer-cache-mib', flags.layerCacheMib, 20480),
           layerFetch: base.layerFetch,
+          registry: registryOption(flags.registry ?? process.env['DSEC_REGISTRY']),
           logLevel: base.logLevel,
         });
         process.stdout.write(`dsec edge ${daemon.id} serves ${daemon.url} and joined ${flags.join}\n`);
@@ -138,4 +144,15 @@ export function registerClusterCommands(program: Command): void {
         false,
       );
     });
+}
+
+/** `--registry HOST/REPOSITORY` checked before the edge starts (a typo is one line, not a failed create later). */
+function registryOption(text: string | undefined): { ref: RegistryRef; credentials: RegistryCredentials | undefined } | undefined {
+  if (text === undefined || text === '') return undefined;
+  try {
+    return { ref: parseRegistryRef(text, { requireName: false }), credentials: credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')) };
+  } catch (err) {
+    if (err instanceof RegistryRefError) throw new OptionsError(`--registry: ${err.message}`);
+    throw err;
+  }
 }

@@ -16,6 +16,31 @@ import { findRunningServer, startAllInOne } from '../../runtime/all-in-one.js';
 import { checkImageName } from '../../image/builders/builder.js';
 import { UsageError } from '../args.js';
 import { collectList, humanBytes, printTable } from '../output.js';
+import { registryClientFor } from '../../image/registry/registry-config.js';
+import { parseRegistryRef, RegistryRefError } from '../../image/registry/registry-ref.js';
+import { ImageTransferError } from '../../image/registry/registry-client.js';
+import { pushImage } from '../../image/registry/image-push.js';
+import { pullImage } from '../../image/registry/image-pull.js';
+
+function parseRegistryRefOrUsage(text: string): ReturnType<typeof parseRegistryRef> {
+  try {
+    return parseRegistryRef(text);
+  } catch (err) {
+    if (err instanceof RegistryRefError) throw new UsageError(err.message);
+    throw err;
+  }
+}
+
+/** A registry's refusal (wrong credentials, no such manifest, not a dsec image) is one line and exit code 1, not a stack trace. */
+async function reportRegistryErrors(work: () => Promise<void>): Promise<void> {
+  try {
+    await work();
+  } catch (err) {
+    if (!(err instanceof ImageTransferError)) throw err;
+    process.stderr.write(`dsec: ${err.message}\n`);
+    process.exitCode = 1;
+  }
+}
 
 /** Images live in the data dir's image store; the CLI works on it directly, with or without a server. */
 function openStore(dataDir?: string): ImageStore {
@@ -151,6 +176,41 @@ export function registerImageCommands(program: Command): void {
       }
       if (f.json) process.stdout.write(JSON.stringify({ ...r, image: store.info(r.id) }, null, 2) + '\n');
       else process.stdout.write(`${r.name} ${r.id}\n`);
+    });
+  image
+    .command('push')
+    .description('push a local image to an OCI registry as a dsec artifact (its EROFS layers, dsec media types); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD')
+    .argument('<ref>', 'where to: [https://]HOST[:PORT]/REPOSITORY[:TAG] (loopback hosts speak http unless https:// is written)')
+    .option('--image <name>', 'the local image to push (default: the last part of REPOSITORY with TAG, e.g. busybox:latest)')
+    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
+    .option('--json', 'machine-readable output')
+    .action(async (refText: string, f: { image?: string; dataDir?: string; json?: boolean }) => {
+      const ref = parseRegistryRefOrUsage(refText);
+      if (ref.digest !== undefined) throw new UsageError(`push to a tag, not a digest (${refText}): the registry names the manifest's digest`);
+      const local = f.image ?? `${ref.repository.split('/').pop()}:${ref.tag}`;
+      const progress = (m: string): void => void process.stderr.write(`${m}\n`);
+      await reportRegistryErrors(async () => {
+        const r = await pushImage(openStore(f.dataDir), local, registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref.tag ?? 'latest', progress);
+        if (f.json) process.stdout.write(JSON.stringify({ ref: `${ref.host}/${ref.repository}:${ref.tag}`, ...r }, null, 2) + '\n');
+        else process.stdout.write(`${ref.host}/${ref.repository}@${r.digest}\n`);
+      });
+    });
+  image
+    .command('pull')
+    .description('pull a dsec image from an OCI registry (by tag or @sha256 digest) into the local image store; broken downloads resume')
+    .argument('<ref>', '[https://]HOST[:PORT]/REPOSITORY[:TAG|@sha256:DIGEST]')
+    .option('--name <name>', 'tag the image with this name (default: the last part of REPOSITORY with TAG)')
+    .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
+    .option('--json', 'machine-readable output')
+    .action(async (refText: string, f: { name?: string; dataDir?: string; json?: boolean }) => {
+      if (f.name !== undefined) checkImageName(f.name);
+      const ref = parseRegistryRefOrUsage(refText);
+      const progress = (m: string): void => void process.stderr.write(`${m}\n`);
+      await reportRegistryErrors(async () => {
+        const r = await pullImage(openStore(f.dataDir), registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref, { name: f.name, progress });
+        if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+        else process.stdout.write(`${r.name ? `${r.name} ` : ''}${r.id}\n`);
+      });
     });
   image
     .command('rm')

@@ -1,0 +1,280 @@
+/**
+ * dsec images through a real OCI registry (Debian's docker-registry, htpasswd auth, on loopback):
+ * push from one data dir, pull into another (two clusters), a sandbox from the pulled image;
+ * ranged blob reads; a registry restarted in the middle of a pull; wrong credentials.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import { Sandbox } from '@dsec/sdk';
+import { ImageStore } from '../../src/image/image-store.js';
+import { LayerStore } from '../../src/image/layer-store.js';
+import { pullImage } from '../../src/image/registry/image-pull.js';
+import { pushImage } from '../../src/image/registry/image-push.js';
+import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
+import { compileOptions } from '../../src/config/options.js';
+import { startControlPlane } from '../../src/runtime/all-in-one.js';
+import { startEdgeDaemon, type RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
+import { RegistryAuthError, RegistryClient } from '../../src/image/registry/registry-client.js';
+import { parseRegistryRef } from '../../src/image/registry/registry-ref.js';
+import { sha256Digest } from '../../src/image/registry/dsec-artifact.js';
+import { buildTestImage } from '../helpers/images.js';
+import { registrySkipReason, startTestRegistry, type TestRegistry } from '../helpers/registry.js';
+import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from '../helpers/server.js';
+
+const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+
+function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const guard = setTimeout(() => child.kill('SIGKILL'), 120_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(guard);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason(), timeout: 300_000 }, () => {
+  let registry: TestRegistry;
+  let server: TestServer;
+  let creds: Record<string, string>;
+  const dirsToRemove: { dataDir: string; edgeId: string }[] = [];
+
+  before(async () => {
+    registry = await startTestRegistry({ auth: true });
+    creds = { DSEC_REGISTRY_USER: registry.credentials!.username, DSEC_REGISTRY_PASSWORD: registry.credentials!.password };
+    server = await startTestServer();
+  });
+  after(async () => {
+    await server?.close();
+    for (const d of dirsToRemove) await assertCleanAndRemove(d.dataDir, d.edgeId);
+    await registry?.close();
+  });
+
+  test('push from one data dir, pull by tag into another: same image id, and a sandbox runs from it', async () => {
+    const marker = `pushed-${randomBytes(6).toString('hex')}`;
+    const built = await buildTestImage(server.dsec.images, 'regtest:v1', (root) => writeFileSync(`${root}/marker`, marker), { env: ['PATH=/bin', `MARKER=${marker}`] });
+    const busybox = server.dsec.images.get(server.dsec.images.resolve('busybox')!)!;
+    // One image of two layers: busybox below, the marker layer on top.
+    const stacked = server.dsec.images.put({ layers: [busybox.layers[0]!, ...server.dsec.images.get(built.id)!.layers], config: server.dsec.images.get(built.id)!.config });
+    server.dsec.images.tag('regtest:v1', stacked);
+    const ref = `${registry.host}/team/regtest:v1`;
+
+    const push = await runCli(['image', 'push', ref, '--data-dir', server.dataDir, '--json'], creds);
+    assert.equal(push.code, 0, push.stderr);
+    const pushed = JSON.parse(push.stdout) as { digest: string; layers: number; uploadedLayers: number };
+    assert.equal(pushed.layers, 2);
+    assert.equal(pushed.uploadedLayers, 2);
+    // A second push uploads nothing (HEAD finds every blob) and names the same manifest.
+    const again = JSON.parse((await runCli(['image', 'push', ref, '--data-dir', server.dataDir, '--json'], creds)).stdout) as { digest: string; uploadedLayers: number };
+    assert.equal(again.uploadedLayers, 0);
+    assert.equal(again.digest, pushed.digest);
+
+    // The registry holds an OCI manifest with dsec's media types.
+    const client = new RegistryClient(parseRegistryRef(ref), { credentials: registry.credentials });
+    const m = await client.getManifest('v1');
+    assert.ok(m);
+    assert.equal(sha256Digest(m.bytes), pushed.digest);
+    const manifest = JSON.parse(m.bytes.toString()) as { artifactType: string; config: { mediaType: string }; layers: { mediaType: string; digest: string }[] };
+    assert.equal(manifest.artifactType, 'application/vnd.dsec.image.v1');
+    assert.equal(manifest.config.mediaType, 'application/vnd.dsec.image.config.v1+json');
+    assert.deepEqual(manifest.layers.map((l) => l.mediaType), ['application/vnd.dsec.image.layer.v1.erofs', 'application/vnd.dsec.image.layer.v1.erofs']);
+    assert.deepEqual(manifest.layers.map((l) => l.digest), server.dsec.images.get(stacked)!.layers);
+
+    // The second cluster: a fresh data dir, pulled into, then a dsec started on it.
+    const dataDir = makeDataDir();
+    const edgeId = newEdgeId();
+    dirsToRemove.push({ dataDir, edgeId });
+    const pull = await runCli(['image', 'pull', ref, '--data-dir', dataDir, '--json'], creds);
+    assert.equal(pull.code, 0, pull.stderr);
+    const pulled = JSON.parse(pull.stdout) as { id: string; digest: string; name: string; fetchedLayers: number };
+    assert.equal(pulled.id, stacked, 'the pulled image has the id it had where it was pushed');
+    assert.equal(pulled.digest, pushed.digest);
+    assert.equal(pulled.name, 'regtest:v1');
+    assert.equal(pulled.fetchedLayers, 2);
+    // Pulling by digest gives the same image and fetches nothing more.
+    const byDigest = await runCli(['image', 'pull', `${registry.host}/team/regtest@${pushed.digest}`, '--name', 'pinned', '--data-dir', dataDir, '--json'], creds);
+    assert.equal(byDigest.code, 0, byDigest.stderr);
+    assert.equal((JSON.parse(byDigest.stdout) as { id: string; fetchedLayers: number }).fetchedLayers, 0);
+
+    const dsec = await startDsec(dataDir, { edgeId });
+    try {
+      const sb = await Sandbox.create({ url: dsec.url, apiKey: dsec.apiKey, image: 'regtest:v1' });
+      const r = await sb.commands.run('cat /marker; echo " $MARKER"');
+      assert.equal(r.exitCode, 0, r.stderr);
+      assert.equal(r.stdout, `${marker} ${marker}\n`);
+      await sb.kill();
+    } finally {
+      await dsec.close({ killAll: true });
+    }
+  });
+
+  test('ranged blob reads give exactly the bytes asked for; HEAD gives the size; an unknown blob is absent', async () => {
+    const id = server.dsec.images.resolve('busybox')!;
+    const digest = server.dsec.images.get(id)!.layers[0]!;
+    const bytes = readFileSync(server.dsec.images.layers.path(digest));
+    const ref = parseRegistryRef(`${registry.host}/team/ranges:v1`);
+    const r = await runCli(['image', 'push', `${registry.host}/team/ranges:v1`, '--image', 'busybox', '--data-dir', server.dataDir], creds);
+    assert.equal(r.code, 0, r.stderr);
+    const client = new RegistryClient(ref, { credentials: registry.credentials });
+    assert.deepEqual(await client.headBlob(digest), { size: bytes.length });
+    assert.equal(await client.headBlob(`sha256:${'0'.repeat(64)}`), undefined);
+    for (const [start, end] of [[0, 4095], [4096, 12287], [bytes.length - 100, bytes.length - 1]] as const) {
+      const got = await client.getBlob(digest, { start, end });
+      assert.equal(got.status, 206);
+      const parts: Buffer[] = [];
+      for await (const c of got.body) parts.push(c as Buffer);
+      assert.deepEqual(Buffer.concat(parts), bytes.subarray(start, end + 1), `bytes ${start}-${end}`);
+    }
+  });
+
+  test('the registry restarted in the middle of a pull: the download resumes and the pull succeeds', async () => {
+    // 24 MiB of random bytes: the registry dies while most of the layer is still to come.
+    const big = await buildTestImage(server.dsec.images, 'bigtest:v1', (root) => writeFileSync(`${root}/random`, randomBytes(24 << 20)));
+    const ref = `${registry.host}/team/bigtest:v1`;
+    const push = await runCli(['image', 'push', ref, '--data-dir', server.dataDir], creds);
+    assert.equal(push.code, 0, push.stderr);
+
+    const dataDir = makeDataDir();
+    dirsToRemove.push({ dataDir, edgeId: newEdgeId() });
+    const layers = new LayerStore(dataDir);
+    const images = new ImageStore(dataDir, layers);
+    const startsBefore = registry.starts;
+    let restarted: Promise<void> | undefined;
+    const retries: string[] = [];
+    const client = new RegistryClient(parseRegistryRef(ref), { credentials: registry.credentials, onRetry: (why) => retries.push(why) });
+    const result = await pullImage(images, client, parseRegistryRef(ref), {
+      onBytes: (_layer, received) => {
+        if (restarted || received === 0) return;
+        // The first bytes arrived: kill the registry, and start it again a moment later.
+        restarted = registry.kill().then(() => new Promise((r) => setTimeout(r, 500)).then(() => registry.start()));
+      },
+    });
+    await restarted;
+    assert.equal(registry.starts, startsBefore + 1, 'the registry was restarted during the pull');
+    assert.ok(result.resumes >= 1, `the download broke off and resumed (resumes ${result.resumes})`);
+    assert.ok(retries.some((w) => /ECONNREFUSED|ECONNRESET|other side closed|socket/.test(w)), `the client retried while the registry was down: ${retries.join(' | ')}`);
+    assert.equal(result.id, big.id);
+    const layer = images.get(result.id)!.layers[0]!;
+    assert.ok(layers.has(layer));
+    assert.equal(readFileSync(layers.path(layer)).length, server.dsec.images.layers.size(layer));
+  });
+
+  test('wrong or missing credentials: a clear 401 message, exit code 1, nothing pulled', async () => {
+    const ref = `${registry.host}/team/regtest:v1`;
+    const dataDir = makeDataDir();
+    dirsToRemove.push({ dataDir, edgeId: newEdgeId() });
+    const wrong = await runCli(['image', 'pull', ref, '--data-dir', dataDir], { ...creds, DSEC_REGISTRY_PASSWORD: 'not-the-password' });
+    assert.equal(wrong.code, 1);
+    assert.match(wrong.stderr, /rejected the credentials of user "trainer" \(HTTP 401: UNAUTHORIZED: authentication required\)/);
+    assert.doesNotMatch(wrong.stderr, /^\s+at /m, 'no stack trace');
+    const none = await runCli(['image', 'push', ref, '--image', 'busybox', '--data-dir', server.dataDir], {});
+    assert.equal(none.code, 1);
+    assert.match(none.stderr, /requires credentials \(HTTP 401.*set DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD/);
+    assert.deepEqual(new ImageStore(dataDir, new LayerStore(dataDir)).list(), []);
+    const client = new RegistryClient(parseRegistryRef(ref), { credentials: { username: 'trainer', password: 'nope' } });
+    await assert.rejects(client.getManifest('v1'), (err: unknown) => err instanceof RegistryAuthError && err.status === 401);
+  });
+
+  test('an edge configured with the registry fetches layers from it, and from the control plane what the registry lacks', async () => {
+    const controlDir = makeDataDir();
+    const edgeDir = makeDataDir();
+    const edgeId = newEdgeId();
+    const control = await startControlPlane(compileOptions({ dataDir: controlDir, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+    let daemon: RunningEdgeDaemon | undefined;
+    try {
+      await buildBusyboxImage(control.images);
+      const marker = `edge-${randomBytes(6).toString('hex')}`;
+      const pushedImage = await buildTestImage(control.images, 'viaregistry:v1', (root) => writeFileSync(`${root}/marker`, marker));
+      const busyboxLayer = control.images.get(control.images.resolve('busybox')!)!.layers[0]!;
+      const markerLayer = control.images.get(pushedImage.id)!.layers[0]!;
+      const stacked = control.images.put({ layers: [busyboxLayer, markerLayer], config: control.images.get(pushedImage.id)!.config });
+      control.images.tag('viaregistry:v1', stacked);
+      const repo = parseRegistryRef(`${registry.host}/team/cluster`, { requireName: false });
+      await pushImage(control.images, 'viaregistry:v1', new RegistryClient(repo, { credentials: registry.credentials }), 'v1');
+      // An image the registry does not have: its layer must come from the control plane.
+      const localOnly = await buildTestImage(control.images, 'localonly:v1', (root) => writeFileSync(`${root}/marker`, 'local'));
+      const localLayer = control.images.get(localOnly.id)!.layers[0]!;
+      // Pushed, but first used while the registry is down.
+      const later = await buildTestImage(control.images, 'later:v1', (root) => writeFileSync(`${root}/marker`, 'later'));
+      await pushImage(control.images, later.id, new RegistryClient(repo, { credentials: registry.credentials }), 'later');
+
+      daemon = await startEdgeDaemon({
+        join: control.url,
+        token: control.joinToken,
+        listen: '127.0.0.1:0',
+        dataDir: edgeDir,
+        id: edgeId,
+        pool: 'default',
+        labels: {},
+        cpuOvercommit: 0,
+        maxSandboxes: 16,
+        layerCacheMiB: 1024,
+        registry: { ref: repo, credentials: registry.credentials },
+        logLevel: 'silent',
+      });
+      const conn = { url: control.url, apiKey: control.apiKey };
+      const before = registry.requests().length;
+      const sb = await Sandbox.create({ ...conn, image: 'viaregistry:v1' });
+      assert.equal((await sb.commands.run('cat /marker')).stdout, marker);
+      const fetched = registry.requests().slice(before).filter((l) => /"GET \/v2\/team\/cluster\/blobs\/sha256:/.test(l) && / 200 /.test(l));
+      for (const layer of [busyboxLayer, markerLayer]) assert.ok(fetched.some((l) => l.includes(layer)), `the edge fetched ${layer} from the registry:\n${fetched.join('\n')}`);
+
+      const mid = registry.requests().length;
+      // busybox:latest and the local-only layer: busybox is cached on the node now; the other is not in the registry.
+      const sb2 = await Sandbox.create({ ...conn, image: 'busybox', layers: [localOnly.id] });
+      assert.equal((await sb2.commands.run('cat /marker')).stdout, 'local');
+      const asked = registry.requests().slice(mid);
+      assert.ok(asked.some((l) => l.includes(`HEAD /v2/team/cluster/blobs/${localLayer}`) && / 404 /.test(l)), `the edge asked the registry first:\n${asked.join('\n')}`);
+      assert.ok(!asked.some((l) => l.includes(`GET /v2/team/cluster/blobs/${localLayer}`)));
+
+      // The registry is down: the layer comes from the control plane, and the sandbox starts.
+      await registry.kill();
+      try {
+        const sb3 = await Sandbox.create({ ...conn, image: 'busybox', layers: [later.id] });
+        assert.equal((await sb3.commands.run('cat /marker')).stdout, 'later');
+        await sb3.kill();
+      } finally {
+        await registry.start();
+      }
+      await sb.kill();
+      await sb2.kill();
+    } finally {
+      await daemon?.close({ killAll: true });
+      await control.close();
+      await assertCleanAndRemove(edgeDir, edgeId);
+      await assertCleanAndRemove(controlDir, 'control');
+    }
+  });
+
+  test('a manifest that is not a dsec image is refused with what it is', async () => {
+    const client = new RegistryClient(parseRegistryRef(`${registry.host}/team/container:v1`), { credentials: registry.credentials });
+    const config = Buffer.from('{}');
+    await client.putBlobBytes(sha256Digest(config), config);
+    const layer = Buffer.from('not a layer');
+    await client.putBlobBytes(sha256Digest(layer), layer);
+    const body = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.oci.image.manifest.v1+json',
+        config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: sha256Digest(config), size: config.length },
+        layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar', digest: sha256Digest(layer), size: layer.length }],
+      }),
+    );
+    await client.putManifest('v1', 'application/vnd.oci.image.manifest.v1+json', body);
+    const dataDir = makeDataDir();
+    dirsToRemove.push({ dataDir, edgeId: newEdgeId() });
+    const r = await runCli(['image', 'pull', `${registry.host}/team/container:v1`, '--data-dir', dataDir], creds);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /not a dsec image.*dsec image import/);
+  });
+});
