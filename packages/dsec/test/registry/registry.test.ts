@@ -22,7 +22,7 @@ import { RegistryAuthError, RegistryClient } from '../../src/image/registry/regi
 import { parseRegistryRef } from '../../src/image/registry/registry-ref.js';
 import { sha256Digest } from '../../src/image/registry/dsec-artifact.js';
 import { buildTestImage } from '../helpers/images.js';
-import { registrySkipReason, startTestRegistry, type TestRegistry } from '../helpers/registry.js';
+import { registrySkipReason, startTestRegistry, type TestRegistry, type TokenService } from '../helpers/registry.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from '../helpers/server.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
@@ -276,5 +276,45 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     const r = await runCli(['image', 'pull', `${registry.host}/team/container:v1`, '--data-dir', dataDir], creds);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /not a dsec image.*dsec image import/);
+  });
+});
+
+describe('OCI registry with Bearer-token auth', { skip: integrationSkipReason() ?? registrySkipReason(), timeout: 120_000 }, () => {
+  let registry: TestRegistry & { tokens?: TokenService };
+  const dirs: string[] = [];
+
+  before(async () => {
+    registry = await startTestRegistry({ auth: 'token' });
+  });
+  after(async () => {
+    for (const d of dirs) await assertCleanAndRemove(d, 'none');
+    await registry?.close();
+  });
+
+  test("the client answers the registry's Bearer challenge with a token from its token service: push, then pull into another store", async () => {
+    const from = makeDataDir();
+    const to = makeDataDir();
+    dirs.push(from, to);
+    const src = new ImageStore(from, new LayerStore(from));
+    const built = await buildTestImage(src, 'tokentest:v1', (root) => writeFileSync(`${root}/marker`, 'token'));
+    const ref = parseRegistryRef(`${registry.host}/team/tokentest:v1`);
+    const pushed = await pushImage(src, 'tokentest:v1', new RegistryClient(ref, { credentials: registry.credentials }), 'v1');
+    assert.ok(registry.tokens!.scopes.includes('repository:team/tokentest:pull,push'), `a push token was asked for: ${registry.tokens!.scopes.join(' ')}`);
+    const dst = new ImageStore(to, new LayerStore(to));
+    const pulled = await pullImage(dst, new RegistryClient(ref, { credentials: registry.credentials }), ref);
+    assert.equal(pulled.id, built.id);
+    assert.equal(pulled.digest, pushed.digest);
+    assert.ok(registry.tokens!.scopes.includes('repository:team/tokentest:pull'), `a pull token was asked for: ${registry.tokens!.scopes.join(' ')}`);
+  });
+
+  test('wrong credentials: the token service refuses them, and the error says so', async () => {
+    const ref = parseRegistryRef(`${registry.host}/team/tokentest:v1`);
+    const client = new RegistryClient(ref, { credentials: { username: 'trainer', password: 'wrong' } });
+    await assert.rejects(client.getManifest('v1'), (err: unknown) => {
+      assert.ok(err instanceof RegistryAuthError);
+      assert.equal(err.status, 401);
+      assert.match(err.message, /the token service http:\/\/127\.0\.0\.1:\d+ rejected the credentials of user "trainer" \(HTTP 401/);
+      return true;
+    });
   });
 });
