@@ -44,41 +44,6 @@ describe('system routes', { skip: integrationSkipReason(), timeout: 60_000 }, ()
     assert.deepEqual(res.json, { ok: true });
   });
 
-  test('GET /metrics counts running sandboxes and creates, in Prometheus text', async () => {
-    const sb = await Sandbox.create(server.conn);
-    try {
-      await sb.commands.run('true');
-      const res = await call(server, 'GET', '/metrics', { key: null });
-      assert.equal(res.status, 200);
-      assert.match(res.headers.get('content-type') ?? '', /^text\/plain/);
-      assert.match(res.text, /^dsec_sandboxes_running 1$/m);
-      assert.match(res.text, /^dsec_sandbox_creates_total [1-9]\d*$/m);
-      assert.match(res.text, /^dsec_execs_total [1-9]\d*$/m);
-    } finally {
-      await sb.kill();
-    }
-  });
-
-  test('forks count in dsec_sandbox_creates_total, streamed commands in dsec_execs_total', async () => {
-    const counter = async (name: string): Promise<number> => {
-      const text = (await call(server, 'GET', '/metrics', { key: null })).text;
-      return Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1]);
-    };
-    const sb = await Sandbox.create(server.conn);
-    try {
-      const creates = await counter('dsec_sandbox_creates_total');
-      const { sandboxes } = await sb.fork(2);
-      assert.equal(sandboxes.length, 2);
-      assert.equal(await counter('dsec_sandbox_creates_total'), creates + 2);
-      const execs = await counter('dsec_execs_total');
-      for await (const _ev of sb.commands.stream('true'));
-      assert.equal(await counter('dsec_execs_total'), execs + 1);
-      await Promise.all(sandboxes.map((f) => f.kill()));
-    } finally {
-      await sb.kill();
-    }
-  });
-
   test('GET /v1/nodes lists the one local edge with its capacity', async () => {
     const res = await call(server, 'GET', '/v1/nodes');
     assert.equal(res.status, 200);

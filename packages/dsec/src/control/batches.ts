@@ -72,6 +72,11 @@ export class BatchService {
     return this.info(id);
   }
 
+  /** Batches this process drives that have not finished, with their counts so far (for /metrics). */
+  progress(): { id: string; count: number; placed: number; running: number; failed: number }[] {
+    return [...this.#live.values()].filter((b) => !b.finished).map((b) => ({ id: b.id, count: b.count, placed: b.placed, running: b.running, failed: b.failed }));
+  }
+
   /** After a restart: picks up every batch that was still running. */
   async resume(): Promise<void> {
     for (const row of await this.store.listBatches('running')) {

@@ -81,6 +81,14 @@ export class ControlPlane {
       burstPool: opts.burstPool ?? 'burst',
       burstThreshold: opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD,
     });
+    this.metrics.watchCluster({
+      edges: async () => {
+        await this.edges.refreshLocal();
+        return this.edges.describe();
+      },
+      sandboxes: async () => this.store.listSandboxes(),
+      batches: () => this.batches.progress(),
+    });
     this.edges.onLost = async (edge, why) => {
       const lost = await this.store.markEdgeLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
@@ -204,7 +212,9 @@ export class ControlPlane {
     if (s.status === 'running' || s.status === 'creating' || s.status === 'paused' || teardownFailed) {
       try {
         await this.#edge(s.edge).killSandbox(id);
+        this.metrics.observeKill(s.backend, 'kill');
       } catch (err) {
+        if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) this.metrics.killFailed(s.backend, err instanceof ApiError ? err.code : 'INTERNAL');
         if (err instanceof ApiError && err.code === 'SANDBOX_KILL_FAILED') {
           // Its mounts or cgroups are still on the node: the row stays, saying so, until a kill succeeds.
           await this.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
@@ -341,9 +351,12 @@ export class ControlPlane {
         if (e.onExpiry === 'pause' && s.status === 'running') {
           await this.pause(e.id);
         } else if (e.onExpiry === 'stop') {
-          await this.#edge(s.edge).killSandbox(e.id).catch((err: unknown) => {
-            if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
-          });
+          await this.#edge(s.edge).killSandbox(e.id).then(
+            () => this.metrics.observeKill(s.backend, 'expiry'),
+            (err: unknown) => {
+              if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
+            },
+          );
           await this.store.setStatus(e.id, 'stopped', e.why);
         }
         done.push(e.id);
@@ -380,7 +393,7 @@ export class ControlPlane {
       });
     }
     const result = await (await this.#runningOn(id)).exec(id, req, signal);
-    this.metrics.observeExec(result.durationMs);
+    this.metrics.observeExec('exec', result.durationMs);
     await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: result.durationMs, exitCode: result.exitCode, payload: stdinPayload(req) });
     return result;
   }
@@ -401,7 +414,7 @@ export class ControlPlane {
     try {
       for await (const ev of edge.execStream(id, req, signal)) {
         if (ev.type === 'exit') {
-          this.metrics.observeExec(ev.result.durationMs);
+          this.metrics.observeExec('stream', ev.result.durationMs);
           const result = { ...ev.result, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
           await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
           logged = true;
@@ -449,7 +462,7 @@ export class ControlPlane {
 
   async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
     const result = await (await this.#runningOn(id)).sessionExec(id, sid, req, signal);
-    this.metrics.observeExec(result.durationMs);
+    this.metrics.observeExec('session', result.durationMs);
     await this.trajectory.append(id, { kind: 'session.exec', request: { sessionId: sid, ...req }, result, durationMs: result.durationMs, exitCode: result.exitCode });
     return result;
   }

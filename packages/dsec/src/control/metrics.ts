@@ -1,19 +1,118 @@
+import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { ClusterMetrics, type ClusterView } from './cluster-metrics.js';
+
+/** Seconds; a create is ~10 ms on a warm node and seconds for a VM or a cold lazy layer. */
+const CREATE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+/** Seconds; a `true` is ~5 ms, an agent's build step minutes. */
+const EXEC_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+const HTTP_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+export type ExecKind = 'exec' | 'stream' | 'session';
+
 /**
- * Counters for /metrics (Prometheus text format). The control plane counts where the work happens
- * (create, exec), so every way in is counted: the create route, fork, replay, and streamed and
- * session commands as well as buffered ones.
+ * The control plane's Prometheus metrics (prom-client), one registry per control plane so two in
+ * one process (tests, benchmarks) never share counters. Events are counted where the work happens
+ * (create, kill, exec in the control plane; requests in a server hook), so every way in counts:
+ * the create route, batches, fork, replay, E2B's API. What edges and the store hold (sandboxes by
+ * state, capacity, layer caches, batch progress) is read at each scrape (cluster-metrics.ts).
  */
 export class Metrics {
-  creates = 0;
-  createMsTotal = 0;
-  execs = 0;
-  execMsTotal = 0;
-  observeCreate(ms: number): void {
-    this.creates++;
-    this.createMsTotal += ms;
+  readonly registry = new Registry();
+  readonly #creates = new Counter({
+    name: 'dsec_sandbox_creates_total',
+    help: 'Sandboxes created (running), by backend.',
+    labelNames: ['backend'] as const,
+    registers: [this.registry],
+  });
+  readonly #createErrors = new Counter({
+    name: 'dsec_sandbox_create_errors_total',
+    help: 'Creates that failed, by backend and error code (the code the caller got).',
+    labelNames: ['backend', 'code'] as const,
+    registers: [this.registry],
+  });
+  readonly #createSeconds = new Histogram({
+    name: 'dsec_sandbox_create_duration_seconds',
+    help: 'Time from the create call to a running sandbox (placement, row, edge create), by backend; a batch group counts each item with its group’s time.',
+    labelNames: ['backend'] as const,
+    buckets: CREATE_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #kills = new Counter({
+    name: 'dsec_sandbox_kills_total',
+    help: 'Sandboxes ended on their edge, by backend and cause (kill: a caller; expiry: TTL or idle timeout).',
+    labelNames: ['backend', 'cause'] as const,
+    registers: [this.registry],
+  });
+  readonly #killErrors = new Counter({
+    name: 'dsec_sandbox_kill_errors_total',
+    help: 'Kills that failed, by backend and error code.',
+    labelNames: ['backend', 'code'] as const,
+    registers: [this.registry],
+  });
+  readonly #execSeconds = new Histogram({
+    name: 'dsec_exec_duration_seconds',
+    help: 'Duration of commands run in sandboxes, as the edge measured it, by kind (exec: buffered; stream: NDJSON; session: in a shell session).',
+    labelNames: ['kind'] as const,
+    buckets: EXEC_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #httpSeconds = new Histogram({
+    name: 'dsec_http_request_duration_seconds',
+    help: 'API request latency by method, route pattern (not the raw URL) and status code; streamed responses count until their end.',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: HTTP_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #apiErrors = new Counter({
+    name: 'dsec_api_errors_total',
+    help: 'Error responses by error code (from the registry) and route pattern.',
+    labelNames: ['code', 'route'] as const,
+    registers: [this.registry],
+  });
+  #cluster: ClusterMetrics | undefined;
+
+  constructor(opts: { processMetrics?: boolean } = {}) {
+    // process_cpu_seconds_total, process_resident_memory_bytes, nodejs_eventloop_lag_seconds, …
+    if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
   }
-  observeExec(ms: number): void {
-    this.execs++;
-    this.execMsTotal += ms;
+
+  /** Gauges read from the cluster at each scrape: sandboxes by state, edges, layer caches, batches. */
+  watchCluster(view: ClusterView): void {
+    this.#cluster = new ClusterMetrics(this.registry, view);
+  }
+
+  observeCreate(backend: string, ms: number): void {
+    this.#creates.inc({ backend });
+    this.#createSeconds.observe({ backend }, ms / 1000);
+  }
+
+  createFailed(backend: string, code: string): void {
+    this.#createErrors.inc({ backend, code });
+  }
+
+  observeKill(backend: string, cause: 'kill' | 'expiry'): void {
+    this.#kills.inc({ backend, cause });
+  }
+
+  killFailed(backend: string, code: string): void {
+    this.#killErrors.inc({ backend, code });
+  }
+
+  observeExec(kind: ExecKind, ms: number): void {
+    this.#execSeconds.observe({ kind }, ms / 1000);
+  }
+
+  observeRequest(method: string, route: string, status: number, seconds: number): void {
+    this.#httpSeconds.observe({ method, route, status: String(status) }, seconds);
+  }
+
+  apiError(code: string, route: string): void {
+    this.#apiErrors.inc({ code, route });
+  }
+
+  /** The text format Prometheus scrapes, with the cluster's gauges read now. */
+  async render(): Promise<{ contentType: string; text: string }> {
+    await this.#cluster?.refresh();
+    return { contentType: this.registry.contentType, text: await this.registry.metrics() };
   }
 }

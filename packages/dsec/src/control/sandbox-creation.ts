@@ -109,6 +109,21 @@ export class SandboxCreation {
     opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void } = {},
   ): Promise<SandboxInfo> {
     const started = performance.now();
+    try {
+      const info = await this.#create(req, extraLabels, opts);
+      this.deps.metrics.observeCreate(info.backend, performance.now() - started);
+      return info;
+    } catch (err) {
+      this.deps.metrics.createFailed(req.backend ?? 'container', err instanceof ApiError ? err.code : 'INTERNAL');
+      throw err;
+    }
+  }
+
+  async #create(
+    req: CreateSandboxRequest,
+    extraLabels: Record<string, string>,
+    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void },
+  ): Promise<SandboxInfo> {
     const { imageId, layers, config } = this.composeLayers(req);
     const limits = this.limitsFor(req);
     const network = req.network ? checkPolicy(req.network) : undefined;
@@ -166,7 +181,6 @@ export class SandboxCreation {
         throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, { sandboxId: info.id, edge: edgeId });
       }
       await this.deps.store.setStatus(info.id, 'running');
-      this.deps.metrics.observeCreate(performance.now() - started);
       return { ...info, status: 'running' };
     }
   }
@@ -189,10 +203,18 @@ export class SandboxCreation {
       onFailed: (index: number, code: string, reason: string, sandboxId?: string) => void;
     },
   ): Promise<void> {
+    const backend = req.backend ?? 'container';
+    const onFailed = hooks.onFailed;
+    hooks = {
+      ...hooks,
+      onFailed: (index, code, reason, sandboxId) => {
+        this.deps.metrics.createFailed(backend, code);
+        onFailed(index, code, reason, sandboxId);
+      },
+    };
     const { imageId, layers, config } = this.composeLayers(req);
     const limits = this.limitsFor(req);
     const network = req.network ? checkPolicy(req.network) : undefined;
-    const backend = req.backend ?? 'container';
     const started = performance.now();
     let pending = indexes.map((index) => ({ index, exclude: new Set<string>() }));
     let refreshed = false;
@@ -267,7 +289,7 @@ export class SandboxCreation {
         // The edge was declared lost while this create was in flight: the row says lost.
         if (lostMeanwhile.has(p.info.id)) hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
         else {
-          this.deps.metrics.observeCreate(performance.now() - started);
+          this.deps.metrics.observeCreate(backend, performance.now() - started);
           hooks.onRunning(p.item.index, p.info.edge, p.info.id);
         }
       }

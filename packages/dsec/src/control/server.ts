@@ -18,6 +18,8 @@ import { ptyRoutes } from './routes/pty.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import { systemRoutes } from './routes/system.js';
+import { requestIdOptions, useRequestLog } from './request-log.js';
+import { edgeOf } from './sandbox-ids.js';
 import type { StateStore } from './state-store.js';
 
 export interface ServerDeps extends ImageRouteDeps {
@@ -36,6 +38,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     loggerInstance: deps.log,
     bodyLimit: JSON_BODY_LIMIT,
     logController: new LogController({ disableRequestLogging: true }),
+    ...requestIdOptions,
     // E2B's SDK sends every sandbox-side call to this one URL with E2b-Sandbox-Id (control/e2b/).
     rewriteUrl: e2bRewriteUrl,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
@@ -58,6 +61,9 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     void reply.status(404).send({ error: { code: 'ROUTE_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
   });
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_FILE_BYTES }, (_req, body, done) => done(null, body));
+
+  useRequestLog(app, edgeOf);
+  observeRequests(app, deps.control);
 
   app.addHook('onRequest', async (req, reply) => {
     if (!req.url.startsWith('/v1/') && req.url !== '/v1') return;
@@ -89,4 +95,28 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;
+}
+
+/**
+ * Every response is timed by route pattern (`/v1/sandboxes/:id/exec`, never the raw URL, so one
+ * series per route) and every error counted by its code; a request's last log line (debug) says
+ * how it ended.
+ */
+function observeRequests(app: App, control: ControlPlane): void {
+  const errorCodes = new WeakMap<object, string>();
+  app.addHook('onSend', async (req, reply, payload) => {
+    if (reply.statusCode >= 400 && typeof payload === 'string' && payload.startsWith('{"error"')) {
+      const code = /^\{"error":\{"code":"([A-Z_]+)"/.exec(payload)?.[1];
+      if (code) errorCodes.set(req, code);
+    }
+    return payload;
+  });
+  app.addHook('onResponse', async (req, reply) => {
+    const route = req.routeOptions.url ?? 'unmatched';
+    const seconds = reply.elapsedTime / 1000;
+    control.metrics.observeRequest(req.method, route, reply.statusCode, seconds);
+    const code = errorCodes.get(req);
+    if (code) control.metrics.apiError(code, route);
+    req.log.debug({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, ...(code ? { code } : {}) }, 'request done');
+  });
 }

@@ -63,6 +63,10 @@ export class LayerCache {
   readonly #entries = new Map<LayerDigest, Entry>();
   readonly #pending = new Map<LayerDigest, Promise<string>>();
   #evictions = 0;
+  /** ensure() calls answered from the cache, those that fetched (or waited on a fetch), and the bytes fetches moved. */
+  #hits = 0;
+  #misses = 0;
+  #fetchedBytes = 0;
   /** The last lastUse handed out (ms). */
   #clock = 0;
   /** Set while only mounted layers are left over budget, so the warning is logged once. */
@@ -94,9 +98,13 @@ export class LayerCache {
   /** A local path to the layer's blob, fetched from the store unless cached; marks it used. */
   async ensure(digest: LayerDigest): Promise<string> {
     if (this.#entries.has(digest)) {
-      if (this.#touch(digest)) return this.path(digest);
+      if (this.#touch(digest)) {
+        this.#hits++;
+        return this.path(digest);
+      }
       this.#entries.delete(digest); // removed behind the edge's back: fetch it again
     }
+    this.#misses++;
     // Concurrent callers share one fetch.
     let pending = this.#pending.get(digest);
     if (!pending) {
@@ -157,6 +165,9 @@ export class LayerCache {
       budgetBytes: this.opts.budgetBytes,
       mounted,
       evictions: this.#evictions,
+      hits: this.#hits,
+      misses: this.#misses,
+      fetchedBytes: this.#fetchedBytes,
       overBudget: chargedBytes > this.opts.budgetBytes,
     };
   }
@@ -179,6 +190,7 @@ export class LayerCache {
     }
     if (how !== 'link') await this.#copyVerified(digest, src !== undefined && srcStat ? createReadStream(src) : await this.opts.source.open(digest), src ?? 'the blob endpoint', dest);
     const size = statSync(dest).size;
+    if (how !== 'link') this.#fetchedBytes += size;
     this.#entries.set(digest, { size, lastUse: 0, linked: how === 'link' });
     this.#touch(digest);
     this.opts.log?.debug({ layer: digest, how, bytes: size }, 'layer cached');

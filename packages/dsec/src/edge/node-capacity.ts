@@ -29,6 +29,31 @@ function pidsInUse(): number {
   }
 }
 
+/** The last /proc/stat sample: busy share is measured between two heartbeats. */
+let lastCpu: { busy: number; total: number; usage: number | undefined } | undefined;
+
+/**
+ * Share of CPU time busy (everything but idle and iowait) since the previous call, from
+ * /proc/stat's aggregate line; undefined at the first call or where /proc/stat is unreadable.
+ * Calls closer together than a few ticks keep the last answer (the difference would be noise).
+ */
+function cpuUsage(): number | undefined {
+  let fields: number[];
+  try {
+    fields = (/^cpu\s+(.*)$/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1] ?? '').trim().split(/\s+/).map(Number);
+  } catch {
+    return undefined;
+  }
+  if (fields.length < 5 || fields.some((n) => !Number.isFinite(n))) return undefined;
+  const total = fields.reduce((a, b) => a + b, 0);
+  const busy = total - fields[3]! - fields[4]!;
+  const prev = lastCpu;
+  if (prev && total - prev.total < 10) return prev.usage;
+  const usage = prev ? Math.round(Math.min(1, Math.max(0, (busy - prev.busy) / (total - prev.total))) * 1000) / 1000 : undefined;
+  lastCpu = { busy, total, usage };
+  return usage;
+}
+
 /**
  * What this node has, measured here, and what its sandboxes were promised: the facts placement
  * decides from. They come from the node's edge, never from the control plane's own host.
@@ -51,5 +76,10 @@ export function nodeCapacity(limits: SandboxLimits[]): EdgeCapacity {
     pidsCommitted: pids,
     pidMax: pidMax(),
     pidsInUse: pidsInUse(),
+    ...withCpuUsage(cpuUsage()),
   };
+}
+
+function withCpuUsage(usage: number | undefined): { cpuUsage?: number } {
+  return usage === undefined ? {} : { cpuUsage: usage };
 }

@@ -1,6 +1,6 @@
 import { chmodSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { ControlPlane } from '../control/control-plane.js';
 import { loadOrCreateClusterToken } from '../control/cluster/cluster-token.js';
 import { EdgeRegistry } from '../control/edges/edge-registry.js';
@@ -16,6 +16,7 @@ import { ImageStore } from '../image/image-store.js';
 import { LayerStore } from '../image/layer-store.js';
 import { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
 import { parseListen, type ServerOptions } from '../config/options.js';
+import { createLogger } from '../control/request-log.js';
 
 export interface ClientFile {
   url: string;
@@ -98,7 +99,7 @@ async function startDsecProcess(
   opts: ServerOptions & { edgeLostAfterMs?: number },
   extra: { log?: Logger; localEdge: boolean },
 ): Promise<RunningControl & { edge?: Edge; vms?: VmBackend | undefined }> {
-  const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
+  const log = extra.log ?? createLogger({ level: opts.logLevel });
   // A control plane alone runs no sandbox, but builds images (mkfs.erofs): the same host checks.
   const doctor = runDoctor({ dataDir: opts.dataDir });
   for (const c of doctor) {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import type { App } from '../control/server.js';
 import { HttpBlobSource } from '../edge/blob-source.js';
 import { RegistryBlobSource } from '../edge/registry-blob-source.js';
@@ -14,6 +14,7 @@ import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
 import { buildEdgeServer } from '../edge/server/edge-server.js';
 import { doctorPassed, formatChecks, runDoctor } from '../host/doctor.js';
 import { parseListen } from '../config/options.js';
+import { createLogger } from '../control/request-log.js';
 import { HostNotReadyError, takePidLock } from './pid-lock.js';
 
 export interface EdgeDaemonOptions {
@@ -71,7 +72,7 @@ function edgeIdFor(dataDir: string, given: string | undefined): string {
  * running, heartbeats keep trying.
  */
 export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Logger } = {}): Promise<RunningEdgeDaemon> {
-  const log = extra.log ?? pino({ level: opts.logLevel, base: undefined });
+  const log = extra.log ?? createLogger({ level: opts.logLevel });
   mkdirSync(opts.dataDir, { recursive: true });
   const doctor = runDoctor({ dataDir: opts.dataDir });
   for (const c of doctor) if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);

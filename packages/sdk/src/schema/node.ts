@@ -55,6 +55,9 @@ export const LayerCacheStats = Type.Object(
     }),
     mounted: Type.Integer({ description: 'Cached layers mounted now; a mounted layer is never evicted.' }),
     evictions: Type.Integer({ description: 'Layers evicted since the edge started.' }),
+    hits: Type.Optional(Type.Integer({ description: 'Layers mounted (not mounted already) whose blob the cache held, since the edge started.' })),
+    misses: Type.Optional(Type.Integer({ description: 'Layers mounted whose blob had to come into the cache first, since the edge started.' })),
+    fetchedBytes: Type.Optional(Type.Integer({ description: 'Bytes copied or downloaded into the cache since the edge started (a hard link moves none).' })),
     overBudget: Type.Boolean({ description: 'True when the layers left (all mounted) alone exceed the budget.' }),
     lazy: Type.Optional(LazyLayerStats),
   },
@@ -83,6 +86,7 @@ export const NodeCapacity = Type.Object(
         { description: 'Present when the node runs microvm/vm sandboxes (its VM guest is built).' },
       ),
     ),
+    cpuUsage: Type.Optional(Type.Number({ description: "Share of the node's CPU time busy between its last two measurements, 0..1." })),
   },
   { description: "What the node has, as its own edge measured it (never the control plane's host)." },
 );

@@ -67,12 +67,12 @@ export function registerClusterCommands(program: Command): void {
     .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB', '20480')
     .option('--layer-fetch <mode>', 'eager (whole layers from the blob endpoint before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)')
     .option('--registry <host/repository>', 'fetch layers from this OCI registry repository first (images pushed there with dsec image push); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)')
-    .option('--log-level <level>', 'debug|info|warn|error|silent', 'info')
+    .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default info)')
     .action(
       async (flags: {
         registry?: string;
         join?: string; token?: string; listen: string; advertise?: string; dataDir?: string; id?: string; pool: string; label?: Record<string, string>;
-        cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; layerFetch?: string; logLevel: string;
+        cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; layerFetch?: string; logLevel?: string;
       }) => {
         const token = flags.token ?? process.env['DSEC_JOIN_TOKEN'];
         if (!flags.join || !/^https?:\/\//.test(flags.join)) throw new OptionsError('--join <url> is required: the control plane URL that `dsec control` printed');

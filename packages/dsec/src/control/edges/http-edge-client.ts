@@ -14,6 +14,7 @@ import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
 import { lineToEvent } from '../../edge/protocol/exec-lines.js';
 import type { ExecEvent } from '../../exec/run-command.js';
 import type { Link } from '../../net/address-pool.js';
+import { currentRequestId, REQUEST_ID_HEADER } from '../request-log.js';
 import type { NetworkPolicy } from '../../net/policy.js';
 
 /** Network failures that mean the request never reached the edge: safe to place elsewhere. */
@@ -53,6 +54,8 @@ export class HttpEdgeClient implements EdgeApi {
   async #fetch(path: string, init: RequestInit & { timeout?: boolean } = {}): Promise<Response> {
     const headers = new Headers(init.headers);
     headers.set('authorization', `Bearer ${this.token}`);
+    const reqId = currentRequestId();
+    if (reqId) headers.set(REQUEST_ID_HEADER, reqId);
     const lost = this.#lost.signal;
     const signals = [init.signal, lost, init.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs)].filter((s): s is AbortSignal => !!s);
     let res: Response;
@@ -107,6 +110,8 @@ export class HttpEdgeClient implements EdgeApi {
    */
   #send(method: string, path: string, payload: Buffer | undefined, signal: AbortSignal, retried = false): Promise<{ status: number; text: string }> {
     const headers: Record<string, string | number> = { authorization: `Bearer ${this.token}` };
+    const reqId = currentRequestId();
+    if (reqId) headers[REQUEST_ID_HEADER] = reqId;
     if (payload) {
       headers['content-type'] = 'application/json';
       headers['content-length'] = payload.length;

@@ -5,23 +5,10 @@ import type { ControlPlane } from '../control-plane.js';
 export function systemRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
   return async (app) => {
     app.get('/healthz', { schema: { hide: true } }, async () => ({ ok: true }));
+    // Outside /v1, so it needs no API key: Prometheus scrapes it as it is (see docs/OPERATIONS.md).
     app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => {
-      const m = deps.control.metrics;
-      const running = (await deps.control.list({ status: 'running' })).length;
-      const text = [
-        '# TYPE dsec_sandboxes_running gauge',
-        `dsec_sandboxes_running ${running}`,
-        '# TYPE dsec_sandbox_creates_total counter',
-        `dsec_sandbox_creates_total ${m.creates}`,
-        '# TYPE dsec_sandbox_create_seconds_total counter',
-        `dsec_sandbox_create_seconds_total ${(m.createMsTotal / 1000).toFixed(6)}`,
-        '# TYPE dsec_execs_total counter',
-        `dsec_execs_total ${m.execs}`,
-        '# TYPE dsec_exec_seconds_total counter',
-        `dsec_exec_seconds_total ${(m.execMsTotal / 1000).toFixed(6)}`,
-        '',
-      ].join('\n');
-      return reply.type('text/plain; version=0.0.4').send(text);
+      const { contentType, text } = await deps.control.metrics.render();
+      return reply.type(contentType).send(text);
     });
     app.get(
       '/v1/nodes',

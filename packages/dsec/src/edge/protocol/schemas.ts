@@ -95,6 +95,7 @@ export const EdgeCapacity = Type.Object({
       overheadMiB: Type.Integer({ description: 'Host memory a VM takes beyond its guest RAM.' }),
     }),
   ),
+  cpuUsage: Type.Optional(Type.Number({ description: "Share of the node's CPU time busy since the previous measurement, 0..1." })),
 });
 export type EdgeCapacity = Static<typeof EdgeCapacity>;
 

@@ -18,6 +18,7 @@ import type { EdgeApi } from '../edge-api.js';
 import {
   EDGE_PREFIX, EdgeCreateGroupRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage,
 } from '../protocol/schemas.js';
+import { requestIdOptions, useRequestLog } from '../../control/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
 
 export const NDJSON = 'application/x-ndjson';
@@ -40,6 +41,7 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
     loggerInstance: opts.log,
     bodyLimit: 16 << 20,
     logController: new LogController({ disableRequestLogging: true }),
+    ...requestIdOptions,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
   }).withTypeProvider<TypeBoxTypeProvider>();
   await app.register(swagger, { openapi: { openapi: '3.0.3', info: { title: 'dsec edge protocol', version: '1' } } });
@@ -50,6 +52,8 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   });
   app.addContentTypeParser(OCTETS, { parseAs: 'buffer', bodyLimit: MAX_FILE_BYTES }, (_req, body, done) => done(null, body));
   app.addContentTypeParser('application/x-tar', (_req, payload, done) => done(null, payload));
+  // The control plane sends its request's id: the edge's lines for that call carry the same reqId.
+  useRequestLog(app, () => undefined);
   app.addHook('onRequest', async (req, reply) => {
     if (bearerMatches(req.headers.authorization, opts.token)) return;
     await reply.status(401).send({ error: { code: 'UNAUTHORIZED', message: 'this is a dsec edge: only its control plane (with the cluster token) may call it', details: {} } });

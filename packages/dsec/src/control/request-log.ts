@@ -1,0 +1,93 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { randomBytes } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify';
+import pino, { type DestinationStream, type Logger } from 'pino';
+
+/** The header that carries a request's id, in both directions. */
+export const REQUEST_ID_HEADER = 'x-request-id';
+
+/** A caller's own id is kept when it is a plain token (it is logged and echoed, never parsed). */
+const CALLER_ID = /^[A-Za-z0-9._:-]{1,64}$/;
+
+interface RequestScope {
+  reqId: string;
+}
+
+/**
+ * The request being served, for log lines written by code that was handed no request logger:
+ * the control plane, placement, an in-process edge. Set by the servers' onRequest hook.
+ */
+const scope = new AsyncLocalStorage<RequestScope>();
+
+/** Loggers that already bind reqId (a request's and its children): the mixin leaves them alone. */
+const bound = new WeakSet<object>();
+
+/**
+ * The process's one logger (pino: structured JSON lines, Fastify's own). Every line written while
+ * a request is served carries that request's `reqId`, whichever component wrote it; components
+ * add their own bindings with child loggers (`edge`, `sandbox`, `component`).
+ */
+export function createLogger(opts: { level: string; destination?: DestinationStream }): Logger {
+  const options: pino.LoggerOptions = {
+    level: opts.level,
+    base: undefined,
+    mixin: (_obj, _level, logger) => {
+      const s = scope.getStore();
+      return s && !bound.has(logger) ? { reqId: s.reqId } : {};
+    },
+  };
+  return opts.destination ? pino(options, opts.destination) : pino(options);
+}
+
+/** The id of the request being served here, if any (sent on to edges so their lines carry it too). */
+export function currentRequestId(): string | undefined {
+  return scope.getStore()?.reqId;
+}
+
+/** The id of an incoming request: the caller's X-Request-Id when it is a plain token, else a new one. */
+export function requestIdFor(req: IncomingMessage): string {
+  const given = req.headers[REQUEST_ID_HEADER];
+  if (typeof given === 'string' && CALLER_ID.test(given)) return given;
+  return `req-${randomBytes(8).toString('hex')}`;
+}
+
+/** Fastify options for request ids: ours, echoed in the response, bound to the request's logger. */
+export const requestIdOptions = {
+  genReqId: requestIdFor,
+  childLoggerFactory: ((logger: FastifyBaseLogger, bindings: pino.Bindings, opts: pino.ChildLoggerOptions) => {
+    const child = logger.child(bindings, opts);
+    bound.add(child);
+    return child;
+  }) as NonNullable<FastifyServerOptions['childLoggerFactory']>,
+};
+
+type AnyFastify = FastifyInstance<any, any, any, any, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/**
+ * Hooks for a server: every response says its request id (X-Request-Id), the rest of the request
+ * runs in its log scope, and a request that names a sandbox (`:id` in the route) logs with the
+ * sandbox and its edge bound (`sandbox`, `edge`).
+ */
+export function useRequestLog(app: AnyFastify, edgeOf: (sandboxId: string) => string | undefined): void {
+  app.addHook('onRequest', (req: FastifyRequest, reply, done) => {
+    void reply.header(REQUEST_ID_HEADER, req.id);
+    scope.run({ reqId: req.id }, done);
+  });
+  // Before validation, so a request refused for a bad body still logs with its sandbox.
+  app.addHook('preValidation', (req: FastifyRequest, _reply, done) => {
+    const id = sandboxIdOf(req);
+    if (id) {
+      const edge = edgeOf(id);
+      req.log = req.log.child(edge ? { sandbox: id, edge } : { sandbox: id });
+      bound.add(req.log);
+    }
+    done();
+  });
+}
+
+function sandboxIdOf(req: FastifyRequest): string | undefined {
+  const params = req.params as Record<string, unknown> | undefined;
+  const id = params?.['id'] ?? params?.['sandboxID'] ?? req.headers['e2b-sandbox-id'];
+  return typeof id === 'string' && id.startsWith('sb-') ? id : undefined;
+}

@@ -1,0 +1,116 @@
+/**
+ * /metrics (prom-client) scraped for real after real creates, execs, kills and failures, parsed
+ * as the Prometheus text format: each counter and histogram moves by what was done, the route
+ * label is the route pattern, and the cluster's gauges (sandboxes by state, edge capacity, layer
+ * cache) say what the edge holds.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Sandbox } from '@dsec/sdk';
+import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
+import { parsePromText, type Scrape } from './helpers/prom-text.js';
+import { call, expectWireError } from './helpers/wire.js';
+
+describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
+  let server: TestServer;
+  const scrape = async (): Promise<Scrape> => {
+    const res = await call(server, 'GET', '/metrics', { key: null });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
+    return parsePromText(res.text);
+  };
+
+  before(async () => {
+    server = await startTestServer();
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  test('needs no API key and declares each family with its type', async () => {
+    const m = await scrape();
+    assert.equal(m.types.get('dsec_sandbox_creates_total'), 'counter');
+    assert.equal(m.types.get('dsec_sandbox_create_duration_seconds'), 'histogram');
+    assert.equal(m.types.get('dsec_exec_duration_seconds'), 'histogram');
+    assert.equal(m.types.get('dsec_http_request_duration_seconds'), 'histogram');
+    assert.equal(m.types.get('dsec_sandboxes'), 'gauge');
+    assert.equal(m.types.get('dsec_layer_cache_hits_total'), 'counter');
+    assert.ok((m.get('process_resident_memory_bytes') ?? 0) > 0, 'process metrics are there');
+  });
+
+  test('creates, execs, kills and errors move their counters; gauges show the running sandbox', async () => {
+    const edge = { edge: server.edgeId, pool: 'default' };
+    const before = await scrape();
+    const sb = await Sandbox.create(server.conn);
+    const second = await Sandbox.create(server.conn);
+    let during: Scrape;
+    try {
+      await sb.commands.run('true');
+      for await (const _ev of sb.commands.stream('echo hi'));
+      during = await scrape();
+      // A fork creates through the same path: it counts as a create too.
+      const { sandboxes } = await sb.fork(1);
+      assert.equal(sandboxes.length, 1);
+      await sandboxes[0]!.kill();
+    } finally {
+      await sb.kill();
+      await second.kill();
+    }
+    expectWireError(await call(server, 'POST', '/v1/sandboxes', { json: { image: 'no-such-image' } }), 404, 'IMAGE_NOT_FOUND');
+    const after = await scrape();
+
+    const grew = (name: string, labels: Record<string, string>, by: number): void => {
+      assert.equal(after.sum(name, labels) - before.sum(name, labels), by, `${name}${JSON.stringify(labels)}`);
+    };
+    grew('dsec_sandbox_creates_total', { backend: 'container' }, 3);
+    grew('dsec_sandbox_create_duration_seconds_count', { backend: 'container' }, 3);
+    assert.ok(after.sum('dsec_sandbox_create_duration_seconds_sum', { backend: 'container' }) > before.sum('dsec_sandbox_create_duration_seconds_sum', { backend: 'container' }));
+    grew('dsec_sandbox_create_errors_total', { backend: 'container', code: 'IMAGE_NOT_FOUND' }, 1);
+    grew('dsec_exec_duration_seconds_count', { kind: 'exec' }, 1);
+    grew('dsec_exec_duration_seconds_count', { kind: 'stream' }, 1);
+    grew('dsec_sandbox_kills_total', { backend: 'container', cause: 'kill' }, 3);
+    grew('dsec_api_errors_total', { code: 'IMAGE_NOT_FOUND', route: '/v1/sandboxes' }, 1);
+    grew('dsec_http_request_duration_seconds_count', { method: 'POST', route: '/v1/sandboxes/:id/exec', status: '200' }, 2);
+    // Buckets are cumulative: +Inf holds every observation.
+    assert.equal(
+      after.get('dsec_http_request_duration_seconds_bucket', { method: 'POST', route: '/v1/sandboxes/:id/exec', status: '200', le: '+Inf' }),
+      after.get('dsec_http_request_duration_seconds_count', { method: 'POST', route: '/v1/sandboxes/:id/exec', status: '200' }),
+    );
+    // One series per route pattern: no raw URL (no sandbox id) is ever a label value.
+    assert.deepEqual(after.samples.filter((s) => Object.values(s.labels).some((v) => v.includes(sb.id))), []);
+
+    assert.equal(during!.get('dsec_sandboxes', { state: 'running', ...edge }), 2);
+    assert.equal(after.get('dsec_sandboxes', { state: 'running', ...edge }), undefined, 'no running sandbox is left');
+    assert.equal(during!.get('dsec_edge_up', { ...edge, state: 'ready' }), 1);
+    assert.equal(during!.get('dsec_edge_sandboxes', edge), 2);
+    assert.equal(during!.get('dsec_edge_max_sandboxes', edge), 4000);
+    assert.ok((during!.get('dsec_edge_cpus', edge) ?? 0) >= 1);
+    assert.equal(during!.get('dsec_edge_cpu_committed', edge), 2, 'two sandboxes of 1 CPU each');
+    assert.ok((during!.get('dsec_edge_memory_available_bytes', edge) ?? 0) > 0);
+    const util = during!.get('dsec_edge_utilisation_ratio', edge) ?? -1;
+    assert.ok(util > 0 && util <= 1, `utilisation ${util}`);
+    // The busybox layer came into the node cache (a miss) for the first create on this node.
+    assert.ok((during!.get('dsec_layer_cache_misses_total', edge) ?? 0) >= 1);
+    assert.ok((during!.get('dsec_layer_cache_entries', edge) ?? 0) >= 1);
+    assert.ok((during!.get('dsec_layer_cache_bytes', edge) ?? 0) > 0);
+  });
+
+  test('a batch counts each of its creates, and no batch is left running after it is done', async () => {
+    const before = await scrape();
+    const res = await call(server, 'POST', '/v1/batches', { json: { count: 3, spec: { image: 'busybox' } } });
+    assert.equal(res.status, 202);
+    const id = (res.json as { id: string }).id;
+    // The event stream ends with done: the batch is finished when it ends.
+    const events = await call(server, 'GET', `/v1/batches/${id}/events?after=-1&follow=true`);
+    assert.match(events.text, /"type":"done"/);
+    const after = await scrape();
+    // Nothing was mounted when the batch began, and the node cache held the layer: a hit, no fetch.
+    const edge = { edge: server.edgeId, pool: 'default' };
+    assert.ok(after.sum('dsec_layer_cache_hits_total', edge) > before.sum('dsec_layer_cache_hits_total', edge));
+    assert.equal(after.sum('dsec_layer_cache_misses_total', edge), before.sum('dsec_layer_cache_misses_total', edge));
+    assert.equal(after.sum('dsec_sandbox_creates_total', { backend: 'container' }) - before.sum('dsec_sandbox_creates_total', { backend: 'container' }), 3);
+    assert.equal(after.get('dsec_batches_running'), 0);
+    assert.equal(after.sum('dsec_batch_items', { batch: id }), 0, 'a finished batch has no progress series');
+    assert.equal(await server.dsec.control.killByLabels({ 'dsec.batch': id }), 3);
+  });
+});
