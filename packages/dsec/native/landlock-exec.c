@@ -1,8 +1,8 @@
 /*
  * dsec-landlock: restrict where a command may change files, then become that command.
  *
- *   dsec-landlock --rw PATH [--rw PATH]... -- CMD [ARG]...
- *   dsec-landlock --isolate -- CMD [ARG]...
+ *   dsec-landlock [--cgroup NAME] --rw PATH [--rw PATH]... -- CMD [ARG]...
+ *   dsec-landlock [--cgroup NAME] --isolate -- CMD [ARG]...
  *
  * The edge bind-mounts this static binary into every sandbox (read-only, on /dev's tmpfs, like
  * the init) and puts it in front of a command's argv when the request names writable paths.
@@ -17,6 +17,13 @@
  * pidfd_getfd or process_vm_* only processes in the same domain or one nested in it, so what an
  * earlier command left running cannot reach into a later command (a grader's, say) to read its
  * input or forge its output and exit status; same-uid root inside the sandbox no longer decides.
+ *
+ * With --cgroup NAME it first waits until the edge has moved it into the command's own cgroup
+ * (a cgroup2 directory NAME with no controllers, under the sandbox's), so that the command and
+ * everything it ever starts are in it from their first instruction: the edge ends a timed-out
+ * command with cgroup.kill, which nothing inside can leave or hide from (an environment tag could
+ * be dropped; a double fork leaves the process tree). The edge moves the pid crun reports; the
+ * command cannot fork before that because it has not started yet.
  *
  * It fails closed: a kernel without Landlock, a missing PATH or any failed step ends with exit
  * status 126 and a message on stderr, never with the command running unrestricted.
@@ -33,6 +40,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SYS_landlock_create_ruleset_ 444
@@ -103,8 +111,47 @@ static int allow_beneath(int ruleset, const char *path, uint64_t handled) {
   return r == 0 ? 0 : -1;
 }
 
+/* Whether this process's cgroup2 path (the "0::" line of /proc/self/cgroup) ends in "/NAME". */
+static int in_cgroup(const char *name) {
+  char buf[4096];
+  int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *line = strstr(buf, "0::");
+  if (line != buf && (line == NULL || line[-1] != '\n')) return 0;
+  char *end = strchr(line, '\n');
+  if (end) *end = 0;
+  size_t len = strlen(line), nlen = strlen(name);
+  return len > nlen + 3 && line[len - nlen - 1] == '/' && strcmp(line + len - nlen, name) == 0;
+}
+
+/*
+ * Waits (polling, 50 us growing to 5 ms) until the edge has moved this process into its command
+ * cgroup. The edge kills the command when it cannot; the minute's bound is a last resort that
+ * fails closed rather than run a command the edge could not end.
+ */
+static int wait_for_cgroup(const char *name) {
+  long waited_ns = 0, step_ns = 50000;
+  while (!in_cgroup(name)) {
+    if (waited_ns > 60L * 1000 * 1000 * 1000) return -1;
+    struct timespec ts = {0, step_ns};
+    nanosleep(&ts, NULL);
+    waited_ns += step_ns;
+    if (step_ns < 5000000) step_ns *= 2;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int i = 1;
+  if (i + 1 < argc && strcmp(argv[i], "--cgroup") == 0) {
+    if (strchr(argv[i + 1], '/') != NULL || argv[i + 1][0] == 0) return fail("--cgroup takes a cgroup's name", NULL);
+    if (wait_for_cgroup(argv[i + 1]) != 0) return fail("the edge did not move this command into its cgroup", argv[i + 1]);
+    i += 2;
+  }
   long abi = syscall(SYS_landlock_create_ruleset_, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi < 1) return fail("this kernel has no usable Landlock; refusing to run the command unrestricted", NULL);
 

@@ -6,7 +6,8 @@ import type { Readable } from 'node:stream';
 import { signalNumber } from '../host/run-tool.js';
 import { readPidFile } from '../edge/crun.js';
 import { CGROUP_PARENT, cgroupPids } from '../host/cgroups.js';
-import { processBlock, type ProcessSpec } from '../edge/oci-config.js';
+import { LANDLOCK_PATH, processBlock, type ProcessSpec } from '../edge/oci-config.js';
+import { CommandCgroup } from '../host/command-cgroups.js';
 import { killTree } from '../edge/process-tree.js';
 import { CappedOutput } from './capped-output.js';
 import type { ExecTarget } from './exec-target.js';
@@ -19,8 +20,20 @@ const QUIET_MS = 500;
 /** Environment variable that marks every process a command started (see killTagged). */
 export const EXEC_TAG_VAR = 'DSEC_EXEC_ID';
 
-/** SIGKILLs every process of a sandbox whose environment carries this exec's tag. */
+/** The name of the command cgroup of the commands that share `tag` (see command-cgroups.ts). */
+export function commandCgroupName(tag: string): string {
+  return `cmd-${tag}`;
+}
+
+/**
+ * SIGKILLs every process of the commands that share `tag`: their command cgroup at once, and any
+ * process whose environment carries the tag (commands started before the cgroup existed, or on
+ * a host without cgroup.kill).
+ */
 export function killTagged(sandboxId: string, tag: string): number {
+  const cgroup = CommandCgroup.open(sandboxId, commandCgroupName(tag), { create: false });
+  cgroup?.kill();
+  cgroup?.remove();
   const needle = Buffer.from(`${EXEC_TAG_VAR}=${tag}\0`);
   let killed = 0;
   for (const pid of cgroupPids(`${CGROUP_PARENT}/${sandboxId}`)) {
@@ -96,6 +109,7 @@ export class SandboxProcess {
   #killed = false;
   readonly #tag: string;
   readonly #sandboxId: string;
+  readonly #cgroup: CommandCgroup | undefined;
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
     const tag = opts.tag ?? randomBytes(6).toString('hex');
@@ -105,7 +119,11 @@ export class SandboxProcess {
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
     this.#sandboxId = target.id;
-    writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] })));
+    // A command that starts through dsec-landlock waits there until the edge has moved it into
+    // its command cgroup, so that kill() reaches everything it starts (command-cgroups.ts).
+    this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
+    const args = this.#cgroup ? [LANDLOCK_PATH, '--cgroup', this.#cgroup.name, ...spec.args.slice(1)] : spec.args;
+    writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] })));
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
     const started = performance.now();
@@ -124,6 +142,7 @@ export class SandboxProcess {
         })
       : Promise.resolve();
     this.#child = child;
+    if (this.#cgroup) void this.#adoptWhenStarted(this.#cgroup);
     child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
     if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
     else if (opts.input !== undefined) child.stdin?.write(opts.input);
@@ -144,6 +163,7 @@ export class SandboxProcess {
         if (timer) clearTimeout(timer);
         rmSync(specFile, { force: true });
         rmSync(this.#pidFile, { force: true });
+        this.#cgroup?.remove();
         this.#exit = {
           exitCode: this.#timedOut ? 137 : (code ?? 1),
           timedOut: this.#timedOut,
@@ -183,6 +203,31 @@ export class SandboxProcess {
         });
       });
     });
+  }
+
+  /**
+   * Moves the command's first process into its cgroup as soon as crun reports its pid. Until
+   * then it waits in dsec-landlock, so nothing it starts is born outside. A process that cannot
+   * be moved is killed: the command must not run where kill() cannot reach it.
+   */
+  async #adoptWhenStarted(cgroup: CommandCgroup): Promise<void> {
+    let exited = false;
+    this.#child.once('exit', () => (exited = true));
+    for (let wait = 0.2; !exited; wait = Math.min(wait * 2, 20)) {
+      const pid = this.hostPid;
+      if (pid) {
+        try {
+          cgroup.adopt(pid);
+        } catch (err) {
+          if (exited) return;
+          const msg = Buffer.from(`dsec: cannot move the command into its cgroup ${cgroup.dir}: ${(err as Error).message}\n`);
+          this.#emit('stderr', msg, this.stderr.push(msg));
+          this.kill({ now: true });
+        }
+        return;
+      }
+      await new Promise((r) => setTimeout(r, wait));
+    }
   }
 
   get exit(): ProcessExit | undefined {
@@ -239,6 +284,7 @@ export class SandboxProcess {
     }
     if (this.#exit) return;
     if (sig === 'SIGKILL') {
+      this.#cgroup?.kill();
       if (pid) killTree(pid);
       killTagged(this.#sandboxId, this.#tag);
       // crun exec reaps the command and exits by itself; killing it first would leave the

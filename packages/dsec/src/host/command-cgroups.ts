@@ -1,0 +1,65 @@
+import { existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { CGROUP_PARENT, CGROUP_ROOT } from './cgroups.js';
+
+/**
+ * A command's own cgroup: a cgroup2 directory under the sandbox's, with no controllers (the
+ * sandbox's limits stay where they are, in its own cgroups), used for membership alone. Every
+ * process the command starts is born in it and cannot leave (cgroupfs is read-only inside), so
+ * `cgroup.kill` ends all of them at once: a timed-out command's double-forked child, or one that
+ * dropped the environment tag, included.
+ *
+ * On the hybrid layout (v1 controllers, cgroup2 at /sys/fs/cgroup/unified) crun puts each
+ * sandbox in the cgroup2 hierarchy as well; `crun exec --cgroup` is not used because on that
+ * layout it moves the process out of the sandbox's v1 cgroups (its memory limit) too.
+ */
+export class CommandCgroup {
+  private constructor(readonly dir: string) {}
+
+  /**
+   * The command cgroup `name` of a sandbox (created, or reused by a session's later commands), or
+   * undefined when this host cannot kill by cgroup (no cgroup2 with cgroup.kill, kernel < 5.14).
+   */
+  static open(sandboxId: string, name: string, opts: { create: boolean } = { create: true }): CommandCgroup | undefined {
+    for (const root of [join(CGROUP_ROOT, 'unified'), CGROUP_ROOT]) {
+      const sandbox = join(root, CGROUP_PARENT, sandboxId);
+      if (!existsSync(join(sandbox, 'cgroup.kill'))) continue;
+      const dir = join(sandbox, name);
+      if (!opts.create) return existsSync(dir) ? new CommandCgroup(dir) : undefined;
+      try {
+        mkdirSync(dir);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') return undefined;
+      }
+      return new CommandCgroup(dir);
+    }
+    return undefined;
+  }
+
+  get name(): string {
+    return this.dir.slice(this.dir.lastIndexOf('/') + 1);
+  }
+
+  /** Moves a process in (the command's first process, which waits in dsec-landlock until then). */
+  adopt(pid: number): void {
+    writeFileSync(join(this.dir, 'cgroup.procs'), String(pid));
+  }
+
+  /** SIGKILLs every process in the cgroup, in one step the processes cannot race. */
+  kill(): void {
+    try {
+      writeFileSync(join(this.dir, 'cgroup.kill'), '1');
+    } catch {
+      // removed already (the sandbox is gone)
+    }
+  }
+
+  /** Removes the cgroup if it is empty; one still holding background jobs stays for the sandbox's teardown. */
+  remove(): void {
+    try {
+      rmdirSync(this.dir);
+    } catch {
+      // busy (jobs left running) or gone
+    }
+  }
+}
