@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { App } from '../control/server.js';
 import { HttpBlobSource } from '../edge/blob-source.js';
 import { RegistryBlobSource } from '../edge/registry-blob-source.js';
+import { RegistryChunkProxyThread } from '../edge/lazy/registry-chunk-proxy-thread.js';
 import type { RegistryCredentials } from '../image/registry/registry-auth.js';
 import { RegistryClient } from '../image/registry/registry-client.js';
 import type { RegistryRef } from '../image/registry/registry-ref.js';
@@ -45,6 +46,8 @@ export interface RunningEdgeDaemon {
   id: string;
   url: string;
   edge: Edge;
+  /** With a registry and lazy layers: where dsec-chunk-fuse reads chunks (its stats say from where). */
+  chunkProxy: RegistryChunkProxyThread | undefined;
   /** Resolves when the edge has left the cluster (drained and empty). */
   left: Promise<void>;
   close(opts?: { killAll?: boolean }): Promise<void>;
@@ -80,6 +83,13 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const releaseLock = takePidLock(opts.dataDir, 'dsec-edge.pid', 'a dsec edge');
   const id = edgeIdFor(opts.dataDir, opts.id);
   const joinUrl = opts.join.replace(/\/$/, '');
+  // Lazy layers with a registry: dsec-chunk-fuse reads its ranges through a proxy that asks the
+  // registry (with its auth) and the control plane for what the registry lacks.
+  const chunkProxyToken = randomBytes(24).toString('base64url');
+  let chunkProxy: RegistryChunkProxyThread | undefined;
+  if (opts.registry && opts.layerFetch === 'lazy') {
+    chunkProxy = await RegistryChunkProxyThread.start({ registry: opts.registry.ref, credentials: opts.registry.credentials, fallbackUrl: joinUrl, fallbackToken: opts.token, token: chunkProxyToken });
+  }
   const node = makeNodeBackends({
     id,
     nodeDir: join(opts.dataDir, 'node'),
@@ -93,7 +103,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
       : new HttpBlobSource(joinUrl, opts.token),
     maxSandboxes: opts.maxSandboxes,
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
-    ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => ({ url: joinUrl, token: opts.token }) } } : {}),
+    ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: joinUrl, token: opts.token }) } } : {}),
     log: log.child({ edge: id }),
   });
   const api = node.api;
@@ -106,6 +116,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   } catch (err) {
     await server?.close();
     await node.shutdown();
+    await chunkProxy?.close();
     releaseLock();
     throw err;
   }
@@ -119,6 +130,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   } catch (err) {
     await server.close();
     await node.shutdown();
+    await chunkProxy?.close();
     releaseLock();
     // A wrong URL or token is the operator's to fix: one line that says which, no stack trace.
     let e: unknown = err;
@@ -134,6 +146,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     id,
     url,
     edge: node.edge,
+    chunkProxy,
     left: joined.left,
     async close(closeOpts = {}) {
       if (closed) return;
@@ -141,6 +154,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
       await joined.stop();
       await server.close();
       await node.shutdown({ killAll: closeOpts.killAll ?? false });
+      await chunkProxy?.close();
       releaseLock();
     },
   };

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
@@ -15,6 +15,7 @@ import { LayerStore } from '../../src/image/layer-store.js';
 import { pullImage } from '../../src/image/registry/image-pull.js';
 import { pushImage } from '../../src/image/registry/image-push.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
+import { CHUNK_FUSE_BINARY } from '../../src/host/native-helpers.js';
 import { compileOptions } from '../../src/config/options.js';
 import { startControlPlane } from '../../src/runtime/all-in-one.js';
 import { startEdgeDaemon, type RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
@@ -255,6 +256,56 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       await assertCleanAndRemove(controlDir, 'control');
     }
   });
+
+  test(
+    'a lazy edge configured with the registry reads chunks from it with Range requests',
+    { skip: existsSync('/dev/fuse') ? (existsSync(CHUNK_FUSE_BINARY) ? undefined : `${CHUNK_FUSE_BINARY} not built`) : 'no /dev/fuse' },
+    async () => {
+      const controlDir = makeDataDir();
+      const edgeDir = makeDataDir();
+      const edgeId = newEdgeId();
+      const control = await startControlPlane(compileOptions({ dataDir: controlDir, listen: '127.0.0.1:0', logLevel: 'silent', layerChunkKiB: '64' }, {}));
+      let daemon: RunningEdgeDaemon | undefined;
+      try {
+        await buildBusyboxImage(control.images);
+        const marker = `lazy-${randomBytes(6).toString('hex')}`;
+        const img = await buildTestImage(control.images, 'lazyreg:v1', (root) => writeFileSync(`${root}/marker`, marker));
+        const stacked = control.images.put({ layers: [control.images.get(control.images.resolve('busybox')!)!.layers[0]!, ...control.images.get(img.id)!.layers], config: control.images.get(img.id)!.config });
+        control.images.tag('lazyreg:v1', stacked);
+        const repo = parseRegistryRef(`${registry.host}/team/lazy`, { requireName: false });
+        await pushImage(control.images, 'lazyreg:v1', new RegistryClient(repo, { credentials: registry.credentials }), 'v1');
+        daemon = await startEdgeDaemon({
+          join: control.url,
+          token: control.joinToken,
+          listen: '127.0.0.1:0',
+          dataDir: edgeDir,
+          id: edgeId,
+          pool: 'default',
+          labels: {},
+          cpuOvercommit: 0,
+          maxSandboxes: 16,
+          layerCacheMiB: 1024,
+          layerFetch: 'lazy',
+          registry: { ref: repo, credentials: registry.credentials },
+          logLevel: 'silent',
+        });
+        const before = registry.requests().length;
+        const sb = await Sandbox.create({ url: control.url, apiKey: control.apiKey, image: 'lazyreg:v1' });
+        assert.equal((await sb.commands.run('cat /marker')).stdout, marker);
+        const stats = await daemon.chunkProxy!.stats();
+        assert.ok(stats.registryRanges > 0, `chunks came from the registry: ${JSON.stringify(stats)}`);
+        assert.ok(stats.fallback > 0, `chunk indexes came from the control plane: ${JSON.stringify(stats)}`);
+        const ranged = registry.requests().slice(before).filter((l) => /"GET \/v2\/team\/lazy\/blobs\/sha256:[0-9a-f]+ HTTP\/1\.1" 206 /.test(l));
+        assert.ok(ranged.length > 0, `the registry answered range requests (206):\n${registry.requests().slice(before).join('\n')}`);
+        await sb.kill();
+      } finally {
+        await daemon?.close({ killAll: true });
+        await control.close();
+        await assertCleanAndRemove(edgeDir, edgeId);
+        await assertCleanAndRemove(controlDir, 'control');
+      }
+    },
+  );
 
   test('a manifest that is not a dsec image is refused with what it is', async () => {
     const client = new RegistryClient(parseRegistryRef(`${registry.host}/team/container:v1`), { credentials: registry.credentials });

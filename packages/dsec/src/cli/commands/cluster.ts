@@ -66,7 +66,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--max-sandboxes <n>', 'admission limit of this edge', '4000')
     .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB', '20480')
     .option('--layer-fetch <mode>', 'eager (whole layers from the blob endpoint before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)')
-    .option('--registry <host/repository>', 'fetch layers from this OCI registry repository first (images pushed there with dsec image push); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)')
+    .option('--registry <host/repository>', 'fetch layers (or, lazy, their chunks by Range) from this OCI registry repository first (images pushed there with dsec image push), the control plane for the rest; credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default info)')
     .action(
       async (flags: {

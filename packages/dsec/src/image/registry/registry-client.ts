@@ -80,11 +80,16 @@ export class RegistryClient {
    * The blob's bytes, or those from `start` (to `end`, inclusive) with a Range request. A registry
    * that ignores the range (200 for a ranged GET) is an error: callers rely on getting those bytes.
    */
-  async getBlob(digest: string, range?: { start: number; end?: number }): Promise<{ body: Readable; size: number; status: number }> {
+  async getBlob(digest: string, range?: { start: number; end?: number }): Promise<{ body: Readable; size: number; status: number; contentRange: string | undefined }> {
     const headers: Record<string, string> = range ? { range: `bytes=${range.start}-${range.end ?? ''}` } : {};
     const res = await this.#request('GET', `blobs/${digest}`, { headers, streaming: true, okStatuses: range ? [206] : [200] });
     if (!res.body) throw new RegistryError(`${this.#where('GET', `blobs/${digest}`)} answered without a body`, res.status);
-    return { body: Readable.fromWeb(res.body as WebReadableStream), size: Number(res.headers.get('content-length') ?? '-1'), status: res.status };
+    return {
+      body: Readable.fromWeb(res.body as WebReadableStream),
+      size: Number(res.headers.get('content-length') ?? '-1'),
+      status: res.status,
+      contentRange: res.headers.get('content-range') ?? undefined,
+    };
   }
 
   /**
