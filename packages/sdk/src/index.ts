@@ -1,6 +1,8 @@
 export { Sandbox, type CreateOptions, type CreateManyOptions, type BatchFailure, type Snapshot } from './sandbox.js';
 export { batchEvents, batchInfo, type BatchProgress } from './batch.js';
 export { Image } from './image.js';
+export { Pool } from './pool.js';
+export { fn, type FnOutcome } from './fn.js';
 export { Commands, ProcessHandle, type RunOptions, type StreamEvent } from './commands.js';
 export { Files } from './files.js';
 export { Session, Sessions, type SessionResult } from './sessions.js';

@@ -15,6 +15,7 @@ import { registerSandboxCommands } from './commands/sandboxes.js';
 import { registerServerCommands } from './commands/server.js';
 import { registerClusterCommands } from './commands/cluster.js';
 import { registerOpenApiCommand } from './commands/openapi.js';
+import { registerPoolCommands } from './commands/pools.js';
 
 const program = new Command('dsec')
   .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
@@ -24,6 +25,7 @@ const program = new Command('dsec')
 registerServerCommands(program);
 registerClusterCommands(program);
 registerSandboxCommands(program);
+registerPoolCommands(program);
 registerImageCommands(program);
 registerDemoCommand(program);
 registerBenchCommands(program);

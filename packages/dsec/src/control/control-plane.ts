@@ -22,6 +22,8 @@ import { replayEntries } from './replay.js';
 import { SnapshotImages } from './snapshot-images.js';
 import { DEFAULT_TRAJECTORY_RETENTION_HOURS, EndedSandboxes } from './ended-sandboxes.js';
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
+import { WarmPools } from './warm-pools.js';
+import { FnService } from './fn-service.js';
 
 export { DEFAULT_LIMITS, edgeOf, newSandboxId } from './sandbox-ids.js';
 
@@ -60,6 +62,10 @@ export class ControlPlane {
   readonly metrics = new Metrics();
   /** Resolving, placing and creating sandboxes (placement.ts decides where). */
   readonly #creation: SandboxCreation;
+  /** Warm pools: ready sandboxes a create claims instead of waiting for one (started by the runtime). */
+  readonly pools: WarmPools;
+  /** Function calls, run by the edges' FnCall backends. */
+  readonly fn: FnService;
 
   constructor(
     private readonly store: StateStore,
@@ -89,6 +95,16 @@ export class ControlPlane {
       sandboxes: async () => this.store.listSandboxes(),
       batches: () => this.batches.progress(),
     });
+    this.pools = new WarmPools(
+      store,
+      {
+        create: (req, labels) => this.#creation.create(req, labels),
+        checkSpec: (req) => this.#creation.checkSpec(req),
+        kill: (id) => this.kill(id),
+      },
+      log.child({ component: 'pools' }),
+    );
+    this.fn = new FnService({ edges: this.edges, compose: (req) => this.#creation.composeLayers(req), log: log.child({ component: 'fn' }) });
     this.edges.onLost = async (edge, why) => {
       const lost = await this.store.markEdgeLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
@@ -153,9 +169,17 @@ export class ControlPlane {
     this.#creation.checkSpec(req);
   }
 
-  /** Creates one sandbox: see SandboxCreation.create. */
-  create(...args: Parameters<SandboxCreation['create']>): ReturnType<SandboxCreation['create']> {
-    return this.#creation.create(...args);
+  /**
+   * Creates one sandbox (SandboxCreation.create), or claims a ready one from the warm pool the
+   * request names or matches (a batch's items are always created).
+   */
+  async create(...[req, extraLabels = {}, opts = {}]: Parameters<SandboxCreation['create']>): ReturnType<SandboxCreation['create']> {
+    if (!opts.batch) {
+      const claimed = await this.pools.claim(req);
+      if (claimed) return claimed;
+    }
+    const { pool: _pool, ...spec } = req;
+    return this.#creation.create(spec, { ...extraLabels, ...WarmPools.missLabels(req) }, opts);
   }
 
   /** Creates a batch's group of sandboxes: see SandboxCreation.createGroup. */
@@ -233,6 +257,11 @@ export class ControlPlane {
     if (s.status !== 'running') {
       const hint = s.status === 'paused' ? ': resume it first (POST /v1/sandboxes/{id}/resume)' : s.reason ? `: ${s.reason}` : '';
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}${hint}`, { id, status: s.status });
+    }
+    const pool = this.pools.unclaimedIn(id);
+    if (pool !== undefined) {
+      // A claimed sandbox must be one nobody used: a ready one serves no call until a create claims it.
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} waits unclaimed in pool ${pool}: claim one with a create naming the pool ({"pool":"${pool}",…})`, { id, pool });
     }
     await this.store.touch(id);
     return this.#edge(s.edge);

@@ -14,6 +14,8 @@ import { JSON_BODY_LIMIT, errorHandler } from './http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
 import { execRoutes } from './routes/exec.js';
 import { fileRoutes } from './routes/files.js';
+import { fnRoutes } from './routes/fn.js';
+import { poolRoutes } from './routes/pools.js';
 import { ptyRoutes } from './routes/pty.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
@@ -92,6 +94,8 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(e2bRoutes(deps));
   await app.register(clusterRoutes(deps));
   await app.register(batchRoutes({ batches: deps.control.batches }));
+  await app.register(poolRoutes({ pools: deps.control.pools }));
+  await app.register(fnRoutes({ fn: deps.control.fn }));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;

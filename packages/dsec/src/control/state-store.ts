@@ -82,6 +82,39 @@ export class StateStore {
     return this.db.all<{ index: number; id: string }>('SELECT batch_index AS "index", id FROM sandboxes WHERE batch_id = ?', [batchId]);
   }
 
+  // --- warm pools ---------------------------------------------------------------------------
+
+  async insertPool(p: StoredPool): Promise<void> {
+    await this.db.run('INSERT INTO pools (name, size, spec, created_at) VALUES (?, ?, ?, ?)', [p.name, p.size, JSON.stringify(p.spec), p.createdAt]);
+  }
+
+  async listPools(): Promise<StoredPool[]> {
+    const rows = await this.db.all<{ name: string; size: number; spec: string; created_at: string }>('SELECT name, size, spec, created_at FROM pools ORDER BY name');
+    return rows.map((r) => ({ name: r.name, size: r.size, spec: JSON.parse(r.spec) as unknown, createdAt: r.created_at }));
+  }
+
+  async deletePool(name: string): Promise<void> {
+    await this.db.run('DELETE FROM pools WHERE name = ?', [name]);
+  }
+
+  /**
+   * Hands an unclaimed pool sandbox to a caller: its labels (which said it was ready) become the
+   * caller's, with the caller's expiry. False when it was claimed already (by another
+   * control-plane replica, say): the update is conditional on the labels it had, so it is the claim.
+   */
+  async claimPoolSandbox(
+    sandboxId: string,
+    readyLabels: Record<string, string>,
+    claim: { labels: Record<string, string>; ttlSeconds?: number | undefined; idleTimeoutSeconds?: number | undefined; onExpiry: 'stop' | 'pause'; at: number },
+  ): Promise<boolean> {
+    const expiresAt = claim.ttlSeconds === undefined ? null : claim.at + claim.ttlSeconds * 1000;
+    const r = await this.db.run(
+      "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ? WHERE id = ? AND labels = ? AND status = 'running'",
+      [JSON.stringify(claim.labels), claim.ttlSeconds ?? null, claim.idleTimeoutSeconds ?? null, claim.onExpiry, expiresAt, claim.at, sandboxId, JSON.stringify(readyLabels)],
+    );
+    return r.changes === 1;
+  }
+
   // --- edges ----------------------------------------------------------------------------------
 
   async upsertEdge(e: StoredEdge): Promise<void> {
@@ -269,6 +302,13 @@ async function insertSandboxRow(db: Sql, s: SandboxInfo, batch?: { id: string; i
 
 async function saveSpecRow(db: Sql, id: string, spec: unknown): Promise<void> {
   await db.run('INSERT INTO sandbox_specs (id, spec) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET spec = excluded.spec', [id, JSON.stringify(spec)]);
+}
+
+export interface StoredPool {
+  name: string;
+  size: number;
+  spec: unknown;
+  createdAt: string;
 }
 
 export interface StoredBatch {

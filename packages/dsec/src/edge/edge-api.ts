@@ -1,14 +1,14 @@
 import type {
-  FileStat,
+  FileStat, FnRunResult,
   Encoding, ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
 } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../exec/run-command.js';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
 import { ApiError } from '../api-error.js';
-import type { EdgeCreateOutcome, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot } from './protocol/schemas.js';
+import type { EdgeCreateOutcome, EdgeCreateRequest, EdgeFnRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot } from './protocol/schemas.js';
 
-export type { EdgeCreateOutcome, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, EdgeSandboxStatus } from './protocol/schemas.js';
+export type { EdgeCreateOutcome, EdgeCreateRequest, EdgeFnRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, EdgeSandboxStatus } from './protocol/schemas.js';
 
 /**
  * An interactive terminal as a channel of bytes: output out, keystrokes and resizes in, one exit
@@ -89,6 +89,12 @@ export interface EdgeApi {
   /** Unpacks a tar byte stream into dir (created if missing), inside the sandbox. */
   uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number>;
   downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>>;
+
+  /**
+   * A function call in one of the node's warm workers (edge/backends/fncall/). Served by the node's
+   * dispatch when it has the FnCall backend; an edge without it has no such method.
+   */
+  runFn?(req: EdgeFnRequest, signal?: AbortSignal): Promise<FnRunResult>;
 }
 
 /**

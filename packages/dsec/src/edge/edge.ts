@@ -412,6 +412,11 @@ export class Edge implements EdgeApi {
     return l;
   }
 
+  /** How to start processes in a running sandbox from outside: for backends built on containers (FnCall's workers). */
+  execTarget(id: string): ExecTarget {
+    return this.#running(id).target;
+  }
+
   // --- commands ------------------------------------------------------------------------------
 
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {

@@ -79,6 +79,8 @@ export interface StartOptions {
    * many bytes in `fd3`: a channel of this command's own, e.g. for a session's state.
    */
   fd3MaxBytes?: number;
+  /** Every chunk that arrives on fd 3, as it arrives (a channel read as a stream, not a capped buffer). */
+  onFd3?: (data: Buffer) => void;
 }
 
 /**
@@ -134,7 +136,10 @@ export class SandboxProcess {
     });
     const fd3Stream = opts.fd3MaxBytes === undefined ? undefined : (child.stdio[3] as Readable);
     this.fd3 = opts.fd3MaxBytes === undefined ? undefined : new CappedOutput(opts.fd3MaxBytes);
-    fd3Stream?.on('data', (d: Buffer) => this.fd3!.push(d));
+    fd3Stream?.on('data', (d: Buffer) => {
+      this.fd3!.push(d);
+      opts.onFd3?.(d);
+    });
     this.fd3Ended = fd3Stream
       ? new Promise<void>((resolve) => {
           fd3Stream.once('end', resolve);

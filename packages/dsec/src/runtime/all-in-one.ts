@@ -155,6 +155,7 @@ async function startDsecProcess(
   // Remote edges known from before a restart are reconciled when they next report.
   await control.sweepExpired();
   await control.batches.resume();
+  await control.pools.start();
   const stopExpiryLoop = control.startExpiryLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
 
@@ -166,6 +167,7 @@ async function startDsecProcess(
     // Undo the start-up so far; the sandboxes the edge adopted keep running for the next start.
     stopExpiryLoop();
     stopEdgeWatcher();
+    await control.pools.stop();
     await app.close();
     await node?.shutdown({ killAll: false });
     await blobThread?.close();
@@ -212,6 +214,7 @@ async function startDsecProcess(
       closed = true;
       stopExpiryLoop();
       stopEdgeWatcher();
+      await control.pools.stop();
       await control.batches.stop();
       await app.close();
       if (closeOpts.killAll) await control.killAll();

@@ -1,11 +1,13 @@
 import { Edge, type EdgeOptions } from '../edge/edge.js';
 import { BackendDispatch } from '../edge/backends/dispatch.js';
 import { VmBackend } from '../edge/backends/vm/vm-backend.js';
+import { FnCalls } from '../edge/backends/fncall/fn-calls.js';
 
 /** One node's backends: the container Edge, the VM backend (when the guest is built), and the dispatch that is the node's EdgeApi. */
 export interface NodeBackends {
   edge: Edge;
   vms: VmBackend | undefined;
+  fn: FnCalls;
   api: BackendDispatch;
   /** VMs first: the edge's start reconciles the layer cache, which must see the VMs' layers. */
   start(): Promise<void>;
@@ -20,15 +22,20 @@ export function makeNodeBackends(opts: Omit<EdgeOptions, 'layerInUse'>): NodeBac
   const setup = VmBackend.create({ nodeDir: opts.nodeDir, layerCache: edge.layerCache, links: edge.links, log: opts.log.child({ backend: 'vm' }) });
   const vms = (box.vms = setup.backend);
   if (setup.missing) opts.log.warn(`microVM/VM sandboxes are off: ${setup.missing}`);
+  const fn = new FnCalls(edge, { log: opts.log.child({ backend: 'fncall' }) });
   return {
     edge,
     vms,
-    api: new BackendDispatch(edge, vms),
+    fn,
+    api: new BackendDispatch(edge, vms, fn),
     async start() {
       await vms?.start();
       await edge.start();
+      await fn.start();
     },
     async shutdown(o = {}) {
+      // Workers hold nothing worth keeping: they go whether or not the sandboxes stay.
+      await fn.shutdown();
       await vms?.shutdown(o);
       await edge.shutdown(o);
     },

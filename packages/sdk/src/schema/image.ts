@@ -35,7 +35,9 @@ export const IMAGE_NAME_PATTERN = '^[a-z0-9][a-z0-9._-]{0,62}(:[a-z0-9][a-z0-9._
 
 export const BuildImageRequest = Type.Object(
   {
-    builder: Type.Union([Type.Literal('busybox'), Type.Literal('debian')], { description: 'Which builder makes the root filesystem.' }),
+    builder: Type.Union([Type.Literal('busybox'), Type.Literal('debian'), Type.Literal('fn-runtime')], {
+      description: 'Which builder makes the root filesystem. fn-runtime: busybox plus this host\'s python3 (with its standard library), bash and node: the default image of function calls.',
+    }),
     name: Type.Optional(Type.String({ pattern: IMAGE_NAME_PATTERN, description: 'Name to tag the image with; default the builder name.' })),
     packages: Type.Optional(
       Type.Array(Type.String({ pattern: '^[a-z0-9][a-z0-9+.-]{0,100}$' }), { maxItems: 200, description: 'debian: extra Debian packages (e.g. python3, git).' }),

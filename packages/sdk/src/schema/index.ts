@@ -9,3 +9,5 @@ export * from './trajectory.js';
 export * from './network.js';
 export * from './node.js';
 export * from './batch.js';
+export * from './pool.js';
+export * from './fn.js';

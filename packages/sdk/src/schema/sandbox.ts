@@ -50,6 +50,13 @@ export type SandboxBackend = Static<typeof SandboxBackend>;
 export const CreateSandboxRequest = Type.Object(
   {
     backend: Type.Optional(SandboxBackend),
+    pool: Type.Optional(
+      Type.String({
+        pattern: '^[a-z0-9][a-z0-9-]{0,62}$',
+        description:
+          'Claim a ready sandbox from this warm pool (POST /v1/pools) instead of creating one; the rest of the spec must match the pool\'s. With no ready sandbox the create happens on demand (a miss). A create whose spec matches a pool\'s claims from it too.',
+      }),
+    ),
     image: Type.String({
       minLength: 1,
       maxLength: 200,

@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { Image } from '@dsec/sdk';
 import { OptionsError, compileOptions } from '../../config/options.js';
 import { buildBusyboxImage } from '../../image/builders/busybox.js';
+import { buildFnRuntimeImage } from '../../image/builders/fn-runtime.js';
 import { buildDebianImage } from '../../image/builders/debian.js';
 import { buildE2bBaseImage } from '../../control/e2b/base-template.js';
 import { ImageStore } from '../../image/image-store.js';
@@ -92,7 +93,7 @@ export function registerImageCommands(program: Command): void {
     .description(
       'build an image: busybox (a few MB, seconds), debian (debootstrap minbase, about a minute), e2b-base (E2B\'s base template: debian + user `user`, python3, sudo; named base), or from a Dockerfile: build -f Dockerfile CONTEXT (RUN steps run in real sandboxes; needs root)',
     )
-    .argument('[target]', 'busybox | debian | e2b-base | a build context directory (with -f, or holding a Dockerfile)')
+    .argument('[target]', 'busybox | debian | e2b-base | fn-runtime (python3, bash, node from this host: the default image of fn calls) | a build context directory (with -f, or holding a Dockerfile)')
     .option('--name <name>', 'tag the image with this name')
     .option('-p, --package <pkg>', 'debian: extra package to install (repeatable)', collectList)
     .option('-f, --file <dockerfile>', 'the Dockerfile (default CONTEXT/Dockerfile)')
@@ -107,10 +108,10 @@ export function registerImageCommands(program: Command): void {
         const progress = (m: string): void => void process.stderr.write(`${m}\n`);
         // Every argument is checked before any work: a debian build takes a minute.
         if (f.name !== undefined) checkImageName(f.name);
-        const builders = ['busybox', 'debian', 'e2b-base'];
+        const builders = ['busybox', 'debian', 'e2b-base', 'fn-runtime'];
         const isContext = target !== undefined && !builders.includes(target) && existsSync(target) && statSync(target).isDirectory();
         if (!f.file && !isContext && target !== undefined && !builders.includes(target)) {
-          throw new UsageError(`unknown builder or context ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a directory holding a Dockerfile (or -f FILE)`);
+          throw new UsageError(`unknown builder or context ${JSON.stringify(target)}: use busybox, debian, e2b-base, fn-runtime, or a directory holding a Dockerfile (or -f FILE)`);
         }
         if (f.package?.length && target !== 'debian') throw new UsageError('-p/--package goes with the debian builder (a Dockerfile installs packages with RUN)');
         if (f.file || isContext || target === undefined) {
@@ -146,6 +147,7 @@ export function registerImageCommands(program: Command): void {
         let built;
         if (target === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
         else if (target === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
+        else if (target === 'fn-runtime') built = await buildFnRuntimeImage(store, { ...(f.name ? { name: f.name } : {}), progress });
         else if (target === 'e2b-base') built = await buildE2bBaseImage(store, { ...(f.name ? { name: f.name } : {}), progress });
         else throw new UsageError(`unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`);
         process.stdout.write(`${built.name} ${built.id}\n`);

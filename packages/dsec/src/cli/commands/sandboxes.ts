@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { Sandbox, type Terminal } from '@dsec/sdk';
-import { DEFAULT_EXEC_TIMEOUT_MS, type NetworkPolicyRequest } from '@dsec/sdk/schema';
+import { Pool, Sandbox, type Terminal } from '@dsec/sdk';
+import { DEFAULT_EXEC_TIMEOUT_MS, type NetworkPolicyRequest, type PoolInfo } from '@dsec/sdk/schema';
 import { UsageError, choiceArg, intArg, positiveArg } from '../args.js';
 import { ProgressLine } from '../progress.js';
 import { stdinForCommand, stdinOptions, streamToTerminal } from '../exec-io.js';
@@ -24,6 +24,7 @@ interface CreateFlags {
   interactive?: boolean;
   json?: boolean;
   count?: number;
+  pool?: string;
 }
 
 /**
@@ -39,6 +40,13 @@ function networkPolicy(mode: string | undefined, allow: string[] | undefined, wh
     throw new UsageError(`${what === 'MODE' ? 'mode' : what} allow needs at least one --allow DEST (CIDR, CIDR:port, host or host:port); use none to allow nothing`);
   }
   return m === 'allow' ? { mode: m, allow: allow ?? [] } : { mode: m };
+}
+
+/** A pool in one line: fill, claims, misses and refill times. */
+export function poolSummary(p: PoolInfo): string {
+  const times = [p.refillMsP50 !== undefined ? `refill p50 ${p.refillMsP50} ms` : '', p.claimMsP50 !== undefined ? `claim p50 ${p.claimMsP50} ms` : ''].filter(Boolean);
+  const failed = p.refillFailures ? `, ${p.refillFailures} refills failed (last: ${p.lastRefillError ?? '?'})` : '';
+  return `${p.ready}/${p.size} ready, ${p.creating} creating, ${p.claims} claims, ${p.misses} misses${times.length ? `, ${times.join(', ')}` : ''}${failed}`;
 }
 
 const TIMEOUT_HELP = `kill the command (its whole process tree) after this many ms (default ${DEFAULT_EXEC_TIMEOUT_MS}; exit 137)`;
@@ -114,6 +122,7 @@ export function registerSandboxCommands(program: Command): void {
     .option('-i, --interactive', "send this terminal's stdin to CMD (piped or redirected stdin is sent without -i)")
     .option('--json', 'print the sandbox (and result) as JSON (output as utf8 text)')
     .option('-n, --count <n>', 'create N sandboxes as one batch (up to 32000) with a live progress bar; prints their ids', intArg(1))
+    .option('--pool <name>', "claim a ready sandbox from this warm pool (the other flags must match the pool's spec; see dsec pool ls)")
     .action(async (image: string, cmd: string[], f: CreateFlags) => {
       const resources: Record<string, number> = {};
       if (f.memory !== undefined) resources['memoryMiB'] = f.memory;
@@ -149,6 +158,7 @@ export function registerSandboxCommands(program: Command): void {
         idleTimeoutSeconds: f.idleTimeout,
         onExpiry: f.onExpiry,
         network,
+        pool: f.pool,
       });
       if (!f.json) process.stderr.write(`${sb.id}\n`);
       try {
@@ -219,6 +229,8 @@ export function registerSandboxCommands(program: Command): void {
         reason: s.reason ?? '',
       }));
       printTable(f.json ? list : rows, ['id', 'status', 'image', 'cpu', 'memory', 'createdAt', 'labels', 'reason'], f.json ?? false);
+      // Warm pools hold sandboxes too (labelled dsec.pool-ready until claimed): one line each.
+      if (!f.json) for (const p of await Pool.list()) process.stdout.write(`pool ${p.name}: ${poolSummary(p)}\n`);
     });
 
   program

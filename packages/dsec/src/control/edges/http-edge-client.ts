@@ -6,10 +6,10 @@ import { Readable } from 'node:stream';
 import WebSocket from 'ws';
 import type { ErrorCode } from '@dsec/sdk';
 import type {
-  Encoding, ExecRequest, ExecResult, FileStat, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+  Encoding, ExecRequest, ExecResult, FileStat, FnRunResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeCreateOutcome, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
+import type { EdgeApi, EdgeCreateOutcome, EdgeCreateRequest, EdgeFnRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
 import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
 import { lineToEvent } from '../../edge/protocol/exec-lines.js';
 import type { ExecEvent } from '../../exec/run-command.js';
@@ -144,6 +144,11 @@ export class HttpEdgeClient implements EdgeApi {
   abortInflight(): void {
     this.#lost.abort();
     this.#lost = new AbortController();
+  }
+
+  /** A function call: as long as the call's own timeout (the edge enforces it), so no transport timeout. */
+  runFn(req: EdgeFnRequest, signal?: AbortSignal): Promise<FnRunResult> {
+    return this.#json('POST', '/fn/run', req, { signal, timeout: false });
   }
 
   info(): Promise<EdgeInfo> {

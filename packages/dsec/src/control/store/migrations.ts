@@ -108,6 +108,20 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 2,
+    name: 'warm pools',
+    up: async (db) => {
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS pools (
+          name TEXT PRIMARY KEY,
+          size INTEGER NOT NULL,
+          spec TEXT NOT NULL,
+          created_at TEXT NOT NULL
+        );
+      `);
+    },
+  },
 ];
 
 /**

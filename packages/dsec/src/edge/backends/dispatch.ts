@@ -1,13 +1,14 @@
 import type {
-  Encoding, ExecRequest, ExecResult, FileStat, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+  Encoding, ExecRequest, FnRunResult, ExecResult, FileStat, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ExecEvent } from '../../exec/run-command.js';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
 import type { Edge } from '../edge.js';
-import { createEach, type EdgeApi, type EdgeCreateOutcome, type EdgeCreateRequest, type EdgeInfo, type EdgeNetworkRequest, type EdgeSandbox, type EdgeSnapshot, type TerminalChannel, type TerminalRequest } from '../edge-api.js';
+import { createEach, type EdgeApi, type EdgeCreateOutcome, type EdgeCreateRequest, type EdgeFnRequest, type EdgeInfo, type EdgeNetworkRequest, type EdgeSandbox, type EdgeSnapshot, type TerminalChannel, type TerminalRequest } from '../edge-api.js';
 import type { SandboxBackend } from './backend.js';
+import type { FnCalls } from './fncall/fn-calls.js';
 import type { VmBackend } from './vm/vm-backend.js';
 
 /** Creates of a group that run at once on this node (crun and mounts gain nothing from more on its cores). */
@@ -17,12 +18,20 @@ const CREATES_AT_ONCE = 8;
  * The node's EdgeApi: creates go to the backend the request names, every other call to the
  * backend that owns the sandbox (VMs are known by id; anything else is the container Edge, which
  * answers SANDBOX_NOT_FOUND for ids it does not have). Both share the node's sandbox budget.
+ * Function calls go to the FnCall backend, whose worker sandboxes are the node's own: they are
+ * left out of listings, so the control plane neither sees nor reconciles them.
  */
 export class BackendDispatch implements EdgeApi {
   constructor(
     readonly containers: Edge,
     readonly vms: VmBackend | undefined,
+    readonly fn?: FnCalls,
   ) {}
+
+  runFn(req: EdgeFnRequest, signal?: AbortSignal): Promise<FnRunResult> {
+    if (!this.fn) throw new ApiError('BACKEND_UNSUPPORTED', `edge ${this.containers.id} runs no function calls`, { backend: 'fncall' });
+    return this.fn.run(req, signal);
+  }
 
   #for(id: string): SandboxBackend {
     return this.vms?.owns(id) ? this.vms : this.containers;
@@ -66,7 +75,8 @@ export class BackendDispatch implements EdgeApi {
   }
 
   async listSandboxes(): Promise<EdgeSandbox[]> {
-    return [...(await this.containers.listSandboxes()), ...(this.vms ? await this.vms.listSandboxes() : [])];
+    const containers = (await this.containers.listSandboxes()).filter((s) => !this.fn?.owns(s.id));
+    return [...containers, ...(this.vms ? await this.vms.listSandboxes() : [])];
   }
 
   exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { ImageConfig, LayerCacheStats, SandboxBackend } from '@dsec/sdk/schema';
+import { FnRunRequest, ImageConfig, LayerCacheStats, SandboxBackend } from '@dsec/sdk/schema';
 
 /**
  * The edge protocol: what crosses the control plane ↔ edge seam, as schemas. The edge's HTTP
@@ -141,3 +141,18 @@ export const EdgeNetworkState = Type.Object({
 });
 
 export const EdgeUsage = Type.Object({ oomKills: Type.Integer(), memoryBytes: Type.Integer(), pids: Type.Integer() });
+
+/**
+ * A function call for the node's FnCall backend: the call with its defaults filled and its image
+ * resolved by the control plane (the edge reads no image store). Answered with FnRunResult.
+ */
+export const EdgeFnRequest = Type.Object(
+  {
+    call: FnRunRequest,
+    imageId: Type.String({ minLength: 1, maxLength: 200 }),
+    layers: Type.Array(Digest, { minItems: 1, maxItems: 128 }),
+    config: ImageConfig,
+  },
+  { additionalProperties: false },
+);
+export type EdgeFnRequest = Static<typeof EdgeFnRequest>;

@@ -6,7 +6,7 @@ import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { Type } from 'typebox';
 import {
-  DirListing, ErrorBody, ExecRequest, ExecResult, FileStat, MAX_FILE_BYTES, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput,
+  DirListing, ErrorBody, ExecRequest, ExecResult, FileStat, FnRunResult, MAX_FILE_BYTES, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput,
   SessionExecRequest, SessionInfo, SessionList, SignalRequest, StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
@@ -16,7 +16,7 @@ import { abortOnHangup } from '../../control/routes/abort-on-hangup.js';
 import type { App } from '../../control/server.js';
 import type { EdgeApi } from '../edge-api.js';
 import {
-  EDGE_PREFIX, EdgeCreateGroupRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage,
+  EDGE_PREFIX, EdgeCreateGroupRequest, EdgeFnRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage,
 } from '../protocol/schemas.js';
 import { requestIdOptions, useRequestLog } from '../../control/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
@@ -69,6 +69,15 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   app.post(`${P}/sandboxes/group`, { schema: { body: EdgeCreateGroupRequest, response: { 200: EdgeCreateGroupResult, ...errors } } }, async (req) => ({
     results: await edge.createSandboxes(req.body.sandboxes),
   }));
+  app.post(`${P}/fn/run`, { schema: { body: EdgeFnRequest, response: { 200: FnRunResult, ...errors } } }, async (req, reply) => {
+    if (!edge.runFn) throw new ApiError('BACKEND_UNSUPPORTED', 'this edge runs no function calls', { backend: 'fncall' });
+    const hangup = abortOnHangup(reply);
+    try {
+      return await edge.runFn(req.body, hangup.signal);
+    } finally {
+      hangup.done();
+    }
+  });
   app.delete(S, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.killSandbox(req.params.id);
     return reply.status(204).send(null);

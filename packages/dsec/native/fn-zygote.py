@@ -1,0 +1,271 @@
+# dsec fn zygote: the fork server of one FnCall worker sandbox (see edge/backends/fncall/README.md).
+#
+# The edge starts it with `crun exec` (under dsec-landlock: writes only beneath the scratch root,
+# /dev/shm and /dev/mqueue) and talks to it over two pipes: requests on stdin, answers on fd 3.
+# It imports the standard library once; then, per call:
+#
+#   zygote Z ──fork──▶ leader C ──fork──▶ user process U (python: the code runs in U itself,
+#                                          no interpreter start; node/bash: U execs the runtime)
+#
+# Z forks C *before* a request arrives and never reads one itself: C reads it, so Z's memory (which
+# every later call inherits through fork) never holds any call's code, input or output. C makes
+# a fresh scratch dir, writes the files, runs U in a session of its own with its own Landlock
+# domain, a clean environment and no fd but stdin/stdout/stderr, collects U's output up to the cap
+# (counting the rest), kills U's session at exit or timeout, and answers on fd 3. When C is
+# reaped, Z wipes the scratch root, /dev/shm and /dev/mqueue and says whether that worked; the edge
+# then checks from outside that no process of the call is left before it hands the worker on.
+# Z, C and (for python) U are not dumpable: nothing in the sandbox can ptrace them or open their
+# /proc/<pid>/fd, mem or environ, so a call cannot reach the channel or another call's process.
+
+import base64, ctypes, json, os, select, shutil, signal, sys, time
+
+# Imported once here, shared by every call's fork: what reward functions and tests use most.
+import array, bisect, collections, copy, dataclasses, datetime, decimal, enum, fractions, functools, hashlib  # noqa: F401,E401
+import heapq, io, itertools, math, operator, random, re, statistics, string, struct, textwrap, types, typing  # noqa: F401,E401
+import traceback, unittest, subprocess, tempfile, pathlib, contextlib, abc, numbers, pprint, csv  # noqa: F401,E401
+
+SCRATCH = sys.argv[1]
+CHANNEL_IN, CHANNEL_OUT = 0, 3
+LIBC = ctypes.CDLL(None, use_errno=True)
+PR_SET_DUMPABLE = 4
+SYS_landlock_create_ruleset, SYS_landlock_restrict_self = 444, 446
+FS_MAKE_BLOCK = 1 << 11
+WIPED = ('/dev/shm', '/dev/mqueue')
+# After the program exits, output from what it left running is kept while it keeps coming, up to this quiet spell.
+QUIET_S = 0.1
+
+
+def not_dumpable():
+    LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def own_landlock_domain():
+    """A nested Landlock domain for U: a process one call leaves behind cannot ptrace the next."""
+    attr = ctypes.c_uint64(FS_MAKE_BLOCK)
+    fd = LIBC.syscall(SYS_landlock_create_ruleset, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if fd < 0:
+        return
+    LIBC.syscall(SYS_landlock_restrict_self, fd, 0)
+    os.close(fd)
+
+
+def read_line(fd):
+    buf = bytearray()
+    while True:
+        b = os.read(fd, 65536 if not buf else 1 << 20)
+        if not b:
+            return None
+        buf += b
+        if buf.endswith(b'\n'):
+            return bytes(buf)
+
+
+def read_request(fd):
+    # Exactly one line per call: read byte counts the edge sends first, so C never reads into the next call.
+    head = b''
+    while not head.endswith(b'\n'):
+        b = os.read(fd, 1)
+        if not b:
+            return None
+        head += b
+    n = int(head)
+    body = bytearray()
+    while len(body) < n:
+        b = os.read(fd, min(1 << 20, n - len(body)))
+        if not b:
+            return None
+        body += b
+    return json.loads(body)
+
+
+def send(obj):
+    data = (json.dumps(obj) + '\n').encode()
+    while data:
+        data = data[os.write(CHANNEL_OUT, data):]
+
+
+def wipe(path):
+    ok = True
+    for name in os.listdir(path):
+        p = os.path.join(path, name)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+        except OSError:
+            ok = False
+    return ok
+
+
+def run_user(req, workdir, out_w, err_w, stdin_fd):
+    """In U: the call's own process. Never returns."""
+    try:
+        os.setsid()
+        own_landlock_domain()
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)
+        os.chdir(workdir)
+        env = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'HOME': workdir, 'TMPDIR': workdir, 'LANG': 'C.UTF-8', 'PYTHONDONTWRITEBYTECODE': '1'}
+        env.update(req.get('env') or {})
+        args = req.get('args') or []
+        runtime = req['runtime']
+        if runtime == 'python':
+            os.environ.clear()
+            os.environ.update(env)
+            random.seed()
+            sys.argv = ['main.py'] + args
+            sys.stdin = io.TextIOWrapper(io.FileIO(0, 'r', closefd=False))
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, 'w', closefd=False), line_buffering=False)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, 'w', closefd=False), line_buffering=True)
+            sys.path[0:0] = [workdir]
+            main = types.ModuleType('__main__')
+            main.__file__ = os.path.join(workdir, 'main.py')
+            sys.modules['__main__'] = main
+            code = 0
+            try:
+                exec(compile(req['code'], main.__file__, 'exec'), main.__dict__)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, int) and e.code is not None:
+                    print(e.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:
+                pass
+            os._exit(code & 0xFF)
+        prog = {'node': ['node', 'main.js'], 'bash': ['bash', 'main.sh']}[runtime]
+        os.execvpe(prog[0], prog + args, env)
+    except BaseException as e:
+        try:
+            os.write(2, ('dsec fn: cannot start the call: %s\n' % e).encode())
+        finally:
+            os._exit(127)
+
+
+def lead():
+    """In C: one call, from request to answer. Never returns."""
+    req = read_request(CHANNEL_IN)
+    if req is None:
+        os._exit(0)
+    os.dup2(os.open('/dev/null', os.O_RDONLY), CHANNEL_IN)
+    started = time.monotonic()
+    workdir = os.path.join(SCRATCH, 'call')
+    os.mkdir(workdir, 0o700)
+    for rel, b64 in (req.get('files') or {}).items():
+        p = os.path.normpath(os.path.join(workdir, rel))
+        if not p.startswith(workdir + '/'):
+            send({'type': 'result', 'error': 'file path %s leaves the scratch dir' % rel})
+            os._exit(0)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, 'wb') as f:
+            f.write(base64.b64decode(b64))
+    main = {'python': 'main.py', 'node': 'main.js', 'bash': 'main.sh'}[req['runtime']]
+    with open(os.path.join(workdir, main), 'w') as f:
+        f.write(req['code'])
+    stdin_path = os.path.join(SCRATCH, '.stdin')
+    with open(stdin_path, 'wb') as f:
+        f.write(base64.b64decode(req.get('stdin') or ''))
+    stdin_fd = os.open(stdin_path, os.O_RDONLY)
+    os.unlink(stdin_path)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        send({'type': 'result', 'error': 'cannot fork the call (the worker is out of processes?): %s' % e})
+        os._exit(0)
+    if pid == 0:
+        run_user(req, workdir, out_w, err_w, stdin_fd)
+    os.close(out_w)
+    os.close(err_w)
+    os.close(stdin_fd)
+    cap = int(req['maxOutputBytes'])
+    kept = {out_r: bytearray(), err_r: bytearray()}
+    total = {out_r: 0, err_r: 0}
+    deadline = started + int(req['timeoutMs']) / 1000.0
+    open_fds = [out_r, err_r]
+    timed_out = False
+    status = None
+    quiet_until = None  # once U has exited: output still coming from what it left keeps the call for QUIET_S
+    pidfd = os.pidfd_open(pid)  # readable once U exits: one select waits for output and exit alike
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            timed_out = status is None
+            break
+        if status is not None and (not open_fds or now >= quiet_until):
+            break
+        wait = deadline - now if status is None else min(deadline - now, quiet_until - now)
+        ready = select.select(open_fds + ([pidfd] if status is None else []), [], [], max(0.0, wait))[0]
+        for fd in ready:
+            if fd == pidfd:
+                _, status = os.waitpid(pid, 0)
+                quiet_until = time.monotonic() + QUIET_S
+                continue
+            b = os.read(fd, 65536)
+            if not b:
+                open_fds.remove(fd)
+                continue
+            if quiet_until is not None:
+                quiet_until = time.monotonic() + QUIET_S
+            total[fd] += len(b)
+            room = cap - len(kept[fd])
+            if room > 0:
+                kept[fd] += b[:room]
+    os.close(pidfd)
+    # The call's whole session goes, whatever it left running (a double fork that left the
+    # session is the edge's to find: it replaces the worker).
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    for fd in (out_r, err_r):
+        os.close(fd)
+    exit_code = 137 if timed_out else (os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8)
+    if exit_code < 0:
+        exit_code = 128 - exit_code
+    send({
+        'type': 'result',
+        'exitCode': exit_code,
+        'timedOut': timed_out,
+        'stdout': base64.b64encode(bytes(kept[out_r])).decode(),
+        'stderr': base64.b64encode(bytes(kept[err_r])).decode(),
+        'stdoutBytes': total[out_r],
+        'stderrBytes': total[err_r],
+        'runMs': round((time.monotonic() - started) * 1000, 3),
+    })
+    os._exit(0)
+
+
+def main():
+    not_dumpable()
+    os.makedirs(SCRATCH, exist_ok=True)
+    send({'type': 'ready', 'pid': os.getpid()})
+    while True:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            lead()
+        _, status = os.waitpid(pid, 0)
+        clean = wipe(SCRATCH)
+        for d in WIPED:
+            if os.path.isdir(d):
+                clean = wipe(d) and clean
+        leader = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status
+        send({'type': 'done', 'clean': clean, 'leader': leader})
+
+
+if __name__ == '__main__':
+    main()

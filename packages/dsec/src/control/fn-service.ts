@@ -1,0 +1,155 @@
+import type { Logger } from 'pino';
+import {
+  DEFAULT_FN_DISK_MIB, DEFAULT_FN_IMAGE, DEFAULT_FN_MEMORY_MIB, DEFAULT_FN_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES, MAX_STDIN_BYTES,
+  type CreateSandboxRequest, type FnBatchLine, type FnBatchRequest, type FnRunRequest, type FnRunResult, type ImageConfig,
+} from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
+import type { EdgeFnRequest } from '../edge/edge-api.js';
+import { rejectNul } from '../exec/exec-target.js';
+import type { EdgeRegistry } from './edges/edge-registry.js';
+import { place } from './placement.js';
+
+/** An image name is resolved at most this often per name: a burst of calls reads the image store once. */
+const IMAGE_CACHE_MS = 2000;
+
+export interface FnServiceDeps {
+  edges: EdgeRegistry;
+  /** Image (and stacked layers) → layer digests and config, as creates resolve it. */
+  compose: (req: CreateSandboxRequest) => { imageId: string; layers: string[]; config: ImageConfig };
+  log: Logger;
+}
+
+/**
+ * Function calls (POST /v1/fn/run, /v1/fn/batch): fills a call's defaults, resolves its image, picks
+ * an edge (placement, as for a sandbox of the worker's size) and hands the call to that edge's
+ * FnCall backend, which runs it in a warm worker (edge/backends/fncall/). Calls are not sandbox
+ * steps: nothing is written to the state store per call.
+ */
+export class FnService {
+  readonly #images = new Map<string, { at: number; value: { imageId: string; layers: string[]; config: ImageConfig } }>();
+
+  constructor(private readonly deps: FnServiceDeps) {}
+
+  async run(call: FnRunRequest, signal?: AbortSignal): Promise<FnRunResult> {
+    const full = withDefaults(call);
+    const image = this.#image(full.image!);
+    const req: EdgeFnRequest = { call: full, ...image };
+    const limits = { cpu: 1, memoryMiB: full.memoryMiB!, pids: 256 };
+    const exclude = new Set<string>();
+    for (;;) {
+      const chosen = place(this.deps.edges.candidates(), { limits, layers: image.layers, pool: 'default', labels: undefined, exclude });
+      if (!chosen) {
+        throw new ApiError('CAPACITY_EXCEEDED', `no edge can run this call now (memoryMiB ${full.memoryMiB}); retry, lower memoryMiB, or add nodes`, {});
+      }
+      const api = this.deps.edges.api(chosen.id);
+      if (!api.runFn) {
+        exclude.add(chosen.id);
+        continue;
+      }
+      try {
+        return await api.runFn(req, signal);
+      } catch (err) {
+        const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || err.code === 'BACKEND_UNSUPPORTED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
+        if (!retry) throw err;
+        exclude.add(chosen.id);
+      }
+    }
+  }
+
+  /**
+   * Runs a batch's calls `concurrency` at a time and yields one line per call as it finishes
+   * (a failed call is a line with its error, not the end of the batch). Stopping the iteration
+   * (the client went away) starts no more calls.
+   */
+  async *batch(req: FnBatchRequest, signal?: AbortSignal): AsyncGenerator<FnBatchLine> {
+    // Every call is checked before the first runs: a bad one is one 400, not a stream of failures.
+    for (const [i, c] of req.calls.entries()) {
+      try {
+        this.#image(withDefaults(c).image!);
+      } catch (err) {
+        if (err instanceof ApiError) err.details['index'] = i;
+        throw err;
+      }
+    }
+    const ready: FnBatchLine[] = [];
+    let wake: (() => void) | undefined;
+    let next = 0;
+    let running = 0;
+    let stopped = false;
+    const start = (): void => {
+      while (!stopped && running < (req.concurrency ?? 32) && next < req.calls.length) {
+        const index = next++;
+        running++;
+        void this.run(req.calls[index]!, signal)
+          .then(
+            (result) => ready.push({ index, result }),
+            (err: unknown) => {
+              const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
+              ready.push({ index, error: { code: e.code, message: e.message } });
+            },
+          )
+          .finally(() => {
+            running--;
+            start();
+            wake?.();
+          });
+      }
+    };
+    try {
+      start();
+      let sent = 0;
+      while (sent < req.calls.length) {
+        const line = ready.shift();
+        if (line) {
+          sent++;
+          yield line;
+          continue;
+        }
+        await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+      }
+    } finally {
+      stopped = true;
+    }
+  }
+
+  #image(name: string): { imageId: string; layers: string[]; config: ImageConfig } {
+    const hit = this.#images.get(name);
+    if (hit && Date.now() - hit.at < IMAGE_CACHE_MS) return hit.value;
+    let value: { imageId: string; layers: string[]; config: ImageConfig };
+    try {
+      value = this.deps.compose({ image: name });
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND' && name === DEFAULT_FN_IMAGE) {
+        err.message = `no image ${DEFAULT_FN_IMAGE}, the default of fn calls: build it with \`dsec image build fn-runtime\` (python3, node and bash from this host) or name an image with python3 in it (image)`;
+      }
+      throw err;
+    }
+    this.#images.set(name, { at: Date.now(), value });
+    return value;
+  }
+}
+
+/** A call with every default filled, checked for what the schema cannot say. */
+export function withDefaults(call: FnRunRequest): FnRunRequest {
+  rejectNul('args', call.args ?? []);
+  rejectNul('env', Object.entries(call.env ?? {}).flat());
+  if (call.stdin !== undefined && Buffer.byteLength(call.stdin, call.stdinEncoding ?? 'utf8') > MAX_STDIN_BYTES) {
+    throw new ApiError('PAYLOAD_TOO_LARGE', `stdin is over ${MAX_STDIN_BYTES} bytes; pass large input as files`, { field: 'stdin', limit: MAX_STDIN_BYTES });
+  }
+  for (const path of Object.keys(call.files ?? {})) {
+    if (path.startsWith('/') || path.split('/').includes('..') || path.includes('\0')) {
+      throw new ApiError('INVALID_REQUEST', `files: ${JSON.stringify(path)} must be a relative path inside the call's scratch dir (no /, no ..)`, { field: 'files' });
+    }
+  }
+  return {
+    ...call,
+    timeoutMs: call.timeoutMs ?? DEFAULT_FN_TIMEOUT_MS,
+    memoryMiB: call.memoryMiB ?? DEFAULT_FN_MEMORY_MIB,
+    diskMiB: call.diskMiB ?? DEFAULT_FN_DISK_MIB,
+    network: call.network ?? false,
+    image: call.image ?? DEFAULT_FN_IMAGE,
+    maxOutputBytes: call.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
+    encoding: call.encoding ?? 'utf8',
+  };
+}

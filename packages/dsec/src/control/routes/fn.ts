@@ -1,0 +1,64 @@
+import { Readable } from 'node:stream';
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { FnBatchRequest, FnRunRequest, FnRunResult } from '@dsec/sdk/schema';
+import type { FnService } from '../fn-service.js';
+import { abortOnHangup } from './abort-on-hangup.js';
+import { errorResponses as errors } from './error-responses.js';
+import { NDJSON } from './exec.js';
+
+/** Function calls: one (JSON) or a batch (NDJSON lines as calls finish); thin handlers over FnService. */
+export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
+  const { fn } = deps;
+  return async (base) => {
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+    const tags = ['fn'];
+
+    app.post(
+      '/v1/fn/run',
+      {
+        schema: {
+          tags,
+          summary: 'Run a short stateless program (python, node, bash) in a warm worker: fresh process and scratch dir, nothing kept, no network unless asked',
+          body: FnRunRequest,
+          response: { 200: FnRunResult, ...errors },
+        },
+      },
+      async (req, reply) => {
+        const hangup = abortOnHangup(reply);
+        try {
+          return await fn.run(req.body, hangup.signal);
+        } finally {
+          hangup.done();
+        }
+      },
+    );
+
+    app.post(
+      '/v1/fn/batch',
+      {
+        schema: {
+          tags,
+          summary: `Run up to 10,000 calls, \`concurrency\` at a time; the answer is ${NDJSON}, one line {index, result | error} per call as it finishes`,
+          body: FnBatchRequest,
+          response: errors,
+        },
+      },
+      async (req, reply) => {
+        const hangup = abortOnHangup(reply);
+        const lines = fn.batch(req.body, hangup.signal);
+        // The first line is awaited here: a batch whose calls fail the checks answers 4xx, not a stream.
+        const first = await lines.next();
+        const body = async function* (): AsyncGenerator<string> {
+          try {
+            if (!first.done) yield `${JSON.stringify(first.value)}\n`;
+            for await (const line of lines) yield `${JSON.stringify(line)}\n`;
+          } finally {
+            hangup.done();
+          }
+        };
+        return reply.type(NDJSON).send(Readable.from(body()) as never);
+      },
+    );
+  };
+}

@@ -1,0 +1,309 @@
+import type { Logger } from 'pino';
+import type { CreatePoolRequest, CreateSandboxRequest, PoolInfo, PoolSpec, SandboxInfo } from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
+import { DEFAULT_LIMITS } from './sandbox-ids.js';
+import type { StateStore } from './state-store.js';
+
+/** Label of an unclaimed pool sandbox (value: the pool). Reserved: a caller's create may not set it. */
+export const POOL_READY_LABEL = 'dsec.pool-ready';
+/** Label of a sandbox that came from a pool (value: the pool), kept after the claim. */
+export const POOL_LABEL = 'dsec.pool';
+
+/** Refill creates in flight per pool: a burst of claims refills without flooding the edges. */
+const REFILLS_AT_ONCE = 4;
+/** How often pools are checked against the store (sandboxes killed or lost meanwhile). */
+const SWEEP_MS = 1000;
+/** After a refill create fails, the pool waits this long before trying again (the spec or the cluster is wrong, not the moment). */
+const REFILL_BACKOFF_MS = 5000;
+const KEPT_TIMES = 100;
+
+/** What the pool service needs of the control plane (a narrow seam: creates go through the ordinary path). */
+export interface PoolHost {
+  create(req: CreateSandboxRequest, extraLabels: Record<string, string>): Promise<SandboxInfo>;
+  checkSpec(req: CreateSandboxRequest): void;
+  kill(id: string): Promise<void>;
+}
+
+interface Pool {
+  name: string;
+  size: number;
+  spec: PoolSpec;
+  key: string;
+  createdAt: string;
+  /** Unclaimed sandbox ids, oldest first. */
+  ready: string[];
+  creating: number;
+  claims: number;
+  misses: number;
+  refillFailures: number;
+  lastRefillError?: string;
+  refillMs: number[];
+  claimMs: number[];
+  backoffUntil: number;
+  deleted: boolean;
+}
+
+/**
+ * Warm pools: N ready sandboxes per pool, made through the ordinary create path (placed, stored,
+ * reconciled like any other) and marked with POOL_READY_LABEL until a create claims one. A claim
+ * is one conditional UPDATE of the row's labels (the store's claimPoolSandbox), so a sandbox is
+ * claimed once, and a ready sandbox serves no call (ControlPlane refuses it until claimed), so a
+ * claimed sandbox is never one another caller used. Pools live in the store; after a restart the
+ * ready sandboxes that still run are the pool's again and the rest is refilled.
+ */
+export class WarmPools {
+  readonly #pools = new Map<string, Pool>();
+  /** Every unclaimed sandbox id, across pools: ControlPlane asks this on each call. */
+  readonly #unclaimed = new Map<string, string>();
+  #timer: NodeJS.Timeout | undefined;
+  #stopped = false;
+  /** Refill creates in flight, awaited by stop() so a shutdown that kills everything misses none. */
+  readonly #inflight = new Set<Promise<void>>();
+
+  constructor(
+    private readonly store: StateStore,
+    private readonly host: PoolHost,
+    private readonly log: Logger,
+  ) {}
+
+  /** Loads the pools, adopts their ready sandboxes that still run, kills those of pools gone, and starts refilling. */
+  async start(): Promise<void> {
+    for (const p of await this.store.listPools()) this.#add(p.name, p.size, p.spec as PoolSpec, p.createdAt);
+    for (const s of await this.store.listSandboxes({ status: 'running' })) {
+      const name = s.labels[POOL_READY_LABEL];
+      if (name === undefined) continue;
+      const pool = this.#pools.get(name);
+      if (pool) this.#markReady(pool, s.id);
+      else await this.host.kill(s.id).catch((err: unknown) => this.log.error({ err, sandbox: s.id }, 'killing a ready sandbox of a deleted pool failed'));
+    }
+    // Ready sandboxes that were creating or paused at the restart are not usable as fresh: they go.
+    for (const status of ['creating', 'paused'] as const) {
+      for (const s of await this.store.listSandboxes({ status, labels: {} })) {
+        if (s.labels[POOL_READY_LABEL] !== undefined) await this.host.kill(s.id).catch(() => undefined);
+      }
+    }
+    this.#timer = setInterval(() => void this.#sweep(), SWEEP_MS);
+    this.#timer.unref();
+    for (const p of this.#pools.values()) this.#refill(p);
+  }
+
+  /** Stops refilling and waits for refills in flight; the ready sandboxes stay for the next start (or go with killAll). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearInterval(this.#timer);
+    await Promise.allSettled([...this.#inflight]);
+  }
+
+  async create(req: CreatePoolRequest): Promise<PoolInfo> {
+    const { name, size, ...spec } = req;
+    if (this.#pools.has(name)) throw new ApiError('POOL_EXISTS', `pool ${name} exists; delete it first (DELETE /v1/pools/${name}, dsec pool rm ${name})`, { name });
+    this.host.checkSpec(spec);
+    const createdAt = new Date().toISOString();
+    await this.store.insertPool({ name, size, spec, createdAt });
+    const pool = this.#add(name, size, spec, createdAt);
+    this.#refill(pool);
+    return this.#info(pool);
+  }
+
+  list(): PoolInfo[] {
+    return [...this.#pools.values()].map((p) => this.#info(p));
+  }
+
+  get(name: string): PoolInfo {
+    return this.#info(this.#pool(name));
+  }
+
+  /** Deletes a pool and kills its unclaimed sandboxes; claimed ones are their callers'. */
+  async delete(name: string): Promise<void> {
+    const pool = this.#pool(name);
+    pool.deleted = true;
+    this.#pools.delete(name);
+    await this.store.deletePool(name);
+    const ids = pool.ready.splice(0);
+    for (const id of ids) this.#unclaimed.delete(id);
+    await Promise.all(ids.map((id) => this.host.kill(id).catch((err: unknown) => this.log.error({ err, sandbox: id }, 'killing a ready pool sandbox failed'))));
+  }
+
+  /** The pool an unclaimed sandbox waits in, or undefined for every other sandbox. */
+  unclaimedIn(id: string): string | undefined {
+    return this.#unclaimed.get(id);
+  }
+
+  /**
+   * A create served from a pool: the pool it names (whose spec it must match) or the one whose spec
+   * it matches. Undefined when no pool applies or none has a ready sandbox (a miss, counted; the
+   * caller then creates as usual and the pool refills).
+   */
+  async claim(req: CreateSandboxRequest): Promise<SandboxInfo | undefined> {
+    if (req.labels?.[POOL_READY_LABEL] !== undefined) {
+      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, { field: `labels.${POOL_READY_LABEL}` });
+    }
+    const pool = req.pool === undefined ? this.#matching(req) : this.#named(req);
+    if (!pool) return undefined;
+    const started = performance.now();
+    const labels = { ...(req.labels ?? {}), [POOL_LABEL]: pool.name };
+    for (;;) {
+      const id = pool.ready.shift();
+      if (id === undefined) break;
+      this.#unclaimed.delete(id);
+      const claimed = await this.store.claimPoolSandbox(id, { [POOL_READY_LABEL]: pool.name, [POOL_LABEL]: pool.name }, {
+        labels,
+        ttlSeconds: req.ttlSeconds,
+        idleTimeoutSeconds: req.idleTimeoutSeconds,
+        onExpiry: req.onExpiry ?? 'stop',
+        at: Date.now(),
+      });
+      if (!claimed) continue; // killed, lost or claimed elsewhere meanwhile: the next one
+      const info = await this.store.getSandbox(id);
+      if (!info) continue;
+      pool.claims++;
+      keep(pool.claimMs, performance.now() - started);
+      this.#refill(pool);
+      return info;
+    }
+    pool.misses++;
+    this.#refill(pool);
+    return undefined;
+  }
+
+  /** The labels a miss's on-demand create gets, so it shows which pool it was asked of. */
+  static missLabels(req: CreateSandboxRequest): Record<string, string> {
+    return req.pool === undefined ? {} : { [POOL_LABEL]: req.pool };
+  }
+
+  #named(req: CreateSandboxRequest): Pool {
+    const pool = this.#pool(req.pool!);
+    const { pool: _name, labels: _l, ttlSeconds: _t, idleTimeoutSeconds: _i, onExpiry: _o, ...spec } = req;
+    const want = canonical(pool.spec);
+    const got = canonical(spec);
+    const differ = Object.keys({ ...want, ...got }).filter((k) => JSON.stringify(want[k]) !== JSON.stringify(got[k]));
+    if (differ.length) {
+      throw new ApiError('INVALID_REQUEST', `the create names pool ${pool.name} but differs from its spec in ${differ.join(', ')}; send the pool's spec (GET /v1/pools/${pool.name}) or leave pool out`, {
+        field: 'pool',
+        differ,
+      });
+    }
+    return pool;
+  }
+
+  #matching(req: CreateSandboxRequest): Pool | undefined {
+    if (this.#pools.size === 0) return undefined;
+    const { pool: _name, labels: _l, ttlSeconds: _t, idleTimeoutSeconds: _i, onExpiry: _o, ...spec } = req;
+    const key = JSON.stringify(canonical(spec));
+    for (const p of this.#pools.values()) if (p.key === key) return p;
+    return undefined;
+  }
+
+  #pool(name: string): Pool {
+    const pool = this.#pools.get(name);
+    if (!pool) throw new ApiError('POOL_NOT_FOUND', `no pool ${name}; list pools with GET /v1/pools (dsec pool ls)`, { name });
+    return pool;
+  }
+
+  #add(name: string, size: number, spec: PoolSpec, createdAt: string): Pool {
+    const pool: Pool = {
+      name, size, spec, key: JSON.stringify(canonical(spec)), createdAt, ready: [], creating: 0, claims: 0, misses: 0, refillFailures: 0,
+      refillMs: [], claimMs: [], backoffUntil: 0, deleted: false,
+    };
+    this.#pools.set(name, pool);
+    return pool;
+  }
+
+  #markReady(pool: Pool, id: string): void {
+    pool.ready.push(id);
+    this.#unclaimed.set(id, pool.name);
+  }
+
+  /** Starts creates until ready + creating reaches the size (at most REFILLS_AT_ONCE in flight). */
+  #refill(pool: Pool): void {
+    if (this.#stopped || pool.deleted || Date.now() < pool.backoffUntil) return;
+    while (pool.ready.length + pool.creating < pool.size && pool.creating < REFILLS_AT_ONCE) {
+      pool.creating++;
+      const started = performance.now();
+      const done: Promise<void> = this.host
+        .create({ ...pool.spec }, { [POOL_READY_LABEL]: pool.name, [POOL_LABEL]: pool.name })
+        .then(
+          async (info) => {
+            keep(pool.refillMs, performance.now() - started);
+            if (pool.deleted || this.#stopped) {
+              if (pool.deleted) await this.host.kill(info.id).catch(() => undefined);
+              return;
+            }
+            this.#markReady(pool, info.id);
+          },
+          (err: unknown) => {
+            pool.refillFailures++;
+            pool.lastRefillError = (err as Error).message;
+            pool.backoffUntil = Date.now() + REFILL_BACKOFF_MS;
+            this.log.warn({ pool: pool.name, err: (err as Error).message }, 'pool refill failed; retrying later');
+          },
+        )
+        .finally(() => {
+          this.#inflight.delete(done);
+          pool.creating--;
+          this.#refill(pool);
+        });
+      this.#inflight.add(done);
+    }
+  }
+
+  /** Drops ready sandboxes that were killed or lost meanwhile, then refills. */
+  async #sweep(): Promise<void> {
+    for (const pool of this.#pools.values()) {
+      for (const id of [...pool.ready]) {
+        const s = await this.store.getSandbox(id);
+        if (s?.status === 'running' && s.labels[POOL_READY_LABEL] === pool.name) continue;
+        pool.ready = pool.ready.filter((r) => r !== id);
+        this.#unclaimed.delete(id);
+      }
+      this.#refill(pool);
+    }
+  }
+
+  #info(p: Pool): PoolInfo {
+    const info: PoolInfo = {
+      name: p.name, size: p.size, spec: p.spec, ready: p.ready.length, creating: p.creating, claims: p.claims, misses: p.misses,
+      refillFailures: p.refillFailures, createdAt: p.createdAt,
+    };
+    if (p.lastRefillError !== undefined) info.lastRefillError = p.lastRefillError;
+    if (p.refillMs.length) {
+      info.refillMsP50 = round(median(p.refillMs));
+      info.refillMsLast = round(p.refillMs[p.refillMs.length - 1]!);
+    }
+    if (p.claimMs.length) info.claimMsP50 = round(median(p.claimMs));
+    return info;
+  }
+}
+
+/** A spec with its defaults filled and keys in one order, so equal specs compare equal. */
+function canonical(spec: PoolSpec): Record<string, unknown> {
+  return sortKeys({
+    backend: spec.backend ?? 'container',
+    image: spec.image,
+    resources: { ...DEFAULT_LIMITS, ...spec.resources },
+    layers: spec.layers ?? [],
+    env: spec.env ?? {},
+    network: spec.network ?? { mode: 'none' },
+    placement: spec.placement ?? {},
+  }) as Record<string, unknown>;
+}
+
+function sortKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sortKeys);
+  if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortKeys((v as Record<string, unknown>)[k])]));
+  return v;
+}
+
+function keep(list: number[], ms: number): void {
+  list.push(ms);
+  if (list.length > KEPT_TIMES) list.shift();
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 100) / 100;
+}
