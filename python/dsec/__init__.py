@@ -53,6 +53,7 @@ from .models import (
 )
 from .sandbox import Commands, Files, Process, Sandbox, Session, Sessions, nodes
 from .terminal import AsyncTerminal, Terminal
+from . import fn
 
 __version__ = "0.1.0"
 
@@ -63,5 +64,5 @@ __all__ = [
     "InvalidRequestError", "NetworkState", "NodeInfo", "NotConfiguredError", "NotFoundError", "OutputEvent", "Process",
     "ProcessInfo", "ProcessOutput", "QuotaError", "RateLimitError", "ReplayReport", "Sandbox", "SandboxInfo", "ServerError",
     "Session", "SessionInfo", "Sessions", "SnapshotResult", "StreamEvent", "Terminal", "TimeoutError", "Trajectory",
-    "TrajectoryEntry", "UnavailableError", "UnreachableError", "WriteResult", "error_from_wire", "nodes", "resolve_connection",
+    "TrajectoryEntry", "UnavailableError", "UnreachableError", "WriteResult", "error_from_wire", "fn", "nodes", "resolve_connection",
 ]  # fmt: skip

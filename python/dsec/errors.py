@@ -110,6 +110,8 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "BLOB_NOT_FOUND": NotFoundError,
     "EDGE_NOT_FOUND": NotFoundError,
     "BATCH_NOT_FOUND": NotFoundError,
+    "POOL_NOT_FOUND": NotFoundError,
+    "POOL_EXISTS": ConflictError,
     "SESSION_CLOSED": ConflictError,
     "PROCESS_NOT_RUNNING": ConflictError,
     "SANDBOX_NOT_RUNNING": ConflictError,
