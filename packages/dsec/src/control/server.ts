@@ -1,5 +1,6 @@
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { requestValidatorCompiler } from './validators.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
@@ -43,7 +44,6 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     ...requestIdOptions,
     // E2B's SDK sends every sandbox-side call to this one URL with E2b-Sandbox-Id (control/e2b/).
     rewriteUrl: e2bRewriteUrl,
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
     // Errors Fastify meets before routing (a malformed %-escape in the URL, an unsupported
     // Content-Type) leave in dsec's own shape too, not Fastify's.
     frameworkErrors: (err, req, reply) => errorHandler(err, req, reply),
@@ -58,6 +58,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     },
   });
 
+  app.setValidatorCompiler(requestValidatorCompiler());
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
     void reply.status(404).send({ error: { code: 'ROUTE_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
