@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync, rmSync, watch, writeFileSync, type FSWatcher } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { signalNumber } from '../host/run-tool.js';
 import { readPidFile } from '../edge/crun.js';
@@ -216,23 +216,55 @@ export class SandboxProcess {
    * be moved is killed: the command must not run where kill() cannot reach it.
    */
   async #adoptWhenStarted(cgroup: CommandCgroup): Promise<void> {
-    let exited = false;
-    this.#child.once('exit', () => (exited = true));
-    for (let wait = 0.2; !exited; wait = Math.min(wait * 2, 20)) {
-      const pid = this.hostPid;
-      if (pid) {
-        try {
-          cgroup.adopt(pid);
-        } catch (err) {
-          if (exited) return;
-          const msg = Buffer.from(`dsec: cannot move the command into its cgroup ${cgroup.dir}: ${(err as Error).message}\n`);
-          this.#emit('stderr', msg, this.stderr.push(msg));
-          this.kill({ now: true });
-        }
-        return;
-      }
-      await new Promise((r) => setTimeout(r, wait));
+    const pid = await this.#reportedPid();
+    if (!pid) return; // crun exec failed before starting the command
+    try {
+      cgroup.adopt(pid);
+    } catch (err) {
+      if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;
+      const msg = Buffer.from(`dsec: cannot move the command into its cgroup ${cgroup.dir}: ${(err as Error).message}\n`);
+      this.#emit('stderr', msg, this.stderr.push(msg));
+      this.kill({ now: true });
     }
+  }
+
+  /**
+   * The pid crun writes to the pid file, as soon as it is there: the command waits for the move
+   * meanwhile, so this is on every command's path. An inotify watch on the scratch directory
+   * sees the file at once (a poll's interval would add to every exec); the slow poll beside it
+   * only guards against a missed event. Undefined when crun exec ends without one.
+   */
+  #reportedPid(): Promise<number | undefined> {
+    return new Promise((resolve) => {
+      let settled = false;
+      let watcher: FSWatcher | undefined;
+      const finish = (pid: number | undefined): void => {
+        if (settled) return;
+        settled = true;
+        watcher?.close();
+        clearInterval(poll);
+        resolve(pid);
+      };
+      const check = (): void => {
+        const pid = this.hostPid;
+        if (pid) finish(pid);
+      };
+      const name = basename(this.#pidFile);
+      try {
+        watcher = watch(dirname(this.#pidFile), (_event, file) => {
+          if (file === name) check();
+        });
+        watcher.on('error', () => undefined);
+      } catch {
+        // no inotify watch left: the poll alone
+      }
+      const poll = setInterval(check, 10);
+      this.#child.once('exit', () => {
+        check();
+        finish(undefined);
+      });
+      check();
+    });
   }
 
   get exit(): ProcessExit | undefined {
