@@ -43,17 +43,39 @@ function runPythonTests() {
   return spawnSync(python, ['python/tests/run.py'], { stdio: 'inherit' }).status ?? 1;
 }
 
+/**
+ * The tests run a second time with the state store on PostgreSQL (DSEC_TEST_STORE=postgres, see
+ * packages/dsec/test/helpers/postgres.ts): the store's own unit tests and the API files that
+ * exercise it most, not the whole suite again (CI time). They run with the whole suite, or alone
+ * with the filter `postgres`.
+ */
+const POSTGRES_PASS = [
+  'dist/src/control/',
+  'dist/test/lifecycle.test.js',
+  'dist/test/restart.test.js',
+  'dist/test/state/lifecycle.test.js',
+  'dist/test/engine/trajectory.test.js',
+  'dist/test/cluster/batches.test.js',
+  'dist/test/bad-input.test.js',
+  'dist/test/system-routes.test.js',
+];
+
 const filter = process.argv.slice(2);
 let files = [...findTests('packages/sdk/dist'), ...findTests('packages/dsec/dist')].sort();
+const postgresFiles = files.filter((f) => f.startsWith('packages/dsec/') && POSTGRES_PASS.some((x) => f.includes(x)));
+const withPostgres = !filter.length || filter.includes('postgres');
 if (filter.length) files = files.filter((f) => filter.some((x) => f.includes(x)));
 const withPython = !filter.length || filter.some((x) => 'python/tests/run.py'.includes(x));
 const before = new Set(hostDsecState());
 // With a filter that names no compiled test, node --test would fall back to its own discovery.
-const nodeStatus = files.length || !withPython ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' }).status ?? 1) : 0;
+const nodeStatus = files.length || !(withPython || withPostgres) ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' }).status ?? 1) : 0;
+const postgresStatus = withPostgres
+  ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...postgresFiles], { stdio: 'inherit', env: { ...process.env, DSEC_TEST_STORE: 'postgres' } }).status ?? 1)
+  : 0;
 const pythonStatus = withPython ? runPythonTests() : 0;
 const leaked = hostDsecState().filter((x) => !before.has(x));
 if (leaked.length) {
   console.error(`the test suite leaked:\n  ${leaked.join('\n  ')}`);
   process.exit(1);
 }
-process.exit(nodeStatus || pythonStatus);
+process.exit(nodeStatus || postgresStatus || pythonStatus);

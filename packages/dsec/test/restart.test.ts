@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { StateStore } from '../src/control/state-store.js';
+import { testStoreLocation } from './helpers/postgres.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, dataDirLeaks, integrationSkipReason, makeDataDir, newEdgeId, startDsec } from './helpers/server.js';
@@ -197,7 +198,7 @@ describe('restart when the state store forgot a sandbox the edge still runs', { 
     const sb = await Sandbox.create({ ...conn(f.first), labels: { case: 'orphan' } });
     id = sb.id;
     await f.first.close();
-    const store = await StateStore.open(join(f.dataDir, 'state.db'));
+    const store = await StateStore.open(await testStoreLocation(join(f.dataDir, 'state.db')));
     try {
       await store.deleteSandbox(id);
     } finally {

@@ -11,6 +11,11 @@ export const ServerOptions = Type.Object(
   {
     /** DSEC_DATA_DIR: state (SQLite, layer blobs, images, sandboxes). */
     dataDir: Type.String({ default: DEFAULT_DATA_DIR, minLength: 1 }),
+    /**
+     * DSEC_STORE: where the control plane keeps its state: empty for SQLite in the data dir
+     * (state.db), or a postgres:// URL (PostgreSQL, shared by control-plane replicas).
+     */
+    store: Type.String({ default: '' }),
     /** DSEC_LISTEN: host:port of the HTTP API. */
     listen: Type.String({ default: '127.0.0.1:7070', pattern: '^[^:]+:[0-9]{1,5}$' }),
     /** DSEC_EDGE_ID: this node's edge id, part of every sandbox id. */
@@ -47,6 +52,7 @@ export type ServerOptions = Static<typeof ServerOptions>;
 
 const ENV: Record<keyof ServerOptions, string> = {
   dataDir: 'DSEC_DATA_DIR',
+  store: 'DSEC_STORE',
   listen: 'DSEC_LISTEN',
   edgeId: 'DSEC_EDGE_ID',
   maxSandboxes: 'DSEC_MAX_SANDBOXES',

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { authenticate, createApiKey, hashKey } from './api-keys.js';
 import { StateStore } from './state-store.js';
+import { testStoreLocation } from '../../test/helpers/postgres.js';
 
 describe('API keys', () => {
   let dir: string;
@@ -13,7 +14,7 @@ describe('API keys', () => {
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'dsec-unit-keys-'));
-    store = await StateStore.open(join(dir, 'state.db'));
+    store = await StateStore.open(await testStoreLocation(join(dir, 'state.db')));
   });
   after(async () => {
     await store.close();

@@ -6,6 +6,7 @@ import { SandboxIdParams } from '@dsec/sdk/schema';
 import type { ImageStore } from '../image/image-store.js';
 import { ControlPlane, DEFAULT_LIMITS, edgeOf, newSandboxId } from './control-plane.js';
 import { StateStore } from './state-store.js';
+import { testStoreLocation } from '../../test/helpers/postgres.js';
 
 const ID_PATTERN = new RegExp((SandboxIdParams.properties.id as { pattern?: string }).pattern!);
 
@@ -43,7 +44,7 @@ describe('ControlPlane.limitsFor', () => {
   // limitsFor uses no image: the image store is left out on purpose.
   let cp: ControlPlane;
   before(async () => {
-    cp = new ControlPlane(await StateStore.open(':memory:'), undefined as unknown as ImageStore, pino({ level: 'silent' }));
+    cp = new ControlPlane(await StateStore.open(await testStoreLocation(':memory:')), undefined as unknown as ImageStore, pino({ level: 'silent' }));
   });
 
   test('defaults fill every limit not given', () => {

@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { EndedSandboxes } from './ended-sandboxes.js';
 import { StateStore } from './state-store.js';
+import { testStoreLocation } from '../../test/helpers/postgres.js';
 import { TrajectoryLog } from './trajectory-log.js';
 
 const HOUR = 3600_000;
@@ -27,7 +28,7 @@ function sandbox(id: string): SandboxInfo {
 
 /** A store holding one sandbox with a two-step trajectory. */
 async function storeWithLog(id: string): Promise<{ store: StateStore; log: TrajectoryLog }> {
-  const store = await StateStore.open(':memory:');
+  const store = await StateStore.open(await testStoreLocation(':memory:'));
   await store.insertSandbox(sandbox(id));
   const log = new TrajectoryLog(store);
   await log.append(id, { kind: 'exec', request: { cmd: 'true' }, exitCode: 0 });

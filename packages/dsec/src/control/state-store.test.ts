@@ -6,6 +6,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { StateStore } from './state-store.js';
+import Database from 'better-sqlite3';
+import { TEST_STORE_POSTGRES, testStoreLocation } from '../../test/helpers/postgres.js';
+import { MIGRATIONS } from './store/migrations.js';
 
 /**
  * A sandbox record. Built loosely (cast) so the test does not break each time SandboxInfo gains a
@@ -43,7 +46,7 @@ describe('StateStore sandboxes', () => {
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'dsec-unit-state-'));
-    store = await StateStore.open(join(dir, 'state.db'));
+    store = await StateStore.open(await testStoreLocation(join(dir, 'state.db')));
     await store.insertSandbox(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' }));
     await store.insertSandbox(info('sb-local-bbbbbb', { team: 'b', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:02.000Z' }));
     await store.insertSandbox(info('sb-other-cccccc', { team: 'a' }, { edge: 'other', status: 'failed', reason: 'boom', createdAt: '2025-01-01T00:00:03.000Z' }));
@@ -132,13 +135,45 @@ describe('StateStore sandboxes', () => {
 
   test('state survives closing and reopening the database', async () => {
     const file = join(dir, 'reopen.db');
-    const a = await StateStore.open(file);
+    const a = await StateStore.open(await testStoreLocation(file));
     await a.insertSandbox(info('sb-local-ffffff', { k: 'v' }));
     await a.close();
-    const b = await StateStore.open(file);
+    const b = await StateStore.open(await testStoreLocation(file));
     try {
       assert.deepEqual((await b.getSandbox('sb-local-ffffff'))?.labels, { k: 'v' });
     } finally {
+      await b.close();
+    }
+  });
+
+  test('a state file from before the migration list is brought up to date when opened', { skip: TEST_STORE_POSTGRES ? 'a SQLite file format' : undefined }, async () => {
+    const file = join(dir, 'legacy.db');
+    // The first release's tables, as an old dsec made them (no schema_migrations, fewer columns).
+    const old = new Database(file);
+    old.exec(`CREATE TABLE sandboxes (id TEXT PRIMARY KEY, edge TEXT NOT NULL, status TEXT NOT NULL, image TEXT NOT NULL, image_id TEXT NOT NULL,
+      resources TEXT NOT NULL, labels TEXT NOT NULL, created_at TEXT NOT NULL, reason TEXT);
+      INSERT INTO sandboxes VALUES ('sb-local-oldold', 'local', 'running', 'busybox', 'sha256:0', '{"cpu":1,"memoryMiB":64,"pids":64}', '{"k":"v"}', '2025-01-01T00:00:00.000Z', NULL);`);
+    old.close();
+    const store = await StateStore.open(file);
+    try {
+      const s = await store.getSandbox('sb-local-oldold');
+      assert.deepEqual(s?.labels, { k: 'v' });
+      assert.equal(s?.backend, 'container');
+      assert.deepEqual(s?.layers, []);
+      assert.deepEqual((await store.db.all<{ id: number }>('SELECT id FROM schema_migrations')).map((r) => r.id), [1]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test('opening a store again applies no migration twice', async () => {
+    const file = join(dir, 'twice.db');
+    const a = await StateStore.open(await testStoreLocation(file));
+    const b = await StateStore.open(await testStoreLocation(file));
+    try {
+      assert.equal((await b.db.all('SELECT id FROM schema_migrations')).length, MIGRATIONS.length);
+    } finally {
+      await a.close();
       await b.close();
     }
   });

@@ -2,6 +2,7 @@ import type { BatchEvent, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import type { EdgeInfo } from '../edge/edge-api.js';
 import { migrate } from './store/migrations.js';
 import type { Sql, SqlDb, SqlValue } from './store/sql.js';
+import { PostgresDb } from './store/postgres-db.js';
 import { SqliteDb } from './store/sqlite-db.js';
 
 /** An edge as the store keeps it between control-plane restarts. */
@@ -24,9 +25,12 @@ export interface StoredEdge {
 export class StateStore {
   private constructor(readonly db: SqlDb) {}
 
-  /** Opens (and migrates) the store at a file path (SQLite). */
-  static async open(location: string): Promise<StateStore> {
-    const db = new SqliteDb(location);
+  /**
+   * Opens (and migrates) the store at `location`: a `postgres://` or `postgresql://` URL
+   * (PostgreSQL, which several control-plane replicas may share), else a file path (SQLite).
+   */
+  static async open(location: string, opts: { onError?: (err: Error) => void } = {}): Promise<StateStore> {
+    const db: SqlDb = isPostgresUrl(location) ? new PostgresDb(location, opts) : new SqliteDb(location);
     try {
       await migrate(db);
       // Rows an older dsec appended after their sandbox was deleted (the table has no foreign key);
@@ -286,6 +290,11 @@ export class StateStore {
     const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
     return (await this.db.all<SandboxRow>(sql, params)).map(fromRow);
   }
+}
+
+/** Whether a --store value names a PostgreSQL database rather than a SQLite file. */
+export function isPostgresUrl(location: string): boolean {
+  return /^postgres(ql)?:\/\//.test(location);
 }
 
 async function insertSandboxRow(db: Sql, s: SandboxInfo, batch?: { id: string; index: number }): Promise<void> {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { StateStore } from './state-store.js';
+import { TEST_STORE_POSTGRES, testStoreLocation } from '../../test/helpers/postgres.js';
 import { MAX_ENTRIES, TrajectoryLog } from './trajectory-log.js';
 
 function info(id: string): SandboxInfo {
@@ -23,7 +24,7 @@ describe('TrajectoryLog', () => {
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   test('a step that ends after its sandbox was deleted leaves no orphan row', async () => {
-    const store = await StateStore.open(join(dir, 'orphan.db'));
+    const store = await StateStore.open(await testStoreLocation(join(dir, 'orphan.db')));
     const log = new TrajectoryLog(store);
     await store.insertSandbox(info('sb-a'));
     await log.append('sb-a', { kind: 'exec', request: { cmd: ['true'] } });
@@ -37,10 +38,10 @@ describe('TrajectoryLog', () => {
 
   test('orphan rows an older dsec left are removed when the store opens', async () => {
     const file = join(dir, 'old.db');
-    const first = await StateStore.open(file);
+    const first = await StateStore.open(await testStoreLocation(file));
     await first.db.run("INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-gone', 1, '2025-01-01T00:00:00Z', 'exec', '{}', 1)");
     await first.close();
-    const second = await StateStore.open(file);
+    const second = await StateStore.open(await testStoreLocation(file));
     const rows = (await second.db.get<{ n: number }>('SELECT count(*) AS n FROM trajectory'))!;
     assert.equal(rows.n, 0);
     await second.close();
@@ -48,7 +49,7 @@ describe('TrajectoryLog', () => {
 
   test('the dropped count survives a restart of the control plane', async () => {
     const file = join(dir, 'dropped.db');
-    const store = await StateStore.open(file);
+    const store = await StateStore.open(await testStoreLocation(file));
     await store.insertSandbox(info('sb-full'));
     await store.db.transaction(async (tx) => {
       for (let seq = 1; seq <= MAX_ENTRIES; seq++) {
@@ -60,8 +61,31 @@ describe('TrajectoryLog', () => {
     await log.append('sb-full', { kind: 'exec', request: {} });
     assert.equal((await log.list('sb-full', 0, 1)).dropped, 2);
     await store.close();
-    const reopened = await StateStore.open(file);
+    const reopened = await StateStore.open(await testStoreLocation(file));
     assert.equal((await new TrajectoryLog(reopened).list('sb-full', 0, 1)).dropped, 2);
     await reopened.close();
+  });
+
+  // Replicas share PostgreSQL; a SQLite file has one control plane (better-sqlite3 waits for a
+  // lock synchronously, so two connections in one process would block each other's event loop).
+  const replicasSkip = TEST_STORE_POSTGRES ? undefined : 'replicas run on PostgreSQL (DSEC_TEST_STORE=postgres runs this)';
+  test('two stores on one database (two replicas) appending to one sandbox at once get seq 1..n, no gap, no repeat', { skip: replicasSkip }, async () => {
+    const file = join(dir, 'replicas.db');
+    const a = await StateStore.open(await testStoreLocation(file));
+    const b = await StateStore.open(await testStoreLocation(file));
+    try {
+      await a.insertSandbox(info('sb-busy'));
+      const logs = [new TrajectoryLog(a), new TrajectoryLog(b)];
+      await Promise.all(Array.from({ length: 40 }, (_, i) => logs[i % 2]!.append('sb-busy', { kind: 'exec', request: { i } })));
+      const { entries } = await logs[0]!.list('sb-busy');
+      assert.deepEqual(
+        entries.map((e) => e.seq),
+        Array.from({ length: 40 }, (_, i) => i + 1),
+      );
+      assert.equal(new Set(entries.map((e) => e.request['i'])).size, 40, 'every append is there once');
+    } finally {
+      await a.close();
+      await b.close();
+    }
   });
 });

@@ -113,7 +113,7 @@ async function startDsecProcess(
   const images = new ImageStore(opts.dataDir, layers);
   let store: StateStore;
   try {
-    store = await StateStore.open(join(opts.dataDir, 'state.db'));
+    store = await StateStore.open(opts.store || join(opts.dataDir, 'state.db'), { onError: (err) => log.error({ err }, 'state store connection failed') });
   } catch (err) {
     releaseLock();
     throw err;

@@ -15,6 +15,7 @@ import { umount } from '../../src/host/syscalls.js';
 import { which } from '../../src/host/doctor.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { startAllInOne, type RunningDsec } from '../../src/runtime/all-in-one.js';
+import { TEST_STORE_POSTGRES, testStoreLocation } from './postgres.js';
 
 export const DATA_DIR_PREFIX = '/var/tmp/dsec-test-';
 
@@ -59,8 +60,10 @@ export function newEdgeId(): string {
 /** Starts dsec on `dataDir` (which may hold state from an earlier start) and builds busybox. */
 export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number }): Promise<RunningDsec> {
   // compileOptions fills every other option with its default; {} as env keeps DSEC_* out.
+  // With DSEC_TEST_STORE=postgres the state goes to a database named after the data dir.
+  const store = TEST_STORE_POSTGRES ? await testStoreLocation(join(dataDir, 'state.db')) : undefined;
   const options = compileOptions(
-    { dataDir, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB, logLevel: 'silent' },
+    { dataDir, store, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB, logLevel: 'silent' },
     {},
   );
   const dsec = await startAllInOne(options);

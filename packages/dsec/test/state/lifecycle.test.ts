@@ -11,6 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { collectGarbage } from '../../src/control/image-gc.js';
 import { StateStore } from '../../src/control/state-store.js';
+import { testStoreLocation } from '../helpers/postgres.js';
 import { buildTestImage } from '../helpers/images.js';
 import {
   assertCleanAndRemove,
@@ -137,7 +138,7 @@ describe('image GC', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
 
   before(async () => {
     server = await startTestServer();
-    store = await StateStore.open(join(server.dataDir, 'state.db'));
+    store = await StateStore.open(await testStoreLocation(join(server.dataDir, 'state.db')));
   });
   after(async () => {
     await store?.close();

@@ -17,6 +17,7 @@ export function registerServerCommands(program: Command): void {
     .description('run the control plane and a local edge in one process (embedded defaults)')
     .option('--listen <host:port>', `address of the HTTP API (env DSEC_LISTEN, default ${dflt('listen')})`)
     .option('--data-dir <dir>', `state directory (env DSEC_DATA_DIR, default ${dflt('dataDir')})`)
+    .option('--store <url>', 'postgres://… to keep state in PostgreSQL; default SQLite in the data dir (env DSEC_STORE)')
     .option('--edge-id <id>', `this node's edge id, part of every sandbox id (env DSEC_EDGE_ID, default ${dflt('edgeId')})`)
     .option('--max-sandboxes <n>', `admission limit of the local edge (env DSEC_MAX_SANDBOXES, default ${dflt('maxSandboxes')})`)
     .option('--layer-cache-mib <n>', `budget of the node layer cache in MiB (env DSEC_LAYER_CACHE_MIB, default ${dflt('layerCacheMiB')})`)
@@ -36,6 +37,7 @@ export function registerServerCommands(program: Command): void {
       async (flags: {
         listen?: string;
         dataDir?: string;
+        store?: string;
         edgeId?: string;
         maxSandboxes?: string;
         layerCacheMib?: string;

@@ -1,0 +1,113 @@
+import pg from 'pg';
+import type { Sql, SqlDb, SqlValue } from './sql.js';
+
+/** PostgreSQL's oid for int8 (count(*), BIGINT columns): read as a number, as SQLite gives it. */
+const INT8_OID = 20;
+
+/**
+ * PostgreSQL through `pg` (node-postgres: the most used client, pure JavaScript, a connection
+ * pool, per-connection prepared statements and type parsers), behind the async SqlDb interface.
+ * Statements arrive with `?` placeholders and are sent with PostgreSQL's `$1`, `$2`, ...
+ */
+export class PostgresDb implements SqlDb {
+  readonly dialect = 'postgres' as const;
+  readonly #pool: pg.Pool;
+  /** Each statement's PostgreSQL text and prepared-statement name, made once. */
+  readonly #statements = new Map<string, { name: string; text: string }>();
+
+  constructor(url: string, opts: { maxConnections?: number; onError?: (err: Error) => void } = {}) {
+    this.#pool = new pg.Pool({
+      connectionString: url,
+      max: opts.maxConnections ?? 10,
+      types: {
+        getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+          oid === INT8_OID ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+      },
+    });
+    // An idle connection that breaks (the server restarted) is dropped by the pool; the next query opens another.
+    this.#pool.on('error', (err) => opts.onError?.(err));
+  }
+
+  all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {
+    return this.#all<T>(this.#pool, sql, params);
+  }
+
+  async get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | undefined> {
+    return (await this.#all<T>(this.#pool, sql, params))[0];
+  }
+
+  run(sql: string, params?: readonly SqlValue[]): Promise<{ changes: number }> {
+    return this.#run(this.#pool, sql, params);
+  }
+
+  async exec(script: string): Promise<void> {
+    await this.#pool.query(script);
+  }
+
+  async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    const client = await this.#pool.connect();
+    const tx: Sql = {
+      dialect: this.dialect,
+      all: <T>(sql: string, params?: readonly SqlValue[]) => this.#all<T>(client, sql, params),
+      get: async <T>(sql: string, params?: readonly SqlValue[]) => (await this.#all<T>(client, sql, params))[0],
+      run: (sql, params) => this.#run(client, sql, params),
+      exec: async (script) => void (await client.query(script)),
+    };
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const result = await fn(tx);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch((e: unknown) => (broken = e as Error));
+      throw err;
+    } finally {
+      // A connection that could not roll back is closed rather than handed to the next caller.
+      client.release(broken);
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.end();
+  }
+
+  async #all<T>(on: pg.Pool | pg.PoolClient, sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
+    return (await on.query(this.#statement(sql, params))).rows as T[];
+  }
+
+  async #run(on: pg.Pool | pg.PoolClient, sql: string, params: readonly SqlValue[] = []): Promise<{ changes: number }> {
+    return { changes: (await on.query(this.#statement(sql, params))).rowCount ?? 0 };
+  }
+
+  #statement(sql: string, params: readonly SqlValue[]): pg.QueryConfig {
+    let s = this.#statements.get(sql);
+    if (!s) this.#statements.set(sql, (s = { name: `dsec-${this.#statements.size}`, text: numberPlaceholders(sql) }));
+    return { name: s.name, text: s.text, values: params.map((p) => (typeof p === 'boolean' ? (p ? 1 : 0) : typeof p === 'bigint' ? p.toString() : p)) };
+  }
+}
+
+/** `?` → `$1`, `$2`, ... outside quoted strings, quoted identifiers and comments. */
+export function numberPlaceholders(sql: string): string {
+  let out = '';
+  let n = 0;
+  for (let i = 0; i < sql.length; i++) {
+    const c = sql[i]!;
+    if (c === "'" || c === '"') {
+      const end = sql.indexOf(c, i + 1);
+      const stop = end === -1 ? sql.length : end + 1;
+      out += sql.slice(i, stop);
+      i = stop - 1;
+    } else if (c === '-' && sql[i + 1] === '-') {
+      const end = sql.indexOf('\n', i);
+      const stop = end === -1 ? sql.length : end;
+      out += sql.slice(i, stop);
+      i = stop - 1;
+    } else if (c === '?') {
+      out += `$${++n}`;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
