@@ -160,7 +160,7 @@ describe('StateStore sandboxes', () => {
       assert.deepEqual(s?.labels, { k: 'v' });
       assert.equal(s?.backend, 'container');
       assert.deepEqual(s?.layers, []);
-      assert.deepEqual((await store.db.all<{ id: number }>('SELECT id FROM schema_migrations')).map((r) => r.id), [1]);
+      assert.deepEqual((await store.db.all<{ id: number }>('SELECT id FROM schema_migrations ORDER BY id')).map((r) => r.id), MIGRATIONS.map((m) => m.id));
     } finally {
       await store.close();
     }
