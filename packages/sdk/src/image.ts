@@ -1,4 +1,4 @@
-import { BuildImageRequest, type GcResult, type ImageInfo, type ImageList } from './schema/index.js';
+import { BuildImageRequest, type GcResult, type ImageInfo, type ImageList, PullImageRequest, type PullImageResult, PushImageRequest, type PushImageResult } from './schema/index.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { checkBody, checkPath } from './validate.js';
 
@@ -56,6 +56,33 @@ export class Image {
     const conn = new Connection({ url, apiKey, requestTimeoutMs });
     const info = await conn.json<ImageInfo>('POST', '/v1/images', { json: body, signal, timeoutMs: timeoutMs ?? 900_000 });
     return new Image(conn, info.id, info);
+  }
+
+  /**
+   * Pushes an image to an OCI registry (`HOST[:PORT]/REPOSITORY[:TAG]`) with the control plane's
+   * registry account; AuthError (REGISTRY_AUTH_FAILED) when the registry refuses it.
+   * @param opts.timeoutMs @default 900000 (15 min)
+   * @example const { digest } = await Image.push('busybox', 'registry.example:5000/team/busybox:v1');
+   */
+  static async push(image: string, ref: string, opts: Opts = {}): Promise<PushImageResult> {
+    const { signal, timeoutMs, ...connOpts } = opts;
+    const body = { image, ref };
+    checkBody(PushImageRequest, body, 'Image.push');
+    return new Connection(connOpts).json<PushImageResult>('POST', '/v1/images/push', { json: body, signal, timeoutMs: timeoutMs ?? 900_000 });
+  }
+
+  /**
+   * Pulls a dsec image from an OCI registry (by tag, or `REPOSITORY@sha256:…`) into the server's
+   * image store; the result has the image, named `opts.name` or the repository's last part and tag.
+   * @param opts.timeoutMs @default 900000 (15 min)
+   */
+  static async pull(ref: string, opts: Opts & { name?: string } = {}): Promise<PullImageResult & { handle: Image }> {
+    const { signal, timeoutMs, name, ...connOpts } = opts;
+    const body = { ref, ...(name !== undefined ? { name } : {}) };
+    checkBody(PullImageRequest, body, 'Image.pull');
+    const conn = new Connection(connOpts);
+    const r = await conn.json<PullImageResult>('POST', '/v1/images/pull', { json: body, signal, timeoutMs: timeoutMs ?? 900_000 });
+    return { ...r, handle: new Image(conn, r.image.id, r.image) };
   }
 
   /** Untags a name, or deletes an image by id with its names; layers are freed by gc(). */

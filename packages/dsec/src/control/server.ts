@@ -13,6 +13,7 @@ import type { ControlPlane } from './control-plane.js';
 import { e2bRewriteUrl, e2bRoutes } from './e2b/index.js';
 import { JSON_BODY_LIMIT, errorHandler } from './http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
+import { imageRegistryRoutes } from './routes/image-registry.js';
 import { execRoutes } from './routes/exec.js';
 import { fileRoutes } from './routes/files.js';
 import { fnRoutes } from './routes/fn.js';
@@ -92,6 +93,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(ptyRoutes(deps));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers }));
+  await app.register(imageRegistryRoutes({ images: deps.images }));
   await app.register(e2bRoutes(deps));
   await app.register(clusterRoutes(deps));
   await app.register(batchRoutes({ batches: deps.control.batches }));

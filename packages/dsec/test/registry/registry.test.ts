@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { Sandbox } from '@dsec/sdk';
+import { AuthError, Image, Sandbox } from '@dsec/sdk';
 import { ImageStore } from '../../src/image/image-store.js';
 import { LayerStore } from '../../src/image/layer-store.js';
 import { pullImage } from '../../src/image/registry/image-pull.js';
@@ -306,6 +306,48 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       }
     },
   );
+
+  test("the API's push and pull (SDK Image.push/pull) with the control plane's registry account; its refusals as 4xx codes", async () => {
+    const saved = { user: process.env['DSEC_REGISTRY_USER'], password: process.env['DSEC_REGISTRY_PASSWORD'] };
+    process.env['DSEC_REGISTRY_USER'] = registry.credentials!.username;
+    process.env['DSEC_REGISTRY_PASSWORD'] = registry.credentials!.password;
+    try {
+      const ref = `${registry.host}/team/api:v1`;
+      const pushed = await Image.push('busybox', ref, server.conn);
+      assert.equal(pushed.ref, ref);
+      assert.match(pushed.digest, /^sha256:[0-9a-f]{64}$/);
+      const pulled = await Image.pull(`${registry.host}/team/api@${pushed.digest}`, { ...server.conn, name: 'apipulled:v1' });
+      assert.equal(pulled.image.id, server.dsec.images.resolve('busybox'));
+      assert.equal(pulled.digest, pushed.digest);
+      assert.equal(pulled.fetchedLayers, 0, 'every layer was here already');
+      assert.ok(pulled.image.names.includes('apipulled:v1'));
+
+      const api = (path: string, body: unknown) =>
+        fetch(`${server.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${server.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const missing = await api('/v1/images/pull', { ref: `${registry.host}/team/api:nope` });
+      assert.equal(missing.status, 404);
+      assert.equal(((await missing.json()) as { error: { code: string } }).error.code, 'IMAGE_NOT_FOUND');
+      const badRef = await api('/v1/images/pull', { ref: 'no-host-here' });
+      assert.equal(badRef.status, 400);
+      assert.match(((await badRef.json()) as { error: { message: string } }).error.message, /no registry host/);
+      const noImage = await api('/v1/images/push', { image: 'nosuchimage', ref });
+      assert.equal(noImage.status, 404);
+
+      process.env['DSEC_REGISTRY_PASSWORD'] = 'wrong';
+      const refused = await api('/v1/images/pull', { ref });
+      assert.equal(refused.status, 403);
+      const body = (await refused.json()) as { error: { code: string; message: string; details: { registryStatus: number } } };
+      assert.equal(body.error.code, 'REGISTRY_AUTH_FAILED');
+      assert.match(body.error.message, /rejected the credentials of user "trainer" \(HTTP 401/);
+      assert.equal(body.error.details.registryStatus, 401);
+      await assert.rejects(Image.push('busybox', ref, server.conn), (err: unknown) => err instanceof AuthError && err.code === 'REGISTRY_AUTH_FAILED');
+    } finally {
+      for (const [k, v] of [['DSEC_REGISTRY_USER', saved.user], ['DSEC_REGISTRY_PASSWORD', saved.password]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  });
 
   test('a manifest that is not a dsec image is refused with what it is', async () => {
     const client = new RegistryClient(parseRegistryRef(`${registry.host}/team/container:v1`), { credentials: registry.credentials });

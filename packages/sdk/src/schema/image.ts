@@ -95,3 +95,45 @@ export const GcResult = Type.Object({
   removedTemp: Type.Array(Type.String()),
 });
 export type GcResult = Static<typeof GcResult>;
+
+const REGISTRY_REF = Type.String({
+  minLength: 3,
+  maxLength: 512,
+  description: '[https://]HOST[:PORT]/REPOSITORY[:TAG][@sha256:DIGEST]; loopback hosts speak plain HTTP unless https:// is written.',
+});
+
+export const PushImageRequest = Type.Object(
+  {
+    image: Type.String({ minLength: 1, maxLength: 200, description: 'The image to push: a name or id.' }),
+    ref: REGISTRY_REF,
+  },
+  { additionalProperties: false },
+);
+export type PushImageRequest = Static<typeof PushImageRequest>;
+
+export const PushImageResult = Type.Object({
+  ref: Type.String({ description: 'HOST/REPOSITORY:TAG pushed to.' }),
+  digest: Type.String({ description: "The manifest's digest: pull REPOSITORY@digest for exactly this image." }),
+  layers: Type.Integer(),
+  uploadedLayers: Type.Integer({ description: 'Layers the repository lacked (the others it had).' }),
+  bytes: Type.Integer({ description: 'Layer bytes uploaded.' }),
+});
+export type PushImageResult = Static<typeof PushImageResult>;
+
+export const PullImageRequest = Type.Object(
+  {
+    ref: REGISTRY_REF,
+    name: Type.Optional(Type.String({ pattern: IMAGE_NAME_PATTERN, description: "Tag the image with this name; default: the repository's last part and the tag." })),
+  },
+  { additionalProperties: false },
+);
+export type PullImageRequest = Static<typeof PullImageRequest>;
+
+export const PullImageResult = Type.Object({
+  image: ImageInfo,
+  digest: Type.String({ description: 'The manifest digest the image was pulled by.' }),
+  fetchedLayers: Type.Integer({ description: 'Layers fetched (the others were here already).' }),
+  bytes: Type.Integer({ description: 'Layer bytes fetched.' }),
+  resumes: Type.Integer({ description: 'Times a layer download broke off and resumed with a Range request.' }),
+});
+export type PullImageResult = Static<typeof PullImageResult>;
