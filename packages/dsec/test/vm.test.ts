@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { which } from '../src/host/doctor.js';
 import { findLeaks } from '../src/host/leak-check.js';
+import { BackendDispatch } from '../src/edge/backends/dispatch.js';
 import { guestAssets } from '../src/edge/backends/vm/guest-assets.js';
 import { VM_MEMORY_OVERHEAD_MIB } from '../src/edge/backends/vm/vm-cgroup.js';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
@@ -251,6 +252,43 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal(statSync(vmDir).mode & 0o777, 0o700);
     assert.equal(statSync(vmDir).uid, 0);
     assert.ok(statSync(join(vmDir, 'agent.sock')).isSocket());
+  });
+
+  test('fork: the VM state is saved (migration to a file) and restored twice; files, tmpfs and a running process go on in each fork', async () => {
+    await sb.files.write('/work/on-disk', 'disk state');
+    const bg = await sb.commands.start(['sh', '-c', 'echo ram-only > /dev/shm/in-memory; echo $$ > /dev/shm/bg.pid; n=0; while :; do n=$((n+1)); echo $n > /dev/shm/count; sleep 0.2; done']);
+    assert.equal((await sb.commands.run('for i in $(seq 100); do [ -s /dev/shm/count ] && break; sleep 0.1; done; cat /dev/shm/count')).exitCode, 0);
+    const { sandboxes, result } = await sb.fork(2);
+    assert.deepEqual(result.failures, []);
+    assert.equal(sandboxes.length, 2);
+    assert.equal(result.snapshot.imageId, sb.info.imageId, "a VM fork's snapshot names the parent's image (the state is no image)");
+    const probe = 'cat /work/on-disk; echo; cat /dev/shm/in-memory; kill -0 $(cat /dev/shm/bg.pid) && echo alive; a=$(cat /dev/shm/count); sleep 1; b=$(cat /dev/shm/count); [ "$b" -gt "$a" ] && echo counting';
+    for (const child of sandboxes) {
+      assert.equal(child.info.backend, 'microvm');
+      assert.equal(child.info.labels['dsec.fork-of'], sb.id);
+      const r = await child.commands.run(probe, { timeoutMs: 60_000 });
+      assert.equal(r.stdout, 'disk state\nram-only\nalive\ncounting\n', `fork ${child.id}: ${r.stdout} ${r.stderr}`);
+    }
+    // Each fork has its own disk and memory: a change in one is seen by no other.
+    await sandboxes[0]!.files.write('/work/child-only', 'x');
+    await sandboxes[0]!.commands.run('echo changed > /dev/shm/in-memory');
+    assert.equal(await sandboxes[1]!.files.exists('/work/child-only'), false);
+    assert.equal((await sandboxes[1]!.commands.run('cat /dev/shm/in-memory')).stdout, 'ram-only\n');
+    assert.equal(await sb.files.exists('/work/child-only'), false);
+    // The parent ran on after the snapshot, its own process included.
+    const parent = await sb.commands.run(probe, { timeoutMs: 60_000 });
+    assert.equal(parent.stdout, 'disk state\nram-only\nalive\ncounting\n', parent.stderr);
+    await bg.signal('SIGKILL');
+    for (const child of sandboxes) await child.kill();
+    assert.deepEqual(await findLeaks(server.dataDir, { onlyIds: sandboxes.map((c) => c.id) }), []);
+  });
+
+  test('a restore from a VM with no snapshot, or into a container, is a 400 and makes nothing', async () => {
+    const edge = new BackendDispatch(server.dsec.edge, server.dsec.vms); // the node's EdgeApi, as the control plane calls it
+    const base = { layers: sb.info.layers, config: { env: [], cwd: '/', user: '', labels: {}, entrypoint: [], cmd: [] }, env: {}, limits: { cpu: 1, memoryMiB: 256, pids: 64 } };
+    await assert.rejects(edge.createSandbox({ ...base, id: `${sb.id}x1`, backend: 'microvm', restoreFrom: 'nosuchvm' }), /no VM snapshot of sandbox nosuchvm/);
+    await assert.rejects(edge.createSandbox({ ...base, id: `${sb.id}x2`, backend: 'container', restoreFrom: sb.id }), /restoreFrom restores a VM snapshot/);
+    assert.equal((await server.dsec.vms!.listSandboxes()).length, 1);
   });
 
   test('kill: no QEMU, disk, socket or directory is left', async () => {

@@ -295,6 +295,13 @@ export class ControlPlane {
     if (s.status !== 'running' && s.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
     }
+    if (s.backend !== undefined && s.backend !== 'container') {
+      throw new ApiError(
+        'BACKEND_UNSUPPORTED',
+        `a ${s.backend}'s snapshot is its memory and disk, kept on its edge, not an image: fork it (POST /v1/sandboxes/${id}/fork) to start VMs from it`,
+        { backend: s.backend },
+      );
+    }
     const snap = await this.#edge(s.edge).snapshotSandbox(id, req.scrub ? { scrub: req.scrub } : {});
     const layers = (snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers) as LayerDigest[];
     // A snapshot is not a builder's output: it must not carry the builder's cache key.
@@ -310,6 +317,8 @@ export class ControlPlane {
 
   /** One snapshot, then `count` sandboxes from it, created concurrently. */
   async fork(id: string, req: ForkRequest): Promise<ForkResult> {
+    const parent = this.get(id);
+    if (parent.backend !== undefined && parent.backend !== 'container') return this.#forkVm(parent, req);
     const snapshot = await this.snapshot(id);
     const spec = await this.store.getSpec<CreateSandboxRequest>(id) ?? { image: snapshot.imageId };
     // Forks start with the policy in force now, not the one the parent was created with: a
@@ -329,6 +338,39 @@ export class ControlPlane {
       if (r.status === 'fulfilled') sandboxes.push(r.value);
       else failures.push({ code: r.reason instanceof ApiError ? r.reason.code : 'INTERNAL', message: (r.reason as Error).message });
     }
+    return { snapshot, sandboxes, failures };
+  }
+
+  /**
+   * A live fork of a VM: its edge saves the VM's memory, devices and disk (the VM runs on), then
+   * `count` VMs are restored from that state on the same edge (where it lives), each with its own
+   * copy of the disk: processes, their memory and the guest's files continue in every fork.
+   * `snapshot.imageId` is the parent's image (the state itself is not an image).
+   */
+  async #forkVm(parent: SandboxInfo, req: ForkRequest): Promise<ForkResult> {
+    const id = parent.id;
+    if (parent.status !== 'running' && parent.status !== 'paused') {
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${parent.status}: only running or paused VMs can be forked`, { id });
+    }
+    const snap = await this.#edge(parent.edge).snapshotSandbox(id);
+    const spec = (await this.store.getSpec<CreateSandboxRequest>(id)) ?? { image: parent.imageId, backend: parent.backend };
+    const network = await this.#currentPolicy(id);
+    const results = await Promise.allSettled(
+      Array.from({ length: req.count }, () =>
+        this.create(
+          { ...spec, image: parent.imageId, labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) }, ...(network ? { network } : {}) },
+          { 'dsec.fork-of': id },
+          { restore: { edge: parent.edge, from: id } },
+        ),
+      ),
+    );
+    const sandboxes: SandboxInfo[] = [];
+    const failures: ForkResult['failures'] = [];
+    for (const r of results) {
+      if (r.status === 'fulfilled') sandboxes.push(r.value);
+      else failures.push({ code: r.reason instanceof ApiError ? r.reason.code : 'INTERNAL', message: (r.reason as Error).message });
+    }
+    const snapshot = { imageId: parent.imageId, layers: snap.baseLayers, layerAdded: false, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats, kept: true };
     return { snapshot, sandboxes, failures };
   }
 

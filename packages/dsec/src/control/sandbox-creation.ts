@@ -101,12 +101,14 @@ export class SandboxCreation {
 
   /**
    * Creates a sandbox. `opts.batch`: it is item `index` of a batch (recorded with the row);
-   * `opts.onPlaced` hears the edge chosen before the edge answers.
+   * `opts.onPlaced` hears the edge chosen before the edge answers. `opts.restore`: a VM restored
+   * from the latest snapshot of VM `from`, on that VM's edge `edge` (where the snapshot lives),
+   * never placed elsewhere.
    */
   async create(
     req: CreateSandboxRequest,
     extraLabels: Record<string, string> = {},
-    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void } = {},
+    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void; restore?: { edge: string; from: string } } = {},
   ): Promise<SandboxInfo> {
     const started = performance.now();
     try {
@@ -134,7 +136,7 @@ export class SandboxCreation {
     for (let refreshed = false; ; ) {
       let edgeId: string;
       try {
-        edgeId = this.place(req, limits, layers, exclude);
+        edgeId = opts.restore?.edge ?? this.place(req, limits, layers, exclude);
       } catch (err) {
         // An in-process edge's facts are a tick old: ask it now before refusing.
         if (refreshed || !(err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED')) throw err;
@@ -155,12 +157,16 @@ export class SandboxCreation {
       }
       opts.onPlaced?.(edgeId, info.id);
       try {
-        await this.#edge(edgeId).createSandbox({ id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend, ...(network ? { network } : {}) });
+        await this.#edge(edgeId).createSandbox({
+          id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend,
+          ...(network ? { network } : {}),
+          ...(opts.restore ? { restoreFrom: opts.restore.from } : {}),
+        });
       } catch (err) {
         this.inflight.delete(info.id);
         this.deps.edges.release(edgeId, limits, true);
         const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
-        if (retry) {
+        if (retry && !opts.restore) {
           await this.deps.store.deleteSandbox(info.id); // never accepted by that edge
           exclude.add(edgeId);
           this.deps.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');

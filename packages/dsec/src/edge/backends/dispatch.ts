@@ -57,7 +57,10 @@ export class BackendDispatch implements EdgeApi {
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     const kind = req.backend ?? 'container';
-    if (kind === 'container') return this.containers.createSandbox(req);
+    if (kind === 'container') {
+      if (req.restoreFrom !== undefined) throw new ApiError('INVALID_REQUEST', 'restoreFrom restores a VM snapshot; a container starts from a snapshot image instead', { field: 'restoreFrom' });
+      return this.containers.createSandbox(req);
+    }
     if (!this.vms) throw new ApiError('BACKEND_UNSUPPORTED', `this edge runs no ${kind} sandboxes (no VM guest was built)`, { backend: kind });
     const info = await this.info();
     if (info.sandboxes >= info.maxSandboxes) {

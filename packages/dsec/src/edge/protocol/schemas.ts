@@ -52,6 +52,8 @@ export const EdgeCreateRequest = Type.Object(
     backend: Type.Optional(SandboxBackend),
     /** Egress policy applied right after start; none (loopback only) when absent. */
     network: Type.Optional(EdgeNetworkRequest),
+    /** VMs only: start from the latest snapshot of this VM on the same edge (memory, devices, disk) instead of booting. */
+    restoreFrom: Type.Optional(SandboxId),
   },
   { additionalProperties: false },
 );

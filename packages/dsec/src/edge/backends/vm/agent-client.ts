@@ -1,3 +1,4 @@
+import { randomInt } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { encodeFrame, FrameDecoder, type AgentFrame, type AgentHeader } from './agent-frames.js';
 
@@ -22,7 +23,12 @@ type Listener = (frame: AgentFrame) => void;
 export class AgentClient {
   readonly #socket: Socket;
   readonly #listeners = new Map<number, Listener>();
-  #nextId = 1;
+  /**
+   * Request ids start at a random point: a guest adopted after an edge restart, or restored from a
+   * snapshot, still runs commands under the ids an earlier client chose, and a new request must
+   * not collide with them (their late events find no listener and are dropped).
+   */
+  #nextId = 1 + randomInt(1 << 30);
   #closed: Error | undefined;
   readonly #onClose = new Set<(err: Error) => void>();
 

@@ -28,6 +28,23 @@ export class VmPaths {
   get qemuLog(): string {
     return join(this.dir, 'qemu.log');
   }
+  /** Where QEMU's migration stream passes (saving this VM's state, or restoring into it). */
+  get migrationSocket(): string {
+    return join(this.dir, 'migrate.sock');
+  }
+  /** The VM's latest snapshot (memory and device state, its disk, its record): the source of forks. */
+  get snapshotDir(): string {
+    return join(this.dir, 'snapshot');
+  }
+  get snapshotMemory(): string {
+    return join(this.snapshotDir, 'state.bin');
+  }
+  get snapshotDisk(): string {
+    return join(this.snapshotDir, 'upper.img');
+  }
+  get snapshotRecord(): string {
+    return join(this.snapshotDir, 'record.json');
+  }
 }
 
 export interface LaunchSpec {
@@ -41,6 +58,8 @@ export interface LaunchSpec {
   memoryMiB: number;
   /** cgroup.procs files QEMU joins before it starts (vm-cgroup.ts). */
   cgroupProcs: string[];
+  /** Restore: QEMU waits for a saved state on this unix socket (vm-state.ts) instead of booting. */
+  incoming?: string;
 }
 
 /**
@@ -107,6 +126,7 @@ export function qemuArgs(s: LaunchSpec): string[] {
     '-device', 'virtserialport,chardev=agent,name=dsec.agent',
     '-qmp', `unix:${s.paths.qmpSocket},server=on,wait=off`,
   );
+  if (s.incoming) args.push('-incoming', `unix:${s.incoming}`);
   return args;
 }
 

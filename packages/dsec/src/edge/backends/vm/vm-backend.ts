@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -34,6 +34,7 @@ import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js'
 import { QmpClient } from './qmp-client.js';
 import { VmProcess, type GuestCommand } from './vm-process.js';
 import { makeVmCgroup, removeVmCgroup, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
+import { loadVmState, saveVmState } from './vm-state.js';
 import { openVmTerminal } from './vm-terminal.js';
 import type { ImageConfig } from '@dsec/sdk/schema';
 
@@ -217,40 +218,47 @@ export class VmBackend implements SandboxBackend {
     if (req.layers.length > 60) throw new ApiError('INVALID_REQUEST', `a VM sandbox takes at most 60 layers (one disk each); this one has ${req.layers.length}`);
     const paths = new VmPaths(join(this.dir, req.id));
     if (this.#live.has(req.id) || existsSync(paths.dir)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
-    const record: VmRecord = {
-      id: req.id,
-      backend: kind,
-      phase: 'creating',
-      layers: req.layers as LayerDigest[],
-      config: req.config,
-      env: req.env,
-      limits: req.limits,
-      createdAt: new Date().toISOString(),
-    };
+    // A restore takes everything the guest was made with from the snapshot: its RAM size and
+    // vCPUs must match the saved state, its disks the saved disk.
+    const source = req.restoreFrom === undefined ? undefined : this.#snapshotOf(req.restoreFrom);
+    const made = source?.record ?? { backend: kind, layers: req.layers as LayerDigest[], config: req.config, env: req.env, limits: req.limits };
+    const record: VmRecord = { id: req.id, phase: 'creating', ...made, createdAt: new Date().toISOString() };
     mkdirSync(paths.dir, { mode: 0o700 });
     saveRecord(paths, record);
     let agent: AgentClient | undefined;
     try {
       const layerFiles: string[] = [];
       for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
-      await makeDisk(paths.disk, req.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
+      if (source) await copySparse(source.paths.snapshotDisk, paths.disk);
+      else await makeDisk(paths.disk, record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
       record.accel = await this.accel();
-      const cgroupProcs = makeVmCgroup(req.id, req.limits);
-      record.pid = launchQemu({
-        machine: kind as VmMachine,
+      const cgroupProcs = makeVmCgroup(req.id, record.limits);
+      const pid = launchQemu({
+        machine: record.backend as VmMachine,
         accel: record.accel.accel,
         guest: this.guest,
         paths,
         layers: layerFiles,
-        vcpus: Math.max(1, Math.ceil(req.limits.cpu)),
-        memoryMiB: req.limits.memoryMiB,
+        vcpus: Math.max(1, Math.ceil(record.limits.cpu)),
+        memoryMiB: record.limits.memoryMiB,
         cgroupProcs,
+        ...(source ? { incoming: paths.migrationSocket } : {}),
       });
+      record.pid = pid;
       saveRecord(paths, record);
-      agent = await this.#boot(record.pid, paths, req.limits.memoryMiB);
-      await prepareVmNetns(record.pid);
-      record.network = await this.opts.links.apply(req.id, record.pid, undefined, policy, vmRuleset);
-      const qmp = await QmpClient.open(paths.qmpSocket);
+      let qmp: QmpClient;
+      if (source) {
+        qmp = await loadVmState(paths.migrationSocket, source.paths.snapshotMemory, () => QmpClient.open(paths.qmpSocket), () => isQemuOf(pid, paths));
+        agent = await this.#reconnect(paths).catch((err: Error) => {
+          qmp.close();
+          throw err;
+        });
+      } else {
+        agent = await this.#boot(pid, paths, record.limits.memoryMiB);
+        qmp = await QmpClient.open(paths.qmpSocket);
+      }
+      await prepareVmNetns(pid);
+      record.network = await this.opts.links.apply(req.id, pid, undefined, policy, vmRuleset);
       record.phase = 'running';
       saveRecord(paths, record);
       this.#adopt(record, paths, agent, qmp);
@@ -263,6 +271,34 @@ export class VmBackend implements SandboxBackend {
       if (err instanceof ToolError) throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
       throw new ApiError('SANDBOX_CREATE_FAILED', `the ${kind} did not start: ${(err as Error).message}`);
     }
+  }
+
+  /** The agent of a restored guest: it runs already (no ready event comes), so it is pinged. */
+  async #reconnect(paths: VmPaths): Promise<AgentClient> {
+    const agent = await AgentClient.open(paths.agentSocket);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        agent.call('ping', {}),
+        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the restored guest's agent did not answer within 60 s")), 60_000))),
+      ]);
+      return agent;
+    } catch (err) {
+      agent.close();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** The latest snapshot of VM `id` on this edge, to restore from. */
+  #snapshotOf(id: string): { paths: VmPaths; record: SnapshotRecord } {
+    const v = this.#live.get(id);
+    const record = v && readJson<SnapshotRecord>(v.paths.snapshotRecord);
+    if (!v || !record) {
+      throw new ApiError('INVALID_REQUEST', `no VM snapshot of sandbox ${id} on this edge (a VM's snapshot lives on its edge until the VM is killed)`, { restoreFrom: id });
+    }
+    return { paths: v.paths, record };
   }
 
   /** Connects to the agent's socket once QEMU has made it and waits for the guest's ready. */
@@ -465,8 +501,40 @@ export class VmBackend implements SandboxBackend {
     unsupported(this.#vm(id).record.backend, 'Sessions');
   }
 
+  /**
+   * A VM's snapshot: with its vCPUs stopped, its disk copied (sparse) and its memory and device
+   * state saved through QEMU's migration stream (vm-state.ts), then the VM runs on. The snapshot
+   * stays on this edge, beside the VM (`snapshot/`), until the VM is killed or snapshotted again;
+   * creates with `restoreFrom` start new VMs from it, each with its own copy of the disk.
+   */
   async snapshotSandbox(id: string): Promise<EdgeSnapshot> {
-    unsupported(this.#vm(id).record.backend, 'Snapshots (and fork)');
+    const v = this.#vm(id);
+    if (v.agent.closed) throw new ApiError('SANDBOX_NOT_RUNNING', `the agent of VM ${id} is gone: ${v.agent.closed.message}`);
+    const wasPaused = v.record.paused === true;
+    const next = `${v.paths.snapshotDir}.new`;
+    rmSync(next, { recursive: true, force: true });
+    mkdirSync(next, { mode: 0o700 });
+    const staged = new VmPaths(v.paths.dir);
+    const t0 = performance.now();
+    try {
+      if (!wasPaused) await v.qmp.execute('stop');
+      try {
+        await copySparse(v.paths.disk, join(next, 'upper.img'));
+        await saveVmState(v.qmp, v.paths.migrationSocket, join(next, 'state.bin'));
+      } finally {
+        if (!wasPaused) await v.qmp.execute('cont');
+      }
+      const { backend, layers, config, env, limits } = v.record;
+      writeFileAtomic(join(next, 'record.json'), JSON.stringify({ backend, layers, config, env, limits } satisfies SnapshotRecord));
+      rmSync(staged.snapshotDir, { recursive: true, force: true }); // restores reading the old one keep their open files
+      renameSync(next, staged.snapshotDir);
+    } catch (err) {
+      rmSync(next, { recursive: true, force: true });
+      if (err instanceof ApiError) throw err;
+      throw new ApiError('INTERNAL', `could not snapshot VM ${id}: ${(err as Error).message}`, { id });
+    }
+    const frozenMs = performance.now() - t0;
+    return { layer: null, baseLayers: v.record.layers, config: v.record.config, stats: { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 }, frozenMs };
   }
 
   /** An interactive command under a terminal in the guest (default: bash, else sh). */
@@ -666,6 +734,22 @@ async function makeDisk(file: string, mib: number): Promise<void> {
   writeFileSync(file, '');
   truncateSync(file, mib * 1024 * 1024);
   await runToolOrThrow('mkfs.ext4', ['-q', '-F', '-E', 'lazy_itable_init=1,lazy_journal_init=1', '-O', '^has_journal', file]);
+}
+
+/** What a restore needs of the VM a snapshot was taken of (`snapshot/record.json`). */
+type SnapshotRecord = Pick<VmRecord, 'backend' | 'layers' | 'config' | 'env' | 'limits'>;
+
+function readJson<T>(file: string): T | undefined {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as T;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A copy of a disk image that stays sparse (unused space of the upper disk costs nothing). */
+async function copySparse(from: string, to: string): Promise<void> {
+  await runToolOrThrow('cp', ['--sparse=always', from, to]);
 }
 
 function readRecord(paths: VmPaths): VmRecord | undefined {
