@@ -317,7 +317,7 @@ export class ControlPlane {
 
   /** One snapshot, then `count` sandboxes from it, created concurrently. */
   async fork(id: string, req: ForkRequest): Promise<ForkResult> {
-    const parent = this.get(id);
+    const parent = await this.get(id);
     if (parent.backend !== undefined && parent.backend !== 'container') return this.#forkVm(parent, req);
     const snapshot = await this.snapshot(id);
     const spec = await this.store.getSpec<CreateSandboxRequest>(id) ?? { image: snapshot.imageId };

@@ -22,6 +22,13 @@ export interface SandboxCreationDeps {
   burstThreshold: number;
 }
 
+/** How one create is made: see SandboxCreation.create. */
+interface CreateOptions {
+  batch?: { id: string; index: number };
+  onPlaced?: (edge: string, sandboxId: string) => void;
+  restore?: { edge: string; from: string };
+}
+
 /**
  * How a sandbox comes to exist: its spec resolved (image → layers and config, limits with
  * defaults, network syntax), an edge chosen from the capacity edges report (placement.ts), its
@@ -105,11 +112,7 @@ export class SandboxCreation {
    * from the latest snapshot of VM `from`, on that VM's edge `edge` (where the snapshot lives),
    * never placed elsewhere.
    */
-  async create(
-    req: CreateSandboxRequest,
-    extraLabels: Record<string, string> = {},
-    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void; restore?: { edge: string; from: string } } = {},
-  ): Promise<SandboxInfo> {
+  async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}, opts: CreateOptions = {}): Promise<SandboxInfo> {
     const started = performance.now();
     try {
       const info = await this.#create(req, extraLabels, opts);
@@ -124,7 +127,7 @@ export class SandboxCreation {
   async #create(
     req: CreateSandboxRequest,
     extraLabels: Record<string, string>,
-    opts: { batch?: { id: string; index: number }; onPlaced?: (edge: string, sandboxId: string) => void },
+    opts: CreateOptions,
   ): Promise<SandboxInfo> {
     const { imageId, layers, config } = this.composeLayers(req);
     const limits = this.limitsFor(req);
