@@ -125,6 +125,8 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "QUOTA_EXCEEDED": QuotaError,
     "SANDBOX_CREATE_FAILED": ServerError,
     "EXEC_FAILED": ServerError,
+    "PORT_NOT_LISTENING": ServerError,
+    "PORT_BAD_RESPONSE": ServerError,
     "INTERNAL": ServerError,
 }
 

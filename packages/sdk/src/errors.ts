@@ -28,6 +28,10 @@ export const ERROR_CODES = {
   UNSUPPORTED_MEDIA_TYPE: 415,
   RANGE_NOT_SATISFIABLE: 416,
   REGISTRY_UNAVAILABLE: 503,
+  /** Nothing accepts connections on that port in the sandbox (the proxy's upstream refused). */
+  PORT_NOT_LISTENING: 502,
+  /** The server on the port closed the connection or answered with something that is not HTTP. */
+  PORT_BAD_RESPONSE: 502,
   CAPACITY_EXCEEDED: 503,
   EDGE_UNAVAILABLE: 503,
   SANDBOX_CREATE_FAILED: 500,

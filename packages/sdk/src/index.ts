@@ -10,3 +10,5 @@ export { Connection, resolveConnection, DEFAULT_DATA_DIR, type ConnectionOptions
 export * from './errors.js';
 export type * from './schema/index.js';
 export { Terminal, type TerminalOptions } from './terminal.js';
+export { Ports } from './ports.js';
+export { webSocketStream, parsePortFrame, type PortFrame } from './port-stream.js';

@@ -10,6 +10,7 @@ import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
 import { Image } from './image.js';
+import { Ports } from './ports.js';
 import { Sessions } from './sessions.js';
 import { Terminal, type TerminalOptions } from './terminal.js';
 
@@ -44,6 +45,8 @@ export class Sandbox {
   readonly commands: Commands;
   readonly files: Files;
   readonly sessions: Sessions;
+  /** Servers in the sandbox, through the control plane's proxy: `ports.url/fetch/link/websocket/connect`. */
+  readonly ports: Ports;
 
   private constructor(
     private readonly conn: Connection,
@@ -52,6 +55,7 @@ export class Sandbox {
     this.commands = new Commands(conn, info.id);
     this.files = new Files(conn, info.id);
     this.sessions = new Sessions(conn, info.id);
+    this.ports = new Ports(conn, info.id);
   }
 
   get id(): string {

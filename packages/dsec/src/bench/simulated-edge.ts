@@ -187,6 +187,9 @@ export class SimulatedEdge implements EdgeApi {
   openPty(): Promise<TerminalChannel> {
     return this.#unsupported('a terminal');
   }
+  openPort(): never {
+    return this.#unsupported('ports');
+  }
   readFile(): never {
     return this.#unsupported('files');
   }

@@ -16,6 +16,7 @@ import { registerServerCommands } from './commands/server.js';
 import { registerClusterCommands } from './commands/cluster.js';
 import { registerOpenApiCommand } from './commands/openapi.js';
 import { registerPoolCommands } from './commands/pools.js';
+import { registerPortCommands } from './commands/ports.js';
 
 const program = new Command('dsec')
   .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
@@ -26,6 +27,7 @@ registerServerCommands(program);
 registerClusterCommands(program);
 registerSandboxCommands(program);
 registerPoolCommands(program);
+registerPortCommands(program);
 registerImageCommands(program);
 registerDemoCommand(program);
 registerBenchCommands(program);

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { Readable } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
 import type {
   CreateSandboxRequest, ExecRequest, NodeInfo, ExecResult, ForkRequest, ForkResult, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
   SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, StartProcessRequest, ProcessInfo,
@@ -449,6 +449,15 @@ export class ControlPlane {
     }, intervalMs);
     timer.unref();
     return () => clearInterval(timer);
+  }
+
+  /**
+   * A TCP connection to `port` on a running sandbox's loopback, as a byte stream (the port proxy
+   * and tunnel); counts as activity for the idle timeout. Not logged in the trajectory: traffic
+   * to a port is the sandbox's own, like its outbound traffic.
+   */
+  async openPort(id: string, port: number): Promise<Duplex> {
+    return (await this.#runningOn(id)).openPort(id, port);
   }
 
   /** The edge of a running sandbox, for calls that change nothing worth logging. */

@@ -1,4 +1,5 @@
 import swagger from '@fastify/swagger';
+import websocket from '@fastify/websocket';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { requestValidatorCompiler } from './validators.js';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
@@ -19,6 +20,9 @@ import { fileRoutes } from './routes/files.js';
 import { fnRoutes } from './routes/fn.js';
 import { poolRoutes } from './routes/pools.js';
 import { ptyRoutes } from './routes/pty.js';
+import { portRoutes } from './routes/ports.js';
+import { portTunnelRoutes } from './routes/port-tunnel.js';
+import { PortLinks } from './ports/port-links.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import { systemRoutes } from './routes/system.js';
@@ -78,6 +82,8 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
       return;
     }
     if (req.url.startsWith('/v1/blobs/') && bearerMatches(req.headers.authorization, deps.clusterToken)) return;
+    // A port link carries its own signed, expiring grant (checked by its route): browsers send no key.
+    if (req.url.startsWith('/v1/port-links/')) return;
     if (!await authenticate(deps.store, req.headers.authorization)) {
       await reply.status(401).send({
         error: { code: 'UNAUTHORIZED', message: 'missing or unknown API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
@@ -90,7 +96,14 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(execRoutes(deps));
   await app.register(fileRoutes(deps));
   await app.register(trajectoryRoutes(deps));
-  await app.register(ptyRoutes(deps));
+  // WebSocket routes share one @fastify/websocket, in a scope of their own: an upgrade to any other
+  // route (the port proxy's) reaches that route's own handler, which passes it on to the sandbox.
+  await app.register(async (ws) => {
+    await ws.register(websocket, { options: { maxPayload: 1 << 20 } });
+    await ws.register(ptyRoutes(deps));
+    await ws.register(portTunnelRoutes(deps));
+  });
+  await app.register(portRoutes({ control: deps.control, links: new PortLinks(deps.clusterToken) }));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers }));
   await app.register(imageRegistryRoutes({ images: deps.images }));

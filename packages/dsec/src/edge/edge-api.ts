@@ -2,6 +2,7 @@ import type {
   FileStat, FnRunResult,
   Encoding, ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
 } from '@dsec/sdk/schema';
+import type { Duplex } from 'node:stream';
 import type { ExecEvent } from '../exec/run-command.js';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
@@ -78,6 +79,12 @@ export interface EdgeApi {
 
   /** An interactive command under a terminal (default: bash, else sh). */
   openPty(id: string, req: TerminalRequest): Promise<TerminalChannel>;
+  /**
+   * A TCP connection to `port` on the sandbox's own loopback, as a byte stream (half-close passed
+   * on): for the port proxy. Works under every network policy, `none` included. Rejects with
+   * PORT_NOT_LISTENING when nothing accepts on that port.
+   */
+  openPort(id: string, port: number): Promise<Duplex>;
 
   readFile(id: string, path: string, maxBytes: number): Promise<Buffer>;
   writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number>;

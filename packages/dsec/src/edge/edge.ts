@@ -1,5 +1,6 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { Readable } from 'node:stream';
+import type { Socket } from 'node:net';
+import { Readable, type Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -19,6 +20,7 @@ import {
 import { mountsUnder } from '../host/mounts.js';
 import type { Link } from '../net/address-pool.js';
 import { NodeLinks } from '../net/node-links.js';
+import { NetnsConnectError, NetnsConnector } from '../net/netns-connect.js';
 import type { NetworkPolicy } from '../net/policy.js';
 import { detachLink } from '../net/sandbox-network.js';
 import { FreezerPin, freeze, thaw } from '../host/freezer.js';
@@ -94,6 +96,7 @@ export class Edge implements EdgeApi {
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
   #releaseEdgeId: (() => void) | undefined;
+  readonly #ports = new NetnsConnector();
   #freezerPin: FreezerPin | undefined;
   /** The node's sandbox links (address pool, host guard, dsec-nft), shared with the VM backend. */
   readonly links: NodeLinks;
@@ -368,6 +371,7 @@ export class Edge implements EdgeApi {
     live.processes.killAll();
     for (const s of live.sessions.values()) void s.close();
     for (const p of live.ptys) p.kill();
+    for (const s of live.ports) s.destroy();
     const work = this.#teardown(id, live.record.layers, !live.layersReleased, () => (live.layersReleased = true));
     this.#busy.set(id, work);
     try {
@@ -402,7 +406,7 @@ export class Edge implements EdgeApi {
   #liveSandbox(record: SandboxRecord): LiveSandbox {
     const paths = this.records.paths(record.id);
     const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
-    return { record, target, processes: new ProcessTable(record.id), sessions: new Map(), ptys: new Set(), stop: new AbortController() };
+    return { record, target, processes: new ProcessTable(record.id), sessions: new Map(), ptys: new Set(), ports: new Set(), stop: new AbortController() };
   }
 
   #running(id: string): LiveSandbox {
@@ -614,6 +618,25 @@ export class Edge implements EdgeApi {
     };
   }
 
+  // --- ports ---------------------------------------------------------------------------------
+
+  async openPort(id: string, port: number): Promise<Duplex> {
+    const l = this.#running(id);
+    if (l.record.paused) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused: nothing in it can answer on port ${port}; resume it first`, { id, status: 'paused' });
+    let socket: Socket;
+    try {
+      socket = await this.#ports.connect(l.record.pid ?? 0, `${CGROUP_PARENT}/${id}`, port);
+    } catch (err) {
+      if (!(err instanceof NetnsConnectError)) throw err;
+      if (err.code === 'ECONNREFUSED' || err.code === 'ETIMEDOUT') throw new ApiError('PORT_NOT_LISTENING', err.message, { id, port });
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id}: ${err.message}`, { id });
+    }
+    // A kill ends the sandbox's connections with it, rather than leaving them to the kernel.
+    l.ports.add(socket);
+    socket.once('close', () => l.ports.delete(socket));
+    return socket;
+  }
+
   // --- files ---------------------------------------------------------------------------------
 
   async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
@@ -687,6 +710,7 @@ export class Edge implements EdgeApi {
     if (this.lazyLayers && this.layerMounts.mounted().length === 0) await this.lazyLayers.stop();
     else this.lazyLayers?.detach();
     await this.links.close(); // the guard stays while sandboxes (of any backend) that outlive the edge have links
+    await this.#ports.close();
     this.#releaseEdgeId?.();
     this.#releaseEdgeId = undefined;
     this.#state = 'stopped';
@@ -700,6 +724,8 @@ interface LiveSandbox {
   processes: ProcessTable;
   sessions: Map<string, ShellSession>;
   ptys: Set<PtyProcess>;
+  /** Open connections to the sandbox's ports (openPort). */
+  ports: Set<Socket>;
   /** Set once a kill started: no new work; the sandbox stays here until its teardown succeeds. */
   killing?: boolean;
   /** Aborted when a kill starts: stops work in flight on the sandbox (a snapshot's copy). */

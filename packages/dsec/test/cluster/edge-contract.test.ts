@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { ApiError } from '../../src/api-error.js';
@@ -27,9 +28,9 @@ async function expectCode(p: Promise<unknown>, code: string): Promise<void> {
   });
 }
 
-async function collect(it: AsyncIterable<Buffer>): Promise<Buffer> {
+async function collect(it: AsyncIterable<Buffer | Uint8Array>): Promise<Buffer> {
   const parts: Buffer[] = [];
-  for await (const c of it) parts.push(c);
+  for await (const c of it) parts.push(Buffer.from(c));
   return Buffer.concat(parts);
 }
 
@@ -167,6 +168,25 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
         assert.match(text, /30 100/);
         t.write('exit 5\r');
         assert.equal(await t.exit, 5);
+      });
+
+      test('port channel: a TCP connection into a sandbox under network none, bytes both ways, half-close passed on', async () => {
+        // busybox nc runs cat on each accepted connection: an echo server on the sandbox's loopback.
+        await api().startProcess(id, { cmd: ['nc', '-ll', '-p', '7000', '-e', 'cat'] });
+        let conn: Duplex | undefined;
+        for (let i = 0; i < 200 && !conn; i++) {
+          conn = await api().openPort(id, 7000).catch((err: unknown) => {
+            if (!(err instanceof ApiError && err.code === 'PORT_NOT_LISTENING')) throw err;
+            return new Promise<undefined>((r) => setTimeout(() => r(undefined), 25));
+          });
+        }
+        assert.ok(conn, 'the echo server came up');
+        const payload = Buffer.concat([Buffer.from('hello through the edge\n'), Buffer.alloc(256 * 1024, 0xab), Buffer.from([0, 255, 1])]);
+        const echoed = collect(conn);
+        conn.end(payload); // our half-close: cat sees EOF, exits, and the server closes its side
+        assert.deepEqual(await echoed, payload);
+        await expectCode(api().openPort(id, 7001), 'PORT_NOT_LISTENING');
+        await expectCode(api().openPort(`sb-${edgeId}-nosuchthing`, 7000), 'SANDBOX_NOT_FOUND');
       });
 
       test('pause, resume, network state, snapshot into the blob source', async () => {

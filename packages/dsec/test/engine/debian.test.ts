@@ -102,6 +102,47 @@ describe('engine: Debian image with python3', { skip: skipReason, timeout: 1_800
     assert.deepEqual(await waitGone(sb, /http\.server/), []);
   });
 
+  test('python3 -m http.server reached from outside through the port proxy (network none)', async (t) => {
+    if (!needImage(t)) return;
+    await sb.files.write('/srv/proxied/index.html', '<h1>proxied from dsec</h1>\n');
+    const web = await sb.commands.start(['python3', '-m', 'http.server', '8001', '--bind', '127.0.0.1'], { cwd: '/srv/proxied' });
+    const up = await pollUntil(async () => (await sb.ports.fetch(8001, '/')).status === 200, { tries: 100, intervalMs: 200 });
+    assert.ok(up, `the web server never answered through the proxy: ${JSON.stringify(await web.output())}`);
+    const r = await sb.ports.fetch(8001, '/index.html');
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('server')?.startsWith('SimpleHTTP'), true, 'the answer is python\'s own');
+    assert.equal(await r.text(), '<h1>proxied from dsec</h1>\n');
+    const link = await sb.ports.link(8001);
+    assert.equal(await (await fetch(`${link.url}index.html`)).text(), '<h1>proxied from dsec</h1>\n', 'a signed link opens it without a key');
+    await web.kill();
+  });
+
+  test('a WebSocket echo server in python3, reached through the port proxy: text and binary frames', async (t) => {
+    if (!needImage(t)) return;
+    await sb.files.write('/srv/ws_echo.py', WS_ECHO_PY);
+    const server = await sb.commands.start(['python3', '/srv/ws_echo.py']);
+    const up = await pollUntil(async () => sb.ports.connect(8765).then((c) => (c.destroy(), true), () => false), { tries: 100, intervalMs: 200 });
+    assert.ok(up, `the WebSocket server never listened: ${JSON.stringify(await server.output())}`);
+    const ws = await sb.ports.websocket(8765, '/echo');
+    const received: (string | Buffer)[] = [];
+    const got = new Promise<void>((resolve) =>
+      ws.on('message', (data: Buffer, isBinary: boolean) => {
+        received.push(isBinary ? data : data.toString('utf8'));
+        if (received.length === 2) resolve();
+      }),
+    );
+    ws.send('hello through the proxy');
+    const big = Buffer.alloc(70_000, 0xfe);
+    ws.send(big);
+    await got;
+    assert.equal(received[0], 'hello through the proxy');
+    assert.deepEqual(received[1], big);
+    const closed = new Promise<number>((r) => ws.on('close', (code: number) => r(code)));
+    ws.close(1000);
+    assert.equal(await closed, 1000);
+    await server.kill();
+  });
+
   test('a python3 REPL in a terminal: 1+41 → 42, and exit() ends it with code 0', async (t) => {
     if (!needImage(t)) return;
     const cap = new TermCapture();
@@ -177,3 +218,62 @@ describe('engine: Debian image with python3', { skip: skipReason, timeout: 1_800
     assert.deepEqual(await waitGone(sb, /time\.sleep\(9001\)/), []);
   });
 });
+
+/** A WebSocket echo server on the Python standard library alone (the image has no websockets package). */
+const WS_ECHO_PY = `
+import base64, hashlib, socket, struct, threading
+GUID = b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11'
+
+def serve(c):
+    buf = b''
+    def need(n):
+        nonlocal buf
+        while len(buf) < n:
+            chunk = c.recv(65536)
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        out, buf = buf[:n], buf[n:]
+        return out
+    while b'\\r\\n\\r\\n' not in buf:
+        chunk = c.recv(4096)
+        if not chunk:
+            return
+        buf += chunk
+    head, buf = buf.split(b'\\r\\n\\r\\n', 1)
+    headers = dict((k.strip().lower(), v.strip()) for k, v in (l.split(b':', 1) for l in head.split(b'\\r\\n')[1:] if b':' in l))
+    accept = base64.b64encode(hashlib.sha1(headers[b'sec-websocket-key'] + GUID).digest())
+    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: ' + accept + b'\\r\\n\\r\\n')
+    while True:
+        b1, b2 = need(2)
+        op, n = b1 & 0x0F, b2 & 0x7F
+        if n == 126:
+            n = struct.unpack('>H', need(2))[0]
+        elif n == 127:
+            n = struct.unpack('>Q', need(8))[0]
+        mask = need(4) if b2 & 0x80 else b'\\0\\0\\0\\0'
+        data = bytes(x ^ mask[i % 4] for i, x in enumerate(need(n)))
+        if op == 8:
+            c.sendall(b'\\x88\\x02' + data[:2])
+            return
+        if op in (1, 2):
+            n = len(data)
+            size = bytes([n]) if n < 126 else (bytes([126]) + struct.pack('>H', n) if n < 65536 else bytes([127]) + struct.pack('>Q', n))
+            c.sendall(bytes([0x80 | op]) + size + data)
+
+def handle(c):
+    try:
+        serve(c)
+    except EOFError:
+        pass
+    finally:
+        c.close()
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', 8765))
+s.listen()
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=handle, args=(conn,), daemon=True).start()
+`;

@@ -11,3 +11,4 @@ export * from './node.js';
 export * from './batch.js';
 export * from './pool.js';
 export * from './fn.js';
+export * from './ports.js';

@@ -2,7 +2,8 @@ import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { createInterface } from 'node:readline';
-import { Readable } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
+import { awaitReady, webSocketDuplex } from '../../edge/protocol/port-stream.js';
 import WebSocket from 'ws';
 import type { ErrorCode } from '@dsec/sdk';
 import type {
@@ -312,6 +313,20 @@ export class HttpEdgeClient implements EdgeApi {
       },
       kill: () => ws.close(),
     };
+  }
+
+  async openPort(id: string, port: number): Promise<Duplex> {
+    const ws = new WebSocket(`${this.#base.replace(/^http/, 'ws')}${this.#sb(id, `/ports/${port}`)}`, { headers: { authorization: `Bearer ${this.token}` } });
+    // Both attached before the first await (see openPty): bytes that follow ready in the same read land in the stream.
+    const ready = awaitReady(ws, `edge ${this.edgeId}`);
+    const stream = webSocketDuplex(ws);
+    try {
+      await ready;
+    } catch (err) {
+      stream.destroy();
+      throw err;
+    }
+    return stream;
   }
 
   async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {

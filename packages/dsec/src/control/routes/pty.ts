@@ -1,4 +1,3 @@
-import websocket from '@fastify/websocket';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { PtyQuery, SandboxIdParams } from '@dsec/sdk/schema';
@@ -9,12 +8,11 @@ import type { ControlPlane } from '../control-plane.js';
  * An interactive terminal over a WebSocket. Client → server: binary frames are keystrokes;
  * text frames are JSON `{type:"resize",cols,rows}` or `{type:"input",data}`. Server → client:
  * binary frames of terminal output, then a text frame `{type:"exit",exitCode}` and close.
- * Closing the socket kills the command.
+ * Closing the socket kills the command. Registered in the scope that has @fastify/websocket.
  */
 export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
   const { control } = deps;
   return async (base) => {
-    await base.register(websocket, { options: { maxPayload: 1 << 20 } });
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     app.get(
       '/v1/sandboxes/:id/pty',

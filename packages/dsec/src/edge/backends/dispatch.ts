@@ -1,3 +1,4 @@
+import type { Duplex } from 'node:stream';
 import type {
   Encoding, ExecRequest, FnRunResult, ExecResult, FileStat, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
 } from '@dsec/sdk/schema';
@@ -156,6 +157,10 @@ export class BackendDispatch implements EdgeApi {
 
   openPty(id: string, req: TerminalRequest): Promise<TerminalChannel> {
     return this.#for(id).openPty(id, req);
+  }
+
+  openPort(id: string, port: number): Promise<Duplex> {
+    return this.#for(id).openPort(id, port);
   }
 
   readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {

@@ -1,3 +1,4 @@
+import type { Duplex } from 'node:stream';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
@@ -535,6 +536,11 @@ export class VmBackend implements SandboxBackend {
     }
     const frozenMs = performance.now() - t0;
     return { layer: null, baseLayers: v.record.layers, config: v.record.config, stats: { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 }, frozenMs };
+  }
+
+  /** A guest has no network device the edge could reach a port through (yet). */
+  async openPort(id: string): Promise<Duplex> {
+    unsupported(this.#vm(id).record.backend, 'Ports (the proxy to a port in the sandbox)');
   }
 
   /** An interactive command under a terminal in the guest (default: bash, else sh). */

@@ -1,0 +1,40 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { SandboxPortParams } from '@dsec/sdk/schema';
+import type { ControlPlane } from '../control-plane.js';
+import { bridge, errorFrame, webSocketDuplex } from '../../edge/protocol/port-stream.js';
+
+/**
+ * A raw TCP stream to a port of a sandbox over a WebSocket (`dsec port-forward`, SDK
+ * `sandbox.ports.connect()`), for any protocol, not only HTTP. The framing is the edge
+ * protocol's port channel (edge/protocol/port-stream.ts): `{type:"ready"}` or
+ * `{type:"error",error}` first, then binary frames both ways, `{type:"end"}` for a half-close.
+ * Registered in the scope that has @fastify/websocket.
+ */
+export function portTunnelRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
+  const { control } = deps;
+  return async (base) => {
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+    app.get(
+      '/v1/sandboxes/:id/tcp/:port',
+      {
+        websocket: true,
+        schema: { tags: ['ports'], summary: 'A TCP stream to a port in the sandbox (WebSocket upgrade)', params: SandboxPortParams },
+      },
+      async (socket, req) => {
+        // The stream exists before the connection does: bytes sent early wait in it.
+        const stream = webSocketDuplex(socket);
+        let conn;
+        try {
+          conn = await control.openPort(req.params.id, req.params.port);
+        } catch (err) {
+          socket.send(errorFrame(err));
+          socket.close(1011, 'port');
+          return;
+        }
+        socket.send(JSON.stringify({ type: 'ready' }));
+        await bridge(stream, conn);
+      },
+    );
+  };
+}

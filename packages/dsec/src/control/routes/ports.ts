@@ -1,0 +1,115 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { PortLink, PortLinkRequest, SandboxIdParams } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { ControlPlane } from '../control-plane.js';
+import { isUpgrade, proxyRequest, proxyUpgrade, writeUpgradeError } from '../ports/http-proxy.js';
+import type { PortLinks } from '../ports/port-links.js';
+import { errorResponses as errors } from './error-responses.js';
+
+const PORT_PATH = /^\/v1\/sandboxes\/([^/?]+)\/ports\/([^/?]+)/;
+const LINK_PATH = /^\/v1\/port-links\/([^/?]+)/;
+
+/** The sandbox-side path of a proxied URL: what follows the public prefix, always starting with `/`. */
+function rest(url: string, prefix: string): string {
+  const r = url.slice(prefix.length);
+  return r.startsWith('/') ? r : `/${r}`;
+}
+
+function parsePort(raw: string): number {
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new ApiError('INVALID_REQUEST', `port must be an integer from 1 to 65535, got "${raw}"`, { field: 'port' });
+  return port;
+}
+
+/** @fastify/websocket keeps the bytes that came after an upgrade request's head under a symbol of its own. */
+function upgradeHead(req: FastifyRequest): Buffer | undefined {
+  const raw = req.raw as unknown as Record<symbol, unknown>;
+  const sym = Object.getOwnPropertySymbols(raw).find((s) => s.description === 'ws-head');
+  const head = sym ? raw[sym] : undefined;
+  return Buffer.isBuffer(head) ? head : undefined;
+}
+
+/**
+ * The port proxy: `/v1/sandboxes/{id}/ports/{port}/…` (API key) and `/v1/port-links/{token}/…`
+ * (a signed link, for browsers) reach a TCP port on the sandbox's own loopback, through its edge
+ * (ControlPlane.openPort → EdgeApi.openPort). HTTP requests are proxied one connection each,
+ * streamed both ways; an upgrade (WebSocket) becomes a byte pipe after its request head. The
+ * bodies are the sandbox's own, so these routes take any content type unparsed and are left out
+ * of the OpenAPI document (docs/API.md describes them).
+ */
+export function portRoutes(deps: { control: ControlPlane; links: PortLinks }): FastifyPluginAsync {
+  const { control, links } = deps;
+  return async (base) => {
+    const app = base.withTypeProvider<TypeBoxTypeProvider>();
+
+    app.post(
+      '/v1/sandboxes/:id/port-links',
+      {
+        schema: {
+          tags: ['ports'],
+          summary: 'A signed, expiring URL that opens one port of the sandbox without an API key (for a browser)',
+          params: SandboxIdParams,
+          body: PortLinkRequest,
+          response: { 201: PortLink, ...errors },
+        },
+      },
+      async (req, reply) => {
+        const s = await control.get(req.params.id);
+        if (s.status !== 'running' && s.status !== 'paused')
+          throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${s.id} is ${s.status}`, { id: s.id, status: s.status });
+        const ttl = req.body.ttlSeconds ?? 3600;
+        const expires = Math.floor(Date.now() / 1000) + ttl;
+        const token = links.sign({ sandbox: s.id, port: req.body.port, expires });
+        const url = `${req.protocol}://${req.headers.host ?? req.hostname}/v1/port-links/${token}/`;
+        return reply.status(201).send({ url, port: req.body.port, expiresAt: new Date(expires * 1000).toISOString() });
+      },
+    );
+
+    const proxy = async (req: FastifyRequest, reply: FastifyReply, id: string, port: number, prefix: string): Promise<void> => {
+      const target = { path: rest(req.raw.url ?? '/', prefix), prefix };
+      if (isUpgrade(req.headers)) {
+        void reply.hijack();
+        const socket = req.raw.socket;
+        let conn;
+        try {
+          conn = await control.openPort(id, port);
+        } catch (err) {
+          writeUpgradeError(socket, err);
+          return;
+        }
+        await proxyUpgrade(req.raw, socket, upgradeHead(req), conn, target);
+        return;
+      }
+      const conn = await control.openPort(id, port); // a refused port is a JSON error, before anything is sent
+      void reply.hijack();
+      await proxyRequest(req.raw, reply.raw, conn, target);
+    };
+
+    const byKey = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
+      const m = PORT_PATH.exec(req.raw.url ?? '')!;
+      const id = decodeURIComponent(m[1]!);
+      await proxy(req, reply, id, parsePort(decodeURIComponent(m[2]!)), m[0]);
+    };
+    const byLink = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
+      const m = LINK_PATH.exec(req.raw.url ?? '')!;
+      const claims = links.verify(decodeURIComponent(m[1]!));
+      if (!claims)
+        throw new ApiError(
+          'UNAUTHORIZED',
+          'this port link is invalid or has expired: ask for a new one (POST /v1/sandboxes/{id}/port-links, sandbox.ports.link())',
+        );
+      await proxy(req, reply, claims.sandbox, claims.port, m[0]);
+    };
+    const hide = { schema: { hide: true } };
+    await base.register(async (scope) => {
+      // Proxied as it came: no body parsing in this scope.
+      scope.removeAllContentTypeParsers();
+      scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
+      for (const path of ['/v1/sandboxes/:id/ports/:port', '/v1/sandboxes/:id/ports/:port/*']) scope.all(path, hide, byKey);
+      // A wildcard, not a :token parameter: parameters are capped at 100 characters.
+      scope.all('/v1/port-links/*', hide, byLink);
+    });
+  };
+}

@@ -1,0 +1,137 @@
+import type { Duplex } from 'node:stream';
+import WebSocket from 'ws';
+import type { CallOptions, Connection } from './connection.js';
+import { DsecError, ERROR_CODES, errorFromWire } from './errors.js';
+import { parsePortFrame, webSocketStream } from './port-stream.js';
+import type { PortLink } from './schema/index.js';
+import { checkOptionalInt } from './validate.js';
+
+function checkPort(port: unknown, where: string): number {
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new DsecError(`${where}: port must be an integer from 1 to 65535, got ${JSON.stringify(port)}`, 'INVALID_REQUEST', undefined, {
+      field: 'port',
+    });
+  }
+  return port;
+}
+
+function checkSubPath(path: unknown, where: string): string {
+  if (typeof path !== 'string')
+    throw new DsecError(`${where}: path must be a string, got ${typeof path}`, 'INVALID_REQUEST', undefined, { field: 'path' });
+  return path.startsWith('/') ? path : `/${path}`;
+}
+
+/**
+ * Ports of a server running in the sandbox, reached through the control plane's proxy: the
+ * server listens on the sandbox's own loopback (127.0.0.1 or ::1, or 0.0.0.0), under any
+ * network policy, `none` included. HTTP (streamed both ways) and WebSocket upgrades pass
+ * through; `connect()` gives a raw TCP stream for any other protocol.
+ */
+export class Ports {
+  constructor(
+    private readonly conn: Connection,
+    private readonly sandboxId: string,
+  ) {}
+
+  /**
+   * The proxy URL of `path` on `port`. It needs the API key (`Authorization: Bearer`), as
+   * `fetch()` here sends it; for a browser, use `link()`. The server sees the path below the
+   * prefix (`/v1/sandboxes/{id}/ports/{port}`), which it also gets as X-Forwarded-Prefix.
+   * @example sb.ports.url(8000, '/health') // 'http://127.0.0.1:7070/v1/sandboxes/sb-…/ports/8000/health'
+   */
+  url(port: number, path = '/'): string {
+    return `${this.conn.url}/v1/sandboxes/${this.sandboxId}/ports/${checkPort(port, 'ports.url')}${checkSubPath(path, 'ports.url')}`;
+  }
+
+  /**
+   * `fetch()` of `path` on `port` with the API key added. The answer is the server's own (a
+   * 502 with code PORT_NOT_LISTENING when nothing listens on the port).
+   * @example const r = await sb.ports.fetch(8000, '/'); console.log(r.status, await r.text());
+   */
+  fetch(port: number, path = '/', init: RequestInit = {}): Promise<Response> {
+    const headers = new Headers(init.headers);
+    headers.set('authorization', `Bearer ${this.conn.apiKey}`);
+    return fetch(this.url(port, path), { ...init, headers });
+  }
+
+  /**
+   * A signed URL that opens `port` without an API key, for a browser; it works until it expires
+   * (default 1 h, at most 24 h) or the sandbox is killed, and opens nothing else.
+   */
+  link(port: number, opts: { ttlSeconds?: number } & CallOptions = {}): Promise<PortLink> {
+    checkPort(port, 'ports.link');
+    checkOptionalInt(opts.ttlSeconds, 'ports.link ttlSeconds', 10);
+    const { ttlSeconds, ...call } = opts;
+    return this.conn.json<PortLink>('POST', `/v1/sandboxes/${this.sandboxId}/port-links`, {
+      json: ttlSeconds === undefined ? { port } : { port, ttlSeconds },
+      ...call,
+    });
+  }
+
+  /**
+   * A WebSocket to a server in the sandbox, open when this resolves (the proxy passes the
+   * upgrade through, so the server does the handshake itself).
+   * @example const ws = await sb.ports.websocket(8765, '/echo'); ws.send('hi');
+   */
+  websocket(port: number, path = '/', opts: { protocols?: string[]; headers?: Record<string, string> } = {}): Promise<WebSocket> {
+    const url = this.url(port, path).replace(/^http/, 'ws');
+    const ws = new WebSocket(url, opts.protocols ?? [], { headers: { ...opts.headers, authorization: `Bearer ${this.conn.apiKey}` } });
+    return new Promise<WebSocket>((resolve, reject) => {
+      ws.once('open', () => resolve(ws));
+      ws.once('unexpected-response', (_req, res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (c: Buffer) => parts.push(c));
+        res.on('end', () => {
+          let wire: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
+          try {
+            wire = JSON.parse(Buffer.concat(parts).toString('utf8')) as typeof wire;
+          } catch {
+            wire = undefined;
+          }
+          reject(errorFromWire(res.statusCode ?? 502, wire?.error ?? { message: `the WebSocket upgrade got HTTP ${res.statusCode}` }));
+        });
+      });
+      ws.once('error', (err) => reject(new DsecError(`WebSocket to port ${port} failed: ${err.message}`, 'UNREACHABLE', undefined)));
+    });
+  }
+
+  /**
+   * A raw TCP stream to `port` in the sandbox (any protocol: a database, SSH, your own), as a
+   * Duplex with half-close passed on. This is what `dsec port-forward` uses.
+   */
+  async connect(port: number, opts: CallOptions = {}): Promise<Duplex> {
+    checkPort(port, 'ports.connect');
+    const ws = new WebSocket(`${this.conn.url.replace(/^http/, 'ws')}/v1/sandboxes/${this.sandboxId}/tcp/${port}`, {
+      headers: { authorization: `Bearer ${this.conn.apiKey}` },
+    });
+    // Both attached before any await: bytes right behind ready land in the stream.
+    const stream = webSocketStream(ws);
+    const ready = new Promise<void>((resolve, reject) => {
+      const onMessage = (msg: Buffer, isBinary: boolean): void => {
+        if (isBinary) return;
+        const m = parsePortFrame(msg);
+        if (m?.type === 'ready') {
+          ws.off('message', onMessage);
+          resolve();
+        } else if (m?.type === 'error') reject(errorFromWire((ERROR_CODES as Record<string, number>)[m.error.code] ?? 502, m.error));
+      };
+      ws.on('message', onMessage);
+      ws.once('unexpected-response', (_req, res) =>
+        reject(errorFromWire(res.statusCode ?? 502, { message: `the TCP stream to port ${port} was refused: HTTP ${res.statusCode}` })),
+      );
+      ws.once('error', (err) => reject(new DsecError(`TCP stream to port ${port} failed: ${err.message}`, 'UNREACHABLE', undefined)));
+      ws.once('close', () => reject(new DsecError(`the TCP stream to port ${port} closed before it opened`, 'UNREACHABLE', undefined)));
+      opts.signal?.addEventListener('abort', () => reject(new DsecError(`ports.connect(${port}) was aborted`, 'ABORTED', undefined)), {
+        once: true,
+      });
+    });
+    try {
+      await ready;
+    } catch (err) {
+      stream.destroy();
+      ws.terminate();
+      throw err;
+    }
+    return stream;
+  }
+}
