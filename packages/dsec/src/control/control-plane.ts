@@ -290,7 +290,8 @@ export class ControlPlane {
   }
 
   /** pack_diff → an image (parent layers + the delta) that new sandboxes start from. */
-  async snapshot(id: string, req: SnapshotRequest = {}): Promise<SnapshotResult> {
+  /** `signal`: the caller has gone; the edge stops the copy and mkfs.erofs and keeps nothing. */
+  async snapshot(id: string, req: SnapshotRequest = {}, signal?: AbortSignal): Promise<SnapshotResult> {
     const s = await this.get(id);
     if (s.status !== 'running' && s.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
@@ -302,7 +303,7 @@ export class ControlPlane {
         { backend: s.backend },
       );
     }
-    const snap = await this.#edge(s.edge).snapshotSandbox(id, req.scrub ? { scrub: req.scrub } : {});
+    const snap = await this.#edge(s.edge).snapshotSandbox(id, { ...(req.scrub ? { scrub: req.scrub } : {}), ...(signal ? { signal } : {}) });
     const layers = (snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers) as LayerDigest[];
     // A snapshot is not a builder's output: it must not carry the builder's cache key.
     const { [CACHE_KEY_LABEL]: _key, ...labels } = snap.config.labels;

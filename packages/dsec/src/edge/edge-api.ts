@@ -75,7 +75,8 @@ export interface EdgeApi {
   /** The policy in force and the link, if the sandbox has one. */
   getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }>;
   /** pack_diff; the new layer is in the cluster's blob store when this returns. */
-  snapshotSandbox(id: string, opts?: { scrub?: string[] }): Promise<EdgeSnapshot>;
+  /** `signal`: the caller has gone; the copy and mkfs.erofs stop and leave nothing behind. */
+  snapshotSandbox(id: string, opts?: { scrub?: string[]; signal?: AbortSignal }): Promise<EdgeSnapshot>;
 
   /** An interactive command under a terminal (default: bash, else sh). */
   openPty(id: string, req: TerminalRequest): Promise<TerminalChannel>;

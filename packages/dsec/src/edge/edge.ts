@@ -528,8 +528,10 @@ export class Edge implements EdgeApi {
    * stripped, scrub paths left out), thaw, then build an EROFS layer from the staging tree. The
    * sandbox is frozen only for the copy. Returns no layer when the sandbox changed nothing.
    */
-  async snapshotSandbox(id: string, opts: { scrub?: string[] } = {}): Promise<EdgeSnapshot> {
+  async snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal } = {}): Promise<EdgeSnapshot> {
     const l = this.#running(id);
+    // Stopped when the sandbox is killed or the caller goes away: nobody would get the layer.
+    const stop = opts.signal ? AbortSignal.any([l.stop.signal, opts.signal]) : l.stop.signal;
     const paths = this.records.paths(id, l.record);
     const stage = mkdtempSync(join(this.#tmpDir, 'snap-'));
     try {
@@ -547,10 +549,11 @@ export class Edge implements EdgeApi {
         // Off the event loop, bounded, and stopped if the sandbox is killed meanwhile.
         stats = await stageUpperDiffOffThread(paths.upper, stage, opts.scrub ?? DEFAULT_SCRUB, DEFAULT_DIFF_LIMITS, {
           timeoutMs: SNAPSHOT_COPY_TIMEOUT_MS,
-          signal: l.stop.signal,
+          signal: stop,
         });
       } catch (err) {
         if (err instanceof DiffLimitError) throw new ApiError('PAYLOAD_TOO_LARGE', err.message, err.details);
+        if (err instanceof DiffCancelledError && opts.signal?.aborted && !l.stop.signal.aborted) throw opts.signal.reason;
         if (err instanceof DiffCancelledError) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
         throw err;
       } finally {
@@ -559,11 +562,20 @@ export class Edge implements EdgeApi {
       const frozenMs = performance.now() - t0;
       if (stats.entries === 0) return { layer: null, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
       const blob = join(this.#tmpDir, `layer-${randomBytes(6).toString('hex')}.erofs`);
+      // mkfs.erofs reads every byte the copy staged: bounded in time as the copy is, and stopped
+      // with it (a sparse file within the size limit still makes it read its full length).
+      const packing = AbortSignal.any([stop, AbortSignal.timeout(SNAPSHOT_PACK_TIMEOUT_MS)]);
       try {
-        await buildErofs(stage, blob, { compression: 'none', chunked: stats.sparseFiles > 0 });
+        await buildErofs(stage, blob, { compression: 'none', chunked: stats.sparseFiles > 0, signal: packing });
       } catch (err) {
         rmSync(blob, { force: true });
-        throw err;
+        if (!packing.aborted) throw err;
+        if (l.stop.signal.aborted) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
+        if (opts.signal?.aborted) throw opts.signal.reason;
+        throw new ApiError('PAYLOAD_TOO_LARGE', `packing the snapshot's layer took longer than ${SNAPSHOT_PACK_TIMEOUT_MS / 60_000} minutes; the sandbox changed too much to snapshot`, {
+          limit: 'packTimeMs',
+          max: SNAPSHOT_PACK_TIMEOUT_MS,
+        });
       }
       const layer = await this.opts.blobs.put(blob);
       return { layer, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
@@ -738,6 +750,8 @@ const MAX_SESSIONS = 32;
 
 /** How long a snapshot's copy of the upper dir may run (the sandbox is frozen meanwhile). */
 const SNAPSHOT_COPY_TIMEOUT_MS = 10 * 60_000;
+/** How long mkfs.erofs may take over a snapshot's layer. */
+const SNAPSHOT_PACK_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * The overlay upper dir of a process's root filesystem ('' when unreadable). /proc/<pid>/root

@@ -29,6 +29,8 @@ export interface RunToolOptions {
   /** Stream stderr lines to this callback as they arrive (progress). */
   onStderr?: (chunk: string) => void;
   onStdout?: (chunk: string) => void;
+  /** Kills the tool (SIGKILL) when aborted; runToolOrThrow then throws the signal's reason. */
+  signal?: AbortSignal;
 }
 
 /** Runs a tool to completion; never rejects on a non-zero exit (see runToolOrThrow). */
@@ -50,14 +52,23 @@ export function runTool(tool: string, args: readonly string[], opts: RunToolOpti
       opts.onStderr?.(d);
       if (stderr.length < max) stderr += d.slice(0, max - stderr.length);
     });
+    const stop = (): void => {
+      child.kill('SIGKILL');
+    };
+    if (opts.signal?.aborted) stop();
+    opts.signal?.addEventListener('abort', stop, { once: true });
     child.on('error', (err) => resolve({ code: 127, stdout, stderr: `${stderr}${err.message}` }));
-    child.on('close', (code, signal) => resolve({ code: code ?? 128 + signalNumber(signal), stdout, stderr }));
+    child.on('close', (code, signal) => {
+      opts.signal?.removeEventListener('abort', stop);
+      resolve({ code: code ?? 128 + signalNumber(signal), stdout, stderr });
+    });
     if (opts.input !== undefined) child.stdin?.end(opts.input);
   });
 }
 
 export async function runToolOrThrow(tool: string, args: readonly string[], opts: RunToolOptions = {}): Promise<ToolResult> {
   const result = await runTool(tool, args, opts);
+  if (opts.signal?.aborted) throw opts.signal.reason;
   if (result.code !== 0) throw new ToolError(tool, args, result);
   return result;
 }

@@ -15,6 +15,8 @@ export interface ErofsBuildOptions {
   chunked?: boolean;
   /** A fixed mtime for every file and a fixed filesystem UUID: the same tree gives the same bytes, so the same digest. */
   reproducible?: { timestamp: number; uuid: string };
+  /** Stops mkfs.erofs (killed) and rejects with the signal's reason. */
+  signal?: AbortSignal;
 }
 
 /** Builds an EROFS image of `sourceDir` at `outFile` with mkfs.erofs (erofs-utils). */
@@ -26,5 +28,5 @@ export async function buildErofs(sourceDir: string, outFile: string, opts: Erofs
   if (opts.reproducible) args.push(`-T${opts.reproducible.timestamp}`, `-U${opts.reproducible.uuid}`);
   for (const p of opts.excludePaths ?? []) args.push(`--exclude-path=${p}`);
   args.push(outFile, sourceDir);
-  await runToolOrThrow('mkfs.erofs', args);
+  await runToolOrThrow('mkfs.erofs', args, opts.signal ? { signal: opts.signal } : {});
 }

@@ -265,8 +265,9 @@ export class HttpEdgeClient implements EdgeApi {
     return this.#json('GET', this.#sb(id, '/network'));
   }
 
-  snapshotSandbox(id: string, opts: { scrub?: string[] } = {}): Promise<EdgeSnapshot> {
-    return this.#json('POST', this.#sb(id, '/snapshot'), opts, { timeout: false });
+  snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal } = {}): Promise<EdgeSnapshot> {
+    const { signal, ...body } = opts;
+    return this.#json('POST', this.#sb(id, '/snapshot'), body, { timeout: false, signal });
   }
 
   async openPty(id: string, req: TerminalRequest): Promise<TerminalChannel> {

@@ -8,6 +8,7 @@ import {
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
 import { applyByLabels, type BulkAction } from '../bulk.js';
+import { abortOnHangup } from './abort-on-hangup.js';
 
 
 function parseLabels(label: string | string[] | undefined): Record<string, string> {
@@ -74,7 +75,14 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
           response: { 201: SnapshotResult, ...errors },
         },
       },
-      async (req, reply) => reply.status(201).send(await control.snapshot(req.params.id, req.body ?? {})),
+      async (req, reply) => {
+        const hangup = abortOnHangup(reply);
+        try {
+          return reply.status(201).send(await control.snapshot(req.params.id, req.body ?? {}, hangup.signal));
+        } finally {
+          hangup.done();
+        }
+      },
     );
     app.post(
       '/v1/sandboxes/:id/fork',

@@ -169,9 +169,14 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   });
   app.put(`${S}/network`, { schema: { params: Id, body: EdgeNetworkRequest, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.setNetwork(req.params.id, req.body));
   app.get(`${S}/network`, { schema: { params: Id, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.getNetwork(req.params.id));
-  app.post(`${S}/snapshot`, { schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } }, async (req) =>
-    edge.snapshotSandbox(req.params.id, req.body.scrub ? { scrub: req.body.scrub } : {}),
-  );
+  app.post(`${S}/snapshot`, { schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } }, async (req, reply) => {
+    const hangup = abortOnHangup(reply);
+    try {
+      return await edge.snapshotSandbox(req.params.id, { ...(req.body.scrub ? { scrub: req.body.scrub } : {}), signal: hangup.signal });
+    } finally {
+      hangup.done();
+    }
+  });
 
   // --- files ---
   app.get(`${S}/files`, { schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }) }), response: errors } }, async (req, reply) =>
