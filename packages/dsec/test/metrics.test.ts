@@ -5,11 +5,16 @@
  * cache) say what the edge holds.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
 import { parsePromText, type Scrape } from './helpers/prom-text.js';
 import { call, expectWireError } from './helpers/wire.js';
+import type { NodeInfo } from '@dsec/sdk/schema';
+import { renderTopFrame, type TopSample } from '../src/cli/top/top-frame.js';
 
 describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
   let server: TestServer;
@@ -112,5 +117,38 @@ describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
     assert.equal(after.get('dsec_batches_running'), 0);
     assert.equal(after.sum('dsec_batch_items', { batch: id }), 0, 'a finished batch has no progress series');
     assert.equal(await server.dsec.control.killByLabels({ 'dsec.batch': id }), 3);
+  });
+
+  test('dsec top: a frame from two real samples gives the create rate between them; --once prints the frame', async () => {
+    const cli = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+    const look = async (at: number): Promise<TopSample> => ({
+      at,
+      metrics: await scrape(),
+      nodes: ((await call(server, 'GET', '/v1/nodes')).json as { nodes: NodeInfo[] }).nodes,
+    });
+    const sb = await Sandbox.create(server.conn);
+    const more: Sandbox[] = [];
+    try {
+      const first = await look(0);
+      more.push(await Sandbox.create(server.conn), await Sandbox.create(server.conn));
+      // Samples 1 s apart (by their clock): two creates between them are 2.0/s.
+      const frame = renderTopFrame(first, await look(1000), { url: server.url, now: new Date('2026-11-30T12:00:00Z') });
+      assert.match(frame, /^dsec top · http:\/\/127\.0\.0\.1:\d+ · 2026-11-30 12:00:00 UTC$/m);
+      assert.match(frame, /^sandboxes \d+: 3 running, 0 creating, 0 paused/m);
+      assert.match(frame, /^creates 2\.0\/s \(errors 0\.0\/s\)/m);
+      assert.match(frame, /^edges 1: 1 ready$/m);
+
+      const { stdout } = await promisify(execFile)(process.execPath, [cli, 'top', '--once', '--interval', '0.2'], {
+        env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', DSEC_URL: server.url, DSEC_API_KEY: server.apiKey },
+      });
+      assert.match(stdout, /^sandboxes \d+: 3 running, 0 creating, 0 paused/m);
+      assert.match(stdout, /^creates \d+(\.\d+)?\/s \(errors \d+(\.\d+)?\/s\) · kills \d+(\.\d+)?\/s · execs \d+(\.\d+)?\/s · batches running 0$/m);
+      const row = stdout.split('\n').find((l) => l.startsWith(`${server.edgeId} `));
+      assert.ok(row, `a row for the edge:\n${stdout}`);
+      // EDGE POOL STATE SANDBOXES CPU-BUSY CPU-COMMITTED MEMORY-USED UTIL LAYER-CACHE
+      assert.match(row, new RegExp(`^${server.edgeId}\\s+default\\s+ready\\s+3/4000\\s+(\\d+%|–)\\s+3/\\d+\\s+[\\d.]+ \\w+/[\\d.]+ GiB\\s+\\d+%\\s+\\d+ layers?,`), row);
+    } finally {
+      await Promise.all([sb, ...more].map((x) => x.kill()));
+    }
   });
 });

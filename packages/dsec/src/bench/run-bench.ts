@@ -29,6 +29,8 @@ export interface BenchRunOptions {
   /** Nice value for this process and everything it starts (all peers alike); 0 leaves it as is. */
   nice: number;
   say: (m: string) => void;
+  /** Called as each scenario starts: its index (0-based), their number, its name (for a progress bar). */
+  onScenario?: (index: number, total: number, name: string) => void;
 }
 
 export interface BenchOutcome {
@@ -87,8 +89,9 @@ export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
       `peers: ${peers.map((p) => p.name).join(', ')}${unavailable.length ? `; not running: ${unavailable.map((u) => u.name).join(', ')}` : ''}`,
     );
     const ctx: ScenarioContext = { signal: abort.signal, names, spans, say, fixture };
-    for (const s of opts.scenarios) {
+    for (const [i, s] of opts.scenarios.entries()) {
       abort.signal.throwIfAborted();
+      opts.onScenario?.(i, opts.scenarios.length, s.def.name);
       if (opts.scenarios.length > 1) say(`\n== ${s.def.name} ==`);
       try {
         bodies.push(await runScenario(s, peers, unavailable, notInstrumented, ctx, opts));

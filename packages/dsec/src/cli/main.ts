@@ -17,6 +17,7 @@ import { registerClusterCommands } from './commands/cluster.js';
 import { registerOpenApiCommand } from './commands/openapi.js';
 import { registerPoolCommands } from './commands/pools.js';
 import { registerPortCommands } from './commands/ports.js';
+import { registerTopCommand } from './commands/top.js';
 
 const program = new Command('dsec')
   .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
@@ -31,6 +32,7 @@ registerPortCommands(program);
 registerImageCommands(program);
 registerDemoCommand(program);
 registerBenchCommands(program);
+registerTopCommand(program);
 registerOpenApiCommand(program);
 registerE2bCommands(program);
 

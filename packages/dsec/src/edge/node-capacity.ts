@@ -45,7 +45,8 @@ function cpuUsage(): number | undefined {
     return undefined;
   }
   if (fields.length < 5 || fields.some((n) => !Number.isFinite(n))) return undefined;
-  const total = fields.reduce((a, b) => a + b, 0);
+  // user nice system idle iowait irq softirq steal; guest time is already in user, so not added.
+  const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
   const busy = total - fields[3]! - fields[4]!;
   const prev = lastCpu;
   if (prev && total - prev.total < 10) return prev.usage;

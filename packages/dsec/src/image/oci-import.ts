@@ -35,6 +35,8 @@ export interface ImportOptions {
   /** Which image, when the archive holds several: a name it is tagged with in the archive. */
   ref?: string;
   progress?: (message: string) => void;
+  /** Called as each layer is taken up: its index (0-based), the number of layers (for a progress bar). */
+  onLayer?: (index: number, total: number) => void;
   /** @default 'lz4' */
   compression?: ErofsBuildOptions['compression'];
 }
@@ -472,6 +474,7 @@ async function importSource(
       const tree = join(scratch, 'squash');
       mkdirSync(tree);
       for (const [i, l] of src.layers.entries()) {
+        opts.onLayer?.(i, src.layers.length);
         progress(`  unpacking ${l.label} (${i + 1}/${src.layers.length})`);
         const layerTree = join(scratch, `layer-${i}`);
         const s = await unpackLayer(l, layerTree, warn);
@@ -489,6 +492,7 @@ async function importSource(
     for (const l of src.layers) layers.push({ diffId: l.diffId, digest: digest!, cached, empty: false, ...totals });
   } else {
     for (const [i, l] of src.layers.entries()) {
+      opts.onLayer?.(i, src.layers.length);
       const key = cacheKey('layer', [l.diffId], compression);
       const known = cache.layers[key];
       if (known && store.layers.has(known)) {

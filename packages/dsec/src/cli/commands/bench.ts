@@ -4,6 +4,7 @@ import { parsePeers } from '../../bench/peers/peer.js';
 import { rerender } from '../../bench/rerender.js';
 import { runBench, type BenchOutcome, type ScenarioRun } from '../../bench/run-bench.js';
 import { SCENARIOS } from '../../bench/scenarios/index.js';
+import { Progress } from '../progress.js';
 import { defaultOptions, type BenchScenarioDef, type ScenarioFlag } from '../../bench/scenarios/scenario.js';
 
 const say = (m: string): void => void process.stderr.write(`${m}\n`);
@@ -31,6 +32,9 @@ interface CommonFlags {
 
 async function run(scenarios: ScenarioRun[], combined: boolean, flags: CommonFlags): Promise<void> {
   let outcome: BenchOutcome;
+  // On a terminal the run's lines scroll above a status line: the scenario (n of N in `all`) and
+  // the time so far; elsewhere the lines alone, as before.
+  const bar = new Progress('bench');
   try {
     outcome = await runBench({
       scenarios,
@@ -39,9 +43,16 @@ async function run(scenarios: ScenarioRun[], combined: boolean, flags: CommonFla
       outDir: flags.out,
       nice: flags.nice,
       commandLine: ['dsec', ...process.argv.slice(2)].join(' '),
-      say,
+      say: (m) => bar.log(`${m}\n`),
+      onScenario: (i, total, name) => {
+        if (!bar.tty) return;
+        if (total > 1) bar.update(i, total);
+        bar.step(name);
+      },
     });
+    bar.end();
   } catch (err) {
+    bar.end();
     if (!(err instanceof BenchInterrupted)) throw err;
     say(`dsec bench: ${err.message}; cleaned up, no results written`);
     process.exitCode = 130;

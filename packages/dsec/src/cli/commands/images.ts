@@ -21,6 +21,7 @@ import { registryClientFor } from '../../image/registry/registry-config.js';
 import { parseRegistryRef, RegistryRefError } from '../../image/registry/registry-ref.js';
 import { ImageTransferError } from '../../image/registry/registry-client.js';
 import { pushImage } from '../../image/registry/image-push.js';
+import { Progress } from '../progress.js';
 import { pullImage } from '../../image/registry/image-pull.js';
 
 function parseRegistryRefOrUsage(text: string): ReturnType<typeof parseRegistryRef> {
@@ -105,7 +106,6 @@ export function registerImageCommands(program: Command): void {
         target: string | undefined,
         f: { name?: string; package?: string[]; file?: string; buildArg?: string[]; cache?: boolean; dataDir?: string },
       ) => {
-        const progress = (m: string): void => void process.stderr.write(`${m}\n`);
         // Every argument is checked before any work: a debian build takes a minute.
         if (f.name !== undefined) checkImageName(f.name);
         const builders = ['busybox', 'debian', 'e2b-base', 'fn-runtime'];
@@ -124,6 +124,8 @@ export function registerImageCommands(program: Command): void {
             if (i <= 0) throw new OptionsError(`--build-arg ${kv}: expected KEY=VALUE`);
             buildArgs[kv.slice(0, i)] = kv.slice(i + 1);
           }
+          const bar = new Progress(`building ${f.name ?? contextDir}`);
+          const progress = (m: string): void => bar.log(`${m}\n`);
           try {
             const r = await runDockerfileBuild({
               dataDir: f.dataDir,
@@ -133,10 +135,18 @@ export function registerImageCommands(program: Command): void {
               buildArgs,
               noCache: f.cache === false,
               progress,
-              output: (chunk) => void process.stderr.write(chunk),
+              // The Step lines are in the log already; a terminal also gets a bar.
+              onStep: (n, total, instruction) => {
+                if (!bar.tty) return;
+                bar.update(n, total);
+                bar.step(instruction);
+              },
+              output: (chunk) => bar.log(chunk.toString()),
             });
+            bar.end();
             process.stdout.write(`${r.name ?? ''}${r.name ? ' ' : ''}${r.id}\n`);
           } catch (err) {
+            bar.end();
             if (!(err instanceof DockerfileError)) throw err;
             process.stderr.write(`dsec: build failed: ${err.message}\n`);
             process.exitCode = 1;
@@ -144,12 +154,20 @@ export function registerImageCommands(program: Command): void {
           return;
         }
         const store = openStore(f.dataDir);
+        // No total to count (debootstrap, mkfs.erofs): a spinner with the step and the time; a
+        // builder's indented lines (debootstrap's own output) scroll above it.
+        const bar = new Progress(`building ${target}`);
+        const progress = (m: string): void => (m.startsWith('  ') ? bar.log(`${m}\n`) : bar.step(m));
         let built;
-        if (target === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
-        else if (target === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
-        else if (target === 'fn-runtime') built = await buildFnRuntimeImage(store, { ...(f.name ? { name: f.name } : {}), progress });
-        else if (target === 'e2b-base') built = await buildE2bBaseImage(store, { ...(f.name ? { name: f.name } : {}), progress });
-        else throw new UsageError(`unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`);
+        try {
+          if (target === 'busybox') built = await buildBusyboxImage(store, { name: f.name, progress });
+          else if (target === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
+          else if (target === 'fn-runtime') built = await buildFnRuntimeImage(store, { ...(f.name ? { name: f.name } : {}), progress });
+          else if (target === 'e2b-base') built = await buildE2bBaseImage(store, { ...(f.name ? { name: f.name } : {}), progress });
+          else throw new UsageError(`unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`);
+        } finally {
+          bar.end();
+        }
         process.stdout.write(`${built.name} ${built.id}\n`);
       },
     );
@@ -166,11 +184,14 @@ export function registerImageCommands(program: Command): void {
       if (f.name !== undefined) checkImageName(f.name);
       if (!existsSync(path)) throw new UsageError(`no such file or directory: ${path}`);
       const store = openStore(f.dataDir);
-      const progress = (m: string): void => void process.stderr.write(`${m}\n`);
+      const bar = new Progress(`importing ${path}`);
+      const progress = (m: string): void => bar.log(`${m}\n`);
       let r;
       try {
-        r = await importImage(store, path, { name: f.name, squash: f.squash ?? false, ref: f.ref, progress });
+        r = await importImage(store, path, { name: f.name, squash: f.squash ?? false, ref: f.ref, progress, onLayer: (i, total) => bar.update(i, total) });
+        bar.end();
       } catch (err) {
+        bar.end();
         if (!(err instanceof ImportError)) throw err;
         process.stderr.write(`dsec: image import failed: ${err.message}\n`);
         process.exitCode = 1;

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { Pool, Sandbox, type Terminal } from '@dsec/sdk';
 import { DEFAULT_EXEC_TIMEOUT_MS, type NetworkPolicyRequest, type PoolInfo } from '@dsec/sdk/schema';
 import { UsageError, choiceArg, intArg, positiveArg } from '../args.js';
-import { ProgressLine } from '../progress.js';
+import { Progress, withProgress } from '../progress.js';
 import { stdinForCommand, stdinOptions, streamToTerminal } from '../exec-io.js';
 import { collectKv, collectList, printTable } from '../output.js';
 
@@ -131,7 +131,7 @@ export function registerSandboxCommands(program: Command): void {
       const network = networkPolicy(f.network, f.allow, '--network'); // before any work
       if (f.count !== undefined && f.count > 1) {
         if (cmd.length) throw new UsageError('--count creates sandboxes only; run commands in them with dsec exec');
-        const bar = new ProgressLine(`creating ${f.count} sandboxes`);
+        const bar = new Progress(`creating ${f.count} sandboxes`);
         const { batchId, sandboxes, failures } = await Sandbox.createMany(f.count, {
           image, backend: f.backend, resources, env: f.env, labels: f.label, layers: f.layer, ttlSeconds: f.ttl, idleTimeoutSeconds: f.idleTimeout, onExpiry: f.onExpiry, network,
           onProgress: (_e, p) => bar.update(p.running + p.failed, p.count, { placed: p.placed, running: p.running, failed: p.failed }),
@@ -294,7 +294,9 @@ export function registerSandboxCommands(program: Command): void {
     .option('--scrub <path>', 'leave this path out (repeatable; replaces the default list)', collectList)
     .option('--json', 'machine-readable output')
     .action(async (id: string, f: { name?: string; keep?: boolean; scrub?: string[]; json?: boolean }) => {
-      const { image: _image, ...snap } = await (await Sandbox.connect(id)).snapshot({ name: f.name, scrub: f.scrub, ...(f.keep ? { keep: true } : {}) });
+      // One call: the edge freezes, copies and packs the sandbox's changes (large ones take a while).
+      const sb = await Sandbox.connect(id);
+      const { image: _image, ...snap } = await withProgress(`snapshotting ${id}`, () => sb.snapshot({ name: f.name, scrub: f.scrub, ...(f.keep ? { keep: true } : {}) }));
       if (f.json) process.stdout.write(JSON.stringify(snap, null, 2) + '\n');
       else {
         const notes = [snap.layerAdded ? '' : 'unchanged: no new layer', snap.kept ? '' : `deleted with ${id} and the sandboxes started from it; --name or --keep to keep it`].filter(Boolean);

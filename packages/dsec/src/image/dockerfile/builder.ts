@@ -40,6 +40,8 @@ export interface DockerfileBuildOptions {
   noCache?: boolean;
   /** Step headers and notes, one line each ("Step 3/7 : RUN …", " ---> CACHED …"). */
   progress?: (line: string) => void;
+  /** Called as each instruction starts: its index (0-based), their number, the instruction (for a progress bar). */
+  onStep?: (index: number, total: number, instruction: string) => void;
   /** RUN output as it comes; default: written line by line to progress. */
   output?: (chunk: Buffer) => void;
   /** Per RUN command. @default 3600000 */
@@ -239,6 +241,7 @@ export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<Doc
   for (const [n, ins] of instructions.entries()) {
     const esc = escapeOf(ins);
     progress(`Step ${n + 1}/${instructions.length} : ${ins.original}`);
+    opts.onStep?.(n, instructions.length, ins.original);
     switch (ins.keyword) {
       case 'FROM': {
         if (state) throw new DockerfileError('multi-stage builds (a second FROM) are not supported', ins.line);
