@@ -136,6 +136,22 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     expectWireError(await call(server.conn, 'GET', `/v1/sandboxes/${sb.id}/files?path=/work`), 409, 'PATH_CONFLICT');
   });
 
+  test("tar: a directory down and up again through the guest's tar; a missing path is a 404, a broken archive a 400", async () => {
+    const made = await sb.commands.run('mkdir -p /work/tdir/sub && echo alpha > /work/tdir/a && head -c 200000 /dev/urandom > /work/tdir/sub/b && md5sum /work/tdir/sub/b');
+    assert.equal(made.exitCode, 0, made.stderr);
+    const archive = await sb.files.downloadTar('/work/tdir');
+    assert.ok(archive.length > 200_000, `the archive holds both files: ${archive.length} bytes`);
+    const up = await sb.files.uploadTar('/work/tcopy', archive);
+    assert.equal(up.bytes, archive.length);
+    const r = await sb.commands.run('cat /work/tcopy/tdir/a; md5sum /work/tcopy/tdir/sub/b');
+    assert.equal(r.stdout.split('\n')[0], 'alpha');
+    assert.equal(r.stdout.split('\n')[1]!.split(' ')[0], made.stdout.split(' ')[0], 'the binary file came back byte for byte');
+    expectWireError(await call(server.conn, 'GET', `/v1/sandboxes/${sb.id}/files/tar?path=/work/nope`), 404, 'FILE_NOT_FOUND');
+    const bad = await call(server.conn, 'PUT', `/v1/sandboxes/${sb.id}/files/tar?path=/work/bad`, { body: Buffer.alloc(1024, 7), contentType: 'application/x-tar' });
+    expectWireError(bad, 400, 'INVALID_REQUEST');
+    await sb.commands.run('rm -rf /work/tdir /work/tcopy /work/bad');
+  });
+
   test('diskMiB limits the writable disk: writing past it fails inside the guest', async () => {
     const r = await sb.commands.run('dd if=/dev/zero of=/work/fill bs=1M count=200 2>&1; echo rc=$?; rm -f /work/fill');
     assert.match(r.stdout, /No space left on device/);

@@ -32,6 +32,10 @@ export interface BackendFigures {
   /** create + first exec: what a trainer waits for before its first command returns. */
   bootToFirstCommand: LatencySummary;
   exec: LatencySummary;
+  /** The parent's frozen time in a fork of one (a VM: vCPUs stopped for the disk copy and the state save). */
+  forkFrozen: LatencySummary;
+  /** POST fork (count 1) until the fork's first command returned (a VM: save, restore, resume). */
+  forkToFirstCommand: LatencySummary;
   /** Host memory of one idle sandbox: the cgroup's charge for a container, QEMU's RSS for a VM. */
   idleMemoryMiB: number;
   errors: string[];
@@ -55,7 +59,7 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
   if (!dsec) throw new Error('the vm scenario needs the dsec peer');
   const out: BackendFigures[] = [];
   for (const backend of BACKENDS) {
-    const f = { create: [] as number[], firstExec: [] as number[], boot: [] as number[], exec: [] as number[] };
+    const f = { create: [] as number[], firstExec: [] as number[], boot: [] as number[], exec: [] as number[], frozen: [] as number[], fork: [] as number[] };
     const errors: string[] = [];
     let idleMemoryMiB = NaN;
     ctx.say(`${backend}: ${opts.boots} boots, ${opts.count} execs`);
@@ -71,6 +75,19 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
         f.create.push(created - t0);
         f.firstExec.push(done - created);
         f.boot.push(done - t0);
+        // A live fork of one: the snapshot (the parent frozen meanwhile) and the fork's first command.
+        const tf = performance.now();
+        const forked = await sb.fork(1);
+        const child = forked.sandboxes[0];
+        try {
+          if (!child) throw new Error(`fork failed: ${forked.result.failures.map((x) => x.message).join('; ')}`);
+          const rc = await child.commands.run(['true']);
+          if (rc.exitCode !== 0) throw new Error(`true in the fork exited ${rc.exitCode}: ${rc.stderr}`);
+          f.fork.push(performance.now() - tf);
+          f.frozen.push(forked.result.snapshot.frozenMs);
+        } finally {
+          await child?.kill().catch((e: Error) => errors.push(`kill fork: ${e.message}`));
+        }
         if (i === 0) {
           for (let j = 0; j < opts.count && !ctx.signal.aborted; j++) f.exec.push(await msOf(() => sb!.commands.run(['true'])));
           await new Promise((r) => setTimeout(r, opts.settle * 1000));
@@ -89,6 +106,8 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
       firstExec: summarizeLatency(f.firstExec),
       bootToFirstCommand: summarizeLatency(f.boot),
       exec: summarizeLatency(f.exec),
+      forkFrozen: summarizeLatency(f.frozen),
+      forkToFirstCommand: summarizeLatency(f.fork),
       idleMemoryMiB,
       errors,
     });
@@ -124,6 +143,8 @@ function rows(r: VmResult): (string | number)[][] {
     metric('first exec p50 (ms)', (x) => x.firstExec.p50),
     metric('exec `true` p50 (ms)', (x) => x.exec.p50),
     metric('exec `true` p99 (ms)', (x) => x.exec.p99),
+    metric('fork of one: parent frozen p50 (ms)', (x) => x.forkFrozen.p50),
+    metric('fork of one: to its first command p50 (ms)', (x) => x.forkToFirstCommand.p50),
     metric('host memory per idle sandbox (MiB)', (x) => x.idleMemoryMiB),
   ];
 }
@@ -141,9 +162,10 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
     `# dsec bench vm — ${report.startedAt}`,
     '',
     `dsec's backends side by side on one server, all through the SDK: ${o.boots} sandboxes booted per backend (create, then ` +
-      `\`true\`), ${o.count} execs of \`true\` in the first, and its host memory after ${o.settle} s idle (256 MiB, 1 CPU each). ` +
-      `VM accelerator: ${result.peers[0]?.accel ?? 'n/a'}. Memory is the sandbox's cgroup charge for a container and QEMU's RSS ` +
-      '(guest RAM it touched, guest kernel, page tables, device state) for a VM.',
+      `\`true\`), a fork of one from each (snapshot, then the fork's first \`true\`: a container's fork is a pack_diff image and a ` +
+      `new container, a VM's a save of its memory and disk and a restore), ${o.count} execs of \`true\` in the first, and its host memory after ${o.settle} s idle (256 MiB, 1 CPU each). ` +
+      `VM accelerator: ${result.peers[0]?.accel ?? 'n/a'}. Memory is the sandbox's cgroup charge: for a VM, QEMU's ` +
+      '(guest RAM it touched, guest kernel, TCG cache, device state, page cache of its disks).',
     '',
     mdTable(['metric', ...b.map((x) => x.backend), ...b.filter((x) => x.backend !== 'container').map((x) => `${x.backend} ÷ container`)], rows(result)),
     '',
@@ -154,7 +176,7 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
 
 export const vmScenario: BenchScenarioDef<VmOptions, VmResult> = {
   name: 'vm',
-  summary: 'microVM and VM backends against containers: boot to first command, exec latency, host memory per idle sandbox',
+  summary: 'microVM and VM backends against containers: boot to first command, fork (snapshot and restore), exec latency, host memory per idle sandbox',
   flags: [
     { key: 'boots', long: 'boots', description: 'sandboxes booted per backend', default: 5, min: 1 },
     { key: 'count', long: 'count', short: 'n', description: 'timed execs per backend', default: 50, min: 1 },
@@ -166,7 +188,8 @@ export const vmScenario: BenchScenarioDef<VmOptions, VmResult> = {
   render: renderVm,
   lines: (r) =>
     (r.peers[0]?.backends ?? []).map(
-      (b) => `${b.backend.padEnd(9)} boot→first command p50 ${b.bootToFirstCommand.p50} ms  exec p50 ${b.exec.p50} ms  idle ${b.idleMemoryMiB} MiB`,
+      (b) =>
+        `${b.backend.padEnd(9)} boot→first command p50 ${b.bootToFirstCommand.p50} ms  fork→first command p50 ${b.forkToFirstCommand.p50} ms (frozen ${b.forkFrozen.p50} ms)  exec p50 ${b.exec.p50} ms  idle ${b.idleMemoryMiB} MiB`,
     ),
   headline: (r) =>
     (r.peers[0]?.backends ?? [])

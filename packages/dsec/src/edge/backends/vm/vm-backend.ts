@@ -562,12 +562,64 @@ export class VmBackend implements SandboxBackend {
     }
   }
 
-  async uploadTar(id: string): Promise<number> {
-    unsupported(this.#vm(id).record.backend, 'Tar upload');
+  /**
+   * Tar streams are packed and unpacked in the guest, by the guest's own `tar` (the image's): every
+   * path in the archive resolves inside the VM, which has no path to the host at all. Unlike a
+   * container's (which uses the platform's read-only busybox), an image without tar cannot take
+   * or give tar streams, and a tar the guest planted is the guest's own business.
+   */
+  async uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number> {
+    const v = this.#running(id);
+    const p = sandboxPath(dir, v.record.config.cwd);
+    await this.#fs(id, dir, (vm, q) => vm.agent.call('mkdir', { path: q, parents: true }));
+    const proc = this.#tar(v, ['-x', '-f', '-', '-C', p], true);
+    let bytes = 0;
+    try {
+      for await (const chunk of body) {
+        bytes += chunk.length;
+        if (!proc.writeStdin(chunk)) break;
+      }
+    } finally {
+      proc.endStdin();
+    }
+    const exit = await proc.done;
+    if (exit.exitCode !== 0) throw guestTarFailed('tar upload', proc.stderr.bytes().toString('utf8'), exit.exitCode);
+    return bytes;
   }
 
-  async downloadTar(id: string): Promise<AsyncIterable<Buffer>> {
-    unsupported(this.#vm(id).record.backend, 'Tar download');
+  async downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>> {
+    const v = this.#running(id);
+    await this.statPath(id, path); // 404 for a missing path, as for a container
+    const clean = sandboxPath(path, v.record.config.cwd).replace(/\/+$/, '') || '/';
+    const slash = clean.lastIndexOf('/');
+    const parent = slash <= 0 ? '/' : clean.slice(0, slash);
+    const name = clean === '/' ? '.' : clean.slice(slash + 1);
+    const proc = this.#tar(v, ['-c', '-f', '-', '-C', parent, name], false);
+    const it = iterateOutput(proc, 'raw');
+    const first: Buffer[] = [];
+    for (;;) {
+      const n = await it.next();
+      if (n.done) break;
+      if (n.value.stream === 'stdout') {
+        first.push(n.value.data);
+        break;
+      }
+    }
+    if (first.length === 0) {
+      const exit = await proc.done;
+      throw guestTarFailed('tar download', proc.stderr.bytes().toString('utf8'), exit.exitCode);
+    }
+    return (async function* () {
+      yield* first;
+      for await (const { stream, data } of { [Symbol.asyncIterator]: () => it }) if (stream === 'stdout') yield data;
+      const exit = await proc.done;
+      if (exit.exitCode !== 0) throw guestTarFailed('tar download', proc.stderr.bytes().toString('utf8'), exit.exitCode);
+    })();
+  }
+
+  /** The guest's tar as root in /, its output not kept (streamed), no timeout (an upload takes what it takes). */
+  #tar(v: LiveVm, args: string[], stdin: boolean): VmProcess {
+    return new VmProcess(v.agent, { argv: ['tar', ...args], env: mergeEnv(v.record.config.env, v.record.env, {}), cwd: '/', uid: 0, gid: 0 }, { stdin, maxOutputBytes: 64 << 10 });
   }
 
   /**
@@ -720,6 +772,11 @@ function fileError(err: unknown, path: string): Error {
     default:
       return new ApiError('INVALID_REQUEST', err.message, { path, errno: err.code });
   }
+}
+
+function guestTarFailed(what: string, stderr: string, exitCode: number): ApiError {
+  if (exitCode === 127) return new ApiError('INVALID_REQUEST', `${what} needs tar in the VM's image, and it has none`, { stderr, exitCode });
+  return new ApiError('INVALID_REQUEST', `${what} failed: ${stderr.trim() || `tar exited ${exitCode}`}`, { stderr, exitCode });
 }
 
 function exitStatus(proc: VmProcess, exit: ProcessExit, req: ExecRequest): Omit<ExecResult, 'stdout' | 'stderr'> {
