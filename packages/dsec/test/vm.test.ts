@@ -3,6 +3,7 @@
  * agent, the image's EROFS layers as virtio-blk disks. One boot per describe, to keep CI short.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { release } from 'node:os';
 import { join } from 'node:path';
@@ -381,7 +382,8 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
   test('a restarted edge adopts a running VM; a VM whose QEMU died is cleaned up and reported lost', async () => {
     dataDir = makeDataDir();
     first = await startDsec(dataDir, { edgeId });
-    const sb = await Sandbox.create({ url: first.url, apiKey: first.apiKey, backend: 'microvm', resources: { memoryMiB: 128 } });
+    // With a link (no traffic is sent): the restarted edge must claim it again and keep its host guard.
+    const sb = await Sandbox.create({ url: first.url, apiKey: first.apiKey, backend: 'microvm', resources: { memoryMiB: 128 }, network: { mode: 'allow', allow: ['169.254.252.1:9'] } });
     await sb.files.write('/kept', 'before restart');
     const pid = (await first.vms!.listSandboxes())[0]!.pid;
     await first.close(); // the VM keeps running
@@ -390,6 +392,12 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     second = await startDsec(dataDir, { edgeId });
     const again = await Sandbox.connect(sb.id, { url: second.url, apiKey: second.apiKey });
     assert.equal((await again.commands.run('cat /kept')).stdout, 'before restart', 'adopted: same guest, same disk');
+    const net = await again.network();
+    assert.equal(net.mode, 'allow');
+    assert.ok(net.gateway, 'the adopted VM keeps its link');
+    assert.ok(existsSync(`/sys/class/net/${hostVeth(sb.id)}`));
+    assert.match(execFileSync('nft', ['list', 'tables'], { encoding: 'utf8' }), new RegExp(`dsec_host_${edgeId}\\b`), "the host guard stays while an adopted VM has a link");
+    await again.setNetwork({ mode: 'none' }); // a switch after adoption goes to the VM's netns
     await second.close();
 
     process.kill(pid, 'SIGKILL'); // QEMU crashes while the edge is down
@@ -399,6 +407,7 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     assert.equal(info.status, 'failed');
     assert.match(info.reason ?? '', /lost/);
     assert.equal(existsSync(join(dataDir, 'node', 'vms', sb.id)), false, 'no disk, socket or directory left');
+    assert.equal(existsSync(`/sys/class/net/${hostVeth(sb.id)}`), false, 'the link went with the netns');
   });
 });
 
