@@ -20,6 +20,7 @@ import { readMounts } from '../../src/host/mounts.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { startAllInOne, type RunningDsec } from '../../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId } from '../helpers/server.js';
+import { parsePromText } from '../helpers/prom-text.js';
 import { call } from '../helpers/wire.js';
 
 function skipReason(): string | undefined {
@@ -64,6 +65,12 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     assert.ok(cache.chargedBytes >= lazy.chunkBytes && lazy.chunkBytes > 0, 'chunk bytes count against the layer cache budget');
     const mine = lazy.sandboxes.find((x) => x.id === sb.id);
     assert.ok(mine && mine.fetchedBytes > 0 && mine.fetchedBytes <= layer.fetchedBytes, `the sandbox's own first reads are charged to it: ${JSON.stringify(lazy.sandboxes)}`);
+    // /metrics exports the same counts (read from the edge at the scrape): lazy bytes fetched, at least those above.
+    const metrics = parsePromText((await call(conn(), 'GET', '/metrics', { key: null })).text);
+    const edge = { edge: edgeId, pool: 'default' };
+    assert.ok((metrics.get('dsec_lazy_fetched_bytes_total', edge) ?? 0) >= lazy.fetchedBytes && lazy.fetchedBytes >= layer.fetchedBytes);
+    assert.ok((metrics.get('dsec_lazy_chunk_cache_bytes', edge) ?? 0) > 0);
+    assert.equal(metrics.get('dsec_lazy_failed_fetches_total', edge), 0);
     await sb.kill();
   });
 
