@@ -51,7 +51,8 @@ class CapacityError(DsecError):
 
 
 class RateLimitError(DsecError):
-    """Too many requests; retry after a pause."""
+    """Too many requests (QUOTA_CREATE_RATE_EXCEEDED: the project's create rate); retry after
+    ``details["retryAfterMs"]``."""
 
     retryable = True
 
@@ -63,7 +64,8 @@ class UnavailableError(DsecError):
 
 
 class QuotaError(DsecError):
-    """The project's quota is used up; kill sandboxes or raise the quota."""
+    """The project's quota is used up (``code`` names it: QUOTA_SANDBOXES_EXCEEDED, QUOTA_CPU_EXCEEDED,
+    QUOTA_MEMORY_EXCEEDED; ``details`` has quota, limit, used, requested); kill sandboxes or raise the quota."""
 
 
 class ServerError(DsecError):
@@ -113,16 +115,24 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "BATCH_NOT_FOUND": NotFoundError,
     "POOL_NOT_FOUND": NotFoundError,
     "POOL_EXISTS": ConflictError,
+    "PROJECT_NOT_FOUND": NotFoundError,
+    "KEY_NOT_FOUND": NotFoundError,
     "SESSION_CLOSED": ConflictError,
     "PROCESS_NOT_RUNNING": ConflictError,
     "SANDBOX_NOT_RUNNING": ConflictError,
     "PATH_CONFLICT": ConflictError,
     "EDGE_NOT_EMPTY": ConflictError,
+    "PROJECT_EXISTS": ConflictError,
+    "IMAGE_NAME_TAKEN": ConflictError,
     "CAPACITY_EXCEEDED": CapacityError,
     "EDGE_UNAVAILABLE": UnavailableError,
     "REGISTRY_UNAVAILABLE": UnavailableError,
     "RATE_LIMITED": RateLimitError,
     "QUOTA_EXCEEDED": QuotaError,
+    "QUOTA_SANDBOXES_EXCEEDED": QuotaError,
+    "QUOTA_CPU_EXCEEDED": QuotaError,
+    "QUOTA_MEMORY_EXCEEDED": QuotaError,
+    "QUOTA_CREATE_RATE_EXCEEDED": RateLimitError,
     "SANDBOX_CREATE_FAILED": ServerError,
     "EXEC_FAILED": ServerError,
     "PORT_NOT_LISTENING": ServerError,

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
-  AuthError, CommandExitError, ConflictError, DsecError, ERROR_CODES, InvalidRequestError, NotFoundError, TimeoutError, errorFromWire, statusForCode,
+  AuthError, CommandExitError, ConflictError, DsecError, ERROR_CODES, InvalidRequestError, NotFoundError, QuotaError, RateLimitError, TimeoutError, errorFromWire, statusForCode,
   type ErrorCode,
 } from './errors.js';
 
@@ -69,7 +69,9 @@ describe('error registry', () => {
   test('every code maps back to the class its status implies', () => {
     for (const [code, status] of Object.entries(ERROR_CODES)) {
       const err = errorFromWire(status, { code, message: code });
-      if (status === 404) assert.ok(err instanceof NotFoundError, code);
+      if (code === 'QUOTA_CREATE_RATE_EXCEEDED') assert.ok(err instanceof RateLimitError, code);
+      else if (code.startsWith('QUOTA_')) assert.ok(err instanceof QuotaError && !(err instanceof RateLimitError), code);
+      else if (status === 404) assert.ok(err instanceof NotFoundError, code);
       else if (status === 409) assert.ok(err instanceof ConflictError, code);
       else if (status === 401 || status === 403) assert.ok(err instanceof AuthError, code);
       else if (status === 400 || status === 413 || status === 415) assert.ok(err instanceof InvalidRequestError, code);
@@ -79,6 +81,23 @@ describe('error registry', () => {
 
   test('statuses are HTTP error statuses', () => {
     for (const status of Object.values(ERROR_CODES)) assert.ok(status >= 400 && status <= 599);
+  });
+});
+
+describe('quota errors', () => {
+  test('a quota code maps to QuotaError by code, not to AuthError by its 403', () => {
+    const err = errorFromWire(403, { code: 'QUOTA_CPU_EXCEEDED', message: 'm', details: { quota: 'maxCpu', limit: 2 } });
+    assert.ok(err instanceof QuotaError);
+    assert.ok(!(err instanceof AuthError));
+    assert.equal(err.name, 'QuotaError');
+    assert.deepEqual(err.details, { quota: 'maxCpu', limit: 2 });
+  });
+
+  test('the create-rate quota (429) is a RateLimitError, itself a QuotaError', () => {
+    const err = errorFromWire(429, { code: 'QUOTA_CREATE_RATE_EXCEEDED', message: 'm', details: { retryAfterMs: 200 } });
+    assert.ok(err instanceof RateLimitError);
+    assert.ok(err instanceof QuotaError);
+    assert.equal(err.status, 429);
   });
 });
 

@@ -8,6 +8,14 @@ export const ERROR_CODES = {
   UNAUTHORIZED: 401,
   FORBIDDEN: 403,
   REGISTRY_AUTH_FAILED: 403,
+  /** The project already has as many live sandboxes (creating, running, paused) as its quota allows. */
+  QUOTA_SANDBOXES_EXCEEDED: 403,
+  /** The project's live sandboxes would together ask for more CPUs than its quota allows. */
+  QUOTA_CPU_EXCEEDED: 403,
+  /** The project's live sandboxes would together ask for more memory than its quota allows. */
+  QUOTA_MEMORY_EXCEEDED: 403,
+  /** The project creates sandboxes faster than its creates-per-second quota; retry after details.retryAfterMs. */
+  QUOTA_CREATE_RATE_EXCEEDED: 429,
   SANDBOX_NOT_FOUND: 404,
   IMAGE_NOT_FOUND: 404,
   FILE_NOT_FOUND: 404,
@@ -19,11 +27,16 @@ export const ERROR_CODES = {
   BATCH_NOT_FOUND: 404,
   POOL_NOT_FOUND: 404,
   POOL_EXISTS: 409,
+  PROJECT_NOT_FOUND: 404,
+  KEY_NOT_FOUND: 404,
   SESSION_CLOSED: 409,
   PROCESS_NOT_RUNNING: 409,
   SANDBOX_NOT_RUNNING: 409,
   PATH_CONFLICT: 409,
   EDGE_NOT_EMPTY: 409,
+  PROJECT_EXISTS: 409,
+  /** The image name belongs to another project, or is a shared name only an admin key may move. */
+  IMAGE_NAME_TAKEN: 409,
   PAYLOAD_TOO_LARGE: 413,
   UNSUPPORTED_MEDIA_TYPE: 415,
   RANGE_NOT_SATISFIABLE: 416,
@@ -84,6 +97,20 @@ export class AbortedError extends DsecError {
   override readonly name = 'AbortedError';
 }
 
+/**
+ * A project quota refused the call: `code` says which (QUOTA_SANDBOXES_EXCEEDED, QUOTA_CPU_EXCEEDED,
+ * QUOTA_MEMORY_EXCEEDED: 403, wait for sandboxes to end or ask for a larger quota), and
+ * `details` carries `quota`, `limit`, `used` and `requested`.
+ */
+export class QuotaError extends DsecError {
+  override readonly name: string = 'QuotaError';
+}
+
+/** The project's creates-per-second quota (429): retry after `details.retryAfterMs`. */
+export class RateLimitError extends QuotaError {
+  override readonly name = 'RateLimitError';
+}
+
 /** Thrown by `commands.run(..., { throwOnError: true })` when a command exits non-zero. */
 export class CommandExitError extends DsecError {
   override readonly name = 'CommandExitError';
@@ -104,6 +131,9 @@ export function errorFromWire(
   const code = body?.code ?? `HTTP_${status}`;
   const message = body?.message ?? `HTTP ${status}`;
   const details = body?.details ?? {};
+  // By code first: a quota's 403 or 429 is acted on differently from a missing key's 401/403.
+  if (code === 'QUOTA_CREATE_RATE_EXCEEDED' || status === 429) return new RateLimitError(message, code, status, details);
+  if (code.startsWith('QUOTA_')) return new QuotaError(message, code, status, details);
   if (status === 401 || status === 403) return new AuthError(message, code, status, details);
   if (status === 404) return new NotFoundError(message, code, status, details);
   if (status === 409) return new ConflictError(message, code, status, details);

@@ -18,6 +18,7 @@ import { registerOpenApiCommand } from './commands/openapi.js';
 import { registerPoolCommands } from './commands/pools.js';
 import { registerPortCommands } from './commands/ports.js';
 import { registerTopCommand } from './commands/top.js';
+import { registerProjectCommands } from './commands/projects.js';
 
 const program = new Command('dsec')
   .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
@@ -35,6 +36,7 @@ registerBenchCommands(program);
 registerTopCommand(program);
 registerOpenApiCommand(program);
 registerE2bCommands(program);
+registerProjectCommands(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -38,14 +38,28 @@ describe('API keys', () => {
     assert.notEqual((await createApiKey(store, 'a')).key, (await createApiKey(store, 'b')).key);
   });
 
-  test('authenticate accepts "Bearer <key>" and returns the key id', async () => {
+  test('authenticate accepts "Bearer <key>" and returns the caller: key, project, admin', async () => {
     const { id, key } = await createApiKey(store, 'auth');
-    assert.equal(await authenticate(store, `Bearer ${key}`), id);
+    assert.deepEqual(await authenticate(store, `Bearer ${key}`), { keyId: id, project: 'default', admin: false });
+  });
+
+  test('a key carries the project and admin flag it was made with', async () => {
+    await store.insertProject('team-a', {});
+    const { id, key } = await createApiKey(store, 'scoped', { project: 'team-a', admin: true });
+    assert.deepEqual(await authenticate(store, `Bearer ${key}`), { keyId: id, project: 'team-a', admin: true });
+  });
+
+  test('a revoked key no longer authenticates; revoking an unknown key says so', async () => {
+    const { id, key } = await createApiKey(store, 'revoke');
+    assert.equal(await store.revokeKey(id), true);
+    assert.equal(await authenticate(store, `Bearer ${key}`), undefined);
+    assert.ok((await store.listKeys()).find((k) => k.id === id)?.revokedAt);
+    assert.equal(await store.revokeKey('key_000000000000'), false);
   });
 
   test('authenticate accepts the scheme in any case', async () => {
     const { id, key } = await createApiKey(store, 'case');
-    assert.equal(await authenticate(store, `bearer ${key}`), id);
+    assert.equal((await authenticate(store, `bearer ${key}`))?.keyId, id);
   });
 
   test('authenticate rejects a missing header, another scheme, an unknown key and extra words', async () => {
@@ -56,5 +70,30 @@ describe('API keys', () => {
     assert.equal(await authenticate(store, 'Bearer dsec_unknown'), undefined);
     assert.equal(await authenticate(store, `Bearer ${key} extra`), undefined);
     assert.equal(await authenticate(store, key), undefined);
+  });
+});
+
+describe('projects migration', () => {
+  test('keys from before projects land in default; the bootstrap key (client.json) becomes an admin key', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-keys-mig-'));
+    try {
+      // A state db as dsec wrote it before projects: api_keys without project, admin or revoked_at.
+      const Database = (await import('better-sqlite3')).default;
+      const old = new Database(join(dir, 'state.db'));
+      old.exec('CREATE TABLE api_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at TEXT NOT NULL)');
+      old.prepare('INSERT INTO api_keys VALUES (?, ?, ?, ?)').run('key_000000000001', hashKey('boot'), 'client.json', new Date().toISOString());
+      old.prepare('INSERT INTO api_keys VALUES (?, ?, ?, ?)').run('key_000000000002', hashKey('other'), 'e2b', new Date().toISOString());
+      old.close();
+      const migrated = await StateStore.open(join(dir, 'state.db'));
+      try {
+        assert.deepEqual(await authenticate(migrated, 'Bearer boot'), { keyId: 'key_000000000001', project: 'default', admin: true });
+        assert.deepEqual(await authenticate(migrated, 'Bearer other'), { keyId: 'key_000000000002', project: 'default', admin: false });
+        assert.deepEqual((await migrated.listProjects()).map((p) => p.name), ['default']);
+      } finally {
+        await migrated.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

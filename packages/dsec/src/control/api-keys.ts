@@ -1,5 +1,20 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
+
+/** Who is calling: the key, its project, and whether it is an admin key (docs/PROJECTS.md). */
+export interface Caller {
+  keyId: string;
+  project: string;
+  /** Manages projects and keys, builds and deletes shared images, sees every project's sandboxes. */
+  admin: boolean;
+}
+
+/** What a new key is for: its project (default `default`) and whether it is an admin key. */
+export interface KeyScope {
+  project?: string;
+  admin?: boolean;
+}
 
 /**
  * API keys are 32 random bytes (base64url), so a plain sha256 is a safe stored form: there is
@@ -9,24 +24,25 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
-export async function createApiKey(store: StateStore, name: string): Promise<{ id: string; key: string }> {
+export async function createApiKey(store: StateStore, name: string, scope: KeyScope = {}): Promise<{ id: string; key: string }> {
   const id = `key_${randomBytes(6).toString('hex')}`;
   const key = `dsec_${randomBytes(32).toString('base64url')}`;
-  await store.insertKey(id, hashKey(key), name);
+  await store.insertKey(id, hashKey(key), name, scope.project ?? DEFAULT_PROJECT, scope.admin ?? false);
   return { id, key };
 }
 
 /** A key in E2B's shape (`e2b_` + 40 hex digits, as some E2B SDK versions check), stored like any other. */
-export async function createE2bApiKey(store: StateStore, name: string): Promise<{ id: string; key: string }> {
+export async function createE2bApiKey(store: StateStore, name: string, scope: KeyScope = {}): Promise<{ id: string; key: string }> {
   const id = `key_${randomBytes(6).toString('hex')}`;
   const key = `e2b_${randomBytes(20).toString('hex')}`;
-  await store.insertKey(id, hashKey(key), name);
+  await store.insertKey(id, hashKey(key), name, scope.project ?? DEFAULT_PROJECT, scope.admin ?? false);
   return { id, key };
 }
 
-/** Returns the key's id when the bearer token is a known key. */
-export async function authenticate(store: StateStore, authorization: string | undefined): Promise<string | undefined> {
+/** The caller when the bearer token is a known key that is not revoked. */
+export async function authenticate(store: StateStore, authorization: string | undefined): Promise<Caller | undefined> {
   const m = /^Bearer\s+(\S+)$/i.exec(authorization ?? '');
   if (!m) return undefined;
-  return (await store.keyByHash(hashKey(m[1]!)))?.id;
+  const k = await store.keyByHash(hashKey(m[1]!));
+  return k && { keyId: k.id, project: k.project, admin: k.admin };
 }

@@ -5,6 +5,7 @@ import type { BatchEvent, BatchInfo, CreateBatchRequest, CreateSandboxRequest } 
 import { ApiError } from '../api-error.js';
 import type { ControlPlane } from './control-plane.js';
 import type { StateStore } from './state-store.js';
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 
 /** Label on every sandbox a batch made: list or kill them by it. */
 export const BATCH_LABEL = 'dsec.batch';
@@ -33,6 +34,7 @@ class LiveBatch {
     readonly count: number,
     readonly spec: CreateSandboxRequest,
     readonly createdAt: string,
+    readonly project: string,
   ) {
     this.bus.setMaxListeners(0);
   }
@@ -59,13 +61,19 @@ export class BatchService {
     private readonly log: Logger,
   ) {}
 
-  /** Accepts a batch: the spec is checked first (a bad spec is a 400, not 32,000 failures). */
-  async create(req: CreateBatchRequest): Promise<BatchInfo> {
-    this.control.checkSpec(req.spec);
+  /**
+   * Accepts a batch for `project`: the spec is checked first (a bad spec is a 400, not 32,000
+   * failures), and so is the project's quota for a count that could never fit it (a 403); items
+   * that do not fit when their turn comes fail with the quota's code, and the project's create
+   * rate paces the batch.
+   */
+  async create(req: CreateBatchRequest, project: string = DEFAULT_PROJECT): Promise<BatchInfo> {
+    await this.control.checkSpec(req.spec, project);
+    await this.control.quotas.precheck(project, this.control.limitsFor(req.spec), req.count, false);
     const id = `batch-${randomBytes(8).toString('hex')}`;
     const createdAt = new Date().toISOString();
-    await this.store.insertBatch(id, req.count, req, createdAt);
-    const b = new LiveBatch(id, req.count, req.spec, createdAt);
+    await this.store.insertBatch(id, req.count, req, createdAt, project);
+    const b = new LiveBatch(id, req.count, req.spec, createdAt, project);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
     this.#start(b, req.concurrency ?? 64);
@@ -81,7 +89,7 @@ export class BatchService {
   async resume(): Promise<void> {
     for (const row of await this.store.listBatches('running')) {
       const req = JSON.parse(row.spec) as CreateBatchRequest;
-      const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt);
+      const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt, row.project);
       for (const e of await this.store.batchEvents(row.id, -1)) {
         b.events.push(e);
         this.#count(b, e);
@@ -182,6 +190,7 @@ export class BatchService {
         try {
           await this.control.createGroup(b.spec, { [BATCH_LABEL]: b.id }, group, {
             batchId: b.id,
+            project: b.project,
             onPlaced: (index, edge, sandboxId) => this.#emit(b, { type: 'placed', index, edge, sandboxId }),
             onRunning: (index, edge, sandboxId) => this.#emit(b, { type: 'running', index, sandboxId, edge }),
             onFailed: (index, code, reason, sandboxId) => this.#emit(b, { type: 'failed', index, code, reason, ...(sandboxId ? { sandboxId } : {}) }),

@@ -13,9 +13,10 @@ export type BulkAction = 'kill' | 'pause' | 'resume';
 /** Which sandboxes an action applies to: pause only running ones, resume only paused ones. */
 const APPLIES_TO: Record<BulkAction, SandboxStatus | undefined> = { kill: undefined, pause: 'running', resume: 'paused' };
 
-export async function applyByLabels(control: ControlPlane, labels: Record<string, string>, action: BulkAction): Promise<BulkResult> {
+/** `project`: only that project's sandboxes (a project key's call); undefined: every project's (an admin key's). */
+export async function applyByLabels(control: ControlPlane, labels: Record<string, string>, action: BulkAction, project?: string): Promise<BulkResult> {
   const status = APPLIES_TO[action];
-  const targets = (await control.list({ labels, ...(status ? { status } : {}) })).map((s) => s.id);
+  const targets = (await control.list({ labels, ...(status ? { status } : {}), ...(project ? { project } : {}) })).map((s) => s.id);
   const result: BulkResult = { ids: [], failures: [] };
   let next = 0;
   const worker = async (): Promise<void> => {

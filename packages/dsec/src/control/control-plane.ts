@@ -13,7 +13,7 @@ import type { EdgeApi, SandboxLimits } from '../edge/edge-api.js';
 import { EdgeRegistry } from './edges/edge-registry.js';
 import { BatchService } from './batches.js';
 import { checkPolicy, SandboxCreation } from './sandbox-creation.js';
-import type { ImageStore } from '../image/image-store.js';
+import type { ImageId, ImageStore } from '../image/image-store.js';
 import type { LayerDigest } from '../image/layer-store.js';
 import { CACHE_KEY_LABEL } from '../image/builders/builder.js';
 import type { StateStore } from './state-store.js';
@@ -24,6 +24,10 @@ import { DEFAULT_TRAJECTORY_RETENTION_HOURS, EndedSandboxes } from './ended-sand
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
 import { WarmPools } from './warm-pools.js';
 import { FnService } from './fn-service.js';
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import type { Caller } from './api-keys.js';
+import { ProjectImages, SHARED_IMAGES_ONLY } from './project-images.js';
+import { ProjectQuotas } from './project-quotas.js';
 
 export { DEFAULT_LIMITS, edgeOf, newSandboxId } from './sandbox-ids.js';
 
@@ -66,6 +70,10 @@ export class ControlPlane {
   readonly pools: WarmPools;
   /** Function calls, run by the edges' FnCall backends. */
   readonly fn: FnService;
+  /** Per-project quotas, enforced when sandboxes are admitted. */
+  readonly quotas: ProjectQuotas;
+  /** Which images each project may use. */
+  readonly projectImages: ProjectImages;
 
   constructor(
     private readonly store: StateStore,
@@ -78,7 +86,11 @@ export class ControlPlane {
     this.snapshotImages = new SnapshotImages(store, images);
     this.ended = new EndedSandboxes(store, (opts.trajectoryRetentionHours ?? DEFAULT_TRAJECTORY_RETENTION_HOURS) * 3600_000);
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
+    this.quotas = new ProjectQuotas(store);
+    this.projectImages = new ProjectImages(store, images);
     this.#creation = new SandboxCreation({
+      quotas: this.quotas,
+      projectImages: this.projectImages,
       store,
       images,
       edges: this.edges,
@@ -104,7 +116,7 @@ export class ControlPlane {
       },
       log.child({ component: 'pools' }),
     );
-    this.fn = new FnService({ edges: this.edges, compose: (req) => this.#creation.composeLayers(req), log: log.child({ component: 'fn' }) });
+    this.fn = new FnService({ edges: this.edges, compose: (req) => this.#creation.composeLayers(req, SHARED_IMAGES_ONLY), log: log.child({ component: 'fn' }) });
     this.edges.onLost = async (edge, why) => {
       const lost = await this.store.markEdgeLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
@@ -165,8 +177,20 @@ export class ControlPlane {
   }
 
   /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
-  checkSpec(req: CreateSandboxRequest): void {
-    this.#creation.checkSpec(req);
+  async checkSpec(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<void> {
+    await this.#creation.checkSpec(req, project);
+  }
+
+  /**
+   * Throws SANDBOX_NOT_FOUND, worded as for a sandbox that does not exist, when `id` belongs to
+   * another project than the caller's (an admin key sees every project). Ids of other projects
+   * neither answer 403 nor show up anywhere, so they do not leak (docs/PROJECTS.md). An id no
+   * project has passes: the route's own lookup answers for it.
+   */
+  async assertVisible(caller: Caller, id: string): Promise<void> {
+    if (caller.admin) return;
+    const project = (await this.store.sandboxProject(id)) ?? (await this.ended.projectOf(id));
+    if (project !== undefined && project !== caller.project) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
   }
 
   /**
@@ -174,9 +198,12 @@ export class ControlPlane {
    * request names or matches (a batch's items are always created).
    */
   async create(...[req, extraLabels = {}, opts = {}]: Parameters<SandboxCreation['create']>): ReturnType<SandboxCreation['create']> {
-    if (!opts.batch) {
-      const claimed = await this.pools.claim(req);
+    if (!opts.batch && this.pools.poolFor(req) !== undefined) {
+      // A claim is a create for the project's quotas: it moves a ready sandbox into the project.
+      const project = opts.project ?? DEFAULT_PROJECT;
+      const claimed = await this.quotas.admit(project, this.limitsFor(req), 1, () => this.pools.claim(req, project), { pace: opts.pace === true });
       if (claimed) return claimed;
+      opts = { ...opts, rateTaken: true };
     }
     const { pool: _pool, ...spec } = req;
     return this.#creation.create(spec, { ...extraLabels, ...WarmPools.missLabels(req) }, opts);
@@ -220,7 +247,7 @@ export class ControlPlane {
     }
   }
 
-  list(filter: { labels?: Record<string, string>; status?: SandboxStatus }): Promise<SandboxInfo[]> {
+  list(filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string }): Promise<SandboxInfo[]> {
     return this.store.listSandboxes(filter);
   }
 
@@ -248,6 +275,7 @@ export class ControlPlane {
     }
     await this.ended.retire(s, 'killed');
     const deleted = await this.snapshotImages.release(s);
+    for (const image of deleted) await this.projectImages.forget(image as ImageId);
     if (deleted.length) this.log.info({ sandbox: id, images: deleted }, 'deleted unnamed snapshot images nothing uses any more');
   }
 
@@ -289,10 +317,16 @@ export class ControlPlane {
     return await this.get(id);
   }
 
-  /** pack_diff → an image (parent layers + the delta) that new sandboxes start from. */
-  /** `signal`: the caller has gone; the edge stops the copy and mkfs.erofs and keeps nothing. */
-  async snapshot(id: string, req: SnapshotRequest = {}, signal?: AbortSignal): Promise<SnapshotResult> {
+  /**
+   * pack_diff → an image (parent layers + the delta) that new sandboxes start from.
+   * `opts.privateTo`: the image (and its name) become that project's own; without it (an admin
+   * key's snapshot, an image build's step) the image is shared. `opts.signal`: the caller has
+   * gone; the edge stops the copy and mkfs.erofs and keeps nothing.
+   */
+  async snapshot(id: string, req: SnapshotRequest = {}, opts: { privateTo?: string; signal?: AbortSignal } = {}): Promise<SnapshotResult> {
+    const signal = opts.signal;
     const s = await this.get(id);
+    const nameOwner = req.name && opts.privateTo !== undefined ? await this.projectImages.checkName(opts.privateTo, req.name, false) : undefined;
     if (s.status !== 'running' && s.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
     }
@@ -309,19 +343,30 @@ export class ControlPlane {
     const { [CACHE_KEY_LABEL]: _key, ...labels } = snap.config.labels;
     const manifest = { layers, config: { ...snap.config, labels } };
     // An image that existed already (an unchanged sandbox's) keeps the lifetime it had.
-    const kept = Boolean(req.name) || req.keep === true || this.images.get(this.images.idOf(manifest)) !== undefined;
+    const existed = this.images.get(this.images.idOf(manifest)) !== undefined;
+    const kept = Boolean(req.name) || req.keep === true || existed;
     const imageId = this.images.put(manifest);
-    if (req.name) this.images.tag(req.name, imageId);
+    if (opts.privateTo !== undefined) await this.projectImages.claim(opts.privateTo, imageId, existed);
+    if (req.name) {
+      this.images.tag(req.name, imageId);
+      await this.projectImages.recordName(req.name, nameOwner);
+    }
     if (!kept) await this.snapshotImages.own(imageId, id);
     return { imageId, layers, layerAdded: snap.layer !== null, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats, kept };
   }
 
-  /** One snapshot, then `count` sandboxes from it, created concurrently. */
-  async fork(id: string, req: ForkRequest): Promise<ForkResult> {
+  /**
+   * One snapshot, then `count` sandboxes from it, created concurrently in the parent's project
+   * (within its quotas: refused before the snapshot when the count cannot fit; paced to its
+   * create rate). `opts.privateTo` as for snapshot.
+   */
+  async fork(id: string, req: ForkRequest, opts: { privateTo?: string } = {}): Promise<ForkResult> {
     const parent = await this.get(id);
-    if (parent.backend !== undefined && parent.backend !== 'container') return this.#forkVm(parent, req);
-    const snapshot = await this.snapshot(id);
-    const spec = await this.store.getSpec<CreateSandboxRequest>(id) ?? { image: snapshot.imageId };
+    const project = parent.project ?? DEFAULT_PROJECT;
+    const spec = (await this.store.getSpec<CreateSandboxRequest>(id)) ?? { image: parent.imageId };
+    await this.quotas.precheck(project, this.limitsFor(spec), req.count, true);
+    if (parent.backend !== undefined && parent.backend !== 'container') return this.#forkVm(parent, req, project);
+    const snapshot = await this.snapshot(id, {}, opts);
     // Forks start with the policy in force now, not the one the parent was created with: a
     // parent switched to none for its rollout phase must not hand its forks the setup phase's.
     const network = await this.#currentPolicy(id);
@@ -330,6 +375,7 @@ export class ControlPlane {
         this.create(
           { ...spec, image: snapshot.imageId, layers: [], labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) }, ...(network ? { network } : {}) },
           { 'dsec.fork-of': id },
+          { project, pace: true },
         ),
       ),
     );
@@ -348,7 +394,7 @@ export class ControlPlane {
    * copy of the disk: processes, their memory and the guest's files continue in every fork.
    * `snapshot.imageId` is the parent's image (the state itself is not an image).
    */
-  async #forkVm(parent: SandboxInfo, req: ForkRequest): Promise<ForkResult> {
+  async #forkVm(parent: SandboxInfo, req: ForkRequest, project: string): Promise<ForkResult> {
     const id = parent.id;
     if (parent.status !== 'running' && parent.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${parent.status}: only running or paused VMs can be forked`, { id });
@@ -361,7 +407,7 @@ export class ControlPlane {
         this.create(
           { ...spec, image: parent.imageId, labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) }, ...(network ? { network } : {}) },
           { 'dsec.fork-of': id },
-          { restore: { edge: parent.edge, from: id } },
+          { restore: { edge: parent.edge, from: id }, project, pace: true },
         ),
       ),
     );
@@ -619,7 +665,7 @@ export class ControlPlane {
       const { labels: _pinned, ...placement } = spec.placement;
       spec.placement = placement;
     }
-    const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } });
+    const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } }, {}, { project: orig.project ?? DEFAULT_PROJECT });
     const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id), { policy: checkPolicy });
     await this.trajectory.copy(id, created.id);
     const ran = steps.filter((s) => !s.skipped);

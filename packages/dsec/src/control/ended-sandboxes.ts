@@ -21,11 +21,10 @@ export class EndedSandboxes {
   async retire(s: SandboxInfo, reason: string, now = Date.now()): Promise<void> {
     if (this.retentionMs <= 0) return this.store.deleteSandbox(s.id);
     await this.store.db.transaction(async (tx) => {
-      await tx.run('INSERT INTO ended_sandboxes (id, ended_at, reason) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason', [
-        s.id,
-        now,
-        reason,
-      ]);
+      await tx.run(
+        'INSERT INTO ended_sandboxes (id, ended_at, reason, project) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project',
+        [s.id, now, reason, s.project ?? null],
+      );
       await tx.run('DELETE FROM sandboxes WHERE id = ?', [s.id]);
     });
   }
@@ -35,6 +34,13 @@ export class EndedSandboxes {
     const row = await this.store.db.get<{ ended_at: number; reason: string }>('SELECT ended_at, reason FROM ended_sandboxes WHERE id = ?', [id]);
     if (!row || row.ended_at + this.retentionMs <= now) return undefined;
     return { endedAt: new Date(row.ended_at).toISOString(), reason: row.reason, keptUntil: new Date(row.ended_at + this.retentionMs).toISOString() };
+  }
+
+  /** The project of a killed sandbox whose trajectory is still kept (null: one from before projects, `default`'s). */
+  async projectOf(id: string, now = Date.now()): Promise<string | undefined> {
+    const row = await this.store.db.get<{ ended_at: number; project: string | null }>('SELECT ended_at, project FROM ended_sandboxes WHERE id = ?', [id]);
+    if (!row || Number(row.ended_at) + this.retentionMs <= now) return undefined;
+    return row.project ?? 'default';
   }
 
   /** Deletes tombstones past the retention time with their trajectories; returns how many. */

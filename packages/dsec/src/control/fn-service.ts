@@ -15,7 +15,7 @@ const IMAGE_CACHE_MS = 2000;
 export interface FnServiceDeps {
   edges: EdgeRegistry;
   /** Image (and stacked layers) → layer digests and config, as creates resolve it. */
-  compose: (req: CreateSandboxRequest) => { imageId: string; layers: string[]; config: ImageConfig };
+  compose: (req: CreateSandboxRequest) => Promise<{ imageId: string; layers: string[]; config: ImageConfig }>;
   log: Logger;
 }
 
@@ -32,7 +32,7 @@ export class FnService {
 
   async run(call: FnRunRequest, signal?: AbortSignal): Promise<FnRunResult> {
     const full = withDefaults(call);
-    const image = this.#image(full.image!);
+    const image = await this.#image(full.image!);
     const req: EdgeFnRequest = { call: full, ...image };
     const limits = { cpu: 1, memoryMiB: full.memoryMiB!, pids: 256 };
     const exclude = new Set<string>();
@@ -65,7 +65,7 @@ export class FnService {
     // Every call is checked before the first runs: a bad one is one 400, not a stream of failures.
     for (const [i, c] of req.calls.entries()) {
       try {
-        this.#image(withDefaults(c).image!);
+        await this.#image(withDefaults(c).image!);
       } catch (err) {
         if (err instanceof ApiError) err.details['index'] = i;
         throw err;
@@ -113,12 +113,12 @@ export class FnService {
     }
   }
 
-  #image(name: string): { imageId: string; layers: string[]; config: ImageConfig } {
+  async #image(name: string): Promise<{ imageId: string; layers: string[]; config: ImageConfig }> {
     const hit = this.#images.get(name);
     if (hit && Date.now() - hit.at < IMAGE_CACHE_MS) return hit.value;
     let value: { imageId: string; layers: string[]; config: ImageConfig };
     try {
-      value = this.deps.compose({ image: name });
+      value = await this.deps.compose({ image: name });
     } catch (err) {
       if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND' && name === DEFAULT_FN_IMAGE) {
         err.message = `no image ${DEFAULT_FN_IMAGE}, the default of fn calls: build it with \`dsec image build fn-runtime\` (python3, node and bash from this host) or name an image with python3 in it (image)`;

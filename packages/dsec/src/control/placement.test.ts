@@ -1,3 +1,5 @@
+import type { ProjectImages } from './project-images.js';
+import type { ProjectQuotas } from './project-quotas.js';
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { EdgeInfo } from '../edge/edge-api.js';
@@ -123,6 +125,8 @@ describe('bursting (SandboxCreation.place)', () => {
       edges: { candidates: () => edges } as unknown as EdgeRegistry,
       log: pino({ level: 'silent' }),
       metrics: new Metrics(),
+      projectImages: undefined as unknown as ProjectImages,
+      quotas: undefined as unknown as ProjectQuotas,
       burstPool: 'burst',
       burstThreshold: 0.8,
     });

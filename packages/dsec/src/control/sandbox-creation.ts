@@ -10,6 +10,9 @@ import type { Metrics } from './metrics.js';
 import { infeasible, place, poolUtilisation } from './placement.js';
 import type { StateStore } from './state-store.js';
 import { DEFAULT_LIMITS, newSandboxId } from './sandbox-ids.js';
+import type { ProjectImages } from './project-images.js';
+import type { ProjectQuotas } from './project-quotas.js';
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 
 export interface SandboxCreationDeps {
   store: StateStore;
@@ -17,16 +20,26 @@ export interface SandboxCreationDeps {
   edges: EdgeRegistry;
   log: Logger;
   metrics: Metrics;
+  /** Which images a project may start from. */
+  projectImages: ProjectImages;
+  /** Per-project quotas, checked before a sandbox's row is written. */
+  quotas: ProjectQuotas;
   /** Pool that takes burstable sandboxes when their pool is above `burstThreshold` or full. */
   burstPool: string;
   burstThreshold: number;
 }
 
 /** How one create is made: see SandboxCreation.create. */
-interface CreateOptions {
+export interface CreateOptions {
   batch?: { id: string; index: number };
   onPlaced?: (edge: string, sandboxId: string) => void;
   restore?: { edge: string; from: string };
+  /** The project the sandbox belongs to (its quotas apply). @default 'default' */
+  project?: string;
+  /** Wait for the project's create rate instead of a 429. */
+  pace?: boolean;
+  /** The create-rate token was taken already (a pool claim that missed). */
+  rateTaken?: boolean;
 }
 
 /**
@@ -77,12 +90,13 @@ export class SandboxCreation {
   }
 
   /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
-  composeLayers(req: CreateSandboxRequest): { imageId: ImageId; layers: LayerDigest[]; config: ImageConfig } {
+  async composeLayers(req: CreateSandboxRequest, project: string): Promise<{ imageId: ImageId; layers: LayerDigest[]; config: ImageConfig }> {
     const notFound = (ref: string): ApiError =>
       new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``, {
         image: ref,
       });
-    const imageId = this.deps.images.resolve(req.image);
+    // Only images the project may use (its own and shared ones: docs/PROJECTS.md).
+    const imageId = await this.deps.projectImages.resolve(project, req.image);
     const manifest = imageId && this.deps.images.get(imageId);
     if (!imageId || !manifest) throw notFound(req.image);
     const layers: LayerDigest[] = [...manifest.layers];
@@ -90,7 +104,7 @@ export class SandboxCreation {
       let extra: LayerDigest[];
       if (isLayerDigest(ref) && this.deps.images.layers.has(ref)) extra = [ref];
       else {
-        const id = this.deps.images.resolve(ref);
+        const id = await this.deps.projectImages.resolve(project, ref);
         const m = id && this.deps.images.get(id);
         if (!m) throw notFound(ref);
         extra = m.layers;
@@ -101,16 +115,17 @@ export class SandboxCreation {
   }
 
   /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
-  checkSpec(req: CreateSandboxRequest): void {
-    this.composeLayers(req);
+  async checkSpec(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<void> {
+    await this.composeLayers(req, project);
     if (req.network) checkPolicy(req.network);
   }
 
   /**
-   * Creates a sandbox. `opts.batch`: it is item `index` of a batch (recorded with the row);
-   * `opts.onPlaced` hears the edge chosen before the edge answers. `opts.restore`: a VM restored
-   * from the latest snapshot of VM `from`, on that VM's edge `edge` (where the snapshot lives),
-   * never placed elsewhere.
+   * Creates a sandbox for `opts.project` (default: `default`), within its quotas. `opts.batch`:
+   * it is item `index` of a batch (recorded with the row); `opts.onPlaced` hears the edge chosen
+   * before the edge answers; `opts.pace`: wait for the project's create rate instead of a 429.
+   * `opts.restore`: a VM restored from the latest snapshot of VM `from`, on that VM's edge `edge`
+   * (where the snapshot lives), never placed elsewhere.
    */
   async create(req: CreateSandboxRequest, extraLabels: Record<string, string> = {}, opts: CreateOptions = {}): Promise<SandboxInfo> {
     const started = performance.now();
@@ -129,7 +144,8 @@ export class SandboxCreation {
     extraLabels: Record<string, string>,
     opts: CreateOptions,
   ): Promise<SandboxInfo> {
-    const { imageId, layers, config } = this.composeLayers(req);
+    const project = opts.project ?? DEFAULT_PROJECT;
+    const { imageId, layers, config } = await this.composeLayers(req, project);
     const limits = this.limitsFor(req);
     const network = req.network ? checkPolicy(req.network) : undefined;
     const exclude = new Set<string>();
@@ -147,12 +163,14 @@ export class SandboxCreation {
         await this.deps.edges.refreshLocal();
         continue;
       }
-      const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
+      const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels, project);
       this.inflight.add(info.id);
       // Reserved before the row is written: a create placed meanwhile counts this one.
       this.deps.edges.reserve(edgeId, limits);
       try {
-        await this.deps.store.insertSandbox(info, opts.batch, req);
+        // The project's quota is checked with the row's insert, under the project's lock; a
+        // create placed again after an edge refused it has had its rate token already.
+        await this.deps.quotas.admit(project, limits, 1, () => this.deps.store.insertSandbox(info, opts.batch, req), { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true });
       } catch (err) {
         this.inflight.delete(info.id);
         this.deps.edges.release(edgeId, limits, true);
@@ -207,6 +225,7 @@ export class SandboxCreation {
     indexes: number[],
     hooks: {
       batchId: string;
+      project: string;
       onPlaced: (index: number, edge: string, sandboxId: string) => void;
       onRunning: (index: number, edge: string, sandboxId: string) => void;
       onFailed: (index: number, code: string, reason: string, sandboxId?: string) => void;
@@ -221,7 +240,7 @@ export class SandboxCreation {
         onFailed(index, code, reason, sandboxId);
       },
     };
-    const { imageId, layers, config } = this.composeLayers(req);
+    const { imageId, layers, config } = await this.composeLayers(req, hooks.project);
     const limits = this.limitsFor(req);
     const network = req.network ? checkPolicy(req.network) : undefined;
     const started = performance.now();
@@ -244,12 +263,40 @@ export class SandboxCreation {
           } else hooks.onFailed(item.index, e.code, e.message);
           continue;
         }
-        const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels);
+        const info = newSandboxInfo(req, edgeId, imageId, limits, layers, extraLabels, hooks.project);
         this.deps.edges.reserve(edgeId, limits);
         this.inflight.add(info.id);
         placed.push({ item, info });
       }
-      await this.deps.store.insertSandboxes(placed.map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
+      // The project's quotas: as many as fit are admitted (the create rate paces the batch); the
+      // rest fail with the quota's code. Items placed again after a refusal have their tokens.
+      const fresh = placed.filter((p) => p.item.exclude.size === 0).length;
+      let refused: ApiError | undefined;
+      const admitted =
+        placed.length === 0
+          ? 0
+          : await this.deps.quotas
+              .admit(
+                hooks.project,
+                limits,
+                placed.length,
+                async (n) => {
+                  await this.deps.store.insertSandboxes(placed.slice(0, n).map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
+                  return n;
+                },
+                { fit: true, pace: true, rate: fresh > 0, onShort: (err) => (refused = err) },
+              )
+              .catch((err: unknown) => {
+                if (!(err instanceof ApiError)) throw err;
+                refused = err;
+                return 0;
+              });
+      for (const p of placed.splice(admitted)) {
+        this.inflight.delete(p.info.id);
+        this.deps.edges.release(p.info.edge, limits, true);
+        const e = refused ?? new ApiError('QUOTA_SANDBOXES_EXCEEDED', `project ${hooks.project}'s quota is full`);
+        hooks.onFailed(p.item.index, e.code, e.message);
+      }
       for (const p of placed) hooks.onPlaced(p.item.index, p.info.edge, p.info.id);
       const byEdge = new Map<string, typeof placed>();
       for (const p of placed) {
@@ -321,11 +368,13 @@ function newSandboxInfo(
   limits: SandboxLimits,
   layers: string[],
   extraLabels: Record<string, string>,
+  project: string,
 ): SandboxInfo {
   const now = Date.now();
   const info: SandboxInfo = {
     id: newSandboxId(edge),
     edge,
+    project,
     backend: req.backend ?? 'container',
     status: 'creating',
     image: req.image,

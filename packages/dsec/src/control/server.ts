@@ -29,6 +29,8 @@ import { systemRoutes } from './routes/system.js';
 import { requestIdOptions, useRequestLog } from './request-log.js';
 import { edgeOf } from './sandbox-ids.js';
 import type { StateStore } from './state-store.js';
+import { projectScope } from './routes/access.js';
+import { projectRoutes } from './routes/projects.js';
 
 export interface ServerDeps extends ImageRouteDeps {
   control: ControlPlane;
@@ -73,6 +75,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   useRequestLog(app, edgeOf);
   observeRequests(app, deps.control);
 
+  app.decorateRequest('caller', null as never);
   app.addHook('onRequest', async (req, reply) => {
     if (!req.url.startsWith('/v1/') && req.url !== '/v1') return;
     // Edges hold the cluster token, not an API key: it opens their routes and the layer blobs.
@@ -84,12 +87,16 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     if (req.url.startsWith('/v1/blobs/') && bearerMatches(req.headers.authorization, deps.clusterToken)) return;
     // A port link carries its own signed, expiring grant (checked by its route): browsers send no key.
     if (req.url.startsWith('/v1/port-links/')) return;
-    if (!await authenticate(deps.store, req.headers.authorization)) {
+    const caller = await authenticate(deps.store, req.headers.authorization);
+    if (!caller) {
       await reply.status(401).send({
-        error: { code: 'UNAUTHORIZED', message: 'missing or unknown API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
+        error: { code: 'UNAUTHORIZED', message: 'missing, unknown or revoked API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
       });
+      return;
     }
+    req.caller = caller;
   });
+  projectScope(app, deps);
 
   await app.register(systemRoutes(deps));
   await app.register(sandboxRoutes(deps));
@@ -112,6 +119,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(batchRoutes({ batches: deps.control.batches }));
   await app.register(poolRoutes({ pools: deps.control.pools }));
   await app.register(fnRoutes({ fn: deps.control.fn }));
+  await app.register(projectRoutes(deps));
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;

@@ -1,4 +1,5 @@
-import type { BatchEvent, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import type { ApiKeyInfo, BatchEvent, ProjectQuota, ProjectUsage, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { EdgeInfo } from '../edge/edge-api.js';
 import { migrate } from './store/migrations.js';
 import type { Sql, SqlDb, SqlValue } from './store/sql.js';
@@ -43,10 +44,88 @@ export class StateStore {
     return new StateStore(db);
   }
 
+  // --- projects (docs/PROJECTS.md) -------------------------------------------------------------
+
+  /** False when a project of that name exists already. */
+  async insertProject(name: string, quota: ProjectQuota): Promise<boolean> {
+    const { changes } = await this.db.run('INSERT INTO projects (name, quota, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING', [
+      name,
+      JSON.stringify(quota),
+      new Date().toISOString(),
+    ]);
+    return changes === 1;
+  }
+
+  async getProject(name: string): Promise<StoredProject | undefined> {
+    const r = await this.db.get<{ name: string; quota: string; created_at: string }>('SELECT name, quota, created_at FROM projects WHERE name = ?', [name]);
+    return r && { name: r.name, quota: JSON.parse(r.quota) as ProjectQuota, createdAt: r.created_at };
+  }
+
+  async listProjects(): Promise<StoredProject[]> {
+    const rows = await this.db.all<{ name: string; quota: string; created_at: string }>('SELECT name, quota, created_at FROM projects ORDER BY name');
+    return rows.map((r) => ({ name: r.name, quota: JSON.parse(r.quota) as ProjectQuota, createdAt: r.created_at }));
+  }
+
+  async setProjectQuota(name: string, quota: ProjectQuota): Promise<void> {
+    await this.db.run('UPDATE projects SET quota = ? WHERE name = ?', [JSON.stringify(quota), name]);
+  }
+
+  /** What a project's live sandboxes (creating, running, paused) hold: what its quotas count. */
+  async projectUsage(project: string): Promise<ProjectUsage> {
+    const r = await this.db.get<{ n: number | string; cpu: number | string; mem: number | string }>(
+      "SELECT count(*) AS n, COALESCE(SUM(cpu), 0) AS cpu, COALESCE(SUM(memory_mib), 0) AS mem FROM sandboxes WHERE project = ? AND status IN ('creating', 'running', 'paused')",
+      [project],
+    );
+    // PostgreSQL answers count and SUM over integers as bigint (a string in node-postgres).
+    return { sandboxes: Number(r?.n ?? 0), cpu: Math.round(Number(r?.cpu ?? 0) * 1000) / 1000, memoryMiB: Number(r?.mem ?? 0) };
+  }
+
+  /** The project of a sandbox the store has a row for (live or not). */
+  async sandboxProject(id: string): Promise<string | undefined> {
+    return (await this.db.get<{ project: string }>('SELECT project FROM sandboxes WHERE id = ?', [id]))?.project;
+  }
+
+  // --- image ownership: an image id or name with rows here is private to those projects --------
+
+  async imageOwners(imageId: string): Promise<string[]> {
+    return (await this.db.all<{ project: string }>('SELECT project FROM image_owners WHERE image_id = ?', [imageId])).map((r) => r.project);
+  }
+
+  async addImageOwner(imageId: string, project: string): Promise<void> {
+    await this.db.run('INSERT INTO image_owners (image_id, project) VALUES (?, ?) ON CONFLICT (image_id, project) DO NOTHING', [imageId, project]);
+  }
+
+  async removeImageOwner(imageId: string, project: string): Promise<void> {
+    await this.db.run('DELETE FROM image_owners WHERE image_id = ? AND project = ?', [imageId, project]);
+  }
+
+  async removeImageOwners(imageId: string): Promise<void> {
+    await this.db.run('DELETE FROM image_owners WHERE image_id = ?', [imageId]);
+  }
+
+  /** The project an image name is private to; undefined: shared (or unused). */
+  async imageNameOwner(name: string): Promise<string | undefined> {
+    return (await this.db.get<{ project: string }>('SELECT project FROM image_name_owners WHERE name = ?', [name]))?.project;
+  }
+
+  async setImageNameOwner(name: string, project: string): Promise<void> {
+    await this.db.run('INSERT INTO image_name_owners (name, project) VALUES (?, ?) ON CONFLICT (name) DO NOTHING', [name, project]);
+  }
+
+  async removeImageNameOwner(name: string): Promise<void> {
+    await this.db.run('DELETE FROM image_name_owners WHERE name = ?', [name]);
+  }
+
   // --- batches --------------------------------------------------------------------------------
 
-  async insertBatch(id: string, count: number, req: unknown, createdAt: string): Promise<void> {
-    await this.db.run("INSERT INTO batches (id, count, spec, state, created_at) VALUES (?, ?, ?, 'running', ?)", [id, count, JSON.stringify(req), createdAt]);
+  async insertBatch(id: string, count: number, req: unknown, createdAt: string, project: string = DEFAULT_PROJECT): Promise<void> {
+    await this.db.run("INSERT INTO batches (id, count, spec, state, created_at, project) VALUES (?, ?, ?, 'running', ?, ?)", [
+      id,
+      count,
+      JSON.stringify(req),
+      createdAt,
+      project,
+    ]);
   }
 
   async getBatch(id: string): Promise<StoredBatch | undefined> {
@@ -109,12 +188,12 @@ export class StateStore {
   async claimPoolSandbox(
     sandboxId: string,
     readyLabels: Record<string, string>,
-    claim: { labels: Record<string, string>; ttlSeconds?: number | undefined; idleTimeoutSeconds?: number | undefined; onExpiry: 'stop' | 'pause'; at: number },
+    claim: { labels: Record<string, string>; ttlSeconds?: number | undefined; idleTimeoutSeconds?: number | undefined; onExpiry: 'stop' | 'pause'; at: number; project: string },
   ): Promise<boolean> {
     const expiresAt = claim.ttlSeconds === undefined ? null : claim.at + claim.ttlSeconds * 1000;
     const r = await this.db.run(
-      "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ? WHERE id = ? AND labels = ? AND status = 'running'",
-      [JSON.stringify(claim.labels), claim.ttlSeconds ?? null, claim.idleTimeoutSeconds ?? null, claim.onExpiry, expiresAt, claim.at, sandboxId, JSON.stringify(readyLabels)],
+      "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ?, project = ? WHERE id = ? AND labels = ? AND status = 'running'",
+      [JSON.stringify(claim.labels), claim.ttlSeconds ?? null, claim.idleTimeoutSeconds ?? null, claim.onExpiry, expiresAt, claim.at, claim.project, sandboxId, JSON.stringify(readyLabels)],
     );
     return r.changes === 1;
   }
@@ -166,12 +245,41 @@ export class StateStore {
     return (await this.db.get<{ n: number }>('SELECT count(*) AS n FROM api_keys'))!.n;
   }
 
-  async insertKey(id: string, hash: string, name: string): Promise<void> {
-    await this.db.run('INSERT INTO api_keys (id, hash, name, created_at) VALUES (?, ?, ?, ?)', [id, hash, name, new Date().toISOString()]);
+  async insertKey(id: string, hash: string, name: string, project: string = DEFAULT_PROJECT, admin = false): Promise<void> {
+    await this.db.run('INSERT INTO api_keys (id, hash, name, created_at, project, admin) VALUES (?, ?, ?, ?, ?, ?)', [
+      id,
+      hash,
+      name,
+      new Date().toISOString(),
+      project,
+      admin ? 1 : 0,
+    ]);
   }
 
-  async keyByHash(hash: string): Promise<{ id: string; name: string } | undefined> {
-    return this.db.get<{ id: string; name: string }>('SELECT id, name FROM api_keys WHERE hash = ?', [hash]);
+  /** A key that is not revoked, by the hash of its secret. */
+  async keyByHash(hash: string): Promise<{ id: string; name: string; project: string; admin: boolean } | undefined> {
+    const r = await this.db.get<{ id: string; name: string; project: string; admin: number }>(
+      'SELECT id, name, project, admin FROM api_keys WHERE hash = ? AND revoked_at IS NULL',
+      [hash],
+    );
+    return r && { id: r.id, name: r.name, project: r.project, admin: Number(r.admin) === 1 };
+  }
+
+  async listKeys(project?: string): Promise<ApiKeyInfo[]> {
+    const sql = `SELECT id, name, project, admin, created_at, revoked_at FROM api_keys ${project ? 'WHERE project = ?' : ''} ORDER BY created_at, id`;
+    const rows = await this.db.all<{ id: string; name: string; project: string; admin: number; created_at: string; revoked_at: string | null }>(sql, project ? [project] : []);
+    return rows.map((r) => {
+      const k: ApiKeyInfo = { id: r.id, name: r.name, project: r.project, admin: Number(r.admin) === 1, createdAt: r.created_at };
+      if (r.revoked_at) k.revokedAt = r.revoked_at;
+      return k;
+    });
+  }
+
+  /** Revokes a key at once (the next request with it is a 401); false when there is no such key. */
+  async revokeKey(id: string): Promise<boolean> {
+    if (!(await this.db.get('SELECT 1 AS one FROM api_keys WHERE id = ?', [id]))) return false;
+    await this.db.run('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL', [new Date().toISOString(), id]);
+    return true;
   }
 
   // --- sandboxes ------------------------------------------------------------------------------
@@ -267,7 +375,7 @@ export class StateStore {
   }
 
   /** Sandboxes whose labels contain every pair in `labels`, oldest first. */
-  async listSandboxes(filter: { labels?: Record<string, string>; status?: SandboxStatus; edge?: string } = {}): Promise<SandboxInfo[]> {
+  async listSandboxes(filter: { labels?: Record<string, string>; status?: SandboxStatus; edge?: string; project?: string } = {}): Promise<SandboxInfo[]> {
     const where: string[] = [];
     const params: SqlValue[] = [];
     for (const [k, v] of Object.entries(filter.labels ?? {})) {
@@ -287,6 +395,10 @@ export class StateStore {
       where.push('edge = ?');
       params.push(filter.edge);
     }
+    if (filter.project) {
+      where.push('project = ?');
+      params.push(filter.project);
+    }
     const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
     return (await this.db.all<SandboxRow>(sql, params)).map(fromRow);
   }
@@ -300,11 +412,12 @@ export function isPostgresUrl(location: string): boolean {
 async function insertSandboxRow(db: Sql, s: SandboxInfo, batch?: { id: string; index: number }): Promise<void> {
   await db.run(
     `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
-      on_expiry, expires_at, last_activity, batch_id, batch_index, backend) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null,
       JSON.stringify(s.layers), s.ttlSeconds ?? null, s.idleTimeoutSeconds ?? null, s.onExpiry,
       s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt), batch?.id ?? null, batch?.index ?? null, s.backend,
+      s.project ?? DEFAULT_PROJECT, s.resources.cpu, s.resources.memoryMiB,
     ],
   );
 }
@@ -320,8 +433,15 @@ export interface StoredPool {
   createdAt: string;
 }
 
+export interface StoredProject {
+  name: string;
+  quota: ProjectQuota;
+  createdAt: string;
+}
+
 export interface StoredBatch {
   id: string;
+  project: string;
   count: number;
   spec: string;
   state: 'running' | 'done' | 'cancelled';
@@ -336,10 +456,11 @@ interface BatchRow {
   state: StoredBatch['state'];
   created_at: string;
   finished_at: string | null;
+  project: string;
 }
 
 function fromBatchRow(r: BatchRow): StoredBatch {
-  const b: StoredBatch = { id: r.id, count: r.count, spec: r.spec, state: r.state, createdAt: r.created_at };
+  const b: StoredBatch = { id: r.id, project: r.project, count: r.count, spec: r.spec, state: r.state, createdAt: r.created_at };
   if (r.finished_at) b.finishedAt = r.finished_at;
   return b;
 }
@@ -361,12 +482,14 @@ interface SandboxRow {
   expires_at: number | null;
   last_activity: number;
   backend: SandboxInfo['backend'];
+  project: string;
 }
 
 function fromRow(r: SandboxRow): SandboxInfo {
   const info: SandboxInfo = {
     id: r.id,
     edge: r.edge,
+    project: r.project,
     backend: r.backend,
     status: r.status,
     image: r.image,

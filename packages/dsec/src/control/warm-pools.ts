@@ -1,3 +1,4 @@
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { Logger } from 'pino';
 import type { CreatePoolRequest, CreateSandboxRequest, PoolInfo, PoolSpec, SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
@@ -20,7 +21,7 @@ const KEPT_TIMES = 100;
 /** What the pool service needs of the control plane (a narrow seam: creates go through the ordinary path). */
 export interface PoolHost {
   create(req: CreateSandboxRequest, extraLabels: Record<string, string>): Promise<SandboxInfo>;
-  checkSpec(req: CreateSandboxRequest): void;
+  checkSpec(req: CreateSandboxRequest): Promise<void>;
   kill(id: string): Promise<void>;
 }
 
@@ -97,7 +98,7 @@ export class WarmPools {
   async create(req: CreatePoolRequest): Promise<PoolInfo> {
     const { name, size, ...spec } = req;
     if (this.#pools.has(name)) throw new ApiError('POOL_EXISTS', `pool ${name} exists; delete it first (DELETE /v1/pools/${name}, dsec pool rm ${name})`, { name });
-    this.host.checkSpec(spec);
+    await this.host.checkSpec(spec);
     const createdAt = new Date().toISOString();
     await this.store.insertPool({ name, size, spec, createdAt });
     const pool = this.#add(name, size, spec, createdAt);
@@ -134,7 +135,19 @@ export class WarmPools {
    * it matches. Undefined when no pool applies or none has a ready sandbox (a miss, counted; the
    * caller then creates as usual and the pool refills).
    */
-  async claim(req: CreateSandboxRequest): Promise<SandboxInfo | undefined> {
+  /**
+   * The pool a create would claim from (the one it names, or whose spec it matches), if any.
+   * Every create asks, so the reserved label is refused here.
+   */
+  poolFor(req: CreateSandboxRequest): string | undefined {
+    if (req.labels?.[POOL_READY_LABEL] !== undefined) {
+      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, { field: `labels.${POOL_READY_LABEL}` });
+    }
+    return (req.pool === undefined ? this.#matching(req) : this.#named(req))?.name;
+  }
+
+  /** `project`: the claimed sandbox becomes that project's (docs/PROJECTS.md). */
+  async claim(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<SandboxInfo | undefined> {
     if (req.labels?.[POOL_READY_LABEL] !== undefined) {
       throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, { field: `labels.${POOL_READY_LABEL}` });
     }
@@ -152,6 +165,7 @@ export class WarmPools {
         idleTimeoutSeconds: req.idleTimeoutSeconds,
         onExpiry: req.onExpiry ?? 'stop',
         at: Date.now(),
+        project,
       });
       if (!claimed) continue; // killed, lost or claimed elsewhere meanwhile: the next one
       const info = await this.store.getSandbox(id);

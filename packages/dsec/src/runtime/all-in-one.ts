@@ -187,8 +187,10 @@ async function startDsecProcess(
   const existing = readClientFile(opts.dataDir);
   let apiKey = existing?.apiKey;
   let newKey = false;
-  if (!apiKey || !(await store.keyByHash(hashKey(apiKey)))) {
-    apiKey = (await createApiKey(store, 'client.json')).key;
+  // The bootstrap key is an admin key of project `default` (docs/PROJECTS.md): one that was
+  // revoked, or is not an admin key, is replaced, so the host's root can always get back in.
+  if (!apiKey || !(await store.keyByHash(hashKey(apiKey)))?.admin) {
+    apiKey = (await createApiKey(store, 'client.json', { admin: true })).key;
     newKey = true;
   }
   // Written aside and renamed: a client reading it while dsec starts never sees half a file.

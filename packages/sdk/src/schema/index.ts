@@ -12,3 +12,4 @@ export * from './batch.js';
 export * from './pool.js';
 export * from './fn.js';
 export * from './ports.js';
+export * from './project.js';

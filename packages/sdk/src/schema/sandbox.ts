@@ -100,6 +100,7 @@ export const SandboxInfo = Type.Object(
   {
     id: Type.String({ description: 'Sandbox id; encodes the edge it runs on: sb-<edge>-<random>.' }),
     edge: Type.String(),
+    project: Type.Optional(Type.String({ description: 'The project whose key created it (docs/PROJECTS.md).' })),
     backend: SandboxBackend,
     status: SandboxStatus,
     image: Type.String({ description: 'The image as requested.' }),
@@ -144,6 +145,7 @@ export const ListSandboxesQuery = Type.Object(
       }),
     ),
     status: Type.Optional(SandboxStatus),
+    project: Type.Optional(Type.String({ description: "Filter by project (an admin key; another key always sees its own project's sandboxes only)." })),
   },
   { additionalProperties: false },
 );

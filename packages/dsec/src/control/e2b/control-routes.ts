@@ -26,7 +26,11 @@ class E2bHttpError extends Error {
 
 function send(reply: FastifyReply, err: unknown): FastifyReply {
   if (err instanceof E2bHttpError) return reply.status(err.status).send({ code: err.status, message: err.message });
-  if (err instanceof ApiError) return reply.status(err.status).send({ code: err.status, message: err.message });
+  if (err instanceof ApiError) {
+    // A quota's refusal keeps dsec's code beside E2B's shape, so callers can tell which quota.
+    if (err.code.startsWith('QUOTA_')) return reply.status(err.status).send({ code: err.status, message: err.message, error: { code: err.code, details: err.details } });
+    return reply.status(err.status).send({ code: err.status, message: err.message });
+  }
   return reply.status(500).send({ code: 500, message: (err as Error).message });
 }
 
@@ -173,19 +177,27 @@ export function registerControlRoutes(
 
   const authed = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const key = req.headers['x-api-key'];
-    const ok = typeof key === 'string' ? await authenticate(store, `Bearer ${key}`) : await authenticate(store, req.headers.authorization);
-    if (!ok)
-      await reply.status(401).send({ code: 401, message: 'missing or unknown API key: send X-API-KEY (mint one with `dsec e2b-key`)' });
+    const caller = typeof key === 'string' ? await authenticate(store, `Bearer ${key}`) : await authenticate(store, req.headers.authorization);
+    if (!caller) {
+      await reply.status(401).send({ code: 401, message: 'missing, unknown or revoked API key: send X-API-KEY (mint one with `dsec e2b-key`)' });
+      return;
+    }
+    req.caller = caller;
   };
 
-  /** An E2B sandbox the caller may see: running or paused and made through this API. */
-  const find = async (id: string): Promise<SandboxInfo> => {
+  /**
+   * An E2B sandbox the caller may see: its project's (any, for an admin key), running or paused,
+   * and made through this API. Another project's answers as a missing one does.
+   */
+  const find = async (req: FastifyRequest): Promise<SandboxInfo> => {
+    const id = (req.params as { id: string }).id;
     let s: SandboxInfo;
     try {
       s = await control.get(id);
     } catch {
       throw new E2bHttpError(404, `sandbox ${id} not found`);
     }
+    if (!req.caller.admin && s.project !== req.caller.project) throw new E2bHttpError(404, `sandbox ${id} not found`);
     if (!isE2b(s) || (s.status !== 'running' && s.status !== 'paused'))
       throw new E2bHttpError(404, `sandbox ${id} not found${s.reason ? ` (${s.reason})` : ''}`);
     return s;
@@ -222,7 +234,7 @@ export function registerControlRoutes(
       };
       let s: SandboxInfo;
       try {
-        s = await control.create(spec);
+        s = await control.create(spec, {}, { project: req.caller.project });
       } catch (err) {
         if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND') {
           const hint =
@@ -249,7 +261,7 @@ export function registerControlRoutes(
       if (st !== 'running' && st !== 'paused') throw new E2bHttpError(400, `state ${JSON.stringify(st)} is not running or paused`);
     const template = typeof q['template'] === 'string' && q['template'] ? q['template'] : undefined;
     const startedAfter = typeof q['startedAfter'] === 'string' ? Date.parse(q['startedAfter']) : undefined;
-    return (await control.list({}))
+    return (await control.list(req.caller.admin ? {} : { project: req.caller.project }))
       .filter((s) => isE2b(s) && states.includes(s.status))
       .filter((s) => !template || s.labels[LABEL.template] === template)
       .filter((s) => startedAfter === undefined || Number.isNaN(startedAfter) || Date.parse(s.createdAt) > startedAfter)
@@ -289,7 +301,7 @@ export function registerControlRoutes(
 
   app.get('/sandboxes/:id', opts, async (req, reply) => {
     try {
-      return reply.send(detail(await find((req.params as { id: string }).id)));
+      return reply.send(detail(await find(req)));
     } catch (err) {
       return send(reply, err);
     }
@@ -297,7 +309,7 @@ export function registerControlRoutes(
 
   app.delete('/sandboxes/:id', opts, async (req, reply) => {
     try {
-      const s = await find((req.params as { id: string }).id);
+      const s = await find(req);
       await control.kill(s.id);
       deps.onKill(s.id);
       return reply.status(204).send();
@@ -308,7 +320,7 @@ export function registerControlRoutes(
 
   app.post('/sandboxes/:id/timeout', opts, async (req, reply) => {
     try {
-      const s = await find((req.params as { id: string }).id);
+      const s = await find(req);
       const t = timeoutOf(obj(req.body, 'body')['timeout']);
       if (t === undefined) throw new E2bHttpError(400, 'timeout (seconds) is required');
       await control.setExpiry(s.id, Date.now() + Math.max(1, t) * 1000);
@@ -320,7 +332,7 @@ export function registerControlRoutes(
 
   app.post('/sandboxes/:id/refreshes', opts, async (req, reply) => {
     try {
-      const s = await find((req.params as { id: string }).id);
+      const s = await find(req);
       const d = timeoutOf(obj(req.body, 'body')['duration'], 'duration') ?? DEFAULT_TIMEOUT_S;
       const until = Date.now() + d * 1000;
       if (!s.expiresAt || Date.parse(s.expiresAt) < until) await control.setExpiry(s.id, until);
@@ -332,7 +344,7 @@ export function registerControlRoutes(
 
   app.post('/sandboxes/:id/pause', opts, async (req, reply) => {
     try {
-      const s = await find((req.params as { id: string }).id);
+      const s = await find(req);
       if (s.status === 'paused') throw new E2bHttpError(409, `sandbox ${s.id} is already paused`);
       await control.pause(s.id);
       // A paused E2B sandbox waits to be resumed; it does not run out while paused.
@@ -348,7 +360,7 @@ export function registerControlRoutes(
     (mustBePaused: boolean) =>
     async (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
       try {
-        let s = await find((req.params as { id: string }).id);
+        let s = await find(req);
         const t = timeoutOf(obj(req.body, 'body')['timeout']) ?? DEFAULT_TIMEOUT_S;
         const wasPaused = s.status === 'paused';
         if (mustBePaused && !wasPaused) throw new E2bHttpError(409, `sandbox ${s.id} is already running`);

@@ -41,7 +41,7 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
         },
       },
       async (req, reply) => {
-        const info = await batches.create(req.body);
+        const info = await batches.create(req.body, req.caller.project);
         if ((req.headers.accept ?? '').includes(NDJSON)) return reply.status(202).type(NDJSON).send(stream(info.id, -1, true, reply) as never);
         return reply.status(202).send(info);
       },

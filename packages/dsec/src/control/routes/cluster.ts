@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { ErrorBody, NodeInfo } from '@dsec/sdk/schema';
+import { requireAdmin } from './access.js';
 import { ApiError } from '../../api-error.js';
 import { EdgeInfo } from '../../edge/protocol/schemas.js';
 import type { ControlPlane } from '../control-plane.js';
@@ -58,8 +59,11 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     );
     app.post(
       '/v1/nodes/:id/drain',
-      { schema: { tags: ['nodes'], summary: 'Stop new placements on an edge; it leaves when its last sandbox is gone', params: EdgeIdParams, response: { 200: NodeInfo, 401: ErrorBody, 404: ErrorBody } } },
-      async (req) => control.drain(req.params.id),
+      { schema: { tags: ['nodes'], summary: 'Stop new placements on an edge (admin key); it leaves when its last sandbox is gone', params: EdgeIdParams, response: { 200: NodeInfo, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody } } },
+      async (req) => {
+        requireAdmin(req, 'draining a node');
+        return control.drain(req.params.id);
+      },
     );
   };
 }

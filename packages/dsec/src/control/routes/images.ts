@@ -5,7 +5,7 @@ import {
   BuildImageRequest, ErrorBody, GcResult, ImageInfo, ImageList, ImageRefParams, ImportImageQuery, ImportImageResult, MAX_IMAGE_IMPORT_BYTES,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import { type ImageId, type ImageStore, normalizeName } from '../../image/image-store.js';
+import type { ImageId, ImageStore } from '../../image/image-store.js';
 import { GC_GRACE_MS, collectGarbage } from '../image-gc.js';
 import { runImageJob, uploadPath } from '../image-jobs.js';
 import type { ImportResult } from '../../image/oci-import.js';
@@ -16,6 +16,7 @@ import type { StateStore } from '../state-store.js';
 import type { ControlPlane } from '../control-plane.js';
 import { Type } from 'typebox';
 import { errorResponses as errors } from './error-responses.js';
+import { requireAdmin } from './access.js';
 
 /** Counts bytes through; past `limit` the upload fails with 413 rather than filling a disk. */
 function limitBytes(limit: number): Transform {
@@ -35,7 +36,7 @@ export interface ImageRouteDeps {
   /** The data dir the image jobs write into (the one `images` reads). */
   dataDir: string;
   /** For each image's lifetime (snapshotOf). */
-  control: Pick<ControlPlane, 'snapshotImages'>;
+  control: Pick<ControlPlane, 'snapshotImages' | 'projectImages'>;
 }
 
 export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
@@ -48,16 +49,18 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['images'];
-    app.get('/v1/images', { schema: { tags, summary: 'List images', response: { 200: ImageList, 401: ErrorBody } } }, async () => ({
-      images: await Promise.all(images.list().map(withLifetime)),
+    // A project key sees shared images and its project's own; an admin key sees every image.
+    const scope = (req: { caller: { admin: boolean; project: string } }): string | undefined => (req.caller.admin ? undefined : req.caller.project);
+    app.get('/v1/images', { schema: { tags, summary: "List images (a project key: shared ones and its project's own)", response: { 200: ImageList, 401: ErrorBody } } }, async (req) => ({
+      images: await Promise.all((await deps.control.projectImages.list(scope(req))).map(withLifetime)),
     }));
 
     app.get(
       '/v1/images/:ref',
       { schema: { tags, summary: 'One image by name or id', params: ImageRefParams, response: { 200: ImageInfo, ...errors } } },
       async (req) => {
-        const id = images.resolve(req.params.ref);
-        const info = id && images.info(id);
+        const id = await deps.control.projectImages.resolve(scope(req), req.params.ref);
+        const info = id && (await deps.control.projectImages.info(scope(req), id));
         if (!info) throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(req.params.ref)}; list images with \`dsec image ls\``, { image: req.params.ref });
         return await withLifetime(info);
       },
@@ -67,6 +70,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
       '/v1/images',
       { schema: { tags, summary: 'Build an image (busybox or debian minbase); cached by inputs', body: BuildImageRequest, response: { 201: ImageInfo, 400: ErrorBody, 401: ErrorBody, 500: ErrorBody } } },
       async (req, reply) => {
+        requireAdmin(req, 'building a shared image');
         const { builder, name, packages } = req.body;
         const args = ['build', builder, ...(name ? ['--name', name] : []), ...(packages ?? []).flatMap((p) => ['-p', p])];
         const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ builder }, m), userError: /invalid image name|unknown builder|-p\/--package/ });
@@ -93,6 +97,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         },
       },
       async (req, reply) => {
+        requireAdmin(req, 'importing a shared image');
         if (!(req.body instanceof Readable)) {
           throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the archive as the raw body with Content-Type: ${ARCHIVE_TYPES.join(' or ')}`);
         }
@@ -123,11 +128,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         },
       },
       async (req, reply) => {
-        const { ref } = req.params;
-        const id = images.resolve(ref);
-        if (!id) throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}`, { image: ref });
-        if (ref.startsWith('sha256:')) images.remove(id as ImageId);
-        else images.untag(normalizeName(ref));
+        await deps.control.projectImages.remove(req.caller, req.params.ref);
         return reply.status(204).send(null);
       },
     );
@@ -141,7 +142,10 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
           response: { 200: GcResult, ...errors },
         },
       },
-      async () => collectGarbage(images, store),
+      async (req) => {
+        requireAdmin(req, 'collecting layer garbage');
+        return collectGarbage(images, store);
+      },
     );
   };
 }

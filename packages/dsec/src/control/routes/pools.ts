@@ -1,3 +1,4 @@
+import { requireAdmin } from './access.js';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -22,7 +23,11 @@ export function poolRoutes(deps: { pools: WarmPools }): FastifyPluginAsync {
           response: { 201: PoolInfo, ...errors },
         },
       },
-      async (req, reply) => reply.status(201).send(await pools.create(req.body)),
+      async (req, reply) => {
+        // A pool's sandboxes are shared infrastructure (project default until claimed): an operator's.
+        requireAdmin(req, 'creating a warm pool');
+        return reply.status(201).send(await pools.create(req.body));
+      },
     );
     app.get('/v1/pools', { schema: { tags, summary: 'List warm pools with sizes, claims, misses and refill times', response: { 200: PoolList, ...errors } } }, async () => ({
       pools: pools.list(),
@@ -34,6 +39,7 @@ export function poolRoutes(deps: { pools: WarmPools }): FastifyPluginAsync {
       '/v1/pools/:name',
       { schema: { tags, summary: 'Delete a warm pool and kill its unclaimed sandboxes (claimed ones stay their callers\')', params: PoolNameParams, response: { 204: Type.Null(), ...errors } } },
       async (req, reply) => {
+        requireAdmin(req, 'deleting a warm pool');
         await pools.delete(req.params.name);
         return reply.status(204).send(null);
       },

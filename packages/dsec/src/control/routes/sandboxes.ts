@@ -9,6 +9,8 @@ import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
 import { applyByLabels, type BulkAction } from '../bulk.js';
 import { abortOnHangup } from './abort-on-hangup.js';
+import type { Caller } from '../api-keys.js';
+import { listScope } from './access.js';
 
 
 function parseLabels(label: string | string[] | undefined): Record<string, string> {
@@ -20,6 +22,11 @@ function parseLabels(label: string | string[] | undefined): Record<string, strin
   return out;
 }
 
+/** A project key's snapshots are its project's own images; an admin key's are shared (docs/PROJECTS.md). */
+function privateTo(caller: Caller): { privateTo?: string } {
+  return caller.admin ? {} : { privateTo: caller.project };
+}
+
 /** Sandbox lifecycle: thin handlers over ControlPlane. */
 export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
   const { control } = deps;
@@ -28,11 +35,13 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     const tags = ['sandboxes'];
 
     app.post('/v1/sandboxes', { schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } } }, async (req, reply) => {
-      return reply.status(201).send(await control.create(req.body));
+      return reply.status(201).send(await control.create(req.body, {}, { project: req.caller.project }));
     });
 
     app.get('/v1/sandboxes', { schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } } }, async (req) => {
       const filter: Parameters<ControlPlane['list']>[0] = { labels: parseLabels(req.query.label) };
+      const project = listScope(req.caller, req.query.project);
+      if (project) filter.project = project;
       if (req.query.status) filter.status = req.query.status;
       return { sandboxes: await control.list(filter) };
     });
@@ -44,7 +53,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     ];
     for (const [action, summary] of bulk) {
       app.post(`/v1/sandboxes/${action}`, { schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } }, async (req) =>
-        applyByLabels(control, req.body.labels, action),
+        applyByLabels(control, req.body.labels, action, listScope(req.caller)),
       );
     }
 
@@ -78,7 +87,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          return reply.status(201).send(await control.snapshot(req.params.id, req.body ?? {}, hangup.signal));
+          return reply.status(201).send(await control.snapshot(req.params.id, req.body ?? {}, { ...privateTo(req.caller), signal: hangup.signal }));
         } finally {
           hangup.done();
         }
@@ -87,7 +96,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     app.post(
       '/v1/sandboxes/:id/fork',
       { schema: { tags, summary: 'One snapshot of this sandbox, then count new sandboxes from it', params: SandboxIdParams, body: ForkRequest, response: { 201: ForkResult, ...errors } } },
-      async (req, reply) => reply.status(201).send(await control.fork(req.params.id, req.body)),
+      async (req, reply) => reply.status(201).send(await control.fork(req.params.id, req.body, privateTo(req.caller))),
     );
 
     app.put(

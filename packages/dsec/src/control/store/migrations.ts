@@ -122,6 +122,45 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 3,
+    name: 'projects: keys, sandboxes, batches and ended sandboxes belong to a project; quotas; image owners',
+    up: async (db) => {
+      // Everything from before projects belongs to `default`; the bootstrap key (client.json's)
+      // becomes an admin key. cpu and memory_mib make a project's usage one portable SUM.
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS projects (
+          name TEXT PRIMARY KEY,
+          quota TEXT NOT NULL,
+          created_at TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS image_owners (
+          image_id TEXT NOT NULL,
+          project TEXT NOT NULL,
+          PRIMARY KEY (image_id, project)
+        );
+        CREATE TABLE IF NOT EXISTS image_name_owners (
+          name TEXT PRIMARY KEY,
+          project TEXT NOT NULL
+        );
+        ALTER TABLE api_keys ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+        ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE api_keys ADD COLUMN revoked_at TEXT;
+        ALTER TABLE sandboxes ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+        ALTER TABLE sandboxes ADD COLUMN cpu DOUBLE PRECISION NOT NULL DEFAULT 0;
+        ALTER TABLE sandboxes ADD COLUMN memory_mib INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE batches ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+        ALTER TABLE ended_sandboxes ADD COLUMN project TEXT;
+        CREATE INDEX IF NOT EXISTS sandboxes_project ON sandboxes(project, status);
+      `);
+      await db.run("INSERT INTO projects (name, quota, created_at) VALUES ('default', '{}', ?) ON CONFLICT (name) DO NOTHING", [new Date().toISOString()]);
+      await db.run("UPDATE api_keys SET admin = 1 WHERE name = 'client.json'");
+      for (const r of await db.all<{ id: string; resources: string }>('SELECT id, resources FROM sandboxes')) {
+        const res = JSON.parse(r.resources) as { cpu?: number; memoryMiB?: number };
+        await db.run('UPDATE sandboxes SET cpu = ?, memory_mib = ? WHERE id = ?', [res.cpu ?? 0, res.memoryMiB ?? 0, r.id]);
+      }
+    },
+  },
 ];
 
 /**

@@ -1,0 +1,131 @@
+import type { ImageInfo } from '@dsec/sdk/schema';
+import { ApiError } from '../api-error.js';
+import { type ImageId, type ImageStore, isImageName, normalizeName } from '../image/image-store.js';
+import type { StateStore } from './state-store.js';
+
+/**
+ * Which images a project may use (docs/PROJECTS.md). An image id or name with owner rows in the
+ * store is private to those projects: snapshots (and forks) made by a project's keys are its
+ * own. One without owner rows is shared: base images the operator builds or imports (builds,
+ * imports and GC take an admin key) and everything from before projects. An image another
+ * project owns answers as if it did not exist, so its name and id do not leak.
+ * `project` undefined means an admin view: every image.
+ */
+/**
+ * A project no key has (names match PROJECT_NAME_PATTERN): resolving for it finds shared images
+ * only. Function calls use it: their worker sandboxes are shared by every project.
+ */
+export const SHARED_IMAGES_ONLY = '';
+
+export class ProjectImages {
+  constructor(
+    private readonly store: StateStore,
+    private readonly images: ImageStore,
+  ) {}
+
+  /** Resolves a name or id the project may use; undefined when there is none it can see. */
+  async resolve(project: string | undefined, ref: string): Promise<ImageId | undefined> {
+    const id = this.images.resolve(ref);
+    if (!id || project === undefined) return id;
+    if (isImageName(ref) && !(await this.#nameVisible(project, normalizeName(ref)))) return undefined;
+    return (await this.#idVisible(project, id)) ? id : undefined;
+  }
+
+  /** The images a project sees, each with only the names it sees. */
+  async list(project: string | undefined): Promise<ImageInfo[]> {
+    const all = this.images.list();
+    if (project === undefined) return all;
+    const out: ImageInfo[] = [];
+    for (const info of all) {
+      if (!(await this.#idVisible(project, info.id as ImageId))) continue;
+      const names: string[] = [];
+      for (const n of info.names) if (await this.#nameVisible(project, n)) names.push(n);
+      out.push({ ...info, names });
+    }
+    return out;
+  }
+
+  /** A project's image info with only the names it sees. */
+  async info(project: string | undefined, id: ImageId): Promise<ImageInfo | undefined> {
+    const info = this.images.info(id);
+    if (!info || project === undefined) return info;
+    const names: string[] = [];
+    for (const n of info.names) if (await this.#nameVisible(project, n)) names.push(n);
+    return { ...info, names };
+  }
+
+  /**
+   * Records what a snapshot made: the image becomes the project's unless it existed already as a
+   * shared image (an unchanged sandbox's snapshot is its base image, which stays shared).
+   */
+  async claim(project: string, id: ImageId, existedBefore: boolean): Promise<void> {
+    if (!existedBefore || (await this.store.imageOwners(id)).length > 0) await this.store.addImageOwner(id, project);
+  }
+
+  /**
+   * Checks that `project` may point `name` at an image: a name no one has yet becomes the
+   * project's; a name of another project, or a shared name (unless `admin`), is IMAGE_NAME_TAKEN.
+   * Returns the owner to record after tagging (undefined: the name stays shared).
+   */
+  async checkName(project: string, name: string, admin: boolean): Promise<string | undefined> {
+    const n = normalizeName(name);
+    const owner = await this.store.imageNameOwner(n);
+    if (owner === project) return project;
+    if (owner === undefined && this.images.resolve(n) === undefined) return project;
+    if (owner === undefined && admin) return undefined;
+    throw new ApiError('IMAGE_NAME_TAKEN', `image name ${JSON.stringify(name)} is ${owner === undefined ? 'a shared image (only an admin key may move it)' : 'taken'}; choose another name`, {
+      image: name,
+    });
+  }
+
+  async recordName(name: string, owner: string | undefined): Promise<void> {
+    if (owner !== undefined) await this.store.setImageNameOwner(normalizeName(name), owner);
+  }
+
+  /**
+   * Deletes a name or an image for a project: its own private ones only. A shared image needs an
+   * admin key (FORBIDDEN); another project's answers IMAGE_NOT_FOUND.
+   */
+  async remove(caller: { project: string; admin: boolean }, ref: string): Promise<void> {
+    const notFound = new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}`, { image: ref });
+    const id = await this.resolve(caller.admin ? undefined : caller.project, ref);
+    if (!id) throw notFound;
+    if (ref.startsWith('sha256:')) {
+      const owners = await this.store.imageOwners(id);
+      if (!caller.admin && owners.length === 0) throw new ApiError('FORBIDDEN', `image ${ref} is shared: deleting it takes an admin key`, { image: ref });
+      if (!caller.admin && owners.length > 1) {
+        // Other projects made the same image: only this project's claim on it goes.
+        await this.store.removeImageOwner(id, caller.project);
+        for (const n of this.images.info(id)?.names ?? []) if ((await this.store.imageNameOwner(n)) === caller.project) this.#untag(n);
+        return;
+      }
+      for (const n of this.images.info(id)?.names ?? []) await this.store.removeImageNameOwner(n);
+      this.images.remove(id);
+      await this.store.removeImageOwners(id);
+      return;
+    }
+    const n = normalizeName(ref);
+    if (!caller.admin && (await this.store.imageNameOwner(n)) === undefined) throw new ApiError('FORBIDDEN', `image name ${ref} is shared: removing it takes an admin key`, { image: ref });
+    this.#untag(n);
+    await this.store.removeImageNameOwner(n);
+  }
+
+  /** An image went away (an unnamed snapshot released with its sandbox): its owner rows go too. */
+  async forget(id: ImageId): Promise<void> {
+    await this.store.removeImageOwners(id);
+  }
+
+  #untag(name: string): void {
+    this.images.untag(name);
+  }
+
+  async #idVisible(project: string, id: ImageId): Promise<boolean> {
+    const owners = await this.store.imageOwners(id);
+    return owners.length === 0 || owners.includes(project);
+  }
+
+  async #nameVisible(project: string, name: string): Promise<boolean> {
+    const owner = await this.store.imageNameOwner(name);
+    return owner === undefined || owner === project;
+  }
+}
