@@ -172,7 +172,8 @@ export class WarmPools {
       if (!info) continue;
       pool.claims++;
       keep(pool.claimMs, performance.now() - started);
-      this.#refill(pool);
+      // After the answer has gone out: a refill's synchronous start must not delay this claim.
+      setImmediate(() => this.#refill(pool));
       return info;
     }
     pool.misses++;

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { batchEvents, Connection, Sandbox, type BatchInfo, type SandboxInfo } from '@dsec/sdk';
+import { batchEvents, Connection, fn, Sandbox, type BatchInfo, type SandboxInfo } from '@dsec/sdk';
 import { HttpEdgeClient } from '../../src/control/edges/http-edge-client.js';
 import { assertCleanAndRemove, integrationSkipReason } from '../helpers/server.js';
 import { ClusterHarness } from './support/cluster-harness.js';
@@ -74,6 +74,15 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     const { sandboxes: forks } = await one.fork(2);
     for (const f of forks) assert.equal(Buffer.from(await f.files.read('/root/state.txt')).toString(), 'carried by the snapshot\n');
     await Promise.all([...sandboxes, ...forks].map((s) => s.kill()));
+  });
+
+  test('a function call runs on a remote edge over the edge protocol, in a worker sandbox the control plane never lists', async () => {
+    await new Connection(conn).json('POST', '/v1/images', { json: { builder: 'fn-runtime' }, timeoutMs: 600_000 });
+    const r = await fn.run({ runtime: 'python', code: 'import sys\nprint(6 * 7, sys.stdin.read())', stdin: 'remote' }, conn);
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.equal(r.stdout, '42 remote\n');
+    assert.match(r.worker, new RegExp(`^sb-(${h.edges.map((e) => e.id).join('|')})-fn`), 'ran in a worker of one of the edges');
+    assert.ok(!(await Sandbox.list(conn)).some((s) => s.id === r.worker), 'workers are edge-internal');
   });
 
   test('a stranger on the bridge without the cluster token gets 401 from an edge and from the cluster routes', async () => {

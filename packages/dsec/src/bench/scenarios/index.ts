@@ -2,6 +2,7 @@ import { burstScenario } from './burst.js';
 import { clusterScenario } from './cluster.js';
 import { createScenario } from './create.js';
 import { densityScenario } from './density.js';
+import { fnCallScenario } from './fncall.js';
 import { execScenario } from './exec.js';
 import { hardeningScenario } from './hardening.js';
 import { lazyScenario } from './lazy.js';
@@ -22,6 +23,7 @@ export const SCENARIOS: readonly BenchScenarioDef[] = [
   vmScenario,
   clusterScenario,
   lazyScenario,
+  fnCallScenario,
 ];
 
 export function scenarioByName(name: string): BenchScenarioDef {

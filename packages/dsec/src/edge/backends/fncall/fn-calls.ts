@@ -15,6 +15,9 @@ export interface FnCallsOptions {
   log: Logger;
 }
 
+/** Worker starts at once per node (see #startSlot). */
+const STARTS_AT_ONCE = 4;
+
 interface Waiter {
   resolve: (w: FnWorker | undefined) => void;
 }
@@ -39,6 +42,9 @@ export class FnCalls {
   readonly #maxPerKind: number;
   readonly #max: number;
   readonly #idleMs: number;
+  /** Worker starts in flight and those waiting for a slot: a burst of cold calls starts workers a few at a time. */
+  #starting = 0;
+  readonly #startQueue: (() => void)[] = [];
   /** Calls served, cold starts, workers replaced after a damaging call: for info and benchmarks. */
   readonly stats = { calls: 0, coldStarts: 0, replaced: 0 };
 
@@ -114,7 +120,7 @@ export class FnCalls {
         this.#count.set(key, (this.#count.get(key) ?? 0) + 1);
         this.#total++;
         try {
-          const w = await FnWorker.start(this.edge, key, req);
+          const w = await this.#startSlot(() => FnWorker.start(this.edge, key, req));
           this.stats.coldStarts++;
           return { worker: w, cold: true };
         } catch (err) {
@@ -142,6 +148,22 @@ export class FnCalls {
       if (this.#stopped) throw new ApiError('CAPACITY_EXCEEDED', `edge ${this.edge.id} is shutting down`);
       if (w && !w.dead) return { worker: w, cold: false };
       if (w) void this.#retire(w);
+    }
+  }
+
+  /**
+   * Runs a worker start when one of STARTS_AT_ONCE slots is free: 32 python3s importing their
+   * standard library at once on a 2-core node each take 32 times as long, and all calls wait for
+   * the slowest; a few at a time, the first workers serve calls while the rest start.
+   */
+  async #startSlot<T>(start: () => Promise<T>): Promise<T> {
+    if (this.#starting >= STARTS_AT_ONCE) await new Promise<void>((resolve) => this.#startQueue.push(resolve));
+    this.#starting++;
+    try {
+      return await start();
+    } finally {
+      this.#starting--;
+      this.#startQueue.shift()?.();
     }
   }
 

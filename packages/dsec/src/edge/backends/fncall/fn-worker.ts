@@ -15,8 +15,8 @@ const ZYGOTE_SOURCE = readFileSync(new URL('../../../../../native/fn-zygote.py',
   .join('\n');
 /** The worker's only writable tree besides /dev/shm and /dev/mqueue (dsec-landlock --rw); wiped after every call. */
 export const FN_SCRATCH = '/tmp';
-/** How long a new worker's fork server may take to say it is ready (python3 importing its stdlib on a busy node). */
-const READY_MS = 30_000;
+/** How long a new worker's fork server may take to say it is ready (python3 importing its stdlib on a node under load: 30 s was seen too short at load 20 on 2 cores). */
+const READY_MS = 120_000;
 /** Beyond the call's own timeout (which the fork server enforces), how long the edge waits before it gives the worker up. */
 const ANSWER_GRACE_MS = 5_000;
 /** A call's killed processes are reaped by the sandbox's init at once; a check waits this many 2 ms rounds for that before it calls one a leftover. */
