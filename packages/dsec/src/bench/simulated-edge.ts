@@ -35,6 +35,10 @@ export class SimulatedEdge implements EdgeApi {
   #state: EdgeInfo['state'] = 'running';
   /** Creates accepted since start (kills do not lower it). */
   created = 0;
+  /** Kill requests per sandbox id (tests count them: a sandbox expired twice would show 2). */
+  readonly kills = new Map<string, number>();
+  /** A create's time on this node (0: answered at once); tests slow a batch down with it. */
+  createDelayMs = 0;
 
   constructor(
     readonly id: string,
@@ -74,6 +78,7 @@ export class SimulatedEdge implements EdgeApi {
   }
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
+    if (this.createDelayMs > 0) await new Promise((r) => setTimeout(r, this.createDelayMs));
     const known = this.#sandboxes.get(req.id);
     if (known) return strip(known);
     if (this.#state !== 'running')
@@ -107,6 +112,7 @@ export class SimulatedEdge implements EdgeApi {
   }
 
   async killSandbox(id: string): Promise<void> {
+    this.kills.set(id, (this.kills.get(id) ?? 0) + 1);
     this.#sandboxes.delete(id);
   }
 

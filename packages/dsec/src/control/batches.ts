@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { BatchEvent, BatchInfo, CreateBatchRequest, CreateSandboxRequest } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import type { ControlPlane } from './control-plane.js';
-import type { StateStore } from './state-store.js';
+import type { StateStore, StoredBatch } from './state-store.js';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 
 /** Label on every sandbox a batch made: list or kill them by it. */
@@ -15,6 +15,13 @@ const MAX_GROUP = 256;
 
 /** Events are written to the store in groups: one transaction per group, not per event. */
 const FLUSH_EVERY_MS = 50;
+/**
+ * A batch is driven by one control-plane replica, its owner, which renews its lease on it every
+ * second; a running batch whose lease ran out (its owner died) is taken over by another replica.
+ */
+const BATCH_LEASE_MS = 10_000;
+/** How often a replica that does not drive a batch reads its new events from the store. */
+const FOLLOW_POLL_MS = 250;
 
 type Emitted = Omit<BatchEvent, 'seq' | 'at'>;
 
@@ -29,6 +36,8 @@ class LiveBatch {
   cancelled = false;
   finished = false;
   unflushed: BatchEvent[] = [];
+  /** Settles when the driver stops (done, cancelled, or this process stopping). */
+  driver: Promise<void> = Promise.resolve();
   constructor(
     readonly id: string,
     readonly count: number,
@@ -54,11 +63,14 @@ export class BatchService {
   readonly #drivers = new Set<Promise<void>>();
   #flushTimer: NodeJS.Timeout | undefined;
   #stopped = false;
+  readonly #edgeLists = new Map<string, { at: number; ids: Promise<Set<string>> }>();
 
   constructor(
     private readonly store: StateStore,
     private readonly control: ControlPlane,
     private readonly log: Logger,
+    /** This replica's name in the batches' owner column. */
+    private readonly replicaId = 'only',
   ) {}
 
   /**
@@ -72,7 +84,7 @@ export class BatchService {
     await this.control.quotas.precheck(project, this.control.limitsFor(req.spec), req.count, false);
     const id = `batch-${randomBytes(8).toString('hex')}`;
     const createdAt = new Date().toISOString();
-    await this.store.insertBatch(id, req.count, req, createdAt, project);
+    await this.store.insertBatch(id, req.count, req, createdAt, project, { id: this.replicaId, until: Date.now() + BATCH_LEASE_MS });
     const b = new LiveBatch(id, req.count, req.spec, createdAt, project);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
@@ -85,9 +97,41 @@ export class BatchService {
     return [...this.#live.values()].filter((b) => !b.finished).map((b) => ({ id: b.id, count: b.count, placed: b.placed, running: b.running, failed: b.failed }));
   }
 
-  /** After a restart: picks up every batch that was still running. */
+  /**
+   * After a restart: picks up every batch that was still running. On SQLite (one control plane)
+   * that is every running batch; on a shared store, those whose owner's lease ran out.
+   */
   async resume(): Promise<void> {
-    for (const row of await this.store.listBatches('running')) {
+    const now = Date.now();
+    await this.#adopt(await this.store.claimBatches(this.replicaId, now + BATCH_LEASE_MS, now, this.store.db.dialect === 'sqlite'));
+  }
+
+  /**
+   * Every `intervalMs`: renews the leases of the batches this replica drives (cancelling those
+   * another replica was asked to cancel), and takes over running batches nobody renews.
+   */
+  startOwnerLoop(intervalMs = 1000): () => void {
+    let busy = false;
+    const timer = setInterval(() => {
+      if (busy || this.#stopped) return;
+      busy = true;
+      void this.#ownerTick()
+        .catch((err: unknown) => this.log.error({ err }, 'batch lease renewal failed'))
+        .finally(() => (busy = false));
+    }, intervalMs);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  async #ownerTick(): Promise<void> {
+    const now = Date.now();
+    const mine = [...this.#live.values()].filter((b) => !b.finished).map((b) => b.id);
+    for (const id of await this.store.renewBatches(mine, this.replicaId, now + BATCH_LEASE_MS)) await this.cancel(id);
+    await this.#adopt((await this.store.claimBatches(this.replicaId, now + BATCH_LEASE_MS, now)).filter((r) => !this.#live.has(r.id)));
+  }
+
+  async #adopt(rows: StoredBatch[]): Promise<void> {
+    for (const row of rows) {
       const req = JSON.parse(row.spec) as CreateBatchRequest;
       const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt, row.project);
       for (const e of await this.store.batchEvents(row.id, -1)) {
@@ -95,7 +139,7 @@ export class BatchService {
         this.#count(b, e);
       }
       this.#live.set(row.id, b);
-      this.log.warn({ batch: row.id, done: b.done.size, count: row.count }, 'resuming a batch after a restart');
+      this.log.warn({ batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId }, 'resuming a batch its driver left (a restart, or a replica that died)');
       this.#start(b, req.concurrency ?? 64);
     }
   }
@@ -127,9 +171,18 @@ export class BatchService {
   async *events(id: string, after: number, follow: boolean, signal?: AbortSignal): AsyncGenerator<BatchEvent> {
     const b = this.#live.get(id);
     if (!b) {
-      await this.info(id); // 404 for an unknown batch
-      yield* await this.store.batchEvents(id, after);
-      return;
+      // Driven by another replica (or finished): its events as they reach the store.
+      let last = (await this.info(id)).state; // 404 for an unknown batch
+      for (;;) {
+        for (const e of await this.store.batchEvents(id, after)) {
+          yield e;
+          after = e.seq;
+        }
+        if (!follow || last !== 'running' || signal?.aborted) return;
+        await sleep(FOLLOW_POLL_MS, signal);
+        if (this.#live.has(id)) return yield* this.events(id, after, follow, signal); // taken over here meanwhile
+        last = (await this.store.getBatch(id))?.state ?? 'done';
+      }
     }
     let next = after + 1;
     for (;;) {
@@ -151,12 +204,20 @@ export class BatchService {
   async cancel(id: string): Promise<BatchInfo> {
     const b = this.#live.get(id);
     if (!b) {
-      const info = await this.info(id);
-      if (info.state === 'running') throw new ApiError('INTERNAL', `batch ${id} is running but not driven here`);
-      return info;
+      let info = await this.info(id);
+      if (info.state !== 'running') return info;
+      // Its owner (another replica) cancels it at its next lease renewal, or whoever takes it over.
+      await this.store.requestBatchCancel(id);
+      for (let waited = 0; info.state === 'running' && waited < 30_000 && !this.#live.has(id); waited += FOLLOW_POLL_MS) {
+        await sleep(FOLLOW_POLL_MS);
+        info = await this.info(id);
+      }
+      return this.#live.has(id) ? this.cancel(id) : info;
     }
     if (!b.finished) {
       b.cancelled = true;
+      // The groups in flight finish first: a row they write after the kill would outlive it.
+      await b.driver;
       await this.control.killByLabels({ [BATCH_LABEL]: id });
       await this.#finish(b, 'cancelled');
     }
@@ -165,6 +226,7 @@ export class BatchService {
 
   #start(b: LiveBatch, concurrency: number): void {
     const p = this.#drive(b, concurrency).catch((err: unknown) => this.log.error({ err, batch: b.id }, 'batch driver failed'));
+    b.driver = p;
     this.#drivers.add(p);
     void p.finally(() => this.#drivers.delete(p));
   }
@@ -210,17 +272,38 @@ export class BatchService {
   /** An item whose sandbox a previous run created: running, failed, or still being reconciled. */
   async #settleExisting(b: LiveBatch, index: number, sandboxId: string): Promise<void> {
     for (let waited = 0; ; waited += 500) {
+      if (b.cancelled) return; // its row goes with the cancel's kill
       const s = await this.store.getSandbox(sandboxId);
       if (!s) return this.#emit(b, { type: 'failed', index, sandboxId, code: 'SANDBOX_NOT_FOUND', reason: 'the sandbox was killed before the batch finished' });
       if (s.status === 'running' || s.status === 'paused') return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });
       if (s.status !== 'creating') return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: s.reason ?? s.status });
-      // 'creating' across a restart: its edge reports it (or not) at its next heartbeat.
+      // 'creating' across a restart or a dead replica's create: the edge says whether it runs it.
+      if (waited >= 1000 && (await this.#edgeRuns(s.edge, sandboxId))) {
+        await this.store.setStatus(sandboxId, 'running');
+        return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });
+      }
       if (waited >= 30_000 || this.#stopped) {
+        // Not on its edge: never made, or made after the last look; a kill makes sure it is not.
+        await this.control.edges.api(s.edge).killSandbox(sandboxId).catch(() => undefined);
         await this.store.setStatus(sandboxId, 'failed', 'lost: the control plane restarted while creating it and its edge never reported it');
         return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: 'lost while the control plane restarted' });
       }
       await new Promise((r) => setTimeout(r, 500));
     }
+  }
+
+  /** Whether an edge runs a sandbox (its list, read at most once a second per edge). */
+  async #edgeRuns(edgeId: string, sandboxId: string): Promise<boolean> {
+    let seen = this.#edgeLists.get(edgeId);
+    if (!seen || Date.now() - seen.at > 1000) {
+      const ids = this.control.edges
+        .api(edgeId)
+        .listSandboxes()
+        .then((l) => new Set(l.map((x) => x.id)))
+        .catch(() => new Set<string>());
+      this.#edgeLists.set(edgeId, (seen = { at: Date.now(), ids }));
+    }
+    return (await seen.ids).has(sandboxId);
   }
 
   #count(b: LiveBatch, e: BatchEvent): void {
@@ -270,4 +353,18 @@ export class BatchService {
     await Promise.allSettled([...this.#drivers]);
     await this.flush();
   }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
 }

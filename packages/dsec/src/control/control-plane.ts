@@ -45,7 +45,15 @@ export interface ControlPlaneOptions {
   burstThreshold?: number;
   /** How long a killed sandbox's trajectory stays readable; 0 deletes it with the sandbox. @default 24 */
   trajectoryRetentionHours?: number;
+  /**
+   * This replica's name, when several control planes share one store: background work (expiry,
+   * the edge watcher, batch drivers) runs on the one holding its lease. @default 'only'
+   */
+  replicaId?: string;
 }
+
+/** How long the expiry sweep's lease lasts without renewal (it renews at every sweep). */
+const EXPIRY_LEASE_MS = 5_000;
 
 /** Above 80 % of a pool's slots or memory, burstable sandboxes go to the burst pool. */
 export const DEFAULT_BURST_THRESHOLD = 0.8;
@@ -55,6 +63,7 @@ const KILL_FAILED_REASON = 'kill failed, resources remain: ';
 
 export class ControlPlane {
   readonly edges: EdgeRegistry;
+  readonly replicaId: string;
   readonly trajectory: TrajectoryLog;
   /** Batches of up to 32,000 sandboxes, driven through create(). */
   readonly batches: BatchService;
@@ -82,7 +91,8 @@ export class ControlPlane {
     opts: ControlPlaneOptions = {},
   ) {
     this.trajectory = new TrajectoryLog(store);
-    this.batches = new BatchService(store, this, log.child({ component: 'batches' }));
+    this.replicaId = opts.replicaId ?? 'only';
+    this.batches = new BatchService(store, this, log.child({ component: 'batches' }), this.replicaId);
     this.snapshotImages = new SnapshotImages(store, images);
     this.ended = new EndedSandboxes(store, (opts.trajectoryRetentionHours ?? DEFAULT_TRAJECTORY_RETENTION_HOURS) * 3600_000);
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
@@ -492,10 +502,18 @@ export class ControlPlane {
     const timer = setInterval(() => {
       if (running) return;
       running = true;
-      void this.sweepExpired().finally(() => (running = false));
+      // One replica sweeps: the one holding the lease, renewed at each sweep.
+      void this.store
+        .lease('expiry', this.replicaId, EXPIRY_LEASE_MS)
+        .then((mine) => (mine ? this.sweepExpired() : undefined))
+        .catch((err: unknown) => this.log.error({ err }, 'expiry sweep failed'))
+        .finally(() => (running = false));
     }, intervalMs);
     timer.unref();
-    return () => clearInterval(timer);
+    return () => {
+      clearInterval(timer);
+      void this.store.releaseLease('expiry', this.replicaId).catch(() => undefined);
+    };
   }
 
   /**

@@ -15,6 +15,8 @@ export interface StoredEdge {
   state: 'ready' | 'draining' | 'lost';
   info: EdgeInfo;
   cpuOvercommit: number;
+  /** When a heartbeat last arrived, at any replica (epoch ms; 0: not since the store has kept it). */
+  lastSeen?: number;
 }
 
 /**
@@ -118,13 +120,15 @@ export class StateStore {
 
   // --- batches --------------------------------------------------------------------------------
 
-  async insertBatch(id: string, count: number, req: unknown, createdAt: string, project: string = DEFAULT_PROJECT): Promise<void> {
-    await this.db.run("INSERT INTO batches (id, count, spec, state, created_at, project) VALUES (?, ?, ?, 'running', ?, ?)", [
+  async insertBatch(id: string, count: number, req: unknown, createdAt: string, project: string = DEFAULT_PROJECT, owner?: { id: string; until: number }): Promise<void> {
+    await this.db.run("INSERT INTO batches (id, count, spec, state, created_at, project, owner, lease_until) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)", [
       id,
       count,
       JSON.stringify(req),
       createdAt,
       project,
+      owner?.id ?? null,
+      owner?.until ?? null,
     ]);
   }
 
@@ -202,15 +206,18 @@ export class StateStore {
 
   async upsertEdge(e: StoredEdge): Promise<void> {
     await this.db.run(
-      `INSERT INTO edges (id, url, pool, labels, state, info, cpu_overcommit) VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO edges (id, url, pool, labels, state, info, cpu_overcommit, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET url = excluded.url, pool = excluded.pool, labels = excluded.labels, state = excluded.state,
-         info = excluded.info, cpu_overcommit = excluded.cpu_overcommit`,
-      [e.id, e.url, e.pool, JSON.stringify(e.labels), e.state, JSON.stringify(e.info), e.cpuOvercommit],
+         info = excluded.info, cpu_overcommit = excluded.cpu_overcommit,
+         last_seen = CASE WHEN excluded.last_seen > edges.last_seen THEN excluded.last_seen ELSE edges.last_seen END`,
+      [e.id, e.url, e.pool, JSON.stringify(e.labels), e.state, JSON.stringify(e.info), e.cpuOvercommit, e.lastSeen ?? 0],
     );
   }
 
   async listEdges(): Promise<StoredEdge[]> {
-    const rows = await this.db.all<{ id: string; url: string; pool: string; labels: string; state: StoredEdge['state']; info: string; cpu_overcommit: number }>('SELECT * FROM edges');
+    const rows = await this.db.all<{ id: string; url: string; pool: string; labels: string; state: StoredEdge['state']; info: string; cpu_overcommit: number; last_seen: number }>(
+      'SELECT * FROM edges',
+    );
     return rows.map((r) => ({
       id: r.id,
       url: r.url,
@@ -219,6 +226,7 @@ export class StateStore {
       state: r.state,
       info: JSON.parse(r.info) as EdgeInfo,
       cpuOvercommit: r.cpu_overcommit,
+      lastSeen: r.last_seen,
     }));
   }
 
@@ -233,6 +241,67 @@ export class StateStore {
       [reason, edge],
     );
     return rows.map((r) => r.id);
+  }
+
+  /** A heartbeat: the edge's facts and when it was heard from, for every replica to read. */
+  async touchEdge(id: string, info: EdgeInfo, at: number): Promise<void> {
+    await this.db.run('UPDATE edges SET info = ?, last_seen = ? WHERE id = ?', [JSON.stringify(info), at, id]);
+  }
+
+  // --- replicas: leases and shared settings ---------------------------------------------------
+
+  /**
+   * Takes or renews the lease `name` for `holder` until `now + ttlMs`: granted when nobody holds
+   * it, the holder already does, or the last holder's lease ran out (it stopped renewing: dead or
+   * cut off). One statement, so two replicas asking at once cannot both get it.
+   */
+  async lease(name: string, holder: string, ttlMs: number, now = Date.now()): Promise<boolean> {
+    const row = await this.db.get<{ holder: string }>(
+      `INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)
+       ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+       WHERE leases.holder = excluded.holder OR leases.expires_at < ?
+       RETURNING holder`,
+      [name, holder, now + ttlMs, now],
+    );
+    return row?.holder === holder;
+  }
+
+  /** Gives a lease up (a replica shutting down), so another takes it at once. */
+  async releaseLease(name: string, holder: string): Promise<void> {
+    await this.db.run('DELETE FROM leases WHERE name = ? AND holder = ?', [name, holder]);
+  }
+
+  /** A value every replica shares (the cluster token); the first one written stays. */
+  async sharedSetting(name: string, proposed: string): Promise<string> {
+    await this.db.run('INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING', [name, proposed]);
+    return (await this.db.get<{ value: string }>('SELECT value FROM settings WHERE name = ?', [name]))!.value;
+  }
+
+  // --- batch owners ---------------------------------------------------------------------------
+
+  /** Renews this replica's batches; returns those whose cancel another replica asked for. */
+  async renewBatches(ids: string[], owner: string, until: number): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const marks = ids.map(() => '?').join(', ');
+    await this.db.run(`UPDATE batches SET lease_until = ? WHERE owner = ? AND id IN (${marks})`, [until, owner, ...ids]);
+    const rows = await this.db.all<{ id: string }>(`SELECT id FROM batches WHERE cancel_requested = 1 AND id IN (${marks})`, ids);
+    return rows.map((r) => r.id);
+  }
+
+  /**
+   * Running batches nobody drives (no owner, or an owner whose lease ran out) become `owner`'s;
+   * `all` takes every running batch (a lone control plane after its own restart).
+   */
+  async claimBatches(owner: string, until: number, now: number, all = false): Promise<StoredBatch[]> {
+    const rows = await this.db.all<BatchRow>(
+      `UPDATE batches SET owner = ?, lease_until = ? WHERE state = 'running' AND (? = 1 OR owner IS NULL OR lease_until IS NULL OR lease_until < ?) RETURNING *`,
+      [owner, until, all ? 1 : 0, now],
+    );
+    return rows.map(fromBatchRow).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  }
+
+  async requestBatchCancel(id: string): Promise<void> {
+    await this.db.run('UPDATE batches SET cancel_requested = 1 WHERE id = ?', [id]);
   }
 
   async close(): Promise<void> {

@@ -2,7 +2,10 @@ import type { Logger } from 'pino';
 import type { EdgeInfo } from './protocol/schemas.js';
 
 export interface JoinLoopOptions {
-  /** The control plane's URL. */
+  /**
+   * The control plane's URL; several, comma-separated, for control-plane replicas on one store:
+   * the edge talks to one and moves to the next when it stops answering.
+   */
   join: string;
   /** The cluster's join token. */
   token: string;
@@ -37,9 +40,19 @@ export interface JoinedEdge {
  */
 export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
   const { id, log } = opts;
-  const joinUrl = opts.join.replace(/\/$/, '');
+  const joinUrls = opts.join
+    .split(',')
+    .map((u) => u.trim().replace(/\/$/, ''))
+    .filter(Boolean);
+  let current = 0;
+  let joinUrl = joinUrls[0]!;
+  /** The next replica, after one did not answer. */
+  const failOver = (): void => {
+    current = (current + 1) % joinUrls.length;
+    joinUrl = joinUrls[current]!;
+  };
   const auth = { authorization: `Bearer ${opts.token}`, 'content-type': 'application/json' };
-  const register = async (): Promise<{ state: string }> => {
+  const registerAt = async (): Promise<{ state: string }> => {
     const res = await fetch(`${joinUrl}/v1/cluster/edges`, {
       method: 'POST',
       headers: auth,
@@ -55,6 +68,17 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
     });
     if (!res.ok) throw new Error(`joining ${joinUrl} failed: HTTP ${res.status} ${await res.text()}`);
     return (await res.json()) as { state: string };
+  };
+  /** Joins the current replica; the first join tries each replica once before it gives up. */
+  const register = async (): Promise<{ state: string }> => {
+    for (let tried = 1; ; tried++) {
+      try {
+        return await registerAt();
+      } catch (err) {
+        if (tried >= joinUrls.length) throw err;
+        failOver();
+      }
+    }
   };
   await register();
 
@@ -98,6 +122,7 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
       } catch (err) {
         if (!warned) log.warn({ edge: id, err: (err as Error).message }, 'heartbeat failed; sandboxes keep running, retrying');
         warned = true;
+        if (joinUrls.length > 1) failOver();
       }
       if (stopped) break;
       await new Promise<void>((r) => {

@@ -1,4 +1,6 @@
 import { chmodSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ControlPlane } from '../control/control-plane.js';
@@ -118,9 +120,12 @@ async function startDsecProcess(
     releaseLock();
     throw err;
   }
-  const clusterToken = loadOrCreateClusterToken(opts.dataDir);
-  const registry = await EdgeRegistry.open({ store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
-  const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry, trajectoryRetentionHours: opts.trajectoryRetentionHours });
+  // Replicas on one store share the cluster token: the first one's stays.
+  const clusterToken = await store.sharedSetting('cluster-token', loadOrCreateClusterToken(opts.dataDir));
+  const replicaId = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const registry = await EdgeRegistry.open({
+    replicaId, store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
+  const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry, trajectoryRetentionHours: opts.trajectoryRetentionHours, replicaId });
   let edge: Edge | undefined;
   let node: NodeBackends | undefined;
   // Lazy layers: the store is local here, so its blobs are served to dsec-chunk-fuse from a
@@ -157,6 +162,7 @@ async function startDsecProcess(
   await control.batches.resume();
   await control.pools.start();
   const stopExpiryLoop = control.startExpiryLoop();
+  const stopBatchOwner = control.batches.startOwnerLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
 
   const app = await buildServer({ control, store, images, log, clusterToken, dataDir: opts.dataDir });
@@ -166,6 +172,7 @@ async function startDsecProcess(
   } catch (err) {
     // Undo the start-up so far; the sandboxes the edge adopted keep running for the next start.
     stopExpiryLoop();
+    stopBatchOwner();
     stopEdgeWatcher();
     await control.pools.stop();
     await app.close();
@@ -215,6 +222,7 @@ async function startDsecProcess(
       if (closed) return;
       closed = true;
       stopExpiryLoop();
+      stopBatchOwner();
       stopEdgeWatcher();
       await control.pools.stop();
       await control.batches.stop();

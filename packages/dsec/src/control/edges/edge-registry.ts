@@ -40,7 +40,16 @@ export interface EdgeRegistryOptions {
   token: string;
   log: Logger;
   lostAfterMs?: number;
+  /**
+   * This control-plane replica's name. Replicas on one store share their edges through it: each
+   * reads the others' joins and heartbeats at every tick, and the one holding the lease
+   * `edge-watcher` marks silent edges lost, so that happens once.
+   */
+  replicaId?: string;
 }
+
+/** How long the edge watcher's lease lasts without renewal (it renews every tick). */
+const WATCHER_LEASE_MS = 5_000;
 
 /**
  * The control plane's edges: how to reach each, its pool and labels, and its last reported
@@ -139,6 +148,8 @@ export class EdgeRegistry {
     e.info = info;
     e.pending = { ...e.inflight };
     e.lastSeen = Date.now();
+    // Every replica reads it from there: heartbeats may come to any of them.
+    await this.opts.store.touchEdge(id, info, e.lastSeen);
     if (e.state === 'lost' || e.reconcileAtFirstReport) {
       if (e.state === 'lost') this.opts.log.warn({ edge: id }, 'lost edge is back');
       e.state = e.state === 'lost' ? 'ready' : e.state;
@@ -164,9 +175,15 @@ export class EdgeRegistry {
     }
   }
 
-  /** Called on the control plane's clock: marks silent edges lost; refreshes in-process ones. */
+  /**
+   * Called on the control plane's clock: refreshes in-process edges, reads what other replicas
+   * learned (joins, heartbeats, losses, drains) from the store, and, on the replica holding the
+   * watcher's lease, marks silent edges lost.
+   */
   async tick(now = Date.now()): Promise<void> {
     await this.refreshLocal(now);
+    await this.#readStore(now);
+    if (!(await this.opts.store.lease('edge-watcher', this.#replica, WATCHER_LEASE_MS, now))) return;
     for (const e of this.#edges.values()) {
       if (e.local) continue;
       if (e.state !== 'lost' && now - e.lastSeen > this.lostAfterMs) {
@@ -286,7 +303,50 @@ export class EdgeRegistry {
 
   async #persist(e: EdgeEntry): Promise<void> {
     if (e.local || !e.url) return;
-    await this.opts.store.upsertEdge({ id: e.id, url: e.url, pool: e.pool, labels: e.labels, state: e.state, info: e.info, cpuOvercommit: e.cpuOvercommit });
+    await this.opts.store.upsertEdge({ id: e.id, url: e.url, pool: e.pool, labels: e.labels, state: e.state, info: e.info, cpuOvercommit: e.cpuOvercommit, lastSeen: e.lastSeen });
+  }
+
+  get #replica(): string {
+    return this.opts.replicaId ?? 'only';
+  }
+
+  /** Folds in what the store knows that this replica did not see itself (other replicas' edges). */
+  async #readStore(now: number): Promise<void> {
+    const stored = await this.opts.store.listEdges();
+    const ids = new Set(stored.map((e) => e.id));
+    for (const [id, e] of this.#edges) if (!e.local && !ids.has(id)) this.#edges.delete(id); // removed at another replica
+    for (const r of stored) {
+      const e = this.#edges.get(r.id);
+      if (!e) {
+        this.#edges.set(r.id, {
+          id: r.id,
+          pool: r.pool,
+          labels: r.labels,
+          state: r.state,
+          info: r.info,
+          pending: zero(),
+          inflight: zero(),
+          cpuOvercommit: r.cpuOvercommit,
+          api: new HttpEdgeClient(r.id, r.url, this.opts.token),
+          url: r.url,
+          local: false,
+          lastSeen: r.lastSeen || now,
+        });
+        continue;
+      }
+      if (e.local) continue;
+      if ((r.lastSeen ?? 0) > e.lastSeen) {
+        e.lastSeen = r.lastSeen!;
+        e.info = r.info;
+        e.pending = { ...e.inflight };
+      }
+      // Another replica marked it lost, saw it back (and reconciled it), or drains it.
+      if (r.state !== e.state && !e.reconcileAtFirstReport) e.state = r.state;
+      if (r.url !== e.url) {
+        e.url = r.url;
+        e.api = new HttpEdgeClient(r.id, r.url, this.opts.token);
+      }
+    }
   }
 }
 

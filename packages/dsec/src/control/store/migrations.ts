@@ -161,6 +161,27 @@ export const MIGRATIONS: readonly Migration[] = [
       }
     },
   },
+  {
+    id: 4,
+    name: 'replicas: leases for background work, shared settings, edge heartbeat times, batch owners',
+    up: async (db) => {
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS leases (
+          name TEXT PRIMARY KEY,
+          holder TEXT NOT NULL,
+          expires_at BIGINT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS settings (
+          name TEXT PRIMARY KEY,
+          value TEXT NOT NULL
+        );
+        ALTER TABLE edges ADD COLUMN last_seen BIGINT NOT NULL DEFAULT 0;
+        ALTER TABLE batches ADD COLUMN owner TEXT;
+        ALTER TABLE batches ADD COLUMN lease_until BIGINT;
+        ALTER TABLE batches ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+      `);
+    },
+  },
 ];
 
 /**
