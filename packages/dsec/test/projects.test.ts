@@ -392,6 +392,11 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
     const after = await run(['ps'], k.key);
     assert.equal(after.code, 1);
     assert.match(after.stderr, /UNAUTHORIZED/);
+    // Once projects are in use, ps names each row's project.
+    const ps = await run(['ps']);
+    assert.equal(ps.code, 0, ps.stderr);
+    assert.match(ps.stdout, /^\s*ID\s+PROJECT\s+STATUS/m);
+    assert.match(ps.stdout, new RegExp(`${sbA.id}\\s+team-a\\s+running`));
     const bad = await run(['project', 'set-quota', 'cli-team', '--clear', 'disk']);
     assert.equal(bad.code, 1);
     assert.doesNotMatch(bad.stderr, /^\s+at /m);

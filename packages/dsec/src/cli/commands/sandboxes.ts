@@ -228,7 +228,9 @@ export function registerSandboxCommands(program: Command): void {
         labels: Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(','),
         reason: s.reason ?? '',
       }));
-      printTable(f.json ? list : rows, ['id', 'status', 'image', 'cpu', 'memory', 'createdAt', 'labels', 'reason'], f.json ?? false);
+      // Once projects are in use (any sandbox outside `default`), each row says whose it is.
+      const projects = list.some((s) => s.project !== undefined && s.project !== 'default');
+      printTable(f.json ? list : rows, ['id', ...(projects ? ['project'] : []), 'status', 'image', 'cpu', 'memory', 'createdAt', 'labels', 'reason'], f.json ?? false);
       // Warm pools hold sandboxes too (labelled dsec.pool-ready until claimed): one line each.
       if (!f.json) for (const p of await Pool.list()) process.stdout.write(`pool ${p.name}: ${poolSummary(p)}\n`);
     });
