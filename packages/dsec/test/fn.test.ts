@@ -86,6 +86,20 @@ describe('function calls', { skip, timeout: 300_000 }, () => {
     assert.deepEqual([...seen].sort((x, y) => x - y), [0, 1, 2, 3, 4]);
   });
 
+  test("two projects' calls never share a worker", async () => {
+    assert.equal((await call(server, 'POST', '/v1/projects', { json: { name: 'fn-other' } })).status, 201);
+    const minted = await call(server, 'POST', '/v1/keys', { json: { project: 'fn-other', name: 'fn test' } });
+    assert.equal(minted.status, 201, minted.text);
+    const other = { url: server.url, apiKey: (minted.json as { key: string }).key };
+    const code = 'print("hi")';
+    const mine = await fn.run({ runtime: 'python', code, memoryMiB: 136 }, server.conn);
+    const theirs = await fn.run({ runtime: 'python', code, memoryMiB: 136 }, other);
+    const mineAgain = await fn.run({ runtime: 'python', code, memoryMiB: 136 }, server.conn);
+    assert.equal(theirs.stdout, 'hi\n');
+    assert.notEqual(theirs.worker, mine.worker, 'another project gets a worker of its own');
+    assert.equal(mineAgain.worker, mine.worker, 'a project keeps reusing its own');
+  });
+
   test('bad calls are 4xx with the registry code, before anything runs', async () => {
     expectWireError(await call(server, 'POST', '/v1/fn/run', { json: { runtime: 'ruby', code: 'puts 1' } }), 400, 'INVALID_REQUEST');
     expectWireError(await call(server, 'POST', '/v1/fn/run', { json: { runtime: 'python', code: '', files: { '../x': 'y' } } }), 400, 'INVALID_REQUEST');

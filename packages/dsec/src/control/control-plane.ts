@@ -126,7 +126,7 @@ export class ControlPlane {
       },
       log.child({ component: 'pools' }),
     );
-    this.fn = new FnService({ edges: this.edges, compose: (req) => this.#creation.composeLayers(req, SHARED_IMAGES_ONLY), log: log.child({ component: 'fn' }) });
+    this.fn = new FnService({ edges: this.edges, compose: (req, project) => this.#creation.composeLayers(req, project ?? SHARED_IMAGES_ONLY), log: log.child({ component: 'fn' }) });
     this.edges.onLost = async (edge, why) => {
       const lost = await this.store.markEdgeLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');

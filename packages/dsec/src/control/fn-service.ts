@@ -15,7 +15,8 @@ const IMAGE_CACHE_MS = 2000;
 export interface FnServiceDeps {
   edges: EdgeRegistry;
   /** Image (and stacked layers) → layer digests and config, as creates resolve it. */
-  compose: (req: CreateSandboxRequest) => Promise<{ imageId: string; layers: string[]; config: ImageConfig }>;
+  /** `project`: its own images are usable too; undefined: shared images only. */
+  compose: (req: CreateSandboxRequest, project: string | undefined) => Promise<{ imageId: string; layers: string[]; config: ImageConfig }>;
   log: Logger;
 }
 
@@ -30,10 +31,15 @@ export class FnService {
 
   constructor(private readonly deps: FnServiceDeps) {}
 
-  async run(call: FnRunRequest, signal?: AbortSignal): Promise<FnRunResult> {
+  /**
+   * `project`: the caller's; its calls get workers of their own (a worker never serves two
+   * projects) and may use the project's own images.
+   */
+  async run(call: FnRunRequest, opts: { project?: string | undefined; signal?: AbortSignal | undefined } = {}): Promise<FnRunResult> {
+    const { project, signal } = opts;
     const full = withDefaults(call);
-    const image = await this.#image(full.image!);
-    const req: EdgeFnRequest = { call: full, ...image };
+    const image = await this.#image(full.image!, project);
+    const req: EdgeFnRequest = { call: full, ...image, ...(project !== undefined ? { tenant: project } : {}) };
     const limits = { cpu: 1, memoryMiB: full.memoryMiB!, pids: 256 };
     const exclude = new Set<string>();
     for (;;) {
@@ -61,11 +67,11 @@ export class FnService {
    * (a failed call is a line with its error, not the end of the batch). Stopping the iteration
    * (the client went away) starts no more calls.
    */
-  async *batch(req: FnBatchRequest, signal?: AbortSignal): AsyncGenerator<FnBatchLine> {
+  async *batch(req: FnBatchRequest, opts: { project?: string | undefined; signal?: AbortSignal | undefined } = {}): AsyncGenerator<FnBatchLine> {
     // Every call is checked before the first runs: a bad one is one 400, not a stream of failures.
     for (const [i, c] of req.calls.entries()) {
       try {
-        await this.#image(withDefaults(c).image!);
+        await this.#image(withDefaults(c).image!, opts.project);
       } catch (err) {
         if (err instanceof ApiError) err.details['index'] = i;
         throw err;
@@ -80,7 +86,7 @@ export class FnService {
       while (!stopped && running < (req.concurrency ?? 32) && next < req.calls.length) {
         const index = next++;
         running++;
-        void this.run(req.calls[index]!, signal)
+        void this.run(req.calls[index]!, opts)
           .then(
             (result) => ready.push({ index, result }),
             (err: unknown) => {
@@ -113,19 +119,20 @@ export class FnService {
     }
   }
 
-  async #image(name: string): Promise<{ imageId: string; layers: string[]; config: ImageConfig }> {
-    const hit = this.#images.get(name);
+  async #image(name: string, project: string | undefined): Promise<{ imageId: string; layers: string[]; config: ImageConfig }> {
+    const cacheKey = JSON.stringify([project ?? null, name]);
+    const hit = this.#images.get(cacheKey);
     if (hit && Date.now() - hit.at < IMAGE_CACHE_MS) return hit.value;
     let value: { imageId: string; layers: string[]; config: ImageConfig };
     try {
-      value = await this.deps.compose({ image: name });
+      value = await this.deps.compose({ image: name }, project);
     } catch (err) {
       if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND' && name === DEFAULT_FN_IMAGE) {
         err.message = `no image ${DEFAULT_FN_IMAGE}, the default of fn calls: build it with \`dsec image build fn-runtime\` (python3, node and bash from this host) or name an image with python3 in it (image)`;
       }
       throw err;
     }
-    this.#images.set(name, { at: Date.now(), value });
+    this.#images.set(cacheKey, { at: Date.now(), value });
     return value;
   }
 }

@@ -27,7 +27,7 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          return await fn.run(req.body, hangup.signal);
+          return await fn.run(req.body, { project: req.caller?.project, signal: hangup.signal });
         } finally {
           hangup.done();
         }
@@ -46,7 +46,7 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
       },
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
-        const lines = fn.batch(req.body, hangup.signal);
+        const lines = fn.batch(req.body, { project: req.caller?.project, signal: hangup.signal });
         // The first line is awaited here: a batch whose calls fail the checks answers 4xx, not a stream.
         const first = await lines.next();
         const body = async function* (): AsyncGenerator<string> {

@@ -154,6 +154,8 @@ export const EdgeFnRequest = Type.Object(
     imageId: Type.String({ minLength: 1, maxLength: 200 }),
     layers: Type.Array(Digest, { minItems: 1, maxItems: 128 }),
     config: ImageConfig,
+    /** The caller's project: workers are kept per project, so a worker never serves two. */
+    tenant: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   },
   { additionalProperties: false },
 );

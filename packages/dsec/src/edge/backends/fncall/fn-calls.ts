@@ -23,7 +23,7 @@ interface Waiter {
 }
 
 /**
- * The FnCall backend: warm worker sandboxes per kind (image, memoryMiB, diskMiB, network), each
+ * The FnCall backend: warm worker sandboxes per kind (project, image, memoryMiB, diskMiB, network), each
  * running a fork server, one call at a time per worker. A call takes an idle worker of its kind,
  * or starts one (a cold start) while the kind and the node have room, or waits for one. A worker
  * a call damaged is killed and the next call gets a fresh one. Workers are edge-internal sandboxes
@@ -86,7 +86,7 @@ export class FnCalls {
 
   async run(req: EdgeFnRequest, signal?: AbortSignal): Promise<FnRunResult> {
     if (this.#stopped) throw new ApiError('CAPACITY_EXCEEDED', `edge ${this.edge.id} is shutting down`);
-    const key = JSON.stringify([req.imageId, req.call.memoryMiB, req.call.diskMiB, req.call.network ?? false]);
+    const key = JSON.stringify([req.tenant ?? null, req.imageId, req.call.memoryMiB, req.call.diskMiB, req.call.network ?? false]);
     const started = performance.now();
     const { worker, cold } = await this.#acquire(key, req, signal);
     let released = false;
