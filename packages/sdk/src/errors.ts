@@ -25,6 +25,7 @@ export const ERROR_CODES = {
   BLOB_NOT_FOUND: 404,
   EDGE_NOT_FOUND: 404,
   BATCH_NOT_FOUND: 404,
+  VOLUME_NOT_FOUND: 404,
   POOL_NOT_FOUND: 404,
   POOL_EXISTS: 409,
   PROJECT_NOT_FOUND: 404,
@@ -37,6 +38,9 @@ export const ERROR_CODES = {
   PROJECT_EXISTS: 409,
   /** The image name belongs to another project, or is a shared name only an admin key may move. */
   IMAGE_NAME_TAKEN: 409,
+  VOLUME_EXISTS: 409,
+  /** A volume that sandboxes still mount cannot be deleted (`details.sandboxes` names them). */
+  VOLUME_IN_USE: 409,
   PAYLOAD_TOO_LARGE: 413,
   UNSUPPORTED_MEDIA_TYPE: 415,
   RANGE_NOT_SATISFIABLE: 416,

@@ -12,3 +12,4 @@ export type * from './schema/index.js';
 export { Terminal, type TerminalOptions } from './terminal.js';
 export { Ports } from './ports.js';
 export { webSocketStream, parsePortFrame, type PortFrame } from './port-stream.js';
+export { Volume } from './volume.js';

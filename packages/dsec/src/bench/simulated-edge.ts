@@ -196,6 +196,15 @@ export class SimulatedEdge implements EdgeApi {
   openPort(): never {
     return this.#unsupported('ports');
   }
+  createVolume(): never {
+    return this.#unsupported('volumes');
+  }
+  deleteVolume(): never {
+    return this.#unsupported('volumes');
+  }
+  volumeUsage(): never {
+    return this.#unsupported('volumes');
+  }
   readFile(): never {
     return this.#unsupported('files');
   }

@@ -19,6 +19,7 @@ import { registerPoolCommands } from './commands/pools.js';
 import { registerPortCommands } from './commands/ports.js';
 import { registerTopCommand } from './commands/top.js';
 import { registerProjectCommands } from './commands/projects.js';
+import { registerVolumeCommands } from './commands/volumes.js';
 
 const program = new Command('dsec')
   .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
@@ -30,6 +31,7 @@ registerClusterCommands(program);
 registerSandboxCommands(program);
 registerPoolCommands(program);
 registerPortCommands(program);
+registerVolumeCommands(program);
 registerImageCommands(program);
 registerDemoCommand(program);
 registerBenchCommands(program);

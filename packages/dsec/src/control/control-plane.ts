@@ -14,6 +14,7 @@ import { EdgeRegistry } from './edges/edge-registry.js';
 import { BatchService } from './batches.js';
 import { checkPolicy, SandboxCreation } from './sandbox-creation.js';
 import type { ImageId, ImageStore } from '../image/image-store.js';
+import { Volumes } from './volumes.js';
 import type { LayerDigest } from '../image/layer-store.js';
 import { CACHE_KEY_LABEL } from '../image/builders/builder.js';
 import type { StateStore } from './state-store.js';
@@ -64,6 +65,8 @@ const KILL_FAILED_REASON = 'kill failed, resources remain: ';
 export class ControlPlane {
   readonly edges: EdgeRegistry;
   readonly replicaId: string;
+  /** Named volumes (control/volumes.ts). */
+  readonly volumes: Volumes;
   readonly trajectory: TrajectoryLog;
   /** Batches of up to 32,000 sandboxes, driven through create(). */
   readonly batches: BatchService;
@@ -98,10 +101,12 @@ export class ControlPlane {
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
     this.quotas = new ProjectQuotas(store);
     this.projectImages = new ProjectImages(store, images);
+    this.volumes = new Volumes({ store, edges: this.edges, log: log.child({ component: 'volumes' }) });
     this.#creation = new SandboxCreation({
       quotas: this.quotas,
       projectImages: this.projectImages,
       store,
+      volumes: this.volumes,
       images,
       edges: this.edges,
       log,

@@ -9,6 +9,7 @@ import type { ImageStore } from '../image/image-store.js';
 import type { EdgeRegistry } from './edges/edge-registry.js';
 import { Metrics } from './metrics.js';
 import { infeasible, place, poolUtilisation, score, type PlacementCandidate, type PlacementRequest } from './placement.js';
+import type { Volumes } from './volumes.js';
 import { SandboxCreation } from './sandbox-creation.js';
 import type { StateStore } from './state-store.js';
 
@@ -117,10 +118,19 @@ describe('placement', () => {
   });
 });
 
+test('a sandbox with volumes is placed only on the edge that holds them', () => {
+  const edges = [edge('a'), edge('b'), edge('c')];
+  const req = (e: string): PlacementRequest => ({ limits: { cpu: 1, memoryMiB: 64, pids: 64 }, layers: [], pool: 'default', edge: e });
+  for (let i = 0; i < 20; i++) assert.equal(place(edges, req('b'))?.id, 'b');
+  assert.match(infeasible(edges[0]!, req('b')) ?? '', /not edge b, which holds the sandbox's volumes/);
+  assert.equal(place([edge('a'), edge('b', { sandboxes: 100, max: 100 })], req('b')), undefined, 'full: no other edge will do');
+});
+
 describe('bursting (SandboxCreation.place)', () => {
   const creation = (edges: PlacementCandidate[]): SandboxCreation =>
     new SandboxCreation({
       store: undefined as unknown as StateStore,
+      volumes: undefined as unknown as Volumes,
       images: undefined as unknown as ImageStore,
       edges: { candidates: () => edges } as unknown as EdgeRegistry,
       log: pino({ level: 'silent' }),

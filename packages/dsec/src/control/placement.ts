@@ -29,6 +29,8 @@ export interface PlacementRequest {
   exclude?: ReadonlySet<string>;
   /** microvm/vm: only edges that run VMs, with a VM slot and free memory for the guest's RAM. */
   backend?: SandboxBackend | undefined;
+  /** Only this edge: it holds the sandbox's volumes. */
+  edge?: string | undefined;
 }
 
 /** Best of k random feasible edges (power of k choices, as E2B's and DSec's schedulers do). */
@@ -46,6 +48,7 @@ const IDLE_SANDBOX_PIDS = 4;
 export function infeasible(c: PlacementCandidate, req: PlacementRequest): string | undefined {
   if (c.state !== 'ready') return `edge is ${c.state}`;
   if (c.info.state !== 'running') return `edge reports ${c.info.state}`;
+  if (req.edge !== undefined && c.id !== req.edge) return `not edge ${req.edge}, which holds the sandbox's volumes`;
   if (c.pool !== req.pool) return `pool ${c.pool}`;
   for (const [k, v] of Object.entries(req.labels ?? {})) if (c.labels[k] !== v) return `label ${k}`;
   if (req.exclude?.has(c.id)) return 'refused this create already';

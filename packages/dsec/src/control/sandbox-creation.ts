@@ -13,9 +13,12 @@ import { DEFAULT_LIMITS, newSandboxId } from './sandbox-ids.js';
 import type { ProjectImages } from './project-images.js';
 import type { ProjectQuotas } from './project-quotas.js';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import { checkVolumeMounts, type Volumes } from './volumes.js';
 
 export interface SandboxCreationDeps {
   store: StateStore;
+  /** Resolves a create's volumes to the edge that holds them and the mounts to make. */
+  volumes: Volumes;
   images: ImageStore;
   edges: EdgeRegistry;
   log: Logger;
@@ -63,9 +66,11 @@ export class SandboxCreation {
    * burstable sandbox when its pool is above the burst threshold or has no room), filtered and
    * scored in placement.ts. CAPACITY_EXCEEDED only when no edge of those pools can take it.
    */
-  place(req: CreateSandboxRequest, limits: SandboxLimits, layers: string[], exclude: Set<string>): string {
+  place(req: CreateSandboxRequest, limits: SandboxLimits, layers: string[], exclude: Set<string>, edge?: string): string {
     const candidates = this.deps.edges.candidates();
-    const pool = req.placement?.pool ?? 'default';
+    // A sandbox that mounts volumes runs on the edge that holds them, whatever its pool.
+    const pinned = edge === undefined ? undefined : candidates.find((c) => c.id === edge);
+    const pool = pinned?.pool ?? req.placement?.pool ?? 'default';
     const labels = req.placement?.labels;
     const pools = [pool];
     if (req.placement?.burst && pool !== this.deps.burstPool) {
@@ -73,7 +78,7 @@ export class SandboxCreation {
       else pools.push(this.deps.burstPool);
     }
     for (const p of pools) {
-      const chosen = place(candidates, { limits, layers, pool: p, labels, exclude, backend: req.backend });
+      const chosen = place(candidates, { limits, layers, pool: p, labels, exclude, backend: req.backend, edge });
       if (chosen) return chosen.id;
     }
     const inPool = candidates.filter((c) => pools.includes(c.pool));
@@ -81,7 +86,7 @@ export class SandboxCreation {
       const most = Math.max(...inPool.map((c) => Math.floor(c.info.capacity.memoryBytes / 1048576)));
       throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than any node has (at most ${most} MiB)`, { field: 'resources.memoryMiB' });
     }
-    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude, backend: req.backend }) ?? 'other pool'}`).join('; ')})`;
+    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude, backend: req.backend, edge }) ?? 'other pool'}`).join('; ')})`;
     throw new ApiError('CAPACITY_EXCEEDED', `the cluster is full for this sandbox: ${why}; kill sandboxes or add nodes`, { pools });
   }
 
@@ -118,6 +123,7 @@ export class SandboxCreation {
   async checkSpec(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<void> {
     await this.composeLayers(req, project);
     if (req.network) checkPolicy(req.network);
+    checkVolumeMounts(req);
   }
 
   /**
@@ -148,6 +154,7 @@ export class SandboxCreation {
     const { imageId, layers, config } = await this.composeLayers(req, project);
     const limits = this.limitsFor(req);
     const network = req.network ? checkPolicy(req.network) : undefined;
+    const volumes = await this.deps.volumes.resolve(req, project);
     const exclude = new Set<string>();
     // The edge has the last word: one that refuses (full, draining, unreachable before the
     // request left) is excluded and the create placed again, so a caller sees CAPACITY_EXCEEDED
@@ -155,7 +162,7 @@ export class SandboxCreation {
     for (let refreshed = false; ; ) {
       let edgeId: string;
       try {
-        edgeId = opts.restore?.edge ?? this.place(req, limits, layers, exclude);
+        edgeId = opts.restore?.edge ?? this.place(req, limits, layers, exclude, volumes.edge);
       } catch (err) {
         // An in-process edge's facts are a tick old: ask it now before refusing.
         if (refreshed || !(err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED')) throw err;
@@ -181,6 +188,7 @@ export class SandboxCreation {
         await this.#edge(edgeId).createSandbox({
           id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend,
           ...(network ? { network } : {}),
+          ...(volumes.mounts.length ? { volumes: volumes.mounts } : {}),
           ...(opts.restore ? { restoreFrom: opts.restore.from } : {}),
         });
       } catch (err) {
@@ -243,6 +251,7 @@ export class SandboxCreation {
     const { imageId, layers, config } = await this.composeLayers(req, hooks.project);
     const limits = this.limitsFor(req);
     const network = req.network ? checkPolicy(req.network) : undefined;
+    const volumes = await this.deps.volumes.resolve(req, hooks.project);
     const started = performance.now();
     let pending = indexes.map((index) => ({ index, exclude: new Set<string>() }));
     let refreshed = false;
@@ -253,7 +262,7 @@ export class SandboxCreation {
       for (const item of pending) {
         let edgeId: string;
         try {
-          edgeId = this.place(req, limits, layers, item.exclude);
+          edgeId = this.place(req, limits, layers, item.exclude, volumes.edge);
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
           // An in-process edge's facts are a tick old: ask it now before refusing (once).
@@ -312,7 +321,7 @@ export class SandboxCreation {
           let outcomes: { id: string; sandbox?: unknown; error?: { code: string; message: string; details: Record<string, unknown> } }[];
           try {
             outcomes = await this.#edge(edgeId).createSandboxes(
-              group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}) })),
+              group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}), ...(volumes.mounts.length ? { volumes: volumes.mounts } : {}) })),
             );
           } catch (err) {
             const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);

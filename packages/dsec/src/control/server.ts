@@ -21,6 +21,7 @@ import { fnRoutes } from './routes/fn.js';
 import { poolRoutes } from './routes/pools.js';
 import { ptyRoutes } from './routes/pty.js';
 import { portRoutes } from './routes/ports.js';
+import { volumeRoutes } from './routes/volumes.js';
 import { portTunnelRoutes } from './routes/port-tunnel.js';
 import { PortLinks } from './ports/port-links.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
@@ -110,6 +111,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     await ws.register(ptyRoutes(deps));
     await ws.register(portTunnelRoutes(deps));
   });
+  await app.register(volumeRoutes({ volumes: deps.control.volumes }));
   await app.register(portRoutes({ control: deps.control, links: new PortLinks(deps.clusterToken) }));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers }));

@@ -166,6 +166,22 @@ describe('StateStore sandboxes', () => {
     }
   });
 
+  test('volumes: one per name; the sandboxes that mount one, while they may hold it; rows go with the sandbox', async () => {
+    const vol = { name: 'ds', project: 'default', edge: 'local', labels: { k: 'v' }, createdAt: '2025-01-01T00:00:00.000Z' };
+    assert.equal(await store.insertVolume(vol), true);
+    assert.equal(await store.insertVolume({ ...vol, edge: 'other' }), false);
+    assert.deepEqual(await store.getVolume('ds'), vol);
+    await store.insertSandbox(info('sb-local-vvvvv1', {}), undefined, { image: 'busybox', volumes: [{ name: 'ds', path: '/d' }] });
+    await store.insertSandbox(info('sb-local-vvvvv2', {}, { status: 'stopped' }), undefined, { image: 'busybox', volumes: [{ name: 'ds', path: '/d' }] });
+    assert.deepEqual(await store.volumeUsers('ds'), ['sb-local-vvvvv1'], 'a stopped sandbox holds no mount');
+    await store.deleteSandbox('sb-local-vvvvv1');
+    await store.deleteSandbox('sb-local-vvvvv2');
+    assert.deepEqual(await store.volumeUsers('ds'), []);
+    assert.deepEqual((await store.listVolumes()).map((v) => v.name), ['ds']);
+    await store.deleteVolume('ds');
+    assert.equal(await store.getVolume('ds'), undefined);
+  });
+
   test('opening a store again applies no migration twice', async () => {
     const file = join(dir, 'twice.db');
     const a = await StateStore.open(await testStoreLocation(file));

@@ -422,6 +422,38 @@ export class StateStore {
     await saveSpecRow(this.db, id, spec);
   }
 
+  // --- volumes --------------------------------------------------------------------------------
+
+  /** False when a volume of that name exists. */
+  async insertVolume(v: StoredVolume): Promise<boolean> {
+    const { changes } = await this.db.run('INSERT INTO volumes (name, project, edge, labels, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING', [
+      v.name, v.project, v.edge, JSON.stringify(v.labels), v.createdAt,
+    ]);
+    return changes === 1;
+  }
+
+  async getVolume(name: string): Promise<StoredVolume | undefined> {
+    const r = await this.db.get<VolumeRow>('SELECT * FROM volumes WHERE name = ?', [name]);
+    return r && fromVolumeRow(r);
+  }
+
+  async listVolumes(): Promise<StoredVolume[]> {
+    return (await this.db.all<VolumeRow>('SELECT * FROM volumes ORDER BY name')).map(fromVolumeRow);
+  }
+
+  async deleteVolume(name: string): Promise<void> {
+    await this.db.run('DELETE FROM volumes WHERE name = ?', [name]);
+  }
+
+  /** Sandboxes that mount the volume and may still hold it: creating, running, paused or lost. */
+  async volumeUsers(name: string): Promise<string[]> {
+    const rows = await this.db.all<{ id: string }>(
+      "SELECT s.id FROM volume_mounts m JOIN sandboxes s ON s.id = m.sandbox_id WHERE m.volume = ? AND s.status IN ('creating', 'running', 'paused', 'lost') ORDER BY s.id",
+      [name],
+    );
+    return rows.map((r) => r.id);
+  }
+
   async getSpec<T>(id: string): Promise<T | undefined> {
     const row = await this.db.get<{ spec: string }>('SELECT spec FROM sandbox_specs WHERE id = ?', [id]);
     return row && (JSON.parse(row.spec) as T);
@@ -493,6 +525,31 @@ async function insertSandboxRow(db: Sql, s: SandboxInfo, batch?: { id: string; i
 
 async function saveSpecRow(db: Sql, id: string, spec: unknown): Promise<void> {
   await db.run('INSERT INTO sandbox_specs (id, spec) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET spec = excluded.spec', [id, JSON.stringify(spec)]);
+  // The volumes it mounts, so a volume in use is found without reading every spec (rows go with the sandbox's).
+  for (const v of (spec as { volumes?: { name: string }[] } | null)?.volumes ?? []) {
+    await db.run('INSERT INTO volume_mounts (volume, sandbox_id) VALUES (?, ?) ON CONFLICT DO NOTHING', [v.name, id]);
+  }
+}
+
+export interface StoredVolume {
+  name: string;
+  /** The project whose keys and sandboxes may use it. */
+  project: string;
+  edge: string;
+  labels: Record<string, string>;
+  createdAt: string;
+}
+
+interface VolumeRow {
+  name: string;
+  project: string;
+  edge: string;
+  labels: string;
+  created_at: string;
+}
+
+function fromVolumeRow(r: VolumeRow): StoredVolume {
+  return { name: r.name, project: r.project, edge: r.edge, labels: JSON.parse(r.labels) as Record<string, string>, createdAt: r.created_at };
 }
 
 export interface StoredPool {

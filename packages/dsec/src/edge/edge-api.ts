@@ -87,6 +87,13 @@ export interface EdgeApi {
    */
   openPort(id: string, port: number): Promise<Duplex>;
 
+  /** A named volume on this node (VOLUME_EXISTS if it has one of that name). */
+  createVolume(name: string): Promise<void>;
+  /** Removes a volume and its files; VOLUME_IN_USE while a sandbox of this edge mounts it. */
+  deleteVolume(name: string): Promise<void>;
+  /** Apparent size of a volume's files. */
+  volumeUsage(name: string): Promise<{ bytes: number }>;
+
   readFile(id: string, path: string, maxBytes: number): Promise<Buffer>;
   writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number>;
   statPath(id: string, path: string): Promise<FileStat>;

@@ -21,6 +21,8 @@ import { mountsUnder } from '../host/mounts.js';
 import type { Link } from '../net/address-pool.js';
 import { NodeLinks } from '../net/node-links.js';
 import { NetnsConnectError, NetnsConnector } from '../net/netns-connect.js';
+import { NodeVolumes } from './node-volumes.js';
+import { volumeMountsError } from './protocol/volume-paths.js';
 import type { NetworkPolicy } from '../net/policy.js';
 import { detachLink } from '../net/sandbox-network.js';
 import { FreezerPin, freeze, thaw } from '../host/freezer.js';
@@ -97,6 +99,9 @@ export class Edge implements EdgeApi {
   #state: EdgeState = 'starting';
   #releaseEdgeId: (() => void) | undefined;
   readonly #ports = new NetnsConnector();
+  readonly volumes: NodeVolumes;
+  /** Volumes of creates in flight (not yet in #live), so a delete cannot race a mount. */
+  readonly #mountingVolumes = new Map<string, string[]>();
   #freezerPin: FreezerPin | undefined;
   /** The node's sandbox links (address pool, host guard, dsec-nft), shared with the VM backend. */
   readonly links: NodeLinks;
@@ -133,6 +138,7 @@ export class Edge implements EdgeApi {
       : undefined;
     this.layerMounts = new LayerMounts(opts.nodeDir, this.lazyLayers ?? this.layerCache);
     this.records = new SandboxRecords(join(opts.nodeDir, 'sandboxes'));
+    this.volumes = new NodeVolumes(join(opts.nodeDir, 'volumes'));
     this.#tmpDir = join(opts.nodeDir, 'tmp');
     mkdirSync(this.#tmpDir, { recursive: true });
   }
@@ -304,14 +310,26 @@ export class Edge implements EdgeApi {
         throw new ApiError('IMAGE_NOT_FOUND', `layer ${layer} is not in the layer store`, { layer });
       }
     }
+    const volumes = req.volumes ?? [];
+    const badMount = volumeMountsError(volumes);
+    if (badMount) throw new ApiError('INVALID_REQUEST', badMount, { field: 'volumes' });
+    for (const v of volumes) if (!this.volumes.has(v.name)) throw new ApiError('VOLUME_NOT_FOUND', `no volume ${v.name} on edge ${this.id}`, { name: v.name });
+    if (volumes.length) this.#mountingVolumes.set(req.id, volumes.map((v) => v.name));
     // Host names are resolved here, on the node that will enforce the rules.
-    const network = req.network && req.network.mode !== 'none' ? await resolvePolicy(req.network) : undefined;
+    let network: NetworkPolicy | undefined;
+    try {
+      network = req.network && req.network.mode !== 'none' ? await resolvePolicy(req.network) : undefined;
+    } catch (err) {
+      this.#mountingVolumes.delete(req.id);
+      throw err;
+    }
     const work = this.#create(req, network);
     this.#busy.set(req.id, work);
     try {
       return await work;
     } finally {
       this.#busy.delete(req.id);
+      this.#mountingVolumes.delete(req.id);
     }
   }
 
@@ -324,6 +342,7 @@ export class Edge implements EdgeApi {
       env: req.env,
       limits: req.limits,
       createdAt: new Date().toISOString(),
+      ...(req.volumes?.length ? { volumes: req.volumes } : {}),
     };
     const paths = this.records.paths(req.id, record);
     mkdirSync(paths.dir, { mode: 0o700 });
@@ -338,7 +357,8 @@ export class Edge implements EdgeApi {
       }
       if (req.limits.diskMiB !== undefined) await mountUpperDisk(paths.dir, req.limits.diskMiB);
       mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
-      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits })));
+      const binds = (req.volumes ?? []).map((v) => ({ source: this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
+      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds })));
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
       if (network) await this.#applyNetwork(record, network);
       record.phase = 'running';
@@ -628,6 +648,23 @@ export class Edge implements EdgeApi {
       resize: (cols, rows) => p.resize(cols, rows),
       kill: () => p.kill(),
     };
+  }
+
+  // --- volumes -------------------------------------------------------------------------------
+
+  async createVolume(name: string): Promise<void> {
+    this.volumes.create(name);
+  }
+
+  async deleteVolume(name: string): Promise<void> {
+    const users = [...this.#live.values()].filter((l) => l.record.volumes?.some((v) => v.name === name)).map((l) => l.record.id);
+    for (const [id, names] of this.#mountingVolumes) if (names.includes(name)) users.push(id);
+    if (users.length) throw new ApiError('VOLUME_IN_USE', `volume ${name} is mounted by ${users.join(', ')}: kill them first`, { name, sandboxes: users });
+    await this.volumes.remove(name);
+  }
+
+  async volumeUsage(name: string): Promise<{ bytes: number }> {
+    return { bytes: await this.volumes.bytes(name) };
   }
 
   // --- ports ---------------------------------------------------------------------------------

@@ -96,7 +96,14 @@ export function processBlock(p: ProcessSpec): Record<string, unknown> {
 }
 
 /** The OCI runtime config for one sandbox (crun reads it from the bundle's config.json). */
-export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Record<string, string>; limits: SandboxLimits }): Record<string, unknown> {
+export function buildOciConfig(opts: {
+  id: string;
+  config: ImageConfig;
+  env: Record<string, string>;
+  limits: SandboxLimits;
+  /** Host directories bind-mounted at `path` (named volumes): never setuid, never devices. */
+  binds?: { source: string; path: string; readOnly: boolean }[];
+}): Record<string, unknown> {
   const { id, limits } = opts;
   const memory = limits.memoryMiB * 1024 * 1024;
   return {
@@ -120,6 +127,7 @@ export function buildOciConfig(opts: { id: string; config: ImageConfig; env: Rec
       { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: LANDLOCK_PATH, type: 'bind', source: LANDLOCK_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: TOOLBOX_PATH, type: 'bind', source: TOOLBOX_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+      ...(opts.binds ?? []).map((b) => ({ destination: b.path, type: 'bind', source: b.source, options: ['rbind', b.readOnly ? 'ro' : 'rw', 'nosuid', 'nodev', 'rprivate'] })),
     ],
     linux: {
       namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }],

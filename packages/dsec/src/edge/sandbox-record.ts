@@ -22,6 +22,8 @@ export interface SandboxRecord {
   pid?: number;
   /** Egress policy and, unless it is none, the sandbox's link to the host. */
   network?: { policy: NetworkPolicy; link?: Link };
+  /** Volumes of the node it mounts (a volume's delete is refused while any record names it). */
+  volumes?: { name: string; path: string; readOnly: boolean }[];
   /** Frozen by pause (the freezer keeps it so across an edge restart too). */
   paused?: boolean;
 }

@@ -189,6 +189,21 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
         await expectCode(api().openPort(`sb-${edgeId}-nosuchthing`, 7000), 'SANDBOX_NOT_FOUND');
       });
 
+      test('volumes: created on the node, bind-mounted, sized, delete refused while mounted', async () => {
+        const name = `contract-${variant}`;
+        await api().createVolume(name);
+        await expectCode(api().createVolume(name), 'VOLUME_EXISTS');
+        const vid = newId();
+        await api().createSandbox({ ...spec, id: vid, volumes: [{ name, path: '/vol', readOnly: false }] });
+        assert.equal((await api().exec(vid, { cmd: 'printf 12345 > /vol/f && cat /vol/f' })).stdout, '12345');
+        assert.equal((await api().volumeUsage(name)).bytes >= 5, true);
+        await expectCode(api().deleteVolume(name), 'VOLUME_IN_USE');
+        await expectCode(api().createSandbox({ ...spec, id: newId(), volumes: [{ name: 'contract-none', path: '/vol', readOnly: true }] }), 'VOLUME_NOT_FOUND');
+        await api().killSandbox(vid);
+        await api().deleteVolume(name);
+        await expectCode(api().volumeUsage(name), 'VOLUME_NOT_FOUND');
+      });
+
       test('pause, resume, network state, snapshot into the blob source', async () => {
         await api().pauseSandbox(id);
         assert.equal((await api().listSandboxes()).find((s) => s.id === id)?.status, 'paused');

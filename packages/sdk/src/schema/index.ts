@@ -13,3 +13,4 @@ export * from './pool.js';
 export * from './fn.js';
 export * from './ports.js';
 export * from './project.js';
+export * from './volume.js';

@@ -1,6 +1,7 @@
 import { Type, type Static } from 'typebox';
 import { EnvMap, Labels } from './common.js';
 import { NetworkPolicyRequest } from './network.js';
+import { MAX_SANDBOX_VOLUMES, VolumeMount } from './volume.js';
 
 /** Resource limits, enforced by cgroups on the edge. Every field has a default. */
 export const Resources = Type.Object(
@@ -72,6 +73,12 @@ export const CreateSandboxRequest = Type.Object(
     env: Type.Optional(EnvMap),
     labels: Type.Optional(Labels),
     network: Type.Optional(NetworkPolicyRequest),
+    volumes: Type.Optional(
+      Type.Array(VolumeMount, {
+        maxItems: MAX_SANDBOX_VOLUMES,
+        description: 'Named volumes (POST /v1/volumes) bind-mounted at create, nosuid and nodev, read-write unless readOnly. The sandbox runs on the edge that holds them.',
+      }),
+    ),
     placement: Type.Optional(
       Type.Object(
         {

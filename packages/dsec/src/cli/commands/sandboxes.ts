@@ -25,6 +25,7 @@ interface CreateFlags {
   json?: boolean;
   count?: number;
   pool?: string;
+  volume?: string[];
 }
 
 /**
@@ -47,6 +48,13 @@ export function poolSummary(p: PoolInfo): string {
   const times = [p.refillMsP50 !== undefined ? `refill p50 ${p.refillMsP50} ms` : '', p.claimMsP50 !== undefined ? `claim p50 ${p.claimMsP50} ms` : ''].filter(Boolean);
   const failed = p.refillFailures ? `, ${p.refillFailures} refills failed (last: ${p.lastRefillError ?? '?'})` : '';
   return `${p.ready}/${p.size} ready, ${p.creating} creating, ${p.claims} claims, ${p.misses} misses${times.length ? `, ${times.join(', ')}` : ''}${failed}`;
+}
+
+/** `NAME:PATH[:ro]` → a volume mount. */
+function volumeArg(v: string): { name: string; path: string; readOnly?: boolean } {
+  const m = /^([^:]+):(\/[^:]*)(?::(ro|rw))?$/.exec(v);
+  if (!m) throw new UsageError(`--volume takes NAME:PATH or NAME:PATH:ro (PATH absolute), got ${JSON.stringify(v)}`);
+  return m[3] === 'ro' ? { name: m[1]!, path: m[2]!, readOnly: true } : { name: m[1]!, path: m[2]! };
 }
 
 const TIMEOUT_HELP = `kill the command (its whole process tree) after this many ms (default ${DEFAULT_EXEC_TIMEOUT_MS}; exit 137)`;
@@ -112,6 +120,7 @@ export function registerSandboxCommands(program: Command): void {
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
     .option('-l, --label <KEY=VALUE>', 'label (repeatable)', collectKv)
     .option('--layer <image>', 'stack this image or layer over the base (repeatable, in order)', collectList)
+    .option('-v, --volume <NAME:PATH[:ro]>', 'mount a named volume (dsec volume create) at PATH, read-write unless :ro (repeatable)', collectList)
     .option('--ttl <seconds>', 'absolute lifetime (default none)', intArg(1))
     .option('--idle-timeout <seconds>', 'stop (or pause, see --on-expiry) after this long without activity (default none)', intArg(1))
     .option('--on-expiry <action>', 'stop | pause', choiceArg(['stop', 'pause'] as const), 'stop')
@@ -129,11 +138,12 @@ export function registerSandboxCommands(program: Command): void {
       if (f.cpu !== undefined) resources['cpu'] = f.cpu;
       if (f.pids !== undefined) resources['pids'] = f.pids;
       const network = networkPolicy(f.network, f.allow, '--network'); // before any work
+      const volumes = f.volume?.map(volumeArg);
       if (f.count !== undefined && f.count > 1) {
         if (cmd.length) throw new UsageError('--count creates sandboxes only; run commands in them with dsec exec');
         const bar = new Progress(`creating ${f.count} sandboxes`);
         const { batchId, sandboxes, failures } = await Sandbox.createMany(f.count, {
-          image, backend: f.backend, resources, env: f.env, labels: f.label, layers: f.layer, ttlSeconds: f.ttl, idleTimeoutSeconds: f.idleTimeout, onExpiry: f.onExpiry, network,
+          image, backend: f.backend, resources, env: f.env, labels: f.label, layers: f.layer, ttlSeconds: f.ttl, idleTimeoutSeconds: f.idleTimeout, onExpiry: f.onExpiry, network, volumes,
           onProgress: (_e, p) => bar.update(p.running + p.failed, p.count, { placed: p.placed, running: p.running, failed: p.failed }),
         });
         bar.end();
@@ -158,6 +168,7 @@ export function registerSandboxCommands(program: Command): void {
         idleTimeoutSeconds: f.idleTimeout,
         onExpiry: f.onExpiry,
         network,
+        volumes,
         pool: f.pool,
       });
       if (!f.json) process.stderr.write(`${sb.id}\n`);

@@ -316,6 +316,18 @@ export class HttpEdgeClient implements EdgeApi {
     };
   }
 
+  async createVolume(name: string): Promise<void> {
+    await this.#json('PUT', `/volumes/${encodeURIComponent(name)}`);
+  }
+
+  async deleteVolume(name: string): Promise<void> {
+    await this.#json('DELETE', `/volumes/${encodeURIComponent(name)}`, undefined, { timeout: false });
+  }
+
+  volumeUsage(name: string): Promise<{ bytes: number }> {
+    return this.#json('GET', `/volumes/${encodeURIComponent(name)}/usage`, undefined, { timeout: false });
+  }
+
   async openPort(id: string, port: number): Promise<Duplex> {
     const ws = new WebSocket(`${this.#base.replace(/^http/, 'ws')}${this.#sb(id, `/ports/${port}`)}`, { headers: { authorization: `Bearer ${this.token}` } });
     // Both attached before the first await (see openPty): bytes that follow ready in the same read land in the stream.

@@ -182,6 +182,27 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 5,
+    name: 'volumes and the sandboxes that mount them',
+    up: async (db) => {
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS volumes (
+          name TEXT PRIMARY KEY,
+          project TEXT NOT NULL,
+          edge TEXT NOT NULL,
+          labels TEXT NOT NULL,
+          created_at TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS volume_mounts (
+          volume TEXT NOT NULL,
+          sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+          PRIMARY KEY (volume, sandbox_id)
+        );
+        CREATE INDEX IF NOT EXISTS volume_mounts_sandbox ON volume_mounts(sandbox_id);
+      `);
+    },
+  },
 ];
 
 /**

@@ -9,7 +9,7 @@ export type { BackendKind };
  * Edge itself; the VM backends are VmBackend. The edge's dispatch (dispatch.ts) routes each
  * call to the backend that owns the sandbox.
  */
-export type SandboxBackend = Omit<EdgeApi, 'info' | 'createSandboxes'>;
+export type SandboxBackend = Omit<EdgeApi, 'info' | 'createSandboxes' | 'createVolume' | 'deleteVolume' | 'volumeUsage'>;
 
 /** A call the sandbox's backend does not serve: a 4xx naming the backend, never a half-done call. */
 export function unsupported(kind: BackendKind, what: string): never {

@@ -159,6 +159,19 @@ export class BackendDispatch implements EdgeApi {
     return this.#for(id).openPty(id, req);
   }
 
+  /** Volumes are the node's, kept by the container edge (VMs do not mount them yet). */
+  createVolume(name: string): Promise<void> {
+    return this.containers.createVolume(name);
+  }
+
+  deleteVolume(name: string): Promise<void> {
+    return this.containers.deleteVolume(name);
+  }
+
+  volumeUsage(name: string): Promise<{ bytes: number }> {
+    return this.containers.volumeUsage(name);
+  }
+
   openPort(id: string, port: number): Promise<Duplex> {
     return this.#for(id).openPort(id, port);
   }

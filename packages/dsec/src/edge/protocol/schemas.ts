@@ -54,6 +54,12 @@ export const EdgeCreateRequest = Type.Object(
     network: Type.Optional(EdgeNetworkRequest),
     /** VMs only: start from the latest snapshot of this VM on the same edge (memory, devices, disk) instead of booting. */
     restoreFrom: Type.Optional(SandboxId),
+    /** Volumes of this edge to bind-mount (nosuid, nodev), each at its path. */
+    volumes: Type.Optional(
+      Type.Array(Type.Object({ name: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }), path: Type.String({ minLength: 2, maxLength: 1024 }), readOnly: Type.Boolean() }, { additionalProperties: false }), {
+        maxItems: 16,
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -160,3 +166,5 @@ export const EdgeFnRequest = Type.Object(
   { additionalProperties: false },
 );
 export type EdgeFnRequest = Static<typeof EdgeFnRequest>;
+
+export const EdgeVolumeUsage = Type.Object({ bytes: Type.Integer() });

@@ -16,7 +16,7 @@ import { abortOnHangup } from '../../control/routes/abort-on-hangup.js';
 import type { App } from '../../control/server.js';
 import type { EdgeApi } from '../edge-api.js';
 import {
-  EDGE_PREFIX, EdgeCreateGroupRequest, EdgeFnRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage,
+  EDGE_PREFIX, EdgeCreateGroupRequest, EdgeFnRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage, EdgeVolumeUsage,
 } from '../protocol/schemas.js';
 import { requestIdOptions, useRequestLog } from '../../control/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
@@ -251,6 +251,18 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       }
     },
   );
+  // --- volumes ---
+  const VolumeName = Type.Object({ name: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }) });
+  app.put(`${P}/volumes/:name`, { schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.createVolume(req.params.name);
+    return reply.status(204).send(null);
+  });
+  app.delete(`${P}/volumes/:name`, { schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    await edge.deleteVolume(req.params.name);
+    return reply.status(204).send(null);
+  });
+  app.get(`${P}/volumes/:name/usage`, { schema: { params: VolumeName, response: { 200: EdgeVolumeUsage, ...errors } } }, async (req) => edge.volumeUsage(req.params.name));
+
   // --- ports: a TCP connection into the sandbox as a byte stream (framing: protocol/port-stream.ts) ---
   app.get(
     `${S}/ports/:port`,

@@ -196,6 +196,7 @@ export class VmBackend implements SandboxBackend {
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     if (this.owns(req.id)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
+    if (req.volumes?.length) unsupported(req.backend ?? 'vm', 'Volumes');
     if (this.count >= this.slots) {
       throw new ApiError('CAPACITY_EXCEEDED', `this edge runs at most ${this.slots} VM sandboxes (DSEC_MAX_VMS) and has ${this.count}`, { maxVms: this.slots });
     }
