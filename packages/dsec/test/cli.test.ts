@@ -52,7 +52,7 @@ function assertNoStack(r: CliResult): void {
   assert.doesNotMatch(r.stderr, /^\s+at /m, `a stack trace was printed:\n${r.stderr}`);
 }
 
-describe('cli', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
+describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
   let env: Record<string, string>;
