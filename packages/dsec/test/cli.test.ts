@@ -297,6 +297,18 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     }
   });
 
+  test('up with an edge id another dsec on the host holds exits 1 naming it and DSEC_EDGE_ID, without a stack trace', async () => {
+    const dataDir = makeDataDir();
+    try {
+      const r = await runCli(['up', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'silent', '--edge-id', server.edgeId], {}, 30_000);
+      assert.equal(r.code, 1, r.stdout);
+      assert.match(r.stderr, /edge id \w+ is already in use on this host .*DSEC_EDGE_ID/);
+      assertNoStack(r);
+    } finally {
+      await assertCleanAndRemove(dataDir, 'none');
+    }
+  });
+
   test('a snapshot tagged with a built name does not fool the build cache', async () => {
     const dd = ['--data-dir', server.dataDir];
     const built = await runCli(['image', 'build', 'busybox', '--name', 'bbx', ...dd], env);

@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { DsecError } from '@dsec/sdk';
 import { OptionsError } from '../config/options.js';
 import { HostNotReadyError } from '../runtime/all-in-one.js';
+import { EdgeIdTakenError } from '../host/host-claims.js';
 import { BuildInputError } from '../image/builders/builder.js';
 import { DockerfileError } from '../image/dockerfile/parser.js';
 import { ImportError } from '../image/oci-import.js';
@@ -50,6 +51,7 @@ try {
   } else if (
     err instanceof OptionsError ||
     err instanceof HostNotReadyError ||
+    err instanceof EdgeIdTakenError ||
     err instanceof UsageError ||
     err instanceof BuildInputError ||
     err instanceof DockerfileError ||

@@ -79,7 +79,7 @@ export class EdgeIdTakenError extends Error {
 export function lockEdgeId(edgeId: string): () => void {
   const path = join(CLAIMS_DIR, 'edges', `${edgeId}.lock`);
   const r = claim(path, edgeId, (c) => !alive(c.pid) || (c.pid === process.pid && !heldHere.has(edgeId)));
-  if (!r.ok) throw new EdgeIdTakenError(`edge id ${edgeId} is already in use on this host (process ${r.holder.pid}); give each edge its own --edge-id`);
+  if (!r.ok) throw new EdgeIdTakenError(`edge id ${edgeId} is already in use on this host (process ${r.holder.pid}); give each edge its own --edge-id (or DSEC_EDGE_ID, which dsec demo reads too), or stop the other one`);
   heldHere.add(edgeId);
   return () => {
     heldHere.delete(edgeId);
