@@ -60,7 +60,9 @@ describe('the packed SDK installed outside the repository', { skip: integrationS
     const stray = files.filter((f) => !/^package\/(package\.json|README\.md|dist\/.+\.(js|d\.ts))$/.test(f) || /\.test\./.test(f));
     assert.deepEqual(stray, []);
     const manifest = JSON.parse(await run('tar', ['-xzOf', tarball, 'package/package.json'], { cwd: scratch })) as { dependencies: Record<string, string> };
-    assert.deepEqual(Object.keys(manifest.dependencies).sort(), ['typebox', 'ws'], 'its runtime dependencies are declared');
+    // @types/ws too: the SDK's own .d.ts files (ports) name ws's types, so a TypeScript user's
+    // type check needs them whatever their own dependencies are.
+    assert.deepEqual(Object.keys(manifest.dependencies).sort(), ['@types/ws', 'typebox', 'ws'], 'its runtime dependencies are declared');
   });
 
   test('one npm install, then a sandbox from plain JavaScript and a type-checked TypeScript file', async () => {
