@@ -164,6 +164,15 @@ export class BatchService {
     return info;
   }
 
+  /** The newest `limit` batches (of one project, or of all when `project` is undefined), newest first, each with its counts. */
+  async list(limit: number, project?: string): Promise<BatchInfo[]> {
+    const rows = (await this.store.listBatches()).filter((b) => project === undefined || b.project === project);
+    const newest = rows.slice(-limit).reverse();
+    const out: BatchInfo[] = [];
+    for (const row of newest) out.push(await this.info(row.id));
+    return out;
+  }
+
   /**
    * Events after `after`, then (with follow) live ones until the batch ends. Served from memory
    * while this process drives the batch, from the store otherwise.

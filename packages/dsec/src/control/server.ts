@@ -26,12 +26,14 @@ import { portTunnelRoutes } from './routes/port-tunnel.js';
 import { PortLinks } from './ports/port-links.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
+import { uiRoutes } from './routes/ui.js';
 import { systemRoutes } from './routes/system.js';
 import { requestIdOptions, useRequestLog } from './request-log.js';
 import { edgeOf } from './sandbox-ids.js';
 import type { StateStore } from './state-store.js';
 import { projectScope } from './routes/access.js';
 import { projectRoutes } from './routes/projects.js';
+import { requestAuthorization, selectSubprotocol } from './websocket-bearer.js';
 
 export interface ServerDeps extends ImageRouteDeps {
   control: ControlPlane;
@@ -88,7 +90,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     if (req.url.startsWith('/v1/blobs/') && bearerMatches(req.headers.authorization, deps.clusterToken)) return;
     // A port link carries its own signed, expiring grant (checked by its route): browsers send no key.
     if (req.url.startsWith('/v1/port-links/')) return;
-    const caller = await authenticate(deps.store, req.headers.authorization);
+    const caller = await authenticate(deps.store, requestAuthorization(req.headers));
     if (!caller) {
       await reply.status(401).send({
         error: { code: 'UNAUTHORIZED', message: 'missing, unknown or revoked API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
@@ -107,7 +109,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   // WebSocket routes share one @fastify/websocket, in a scope of their own: an upgrade to any other
   // route (the port proxy's) reaches that route's own handler, which passes it on to the sandbox.
   await app.register(async (ws) => {
-    await ws.register(websocket, { options: { maxPayload: 1 << 20 } });
+    await ws.register(websocket, { options: { maxPayload: 1 << 20, handleProtocols: selectSubprotocol } });
     await ws.register(ptyRoutes(deps));
     await ws.register(portTunnelRoutes(deps));
   });
@@ -122,6 +124,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(poolRoutes({ pools: deps.control.pools }));
   await app.register(fnRoutes({ fn: deps.control.fn }));
   await app.register(projectRoutes(deps));
+  await app.register(uiRoutes());
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;

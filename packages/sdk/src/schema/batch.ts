@@ -55,3 +55,13 @@ export const BatchEventsQuery = Type.Object(
   },
   { additionalProperties: false },
 );
+
+export const ListBatchesQuery = Type.Object(
+  {
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50, description: 'The newest this many batches.' })),
+  },
+  { additionalProperties: false },
+);
+
+export const BatchList = Type.Object({ batches: Type.Array(BatchInfo, { description: 'Newest first.' }) }, {});
+export type BatchList = Static<typeof BatchList>;

@@ -1,11 +1,12 @@
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { BatchEventsQuery, BatchIdParams, BatchInfo, CreateBatchRequest } from '@dsec/sdk/schema';
+import { BatchEventsQuery, BatchIdParams, BatchInfo, BatchList, CreateBatchRequest, ListBatchesQuery } from '@dsec/sdk/schema';
 import type { BatchService } from '../batches.js';
 import { abortOnHangup } from './abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { NDJSON } from './exec.js';
+import { listScope } from './access.js';
 
 /**
  * Batches: POST accepts up to 32,000 sandboxes of one spec at once (202) and, with
@@ -46,6 +47,9 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
         return reply.status(202).send(info);
       },
     );
+    app.get('/v1/batches', { schema: { tags, summary: "Batches, newest first, with their counts: the caller's project's (an admin key: every project's)", querystring: ListBatchesQuery, response: { 200: BatchList, ...errors } } }, async (req) => ({
+      batches: await batches.list(req.query.limit ?? 50, listScope(req.caller)),
+    }));
     app.get('/v1/batches/:id', { schema: { tags, summary: 'A batch: state and counts', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
       batches.info(req.params.id),
     );
