@@ -157,6 +157,11 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
       assert.equal(a.status, 404, `${method} ${path}`);
       assert.equal(a.body.error?.code, 'BATCH_NOT_FOUND');
     }
+    // The list (the dashboard's batches page) is scoped the same way; an admin key sees every project's.
+    const listed = async (key: string): Promise<string[]> => ((await ok(key, 'GET', '/v1/batches')) as { batches: { id: string }[] }).batches.map((b) => b.id);
+    assert.ok((await listed(keyA.key)).includes(id));
+    assert.ok(!(await listed(keyB.key)).includes(id), "team-b's list has team-a's batch");
+    assert.ok((await listed(admin)).includes(id));
     assert.equal(((await ok(keyA.key, 'GET', `/v1/sandboxes/${sandboxId}`)) as unknown as SandboxInfo).project, 'team-a');
     await ok(keyA.key, 'DELETE', `/v1/sandboxes/${sandboxId}`);
   });
