@@ -185,6 +185,25 @@ describe('web dashboard in headless Chromium', { skip: skipReason(), timeout: 18
     await shot('batch');
   });
 
+  test('the overview shows a warm pool filling up', async () => {
+    const admin = { authorization: `Bearer ${server.apiKey}`, 'content-type': 'application/json' };
+    const name = `ui-${run}`;
+    const res = await fetch(`${server.url}/v1/pools`, {
+      method: 'POST',
+      headers: admin,
+      body: JSON.stringify({ name, size: 1, image: 'busybox', resources: { memoryMiB: 32 } }),
+    });
+    assert.equal(res.status, 201, await res.text());
+    try {
+      await go('');
+      await page.locator(`[data-testid=warm-pools] tr[data-pool="${name}"]`).getByRole('cell', { name: '1 / 1', exact: true }).waitFor();
+      await shot('overview-pools');
+    } finally {
+      const del = await fetch(`${server.url}/v1/pools/${name}`, { method: 'DELETE', headers: { authorization: admin.authorization } });
+      assert.equal(del.status, 204);
+    }
+  });
+
   test('the images page lists the image the sandboxes run', async () => {
     await go('#/images');
     await page

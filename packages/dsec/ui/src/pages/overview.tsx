@@ -2,6 +2,7 @@ import type { NodeInfo, SandboxInfo } from '@dsec/sdk/schema';
 import { getJson } from '../api';
 import { CreateRateChart } from '../components/rate-chart';
 import { UtilBar } from '../components/util-bar';
+import { WarmPools } from '../components/warm-pools';
 import { ErrorLine } from '../components/error-line';
 import { ago, bytes } from '../format';
 import { href } from '../hash-route';
@@ -91,6 +92,8 @@ export function OverviewPage() {
           </tbody>
         </table>
       </section>
+
+      <WarmPools />
 
       <section class="card" aria-label="edges">
         <h2>Edges</h2>
