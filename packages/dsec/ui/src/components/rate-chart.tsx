@@ -28,7 +28,11 @@ export function CreateRateChart() {
       {
         width: el.clientWidth || 600,
         height: 180,
-        scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.2)] } },
+        // A minute at least on the x axis: with one or two samples uPlot would otherwise stretch them over years.
+        scales: {
+          x: { time: true, range: (_u, min, max) => (max - min < 60 ? [max - 60, max] : [min, max]) },
+          y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.2)] },
+        },
         axes: [{}, { label: 'creates/s' }],
         series: [{}, { label: 'creates/s', stroke: '#2563eb', fill: 'rgba(37,99,235,0.12)', width: 2 }],
         legend: { show: false },
