@@ -28,9 +28,13 @@ export function CreateRateChart() {
       {
         width: el.clientWidth || 600,
         height: 180,
-        // A minute at least on the x axis: with one or two samples uPlot would otherwise stretch them over years.
+        // A minute at least on the x axis, ending now before the first samples: uPlot would otherwise stretch one sample over years (or draw 1970 with none).
         scales: {
-          x: { time: true, range: (_u, min, max) => (max - min < 60 ? [max - 60, max] : [min, max]) },
+          x: {
+            time: true,
+            range: (_u, min, max) =>
+              max == null || min == null || max - min < 60 ? [(max ?? Date.now() / 1000) - 60, max ?? Date.now() / 1000] : [min, max],
+          },
           y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.2)] },
         },
         axes: [{}, { label: 'creates/s' }],
