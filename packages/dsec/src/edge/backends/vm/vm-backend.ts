@@ -11,6 +11,7 @@ import {
 import { ApiError } from '../../../api-error.js';
 import { ProcessTable } from '../../../exec/process-table.js';
 import { iterateOutput } from '../../../exec/output-stream.js';
+import { tarCreateArgs, tarOutput } from '../../../exec/sandbox-tar.js';
 import type { ExecEvent } from '../../../exec/run-command.js';
 import type { ProcessExit } from '../../../exec/sandbox-process.js';
 import { sandboxUsage } from '../../../host/cgroups.js';
@@ -591,31 +592,7 @@ export class VmBackend implements SandboxBackend {
   async downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>> {
     const v = this.#running(id);
     await this.statPath(id, path); // 404 for a missing path, as for a container
-    const clean = sandboxPath(path, v.record.config.cwd).replace(/\/+$/, '') || '/';
-    const slash = clean.lastIndexOf('/');
-    const parent = slash <= 0 ? '/' : clean.slice(0, slash);
-    const name = clean === '/' ? '.' : clean.slice(slash + 1);
-    const proc = this.#tar(v, ['-c', '-f', '-', '-C', parent, name], false);
-    const it = iterateOutput(proc, 'raw');
-    const first: Buffer[] = [];
-    for (;;) {
-      const n = await it.next();
-      if (n.done) break;
-      if (n.value.stream === 'stdout') {
-        first.push(n.value.data);
-        break;
-      }
-    }
-    if (first.length === 0) {
-      const exit = await proc.done;
-      throw guestTarFailed('tar download', proc.stderr.bytes().toString('utf8'), exit.exitCode);
-    }
-    return (async function* () {
-      yield* first;
-      for await (const { stream, data } of { [Symbol.asyncIterator]: () => it }) if (stream === 'stdout') yield data;
-      const exit = await proc.done;
-      if (exit.exitCode !== 0) throw guestTarFailed('tar download', proc.stderr.bytes().toString('utf8'), exit.exitCode);
-    })();
+    return tarOutput(this.#tar(v, tarCreateArgs(sandboxPath(path, v.record.config.cwd)), false), guestTarFailed);
   }
 
   /** The guest's tar as root in /, its output not kept (streamed), no timeout (an upload takes what it takes). */
