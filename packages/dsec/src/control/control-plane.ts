@@ -338,6 +338,17 @@ export class ControlPlane {
    * key's snapshot, an image build's step) the image is shared. `opts.signal`: the caller has
    * gone; the edge stops the copy and mkfs.erofs and keeps nothing.
    */
+  /**
+   * Writes a terminal's trajectory step once it exits. Nobody awaits it (the terminal's socket may
+   * be long gone), so a store that fails then (PostgreSQL restarting) is logged here, not left an
+   * unhandled rejection.
+   */
+  logTerminalExit(id: string, exit: Promise<number>, request: Record<string, unknown>, started: number): void {
+    exit
+      .then((exitCode) => this.trajectory.append(id, { kind: 'pty', request, exitCode, durationMs: performance.now() - started, replayable: false }))
+      .catch((err: unknown) => this.log.error({ err, sandbox: id }, 'logging a terminal step failed'));
+  }
+
   async snapshot(id: string, req: SnapshotRequest = {}, opts: { privateTo?: string; signal?: AbortSignal } = {}): Promise<SnapshotResult> {
     const signal = opts.signal;
     const s = await this.get(id);

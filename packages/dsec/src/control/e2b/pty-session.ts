@@ -27,15 +27,7 @@ export class PtySession {
   ): Promise<PtySession> {
     const started = performance.now();
     const proc = await (await control.edgeFor(sandboxId)).openPty(sandboxId, opts);
-    void proc.exit.then((exitCode) =>
-      control.trajectory.append(sandboxId, {
-        kind: 'pty',
-        request: { cmd: opts.cmd, via: 'e2b' },
-        exitCode,
-        durationMs: performance.now() - started,
-        replayable: false,
-      }),
-    );
+    control.logTerminalExit(sandboxId, proc.exit, { cmd: opts.cmd, via: 'e2b' }, started);
     return new PtySession(proc);
   }
 

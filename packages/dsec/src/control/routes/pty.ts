@@ -36,12 +36,7 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
         try {
           const started = performance.now();
           proc = await (await control.edgeFor(id)).openPty(id, { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd });
-          void proc.exit
-            .then((exitCode) =>
-              control.trajectory.append(id, { kind: 'pty', request: { cmd: req.query.cmd ?? [] }, exitCode, durationMs: performance.now() - started, replayable: false }),
-            )
-            // The store unreachable (PostgreSQL restarting): logged, not an unhandled rejection.
-            .catch((err: unknown) => req.log.error({ err, sandbox: id }, 'logging a terminal step failed'));
+          control.logTerminalExit(id, proc.exit, { cmd: req.query.cmd ?? [] }, started);
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
           socket.send(JSON.stringify({ type: 'error', error: { code: e.code, message: e.message } }));
