@@ -38,9 +38,16 @@ export class BackendDispatch implements EdgeApi {
     return this.vms?.owns(id) ? this.vms : this.containers;
   }
 
-  /** The container edge's info with the VMs counted in: sandboxes, committed CPU and memory, and capacity.vms. */
+  /**
+   * The container edge's info with the VMs counted in (sandboxes, committed CPU and memory, and
+   * capacity.vms) and the function-call workers counted out: they are the node's own, never
+   * listed, so `sandboxes` counts what the control plane placed here (a drained edge leaves once
+   * that is 0; its workers go with it) and the slots the workers hold are not on offer.
+   */
   async info(): Promise<EdgeInfo> {
-    const info = await this.containers.info();
+    const own = await this.containers.info();
+    const workers = this.fn ? (await this.containers.listSandboxes()).filter((s) => this.fn!.owns(s.id)).length : 0;
+    const info = { ...own, sandboxes: own.sandboxes - workers, maxSandboxes: own.maxSandboxes - workers };
     if (!this.vms) return info;
     const { cpuCommitted, ...vms } = this.vms.capacity();
     const c = info.capacity;
