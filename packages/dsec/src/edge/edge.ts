@@ -15,7 +15,7 @@ import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import {
-  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree, removeEmptyCgroup, sandboxUsage,
+  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree, removeCgroupTreeSettled, removeEmptyCgroup, sandboxUsage,
 } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
 import type { Link } from '../net/address-pool.js';
@@ -414,7 +414,8 @@ export class Edge implements EdgeApi {
     const stray = await killCgroupProcesses(`${CGROUP_PARENT}/${id}`);
     if (stray) this.opts.log.warn({ sandbox: id, killed: stray }, 'killed processes crun no longer tracked');
     for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
-    removeCgroupTree(`${CGROUP_PARENT}/${id}`);
+    const left = await removeCgroupTreeSettled(`${CGROUP_PARENT}/${id}`);
+    if (left.length) this.opts.log.warn({ sandbox: id, cgroups: left }, 'cgroups still busy after the teardown');
     await detachLink(id); // normally gone with the netns; a crash may leave the host end
     if (releaseLayers) {
       for (const l of layers) this.layerMounts.release(l);

@@ -26,6 +26,22 @@ export function removeCgroupTree(rel: string): string[] {
   return left;
 }
 
+/**
+ * Removes a cgroup tree once its processes are gone: a SIGKILLed process leaves its cgroup only
+ * when it has finished exiting, so an rmdir right after the kill can meet EBUSY (most often in a
+ * command cgroup below the sandbox's, whose process was killed a moment before). Kills what is
+ * still there and tries again, up to `tries` times 20 ms apart; returns what is left.
+ */
+export async function removeCgroupTreeSettled(rel: string, tries = 50): Promise<string[]> {
+  let left = removeCgroupTree(rel);
+  for (let i = 0; left.length && i < tries; i++) {
+    await new Promise((r) => setTimeout(r, 20));
+    await killCgroupProcesses(rel);
+    left = removeCgroupTree(rel);
+  }
+  return left;
+}
+
 /** Removes a cgroup in every hierarchy only where it has no children and no tasks. */
 export function removeEmptyCgroup(rel: string): void {
   for (const dir of cgroupDirs(rel)) {
