@@ -32,7 +32,7 @@ export function removeCgroupTree(rel: string): string[] {
  * command cgroup below the sandbox's, whose process was killed a moment before). Kills what is
  * still there and tries again, up to `tries` times 20 ms apart; returns what is left.
  */
-export async function removeCgroupTreeSettled(rel: string, tries = 50): Promise<string[]> {
+export async function removeCgroupTreeSettled(rel: string, tries = 250): Promise<string[]> {
   let left = removeCgroupTree(rel);
   for (let i = 0; left.length && i < tries; i++) {
     await new Promise((r) => setTimeout(r, 20));
