@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { SandboxPortParams } from '@dsec/sdk/schema';
 import type { ControlPlane } from '../control-plane.js';
-import { bridge, errorFrame, webSocketDuplex } from '../../edge/protocol/port-stream.js';
+import { servePortChannel } from '../../edge/protocol/port-stream.js';
 
 /**
  * A raw TCP stream to a port of a sandbox over a WebSocket (`dsec port-forward`, SDK
@@ -21,20 +21,7 @@ export function portTunnelRoutes(deps: { control: ControlPlane }): FastifyPlugin
         websocket: true,
         schema: { tags: ['ports'], summary: 'A TCP stream to a port in the sandbox (WebSocket upgrade)', params: SandboxPortParams },
       },
-      async (socket, req) => {
-        // The stream exists before the connection does: bytes sent early wait in it.
-        const stream = webSocketDuplex(socket);
-        let conn;
-        try {
-          conn = await control.openPort(req.params.id, req.params.port);
-        } catch (err) {
-          socket.send(errorFrame(err));
-          socket.close(1011, 'port');
-          return;
-        }
-        socket.send(JSON.stringify({ type: 'ready' }));
-        await bridge(stream, conn);
-      },
+      async (socket, req) => servePortChannel(socket, () => control.openPort(req.params.id, req.params.port)),
     );
   };
 }

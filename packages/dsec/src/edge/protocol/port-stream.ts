@@ -74,3 +74,23 @@ export function bridge(a: Duplex, b: Duplex): Promise<void> {
     b.pipe(a);
   });
 }
+
+/**
+ * Serves one port channel on a WebSocket that was just accepted: the stream exists from the
+ * start (bytes the client sends before the connection is made wait in it), then `open`'s
+ * connection is announced with a `ready` frame and joined to it, or its failure is sent as an
+ * `error` frame and the socket closed. The edge's port route and the control plane's tcp route.
+ */
+export async function servePortChannel(socket: WebSocket, open: () => Promise<Duplex>): Promise<void> {
+  const stream = webSocketStream(socket);
+  let conn: Duplex;
+  try {
+    conn = await open();
+  } catch (err) {
+    socket.send(errorFrame(err));
+    socket.close(1011, 'port');
+    return;
+  }
+  socket.send(JSON.stringify({ type: 'ready' }));
+  await bridge(stream, conn);
+}

@@ -20,7 +20,7 @@ import {
 } from '../protocol/schemas.js';
 import { requestIdOptions, useRequestLog } from '../../control/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
-import { bridge, errorFrame, webSocketDuplex } from '../protocol/port-stream.js';
+import { servePortChannel } from '../protocol/port-stream.js';
 
 export const NDJSON = 'application/x-ndjson';
 export const OCTETS = 'application/octet-stream';
@@ -267,20 +267,7 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   app.get(
     `${S}/ports/:port`,
     { websocket: true, schema: { params: Type.Object({ id: Id.properties.id, port: Type.Integer({ minimum: 1, maximum: 65535 }) }) } },
-    async (socket, req) => {
-      // The stream exists from the start: bytes the client sends before the connection is made wait in it.
-      const stream = webSocketDuplex(socket);
-      let conn;
-      try {
-        conn = await edge.openPort(req.params.id, req.params.port);
-      } catch (err) {
-        socket.send(errorFrame(err));
-        socket.close(1011, 'port');
-        return;
-      }
-      socket.send(JSON.stringify({ type: 'ready' }));
-      await bridge(stream, conn);
-    },
+    async (socket, req) => servePortChannel(socket, () => edge.openPort(req.params.id, req.params.port)),
   );
   app.get(`${P}/openapi.json`, { schema: { hide: true } }, async () => app.swagger());
   await app.ready();
