@@ -4,7 +4,6 @@ import type { FastifySchemaCompiler } from 'fastify';
 
 // Both are CommonJS with the class / plugin as `exports.default`.
 const Ajv = AjvModule.default;
-type Ajv = InstanceType<typeof Ajv>;
 const addFormats = addFormatsModule.default;
 
 /** Fastify's own defaults (@fastify/ajv-compiler), which dsec's schemas were written against. */
