@@ -15,7 +15,7 @@ import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import {
-  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTree, removeCgroupTreeSettled, removeEmptyCgroup, sandboxUsage,
+  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTreeSettled, removeEmptyCgroup, sandboxUsage,
 } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
 import type { Link } from '../net/address-pool.js';
@@ -191,7 +191,7 @@ export class Edge implements EdgeApi {
     // Containers in our crun root without a sandbox dir: a crash between crun run and state save.
     for (const id of running.keys()) {
       await this.crun.delete(id);
-      removeCgroupTree(`${CGROUP_PARENT}/${id}`);
+      await removeCgroupTreeSettled(`${CGROUP_PARENT}/${id}`);
       cleaned.push(id);
     }
     // Cgroups of sandboxes that nothing above accounted for (crun state lost), recognised as this
@@ -199,7 +199,7 @@ export class Edge implements EdgeApi {
     for (const cg of listSandboxCgroups()) {
       if (!this.#live.has(cg) && cgroupPids(`${CGROUP_PARENT}/${cg}`).some((pid) => rootOf(pid).startsWith(this.records.dir + '/'))) {
         await killCgroupProcesses(`${CGROUP_PARENT}/${cg}`);
-        removeCgroupTree(`${CGROUP_PARENT}/${cg}`);
+        await removeCgroupTreeSettled(`${CGROUP_PARENT}/${cg}`);
         cleaned.push(cg);
       }
     }
