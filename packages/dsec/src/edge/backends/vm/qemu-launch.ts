@@ -153,12 +153,26 @@ export function launchQemu(s: LaunchSpec): number {
   }
 }
 
-/** Whether pid is this VM's QEMU (and not a recycled pid): its command line names the VM's dir. */
-export function isQemuOf(pid: number, paths: VmPaths): boolean {
+/** The kernel's flag for its own threads in /proc/<pid>/stat: they have no command line ever. */
+const PF_KTHREAD = 0x00200000;
+
+/**
+ * Whether pid is this VM's QEMU (and not a recycled pid): its command line names the VM's dir.
+ * A pid this edge has just launched passes through two execs (sh → unshare → QEMU), and while
+ * the kernel swaps a process's image its command line reads empty: that is a process on its way
+ * to being QEMU, not a dead one (CI once failed a boot 68 ms in as "QEMU exited"). So an empty
+ * command line counts as this VM's QEMU unless `adopting` (a pid read back from disk after a
+ * restart, which may belong to anything by now) or the pid is a kernel thread.
+ */
+export function isQemuOf(pid: number, paths: VmPaths, opts: { adopting?: boolean } = {}): boolean {
   try {
-    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return cmd.includes(paths.agentSocket) && !/\) Z /.test(stat);
+    // Fields after "(comm) ": state is the first, flags the seventh (stat(5): fields 3 and 9).
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (fields[0] === 'Z' || fields[0] === 'X') return false;
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    if (cmd === '') return !opts.adopting && (Number(fields[6]) & PF_KTHREAD) === 0;
+    return cmd.includes(paths.agentSocket);
   } catch {
     return false;
   }

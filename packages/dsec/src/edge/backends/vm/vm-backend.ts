@@ -158,7 +158,7 @@ export class VmBackend implements SandboxBackend {
     for (const id of readdirSync(this.dir)) {
       const paths = new VmPaths(join(this.dir, id));
       const record = readRecord(paths);
-      if (record?.phase === 'running' && record.pid && isQemuOf(record.pid, paths)) {
+      if (record?.phase === 'running' && record.pid && isQemuOf(record.pid, paths, { adopting: true })) {
         try {
           const agent = await AgentClient.open(paths.agentSocket);
           await agent.call('ping', {});
