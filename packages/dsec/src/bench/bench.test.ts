@@ -12,7 +12,7 @@ import { parsePeers } from './peers/peer.js';
 import { renderAllMarkdown, type AllSummary } from './report-all.js';
 import { fileStamp, type BenchReport } from './report.js';
 import { burstTargets, type BurstResult } from './scenarios/burst.js';
-import { densityTargets, type DensityResult } from './scenarios/density.js';
+import { densityTargets, fillRatio, type DensityResult } from './scenarios/density.js';
 import { SCENARIOS } from './scenarios/index.js';
 import { pauseScenario, type PauseResult } from './scenarios/pause.js';
 import { defaultOptions } from './scenarios/scenario.js';
@@ -201,8 +201,17 @@ describe('bench targets of the new scenarios', () => {
     assert.equal(burstTargets(r(1000, 40))[0]!.ok, false);
   });
 
-  test('density: memory per sandbox and resident helpers', () => {
-    const r = (mib: number, helpers: Record<string, number>, n = 1000): DensityResult => ({
+  test('density: memory per sandbox, resident helpers, the next sandbox on a full node against an empty one', () => {
+    const point = (level: number, held: number, createMs: number, execMs: number) => ({
+      level,
+      held,
+      create: lat(createMs),
+      exec: lat(execMs),
+      memAvailableMiB: 1,
+      fds: 1,
+      mounts: 1,
+    });
+    const r = (mib: number, helpers: Record<string, number>, n = 1000, fullCreate = 30, fullExec = 10): DensityResult => ({
       peers: [
         {
           name: 'dsec',
@@ -213,20 +222,27 @@ describe('bench targets of the new scenarios', () => {
           perSandbox: { memAvailableMiB: mib, freedMiB: mib, slabKiB: 1, sUnreclaimKiB: 1, kernelStackKiB: 1, pageTablesKiB: 1, cgroupChargedKiB: 1 },
           helpers,
           helpersPerSandbox: Object.values(helpers).reduce((a, b) => a + b, 0) / n,
+          curve: [point(0, 0, 25, 8), point(0.1, n / 10, 26, 8), point(0.5, n / 2, 27, 9), point(1, n, fullCreate, fullExec)],
         },
       ],
       dropped: [],
     });
     assert.deepEqual(
       densityTargets(r(0.9, {})).map((t) => t.ok),
-      [true, true],
+      [true, true, true, true],
     );
-    const bad = densityTargets(r(1.5, { conmon: 1000 }));
+    const bad = densityTargets(r(1.5, { conmon: 1000 }, 1000, 40, 13));
     assert.deepEqual(
       bad.map((t) => t.ok),
-      [false, false],
+      [false, false, false, false],
     );
-    assert.match(bad[1]!.measured, /conmon ×1000/);
+    assert.match(bad[0]!.target, /1000 held/);
+    assert.match(bad[3]!.measured, /conmon ×1000/);
+    assert.equal(fillRatio(r(1, {}).peers[0]!.curve, (p) => p.create.p50), 30 / 25);
+    // A run that stopped before a second point has no full node to judge.
+    const one = r(1, {});
+    one.peers[0]!.curve = one.peers[0]!.curve.slice(0, 1);
+    assert.equal(densityTargets(one)[0]!.ok, undefined);
   });
 
   test('snapshot: restore against create, fork against restore, data checked, size-bound target not judged at another size', () => {

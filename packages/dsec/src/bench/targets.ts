@@ -45,6 +45,8 @@ export const TARGETS = {
   createsPerSecond: 30,
   memoryMiB: 1.2,
   execRatio: 1.5,
+  /** Issue 12: the next sandbox's create and exec p50 on a full node within this of an empty node's. */
+  fullNodeRatio: 1.5,
   /** Issue 6: this many sandboxes created, each running one command, within burstSeconds. */
   burstCount: 1000,
   burstSeconds: 30,

@@ -1,6 +1,7 @@
 import { accessSync, constants, existsSync, mkdirSync, readFileSync, realpathSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
+import { hostLimitChecks } from './host-limits.js';
 import { filesystemOf, readMounts } from './mounts.js';
 import { CHUNK_FUSE_BINARY, LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
 import { landlockAbi, MS_NODEV, MS_NOSUID, MS_REMOUNT, mount } from './syscalls.js';
@@ -155,8 +156,11 @@ export function fixDataDirFs(dataDir: string): Check {
   };
 }
 
-/** Checks the host can run sandboxes and applies the fixes it can; `fix: false` only looks. */
-export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
+/**
+ * Checks the host can run sandboxes and applies the fixes it can; `fix: false` only looks.
+ * With `maxSandboxes`, also the host limits that many sandboxes need (host-limits.ts).
+ */
+export function runDoctor(opts: { dataDir: string; fix?: boolean; maxSandboxes?: number }): Check[] {
   const fix = opts.fix ?? true;
   const checks: Check[] = [];
   const isRoot = process.getuid?.() === 0;
@@ -202,6 +206,7 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean }): Check[] {
         : 'ok';
     checks.push({ name: 'cgroup layout usable by crun', ok: !leftover && unmounted.length === 0, detail, required: true });
   }
+  if (opts.maxSandboxes) checks.push(...hostLimitChecks({ maxSandboxes: opts.maxSandboxes, fix: isRoot && fix }));
   return checks;
 }
 

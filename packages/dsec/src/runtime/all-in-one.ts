@@ -102,8 +102,9 @@ async function startDsecProcess(
   extra: { log?: Logger; localEdge: boolean },
 ): Promise<RunningControl & { edge?: Edge; vms?: VmBackend | undefined }> {
   const log = extra.log ?? createLogger({ level: opts.logLevel });
-  // A control plane alone runs no sandbox, but builds images (mkfs.erofs): the same host checks.
-  const doctor = runDoctor({ dataDir: opts.dataDir });
+  // A control plane alone runs no sandbox, but builds images (mkfs.erofs): the same host checks
+  // (the host limits of a full node only where sandboxes run).
+  const doctor = runDoctor({ dataDir: opts.dataDir, ...(extra.localEdge ? { maxSandboxes: opts.maxSandboxes } : {}) });
   for (const c of doctor) {
     if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
     else if (!c.ok && !c.required) log.warn({ check: c.name }, c.detail);

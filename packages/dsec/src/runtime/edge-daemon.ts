@@ -77,7 +77,7 @@ function edgeIdFor(dataDir: string, given: string | undefined): string {
 export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Logger } = {}): Promise<RunningEdgeDaemon> {
   const log = extra.log ?? createLogger({ level: opts.logLevel });
   mkdirSync(opts.dataDir, { recursive: true });
-  const doctor = runDoctor({ dataDir: opts.dataDir });
+  const doctor = runDoctor({ dataDir: opts.dataDir, maxSandboxes: opts.maxSandboxes });
   for (const c of doctor) if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
   const releaseLock = takePidLock(opts.dataDir, 'dsec-edge.pid', 'a dsec edge');

@@ -1,13 +1,16 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { round } from '../../demo/stats.js';
 import { renderChart } from '../chart-svg.js';
 import { cgroupCharged } from '../cgroup-memory.js';
 import { listProcesses, requireHeadroom, residentHelpers } from '../host-census.js';
-import { memUsed, settledMeminfo } from '../meminfo.js';
+import { summarizeLatency, timed, type LatencySummary } from '../latency.js';
+import { memUsed, readMeminfo, settledMeminfo } from '../meminfo.js';
 import type { Peer, PeerUnavailable } from '../peers/peer.js';
 import type { BenchReport } from '../report.js';
+import { mdTable, ratio } from '../markdown.js';
 import { chartSubtitle, metricsTable, peerBars, renderCommon, type TableMetric } from '../report-common.js';
 import { pool } from '../rounds.js';
-import { check, TARGETS, type TargetCheck } from '../targets.js';
+import { check, ratioCheck, TARGETS, type TargetCheck } from '../targets.js';
 import { valuesOf, type BenchScenarioDef, type PeerResultBase, type ScenarioContext, type ScenarioResult } from './scenario.js';
 
 export interface DensityOptions {
@@ -17,6 +20,27 @@ export interface DensityOptions {
   concurrency: number;
   /** Pause before each reading, for lazy kernel work (RCU frees, deferred slab) to finish. @default 5000 */
   settleMs: number;
+  /** Probe sandboxes created (and an exec run in each) at every fill level of the curve. @default 5 */
+  probes: number;
+  /** The fill stops (and the run says so) when the host's MemAvailable falls below this (MiB). @default 6144 */
+  minAvailableMiB: number;
+}
+
+/** Fill levels (fractions of `count`) at which the next sandbox's create and exec are timed. */
+export const CURVE_LEVELS = [0, 0.1, 0.5, 1] as const;
+
+/** The next sandbox's cost with `held` idle sandboxes already on the node. */
+export interface CurvePoint {
+  /** Fraction of `count` asked for at this point, and the idle sandboxes actually held. */
+  level: number;
+  held: number;
+  /** Create of a probe sandbox (ms), and `true` run in it (ms). */
+  create: LatencySummary;
+  exec: LatencySummary;
+  /** Host MemAvailable (MiB), open fds of this process, mounts in its namespace, at this point. */
+  memAvailableMiB: number;
+  fds: number;
+  mounts: number;
 }
 
 export interface PeerDensityResult extends PeerResultBase {
@@ -37,6 +61,10 @@ export interface PeerDensityResult extends PeerResultBase {
   /** New host processes outside the sandboxes' cgroups while they idled, by command name. */
   helpers: Record<string, number>;
   helpersPerSandbox: number;
+  /** The next sandbox's create and exec latency as the node fills (0 %, 10 %, 50 %, 100 % of `count`). */
+  curve: CurvePoint[];
+  /** Why the fill stopped short of `count` (a memory floor, a failing create), when it did. */
+  stoppedEarly?: string;
 }
 
 export interface DensityResult extends ScenarioResult {
@@ -57,19 +85,38 @@ export async function runDensity(peers: Peer[], opts: DensityOptions, ctx: Scena
     say(`${peer.name}: ${opts.count} idle sandboxes, ${opts.concurrency} creates in flight…`);
     const before = await settledMeminfo(opts.settleMs);
     const pids = new Set(listProcesses().map((p) => p.pid));
-    const t0 = performance.now();
-    await pool(opts.count, opts.concurrency, async () => {
-      signal.throwIfAborted();
-      if (errors.length >= MAX_ERRORS) return;
-      try {
-        ids.push(await peer.create());
-      } catch (err) {
-        errors.push(`create: ${(err as Error).message}`);
+    const curve: CurvePoint[] = [];
+    let stoppedEarly: string | undefined;
+    let fillMs = 0;
+    const targets = [...new Set(CURVE_LEVELS.map((l) => Math.round(l * opts.count)))];
+    for (const [i, target] of targets.entries()) {
+      const t0 = performance.now();
+      await pool(Math.max(0, target - ids.length), opts.concurrency, async () => {
+        signal.throwIfAborted();
+        if (errors.length >= MAX_ERRORS || stoppedEarly) return;
+        const avail = readMeminfo().memAvailableKiB / 1024;
+        if (avail < opts.minAvailableMiB) {
+          stoppedEarly = `MemAvailable ${Math.round(avail)} MiB fell below the floor of ${opts.minAvailableMiB} MiB (--min-available-mib) at ${ids.length} sandboxes`;
+          return;
+        }
+        try {
+          ids.push(await peer.create());
+        } catch (err) {
+          errors.push(`create #${ids.length + 1}: ${(err as Error).message}`);
+        }
+      }).catch((err: unknown) => {
+        if (signal.aborted) throw err;
+      });
+      fillMs += performance.now() - t0;
+      if (errors.length >= MAX_ERRORS) stoppedEarly ??= `${MAX_ERRORS} creates failed at ${ids.length} sandboxes; last: ${errors.at(-1)}`;
+      curve.push(await probe(peer, CURVE_LEVELS[i] ?? target / opts.count, ids.length, opts.probes, errors));
+      say(`  ${describePoint(curve.at(-1)!)}`);
+      if (stoppedEarly) {
+        say(`  stopped: ${stoppedEarly}`);
+        break;
       }
-    }).catch((err: unknown) => {
-      if (signal.aborted) throw err;
-    });
-    const createSeconds = (performance.now() - t0) / 1000;
+    }
+    const createSeconds = fillMs / 1000;
     say(`  ${ids.length} running after ${round(createSeconds, 1)} s; settling ${opts.settleMs} ms before reading…`);
     const full = await settledMeminfo(opts.settleMs);
     const helpers = residentHelpers(pids, peer.cgroupScope);
@@ -109,9 +156,52 @@ export async function runDensity(peers: Peer[], opts: DensityOptions, ctx: Scena
       },
       helpers,
       helpersPerSandbox: per(helperCount, 2),
+      curve,
+      ...(stoppedEarly ? { stoppedEarly } : {}),
     });
   }
   return { peers: out, dropped };
+}
+
+/**
+ * The next sandbox at this fill level: `n` probe sandboxes one at a time, each created (timed),
+ * `true` run in it (timed) and removed (not timed), so the node is back at `held` after.
+ */
+async function probe(peer: Peer, level: number, held: number, n: number, errors: string[]): Promise<CurvePoint> {
+  const create: number[] = [];
+  const exec: number[] = [];
+  for (let i = 0; i < n; i++) {
+    let id: string | undefined;
+    try {
+      id = await timed(create, () => peer.create());
+      await timed(exec, () => peer.exec(id!));
+    } catch (err) {
+      errors.push(`probe at ${held}: ${(err as Error).message}`);
+    } finally {
+      if (id) await peer.remove(id).catch((err: unknown) => void errors.push(`probe remove at ${held}: ${(err as Error).message}`));
+    }
+  }
+  return {
+    level,
+    held,
+    create: summarizeLatency(create),
+    exec: summarizeLatency(exec),
+    memAvailableMiB: Math.round(readMeminfo().memAvailableKiB / 1024),
+    fds: readdirSync('/proc/self/fd').length,
+    mounts: readFileSync('/proc/self/mountinfo', 'utf8').split('\n').length - 1,
+  };
+}
+
+function describePoint(p: CurvePoint): string {
+  return `${p.held} held: next create p50 ${p.create.p50} ms, exec p50 ${p.exec.p50} ms; MemAvailable ${p.memAvailableMiB} MiB, ${p.fds} fds, ${p.mounts} mounts`;
+}
+
+/** Latency at the fullest point over latency on the empty node (NaN when either is missing). */
+export function fillRatio(curve: CurvePoint[], get: (p: CurvePoint) => number): number {
+  const empty = curve[0];
+  const full = curve.at(-1);
+  if (!empty || !full || full === empty) return NaN;
+  return get(full) / get(empty);
 }
 
 /** A new resident process for fewer than 1 in 20 sandboxes is another tenant's noise, not a per-sandbox helper. */
@@ -121,7 +211,13 @@ export function densityTargets(result: DensityResult): TargetCheck[] {
   const d = result.peers.find((p) => p.name === 'dsec');
   const m = d?.perSandbox;
   const helpers = d ? Object.entries(d.helpers).map(([k, v]) => `${k} ×${v}`).join(', ') || 'none' : 'n/a';
+  const curve = d?.curve ?? [];
+  const empty = curve[0];
+  const full = curve.length > 1 ? curve.at(-1) : undefined;
+  const fullLabel = full ? `${full.held} held` : 'a full node';
   return [
+    ratioCheck(`next create p50 on ${fullLabel} ≤ ${TARGETS.fullNodeRatio}× an empty node's`, full?.create.p50 ?? NaN, empty?.create.p50 ?? NaN, TARGETS.fullNodeRatio, 'empty node'),
+    ratioCheck(`next exec p50 on ${fullLabel} ≤ ${TARGETS.fullNodeRatio}× an empty node's`, full?.exec.p50 ?? NaN, empty?.exec.p50 ?? NaN, TARGETS.fullNodeRatio, 'empty node'),
     check(`≤ ${TARGETS.memoryMiB} MiB host memory per idle sandbox (at ${d?.sandboxes ?? '?'})`, m?.memAvailableMiB ?? NaN, TARGETS.memoryMiB, 'MiB', {
       measured: m ? `${m.memAvailableMiB} MiB MemAvailable drop (${m.freedMiB} MiB freed on removal; slab ${m.slabKiB} KiB, cgroup-charged ${m.cgroupChargedKiB} KiB)` : undefined,
     }),
@@ -173,6 +269,7 @@ export function renderDensity(report: BenchReport<DensityResult>, svgName: strin
     '',
     metricsTable(result.peers, METRICS),
     '',
+    ...curveSection(result.peers, o),
     'New host processes outside the sandboxes\' cgroups while they idled (per-sandbox helpers, and any other tenant\'s):',
     '',
     ...helperLines,
@@ -182,13 +279,49 @@ export function renderDensity(report: BenchReport<DensityResult>, svgName: strin
   return { markdown: md.join('\n'), svg };
 }
 
+/** The latency curve: one row per fill level, each peer's next-create and next-exec p50, and dsec ÷ crun. */
+function curveSection(peers: PeerDensityResult[], o: DensityOptions): string[] {
+  const dsec = peers.find((p) => p.name === 'dsec');
+  const crun = peers.find((p) => p.name === 'crun');
+  const levels = Math.max(0, ...peers.map((p) => p.curve.length));
+  const rows = Array.from({ length: levels }, (_, i) => {
+    const at = (p: PeerDensityResult | undefined): CurvePoint | undefined => p?.curve[i];
+    const cells: (string | number)[] = [`${Math.round((at(dsec) ?? at(crun))!.level * 100)} %`];
+    for (const p of peers) cells.push(at(p)?.held ?? 'n/a', at(p)?.create.p50 ?? 'n/a', at(p)?.exec.p50 ?? 'n/a');
+    const d = at(dsec);
+    const c = at(crun);
+    cells.push(d && c ? ratio(d.create.p50, c.create.p50) : 'n/a', d && c ? ratio(d.exec.p50, c.exec.p50) : 'n/a');
+    cells.push(d ? `${d.memAvailableMiB} MiB, ${d.fds} fds, ${d.mounts} mounts` : 'n/a');
+    return cells;
+  });
+  const head = ['fill', ...peers.flatMap((p) => [`${p.name} held`, `${p.name} create p50 (ms)`, `${p.name} exec p50 (ms)`]), 'create dsec ÷ crun', 'exec dsec ÷ crun', 'dsec: MemAvailable, fds, mounts'];
+  const out = [
+    '## The next sandbox as the node fills',
+    '',
+    `At each fill level, ${o.probes} probe sandboxes one at a time: each created (timed), \`true\` run in it (timed), removed. ` +
+      `The fill stops early when MemAvailable falls below ${o.minAvailableMiB} MiB or ${MAX_ERRORS} creates fail.`,
+    '',
+    mdTable(head, rows),
+    '',
+  ];
+  for (const p of peers) {
+    const cr = fillRatio(p.curve, (q) => q.create.p50);
+    const ex = fillRatio(p.curve, (q) => q.exec.p50);
+    out.push(`- ${p.name}: full ÷ empty: create ${round(cr, 2)}×, exec ${round(ex, 2)}×${p.stoppedEarly ? `; **stopped early**: ${p.stoppedEarly}` : ''}`);
+  }
+  out.push('');
+  return out;
+}
+
 export const densityScenario: BenchScenarioDef<DensityOptions, DensityResult> = {
   name: 'density',
-  summary: 'host memory and resident helpers per idle sandbox with N (1000) held at once, each peer in turn',
+  summary: 'a node filled with N (1000) idle sandboxes, each peer in turn: memory per sandbox, resident helpers, next create/exec at 0/10/50/100 %',
   flags: [
     { key: 'count', long: 'count', short: 'n', description: 'idle sandboxes per peer, held at once', default: 1000, min: 1 },
     { key: 'concurrency', long: 'concurrency', short: 'c', description: 'creates and removes in flight', default: 8, min: 1 },
     { key: 'settleMs', long: 'settle-ms', description: 'pause before each reading (ms)', default: 5000, min: 0 },
+    { key: 'probes', long: 'probes', description: 'probe sandboxes (create + exec timed) at 0, 10, 50 and 100 % full', default: 5, min: 1 },
+    { key: 'minAvailableMiB', long: 'min-available-mib', description: 'stop filling when host MemAvailable falls below this (MiB)', default: 6144, min: 0 },
   ],
   maxSandboxes: (o) => o.count,
   preflight: (o, peers) => requireHeadroom('density', o.count, peers),
@@ -199,7 +332,9 @@ export const densityScenario: BenchScenarioDef<DensityOptions, DensityResult> = 
     r.peers.map(
       (p) =>
         `${p.name.padEnd(7)} ${p.sandboxes} idle: ${p.perSandbox.memAvailableMiB} MiB/sandbox (freed ${p.perSandbox.freedMiB})  ` +
-        `slab ${p.perSandbox.slabKiB} KiB  cgroup ${p.perSandbox.cgroupChargedKiB} KiB  helpers ${p.helpersPerSandbox}/sandbox`,
+        `slab ${p.perSandbox.slabKiB} KiB  cgroup ${p.perSandbox.cgroupChargedKiB} KiB  helpers ${p.helpersPerSandbox}/sandbox  ` +
+        `next create ${p.curve.map((c) => c.create.p50).join(' → ')} ms, exec ${p.curve.map((c) => c.exec.p50).join(' → ')} ms` +
+        (p.stoppedEarly ? `  STOPPED: ${p.stoppedEarly}` : ''),
     ),
   headline: (r) => [
     { metric: `host memory per idle sandbox, ${r.peers[0]?.sandboxes ?? '?'} held (MiB)`, better: 'lower', values: valuesOf(r.peers, (p) => p.perSandbox.memAvailableMiB) },

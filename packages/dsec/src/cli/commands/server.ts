@@ -72,10 +72,11 @@ export function registerServerCommands(program: Command): void {
     .description('check this host can run sandboxes and apply the host fixes dsec knows')
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
     .option('--no-fix', 'only look; change nothing')
+    .option('--max-sandboxes <n>', 'check (and raise) the host limits for this many sandboxes (env DSEC_MAX_SANDBOXES; default 4000)')
     .option('--json', 'machine-readable output')
-    .action(async (flags: { dataDir?: string; fix: boolean; json?: boolean }) => {
-      const opts = compileOptions({ dataDir: flags.dataDir });
-      const checks = [...runDoctor({ dataDir: opts.dataDir, fix: flags.fix }), await vmCheck()];
+    .action(async (flags: { dataDir?: string; fix: boolean; json?: boolean; maxSandboxes?: string }) => {
+      const opts = compileOptions({ dataDir: flags.dataDir, maxSandboxes: flags.maxSandboxes });
+      const checks = [...runDoctor({ dataDir: opts.dataDir, fix: flags.fix, maxSandboxes: opts.maxSandboxes }), await vmCheck()];
       if (flags.json) process.stdout.write(JSON.stringify(checks, null, 2) + '\n');
       else process.stdout.write(formatChecks(checks) + '\n');
       const ok = doctorPassed(checks);
