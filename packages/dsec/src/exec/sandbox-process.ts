@@ -72,7 +72,7 @@ export interface StartOptions {
   input?: Buffer;
   maxOutputBytes: number;
   timeoutMs?: number;
-  /** The exec tag (see killTagged); commands of one session share theirs. @default random */
+  /** The exec tag (see killTagged); commands of one session share theirs, and the session removes their cgroup (killTagged at close). @default random */
   tag?: string;
   /**
    * Give the command a third output pipe as fd 3 (`crun exec --preserve-fds=1`), kept up to this
@@ -115,8 +115,12 @@ export class SandboxProcess {
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
     const tag = opts.tag ?? randomBytes(6).toString('hex');
-    const specFile = join(target.scratchDir, `exec-${tag}.json`);
-    this.#pidFile = join(target.scratchDir, `exec-${tag}.pid`);
+    // The spec and pid files are this process's own, even when commands share a tag (a
+    // session's): the next session command starts as soon as this one's markers are in, before
+    // this one has finished, and a shared pid file handed it this command's pid, dead by then.
+    const fileId = randomBytes(6).toString('hex');
+    const specFile = join(target.scratchDir, `exec-${fileId}.json`);
+    this.#pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
     // The tag is inherited by everything the command starts, so kill() finds descendants that
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
@@ -168,7 +172,9 @@ export class SandboxProcess {
         if (timer) clearTimeout(timer);
         rmSync(specFile, { force: true });
         rmSync(this.#pidFile, { force: true });
-        this.#cgroup?.remove();
+        // A shared tag's cgroup belongs to whoever shares it (a session removes it at close,
+        // killTagged): removed here, it could vanish under the next command before its move.
+        if (opts.tag === undefined) this.#cgroup?.remove();
         this.#exit = {
           exitCode: this.#timedOut ? 137 : (code ?? 1),
           timedOut: this.#timedOut,

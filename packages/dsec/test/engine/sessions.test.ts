@@ -269,6 +269,22 @@ describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }
     await s.close();
   });
 
+  test('forty commands queued at once each run in their own process, one after the other, and none ends the session', async () => {
+    // A queued command starts the moment the previous one's markers are in, before that one's
+    // crun exec has been reaped: nothing of one command (its pid file, its cgroup) may be
+    // handed to or removed under the next. Both once were: the next command was killed as
+    // "cannot move the command into its cgroup" and the session reported ended.
+    const s = await sb.sessions.create();
+    const runs = Array.from({ length: 40 }, (_, i) => s.run(`N=$((\${N:-0}+1)); echo ${i} $N`));
+    const results = await Promise.all(runs);
+    results.forEach((r, i) => {
+      assert.equal(r.exitCode, 0, `command ${i}: ${r.stderr}`);
+      assert.equal(r.stdout, `${i} ${i + 1}\n`, `command ${i} ran ${i + 1}th, after the state of the ones before`);
+      assert.equal(r.sessionAlive, true);
+    });
+    await s.close();
+  });
+
   test('each session command is a crun exec of its own; an idle session holds no process', async () => {
     const own = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 64 } });
     try {
