@@ -77,7 +77,20 @@ export class SimulatedEdge implements EdgeApi {
     };
   }
 
+  /** Creates still being made: a kill waits for one, as a real edge's does. */
+  readonly #making = new Map<string, Promise<unknown>>();
+
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
+    const made = this.#create(req);
+    this.#making.set(req.id, made.catch(() => undefined));
+    try {
+      return await made;
+    } finally {
+      this.#making.delete(req.id);
+    }
+  }
+
+  async #create(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     if (this.createDelayMs > 0) await new Promise((r) => setTimeout(r, this.createDelayMs));
     const known = this.#sandboxes.get(req.id);
     if (known) return strip(known);
@@ -112,6 +125,7 @@ export class SimulatedEdge implements EdgeApi {
   }
 
   async killSandbox(id: string): Promise<void> {
+    await this.#making.get(id);
     this.kills.set(id, (this.kills.get(id) ?? 0) + 1);
     this.#sandboxes.delete(id);
   }
@@ -246,6 +260,8 @@ export interface SimulatedEdgeOptions {
   /** Loopback address to listen on. @default 127.0.0.1 */
   host?: string;
   node?: SimulatedNode;
+  /** Node labels, besides simulated=true (placement.labels picks edges by them). */
+  labels?: Record<string, string>;
   log?: Logger;
 }
 
@@ -290,7 +306,7 @@ export async function startSimulatedEdge(opts: SimulatedEdgeOptions): Promise<Ru
       id: opts.id,
       url,
       pool: 'default',
-      labels: { simulated: 'true' },
+      labels: { ...opts.labels, simulated: 'true' },
       cpuOvercommit: 0,
       info: () => edge.info(),
       log,

@@ -280,13 +280,21 @@ export class BatchService {
 
   /** An item whose sandbox a previous run created: running, failed, or still being reconciled. */
   async #settleExisting(b: LiveBatch, index: number, sandboxId: string): Promise<void> {
+    let leased: boolean | undefined;
     for (let waited = 0; ; waited += 500) {
       if (b.cancelled) return; // its row goes with the cancel's kill
       const s = await this.store.getSandbox(sandboxId);
       if (!s) return this.#emit(b, { type: 'failed', index, sandboxId, code: 'SANDBOX_NOT_FOUND', reason: 'the sandbox was killed before the batch finished' });
       if (s.status === 'running' || s.status === 'paused') return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });
       if (s.status !== 'creating') return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: s.reason ?? s.status });
-      // 'creating' across a restart or a dead replica's create: the edge says whether it runs it.
+      // 'creating' across a restart or a dead replica's create. A row with a create lease is
+      // settled by the replica that takes abandoned creates over (create-leases.ts) once the lease
+      // runs out; only rows written before create leases existed are settled here.
+      if (leased ??= (await this.store.createOwner(sandboxId)) !== undefined) {
+        if (this.#stopped) return; // the batch stays running in the store: the next start resumes it
+        await new Promise((r) => setTimeout(r, 500));
+        continue;
+      }
       if (waited >= 1000 && (await this.#edgeRuns(s.edge, sandboxId))) {
         await this.store.setStatus(sandboxId, 'running');
         return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });

@@ -13,6 +13,7 @@ import type { EdgeApi, SandboxLimits } from '../edge/edge-api.js';
 import { EdgeRegistry } from './edges/edge-registry.js';
 import { BatchService } from './batches.js';
 import { checkPolicy, SandboxCreation } from './sandbox-creation.js';
+import { CreateLeases } from './create-leases.js';
 import type { ImageId, ImageStore } from '../image/image-store.js';
 import { Volumes } from './volumes.js';
 import type { LayerDigest } from '../image/layer-store.js';
@@ -78,6 +79,8 @@ export class ControlPlane {
   readonly metrics = new Metrics();
   /** Resolving, placing and creating sandboxes (placement.ts decides where). */
   readonly #creation: SandboxCreation;
+  /** Leases on creates in flight; a dead replica's are taken over (create-leases.ts). */
+  readonly createLeases: CreateLeases;
   /** Warm pools: ready sandboxes a create claims instead of waiting for one (started by the runtime). */
   readonly pools: WarmPools;
   /** Function calls, run by the edges' FnCall backends. */
@@ -102,7 +105,9 @@ export class ControlPlane {
     this.quotas = new ProjectQuotas(store);
     this.projectImages = new ProjectImages(store, images);
     this.volumes = new Volumes({ store, edges: this.edges, log: log.child({ component: 'volumes' }) });
+    this.createLeases = new CreateLeases(store, this.edges, log.child({ component: 'create-leases' }), this.replicaId);
     this.#creation = new SandboxCreation({
+      createLease: () => this.createLeases.lease(),
       quotas: this.quotas,
       projectImages: this.projectImages,
       store,
@@ -153,7 +158,8 @@ export class ControlPlane {
     const edge = this.edges.apiEvenIfLost(edgeId);
     // A create that is in flight now may finish on the edge after it lists its sandboxes, or
     // before the store is read below: either way, that sandbox is its create's to settle.
-    const inflight = new Set(this.#creation.inflight);
+    // On a shared store, creates another replica has in flight count too (their leases are live).
+    const inflight = new Set([...this.#creation.inflight, ...(await this.store.leasedCreates(edgeId, Date.now()))]);
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
     const lost: string[] = [];
     const killedLost: string[] = [];
@@ -512,22 +518,33 @@ export class ControlPlane {
     return done;
   }
 
-  /** Runs sweepExpired every `intervalMs` until the returned stop function is called. */
+  /**
+   * Runs sweepExpired (and the takeover of abandoned creates) every `intervalMs` on the replica
+   * holding the expiry lease, and renews this replica's create leases, until the returned stop
+   * function is called.
+   */
   startExpiryLoop(intervalMs = 1000): () => void {
     let running = false;
     const timer = setInterval(() => {
       if (running) return;
       running = true;
-      // One replica sweeps: the one holding the lease, renewed at each sweep.
+      // One replica sweeps: the one holding the lease, renewed at each sweep. It also takes over
+      // the creates of replicas that died mid-create (create-leases.ts).
       void this.store
         .lease('expiry', this.replicaId, EXPIRY_LEASE_MS)
-        .then((mine) => (mine ? this.sweepExpired() : undefined))
+        .then(async (mine) => {
+          if (!mine) return;
+          await this.sweepExpired();
+          await this.createLeases.takeOver();
+        })
         .catch((err: unknown) => this.log.error({ err }, 'expiry sweep failed'))
         .finally(() => (running = false));
     }, intervalMs);
     timer.unref();
+    const stopRenewing = this.createLeases.startRenewing(intervalMs);
     return () => {
       clearInterval(timer);
+      stopRenewing();
       void this.store.releaseLease('expiry', this.replicaId).catch(() => undefined);
     };
   }

@@ -138,6 +138,7 @@ describe('bursting (SandboxCreation.place)', () => {
       projectImages: undefined as unknown as ProjectImages,
       quotas: undefined as unknown as ProjectQuotas,
       burstPool: 'burst',
+      createLease: () => ({ owner: 'test', until: 0 }),
       burstThreshold: 0.8,
     });
   const limits = { cpu: 1, memoryMiB: 512, pids: 512 };

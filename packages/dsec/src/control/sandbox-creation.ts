@@ -8,7 +8,7 @@ import { allowEntryError } from '../net/policy.js';
 import type { EdgeRegistry } from './edges/edge-registry.js';
 import type { Metrics } from './metrics.js';
 import { infeasible, place, poolUtilisation } from './placement.js';
-import type { StateStore } from './state-store.js';
+import type { CreateLease, StateStore } from './state-store.js';
 import { DEFAULT_LIMITS, newSandboxId } from './sandbox-ids.js';
 import type { ProjectImages } from './project-images.js';
 import type { ProjectQuotas } from './project-quotas.js';
@@ -30,6 +30,8 @@ export interface SandboxCreationDeps {
   /** Pool that takes burstable sandboxes when their pool is above `burstThreshold` or full. */
   burstPool: string;
   burstThreshold: number;
+  /** The lease each create's row is written with (control/create-leases.ts). */
+  createLease: () => CreateLease;
 }
 
 /** How one create is made: see SandboxCreation.create. */
@@ -177,7 +179,7 @@ export class SandboxCreation {
       try {
         // The project's quota is checked with the row's insert, under the project's lock; a
         // create placed again after an edge refused it has had its rate token already.
-        await this.deps.quotas.admit(project, limits, 1, () => this.deps.store.insertSandbox(info, opts.batch, req), { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true });
+        await this.deps.quotas.admit(project, limits, 1, () => this.deps.store.insertSandbox(info, opts.batch, req, this.deps.createLease()), { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true });
       } catch (err) {
         this.inflight.delete(info.id);
         this.deps.edges.release(edgeId, limits, true);
@@ -202,7 +204,7 @@ export class SandboxCreation {
           continue;
         }
         const reason = err instanceof Error ? err.message : String(err);
-        await this.deps.store.setStatus(info.id, 'failed', reason);
+        await this.deps.store.settleCreate(info.id, 'failed', reason);
         if (err instanceof ApiError) {
           err.details['sandboxId'] = info.id;
           throw err;
@@ -211,11 +213,17 @@ export class SandboxCreation {
       }
       this.deps.edges.release(edgeId, limits, false);
       this.inflight.delete(info.id);
+      const settled = await this.deps.store.settleCreate(info.id, 'running');
       // The edge was declared lost while this create was in flight: the row says lost, and stays so.
-      if ((await this.deps.store.getSandbox(info.id))?.status === 'lost') {
+      if (settled === 'lost') {
         throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, { sandboxId: info.id, edge: edgeId });
       }
-      await this.deps.store.setStatus(info.id, 'running');
+      if (settled !== 'running') {
+        // This replica lost the store for longer than its create lease, and another replica took
+        // the create over and settled it (create-leases.ts): its word stands.
+        const row = await this.deps.store.getSandbox(info.id);
+        throw new ApiError('SANDBOX_CREATE_FAILED', `sandbox ${info.id} was settled by another control-plane replica while this one created it: ${row?.reason ?? settled ?? 'gone'}`, { sandboxId: info.id });
+      }
       return { ...info, status: 'running' };
     }
   }
@@ -290,7 +298,10 @@ export class SandboxCreation {
                 limits,
                 placed.length,
                 async (n) => {
-                  await this.deps.store.insertSandboxes(placed.slice(0, n).map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })));
+                  await this.deps.store.insertSandboxes(
+                    placed.slice(0, n).map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })),
+                    this.deps.createLease(),
+                  );
                   return n;
                 },
                 { fit: true, pace: true, rate: fresh > 0, onShort: (err) => (refused = err) },
@@ -349,10 +360,13 @@ export class SandboxCreation {
       );
       for (const p of running) done.push({ id: p.info.id, status: 'running' });
       for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
-      const lostMeanwhile = await this.deps.store.setStatuses(done);
+      const settledElsewhere = await this.deps.store.setStatuses(done);
       for (const p of running) {
+        const other = settledElsewhere.get(p.info.id);
         // The edge was declared lost while this create was in flight: the row says lost.
-        if (lostMeanwhile.has(p.info.id)) hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
+        if (other?.status === 'lost') hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
+        // Another replica took the create over (this one lost the store past its lease) and failed it.
+        else if (other) hooks.onFailed(p.item.index, 'SANDBOX_CREATE_FAILED', other.reason ?? `settled as ${other.status} by another replica`, p.info.id);
         else {
           this.deps.metrics.observeCreate(backend, performance.now() - started);
           hooks.onRunning(p.item.index, p.info.edge, p.info.id);

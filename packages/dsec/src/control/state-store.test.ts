@@ -127,6 +127,28 @@ describe('StateStore sandboxes', () => {
     assert.equal((await store.getSandbox('sb-local-dddddd'))!.reason, undefined);
   });
 
+  test('create leases: renewed creates stay their replica\'s, unrenewed ones are abandoned, and a settle applies only to a row still creating', async () => {
+    const t0 = 1_000_000;
+    await store.insertSandbox(info('sb-local-lease1', {}, { status: 'creating' }), undefined, undefined, { owner: 'r1', until: t0 + 10_000 });
+    await store.insertSandbox(info('sb-local-lease2', {}, { status: 'creating' }), undefined, undefined, { owner: 'r2', until: t0 + 10_000 });
+    assert.deepEqual(await store.abandonedCreates(t0 + 5_000), []);
+    assert.equal(await store.createOwner('sb-local-lease1'), 'r1');
+    assert.equal(await store.renewCreates('r1', t0 + 20_000), 1);
+    assert.deepEqual((await store.leasedCreates('local', t0 + 15_000)).has('sb-local-lease1'), true);
+    assert.deepEqual(
+      (await store.abandonedCreates(t0 + 15_000)).map((r) => [r.id, r.owner]),
+      [['sb-local-lease2', 'r2']],
+    );
+    assert.equal(await store.settleCreate('sb-local-lease2', 'failed', 'taken over'), 'failed');
+    assert.equal(await store.settleCreate('sb-local-lease2', 'running'), 'failed', 'a settled create is not settled again');
+    assert.equal((await store.setStatuses([{ id: 'sb-local-lease2', status: 'running' }])).get('sb-local-lease2')?.reason, 'taken over');
+    assert.equal((await store.getSandbox('sb-local-lease2'))?.status, 'failed');
+    assert.equal(await store.settleCreate('sb-local-lease1', 'running'), 'running');
+    assert.equal(await store.renewCreates('r1', t0 + 30_000), 0, 'a running sandbox has no create lease to renew');
+    assert.equal(await store.settleCreate('sb-local-nosuch', 'running'), undefined);
+    for (const id of ['sb-local-lease1', 'sb-local-lease2']) await store.deleteSandbox(id);
+  });
+
   test('deleteSandbox removes it', async () => {
     await store.insertSandbox(info('sb-local-eeeeee', {}));
     await store.deleteSandbox('sb-local-eeeeee');

@@ -358,35 +358,76 @@ export class StateStore {
    * `spec`: the create request as the caller sent it (saveSpec), written in the same transaction:
    * one commit per create instead of two.
    */
-  async insertSandbox(s: SandboxInfo, batch?: { id: string; index: number }, spec?: unknown): Promise<void> {
-    if (spec === undefined) return insertSandboxRow(this.db, s, batch);
+  async insertSandbox(s: SandboxInfo, batch?: { id: string; index: number }, spec?: unknown, lease?: CreateLease): Promise<void> {
+    if (spec === undefined) return insertSandboxRow(this.db, s, batch, lease);
     await this.db.transaction(async (tx) => {
-      await insertSandboxRow(tx, s, batch);
+      await insertSandboxRow(tx, s, batch, lease);
       await saveSpecRow(tx, s.id, spec);
     });
   }
 
   /** Many rows (a batch's group) in one transaction: one commit instead of one per sandbox. */
-  async insertSandboxes(rows: { info: SandboxInfo; batch?: { id: string; index: number }; spec: unknown }[]): Promise<void> {
+  async insertSandboxes(rows: { info: SandboxInfo; batch?: { id: string; index: number }; spec: unknown }[], lease?: CreateLease): Promise<void> {
     await this.db.transaction(async (tx) => {
       for (const r of rows) {
-        await insertSandboxRow(tx, r.info, r.batch);
+        await insertSandboxRow(tx, r.info, r.batch, lease);
         await saveSpecRow(tx, r.info.id, r.spec);
       }
     });
   }
 
+  // --- create leases: a create in flight is vouched for by its replica (control/create-leases.ts)
+
+  /** Extends the lease of every create `owner` has in flight (one statement, whatever their number). */
+  async renewCreates(owner: string, until: number): Promise<number> {
+    const { changes } = await this.db.run("UPDATE sandboxes SET create_lease_until = ? WHERE create_owner = ? AND status = 'creating'", [until, owner]);
+    return changes;
+  }
+
+  /** The replica whose create lease a row carries (undefined: none, a row from before create leases). */
+  async createOwner(id: string): Promise<string | undefined> {
+    return (await this.db.get<{ owner: string | null }>('SELECT create_owner AS owner FROM sandboxes WHERE id = ?', [id]))?.owner ?? undefined;
+  }
+
+  /** Creates on `edge` some replica still vouches for at `now`: reconcile leaves them to their create. */
+  async leasedCreates(edge: string, now: number): Promise<Set<string>> {
+    const rows = await this.db.all<{ id: string }>("SELECT id FROM sandboxes WHERE edge = ? AND status = 'creating' AND create_lease_until >= ?", [edge, now]);
+    return new Set(rows.map((r) => r.id));
+  }
+
+  /** Creates whose replica stopped renewing their lease before `now` (it died, or lost the store). */
+  async abandonedCreates(now: number): Promise<{ id: string; edge: string; owner: string }[]> {
+    return this.db.all<{ id: string; edge: string; owner: string }>(
+      "SELECT id, edge, create_owner AS owner FROM sandboxes WHERE status = 'creating' AND create_lease_until IS NOT NULL AND create_lease_until < ? ORDER BY created_at",
+      [now],
+    );
+  }
+
   /**
-   * Many status changes in one transaction; a row already `lost` keeps that (its edge went away
-   * meanwhile). Returns the ids left unchanged for that reason.
+   * Settles a create: the row becomes `status` only while it is still `creating` (another replica
+   * may have taken the create over, or the edge been lost, meanwhile). Returns the row's status
+   * after the call (undefined: the row is gone).
    */
-  async setStatuses(updates: { id: string; status: SandboxStatus; reason?: string }[]): Promise<Set<string>> {
-    const kept = new Set<string>();
+  async settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined> {
+    const { changes } = await this.db.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [status, reason ?? null, id]);
+    if (changes === 1) return status;
+    return (await this.db.get<{ status: SandboxStatus }>('SELECT status FROM sandboxes WHERE id = ?', [id]))?.status;
+  }
+
+  /**
+   * A group's create outcomes in one transaction; a row no longer `creating` keeps what it says
+   * (its edge was lost, or another replica settled it). Returns those rows with their status.
+   */
+  async setStatuses(updates: { id: string; status: SandboxStatus; reason?: string }[]): Promise<Map<string, { status: SandboxStatus; reason?: string }>> {
+    const kept = new Map<string, { status: SandboxStatus; reason?: string }>();
     await this.db.transaction(async (tx) => {
       for (const u of updates) {
-        // No row changed: lost meanwhile, or gone altogether (killed); only the first is kept.
-        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status != 'lost'", [u.status, u.reason ?? null, u.id]);
-        if (changes === 0 && (await tx.get<{ status: string }>('SELECT status FROM sandboxes WHERE id = ?', [u.id]))?.status === 'lost') kept.add(u.id);
+        // No row changed: lost meanwhile, taken over by another replica (control/create-leases.ts),
+        // or gone altogether (killed); the first two are kept with what they say.
+        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [u.status, u.reason ?? null, u.id]);
+        if (changes === 1) continue;
+        const now = await tx.get<{ status: SandboxStatus; reason: string | null }>('SELECT status, reason FROM sandboxes WHERE id = ?', [u.id]);
+        if (now && now.status !== u.status) kept.set(u.id, { status: now.status, ...(now.reason ? { reason: now.reason } : {}) });
       }
     });
     return kept;
@@ -510,15 +551,22 @@ export function isPostgresUrl(location: string): boolean {
   return /^postgres(ql)?:\/\//.test(location);
 }
 
-async function insertSandboxRow(db: Sql, s: SandboxInfo, batch?: { id: string; index: number }): Promise<void> {
+/** The replica creating a sandbox and until when it vouches for the create (renewed while it runs). */
+export interface CreateLease {
+  owner: string;
+  until: number;
+}
+
+async function insertSandboxRow(db: Sql, s: SandboxInfo, batch?: { id: string; index: number }, lease?: CreateLease): Promise<void> {
   await db.run(
     `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
-      on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib, create_owner, create_lease_until)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null,
       JSON.stringify(s.layers), s.ttlSeconds ?? null, s.idleTimeoutSeconds ?? null, s.onExpiry,
       s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt), batch?.id ?? null, batch?.index ?? null, s.backend,
-      s.project ?? DEFAULT_PROJECT, s.resources.cpu, s.resources.memoryMiB,
+      s.project ?? DEFAULT_PROJECT, s.resources.cpu, s.resources.memoryMiB, lease?.owner ?? null, lease?.until ?? null,
     ],
   );
 }

@@ -203,6 +203,17 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 6,
+    name: 'create leases: the replica creating a sandbox, and until when it vouches for the create',
+    up: async (db) => {
+      await db.exec(`
+        ALTER TABLE sandboxes ADD COLUMN create_owner TEXT;
+        ALTER TABLE sandboxes ADD COLUMN create_lease_until BIGINT;
+        CREATE INDEX IF NOT EXISTS sandboxes_creating ON sandboxes(status, create_lease_until);
+      `);
+    },
+  },
 ];
 
 /**
