@@ -10,6 +10,8 @@ import type {
 } from '@dsec/sdk/schema';
 import type { ExecTarget } from '../exec/exec-target.js';
 import { ProcessTable } from '../exec/process-table.js';
+import { EndedSession, ExecJournal, restartReason } from '../exec/exec-journal.js';
+import { killTagged } from '../exec/sandbox-process.js';
 import { runCommand, streamCommand, type ExecEvent } from '../exec/run-command.js';
 import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
@@ -175,7 +177,9 @@ export class Edge implements EdgeApi {
       // A paused sandbox is adopted too (crun reports its frozen cgroup as paused): the kernel's
       // freezer, not state.json, says whether it is paused.
       if (record?.phase === 'running' && !lostLayer && (c?.status === 'running' || c?.status === 'paused')) {
-        this.#live.set(id, this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' }));
+        const live = this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' });
+        this.#live.set(id, live);
+        this.#endExecsOfOldEdge(live);
         adopted.push(id);
         continue;
       }
@@ -427,7 +431,23 @@ export class Edge implements EdgeApi {
   #liveSandbox(record: SandboxRecord): LiveSandbox {
     const paths = this.records.paths(record.id);
     const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
-    return { record, target, processes: new ProcessTable(record.id), sessions: new Map(), ptys: new Set(), ports: new Set(), stop: new AbortController() };
+    const journal = new ExecJournal(join(paths.scratch, 'journal'));
+    return { record, target, journal, processes: new ProcessTable(record.id, journal), sessions: new Map(), ptys: new Set(), ports: new Set(), stop: new AbortController() };
+  }
+
+  /**
+   * An adopted sandbox's sessions and background processes lived in the edge process that ended:
+   * each is reported as ended, with the reason, and what is left of it in the sandbox is killed
+   * (a process that lost its output pipes, a session's background jobs).
+   */
+  #endExecsOfOldEdge(live: LiveSandbox): void {
+    const at = new Date();
+    live.processes.restore(at);
+    for (const n of live.journal.read()) {
+      if (n.kind !== 'session') continue;
+      killTagged(live.record.id, n.tag);
+      live.sessions.set(n.id, new EndedSession(n, restartReason('session', at)));
+    }
   }
 
   #running(id: string): LiveSandbox {
@@ -491,11 +511,12 @@ export class Edge implements EdgeApi {
 
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
     const l = this.#running(id);
-    if (l.sessions.size >= MAX_SESSIONS) {
+    if ([...l.sessions.values()].filter((s) => s.alive).length >= MAX_SESSIONS) {
       throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${id} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
     }
     const s = new ShellSession(l.target, req);
     l.sessions.set(s.id, s);
+    l.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: 0, tag: s.tag });
     return s.info();
   }
 
@@ -503,24 +524,31 @@ export class Edge implements EdgeApi {
     return [...this.#running(id).sessions.values()].map((s) => s.info());
   }
 
-  #session(id: string, sid: string): ShellSession {
+  #session(id: string, sid: string): ShellSession | EndedSession {
     const s = this.#running(id).sessions.get(sid);
     if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${id}`, { sessionId: sid });
     return s;
   }
 
   async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    const s = this.#session(id, sid);
+    if (s instanceof EndedSession) throw new ApiError('SESSION_CLOSED', `session ${sid} has ${s.endReason}; open a new session`, { sessionId: sid });
     try {
-      return await this.#session(id, sid).exec(req, signal);
+      return await s.exec(req, signal);
     } catch (err) {
       if (err instanceof SessionClosedError) throw new ApiError('SESSION_CLOSED', `${err.message}; open a new session`, { sessionId: sid });
       throw err;
+    } finally {
+      const l = this.#live.get(id);
+      if (l?.sessions.get(sid) === s) l.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: s.commands, tag: s.tag });
     }
   }
 
   async closeSession(id: string, sid: string): Promise<void> {
     const s = this.#session(id, sid);
-    this.#running(id).sessions.delete(sid);
+    const l = this.#running(id);
+    l.sessions.delete(sid);
+    l.journal.forget(sid);
     await s.close();
   }
 
@@ -772,7 +800,10 @@ interface LiveSandbox {
   record: SandboxRecord;
   target: ExecTarget;
   processes: ProcessTable;
-  sessions: Map<string, ShellSession>;
+  /** Where its sessions and processes are noted, so a restarted edge reports them (exec-journal.ts). */
+  journal: ExecJournal;
+  /** Open sessions, and those a restart ended (listed until closed). */
+  sessions: Map<string, ShellSession | EndedSession>;
   ptys: Set<PtyProcess>;
   /** Open connections to the sandbox's ports (openPort). */
   ports: Set<Socket>;

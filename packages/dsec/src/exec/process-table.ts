@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import type { Encoding, ProcessInfo, ProcessOutput, StartProcessRequest } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
+import { EndedProcess, restartReason, type ExecJournal } from './exec-journal.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
-import { SandboxProcess, type CommandProcess } from './sandbox-process.js';
+import { killTagged, SandboxProcess, type CommandProcess } from './sandbox-process.js';
 
 interface Entry {
   id: string;
@@ -21,24 +22,57 @@ const KEEP_EXITED = 64;
 export class ProcessTable {
   readonly #entries = new Map<string, Entry>();
 
-  /** `sandboxId` names the sandbox in PROCESS_NOT_FOUND errors. */
-  constructor(readonly sandboxId: string) {}
+  /**
+   * `sandboxId` names the sandbox in PROCESS_NOT_FOUND errors. With a `journal`, each process is
+   * noted on disk while it runs and after it exits (until pruned), so a restarted edge reports it.
+   */
+  constructor(
+    readonly sandboxId: string,
+    private readonly journal?: ExecJournal,
+  ) {}
 
   start(target: ExecTarget, req: StartProcessRequest): ProcessInfo {
+    const tag = randomBytes(6).toString('hex');
     const proc = new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
       stdin: req.stdin ?? false,
       maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
       timeoutMs: req.timeoutMs,
+      tag,
     });
-    return this.add(req.cmd, proc);
+    return this.add(req.cmd, proc, tag);
   }
 
-  /** Tracks a command some other way started (a VM guest's agent runs it). */
-  add(cmd: StartProcessRequest['cmd'], proc: CommandProcess): ProcessInfo {
+  /** Tracks a command some other way started (a VM guest's agent runs it). `tag`: its exec tag. */
+  add(cmd: StartProcessRequest['cmd'], proc: CommandProcess, tag?: string): ProcessInfo {
     const entry: Entry = { id: `p-${randomBytes(6).toString('hex')}`, cmd, proc };
     this.#entries.set(entry.id, entry);
-    void proc.done.then(() => this.#prune());
+    const noted = { kind: 'process' as const, id: entry.id, cmd, startedAt: proc.startedAt.toISOString(), ...(tag ? { tag } : {}) };
+    this.journal?.note(noted);
+    void proc.done.then((exit) => {
+      if (this.#entries.has(entry.id)) this.journal?.note({ ...noted, exit: { ...exit, stdoutBytes: proc.stdout.total, stderrBytes: proc.stderr.total } });
+      this.#prune();
+    });
     return this.#info(entry);
+  }
+
+  /**
+   * After an edge restart: every process the journal has is reported again. One that was still
+   * running when the old edge ended has lost its output pipes with it: what is left of it in the
+   * sandbox is killed (its exec tag finds its tree), and it is reported ended with the reason.
+   */
+  restore(at: Date): void {
+    for (const n of this.journal?.read() ?? []) {
+      if (n.kind !== 'process') continue;
+      let exit = n.exit;
+      if (!exit) {
+        if (n.tag) killTagged(this.sandboxId, n.tag);
+        const durationMs = Math.max(0, at.getTime() - Date.parse(n.startedAt));
+        exit = { exitCode: 137, timedOut: false, killed: true, durationMs, stdoutBytes: 0, stderrBytes: 0, endReason: restartReason('process', at) };
+        this.journal?.note({ ...n, exit });
+      }
+      this.#entries.set(n.id, { id: n.id, cmd: n.cmd, proc: new EndedProcess({ ...n, exit }) });
+    }
+    this.#prune();
   }
 
   get(id: string): Entry | undefined {
@@ -99,11 +133,15 @@ export class ProcessTable {
       info.exitCode = exit.exitCode;
       info.durationMs = exit.durationMs;
     }
+    if (e.proc instanceof EndedProcess && e.proc.endReason) info.endReason = e.proc.endReason;
     return info;
   }
 
   #prune(): void {
     const exited = [...this.#entries.values()].filter((e) => e.proc.exit);
-    for (const e of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED))) this.#entries.delete(e.id);
+    for (const e of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED))) {
+      this.#entries.delete(e.id);
+      this.journal?.forget(e.id);
+    }
   }
 }

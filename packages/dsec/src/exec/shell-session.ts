@@ -87,7 +87,7 @@ export class ShellSession {
   #state: SessionState | undefined;
   #current: SandboxProcess | undefined;
   /** The exec tag shared by every command of the session, so close() finds their background jobs. */
-  readonly #tag = randomBytes(6).toString('hex');
+  readonly tag = randomBytes(6).toString('hex');
   readonly #target: ExecTarget;
   readonly #req: OpenSessionRequest;
 
@@ -141,7 +141,7 @@ export class ShellSession {
       input: Buffer.from(program),
       maxOutputBytes: 0,
       timeoutMs: req.timeoutMs ?? 60_000,
-      tag: this.#tag,
+      tag: this.tag,
       fd3MaxBytes: MAX_STATE_BYTES,
     });
     this.#current = proc;
@@ -202,7 +202,7 @@ export class ShellSession {
       await current.done;
     }
     // Jobs the session put in the background go with it: they carry the session's exec tag.
-    killTagged(this.#target.id, this.#tag);
+    killTagged(this.#target.id, this.tag);
   }
 }
 
@@ -220,7 +220,10 @@ function commandScript(bash: boolean, cmd: string): string {
 
 export class SessionClosedError extends Error {
   override readonly name = 'SessionClosedError';
-  constructor(readonly sessionId: string) {
-    super(`session ${sessionId} has ended (its shell exited)`);
+  constructor(
+    readonly sessionId: string,
+    why = 'its shell exited',
+  ) {
+    super(`session ${sessionId} has ended (${why})`);
   }
 }

@@ -29,6 +29,9 @@ export const ProcessInfo = Type.Object({
   stdoutBytes: Type.Integer(),
   stderrBytes: Type.Integer(),
   truncated: Type.Boolean(),
+  endReason: Type.Optional(
+    Type.String({ description: 'Set when the process was ended by dsec rather than by itself, e.g. its edge restarted (a background process does not outlive the edge process that holds its pipes).' }),
+  ),
 });
 export type ProcessInfo = Static<typeof ProcessInfo>;
 

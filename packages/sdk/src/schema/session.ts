@@ -20,6 +20,7 @@ export const SessionInfo = Type.Object({
   busy: Type.Boolean({ description: 'A command is running; further commands queue behind it.' }),
   commands: Type.Integer({ description: 'Commands run so far.' }),
   createdAt: Type.String({ format: 'date-time' }),
+  endReason: Type.Optional(Type.String({ description: 'Why the session is no longer alive when dsec ended it, e.g. its edge restarted (a session lives in the edge process).' })),
 });
 export type SessionInfo = Static<typeof SessionInfo>;
 
