@@ -83,6 +83,25 @@ function stateKey(layers: readonly string[], config: ImageConfig): string {
   return createHash('sha256').update(JSON.stringify({ layers, config })).digest('hex');
 }
 
+/**
+ * The command of a RUN with heredocs. `RUN <<EOF` alone runs the body as a shell script, as
+ * Docker does; otherwise the shell gets the command line and the bodies as written (`RUN cat
+ * <<EOF > /f`, `RUN python3 <<EOF`), and handles the heredocs, quoting and `<<-` itself.
+ */
+function heredocRunArgv(ins: Instruction, rest: string, shell: string[]): string[] {
+  const only = /^<<-?(["']?)([^\s"']+)\1$/.exec(rest.trim());
+  if (only && ins.heredocs.length === 1 && only[2] === ins.heredocs[0]!.name) {
+    const body = ins.heredocs[0]!.content;
+    if (body.startsWith('#!'))
+      throw new DockerfileError(
+        `RUN <<${only[2]} with a #! line is not supported: name the interpreter on the RUN line instead (e.g. RUN python3 <<${only[2]})`,
+        ins.line,
+      );
+    return [...shell, body];
+  }
+  return [...shell, ins.script!];
+}
+
 export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<DockerfileBuildResult> {
   const { images, sandboxes } = opts;
   const progress = opts.progress ?? (() => {});
@@ -348,7 +367,7 @@ export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<Doc
         const s = need(ins);
         const { flags, rest } = takeFlags(ins.args, ins.line);
         if (flags.size) throw new DockerfileError(`RUN ${[...flags.keys()].map((f) => `--${f}`).join(' ')} is not supported`, ins.line);
-        const argv = parseExecForm(rest) ?? [...shell, rest];
+        const argv = ins.heredocs.length ? heredocRunArgv(ins, rest, shell) : (parseExecForm(rest) ?? [...shell, rest]);
         // Build arguments reach RUN as environment variables; ENV wins over an ARG of the same name.
         const envKeys = envMap(s.config.env);
         const runEnv: Record<string, string> = {};
@@ -371,6 +390,11 @@ export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<Doc
       case 'ADD': {
         const s = need(ins);
         const { flags, rest } = takeFlags(ins.args, ins.line);
+        if (ins.heredocs.length)
+          throw new DockerfileError(
+            `${ins.keyword} <<${ins.heredocs[0]!.name} (a heredoc) is not supported: put the file in the build context, or write it with RUN cat <<${ins.heredocs[0]!.name} > PATH`,
+            ins.line,
+          );
         if (flags.has('from')) throw new DockerfileError('COPY --from is not supported (single-stage builds only)', ins.line);
         for (const f of flags.keys())
           if (!['chown', 'chmod', 'link'].includes(f)) throw new DockerfileError(`${ins.keyword} --${f} is not supported`, ins.line);

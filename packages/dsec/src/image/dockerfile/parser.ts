@@ -1,9 +1,19 @@
+import { Copy, DockerfileParser, Run } from 'dockerfile-ast';
+
 /**
- * Dockerfile parsing: parser directives (`# escape=`), comments, line continuations, and the
- * instructions dsec builds (FROM, RUN, COPY, ADD, ENV, ARG, WORKDIR, USER, ENTRYPOINT, CMD,
- * LABEL, SHELL, plus EXPOSE/VOLUME/STOPSIGNAL/HEALTHCHECK/MAINTAINER, which are noted and
- * ignored). Variable substitution follows Docker's rules: $VAR, ${VAR}, ${VAR:-word},
- * ${VAR:+word}, no expansion inside single quotes, and never in RUN/CMD/ENTRYPOINT (the shell's job).
+ * Dockerfile parsing. The structure comes from dockerfile-ast (the parser of the Docker language
+ * server in VS Code and other editors): parser directives (`# escape=`), comments, where each
+ * instruction starts and ends across line continuations, heredocs (`RUN <<EOF`) and their
+ * delimiters. This module joins an instruction's lines into its arguments itself, because
+ * dockerfile-ast's own argument text keeps comment lines that sit inside a continuation, which
+ * Docker drops. It also checks what dockerfile-ast lets pass: an escape directive other than
+ * \ or `, and a heredoc whose delimiter line never comes (dockerfile-ast then ends the
+ * instruction at the end of the file, or continues a body line ending in the escape character
+ * into the delimiter line).
+ *
+ * Variable substitution follows Docker's rules: $VAR, ${VAR}, ${VAR:-word}, ${VAR:+word}, no
+ * expansion inside single quotes, and never in RUN/CMD/ENTRYPOINT (the shell's job). It works on
+ * the build's state (ARG and ENV so far), which a parser of the text cannot know.
  */
 
 export class DockerfileError extends Error {
@@ -16,14 +26,29 @@ export class DockerfileError extends Error {
   }
 }
 
+export interface Heredoc {
+  /** The delimiter word, without quotes. */
+  name: string;
+  /** The lines between the `<<NAME` line and the delimiter, each with its newline. */
+  content: string;
+  /** `<<-NAME`: leading tabs of the content and of the delimiter are stripped. */
+  stripTabs: boolean;
+}
+
 export interface Instruction {
   /** Upper-case keyword. */
   keyword: string;
-  /** Everything after the keyword, continuations joined, leading/trailing space trimmed. */
+  /** Everything after the keyword on its (joined) line, leading/trailing space trimmed; heredoc bodies not included. */
   args: string;
   /** The instruction as written, on one line (for progress and cache keys). */
   original: string;
   line: number;
+  /** The escape character of the Dockerfile (`# escape=`). */
+  escape: string;
+  /** Heredocs of RUN/COPY/ADD, in the order their `<<` markers appear. */
+  heredocs: Heredoc[];
+  /** For an instruction with heredocs: its arguments and every line after them up to the last delimiter, as a shell reads them. */
+  script?: string;
 }
 
 const KNOWN = new Set([
@@ -47,56 +72,77 @@ const KNOWN = new Set([
   'ONBUILD',
 ]);
 
+/** Whether a line ends in the escape character (not an escaped one): the next line continues it. */
+function continues(line: string, escape: string): boolean {
+  const body = line.replace(/\s+$/, '');
+  return body.endsWith(escape) && !body.endsWith(escape + escape);
+}
+
+/** Joins an instruction's continuation lines; comment and empty lines inside are dropped. */
+function joinLines(lines: string[], escape: string): string {
+  let out = '';
+  for (const [n, raw] of lines.entries()) {
+    const trimmed = raw.trim();
+    if (n > 0 && (trimmed === '' || trimmed.startsWith('#'))) continue;
+    const body = raw.replace(/\s+$/, '');
+    out += continues(body, escape) ? body.slice(0, -1) : body;
+  }
+  return out;
+}
+
 /** Splits a Dockerfile into instructions. */
 export function parseDockerfile(text: string): Instruction[] {
-  const lines = text.replace(/\r\n?/g, '\n').split('\n');
-  let escape = '\\';
-  // Parser directives: only at the very top, `# key=value`, before any other line.
-  let i = 0;
-  for (; i < lines.length; i++) {
-    const m = /^#\s*([a-zA-Z][a-zA-Z0-9_-]*)\s*=\s*(.*?)\s*$/.exec(lines[i]!);
-    if (!m) break;
-    if (m[1]!.toLowerCase() === 'escape') {
-      if (m[2] !== '\\' && m[2] !== '`') throw new DockerfileError(`invalid escape directive ${JSON.stringify(m[2])}: use \\ or \``, i + 1);
-      escape = m[2];
-    }
+  const normalized = text.replace(/\r\n?/g, '\n');
+  const lines = normalized.split('\n');
+  const df = DockerfileParser.parse(normalized);
+  for (const d of df.getDirectives()) {
+    if (d.getName()?.toLowerCase() !== 'escape') continue;
+    const v = d.getValue();
+    if (v !== '\\' && v !== '`')
+      throw new DockerfileError(`invalid escape directive ${JSON.stringify(v)}: use \\ or \``, d.getRange().start.line + 1);
   }
-  const out: Instruction[] = [];
-  let buf = '';
-  let start = 0;
-  for (let n = 0; n < lines.length; n++) {
-    const raw = lines[n]!;
-    const trimmed = raw.trim();
-    if (buf === '') {
-      if (trimmed === '' || trimmed.startsWith('#')) continue;
-      start = n + 1;
-    } else if (trimmed.startsWith('#') || trimmed === '') {
-      continue; // comments and empty lines inside a continuation are dropped
+  const escape = df.getEscapeCharacter();
+  return df.getInstructions().map((ins) => {
+    const start = ins.getRange().start.line;
+    const end = ins.getRange().end.line;
+    const lineNo = start + 1;
+    const keyword = ins.getKeyword();
+    if (!KNOWN.has(keyword)) throw new DockerfileError(`unknown instruction ${ins.getInstruction()}`, lineNo);
+    // dockerfile-ast reads heredocs of RUN and COPY (not of ADD: its body lines would fail as unknown instructions).
+    const found = ins instanceof Run || ins instanceof Copy ? ins.getHeredocs() : [];
+    const heredocs: Heredoc[] = [];
+    // The command part ends where the line of the first `<<` marker ends (it may be continued); the bodies follow.
+    let commandEnd = found.length ? found[0]!.getStartRange().start.line : end;
+    while (found.length && commandEnd < end && continues(lines[commandEnd]!, escape)) commandEnd++;
+    const joined = joinLines(lines.slice(start, commandEnd + 1), escape);
+    const args = joined.replace(/^\s*\S+\s*/, '').trim();
+    for (const h of found) {
+      const delimiter = h.getDelimiterRange();
+      if (!delimiter)
+        throw new DockerfileError(
+          `heredoc <<${h.getName()} is never closed: end it with a line "${h.getName()}" (a body line ending in ${escape} just before that line hides it)`,
+          lineNo,
+        );
+      const contentRange = h.getContentRange();
+      const marker = lines[h.getStartRange().start.line]!.slice(h.getStartRange().start.character);
+      const stripTabs = marker.startsWith('<<-');
+      let content = contentRange
+        ? lines
+            .slice(contentRange.start.line, contentRange.end.line + 1)
+            .map((l) => `${l}\n`)
+            .join('')
+        : '';
+      if (stripTabs) content = content.replace(/^\t+/gm, '');
+      heredocs.push({ name: h.getName(), content, stripTabs });
     }
-    const body = raw.replace(/\s+$/, '');
-    if (body.endsWith(escape) && !body.endsWith(escape + escape)) {
-      buf += body.slice(0, -1);
-      if (n === lines.length - 1) out.push(toInstruction(buf, start));
-      continue;
-    }
-    buf += body;
-    out.push(toInstruction(buf, start));
-    buf = '';
-  }
-  return out.map((ins) => ({ ...ins, escape }) as Instruction);
-
-  function toInstruction(line: string, lineNo: number): Instruction {
-    const m = /^\s*(\S+)\s*([\s\S]*)$/.exec(line)!;
-    const keyword = m[1]!.toUpperCase();
-    if (!KNOWN.has(keyword)) throw new DockerfileError(`unknown instruction ${m[1]}`, lineNo);
-    const args = m[2]!.trim();
-    return { keyword, args, original: `${keyword} ${args}`.trim(), line: lineNo };
-  }
+    const script = found.length ? [args, ...lines.slice(commandEnd + 1, end + 1)].join('\n') + '\n' : undefined;
+    return { keyword, args, original: `${keyword} ${args}`.trim(), line: lineNo, escape, heredocs, ...(script ? { script } : {}) };
+  });
 }
 
 /** The escape character an instruction was parsed with. */
 export function escapeOf(ins: Instruction): string {
-  return (ins as Instruction & { escape?: string }).escape ?? '\\';
+  return ins.escape;
 }
 
 /** `["a", "b"]` → ['a','b']; undefined when the text is not a JSON array of strings (shell form). */

@@ -200,12 +200,6 @@ export async function extractTarSafely(source: AsyncIterable<Buffer>, root: stri
       continue;
     }
 
-    if (h.type === 'other') {
-      warnOnce(`type-${h.typeflag}`, `${opts.label}: skipped entries of unsupported tar type ${JSON.stringify(h.typeflag)} (${rel})`);
-      stats.skipped++;
-      continue;
-    }
-
     const abs = prepareParents(rel);
     const existing = lstatOrUndefined(abs);
     stats.entries++;

@@ -1,6 +1,13 @@
 /**
  * A small tar writer (ustar, with a pax header when a name, link name, size or id does not fit),
  * for sending files into a sandbox (Dockerfile COPY). Names are stored as given (relative).
+ *
+ * Why not tar-stream's packer (tar-stream reads every archive dsec imports): its callers need the
+ * archive synchronously (prepareCopy hashes it into a build-cache key; tests build hostile
+ * archives inline), and tar-stream's pack is a stream that opens on the next tick, so no
+ * synchronous use is possible. It also writes no pax uid/gid (an owner above 2097151 becomes
+ * 2097151). This writer only encodes dsec's own entries, never parses input; GNU tar and
+ * tar-stream read its output back in test/state/tar-archives.test.ts and oci-units.test.ts.
  */
 
 export interface TarWriteEntry {
