@@ -1,8 +1,8 @@
 /**
  * The Dockerfile parser on dockerfile-ast: heredocs (`RUN <<EOF`, `cat <<EOF > f`, `<<-`, quoted
  * delimiters, several in one RUN), the escape directive, CRLF, comments inside continuations,
- * and what is refused with a line number (an unclosed heredoc, a bad escape directive, COPY <<EOF).
- * One real build on busybox runs heredoc RUNs in sandboxes.
+ * and what is refused with a line number (an unclosed heredoc, a bad escape directive, ADD <<EOF). Real builds
+ * on busybox run heredoc RUNs in sandboxes and make files of COPY heredocs.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -81,6 +81,7 @@ describe('Dockerfile parser (dockerfile-ast)', () => {
     refused('FROM busybox\nRUN <<EOF\necho a \\\nEOF\n', /line 2: heredoc <<EOF is never closed/);
     refused('# escape=x\nFROM busybox\n', /line 1: invalid escape directive "x"/);
     refused('FROM busybox\nFROBNICATE x\n', /line 2: unknown instruction FROBNICATE/);
+    refused('FROM busybox\nADD <<EOF /f\nx\nEOF\n', /line 2: ADD <<EOF \(a heredoc\) is not supported: use COPY <<EOF/);
   });
 });
 
@@ -123,11 +124,42 @@ describe('Dockerfile heredoc builds (busybox)', { skip: integrationSkipReason(),
     }
   });
 
-  test('COPY <<EOF and a #! heredoc script are refused with what to do instead', async () => {
-    await assert.rejects(
-      build('FROM busybox\nCOPY <<EOF /f\nx\nEOF\n', 'df-copy-heredoc'),
-      /line 2: COPY <<EOF \(a heredoc\) is not supported/,
-    );
+  test('COPY heredocs become files: variables substituted unless the delimiter is quoted, --chmod, several into a directory', async () => {
+    const dockerfile = [
+      'FROM busybox',
+      'ARG WHO=dsec',
+      'COPY <<EOF /etc/greeting',
+      'hello ${WHO} "quoted" \\$HOME',
+      'EOF',
+      "COPY --chmod=755 <<'RAW' /bin/hi",
+      '#!/bin/sh',
+      'echo "hi $1 ${WHO}"',
+      'RAW',
+      'COPY <<A <<B /multi/',
+      'a',
+      'A',
+      'b',
+      'B',
+      '',
+    ].join('\n');
+    const r = await build(dockerfile, 'df-copy-heredoc');
+    assert.equal(r.executed, 3);
+    const sb = await Sandbox.create({ ...server.conn, image: 'df-copy-heredoc' });
+    try {
+      const run = async (cmd: string): Promise<string> => {
+        const out = await sb.commands.run(cmd);
+        assert.equal(out.exitCode, 0, out.stderr);
+        return out.stdout;
+      };
+      assert.equal(await run('cat /etc/greeting'), 'hello dsec "quoted" $HOME\n');
+      assert.equal(await run('stat -c %a /bin/hi; /bin/hi there'), '755\nhi there \n');
+      assert.equal(await run('cat /multi/A /multi/B'), 'a\nb\n');
+    } finally {
+      await sb.kill();
+    }
+  });
+
+  test('a #! heredoc script is refused with what to do instead', async () => {
     await assert.rejects(build('FROM busybox\nRUN <<EOF\n#!/bin/python3\nprint(1)\nEOF\n', 'df-shebang'), /RUN python3 <<EOF/);
   });
 });

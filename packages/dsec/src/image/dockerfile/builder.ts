@@ -9,6 +9,7 @@ import {
   DockerfileError,
   type Instruction,
   escapeOf,
+  expandHeredoc,
   parseDockerfile,
   parseExecForm,
   parseKeyValues,
@@ -390,11 +391,12 @@ export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<Doc
       case 'ADD': {
         const s = need(ins);
         const { flags, rest } = takeFlags(ins.args, ins.line);
-        if (ins.heredocs.length)
-          throw new DockerfileError(
-            `${ins.keyword} <<${ins.heredocs[0]!.name} (a heredoc) is not supported: put the file in the build context, or write it with RUN cat <<${ins.heredocs[0]!.name} > PATH`,
-            ins.line,
-          );
+        // `COPY <<EOF /path`: the body is a file; variables are substituted unless the delimiter is quoted, as in Docker.
+        const inline = new Map<string, { name: string; data: Buffer }>();
+        for (const h of ins.heredocs) {
+          const doc = { name: h.name, data: Buffer.from(h.quoted ? h.content : expandHeredoc(h.content, vars())) };
+          inline.set(`<<${h.name}`, doc).set(`<<-${h.name}`, doc);
+        }
         if (flags.has('from')) throw new DockerfileError('COPY --from is not supported (single-stage builds only)', ins.line);
         for (const f of flags.keys())
           if (!['chown', 'chmod', 'link'].includes(f)) throw new DockerfileError(`${ins.keyword} --${f} is not supported`, ins.line);
@@ -421,7 +423,7 @@ export async function buildDockerfile(opts: DockerfileBuildOptions): Promise<Doc
         if (chmodFlag !== undefined && !/^[0-7]{3,4}$/.test(chmodFlag))
           throw new DockerfileError(`--chmod=${chmodFlag}: give octal permission bits`, ins.line);
         const chmod = chmodFlag === undefined ? undefined : parseInt(chmodFlag, 8);
-        const copyOpts = { contextDir: opts.contextDir, sources, dest, uid, gid, chmod, ignore, line: ins.line };
+        const copyOpts = { contextDir: opts.contextDir, sources, dest, uid, gid, chmod, ignore, line: ins.line, inline };
         const prepared = prepareCopy({ ...copyOpts, destIsExistingDir: false });
         const key = BuildCache.key([stateKey(s.layers, s.config), pendingWorkdir, ins.keyword, ins.original, prepared.hash]);
         await sandboxStep(key, ins, true, async (id) => {

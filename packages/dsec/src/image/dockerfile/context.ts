@@ -92,13 +92,21 @@ export interface CopyOptions {
   chmod?: number;
   ignore: IgnoreRules;
   line: number;
+  /** Heredoc sources (`<<EOF` → its content): files made from the Dockerfile, not the context. */
+  inline?: ReadonlyMap<string, { name: string; data: Buffer }>;
 }
 
 /** Resolves COPY sources in the context and packs them as a tar for the destination. */
 export function prepareCopy(o: CopyOptions): PreparedCopy {
   const realContext = realpathSync(o.contextDir);
   const matches: { rel: string; abs: string }[] = [];
+  const inline: { name: string; data: Buffer }[] = [];
   for (const src of o.sources) {
+    const doc = o.inline?.get(src);
+    if (doc) {
+      inline.push(doc);
+      continue;
+    }
     if (/^[a-z][a-z0-9+.-]*:\/\//i.test(src))
       throw new DockerfileError(`COPY/ADD from a URL (${src}) is not supported: only files of the build context`, o.line);
     const clean = cleanArchivePath(src);
@@ -127,8 +135,9 @@ export function prepareCopy(o: CopyOptions): PreparedCopy {
       matches.push({ rel, abs: real });
     }
   }
-  const intoDir = o.dest.endsWith('/') || o.destIsExistingDir || matches.length > 1 || matches.some((m) => statSync(m.abs).isDirectory());
-  if (matches.length > 1 && !o.dest.endsWith('/') && !o.destIsExistingDir) {
+  const sourceCount = matches.length + inline.length;
+  const intoDir = o.dest.endsWith('/') || o.destIsExistingDir || sourceCount > 1 || matches.some((m) => statSync(m.abs).isDirectory());
+  if (sourceCount > 1 && !o.dest.endsWith('/') && !o.destIsExistingDir) {
     throw new DockerfileError(`COPY with several sources needs a destination directory ending in / (${o.dest})`, o.line);
   }
   const destClean = posix.normalize(o.dest);
@@ -176,6 +185,16 @@ export function prepareCopy(o: CopyOptions): PreparedCopy {
       });
     else throw new DockerfileError(`COPY source ${m.rel} is not a file or directory`, o.line);
   }
+  for (const doc of inline)
+    add({
+      name: intoDir ? doc.name : posix.basename(destClean),
+      type: 'file',
+      data: doc.data,
+      mode: o.chmod ?? 0o644,
+      uid: o.uid,
+      gid: o.gid,
+      mtime: 0,
+    });
   hash.update(JSON.stringify({ dir, chmod: o.chmod ?? null }));
   return { tar: tarArchive(entries), dir, hash: hash.digest('hex'), files: entries.length, bytes };
 }

@@ -33,6 +33,8 @@ export interface Heredoc {
   content: string;
   /** `<<-NAME`: leading tabs of the content and of the delimiter are stripped. */
   stripTabs: boolean;
+  /** `<<"NAME"` or `<<'NAME'`: the content is taken as it is, without variable substitution. */
+  quoted: boolean;
 }
 
 export interface Instruction {
@@ -45,7 +47,7 @@ export interface Instruction {
   line: number;
   /** The escape character of the Dockerfile (`# escape=`). */
   escape: string;
-  /** Heredocs of RUN/COPY/ADD, in the order their `<<` markers appear. */
+  /** Heredocs of RUN and COPY, in the order their `<<` markers appear. */
   heredocs: Heredoc[];
   /** For an instruction with heredocs: its arguments and every line after them up to the last delimiter, as a shell reads them. */
   script?: string;
@@ -108,6 +110,8 @@ export function parseDockerfile(text: string): Instruction[] {
     const lineNo = start + 1;
     const keyword = ins.getKeyword();
     if (!KNOWN.has(keyword)) throw new DockerfileError(`unknown instruction ${ins.getInstruction()}`, lineNo);
+    if (keyword === 'ADD' && /(^|\s)<<-?["']?[A-Za-z_]/.test(ins.getArgumentsContent() ?? ''))
+      throw new DockerfileError('ADD <<EOF (a heredoc) is not supported: use COPY <<EOF, which makes the same file', lineNo);
     // dockerfile-ast reads heredocs of RUN and COPY (not of ADD: its body lines would fail as unknown instructions).
     const found = ins instanceof Run || ins instanceof Copy ? ins.getHeredocs() : [];
     const heredocs: Heredoc[] = [];
@@ -133,7 +137,7 @@ export function parseDockerfile(text: string): Instruction[] {
             .join('')
         : '';
       if (stripTabs) content = content.replace(/^\t+/gm, '');
-      heredocs.push({ name: h.getName(), content, stripTabs });
+      heredocs.push({ name: h.getName(), content, stripTabs, quoted: /^<<-?["']/.test(marker) });
     }
     const script = found.length ? [args, ...lines.slice(commandEnd + 1, end + 1)].join('\n') + '\n' : undefined;
     return { keyword, args, original: `${keyword} ${args}`.trim(), line: lineNo, escape, heredocs, ...(script ? { script } : {}) };
@@ -245,6 +249,23 @@ export function splitWords(text: string, vars: ReadonlyMap<string, string> | und
 /** Substitutes variables in text as one word (quotes removed), e.g. a WORKDIR path. */
 export function substitute(text: string, vars: ReadonlyMap<string, string> | undefined, escape = '\\'): string {
   return splitWords(text, vars, escape, false)[0] ?? '';
+}
+
+/**
+ * Substitutes $VAR, ${VAR}, ${VAR:-word} and ${VAR:+word} in the body of an unquoted COPY heredoc;
+ * quotes are content there, and `\$` keeps a literal `$`.
+ */
+export function expandHeredoc(content: string, vars: ReadonlyMap<string, string>): string {
+  return content.replace(
+    /\\\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)/g,
+    (m, braced?: string, op?: string, word?: string, bare?: string) => {
+      if (m === '\\$') return '$';
+      const v = vars.get((braced ?? bare)!);
+      if (op === '-') return v !== undefined && v !== '' ? v : expandHeredoc(word ?? '', vars);
+      if (op === '+') return v !== undefined && v !== '' ? expandHeredoc(word ?? '', vars) : '';
+      return v ?? '';
+    },
+  );
 }
 
 /** `K=V K2="v 2"` (or the legacy `K V…` form when allowed) → pairs, values substituted. */
