@@ -10,8 +10,10 @@
  * Then it serves the edge over that port (protocol: packages/dsec/src/edge/backends/vm/README.md):
  * frames of [u32 header length][u32 payload length][JSON header][payload], requests carrying an
  * id the edge chose, events echoing it. exec (streamed stdout/stderr, stdin, signals to the
- * command's process group, exit status; or under a pseudo-terminal, with resize), file
- * read/write/stat/list/mkdir/remove/rename, sync.
+ * command's process group, exit status; or under a pseudo-terminal, with resize; optionally a
+ * third output pipe on fd 3, a Landlock domain of its own, a cgroup shared with other commands),
+ * connections to TCP ports on the guest's loopback, file read/write/stat/list/mkdir/remove/rename,
+ * sync.
  *
  * The port has one end in the guest (this process holds it; virtio_console refuses a second
  * opener with EBUSY, and the device node is unlinked once open) and one on the host (a unix
@@ -38,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <termios.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
@@ -54,6 +57,8 @@
 #define MAX_PROCS 256
 #define MAX_LAYERS 64
 #define CHUNK 65536
+#define MAX_CONNS 64
+#define GROUP_ROOT "/sys/fs/cgroup/dsec"
 
 /* ---------- console and fatal errors ------------------------------------------------------ */
 
@@ -534,10 +539,115 @@ static void boot(void) {
   must_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
   must_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620");
   must_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+  /* cgroup2, so the commands of one session share a group the edge can end at once (cgroup.kill):
+     a job that called setsid leaves the process group, never the cgroup. No controllers. */
+  if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0) mkdir(GROUP_ROOT, 0755);
+  else logmsg("cgroup2: %s (session commands share no cgroup)", strerror(errno));
   mkdir("/tmp", 01777);
   loopback_up();
   network_up();
   sethostname("sandbox", 7);
+}
+
+
+/* ---------- Landlock (the same rules as native/landlock-exec.c, applied in the child) ------ */
+
+/*
+ * The guest kernel's Landlock, applied by the command's own process before it execs, so nothing
+ * of the agent stays in it. The ABI is stable: its constants are spelt out (as dsec-landlock does)
+ * rather than taken from the build machine's headers. isolate: a domain of its own that changes
+ * no file right that matters (a process an earlier command left running cannot ptrace it or open
+ * its /proc/<pid>/fd, mem or environ). rw: changes to files only beneath those paths (and /dev's
+ * standard nodes, /dev/shm, /dev/pts). Either fails closed: the command does not run.
+ */
+#define LL_CREATE_RULESET 444
+#define LL_ADD_RULE 445
+#define LL_RESTRICT_SELF 446
+#define LL_FS_WRITE_FILE (1ULL << 1)
+#define LL_FS_REMOVE_DIR (1ULL << 4)
+#define LL_FS_REMOVE_FILE (1ULL << 5)
+#define LL_FS_MAKE_CHAR (1ULL << 6)
+#define LL_FS_MAKE_DIR (1ULL << 7)
+#define LL_FS_MAKE_REG (1ULL << 8)
+#define LL_FS_MAKE_SOCK (1ULL << 9)
+#define LL_FS_MAKE_FIFO (1ULL << 10)
+#define LL_FS_MAKE_BLOCK (1ULL << 11)
+#define LL_FS_MAKE_SYM (1ULL << 12)
+#define LL_FS_REFER (1ULL << 13)
+#define LL_FS_TRUNCATE (1ULL << 14)
+
+struct ll_path_beneath {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+} __attribute__((packed));
+
+static int ll_allow(int ruleset, const char *path, uint64_t handled) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0) { close(fd); return -1; }
+  struct ll_path_beneath rule = {.allowed_access = S_ISDIR(st.st_mode) ? handled : (handled & (LL_FS_WRITE_FILE | LL_FS_TRUNCATE)), .parent_fd = fd};
+  long r = syscall(LL_ADD_RULE, ruleset, 1, &rule, 0);
+  close(fd);
+  return r == 0 ? 0 : -1;
+}
+
+/* Returns 0, or -1 with errno set (the command must not run). */
+static int landlock_apply(struct jval *rw) {
+  long abi = syscall(LL_CREATE_RULESET, NULL, 0, 1U);
+  if (abi < 2) { errno = abi < 1 ? ENOSYS : EOPNOTSUPP; return -1; }
+  uint64_t handled = LL_FS_MAKE_BLOCK | LL_FS_REFER;
+  if (rw) {
+    handled = LL_FS_WRITE_FILE | LL_FS_REMOVE_DIR | LL_FS_REMOVE_FILE | LL_FS_MAKE_CHAR | LL_FS_MAKE_DIR | LL_FS_MAKE_REG |
+              LL_FS_MAKE_SOCK | LL_FS_MAKE_FIFO | LL_FS_MAKE_BLOCK | LL_FS_MAKE_SYM | LL_FS_REFER;
+    if (abi >= 3) handled |= LL_FS_TRUNCATE;
+  }
+  uint64_t attr = handled; /* struct landlock_ruleset_attr's first field: the ABI 1-3 size */
+  int ruleset = (int)syscall(LL_CREATE_RULESET, &attr, sizeof attr, 0);
+  if (ruleset < 0) return -1;
+  if (!rw) {
+    /* Every domain refuses links and renames across directories unless REFER is granted. */
+    int root = open("/", O_PATH | O_CLOEXEC);
+    struct ll_path_beneath everywhere = {.allowed_access = LL_FS_REFER, .parent_fd = root};
+    if (root < 0 || syscall(LL_ADD_RULE, ruleset, 1, &everywhere, 0) != 0) return -1;
+    close(root);
+  } else {
+    static const char *const dev_files[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx",
+                                            "/dev/shm", "/dev/pts", "/dev/mqueue"};
+    for (size_t d = 0; d < sizeof dev_files / sizeof *dev_files; d++)
+      if (ll_allow(ruleset, dev_files[d], handled) != 0 && errno != ENOENT) return -1;
+    for (int i = 0; i < rw->n; i++)
+      if (ll_allow(ruleset, rw->arr[i], handled) != 0) return -1;
+  }
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  if (syscall(LL_RESTRICT_SELF, ruleset, 0) != 0) return -1;
+  close(ruleset);
+  return 0;
+}
+
+/* A group name the edge chose: [a-z0-9-], 1..40 characters (it becomes a directory name). */
+static int group_name_ok(const char *g) {
+  size_t n = strlen(g);
+  if (n == 0 || n > 40) return 0;
+  for (const char *p = g; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')) return 0;
+  return 1;
+}
+
+/* Ends every process of a group (cgroup.kill) and removes it once empty. */
+static void op_kill_group(long long id, struct jobj *o) {
+  const char *g = jstr(o, "group");
+  if (!g || !group_name_ok(g)) { send_err(id, EINVAL, "kill_group: bad group name"); return; }
+  char path[200];
+  snprintf(path, sizeof path, GROUP_ROOT "/%s/cgroup.kill", g);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) { send_err(id, errno, path); return; } /* ENOENT: the group never ran a command */
+  if (write(fd, "1", 1) < 0) { int e = errno; close(fd); send_err(id, e, path); return; }
+  close(fd);
+  snprintf(path, sizeof path, GROUP_ROOT "/%s", g);
+  /* The killed processes leave the group as they finish exiting; an empty one goes at once. */
+  for (int i = 0; i < 50 && rmdir(path) < 0 && errno == EBUSY; i++) msleep(2);
+  send_ev(id, "ok", NULL, NULL, 0);
 }
 
 /* ---------- processes ----------------------------------------------------------------------- */
@@ -545,7 +655,7 @@ static void boot(void) {
 struct proc {
   long long id; /* the edge's request id; 0: free slot */
   pid_t pid;
-  int out, err, in; /* -1 once closed */
+  int out, err, in, fd3; /* -1 once closed (fd3: -1 when not asked for) */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -561,10 +671,22 @@ static void op_exec(long long id, struct jobj *o) {
   if (proc_by_id(id)) { send_err(id, EEXIST, "exec: id in use"); return; }
   struct proc *slot = proc_by_id(0);
   if (!slot) { send_err(id, EAGAIN, "exec: too many processes"); return; }
-  int po[2], pe[2], pi[2], ps[2];
+  int po[2], pe[2], pi[2], ps[2], p3[2] = {-1, -1};
   int pty = jbool(o, "pty"), master = -1;
   char slave[128] = "";
-  if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(pi, O_CLOEXEC) || pipe2(ps, O_CLOEXEC)) {
+  /* isolate / rw: a Landlock domain of its own (landlock_apply); group: a cgroup shared with
+     the other commands of one session; fd3: a third output pipe (a session's state). */
+  int isolate = jbool(o, "isolate"), want_fd3 = jbool(o, "fd3");
+  struct jval *rw = jget(o, "rw", 'a');
+  const char *group = jstr(o, "group");
+  char procs_path[200] = "";
+  if (group) {
+    if (!group_name_ok(group)) { send_err(id, EINVAL, "exec: bad group name"); return; }
+    snprintf(procs_path, sizeof procs_path, GROUP_ROOT "/%s", group);
+    if (mkdir(procs_path, 0755) < 0 && errno != EEXIST) { send_err(id, errno, procs_path); return; }
+    snprintf(procs_path, sizeof procs_path, GROUP_ROOT "/%s/cgroup.procs", group);
+  }
+  if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(pi, O_CLOEXEC) || pipe2(ps, O_CLOEXEC) || (want_fd3 && pipe2(p3, O_CLOEXEC))) {
     send_err(id, errno, "exec: pipe");
     return;
   }
@@ -606,9 +728,21 @@ static void op_exec(long long id, struct jobj *o) {
       dup2(po[1], 1);
       dup2(pe[1], 2);
     }
+    if (p3[1] >= 0) {
+      if (p3[1] == 3) fcntl(3, F_SETFD, 0); /* dup2 onto itself would keep close-on-exec */
+      else dup2(p3[1], 3);
+    }
     int err = 0;
     const char *step = "";
-    if (cwd && chdir(cwd) < 0) { err = errno; step = "chdir"; }
+    if (group && procs_path[0]) {
+      /* In the group before it runs anything, so all it starts is born inside. */
+      int g = open(procs_path, O_WRONLY | O_CLOEXEC);
+      if (g < 0 || write(g, "0", 1) < 0) { err = errno; step = "cgroup"; }
+      if (g >= 0) close(g);
+    }
+    if (err) {}
+    else if (cwd && chdir(cwd) < 0) { err = errno; step = "chdir"; }
+    else if ((isolate || rw) && landlock_apply(rw) < 0) { err = errno; step = "landlock"; }
     else if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0) { err = errno; step = "set user"; }
     else {
       /* PATH from the command's env, as execvpe does with the caller's environ. */
@@ -635,11 +769,13 @@ static void op_exec(long long id, struct jobj *o) {
   free(ev);
   if (po[1] >= 0) close(po[1]);
   if (pe[1] >= 0) close(pe[1]);
+  if (p3[1] >= 0) close(p3[1]);
   close(pi[0]);
   close(ps[1]);
   if (pid < 0) {
     send_err(id, errno, "exec: fork");
     close(po[0]); close(pe[0]); close(pi[1]); close(ps[0]);
+    if (p3[0] >= 0) close(p3[0]);
     return;
   }
   /* The status pipe closes on a successful exec; otherwise it carries the step and errno. */
@@ -654,6 +790,7 @@ static void op_exec(long long id, struct jobj *o) {
     sscanf(msg, "%15s %d", step, &err);
     waitpid(pid, NULL, 0);
     close(po[0]); close(pe[0]); close(pi[1]);
+    if (p3[0] >= 0) close(p3[0]);
     char what[4200];
     snprintf(what, sizeof what, "%s %s", step, argv->arr[0]);
     send_err(id, err, what);
@@ -662,8 +799,9 @@ static void op_exec(long long id, struct jobj *o) {
   fcntl(po[0], F_SETFL, O_NONBLOCK);
   fcntl(pe[0], F_SETFL, O_NONBLOCK);
   fcntl(pi[1], F_SETFL, O_NONBLOCK);
+  if (p3[0] >= 0) fcntl(p3[0], F_SETFL, O_NONBLOCK);
   if (!want_stdin) { close(pi[1]); pi[1] = -1; }
-  *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = pi[1]};
+  *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = pi[1], .fd3 = p3[0]};
   char extra[64];
   snprintf(extra, sizeof extra, "\"pid\":%d", pid);
   send_ev(id, "started", extra, NULL, 0);
@@ -691,6 +829,7 @@ static void reaped(pid_t pid, int status) {
        background grandchild still holds are closed here: the command is over. */
     if (p->out >= 0) { drain(p, &p->out, "stdout"); if (p->out >= 0) close(p->out); }
     if (p->err >= 0) { drain(p, &p->err, "stderr"); if (p->err >= 0) close(p->err); }
+    if (p->fd3 >= 0) { drain(p, &p->fd3, "fd3"); if (p->fd3 >= 0) close(p->fd3); }
     if (p->in >= 0) close(p->in);
     char extra[64];
     if (WIFSIGNALED(status)) snprintf(extra, sizeof extra, "\"code\":%d,\"signal\":%d", 128 + WTERMSIG(status), WTERMSIG(status));
@@ -730,6 +869,85 @@ static void op_signal(long long id, struct jobj *o) {
   if (!p) return;
   int sig = (int)jnum(o, "signal", SIGKILL);
   if (kill(-p->pid, sig) < 0) kill(p->pid, sig);
+}
+
+
+/* ---------- connections to the guest's own ports (the edge's port route) -------------------- */
+
+/*
+ * A TCP connection from the edge to a port on the guest's loopback, relayed over the channel:
+ * `connect` {port} answers ok (or the connect's errno), then `data` events carry what the guest
+ * side sends and `eof` its end; `send` (payload; eof: shut the write side) and `close` come from
+ * the edge. Nothing is opened on the guest's network: it is the guest's own 127.0.0.1.
+ */
+struct conn {
+  long long id; /* 0: free slot */
+  int fd;
+  int eof; /* the guest side has ended; no more reads */
+};
+
+static struct conn conns[MAX_CONNS];
+
+static struct conn *conn_by_id(long long id) {
+  for (int i = 0; i < MAX_CONNS; i++) if (conns[i].id == id) return &conns[i];
+  return NULL;
+}
+
+static void op_connect(long long id, struct jobj *o) {
+  long long port = jnum(o, "port", 0);
+  if (port < 1 || port > 65535) { send_err(id, EINVAL, "connect: port out of range"); return; }
+  if (conn_by_id(id)) { send_err(id, EEXIST, "connect: id in use"); return; }
+  struct conn *c = conn_by_id(0);
+  if (!c) { send_err(id, EAGAIN, "connect: too many connections"); return; }
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) { send_err(id, errno, "connect: socket"); return; }
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  /* Loopback answers a connect at once (accepted, or refused with nothing listening). */
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    int e = errno;
+    close(fd);
+    char what[64];
+    snprintf(what, sizeof what, "connect to 127.0.0.1:%lld", port);
+    send_err(id, e, what);
+    return;
+  }
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  *c = (struct conn){.id = id, .fd = fd};
+  send_ev(id, "ok", NULL, NULL, 0);
+}
+
+static void conn_readable(struct conn *c) {
+  static char buf[CHUNK];
+  ssize_t r;
+  do r = read(c->fd, buf, sizeof buf); while (r < 0 && errno == EINTR);
+  if (r > 0) { send_ev(c->id, "data", NULL, buf, (size_t)r); return; }
+  if (r < 0 && errno == EAGAIN) return;
+  c->eof = 1; /* end of stream or a reset: either way the guest side is done */
+  send_ev(c->id, "eof", NULL, NULL, 0);
+}
+
+static void op_send(long long id, struct jobj *o, const char *payload, size_t plen) {
+  struct conn *c = conn_by_id(id);
+  if (!c) return; /* closed meanwhile: the edge knows */
+  size_t off = 0;
+  while (off < plen) {
+    ssize_t w = write(c->fd, payload + off, plen - off);
+    if (w > 0) { off += (size_t)w; continue; }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+      if (poll(&pfd, 1, 5000) > 0) continue;
+    }
+    break; /* the guest side is gone or stuck: drop the rest rather than stall every other request */
+  }
+  if (jbool(o, "eof")) shutdown(c->fd, SHUT_WR);
+}
+
+static void op_close(long long id) {
+  struct conn *c = conn_by_id(id);
+  if (!c) return;
+  close(c->fd);
+  memset(c, 0, sizeof *c);
 }
 
 /* ---------- files ------------------------------------------------------------------------- */
@@ -908,6 +1126,10 @@ static void handle(const char *header, const char *payload, size_t plen) {
   else if (!strcmp(op, "stat")) jstr(&o, "path") ? op_stat(id, jstr(&o, "path")) : send_err(id, EINVAL, "path is missing");
   else if (!strcmp(op, "list")) jstr(&o, "path") ? op_list(id, jstr(&o, "path"), jnum(&o, "max", 10000)) : send_err(id, EINVAL, "path is missing");
   else if (!strcmp(op, "ping")) send_ev(id, "ok", NULL, NULL, 0);
+  else if (!strcmp(op, "kill_group")) op_kill_group(id, &o);
+  else if (!strcmp(op, "connect")) op_connect(id, &o);
+  else if (!strcmp(op, "send")) op_send(id, &o, payload, plen);
+  else if (!strcmp(op, "close")) op_close(id);
   else op_fs(id, op, &o);
   jobj_free(&o);
 }
@@ -966,8 +1188,9 @@ int main(void) {
   send_ev(0, "ready", NULL, NULL, 0);
   logmsg("ready");
 
-  static struct pollfd pfds[2 + 2 * MAX_PROCS];
-  static struct proc *owner[2 + 2 * MAX_PROCS];
+  static struct pollfd pfds[2 + 3 * MAX_PROCS + MAX_CONNS];
+  static struct proc *owner[2 + 3 * MAX_PROCS + MAX_CONNS];
+  static struct conn *conn_owner[2 + 3 * MAX_PROCS + MAX_CONNS];
   for (;;) {
     int n = 0;
     pfds[n++] = (struct pollfd){.fd = port_fd, .events = POLLIN};
@@ -976,19 +1199,26 @@ int main(void) {
       if (!procs[i].id) continue;
       if (procs[i].out >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].out, .events = POLLIN}; }
       if (procs[i].err >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].err, .events = POLLIN}; }
+      if (procs[i].fd3 >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].fd3, .events = POLLIN}; }
     }
+    int first_conn = n;
+    for (int i = 0; i < MAX_CONNS; i++)
+      if (conns[i].id && !conns[i].eof) { conn_owner[n] = &conns[i]; pfds[n++] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN}; }
     /* With no host end connected the port polls as hung up; sleep rather than spin. */
     int r = poll(pfds, (nfds_t)n, 1000);
     if (r < 0) continue;
     if (pfds[0].revents & POLLIN) port_readable();
     else if (pfds[0].revents & POLLHUP) msleep(50);
-    for (int i = 2; i < n; i++) {
+    for (int i = 2; i < first_conn; i++) {
       if (!pfds[i].revents) continue;
       struct proc *p = owner[i];
       if (!p->id) continue;
       if (pfds[i].fd == p->out) drain(p, &p->out, "stdout");
       else if (pfds[i].fd == p->err) drain(p, &p->err, "stderr");
+      else if (pfds[i].fd == p->fd3) drain(p, &p->fd3, "fd3");
     }
+    for (int i = first_conn; i < n; i++)
+      if (pfds[i].revents && conn_owner[i]->id && conn_owner[i]->fd == pfds[i].fd) conn_readable(conn_owner[i]);
     if (pfds[1].revents & POLLIN) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == sizeof si) {}

@@ -196,8 +196,106 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal(await t.exited, 7);
   });
 
+  test('sessions: cd, exports and variables carry over; each command has its own output and exit status; a syntax error does not end it', async () => {
+    const s = await sb.sessions.create({ env: { FROM_OPEN: 'o1' } });
+    assert.equal(s.info.shell, '/bin/sh', 'busybox has no bash: auto picks sh');
+    const r1 = await s.run('mkdir -p /tmp/sess && cd /tmp/sess; export EXPORTED=e1; PLAIN=p1; echo first');
+    assert.deepEqual([r1.exitCode, r1.stdout, r1.sessionAlive], [0, 'first\n', true], JSON.stringify(r1));
+    const r2 = await s.run('echo "$PWD $EXPORTED $PLAIN $FROM_OPEN"; sh -c \'echo "child sees [$EXPORTED] [$PLAIN]"\'; echo err >&2; (exit 5)');
+    assert.equal(r2.stdout, '/tmp/sess e1 p1 o1\nchild sees [e1] []\n', JSON.stringify(r2));
+    assert.equal(r2.stderr, 'err\n');
+    assert.equal(r2.exitCode, 5);
+    const bad = await s.run('if then fi');
+    assert.notEqual(bad.exitCode, 0);
+    assert.equal(bad.sessionAlive, true, 'a syntax error leaves the session alive');
+    assert.equal((await s.run('echo $PWD')).stdout, '/tmp/sess\n');
+    const t = await s.run('sleep 100', { timeoutMs: 500 });
+    assert.deepEqual([t.timedOut, t.exitCode, t.sessionAlive], [true, 137, true], JSON.stringify(t));
+    assert.equal((await s.run('echo still $EXPORTED')).stdout, 'still e1\n');
+    const gone = await s.run('exit 3');
+    assert.deepEqual([gone.exitCode, gone.sessionAlive], [3, false]);
+    expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions/${s.id}/exec`, { json: { cmd: 'true' } }), 409, 'SESSION_CLOSED');
+    expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions`, { json: { cwd: '/no/such/dir' } }), 400, 'INVALID_REQUEST');
+  });
+
+  test("red team: a job left by one session command cannot write into the next command's output, read its memory, or change its exit status", async () => {
+    const s = await sb.sessions.create();
+    try {
+      await sb.commands.run('rm -f /tmp/forge.log /tmp/victim.pid');
+      // The job waits for the victim's pid, then writes into its stdout pipe and reads its memory through /proc.
+      const job = `(i=0; while [ ! -s /tmp/victim.pid ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; p=$(cat /tmp/victim.pid);
+        if echo "5 passed" > /proc/$p/fd/1; then echo "fd: written" >> /tmp/forge.log; else echo "fd: refused" >> /tmp/forge.log; fi
+        a=$(head -n 1 /proc/$p/maps 2>/dev/null | cut -d- -f1)
+        if [ -n "$a" ] && dd if=/proc/$p/mem bs=1 skip=$((0x$a)) count=1 2>/dev/null | od -An -tx1 | grep -q .; then echo "mem: read" >> /tmp/forge.log; else echo "mem: refused" >> /tmp/forge.log; fi
+        echo done >> /tmp/forge.log) >/dev/null 2>&1 & echo started`;
+      assert.equal((await s.run(job)).stdout, 'started\n');
+      const victim = 'echo $$ > /tmp/victim.pid; i=0; while ! grep -q done /tmp/forge.log 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo own; (exit 42)';
+      const r = await s.run(victim, { timeoutMs: 60_000 });
+      const log = (await sb.commands.run('cat /tmp/forge.log')).stdout;
+      assert.match(log, /done/, `the job did not finish its attempts: ${log}`);
+      assert.equal(r.exitCode, 42, `${JSON.stringify(r)}; job log: ${log}`);
+      assert.equal(r.stdout, 'own\n', `the job wrote into the victim's output: ${JSON.stringify(r.stdout)}; ${log}`);
+      assert.match(log, /fd: refused/, log);
+      assert.match(log, /mem: refused/, log);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('closing a session ends what its commands left running, also a job that called setsid', async () => {
+    const s = await sb.sessions.create();
+    await s.run('sleep 991 & setsid sleep 992 & echo ok');
+    const before = await sb.commands.run('ps -o args | grep -c "^sleep 99[12]"');
+    assert.equal(before.stdout.trim(), '2', 'both jobs run while the session is open');
+    await s.close();
+    const after = await sb.commands.run('ps -o args | grep -c "^sleep 99[12]" || true');
+    assert.equal(after.stdout.trim(), '0', 'the session took its jobs with it');
+    assert.equal((await sb.sessions.list()).some((x) => x.id === s.id), false, 'a closed session is not listed');
+  });
+
+  test("writablePaths: the guest kernel's Landlock confines a command, its descendants and a session; a missing path is a 400", async () => {
+    const r = await sb.commands.run('echo ok > /tmp/ll-ok && cat /tmp/ll-ok; sh -c "echo no > /etc/ll-no"; echo rc=$?; rm /bin/busybox; echo rm=$?', { writablePaths: ['/tmp'] });
+    assert.match(r.stdout, /^ok\nrc=[1-9]\d*\nrm=[1-9]/, JSON.stringify(r));
+    assert.match(r.stderr, /denied/i, r.stderr);
+    assert.equal(await sb.files.exists('/etc/ll-no'), false, 'nothing was written outside the writable paths');
+    const plain = await sb.commands.run('echo yes > /etc/ll-plain && cat /etc/ll-plain');
+    assert.equal(plain.stdout, 'yes\n', 'a command without writablePaths is not confined');
+    const s = await sb.sessions.create({ writablePaths: ['/tmp'] });
+    const inSession = await s.run('touch /tmp/ll-s && echo made; touch /etc/ll-s; echo rc=$?');
+    assert.match(inSession.stdout, /^made\nrc=[1-9]/, JSON.stringify(inSession));
+    assert.equal(await sb.files.exists('/etc/ll-s'), false);
+    await s.close();
+    const missing = expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: 'true', writablePaths: ['/no/such'] } }), 400, 'INVALID_REQUEST');
+    assert.match(missing.message, /\/no\/such does not exist/);
+  });
+
+  test("ports: the port route reaches a server on the guest's loopback through the agent (HTTP and a raw stream); a closed port is PORT_NOT_LISTENING", async () => {
+    await sb.files.mkdir('/www', { parents: true });
+    await sb.files.write('/www/index.html', '<h1>hello from a vm</h1>\n');
+    await sb.commands.start(['httpd', '-f', '-p', '127.0.0.1:8080', '-h', '/www']);
+    await sb.commands.start(['nc', '-ll', '-p', '7000', '-e', 'cat']);
+    let page: Response | undefined;
+    for (let i = 0; i < 200 && page?.status !== 200; i++) {
+      if (i) await new Promise((r) => setTimeout(r, 50));
+      page = await sb.ports.fetch(8080, '/index.html');
+    }
+    assert.equal(page?.status, 200);
+    assert.equal(await page!.text(), '<h1>hello from a vm</h1>\n');
+    const conn = await sb.ports.connect(7000);
+    const payload = Buffer.concat([Buffer.from('raw tcp\n'), Buffer.alloc(200_000, 7), Buffer.from([0, 255])]);
+    const parts: Buffer[] = [];
+    const got = (async () => {
+      for await (const c of conn) parts.push(Buffer.from(c));
+      return Buffer.concat(parts);
+    })();
+    conn.end(payload);
+    assert.deepEqual(await got, payload, 'binary-safe both ways, with half-close');
+    const closed = await sb.ports.fetch(8081, '/');
+    assert.equal(closed.status, 502);
+    assert.equal(((await closed.json()) as { error: { code: string } }).error.code, 'PORT_NOT_LISTENING');
+  });
+
   test('calls a VM does not serve answer BACKEND_UNSUPPORTED, and nothing half-happens', async () => {
-    expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions`, { json: {} }), 400, 'BACKEND_UNSUPPORTED');
     expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/snapshot`, { json: {} }), 400, 'BACKEND_UNSUPPORTED');
     const e = expectWireError(
       await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'microvm', network: { mode: 'allow', allow: ['no such host!'] } } }),

@@ -13,7 +13,8 @@ import { ProcessTable } from '../exec/process-table.js';
 import { EndedSession, ExecJournal, restartReason } from '../exec/exec-journal.js';
 import { killTagged } from '../exec/sandbox-process.js';
 import { runCommand, streamCommand, type ExecEvent } from '../exec/run-command.js';
-import { SessionClosedError, ShellSession } from '../exec/shell-session.js';
+import { openContainerSession } from '../exec/container-session.js';
+import { MAX_SESSIONS, SessionClosedError, type ShellSession } from '../exec/shell-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import {
@@ -514,7 +515,7 @@ export class Edge implements EdgeApi {
     if ([...l.sessions.values()].filter((s) => s.alive).length >= MAX_SESSIONS) {
       throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${id} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
     }
-    const s = new ShellSession(l.target, req);
+    const s = openContainerSession(l.target, req);
     l.sessions.set(s.id, s);
     l.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: 0, tag: s.tag });
     return s.info();
@@ -814,8 +815,6 @@ interface LiveSandbox {
   layersReleased?: boolean;
 }
 
-/** Open sessions per sandbox: each holds one shell process. */
-const MAX_SESSIONS = 32;
 
 /** How long a snapshot's copy of the upper dir may run (the sandbox is frozen meanwhile). */
 const SNAPSHOT_COPY_TIMEOUT_MS = 10 * 60_000;

@@ -1,11 +1,54 @@
 import { randomBytes } from 'node:crypto';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
-import { isRegularFileInRoot } from '../edge/sandbox-files.js';
-import { sandboxUsage } from '../host/cgroups.js';
 import { CappedOutput } from './capped-output.js';
-import { processSpecFor, rejectNul, type ExecTarget } from './exec-target.js';
-import { killTagged, SandboxProcess, type StreamName } from './sandbox-process.js';
+import { rejectNul } from './exec-target.js';
+import type { OutputListener, ProcessExit, StreamName } from './sandbox-process.js';
 import { restoreScript, saveScript, parseSavedState, type SessionState } from './session-state.js';
+
+/** Open sessions per sandbox (containers and VMs alike). */
+export const MAX_SESSIONS = 32;
+
+/** The shell process of one session command, whoever runs it (crun exec, a VM's guest agent). */
+export interface SessionShellProcess {
+  /** The shell's exit status (the kernel's), possibly before its pipes have drained. */
+  readonly exited: Promise<number>;
+  readonly done: Promise<ProcessExit>;
+  readonly exit: ProcessExit | undefined;
+  /** What the shell wrote on fd 3 (its state). */
+  readonly fd3: CappedOutput | undefined;
+  readonly fd3Ended: Promise<void>;
+  onOutput(listener: OutputListener): () => void;
+  kill(opts?: { now?: boolean }): void;
+}
+
+/** How one shell of a session command starts in the sandbox. */
+export interface SessionShellStart {
+  cwd: string | undefined;
+  env: Record<string, string> | undefined;
+  /** After the first command: start with an empty environment (the saved state sets it). */
+  clearEnv: boolean;
+  writablePaths: string[] | undefined;
+  /** The program (restore, command, save) fed on stdin. */
+  input: Buffer;
+  timeoutMs: number;
+  /** Shared by every command of the session, so endTagged finds what they left running. */
+  tag: string;
+  /** fd 3 carries the shell's state, kept up to this many bytes. */
+  fd3MaxBytes: number;
+}
+
+/**
+ * What a session needs of its sandbox: a container's (exec/container-session.ts: crun exec) or a
+ * VM's (edge/backends/vm/vm-session.ts: the guest agent). Each command must start in a Landlock
+ * domain of its own, so a process an earlier command left running cannot reach into it.
+ */
+export interface SessionHost {
+  startShell(argv: string[], opts: SessionShellStart): SessionShellProcess;
+  /** OOM kills in the sandbox so far (a command that raised the count was OOM-killed). */
+  oomKills(): number | Promise<number>;
+  /** Ends every process left by the commands that share `tag`. */
+  endTagged(tag: string): void | Promise<void>;
+}
 
 /** Single-quotes a string for a POSIX shell. */
 export function shellQuote(s: string): string {
@@ -60,17 +103,19 @@ class MarkerScanner {
 
 /**
  * A persistent shell session in a sandbox whose cwd, variables and (bash) functions persist
- * across commands, where each command is a process of its own: a `crun exec` of the shell that
- * restores the state the previous command left, runs the command, and hands its new state back
- * on a pipe of its own (fd 3).
+ * across commands, where each command is a process of its own: a shell started by the session's
+ * host (`crun exec` into a container, the guest agent's exec in a VM) that restores the state
+ * the previous command left, runs the command, and hands its new state back on a pipe of its
+ * own (fd 3).
  *
  * Why not one long-lived shell fed commands on its stdin (dsec's first design): every process a
  * session command puts in the background is a fork of that shell, in the same Landlock domain
  * and uid, so it can open the shell's stdin through /proc, read each later command and print the
  * end marker and exit status itself: a grader reusing the session is told whatever the job likes.
- * Here the exit status is the one crun exec reports (the kernel's), the output is what came
- * through this command's own pipes, and each command runs in a Landlock domain of its own
- * (exec-target.ts), which a process left by an earlier command cannot reach into.
+ * Here the exit status is the one the kernel reports for the command's shell (through crun exec
+ * or the agent's waitpid), the output is what came through this command's own pipes, and each
+ * command runs in a Landlock domain of its own (exec-target.ts, vm-agent.c), which a process left
+ * by an earlier command cannot reach into.
  * What does carry over is the state itself, by design: whatever an earlier command defined
  * (functions, traps, variables) shapes the later ones, so a check whose result matters runs as
  * a plain exec, not in the agent's session.
@@ -85,19 +130,19 @@ export class ShellSession {
   #queue: Promise<unknown> = Promise.resolve();
   /** What the last completed command left (undefined before the first: the open request's env and cwd apply). */
   #state: SessionState | undefined;
-  #current: SandboxProcess | undefined;
+  #current: SessionShellProcess | undefined;
   /** The exec tag shared by every command of the session, so close() finds their background jobs. */
   readonly tag = randomBytes(6).toString('hex');
-  readonly #target: ExecTarget;
+  readonly #host: SessionHost;
   readonly #req: OpenSessionRequest;
 
-  constructor(target: ExecTarget, req: OpenSessionRequest) {
-    this.#target = target;
+  /** `hasBash`: whether the sandbox has /bin/bash (the host checked a bad request already). */
+  constructor(host: SessionHost, req: OpenSessionRequest, hasBash: boolean) {
+    this.#host = host;
     this.#req = req;
     this.id = `ss-${randomBytes(6).toString('hex')}`;
-    const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && isRegularFileInRoot(target.rootfs, '/bin/bash'));
+    const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && hasBash);
     this.shell = wantBash ? '/bin/bash' : '/bin/sh';
-    processSpecFor(target, [this.shell], { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }); // a bad request fails at open
   }
 
   get alive(): boolean {
@@ -128,18 +173,15 @@ export class ShellSession {
     const stdout = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
     const stderr = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
     const bash = this.shell === '/bin/bash';
-    const oomBefore = sandboxUsage(this.#target.id).oomKills;
+    const oomBefore = await this.#host.oomKills();
     const program = [restoreScript(bash, this.#state), commandScript(bash, req.cmd), saveScript(bash, marker, stateEnd), ''].join('\n');
-    const spec = processSpecFor(this.#target, [this.shell, ...(bash ? ['--noprofile', '--norc'] : []), '-s'], {
+    const proc = this.#host.startShell([this.shell, ...(bash ? ['--noprofile', '--norc'] : []), '-s'], {
       cwd: this.#state ? '/' : this.#req.cwd,
       env: this.#req.env,
+      // After the first command the environment is the state's (exports and unsets included).
+      clearEnv: this.#state !== undefined,
       writablePaths: this.#req.writablePaths,
-    });
-    // After the first command the environment is the state's (exports and unsets included).
-    if (this.#state) spec.env = [];
-    const proc = new SandboxProcess(this.#target, spec, {
       input: Buffer.from(program),
-      maxOutputBytes: 0,
       timeoutMs: req.timeoutMs ?? 60_000,
       tag: this.tag,
       fd3MaxBytes: MAX_STATE_BYTES,
@@ -179,6 +221,7 @@ export class ShellSession {
     if (saved) this.#state = saved;
     else if (!timedOut && !killed) this.#ended = true; // the shell exited (`exit`, a fatal error) before saving
     const encoding = req.encoding ?? 'utf8';
+    const oomAfter = await this.#host.oomKills();
     return {
       exitCode: timedOut ? 137 : exitCode,
       stdout: stdout.output.encode(encoding),
@@ -188,7 +231,7 @@ export class ShellSession {
       stdoutBytes: stdout.output.total,
       stderrBytes: stderr.output.total,
       timedOut,
-      oomKilled: sandboxUsage(this.#target.id).oomKills > oomBefore,
+      oomKilled: oomAfter > oomBefore,
       durationMs: Math.round((performance.now() - started) * 100) / 100,
       sessionAlive: this.alive,
     };
@@ -202,7 +245,7 @@ export class ShellSession {
       await current.done;
     }
     // Jobs the session put in the background go with it: they carry the session's exec tag.
-    killTagged(this.#target.id, this.tag);
+    await this.#host.endTagged(this.tag);
   }
 }
 

@@ -5,11 +5,13 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import {
   DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES,
-  type Encoding, type ExecRequest, type ExecResult, type FileStat, type ProcessInfo, type ProcessOutput, type SessionInfo,
-  type StartProcessRequest,
+  type Encoding, type ExecRequest, type ExecResult, type FileStat, type OpenSessionRequest, type ProcessInfo, type ProcessOutput,
+  type SessionExecRequest, type SessionInfo, type StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
+import { rejectNul } from '../../../exec/exec-target.js';
 import { ProcessTable } from '../../../exec/process-table.js';
+import { MAX_SESSIONS, SessionClosedError, ShellSession } from '../../../exec/shell-session.js';
 import { iterateOutput } from '../../../exec/output-stream.js';
 import { tarCreateArgs, tarOutput } from '../../../exec/sandbox-tar.js';
 import type { ExecEvent } from '../../../exec/run-command.js';
@@ -37,6 +39,8 @@ import { QmpClient } from './qmp-client.js';
 import { VmProcess, type GuestCommand } from './vm-process.js';
 import { makeVmCgroup, removeVmCgroup, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
 import { loadVmState, saveVmState } from './vm-state.js';
+import { openGuestPort } from './vm-port.js';
+import { checkWritablePaths, vmSessionHost } from './vm-session.js';
 import { openVmTerminal } from './vm-terminal.js';
 import type { ImageConfig } from '@dsec/sdk/schema';
 
@@ -77,6 +81,9 @@ interface LiveVm {
   qmp: QmpClient;
   processes: ProcessTable;
   terminals: Set<TerminalChannel>;
+  sessions: Map<string, ShellSession>;
+  /** Open connections to the guest's ports (openPort), ended with the VM. */
+  ports: Set<Duplex>;
 }
 
 export interface VmBackendOptions {
@@ -183,7 +190,7 @@ export class VmBackend implements SandboxBackend {
   }
 
   #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
-    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set() };
+    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new Map(), ports: new Set() };
     this.#live.set(record.id, live);
     agent.onClose((err) => {
       if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
@@ -351,6 +358,8 @@ export class VmBackend implements SandboxBackend {
     this.#live.delete(id);
     v.processes.killAll();
     for (const t of v.terminals) t.kill();
+    for (const s of v.sessions.values()) void s.close();
+    for (const p of v.ports) p.destroy();
     v.agent.close();
     await v.qmp.execute('quit').catch(() => undefined);
     v.qmp.close();
@@ -399,8 +408,14 @@ export class VmBackend implements SandboxBackend {
 
   // --- commands ------------------------------------------------------------------------------
 
+  /**
+   * argv, env, cwd and user of a command in the guest, as for a container's. With writablePaths
+   * the agent confines it with the guest kernel's Landlock (`rw`; checkWritablePaths first).
+   */
   #command(v: LiveVm, cmd: string | string[], opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined }): GuestCommand {
-    if (opts.writablePaths) unsupported(v.record.backend, 'writablePaths (Landlock confinement of a command)');
+    rejectNul('cmd', typeof cmd === 'string' ? [cmd] : cmd);
+    rejectNul('env', Object.entries(opts.env ?? {}).flat());
+    if (opts.cwd !== undefined) rejectNul('cwd', [opts.cwd]);
     const user = parseUser(v.record.config.user);
     return {
       argv: typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd,
@@ -408,6 +423,7 @@ export class VmBackend implements SandboxBackend {
       cwd: opts.cwd ?? v.record.config.cwd,
       uid: user.uid,
       gid: user.gid,
+      ...(opts.writablePaths ? { rw: opts.writablePaths } : {}),
     };
   }
 
@@ -424,6 +440,7 @@ export class VmBackend implements SandboxBackend {
   }
 
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+    await checkWritablePaths(this.#running(id).agent, req.writablePaths);
     const proc = this.#start(id, req, signal);
     const exit = await proc.done;
     const status = exitStatus(proc, exit, req);
@@ -431,6 +448,7 @@ export class VmBackend implements SandboxBackend {
   }
 
   async *execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    await checkWritablePaths(this.#running(id).agent, req.writablePaths);
     const proc = this.#start(id, req, signal);
     for await (const { stream, data } of iterateOutput(proc, 'kept')) yield { type: stream, data };
     const exit = await proc.done;
@@ -441,6 +459,7 @@ export class VmBackend implements SandboxBackend {
 
   async startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
     const v = this.#running(id);
+    await checkWritablePaths(v.agent, req.writablePaths);
     const proc = new VmProcess(v.agent, this.#command(v, req.cmd, req), {
       stdin: req.stdin ?? false,
       maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
@@ -485,23 +504,60 @@ export class VmBackend implements SandboxBackend {
     if (eof) proc.endStdin();
   }
 
-  // --- what VMs do not serve yet -----------------------------------------------------------------
+  // --- sessions ------------------------------------------------------------------------------
 
-  async openSession(id: string): Promise<SessionInfo> {
-    unsupported(this.#vm(id).record.backend, 'Sessions');
+  /**
+   * A shell session in the guest with the container's semantics (exec/shell-session.ts): one
+   * shell per command, its state carried on fd 3, each in a Landlock domain of its own, all of
+   * the session's commands in one guest cgroup (vm-session.ts). A bad cwd or writablePaths is a
+   * 400 here, at open.
+   */
+  async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
+    const v = this.#running(id);
+    if (v.sessions.size >= MAX_SESSIONS) {
+      throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${id} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
+    }
+    this.#command(v, ['/bin/sh'], req); // NULs in env or cwd
+    if (req.cwd !== undefined) {
+      const cwd = await v.agent.call('stat', { path: sandboxPath(req.cwd, v.record.config.cwd) }).then(
+        (r) => (JSON.parse(r.payload.toString('utf8')) as GuestStat).type,
+        () => undefined,
+      );
+      if (cwd !== 'dir' && cwd !== 'symlink') {
+        throw new ApiError('INVALID_REQUEST', `cwd ${req.cwd} ${cwd ? 'is not a directory' : 'does not exist'} in the sandbox; create it first (files.mkdir) or use another`, { field: 'cwd', path: req.cwd });
+      }
+    }
+    await checkWritablePaths(v.agent, req.writablePaths);
+    const hasBash = req.shell === 'sh' ? false : await v.agent.call('stat', { path: '/bin/bash' }).then(() => true, () => false);
+    const host = vmSessionHost(v.agent, (argv, cwd, env) => this.#command(v, argv, { cwd, env }));
+    const s = new ShellSession(host, req, hasBash);
+    v.sessions.set(s.id, s);
+    return s.info();
   }
 
   async listSessions(id: string): Promise<SessionInfo[]> {
-    this.#vm(id);
-    return [];
+    return [...this.#vm(id).sessions.values()].map((s) => s.info());
   }
 
-  async sessionExec(id: string): Promise<ExecResult & { sessionAlive: boolean }> {
-    unsupported(this.#vm(id).record.backend, 'Sessions');
+  #session(id: string, sid: string): ShellSession {
+    const s = this.#running(id).sessions.get(sid);
+    if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${id}`, { sessionId: sid });
+    return s;
   }
 
-  async closeSession(id: string): Promise<void> {
-    unsupported(this.#vm(id).record.backend, 'Sessions');
+  async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    try {
+      return await this.#session(id, sid).exec(req, signal);
+    } catch (err) {
+      if (err instanceof SessionClosedError) throw new ApiError('SESSION_CLOSED', `${err.message}; open a new session`, { sessionId: sid });
+      throw err;
+    }
+  }
+
+  async closeSession(id: string, sid: string): Promise<void> {
+    const s = this.#session(id, sid);
+    this.#vm(id).sessions.delete(sid);
+    await s.close();
   }
 
   /**
@@ -540,9 +596,27 @@ export class VmBackend implements SandboxBackend {
     return { layer: null, baseLayers: v.record.layers, config: v.record.config, stats: { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 }, frozenMs };
   }
 
-  /** A guest has no network device the edge could reach a port through (yet). */
-  async openPort(id: string): Promise<Duplex> {
-    unsupported(this.#vm(id).record.backend, 'Ports (the proxy to a port in the sandbox)');
+  /**
+   * A connection to `port` on the guest's loopback, relayed by the agent (vm-port.ts). A paused
+   * VM answers nothing, as a paused container does not.
+   */
+  async openPort(id: string, port: number): Promise<Duplex> {
+    const v = this.#vm(id);
+    if (v.record.paused) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused: nothing in it can answer on port ${port}; resume it first`, { id, status: 'paused' });
+    this.#running(id);
+    let socket: Duplex;
+    try {
+      socket = await openGuestPort(v.agent, port);
+    } catch (err) {
+      if (err instanceof AgentError && err.code === 'ECONNREFUSED') {
+        throw new ApiError('PORT_NOT_LISTENING', `nothing listens on port ${port} in the sandbox (connection refused on the guest's 127.0.0.1)`, { id, port });
+      }
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id}: ${(err as Error).message}`, { id });
+    }
+    // A kill ends the VM's connections with it.
+    v.ports.add(socket);
+    socket.once('close', () => v.ports.delete(socket));
+    return socket;
   }
 
   /** An interactive command under a terminal in the guest (default: bash, else sh). */

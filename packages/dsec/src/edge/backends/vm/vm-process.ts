@@ -11,6 +11,14 @@ export interface GuestCommand {
   cwd: string;
   uid: number;
   gid: number;
+  /**
+   * A Landlock domain of its own in the guest (landlock_apply in vm-agent.c): `isolate` changes no
+   * file right that matters; `rw` confines changes to files beneath those paths. Either fails closed.
+   */
+  isolate?: boolean;
+  rw?: string[];
+  /** A cgroup in the guest shared with the other commands of one session (ended by kill_group). */
+  group?: string;
 }
 
 /**
@@ -22,6 +30,12 @@ export class VmProcess {
   readonly stdout: CappedOutput;
   readonly stderr: CappedOutput;
   readonly done: Promise<ProcessExit>;
+  /** The command's exit status; the agent sends it after the last output, so it comes with done. */
+  readonly exited: Promise<number>;
+  /** Output on fd 3 when asked for (StartOptions.fd3MaxBytes): a session's state. */
+  readonly fd3: CappedOutput | undefined;
+  /** fd 3's end: the agent drains it before the exit, so it ends with the command. */
+  readonly fd3Ended: Promise<void>;
   readonly startedAt = new Date();
   #exit: ProcessExit | undefined;
   readonly #listeners = new Set<OutputListener>();
@@ -38,8 +52,11 @@ export class VmProcess {
     const started = performance.now();
     const withStdin = opts.stdin === true || opts.input !== undefined;
     this.#stdinOpen = withStdin;
+    this.fd3 = opts.fd3MaxBytes === undefined ? undefined : new CappedOutput(opts.fd3MaxBytes);
     let resolveDone!: (e: ProcessExit) => void;
     this.done = new Promise((r) => (resolveDone = r));
+    this.exited = this.done.then((e) => e.exitCode);
+    this.fd3Ended = this.done.then(() => undefined);
     let timer: NodeJS.Timeout | undefined;
     const finish = (exitCode: number): void => {
       if (this.#exit) return;
@@ -57,6 +74,7 @@ export class VmProcess {
     const onEvent = (f: AgentFrame): void => {
       const ev = f.header['ev'];
       if (ev === 'stdout' || ev === 'stderr') this.#emit(ev, f.payload);
+      else if (ev === 'fd3') this.fd3?.push(f.payload);
       else if (ev === 'exit') finish(Number(f.header['code'] ?? 1));
       else if (ev === 'error') {
         // The agent could not start it (no such file, no permission): like a shell, 127 / 126.
@@ -67,7 +85,9 @@ export class VmProcess {
         finish(137);
       }
     };
-    this.#id = agent.send('exec', { argv: cmd.argv, env: cmd.env, cwd: cmd.cwd, uid: cmd.uid, gid: cmd.gid, stdin: withStdin }, undefined, onEvent);
+    const { argv, env, cwd, uid, gid, isolate, rw, group } = cmd;
+    const fields = { argv, env, cwd, uid, gid, stdin: withStdin, ...(isolate ? { isolate } : {}), ...(rw ? { rw } : {}), ...(group ? { group } : {}), ...(this.fd3 ? { fd3: true } : {}) };
+    this.#id = agent.send('exec', fields, undefined, onEvent);
     if (opts.input !== undefined) {
       if (opts.input.length) this.writeStdin(opts.input);
       if (!opts.stdin) this.endStdin();
@@ -121,7 +141,8 @@ export class VmProcess {
     }
   }
 
-  kill(): void {
+  /** SIGKILL to the command's process group (`now` changes nothing: the agent kills at once). */
+  kill(_opts: { now?: boolean } = {}): void {
     void this.signal('SIGKILL');
   }
 }
