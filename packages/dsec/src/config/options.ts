@@ -16,6 +16,12 @@ export const ServerOptions = Type.Object(
      * (state.db), or a postgres:// URL (PostgreSQL, shared by control-plane replicas).
      */
     store: Type.String({ default: '' }),
+    /**
+     * DSEC_LAYER_DIR: where layer blobs live (`layers/`, and `tmp/` for builds in progress); empty
+     * for the data dir. Control-plane replicas share one directory (NFS, CephFS, 3FS) so that each
+     * serves every blob; image records are shared through the store.
+     */
+    layerDir: Type.String({ default: '' }),
     /** DSEC_LISTEN: host:port of the HTTP API. */
     listen: Type.String({ default: '127.0.0.1:7070', pattern: '^[^:]+:[0-9]{1,5}$' }),
     /** DSEC_EDGE_ID: this node's edge id, part of every sandbox id. */
@@ -53,6 +59,7 @@ export type ServerOptions = Static<typeof ServerOptions>;
 const ENV: Record<keyof ServerOptions, string> = {
   dataDir: 'DSEC_DATA_DIR',
   store: 'DSEC_STORE',
+  layerDir: 'DSEC_LAYER_DIR',
   listen: 'DSEC_LISTEN',
   edgeId: 'DSEC_EDGE_ID',
   maxSandboxes: 'DSEC_MAX_SANDBOXES',

@@ -14,18 +14,20 @@ const JOB_TIMEOUT_MS = 30 * 60_000;
  * not inside the control plane's HTTP handler: its tar walks, file copies and hashing never hold
  * the control plane's event loop, a crash of the job is not a crash of the control plane, and
  * builds can move to a builder node unchanged. The job writes into the same image store (atomic
- * renames), so the control plane reads the result from disk. `userError` recognises the job's
+ * renames), so the control plane reads the result from disk and then imports it into the store's
+image records (ImageStore.refresh). `userError` recognises the job's
  * message for a caller's mistake (a 400) from a failure of the job itself (a 500).
  */
 export function runImageJob(
   dataDir: string,
   args: string[],
-  opts: { log?: (line: string) => void; userError?: RegExp; signal?: AbortSignal } = {},
+  opts: { log?: (line: string) => void; userError?: RegExp; signal?: AbortSignal; layerDir?: string } = {},
 ): Promise<string> {
   return new Promise((resolvePromise, reject) => {
     const child = spawn(process.execPath, [CLI, 'image', ...args, '--data-dir', dataDir], {
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, DSEC_DATA_DIR: dataDir },
+      // The job writes layers where the control plane keeps them (a shared --layer-dir, say).
+      env: { ...process.env, DSEC_DATA_DIR: dataDir, ...(opts.layerDir ? { DSEC_LAYER_DIR: opts.layerDir } : {}) },
     });
     let stdout = '';
     let stderr = '';

@@ -25,7 +25,12 @@ export class ProjectImages {
 
   /** Resolves a name or id the project may use; undefined when there is none it can see. */
   async resolve(project: string | undefined, ref: string): Promise<ImageId | undefined> {
-    const id = this.images.resolve(ref);
+    let id = this.images.resolve(ref);
+    if (!id) {
+      // Made at another replica a moment ago, perhaps: the store has the answer.
+      await this.images.refresh();
+      id = this.images.resolve(ref);
+    }
     if (!id || project === undefined) return id;
     if (isImageName(ref) && !(await this.#nameVisible(project, normalizeName(ref)))) return undefined;
     return (await this.#idVisible(project, id)) ? id : undefined;
@@ -33,6 +38,7 @@ export class ProjectImages {
 
   /** The images a project sees, each with only the names it sees. */
   async list(project: string | undefined): Promise<ImageInfo[]> {
+    await this.images.refresh();
     const all = this.images.list();
     if (project === undefined) return all;
     const out: ImageInfo[] = [];

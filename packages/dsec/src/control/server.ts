@@ -100,6 +100,12 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     req.caller = caller;
   });
   projectScope(app, deps);
+  // An answer about an image (built, imported, pulled, snapshotted, tagged, removed) is given once
+  // the store has it, so the caller's next call at any replica sees it.
+  app.addHook('onSend', async (_req, _reply, payload) => {
+    if (deps.images.dirty) await deps.images.flush();
+    return payload;
+  });
 
   await app.register(systemRoutes(deps));
   await app.register(sandboxRoutes(deps));

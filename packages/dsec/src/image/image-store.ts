@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ImageConfig, ImageInfo } from '@dsec/sdk/schema';
 import { writeFileAtomic } from './atomic-file.js';
@@ -38,9 +38,47 @@ export function defaultImageConfig(overrides: Partial<ImageConfig> = {}): ImageC
 }
 
 /**
- * Images as files beside the layer store: `images/<hex>.json` holds a manifest, whose id is the
- * sha256 of its canonical JSON, and `images/refs/<name>` names one. Every write is an atomic
- * rename, so the CLI building an image and a running server never see half an image.
+ * A change to the image records, as a catalog applies it. `imported`: found as a file, so it is
+ * applied only when the catalog has no such entry and has not deleted one (a tombstone).
+ */
+export type ImageChange =
+  | { op: 'put'; id: ImageId; manifest: ImageManifest; imported?: boolean }
+  | { op: 'tag'; name: string; id: ImageId; imported?: boolean }
+  | { op: 'untag'; name: string }
+  | { op: 'remove'; id: ImageId }
+  | { op: 'build'; key: string; id: ImageId; imported?: boolean };
+
+/** Everything a catalog holds, at its version (bumped by every change). */
+export interface ImageCatalogSnapshot {
+  version: number;
+  images: [ImageId, ImageManifest][];
+  names: [string, ImageId][];
+  builds: [string, ImageId][];
+}
+
+/**
+ * Where image records live when several processes share them: the control plane's state store
+ * (SQLite or PostgreSQL; control/image-catalog.ts), so every replica on one store sees the same
+ * images, names and builds.
+ */
+export interface ImageCatalog {
+  version(): Promise<number>;
+  load(): Promise<ImageCatalogSnapshot>;
+  apply(changes: ImageChange[]): Promise<void>;
+}
+
+/**
+ * Image records: a manifest (ordered layers plus config) whose id is the sha256 of its canonical
+ * JSON, names pointing at ids, and which image a builder made from which inputs, as files beside
+ * the layer store: `images/<hex>.json`, `images/refs/<name>`, `images/builds/<key>`. Every write
+ * is an atomic rename, so the CLI building an image and a running server never see half an image.
+ *
+ * With a catalog attached (the control plane attaches its state store) the catalog is the truth
+ * and the files are this host's copy of it, which the CLI and builders keep reading and writing:
+ * every write also goes to the catalog, in order (flush() waits for them; the server flushes
+ * before it answers), and refresh() imports files the catalog has not seen (from before the
+ * catalog, or written by a tool) and then brings the files in line with the catalog: images,
+ * names and builds made at another replica are written here, and those deleted there go here.
  */
 export class ImageStore {
   readonly dir: string;
@@ -59,6 +97,134 @@ export class ImageStore {
     mkdirSync(this.buildsDir, { recursive: true });
   }
 
+  #catalog: ImageCatalog | undefined;
+  #version = -1;
+  #writes: Promise<void> = Promise.resolve();
+  #writeError: Error | undefined;
+  #pending = 0;
+  /** Files in line with the catalog, by path under images/, with the mtime they had then. */
+  readonly #synced = new Map<string, number>();
+
+  /** Makes `catalog` the truth for image records (files are imported first: see the class). */
+  async attachCatalog(catalog: ImageCatalog): Promise<void> {
+    this.#catalog = catalog;
+    await this.refresh();
+  }
+
+  /** Whether writes are on their way to the catalog. */
+  get dirty(): boolean {
+    return this.#pending > 0;
+  }
+
+  /** Waits until every write so far has reached the catalog; throws the first that failed. */
+  async flush(): Promise<void> {
+    await this.#writes;
+    const err = this.#writeError;
+    this.#writeError = undefined;
+    if (err) throw err;
+  }
+
+  /**
+   * Imports files the catalog has not seen, then, when the catalog changed since the last look,
+   * brings the files in line with it. A no-op without a catalog.
+   */
+  async refresh(): Promise<void> {
+    const catalog = this.#catalog;
+    if (!catalog) return;
+    await this.flush();
+    const imports = this.#fileChanges();
+    if (imports.length) await catalog.apply(imports);
+    if (!imports.length && (await catalog.version()) === this.#version) return;
+    const snap = await catalog.load();
+    this.#syncFiles(snap);
+    this.#version = snap.version;
+  }
+
+  #toCatalog(change: ImageChange): void {
+    const catalog = this.#catalog;
+    if (!catalog) return;
+    this.#pending++;
+    this.#writes = this.#writes
+      .then(() => catalog.apply([change]))
+      .catch((err: unknown) => {
+        this.#writeError ??= err as Error;
+      })
+      .finally(() => void this.#pending--);
+  }
+
+  /** Notes a file as in line with the catalog (this process wrote or checked it). */
+  #mark(rel: string): void {
+    try {
+      this.#synced.set(rel, statSync(join(this.dir, rel)).mtimeMs);
+    } catch {
+      this.#synced.delete(rel);
+    }
+  }
+
+  /** Files that are new, or changed by someone else, since they were last in line with the catalog. */
+  #fileChanges(): ImageChange[] {
+    const out: ImageChange[] = [];
+    for (const f of readdirSync(this.dir)) {
+      if (!/^[0-9a-f]{64}\.json$/.test(f) || this.#synced.has(f)) continue;
+      try {
+        const m = JSON.parse(readFileSync(join(this.dir, f), 'utf8')) as Partial<ImageManifest>;
+        if (!Array.isArray(m.layers) || typeof m.config !== 'object' || typeof m.createdAt !== 'string') continue; // corrupt: get() says so
+        out.push({ op: 'put', id: `sha256:${f.slice(0, 64)}`, manifest: { layers: m.layers, config: m.config, createdAt: m.createdAt }, imported: true });
+        this.#mark(f);
+      } catch {
+        // Being written by a tool right now, or corrupt (get() says so): looked at again next time.
+      }
+    }
+    for (const [sub, kind] of [['refs', 'tag'], ['builds', 'build']] as const) {
+      for (const f of readdirSync(join(this.dir, sub))) {
+        if (f.includes('.tmp-')) continue;
+        const rel = `${sub}/${f}`;
+        let mtime: number;
+        let target: string;
+        try {
+          mtime = statSync(join(this.dir, rel)).mtimeMs;
+          target = readFileSync(join(this.dir, rel), 'utf8').trim();
+        } catch {
+          continue;
+        }
+        const known = this.#synced.get(rel);
+        if (known === mtime || !/^sha256:[0-9a-f]{64}$/.test(target)) continue;
+        // First met: the catalog's word wins if it has one; re-pointed by a tool since: moved.
+        const imported = known === undefined;
+        out.push(kind === 'tag' ? { op: 'tag', name: f, id: target as ImageId, imported } : { op: 'build', key: f, id: target as ImageId, imported });
+        this.#synced.set(rel, mtime);
+      }
+    }
+    return out;
+  }
+
+  /** Writes what the catalog has and the files lack; deletes files of entries the catalog deleted. */
+  #syncFiles(snap: ImageCatalogSnapshot): void {
+    const want = new Map<string, string>();
+    for (const [id, m] of snap.images) want.set(`${id.slice('sha256:'.length)}.json`, JSON.stringify(m, null, 2));
+    for (const [name, id] of snap.names) want.set(`refs/${name}`, id);
+    for (const [key, id] of snap.builds) want.set(`builds/${key}`, id);
+    for (const [rel, body] of want) {
+      const path = join(this.dir, rel);
+      const manifest = !rel.includes('/');
+      if (manifest ? existsSync(path) : readOr(path) === body) {
+        this.#mark(rel);
+        continue;
+      }
+      // A name a tool re-pointed since the last look is left for the next import to move.
+      const known = this.#synced.get(rel);
+      if (!manifest && known !== undefined && existsSync(path) && statSync(path).mtimeMs !== known) continue;
+      writeFileAtomic(path, body);
+      this.#mark(rel);
+    }
+    for (const rel of [...this.#synced.keys()]) {
+      if (want.has(rel)) continue;
+      // In line before, absent now: deleted at another replica (or a tombstoned import).
+      rmSync(join(this.dir, rel), { force: true });
+      this.#synced.delete(rel);
+    }
+  }
+
   /** The id `put` gives this manifest (the sha256 of its canonical JSON), without storing it. */
   idOf(manifest: Omit<ImageManifest, 'createdAt'>): ImageId {
     return `sha256:${createHash('sha256').update(JSON.stringify({ layers: manifest.layers, config: manifest.config })).digest('hex')}`;
@@ -72,13 +238,20 @@ export class ImageStore {
     const body = { layers: manifest.layers, config: manifest.config };
     const hex = this.idOf(body).slice('sha256:'.length);
     const file = join(this.dir, `${hex}.json`);
-    if (!existsSync(file)) writeFileAtomic(file, JSON.stringify({ ...body, createdAt: new Date().toISOString() }, null, 2));
+    if (!existsSync(file)) {
+      const manifest = { ...body, createdAt: new Date().toISOString() };
+      writeFileAtomic(file, JSON.stringify(manifest, null, 2));
+      this.#mark(`${hex}.json`);
+      this.#toCatalog({ op: 'put', id: `sha256:${hex}`, manifest });
+    }
     return `sha256:${hex}`;
   }
 
   tag(name: string, id: ImageId): void {
     if (!isImageName(name)) throw new Error(`invalid image name ${JSON.stringify(name)}`);
     writeFileAtomic(join(this.refsDir, normalizeName(name)), id);
+    this.#mark(`refs/${normalizeName(name)}`);
+    this.#toCatalog({ op: 'tag', name: normalizeName(name), id });
   }
 
   /** Resolves a name or id to an image id, or undefined. */
@@ -131,12 +304,16 @@ export class ImageStore {
 
   untag(name: string): void {
     rmSync(join(this.refsDir, normalizeName(name)), { force: true });
+    this.#synced.delete(`refs/${normalizeName(name)}`);
+    this.#toCatalog({ op: 'untag', name: normalizeName(name) });
   }
 
   /** Deletes a manifest and every name pointing at it (its layers stay until GC). */
   remove(id: ImageId): void {
     for (const [name, target] of this.#refs()) if (target === id) this.untag(name);
     rmSync(this.#file(id), { force: true });
+    this.#synced.delete(`${id.slice('sha256:'.length)}.json`);
+    this.#toCatalog({ op: 'remove', id });
   }
 
   /**
@@ -147,6 +324,8 @@ export class ImageStore {
   recordBuild(cacheKey: string, id: ImageId): void {
     if (!/^[0-9a-f]{64}$/.test(cacheKey)) throw new Error(`invalid build cache key ${JSON.stringify(cacheKey)}`);
     writeFileAtomic(join(this.buildsDir, cacheKey), id);
+    this.#mark(`builds/${cacheKey}`);
+    this.#toCatalog({ op: 'build', key: cacheKey, id });
   }
 
   /** The image a builder last made from `cacheKey`, if it still exists. */
@@ -187,5 +366,13 @@ export class CorruptManifestError extends Error {
     why: string,
   ) {
     super(`the manifest of image ${imageId} (${file}) is corrupt: ${why}; remove the image (dsec images rm) and build or import it again`);
+  }
+}
+
+function readOr(path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch {
+    return undefined;
   }
 }

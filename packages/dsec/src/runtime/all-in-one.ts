@@ -15,6 +15,7 @@ import type { VmBackend } from '../edge/backends/vm/vm-backend.js';
 import { makeNodeBackends, type NodeBackends } from './node-backends.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
+import { StoreImageCatalog } from '../control/image-catalog.js';
 import { LayerStore } from '../image/layer-store.js';
 import { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
 import { parseListen, type ServerOptions } from '../config/options.js';
@@ -112,12 +113,20 @@ async function startDsecProcess(
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
 
   const releaseLock = takePidLock(opts.dataDir, 'dsec.pid', 'dsec');
-  const layers = new LayerStore(opts.dataDir, { chunkSize: opts.layerChunkKiB * 1024 });
+  const layers = new LayerStore(opts.layerDir || opts.dataDir, { chunkSize: opts.layerChunkKiB * 1024 });
   const images = new ImageStore(opts.dataDir, layers);
   let store: StateStore;
   try {
     store = await StateStore.open(opts.store || join(opts.dataDir, 'state.db'), { onError: (err) => log.error({ err }, 'state store connection failed') });
   } catch (err) {
+    releaseLock();
+    throw err;
+  }
+  // Image records live in the store, shared by replicas; files in the data dir are imported.
+  try {
+    await images.attachCatalog(new StoreImageCatalog(store));
+  } catch (err) {
+    await store.close();
     releaseLock();
     throw err;
   }
@@ -133,7 +142,7 @@ async function startDsecProcess(
   // thread of their own (see BlobServerThread), on loopback, under the cluster token.
   const blobThread =
     extra.localEdge && opts.layerFetch === 'lazy'
-      ? await BlobServerThread.start({ storeRoot: opts.dataDir, chunkSize: layers.chunkSize, token: clusterToken, host: '127.0.0.1' })
+      ? await BlobServerThread.start({ storeRoot: opts.layerDir || opts.dataDir, chunkSize: layers.chunkSize, token: clusterToken, host: '127.0.0.1' })
       : undefined;
   if (extra.localEdge) {
     node = makeNodeBackends({
@@ -165,6 +174,7 @@ async function startDsecProcess(
   const stopExpiryLoop = control.startExpiryLoop();
   const stopBatchOwner = control.batches.startOwnerLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
+  const stopImageRefresh = startImageRefresh(images, log);
 
   const app = await buildServer({ control, store, images, log, clusterToken, dataDir: opts.dataDir });
   const { host, port } = parseListen(opts.listen);
@@ -175,6 +185,7 @@ async function startDsecProcess(
     stopExpiryLoop();
     stopBatchOwner();
     stopEdgeWatcher();
+    stopImageRefresh();
     await control.pools.stop();
     await app.close();
     await node?.shutdown({ killAll: false });
@@ -225,9 +236,11 @@ async function startDsecProcess(
       stopExpiryLoop();
       stopBatchOwner();
       stopEdgeWatcher();
+      stopImageRefresh();
       await control.pools.stop();
       await control.batches.stop();
       await app.close();
+      await images.flush().catch((err: unknown) => log.error({ err }, 'writing image records to the store failed'));
       if (closeOpts.killAll) await control.killAll();
       await node?.shutdown({ killAll: closeOpts.killAll ?? false });
       await blobThread?.close();
@@ -237,4 +250,22 @@ async function startDsecProcess(
   };
   if (edge) running.edge = edge;
   return running;
+}
+
+/**
+ * Every second, images made or deleted at another replica (or by a tool writing files) reach this
+ * one's copy; a create that misses an image refreshes at once (ProjectImages.resolve).
+ */
+function startImageRefresh(images: ImageStore, log: Logger, intervalMs = 1000): () => void {
+  let busy = false;
+  const timer = setInterval(() => {
+    if (busy) return;
+    busy = true;
+    void images
+      .refresh()
+      .catch((err: unknown) => log.error({ err }, 'refreshing image records from the store failed'))
+      .finally(() => (busy = false));
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }

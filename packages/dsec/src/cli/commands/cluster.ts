@@ -39,10 +39,11 @@ export function registerClusterCommands(program: Command): void {
     .option('--listen <host:port>', 'address of the HTTP API, default 127.0.0.1:7070 (env DSEC_LISTEN)')
     .option('--data-dir <dir>', 'state directory, default /var/lib/dsec (env DSEC_DATA_DIR)')
     .option('--store <url>', 'postgres://… to keep state in PostgreSQL (replicas on one database share it); default SQLite in the data dir (env DSEC_STORE)')
+    .option('--layer-dir <dir>', 'where layer blobs live, default the data dir; replicas share one (NFS, CephFS, 3FS) (env DSEC_LAYER_DIR)')
     .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)')
-    .action(async (flags: { listen?: string; dataDir?: string; store?: string; edgeLostAfter: string; logLevel?: string }) => {
-      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, logLevel: flags.logLevel });
+    .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; edgeLostAfter: string; logLevel?: string }) => {
+      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, layerDir: flags.layerDir, logLevel: flags.logLevel });
       const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
       const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });
       process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);

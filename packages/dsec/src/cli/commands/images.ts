@@ -47,7 +47,7 @@ async function reportRegistryErrors(work: () => Promise<void>): Promise<void> {
 /** Images live in the data dir's image store; the CLI works on it directly, with or without a server. */
 function openStore(dataDir?: string): ImageStore {
   const opts = compileOptions({ dataDir });
-  const layers = new LayerStore(opts.dataDir);
+  const layers = new LayerStore(opts.layerDir || opts.dataDir);
   return new ImageStore(opts.dataDir, layers);
 }
 

@@ -11,6 +11,7 @@ import { runImageJob, uploadPath } from '../image-jobs.js';
 import type { ImportResult } from '../../image/oci-import.js';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, rmSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { StateStore } from '../state-store.js';
 import type { ControlPlane } from '../control-plane.js';
@@ -73,7 +74,8 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         requireAdmin(req, 'building a shared image');
         const { builder, name, packages } = req.body;
         const args = ['build', builder, ...(name ? ['--name', name] : []), ...(packages ?? []).flatMap((p) => ['-p', p])];
-        const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ builder }, m), userError: /invalid image name|unknown builder|-p\/--package/ });
+        const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ builder }, m), userError: /invalid image name|unknown builder|-p\/--package/, layerDir: dirname(images.layers.dir) });
+        await images.refresh(); // the job wrote files: into the store with them, for every replica
         // The job prints "<name> <id>"; the image is in the store it wrote to.
         const id = /(sha256:[0-9a-f]{64})\s*$/.exec(out.trim())?.[1];
         const info = id && images.info(id as ImageId);
@@ -107,7 +109,8 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
           await pipeline(req.body, limitBytes(MAX_IMAGE_IMPORT_BYTES), createWriteStream(file, { mode: 0o600 }));
           const q = req.query;
           const args = ['import', file, '--json', ...(q.name ? ['--name', q.name] : []), ...(q.squash ? ['--squash'] : []), ...(q.ref ? ['--ref', q.ref] : [])];
-          const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ import: true }, m), userError: /image import failed|invalid image name/ });
+          const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ import: true }, m), userError: /image import failed|invalid image name/, layerDir: dirname(images.layers.dir) });
+          await images.refresh(); // the job wrote files: into the store with them, for every replica
           const r = JSON.parse(out) as ImportResult;
           const { id, format, sourceRef, squashed, layers, warnings } = r;
           return await reply.status(201).send({ image: images.info(id)!, format, ...(sourceRef ? { sourceRef } : {}), squashed, layers, warnings });

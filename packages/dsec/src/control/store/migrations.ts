@@ -214,6 +214,38 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 7,
+    name: 'image records (manifests, names, builds) in the store, shared by every replica',
+    up: async (db) => {
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS images (
+          id TEXT PRIMARY KEY,
+          manifest TEXT NOT NULL,
+          created_at TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS image_names (
+          name TEXT PRIMARY KEY,
+          image_id TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS image_builds (
+          cache_key TEXT PRIMARY KEY,
+          image_id TEXT NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS image_tombstones (
+          kind TEXT NOT NULL,
+          entry TEXT NOT NULL,
+          removed_at TEXT NOT NULL,
+          PRIMARY KEY (kind, entry)
+        );
+        CREATE TABLE IF NOT EXISTS image_catalog (
+          one INTEGER PRIMARY KEY,
+          version BIGINT NOT NULL
+        );
+        INSERT INTO image_catalog (one, version) VALUES (1, 0) ON CONFLICT (one) DO NOTHING;
+      `);
+    },
+  },
 ];
 
 /**

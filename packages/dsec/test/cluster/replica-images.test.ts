@@ -1,0 +1,148 @@
+/**
+ * Image records in the store: two control-plane replicas on one real PostgreSQL with one shared
+ * layer directory (--layer-dir) see the same images. Replica A's data dir starts with file-based
+ * images (as a dsec from before the store kept them), which A imports at its first start; replica
+ * B, whose data dir is empty, lists them with the same ids, serves their blobs, and a name made or
+ * removed at one replica is seen at the other. A runs in a child process; B in this process. Two
+ * simulated edges (the edge protocol over HTTP, no crun) take the creates. About 15 s.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import type { ImageInfo, SandboxInfo } from '@dsec/sdk/schema';
+import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { compileOptions } from '../../src/config/options.js';
+import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
+import { ImageStore } from '../../src/image/image-store.js';
+import { LayerStore } from '../../src/image/layer-store.js';
+import { startControlPlane, type RunningControl } from '../../src/runtime/all-in-one.js';
+import { postgresSkipReason, testPostgres } from '../helpers/postgres.js';
+import { integrationSkipReason, makeDataDir, mountsBelow } from '../helpers/server.js';
+
+const skip = integrationSkipReason() ?? postgresSkipReason();
+const replicaScript = join(fileURLToPath(new URL('.', import.meta.url)), 'support', 'replica-process.js');
+
+interface Endpoint {
+  url: string;
+  apiKey: string;
+}
+
+async function api(at: Endpoint, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(`${at.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${at.apiKey}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    ...(body ? { body: JSON.stringify(body) } : {}),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text && res.headers.get('content-type')?.includes('json') ? (JSON.parse(text) as unknown) : text };
+}
+
+async function until<T>(check: () => Promise<T | undefined>): Promise<T> {
+  for (;;) {
+    const v = await check();
+    if (v !== undefined) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function images(at: Endpoint): Promise<ImageInfo[]> {
+  return ((await api(at, 'GET', '/v1/images')).body as { images: ImageInfo[] }).images;
+}
+
+describe('image records shared by control-plane replicas', { skip, timeout: 120_000 }, () => {
+  const dataDirs: string[] = [];
+  let layerDir: string;
+  let child: ChildProcess | undefined;
+  let a: Endpoint & { joinToken: string };
+  let b: RunningControl;
+  let legacyId: string;
+  const edges: RunningSimulatedEdge[] = [];
+
+  before(async () => {
+    const store = await (await testPostgres()).database(`dsec_images_${randomBytes(4).toString('hex')}`);
+    dataDirs.push(makeDataDir(), makeDataDir());
+    layerDir = mkdtempSync('/var/tmp/dsec-test-layers-');
+    // A's data dir as an older dsec left it: busybox and a second name, as files only.
+    const files = new ImageStore(dataDirs[0]!, new LayerStore(layerDir));
+    legacyId = (await buildBusyboxImage(files)).id;
+    files.tag('legacy:v1', legacyId as `sha256:${string}`);
+    assert.ok(existsSync(join(dataDirs[0]!, 'images', 'refs', 'legacy:v1')));
+
+    child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir: dataDirs[0], store, layerDir })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const first = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: child!.stdout! }).once('line', resolve);
+      child!.once('exit', (code) => reject(new Error(`replica A exited (${code}) before it served`)));
+    });
+    a = JSON.parse(first) as Endpoint & { joinToken: string };
+    b = await startControlPlane(compileOptions({ dataDir: dataDirs[1], store, layerDir, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+    for (const id of ['imgone', 'imgtwo']) edges.push(await startSimulatedEdge({ join: `${a.url},${b.url}`, token: a.joinToken, id }));
+  });
+
+  after(async () => {
+    for (const e of edges) await e.close();
+    await b?.close();
+    if (child && child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((r) => child!.once('exit', r));
+    }
+    for (const d of dataDirs) {
+      assert.deepEqual(mountsBelow(d), []);
+      rmSync(d, { recursive: true, force: true });
+    }
+    if (layerDir) rmSync(layerDir, { recursive: true, force: true });
+  });
+
+  test("file-based images are imported at A's first start; B, with an empty data dir, sees them and serves their blobs", async () => {
+    const atA = await images(a);
+    const atB = await images(b);
+    const named = (list: ImageInfo[], name: string): ImageInfo | undefined => list.find((i) => i.names.includes(name));
+    assert.equal(named(atA, 'busybox:latest')?.id, legacyId, "A's busybox is the one from its files (its own build was a cache hit)");
+    assert.equal(named(atB, 'busybox:latest')?.id, legacyId, 'B sees the same id');
+    assert.equal(named(atB, 'legacy:v1')?.id, legacyId, 'and the second name');
+    assert.deepEqual(named(atB, 'busybox:latest')?.layers, named(atA, 'busybox:latest')?.layers);
+    // B keeps a copy as files in its own data dir, for the CLI there.
+    assert.equal(readFileSync(join(dataDirs[1]!, 'images', 'refs', 'legacy:v1'), 'utf8').trim(), legacyId);
+    const layer = named(atB, 'busybox:latest')!.layers[0]!;
+    const blob = await fetch(`${b.url}/v1/blobs/${layer}`, { method: 'HEAD', headers: { authorization: `Bearer ${b.joinToken}` } });
+    assert.equal(blob.status, 200, 'B serves the blob from the shared layer dir');
+  });
+
+  test('a name made at B is usable at A at once; removed at A, it is gone at B', async () => {
+    const name = `shared-${randomBytes(3).toString('hex')}:v2`;
+    b.images.tag(name, legacyId as `sha256:${string}`);
+    await b.images.flush();
+    // A has never heard of it: its create refreshes from the store on the miss.
+    const made = await api(a, 'POST', '/v1/sandboxes', { image: name, labels: { case: 'images' } });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    assert.equal((made.body as SandboxInfo).imageId, legacyId);
+    assert.equal((await api(a, 'DELETE', `/v1/sandboxes/${(made.body as SandboxInfo).id}`)).status, 204);
+
+    assert.equal((await api(a, 'DELETE', `/v1/images/${name}`)).status, 204);
+    assert.equal((await api(a, 'GET', `/v1/images/${name}`)).status, 404);
+    // B drops it at its next refresh (every second), its file with it.
+    await until(async () => ((await api(b, 'GET', `/v1/images/${name}`)).status === 404 ? true : undefined));
+    assert.ok(!existsSync(join(dataDirs[1]!, 'images', 'refs', name)), "B's file of the name is gone too");
+    assert.equal((await api(b, 'GET', '/v1/images/legacy:v1')).status, 200, 'other names stay');
+  });
+
+  test("a name deleted at B is not brought back by a stale file at A", async () => {
+    const name = `doomed-${randomBytes(3).toString('hex')}:v1`;
+    b.images.tag(name, legacyId as `sha256:${string}`);
+    await b.images.flush();
+    await until(async () => (existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined)); // A wrote its copy
+    b.images.untag(name);
+    await b.images.flush();
+    await until(async () => (!existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined));
+    // The file as a replica that was down meanwhile still has it: A imports it, the store's
+    // tombstone refuses it, and A deletes the file.
+    writeFileSync(join(dataDirs[0]!, 'images', 'refs', name), legacyId);
+    await until(async () => (!existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined));
+    assert.equal((await api(a, 'GET', `/v1/images/${name}`)).status, 404);
+    assert.equal((await api(b, 'GET', `/v1/images/${name}`)).status, 404);
+  });
+});
