@@ -88,8 +88,16 @@ export const CLONE_NAMESPACE_FLAGS: Record<string, number> = {
 const EPERM = 1;
 const ENOSYS = 38;
 
+/** An OCI `linux.seccomp` block, as far as dsec's profiles use it. */
+export interface SeccompProfile {
+  defaultAction: string;
+  defaultErrnoRet?: number;
+  architectures?: string[];
+  syscalls?: { names: string[]; action: string; errnoRet?: number; args?: { index: number; value: number; valueTwo?: number; op: string }[] }[];
+}
+
 /** The OCI `linux.seccomp` block. */
-export function defaultSeccompProfile(): Record<string, unknown> {
+export function defaultSeccompProfile(): SeccompProfile {
   return {
     defaultAction: 'SCMP_ACT_ALLOW',
     architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],

@@ -14,3 +14,6 @@ export const NFT_HELPER_BINARY = fileURLToPath(new URL('dsec-nft', NATIVE_DIR));
 
 /** dsec-chunk-fuse (native/chunk-fuse.c): the node's lazy layer store (FUSE over HTTP range requests, libfuse3 + libcurl). */
 export const CHUNK_FUSE_BINARY = fileURLToPath(new URL('dsec-chunk-fuse', NATIVE_DIR));
+
+/** dsec-seccomp-bpf (native/seccomp-bpf.c): compiles a seccomp profile to BPF with libseccomp, once per edge. */
+export const SECCOMP_BPF_BINARY = fileURLToPath(new URL('dsec-seccomp-bpf', NATIVE_DIR));
