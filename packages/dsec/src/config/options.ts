@@ -22,6 +22,12 @@ export const ServerOptions = Type.Object(
      * serves every blob; image records are shared through the store.
      */
     layerDir: Type.String({ default: '' }),
+    /**
+     * DSEC_REGISTRY: the cluster's OCI registry, HOST/REPOSITORY (https:// for a loopback host that
+     * speaks TLS). Layers are uploaded there before edges need them, and edges that join get its
+     * address and account (DSEC_REGISTRY_USER, DSEC_REGISTRY_PASSWORD[_FILE]); empty: none.
+     */
+    registry: Type.String({ default: '' }),
     /** DSEC_LISTEN: host:port of the HTTP API. */
     listen: Type.String({ default: '127.0.0.1:7070', pattern: '^[^:]+:[0-9]{1,5}$' }),
     /** DSEC_EDGE_ID: this node's edge id, part of every sandbox id. */
@@ -60,6 +66,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   dataDir: 'DSEC_DATA_DIR',
   store: 'DSEC_STORE',
   layerDir: 'DSEC_LAYER_DIR',
+  registry: 'DSEC_REGISTRY',
   listen: 'DSEC_LISTEN',
   edgeId: 'DSEC_EDGE_ID',
   maxSandboxes: 'DSEC_MAX_SANDBOXES',

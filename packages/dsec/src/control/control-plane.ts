@@ -14,6 +14,7 @@ import { EdgeRegistry } from './edges/edge-registry.js';
 import { BatchService } from './batches.js';
 import { checkPolicy, SandboxCreation } from './sandbox-creation.js';
 import { CreateLeases } from './create-leases.js';
+import type { ClusterRegistry } from './cluster/cluster-registry.js';
 import type { ImageId, ImageStore } from '../image/image-store.js';
 import { Volumes } from './volumes.js';
 import type { LayerDigest } from '../image/layer-store.js';
@@ -47,6 +48,8 @@ export interface ControlPlaneOptions {
   burstThreshold?: number;
   /** How long a killed sandbox's trajectory stays readable; 0 deletes it with the sandbox. @default 24 */
   trajectoryRetentionHours?: number;
+  /** The cluster's OCI registry: layers are put there for edges, and joining edges are told of it. */
+  registry?: ClusterRegistry;
   /**
    * This replica's name, when several control planes share one store: background work (expiry,
    * the edge watcher, batch drivers) runs on the one holding its lease. @default 'only'
@@ -81,6 +84,8 @@ export class ControlPlane {
   readonly #creation: SandboxCreation;
   /** Leases on creates in flight; a dead replica's are taken over (create-leases.ts). */
   readonly createLeases: CreateLeases;
+  /** The cluster's OCI registry, when it has one (edges read layers from it). */
+  readonly registry: ClusterRegistry | undefined;
   /** Warm pools: ready sandboxes a create claims instead of waiting for one (started by the runtime). */
   readonly pools: WarmPools;
   /** Function calls, run by the edges' FnCall backends. */
@@ -105,9 +110,12 @@ export class ControlPlane {
     this.quotas = new ProjectQuotas(store);
     this.projectImages = new ProjectImages(store, images);
     this.volumes = new Volumes({ store, edges: this.edges, log: log.child({ component: 'volumes' }) });
+    this.registry = opts.registry;
+    const registry = opts.registry;
     this.createLeases = new CreateLeases(store, this.edges, log.child({ component: 'create-leases' }), this.replicaId);
     this.#creation = new SandboxCreation({
       createLease: () => this.createLeases.lease(),
+      ...(registry ? { layersReady: (layers: readonly string[]) => registry.ensure(layers) } : {}),
       quotas: this.quotas,
       projectImages: this.projectImages,
       store,

@@ -32,6 +32,8 @@ export interface SandboxCreationDeps {
   burstThreshold: number;
   /** The lease each create's row is written with (control/create-leases.ts). */
   createLease: () => CreateLease;
+  /** Puts the layers where edges read them (the cluster's registry) before an edge is asked. */
+  layersReady?: (layers: readonly string[]) => Promise<void>;
 }
 
 /** How one create is made: see SandboxCreation.create. */
@@ -187,6 +189,7 @@ export class SandboxCreation {
       }
       opts.onPlaced?.(edgeId, info.id);
       try {
+        await this.deps.layersReady?.(layers);
         await this.#edge(edgeId).createSandbox({
           id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend,
           ...(network ? { network } : {}),
@@ -318,6 +321,7 @@ export class SandboxCreation {
         hooks.onFailed(p.item.index, e.code, e.message);
       }
       for (const p of placed) hooks.onPlaced(p.item.index, p.info.edge, p.info.id);
+      if (placed.length) await this.deps.layersReady?.(layers);
       const byEdge = new Map<string, typeof placed>();
       for (const p of placed) {
         const group = byEdge.get(p.info.edge);

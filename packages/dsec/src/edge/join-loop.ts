@@ -22,7 +22,16 @@ export interface JoinLoopOptions {
   intervalMs?: number;
 }
 
+/** The cluster's registry, as the control plane names it at join (dsec control --registry). */
+export interface JoinRegistryGrant {
+  repository: string;
+  username?: string;
+  password?: string;
+}
+
 export interface JoinedEdge {
+  /** The cluster's registry, when the control plane that took the first join has one. */
+  registry: JoinRegistryGrant | undefined;
   /** Resolves when the edge has left the cluster (drained and empty). */
   left: Promise<void>;
   /** Stops heartbeating (after the one in flight, if any). */
@@ -52,7 +61,7 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
     joinUrl = joinUrls[current]!;
   };
   const auth = { authorization: `Bearer ${opts.token}`, 'content-type': 'application/json' };
-  const registerAt = async (): Promise<{ state: string }> => {
+  const registerAt = async (): Promise<{ state: string; registry?: JoinRegistryGrant }> => {
     const res = await fetch(`${joinUrl}/v1/cluster/edges`, {
       method: 'POST',
       headers: auth,
@@ -67,10 +76,10 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
       signal: AbortSignal.timeout(10_000),
     });
     if (!res.ok) throw new Error(`joining ${joinUrl} failed: HTTP ${res.status} ${await res.text()}`);
-    return (await res.json()) as { state: string };
+    return (await res.json()) as { state: string; registry?: JoinRegistryGrant };
   };
   /** Joins the current replica; the first join tries each replica once before it gives up. */
-  const register = async (): Promise<{ state: string }> => {
+  const register = async (): Promise<{ state: string; registry?: JoinRegistryGrant }> => {
     for (let tried = 1; ; tried++) {
       try {
         return await registerAt();
@@ -80,7 +89,7 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
       }
     }
   };
-  await register();
+  const first = await register();
 
   let stopped = false;
   let leave!: () => void;
@@ -136,6 +145,7 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
   };
   const loopDone = loop();
   return {
+    registry: first.registry,
     left,
     async stop() {
       stopped = true;

@@ -16,6 +16,9 @@ import { makeNodeBackends, type NodeBackends } from './node-backends.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
 import { StoreImageCatalog } from '../control/image-catalog.js';
+import { ClusterRegistry } from '../control/cluster/cluster-registry.js';
+import { credentialsFromEnv } from '../image/registry/registry-auth.js';
+import { parseRegistryRef, RegistryRefError } from '../image/registry/registry-ref.js';
 import { LayerStore } from '../image/layer-store.js';
 import { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
 import { parseListen, type ServerOptions } from '../config/options.js';
@@ -135,7 +138,24 @@ async function startDsecProcess(
   const replicaId = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const registry = await EdgeRegistry.open({
     replicaId, store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
-  const control = new ControlPlane(store, images, log.child({ component: 'control' }), { edges: registry, trajectoryRetentionHours: opts.trajectoryRetentionHours, replicaId });
+  let clusterRegistry: ClusterRegistry | undefined;
+  if (opts.registry) {
+    try {
+      const ref = parseRegistryRef(opts.registry, { requireName: false });
+      clusterRegistry = new ClusterRegistry(opts.registry, ref, credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')), layers, log.child({ component: 'registry' }));
+    } catch (err) {
+      await store.close();
+      releaseLock();
+      if (err instanceof RegistryRefError) throw new HostNotReadyError(`--registry (DSEC_REGISTRY): ${err.message}`);
+      throw err;
+    }
+  }
+  const control = new ControlPlane(store, images, log.child({ component: 'control' }), {
+    edges: registry,
+    trajectoryRetentionHours: opts.trajectoryRetentionHours,
+    replicaId,
+    ...(clusterRegistry ? { registry: clusterRegistry } : {}),
+  });
   let edge: Edge | undefined;
   let node: NodeBackends | undefined;
   // Lazy layers: the store is local here, so its blobs are served to dsec-chunk-fuse from a

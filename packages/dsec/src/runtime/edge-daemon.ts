@@ -5,6 +5,8 @@ import type { Logger } from 'pino';
 import type { App } from '../control/server.js';
 import { HttpBlobSource } from '../edge/blob-source.js';
 import { RegistryBlobSource } from '../edge/registry-blob-source.js';
+import { JoinedBlobSource } from '../edge/joined-blob-source.js';
+import { parseRegistryRef } from '../image/registry/registry-ref.js';
 import { RegistryChunkProxyThread } from '../edge/lazy/registry-chunk-proxy-thread.js';
 import type { RegistryCredentials } from '../image/registry/registry-auth.js';
 import { RegistryClient } from '../image/registry/registry-client.js';
@@ -87,20 +89,26 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   // registry (with its auth) and the control plane for what the registry lacks.
   const chunkProxyToken = randomBytes(24).toString('base64url');
   let chunkProxy: RegistryChunkProxyThread | undefined;
-  if (opts.registry && opts.layerFetch === 'lazy') {
-    chunkProxy = await RegistryChunkProxyThread.start({ registry: opts.registry.ref, credentials: opts.registry.credentials, fallbackUrl: joinUrl, fallbackToken: opts.token, token: chunkProxyToken });
-  }
+  // The registry of --registry, or else the one the control plane names at join (below).
+  const useRegistry = async (registry: NonNullable<EdgeDaemonOptions['registry']>): Promise<void> => {
+    if (opts.layerFetch === 'lazy') {
+      chunkProxy = await RegistryChunkProxyThread.start({ registry: registry.ref, credentials: registry.credentials, fallbackUrl: joinUrl, fallbackToken: opts.token, token: chunkProxyToken });
+    }
+    blobs.use(
+      new RegistryBlobSource(
+        // Few attempts: a create waits on them, and the control plane serves the layer if the registry cannot.
+        new RegistryClient(registry.ref, { credentials: registry.credentials, attempts: 3, onRetry: (why) => log.warn(`registry: retrying: ${why}`) }),
+        new HttpBlobSource(joinUrl, opts.token),
+        (digest, why) => log.warn({ layer: digest }, `registry unavailable, layer fetched from the control plane instead: ${why}`),
+      ),
+    );
+  };
+  const blobs = new JoinedBlobSource(new HttpBlobSource(joinUrl, opts.token));
+  if (opts.registry) await useRegistry(opts.registry);
   const node = makeNodeBackends({
     id,
     nodeDir: join(opts.dataDir, 'node'),
-    blobs: opts.registry
-      ? new RegistryBlobSource(
-          // Few attempts: a create waits on them, and the control plane serves the layer if the registry cannot.
-          new RegistryClient(opts.registry.ref, { credentials: opts.registry.credentials, attempts: 3, onRetry: (why) => log.warn(`registry: retrying: ${why}`) }),
-          new HttpBlobSource(joinUrl, opts.token),
-          (digest, why) => log.warn({ layer: digest }, `registry unavailable, layer fetched from the control plane instead: ${why}`),
-        )
-      : new HttpBlobSource(joinUrl, opts.token),
+    blobs,
     maxSandboxes: opts.maxSandboxes,
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: joinUrl, token: opts.token }) } } : {}),
@@ -139,6 +147,19 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     const causeMessage = (err as { cause?: { message?: string } }).cause?.message;
     const why = code ? `cannot reach ${joinUrl} (${code})` : `${(err as Error).message}${causeMessage ? ` (${causeMessage})` : ''}`;
     throw new HostNotReadyError(`this edge could not join the control plane: ${why}; check --join (the URL \`dsec control\` printed) and --token`);
+  }
+  // No --registry here: the cluster's registry, if the control plane has one, comes with the join.
+  if (!opts.registry && joined.registry) {
+    try {
+      const grant = joined.registry;
+      await useRegistry({
+        ref: parseRegistryRef(grant.repository, { requireName: false }),
+        credentials: grant.username !== undefined ? { username: grant.username, password: grant.password ?? '' } : undefined,
+      });
+      log.info({ registry: grant.repository }, "reading layers from the cluster's registry (named by the control plane at join)");
+    } catch (err) {
+      log.error({ err: (err as Error).message, registry: joined.registry.repository }, "the cluster's registry cannot be used; layers come from the control plane");
+    }
   }
 
   let closed = false;

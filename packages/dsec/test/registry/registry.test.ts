@@ -257,6 +257,77 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     }
   });
 
+  test("an edge without --registry joins a control plane that has one: it gets the registry at join and reads the image's layers from it, not from the control plane", async () => {
+    const controlDir = makeDataDir();
+    const edgeDir = makeDataDir();
+    const edgeId = newEdgeId();
+    const repository = `${registry.host}/team/joined`;
+    // The control plane's registry account comes from its environment, as `dsec control` reads it.
+    const saved = { user: process.env['DSEC_REGISTRY_USER'], password: process.env['DSEC_REGISTRY_PASSWORD'] };
+    process.env['DSEC_REGISTRY_USER'] = registry.credentials!.username;
+    process.env['DSEC_REGISTRY_PASSWORD'] = registry.credentials!.password;
+    let control: Awaited<ReturnType<typeof startControlPlane>>;
+    try {
+      control = await startControlPlane(compileOptions({ dataDir: controlDir, registry: repository, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+    } finally {
+      for (const [k, v] of [['DSEC_REGISTRY_USER', saved.user], ['DSEC_REGISTRY_PASSWORD', saved.password]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+    let daemon: RunningEdgeDaemon | undefined;
+    try {
+      await buildBusyboxImage(control.images);
+      const marker = `joined-${randomBytes(6).toString('hex')}`;
+      const img = await buildTestImage(control.images, 'joinedreg:v1', (root) => writeFileSync(`${root}/marker`, marker));
+      const layers = [control.images.get(control.images.resolve('busybox')!)!.layers[0]!, ...control.images.get(img.id)!.layers];
+      control.images.tag('joinedreg:v1', control.images.put({ layers, config: control.images.get(img.id)!.config }));
+      // Nothing was pushed: the registry has none of the layers yet.
+      const reader = new RegistryClient(parseRegistryRef(repository, { requireName: false }), { credentials: registry.credentials });
+      for (const l of layers) assert.equal(await reader.headBlob(l), undefined, `${l} is not in the registry before the create`);
+
+      const joinAnswer = (await (
+        await fetch(`${control.url}/v1/cluster/edges`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${control.joinToken}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ id: 'probe', url: 'http://127.0.0.1:9', pool: 'probe', labels: {}, cpuOvercommit: 0, info: { id: 'probe', protocol: 1, version: 'probe', state: 'stopped', sandboxes: 0, maxSandboxes: 1, capacity: { cpus: 1, memoryBytes: 1, memoryAvailableBytes: 1, cpuCommitted: 0, memoryCommittedMiB: 0, pidsCommitted: 0, pidMax: 1, pidsInUse: 0 }, layerCache: { entries: 0, bytes: 0, chargedBytes: 0, budgetBytes: 0, mounted: 0, evictions: 0, overBudget: false }, cachedLayers: [] } }),
+        })
+      ).json()) as { registry?: { repository: string; username?: string } };
+      assert.deepEqual({ repository: joinAnswer.registry?.repository, username: joinAnswer.registry?.username }, { repository, username: registry.credentials!.username }, 'the join answer names the registry and its account');
+      await control.control.edges.remove('probe');
+
+      daemon = await startEdgeDaemon({
+        join: control.url,
+        token: control.joinToken,
+        listen: '127.0.0.1:0',
+        dataDir: edgeDir,
+        id: edgeId,
+        pool: 'default',
+        labels: {},
+        cpuOvercommit: 0,
+        maxSandboxes: 16,
+        layerCacheMiB: 1024,
+        logLevel: 'silent',
+      });
+      const before = registry.requests().length;
+      const sb = await Sandbox.create({ url: control.url, apiKey: control.apiKey, image: 'joinedreg:v1' });
+      assert.equal((await sb.commands.run('cat /marker')).stdout, marker);
+      const asked = registry.requests().slice(before);
+      // The control plane uploads (HEAD, POST/PUT); only an edge GETs a blob.
+      for (const l of layers) {
+        assert.ok(asked.some((line) => line.includes(`PUT /v2/team/joined/blobs/uploads/`) || line.includes(`HEAD /v2/team/joined/blobs/${l}`)), `the control plane put ${l} in the registry:\n${asked.join('\n')}`);
+        assert.ok(asked.some((line) => line.includes(`"GET /v2/team/joined/blobs/${l} `) && / 200 /.test(line)), `the edge read ${l} from the registry:\n${asked.join('\n')}`);
+        assert.ok(await reader.headBlob(l), `${l} is in the registry now`);
+      }
+      await sb.kill();
+    } finally {
+      await daemon?.close({ killAll: true });
+      await control.close();
+      await assertCleanAndRemove(edgeDir, edgeId);
+      await assertCleanAndRemove(controlDir, 'control');
+    }
+  });
+
   test(
     'a lazy edge configured with the registry reads chunks from it with Range requests',
     { skip: existsSync('/dev/fuse') ? (existsSync(CHUNK_FUSE_BINARY) ? undefined : `${CHUNK_FUSE_BINARY} not built`) : 'no /dev/fuse' },

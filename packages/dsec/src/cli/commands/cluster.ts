@@ -40,10 +40,11 @@ export function registerClusterCommands(program: Command): void {
     .option('--data-dir <dir>', 'state directory, default /var/lib/dsec (env DSEC_DATA_DIR)')
     .option('--store <url>', 'postgres://… to keep state in PostgreSQL (replicas on one database share it); default SQLite in the data dir (env DSEC_STORE)')
     .option('--layer-dir <dir>', 'where layer blobs live, default the data dir; replicas share one (NFS, CephFS, 3FS) (env DSEC_LAYER_DIR)')
+    .option('--registry <host/repository>', "the cluster's OCI registry: layers are uploaded there and joining edges read them from it (they need no --registry); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)")
     .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)')
-    .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; edgeLostAfter: string; logLevel?: string }) => {
-      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, layerDir: flags.layerDir, logLevel: flags.logLevel });
+    .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; registry?: string; edgeLostAfter: string; logLevel?: string }) => {
+      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, layerDir: flags.layerDir, registry: flags.registry, logLevel: flags.logLevel });
       const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
       const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });
       process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);

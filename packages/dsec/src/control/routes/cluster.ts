@@ -9,6 +9,19 @@ import type { ControlPlane } from '../control-plane.js';
 
 const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$' }) });
 const EdgeStateReply = Type.Object({ state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')]), heartbeatMs: Type.Integer() });
+const EdgeJoinReply = Type.Object({
+  ...EdgeStateReply.properties,
+  registry: Type.Optional(
+    Type.Object(
+      {
+        repository: Type.String({ description: 'HOST/REPOSITORY of the OCI registry the edge reads layers from first (dsec control --registry).' }),
+        username: Type.Optional(Type.String()),
+        password: Type.Optional(Type.String()),
+      },
+      { description: "The cluster's registry and the account to read it with; absent when the control plane has none." },
+    ),
+  ),
+});
 
 export const EdgeRegistrationBody = Type.Object(
   {
@@ -36,8 +49,8 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     const tags = ['cluster'];
     app.post(
       '/v1/cluster/edges',
-      { schema: { tags, summary: 'An edge joins (cluster token)', body: EdgeRegistrationBody, response: { 200: EdgeStateReply, 400: ErrorBody, 401: ErrorBody } } },
-      async (req) => ({ ...(await control.edges.register(req.body)), heartbeatMs: HEARTBEAT_MS }),
+      { schema: { tags, summary: 'An edge joins (cluster token)', body: EdgeRegistrationBody, response: { 200: EdgeJoinReply, 400: ErrorBody, 401: ErrorBody } } },
+      async (req) => ({ ...(await control.edges.register(req.body)), heartbeatMs: HEARTBEAT_MS, ...(control.registry ? { registry: control.registry.forEdges() } : {}) }),
     );
     app.put(
       '/v1/cluster/edges/:id/heartbeat',
