@@ -2,7 +2,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { NFT_HELPER_BINARY } from '../host/native-helpers.js';
 
 /**
- * nftables for one edge without a process spawn per change: commands go to dsec-nft
+ * nftables (and sandbox links, addLink) for one edge without a process spawn per change: commands go to dsec-nft
  * (native/nft-helper.c), a small resident helper that runs them through libnftables (nftables'
  * own library) in the host's or a sandbox's network namespace, one atomic transaction each —
  * exactly what `nft -f` does, minus a fork+exec of nsenter and nft (100–300 ms on a loaded host).
@@ -18,6 +18,8 @@ export class NftError extends Error {
 }
 
 interface Pending {
+  /** What an error is prefixed with: `nft` or `link <host end>`. */
+  what: string;
   resolve: (output: string) => void;
   reject: (err: Error) => void;
 }
@@ -41,6 +43,19 @@ export class Nftables {
     return this.#request(pid, commands);
   }
 
+  /**
+   * Gives the sandbox whose netns holds process `pid` its link over rtnetlink, in the helper (no
+   * `ip`/`nsenter` spawns): a veth pair whose host end `hostName` gets `hostAddress`/`prefix` (IPv6
+   * off) and whose other end is born in the sandbox's netns as eth0 with `sandboxAddress`/`prefix`
+   * and a default route via `hostAddress`. All or nothing: on failure the pair is gone again.
+   */
+  addLink(pid: number, hostName: string, hostAddress: string, sandboxAddress: string, prefix: number): Promise<void> {
+    if (!Number.isInteger(pid) || pid <= 0) return Promise.reject(new NftError(`no such process: ${pid}`));
+    if (!/^[\w.-]{1,15}$/.test(hostName) || !Number.isInteger(prefix) || [hostAddress, sandboxAddress].some((a) => !/^\d{1,3}(\.\d{1,3}){3}$/.test(a)))
+      return Promise.reject(new NftError(`malformed link: ${hostName} ${hostAddress} ${sandboxAddress}/${prefix}`));
+    return this.#send(`link ${hostName}`, `link ${pid} ${hostName} ${hostAddress} ${sandboxAddress} ${prefix}\n`).then(() => undefined);
+  }
+
   /** Stops the helper (it exits when its stdin closes). */
   async close(): Promise<void> {
     const child = this.#child;
@@ -53,13 +68,17 @@ export class Nftables {
   }
 
   #request(pid: number, commands: string): Promise<string> {
+    const body = Buffer.from(commands);
+    return this.#send('nft', `${pid} ${body.length}\n`, body);
+  }
+
+  #send(what: string, header: string, body?: Buffer): Promise<string> {
     const child = this.#ensure();
     return new Promise<string>((resolve, reject) => {
       if (this.#pending.length === 0) this.#hold(child, true);
-      this.#pending.push({ resolve, reject });
-      const body = Buffer.from(commands);
-      child.stdin.write(`${pid} ${body.length}\n`);
-      child.stdin.write(body);
+      this.#pending.push({ what, resolve, reject });
+      child.stdin.write(header);
+      if (body) child.stdin.write(body);
     });
   }
 
@@ -114,7 +133,7 @@ export class Nftables {
       const p = this.#pending.shift();
       if (this.#pending.length === 0 && this.#child) this.#hold(this.#child, false);
       if (m[1] === 'ok') p?.resolve(text);
-      else p?.reject(new NftError(`nft: ${text.trim() || 'failed'}`));
+      else p?.reject(new NftError(`${p.what}: ${text.trim() || 'failed'}`));
     }
   }
 }

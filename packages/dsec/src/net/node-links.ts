@@ -60,7 +60,7 @@ export class NodeLinks {
 
   /**
    * Applies a policy to the sandbox whose netns holds process `pid`. The sandbox gets its link
-   * (veth, address, route: process spawns, tens of ms) the first time a policy other than none is
+   * (veth, address, route: one rtnetlink request to dsec-nft) the first time a policy other than none is
    * applied, and keeps it until it ends: a later switch, in either direction, is then one nft
    * transaction through dsec-nft (about a millisecond). Under none the ruleset refuses everything
    * but loopback, so a kept link carries nothing. A link made for a ruleset that then fails is
@@ -75,7 +75,7 @@ export class NodeLinks {
       this.#held.add(fresh.index);
     }
     try {
-      if (fresh) await attachLink(id, pid, fresh);
+      if (fresh) await attachLink(this.nft, id, pid, fresh);
       await this.nft.runInNetns(pid, ruleset(policy, link?.host));
     } catch (err) {
       if (fresh) {
