@@ -656,6 +656,7 @@ struct proc {
   long long id; /* the edge's request id; 0: free slot */
   pid_t pid;
   int out, err, in, fd3; /* -1 once closed (fd3: -1 when not asked for) */
+  char group[48];           /* its guest cgroup, removed once empty after it exits ("" for none) */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -802,6 +803,7 @@ static void op_exec(long long id, struct jobj *o) {
   if (p3[0] >= 0) fcntl(p3[0], F_SETFL, O_NONBLOCK);
   if (!want_stdin) { close(pi[1]); pi[1] = -1; }
   *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = pi[1], .fd3 = p3[0]};
+  if (group) snprintf(slot->group, sizeof slot->group, "%s", group);
   char extra[64];
   snprintf(extra, sizeof extra, "\"pid\":%d", pid);
   send_ev(id, "started", extra, NULL, 0);
@@ -835,6 +837,12 @@ static void reaped(pid_t pid, int status) {
     if (WIFSIGNALED(status)) snprintf(extra, sizeof extra, "\"code\":%d,\"signal\":%d", 128 + WTERMSIG(status), WTERMSIG(status));
     else snprintf(extra, sizeof extra, "\"code\":%d", WEXITSTATUS(status));
     send_ev(p->id, "exit", extra, NULL, 0);
+    if (p->group[0]) {
+      /* An empty group goes now; one its jobs still hold goes with kill_group. */
+      char dir[200];
+      snprintf(dir, sizeof dir, GROUP_ROOT "/%s", p->group);
+      rmdir(dir);
+    }
     memset(p, 0, sizeof *p);
     return;
   }
@@ -1004,10 +1012,21 @@ static void op_read(long long id, const char *path, long long max) {
   send_ev(id, "ok", extra, NULL, 0);
 }
 
+static int mkdir_p(char *path);
+
 static void op_write(long long id, const char *path, long long mode, const char *payload, size_t plen) {
   struct stat st;
   if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) { send_err(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path); return; }
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, (mode_t)mode);
+  if (fd < 0 && errno == ENOENT && strrchr(path, '/') && strrchr(path, '/') != path) {
+    /* Missing parent directories are made (0755), as the container files API makes them. */
+    char *parent = strdup(path);
+    *strrchr(parent, '/') = 0;
+    int made = mkdir_p(parent);
+    free(parent);
+    if (made == 0) fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, (mode_t)mode);
+    else errno = errno == EEXIST ? ENOTDIR : errno;
+  }
   if (fd < 0) { send_err(id, errno, path); return; }
   size_t off = 0;
   while (off < plen) {

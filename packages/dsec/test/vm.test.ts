@@ -9,26 +9,18 @@ import { release } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
-import { which } from '../src/host/doctor.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import { BackendDispatch } from '../src/edge/backends/dispatch.js';
-import { guestAssets } from '../src/edge/backends/vm/guest-assets.js';
 import { VM_MEMORY_OVERHEAD_MIB } from '../src/edge/backends/vm/vm-cgroup.js';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
-import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
+import { assertCleanAndRemove, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
 import { call, expectWireError } from './helpers/wire.js';
+import { vmSkipReason } from './helpers/vm.js';
+import { guestAssets } from '../src/edge/backends/vm/guest-assets.js';
 import { TermCapture } from './engine/support/term.js';
 import { Mirror } from './security/support/net-lab.js';
 import { hostVeth } from '../src/net/sandbox-network.js';
 
-function vmSkipReason(): string | undefined {
-  const base = integrationSkipReason();
-  if (base) return base;
-  if (!which('qemu-system-x86_64')) return 'VM tests need qemu-system-x86_64 (scripts/setup installs it)';
-  const g = guestAssets();
-  if ('missing' in g) return g.missing;
-  return undefined;
-}
 const skip = vmSkipReason();
 
 /** Whether a process exists and is not a zombie. */

@@ -9,12 +9,13 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { ConflictError, NotFoundError, Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { engineBackends } from '../helpers/vm.js';
 import { encodeTar, parseTar } from './support/tar.js';
 
 const md5 = (b: Buffer | Uint8Array): string => createHash('md5').update(b).digest('hex');
 
-describe('engine: files API and tar', { skip: integrationSkipReason(), timeout: 180_000 }, () => {
+for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: files API and tar (${backend})`, { skip, timeout: 180_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
   /** A directory on the host that hostile archives aim at; it must stay empty. */
@@ -22,7 +23,7 @@ describe('engine: files API and tar', { skip: integrationSkipReason(), timeout: 
 
   before(async () => {
     server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
+    sb = await Sandbox.create({ ...server.conn, backend, resources: { memoryMiB } });
     hostMarker = `/var/tmp/dsec-engine-marker-${randomBytes(6).toString('hex')}`;
     mkdirSync(hostMarker);
   });

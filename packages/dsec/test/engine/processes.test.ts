@@ -7,15 +7,16 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { ConflictError, NotFoundError, Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { engineBackends } from '../helpers/vm.js';
 import { callJson } from './support/http.js';
 import { hostCrunExecs, liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 
-describe('engine: background processes', { skip: integrationSkipReason(), timeout: 240_000 }, () => {
+for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: background processes (${backend})`, { skip, timeout: 240_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
 
-  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+  useServerAndSandbox({ backend, resources: { memoryMiB } }, (s, b) => {
     server = s;
     sb = b;
   });

@@ -7,15 +7,16 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { DsecError, Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { engineBackends } from '../helpers/vm.js';
 import { liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 import { TermCapture } from './support/term.js';
 
-describe('engine: pty terminals', { skip: integrationSkipReason(), timeout: 180_000 }, () => {
+for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: pty terminals (${backend})`, { skip, timeout: 180_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
 
-  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+  useServerAndSandbox({ backend, resources: { memoryMiB } }, (s, b) => {
     server = s;
     sb = b;
   });

@@ -11,12 +11,13 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox, type Session } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { containerOnly, engineBackends } from '../helpers/vm.js';
 import { buildBusyboxBashImage } from './support/bash-image.js';
 import { callJson } from './support/http.js';
 import { hostCrunExecs, liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 
-describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
+for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: sessions (${backend})`, { skip, timeout: 300_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
 
@@ -39,7 +40,7 @@ describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }
   before(async () => {
     server = await startTestServer();
     await buildBusyboxBashImage(server.dsec.images);
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
+    sb = await Sandbox.create({ ...server.conn, backend, resources: { memoryMiB } });
   });
   after(async () => {
     await server?.close();
@@ -85,7 +86,7 @@ describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }
   });
 
   test('bash sessions also keep functions, arrays and aliases', async () => {
-    const bsb = await Sandbox.create({ ...server.conn, image: 'busybox-bash', resources: { memoryMiB: 128 } });
+    const bsb = await Sandbox.create({ ...server.conn, backend, image: 'busybox-bash', resources: { memoryMiB } });
     try {
       const s = await bsb.sessions.create();
       await ok(s, 'greet() { echo "hi $1"; }; arr=(a "b c"); declare -i n=4; shopt -s expand_aliases; alias hey="echo hey"');
@@ -224,7 +225,7 @@ describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }
   });
 
   test('a syntax error in bash fails that command but does not end the session', async () => {
-    const bsb = await Sandbox.create({ ...server.conn, image: 'busybox-bash', resources: { memoryMiB: 128 } });
+    const bsb = await Sandbox.create({ ...server.conn, backend, image: 'busybox-bash', resources: { memoryMiB } });
     try {
       const s = await bsb.sessions.create();
       assert.equal(s.info.shell, '/bin/bash', 'auto picks bash when the image has it');
@@ -285,7 +286,7 @@ describe('engine: sessions', { skip: integrationSkipReason(), timeout: 300_000 }
     await s.close();
   });
 
-  test('each session command is a crun exec of its own; an idle session holds no process', async () => {
+  test('each session command is a crun exec of its own; an idle session holds no process', containerOnly(backend, 'counts crun exec processes on the host (a VM session command is the agent\'s exec: vm.test.ts)'), async () => {
     const own = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 64 } });
     try {
       const s = await own.sessions.create();

@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { type Sandbox, type StreamEvent } from '@dsec/sdk';
-import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { engineBackends } from '../helpers/vm.js';
 import { execNdjson, ndjsonLines, type NdjsonEvent } from './support/http.js';
 import { liveProcesses, waitGone } from './support/sandbox-procs.js';
 
@@ -19,11 +20,11 @@ const ALL_BYTES = Buffer.concat([
   Buffer.from(Array.from({ length: 256 }, (_, i) => 255 - i)),
 ]);
 
-describe('engine: streaming exec', { skip: integrationSkipReason(), timeout: 180_000 }, () => {
+for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: streaming exec (${backend})`, { skip, timeout: 300_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
 
-  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+  useServerAndSandbox({ backend, resources: { memoryMiB } }, (s, b) => {
     server = s;
     sb = b;
   });

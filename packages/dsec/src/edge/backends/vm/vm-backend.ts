@@ -450,9 +450,11 @@ export class VmBackend implements SandboxBackend {
   async *execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
     await checkWritablePaths(this.#running(id).agent, req.writablePaths);
     const proc = this.#start(id, req, signal);
-    for await (const { stream, data } of iterateOutput(proc, 'kept')) yield { type: stream, data };
+    // uncapped: every byte streams (the cap bounds only what is kept), as for a container.
+    for await (const { stream, data } of iterateOutput(proc, req.uncapped ? 'raw' : 'kept')) yield { type: stream, data };
     const exit = await proc.done;
-    yield { type: 'exit', result: exitStatus(proc, exit, req) };
+    const status = exitStatus(proc, exit, req);
+    yield { type: 'exit', result: req.uncapped ? { ...status, truncated: false } : status };
   }
 
   // --- background processes ------------------------------------------------------------------
@@ -759,7 +761,9 @@ export class VmBackend implements SandboxBackend {
   async listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
     return this.#fs(id, path, async (v, p) => {
       const r = await v.agent.call('list', { path: p, max: 10_000 });
-      const entries = (JSON.parse(r.payload.toString('utf8')) as GuestStat[]).map((s) => toFileStat(s, `${p.replace(/\/$/, '')}/${s.name}`));
+      // Sorted by name, as a container's listing is (the guest gives readdir order).
+      const stats = (JSON.parse(r.payload.toString('utf8')) as GuestStat[]).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      const entries = stats.map((s) => toFileStat(s, `${p.replace(/\/$/, '')}/${s.name}`));
       return { entries, truncated: r.header['truncated'] === true };
     });
   }

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { TerminalChannel } from '../../edge-api.js';
 import type { AgentClient } from './agent-client.js';
 import type { AgentFrame } from './agent-frames.js';
@@ -6,8 +7,13 @@ import type { GuestCommand } from './vm-process.js';
 /**
  * An interactive command under a pseudo-terminal inside a VM guest: the agent opens the pty in
  * the guest's devpts and streams the master side's bytes; keystrokes and resizes go back by id.
+ * The command runs in a guest cgroup of its own, so kill() ends what it started too (an
+ * interactive shell puts each job in a process group of its own). A command that cannot start
+ * (no such program) gives a terminal that prints why and exits 127 (126: not executable), as a
+ * container's does.
  */
 export function openVmTerminal(agent: AgentClient, cmd: GuestCommand, size: { cols: number; rows: number }): Promise<TerminalChannel> {
+  const group = `t-${randomBytes(6).toString('hex')}`;
   return new Promise((resolve, reject) => {
     const listeners = new Set<(data: Buffer) => void>();
     const early: Buffer[] = [];
@@ -30,15 +36,20 @@ export function openVmTerminal(agent: AgentClient, cmd: GuestCommand, size: { co
         if (listeners.size) for (const l of listeners) l(f.payload);
         else early.push(f.payload);
       } else if (ev === 'exit') finish(Number(f.header['code'] ?? 1));
-      else if (ev === 'error' || ev === 'closed') {
+      else if (ev === 'error' && !started && f.header['code'] !== 'EAGAIN') {
+        started = true;
+        early.push(Buffer.from(`${String(f.header['message'] ?? 'cannot start the command')}\r\n`));
+        resolve(channel);
+        finish(f.header['code'] === 'ENOENT' ? 127 : 126);
+      } else if (ev === 'error' || ev === 'closed') {
         const msg = String(f.header['message'] ?? 'the guest agent could not start the terminal');
         if (!started) reject(new Error(msg));
-        finish(ev === 'error' && f.header['code'] === 'ENOENT' ? 127 : 126);
+        finish(126);
       }
     };
     const id = agent.send(
       'exec',
-      { argv: cmd.argv, env: cmd.env, cwd: cmd.cwd, uid: cmd.uid, gid: cmd.gid, stdin: true, pty: true, cols: size.cols, rows: size.rows },
+      { argv: cmd.argv, env: cmd.env, cwd: cmd.cwd, uid: cmd.uid, gid: cmd.gid, stdin: true, pty: true, cols: size.cols, rows: size.rows, group },
       undefined,
       onEvent,
     );
@@ -55,7 +66,9 @@ export function openVmTerminal(agent: AgentClient, cmd: GuestCommand, size: { co
         if (!done) agent.write({ op: 'resize', id, cols, rows });
       },
       kill() {
-        if (!done) agent.write({ op: 'signal', id, signal: 9 });
+        if (done) return;
+        agent.write({ op: 'signal', id, signal: 9 });
+        void agent.call('kill_group', { group }).catch(() => undefined); // gone already, or the VM with it
       },
     };
   });
