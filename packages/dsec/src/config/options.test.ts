@@ -13,6 +13,7 @@ describe('compileOptions', () => {
       maxSandboxes: 4000,
       layerCacheMiB: 20480,
       layerFetch: 'eager',
+      userns: false,
       layerChunkKiB: 1024,
       trajectoryRetentionHours: 24,
       logLevel: 'info',
@@ -26,8 +27,14 @@ describe('compileOptions', () => {
       { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_TRAJECTORY_RETENTION_HOURS: '2', DSEC_LOG_LEVEL: 'warn' },
     );
     assert.deepEqual(opts, {
-      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, trajectoryRetentionHours: 2, logLevel: 'warn', store: '',
+      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: false, trajectoryRetentionHours: 2, logLevel: 'warn', store: '',
     });
+  });
+
+  test('DSEC_USERNS turns user namespaces on; a value that is not a boolean is refused', () => {
+    assert.equal(compileOptions({}, { DSEC_USERNS: 'true' }).userns, true);
+    assert.equal(compileOptions({}, { DSEC_USERNS: 'false' }).userns, false);
+    assert.throws(() => compileOptions({}, { DSEC_USERNS: 'maybe' }), OptionsError);
   });
 
   test('flags win over environment variables', () => {

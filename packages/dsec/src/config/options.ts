@@ -51,6 +51,12 @@ export const ServerOptions = Type.Object(
      * (the unit lazy nodes fetch and verify). Layers keep the size they were recorded with.
      */
     layerChunkKiB: Type.Integer({ default: 1024, minimum: 4, maximum: 1024 * 1024 }),
+    /**
+     * DSEC_USERNS: run each container sandbox in a user namespace of its own, so its root is an
+     * unprivileged host uid range (65,536 ids, claimed host-wide) instead of host root; layers and
+     * volumes are mounted id-mapped. See docs/SECURITY.md for what it stops and costs.
+     */
+    userns: Type.Boolean({ default: false }),
     /** DSEC_TRAJECTORY_RETENTION_HOURS: how long a killed sandbox's trajectory stays readable by id; 0 deletes it at kill. */
     trajectoryRetentionHours: Type.Integer({ default: 24, minimum: 0 }),
     /** DSEC_LOG_LEVEL */
@@ -73,6 +79,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   layerCacheMiB: 'DSEC_LAYER_CACHE_MIB',
   layerFetch: 'DSEC_LAYER_FETCH',
   layerChunkKiB: 'DSEC_LAYER_CHUNK_KIB',
+  userns: 'DSEC_USERNS',
   trajectoryRetentionHours: 'DSEC_TRAJECTORY_RETENTION_HOURS',
   logLevel: 'DSEC_LOG_LEVEL',
 };

@@ -1,4 +1,4 @@
-import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { Readable, type Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
@@ -52,12 +52,14 @@ import { buildOciConfig } from './oci-config.js';
 import { defaultSeccompProfile } from './seccomp.js';
 import { compileSeccompProfile } from './seccomp-bpf.js';
 import { mountOverlay } from './overlay.js';
+import { mountIdmappedRoot } from './idmapped-root.js';
+import { UidRangePool, toSandboxId } from '../host/uid-ranges.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { removeTree } from '../host/remove-tree.js';
 import { lockEdgeId } from '../host/host-claims.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
-  isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
+  type FileOwner, isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
 } from './sandbox-files.js';
 import { extractTar, packTar, removeRecursive } from '../exec/sandbox-tar.js';
 import { type SandboxRecord, SandboxRecords } from './sandbox-record.js';
@@ -80,6 +82,12 @@ export interface EdgeOptions {
   lazy?: { source: () => ChunkSource; retries?: number; attemptTimeoutMs?: number; connectTimeoutMs?: number };
   /** A sandbox the edge had to end on its own (its lazy layers' daemon died), with why. */
   onSandboxFailed?: (id: string, reason: string) => void;
+  /**
+   * Run each container sandbox in a user namespace of its own (DSEC_USERNS): its root is a host
+   * uid range of its own (host/uid-ranges.ts), not host root; layers and volumes are mounted
+   * id-mapped (edge/idmapped-root.ts). Default off.
+   */
+  userns?: boolean;
   log: Logger;
 }
 
@@ -114,6 +122,8 @@ export class Edge implements EdgeApi {
   readonly #tmpDir: string;
   /** The seccomp profile compiled once, at start (base64 BPF for crun), or undefined: crun compiles it per create. */
   #seccompBpf: string | undefined;
+  /** Host uid ranges of this edge's user-namespaced sandboxes, claimed host-wide. */
+  readonly uidRanges: UidRangePool;
 
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
@@ -148,6 +158,12 @@ export class Edge implements EdgeApi {
     this.volumes = new NodeVolumes(join(opts.nodeDir, 'volumes'));
     this.#tmpDir = join(opts.nodeDir, 'tmp');
     mkdirSync(this.#tmpDir, { recursive: true });
+    this.uidRanges = new UidRangePool(opts.id);
+  }
+
+  /** Whether new sandboxes run in a user namespace (EdgeOptions.userns). */
+  get userns(): boolean {
+    return this.opts.userns === true;
   }
 
   get state(): EdgeState {
@@ -186,6 +202,9 @@ export class Edge implements EdgeApi {
         const live = this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' });
         this.#live.set(id, live);
         this.#endExecsOfOldEdge(live);
+        if (record.userns && !this.uidRanges.adopt(id, record.userns)) {
+          this.opts.log.error({ sandbox: id, range: record.userns }, "another sandbox on this host claims this sandbox's uid range");
+        }
         adopted.push(id);
         continue;
       }
@@ -213,6 +232,8 @@ export class Edge implements EdgeApi {
         cleaned.push(cg);
       }
     }
+    // Ranges claimed for sandboxes that are gone (cleaned up above, or never started).
+    this.uidRanges.reconcile((id) => this.#live.has(id));
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
     this.layerCache.reconcile();
     this.lazyLayers?.reconcile();
@@ -368,8 +389,26 @@ export class Edge implements EdgeApi {
       createdAt: new Date().toISOString(),
       ...(req.volumes?.length ? { volumes: req.volumes } : {}),
     };
+    if (this.opts.userns) {
+      try {
+        record.userns = this.uidRanges.take(req.id);
+      } catch (err) {
+        throw new ApiError('CAPACITY_EXCEEDED', (err as Error).message);
+      }
+    }
     const paths = this.records.paths(req.id, record);
-    mkdirSync(paths.dir, { mode: 0o700 });
+    try {
+      mkdirSync(paths.dir, { mode: 0o700 });
+      // crun sets up the root from inside the user namespace, as the range's root: it must be
+      // able to pass through the bundle dir (group: the range's base gid, search only).
+      if (record.userns) {
+        chownSync(paths.dir, 0, record.userns.base);
+        chmodSync(paths.dir, 0o710);
+      }
+    } catch (err) {
+      this.uidRanges.release(req.id);
+      throw err;
+    }
     mkdirSync(paths.scratch);
     this.records.save(record);
     const acquired: LayerDigest[] = [];
@@ -380,10 +419,22 @@ export class Edge implements EdgeApi {
         acquired.push(layer);
       }
       if (req.limits.diskMiB !== undefined) await mountUpperDisk(paths.dir, req.limits.diskMiB);
-      mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
-      const binds = (req.volumes ?? []).map((v) => ({ source: this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
-      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf })));
+      const range = record.userns;
+      const volumes = req.volumes ?? [];
+      if (range) {
+        await mountIdmappedRoot({
+          lowersBottomFirst: lowers, upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns,
+          volumes: volumes.map((v, i) => ({ source: this.volumes.dataDir(v.name), dest: paths.volume(i) })),
+        });
+      } else {
+        mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
+      }
+      // In a user namespace crun binds each volume from its id-mapped mount in the sandbox dir.
+      const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
+      const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
+      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, ...userns })));
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
+      if (range) tryUnmount(paths.userns); // the container's processes hold the namespace now
       if (network) await this.#applyNetwork(record, network);
       record.phase = 'running';
       this.records.save(record);
@@ -446,6 +497,7 @@ export class Edge implements EdgeApi {
       onReleased?.(); // a retried teardown must not release them twice
     }
     await removeTree(paths.dir);
+    this.uidRanges.release(id); // only once nothing of the sandbox is left: its files are the range's
   }
 
   #liveSandbox(record: SandboxRecord): LiveSandbox {
@@ -616,9 +668,11 @@ export class Edge implements EdgeApi {
           closeSync(fd);
         }
         // Off the event loop, bounded, and stopped if the sandbox is killed meanwhile.
+        // A user-namespaced sandbox's files are its range's host ids: the layer gets its own ids.
         stats = await stageUpperDiffOffThread(paths.upper, stage, opts.scrub ?? DEFAULT_SCRUB, DEFAULT_DIFF_LIMITS, {
           timeoutMs: SNAPSHOT_COPY_TIMEOUT_MS,
           signal: stop,
+          ids: l.record.userns,
         });
       } catch (err) {
         if (err instanceof DiffLimitError) throw new ApiError('PAYLOAD_TOO_LARGE', err.message, err.details);
@@ -744,7 +798,7 @@ export class Edge implements EdgeApi {
 
   async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
     const l = this.#running(id);
-    return writeFileInRoot(l.target.rootfs, sandboxPath(path, l.record.config.cwd), data, mode);
+    return writeFileInRoot(l.target.rootfs, sandboxPath(path, l.record.config.cwd), data, mode, ownerOf(l.record));
   }
 
   #path(id: string, path: string): { l: LiveSandbox; p: string } {
@@ -754,17 +808,18 @@ export class Edge implements EdgeApi {
 
   async statPath(id: string, path: string): Promise<FileStat> {
     const { l, p } = this.#path(id, path);
-    return statInRoot(l.target.rootfs, p);
+    return asSeenInside(l.record, statInRoot(l.target.rootfs, p));
   }
 
   async listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
     const { l, p } = this.#path(id, path);
-    return listDirInRoot(l.target.rootfs, p);
+    const out = listDirInRoot(l.target.rootfs, p);
+    return { ...out, entries: out.entries.map((e) => asSeenInside(l.record, e)) };
   }
 
   async makeDir(id: string, path: string, parents: boolean): Promise<void> {
     const { l, p } = this.#path(id, path);
-    mkdirInRoot(l.target.rootfs, p, parents);
+    mkdirInRoot(l.target.rootfs, p, parents, undefined, ownerOf(l.record));
   }
 
   async removePath(id: string, path: string, recursive: boolean): Promise<void> {
@@ -781,7 +836,7 @@ export class Edge implements EdgeApi {
 
   async uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number> {
     const { l, p } = this.#path(id, dir);
-    mkdirInRoot(l.target.rootfs, p, true);
+    mkdirInRoot(l.target.rootfs, p, true, undefined, ownerOf(l.record));
     return extractTar(l.target, p, Readable.from(body));
   }
 
@@ -853,6 +908,16 @@ function rootOf(pid: number): string {
   } catch {
     return '';
   }
+}
+
+/** What the files API creates belongs to the sandbox's root: its range's base in a user namespace. */
+function ownerOf(r: SandboxRecord): FileOwner | undefined {
+  return r.userns ? { uid: r.userns.base, gid: r.userns.base } : undefined;
+}
+
+/** A stat's owner as the sandbox sees it (its own ids, not the host's). */
+function asSeenInside(r: SandboxRecord, st: FileStat): FileStat {
+  return r.userns ? { ...st, uid: toSandboxId(r.userns, st.uid), gid: toSandboxId(r.userns, st.gid) } : st;
 }
 
 function toEdgeSandbox(r: SandboxRecord): EdgeSandbox {

@@ -41,6 +41,17 @@ describe('buildOciConfig', () => {
     assert.deepEqual(types, ['cgroup', 'ipc', 'mount', 'network', 'pid', 'uts']);
   });
 
+  test('with userns: joins the namespace dsec-idmap made, maps 0..size-1 to the range, and ping_group_range stays inside it', () => {
+    const c = buildOciConfig({
+      id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 },
+      userns: { path: '/x/userns', base: 2 ** 30, size: 65536 },
+    }) as unknown as { linux: { namespaces: { type: string; path?: string }[]; uidMappings: unknown; gidMappings: unknown; sysctl: Record<string, string> } };
+    assert.deepEqual(c.linux.namespaces[0], { type: 'user', path: '/x/userns' });
+    assert.deepEqual(c.linux.uidMappings, [{ containerID: 0, hostID: 2 ** 30, size: 65536 }]);
+    assert.deepEqual(c.linux.gidMappings, c.linux.uidMappings);
+    assert.equal(c.linux.sysctl['net.ipv4.ping_group_range'], '0 65535');
+  });
+
   test('puts the sandbox cgroup under /dsec/<id>', () => {
     assert.equal(build().linux.cgroupsPath, '/dsec/sb-local-abcdefghijklm');
   });

@@ -112,8 +112,15 @@ export function buildOciConfig(opts: {
    * rather than compiling the same profile again on every create. Without it, the profile.
    */
   seccompBpf?: string | undefined;
+  /**
+   * Run in this user namespace (made by dsec-idmap, bound on `path`): ids 0..size-1 inside are
+   * host ids base.. outside. crun joins it rather than making one, so its owner is the range's
+   * base uid and not root (see native/idmap-mount.c); the mappings are repeated for crun's sake.
+   */
+  userns?: { path: string; base: number; size: number };
 }): Record<string, unknown> {
-  const { id, limits } = opts;
+  const { id, limits, userns } = opts;
+  const mapping = userns ? [{ containerID: 0, hostID: userns.base, size: userns.size }] : undefined;
   const memory = limits.memoryMiB * 1024 * 1024;
   return {
     ociVersion: '1.0.2',
@@ -140,7 +147,11 @@ export function buildOciConfig(opts: {
       ...(opts.binds ?? []).map((b) => ({ destination: b.path, type: 'bind', source: b.source, options: ['rbind', b.readOnly ? 'ro' : 'rw', 'nosuid', 'nodev', 'rprivate'] })),
     ],
     linux: {
-      namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }],
+      namespaces: [
+        ...(userns ? [{ type: 'user', path: userns.path }] : []),
+        { type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
+      ],
+      ...(mapping ? { uidMappings: mapping, gidMappings: mapping } : {}),
       cgroupsPath: `/${CGROUP_PARENT}/${id}`,
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
@@ -151,8 +162,9 @@ export function buildOciConfig(opts: {
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
       rootfsPropagation: 'private',
-      // Unprivileged ICMP echo sockets, so ping works without CAP_NET_RAW (a per-netns sysctl).
-      sysctl: { 'net.ipv4.ping_group_range': '0 2147483647' },
+      // Unprivileged ICMP echo sockets, so ping works without CAP_NET_RAW (a per-netns sysctl). In
+      // a user namespace both ends must be gids it maps.
+      sysctl: { 'net.ipv4.ping_group_range': `0 ${userns ? userns.size - 1 : 2147483647}` },
       ...(opts.seccompBpf ? {} : { seccomp: defaultSeccompProfile() }),
     },
   };

@@ -1,4 +1,4 @@
-import { type Stats, closeSync, fstatSync, lstatSync, openSync, readSync, readdirSync, readlinkSync, writeSync, fchmodSync, constants as fsc } from 'node:fs';
+import { type Stats, closeSync, fstatSync, lstatSync, openSync, readSync, readdirSync, readlinkSync, writeSync, fchmodSync, fchownSync, constants as fsc } from 'node:fs';
 import { posix } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
@@ -107,13 +107,24 @@ export function readFileInRoot(rootfs: string, path: string, maxBytes: number): 
   });
 }
 
+/**
+ * Who owns what the files API creates, as host ids: unset, the edge's own (host root, which is
+ * the sandbox's root without a user namespace); in a user-namespaced sandbox, its range's base,
+ * so a file the trainer writes is the sandbox root's inside, not nobody's.
+ */
+export interface FileOwner {
+  uid: number;
+  gid: number;
+}
+
 /** Writes (create or truncate) a file, creating missing parent directories, all inside the root. */
-export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode: number): number {
+export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode: number, owner?: FileOwner): number {
   return withRoot(rootfs, (rootFd) => {
     const parts = path.split('/').filter((p) => p !== '' && p !== '.');
     if (parts.length === 0) throw new ApiError('PATH_CONFLICT', `${path} is the root directory`, { path });
-    makeDirs(rootFd, parts.slice(0, -1), path, { parents: true, mode: 0o755 });
+    makeDirs(rootFd, parts.slice(0, -1), path, { parents: true, mode: 0o755, owner });
     let fd: number;
+    let created = false;
     try {
       fd = openRegular(rootFd, path, fsc.O_WRONLY | fsc.O_TRUNC);
     } catch (err) {
@@ -121,6 +132,7 @@ export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode
       try {
         // O_EXCL: a new regular file, never an existing FIFO or device.
         fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | O_CLOEXEC, mode, RESOLVE);
+        created = true;
       } catch (e) {
         if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
         // A dangling symlink: create its target (resolved inside the root). O_NONBLOCK so a FIFO
@@ -137,6 +149,7 @@ export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode
       }
     }
     try {
+      if (created && owner) fchownSync(fd, owner.uid, owner.gid);
       fchmodSync(fd, mode);
       let off = 0;
       while (off < data.length) off += writeSync(fd, data, off, data.length - off);
@@ -229,7 +242,7 @@ export function listDirInRoot(rootfs: string, path: string, limit = 10_000): { e
  * and created inside the root. Without `parents`, every component but the last must exist and
  * the last must not.
  */
-function makeDirs(rootFd: number, parts: string[], path: string, opts: { parents: boolean; mode: number }): void {
+function makeDirs(rootFd: number, parts: string[], path: string, opts: { parents: boolean; mode: number; owner?: FileOwner | undefined }): void {
   let dir = '';
   for (const [i, part] of parts.entries()) {
     const last = i === parts.length - 1;
@@ -251,14 +264,30 @@ function makeDirs(rootFd: number, parts: string[], path: string, opts: { parents
           if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
         }
       });
+      if (opts.owner) chownDirInRoot(rootFd, next, path, opts.owner);
     }
     dir = next;
   }
 }
 
+/** Gives a directory just made to `owner`, opened inside the root (a swapped-in symlink resolves inside too). */
+function chownDirInRoot(rootFd: number, dir: string, path: string, owner: FileOwner): void {
+  let fd: number;
+  try {
+    fd = openat2(rootFd, dir, fsc.O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE);
+  } catch (err) {
+    mapError(err, path);
+  }
+  try {
+    fchownSync(fd, owner.uid, owner.gid);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** mkdir, optionally with parents (like mkdir -p). */
-export function mkdirInRoot(rootfs: string, path: string, parents: boolean, mode = 0o755): void {
-  withRoot(rootfs, (rootFd) => makeDirs(rootFd, path.split('/').filter((p) => p !== '' && p !== '.'), path, { parents, mode }));
+export function mkdirInRoot(rootfs: string, path: string, parents: boolean, mode = 0o755, owner?: FileOwner): void {
+  withRoot(rootfs, (rootFd) => makeDirs(rootFd, path.split('/').filter((p) => p !== '' && p !== '.'), path, { parents, mode, owner }));
 }
 
 /** Removes a file, a symlink (not its target) or an empty directory. */

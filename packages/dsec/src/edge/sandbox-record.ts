@@ -6,6 +6,7 @@ import type { LayerDigest } from '../image/layer-store.js';
 import type { SandboxLimits } from './edge-api.js';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
+import type { UidRange } from '../host/uid-ranges.js';
 
 /**
  * A sandbox as the edge remembers it on disk (`node/sandboxes/<id>/state.json`), so a restarted
@@ -26,6 +27,8 @@ export interface SandboxRecord {
   volumes?: { name: string; path: string; readOnly: boolean }[];
   /** Frozen by pause (the freezer keeps it so across an edge restart too). */
   paused?: boolean;
+  /** Runs in a user namespace as this host uid range (edge option `userns`). */
+  userns?: UidRange;
 }
 
 /** The files of one sandbox: its bundle (config.json), overlay dirs and state. */
@@ -61,6 +64,14 @@ export class SandboxPaths {
   }
   get scratch(): string {
     return join(this.dir, 'run');
+  }
+  /** The sandbox's user namespace, bound here from dsec-idmap until crun has joined it. */
+  get userns(): string {
+    return join(this.dir, 'userns');
+  }
+  /** Where volume `i` is mounted id-mapped for crun to bind (user-namespaced sandboxes). */
+  volume(i: number): string {
+    return join(this.dir, 'volumes', String(i));
   }
 }
 

@@ -1,10 +1,10 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
  * Host-wide claims between dsec edges that share one machine (the cluster's tests run three on
- * one host; a node may run several): an edge id, and the link-local address blocks its sandbox
- * links use. A claim is a file created exclusively (O_EXCL) under /run/dsec, naming its owner.
+ * one host; a node may run several): an edge id, the link-local address blocks its sandbox
+ * links use, and the host uid ranges of its user-namespaced sandboxes. A claim is a file created exclusively (O_EXCL) under /run/dsec, naming its owner.
  * It is stale when written in an earlier boot (no sandbox survives a reboot) and, for an edge id
  * lock, when its process is gone. One process may hold several edges (tests): it remembers which
  * ids it holds, so a claim by this pid for an id it no longer holds is stale too.
@@ -101,4 +101,35 @@ export function claimLinkBlock(block: number, edgeId: string): boolean {
 export function releaseLinkBlock(block: number, edgeId: string): void {
   const path = join(CLAIMS_DIR, 'link-blocks', String(block));
   if (readClaim(path)?.owner === edgeId) rmSync(path, { force: true });
+}
+
+/**
+ * Claims host uid range `slot` (host/uid-ranges.ts) for sandbox `sandboxId` of `edgeId`. Like a
+ * link block it stays claimed across the edge's restarts and crashes (the sandbox keeps running
+ * as that range) until the edge releases it; only another boot frees it otherwise.
+ */
+export function claimUidRange(slot: number, edgeId: string, sandboxId: string): boolean {
+  return claim(join(CLAIMS_DIR, 'uid-ranges', String(slot)), `${edgeId}/${sandboxId}`, () => false).ok;
+}
+
+export function releaseUidRange(slot: number, edgeId: string, sandboxId: string): void {
+  const path = join(CLAIMS_DIR, 'uid-ranges', String(slot));
+  if (readClaim(path)?.owner === `${edgeId}/${sandboxId}`) rmSync(path, { force: true });
+}
+
+/** The uid range slots this host's claims give to `edgeId`'s sandboxes (this boot's). */
+export function uidRangesOf(edgeId: string): { slot: number; sandboxId: string }[] {
+  const dir = join(CLAIMS_DIR, 'uid-ranges');
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  const out: { slot: number; sandboxId: string }[] = [];
+  for (const name of names) {
+    const c = readClaim(join(dir, name));
+    if (c && c.boot === bootId && c.owner.startsWith(`${edgeId}/`) && /^\d+$/.test(name)) out.push({ slot: Number(name), sandboxId: c.owner.slice(edgeId.length + 1) });
+  }
+  return out;
 }

@@ -17,3 +17,9 @@ export const CHUNK_FUSE_BINARY = fileURLToPath(new URL('dsec-chunk-fuse', NATIVE
 
 /** dsec-seccomp-bpf (native/seccomp-bpf.c): compiles a seccomp profile to BPF with libseccomp, once per edge. */
 export const SECCOMP_BPF_BINARY = fileURLToPath(new URL('dsec-seccomp-bpf', NATIVE_DIR));
+
+/**
+ * dsec-idmap (native/idmap-mount.c): makes a user-namespaced sandbox's user namespace and mounts
+ * its root (an overlay over id-mapped clones of the shared layers) and its volumes, id-mapped.
+ */
+export const IDMAP_BINARY = fileURLToPath(new URL('dsec-idmap', NATIVE_DIR));

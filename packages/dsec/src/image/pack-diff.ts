@@ -32,9 +32,26 @@ function isScrubbed(rel: string, scrub: string[]): boolean {
   return scrub.some((s) => rel === s || rel.startsWith(s.endsWith('/') ? s : `${s}/`));
 }
 
-function copyMeta(src: string, dest: string, st: Stats, isLink: boolean): void {
+/**
+ * A user-namespaced sandbox's upper dir holds host ids (its root is host uid `base`): a layer
+ * records the ids as the sandbox saw them, so the next sandbox's root owns its root's files
+ * whatever its own range. A host id outside the range was nobody inside, and stays so.
+ */
+export interface IdRange {
+  base: number;
+  size: number;
+}
+
+const NOBODY = 65534;
+
+function inRange(id: number, r: IdRange | undefined): number {
+  if (!r) return id;
+  return id >= r.base && id < r.base + r.size ? id - r.base : NOBODY;
+}
+
+function copyMeta(src: string, dest: string, st: Stats, isLink: boolean, ids: IdRange | undefined): void {
   for (const name of listXattrs(src)) if (keepXattr(name)) setXattr(dest, name, getXattr(src, name));
-  lchownSync(dest, st.uid, st.gid);
+  lchownSync(dest, inRange(st.uid, ids), inRange(st.gid, ids));
   if (!isLink) chmodSync(dest, st.mode & 0o7777);
 }
 
@@ -77,7 +94,13 @@ export class DiffLimitError extends Error {
  * paths) could not pack it. The caller removes `stage` whatever happens (host/remove-tree.ts
  * copes with any depth).
  */
-export function stageUpperDiff(upper: string, stage: string, scrub: string[] = DEFAULT_SCRUB, limits: DiffLimits = DEFAULT_DIFF_LIMITS): DiffStats {
+export function stageUpperDiff(
+  upper: string,
+  stage: string,
+  scrub: string[] = DEFAULT_SCRUB,
+  limits: DiffLimits = DEFAULT_DIFF_LIMITS,
+  ids?: IdRange,
+): DiffStats {
   const stats: DiffStats = { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 };
   const inodes = new Map<string, string>();
   const dirTimes: [string, Stats][] = [];
@@ -112,7 +135,7 @@ export function stageUpperDiff(upper: string, stage: string, scrub: string[] = D
       }
       if (st.isDirectory()) {
         mkdirSync(dest);
-        copyMeta(src, dest, st, false);
+        copyMeta(src, dest, st, false, ids);
         if (listXattrs(src).includes('trusted.overlay.opaque')) stats.opaqueDirs++;
         pending.push(childRel);
         dirTimes.push([dest, st]);
@@ -137,7 +160,7 @@ export function stageUpperDiff(upper: string, stage: string, scrub: string[] = D
         mknod(dest, st.mode, st.rdev);
         if (st.isCharacterDevice() && st.rdev === 0) stats.whiteouts++;
       } else continue; // sockets belong to running processes, not to an image
-      copyMeta(src, dest, st, st.isSymbolicLink());
+      copyMeta(src, dest, st, st.isSymbolicLink(), ids);
       lutimesSync(dest, st.atime, st.mtime);
       if (st.nlink > 1) inodes.set(key, dest);
     }

@@ -1,5 +1,5 @@
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { DiffLimitError, stageUpperDiff, type DiffLimits, type DiffStats } from './pack-diff.js';
+import { DiffLimitError, stageUpperDiff, type DiffLimits, type DiffStats, type IdRange } from './pack-diff.js';
 
 /**
  * pack_diff's copy (stageUpperDiff) on a worker thread. The copy is synchronous file work over
@@ -14,6 +14,7 @@ interface Job {
   stage: string;
   scrub: string[];
   limits: DiffLimits;
+  ids: IdRange | undefined;
 }
 
 type Reply = { ok: true; stats: DiffStats } | { ok: false; name: string; message: string; details?: Record<string, unknown> };
@@ -22,7 +23,7 @@ if (!isMainThread && (workerData as Job | undefined)?.dsecStageJob) {
   const job = workerData as Job;
   let reply: Reply;
   try {
-    reply = { ok: true, stats: stageUpperDiff(job.upper, job.stage, job.scrub, job.limits) };
+    reply = { ok: true, stats: stageUpperDiff(job.upper, job.stage, job.scrub, job.limits, job.ids) };
   } catch (err) {
     const e = err as Error & { details?: Record<string, unknown> };
     reply = { ok: false, name: e.name, message: e.message, ...(e.details ? { details: e.details } : {}) };
@@ -39,10 +40,10 @@ export function stageUpperDiffOffThread(
   stage: string,
   scrub: string[],
   limits: DiffLimits,
-  opts: { timeoutMs: number; signal?: AbortSignal | undefined },
+  opts: { timeoutMs: number; signal?: AbortSignal | undefined; ids?: IdRange | undefined },
 ): Promise<DiffStats> {
   return new Promise<DiffStats>((resolve, reject) => {
-    const job: Job = { dsecStageJob: true, upper, stage, scrub, limits };
+    const job: Job = { dsecStageJob: true, upper, stage, scrub, limits, ids: opts.ids };
     const worker = new Worker(new URL(import.meta.url), { workerData: job });
     let settled = false;
     const settle = (fn: () => void): void => {

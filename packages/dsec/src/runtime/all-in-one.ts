@@ -171,6 +171,7 @@ async function startDsecProcess(
       blobs: new LocalBlobSource(layers),
       maxSandboxes: opts.maxSandboxes,
       layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
+      userns: opts.userns,
       ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),
       onSandboxFailed: (id, reason) => void store.setStatus(id, 'failed', reason).catch((err: unknown) => log.error({ err, sandbox: id }, 'recording a failed sandbox failed')),
       log: log.child({ edge: opts.edgeId }),

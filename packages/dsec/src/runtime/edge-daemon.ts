@@ -39,6 +39,8 @@ export interface EdgeDaemonOptions {
   layerCacheMiB: number;
   /** lazy: layers mounted through dsec-chunk-fuse, chunks fetched from the control plane's blob endpoint on first read. */
   layerFetch?: 'eager' | 'lazy';
+  /** Sandboxes in user namespaces of their own (DSEC_USERNS; see EdgeOptions.userns). */
+  userns?: boolean;
   /** An OCI registry repository to read layers from first (the control plane's blob endpoint for what it lacks). */
   registry?: { ref: Pick<RegistryRef, 'baseUrl' | 'host' | 'repository'>; credentials?: RegistryCredentials | undefined } | undefined;
   logLevel: string;
@@ -111,6 +113,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     blobs,
     maxSandboxes: opts.maxSandboxes,
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
+    userns: opts.userns === true,
     ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: joinUrl, token: opts.token }) } } : {}),
     log: log.child({ edge: id }),
   });

@@ -58,12 +58,21 @@ export function newEdgeId(): string {
 }
 
 /** Starts dsec on `dataDir` (which may hold state from an earlier start) and builds busybox. */
-export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number }): Promise<RunningDsec> {
+/**
+ * DSEC_TEST_USERNS=1 runs every test server's sandboxes in user namespaces (the edge option
+ * `userns`), so any test file can be run under them: `DSEC_TEST_USERNS=1 node scripts/run-tests.mjs files`.
+ */
+const TEST_USERNS = process.env['DSEC_TEST_USERNS'] === '1';
+
+export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number; userns?: boolean }): Promise<RunningDsec> {
   // compileOptions fills every other option with its default; {} as env keeps DSEC_* out.
   // With DSEC_TEST_STORE=postgres the state goes to a database named after the data dir.
   const store = TEST_STORE_POSTGRES ? await testStoreLocation(join(dataDir, 'state.db')) : undefined;
   const options = compileOptions(
-    { dataDir, store, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB, logLevel: 'silent' },
+    {
+      dataDir, store, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB,
+      userns: opts.userns ?? TEST_USERNS, logLevel: 'silent',
+    },
     {},
   );
   const dsec = await startAllInOne(options);
@@ -120,7 +129,7 @@ export async function assertCleanAndRemove(dataDir: string, edgeId: string): Pro
 }
 
 /** Starts one shared server for a test file (call from `before`, close from `after`). */
-export async function startTestServer(opts: { maxSandboxes?: number } = {}): Promise<TestServer> {
+export async function startTestServer(opts: { maxSandboxes?: number; userns?: boolean } = {}): Promise<TestServer> {
   const dataDir = makeDataDir();
   const edgeId = newEdgeId();
   let dsec: RunningDsec;

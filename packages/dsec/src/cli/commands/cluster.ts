@@ -97,6 +97,7 @@ export function registerClusterCommands(program: Command): void {
           maxSandboxes: wholeNumber('--max-sandboxes', flags.maxSandboxes, 4000),
           layerCacheMiB: wholeNumber('--layer-cache-mib', flags.layerCacheMib, 20480),
           layerFetch: base.layerFetch,
+          userns: base.userns,
           registry: registryOption(flags.registry ?? process.env['DSEC_REGISTRY']),
           logLevel: base.logLevel,
         });

@@ -22,6 +22,7 @@ export function registerServerCommands(program: Command): void {
     .option('--max-sandboxes <n>', `admission limit of the local edge (env DSEC_MAX_SANDBOXES, default ${dflt('maxSandboxes')})`)
     .option('--layer-cache-mib <n>', `budget of the node layer cache in MiB (env DSEC_LAYER_CACHE_MIB, default ${dflt('layerCacheMiB')})`)
     .option('--layer-fetch <mode>', `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`)
+    .option('--userns', `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS=true, default ${dflt('userns')})`)
     .option('--layer-chunk-kib <n>', `chunk size recorded for new layers (env DSEC_LAYER_CHUNK_KIB, default ${dflt('layerChunkKiB')})`)
     .option(
       '--trajectory-retention-hours <n>',
@@ -43,6 +44,7 @@ export function registerServerCommands(program: Command): void {
         layerCacheMib?: string;
         layerFetch?: string;
         layerChunkKib?: string;
+        userns?: boolean;
         trajectoryRetentionHours?: string;
         logLevel?: string;
       }) => {

@@ -1,0 +1,74 @@
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { CLAIMS_DIR } from './host-claims.js';
+import { FIRST_UID_BASE, OVERFLOW_ID, type RangeClaims, UID_RANGE_SIZE, UidRangePool, rangeOfSlot, toSandboxId } from './uid-ranges.js';
+
+/** Claims in memory, shared by the pools given it (as the host's files are shared by edges). */
+function memoryClaims(): RangeClaims & { owners: Map<number, string> } {
+  const owners = new Map<number, string>();
+  return {
+    owners,
+    claim: (slot, edge, sb) => (owners.has(slot) ? false : (owners.set(slot, `${edge}/${sb}`), true)),
+    release: (slot, edge, sb) => void (owners.get(slot) === `${edge}/${sb}` && owners.delete(slot)),
+    held: (edge) => [...owners].filter(([, o]) => o.startsWith(`${edge}/`)).map(([slot, o]) => ({ slot, sandboxId: o.slice(edge.length + 1) })),
+  };
+}
+
+describe('uid ranges', () => {
+  test('a range maps its base to in-sandbox 0 and nothing else inside', () => {
+    const r = rangeOfSlot(3);
+    assert.equal(r.base, FIRST_UID_BASE + 3 * UID_RANGE_SIZE);
+    assert.equal(toSandboxId(r, r.base), 0);
+    assert.equal(toSandboxId(r, r.base + 1000), 1000);
+    assert.equal(toSandboxId(r, 0), OVERFLOW_ID, 'host root is nobody inside');
+    assert.equal(toSandboxId(r, r.base + UID_RANGE_SIZE), OVERFLOW_ID, 'the next range is nobody inside');
+  });
+
+  test('two edges on one host get disjoint ranges; a released range is reused', () => {
+    const claims = memoryClaims();
+    const a = new UidRangePool('ea', claims);
+    const b = new UidRangePool('eb', claims);
+    const ra = [a.take('s1'), a.take('s2')];
+    const rb = [b.take('s3'), a.take('s4')];
+    const all = [...ra, ...rb];
+    for (const x of all) for (const y of all) if (x !== y) assert.ok(x.base + x.size <= y.base || y.base + y.size <= x.base, `ranges overlap: ${x.base} ${y.base}`);
+    a.release('s2');
+    assert.equal(claims.owners.has(ra[1]!.slot), false, 'the claim goes with its sandbox');
+    assert.equal(b.take('s5').slot, ra[1]!.slot, 'the lowest free range is taken again');
+  });
+
+  test('after a restart: adopted ranges stay, claims of dead sandboxes are given back', () => {
+    const claims = memoryClaims();
+    const before = new UidRangePool('ea', claims);
+    const live = before.take('alive');
+    const dead = before.take('dead');
+    const after = new UidRangePool('ea', claims);
+    assert.equal(after.adopt('alive', live), true);
+    assert.equal(after.reconcile((id) => id === 'alive'), 1);
+    assert.equal(claims.owners.has(dead.slot), false);
+    assert.equal(claims.owners.get(live.slot), 'ea/alive');
+    assert.deepEqual(after.slots(), [live.slot]);
+  });
+
+  test('host-wide claims: two edges never hold one slot, and a release removes the claim file', { skip: process.getuid?.() === 0 ? undefined : 'the claims dir needs root' }, () => {
+    const edgeA = `ut${process.pid}a`;
+    const edgeB = `ut${process.pid}b`;
+    const a = new UidRangePool(edgeA);
+    const b = new UidRangePool(edgeB);
+    const ra = a.take('x');
+    const rb = b.take('y');
+    try {
+      assert.notEqual(ra.slot, rb.slot);
+      assert.ok(existsSync(join(CLAIMS_DIR, 'uid-ranges', String(ra.slot))));
+    } finally {
+      a.release('x');
+      b.release('y');
+    }
+    // Another edge on the host may have claimed the slot since: it is just no longer this one's.
+    const file = join(CLAIMS_DIR, 'uid-ranges', String(ra.slot));
+    assert.ok(!existsSync(file) || !readFileSync(file, 'utf8').includes(`"${edgeA}/x"`), 'the claim file outlived its release');
+    assert.deepEqual(a.slots(), []);
+  });
+});
