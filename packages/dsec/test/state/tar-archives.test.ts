@@ -247,6 +247,13 @@ describe('hostile tar archives', () => {
     await rejects(entry('a', '0', Buffer.from('abc')).subarray(0, 300), /truncated/);
   });
 
+  test('after the end marker: another archive is read on (tar --ignore-zeros), other bytes are an error', async () => {
+    const first = Buffer.concat([entry('a', '0', Buffer.from('a')), END]);
+    const names = (await list(once(Buffer.concat([first, entry('late', '0', Buffer.from('l')), END])))).map((e) => e.name);
+    assert.deepEqual(names, ['a', 'late']);
+    await rejects(Buffer.concat([first, Buffer.alloc(512, 0x41)]), /bad header checksum/);
+  });
+
   test('a source error reaches the consumer as it is', async () => {
     const boom = new Error('the registry closed the connection');
     const source = (async function* () {

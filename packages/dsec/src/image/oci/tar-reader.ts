@@ -17,6 +17,11 @@ import { type Header, extract } from 'tar-stream';
  *   parts) are refused: the data of a sparse file is not its content, and skipping it would
  *   import an image that silently lacks a file;
  * - tar-stream's errors become TarFormatError with a message that says what is wrong.
+ *
+ * Left as tar-stream does it: zero blocks are skipped rather than ending the archive (entries of a
+ * second archive appended after the end marker are read, as `tar --ignore-zeros` does; other bytes
+ * there are a format error), and pax global records (`g`) reach only entries that have a pax
+ * header of their own. Neither lets an entry escape: every name still goes through safe-extract.
  */
 
 export type TarEntryType = 'file' | 'link' | 'symlink' | 'char' | 'block' | 'dir' | 'fifo';
