@@ -1,10 +1,14 @@
-// Reads and extracts one tar archive with two builds of dsec's tar code side by side (e.g. main
-// before a change and this checkout after it), alternating rounds, and prints the medians and
-// their ratio as markdown. Usage:
-//   node scripts/bench-tar-read.mjs --archive FILE --before DIST --after DIST [--rounds 5] [--scratch DIR]
-// where DIST is a packages/dsec/dist directory. Without --archive it makes a ~500 MiB one: 8 files
-// of 48 MiB, 20,000 files of 4 KiB in 200 directories, 2,000 symlinks (GNU tar, pax format).
+// Reads and extracts one tar archive with two builds of dsec's tar code (e.g. main before a change
+// and this checkout after it), each measurement in its own process, in alternating order, and
+// prints the medians and their ratios as markdown. Usage:
+//   node scripts/bench-tar-read.mjs --before DIST [--after DIST] [--archive FILE] [--rounds 7]
+//     [--extract-rounds 3] [--scratch DIR]
+// where DIST is a packages/dsec/dist directory. Wall time and the process's CPU time (user + sys)
+// are both kept: on a shared, loaded machine wall time swings several-fold from run to run, CPU
+// time much less, so the CPU ratio is the figure to read. Without --archive it makes a ~500 MiB
+// one: 8 files of 48 MiB, 20,000 files of 4 KiB in 200 directories, 2,000 symlinks (GNU tar, pax).
 import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { createReadStream, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join, resolve } from 'node:path';
@@ -15,10 +19,40 @@ const { values: o } = parseArgs({
     archive: { type: 'string' },
     before: { type: 'string' },
     after: { type: 'string', default: 'packages/dsec/dist' },
-    rounds: { type: 'string', default: '5' },
+    rounds: { type: 'string', default: '7' },
+    'extract-rounds': { type: 'string', default: '3' },
     scratch: { type: 'string', default: '/var/tmp' },
+    // internal: one measurement in this process (each build runs in its own process, so the two
+    // never share a JIT, a heap or a koffi type registry)
+    measure: { type: 'string' },
+    dist: { type: 'string' },
   },
 });
+
+if (o.measure) {
+  const base = resolve(o.dist, 'src/image/oci');
+  const m = { reader: await import(join(base, 'tar-reader.js')), extract: await import(join(base, 'safe-extract.js')) };
+  const c = process.cpuUsage();
+  const t = process.hrtime.bigint();
+  if (o.measure === 'parse') {
+    for await (const { body } of m.reader.readTar(createReadStream(o.archive, { highWaterMark: 1 << 20 }))) for await (const _ of body);
+  } else {
+    const root = mkdtempSync(join(o.scratch, 'dsec-tarbench-x-'));
+    try {
+      await m.extract.extractTarSafely(createReadStream(o.archive, { highWaterMark: 1 << 20 }), root, {
+        layer: true,
+        label: 'bench',
+        warn: () => {},
+      });
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  }
+  const wall = Number(process.hrtime.bigint() - t) / 1e6;
+  const d = process.cpuUsage(c);
+  console.log(JSON.stringify({ wall, cpu: (d.user + d.system) / 1000 }));
+  process.exit(0);
+}
 if (!o.before) throw new Error('--before DIST is required (a packages/dsec/dist built from the code to compare with)');
 const scratch = mkdtempSync(join(o.scratch, 'dsec-tarbench-'));
 
@@ -43,59 +77,43 @@ function makeArchive() {
 
 const archive = o.archive ?? makeArchive();
 const size = statSync(archive).size;
-const impls = {};
-for (const [label, dist] of [
-  ['before', o.before],
-  ['after', o.after],
-]) {
-  const base = resolve(dist, 'src/image/oci');
-  impls[label] = { reader: await import(join(base, 'tar-reader.js')), extract: await import(join(base, 'safe-extract.js')) };
-}
+const self = fileURLToPath(import.meta.url);
+const dists = { before: resolve(o.before), after: resolve(o.after) };
 
-async function parseOnly(m) {
-  let bytes = 0;
-  for await (const { body } of m.reader.readTar(createReadStream(archive, { highWaterMark: 1 << 20 })))
-    for await (const c of body) bytes += c.length;
-  return bytes;
+const times = {};
+for (const label of ['before', 'after']) times[label] = { parse: { wall: [], cpu: [] }, extract: { wall: [], cpu: [] } };
+function timed(label, what) {
+  const out = execFileSync(
+    process.execPath,
+    [self, '--measure', what, '--dist', dists[label], '--archive', archive, '--scratch', scratch],
+    { encoding: 'utf8' },
+  );
+  const r = JSON.parse(out.trim().split('\n').pop());
+  times[label][what].wall.push(r.wall);
+  times[label][what].cpu.push(r.cpu);
 }
-
-async function extract(m) {
-  const root = mkdtempSync(join(scratch, 'x-'));
-  try {
-    await m.extract.extractTarSafely(createReadStream(archive, { highWaterMark: 1 << 20 }), root, {
-      layer: true,
-      label: 'bench',
-      warn: () => {},
-    });
-  } finally {
-    rmSync(root, { recursive: true, force: true });
-  }
-}
-
-const times = { before: { parse: [], extract: [] }, after: { parse: [], extract: [] } };
-const rounds = Number(o.rounds);
-for (let r = 0; r < rounds; r++) {
-  for (const label of r % 2 ? ['after', 'before'] : ['before', 'after']) {
-    let t = process.hrtime.bigint();
-    await parseOnly(impls[label]);
-    times[label].parse.push(Number(process.hrtime.bigint() - t) / 1e6);
-    t = process.hrtime.bigint();
-    await extract(impls[label]);
-    times[label].extract.push(Number(process.hrtime.bigint() - t) / 1e6);
-  }
-}
+const rounds = { parse: Number(o.rounds), extract: Number(o['extract-rounds']) };
+for (const what of ['parse', 'extract'])
+  for (let r = 0; r < rounds[what]; r++) for (const label of r % 2 ? ['after', 'before'] : ['before', 'after']) timed(label, what);
 const median = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
 const mib = size / (1 << 20);
-const row = (what, label) => {
-  const ms = median(times[label][what]);
-  return `| ${what} | ${label} | ${ms.toFixed(0)} | ${(mib / (ms / 1000)).toFixed(0)} | ${times[label][what].map((t) => t.toFixed(0)).join(', ')} |`;
-};
+const ms = (a) => a.map((t) => t.toFixed(0)).join(', ');
 console.log(
-  `archive: ${o.archive ?? 'synthetic (see the script)'}, ${mib.toFixed(0)} MiB; ${rounds} rounds, alternating order; node ${process.version}\n`,
+  `archive: ${o.archive ?? 'synthetic (see the script)'}, ${mib.toFixed(0)} MiB; parse ${rounds.parse} rounds, extract ${rounds.extract}, alternating order; node ${process.version}\n`,
 );
-console.log('| step | code | median ms | MiB/s | all rounds (ms) |\n|---|---|---|---|---|');
-for (const what of ['parse', 'extract']) for (const label of ['before', 'after']) console.log(row(what, label));
+console.log(
+  '| step | code | median CPU ms | median wall ms | MiB/s (CPU) | CPU ms, all rounds | wall ms, all rounds |\n|---|---|---|---|---|---|---|',
+);
+for (const what of ['parse', 'extract'])
+  for (const label of ['before', 'after']) {
+    const t = times[label][what];
+    console.log(
+      `| ${what} | ${label} | ${median(t.cpu).toFixed(0)} | ${median(t.wall).toFixed(0)} | ${(mib / (median(t.cpu) / 1000)).toFixed(0)} | ${ms(t.cpu)} | ${ms(t.wall)} |`,
+    );
+  }
 console.log('');
 for (const what of ['parse', 'extract'])
-  console.log(`- ${what}: after/before = ${(median(times.after[what]) / median(times.before[what])).toFixed(2)}× the time`);
+  console.log(
+    `- ${what}: after/before = ${(median(times.after[what].cpu) / median(times.before[what].cpu)).toFixed(2)}× the CPU time, ${(median(times.after[what].wall) / median(times.before[what].wall)).toFixed(2)}× the wall time`,
+  );
 rmSync(scratch, { recursive: true, force: true });
