@@ -24,6 +24,7 @@ import { Metrics } from './metrics.js';
 import { replayEntries } from './replay.js';
 import { SnapshotImages } from './snapshot-images.js';
 import { DEFAULT_TRAJECTORY_RETENTION_HOURS, EndedSandboxes } from './ended-sandboxes.js';
+import { OwnedSandboxes } from './owned-sandboxes.js';
 import { MAX_LOGGED_OUTPUT, MAX_PAYLOAD, TrajectoryLog } from './trajectory-log.js';
 import { WarmPools } from './warm-pools.js';
 import { FnService } from './fn-service.js';
@@ -78,6 +79,8 @@ export class ControlPlane {
   readonly snapshotImages: SnapshotImages;
   /** Killed sandboxes whose trajectory is still kept. */
   readonly ended: EndedSandboxes;
+  /** Sandboxes owned by a process (a build's steps), killed once it is gone. */
+  readonly owned: OwnedSandboxes;
   /** Counted here, not in routes, so forks, replays and every exec path count too. */
   readonly metrics = new Metrics();
   /** Resolving, placing and creating sandboxes (placement.ts decides where). */
@@ -106,6 +109,7 @@ export class ControlPlane {
     this.batches = new BatchService(store, this, log.child({ component: 'batches' }), this.replicaId);
     this.snapshotImages = new SnapshotImages(store, images);
     this.ended = new EndedSandboxes(store, (opts.trajectoryRetentionHours ?? DEFAULT_TRAJECTORY_RETENTION_HOURS) * 3600_000);
+    this.owned = new OwnedSandboxes({ list: (labels) => this.list({ labels }), kill: (id) => this.kill(id), log: log.child({ component: 'owned-sandboxes' }) });
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
     this.quotas = new ProjectQuotas(store);
     this.projectImages = new ProjectImages(store, images);
@@ -503,6 +507,7 @@ export class ControlPlane {
   async sweepExpired(now = Date.now()): Promise<string[]> {
     const done: string[] = [];
     await this.ended.expire(now);
+    await this.owned.sweep(now);
     for (const e of await this.store.expired(now)) {
       try {
         const s = await this.get(e.id);

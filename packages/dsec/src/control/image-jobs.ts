@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ApiError } from '../api-error.js';
+import { stagingPrefix } from '../image/staging.js';
 
 /** The dsec CLI of this installation: image jobs run as `dsec image …` in a process of their own. */
 const CLI = resolve(dirname(fileURLToPath(import.meta.url)), '../cli/main.js');
@@ -54,5 +55,6 @@ export function runImageJob(
 
 /** Where an uploaded archive waits for its import job (inside the data dir: same filesystem as the store). */
 export function uploadPath(dataDir: string, tag: string): string {
-  return join(dataDir, 'tmp', `upload-${tag}.archive`);
+  // Owned by this process (image/staging.ts): one killed mid-upload leaves nothing for long.
+  return join(dataDir, 'tmp', `${stagingPrefix('upload')}${tag}.archive`);
 }

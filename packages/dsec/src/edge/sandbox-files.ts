@@ -57,6 +57,8 @@ function mapError(err: unknown, path: string): never {
         throw new ApiError('PATH_CONFLICT', `${path} changed while it was being written; retry`, { path });
       case 'ENAMETOOLONG':
         throw new ApiError('INVALID_REQUEST', `a name in ${path.length > 300 ? `${path.slice(0, 300)}…` : path} is longer than 255 bytes`, { path });
+      case 'EAGAIN':
+        throw new ApiError('PATH_CONFLICT', `${path} kept changing while it was being resolved (a rename raced with it); retry`, { path });
       case 'ENOSPC':
         throw new ApiError('PAYLOAD_TOO_LARGE', `the sandbox disk is full writing ${path}`, { path });
     }

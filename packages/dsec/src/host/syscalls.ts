@@ -55,7 +55,7 @@ export class SyscallError extends Error {
 }
 
 const ERRNO_NAMES: Record<number, string> = {
-  1: 'EPERM', 2: 'ENOENT', 13: 'EACCES', 15: 'ENOTBLK', 16: 'EBUSY', 17: 'EEXIST', 18: 'EXDEV',
+  1: 'EPERM', 2: 'ENOENT', 11: 'EAGAIN', 13: 'EACCES', 15: 'ENOTBLK', 16: 'EBUSY', 17: 'EEXIST', 18: 'EXDEV',
   20: 'ENOTDIR', 21: 'EISDIR', 22: 'EINVAL', 28: 'ENOSPC', 36: 'ENAMETOOLONG', 39: 'ENOTEMPTY', 40: 'ELOOP',
 };
 
@@ -68,11 +68,23 @@ export function umount(target: string, flags = 0): void {
 }
 
 /** openat2(2) relative to dirfd with the given resolve flags; returns a raw fd the caller closes. */
+/** How often openat2 is retried when the kernel answers EAGAIN (see below). */
+const OPENAT2_EAGAIN_RETRIES = 64;
+
+/**
+ * openat2(2). With RESOLVE_IN_ROOT or RESOLVE_BENEATH the kernel answers EAGAIN when a rename or
+ * mount elsewhere raced with a `..` in the lookup and it cannot prove the lookup stayed inside
+ * (a sandbox swapping directories and symlinks under a files call does this); the call is
+ * retried then, as the man page advises, and EAGAIN is thrown only if the race persists.
+ */
 export function openat2(dirfd: number, path: string, flags: number, mode: number, resolve: number): number {
   const how = { flags: BigInt(flags), mode: BigInt(mode), resolve: BigInt(resolve) };
-  const fd = Number(syscallOpenat2(SYS_OPENAT2, dirfd, path, how, koffi.sizeof(OpenHow)));
-  if (fd < 0) throw new SyscallError('openat2', koffi.errno(), path);
-  return fd;
+  for (let attempt = 0; ; attempt++) {
+    const fd = Number(syscallOpenat2(SYS_OPENAT2, dirfd, path, how, koffi.sizeof(OpenHow)));
+    if (fd >= 0) return fd;
+    const errno = koffi.errno();
+    if (errno !== 11 || attempt >= OPENAT2_EAGAIN_RETRIES) throw new SyscallError('openat2', errno, path);
+  }
 }
 
 export function mkdirat(dirfd: number, name: string, mode: number): void {

@@ -3,6 +3,7 @@ import { closeSync, createReadStream, createWriteStream, existsSync, fsyncSync, 
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
+import { stagingPrefix, sweepDeadStaging } from './staging.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { computeChunkIndex, DEFAULT_CHUNK_SIZE, isChunkIndex, type ChunkIndex } from './chunk-index.js';
 
@@ -35,6 +36,8 @@ export class LayerStore {
     this.tmpDir = join(root, 'tmp');
     mkdirSync(this.dir, { recursive: true });
     mkdirSync(this.tmpDir, { recursive: true });
+    // Scratch of imports and builds killed mid-way (kill -9, a crash) goes when the store is next opened.
+    sweepDeadStaging(this.tmpDir);
   }
 
   path(digest: LayerDigest): string {
@@ -51,7 +54,7 @@ export class LayerStore {
 
   /** A fresh path in the store's filesystem to build a blob at before add(). */
   tempPath(suffix = '.erofs'): string {
-    return join(this.tmpDir, `blob-${randomBytes(6).toString('hex')}${suffix}`);
+    return join(this.tmpDir, `${stagingPrefix('blob')}${randomBytes(6).toString('hex')}${suffix}`);
   }
 
   /** Where the blob's per-chunk digest list is kept, beside the blob. */

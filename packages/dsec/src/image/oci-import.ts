@@ -17,6 +17,7 @@ import {
   type ExtractStats,
 } from './oci/safe-extract.js';
 import { TarFormatError, readTar } from './oci/tar-reader.js';
+import { stagingPrefix } from './staging.js';
 
 /**
  * Imports container images made elsewhere: an OCI image layout (a directory, or a tar of one) or
@@ -580,7 +581,7 @@ export async function importImageArchive(
   source: AsyncIterable<Buffer>,
   opts: ImportOptions = {},
 ): Promise<ImportResult> {
-  const scratch = mkdtempSync(join(store.layers.tmpDir, 'import-'));
+  const scratch = mkdtempSync(join(store.layers.tmpDir, stagingPrefix('import')));
   const warnings: string[] = [];
   try {
     const archive = join(scratch, 'archive');
@@ -606,7 +607,7 @@ export async function importImageArchive(
 export async function importImage(store: ImageStore, path: string, opts: ImportOptions = {}): Promise<ImportResult> {
   if (!existsSync(path)) throw new ImportError(`${path} does not exist`);
   if (!statSync(path).isDirectory()) return importImageArchive(store, createReadStream(path, { highWaterMark: 1 << 20 }), opts);
-  const scratch = mkdtempSync(join(store.layers.tmpDir, 'import-'));
+  const scratch = mkdtempSync(join(store.layers.tmpDir, stagingPrefix('import')));
   try {
     return await importFromDir(store, path, scratch, opts, []);
   } catch (err) {

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { buildErofs, type ErofsBuildOptions } from '../erofs.js';
 import { isImageName, type ImageId, type ImageStore } from '../image-store.js';
+import { stagingPrefix } from '../staging.js';
 
 /**
  * Label holding a builder's cache key, for people reading an image's config. The cache itself is
@@ -53,7 +54,7 @@ export async function buildSingleLayerImage(opts: {
     progress(`image ${name} is up to date (${existing.slice(0, 19)})`);
     return { id: existing, name, cached: true };
   }
-  const scratch = mkdtempSync(join(store.layers.tmpDir, 'build-'));
+  const scratch = mkdtempSync(join(store.layers.tmpDir, stagingPrefix('build')));
   try {
     const root = join(scratch, 'root');
     await opts.fill(root);

@@ -4,6 +4,7 @@ import { DsecError, NotFoundError, Sandbox, type ConnectionOptions } from '@dsec
 import type { ExecRequest, Resources } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../../control/control-plane.js';
+import { ownedLabels } from '../../control/owned-sandboxes.js';
 
 /**
  * What a Dockerfile build needs from dsec to run a step in a real sandbox: create one from an
@@ -28,7 +29,8 @@ export function buildResources(): Resources {
   return { cpu: 2, memoryMiB: Math.max(256, Math.min(4096, Math.floor(hostMiB / 2))), pids: 4096 };
 }
 
-export const BUILD_LABELS = { 'dsec.build': 'dockerfile' };
+/** Owned by the build's process (control/owned-sandboxes.ts): a build killed mid-step leaves sandboxes the control plane then kills. */
+export const BUILD_LABELS = { 'dsec.build': 'dockerfile', ...ownedLabels() };
 
 /** Whether an error means "no such image" (the build retries with a fresh runner image). */
 export function isImageNotFound(err: unknown): boolean {
