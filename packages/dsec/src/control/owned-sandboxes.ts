@@ -31,14 +31,16 @@ export class OwnedSandboxes {
     },
   ) {}
 
-  /** Kills the sandboxes whose owner process is gone; at most every 10 s unless `force`. Returns their ids. */
+  /** Kills the sandboxes (and removes the records) whose owner process is gone; at most every 10 s unless `force`. Returns their ids. */
   async sweep(now = Date.now(), force = false): Promise<string[]> {
     if (!force && now - this.#last < SWEEP_EVERY_MS) return [];
     this.#last = now;
     const killed: string[] = [];
     for (const s of await this.deps.list({ [OWNED_LABEL]: 'process' })) {
       const owner = s.labels[OWNER_LABEL];
-      if (owner === undefined || !(s.status === 'running' || s.status === 'paused') || !ownerGone(owner)) continue;
+      // A create in flight is left to its create; anything else (a failed or stopped record too)
+      // has nobody left to read or kill it.
+      if (owner === undefined || s.status === 'creating' || !ownerGone(owner)) continue;
       try {
         await this.deps.kill(s.id);
         killed.push(s.id);

@@ -1,31 +1,31 @@
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { readMounts } from '../host/mounts.js';
-import { processStartTime } from '../host/process-owner.js';
+import { PID_SPACE, processGone, processStartTime } from '../host/process-owner.js';
 
 /**
  * Scratch of image work (imports, builds, blobs before they are hashed into the store) lives in
- * the store's tmp dir under names that say which process owns it: `<kind>-<pid>.<start>-<rest>`,
- * where `<start>` is the process's start time (clock ticks since boot, /proc/<pid>/stat field
- * 22), so a reused pid is not taken for the owner. Several processes share the store (a `dsec up`
+ * the store's tmp dir under names that say which process owns it: `<kind>-<pid>.<start>.<space>-<rest>`
+ * (host/process-owner.ts: the start time tells a reused pid apart, the pid space keeps a process
+ * of another host sharing the directory, or of another container, from being judged). Several processes share the store (a `dsec up`
  * and CLI imports and builds beside it); a process killed mid-import leaves its scratch behind,
  * and whoever opens the store next removes the scratch of owners that are gone.
  */
 
 const ownStart = processStartTime(process.pid) ?? '0';
 
-/** The name prefix of scratch this process owns: `<kind>-<pid>.<start>-`. */
+/** The name prefix of scratch this process owns: `<kind>-<pid>.<start>.<space>-`. */
 export function stagingPrefix(kind: string): string {
-  return `${kind}-${process.pid}.${ownStart}-`;
+  return `${kind}-${process.pid}.${ownStart}.${PID_SPACE}-`;
 }
 
-const OWNED = /^[a-z]+-(\d+)\.(\d+)-/;
+/** Scratch names that carry an owner. */
+export const OWNED_STAGING = /^[a-z]+-(\d+)\.(\d+)\.([0-9a-f]{12})-/;
 
 /** Whether a scratch name carries an owner, and that owner is gone. Names without one are left alone. */
 export function stagingOwnerGone(name: string): boolean {
-  const m = OWNED.exec(name);
-  if (!m) return false;
-  return processStartTime(Number(m[1])) !== m[2];
+  const m = OWNED_STAGING.exec(name);
+  return m ? processGone(m[3]!, Number(m[1]), m[2]!) : false;
 }
 
 /** Removes the scratch in `dir` whose owner process is gone; returns the names removed. */

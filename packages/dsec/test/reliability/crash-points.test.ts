@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { readMounts } from '../../src/host/mounts.js';
-import { stagingOwnerGone } from '../../src/image/staging.js';
+import { OWNED_STAGING, stagingOwnerGone } from '../../src/image/staging.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec } from '../helpers/server.js';
 import { dockerSaveTar, writeOciLayout, type FixtureEntry, type FixtureImage } from '../state/fixtures/oci.js';
 import { ClusterHarness } from '../cluster/support/cluster-harness.js';
@@ -327,7 +327,7 @@ describe(`crash points: ${imagePoints} kill -9 inside image import and Dockerfil
       assert.equal(retry.code, 0, `${at}: the retry failed: ${retry.stderr}`);
       const staging = readdirSync(join(dataDir, 'tmp'));
       // Whatever is left must belong to a process that still runs (no import or build does now).
-      const orphaned = staging.filter((n) => !/^[a-z]+-\d+\.\d+-/.test(n) || stagingOwnerGone(n));
+      const orphaned = staging.filter((n) => !OWNED_STAGING.test(n) || stagingOwnerGone(n));
       assert.deepEqual(orphaned, [], `${at}: staging of the killed job (pid ${first.pid}) is left in ${join(dataDir, 'tmp')}`);
       await imagesWhole(`${at}, after the retry`);
       const out = isBuild ? await runIn(name, ['cat', '/all']) : await runIn(name, ['sh', '-c', 'cat /marker; wc -c < /big/0']);
