@@ -12,6 +12,8 @@ import { parsePeers } from './peers/peer.js';
 import { renderAllMarkdown, type AllSummary } from './report-all.js';
 import { fileStamp, type BenchReport } from './report.js';
 import { burstTargets, type BurstResult } from './scenarios/burst.js';
+import { hardeningTargets, type ArmResult, type HardeningResult } from './scenarios/hardening.js';
+import { summarizeLatency } from './latency.js';
 import { densityTargets, fillRatio, type DensityResult } from './scenarios/density.js';
 import { SCENARIOS } from './scenarios/index.js';
 import { pauseScenario, type PauseResult } from './scenarios/pause.js';
@@ -82,6 +84,20 @@ describe('bench targets', () => {
     assert.equal(check('≥ 30/s', 31, 30, '/s', { atLeast: true }).ok, true);
     assert.equal(check('≥ 30/s', 20, 30, '/s', { atLeast: true }).ok, false);
     assert.equal(check('x', NaN, 30, '/s').ok, undefined);
+  });
+
+  test("hardening: defences judged on the precompiled-filter arm when the run has it; a network policy's cost on create in ms", () => {
+    const arm = (label: string, p50: number): ArmResult => ({ label, what: label, latency: summarizeLatency([p50]), errors: [] });
+    const result = (arms: ArmResult[]): HardeningResult =>
+      ({ create: arms, exec: [], switch: { put: summarizeLatency([5]) }, peers: [], dropped: [] }) as unknown as HardeningResult;
+    const [defences, network] = hardeningTargets(result([arm('crun', 30), arm('crun bpf', 21), arm('crun bare', 20), arm('dsec', 25), arm('dsec+net', 40)]));
+    assert.match(defences!.target, /crun bpf/);
+    assert.equal(defences!.ok, true, defences!.measured);
+    assert.match(network!.measured, /\+15 ms/);
+    assert.equal(network!.ok, false);
+    const [old] = hardeningTargets(result([arm('crun', 30), arm('crun bare', 20), arm('dsec', 25), arm('dsec+net', 30)]));
+    assert.match(old!.target, /\(crun with/, 'a run from before the precompiled arm is judged on crun');
+    assert.equal(old!.ok, false);
   });
 });
 
