@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { runTool, ToolError, signalNumber } from '../host/run-tool.js';
+import type { SpawnHelper } from '../host/spawn-helper.js';
 
 export interface CrunState {
   status: 'created' | 'running' | 'stopped' | 'paused' | string;
@@ -14,7 +15,15 @@ export interface CrunState {
  * host and the edge never waits on a pipe the container holds.
  */
 export class Crun {
-  constructor(readonly root: string) {
+  /**
+   * `spawner`: the edge's dsec-spawn, which starts `crun run` and `crun delete` (the create and
+   * kill path) so the edge does not fork for them; without it (the bench's raw crun floor) they
+   * are spawned from this process, as anyone calling crun would.
+   */
+  constructor(
+    readonly root: string,
+    private readonly spawner?: SpawnHelper,
+  ) {
     mkdirSync(root, { recursive: true });
   }
 
@@ -26,11 +35,13 @@ export class Crun {
   async run(id: string, bundle: string, logFile: string, pidFile: string): Promise<number> {
     rmSync(logFile, { force: true });
     const args = [...this.globalArgs(), `--log=file:${logFile}`, '--log-format=json', 'run', '-d', '--pid-file', pidFile, '--bundle', bundle, id];
-    const code = await new Promise<number>((resolve) => {
-      const child = spawn('crun', args, { stdio: 'ignore' });
-      child.on('error', () => resolve(127));
-      child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
-    });
+    const code = this.spawner
+      ? (await this.spawner.run('crun', args, { stdio: 'ignore' })).code
+      : await new Promise<number>((resolve) => {
+          const child = spawn('crun', args, { stdio: 'ignore' });
+          child.on('error', () => resolve(127));
+          child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
+        });
     if (code !== 0) throw new ToolError('crun', args, { code, stdout: '', stderr: readCrunLog(logFile) });
     return Number(readFileSync(pidFile, 'utf8'));
   }
@@ -44,7 +55,7 @@ export class Crun {
   /** Kills and deletes; a container that is already gone is not an error. */
   async delete(id: string): Promise<void> {
     const args = [...this.globalArgs(), 'delete', '-f', id];
-    const r = await runTool('crun', args);
+    const r = this.spawner ? await this.spawner.run('crun', args, { stdio: 'pipe' }) : await runTool('crun', args);
     if (r.code !== 0 && !/does not exist|No such file/i.test(r.stderr)) throw new ToolError('crun', args, r);
   }
 

@@ -42,6 +42,8 @@ import type { LayerDigest } from '../image/layer-store.js';
 import { sandboxRuleset } from '../net/policy.js';
 import { resolvePolicy } from './network-request.js';
 import { Crun } from './crun.js';
+import { SpawnHelper } from '../host/spawn-helper.js';
+import { SPAWN_HELPER_BINARY } from '../host/native-helpers.js';
 import { createEach, type EdgeCreateOutcome } from './edge-api.js';
 import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from './edge-api.js';
 import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
@@ -120,6 +122,8 @@ export class Edge implements EdgeApi {
   readonly links: NodeLinks;
   /** Node-local scratch for snapshot staging trees and blobs before they go to the blob source. */
   readonly #tmpDir: string;
+  /** Starts crun on the create and kill path without a fork of this process (host/spawn-helper.ts). */
+  readonly #spawner = new SpawnHelper();
   /** The seccomp profile compiled once, at start (base64 BPF for crun), or undefined: crun compiles it per create. */
   #seccompBpf: string | undefined;
   /** Host uid ranges of this edge's user-namespaced sandboxes, claimed host-wide. */
@@ -131,7 +135,10 @@ export class Edge implements EdgeApi {
     // 0700: nothing under the node dir is any host user's business but root's (see sandboxes-mount.ts).
     mkdirSync(opts.nodeDir, { recursive: true, mode: 0o700 });
     chmodSync(opts.nodeDir, 0o700);
-    this.crun = new Crun(join(opts.nodeDir, 'crun'));
+    // Without the helper built (scripts/setup not run since it was added), crun is spawned from here as before.
+    const spawner = existsSync(SPAWN_HELPER_BINARY) ? this.#spawner : undefined;
+    if (!spawner) opts.log.warn({ binary: SPAWN_HELPER_BINARY }, 'dsec-spawn is not built; crun is started with a fork of the edge (run scripts/setup)');
+    this.crun = new Crun(join(opts.nodeDir, 'crun'), spawner);
     this.layerCache = new LayerCache({
       nodeDir: opts.nodeDir,
       source: opts.blobs,
@@ -862,6 +869,7 @@ export class Edge implements EdgeApi {
     // The lazy layer daemon outlives the edge while sandboxes read from it (the next edge adopts it).
     if (this.lazyLayers && this.layerMounts.mounted().length === 0) await this.lazyLayers.stop();
     else this.lazyLayers?.detach();
+    await this.#spawner.close();
     await this.links.close(); // the guard stays while sandboxes (of any backend) that outlive the edge have links
     await this.#ports.close();
     this.#releaseEdgeId?.();

@@ -23,3 +23,6 @@ export const SECCOMP_BPF_BINARY = fileURLToPath(new URL('dsec-seccomp-bpf', NATI
  * its root (an overlay over id-mapped clones of the shared layers) and its volumes, id-mapped.
  */
 export const IDMAP_BINARY = fileURLToPath(new URL('dsec-idmap', NATIVE_DIR));
+
+/** dsec-spawn (native/spawn-helper.c): the edge's resident tool starter (posix_spawn), so the edge does not fork per crun call. */
+export const SPAWN_HELPER_BINARY = fileURLToPath(new URL('dsec-spawn', NATIVE_DIR));

@@ -1,0 +1,80 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { SPAWN_HELPER_BINARY } from './native-helpers.js';
+import { SpawnHelper, SpawnHelperError } from './spawn-helper.js';
+
+const skip = existsSync(SPAWN_HELPER_BINARY) ? false : `${SPAWN_HELPER_BINARY} is not built (run scripts/setup)`;
+
+/** Waits until `check` holds (a file a tool writes), polling; gives up after `tries`. */
+async function until(check: () => boolean, tries = 500): Promise<boolean> {
+  for (let i = 0; i < tries && !check(); i++) await new Promise((r) => setTimeout(r, 10));
+  return check();
+}
+
+describe('dsec-spawn: host tools started by a resident helper', { skip }, () => {
+  const helper = new SpawnHelper();
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-spawn-'));
+  after(async () => {
+    await helper.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('exit status, stdout and stderr are the tool\'s own; a signal is 128 + its number; a missing tool is 127 with why', async () => {
+    assert.deepEqual(await helper.run('sh', ['-c', 'echo out; echo err >&2; exit 3'], { stdio: 'pipe' }), { code: 3, stdout: 'out\n', stderr: 'err\n' });
+    assert.equal((await helper.run('sh', ['-c', 'kill -TERM $$'], { stdio: 'pipe' })).code, 128 + 15);
+    assert.equal((await helper.run('sh', ['-c', 'kill -KILL $$'], { stdio: 'pipe' })).code, 128 + 9);
+    const missing = await helper.run('/no/such/tool', [], { stdio: 'pipe' });
+    assert.equal(missing.code, 127);
+    assert.match(missing.stderr, /cannot start \/no\/such\/tool: No such file or directory/);
+    // Arguments arrive as they are: spaces, quotes, newlines, empty ones.
+    const args = ['a b', "'q'", 'line\nbreak', '', '$HOME'];
+    const echoed = await helper.run('sh', ['-c', 'for a in "$@"; do printf "[%s]" "$a"; done', 'sh', ...args], { stdio: 'pipe' });
+    assert.equal(echoed.stdout, args.map((a) => `[${a}]`).join(''));
+  });
+
+  test('calls in flight at once each get their own answer, whichever finishes first', async () => {
+    const slow = helper.run('sh', ['-c', `while [ ! -e ${dir}/go ]; do sleep 0.01; done; echo slow`], { stdio: 'pipe' });
+    const fast = await helper.run('sh', ['-c', `echo fast; touch ${dir}/go`], { stdio: 'pipe' });
+    assert.equal(fast.stdout, 'fast\n');
+    assert.equal((await slow).stdout, 'slow\n');
+  });
+
+  test('output beyond 1 MiB is cut, not blocking the tool', async () => {
+    const r = await helper.run('sh', ['-c', 'head -c 3000000 /dev/zero; echo done >&2'], { stdio: 'pipe' });
+    assert.equal(r.code, 0);
+    assert.equal(r.stdout.length, 1 << 20);
+    assert.equal(r.stderr, 'done\n');
+  });
+
+  test("with stdio ignored a process the tool leaves behind (as crun run -d leaves a container) holds none of the helper's pipes", async () => {
+    const pidFile = join(dir, 'sleeper.pid');
+    const r = await helper.run('sh', ['-c', `sleep 1000 & echo $! > ${pidFile}`], { stdio: 'ignore' });
+    assert.equal(r.code, 0);
+    const pid = Number(readFileSync(pidFile, 'utf8'));
+    try {
+      assert.ok(existsSync(`/proc/${pid}`), 'the call was answered while the process it left still runs');
+    } finally {
+      process.kill(pid, 'SIGKILL');
+    }
+  });
+
+  test('a helper that dies fails the calls in flight (their tools run on) and the next call starts a new one', async () => {
+    const first = helper.pid ?? (await helper.run('true', [], { stdio: 'pipe' }), helper.pid);
+    assert.ok(first);
+    const marker = join(dir, 'finished');
+    const inFlight = helper.run('sh', ['-c', `sleep 0.3; touch ${marker}`], { stdio: 'ignore' });
+    process.kill(first, 'SIGKILL');
+    await assert.rejects(inFlight, (err: unknown) => err instanceof SpawnHelperError && /exited \(SIGKILL\)/.test(err.message));
+    assert.ok(await until(() => existsSync(marker)), 'the tool finished although its helper died');
+    assert.equal((await helper.run('sh', ['-c', 'echo again'], { stdio: 'pipe' })).stdout, 'again\n');
+    assert.notEqual(helper.pid, first);
+  });
+
+  test('a helper that cannot start fails its calls with why, not a hang', async () => {
+    const broken = new SpawnHelper('/nonexistent/dsec-spawn');
+    await assert.rejects(broken.run('true', [], { stdio: 'pipe' }), /could not run/);
+  });
+});

@@ -1,0 +1,68 @@
+/**
+ * The edge starts crun on its create and kill path through dsec-spawn (host/spawn-helper.ts), not
+ * with a fork of its own large process. A helper that crashes is replaced at the next call and no
+ * running sandbox is lost.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Sandbox } from '@dsec/sdk';
+import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+
+/** Pids of dsec-spawn processes whose parent is this process (the in-process edge's helper). */
+function ourSpawnHelpers(): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (comm === 'dsec-spawn' && ppid === process.pid) pids.push(Number(name));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return pids;
+}
+
+describe('crun through the edge\'s resident spawn helper', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
+  let server: TestServer;
+
+  before(async () => {
+    server = await startTestServer();
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  test('creates and kills go through one resident dsec-spawn; after it is killed, sandboxes keep running and the next call starts a new one', async () => {
+    const a = await Sandbox.create({ ...server.conn });
+    const helpers = ourSpawnHelpers();
+    assert.equal(helpers.length, 1, `one dsec-spawn started the sandbox: ${JSON.stringify(helpers)}`);
+    const b = await Sandbox.create({ ...server.conn });
+    assert.deepEqual(ourSpawnHelpers(), helpers, 'the same helper serves the next create (resident, not one per call)');
+
+    process.kill(helpers[0]!, 'SIGKILL');
+    // Running sandboxes are not the helper's: both still run commands.
+    for (const sb of [a, b]) {
+      const r = await sb.commands.run(['echo', 'alive']);
+      assert.equal(r.stdout, 'alive\n');
+    }
+    // The kill path starts a new helper for crun delete; the sandbox is gone for real.
+    await a.kill();
+    const replaced = ourSpawnHelpers();
+    assert.equal(replaced.length, 1);
+    assert.notEqual(replaced[0], helpers[0]);
+    await assert.rejects(a.commands.run(['true']), /was killed/);
+    const listed = execFileSync('crun', ['--root', join(server.dataDir, 'node', 'crun'), 'list', '-q'], { encoding: 'utf8' });
+    assert.doesNotMatch(listed, new RegExp(a.id), 'crun delete (through the new helper) removed the container');
+    assert.match(listed, new RegExp(b.id));
+    const c = await Sandbox.create({ ...server.conn });
+    assert.equal((await c.commands.run(['sh', '-c', 'exit 7'])).exitCode, 7);
+    await c.kill();
+    await b.kill();
+  });
+});
