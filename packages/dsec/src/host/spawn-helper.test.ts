@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -9,7 +9,7 @@ import { SpawnHelper, SpawnHelperError } from './spawn-helper.js';
 const skip = existsSync(SPAWN_HELPER_BINARY) ? false : `${SPAWN_HELPER_BINARY} is not built (run scripts/setup)`;
 
 /** Waits until `check` holds (a file a tool writes), polling; gives up after `tries`. */
-async function until(check: () => boolean, tries = 500): Promise<boolean> {
+async function until(check: () => boolean, tries = 3000): Promise<boolean> {
   for (let i = 0; i < tries && !check(); i++) await new Promise((r) => setTimeout(r, 10));
   return check();
 }
@@ -64,10 +64,14 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
   test('a helper that dies fails the calls in flight (their tools run on) and the next call starts a new one', async () => {
     const first = helper.pid ?? (await helper.run('true', [], { stdio: 'pipe' }), helper.pid);
     assert.ok(first);
+    const started = join(dir, 'started');
     const marker = join(dir, 'finished');
-    const inFlight = helper.run('sh', ['-c', `sleep 0.3; touch ${marker}`], { stdio: 'ignore' });
+    const inFlight = helper.run('sh', ['-c', `touch ${started}; while [ ! -e ${dir}/release ]; do sleep 0.01; done; touch ${marker}`], { stdio: 'ignore' });
+    // Killed while the tool runs (not before the helper has read the request: then no tool ran at all).
+    assert.ok(await until(() => existsSync(started)), 'the tool started');
     process.kill(first, 'SIGKILL');
     await assert.rejects(inFlight, (err: unknown) => err instanceof SpawnHelperError && /exited \(SIGKILL\)/.test(err.message));
+    writeFileSync(join(dir, 'release'), '');
     assert.ok(await until(() => existsSync(marker)), 'the tool finished although its helper died');
     assert.equal((await helper.run('sh', ['-c', 'echo again'], { stdio: 'pipe' })).stdout, 'again\n');
     assert.notEqual(helper.pid, first);
