@@ -5,6 +5,8 @@ export interface LatencySummary {
   count: number;
   p50: number;
   p90: number;
+  /** Set by summarizeLatency (optional so hand-made summaries in tests need not carry it). */
+  p95?: number;
   p99: number;
   min: number;
   max: number;
@@ -12,11 +14,12 @@ export interface LatencySummary {
 }
 
 export function summarizeLatency(values: number[]): LatencySummary {
-  if (values.length === 0) return { count: 0, p50: NaN, p90: NaN, p99: NaN, min: NaN, max: NaN, mean: NaN };
+  if (values.length === 0) return { count: 0, p50: NaN, p90: NaN, p95: NaN, p99: NaN, min: NaN, max: NaN, mean: NaN };
   return {
     count: values.length,
     p50: round(percentile(values, 50), 2),
     p90: round(percentile(values, 90), 2),
+    p95: round(percentile(values, 95), 2),
     p99: round(percentile(values, 99), 2),
     min: round(Math.min(...values), 2),
     max: round(Math.max(...values), 2),

@@ -1,4 +1,4 @@
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { Crun } from '../../edge/crun.js';
@@ -6,6 +6,8 @@ import type { SandboxLimits } from '../../edge/edge-api.js';
 import { tryUnmount } from '../../edge/layer-mounts.js';
 import { buildOciConfig } from '../../edge/oci-config.js';
 import { mountOverlay } from '../../edge/overlay.js';
+import { mountIdmappedRoot } from '../../edge/idmapped-root.js';
+import type { UidRangePool } from '../../host/uid-ranges.js';
 import { SandboxPaths } from '../../edge/sandbox-record.js';
 import { removeCgroupTree } from '../../host/cgroups.js';
 import { mountsUnder } from '../../host/mounts.js';
@@ -43,6 +45,8 @@ export class CrunRawPeer implements Peer {
       cgroupParent: string;
       /** Changes dsec's OCI config before each run (the hardening benchmark strips defences with it). */
       configure?: (config: Record<string, unknown>) => void;
+      /** Each container in a user namespace of its own, as dsec's edge option `userns` makes them. */
+      uidRanges?: UidRangePool;
     },
     readonly version: string,
   ) {
@@ -60,20 +64,39 @@ export class CrunRawPeer implements Peer {
     );
   }
 
+  /** Another raw crun peer whose containers run in user namespaces (dsec-idmap, as the edge does it). */
+  usernsVariant(suffix: string, uidRanges: UidRangePool): CrunRawPeer {
+    return new CrunRawPeer(
+      { ...this.opts, dir: `${this.opts.dir}-${suffix}`, cgroupParent: `${this.opts.cgroupParent}-${suffix}`, uidRanges },
+      this.version,
+    );
+  }
+
   async create(): Promise<string> {
     const id = `${this.opts.cgroupParent}-${++this.#n}`;
     const paths = new SandboxPaths(join(this.#containers, id));
     const t0 = performance.now();
     mkdirSync(paths.dir);
     this.#live.add(id);
-    mountOverlay([this.opts.lowerDir], paths.upper, paths.work, paths.rootfs);
+    const range = this.opts.uidRanges?.take(id);
+    if (range) {
+      chownSync(paths.dir, 0, range.base);
+      chmodSync(paths.dir, 0o710);
+      await mountIdmappedRoot({
+        lowersBottomFirst: [this.opts.lowerDir], upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns, volumes: [],
+      });
+    } else {
+      mountOverlay([this.opts.lowerDir], paths.upper, paths.work, paths.rootfs);
+    }
     const t1 = performance.now();
-    const config = buildOciConfig({ id, config: this.opts.config, env: {}, limits: this.opts.limits });
+    const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
+    const config = buildOciConfig({ id, config: this.opts.config, env: {}, limits: this.opts.limits, ...userns });
     (config['linux'] as Record<string, unknown>)['cgroupsPath'] = `/${this.opts.cgroupParent}/${id}`;
     this.opts.configure?.(config);
     writeFileSync(paths.config, JSON.stringify(config));
     const t2 = performance.now();
     await this.crun.run(id, paths.dir, paths.crunLog, paths.pidFile);
+    if (range) tryUnmount(paths.userns);
     const t3 = performance.now();
     this.opts.spans.record(STEPS.rawOverlay, t1 - t0);
     this.opts.spans.record(STEPS.rawConfig, t2 - t1);
@@ -110,6 +133,7 @@ export class CrunRawPeer implements Peer {
     for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
     removeCgroupTree(`${this.opts.cgroupParent}/${id}`);
     rmSync(paths.dir, { recursive: true, force: true });
+    this.opts.uidRanges?.release(id);
     this.#live.delete(id);
   }
 

@@ -12,6 +12,12 @@ import { mdTable, ratio } from '../markdown.js';
 import { CrunRawPeer } from '../peers/crun-raw.js';
 import { DsecApiPeer } from '../peers/dsec-api.js';
 import { BENCH_LIMITS } from '../peers/setup.js';
+import { BENCH_IMAGE } from '../fixture.js';
+import { compileOptions } from '../../config/options.js';
+import { UidRangePool } from '../../host/uid-ranges.js';
+import { buildBusyboxImage } from '../../image/builders/busybox.js';
+import { startAllInOne } from '../../runtime/all-in-one.js';
+import { join } from 'node:path';
 import type { Peer } from '../peers/peer.js';
 import type { BenchReport } from '../report.js';
 import { chartSubtitle, renderCommon } from '../report-common.js';
@@ -26,6 +32,8 @@ import type { BenchScenarioDef, PeerResultBase, ScenarioContext, ScenarioResult 
  * floor, built from dsec's own OCI config with defences stripped, because that is where their
  * cost lands (crun compiles and loads the seccomp filter, mounts the masks) and dsec adds nothing
  * to it; the network policy and Landlock are measured through dsec's API, where they are applied.
+ * User namespaces (issue 10, DSEC_USERNS) are measured on both: raw crun with the same config in a
+ * namespace dsec-idmap made, and a second in-process dsec with the edge option `userns` on.
  */
 export interface HardeningOptions {
   /** Timed creates and execs per arm. @default 60 */
@@ -186,10 +194,40 @@ async function alternate(
   return arms.map((a) => ({ label: a.label, what: a.what, latency: summarizeLatency(lat.get(a)!), errors: errors.get(a)! }));
 }
 
+/**
+ * A second in-process dsec beside the run's, with the edge option `userns` (each sandbox in a
+ * user namespace of its own), on its own data dir and edge id under the run's dir.
+ */
+async function startUsernsDsec(ctx: ScenarioContext, version: string): Promise<{ peer: DsecApiPeer; close(): Promise<void> }> {
+  const edgeId = `${ctx.names.edgeId}u`;
+  const options = compileOptions(
+    { dataDir: join(ctx.names.dir, 'dsec-userns'), listen: '127.0.0.1:0', logLevel: 'silent', edgeId, maxSandboxes: 16, userns: true },
+    {},
+  );
+  const server = await startAllInOne(options);
+  try {
+    await buildBusyboxImage(server.images, { name: BENCH_IMAGE });
+  } catch (err) {
+    await server.close({ killAll: true });
+    throw err;
+  }
+  const peer = new DsecApiPeer({ url: server.url, apiKey: server.apiKey }, BENCH_IMAGE, BENCH_LIMITS, { bench: 'hardening' }, version, `sb-${edgeId}-`);
+  return {
+    peer,
+    close: async () => {
+      await peer.close();
+      await server.close({ killAll: true });
+    },
+  };
+}
+
 export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: ScenarioContext): Promise<HardeningResult> {
   const dsec = peers.find((p): p is DsecApiPeer => p instanceof DsecApiPeer);
   const crun = peers.find((p): p is CrunRawPeer => p instanceof CrunRawPeer);
   if (!dsec || !crun) throw new Error('dsec bench hardening needs dsec and raw crun');
+  ctx.say('starting a second dsec with user namespaces (DSEC_USERNS) beside the run’s…');
+  const usernsDsec = await startUsernsDsec(ctx, dsec.version);
+  const crunUserns = crun.usernsVariant('userns', new UidRangePool(`${ctx.names.edgeId}r`));
   const noSeccomp = crun.variant('noseccomp', (c) => void delete (c['linux'] as Record<string, unknown>)['seccomp']);
   // The same filter precompiled, as dsec's edge hands it to crun (edge/seccomp-bpf.ts): what compiling once per edge saves.
   const seccompBpf = (await compileSeccompProfile(defaultSeccompProfile())).toString('base64');
@@ -209,7 +247,9 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
       peerArm(precompiled, 'crun bpf', `the same with the filter precompiled once (${SECCOMP_BPF_ANNOTATION}, as dsec's edge does), not compiled by crun per create`),
       peerArm(noSeccomp, 'crun -sec', 'the same without the seccomp filter'),
       peerArm(bare, 'crun bare', 'the same without seccomp, masked/read-only paths, the Landlock helper mount or no_new_privs'),
+      peerArm(crunUserns, 'crun userns', "the first arm's config in a user namespace of its own: dsec-idmap (namespace owned by the range, id-mapped layer as an overlay lower fd) + crun joining it"),
       peerArm(dsec, 'dsec', 'dsec create (policy none: loopback only)'),
+      peerArm(usernsDsec.peer, 'dsec userns', 'dsec create on an edge with userns on (DSEC_USERNS): range claim, dsec-idmap, crun in the namespace'),
       dsecNet,
     ];
     // Each create is removed right after (untimed), so the population stays the same for every arm.
@@ -230,7 +270,9 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
         'true',
       ]),
       peerArm(crun, 'crun+ll', `raw crun exec ID ${LANDLOCK_PATH} --rw /tmp -- true`, [LANDLOCK_PATH, '--rw', '/tmp', '--', 'true']),
+      peerArm(crunUserns, 'crun userns', 'raw crun exec ID true into a user-namespaced container'),
       peerArm(dsec, 'dsec', 'dsec exec `true` (isolated: through dsec-landlock --isolate)'),
+      peerArm(usernsDsec.peer, 'dsec userns', 'dsec exec `true` in a user-namespaced sandbox'),
       dsecLandlock,
       dsecSession,
     ];
@@ -250,6 +292,8 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     await noSeccomp.close();
     await precompiled.close();
     await bare.close();
+    await crunUserns.close();
+    await usernsDsec.close();
   }
   return {
     peers: [
@@ -341,6 +385,24 @@ export function hardeningTargets(r: HardeningResult): TargetCheck[] {
   ];
 }
 
+/** Each pair side by side: without and with a user namespace, raw crun and dsec. */
+function usernsTable(r: HardeningResult): string {
+  const arm = (arms: ArmResult[], label: string): LatencySummary | undefined => arms.find((a) => a.label === label)?.latency;
+  const rows: (string | number)[][] = [];
+  for (const [what, arms, off, on] of [
+    ['create', r.create, 'crun', 'crun userns'],
+    ['create', r.create, 'dsec', 'dsec userns'],
+    ['exec', r.exec, 'crun', 'crun userns'],
+    ['exec', r.exec, 'dsec', 'dsec userns'],
+  ] as const) {
+    const a = arm(arms, off);
+    const b = arm(arms, on);
+    if (!a || !b) continue;
+    rows.push([what, off, a.p50, a.p95 ?? NaN, b.p50, b.p95 ?? NaN, ratio(b.p50, a.p50), ratio(b.p95 ?? NaN, a.p95 ?? NaN)]);
+  }
+  return mdTable(['op', 'peer', 'p50 without (ms)', 'p95 without (ms)', 'p50 userns (ms)', 'p95 userns (ms)', 'p50 ratio', 'p95 ratio'], rows);
+}
+
 function armTable(arms: ArmResult[], base: string): string {
   const b = p50(arms, base);
   return mdTable(
@@ -386,6 +448,10 @@ export function renderHardening(report: BenchReport<HardeningResult>, svgName: s
     '',
     armTable(r.exec, 'crun'),
     '',
+    '## User namespaces (DSEC_USERNS)',
+    '',
+    usernsTable(r),
+    '',
     '## Network policy switch',
     '',
     mdTable(
@@ -415,13 +481,14 @@ export const hardeningScenario: BenchScenarioDef<HardeningOptions, HardeningResu
     { key: 'switches', long: 'switches', description: 'timed policy switches', default: 100, min: 2 },
     { key: 'attaches', long: 'attaches', description: 'fresh sandboxes whose first link is timed', default: 10, min: 1 },
   ],
-  maxSandboxes: () => 16,
+  maxSandboxes: () => 20,
   run: runHardening,
   targets: hardeningTargets,
   render: renderHardening,
   lines: (r) => [
     ...r.create.map((a) => `create ${a.label.padEnd(10)} p50 ${a.latency.p50} ms  p99 ${a.latency.p99} ms`),
     ...r.exec.map((a) => `exec   ${a.label.padEnd(10)} p50 ${a.latency.p50} ms  p99 ${a.latency.p99} ms`),
+    `userns: create p50 ${ratio(p50(r.create, 'dsec userns'), p50(r.create, 'dsec'))} (dsec), ${ratio(p50(r.create, 'crun userns'), p50(r.create, 'crun'))} (crun); exec p50 ${ratio(p50(r.exec, 'dsec userns'), p50(r.exec, 'dsec'))} (dsec), ${ratio(p50(r.exec, 'crun userns'), p50(r.exec, 'crun'))} (crun)`,
     `switch PUT p50 ${r.switch.put.p50} ms (edge ${r.switch.applied.p50} ms; nsenter+nft ${r.switch.nsenterNft.p50} ms; first link ${r.switch.firstAttach.p50} ms)`,
     `enforcement: ${r.switch.enforcement}`,
   ],
