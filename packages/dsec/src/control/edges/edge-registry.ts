@@ -340,8 +340,10 @@ export class EdgeRegistry {
         e.info = r.info;
         e.pending = { ...e.inflight };
       }
-      // Another replica marked it lost, saw it back (and reconciled it), or drains it.
-      if (r.state !== e.state && !e.reconcileAtFirstReport) e.state = r.state;
+      // Another replica marked it lost, saw it back (and reconciled it), or drains it. An edge
+      // loaded at start that has not reported here yet still takes a loss: the replica holding the
+      // watcher's lease decides that, and this one would otherwise place on a dead edge for ever.
+      if (r.state !== e.state && (!e.reconcileAtFirstReport || r.state === 'lost')) e.state = r.state;
       if (r.url !== e.url) {
         e.url = r.url;
         e.api = new HttpEdgeClient(r.id, r.url, this.opts.token);
