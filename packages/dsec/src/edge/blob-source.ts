@@ -55,10 +55,35 @@ export class LocalBlobSource implements BlobSource {
 
 /** The control plane's blob endpoint (`/v1/blobs/{digest}`), with the cluster token. */
 export class HttpBlobSource implements BlobSource {
+  readonly #urls: string[];
+  #current = 0;
+
+  /** `baseUrl`: a control plane's URL, or several comma-separated (replicas): the next is tried when one does not answer. */
   constructor(
-    readonly baseUrl: string,
+    baseUrl: string,
     readonly token: string,
-  ) {}
+  ) {
+    this.#urls = baseUrl
+      .split(',')
+      .map((u) => u.trim().replace(/\/$/, ''))
+      .filter(Boolean);
+  }
+
+  get baseUrl(): string {
+    return this.#urls[this.#current]!;
+  }
+
+  /** fetch at the current replica, moving to the next (once round) when one cannot be reached. */
+  async #fetch(path: string, init: RequestInit): Promise<Response> {
+    for (let tried = 1; ; tried++) {
+      try {
+        return await fetch(`${this.baseUrl}${path}`, init);
+      } catch (err) {
+        if (tried >= this.#urls.length || init.body) throw err;
+        this.#current = (this.#current + 1) % this.#urls.length;
+      }
+    }
+  }
 
   localPath(): undefined {
     return undefined;
@@ -71,7 +96,7 @@ export class HttpBlobSource implements BlobSource {
   async open(digest: LayerDigest): Promise<Readable> {
     let res: Response;
     try {
-      res = await fetch(`${this.baseUrl}/v1/blobs/${digest}`, { headers: { authorization: `Bearer ${this.token}` } });
+      res = await this.#fetch(`/v1/blobs/${digest}`, { headers: { authorization: `Bearer ${this.token}` } });
     } catch (err) {
       throw new ApiError('EDGE_UNAVAILABLE', `cannot reach the blob endpoint at ${this.baseUrl}: ${(err as Error).message}`, { layer: digest });
     }

@@ -1,22 +1,30 @@
 /**
- * Benchmark (not a test): creates/s and API p50 through two control-plane replicas on PostgreSQL
- * vs one control plane on SQLite, in one run, against two simulated edges (the edge protocol over
- * HTTP, no crun). Each control plane is a process of its own (test/cluster/support/
- * replica-process.ts); PostgreSQL is the test harness's (initdb in a temp dir). Run as root:
+ * Benchmark (not a test): creates/s and API p50 through control-plane replicas, in one run. Each
+ * control plane is a process of its own (test/cluster/support/replica-process.ts); PostgreSQL is
+ * the test harness's (initdb in a temp dir). Run as root:
  *   node packages/dsec/dist/test/bench/replicas.js [creates=2000] [concurrency=32]
- * Writes bench/results/replicas-<time>.json and .md.
+ *     two simulated edges (the edge protocol over HTTP, no crun): two replicas on PostgreSQL vs
+ *     one on SQLite; writes bench/results/replicas-<time>.json and .md.
+ *   node packages/dsec/dist/test/bench/replicas.js [creates=100] [concurrency=8] real
+ *     two real edges (`dsec edge` daemons in this process: crun, EROFS, overlayfs) joined to every
+ *     replica: one replica vs two on PostgreSQL, replicas sharing one layer dir; sandboxes are
+ *     killed after each setup; writes bench/results/replicas-real-<time>.json and .md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startEdgeDaemon } from '../../src/runtime/edge-daemon.js';
 import { testPostgres } from '../helpers/postgres.js';
-import { makeDataDir } from '../helpers/server.js';
+import { makeDataDir, newEdgeId } from '../helpers/server.js';
 
-const creates = Number(process.argv[2] ?? 2000);
-const concurrency = Number(process.argv[3] ?? 32);
+const real = process.argv[4] === 'real';
+const creates = Number(process.argv[2] ?? (real ? 100 : 2000));
+const concurrency = Number(process.argv[3] ?? (real ? 8 : 32));
+/** Replicas of one run share this layer dir (as replicas on a shared mount would). */
+const layerDir = makeDataDir();
 const here = fileURLToPath(new URL('.', import.meta.url));
 const replicaScript = join(here, '..', 'cluster', 'support', 'replica-process.js');
 
@@ -30,7 +38,7 @@ interface Replica {
 
 async function startReplica(store: string): Promise<Replica> {
   const dataDir = makeDataDir();
-  const child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir, store })], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir, store, layerDir })], { stdio: ['ignore', 'pipe', 'inherit'] });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`replica exited (${code})`)));
@@ -66,17 +74,40 @@ async function load(replicas: Replica[], n: number, request: (r: Replica, i: num
   return { seconds: (performance.now() - t0) / 1000, ms: ms.sort((a, b) => a - b) };
 }
 
-async function measure(label: string, replicas: Replica[]): Promise<Record<string, number | string>> {
-  const edges: RunningSimulatedEdge[] = [];
+/** Two edges joined to every replica: simulated, or real `dsec edge` daemons. */
+async function startEdges(replicas: Replica[], label: string): Promise<{ close(): Promise<void> }[]> {
+  const join = replicas.map((r) => r.url).join(',');
+  const token = replicas[0]!.joinToken;
+  const out: { close(): Promise<void> }[] = [];
   for (const id of ['benchone', 'benchtwo']) {
-    edges.push(await startSimulatedEdge({ join: replicas.map((r) => r.url).join(','), token: replicas[0]!.joinToken, id: `${id}${label.length}` }));
+    if (!real) {
+      out.push(await startSimulatedEdge({ join, token, id: `${id}${label.length}` }));
+      continue;
+    }
+    const dataDir = makeDataDir();
+    const daemon = await startEdgeDaemon({
+      join, token, listen: '127.0.0.1:0', dataDir, id: newEdgeId(), pool: 'default', labels: {}, cpuOvercommit: 0,
+      maxSandboxes: creates + 16, layerCacheMiB: 1024, logLevel: 'warn',
+    });
+    out.push({
+      async close() {
+        await daemon.close({ killAll: true });
+        rmSync(dataDir, { recursive: true, force: true });
+      },
+    });
   }
+  return out;
+}
+
+async function measure(label: string, replicas: Replica[]): Promise<Record<string, number | string>> {
+  const edges = await startEdges(replicas, label);
   try {
     // Every replica sees both edges before the load starts.
     for (const r of replicas) {
       for (;;) {
         const res = await fetch(`${r.url}/v1/nodes`, { headers: { authorization: `Bearer ${r.apiKey}` } });
-        if (((await res.json()) as { nodes: unknown[] }).nodes.length === 2) break;
+        // Edges of an earlier setup on the same store are lost by now, or soon: not counted.
+        if (((await res.json()) as { nodes: { state: string }[] }).nodes.filter((n) => n.state === 'ready').length === 2) break;
         await new Promise((res2) => setTimeout(res2, 100));
       }
     }
@@ -95,11 +126,18 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
       if (res.status !== 200) throw new Error(`inspect: HTTP ${res.status}`);
       await res.arrayBuffer();
     });
+    if (real) {
+      // Real sandboxes hold mounts and cgroups: killed before the next setup (not timed).
+      await load(replicas, ids.length, async (r, i) => {
+        const res = await fetch(`${r.url}/v1/sandboxes/${ids[i]}`, { method: 'DELETE', headers: { authorization: `Bearer ${r.apiKey}` } });
+        if (res.status !== 204) throw new Error(`kill: HTTP ${res.status}`);
+      });
+    }
     return {
       setup: label,
       creates,
       concurrency,
-      createsPerSecond: Math.round(creates / made.seconds),
+      createsPerSecond: Math.round((creates / made.seconds) * 100) / 100,
       createP50Ms: percentile(made.ms, 50),
       createP99Ms: percentile(made.ms, 99),
       inspectP50Ms: percentile(read.ms, 50),
@@ -111,31 +149,54 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
 }
 
 const results: Record<string, number | string>[] = [];
-const sqlite = await startReplica('');
-try {
-  results.push(await measure('1 replica, SQLite', [sqlite]));
-} finally {
-  await stopReplica(sqlite);
-}
 const pg = await testPostgres();
-const store = await pg.database(`dsec_bench_${Date.now()}`);
-const first = await startReplica(store);
-const second = await startReplica(store);
-try {
-  results.push(await measure('2 replicas, PostgreSQL', [first, second]));
-} finally {
-  await stopReplica(first);
-  await stopReplica(second);
+if (real) {
+  // A database per setup: a replica started later would still count the first setup's edges as
+  // ready (their rows say so until the watcher's replica marks them lost; see the issue's report).
+  const one = await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`));
+  try {
+    results.push(await measure('1 replica, PostgreSQL, real edges', [one]));
+  } finally {
+    await stopReplica(one);
+  }
+  const store = await pg.database(`dsec_bench_two_${Date.now()}`);
+  const first = await startReplica(store);
+  const second = await startReplica(store);
+  try {
+    results.push(await measure('2 replicas, PostgreSQL, real edges', [first, second]));
+  } finally {
+    await stopReplica(first);
+    await stopReplica(second);
+  }
+} else {
+  const sqlite = await startReplica('');
+  try {
+    results.push(await measure('1 replica, SQLite', [sqlite]));
+  } finally {
+    await stopReplica(sqlite);
+  }
+  const store = await pg.database(`dsec_bench_${Date.now()}`);
+  const first = await startReplica(store);
+  const second = await startReplica(store);
+  try {
+    results.push(await measure('2 replicas, PostgreSQL', [first, second]));
+  } finally {
+    await stopReplica(first);
+    await stopReplica(second);
+  }
 }
+rmSync(layerDir, { recursive: true, force: true });
 const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
-const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}`;
+const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}${real ? ' real' : ''}`;
 const dir = join(here, '..', '..', '..', '..', '..', 'bench', 'results');
 mkdirSync(dir, { recursive: true });
 const [a, b] = results as [Record<string, number>, Record<string, number>];
 const md = [
-  `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
+  real ? '# Control-plane replicas with real edges: 2 vs 1 on PostgreSQL' : `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
   '',
-  `Command: \`${command}\` (${new Date().toISOString()}). Two simulated edges (edge protocol over HTTP, no crun); each control plane`,
+  real
+    ? `Command: \`${command}\` (${new Date().toISOString()}). Two real edges (\`dsec edge\` daemons in the benchmark's process: crun, EROFS, overlayfs; busybox sandboxes, 16 MiB); each control plane`
+    : `Command: \`${command}\` (${new Date().toISOString()}). Two simulated edges (edge protocol over HTTP, no crun); each control plane`,
   'a process of its own; PostgreSQL 15 from the test harness (fsync off: a throw-away cluster); creates and inspects spread',
   'round-robin over the replicas; one run on a shared 2-core machine (noisy: read the ratios, not the absolute numbers).',
   '',
@@ -143,10 +204,11 @@ const md = [
   '|---|---|---|---|---|---|',
   ...results.map((r) => `| ${r['setup']} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} |`),
   '',
-  `Ratios (2 replicas on PostgreSQL ÷ 1 on SQLite): creates/s ${(b['createsPerSecond']! / a['createsPerSecond']!).toFixed(2)}×, create p50 ${(b['createP50Ms']! / a['createP50Ms']!).toFixed(2)}×, inspect p50 ${(b['inspectP50Ms']! / a['inspectP50Ms']!).toFixed(2)}×.`,
+  `Ratios (${real ? '2 replicas ÷ 1, both on PostgreSQL' : '2 replicas on PostgreSQL ÷ 1 on SQLite'}): creates/s ${(b['createsPerSecond']! / a['createsPerSecond']!).toFixed(2)}×, create p50 ${(b['createP50Ms']! / a['createP50Ms']!).toFixed(2)}×, inspect p50 ${(b['inspectP50Ms']! / a['inspectP50Ms']!).toFixed(2)}×.`,
   '',
 ].join('\n');
-writeFileSync(join(dir, `replicas-${stamp}.json`), JSON.stringify({ command, results }, null, 2) + '\n');
-writeFileSync(join(dir, `replicas-${stamp}.md`), md);
+const base = real ? `replicas-real-${stamp}` : `replicas-${stamp}`;
+writeFileSync(join(dir, `${base}.json`), JSON.stringify({ command, results }, null, 2) + '\n');
+writeFileSync(join(dir, `${base}.md`), md);
 process.stdout.write(md);
 process.exit(0);
