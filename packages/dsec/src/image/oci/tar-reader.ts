@@ -134,18 +134,20 @@ function paxNumber(pax: Record<string, string> | undefined, key: string, name: s
 function toHeader(h: Header, raw: Buffer | undefined): TarHeader {
   const name = h.name;
   const pax = (h.pax ?? undefined) as Record<string, string> | undefined;
+  const paxKeys = pax ? Object.keys(pax) : [];
   const type = TYPES[h.type as string];
   if (!type) {
-    const sparse = pax && Object.keys(pax).some((k) => k.startsWith('GNU.sparse.'));
+    const sparse = paxKeys.some((k) => k.startsWith('GNU.sparse.'));
     throw new TarFormatError(
       `${JSON.stringify(name)} is a ${sparse ? 'GNU sparse entry' : 'tar entry of a type dsec does not read (GNU sparse, volume label or multi-volume part)'}: repack the archive without it`,
     );
   }
-  if (pax && Object.keys(pax).some((k) => k.startsWith('GNU.sparse.')))
+  if (paxKeys.some((k) => k.startsWith('GNU.sparse.')))
     throw new TarFormatError(`${JSON.stringify(name)} is a GNU sparse entry (pax GNU.sparse.*): repack the archive without sparse files`);
   // tar-stream framed the entry with parseInt of a pax size ('12abc' reads as 12): refuse such a value.
   paxNumber(pax, 'size', name);
   const xattrs = new Map<string, Buffer>();
+  // The record bytes are parsed for every pax header: tar-stream passes a malformed record over in silence.
   if (raw) for (const [k, v] of paxRecords(raw)) if (k.startsWith('SCHILY.xattr.')) xattrs.set(k.slice('SCHILY.xattr.'.length), v);
   const device = type === 'char' || type === 'block';
   return {
@@ -220,17 +222,29 @@ export async function* readTar(source: AsyncIterable<Buffer | Uint8Array | strin
       last = header.name;
       const chunks = stream[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
       let started = false;
+      let ended = stream.header.size === 0;
       // Reads the data through the stream's iterator without ever calling its return(): ending an
       // entry stream early would destroy the whole parser, and the rest is drained below instead.
       const body = (async function* () {
         if (started) throw new Error('tar entry body read twice');
         started = true;
         if (header.size === 0) return;
-        for (let r = await step(chunks.next()); !r.done; r = await step(chunks.next())) yield r.value;
+        try {
+          for (let r = await chunks.next(); !r.done; r = await chunks.next()) yield r.value;
+        } catch (err) {
+          throw formatError(err, last);
+        }
+        ended = true;
       })();
       yield { header, body };
-      for (let r = await step(chunks.next()); !r.done; r = await step(chunks.next())) {
-        // skip what the consumer did not read
+      if (!ended) {
+        try {
+          for (let r = await chunks.next(); !r.done; r = await chunks.next()) {
+            // skip what the consumer did not read
+          }
+        } catch (err) {
+          throw formatError(err, last);
+        }
       }
     }
     finished = true;
