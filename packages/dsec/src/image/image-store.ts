@@ -181,14 +181,15 @@ export class ImageStore {
         const rel = `${sub}/${f}`;
         let mtime: number;
         let target: string;
+        const known = this.#synced.get(rel);
         try {
           mtime = statSync(join(this.dir, rel)).mtimeMs;
+          if (known === mtime) continue; // in line already: only its mtime is read, every second
           target = readFileSync(join(this.dir, rel), 'utf8').trim();
         } catch {
           continue;
         }
-        const known = this.#synced.get(rel);
-        if (known === mtime || !/^sha256:[0-9a-f]{64}$/.test(target)) continue;
+        if (!/^sha256:[0-9a-f]{64}$/.test(target)) continue;
         // First met: the catalog's word wins if it has one; re-pointed by a tool since: moved.
         const imported = known === undefined;
         out.push(kind === 'tag' ? { op: 'tag', name: f, id: target as ImageId, imported } : { op: 'build', key: f, id: target as ImageId, imported });
