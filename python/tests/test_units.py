@@ -101,7 +101,7 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertGreater(len(registry), 15)
         family = {400: dsec.InvalidRequestError, 401: dsec.AuthError, 403: dsec.AuthError, 404: dsec.NotFoundError, 409: dsec.ConflictError,
                   413: dsec.InvalidRequestError, 415: dsec.InvalidRequestError, 416: dsec.InvalidRequestError, 500: dsec.ServerError,
-                  502: dsec.ServerError}  # fmt: skip
+                  502: dsec.ServerError, 507: dsec.ServerError}  # fmt: skip
         for code, status in registry.items():
             e = errors.error_from_wire(status, {"code": code, "message": "m"})
             self.assertEqual(e.code, code)

@@ -50,6 +50,11 @@ export const ERROR_CODES = {
   /** The server on the port closed the connection or answered with something that is not HTTP. */
   PORT_BAD_RESPONSE: 502,
   CAPACITY_EXCEEDED: 503,
+  /**
+   * The node's disk under its data dir is full (or below the edge's --min-free-disk-mib for a
+   * create): nothing was made; free space on the node (sandboxes, snapshots, images) and retry.
+   */
+  NODE_DISK_FULL: 507,
   EDGE_UNAVAILABLE: 503,
   SANDBOX_CREATE_FAILED: 500,
   SANDBOX_KILL_FAILED: 500,

@@ -57,6 +57,11 @@ export const ServerOptions = Type.Object(
      * volumes are mounted id-mapped. See docs/SECURITY.md for what it stops and costs.
      */
     userns: Type.Boolean({ default: false }),
+    /**
+     * DSEC_MIN_FREE_DISK_MIB: the edge refuses a create (507 NODE_DISK_FULL) while the filesystem of
+     * its data dir has less than this free, so a sandbox is never half-made on a full disk; 0: never.
+     */
+    minFreeDiskMiB: Type.Integer({ default: 256, minimum: 0 }),
     /** DSEC_TRAJECTORY_RETENTION_HOURS: how long a killed sandbox's trajectory stays readable by id; 0 deletes it at kill. */
     trajectoryRetentionHours: Type.Integer({ default: 24, minimum: 0 }),
     /** DSEC_LOG_LEVEL */
@@ -80,6 +85,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   layerFetch: 'DSEC_LAYER_FETCH',
   layerChunkKiB: 'DSEC_LAYER_CHUNK_KIB',
   userns: 'DSEC_USERNS',
+  minFreeDiskMiB: 'DSEC_MIN_FREE_DISK_MIB',
   trajectoryRetentionHours: 'DSEC_TRAJECTORY_RETENTION_HOURS',
   logLevel: 'DSEC_LOG_LEVEL',
 };
@@ -97,7 +103,7 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   }
   for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
   // Convert would cut "2.5" to 2: numbers must be written as integers.
-  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB', 'trajectoryRetentionHours'] as const) {
+  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB', 'minFreeDiskMiB', 'trajectoryRetentionHours'] as const) {
     if (merged[key] !== undefined && !/^\d+$/.test(String(merged[key]))) {
       throw new OptionsError(`invalid option /${key}: ${JSON.stringify(merged[key])} is not a whole number`);
     }

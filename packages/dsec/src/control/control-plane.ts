@@ -32,6 +32,7 @@ import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { Caller } from './api-keys.js';
 import { ProjectImages, SHARED_IMAGES_ONLY } from './project-images.js';
 import { ProjectQuotas } from './project-quotas.js';
+import { isDiskFull } from '../host/disk-space.js';
 
 export { DEFAULT_LIMITS, edgeOf, newSandboxId } from './sandbox-ids.js';
 
@@ -324,7 +325,12 @@ export class ControlPlane {
       // A claimed sandbox must be one nobody used: a ready one serves no call until a create claims it.
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} waits unclaimed in pool ${pool}: claim one with a create naming the pool ({"pool":"${pool}",…})`, { id, pool });
     }
-    await this.store.touch(id);
+    // The activity stamp only moves the idle timeout: on a full disk a read or a call that writes
+    // nothing still goes through (what must be written fails on its own, with NODE_DISK_FULL).
+    await this.store.touch(id).catch((err: unknown) => {
+      if (!isDiskFull(err)) throw err;
+      this.log.warn({ sandbox: id, err }, 'the disk is full: the activity stamp was not written');
+    });
     return this.#edge(s.edge);
   }
 

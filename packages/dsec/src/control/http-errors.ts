@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
+import { FREE_SPACE_HINT, isDiskFull } from '../host/disk-space.js';
 
 /** JSON bodies carry at most an 8 MiB stdin (base64 makes it larger); files travel as raw bytes up to MAX_FILE_BYTES. */
 export const JSON_BODY_LIMIT = 16 << 20;
@@ -21,6 +22,18 @@ function fieldOf(issue: ValidationIssue): string {
 
 /** Every failure leaves as `{error:{code,message,details}}` with the registry's status. */
 export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyRequest, reply: FastifyReply): void {
+  // A call that failed before its body was read to the end (an upload meeting a full disk, a
+  // limit) leaves the rest of that body on the connection: the client must not send its next
+  // request there, where it would wait behind bytes nobody reads.
+  if (!req.raw.complete) void reply.header('connection', 'close');
+  // A full disk anywhere below a route (a snapshot's mkfs.erofs, an import's blob, an upload, the
+  // SQLite store) is the node's state, not a bug: 507 with what to free, never a bare 500.
+  const api = err instanceof ApiError ? err : undefined;
+  if ((!api || (api.status >= 500 && api.code !== 'NODE_DISK_FULL')) && isDiskFull(err)) {
+    req.log.warn({ err }, 'the disk is full');
+    void reply.status(507).send({ error: { code: 'NODE_DISK_FULL', message: `the node's disk is full: ${err.message}; ${FREE_SPACE_HINT}`, details: api?.details ?? {} } });
+    return;
+  }
   if (err instanceof ApiError) {
     if (err.status >= 500) req.log.error({ err }, 'request failed');
     void reply.status(err.status).send({ error: { code: err.code, message: err.message, details: err.details } });

@@ -59,6 +59,7 @@ import { UidRangePool, toSandboxId } from '../host/uid-ranges.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { removeTree } from '../host/remove-tree.js';
 import { lockEdgeId } from '../host/host-claims.js';
+import { FREE_SPACE_HINT, freeBytes, isDiskFull } from '../host/disk-space.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
   type FileOwner, isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
@@ -73,6 +74,8 @@ export interface EdgeOptions {
   /** Where layer blobs come from and snapshot layers go: the local store or the control plane. */
   blobs: BlobSource;
   maxSandboxes: number;
+  /** A create is refused (NODE_DISK_FULL) while nodeDir's filesystem has less than this free (bytes); 0 or unset: never. */
+  minFreeDiskBytes?: number;
   /** Budget of the node's layer cache; default DEFAULT_LAYER_CACHE_BYTES. */
   layerCacheBytes?: number;
   /** Whether another backend (VMs) holds a layer, so the cache keeps it. */
@@ -340,6 +343,17 @@ export class Edge implements EdgeApi {
     if (this.#live.size + this.#busy.size >= this.opts.maxSandboxes) {
       throw new ApiError('CAPACITY_EXCEEDED', `edge ${this.id} is full (${this.opts.maxSandboxes} sandboxes)`, { maxSandboxes: this.opts.maxSandboxes });
     }
+    const minFree = this.opts.minFreeDiskBytes ?? 0;
+    if (minFree > 0) {
+      const free = freeBytes(this.opts.nodeDir);
+      if (free < minFree) {
+        throw new ApiError(
+          'NODE_DISK_FULL',
+          `edge ${this.id}: ${free >> 20} MiB free under ${this.opts.nodeDir}, below the ${minFree >> 20} MiB a create needs (--min-free-disk-mib); ${FREE_SPACE_HINT}`,
+          { edge: this.id, freeMiB: free >> 20, minFreeMiB: minFree >> 20, admission: true },
+        );
+      }
+    }
     if (this.#live.has(req.id) || this.#busy.has(req.id) || existsSync(this.records.paths(req.id).dir)) {
       throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists on edge ${this.id}`);
     }
@@ -452,6 +466,7 @@ export class Edge implements EdgeApi {
       if (err instanceof ToolError) {
         throw new ApiError('SANDBOX_CREATE_FAILED', `crun could not start the sandbox: ${err.result.stderr.trim()}`, { tool: 'crun', stderr: err.result.stderr });
       }
+      if (isDiskFull(err)) throw new ApiError('NODE_DISK_FULL', `could not create the sandbox, the node's disk is full: ${(err as Error).message}; ${FREE_SPACE_HINT}`, { edge: this.id });
       if (err instanceof ApiError) throw err;
       throw new ApiError('SANDBOX_CREATE_FAILED', `could not create the sandbox: ${(err as Error).message}`);
     }

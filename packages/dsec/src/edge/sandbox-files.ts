@@ -1,7 +1,8 @@
 import { type Stats, closeSync, fstatSync, lstatSync, openSync, readSync, readdirSync, readlinkSync, writeSync, fchmodSync, fchownSync, constants as fsc } from 'node:fs';
-import { posix } from 'node:path';
+import { dirname, posix } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
+import { FREE_SPACE_HINT, freeBytes } from '../host/disk-space.js';
 import {
   AT_REMOVEDIR, O_CLOEXEC, O_DIRECTORY, O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV, SyscallError, mkdirat, openat2, renameat, unlinkat,
 } from '../host/syscalls.js';
@@ -38,8 +39,19 @@ function withRoot<T>(rootfs: string, fn: (rootFd: number) => T): T {
   }
 }
 
+/**
+ * ENOSPC writing into a sandbox: its own disk (a `diskMiB` limit: the caller's 413) or, when the
+ * node's filesystem under the sandbox directory is what is full, the node's (507 NODE_DISK_FULL).
+ */
+function noSpace(path: string, rootfs: string | undefined): ApiError {
+  if (rootfs !== undefined && freeBytes(dirname(rootfs)) < 1 << 20) {
+    return new ApiError('NODE_DISK_FULL', `the node's disk is full writing ${path}; ${FREE_SPACE_HINT}`, { path });
+  }
+  return new ApiError('PAYLOAD_TOO_LARGE', `the sandbox disk is full writing ${path}`, { path });
+}
+
 /** A path error from openat2 (SyscallError) or from Node's fs (ErrnoException) → the caller's 4xx. */
-function mapError(err: unknown, path: string): never {
+function mapError(err: unknown, path: string, rootfs?: string): never {
   const code = err instanceof SyscallError ? err.code : err instanceof Error ? (err as NodeJS.ErrnoException).code : undefined;
   if (code !== undefined) {
     switch (code) {
@@ -60,7 +72,7 @@ function mapError(err: unknown, path: string): never {
       case 'EAGAIN':
         throw new ApiError('PATH_CONFLICT', `${path} kept changing while it was being resolved (a rename raced with it); retry`, { path });
       case 'ENOSPC':
-        throw new ApiError('PAYLOAD_TOO_LARGE', `the sandbox disk is full writing ${path}`, { path });
+        throw noSpace(path, rootfs);
     }
   }
   throw err;
@@ -136,13 +148,13 @@ export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode
         fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | O_CLOEXEC, mode, RESOLVE);
         created = true;
       } catch (e) {
-        if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path);
+        if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path, rootfs);
         // A dangling symlink: create its target (resolved inside the root). O_NONBLOCK so a FIFO
         // raced in meanwhile fails (ENXIO) instead of blocking; the fstat below rejects non-files.
         try {
           fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NONBLOCK | O_CLOEXEC, mode, RESOLVE);
         } catch (e2) {
-          mapError(e2, path);
+          mapError(e2, path, rootfs);
         }
         if (!fstatSync(fd).isFile()) {
           closeSync(fd);
@@ -157,7 +169,7 @@ export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode
       while (off < data.length) off += writeSync(fd, data, off, data.length - off);
       return data.length;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw new ApiError('PAYLOAD_TOO_LARGE', `the sandbox disk is full writing ${path}`, { path });
+      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw noSpace(path, rootfs);
       throw err;
     } finally {
       closeSync(fd);

@@ -170,6 +170,7 @@ async function startDsecProcess(
       nodeDir: join(opts.dataDir, 'node'),
       blobs: new LocalBlobSource(layers),
       maxSandboxes: opts.maxSandboxes,
+      minFreeDiskBytes: opts.minFreeDiskMiB * 1024 * 1024,
       layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
       userns: opts.userns,
       ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),

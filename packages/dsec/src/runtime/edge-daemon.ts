@@ -36,6 +36,8 @@ export interface EdgeDaemonOptions {
   labels: Record<string, string>;
   cpuOvercommit: number;
   maxSandboxes: number;
+  /** A create is refused (NODE_DISK_FULL) below this much free disk under the data dir; 0: never. */
+  minFreeDiskMiB?: number;
   layerCacheMiB: number;
   /** lazy: layers mounted through dsec-chunk-fuse, chunks fetched from the control plane's blob endpoint on first read. */
   layerFetch?: 'eager' | 'lazy';
@@ -112,6 +114,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     nodeDir: join(opts.dataDir, 'node'),
     blobs,
     maxSandboxes: opts.maxSandboxes,
+    minFreeDiskBytes: (opts.minFreeDiskMiB ?? 256) * 1024 * 1024,
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     userns: opts.userns === true,
     ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: joinUrl, token: opts.token }) } } : {}),

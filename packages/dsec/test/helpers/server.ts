@@ -64,14 +64,14 @@ export function newEdgeId(): string {
  */
 const TEST_USERNS = process.env['DSEC_TEST_USERNS'] === '1';
 
-export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number; userns?: boolean }): Promise<RunningDsec> {
+export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number; userns?: boolean; minFreeDiskMiB?: number }): Promise<RunningDsec> {
   // compileOptions fills every other option with its default; {} as env keeps DSEC_* out.
   // With DSEC_TEST_STORE=postgres the state goes to a database named after the data dir.
   const store = TEST_STORE_POSTGRES ? await testStoreLocation(join(dataDir, 'state.db')) : undefined;
   const options = compileOptions(
     {
       dataDir, store, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB,
-      userns: opts.userns ?? TEST_USERNS, logLevel: 'silent',
+      minFreeDiskMiB: opts.minFreeDiskMiB, userns: opts.userns ?? TEST_USERNS, logLevel: 'silent',
     },
     {},
   );

@@ -14,9 +14,9 @@ const rootSkip = process.getuid?.() === 0 ? undefined : 'needs root (prlimit on 
 
 describe('doctor: host limits of a full node', () => {
   test('every limit this kernel has is checked against what N sandboxes need, with its fix when short', () => {
-    const checks = hostLimitChecks({ maxSandboxes: 1_000_000, fix: false });
+    const checks = hostLimitChecks({ maxSandboxes: 2_000_000, fix: false });
     const present = HOST_LIMITS.filter((l) => readLimit(l.name) !== undefined);
-    // A million sandboxes need more than any default: every present limit is short and says how to raise it.
+    // Two million sandboxes need more than any limit a kernel allows (pid_max tops out at 4,194,304): every present limit is short and says how to raise it.
     for (const l of present) {
       const c = checks.find((x) => x.name.startsWith(`host limit ${l.name} `));
       assert.ok(c, `no check for ${l.name}`);
@@ -24,7 +24,7 @@ describe('doctor: host limits of a full node', () => {
       assert.equal(c.required, false);
       assert.match(c.detail, l.name === 'nofile' ? /ulimit -n \d+/ : new RegExp(`sysctl -w ${l.name.replaceAll('.', '\\.')}=\\d+`));
     }
-    assert.match(checks.at(-1)!.detail, /> 65535/, 'a million memory cgroups cannot fit in 16-bit ids');
+    assert.match(checks.at(-1)!.detail, /> 65535/, 'two million memory cgroups cannot fit in 16-bit ids');
     // One sandbox fits within every default this kernel has, bar none.
     const small = hostLimitChecks({ maxSandboxes: 1, fix: false });
     assert.deepEqual(small.filter((c) => !c.ok).map((c) => c.detail), []);
@@ -40,7 +40,7 @@ describe('doctor: host limits of a full node', () => {
       const fixed = hostLimitChecks({ maxSandboxes: 100, fix: true }).find((c) => c.name.startsWith('host limit nofile'));
       console.log(JSON.stringify({ before, look, fixed, after: readNofile() }));
     `;
-    // 100 sandboxes need 4,496 open files (4 each + 4,096); the child starts with 1,024, hard
+    // 100 sandboxes need 4,196 open files (1 each + 4,096); the child starts with 1,024, hard
     // limit too (Node raises its soft limit to the hard one at start, so only the hard one binds).
     const r = spawnSync('prlimit', ['--nofile=1024:1024', process.execPath, '--input-type=module', '-e', script], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
@@ -52,15 +52,15 @@ describe('doctor: host limits of a full node', () => {
     };
     assert.equal(out.before.soft, 1024);
     assert.equal(out.look.ok, false);
-    assert.match(out.look.detail, /1024 < 4496 needed.*ulimit -n 4496/);
+    assert.match(out.look.detail, /1024 < 4196 needed.*ulimit -n 4196/);
     if (hasCapSysResource()) {
       assert.equal(out.fixed.ok, true, out.fixed.detail);
-      assert.match(out.fixed.fixed ?? '', /raised nofile from 1024 to 4496/);
-      assert.deepEqual(out.after, { soft: 4496, hard: 4496 });
+      assert.match(out.fixed.fixed ?? '', /raised nofile from 1024 to 4196/);
+      assert.deepEqual(out.after, { soft: 4196, hard: 4196 });
     } else {
       // A container without CAP_SYS_RESOURCE (as here): nothing changes, and the check says why and what to run.
       assert.equal(out.fixed.ok, false);
-      assert.match(out.fixed.detail, /could not raise it: .*CAP_SYS_RESOURCE.*run: ulimit -n 4496/);
+      assert.match(out.fixed.detail, /could not raise it: .*CAP_SYS_RESOURCE.*run: ulimit -n 4196/);
       assert.deepEqual(out.after, { soft: 1024, hard: 1024 });
     }
     assert.ok(readNofile().soft >= 1024, "this process's own limit is untouched");

@@ -95,6 +95,7 @@ export function registerClusterCommands(program: Command): void {
           labels: flags.label ?? {},
           cpuOvercommit: ratio,
           maxSandboxes: wholeNumber('--max-sandboxes', flags.maxSandboxes, 4000),
+          minFreeDiskMiB: base.minFreeDiskMiB,
           layerCacheMiB: wholeNumber('--layer-cache-mib', flags.layerCacheMib, 20480),
           layerFetch: base.layerFetch,
           userns: base.userns,

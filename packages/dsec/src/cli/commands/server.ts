@@ -20,6 +20,7 @@ export function registerServerCommands(program: Command): void {
     .option('--store <url>', 'postgres://… to keep state in PostgreSQL; default SQLite in the data dir (env DSEC_STORE)')
     .option('--edge-id <id>', `this node's edge id, part of every sandbox id (env DSEC_EDGE_ID, default ${dflt('edgeId')})`)
     .option('--max-sandboxes <n>', `admission limit of the local edge (env DSEC_MAX_SANDBOXES, default ${dflt('maxSandboxes')})`)
+    .option('--min-free-disk-mib <n>', `the edge refuses creates (507 NODE_DISK_FULL) while its data dir's filesystem has less free; 0: never (env DSEC_MIN_FREE_DISK_MIB, default ${dflt('minFreeDiskMiB')})`)
     .option('--layer-cache-mib <n>', `budget of the node layer cache in MiB (env DSEC_LAYER_CACHE_MIB, default ${dflt('layerCacheMiB')})`)
     .option('--layer-fetch <mode>', `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`)
     .option('--userns', `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS=true, default ${dflt('userns')})`)
@@ -41,6 +42,7 @@ export function registerServerCommands(program: Command): void {
         store?: string;
         edgeId?: string;
         maxSandboxes?: string;
+        minFreeDiskMib?: string;
         layerCacheMib?: string;
         layerFetch?: string;
         layerChunkKib?: string;
@@ -48,8 +50,8 @@ export function registerServerCommands(program: Command): void {
         trajectoryRetentionHours?: string;
         logLevel?: string;
       }) => {
-        const { layerCacheMib, layerChunkKib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib
-        const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib });
+        const { layerCacheMib, layerChunkKib, minFreeDiskMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib, minFreeDiskMib
+        const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib, minFreeDiskMiB: minFreeDiskMib });
         const dsec = await startAllInOne(opts);
         process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
         if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
