@@ -55,6 +55,14 @@ describe('red team: sandboxes in user namespaces are not host root', { skip: int
     assert.match(readFileSync(`/proc/${pid}/status`, 'utf8'), new RegExp(`\\nUid:\\t${ra.base}\\t`));
   });
 
+  test("mountinfo inside names no layer: the layers are overlay lowers by file descriptor, not host paths with digests", async () => {
+    const r = await must(server, a, ['cat', '/proc/self/mountinfo']);
+    const root = r.stdout.split('\n').find((l) => l.split(' ')[4] === '/') ?? '';
+    assert.match(root, /lowerdir\+=\//, root);
+    assert.doesNotMatch(r.stdout, /\/node\/layers\//, 'a layer mount point of the host shows inside');
+    for (const layer of record(a.id).layers) assert.ok(!r.stdout.includes(layer.slice('sha256:'.length)), `layer digest ${layer} shows inside`);
+  });
+
   test('a file made inside is owned on the host by the range; one written through the files API is the sandbox root’s', async () => {
     const { base } = record(a.id).userns!;
     await must(server, a, ['sh', '-c', 'echo x > /tmp/made-inside && mkdir -p /tmp/d && chown 1000:1000 /tmp/d']);
