@@ -460,7 +460,7 @@ export function renderHardening(report: BenchReport<HardeningResult>, svgName: s
         ['PUT /network none ⇄ allow, round trip (SDK → control plane → edge → libnftables, in force on return)', s.put.p50, s.put.p90, s.put.p99, s.put.count],
         ["the edge's own time for those switches (appliedMs)", s.applied.p50, s.applied.p90, s.applied.p99, s.applied.count],
         ['before: `nsenter --net nft -f -` with the same ruleset (the old way, same sandbox)', s.nsenterNft.p50, s.nsenterNft.p90, s.nsenterNft.p99, s.nsenterNft.count],
-        ['first switch away from none (adds veth, address, route; process spawns)', s.firstAttach.p50, s.firstAttach.p90, s.firstAttach.p99, s.firstAttach.count],
+        ['first switch away from none (adds the veth link: one rtnetlink request to dsec-nft; then the ruleset)', s.firstAttach.p50, s.firstAttach.p90, s.firstAttach.p99, s.firstAttach.count],
       ],
     ),
     '',
