@@ -89,6 +89,9 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const releaseLock = takePidLock(opts.dataDir, 'dsec-edge.pid', 'a dsec edge');
   const id = edgeIdFor(opts.dataDir, opts.id);
   const joinUrl = opts.join.replace(/\/$/, '');
+  // Lazy chunks are read from one control plane (dsec-chunk-fuse takes one URL): the first of
+  // several replicas. Heartbeats and whole blobs move to the next replica when one stops answering.
+  const chunkUrl = joinUrl.split(',')[0]!.trim().replace(/\/$/, '');
   // Lazy layers with a registry: dsec-chunk-fuse reads its ranges through a proxy that asks the
   // registry (with its auth) and the control plane for what the registry lacks.
   const chunkProxyToken = randomBytes(24).toString('base64url');
@@ -96,7 +99,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   // The registry of --registry, or else the one the control plane names at join (below).
   const useRegistry = async (registry: NonNullable<EdgeDaemonOptions['registry']>): Promise<void> => {
     if (opts.layerFetch === 'lazy') {
-      chunkProxy = await RegistryChunkProxyThread.start({ registry: registry.ref, credentials: registry.credentials, fallbackUrl: joinUrl, fallbackToken: opts.token, token: chunkProxyToken });
+      chunkProxy = await RegistryChunkProxyThread.start({ registry: registry.ref, credentials: registry.credentials, fallbackUrl: chunkUrl, fallbackToken: opts.token, token: chunkProxyToken });
     }
     blobs.use(
       new RegistryBlobSource(
@@ -117,7 +120,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     minFreeDiskBytes: (opts.minFreeDiskMiB ?? 256) * 1024 * 1024,
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     userns: opts.userns === true,
-    ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: joinUrl, token: opts.token }) } } : {}),
+    ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: chunkUrl, token: opts.token }) } } : {}),
     log: log.child({ edge: id }),
   });
   const api = node.api;
