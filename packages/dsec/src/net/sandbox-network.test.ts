@@ -72,9 +72,11 @@ describe('sandbox links over rtnetlink (dsec-nft)', { skip: skipReason() }, () =
     assert.ok(inside[0]!.addr_info.some((a) => a.family === 'inet' && a.local === link.sandbox && a.prefixlen === 30), JSON.stringify(inside));
     const routes = await ipJson<{ dst: string; gateway?: string; dev: string }[]>(['route', 'show', 'default'], pid);
     assert.deepEqual(routes.map((r) => `${r.dst} via ${r.gateway} dev ${r.dev}`), [`default via ${link.host} dev eth0`]);
-    // The link carries traffic: the sandbox reaches its gateway (link-local, on this host only).
-    const ping = await runTool('nsenter', [`--target=${pid}`, '--net', '--', 'busybox', 'ping', '-c', '1', '-W', '5', link.host]);
-    assert.equal(ping.code, 0, `ping from inside to the host end: ${ping.stdout}${ping.stderr}`);
+    // The link carries frames: the host end answers the sandbox's ARP request for its gateway
+    // (ARP, because IP from a sandbox link to the host is what edges' host guard tables drop,
+    // and other edges on this host may have theirs in place).
+    const arp = await runTool('nsenter', [`--target=${pid}`, '--net', '--', 'busybox', 'arping', '-c', '1', '-w', '5', '-I', 'eth0', link.host]);
+    assert.equal(arp.code, 0, `arping from inside to the host end: ${arp.stdout}${arp.stderr}`);
   });
 
   test('all or nothing: a link that cannot be finished (eth0 taken inside) is an error, and no host end is left', async () => {
