@@ -475,6 +475,8 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     // With a link (no traffic is sent): the restarted edge must claim it again and keep its host guard.
     const sb = await Sandbox.create({ url: first.url, apiKey: first.apiKey, backend: 'microvm', resources: { memoryMiB: 128 }, network: { mode: 'allow', allow: ['169.254.252.1:9'] } });
     await sb.files.write('/kept', 'before restart');
+    const session = await sb.sessions.create();
+    assert.equal((await session.run('sleep 4242 & echo started')).stdout, 'started\n');
     const pid = (await first.vms!.listSandboxes())[0]!.pid;
     await first.close(); // the VM keeps running
     assert.ok(alive(pid));
@@ -482,6 +484,11 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     second = await startDsec(dataDir, { edgeId });
     const again = await Sandbox.connect(sb.id, { url: second.url, apiKey: second.apiKey });
     assert.equal((await again.commands.run('cat /kept')).stdout, 'before restart', 'adopted: same guest, same disk');
+    // The session's state lived in the edge that ended: reported ended, its job killed in the guest.
+    const ended = (await again.sessions.list()).find((x) => x.id === session.id);
+    assert.ok(ended && ended.info.alive === false && /edge restarted/.test(ended.info.endReason ?? ''), JSON.stringify(ended?.info));
+    expectWireError(await call({ url: second.url, apiKey: second.apiKey }, 'POST', `/v1/sandboxes/${sb.id}/sessions/${session.id}/exec`, { json: { cmd: 'true' } }), 409, 'SESSION_CLOSED');
+    assert.equal((await again.commands.run('ps -o args | grep -c "^sleep 4242" || true')).stdout.trim(), '0', "the session's job went with it");
     const net = await again.network();
     assert.equal(net.mode, 'allow');
     assert.ok(net.gateway, 'the adopted VM keeps its link');

@@ -9,6 +9,7 @@ import {
   type SessionExecRequest, type SessionInfo, type StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
+import { EndedSession, ExecJournal, restartReason } from '../../../exec/exec-journal.js';
 import { rejectNul } from '../../../exec/exec-target.js';
 import { ProcessTable } from '../../../exec/process-table.js';
 import { MAX_SESSIONS, SessionClosedError, ShellSession } from '../../../exec/shell-session.js';
@@ -81,7 +82,10 @@ interface LiveVm {
   qmp: QmpClient;
   processes: ProcessTable;
   terminals: Set<TerminalChannel>;
-  sessions: Map<string, ShellSession>;
+  /** Open sessions, and those an edge restart ended (listed until closed). */
+  sessions: Map<string, ShellSession | EndedSession>;
+  /** Where its sessions are noted (in the VM's directory), so a restarted edge reports them ended. */
+  journal: ExecJournal;
   /** Open connections to the guest's ports (openPort), ended with the VM. */
   ports: Set<Duplex>;
 }
@@ -175,7 +179,7 @@ export class VmBackend implements SandboxBackend {
           if (record.network?.link && !this.opts.links.adopt(record.network.link)) {
             this.opts.log.error({ sandbox: id, link: record.network.link }, "another edge on this host claims this VM's link block");
           }
-          this.#adopt(record, paths, agent, qmp);
+          await this.#endSessionsOfOldEdge(this.#adopt(record, paths, agent, qmp));
           adopted.push(id);
           continue;
         } catch (err) {
@@ -190,12 +194,27 @@ export class VmBackend implements SandboxBackend {
   }
 
   #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
-    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new Map(), ports: new Set() };
+    const journal = new ExecJournal(join(paths.dir, 'journal'));
+    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new Map(), journal, ports: new Set() };
     this.#live.set(record.id, live);
     agent.onClose((err) => {
       if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
     });
     return live;
+  }
+
+  /**
+   * An adopted VM's sessions lived in the edge process that ended (their state with it): each is
+   * reported ended, with the reason, and the jobs its commands left in the guest are killed (its
+   * guest cgroup), as for a container (exec/exec-journal.ts).
+   */
+  async #endSessionsOfOldEdge(v: LiveVm): Promise<void> {
+    const at = new Date();
+    for (const n of v.journal.read()) {
+      if (n.kind !== 'session') continue;
+      await v.agent.call('kill_group', { group: n.tag }).catch(() => undefined);
+      v.sessions.set(n.id, new EndedSession(n, restartReason('session', at)));
+    }
   }
 
   async listSandboxes(): Promise<EdgeSandbox[]> {
@@ -516,7 +535,7 @@ export class VmBackend implements SandboxBackend {
    */
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
     const v = this.#running(id);
-    if (v.sessions.size >= MAX_SESSIONS) {
+    if ([...v.sessions.values()].filter((x) => x.alive).length >= MAX_SESSIONS) {
       throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${id} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
     }
     this.#command(v, ['/bin/sh'], req); // NULs in env or cwd
@@ -534,6 +553,7 @@ export class VmBackend implements SandboxBackend {
     const host = vmSessionHost(v.agent, (argv, cwd, env) => this.#command(v, argv, { cwd, env }));
     const s = new ShellSession(host, req, hasBash);
     v.sessions.set(s.id, s);
+    v.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: 0, tag: s.tag });
     return s.info();
   }
 
@@ -541,24 +561,31 @@ export class VmBackend implements SandboxBackend {
     return [...this.#vm(id).sessions.values()].map((s) => s.info());
   }
 
-  #session(id: string, sid: string): ShellSession {
+  #session(id: string, sid: string): ShellSession | EndedSession {
     const s = this.#running(id).sessions.get(sid);
     if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${id}`, { sessionId: sid });
     return s;
   }
 
   async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    const s = this.#session(id, sid);
+    if (s instanceof EndedSession) throw new ApiError('SESSION_CLOSED', `session ${sid} has ${s.endReason}; open a new session`, { sessionId: sid });
     try {
-      return await this.#session(id, sid).exec(req, signal);
+      return await s.exec(req, signal);
     } catch (err) {
       if (err instanceof SessionClosedError) throw new ApiError('SESSION_CLOSED', `${err.message}; open a new session`, { sessionId: sid });
       throw err;
+    } finally {
+      const v = this.#live.get(id);
+      if (v?.sessions.get(sid) === s) v.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: s.commands, tag: s.tag });
     }
   }
 
   async closeSession(id: string, sid: string): Promise<void> {
     const s = this.#session(id, sid);
-    this.#vm(id).sessions.delete(sid);
+    const v = this.#vm(id);
+    v.sessions.delete(sid);
+    v.journal.forget(sid);
     await s.close();
   }
 
