@@ -10,11 +10,11 @@ import type {
 } from '@dsec/sdk/schema';
 import type { ExecTarget } from '../exec/exec-target.js';
 import { ProcessTable } from '../exec/process-table.js';
-import { EndedSession, ExecJournal, restartReason } from '../exec/exec-journal.js';
+import { ExecJournal } from '../exec/exec-journal.js';
+import { SessionTable } from '../exec/session-table.js';
 import { killTagged } from '../exec/sandbox-process.js';
 import { runCommand, streamCommand, type ExecEvent } from '../exec/run-command.js';
 import { openContainerSession } from '../exec/container-session.js';
-import { MAX_SESSIONS, SessionClosedError, type ShellSession } from '../exec/shell-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import {
@@ -211,7 +211,7 @@ export class Edge implements EdgeApi {
       if (record?.phase === 'running' && !lostLayer && (c?.status === 'running' || c?.status === 'paused')) {
         const live = this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' });
         this.#live.set(id, live);
-        this.#endExecsOfOldEdge(live);
+        await this.#endExecsOfOldEdge(live);
         if (record.userns && !this.uidRanges.adopt(id, record.userns)) {
           this.opts.log.error({ sandbox: id, range: record.userns }, "another sandbox on this host claims this sandbox's uid range");
         }
@@ -486,7 +486,7 @@ export class Edge implements EdgeApi {
     live.killing = true;
     live.stop.abort();
     live.processes.killAll();
-    for (const s of live.sessions.values()) void s.close();
+    live.sessions.closeAll();
     for (const p of live.ptys) p.kill();
     for (const s of live.ports) s.destroy();
     const work = this.#teardown(id, live.record.layers, !live.layersReleased, () => (live.layersReleased = true));
@@ -526,7 +526,7 @@ export class Edge implements EdgeApi {
     const paths = this.records.paths(record.id);
     const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
     const journal = new ExecJournal(join(paths.scratch, 'journal'));
-    return { record, target, journal, processes: new ProcessTable(record.id, journal), sessions: new Map(), ptys: new Set(), ports: new Set(), stop: new AbortController() };
+    return { record, target, journal, processes: new ProcessTable(record.id, journal), sessions: new SessionTable(record.id, journal), ptys: new Set(), ports: new Set(), stop: new AbortController() };
   }
 
   /**
@@ -534,14 +534,9 @@ export class Edge implements EdgeApi {
    * each is reported as ended, with the reason, and what is left of it in the sandbox is killed
    * (a process that lost its output pipes, a session's background jobs).
    */
-  #endExecsOfOldEdge(live: LiveSandbox): void {
-    const at = new Date();
-    live.processes.restore(at);
-    for (const n of live.journal.read()) {
-      if (n.kind !== 'session') continue;
-      killTagged(live.record.id, n.tag);
-      live.sessions.set(n.id, new EndedSession(n, restartReason('session', at)));
-    }
+  async #endExecsOfOldEdge(live: LiveSandbox): Promise<void> {
+    live.processes.restore(new Date());
+    await live.sessions.endNotedByOldEdge((tag) => void killTagged(live.record.id, tag));
   }
 
   #running(id: string): LiveSandbox {
@@ -605,45 +600,20 @@ export class Edge implements EdgeApi {
 
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
     const l = this.#running(id);
-    if ([...l.sessions.values()].filter((s) => s.alive).length >= MAX_SESSIONS) {
-      throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${id} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
-    }
-    const s = openContainerSession(l.target, req);
-    l.sessions.set(s.id, s);
-    l.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: 0, tag: s.tag });
-    return s.info();
+    l.sessions.checkRoom();
+    return l.sessions.add(openContainerSession(l.target, req));
   }
 
   async listSessions(id: string): Promise<SessionInfo[]> {
-    return [...this.#running(id).sessions.values()].map((s) => s.info());
-  }
-
-  #session(id: string, sid: string): ShellSession | EndedSession {
-    const s = this.#running(id).sessions.get(sid);
-    if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${id}`, { sessionId: sid });
-    return s;
+    return this.#running(id).sessions.list();
   }
 
   async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
-    const s = this.#session(id, sid);
-    if (s instanceof EndedSession) throw new ApiError('SESSION_CLOSED', `session ${sid} has ${s.endReason}; open a new session`, { sessionId: sid });
-    try {
-      return await s.exec(req, signal);
-    } catch (err) {
-      if (err instanceof SessionClosedError) throw new ApiError('SESSION_CLOSED', `${err.message}; open a new session`, { sessionId: sid });
-      throw err;
-    } finally {
-      const l = this.#live.get(id);
-      if (l?.sessions.get(sid) === s) l.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: s.commands, tag: s.tag });
-    }
+    return this.#running(id).sessions.exec(sid, req, signal);
   }
 
   async closeSession(id: string, sid: string): Promise<void> {
-    const s = this.#session(id, sid);
-    const l = this.#running(id);
-    l.sessions.delete(sid);
-    l.journal.forget(sid);
-    await s.close();
+    await this.#running(id).sessions.close(sid);
   }
 
   // --- pause, resume, snapshot ------------------------------------------------------------------
@@ -901,7 +871,7 @@ interface LiveSandbox {
   /** Where its sessions and processes are noted, so a restarted edge reports them (exec-journal.ts). */
   journal: ExecJournal;
   /** Open sessions, and those a restart ended (listed until closed). */
-  sessions: Map<string, ShellSession | EndedSession>;
+  sessions: SessionTable;
   ptys: Set<PtyProcess>;
   /** Open connections to the sandbox's ports (openPort). */
   ports: Set<Socket>;

@@ -9,10 +9,11 @@ import {
   type SessionExecRequest, type SessionInfo, type StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
-import { EndedSession, ExecJournal, restartReason } from '../../../exec/exec-journal.js';
+import { ExecJournal } from '../../../exec/exec-journal.js';
+import { SessionTable } from '../../../exec/session-table.js';
 import { rejectNul } from '../../../exec/exec-target.js';
 import { ProcessTable } from '../../../exec/process-table.js';
-import { MAX_SESSIONS, SessionClosedError, ShellSession } from '../../../exec/shell-session.js';
+import { ShellSession } from '../../../exec/shell-session.js';
 import { iterateOutput } from '../../../exec/output-stream.js';
 import { tarCreateArgs, tarOutput } from '../../../exec/sandbox-tar.js';
 import type { ExecEvent } from '../../../exec/run-command.js';
@@ -83,7 +84,7 @@ interface LiveVm {
   processes: ProcessTable;
   terminals: Set<TerminalChannel>;
   /** Open sessions, and those an edge restart ended (listed until closed). */
-  sessions: Map<string, ShellSession | EndedSession>;
+  sessions: SessionTable;
   /** Where its sessions are noted (in the VM's directory), so a restarted edge reports them ended. */
   journal: ExecJournal;
   /** Open connections to the guest's ports (openPort), ended with the VM. */
@@ -195,7 +196,7 @@ export class VmBackend implements SandboxBackend {
 
   #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
     const journal = new ExecJournal(join(paths.dir, 'journal'));
-    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new Map(), journal, ports: new Set() };
+    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new SessionTable(record.id, journal), journal, ports: new Set() };
     this.#live.set(record.id, live);
     agent.onClose((err) => {
       if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
@@ -209,12 +210,9 @@ export class VmBackend implements SandboxBackend {
    * guest cgroup), as for a container (exec/exec-journal.ts).
    */
   async #endSessionsOfOldEdge(v: LiveVm): Promise<void> {
-    const at = new Date();
-    for (const n of v.journal.read()) {
-      if (n.kind !== 'session') continue;
-      await v.agent.call('kill_group', { group: n.tag }).catch(() => undefined);
-      v.sessions.set(n.id, new EndedSession(n, restartReason('session', at)));
-    }
+    await v.sessions.endNotedByOldEdge(async (tag) => {
+      await v.agent.call('kill_group', { group: tag }).catch(() => undefined);
+    });
   }
 
   async listSandboxes(): Promise<EdgeSandbox[]> {
@@ -377,7 +375,7 @@ export class VmBackend implements SandboxBackend {
     this.#live.delete(id);
     v.processes.killAll();
     for (const t of v.terminals) t.kill();
-    for (const s of v.sessions.values()) void s.close();
+    v.sessions.closeAll();
     for (const p of v.ports) p.destroy();
     v.agent.close();
     await v.qmp.execute('quit').catch(() => undefined);
@@ -535,9 +533,7 @@ export class VmBackend implements SandboxBackend {
    */
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
     const v = this.#running(id);
-    if ([...v.sessions.values()].filter((x) => x.alive).length >= MAX_SESSIONS) {
-      throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${id} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
-    }
+    v.sessions.checkRoom();
     this.#command(v, ['/bin/sh'], req); // NULs in env or cwd
     if (req.cwd !== undefined) {
       const cwd = await v.agent.call('stat', { path: sandboxPath(req.cwd, v.record.config.cwd) }).then(
@@ -551,42 +547,19 @@ export class VmBackend implements SandboxBackend {
     await checkWritablePaths(v.agent, req.writablePaths);
     const hasBash = req.shell === 'sh' ? false : await v.agent.call('stat', { path: '/bin/bash' }).then(() => true, () => false);
     const host = vmSessionHost(v.agent, (argv, cwd, env) => this.#command(v, argv, { cwd, env }));
-    const s = new ShellSession(host, req, hasBash);
-    v.sessions.set(s.id, s);
-    v.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: 0, tag: s.tag });
-    return s.info();
+    return v.sessions.add(new ShellSession(host, req, hasBash));
   }
 
   async listSessions(id: string): Promise<SessionInfo[]> {
-    return [...this.#vm(id).sessions.values()].map((s) => s.info());
-  }
-
-  #session(id: string, sid: string): ShellSession | EndedSession {
-    const s = this.#running(id).sessions.get(sid);
-    if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${id}`, { sessionId: sid });
-    return s;
+    return this.#vm(id).sessions.list();
   }
 
   async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
-    const s = this.#session(id, sid);
-    if (s instanceof EndedSession) throw new ApiError('SESSION_CLOSED', `session ${sid} has ${s.endReason}; open a new session`, { sessionId: sid });
-    try {
-      return await s.exec(req, signal);
-    } catch (err) {
-      if (err instanceof SessionClosedError) throw new ApiError('SESSION_CLOSED', `${err.message}; open a new session`, { sessionId: sid });
-      throw err;
-    } finally {
-      const v = this.#live.get(id);
-      if (v?.sessions.get(sid) === s) v.journal.note({ kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: s.commands, tag: s.tag });
-    }
+    return this.#running(id).sessions.exec(sid, req, signal);
   }
 
   async closeSession(id: string, sid: string): Promise<void> {
-    const s = this.#session(id, sid);
-    const v = this.#vm(id);
-    v.sessions.delete(sid);
-    v.journal.forget(sid);
-    await s.close();
+    await this.#running(id).sessions.close(sid);
   }
 
   /**
