@@ -67,8 +67,12 @@ const withPostgres = !filter.length || filter.includes('postgres');
 if (filter.length) files = files.filter((f) => filter.some((x) => f.includes(x)));
 const withPython = !filter.length || filter.some((x) => 'python/tests/run.py'.includes(x));
 const before = new Set(hostDsecState());
-// With a filter that names no compiled test, node --test would fall back to its own discovery.
-const nodeStatus = files.length || !(withPython || withPostgres) ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' }).status ?? 1) : 0;
+// With no file named, node --test would fall back to its own discovery and run everything.
+if (filter.length && !files.length && !withPython && !withPostgres) {
+  console.error(`run-tests: no compiled test file matches ${filter.join(' ')} (paths under packages/*/dist; build first)`);
+  process.exit(2);
+}
+const nodeStatus = files.length ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' }).status ?? 1) : 0;
 // Without Debian's server binaries (scripts/setup leaves postgresql out where it cannot be
 // configured) the second pass is skipped, saying why, as each PostgreSQL-only test skips.
 const postgresMissing = withPostgres && !postgresInstalled();
