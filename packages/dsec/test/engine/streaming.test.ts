@@ -234,10 +234,21 @@ for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: s
     // fetch would only resolve once the command had ended (here, at its 5 s timeout).
     const res = await execNdjson(server, sb.id, { cmd: ['sleep', '1006'], timeoutMs: 5000 });
     assert.equal(res.status, 200);
-    const running = await liveProcesses(sb, /^sleep 1006$/);
+    // The headers may come while the command is still starting: it is looked for until the
+    // stream ends. Had they waited for the command's end, it would be gone and never seen.
     const rest: NdjsonEvent[] = [];
-    for await (const ev of ndjsonLines(res.body!)) rest.push(ev);
-    assert.ok(running.length > 0, `the response only began after the silent command had ended (exit: ${JSON.stringify(rest.at(-1))})`);
+    let ended = false;
+    const reading = (async () => {
+      for await (const ev of ndjsonLines(res.body!)) rest.push(ev);
+      ended = true;
+    })();
+    let seen = false;
+    while (!seen && !ended) {
+      seen = (await liveProcesses(sb, /^sleep 1006$/)).length > 0;
+      if (!seen) await new Promise((r) => setTimeout(r, 50));
+    }
+    await reading;
+    assert.ok(seen, `the response only began after the silent command had ended (exit: ${JSON.stringify(rest.at(-1))})`);
   });
 
   test('a client that aborts a streaming exec before any output has its command killed too', async () => {
