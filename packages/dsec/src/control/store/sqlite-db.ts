@@ -27,9 +27,12 @@ export class SqliteDb implements SqlDb {
 
   constructor(file: string) {
     this.#db = new Database(file);
+    // The busy timeout first: the journal-mode pragma itself may meet another connection's lock
+    // (a second process on a live server's store, as the CLI's tools and tests open it), and
+    // without a timeout that is SQLITE_BUSY at once.
+    this.#db.pragma('busy_timeout = 5000');
     this.#db.pragma('journal_mode = WAL');
     this.#db.pragma('synchronous = NORMAL');
-    this.#db.pragma('busy_timeout = 5000');
     this.#db.pragma('foreign_keys = ON');
     this.#direct = {
       dialect: this.dialect,
