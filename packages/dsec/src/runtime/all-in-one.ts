@@ -46,6 +46,12 @@ export interface RunningDsec {
   /** microVM/VM sandboxes; undefined when the VM guest was not built. */
   vms: VmBackend | undefined;
   control: ControlPlane;
+  /**
+   * The control plane's state store. In-process callers (tests, tools) use this one: a second
+   * SQLite connection in the same process can block the thread on a lock this one holds across
+   * an await, until its busy timeout gives up.
+   */
+  store: StateStore;
   images: ImageStore;
   log: Logger;
   doctor: Check[];
@@ -248,6 +254,7 @@ async function startDsecProcess(
     joinToken: clusterToken,
     app,
     control,
+    store,
     images,
     log,
     doctor,

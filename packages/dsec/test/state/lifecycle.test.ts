@@ -10,8 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { collectGarbage } from '../../src/control/image-gc.js';
-import { StateStore } from '../../src/control/state-store.js';
-import { testStoreLocation } from '../helpers/postgres.js';
+import type { StateStore } from '../../src/control/state-store.js';
 import { buildTestImage } from '../helpers/images.js';
 import {
   assertCleanAndRemove,
@@ -138,10 +137,9 @@ describe('image GC', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
 
   before(async () => {
     server = await startTestServer();
-    store = await StateStore.open(await testStoreLocation(join(server.dataDir, 'state.db')));
+    store = server.dsec.store; // the server's own: a second SQLite connection in this process can deadlock on its lock
   });
   after(async () => {
-    await store?.close();
     await server?.close();
   });
 
