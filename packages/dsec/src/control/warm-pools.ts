@@ -44,6 +44,8 @@ interface Pool {
   /** Unclaimed sandbox ids, oldest first. */
   ready: string[];
   creating: number;
+  /** Its refill creates in flight: a delete waits for them (each kills its sandbox once made). */
+  refills: Set<Promise<void>>;
   claims: number;
   misses: number;
   refillFailures: number;
@@ -127,7 +129,10 @@ export class WarmPools {
     return this.#info(this.#pool(name));
   }
 
-  /** Deletes a pool and kills its unclaimed sandboxes; claimed ones are their callers'. */
+  /**
+   * Deletes a pool and kills its unclaimed sandboxes, those its refills in flight make included
+   * (it answers once they are gone, so a list right after shows none); claimed ones are their callers'.
+   */
   async delete(name: string): Promise<void> {
     const pool = this.#pool(name);
     pool.deleted = true;
@@ -137,6 +142,7 @@ export class WarmPools {
     const ids = pool.ready.splice(0);
     for (const id of ids) this.#unclaimed.delete(id);
     await Promise.all(ids.map((id) => this.host.kill(id).catch((err: unknown) => this.log.error({ err, sandbox: id }, 'killing a ready pool sandbox failed'))));
+    await Promise.all([...pool.refills]);
   }
 
   /** The pool an unclaimed sandbox waits in, or undefined for every other sandbox. */
@@ -230,7 +236,7 @@ export class WarmPools {
 
   #add(name: string, size: number, spec: PoolSpec, createdAt: string): Pool {
     const pool: Pool = {
-      name, size, spec, key: JSON.stringify(canonical(spec)), createdAt, ready: [], creating: 0, claims: 0, misses: 0, refillFailures: 0,
+      name, size, spec, key: JSON.stringify(canonical(spec)), createdAt, ready: [], creating: 0, refills: new Set(), claims: 0, misses: 0, refillFailures: 0,
       refillMs: [], claimMs: [], backoffUntil: 0, deleted: false,
     };
     this.#pools.set(name, pool);
@@ -281,10 +287,12 @@ export class WarmPools {
         )
         .finally(() => {
           this.#inflight.delete(done);
+          pool.refills.delete(done);
           pool.creating--;
           this.#refill(pool);
         });
       this.#inflight.add(done);
+      pool.refills.add(done);
     }
   }
 
