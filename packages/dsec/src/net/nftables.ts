@@ -109,6 +109,10 @@ export class Nftables {
   }
 
   #hold(child: ChildProcessWithoutNullStreams, on: boolean): void {
+    // The process handle too: when the helper dies its pipes close first, and with only they
+    // held, the loop could end before the exit that fails the calls in flight is seen.
+    if (on) child.ref();
+    else child.unref();
     for (const s of [child.stdin, child.stdout, child.stderr]) {
       const h = s as unknown as { ref?: () => void; unref?: () => void };
       if (on) h.ref?.();
