@@ -45,8 +45,23 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
+/**
+ * Data dirs this test process made, with where each was made. Full runs have left an empty one
+ * behind now and then (no mount, no cgroup, so no leak check saw it): at exit the process names
+ * any still on disk and the test line that made it, so the next run says which test it is.
+ */
+const madeDataDirs = new Map<string, string>();
+process.on('exit', () => {
+  for (const [dir, madeAt] of madeDataDirs) {
+    if (existsSync(dir)) process.stderr.write(`# test data dir left behind: ${dir} (made at ${madeAt})\n`);
+  }
+});
+
 export function makeDataDir(): string {
-  return mkdtempSync(DATA_DIR_PREFIX);
+  const dir = mkdtempSync(DATA_DIR_PREFIX);
+  const caller = new Error().stack?.split('\n').slice(2).find((l) => !l.includes('/helpers/')) ?? '';
+  madeDataDirs.set(dir, caller.trim().replace(/^at /, ''));
+  return dir;
 }
 
 /**
