@@ -20,6 +20,8 @@ export interface Census {
   nftTables: string[];
   /** Pids in this edge's sandbox cgroups. */
   processes: number[];
+  /** Entries of the node's sandboxes directory (one per sandbox the edge still holds). */
+  sandboxDirs: string[];
   /** Open fds of the process that runs dsec (`pid`). */
   fds: number;
   /** Direct children of that process. */
@@ -85,6 +87,12 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
       // exited meanwhile
     }
   }
+  let sandboxDirs: string[] = [];
+  try {
+    sandboxDirs = readdirSync(join(dataDir, 'node', 'sandboxes'));
+  } catch {
+    // no sandboxes directory (an edge that is not local to this process)
+  }
   return {
     mounts,
     cgroups,
@@ -92,6 +100,7 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
     veths,
     nftTables,
     processes: [...processes],
+    sandboxDirs,
     fds: readdirSync(`/proc/${pid}/fd`).length,
     children,
     rssBytes: rssKiB * 1024,
@@ -101,7 +110,7 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
 /** What `after` holds that `before` did not (fds and children by count: they are reused). */
 export function leaked(before: Census, after: Census): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const k of ['mounts', 'cgroups', 'netns', 'veths', 'nftTables'] as const) {
+  for (const k of ['mounts', 'cgroups', 'netns', 'veths', 'nftTables', 'sandboxDirs'] as const) {
     const extra = after[k].filter((x) => !before[k].includes(x));
     if (extra.length) out[k] = extra;
   }

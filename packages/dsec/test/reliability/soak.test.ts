@@ -5,7 +5,9 @@
  *
  * Work per cycle: a command, a file written and read back, a shell session, a background process
  * (started, given stdin, killed), pause and resume; every 4th cycle a network switch (open, then
- * none); every 10th a snapshot and a sandbox restored from it.
+ * none); every 10th a snapshot and a sandbox restored from it. Snapshot images are unnamed, so
+ * each must be deleted with its sandboxes: the image list must end as it began, and an image GC
+ * at the end must find no more layers in use than at the start.
  *
  * CI runs 100 cycles (two at a time). DSEC_SOAK=1 runs 10,000 and also asserts RSS grew < 10 %;
  * DSEC_SOAK_CYCLES and DSEC_SOAK_CONCURRENCY override. Results go to stdout as one JSON line
@@ -16,7 +18,7 @@ import { writeFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { after, before, describe, test } from 'node:test';
-import { Sandbox } from '@dsec/sdk';
+import { Image, Sandbox } from '@dsec/sdk';
 import type { RunningDsec } from '../../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec } from '../helpers/server.js';
 import { census, leaked, type Census } from './census.js';
@@ -104,12 +106,16 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     gc();
     const heapStart = heapMiB();
     const start: Census = census(dataDir, edgeId, made);
+    const imagesStart = (await Image.list(conn())).map((im) => im.id);
+    const layersInUseStart = (await Image.gc(conn())).keptInUse;
     const t0 = performance.now();
     await run(warmup, cycles);
     const seconds = (performance.now() - t0) / 1000;
     gc();
     const heapEnd = heapMiB();
     const end = census(dataDir, edgeId, made);
+    const imagesLeft = (await Image.list(conn())).map((im) => im.id).filter((id) => !imagesStart.includes(id));
+    const gcEnd = await Image.gc(conn());
     const result = {
       cycles,
       concurrency,
@@ -123,12 +129,18 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       rssGrowthPercent: Math.round(((end.rssBytes - start.rssBytes) / start.rssBytes) * 1000) / 10,
       heapUsedMiB: { start: heapStart, end: heapEnd },
       sandboxesLeft: (await dsec!.edge.listSandboxes()).length,
+      snapshots: Math.floor((cycles - 1) / 10) + 1,
+      imagesLeft,
+      layersInUse: { start: layersInUseStart, end: gcEnd.keptInUse },
+      layerGcAtEnd: { removed: gcEnd.removedLayers.length, keptYoung: gcEnd.keptYoung },
     };
     console.log(`soak result: ${JSON.stringify(result)}`);
     if (process.env['DSEC_SOAK_RESULTS']) writeFileSync(process.env['DSEC_SOAK_RESULTS'], `${JSON.stringify(result, null, 2)}\n`);
     assert.deepEqual(failures.slice(0, 5), [], `${failures.length} cycles failed`);
     assert.deepEqual(result.leaked, {});
     assert.equal(result.sandboxesLeft, 0);
+    assert.deepEqual(imagesLeft, [], 'every unnamed snapshot image is deleted once its sandboxes are gone');
+    assert.ok(gcEnd.keptInUse <= layersInUseStart, `layers in use grew from ${layersInUseStart} to ${gcEnd.keptInUse}`);
     // Keep-alive sockets come and go; a per-cycle leak would add one fd per cycle or more.
     assert.ok(end.fds - start.fds < 32, `fds grew from ${start.fds} to ${end.fds}`);
     if (long) assert.ok(result.rssGrowthPercent < 10, `RSS grew ${result.rssGrowthPercent} %`);
