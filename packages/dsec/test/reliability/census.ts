@@ -26,6 +26,13 @@ export interface Census {
   fds: number;
   /** Direct children of that process. */
   children: number[];
+  /** Open fds of those children, summed (the resident helpers: dsec-spawn, dsec-nft). */
+  childFds: number;
+  /**
+   * Processes anywhere on the host, other than `pid`, whose command line names the data dir: a
+   * `crun exec` or tool the edge started and lost track of (reparented away, so not a child).
+   */
+  dataDirProcesses: number[];
   rssBytes: number;
 }
 
@@ -77,12 +84,18 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const rssKiB = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
   const children: number[] = [];
+  const dataDirProcesses: number[] = [];
+  let childFds = 0;
   for (const e of readdirSync('/proc')) {
-    if (!/^\d+$/.test(e)) continue;
+    if (!/^\d+$/.test(e) || Number(e) === pid) continue;
     try {
       const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid) children.push(Number(e));
+      if (ppid === pid) {
+        children.push(Number(e));
+        childFds += readdirSync(`/proc/${e}/fd`).length;
+      }
+      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(`${dataDir}/`)) dataDirProcesses.push(Number(e));
     } catch {
       // exited meanwhile
     }
@@ -103,6 +116,8 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
     sandboxDirs,
     fds: readdirSync(`/proc/${pid}/fd`).length,
     children,
+    childFds,
+    dataDirProcesses,
     rssBytes: rssKiB * 1024,
   };
 }
@@ -116,6 +131,8 @@ export function leaked(before: Census, after: Census): Record<string, unknown> {
   }
   const procs = after.processes.filter((p) => !before.processes.includes(p));
   if (procs.length) out['processes'] = procs;
+  const strays = after.dataDirProcesses.filter((p) => !before.dataDirProcesses.includes(p));
+  if (strays.length) out['dataDirProcesses'] = strays;
   if (after.children.length > before.children.length) out['children'] = after.children;
   return out;
 }

@@ -125,6 +125,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       failures: failures.length,
       leaked: leaked(start, end),
       fds: { start: start.fds, end: end.fds },
+      helperFds: { start: start.childFds, end: end.childFds },
       rssMiB: { start: Math.round(start.rssBytes / 2 ** 20), end: Math.round(end.rssBytes / 2 ** 20) },
       rssGrowthPercent: Math.round(((end.rssBytes - start.rssBytes) / start.rssBytes) * 1000) / 10,
       heapUsedMiB: { start: heapStart, end: heapEnd },
@@ -143,6 +144,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     assert.ok(gcEnd.keptInUse <= layersInUseStart, `layers in use grew from ${layersInUseStart} to ${gcEnd.keptInUse}`);
     // Keep-alive sockets come and go; a per-cycle leak would add one fd per cycle or more.
     assert.ok(end.fds - start.fds < 32, `fds grew from ${start.fds} to ${end.fds}`);
+    assert.ok(end.childFds - start.childFds < 32, `the resident helpers' fds grew from ${start.childFds} to ${end.childFds}`);
     if (long) assert.ok(result.rssGrowthPercent < 10, `RSS grew ${result.rssGrowthPercent} %`);
   });
 });
