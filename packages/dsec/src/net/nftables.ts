@@ -1,5 +1,5 @@
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { NFT_HELPER_BINARY } from '../host/native-helpers.js';
+import { ResidentHelper, type DecodedAnswer } from '../host/resident-helper.js';
 
 /**
  * nftables (and sandbox links, addLink) for one edge without a process spawn per change: commands go to dsec-nft
@@ -17,20 +17,18 @@ export class NftError extends Error {
   override readonly name = 'NftError';
 }
 
-interface Pending {
-  /** What an error is prefixed with: `nft` or `link <host end>`. */
-  what: string;
-  resolve: (output: string) => void;
-  reject: (err: Error) => void;
+/** A helper's answer: `ok` with nft's output, or `err` with why. */
+interface NftAnswer {
+  ok: boolean;
+  text: string;
 }
 
 export class Nftables {
-  #child: ChildProcessWithoutNullStreams | undefined;
-  #pending: Pending[] = [];
-  #buf = Buffer.alloc(0);
-  #stderr = '';
+  readonly #helper: ResidentHelper<NftAnswer>;
 
-  constructor(private readonly binary = NFT_HELPER_BINARY) {}
+  constructor(binary = NFT_HELPER_BINARY) {
+    this.#helper = new ResidentHelper(binary, { name: 'dsec-nft', error: (m) => new NftError(m), decode: decodeAnswer });
+  }
 
   /** Runs nft commands (ruleset text as `nft -f` reads it) in the host's network namespace; resolves to nft's output. */
   run(commands: string): Promise<string> {
@@ -57,14 +55,8 @@ export class Nftables {
   }
 
   /** Stops the helper (it exits when its stdin closes). */
-  async close(): Promise<void> {
-    const child = this.#child;
-    if (!child) return;
-    const exited = new Promise<void>((res) => child.once('exit', () => res()));
-    child.stdin.end();
-    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
-    await exited;
-    clearTimeout(timer);
+  close(): Promise<void> {
+    return this.#helper.close();
   }
 
   #request(pid: number, commands: string): Promise<string> {
@@ -72,72 +64,21 @@ export class Nftables {
     return this.#send('nft', `${pid} ${body.length}\n`, body);
   }
 
-  #send(what: string, header: string, body?: Buffer): Promise<string> {
-    const child = this.#ensure();
-    return new Promise<string>((resolve, reject) => {
-      if (this.#pending.length === 0) this.#hold(child, true);
-      this.#pending.push({ what, resolve, reject });
-      child.stdin.write(header);
-      if (body) child.stdin.write(body);
-    });
+  /** `what` prefixes the helper's error text: `nft` or `link <host end>`. */
+  async #send(what: string, header: string, body?: Buffer): Promise<string> {
+    const answer = await this.#helper.request(() => (body ? [header, body] : [header]));
+    if (!answer.ok) throw new NftError(`${what}: ${answer.text.trim() || 'failed'}`);
+    return answer.text;
   }
+}
 
-  #ensure(): ChildProcessWithoutNullStreams {
-    if (this.#child) return this.#child;
-    const child = spawn(this.binary, [], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.#child = child;
-    this.#buf = Buffer.alloc(0);
-    this.#stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      this.#buf = Buffer.concat([this.#buf, chunk]);
-      this.#drain();
-    });
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (this.#stderr = (this.#stderr + d).slice(-4096)));
-    const fail = (why: string): void => {
-      if (this.#child !== child) return;
-      this.#child = undefined;
-      const err = new NftError(`dsec-nft ${why}${this.#stderr ? `: ${this.#stderr.trim()}` : ''}`);
-      for (const p of this.#pending.splice(0)) p.reject(err);
-    };
-    child.on('error', (err) => fail(`could not run (${err.message}; run scripts/setup to build it)`));
-    child.on('exit', (code, signal) => fail(`exited (${signal ?? code})`));
-    child.stdin.on('error', () => undefined); // a dead helper: reported by 'exit'
-    // An idle helper must not keep the edge's process alive; one with answers due must.
-    child.unref();
-    this.#hold(child, false);
-    return child;
-  }
-
-  #hold(child: ChildProcessWithoutNullStreams, on: boolean): void {
-    // The process handle too: when the helper dies its pipes close first, and with only they
-    // held, the loop could end before the exit that fails the calls in flight is seen.
-    if (on) child.ref();
-    else child.unref();
-    for (const s of [child.stdin, child.stdout, child.stderr]) {
-      const h = s as unknown as { ref?: () => void; unref?: () => void };
-      if (on) h.ref?.();
-      else h.unref?.();
-    }
-  }
-
-  /** Answers are `ok|err <length>\n<bytes>`, in request order. */
-  #drain(): void {
-    for (;;) {
-      const nl = this.#buf.indexOf(10);
-      if (nl < 0) return;
-      const m = /^(ok|err) (\d+)$/.exec(this.#buf.subarray(0, nl).toString('latin1'));
-      if (!m) {
-        this.#child?.kill('SIGKILL');
-        return;
-      }
-      const len = Number(m[2]);
-      if (this.#buf.length < nl + 1 + len) return;
-      const text = this.#buf.subarray(nl + 1, nl + 1 + len).toString('utf8');
-      this.#buf = this.#buf.subarray(nl + 1 + len);
-      const p = this.#pending.shift();
-      if (this.#pending.length === 0 && this.#child) this.#hold(this.#child, false);
-      if (m[1] === 'ok') p?.resolve(text);
-      else p?.reject(new NftError(`${p.what}: ${text.trim() || 'failed'}`));
-    }
-  }
+/** Answers are `ok|err <length>\n<bytes>`, in request order. */
+function decodeAnswer(buf: Buffer): DecodedAnswer<NftAnswer> | 'incomplete' | 'garbled' {
+  const nl = buf.indexOf(10);
+  if (nl < 0) return 'incomplete';
+  const m = /^(ok|err) (\d+)$/.exec(buf.subarray(0, nl).toString('latin1'));
+  if (!m) return 'garbled';
+  const len = Number(m[2]);
+  if (buf.length < nl + 1 + len) return 'incomplete';
+  return { size: nl + 1 + len, answer: { ok: m[1] === 'ok', text: buf.subarray(nl + 1, nl + 1 + len).toString('utf8') } };
 }

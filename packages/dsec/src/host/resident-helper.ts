@@ -1,0 +1,130 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+
+/** One answer cut off the front of a helper's output. */
+export interface DecodedAnswer<A> {
+  /** Bytes the answer took (header and body). */
+  size: number;
+  /** The request it answers; absent for a helper that answers in request order (the oldest one pending). */
+  id?: number;
+  answer: A;
+}
+
+/** How a client speaks to its helper; only this differs between the edge's resident helpers. */
+export interface HelperFraming<A> {
+  /** The helper's name in errors (`dsec-spawn`). */
+  name: string;
+  /** The client's error class, so callers can tell a helper failure apart. */
+  error: (message: string) => Error;
+  /** The next answer at the front of `buf`; `incomplete` while its bytes are still coming, `garbled` when out of step. */
+  decode: (buf: Buffer) => DecodedAnswer<A> | 'incomplete' | 'garbled';
+}
+
+interface Pending<A> {
+  resolve: (answer: A) => void;
+  reject: (err: Error) => void;
+}
+
+/**
+ * A small resident helper process of the edge's own (dsec-spawn, dsec-nft), talked to over its
+ * stdin and stdout: started on first use, requests in flight at once, each answered when the
+ * helper writes its answer. A helper that dies (or cannot start, or writes what cannot be read)
+ * fails the requests in flight with its stderr's tail, and the next request starts a new one.
+ * Gone when its stdin closes (also when the edge dies).
+ */
+export class ResidentHelper<A> {
+  #child: ChildProcessWithoutNullStreams | undefined;
+  /** In request order (a Map iterates in insertion order): the oldest is first. */
+  readonly #pending = new Map<number, Pending<A>>();
+  #next = 1;
+  #buf = Buffer.alloc(0);
+  #stderr = '';
+
+  constructor(
+    private readonly binary: string,
+    private readonly framing: HelperFraming<A>,
+  ) {}
+
+  /** Sends the request `encode` makes from the id the answer will carry; resolves to the answer, rejects only when the helper fails. */
+  request(encode: (id: number) => readonly (string | Buffer)[]): Promise<A> {
+    const child = this.#ensure();
+    const id = this.#next++;
+    return new Promise<A>((resolve, reject) => {
+      if (this.#pending.size === 0) this.#hold(child, true);
+      this.#pending.set(id, { resolve, reject });
+      for (const part of encode(id)) child.stdin.write(part);
+    });
+  }
+
+  /** Stops the helper (it exits when its stdin closes). */
+  async close(): Promise<void> {
+    const child = this.#child;
+    if (!child) return;
+    const exited = new Promise<void>((res) => child.once('exit', () => res()));
+    child.stdin.end();
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** The helper's pid while it runs (tests kill it to see a restart). */
+  get pid(): number | undefined {
+    return this.#child?.pid;
+  }
+
+  #ensure(): ChildProcessWithoutNullStreams {
+    if (this.#child) return this.#child;
+    const child = spawn(this.binary, [], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.#child = child;
+    this.#buf = Buffer.alloc(0);
+    this.#stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      this.#buf = Buffer.concat([this.#buf, chunk]);
+      this.#drain();
+    });
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (this.#stderr = (this.#stderr + d).slice(-4096)));
+    const fail = (why: string): void => {
+      if (this.#child !== child) return;
+      this.#child = undefined;
+      const err = this.framing.error(`${this.framing.name} ${why}${this.#stderr ? `: ${this.#stderr.trim()}` : ''}`);
+      const pending = [...this.#pending.values()];
+      this.#pending.clear();
+      for (const p of pending) p.reject(err);
+    };
+    child.on('error', (err) => fail(`could not run (${err.message}; run scripts/setup to build it)`));
+    child.on('exit', (code, signal) => fail(`exited (${signal ?? code})`));
+    child.stdin.on('error', () => undefined); // a dead helper: reported by 'exit'
+    // An idle helper must not keep the edge's process alive; one with answers due must.
+    child.unref();
+    this.#hold(child, false);
+    return child;
+  }
+
+  #hold(child: ChildProcessWithoutNullStreams, on: boolean): void {
+    // The process handle too: when the helper dies its pipes close first, and with only they
+    // held, the loop could end before the exit that fails the calls in flight is seen.
+    if (on) child.ref();
+    else child.unref();
+    for (const s of [child.stdin, child.stdout, child.stderr]) {
+      const h = s as unknown as { ref?: () => void; unref?: () => void };
+      if (on) h.ref?.();
+      else h.unref?.();
+    }
+  }
+
+  #drain(): void {
+    for (;;) {
+      const decoded = this.framing.decode(this.#buf);
+      if (decoded === 'incomplete') return;
+      if (decoded === 'garbled') {
+        this.#child?.kill('SIGKILL'); // out of step: its 'exit' fails what is pending
+        return;
+      }
+      this.#buf = this.#buf.subarray(decoded.size);
+      const id = decoded.id ?? this.#pending.keys().next().value;
+      const p = id === undefined ? undefined : this.#pending.get(id);
+      if (id !== undefined) this.#pending.delete(id);
+      if (this.#pending.size === 0 && this.#child) this.#hold(this.#child, false);
+      p?.resolve(decoded.answer);
+    }
+  }
+}
