@@ -111,7 +111,7 @@ export class SandboxCreation {
     const layers: LayerDigest[] = [...manifest.layers];
     for (const ref of req.layers ?? []) {
       let extra: LayerDigest[];
-      if (isLayerDigest(ref) && this.deps.images.layers.has(ref)) extra = [ref];
+      if (isLayerDigest(ref) && (await this.deps.images.layers.fetch(ref))) extra = [ref];
       else {
         const id = await this.deps.projectImages.resolve(project, ref);
         const m = id && this.deps.images.get(id);

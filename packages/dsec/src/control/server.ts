@@ -122,7 +122,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(volumeRoutes({ volumes: deps.control.volumes }));
   await app.register(portRoutes({ control: deps.control, links: new PortLinks(deps.clusterToken) }));
   await app.register(imageRoutes(deps));
-  await app.register(blobRoutes({ layers: deps.images.layers }));
+  await app.register(blobRoutes({ layers: deps.images.layers, ...(deps.control.registry ? { registry: deps.control.registry } : {}) }));
   await app.register(imageRegistryRoutes({ images: deps.images }));
   await app.register(e2bRoutes(deps));
   await app.register(clusterRoutes(deps));

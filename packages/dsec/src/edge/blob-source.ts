@@ -3,22 +3,9 @@ import { createReadStream, existsSync, rmSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { ApiError } from '../api-error.js';
 import { sha256File, type LayerDigest, type LayerStore } from '../image/layer-store.js';
+import type { BlobSource } from '../image/blob-source.js';
 
-/**
- * Where an edge gets layer blobs and puts the layers its snapshots make. On one machine that is
- * the layer store's directory (which may be a shared POSIX mount); on a node of a cluster it is
- * the control plane's blob endpoint, so edges and control plane share no filesystem.
- */
-export interface BlobSource {
-  /** A file on this node holding the blob (the cache may hard-link or copy it), if there is one. */
-  localPath(digest: LayerDigest): string | undefined;
-  /** The blob's bytes (the cache hashes them as it writes them). IMAGE_NOT_FOUND when absent. */
-  open(digest: LayerDigest): Promise<Readable>;
-  /** Whether the source still holds the blob; undefined when it cannot tell cheaply (remote). */
-  has(digest: LayerDigest): boolean | undefined;
-  /** Stores a finished blob file (consumed) and returns its digest. */
-  put(file: string): Promise<LayerDigest>;
-}
+export type { BlobSource } from '../image/blob-source.js';
 
 /** The layer store on this node's filesystem: `dsec up`, or a shared mount every node sees. */
 export class LocalBlobSource implements BlobSource {
@@ -36,6 +23,10 @@ export class LocalBlobSource implements BlobSource {
 
   has(digest: LayerDigest): boolean {
     return this.store.has(digest);
+  }
+
+  remove(digest: LayerDigest): Promise<number> {
+    return Promise.resolve(this.store.remove(digest));
   }
 
   async put(file: string): Promise<LayerDigest> {

@@ -10,6 +10,11 @@ export interface ImageManifest {
   layers: LayerDigest[];
   config: ImageConfig;
   createdAt: string;
+  /**
+   * Each layer's size in bytes, when the manifest came through a blob store that is not this
+   * host's directory (ImagePublisher): a replica that has not fetched a layer still knows its size.
+   */
+  layerSizes?: number[];
 }
 
 export type ImageId = `sha256:${string}`;
@@ -68,6 +73,18 @@ export interface ImageCatalog {
 }
 
 /**
+ * Where an image's blobs go before its record reaches the catalog, when the blob store is not a
+ * directory every replica reads: the cluster's registry (control/cluster/cluster-registry.ts).
+ * A replica that sees an image in the catalog can then read all of it.
+ */
+export interface ImagePublisher {
+  /** Makes the image's layers (and the image) readable by every replica; the layers' sizes. */
+  publish(id: ImageId, manifest: ImageManifest): Promise<number[]>;
+  /** The image was deleted: drops what publish stored for the image alone (never throws). */
+  withdraw(id: ImageId): Promise<void>;
+}
+
+/**
  * Image records: a manifest (ordered layers plus config) whose id is the sha256 of its canonical
  * JSON, names pointing at ids, and which image a builder made from which inputs, as files beside
  * the layer store: `images/<hex>.json`, `images/refs/<name>`, `images/builds/<key>`. Every write
@@ -98,6 +115,7 @@ export class ImageStore {
   }
 
   #catalog: ImageCatalog | undefined;
+  #publisher: ImagePublisher | undefined;
   #version = -1;
   #writes: Promise<void> = Promise.resolve();
   #writeError: Error | undefined;
@@ -106,9 +124,17 @@ export class ImageStore {
   readonly #synced = new Map<string, number>();
 
   /** Makes `catalog` the truth for image records (files are imported first: see the class). */
-  async attachCatalog(catalog: ImageCatalog): Promise<void> {
+  async attachCatalog(catalog: ImageCatalog, publisher?: ImagePublisher): Promise<void> {
     this.#catalog = catalog;
+    this.#publisher = publisher;
     await this.refresh();
+  }
+
+  /** The change as the catalog gets it: a new image's blobs published first (ImagePublisher), its layer sizes recorded. */
+  async #published(change: ImageChange): Promise<ImageChange> {
+    if (!this.#publisher || change.op !== 'put') return change;
+    const layerSizes = await this.#publisher.publish(change.id, change.manifest);
+    return { ...change, manifest: { ...change.manifest, layerSizes } };
   }
 
   /** Whether writes are on their way to the catalog. */
@@ -133,7 +159,15 @@ export class ImageStore {
     if (!catalog) return;
     await this.flush();
     const imports = this.#fileChanges();
-    if (imports.length) await catalog.apply(imports);
+    if (imports.length) {
+      try {
+        await catalog.apply(await Promise.all(imports.map((c) => this.#published(c))));
+      } catch (err) {
+        // Looked at again next time (the registry may be back by then).
+        for (const c of imports) this.#synced.delete(c.op === 'put' ? `${c.id.slice('sha256:'.length)}.json` : c.op === 'tag' ? `refs/${c.name}` : c.op === 'build' ? `builds/${c.key}` : '');
+        throw err;
+      }
+    }
     if (!imports.length && (await catalog.version()) === this.#version) return;
     const snap = await catalog.load();
     this.#syncFiles(snap);
@@ -145,7 +179,8 @@ export class ImageStore {
     if (!catalog) return;
     this.#pending++;
     this.#writes = this.#writes
-      .then(() => catalog.apply([change]))
+      .then(async () => catalog.apply([await this.#published(change)]))
+      .then(() => (change.op === 'remove' ? this.#publisher?.withdraw(change.id) : undefined))
       .catch((err: unknown) => {
         this.#writeError ??= err as Error;
       })
@@ -233,8 +268,13 @@ export class ImageStore {
 
   /** Stores a manifest (idempotent) and returns its id. */
   put(manifest: Omit<ImageManifest, 'createdAt'>): ImageId {
+    // With a remote blob store, a layer of a known image counts (a snapshot at a replica that
+    // never fetched its base layers); publishing the image checks that the store has it.
+    let known: Set<LayerDigest> | undefined;
     for (const layer of manifest.layers) {
-      if (!this.layers.has(layer)) throw new Error(`image refers to a layer not in the store: ${layer}`);
+      if (this.layers.has(layer)) continue;
+      if (this.layers.remote && (known ??= this.referencedLayers()).has(layer)) continue;
+      throw new Error(`image refers to a layer not in the store: ${layer}`);
     }
     const body = { layers: manifest.layers, config: manifest.config };
     const hex = this.idOf(body).slice('sha256:'.length);
@@ -291,7 +331,7 @@ export class ImageStore {
       .filter(([, target]) => target === id)
       .map(([name]) => name);
     let sizeBytes = 0;
-    for (const l of m.layers) sizeBytes += this.layers.has(l) ? this.layers.size(l) : 0;
+    for (const [i, l] of m.layers.entries()) sizeBytes += this.layers.has(l) ? this.layers.size(l) : (m.layerSizes?.[i] ?? 0);
     return { id, names, layers: m.layers, config: m.config, sizeBytes, createdAt: m.createdAt };
   }
 

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { stagingPrefix, sweepDeadStaging } from './staging.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { computeChunkIndex, DEFAULT_CHUNK_SIZE, isChunkIndex, type ChunkIndex } from './chunk-index.js';
+import type { BlobSource } from './blob-source.js';
 
 /** `sha256:<64 hex>`: the content address of an EROFS layer blob. */
 export type LayerDigest = `sha256:${string}`;
@@ -29,6 +30,15 @@ export class LayerStore {
   readonly chunkSize: number;
   /** Indexes being computed, so concurrent first requests for an older layer's index share one pass. */
   readonly #indexing = new Map<LayerDigest, Promise<ChunkIndex>>();
+  /** Blobs being fetched from the remote store, so concurrent readers share one download. */
+  readonly #fetching = new Map<LayerDigest, Promise<boolean>>();
+
+  /**
+   * The blob store this directory caches, when it is not the truth itself: a control plane
+   * configured with a registry keeps its blobs there (control/cluster/cluster-registry.ts), so
+   * replicas share no directory; a blob another replica stored is fetched here when it is read.
+   */
+  remote: BlobSource | undefined;
 
   constructor(root: string, opts: { chunkSize?: number } = {}) {
     this.chunkSize = opts.chunkSize ?? DEFAULT_CHUNK_SIZE;
@@ -151,6 +161,36 @@ export class LayerStore {
 
   #prefetchPath(digest: LayerDigest): string {
     return join(this.dir, `${digest.slice('sha256:'.length)}.prefetch.json`);
+  }
+
+  /**
+   * Makes sure the blob is in this directory: true when it is, or was fetched from the remote
+   * store (checked against its digest); false when neither has it.
+   */
+  async fetch(digest: LayerDigest): Promise<boolean> {
+    if (this.has(digest)) return true;
+    const remote = this.remote;
+    if (!remote) return false;
+    let pending = this.#fetching.get(digest);
+    if (!pending) {
+      pending = (async () => {
+        let body: NodeJS.ReadableStream;
+        try {
+          body = await remote.open(digest);
+        } catch (err) {
+          if ((err as { code?: unknown }).code === 'IMAGE_NOT_FOUND') return false;
+          throw err;
+        }
+        const got = await this.addStream(body);
+        if (got !== digest) {
+          this.remove(got);
+          throw new Error(`the blob store gave bytes hashing to ${got} for ${digest}`);
+        }
+        return true;
+      })().finally(() => this.#fetching.delete(digest));
+      this.#fetching.set(digest, pending);
+    }
+    return pending;
   }
 
   /** Removes a blob; callers make sure nothing references it. */

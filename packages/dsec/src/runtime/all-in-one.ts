@@ -131,9 +131,24 @@ async function startDsecProcess(
     releaseLock();
     throw err;
   }
-  // Image records live in the store, shared by replicas; files in the data dir are imported.
+  // With a registry, it is the blob store: the layer dir is this replica's cache of it.
+  let clusterRegistry: ClusterRegistry | undefined;
+  if (opts.registry) {
+    try {
+      const ref = parseRegistryRef(opts.registry, { requireName: false });
+      clusterRegistry = new ClusterRegistry(opts.registry, ref, credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')), layers, store, log.child({ component: 'registry' }));
+      layers.remote = clusterRegistry;
+    } catch (err) {
+      await store.close();
+      releaseLock();
+      if (err instanceof RegistryRefError) throw new HostNotReadyError(`--registry (DSEC_REGISTRY): ${err.message}`);
+      throw err;
+    }
+  }
+  // Image records live in the store, shared by replicas; files in the data dir are imported
+  // (their blobs put in the registry first, when there is one).
   try {
-    await images.attachCatalog(new StoreImageCatalog(store));
+    await images.attachCatalog(new StoreImageCatalog(store), clusterRegistry);
   } catch (err) {
     await store.close();
     releaseLock();
@@ -144,18 +159,6 @@ async function startDsecProcess(
   const replicaId = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const registry = await EdgeRegistry.open({
     replicaId, store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
-  let clusterRegistry: ClusterRegistry | undefined;
-  if (opts.registry) {
-    try {
-      const ref = parseRegistryRef(opts.registry, { requireName: false });
-      clusterRegistry = new ClusterRegistry(opts.registry, ref, credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')), layers, log.child({ component: 'registry' }));
-    } catch (err) {
-      await store.close();
-      releaseLock();
-      if (err instanceof RegistryRefError) throw new HostNotReadyError(`--registry (DSEC_REGISTRY): ${err.message}`);
-      throw err;
-    }
-  }
   const control = new ControlPlane(store, images, log.child({ component: 'control' }), {
     edges: registry,
     trajectoryRetentionHours: opts.trajectoryRetentionHours,

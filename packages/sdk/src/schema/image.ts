@@ -93,6 +93,12 @@ export const GcResult = Type.Object({
   keptYoungBytes: Type.Integer(),
   graceSeconds: Type.Integer(),
   removedTemp: Type.Array(Type.String()),
+  keptByRegistry: Type.Optional(
+    Type.Integer({
+      description:
+        "Unused blobs the cluster's registry (the control plane's blob store, with `--registry`) refused to delete: its deletes are disabled (distribution: storage.delete.enabled). Absent without a registry.",
+    }),
+  ),
 });
 export type GcResult = Static<typeof GcResult>;
 

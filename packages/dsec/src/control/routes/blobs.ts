@@ -6,6 +6,7 @@ import { Type } from 'typebox';
 import { ErrorBody } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { isLayerDigest, type LayerDigest, type LayerStore } from '../../image/layer-store.js';
+import type { ClusterRegistry } from '../cluster/cluster-registry.js';
 
 /** Content type of an uploaded layer blob (an EROFS image). */
 export const LAYER_MEDIA_TYPE = 'application/vnd.dsec.layer.erofs';
@@ -31,16 +32,18 @@ const DigestParams = Type.Object({ digest: Type.String({ pattern: '^sha256:[0-9a
  * The control plane's blob endpoint: layer blobs by digest, for edges on other nodes (no shared
  * filesystem) and for lazy loading (single byte ranges, RFC 9110). Edges authenticate with the
  * cluster token, users with an API key. Uploads (a snapshot's new layer, made on an edge) are
- * checked against their digest before they enter the store.
+ * checked against their digest before they enter the store. With a cluster registry as the blob
+ * store, a blob this replica lacks is fetched from it first, and an upload is put there too.
  */
-export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
+export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistry }): FastifyPluginAsync {
   const { layers } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['blobs'];
     // Layers are hundreds of MB: the body stays a stream, hashed as it is written to disk.
     app.addContentTypeParser(LAYER_MEDIA_TYPE, (_req, payload, done) => done(null, payload));
-    const sizeOf = (digest: LayerDigest): number => {
+    const sizeOf = async (digest: LayerDigest): Promise<number> => {
+      await layers.fetch(digest);
       try {
         return statSync(layers.path(digest)).size;
       } catch {
@@ -49,7 +52,7 @@ export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
     };
 
     app.head('/v1/blobs/:digest', { schema: { tags, summary: 'Size of a layer blob', params: DigestParams } }, async (req, reply) => {
-      const size = sizeOf(req.params.digest as LayerDigest);
+      const size = await sizeOf(req.params.digest as LayerDigest);
       return reply.header('content-length', size).header('accept-ranges', 'bytes').header('content-type', 'application/octet-stream').send();
     });
 
@@ -65,7 +68,7 @@ export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
       },
       async (req, reply) => {
         const digest = req.params.digest as LayerDigest;
-        const size = sizeOf(digest);
+        const size = await sizeOf(digest);
         void reply.header('accept-ranges', 'bytes').header('content-type', 'application/octet-stream');
         const range = req.headers.range;
         if (range === undefined) return reply.header('content-length', size).send(createReadStream(layers.path(digest)));
@@ -97,7 +100,7 @@ export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
       },
       async (req) => {
         const digest = req.params.digest as LayerDigest;
-        sizeOf(digest);
+        await sizeOf(digest);
         return { ...(await layers.chunkIndex(digest)), prefetch: layers.prefetchList(digest) };
       },
     );
@@ -115,7 +118,7 @@ export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
       },
       async (req) => {
         const digest = req.params.digest as LayerDigest;
-        const size = sizeOf(digest);
+        const size = await sizeOf(digest);
         const { chunkSize } = await layers.chunkIndex(digest);
         const count = Math.ceil(size / chunkSize);
         const bad = req.body.chunks.find((i) => i >= count);
@@ -143,6 +146,8 @@ export function blobRoutes(deps: { layers: LayerStore }): FastifyPluginAsync {
         } else {
           (req.body as NodeJS.ReadableStream).resume();
         }
+        // Every replica reads it from the registry (the snapshot that made it may be recorded at another).
+        await deps.registry?.ensure([digest]);
         return reply.status(201).send({ digest, size: layers.size(digest) });
       },
     );

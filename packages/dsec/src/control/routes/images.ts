@@ -37,7 +37,7 @@ export interface ImageRouteDeps {
   /** The data dir the image jobs write into (the one `images` reads). */
   dataDir: string;
   /** For each image's lifetime (snapshotOf). */
-  control: Pick<ControlPlane, 'snapshotImages' | 'projectImages'>;
+  control: Pick<ControlPlane, 'snapshotImages' | 'projectImages' | 'registry'>;
 }
 
 export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
@@ -147,7 +147,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
       },
       async (req) => {
         requireAdmin(req, 'collecting layer garbage');
-        return collectGarbage(images, store);
+        return collectGarbage(images, store, Date.now(), GC_GRACE_MS, deps.control.registry);
       },
     );
   };

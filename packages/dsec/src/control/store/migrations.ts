@@ -246,6 +246,19 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 8,
+    name: "the blobs replicas stored in the cluster's registry (their blob store), which image GC deletes there",
+    up: async (db) => {
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS registry_blobs (
+          digest TEXT PRIMARY KEY,
+          size_bytes BIGINT NOT NULL,
+          stored_at BIGINT NOT NULL
+        );
+      `);
+    },
+  },
 ];
 
 /**

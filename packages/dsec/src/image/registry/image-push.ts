@@ -31,7 +31,8 @@ export async function pushImage(
   let uploaded = 0;
   let bytes = 0;
   for (const [i, digest] of manifest.layers.entries()) {
-    if (!images.layers.has(digest)) throw new ImageTransferError(`layer ${digest} of image ${id} is not in the layer store`);
+    // A replica whose blob store is the cluster's registry may have to fetch the layer first.
+    if (!(await images.layers.fetch(digest))) throw new ImageTransferError(`layer ${digest} of image ${id} is not in the layer store`);
     const size = images.layers.size(digest);
     const r = await client.putBlobFile(digest, images.layers.path(digest));
     progress(`layer ${i + 1}/${manifest.layers.length} ${digest.slice(7, 19)} ${r.uploaded ? `uploaded (${size} bytes)` : 'already there'}`);

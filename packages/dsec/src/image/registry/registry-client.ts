@@ -145,6 +145,24 @@ export class RegistryClient {
     };
   }
 
+  /**
+   * Deletes a blob from the repository: true when deleted, false when the repository had none. A
+   * registry that does not allow deletes answers 405 (distribution: `storage.delete.enabled` is
+   * off), a RegistryError with that status.
+   */
+  async deleteBlob(digest: string): Promise<boolean> {
+    const res = await this.#request('DELETE', `blobs/${digest}`, { okStatuses: [202, 404], scope: 'pull,push,delete' });
+    await res.body?.cancel();
+    return res.status === 202;
+  }
+
+  /** Deletes a manifest by digest (and so every tag on it); false when the repository had none. 405 as deleteBlob. */
+  async deleteManifest(digest: string): Promise<boolean> {
+    const res = await this.#request('DELETE', `manifests/${digest}`, { okStatuses: [202, 404], scope: 'pull,push,delete' });
+    await res.body?.cancel();
+    return res.status === 202;
+  }
+
   #where(method: string, path: string | URL): string {
     const p = typeof path === 'string' ? `/v2/${this.ref.repository}/${path}` : path.pathname;
     return `registry ${this.ref.host}: ${method} ${p}`;
@@ -158,7 +176,7 @@ export class RegistryClient {
   async #request(
     method: string,
     path: string | URL,
-    o: { okStatuses: number[]; headers?: Record<string, string>; body?: Body; streaming?: boolean; scope?: 'pull' | 'pull,push' },
+    o: { okStatuses: number[]; headers?: Record<string, string>; body?: Body; streaming?: boolean; scope?: 'pull' | 'pull,push' | 'pull,push,delete' },
   ): Promise<Response> {
     const url = typeof path === 'string' ? new URL(`/v2/${this.ref.repository}/${path}`, this.ref.baseUrl) : path;
     const where = this.#where(method, path);
