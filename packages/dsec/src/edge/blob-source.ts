@@ -17,7 +17,8 @@ export class LocalBlobSource implements BlobSource {
   }
 
   async open(digest: LayerDigest): Promise<Readable> {
-    if (!this.store.has(digest)) throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the layer store`, { layer: digest });
+    // A store that caches a remote one (the cluster's registry) fetches what it lacks first.
+    if (!(await this.store.fetch(digest))) throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the layer store`, { layer: digest });
     return createReadStream(this.store.path(digest));
   }
 
