@@ -12,8 +12,9 @@
  * id the edge chose, events echoing it. exec (streamed stdout/stderr, stdin, signals to the
  * command's process group, exit status; or under a pseudo-terminal, with resize; optionally a
  * third output pipe on fd 3, a Landlock domain of its own, a cgroup shared with other commands),
- * connections to TCP ports on the guest's loopback, file read/write/stat/list/mkdir/remove/rename,
- * sync.
+ * connections to TCP ports on the guest's loopback (flow-controlled by credit from the edge),
+ * file read/write/stat/list/mkdir/remove/rename, sync, and `diff`: a tar of the overlay upper
+ * (the guest's changes to its image, OCI whiteouts) for a snapshot as an image.
  *
  * The port has one end in the guest (this process holds it; virtio_console refuses a second
  * opener with EBUSY, and the device node is unlinked once open) and one on the host (a unix
@@ -48,7 +49,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +62,14 @@
 #define CHUNK 65536
 #define MAX_CONNS 64
 #define GROUP_ROOT "/sys/fs/cgroup/dsec"
+/* <linux/fs.h>'s, spelt out: that header clashes with glibc's <sys/mount.h>. */
+#define FIFREEZE _IOWR('X', 119, int)
+#define FITHAW _IOWR('X', 120, int)
+
+/* The overlay's upper directory on the guest's own disk, opened before the root moves onto the
+   overlay (after that no path reaches it); `diff` reads it. Frozen: a diff runs (FIFREEZE). */
+static int upper_fd = -1;
+static int upper_frozen;
 
 /* ---------- console and fatal errors ------------------------------------------------------ */
 
@@ -393,6 +404,12 @@ static const char *cmdline_value(const char *key, char *out, size_t n) {
   return NULL;
 }
 
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void msleep(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -516,6 +533,8 @@ static void boot(void) {
   must_mount(dev, "/mnt/upper", "ext4", MS_NOATIME, NULL);
   mkdir("/mnt/upper/upper", 0755);
   mkdir("/mnt/upper/work", 0755);
+  upper_fd = open("/mnt/upper/upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (upper_fd < 0) fatal("open the upper directory: %s", strerror(errno));
 
   struct sbuf opts = {0};
   sb_add(&opts, "lowerdir=", 9);
@@ -657,6 +676,9 @@ struct proc {
   pid_t pid;
   int out, err, in, fd3; /* -1 once closed (fd3: -1 when not asked for) */
   char group[48];           /* its guest cgroup, removed once empty after it exits ("" for none) */
+  long long credit;         /* stdout bytes the edge takes before it gives more (credit); -1: no window */
+  int thaw;                 /* a diff: the upper disk is thawed when it exits */
+  long long deadline_ms;    /* killed at this CLOCK_MONOTONIC time (a diff's bound); 0: none */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -802,19 +824,27 @@ static void op_exec(long long id, struct jobj *o) {
   fcntl(pi[1], F_SETFL, O_NONBLOCK);
   if (p3[0] >= 0) fcntl(p3[0], F_SETFL, O_NONBLOCK);
   if (!want_stdin) { close(pi[1]); pi[1] = -1; }
-  *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = pi[1], .fd3 = p3[0]};
+  *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = pi[1], .fd3 = p3[0], .credit = jnum(o, "window", -1)};
   if (group) snprintf(slot->group, sizeof slot->group, "%s", group);
   char extra[64];
   snprintf(extra, sizeof extra, "\"pid\":%d", pid);
   send_ev(id, "started", extra, NULL, 0);
 }
 
-/* Reads what a pipe holds now; returns 0 at EOF (and closes it). */
+/* Reads what a pipe holds now (stdout: as much as the edge's credit allows); returns 0 at EOF (and closes it). */
 static int drain(struct proc *p, int *fd, const char *ev) {
   static char buf[CHUNK];
   for (;;) {
-    ssize_t r = read(*fd, buf, sizeof buf);
-    if (r > 0) { send_ev(p->id, ev, NULL, buf, (size_t)r); continue; }
+    size_t want = sizeof buf;
+    int windowed = fd == &p->out && p->credit >= 0;
+    if (windowed && p->credit == 0) return 1;
+    if (windowed && (long long)want > p->credit) want = (size_t)p->credit;
+    ssize_t r = read(*fd, buf, want);
+    if (r > 0) {
+      if (windowed) p->credit -= r;
+      send_ev(p->id, ev, NULL, buf, (size_t)r);
+      continue;
+    }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && errno == EAGAIN) return 1;
     close(*fd);
@@ -827,8 +857,14 @@ static void reaped(pid_t pid, int status) {
   for (int i = 0; i < MAX_PROCS; i++) {
     struct proc *p = &procs[i];
     if (!p->id || p->pid != pid) continue;
-    /* Output written before the exit is in the pipes now: send it, then the exit. Pipes a
-       background grandchild still holds are closed here: the command is over. */
+    /* Output written before the exit is in the pipes now: send it, then the exit (past the
+       window: a pipe holds at most 64 KiB). Pipes a background grandchild still holds are
+       closed here: the command is over. */
+    p->credit = -1;
+    if (p->thaw) {
+      if (ioctl(upper_fd, FITHAW, 0) < 0) logmsg("thaw the upper disk: %s", strerror(errno));
+      upper_frozen = 0;
+    }
     if (p->out >= 0) { drain(p, &p->out, "stdout"); if (p->out >= 0) close(p->out); }
     if (p->err >= 0) { drain(p, &p->err, "stderr"); if (p->err >= 0) close(p->err); }
     if (p->fd3 >= 0) { drain(p, &p->fd3, "fd3"); if (p->fd3 >= 0) close(p->fd3); }
@@ -892,6 +928,7 @@ struct conn {
   long long id; /* 0: free slot */
   int fd;
   int eof; /* the guest side has ended; no more reads */
+  long long credit; /* bytes the edge takes before it gives more (credit); -1: no window */
 };
 
 static struct conn conns[MAX_CONNS];
@@ -920,15 +957,22 @@ static void op_connect(long long id, struct jobj *o) {
     return;
   }
   fcntl(fd, F_SETFL, O_NONBLOCK);
-  *c = (struct conn){.id = id, .fd = fd};
+  *c = (struct conn){.id = id, .fd = fd, .credit = jnum(o, "window", -1)};
   send_ev(id, "ok", NULL, NULL, 0);
 }
 
 static void conn_readable(struct conn *c) {
   static char buf[CHUNK];
+  size_t want = sizeof buf;
+  if (c->credit == 0) return;
+  if (c->credit > 0 && (long long)want > c->credit) want = (size_t)c->credit;
   ssize_t r;
-  do r = read(c->fd, buf, sizeof buf); while (r < 0 && errno == EINTR);
-  if (r > 0) { send_ev(c->id, "data", NULL, buf, (size_t)r); return; }
+  do r = read(c->fd, buf, want); while (r < 0 && errno == EINTR);
+  if (r > 0) {
+    if (c->credit > 0) c->credit -= r;
+    send_ev(c->id, "data", NULL, buf, (size_t)r);
+    return;
+  }
   if (r < 0 && errno == EAGAIN) return;
   c->eof = 1; /* end of stream or a reset: either way the guest side is done */
   send_ev(c->id, "eof", NULL, NULL, 0);
@@ -949,6 +993,21 @@ static void op_send(long long id, struct jobj *o, const char *payload, size_t pl
     break; /* the guest side is gone or stuck: drop the rest rather than stall every other request */
   }
   if (jbool(o, "eof")) shutdown(c->fd, SHUT_WR);
+}
+
+/*
+ * Flow control: a connection or command opened with `window` sends at most that many bytes of
+ * data (a command: stdout) until the edge grants more with `credit` {bytes}, as its reader takes
+ * them. The agent then stops reading that socket or pipe, so the guest's writer blocks (TCP's
+ * window, a full pipe) rather than the edge buffering without bound.
+ */
+static void op_credit(long long id, struct jobj *o) {
+  long long n = jnum(o, "bytes", 0);
+  if (n <= 0 || n > MAX_PAYLOAD) return;
+  struct proc *p = proc_by_id(id);
+  if (p && p->credit >= 0) { p->credit += n; return; }
+  struct conn *c = conn_by_id(id);
+  if (c && c->credit >= 0) c->credit += n;
 }
 
 static void op_close(long long id) {
@@ -1125,6 +1184,285 @@ static void op_fs(long long id, const char *op, struct jobj *o) {
   else send_ev(id, "ok", NULL, NULL, 0);
 }
 
+/* ---------- the disk diff: the overlay upper as a tar (a snapshot as an image) ------------- */
+
+/*
+ * `diff` {scrub: [abs paths], window, timeoutMs}: the guest's changes to its image, the overlay's
+ * upper directory, as a pax tar on stdout events (flow-controlled: window and credit), then
+ * `exit` {code} (non-zero: the reason on stderr). The upper disk is frozen (FIFREEZE) while a
+ * child process reads it, so the archive is one consistent state: the guest's writers wait, as a
+ * container's processes do in the freezer; the agent refuses its own writes meanwhile (EBUSY)
+ * rather than block on them. The child is killed at timeoutMs; its exit thaws the disk.
+ *
+ * The archive is an OCI layer: a whiteout (char 0:0 in the upper) is an empty file `.wh.NAME`,
+ * an opaque directory (trusted.overlay.opaque=y) holds `.wh..wh..opq`; other overlay xattrs are
+ * left out; user.* and security.capability go as pax SCHILY.xattr records, byte-exact. Hard
+ * links are link entries to the first path of the inode. Sockets are left out. Sparse files are
+ * written in full (the edge bounds the bytes). The edge trusts none of it: it reads the archive
+ * with its untrusted-tar reader, within bounds.
+ */
+struct tar_link {
+  dev_t dev;
+  ino_t ino;
+  char *path;
+};
+
+static struct tar_link *tar_links;
+static size_t tar_nlinks, tar_caplinks;
+static struct jval *tar_scrub;
+
+static void tar_out(const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(1, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) _exit(3); /* the agent closed the pipe: the edge went away */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void tar_zeros(size_t n) {
+  static const char zero[512];
+  while (n) {
+    size_t k = n < sizeof zero ? n : sizeof zero;
+    tar_out(zero, k);
+    n -= k;
+  }
+}
+
+/* One pax record, "<len> <key>=<value>\n", its length counting its own digits. */
+static void pax_add(struct sbuf *s, const char *key, const char *val, size_t vlen) {
+  size_t base = strlen(key) + vlen + 3, len = base + 1;
+  for (;;) {
+    char digits[24];
+    size_t d = (size_t)snprintf(digits, sizeof digits, "%zu", len);
+    if (base + d == len) break;
+    len = base + d;
+  }
+  sb_printf(s, "%zu %s=", len, key);
+  sb_add(s, val, vlen);
+  sb_add(s, "\n", 1);
+}
+
+static void octal(char *field, size_t width, unsigned long long v) {
+  char tmp[32];
+  snprintf(tmp, sizeof tmp, "%0*llo", (int)width - 1, v);
+  memcpy(field, tmp, width - 1); /* the last byte stays NUL */
+}
+
+static void tar_block(const char *name, char type, unsigned mode, unsigned long long uid, unsigned long long gid, unsigned long long size,
+                      long long mtime, const char *linkname, unsigned devmajor, unsigned devminor) {
+  char h[512];
+  memset(h, 0, sizeof h);
+  snprintf(h, 100, "%s", name); /* a longer name went in a pax path record */
+  octal(h + 100, 8, mode & 07777);
+  octal(h + 108, 8, uid > 07777777 ? 0 : uid);
+  octal(h + 116, 8, gid > 07777777 ? 0 : gid);
+  octal(h + 124, 12, size > 077777777777ULL ? 0 : size);
+  octal(h + 136, 12, mtime < 0 ? 0 : (unsigned long long)mtime);
+  memset(h + 148, ' ', 8);
+  h[156] = type;
+  if (linkname) snprintf(h + 157, 100, "%s", linkname);
+  memcpy(h + 257, "ustar", 6);
+  memcpy(h + 263, "00", 2);
+  octal(h + 329, 8, devmajor);
+  octal(h + 337, 8, devminor);
+  unsigned sum = 0;
+  for (size_t i = 0; i < sizeof h; i++) sum += (unsigned char)h[i];
+  snprintf(h + 148, 8, "%06o", sum);
+  h[155] = ' ';
+  tar_out(h, sizeof h);
+}
+
+/* An entry's header: a pax header first when a name, link, owner or size does not fit ustar, or xattrs. */
+static void tar_entry(const char *name, char type, const struct stat *st, unsigned long long size, const char *linkname, struct sbuf *pax) {
+  if (strlen(name) > 99) pax_add(pax, "path", name, strlen(name));
+  if (linkname && strlen(linkname) > 99) pax_add(pax, "linkpath", linkname, strlen(linkname));
+  char num[32];
+  if (size > 077777777777ULL) pax_add(pax, "size", num, (size_t)snprintf(num, sizeof num, "%llu", size));
+  if (st->st_uid > 07777777) pax_add(pax, "uid", num, (size_t)snprintf(num, sizeof num, "%u", (unsigned)st->st_uid));
+  if (st->st_gid > 07777777) pax_add(pax, "gid", num, (size_t)snprintf(num, sizeof num, "%u", (unsigned)st->st_gid));
+  if (pax->len) {
+    tar_block("PaxHeader", 'x', 0644, 0, 0, pax->len, st->st_mtim.tv_sec, NULL, 0, 0);
+    tar_out(pax->b, pax->len);
+    tar_zeros((512 - pax->len % 512) % 512);
+  }
+  unsigned maj = (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) ? major(st->st_rdev) : 0;
+  unsigned min = (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) ? minor(st->st_rdev) : 0;
+  tar_block(name, type, st->st_mode, st->st_uid, st->st_gid, size, st->st_mtim.tv_sec, linkname, maj, min);
+}
+
+/* Xattrs an image layer keeps, as pax records; sets *opaque for an opaque directory. */
+static void tar_xattrs(const char *path, struct sbuf *pax, int *opaque) {
+  char names[65536];
+  ssize_t n = llistxattr(path, names, sizeof names);
+  for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(names + off) + 1) {
+    const char *k = names + off;
+    static char val[65536];
+    if (!strcmp(k, "trusted.overlay.opaque")) {
+      ssize_t v = lgetxattr(path, k, val, sizeof val);
+      if (v == 1 && val[0] == 'y') *opaque = 1;
+      continue;
+    }
+    if (strncmp(k, "user.", 5) && strcmp(k, "security.capability")) continue;
+    ssize_t v = lgetxattr(path, k, val, sizeof val);
+    if (v < 0) continue;
+    char key[300];
+    snprintf(key, sizeof key, "SCHILY.xattr.%s", k);
+    pax_add(pax, key, val, (size_t)v);
+  }
+}
+
+static int tar_scrubbed(const char *rel) {
+  for (int i = 0; tar_scrub && i < tar_scrub->n; i++) {
+    const char *s = tar_scrub->arr[i];
+    while (*s == '/') s++;
+    size_t k = strlen(s);
+    if (k && !strncmp(rel, s, k) && (rel[k] == 0 || rel[k] == '/')) return 1;
+  }
+  return 0;
+}
+
+/* The first path archived of a hard-linked inode, or NULL (a linear scan: hard links are few). */
+static const char *link_first(const struct stat *st, const char *self) {
+  for (size_t i = 0; i < tar_nlinks; i++)
+    if (tar_links[i].dev == st->st_dev && tar_links[i].ino == st->st_ino && strcmp(tar_links[i].path, self)) return tar_links[i].path;
+  return NULL;
+}
+
+static void tar_empty_file(const char *name, const struct stat *dir) {
+  struct stat st = {.st_mode = S_IFREG | 0644, .st_mtim = dir->st_mtim};
+  struct sbuf pax = {0};
+  tar_entry(name, '0', &st, 0, NULL, &pax);
+  free(pax.b);
+}
+
+/* Writes `rel` (a path relative to the upper directory, the cwd) and, for a directory, what it holds. */
+static void tar_walk(const char *rel) {
+  DIR *d = opendir(*rel ? rel : ".");
+  if (!d) { fprintf(stderr, "read %s: %s\n", *rel ? rel : "/", strerror(errno)); _exit(1); }
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    size_t len = strlen(rel) + strlen(e->d_name) + 2;
+    char *path = malloc(len);
+    snprintf(path, len, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+    struct stat st;
+    if (tar_scrubbed(path) || lstat(path, &st) < 0 || S_ISSOCK(st.st_mode)) { free(path); continue; }
+    if (S_ISCHR(st.st_mode) && st.st_rdev == 0) { /* an overlay whiteout: the OCI spelling */
+      size_t wl = len + 4;
+      char *wh = malloc(wl);
+      snprintf(wh, wl, "%s%s.wh.%s", rel, *rel ? "/" : "", e->d_name);
+      tar_empty_file(wh, &st);
+      free(wh);
+      free(path);
+      continue;
+    }
+    struct sbuf pax = {0};
+    int opaque = 0;
+    tar_xattrs(path, &pax, &opaque);
+    if (S_ISDIR(st.st_mode)) {
+      tar_entry(path, '5', &st, 0, NULL, &pax);
+      if (opaque) {
+        size_t ol = len + 13;
+        char *op = malloc(ol);
+        snprintf(op, ol, "%s/.wh..wh..opq", path);
+        tar_empty_file(op, &st);
+        free(op);
+      }
+      tar_walk(path);
+    } else if (st.st_nlink > 1 && link_first(&st, path)) {
+      tar_entry(path, '1', &st, 0, link_first(&st, path), &pax);
+    } else if (S_ISREG(st.st_mode)) {
+      int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+      if (fd < 0) { fprintf(stderr, "open %s: %s\n", path, strerror(errno)); _exit(1); }
+      unsigned long long size = (unsigned long long)st.st_size, done = 0;
+      tar_entry(path, '0', &st, size, NULL, &pax);
+      static char buf[CHUNK];
+      while (done < size) {
+        ssize_t r = read(fd, buf, size - done < sizeof buf ? (size_t)(size - done) : sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* cannot shrink while frozen; padded below regardless */
+        tar_out(buf, (size_t)r);
+        done += (unsigned long long)r;
+      }
+      close(fd);
+      tar_zeros((size_t)(size - done));
+      tar_zeros((size_t)((512 - size % 512) % 512));
+    } else if (S_ISLNK(st.st_mode)) {
+      char target[4097];
+      ssize_t n = readlink(path, target, sizeof target - 1);
+      if (n < 0) { fprintf(stderr, "readlink %s: %s\n", path, strerror(errno)); _exit(1); }
+      target[n] = 0;
+      tar_entry(path, '2', &st, 0, target, &pax);
+    } else {
+      tar_entry(path, S_ISCHR(st.st_mode) ? '3' : S_ISBLK(st.st_mode) ? '4' : '6', &st, 0, NULL, &pax);
+    }
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !link_first(&st, path)) {
+      if (tar_nlinks == tar_caplinks) {
+        tar_caplinks = tar_caplinks ? tar_caplinks * 2 : 64;
+        tar_links = realloc(tar_links, tar_caplinks * sizeof *tar_links);
+        if (!tar_links) _exit(1);
+      }
+      tar_links[tar_nlinks++] = (struct tar_link){.dev = st.st_dev, .ino = st.st_ino, .path = strdup(path)};
+    }
+    free(pax.b);
+    free(path);
+  }
+  closedir(d);
+}
+
+static void op_diff(long long id, struct jobj *o) {
+  if (upper_frozen) { send_err(id, EBUSY, "diff: a snapshot of the disk is already being taken"); return; }
+  if (proc_by_id(id)) { send_err(id, EEXIST, "diff: id in use"); return; }
+  struct proc *slot = proc_by_id(0);
+  if (!slot) { send_err(id, EAGAIN, "diff: too many processes"); return; }
+  int po[2], pe[2];
+  if (pipe2(po, O_CLOEXEC)) { send_err(id, errno, "diff: pipe"); return; }
+  if (pipe2(pe, O_CLOEXEC)) { send_err(id, errno, "diff: pipe"); close(po[0]); close(po[1]); return; }
+  /* FIFREEZE writes back everything dirty first: the archive sees every completed write. */
+  if (ioctl(upper_fd, FIFREEZE, 0) < 0) {
+    send_err(id, errno, "diff: freeze the upper disk");
+    close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
+    return;
+  }
+  upper_frozen = 1;
+  tar_scrub = jget(o, "scrub", 'a');
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    if (fchdir(upper_fd) < 0) { fprintf(stderr, "enter the upper directory: %s\n", strerror(errno)); _exit(1); }
+    tar_walk("");
+    tar_zeros(1024);
+    _exit(0);
+  }
+  tar_scrub = NULL;
+  close(po[1]);
+  close(pe[1]);
+  if (pid < 0) {
+    send_err(id, errno, "diff: fork");
+    close(po[0]); close(pe[0]);
+    ioctl(upper_fd, FITHAW, 0);
+    upper_frozen = 0;
+    return;
+  }
+  fcntl(po[0], F_SETFL, O_NONBLOCK);
+  fcntl(pe[0], F_SETFL, O_NONBLOCK);
+  long long timeout = jnum(o, "timeoutMs", 600000);
+  *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = -1, .fd3 = -1, .credit = jnum(o, "window", -1), .thaw = 1,
+                        .deadline_ms = now_ms() + (timeout > 0 ? timeout : 600000)};
+  char extra[64];
+  snprintf(extra, sizeof extra, "\"pid\":%d", pid);
+  send_ev(id, "started", extra, NULL, 0);
+}
+
 /* ---------- the request loop ------------------------------------------------------------ */
 
 static char *inbuf;
@@ -1141,6 +1479,7 @@ static void handle(const char *header, const char *payload, size_t plen) {
   else if (!strcmp(op, "signal")) op_signal(id, &o);
   else if (!strcmp(op, "resize")) op_resize(id, &o);
   else if (!strcmp(op, "read")) jstr(&o, "path") ? op_read(id, jstr(&o, "path"), jnum(&o, "max", MAX_PAYLOAD)) : send_err(id, EINVAL, "path is missing");
+  else if (!strcmp(op, "write") && upper_frozen) send_err(id, EBUSY, "the disk is frozen while a snapshot reads it; retry when the snapshot ends");
   else if (!strcmp(op, "write")) jstr(&o, "path") ? op_write(id, jstr(&o, "path"), jnum(&o, "mode", 0644), payload, plen) : send_err(id, EINVAL, "path is missing");
   else if (!strcmp(op, "stat")) jstr(&o, "path") ? op_stat(id, jstr(&o, "path")) : send_err(id, EINVAL, "path is missing");
   else if (!strcmp(op, "list")) jstr(&o, "path") ? op_list(id, jstr(&o, "path"), jnum(&o, "max", 10000)) : send_err(id, EINVAL, "path is missing");
@@ -1149,6 +1488,10 @@ static void handle(const char *header, const char *payload, size_t plen) {
   else if (!strcmp(op, "connect")) op_connect(id, &o);
   else if (!strcmp(op, "send")) op_send(id, &o, payload, plen);
   else if (!strcmp(op, "close")) op_close(id);
+  else if (!strcmp(op, "credit")) op_credit(id, &o);
+  else if (!strcmp(op, "diff")) op_diff(id, &o);
+  else if (upper_frozen && (!strcmp(op, "mkdir") || !strcmp(op, "remove") || !strcmp(op, "rename") || !strcmp(op, "sync")))
+    send_err(id, EBUSY, "the disk is frozen while a snapshot reads it; retry when the snapshot ends"); /* the agent must never block on it */
   else op_fs(id, op, &o);
   jobj_free(&o);
 }
@@ -1216,15 +1559,21 @@ int main(void) {
     pfds[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
     for (int i = 0; i < MAX_PROCS; i++) {
       if (!procs[i].id) continue;
-      if (procs[i].out >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].out, .events = POLLIN}; }
+      if (procs[i].out >= 0 && procs[i].credit != 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].out, .events = POLLIN}; }
       if (procs[i].err >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].err, .events = POLLIN}; }
       if (procs[i].fd3 >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].fd3, .events = POLLIN}; }
     }
     int first_conn = n;
     for (int i = 0; i < MAX_CONNS; i++)
-      if (conns[i].id && !conns[i].eof) { conn_owner[n] = &conns[i]; pfds[n++] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN}; }
+      if (conns[i].id && !conns[i].eof && conns[i].credit != 0) { conn_owner[n] = &conns[i]; pfds[n++] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN}; }
     /* With no host end connected the port polls as hung up; sleep rather than spin. */
     int r = poll(pfds, (nfds_t)n, 1000);
+    long long now = now_ms();
+    for (int i = 0; i < MAX_PROCS; i++)
+      if (procs[i].id && procs[i].deadline_ms && now >= procs[i].deadline_ms) {
+        kill(procs[i].pid, SIGKILL);
+        procs[i].deadline_ms = 0;
+      }
     if (r < 0) continue;
     if (pfds[0].revents & POLLIN) port_readable();
     else if (pfds[0].revents & POLLHUP) msleep(50);

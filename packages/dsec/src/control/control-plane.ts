@@ -380,13 +380,6 @@ export class ControlPlane {
     if (s.status !== 'running' && s.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
     }
-    if (s.backend !== undefined && s.backend !== 'container') {
-      throw new ApiError(
-        'BACKEND_UNSUPPORTED',
-        `a ${s.backend}'s snapshot is its memory and disk, kept on its edge, not an image: fork it (POST /v1/sandboxes/${id}/fork) to start VMs from it`,
-        { backend: s.backend },
-      );
-    }
     const snap = await this.#edge(s.edge).snapshotSandbox(id, { ...(req.scrub ? { scrub: req.scrub } : {}), ...(signal ? { signal } : {}) });
     const layers = (snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers) as LayerDigest[];
     // A snapshot is not a builder's output: it must not carry the builder's cache key.
@@ -449,7 +442,7 @@ export class ControlPlane {
     if (parent.status !== 'running' && parent.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${parent.status}: only running or paused VMs can be forked`, { id });
     }
-    const snap = await this.#edge(parent.edge).snapshotSandbox(id);
+    const snap = await this.#edge(parent.edge).snapshotSandbox(id, { memory: true });
     const spec = (await this.store.getSpec<CreateSandboxRequest>(id)) ?? { image: parent.imageId, backend: parent.backend };
     const network = await this.#currentPolicy(id);
     const results = await Promise.allSettled(

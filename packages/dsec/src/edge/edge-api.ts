@@ -76,7 +76,7 @@ export interface EdgeApi {
   getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }>;
   /** pack_diff; the new layer is in the cluster's blob store when this returns. */
   /** `signal`: the caller has gone; the copy and mkfs.erofs stop and leave nothing behind. */
-  snapshotSandbox(id: string, opts?: { scrub?: string[]; signal?: AbortSignal }): Promise<EdgeSnapshot>;
+  snapshotSandbox(id: string, opts?: { scrub?: string[]; signal?: AbortSignal; memory?: boolean }): Promise<EdgeSnapshot>;
 
   /** An interactive command under a terminal (default: bash, else sh). */
   openPty(id: string, req: TerminalRequest): Promise<TerminalChannel>;

@@ -1,7 +1,6 @@
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { Readable, type Duplex } from 'node:stream';
-import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type {
@@ -30,8 +29,8 @@ import type { NetworkPolicy } from '../net/policy.js';
 import { detachLink } from '../net/sandbox-network.js';
 import { FreezerPin, freeze, thaw } from '../host/freezer.js';
 import { syncfs } from '../host/syscalls.js';
-import { buildErofs } from '../image/erofs.js';
 import { DEFAULT_DIFF_LIMITS, DEFAULT_SCRUB, DiffLimitError, type DiffStats } from '../image/pack-diff.js';
+import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from './snapshot-layer.js';
 import { DiffCancelledError, stageUpperDiffOffThread } from '../image/stage-worker.js';
 import { ToolError } from '../host/run-tool.js';
 import type { BlobSource } from './blob-source.js';
@@ -641,8 +640,9 @@ export class Edge implements EdgeApi {
    * stripped, scrub paths left out), thaw, then build an EROFS layer from the staging tree. The
    * sandbox is frozen only for the copy. Returns no layer when the sandbox changed nothing.
    */
-  async snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal } = {}): Promise<EdgeSnapshot> {
+  async snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean } = {}): Promise<EdgeSnapshot> {
     const l = this.#running(id);
+    if (opts.memory) throw new ApiError('BACKEND_UNSUPPORTED', `sandbox ${id} is a container: its snapshot is an image (memory state is saved for VMs only)`, { id });
     // Stopped when the sandbox is killed or the caller goes away: nobody would get the layer.
     const stop = opts.signal ? AbortSignal.any([l.stop.signal, opts.signal]) : l.stop.signal;
     const paths = this.records.paths(id, l.record);
@@ -676,23 +676,7 @@ export class Edge implements EdgeApi {
       }
       const frozenMs = performance.now() - t0;
       if (stats.entries === 0) return { layer: null, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
-      const blob = join(this.#tmpDir, `layer-${randomBytes(6).toString('hex')}.erofs`);
-      // mkfs.erofs reads every byte the copy staged: bounded in time as the copy is, and stopped
-      // with it (a sparse file within the size limit still makes it read its full length).
-      const packing = AbortSignal.any([stop, AbortSignal.timeout(SNAPSHOT_PACK_TIMEOUT_MS)]);
-      try {
-        await buildErofs(stage, blob, { compression: 'none', chunked: stats.sparseFiles > 0, signal: packing });
-      } catch (err) {
-        rmSync(blob, { force: true });
-        if (!packing.aborted) throw err;
-        if (l.stop.signal.aborted) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
-        if (opts.signal?.aborted) throw opts.signal.reason;
-        throw new ApiError('PAYLOAD_TOO_LARGE', `packing the snapshot's layer took longer than ${SNAPSHOT_PACK_TIMEOUT_MS / 60_000} minutes; the sandbox changed too much to snapshot`, {
-          limit: 'packTimeMs',
-          max: SNAPSHOT_PACK_TIMEOUT_MS,
-        });
-      }
-      const layer = await this.opts.blobs.put(blob);
+      const layer = await packSnapshotLayer(id, stage, { tmpDir: this.#tmpDir, blobs: this.opts.blobs, sparse: stats.sparseFiles > 0, killed: l.stop.signal, cancelled: opts.signal });
       return { layer, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
     } finally {
       await removeTree(stage);
@@ -882,11 +866,6 @@ interface LiveSandbox {
   layersReleased?: boolean;
 }
 
-
-/** How long a snapshot's copy of the upper dir may run (the sandbox is frozen meanwhile). */
-const SNAPSHOT_COPY_TIMEOUT_MS = 10 * 60_000;
-/** How long mkfs.erofs may take over a snapshot's layer. */
-const SNAPSHOT_PACK_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * The overlay upper dir of a process's root filesystem ('' when unreadable). /proc/<pid>/root

@@ -8,10 +8,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { DsecError, Sandbox } from '@dsec/sdk';
 import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { engineBackends } from '../helpers/vm.js';
 import { callJson } from './support/http.js';
 
-describe('engine: bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () => {
+for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: bad input (${backend})`, { skip, timeout: 300_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
   let sid: string;
@@ -31,7 +32,7 @@ describe('engine: bad input', { skip: integrationSkipReason(), timeout: 180_000 
 
   before(async () => {
     server = await startTestServer();
-    sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
+    sb = await Sandbox.create({ ...server.conn, backend, resources: { memoryMiB } });
     sid = (await sb.sessions.create()).id;
   });
   after(async () => {

@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type Sandbox } from '@dsec/sdk';
-import { integrationSkipReason, useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { engineBackends } from '../helpers/vm.js';
 import { execJson, execNdjson, ndjsonLines } from './support/http.js';
 import { liveProcesses, waitGone } from './support/sandbox-procs.js';
 
@@ -28,11 +29,11 @@ async function peakRssGrowth<T>(fn: () => Promise<T>): Promise<{ result: T; grow
   }
 }
 
-describe('engine: timeouts, output caps and memory', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
+for (const { backend, skip } of engineBackends()) describe(`engine: timeouts, output caps and memory (${backend})`, { skip, timeout: 300_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
 
-  useServerAndSandbox({ resources: { memoryMiB: 256 } }, (s, b) => {
+  useServerAndSandbox({ backend, resources: { memoryMiB: 256 } }, (s, b) => {
     server = s;
     sb = b;
   });

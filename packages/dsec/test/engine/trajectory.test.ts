@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { NotFoundError, Sandbox, type TrajectoryEntry } from '@dsec/sdk';
-import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { engineBackends, type EngineBackend } from '../helpers/vm.js';
 import { callJson, execJson, execNdjson, ndjsonLines } from './support/http.js';
 import { treeManifest } from './support/manifest.js';
 import { pollUntil } from './support/sandbox-procs.js';
@@ -15,10 +16,20 @@ import { encodeTar } from './support/tar.js';
 
 const LOG_CAP = 64 << 10;
 
-describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
+/**
+ * The log is the control plane's, the same for every backend; what differs is what the guest
+ * answers. On a microVM (a TCG boot per fresh sandbox) only the tests whose steps reach the
+ * guest in a way of their own run: order and exit codes of every kind of step, a timeout, the
+ * output cap, replay of a tree, and network switches and pauses.
+ */
+function vmToo(backend: EngineBackend, runsOnVm: boolean): { skip?: string } {
+  return backend === 'container' || runsOnVm ? {} : { skip: `${backend}: control-plane bookkeeping the container run covers (each test boots fresh VMs)` };
+}
+
+for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: trajectory and replay (${backend})`, { skip, timeout: 600_000 }, () => {
   let server: TestServer;
 
-  const fresh = (): Promise<Sandbox> => Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
+  const fresh = (): Promise<Sandbox> => Sandbox.create({ ...server.conn, backend, resources: { memoryMiB } });
   const entries = async (sb: Sandbox): Promise<TrajectoryEntry[]> => (await sb.trajectory()).entries;
 
   before(async () => {
@@ -28,7 +39,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await server?.close();
   });
 
-  test('a new sandbox has an empty trajectory', async () => {
+  test('a new sandbox has an empty trajectory', vmToo(backend, false), async () => {
     const sb = await fresh();
     const t = await sb.trajectory();
     assert.equal(t.sandboxId, sb.id);
@@ -37,7 +48,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('every exec, streamed exec, session step and file change is logged in order with seq 1..n and exit codes', async () => {
+  test('every exec, streamed exec, session step and file change is logged in order with seq 1..n and exit codes', vmToo(backend, true), async () => {
     const sb = await fresh();
     await sb.commands.run('echo a');
     await sb.commands.run('exit 3');
@@ -89,7 +100,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('exec stdin is not stored in the logged request (only its size)', async () => {
+  test('exec stdin is not stored in the logged request (only its size)', vmToo(backend, false), async () => {
     const sb = await fresh();
     await sb.commands.run('cat > /tmp/in.txt', { stdin: 'secret-stdin' });
     const [e] = await entries(sb);
@@ -98,7 +109,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('a timed-out exec is logged with timedOut and exit code 137', async () => {
+  test('a timed-out exec is logged with timedOut and exit code 137', vmToo(backend, true), async () => {
     const sb = await fresh();
     await execJson(server, sb.id, { cmd: 'sleep 6001', timeoutMs: 300 });
     const [e] = await entries(sb);
@@ -107,7 +118,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('logged command output is capped at 64 KiB per stream (JSON exec), the caller still gets all of it', async () => {
+  test('logged command output is capped at 64 KiB per stream (JSON exec), the caller still gets all of it', vmToo(backend, true), async () => {
     const sb = await fresh();
     const r = await sb.commands.run('head -c 200000 /dev/zero | tr "\\0" o; head -c 100000 /dev/zero | tr "\\0" e >&2');
     assert.equal(r.stdout.length, 200000);
@@ -122,7 +133,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('logged output is capped for streamed execs and session commands too', async () => {
+  test('logged output is capped for streamed execs and session commands too', vmToo(backend, false), async () => {
     const sb = await fresh();
     const res = await execNdjson(server, sb.id, { cmd: 'head -c 300000 /dev/zero | tr "\\0" s' });
     for await (const _ of ndjsonLines(res.body!)) void _;
@@ -137,7 +148,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('a file change the API refused is not logged', async () => {
+  test('a file change the API refused is not logged', vmToo(backend, false), async () => {
     const sb = await fresh();
     await sb.files.mkdir('/tmp/isdir');
     await assert.rejects(sb.files.write('/tmp/isdir', 'x'));
@@ -149,7 +160,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('afterSeq and limit page through the log', async () => {
+  test('afterSeq and limit page through the log', vmToo(backend, false), async () => {
     const sb = await fresh();
     for (let i = 1; i <= 5; i++) await sb.commands.run(`echo ${i}`);
     const page = await sb.trajectory({ afterSeq: 2, limit: 2 });
@@ -164,7 +175,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('a JSON exec whose client hung up is still logged (its side effects happened)', async () => {
+  test('a JSON exec whose client hung up is still logged (its side effects happened)', vmToo(backend, false), async () => {
     const sb = await fresh();
     const ctrl = new AbortController();
     const pending = sb.commands.run('echo did-run > /tmp/hangup-json; sleep 6011', { signal: ctrl.signal });
@@ -176,7 +187,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('a streamed exec whose client disconnected mid-stream is still logged (its side effects happened)', async () => {
+  test('a streamed exec whose client disconnected mid-stream is still logged (its side effects happened)', vmToo(backend, false), async () => {
     const sb = await fresh();
     const ctrl = new AbortController();
     const res = await execNdjson(server, sb.id, { cmd: 'echo did-run > /tmp/hangup-stream; echo ready; sleep 6012' }, ctrl.signal);
@@ -190,7 +201,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('a background process is logged as a step (so a replay re-runs what it did)', async () => {
+  test('a background process is logged as a step (so a replay re-runs what it did)', vmToo(backend, false), async () => {
     const sb = await fresh();
     const p = await sb.commands.start('echo from-bg > /tmp/bg.txt');
     await p.wait();
@@ -202,7 +213,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     await sb.kill();
   });
 
-  test('trajectory and replay of an unknown sandbox: 404 SANDBOX_NOT_FOUND', async () => {
+  test('trajectory and replay of an unknown sandbox: 404 SANDBOX_NOT_FOUND', vmToo(backend, false), async () => {
     const id = `sb-${server.edgeId}-unknown000001`;
     for (const [method, path] of [
       ['GET', `/v1/sandboxes/${id}/trajectory`],
@@ -214,7 +225,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     }
   });
 
-  test('replay builds a new sandbox whose /work tree matches the original (files, modes, symlinks, contents)', async () => {
+  test('replay builds a new sandbox whose /work tree matches the original (files, modes, symlinks, contents)', vmToo(backend, true), async () => {
     const orig = await fresh();
     const bin = randomBytes(50_000);
     await orig.files.write('/work/a.txt', 'alpha', { mode: 0o600 });
@@ -267,7 +278,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     }
   });
 
-  test('the replayed sandbox starts with the original log and appends its own steps after it', async () => {
+  test('the replayed sandbox starts with the original log and appends its own steps after it', vmToo(backend, false), async () => {
     const orig = await fresh();
     await orig.commands.run('echo one > /tmp/one');
     await orig.files.write('/tmp/two', '2');
@@ -291,7 +302,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     }
   });
 
-  test('replay reports a non-replayable pty step as skipped (not diverged), and a later command whose exit code differs as diverged', async () => {
+  test('replay reports a non-replayable pty step as skipped (not diverged), and a later command whose exit code differs as diverged', vmToo(backend, false), async () => {
     const orig = await fresh();
     const t = await orig.terminal({ cmd: ['/bin/sh', '-c', 'echo made-by-pty > /tmp/from-pty'], onData: () => {} });
     assert.equal(await t.exited, 0);
@@ -314,7 +325,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     }
   });
 
-  test('an upload larger than the log keeps is marked unreplayable and reported as skipped on replay', async () => {
+  test('an upload larger than the log keeps is marked unreplayable and reported as skipped on replay', vmToo(backend, false), async () => {
     const orig = await fresh();
     const big = encodeTar([{ name: 'big.bin', type: 'file', mode: 0o644, data: randomBytes((8 << 20) + 4096) }]);
     await orig.files.uploadTar('/tmp/big', big);
@@ -333,7 +344,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     }
   });
 
-  test('network switches, pauses and resumes are logged; a replay applies the switches and skips the pauses', async () => {
+  test('network switches, pauses and resumes are logged; a replay applies the switches and skips the pauses', vmToo(backend, true), async () => {
     const orig = await fresh();
     await orig.setNetwork({ mode: 'open' });
     await orig.pause();
@@ -355,7 +366,7 @@ describe('engine: trajectory and replay', { skip: integrationSkipReason(), timeo
     }
   });
 
-  test('after kill the trajectory stays readable by id; inspect says until when', async () => {
+  test('after kill the trajectory stays readable by id; inspect says until when', vmToo(backend, false), async () => {
     const sb = await fresh();
     await sb.commands.run('echo before-kill');
     await sb.kill();

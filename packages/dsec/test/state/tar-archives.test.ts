@@ -24,7 +24,8 @@ import { after, before, describe, test } from 'node:test';
 import { getXattr, setXattr } from '../../src/host/syscalls.js';
 import { UnsafeArchiveError, extractTarSafely } from '../../src/image/oci/safe-extract.js';
 import { TarFormatError, type TarHeader, readTar } from '../../src/image/oci/tar-reader.js';
-import { tarArchive } from '../../src/image/oci/tar-writer.js';
+import { tarArchive, type TarWriteEntry } from '../../src/image/oci/tar-writer.js';
+import { DiffLimitError, MAX_PATH_BYTES } from '../../src/image/pack-diff.js';
 
 const asRoot = process.getuid?.() === 0 ? undefined : 'xattrs on security.* and owners need root';
 
@@ -354,5 +355,26 @@ describe('hostile archives against safe extraction', { skip: asRoot }, () => {
     await refused('absent', Buffer.concat([block('h', '1', 0, [[157, Buffer.from('etc/passwd')]]), END]));
     assert.equal(readFileSync(secret, 'utf8'), 'host secret');
     assert.ok(!existsSync(join(dir, 'via-symlink', 'root', 'h')));
+  });
+  test("a snapshot layer's bounds (a VM's disk diff): entries with whiteouts, file bytes, path length, each a DiffLimitError before anything past it lands", async () => {
+    const limits = { maxEntries: 5, maxBytes: 1000, maxPathBytes: MAX_PATH_BYTES };
+    const run = async (name: string, entries: TarWriteEntry[]): Promise<string> => {
+      const root = join(dir, name);
+      mkdirSync(root, { recursive: true });
+      await extractTarSafely(once(tarArchive(entries)), root, { layer: true, label: name, warn: () => {}, limits });
+      return root;
+    };
+    const file = (n: string, bytes = 1): TarWriteEntry => ({ name: n, type: 'file', mode: 0o644, uid: 0, gid: 0, mtime: 1, data: Buffer.alloc(bytes, 1) });
+    // At the bound: accepted.
+    const ok = await run('limits-ok', [file('a'), file('b'), file('.wh.c'), file('d', 997)]);
+    assert.deepEqual(readdirSync(ok).sort(), ['a', 'b', 'c', 'd']);
+    const tooMany = (err: Error): boolean => err instanceof DiffLimitError && err.details['maxEntries'] === 5;
+    await assert.rejects(run('limits-entries', ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => file(n))), tooMany);
+    // Whiteouts are entries too (each is remembered until the end of the archive).
+    await assert.rejects(run('limits-whiteouts', ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => file(`.wh.${n}`))), tooMany);
+    await assert.rejects(run('limits-bytes', [file('a', 600), file('b', 600)]), (err: Error) => err instanceof DiffLimitError && err.details['maxBytes'] === 1000);
+    assert.ok(!existsSync(join(dir, 'limits-bytes', 'b')), 'the file past the bound is never written');
+    const deep = `${'d'.repeat(200)}/`.repeat(21);
+    await assert.rejects(run('limits-path', [file(`${deep}x`)]), (err: Error) => err instanceof DiffLimitError && /path too long/.test(err.message));
   });
 });

@@ -158,7 +158,7 @@ export class BackendDispatch implements EdgeApi {
     return this.#for(id).getNetwork(id);
   }
 
-  snapshotSandbox(id: string, opts?: { scrub?: string[]; signal?: AbortSignal }): Promise<EdgeSnapshot> {
+  snapshotSandbox(id: string, opts?: { scrub?: string[]; signal?: AbortSignal; memory?: boolean }): Promise<EdgeSnapshot> {
     return this.#for(id).snapshotSandbox(id, opts);
   }
 

@@ -139,7 +139,14 @@ export const EdgeSnapshot = Type.Object({
 });
 export type EdgeSnapshot = Static<typeof EdgeSnapshot>;
 
-export const EdgeSnapshotRequest = Type.Object({ scrub: Type.Optional(Type.Array(Type.String({ pattern: '^/' }), { maxItems: 256 })) }, { additionalProperties: false });
+export const EdgeSnapshotRequest = Type.Object(
+  {
+    scrub: Type.Optional(Type.Array(Type.String({ pattern: '^/' }), { maxItems: 256 })),
+    /** A VM's memory, device and disk state kept on its edge for restores (a live fork), not an image. */
+    memory: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+);
 
 export const EdgeLink = Type.Object({ index: Type.Integer(), host: Type.String(), sandbox: Type.String() });
 export const EdgeNetworkState = Type.Object({

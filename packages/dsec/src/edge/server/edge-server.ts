@@ -172,7 +172,7 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   app.post(`${S}/snapshot`, { schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } }, async (req, reply) => {
     const hangup = abortOnHangup(reply);
     try {
-      return await edge.snapshotSandbox(req.params.id, { ...(req.body.scrub ? { scrub: req.body.scrub } : {}), signal: hangup.signal });
+      return await edge.snapshotSandbox(req.params.id, { ...(req.body.scrub ? { scrub: req.body.scrub } : {}), ...(req.body.memory ? { memory: true } : {}), signal: hangup.signal });
     } finally {
       hangup.done();
     }

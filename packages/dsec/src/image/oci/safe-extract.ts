@@ -15,6 +15,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import koffi from 'koffi';
 import { mknod, setXattr } from '../../host/syscalls.js';
+import { DiffLimitError, type DiffLimits } from '../pack-diff.js';
 import { readTar, type TarHeader } from './tar-reader.js';
 
 /**
@@ -41,6 +42,12 @@ export interface ExtractOptions {
   warn: (message: string) => void;
   /** Names the archive in messages: "layer 2 (sha256:…)". */
   label: string;
+  /**
+   * Bounds for an archive that becomes a snapshot's layer (a guest's disk diff), as pack_diff's
+   * for a container: entries (whiteouts included), file bytes, and path length (PATH_MAX under
+   * the scratch root, which mkfs.erofs must be able to pack). Over one: DiffLimitError.
+   */
+  limits?: DiffLimits & { maxPathBytes: number };
 }
 
 export interface ExtractStats {
@@ -108,6 +115,25 @@ export function allowedXattr(name: string): boolean {
   return name.startsWith('user.') || name === 'security.capability';
 }
 
+function checkLimits(limits: DiffLimits & { maxPathBytes: number }, root: string, rel: string, h: TarHeader, entries: number, bytes: number): void {
+  const room = limits.maxPathBytes - Buffer.byteLength(root) - 1;
+  if (Buffer.byteLength(rel) > room) {
+    throw new DiffLimitError(
+      `the sandbox has a path too long to snapshot (${Buffer.byteLength(rel)} bytes, beginning ${JSON.stringify(rel.slice(0, 80))}): a layer holds paths up to ${room} bytes; remove or shorten that tree first`,
+      { path: rel.slice(0, 256), maxPathBytes: room },
+    );
+  }
+  if (entries >= limits.maxEntries) {
+    throw new DiffLimitError(`the sandbox changed more than ${limits.maxEntries} files and directories; a snapshot holds at most that many`, { maxEntries: limits.maxEntries });
+  }
+  if (h.type === 'file' && bytes + h.size > limits.maxBytes) {
+    throw new DiffLimitError(
+      `the sandbox's changes exceed ${limits.maxBytes} bytes (apparent size, sparse files in full; ${JSON.stringify(rel.slice(0, 80))} reached it); a snapshot holds at most that much`,
+      { maxBytes: limits.maxBytes, path: rel.slice(0, 256) },
+    );
+  }
+}
+
 export async function extractTarSafely(source: AsyncIterable<Buffer>, root: string, opts: ExtractOptions): Promise<ExtractStats> {
   const stats: ExtractStats = { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, skipped: 0 };
   /** Directories known to be real directories (relative paths); cleared when a tree is removed. */
@@ -170,6 +196,7 @@ export async function extractTarSafely(source: AsyncIterable<Buffer>, root: stri
       warnOnce('absolute', `${opts.label}: absolute entry names (like ${JSON.stringify(h.name)}) were made relative to the layer root`);
     const base = rel.slice(rel.lastIndexOf('/') + 1);
     const parent = rel.includes('/') ? rel.slice(0, rel.lastIndexOf('/')) : '';
+    if (opts.limits) checkLimits(opts.limits, root, rel, h, stats.entries + whiteouts.size + opaque.size, stats.bytes);
 
     if (opts.layer && base.startsWith(WHITEOUT_PREFIX)) {
       if (h.type !== 'file' && h.type !== 'link') {

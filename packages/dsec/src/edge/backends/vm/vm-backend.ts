@@ -1,5 +1,5 @@
 import type { Duplex } from 'node:stream';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -19,7 +19,11 @@ import { tarCreateArgs, tarOutput } from '../../../exec/sandbox-tar.js';
 import type { ExecEvent } from '../../../exec/run-command.js';
 import type { ProcessExit } from '../../../exec/sandbox-process.js';
 import { sandboxUsage } from '../../../host/cgroups.js';
+import { removeTree } from '../../../host/remove-tree.js';
 import { runToolOrThrow, ToolError } from '../../../host/run-tool.js';
+import { DEFAULT_DIFF_LIMITS, DEFAULT_SCRUB, DiffLimitError } from '../../../image/pack-diff.js';
+import { TarFormatError } from '../../../image/oci/tar-reader.js';
+import { UnsafeArchiveError } from '../../../image/oci/safe-extract.js';
 import { writeFileAtomic } from '../../../image/atomic-file.js';
 import type { LayerDigest } from '../../../image/layer-store.js';
 import type { Link } from '../../../net/address-pool.js';
@@ -29,7 +33,9 @@ import { detachLink } from '../../../net/sandbox-network.js';
 import { prepareVmNetns } from '../../../net/vm-network.js';
 import { resolvePolicy } from '../../network-request.js';
 import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, TerminalChannel, TerminalRequest } from '../../edge-api.js';
+import type { BlobSource } from '../../blob-source.js';
 import type { LayerCache } from '../../layer-cache.js';
+import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from '../../snapshot-layer.js';
 import { mergeEnv, parseUser } from '../../oci-config.js';
 import { sandboxPath } from '../../sandbox-files.js';
 import { unsupported, type BackendKind, type SandboxBackend } from '../backend.js';
@@ -44,6 +50,7 @@ import { loadVmState, saveVmState } from './vm-state.js';
 import { openGuestPort } from './vm-port.js';
 import { checkWritablePaths, vmSessionHost } from './vm-session.js';
 import { openVmTerminal } from './vm-terminal.js';
+import { GuestDiffError, stageGuestUpper } from './vm-disk-diff.js';
 import type { ImageConfig } from '@dsec/sdk/schema';
 
 /** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
@@ -89,6 +96,10 @@ interface LiveVm {
   journal: ExecJournal;
   /** Open connections to the guest's ports (openPort), ended with the VM. */
   ports: Set<Duplex>;
+  /** Aborted when a kill starts: stops a snapshot's read of the guest's disk. */
+  stop: AbortController;
+  /** A snapshot reading the guest's disk (frozen meanwhile): file writes and other snapshots wait for it. */
+  diffing?: Promise<unknown> | undefined;
 }
 
 export interface VmBackendOptions {
@@ -96,6 +107,8 @@ export interface VmBackendOptions {
   layerCache: LayerCache;
   /** The node's sandbox links, shared with the container edge. */
   links: NodeLinks;
+  /** Where snapshot layers go (the edge's blob source). */
+  blobs: BlobSource;
   log: Logger;
 }
 
@@ -196,7 +209,9 @@ export class VmBackend implements SandboxBackend {
 
   #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
     const journal = new ExecJournal(join(paths.dir, 'journal'));
-    const live: LiveVm = { record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new SessionTable(record.id, journal), journal, ports: new Set() };
+    const live: LiveVm = {
+      record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new SessionTable(record.id, journal), journal, ports: new Set(), stop: new AbortController(),
+    };
     this.#live.set(record.id, live);
     agent.onClose((err) => {
       if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
@@ -373,6 +388,7 @@ export class VmBackend implements SandboxBackend {
     const v = this.#live.get(id);
     if (!v) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id} on this edge`);
     this.#live.delete(id);
+    v.stop.abort();
     v.processes.killAll();
     for (const t of v.terminals) t.kill();
     v.sessions.closeAll();
@@ -563,12 +579,79 @@ export class VmBackend implements SandboxBackend {
   }
 
   /**
-   * A VM's snapshot: with its vCPUs stopped, its disk copied (sparse) and its memory and device
-   * state saved through QEMU's migration stream (vm-state.ts), then the VM runs on. The snapshot
-   * stays on this edge, beside the VM (`snapshot/`), until the VM is killed or snapshotted again;
-   * creates with `restoreFrom` start new VMs from it, each with its own copy of the disk.
+   * A VM's snapshot. As an image (the default): pack_diff of the guest's overlay upper, read by
+   * the agent with its disk frozen and streamed as a tar (vm-disk-diff.ts), a layer over the VM's
+   * own layers that containers and VMs start from. `memory`: its memory and device state, for a
+   * live fork (#saveState).
    */
-  async snapshotSandbox(id: string): Promise<EdgeSnapshot> {
+  async snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean } = {}): Promise<EdgeSnapshot> {
+    if (opts.memory) return this.#saveState(id);
+    const v = this.#vm(id);
+    if (v.record.paused) {
+      throw new ApiError('SANDBOX_NOT_RUNNING', `VM ${id} is paused: its agent reads its disk for a snapshot as an image; resume it first (a paused VM can be forked as it is)`, { id, status: 'paused' });
+    }
+    this.#running(id);
+    // One reader of the guest's disk at a time: a second snapshot waits for the first.
+    while (v.diffing) await v.diffing.catch(() => undefined);
+    const work = this.#snapshotImage(v, opts);
+    v.diffing = work;
+    try {
+      return await work;
+    } finally {
+      if (v.diffing === work) v.diffing = undefined;
+    }
+  }
+
+  async #snapshotImage(v: LiveVm, opts: { scrub?: string[]; signal?: AbortSignal }): Promise<EdgeSnapshot> {
+    const id = v.record.id;
+    const tmpDir = join(this.opts.nodeDir, 'tmp');
+    mkdirSync(tmpDir, { recursive: true });
+    const stage = mkdtempSync(join(tmpDir, 'vm-snap-'));
+    const copying = AbortSignal.any([v.stop.signal, AbortSignal.timeout(SNAPSHOT_COPY_TIMEOUT_MS), ...(opts.signal ? [opts.signal] : [])]);
+    try {
+      const t0 = performance.now();
+      let stats;
+      try {
+        stats = await stageGuestUpper(v.agent, stage, {
+          scrub: opts.scrub ?? DEFAULT_SCRUB,
+          limits: DEFAULT_DIFF_LIMITS,
+          signal: copying,
+          timeoutMs: SNAPSHOT_COPY_TIMEOUT_MS,
+          warn: (message) => this.opts.log.warn({ sandbox: id }, message),
+        });
+      } catch (err) {
+        if (err instanceof DiffLimitError) throw new ApiError('PAYLOAD_TOO_LARGE', err.message, err.details);
+        if (v.stop.signal.aborted) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
+        if (opts.signal?.aborted) throw opts.signal.reason;
+        if (copying.aborted) {
+          throw new ApiError('PAYLOAD_TOO_LARGE', `reading the VM's disk for its snapshot took longer than ${SNAPSHOT_COPY_TIMEOUT_MS / 60_000} minutes; the sandbox changed too much to snapshot`, {
+            limit: 'copyTimeMs',
+            max: SNAPSHOT_COPY_TIMEOUT_MS,
+          });
+        }
+        // What the guest sent is the guest's: a broken archive is its doing, not the edge's.
+        if (err instanceof TarFormatError || err instanceof UnsafeArchiveError || err instanceof GuestDiffError || err instanceof AgentError) {
+          throw new ApiError('SANDBOX_NOT_RUNNING', `VM ${id}: its disk could not be read for the snapshot: ${err.message}`, { id });
+        }
+        throw err;
+      }
+      const frozenMs = performance.now() - t0;
+      const base = { baseLayers: v.record.layers, config: v.record.config, stats, frozenMs };
+      if (stats.entries === 0) return { layer: null, ...base };
+      const layer = await packSnapshotLayer(id, stage, { tmpDir, blobs: this.opts.blobs, sparse: false, killed: v.stop.signal, cancelled: opts.signal });
+      return { layer, ...base };
+    } finally {
+      await removeTree(stage);
+    }
+  }
+
+  /**
+   * A VM's state for a live fork: with its vCPUs stopped, its disk copied (sparse) and its memory
+   * and device state saved through QEMU's migration stream (vm-state.ts), then the VM runs on.
+   * The state stays on this edge, beside the VM (`snapshot/`), until the VM is killed or saved
+   * again; creates with `restoreFrom` start new VMs from it, each with its own copy of the disk.
+   */
+  async #saveState(id: string): Promise<EdgeSnapshot> {
     const v = this.#vm(id);
     if (v.agent.closed) throw new ApiError('SANDBOX_NOT_RUNNING', `the agent of VM ${id} is gone: ${v.agent.closed.message}`);
     const wasPaused = v.record.paused === true;
@@ -649,7 +732,7 @@ export class VmBackend implements SandboxBackend {
   async uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number> {
     const v = this.#running(id);
     const p = sandboxPath(dir, v.record.config.cwd);
-    await this.#fs(id, dir, (vm, q) => vm.agent.call('mkdir', { path: q, parents: true }));
+    await this.#fs(id, dir, (vm, q) => vm.agent.call('mkdir', { path: q, parents: true }), true);
     const proc = this.#tar(v, ['-x', '-f', '-', '-C', p], true);
     let bytes = 0;
     try {
@@ -726,7 +809,9 @@ export class VmBackend implements SandboxBackend {
 
   // --- files ---------------------------------------------------------------------------------
 
-  async #fs<T>(id: string, path: string, fn: (v: LiveVm, p: string) => Promise<T>): Promise<T> {
+  async #fs<T>(id: string, path: string, fn: (v: LiveVm, p: string) => Promise<T>, writes = false): Promise<T> {
+    // The agent refuses writes while a snapshot reads the frozen disk: they wait for it here.
+    while (writes && this.#live.get(id)?.diffing) await this.#live.get(id)?.diffing?.catch(() => undefined);
     const v = this.#running(id);
     const p = sandboxPath(path, v.record.config.cwd);
     try {
@@ -751,7 +836,7 @@ export class VmBackend implements SandboxBackend {
     return this.#fs(id, path, async (v, p) => {
       await v.agent.call('write', { path: p, mode }, data);
       return data.length;
-    });
+    }, true);
   }
 
   async statPath(id: string, path: string): Promise<FileStat> {
@@ -769,15 +854,15 @@ export class VmBackend implements SandboxBackend {
   }
 
   async makeDir(id: string, path: string, parents: boolean): Promise<void> {
-    await this.#fs(id, path, (v, p) => v.agent.call('mkdir', { path: p, parents }));
+    await this.#fs(id, path, (v, p) => v.agent.call('mkdir', { path: p, parents }), true);
   }
 
   async removePath(id: string, path: string, recursive: boolean): Promise<void> {
-    await this.#fs(id, path, (v, p) => v.agent.call('remove', { path: p, recursive }));
+    await this.#fs(id, path, (v, p) => v.agent.call('remove', { path: p, recursive }), true);
   }
 
   async renamePath(id: string, from: string, to: string): Promise<void> {
-    await this.#fs(id, from, (v, p) => v.agent.call('rename', { from: p, to: sandboxPath(to, v.record.config.cwd) }));
+    await this.#fs(id, from, (v, p) => v.agent.call('rename', { from: p, to: sandboxPath(to, v.record.config.cwd) }), true);
   }
 }
 

@@ -2,20 +2,41 @@ import { Duplex } from 'node:stream';
 import { AgentError, type AgentClient } from './agent-client.js';
 import type { AgentFrame } from './agent-frames.js';
 
+/** Bytes of one port connection the agent sends before the edge grants more (see openGuestPort). */
+export const PORT_WINDOW_BYTES = 256 << 10;
+
 /**
  * A TCP connection to `port` on the guest's own loopback, relayed by the guest agent over the
  * VM's channel (`connect`, then `data`/`eof` events and `send`/`close` requests): the guest's
  * network and the VM's egress rules are not involved, as a container's port is reached on the
  * loopback of its netns. Rejects with the agent's error (ECONNREFUSED when nothing listens).
- * Bytes from the guest are pushed as they come (the channel carries every call of the VM, so it
- * is never paused for one slow reader).
+ *
+ * Flow control: the channel carries every call of the VM, so it is never paused for one slow
+ * reader; instead each connection has a window. The agent sends at most PORT_WINDOW_BYTES the
+ * edge has not granted back (`credit`), and the edge grants bytes back as its reader takes them
+ * (push() below the stream's high-water mark, or the next read()). A guest writing faster than
+ * the client reads fills its own socket buffers and blocks; the edge holds at most the window.
  */
 export function openGuestPort(agent: AgentClient, port: number): Promise<Duplex> {
   return new Promise((resolve, reject) => {
     let stream: Duplex | undefined;
+    /** Bytes pushed while the reader was full: granted back when it asks for more. */
+    let owed = 0;
+    const grant = (bytes: number): void => {
+      try {
+        agent.write({ op: 'credit', id, bytes });
+      } catch {
+        // the channel is gone; the stream ends with it
+      }
+    };
     const open = (): Duplex =>
       new Duplex({
-        read() {},
+        read() {
+          if (owed === 0) return;
+          const n = owed;
+          owed = 0;
+          grant(n);
+        },
         write(chunk: Buffer, _enc, cb) {
           try {
             agent.write({ op: 'send', id }, chunk);
@@ -54,10 +75,13 @@ export function openGuestPort(agent: AgentClient, port: number): Promise<Duplex>
         reject(ev === 'error' ? new AgentError(String(f.header['code'] ?? 'EIO'), String(f.header['message'] ?? 'connect failed')) : new Error(`the VM's agent channel closed: ${String(f.header['message'] ?? '')}`));
         return;
       }
-      if (ev === 'data') stream.push(f.payload);
+      if (ev === 'data') {
+        if (stream.push(f.payload)) grant(f.payload.length);
+        else owed += f.payload.length;
+      }
       else if (ev === 'eof') stream.push(null);
       else if (ev === 'closed') stream.destroy(new Error(`the VM's agent channel closed: ${String(f.header['message'] ?? '')}`));
     };
-    const id = agent.send('connect', { port }, undefined, onEvent);
+    const id = agent.send('connect', { port, window: PORT_WINDOW_BYTES }, undefined, onEvent);
   });
 }
