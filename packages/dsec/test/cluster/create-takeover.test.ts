@@ -1,80 +1,46 @@
 /**
  * A create in flight on a control-plane replica that dies is taken over by another replica once
- * its create lease runs out (control/create-leases.ts): two replicas on one real PostgreSQL, two
- * simulated edges (the edge protocol over HTTP, no crun) that take 2.5 s per create, and replica A
- * SIGKILLed while it waits on both edges. The sandbox its edge finished becomes running; the one
- * its edge refused (nobody was left to hear the refusal) becomes failed with the reason. Without
- * the takeover both would stay `creating` for ever. Replica A runs in a child process (so it can
- * die for real); replica B runs in this process. About 20 s, most of it the 10 s lease.
+ * its create lease runs out (control/create-leases.ts): two replicas on one real PostgreSQL
+ * (test/cluster/support/replica-pair.ts: replica A in a child process, so it can die for real;
+ * replica B in this process), and replica A SIGKILLed while creates are in flight.
+ * - With two simulated edges (the edge protocol over HTTP, no crun) that take 2.5 s per create:
+ *   the sandbox its edge finished becomes running; the one its edge refused (nobody was left to
+ *   hear the refusal) becomes failed with the reason. Without the takeover both would stay
+ *   `creating` for ever. About 20 s, most of it the 10 s lease.
+ * - With a real crun edge (and the cluster's registry as the blob store, so B reads every layer
+ *   without A): a burst of creates at A, A killed once B sees some of them `creating`; each one
+ *   ends running (and answers an exec) or failed with the reason, the edge holds exactly the
+ *   running ones, and once they are killed nothing of any is left on the edge. About 20 s.
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
-import { compileOptions } from '../../src/config/options.js';
-import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
-import { startControlPlane, type RunningControl } from '../../src/runtime/all-in-one.js';
-import { postgresSkipReason, testPostgres } from '../helpers/postgres.js';
-import { integrationSkipReason, makeDataDir, mountsBelow } from '../helpers/server.js';
+import { startEdgeDaemon, type RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
+import { postgresSkipReason } from '../helpers/postgres.js';
+import { registrySkipReason, startTestRegistry, type TestRegistry } from '../helpers/registry.js';
+import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId } from '../helpers/server.js';
+import { api, startReplicaPair, until, type Endpoint, type ReplicaPair } from './support/replica-pair.js';
 
 const skip = integrationSkipReason() ?? postgresSkipReason();
-const replicaScript = join(fileURLToPath(new URL('.', import.meta.url)), 'support', 'replica-process.js');
-
-interface Endpoint {
-  url: string;
-  apiKey: string;
-}
-
-async function api(at: Endpoint, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
-  const res = await fetch(`${at.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${at.apiKey}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    ...(body ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? (JSON.parse(text) as unknown) : undefined };
-}
-
-async function until<T>(check: () => Promise<T | undefined>): Promise<T> {
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 async function listed(at: Endpoint, label: string): Promise<SandboxInfo[]> {
   return ((await api(at, 'GET', `/v1/sandboxes?label=case=${label}`)).body as { sandboxes: SandboxInfo[] }).sandboxes;
 }
 
 describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }, () => {
-  const dataDirs: string[] = [];
-  let child: ChildProcess | undefined;
+  let pair: ReplicaPair;
   let a: Endpoint & { joinToken: string };
-  let b: RunningControl;
+  let b: ReplicaPair['b'];
   let keeper: RunningSimulatedEdge;
   let dropper: RunningSimulatedEdge;
 
   before(async () => {
-    const store = await (await testPostgres()).database(`dsec_takeover_${randomBytes(4).toString('hex')}`);
-    dataDirs.push(makeDataDir(), makeDataDir());
-    child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir: dataDirs[0], store })], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const first = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child!.stdout! }).once('line', resolve);
-      child!.once('exit', (code) => reject(new Error(`replica A exited (${code}) before it served`)));
-    });
-    a = JSON.parse(first) as Endpoint & { joinToken: string };
-    b = await startControlPlane(compileOptions({ dataDir: dataDirs[1], store, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
-    await buildBusyboxImage(b.images);
-    const join = `${a.url},${b.url}`;
-    keeper = await startSimulatedEdge({ join, token: a.joinToken, id: 'keeper', labels: { node: 'keeper' } });
-    dropper = await startSimulatedEdge({ join, token: a.joinToken, id: 'dropper', labels: { node: 'dropper' } });
+    pair = await startReplicaPair({ name: 'dsec_takeover' });
+    ({ a, b } = pair);
+    keeper = await startSimulatedEdge({ join: pair.join, token: a.joinToken, id: 'keeper', labels: { node: 'keeper' } });
+    dropper = await startSimulatedEdge({ join: pair.join, token: a.joinToken, id: 'dropper', labels: { node: 'dropper' } });
     await until(async () => {
       const n = ((await api(a, 'GET', '/v1/nodes')).body as { nodes: { state: string }[] }).nodes;
       return n.length === 2 && n.every((x) => x.state === 'ready') ? n : undefined;
@@ -84,15 +50,7 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
   after(async () => {
     await keeper?.close();
     await dropper?.close();
-    await b?.close();
-    if (child && child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      await new Promise((r) => child!.once('exit', r));
-    }
-    for (const d of dataDirs) {
-      assert.deepEqual(mountsBelow(d), []);
-      rmSync(d, { recursive: true, force: true });
-    }
+    await pair?.close();
   });
 
   test('is finished by another replica when its edge made the sandbox, and failed with the reason when it did not', async () => {
@@ -110,8 +68,7 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
     assert.equal(dropped.edge, 'dropper');
     // The dropper's create fails when its delay ends; A, which would have recorded that, is dead by then.
     dropper.edge.stop();
-    child!.kill('SIGKILL');
-    await new Promise((r) => child!.once('exit', r));
+    await pair.killA();
     assert.deepEqual(await Promise.all(answers), ['no answer', 'no answer'], "A's callers never got an answer");
     for (const s of [kept, dropped]) assert.equal(((await api(b, 'GET', `/v1/sandboxes/${s.id}`)).body as SandboxInfo).status, 'creating', `${s.id} was creating when A died`);
 
@@ -139,5 +96,77 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
     assert.equal(keeper.edge.kills.get(made.id) ?? 0, 0, 'never killed by a takeover');
     keeper.edge.createDelayMs = 0;
     assert.equal((await api(b, 'DELETE', `/v1/sandboxes/${made.id}`)).status, 204);
+  });
+});
+
+describe('creates in flight on a replica that dies, with a real crun edge', { skip: skip ?? registrySkipReason(), timeout: 180_000 }, () => {
+  let registry: TestRegistry;
+  let pair: ReplicaPair;
+  let edge: RunningEdgeDaemon | undefined;
+  const edgeDir = makeDataDir();
+  const edgeId = newEdgeId();
+
+  before(async () => {
+    registry = await startTestRegistry();
+    pair = await startReplicaPair({ name: 'dsec_takeover_crun', registry: `${registry.host}/team/takeover` });
+    edge = await startEdgeDaemon({
+      join: pair.join,
+      token: pair.a.joinToken,
+      listen: '127.0.0.1:0',
+      dataDir: edgeDir,
+      id: edgeId,
+      pool: 'default',
+      labels: {},
+      cpuOvercommit: 0,
+      maxSandboxes: 32,
+      layerCacheMiB: 512,
+      logLevel: 'silent',
+    });
+  });
+
+  after(async () => {
+    await edge?.close({ killAll: true });
+    await pair?.close();
+    await assertCleanAndRemove(edgeDir, edgeId);
+    await registry?.close();
+  });
+
+  test('each ends running or failed with the reason; the edge holds exactly the running ones, and nothing once they are killed', async (t) => {
+    const label = `crun-${randomBytes(3).toString('hex')}`;
+    const burst = 12;
+    const answers = Array.from({ length: burst }, () => api(pair.a, 'POST', '/v1/sandboxes', { image: 'busybox', labels: { case: label } }).then(() => 'answered', () => 'no answer'));
+    // A dies once some rows are written and not yet settled: their creates are in flight at A.
+    await until(async () => ((await listed(pair.b, label)).filter((s) => s.status === 'creating').length >= 3 ? true : undefined));
+    await pair.killA();
+    await Promise.all(answers);
+    const atDeath = await listed(pair.b, label);
+    const inFlight = atDeath.filter((s) => s.status === 'creating').map((s) => s.id);
+    assert.ok(inFlight.length >= 1, `some creates were in flight when A died: ${JSON.stringify(atDeath.map((s) => s.status))}`);
+
+    // B, once A's create leases run out, settles every one from what the edge holds.
+    const settled = await until(async () => {
+      const now = await listed(pair.b, label);
+      return now.every((s) => s.status !== 'creating') ? now : undefined;
+    });
+    assert.equal(settled.length, atDeath.length, 'every accepted create is accounted for');
+    const onEdge = new Set((await edge!.edge.listSandboxes()).map((s) => s.id));
+    const tookOver = settled.filter((s) => inFlight.includes(s.id));
+    for (const s of settled) {
+      assert.ok(s.status === 'running' || s.status === 'failed', `${s.id}: ${s.status}`);
+      if (s.status === 'running') {
+        assert.ok(onEdge.has(s.id), `${s.id} runs on the edge`);
+        const ran = await api(pair.b, 'POST', `/v1/sandboxes/${s.id}/exec`, { cmd: ['echo', 'alive'] });
+        assert.equal((ran.body as { stdout: string }).stdout, 'alive\n', `${s.id} answers through B`);
+      } else {
+        if (inFlight.includes(s.id)) assert.match(s.reason ?? '', /replica .* stopped .* while creating it, and its edge .* did not have it/);
+        else assert.ok(s.reason, `${s.id} failed with a reason`);
+        assert.ok(!onEdge.has(s.id), `${s.id} (failed) is not on the edge`);
+      }
+    }
+    assert.equal([...onEdge].filter((id) => !settled.some((s) => s.id === id && s.status === 'running')).length, 0, 'the edge runs nothing the store does not call running');
+    t.diagnostic(`took over ${tookOver.length} creates: ${tookOver.filter((s) => s.status === 'running').length} running, ${tookOver.filter((s) => s.status === 'failed').length} failed`);
+
+    for (const s of settled.filter((x) => x.status === 'running')) assert.equal((await api(pair.b, 'DELETE', `/v1/sandboxes/${s.id}`)).status, 204);
+    assert.deepEqual(await edge!.edge.listSandboxes(), [], 'nothing is left on the edge');
   });
 });

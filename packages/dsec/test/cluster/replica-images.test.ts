@@ -4,96 +4,55 @@
  * images (as a dsec from before the store kept them), which A imports at its first start; replica
  * B, whose data dir is empty, lists them with the same ids, serves their blobs, and a name made or
  * removed at one replica is seen at the other. A runs in a child process; B in this process. Two
- * simulated edges (the edge protocol over HTTP, no crun) take the creates. About 15 s.
+ * simulated edges (the edge protocol over HTTP, no crun) take the creates
+ * (test/cluster/support/replica-pair.ts). About 15 s.
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import type { ImageInfo, SandboxInfo } from '@dsec/sdk/schema';
 import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
-import { compileOptions } from '../../src/config/options.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { ImageStore } from '../../src/image/image-store.js';
 import { LayerStore } from '../../src/image/layer-store.js';
-import { startControlPlane, type RunningControl } from '../../src/runtime/all-in-one.js';
-import { postgresSkipReason, testPostgres } from '../helpers/postgres.js';
-import { integrationSkipReason, makeDataDir, mountsBelow } from '../helpers/server.js';
+import { postgresSkipReason } from '../helpers/postgres.js';
+import { integrationSkipReason, makeDataDir } from '../helpers/server.js';
+import { api, startReplicaPair, until, type Endpoint, type ReplicaPair } from './support/replica-pair.js';
 
 const skip = integrationSkipReason() ?? postgresSkipReason();
-const replicaScript = join(fileURLToPath(new URL('.', import.meta.url)), 'support', 'replica-process.js');
-
-interface Endpoint {
-  url: string;
-  apiKey: string;
-}
-
-async function api(at: Endpoint, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
-  const res = await fetch(`${at.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${at.apiKey}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    ...(body ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text && res.headers.get('content-type')?.includes('json') ? (JSON.parse(text) as unknown) : text };
-}
-
-async function until<T>(check: () => Promise<T | undefined>): Promise<T> {
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 async function images(at: Endpoint): Promise<ImageInfo[]> {
   return ((await api(at, 'GET', '/v1/images')).body as { images: ImageInfo[] }).images;
 }
 
 describe('image records shared by control-plane replicas', { skip, timeout: 120_000 }, () => {
-  const dataDirs: string[] = [];
+  let dataDirs: [string, string];
   let layerDir: string;
-  let child: ChildProcess | undefined;
+  let pair: ReplicaPair;
   let a: Endpoint & { joinToken: string };
-  let b: RunningControl;
+  let b: ReplicaPair['b'];
   let legacyId: string;
   const edges: RunningSimulatedEdge[] = [];
 
   before(async () => {
-    const store = await (await testPostgres()).database(`dsec_images_${randomBytes(4).toString('hex')}`);
-    dataDirs.push(makeDataDir(), makeDataDir());
+    const aDataDir = makeDataDir();
     layerDir = mkdtempSync('/var/tmp/dsec-test-layers-');
     // A's data dir as an older dsec left it: busybox and a second name, as files only.
-    const files = new ImageStore(dataDirs[0]!, new LayerStore(layerDir));
+    const files = new ImageStore(aDataDir, new LayerStore(layerDir));
     legacyId = (await buildBusyboxImage(files)).id;
     files.tag('legacy:v1', legacyId as `sha256:${string}`);
-    assert.ok(existsSync(join(dataDirs[0]!, 'images', 'refs', 'legacy:v1')));
+    assert.ok(existsSync(join(aDataDir, 'images', 'refs', 'legacy:v1')));
 
-    child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir: dataDirs[0], store, layerDir })], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const first = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child!.stdout! }).once('line', resolve);
-      child!.once('exit', (code) => reject(new Error(`replica A exited (${code}) before it served`)));
-    });
-    a = JSON.parse(first) as Endpoint & { joinToken: string };
-    b = await startControlPlane(compileOptions({ dataDir: dataDirs[1], store, layerDir, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
-    for (const id of ['imgone', 'imgtwo']) edges.push(await startSimulatedEdge({ join: `${a.url},${b.url}`, token: a.joinToken, id }));
+    pair = await startReplicaPair({ name: 'dsec_images', layerDir, aDataDir });
+    ({ a, b, dataDirs } = pair);
+    for (const id of ['imgone', 'imgtwo']) edges.push(await startSimulatedEdge({ join: pair.join, token: a.joinToken, id }));
   });
 
   after(async () => {
     for (const e of edges) await e.close();
-    await b?.close();
-    if (child && child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      await new Promise((r) => child!.once('exit', r));
-    }
-    for (const d of dataDirs) {
-      assert.deepEqual(mountsBelow(d), []);
-      rmSync(d, { recursive: true, force: true });
-    }
+    await pair?.close();
     if (layerDir) rmSync(layerDir, { recursive: true, force: true });
   });
 

@@ -3,84 +3,34 @@
  * edges: the edge protocol over HTTP, joined with both replicas' URLs, no crun) — any replica
  * answers any call, TTL expiry is applied once, and when one replica is SIGKILLed in the middle
  * of a batch the other takes the batch over and finishes it with every item accounted for.
- * Replica A runs in a child process (so it can die for real); replica B runs in this process.
+ * Replica A runs in a child process (so it can die for real); replica B runs in this process
+ * (test/cluster/support/replica-pair.ts).
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import type { BatchEvent, SandboxInfo } from '@dsec/sdk/schema';
 import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
-import { compileOptions } from '../../src/config/options.js';
-import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
-import { startControlPlane, type RunningControl } from '../../src/runtime/all-in-one.js';
-import { postgresSkipReason, testPostgres } from '../helpers/postgres.js';
-import { integrationSkipReason, makeDataDir, mountsBelow } from '../helpers/server.js';
+import { postgresSkipReason } from '../helpers/postgres.js';
+import { integrationSkipReason } from '../helpers/server.js';
+import { api, startReplicaPair, until, type Endpoint, type ReplicaPair } from './support/replica-pair.js';
 
 const skip = integrationSkipReason() ?? postgresSkipReason();
-const replicaScript = join(fileURLToPath(new URL('.', import.meta.url)), 'support', 'replica-process.js');
-
-interface Endpoint {
-  url: string;
-  apiKey: string;
-}
-
-async function api(at: Endpoint, method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> {
-  const res = await fetch(`${at.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${at.apiKey}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-    ...(body ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? (JSON.parse(text) as unknown) : undefined };
-}
-
-/** Polls `check` every 100 ms until it returns a value (the test's timeout bounds the wait). */
-async function until<T>(check: () => Promise<T | undefined>): Promise<T> {
-  for (;;) {
-    const v = await check();
-    if (v !== undefined) return v;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe('control-plane replicas on one PostgreSQL', { skip, timeout: 180_000 }, () => {
-  let store: string;
-  const dataDirs: string[] = [];
-  let child: ChildProcess | undefined;
+  let pair: ReplicaPair;
   let a: Endpoint & { joinToken: string };
-  let b: RunningControl;
+  let b: ReplicaPair['b'];
   const edges: RunningSimulatedEdge[] = [];
 
   before(async () => {
-    store = await (await testPostgres()).database(`dsec_replicas_${randomBytes(4).toString('hex')}`);
-    dataDirs.push(makeDataDir(), makeDataDir());
-    child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir: dataDirs[0], store })], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const first = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child!.stdout! }).once('line', resolve);
-      child!.once('exit', (code) => reject(new Error(`replica A exited (${code}) before it served`)));
-    });
-    a = JSON.parse(first) as Endpoint & { joinToken: string };
-    b = await startControlPlane(compileOptions({ dataDir: dataDirs[1], store, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
-    await buildBusyboxImage(b.images);
-    for (const id of ['repone', 'reptwo']) edges.push(await startSimulatedEdge({ join: `${a.url},${b.url}`, token: a.joinToken, id }));
+    pair = await startReplicaPair({ name: 'dsec_replicas' });
+    ({ a, b } = pair);
+    for (const id of ['repone', 'reptwo']) edges.push(await startSimulatedEdge({ join: pair.join, token: a.joinToken, id }));
   });
 
   after(async () => {
     for (const e of edges) await e.close();
-    await b?.close();
-    if (child && child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      await new Promise((r) => child!.once('exit', r));
-    }
-    for (const d of dataDirs) {
-      assert.deepEqual(mountsBelow(d), []);
-      rmSync(d, { recursive: true, force: true });
-    }
+    await pair?.close();
   });
 
   test('the replicas share the cluster token and API keys; each sees both edges ready', async () => {
@@ -136,8 +86,7 @@ describe('control-plane replicas on one PostgreSQL', { skip, timeout: 180_000 },
       const info = (await api(b, 'GET', `/v1/batches/${created.id}`)).body as { running: number };
       return info.running >= 16 ? info : undefined;
     });
-    child!.kill('SIGKILL');
-    await new Promise((r) => child!.once('exit', r));
+    await pair.killA();
     const atKill = (await api(b, 'GET', `/v1/batches/${created.id}`)).body as { state: string; running: number; failed: number };
     assert.equal(atKill.state, 'running', 'A died with the batch unfinished');
     assert.ok(atKill.running + atKill.failed < count, `A had settled ${atKill.running + atKill.failed} of ${count} when it died`);
