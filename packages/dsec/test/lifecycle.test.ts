@@ -266,4 +266,19 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
       await parent.kill();
     }
   });
+
+  test('a paused sandbox answers its network policy and address (the restart check read it only once resumed)', async () => {
+    const p = await Sandbox.create({ ...server.conn, network: { mode: 'open' } });
+    try {
+      const running = await p.network();
+      await p.pause();
+      const paused = await p.network();
+      assert.equal(paused.mode, 'open');
+      assert.ok(paused.address, 'an open policy has a link-local address');
+      assert.equal(paused.address, running.address);
+      assert.equal((await Sandbox.connect(p.id, server.conn)).info.status, 'paused', 'reading the policy does not resume it');
+    } finally {
+      await p.kill();
+    }
+  });
 });

@@ -484,7 +484,10 @@ export class ControlPlane {
     return result;
   }
 
+  /** A read of the policy the edge keeps: a paused sandbox has one too (it stays in force across the pause). */
   async getNetwork(id: string): Promise<NetworkPolicyState> {
+    const s = await this.get(id);
+    if (s.status === 'paused') return networkState(await this.#edge(s.edge).getNetwork(id));
     return networkState(await (await this.#runningOn(id)).getNetwork(id));
   }
 

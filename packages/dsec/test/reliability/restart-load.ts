@@ -106,8 +106,9 @@ export async function verify(conn: Conn, planted: Planted[], opts: { edgeRestart
     if (!sb) return void bad('missing from the sandbox list');
     const want = p.paused ? 'paused' : 'running';
     if (sb.status !== want) return void bad(`status ${sb.status} (${sb.reason ?? 'no reason'}), expected ${want}`);
-    if (p.paused) return; // checked once resumed, at the end (the API reads a paused sandbox's policy only once resumed)
-    problems.push(...(await verifyNetwork(conn, p)));
+    // A paused sandbox runs no command: its policy is read from the API now, its file and address once resumed, at the end.
+    problems.push(...(await verifyNetwork(conn, p, { inside: !p.paused })));
+    if (p.paused) return;
     const r = await api(conn, 'POST', `/v1/sandboxes/${p.id}/exec`, { cmd: ['cat', '/planted.txt'] });
     if (r.status !== 200) return void bad(`exec answers ${r.status} ${JSON.stringify(r.body)}`);
     if (r.body.stdout !== fileText(p)) bad(`its file reads ${JSON.stringify(r.body.stdout)}`);
@@ -117,13 +118,14 @@ export async function verify(conn: Conn, planted: Planted[], opts: { edgeRestart
   return problems.sort();
 }
 
-/** The policy and the link-local address it had, in the API and inside the sandbox. */
-async function verifyNetwork(conn: Conn, p: Planted): Promise<string[]> {
+/** The policy and the link-local address it had, in the API and (`inside`) in the sandbox's `ip addr`. */
+async function verifyNetwork(conn: Conn, p: Planted, opts: { inside: boolean } = { inside: true }): Promise<string[]> {
   if (!p.network) return [];
   const out: string[] = [];
   const r = await api(conn, 'GET', `/v1/sandboxes/${p.id}/network`);
   const net = r.body as NetworkPolicyState | undefined;
   if (r.status !== 200 || net?.mode !== p.network.mode || net.address !== p.network.address) out.push(`${p.id} (#${p.index}): network ${JSON.stringify(r.body)}, was ${JSON.stringify(p.network)}`);
+  if (!opts.inside) return out;
   const ip = await api(conn, 'POST', `/v1/sandboxes/${p.id}/exec`, { cmd: ['ip', '-4', '-o', 'addr', 'show'] });
   if (!String(ip.body?.stdout).includes(`${p.network.address}/`)) out.push(`${p.id} (#${p.index}): its address ${p.network.address} is gone: ${JSON.stringify(ip.body)}`);
   return out;
