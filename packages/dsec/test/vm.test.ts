@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
 import { release } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -324,7 +324,7 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     port.destroy();
   });
 
-  test("snapshot as an image: the guest's changes (new, changed, deleted files, a replaced directory, links, long names) become a layer that a container and a microVM start from", async () => {
+  test("snapshot as an image: the guest's changes (new, changed, deleted files, a replaced directory, links, long names) become a layer that a container and a microVM start from; a cancel or a kill stops it", async () => {
     const long = 'l'.repeat(150);
     const change = await sb.commands.run(
       [
@@ -374,6 +374,25 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
         assert.equal(r.stdout, expected, `${child.info.backend ?? 'container'} ${child.id}: ${r.stderr}`);
         assert.equal(await child.files.exists('/snap/after'), false, 'a change after the snapshot is not in it');
       }
+      // A guest that only deleted a file has a layer: a whiteout is a change.
+      await vm.commands.run('rm /snap/hard');
+      const deleted = await vm.snapshot();
+      assert.equal(deleted.layerAdded, true);
+      assert.equal(deleted.whiteouts, 1);
+      // Cancelled by its caller (before the guest even answered): the guest's reader is killed,
+      // its disk thaws, nothing is kept.
+      const vms = server.dsec.vms!;
+      const caller = new AbortController();
+      const cancelled = vms.snapshotSandbox(vm.id, { signal: caller.signal });
+      caller.abort(new Error('the caller went away'));
+      await assert.rejects(cancelled, /the caller went away/);
+      await vm.files.write('/after-cancel', 'writable');
+      assert.equal((await vm.commands.run('echo w > /w && cat /after-cancel /w')).stdout, 'writablew\n');
+      // Stopped by a kill of the VM.
+      const killed = assert.rejects(vms.snapshotSandbox(vm.id), (err: Error) => /killed during its snapshot/.test(err.message));
+      await vms.killSandbox(vm.id);
+      await killed;
+      assert.deepEqual(readdirSync(join(server.dataDir, 'node', 'tmp')).filter((n) => n.startsWith('vm-snap-')), [], 'no staging tree is left');
     } finally {
       await container.kill();
       await vm.kill();

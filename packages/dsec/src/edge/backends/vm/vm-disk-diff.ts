@@ -38,17 +38,20 @@ export interface GuestDiffOptions {
 export async function stageGuestUpper(agent: AgentClient, stage: string, opts: GuestDiffOptions): Promise<DiffStats> {
   const queue: Buffer[] = [];
   let stderr = '';
-  let started = false;
+  /** The agent answered the diff with an error: no reader runs in the guest. */
+  let refused = false;
   let exit: { code: number } | undefined;
   let failure: Error | undefined;
   let wake: (() => void) | undefined;
   const onEvent = (f: AgentFrame): void => {
     const ev = f.header['ev'];
-    if (ev === 'started') started = true;
-    else if (ev === 'stdout') queue.push(f.payload);
+    if (ev === 'stdout') queue.push(f.payload);
     else if (ev === 'stderr') stderr = (stderr + f.payload.toString('utf8')).slice(-2000);
     else if (ev === 'exit') exit = { code: Number(f.header['code']) };
-    else if (ev === 'error') failure = new AgentError(String(f.header['code'] ?? 'EIO'), String(f.header['message'] ?? 'diff failed'));
+    else if (ev === 'error') {
+      refused = true;
+      failure = new AgentError(String(f.header['code'] ?? 'EIO'), String(f.header['message'] ?? 'diff failed'));
+    }
     else if (ev === 'closed') failure = new GuestDiffError(`the VM's agent channel closed during the snapshot: ${String(f.header['message'] ?? '')}`);
     wake?.();
   };
@@ -84,14 +87,16 @@ export async function stageGuestUpper(agent: AgentClient, stage: string, opts: G
       warn: opts.warn,
       limits: { ...opts.limits, maxPathBytes: MAX_PATH_BYTES },
     });
-    return { entries: stats.entries, bytes: stats.bytes, whiteouts: stats.whiteouts, opaqueDirs: stats.opaqueDirs, sparseFiles: 0 };
+    // Whiteouts are entries, as pack_diff counts them: a guest that only deleted files has a layer.
+    return { entries: stats.entries + stats.whiteouts, bytes: stats.bytes, whiteouts: stats.whiteouts, opaqueDirs: stats.opaqueDirs, sparseFiles: 0 };
   } finally {
     opts.signal.removeEventListener('abort', onAbort);
-    // Stopped early (a bound, a cancel, a bad archive): the guest's reader goes, and its exit
-    // (the disk thawed) is awaited, so the VM's files are writable again when this returns.
-    if (started && !exit && !agent.closed) {
+    // Stopped early (a bound, a cancel, a bad archive), perhaps before the guest said it started:
+    // the agent handles frames in order, so the kill reaches the reader; its exit (the disk
+    // thawed) is awaited, so the VM's files are writable again when this returns.
+    if (!exit && !refused && !agent.closed) {
       agent.write({ op: 'signal', id, signal: os.signals.SIGKILL });
-      for (let i = 0; i < 300 && !exit && !agent.closed; i++) await new Promise<void>((r) => ((wake = r), setTimeout(r, 100)));
+      for (let i = 0; i < 300 && !exit && !refused && !agent.closed; i++) await new Promise<void>((r) => ((wake = r), setTimeout(r, 100)));
     }
     agent.release(id);
   }
