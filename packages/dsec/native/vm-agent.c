@@ -1576,7 +1576,13 @@ int main(void) {
       }
     if (r < 0) continue;
     if (pfds[0].revents & POLLIN) port_readable();
-    else if (pfds[0].revents & POLLHUP) msleep(50);
+    else if (pfds[0].revents & POLLHUP) {
+      /* The edge is gone (restarting): a diff has no reader any more, and the disk must not
+         stay frozen until its deadline. */
+      for (int i = 0; i < MAX_PROCS; i++)
+        if (procs[i].id && procs[i].thaw) kill(procs[i].pid, SIGKILL);
+      msleep(50);
+    }
     for (int i = 2; i < first_conn; i++) {
       if (!pfds[i].revents) continue;
       struct proc *p = owner[i];

@@ -43,7 +43,7 @@ export type SandboxStatus = Static<typeof SandboxStatus>;
 
 export const SandboxBackend = Type.Union([Type.Literal('container'), Type.Literal('microvm'), Type.Literal('vm')], {
   description:
-    'Isolation backend. container: crun on the host kernel. microvm: a QEMU microVM (virtio-mmio, no firmware) with its own kernel. vm: a QEMU q35 machine with PCI. VMs serve exec, sessions, writablePaths (Landlock in the guest kernel), files (tar included), background processes, terminals, ports, pause/resume, kill, network policies and fork (a live fork: memory and disk restored into new VMs on the same edge); other calls (a snapshot as an image, volumes) answer BACKEND_UNSUPPORTED.',
+    'Isolation backend. container: crun on the host kernel. microvm: a QEMU microVM (virtio-mmio, no firmware) with its own kernel. vm: a QEMU q35 machine with PCI. VMs serve exec, sessions, writablePaths (Landlock in the guest kernel), files (tar included), background processes, terminals, ports, pause/resume, kill, network policies fork (a live fork: memory and disk restored into new VMs on the same edge) and snapshots as images (the changes to the guest disk as a layer that containers and VMs start from); volumes answer BACKEND_UNSUPPORTED.',
   default: 'container',
 });
 export type SandboxBackend = Static<typeof SandboxBackend>;
