@@ -128,6 +128,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "VOLUME_EXISTS": ConflictError,
     "VOLUME_IN_USE": ConflictError,
     "CAPACITY_EXCEEDED": CapacityError,
+    "NODE_MEMORY_PRESSURE": CapacityError,
     "EDGE_UNAVAILABLE": UnavailableError,
     "REGISTRY_UNAVAILABLE": UnavailableError,
     "RATE_LIMITED": RateLimitError,

@@ -55,6 +55,11 @@ export const ERROR_CODES = {
    * create): nothing was made; free space on the node (sandboxes, snapshots, images) and retry.
    */
   NODE_DISK_FULL: 507,
+  /**
+   * The node is short of memory (below the edge's --min-available-memory-mib, or thrashing past its
+   * --max-memory-pressure) and took no new sandbox: nothing was made; retry later or elsewhere.
+   */
+  NODE_MEMORY_PRESSURE: 503,
   EDGE_UNAVAILABLE: 503,
   SANDBOX_CREATE_FAILED: 500,
   SANDBOX_KILL_FAILED: 500,

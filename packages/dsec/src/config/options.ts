@@ -62,6 +62,18 @@ export const ServerOptions = Type.Object(
      * its data dir has less than this free, so a sandbox is never half-made on a full disk; 0: never.
      */
     minFreeDiskMiB: Type.Integer({ default: 256, minimum: 0 }),
+    /**
+     * DSEC_MIN_AVAILABLE_MEMORY_MIB: the edge refuses a create (503 NODE_MEMORY_PRESSURE) while the
+     * node has less memory available than this (MemAvailable, or the headroom of a memory cgroup that
+     * bounds the sandboxes: the edge's container's, or the `dsec` parent's); 0: never.
+     */
+    minAvailableMemoryMiB: Type.Integer({ default: 256, minimum: 0 }),
+    /**
+     * DSEC_MAX_MEMORY_PRESSURE: the edge refuses a create (503 NODE_MEMORY_PRESSURE) while the node's
+     * PSI memory `full avg10` (% of the last 10 s in which all its tasks waited on memory) is at least
+     * this; 0: never.
+     */
+    maxMemoryPressure: Type.Integer({ default: 40, minimum: 0, maximum: 100 }),
     /** DSEC_TRAJECTORY_RETENTION_HOURS: how long a killed sandbox's trajectory stays readable by id; 0 deletes it at kill. */
     trajectoryRetentionHours: Type.Integer({ default: 24, minimum: 0 }),
     /** DSEC_LOG_LEVEL */
@@ -86,6 +98,8 @@ const ENV: Record<keyof ServerOptions, string> = {
   layerChunkKiB: 'DSEC_LAYER_CHUNK_KIB',
   userns: 'DSEC_USERNS',
   minFreeDiskMiB: 'DSEC_MIN_FREE_DISK_MIB',
+  minAvailableMemoryMiB: 'DSEC_MIN_AVAILABLE_MEMORY_MIB',
+  maxMemoryPressure: 'DSEC_MAX_MEMORY_PRESSURE',
   trajectoryRetentionHours: 'DSEC_TRAJECTORY_RETENTION_HOURS',
   logLevel: 'DSEC_LOG_LEVEL',
 };
@@ -103,7 +117,7 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   }
   for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
   // Convert would cut "2.5" to 2: numbers must be written as integers.
-  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB', 'minFreeDiskMiB', 'trajectoryRetentionHours'] as const) {
+  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB', 'minFreeDiskMiB', 'minAvailableMemoryMiB', 'maxMemoryPressure', 'trajectoryRetentionHours'] as const) {
     if (merged[key] !== undefined && !/^\d+$/.test(String(merged[key]))) {
       throw new OptionsError(`invalid option /${key}: ${JSON.stringify(merged[key])} is not a whole number`);
     }

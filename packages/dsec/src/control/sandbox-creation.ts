@@ -160,8 +160,8 @@ export class SandboxCreation {
     const network = req.network ? checkPolicy(req.network) : undefined;
     const volumes = await this.deps.volumes.resolve(req, project);
     const exclude = new Set<string>();
-    // An edge that refused at admission for a full disk: what the caller gets when no other edge can take it.
-    let diskFull: ApiError | undefined;
+    // An edge that refused at admission for a full disk or short memory: what the caller gets when no other edge can take it.
+    let refusal: ApiError | undefined;
     // The edge has the last word: one that refuses (full, draining, unreachable before the
     // request left) is excluded and the create placed again, so a caller sees CAPACITY_EXCEEDED
     // only when no edge can take it.
@@ -171,7 +171,7 @@ export class SandboxCreation {
         edgeId = opts.restore?.edge ?? this.place(req, limits, layers, exclude, volumes.edge);
       } catch (err) {
         // An in-process edge's facts are a tick old: ask it now before refusing.
-        if (diskFull && err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED') throw diskFull;
+        if (refusal && err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED') throw refusal;
         if (refreshed || !(err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED')) throw err;
         refreshed = true;
         await this.deps.edges.refreshLocal();
@@ -202,9 +202,9 @@ export class SandboxCreation {
       } catch (err) {
         this.inflight.delete(info.id);
         this.deps.edges.release(edgeId, limits, true);
-        const refusedDisk = err instanceof ApiError && err.code === 'NODE_DISK_FULL' && err.details['admission'] === true;
-        if (refusedDisk) diskFull = err;
-        const retry = err instanceof ApiError && (refusedDisk || err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
+        const refused = err instanceof ApiError && (err.code === 'NODE_DISK_FULL' || err.code === 'NODE_MEMORY_PRESSURE') && err.details['admission'] === true;
+        if (refused) refusal = err;
+        const retry = err instanceof ApiError && (refused || err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
         if (retry && !opts.restore) {
           await this.deps.store.deleteSandbox(info.id); // never accepted by that edge
           exclude.add(edgeId);

@@ -59,6 +59,7 @@ import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { removeTree } from '../host/remove-tree.js';
 import { lockEdgeId } from '../host/host-claims.js';
 import { FREE_SPACE_HINT, freeBytes, isDiskFull } from '../host/disk-space.js';
+import { memoryAdmissionError, type MemoryAdmission } from './memory-admission.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
   type FileOwner, isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
@@ -75,6 +76,8 @@ export interface EdgeOptions {
   maxSandboxes: number;
   /** A create is refused (NODE_DISK_FULL) while nodeDir's filesystem has less than this free (bytes); 0 or unset: never. */
   minFreeDiskBytes?: number;
+  /** A create is refused (NODE_MEMORY_PRESSURE) while the node's memory is short or thrashing; unset: never. */
+  memoryAdmission?: MemoryAdmission;
   /** Budget of the node's layer cache; default DEFAULT_LAYER_CACHE_BYTES. */
   layerCacheBytes?: number;
   /** Whether another backend (VMs) holds a layer, so the cache keeps it. */
@@ -353,6 +356,8 @@ export class Edge implements EdgeApi {
         );
       }
     }
+    const memoryRefusal = this.opts.memoryAdmission && memoryAdmissionError(this.id, this.opts.memoryAdmission);
+    if (memoryRefusal) throw memoryRefusal;
     if (this.#live.has(req.id) || this.#busy.has(req.id) || existsSync(this.records.paths(req.id).dir)) {
       throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists on edge ${this.id}`);
     }

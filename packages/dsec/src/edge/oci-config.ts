@@ -1,6 +1,7 @@
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { CGROUP_PARENT } from '../host/cgroups.js';
 import { LANDLOCK_BINARY } from '../host/native-helpers.js';
+import { SANDBOX_OOM_SCORE_ADJ } from '../host/node-memory.js';
 import type { SandboxLimits } from './edge-api.js';
 import { defaultSeccompProfile } from './seccomp.js';
 
@@ -91,6 +92,9 @@ export function processBlock(p: ProcessSpec): Record<string, unknown> {
       permitted: DEFAULT_CAPABILITIES,
     },
     rlimits: [{ type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 }],
+    // Set, not inherited from crun's caller: the edge may run at a lowered score (node-memory.ts).
+    // crun applies it to the init only; exec'd commands get it as they start (sandbox-process.ts).
+    oomScoreAdj: SANDBOX_OOM_SCORE_ADJ,
     noNewPrivileges: true,
   };
 }

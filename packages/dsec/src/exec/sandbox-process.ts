@@ -7,6 +7,7 @@ import { signalNumber } from '../host/run-tool.js';
 import { readPidFile } from '../edge/crun.js';
 import { CGROUP_PARENT, cgroupPids } from '../host/cgroups.js';
 import { LANDLOCK_PATH, processBlock, type ProcessSpec } from '../edge/oci-config.js';
+import { SANDBOX_OOM_SCORE_ADJ } from '../host/node-memory.js';
 import { CommandCgroup } from '../host/command-cgroups.js';
 import { killTree } from '../edge/process-tree.js';
 import { CappedOutput } from './capped-output.js';
@@ -225,6 +226,9 @@ export class SandboxProcess {
     const pid = await this.#reportedPid();
     if (!pid) return; // crun exec failed before starting the command
     try {
+      // Before the command runs (it waits for this move): crun exec does not apply the spec's
+      // oomScoreAdj, and the command would run at the edge's own score.
+      writeFileSync(`/proc/${pid}/oom_score_adj`, String(SANDBOX_OOM_SCORE_ADJ));
       cgroup.adopt(pid);
     } catch (err) {
       if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;

@@ -180,6 +180,7 @@ async function startDsecProcess(
       blobs: new LocalBlobSource(layers),
       maxSandboxes: opts.maxSandboxes,
       minFreeDiskBytes: opts.minFreeDiskMiB * 1024 * 1024,
+      memoryAdmission: { minAvailableBytes: opts.minAvailableMemoryMiB * 1024 * 1024, maxFullPressure: opts.maxMemoryPressure },
       layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
       userns: opts.userns,
       ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),

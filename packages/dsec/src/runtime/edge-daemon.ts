@@ -38,6 +38,8 @@ export interface EdgeDaemonOptions {
   maxSandboxes: number;
   /** A create is refused (NODE_DISK_FULL) below this much free disk under the data dir; 0: never. */
   minFreeDiskMiB?: number;
+  /** A create is refused (NODE_MEMORY_PRESSURE) below this much available memory (MiB) or at this PSI full avg10 (%); 0: never. Default 256 MiB, 40 %. */
+  memoryAdmission?: { minAvailableMiB: number; maxFullPressure: number };
   layerCacheMiB: number;
   /** lazy: layers mounted through dsec-chunk-fuse, chunks fetched from the control plane's blob endpoint on first read. */
   layerFetch?: 'eager' | 'lazy';
@@ -118,6 +120,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     blobs,
     maxSandboxes: opts.maxSandboxes,
     minFreeDiskBytes: (opts.minFreeDiskMiB ?? 256) * 1024 * 1024,
+    memoryAdmission: { minAvailableBytes: (opts.memoryAdmission?.minAvailableMiB ?? 256) * 1024 * 1024, maxFullPressure: opts.memoryAdmission?.maxFullPressure ?? 40 },
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     userns: opts.userns === true,
     ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: chunkUrl, token: opts.token }) } } : {}),

@@ -6,6 +6,7 @@ import { compileOptions, OptionsError } from '../../config/options.js';
 import { DEFAULT_CPU_OVERCOMMIT } from '../../control/edges/edge-registry.js';
 import { startControlPlane } from '../../runtime/all-in-one.js';
 import { startEdgeDaemon } from '../../runtime/edge-daemon.js';
+import { DSEC_OOM_SCORE_ADJ, SANDBOX_OOM_SCORE_ADJ, protectFromOomKiller } from '../../host/node-memory.js';
 import { credentialsFromEnv, type RegistryCredentials } from '../../image/registry/registry-auth.js';
 import { parseRegistryRef, RegistryRefError, type RegistryRef } from '../../image/registry/registry-ref.js';
 import { collectKv, printTable } from '../output.js';
@@ -46,7 +47,9 @@ export function registerClusterCommands(program: Command): void {
     .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; registry?: string; edgeLostAfter: string; logLevel?: string }) => {
       const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, layerDir: flags.layerDir, registry: flags.registry, logLevel: flags.logLevel });
       const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
+      const oom = protectFromOomKiller();
       const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });
+      if (!oom.ok) dsec.log.warn(`cannot lower the control plane's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE)`);
       process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
       if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
       process.stdout.write(`join token (also in client.json): ${dsec.joinToken}\n`);
@@ -68,6 +71,8 @@ export function registerClusterCommands(program: Command): void {
     .option('--cpu-overcommit <ratio>', `CPU limits may add up to this many times the node's CPUs (0: no cap; default ${DEFAULT_CPU_OVERCOMMIT})`, String(DEFAULT_CPU_OVERCOMMIT))
     .option('--max-sandboxes <n>', 'admission limit of this edge', '4000')
     .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB', '20480')
+    .option('--min-available-memory-mib <n>', 'refuse creates (503 NODE_MEMORY_PRESSURE) while the node has less memory available; 0: never (env DSEC_MIN_AVAILABLE_MEMORY_MIB, default 256)')
+    .option('--max-memory-pressure <percent>', 'refuse creates (503 NODE_MEMORY_PRESSURE) while PSI memory full avg10 is at least this; 0: never (env DSEC_MAX_MEMORY_PRESSURE, default 40)')
     .option('--layer-fetch <mode>', 'eager (whole layers from the blob endpoint before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)')
     .option('--registry <host/repository>', 'fetch layers (or, lazy, their chunks by Range) from this OCI registry repository first (images pushed there with dsec image push), the control plane for the rest; credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default info)')
@@ -76,6 +81,7 @@ export function registerClusterCommands(program: Command): void {
         registry?: string;
         join?: string; token?: string; listen: string; advertise?: string; dataDir?: string; id?: string; pool: string; label?: Record<string, string>;
         cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; layerFetch?: string; logLevel?: string;
+        minAvailableMemoryMib?: string; maxMemoryPressure?: string;
       }) => {
         const token = flags.token ?? process.env['DSEC_JOIN_TOKEN'];
         if (!flags.join || !/^https?:\/\//.test(flags.join)) throw new OptionsError('--join <url> is required: the control plane URL that `dsec control` printed');
@@ -83,7 +89,12 @@ export function registerClusterCommands(program: Command): void {
         if (!/^[a-z0-9][a-z0-9-]{0,31}$/.test(flags.pool)) throw new OptionsError(`invalid --pool ${JSON.stringify(flags.pool)}: lowercase letters, digits and -`);
         const ratio = Number(flags.cpuOvercommit);
         if (!Number.isFinite(ratio) || ratio < 0) throw new OptionsError(`invalid --cpu-overcommit ${JSON.stringify(flags.cpuOvercommit)}: a number ≥ 0`);
-        const base = compileOptions({ dataDir: flags.dataDir, listen: flags.listen, logLevel: flags.logLevel, layerFetch: flags.layerFetch });
+        const base = compileOptions({
+          dataDir: flags.dataDir, listen: flags.listen, logLevel: flags.logLevel, layerFetch: flags.layerFetch,
+          minAvailableMemoryMiB: flags.minAvailableMemoryMib, maxMemoryPressure: flags.maxMemoryPressure,
+        });
+        const oom = protectFromOomKiller();
+        if (!oom.ok) process.stderr.write(`cannot lower the edge's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}\n`);
         const daemon = await startEdgeDaemon({
           join: flags.join,
           token,
@@ -96,6 +107,7 @@ export function registerClusterCommands(program: Command): void {
           cpuOvercommit: ratio,
           maxSandboxes: wholeNumber('--max-sandboxes', flags.maxSandboxes, 4000),
           minFreeDiskMiB: base.minFreeDiskMiB,
+          memoryAdmission: { minAvailableMiB: base.minAvailableMemoryMiB, maxFullPressure: base.maxMemoryPressure },
           layerCacheMiB: wholeNumber('--layer-cache-mib', flags.layerCacheMib, 20480),
           layerFetch: base.layerFetch,
           userns: base.userns,

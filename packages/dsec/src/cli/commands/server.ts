@@ -10,6 +10,7 @@ function dflt(key: keyof typeof ServerOptions.properties): string {
 import { doctorPassed, formatChecks, runDoctor } from '../../host/doctor.js';
 import { vmCheck } from '../../runtime/vm-check.js';
 import { startAllInOne } from '../../runtime/all-in-one.js';
+import { DSEC_OOM_SCORE_ADJ, SANDBOX_OOM_SCORE_ADJ, protectFromOomKiller } from '../../host/node-memory.js';
 
 export function registerServerCommands(program: Command): void {
   program
@@ -21,6 +22,8 @@ export function registerServerCommands(program: Command): void {
     .option('--edge-id <id>', `this node's edge id, part of every sandbox id (env DSEC_EDGE_ID, default ${dflt('edgeId')})`)
     .option('--max-sandboxes <n>', `admission limit of the local edge (env DSEC_MAX_SANDBOXES, default ${dflt('maxSandboxes')})`)
     .option('--min-free-disk-mib <n>', `the edge refuses creates (507 NODE_DISK_FULL) while its data dir's filesystem has less free; 0: never (env DSEC_MIN_FREE_DISK_MIB, default ${dflt('minFreeDiskMiB')})`)
+    .option('--min-available-memory-mib <n>', `the edge refuses creates (503 NODE_MEMORY_PRESSURE) while the node has less memory available; 0: never (env DSEC_MIN_AVAILABLE_MEMORY_MIB, default ${dflt('minAvailableMemoryMiB')})`)
+    .option('--max-memory-pressure <percent>', `the edge refuses creates (503 NODE_MEMORY_PRESSURE) while PSI memory full avg10 is at least this; 0: never (env DSEC_MAX_MEMORY_PRESSURE, default ${dflt('maxMemoryPressure')})`)
     .option('--layer-cache-mib <n>', `budget of the node layer cache in MiB (env DSEC_LAYER_CACHE_MIB, default ${dflt('layerCacheMiB')})`)
     .option('--layer-fetch <mode>', `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`)
     .option('--userns', `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS=true, default ${dflt('userns')})`)
@@ -43,6 +46,8 @@ export function registerServerCommands(program: Command): void {
         edgeId?: string;
         maxSandboxes?: string;
         minFreeDiskMib?: string;
+        minAvailableMemoryMib?: string;
+        maxMemoryPressure?: string;
         layerCacheMib?: string;
         layerFetch?: string;
         layerChunkKib?: string;
@@ -50,9 +55,11 @@ export function registerServerCommands(program: Command): void {
         trajectoryRetentionHours?: string;
         logLevel?: string;
       }) => {
-        const { layerCacheMib, layerChunkKib, minFreeDiskMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib, minFreeDiskMib
-        const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib, minFreeDiskMiB: minFreeDiskMib });
+        const { layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib
+        const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib, minFreeDiskMiB: minFreeDiskMib, minAvailableMemoryMiB: minAvailableMemoryMib });
+        const oom = protectFromOomKiller();
         const dsec = await startAllInOne(opts);
+        if (!oom.ok) dsec.log.warn(`cannot lower dsec's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}`);
         process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
         if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
         process.stdout.write(`client config: ${opts.dataDir}/client.json\n`);
