@@ -183,6 +183,9 @@ export class ImageStore {
       .then(() => (change.op === 'remove' ? this.#publisher?.withdraw(change.id) : undefined))
       .catch((err: unknown) => {
         this.#writeError ??= err as Error;
+        // An image that did not reach the catalog (its blobs could not be published, say) is
+        // looked at again by the next refresh, as a file the catalog has not seen.
+        if (change.op === 'put') this.#synced.delete(`${change.id.slice('sha256:'.length)}.json`);
       })
       .finally(() => void this.#pending--);
   }

@@ -7,11 +7,13 @@
  *     one on SQLite; writes bench/results/replicas-<time>.json and .md.
  *   node packages/dsec/dist/test/bench/replicas.js [creates=100] [concurrency=8] real
  *     two real edges (`dsec edge` daemons in this process: crun, EROFS, overlayfs) joined to every
- *     replica: one replica vs two on PostgreSQL, replicas sharing one layer dir; sandboxes are
- *     killed after each setup; writes bench/results/replicas-real-<time>.json and .md.
+ *     replica: one replica on SQLite, one on PostgreSQL, two on PostgreSQL, replicas sharing one
+ *     layer dir; sandboxes are killed after each setup; the load average is recorded around each
+ *     setup; writes bench/results/replicas-real-<time>.json and .md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -99,7 +101,13 @@ async function startEdges(replicas: Replica[], label: string): Promise<{ close()
   return out;
 }
 
+/** The 1-minute load average, to 2 places. */
+function load1(): number {
+  return Math.round(loadavg()[0]! * 100) / 100;
+}
+
 async function measure(label: string, replicas: Replica[]): Promise<Record<string, number | string>> {
+  const loadBefore = load1();
   const edges = await startEdges(replicas, label);
   try {
     // Every replica sees both edges before the load starts.
@@ -142,6 +150,8 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
       createP99Ms: percentile(made.ms, 99),
       inspectP50Ms: percentile(read.ms, 50),
       inspectP99Ms: percentile(read.ms, 99),
+      loadBefore,
+      loadAfter: load1(),
     };
   } finally {
     for (const e of edges) await e.close();
@@ -153,6 +163,12 @@ const pg = await testPostgres();
 if (real) {
   // A database per setup: a replica started later would still count the first setup's edges as
   // ready (their rows say so until the watcher's replica marks them lost; see the issue's report).
+  const sqlite = await startReplica('');
+  try {
+    results.push(await measure('1 replica, SQLite, real edges', [sqlite]));
+  } finally {
+    await stopReplica(sqlite);
+  }
   const one = await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`));
   try {
     results.push(await measure('1 replica, PostgreSQL, real edges', [one]));
@@ -190,9 +206,13 @@ const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, '
 const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}${real ? ' real' : ''}`;
 const dir = join(here, '..', '..', '..', '..', '..', 'bench', 'results');
 mkdirSync(dir, { recursive: true });
-const [a, b] = results as [Record<string, number>, Record<string, number>];
+const byLabel = (r: Record<string, number | string>): Record<string, number> => r as Record<string, number>;
+const ratio = (x: Record<string, number | string>, y: Record<string, number | string>, what: string): string =>
+  `creates/s ${(byLabel(x)['createsPerSecond']! / byLabel(y)['createsPerSecond']!).toFixed(2)}×, create p50 ${(byLabel(x)['createP50Ms']! / byLabel(y)['createP50Ms']!).toFixed(2)}×, inspect p50 ${(byLabel(x)['inspectP50Ms']! / byLabel(y)['inspectP50Ms']!).toFixed(2)}× (${what})`;
+const first = results[0]!;
+const last = results[results.length - 1]!;
 const md = [
-  real ? '# Control-plane replicas with real edges: 2 vs 1 on PostgreSQL' : `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
+  real ? '# Control-plane replicas with real edges: 2 on PostgreSQL vs 1 on SQLite (and 1 on PostgreSQL)' : `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
   '',
   real
     ? `Command: \`${command}\` (${new Date().toISOString()}). Two real edges (\`dsec edge\` daemons in the benchmark's process: crun, EROFS, overlayfs; busybox sandboxes, 16 MiB); each control plane`
@@ -200,11 +220,12 @@ const md = [
   'a process of its own; PostgreSQL 15 from the test harness (fsync off: a throw-away cluster); creates and inspects spread',
   'round-robin over the replicas; one run on a shared 2-core machine (noisy: read the ratios, not the absolute numbers).',
   '',
-  '| setup | creates/s | create p50 ms | create p99 ms | inspect p50 ms | inspect p99 ms |',
-  '|---|---|---|---|---|---|',
-  ...results.map((r) => `| ${r['setup']} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} |`),
+  '| setup | creates/s | create p50 ms | create p99 ms | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
+  '|---|---|---|---|---|---|---|',
+  ...results.map((r) => `| ${r['setup']} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`),
   '',
-  `Ratios (${real ? '2 replicas ÷ 1, both on PostgreSQL' : '2 replicas on PostgreSQL ÷ 1 on SQLite'}): creates/s ${(b['createsPerSecond']! / a['createsPerSecond']!).toFixed(2)}×, create p50 ${(b['createP50Ms']! / a['createP50Ms']!).toFixed(2)}×, inspect p50 ${(b['inspectP50Ms']! / a['inspectP50Ms']!).toFixed(2)}×.`,
+  `Ratios: ${ratio(last, first, `${last['setup']} ÷ ${first['setup']}`)}.`,
+  ...(results.length > 2 ? ['', `Also: ${ratio(last, results[1]!, `${last['setup']} ÷ ${results[1]!['setup']}`)}; ${ratio(results[1]!, first, `${results[1]!['setup']} ÷ ${first['setup']}`)}.`] : []),
   '',
 ].join('\n');
 const base = real ? `replicas-real-${stamp}` : `replicas-${stamp}`;

@@ -122,6 +122,10 @@ describe('creates in flight on a replica that dies, with a real crun edge', { sk
       layerCacheMiB: 512,
       logLevel: 'silent',
     });
+    // Both replicas see the edge ready before a create is sent to either.
+    for (const at of [pair.a, pair.b]) {
+      await until(async () => ((((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes.some((n) => n.id === edgeId && n.state === 'ready')) ? true : undefined));
+    }
   });
 
   after(async () => {

@@ -6,24 +6,30 @@
  * bytes, inspects it (sizes from the record), places a create on a real crun edge that reads the
  * layers from the registry (B still holds no copy), pushes it elsewhere and serves its blob (each
  * fetched into B's layer dir, its cache). Deleting the image at A withdraws its artifact, and GC
- * at B deletes its blob in the registry. About 20 s.
+ * at B deletes its blob in the registry. About 20 s. A registry whose deletes are off (distribution's
+ * default) keeps the blobs: GC says so and keeps their records for a GC once deletes are on (2 s).
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import type { ImageInfo, ImportImageResult } from '@dsec/sdk/schema';
-import { imageTag } from '../../src/control/cluster/cluster-registry.js';
+import { pino } from 'pino';
+import { ClusterRegistry, imageTag } from '../../src/control/cluster/cluster-registry.js';
 import { collectGarbage } from '../../src/control/image-gc.js';
-import type { ImageId } from '../../src/image/image-store.js';
+import { StoreImageCatalog } from '../../src/control/image-catalog.js';
+import { StateStore } from '../../src/control/state-store.js';
+import { ImageStore, type ImageId } from '../../src/image/image-store.js';
+import { LayerStore } from '../../src/image/layer-store.js';
 import { parseDsecManifest } from '../../src/image/registry/dsec-artifact.js';
 import { RegistryClient } from '../../src/image/registry/registry-client.js';
 import { parseRegistryRef } from '../../src/image/registry/registry-ref.js';
 import { startEdgeDaemon, type RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
 import { postgresSkipReason } from '../helpers/postgres.js';
 import { registrySkipReason, startTestRegistry, type TestRegistry } from '../helpers/registry.js';
+import { buildTestImage } from '../helpers/images.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId } from '../helpers/server.js';
 import { dockerSaveTar } from '../state/fixtures/oci.js';
 import { api, startReplicaPair, until, type ReplicaPair } from './support/replica-pair.js';
@@ -59,6 +65,10 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
       layerCacheMiB: 512,
       logLevel: 'silent',
     });
+    // Both replicas see the edge ready before a create is sent to either.
+    for (const at of [pair.a, pair.b]) {
+      await until(async () => ((((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes.some((n) => n.id === edgeId && n.state === 'ready')) ? true : undefined));
+    }
   });
 
   after(async () => {
@@ -145,5 +155,38 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
     assert.ok(!cached(pair.dataDirs[1], layer), "and from B's layer dir");
     assert.ok(!gc.removedLayers.includes(busybox), 'a layer an image uses stays');
     assert.ok(await reader.headBlob(busybox), 'in the registry too');
+  });
+});
+
+describe('a cluster registry that refuses deletes', { skip: integrationSkipReason() ?? registrySkipReason(), timeout: 60_000 }, () => {
+  test('GC keeps the blob there, counts it as keptByRegistry, and keeps its record for a later GC', async () => {
+    const registry = await startTestRegistry({ deletes: false });
+    const dir = makeDataDir();
+    const store = await StateStore.open(join(dir, 'state.db'));
+    try {
+      const layers = new LayerStore(dir);
+      const images = new ImageStore(dir, layers);
+      const repository = `${registry.host}/team/keeps`;
+      const blobs = new ClusterRegistry(repository, parseRegistryRef(repository, { requireName: false }), undefined, layers, store, pino({ level: 'silent' }));
+      layers.remote = blobs;
+      await images.attachCatalog(new StoreImageCatalog(store), blobs);
+      const built = await buildTestImage(images, 'keeps:v1', (root) => writeFileSync(`${root}/f`, 'kept'));
+      await images.flush();
+      const layer = images.get(built.id)!.layers[0]!;
+      const reader = new RegistryClient(parseRegistryRef(repository, { requireName: false }));
+      assert.ok(await reader.headBlob(layer), 'published when recorded');
+
+      images.remove(built.id);
+      await images.flush(); // the artifact's delete is refused too: logged, not thrown
+      const gc = await collectGarbage(images, store, Date.now(), 0, blobs);
+      assert.equal(gc.keptByRegistry, 1, JSON.stringify(gc));
+      assert.ok(!gc.removedLayers.includes(layer));
+      assert.ok(await reader.headBlob(layer), 'the registry still has the blob');
+      assert.ok((await blobs.stored()).some((b) => b.digest === layer), 'its record stays for a GC once deletes are on');
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+      await registry.close();
+    }
   });
 });

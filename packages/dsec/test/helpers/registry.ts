@@ -92,7 +92,8 @@ async function startTokenService(dir: string, credentials: { username: string; p
   return { realm: `http://127.0.0.1:${port}/token`, certFile, scopes, close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
-export async function startTestRegistry(opts: { auth?: boolean | 'token' } = {}): Promise<TestRegistry & { tokens?: TokenService }> {
+/** `deletes: false` leaves distribution's deletes off (its default): DELETE answers 405. */
+export async function startTestRegistry(opts: { auth?: boolean | 'token'; deletes?: boolean } = {}): Promise<TestRegistry & { tokens?: TokenService }> {
   const dir = mkdtempSync('/var/tmp/dsec-registry-');
   const port = await freePort();
   const credentials = opts.auth ? { username: 'trainer', password: `pw-${Math.random().toString(36).slice(2)}` } : undefined;
@@ -114,7 +115,7 @@ export async function startTestRegistry(opts: { auth?: boolean | 'token' } = {})
       '  filesystem:',
       `    rootdirectory: ${join(dir, 'storage')}`,
       '  delete:',
-      '    enabled: true',
+      `    enabled: ${opts.deletes ?? true}`,
       'http:',
       `  addr: 127.0.0.1:${port}`,
       ...(tokens
