@@ -388,6 +388,9 @@ export class ControlPlane {
     // An image that existed already (an unchanged sandbox's) keeps the lifetime it had.
     const existed = this.images.get(this.images.idOf(manifest)) !== undefined;
     const kept = Boolean(req.name) || req.keep === true || existed;
+    // The edge gave the new layer to the replica it reads blobs from, which may be another one: with
+    // the cluster's registry as the blob store that one put it there, and it is fetched from there.
+    if (snap.layer) await this.images.layers.fetch(snap.layer as LayerDigest);
     const imageId = this.images.put(manifest);
     if (opts.privateTo !== undefined) await this.projectImages.claim(opts.privateTo, imageId, existed);
     if (req.name) {

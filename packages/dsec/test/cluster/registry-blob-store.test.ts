@@ -5,7 +5,7 @@
  * artifact in the registry before its record reaches the store; replica B, which has none of its
  * bytes, inspects it (sizes from the record), places a create on a real crun edge that reads the
  * layers from the registry (B still holds no copy), pushes it elsewhere and serves its blob (each
- * fetched into B's layer dir, its cache). Deleting the image at A withdraws its artifact, and GC
+ * fetched into B's layer dir, its cache); a snapshot recorded at B starts at A. Deleting the image at A withdraws its artifact, and GC
  * at B deletes its blob in the registry. About 20 s. A registry whose deletes are off (distribution's
  * default) keeps the blobs: GC says so and keeps their records for a GC once deletes are on (2 s).
  */
@@ -138,6 +138,28 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
     const blob = await fetch(`${pair.b.url}/v1/blobs/${layer}`, { headers: { authorization: `Bearer ${pair.b.joinToken}` } });
     assert.equal(blob.status, 200);
     assert.equal(`sha256:${createHash('sha256').update(Buffer.from(await blob.arrayBuffer())).digest('hex')}`, layer);
+  });
+
+  test("a snapshot recorded at B, whose new layer the edge gave to A and whose base layer B never fetched, starts at A", async () => {
+    const sb = await Sandbox.create({ url: pair.b.url, apiKey: pair.b.apiKey, image: 'regimp:v1' });
+    let snapId: string;
+    try {
+      await sb.commands.run('echo from-the-snapshot > /made-here');
+      const snap = await sb.snapshot({ name: 'regsnap:v1' });
+      snapId = snap.imageId;
+      assert.equal(snap.layers.length, 2);
+      assert.equal(snap.layers[0], image.layers[0]);
+      for (const l of snap.layers) assert.ok(await reader.headBlob(l), `${l} of the snapshot is in the registry`);
+    } finally {
+      await sb.kill();
+    }
+    const fromA = await Sandbox.create({ url: pair.a.url, apiKey: pair.a.apiKey, image: 'regsnap:v1' });
+    try {
+      assert.equal((await fromA.commands.run('cat /made-here /marker')).stdout, `from-the-snapshot\n${marker}`);
+    } finally {
+      await fromA.kill();
+    }
+    assert.equal((await api(pair.b, 'DELETE', `/v1/images/${snapId}`)).status, 204);
   });
 
   test("deleted at A: its artifact is withdrawn, and GC at B deletes its blob in the registry (and B's copy)", async () => {
