@@ -23,6 +23,32 @@ export interface VmOptions {
 
 const BACKENDS: SandboxBackend[] = ['container', 'microvm', 'vm'];
 
+/** The change each sandbox makes before its snapshot as an image: 100 files of 4 KiB and one of 8 MiB. */
+/** Bytes a server in the sandbox sends through the port route (`sb.ports.connect`), timed as throughput. */
+const PORT_BYTES = 32 << 20;
+
+/** Reads PORT_BYTES from `nc` on port 7100 in the sandbox through the port route; MiB/s. */
+async function portThroughput(sb: Sandbox): Promise<number> {
+  // -e: the connection ends when head does.
+  await sb.commands.start(['nc', '-l', '-p', '7100', '-e', 'head', '-c', String(PORT_BYTES), '/dev/zero']);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const conn = await sb.ports.connect(7100);
+      const t0 = performance.now();
+      let n = 0;
+      for await (const chunk of conn) n += (chunk as Buffer).length;
+      if (n !== PORT_BYTES) throw new Error(`the port stream ended after ${n} of ${PORT_BYTES} bytes`);
+      return Math.round((n / (1 << 20) / ((performance.now() - t0) / 1000)) * 10) / 10;
+    } catch (err) {
+      // nc may not listen yet: the route answers PORT_NOT_LISTENING until it does.
+      if (attempt >= 100 || !/PORT_NOT_LISTENING|not listening|refused/i.test((err as Error).message)) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+const IMAGE_CHANGE = 'mkdir -p /bench && i=0; while [ $i -lt 100 ]; do head -c 4096 /dev/urandom > /bench/f$i; i=$((i+1)); done; head -c 8388608 /dev/urandom > /bench/big';
+
 export interface BackendFigures {
   backend: SandboxBackend;
   /** Sandbox.create until it returns (for a VM: QEMU start → guest agent ready). */
@@ -36,6 +62,12 @@ export interface BackendFigures {
   forkFrozen: LatencySummary;
   /** POST fork (count 1) until the fork's first command returned (a VM: save, restore, resume). */
   forkToFirstCommand: LatencySummary;
+  /** POST snapshot of the same change (IMAGE_CHANGE) until the image exists: pack_diff, for a VM through the guest agent's tar. */
+  imageSnapshot?: LatencySummary; // absent in results from before VMs snapshotted as images
+  /** The time the snapshot's copy ran: a container frozen, a VM's disk frozen (the guest runs; its writers wait). */
+  imageFrozen?: LatencySummary;
+  /** MiB/s of PORT_BYTES from a server in the sandbox through the port route (a VM: relayed by the agent, flow-controlled). */
+  portMiBps?: number;
   /** Host memory of one idle sandbox: the cgroup's charge for a container, QEMU's RSS for a VM. */
   idleMemoryMiB: number;
   errors: string[];
@@ -59,9 +91,10 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
   if (!dsec) throw new Error('the vm scenario needs the dsec peer');
   const out: BackendFigures[] = [];
   for (const backend of BACKENDS) {
-    const f = { create: [] as number[], firstExec: [] as number[], boot: [] as number[], exec: [] as number[], frozen: [] as number[], fork: [] as number[] };
+    const f = { create: [] as number[], firstExec: [] as number[], boot: [] as number[], exec: [] as number[], frozen: [] as number[], fork: [] as number[], image: [] as number[], imageFrozen: [] as number[] };
     const errors: string[] = [];
     let idleMemoryMiB = NaN;
+    let portMiBps = NaN;
     ctx.say(`${backend}: ${opts.boots} boots, ${opts.count} execs`);
     for (let i = 0; i < opts.boots && !ctx.signal.aborted; i++) {
       let sb: Sandbox | undefined;
@@ -88,7 +121,15 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
         } finally {
           await child?.kill().catch((e: Error) => errors.push(`kill fork: ${e.message}`));
         }
+        // A snapshot as an image of the same change in every backend (the image goes with the sandbox).
+        const w = await sb.commands.run(['sh', '-c', IMAGE_CHANGE]);
+        if (w.exitCode !== 0) throw new Error(`writing the change exited ${w.exitCode}: ${w.stderr}`);
+        const ts = performance.now();
+        const snap = await sb.snapshot();
+        f.image.push(performance.now() - ts);
+        f.imageFrozen.push(snap.frozenMs);
         if (i === 0) {
+          portMiBps = await portThroughput(sb);
           for (let j = 0; j < opts.count && !ctx.signal.aborted; j++) f.exec.push(await msOf(() => sb!.commands.run(['true'])));
           await new Promise((r) => setTimeout(r, opts.settle * 1000));
           const usage = (await sb.refresh()).usage;
@@ -108,6 +149,9 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
       exec: summarizeLatency(f.exec),
       forkFrozen: summarizeLatency(f.frozen),
       forkToFirstCommand: summarizeLatency(f.fork),
+      imageSnapshot: summarizeLatency(f.image),
+      imageFrozen: summarizeLatency(f.imageFrozen),
+      portMiBps,
       idleMemoryMiB,
       errors,
     });
@@ -145,6 +189,9 @@ function rows(r: VmResult): (string | number)[][] {
     metric('exec `true` p99 (ms)', (x) => x.exec.p99),
     metric('fork of one: parent frozen p50 (ms)', (x) => x.forkFrozen.p50),
     metric('fork of one: to its first command p50 (ms)', (x) => x.forkToFirstCommand.p50),
+    metric('snapshot as an image, 8 MiB + 100 files p50 (ms)', (x) => x.imageSnapshot?.p50 ?? NaN),
+    metric('snapshot as an image: copy (frozen) p50 (ms)', (x) => x.imageFrozen?.p50 ?? NaN),
+    metric('port route, 32 MiB from the sandbox (MiB/s, higher is better)', (x) => x.portMiBps ?? NaN),
     metric('host memory per idle sandbox (MiB)', (x) => x.idleMemoryMiB),
   ];
 }
@@ -163,7 +210,9 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
     '',
     `dsec's backends side by side on one server, all through the SDK: ${o.boots} sandboxes booted per backend (create, then ` +
       `\`true\`), a fork of one from each (snapshot, then the fork's first \`true\`: a container's fork is a pack_diff image and a ` +
-      `new container, a VM's a save of its memory and disk and a restore), ${o.count} execs of \`true\` in the first, and its host memory after ${o.settle} s idle (256 MiB, 1 CPU each). ` +
+      `new container, a VM's a save of its memory and disk and a restore), a snapshot as an image of the same change in each (100 files of 4 KiB and one of ` +
+      `8 MiB: pack_diff, for a VM a tar of the overlay upper from the guest agent with the guest's disk frozen, unpacked and packed on the edge), 32 MiB read from \`nc\` in the first through the port route (a VM's relayed by the guest agent ` +
+      `with a 256 KiB window per connection), ${o.count} execs of \`true\` in the first, and its host memory after ${o.settle} s idle (256 MiB, 1 CPU each). ` +
       `VM accelerator: ${result.peers[0]?.accel ?? 'n/a'}. Memory is the sandbox's cgroup charge: for a VM, QEMU's ` +
       '(guest RAM it touched, guest kernel, TCG cache, device state, page cache of its disks).',
     '',
@@ -176,7 +225,7 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
 
 export const vmScenario: BenchScenarioDef<VmOptions, VmResult> = {
   name: 'vm',
-  summary: 'microVM and VM backends against containers: boot to first command, fork (snapshot and restore), exec latency, host memory per idle sandbox',
+  summary: 'microVM and VM backends against containers: boot to first command, fork (snapshot and restore), snapshot as an image, exec latency, host memory per idle sandbox',
   flags: [
     { key: 'boots', long: 'boots', description: 'sandboxes booted per backend', default: 5, min: 1 },
     { key: 'count', long: 'count', short: 'n', description: 'timed execs per backend', default: 50, min: 1 },
