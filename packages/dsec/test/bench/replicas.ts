@@ -8,8 +8,8 @@
  *   node packages/dsec/dist/test/bench/replicas.js [creates=100] [concurrency=8] real
  *     two real edges (`dsec edge` daemons in this process: crun, EROFS, overlayfs) joined to every
  *     replica: one replica on SQLite, one on PostgreSQL, two on PostgreSQL, replicas sharing one
- *     layer dir; sandboxes are killed after each setup; the load average is recorded around each
- *     setup; writes bench/results/replicas-real-<time>.json and .md.
+ *     layer dir, each setup run twice (ABC CBA); sandboxes are killed after each setup; the load
+ *     average is recorded around each setup; writes bench/results/replicas-real-<time>.json and .md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -160,29 +160,30 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
 
 const results: Record<string, number | string>[] = [];
 const pg = await testPostgres();
-if (real) {
-  // A database per setup: a replica started later would still count the first setup's edges as
+/** The setups of a real run, in order; each is run twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike. */
+const realSetups: { label: string; start(): Promise<Replica[]> }[] = [
+  { label: '1 replica, SQLite, real edges', start: async () => [await startReplica('')] },
+  // A database per setup: a replica started later would still count an earlier setup's edges as
   // ready (their rows say so until the watcher's replica marks them lost; see the issue's report).
-  const sqlite = await startReplica('');
-  try {
-    results.push(await measure('1 replica, SQLite, real edges', [sqlite]));
-  } finally {
-    await stopReplica(sqlite);
-  }
-  const one = await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`));
-  try {
-    results.push(await measure('1 replica, PostgreSQL, real edges', [one]));
-  } finally {
-    await stopReplica(one);
-  }
-  const store = await pg.database(`dsec_bench_two_${Date.now()}`);
-  const first = await startReplica(store);
-  const second = await startReplica(store);
-  try {
-    results.push(await measure('2 replicas, PostgreSQL, real edges', [first, second]));
-  } finally {
-    await stopReplica(first);
-    await stopReplica(second);
+  { label: '1 replica, PostgreSQL, real edges', start: async () => [await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`))] },
+  {
+    label: '2 replicas, PostgreSQL, real edges',
+    start: async () => {
+      const store = await pg.database(`dsec_bench_two_${Date.now()}`);
+      return [await startReplica(store), await startReplica(store)];
+    },
+  },
+];
+if (real) {
+  for (const [round, order] of [realSetups, [...realSetups].reverse()].entries()) {
+    for (const setup of order) {
+      const replicas = await setup.start();
+      try {
+        results.push({ ...(await measure(setup.label, replicas)), round: round + 1 });
+      } finally {
+        for (const r of replicas) await stopReplica(r);
+      }
+    }
   }
 } else {
   const sqlite = await startReplica('');
@@ -209,8 +210,16 @@ mkdirSync(dir, { recursive: true });
 const byLabel = (r: Record<string, number | string>): Record<string, number> => r as Record<string, number>;
 const ratio = (x: Record<string, number | string>, y: Record<string, number | string>, what: string): string =>
   `creates/s ${(byLabel(x)['createsPerSecond']! / byLabel(y)['createsPerSecond']!).toFixed(2)}×, create p50 ${(byLabel(x)['createP50Ms']! / byLabel(y)['createP50Ms']!).toFixed(2)}×, inspect p50 ${(byLabel(x)['inspectP50Ms']! / byLabel(y)['inspectP50Ms']!).toFixed(2)}× (${what})`;
-const first = results[0]!;
-const last = results[results.length - 1]!;
+/** A real run's setups with each number the mean of its two rounds; the simulated run's as they are. */
+const mean = (label: string): Record<string, number | string> => {
+  const rows = results.filter((r) => r['setup'] === label);
+  const out: Record<string, number | string> = { setup: label };
+  for (const k of ['createsPerSecond', 'createP50Ms', 'inspectP50Ms']) out[k] = Math.round((rows.reduce((t, r) => t + Number(r[k]), 0) / rows.length) * 100) / 100;
+  return out;
+};
+const summary = real ? realSetups.map((x) => mean(x.label)) : results;
+const first = summary[0]!;
+const last = summary[summary.length - 1]!;
 const md = [
   real ? '# Control-plane replicas with real edges: 2 on PostgreSQL vs 1 on SQLite (and 1 on PostgreSQL)' : `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
   '',
@@ -220,12 +229,23 @@ const md = [
   'a process of its own; PostgreSQL 15 from the test harness (fsync off: a throw-away cluster); creates and inspects spread',
   'round-robin over the replicas; one run on a shared 2-core machine (noisy: read the ratios, not the absolute numbers).',
   '',
-  '| setup | creates/s | create p50 ms | create p99 ms | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
-  '|---|---|---|---|---|---|---|',
-  ...results.map((r) => `| ${r['setup']} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`),
+  ...(real ? ['Each setup ran twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike.', ''] : []),
+  '| setup | round | creates/s | create p50 ms | create p99 ms | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
+  '|---|---|---|---|---|---|---|---|',
+  ...results.map((r) => `| ${r['setup']} | ${r['round'] ?? 1} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`),
   '',
-  `Ratios: ${ratio(last, first, `${last['setup']} ÷ ${first['setup']}`)}.`,
-  ...(results.length > 2 ? ['', `Also: ${ratio(last, results[1]!, `${last['setup']} ÷ ${results[1]!['setup']}`)}; ${ratio(results[1]!, first, `${results[1]!['setup']} ÷ ${first['setup']}`)}.`] : []),
+  ...(real
+    ? [
+        'Means of the two rounds:',
+        '',
+        '| setup | creates/s | create p50 ms | inspect p50 ms |',
+        '|---|---|---|---|',
+        ...summary.map((r) => `| ${r['setup']} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['inspectP50Ms']} |`),
+        '',
+      ]
+    : []),
+  `Ratios${real ? ' (of the means)' : ''}: ${ratio(last, first, `${last['setup']} ÷ ${first['setup']}`)}.`,
+  ...(summary.length > 2 ? ['', `Also: ${ratio(last, summary[1]!, `${last['setup']} ÷ ${summary[1]!['setup']}`)}; ${ratio(summary[1]!, first, `${summary[1]!['setup']} ÷ ${first['setup']}`)}.`] : []),
   '',
 ].join('\n');
 const base = real ? `replicas-real-${stamp}` : `replicas-${stamp}`;
