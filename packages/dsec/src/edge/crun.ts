@@ -22,7 +22,7 @@ export class Crun {
    */
   constructor(
     readonly root: string,
-    private readonly spawner?: SpawnHelper,
+    readonly spawner?: SpawnHelper,
   ) {
     mkdirSync(root, { recursive: true });
   }

@@ -414,7 +414,7 @@ export class Edge implements EdgeApi {
       createdAt: new Date().toISOString(),
       ...(req.volumes?.length ? { volumes: req.volumes } : {}),
     };
-    if (this.opts.userns) {
+    if (this.userns) {
       try {
         record.userns = this.uidRanges.take(req.id);
       } catch (err) {
@@ -448,7 +448,7 @@ export class Edge implements EdgeApi {
       const volumes = req.volumes ?? [];
       if (range) {
         await mountIdmappedRoot({
-          lowersBottomFirst: lowers, upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns,
+          lowersBottomFirst: lowers, upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns, spawner: this.crun.spawner,
           volumes: volumes.map((v, i) => ({ source: this.volumes.dataDir(v.name), dest: paths.volume(i) })),
         });
       } else {
