@@ -18,14 +18,16 @@ export const ServerOptions = Type.Object(
     store: Type.String({ default: '' }),
     /**
      * DSEC_LAYER_DIR: where layer blobs live (`layers/`, and `tmp/` for builds in progress); empty
-     * for the data dir. Control-plane replicas share one directory (NFS, CephFS, 3FS) so that each
-     * serves every blob; image records are shared through the store.
+     * for the data dir. Control-plane replicas without a registry share one directory (NFS, CephFS,
+     * 3FS) so that each serves every blob; image records are shared through the store.
      */
     layerDir: Type.String({ default: '' }),
     /**
      * DSEC_REGISTRY: the cluster's OCI registry, HOST/REPOSITORY (https:// for a loopback host that
-     * speaks TLS). Layers are uploaded there before edges need them, and edges that join get its
-     * address and account (DSEC_REGISTRY_USER, DSEC_REGISTRY_PASSWORD[_FILE]); empty: none.
+     * speaks TLS). It is the control plane's blob store: every image's layers (and the image, as an
+     * OCI artifact) are put there before the image is recorded, and the layer dir is a cache of it.
+     * Edges that join get its address and account (DSEC_REGISTRY_USER, DSEC_REGISTRY_PASSWORD[_FILE]);
+     * empty: none.
      */
     registry: Type.String({ default: '' }),
     /** DSEC_LISTEN: host:port of the HTTP API. */

@@ -40,8 +40,8 @@ export function registerClusterCommands(program: Command): void {
     .option('--listen <host:port>', 'address of the HTTP API, default 127.0.0.1:7070 (env DSEC_LISTEN)')
     .option('--data-dir <dir>', 'state directory, default /var/lib/dsec (env DSEC_DATA_DIR)')
     .option('--store <url>', 'postgres://… to keep state in PostgreSQL (replicas on one database share it); default SQLite in the data dir (env DSEC_STORE)')
-    .option('--layer-dir <dir>', 'where layer blobs live, default the data dir; replicas share one (NFS, CephFS, 3FS) (env DSEC_LAYER_DIR)')
-    .option('--registry <host/repository>', "the cluster's OCI registry: layers are uploaded there and joining edges read them from it (they need no --registry); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)")
+    .option('--layer-dir <dir>', 'where layer blobs live, default the data dir; replicas without --registry share one (NFS, CephFS, 3FS) (env DSEC_LAYER_DIR)')
+    .option('--registry <host/repository>', "the cluster's OCI registry, the control plane's blob store: every image's layers go there (the layer dir is then a cache, so replicas share no directory), and joining edges read them from it (they need no --registry); credentials, with push and delete, from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)")
     .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)')
     .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; registry?: string; edgeLostAfter: string; logLevel?: string }) => {
