@@ -676,7 +676,7 @@ struct proc {
   pid_t pid;
   int out, err, in, fd3; /* -1 once closed (fd3: -1 when not asked for) */
   char group[48];           /* its guest cgroup, removed once empty after it exits ("" for none) */
-  long long credit;         /* stdout bytes the edge takes before it gives more (credit); -1: no window */
+  long long credit;         /* stdout and stderr bytes the edge takes before it gives more (credit); -1: no window */
   int thaw;                 /* a diff: the upper disk is thawed when it exits */
   long long deadline_ms;    /* killed at this CLOCK_MONOTONIC time (a diff's bound); 0: none */
 };
@@ -831,12 +831,12 @@ static void op_exec(long long id, struct jobj *o) {
   send_ev(id, "started", extra, NULL, 0);
 }
 
-/* Reads what a pipe holds now (stdout: as much as the edge's credit allows); returns 0 at EOF (and closes it). */
+/* Reads what a pipe holds now (stdout and stderr: as much as the edge's credit allows); returns 0 at EOF (and closes it). */
 static int drain(struct proc *p, int *fd, const char *ev) {
   static char buf[CHUNK];
   for (;;) {
     size_t want = sizeof buf;
-    int windowed = fd == &p->out && p->credit >= 0;
+    int windowed = (fd == &p->out || fd == &p->err) && p->credit >= 0;
     if (windowed && p->credit == 0) return 1;
     if (windowed && (long long)want > p->credit) want = (size_t)p->credit;
     ssize_t r = read(*fd, buf, want);
@@ -997,7 +997,7 @@ static void op_send(long long id, struct jobj *o, const char *payload, size_t pl
 
 /*
  * Flow control: a connection or command opened with `window` sends at most that many bytes of
- * data (a command: stdout) until the edge grants more with `credit` {bytes}, as its reader takes
+ * data (a command: stdout and stderr together) until the edge grants more with `credit` {bytes}, as its reader takes
  * them. The agent then stops reading that socket or pipe, so the guest's writer blocks (TCP's
  * window, a full pipe) rather than the edge buffering without bound.
  */
@@ -1439,6 +1439,9 @@ static void op_diff(long long id, struct jobj *o) {
     dup2(po[1], 1);
     dup2(pe[1], 2);
     if (fchdir(upper_fd) < 0) { fprintf(stderr, "enter the upper directory: %s\n", strerror(errno)); _exit(1); }
+    /* Nothing of the agent's stays open here: a command's stdin or a port connection the agent
+       closes must end now, not when the diff does. */
+    syscall(SYS_close_range, 3U, ~0U, 0U);
     tar_walk("");
     tar_zeros(1024);
     _exit(0);
@@ -1560,7 +1563,7 @@ int main(void) {
     for (int i = 0; i < MAX_PROCS; i++) {
       if (!procs[i].id) continue;
       if (procs[i].out >= 0 && procs[i].credit != 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].out, .events = POLLIN}; }
-      if (procs[i].err >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].err, .events = POLLIN}; }
+      if (procs[i].err >= 0 && procs[i].credit != 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].err, .events = POLLIN}; }
       if (procs[i].fd3 >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].fd3, .events = POLLIN}; }
     }
     int first_conn = n;

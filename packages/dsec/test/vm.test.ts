@@ -324,6 +324,30 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     port.destroy();
   });
 
+  test('a streamed command whose reader stops is held in the guest (flow control): the edge takes at most its window, the rest comes once read', async () => {
+    const it = server.dsec.vms!.execStream(sb.id, {
+      cmd: ['sh', '-c', 'i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > /tmp/chunks; done'],
+      uncapped: true,
+      timeoutMs: 300_000,
+    });
+    assert.equal((await it.next()).value?.type, 'stdout');
+    // Nobody reads on: the guest's writer must stop once the window and the edge's queue are full.
+    const chunks = async (): Promise<number> => Number((await sb.commands.run('cat /tmp/chunks 2>/dev/null || echo 0')).stdout.trim()) || 0;
+    let last = -1;
+    for (let still = 0, i = 0; still < 4 && i < 200; i++) {
+      await new Promise((r) => setTimeout(r, 300));
+      const n = await chunks();
+      still = n === last ? still + 1 : 0;
+      last = n;
+    }
+    // The window (1 MiB) + the edge's queue of 17 chunks + a pipe: ~35 chunks of 64 KiB.
+    assert.ok(last > 0 && last <= 48, `the guest wrote ${last} chunks of 64 KiB to a reader that stopped`);
+    let got = 0;
+    for (let r = await it.next(); !r.done && got < 4 << 20; r = await it.next()) if (r.value.type === 'stdout') got += r.value.data.length;
+    assert.ok(got >= 4 << 20 && (await chunks()) > last, 'reading again lets the guest write on');
+    await it.return(undefined); // leaving the stream kills the command
+  });
+
   test("snapshot as an image: the guest's changes (new, changed, deleted files, a replaced directory, links, long names) become a layer that a container and a microVM start from; a cancel or a kill stops it", async () => {
     const long = 'l'.repeat(150);
     const change = await sb.commands.run(

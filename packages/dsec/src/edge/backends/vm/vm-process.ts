@@ -22,9 +22,18 @@ export interface GuestCommand {
 }
 
 /**
+ * Bytes of a command's stdout and stderr the agent sends before the edge grants more: the edge
+ * grants each chunk back as it arrives unless a reader paused the command (a slow client of a
+ * streamed exec or tar download), so then the guest's writer blocks on its own pipe and the edge
+ * holds at most this much of it (plus one pipe's 64 KiB at the exit).
+ */
+export const EXEC_WINDOW_BYTES = 1 << 20;
+
+/**
  * One command in a VM guest, run by the guest agent in its own session (process group), with the
  * same surface as a container's SandboxProcess: capped output, stdin, signals, timeout. A signal
- * goes to the command's whole process group, so SIGKILL ends what it started too.
+ * goes to the command's whole process group, so SIGKILL ends what it started too. pause() and
+ * resume() are flow control over the channel (EXEC_WINDOW_BYTES), as a container's pause its pipes.
  */
 export class VmProcess {
   readonly stdout: CappedOutput;
@@ -44,6 +53,9 @@ export class VmProcess {
   #stdinOpen: boolean;
   #timedOut = false;
   #killed = false;
+  #paused = false;
+  /** Output bytes that arrived while paused: granted back on resume. */
+  #owed = 0;
 
   constructor(agent: AgentClient, cmd: GuestCommand, opts: StartOptions) {
     this.#agent = agent;
@@ -73,7 +85,11 @@ export class VmProcess {
     };
     const onEvent = (f: AgentFrame): void => {
       const ev = f.header['ev'];
-      if (ev === 'stdout' || ev === 'stderr') this.#emit(ev, f.payload);
+      if (ev === 'stdout' || ev === 'stderr') {
+        this.#emit(ev, f.payload);
+        if (this.#paused) this.#owed += f.payload.length;
+        else this.#grant(f.payload.length);
+      }
       else if (ev === 'fd3') this.fd3?.push(f.payload);
       else if (ev === 'exit') finish(Number(f.header['code'] ?? 1));
       else if (ev === 'error') {
@@ -86,7 +102,7 @@ export class VmProcess {
       }
     };
     const { argv, env, cwd, uid, gid, isolate, rw, group } = cmd;
-    const fields = { argv, env, cwd, uid, gid, stdin: withStdin, ...(isolate ? { isolate } : {}), ...(rw ? { rw } : {}), ...(group ? { group } : {}), ...(this.fd3 ? { fd3: true } : {}) };
+    const fields = { argv, env, cwd, uid, gid, stdin: withStdin, window: EXEC_WINDOW_BYTES, ...(isolate ? { isolate } : {}), ...(rw ? { rw } : {}), ...(group ? { group } : {}), ...(this.fd3 ? { fd3: true } : {}) };
     this.#id = agent.send('exec', fields, undefined, onEvent);
     if (opts.input !== undefined) {
       if (opts.input.length) this.writeStdin(opts.input);
@@ -126,10 +142,27 @@ export class VmProcess {
     this.#agent.write({ op: 'stdin', id: this.#id, eof: true });
   }
 
-  /** The channel carries output as the guest writes it; there is no per-command pause. */
-  pause(): void {}
+  /** Stops granting output back: the agent stops reading the command's pipes once the window is used. */
+  pause(): void {
+    this.#paused = true;
+  }
 
-  resume(): void {}
+  resume(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
+    const n = this.#owed;
+    this.#owed = 0;
+    this.#grant(n);
+  }
+
+  #grant(bytes: number): void {
+    if (bytes <= 0 || this.#exit) return;
+    try {
+      this.#agent.write({ op: 'credit', id: this.#id, bytes });
+    } catch {
+      // the channel is gone; the exit comes from its close
+    }
+  }
 
   async signal(sig: NodeJS.Signals): Promise<void> {
     if (this.#exit) return;
