@@ -40,8 +40,17 @@ export class StoreImageCatalog implements ImageCatalog {
   }
 }
 
-async function tombstoned(tx: Sql, kind: string, entry: string): Promise<boolean> {
-  return (await tx.get('SELECT 1 AS one FROM image_tombstones WHERE kind = ? AND entry = ?', [kind, entry])) !== undefined;
+/**
+ * Whether the entry was deleted after `writtenAt` (when a file of it was written; without it,
+ * whether it was ever deleted): a file from before the delete is a stale copy, one written after
+ * it is new. A tombstone a newer file outlived is cleared.
+ */
+async function tombstoned(tx: Sql, kind: string, entry: string, writtenAt?: string): Promise<boolean> {
+  const row = await tx.get<{ removed_at: string }>('SELECT removed_at FROM image_tombstones WHERE kind = ? AND entry = ?', [kind, entry]);
+  if (!row) return false;
+  if (writtenAt === undefined || writtenAt <= row.removed_at) return true;
+  await clearTombstone(tx, kind, entry);
+  return false;
 }
 
 async function clearTombstone(tx: Sql, kind: string, entry: string): Promise<void> {
@@ -56,7 +65,7 @@ async function bury(tx: Sql, kind: string, entry: string): Promise<void> {
 async function applyOne(tx: Sql, c: ImageChange): Promise<boolean> {
   switch (c.op) {
     case 'put': {
-      if (c.imported && (await tombstoned(tx, 'image', c.id))) return false;
+      if (c.imported && (await tombstoned(tx, 'image', c.id, c.writtenAt))) return false;
       if (!c.imported) await clearTombstone(tx, 'image', c.id);
       const { changes } = await tx.run('INSERT INTO images (id, manifest, created_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING', [
         c.id,
@@ -67,7 +76,7 @@ async function applyOne(tx: Sql, c: ImageChange): Promise<boolean> {
     }
     case 'tag': {
       if (c.imported) {
-        if (await tombstoned(tx, 'name', c.name)) return false;
+        if (await tombstoned(tx, 'name', c.name, c.writtenAt)) return false;
         return (await tx.run('INSERT INTO image_names (name, image_id) VALUES (?, ?) ON CONFLICT (name) DO NOTHING', [c.name, c.id])).changes === 1;
       }
       await clearTombstone(tx, 'name', c.name);

@@ -44,11 +44,13 @@ export function defaultImageConfig(overrides: Partial<ImageConfig> = {}): ImageC
 
 /**
  * A change to the image records, as a catalog applies it. `imported`: found as a file, so it is
- * applied only when the catalog has no such entry and has not deleted one (a tombstone).
+ * applied only when the catalog has no such entry and has not deleted one (a tombstone) since the
+ * file was written (`writtenAt`: a file written after the delete, by a build or an import that
+ * ran since, is a new image or name, not a stale copy).
  */
 export type ImageChange =
-  | { op: 'put'; id: ImageId; manifest: ImageManifest; imported?: boolean }
-  | { op: 'tag'; name: string; id: ImageId; imported?: boolean }
+  | { op: 'put'; id: ImageId; manifest: ImageManifest; imported?: boolean; writtenAt?: string }
+  | { op: 'tag'; name: string; id: ImageId; imported?: boolean; writtenAt?: string }
   | { op: 'untag'; name: string }
   | { op: 'remove'; id: ImageId }
   | { op: 'build'; key: string; id: ImageId; imported?: boolean };
@@ -152,9 +154,22 @@ export class ImageStore {
 
   /**
    * Imports files the catalog has not seen, then, when the catalog changed since the last look,
-   * brings the files in line with it. A no-op without a catalog.
+   * brings the files in line with it. A no-op without a catalog. Calls run one after another, so
+   * a caller that just wrote files (an image job) returns once they are in the catalog, even when
+   * the periodic refresh found them first.
    */
-  async refresh(): Promise<void> {
+  refresh(): Promise<void> {
+    const run = this.#refreshing.then(
+      () => this.#refreshOnce(),
+      () => this.#refreshOnce(),
+    );
+    this.#refreshing = run.catch(() => {});
+    return run;
+  }
+
+  #refreshing: Promise<void> = Promise.resolve();
+
+  async #refreshOnce(): Promise<void> {
     const catalog = this.#catalog;
     if (!catalog) return;
     await this.flush();
@@ -207,7 +222,8 @@ export class ImageStore {
       try {
         const m = JSON.parse(readFileSync(join(this.dir, f), 'utf8')) as Partial<ImageManifest>;
         if (!Array.isArray(m.layers) || typeof m.config !== 'object' || typeof m.createdAt !== 'string') continue; // corrupt: get() says so
-        out.push({ op: 'put', id: `sha256:${f.slice(0, 64)}`, manifest: { layers: m.layers, config: m.config, createdAt: m.createdAt }, imported: true });
+        const writtenAt = new Date(statSync(join(this.dir, f)).mtimeMs).toISOString();
+        out.push({ op: 'put', id: `sha256:${f.slice(0, 64)}`, manifest: { layers: m.layers, config: m.config, createdAt: m.createdAt }, imported: true, writtenAt });
         this.#mark(f);
       } catch {
         // Being written by a tool right now, or corrupt (get() says so): looked at again next time.
@@ -230,7 +246,8 @@ export class ImageStore {
         if (!/^sha256:[0-9a-f]{64}$/.test(target)) continue;
         // First met: the catalog's word wins if it has one; re-pointed by a tool since: moved.
         const imported = known === undefined;
-        out.push(kind === 'tag' ? { op: 'tag', name: f, id: target as ImageId, imported } : { op: 'build', key: f, id: target as ImageId, imported });
+        const writtenAt = new Date(mtime).toISOString();
+        out.push(kind === 'tag' ? { op: 'tag', name: f, id: target as ImageId, imported, writtenAt } : { op: 'build', key: f, id: target as ImageId, imported });
         this.#synced.set(rel, mtime);
       }
     }

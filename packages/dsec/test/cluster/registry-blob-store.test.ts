@@ -46,6 +46,9 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
   let reader: RegistryClient;
   const marker = `regblob-${randomBytes(6).toString('hex')}`;
   let image: ImageInfo;
+  let archive: Buffer;
+  const importAtA = (name: string): Promise<Response> =>
+    fetch(`${pair.a.url}/v1/images/import?name=${name}`, { method: 'POST', headers: { authorization: `Bearer ${pair.a.apiKey}`, 'content-type': 'application/x-tar' }, body: archive });
 
   before(async () => {
     registry = await startTestRegistry();
@@ -81,7 +84,7 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
   const cached = (dataDir: string, digest: string): boolean => existsSync(join(dataDir, 'layers', `${digest.slice('sha256:'.length)}.erofs`));
 
   test('an image imported at A is in the registry (layers and artifact) once it is recorded', async () => {
-    const archive = dockerSaveTar({
+    archive = dockerSaveTar({
       layers: [
         [
           { name: 'bin/', type: 'dir' },
@@ -93,7 +96,7 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
       ],
       config: { Env: ['PATH=/bin'], Cmd: ['/bin/sh'] },
     });
-    const res = await fetch(`${pair.a.url}/v1/images/import?name=regimp:v1`, { method: 'POST', headers: { authorization: `Bearer ${pair.a.apiKey}`, 'content-type': 'application/x-tar' }, body: archive });
+    const res = await importAtA('regimp:v1');
     assert.equal(res.status, 201, await res.clone().text());
     image = ((await res.json()) as ImportImageResult).image;
     assert.equal(image.layers.length, 1);
@@ -177,6 +180,20 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
     assert.ok(!cached(pair.dataDirs[1], layer), "and from B's layer dir");
     assert.ok(!gc.removedLayers.includes(busybox), 'a layer an image uses stays');
     assert.ok(await reader.headBlob(busybox), 'in the registry too');
+
+    // Imported again at A: the image is back for both replicas despite its delete, and its blob is
+    // back in the registry (A put it there once before; GC at B deleted it since).
+    const again = await importAtA('regimp:v2');
+    assert.equal(again.status, 201, await again.clone().text());
+    assert.equal(((await again.json()) as ImportImageResult).image.id, image.id);
+    assert.ok(await reader.headBlob(layer), 'the blob is in the registry again');
+    const atB = await until(async () => {
+      const r = await api(pair.b, 'GET', '/v1/images/regimp:v2');
+      return r.status === 200 ? (r.body as ImageInfo) : undefined;
+    });
+    assert.equal(atB.id, image.id);
+    const blob = await fetch(`${pair.b.url}/v1/blobs/${layer}`, { method: 'HEAD', headers: { authorization: `Bearer ${pair.b.joinToken}` } });
+    assert.equal(blob.status, 200, 'B serves it (from the registry)');
   });
 });
 

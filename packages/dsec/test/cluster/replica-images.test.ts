@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { ImageInfo, SandboxInfo } from '@dsec/sdk/schema';
@@ -94,14 +94,30 @@ describe('image records shared by control-plane replicas', { skip, timeout: 120_
     b.images.tag(name, legacyId as `sha256:${string}`);
     await b.images.flush();
     await until(async () => (existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined)); // A wrote its copy
+    const beforeDelete = new Date(Date.now() - 1000);
     b.images.untag(name);
     await b.images.flush();
     await until(async () => (!existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined));
-    // The file as a replica that was down meanwhile still has it: A imports it, the store's
-    // tombstone refuses it, and A deletes the file.
+    // The file as a replica that was down meanwhile still has it (written before the delete): A
+    // imports it, the store's tombstone refuses it, and A deletes the file.
     writeFileSync(join(dataDirs[0]!, 'images', 'refs', name), legacyId);
+    utimesSync(join(dataDirs[0]!, 'images', 'refs', name), beforeDelete, beforeDelete);
     await until(async () => (!existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined));
     assert.equal((await api(a, 'GET', `/v1/images/${name}`)).status, 404);
     assert.equal((await api(b, 'GET', `/v1/images/${name}`)).status, 404);
+  });
+
+  test('a name deleted at B and made again since by a tool at A (its file written after the delete) is back at both', async () => {
+    const name = `reborn-${randomBytes(3).toString('hex')}:v1`;
+    b.images.tag(name, legacyId as `sha256:${string}`);
+    await b.images.flush();
+    await until(async () => (existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined));
+    b.images.untag(name);
+    await b.images.flush();
+    await until(async () => (!existsSync(join(dataDirs[0]!, 'images', 'refs', name)) ? true : undefined));
+    // `dsec image tag` (or a build or import job) at A writes the name again, after the delete.
+    writeFileSync(join(dataDirs[0]!, 'images', 'refs', name), legacyId);
+    await until(async () => ((await api(b, 'GET', `/v1/images/${name}`)).status === 200 ? true : undefined));
+    assert.equal((await api(a, 'GET', `/v1/images/${name}`)).status, 200);
   });
 });

@@ -89,11 +89,14 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
 
   /**
    * Puts one blob in the registry unless it is there (from this replica's layer directory) and
-   * records it; its size. Throws when the registry has it not and this replica cannot give it.
+   * records it, with now as its time (GC spares it for its grace); its size. Throws when the
+   * registry has it not and this replica cannot give it. `ask`: the registry is asked even when
+   * this process put the blob there before, since GC at another replica may have deleted it once
+   * nothing used it (publish asks; a create's layers belong to a recorded image, which GC spares).
    */
-  #store(digest: LayerDigest): Promise<number> {
+  #store(digest: LayerDigest, ask = false): Promise<number> {
     const known = this.#present.get(digest);
-    if (known !== undefined) return Promise.resolve(known);
+    if (known !== undefined && !ask) return Promise.resolve(known);
     let up = this.#uploading.get(digest);
     if (!up) {
       up = (async () => {
@@ -105,7 +108,11 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
           size = this.layers.size(digest);
           this.log.info({ layer: digest }, 'layer stored in the cluster registry');
         }
-        await this.store.db.run('INSERT INTO registry_blobs (digest, size_bytes, stored_at) VALUES (?, ?, ?) ON CONFLICT (digest) DO NOTHING', [digest, size, Date.now()]);
+        await this.store.db.run('INSERT INTO registry_blobs (digest, size_bytes, stored_at) VALUES (?, ?, ?) ON CONFLICT (digest) DO UPDATE SET stored_at = excluded.stored_at', [
+          digest,
+          size,
+          Date.now(),
+        ]);
         this.#present.set(digest, size);
         return size;
       })().finally(() => this.#uploading.delete(digest));
@@ -174,7 +181,7 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
 
   /** Stores the image's layers, then the image as a dsec OCI artifact tagged `sha256-<id>`; the layers' sizes. */
   async publish(id: ImageId, manifest: ImageManifest): Promise<number[]> {
-    const sizes = await Promise.all(manifest.layers.map((d) => this.#store(d)));
+    const sizes = await Promise.all(manifest.layers.map((d) => this.#store(d, true)));
     const config = configBlob(manifest.config);
     await this.client.putBlobBytes(sha256Digest(config), config);
     const body = Buffer.from(JSON.stringify(dsecManifest(config, manifest.layers.map((digest, i) => ({ digest, size: sizes[i]! })), manifest.createdAt)));
