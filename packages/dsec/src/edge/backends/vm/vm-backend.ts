@@ -629,6 +629,7 @@ export class VmBackend implements SandboxBackend {
             max: SNAPSHOT_COPY_TIMEOUT_MS,
           });
         }
+        if (v.agent.closed) throw new ApiError('SANDBOX_NOT_RUNNING', `the agent of VM ${id} went away during its snapshot: ${v.agent.closed.message}`, { id });
         // What the guest sent is the guest's: a broken archive is its doing, not the edge's.
         if (err instanceof TarFormatError || err instanceof UnsafeArchiveError || err instanceof GuestDiffError || err instanceof AgentError) {
           throw new ApiError('SANDBOX_NOT_RUNNING', `VM ${id}: its disk could not be read for the snapshot: ${err.message}`, { id });
