@@ -1,8 +1,8 @@
 /*
  * dsec-landlock: restrict where a command may change files, then become that command.
  *
- *   dsec-landlock [--cgroup NAME] --rw PATH [--rw PATH]... -- CMD [ARG]...
- *   dsec-landlock [--cgroup NAME] --isolate -- CMD [ARG]...
+ *   dsec-landlock [--cgroup-fd FD NAME] --rw PATH [--rw PATH]... -- CMD [ARG]...
+ *   dsec-landlock [--cgroup-fd FD NAME] --isolate -- CMD [ARG]...
  *
  * The edge bind-mounts this static binary into every sandbox (read-only, on /dev's tmpfs, like
  * the init) and puts it in front of a command's argv when the request names writable paths.
@@ -18,12 +18,15 @@
  * earlier command left running cannot reach into a later command (a grader's, say) to read its
  * input or forge its output and exit status; same-uid root inside the sandbox no longer decides.
  *
- * With --cgroup NAME it first waits until the edge has moved it into the command's own cgroup
- * (a cgroup2 directory NAME with no controllers, under the sandbox's), so that the command and
- * everything it ever starts are in it from their first instruction: the edge ends a timed-out
- * command with cgroup.kill, which nothing inside can leave or hide from (an environment tag could
- * be dropped; a double fork leaves the process tree). The edge moves the pid crun reports; the
- * command cannot fork before that because it has not started yet.
+ * With --cgroup-fd FD NAME it first moves itself into the command's own cgroup (a cgroup2
+ * directory NAME with no controllers, under the sandbox's), so that the command and everything it
+ * ever starts are in it from their first instruction: the edge ends a timed-out command with
+ * cgroup.kill, which nothing inside can leave or hide from (an environment tag could be dropped;
+ * a double fork leaves the process tree). FD is that cgroup's cgroup.procs, opened for writing on
+ * the host and handed in by `crun exec --preserve-fds`: cgroupfs is read-only inside, but the
+ * kernel checks a migration against the credentials and cgroup namespace of whoever *opened* the
+ * file (since 5.16), so writing "0" to it moves this process without a round trip to the edge.
+ * The fd is closed before anything else runs, and the move is checked in /proc/self/cgroup.
  *
  * It fails closed: a kernel without Landlock, a missing PATH or any failed step ends with exit
  * status 126 and a message on stderr, never with the command running unrestricted.
@@ -36,11 +39,11 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SYS_landlock_create_ruleset_ 444
@@ -129,28 +132,30 @@ static int in_cgroup(const char *name) {
 }
 
 /*
- * Waits (polling, 50 us growing to 5 ms) until the edge has moved this process into its command
- * cgroup. The edge kills the command when it cannot; the minute's bound is a last resort that
- * fails closed rather than run a command the edge could not end.
+ * Moves this process into its command cgroup through `fd` (that cgroup's cgroup.procs, opened by
+ * the edge) and closes it, so the command never holds it. Fails closed: unless /proc/self/cgroup
+ * then names the cgroup, the command does not run.
  */
-static int wait_for_cgroup(const char *name) {
-  long waited_ns = 0, step_ns = 50000;
-  while (!in_cgroup(name)) {
-    if (waited_ns > 60L * 1000 * 1000 * 1000) return -1;
-    struct timespec ts = {0, step_ns};
-    nanosleep(&ts, NULL);
-    waited_ns += step_ns;
-    if (step_ns < 5000000) step_ns *= 2;
-  }
-  return 0;
+static int join_cgroup(int fd, const char *name) {
+  ssize_t w = write(fd, "0", 1);
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  if (w != 1) return -1;
+  return in_cgroup(name) ? 0 : -2;
 }
 
 int main(int argc, char **argv) {
   int i = 1;
-  if (i + 1 < argc && strcmp(argv[i], "--cgroup") == 0) {
-    if (strchr(argv[i + 1], '/') != NULL || argv[i + 1][0] == 0) return fail("--cgroup takes a cgroup's name", NULL);
-    if (wait_for_cgroup(argv[i + 1]) != 0) return fail("the edge did not move this command into its cgroup", argv[i + 1]);
-    i += 2;
+  if (i + 2 < argc && strcmp(argv[i], "--cgroup-fd") == 0) {
+    char *end;
+    long fd = strtol(argv[i + 1], &end, 10);
+    if (*end != 0 || fd < 3 || fd > 1024) return fail("--cgroup-fd takes a file descriptor (3 or above) and a cgroup's name", NULL);
+    if (strchr(argv[i + 2], '/') != NULL || argv[i + 2][0] == 0) return fail("--cgroup-fd takes a file descriptor and a cgroup's name", NULL);
+    int joined = join_cgroup((int)fd, argv[i + 2]);
+    if (joined == -1) return fail("cannot move this command into its cgroup", argv[i + 2]);
+    if (joined != 0) return fail("the command is not in its cgroup after the move; refusing to run it", NULL);
+    i += 3;
   }
   long abi = syscall(SYS_landlock_create_ruleset_, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi < 1) return fail("this kernel has no usable Landlock; refusing to run the command unrestricted", NULL);

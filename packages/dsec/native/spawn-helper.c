@@ -20,6 +20,27 @@
  * when it could not be started (the reason in its stderr). Answered once the tool has exited and
  * its pipes are closed. The helper exits when its stdin closes; tools still running are left to
  * finish (they are reparented, as they would be if the edge itself had died).
+ *
+ * <stdio> `stream` is for a tool whose stdio the edge reads and writes itself as it runs (`crun
+ * exec`: a command's output streamed to its caller). The body is then
+ *
+ *   <n>\0<fd 0's plan>\0...<fd n-1's plan>\0<oom_score_adj or ->\0<the argv, as above>
+ *
+ * and each plan is `null` (/dev/null), `in` (a pipe the edge writes), `out` (a pipe the edge
+ * reads) or `w:PATH` (PATH opened for writing in the tool, as a command's cgroup.procs is for
+ * `crun exec --preserve-fds`). An oom_score_adj is set for the tool as a privileged write (so
+ * that it, and the command crun exec starts, cannot lower it again), the helper's own restored
+ * after the spawn. The edge cannot receive file descriptors (Node has no SCM_RIGHTS),
+ * so the helper makes the pipes, keeps the edge's ends open and says where:
+ *
+ *   <id> started <pid> <fd>...\n           one helper fd per planned fd, -1 where no pipe
+ *
+ * The edge opens /proc/<helper>/fd/<fd> for each (opening a pipe there opens that same pipe) and
+ * sends `<id> release 0\n`, and only then does the helper close its ends; until then they keep
+ * the pipes alive, so no byte written by a command that ends at once is lost. `<id> kill <length>\n<signal>`
+ * signals the tool while it has not been reaped (never a recycled pid). When it exits: the usual
+ * `<id> <status> 0 0\n`. A tool that cannot start is answered as above (127 and why), without
+ * `started`.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +60,7 @@ extern char **environ;
 #define MAX_REQUEST (1 << 20)
 #define MAX_OUTPUT (1 << 20)
 #define MAX_CHILDREN 1024
+#define MAX_STREAM_FDS 8
 
 struct buffer {
   char *data;
@@ -51,6 +73,10 @@ struct child {
   int status;
   int fds[2]; /* stdout, stderr read ends; -1 once closed */
   struct buffer out[2];
+  int stream;                  /* a `stream` tool: the edge holds its pipes */
+  int held[2 * MAX_STREAM_FDS]; /* a stream tool's pipe ends kept open until `release`; -1 when none */
+  int released;
+  int answered;                /* its exit was answered */
 };
 
 static struct child children[MAX_CHILDREN];
@@ -90,8 +116,13 @@ static void answer(unsigned long long id, int status, const struct buffer *out, 
 static void finish_done(void) {
   for (int i = 0; i < nchildren;) {
     struct child *c = &children[i];
-    if (c->pid == 0 && c->fds[0] < 0 && c->fds[1] < 0) {
-      answer(c->id, c->status, &c->out[0], &c->out[1]);
+    if (c->stream && c->pid == 0 && !c->answered) {
+      struct buffer none = { 0 };
+      answer(c->id, c->status, &none, &none);
+      c->answered = 1;
+    }
+    if (c->stream ? (c->answered && c->released) : (c->pid == 0 && c->fds[0] < 0 && c->fds[1] < 0)) {
+      if (!c->stream) answer(c->id, c->status, &c->out[0], &c->out[1]);
       free(c->out[0].data);
       free(c->out[1].data);
       children[i] = children[--nchildren];
@@ -171,6 +202,187 @@ static void start(unsigned long long id, int piped, char *args, size_t len) {
   c->fds[1] = err[0];
 }
 
+
+/* This process's own oom_score_adj, read at start and restored after each tool given another. */
+static char own_oom_score_adj[16] = "0";
+
+static int set_oom_score_adj(const char *value) {
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, value, strlen(value));
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return n == (ssize_t)strlen(value) ? 0 : -1;
+}
+
+static void read_own_oom_score_adj(void) {
+  int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, own_oom_score_adj, sizeof own_oom_score_adj - 1);
+  close(fd);
+  if (n <= 0) n = 0;
+  own_oom_score_adj[n] = 0;
+  char *nl = strchr(own_oom_score_adj, '\n');
+  if (nl) *nl = 0;
+  if (own_oom_score_adj[0] == 0) strcpy(own_oom_score_adj, "0");
+}
+
+static void close_held(struct child *c) {
+  for (int i = 0; i < 2 * MAX_STREAM_FDS; i++) {
+    if (c->held[i] >= 0) close(c->held[i]);
+    c->held[i] = -1;
+  }
+}
+
+static void refuse(unsigned long long id, const char *text) {
+  struct buffer none = { 0 };
+  struct buffer why = { .data = (char *)text, .len = strlen(text) };
+  answer(id, 127, &none, &why);
+}
+
+/* A pipe whose ends sit at 64 or above (close-on-exec), clear of the fds a plan dup2s into. */
+static int high_pipe(int p[2]) {
+  int low[2];
+  if (pipe2(low, O_CLOEXEC) != 0) return -1;
+  for (int i = 0; i < 2; i++) {
+    p[i] = fcntl(low[i], F_DUPFD_CLOEXEC, 64);
+    close(low[i]);
+  }
+  if (p[0] < 0 || p[1] < 0) {
+    if (p[0] >= 0) close(p[0]);
+    if (p[1] >= 0) close(p[1]);
+    return -1;
+  }
+  return 0;
+}
+
+/* `stream`: the plan of each fd, then the argv; the edge opens its pipe ends through /proc. */
+static void start_stream(unsigned long long id, char *body, size_t len) {
+  char *fields[4096 + MAX_STREAM_FDS + 1];
+  int nf = 0;
+  for (size_t off = 0; off < len && nf < (int)(sizeof fields / sizeof *fields) - 1;) {
+    fields[nf++] = body + off;
+    off += strlen(body + off) + 1;
+  }
+  char *end;
+  long nfds = nf > 0 ? strtol(fields[0], &end, 10) : -1;
+  if (nf == 0 || *end != 0 || nfds < 0 || nfds > MAX_STREAM_FDS || nf < nfds + 3) return refuse(id, "dsec-spawn: malformed stream request");
+  if (nchildren == MAX_CHILDREN) return refuse(id, "dsec-spawn: too many tools running");
+  char **plan = fields + 1, *oom = fields[1 + nfds], **argv = fields + 2 + nfds;
+  if (strcmp(oom, "-") != 0 && (strtol(oom, &end, 10) < -1000 || *end != 0 || strtol(oom, NULL, 10) > 1000)) return refuse(id, "dsec-spawn: malformed oom_score_adj");
+  fields[nf] = NULL;
+  int held[2 * MAX_STREAM_FDS], edge_fd[MAX_STREAM_FDS], child_end[MAX_STREAM_FDS];
+  for (int i = 0; i < 2 * MAX_STREAM_FDS; i++) held[i] = -1;
+  for (int i = 0; i < MAX_STREAM_FDS; i++) edge_fd[i] = child_end[i] = -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const char *bad = NULL;
+  char text[512] = "";
+  for (int fd = 0; fd < nfds && !bad; fd++) {
+    int p[2];
+    if (strcmp(plan[fd], "null") == 0) {
+      posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
+    } else if (strcmp(plan[fd], "in") == 0 || strcmp(plan[fd], "out") == 0) {
+      int in = plan[fd][0] == 'i';
+      if (high_pipe(p) != 0) {
+        bad = "dsec-spawn: pipe failed";
+        break;
+      }
+      /* The tool's end goes to it; the helper keeps the edge's end, and for stdin the tool's end
+       * as well, so the edge's open of the write end cannot fail for want of a reader. */
+      child_end[fd] = in ? p[0] : p[1];
+      edge_fd[fd] = in ? p[1] : p[0];
+      held[2 * fd] = edge_fd[fd];
+      if (in) held[2 * fd + 1] = p[0];
+      posix_spawn_file_actions_adddup2(&fa, child_end[fd], fd);
+    } else if (strncmp(plan[fd], "w:", 2) == 0 && plan[fd][2] == '/') {
+      /* Opened here rather than in the tool, so that a failure says which file. */
+      int file = open(plan[fd] + 2, O_WRONLY | O_CLOEXEC);
+      int high = file < 0 ? -1 : fcntl(file, F_DUPFD_CLOEXEC, 64);
+      if (file >= 0) close(file);
+      if (high < 0) {
+        snprintf(text, sizeof text, "dsec-spawn: cannot open %s: %s", plan[fd] + 2, strerror(errno));
+        bad = text;
+        break;
+      }
+      child_end[fd] = high;
+      posix_spawn_file_actions_adddup2(&fa, high, fd);
+    } else {
+      bad = "dsec-spawn: unknown fd plan";
+    }
+  }
+  pid_t pid = 0;
+  int rc = 0;
+  if (!bad) {
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t empty, all;
+    sigemptyset(&empty);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &empty);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    /* The tool inherits the score (and, written with CAP_SYS_RESOURCE, its floor) at the spawn. */
+    int scored = strcmp(oom, "-") == 0 || set_oom_score_adj(oom) == 0;
+    if (!scored) {
+      snprintf(text, sizeof text, "dsec-spawn: cannot set oom_score_adj %s: %s", oom, strerror(errno));
+      rc = -1;
+    } else {
+      rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
+      if (rc != 0) snprintf(text, sizeof text, "cannot start %s: %s", argv[0], strerror(rc));
+      if (strcmp(oom, "-") != 0 && set_oom_score_adj(own_oom_score_adj) != 0) {
+        perror("dsec-spawn: cannot restore its own oom_score_adj");
+        exit(1); /* rather than start every later tool at the sandbox's score */
+      }
+    }
+    posix_spawnattr_destroy(&attr);
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  /* The tool's ends of the output pipes (and its files) close here, so the edge sees end of file when it ends. */
+  for (int fd = 0; fd < nfds; fd++) {
+    if (child_end[fd] >= 0 && child_end[fd] != held[2 * fd + 1]) close(child_end[fd]);
+  }
+  if (bad || rc != 0) {
+    for (int i = 0; i < 2 * MAX_STREAM_FDS; i++)
+      if (held[i] >= 0) close(held[i]);
+    return refuse(id, bad ? bad : text);
+  }
+  struct child *c = &children[nchildren++];
+  memset(c, 0, sizeof *c);
+  c->id = id;
+  c->pid = pid;
+  c->fds[0] = c->fds[1] = -1;
+  c->stream = 1;
+  memcpy(c->held, held, sizeof held);
+  char head[64 + 12 * MAX_STREAM_FDS];
+  int n = snprintf(head, sizeof head, "%llu started %d", id, (int)pid);
+  for (int fd = 0; fd < nfds; fd++) n += snprintf(head + n, sizeof head - (size_t)n, " %d", edge_fd[fd]);
+  head[n++] = '\n';
+  write_all(head, (size_t)n);
+}
+
+static struct child *find_child(unsigned long long id) {
+  for (int i = 0; i < nchildren; i++)
+    if (children[i].id == id) return &children[i];
+  return NULL;
+}
+
+/* `release` and `kill` for a stream tool; an id no longer known (answered, forgotten) is ignored. */
+static void control(unsigned long long id, const char *what, char *body, size_t len) {
+  struct child *c = find_child(id);
+  if (!c || !c->stream) return;
+  if (strcmp(what, "release") == 0) {
+    close_held(c);
+    c->released = 1;
+  } else if (strcmp(what, "kill") == 0 && c->pid != 0) {
+    char sig[16] = "";
+    memcpy(sig, body, len < sizeof sig - 1 ? len : sizeof sig - 1);
+    int n = atoi(sig);
+    if (n > 0 && n < 65) kill(c->pid, n);
+  }
+}
+
 /* Reads whole requests from the stdin buffer; returns how many bytes it used. */
 static size_t serve(char *buf, size_t len) {
   size_t used = 0;
@@ -190,7 +402,9 @@ static size_t serve(char *buf, size_t len) {
       *nl = '\n';
       return used;
     }
-    start(id, strcmp(stdio, "pipe") == 0, buf + body, n);
+    if (strcmp(stdio, "stream") == 0) start_stream(id, buf + body, n);
+    else if (strcmp(stdio, "release") == 0 || strcmp(stdio, "kill") == 0) control(id, stdio, buf + body, n);
+    else start(id, strcmp(stdio, "pipe") == 0, buf + body, n);
     used = body + n;
   }
 }
@@ -206,6 +420,7 @@ int main(void) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
+  read_own_oom_score_adj();
   size_t cap = 1 << 16, len = 0;
   char *in = malloc(cap);
   int stdin_open = 1;

@@ -16,9 +16,9 @@ export interface CrunState {
  */
 export class Crun {
   /**
-   * `spawner`: the edge's dsec-spawn, which starts `crun run` and `crun delete` (the create and
-   * kill path) so the edge does not fork for them; without it (the bench's raw crun floor) they
-   * are spawned from this process, as anyone calling crun would.
+   * `spawner`: the edge's dsec-spawn, which starts `crun run`, `crun delete` and `crun exec`
+   * (exec/crun-exec-child.ts) so the edge does not fork for them; without it (the bench's raw
+   * crun floor) they are spawned from this process, as anyone calling crun would.
    */
   constructor(
     readonly root: string,

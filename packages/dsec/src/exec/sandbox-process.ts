@@ -1,7 +1,6 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, rmSync, watch, writeFileSync, type FSWatcher } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { signalNumber } from '../host/run-tool.js';
 import { readPidFile } from '../edge/crun.js';
@@ -11,6 +10,7 @@ import { SANDBOX_OOM_SCORE_ADJ } from '../host/node-memory.js';
 import { CommandCgroup } from '../host/command-cgroups.js';
 import { killTree } from '../edge/process-tree.js';
 import { CappedOutput } from './capped-output.js';
+import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
 import type { ExecTarget } from './exec-target.js';
 
 export type StreamName = 'stdout' | 'stderr';
@@ -105,7 +105,7 @@ export class SandboxProcess {
   readonly fd3Ended: Promise<void>;
   readonly startedAt = new Date();
   #exit: ProcessExit | undefined;
-  readonly #child: ChildProcess;
+  readonly #child: ExecChild;
   readonly #pidFile: string;
   readonly #listeners = new Set<OutputListener>();
   #timedOut = false;
@@ -126,21 +126,27 @@ export class SandboxProcess {
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
     this.#sandboxId = target.id;
-    // A command that starts through dsec-landlock waits there until the edge has moved it into
-    // its command cgroup, so that kill() reaches everything it starts (command-cgroups.ts).
+    // A command that starts through dsec-landlock first moves itself into its command cgroup,
+    // through that cgroup's cgroup.procs opened here and handed in as an fd, so that kill()
+    // reaches everything it starts (command-cgroups.ts, landlock-exec.c).
     this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
-    const args = this.#cgroup ? [LANDLOCK_PATH, '--cgroup', this.#cgroup.name, ...spec.args.slice(1)] : spec.args;
+    const fd3 = opts.fd3MaxBytes !== undefined;
+    const args = this.#cgroup ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)] : spec.args;
     writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] })));
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
     const started = performance.now();
     const withStdin = opts.stdin || opts.input !== undefined;
-    const extra = opts.fd3MaxBytes === undefined ? [] : ['--preserve-fds=1'];
-    const child = spawn('crun', [...target.crun.globalArgs(), 'exec', ...extra, '--process', specFile, '--pid-file', this.#pidFile, target.id], {
-      stdio: [withStdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(opts.fd3MaxBytes === undefined ? [] : ['pipe' as const])],
+    const child = startCrunExec(target.crun.spawner, {
+      globalArgs: target.crun.globalArgs(),
+      execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id],
+      stdin: withStdin,
+      fd3,
+      writeFile: this.#cgroup?.procsFile,
+      oomScoreAdj: SANDBOX_OOM_SCORE_ADJ,
     });
-    const fd3Stream = opts.fd3MaxBytes === undefined ? undefined : (child.stdio[3] as Readable);
-    this.fd3 = opts.fd3MaxBytes === undefined ? undefined : new CappedOutput(opts.fd3MaxBytes);
+    const fd3Stream = fd3 ? (child.stdio[3] as Readable) : undefined;
+    this.fd3 = fd3 ? new CappedOutput(opts.fd3MaxBytes!) : undefined;
     fd3Stream?.on('data', (d: Buffer) => {
       this.fd3!.push(d);
       opts.onFd3?.(d);
@@ -152,7 +158,6 @@ export class SandboxProcess {
         })
       : Promise.resolve();
     this.#child = child;
-    if (this.#cgroup) void this.#adoptWhenStarted(this.#cgroup);
     child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
     if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
     else if (opts.input !== undefined) child.stdin?.write(opts.input);
@@ -185,7 +190,12 @@ export class SandboxProcess {
         resolve(this.#exit);
       };
       child.on('error', (err) => {
-        const msg = Buffer.from(`cannot start crun exec: ${err.message}\n`);
+        // crun exec lost its starter (dsec-spawn died) after it may have started the command:
+        // the command must not run on where nothing waits for it.
+        const pid = this.hostPid;
+        if (pid) killTree(pid);
+        if (opts.tag === undefined) this.#cgroup?.kill();
+        const msg = Buffer.from(`crun exec failed: ${err.message}\n`);
         this.#emit('stderr', msg, this.stderr.push(msg));
         code = 127;
         finish();
@@ -214,66 +224,6 @@ export class SandboxProcess {
           finish();
         });
       });
-    });
-  }
-
-  /**
-   * Moves the command's first process into its cgroup as soon as crun reports its pid. Until
-   * then it waits in dsec-landlock, so nothing it starts is born outside. A process that cannot
-   * be moved is killed: the command must not run where kill() cannot reach it.
-   */
-  async #adoptWhenStarted(cgroup: CommandCgroup): Promise<void> {
-    const pid = await this.#reportedPid();
-    if (!pid) return; // crun exec failed before starting the command
-    try {
-      // Before the command runs (it waits for this move): crun exec does not apply the spec's
-      // oomScoreAdj, and the command would run at the edge's own score.
-      writeFileSync(`/proc/${pid}/oom_score_adj`, String(SANDBOX_OOM_SCORE_ADJ));
-      cgroup.adopt(pid);
-    } catch (err) {
-      if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;
-      const msg = Buffer.from(`dsec: cannot move the command into its cgroup ${cgroup.dir}: ${(err as Error).message}\n`);
-      this.#emit('stderr', msg, this.stderr.push(msg));
-      this.kill({ now: true });
-    }
-  }
-
-  /**
-   * The pid crun writes to the pid file, as soon as it is there: the command waits for the move
-   * meanwhile, so this is on every command's path. An inotify watch on the scratch directory
-   * sees the file at once (a poll's interval would add to every exec); the slow poll beside it
-   * only guards against a missed event. Undefined when crun exec ends without one.
-   */
-  #reportedPid(): Promise<number | undefined> {
-    return new Promise((resolve) => {
-      let settled = false;
-      let watcher: FSWatcher | undefined;
-      const finish = (pid: number | undefined): void => {
-        if (settled) return;
-        settled = true;
-        watcher?.close();
-        clearInterval(poll);
-        resolve(pid);
-      };
-      const check = (): void => {
-        const pid = this.hostPid;
-        if (pid) finish(pid);
-      };
-      const name = basename(this.#pidFile);
-      try {
-        watcher = watch(dirname(this.#pidFile), (_event, file) => {
-          if (file === name) check();
-        });
-        watcher.on('error', () => undefined);
-      } catch {
-        // no inotify watch left: the poll alone
-      }
-      const poll = setInterval(check, 10);
-      this.#child.once('exit', () => {
-        check();
-        finish(undefined);
-      });
-      check();
     });
   }
 

@@ -40,9 +40,13 @@ export class CommandCgroup {
     return this.dir.slice(this.dir.lastIndexOf('/') + 1);
   }
 
-  /** Moves a process in (the command's first process, which waits in dsec-landlock until then). */
-  adopt(pid: number): void {
-    writeFileSync(join(this.dir, 'cgroup.procs'), String(pid));
+  /**
+   * Its cgroup.procs: the edge opens it for writing and hands the fd to the command's first
+   * process (dsec-landlock --cgroup-fd), which writes "0" to move itself in before anything else
+   * runs. The kernel checks that move against the opener's credentials and cgroup namespace.
+   */
+  get procsFile(): string {
+    return join(this.dir, 'cgroup.procs');
   }
 
   /** SIGKILLs every process in the cgroup, in one step the processes cannot race. */

@@ -7,6 +7,8 @@ export interface DecodedAnswer<A> {
   /** The request it answers; absent for a helper that answers in request order (the oldest one pending). */
   id?: number;
   answer: A;
+  /** Word on the way, not the answer: handed to the request's onProgress, which stays pending. */
+  progress?: boolean;
 }
 
 /** How a client speaks to its helper; only this differs between the edge's resident helpers. */
@@ -22,6 +24,7 @@ export interface HelperFraming<A> {
 interface Pending<A> {
   resolve: (answer: A) => void;
   reject: (err: Error) => void;
+  onProgress?: ((answer: A) => void) | undefined;
 }
 
 /**
@@ -44,15 +47,28 @@ export class ResidentHelper<A> {
     private readonly framing: HelperFraming<A>,
   ) {}
 
-  /** Sends the request `encode` makes from the id the answer will carry; resolves to the answer, rejects only when the helper fails. */
-  request(encode: (id: number) => readonly (string | Buffer)[]): Promise<A> {
+  /**
+   * Sends the request `encode` makes from the id the answer will carry; resolves to the answer,
+   * rejects only when the helper fails. Answers decoded as progress go to `onProgress` first.
+   */
+  request(encode: (id: number) => readonly (string | Buffer)[], onProgress?: (answer: A) => void): Promise<A> {
     const child = this.#ensure();
     const id = this.#next++;
     return new Promise<A>((resolve, reject) => {
       if (this.#pending.size === 0) this.#hold(child, true);
-      this.#pending.set(id, { resolve, reject });
+      this.#pending.set(id, { resolve, reject, onProgress });
       for (const part of encode(id)) child.stdin.write(part);
     });
+  }
+
+  /**
+   * Writes a message that gets no answer (about a request in flight) to the helper with pid
+   * `pid` only: a helper started since knows nothing of that request.
+   */
+  notify(pid: number | undefined, parts: readonly (string | Buffer)[]): void {
+    const child = this.#child;
+    if (!child || pid === undefined || child.pid !== pid) return;
+    for (const part of parts) child.stdin.write(part);
   }
 
   /** Stops the helper (it exits when its stdin closes). */
@@ -120,6 +136,10 @@ export class ResidentHelper<A> {
         return;
       }
       this.#buf = this.#buf.subarray(decoded.size);
+      if (decoded.progress) {
+        if (decoded.id !== undefined) this.#pending.get(decoded.id)?.onProgress?.(decoded.answer);
+        continue;
+      }
       const id = decoded.id ?? this.#pending.keys().next().value;
       const p = id === undefined ? undefined : this.#pending.get(id);
       if (id !== undefined) this.#pending.delete(id);

@@ -5,8 +5,19 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { SPAWN_HELPER_BINARY } from './native-helpers.js';
 import { SpawnHelper, SpawnHelperError } from './spawn-helper.js';
+import type { HelperChild, FdPlan } from './helper-child.js';
 
 const skip = existsSync(SPAWN_HELPER_BINARY) ? false : `${SPAWN_HELPER_BINARY} is not built (run scripts/setup)`;
+
+/** A streamed tool's exit status and everything it wrote on its output pipes (stdout, stderr, fd 3…). */
+function collect(child: HelperChild): Promise<{ code: number | null; out: string[]; error?: string }> {
+  const chunks = child.stdio.map(() => [] as Buffer[]);
+  child.stdio.forEach((s, i) => i > 0 && s?.on('data', (d: Buffer) => chunks[i]!.push(d)));
+  return new Promise((resolve) => {
+    child.once('error', (err: Error) => resolve({ code: null, out: [], error: err.message }));
+    child.once('close', (code: number) => resolve({ code, out: chunks.map((c) => Buffer.concat(c).toString()) }));
+  });
+}
 
 /** Waits until `check` holds (a file a tool writes), polling; gives up after `tries`. */
 async function until(check: () => boolean, tries = 3000): Promise<boolean> {
@@ -59,6 +70,39 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
     } finally {
       process.kill(pid, 'SIGKILL');
     }
+  });
+
+  test('streamed: the tool writes to pipes the edge reads as it runs, reads a stdin the edge writes (8 MiB, whole), and gets a host file as an extra fd', async () => {
+    const file = join(dir, 'extra-fd');
+    writeFileSync(file, '');
+    const plan: FdPlan[] = ['in', 'out', 'out', 'out', { write: file }];
+    const child = helper.stream('sh', ['-c', 'wc -c; echo err >&2; echo three >&3; echo four >&4; exit 5'], plan);
+    const done = collect(child);
+    child.stdin!.end(Buffer.alloc(8 << 20, 97));
+    const r = await done;
+    assert.equal(r.code, 5);
+    assert.deepEqual(r.out.slice(1, 4).map((o) => o.trim()), ['8388608', 'err', 'three']);
+    assert.equal(readFileSync(file, 'utf8'), 'four\n');
+  });
+
+  test('streamed: output written by a tool that exits at once is not lost (the helper holds the pipes until the edge has them)', async () => {
+    for (let i = 0; i < 20; i++) {
+      const r = await collect(helper.stream('sh', ['-c', `echo run ${i}`], ['null', 'out', 'out']));
+      assert.deepEqual(r, { code: 0, out: ['', `run ${i}\n`, ''] });
+    }
+  });
+
+  test('streamed: kill() signals the tool (128 + the signal), its pipes are not in any other tool, a missing tool or file is an error with why', async () => {
+    const child = helper.stream('sh', ['-c', 'ls /proc/self/fd; exec sleep 1000'], ['null', 'out', 'out']);
+    const done = collect(child);
+    await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
+    assert.equal(child.kill('SIGTERM'), true);
+    const r = await done;
+    assert.equal(r.code, 128 + 15);
+    // 0, 1, 2 and ls's own directory fd: none of the helper's other pipes leak into a tool.
+    assert.deepEqual(r.out[1]!.trim().split(/\s+/).map(Number).filter((fd) => fd > 3 && fd < 200), []);
+    assert.match((await collect(helper.stream('/no/such/tool', [], ['null', 'out', 'out']))).error ?? '', /cannot start \/no\/such\/tool: No such file or directory/);
+    assert.match((await collect(helper.stream('true', [], ['null', 'out', 'out', { write: join(dir, 'no', 'such') }]))).error ?? '', /cannot open .*no\/such: No such file or directory/);
   });
 
   test('a helper that dies fails the calls in flight (their tools run on) and the next call starts a new one', async () => {

@@ -1,6 +1,12 @@
+import { HelperChild, planWord, type FdPlan } from './helper-child.js';
 import { SPAWN_HELPER_BINARY } from './native-helpers.js';
 import { ResidentHelper, type DecodedAnswer } from './resident-helper.js';
 import type { ToolResult } from './run-tool.js';
+
+/** A streamed tool's first word: started, its pid, and where the helper holds each planned fd's pipe. */
+interface Started {
+  started: { pid: number; fds: number[] };
+}
 
 /** How a tool's stdio is set up: all /dev/null, or stdout and stderr collected. */
 export type SpawnStdio = 'ignore' | 'pipe';
@@ -21,7 +27,7 @@ export class SpawnHelperError extends Error {
  * the next call starts a new one. Gone when its stdin closes (also when the edge dies).
  */
 export class SpawnHelper {
-  readonly #helper: ResidentHelper<ToolResult>;
+  readonly #helper: ResidentHelper<ToolResult | Started>;
 
   constructor(binary = SPAWN_HELPER_BINARY) {
     this.#helper = new ResidentHelper(binary, { name: 'dsec-spawn', error: (m) => new SpawnHelperError(m), decode: decodeAnswer });
@@ -32,7 +38,53 @@ export class SpawnHelper {
     const argv = [tool, ...args];
     if (argv.some((a) => a.includes('\0'))) return Promise.reject(new SpawnHelperError(`an argument of ${tool} contains a NUL byte`));
     const body = Buffer.from(argv.map((a) => `${a}\0`).join(''));
-    return this.#helper.request((id) => [`${id} ${opts.stdio} ${body.length}\n`, body]);
+    // Only a streamed tool's request gets a `started` word; these are answered with the result alone.
+    return this.#helper.request((id) => [`${id} ${opts.stdio} ${body.length}\n`, body]) as Promise<ToolResult>;
+  }
+
+  /**
+   * Starts `tool` with its fds as `plan` says (fd 0, 1, 2, then 3…) and its pipes streamed to
+   * the edge, as a ChildProcess would have them (`crun exec`: a command's output as it comes,
+   * its stdin, a session's fd 3), without a fork of the edge. The helper makes the pipes; the
+   * edge opens its ends through /proc/<helper>/fd (Node cannot receive fds over a socket).
+   * `oomScoreAdj`: the tool's (and what it starts) from its first instruction, which it cannot lower.
+   */
+  stream(tool: string, args: readonly string[], plan: readonly FdPlan[], opts: { oomScoreAdj?: number | undefined } = {}): HelperChild {
+    const fields = [String(plan.length), ...plan.map(planWord), opts.oomScoreAdj === undefined ? '-' : String(Math.trunc(opts.oomScoreAdj)), tool, ...args];
+    let id = 0;
+    let helperPid: number | undefined;
+    const control = {
+      release: (i: number) => this.#helper.notify(helperPid, [`${i} release 0\n`]),
+      kill: (i: number, sig: number) => this.#helper.notify(helperPid, [`${i} kill ${String(sig).length}\n${sig}`]),
+    };
+    if (fields.some((a) => a.includes('\0'))) {
+      const refused = new HelperChild(0, plan, control);
+      queueMicrotask(() => refused.failed(new SpawnHelperError(`an argument of ${tool} contains a NUL byte`)));
+      return refused;
+    }
+    const body = Buffer.from(fields.map((a) => `${a}\0`).join(''));
+    // Answers come only after this call returns (from the helper's pipe), when `child` is set.
+    const done = this.#helper.request(
+      (i) => {
+        id = i;
+        helperPid = this.#helper.pid;
+        return [`${i} stream ${body.length}\n`, body];
+      },
+      (word) => {
+        if ('started' in word && helperPid !== undefined) child.started(word.started.pid, helperPid, word.started.fds);
+      },
+    );
+    const child = new HelperChild(id, plan, control);
+    const c = child;
+    done.then(
+      (answer) => {
+        if ('started' in answer) return;
+        if (c.wasStarted) c.exited(answer.code);
+        else c.failed(new SpawnHelperError(answer.stderr || `dsec-spawn could not start ${tool} (${answer.code})`));
+      },
+      (err: Error) => c.failed(err),
+    );
+    return child;
   }
 
   /** Stops the helper (it exits when its stdin closes; tools still running finish on their own). */
@@ -46,11 +98,20 @@ export class SpawnHelper {
   }
 }
 
-/** Answers are `<id> <status> <stdout length> <stderr length>\n<stdout><stderr>`, in the order tools finish. */
-function decodeAnswer(buf: Buffer): DecodedAnswer<ToolResult> | 'incomplete' | 'garbled' {
+/**
+ * Answers are `<id> <status> <stdout length> <stderr length>\n<stdout><stderr>`, in the order
+ * tools finish, and for a streamed tool first `<id> started <pid> <helper fd>...` (progress).
+ */
+function decodeAnswer(buf: Buffer): DecodedAnswer<ToolResult | Started> | 'incomplete' | 'garbled' {
   const nl = buf.indexOf(10);
   if (nl < 0) return 'incomplete';
-  const m = /^(\d+) (\d+) (\d+) (\d+)$/.exec(buf.subarray(0, nl).toString('latin1'));
+  const line = buf.subarray(0, nl).toString('latin1');
+  const started = /^(\d+) started (\d+)((?: -?\d+)*)$/.exec(line);
+  if (started) {
+    const fds = started[3]!.trim().split(' ').filter(Boolean).map(Number);
+    return { size: nl + 1, id: Number(started[1]), answer: { started: { pid: Number(started[2]), fds } }, progress: true };
+  }
+  const m = /^(\d+) (\d+) (\d+) (\d+)$/.exec(line);
   if (!m) return 'garbled';
   const [outLen, errLen] = [Number(m[3]), Number(m[4])];
   if (buf.length < nl + 1 + outLen + errLen) return 'incomplete';

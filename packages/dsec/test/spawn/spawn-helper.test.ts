@@ -1,15 +1,35 @@
 /**
- * The edge starts crun on its create and kill path through dsec-spawn (host/spawn-helper.ts), not
- * with a fork of its own large process. A helper that crashes is replaced at the next call and no
- * running sandbox is lost.
+ * The edge starts crun on its create, exec and kill path through dsec-spawn (host/spawn-helper.ts),
+ * not with a fork of its own large process. A helper that crashes is replaced at the next call and
+ * no running sandbox is lost.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+
+/** The parent pid and argv of a process. */
+function procInfo(pid: number): { ppid: number; argv: string[] } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return { ppid: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]), argv: readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean) };
+}
+
+/** Pids of the processes whose parent is `parent`. */
+function childrenOf(parent: number): number[] {
+  return readdirSync('/proc')
+    .filter((n) => /^\d+$/.test(n))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return procInfo(pid).ppid === parent;
+      } catch {
+        return false; // exited meanwhile
+      }
+    });
+}
 
 /** Pids of dsec-spawn processes whose parent is this process (the in-process edge's helper). */
 function ourSpawnHelpers(): number[] {
@@ -46,6 +66,9 @@ describe('crun through the edge\'s resident spawn helper', { skip: integrationSk
     assert.deepEqual(ourSpawnHelpers(), helpers, 'the same helper serves the next create (resident, not one per call)');
 
     process.kill(helpers[0]!, 'SIGKILL');
+    // Once the edge has seen it die (it reaps it and fails what was in flight at once); a call
+    // racing with the death itself fails with the reason, as any call in flight does.
+    for (let i = 0; i < 500 && existsSync(`/proc/${helpers[0]}`); i++) await new Promise((r) => setTimeout(r, 10));
     // Running sandboxes are not the helper's: both still run commands.
     for (const sb of [a, b]) {
       const r = await sb.commands.run(['echo', 'alive']);
@@ -64,5 +87,31 @@ describe('crun through the edge\'s resident spawn helper', { skip: integrationSk
     assert.equal((await c.commands.run(['sh', '-c', 'exit 7'])).exitCode, 7);
     await c.kill();
     await b.kill();
+  });
+  test('a command\'s crun exec is a child of dsec-spawn, not a fork of the edge; the command is in its own cgroup from the start and killed with it', async () => {
+    const sb = await Sandbox.create({ ...server.conn });
+    try {
+      const marker = `dsec-spawn-exec-${process.pid}`;
+      const proc = await sb.commands.start(['sh', '-c', `sleep 1000 & exec sleep 1001 # ${marker}`]);
+      const [helper] = ourSpawnHelpers();
+      assert.ok(helper, 'a resident dsec-spawn');
+      const crunExecs = (parent: number): number[] => childrenOf(parent).filter((pid) => {
+        try {
+          const { argv } = procInfo(pid);
+          return argv.includes('exec') && argv[argv.length - 1] === sb.id;
+        } catch {
+          return false;
+        }
+      });
+      assert.equal(crunExecs(helper).length, 1, 'the background command\'s crun exec runs under dsec-spawn');
+      assert.deepEqual(crunExecs(process.pid), [], 'and not under the edge');
+      const cg = await sb.commands.run(['sh', '-c', 'grep ^0:: /proc/self/cgroup']);
+      assert.match(cg.stdout, /^0::\/cmd-[0-9a-f]+\n$/, 'a command runs in its own command cgroup');
+      await proc.kill();
+      const after = await sb.commands.run(['sh', '-c', `ps -o args | grep -c "[s]leep 100" || true`]);
+      assert.equal(after.stdout.trim(), '0', 'kill ended the command and the sleep it left in the background (its cgroup)');
+    } finally {
+      await sb.kill();
+    }
   });
 });
