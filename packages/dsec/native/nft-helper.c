@@ -24,8 +24,21 @@
  * Why a process of its own rather than libnftables inside the edge: a transaction committed by a
  * process that has just forked waits 10–40 ms in the kernel (measured here: 0.5 ms otherwise),
  * and the edge forks all the time (every crun). This helper never forks, so a policy switch costs
- * about a millisecond whatever the edge is doing. It is single-threaded, so setns(2) has no
- * other thread to surprise.
+ * about a millisecond whatever the edge is doing. Every request runs on the main thread, so
+ * setns(2) (which moves only the calling thread) has no other thread to surprise.
+ *
+ * One libnftables context is kept per network namespace (its netlink socket speaks for the netns
+ * it was made in), not made and freed per request: closing the socket of a context whose
+ * transaction deleted anything (every policy switch replaces the table) waits in the kernel for
+ * that transaction's deferred destroy work, an RCU grace period, holding the netns's nftables
+ * commit lock: 10-15 ms measured here, so back-to-back switches cost 12 ms each instead of half a
+ * millisecond. A context goes when the edge says `forget <pid>` (a sandbox's teardown), when its
+ * namespace no longer belongs to the process it was asked for (checked at each request), or
+ * when 64 are kept (the least recently used); its socket is then closed by the one other thread,
+ * which does nothing else, so that wait is no request's. While a context is kept its socket holds
+ * the namespace.
+ *
+ *   forget <pid>\n                  answered `ok 0`
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,6 +49,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <arpa/inet.h>
 #include <libmnl/libmnl.h>
@@ -63,20 +81,150 @@ static void answer(const char *status, const char *text) {
   fflush(stdout);
 }
 
-/* Runs `commands` in this process's current netns; answers. */
-static void run_here(const char *commands) {
+/* ---- libnftables contexts, one per network namespace ---- */
+
+/* The write end of the closer thread's pipe: sockets whose close may wait in the kernel. */
+static int closer_pipe = -1;
+
+static void *closer(void *arg) {
+  int fd = (int)(intptr_t)arg, sock;
+  while (read(fd, &sock, sizeof sock) == sizeof sock) close(sock);
+  return NULL;
+}
+
+static void start_closer(void) {
+  int p[2];
+  pthread_t t;
+  if (pipe2(p, O_CLOEXEC) != 0) return;
+  if (pthread_create(&t, NULL, closer, (void *)(intptr_t)p[0]) != 0) {
+    close(p[0]);
+    close(p[1]);
+    return;
+  }
+  pthread_detach(t);
+  closer_pipe = p[1];
+}
+
+/* The netfilter netlink sockets this process holds, as fd numbers (at most `max`). */
+static int netfilter_sockets(int *fds, int max) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return 0;
+  struct dirent *e;
+  while (n < max && (e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name), proto = 0, domain = 0;
+    socklen_t len = sizeof domain;
+    if (fd <= 2 || fd == dirfd(d)) continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_NETLINK) continue;
+    len = sizeof proto;
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == NETLINK_NETFILTER) fds[n++] = fd;
+  }
+  closedir(d);
+  return n;
+}
+
+struct kept {
+  struct nft_ctx *ctx; /* NULL: a free slot */
+  dev_t dev;
+  ino_t ino;       /* the netns */
+  long pid;        /* the process it was asked for (0: the host's) */
+  int sock;        /* the context's netfilter socket, -1 when unknown */
+  unsigned long used;
+};
+#define MAX_KEPT 64
+static struct kept kept[MAX_KEPT];
+static unsigned long uses;
+
+/*
+ * Frees a kept context. Its socket is duplicated first, so that the context's own close only
+ * drops a reference, and the duplicate goes to the closer thread, whose close is the last.
+ */
+static void drop(struct kept *k) {
+  int dup = -1;
+  if (k->sock >= 0 && closer_pipe >= 0) dup = fcntl(k->sock, F_DUPFD_CLOEXEC, 0);
+  nft_ctx_free(k->ctx);
+  if (dup >= 0 && write(closer_pipe, &dup, sizeof dup) != sizeof dup) close(dup);
+  k->ctx = NULL;
+}
+
+/* Whether process `pid` (0: this one) still has the network namespace a context was made for. */
+static int still_there(const struct kept *k) {
+  char path[64];
+  struct stat st;
+  if (k->pid == 0) return 1;
+  snprintf(path, sizeof path, "/proc/%ld/ns/net", k->pid);
+  return stat(path, &st) == 0 && st.st_dev == k->dev && st.st_ino == k->ino;
+}
+
+/* Drops the contexts whose namespace's process is gone (or is another netns's now). */
+static void sweep(void) {
+  for (int i = 0; i < MAX_KEPT; i++)
+    if (kept[i].ctx && !still_there(&kept[i])) drop(&kept[i]);
+}
+
+/* The context for the netns this thread is in now (`st`), made if there is none. */
+static struct nft_ctx *context_for(const struct stat *st, long pid) {
+  struct kept *slot = NULL, *oldest = NULL;
+  for (int i = 0; i < MAX_KEPT; i++) {
+    struct kept *k = &kept[i];
+    if (k->ctx && k->dev == st->st_dev && k->ino == st->st_ino) {
+      k->used = ++uses;
+      k->pid = pid;
+      return k->ctx;
+    }
+    if (!k->ctx && !slot) slot = k;
+    if (k->ctx && (!oldest || k->used < oldest->used)) oldest = k;
+  }
+  if (!slot) {
+    drop(oldest);
+    slot = oldest;
+  }
+  int before[16], after[16];
+  int nb = netfilter_sockets(before, 16);
   struct nft_ctx *ctx = nft_ctx_new(0);
+  if (!ctx) return NULL;
+  nft_ctx_buffer_output(ctx);
+  nft_ctx_buffer_error(ctx);
+  /* Its socket: the netfilter one that was not there before (libnftables opens it now). */
+  int na = netfilter_sockets(after, 16), sock = -1;
+  for (int a = 0; a < na && sock < 0; a++) {
+    int seen = 0;
+    for (int b = 0; b < nb; b++) seen |= after[a] == before[b];
+    if (!seen) sock = after[a];
+  }
+  *slot = (struct kept){.ctx = ctx, .dev = st->st_dev, .ino = st->st_ino, .pid = pid, .sock = sock, .used = ++uses};
+  return ctx;
+}
+
+/* `forget <pid>`: the sandbox is going; its context (and with it its hold on the netns) goes now. */
+static void forget(long pid) {
+  char path[64];
+  struct stat st;
+  snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+  int known = pid > 0 && stat(path, &st) == 0;
+  for (int i = 0; i < MAX_KEPT; i++) {
+    struct kept *k = &kept[i];
+    if (k->ctx && k->pid != 0 && (k->pid == pid || (known && k->dev == st.st_dev && k->ino == st.st_ino))) drop(k);
+  }
+  answer("ok", "");
+}
+
+/* Runs `commands` in this thread's current netns (`pid`'s; 0: the host's) with its kept context; answers. */
+static void run_here(long pid, const char *commands) {
+  struct stat st;
+  if (stat("/proc/thread-self/ns/net", &st) != 0) {
+    answer("err", "cannot stat this thread's netns");
+    return;
+  }
+  struct nft_ctx *ctx = context_for(&st, pid);
   if (!ctx) {
     answer("err", "nft_ctx_new failed");
     return;
   }
-  nft_ctx_buffer_output(ctx);
-  nft_ctx_buffer_error(ctx);
   if (nft_run_cmd_from_buffer(ctx, commands) == 0)
     answer("ok", nft_ctx_get_output_buffer(ctx));
   else
     answer("err", nft_ctx_get_error_buffer(ctx));
-  nft_ctx_free(ctx);
 }
 
 /* ---- rtnetlink: a sandbox's veth link ---- */
@@ -256,8 +404,9 @@ static int make_link(struct mnl_socket *host_nl, int home, long pid, const char 
 
 /* Runs nft `commands` in the netns of `pid` (0: here). Returns -1 only when this process must stop. */
 static int nft_request(int home, long pid, const char *commands) {
+  sweep();
   if (pid == 0) {
-    run_here(commands);
+    run_here(0, commands);
     return 0;
   }
   char path[64];
@@ -274,7 +423,7 @@ static int nft_request(int home, long pid, const char *commands) {
     close(target);
   } else {
     close(target);
-    run_here(commands);
+    run_here(pid, commands);
     /* Back home before anything else; if that fails, stop rather than serve the wrong netns. */
     if (setns(home, CLONE_NEWNET) != 0) {
       perror("dsec-nft: setns back to the host netns");
@@ -290,6 +439,7 @@ int main(void) {
     perror("dsec-nft: open /proc/self/ns/net");
     return 1;
   }
+  start_closer();
   struct mnl_socket *host_nl = nl_open();
   if (!host_nl) {
     perror("dsec-nft: netlink socket");
@@ -302,6 +452,10 @@ int main(void) {
     size_t len;
     unsigned prefix;
     char host[32], host_addr[32], sandbox_addr[32];
+    if (sscanf(line, "forget %ld", &pid) == 1) {
+      forget(pid);
+      continue;
+    }
     if (sscanf(line, "link %ld %31s %31s %31s %u", &pid, host, host_addr, sandbox_addr, &prefix) == 5) {
       if (make_link(host_nl, home, pid, host, host_addr, sandbox_addr, prefix) < 0) return 1;
       continue;

@@ -493,6 +493,7 @@ export class Edge implements EdgeApi {
     live.sessions.closeAll();
     for (const p of live.ptys) p.kill();
     for (const s of live.ports) s.destroy();
+    if (live.record.network) await this.links.forget(live.record.pid);
     const work = this.#teardown(id, live.record.layers, !live.layersReleased, () => (live.layersReleased = true));
     this.#busy.set(id, work);
     try {

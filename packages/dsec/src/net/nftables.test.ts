@@ -65,6 +65,36 @@ describe('nftables through dsec-nft', { skip: skipReason() }, () => {
     assert.equal(typeof (await nft.run('list tables')), 'string');
   });
 
+  test('a netns keeps one context across requests, let go by forget or once its process is gone: nothing of the netns is held after', async () => {
+    const veth = `dnt${process.pid % 100000}`;
+    const holdsVeth = (): boolean => existsSync(`/sys/class/net/${veth}`);
+    const until = async (check: () => boolean): Promise<boolean> => {
+      for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 10));
+      return check();
+    };
+    for (const letGo of ['forget', 'gone'] as const) {
+      const ns = spawn('unshare', ['--net', 'sleep', 'infinity'], { stdio: 'ignore' });
+      try {
+        await new Promise((r) => setTimeout(r, 200));
+        await nft.addLink(ns.pid!, veth, '169.254.197.1', '169.254.197.2', 30);
+        // Switches back and forth on one context: each request's output is its own.
+        for (let i = 0; i < 6; i++) {
+          await nft.runInNetns(ns.pid!, `table inet ${TABLE}\ndelete table inet ${TABLE}\ntable inet ${TABLE} {\n  chain c${i} {\n  }\n}\n`);
+          assert.equal((await nft.runInNetns(ns.pid!, `list table inet ${TABLE}`)).match(/chain c\d/g)?.join(), `chain c${i}`);
+        }
+      } finally {
+        ns.kill('SIGKILL');
+      }
+      await new Promise<void>((r) => (ns.exitCode !== null || ns.signalCode !== null ? r() : ns.once('exit', () => r())));
+      if (letGo === 'forget') {
+        await nft.forget(ns.pid!); // as the edge does before a sandbox's teardown
+      } else {
+        await nft.run('list tables'); // any later request lets go of a netns whose process is gone
+      }
+      assert.ok(await until(() => !holdsVeth()), `after ${letGo}: the netns went, and its veth with it`);
+    }
+  });
+
   test('a helper that cannot start fails its requests with why, not a hang', async () => {
     const broken = new Nftables('/nonexistent/dsec-nft');
     await assert.rejects(() => broken.run('list tables'), /could not run/);

@@ -11,7 +11,10 @@ import { ResidentHelper, type DecodedAnswer } from '../host/resident-helper.js';
  * transaction committed by a process that has just forked wait 10–40 ms, and the edge forks for
  * every crun call; the helper never forks, so a commit costs about a millisecond. One helper per
  * edge (not per sandbox), started on first use, gone when its stdin closes (also when the edge
- * dies). Requests are answered in order, one at a time.
+ * dies). Requests are answered in order, one at a time. It keeps one libnftables context per
+ * network namespace: freeing one right after a transaction that deleted anything (every switch
+ * replaces the table) waits 10-15 ms in the kernel, so a context made and freed per request made
+ * back-to-back switches cost that each (see nft-helper.c); `forget` drops a sandbox's.
  */
 export class NftError extends Error {
   override readonly name = 'NftError';
@@ -52,6 +55,17 @@ export class Nftables {
     if (!/^[\w.-]{1,15}$/.test(hostName) || !Number.isInteger(prefix) || [hostAddress, sandboxAddress].some((a) => !/^\d{1,3}(\.\d{1,3}){3}$/.test(a)))
       return Promise.reject(new NftError(`malformed link: ${hostName} ${hostAddress} ${sandboxAddress}/${prefix}`));
     return this.#send(`link ${hostName}`, `link ${pid} ${hostName} ${hostAddress} ${sandboxAddress} ${prefix}\n`).then(() => undefined);
+  }
+
+  /**
+   * The sandbox whose netns holds process `pid` is going: the helper drops the nftables context
+   * it keeps for that netns (whose socket holds the netns, and with it the veth, alive). Asked
+   * before the sandbox's processes die; one it is not told about goes at the helper's next
+   * request after its process is gone.
+   */
+  async forget(pid: number): Promise<void> {
+    if (!Number.isInteger(pid) || pid <= 0) return;
+    await this.#send('forget', `forget ${pid}\n`);
   }
 
   /** Stops the helper (it exits when its stdin closes). */

@@ -52,6 +52,16 @@ export class NodeLinks {
     else await this.#guard.remove();
   }
 
+  /**
+   * Before a sandbox whose netns holds process `pid` is torn down: dsec-nft drops the context it
+   * keeps for that netns (which holds the netns, its veth included). Never fails the teardown:
+   * a context left goes at the helper's next request once the process is gone.
+   */
+  async forget(pid: number | undefined): Promise<void> {
+    if (!pid) return;
+    await this.nft.forget(pid).catch(() => undefined);
+  }
+
   /** At shutdown: the guard goes unless sandboxes that outlive the edge still have links. */
   async close(): Promise<void> {
     if (!this.anyHeld) await this.#guard.remove();
