@@ -1,6 +1,7 @@
 import { Sandbox, type Session } from '@dsec/sdk';
 import { round } from '../../demo/stats.js';
 import { LANDLOCK_PATH, SECCOMP_BPF_ANNOTATION } from '../../edge/oci-config.js';
+import { SpawnHelper } from '../../host/spawn-helper.js';
 import { defaultSeccompProfile } from '../../edge/seccomp.js';
 import { compileSeccompProfile } from '../../edge/seccomp-bpf.js';
 import { CGROUP_PARENT, cgroupPids } from '../../host/cgroups.js';
@@ -158,6 +159,24 @@ function peerArm(peer: Peer, label: string, what: string, cmd?: string[]): Arm {
   };
 }
 
+/**
+ * Raw `crun exec ID true` on the crun arm's container, started by a dsec-spawn of its own
+ * (posix_spawn from a small process) rather than by this large Node process's fork, as dsec's
+ * edge starts it: the floor without the fork every other raw arm (and any Node caller) pays.
+ */
+function spawnedCrunArm(crun: CrunRawPeer, spawner: SpawnHelper): Arm {
+  return {
+    label: 'crun spawn',
+    what: 'raw crun exec ID true started by posix_spawn from a small helper (dsec-spawn), not by a fork of the bench\'s Node process',
+    create: () => crun.create(),
+    exec: async (id) => {
+      const r = await spawner.run('crun', [...crun.crun.globalArgs(), 'exec', id, 'true'], { stdio: 'pipe' });
+      if (r.code !== 0) throw new Error(`crun exec exited ${r.code}: ${r.stderr.trim()}`);
+    },
+    remove: (id) => crun.remove(id),
+  };
+}
+
 const MAX_ERRORS = 3;
 
 /** `op` of every arm `count` times, in rounds with the arms alternating, after `warmup` untimed. */
@@ -236,6 +255,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     c['annotations'] = { [SECCOMP_BPF_ANNOTATION]: seccompBpf };
   });
   const bare = crun.variant('bare', stripAllDefences);
+  const spawner = new SpawnHelper();
   const dsecNet = dsecArm(dsec, 'dsec+net', 'dsec create with network allow [one CIDR:port]: + veth link, host guard, nft ruleset', { network: { mode: 'allow', allow: [ALLOWED] } }, {});
   const dsecLandlock = dsecArm(dsec, 'dsec+ll', 'dsec exec `true` with writablePaths ["/tmp"] (through dsec-landlock)', {}, { writablePaths: ['/tmp'] });
   const dsecSession = dsecSessionArm(dsec, 'dsec session', 'one `true` in a shell session: a crun exec per command restoring the session state (was: a line fed to one shell)');
@@ -271,6 +291,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
       ]),
       peerArm(crun, 'crun+ll', `raw crun exec ID ${LANDLOCK_PATH} --rw /tmp -- true`, [LANDLOCK_PATH, '--rw', '/tmp', '--', 'true']),
       peerArm(crunUserns, 'crun userns', 'raw crun exec ID true into a user-namespaced container'),
+      spawnedCrunArm(crun, spawner),
       peerArm(dsec, 'dsec', 'dsec exec `true` (isolated: through dsec-landlock --isolate)'),
       peerArm(usernsDsec.peer, 'dsec userns', 'dsec exec `true` in a user-namespaced sandbox'),
       dsecLandlock,
@@ -294,6 +315,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     await bare.close();
     await crunUserns.close();
     await usernsDsec.close();
+    await spawner.close();
   }
   return {
     peers: [
