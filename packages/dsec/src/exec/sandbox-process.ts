@@ -205,7 +205,21 @@ export class SandboxProcess {
         // The pipes normally close right after; a background child of the command may hold them
         // open for good. Wait while output keeps coming (a busy host delivers it late), and stop
         // waiting only after a quiet spell.
-        let grace = setTimeout(stopWaiting, QUIET_MS);
+        //
+        // A quiet spell is only over once the pipes have been polled after it: timers run before
+        // a loop turn's I/O, so on a loop that stalled (a busy host, synchronous work) the timer
+        // would fire while the command's last output, and the pipes' end, wait unread — and the
+        // answer was exit 0 with the output lost (1 exec in ~200 with 8 at a time on a loaded
+        // machine; most often seen as the first command after a resume). The check runs in
+        // setImmediate, after this turn's poll has read what is waiting.
+        let chunks = 0;
+        let grace = setTimeout(quietSpellOver, QUIET_MS);
+        function quietSpellOver(): void {
+          const seen = chunks;
+          setImmediate(() => {
+            if (chunks === seen) stopWaiting();
+          });
+        }
         function stopWaiting(): void {
           child.stdout!.destroy();
           child.stderr!.destroy();
@@ -213,8 +227,9 @@ export class SandboxProcess {
           finish();
         }
         const rearm = (): void => {
+          chunks++;
           clearTimeout(grace);
-          grace = setTimeout(stopWaiting, QUIET_MS);
+          grace = setTimeout(quietSpellOver, QUIET_MS);
         };
         child.stdout!.on('data', rearm);
         child.stderr!.on('data', rearm);
