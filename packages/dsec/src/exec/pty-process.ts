@@ -6,6 +6,7 @@ import { readPidFile } from '../edge/crun.js';
 import { processBlock } from '../edge/oci-config.js';
 import { isProcessAlive, killTree } from '../edge/process-tree.js';
 import { setWindowSize } from '../host/syscalls.js';
+import { SANDBOX_OOM_SCORE_ADJ } from '../host/node-memory.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 
 export interface PtyOptions {
@@ -35,7 +36,8 @@ export class PtyProcess {
     this.#pidFile = join(target.scratchDir, `pty-${tag}.pid`);
     const spec = processSpecFor(target, opts.cmd, { cwd: opts.cwd, env: { TERM: 'xterm-256color', ...opts.env } });
     writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, terminal: true })));
-    this.#pty = pty.spawn('crun', [...target.crun.globalArgs(), 'exec', '--process', specFile, '--pid-file', this.#pidFile, target.id], {
+    // choom (util-linux) sets the terminal's OOM score, which crun exec does not apply from the spec.
+    this.#pty = pty.spawn('choom', ['-n', String(SANDBOX_OOM_SCORE_ADJ), '--', 'crun', ...target.crun.globalArgs(), 'exec', '--process', specFile, '--pid-file', this.#pidFile, target.id], {
       cols: opts.cols,
       rows: opts.rows,
       env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin', TERM: 'xterm-256color' },

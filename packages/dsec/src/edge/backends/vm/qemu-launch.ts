@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { SANDBOX_OOM_SCORE_ADJ } from '../../../host/node-memory.js';
 import type { Accel } from './accel-probe.js';
 import { guestNetworkArgs, VM_TAP } from '../../../net/vm-network.js';
 import { QEMU_BINARY, type GuestAssets } from './guest-assets.js';
@@ -139,7 +140,8 @@ export function qemuArgs(s: LaunchSpec): string[] {
 export function launchQemu(s: LaunchSpec): number {
   const log = openSync(s.paths.qemuLog, 'a');
   try {
-    const join = 'for f in $DSEC_VM_CGROUP_PROCS; do echo $$ > "$f" || exit 111; done; exec "$@"';
+    // The VM is a sandbox: the OOM killer takes it before dsec, whose lowered score it would inherit.
+    const join = `for f in $DSEC_VM_CGROUP_PROCS; do echo $$ > "$f" || exit 111; done; echo ${SANDBOX_OOM_SCORE_ADJ} > /proc/self/oom_score_adj; exec "$@"`;
     const child = spawn('sh', ['-c', join, 'sh', 'unshare', '--net', '--', QEMU_BINARY, ...qemuArgs(s)], {
       detached: true,
       stdio: ['ignore', log, log],
