@@ -60,15 +60,35 @@ const POSTGRES_PASS = [
   'dist/test/system-routes.test.js',
 ];
 
+/**
+ * Sandboxes run in user namespaces by default; the opt-out (`--no-userns`, DSEC_USERNS=false:
+ * sandboxes as host root) is kept working by running these files a second time with
+ * DSEC_TEST_USERNS=0 (test/helpers/server.ts). With the whole suite, or alone with the filter
+ * `no-userns`.
+ */
+const NO_USERNS_PASS = [
+  'dist/test/lifecycle.test.js',
+  'dist/test/exec.test.js',
+  'dist/test/files.test.js',
+  'dist/test/volumes.test.js',
+  'dist/test/restart.test.js',
+  'dist/test/snapshot-images.test.js',
+  'dist/test/path-escape.test.js',
+  'dist/test/security/host-files.test.js',
+  'dist/test/security/layers.test.js',
+];
+
 const filter = process.argv.slice(2);
 let files = [...findTests('packages/sdk/dist'), ...findTests('packages/dsec/dist')].sort();
 const postgresFiles = files.filter((f) => f.startsWith('packages/dsec/') && POSTGRES_PASS.some((x) => f.includes(x)));
 const withPostgres = !filter.length || filter.includes('postgres');
+const noUsernsFiles = files.filter((f) => f.startsWith('packages/dsec/') && NO_USERNS_PASS.some((x) => f.includes(x)));
+const withNoUserns = !filter.length || filter.includes('no-userns');
 if (filter.length) files = files.filter((f) => filter.some((x) => f.includes(x)));
 const withPython = !filter.length || filter.some((x) => 'python/tests/run.py'.includes(x));
 const before = new Set(hostDsecState());
 // With no file named, node --test would fall back to its own discovery and run everything.
-if (filter.length && !files.length && !withPython && !withPostgres) {
+if (filter.length && !files.length && !withPython && !withPostgres && !withNoUserns) {
   console.error(`run-tests: no compiled test file matches ${filter.join(' ')} (paths under packages/*/dist; build first)`);
   process.exit(2);
 }
@@ -80,13 +100,16 @@ if (postgresMissing) console.log('# skipped: the PostgreSQL pass (no initdb unde
 const postgresStatus = withPostgres && !postgresMissing
   ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...postgresFiles], { stdio: 'inherit', env: { ...process.env, DSEC_TEST_STORE: 'postgres' } }).status ?? 1)
   : 0;
+const noUsernsStatus = withNoUserns
+  ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...noUsernsFiles], { stdio: 'inherit', env: { ...process.env, DSEC_TEST_USERNS: '0' } }).status ?? 1)
+  : 0;
 const pythonStatus = withPython ? runPythonTests() : 0;
 const leaked = hostDsecState().filter((x) => !before.has(x));
 if (leaked.length) {
   console.error(`the test suite leaked:\n  ${leaked.join('\n  ')}`);
   process.exit(1);
 }
-process.exit(nodeStatus || postgresStatus || pythonStatus);
+process.exit(nodeStatus || postgresStatus || noUsernsStatus || pythonStatus);
 
 function postgresInstalled() {
   try {

@@ -13,7 +13,7 @@ describe('compileOptions', () => {
       maxSandboxes: 4000,
       layerCacheMiB: 20480,
       layerFetch: 'eager',
-      userns: false,
+      userns: true,
       layerChunkKiB: 1024,
       minFreeDiskMiB: 256,
       minAvailableMemoryMiB: 256,
@@ -32,11 +32,11 @@ describe('compileOptions', () => {
       { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_TRAJECTORY_RETENTION_HOURS: '2', DSEC_LOG_LEVEL: 'warn', DSEC_MIN_FREE_DISK_MIB: '0', DSEC_MIN_AVAILABLE_MEMORY_MIB: '1024', DSEC_MAX_MEMORY_PRESSURE: '0' },
     );
     assert.deepEqual(opts, {
-      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: false, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '',
+      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '',
     });
   });
 
-  test('DSEC_USERNS turns user namespaces on; a value that is not a boolean is refused', () => {
+  test('DSEC_USERNS=false opts out of user namespaces (on by default); a value that is not a boolean is refused', () => {
     assert.equal(compileOptions({}, { DSEC_USERNS: 'true' }).userns, true);
     assert.equal(compileOptions({}, { DSEC_USERNS: 'false' }).userns, false);
     assert.throws(() => compileOptions({}, { DSEC_USERNS: 'maybe' }), OptionsError);

@@ -56,9 +56,10 @@ export const ServerOptions = Type.Object(
     /**
      * DSEC_USERNS: run each container sandbox in a user namespace of its own, so its root is an
      * unprivileged host uid range (65,536 ids, claimed host-wide) instead of host root; layers and
-     * volumes are mounted id-mapped. See docs/SECURITY.md for what it stops and costs.
+     * volumes are mounted id-mapped. On by default; DSEC_USERNS=false (`--no-userns`) opts out.
+     * See docs/SECURITY.md for what it stops and costs.
      */
-    userns: Type.Boolean({ default: false }),
+    userns: Type.Boolean({ default: true }),
     /**
      * DSEC_MIN_FREE_DISK_MIB: the edge refuses a create (507 NODE_DISK_FULL) while the filesystem of
      * its data dir has less than this free, so a sandbox is never half-made on a full disk; 0: never.

@@ -92,7 +92,7 @@ export interface EdgeOptions {
   /**
    * Run each container sandbox in a user namespace of its own (DSEC_USERNS): its root is a host
    * uid range of its own (host/uid-ranges.ts), not host root; layers and volumes are mounted
-   * id-mapped (edge/idmapped-root.ts). Default off.
+   * id-mapped (edge/idmapped-root.ts). Default on; `false` opts out (DSEC_USERNS=false).
    */
   userns?: boolean;
   log: Logger;
@@ -175,7 +175,7 @@ export class Edge implements EdgeApi {
 
   /** Whether new sandboxes run in a user namespace (EdgeOptions.userns). */
   get userns(): boolean {
-    return this.opts.userns === true;
+    return this.opts.userns !== false;
   }
 
   get state(): EdgeState {

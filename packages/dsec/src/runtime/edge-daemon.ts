@@ -43,7 +43,7 @@ export interface EdgeDaemonOptions {
   layerCacheMiB: number;
   /** lazy: layers mounted through dsec-chunk-fuse, chunks fetched from the control plane's blob endpoint on first read. */
   layerFetch?: 'eager' | 'lazy';
-  /** Sandboxes in user namespaces of their own (DSEC_USERNS; see EdgeOptions.userns). */
+  /** Sandboxes in user namespaces of their own (DSEC_USERNS; see EdgeOptions.userns); default on. */
   userns?: boolean;
   /** An OCI registry repository to read layers from first (the control plane's blob endpoint for what it lacks). */
   registry?: { ref: Pick<RegistryRef, 'baseUrl' | 'host' | 'repository'>; credentials?: RegistryCredentials | undefined } | undefined;
@@ -122,7 +122,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     minFreeDiskBytes: (opts.minFreeDiskMiB ?? 256) * 1024 * 1024,
     memoryAdmission: { minAvailableBytes: (opts.memoryAdmission?.minAvailableMiB ?? 256) * 1024 * 1024, maxFullPressure: opts.memoryAdmission?.maxFullPressure ?? 40 },
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
-    userns: opts.userns === true,
+    userns: opts.userns !== false,
     ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: chunkUrl, token: opts.token }) } } : {}),
     log: log.child({ edge: id }),
   });

@@ -74,10 +74,12 @@ export function newEdgeId(): string {
 
 /** Starts dsec on `dataDir` (which may hold state from an earlier start) and builds busybox. */
 /**
- * DSEC_TEST_USERNS=1 runs every test server's sandboxes in user namespaces (the edge option
- * `userns`), so any test file can be run under them: `DSEC_TEST_USERNS=1 node scripts/run-tests.mjs files`.
+ * Test servers' sandboxes run in user namespaces, as the edge's default (option `userns`).
+ * DSEC_TEST_USERNS=0 runs them with the opt-out (`--no-userns`: sandboxes are host root), so any
+ * test file can be run on that path too: `DSEC_TEST_USERNS=0 node scripts/run-tests.mjs files`
+ * (scripts/run-tests.mjs runs a few files that way with the whole suite).
  */
-const TEST_USERNS = process.env['DSEC_TEST_USERNS'] === '1';
+export const TEST_USERNS = process.env['DSEC_TEST_USERNS'] !== '0';
 
 export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number; userns?: boolean; minFreeDiskMiB?: number }): Promise<RunningDsec> {
   // compileOptions fills every other option with its default; {} as env keeps DSEC_* out.

@@ -31,7 +31,7 @@ describe('red team: setuid files and device nodes planted for the host', { skip:
   let server: TestServer;
   let sb: Sandbox;
   let sbDir: string;
-  /** Under DSEC_USERNS (DSEC_TEST_USERNS=1): the sandbox's root is its range's base, and mknod is refused outright. */
+  /** In a user namespace (the default; DSEC_TEST_USERNS=0 tries the opt-out): the sandbox's root is its range's base, and mknod is refused outright. */
   let rootUid = 0;
 
   before(async () => {

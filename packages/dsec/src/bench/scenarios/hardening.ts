@@ -33,8 +33,9 @@ import type { BenchScenarioDef, PeerResultBase, ScenarioContext, ScenarioResult 
  * floor, built from dsec's own OCI config with defences stripped, because that is where their
  * cost lands (crun compiles and loads the seccomp filter, mounts the masks) and dsec adds nothing
  * to it; the network policy and Landlock are measured through dsec's API, where they are applied.
- * User namespaces (issue 10, DSEC_USERNS) are measured on both: raw crun with the same config in a
- * namespace dsec-idmap made, and a second in-process dsec with the edge option `userns` on.
+ * User namespaces (issue 10, DSEC_USERNS, the edge's default) are measured on both: raw crun with
+ * the same config in a namespace dsec-idmap made, and a second in-process dsec with the opt-out
+ * (`userns: false`, sandboxes as host root) beside the run's default one.
  */
 export interface HardeningOptions {
   /** Timed creates and execs per arm. @default 60 */
@@ -214,13 +215,13 @@ async function alternate(
 }
 
 /**
- * A second in-process dsec beside the run's, with the edge option `userns` (each sandbox in a
- * user namespace of its own), on its own data dir and edge id under the run's dir.
+ * A second in-process dsec beside the run's, with the opt-out `userns: false` (sandboxes as host
+ * root, no user namespace), on its own data dir and edge id under the run's dir.
  */
-async function startUsernsDsec(ctx: ScenarioContext, version: string): Promise<{ peer: DsecApiPeer; close(): Promise<void> }> {
+async function startOptOutDsec(ctx: ScenarioContext, version: string): Promise<{ peer: DsecApiPeer; close(): Promise<void> }> {
   const edgeId = `${ctx.names.edgeId}u`;
   const options = compileOptions(
-    { dataDir: join(ctx.names.dir, 'dsec-userns'), listen: '127.0.0.1:0', logLevel: 'silent', edgeId, maxSandboxes: 16, userns: true },
+    { dataDir: join(ctx.names.dir, 'dsec-no-userns'), listen: '127.0.0.1:0', logLevel: 'silent', edgeId, maxSandboxes: 16, userns: false },
     {},
   );
   const server = await startAllInOne(options);
@@ -244,8 +245,8 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
   const dsec = peers.find((p): p is DsecApiPeer => p instanceof DsecApiPeer);
   const crun = peers.find((p): p is CrunRawPeer => p instanceof CrunRawPeer);
   if (!dsec || !crun) throw new Error('dsec bench hardening needs dsec and raw crun');
-  ctx.say('starting a second dsec with user namespaces (DSEC_USERNS) beside the run’s…');
-  const usernsDsec = await startUsernsDsec(ctx, dsec.version);
+  ctx.say('starting a second dsec without user namespaces (DSEC_USERNS=false) beside the run’s…');
+  const optOutDsec = await startOptOutDsec(ctx, dsec.version);
   const crunUserns = crun.usernsVariant('userns', new UidRangePool(`${ctx.names.edgeId}r`));
   const noSeccomp = crun.variant('noseccomp', (c) => void delete (c['linux'] as Record<string, unknown>)['seccomp']);
   // The same filter precompiled, as dsec's edge hands it to crun (edge/seccomp-bpf.ts): what compiling once per edge saves.
@@ -268,8 +269,8 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
       peerArm(noSeccomp, 'crun -sec', 'the same without the seccomp filter'),
       peerArm(bare, 'crun bare', 'the same without seccomp, masked/read-only paths, the Landlock helper mount or no_new_privs'),
       peerArm(crunUserns, 'crun userns', "the first arm's config in a user namespace of its own: dsec-idmap (namespace owned by the range, id-mapped layer as an overlay lower fd) + crun joining it"),
-      peerArm(dsec, 'dsec', 'dsec create (policy none: loopback only)'),
-      peerArm(usernsDsec.peer, 'dsec userns', 'dsec create on an edge with userns on (DSEC_USERNS): range claim, dsec-idmap, crun in the namespace'),
+      peerArm(dsec, 'dsec', 'dsec create (policy none: loopback only), default edge: in a user namespace (range claim, dsec-idmap, id-mapped layers, crun joins it)'),
+      peerArm(optOutDsec.peer, 'dsec no-userns', 'dsec create on an edge with the opt-out DSEC_USERNS=false: sandboxes as host root'),
       dsecNet,
     ];
     // Each create is removed right after (untimed), so the population stays the same for every arm.
@@ -292,8 +293,8 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
       peerArm(crun, 'crun+ll', `raw crun exec ID ${LANDLOCK_PATH} --rw /tmp -- true`, [LANDLOCK_PATH, '--rw', '/tmp', '--', 'true']),
       peerArm(crunUserns, 'crun userns', 'raw crun exec ID true into a user-namespaced container'),
       spawnedCrunArm(crun, spawner),
-      peerArm(dsec, 'dsec', 'dsec exec `true` (isolated: through dsec-landlock --isolate)'),
-      peerArm(usernsDsec.peer, 'dsec userns', 'dsec exec `true` in a user-namespaced sandbox'),
+      peerArm(dsec, 'dsec', 'dsec exec `true` (isolated: through dsec-landlock --isolate), in a user-namespaced sandbox (the default)'),
+      peerArm(optOutDsec.peer, 'dsec no-userns', 'dsec exec `true` in a sandbox of the opt-out edge (host root)'),
       dsecLandlock,
       dsecSession,
     ];
@@ -314,7 +315,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     await precompiled.close();
     await bare.close();
     await crunUserns.close();
-    await usernsDsec.close();
+    await optOutDsec.close();
     await spawner.close();
   }
   return {
@@ -413,9 +414,9 @@ function usernsTable(r: HardeningResult): string {
   const rows: (string | number)[][] = [];
   for (const [what, arms, off, on] of [
     ['create', r.create, 'crun', 'crun userns'],
-    ['create', r.create, 'dsec', 'dsec userns'],
+    ['create', r.create, 'dsec no-userns', 'dsec'],
     ['exec', r.exec, 'crun', 'crun userns'],
-    ['exec', r.exec, 'dsec', 'dsec userns'],
+    ['exec', r.exec, 'dsec no-userns', 'dsec'],
   ] as const) {
     const a = arm(arms, off);
     const b = arm(arms, on);
@@ -470,7 +471,7 @@ export function renderHardening(report: BenchReport<HardeningResult>, svgName: s
     '',
     armTable(r.exec, 'crun'),
     '',
-    '## User namespaces (DSEC_USERNS)',
+    '## User namespaces (DSEC_USERNS; on by default, dsec no-userns is the opt-out)',
     '',
     usernsTable(r),
     '',
@@ -510,7 +511,7 @@ export const hardeningScenario: BenchScenarioDef<HardeningOptions, HardeningResu
   lines: (r) => [
     ...r.create.map((a) => `create ${a.label.padEnd(10)} p50 ${a.latency.p50} ms  p99 ${a.latency.p99} ms`),
     ...r.exec.map((a) => `exec   ${a.label.padEnd(10)} p50 ${a.latency.p50} ms  p99 ${a.latency.p99} ms`),
-    `userns: create p50 ${ratio(p50(r.create, 'dsec userns'), p50(r.create, 'dsec'))} (dsec), ${ratio(p50(r.create, 'crun userns'), p50(r.create, 'crun'))} (crun); exec p50 ${ratio(p50(r.exec, 'dsec userns'), p50(r.exec, 'dsec'))} (dsec), ${ratio(p50(r.exec, 'crun userns'), p50(r.exec, 'crun'))} (crun)`,
+    `userns: create p50 ${ratio(p50(r.create, 'dsec'), p50(r.create, 'dsec no-userns'))} (dsec default vs opt-out), ${ratio(p50(r.create, 'crun userns'), p50(r.create, 'crun'))} (crun); exec p50 ${ratio(p50(r.exec, 'dsec'), p50(r.exec, 'dsec no-userns'))} (dsec), ${ratio(p50(r.exec, 'crun userns'), p50(r.exec, 'crun'))} (crun)`,
     `switch PUT p50 ${r.switch.put.p50} ms (edge ${r.switch.applied.p50} ms; nsenter+nft ${r.switch.nsenterNft.p50} ms; first link ${r.switch.firstAttach.p50} ms)`,
     `enforcement: ${r.switch.enforcement}`,
   ],

@@ -26,7 +26,8 @@ export function registerServerCommands(program: Command): void {
     .option('--max-memory-pressure <percent>', `the edge refuses creates (503 NODE_MEMORY_PRESSURE) while PSI memory full avg10 is at least this; 0: never (env DSEC_MAX_MEMORY_PRESSURE, default ${dflt('maxMemoryPressure')})`)
     .option('--layer-cache-mib <n>', `budget of the node layer cache in MiB (env DSEC_LAYER_CACHE_MIB, default ${dflt('layerCacheMiB')})`)
     .option('--layer-fetch <mode>', `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`)
-    .option('--userns', `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS=true, default ${dflt('userns')})`)
+    .option('--userns', `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS, default ${dflt('userns')})`)
+    .option('--no-userns', 'opt out: container sandboxes run as host root (env DSEC_USERNS=false); see docs/SECURITY.md for what that gives up')
     .option('--layer-chunk-kib <n>', `chunk size recorded for new layers (env DSEC_LAYER_CHUNK_KIB, default ${dflt('layerChunkKiB')})`)
     .option(
       '--trajectory-retention-hours <n>',
