@@ -929,7 +929,36 @@ struct conn {
   int fd;
   int eof; /* the guest side has ended; no more reads */
   long long credit; /* bytes the edge takes before it gives more (credit); -1: no window */
+  char *pend;       /* bytes from the edge the guest's socket has not taken yet, written as it drains */
+  size_t pend_len;
+  int shut_pending; /* the edge's eof, applied once pend is written */
+  int acks;         /* the edge counts what it sent: a `sent` event for what the socket took */
 };
+
+/* Writes what the guest's socket takes of the edge's bytes now; never blocks the agent. */
+static void conn_flush(struct conn *c) {
+  size_t done = 0;
+  while (done < c->pend_len) {
+    ssize_t w = write(c->fd, c->pend + done, c->pend_len - done);
+    if (w > 0) { done += (size_t)w; continue; }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) break;
+    done = c->pend_len; /* the guest side is gone: the rest cannot be delivered */
+  }
+  if (done) {
+    memmove(c->pend, c->pend + done, c->pend_len - done);
+    c->pend_len -= done;
+    if (c->acks) {
+      char extra[48];
+      snprintf(extra, sizeof extra, "\"bytes\":%zu", done);
+      send_ev(c->id, "sent", extra, NULL, 0);
+    }
+  }
+  if (!c->pend_len && c->shut_pending) {
+    shutdown(c->fd, SHUT_WR);
+    c->shut_pending = 0;
+  }
+}
 
 static struct conn conns[MAX_CONNS];
 
@@ -957,7 +986,7 @@ static void op_connect(long long id, struct jobj *o) {
     return;
   }
   fcntl(fd, F_SETFL, O_NONBLOCK);
-  *c = (struct conn){.id = id, .fd = fd, .credit = jnum(o, "window", -1)};
+  *c = (struct conn){.id = id, .fd = fd, .credit = jnum(o, "window", -1), .acks = jbool(o, "acks")};
   send_ev(id, "ok", NULL, NULL, 0);
 }
 
@@ -978,28 +1007,30 @@ static void conn_readable(struct conn *c) {
   send_ev(c->id, "eof", NULL, NULL, 0);
 }
 
+/*
+ * Bytes for the guest's socket are queued and written as it drains (POLLOUT in the loop), so a
+ * guest server that reads slowly neither stalls the agent nor loses data; with `acks` the edge
+ * keeps at most its send window unconfirmed, which bounds the queue. An eof waits for the queue.
+ */
 static void op_send(long long id, struct jobj *o, const char *payload, size_t plen) {
   struct conn *c = conn_by_id(id);
   if (!c) return; /* closed meanwhile: the edge knows */
-  size_t off = 0;
-  while (off < plen) {
-    ssize_t w = write(c->fd, payload + off, plen - off);
-    if (w > 0) { off += (size_t)w; continue; }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN) {
-      struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
-      if (poll(&pfd, 1, 5000) > 0) continue;
-    }
-    break; /* the guest side is gone or stuck: drop the rest rather than stall every other request */
+  if (plen) {
+    char *grown = realloc(c->pend, c->pend_len + plen);
+    if (!grown) fatal("out of memory");
+    c->pend = grown;
+    memcpy(c->pend + c->pend_len, payload, plen);
+    c->pend_len += plen;
   }
-  if (jbool(o, "eof")) shutdown(c->fd, SHUT_WR);
+  if (jbool(o, "eof")) c->shut_pending = 1;
+  conn_flush(c);
 }
 
 /*
  * Flow control: a connection or command opened with `window` sends at most that many bytes of
- * data (a command: stdout and stderr together) until the edge grants more with `credit` {bytes}, as its reader takes
- * them. The agent then stops reading that socket or pipe, so the guest's writer blocks (TCP's
- * window, a full pipe) rather than the edge buffering without bound.
+ * data (a command: stdout and stderr together) until the edge grants more with `credit`
+ * {bytes}, as its reader takes them. The agent then stops reading that socket or pipe, so the
+ * guest's writer blocks (TCP's window, a full pipe) rather than the edge buffering without bound.
  */
 static void op_credit(long long id, struct jobj *o) {
   long long n = jnum(o, "bytes", 0);
@@ -1013,6 +1044,7 @@ static void op_credit(long long id, struct jobj *o) {
 static void op_close(long long id) {
   struct conn *c = conn_by_id(id);
   if (!c) return;
+  free(c->pend);
   close(c->fd);
   memset(c, 0, sizeof *c);
 }
@@ -1568,7 +1600,10 @@ int main(void) {
     }
     int first_conn = n;
     for (int i = 0; i < MAX_CONNS; i++)
-      if (conns[i].id && !conns[i].eof && conns[i].credit != 0) { conn_owner[n] = &conns[i]; pfds[n++] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN}; }
+      if (conns[i].id) {
+        short events = (short)((!conns[i].eof && conns[i].credit != 0 ? POLLIN : 0) | (conns[i].pend_len ? POLLOUT : 0));
+        if (events) { conn_owner[n] = &conns[i]; pfds[n++] = (struct pollfd){.fd = conns[i].fd, .events = events}; }
+      }
     /* With no host end connected the port polls as hung up; sleep rather than spin. */
     int r = poll(pfds, (nfds_t)n, 1000);
     long long now = now_ms();
@@ -1594,8 +1629,12 @@ int main(void) {
       else if (pfds[i].fd == p->err) drain(p, &p->err, "stderr");
       else if (pfds[i].fd == p->fd3) drain(p, &p->fd3, "fd3");
     }
-    for (int i = first_conn; i < n; i++)
-      if (pfds[i].revents && conn_owner[i]->id && conn_owner[i]->fd == pfds[i].fd) conn_readable(conn_owner[i]);
+    for (int i = first_conn; i < n; i++) {
+      struct conn *c = conn_owner[i];
+      if (!pfds[i].revents || !c->id || c->fd != pfds[i].fd) continue;
+      if (c->pend_len && (pfds[i].revents & (POLLOUT | POLLERR | POLLHUP))) conn_flush(c);
+      if ((pfds[i].events & POLLIN) && (pfds[i].revents & ~POLLOUT) && !c->eof) conn_readable(c);
+    }
     if (pfds[1].revents & POLLIN) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == sizeof si) {}

@@ -324,6 +324,26 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     port.destroy();
   });
 
+  test("ports: bytes to a guest server that reads late are queued in the guest's agent and all delivered (the client is held by the send window, the agent never stalls)", async () => {
+    // The server reads nothing for 6 s (the old agent gave up on a full socket after 5 s and dropped the rest).
+    await sb.commands.start(['nc', '-l', '-p', '7003', '-e', 'sh', '-c', 'sleep 6; wc -c']);
+    let conn: Duplex | undefined;
+    for (let i = 0; i < 200 && !conn; i++) {
+      if (i) await new Promise((r) => setTimeout(r, 50));
+      conn = await server.dsec.vms!.openPort(sb.id, 7003).catch(() => undefined);
+    }
+    assert.ok(conn, 'the guest server listens');
+    const answer: Buffer[] = [];
+    const got = (async () => {
+      for await (const c of conn) answer.push(c as Buffer);
+      return Buffer.concat(answer).toString().trim();
+    })();
+    conn.end(Buffer.alloc(4 << 20, 1));
+    // Meanwhile the agent serves other calls at once.
+    assert.equal((await sb.commands.run('echo busy-agent-answers')).stdout, 'busy-agent-answers\n');
+    assert.equal(await got, String(4 << 20), 'every byte reached the guest server, then its eof');
+  });
+
   test('a streamed command whose reader stops is held in the guest (flow control): the edge takes at most its window, the rest comes once read', async () => {
     const it = server.dsec.vms!.execStream(sb.id, {
       cmd: ['sh', '-c', 'i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > /tmp/chunks; done'],

@@ -4,6 +4,10 @@ import type { AgentFrame } from './agent-frames.js';
 
 /** Bytes of one port connection the agent sends before the edge grants more (see openGuestPort). */
 export const PORT_WINDOW_BYTES = 256 << 10;
+/** Bytes the edge sends to one guest connection before the agent says its socket took them. */
+export const PORT_SEND_WINDOW_BYTES = 256 << 10;
+/** The largest `send` frame: a big write goes as several, each within the send window. */
+const SEND_FRAME_BYTES = 64 << 10;
 
 /**
  * A TCP connection to `port` on the guest's own loopback, relayed by the guest agent over the
@@ -16,12 +20,32 @@ export const PORT_WINDOW_BYTES = 256 << 10;
  * edge has not granted back (`credit`), and the edge grants bytes back as its reader takes them
  * (push() below the stream's high-water mark, or the next read()). A guest writing faster than
  * the client reads fills its own socket buffers and blocks; the edge holds at most the window.
+ * The other way, the agent queues what the guest's socket does not take yet and says what it
+ * took (`sent`); the edge keeps at most PORT_SEND_WINDOW_BYTES unconfirmed and holds the
+ * client's writes (their callbacks) meanwhile, so a guest server that reads slowly slows the
+ * client down instead of losing bytes or stalling the agent.
  */
 export function openGuestPort(agent: AgentClient, port: number): Promise<Duplex> {
   return new Promise((resolve, reject) => {
     let stream: Duplex | undefined;
     /** Bytes pushed while the reader was full: granted back when it asks for more. */
     let owed = 0;
+    /** Bytes sent the agent has not confirmed yet, and the client's write waiting for room. */
+    let unconfirmed = 0;
+    let writing: { rest: Buffer; cb: (err?: Error | null) => void } | undefined;
+    const pump = (): void => {
+      while (writing && unconfirmed < PORT_SEND_WINDOW_BYTES) {
+        const n = Math.min(writing.rest.length, SEND_FRAME_BYTES, PORT_SEND_WINDOW_BYTES - unconfirmed);
+        agent.write({ op: 'send', id }, writing.rest.subarray(0, n));
+        unconfirmed += n;
+        writing.rest = writing.rest.subarray(n);
+        if (writing.rest.length === 0) {
+          const { cb } = writing;
+          writing = undefined;
+          cb();
+        }
+      }
+    };
     const grant = (bytes: number): void => {
       try {
         agent.write({ op: 'credit', id, bytes });
@@ -38,10 +62,11 @@ export function openGuestPort(agent: AgentClient, port: number): Promise<Duplex>
           grant(n);
         },
         write(chunk: Buffer, _enc, cb) {
+          writing = { rest: chunk, cb };
           try {
-            agent.write({ op: 'send', id }, chunk);
-            cb();
+            pump();
           } catch (err) {
+            writing = undefined;
             cb(err as Error);
           }
         },
@@ -78,10 +103,16 @@ export function openGuestPort(agent: AgentClient, port: number): Promise<Duplex>
       if (ev === 'data') {
         if (stream.push(f.payload)) grant(f.payload.length);
         else owed += f.payload.length;
-      }
-      else if (ev === 'eof') stream.push(null);
+      } else if (ev === 'sent') {
+        unconfirmed -= Number(f.header['bytes'] ?? 0);
+        try {
+          pump();
+        } catch (err) {
+          stream.destroy(err as Error);
+        }
+      } else if (ev === 'eof') stream.push(null);
       else if (ev === 'closed') stream.destroy(new Error(`the VM's agent channel closed: ${String(f.header['message'] ?? '')}`));
     };
-    const id = agent.send('connect', { port, window: PORT_WINDOW_BYTES }, undefined, onEvent);
+    const id = agent.send('connect', { port, window: PORT_WINDOW_BYTES, acks: true }, undefined, onEvent);
   });
 }
