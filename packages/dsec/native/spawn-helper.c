@@ -59,7 +59,9 @@ extern char **environ;
 
 #define MAX_REQUEST (1 << 20)
 #define MAX_OUTPUT (1 << 20)
-#define MAX_CHILDREN 1024
+/* Tools running at once: every command's crun exec is one while the command runs (a node holds
+ * thousands of sandboxes, each with background processes), so this is well above any node's. */
+#define MAX_CHILDREN 16384
 #define MAX_STREAM_FDS 8
 
 struct buffer {
@@ -425,8 +427,8 @@ int main(void) {
   char *in = malloc(cap);
   int stdin_open = 1;
   while (stdin_open) {
-    struct pollfd pfd[2 + 2 * MAX_CHILDREN];
-    struct { int child, stream; } who[2 + 2 * MAX_CHILDREN];
+    static struct pollfd pfd[2 + 2 * MAX_CHILDREN];
+    static struct { int child, stream; } who[2 + 2 * MAX_CHILDREN];
     int np = 0;
     pfd[np] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
     who[np++].child = -1;

@@ -105,6 +105,20 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
     assert.match((await collect(helper.stream('true', [], ['null', 'out', 'out', { write: join(dir, 'no', 'such') }]))).error ?? '', /cannot open .*no\/such: No such file or directory/);
   });
 
+  test("streamed: more tools than the first helper allowed (1,024) run at once, as a node's background commands do", async () => {
+    const children = Array.from({ length: 1100 }, () => helper.stream('sleep', ['1000'], ['null', 'null', 'null']));
+    try {
+      await Promise.all(children.map((c) => new Promise<void>((resolve, reject) => {
+        c.once('spawn', () => resolve());
+        c.once('error', reject);
+      })));
+    } finally {
+      for (const c of children) c.kill('SIGKILL');
+    }
+    const codes = await Promise.all(children.map((c) => (c.exitCode !== null ? c.exitCode : new Promise<number>((r) => c.once('exit', (code: number) => r(code))))));
+    assert.deepEqual(new Set(codes), new Set([128 + 9]));
+  });
+
   test('a helper that dies fails the calls in flight (their tools run on) and the next call starts a new one', async () => {
     const first = helper.pid ?? (await helper.run('true', [], { stdio: 'pipe' }), helper.pid);
     assert.ok(first);
