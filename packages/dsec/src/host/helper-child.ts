@@ -37,6 +37,7 @@ export class HelperChild extends EventEmitter {
   readonly stdio: (PassThrough | null)[];
   #openOutputs = 0;
   #started = false;
+  #stdinPipe: Socket | undefined;
 
   constructor(
     readonly id: number,
@@ -96,6 +97,7 @@ export class HelperChild extends EventEmitter {
           side.once('close', () => pipe.destroy()); // the reader gave up on it (destroy())
         } else {
           side.pipe(pipe); // ends the pipe once what was written has gone out
+          this.#stdinPipe = pipe;
         }
       });
       this.emit('spawn');
@@ -115,6 +117,10 @@ export class HelperChild extends EventEmitter {
 
   exited(status: number): void {
     this.exitCode = status;
+    // As a ChildProcess does: nothing reads stdin any more, so it goes (with its fd) even when
+    // the caller never ended it.
+    this.stdin?.destroy();
+    this.#stdinPipe?.destroy();
     this.emit('exit', status, null);
     this.#maybeClose();
   }
@@ -122,6 +128,8 @@ export class HelperChild extends EventEmitter {
   /** The tool could not be started, or the helper died under it. */
   failed(err: Error): void {
     this.emit('error', err);
+    for (const side of this.stdio) side?.destroy(); // an output's close takes its pipe with it
+    this.#stdinPipe?.destroy();
   }
 
   /** Signals the tool, through the helper, only while it has not been reaped (never a recycled pid). */

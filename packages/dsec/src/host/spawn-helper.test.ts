@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -103,6 +103,21 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
     assert.deepEqual(r.out[1]!.trim().split(/\s+/).map(Number).filter((fd) => fd > 3 && fd < 200), []);
     assert.match((await collect(helper.stream('/no/such/tool', [], ['null', 'out', 'out']))).error ?? '', /cannot start \/no\/such\/tool: No such file or directory/);
     assert.match((await collect(helper.stream('true', [], ['null', 'out', 'out', { write: join(dir, 'no', 'such') }]))).error ?? '', /cannot open .*no\/such: No such file or directory/);
+  });
+
+  test('streamed: the edge holds no fd of a tool once it has exited, even a stdin it never ended (as a ChildProcess)', async () => {
+    const fds = (): number => readdirSync('/proc/self/fd').length;
+    const before = fds();
+    for (let i = 0; i < 20; i++) {
+      const child = helper.stream('cat', [], ['in', 'out', 'out']);
+      const done = collect(child);
+      child.stdin!.write('never ended\n');
+      await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
+      child.kill('SIGKILL');
+      assert.equal((await done).code, 128 + 9);
+    }
+    await new Promise((r) => setImmediate(r));
+    assert.ok(fds() - before < 5, `fds went from ${before} to ${fds()}`);
   });
 
   test("streamed: more tools than the first helper allowed (1,024) run at once, as a node's background commands do", async () => {
