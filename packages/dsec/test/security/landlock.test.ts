@@ -62,6 +62,8 @@ describe('red team: Landlock write confinement (writablePaths)', { skip: skipRea
     if (landlockAbi() < 6) return t.skip(`this kernel's Landlock ABI is ${landlockAbi()} (signal scoping needs 6)`);
     const grader = await sb.commands.start(['sleep', '4111']);
     try {
+      // Started is not yet running: wait until the grader's sleep is there to be attacked.
+      for (let i = 0; i < 200 && !(await sb.commands.run(['sh', '-c', 'pidof sleep || true'])).stdout.trim(); i++) await new Promise((r) => setTimeout(r, 10));
       const r = await attack(server, sb, 'kill -STOP $(pidof sleep)', { writablePaths: RW });
       assert.notEqual(r.exitCode, 0, `SIGSTOP reached a process outside the command's domain: ${show(r)}`);
       assert.match(r.stderr, /not permitted/, show(r));
