@@ -679,6 +679,9 @@ struct proc {
   long long credit;         /* stdout and stderr bytes the edge takes before it gives more (credit); -1: no window */
   int thaw;                 /* a diff: the upper disk is thawed when it exits */
   long long deadline_ms;    /* killed at this CLOCK_MONOTONIC time (a diff's bound); 0: none */
+  char *in_pend;            /* stdin bytes the command has not read yet, written as its pipe drains */
+  size_t in_len;
+  int in_eof;               /* the edge's eof: stdin closes once in_pend is written */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -869,6 +872,7 @@ static void reaped(pid_t pid, int status) {
     if (p->err >= 0) { drain(p, &p->err, "stderr"); if (p->err >= 0) close(p->err); }
     if (p->fd3 >= 0) { drain(p, &p->fd3, "fd3"); if (p->fd3 >= 0) close(p->fd3); }
     if (p->in >= 0) close(p->in);
+    free(p->in_pend);
     char extra[64];
     if (WIFSIGNALED(status)) snprintf(extra, sizeof extra, "\"code\":%d,\"signal\":%d", 128 + WTERMSIG(status), WTERMSIG(status));
     else snprintf(extra, sizeof extra, "\"code\":%d", WEXITSTATUS(status));
@@ -884,21 +888,38 @@ static void reaped(pid_t pid, int status) {
   }
 }
 
+/* Writes what the command's stdin takes now; never blocks the agent. Closes stdin after an eof once all is written. */
+static void stdin_flush(struct proc *p) {
+  size_t done = 0;
+  while (done < p->in_len) {
+    ssize_t w = write(p->in, p->in_pend + done, p->in_len - done);
+    if (w > 0) { done += (size_t)w; continue; }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) break;
+    done = p->in_len; /* the reader is gone: the rest cannot be delivered */
+  }
+  memmove(p->in_pend, p->in_pend + done, p->in_len - done);
+  p->in_len -= done;
+  if (!p->in_len && p->in_eof) { close(p->in); p->in = -1; }
+}
+
+/*
+ * Stdin is queued and written as the command reads (POLLOUT in the loop): a command that reads
+ * late neither stalls the agent nor loses bytes. The queue is the guest's memory; what the edge
+ * sends is bounded per request (the API's stdin limits).
+ */
 static void op_stdin(long long id, struct jobj *o, const char *payload, size_t plen) {
   struct proc *p = proc_by_id(id);
-  if (!p || p->in < 0) return; /* exited or stdin closed: the edge already knows */
-  size_t off = 0;
-  while (off < plen) {
-    ssize_t w = write(p->in, payload + off, plen - off);
-    if (w > 0) { off += (size_t)w; continue; }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EAGAIN) {
-      struct pollfd pfd = {.fd = p->in, .events = POLLOUT};
-      if (poll(&pfd, 1, 5000) > 0) continue;
-    }
-    break; /* reader gone or stuck: drop the rest rather than stall every other request */
+  if (!p || p->in < 0 || p->in_eof) return; /* exited or stdin closed: the edge already knows */
+  if (plen) {
+    char *grown = realloc(p->in_pend, p->in_len + plen);
+    if (!grown) fatal("out of memory");
+    p->in_pend = grown;
+    memcpy(p->in_pend + p->in_len, payload, plen);
+    p->in_len += plen;
   }
-  if (jbool(o, "eof")) { close(p->in); p->in = -1; }
+  if (jbool(o, "eof")) p->in_eof = 1;
+  stdin_flush(p);
 }
 
 static void op_resize(long long id, struct jobj *o) {
@@ -1585,9 +1606,9 @@ int main(void) {
   send_ev(0, "ready", NULL, NULL, 0);
   logmsg("ready");
 
-  static struct pollfd pfds[2 + 3 * MAX_PROCS + MAX_CONNS];
-  static struct proc *owner[2 + 3 * MAX_PROCS + MAX_CONNS];
-  static struct conn *conn_owner[2 + 3 * MAX_PROCS + MAX_CONNS];
+  static struct pollfd pfds[2 + 4 * MAX_PROCS + MAX_CONNS];
+  static struct proc *owner[2 + 4 * MAX_PROCS + MAX_CONNS];
+  static struct conn *conn_owner[2 + 4 * MAX_PROCS + MAX_CONNS];
   for (;;) {
     int n = 0;
     pfds[n++] = (struct pollfd){.fd = port_fd, .events = POLLIN};
@@ -1597,6 +1618,7 @@ int main(void) {
       if (procs[i].out >= 0 && procs[i].credit != 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].out, .events = POLLIN}; }
       if (procs[i].err >= 0 && procs[i].credit != 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].err, .events = POLLIN}; }
       if (procs[i].fd3 >= 0) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].fd3, .events = POLLIN}; }
+      if (procs[i].in >= 0 && procs[i].in_len) { owner[n] = &procs[i]; pfds[n++] = (struct pollfd){.fd = procs[i].in, .events = POLLOUT}; }
     }
     int first_conn = n;
     for (int i = 0; i < MAX_CONNS; i++)
@@ -1628,6 +1650,7 @@ int main(void) {
       if (pfds[i].fd == p->out) drain(p, &p->out, "stdout");
       else if (pfds[i].fd == p->err) drain(p, &p->err, "stderr");
       else if (pfds[i].fd == p->fd3) drain(p, &p->fd3, "fd3");
+      else if (pfds[i].fd == p->in) stdin_flush(p);
     }
     for (int i = first_conn; i < n; i++) {
       struct conn *c = conn_owner[i];

@@ -344,9 +344,20 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal(await got, String(4 << 20), 'every byte reached the guest server, then its eof');
   });
 
+  test('stdin to a background process that reads late is queued in the guest and all delivered, eof after it (the agent never stalls)', async () => {
+    const p = await sb.commands.start(['sh', '-c', 'sleep 6; wc -c'], { stdin: true });
+    const data = Buffer.alloc(1 << 20, 2); // the pipe takes 64 KiB; the old agent gave up after 5 s and dropped the rest
+    await p.writeStdin(data, { eof: true });
+    assert.equal((await sb.commands.run('echo agent-free')).stdout, 'agent-free\n');
+    const done = await p.wait();
+    assert.equal(done.exitCode, 0);
+    assert.equal((await p.output()).stdout.trim(), String(1 << 20));
+  });
+
   test('a streamed command whose reader stops is held in the guest (flow control): the edge takes at most its window, the rest comes once read', async () => {
     const it = server.dsec.vms!.execStream(sb.id, {
-      cmd: ['sh', '-c', 'i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > /tmp/chunks; done'],
+      // The count is replaced by rename, so a reader never sees it half-written.
+      cmd: ['sh', '-c', 'i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > /tmp/chunks.new; mv /tmp/chunks.new /tmp/chunks; done'],
       uncapped: true,
       timeoutMs: 300_000,
     });
@@ -364,7 +375,9 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.ok(last > 0 && last <= 48, `the guest wrote ${last} chunks of 64 KiB to a reader that stopped`);
     let got = 0;
     for (let r = await it.next(); !r.done && got < 4 << 20; r = await it.next()) if (r.value.type === 'stdout') got += r.value.data.length;
-    assert.ok(got >= 4 << 20 && (await chunks()) > last, 'reading again lets the guest write on');
+    assert.ok(got >= 4 << 20, `the stream gave ${got} bytes`);
+    const after = await chunks();
+    assert.ok(after > last, `reading again lets the guest write on (${last} chunks, then ${after})`);
     await it.return(undefined); // leaving the stream kills the command
   });
 
