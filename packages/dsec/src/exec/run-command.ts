@@ -1,5 +1,5 @@
 import { DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES, type ExecRequest, type ExecResult } from '@dsec/sdk/schema';
-import { sandboxUsage } from '../host/cgroups.js';
+import { sandboxOomKills } from '../host/cgroups.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from './output-stream.js';
 import { SandboxProcess, type ProcessExit, type StreamName } from './sandbox-process.js';
@@ -37,11 +37,11 @@ function exitStatus(proc: SandboxProcess, exit: ProcessExit, req: ExecRequest, o
 }
 
 export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
-  const oomBefore = sandboxUsage(target.id).oomKills;
+  const oomBefore = sandboxOomKills(target.id);
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
   const exit = await proc.done;
-  const status = exitStatus(proc, exit, req, sandboxUsage(target.id).oomKills > oomBefore);
+  const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore);
   return { ...status, stdout: proc.stdout.encode(status.encoding), stderr: proc.stderr.encode(status.encoding) };
 }
 
@@ -52,11 +52,11 @@ export type ExecEvent = { type: StreamName; data: Buffer } | { type: 'exit'; res
  * says `uncapped`), then its exit.
  */
 export async function* streamCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
-  const oomBefore = sandboxUsage(target.id).oomKills;
+  const oomBefore = sandboxOomKills(target.id);
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
   for await (const { stream, data } of iterateOutput(proc, req.uncapped ? 'raw' : 'kept')) yield { type: stream, data };
   const exit = await proc.done;
-  const status = exitStatus(proc, exit, req, sandboxUsage(target.id).oomKills > oomBefore);
+  const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore);
   yield { type: 'exit', result: req.uncapped ? { ...status, truncated: false } : status };
 }

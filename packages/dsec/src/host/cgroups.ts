@@ -124,18 +124,23 @@ function readNumber(file: string): number | undefined {
   }
 }
 
-/** Live usage of a sandbox's cgroup: OOM kills so far, memory in use, process count. */
-export function sandboxUsage(id: string): { oomKills: number; memoryBytes: number; pids: number } {
+/** How many processes the kernel's OOM killer has ended in the sandbox (read before and after every command). */
+export function sandboxOomKills(id: string): number {
   const rel = join(CGROUP_PARENT, id);
-  let oomKills = 0;
   try {
     // v1: memory.oom_control has "oom_kill N"; v2: memory.events has "oom_kill N".
     const v1 = join(CGROUP_ROOT, 'memory', rel, 'memory.oom_control');
     const text = existsSync(v1) ? readFileSync(v1, 'utf8') : readFileSync(join(CGROUP_ROOT, rel, 'memory.events'), 'utf8');
-    oomKills = Number(/oom_kill (\d+)/.exec(text)?.[1] ?? 0);
+    return Number(/oom_kill (\d+)/.exec(text)?.[1] ?? 0);
   } catch {
-    // no memory cgroup (sandbox gone)
+    return 0; // no memory cgroup (sandbox gone)
   }
+}
+
+/** Live usage of a sandbox's cgroup: OOM kills so far, memory in use, process count. */
+export function sandboxUsage(id: string): { oomKills: number; memoryBytes: number; pids: number } {
+  const rel = join(CGROUP_PARENT, id);
+  const oomKills = sandboxOomKills(id);
   const memoryBytes = readNumber(join(CGROUP_ROOT, 'memory', rel, 'memory.usage_in_bytes')) ?? readNumber(join(CGROUP_ROOT, rel, 'memory.current')) ?? 0;
   const pids = readNumber(join(CGROUP_ROOT, 'pids', rel, 'pids.current')) ?? readNumber(join(CGROUP_ROOT, rel, 'pids.current')) ?? 0;
   return { oomKills, memoryBytes, pids };
