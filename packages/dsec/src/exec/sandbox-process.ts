@@ -176,11 +176,21 @@ export class SandboxProcess {
       const finish = (): void => {
         if (this.#exit) return;
         if (timer) clearTimeout(timer);
-        rmSync(specFile, { force: true });
-        rmSync(this.#pidFile, { force: true });
-        // A shared tag's cgroup belongs to whoever shares it (a session removes it at close,
-        // killTagged): removed here, it could vanish under the next command before its move.
-        if (opts.tag === undefined) this.#cgroup?.remove();
+        // Cleaned up off the answer's path (the caller gets the result first); the sandbox's
+        // teardown removes whatever is left if it comes sooner.
+        const pidFile = this.#pidFile;
+        const cgroup = this.#cgroup;
+        setImmediate(() => {
+          try {
+            rmSync(specFile, { force: true });
+            rmSync(pidFile, { force: true });
+          } catch {
+            // the sandbox's directory is going (a teardown under way)
+          }
+          // A shared tag's cgroup belongs to whoever shares it (a session removes it at close,
+          // killTagged): removed here, it could vanish under the next command before its move.
+          if (opts.tag === undefined) cgroup?.remove();
+        });
         this.#exit = {
           exitCode: this.#timedOut ? 137 : (code ?? 1),
           timedOut: this.#timedOut,
