@@ -14,7 +14,8 @@
  * (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE, to that file.
  */
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { after, before, describe, test } from 'node:test';
@@ -39,6 +40,8 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
   const conn = () => ({ url: dsec!.url, apiKey: dsec!.apiKey });
   const failures: string[] = [];
   const made: string[] = [];
+  /** When each cycle ended (performance.now()), in order: throughput by tenth of the run. */
+  const ended: number[] = [];
 
   before(async () => {
     dataDir = makeDataDir();
@@ -96,6 +99,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
         } catch (err) {
           failures.push(`cycle ${i}: ${(err as Error).message}`);
         }
+        ended.push(performance.now());
       }
     };
     await Promise.all(Array.from({ length: concurrency }, worker));
@@ -109,6 +113,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     const imagesStart = (await Image.list(conn())).map((im) => im.id);
     const layersInUseStart = (await Image.gc(conn())).keptInUse;
     const t0 = performance.now();
+    const firstMeasured = ended.length;
     await run(warmup, cycles);
     const seconds = (performance.now() - t0) / 1000;
     gc();
@@ -122,6 +127,8 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       measuredCycles: cycles - warmup,
       seconds: Math.round(seconds * 10) / 10,
       cyclesPerSecond: Math.round(((cycles - warmup) / seconds) * 100) / 100,
+      // A cost that grows with the sandboxes made so far (a list, a table scan) shows as a slowing.
+      cyclesPerSecondByTenth: byTenth(ended.slice(firstMeasured), t0),
       failures: failures.length,
       leaked: leaked(start, end),
       fds: { start: start.fds, end: end.fds },
@@ -130,6 +137,8 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       rssGrowthPercent: Math.round(((end.rssBytes - start.rssBytes) / start.rssBytes) * 1000) / 10,
       heapUsedMiB: { start: heapStart, end: heapEnd },
       sandboxesLeft: (await dsec!.edge.listSandboxes()).length,
+      // Killed sandboxes' rows and trajectories stay until their retention ends: reported, not judged.
+      stateDbMiB: existsSync(join(dataDir, 'state.db')) ? Math.round(statSync(join(dataDir, 'state.db')).size / 2 ** 20) : null,
       snapshots: Math.floor((cycles - 1) / 10) + 1,
       imagesLeft,
       layersInUse: { start: layersInUseStart, end: gcEnd.keptInUse },
@@ -148,3 +157,18 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     if (long) assert.ok(result.rssGrowthPercent < 10, `RSS grew ${result.rssGrowthPercent} %`);
   });
 });
+
+/** Cycles per second in each tenth of `ends` (ascending end times; `t0` is when the first began). */
+function byTenth(ends: number[], t0: number): number[] {
+  const out: number[] = [];
+  let from = t0;
+  for (let k = 1; k <= 10; k++) {
+    const a = Math.floor(((k - 1) * ends.length) / 10);
+    const b = Math.floor((k * ends.length) / 10);
+    if (b <= a) continue;
+    const to = ends[b - 1]!;
+    out.push(Math.round(((b - a) / Math.max(0.001, (to - from) / 1000)) * 100) / 100);
+    from = to;
+  }
+  return out;
+}
