@@ -14,7 +14,7 @@
  * (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE, to that file.
  */
 import assert from 'node:assert/strict';
-import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -32,6 +32,18 @@ const warmup = Math.max(2, Math.min(50, Math.floor(cycles / 20)));
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 const heapMiB = (): number => Math.round(process.memoryUsage().heapUsed / 2 ** 20);
+/**
+ * Where the resident memory is: V8's heap, memory outside it that V8 tracks (Buffers), and from
+ * the kernel's view anonymous memory (malloc arenas, native addons' allocations) against file
+ * pages (code, mapped files). RSS growth with a flat heap is native memory: this says which kind.
+ */
+function memoryDetailMiB(): Record<string, number> {
+  const m = process.memoryUsage();
+  const rollup = readFileSync('/proc/self/smaps_rollup', 'utf8');
+  const kib = (k: string): number => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(rollup)?.[1] ?? 0);
+  const mib = (bytes: number): number => Math.round((bytes / 2 ** 20) * 10) / 10;
+  return { heapTotal: mib(m.heapTotal), external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), anonymous: mib(kib('Anonymous') * 1024), file: mib(kib('Pss_File') * 1024) };
+}
 
 describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationSkipReason(), timeout: long ? 24 * 3600_000 : 900_000 }, () => {
   const edgeId = newEdgeId();
@@ -109,6 +121,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     await run(0, warmup);
     gc();
     const heapStart = heapMiB();
+    const memoryStart = memoryDetailMiB();
     const start: Census = census(dataDir, edgeId, made);
     const imagesStart = (await Image.list(conn())).map((im) => im.id);
     const layersInUseStart = (await Image.gc(conn())).keptInUse;
@@ -118,6 +131,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     const seconds = (performance.now() - t0) / 1000;
     gc();
     const heapEnd = heapMiB();
+    const memoryEnd = memoryDetailMiB();
     const end = census(dataDir, edgeId, made);
     const imagesLeft = (await Image.list(conn())).map((im) => im.id).filter((id) => !imagesStart.includes(id));
     const gcEnd = await Image.gc(conn());
@@ -136,6 +150,7 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       rssMiB: { start: Math.round(start.rssBytes / 2 ** 20), end: Math.round(end.rssBytes / 2 ** 20) },
       rssGrowthPercent: Math.round(((end.rssBytes - start.rssBytes) / start.rssBytes) * 1000) / 10,
       heapUsedMiB: { start: heapStart, end: heapEnd },
+      memoryMiB: { start: memoryStart, end: memoryEnd },
       sandboxesLeft: (await dsec!.edge.listSandboxes()).length,
       // Killed sandboxes' rows and trajectories stay until their retention ends: reported, not judged.
       stateDbMiB: existsSync(join(dataDir, 'state.db')) ? Math.round(statSync(join(dataDir, 'state.db')).size / 2 ** 20) : null,
