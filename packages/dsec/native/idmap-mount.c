@@ -18,6 +18,18 @@
  * MOUNT_ATTR_IDMAP) and crun can join it ({"type":"user","path":FILE}); the caller unmounts it
  * when the container runs.
  *
+ *   dsec-idmap --replace-file SOURCE --pid PID --at PATH
+ *
+ * Puts the host file SOURCE, bound read-only,nosuid,nodev, over PATH in the mount namespace of
+ * process PID (a sandbox's init), PATH read from that process's root. An edge upgrade uses it on
+ * the sandboxes it adopts: each one's /dev/.dsec-landlock is a bind of the dsec-landlock that was
+ * current when it was made, and a rebuild writes a new file, so a sandbox from before the
+ * upgrade keeps the old binary (which may not know the flags the new edge passes). The clone of
+ * SOURCE is made in the host's namespace (open_tree), then this process joins the sandbox's
+ * mount namespace and moves it there (setns needs a single-threaded process: not the edge). Host
+ * root may join the namespace of a user-namespaced sandbox too (its userns is a child of ours).
+ * The bind goes on top of the old one, which stays underneath, unreachable.
+ *
  * Errors: a message on stderr naming the step, exit status 1.
  */
 #define _GNU_SOURCE
@@ -41,7 +53,8 @@ static void die(const char *step, const char *what) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: dsec-idmap --map BASE:SIZE --userns-file FILE\n");
+          "usage: dsec-idmap --map BASE:SIZE --userns-file FILE\n"
+          "       dsec-idmap --replace-file SOURCE --pid PID --at PATH\n");
   exit(2);
 }
 
@@ -94,9 +107,37 @@ static int make_userns(unsigned long base, unsigned long size, const char *file)
   return fd;
 }
 
+/* SOURCE bound read-only,nosuid,nodev over PATH inside the mount namespace of process PID. */
+static int replace_file(const char *source, const char *pid, const char *at) {
+  char path[64];
+  int tree = open_tree(AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (tree < 0) die("clone a bind of", source);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
+  if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) die("make read-only,nosuid,nodev the bind of", source);
+  snprintf(path, sizeof path, "/proc/%s/root", pid);
+  int root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) die("open", path);
+  snprintf(path, sizeof path, "/proc/%s/ns/mnt", pid);
+  int ns = open(path, O_RDONLY | O_CLOEXEC);
+  if (ns < 0) die("open", path);
+  if (setns(ns, CLONE_NEWNS) != 0) die("join the mount namespace", path);
+  /* setns leaves this process at the namespace's own root; PATH is relative to the sandbox's. */
+  if (fchdir(root) != 0 || chroot(".") != 0) die("enter the root of process", pid);
+  if (at[0] != '/' || strstr(at, "..")) {
+    errno = EINVAL;
+    die("check", at);
+  }
+  if (move_mount(tree, "", AT_FDCWD, at, MOVE_MOUNT_F_EMPTY_PATH) != 0) die("bind it over", at);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   unsigned long base = 0, size = 0;
   const char *userns_file = NULL;
+  if (argc == 7 && !strcmp(argv[1], "--replace-file") && !strcmp(argv[3], "--pid") && !strcmp(argv[5], "--at")) {
+    if (!argv[4][0] || strspn(argv[4], "0123456789") != strlen(argv[4])) usage();
+    return replace_file(argv[2], argv[4], argv[6]);
+  }
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--map") && i + 1 < argc) {
       char *end;

@@ -49,7 +49,8 @@ import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { LazyLayers } from './lazy/lazy-layers.js';
 import { clearDeadDaemonMount, liveDaemonPid, type ChunkSource } from './lazy/chunk-daemon.js';
-import { buildOciConfig } from './oci-config.js';
+import { buildOciConfig, LANDLOCK_PATH } from './oci-config.js';
+import { refreshLandlockBinary } from './helper-binds.js';
 import { defaultSeccompProfile } from './seccomp.js';
 import { compileSeccompProfile } from './seccomp-bpf.js';
 import { mountOverlay } from './overlay.js';
@@ -214,6 +215,7 @@ export class Edge implements EdgeApi {
         const live = this.#liveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' });
         this.#live.set(id, live);
         await this.#endExecsOfOldEdge(live);
+        await this.#refreshHelpers(live, c.pid);
         if (record.userns && !this.uidRanges.adopt(id, record.userns)) {
           this.opts.log.error({ sandbox: id, range: record.userns }, "another sandbox on this host claims this sandbox's uid range");
         }
@@ -542,6 +544,23 @@ export class Edge implements EdgeApi {
   async #endExecsOfOldEdge(live: LiveSandbox): Promise<void> {
     live.processes.restore(new Date());
     await live.sessions.endNotedByOldEdge((tag) => void killTagged(live.record.id, tag));
+  }
+
+  /**
+   * An adopted sandbox made by an older build keeps that build's dsec-landlock (helper-binds.ts):
+   * the current one is bound over it. When that fails, its commands fail with the reason
+   * (ExecTarget.unusable) rather than with the old binary's usage error, and it is logged here.
+   */
+  async #refreshHelpers(live: LiveSandbox, pid: number): Promise<void> {
+    try {
+      if (await refreshLandlockBinary(pid, this.crun.spawner)) {
+        this.opts.log.info({ sandbox: live.record.id }, "sandbox from an older dsec: its dsec-landlock was replaced with this build's");
+      }
+    } catch (err) {
+      const why = (err as Error).message;
+      live.target.unusable = `sandbox ${live.record.id} was made by an older dsec and its command starter (${LANDLOCK_PATH}) could not be replaced with this build's (${why}), so commands cannot run in it: recreate it`;
+      this.opts.log.error({ sandbox: live.record.id, err: why }, "could not replace an adopted sandbox's dsec-landlock with this build's; its commands will fail until it is recreated");
+    }
   }
 
   #running(id: string): LiveSandbox {

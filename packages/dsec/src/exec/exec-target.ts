@@ -15,6 +15,11 @@ export interface ExecTarget {
   rootfs: string;
   config: ImageConfig;
   env: Record<string, string>;
+  /**
+   * Why no command can start in this sandbox, when none can: an adopted sandbox whose
+   * dsec-landlock is an older build's and could not be replaced (edge/helper-binds.ts).
+   */
+  unusable?: string;
 }
 
 /**
@@ -36,6 +41,7 @@ export function processSpecFor(
   cmd: string | string[],
   opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined } = {},
 ): ProcessSpec {
+  if (target.unusable) throw new ApiError('SANDBOX_NOT_RUNNING', target.unusable, { id: target.id });
   rejectNul('cmd', typeof cmd === 'string' ? [cmd] : cmd);
   rejectNul('env', Object.entries(opts.env ?? {}).flat());
   if (opts.cwd !== undefined) rejectNul('cwd', [opts.cwd]);
