@@ -276,23 +276,27 @@ describe('red team: network', { skip: integrationSkipReason(), timeout: 900_000 
     // Positive control: the same RA sent from the mirror's namespace is accepted by the host on the
     // mirror link (dsec's host-side veths accept RAs alike: accept_ra=1, IPv6 forwarding off).
     const controlPrefix = `fd7e:${prefixHex}:c::`;
-    const dir = mkdtempSync(join(tmpdir(), 'dsec-redteam-ra-'));
-    try {
-      const bin = join(dir, 'ra');
-      writeFileSync(
-        bin,
-        buildProbe(rawIpv6MulticastSteps(routerAdvert('fe80::dead:beef', controlPrefix), ifindexIn(mirror.ns, mirror.peerIf))),
-      );
-      chmodSync(bin, 0o755);
-      const sent = runInNetns(mirror.ns, bin);
-      assert.equal(sent.status, 0, `control RA send: ${JSON.stringify(sent)}`);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    // Sent up to three times: a full run once saw the host learn nothing from one control RA in
+    // 5 s (cause not found; the same file alone passes). The attack below is still sent once.
     let learnt = false;
-    for (let i = 0; i < 50 && !learnt; i++) {
-      learnt = ipv6RoutesOn(mirror.hostIf).includes(`fd7e:${prefixHex}:c::/64`);
-      if (!learnt) await new Promise((r) => setTimeout(r, 100));
+    for (let send = 0; send < 3 && !learnt; send++) {
+      const dir = mkdtempSync(join(tmpdir(), 'dsec-redteam-ra-'));
+      try {
+        const bin = join(dir, 'ra');
+        writeFileSync(
+          bin,
+          buildProbe(rawIpv6MulticastSteps(routerAdvert('fe80::dead:beef', controlPrefix), ifindexIn(mirror.ns, mirror.peerIf))),
+        );
+        chmodSync(bin, 0o755);
+        const sent = runInNetns(mirror.ns, bin);
+        assert.equal(sent.status, 0, `control RA send: ${JSON.stringify(sent)}`);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+      for (let i = 0; i < 50 && !learnt; i++) {
+        learnt = ipv6RoutesOn(mirror.hostIf).includes(`fd7e:${prefixHex}:c::/64`);
+        if (!learnt) await new Promise((r) => setTimeout(r, 100));
+      }
     }
     const controlOk = learnt;
 
