@@ -134,6 +134,17 @@ static void finish_done(void) {
   }
 }
 
+/* A tool starts with no signal blocked and every handler at its default, whatever ours are. */
+static void init_spawn_attr(posix_spawnattr_t *attr) {
+  posix_spawnattr_init(attr);
+  sigset_t empty, all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(attr, &empty);
+  posix_spawnattr_setsigdefault(attr, &all);
+  posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+}
+
 static void start(unsigned long long id, int piped, char *args, size_t len) {
   char *argv[4096];
   int argc = 0;
@@ -172,15 +183,8 @@ static void start(unsigned long long id, int piped, char *args, size_t len) {
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   }
-  /* The tool starts with no signal blocked and every handler at its default, whatever ours are. */
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty, all;
-  sigemptyset(&empty);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  init_spawn_attr(&attr);
   pid_t pid;
   int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -318,13 +322,7 @@ static void start_stream(unsigned long long id, char *body, size_t len) {
   int rc = 0;
   if (!bad) {
     posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t empty, all;
-    sigemptyset(&empty);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &empty);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    init_spawn_attr(&attr);
     /* The tool inherits the score (and, written with CAP_SYS_RESOURCE, its floor) at the spawn. */
     int scored = strcmp(oom, "-") == 0 || set_oom_score_adj(oom) == 0;
     if (!scored) {
