@@ -17,11 +17,11 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
-import { startEdgeDaemon, type RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
+import type { RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
 import { postgresSkipReason } from '../helpers/postgres.js';
 import { registrySkipReason, startTestRegistry, type TestRegistry } from '../helpers/registry.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId } from '../helpers/server.js';
-import { api, startReplicaPair, until, type Endpoint, type ReplicaPair } from './support/replica-pair.js';
+import { api, startJoinedEdge, startReplicaPair, until, type Endpoint, type ReplicaPair } from './support/replica-pair.js';
 
 const skip = integrationSkipReason() ?? postgresSkipReason();
 
@@ -109,23 +109,7 @@ describe('creates in flight on a replica that dies, with a real crun edge', { sk
   before(async () => {
     registry = await startTestRegistry();
     pair = await startReplicaPair({ name: 'dsec_takeover_crun', registry: `${registry.host}/team/takeover` });
-    edge = await startEdgeDaemon({
-      join: pair.join,
-      token: pair.a.joinToken,
-      listen: '127.0.0.1:0',
-      dataDir: edgeDir,
-      id: edgeId,
-      pool: 'default',
-      labels: {},
-      cpuOvercommit: 0,
-      maxSandboxes: 32,
-      layerCacheMiB: 512,
-      logLevel: 'silent',
-    });
-    // Both replicas see the edge ready before a create is sent to either.
-    for (const at of [pair.a, pair.b]) {
-      await until(async () => ((((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes.some((n) => n.id === edgeId && n.state === 'ready')) ? true : undefined));
-    }
+    edge = await startJoinedEdge(pair, { dataDir: edgeDir, id: edgeId, maxSandboxes: 32 });
   });
 
   after(async () => {

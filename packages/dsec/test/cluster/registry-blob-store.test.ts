@@ -26,13 +26,13 @@ import { LayerStore } from '../../src/image/layer-store.js';
 import { parseDsecManifest } from '../../src/image/registry/dsec-artifact.js';
 import { RegistryClient } from '../../src/image/registry/registry-client.js';
 import { parseRegistryRef } from '../../src/image/registry/registry-ref.js';
-import { startEdgeDaemon, type RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
+import type { RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
 import { postgresSkipReason } from '../helpers/postgres.js';
 import { registrySkipReason, startTestRegistry, type TestRegistry } from '../helpers/registry.js';
 import { buildTestImage } from '../helpers/images.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId } from '../helpers/server.js';
 import { dockerSaveTar } from '../state/fixtures/oci.js';
-import { api, startReplicaPair, until, type ReplicaPair } from './support/replica-pair.js';
+import { api, startJoinedEdge, startReplicaPair, until, type ReplicaPair } from './support/replica-pair.js';
 
 const skip = integrationSkipReason() ?? postgresSkipReason() ?? registrySkipReason();
 
@@ -55,23 +55,7 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
     repository = `${registry.host}/team/blobstore`;
     reader = new RegistryClient(parseRegistryRef(repository, { requireName: false }));
     pair = await startReplicaPair({ name: 'dsec_regblobs', registry: repository });
-    edge = await startEdgeDaemon({
-      join: pair.join,
-      token: pair.a.joinToken,
-      listen: '127.0.0.1:0',
-      dataDir: edgeDir,
-      id: edgeId,
-      pool: 'default',
-      labels: {},
-      cpuOvercommit: 0,
-      maxSandboxes: 8,
-      layerCacheMiB: 512,
-      logLevel: 'silent',
-    });
-    // Both replicas see the edge ready before a create is sent to either.
-    for (const at of [pair.a, pair.b]) {
-      await until(async () => ((((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes.some((n) => n.id === edgeId && n.state === 'ready')) ? true : undefined));
-    }
+    edge = await startJoinedEdge(pair, { dataDir: edgeDir, id: edgeId, maxSandboxes: 8 });
   });
 
   after(async () => {

@@ -14,6 +14,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { compileOptions } from '../../../src/config/options.js';
 import { startControlPlane, type RunningControl } from '../../../src/runtime/all-in-one.js';
+import { startEdgeDaemon, type RunningEdgeDaemon } from '../../../src/runtime/edge-daemon.js';
 import { testPostgres } from '../../helpers/postgres.js';
 import { makeDataDir, mountsBelow } from '../../helpers/server.js';
 
@@ -110,4 +111,28 @@ export async function until<T>(check: () => Promise<T | undefined>): Promise<T> 
     if (v !== undefined) return v;
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/**
+ * A real crun edge joined to both replicas (through A's join token), answered once both list it
+ * ready, so a create sent to either may be placed on it.
+ */
+export async function startJoinedEdge(pair: ReplicaPair, edge: { dataDir: string; id: string; maxSandboxes: number }): Promise<RunningEdgeDaemon> {
+  const running = await startEdgeDaemon({
+    join: pair.join,
+    token: pair.a.joinToken,
+    listen: '127.0.0.1:0',
+    dataDir: edge.dataDir,
+    id: edge.id,
+    pool: 'default',
+    labels: {},
+    cpuOvercommit: 0,
+    maxSandboxes: edge.maxSandboxes,
+    layerCacheMiB: 512,
+    logLevel: 'silent',
+  });
+  for (const at of [pair.a, pair.b]) {
+    await until(async () => ((((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes.some((n) => n.id === edge.id && n.state === 'ready')) ? true : undefined));
+  }
+  return running;
 }
