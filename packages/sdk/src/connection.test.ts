@@ -215,3 +215,100 @@ describe('Connection against a local HTTP server', () => {
     });
   });
 });
+
+describe('Connection: JSON calls on kept-alive sockets (http-call.ts)', () => {
+  let server: Server;
+  let url = '';
+  let connections = 0;
+  let reply: (req: IncomingMessage, res: ServerResponse) => void = () => {};
+
+  before(async () => {
+    server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => reply(req, res));
+    });
+    server.on('connection', () => connections++);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  after(async () => {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  });
+  beforeEach(() => {
+    connections = 0;
+    server.keepAliveTimeout = 5000;
+    reply = (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"n":1}');
+  });
+
+  test('back-to-back calls reuse one connection', async () => {
+    const conn = new Connection({ url, apiKey: 'k' });
+    for (let i = 0; i < 20; i++) assert.deepEqual(await conn.json('POST', '/v1/x', { json: { i } }), { n: 1 });
+    assert.ok(connections <= 1, `${connections} connections for 20 calls`); // 0 when an earlier test's socket was still free
+  });
+
+  test('a call after the server dropped an idle connection opens a new one and succeeds', async () => {
+    server.keepAliveTimeout = 50; // announced as timeout=0: the agent keeps nothing it cannot trust
+    const conn = new Connection({ url, apiKey: 'k' });
+    await conn.json('GET', '/v1/x');
+    await new Promise((r) => setTimeout(r, 200)); // the server has closed it by now
+    const opened = connections;
+    assert.deepEqual(await conn.json('GET', '/v1/x'), { n: 1 });
+    assert.equal(connections, opened + 1);
+  });
+
+  test('a kept-alive connection reset as a call goes out on it: the call is sent once more on a new one', async () => {
+    const conn = new Connection({ url, apiKey: 'k' });
+    await conn.json('GET', '/v1/x'); // leaves a free socket in the agent
+    const opened = connections;
+    let resets = 0;
+    reply = (req, res) => {
+      // What the client sees when the server closed an idle connection just as the call went out.
+      if (resets === 0 && connections === opened) {
+        resets++;
+        req.socket.resetAndDestroy();
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"n":3}');
+    };
+    assert.deepEqual(await conn.json('POST', '/v1/x', { json: {} }), { n: 3 });
+    assert.equal(resets, 1);
+    assert.equal(connections, opened + 1);
+  });
+
+  test('the deadline covers the answer body: headers then silence fails with TimeoutError', async () => {
+    reply = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"n":'); // and nothing more
+    };
+    await assert.rejects(
+      new Connection({ url, apiKey: 'k' }).json('GET', '/v1/half', { timeoutMs: 100 }),
+      (err: unknown) => err instanceof TimeoutError && err.code === 'TIMEOUT',
+    );
+  });
+
+  test('an answer cut off by the server fails with UNREACHABLE, not a parse error or a hang', async () => {
+    reply = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
+      res.write('{"n":');
+      setTimeout(() => res.socket?.destroy(), 20);
+    };
+    await assert.rejects(new Connection({ url, apiKey: 'k' }).json('GET', '/v1/cut'), (err: unknown) => err instanceof DsecError && err.code === 'UNREACHABLE');
+  });
+
+  test('an aborted call leaves no socket in use: the next call still gets its answer', async () => {
+    let hold: ServerResponse | undefined;
+    reply = (req, res) => {
+      if (req.url === '/v1/slow') hold = res;
+      else res.writeHead(200, { 'content-type': 'application/json' }).end('{"n":2}');
+    };
+    const conn = new Connection({ url, apiKey: 'k' });
+    const ac = new AbortController();
+    const pending = conn.json('GET', '/v1/slow', { signal: ac.signal });
+    await new Promise((r) => setTimeout(r, 50));
+    ac.abort(new Error('stop'));
+    await assert.rejects(pending, (err: unknown) => err instanceof AbortedError);
+    assert.deepEqual(await conn.json('GET', '/v1/fast'), { n: 2 });
+    hold?.end();
+  });
+});
