@@ -32,7 +32,7 @@ import { syncfs } from '../host/syscalls.js';
 import { DEFAULT_DIFF_LIMITS, DEFAULT_SCRUB, DiffLimitError, type DiffStats } from '../image/pack-diff.js';
 import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from './snapshot-layer.js';
 import { DiffCancelledError, stageUpperDiffOffThread } from '../image/stage-worker.js';
-import { ToolError } from '../host/run-tool.js';
+import { ToolError, startToolsThrough } from '../host/run-tool.js';
 import type { BlobSource } from './blob-source.js';
 import { EDGE_PROTOCOL_VERSION } from './protocol/schemas.js';
 import { nodeCapacity } from './node-capacity.js';
@@ -128,8 +128,9 @@ export class Edge implements EdgeApi {
   readonly links: NodeLinks;
   /** Node-local scratch for snapshot staging trees and blobs before they go to the blob source. */
   readonly #tmpDir: string;
-  /** Starts crun on the create and kill path without a fork of this process (host/spawn-helper.ts). */
+  /** Starts crun on the create and kill path, and the process's other tools (runTool), without a fork of this process (host/spawn-helper.ts). */
   readonly #spawner = new SpawnHelper();
+  #stopStartingTools: (() => void) | undefined;
   /** The seccomp profile compiled once, at start (base64 BPF for crun), or undefined: crun compiles it per create. */
   #seccompBpf: string | undefined;
   /** Host uid ranges of this edge's user-namespaced sandboxes, claimed host-wide. */
@@ -145,6 +146,7 @@ export class Edge implements EdgeApi {
     const spawner = existsSync(SPAWN_HELPER_BINARY) ? this.#spawner : undefined;
     if (!spawner) opts.log.warn({ binary: SPAWN_HELPER_BINARY }, 'dsec-spawn is not built; crun is started with a fork of the edge (run scripts/setup)');
     this.crun = new Crun(join(opts.nodeDir, 'crun'), spawner);
+    if (spawner) this.#stopStartingTools = startToolsThrough(spawner);
     this.layerCache = new LayerCache({
       nodeDir: opts.nodeDir,
       source: opts.blobs,
@@ -863,6 +865,7 @@ export class Edge implements EdgeApi {
     // The lazy layer daemon outlives the edge while sandboxes read from it (the next edge adopts it).
     if (this.lazyLayers && this.layerMounts.mounted().length === 0) await this.lazyLayers.stop();
     else this.lazyLayers?.detach();
+    this.#stopStartingTools?.();
     await this.#spawner.close();
     await this.links.close(); // the guard stays while sandboxes (of any backend) that outlive the edge have links
     await this.#ports.close();

@@ -33,9 +33,44 @@ export interface RunToolOptions {
   signal?: AbortSignal;
 }
 
+/** Starts tools for runTool without a fork of this process: an edge's dsec-spawn (host/spawn-helper.ts). */
+export interface ToolStarter {
+  run(tool: string, args: readonly string[], opts: { stdio: 'pipe' }): Promise<ToolResult>;
+}
+
+/** Registered starters, newest last (a process may hold several edges: tests, benchmarks). */
+const starters: ToolStarter[] = [];
+
+/**
+ * Routes this process's plain runTool calls (no stdin, environment, cwd, streamed output or abort
+ * signal: mount, mkfs.ext4, mkfs.erofs, ip, du, cp, crun state …) through `starter` until the
+ * returned function is called. A fork of a large Node process (an edge, or `dsec up` with its
+ * control plane) copies its page tables on the event loop and leaves copy-on-write faults that
+ * slow its next requests; the resident helper posix_spawn()s from a tiny address space instead.
+ */
+export function startToolsThrough(starter: ToolStarter): () => void {
+  starters.push(starter);
+  return () => {
+    const i = starters.lastIndexOf(starter);
+    if (i >= 0) starters.splice(i, 1);
+  };
+}
+
+function isPlain(opts: RunToolOptions): boolean {
+  return opts.input === undefined && opts.env === undefined && opts.cwd === undefined && !opts.onStderr && !opts.onStdout && !opts.signal;
+}
+
 /** Runs a tool to completion; never rejects on a non-zero exit (see runToolOrThrow). */
 export function runTool(tool: string, args: readonly string[], opts: RunToolOptions = {}): Promise<ToolResult> {
   const max = opts.maxOutput ?? 1 << 20;
+  const starter = starters.at(-1);
+  if (starter && isPlain(opts)) {
+    return starter.run(tool, args, { stdio: 'pipe' }).then(
+      (r) => ({ code: r.code, stdout: r.stdout.slice(0, max), stderr: r.stderr.slice(0, max) }),
+      // The helper died under the call: whether the tool ran is unknown, so it is not run again.
+      (err: Error) => ({ code: 127, stdout: '', stderr: `${tool}: its starter failed: ${err.message}` }),
+    );
+  }
   return new Promise((resolve) => {
     const child = spawn(tool, args, {
       cwd: opts.cwd,

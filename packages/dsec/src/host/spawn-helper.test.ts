@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { SPAWN_HELPER_BINARY } from './native-helpers.js';
 import { SpawnHelper, SpawnHelperError } from './spawn-helper.js';
+import { ToolError, runTool, runToolOrThrow, startToolsThrough } from './run-tool.js';
 import type { HelperChild, FdPlan } from './helper-child.js';
 
 const skip = existsSync(SPAWN_HELPER_BINARY) ? false : `${SPAWN_HELPER_BINARY} is not built (run scripts/setup)`;
@@ -153,5 +154,48 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
   test('a helper that cannot start fails its calls with why, not a hang', async () => {
     const broken = new SpawnHelper('/nonexistent/dsec-spawn');
     await assert.rejects(broken.run('true', [], { stdio: 'pipe' }), /could not run/);
+  });
+});
+
+describe('runTool through a registered dsec-spawn (startToolsThrough)', { skip }, () => {
+  test("plain calls are started by the helper, calls with stdin, env, cwd or a signal by this process, and none after it is unregistered", async () => {
+    const helper = new SpawnHelper();
+    const stop = startToolsThrough(helper);
+    try {
+      const viaHelper = await runTool('sh', ['-c', 'echo $PPID; echo err >&2; exit 3']);
+      assert.deepEqual(viaHelper, { code: 3, stdout: `${helper.pid}\n`, stderr: 'err\n' });
+      assert.equal((await runTool('sh', ['-c', 'cat >/dev/null; echo $PPID'], { input: 'x' })).stdout, `${process.pid}\n`);
+      assert.equal((await runTool('sh', ['-c', 'echo $PPID'], { cwd: '/' })).stdout, `${process.pid}\n`);
+      assert.equal((await runTool('sh', ['-c', 'echo $PPID'], { signal: new AbortController().signal })).stdout, `${process.pid}\n`);
+      assert.equal((await runTool('sh', ['-c', 'head -c 5000 /dev/zero | tr "\\0" x'], { maxOutput: 10 })).stdout, 'xxxxxxxxxx');
+      await assert.rejects(runToolOrThrow('sh', ['-c', 'echo bad >&2; exit 2']), (err: unknown) => err instanceof ToolError && /exited 2: bad/.test(err.message));
+    } finally {
+      stop();
+    }
+    assert.equal((await runTool('sh', ['-c', 'echo $PPID'])).stdout, `${process.pid}\n`);
+    await helper.close();
+  });
+
+  test('a helper that dies under a call answers 127 with the reason, and the tool is not started again', async () => {
+    const helper = new SpawnHelper();
+    const stop = startToolsThrough(helper);
+    const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-starter-'));
+    try {
+      const marks = join(dir, 'runs');
+      const pending = runTool('sh', ['-c', `echo $$ >> ${marks}; exec sleep 30`]);
+      assert.ok(await until(() => existsSync(marks)));
+      process.kill(helper.pid!, 'SIGKILL');
+      const r = await pending;
+      assert.equal(r.code, 127);
+      assert.match(r.stderr, /its starter failed/);
+      const runs = readFileSync(marks, 'utf8').trim().split('\n');
+      assert.equal(runs.length, 1);
+      process.kill(Number(runs[0]), 'SIGKILL'); // the orphaned tool, not left to sleep on
+      assert.equal((await runTool('sh', ['-c', 'echo $PPID'])).stdout, `${helper.pid}\n`); // a new helper took over
+    } finally {
+      stop();
+      await helper.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
