@@ -14,6 +14,7 @@ describe('compileOptions', () => {
       layerCacheMiB: 20480,
       layerFetch: 'eager',
       userns: true,
+      usernsPool: 2,
       layerChunkKiB: 1024,
       minFreeDiskMiB: 256,
       minAvailableMemoryMiB: 256,
@@ -29,10 +30,10 @@ describe('compileOptions', () => {
   test('environment variables set options, strings converted to their types', () => {
     const opts = compileOptions(
       {},
-      { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_TRAJECTORY_RETENTION_HOURS: '2', DSEC_LOG_LEVEL: 'warn', DSEC_MIN_FREE_DISK_MIB: '0', DSEC_MIN_AVAILABLE_MEMORY_MIB: '1024', DSEC_MAX_MEMORY_PRESSURE: '0' },
+      { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_TRAJECTORY_RETENTION_HOURS: '2', DSEC_LOG_LEVEL: 'warn', DSEC_MIN_FREE_DISK_MIB: '0', DSEC_MIN_AVAILABLE_MEMORY_MIB: '1024', DSEC_MAX_MEMORY_PRESSURE: '0', DSEC_USERNS_POOL: '0' },
     );
     assert.deepEqual(opts, {
-      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '',
+      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, usernsPool: 0, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '',
     });
   });
 
@@ -40,6 +41,11 @@ describe('compileOptions', () => {
     assert.equal(compileOptions({}, { DSEC_USERNS: 'true' }).userns, true);
     assert.equal(compileOptions({}, { DSEC_USERNS: 'false' }).userns, false);
     assert.throws(() => compileOptions({}, { DSEC_USERNS: 'maybe' }), OptionsError);
+  });
+
+  test('DSEC_USERNS_POOL sizes the pool of user namespaces made ahead (default 2); a negative size is refused', () => {
+    assert.equal(compileOptions({}, { DSEC_USERNS_POOL: '5' }).usernsPool, 5);
+    assert.throws(() => compileOptions({}, { DSEC_USERNS_POOL: '-1' }), OptionsError);
   });
 
   test('flags win over environment variables', () => {

@@ -61,6 +61,12 @@ export const ServerOptions = Type.Object(
      */
     userns: Type.Boolean({ default: true }),
     /**
+     * DSEC_USERNS_POOL: user namespaces the edge keeps made ahead (each with its uid range claimed),
+     * so a create does not wait for one to be made; refilled in the background. 0: none. A pooled
+     * namespace costs a few KiB of kernel memory and one of the host's 16,384 ranges.
+     */
+    usernsPool: Type.Integer({ default: 2, minimum: 0, maximum: 64 }),
+    /**
      * DSEC_MIN_FREE_DISK_MIB: the edge refuses a create (507 NODE_DISK_FULL) while the filesystem of
      * its data dir has less than this free, so a sandbox is never half-made on a full disk; 0: never.
      */
@@ -100,6 +106,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   layerFetch: 'DSEC_LAYER_FETCH',
   layerChunkKiB: 'DSEC_LAYER_CHUNK_KIB',
   userns: 'DSEC_USERNS',
+  usernsPool: 'DSEC_USERNS_POOL',
   minFreeDiskMiB: 'DSEC_MIN_FREE_DISK_MIB',
   minAvailableMemoryMiB: 'DSEC_MIN_AVAILABLE_MEMORY_MIB',
   maxMemoryPressure: 'DSEC_MAX_MEMORY_PRESSURE',

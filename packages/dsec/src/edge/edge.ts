@@ -54,7 +54,8 @@ import { refreshLandlockBinary } from './helper-binds.js';
 import { defaultSeccompProfile } from './seccomp.js';
 import { compileSeccompProfile } from './seccomp-bpf.js';
 import { mountOverlay } from './overlay.js';
-import { mountIdmappedRoot } from './idmapped-root.js';
+import { makeUserns, mountIdmappedRoot } from './idmapped-root.js';
+import { DEFAULT_USERNS_POOL, type PooledUserns, UsernsPool } from './userns-pool.js';
 import { UidRangePool, toSandboxId } from '../host/uid-ranges.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { removeTree } from '../host/remove-tree.js';
@@ -96,6 +97,11 @@ export interface EdgeOptions {
    * id-mapped (edge/idmapped-root.ts). Default on; `false` opts out (DSEC_USERNS=false).
    */
   userns?: boolean;
+  /**
+   * User namespaces kept made ahead for creates (edge/userns-pool.ts; DSEC_USERNS_POOL), each with
+   * its uid range claimed; default DEFAULT_USERNS_POOL, 0: none. None without `userns`.
+   */
+  usernsPool?: number;
   log: Logger;
 }
 
@@ -135,6 +141,8 @@ export class Edge implements EdgeApi {
   #seccompBpf: string | undefined;
   /** Host uid ranges of this edge's user-namespaced sandboxes, claimed host-wide. */
   readonly uidRanges: UidRangePool;
+  /** User namespaces made ahead, so a create need not wait for dsec-idmap (empty without `userns`). */
+  readonly usernsPool: UsernsPool;
 
   constructor(private readonly opts: EdgeOptions) {
     this.id = opts.id;
@@ -174,6 +182,13 @@ export class Edge implements EdgeApi {
     this.#tmpDir = join(opts.nodeDir, 'tmp');
     mkdirSync(this.#tmpDir, { recursive: true });
     this.uidRanges = new UidRangePool(opts.id);
+    this.usernsPool = new UsernsPool({
+      dir: join(opts.nodeDir, 'userns-pool'),
+      size: this.userns ? (opts.usernsPool ?? DEFAULT_USERNS_POOL) : 0,
+      ranges: this.uidRanges,
+      spawner,
+      log: opts.log,
+    });
   }
 
   /** Whether new sandboxes run in a user namespace (EdgeOptions.userns). */
@@ -248,7 +263,12 @@ export class Edge implements EdgeApi {
         cleaned.push(cg);
       }
     }
-    // Ranges claimed for sandboxes that are gone (cleaned up above, or never started).
+    // Namespaces a previous run made ahead (also with the pool or userns off now): their binds
+    // and files go here, their claims with the reconcile below.
+    const pooled = this.usernsPool.clearLeftovers();
+    if (pooled) this.opts.log.info({ namespaces: pooled }, "removed the user namespaces a previous run had made ahead");
+    // Ranges claimed for sandboxes that are gone (cleaned up above, or never started), or for
+    // namespaces made ahead (their holder is never a live sandbox).
     this.uidRanges.reconcile((id) => this.#live.has(id));
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
     this.layerCache.reconcile();
@@ -264,6 +284,7 @@ export class Edge implements EdgeApi {
     await this.links.settleGuard(); // removes this edge's own table, left by a crash, when nothing is linked
     this.#freezerPin = new FreezerPin(`freezer-pin-${this.id}`);
     this.#state = 'running';
+    this.usernsPool.refill();
     if (adopted.length || cleaned.length) this.opts.log.info({ adopted, cleaned }, 'edge reconciled sandboxes from disk');
     return { adopted, cleaned };
   }
@@ -390,6 +411,7 @@ export class Edge implements EdgeApi {
     } finally {
       this.#busy.delete(req.id);
       this.#mountingVolumes.delete(req.id);
+      this.usernsPool.refill(); // after the create, so its dsec-idmap does not compete with this create's crun
     }
   }
 
@@ -418,9 +440,19 @@ export class Edge implements EdgeApi {
       createdAt: new Date().toISOString(),
       ...(req.volumes?.length ? { volumes: req.volumes } : {}),
     };
+    // A namespace made ahead, with its range's claim handed over to this sandbox; else one made here.
+    const pooled = this.userns ? this.usernsPool.take(req.id) : undefined;
+    try {
+      return await this.#createWith(req, network, record, pooled);
+    } finally {
+      if (pooled) this.usernsPool.done(pooled); // its bind in the pool's dir goes with the refill, after this create
+    }
+  }
+
+  async #createWith(req: EdgeCreateRequest, network: NetworkPolicy | undefined, record: SandboxRecord, pooled: PooledUserns | undefined): Promise<EdgeSandbox> {
     if (this.userns) {
       try {
-        record.userns = this.uidRanges.take(req.id);
+        record.userns = pooled?.range ?? this.uidRanges.take(req.id);
       } catch (err) {
         throw new ApiError('CAPACITY_EXCEEDED', (err as Error).message);
       }
@@ -439,6 +471,7 @@ export class Edge implements EdgeApi {
       throw err;
     }
     mkdirSync(paths.scratch);
+    // The record names the range before anything of the sandbox a crash could leave half-made.
     this.records.save(record);
     const acquired: LayerDigest[] = [];
     try {
@@ -451,8 +484,10 @@ export class Edge implements EdgeApi {
       const range = record.userns;
       const volumes = req.volumes ?? [];
       if (range) {
-        await mountIdmappedRoot({
-          lowersBottomFirst: lowers, upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns, spawner: this.crun.spawner,
+        if (pooled) this.usernsPool.bindTo(pooled, paths.userns);
+        else await makeUserns(range, paths.userns, this.crun.spawner);
+        mountIdmappedRoot({
+          lowersBottomFirst: lowers, upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns,
           volumes: volumes.map((v, i) => ({ source: this.volumes.dataDir(v.name), dest: paths.volume(i) })),
         });
       } else {
@@ -856,6 +891,7 @@ export class Edge implements EdgeApi {
   async shutdown(opts: { killAll?: boolean } = {}): Promise<void> {
     this.#state = 'draining';
     await Promise.allSettled([...this.#busy.values()]);
+    await this.usernsPool.close(); // its namespaces and their ranges' claims: nothing of it outlives the edge
     this.#freezerPin?.release();
     if (opts.killAll) {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));

@@ -1,4 +1,5 @@
-import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
@@ -115,6 +116,27 @@ export function claimUidRange(slot: number, edgeId: string, sandboxId: string): 
 export function releaseUidRange(slot: number, edgeId: string, sandboxId: string): void {
   const path = join(CLAIMS_DIR, 'uid-ranges', String(slot));
   if (readClaim(path)?.owner === `${edgeId}/${sandboxId}`) rmSync(path, { force: true });
+}
+
+/**
+ * Hands the claim on range `slot` from `fromId` to `toId` (both of `edgeId`) in one step: the new
+ * claim is written beside it and renamed over it, so the claim file never goes missing and no
+ * other edge on the host can claim the range in between (a release then a claim would let it).
+ * False when the claim is not `fromId`'s.
+ */
+export function handOverUidRange(slot: number, edgeId: string, fromId: string, toId: string): boolean {
+  const path = join(CLAIMS_DIR, 'uid-ranges', String(slot));
+  const held = readClaim(path);
+  if (held?.owner !== `${edgeId}/${fromId}` || held.boot !== bootId) return false;
+  // Not a number: uidRangesOf and claimUidRange never read it as a slot's claim.
+  const tmp = join(CLAIMS_DIR, 'uid-ranges', `.${slot}.handover-${randomBytes(4).toString('hex')}`);
+  try {
+    writeFileSync(tmp, JSON.stringify({ owner: `${edgeId}/${toId}`, pid: process.pid, boot: bootId } satisfies Claim), { flag: 'wx', mode: 0o600 });
+    renameSync(tmp, path);
+  } finally {
+    rmSync(tmp, { force: true });
+  }
+  return true;
 }
 
 /** The uid range slots this host's claims give to `edgeId`'s sandboxes (this boot's). */

@@ -28,6 +28,7 @@ export const MS_RDONLY = 1;
 export const MS_NOSUID = 2;
 export const MS_NODEV = 4;
 export const MS_REMOUNT = 32;
+export const MS_BIND = 0x1000;
 export const MNT_DETACH = 2;
 export const SYS_OPENAT2 = 437;
 export const RESOLVE_NO_XDEV = 0x01;

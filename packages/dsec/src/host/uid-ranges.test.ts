@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { CLAIMS_DIR } from './host-claims.js';
+import { CLAIMS_DIR, uidRangesOf } from './host-claims.js';
 import { FIRST_UID_BASE, OVERFLOW_ID, type RangeClaims, UID_RANGE_SIZE, UidRangePool, rangeOfSlot, toSandboxId } from './uid-ranges.js';
 
 /** Claims in memory, shared by the pools given it (as the host's files are shared by edges). */
@@ -12,6 +12,7 @@ function memoryClaims(): RangeClaims & { owners: Map<number, string> } {
     owners,
     claim: (slot, edge, sb) => (owners.has(slot) ? false : (owners.set(slot, `${edge}/${sb}`), true)),
     release: (slot, edge, sb) => void (owners.get(slot) === `${edge}/${sb}` && owners.delete(slot)),
+    handOver: (slot, edge, from, to) => (owners.get(slot) === `${edge}/${from}` ? (owners.set(slot, `${edge}/${to}`), true) : false),
     held: (edge) => [...owners].filter(([, o]) => o.startsWith(`${edge}/`)).map(([slot, o]) => ({ slot, sandboxId: o.slice(edge.length + 1) })),
   };
 }
@@ -50,6 +51,40 @@ describe('uid ranges', () => {
     assert.equal(claims.owners.has(dead.slot), false);
     assert.equal(claims.owners.get(live.slot), 'ea/alive');
     assert.deepEqual(after.slots(), [live.slot]);
+  });
+
+  test('a range held for a namespace made ahead is handed over to a sandbox: never free in between, released with the sandbox', () => {
+    const claims = memoryClaims();
+    const a = new UidRangePool('ea', claims);
+    const b = new UidRangePool('eb', claims);
+    const pooled = a.take('userns-pool.1');
+    assert.equal(a.handOver(pooled.slot, 'userns-pool.1', 'sb1'), true);
+    assert.equal(claims.owners.get(pooled.slot), 'ea/sb1');
+    assert.equal(a.handOver(pooled.slot, 'userns-pool.1', 'sb2'), false, 'a range is handed over once');
+    assert.notEqual(b.take('s2').slot, pooled.slot);
+    a.release('sb1');
+    assert.equal(claims.owners.has(pooled.slot), false);
+    assert.equal(a.handOver(pooled.slot, 'sb1', 'sb3'), false, 'a released range cannot be handed over');
+  });
+
+  test('host-wide hand-over: the claim file is replaced in one rename and names the sandbox; another edge cannot claim it', { skip: process.getuid?.() === 0 ? undefined : 'the claims dir needs root' }, () => {
+    const edgeA = `ut${process.pid}h`;
+    const edgeB = `ut${process.pid}i`;
+    const a = new UidRangePool(edgeA);
+    const b = new UidRangePool(edgeB);
+    const r = a.take('userns-pool.1');
+    const file = join(CLAIMS_DIR, 'uid-ranges', String(r.slot));
+    try {
+      assert.equal(a.handOver(r.slot, 'userns-pool.1', 'sb1'), true);
+      assert.match(readFileSync(file, 'utf8'), new RegExp(`"owner":"${edgeA}/sb1"`));
+      assert.deepEqual(uidRangesOf(edgeA), [{ slot: r.slot, sandboxId: 'sb1' }], 'no hand-over file is read as a claim');
+      const other = b.take('y');
+      assert.notEqual(other.slot, r.slot);
+      b.release('y');
+    } finally {
+      a.release('sb1');
+    }
+    assert.ok(!existsSync(file) || !readFileSync(file, 'utf8').includes(`"${edgeA}/`), 'the claim outlived its release');
   });
 
   test('host-wide claims: two edges never hold one slot, and a release removes the claim file', { skip: process.getuid?.() === 0 ? undefined : 'the claims dir needs root' }, () => {

@@ -1,4 +1,4 @@
-import { claimUidRange, releaseUidRange, uidRangesOf } from './host-claims.js';
+import { claimUidRange, handOverUidRange, releaseUidRange, uidRangesOf } from './host-claims.js';
 
 /**
  * Host uid/gid ranges for sandboxes that run in a user namespace (edge option `userns`): the
@@ -36,16 +36,19 @@ export const OVERFLOW_ID = 65534;
 export interface RangeClaims {
   claim(slot: number, edgeId: string, sandboxId: string): boolean;
   release(slot: number, edgeId: string, sandboxId: string): void;
+  /** Moves a claim from one holder to another of the same edge without a moment unclaimed; false when `fromId` does not hold it. */
+  handOver(slot: number, edgeId: string, fromId: string, toId: string): boolean;
   /** This edge's claims on the host, with the sandbox each is for. */
   held(edgeId: string): { slot: number; sandboxId: string }[];
 }
 
-export const hostRangeClaims: RangeClaims = { claim: claimUidRange, release: releaseUidRange, held: uidRangesOf };
+export const hostRangeClaims: RangeClaims = { claim: claimUidRange, release: releaseUidRange, handOver: handOverUidRange, held: uidRangesOf };
 
 /**
  * One edge's uid ranges. No two sandboxes on a host share a range, whichever edge made them, so
  * each range is claimed host-wide for one sandbox (the claim names edge and sandbox) and given
- * back when the sandbox is gone; the lowest free slot is taken, so ranges are reused.
+ * back when the sandbox is gone; the lowest free slot is taken, so ranges are reused. A holder
+ * may also be a namespace the edge made ahead (edge/userns-pool.ts), handed over to a sandbox.
  */
 export class UidRangePool {
   /** Slot → sandbox, for this edge's live sandboxes. */
@@ -63,6 +66,16 @@ export class UidRangePool {
       return rangeOfSlot(slot);
     }
     throw new Error(`no free host uid range: all ${UID_RANGE_SLOTS} are claimed by sandboxes on this host`);
+  }
+
+  /**
+   * Gives range `slot`, held for `fromId` (a namespace made ahead in edge/userns-pool.ts), to
+   * sandbox `toId`: the host-wide claim changes hands without being released in between.
+   */
+  handOver(slot: number, fromId: string, toId: string): boolean {
+    if (this.#held.get(slot) !== fromId || !this.claims.handOver(slot, this.edgeId, fromId, toId)) return false;
+    this.#held.set(slot, toId);
+    return true;
   }
 
   /** Records the range of a sandbox adopted after a restart; false when its claim is another's now. */

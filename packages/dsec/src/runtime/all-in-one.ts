@@ -183,6 +183,7 @@ async function startDsecProcess(
       memoryAdmission: { minAvailableBytes: opts.minAvailableMemoryMiB * 1024 * 1024, maxFullPressure: opts.maxMemoryPressure },
       layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
       userns: opts.userns,
+      usernsPool: opts.usernsPool,
       ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),
       onSandboxFailed: (id, reason) => void store.setStatus(id, 'failed', reason).catch((err: unknown) => log.error({ err, sandbox: id }, 'recording a failed sandbox failed')),
       log: log.child({ edge: opts.edgeId }),

@@ -45,6 +45,8 @@ export interface EdgeDaemonOptions {
   layerFetch?: 'eager' | 'lazy';
   /** Sandboxes in user namespaces of their own (DSEC_USERNS; see EdgeOptions.userns); default on. */
   userns?: boolean;
+  /** User namespaces kept made ahead (DSEC_USERNS_POOL; see EdgeOptions.usernsPool). */
+  usernsPool?: number;
   /** An OCI registry repository to read layers from first (the control plane's blob endpoint for what it lacks). */
   registry?: { ref: Pick<RegistryRef, 'baseUrl' | 'host' | 'repository'>; credentials?: RegistryCredentials | undefined } | undefined;
   logLevel: string;
@@ -123,6 +125,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     memoryAdmission: { minAvailableBytes: (opts.memoryAdmission?.minAvailableMiB ?? 256) * 1024 * 1024, maxFullPressure: opts.memoryAdmission?.maxFullPressure ?? 40 },
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     userns: opts.userns !== false,
+    ...(opts.usernsPool !== undefined ? { usernsPool: opts.usernsPool } : {}),
     ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: chunkUrl, token: opts.token }) } } : {}),
     log: log.child({ edge: id }),
   });

@@ -81,14 +81,17 @@ export function newEdgeId(): string {
  */
 export const TEST_USERNS = process.env['DSEC_TEST_USERNS'] !== '0';
 
-export async function startDsec(dataDir: string, opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number; userns?: boolean; minFreeDiskMiB?: number }): Promise<RunningDsec> {
+export async function startDsec(
+  dataDir: string,
+  opts: { edgeId: string; maxSandboxes?: number; layerCacheMiB?: number; userns?: boolean; usernsPool?: number; minFreeDiskMiB?: number },
+): Promise<RunningDsec> {
   // compileOptions fills every other option with its default; {} as env keeps DSEC_* out.
   // With DSEC_TEST_STORE=postgres the state goes to a database named after the data dir.
   const store = TEST_STORE_POSTGRES ? await testStoreLocation(join(dataDir, 'state.db')) : undefined;
   const options = compileOptions(
     {
       dataDir, store, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB,
-      minFreeDiskMiB: opts.minFreeDiskMiB, userns: opts.userns ?? TEST_USERNS, logLevel: 'silent',
+      minFreeDiskMiB: opts.minFreeDiskMiB, userns: opts.userns ?? TEST_USERNS, usernsPool: opts.usernsPool, logLevel: 'silent',
     },
     {},
   );
@@ -146,7 +149,7 @@ export async function assertCleanAndRemove(dataDir: string, edgeId: string): Pro
 }
 
 /** Starts one shared server for a test file (call from `before`, close from `after`). */
-export async function startTestServer(opts: { maxSandboxes?: number; userns?: boolean } = {}): Promise<TestServer> {
+export async function startTestServer(opts: { maxSandboxes?: number; userns?: boolean; usernsPool?: number } = {}): Promise<TestServer> {
   const dataDir = makeDataDir();
   const edgeId = newEdgeId();
   let dsec: RunningDsec;

@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { readMounts } from '../../src/host/mounts.js';
+import { uidRangesOf } from '../../src/host/host-claims.js';
 import { OWNED_STAGING, stagingOwnerGone } from '../../src/image/staging.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec } from '../helpers/server.js';
 import { dockerSaveTar, writeOciLayout, type FixtureEntry, type FixtureImage } from '../state/fixtures/oci.js';
@@ -52,7 +53,19 @@ export function halfMade(dataDir: string, edgeId: string, live: Set<string>): Re
     .map((m) => m.mountPoint)
     .filter((mp) => mp.startsWith(`${sandboxesDir}/`))
     .map((mp) => mp.slice(sandboxesDir.length + 1).split('/')[0]!);
+  // User namespaces made ahead (edge/userns-pool.ts): every claim of the edge is a running
+  // sandbox's or a pooled namespace's whose file is in the pool's dir (named after its holder:
+  // made before the claim, so one being made counts too), and every namespace bound there is a
+  // pool holder's that holds its claim. Claims are read first.
+  const poolDir = join(dataDir, 'node', 'userns-pool');
+  const claims = uidRangesOf(edgeId);
+  const poolFiles = existsSync(poolDir) ? readdirSync(poolDir) : [];
+  const poolBinds = readMounts().map((m) => m.mountPoint).filter((mp) => mp.startsWith(`${poolDir}/`)).map((mp) => mp.slice(poolDir.length + 1));
+  const strayClaims = claims.filter((c) => !live.has(c.sandboxId) && !(c.sandboxId.startsWith('userns-pool.') && poolFiles.includes(c.sandboxId)));
+  const strayBinds = poolBinds.filter((holder) => !uidRangesOf(edgeId).some((c) => c.sandboxId === holder));
   const out: Record<string, string[]> = {};
+  if (strayClaims.length) out['uid range claims of no running sandbox or pooled namespace'] = strayClaims.map((c) => `${c.slot}:${c.sandboxId}`);
+  if (strayBinds.length) out['pooled namespaces bound without a claim'] = strayBinds;
   for (const [k, ids] of Object.entries({ dirs, containers, cgroups, rootfs })) {
     const extra = [...new Set(ids)].filter((id) => !live.has(id));
     const missing = [...live].filter((id) => !ids.includes(id));

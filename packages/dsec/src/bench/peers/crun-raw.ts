@@ -6,7 +6,7 @@ import type { SandboxLimits } from '../../edge/edge-api.js';
 import { tryUnmount } from '../../edge/layer-mounts.js';
 import { buildOciConfig } from '../../edge/oci-config.js';
 import { mountOverlay } from '../../edge/overlay.js';
-import { mountIdmappedRoot } from '../../edge/idmapped-root.js';
+import { makeUserns, mountIdmappedRoot } from '../../edge/idmapped-root.js';
 import type { UidRangePool } from '../../host/uid-ranges.js';
 import { SandboxPaths } from '../../edge/sandbox-record.js';
 import { removeCgroupTree } from '../../host/cgroups.js';
@@ -82,7 +82,8 @@ export class CrunRawPeer implements Peer {
     if (range) {
       chownSync(paths.dir, 0, range.base);
       chmodSync(paths.dir, 0o710);
-      await mountIdmappedRoot({
+      await makeUserns(range, paths.userns, undefined);
+      mountIdmappedRoot({
         lowersBottomFirst: [this.opts.lowerDir], upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns, volumes: [],
       });
     } else {

@@ -111,6 +111,7 @@ export function registerClusterCommands(program: Command): void {
           layerCacheMiB: wholeNumber('--layer-cache-mib', flags.layerCacheMib, 20480),
           layerFetch: base.layerFetch,
           userns: base.userns,
+          usernsPool: base.usernsPool,
           registry: registryOption(flags.registry ?? process.env['DSEC_REGISTRY']),
           logLevel: base.logLevel,
         });

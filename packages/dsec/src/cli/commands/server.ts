@@ -28,6 +28,7 @@ export function registerServerCommands(program: Command): void {
     .option('--layer-fetch <mode>', `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`)
     .option('--userns', `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS, default ${dflt('userns')})`)
     .option('--no-userns', 'opt out: container sandboxes run as host root (env DSEC_USERNS=false); see docs/SECURITY.md for what that gives up')
+    .option('--userns-pool <n>', `user namespaces kept made ahead for creates, each with its uid range claimed; 0: none (env DSEC_USERNS_POOL, default ${dflt('usernsPool')})`)
     .option('--layer-chunk-kib <n>', `chunk size recorded for new layers (env DSEC_LAYER_CHUNK_KIB, default ${dflt('layerChunkKiB')})`)
     .option(
       '--trajectory-retention-hours <n>',
@@ -53,6 +54,7 @@ export function registerServerCommands(program: Command): void {
         layerFetch?: string;
         layerChunkKib?: string;
         userns?: boolean;
+        usernsPool?: string;
         trajectoryRetentionHours?: string;
         logLevel?: string;
       }) => {
