@@ -120,9 +120,12 @@ describe('user namespaces made ahead: creates take them, the pool refills', { sk
 
   test('a graceful stop removes the pool: no bind, no file, no claim of the edge', async () => {
     const s = await startTestServer();
-    await s.dsec.edge.usernsPool.settled();
-    assertPoolConsistent(s.dataDir, s.edgeId, DEFAULT_USERNS_POOL);
-    await s.dsec.close();
+    try {
+      await s.dsec.edge.usernsPool.settled();
+      assertPoolConsistent(s.dataDir, s.edgeId, DEFAULT_USERNS_POOL);
+    } finally {
+      await s.dsec.close(); // a failed check above must not leave the server running
+    }
     try {
       assert.equal(existsSync(poolDirOf(s.dataDir)), false);
       assert.deepEqual(mountsBelow(poolDirOf(s.dataDir)), []);
