@@ -9,7 +9,7 @@
  * a full pool the next start leaves no bind, file or claim of it behind and creates work.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, openSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
@@ -232,11 +232,18 @@ describe('user namespaces made ahead: kill -9 of dsec up with a full pool', { sk
     await up.stop(); // running with the pool off since the test above
     await startWithPool(undefined);
     await poolFull();
-    const before = new Set(readdirSync(poolDirOf(dataDir)).map((f) => usernsOfFile(join(poolDirOf(dataDir), f))));
-    await up.crash();
-    await startWithPool(undefined);
-    await poolFull();
-    for (const f of readdirSync(poolDirOf(dataDir))) assert.ok(!before.has(usernsOfFile(join(poolDirOf(dataDir), f))), 'a namespace of the crashed edge stayed in the pool');
+    // Held open here, the old pool's namespaces live on after the crash, so no new one can get
+    // their numbers (the kernel reuses a freed namespace's inode number).
+    const held = readdirSync(poolDirOf(dataDir)).map((f) => openSync(join(poolDirOf(dataDir), f), 'r'));
+    try {
+      const before = new Set(held.map((fd) => `user:[${fstatSync(fd).ino}]`));
+      await up.crash();
+      await startWithPool(undefined);
+      await poolFull();
+      for (const f of readdirSync(poolDirOf(dataDir))) assert.ok(!before.has(usernsOfFile(join(poolDirOf(dataDir), f))), 'a namespace of the crashed edge stayed in the pool');
+    } finally {
+      for (const fd of held) closeSync(fd);
+    }
     const live = new Set(((await api('GET', '/v1/sandboxes')).body.sandboxes ?? []).map((s) => s.id));
     for (const [slot, holder] of claimsOf(edgeId)) assert.ok(live.has(holder) || holder.startsWith('userns-pool.'), `claim ${slot} for ${holder}: neither a sandbox nor the pool`);
     const c = await api('POST', '/v1/sandboxes', { image: 'busybox' });
