@@ -445,10 +445,11 @@ export class Edge implements EdgeApi {
     try {
       return await this.#createWith(req, network, record, pooled);
     } finally {
-      if (pooled) this.usernsPool.done(pooled); // its bind in the pool's dir goes with the refill, after this create
+      if (pooled) this.usernsPool.done(pooled); // its bind in the pool's dir is removed right after, off this create's path
     }
   }
 
+  /** The create proper; `pooled`: the namespace taken from the pool, its range already this sandbox's. */
   async #createWith(req: EdgeCreateRequest, network: NetworkPolicy | undefined, record: SandboxRecord, pooled: PooledUserns | undefined): Promise<EdgeSandbox> {
     if (this.userns) {
       try {
