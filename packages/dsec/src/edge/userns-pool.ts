@@ -22,7 +22,7 @@ export interface PooledUserns {
  * User namespaces made ahead of creates (edge option `usernsPool`), so a create of a
  * user-namespaced sandbox does not wait for dsec-idmap (a process, 2–6 ms, the largest step of a
  * create that is dsec's own). Each is what a create would make: a host uid range claimed
- * host-wide (host/uid-ranges.ts, for a holder named `userns-pool.<n>`, never a sandbox id) and
+ * host-wide (host/uid-ranges.ts, for a holder named `userns-pool.<pid>-<n>`, never a sandbox id) and
  * the namespace dsec-idmap made for it, bound on `<dir>/<holder>`. A create takes one: the claim is
  * handed over to the sandbox in one rename (no other edge can get the range in between), and the
  * edge binds the namespace into the sandbox's dir. With none ready a create makes its own, as
@@ -138,7 +138,8 @@ export class UsernsPool {
   }
 
   async #makeOne(): Promise<void> {
-    const holder = `userns-pool.${++this.#made}`;
+    // The pid too: a dsec-idmap a crashed edge left running must not bind onto a path reused here.
+    const holder = `userns-pool.${process.pid}-${++this.#made}`;
     // The file before the claim: whoever sees a pool holder's claim finds its file here.
     const file = join(this.o.dir, holder);
     closeSync(openSync(file, 'w', 0o400));

@@ -1,13 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { linkSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 
 /**
  * Host-wide claims between dsec edges that share one machine (the cluster's tests run three on
  * one host; a node may run several): an edge id, the link-local address blocks its sandbox
- * links use, and the host uid ranges of its user-namespaced sandboxes. A claim is a file created exclusively (O_EXCL) under /run/dsec, naming its owner.
+ * links use, and the host uid ranges of its user-namespaced sandboxes. A claim is a file created exclusively (a hard link that fails if it exists) under /run/dsec, naming its owner.
  * It is stale when written in an earlier boot (no sandbox survives a reboot) and, for an edge id
- * lock, when its process is gone. One process may hold several edges (tests): it remembers which
+ * lock, when its process is gone. A claim is never seen half-written (createWhole; a hand-over
+ * renames a whole new claim over the old). One process may hold several edges (tests): it remembers which
  * ids it holds, so a claim by this pid for an id it no longer holds is stale too.
  */
 export const CLAIMS_DIR = process.env['DSEC_CLAIMS_DIR'] ?? '/run/dsec';
@@ -51,18 +52,35 @@ function claim(path: string, owner: string, stale: (c: Claim) => boolean): { ok:
   mkdirSync(join(path, '..'), { recursive: true, mode: 0o700 });
   const mine: Claim = { owner, pid: process.pid, boot: bootId };
   for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      writeFileSync(path, JSON.stringify(mine), { flag: 'wx', mode: 0o600 });
-      return { ok: true };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
+    if (createWhole(path, JSON.stringify(mine))) return { ok: true };
     const holder = readClaim(path);
     if (holder && holder.boot === bootId && !stale(holder)) return { ok: false, holder };
     rmSync(path, { force: true }); // stale: remove and try again (another claimant may win the race)
   }
   const holder = readClaim(path);
   return holder ? { ok: false, holder } : { ok: false, holder: { owner: 'unknown', pid: 0, boot: bootId } };
+}
+
+/**
+ * Creates `path` with `text` unless it exists (false then), never visible half-written: the text
+ * is written to a file of its own and hard-linked as `path` (link(2) fails if `path` exists). A
+ * claim created in place (O_EXCL, then write) could be read empty by another claimant between the
+ * two, which took that for a stale claim, removed it and claimed the range itself: two edges on
+ * one range, seen with pools of namespaces made ahead refilling beside other edges' creates.
+ */
+function createWhole(path: string, text: string): boolean {
+  // A dot name: never read as a claim (uidRangesOf takes numeric names only).
+  const tmp = join(dirname(path), `.${basename(path)}.new-${randomBytes(4).toString('hex')}`);
+  writeFileSync(tmp, text, { flag: 'wx', mode: 0o600 });
+  try {
+    linkSync(tmp, path);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    return false;
+  } finally {
+    rmSync(tmp, { force: true });
+  }
 }
 
 /** Edge ids this process holds (see the class comment). */
