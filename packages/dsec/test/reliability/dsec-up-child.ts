@@ -16,7 +16,13 @@ export class DsecUpChild {
   constructor(
     readonly dataDir: string,
     readonly edgeId: string,
+    /** Another entry than the CLI's main (test support that wraps it, e.g. dsec-up-measured.ts), and environment to add. */
+    readonly opts: { entry?: string; env?: Record<string, string> } = {},
   ) {}
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
 
   get running(): boolean {
     const c = this.child;
@@ -27,7 +33,8 @@ export class DsecUpChild {
   async start(): Promise<void> {
     const clientFile = join(this.dataDir, 'client.json');
     rmSync(clientFile, { force: true });
-    const child = spawn(process.execPath, [MAIN, 'up', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--edge-id', this.edgeId, '--log-level', 'error'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const args = [this.opts.entry ?? MAIN, 'up', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--edge-id', this.edgeId, '--log-level', 'error'];
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...this.opts.env } });
     this.child = child;
     this.stderr = '';
     child.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));

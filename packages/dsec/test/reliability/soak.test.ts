@@ -1,7 +1,9 @@
 /**
- * Soak: N create → mixed work → kill cycles on a real server, then a leak census against the one
- * taken after a warm-up: no mount, cgroup, netns, veth, nftables table or sandbox process may be
- * left, the dsec process's fds and children must not grow, and its RSS growth is reported.
+ * Soak: N create → mixed work → kill cycles on a real `dsec up` of its own (a child process, so
+ * its memory is dsec's alone, not the test's SDK client and bookkeeping), then a leak census
+ * against the one taken after a warm-up: no mount, cgroup, netns, veth, nftables table or sandbox
+ * process may be left, the dsec process's fds and children must not grow, and its RSS growth
+ * (after a full GC in it: dsec-up-measured.ts) is reported.
  *
  * Work per cycle: a command, a file written and read back, a shell session, a background process
  * (started, given stdin, killed), pause and resume; every 4th cycle a network switch (open, then
@@ -14,55 +16,55 @@
  * (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE, to that file.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { after, before, describe, test } from 'node:test';
 import { Image, Sandbox } from '@dsec/sdk';
-import type { RunningDsec } from '../../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec } from '../helpers/server.js';
 import { census, leaked, type Census } from './census.js';
+import { DsecUpChild } from './dsec-up-child.js';
+import type { MemoryReport } from './dsec-up-measured.js';
 
 const long = process.env['DSEC_SOAK'] === '1';
 const cycles = Number(process.env['DSEC_SOAK_CYCLES'] ?? (long ? 10_000 : 100));
 const concurrency = Number(process.env['DSEC_SOAK_CONCURRENCY'] ?? 2);
 const warmup = Math.max(2, Math.min(50, Math.floor(cycles / 20)));
-// A full GC before each census, so RSS and heap compare live memory, not how far GC got.
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
-const heapMiB = (): number => Math.round(process.memoryUsage().heapUsed / 2 ** 20);
-/**
- * Where the resident memory is: V8's heap, memory outside it that V8 tracks (Buffers), and from
- * the kernel's view anonymous memory (malloc arenas, native addons' allocations) against file
- * pages (code, mapped files). RSS growth with a flat heap is native memory: this says which kind.
- */
-function memoryDetailMiB(): Record<string, number> {
-  const m = process.memoryUsage();
-  const rollup = readFileSync('/proc/self/smaps_rollup', 'utf8');
-  const kib = (k: string): number => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(rollup)?.[1] ?? 0);
-  const mib = (bytes: number): number => Math.round((bytes / 2 ** 20) * 10) / 10;
-  return { heapTotal: mib(m.heapTotal), external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), anonymous: mib(kib('Anonymous') * 1024), file: mib(kib('Pss_File') * 1024) };
-}
+const MEASURED = new URL('./dsec-up-measured.js', import.meta.url).pathname;
 
 describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationSkipReason(), timeout: long ? 24 * 3600_000 : 900_000 }, () => {
   const edgeId = newEdgeId();
   let dataDir = '';
-  let dsec: RunningDsec | undefined;
-  const conn = () => ({ url: dsec!.url, apiKey: dsec!.apiKey });
+  let up: DsecUpChild | undefined;
+  const conn = () => ({ url: up!.conn.url, apiKey: up!.conn.apiKey });
   const failures: string[] = [];
   const made: string[] = [];
   /** When each cycle ended (performance.now()), in order: throughput by tenth of the run. */
   const ended: number[] = [];
 
+  let reportFile = '';
   before(async () => {
     dataDir = makeDataDir();
-    dsec = await startDsec(dataDir, { edgeId });
+    reportFile = join(dataDir, 'memory-report.json');
+    await (await startDsec(dataDir, { edgeId })).close(); // builds the busybox image, in this process
+    // As ./dsec starts it (MALLOC_ARENA_MAX=2 unless the caller sets one).
+    up = new DsecUpChild(dataDir, edgeId, { entry: MEASURED, env: { DSEC_MEMORY_REPORT: reportFile, MALLOC_ARENA_MAX: process.env['MALLOC_ARENA_MAX'] ?? '2' } });
+    await up.start();
   });
   after(async () => {
-    await dsec?.close({ killAll: true });
+    if (up?.running) {
+      await Promise.allSettled((await Sandbox.list(conn())).map(async (sb) => (await Sandbox.connect(sb.id, conn())).kill()));
+      await up.stop();
+    }
     if (dataDir) await assertCleanAndRemove(dataDir, edgeId);
   });
+
+  /** dsec's memory after a full GC in its process (dsec-up-measured.ts answers SIGUSR2). */
+  async function measure(): Promise<MemoryReport> {
+    rmSync(reportFile, { force: true });
+    process.kill(up!.pid!, 'SIGUSR2');
+    for (let i = 0; i < 500 && !existsSync(reportFile); i++) await new Promise((r) => setTimeout(r, 20));
+    return JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport;
+  }
 
   async function cycle(i: number): Promise<void> {
     const sb = await Sandbox.create({ ...conn(), labels: { soak: String(i) } });
@@ -119,20 +121,16 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
 
   test('every cycle succeeds and nothing leaks', async () => {
     await run(0, warmup);
-    gc();
-    const heapStart = heapMiB();
-    const memoryStart = memoryDetailMiB();
-    const start: Census = census(dataDir, edgeId, made);
+    const memoryStart = await measure();
+    const start: Census = census(dataDir, edgeId, made, up!.pid);
     const imagesStart = (await Image.list(conn())).map((im) => im.id);
     const layersInUseStart = (await Image.gc(conn())).keptInUse;
     const t0 = performance.now();
     const firstMeasured = ended.length;
     await run(warmup, cycles);
     const seconds = (performance.now() - t0) / 1000;
-    gc();
-    const heapEnd = heapMiB();
-    const memoryEnd = memoryDetailMiB();
-    const end = census(dataDir, edgeId, made);
+    const memoryEnd = await measure();
+    const end = census(dataDir, edgeId, made, up!.pid);
     const imagesLeft = (await Image.list(conn())).map((im) => im.id).filter((id) => !imagesStart.includes(id));
     const gcEnd = await Image.gc(conn());
     const result = {
@@ -147,11 +145,11 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       leaked: leaked(start, end),
       fds: { start: start.fds, end: end.fds },
       helperFds: { start: start.childFds, end: end.childFds },
-      rssMiB: { start: Math.round(start.rssBytes / 2 ** 20), end: Math.round(end.rssBytes / 2 ** 20) },
-      rssGrowthPercent: Math.round(((end.rssBytes - start.rssBytes) / start.rssBytes) * 1000) / 10,
-      heapUsedMiB: { start: heapStart, end: heapEnd },
-      memoryMiB: { start: memoryStart, end: memoryEnd },
-      sandboxesLeft: (await dsec!.edge.listSandboxes()).length,
+      rssMiB: { start: Math.round(memoryStart.rssBytes / 2 ** 20), end: Math.round(memoryEnd.rssBytes / 2 ** 20) },
+      rssGrowthPercent: Math.round(((memoryEnd.rssBytes - memoryStart.rssBytes) / memoryStart.rssBytes) * 1000) / 10,
+      heapUsedMiB: { start: memoryStart.heapUsedMiB, end: memoryEnd.heapUsedMiB },
+      memoryMiB: { start: memoryStart.detailMiB, end: memoryEnd.detailMiB },
+      sandboxesLeft: (await Sandbox.list(conn())).length,
       // Killed sandboxes' rows and trajectories stay until their retention ends: reported, not judged.
       stateDbMiB: existsSync(join(dataDir, 'state.db')) ? Math.round(statSync(join(dataDir, 'state.db')).size / 2 ** 20) : null,
       snapshots: Math.floor((cycles - 1) / 10) + 1,
