@@ -12,6 +12,8 @@ import { hostVeth } from '../../src/net/sandbox-network.js';
 
 export interface Census {
   mounts: string[];
+  /** Binds of the edge's user namespaces made ahead (node/userns-pool): the pool keeps a fixed number. */
+  poolMounts: number;
   cgroups: string[];
   /** Network namespaces held by processes in this edge's sandbox cgroups. */
   netns: string[];
@@ -43,9 +45,13 @@ export interface Census {
  */
 export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<string>, pid = process.pid): Census {
   const ours = new Set([...sandboxIds].map((id) => hostVeth(id)));
-  const mounts = readMounts()
+  const all = readMounts()
     .map((m) => m.mountPoint)
     .filter((mp) => mp.startsWith(`${dataDir}/`) && mp !== join(dataDir, 'node', 'sandboxes'));
+  // The edge's user namespaces made ahead (edge/userns-pool.ts) come and go with creates: counted, not named.
+  const poolDir = `${join(dataDir, 'node', 'userns-pool')}/`;
+  const mounts = all.filter((mp) => !mp.startsWith(poolDir));
+  const poolMounts = all.length - mounts.length;
   const cgroups: string[] = [];
   const processes = new Set<number>();
   for (const h of readdirSync('/sys/fs/cgroup')) {
@@ -108,6 +114,7 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
   }
   return {
     mounts,
+    poolMounts,
     cgroups,
     netns: [...netns],
     veths,
@@ -125,6 +132,7 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
 /** What `after` holds that `before` did not (fds and children by count: they are reused). */
 export function leaked(before: Census, after: Census): Record<string, unknown> {
   const out: Record<string, unknown> = {};
+  if (after.poolMounts > before.poolMounts) out['poolMounts'] = `${before.poolMounts} -> ${after.poolMounts}`;
   for (const k of ['mounts', 'cgroups', 'netns', 'veths', 'nftTables', 'sandboxDirs'] as const) {
     const extra = after[k].filter((x) => !before[k].includes(x));
     if (extra.length) out[k] = extra;
