@@ -34,6 +34,12 @@ export class SqliteDb implements SqlDb {
     this.#db.pragma('journal_mode = WAL');
     this.#db.pragma('synchronous = NORMAL');
     this.#db.pragma('foreign_keys = ON');
+    // SQLite's own default page cache (2,048,000 bytes), not better-sqlite3's 16,000 KiB: the cache
+    // fills as the state database grows (ended sandboxes' rows and trajectories stay for their
+    // retention), which a long-running dsec shows as resident memory that only grows (half of its
+    // RSS growth over a 3,000-cycle soak: +26.2 MiB anonymous with 16 MB, +13.3 with 2 MB). The
+    // rows a request touches are few and recent, and the kernel's page cache keeps the file.
+    this.#db.pragma('cache_size = -2000');
     this.#direct = {
       dialect: this.dialect,
       all: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).all(...bind(params)) as T[],
