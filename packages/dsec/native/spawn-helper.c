@@ -41,6 +41,15 @@
  * signals the tool while it has not been reaped (never a recycled pid). When it exits: the usual
  * `<id> <status> 0 0\n`. A tool that cannot start is answered as above (127 and why), without
  * `started`.
+ *
+ * <stdio> `carry` starts a tool as `ignore` or `pipe` does, but in a mount namespace of its own
+ * made from a small template instead of the edge's (`crun run -d`; see make_template). The body is
+ *
+ *   <ignore or pipe>\0<n>\0<dir 1>\0...<dir n>\0<the argv, as above>
+ *
+ * and each dir, with every mount below it, is carried from the edge's namespace to the same path
+ * in the tool's. When that cannot be done the tool is not started: 127, and a stderr that begins
+ * `dsec-spawn: cannot carry` (the edge then starts it as before).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,7 +60,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -362,6 +374,211 @@ static void start_stream(unsigned long long id, char *body, size_t len) {
   write_all(head, (size_t)n);
 }
 
+/*
+ * The template mount namespace. Every `crun run -d` clones the mount namespace it runs in
+ * (CLONE_NEWNS copies every mount), makes the copy private, pivot_roots and detaches the old root
+ * (every copied mount again). The edge's own namespace holds each sandbox's root, volumes and
+ * user namespace file, so a create there costs O(sandboxes on the node). So crun runs instead in
+ * a fresh copy of this template: a copy of the edge's namespace made when the helper starts,
+ * every mount private (nothing done in a copy propagates back to the edge's), without the mounts
+ * below the dirs given as --template (the node's sandboxes and layers: an edge restarted beside
+ * thousands of live sandboxes must not copy theirs in). Into each copy the create's own dirs are
+ * carried (start_carried), so crun's clone copies the template's few mounts and that sandbox's.
+ * The helper itself stays in the edge's namespace: the other tools it starts (dsec-idmap binds a
+ * user namespace file there, crun delete) must act on it.
+ */
+static int template_ns = -1;
+static char template_why[256] = "not asked for (dsec-spawn started without --template)";
+
+/* mountinfo escapes a space, tab, newline and backslash in a path as \ooo. */
+static void unescape_mountinfo(char *s) {
+  char *w = s;
+  for (char *r = s; *r;) {
+    if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' && r[3] >= '0' && r[3] <= '7') {
+      *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+      r += 4;
+    } else {
+      *w++ = *r++;
+    }
+  }
+  *w = 0;
+}
+
+/* Detaches every mount strictly below one of `dirs` from this namespace; returns how many. */
+static int detach_below(char **dirs, int ndirs) {
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (!f) return 0;
+  char *line = NULL;
+  size_t cap = 0;
+  int detached = 0;
+  while (getline(&line, &cap, f) > 0) {
+    /* <id> <parent> <dev> <root> <mount point> ... */
+    char *field = line, *point = NULL;
+    for (int i = 0; i < 5 && field; i++) {
+      char *sp = strchr(field, ' ');
+      if (i == 4) {
+        if (sp) *sp = 0;
+        point = field;
+      }
+      field = sp ? sp + 1 : NULL;
+    }
+    if (!point) continue;
+    unescape_mountinfo(point);
+    for (int d = 0; d < ndirs; d++) {
+      size_t n = strlen(dirs[d]);
+      if (strncmp(point, dirs[d], n) == 0 && point[n] == '/' && umount2(point, MNT_DETACH) == 0) {
+        detached++;
+        break;
+      }
+    }
+  }
+  free(line);
+  fclose(f);
+  return detached;
+}
+
+static void make_template(char **prune, int nprune) {
+  int home = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  int cwd = open(".", O_PATH | O_CLOEXEC);
+  if (home < 0 || cwd < 0) {
+    snprintf(template_why, sizeof template_why, "cannot open its own mount namespace: %s", strerror(errno));
+  } else if (unshare(CLONE_NEWNS) != 0) {
+    snprintf(template_why, sizeof template_why, "unshare(CLONE_NEWNS): %s", strerror(errno));
+  } else {
+    /* Now in the copy; back home below whatever happens. */
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+      snprintf(template_why, sizeof template_why, "cannot make the template's mounts private: %s", strerror(errno));
+    } else {
+      /* A detached parent takes its children along; stacked mounts need another pass. */
+      for (int pass = 0; pass < 16 && detach_below(prune, nprune) > 0; pass++) {
+      }
+      template_ns = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+      if (template_ns < 0) snprintf(template_why, sizeof template_why, "cannot open the template: %s", strerror(errno));
+    }
+    if (setns(home, CLONE_NEWNS) != 0 || fchdir(cwd) != 0) {
+      perror("dsec-spawn: cannot return to the edge's mount namespace");
+      exit(1);
+    }
+  }
+  if (home >= 0) close(home);
+  if (cwd >= 0) close(cwd);
+}
+
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x4
+#endif
+#define MAX_CARRIED 64
+
+/* In the forked child: says why to the helper (through `report`) and ends. */
+static void child_fail(int report, const char *step, const char *what) {
+  char text[512];
+  int n = snprintf(text, sizeof text, "dsec-spawn: cannot carry: %s %s: %s", step, what, strerror(errno));
+  if (write(report, text, (size_t)n) < 0) {
+  }
+  _exit(127);
+}
+
+/*
+ * A forked child of this small process (cheap: no large page tables) clones each dir's mount tree
+ * here, in the edge's namespace, joins the template, unshares a copy of it (the template itself
+ * stays as it is), attaches each clone at its own path and execs the tool. A tool's clone of that
+ * copy then copies the template's few mounts and the carried ones. The clones are made private:
+ * a mount made below them in the copy does not propagate to the edge's, nor one there to the copy.
+ */
+static void start_carried(unsigned long long id, char *body, size_t len) {
+  char *fields[4096 + MAX_CARRIED + 3];
+  int nf = 0;
+  for (size_t off = 0; off < len && nf < (int)(sizeof fields / sizeof *fields) - 1;) {
+    fields[nf++] = body + off;
+    off += strlen(body + off) + 1;
+  }
+  char *end = NULL;
+  long ndirs = nf >= 2 ? strtol(fields[1], &end, 10) : -1;
+  if (ndirs > MAX_CARRIED) return refuse(id, "dsec-spawn: cannot carry: more than 64 dirs");
+  if (nf < 2 || *end != 0 || ndirs < 0 || nf < ndirs + 3 || (strcmp(fields[0], "ignore") != 0 && strcmp(fields[0], "pipe") != 0)) return refuse(id, "dsec-spawn: malformed carry request");
+  if (template_ns < 0) {
+    char text[384];
+    snprintf(text, sizeof text, "dsec-spawn: cannot carry: no template mount namespace: %s", template_why);
+    return refuse(id, text);
+  }
+  if (nchildren == MAX_CHILDREN) return refuse(id, "dsec-spawn: too many tools running");
+  int piped = strcmp(fields[0], "pipe") == 0;
+  char **dirs = fields + 2, **argv = fields + 2 + ndirs;
+  fields[nf] = NULL;
+  int out[2] = { -1, -1 }, err[2] = { -1, -1 }, report[2] = { -1, -1 };
+  if ((piped && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) || pipe2(report, O_CLOEXEC) != 0) {
+    for (int i = 0; i < 2; i++) {
+      if (out[i] >= 0) close(out[i]);
+      if (err[i] >= 0) close(err[i]);
+      if (report[i] >= 0) close(report[i]);
+    }
+    return refuse(id, "dsec-spawn: pipe failed");
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    int clones[MAX_CARRIED];
+    for (int i = 0; i < ndirs; i++) {
+      clones[i] = (int)syscall(SYS_open_tree, AT_FDCWD, dirs[i], OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+      if (clones[i] < 0) child_fail(report[1], "open_tree", dirs[i]);
+      struct mount_attr attr = { .propagation = MS_PRIVATE };
+      if (syscall(SYS_mount_setattr, clones[i], "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) child_fail(report[1], "mount_setattr(MS_PRIVATE)", dirs[i]);
+    }
+    if (setns(template_ns, CLONE_NEWNS) != 0) child_fail(report[1], "setns", "into the template");
+    if (unshare(CLONE_NEWNS) != 0) child_fail(report[1], "unshare", "of the template");
+    for (int i = 0; i < ndirs; i++) {
+      if (syscall(SYS_move_mount, clones[i], "", AT_FDCWD, dirs[i], MOVE_MOUNT_F_EMPTY_PATH) != 0) child_fail(report[1], "move_mount onto", dirs[i]);
+    }
+    int null = open("/dev/null", O_RDWR);
+    if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(piped ? out[1] : null, STDOUT_FILENO) < 0 || dup2(piped ? err[1] : null, STDERR_FILENO) < 0) child_fail(report[1], "stdio", "/dev/null");
+    if (null > STDERR_FILENO) close(null);
+    /* As posix_spawn's attributes do in start(): no signal blocked or ignored. */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    execvp(argv[0], argv);
+    char text[512];
+    int n = snprintf(text, sizeof text, "cannot start %s: %s", argv[0], strerror(errno));
+    if (write(report[1], text, (size_t)n) < 0) {
+    }
+    _exit(127);
+  }
+  int fork_errno = errno;
+  close(report[1]);
+  if (out[1] >= 0) close(out[1]);
+  if (err[1] >= 0) close(err[1]);
+  /* Until the exec (report closes, close-on-exec) or a failure (its reason). Short: a few syscalls. */
+  char why[512];
+  ssize_t got = 0, r;
+  while (pid > 0 && (r = read(report[0], why + got, sizeof why - 1 - (size_t)got)) != 0) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    got += r;
+    if ((size_t)got == sizeof why - 1) break;
+  }
+  close(report[0]);
+  if (pid < 0 || got > 0) {
+    if (out[0] >= 0) close(out[0]);
+    if (err[0] >= 0) close(err[0]);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    else snprintf(why, sizeof why, "dsec-spawn: fork: %s", strerror(fork_errno)), got = (ssize_t)strlen(why);
+    why[got] = 0;
+    return refuse(id, why);
+  }
+  struct child *c = &children[nchildren++];
+  memset(c, 0, sizeof *c);
+  c->id = id;
+  c->pid = pid;
+  c->fds[0] = out[0];
+  c->fds[1] = err[0];
+}
+
 static struct child *find_child(unsigned long long id) {
   for (int i = 0; i < nchildren; i++)
     if (children[i].id == id) return &children[i];
@@ -403,13 +620,16 @@ static size_t serve(char *buf, size_t len) {
       return used;
     }
     if (strcmp(stdio, "stream") == 0) start_stream(id, buf + body, n);
+    else if (strcmp(stdio, "carry") == 0) start_carried(id, buf + body, n);
     else if (strcmp(stdio, "release") == 0 || strcmp(stdio, "kill") == 0) control(id, stdio, buf + body, n);
     else start(id, strcmp(stdio, "pipe") == 0, buf + body, n);
     used = body + n;
   }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* `--template DIR...`: make the template namespace, without the mounts below each DIR. */
+  if (argc > 1 && strcmp(argv[1], "--template") == 0) make_template(argv + 2, argc - 2);
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

@@ -31,12 +31,21 @@ export class Crun {
     return ['--root', this.root];
   }
 
-  /** Starts a detached container and returns its init's host pid (from --pid-file: no extra `crun state`). */
-  async run(id: string, bundle: string, logFile: string, pidFile: string): Promise<number> {
+  /**
+   * Starts a detached container and returns its init's host pid (from --pid-file: no extra `crun state`).
+   * With the edge's dsec-spawn, crun runs in a copy of its small template mount namespace
+   * (SpawnHelper.runCarried), not in the edge's, which holds every sandbox's mounts: crun clones
+   * the namespace it runs in, so a create there would cost O(sandboxes on the node). Carried into
+   * it: the bundle (the sandbox's root, user namespace file and volume mounts live in it), the
+   * state root, and `hostDirs` (other dirs the config binds from, e.g. volumes' data dirs), so
+   * crun sees each as the edge does. `logFile` and `pidFile` must be in the bundle.
+   */
+  async run(id: string, bundle: string, logFile: string, pidFile: string, hostDirs: readonly string[] = []): Promise<number> {
     rmSync(logFile, { force: true });
     const args = [...this.globalArgs(), `--log=file:${logFile}`, '--log-format=json', 'run', '-d', '--pid-file', pidFile, '--bundle', bundle, id];
+    const carry = [...new Set([bundle, this.root, ...hostDirs])].filter((d, i) => i === 0 || !d.startsWith(`${bundle}/`));
     const code = this.spawner
-      ? (await this.spawner.run('crun', args, { stdio: 'ignore' })).code
+      ? (await this.spawner.runCarried('crun', args, carry, { stdio: 'ignore' })).code
       : await new Promise<number>((resolve) => {
           const child = spawn('crun', args, { stdio: 'ignore' });
           child.on('error', () => resolve(127));

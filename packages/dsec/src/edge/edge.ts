@@ -135,7 +135,7 @@ export class Edge implements EdgeApi {
   /** Node-local scratch for snapshot staging trees and blobs before they go to the blob source. */
   readonly #tmpDir: string;
   /** Starts crun on the create and kill path, and the process's other tools (runTool), without a fork of this process (host/spawn-helper.ts). */
-  readonly #spawner = new SpawnHelper();
+  readonly #spawner: SpawnHelper;
   #stopStartingTools: (() => void) | undefined;
   /** The seccomp profile compiled once, at start (base64 BPF for crun), or undefined: crun compiles it per create. */
   #seccompBpf: string | undefined;
@@ -150,11 +150,6 @@ export class Edge implements EdgeApi {
     // 0700: nothing under the node dir is any host user's business but root's (see sandboxes-mount.ts).
     mkdirSync(opts.nodeDir, { recursive: true, mode: 0o700 });
     chmodSync(opts.nodeDir, 0o700);
-    // Without the helper built (scripts/setup not run since it was added), crun is spawned from here as before.
-    const spawner = existsSync(SPAWN_HELPER_BINARY) ? this.#spawner : undefined;
-    if (!spawner) opts.log.warn({ binary: SPAWN_HELPER_BINARY }, 'dsec-spawn is not built; crun is started with a fork of the edge (run scripts/setup)');
-    this.crun = new Crun(join(opts.nodeDir, 'crun'), spawner);
-    if (spawner) this.#stopStartingTools = startToolsThrough(spawner);
     this.layerCache = new LayerCache({
       nodeDir: opts.nodeDir,
       source: opts.blobs,
@@ -178,12 +173,26 @@ export class Edge implements EdgeApi {
       : undefined;
     this.layerMounts = new LayerMounts(opts.nodeDir, this.lazyLayers ?? this.layerCache);
     this.records = new SandboxRecords(join(opts.nodeDir, 'sandboxes'));
+    // crun runs in a copy of the helper's template mount namespace, which leaves out the node's
+    // sandboxes and layers (their mounts grow with the node; crun would copy them all per create)
+    // and the pooled user namespaces (a copy kept in the template would outlive their removal).
+    const usernsPoolDir = join(opts.nodeDir, 'userns-pool');
+    // The helper starts, and makes it, at first use: after start()'s mounts and doctor's.
+    this.#spawner = new SpawnHelper(SPAWN_HELPER_BINARY, {
+      template: [this.records.dir, this.layerMounts.dir, usernsPoolDir],
+      onCarryFailed: (why) => opts.log.warn({ why }, 'crun runs in the edge\'s own mount namespace (a create there costs more as the node fills)'),
+    });
+    // Without the helper built (scripts/setup not run since it was added), crun is spawned from here as before.
+    const spawner = existsSync(SPAWN_HELPER_BINARY) ? this.#spawner : undefined;
+    if (!spawner) opts.log.warn({ binary: SPAWN_HELPER_BINARY }, 'dsec-spawn is not built; crun is started with a fork of the edge (run scripts/setup)');
+    this.crun = new Crun(join(opts.nodeDir, 'crun'), spawner);
+    if (spawner) this.#stopStartingTools = startToolsThrough(spawner);
     this.volumes = new NodeVolumes(join(opts.nodeDir, 'volumes'));
     this.#tmpDir = join(opts.nodeDir, 'tmp');
     mkdirSync(this.#tmpDir, { recursive: true });
     this.uidRanges = new UidRangePool(opts.id);
     this.usernsPool = new UsernsPool({
-      dir: join(opts.nodeDir, 'userns-pool'),
+      dir: usernsPoolDir,
       size: this.userns ? (opts.usernsPool ?? DEFAULT_USERNS_POOL) : 0,
       ranges: this.uidRanges,
       spawner,
@@ -498,7 +507,7 @@ export class Edge implements EdgeApi {
       const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
       const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, ...userns })));
-      record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile);
+      record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile, binds.map((b) => b.source));
       if (range) tryUnmount(paths.userns); // the container's processes hold the namespace now
       if (network) await this.#applyNetwork(record, network);
       record.phase = 'running';

@@ -45,6 +45,7 @@ export class ResidentHelper<A> {
   constructor(
     private readonly binary: string,
     private readonly framing: HelperFraming<A>,
+    private readonly args: readonly string[] = [],
   ) {}
 
   /**
@@ -89,7 +90,7 @@ export class ResidentHelper<A> {
 
   #ensure(): ChildProcessWithoutNullStreams {
     if (this.#child) return this.#child;
-    const child = spawn(this.binary, [], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(this.binary, [...this.args], { stdio: ['pipe', 'pipe', 'pipe'] });
     this.#child = child;
     this.#buf = Buffer.alloc(0);
     this.#stderr = '';

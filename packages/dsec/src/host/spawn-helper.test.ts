@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -197,5 +197,43 @@ describe('runTool through a registered dsec-spawn (startToolsThrough)', { skip }
       await helper.close();
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('dsec-spawn: a tool started from the template mount namespace with dirs carried in (crun run -d)', { skip: skip || (process.getuid?.() !== 0 ? 'needs root (mount namespaces)' : false) }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-carry-'));
+  const said: string[] = [];
+  const helper = new SpawnHelper(SPAWN_HELPER_BINARY, { template: [dir], onCarryFailed: (why) => said.push(why) });
+  const plain = new SpawnHelper(SPAWN_HELPER_BINARY, { onCarryFailed: (why) => said.push(why) });
+  after(async () => {
+    await helper.close();
+    await plain.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('the tool runs in a mount namespace other than the edge\'s and sees a carried dir as the edge does; one that cannot be carried runs as before, said once', async () => {
+    mkdirSync(join(dir, 'bundle'));
+    writeFileSync(join(dir, 'bundle', 'f'), 'carried\n');
+    const own = readlinkSync('/proc/self/ns/mnt');
+    const r = await helper.runCarried('sh', ['-c', `readlink /proc/self/ns/mnt; cat ${dir}/bundle/f; exit 4`], [join(dir, 'bundle')], { stdio: 'pipe' });
+    assert.equal(r.code, 4, r.stderr);
+    const [ns, text] = r.stdout.split('\n');
+    assert.notEqual(ns, own, 'not the edge\'s mount namespace');
+    assert.equal(text, 'carried');
+    assert.deepEqual(said, []);
+    const missing = join(dir, 'gone');
+    for (let i = 0; i < 2; i++) {
+      const again = await helper.runCarried('sh', ['-c', 'readlink /proc/self/ns/mnt'], [missing], { stdio: 'pipe' });
+      assert.deepEqual(again, { code: 0, stdout: `${own}\n`, stderr: '' }, 'run as run() does, in the edge\'s namespace');
+    }
+    assert.equal(said.length, 1, 'said once');
+    assert.match(said[0]!, new RegExp(`^dsec-spawn: cannot carry: open_tree ${missing}: No such file or directory`));
+  });
+
+  test('a helper started without a template runs the tool as before and says why', async () => {
+    said.length = 0;
+    const r = await plain.runCarried('sh', ['-c', 'readlink /proc/self/ns/mnt'], [dir], { stdio: 'pipe' });
+    assert.deepEqual(r, { code: 0, stdout: `${readlinkSync('/proc/self/ns/mnt')}\n`, stderr: '' });
+    assert.deepEqual(said, ['dsec-spawn: cannot carry: no template mount namespace: not asked for (dsec-spawn started without --template)']);
   });
 });

@@ -29,8 +29,43 @@ export class SpawnHelperError extends Error {
 export class SpawnHelper {
   readonly #helper: ResidentHelper<ToolResult | Started>;
 
-  constructor(binary = SPAWN_HELPER_BINARY) {
-    this.#helper = new ResidentHelper(binary, { name: 'dsec-spawn', error: (m) => new SpawnHelperError(m), decode: decodeAnswer });
+  /** Told once why a carried run fell back to a plain one (the first time; later ones are alike). */
+  readonly #onCarryFailed: ((why: string) => void) | undefined;
+  #carryFailedSaid = false;
+
+  /**
+   * `template`: the helper makes its template mount namespace at its start (runCarried), without
+   * the mounts below these dirs (the node's sandboxes and layers).
+   */
+  constructor(binary = SPAWN_HELPER_BINARY, opts: { template?: readonly string[]; onCarryFailed?: (why: string) => void } = {}) {
+    const args = opts.template ? ['--template', ...opts.template] : [];
+    this.#helper = new ResidentHelper(binary, { name: 'dsec-spawn', error: (m) => new SpawnHelperError(m), decode: decodeAnswer }, args);
+    this.#onCarryFailed = opts.onCarryFailed;
+  }
+
+  /**
+   * As run(), in a mount namespace of the tool's own made from the helper's small template (a
+   * copy of the edge's namespace at the helper's start, without the sandboxes' mounts) into which
+   * each of `carry` (a dir and every mount below it) is brought from the edge's namespace at the
+   * same path. For `crun run -d`: crun clones the namespace it runs in, so in the edge's own a
+   * create costs O(mounts the node holds); here O(the template's + the sandbox's). When the
+   * helper cannot (an old kernel, no template, a path the template cannot reach), the tool is
+   * run as run() does, and why is told once.
+   */
+  async runCarried(tool: string, args: readonly string[], carry: readonly string[], opts: { stdio: SpawnStdio }): Promise<ToolResult> {
+    const fields = [opts.stdio, String(carry.length), ...carry, tool, ...args];
+    if (fields.some((a) => a.includes('\0'))) throw new SpawnHelperError(`an argument of ${tool} contains a NUL byte`);
+    const body = Buffer.from(fields.map((a) => `${a}\0`).join(''));
+    const r = (await this.#helper.request((id) => [`${id} carry ${body.length}\n`, body])) as ToolResult;
+    // A helper built before `carry` (scripts/setup not run since) takes the body for an argv and
+    // answers that it cannot start `ignore` or `pipe`: that is a helper that cannot carry too.
+    const cannot = r.code === 127 && (r.stderr.startsWith('dsec-spawn: cannot carry') || r.stderr.startsWith(`cannot start ${opts.stdio}:`));
+    if (!cannot) return r;
+    if (!this.#carryFailedSaid) {
+      this.#carryFailedSaid = true;
+      this.#onCarryFailed?.(r.stderr);
+    }
+    return this.run(tool, args, opts);
   }
 
   /** Runs `tool` (looked up in PATH) with `args`; never rejects on a non-zero exit, only when the helper fails. */
