@@ -157,14 +157,20 @@ static void init_spawn_attr(posix_spawnattr_t *attr) {
   posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 }
 
+/* Splits a request body of NUL-terminated strings into `fields`: at most max - 1, then NULL. */
+static int split_fields(char *body, size_t len, char **fields, int max) {
+  int n = 0;
+  for (size_t off = 0; off < len && n < max - 1;) {
+    fields[n++] = body + off;
+    off += strlen(body + off) + 1;
+  }
+  fields[n] = NULL;
+  return n;
+}
+
 static void start(unsigned long long id, int piped, char *args, size_t len) {
   char *argv[4096];
-  int argc = 0;
-  for (size_t off = 0; off < len && argc < 4095;) {
-    argv[argc++] = args + off;
-    off += strlen(args + off) + 1;
-  }
-  argv[argc] = NULL;
+  int argc = split_fields(args, len, argv, 4096);
   struct buffer none = { 0 };
   if (argc == 0 || nchildren == MAX_CHILDREN) {
     struct buffer why = { .data = argc == 0 ? "dsec-spawn: empty argv" : "dsec-spawn: too many tools running" };
@@ -278,18 +284,13 @@ static int high_pipe(int p[2]) {
 /* `stream`: the plan of each fd, then the argv; the edge opens its pipe ends through /proc. */
 static void start_stream(unsigned long long id, char *body, size_t len) {
   char *fields[4096 + MAX_STREAM_FDS + 1];
-  int nf = 0;
-  for (size_t off = 0; off < len && nf < (int)(sizeof fields / sizeof *fields) - 1;) {
-    fields[nf++] = body + off;
-    off += strlen(body + off) + 1;
-  }
+  int nf = split_fields(body, len, fields, (int)(sizeof fields / sizeof *fields));
   char *end;
   long nfds = nf > 0 ? strtol(fields[0], &end, 10) : -1;
   if (nf == 0 || *end != 0 || nfds < 0 || nfds > MAX_STREAM_FDS || nf < nfds + 3) return refuse(id, "dsec-spawn: malformed stream request");
   if (nchildren == MAX_CHILDREN) return refuse(id, "dsec-spawn: too many tools running");
   char **plan = fields + 1, *oom = fields[1 + nfds], **argv = fields + 2 + nfds;
   if (strcmp(oom, "-") != 0 && (strtol(oom, &end, 10) < -1000 || *end != 0 || strtol(oom, NULL, 10) > 1000)) return refuse(id, "dsec-spawn: malformed oom_score_adj");
-  fields[nf] = NULL;
   int held[2 * MAX_STREAM_FDS], edge_fd[MAX_STREAM_FDS], child_end[MAX_STREAM_FDS];
   for (int i = 0; i < 2 * MAX_STREAM_FDS; i++) held[i] = -1;
   for (int i = 0; i < MAX_STREAM_FDS; i++) edge_fd[i] = child_end[i] = -1;
@@ -493,11 +494,7 @@ static void child_fail(int report, const char *step, const char *what) {
  */
 static void start_carried(unsigned long long id, char *body, size_t len) {
   char *fields[4096 + MAX_CARRIED + 3];
-  int nf = 0;
-  for (size_t off = 0; off < len && nf < (int)(sizeof fields / sizeof *fields) - 1;) {
-    fields[nf++] = body + off;
-    off += strlen(body + off) + 1;
-  }
+  int nf = split_fields(body, len, fields, (int)(sizeof fields / sizeof *fields));
   char *end = NULL;
   long ndirs = nf >= 2 ? strtol(fields[1], &end, 10) : -1;
   if (ndirs > MAX_CARRIED) return refuse(id, "dsec-spawn: cannot carry: more than 64 dirs");
@@ -510,7 +507,6 @@ static void start_carried(unsigned long long id, char *body, size_t len) {
   if (nchildren == MAX_CHILDREN) return refuse(id, "dsec-spawn: too many tools running");
   int piped = strcmp(fields[0], "pipe") == 0;
   char **dirs = fields + 2, **argv = fields + 2 + ndirs;
-  fields[nf] = NULL;
   int out[2] = { -1, -1 }, err[2] = { -1, -1 }, report[2] = { -1, -1 };
   if ((piped && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) || pipe2(report, O_CLOEXEC) != 0) {
     for (int i = 0; i < 2; i++) {
