@@ -43,6 +43,15 @@ export interface Census {
  * so only theirs are counted (other engineers' network tests make veths on this host too).
  * `pid` is the process that runs dsec: this test process for an in-process server.
  */
+/** Whether `pid` runs an edge's resident dsec-spawn (host/spawn-helper.ts). */
+function isResidentHelper(pid: number): boolean {
+  try {
+    return readlinkSync(`/proc/${pid}/exe`).endsWith('/dsec-spawn');
+  } catch {
+    return false;
+  }
+}
+
 export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<string>, pid = process.pid): Census {
   const ours = new Set([...sandboxIds].map((id) => hostVeth(id)));
   const all = readMounts()
@@ -101,7 +110,9 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
         children.push(Number(e));
         childFds += readdirSync(`/proc/${e}/fd`).length;
       }
-      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(`${dataDir}/`)) dataDirProcesses.push(Number(e));
+      // An edge's resident dsec-spawn names the node's dirs it leaves out of its template mount
+      // namespace (`--template DIR...`); a restarted edge starts a new one. It is the edge's, not a stray.
+      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(`${dataDir}/`) && !isResidentHelper(Number(e))) dataDirProcesses.push(Number(e));
     } catch {
       // exited meanwhile
     }
