@@ -157,6 +157,17 @@ static void init_spawn_attr(posix_spawnattr_t *attr) {
   posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 }
 
+/* Records a started tool (its stdout and stderr read ends, -1 where the edge holds them). */
+static struct child *track(unsigned long long id, pid_t pid, int out, int err) {
+  struct child *c = &children[nchildren++];
+  memset(c, 0, sizeof *c);
+  c->id = id;
+  c->pid = pid;
+  c->fds[0] = out;
+  c->fds[1] = err;
+  return c;
+}
+
 /* Splits a request body of NUL-terminated strings into `fields`: at most max - 1, then NULL. */
 static int split_fields(char *body, size_t len, char **fields, int max) {
   int n = 0;
@@ -218,12 +229,7 @@ static void start(unsigned long long id, int piped, char *args, size_t len) {
     answer(id, 127, &none, &why);
     return;
   }
-  struct child *c = &children[nchildren++];
-  memset(c, 0, sizeof *c);
-  c->id = id;
-  c->pid = pid;
-  c->fds[0] = out[0];
-  c->fds[1] = err[0];
+  track(id, pid, out[0], err[0]);
 }
 
 
@@ -361,11 +367,7 @@ static void start_stream(unsigned long long id, char *body, size_t len) {
       if (held[i] >= 0) close(held[i]);
     return refuse(id, bad ? bad : text);
   }
-  struct child *c = &children[nchildren++];
-  memset(c, 0, sizeof *c);
-  c->id = id;
-  c->pid = pid;
-  c->fds[0] = c->fds[1] = -1;
+  struct child *c = track(id, pid, -1, -1);
   c->stream = 1;
   memcpy(c->held, held, sizeof held);
   char head[64 + 12 * MAX_STREAM_FDS];
@@ -567,12 +569,7 @@ static void start_carried(unsigned long long id, char *body, size_t len) {
     why[got] = 0;
     return refuse(id, why);
   }
-  struct child *c = &children[nchildren++];
-  memset(c, 0, sizeof *c);
-  c->id = id;
-  c->pid = pid;
-  c->fds[0] = out[0];
-  c->fds[1] = err[0];
+  track(id, pid, out[0], err[0]);
 }
 
 static struct child *find_child(unsigned long long id) {
