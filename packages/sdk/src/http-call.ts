@@ -49,11 +49,16 @@ export function httpCall(call: HttpCall, retried = false): Promise<HttpAnswer> {
     const headers: Record<string, string | number> = { ...call.headers };
     if (call.body !== undefined) headers['content-length'] = typeof call.body === 'string' ? Buffer.byteLength(call.body) : call.body.byteLength;
     let settled = false;
-    const settle = (err: Error | undefined, answer?: HttpAnswer): void => {
-      if (settled) return;
+    /** Ends the call's watch (deadline, abort) once; false when it had ended already. */
+    const end = (): boolean => {
+      if (settled) return false;
       settled = true;
       clearTimeout(timer);
       call.signal?.removeEventListener('abort', onAbort);
+      return true;
+    };
+    const settle = (err: Error | undefined, answer?: HttpAnswer): void => {
+      if (!end()) return;
       if (err) {
         req.destroy();
         reject(err);
@@ -70,9 +75,7 @@ export function httpCall(call: HttpCall, retried = false): Promise<HttpAnswer> {
     const timer = setTimeout(() => settle(named('TimeoutError', `no answer within ${call.timeoutMs} ms`)), call.timeoutMs);
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (settled || retried || !req.reusedSocket || err.code !== 'ECONNRESET' || call.signal?.aborted) return settle(err);
-      settled = true;
-      clearTimeout(timer);
-      call.signal?.removeEventListener('abort', onAbort);
+      end();
       httpCall({ ...call, timeoutMs: Math.max(1, call.timeoutMs - (performance.now() - sentAt)) }, true).then(resolve, reject);
     });
     if (call.signal?.aborted) return onAbort();
