@@ -1,7 +1,8 @@
 // Runs every compiled test file with node's test runner, one file at a time (integration tests
 // share the host's crun and cgroups), then checks the suite left no dsec mount or cgroup behind.
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, existsSync } from 'node:fs';
+import { readdirSync, readFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 function findTests(dir, out = []) {
@@ -31,6 +32,28 @@ function hostDsecState() {
     for (const c of readdirSync(d, { withFileTypes: true })) if (c.isDirectory() && /^sb-t[0-9a-f]+-/.test(c.name)) cgroups.push(`${h}/dsec/${c.name}`);
   }
   return [...mounts.map((m) => `mount ${m}`), ...cgroups.map((c) => `cgroup ${c}`)];
+}
+
+/** Each pass's exit status and the tests that failed in it, printed last (see failures-reporter.mjs). */
+const summary = [];
+const reportsDir = mkdtempSync(join(tmpdir(), 'dsec-test-reports-'));
+
+/** Runs test files with node's test runner: TAP on stdout as before, failed tests to a file for the summary. */
+function runNodePass(label, passFiles, env) {
+  const failures = join(reportsDir, `${summary.length}.txt`);
+  const reporters = ['--test-reporter=tap', '--test-reporter-destination=stdout', `--test-reporter=${join(import.meta.dirname, 'failures-reporter.mjs')}`, `--test-reporter-destination=${failures}`];
+  const status = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...reporters, ...passFiles], { stdio: 'inherit', env: { ...process.env, ...env } }).status ?? 1;
+  const failed = existsSync(failures) ? readFileSync(failures, 'utf8').split('\n').filter(Boolean) : [];
+  summary.push({ label, status, failed });
+  return status;
+}
+
+function printSummary() {
+  console.log('\n# summary of the suite');
+  for (const { label, status, failed } of summary) {
+    console.log(`# ${label}: ${status === 0 ? 'passed' : `FAILED (exit ${status})`}${failed.length ? `, ${failed.length} failed:` : ''}`);
+    for (const f of failed) console.log(`#   ✖ ${f}`);
+  }
 }
 
 /**
@@ -92,19 +115,22 @@ if (filter.length && !files.length && !withPython && !withPostgres && !withNoUse
   console.error(`run-tests: no compiled test file matches ${filter.join(' ')} (paths under packages/*/dist; build first)`);
   process.exit(2);
 }
-const nodeStatus = files.length ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' }).status ?? 1) : 0;
+const nodeStatus = files.length ? runNodePass('node tests', files, {}) : 0;
 // Without Debian's server binaries (scripts/setup leaves postgresql out where it cannot be
 // configured) the second pass is skipped, saying why, as each PostgreSQL-only test skips.
 const postgresMissing = withPostgres && !postgresInstalled();
 if (postgresMissing) console.log('# skipped: the PostgreSQL pass (no initdb under /usr/lib/postgresql/*/bin: scripts/setup --tests did not install postgresql here)');
 const postgresStatus = withPostgres && !postgresMissing
-  ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...postgresFiles], { stdio: 'inherit', env: { ...process.env, DSEC_TEST_STORE: 'postgres' } }).status ?? 1)
+  ? runNodePass('the PostgreSQL pass', postgresFiles, { DSEC_TEST_STORE: 'postgres' })
   : 0;
 const noUsernsStatus = withNoUserns
-  ? (spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...noUsernsFiles], { stdio: 'inherit', env: { ...process.env, DSEC_TEST_USERNS: '0' } }).status ?? 1)
+  ? runNodePass('the no-userns pass', noUsernsFiles, { DSEC_TEST_USERNS: '0' })
   : 0;
 const pythonStatus = withPython ? runPythonTests() : 0;
+if (withPython) summary.push({ label: 'python tests', status: pythonStatus, failed: [] });
 const leaked = hostDsecState().filter((x) => !before.has(x));
+printSummary();
+rmSync(reportsDir, { recursive: true, force: true });
 if (leaked.length) {
   console.error(`the test suite leaked:\n  ${leaked.join('\n  ')}`);
   process.exit(1);
