@@ -507,6 +507,7 @@ export class Edge implements EdgeApi {
       const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
       const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, ...userns })));
+      if (this.#seccompBpf) writeFileSync(paths.seccompBpf, Buffer.from(this.#seccompBpf, 'base64'), { mode: 0o600 });
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile, binds.map((b) => b.source));
       if (range) tryUnmount(paths.userns); // the container's processes hold the namespace now
       if (network) await this.#applyNetwork(record, network);
@@ -578,7 +579,10 @@ export class Edge implements EdgeApi {
 
   #liveSandbox(record: SandboxRecord): LiveSandbox {
     const paths = this.records.paths(record.id);
-    const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env };
+    // Commands start through dsec-enter when the sandbox's seccomp program is at hand to load into
+    // each (a sandbox whose profile crun compiled, or one from before, goes through crun exec).
+    const enter = record.pid && this.crun.spawner && existsSync(paths.seccompBpf) ? { initPid: record.pid, seccompFile: paths.seccompBpf } : undefined;
+    const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env, enter };
     const journal = new ExecJournal(join(paths.scratch, 'journal'));
     return { record, target, journal, processes: new ProcessTable(record.id, journal), sessions: new SessionTable(record.id, journal), ptys: new Set(), ports: new Set(), stop: new AbortController() };
   }

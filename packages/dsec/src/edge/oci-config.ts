@@ -39,6 +39,27 @@ export const DEFAULT_CAPABILITIES = [
   'CAP_SETUID', 'CAP_SETFCAP', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_KILL', 'CAP_AUDIT_WRITE',
 ];
 
+/** The numbers of the capabilities dsec names (linux/capability.h; the ABI does not change them). */
+const CAPABILITY_NUMBERS: Record<string, number> = {
+  CAP_CHOWN: 0, CAP_DAC_OVERRIDE: 1, CAP_DAC_READ_SEARCH: 2, CAP_FOWNER: 3, CAP_FSETID: 4, CAP_KILL: 5, CAP_SETGID: 6,
+  CAP_SETUID: 7, CAP_SETPCAP: 8, CAP_NET_BIND_SERVICE: 10, CAP_NET_RAW: 13, CAP_SYS_CHROOT: 18, CAP_SYS_PTRACE: 19,
+  CAP_SYS_ADMIN: 21, CAP_MKNOD: 27, CAP_AUDIT_WRITE: 29, CAP_SETFCAP: 31,
+};
+
+/** A set of capabilities as the kernel's bit mask, in hex (what dsec-enter takes as --caps). */
+export function capabilityMask(names: readonly string[]): string {
+  let mask = 0n;
+  for (const name of names) {
+    const bit = CAPABILITY_NUMBERS[name];
+    if (bit === undefined) throw new Error(`no capability number known for ${name}`);
+    mask |= 1n << BigInt(bit);
+  }
+  return mask.toString(16);
+}
+
+/** RLIMIT_NOFILE (soft and hard) of the sandbox's init and of every command started in it. */
+export const SANDBOX_NOFILE = 20000;
+
 const MASKED_PATHS = [
   '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
   '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
@@ -91,7 +112,7 @@ export function processBlock(p: ProcessSpec): Record<string, unknown> {
       effective: DEFAULT_CAPABILITIES,
       permitted: DEFAULT_CAPABILITIES,
     },
-    rlimits: [{ type: 'RLIMIT_NOFILE', hard: 20000, soft: 20000 }],
+    rlimits: [{ type: 'RLIMIT_NOFILE', hard: SANDBOX_NOFILE, soft: SANDBOX_NOFILE }],
     // Set, not inherited from crun's caller: the edge may run at a lowered score (node-memory.ts).
     // crun applies it to the init only; exec'd commands get it as they start (sandbox-process.ts).
     oomScoreAdj: SANDBOX_OOM_SCORE_ADJ,

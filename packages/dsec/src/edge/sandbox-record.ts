@@ -65,6 +65,13 @@ export class SandboxPaths {
   get scratch(): string {
     return join(this.dir, 'run');
   }
+  /**
+   * The seccomp program crun loaded for the sandbox (raw BPF, as in its config's annotation):
+   * dsec-enter loads the same one into each command (exec/enter-child.ts).
+   */
+  get seccompBpf(): string {
+    return join(this.dir, 'seccomp.bpf');
+  }
   /** The sandbox's user namespace, bound here from dsec-idmap until crun has joined it. */
   get userns(): string {
     return join(this.dir, 'userns');

@@ -4,6 +4,7 @@ import { LANDLOCK_PATH, mergeEnv, parseUser, type ProcessSpec } from '../edge/oc
 import { ApiError } from '../api-error.js';
 import { statInRoot } from '../edge/sandbox-files.js';
 import { landlockAbi } from '../host/syscalls.js';
+import type { EnterTarget } from './enter-child.js';
 
 /** What the exec engine needs to know of a sandbox to start processes in it from outside. */
 export interface ExecTarget {
@@ -15,6 +16,11 @@ export interface ExecTarget {
   rootfs: string;
   config: ImageConfig;
   env: Record<string, string>;
+  /**
+   * How commands start without `crun exec` (dsec-enter, enter-child.ts); absent where they cannot
+   * (no dsec-spawn, or a sandbox whose seccomp filter crun compiled itself).
+   */
+  enter?: EnterTarget | undefined;
   /**
    * Why no command can start in this sandbox, when none can: an adopted sandbox whose
    * dsec-landlock is an older build's and could not be replaced (edge/helper-binds.ts).

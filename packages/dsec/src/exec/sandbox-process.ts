@@ -11,6 +11,7 @@ import { CommandCgroup } from '../host/command-cgroups.js';
 import { killTree } from '../edge/process-tree.js';
 import { CappedOutput } from './capped-output.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
+import { startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
 
 export type StreamName = 'stdout' | 'stderr';
@@ -120,7 +121,7 @@ export class SandboxProcess {
     // session's): the next session command starts as soon as this one's markers are in, before
     // this one has finished, and a shared pid file handed it this command's pid, dead by then.
     const fileId = randomBytes(6).toString('hex');
-    const specFile = join(target.scratchDir, `exec-${fileId}.json`);
+    const specFile = join(target.scratchDir, `exec-${fileId}.spec`);
     this.#pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
     // The tag is inherited by everything the command starts, so kill() finds descendants that
     // were reparented to the sandbox's init (a double fork) and left the process tree.
@@ -132,19 +133,20 @@ export class SandboxProcess {
     this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
     const fd3 = opts.fd3MaxBytes !== undefined;
     const args = this.#cgroup ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)] : spec.args;
-    writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] })));
+    const processSpec = { ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] };
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
     const started = performance.now();
     const withStdin = opts.stdin || opts.input !== undefined;
-    const child = startCrunExec(target.crun.spawner, {
-      globalArgs: target.crun.globalArgs(),
-      execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id],
-      stdin: withStdin,
-      fd3,
-      writeFile: this.#cgroup?.procsFile,
-      oomScoreAdj: SANDBOX_OOM_SCORE_ADJ,
-    });
+    const io = { stdin: withStdin, fd3, writeFile: this.#cgroup?.procsFile, oomScoreAdj: SANDBOX_OOM_SCORE_ADJ };
+    const spawner = target.crun.spawner;
+    let child: ExecChild;
+    if (target.enter && spawner) {
+      child = startEnter(spawner, { ...io, sandboxId: target.id, enter: target.enter, process: processSpec, specFile, pidFile: this.#pidFile });
+    } else {
+      writeFileSync(specFile, JSON.stringify(processBlock(processSpec)), { mode: 0o600 });
+      child = startCrunExec(spawner, { ...io, globalArgs: target.crun.globalArgs(), execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id] });
+    }
     const fd3Stream = fd3 ? (child.stdio[3] as Readable) : undefined;
     this.fd3 = fd3 ? new CappedOutput(opts.fd3MaxBytes!) : undefined;
     fd3Stream?.on('data', (d: Buffer) => {

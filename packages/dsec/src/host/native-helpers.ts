@@ -26,3 +26,9 @@ export const IDMAP_BINARY = fileURLToPath(new URL('dsec-idmap', NATIVE_DIR));
 
 /** dsec-spawn (native/spawn-helper.c): the edge's resident tool starter (posix_spawn), so the edge does not fork per crun call. */
 export const SPAWN_HELPER_BINARY = fileURLToPath(new URL('dsec-spawn', NATIVE_DIR));
+
+/**
+ * dsec-enter (native/enter.c): starts a command in a running container sandbox as `crun exec`
+ * does (its cgroups, namespaces, user, capabilities, seccomp program), without crun's start-up.
+ */
+export const ENTER_BINARY = fileURLToPath(new URL('dsec-enter', NATIVE_DIR));

@@ -10,7 +10,7 @@ import { ConflictError, NotFoundError, Sandbox } from '@dsec/sdk';
 import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { engineBackends } from '../helpers/vm.js';
 import { callJson } from './support/http.js';
-import { hostCrunExecs, liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
+import { hostExecStarters, liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 
 for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: background processes (${backend})`, { skip, timeout: 240_000 }, () => {
   let server: TestServer;
@@ -222,14 +222,14 @@ for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: b
     );
   });
 
-  test('killing the sandbox ends its background processes (no crun exec of it left on the host)', async () => {
+  test('killing the sandbox ends its background processes (no starter of its commands left on the host)', async () => {
     const other = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 64 } });
     await other.commands.start(['sleep', '4081']);
     await other.commands.start('while :; do sleep 1; done');
-    // One crun exec per process once both run; a crun exec that is still forking its way into the
-    // sandbox shows up for a moment as a second process with the same command line.
-    assert.ok(await pollUntil(() => hostCrunExecs(other.id).length === 2), `crun execs: ${hostCrunExecs(other.id).join(',')}`);
+    // One starter (dsec-enter, or crun exec) per process once both run; one that is still forking
+    // its way into the sandbox shows up for a moment as a second process with the same command line.
+    assert.ok(await pollUntil(() => hostExecStarters(other.id).length === 2), `starters: ${hostExecStarters(other.id).join(',')}`);
     await other.kill();
-    assert.ok(await pollUntil(() => hostCrunExecs(other.id).length === 0), `left: ${hostCrunExecs(other.id).join(',')}`);
+    assert.ok(await pollUntil(() => hostExecStarters(other.id).length === 0), `left: ${hostExecStarters(other.id).join(',')}`);
   });
 });

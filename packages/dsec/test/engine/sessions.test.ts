@@ -15,7 +15,7 @@ import { startTestServer, type TestServer } from '../helpers/server.js';
 import { containerOnly, engineBackends } from '../helpers/vm.js';
 import { buildBusyboxBashImage } from './support/bash-image.js';
 import { callJson } from './support/http.js';
-import { hostCrunExecs, liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
+import { hostExecStarters, liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 
 for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: sessions (${backend})`, { skip, timeout: 300_000 }, () => {
   let server: TestServer;
@@ -286,21 +286,21 @@ for (const { backend, skip, memoryMiB } of engineBackends()) describe(`engine: s
     await s.close();
   });
 
-  test('each session command is a crun exec of its own; an idle session holds no process', containerOnly(backend, 'counts crun exec processes on the host (a VM session command is the agent\'s exec: vm.test.ts)'), async () => {
+  test('each session command has a starter of its own on the host (dsec-enter, or crun exec); an idle session holds none', containerOnly(backend, 'counts command starters on the host (a VM session command is the agent\'s exec: vm.test.ts)'), async () => {
     const own = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 64 } });
     try {
       const s = await own.sessions.create();
       const firstShell = (await s.run('echo $$')).stdout;
-      assert.deepEqual(hostCrunExecs(own.id), [], 'an idle session holds no crun exec');
+      assert.deepEqual(hostExecStarters(own.id), [], 'an idle session holds no command starter');
       const tag = randomBytes(4).toString('hex');
       const running = s.run(`touch /tmp/s-${tag}; while [ ! -e /tmp/go-${tag} ]; do sleep 0.05; done; echo $$`);
       assert.ok(await pollUntil(() => own.files.exists(`/tmp/s-${tag}`)), 'the session command started');
-      assert.equal(hostCrunExecs(own.id).length, 1, 'a running session command is one crun exec');
+      assert.equal(hostExecStarters(own.id).length, 1, 'a running session command is one starter (dsec-enter or crun exec)');
       await own.files.write(`/tmp/go-${tag}`, '');
       const r = await running;
       assert.notEqual(r.stdout, firstShell, 'each command runs in a shell of its own');
       await s.close();
-      assert.deepEqual(hostCrunExecs(own.id), []);
+      assert.deepEqual(hostExecStarters(own.id), []);
     } finally {
       await own.kill();
     }

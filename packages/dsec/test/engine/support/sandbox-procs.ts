@@ -56,8 +56,8 @@ export interface HostProcess {
   argv: string[];
 }
 
-/** Host processes whose argv[0] is crun and whose command line names `sandboxId`. */
-export function hostCrunProcesses(sandboxId: string): HostProcess[] {
+/** Host processes whose argv[0] is one of `exes` and whose command line names `sandboxId`. */
+function hostProcessesOf(sandboxId: string, exes: readonly string[]): HostProcess[] {
   const out: HostProcess[] = [];
   for (const e of readdirSync('/proc')) {
     if (!/^\d+$/.test(e)) continue;
@@ -71,16 +71,24 @@ export function hostCrunProcesses(sandboxId: string): HostProcess[] {
       continue;
     }
     if (state === 'Z' || argv.length === 0) continue;
-    const exe = argv[0]!.split('/').pop();
-    if (exe === 'crun' && argv.some((a) => a.includes(sandboxId))) out.push({ pid: Number(e), argv });
+    const exe = argv[0]!.split('/').pop()!;
+    if (exes.includes(exe) && argv.some((a) => a.includes(sandboxId))) out.push({ pid: Number(e), argv });
   }
   return out;
 }
 
-/** Host pids of crun `exec` processes of a sandbox (one per running exec, session shell or background process). */
-export function hostCrunExecs(sandboxId: string): number[] {
-  return hostCrunProcesses(sandboxId)
-    .filter((p) => p.argv.includes('exec'))
+/** Host processes whose argv[0] is crun and whose command line names `sandboxId`. */
+export function hostCrunProcesses(sandboxId: string): HostProcess[] {
+  return hostProcessesOf(sandboxId, ['crun']);
+}
+
+/**
+ * Host pids of the processes that started a sandbox's commands and wait for them: `crun exec`
+ * or dsec-enter (one per running exec, session command or background process).
+ */
+export function hostExecStarters(sandboxId: string): number[] {
+  return hostProcessesOf(sandboxId, ['crun', 'dsec-enter'])
+    .filter((p) => p.argv[0]!.endsWith('dsec-enter') || p.argv.includes('exec'))
     .map((p) => p.pid)
     .sort((a, b) => a - b);
 }

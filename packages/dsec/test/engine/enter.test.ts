@@ -1,0 +1,195 @@
+/**
+ * dsec-enter (native/enter.c): commands start in a container sandbox without `crun exec`, and a
+ * command gets exactly what crun exec would give it (the sandbox's namespaces, cgroups, user,
+ * capabilities, limits, no_new_privs, seccomp program, HOME, umask). It refuses a pid that is not
+ * the sandbox's init, and the command's environment never appears on a host command line.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, readdirSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { type Sandbox } from '@dsec/sdk';
+import { processBlock } from '../../src/edge/oci-config.js';
+import { ENTER_BINARY } from '../../src/host/native-helpers.js';
+import { SANDBOX_OOM_SCORE_ADJ } from '../../src/host/node-memory.js';
+import { runTool } from '../../src/host/run-tool.js';
+import { enterSpec } from '../../src/exec/enter-child.js';
+import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
+import { hostCrunProcesses, hostExecStarters, pollUntil } from './support/sandbox-procs.js';
+
+/** What a process is given, from its own /proc: everything crun exec sets up for a command. */
+const PROBE = [
+  "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status",
+  "grep -E '^Max open files' /proc/self/limits",
+  'echo umask $(umask)',
+  'for n in user mnt pid net ipc uts cgroup; do echo ns $n $(readlink /proc/self/ns/$n); done',
+  "grep -v '^0::' /proc/self/cgroup",
+  'echo home $HOME',
+  'echo cwd $(pwd)',
+].join('; ');
+
+/** The argv of the dsec-enter processes of a sandbox now running (one per running command). */
+function enterArgvs(sandboxId: string): string[][] {
+  return hostExecStarters(sandboxId)
+    .map((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+      } catch {
+        return [];
+      }
+    })
+    .filter((argv) => argv[0]?.endsWith('dsec-enter'));
+}
+
+/** The host pid of a command that a dsec-enter of the sandbox started and that has exec'd, or ''. */
+function runningCommandPid(sandboxId: string): string {
+  for (const starter of hostExecStarters(sandboxId)) {
+    try {
+      for (const child of readFileSync(`/proc/${starter}/task/${starter}/children`, 'utf8').trim().split(' ').filter(Boolean)) {
+        if (!readFileSync(`/proc/${child}/cmdline`, 'utf8').startsWith(ENTER_BINARY)) return child;
+      }
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return '';
+}
+
+function flag(argv: string[], name: string): string {
+  const i = argv.indexOf(name);
+  assert.ok(i >= 0 && argv[i + 1] !== undefined, `dsec-enter was started without ${name}: ${argv.join(' ')}`);
+  return argv[i + 1]!;
+}
+
+/** A running background command's dsec-enter argv (the command waits for a file that `release` makes). */
+async function runningEnter(sb: Sandbox): Promise<{ argv: string[]; release: () => Promise<void> }> {
+  const tag = randomBytes(4).toString('hex');
+  const p = await sb.commands.start(`while [ ! -e /tmp/go-${tag} ]; do sleep 0.05; done`);
+  let argv: string[] | undefined;
+  assert.ok(await pollUntil(() => (argv = enterArgvs(sb.id)[0]) !== undefined), 'no dsec-enter process for a running command');
+  return {
+    argv: argv!,
+    release: async () => {
+      await sb.files.write(`/tmp/go-${tag}`, '');
+      await p.wait();
+    },
+  };
+}
+
+describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () => {
+  let server: TestServer;
+  let sb: Sandbox;
+
+  useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
+    server = s;
+    sb = b;
+  });
+
+  test('a plain command is started by dsec-enter and no crun runs for it; a terminal still goes through crun exec', async () => {
+    const running = await runningEnter(sb);
+    assert.deepEqual(hostCrunProcesses(sb.id).filter((p) => p.argv.includes('exec')), [], 'no crun exec for a plain command');
+    await running.release();
+    const t = await sb.terminal({ cmd: ['/bin/sh'], cols: 80, rows: 24, onData: () => {} });
+    try {
+      assert.ok(await pollUntil(() => hostCrunProcesses(sb.id).some((p) => p.argv.includes('exec'))), 'a terminal is a crun exec');
+    } finally {
+      t.write('exit\r');
+      await t.exited;
+    }
+  });
+
+  test('a command gets from dsec-enter what crun exec gives it: namespaces, cgroups, user, capabilities, limits, seccomp, HOME, umask', async () => {
+    const viaEnter = await sb.commands.run(['/bin/sh', '-c', PROBE]);
+    assert.equal(viaEnter.exitCode, 0, viaEnter.stderr);
+    // The same command through crun exec, with the process spec dsec gave crun before dsec-enter.
+    const running = await runningEnter(sb);
+    const sandboxDir = join(flag(running.argv, '--spec'), '..', '..');
+    await running.release();
+    const specFile = join(sandboxDir, 'run', `probe-${randomBytes(4).toString('hex')}.json`);
+    const env = (await sb.commands.run(['/bin/sh', '-c', 'env -0'])).stdout.split('\0').filter((kv) => kv && !kv.startsWith('HOME=') && !kv.startsWith('PWD=') && !kv.startsWith('SHLVL=') && !kv.startsWith('DSEC_EXEC_ID='));
+    writeFileSync(specFile, JSON.stringify(processBlock({ args: ['/bin/sh', '-c', PROBE], env, cwd: '/', user: { uid: 0, gid: 0 } })));
+    const crunRoot = join(server.dataDir, 'node', 'crun');
+    const viaCrun = await runTool('crun', ['--root', crunRoot, 'exec', '--process', specFile, sb.id]);
+    assert.equal(viaCrun.code, 0, viaCrun.stderr);
+    assert.equal(viaEnter.stdout, viaCrun.stdout);
+    // The OOM score crun exec would take from its caller (the test here) is set by dsec-spawn.
+    assert.equal((await sb.commands.run(['/bin/cat', '/proc/self/oom_score_adj'])).stdout.trim(), String(SANDBOX_OOM_SCORE_ADJ));
+    // And what that is: dsec's capabilities, its filter loaded, no way to gain privileges.
+    assert.match(viaEnter.stdout, /^Seccomp:\s+2$/m);
+    assert.match(viaEnter.stdout, /^Seccomp_filters:\s+1$/m);
+    assert.match(viaEnter.stdout, /^NoNewPrivs:\s+1$/m);
+    assert.match(viaEnter.stdout, /^CapAmb:\s+0+$/m);
+    assert.match(viaEnter.stdout, /^Max open files\s+20000\s+20000/m);
+    assert.match(viaEnter.stdout, /^ns mnt mnt:\[\d+\]$/m);
+    for (const ns of ['mnt', 'pid', 'net', 'user', 'cgroup']) assert.ok(!viaEnter.stdout.includes(`ns ${ns} ${readlinkSync(`/proc/self/ns/${ns}`)}`), `the command is in the host's ${ns} namespace`);
+  });
+
+  test('the command runs in its own command cgroup inside the sandbox cgroup, in every hierarchy crun made for the sandbox', async () => {
+    const r = await sb.commands.run(['/bin/cat', '/proc/self/cgroup']);
+    const lines = r.stdout.trim().split('\n');
+    // Inside its cgroup namespace the sandbox's cgroup is the root: the command's own is below it.
+    assert.match(lines.find((l) => l.startsWith('0::')) ?? '', /^0::\/cmd-[0-9a-f]+$/);
+    for (const l of lines.filter((x) => !x.startsWith('0::') && /:(memory|pids|cpu[,:])/.test(x))) assert.match(l, /:\/$/, `a limiting hierarchy outside the sandbox: ${l}`);
+  });
+
+  test('a pid that is not the sandbox init is refused with exit 255 and nothing runs', async () => {
+    const running = await runningEnter(sb);
+    const init = flag(running.argv, '--pid');
+    const cgroup = flag(running.argv, '--cgroup');
+    const seccomp = flag(running.argv, '--seccomp');
+    const dir = join(flag(running.argv, '--spec'), '..');
+    // A process in the sandbox that is not its init: the command (the child of its dsec-enter).
+    let commandPid = '';
+    assert.ok(await pollUntil(() => (commandPid = runningCommandPid(sb.id)) !== ''), 'no command process under dsec-enter');
+    const marker = `/tmp/entered-${randomBytes(4).toString('hex')}`;
+    const spec = join(dir, `refused-${randomBytes(4).toString('hex')}.spec`);
+    writeFileSync(spec, enterSpec(['/bin/touch', marker], ['PATH=/usr/bin:/bin']), { mode: 0o600 });
+    const enter = (pid: string, cg: string): ReturnType<typeof runTool> =>
+      runTool(ENTER_BINARY, ['--pid', pid, '--cgroup', cg, '--spec', spec, '--pid-file', `${spec}.pid`, '--uid', '0', '--gid', '0', '--cwd', '/', '--caps', '0', '--nofile', '1024', '--seccomp', seccomp]);
+    const notInit = await enter(commandPid, cgroup);
+    await running.release();
+    assert.equal(notInit.code, 255, `a sandbox process that is not the init (${commandPid})`);
+    assert.match(notInit.stderr, /not the sandbox's init/);
+    const host = await enter(String(process.pid), cgroup);
+    assert.equal(host.code, 255);
+    assert.match(host.stderr, /not the sandbox's init|shares this host's/);
+    const otherCgroup = await enter(init, `${cgroup}-not-this-one`);
+    assert.equal(otherCgroup.code, 255);
+    assert.match(otherCgroup.stderr, /not in the sandbox's cgroup/);
+    assert.equal(await sb.files.exists(marker), false, 'a refused dsec-enter ran its command');
+    // The same call with the right pid and cgroup does run it (the refusals were not for another reason).
+    const right = await enter(init, cgroup);
+    assert.equal(right.code, 0, right.stderr);
+    assert.equal(await sb.files.exists(marker), true);
+  });
+
+  test("the command's environment is in a 0600 file, never on a host command line", async () => {
+    const secret = `s3cret-${randomBytes(8).toString('hex')}`;
+    const tag = randomBytes(4).toString('hex');
+    const p = await sb.commands.start(`while [ ! -e /tmp/go-${tag} ]; do sleep 0.05; done; echo "$TOKEN"`, { env: { TOKEN: secret } });
+    let argv: string[] | undefined;
+    assert.ok(await pollUntil(() => (argv = enterArgvs(sb.id)[0]) !== undefined));
+    const spec = flag(argv!, '--spec');
+    assert.equal(statSync(spec).mode & 0o777, 0o600);
+    const onCommandLines = readdirSync('/proc')
+      .filter((e) => /^\d+$/.test(e))
+      .filter((e) => {
+        try {
+          return readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(secret);
+        } catch {
+          return false;
+        }
+      });
+    assert.deepEqual(onCommandLines, [], 'the secret is on a host command line');
+    await sb.files.write(`/tmp/go-${tag}`, '');
+    await p.wait();
+    assert.equal((await p.output()).stdout, `${secret}\n`);
+  });
+
+  test('a command that cannot start fails with the reason on its stderr', async () => {
+    const missing = await sb.commands.run(['/no/such/binary']);
+    assert.notEqual(missing.exitCode, 0);
+    assert.match(missing.stderr, /no\/such\/binary/);
+  });
+});
