@@ -86,16 +86,17 @@ export interface StartOptions {
 }
 
 /**
- * One process started in a sandbox from outside with `crun exec`: its output (capped), stdin,
- * timeout and kill. The process spec (argv, env, cwd, user, capabilities) is written to a file on
- * the edge so nothing is inherited by accident. kill() ends the process's whole tree, found from
- * the host through /proc starting at the pid crun reports; the sandbox itself is untouched.
+ * One process started in a sandbox from outside by dsec-enter (enter-child.ts), or by `crun exec`
+ * where dsec-enter cannot (crun-exec-child.ts): its output (capped), stdin, timeout and kill. The
+ * process spec (argv, env, cwd, user) is written to a file on the edge so nothing is inherited by
+ * accident. kill() ends the process's whole tree, found from the host through /proc starting at
+ * the pid its starter reports; the sandbox itself is untouched.
  */
 export class SandboxProcess {
   readonly stdout: CappedOutput;
   readonly stderr: CappedOutput;
   readonly done: Promise<ProcessExit>;
-  /** crun exec's own exit (the command's status), before its pipes have drained. */
+  /** The starter's own exit (the command's status), before its pipes have drained. */
   readonly exited: Promise<number>;
   readonly fd3: CappedOutput | undefined;
   /**
@@ -311,8 +312,8 @@ export class SandboxProcess {
       this.#cgroup?.kill();
       if (pid) killTree(pid);
       killTagged(this.#sandboxId, this.#tag);
-      // crun exec reaps the command and exits by itself; killing it first would leave the
-      // command a zombie parented to the host's PID 1. Only a crun that lingers is killed.
+      // The starter (dsec-enter, crun exec) reaps the command and exits by itself; killing it
+      // first could leave the command unreaped a while. Only a starter that lingers is killed.
       if (!pid || opts.now) this.#child.kill('SIGKILL');
       else setTimeout(() => this.#child.kill('SIGKILL'), 1000).unref();
       return;
@@ -326,7 +327,7 @@ export class SandboxProcess {
     }
   }
 
-  /** `now`: also kill crun exec at once (the sandbox is being torn down, its init reaps nothing). */
+  /** `now`: also kill the starter at once (the sandbox is being torn down, its init reaps nothing). */
   kill(opts: { now?: boolean } = {}): void {
     void this.signal('SIGKILL', opts);
   }
