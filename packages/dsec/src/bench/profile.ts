@@ -74,7 +74,7 @@ export const STEPS = {
   crunRun: 'crun run -d',
   crunState: 'crun state',
   controlExec: 'control.exec (after HTTP)',
-  edgeExec: 'edge.exec (spec file + crun exec + pipes)',
+  edgeExec: 'edge.exec (spec file + dsec-enter + pipes)',
   controlPause: 'control.pause + control.resume (after HTTP)',
   edgePause: 'edge.pauseSandbox + edge.resumeSandbox',
   rawOverlay: 'mkdir + overlay mount',
