@@ -433,6 +433,8 @@ int main(int argc, char **argv) {
     size_t n;
     char *bpf = slurp(o.seccomp, MAX_SECCOMP, &n, "cannot read the seccomp program");
     if (n == 0 || n % sizeof(struct sock_filter) != 0) die_plain("the seccomp program is not whole BPF instructions");
+    /* The kernel's bound (and sock_fprog's length is 16 bits: a longer file must not wrap into a shorter program). */
+    if (n / sizeof(struct sock_filter) > BPF_MAXINSNS) die_plain("the seccomp program is longer than the kernel accepts");
     filter.len = (unsigned short)(n / sizeof(struct sock_filter));
     filter.filter = (struct sock_filter *)bpf;
     loaded = &filter;
