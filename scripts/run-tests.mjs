@@ -130,6 +130,7 @@ const noUsernsStatus = withNoUserns
 const pythonStatus = withPython ? runPythonTests() : 0;
 if (withPython) summary.push({ label: 'python tests', status: pythonStatus, failed: [] });
 const leaked = hostDsecState().filter((x) => !before.has(x));
+summary.push({ label: 'leak check (mounts under /var/tmp/dsec-test-*, test edges\' cgroups)', status: leaked.length ? 1 : 0, failed: leaked });
 printSummary();
 rmSync(reportsDir, { recursive: true, force: true });
 if (leaked.length) {
