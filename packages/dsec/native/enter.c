@@ -13,7 +13,9 @@
  *   1. Reads the command's argv and environment from FILE (written by the edge, mode 0600, so
  *      that the environment, which may hold secrets, is never on a command line):
  *      `<argc>\0<arg>\0...<envc>\0<KEY=VALUE>\0...`.
- *   2. Opens the sandbox's init as a pidfd and checks it is that sandbox's init (pid 1 of its
+ *   2. Opens what it needs of the host (/dev/null for its own stdio, cap_last_cap) while its
+ *      mount namespace is still the host's: after step 4 those paths are the sandbox's to choose.
+ *      Opens the sandbox's init as a pidfd and checks it is that sandbox's init (pid 1 of its
  *      pid namespace, in cgroup /dsec/ID): a pid recycled after the sandbox died is refused.
  *   3. Joins every cgroup the init is in (each v1 hierarchy and the cgroup2 one) as host root,
  *      before it gives up any privilege, as crun exec does.
@@ -26,9 +28,10 @@
  *      a signal ended it), as crun exec does.
  *   6. The child drops the capabilities outside MASK from its bounding set, sets no
  *      supplementary groups, the gid and the uid, then exactly MASK as effective and permitted
- *      (none inheritable or ambient), HOME from the sandbox's /etc/passwd when the environment
- *      has none (as crun does), umask 022, the cwd, no_new_privs, closes every fd above the
- *      preserved ones, loads the sandbox's seccomp program (the same BPF the edge handed crun at
+ *      (none inheritable or ambient), makes itself non-dumpable again (the uid change reset it
+ *      to fs.suid_dumpable), HOME from the sandbox's /etc/passwd when the environment has none
+ *      (as crun does), umask 022, the cwd, no_new_privs, closes every fd above the preserved
+ *      ones, loads the sandbox's seccomp program (the same BPF the edge handed crun at
  *      create, precompiled) and execs the command, looked up in the environment's PATH.
  *
  * Failures before the command runs end with exit status 255 and a message on stderr, as crun
@@ -370,7 +373,12 @@ static void set_capabilities(unsigned long long mask) {
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) die("clearing the ambient capabilities", NULL);
 }
 
-static void drop_bounding(unsigned long long mask) {
+/*
+ * The highest capability number this kernel knows, read from the host's /proc before the
+ * namespaces are joined: after setns, /proc is the sandbox's, and what it says there is not ours
+ * to trust (a 0 would leave every capability but one in the bounding set).
+ */
+static int last_capability(void) {
   int last = 63;
   char text[16] = "";
   int fd = open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
@@ -379,22 +387,30 @@ static void drop_bounding(unsigned long long mask) {
     if (n > 0) last = atoi(text);
     close(fd);
   }
-  for (int cap = 0; cap <= last && cap < 64; cap++) {
+  return last < 0 || last > 63 ? 63 : last;
+}
+
+static void drop_bounding(unsigned long long mask, int last) {
+  for (int cap = 0; cap <= last; cap++) {
     if (mask & (1ULL << cap)) continue;
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) die("dropping a capability from the bounding set", NULL);
   }
 }
 
 /* In the sandbox's namespaces, as its root: become the command. */
-static void become_command(const struct options *o, char **args, char **env, const struct sock_fprog *filter) {
+static void become_command(const struct options *o, int last_cap, char **args, char **env, const struct sock_fprog *filter) {
   umask(022);
-  drop_bounding(o->caps);
+  drop_bounding(o->caps, last_cap);
   if (setgroups(0, NULL) != 0 && errno != EPERM) die("setgroups", NULL);
   if (setresgid((gid_t)o->gid, (gid_t)o->gid, (gid_t)o->gid) != 0) die("setresgid", NULL);
   if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) die("PR_SET_KEEPCAPS", NULL);
   if (setresuid((uid_t)o->uid, (uid_t)o->uid, (uid_t)o->uid) != 0) die("setresuid", NULL);
   set_capabilities(o->caps);
   if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) die("PR_SET_KEEPCAPS", NULL);
+  /* The uid change made this process as dumpable as fs.suid_dumpable says: where that is 1, a
+   * process of the sandbox with the same uid could open its /proc/<pid>/mem and run code here
+   * before the seccomp filter is loaded. Until the exec it stays the host's binary. */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die("PR_SET_DUMPABLE", NULL);
   if (!has_env(env, "HOME")) {
     size_t n = 0;
     while (env[n]) n++;
@@ -443,6 +459,13 @@ int main(int argc, char **argv) {
   int pid_out = open(o.pid_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (pid_out < 0) die("cannot open the pid file", o.pid_file);
 
+  /* Host files, opened before the sandbox's mount namespace is joined: after it, "/dev/null" is
+   * whatever the sandbox put there (without a user namespace, a FIFO or device node of its own,
+   * opened by host root). */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) die("cannot open", "/dev/null");
+  int last_cap = last_capability();
+
   int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)o.pid, 0);
   if (pidfd < 0) die("the sandbox's init is gone: pidfd_open", NULL);
   check_init(o.pid, o.cgroup);
@@ -459,16 +482,13 @@ int main(int argc, char **argv) {
 
   pid_t child = fork();
   if (child < 0) die("fork", NULL);
-  if (child == 0) become_command(&o, args, env, loaded);
+  if (child == 0) become_command(&o, last_cap, args, env, loaded);
 
   /* The command's stdio and preserved fds are its own: this process keeps only stderr (for its
    * own errors), so a command that closes its stdin is not kept alive by a reader here. */
-  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null >= 0) {
-    dup2(null, STDIN_FILENO);
-    dup2(null, STDOUT_FILENO);
-    close(null);
-  }
+  dup2(null, STDIN_FILENO);
+  dup2(null, STDOUT_FILENO);
+  close(null);
   for (long fd = 3; fd < 3 + o.preserve; fd++) close((int)fd);
   char text[32];
   int n = snprintf(text, sizeof text, "%d", (int)child);
