@@ -3,6 +3,7 @@
  *
  *   dsec-enter --pid PID --cgroup /dsec/ID --spec FILE --pid-file FILE --uid UID --gid GID
  *              --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N]
+ *              [--hierarchy 'TYPE SUPER-OPTIONS MOUNT-POINT']...
  *
  * `crun exec` is most of a command's cost in dsec: it loads its libraries, reads the container's
  * state and config.json (JSON), re-reads its own binary, then joins the namespaces one by one.
@@ -18,7 +19,12 @@
  *      Opens the sandbox's init as a pidfd and checks it is that sandbox's init (pid 1 of its
  *      pid namespace, in cgroup /dsec/ID): a pid recycled after the sandbox died is refused.
  *   3. Joins every cgroup the init is in (each v1 hierarchy and the cgroup2 one) as host root,
- *      before it gives up any privilege, as crun exec does.
+ *      before it gives up any privilege, as crun exec does. Where each hierarchy is mounted comes
+ *      from the --hierarchy options (the edge reads them once: cgroup or cgroup2, the super
+ *      options, the mount point, as in mountinfo), else from /proc/self/mountinfo. Not read per
+ *      command: on a full node this namespace holds a mount per sandbox, and the kernel
+ *      generating their lines for each command grew its start with the sandbox count
+ *      (docs/RELIABILITY.md, "A full node").
  *   4. Makes itself non-dumpable (nothing in the sandbox may ptrace or open /proc/<pid>/ of a
  *      process that is still this host binary), sets RLIMIT_NOFILE, and joins every namespace of
  *      the init that differs from its own (user, mount, pid, network, IPC, UTS, cgroup) in one
@@ -77,6 +83,8 @@ struct options {
   long pid, uid, gid, nofile, preserve;
   unsigned long long caps;
   const char *cgroup, *spec, *pid_file, *cwd, *seccomp;
+  const char *hierarchies[64];
+  int nhierarchies;
 };
 
 static long number(const char *flag, const char *text, long min, long max) {
@@ -107,6 +115,10 @@ static void parse(int argc, char **argv, struct options *o) {
     else if (!strcmp(f, "--pid-file")) o->pid_file = v;
     else if (!strcmp(f, "--cwd")) o->cwd = v;
     else if (!strcmp(f, "--seccomp")) o->seccomp = v;
+    else if (!strcmp(f, "--hierarchy")) {
+      if (o->nhierarchies >= 64) die_plain("at most 64 --hierarchy options");
+      o->hierarchies[o->nhierarchies++] = v;
+    }
     else if (!strcmp(f, "--caps")) {
       char *end;
       errno = 0;
@@ -119,7 +131,7 @@ static void parse(int argc, char **argv, struct options *o) {
     }
   }
   if (o->pid < 0 || o->uid < 0 || o->gid < 0 || o->nofile < 0 || !have_caps || !o->cgroup || !o->spec || !o->pid_file || !o->cwd) {
-    die_plain("usage: dsec-enter --pid PID --cgroup /dsec/ID --spec FILE --pid-file FILE --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N]");
+    die_plain("usage: dsec-enter --pid PID --cgroup /dsec/ID --spec FILE --pid-file FILE --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--hierarchy 'TYPE SUPER-OPTIONS MOUNT-POINT']...");
   }
 }
 
@@ -224,6 +236,29 @@ struct hierarchy {
   int v2;
 };
 
+/* One mount, whole hierarchies only (a mount of a subtree would need its root subtracted). */
+static int add_hierarchy(struct hierarchy *h, const char *type, const char *super, const char *mount_point) {
+  int v2 = !strcmp(type, "cgroup2");
+  if (!v2 && strcmp(type, "cgroup") != 0) return 0;
+  snprintf(h->mount_point, sizeof h->mount_point, "%s", mount_point);
+  snprintf(h->options, sizeof h->options, ",%s,", super);
+  h->v2 = v2;
+  return 1;
+}
+
+/* The hierarchies the edge named: each 'TYPE SUPER-OPTIONS MOUNT-POINT' (no field holds a space: mountinfo escapes them). */
+static int given_hierarchies(const struct options *o, struct hierarchy *out, int max) {
+  int n = 0;
+  for (int i = 0; i < o->nhierarchies && n < max; i++) {
+    char copy[8192], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", o->hierarchies[i]);
+    char *type = strtok_r(copy, " ", &save), *super = strtok_r(NULL, " ", &save), *mp = strtok_r(NULL, "", &save);
+    if (!type || !super || !mp || mp[0] != '/') die_plain("--hierarchy takes 'TYPE SUPER-OPTIONS MOUNT-POINT'");
+    n += add_hierarchy(&out[n], type, super, mp);
+  }
+  return n;
+}
+
 static int mounted_hierarchies(struct hierarchy *out, int max) {
   FILE *mi = fopen("/proc/self/mountinfo", "re");
   if (!mi) die("cannot read", "/proc/self/mountinfo");
@@ -237,13 +272,8 @@ static int mounted_hierarchies(struct hierarchy *out, int max) {
     char *type = tok ? strtok_r(NULL, " \n", &save) : NULL;
     char *source = type ? strtok_r(NULL, " \n", &save) : NULL;
     char *super = source ? strtok_r(NULL, " \n", &save) : NULL;
-    /* Only whole hierarchies: a mount of a subtree would need its root subtracted. */
     if (!fields[4] || !super || strcmp(fields[3], "/") != 0) continue;
-    int v2 = !strcmp(type, "cgroup2");
-    if (!v2 && strcmp(type, "cgroup") != 0) continue;
-    snprintf(out[n].mount_point, sizeof out[n].mount_point, "%s", fields[4]);
-    snprintf(out[n].options, sizeof out[n].options, ",%s,", super);
-    out[n++].v2 = v2;
+    n += add_hierarchy(&out[n], type, super, fields[4]);
   }
   fclose(mi);
   return n;
@@ -268,9 +298,9 @@ static int holds_controllers(const struct hierarchy *h, const char *controllers)
  * others the command stays where this process is, as under crun exec. One of those hierarchies
  * not mounted here is an error: a command must never run outside the sandbox's limits.
  */
-static void join_cgroups(long pid, const char *cgroup) {
+static void join_cgroups(const struct options *o, long pid, const char *cgroup) {
   static struct hierarchy mounted[64];
-  int nmounted = mounted_hierarchies(mounted, 64);
+  int nmounted = o->nhierarchies ? given_hierarchies(o, mounted, 64) : mounted_hierarchies(mounted, 64);
   char path[64], line[4096];
   snprintf(path, sizeof path, "/proc/%ld/cgroup", pid);
   FILE *f = fopen(path, "re");
@@ -470,7 +500,7 @@ int main(int argc, char **argv) {
   if (pidfd < 0) die("the sandbox's init is gone: pidfd_open", NULL);
   check_init(o.pid, o.cgroup);
   int flags = namespaces_to_join(o.pid);
-  join_cgroups(o.pid, o.cgroup);
+  join_cgroups(&o, o.pid, o.cgroup);
   /* Still the process checked above (a recycled pid would have failed the pidfd). */
   if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0) die("the sandbox's init is gone", NULL);
 

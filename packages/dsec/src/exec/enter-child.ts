@@ -1,5 +1,5 @@
 import { writeFileSync } from 'node:fs';
-import { CGROUP_PARENT } from '../host/cgroups.js';
+import { CGROUP_PARENT, cgroupHierarchyMounts } from '../host/cgroups.js';
 import type { FdPlan } from '../host/helper-child.js';
 import { ENTER_BINARY } from '../host/native-helpers.js';
 import type { SpawnHelper } from '../host/spawn-helper.js';
@@ -62,6 +62,7 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     '--nofile', String(SANDBOX_NOFILE),
     '--seccomp', opts.enter.seccompFile,
     '--preserve-fds', String(preserved),
+    ...cgroupHierarchyMounts().flatMap((h) => ['--hierarchy', h]),
   ];
   const plan: FdPlan[] = [opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');

@@ -7,6 +7,34 @@ export const V1_CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct', 'cpuset', 'de
 /** Every sandbox cgroup lives under this parent, so leaks are easy to find. */
 export const CGROUP_PARENT = 'dsec';
 
+/**
+ * The cgroup hierarchies mounted in this mount namespace (the edge's, where dsec-spawn starts
+ * dsec-enter), as dsec-enter's --hierarchy takes them: 'TYPE SUPER-OPTIONS MOUNT-POINT', each
+ * field as mountinfo spells it, in mountinfo's order. Read once per process, not per command: on
+ * a full node the namespace holds a mount per sandbox, and reading them all for every command
+ * grew a command's start with the sandbox count (docs/RELIABILITY.md, "A full node"). The
+ * hierarchies are mounted before the edge starts (the doctor mounts any missing one).
+ */
+export function cgroupHierarchyMounts(): readonly string[] {
+  hierarchyMounts ??= parseCgroupHierarchyMounts(readFileSync('/proc/self/mountinfo', 'utf8'));
+  return hierarchyMounts;
+}
+
+let hierarchyMounts: string[] | undefined;
+
+/** Whole cgroup and cgroup2 mounts of a mountinfo text (a subtree's mount would need its root subtracted). */
+export function parseCgroupHierarchyMounts(mountinfo: string): string[] {
+  const out: string[] = [];
+  for (const line of mountinfo.split('\n')) {
+    const [pre, post] = line.split(' - ');
+    const fields = pre?.split(' ') ?? [];
+    const [type, , superOptions] = post?.split(' ') ?? [];
+    if ((type !== 'cgroup' && type !== 'cgroup2') || fields[3] !== '/' || !fields[4] || !superOptions) continue;
+    out.push(`${type} ${superOptions} ${fields[4]}`);
+  }
+  return out;
+}
+
 /** Hierarchies (v1 controllers and the v2 mount) that have a cgroup at `rel`. */
 export function cgroupDirs(rel: string): string[] {
   const out: string[] = [];

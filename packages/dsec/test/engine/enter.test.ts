@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, readdirSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { type Sandbox } from '@dsec/sdk';
@@ -14,9 +14,13 @@ import { processBlock } from '../../src/edge/oci-config.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../../src/host/node-memory.js';
 import { runTool } from '../../src/host/run-tool.js';
+import { MNT_DETACH, mount, umount } from '../../src/host/syscalls.js';
 import { enterSpec } from '../../src/exec/enter-child.js';
 import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { hostCrunProcesses, hostExecStarters, pollUntil } from './support/sandbox-procs.js';
+
+/** Extra mounts made in the edge's namespace: ~100 KiB of mount table; dsec-enter's own reads are ~8 KiB. */
+const EXTRA_MOUNTS = 1000;
 
 /** What a process is given, from its own /proc: everything crun exec sets up for a command. */
 const PROBE = [
@@ -54,6 +58,14 @@ function runningCommandPid(sandboxId: string): string {
     }
   }
   return '';
+}
+
+function isEnter(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0]!.endsWith('dsec-enter');
+  } catch {
+    return false; // exited meanwhile
+  }
 }
 
 function flag(argv: string[], name: string): string {
@@ -186,6 +198,36 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     await sb.files.write(`/tmp/go-${tag}`, '');
     await p.wait();
     assert.equal((await p.output()).stdout, `${secret}\n`);
+  });
+
+  test("a command's start does not read the mount table: with a thousand more mounts in the edge's namespace, dsec-enter reads a few KiB", async () => {
+    // A full node's edge namespace holds a mount per sandbox; dsec-enter used to read them all
+    // (/proc/self/mountinfo) for every command to find the cgroup hierarchies: its cost grew with
+    // the sandbox count (docs/RELIABILITY.md, "A full node"). The edge runs in this process.
+    const extraDir = join(server.dataDir, 'extra-mounts');
+    const mounted: string[] = [];
+    try {
+      for (let i = 0; i < EXTRA_MOUNTS; i++) {
+        const dir = join(extraDir, String(i));
+        mkdirSync(dir, { recursive: true });
+        mount('extra', dir, 'tmpfs', 0, 'size=64k');
+        mounted.push(dir);
+      }
+      const mountinfoBytes = readFileSync('/proc/self/mountinfo').length;
+      const tag = randomBytes(4).toString('hex');
+      const p = await sb.commands.start(`while [ ! -e /tmp/go-${tag} ]; do sleep 0.05; done`);
+      let starter: number | undefined;
+      assert.ok(await pollUntil(() => (starter = hostExecStarters(sb.id).find((pid) => isEnter(pid))) !== undefined), 'no dsec-enter process for a running command');
+      // Bytes read by dsec-enter up to now (it waits for its command, its reading done).
+      const rchar = Number(/^rchar: (\d+)$/m.exec(readFileSync(`/proc/${starter}/io`, 'utf8'))?.[1]);
+      await sb.files.write(`/tmp/go-${tag}`, '');
+      await p.wait();
+      assert.ok(Number.isFinite(rchar));
+      assert.ok(rchar < mountinfoBytes / 4, `dsec-enter read ${rchar} bytes; the mount table it would read is ${mountinfoBytes}`);
+    } finally {
+      for (const dir of mounted.reverse()) umount(dir, MNT_DETACH);
+      rmSync(extraDir, { recursive: true, force: true });
+    }
   });
 
   test('a command that cannot start fails with the reason on its stderr', async () => {
