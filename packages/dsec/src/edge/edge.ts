@@ -905,7 +905,10 @@ export class Edge implements EdgeApi {
   async shutdown(opts: { killAll?: boolean } = {}): Promise<void> {
     this.#state = 'draining';
     await Promise.allSettled([...this.#busy.values()]);
-    await this.usernsPool.close(); // its namespaces and their ranges' claims: nothing of it outlives the edge
+    // Its namespaces and their ranges' claims: nothing of it outlives the edge. A failure is
+    // logged and the stop goes on (the helper, links and the edge id's lock must still be let go);
+    // the next start clears what is left in the pool's dir.
+    await this.usernsPool.close().catch((err: Error) => this.opts.log.error({ err: err.message }, 'could not remove the pooled user namespaces; the next start clears them'));
     this.#freezerPin?.release();
     if (opts.killAll) {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));

@@ -86,7 +86,16 @@ export class UsernsPool {
    */
   take(sandboxId: string): PooledUserns | undefined {
     for (let e = this.#ready.shift(); e; e = this.#ready.shift()) {
-      if (this.o.ranges.handOver(e.range.slot, e.holder, sandboxId)) return { ...e, holder: sandboxId };
+      let handedOver: boolean;
+      try {
+        handedOver = this.o.ranges.handOver(e.range.slot, e.holder, sandboxId);
+      } catch (err) {
+        // Out of the ready list already: dropped here, or its bind would stay until a restart
+        // and make close() fail on its busy dir.
+        this.#discard(e);
+        throw err;
+      }
+      if (handedOver) return { ...e, holder: sandboxId };
       // Its claim is not the pool's any more (removed behind the edge's back): not usable.
       this.o.log.error({ slot: e.range.slot, holder: e.holder }, 'a pooled user namespace lost its uid range claim; dropping it');
       this.#discard(e);
@@ -121,8 +130,15 @@ export class UsernsPool {
     this.#fill = this.#fillUp();
   }
 
+  /** Runs from setImmediate: a failure is logged, never thrown (it would end the edge's process). */
   #dropSpent(): void {
-    for (let e = this.#spent.shift(); e; e = this.#spent.shift()) this.#unbind(e);
+    for (let e = this.#spent.shift(); e; e = this.#spent.shift()) {
+      try {
+        this.#unbind(e);
+      } catch (err) {
+        this.o.log.error({ file: e.file, err: (err as Error).message }, "could not remove a used pooled user namespace's bind; the next start clears it");
+      }
+    }
   }
 
   async #fillUp(): Promise<void> {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { linkSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /**
@@ -51,14 +51,61 @@ function alive(pid: number): boolean {
 function claim(path: string, owner: string, stale: (c: Claim) => boolean): { ok: true } | { ok: false; holder: Claim } {
   mkdirSync(join(path, '..'), { recursive: true, mode: 0o700 });
   const mine: Claim = { owner, pid: process.pid, boot: bootId };
-  for (let attempt = 0; attempt < 3; attempt++) {
+  for (let attempt = 0; attempt < 5; attempt++) {
     if (createWhole(path, JSON.stringify(mine))) return { ok: true };
-    const holder = readClaim(path);
+    const read = readClaimFile(path);
+    // Gone since the link failed (released): try the link again. Never remove what was not read
+    // as stale: that could be a claim another claimant has just made.
+    if (!read) continue;
+    const holder = read.claim;
     if (holder && holder.boot === bootId && !stale(holder)) return { ok: false, holder };
-    rmSync(path, { force: true }); // stale: remove and try again (another claimant may win the race)
+    removeIfSame(path, read.ino); // stale (or unreadable): remove that very file and try again
   }
   const holder = readClaim(path);
   return holder ? { ok: false, holder } : { ok: false, holder: { owner: 'unknown', pid: 0, boot: bootId } };
+}
+
+/** A claim file's inode and its claim (undefined when it is not one); undefined when there is no file. */
+function readClaimFile(path: string): { ino: number; claim: Claim | undefined } | undefined {
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch {
+    return undefined;
+  }
+  try {
+    const ino = fstatSync(fd).ino;
+    try {
+      return { ino, claim: JSON.parse(readFileSync(fd, 'utf8')) as Claim };
+    } catch {
+      return { ino, claim: undefined };
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Removes `path` if it is still the file (inode `ino`) that was read as stale. Between that read
+ * and a plain unlink, another claimant may have removed the stale claim and linked its own: the
+ * unlink would take that live claim away and two owners would hold one slot (seen with three
+ * processes claiming and releasing one slot: 121 holds of 14,481 lost). So the file is renamed
+ * aside first, which takes whatever is at `path` atomically, and put back when it was not the one.
+ */
+function removeIfSame(path: string, ino: number): void {
+  const aside = join(dirname(path), `.${basename(path)}.stale-${randomBytes(4).toString('hex')}`);
+  try {
+    renameSync(path, aside);
+  } catch {
+    return; // gone already
+  }
+  try {
+    if (statSync(aside).ino !== ino) linkSync(aside, path); // a live claim: back in place (EEXIST: a newer one stands)
+  } catch {
+    // put back failed: a third claim was linked meanwhile and stands
+  } finally {
+    rmSync(aside, { force: true });
+  }
 }
 
 /**
@@ -155,6 +202,12 @@ export function handOverUidRange(slot: number, edgeId: string, fromId: string, t
     rmSync(tmp, { force: true });
   }
   return true;
+}
+
+/** Whether slot `slot`'s claim (this boot's) is `sandboxId`'s of `edgeId`. */
+export function holdsUidRange(slot: number, edgeId: string, sandboxId: string): boolean {
+  const c = readClaim(join(CLAIMS_DIR, 'uid-ranges', String(slot)));
+  return c?.owner === `${edgeId}/${sandboxId}` && c.boot === bootId;
 }
 
 /** The uid range slots this host's claims give to `edgeId`'s sandboxes (this boot's). */

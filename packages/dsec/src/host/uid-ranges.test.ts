@@ -13,6 +13,7 @@ function memoryClaims(): RangeClaims & { owners: Map<number, string> } {
     claim: (slot, edge, sb) => (owners.has(slot) ? false : (owners.set(slot, `${edge}/${sb}`), true)),
     release: (slot, edge, sb) => void (owners.get(slot) === `${edge}/${sb}` && owners.delete(slot)),
     handOver: (slot, edge, from, to) => (owners.get(slot) === `${edge}/${from}` ? (owners.set(slot, `${edge}/${to}`), true) : false),
+    holds: (slot, edge, sb) => owners.get(slot) === `${edge}/${sb}`,
     held: (edge) => [...owners].filter(([, o]) => o.startsWith(`${edge}/`)).map(([slot, o]) => ({ slot, sandboxId: o.slice(edge.length + 1) })),
   };
 }
@@ -51,6 +52,18 @@ describe('uid ranges', () => {
     assert.equal(claims.owners.has(dead.slot), false);
     assert.equal(claims.owners.get(live.slot), 'ea/alive');
     assert.deepEqual(after.slots(), [live.slot]);
+  });
+
+  test("adopting a sandbox reads its own claim, not all of the host's (a restart beside thousands stays linear)", () => {
+    const claims = memoryClaims();
+    let fullReads = 0;
+    const counted: RangeClaims = { ...claims, held: (edge) => (fullReads++, claims.held(edge)) };
+    const before = new UidRangePool('ea', claims);
+    const ranges = Array.from({ length: 200 }, (_, i) => before.take(`s${i}`));
+    const after = new UidRangePool('ea', counted);
+    ranges.forEach((r, i) => assert.equal(after.adopt(`s${i}`, r), true));
+    assert.equal(fullReads, 0, 'each adopt listed every claim on the host');
+    assert.equal(after.adopt('other', rangeOfSlot(ranges[0]!.slot)), false, "another sandbox's range is not adopted");
   });
 
   test('a range held for a namespace made ahead is handed over to a sandbox: never free in between, released with the sandbox', () => {

@@ -1,4 +1,4 @@
-import { claimUidRange, handOverUidRange, releaseUidRange, uidRangesOf } from './host-claims.js';
+import { claimUidRange, handOverUidRange, holdsUidRange, releaseUidRange, uidRangesOf } from './host-claims.js';
 
 /**
  * Host uid/gid ranges for sandboxes that run in a user namespace (edge option `userns`): the
@@ -38,11 +38,13 @@ export interface RangeClaims {
   release(slot: number, edgeId: string, sandboxId: string): void;
   /** Moves a claim from one holder to another of the same edge without a moment unclaimed; false when `fromId` does not hold it. */
   handOver(slot: number, edgeId: string, fromId: string, toId: string): boolean;
+  /** Whether `sandboxId` of `edgeId` holds slot `slot` (one claim read, not the host's all). */
+  holds(slot: number, edgeId: string, sandboxId: string): boolean;
   /** This edge's claims on the host, with the sandbox each is for. */
   held(edgeId: string): { slot: number; sandboxId: string }[];
 }
 
-export const hostRangeClaims: RangeClaims = { claim: claimUidRange, release: releaseUidRange, handOver: handOverUidRange, held: uidRangesOf };
+export const hostRangeClaims: RangeClaims = { claim: claimUidRange, release: releaseUidRange, handOver: handOverUidRange, holds: holdsUidRange, held: uidRangesOf };
 
 /**
  * One edge's uid ranges. No two sandboxes on a host share a range, whichever edge made them, so
@@ -81,7 +83,9 @@ export class UidRangePool {
   /** Records the range of a sandbox adopted after a restart; false when its claim is another's now. */
   adopt(sandboxId: string, range: UidRange): boolean {
     this.#held.set(range.slot, sandboxId);
-    return this.claims.held(this.edgeId).some((c) => c.slot === range.slot && c.sandboxId === sandboxId) || this.claims.claim(range.slot, this.edgeId, sandboxId);
+    // One claim read per adopted sandbox: reading the host's all for each made a restart beside
+    // 5,000 sandboxes quadratic (58.7 ms per adopt with 5,000 claims, ~5 minutes in all).
+    return this.claims.holds(range.slot, this.edgeId, sandboxId) || this.claims.claim(range.slot, this.edgeId, sandboxId);
   }
 
   /** Gives back the range of `sandboxId`, if it has one. */

@@ -15,7 +15,9 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { uidRangesOf } from '../../src/host/host-claims.js';
 import type { SandboxRecord } from '../../src/edge/sandbox-record.js';
-import { DEFAULT_USERNS_POOL } from '../../src/edge/userns-pool.js';
+import { DEFAULT_USERNS_POOL, UsernsPool } from '../../src/edge/userns-pool.js';
+import { hostRangeClaims, UidRangePool } from '../../src/host/uid-ranges.js';
+import { pino } from 'pino';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, mountsBelow, newEdgeId, startDsec, startTestServer, TEST_USERNS, type TestServer } from '../helpers/server.js';
 import { DsecUpChild } from '../reliability/dsec-up-child.js';
 import { must } from './support/harness.js';
@@ -254,3 +256,29 @@ describe('user namespaces made ahead: kill -9 of dsec up with a full pool', { sk
     assert.ok([...claimsOf(edgeId).values()].every((h) => !h.startsWith('userns-pool.')), 'a graceful stop left pool claims');
   });
 });
+
+describe('a pooled namespace whose hand-over fails', { skip, timeout: 60_000 }, () => {
+  test('is dropped (no bind, file or claim left), the error reaches the create, and the pool still closes', async () => {
+    const dataDir = makeDataDir();
+    const edgeId = newEdgeId();
+    const dir = join(dataDir, 'pool');
+    // Real claims and namespaces; only the hand-over fails (a write to /run failing).
+    const ranges = new UidRangePool(edgeId, { ...hostRangeClaims, handOver: () => { throw new Error('EIO: the claims dir failed'); } });
+    const pool = new UsernsPool({ dir, size: 1, ranges, spawner: undefined, log: pino({ level: 'silent' }) });
+    try {
+      pool.clearLeftovers();
+      pool.refill();
+      await pool.settled();
+      assert.equal(pool.ready, 1);
+      assert.throws(() => pool.take('sb-x'), /EIO/);
+      assert.deepEqual(readdirSync(dir), [], 'the dropped namespace left its file');
+      assert.deepEqual(mountsBelow(dir), [], 'the dropped namespace left its bind');
+      assert.deepEqual(uidRangesOf(edgeId), [], 'the dropped namespace kept its range claimed');
+    } finally {
+      await pool.close();
+      assert.deepEqual(uidRangesOf(edgeId), []);
+      await assertCleanAndRemove(dataDir, edgeId);
+    }
+  });
+});
+
