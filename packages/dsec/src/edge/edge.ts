@@ -278,7 +278,9 @@ export class Edge implements EdgeApi {
     if (pooled) this.opts.log.info({ namespaces: pooled }, "removed the user namespaces a previous run had made ahead");
     // Ranges claimed for sandboxes that are gone (cleaned up above, or never started), or for
     // namespaces made ahead (their holder is never a live sandbox).
-    this.uidRanges.reconcile((id) => this.#live.has(id));
+    // A sandbox whose clean-up failed above keeps its dir (for the next start): its files are
+    // still owned by its range, which must not go to a new sandbox meanwhile.
+    this.uidRanges.reconcile((id) => this.#live.has(id) || existsSync(this.records.paths(id).dir));
     this.layerMounts.reconcile([...this.#live.values()].map((l) => l.record.layers));
     this.layerCache.reconcile();
     this.lazyLayers?.reconcile();
@@ -539,6 +541,7 @@ export class Edge implements EdgeApi {
     // it listed (and a kill retries it), never forgotten with its mounts and cgroups still there.
     live.killing = true;
     live.stop.abort();
+    live.journal.close(); // before the processes it notes end: their exits must not write into a dir being removed
     live.processes.killAll();
     live.sessions.closeAll();
     for (const p of live.ptys) p.kill();

@@ -38,9 +38,22 @@ export type Noted = NotedProcess | NotedSession;
  * forgetting it, and kill what is left of it in the sandbox.
  */
 export class ExecJournal {
+  #closed = false;
+
   constructor(readonly dir: string) {}
 
+  /**
+   * No more notes: the sandbox is being torn down. A process killed by the teardown notes its exit
+   * as it ends, and that write (mkdir of the journal's dir, a rename into it) landing while the
+   * sandbox's dir is removed made the removal fail ("Directory not empty": SANDBOX_KILL_FAILED)
+   * or brought the dir back after it.
+   */
+  close(): void {
+    this.#closed = true;
+  }
+
   note(entry: Noted): void {
+    if (this.#closed) return;
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     writeFileAtomic(join(this.dir, `${entry.id}.json`), JSON.stringify(entry), 0o600);
   }
