@@ -509,6 +509,9 @@ static void start_carried(unsigned long long id, char *body, size_t len) {
   if (nchildren == MAX_CHILDREN) return refuse(id, "dsec-spawn: too many tools running");
   int piped = strcmp(fields[0], "pipe") == 0;
   char **dirs = fields + 2, **argv = fields + 2 + ndirs;
+  /* Joining the template resets the cwd to its root: a relative dir would name another place there. */
+  for (int i = 0; i < ndirs; i++)
+    if (dirs[i][0] != '/') return refuse(id, "dsec-spawn: cannot carry: a relative dir");
   int out[2] = { -1, -1 }, err[2] = { -1, -1 }, report[2] = { -1, -1 };
   if ((piped && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) || pipe2(report, O_CLOEXEC) != 0) {
     for (int i = 0; i < 2; i++) {

@@ -1,5 +1,6 @@
  
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { DEFAULT_DATA_DIR } from '@dsec/sdk';
 import { OptionsError, compileOptions, parseListen } from './options.js';
@@ -46,6 +47,11 @@ describe('compileOptions', () => {
   test('DSEC_USERNS_POOL sizes the pool of user namespaces made ahead (default 2); a negative size is refused', () => {
     assert.equal(compileOptions({}, { DSEC_USERNS_POOL: '5' }).usernsPool, 5);
     assert.throws(() => compileOptions({}, { DSEC_USERNS_POOL: '-1' }), OptionsError);
+  });
+
+  test('a relative data dir is made absolute (crun is started from a mount namespace where the cwd is /)', () => {
+    assert.equal(compileOptions({ dataDir: 'rel/dsec' }, {}).dataDir, join(process.cwd(), 'rel/dsec'));
+    assert.equal(compileOptions({}, { DSEC_DATA_DIR: './d' }).dataDir, join(process.cwd(), 'd'));
   });
 
   test('flags win over environment variables', () => {

@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import { Type, type Static } from 'typebox';
 import { Value } from 'typebox/value';
 import { DEFAULT_DATA_DIR } from '@dsec/sdk';
@@ -140,7 +141,11 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   }
   const port = parseListen((withDefaults as ServerOptions).listen).port;
   if (port > 65535) throw new OptionsError(`invalid option /listen: port ${port} is above 65535`);
-  return withDefaults as ServerOptions;
+  const options = withDefaults as ServerOptions;
+  // Absolute from here on: dsec-spawn carries a create's dirs into crun's mount namespace by path,
+  // and joining a mount namespace resets the cwd to its root, so a relative path (--data-dir ./d)
+  // named nothing there and every create fell back to the slow path.
+  return { ...options, dataDir: resolve(options.dataDir) };
 }
 
 export function parseListen(listen: string): { host: string; port: number } {

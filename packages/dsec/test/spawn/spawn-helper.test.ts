@@ -88,23 +88,24 @@ describe('crun through the edge\'s resident spawn helper', { skip: integrationSk
     await c.kill();
     await b.kill();
   });
-  test('a command\'s crun exec is a child of dsec-spawn, not a fork of the edge; the command is in its own cgroup from the start and killed with it', async () => {
+  test("a command's starter (dsec-enter) is a child of dsec-spawn, not a fork of the edge; the command is in its own cgroup from the start and killed with it", async () => {
     const sb = await Sandbox.create({ ...server.conn });
     try {
       const marker = `dsec-spawn-exec-${process.pid}`;
       const proc = await sb.commands.start(['sh', '-c', `sleep 1000 & exec sleep 1001 # ${marker}`]);
       const [helper] = ourSpawnHelpers();
       assert.ok(helper, 'a resident dsec-spawn');
-      const crunExecs = (parent: number): number[] => childrenOf(parent).filter((pid) => {
+      // dsec-enter names the sandbox's cgroup (--cgroup /dsec/<id>); crun exec would end with the id.
+      const starters = (parent: number): number[] => childrenOf(parent).filter((pid) => {
         try {
           const { argv } = procInfo(pid);
-          return argv.includes('exec') && argv[argv.length - 1] === sb.id;
+          return argv[0]!.endsWith('dsec-enter') ? argv.includes(`/dsec/${sb.id}`) : argv.includes('exec') && argv[argv.length - 1] === sb.id;
         } catch {
           return false;
         }
       });
-      assert.equal(crunExecs(helper).length, 1, 'the background command\'s crun exec runs under dsec-spawn');
-      assert.deepEqual(crunExecs(process.pid), [], 'and not under the edge');
+      assert.equal(starters(helper).length, 1, "the background command's starter runs under dsec-spawn");
+      assert.deepEqual(starters(process.pid), [], 'and not under the edge');
       const cg = await sb.commands.run(['sh', '-c', 'grep ^0:: /proc/self/cgroup']);
       assert.match(cg.stdout, /^0::\/cmd-[0-9a-f]+\n$/, 'a command runs in its own command cgroup');
       await proc.kill();
