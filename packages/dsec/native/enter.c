@@ -18,10 +18,13 @@
  *      mount namespace is still the host's: after step 4 those paths are the sandbox's to choose.
  *      Opens the sandbox's init as a pidfd and checks it is that sandbox's init (pid 1 of its
  *      pid namespace, in cgroup /dsec/ID): a pid recycled after the sandbox died is refused.
- *   3. Joins every cgroup the init is in (each v1 hierarchy and the cgroup2 one) as host root,
- *      before it gives up any privilege, as crun exec does. Where each hierarchy is mounted comes
- *      from the --hierarchy options (the edge reads them once: cgroup or cgroup2, the super
- *      options, the mount point, as in mountinfo), else from /proc/self/mountinfo. Not read per
+ *   3. Opens, as host root, the cgroup.procs of every cgroup the init is in that is the sandbox's
+ *      own (each v1 hierarchy and the cgroup2 one); after the fork it moves the command into each
+ *      before the command goes on (a pipe holds it), as crun exec moves its child. It does not
+ *      join them itself: it waits on the host's side, outside the sandbox's processes and limits.
+ *      Where each hierarchy is mounted comes from the --hierarchy options (the edge reads them
+ *      once: cgroup or cgroup2, the super options, the mount point, as in mountinfo), else from
+ *      /proc/self/mountinfo. Not read per
  *      command: on a full node this namespace holds a mount per sandbox, and the kernel
  *      generating their lines for each command grew its start with the sandbox count
  *      (docs/RELIABILITY.md, "A full node").
@@ -293,19 +296,23 @@ static int holds_controllers(const struct hierarchy *h, const char *controllers)
 }
 
 /*
- * Joins the init's cgroup in every hierarchy where it is in the sandbox's own (`cgroup`: the
- * ones crun made for it, the memory, pids and cpu limits among them), as crun exec does; in the
- * others the command stays where this process is, as under crun exec. One of those hierarchies
- * not mounted here is an error: a command must never run outside the sandbox's limits.
+ * Opens, as host root and before any namespace is joined, the cgroup.procs of the init's cgroup in
+ * every hierarchy where it is in the sandbox's own (`cgroup`: the ones crun made for it, the
+ * memory, pids and cpu limits among them); the command is moved into each through them once it is
+ * forked, as crun exec moves its child. In the others the command stays where this process is, as
+ * under crun exec. One of those hierarchies not mounted here is an error: a command must never run
+ * outside the sandbox's limits. This process itself joins none of them: it waits for the command
+ * from the host's side, as crun exec does, so the sandbox never sees it among its processes nor
+ * counts it against its pids limit. Returns how many were opened into fds.
  */
-static void join_cgroups(const struct options *o, long pid, const char *cgroup) {
+static int open_cgroups(const struct options *o, long pid, const char *cgroup, int *fds, int max) {
   static struct hierarchy mounted[64];
   int nmounted = o->nhierarchies ? given_hierarchies(o, mounted, 64) : mounted_hierarchies(mounted, 64);
   char path[64], line[4096];
   snprintf(path, sizeof path, "/proc/%ld/cgroup", pid);
   FILE *f = fopen(path, "re");
   if (!f) die("cannot read the sandbox init's", path);
-  int joined = 0;
+  int opened = 0;
   while (fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = 0;
     /* hierarchy-id:controllers:path */
@@ -321,15 +328,18 @@ static void join_cgroups(const struct options *o, long pid, const char *cgroup) 
       fprintf(stderr, "dsec-enter: the sandbox's cgroup hierarchy %s is not mounted here\n", v2 ? "cgroup2" : controllers);
       _exit(FAILED);
     }
+    if (opened == max) die_plain("the sandbox's init is in more cgroup hierarchies than it handles");
     char procs[8192];
     snprintf(procs, sizeof procs, "%s%s/cgroup.procs", h->mount_point, cgroup);
-    int fd = open(procs, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write(fd, "0", 1) != 1) die("cannot join the sandbox's cgroup", procs);
-    close(fd);
-    joined++;
+    /* The kernel checks a migration against the opener's credentials and cgroup namespace
+     * (since 5.16): host root's here, whatever this process has become by the time it writes. */
+    fds[opened] = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fds[opened] < 0) die("cannot open the sandbox's cgroup", procs);
+    opened++;
   }
   fclose(f);
-  if (!joined) die_plain("the sandbox's init is in none of the sandbox's cgroups");
+  if (!opened) die_plain("the sandbox's init is in none of the sandbox's cgroups");
+  return opened;
 }
 
 /* CLONE_NEW* of each namespace the init is in that this process is not. */
@@ -500,7 +510,11 @@ int main(int argc, char **argv) {
   if (pidfd < 0) die("the sandbox's init is gone: pidfd_open", NULL);
   check_init(o.pid, o.cgroup);
   int flags = namespaces_to_join(o.pid);
-  join_cgroups(&o, o.pid, o.cgroup);
+  int cgroups[64];
+  int ncgroups = open_cgroups(&o, o.pid, o.cgroup, cgroups, 64);
+  /* The command waits on this until it is in the sandbox's cgroups. */
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) != 0) die("pipe2", NULL);
   /* Still the process checked above (a recycled pid would have failed the pidfd). */
   if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0) die("the sandbox's init is gone", NULL);
 
@@ -512,7 +526,29 @@ int main(int argc, char **argv) {
 
   pid_t child = fork();
   if (child < 0) die("fork", NULL);
-  if (child == 0) become_command(&o, last_cap, args, env, loaded);
+  if (child == 0) {
+    close(go[1]);
+    for (int i = 0; i < ncgroups; i++) close(cgroups[i]);
+    char moved;
+    if (read(go[0], &moved, 1) != 1) _exit(FAILED); /* not moved: the parent says why */
+    close(go[0]);
+    become_command(&o, last_cap, args, env, loaded);
+  }
+  close(go[0]);
+  char text[32];
+  int n = snprintf(text, sizeof text, "%d", (int)child);
+  for (int i = 0; i < ncgroups; i++) {
+    if (write(cgroups[i], text, (size_t)n) != n) {
+      int saved = errno;
+      kill(child, SIGKILL);
+      waitpid(child, NULL, 0);
+      errno = saved;
+      die("cannot move the command into the sandbox's cgroup", NULL);
+    }
+    close(cgroups[i]);
+  }
+  if (write(go[1], "1", 1) != 1) die("releasing the command", NULL);
+  close(go[1]);
 
   /* The command's stdio and preserved fds are its own: this process keeps only stderr (for its
    * own errors), so a command that closes its stdin is not kept alive by a reader here. */
@@ -520,8 +556,6 @@ int main(int argc, char **argv) {
   dup2(null, STDOUT_FILENO);
   close(null);
   for (long fd = 3; fd < 3 + o.preserve; fd++) close((int)fd);
-  char text[32];
-  int n = snprintf(text, sizeof text, "%d", (int)child);
   if (write(pid_out, text, (size_t)n) != n) perror("dsec-enter: writing the pid file");
   close(pid_out);
   int status;

@@ -138,6 +138,20 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     for (const ns of ['mnt', 'pid', 'net', 'ipc', 'uts', 'cgroup']) assert.ok(!viaEnter.stdout.includes(`ns ${ns} ${readlinkSync(`/proc/self/ns/${ns}`)}`), `the command is in the host's ${ns} namespace`);
   });
 
+  test("dsec-enter waits outside the sandbox's cgroups (not among its processes, not against its pids limit); the command is inside", async () => {
+    const running = await runningEnter(sb);
+    try {
+      let commandPid = '';
+      assert.ok(await pollUntil(() => (commandPid = runningCommandPid(sb.id)) !== ''), 'no command process under dsec-enter');
+      const starter = Number(readFileSync(`/proc/${commandPid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+      const inSandbox = (pid: number): boolean => readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n').some((l) => l.endsWith(`/dsec/${sb.id}`) || l.includes(`/dsec/${sb.id}/`));
+      assert.equal(inSandbox(Number(commandPid)), true, 'the command is in the sandbox cgroup');
+      assert.equal(inSandbox(starter), false, `its dsec-enter (${starter}) is in the sandbox's cgroups`);
+    } finally {
+      await running.release();
+    }
+  });
+
   test('the command runs in its own command cgroup inside the sandbox cgroup, in every hierarchy crun made for the sandbox', async () => {
     const r = await sb.commands.run(['/bin/cat', '/proc/self/cgroup']);
     const lines = r.stdout.trim().split('\n');
