@@ -3,7 +3,7 @@
  *
  *   dsec-enter --pid PID --cgroup /dsec/ID --spec FILE --pid-file FILE --uid UID --gid GID
  *              --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N]
- *              [--hierarchy 'TYPE SUPER-OPTIONS MOUNT-POINT']...
+ *              --cgroup-dir DIR [--cgroup-dir DIR]...
  *
  * `crun exec` is most of a command's cost in dsec: it loads its libraries, reads the container's
  * state and config.json (JSON), re-reads its own binary, then joins the namespaces one by one.
@@ -18,16 +18,14 @@
  *      mount namespace is still the host's: after step 4 those paths are the sandbox's to choose.
  *      Opens the sandbox's init as a pidfd and checks it is that sandbox's init (pid 1 of its
  *      pid namespace, in cgroup /dsec/ID): a pid recycled after the sandbox died is refused.
- *   3. Opens, as host root, the cgroup.procs of every cgroup the init is in that is the sandbox's
- *      own (each v1 hierarchy and the cgroup2 one); after the fork it moves the command into each
- *      before the command goes on (a pipe holds it), as crun exec moves its child. It does not
- *      join them itself: it waits on the host's side, outside the sandbox's processes and limits.
- *      Where each hierarchy is mounted comes from the --hierarchy options (the edge reads them
- *      once: cgroup or cgroup2, the super options, the mount point, as in mountinfo), else from
- *      /proc/self/mountinfo. Not read per
- *      command: on a full node this namespace holds a mount per sandbox, and the kernel
- *      generating their lines for each command grew its start with the sandbox count
- *      (docs/RELIABILITY.md, "A full node").
+ *   3. Opens, as host root, DIR/cgroup.procs of each --cgroup-dir: the sandbox's cgroup in every
+ *      hierarchy (each v1 controller's and the cgroup2 one), as the edge sees them under
+ *      /sys/fs/cgroup, which is where crun made them. After the fork it moves the command into each
+ *      before the command goes on (a pipe holds it), as crun exec moves its child. It does not join
+ *      them itself: it waits on the host's side, outside the sandbox's processes and limits. The
+ *      paths come from the edge rather than from /proc/<init>/cgroup, which names cgroups from the
+ *      hierarchy's root: where /sys/fs/cgroup/memory is a container's cgroup bound there (an edge
+ *      in a container), those names are not paths under it, and the memory limit was missed.
  *   4. Makes itself non-dumpable (nothing in the sandbox may ptrace or open /proc/<pid>/ of a
  *      process that is still this host binary), sets RLIMIT_NOFILE, and joins every namespace of
  *      the init that differs from its own (user, mount, pid, network, IPC, UTS, cgroup) in one
@@ -86,8 +84,8 @@ struct options {
   long pid, uid, gid, nofile, preserve;
   unsigned long long caps;
   const char *cgroup, *spec, *pid_file, *cwd, *seccomp;
-  const char *hierarchies[64];
-  int nhierarchies;
+  const char *cgroup_dirs[64];
+  int ncgroup_dirs;
 };
 
 static long number(const char *flag, const char *text, long min, long max) {
@@ -118,9 +116,10 @@ static void parse(int argc, char **argv, struct options *o) {
     else if (!strcmp(f, "--pid-file")) o->pid_file = v;
     else if (!strcmp(f, "--cwd")) o->cwd = v;
     else if (!strcmp(f, "--seccomp")) o->seccomp = v;
-    else if (!strcmp(f, "--hierarchy")) {
-      if (o->nhierarchies >= 64) die_plain("at most 64 --hierarchy options");
-      o->hierarchies[o->nhierarchies++] = v;
+    else if (!strcmp(f, "--cgroup-dir")) {
+      if (o->ncgroup_dirs >= 64) die_plain("at most 64 --cgroup-dir options");
+      if (v[0] != '/') die_plain("--cgroup-dir takes an absolute path");
+      o->cgroup_dirs[o->ncgroup_dirs++] = v;
     }
     else if (!strcmp(f, "--caps")) {
       char *end;
@@ -133,8 +132,8 @@ static void parse(int argc, char **argv, struct options *o) {
       _exit(FAILED);
     }
   }
-  if (o->pid < 0 || o->uid < 0 || o->gid < 0 || o->nofile < 0 || !have_caps || !o->cgroup || !o->spec || !o->pid_file || !o->cwd) {
-    die_plain("usage: dsec-enter --pid PID --cgroup /dsec/ID --spec FILE --pid-file FILE --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--hierarchy 'TYPE SUPER-OPTIONS MOUNT-POINT']...");
+  if (o->pid < 0 || o->uid < 0 || o->gid < 0 || o->nofile < 0 || !have_caps || !o->cgroup || !o->spec || !o->pid_file || !o->cwd || o->ncgroup_dirs == 0) {
+    die_plain("usage: dsec-enter --pid PID --cgroup /dsec/ID --spec FILE --pid-file FILE --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] --cgroup-dir DIR [--cgroup-dir DIR]...");
   }
 }
 
@@ -205,7 +204,7 @@ static int proc_line(const char *path, const char *prefix, char *out, size_t siz
 /*
  * Whether the pid is the sandbox's init: pid 1 in the innermost pid namespace it is in (the last
  * field of NSpid) and in cgroup `cgroup` itself (its cgroup2 path, or on a v1-only host a
- * hierarchy's). The edge's own record gave the pid; this guards the window where the sandbox
+ * hierarchy's, ending with it). The edge's own record gave the pid; this guards the window where the sandbox
  * died and the number went to another process.
  */
 static void check_init(long pid, const char *cgroup) {
@@ -224,7 +223,9 @@ static void check_init(long pid, const char *cgroup) {
     rel = rel ? strchr(rel + 1, ':') : NULL;
     if (!rel) continue;
     rel++;
-    int match = !strcmp(rel, cgroup);
+    /* Ends with it: a hierarchy whose root is a container's cgroup names the path below that root's own. */
+    size_t nrel = strlen(rel), ncg = strlen(cgroup);
+    int match = nrel >= ncg && !strcmp(rel + nrel - ncg, cgroup);
     if (!strncmp(line, "0::", 3)) v2 = 1, v2_match = match;
     else v1++, v1_match += match;
   }
@@ -232,114 +233,20 @@ static void check_init(long pid, const char *cgroup) {
   if (v2 ? !v2_match : (v1 == 0 || v1_match == 0)) die_plain("the pid given is not in the sandbox's cgroup: the sandbox has stopped");
 }
 
-/* A cgroup hierarchy mounted here: its mount point, and cgroup2 or its v1 super options. */
-struct hierarchy {
-  char mount_point[4096];
-  char options[1024];
-  int v2;
-};
-
-/* One mount, whole hierarchies only (a mount of a subtree would need its root subtracted). */
-static int add_hierarchy(struct hierarchy *h, const char *type, const char *super, const char *mount_point) {
-  int v2 = !strcmp(type, "cgroup2");
-  if (!v2 && strcmp(type, "cgroup") != 0) return 0;
-  snprintf(h->mount_point, sizeof h->mount_point, "%s", mount_point);
-  snprintf(h->options, sizeof h->options, ",%s,", super);
-  h->v2 = v2;
-  return 1;
-}
-
-/* The hierarchies the edge named: each 'TYPE SUPER-OPTIONS MOUNT-POINT' (no field holds a space: mountinfo escapes them). */
-static int given_hierarchies(const struct options *o, struct hierarchy *out, int max) {
-  int n = 0;
-  for (int i = 0; i < o->nhierarchies && n < max; i++) {
-    char copy[8192], *save = NULL;
-    snprintf(copy, sizeof copy, "%s", o->hierarchies[i]);
-    char *type = strtok_r(copy, " ", &save), *super = strtok_r(NULL, " ", &save), *mp = strtok_r(NULL, "", &save);
-    if (!type || !super || !mp || mp[0] != '/') die_plain("--hierarchy takes 'TYPE SUPER-OPTIONS MOUNT-POINT'");
-    n += add_hierarchy(&out[n], type, super, mp);
-  }
-  return n;
-}
-
-static int mounted_hierarchies(struct hierarchy *out, int max) {
-  FILE *mi = fopen("/proc/self/mountinfo", "re");
-  if (!mi) die("cannot read", "/proc/self/mountinfo");
-  char line[8192];
-  int n = 0;
-  while (n < max && fgets(line, sizeof line, mi)) {
-    /* id parent major:minor root mount-point options [optional...] - type source super-options */
-    char *fields[5] = { 0 }, *save = NULL, *tok = strtok_r(line, " \n", &save);
-    for (int i = 0; tok && i < 5; i++, tok = strtok_r(NULL, " \n", &save)) fields[i] = tok;
-    while (tok && strcmp(tok, "-")) tok = strtok_r(NULL, " \n", &save);
-    char *type = tok ? strtok_r(NULL, " \n", &save) : NULL;
-    char *source = type ? strtok_r(NULL, " \n", &save) : NULL;
-    char *super = source ? strtok_r(NULL, " \n", &save) : NULL;
-    if (!fields[4] || !super || strcmp(fields[3], "/") != 0) continue;
-    n += add_hierarchy(&out[n], type, super, fields[4]);
-  }
-  fclose(mi);
-  return n;
-}
-
-/* Whether a v1 mount's super options name every controller of `controllers` ("cpu,cpuacct"). */
-static int holds_controllers(const struct hierarchy *h, const char *controllers) {
-  char copy[1024], item[1100], *save = NULL;
-  snprintf(copy, sizeof copy, "%s", controllers);
-  int any = 0;
-  for (char *c = strtok_r(copy, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
-    snprintf(item, sizeof item, ",%s,", c);
-    if (!strstr(h->options, item)) return 0;
-    any = 1;
-  }
-  return any;
-}
-
 /*
- * Opens, as host root and before any namespace is joined, the cgroup.procs of the init's cgroup in
- * every hierarchy where it is in the sandbox's own (`cgroup`: the ones crun made for it, the
- * memory, pids and cpu limits among them); the command is moved into each through them once it is
- * forked, as crun exec moves its child. In the others the command stays where this process is, as
- * under crun exec. One of those hierarchies not mounted here is an error: a command must never run
- * outside the sandbox's limits. This process itself joins none of them: it waits for the command
- * from the host's side, as crun exec does, so the sandbox never sees it among its processes nor
- * counts it against its pids limit. Returns how many were opened into fds.
+ * Opens, as host root and before any namespace is joined, DIR/cgroup.procs of each --cgroup-dir
+ * (see step 3). The kernel checks a migration against the opener's credentials and cgroup
+ * namespace (since 5.16): host root's here, whatever this process has become by the time it
+ * writes. A cgroup that is not there is an error: a command must never run outside the
+ * sandbox's limits.
  */
-static int open_cgroups(const struct options *o, long pid, const char *cgroup, int *fds, int max) {
-  static struct hierarchy mounted[64];
-  int nmounted = o->nhierarchies ? given_hierarchies(o, mounted, 64) : mounted_hierarchies(mounted, 64);
-  char path[64], line[4096];
-  snprintf(path, sizeof path, "/proc/%ld/cgroup", pid);
-  FILE *f = fopen(path, "re");
-  if (!f) die("cannot read the sandbox init's", path);
-  int opened = 0;
-  while (fgets(line, sizeof line, f)) {
-    line[strcspn(line, "\n")] = 0;
-    /* hierarchy-id:controllers:path */
-    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2 || strcmp(c2 + 1, cgroup) != 0) continue;
-    *c2 = 0;
-    const char *controllers = c1 + 1;
-    int v2 = controllers[0] == 0;
-    const struct hierarchy *h = NULL;
-    for (int i = 0; i < nmounted && !h; i++)
-      if (v2 ? mounted[i].v2 : (!mounted[i].v2 && holds_controllers(&mounted[i], controllers))) h = &mounted[i];
-    if (!h) {
-      fprintf(stderr, "dsec-enter: the sandbox's cgroup hierarchy %s is not mounted here\n", v2 ? "cgroup2" : controllers);
-      _exit(FAILED);
-    }
-    if (opened == max) die_plain("the sandbox's init is in more cgroup hierarchies than it handles");
+static void open_cgroups(const struct options *o, int *fds) {
+  for (int i = 0; i < o->ncgroup_dirs; i++) {
     char procs[8192];
-    snprintf(procs, sizeof procs, "%s%s/cgroup.procs", h->mount_point, cgroup);
-    /* The kernel checks a migration against the opener's credentials and cgroup namespace
-     * (since 5.16): host root's here, whatever this process has become by the time it writes. */
-    fds[opened] = open(procs, O_WRONLY | O_CLOEXEC);
-    if (fds[opened] < 0) die("cannot open the sandbox's cgroup", procs);
-    opened++;
+    snprintf(procs, sizeof procs, "%s/cgroup.procs", o->cgroup_dirs[i]);
+    fds[i] = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fds[i] < 0) die("cannot open the sandbox's cgroup", procs);
   }
-  fclose(f);
-  if (!opened) die_plain("the sandbox's init is in none of the sandbox's cgroups");
-  return opened;
 }
 
 /* CLONE_NEW* of each namespace the init is in that this process is not. */
@@ -511,7 +418,8 @@ int main(int argc, char **argv) {
   check_init(o.pid, o.cgroup);
   int flags = namespaces_to_join(o.pid);
   int cgroups[64];
-  int ncgroups = open_cgroups(&o, o.pid, o.cgroup, cgroups, 64);
+  int ncgroups = o.ncgroup_dirs;
+  open_cgroups(&o, cgroups);
   /* The command waits on this until it is in the sandbox's cgroups. */
   int go[2];
   if (pipe2(go, O_CLOEXEC) != 0) die("pipe2", NULL);

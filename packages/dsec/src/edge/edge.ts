@@ -17,7 +17,7 @@ import { openContainerSession } from '../exec/container-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import {
-  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTreeSettled, removeEmptyCgroup, sandboxUsage,
+  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTreeSettled, removeEmptyCgroup, sandboxCgroupDirs, sandboxUsage,
 } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
 import type { Link } from '../net/address-pool.js';
@@ -584,7 +584,8 @@ export class Edge implements EdgeApi {
     const paths = this.records.paths(record.id);
     // Commands start through dsec-enter when the sandbox's seccomp program is at hand to load into
     // each (a sandbox whose profile crun compiled, or one from before, goes through crun exec).
-    const enter = record.pid && this.crun.spawner && existsSync(paths.seccompBpf) ? { initPid: record.pid, seccompFile: paths.seccompBpf } : undefined;
+    const cgroupDirs = record.pid && this.crun.spawner && existsSync(paths.seccompBpf) ? sandboxCgroupDirs(record.id) : [];
+    const enter = record.pid && cgroupDirs.length ? { initPid: record.pid, seccompFile: paths.seccompBpf, cgroupDirs } : undefined;
     const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env, enter };
     const journal = new ExecJournal(join(paths.scratch, 'journal'));
     return { record, target, journal, processes: new ProcessTable(record.id, journal), sessions: new SessionTable(record.id, journal), ptys: new Set(), ports: new Set(), stop: new AbortController() };

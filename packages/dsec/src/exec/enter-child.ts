@@ -1,5 +1,5 @@
 import { writeFileSync } from 'node:fs';
-import { CGROUP_PARENT, cgroupHierarchyMounts } from '../host/cgroups.js';
+import { CGROUP_PARENT } from '../host/cgroups.js';
 import type { FdPlan } from '../host/helper-child.js';
 import { ENTER_BINARY } from '../host/native-helpers.js';
 import type { SpawnHelper } from '../host/spawn-helper.js';
@@ -15,6 +15,8 @@ import type { ExecChild } from './crun-exec-child.js';
 export interface EnterTarget {
   initPid: number;
   seccompFile: string;
+  /** The sandbox's cgroup in each hierarchy (host/cgroups.ts sandboxCgroupDirs), read once when it became live. */
+  cgroupDirs: string[];
 }
 
 export interface EnterOptions {
@@ -62,7 +64,7 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     '--nofile', String(SANDBOX_NOFILE),
     '--seccomp', opts.enter.seccompFile,
     '--preserve-fds', String(preserved),
-    ...cgroupHierarchyMounts().flatMap((h) => ['--hierarchy', h]),
+    ...opts.enter.cgroupDirs.flatMap((d) => ['--cgroup-dir', d]),
   ];
   const plan: FdPlan[] = [opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');

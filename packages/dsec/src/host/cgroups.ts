@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, readdirSync, rmdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, rmdirSync, type Dirent } from 'node:fs';
 import { join } from 'node:path';
 
 export const CGROUP_ROOT = '/sys/fs/cgroup';
@@ -8,29 +8,25 @@ export const V1_CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct', 'cpuset', 'de
 export const CGROUP_PARENT = 'dsec';
 
 /**
- * The cgroup hierarchies mounted in this mount namespace (the edge's, where dsec-spawn starts
- * dsec-enter), as dsec-enter's --hierarchy takes them: 'TYPE SUPER-OPTIONS MOUNT-POINT', each
- * field as mountinfo spells it, in mountinfo's order. Read once per process, not per command: on
- * a full node the namespace holds a mount per sandbox, and reading them all for every command
- * grew a command's start with the sandbox count (docs/RELIABILITY.md, "A full node"). The
- * hierarchies are mounted before the edge starts (the doctor mounts any missing one).
+ * A sandbox's cgroup in every hierarchy, as this process sees them under /sys/fs/cgroup (where
+ * crun made them from the sandbox's cgroupsPath): each v1 controller's dir and the cgroup2 one
+ * (`unified/` on the hybrid layout, or the root itself on a cgroup2-only host). Links between
+ * controller names (cpu → cpu,cpuacct) are skipped so each hierarchy is named once. What
+ * dsec-enter moves a command into.
  */
-export function cgroupHierarchyMounts(): readonly string[] {
-  hierarchyMounts ??= parseCgroupHierarchyMounts(readFileSync('/proc/self/mountinfo', 'utf8'));
-  return hierarchyMounts;
-}
-
-let hierarchyMounts: string[] | undefined;
-
-/** Whole cgroup and cgroup2 mounts of a mountinfo text (a subtree's mount would need its root subtracted). */
-export function parseCgroupHierarchyMounts(mountinfo: string): string[] {
-  const out: string[] = [];
-  for (const line of mountinfo.split('\n')) {
-    const [pre, post] = line.split(' - ');
-    const fields = pre?.split(' ') ?? [];
-    const [type, , superOptions] = post?.split(' ') ?? [];
-    if ((type !== 'cgroup' && type !== 'cgroup2') || fields[3] !== '/' || !fields[4] || !superOptions) continue;
-    out.push(`${type} ${superOptions} ${fields[4]}`);
+export function sandboxCgroupDirs(id: string): string[] {
+  const rel = join(CGROUP_PARENT, id);
+  const out: string[] = existsSync(join(CGROUP_ROOT, rel, 'cgroup.procs')) ? [join(CGROUP_ROOT, rel)] : [];
+  let entries: Dirent[] = [];
+  try {
+    entries = readdirSync(CGROUP_ROOT, { withFileTypes: true });
+  } catch {
+    // no cgroup filesystem here
+  }
+  for (const e of entries) {
+    if (!e.isDirectory()) continue; // links (cpu → cpu,cpuacct) and files
+    const dir = join(CGROUP_ROOT, e.name, rel);
+    if (existsSync(join(dir, 'cgroup.procs'))) out.push(dir);
   }
   return out;
 }

@@ -165,6 +165,8 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     const init = flag(running.argv, '--pid');
     const cgroup = flag(running.argv, '--cgroup');
     const seccomp = flag(running.argv, '--seccomp');
+    const cgroupDirs = running.argv.flatMap((a, i) => (a === '--cgroup-dir' ? ['--cgroup-dir', running.argv[i + 1]!] : []));
+    assert.ok(cgroupDirs.length >= 2, `dsec-enter was given the sandbox's cgroup dirs: ${running.argv.join(' ')}`);
     const dir = join(flag(running.argv, '--spec'), '..');
     // A process in the sandbox that is not its init: the command (the child of its dsec-enter).
     let commandPid = '';
@@ -173,7 +175,7 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     const spec = join(dir, `refused-${randomBytes(4).toString('hex')}.spec`);
     writeFileSync(spec, enterSpec(['/bin/touch', marker], ['PATH=/usr/bin:/bin']), { mode: 0o600 });
     const enter = (pid: string, cg: string): ReturnType<typeof runTool> =>
-      runTool(ENTER_BINARY, ['--pid', pid, '--cgroup', cg, '--spec', spec, '--pid-file', `${spec}.pid`, '--uid', '0', '--gid', '0', '--cwd', '/', '--caps', '0', '--nofile', '1024', '--seccomp', seccomp]);
+      runTool(ENTER_BINARY, ['--pid', pid, '--cgroup', cg, '--spec', spec, '--pid-file', `${spec}.pid`, '--uid', '0', '--gid', '0', '--cwd', '/', '--caps', '0', '--nofile', '1024', '--seccomp', seccomp, ...cgroupDirs]);
     const notInit = await enter(commandPid, cgroup);
     await running.release();
     assert.equal(notInit.code, 255, `a sandbox process that is not the init (${commandPid})`);

@@ -226,6 +226,11 @@ function enterArgvs(sandboxId: string): string[][] {
     .filter((argv) => argv[0]?.endsWith('dsec-enter'));
 }
 
+/** Every `--cgroup-dir DIR` of a dsec-enter argv, as flags again. */
+function cgroupDirFlags(argv: string[]): string[] {
+  return argv.flatMap((a, i) => (a === '--cgroup-dir' && argv[i + 1] ? ['--cgroup-dir', argv[i + 1]!] : []));
+}
+
 function flag(argv: string[], name: string): string {
   const i = argv.indexOf(name);
   assert.ok(i >= 0 && argv[i + 1] !== undefined, `dsec-enter was started without ${name}: ${argv.join(' ')}`);
@@ -302,7 +307,7 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     const spec = join(flag(argv!, '--spec'), '..', `direct-${tag}.spec`);
     writeFileSync(spec, enterSpec(cmd, ['PATH=/usr/bin:/bin']), { mode: 0o600 });
     try {
-      const opts = ['--pid', '--cgroup', '--uid', '--gid', '--caps', '--nofile', '--seccomp'].flatMap((f) => [f, flag(argv!, f)]);
+      const opts = [...['--pid', '--cgroup', '--uid', '--gid', '--caps', '--nofile', '--seccomp'].flatMap((f) => [f, flag(argv!, f)]), ...cgroupDirFlags(argv!)];
       return await runTool(ENTER_BINARY, [...opts, '--spec', spec, '--pid-file', `${spec}.pid`, '--cwd', cwd], { signal: AbortSignal.timeout(20_000) });
     } finally {
       rmSync(spec, { force: true });
