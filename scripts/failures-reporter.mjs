@@ -10,8 +10,11 @@ function onlyItsSubtestsFailed(data) {
 
 /** The error's message on one line, cut at 400 characters (an assertion's diff spans several lines). */
 function oneLine(error) {
-  const cause = error?.cause ?? error;
-  const text = String(cause?.message ?? cause ?? 'failed').replace(/\s+/g, ' ').trim();
+  // The test's own error is the cause; one that lost its message on the way (a DOMException from
+  // AbortSignal.timeout arrives as a plain object) falls back to the runner's message for it.
+  const cause = error?.cause;
+  const message = typeof cause === 'string' ? cause : cause?.message ?? error?.message ?? 'failed';
+  const text = String(message).replace(/\s+/g, ' ').trim();
   return (text || 'failed').slice(0, 400);
 }
 
