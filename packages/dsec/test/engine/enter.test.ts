@@ -17,7 +17,7 @@ import { runTool } from '../../src/host/run-tool.js';
 import { MNT_DETACH, mount, umount } from '../../src/host/syscalls.js';
 import { enterSpec } from '../../src/exec/enter-child.js';
 import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
-import { hostCrunProcesses, hostExecStarters, pollUntil } from './support/sandbox-procs.js';
+import { cgroupDirFlags, enterArgvs, flag, hostCrunProcesses, hostExecStarters, pollUntil } from './support/sandbox-procs.js';
 
 /** Extra mounts made in the edge's namespace: ~100 KiB of mount table; dsec-enter's own reads are ~8 KiB. */
 const EXTRA_MOUNTS = 1000;
@@ -33,18 +33,6 @@ const PROBE = [
   'echo cwd $(pwd)',
 ].join('; ');
 
-/** The argv of the dsec-enter processes of a sandbox now running (one per running command). */
-function enterArgvs(sandboxId: string): string[][] {
-  return hostExecStarters(sandboxId)
-    .map((pid) => {
-      try {
-        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-      } catch {
-        return [];
-      }
-    })
-    .filter((argv) => argv[0]?.endsWith('dsec-enter'));
-}
 
 /** The host pid of a command that a dsec-enter of the sandbox started and that has exec'd, or ''. */
 function runningCommandPid(sandboxId: string): string {
@@ -68,11 +56,6 @@ function isEnter(pid: number): boolean {
   }
 }
 
-function flag(argv: string[], name: string): string {
-  const i = argv.indexOf(name);
-  assert.ok(i >= 0 && argv[i + 1] !== undefined, `dsec-enter was started without ${name}: ${argv.join(' ')}`);
-  return argv[i + 1]!;
-}
 
 /** A running background command's dsec-enter argv (the command waits for a file that `release` makes). */
 async function runningEnter(sb: Sandbox): Promise<{ argv: string[]; release: () => Promise<void> }> {
@@ -165,7 +148,7 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     const init = flag(running.argv, '--pid');
     const cgroup = flag(running.argv, '--cgroup');
     const seccomp = flag(running.argv, '--seccomp');
-    const cgroupDirs = running.argv.flatMap((a, i) => (a === '--cgroup-dir' ? ['--cgroup-dir', running.argv[i + 1]!] : []));
+    const cgroupDirs = cgroupDirFlags(running.argv);
     assert.ok(cgroupDirs.length >= 2, `dsec-enter was given the sandbox's cgroup dirs: ${running.argv.join(' ')}`);
     const dir = join(flag(running.argv, '--spec'), '..');
     // A process in the sandbox that is not its init: the command (the child of its dsec-enter).

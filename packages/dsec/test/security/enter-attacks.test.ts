@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, sandboxCgroupDir, useServerAndSandbox, type TestServer } from '../helpers/server.js';
-import { hostExecStarters, pollUntil } from '../engine/support/sandbox-procs.js';
+import { cgroupDirFlags, enterArgvs, flag, hostExecStarters, pollUntil } from '../engine/support/sandbox-procs.js';
 import { attack, must } from './support/harness.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { runTool, type ToolResult } from '../../src/host/run-tool.js';
@@ -213,29 +213,8 @@ function compileAttacker(): Buffer | string {
 
 const ATTACKER = '/usr/local/bin/attacker';
 
-/** The argv of the dsec-enter processes of a sandbox now running (one per running command). */
-function enterArgvs(sandboxId: string): string[][] {
-  return hostExecStarters(sandboxId)
-    .map((pid) => {
-      try {
-        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-      } catch {
-        return [];
-      }
-    })
-    .filter((argv) => argv[0]?.endsWith('dsec-enter'));
-}
 
-/** Every `--cgroup-dir DIR` of a dsec-enter argv, as flags again. */
-function cgroupDirFlags(argv: string[]): string[] {
-  return argv.flatMap((a, i) => (a === '--cgroup-dir' && argv[i + 1] ? ['--cgroup-dir', argv[i + 1]!] : []));
-}
 
-function flag(argv: string[], name: string): string {
-  const i = argv.indexOf(name);
-  assert.ok(i >= 0 && argv[i + 1] !== undefined, `dsec-enter was started without ${name}: ${argv.join(' ')}`);
-  return argv[i + 1]!;
-}
 /** A command's HOME when the sandbox's /etc/passwd gives none (as crun sets it). */
 const NO_HOME = '/';
 

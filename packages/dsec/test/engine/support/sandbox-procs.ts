@@ -92,3 +92,28 @@ export function hostExecStarters(sandboxId: string): number[] {
     .map((p) => p.pid)
     .sort((a, b) => a - b);
 }
+
+/** The argv of the dsec-enter processes of a sandbox now running (one per running command). */
+export function enterArgvs(sandboxId: string): string[][] {
+  return hostExecStarters(sandboxId)
+    .map((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+      } catch {
+        return [];
+      }
+    })
+    .filter((argv) => argv[0]?.endsWith('dsec-enter'));
+}
+
+/** The value of option `name` in a dsec-enter argv (asserting it is there). */
+export function flag(argv: string[], name: string): string {
+  const i = argv.indexOf(name);
+  assert.ok(i >= 0 && argv[i + 1] !== undefined, `dsec-enter was started without ${name}: ${argv.join(' ')}`);
+  return argv[i + 1]!;
+}
+
+/** Every `--cgroup-dir DIR` of a dsec-enter argv, as flags again. */
+export function cgroupDirFlags(argv: string[]): string[] {
+  return argv.flatMap((a, i) => (a === '--cgroup-dir' && argv[i + 1] ? ['--cgroup-dir', argv[i + 1]!] : []));
+}
