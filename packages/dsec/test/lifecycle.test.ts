@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { InvalidRequestError, NotFoundError, Sandbox, type SandboxInfo } from '@dsec/sdk';
+import { v1Hierarchies } from '../src/host/cgroups.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import { integrationSkipReason, sandboxCgroupDir, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call, expectWireError } from './helpers/wire.js';
@@ -75,6 +76,21 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     const r = await sb.commands.run('cat /sys/fs/cgroup/memory/memory.limit_in_bytes');
     assert.equal(r.exitCode, 0, r.stderr);
     assert.equal(Number(r.stdout.trim()), 64 * MiB);
+  });
+
+  test('each v1 cgroup hierarchy inside is the sandbox\'s own cgroup (its init and the command are in it), read-only', async (t) => {
+    const names = v1Hierarchies();
+    if (!names.length) return t.skip('this host has no v1 cgroup hierarchy (cgroup2 only): crun mounts cgroup2 itself');
+    // The edge binds each from the sandbox's dir (edge/oci-config.ts) instead of crun mounting a
+    // cgroupfs per hierarchy: a wrong source (the hierarchy's root, another sandbox's dir) lists
+    // neither the init (pid 1 in the sandbox's pid namespace) nor this shell.
+    const script = names.map((h) => `if grep -qx 1 /sys/fs/cgroup/${h}/cgroup.procs && grep -qx $$ /sys/fs/cgroup/${h}/cgroup.procs; then echo ${h}; fi`);
+    const r = await sb.commands.run([...script, 'mkdir /sys/fs/cgroup/pids/x 2>&1 || true', 'cat /sys/fs/cgroup/pids/pids.max'].join('\n'));
+    assert.equal(r.exitCode, 0, r.stderr);
+    const lines = r.stdout.trim().split('\n');
+    assert.deepEqual(lines.slice(0, names.length), names, `hierarchies that are the sandbox's own:\n${r.stdout}`);
+    assert.match(lines[names.length] ?? '', /Read-only file system/);
+    assert.equal(lines[names.length + 1], '100');
   });
 
   test('a command that allocates past the memory limit is OOM-killed; the sandbox survives', async () => {

@@ -17,7 +17,7 @@ import { openContainerSession } from '../exec/container-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import {
-  CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTreeSettled, removeEmptyCgroup, sandboxCgroupDirs, sandboxUsage,
+  CGROUP_PARENT, cgroupPids, cloneCpusetIntoSandboxes, killCgroupProcesses, listSandboxCgroups, removeCgroupTreeSettled, removeEmptyCgroup, sandboxCgroupDirs, sandboxUsage, v1Hierarchies,
 } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
 import type { Link } from '../net/address-pool.js';
@@ -50,6 +50,7 @@ import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { LazyLayers } from './lazy/lazy-layers.js';
 import { clearDeadDaemonMount, liveDaemonPid, type ChunkSource } from './lazy/chunk-daemon.js';
 import { buildOciConfig, LANDLOCK_PATH } from './oci-config.js';
+import { unmountSandboxDir } from './sandbox-unmount.js';
 import { refreshLandlockBinary } from './helper-binds.js';
 import { defaultSeccompProfile } from './seccomp.js';
 import { compileSeccompProfile } from './seccomp-bpf.js';
@@ -139,6 +140,8 @@ export class Edge implements EdgeApi {
   #stopStartingTools: (() => void) | undefined;
   /** The seccomp profile compiled once, at start (base64 BPF for crun), or undefined: crun compiles it per create. */
   #seccompBpf: string | undefined;
+  /** The v1 cgroup hierarchies bound into each sandbox (host/cgroups.ts v1Hierarchies), read at start. */
+  #cgroupHierarchies: string[] | undefined;
   /** Host uid ranges of this edge's user-namespaced sandboxes, claimed host-wide. */
   readonly uidRanges: UidRangePool;
   /** User namespaces made ahead, so a create need not wait for dsec-idmap (empty without `userns`). */
@@ -219,6 +222,11 @@ export class Edge implements EdgeApi {
     // Then, before anything is touched: without crun's listing every live sandbox would look dead.
     const running = new Map((await this.#listContainers()).map((c) => [c.id, c]));
     await this.#compileSeccomp();
+    // After doctor's mounts (it mounts a v1 hierarchy crun would look for and not find).
+    this.#cgroupHierarchies = v1Hierarchies();
+    if (this.#cgroupHierarchies.includes('cpuset') && !cloneCpusetIntoSandboxes()) {
+      this.opts.log.warn('could not set cgroup.clone_children on dsec\'s cpuset parent: creates cost more as the node fills');
+    }
     // Staging left by a crash (a snapshot's copy of a tree the sandbox shaped: any depth).
     await removeTree(this.#tmpDir);
     mkdirSync(this.#tmpDir, { recursive: true });
@@ -508,7 +516,8 @@ export class Edge implements EdgeApi {
       // In a user namespace crun binds each volume from its id-mapped mount in the sandbox dir.
       const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
       const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
-      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, ...userns })));
+      const cgroupHierarchies = (this.#cgroupHierarchies ??= v1Hierarchies());
+      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, cgroupHierarchies, ...userns })));
       if (this.#seccompBpf) writeFileSync(paths.seccompBpf, Buffer.from(this.#seccompBpf, 'base64'), { mode: 0o600 });
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile, binds.map((b) => b.source));
       if (range) tryUnmount(paths.userns); // the container's processes hold the namespace now
@@ -568,10 +577,12 @@ export class Edge implements EdgeApi {
     await this.crun.delete(id);
     const stray = await killCgroupProcesses(`${CGROUP_PARENT}/${id}`);
     if (stray) this.opts.log.warn({ sandbox: id, killed: stray }, 'killed processes crun no longer tracked');
-    for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
+    const stuck = unmountSandboxDir(paths.dir);
     const left = await removeCgroupTreeSettled(`${CGROUP_PARENT}/${id}`);
     if (left.length) this.opts.log.warn({ sandbox: id, cgroups: left }, 'cgroups still busy after the teardown');
     await detachLink(id); // normally gone with the netns; a crash may leave the host end
+    // Never a recursive delete through a mount still there (a volume's data is bound in it).
+    if (stuck.length) throw new Error(`still mounted after unmounting: ${stuck.join(', ')}`);
     if (releaseLayers) {
       for (const l of layers) this.layerMounts.release(l);
       onReleased?.(); // a retried teardown must not release them twice

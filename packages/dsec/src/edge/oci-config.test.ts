@@ -107,6 +107,21 @@ describe('buildOciConfig', () => {
     assert.ok(by('/sys/fs/cgroup')?.options?.includes('ro'));
   });
 
+  test('v1 hierarchies are bound read-only from the sandbox\'s own cgroup dirs, after the cgroup mount (crun then mounts no cgroupfs of its own for them)', () => {
+    const c = buildOciConfig({
+      id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 }, cgroupParent: 'bench-x', cgroupHierarchies: ['memory', 'systemd'],
+    }) as unknown as Config;
+    assert.equal(c.linux.cgroupsPath, '/bench-x/sb-local-abcdefghijklm');
+    const cgroupAt = c.mounts.findIndex((m) => m.destination === '/sys/fs/cgroup');
+    const binds = c.mounts.slice(cgroupAt + 1, cgroupAt + 3);
+    assert.deepEqual(binds.map((m) => [m.destination, m.type, m.source]), [
+      ['/sys/fs/cgroup/memory', 'bind', '/sys/fs/cgroup/memory/bench-x/sb-local-abcdefghijklm'],
+      ['/sys/fs/cgroup/systemd', 'bind', '/sys/fs/cgroup/systemd/bench-x/sb-local-abcdefghijklm'],
+    ]);
+    for (const b of binds) for (const o of ['ro', 'nosuid', 'noexec', 'nodev']) assert.ok(b.options?.includes(o), `${b.destination} lacks ${o}`);
+    assert.equal(build().mounts.filter((m) => m.destination.startsWith('/sys/fs/cgroup/')).length, 0, 'none without hierarchies (a cgroup2-only host)');
+  });
+
   test('the init env is the image env merged with the create env', () => {
     const env = build(undefined, { LANG: 'C.UTF-8', EXTRA: '1' }).process.env;
     assert.deepEqual(env, ['PATH=/usr/bin:/bin', 'HOME=/root', 'LANG=C.UTF-8', 'EXTRA=1']);

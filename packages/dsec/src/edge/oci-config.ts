@@ -1,5 +1,5 @@
 import type { ImageConfig } from '@dsec/sdk/schema';
-import { CGROUP_PARENT } from '../host/cgroups.js';
+import { CGROUP_PARENT, CGROUP_ROOT } from '../host/cgroups.js';
 import { LANDLOCK_BINARY } from '../host/native-helpers.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../host/node-memory.js';
 import type { SandboxLimits } from './edge-api.js';
@@ -143,8 +143,20 @@ export function buildOciConfig(opts: {
    * base uid and not root (see native/idmap-mount.c); the mappings are repeated for crun's sake.
    */
   userns?: { path: string; base: number; size: number };
+  /** The parent of the sandbox's cgroup in every hierarchy (`dsec`; a benchmark's raw crun uses its own). */
+  cgroupParent?: string;
+  /**
+   * The v1 hierarchies (host/cgroups.ts v1Hierarchies): each is bound at /sys/fs/cgroup/<name>
+   * from the sandbox's own cgroup dir, which crun makes before it sets up the mounts and then
+   * takes in place of the cgroupfs it would mount fresh. A fresh v1 mount costs a superblock and,
+   * in the kernel (cgroup1_get_tree), a walk of every cgroup2 cgroup on the host under the cgroup
+   * mutex, once per hierarchy per create: on this host the top cost of a create with thousands of
+   * sandboxes held. Inside, the cgroup namespace shows each bind as its root, as before.
+   */
+  cgroupHierarchies?: readonly string[];
 }): Record<string, unknown> {
   const { id, limits, userns } = opts;
+  const cgroupsPath = `/${opts.cgroupParent ?? CGROUP_PARENT}/${id}`;
   const mapping = userns ? [{ containerID: 0, hostID: userns.base, size: userns.size }] : undefined;
   const memory = limits.memoryMiB * 1024 * 1024;
   return {
@@ -166,6 +178,9 @@ export function buildOciConfig(opts: {
       { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
       { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+      ...(opts.cgroupHierarchies ?? []).map((name) => ({
+        destination: `${CGROUP_ROOT}/${name}`, type: 'bind', source: `${CGROUP_ROOT}/${name}${cgroupsPath}`, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'],
+      })),
       { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: LANDLOCK_PATH, type: 'bind', source: LANDLOCK_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: TOOLBOX_PATH, type: 'bind', source: TOOLBOX_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
@@ -177,7 +192,7 @@ export function buildOciConfig(opts: {
         { type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
       ],
       ...(mapping ? { uidMappings: mapping, gidMappings: mapping } : {}),
-      cgroupsPath: `/${CGROUP_PARENT}/${id}`,
+      cgroupsPath,
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
         memory: { limit: memory, swap: memory },

@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, readdirSync, rmdirSync, type Dirent } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync, type Dirent } from 'node:fs';
 import { join } from 'node:path';
 
 export const CGROUP_ROOT = '/sys/fs/cgroup';
@@ -29,6 +29,61 @@ export function sandboxCgroupDirs(id: string): string[] {
     if (existsSync(join(dir, 'cgroup.procs'))) out.push(dir);
   }
   return out;
+}
+
+/**
+ * The v1 hierarchies crun makes every sandbox's cgroup in, named as crun names their dirs under
+ * /sys/fs/cgroup: each line of /proc/self/cgroup with controllers (a named one such as
+ * `name=systemd` as `systemd`; `cpuacct,cpu` as `cpu,cpuacct`), kept where that dir exists.
+ * Empty on a cgroup2-only host. The edge binds the sandbox's own dir of each at
+ * /sys/fs/cgroup/<name> (edge/oci-config.ts), so crun mounts no cgroupfs of its own.
+ */
+export function v1Hierarchies(): string[] {
+  let text = '';
+  try {
+    text = readFileSync('/proc/self/cgroup', 'utf8');
+  } catch {
+    return [];
+  }
+  return v1HierarchyNames(text).filter((name) => existsSync(join(CGROUP_ROOT, name)));
+}
+
+/** The v1 hierarchies a /proc/<pid>/cgroup text lists, by their dir names under /sys/fs/cgroup, sorted. */
+export function v1HierarchyNames(procCgroup: string): string[] {
+  const names = new Set<string>();
+  for (const line of procCgroup.split('\n')) {
+    const controllers = line.split(':')[1];
+    if (!controllers) continue; // "0::/…", the cgroup2 line, or a blank
+    let name = controllers.startsWith('name=') ? controllers.slice('name='.length) : controllers;
+    if (name === 'net_prio,net_cls') name = 'net_cls,net_prio';
+    if (name === 'cpuacct,cpu') name = 'cpu,cpuacct';
+    names.add(name);
+  }
+  return [...names].sort();
+}
+
+/**
+ * Makes dsec's parent in the v1 cpuset hierarchy copy its cpus and mems into each new child
+ * (`cgroup.clone_children`). crun writes a new cpuset cgroup's cpus and mems back as it reads
+ * them: an empty value makes it copy the parent's, and that write has the kernel check every
+ * sibling cpuset and rebuild the scheduler domains, a cost that grows with the sandboxes on the
+ * node; a value already there and unchanged is a no-op for the kernel. Only speed depends on it:
+ * false (and nothing changed) where there is no v1 cpuset hierarchy or it cannot be set.
+ */
+export function cloneCpusetIntoSandboxes(parentName: string = CGROUP_PARENT): boolean {
+  const root = join(CGROUP_ROOT, 'cpuset');
+  const parent = join(root, parentName);
+  try {
+    if (!existsSync(join(root, 'cgroup.clone_children'))) return false;
+    mkdirSync(parent, { recursive: true });
+    for (const file of ['cpuset.cpus', 'cpuset.mems']) {
+      if (readFileSync(join(parent, file), 'utf8').trim() === '') writeFileSync(join(parent, file), readFileSync(join(root, file), 'utf8').trim());
+    }
+    writeFileSync(join(parent, 'cgroup.clone_children'), '1');
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Hierarchies (v1 controllers and the v2 mount) that have a cgroup at `rel`. */

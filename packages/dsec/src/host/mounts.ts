@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { closeSync, constants, openSync, readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 
 export interface MountEntry {
   mountPoint: string;
@@ -49,4 +50,36 @@ export function filesystemOf(path: string): string {
     }
   }
   return best?.fsType ?? 'unknown';
+}
+
+/** O_PATH (linux/fcntl.h): an fd naming a file without opening it, so its filesystem is not touched. */
+const O_PATH = 0o10000000;
+
+/**
+ * The id of the mount `path` is on (mnt_id in its fd's fdinfo), or undefined when it does not
+ * exist. The final component is not followed (a link is its own entry) and, with O_PATH, its
+ * filesystem is not asked for anything: a dead FUSE layer under an overlay does not hang it.
+ */
+export function mountIdOf(path: string): number | undefined {
+  let fd: number;
+  try {
+    fd = openSync(path, O_PATH | constants.O_NOFOLLOW);
+  } catch {
+    return undefined;
+  }
+  try {
+    return Number(/^mnt_id:\s*(\d+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))?.[1]);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Whether something is mounted at `path` in this mount namespace: its mount differs from its
+ * parent directory's. Two small reads, where mountsUnder reads the whole mount table, which on a
+ * node holding thousands of sandboxes is thousands of lines, every one an overlay's options.
+ */
+export function isMountPoint(path: string): boolean {
+  const own = mountIdOf(path);
+  return own !== undefined && own !== mountIdOf(dirname(path));
 }

@@ -230,6 +230,18 @@ describe('dsec-spawn: a tool started from the template mount namespace with dirs
     assert.match(said[0]!, new RegExp(`^dsec-spawn: cannot carry: open_tree ${missing}: No such file or directory`));
   });
 
+  test('the tool has a procfs of its own at /proc (crun writes sysctls through it), with the same processes', async () => {
+    // mountinfo's first field is the mount's id: the edge's /proc and the tool's are other mounts.
+    const procMount = (mountinfo: string): string | undefined => mountinfo.split('\n').filter((l) => l.split(' ')[4] === '/proc' && l.includes(' - proc ')).at(-1)?.split(' ')[0];
+    const r = await helper.runCarried('sh', ['-c', 'cat /proc/self/mountinfo; echo ---; cat /proc/1/comm'], [dir], { stdio: 'pipe' });
+    assert.equal(r.code, 0, r.stderr);
+    const [mountinfo = '', comm] = r.stdout.split('---\n');
+    const theirs = procMount(mountinfo);
+    assert.ok(theirs, `no proc mount at /proc in:\n${mountinfo}`);
+    assert.notEqual(theirs, procMount(readFileSync('/proc/self/mountinfo', 'utf8')), "the template's (the edge's) /proc");
+    assert.equal(comm, readFileSync('/proc/1/comm', 'utf8'), 'the host\'s pid namespace');
+  });
+
   test('a helper started without a template runs the tool as before and says why', async () => {
     said.length = 0;
     const r = await plain.runCarried('sh', ['-c', 'readlink /proc/self/ns/mnt'], [dir], { stdio: 'pipe' });

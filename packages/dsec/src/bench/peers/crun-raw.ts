@@ -6,11 +6,12 @@ import type { SandboxLimits } from '../../edge/edge-api.js';
 import { tryUnmount } from '../../edge/layer-mounts.js';
 import { buildOciConfig } from '../../edge/oci-config.js';
 import { mountOverlay } from '../../edge/overlay.js';
+import { unmountSandboxDir } from '../../edge/sandbox-unmount.js';
+import { mountsUnder } from '../../host/mounts.js';
 import { makeUserns, mountIdmappedRoot } from '../../edge/idmapped-root.js';
 import type { UidRangePool } from '../../host/uid-ranges.js';
 import { SandboxPaths } from '../../edge/sandbox-record.js';
-import { removeCgroupTree } from '../../host/cgroups.js';
-import { mountsUnder } from '../../host/mounts.js';
+import { cloneCpusetIntoSandboxes, removeCgroupTree, v1Hierarchies } from '../../host/cgroups.js';
 import { runTool } from '../../host/run-tool.js';
 import type { CgroupScope } from '../cgroup-memory.js';
 import { STEPS, type Spans } from '../profile.js';
@@ -32,6 +33,8 @@ export class CrunRawPeer implements Peer {
   readonly crun: Crun;
   readonly #containers: string;
   readonly #live = new Set<string>();
+  /** As dsec's edge binds them (the floor runs dsec's config). */
+  readonly #hierarchies = v1Hierarchies();
   #n = 0;
 
   constructor(
@@ -51,6 +54,7 @@ export class CrunRawPeer implements Peer {
     readonly version: string,
   ) {
     this.cgroupScope = { parent: opts.cgroupParent };
+    cloneCpusetIntoSandboxes(opts.cgroupParent); // as dsec's edge sets up its parent
     this.crun = new Crun(join(opts.dir, 'crun-state'));
     this.#containers = join(opts.dir, 'containers');
     mkdirSync(this.#containers, { recursive: true });
@@ -91,8 +95,9 @@ export class CrunRawPeer implements Peer {
     }
     const t1 = performance.now();
     const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
-    const config = buildOciConfig({ id, config: this.opts.config, env: {}, limits: this.opts.limits, ...userns });
-    (config['linux'] as Record<string, unknown>)['cgroupsPath'] = `/${this.opts.cgroupParent}/${id}`;
+    const config = buildOciConfig({
+      id, config: this.opts.config, env: {}, limits: this.opts.limits, cgroupParent: this.opts.cgroupParent, cgroupHierarchies: this.#hierarchies, ...userns,
+    });
     this.opts.configure?.(config);
     writeFileSync(paths.config, JSON.stringify(config));
     const t2 = performance.now();
@@ -131,7 +136,7 @@ export class CrunRawPeer implements Peer {
   async remove(id: string): Promise<void> {
     const paths = new SandboxPaths(join(this.#containers, id));
     await this.crun.delete(id);
-    for (const m of mountsUnder(paths.dir).reverse()) tryUnmount(m.mountPoint);
+    unmountSandboxDir(paths.dir);
     removeCgroupTree(`${this.opts.cgroupParent}/${id}`);
     rmSync(paths.dir, { recursive: true, force: true });
     this.opts.uidRanges?.release(id);
