@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { ImageConfig } from '@dsec/sdk/schema';
-import { CPU_PERIOD_US, DEFAULT_CAPABILITIES, INIT_BINARY, INIT_PATH, buildOciConfig, mergeEnv, parseUser, processBlock } from './oci-config.js';
+import { CPU_PERIOD_US, DEFAULT_CAPABILITIES, INIT_BINARY, INIT_PATH, buildOciConfig, cgroupMounts, mergeEnv, parseUser, processBlock } from './oci-config.js';
 
 const image: ImageConfig = {
   env: ['PATH=/usr/bin:/bin', 'HOME=/root', 'LANG=C'],
@@ -107,19 +107,31 @@ describe('buildOciConfig', () => {
     assert.ok(by('/sys/fs/cgroup')?.options?.includes('ro'));
   });
 
-  test('v1 hierarchies are bound read-only from the sandbox\'s own cgroup dirs, after the cgroup mount (crun then mounts no cgroupfs of its own for them)', () => {
+  test('v1 hierarchies are bound read-only from the sandbox\'s own cgroup dirs on a read-only tmpfs (crun mounts no cgroupfs, and makes no symlinks, of its own)', () => {
     const c = buildOciConfig({
-      id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 }, cgroupParent: 'bench-x', cgroupHierarchies: ['memory', 'systemd'],
+      id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 }, cgroupParent: 'bench-x', cgroupHierarchies: ['cpu,cpuacct', 'memory', 'systemd'],
     }) as unknown as Config;
     assert.equal(c.linux.cgroupsPath, '/bench-x/sb-local-abcdefghijklm');
     const cgroupAt = c.mounts.findIndex((m) => m.destination === '/sys/fs/cgroup');
-    const binds = c.mounts.slice(cgroupAt + 1, cgroupAt + 3);
+    assert.equal(c.mounts[cgroupAt]?.type, 'tmpfs', "crun's own cgroup mount would put its symlinks (cpu → cpu,cpuacct) where binds go");
+    assert.ok(c.mounts[cgroupAt]?.options?.includes('ro'));
+    const binds = c.mounts.slice(cgroupAt + 1).filter((m) => m.destination.startsWith('/sys/fs/cgroup/'));
+    const dir = (h: string) => `/sys/fs/cgroup/${h}/bench-x/sb-local-abcdefghijklm`;
     assert.deepEqual(binds.map((m) => [m.destination, m.type, m.source]), [
-      ['/sys/fs/cgroup/memory', 'bind', '/sys/fs/cgroup/memory/bench-x/sb-local-abcdefghijklm'],
-      ['/sys/fs/cgroup/systemd', 'bind', '/sys/fs/cgroup/systemd/bench-x/sb-local-abcdefghijklm'],
+      ['/sys/fs/cgroup/cpu,cpuacct', 'bind', dir('cpu,cpuacct')],
+      ['/sys/fs/cgroup/memory', 'bind', dir('memory')],
+      ['/sys/fs/cgroup/systemd', 'bind', dir('systemd')],
+      // A shared hierarchy under each of its names too, as the host has them (as symlinks).
+      ['/sys/fs/cgroup/cpu', 'bind', dir('cpu,cpuacct')],
+      ['/sys/fs/cgroup/cpuacct', 'bind', dir('cpu,cpuacct')],
     ]);
     for (const b of binds) for (const o of ['ro', 'nosuid', 'noexec', 'nodev']) assert.ok(b.options?.includes(o), `${b.destination} lacks ${o}`);
-    assert.equal(build().mounts.filter((m) => m.destination.startsWith('/sys/fs/cgroup/')).length, 0, 'none without hierarchies (a cgroup2-only host)');
+    // Separate cpu and cpuacct hierarchies (this host's layout): one bind each, no alias.
+    const separate = cgroupMounts(['cpu', 'cpuacct'], '/dsec/x').map((m) => m['destination']);
+    assert.deepEqual(separate, ['/sys/fs/cgroup', '/sys/fs/cgroup/cpu', '/sys/fs/cgroup/cpuacct']);
+    const none = build().mounts;
+    assert.equal(none.find((m) => m.destination === '/sys/fs/cgroup')?.type, 'cgroup', 'crun mounts cgroup2 itself on a cgroup2-only host');
+    assert.equal(none.filter((m) => m.destination.startsWith('/sys/fs/cgroup/')).length, 0, 'no binds without hierarchies');
   });
 
   test('the init env is the image env merged with the create env', () => {

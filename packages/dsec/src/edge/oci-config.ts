@@ -120,6 +120,33 @@ export function processBlock(p: ProcessSpec): Record<string, unknown> {
   };
 }
 
+/**
+ * What the sandbox sees at /sys/fs/cgroup. With no v1 hierarchy (a cgroup2-only host) crun mounts
+ * cgroup2 itself. With v1 hierarchies, the sandbox's own cgroup dir of each (crun makes them
+ * before it sets up the mounts) is bound read-only at /sys/fs/cgroup/<name> on a read-only tmpfs
+ * of dsec's, instead of crun's `cgroup` mount, which puts a cgroupfs of its own per hierarchy
+ * there: a fresh v1 mount costs a superblock and, in the kernel (cgroup1_get_tree), a walk of
+ * every cgroup2 cgroup on the host under the cgroup mutex, once per hierarchy per create, the top
+ * cost of a create on a node holding thousands of sandboxes. The cgroup namespace still shows each
+ * as its root. crun's mount is not kept under the binds: after skipping the hierarchies the config
+ * mounts, it adds symlinks `cpu`, `cpuacct` → `cpu,cpuacct` (and `net_cls`, `net_prio`), which on
+ * a host whose cpu and cpuacct are separate hierarchies stand where their binds must go (crun:
+ * "openat2 sys/fs/cgroup/cpu: No such file or directory"). Where two controllers share a hierarchy,
+ * each of its names is bound too, as the host shows them (there as symlinks).
+ */
+export function cgroupMounts(hierarchies: readonly string[], cgroupsPath: string): Record<string, unknown>[] {
+  if (!hierarchies.length) return [{ destination: CGROUP_ROOT, type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] }];
+  const bind = (name: string, hierarchy: string) => ({
+    destination: `${CGROUP_ROOT}/${name}`, type: 'bind', source: `${CGROUP_ROOT}/${hierarchy}${cgroupsPath}`, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'],
+  });
+  const aliases = (h: string): string[] => (h.includes(',') ? h.split(',').filter((n) => !hierarchies.includes(n)) : []);
+  return [
+    { destination: CGROUP_ROOT, type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'noexec', 'nodev', 'ro', 'mode=755', 'size=64k'] },
+    ...hierarchies.map((h) => bind(h, h)),
+    ...hierarchies.flatMap((h) => aliases(h).map((name) => bind(name, h))),
+  ];
+}
+
 /** crun's annotation for a precompiled seccomp program (crun.1: "use the specified data as the raw data to seccomp(2)"). */
 export const SECCOMP_BPF_ANNOTATION = 'run.oci.seccomp_bpf_data';
 
@@ -145,14 +172,7 @@ export function buildOciConfig(opts: {
   userns?: { path: string; base: number; size: number };
   /** The parent of the sandbox's cgroup in every hierarchy (`dsec`; a benchmark's raw crun uses its own). */
   cgroupParent?: string;
-  /**
-   * The v1 hierarchies (host/cgroups.ts v1Hierarchies): each is bound at /sys/fs/cgroup/<name>
-   * from the sandbox's own cgroup dir, which crun makes before it sets up the mounts and then
-   * takes in place of the cgroupfs it would mount fresh. A fresh v1 mount costs a superblock and,
-   * in the kernel (cgroup1_get_tree), a walk of every cgroup2 cgroup on the host under the cgroup
-   * mutex, once per hierarchy per create: on this host the top cost of a create with thousands of
-   * sandboxes held. Inside, the cgroup namespace shows each bind as its root, as before.
-   */
+  /** The v1 hierarchies (host/cgroups.ts v1Hierarchies), each bound from the sandbox's own cgroup dir: see cgroupMounts. */
   cgroupHierarchies?: readonly string[];
 }): Record<string, unknown> {
   const { id, limits, userns } = opts;
@@ -177,10 +197,7 @@ export function buildOciConfig(opts: {
       { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
       { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
-      { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
-      ...(opts.cgroupHierarchies ?? []).map((name) => ({
-        destination: `${CGROUP_ROOT}/${name}`, type: 'bind', source: `${CGROUP_ROOT}/${name}${cgroupsPath}`, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'],
-      })),
+      ...cgroupMounts(opts.cgroupHierarchies ?? [], cgroupsPath),
       { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: LANDLOCK_PATH, type: 'bind', source: LANDLOCK_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: TOOLBOX_PATH, type: 'bind', source: TOOLBOX_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
