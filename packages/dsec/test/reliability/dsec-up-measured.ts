@@ -6,7 +6,7 @@
  * RSS compares live memory, not how far the collector had got.
  */
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { setFlagsFromString } from 'node:v8';
+import { setFlagsFromString, writeHeapSnapshot } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 export interface MemoryReport {
@@ -17,6 +17,9 @@ export interface MemoryReport {
 }
 
 const report = process.env['DSEC_MEMORY_REPORT'];
+/** A dir to write a V8 heap snapshot to at each report (`heap-<n>.heapsnapshot`), for a diff in Chrome's devtools. */
+const snapshots = process.env['DSEC_MEMORY_HEAP_SNAPSHOTS'];
+let reports = 0;
 if (report) {
   setFlagsFromString('--expose-gc');
   const gc = runInNewContext('gc') as () => void;
@@ -31,6 +34,8 @@ if (report) {
       heapUsedMiB: Math.round(m.heapUsed / 2 ** 20),
       detailMiB: { heapTotal: mib(m.heapTotal), external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), anonymous: mib(kib('Anonymous') * 1024), file: mib(kib('Pss_File') * 1024) },
     };
+    if (snapshots) writeHeapSnapshot(`${snapshots}/heap-${reports}.heapsnapshot`);
+    reports++;
     writeFileSync(`${report}.tmp`, JSON.stringify(out));
     renameSync(`${report}.tmp`, report);
   });

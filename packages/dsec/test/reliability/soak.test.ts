@@ -24,6 +24,7 @@ import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, st
 import { census, leaked, type Census } from './census.js';
 import { DsecUpChild } from './dsec-up-child.js';
 import type { MemoryReport } from './dsec-up-measured.js';
+import { readSmapsSummary, smapsGrowth, type SmapsSummary } from './smaps-summary.js';
 
 const long = process.env['DSEC_SOAK'] === '1';
 const cycles = Number(process.env['DSEC_SOAK_CYCLES'] ?? (long ? 10_000 : 100));
@@ -47,7 +48,9 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     reportFile = join(dataDir, 'memory-report.json');
     await (await startDsec(dataDir, { edgeId })).close(); // builds the busybox image, in this process
     // As ./dsec starts it (MALLOC_ARENA_MAX=2 unless the caller sets one).
-    up = new DsecUpChild(dataDir, edgeId, { entry: MEASURED, env: { DSEC_MEMORY_REPORT: reportFile, MALLOC_ARENA_MAX: process.env['MALLOC_ARENA_MAX'] ?? '2' } });
+    const env: Record<string, string> = { DSEC_MEMORY_REPORT: reportFile, MALLOC_ARENA_MAX: process.env['MALLOC_ARENA_MAX'] ?? '2' };
+    if (process.env['DSEC_SOAK_HEAP_SNAPSHOTS']) env['DSEC_MEMORY_HEAP_SNAPSHOTS'] = process.env['DSEC_SOAK_HEAP_SNAPSHOTS'];
+    up = new DsecUpChild(dataDir, edgeId, { entry: MEASURED, env });
     await up.start();
   });
   after(async () => {
@@ -59,11 +62,13 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
   });
 
   /** dsec's memory after a full GC in its process (dsec-up-measured.ts answers SIGUSR2). */
-  async function measure(): Promise<MemoryReport> {
+  async function measure(): Promise<MemoryReport & { smaps: SmapsSummary }> {
     rmSync(reportFile, { force: true });
     process.kill(up!.pid!, 'SIGUSR2');
-    for (let i = 0; i < 500 && !existsSync(reportFile); i++) await new Promise((r) => setTimeout(r, 20));
-    return JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport;
+    // A heap snapshot (DSEC_SOAK_HEAP_SNAPSHOTS) takes a while more.
+    for (let i = 0; i < 6000 && !existsSync(reportFile); i++) await new Promise((r) => setTimeout(r, 20));
+    // Read right after the GC, before the next cycle's allocations.
+    return { ...(JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport), smaps: readSmapsSummary(up!.pid!) };
   }
 
   async function cycle(i: number): Promise<void> {
@@ -149,6 +154,8 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       rssGrowthPercent: Math.round(((memoryEnd.rssBytes - memoryStart.rssBytes) / memoryStart.rssBytes) * 1000) / 10,
       heapUsedMiB: { start: memoryStart.heapUsedMiB, end: memoryEnd.heapUsedMiB },
       memoryMiB: { start: memoryStart.detailMiB, end: memoryEnd.detailMiB },
+      // Which kind of mapping the resident memory went to (smaps-summary.ts): V8 pages, malloc arenas, stacks…
+      rssGrowthByMapping: smapsGrowth(memoryStart.smaps, memoryEnd.smaps),
       sandboxesLeft: (await Sandbox.list(conn())).length,
       // Killed sandboxes' rows and trajectories stay until their retention ends: reported, not judged.
       stateDbMiB: existsSync(join(dataDir, 'state.db')) ? Math.round(statSync(join(dataDir, 'state.db')).size / 2 ** 20) : null,
