@@ -13,7 +13,9 @@
  *
  * CI runs 100 cycles (two at a time). DSEC_SOAK=1 runs 10,000 and also asserts RSS grew < 10 %;
  * DSEC_SOAK_CYCLES and DSEC_SOAK_CONCURRENCY override. Results go to stdout as one JSON line
- * (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE, to that file.
+ * (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE, to that file. To look into dsec's memory:
+ * DSEC_SOAK_SMAPS_DIR=DIR keeps its /proc/<pid>/smaps at both censuses, DSEC_SOAK_HEAP_SNAPSHOTS=DIR
+ * a V8 heap snapshot (writing one holds on to ~100 MiB of native memory: RSS is then not comparable).
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -68,6 +70,8 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     // A heap snapshot (DSEC_SOAK_HEAP_SNAPSHOTS) takes a while more.
     for (let i = 0; i < 6000 && !existsSync(reportFile); i++) await new Promise((r) => setTimeout(r, 20));
     // Read right after the GC, before the next cycle's allocations.
+    const smapsDir = process.env['DSEC_SOAK_SMAPS_DIR'];
+    if (smapsDir) writeFileSync(join(smapsDir, `smaps-${Date.now()}.txt`), readFileSync(`/proc/${up!.pid!}/smaps`));
     return { ...(JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport), smaps: readSmapsSummary(up!.pid!) };
   }
 
