@@ -215,6 +215,25 @@ function withDir<T>(rootFd: number, path: string, fn: (dirFd: number) => T): T {
   }
 }
 
+/**
+ * lstat of `p` and, for a link, its target. The sandbox can swap the entry between the two
+ * calls: readlink then fails with EINVAL (a link that became a directory; the files race test
+ * saw it answer 500), so both are taken again until they agree; an entry that keeps changing is
+ * reported as such (EAGAIN: 409 PATH_CONFLICT, retry).
+ */
+function lstatWithTarget(p: string): { st: Stats; target: string | undefined } {
+  for (let i = 0; i < 16; i++) {
+    const st = lstatSync(p);
+    if (!st.isSymbolicLink()) return { st, target: undefined };
+    try {
+      return { st, target: readlinkSync(p) };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
+    }
+  }
+  throw Object.assign(new Error(`${p} kept changing between lstat and readlink`), { code: 'EAGAIN' });
+}
+
 /** lstat of one entry: the parent is resolved inside the root, the entry itself is not followed. */
 export function statInRoot(rootfs: string, path: string): FileStat {
   return withRoot(rootfs, (rootFd) => {
@@ -222,8 +241,8 @@ export function statInRoot(rootfs: string, path: string): FileStat {
     return withDir(rootFd, parent, (dirFd) => {
       const p = `/proc/self/fd/${dirFd}/${name}`;
       try {
-        const st = lstatSync(p);
-        return statToInfo(path, name, st, st.isSymbolicLink() ? readlinkSync(p) : undefined);
+        const { st, target } = lstatWithTarget(p);
+        return statToInfo(path, name, st, target);
       } catch (err) {
         mapError(err, path);
       }
@@ -240,8 +259,8 @@ export function listDirInRoot(rootfs: string, path: string, limit = 10_000): { e
       const entries: FileStat[] = [];
       for (const name of names.slice(0, limit)) {
         try {
-          const st = lstatSync(`${dir}/${name}`);
-          entries.push(statToInfo(`${path.replace(/\/$/, '')}/${name}`, name, st, st.isSymbolicLink() ? readlinkSync(`${dir}/${name}`) : undefined));
+          const { st, target } = lstatWithTarget(`${dir}/${name}`);
+          entries.push(statToInfo(`${path.replace(/\/$/, '')}/${name}`, name, st, target));
         } catch {
           // removed while listing
         }
