@@ -54,7 +54,9 @@ export function v1HierarchyNames(procCgroup: string): string[] {
   for (const line of procCgroup.split('\n')) {
     const controllers = line.split(':')[1];
     if (!controllers) continue; // "0::/…", the cgroup2 line, or a blank
-    let name = controllers.startsWith('name=') ? controllers.slice('name='.length) : controllers;
+    // As crun reads it (a named hierarchy by the text after `name=`, wherever it is in the field).
+    const named = controllers.indexOf('name=');
+    let name = named >= 0 ? controllers.slice(named + 'name='.length) : controllers;
     if (name === 'net_prio,net_cls') name = 'net_cls,net_prio';
     if (name === 'cpuacct,cpu') name = 'cpu,cpuacct';
     names.add(name);

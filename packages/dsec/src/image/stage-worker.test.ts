@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { DEFAULT_DIFF_LIMITS, DiffLimitError } from './pack-diff.js';
-import { DiffCancelledError, KEPT_IDLE, stageThreadsStarted, stageUpperDiffOffThread } from './stage-worker.js';
+import { DiffCancelledError, KEPT_IDLE, stageThreadsIdle, stageThreadsStarted, stageUpperDiffOffThread } from './stage-worker.js';
 
 const root = mkdtempSync(join(tmpdir(), 'dsec-stage-worker-test-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -48,9 +48,15 @@ test('a cancelled copy rejects with DiffCancelledError, its thread ends, and the
   ac.abort();
   await assert.rejects(copy(upperWith(1), { signal: ac.signal }), DiffCancelledError);
   const big = upperWith(3000);
+  const idleBefore = stageThreadsIdle();
   const midway = new AbortController();
   const p = copy(big, { signal: midway.signal });
-  midway.abort();
+  setTimeout(() => midway.abort(), 5);
   await assert.rejects(p, DiffCancelledError);
+  assert.equal(stageThreadsIdle(), Math.max(0, idleBefore - 1), 'the stopped copy\'s thread went back to the idle set');
+  const slow = upperWith(3000);
+  const timedOut = stageUpperDiffOffThread(slow.upper, slow.stage, [], DEFAULT_DIFF_LIMITS, { timeoutMs: 1 });
+  await assert.rejects(timedOut, DiffLimitError);
+  assert.equal(stageThreadsIdle(), Math.max(0, idleBefore - 2), 'the timed-out copy\'s thread went back to the idle set');
   assert.equal((await copy(upperWith(2))).entries, 3);
 });

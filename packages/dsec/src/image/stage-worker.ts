@@ -53,6 +53,11 @@ export function stageThreadsStarted(): number {
   return started;
 }
 
+/** Idle threads kept now (tests: a stopped copy's thread is not among them). */
+export function stageThreadsIdle(): number {
+  return idle.length;
+}
+
 function takeThread(): Worker {
   const kept = idle.pop();
   if (kept) {
@@ -65,7 +70,7 @@ function takeThread(): Worker {
 
 /** A thread whose copy ended normally goes back to the idle set (or ends, when enough are kept). */
 function giveBack(worker: Worker): void {
-  worker.removeAllListeners('message').removeAllListeners('error').removeAllListeners('exit');
+  worker.removeAllListeners('message').removeAllListeners('messageerror').removeAllListeners('error').removeAllListeners('exit');
   if (idle.length >= KEPT_IDLE) {
     void worker.terminate();
     return;
@@ -116,6 +121,8 @@ export function stageUpperDiffOffThread(
       }),
     );
     worker.once('error', (err) => settle(() => reject(err)));
+    // An answer that cannot be deserialised would otherwise hold the sandbox frozen until the time limit.
+    worker.once('messageerror', (err) => stop(err));
     worker.once('exit', (code) => settle(() => reject(new Error(`the snapshot copy thread exited (${code}) without an answer`))));
     const job: Job = { upper, stage, scrub, limits, ids: opts.ids };
     worker.postMessage(job);
