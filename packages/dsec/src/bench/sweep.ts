@@ -76,7 +76,10 @@ export async function findBenchLeaks(names: RunNames): Promise<string[]> {
       !l.startsWith(`cgroup ${CGROUP_PARENT}/`) || l.startsWith(`cgroup ${CGROUP_PARENT}/${names.sandboxPrefix}`);
     leaks.push(...(await findLeaks(join(dir, 'dsec'), { includeLayers: true })).filter(mine));
   }
-  for (const m of mountsUnder(dir)) if (!leaks.some((l) => l.endsWith(m.mountPoint))) leaks.push(`mount ${m.mountPoint}`);
+  for (const m of mountsUnder(dir)) {
+    if (m.mountPoint === dir && m.fsType === 'tmpfs') continue; // the run's own on an overlay root (run-bench.ts); the sweep unmounts it
+    if (!leaks.some((l) => l.endsWith(m.mountPoint))) leaks.push(`mount ${m.mountPoint}`);
+  }
   for (const root of crunRoots(dir)) {
     const r = await runTool('crun', ['--root', root, 'list', '--quiet']);
     for (const id of r.stdout.split('\n').filter(Boolean)) if (!leaks.includes(`crun container ${id}`)) leaks.push(`crun container ${id}`);

@@ -10,9 +10,9 @@ import { after, before } from 'node:test';
 import { Sandbox, type CreateOptions } from '@dsec/sdk';
 import { compileOptions } from '../../src/config/options.js';
 import { findLeaks } from '../../src/host/leak-check.js';
-import { readMounts } from '../../src/host/mounts.js';
+import { filesystemOf, readMounts } from '../../src/host/mounts.js';
 import { umount } from '../../src/host/syscalls.js';
-import { which } from '../../src/host/doctor.js';
+import { fixDataDirFs, which } from '../../src/host/doctor.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { startAllInOne, type RunningDsec } from '../../src/runtime/all-in-one.js';
 import { TEST_STORE_POSTGRES, testStoreLocation } from './postgres.js';
@@ -57,8 +57,16 @@ process.on('exit', () => {
   }
 });
 
+/**
+ * A fresh data dir under /var/tmp. Where /var/tmp is on overlayfs (the suite run in a container,
+ * or by fresh-machine), it gets the tmpfs `dsec doctor` gives such a data dir (host/doctor.ts
+ * fixDataDirFs) at once: tests that make an edge, a bench or a control plane of their own, without
+ * doctor, would otherwise put overlay uppers and EROFS blobs on overlayfs, which takes neither.
+ * assertCleanAndRemove unmounts it. Elsewhere nothing is mounted.
+ */
 export function makeDataDir(): string {
   const dir = mkdtempSync(DATA_DIR_PREFIX);
+  if (filesystemOf(dir) === 'overlay') fixDataDirFs(dir);
   const caller = new Error().stack?.split('\n').slice(2).find((l) => !l.includes('/helpers/')) ?? '';
   madeDataDirs.set(dir, caller.trim().replace(/^at /, ''));
   return dir;
