@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { loadavg, setPriority } from 'node:os';
 import { fixDataDirFs } from '../host/doctor.js';
-import { filesystemOf } from '../host/mounts.js';
 import { Cleanup, trapSignals } from './cleanup.js';
 import { startFixture } from './fixture.js';
 import { dsecVersion, hostInfo } from './host-info.js';
@@ -65,7 +64,7 @@ export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
   mkdirSync(dir);
   // In a container (/var/tmp on overlayfs) the run's dir gets doctor's tmpfs: the peers' overlay
   // uppers and EROFS blobs go there, and overlayfs takes neither. The sweep unmounts it.
-  if (filesystemOf(dir) === 'overlay') fixDataDirFs(dir);
+  fixDataDirFs(dir);
   const cleanup = new Cleanup();
   const leaks: string[] = [];
   cleanup.add(`remove ${dir}`, () => sweep(names));

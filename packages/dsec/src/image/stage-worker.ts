@@ -113,7 +113,6 @@ export function stageUpperDiffOffThread(
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     worker.once('message', (m: Reply) =>
       settle(() => {
-        worker.removeAllListeners('message');
         giveBack(worker);
         if (m.ok) resolve(m.stats);
         else if (m.name === 'DiffLimitError') reject(new DiffLimitError(m.message, m.details ?? {}));

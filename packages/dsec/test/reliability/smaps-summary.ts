@@ -8,8 +8,6 @@
  * (plus a guard page), V8 allocates its heap in 256 KiB pages and large objects in mappings of
  * their own.
  */
-import { readFileSync } from 'node:fs';
-
 export interface SmapsGroup {
   /** Resident KiB of the group's mappings. */
   rssKiB: number;
@@ -48,10 +46,6 @@ function groupOf(name: string, sizeKiB: number): string {
   if (sizeKiB < 256) return 'anonymous < 256 KiB';
   if (sizeKiB < 4096) return 'anonymous 256 KiB – 4 MiB';
   return 'anonymous ≥ 4 MiB (other)';
-}
-
-export function readSmapsSummary(pid: number): SmapsSummary {
-  return summariseSmaps(readFileSync(`/proc/${pid}/smaps`, 'utf8'));
 }
 
 /** The groups whose resident size changed by at least `minKiB`, largest change first: "group": [startKiB, endKiB, mappings start → end]. */

@@ -26,7 +26,7 @@ import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, st
 import { census, leaked, type Census } from './census.js';
 import { DsecUpChild } from './dsec-up-child.js';
 import type { MemoryReport } from './dsec-up-measured.js';
-import { readSmapsSummary, smapsGrowth, type SmapsSummary } from './smaps-summary.js';
+import { smapsGrowth, summariseSmaps, type SmapsSummary } from './smaps-summary.js';
 
 const long = process.env['DSEC_SOAK'] === '1';
 const cycles = Number(process.env['DSEC_SOAK_CYCLES'] ?? (long ? 10_000 : 100));
@@ -70,9 +70,10 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     // A heap snapshot (DSEC_SOAK_HEAP_SNAPSHOTS) takes a while more.
     for (let i = 0; i < 6000 && !existsSync(reportFile); i++) await new Promise((r) => setTimeout(r, 20));
     // Read right after the GC, before the next cycle's allocations.
+    const smaps = readFileSync(`/proc/${up!.pid!}/smaps`, 'utf8');
     const smapsDir = process.env['DSEC_SOAK_SMAPS_DIR'];
-    if (smapsDir) writeFileSync(join(smapsDir, `smaps-${Date.now()}.txt`), readFileSync(`/proc/${up!.pid!}/smaps`));
-    return { ...(JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport), smaps: readSmapsSummary(up!.pid!) };
+    if (smapsDir) writeFileSync(join(smapsDir, `smaps-${Date.now()}.txt`), smaps);
+    return { ...(JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport), smaps: summariseSmaps(smaps) };
   }
 
   async function cycle(i: number): Promise<void> {
