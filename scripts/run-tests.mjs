@@ -18,7 +18,8 @@ function findTests(dir, out = []) {
 /**
  * What the suite's own servers could leave behind: mounts under their data dirs
  * (/var/tmp/dsec-test-*) and cgroups of sandboxes on their edges (test edge ids are t<hex>,
- * see test/helpers/server.ts), so a benchmark or another dsec running beside does not count.
+ * see test/helpers/server.ts), and the cluster harness's network namespaces and bridges, so a
+ * benchmark or another dsec running beside does not count.
  */
 function hostDsecState() {
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
@@ -31,7 +32,10 @@ function hostDsecState() {
     if (!existsSync(d)) continue;
     for (const c of readdirSync(d, { withFileTypes: true })) if (c.isDirectory() && /^sb-t[0-9a-f]+-/.test(c.name)) cgroups.push(`${h}/dsec/${c.name}`);
   }
-  return [...mounts.map((m) => `mount ${m}`), ...cgroups.map((c) => `cgroup ${c}`)];
+  // The cluster harness's network namespaces (dsec-<tag>-*) and bridges (dsbr<tag>), test/cluster/support/cluster-harness.ts.
+  const netns = existsSync('/run/netns') ? readdirSync('/run/netns').filter((n) => /^dsec-[0-9a-f]{6}-/.test(n)) : [];
+  const bridges = readdirSync('/sys/class/net').filter((n) => /^dsbr[0-9a-f]{6}$/.test(n));
+  return [...mounts.map((m) => `mount ${m}`), ...cgroups.map((c) => `cgroup ${c}`), ...netns.map((n) => `netns ${n}`), ...bridges.map((b) => `bridge ${b}`)];
 }
 
 /** Each pass's exit status and the tests that failed in it, printed last (see failures-reporter.mjs). */
@@ -130,7 +134,7 @@ const noUsernsStatus = withNoUserns
 const pythonStatus = withPython ? runPythonTests() : 0;
 if (withPython) summary.push({ label: 'python tests', status: pythonStatus, failed: [] });
 const leaked = hostDsecState().filter((x) => !before.has(x));
-summary.push({ label: 'leak check (mounts under /var/tmp/dsec-test-*, test edges\' cgroups)', status: leaked.length ? 1 : 0, failed: leaked });
+summary.push({ label: 'leak check (mounts under /var/tmp/dsec-test-*, test edges\' cgroups, cluster harness namespaces and bridges)', status: leaked.length ? 1 : 0, failed: leaked });
 printSummary();
 rmSync(reportsDir, { recursive: true, force: true });
 if (leaked.length) {

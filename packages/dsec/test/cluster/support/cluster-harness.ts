@@ -9,11 +9,12 @@
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Connection } from '@dsec/sdk';
 import type { NodeInfo } from '@dsec/sdk/schema';
+import { ownerGone, ownerTag } from '../../../src/host/process-owner.js';
 import { makeDataDir, newEdgeId } from '../../helpers/server.js';
 
 const MAIN = resolve(fileURLToPath(import.meta.url), '../../../../src/cli/main.js');
@@ -22,6 +23,41 @@ function sh(cmd: string, args: string[], opts: { allowFail?: boolean } = {}): st
   const r = spawnSync(cmd, args, { encoding: 'utf8' });
   if (r.status !== 0 && !opts.allowFail) throw new Error(`${cmd} ${args.join(' ')} failed: ${r.stderr}`);
   return r.stdout;
+}
+
+/**
+ * Each harness's owner (host/process-owner.ts), in a file named after its tag: a test process
+ * killed before close() leaves its namespaces and bridge (with the bridge's /24) on the host, and
+ * the next harness removes those whose owner is gone.
+ */
+export const HARNESS_OWNERS = '/run/dsec-test-harness';
+
+/** Removes the namespaces (`dsec-<tag>-*`) and bridge (`dsbr<tag>`) of harnesses whose owner process is gone. */
+export function sweepAbandonedHarnesses(): string[] {
+  const swept: string[] = [];
+  for (const tag of existsSync(HARNESS_OWNERS) ? readdirSync(HARNESS_OWNERS) : []) {
+    if (!ownerGone(readFileSync(join(HARNESS_OWNERS, tag), 'utf8').trim())) continue;
+    removeHarnessNetwork(tag);
+    rmSync(join(HARNESS_OWNERS, tag), { force: true });
+    swept.push(tag);
+  }
+  return swept;
+}
+
+function removeHarnessNetwork(tag: string): void {
+  for (const ns of existsSync('/run/netns') ? readdirSync('/run/netns') : []) {
+    if (ns.startsWith(`dsec-${tag}-`)) sh('ip', ['netns', 'delete', ns], { allowFail: true });
+  }
+  sh('ip', ['link', 'delete', `dsbr${tag}`], { allowFail: true });
+}
+
+/** A fresh tag, its owner file written, after the sweep (which frees an abandoned bridge's /24 for pickSubnet). */
+function claimTag(): string {
+  sweepAbandonedHarnesses();
+  const tag = randomBytes(3).toString('hex');
+  mkdirSync(HARNESS_OWNERS, { recursive: true });
+  writeFileSync(join(HARNESS_OWNERS, tag), ownerTag());
+  return tag;
 }
 
 /** A /24 in 169.254.{247,246,245}.0 that no host address or route touches yet. */
@@ -43,7 +79,7 @@ export interface HarnessEdge {
 }
 
 export class ClusterHarness {
-  readonly tag = randomBytes(3).toString('hex');
+  readonly tag = claimTag();
   readonly bridge = `dsbr${this.tag}`;
   readonly third = pickSubnet();
   readonly controlAddress = `169.254.${this.third}.1`;
@@ -54,7 +90,6 @@ export class ClusterHarness {
   controlLog: string[] = [];
   apiKey = '';
   joinToken = '';
-  readonly #netns: string[] = [];
 
   get url(): string {
     return `http://${this.controlAddress}:${this.controlPort}`;
@@ -96,7 +131,6 @@ export class ClusterHarness {
     const ns = `dsec-${this.tag}-${name}`;
     const veth = `dsv${this.tag}${name}`.slice(0, 15);
     sh('ip', ['netns', 'add', ns]);
-    this.#netns.push(ns);
     sh('ip', ['link', 'add', veth, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns]);
     sh('ip', ['link', 'set', veth, 'master', this.bridge, 'up']);
     sh('ip', ['-n', ns, 'addr', 'add', `169.254.${this.third}.${host}/24`, 'dev', 'eth0']);
@@ -180,7 +214,7 @@ export class ClusterHarness {
     }
     for (const e of this.edges) await this.stop(e.proc);
     await this.stop(this.control);
-    for (const ns of this.#netns) sh('ip', ['netns', 'delete', ns], { allowFail: true });
-    sh('ip', ['link', 'delete', this.bridge], { allowFail: true });
+    removeHarnessNetwork(this.tag);
+    rmSync(join(HARNESS_OWNERS, this.tag), { force: true });
   }
 }
