@@ -211,6 +211,8 @@ export class SandboxCreation {
           this.deps.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');
           continue;
         }
+        // The create may have finished on the edge after all: it is killed when the edge reports again.
+        if (outcomeUnknown(err)) this.deps.edges.reconcileAtNextReport(edgeId);
         const reason = err instanceof Error ? err.message : String(err);
         await this.deps.store.settleCreate(info.id, 'failed', reason);
         if (err instanceof ApiError) {
@@ -344,6 +346,7 @@ export class SandboxCreation {
               group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}), ...(volumes.mounts.length ? { volumes: volumes.mounts } : {}) })),
             );
           } catch (err) {
+            if (outcomeUnknown(err)) this.deps.edges.reconcileAtNextReport(edgeId);
             const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
             outcomes = group.map((p) => ({ id: p.info.id, error: { code: e.code, message: e.message, details: e.details } }));
           }
@@ -390,6 +393,16 @@ export class SandboxCreation {
     }
   }
 
+}
+
+/**
+ * Whether a failed call to an edge may have done its work there anyway: the request was sent and
+ * no answer came (EDGE_UNAVAILABLE that is not `retryable`, i.e. not refused before it left), or
+ * it failed in a way that is not the edge's answer.
+ */
+function outcomeUnknown(err: unknown): boolean {
+  if (!(err instanceof ApiError)) return true;
+  return err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] !== true;
 }
 
 /** The record of a sandbox just placed on `edge`, status creating, as create and createGroup write it. */

@@ -32,3 +32,35 @@ test('a replica that loaded an edge at start takes the loss another replica reco
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('an edge is reconciled when it registers again (it restarted) and at the report after a call whose outcome is unknown, not at every heartbeat', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-edges-'));
+  const store = await StateStore.open(await testStoreLocation(join(dir, 'state.db')));
+  try {
+    const log = pino({ level: 'silent' });
+    const registry = await EdgeRegistry.open({ replicaId: 'a', store, token: 't', log, lostAfterMs: 60_000 });
+    const reconciled: string[] = [];
+    registry.onBack = async (id) => {
+      reconciled.push(id);
+    };
+    const settle = (): Promise<void> => new Promise((r) => setImmediate(r)); // onBack runs in the background
+    const info = await new SimulatedEdge('e1').info();
+    const reg = { id: 'e1', url: 'http://127.0.0.1:9', pool: 'default', labels: {}, cpuOvercommit: 0, info };
+    await registry.register(reg);
+    await registry.heartbeat('e1', info);
+    await settle();
+    assert.deepEqual(reconciled, [], 'a first join and its heartbeats need no reconcile');
+    await registry.register(reg); // the edge process started again, well inside lostAfterMs
+    await settle();
+    assert.deepEqual(reconciled, ['e1']);
+    registry.reconcileAtNextReport('e1');
+    await registry.heartbeat('e1', info);
+    await registry.heartbeat('e1', info);
+    await settle();
+    assert.deepEqual(reconciled, ['e1', 'e1'], 'once at the report after the unknown outcome, then not again');
+    registry.reconcileAtNextReport('no-such-edge'); // an edge removed meanwhile: nothing to do
+  } finally {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -26,7 +26,10 @@ interface EdgeEntry extends PlacementCandidate {
   lastSeen: number;
   /** Placed, create not answered yet: survives a heartbeat, unlike `pending`. */
   inflight: { count: number; cpu: number; memoryMiB: number; pids: number };
-  /** Known from the store after a control-plane restart: reconciled at its first report. */
+  /**
+   * Reconciled at its next report: known from the store after a control-plane restart, or a call
+   * to it ended with its outcome unknown (reconcileAtNextReport).
+   */
   reconcileAtFirstReport?: boolean;
 }
 
@@ -118,7 +121,10 @@ export class EdgeRegistry {
   async register(reg: EdgeRegistration): Promise<{ state: EdgeState }> {
     const prev = this.#edges.get(reg.id);
     if (prev?.local) throw new ApiError('INVALID_REQUEST', `edge id ${reg.id} is this control plane's own edge`, { id: reg.id });
-    const wasLost = prev?.state === 'lost' || prev?.reconcileAtFirstReport === true;
+    // An edge that registers again has restarted (or this control plane forgot it): what it runs
+    // now is what its start adopted, which need not be what the store says. A create it finished
+    // as it was killed, never answered, is failed here and runs there; reconcile kills it.
+    const rejoined = prev !== undefined;
     const state: EdgeState = prev?.state === 'draining' ? 'draining' : 'ready';
     const entry: EdgeEntry = {
       id: reg.id,
@@ -137,7 +143,7 @@ export class EdgeRegistry {
     this.#edges.set(reg.id, entry);
     await this.#persist(entry);
     this.opts.log.info({ edge: reg.id, url: reg.url, pool: reg.pool, rejoined: !!prev }, 'edge joined');
-    if (wasLost) this.#reconcile(reg.id);
+    if (rejoined) this.#reconcile(reg.id);
     return { state };
   }
 
@@ -158,6 +164,17 @@ export class EdgeRegistry {
       this.#reconcile(id);
     }
     return { state: e.state };
+  }
+
+  /**
+   * A call to edge `id` ended without its answer (the connection broke, or it timed out, after the
+   * request was sent): what it did is unknown, e.g. a create may have finished there after its
+   * row was failed. The edge is reconciled at its next report (register or heartbeat), when the
+   * call is no longer in flight, so what it runs and the store agree again.
+   */
+  reconcileAtNextReport(id: string): void {
+    const e = this.#edges.get(id);
+    if (e && !e.local) e.reconcileAtFirstReport = true;
   }
 
   /** Reconciles in the background: a heartbeat is answered at once, whatever the edge runs. */
