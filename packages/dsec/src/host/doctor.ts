@@ -2,7 +2,7 @@ import { accessSync, constants, existsSync, mkdirSync, readFileSync, realpathSyn
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
 import { hostLimitChecks } from './host-limits.js';
-import { filesystemOf, readMounts } from './mounts.js';
+import { filesystemOf, mountIdOf, readMounts } from './mounts.js';
 import { CHUNK_FUSE_BINARY, LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
 import { landlockAbi, MS_NODEV, MS_NOSUID, MS_REMOUNT, mount } from './syscalls.js';
 
@@ -90,31 +90,59 @@ function fixHybridCgroups(): Check {
   };
 }
 
-/** cgroup v1 mounts in this mount namespace: where, and which controllers (the super options). */
-function cgroupMounts(): { mountPoint: string; controllers: string[] }[] {
+/** A cgroup v1 mount: its id (mountinfo's first field), where, and which controllers (the super options). */
+export interface CgroupMount {
+  id: number;
+  mountPoint: string;
+  controllers: string[];
+}
+
+/** cgroup v1 mounts in this mount namespace, hidden ones (mounted over) included. */
+function cgroupMounts(): CgroupMount[] {
   return readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((line) => line.split(' - '))
     .filter(([, post]) => post?.startsWith('cgroup '))
-    .map(([pre, post]) => ({ mountPoint: pre!.split(' ')[4] ?? '', controllers: (post!.split(' ')[2] ?? '').split(',') }));
+    .map(([pre, post]) => {
+      const fields = pre!.split(' ');
+      return { id: Number(fields[0]), mountPoint: fields[4] ?? '', controllers: (post!.split(' ')[2] ?? '').split(',') };
+    });
 }
+
+/** How unmountedV1Controllers looks at paths: this host's, or a test's table. */
+export interface HostPaths {
+  /** The path with its links followed; itself when absent. */
+  resolve(path: string): string;
+  /** The id of the mount visible at the path, undefined when absent. */
+  mountIdAt(path: string): number | undefined;
+}
+
+const realHost: HostPaths = {
+  resolve: (path) => {
+    try {
+      return realpathSync(path);
+    } catch {
+      return path; // absent: no mount can be there
+    }
+  },
+  mountIdAt: mountIdOf,
+};
 
 /**
  * Controllers the kernel has bound to a v1 hierarchy (`/proc/cgroups`: hierarchy > 0, enabled)
  * that are not mounted at CGROUP_ROOT/<name> (or where that symlink points, as cpu → cpu,cpuacct).
+ * What counts is the mount visible there (`mountIdAt`), not a line of mountinfo with that mount
+ * point: in a container whose /sys/fs/cgroup is a tmpfs over the host's, the host's hierarchies
+ * are still listed at the same paths, hidden, after the container's own are unmounted.
  */
-export function unmountedV1Controllers(procCgroups: string, mounts: { mountPoint: string; controllers: string[] }[]): string[] {
+export function unmountedV1Controllers(procCgroups: string, mounts: CgroupMount[], host: HostPaths = realHost): string[] {
   const missing: string[] = [];
   for (const line of procCgroups.split('\n')) {
     const [name, hierarchy, , enabled] = line.trim().split(/\s+/);
     if (!name || name.startsWith('#') || hierarchy === '0' || enabled !== '1') continue;
-    let where = join(CGROUP_ROOT, name);
-    try {
-      where = realpathSync(where);
-    } catch {
-      // absent: no mount can be there
-    }
-    if (!mounts.some((m) => m.mountPoint === where && m.controllers.includes(name))) missing.push(name);
+    const where = host.resolve(join(CGROUP_ROOT, name));
+    const visible = host.mountIdAt(where);
+    if (!mounts.some((m) => m.id === visible && m.mountPoint === where && m.controllers.includes(name))) missing.push(name);
   }
   return missing;
 }

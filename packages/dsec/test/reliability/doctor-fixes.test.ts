@@ -41,6 +41,9 @@ describe('doctor: a data dir on an overlay root', { skip: rootSkip, timeout: 60_
 
   before(() => {
     base = mkdtempSync('/var/tmp/dsec-test-overlayroot-');
+    // The overlay's own dirs on a tmpfs: /var/tmp may be overlayfs itself (dsec's tests in a
+    // container), which cannot be an overlay's upper dir.
+    mount('tmpfs', base, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0700,size=64m');
     for (const d of ['lower', 'upper', 'work', 'merged']) mkdirSync(join(base, d));
     merged = join(base, 'merged');
     mount('overlay', merged, 'overlay', 0, `lowerdir=${join(base, 'lower')},upperdir=${join(base, 'upper')},workdir=${join(base, 'work')}`);
@@ -49,6 +52,7 @@ describe('doctor: a data dir on an overlay root', { skip: rootSkip, timeout: 60_
   after(() => {
     while (dataDir && mounted(dataDir)) umount(dataDir);
     if (merged && mounted(merged)) umount(merged);
+    if (base && mounted(base)) umount(base);
     if (base && !readMounts().some((m) => m.mountPoint.startsWith(`${base}/`))) rmSync(base, { recursive: true, force: true });
   });
 
@@ -79,11 +83,23 @@ describe('doctor: cgroup v1 hierarchies where crun looks', () => {
   const procCgroups = '#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t1\t13\t1\ncpuacct\t1\t13\t1\nnet_cls\t0\t13\t1\nhugetlb\t10\t13\t1\n';
 
   test('a controller bound to a hierarchy that is not mounted here is reported', () => {
-    const mounts = [{ mountPoint: '/sys/fs/cgroup/cpu', controllers: ['rw', 'cpu', 'cpuacct'] }];
+    // A table of what is visible where, not this host's (whose layout differs between machines).
+    const root = '/sys/fs/cgroup';
+    const visibleAt = new Map<string, number>();
+    const at = { resolve: (p: string) => p, mountIdAt: (p: string) => visibleAt.get(p) };
+    const cpu = { id: 31, mountPoint: '/sys/fs/cgroup/cpu', controllers: ['rw', 'cpu', 'cpuacct'] };
+    visibleAt.set(`${root}/cpu`, 31);
     // cpuacct is looked for at /sys/fs/cgroup/cpuacct, which does not resolve to the cpu,cpuacct mount here.
-    assert.deepEqual(unmountedV1Controllers(procCgroups, mounts), ['cpuacct', 'hugetlb']);
-    const all = [...mounts, { mountPoint: '/sys/fs/cgroup/cpuacct', controllers: ['rw', 'cpu', 'cpuacct'] }, { mountPoint: '/sys/fs/cgroup/hugetlb', controllers: ['rw', 'hugetlb'] }];
-    assert.deepEqual(unmountedV1Controllers(procCgroups, all), []);
+    assert.deepEqual(unmountedV1Controllers(procCgroups, [cpu], at), ['cpuacct', 'hugetlb']);
+    const cpuacct = { id: 32, mountPoint: '/sys/fs/cgroup/cpuacct', controllers: ['rw', 'cpu', 'cpuacct'] };
+    const hugetlbMount = { id: 33, mountPoint: '/sys/fs/cgroup/hugetlb', controllers: ['rw', 'hugetlb'] };
+    visibleAt.set(`${root}/cpuacct`, 32);
+    visibleAt.set(`${root}/hugetlb`, 33);
+    assert.deepEqual(unmountedV1Controllers(procCgroups, [cpu, cpuacct, hugetlbMount], at), []);
+    // A container's /sys/fs/cgroup is a tmpfs over the host's: the host's hugetlb mount is still
+    // listed at that path, hidden; what is visible there is the tmpfs's plain directory (id 40).
+    visibleAt.set(`${root}/hugetlb`, 40);
+    assert.deepEqual(unmountedV1Controllers(procCgroups, [cpu, cpuacct, hugetlbMount], at), ['hugetlb']);
   });
 
   const hugetlb = '/sys/fs/cgroup/hugetlb';
@@ -95,10 +111,12 @@ describe('doctor: cgroup v1 hierarchies where crun looks', () => {
       const doctor = new URL('../../src/host/doctor.js', import.meta.url).pathname;
       const script = `
         import { execFileSync } from 'node:child_process';
-        import { readFileSync } from 'node:fs';
+        import { existsSync } from 'node:fs';
         const { runDoctor } = await import(${JSON.stringify(doctor)});
         execFileSync('umount', [${JSON.stringify(hugetlb)}]);
-        const isMounted = () => readFileSync('/proc/self/mountinfo', 'utf8').split('\\n').some((l) => l.split(' ')[4] === ${JSON.stringify(hugetlb)});
+        // What is visible there, not a line of mountinfo: under a tmpfs over the host's cgroup
+        // mounts (a container's, fresh-machine's) the host's hugetlb stays listed, hidden.
+        const isMounted = () => existsSync(${JSON.stringify(hugetlb + '/cgroup.procs')});
         const before = isMounted();
         const checks = runDoctor({ dataDir: ${JSON.stringify(dataDir)}, fix: true });
         console.log(JSON.stringify({ before, after: isMounted(), check: checks.find((c) => c.name === 'cgroup layout usable by crun') }));
