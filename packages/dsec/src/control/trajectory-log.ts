@@ -53,8 +53,10 @@ export class TrajectoryLog {
     await this.store.db.transaction(async (tx) => {
       const lock = tx.dialect === 'postgres' ? ' FOR UPDATE' : '';
       if (!(await tx.get(`SELECT id FROM sandboxes WHERE id = ?${lock}`, [sandboxId]))) return;
-      const row = (await tx.get<{ n: number; last: number }>('SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?', [sandboxId]))!;
-      if (row.n >= MAX_ENTRIES) {
+      // Seqs run 1, 2, … with no gaps (entries are appended, copied whole, never removed one by
+      // one): the last is the count, read from the index's end where count(*) walks every entry.
+      const row = (await tx.get<{ last: number }>('SELECT coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?', [sandboxId]))!;
+      if (row.last >= MAX_ENTRIES) {
         await tx.run('UPDATE sandboxes SET trajectory_dropped = trajectory_dropped + 1 WHERE id = ?', [sandboxId]);
         return;
       }
