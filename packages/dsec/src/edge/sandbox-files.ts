@@ -258,11 +258,14 @@ export function listDirInRoot(rootfs: string, path: string, limit = 10_000): { e
       const names = readdirSync(dir).sort();
       const entries: FileStat[] = [];
       for (const name of names.slice(0, limit)) {
+        const entryPath = `${path.replace(/\/$/, '')}/${name}`;
         try {
           const { st, target } = lstatWithTarget(`${dir}/${name}`);
-          entries.push(statToInfo(`${path.replace(/\/$/, '')}/${name}`, name, st, target));
-        } catch {
-          // removed while listing
+          entries.push(statToInfo(entryPath, name, st, target));
+        } catch (err) {
+          // Removed while listing: it is not there. Anything else (an entry that kept changing)
+          // is said, not left out of a listing that would then look whole.
+          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') mapError(err, entryPath);
         }
       }
       return { entries, truncated: names.length > limit };
