@@ -1,9 +1,11 @@
  
 /** Sandbox lifecycle against a real server: create, inspect, limits on the host, init, list, kill. */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { InvalidRequestError, NotFoundError, Sandbox, type SandboxInfo } from '@dsec/sdk';
+import { MASKED_PATHS } from '../src/edge/oci-config.js';
 import { v1Hierarchies } from '../src/host/cgroups.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import { integrationSkipReason, sandboxCgroupDir, useServerAndSandbox, type TestServer } from './helpers/server.js';
@@ -91,6 +93,25 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     assert.deepEqual(lines.slice(0, names.length), names, `hierarchies that are the sandbox's own:\n${r.stdout}`);
     assert.match(lines[names.length] ?? '', /Read-only file system/);
     assert.equal(lines[names.length + 1], '100');
+  });
+
+  test("masked directories and /sys/fs/cgroup's root are the node's shared stub dirs: empty, read-only, and no tmpfs of the sandbox's own (edge/mount-stubs.ts)", async () => {
+    const masked = MASKED_PATHS.filter((p) => existsSync(p) && statSync(p).isDirectory());
+    const r = await sb.commands.run(
+      [
+        ...masked.map((d) => `echo "${d}: $(ls -A ${d} | wc -l) entries; $(touch ${d}/x 2>&1 | grep -o 'Read-only file system')"`),
+        'mkdir /sys/fs/cgroup/x 2>&1 | grep -o "Read-only file system"',
+        // The tmpfs mounts in the sandbox: only /dev and /dev/shm are its own.
+        `awk '{for(i=1;i<=NF;i++) if($i=="-" && $(i+1)=="tmpfs") print "tmpfs " $5}' /proc/self/mountinfo`,
+      ].join('\n'),
+    );
+    assert.equal(r.exitCode, 0, r.stderr);
+    const lines = r.stdout.trim().split('\n');
+    assert.deepEqual(lines.slice(0, masked.length), masked.map((d) => `${d}: 0 entries; Read-only file system`));
+    assert.equal(lines[masked.length], 'Read-only file system');
+    assert.deepEqual(lines.slice(masked.length + 1).sort(), ['tmpfs /dev', 'tmpfs /dev/shm']);
+    const stubs = join(server.dataDir, 'node', 'stubs');
+    assert.deepEqual(readdirSync(join(stubs, 'empty')), [], 'the shared empty dir on the host stays empty');
   });
 
   test('a command that allocates past the memory limit is OOM-killed; the sandbox survives', async () => {

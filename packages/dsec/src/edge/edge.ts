@@ -49,7 +49,8 @@ import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { LazyLayers } from './lazy/lazy-layers.js';
 import { clearDeadDaemonMount, liveDaemonPid, type ChunkSource } from './lazy/chunk-daemon.js';
-import { buildOciConfig, LANDLOCK_PATH } from './oci-config.js';
+import { buildOciConfig, cgroupNames, LANDLOCK_PATH, MASKED_PATHS } from './oci-config.js';
+import { prepareMountStubs, type MountStubs } from './mount-stubs.js';
 import { unmountSandboxDir } from './sandbox-unmount.js';
 import { refreshLandlockBinary } from './helper-binds.js';
 import { defaultSeccompProfile } from './seccomp.js';
@@ -142,6 +143,8 @@ export class Edge implements EdgeApi {
   #seccompBpf: string | undefined;
   /** The v1 cgroup hierarchies bound into each sandbox (host/cgroups.ts v1Hierarchies), read at start. */
   #cgroupHierarchies: string[] | undefined;
+  /** Shared read-only dirs bound where a sandbox would get a tmpfs of its own (mount-stubs.ts). */
+  #stubs: MountStubs | undefined;
   /** Host uid ranges of this edge's user-namespaced sandboxes, claimed host-wide. */
   readonly uidRanges: UidRangePool;
   /** User namespaces made ahead, so a create need not wait for dsec-idmap (empty without `userns`). */
@@ -224,6 +227,7 @@ export class Edge implements EdgeApi {
     await this.#compileSeccomp();
     // After doctor's mounts (it mounts a v1 hierarchy crun would look for and not find).
     this.#cgroupHierarchies = v1Hierarchies();
+    this.#stubs = prepareMountStubs(this.opts.nodeDir, cgroupNames(this.#cgroupHierarchies), MASKED_PATHS);
     if (this.#cgroupHierarchies.includes('cpuset') && !cloneCpusetIntoSandboxes()) {
       this.opts.log.warn('could not set cgroup.clone_children on dsec\'s cpuset parent: creates cost more as the node fills');
     }
@@ -517,7 +521,8 @@ export class Edge implements EdgeApi {
       const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
       const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
       const cgroupHierarchies = (this.#cgroupHierarchies ??= v1Hierarchies());
-      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, cgroupHierarchies, ...userns })));
+      const stubs = (this.#stubs ??= prepareMountStubs(this.opts.nodeDir, cgroupNames(cgroupHierarchies), MASKED_PATHS));
+      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, cgroupHierarchies, stubs, ...userns })));
       if (this.#seccompBpf) writeFileSync(paths.seccompBpf, Buffer.from(this.#seccompBpf, 'base64'), { mode: 0o600 });
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile, binds.map((b) => b.source));
       if (range) tryUnmount(paths.userns); // the container's processes hold the namespace now

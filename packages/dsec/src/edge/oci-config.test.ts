@@ -152,6 +152,26 @@ describe('buildOciConfig', () => {
     for (const p of ['/proc/kcore', '/proc/keys', '/sys/firmware']) assert.ok(l.maskedPaths.includes(p), p);
     for (const p of ['/proc/sys', '/proc/sysrq-trigger']) assert.ok(l.readonlyPaths.includes(p), p);
   });
+
+  test("with the node's stubs: masked directories are the empty stub bound read-only after /proc and /sys, and /sys/fs/cgroup's root is the cgroup stub (no tmpfs for either)", () => {
+    const stubs = { emptyDir: '/n/stubs/empty', cgroupRoot: '/n/stubs/cgroup', maskedDirs: ['/proc/acpi', '/sys/firmware'] };
+    const c = buildOciConfig({ id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 }, cgroupHierarchies: ['memory'], stubs }) as unknown as Config;
+    const at = (d: string) => c.mounts.findIndex((m) => m.destination === d);
+    for (const d of stubs.maskedDirs) {
+      const m = c.mounts[at(d)];
+      assert.deepEqual([m?.type, m?.source], ['bind', stubs.emptyDir], d);
+      for (const o of ['ro', 'nosuid', 'noexec', 'nodev']) assert.ok(m?.options?.includes(o), `${d} lacks ${o}`);
+      assert.ok(!c.linux.maskedPaths.includes(d), `${d} is masked by crun too (a tmpfs)`);
+    }
+    assert.ok(at('/proc/acpi') > at('/proc') && at('/sys/firmware') > at('/sys'), 'a mask bound before its filesystem is mounted would be hidden by it');
+    // Files are still masked by crun (it binds /dev/null: no superblock).
+    for (const p of ['/proc/kcore', '/proc/keys']) assert.ok(c.linux.maskedPaths.includes(p), p);
+    const root = c.mounts[at('/sys/fs/cgroup')];
+    assert.deepEqual([root?.type, root?.source], ['bind', stubs.cgroupRoot]);
+    assert.ok(root?.options?.includes('ro'));
+    assert.ok(at('/sys/fs/cgroup/memory') > at('/sys/fs/cgroup'));
+    assert.equal(c.mounts.filter((m) => m.type === 'tmpfs').map((m) => m.destination).join(' '), '/dev /dev/shm');
+  });
 });
 
 describe('processBlock', () => {

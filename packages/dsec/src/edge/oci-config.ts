@@ -3,6 +3,7 @@ import { CGROUP_PARENT, CGROUP_ROOT } from '../host/cgroups.js';
 import { LANDLOCK_BINARY } from '../host/native-helpers.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../host/node-memory.js';
 import type { SandboxLimits } from './edge-api.js';
+import type { MountStubs } from './mount-stubs.js';
 import { defaultSeccompProfile } from './seccomp.js';
 
 /** Where the init binary (catatonit) appears inside the sandbox: on /dev's tmpfs, so it leaves no trace in the writable layer. */
@@ -60,7 +61,7 @@ export function capabilityMask(names: readonly string[]): string {
 /** RLIMIT_NOFILE (soft and hard) of the sandbox's init and of every command started in it. */
 export const SANDBOX_NOFILE = 20000;
 
-const MASKED_PATHS = [
+export const MASKED_PATHS = [
   '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
   '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
 ];
@@ -134,17 +135,26 @@ export function processBlock(p: ProcessSpec): Record<string, unknown> {
  * "openat2 sys/fs/cgroup/cpu: No such file or directory"). Where two controllers share a hierarchy,
  * each of its names is bound too, as the host shows them (there as symlinks).
  */
-export function cgroupMounts(hierarchies: readonly string[], cgroupsPath: string): Record<string, unknown>[] {
+export function cgroupMounts(hierarchies: readonly string[], cgroupsPath: string, stubRoot?: string): Record<string, unknown>[] {
   if (!hierarchies.length) return [{ destination: CGROUP_ROOT, type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] }];
   const bind = (name: string, hierarchy: string) => ({
     destination: `${CGROUP_ROOT}/${name}`, type: 'bind', source: `${CGROUP_ROOT}/${hierarchy}${cgroupsPath}`, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'],
   });
-  const aliases = (h: string): string[] => (h.includes(',') ? h.split(',').filter((n) => !hierarchies.includes(n)) : []);
-  return [
-    { destination: CGROUP_ROOT, type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'noexec', 'nodev', 'ro', 'mode=755', 'size=64k'] },
-    ...hierarchies.map((h) => bind(h, h)),
-    ...hierarchies.flatMap((h) => aliases(h).map((name) => bind(name, h))),
-  ];
+  // The root: the node's stub dir (edge/mount-stubs.ts, no superblock) when there is one.
+  const root = stubRoot
+    ? { destination: CGROUP_ROOT, type: 'bind', source: stubRoot, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'] }
+    : { destination: CGROUP_ROOT, type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'noexec', 'nodev', 'ro', 'mode=755', 'size=64k'] };
+  return [root, ...hierarchies.map((h) => bind(h, h)), ...cgroupAliases(hierarchies).map(([name, h]) => bind(name, h))];
+}
+
+/** Each other name of a shared hierarchy (`cpu` and `cpuacct` of `cpu,cpuacct`) that is not a hierarchy's own, with that hierarchy. */
+function cgroupAliases(hierarchies: readonly string[]): [name: string, hierarchy: string][] {
+  return hierarchies.flatMap((h) => (h.includes(',') ? h.split(',').filter((n) => !hierarchies.includes(n)).map((n): [string, string] => [n, h]) : []));
+}
+
+/** Every name /sys/fs/cgroup shows in a sandbox: the hierarchies and their aliases (the dirs the cgroup stub root needs). */
+export function cgroupNames(hierarchies: readonly string[]): string[] {
+  return [...hierarchies, ...cgroupAliases(hierarchies).map(([name]) => name)];
 }
 
 /** crun's annotation for a precompiled seccomp program (crun.1: "use the specified data as the raw data to seccomp(2)"). */
@@ -174,8 +184,10 @@ export function buildOciConfig(opts: {
   cgroupParent?: string;
   /** The v1 hierarchies (host/cgroups.ts v1Hierarchies), each bound from the sandbox's own cgroup dir: see cgroupMounts. */
   cgroupHierarchies?: readonly string[];
+  /** The node's shared read-only dirs bound instead of a tmpfs each (edge/mount-stubs.ts); without them, crun's tmpfs. */
+  stubs?: MountStubs | undefined;
 }): Record<string, unknown> {
-  const { id, limits, userns } = opts;
+  const { id, limits, userns, stubs } = opts;
   const cgroupsPath = `/${opts.cgroupParent ?? CGROUP_PARENT}/${id}`;
   const mapping = userns ? [{ containerID: 0, hostID: userns.base, size: userns.size }] : undefined;
   const memory = limits.memoryMiB * 1024 * 1024;
@@ -197,7 +209,9 @@ export function buildOciConfig(opts: {
       { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
       { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
-      ...cgroupMounts(opts.cgroupHierarchies ?? [], cgroupsPath),
+      ...cgroupMounts(opts.cgroupHierarchies ?? [], cgroupsPath, opts.stubs?.cgroupRoot),
+      // Masked directories: the empty stub, read-only, after /proc and /sys are mounted.
+      ...(stubs?.maskedDirs ?? []).map((d) => ({ destination: d, type: 'bind', source: stubs!.emptyDir, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'] })),
       { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: LANDLOCK_PATH, type: 'bind', source: LANDLOCK_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: TOOLBOX_PATH, type: 'bind', source: TOOLBOX_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
@@ -216,7 +230,7 @@ export function buildOciConfig(opts: {
         pids: { limit: limits.pids },
         cpu: { shares: Math.max(2, Math.round(limits.cpu * 1024)), quota: Math.round(limits.cpu * CPU_PERIOD_US), period: CPU_PERIOD_US },
       },
-      maskedPaths: MASKED_PATHS,
+      maskedPaths: stubs ? MASKED_PATHS.filter((p) => !stubs.maskedDirs.includes(p)) : MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
       rootfsPropagation: 'private',
       // Unprivileged ICMP echo sockets, so ping works without CAP_NET_RAW (a per-netns sysctl). In
