@@ -49,16 +49,32 @@ test('an edge is reconciled when it registers again (it restarted) and at the re
     await registry.register(reg);
     await registry.heartbeat('e1', info);
     await settle();
-    assert.deepEqual(reconciled, [], 'a first join and its heartbeats need no reconcile');
+    assert.deepEqual([...reconciled], [], 'a first join and its heartbeats need no reconcile');
     await registry.register(reg); // the edge process started again, well inside lostAfterMs
     await settle();
-    assert.deepEqual(reconciled, ['e1']);
+    assert.deepEqual([...reconciled], ['e1']);
     registry.reconcileAtNextReport('e1');
     await registry.heartbeat('e1', info);
     await registry.heartbeat('e1', info);
     await settle();
-    assert.deepEqual(reconciled, ['e1', 'e1'], 'once at the report after the unknown outcome, then not again');
+    assert.deepEqual([...reconciled], ['e1', 'e1'], 'once at the report after the unknown outcome, then not again');
     registry.reconcileAtNextReport('no-such-edge'); // an edge removed meanwhile: nothing to do
+    // A reconcile that fails (the edge did not answer its list) is tried again at the next report.
+    let failOnce = true;
+    registry.onBack = async (id) => {
+      reconciled.push(id);
+      if (failOnce) {
+        failOnce = false;
+        throw new Error('edge did not answer');
+      }
+    };
+    await registry.register(reg);
+    await settle();
+    await registry.heartbeat('e1', info);
+    await settle();
+    await registry.heartbeat('e1', info);
+    await settle();
+    assert.deepEqual([...reconciled], ['e1', 'e1', 'e1', 'e1'], 'the failed one, its retry at the next heartbeat, and no more');
   } finally {
     await store.close();
     rmSync(dir, { recursive: true, force: true });

@@ -179,7 +179,11 @@ export class EdgeRegistry {
 
   /** Reconciles in the background: a heartbeat is answered at once, whatever the edge runs. */
   #reconcile(id: string): void {
-    this.onBack(id).catch((err: unknown) => this.opts.log.error({ err, edge: id }, 'reconciling an edge that reported again failed'));
+    this.onBack(id).catch((err: unknown) => {
+      // Tried again at its next report: until then the store and the edge may disagree.
+      this.reconcileAtNextReport(id);
+      this.opts.log.error({ err, edge: id }, 'reconciling an edge that reported again failed; trying again at its next report');
+    });
   }
 
   /** Asks the in-process edges for their facts now (they send no heartbeats). */
