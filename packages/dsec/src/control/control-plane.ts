@@ -174,10 +174,16 @@ export class ControlPlane {
     // On a shared store, creates another replica has in flight count too (their leases are live).
     const inflight = new Set([...this.#creation.inflight, ...(await this.store.leasedCreates(edgeId, Date.now()))]);
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
+    const rows = await this.store.listSandboxes({ edge: edgeId });
+    // A create placed after the snapshot above may have finished on the edge after its list and
+    // settled before the rows were read: its row says running and the list lacks it, yet it runs.
+    // The edge is asked again, after that read, before any such row is failed.
+    const missing = rows.filter((s) => (s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id) && !inflight.has(s.id));
+    const runsNow = missing.length ? new Set((await edge.listSandboxes()).map((s) => s.id)) : new Set<string>();
     const lost: string[] = [];
     const killedLost: string[] = [];
-    for (const s of await this.store.listSandboxes({ edge: edgeId })) {
-      if (inflight.has(s.id) || this.#creation.inflight.has(s.id)) {
+    for (const s of rows) {
+      if (inflight.has(s.id) || this.#creation.inflight.has(s.id) || runsNow.has(s.id)) {
         onEdge.delete(s.id);
         continue;
       }

@@ -211,10 +211,9 @@ export class SandboxCreation {
           this.deps.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');
           continue;
         }
-        // The create may have finished on the edge after all: it is killed when the edge reports again.
-        if (outcomeUnknown(err)) this.deps.edges.reconcileAtNextReport(edgeId);
         const reason = err instanceof Error ? err.message : String(err);
         await this.deps.store.settleCreate(info.id, 'failed', reason);
+        if (outcomeUnknown(err)) this.#killUnanswered(edgeId, [info.id]);
         if (err instanceof ApiError) {
           err.details['sandboxId'] = info.id;
           throw err;
@@ -236,6 +235,35 @@ export class SandboxCreation {
       }
       return { ...info, status: 'running' };
     }
+  }
+
+  /**
+   * Sandboxes whose create call got no answer (sent, then the connection broke or the edge was
+   * lost): each may exist on the edge, or still be in the making there, while its row says failed.
+   * Each is killed there in the background (the edge's kill waits for a create it is still busy
+   * with), again with backoff while the edge does not answer, for up to KILL_UNANSWERED_MS; and
+   * the edge is reconciled at its next report to this replica, the backstop if all tries fail.
+   */
+  #killUnanswered(edgeId: string, ids: readonly string[]): void {
+    this.deps.edges.reconcileAtNextReport(edgeId);
+    const until = Date.now() + KILL_UNANSWERED_MS;
+    const killOne = async (id: string): Promise<void> => {
+      for (let delay = 500; ; delay = Math.min(delay * 2, 15_000)) {
+        try {
+          await this.deps.edges.apiEvenIfLost(edgeId).killSandbox(id);
+          this.deps.log.warn({ edge: edgeId, sandbox: id }, 'killed a sandbox whose create got no answer (it had been made on the edge)');
+          return;
+        } catch (err) {
+          if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') return; // never made there
+          if (!this.deps.edges.has(edgeId) || Date.now() + delay > until) {
+            this.deps.log.error({ edge: edgeId, sandbox: id, err: (err as Error).message }, 'could not kill a sandbox whose create got no answer; the edge is reconciled at its next report');
+            return;
+          }
+        }
+        await new Promise((r) => setTimeout(r, delay).unref());
+      }
+    };
+    for (const id of ids) void killOne(id);
   }
 
   /**
@@ -336,6 +364,8 @@ export class SandboxCreation {
         else byEdge.set(p.info.edge, [p]);
       }
       const done: { id: string; status: SandboxStatus; reason?: string }[] = [];
+      /** Groups whose call ended with no answer: killed on their edge once their rows say failed. */
+      const unanswered: { edgeId: string; ids: string[] }[] = [];
       const running: typeof placed = [];
       const failed: { p: (typeof placed)[number]; code: string; reason: string }[] = [];
       await Promise.all(
@@ -346,7 +376,7 @@ export class SandboxCreation {
               group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}), ...(volumes.mounts.length ? { volumes: volumes.mounts } : {}) })),
             );
           } catch (err) {
-            if (outcomeUnknown(err)) this.deps.edges.reconcileAtNextReport(edgeId);
+            if (outcomeUnknown(err)) unanswered.push({ edgeId, ids: group.map((p) => p.info.id) });
             const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
             outcomes = group.map((p) => ({ id: p.info.id, error: { code: e.code, message: e.message, details: e.details } }));
           }
@@ -373,6 +403,7 @@ export class SandboxCreation {
       for (const p of running) done.push({ id: p.info.id, status: 'running' });
       for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
       const settledElsewhere = await this.deps.store.setStatuses(done);
+      for (const u of unanswered) this.#killUnanswered(u.edgeId, u.ids);
       for (const p of running) {
         const other = settledElsewhere.get(p.info.id);
         // The edge was declared lost while this create was in flight: the row says lost.
@@ -394,6 +425,9 @@ export class SandboxCreation {
   }
 
 }
+
+/** How long a create that got no answer keeps trying to kill its sandbox on the edge. */
+const KILL_UNANSWERED_MS = 5 * 60_000;
 
 /**
  * Whether a failed call to an edge may have done its work there anyway: the request was sent and

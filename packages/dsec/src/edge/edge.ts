@@ -50,7 +50,7 @@ import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { LazyLayers } from './lazy/lazy-layers.js';
 import { clearDeadDaemonMount, liveDaemonPid, type ChunkSource } from './lazy/chunk-daemon.js';
 import { buildOciConfig, cgroupNames, LANDLOCK_PATH, MASKED_PATHS } from './oci-config.js';
-import { prepareMountStubs, type MountStubs } from './mount-stubs.js';
+import { existingDirs, prepareMountStubs, type MountStubs } from './mount-stubs.js';
 import { unmountSandboxDir } from './sandbox-unmount.js';
 import { refreshLandlockBinary } from './helper-binds.js';
 import { defaultSeccompProfile } from './seccomp.js';
@@ -521,7 +521,8 @@ export class Edge implements EdgeApi {
       const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
       const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
       const cgroupHierarchies = (this.#cgroupHierarchies ??= v1Hierarchies());
-      const stubs = (this.#stubs ??= prepareMountStubs(this.opts.nodeDir, cgroupNames(cgroupHierarchies), MASKED_PATHS));
+      this.#stubs ??= prepareMountStubs(this.opts.nodeDir, cgroupNames(cgroupHierarchies), MASKED_PATHS);
+      const stubs = { ...this.#stubs, maskedDirs: existingDirs(MASKED_PATHS) };
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, cgroupHierarchies, stubs, ...userns })));
       if (this.#seccompBpf) writeFileSync(paths.seccompBpf, Buffer.from(this.#seccompBpf, 'base64'), { mode: 0o600 });
       record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile, binds.map((b) => b.source));

@@ -23,7 +23,7 @@ export interface MountStubs {
   emptyDir: string;
   /** /sys/fs/cgroup's root: an empty directory per hierarchy name, each a mount point for its bind. */
   cgroupRoot: string;
-  /** The masked paths that are directories on this kernel: bound to emptyDir, not masked by crun. */
+  /** The masked paths that are directories on this kernel (existingDirs): bound to emptyDir, not masked by crun. */
   maskedDirs: readonly string[];
 }
 
@@ -32,17 +32,26 @@ export function prepareMountStubs(nodeDir: string, names: readonly string[], mas
   const base = join(nodeDir, 'stubs');
   const emptyDir = join(base, 'empty');
   const cgroupRoot = join(base, 'cgroup');
-  for (const d of [base, emptyDir, cgroupRoot]) mkdirSync(d, { recursive: true, mode: 0o555 });
+  for (const d of [base, emptyDir, cgroupRoot]) mkdirSync(d, { recursive: true });
   // Left there by hand or an older dsec: an "empty" dir with entries would show them in every sandbox.
   for (const entry of readdirSync(emptyDir)) rmSync(join(emptyDir, entry), { recursive: true, force: true });
-  for (const name of names) mkdirSync(join(cgroupRoot, name), { recursive: true, mode: 0o555 });
-  for (const d of [emptyDir, cgroupRoot, ...names.map((n) => join(cgroupRoot, n))]) chmodSync(d, 0o555);
-  const maskedDirs = maskedPaths.filter((p) => {
+  for (const name of names) mkdirSync(join(cgroupRoot, name), { recursive: true });
+  // Read-only for all once made (made writable first: only root could fill a 0555 dir).
+  for (const d of [...names.map((n) => join(cgroupRoot, n)), emptyDir, cgroupRoot, base]) chmodSync(d, 0o555);
+  return { emptyDir, cgroupRoot, maskedDirs: existingDirs(maskedPaths) };
+}
+
+/**
+ * The paths that are directories now. Read again at every create: one can come and go with a
+ * module (/proc/asound with snd, /sys/devices/virtual/powercap with intel_rapl), and a bind to an
+ * absent path inside procfs or sysfs would fail the create, where crun's own mask skips it.
+ */
+export function existingDirs(paths: readonly string[]): string[] {
+  return paths.filter((p) => {
     try {
       return statSync(p).isDirectory();
     } catch {
-      return false; // absent on this kernel: crun skips it
+      return false; // absent on this kernel now: crun skips it
     }
   });
-  return { emptyDir, cgroupRoot, maskedDirs };
 }

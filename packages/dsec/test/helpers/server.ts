@@ -4,14 +4,14 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdtempSync, rmdirSync, rmSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { after, before } from 'node:test';
 import { Sandbox, type CreateOptions } from '@dsec/sdk';
 import { compileOptions } from '../../src/config/options.js';
 import { findLeaks } from '../../src/host/leak-check.js';
-import { readMounts } from '../../src/host/mounts.js';
-import { umount } from '../../src/host/syscalls.js';
+import { filesystemOf, readMounts } from '../../src/host/mounts.js';
+import { MNT_DETACH, umount } from '../../src/host/syscalls.js';
 import { fixDataDirFs, which } from '../../src/host/doctor.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { startAllInOne, type RunningDsec } from '../../src/runtime/all-in-one.js';
@@ -58,15 +58,38 @@ process.on('exit', () => {
 });
 
 /**
- * A fresh data dir under /var/tmp. Where /var/tmp is on overlayfs (the suite run in a container,
- * or by fresh-machine), it gets the tmpfs `dsec doctor` gives such a data dir (host/doctor.ts
- * fixDataDirFs) at once: tests that make an edge, a bench or a control plane of their own, without
- * doctor, would otherwise put overlay uppers and EROFS blobs on overlayfs, which takes neither.
- * assertCleanAndRemove unmounts it. Elsewhere nothing is mounted.
+ * Where /var/tmp is on overlayfs (the suite run in a container, or by fresh-machine): one tmpfs
+ * for this test process, the one `dsec doctor` gives such a data dir (host/doctor.ts
+ * fixDataDirFs), with every data dir made inside it. Tests that make an edge, a bench or a control
+ * plane of their own, without doctor, would otherwise put overlay uppers and EROFS blobs on
+ * overlayfs, which takes neither; and a dir inside the tmpfs, not a tmpfs of its own, is what a
+ * test's own rmSync of its data dir can remove. Unmounted when the process exits (a process killed
+ * first leaves it, under DATA_DIR_PREFIX, where the suite's leak check finds it). Elsewhere: /var/tmp.
  */
+let overlayRootBase: string | null | undefined;
+function dataDirParent(): string {
+  if (overlayRootBase === undefined) {
+    overlayRootBase = null;
+    if (filesystemOf('/var/tmp') === 'overlay') {
+      const base = mkdtempSync(`${DATA_DIR_PREFIX}root-`);
+      fixDataDirFs(base);
+      overlayRootBase = base;
+      process.on('exit', () => {
+        try {
+          umount(base, MNT_DETACH); // lazily: a child tool still in it lets go when it ends
+          rmdirSync(base);
+        } catch (err) {
+          process.stderr.write(`# could not remove the overlay-root tmpfs ${base}: ${(err as Error).message}\n`);
+        }
+      });
+    }
+  }
+  return overlayRootBase ?? dirname(DATA_DIR_PREFIX);
+}
+
+/** A fresh data dir: under /var/tmp, or inside this process's tmpfs where /var/tmp is on overlayfs (dataDirParent). */
 export function makeDataDir(): string {
-  const dir = mkdtempSync(DATA_DIR_PREFIX);
-  fixDataDirFs(dir); // a no-op unless the dir is on overlayfs
+  const dir = mkdtempSync(join(dataDirParent(), basename(DATA_DIR_PREFIX)));
   const caller = new Error().stack?.split('\n').slice(2).find((l) => !l.includes('/helpers/')) ?? '';
   madeDataDirs.set(dir, caller.trim().replace(/^at /, ''));
   return dir;

@@ -26,11 +26,10 @@ interface EdgeEntry extends PlacementCandidate {
   lastSeen: number;
   /** Placed, create not answered yet: survives a heartbeat, unlike `pending`. */
   inflight: { count: number; cpu: number; memoryMiB: number; pids: number };
-  /**
-   * Reconciled at its next report: known from the store after a control-plane restart, or a call
-   * to it ended with its outcome unknown (reconcileAtNextReport).
-   */
+  /** Known from the store after a control-plane restart: reconciled at its first report. */
   reconcileAtFirstReport?: boolean;
+  /** A call to it ended with its outcome unknown, or a reconcile failed: reconciled at its next report. */
+  reconcileAtNextReport?: boolean;
 }
 
 const zero = (): EdgeEntry['pending'] => ({ count: 0, cpu: 0, memoryMiB: 0, pids: 0 });
@@ -160,7 +159,11 @@ export class EdgeRegistry {
       if (e.state === 'lost') this.opts.log.warn({ edge: id }, 'lost edge is back');
       e.state = e.state === 'lost' ? 'ready' : e.state;
       e.reconcileAtFirstReport = false;
+      e.reconcileAtNextReport = false;
       await this.#persist(e);
+      this.#reconcile(id);
+    } else if (e.reconcileAtNextReport) {
+      e.reconcileAtNextReport = false;
       this.#reconcile(id);
     }
     return { state: e.state };
@@ -169,12 +172,15 @@ export class EdgeRegistry {
   /**
    * A call to edge `id` ended without its answer (the connection broke, or it timed out, after the
    * request was sent): what it did is unknown, e.g. a create may have finished there after its
-   * row was failed. The edge is reconciled at its next report (register or heartbeat), when the
-   * call is no longer in flight, so what it runs and the store agree again.
+   * row was failed. Called once the row is settled; the edge is reconciled at its next report
+   * (register or heartbeat) so what it runs and the store agree again. A backstop: the create
+   * also kills its sandbox on the edge itself (sandbox-creation.ts), which does not wait for a
+   * report to this replica. Kept in this replica's memory: another replica's heartbeats do not
+   * consume it.
    */
   reconcileAtNextReport(id: string): void {
     const e = this.#edges.get(id);
-    if (e && !e.local) e.reconcileAtFirstReport = true;
+    if (e && !e.local) e.reconcileAtNextReport = true;
   }
 
   /** Reconciles in the background: a heartbeat is answered at once, whatever the edge runs. */
