@@ -1,4 +1,4 @@
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, realpathSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, readFileSync, realpathSync, symlinkSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
 import { hostLimitChecks } from './host-limits.js';
@@ -66,17 +66,24 @@ function fixHybridCgroups(): Check {
   // A controller may sit on a v1 hierarchy mounted only in another mount namespace (another dsec's
   // container): cgroup2 then shows none, yet crun finds a plain directory where it looks and
   // writes files into it, and every killed sandbox leaves a directory there.
-  const controllers = leftover ? leftover.split(/\s+/) : unmountedV1Controllers(readFileSync('/proc/cgroups', 'utf8'), cgroupMounts());
+  const procCgroups = readFileSync('/proc/cgroups', 'utf8');
+  const controllers = leftover ? leftover.split(/\s+/) : unmountedV1Controllers(procCgroups, cgroupMounts());
   if (controllers.length === 0) return { name, ok: true, detail: 'cgroup v1 controllers, each mounted where crun looks, none on the cgroup2 mount', required: true };
+  // Controllers on cgroup2 get a v1 hierarchy each; ones the kernel has bound to a v1 hierarchy
+  // already are mounted as that hierarchy, all its controllers together (mounting `cpu` alone when
+  // the hierarchy is cpu,cpuacct is EBUSY), at the dir crun names it by, with links for the others.
+  const groups = leftover ? controllers.map((c) => ({ dir: c, controllers: [c] })) : v1MountGroups(procCgroups, controllers);
   const fixed: string[] = [];
-  for (const c of controllers) {
-    const dir = join(CGROUP_ROOT, c);
-    mkdirSync(dir, { recursive: true });
+  for (const g of groups) {
+    const dir = join(CGROUP_ROOT, g.dir);
     try {
-      mount('cgroup', dir, 'cgroup', MS_NOSUID | MS_NODEV, c);
-      fixed.push(c);
+      mkdirSync(dir, { recursive: true });
+      mount('cgroup', dir, 'cgroup', MS_NOSUID | MS_NODEV, g.controllers.join(','));
+      for (const c of g.controllers) if (c !== g.dir && !existsSync(join(CGROUP_ROOT, c))) symlinkSync(g.dir, join(CGROUP_ROOT, c));
+      fixed.push(g.dir);
     } catch (err) {
-      return { name, ok: false, detail: `controller ${c} is on cgroup2 and could not be mounted as v1: ${(err as Error).message}`, required: true };
+      const where = leftover ? 'is on cgroup2 and' : 'is not mounted where crun looks and';
+      return { name, ok: false, detail: `controller ${g.dir} ${where} could not be mounted as v1 at ${dir}: ${(err as Error).message}`, required: true };
     }
   }
   return {
@@ -88,6 +95,21 @@ function fixHybridCgroups(): Check {
     })`,
     required: true,
   };
+}
+
+/**
+ * The v1 hierarchies `missing` controllers are bound to (`/proc/cgroups`' hierarchy ids), each with
+ * all its controllers in the kernel's order and the dir crun looks for it at (`cpu,cpuacct`).
+ */
+export function v1MountGroups(procCgroups: string, missing: readonly string[]): { dir: string; controllers: string[] }[] {
+  const byHierarchy = new Map<string, string[]>();
+  for (const line of procCgroups.split('\n')) {
+    const [name, hierarchy, , enabled] = line.trim().split(/\s+/);
+    if (!name || name.startsWith('#') || !hierarchy || hierarchy === '0' || enabled !== '1') continue;
+    byHierarchy.set(hierarchy, [...(byHierarchy.get(hierarchy) ?? []), name]);
+  }
+  const groups = [...byHierarchy.values()].filter((cs) => cs.some((c) => missing.includes(c)));
+  return groups.map((cs) => ({ dir: cs.join(','), controllers: cs }));
 }
 
 /** A cgroup v1 mount: its id (mountinfo's first field), where, and which controllers (the super options). */

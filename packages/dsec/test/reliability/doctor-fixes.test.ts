@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fixDataDirFs, unmountedV1Controllers } from '../../src/host/doctor.js';
+import { fixDataDirFs, unmountedV1Controllers, v1MountGroups } from '../../src/host/doctor.js';
 import { readMounts } from '../../src/host/mounts.js';
 import { MS_NODEV, MS_NOSUID, mount, umount } from '../../src/host/syscalls.js';
 
@@ -100,6 +100,15 @@ describe('doctor: cgroup v1 hierarchies where crun looks', () => {
     // listed at that path, hidden; what is visible there is the tmpfs's plain directory (id 40).
     visibleAt.set(`${root}/hugetlb`, 40);
     assert.deepEqual(unmountedV1Controllers(procCgroups, [cpu, cpuacct, hugetlbMount], at), ['hugetlb']);
+  });
+
+  test('a hierarchy two controllers share is mounted whole, at the dir crun names it by', () => {
+    // cpu and cpuacct share hierarchy 1: mounting `cpu` alone would be EBUSY.
+    assert.deepEqual(v1MountGroups(procCgroups, ['cpuacct', 'hugetlb']), [
+      { dir: 'cpu,cpuacct', controllers: ['cpu', 'cpuacct'] },
+      { dir: 'hugetlb', controllers: ['hugetlb'] },
+    ]);
+    assert.deepEqual(v1MountGroups(procCgroups, []), []);
   });
 
   const hugetlb = '/sys/fs/cgroup/hugetlb';
