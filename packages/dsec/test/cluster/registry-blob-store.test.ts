@@ -207,9 +207,10 @@ describe('a cluster registry that refuses deletes', { skip: integrationSkipReaso
       assert.ok(await reader.headBlob(layer), 'the registry still has the blob');
       assert.ok((await blobs.stored()).some((b) => b.digest === layer), 'its record stays for a GC once deletes are on');
     } finally {
+      // The registry first: a child left running keeps this file's process alive for good.
+      await registry.close();
       await store.close();
       rmSync(dir, { recursive: true, force: true });
-      await registry.close();
     }
   });
 });
