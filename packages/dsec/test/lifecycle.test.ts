@@ -101,16 +101,23 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
       [
         ...masked.map((d) => `echo "${d}: $(ls -A ${d} | wc -l) entries; $(touch ${d}/x 2>&1 | grep -o 'Read-only file system')"`),
         'mkdir /sys/fs/cgroup/x 2>&1 | grep -o "Read-only file system"',
-        // The tmpfs mounts in the sandbox: only /dev and /dev/shm are its own.
-        `awk '{for(i=1;i<=NF;i++) if($i=="-" && $(i+1)=="tmpfs") print "tmpfs " $5}' /proc/self/mountinfo`,
+        // Every mount: where, its superblock's device, its filesystem type.
+        `awk '{for(i=1;i<=NF;i++) if($i=="-") print $5, $3, $(i+1)}' /proc/self/mountinfo`,
       ].join('\n'),
     );
     assert.equal(r.exitCode, 0, r.stderr);
     const lines = r.stdout.trim().split('\n');
     assert.deepEqual(lines.slice(0, masked.length), masked.map((d) => `${d}: 0 entries; Read-only file system`));
     assert.equal(lines[masked.length], 'Read-only file system');
-    assert.deepEqual(lines.slice(masked.length + 1).sort(), ['tmpfs /dev', 'tmpfs /dev/shm']);
+    const mounts = lines.slice(masked.length + 1).map((l) => l.split(' ') as [string, string, string]);
+    // The stubs are binds of the data dir's filesystem (a tmpfs itself on an overlay root): the
+    // same superblock as the host's stub dir, not one of the sandbox's own.
     const stubs = join(server.dataDir, 'node', 'stubs');
+    const dev = statSync(stubs).dev;
+    const stubDev = `${(dev >> 8) & 0xfff}:${(dev & 0xff) | ((dev >> 12) & 0xfff00)}`;
+    for (const d of [...masked, '/sys/fs/cgroup']) assert.equal(mounts.find((m) => m[0] === d)?.[1], stubDev, `${d} is not the stub's bind: ${r.stdout}`);
+    const ownTmpfs = mounts.filter((m) => m[2] === 'tmpfs' && m[1] !== stubDev).map((m) => m[0]);
+    assert.deepEqual(ownTmpfs.sort(), ['/dev', '/dev/shm'], 'the only tmpfs superblocks of the sandbox its own');
     assert.deepEqual(readdirSync(join(stubs, 'empty')), [], 'the shared empty dir on the host stays empty');
   });
 
