@@ -87,6 +87,15 @@ function dataDirParent(): string {
   return overlayRootBase ?? dirname(DATA_DIR_PREFIX);
 }
 
+/**
+ * A scratch dir for a test's own trees, as makeDataDir places data dirs: under /var/tmp, or in this
+ * process's tmpfs where /var/tmp is overlayfs, which refuses what such trees need (mknod of an
+ * overlay whiteout, 0/0: EPERM). `name` ends up in the dir's name.
+ */
+export function makeScratchDir(name: string): string {
+  return mkdtempSync(join(dataDirParent(), `dsec-${name}-`));
+}
+
 /** A fresh data dir: under /var/tmp, or inside this process's tmpfs where /var/tmp is on overlayfs (dataDirParent). */
 export function makeDataDir(): string {
   const dir = mkdtempSync(join(dataDirParent(), basename(DATA_DIR_PREFIX)));

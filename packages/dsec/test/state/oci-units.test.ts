@@ -1,7 +1,7 @@
  
 /** The import building blocks without a server: tar reading and writing, safe extraction, squash merging. */
 import assert from 'node:assert/strict';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { listXattrs } from '../../src/host/syscalls.js';
@@ -10,6 +10,7 @@ import { OPAQUE_XATTR, cleanArchivePath, extractTarSafely } from '../../src/imag
 import { readTar } from '../../src/image/oci/tar-reader.js';
 import { tarArchive } from '../../src/image/oci/tar-writer.js';
 import { type FixtureEntry, ustar } from './fixtures/oci.js';
+import { makeScratchDir } from '../helpers/server.js';
 
 /** Buffers as the async stream readTar takes. */
 async function* chunks(...bufs: Buffer[]): AsyncGenerator<Buffer> {
@@ -75,7 +76,7 @@ describe('tar reader and writer', () => {
 describe('safe extraction and squash merge', { skip: asRoot }, () => {
   let dir: string;
   before(() => {
-    dir = mkdtempSync('/var/tmp/dsec-oci-units-');
+    dir = makeScratchDir('oci-units');
   });
   after(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });

@@ -11,7 +11,6 @@ import {
   existsSync,
   linkSync,
   mkdirSync,
-  mkdtempSync,
   readFileSync,
   readdirSync,
   rmSync,
@@ -26,6 +25,7 @@ import { UnsafeArchiveError, extractTarSafely } from '../../src/image/oci/safe-e
 import { TarFormatError, type TarHeader, readTar } from '../../src/image/oci/tar-reader.js';
 import { tarArchive, type TarWriteEntry } from '../../src/image/oci/tar-writer.js';
 import { DiffLimitError, MAX_PATH_BYTES } from '../../src/image/pack-diff.js';
+import { makeScratchDir } from '../helpers/server.js';
 
 const asRoot = process.getuid?.() === 0 ? undefined : 'xattrs on security.* and owners need root';
 
@@ -86,7 +86,7 @@ describe('tar archives GNU tar writes, read through tar-stream', () => {
   const longName = `${longDir}/${'f'.repeat(90)}`;
   const longTarget = `/${'t'.repeat(200)}`;
   before(() => {
-    dir = mkdtempSync('/var/tmp/dsec-tar-archives-');
+    dir = makeScratchDir('tar-archives');
     const tree = join(dir, 'tree');
     mkdirSync(join(tree, longDir), { recursive: true });
     writeFileSync(join(tree, longName), 'long\n');
@@ -312,7 +312,7 @@ describe('hostile tar archives', () => {
 describe('hostile archives against safe extraction', { skip: asRoot }, () => {
   let dir: string;
   before(() => {
-    dir = mkdtempSync('/var/tmp/dsec-tar-hostile-');
+    dir = makeScratchDir('tar-hostile');
   });
   after(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });

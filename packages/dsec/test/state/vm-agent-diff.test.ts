@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync, linkSync, writeFileSync, existsSync } from 'node:fs';
+import { lstatSync, mkdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, linkSync, writeFileSync, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import { getXattr, listXattrs, mknod, setXattr } from '../../src/host/syscalls.js';
 import { which } from '../../src/host/doctor.js';
 import { extractTarSafely } from '../../src/image/oci/safe-extract.js';
+import { makeScratchDir } from '../helpers/server.js';
 
 const agentSource = join(dirname(fileURLToPath(import.meta.url)), '../../../native/vm-agent.c');
 const skip = process.getuid?.() !== 0 ? 'whiteouts (mknod) and trusted.* xattrs need root' : !which('gcc') ? 'needs gcc (scripts/setup installs it)' : undefined;
@@ -41,7 +42,7 @@ describe('the guest agent diff: a tar of the overlay upper the edge reads back a
   let dir: string;
   let bin: string;
   before(() => {
-    dir = mkdtempSync('/var/tmp/dsec-agent-diff-');
+    dir = makeScratchDir('agent-diff');
     writeFileSync(join(dir, 'harness.c'), HARNESS);
     bin = join(dir, 'diff');
     execFileSync('gcc', ['-O1', '-w', '-o', bin, join(dir, 'harness.c')]);
