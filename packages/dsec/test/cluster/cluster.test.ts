@@ -66,7 +66,9 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     const { sandboxes, failures } = await Sandbox.createMany(30, { ...conn, image: 'busybox', resources: { memoryMiB: 32, pids: 64 }, labels: { t: 'spread' }, concurrency: 6 });
     assert.deepEqual(failures, []);
     const spread = byEdge(sandboxes.map((s) => s.info));
-    assert.equal(spread.size, 3, `all three edges got sandboxes: ${JSON.stringify([...spread])}`);
+    // Once seen in a full run: every sandbox on 2 of the 3 edges. Say what the third looked like.
+    const why = spread.size === 3 ? '' : `\nnodes: ${JSON.stringify(await h.nodes())}\ncontrol plane log (tail): ${h.controlLog.join('').slice(-6000)}`;
+    assert.equal(spread.size, 3, `all three edges got sandboxes: ${JSON.stringify([...spread])}${why}`);
     for (const [edge, n] of spread) assert.ok(n >= 4, `edge ${edge} got only ${n} of 30`);
     const one = sandboxes[0]!;
     assert.equal((await one.commands.run('cat /etc/hostname >/dev/null; echo on-$((1+1))')).stdout, 'on-2\n');
