@@ -5,6 +5,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { InvalidRequestError, NotFoundError, Sandbox, type SandboxInfo } from '@dsec/sdk';
+import { MOUNT_STUBS_DIR } from '../src/edge/mount-stubs.js';
 import { MASKED_PATHS } from '../src/edge/oci-config.js';
 import { v1Hierarchies } from '../src/host/cgroups.js';
 import { findLeaks } from '../src/host/leak-check.js';
@@ -112,7 +113,7 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     const mounts = lines.slice(masked.length + 1).map((l) => l.split(' ') as [string, string, string]);
     // The stubs are binds of the data dir's filesystem (a tmpfs itself on an overlay root): the
     // same superblock as the host's stub dir, not one of the sandbox's own.
-    const stubs = join(server.dataDir, 'node', 'stubs');
+    const stubs = MOUNT_STUBS_DIR;
     const dev = statSync(stubs).dev;
     const stubDev = `${(dev >> 8) & 0xfff}:${(dev & 0xff) | ((dev >> 12) & 0xfff00)}`;
     for (const d of [...masked, '/sys/fs/cgroup']) assert.equal(mounts.find((m) => m[0] === d)?.[1], stubDev, `${d} is not the stub's bind: ${r.stdout}`);

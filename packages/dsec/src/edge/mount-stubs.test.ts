@@ -11,7 +11,7 @@ test('the stubs: an empty dir and a cgroup root with a dir per name, mode 0555; 
   try {
     const names = cgroupNames(['cpu,cpuacct', 'memory']);
     assert.deepEqual(names, ['cpu,cpuacct', 'memory', 'cpu', 'cpuacct']);
-    const s = prepareMountStubs(nodeDir, names, ['/proc/self', '/proc/kcore', '/no/such/dir']);
+    const s = prepareMountStubs(names, ['/proc/self', '/proc/kcore', '/no/such/dir'], join(nodeDir, 'stubs'));
     assert.deepEqual(s.maskedDirs, ['/proc/self'], 'a file (kcore) and an absent path are left to crun');
     assert.deepEqual(readdirSync(s.emptyDir), []);
     assert.deepEqual(readdirSync(s.cgroupRoot).sort(), [...names].sort());
@@ -20,7 +20,7 @@ test('the stubs: an empty dir and a cgroup root with a dir per name, mode 0555; 
     rmSync(s.emptyDir, { recursive: true });
     mkdirSync(join(s.emptyDir, 'sub'), { recursive: true });
     writeFileSync(join(s.emptyDir, 'file'), 'x');
-    const again = prepareMountStubs(nodeDir, ['memory', 'pids'], []);
+    const again = prepareMountStubs(['memory', 'pids'], [], join(nodeDir, 'stubs'));
     assert.deepEqual(readdirSync(again.emptyDir), []);
     // Names of an earlier start stay (a running sandbox may have a bind on one).
     assert.deepEqual(readdirSync(again.cgroupRoot).sort(), ['cpu', 'cpu,cpuacct', 'cpuacct', 'memory', 'pids']);

@@ -27,9 +27,16 @@ export interface MountStubs {
   maskedDirs: readonly string[];
 }
 
-/** Makes (or keeps) the stubs under `nodeDir`/stubs: `names` are every name /sys/fs/cgroup shows. */
-export function prepareMountStubs(nodeDir: string, names: readonly string[], maskedPaths: readonly string[]): MountStubs {
-  const base = join(nodeDir, 'stubs');
+/**
+ * Where the stubs live: one host-wide dir outside any data dir, shared by every edge on the host
+ * (their contents are the same: an empty dir, and the host's cgroup names). Not under the data
+ * dir: a bind's source path shows in the sandbox's /proc/self/mountinfo, and the data dir's path
+ * must not (security/mountinfo.test.ts); under /run it shows as /dsec-mount-stubs/….
+ */
+export const MOUNT_STUBS_DIR = '/run/dsec-mount-stubs';
+
+/** Makes (or keeps) the stubs under `base`: `names` are every name /sys/fs/cgroup shows. */
+export function prepareMountStubs(names: readonly string[], maskedPaths: readonly string[], base: string = MOUNT_STUBS_DIR): MountStubs {
   const emptyDir = join(base, 'empty');
   const cgroupRoot = join(base, 'cgroup');
   for (const d of [base, emptyDir, cgroupRoot]) mkdirSync(d, { recursive: true });

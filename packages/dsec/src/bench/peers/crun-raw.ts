@@ -60,7 +60,7 @@ export class CrunRawPeer implements Peer {
     this.crun = new Crun(join(opts.dir, 'crun-state'));
     this.#containers = join(opts.dir, 'containers');
     // dsec's config as the edge makes it, its shared stub dirs included.
-    this.#stubs = prepareMountStubs(opts.dir, cgroupNames(this.#hierarchies), MASKED_PATHS);
+    this.#stubs = prepareMountStubs(cgroupNames(this.#hierarchies), MASKED_PATHS);
     mkdirSync(this.#containers, { recursive: true });
   }
 
