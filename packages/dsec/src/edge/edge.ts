@@ -227,7 +227,7 @@ export class Edge implements EdgeApi {
     await this.#compileSeccomp();
     // After doctor's mounts (it mounts a v1 hierarchy crun would look for and not find).
     this.#cgroupHierarchies = v1Hierarchies();
-    this.#stubs = prepareMountStubs(cgroupNames(this.#cgroupHierarchies), MASKED_PATHS);
+    this.#stubs = prepareMountStubs(cgroupNames(this.#cgroupHierarchies));
     if (this.#cgroupHierarchies.includes('cpuset') && !cloneCpusetIntoSandboxes()) {
       this.opts.log.warn('could not set cgroup.clone_children on dsec\'s cpuset parent: creates cost more as the node fills');
     }
@@ -521,7 +521,7 @@ export class Edge implements EdgeApi {
       const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
       const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
       const cgroupHierarchies = (this.#cgroupHierarchies ??= v1Hierarchies());
-      this.#stubs ??= prepareMountStubs(cgroupNames(cgroupHierarchies), MASKED_PATHS);
+      this.#stubs ??= prepareMountStubs(cgroupNames(cgroupHierarchies));
       const stubs = { ...this.#stubs, maskedDirs: existingDirs(MASKED_PATHS) };
       writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, cgroupHierarchies, stubs, ...userns })));
       if (this.#seccompBpf) writeFileSync(paths.seccompBpf, Buffer.from(this.#seccompBpf, 'base64'), { mode: 0o600 });

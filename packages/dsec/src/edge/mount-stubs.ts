@@ -23,8 +23,6 @@ export interface MountStubs {
   emptyDir: string;
   /** /sys/fs/cgroup's root: an empty directory per hierarchy name, each a mount point for its bind. */
   cgroupRoot: string;
-  /** The masked paths that are directories on this kernel (existingDirs): bound to emptyDir, not masked by crun. */
-  maskedDirs: readonly string[];
 }
 
 /**
@@ -36,7 +34,7 @@ export interface MountStubs {
 export const MOUNT_STUBS_DIR = '/run/dsec-mount-stubs';
 
 /** Makes (or keeps) the stubs under `base`: `names` are every name /sys/fs/cgroup shows. */
-export function prepareMountStubs(names: readonly string[], maskedPaths: readonly string[], base: string = MOUNT_STUBS_DIR): MountStubs {
+export function prepareMountStubs(names: readonly string[], base: string = MOUNT_STUBS_DIR): MountStubs {
   const emptyDir = join(base, 'empty');
   const cgroupRoot = join(base, 'cgroup');
   for (const d of [base, emptyDir, cgroupRoot]) mkdirSync(d, { recursive: true });
@@ -45,7 +43,7 @@ export function prepareMountStubs(names: readonly string[], maskedPaths: readonl
   for (const name of names) mkdirSync(join(cgroupRoot, name), { recursive: true });
   // Read-only for all once made (made writable first: only root could fill a 0555 dir).
   for (const d of [...names.map((n) => join(cgroupRoot, n)), emptyDir, cgroupRoot, base]) chmodSync(d, 0o555);
-  return { emptyDir, cgroupRoot, maskedDirs: existingDirs(maskedPaths) };
+  return { emptyDir, cgroupRoot };
 }
 
 /**

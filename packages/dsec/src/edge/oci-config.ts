@@ -184,8 +184,11 @@ export function buildOciConfig(opts: {
   cgroupParent?: string;
   /** The v1 hierarchies (host/cgroups.ts v1Hierarchies), each bound from the sandbox's own cgroup dir: see cgroupMounts. */
   cgroupHierarchies?: readonly string[];
-  /** The node's shared read-only dirs bound instead of a tmpfs each (edge/mount-stubs.ts); without them, crun's tmpfs. */
-  stubs?: MountStubs | undefined;
+  /**
+   * The shared read-only dirs bound instead of a tmpfs each (edge/mount-stubs.ts), with the masked
+   * paths that are directories now (existingDirs), bound to the empty one; without them, crun's tmpfs.
+   */
+  stubs?: (MountStubs & { maskedDirs: readonly string[] }) | undefined;
 }): Record<string, unknown> {
   const { id, limits, userns, stubs } = opts;
   const cgroupsPath = `/${opts.cgroupParent ?? CGROUP_PARENT}/${id}`;

@@ -103,13 +103,20 @@ function fixHybridCgroups(): Check {
  */
 export function v1MountGroups(procCgroups: string, missing: readonly string[]): { dir: string; controllers: string[] }[] {
   const byHierarchy = new Map<string, string[]>();
+  for (const { name, hierarchy } of boundV1Controllers(procCgroups)) byHierarchy.set(hierarchy, [...(byHierarchy.get(hierarchy) ?? []), name]);
+  const groups = [...byHierarchy.values()].filter((cs) => cs.some((c) => missing.includes(c)));
+  return groups.map((cs) => ({ dir: cs.join(','), controllers: cs }));
+}
+
+/** The controllers `/proc/cgroups` lists as enabled and bound to a v1 hierarchy (id > 0), in the kernel's order. */
+function boundV1Controllers(procCgroups: string): { name: string; hierarchy: string }[] {
+  const out: { name: string; hierarchy: string }[] = [];
   for (const line of procCgroups.split('\n')) {
     const [name, hierarchy, , enabled] = line.trim().split(/\s+/);
     if (!name || name.startsWith('#') || !hierarchy || hierarchy === '0' || enabled !== '1') continue;
-    byHierarchy.set(hierarchy, [...(byHierarchy.get(hierarchy) ?? []), name]);
+    out.push({ name, hierarchy });
   }
-  const groups = [...byHierarchy.values()].filter((cs) => cs.some((c) => missing.includes(c)));
-  return groups.map((cs) => ({ dir: cs.join(','), controllers: cs }));
+  return out;
 }
 
 /** A cgroup v1 mount: its id (mountinfo's first field), where, and which controllers (the super options). */
@@ -159,9 +166,7 @@ const realHost: HostPaths = {
  */
 export function unmountedV1Controllers(procCgroups: string, mounts: CgroupMount[], host: HostPaths = realHost): string[] {
   const missing: string[] = [];
-  for (const line of procCgroups.split('\n')) {
-    const [name, hierarchy, , enabled] = line.trim().split(/\s+/);
-    if (!name || name.startsWith('#') || hierarchy === '0' || enabled !== '1') continue;
+  for (const { name } of boundV1Controllers(procCgroups)) {
     const where = host.resolve(join(CGROUP_ROOT, name));
     const visible = host.mountIdAt(where);
     if (!mounts.some((m) => m.id === visible && m.mountPoint === where && m.controllers.includes(name))) missing.push(name);

@@ -5,7 +5,7 @@ import { Crun } from '../../edge/crun.js';
 import type { SandboxLimits } from '../../edge/edge-api.js';
 import { tryUnmount } from '../../edge/layer-mounts.js';
 import { buildOciConfig, cgroupNames, MASKED_PATHS } from '../../edge/oci-config.js';
-import { prepareMountStubs, type MountStubs } from '../../edge/mount-stubs.js';
+import { existingDirs, prepareMountStubs, type MountStubs } from '../../edge/mount-stubs.js';
 import { mountOverlay } from '../../edge/overlay.js';
 import { unmountSandboxDir } from '../../edge/sandbox-unmount.js';
 import { mountsUnder } from '../../host/mounts.js';
@@ -59,8 +59,8 @@ export class CrunRawPeer implements Peer {
     cloneCpusetIntoSandboxes(opts.cgroupParent); // as dsec's edge sets up its parent
     this.crun = new Crun(join(opts.dir, 'crun-state'));
     this.#containers = join(opts.dir, 'containers');
-    // dsec's config as the edge makes it, its shared stub dirs included.
-    this.#stubs = prepareMountStubs(cgroupNames(this.#hierarchies), MASKED_PATHS);
+    // dsec's config as the edge makes it, its shared stub dirs included (masked dirs read per create, as there).
+    this.#stubs = prepareMountStubs(cgroupNames(this.#hierarchies));
     mkdirSync(this.#containers, { recursive: true });
   }
 
@@ -100,7 +100,7 @@ export class CrunRawPeer implements Peer {
     const t1 = performance.now();
     const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
     const config = buildOciConfig({
-      id, config: this.opts.config, env: {}, limits: this.opts.limits, cgroupParent: this.opts.cgroupParent, cgroupHierarchies: this.#hierarchies, stubs: this.#stubs, ...userns,
+      id, config: this.opts.config, env: {}, limits: this.opts.limits, cgroupParent: this.opts.cgroupParent, cgroupHierarchies: this.#hierarchies, stubs: { ...this.#stubs, maskedDirs: existingDirs(MASKED_PATHS) }, ...userns,
     });
     this.opts.configure?.(config);
     writeFileSync(paths.config, JSON.stringify(config));
