@@ -269,6 +269,8 @@ export interface RunningSimulatedEdge {
   id: string;
   url: string;
   edge: SimulatedEdge;
+  /** The edge protocol's HTTP server (tests walk its routes). */
+  server: App;
   close(): Promise<void>;
 }
 
@@ -320,6 +322,7 @@ export async function startSimulatedEdge(opts: SimulatedEdgeOptions): Promise<Ru
     id: opts.id,
     url,
     edge,
+    server,
     async close() {
       if (closed) return;
       closed = true;

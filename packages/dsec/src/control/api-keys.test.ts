@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { authenticate, createApiKey, hashKey } from './api-keys.js';
+import { bearerToken } from '../http/credentials.js';
 import { StateStore } from './state-store.js';
 import { testStoreLocation } from '../../test/helpers/postgres.js';
 
@@ -40,36 +41,36 @@ describe('API keys', () => {
 
   test('authenticate accepts "Bearer <key>" and returns the caller: key, project, admin', async () => {
     const { id, key } = await createApiKey(store, 'auth');
-    assert.deepEqual(await authenticate(store, `Bearer ${key}`), { keyId: id, project: 'default', admin: false });
+    assert.deepEqual(await authenticate(store, bearerToken(`Bearer ${key}`)), { keyId: id, project: 'default', admin: false });
   });
 
   test('a key carries the project and admin flag it was made with', async () => {
     await store.insertProject('team-a', {});
     const { id, key } = await createApiKey(store, 'scoped', { project: 'team-a', admin: true });
-    assert.deepEqual(await authenticate(store, `Bearer ${key}`), { keyId: id, project: 'team-a', admin: true });
+    assert.deepEqual(await authenticate(store, bearerToken(`Bearer ${key}`)), { keyId: id, project: 'team-a', admin: true });
   });
 
   test('a revoked key no longer authenticates; revoking an unknown key says so', async () => {
     const { id, key } = await createApiKey(store, 'revoke');
     assert.equal(await store.revokeKey(id), true);
-    assert.equal(await authenticate(store, `Bearer ${key}`), undefined);
+    assert.equal(await authenticate(store, bearerToken(`Bearer ${key}`)), undefined);
     assert.ok((await store.listKeys()).find((k) => k.id === id)?.revokedAt);
     assert.equal(await store.revokeKey('key_000000000000'), false);
   });
 
   test('authenticate accepts the scheme in any case', async () => {
     const { id, key } = await createApiKey(store, 'case');
-    assert.equal((await authenticate(store, `bearer ${key}`))?.keyId, id);
+    assert.equal((await authenticate(store, bearerToken(`bearer ${key}`)))?.keyId, id);
   });
 
   test('authenticate rejects a missing header, another scheme, an unknown key and extra words', async () => {
     const { key } = await createApiKey(store, 'reject');
-    assert.equal(await authenticate(store, undefined), undefined);
-    assert.equal(await authenticate(store, ''), undefined);
-    assert.equal(await authenticate(store, `Basic ${key}`), undefined);
-    assert.equal(await authenticate(store, 'Bearer dsec_unknown'), undefined);
-    assert.equal(await authenticate(store, `Bearer ${key} extra`), undefined);
-    assert.equal(await authenticate(store, key), undefined);
+    assert.equal(await authenticate(store, bearerToken(undefined)), undefined);
+    assert.equal(await authenticate(store, bearerToken('')), undefined);
+    assert.equal(await authenticate(store, bearerToken(`Basic ${key}`)), undefined);
+    assert.equal(await authenticate(store, bearerToken('Bearer dsec_unknown')), undefined);
+    assert.equal(await authenticate(store, bearerToken(`Bearer ${key} extra`)), undefined);
+    assert.equal(await authenticate(store, bearerToken(key)), undefined);
   });
 });
 
@@ -86,8 +87,8 @@ describe('projects migration', () => {
       old.close();
       const migrated = await StateStore.open(join(dir, 'state.db'));
       try {
-        assert.deepEqual(await authenticate(migrated, 'Bearer boot'), { keyId: 'key_000000000001', project: 'default', admin: true });
-        assert.deepEqual(await authenticate(migrated, 'Bearer other'), { keyId: 'key_000000000002', project: 'default', admin: false });
+        assert.deepEqual(await authenticate(migrated, bearerToken('Bearer boot')), { keyId: 'key_000000000001', project: 'default', admin: true });
+        assert.deepEqual(await authenticate(migrated, bearerToken('Bearer other')), { keyId: 'key_000000000002', project: 'default', admin: false });
         assert.deepEqual((await migrated.listProjects()).map((p) => p.name), ['default']);
       } finally {
         await migrated.close();

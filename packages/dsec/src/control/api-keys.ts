@@ -2,13 +2,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
 
+import type { Caller } from '../http/access.js';
+
 /** Who is calling: the key, its project, and whether it is an admin key (docs/PROJECTS.md). */
-export interface Caller {
-  keyId: string;
-  project: string;
-  /** Manages projects and keys, builds and deletes shared images, sees every project's sandboxes. */
-  admin: boolean;
-}
+export type { Caller };
 
 /** What a new key is for: its project (default `default`) and whether it is an admin key. */
 export interface KeyScope {
@@ -39,10 +36,9 @@ export async function createE2bApiKey(store: StateStore, name: string, scope: Ke
   return { id, key };
 }
 
-/** The caller when the bearer token is a known key that is not revoked. */
-export async function authenticate(store: StateStore, authorization: string | undefined): Promise<Caller | undefined> {
-  const m = /^Bearer\s+(\S+)$/i.exec(authorization ?? '');
-  if (!m) return undefined;
-  const k = await store.keyByHash(hashKey(m[1]!));
+/** The caller when the key is a known key that is not revoked. */
+export async function authenticate(store: StateStore, key: string | undefined): Promise<Caller | undefined> {
+  if (!key) return undefined;
+  const k = await store.keyByHash(hashKey(key));
   return k && { keyId: k.id, project: k.project, admin: k.admin };
 }

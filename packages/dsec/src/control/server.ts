@@ -6,7 +6,8 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { authenticate } from './api-keys.js';
-import { bearerMatches } from './cluster/cluster-token.js';
+import { enforceAccess, access } from '../http/access.js';
+import { bearerMatches, presentedKey } from '../http/credentials.js';
 import { blobRoutes } from './routes/blobs.js';
 import { clusterRoutes } from './routes/cluster.js';
 import { batchRoutes } from './routes/batches.js';
@@ -23,7 +24,7 @@ import { ptyRoutes } from './routes/pty.js';
 import { portRoutes } from './routes/ports.js';
 import { volumeRoutes } from './routes/volumes.js';
 import { portTunnelRoutes } from './routes/port-tunnel.js';
-import { PortLinks } from './ports/port-links.js';
+import { PortLinkGate, PortLinks } from './ports/port-links.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import { uiRoutes } from './routes/ui.js';
@@ -33,7 +34,8 @@ import { edgeOf } from './sandbox-ids.js';
 import type { StateStore } from './state-store.js';
 import { projectScope } from './routes/access.js';
 import { projectRoutes } from './routes/projects.js';
-import { requestAuthorization, selectSubprotocol } from './websocket-bearer.js';
+import { selectSubprotocol } from './websocket-bearer.js';
+import { e2bSandboxGate } from './e2b/sandbox-access.js';
 
 export interface ServerDeps extends ImageRouteDeps {
   control: ControlPlane;
@@ -45,7 +47,10 @@ export interface ServerDeps extends ImageRouteDeps {
 
 export type App = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-/** The HTTP API: every /v1 route needs an API key; schemas validate every request. */
+/**
+ * The HTTP API. Every route declares who may call it (`config.access`, http/access.ts) and one
+ * hook decides from the matched route, denying by default; schemas validate every request.
+ */
 export async function buildServer(deps: ServerDeps): Promise<App> {
   const app = Fastify({
     loggerInstance: deps.log,
@@ -78,26 +83,13 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   useRequestLog(app, edgeOf);
   observeRequests(app, deps.control);
 
-  app.decorateRequest('caller', null as never);
-  app.addHook('onRequest', async (req, reply) => {
-    if (!req.url.startsWith('/v1/') && req.url !== '/v1') return;
-    // Edges hold the cluster token, not an API key: it opens their routes and the layer blobs.
-    if (req.url.startsWith('/v1/cluster/')) {
-      if (bearerMatches(req.headers.authorization, deps.clusterToken)) return;
-      await reply.status(401).send({ error: { code: 'UNAUTHORIZED', message: 'edge routes need the cluster token (Authorization: Bearer <token>)', details: {} } });
-      return;
-    }
-    if (req.url.startsWith('/v1/blobs/') && bearerMatches(req.headers.authorization, deps.clusterToken)) return;
-    // A port link carries its own signed, expiring grant (checked by its route): browsers send no key.
-    if (req.url.startsWith('/v1/port-links/')) return;
-    const caller = await authenticate(deps.store, requestAuthorization(req.headers));
-    if (!caller) {
-      await reply.status(401).send({
-        error: { code: 'UNAUTHORIZED', message: 'missing, unknown or revoked API key: send Authorization: Bearer <key> (see client.json in the data dir)', details: {} },
-      });
-      return;
-    }
-    req.caller = caller;
+  const links = new PortLinks(deps.clusterToken);
+  const linkGate = new PortLinkGate(links, { projectOf: (id) => deps.store.sandboxProject(id) });
+  enforceAccess(app, {
+    apiKey: (req) => authenticate(deps.store, presentedKey(req.headers)),
+    clusterToken: (req) => bearerMatches(req.headers.authorization, deps.clusterToken),
+    link: (req) => linkGate.admit(req),
+    sandboxToken: e2bSandboxGate(deps.control),
   });
   projectScope(app, deps);
   // An answer about an image (built, imported, pulled, snapshotted, tagged, removed) is given once
@@ -120,7 +112,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     await ws.register(portTunnelRoutes(deps));
   });
   await app.register(volumeRoutes({ volumes: deps.control.volumes }));
-  await app.register(portRoutes({ control: deps.control, links: new PortLinks(deps.clusterToken) }));
+  await app.register(portRoutes({ control: deps.control, links, linkGate }));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers, ...(deps.control.registry ? { registry: deps.control.registry } : {}) }));
   await app.register(imageRegistryRoutes({ images: deps.images }));
@@ -131,7 +123,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(fnRoutes({ fn: deps.control.fn }));
   await app.register(projectRoutes(deps));
   await app.register(uiRoutes());
-  app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  app.get('/v1/openapi.json', { config: access.key, schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app;
 }

@@ -1,4 +1,4 @@
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -19,13 +19,4 @@ export function loadOrCreateClusterToken(dataDir: string): string {
   writeFileSync(file, token + '\n', { mode: 0o600 });
   chmodSync(file, 0o600);
   return token;
-}
-
-/** Constant-time check of an `Authorization: Bearer <token>` header against the cluster token. */
-export function bearerMatches(authorization: string | undefined, token: string): boolean {
-  const m = /^Bearer\s+(\S+)$/i.exec(authorization ?? '');
-  if (!m) return false;
-  const a = Buffer.from(m[1]!);
-  const b = Buffer.from(token);
-  return a.length === b.length && timingSafeEqual(a, b);
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { CreateSandboxRequest, NetworkPolicyRequest, SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import { authenticate } from '../api-keys.js';
+import { access } from '../../http/access.js';
 import type { ControlPlane } from '../control-plane.js';
 import type { StateStore } from '../state-store.js';
 import { ENVD_VERSION, LABEL, newAccessToken } from './sandbox-access.js';
@@ -173,17 +173,15 @@ export function registerControlRoutes(
   app: FastifyInstance,
   deps: { control: ControlPlane; store: StateStore; onKill: (id: string) => void },
 ): void {
-  const { control, store } = deps;
+  const { control } = deps;
 
-  const authed = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    const key = req.headers['x-api-key'];
-    const caller = typeof key === 'string' ? await authenticate(store, `Bearer ${key}`) : await authenticate(store, req.headers.authorization);
-    if (!caller) {
-      await reply.status(401).send({ code: 401, message: 'missing, unknown or revoked API key: send X-API-KEY (mint one with `dsec e2b-key`)' });
-      return;
-    }
-    req.caller = caller;
-  };
+  // Every route here takes an API key (X-API-KEY, as E2B's SDK sends it, or Authorization),
+  // checked by the access hook (http/access.ts); its refusals leave in E2B's shape.
+  app.setErrorHandler((err, _req, reply) => {
+    if (err instanceof ApiError && err.code === 'UNAUTHORIZED')
+      return send(reply, new E2bHttpError(401, 'missing, unknown or revoked API key: send X-API-KEY (mint one with `dsec e2b-key`)'));
+    return send(reply, err);
+  });
 
   /**
    * An E2B sandbox the caller may see: its project's (any, for an admin key), running or paused,
@@ -203,7 +201,7 @@ export function registerControlRoutes(
     return s;
   };
 
-  const opts = { onRequest: authed, schema: { hide: true } };
+  const opts = { config: access.key, schema: { hide: true } };
 
   const create = async (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
     try {

@@ -9,8 +9,10 @@ import type { StateStore } from '../state-store.js';
 import { registerControlRoutes } from './control-routes.js';
 import { FilesystemService } from './filesystem-service.js';
 import { ProcessService } from './process-service.js';
-import { registerSandboxRoutes, SANDBOX_PREFIX } from './sandbox-routes.js';
+import { registerSandboxRoutes } from './sandbox-routes.js';
+import { SANDBOX_PREFIX } from './sandbox-prefix.js';
 import { SandboxUsers } from './sandbox-users.js';
+import { access } from '../../http/access.js';
 
 /**
  * The dispatch E2B's SDK relies on when E2B_SANDBOX_URL points at dsec: every sandbox request
@@ -80,7 +82,7 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
     await app.register(async (base) => {
       base.withTypeProvider<TypeBoxTypeProvider>().post(
         '/v1/e2b/keys',
-        {
+        { config: access.key,
           schema: {
             tags: ['e2b'],
             summary: "Mint an API key in E2B's shape (e2b_…) for the caller's project (never an admin key), for code that uses E2B's SDK against this server (see docs/E2B.md)",

@@ -1,5 +1,5 @@
 import { PassThrough } from 'node:stream';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteShorthandOptions } from 'fastify';
 import { ApiError } from '../../api-error.js';
 import {
   CONNECT_CODES,
@@ -85,10 +85,11 @@ export function registerRpc(
   app: FastifyInstance,
   prefix: string,
   services: RpcService[],
+  routeOptions: RouteShorthandOptions,
   context: (req: FastifyRequest) => Promise<{ sandboxId: string; user: string | undefined }>,
 ): void {
   const byName = new Map(services.map((s) => [s.name, s]));
-  app.post(`${prefix}/:service/:method`, { schema: { hide: true } }, async (req, reply) => {
+  app.post(`${prefix}/:service/:method`, routeOptions, async (req, reply) => {
     const { service: sName, method } = req.params as { service: string; method: string };
     const service = byName.get(sName);
     const unary = service?.unary[method];
@@ -130,7 +131,7 @@ export function registerRpc(
   });
 }
 
-function sendUnaryError(reply: FastifyReply, e: ConnectError): FastifyReply {
+export function sendUnaryError(reply: FastifyReply, e: ConnectError): FastifyReply {
   return reply
     .status(unaryStatus(e))
     .type(UNARY_JSON)

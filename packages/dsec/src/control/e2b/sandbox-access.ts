@@ -2,7 +2,9 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../control-plane.js';
+import type { FastifyRequest } from 'fastify';
 import { ConnectError } from './connect-protocol.js';
+import { SANDBOX_PREFIX } from './sandbox-prefix.js';
 
 /** Labels the E2B layer keeps on a dsec sandbox. */
 export const LABEL = {
@@ -33,43 +35,89 @@ export function fileSignature(path: string, operation: 'read' | 'write', user: s
   return `v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`;
 }
 
+/** What a sandbox-side request presents instead of an API key. */
+interface EnvdCredentials {
+  token: string | undefined;
+  signed?: { path: string; operation: 'read' | 'write'; user: string; signature: string; expiration?: number };
+}
+
+const NOT_ADMITTED =
+  'missing or wrong X-Access-Token for this sandbox, or no such sandbox (use the envdAccessToken the create or connect response gave)';
+
 /**
  * The sandbox a sandbox-side request names with `E2b-Sandbox-Id`, checked the way E2B's envd
  * checks callers: the sandbox's access token in `X-Access-Token` (or, for /files, a signature made
- * with it). A sandbox that is gone, or not one made through the E2B API, answers `unavailable`
- * (HTTP 502), as E2B's proxy does.
+ * with it). An unknown sandbox, one not made through the E2B API and a wrong token answer alike
+ * (`unauthenticated`), so a caller without the token learns nothing of which sandboxes exist;
+ * only a caller with the token hears that its sandbox is gone or paused (`unavailable`, HTTP 502,
+ * as E2B's proxy says it).
  */
-export async function sandboxFor(
-  control: ControlPlane,
-  headers: Record<string, string | string[] | undefined>,
-  signed?: { path: string; operation: 'read' | 'write'; user: string; signature: string; expiration?: number },
-): Promise<SandboxInfo> {
-  const id = headers['e2b-sandbox-id'];
-  if (typeof id !== 'string' || id === '') throw new ConnectError('invalid_argument', 'E2b-Sandbox-Id header is missing');
+export async function sandboxFor(control: ControlPlane, id: string | undefined, creds: EnvdCredentials): Promise<SandboxInfo> {
+  if (id === undefined || id === '') throw new ConnectError('invalid_argument', 'E2b-Sandbox-Id header is missing');
   let s: SandboxInfo;
   try {
     s = await control.get(id);
   } catch (err) {
-    if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') throw new ConnectError('unavailable', `sandbox ${id} not found`);
+    if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') throw new ConnectError('unauthenticated', NOT_ADMITTED);
     throw err;
   }
   const token = s.labels[LABEL.accessToken];
-  if (token === undefined) throw new ConnectError('unavailable', `sandbox ${id} was not created through the E2B API`);
+  if (token === undefined) throw new ConnectError('unauthenticated', NOT_ADMITTED);
+  const signed = creds.signed;
+  if (!(creds.token !== undefined && sameSecret(creds.token, token))) {
+    if (!signed) throw new ConnectError('unauthenticated', NOT_ADMITTED);
+    if (!sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration)))
+      throw new ConnectError('unauthenticated', 'the file URL signature does not match');
+    if (signed.expiration !== undefined && signed.expiration * 1000 < Date.now()) throw new ConnectError('unauthenticated', 'the signed URL has expired');
+  }
   if (s.status !== 'running')
     throw new ConnectError(
       'unavailable',
       `sandbox ${id} is ${s.status}${s.status === 'paused' ? ': connect to it (Sandbox.connect) to resume it' : ''}`,
     );
-  const given = headers['x-access-token'];
-  if (typeof given === 'string' && sameSecret(given, token)) return s;
-  if (signed) {
-    if (signed.expiration !== undefined && signed.expiration * 1000 < Date.now())
-      throw new ConnectError('unauthenticated', 'the signed URL has expired');
-    if (sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration))) return s;
-    throw new ConnectError('unauthenticated', 'the file URL signature does not match');
+  return s;
+}
+
+function queryString(q: unknown, key: string): string | undefined {
+  const v = (q as Record<string, unknown> | undefined)?.[key];
+  return typeof v === 'string' && v !== '' ? v : undefined;
+}
+
+/** The credentials of a sandbox-side request: its token, and for /files a signed URL's parameters. */
+function credentialsOf(req: FastifyRequest): EnvdCredentials {
+  const token = req.headers['x-access-token'];
+  const creds: EnvdCredentials = { token: typeof token === 'string' ? token : undefined };
+  const signature = queryString(req.query, 'signature');
+  if (signature && req.routeOptions.url === `${SANDBOX_PREFIX}/files` && (req.method === 'GET' || req.method === 'POST')) {
+    const exp = queryString(req.query, 'signature_expiration');
+    creds.signed = {
+      path: queryString(req.query, 'path') ?? '',
+      operation: req.method === 'GET' ? 'read' : 'write',
+      user: queryString(req.query, 'username') ?? '',
+      signature,
+      ...(exp ? { expiration: Number(exp) } : {}),
+    };
   }
-  throw new ConnectError(
-    'unauthenticated',
-    'missing or wrong X-Access-Token for this sandbox (use the envdAccessToken the create or connect response gave)',
-  );
+  return creds;
+}
+
+const admitted = new WeakMap<FastifyRequest, SandboxInfo>();
+
+/**
+ * The access check of `sandboxToken` routes (http/access.ts): the sandbox a request names and its
+ * access token (or signed URL), checked before any handler runs; the handler reads the sandbox
+ * with `admittedSandbox`.
+ */
+export function e2bSandboxGate(control: ControlPlane): (req: FastifyRequest) => Promise<void> {
+  return async (req) => {
+    const id = req.headers['e2b-sandbox-id'];
+    admitted.set(req, await sandboxFor(control, typeof id === 'string' ? id : undefined, credentialsOf(req)));
+  };
+}
+
+/** The sandbox the access hook admitted this request to. */
+export function admittedSandbox(req: FastifyRequest): SandboxInfo {
+  const s = admitted.get(req);
+  if (!s) throw new ConnectError('unauthenticated', NOT_ADMITTED);
+  return s;
 }

@@ -6,12 +6,13 @@ import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../control-plane.js';
 import { CONNECT_CODES, ConnectError } from './connect-protocol.js';
 import type { FilesystemService } from './filesystem-service.js';
-import { connectErrorOf, registerRpc, type RpcService } from './rpc-router.js';
-import { sandboxFor } from './sandbox-access.js';
+import { connectErrorOf, registerRpc, sendUnaryError, type RpcService } from './rpc-router.js';
+import { admittedSandbox } from './sandbox-access.js';
+import { SANDBOX_PREFIX } from './sandbox-prefix.js';
+import { access } from '../../http/access.js';
 import { resolvePath, userFromAuthorization, type SandboxUsers } from './sandbox-users.js';
 
-/** Where sandbox-side requests are routed once `E2b-Sandbox-Id` has been seen (see e2bRewriteUrl). */
-export const SANDBOX_PREFIX = '/e2b-sandbox';
+export { SANDBOX_PREFIX };
 
 /** Files smaller than this are sent uncompressed even to a client that accepts gzip. */
 const GZIP_MIN_BYTES = 1024;
@@ -23,6 +24,18 @@ function httpError(reply: FastifyReply, err: unknown): FastifyReply {
   const e = connectErrorOf(err);
   const status = e.code === 'unavailable' ? 502 : CONNECT_CODES[e.code];
   return reply.status(status).type('application/json').send({ code: status, message: e.message });
+}
+
+/**
+ * Errors of this surface, the access hook's refusals included, in envd's shape: `{code, message}`
+ * with the HTTP status (Connect calls get Connect's own shape from rpc-router). `/health` answers
+ * 502 to any refusal, so it tells a caller without the token nothing of which sandboxes exist,
+ * and tells E2B's SDK (which probes it for isRunning) that the sandbox is not running.
+ */
+function envdErrorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (req.routeOptions.url === `${SANDBOX_PREFIX}/:service/:method`) return sendUnaryError(reply, connectErrorOf(err));
+  if (req.routeOptions.url === `${SANDBOX_PREFIX}/health`) return reply.status(502).type('application/json').send({ code: 502, message: connectErrorOf(err).message });
+  return httpError(reply, err);
 }
 
 function queryString(q: unknown, key: string): string | undefined {
@@ -72,38 +85,27 @@ export function registerSandboxRoutes(
   deps: { control: ControlPlane; users: SandboxUsers; files: FilesystemService; services: RpcService[] },
 ): void {
   const { control, users, files } = deps;
+  app.setErrorHandler(envdErrorHandler);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
 
-  registerRpc(app, SANDBOX_PREFIX, deps.services, async (req) => {
-    const s = await sandboxFor(control, req.headers);
+  // Every route here is declared `sandboxToken`: the access hook checked the sandbox and its
+  // token (or signed URL) before the handler runs (sandbox-access.ts), and hands the sandbox over.
+  const opts = { config: access.sandboxToken, schema: { hide: true } };
+  registerRpc(app, SANDBOX_PREFIX, deps.services, opts, async (req) => {
+    const s = admittedSandbox(req);
     return { sandboxId: s.id, user: userFromAuthorization(req.headers.authorization) };
   });
 
-  app.get(`${SANDBOX_PREFIX}/health`, { schema: { hide: true } }, async (req, reply) => {
-    try {
-      await sandboxFor(control, { ...req.headers, 'x-access-token': undefined }, undefined);
-    } catch (err) {
-      // health needs no token: only whether the sandbox runs
-      if (!(err instanceof ConnectError && err.code === 'unauthenticated')) return httpError(reply, err);
-    }
-    return reply.status(204).send();
-  });
+  // The sandbox runs (the hook refuses one that does not with 502).
+  app.get(`${SANDBOX_PREFIX}/health`, opts, async (_req, reply) => reply.status(204).send());
 
-  app.get(`${SANDBOX_PREFIX}/files`, { schema: { hide: true } }, async (req, reply) => {
+  app.get(`${SANDBOX_PREFIX}/files`, opts, async (req, reply) => {
     try {
       const rawPath = queryString(req.query, 'path');
       if (!rawPath) throw new ConnectError('invalid_argument', 'path is required (?path=)');
       const username = queryString(req.query, 'username');
-      const signature = queryString(req.query, 'signature');
-      const exp = queryString(req.query, 'signature_expiration');
-      const s = await sandboxFor(
-        control,
-        req.headers,
-        signature
-          ? { path: rawPath, operation: 'read', user: username ?? '', signature, ...(exp ? { expiration: Number(exp) } : {}) }
-          : undefined,
-      );
+      const s = admittedSandbox(req);
       const user = await users.resolve(s.id, username);
       const data = await control.readFile(s.id, resolvePath(rawPath, user), MAX_FILE_BYTES);
       void reply
@@ -118,19 +120,11 @@ export function registerSandboxRoutes(
     }
   });
 
-  app.post(`${SANDBOX_PREFIX}/files`, { schema: { hide: true } }, async (req, reply) => {
+  app.post(`${SANDBOX_PREFIX}/files`, opts, async (req, reply) => {
     try {
       const queryPath = queryString(req.query, 'path');
       const username = queryString(req.query, 'username');
-      const signature = queryString(req.query, 'signature');
-      const exp = queryString(req.query, 'signature_expiration');
-      const s = await sandboxFor(
-        control,
-        req.headers,
-        signature
-          ? { path: queryPath ?? '', operation: 'write', user: username ?? '', signature, ...(exp ? { expiration: Number(exp) } : {}) }
-          : undefined,
-      );
+      const s = admittedSandbox(req);
       if (Object.keys(req.headers).some((h) => h.startsWith('x-metadata-')))
         throw new ConnectError('unimplemented', 'file metadata (X-Metadata-* headers) is not supported by dsec');
       const user = await users.resolve(s.id, username);

@@ -2,6 +2,7 @@ import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage,
 import type { Duplex } from 'node:stream';
 import { ApiError } from '../../api-error.js';
 import { bridge } from '../../edge/protocol/port-stream.js';
+import { withoutCredential } from '../../http/credentials.js';
 
 /** Where a proxied request goes: the path in the sandbox, and the prefix it was reached under. */
 export interface ProxyTarget {
@@ -26,8 +27,9 @@ const HOP_BY_HOP = new Set([
 
 /**
  * The request's headers as the sandbox gets them: hop-by-hop headers dropped (an upgrade keeps
- * Connection/Upgrade), the caller's API key dropped (the sandbox must never see it), cookies
- * named dsec* dropped (the platform's, not the app's), and X-Forwarded-* added.
+ * Connection/Upgrade), every credential dsec reads dropped whatever header carries it (the
+ * sandbox must never see a key: http/credentials.ts), cookies named dsec* dropped (the
+ * platform's, not the app's), and X-Forwarded-* added.
  */
 export function forwardHeaders(req: IncomingMessage, prefix: string, upgrade: boolean): [string, string][] {
   const out: [string, string][] = [];
@@ -35,8 +37,8 @@ export function forwardHeaders(req: IncomingMessage, prefix: string, upgrade: bo
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const name = raw[i]!;
     const lower = name.toLowerCase();
-    let value = raw[i + 1]!;
-    if (lower === 'authorization' || lower.startsWith('x-forwarded-')) continue;
+    let value = withoutCredential(name, raw[i + 1]!);
+    if (value === undefined || lower.startsWith('x-forwarded-')) continue;
     if (HOP_BY_HOP.has(lower) && !(upgrade && (lower === 'connection' || lower === 'upgrade'))) continue;
     if (lower === 'cookie') {
       value = value
@@ -56,10 +58,20 @@ export function forwardHeaders(req: IncomingMessage, prefix: string, upgrade: bo
   return out;
 }
 
-/** The response's headers for the caller: hop-by-hop headers dropped (Node frames the body itself). */
-function responseHeaders(raw: string[]): string[] {
+/**
+ * The response's headers for the caller: hop-by-hop headers dropped (Node frames the body
+ * itself), and what would let a sandbox's page act on the platform's behalf where the port is
+ * served on the API's origin: `Service-Worker-Allowed` (a worker scoped over /ui/ or /v1/) and
+ * cookies named dsec* (the platform's names).
+ */
+export function responseHeaders(raw: string[]): string[] {
   const out: string[] = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) if (!HOP_BY_HOP.has(raw[i]!.toLowerCase())) out.push(raw[i]!, raw[i + 1]!);
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const lower = raw[i]!.toLowerCase();
+    if (HOP_BY_HOP.has(lower) || lower === 'service-worker-allowed') continue;
+    if (lower === 'set-cookie' && /^\s*dsec/i.test(raw[i + 1]!)) continue;
+    out.push(raw[i]!, raw[i + 1]!);
+  }
   return out;
 }
 

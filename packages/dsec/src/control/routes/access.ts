@@ -4,19 +4,15 @@ import type { Caller } from '../api-keys.js';
 import type { ControlPlane } from '../control-plane.js';
 import type { StateStore } from '../state-store.js';
 
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** Who is calling: set by the API-key check for every /v1 and E2B control request. */
-    caller: Caller;
-  }
-}
-
-/** Refuses a call that takes an admin key (managing projects and keys, shared images, nodes). */
+/**
+ * Refuses a call that takes an admin key for only some of what the route does (building a shared
+ * image, not a project's); a route that is admin-only as a whole declares `access.admin(…)`.
+ */
 export function requireAdmin(req: FastifyRequest, what: string): void {
-  if (!req.caller?.admin) {
-    throw new ApiError('FORBIDDEN', `${what} takes an admin key; this key is project ${req.caller?.project ?? '?'}'s (see docs/PROJECTS.md)`, {
-      project: req.caller?.project,
-    });
+  // Reading req.caller throws UNAUTHORIZED when no key came: never a silent pass.
+  const caller = req.caller;
+  if (!caller.admin) {
+    throw new ApiError('FORBIDDEN', `${what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`, { project: caller.project });
   }
 }
 
@@ -29,10 +25,13 @@ export function requireAdmin(req: FastifyRequest, what: string): void {
 export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps: { control: ControlPlane; store: StateStore }): void {
   app.addHook('preHandler', async (req, reply) => {
     const url = req.routeOptions.url ?? '';
+    const scoped = url.startsWith('/v1/sandboxes/:id') || url.startsWith('/v1/batches/:id');
+    if (!scoped) return;
+    // These routes are declared for API keys: reading the caller throws UNAUTHORIZED if none came.
     const caller = req.caller;
-    if (!caller || caller.admin) return;
+    if (caller.admin) return;
     const id = (req.params as { id?: unknown } | undefined)?.id;
-    if (typeof id !== 'string') return;
+    if (typeof id !== 'string') throw new ApiError('INVALID_REQUEST', 'the path names no id', { field: 'id' });
     if (url.startsWith('/v1/sandboxes/:id')) {
       try {
         await deps.control.assertVisible(caller, id);

@@ -7,6 +7,7 @@ import { abortOnHangup } from './abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { NDJSON } from './exec.js';
 import { listScope } from './access.js';
+import { access } from '../../http/access.js';
 
 /**
  * Batches: POST accepts up to 32,000 sandboxes of one spec at once (202) and, with
@@ -33,7 +34,7 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
 
     app.post(
       '/v1/batches',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: `Create up to 32,000 sandboxes of one spec; 202 with the batch, or with Accept: ${NDJSON} its progress as a stream`,
@@ -47,15 +48,15 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
         return reply.status(202).send(info);
       },
     );
-    app.get('/v1/batches', { schema: { tags, summary: "Batches, newest first, with their counts: the caller's project's (an admin key: every project's)", querystring: ListBatchesQuery, response: { 200: BatchList, ...errors } } }, async (req) => ({
+    app.get('/v1/batches', { config: access.key, schema: { tags, summary: "Batches, newest first, with their counts: the caller's project's (an admin key: every project's)", querystring: ListBatchesQuery, response: { 200: BatchList, ...errors } } }, async (req) => ({
       batches: await batches.list(req.query.limit ?? 50, listScope(req.caller)),
     }));
-    app.get('/v1/batches/:id', { schema: { tags, summary: 'A batch: state and counts', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
+    app.get('/v1/batches/:id', { config: access.key, schema: { tags, summary: 'A batch: state and counts', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
       batches.info(req.params.id),
     );
     app.get(
       '/v1/batches/:id/events',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: `Progress as NDJSON (${NDJSON}): events with seq > after, then live ones until the batch ends (follow=false: only what exists)`,
@@ -69,7 +70,7 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
         return reply.type(NDJSON).send(stream(req.params.id, req.query.after ?? -1, req.query.follow ?? true, reply) as never);
       },
     );
-    app.delete('/v1/batches/:id', { schema: { tags, summary: 'Cancel a batch: stop creating, kill what it made', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
+    app.delete('/v1/batches/:id', { config: access.key, schema: { tags, summary: 'Cancel a batch: stop creating, kill what it made', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
       batches.cancel(req.params.id),
     );
   };

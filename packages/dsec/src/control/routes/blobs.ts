@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import { createReadStream, statSync } from 'node:fs';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -7,6 +8,7 @@ import { ErrorBody } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { isLayerDigest, type LayerDigest, type LayerStore } from '../../image/layer-store.js';
 import type { ClusterRegistry } from '../cluster/cluster-registry.js';
+import { access } from '../../http/access.js';
 
 /** Content type of an uploaded layer blob (an EROFS image). */
 export const LAYER_MEDIA_TYPE = 'application/vnd.dsec.layer.erofs';
@@ -51,14 +53,14 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
       }
     };
 
-    app.head('/v1/blobs/:digest', { schema: { tags, summary: 'Size of a layer blob', params: DigestParams } }, async (req, reply) => {
+    app.head('/v1/blobs/:digest', { config: access.clusterOrAdmin, schema: { tags, summary: 'Size of a layer blob', params: DigestParams } }, async (req, reply) => {
       const size = await sizeOf(req.params.digest as LayerDigest);
       return reply.header('content-length', size).header('accept-ranges', 'bytes').header('content-type', 'application/octet-stream').send();
     });
 
     app.get(
       '/v1/blobs/:digest',
-      {
+      { config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: 'A layer blob by digest; a single Range gives 206 with Content-Range',
@@ -88,7 +90,7 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
 
     app.get(
       '/v1/blobs/:digest/chunks',
-      {
+      { config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: "A layer blob's per-chunk sha256 list and prefetch list (for lazy loading)",
@@ -107,7 +109,7 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
 
     app.put(
       '/v1/blobs/:digest/prefetch',
-      {
+      { config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: "Record a layer's prefetch list (the chunks a first run read, in order); the first one recorded is kept",
@@ -129,7 +131,7 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
 
     app.put(
       '/v1/blobs/:digest',
-      {
+      { config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: 'Upload a layer blob (raw bytes); refused unless its sha256 is the digest',
@@ -140,6 +142,9 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
       async (req, reply) => {
         const digest = req.params.digest as LayerDigest;
         if (!isLayerDigest(digest)) throw new ApiError('INVALID_REQUEST', 'digest must be sha256:<64 hex>', { field: 'digest' });
+        // Any other content type was parsed by its own parser (JSON into an object): the layer's bytes are not here.
+        if (!(req.body instanceof Readable))
+          throw new ApiError('INVALID_REQUEST', `send the layer's bytes with Content-Type: ${LAYER_MEDIA_TYPE}`, { field: 'content-type' });
         if (!layers.has(digest)) {
           const got = await layers.addStream(req.body as NodeJS.ReadableStream);
           if (got !== digest) throw new ApiError('INVALID_REQUEST', `the uploaded bytes hash to ${got}, not ${digest}`, { expected: digest, got });

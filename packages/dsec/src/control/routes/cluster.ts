@@ -2,10 +2,10 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { ErrorBody, NodeInfo } from '@dsec/sdk/schema';
-import { requireAdmin } from './access.js';
 import { ApiError } from '../../api-error.js';
 import { EdgeInfo } from '../../edge/protocol/schemas.js';
 import type { ControlPlane } from '../control-plane.js';
+import { access } from '../../http/access.js';
 
 const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$' }) });
 const EdgeStateReply = Type.Object({ state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')]), heartbeatMs: Type.Integer() });
@@ -49,12 +49,12 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     const tags = ['cluster'];
     app.post(
       '/v1/cluster/edges',
-      { schema: { tags, summary: 'An edge joins (cluster token)', body: EdgeRegistrationBody, response: { 200: EdgeJoinReply, 400: ErrorBody, 401: ErrorBody } } },
+      { config: access.cluster, schema: { tags, summary: 'An edge joins (cluster token)', body: EdgeRegistrationBody, response: { 200: EdgeJoinReply, 400: ErrorBody, 401: ErrorBody } } },
       async (req) => ({ ...(await control.edges.register(req.body)), heartbeatMs: HEARTBEAT_MS, ...(control.registry ? { registry: control.registry.forEdges() } : {}) }),
     );
     app.put(
       '/v1/cluster/edges/:id/heartbeat',
-      { schema: { tags, summary: "An edge's capacity, every second (cluster token); 404 asks it to join again", params: EdgeIdParams, body: Type.Object({ info: EdgeInfo }), response: { 200: EdgeStateReply, 401: ErrorBody, 404: ErrorBody } } },
+      { config: access.cluster, schema: { tags, summary: "An edge's capacity, every second (cluster token); 404 asks it to join again", params: EdgeIdParams, body: Type.Object({ info: EdgeInfo }), response: { 200: EdgeStateReply, 401: ErrorBody, 404: ErrorBody } } },
       async (req) => {
         if (req.body.info.id !== req.params.id) throw new ApiError('INVALID_REQUEST', `heartbeat of edge ${req.body.info.id} sent to /edges/${req.params.id}`);
         return { ...(await control.edges.heartbeat(req.params.id, req.body.info)), heartbeatMs: HEARTBEAT_MS };
@@ -62,7 +62,7 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     );
     app.delete(
       '/v1/cluster/edges/:id',
-      { schema: { tags, summary: 'A drained, empty edge leaves (cluster token)', params: EdgeIdParams, response: { 204: Type.Null(), 401: ErrorBody, 404: ErrorBody, 409: ErrorBody } } },
+      { config: access.cluster, schema: { tags, summary: 'A drained, empty edge leaves (cluster token)', params: EdgeIdParams, response: { 204: Type.Null(), 401: ErrorBody, 404: ErrorBody, 409: ErrorBody } } },
       async (req, reply) => {
         const live = (await control.list({})).filter((s) => s.edge === req.params.id && ['creating', 'running', 'paused'].includes(s.status));
         if (live.length) throw new ApiError('EDGE_NOT_EMPTY', `edge ${req.params.id} still runs ${live.length} sandboxes; drain it and kill them first`, { sandboxes: live.length });
@@ -72,9 +72,8 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     );
     app.post(
       '/v1/nodes/:id/drain',
-      { schema: { tags: ['nodes'], summary: 'Stop new placements on an edge (admin key); it leaves when its last sandbox is gone', params: EdgeIdParams, response: { 200: NodeInfo, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody } } },
+      { config: access.admin('draining a node'), schema: { tags: ['nodes'], summary: 'Stop new placements on an edge (admin key); it leaves when its last sandbox is gone', params: EdgeIdParams, response: { 200: NodeInfo, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody } } },
       async (req) => {
-        requireAdmin(req, 'draining a node');
         return control.drain(req.params.id);
       },
     );

@@ -6,6 +6,7 @@ import type { FnService } from '../fn-service.js';
 import { abortOnHangup } from './abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { NDJSON } from './exec.js';
+import { access } from '../../http/access.js';
 
 /** Function calls: one (JSON) or a batch (NDJSON lines as calls finish); thin handlers over FnService. */
 export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
@@ -16,7 +17,7 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
 
     app.post(
       '/v1/fn/run',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'Run a short stateless program (python, node, bash) in a warm worker: fresh process and scratch dir, nothing kept, no network unless asked',
@@ -36,7 +37,7 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
 
     app.post(
       '/v1/fn/batch',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: `Run up to 10,000 calls, \`concurrency\` at a time; the answer is ${NDJSON}, one line {index, result | error} per call as it finishes`,

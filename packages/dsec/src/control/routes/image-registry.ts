@@ -9,6 +9,7 @@ import { registryClientFor } from '../../image/registry/registry-config.js';
 import { ImageTransferError, RegistryAuthError, RegistryError } from '../../image/registry/registry-client.js';
 import { parseRegistryRef, RegistryRefError, type RegistryRef } from '../../image/registry/registry-ref.js';
 import { errorResponses } from './error-responses.js';
+import { access } from '../../http/access.js';
 
 /**
  * `POST /v1/images/push` and `/v1/images/pull`: images between this cluster and an OCI registry,
@@ -25,7 +26,7 @@ export function imageRegistryRoutes(deps: { images: ImageStore }): FastifyPlugin
 
     app.post(
       '/v1/images/push',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: "Push an image to an OCI registry as a dsec artifact (its EROFS layers, dsec's media types), with the control plane's registry account",
@@ -49,7 +50,7 @@ export function imageRegistryRoutes(deps: { images: ImageStore }): FastifyPlugin
 
     app.post(
       '/v1/images/pull',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'Pull a dsec image from an OCI registry (by tag or @sha256 digest); layers are verified, broken downloads resume with Range requests',

@@ -17,7 +17,7 @@ import type { StateStore } from '../state-store.js';
 import type { ControlPlane } from '../control-plane.js';
 import { Type } from 'typebox';
 import { errorResponses as errors } from './error-responses.js';
-import { requireAdmin } from './access.js';
+import { access } from '../../http/access.js';
 
 /** Counts bytes through; past `limit` the upload fails with 413 rather than filling a disk. */
 function limitBytes(limit: number): Transform {
@@ -52,13 +52,13 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
     const tags = ['images'];
     // A project key sees shared images and its project's own; an admin key sees every image.
     const scope = (req: { caller: { admin: boolean; project: string } }): string | undefined => (req.caller.admin ? undefined : req.caller.project);
-    app.get('/v1/images', { schema: { tags, summary: "List images (a project key: shared ones and its project's own)", response: { 200: ImageList, 401: ErrorBody } } }, async (req) => ({
+    app.get('/v1/images', { config: access.key, schema: { tags, summary: "List images (a project key: shared ones and its project's own)", response: { 200: ImageList, 401: ErrorBody } } }, async (req) => ({
       images: await Promise.all((await deps.control.projectImages.list(scope(req))).map(withLifetime)),
     }));
 
     app.get(
       '/v1/images/:ref',
-      { schema: { tags, summary: 'One image by name or id', params: ImageRefParams, response: { 200: ImageInfo, ...errors } } },
+      { config: access.key, schema: { tags, summary: 'One image by name or id', params: ImageRefParams, response: { 200: ImageInfo, ...errors } } },
       async (req) => {
         const id = await deps.control.projectImages.resolve(scope(req), req.params.ref);
         const info = id && (await deps.control.projectImages.info(scope(req), id));
@@ -69,9 +69,8 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
 
     app.post(
       '/v1/images',
-      { schema: { tags, summary: 'Build an image (busybox or debian minbase); cached by inputs', body: BuildImageRequest, response: { 201: ImageInfo, 400: ErrorBody, 401: ErrorBody, 500: ErrorBody } } },
+      { config: access.admin('building a shared image'), schema: { tags, summary: 'Build an image (busybox or debian minbase); cached by inputs', body: BuildImageRequest, response: { 201: ImageInfo, 400: ErrorBody, 401: ErrorBody, 500: ErrorBody } } },
       async (req, reply) => {
-        requireAdmin(req, 'building a shared image');
         const { builder, name, packages } = req.body;
         const args = ['build', builder, ...(name ? ['--name', name] : []), ...(packages ?? []).flatMap((p) => ['-p', p])];
         const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ builder }, m), userError: /invalid image name|unknown builder|-p\/--package/, layerDir: dirname(images.layers.dir) });
@@ -89,7 +88,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
 
     app.post(
       '/v1/images/import',
-      {
+      { config: access.admin('importing a shared image'),
         schema: {
           tags,
           summary:
@@ -99,7 +98,6 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         },
       },
       async (req, reply) => {
-        requireAdmin(req, 'importing a shared image');
         if (!(req.body instanceof Readable)) {
           throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the archive as the raw body with Content-Type: ${ARCHIVE_TYPES.join(' or ')}`);
         }
@@ -122,7 +120,7 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
 
     app.delete(
       '/v1/images/:ref',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'Untag an image name, or delete an image by id (with its names); layers are freed by GC when nothing uses them',
@@ -138,15 +136,14 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
 
     app.post(
       '/v1/images/gc',
-      {
+      { config: access.admin('collecting layer garbage'),
         schema: {
           tags,
           summary: `Delete layer blobs no image or live sandbox uses (blobs younger than ${GC_GRACE_MS / 60_000} minutes are kept: a build or snapshot may not have registered its image yet)`,
           response: { 200: GcResult, ...errors },
         },
       },
-      async (req) => {
-        requireAdmin(req, 'collecting layer garbage');
+      async () => {
         return collectGarbage(images, store, Date.now(), GC_GRACE_MS, deps.control.registry);
       },
     );

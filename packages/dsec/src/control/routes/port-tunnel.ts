@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { SandboxPortParams } from '@dsec/sdk/schema';
 import type { ControlPlane } from '../control-plane.js';
 import { servePortChannel } from '../../edge/protocol/port-stream.js';
+import { access } from '../../http/access.js';
 
 /**
  * A raw TCP stream to a port of a sandbox over a WebSocket (`dsec port-forward`, SDK
@@ -17,7 +18,7 @@ export function portTunnelRoutes(deps: { control: ControlPlane }): FastifyPlugin
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     app.get(
       '/v1/sandboxes/:id/tcp/:port',
-      {
+      { config: access.key,
         websocket: true,
         schema: { tags: ['ports'], summary: 'A TCP stream to a port in the sandbox (WebSocket upgrade)', params: SandboxPortParams },
       },

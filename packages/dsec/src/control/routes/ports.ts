@@ -1,14 +1,14 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { PortLink, PortLinkRequest, SandboxIdParams } from '@dsec/sdk/schema';
+import { DEFAULT_PROJECT, PortLink, PortLinkRequest, SandboxIdParams } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../control-plane.js';
 import { isUpgrade, proxyRequest, proxyUpgrade, writeUpgradeError } from '../ports/http-proxy.js';
-import type { PortLinks } from '../ports/port-links.js';
+import { LINK_PATH, type PortLinkGate, type PortLinks } from '../ports/port-links.js';
+import { access } from '../../http/access.js';
 import { errorResponses as errors } from './error-responses.js';
 
 const PORT_PATH = /^\/v1\/sandboxes\/([^/?]+)\/ports\/([^/?]+)/;
-const LINK_PATH = /^\/v1\/port-links\/([^/?]+)/;
 
 /** The sandbox-side path of a proxied URL: what follows the public prefix, always starting with `/`. */
 function rest(url: string, prefix: string): string {
@@ -39,14 +39,15 @@ function upgradeHead(req: FastifyRequest): Buffer | undefined {
  * bodies are the sandbox's own, so these routes take any content type unparsed and are left out
  * of the OpenAPI document (docs/API.md describes them).
  */
-export function portRoutes(deps: { control: ControlPlane; links: PortLinks }): FastifyPluginAsync {
-  const { control, links } = deps;
+export function portRoutes(deps: { control: ControlPlane; links: PortLinks; linkGate: PortLinkGate }): FastifyPluginAsync {
+  const { control, links, linkGate } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
 
     app.post(
       '/v1/sandboxes/:id/port-links',
       {
+        config: access.key,
         schema: {
           tags: ['ports'],
           summary: 'A signed, expiring URL that opens one port of the sandbox without an API key (for a browser)',
@@ -59,9 +60,14 @@ export function portRoutes(deps: { control: ControlPlane; links: PortLinks }): F
         const s = await control.get(req.params.id);
         if (s.status !== 'running' && s.status !== 'paused')
           throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${s.id} is ${s.status}`, { id: s.id, status: s.status });
+        // A ready pool sandbox belongs to nobody yet: a link made now would open the page of
+        // whichever project claims it (exec and files refuse it for the same reason).
+        const pool = control.pools.unclaimedIn(s.id);
+        if (pool !== undefined)
+          throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${s.id} waits unclaimed in pool ${pool}: claim one with a create naming the pool first`, { id: s.id, pool });
         const ttl = req.body.ttlSeconds ?? 3600;
         const expires = Math.floor(Date.now() / 1000) + ttl;
-        const token = links.sign({ sandbox: s.id, port: req.body.port, expires });
+        const token = links.sign({ sandbox: s.id, port: req.body.port, expires, project: s.project ?? DEFAULT_PROJECT });
         const url = `${req.protocol}://${req.headers.host ?? req.hostname}/v1/port-links/${token}/`;
         return reply.status(201).send({ url, port: req.body.port, expiresAt: new Date(expires * 1000).toISOString() });
       },
@@ -88,28 +94,24 @@ export function portRoutes(deps: { control: ControlPlane; links: PortLinks }): F
     };
 
     const byKey = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
-      const m = PORT_PATH.exec(req.raw.url ?? '')!;
+      const m = PORT_PATH.exec(req.url)!;
       const id = decodeURIComponent(m[1]!);
       await proxy(req, reply, id, parsePort(decodeURIComponent(m[2]!)), m[0]);
     };
     const byLink = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
-      const m = LINK_PATH.exec(req.raw.url ?? '')!;
-      const claims = links.verify(decodeURIComponent(m[1]!));
-      if (!claims)
-        throw new ApiError(
-          'UNAUTHORIZED',
-          'this port link is invalid or has expired: ask for a new one (POST /v1/sandboxes/{id}/port-links, sandbox.ports.link())',
-        );
-      await proxy(req, reply, claims.sandbox, claims.port, m[0]);
+      // The link was checked by the access hook (PortLinkGate: signature, expiry, project).
+      const claims = linkGate.claims(req);
+      await proxy(req, reply, claims.sandbox, claims.port, LINK_PATH.exec(req.url)![0]);
     };
-    const hide = { schema: { hide: true } };
+    const byKeyOpts = { config: access.key, schema: { hide: true } };
+    const byLinkOpts = { config: access.link, schema: { hide: true } };
     await base.register(async (scope) => {
       // Proxied as it came: no body parsing in this scope.
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
-      for (const path of ['/v1/sandboxes/:id/ports/:port', '/v1/sandboxes/:id/ports/:port/*']) scope.all(path, hide, byKey);
+      for (const path of ['/v1/sandboxes/:id/ports/:port', '/v1/sandboxes/:id/ports/:port/*']) scope.all(path, byKeyOpts, byKey);
       // A wildcard, not a :token parameter: parameters are capped at 100 characters.
-      scope.all('/v1/port-links/*', hide, byLink);
+      scope.all('/v1/port-links/*', byLinkOpts, byLink);
     });
   };
 }

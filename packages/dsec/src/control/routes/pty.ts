@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { PtyQuery, SandboxIdParams } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../control-plane.js';
+import { access } from '../../http/access.js';
 
 /**
  * An interactive terminal over a WebSocket. Client → server: binary frames are keystrokes;
@@ -16,7 +17,7 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     app.get(
       '/v1/sandboxes/:id/pty',
-      {
+      { config: access.key,
         websocket: true,
         schema: {
           tags: ['exec'],

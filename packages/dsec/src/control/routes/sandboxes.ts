@@ -11,6 +11,7 @@ import { applyByLabels, type BulkAction } from '../bulk.js';
 import { abortOnHangup } from './abort-on-hangup.js';
 import type { Caller } from '../api-keys.js';
 import { listScope } from './access.js';
+import { access } from '../../http/access.js';
 
 
 function parseLabels(label: string | string[] | undefined): Record<string, string> {
@@ -34,11 +35,11 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['sandboxes'];
 
-    app.post('/v1/sandboxes', { schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } } }, async (req, reply) => {
+    app.post('/v1/sandboxes', { config: access.key, schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } } }, async (req, reply) => {
       return reply.status(201).send(await control.create(req.body, {}, { project: req.caller.project }));
     });
 
-    app.get('/v1/sandboxes', { schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } } }, async (req) => {
+    app.get('/v1/sandboxes', { config: access.key, schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } } }, async (req) => {
       const filter: Parameters<ControlPlane['list']>[0] = { labels: parseLabels(req.query.label) };
       const project = listScope(req.caller, req.query.project);
       if (project) filter.project = project;
@@ -52,30 +53,30 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       ['resume', 'Resume every paused sandbox whose labels match'],
     ];
     for (const [action, summary] of bulk) {
-      app.post(`/v1/sandboxes/${action}`, { schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } }, async (req) =>
+      app.post(`/v1/sandboxes/${action}`, { config: access.key, schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } }, async (req) =>
         applyByLabels(control, req.body.labels, action, listScope(req.caller)),
       );
     }
 
-    app.get('/v1/sandboxes/:id', { schema: { tags, summary: 'Inspect a sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
+    app.get('/v1/sandboxes/:id', { config: access.key, schema: { tags, summary: 'Inspect a sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
       control.inspect(req.params.id),
     );
 
-    app.delete('/v1/sandboxes/:id', { schema: { tags, summary: 'Kill a sandbox and remove all it had', params: SandboxIdParams, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+    app.delete('/v1/sandboxes/:id', { config: access.key, schema: { tags, summary: 'Kill a sandbox and remove all it had', params: SandboxIdParams, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
       await control.kill(req.params.id);
       return reply.status(204).send(null);
     });
 
 
-    app.post('/v1/sandboxes/:id/pause', { schema: { tags, summary: 'Freeze a sandbox (memory stays resident); exec answers 409 until resumed', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
+    app.post('/v1/sandboxes/:id/pause', { config: access.key, schema: { tags, summary: 'Freeze a sandbox (memory stays resident); exec answers 409 until resumed', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
       control.pause(req.params.id),
     );
-    app.post('/v1/sandboxes/:id/resume', { schema: { tags, summary: 'Thaw a paused sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
+    app.post('/v1/sandboxes/:id/resume', { config: access.key, schema: { tags, summary: 'Thaw a paused sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
       control.resume(req.params.id),
     );
     app.post(
       '/v1/sandboxes/:id/snapshot',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'pack_diff: capture the sandbox\'s changes as a new EROFS layer and register an image new sandboxes start from',
@@ -95,13 +96,13 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     );
     app.post(
       '/v1/sandboxes/:id/fork',
-      { schema: { tags, summary: 'One snapshot of this sandbox, then count new sandboxes from it', params: SandboxIdParams, body: ForkRequest, response: { 201: ForkResult, ...errors } } },
+      { config: access.key, schema: { tags, summary: 'One snapshot of this sandbox, then count new sandboxes from it', params: SandboxIdParams, body: ForkRequest, response: { 201: ForkResult, ...errors } } },
       async (req, reply) => reply.status(201).send(await control.fork(req.params.id, req.body, privateTo(req.caller))),
     );
 
     app.put(
       '/v1/sandboxes/:id/network',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'Replace the egress policy at runtime (e.g. setup phase: allow a mirror; rollout: none); atomic, in force when the call returns',
@@ -115,7 +116,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
 
     app.get(
       '/v1/sandboxes/:id/network',
-      { schema: { tags, summary: 'The egress policy in force, and the link to the host if the sandbox has one', params: SandboxIdParams, response: { 200: NetworkPolicyState, ...errors } } },
+      { config: access.key, schema: { tags, summary: 'The egress policy in force, and the link to the host if the sandbox has one', params: SandboxIdParams, response: { 200: NetworkPolicyState, ...errors } } },
       async (req) => control.getNetwork(req.params.id),
     );
   };

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import fastifyStatic from '@fastify/static';
 import type { FastifyPluginAsync } from 'fastify';
+import { access } from '../../http/access.js';
 
 /** Where the dashboard's build lands (packages/dsec/ui → dist/ui; see ui/README.md). */
 export const UI_DIR = fileURLToPath(new URL('../../../ui/', import.meta.url));
@@ -29,6 +30,11 @@ const CSP = [
 export function uiRoutes(opts: { dir?: string } = {}): FastifyPluginAsync {
   const dir = opts.dir ?? UI_DIR;
   return async (app) => {
+    // The dashboard's files are public, as a login page is: every route this plugin makes (the
+    // static plugin's own included, which take no route options) is declared so here.
+    app.addHook('onRoute', (route) => {
+      route.config = { ...route.config, ...access.public };
+    });
     if (!existsSync(`${dir}/index.html`)) {
       const notBuilt = {
         error: {

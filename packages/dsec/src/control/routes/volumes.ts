@@ -4,6 +4,7 @@ import { Type } from 'typebox';
 import { CreateVolumeRequest, VolumeInfo, VolumeList, VolumeNameParams } from '@dsec/sdk/schema';
 import type { Volumes } from '../volumes.js';
 import { errorResponses as errors } from './error-responses.js';
+import { access } from '../../http/access.js';
 
 /** Named volumes: thin handlers over Volumes. */
 export function volumeRoutes(deps: { volumes: Volumes }): FastifyPluginAsync {
@@ -13,7 +14,7 @@ export function volumeRoutes(deps: { volumes: Volumes }): FastifyPluginAsync {
     const tags = ['volumes'];
     app.post(
       '/v1/volumes',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'Create a named volume (a persistent directory on one edge)',
@@ -25,14 +26,14 @@ export function volumeRoutes(deps: { volumes: Volumes }): FastifyPluginAsync {
     );
     app.get(
       '/v1/volumes',
-      { schema: { tags, summary: "List the project's volumes (every project's for an admin key), with the sandboxes that mount each", response: { 200: VolumeList, ...errors } } },
+      { config: access.key, schema: { tags, summary: "List the project's volumes (every project's for an admin key), with the sandboxes that mount each", response: { 200: VolumeList, ...errors } } },
       async (req) => ({
         volumes: await volumes.list(req.caller),
       }),
     );
     app.get(
       '/v1/volumes/:name',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'Inspect a volume: its edge, who mounts it, the size of its files',
@@ -44,7 +45,7 @@ export function volumeRoutes(deps: { volumes: Volumes }): FastifyPluginAsync {
     );
     app.delete(
       '/v1/volumes/:name',
-      {
+      { config: access.key,
         schema: {
           tags,
           summary: 'Delete a volume and its files (409 VOLUME_IN_USE while a sandbox mounts it)',

@@ -10,7 +10,8 @@ import {
   SessionExecRequest, SessionInfo, SessionList, SignalRequest, StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import { bearerMatches } from '../../control/cluster/cluster-token.js';
+import { access, enforceAccess } from '../../http/access.js';
+import { bearerMatches } from '../../http/credentials.js';
 import { errorHandler } from '../../control/http-errors.js';
 import { abortOnHangup } from '../../control/routes/abort-on-hangup.js';
 import type { App } from '../../control/server.js';
@@ -55,22 +56,20 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   app.addContentTypeParser('application/x-tar', (_req, payload, done) => done(null, payload));
   // The control plane sends its request's id: the edge's lines for that call carry the same reqId.
   useRequestLog(app, () => undefined);
-  app.addHook('onRequest', async (req, reply) => {
-    if (bearerMatches(req.headers.authorization, opts.token)) return;
-    await reply.status(401).send({ error: { code: 'UNAUTHORIZED', message: 'this is a dsec edge: only its control plane (with the cluster token) may call it', details: {} } });
-  });
+  // Every route is declared `cluster`: only the control plane, holding the cluster token, calls an edge.
+  enforceAccess(app, { clusterToken: (req) => bearerMatches(req.headers.authorization, opts.token) });
 
   const P = EDGE_PREFIX;
   const S = `${P}/sandboxes/:id`;
-  app.get(`${P}/info`, { schema: { response: { 200: EdgeInfo, ...errors } } }, async () => edge.info());
-  app.get(`${P}/sandboxes`, { schema: { response: { 200: EdgeSandboxList } } }, async () => ({ sandboxes: await edge.listSandboxes() }));
-  app.post(`${P}/sandboxes`, { schema: { body: EdgeCreateRequest, response: { 201: EdgeSandbox, ...errors } } }, async (req, reply) =>
+  app.get(`${P}/info`, { config: access.cluster, schema: { response: { 200: EdgeInfo, ...errors } } }, async () => edge.info());
+  app.get(`${P}/sandboxes`, { config: access.cluster, schema: { response: { 200: EdgeSandboxList } } }, async () => ({ sandboxes: await edge.listSandboxes() }));
+  app.post(`${P}/sandboxes`, { config: access.cluster, schema: { body: EdgeCreateRequest, response: { 201: EdgeSandbox, ...errors } } }, async (req, reply) =>
     reply.status(201).send(await edge.createSandbox(req.body)),
   );
-  app.post(`${P}/sandboxes/group`, { schema: { body: EdgeCreateGroupRequest, response: { 200: EdgeCreateGroupResult, ...errors } } }, async (req) => ({
+  app.post(`${P}/sandboxes/group`, { config: access.cluster, schema: { body: EdgeCreateGroupRequest, response: { 200: EdgeCreateGroupResult, ...errors } } }, async (req) => ({
     results: await edge.createSandboxes(req.body.sandboxes),
   }));
-  app.post(`${P}/fn/run`, { schema: { body: EdgeFnRequest, response: { 200: FnRunResult, ...errors } } }, async (req, reply) => {
+  app.post(`${P}/fn/run`, { config: access.cluster, schema: { body: EdgeFnRequest, response: { 200: FnRunResult, ...errors } } }, async (req, reply) => {
     if (!edge.runFn) throw new ApiError('BACKEND_UNSUPPORTED', 'this edge runs no function calls', { backend: 'fncall' });
     const hangup = abortOnHangup(reply);
     try {
@@ -79,12 +78,12 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       hangup.done();
     }
   });
-  app.delete(S, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.delete(S, { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.killSandbox(req.params.id);
     return reply.status(204).send(null);
   });
 
-  app.post(`${S}/exec`, { schema: { params: Id, body: ExecRequest, response: { 200: ExecResult, ...errors } } }, async (req, reply) => {
+  app.post(`${S}/exec`, { config: access.cluster, schema: { params: Id, body: ExecRequest, response: { 200: ExecResult, ...errors } } }, async (req, reply) => {
     const hangup = abortOnHangup(reply);
     if ((req.headers.accept ?? '').includes(NDJSON)) {
       const events = edge.execStream(req.params.id, req.body, hangup.signal);
@@ -109,13 +108,13 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   });
 
   // --- processes ---
-  app.post(`${S}/processes`, { schema: { params: Id, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } }, async (req, reply) =>
+  app.post(`${S}/processes`, { config: access.cluster, schema: { params: Id, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } }, async (req, reply) =>
     reply.status(201).send(await edge.startProcess(req.params.id, req.body)),
   );
-  app.get(`${S}/processes`, { schema: { params: Id, response: { 200: ProcessList, ...errors } } }, async (req) => ({ processes: await edge.listProcesses(req.params.id) }));
+  app.get(`${S}/processes`, { config: access.cluster, schema: { params: Id, response: { 200: ProcessList, ...errors } } }, async (req) => ({ processes: await edge.listProcesses(req.params.id) }));
   app.get(
     `${S}/processes/:pid`,
-    {
+    { config: access.cluster,
       schema: {
         params: IdPid,
         querystring: Type.Object({ stdout: Type.Integer({ minimum: 0, default: 0 }), stderr: Type.Integer({ minimum: 0, default: 0 }), encoding: Type.Union([Type.Literal('utf8'), Type.Literal('base64')], { default: 'utf8' }) }),
@@ -124,25 +123,25 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
     },
     async (req) => edge.processOutput(req.params.id, req.params.pid, { stdout: req.query.stdout, stderr: req.query.stderr }, req.query.encoding),
   );
-  app.post(`${S}/processes/:pid/wait`, { schema: { params: IdPid, body: Type.Object({ timeoutMs: Type.Integer({ minimum: 0 }) }), response: { 200: ProcessInfo, ...errors } } }, async (req) =>
+  app.post(`${S}/processes/:pid/wait`, { config: access.cluster, schema: { params: IdPid, body: Type.Object({ timeoutMs: Type.Integer({ minimum: 0 }) }), response: { 200: ProcessInfo, ...errors } } }, async (req) =>
     edge.waitProcess(req.params.id, req.params.pid, req.body.timeoutMs),
   );
-  app.post(`${S}/processes/:pid/signal`, { schema: { params: IdPid, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } }, async (req) =>
+  app.post(`${S}/processes/:pid/signal`, { config: access.cluster, schema: { params: IdPid, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } }, async (req) =>
     edge.signalProcess(req.params.id, req.params.pid, req.body.signal),
   );
-  app.post(`${S}/processes/:pid/stdin`, { schema: { params: IdPid, querystring: Type.Object({ eof: Type.Boolean({ default: false }) }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.post(`${S}/processes/:pid/stdin`, { config: access.cluster, schema: { params: IdPid, querystring: Type.Object({ eof: Type.Boolean({ default: false }) }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.writeProcessStdin(req.params.id, req.params.pid, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.query.eof);
     return reply.status(204).send(null);
   });
 
   // --- sessions ---
-  app.post(`${S}/sessions`, { schema: { params: Id, body: OpenSessionRequest, response: { 201: SessionInfo, ...errors } } }, async (req, reply) =>
+  app.post(`${S}/sessions`, { config: access.cluster, schema: { params: Id, body: OpenSessionRequest, response: { 201: SessionInfo, ...errors } } }, async (req, reply) =>
     reply.status(201).send(await edge.openSession(req.params.id, req.body)),
   );
-  app.get(`${S}/sessions`, { schema: { params: Id, response: { 200: SessionList, ...errors } } }, async (req) => ({ sessions: await edge.listSessions(req.params.id) }));
+  app.get(`${S}/sessions`, { config: access.cluster, schema: { params: Id, response: { 200: SessionList, ...errors } } }, async (req) => ({ sessions: await edge.listSessions(req.params.id) }));
   app.post(
     `${S}/sessions/:sid/exec`,
-    { schema: { params: IdSid, body: SessionExecRequest, response: { 200: Type.Intersect([ExecResult, Type.Object({ sessionAlive: Type.Boolean() })]), ...errors } } },
+    { config: access.cluster, schema: { params: IdSid, body: SessionExecRequest, response: { 200: Type.Intersect([ExecResult, Type.Object({ sessionAlive: Type.Boolean() })]), ...errors } } },
     async (req, reply) => {
       const hangup = abortOnHangup(reply);
       try {
@@ -152,24 +151,24 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       }
     },
   );
-  app.delete(`${S}/sessions/:sid`, { schema: { params: IdSid, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.delete(`${S}/sessions/:sid`, { config: access.cluster, schema: { params: IdSid, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.closeSession(req.params.id, req.params.sid);
     return reply.status(204).send(null);
   });
 
   // --- state ---
-  app.get(`${S}/usage`, { schema: { params: Id, response: { 200: EdgeUsage, ...errors } } }, async (req) => edge.sandboxUsage(req.params.id));
-  app.post(`${S}/pause`, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.get(`${S}/usage`, { config: access.cluster, schema: { params: Id, response: { 200: EdgeUsage, ...errors } } }, async (req) => edge.sandboxUsage(req.params.id));
+  app.post(`${S}/pause`, { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.pauseSandbox(req.params.id);
     return reply.status(204).send(null);
   });
-  app.post(`${S}/resume`, { schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.post(`${S}/resume`, { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.resumeSandbox(req.params.id);
     return reply.status(204).send(null);
   });
-  app.put(`${S}/network`, { schema: { params: Id, body: EdgeNetworkRequest, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.setNetwork(req.params.id, req.body));
-  app.get(`${S}/network`, { schema: { params: Id, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.getNetwork(req.params.id));
-  app.post(`${S}/snapshot`, { schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } }, async (req, reply) => {
+  app.put(`${S}/network`, { config: access.cluster, schema: { params: Id, body: EdgeNetworkRequest, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.setNetwork(req.params.id, req.body));
+  app.get(`${S}/network`, { config: access.cluster, schema: { params: Id, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.getNetwork(req.params.id));
+  app.post(`${S}/snapshot`, { config: access.cluster, schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } }, async (req, reply) => {
     const hangup = abortOnHangup(reply);
     try {
       return await edge.snapshotSandbox(req.params.id, { ...(req.body.scrub ? { scrub: req.body.scrub } : {}), ...(req.body.memory ? { memory: true } : {}), signal: hangup.signal });
@@ -179,31 +178,31 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   });
 
   // --- files ---
-  app.get(`${S}/files`, { schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }) }), response: errors } }, async (req, reply) =>
+  app.get(`${S}/files`, { config: access.cluster, schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }) }), response: errors } }, async (req, reply) =>
     reply.type(OCTETS).send((await edge.readFile(req.params.id, req.query.path, req.query.maxBytes)) as never),
   );
-  app.put(`${S}/files`, { schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, mode: Type.Integer({ minimum: 0, maximum: 0o7777 }) }), response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
+  app.put(`${S}/files`, { config: access.cluster, schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, mode: Type.Integer({ minimum: 0, maximum: 0o7777 }) }), response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
     if (!Buffer.isBuffer(req.body)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the file as ${OCTETS}`);
     return { bytes: await edge.writeFile(req.params.id, req.query.path, req.body, req.query.mode) };
   });
-  app.get(`${S}/files/stat`, { schema: { params: Id, querystring: PathQ, response: { 200: FileStat, ...errors } } }, async (req) => edge.statPath(req.params.id, req.query.path));
-  app.get(`${S}/files/list`, { schema: { params: Id, querystring: PathQ, response: { 200: DirListing, ...errors } } }, async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path)) }));
-  app.post(`${S}/files/mkdir`, { schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.get(`${S}/files/stat`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: FileStat, ...errors } } }, async (req) => edge.statPath(req.params.id, req.query.path));
+  app.get(`${S}/files/list`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: DirListing, ...errors } } }, async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path)) }));
+  app.post(`${S}/files/mkdir`, { config: access.cluster, schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.makeDir(req.params.id, req.body.path, req.body.parents);
     return reply.status(204).send(null);
   });
-  app.post(`${S}/files/remove`, { schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.post(`${S}/files/remove`, { config: access.cluster, schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.removePath(req.params.id, req.body.path, req.body.recursive);
     return reply.status(204).send(null);
   });
-  app.post(`${S}/files/rename`, { schema: { params: Id, body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.post(`${S}/files/rename`, { config: access.cluster, schema: { params: Id, body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.renamePath(req.params.id, req.body.from, req.body.to);
     return reply.status(204).send(null);
   });
-  app.get(`${S}/files/tar`, { schema: { params: Id, querystring: PathQ, response: errors } }, async (req, reply) =>
+  app.get(`${S}/files/tar`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: errors } }, async (req, reply) =>
     reply.type('application/x-tar').send(Readable.from(await edge.downloadTar(req.params.id, req.query.path)) as never),
   );
-  app.put(`${S}/files/tar`, { schema: { params: Id, querystring: PathQ, response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
+  app.put(`${S}/files/tar`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
     if (!(req.body instanceof Readable)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'send the archive as application/x-tar');
     return { bytes: await edge.uploadTar(req.params.id, req.query.path, req.body) };
   });
@@ -211,7 +210,7 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   // --- terminals: binary frames both ways; text frames: resize in; ready (first) or error, then exit, out ---
   app.get(
     `${S}/pty`,
-    {
+    { config: access.cluster,
       websocket: true,
       schema: {
         params: Id,
@@ -253,23 +252,23 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   );
   // --- volumes ---
   const VolumeName = Type.Object({ name: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }) });
-  app.put(`${P}/volumes/:name`, { schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.put(`${P}/volumes/:name`, { config: access.cluster, schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.createVolume(req.params.name);
     return reply.status(204).send(null);
   });
-  app.delete(`${P}/volumes/:name`, { schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
+  app.delete(`${P}/volumes/:name`, { config: access.cluster, schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.deleteVolume(req.params.name);
     return reply.status(204).send(null);
   });
-  app.get(`${P}/volumes/:name/usage`, { schema: { params: VolumeName, response: { 200: EdgeVolumeUsage, ...errors } } }, async (req) => edge.volumeUsage(req.params.name));
+  app.get(`${P}/volumes/:name/usage`, { config: access.cluster, schema: { params: VolumeName, response: { 200: EdgeVolumeUsage, ...errors } } }, async (req) => edge.volumeUsage(req.params.name));
 
   // --- ports: a TCP connection into the sandbox as a byte stream (framing: protocol/port-stream.ts) ---
   app.get(
     `${S}/ports/:port`,
-    { websocket: true, schema: { params: Type.Object({ id: Id.properties.id, port: Type.Integer({ minimum: 1, maximum: 65535 }) }) } },
+    { config: access.cluster, websocket: true, schema: { params: Type.Object({ id: Id.properties.id, port: Type.Integer({ minimum: 1, maximum: 65535 }) }) } },
     async (socket, req) => servePortChannel(socket, () => edge.openPort(req.params.id, req.params.port)),
   );
-  app.get(`${P}/openapi.json`, { schema: { hide: true } }, async () => app.swagger());
+  app.get(`${P}/openapi.json`, { config: access.cluster, schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app as unknown as App;
 }
