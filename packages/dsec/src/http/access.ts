@@ -93,11 +93,12 @@ export function accessOf(req: FastifyRequest): Access | undefined {
 
 /**
  * Installs the access pipeline on a server, before any route is registered: checks the request
- * target, then the matched route's declaration, and denies by default. At start-up (`onReady`)
+ * target, then the matched route's declaration, and denies by default; `unmatched` is the access
+ * a request no route matched needs before it hears 404 (none: anyone hears it). At start-up (`onReady`)
  * it refuses to serve if any route was registered without a declaration.
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function enforceAccess(app: FastifyInstance<any, any, any, any, any>, gate: Gatekeeper): void {
+export function enforceAccess(app: FastifyInstance<any, any, any, any, any>, gate: Gatekeeper, opts: { unmatched?: Access } = {}): void {
   app.decorateRequest('caller', {
     getter(this: FastifyRequest) {
       const c = (this as unknown as WithCaller)[CALLER];
@@ -122,8 +123,13 @@ export function enforceAccess(app: FastifyInstance<any, any, any, any, any>, gat
   });
 
   app.addHook('onRequest', async (req) => {
-    // A request no route matched goes to the 404 handler, which reveals nothing.
-    if (req.is404) return;
+    // A request no route matched goes to the 404 handler. The public API's routes are public
+    // knowledge (its OpenAPI document), so that 404 reveals nothing; an edge answers strangers
+    // 401 whatever they ask (opts.unmatched), so it does not even tell which routes it serves.
+    if (req.is404) {
+      if (opts.unmatched) await admit(req, opts.unmatched, gate);
+      return;
+    }
     const declared = accessOf(req);
     if (!declared) throw new ApiError('ROUTE_NOT_FOUND', `no route ${req.method} ${req.url.split('?')[0]}`);
     checkRequestTarget(req);

@@ -89,13 +89,13 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
 
   test('a stranger on the bridge without the cluster token gets 401 from an edge and from the cluster routes', async () => {
     const ns = h.addNetns('x', 99);
-    const probe = (url: string, auth: string): string =>
-      spawnSync('ip', ['netns', 'exec', ns, 'curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', '-H', `authorization: Bearer ${auth}`, url], { encoding: 'utf8' }).stdout;
+    const probe = (url: string, auth: string, method = 'GET'): string =>
+      spawnSync('ip', ['netns', 'exec', ns, 'curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', '-X', method, '-H', `authorization: Bearer ${auth}`, url], { encoding: 'utf8' }).stdout;
     for (const e of h.edges) {
       assert.equal(probe(`${e.url}/edge/v1/sandboxes`, 'nope'), '401');
       assert.equal(probe(`${e.url}/edge/v1/info`, conn.apiKey), '401', 'an API key is not the cluster token');
     }
-    assert.equal(probe(`${h.url}/v1/cluster/edges/${h.edges[0]!.id}/heartbeat`, conn.apiKey), '401');
+    assert.equal(probe(`${h.url}/v1/cluster/edges/${h.edges[0]!.id}/heartbeat`, conn.apiKey, 'PUT'), '401');
     assert.equal(probe(`${h.url}/v1/sandboxes`, 'nope'), '401');
   });
 

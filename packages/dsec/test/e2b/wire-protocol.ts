@@ -127,15 +127,27 @@ export function wireProtocolTests(getServer: () => TestServer): void {
       assert.equal(proto.status, 400);
     });
 
-    test('the sandbox side needs the sandbox access token; a gone sandbox is unavailable (502)', async () => {
+    test('the sandbox side needs the sandbox access token; a wrong token answers as a gone sandbox does (502), no token is 401', async () => {
+      const none = await fetch(`${server.url}/process.Process/List`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'connect-protocol-version': '1', 'e2b-sandbox-id': sandboxId, authorization: ROOT },
+        body: '{}',
+      });
+      assert.equal(none.status, 401);
+      assert.equal(((await none.json()) as { code: string }).code, 'unauthenticated');
+      // Red team round three: a wrong token and an unknown sandbox are one answer (no existence oracle).
       const wrong = await unary('process.Process/List', {}, { 'x-access-token': 'nope' });
-      assert.equal(wrong.status, 401);
-      assert.equal(((await wrong.json()) as { code: string }).code, 'unauthenticated');
       const gone = await unary('process.Process/List', {}, { 'e2b-sandbox-id': 'sb-nope-0000000000000' });
-      assert.equal(gone.status, 502);
-      assert.equal(((await gone.json()) as { code: string }).code, 'unavailable');
-      const health = await fetch(`${server.url}/health`, { headers: { 'e2b-sandbox-id': sandboxId } });
+      for (const a of [wrong, gone]) {
+        assert.equal(a.status, 502);
+        const body = (await a.json()) as { code: string; message: string };
+        assert.equal(body.code, 'unavailable');
+        assert.match(body.message, /answers this access token/);
+      }
+      const health = await fetch(`${server.url}/health`, { headers: { 'e2b-sandbox-id': sandboxId, 'x-access-token': token } });
       assert.equal(health.status, 204);
+      for (const headers of [{ 'e2b-sandbox-id': sandboxId }, { 'e2b-sandbox-id': sandboxId, 'x-access-token': 'nope' }, { 'e2b-sandbox-id': 'sb-nope-0000000000000', 'x-access-token': token }] as Record<string, string>[])
+        assert.equal((await fetch(`${server.url}/health`, { headers })).status, 502, JSON.stringify(headers));
       // without the header the sandbox side cannot be reached, even by its internal path
       const direct = await fetch(`${server.url}/e2b-sandbox/health`, { headers: { 'x-access-token': token } });
       assert.equal(direct.status, 404);

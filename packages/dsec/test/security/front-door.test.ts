@@ -150,7 +150,7 @@ describe('the front door: access from the matched route, for every route', { ski
       for (const [variant, target] of variants) {
         const a = await rawRequest(base, r.method, target, h, body);
         // 501 is E2B's documented "not supported" for routes dsec declines; health's refusal is 502.
-        const documented5xx = a.status === 501 || (r.url === '/e2b-sandbox/health' && a.status === 502);
+        const documented5xx = a.status === 501 || (r.access?.kind === 'sandboxToken' && a.status === 502);
         if (a.status >= 500 && !documented5xx) wrong.push(`${r.method} ${target} (${variant}): ${a.status} ${a.body.slice(0, 200)}`);
         const why = expect(r, a, variant);
         if (why) wrong.push(`${r.method} ${target} (${variant}): ${why}: ${a.status} ${a.body.slice(0, 160)}`);
@@ -178,6 +178,8 @@ describe('the front door: access from the matched route, for every route', { ski
     if (variant !== 'as is') return respelled(r, a, variant);
     if (!needsCredentials(r.access)) return undefined;
     if (r.url === '/e2b-sandbox/health') return a.status === 502 ? undefined : 'health without the token must answer 502, as for a sandbox that is not there';
+    // E2B's sandbox side: no token is 401; a wrong one answers as a sandbox that is not there (502).
+    if (r.access?.kind === 'sandboxToken') return a.status === 401 || a.status === 502 ? undefined : 'must be refused (401, or 502 for a wrong token)';
     return a.status === 401 ? undefined : 'must be 401 without credentials';
   };
 

@@ -41,33 +41,33 @@ interface EnvdCredentials {
   signed?: { path: string; operation: 'read' | 'write'; user: string; signature: string; expiration?: number };
 }
 
-const NOT_ADMITTED =
-  'missing or wrong X-Access-Token for this sandbox, or no such sandbox (use the envdAccessToken the create or connect response gave)';
+const NO_TOKEN = 'send the sandbox access token as X-Access-Token (the envdAccessToken the create or connect response gave)';
 
 /**
  * The sandbox a sandbox-side request names with `E2b-Sandbox-Id`, checked the way E2B's envd
  * checks callers: the sandbox's access token in `X-Access-Token` (or, for /files, a signature made
- * with it). An unknown sandbox, one not made through the E2B API and a wrong token answer alike
- * (`unauthenticated`), so a caller without the token learns nothing of which sandboxes exist;
- * only a caller with the token hears that its sandbox is gone or paused (`unavailable`, HTTP 502,
- * as E2B's proxy says it).
+ * with it). No token at all is `unauthenticated` (401), decided before any lookup. A token that
+ * does not open the named sandbox answers exactly as a sandbox that is not there, or not running,
+ * does (`unavailable`, HTTP 502, as E2B's proxy says it): an unknown id, one not made through the
+ * E2B API and a wrong token or signature are one answer, so the answer tells a caller without the
+ * token nothing of which sandboxes exist, and E2B's SDK still reports a killed sandbox as gone.
  */
 export async function sandboxFor(control: ControlPlane, id: string | undefined, creds: EnvdCredentials): Promise<SandboxInfo> {
   if (id === undefined || id === '') throw new ConnectError('invalid_argument', 'E2b-Sandbox-Id header is missing');
+  if (creds.token === undefined && !creds.signed) throw new ConnectError('unauthenticated', NO_TOKEN);
+  const gone = new ConnectError('unavailable', `no running sandbox ${id} answers this access token`);
   let s: SandboxInfo;
   try {
     s = await control.get(id);
   } catch (err) {
-    if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') throw new ConnectError('unauthenticated', NOT_ADMITTED);
+    if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') throw gone;
     throw err;
   }
   const token = s.labels[LABEL.accessToken];
-  if (token === undefined) throw new ConnectError('unauthenticated', NOT_ADMITTED);
+  if (token === undefined) throw gone;
   const signed = creds.signed;
   if (!(creds.token !== undefined && sameSecret(creds.token, token))) {
-    if (!signed) throw new ConnectError('unauthenticated', NOT_ADMITTED);
-    if (!sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration)))
-      throw new ConnectError('unauthenticated', 'the file URL signature does not match');
+    if (!signed || !sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration))) throw gone;
     if (signed.expiration !== undefined && signed.expiration * 1000 < Date.now()) throw new ConnectError('unauthenticated', 'the signed URL has expired');
   }
   if (s.status !== 'running')
@@ -118,6 +118,6 @@ export function e2bSandboxGate(control: ControlPlane): (req: FastifyRequest) => 
 /** The sandbox the access hook admitted this request to. */
 export function admittedSandbox(req: FastifyRequest): SandboxInfo {
   const s = admitted.get(req);
-  if (!s) throw new ConnectError('unauthenticated', NOT_ADMITTED);
+  if (!s) throw new ConnectError('unauthenticated', NO_TOKEN);
   return s;
 }

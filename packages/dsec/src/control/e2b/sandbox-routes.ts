@@ -29,8 +29,8 @@ function httpError(reply: FastifyReply, err: unknown): FastifyReply {
 /**
  * Errors of this surface, the access hook's refusals included, in envd's shape: `{code, message}`
  * with the HTTP status (Connect calls get Connect's own shape from rpc-router). `/health` answers
- * 502 to any refusal, so it tells a caller without the token nothing of which sandboxes exist,
- * and tells E2B's SDK (which probes it for isRunning) that the sandbox is not running.
+ * 502 to any refusal, a missing token included: E2B's SDK probes it for isRunning, and a
+ * sandbox this caller cannot reach is, for it, not running.
  */
 function envdErrorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
   if (req.routeOptions.url === `${SANDBOX_PREFIX}/:service/:method`) return sendUnaryError(reply, connectErrorOf(err));

@@ -57,7 +57,8 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   // The control plane sends its request's id: the edge's lines for that call carry the same reqId.
   useRequestLog(app, () => undefined);
   // Every route is declared `cluster`: only the control plane, holding the cluster token, calls an edge.
-  enforceAccess(app, { clusterToken: (req) => bearerMatches(req.headers.authorization, opts.token) });
+  const cluster = { kind: 'cluster' } as const;
+  enforceAccess(app, { clusterToken: (req) => bearerMatches(req.headers.authorization, opts.token) }, { unmatched: cluster });
 
   const P = EDGE_PREFIX;
   const S = `${P}/sandboxes/:id`;
