@@ -46,6 +46,9 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
 
     // An unclaimed sandbox serves no call: nobody can use it before the caller that claims it.
     expectWireError(await call(server, 'POST', `/v1/sandboxes/${ready[0]}/exec`, { json: { cmd: 'true' } }), 409, 'SANDBOX_NOT_RUNNING');
+    // Red team round three: a link made for an unclaimed sandbox would open whichever project's
+    // page claims it later; it is refused like exec is.
+    expectWireError(await call(server, 'POST', `/v1/sandboxes/${ready[0]}/port-links`, { json: { port: 8080 } }), 409, 'SANDBOX_NOT_RUNNING');
 
     const sb = await Sandbox.create({ ...server.conn, ...spec, pool: 'named', labels: { task: 't1' }, ttlSeconds: 600 });
     assert.ok(ready.includes(sb.id), `claimed ${sb.id}, one of the ready ${ready.join(', ')}`);

@@ -22,8 +22,21 @@ echo "X-Seen-Authorization: [$HTTP_AUTHORIZATION]"
 echo "X-Seen-Prefix: [$HTTP_X_FORWARDED_PREFIX]"
 echo "X-Seen-Cookie: [$HTTP_COOKIE]"
 echo "X-Seen-Path: [$REQUEST_URI]"
+echo "X-Seen-Api-Key: [$HTTP_X_API_KEY]"
+echo "X-Seen-Access-Token: [$HTTP_X_ACCESS_TOKEN]"
+echo "X-Seen-Ws-Protocol: [$HTTP_SEC_WEBSOCKET_PROTOCOL]"
 echo
 head -c "$CONTENT_LENGTH"
+`;
+
+/** Answers with the headers a page could use to act on the platform's origin. */
+const CGI_PLATFORM_HEADERS = `#!/bin/sh
+echo "Content-Type: text/plain"
+echo "Service-Worker-Allowed: /"
+echo "Set-Cookie: dsec_key=stolen; Path=/"
+echo "Set-Cookie: app=kept; Path=/"
+echo
+echo ok
 `;
 
 /** Sends "first", then waits until /tmp/go exists before "second": proves the answer streams. */
@@ -72,6 +85,7 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     await a.files.write('/www/index.html', '<h1>hello from a</h1>\n');
     await a.files.write('/www/cgi-bin/echo', CGI_ECHO, { mode: 0o755 });
     await a.files.write('/www/cgi-bin/stream', CGI_STREAM, { mode: 0o755 });
+    await a.files.write('/www/cgi-bin/platform', CGI_PLATFORM_HEADERS, { mode: 0o755 });
     await a.files.write('/upgrade.sh', UPGRADE_ECHO, { mode: 0o755 });
     await a.commands.start(['httpd', '-f', '-p', '8080', '-h', '/www']);
     await a.commands.start(['nc', '-ll', '-p', '7000', '-e', 'cat']);
@@ -102,6 +116,23 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     assert.equal(r.headers.get('x-seen-prefix'), `[/v1/sandboxes/${a.id}/ports/8080]`);
     assert.equal(r.headers.get('x-seen-cookie'), '[app=kept]');
     assert.equal(r.headers.get('x-seen-path'), '[/cgi-bin/echo?x=1]');
+  });
+
+  test('no credential dsec reads reaches the sandbox, whatever header carries it (red team round three)', async () => {
+    const r = await a.ports.fetch(8080, '/cgi-bin/echo', {
+      headers: { 'x-api-key': server.apiKey, 'x-access-token': 'e2b-token', 'sec-websocket-protocol': `chat, dsec.bearer.${server.apiKey}` },
+    });
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('x-seen-api-key'), '[]');
+    assert.equal(r.headers.get('x-seen-access-token'), '[]');
+    assert.equal(r.headers.get('x-seen-ws-protocol'), '[chat]', 'the page keeps its own subprotocols, never the key');
+  });
+
+  test("a sandbox's answer cannot claim the platform's origin: no Service-Worker-Allowed, no dsec* cookies", async () => {
+    const r = await a.ports.fetch(8080, '/cgi-bin/platform');
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('service-worker-allowed'), null);
+    assert.deepEqual(r.headers.getSetCookie(), ['app=kept; Path=/']);
   });
 
   test('a response streams: the first part arrives before the server has written the rest', async () => {
