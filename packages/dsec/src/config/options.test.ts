@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { DEFAULT_DATA_DIR } from '@dsec/sdk';
-import { OptionsError, compileOptions, parseListen } from './options.js';
+import { OptionsError, compileOptions, parseListen, parseRegistryAllow } from './options.js';
 
 describe('compileOptions', () => {
   test('with no flags and no env every option has its default', () => {
@@ -25,6 +25,7 @@ describe('compileOptions', () => {
       store: '',
       layerDir: '',
       registry: '',
+      registryAllow: '',
     });
   });
 
@@ -34,8 +35,15 @@ describe('compileOptions', () => {
       { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_TRAJECTORY_RETENTION_HOURS: '2', DSEC_LOG_LEVEL: 'warn', DSEC_MIN_FREE_DISK_MIB: '0', DSEC_MIN_AVAILABLE_MEMORY_MIB: '1024', DSEC_MAX_MEMORY_PRESSURE: '0', DSEC_USERNS_POOL: '0' },
     );
     assert.deepEqual(opts, {
-      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, usernsPool: 0, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '',
+      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, usernsPool: 0, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '', registryAllow: '',
     });
+  });
+
+  test('DSEC_REGISTRY_ALLOW lists the registries project keys may name; a value with other characters is refused', () => {
+    const opts = compileOptions({}, { DSEC_REGISTRY_ALLOW: 'Registry.Example.com, 10.0.0.5:5000,' });
+    assert.deepEqual(parseRegistryAllow(opts.registryAllow), ['registry.example.com', '10.0.0.5:5000']);
+    assert.equal(compileOptions({ registryAllow: 'a.example' }, { DSEC_REGISTRY_ALLOW: 'b.example' }).registryAllow, 'a.example');
+    assert.throws(() => compileOptions({}, { DSEC_REGISTRY_ALLOW: 'http://x/y' }), OptionsError);
   });
 
   test('DSEC_USERNS=false opts out of user namespaces (on by default); a value that is not a boolean is refused', () => {

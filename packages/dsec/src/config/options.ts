@@ -31,6 +31,14 @@ export const ServerOptions = Type.Object(
      * empty: none.
      */
     registry: Type.String({ default: '' }),
+    /**
+     * DSEC_REGISTRY_ALLOW: the registries a project key may name in POST /v1/images/push|pull, as
+     * comma-separated HOST[:PORT] (as written in a REF, e.g. `registry.example.com,10.0.0.5:5000`).
+     * The cluster's registry (DSEC_REGISTRY) is always allowed; admin keys may name any. Empty: a
+     * project key may use the cluster's registry only. The registry account (DSEC_REGISTRY_USER,
+     * DSEC_REGISTRY_PASSWORD[_FILE]) is sent to the cluster's registry only, never to these.
+     */
+    registryAllow: Type.String({ default: '', pattern: '^[A-Za-z0-9.:\\[\\], -]*$' }),
     /** DSEC_LISTEN: host:port of the HTTP API. */
     listen: Type.String({ default: '127.0.0.1:7070', pattern: '^[^:]+:[0-9]{1,5}$' }),
     /** DSEC_EDGE_ID: this node's edge id, part of every sandbox id. */
@@ -100,6 +108,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   store: 'DSEC_STORE',
   layerDir: 'DSEC_LAYER_DIR',
   registry: 'DSEC_REGISTRY',
+  registryAllow: 'DSEC_REGISTRY_ALLOW',
   listen: 'DSEC_LISTEN',
   edgeId: 'DSEC_EDGE_ID',
   maxSandboxes: 'DSEC_MAX_SANDBOXES',
@@ -146,6 +155,14 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   // and joining a mount namespace resets the cwd to its root, so a relative path (--data-dir ./d)
   // named nothing there and every create fell back to the slow path.
   return { ...options, dataDir: resolve(options.dataDir) };
+}
+
+/** DSEC_REGISTRY_ALLOW's hosts, lowercase, without blanks. */
+export function parseRegistryAllow(text: string): string[] {
+  return text
+    .split(',')
+    .map((h) => h.trim().toLowerCase())
+    .filter((h) => h !== '');
 }
 
 export function parseListen(listen: string): { host: string; port: number } {

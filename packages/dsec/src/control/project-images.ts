@@ -84,6 +84,42 @@ export class ProjectImages {
     });
   }
 
+  /**
+   * Checks that a pull may point `name` at what it pulls (POST /v1/images/pull): a name no one has
+   * yet, or one the caller's project owns; a shared name only with an admin key. A name another
+   * project owns is IMAGE_NAME_TAKEN whoever asks (an admin key removes it first), so a pull never
+   * repoints a name someone else relies on. Returns the owner to record after tagging: the
+   * caller's project, or undefined (shared) for an admin key's new or shared name.
+   */
+  async checkPullName(caller: { project: string; admin: boolean }, name: string): Promise<string | undefined> {
+    const n = normalizeName(name);
+    const owner = await this.store.imageNameOwner(n);
+    if (owner === caller.project) return owner;
+    const taken = (why: string): ApiError => new ApiError('IMAGE_NAME_TAKEN', `image name ${JSON.stringify(name)} is ${why}; pull it under another name (\`name\`)`, { image: name });
+    if (owner !== undefined) throw taken(caller.admin ? "another project's (remove it first to reuse the name)" : 'taken');
+    if (caller.admin) return undefined;
+    await this.images.refresh();
+    if (this.images.resolve(n) !== undefined) throw taken('a shared image (only an admin key may move it)');
+    return caller.project;
+  }
+
+  /**
+   * Whether a project may stack a layer by its digest (`layers: ["sha256:…"]`): yes when an image
+   * it may use holds the layer, or no image does (a layer of the store alone); no when only other
+   * projects' private images hold it, which then answers as an unknown digest does.
+   */
+  async layerVisible(project: string | undefined, digest: string): Promise<boolean> {
+    if (project === undefined) return true;
+    await this.images.refresh();
+    let held = false;
+    for (const info of this.images.list()) {
+      if (!info.layers.includes(digest)) continue;
+      if (await this.#idVisible(project, info.id as ImageId)) return true;
+      held = true;
+    }
+    return !held;
+  }
+
   async recordName(name: string, owner: string | undefined): Promise<void> {
     if (owner !== undefined) await this.store.setImageNameOwner(normalizeName(name), owner);
   }

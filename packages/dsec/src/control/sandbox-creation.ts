@@ -111,7 +111,8 @@ export class SandboxCreation {
     const layers: LayerDigest[] = [...manifest.layers];
     for (const ref of req.layers ?? []) {
       let extra: LayerDigest[];
-      if (isLayerDigest(ref) && (await this.deps.images.layers.fetch(ref))) extra = [ref];
+      // A digest that only other projects' private images hold answers as an unknown one.
+      if (isLayerDigest(ref) && (await this.deps.projectImages.layerVisible(project, ref)) && (await this.deps.images.layers.fetch(ref))) extra = [ref];
       else {
         const id = await this.deps.projectImages.resolve(project, ref);
         const m = id && this.deps.images.get(id);

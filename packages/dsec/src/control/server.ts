@@ -43,6 +43,8 @@ export interface ServerDeps extends ImageRouteDeps {
   clusterToken: string;
   store: StateStore;
   log: Logger;
+  /** DSEC_REGISTRY_ALLOW: registry hosts a project key may name in /v1/images/push|pull, besides the cluster's. */
+  registryAllow?: readonly string[];
 }
 
 export type App = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -115,7 +117,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(portRoutes({ control: deps.control, links, linkGate }));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers, ...(deps.control.registry ? { registry: deps.control.registry } : {}) }));
-  await app.register(imageRegistryRoutes({ images: deps.images }));
+  await app.register(imageRegistryRoutes({ images: deps.images, projectImages: deps.control.projectImages, clusterRegistry: deps.control.registry?.client.ref, registryAllow: deps.registryAllow ?? [] }));
   await app.register(e2bRoutes(deps));
   await app.register(clusterRoutes(deps));
   await app.register(batchRoutes({ batches: deps.control.batches }));

@@ -21,7 +21,7 @@ import { credentialsFromEnv } from '../image/registry/registry-auth.js';
 import { parseRegistryRef, RegistryRefError } from '../image/registry/registry-ref.js';
 import { LayerStore } from '../image/layer-store.js';
 import { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
-import { parseListen, type ServerOptions } from '../config/options.js';
+import { parseListen, parseRegistryAllow, type ServerOptions } from '../config/options.js';
 import { createLogger } from '../control/request-log.js';
 
 export interface ClientFile {
@@ -209,7 +209,7 @@ async function startDsecProcess(
   const stopEdgeWatcher = control.edges.startWatcher();
   const stopImageRefresh = startImageRefresh(images, log);
 
-  const app = await buildServer({ control, store, images, log, clusterToken, dataDir: opts.dataDir });
+  const app = await buildServer({ control, store, images, log, clusterToken, dataDir: opts.dataDir, registryAllow: parseRegistryAllow(opts.registryAllow) });
   const { host, port } = parseListen(opts.listen);
   try {
     await app.listen({ host, port });

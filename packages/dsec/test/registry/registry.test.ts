@@ -378,23 +378,28 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     },
   );
 
-  test("the API's push and pull (SDK Image.push/pull) with the control plane's registry account; its refusals as 4xx codes", async () => {
+  test("the API's push and pull (SDK Image.push/pull) with the control plane's registry account, which goes to the cluster's registry; its refusals as 4xx codes", async () => {
     const saved = { user: process.env['DSEC_REGISTRY_USER'], password: process.env['DSEC_REGISTRY_PASSWORD'] };
     process.env['DSEC_REGISTRY_USER'] = registry.credentials!.username;
     process.env['DSEC_REGISTRY_PASSWORD'] = registry.credentials!.password;
+    // The account is sent only to the cluster's registry (DSEC_REGISTRY), so this control plane has it as that.
+    const controlDir = makeDataDir();
+    const control = await startControlPlane(compileOptions({ dataDir: controlDir, registry: `${registry.host}/team/apicluster`, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+    const conn = { url: control.url, apiKey: control.apiKey };
     try {
+      await buildBusyboxImage(control.images);
       const ref = `${registry.host}/team/api:v1`;
-      const pushed = await Image.push('busybox', ref, server.conn);
+      const pushed = await Image.push('busybox', ref, conn);
       assert.equal(pushed.ref, ref);
       assert.match(pushed.digest, /^sha256:[0-9a-f]{64}$/);
-      const pulled = await Image.pull(`${registry.host}/team/api@${pushed.digest}`, { ...server.conn, name: 'apipulled:v1' });
-      assert.equal(pulled.image.id, server.dsec.images.resolve('busybox'));
+      const pulled = await Image.pull(`${registry.host}/team/api@${pushed.digest}`, { ...conn, name: 'apipulled:v1' });
+      assert.equal(pulled.image.id, control.images.resolve('busybox'));
       assert.equal(pulled.digest, pushed.digest);
       assert.equal(pulled.fetchedLayers, 0, 'every layer was here already');
       assert.ok(pulled.image.names.includes('apipulled:v1'));
 
       const api = (path: string, body: unknown) =>
-        fetch(`${server.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${server.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        fetch(`${control.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${control.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
       const missing = await api('/v1/images/pull', { ref: `${registry.host}/team/api:nope` });
       assert.equal(missing.status, 404);
       assert.equal(((await missing.json()) as { error: { code: string } }).error.code, 'IMAGE_NOT_FOUND');
@@ -411,12 +416,14 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       assert.equal(body.error.code, 'REGISTRY_AUTH_FAILED');
       assert.match(body.error.message, /rejected the credentials of user "trainer" \(HTTP 401/);
       assert.equal(body.error.details.registryStatus, 401);
-      await assert.rejects(Image.push('busybox', ref, server.conn), (err: unknown) => err instanceof AuthError && err.code === 'REGISTRY_AUTH_FAILED');
+      await assert.rejects(Image.push('busybox', ref, conn), (err: unknown) => err instanceof AuthError && err.code === 'REGISTRY_AUTH_FAILED');
     } finally {
       for (const [k, v] of [['DSEC_REGISTRY_USER', saved.user], ['DSEC_REGISTRY_PASSWORD', saved.password]] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
+      await control.close({ killAll: true });
+      await assertCleanAndRemove(controlDir, 'control');
     }
   });
 
@@ -462,14 +469,16 @@ describe('OCI registry with Bearer-token auth', { skip: integrationSkipReason() 
     const src = new ImageStore(from, new LayerStore(from));
     const built = await buildTestImage(src, 'tokentest:v1', (root) => writeFileSync(`${root}/marker`, 'token'));
     const ref = parseRegistryRef(`${registry.host}/team/tokentest:v1`);
-    const pushed = await pushImage(src, 'tokentest:v1', new RegistryClient(ref, { credentials: registry.credentials }), 'v1');
+    // The token service listens on another port than the registry: trusted by name (DSEC_REGISTRY_TOKEN_HOSTS).
+    const tokenHosts = [new URL(registry.tokens!.realm).host];
+    const pushed = await pushImage(src, 'tokentest:v1', new RegistryClient(ref, { credentials: registry.credentials, tokenHosts }), 'v1');
     // The registry lists a scope's actions in no fixed order (pull,push or push,pull).
     assert.ok(
       registry.tokens!.scopes.some((x) => /^repository:team\/tokentest:(pull,push|push,pull)$/.test(x)),
       `a push token was asked for: ${registry.tokens!.scopes.join(' ')}`,
     );
     const dst = new ImageStore(to, new LayerStore(to));
-    const pulled = await pullImage(dst, new RegistryClient(ref, { credentials: registry.credentials }), ref);
+    const pulled = await pullImage(dst, new RegistryClient(ref, { credentials: registry.credentials, tokenHosts }), ref);
     assert.equal(pulled.id, built.id);
     assert.equal(pulled.digest, pushed.digest);
     assert.ok(registry.tokens!.scopes.includes('repository:team/tokentest:pull'), `a pull token was asked for: ${registry.tokens!.scopes.join(' ')}`);
@@ -477,12 +486,24 @@ describe('OCI registry with Bearer-token auth', { skip: integrationSkipReason() 
 
   test('wrong credentials: the token service refuses them, and the error says so', async () => {
     const ref = parseRegistryRef(`${registry.host}/team/tokentest:v1`);
-    const client = new RegistryClient(ref, { credentials: { username: 'trainer', password: 'wrong' } });
+    const client = new RegistryClient(ref, { credentials: { username: 'trainer', password: 'wrong' }, tokenHosts: [new URL(registry.tokens!.realm).host] });
     await assert.rejects(client.getManifest('v1'), (err: unknown) => {
       assert.ok(err instanceof RegistryAuthError);
       assert.equal(err.status, 401);
       assert.match(err.message, /the token service http:\/\/127\.0\.0\.1:\d+ rejected the credentials of user "trainer" \(HTTP 401/);
       return true;
     });
+  });
+
+  test('a token service on another host than the registry, not trusted by name, is not sent the credentials', async () => {
+    const ref = parseRegistryRef(`${registry.host}/team/tokentest:v1`);
+    const client = new RegistryClient(ref, { credentials: registry.credentials, tokenHosts: [] });
+    const asked = registry.tokens!.scopes.length;
+    await assert.rejects(client.getManifest('v1'), (err: unknown) => {
+      assert.ok(err instanceof RegistryAuthError);
+      assert.match(err.message, /not on the registry's host, so it was not sent the credentials of user "trainer".*DSEC_REGISTRY_TOKEN_HOSTS/);
+      return true;
+    });
+    assert.equal(registry.tokens!.scopes.length, asked, 'the token service granted nothing: it got no credentials');
   });
 });

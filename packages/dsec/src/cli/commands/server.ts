@@ -34,6 +34,7 @@ export function registerServerCommands(program: Command): void {
       '--trajectory-retention-hours <n>',
       `how long a killed sandbox's trajectory stays readable (dsec log ID); 0: deleted at kill (env DSEC_TRAJECTORY_RETENTION_HOURS, default ${dflt('trajectoryRetentionHours')})`,
     )
+    .option('--registry-allow <hosts>', "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's (DSEC_REGISTRY); admin keys may name any (env DSEC_REGISTRY_ALLOW)")
     .option('--log-level <level>', `debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default ${dflt('logLevel')})`)
     .addHelpText(
       'after',
@@ -56,6 +57,7 @@ export function registerServerCommands(program: Command): void {
         userns?: boolean;
         usernsPool?: string;
         trajectoryRetentionHours?: string;
+        registryAllow?: string;
         logLevel?: string;
       }) => {
         const { layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib

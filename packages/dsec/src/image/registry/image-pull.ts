@@ -28,6 +28,14 @@ export interface PullOptions {
   onBytes?: (layer: string, received: number, size: number) => void;
   /** How many times one layer may break off and resume before the pull fails (default 20). */
   maxResumes?: number;
+  /** false: store the image but give it no name (the caller names it); `name` is still reported. */
+  tag?: boolean;
+  /**
+   * Called with the image's id once its layers are verified and before the image is recorded (the
+   * control plane records which project owns it first, so it is never visible as shared). A throw
+   * stops the pull before the image is recorded.
+   */
+  adopt?: (id: ImageId) => Promise<void>;
 }
 
 /**
@@ -69,14 +77,16 @@ export async function pullImage(images: ImageStore, client: RegistryClient, ref:
     progress(`layer ${i + 1}/${manifest.layers.length} ${d.slice(7, 19)} fetched (${layer.size} bytes${r.resumes ? `, resumed ${r.resumes}x` : ''})`);
   }
 
-  const id = await images.put({ layers: manifest.layers.map((l) => l.digest as LayerDigest), config });
-  const name = opts.name ?? defaultName(ref);
-  if (name !== undefined) await images.tag(name, id);
+  const body = { layers: manifest.layers.map((l) => l.digest as LayerDigest), config };
+  await opts.adopt?.(images.idOf(body));
+  const id = await images.put(body);
+  const name = opts.name ?? defaultPullName(ref);
+  if (name !== undefined && opts.tag !== false) await images.tag(name, id);
   return { id, digest, name, fetchedLayers, bytes, resumes };
 }
 
 /** `host/team/busybox:v1` → `busybox:v1`, when that is a valid local name. */
-function defaultName(ref: RegistryRef): string | undefined {
+export function defaultPullName(ref: Pick<RegistryRef, 'repository' | 'tag'>): string | undefined {
   if (ref.tag === undefined) return undefined;
   const name = `${ref.repository.split('/').pop()}:${ref.tag}`;
   return isImageName(name) ? name : undefined;

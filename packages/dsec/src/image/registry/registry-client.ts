@@ -38,6 +38,20 @@ export interface RegistryClientOptions {
   timeoutMs?: number;
   /** Called before each retry, with what failed (logs, tests). */
   onRetry?: (why: string, attempt: number) => void;
+  /**
+   * Hosts (HOST[:PORT]) besides the registry's own origin whose Bearer token service may be sent
+   * the credentials (a registry whose token service lives elsewhere). Default: DSEC_REGISTRY_TOKEN_HOSTS
+   * (comma-separated), else none: a token realm on another origin is asked anonymously.
+   */
+  tokenHosts?: string[];
+}
+
+/** DSEC_REGISTRY_TOKEN_HOSTS as a list of lowercase HOST[:PORT]. */
+export function tokenHostsFromEnv(env: NodeJS.ProcessEnv = process.env): string[] {
+  return (env.DSEC_REGISTRY_TOKEN_HOSTS ?? '')
+    .split(',')
+    .map((h) => h.trim().toLowerCase())
+    .filter((h) => h !== '');
 }
 
 /** Media types a manifest GET accepts: OCI first, Docker's v2 schema 2 for other images. */
@@ -56,7 +70,9 @@ type Body = () => RequestInit['body'];
  * cannot be reached or answers 5xx (a registry restarting, a proxy in between).
  */
 export class RegistryClient {
-  readonly #opts: Required<Omit<RegistryClientOptions, 'credentials' | 'onRetry'>> & Pick<RegistryClientOptions, 'credentials' | 'onRetry'>;
+  readonly #opts: Required<Omit<RegistryClientOptions, 'credentials' | 'onRetry' | 'tokenHosts'>> & Pick<RegistryClientOptions, 'credentials' | 'onRetry'>;
+  /** Origins the credentials may go to as a token service's Basic auth: the registry's own, and tokenHosts'. */
+  readonly #tokenHosts: string[];
   /** The Basic header, once a registry asked for Basic auth. */
   #basic: string | undefined;
   /** Bearer tokens by the scope they were issued for (`repository:NAME:pull`, `…:pull,push`). */
@@ -66,7 +82,9 @@ export class RegistryClient {
     readonly ref: Pick<RegistryRef, 'baseUrl' | 'host' | 'repository'>,
     opts: RegistryClientOptions = {},
   ) {
-    this.#opts = { attempts: 8, backoffMs: 250, timeoutMs: 30_000, ...opts };
+    const { tokenHosts, ...rest } = opts;
+    this.#opts = { attempts: 8, backoffMs: 250, timeoutMs: 30_000, ...rest };
+    this.#tokenHosts = (tokenHosts ?? tokenHostsFromEnv()).map((h) => h.toLowerCase());
   }
 
   /** `{size}` when the repository holds the blob, undefined when it does not. */
@@ -239,20 +257,35 @@ export class RegistryClient {
     }
     const realm = challenge.params.realm;
     if (!realm) throw new RegistryAuthError(`${where}: the registry's Bearer challenge names no token realm`, 401);
-    const tokenUrl = new URL(realm);
+    let tokenUrl: URL;
+    try {
+      tokenUrl = new URL(realm);
+    } catch {
+      throw new RegistryAuthError(`${where}: the registry's Bearer challenge names a token realm that is not a URL (${JSON.stringify(realm)})`, 401);
+    }
+    if (tokenUrl.protocol !== 'https:' && tokenUrl.protocol !== 'http:') throw new RegistryAuthError(`${where}: the registry's token realm ${tokenUrl.origin} is not http(s)`, 401);
     if (challenge.params.service) tokenUrl.searchParams.set('service', challenge.params.service);
     tokenUrl.searchParams.set('scope', challenge.params.scope ?? scope);
+    // The credentials are the registry's: a realm elsewhere (the challenge is the registry's word,
+    // and a registry can name any URL) is asked anonymously unless its host is trusted by name.
+    const send = creds && this.#trustsRealm(tokenUrl) ? creds : undefined;
     let res: Response;
     try {
-      res = await fetch(tokenUrl, { headers: creds ? { authorization: basicAuthorization(creds) } : {}, signal: AbortSignal.timeout(this.#opts.timeoutMs) });
+      res = await fetch(tokenUrl, { headers: send ? { authorization: basicAuthorization(send) } : {}, signal: AbortSignal.timeout(this.#opts.timeoutMs) });
     } catch (err) {
       throw new RegistryError(`${where}: cannot reach the registry's token service ${tokenUrl.origin} (${describeFetchError(err)})`);
     }
     const text = await res.text();
+    if ((res.status === 401 || res.status === 403) && creds && !send) {
+      throw new RegistryAuthError(
+        `${where}: the registry's token service ${tokenUrl.origin} is not on the registry's host, so it was not sent the credentials of user ${JSON.stringify(creds.username)}, and it refused an anonymous token (HTTP ${res.status}); trust its host with DSEC_REGISTRY_TOKEN_HOSTS if it is the registry's`,
+        res.status,
+      );
+    }
     if (res.status === 401 || res.status === 403) {
       throw new RegistryAuthError(
-        creds
-          ? `${where}: the token service ${tokenUrl.origin} rejected the credentials of user ${JSON.stringify(creds.username)} (HTTP ${res.status}${registryMessage(text)})`
+        send
+          ? `${where}: the token service ${tokenUrl.origin} rejected the credentials of user ${JSON.stringify(send.username)} (HTTP ${res.status}${registryMessage(text)})`
           : `${where}: the token service ${tokenUrl.origin} requires credentials (HTTP ${res.status}); set DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD`,
         res.status,
       );
@@ -267,6 +300,13 @@ export class RegistryClient {
     }
     if (typeof token !== 'string' || token === '') throw new RegistryError(`${where}: the token service ${tokenUrl.origin} answered without a token`, res.status);
     this.#tokens.set(scope, `Bearer ${token}`);
+  }
+
+  /** Whether a token realm may see the credentials: on the registry's own origin, or a host of tokenHosts. */
+  #trustsRealm(url: URL): boolean {
+    const registry = new URL(this.ref.baseUrl);
+    if (url.origin === registry.origin) return true;
+    return this.#tokenHosts.includes(url.host.toLowerCase()) || this.#tokenHosts.includes(url.hostname.toLowerCase());
   }
 
   /** A token for the scope (a push token serves pulls too), else the Basic header, else none. */
