@@ -197,6 +197,20 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     assert.equal((await fetch(`${bLink.url}index.html`)).status, 502);
   });
 
+  test("links are served on an origin of their own, never the API's; the API's origin only redirects there", async () => {
+    const link = await a.ports.link(8080, { ttlSeconds: 60 });
+    const api = new URL(server.url);
+    const ports = new URL(link.url);
+    assert.notEqual(ports.origin, api.origin, 'a link names the port-link origin');
+    assert.equal(ports.hostname, api.hostname);
+    const onApi = await fetch(`${api.origin}${ports.pathname}index.html`, { redirect: 'manual' });
+    assert.equal(onApi.status, 307, 'the API origin serves nothing of the sandbox');
+    assert.equal(onApi.headers.get('location'), `${ports.origin}${ports.pathname}index.html`);
+    // The port-link origin serves links and nothing else: not the API, not the dashboard.
+    for (const path of ['/v1/sandboxes', '/ui/', '/healthz', `/v1/sandboxes/${a.id}/ports/8080/index.html`])
+      assert.equal((await fetch(`${ports.origin}${path}`, { headers: { authorization: `Bearer ${server.apiKey}` } })).status, 404, path);
+  });
+
   test('an upgrade passes through: the server answers 101 itself, then bytes flow both ways', async () => {
     const u = new URL(a.ports.url(7100, '/chat'));
     const socket = await new Promise<Duplex>((resolve, reject) => {

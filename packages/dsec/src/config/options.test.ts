@@ -26,6 +26,8 @@ describe('compileOptions', () => {
       layerDir: '',
       registry: '',
       registryAllow: '',
+      portsListen: '',
+      portsUrl: '',
     });
   });
 
@@ -35,7 +37,7 @@ describe('compileOptions', () => {
       { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_TRAJECTORY_RETENTION_HOURS: '2', DSEC_LOG_LEVEL: 'warn', DSEC_MIN_FREE_DISK_MIB: '0', DSEC_MIN_AVAILABLE_MEMORY_MIB: '1024', DSEC_MAX_MEMORY_PRESSURE: '0', DSEC_USERNS_POOL: '0' },
     );
     assert.deepEqual(opts, {
-      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, usernsPool: 0, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '', registryAllow: '',
+      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, usernsPool: 0, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '', registryAllow: '', portsListen: '', portsUrl: '',
     });
   });
 

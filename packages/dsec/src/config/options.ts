@@ -41,6 +41,18 @@ export const ServerOptions = Type.Object(
     registryAllow: Type.String({ default: '', pattern: '^[A-Za-z0-9.:\\[\\], -]*$' }),
     /** DSEC_LISTEN: host:port of the HTTP API. */
     listen: Type.String({ default: '127.0.0.1:7070', pattern: '^[^:]+:[0-9]{1,5}$' }),
+    /**
+     * DSEC_PORTS_LISTEN: host:port of the port-link origin. Pages a sandbox serves through a signed
+     * link are served here, never on the API's origin, so they cannot read the dashboard's key or
+     * register a service worker over the API (docs/SECURITY.md). Empty: the API's host, its port
+     * + 8 (7078 beside 7070; 0 when the API's port is 0).
+     */
+    portsListen: Type.String({ default: '', pattern: '^([^:]+:[0-9]{1,5})?$' }),
+    /**
+     * DSEC_PORTS_URL: the base URL links are made with (`https://ports.example.com` behind a proxy).
+     * Empty: http://<the host the API was called by>:<the port-link port>.
+     */
+    portsUrl: Type.String({ default: '', pattern: '^(https?://[^/?#]+)?$' }),
     /** DSEC_EDGE_ID: this node's edge id, part of every sandbox id. */
     edgeId: Type.String({ default: 'local', pattern: '^[a-z0-9]{1,32}$' }),
     /** DSEC_MAX_SANDBOXES: the edge admits no more than this many at once. */
@@ -110,6 +122,8 @@ const ENV: Record<keyof ServerOptions, string> = {
   registry: 'DSEC_REGISTRY',
   registryAllow: 'DSEC_REGISTRY_ALLOW',
   listen: 'DSEC_LISTEN',
+  portsListen: 'DSEC_PORTS_LISTEN',
+  portsUrl: 'DSEC_PORTS_URL',
   edgeId: 'DSEC_EDGE_ID',
   maxSandboxes: 'DSEC_MAX_SANDBOXES',
   layerCacheMiB: 'DSEC_LAYER_CACHE_MIB',
@@ -163,6 +177,13 @@ export function parseRegistryAllow(text: string): string[] {
     .split(',')
     .map((h) => h.trim().toLowerCase())
     .filter((h) => h !== '');
+}
+
+/** Where the port-link origin listens: DSEC_PORTS_LISTEN, else the API's host at its port + 8 (0 stays 0). */
+export function portsListenOf(opts: Pick<ServerOptions, 'listen' | 'portsListen'>): { host: string; port: number } {
+  if (opts.portsListen) return parseListen(opts.portsListen);
+  const { host, port } = parseListen(opts.listen);
+  return { host, port: port === 0 ? 0 : port + 8 };
 }
 
 export function parseListen(listen: string): { host: string; port: number } {

@@ -5,6 +5,7 @@ import pino from 'pino';
 import { ImageStore } from '../image/image-store.js';
 import { LayerStore } from '../image/layer-store.js';
 import { ControlPlane } from './control-plane.js';
+import { PortLinks } from './ports/port-links.js';
 import { buildServer } from './server.js';
 import { StateStore } from './state-store.js';
 
@@ -19,7 +20,7 @@ export async function generateOpenApi(): Promise<unknown> {
   try {
     const images = new ImageStore(dir, new LayerStore(dir));
     const control = new ControlPlane(store, images, log);
-    const app = await buildServer({ control, store, images, log, clusterToken: 'openapi', dataDir: dir });
+    const app = await buildServer({ control, store, images, log, clusterToken: 'openapi', links: new PortLinks('openapi'), portsOrigin: () => 'http://ports.invalid', dataDir: dir });
     const doc = app.swagger();
     await app.close();
     return doc;

@@ -2,7 +2,7 @@ import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { requestValidatorCompiler } from './validators.js';
-import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { authenticate } from './api-keys.js';
@@ -24,7 +24,7 @@ import { ptyRoutes } from './routes/pty.js';
 import { portRoutes } from './routes/ports.js';
 import { volumeRoutes } from './routes/volumes.js';
 import { portTunnelRoutes } from './routes/port-tunnel.js';
-import { PortLinkGate, PortLinks } from './ports/port-links.js';
+import type { PortLinks } from './ports/port-links.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import { uiRoutes } from './routes/ui.js';
@@ -41,6 +41,10 @@ export interface ServerDeps extends ImageRouteDeps {
   control: ControlPlane;
   /** The cluster's shared secret: opens the blob endpoint and the edge routes (/v1/cluster). */
   clusterToken: string;
+  /** Signs port links (under a key derived from the cluster token); the port-link origin checks them. */
+  links: PortLinks;
+  /** The base URL of the port-link origin (control/ports/ports-server.ts) for a request that makes a link. */
+  portsOrigin: (req: FastifyRequest) => string;
   store: StateStore;
   log: Logger;
   /** DSEC_REGISTRY_ALLOW: registry hosts a project key may name in /v1/images/push|pull, besides the cluster's. */
@@ -85,12 +89,9 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   useRequestLog(app, edgeOf);
   observeRequests(app, deps.control);
 
-  const links = new PortLinks(deps.clusterToken);
-  const linkGate = new PortLinkGate(links, { projectOf: (id) => deps.store.sandboxProject(id) });
   enforceAccess(app, {
     apiKey: (req) => authenticate(deps.store, presentedKey(req.headers)),
     clusterToken: (req) => bearerMatches(req.headers.authorization, deps.clusterToken),
-    link: (req) => linkGate.admit(req),
     sandboxToken: e2bSandboxGate(deps.control),
   });
   projectScope(app, deps);
@@ -114,7 +115,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     await ws.register(portTunnelRoutes(deps));
   });
   await app.register(volumeRoutes({ volumes: deps.control.volumes }));
-  await app.register(portRoutes({ control: deps.control, links, linkGate }));
+  await app.register(portRoutes({ control: deps.control, links: deps.links, portsOrigin: deps.portsOrigin }));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers, ...(deps.control.registry ? { registry: deps.control.registry } : {}) }));
   await app.register(imageRegistryRoutes({ images: deps.images, projectImages: deps.control.projectImages, clusterRegistry: deps.control.registry?.client.ref, registryAllow: deps.registryAllow ?? [] }));

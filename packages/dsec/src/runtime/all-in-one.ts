@@ -21,7 +21,10 @@ import { credentialsFromEnv } from '../image/registry/registry-auth.js';
 import { parseRegistryRef, RegistryRefError } from '../image/registry/registry-ref.js';
 import { LayerStore } from '../image/layer-store.js';
 import { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
-import { parseListen, parseRegistryAllow, type ServerOptions } from '../config/options.js';
+import { parseListen, parseRegistryAllow, portsListenOf, type ServerOptions } from '../config/options.js';
+import type { FastifyRequest } from 'fastify';
+import { PortLinkGate, PortLinks } from '../control/ports/port-links.js';
+import { buildPortsServer } from '../control/ports/ports-server.js';
 import { createLogger } from '../control/request-log.js';
 
 export interface ClientFile {
@@ -42,6 +45,9 @@ export interface RunningDsec {
   /** Set only when this start created the key (it is printed once). */
   newKey: boolean;
   app: App;
+  /** The port-link origin's server (control/ports/ports-server.ts) and its base URL. */
+  portsApp: App;
+  portsUrl: string;
   edge: Edge;
   /** microVM/VM sandboxes; undefined when the VM guest was not built. */
   vms: VmBackend | undefined;
@@ -209,10 +215,21 @@ async function startDsecProcess(
   const stopEdgeWatcher = control.edges.startWatcher();
   const stopImageRefresh = startImageRefresh(images, log);
 
-  const app = await buildServer({ control, store, images, log, clusterToken, dataDir: opts.dataDir, registryAllow: parseRegistryAllow(opts.registryAllow) });
+  // Port links are served on an origin of their own (ports-server.ts); links made here name it.
+  const links = new PortLinks(clusterToken);
+  const ports = portsListenOf(opts);
+  let portsPort = ports.port;
+  const portsOrigin = (req: FastifyRequest): string => opts.portsUrl || `${req.protocol}://${hostForUrl(req.hostname)}:${portsPort}`;
+  const app = await buildServer({ control, store, images, log, clusterToken, links, portsOrigin, dataDir: opts.dataDir, registryAllow: parseRegistryAllow(opts.registryAllow) });
+  const portsApp = await buildPortsServer({ control, linkGate: new PortLinkGate(links, { projectOf: (id) => store.sandboxProject(id) }), log: log.child({ origin: 'ports' }) });
   const { host, port } = parseListen(opts.listen);
+  let listening = opts.listen;
   try {
     await app.listen({ host, port });
+    listening = `${ports.host}:${ports.port} (the port-link origin, --ports-listen / DSEC_PORTS_LISTEN)`;
+    await portsApp.listen({ host: ports.host, port: ports.port });
+    const pa = portsApp.server.address();
+    portsPort = typeof pa === 'object' && pa ? pa.port : ports.port;
   } catch (err) {
     // Undo the start-up so far; the sandboxes the edge adopted keep running for the next start.
     stopExpiryLoop();
@@ -221,14 +238,15 @@ async function startDsecProcess(
     stopImageRefresh();
     await control.pools.stop();
     await app.close();
+    await portsApp.close();
     await node?.shutdown({ killAll: false });
     await blobThread?.close();
     await store.close();
     releaseLock();
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EADDRINUSE') throw new HostNotReadyError(`cannot listen on ${opts.listen}: the address is in use; stop what listens there or pick another with --listen HOST:PORT (env DSEC_LISTEN)`);
-    if (code === 'EADDRNOTAVAIL') throw new HostNotReadyError(`cannot listen on ${opts.listen}: no interface has that address; use --listen 127.0.0.1:PORT`);
-    if (code === 'EACCES') throw new HostNotReadyError(`cannot listen on ${opts.listen}: permission denied (ports below 1024 need root)`);
+    if (code === 'EADDRINUSE') throw new HostNotReadyError(`cannot listen on ${listening}: the address is in use; stop what listens there or pick another with --listen HOST:PORT (env DSEC_LISTEN) or --ports-listen HOST:PORT (env DSEC_PORTS_LISTEN)`);
+    if (code === 'EADDRNOTAVAIL') throw new HostNotReadyError(`cannot listen on ${listening}: no interface has that address; use --listen 127.0.0.1:PORT`);
+    if (code === 'EACCES') throw new HostNotReadyError(`cannot listen on ${listening}: permission denied (ports below 1024 need root)`);
     throw err;
   }
   const addr = app.server.address();
@@ -258,6 +276,8 @@ async function startDsecProcess(
     newKey,
     joinToken: clusterToken,
     app,
+    portsApp,
+    portsUrl: opts.portsUrl || `http://${hostForUrl(ports.host)}:${portsPort}`,
     control,
     store,
     images,
@@ -274,6 +294,7 @@ async function startDsecProcess(
       await control.pools.stop();
       await control.batches.stop();
       await app.close();
+      await portsApp.close();
       await images.flush().catch((err: unknown) => log.error({ err }, 'writing image records to the store failed'));
       if (closeOpts.killAll) await control.killAll();
       await node?.shutdown({ killAll: closeOpts.killAll ?? false });
@@ -284,6 +305,11 @@ async function startDsecProcess(
   };
   if (edge) running.edge = edge;
   return running;
+}
+
+/** A host as it stands in a URL: an IPv6 literal in brackets. */
+function hostForUrl(host: string): string {
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
 }
 
 /**

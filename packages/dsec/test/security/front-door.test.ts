@@ -229,6 +229,19 @@ describe('the front door: access from the matched route, for every route', { ski
     for (const headers of [{}, { Authorization: `Bearer ${control.apiKey}` }, { Authorization: 'Bearer dsecjoin_wrong' }] as Record<string, string>[]) await walk(edge.url, edgeRoutes, headers, refused);
   });
 
+  test('the port-link origin: its one route refuses no link, a forged link and an API key', async () => {
+    const portRoutes = declaredRoutes(control.portsApp);
+    assert.ok(portRoutes.length > 0);
+    assert.deepEqual(portRoutes.filter((r) => r.url !== '/v1/port-links/*' || r.access?.kind !== 'link'), [], 'the port-link origin serves links and nothing else');
+    const forged = `${sandbox.id}.8000.9999999999.team-a.AAAAAAAAAAAAAAAAAAAAAA`;
+    for (const headers of [{}, { Authorization: `Bearer ${control.apiKey}` }] as Record<string, string>[])
+      for (const target of ['/v1/port-links/x/', `/v1/port-links/${forged}/`, '/v1/port-links//x', `http://x/v1/port-links/${forged}/`, '/%761/port-links/x/'])
+        for (const method of ['GET', 'POST']) {
+          const a = await rawRequest(control.portsUrl, method, target, headers, method === 'POST' ? '{}' : undefined);
+          assert.ok(a.status === 401 || a.status === 400 || a.status === 404, `${method} ${target}: ${a.status} ${a.body.slice(0, 200)}`);
+        }
+  });
+
   test('generated request targets never reach a 2xx without credentials (fast-check)', async () => {
     const seg = fc.oneof(
       fc.constantFrom('v1', 'sandboxes', sandbox.id, 'exec', 'files', 'cluster', 'edges', 'blobs', 'images', 'push', 'pull', 'nodes', 'pools', 'volumes', 'keys', 'projects', 'port-links', 'ports', '8000', 'e2b', 'e2b-sandbox', 'health', 'ui', 'metrics', 'healthz', '..', '.', ''),
@@ -239,7 +252,8 @@ describe('the front door: access from the matched route, for every route', { ski
       .map(([prefix, segs, q]) => `${prefix}/${segs.join('/')}${q}`);
     const method = fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH');
     const e2bHeader = fc.boolean();
-    const publicOk = /^\/(healthz|metrics|ui)(\/|$|\?)/;
+    // Public: health, metrics, the dashboard's files, and the redirect of a link path to the port-link origin.
+    const publicOk = /^\/(healthz|metrics|ui|v1\/port-links)(\/|$|\?)/;
     await fc.assert(
       fc.asyncProperty(method, target, e2bHeader, async (m, t, e2b) => {
         const a = await rawRequest(control.url, m, t, e2b ? { 'E2b-Sandbox-Id': sandbox.id } : {}, WRITES.has(m) ? '{}' : undefined);

@@ -30,7 +30,7 @@ export type PortLinkRequest = Static<typeof PortLinkRequest>;
 export const PortLink = Type.Object({
   url: Type.String({
     description:
-      'Opens the port without an API key (for a browser): `<control plane>/v1/port-links/<token>/`; paths below it go to the same path in the sandbox.',
+      'Opens the port without an API key (for a browser): `<port-link origin>/v1/port-links/<token>/`, on an origin of its own (DSEC_PORTS_LISTEN), never the API origin; paths below it go to the same path in the sandbox.',
   }),
   port: PortNumber,
   expiresAt: Type.String({ description: 'ISO 8601 time after which the link answers 401.' }),

@@ -42,11 +42,13 @@ export function registerClusterCommands(program: Command): void {
     .option('--store <url>', 'postgres://… to keep state in PostgreSQL (replicas on one database share it); default SQLite in the data dir (env DSEC_STORE)')
     .option('--layer-dir <dir>', 'where layer blobs live, default the data dir; replicas without --registry share one (NFS, CephFS, 3FS) (env DSEC_LAYER_DIR)')
     .option('--registry <host/repository>', "the cluster's OCI registry, the control plane's blob store: every image's layers go there (the layer dir is then a cache, so replicas share no directory), and joining edges read them from it (they need no --registry); credentials, with push and delete, from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)")
+    .option('--ports-listen <host:port>', "address of the port-link origin (env DSEC_PORTS_LISTEN, default the API's host at its port + 8)")
+    .option('--ports-url <url>', 'base URL port links are made with, e.g. behind a proxy (env DSEC_PORTS_URL)')
     .option('--registry-allow <hosts>', "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's; admin keys may name any; the registry account goes only to the cluster's registry (env DSEC_REGISTRY_ALLOW)")
     .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)')
-    .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; registry?: string; registryAllow?: string; edgeLostAfter: string; logLevel?: string }) => {
-      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, layerDir: flags.layerDir, registry: flags.registry, registryAllow: flags.registryAllow, logLevel: flags.logLevel });
+    .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; registry?: string; registryAllow?: string; portsListen?: string; portsUrl?: string; edgeLostAfter: string; logLevel?: string }) => {
+      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, layerDir: flags.layerDir, registry: flags.registry, registryAllow: flags.registryAllow, portsListen: flags.portsListen, portsUrl: flags.portsUrl, logLevel: flags.logLevel });
       const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
       const oom = protectFromOomKiller();
       const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });

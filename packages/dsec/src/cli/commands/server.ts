@@ -34,6 +34,8 @@ export function registerServerCommands(program: Command): void {
       '--trajectory-retention-hours <n>',
       `how long a killed sandbox's trajectory stays readable (dsec log ID); 0: deleted at kill (env DSEC_TRAJECTORY_RETENTION_HOURS, default ${dflt('trajectoryRetentionHours')})`,
     )
+    .option('--ports-listen <host:port>', 'address of the port-link origin: pages sandboxes serve through signed links run there, never on the API\'s origin (env DSEC_PORTS_LISTEN, default the API\'s host at its port + 8)')
+    .option('--ports-url <url>', 'base URL port links are made with, e.g. behind a proxy (env DSEC_PORTS_URL, default http://<host the API was called by>:<ports port>)')
     .option('--registry-allow <hosts>', "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's (DSEC_REGISTRY); admin keys may name any (env DSEC_REGISTRY_ALLOW)")
     .option('--log-level <level>', `debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default ${dflt('logLevel')})`)
     .addHelpText(
@@ -58,6 +60,8 @@ export function registerServerCommands(program: Command): void {
         usernsPool?: string;
         trajectoryRetentionHours?: string;
         registryAllow?: string;
+        portsListen?: string;
+        portsUrl?: string;
         logLevel?: string;
       }) => {
         const { layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib

@@ -31,16 +31,38 @@ function upgradeHead(req: FastifyRequest): Buffer | undefined {
   return Buffer.isBuffer(head) ? head : undefined;
 }
 
+/** Proxies one request (or upgrade) to a port of a sandbox, through its edge. */
+async function proxy(control: ControlPlane, req: FastifyRequest, reply: FastifyReply, id: string, port: number, prefix: string): Promise<void> {
+  const target = { path: rest(req.raw.url ?? '/', prefix), prefix };
+  if (isUpgrade(req.headers)) {
+    void reply.hijack();
+    const socket = req.raw.socket;
+    let conn;
+    try {
+      conn = await control.openPort(id, port);
+    } catch (err) {
+      writeUpgradeError(socket, err);
+      return;
+    }
+    await proxyUpgrade(req.raw, socket, upgradeHead(req), conn, target);
+    return;
+  }
+  const conn = await control.openPort(id, port); // a refused port is a JSON error, before anything is sent
+  void reply.hijack();
+  await proxyRequest(req.raw, reply.raw, conn, target);
+}
+
 /**
- * The port proxy: `/v1/sandboxes/{id}/ports/{port}/…` (API key) and `/v1/port-links/{token}/…`
- * (a signed link, for browsers) reach a TCP port on the sandbox's own loopback, through its edge
- * (ControlPlane.openPort → EdgeApi.openPort). HTTP requests are proxied one connection each,
+ * The port proxy on the API's origin: `/v1/sandboxes/{id}/ports/{port}/…` (API key) reaches a
+ * TCP port on the sandbox's own loopback, through its edge (ControlPlane.openPort →
+ * EdgeApi.openPort); signed links are made here and served on an origin of their own
+ * (portLinkRoutes). HTTP requests are proxied one connection each,
  * streamed both ways; an upgrade (WebSocket) becomes a byte pipe after its request head. The
  * bodies are the sandbox's own, so these routes take any content type unparsed and are left out
  * of the OpenAPI document (docs/API.md describes them).
  */
-export function portRoutes(deps: { control: ControlPlane; links: PortLinks; linkGate: PortLinkGate }): FastifyPluginAsync {
-  const { control, links, linkGate } = deps;
+export function portRoutes(deps: { control: ControlPlane; links: PortLinks; portsOrigin: (req: FastifyRequest) => string }): FastifyPluginAsync {
+  const { control, links, portsOrigin } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
 
@@ -68,50 +90,47 @@ export function portRoutes(deps: { control: ControlPlane; links: PortLinks; link
         const ttl = req.body.ttlSeconds ?? 3600;
         const expires = Math.floor(Date.now() / 1000) + ttl;
         const token = links.sign({ sandbox: s.id, port: req.body.port, expires, project: s.project ?? DEFAULT_PROJECT });
-        const url = `${req.protocol}://${req.headers.host ?? req.hostname}/v1/port-links/${token}/`;
+        // On the port-link origin, never the API's: a page served through the link must not share
+        // the dashboard's origin (its sessionStorage key, service workers over /ui/ and /v1/).
+        const url = `${portsOrigin(req)}/v1/port-links/${token}/`;
         return reply.status(201).send({ url, port: req.body.port, expiresAt: new Date(expires * 1000).toISOString() });
       },
     );
 
-    const proxy = async (req: FastifyRequest, reply: FastifyReply, id: string, port: number, prefix: string): Promise<void> => {
-      const target = { path: rest(req.raw.url ?? '/', prefix), prefix };
-      if (isUpgrade(req.headers)) {
-        void reply.hijack();
-        const socket = req.raw.socket;
-        let conn;
-        try {
-          conn = await control.openPort(id, port);
-        } catch (err) {
-          writeUpgradeError(socket, err);
-          return;
-        }
-        await proxyUpgrade(req.raw, socket, upgradeHead(req), conn, target);
-        return;
-      }
-      const conn = await control.openPort(id, port); // a refused port is a JSON error, before anything is sent
-      void reply.hijack();
-      await proxyRequest(req.raw, reply.raw, conn, target);
-    };
-
     const byKey = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
       const m = PORT_PATH.exec(req.url)!;
       const id = decodeURIComponent(m[1]!);
-      await proxy(req, reply, id, parsePort(decodeURIComponent(m[2]!)), m[0]);
-    };
-    const byLink = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
-      // The link was checked by the access hook (PortLinkGate: signature, expiry, project).
-      const claims = linkGate.claims(req);
-      await proxy(req, reply, claims.sandbox, claims.port, LINK_PATH.exec(req.url)![0]);
+      await proxy(control, req, reply, id, parsePort(decodeURIComponent(m[2]!)), m[0]);
     };
     const byKeyOpts = { config: access.key, schema: { hide: true } };
-    const byLinkOpts = { config: access.link, schema: { hide: true } };
     await base.register(async (scope) => {
       // Proxied as it came: no body parsing in this scope.
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
       for (const path of ['/v1/sandboxes/:id/ports/:port', '/v1/sandboxes/:id/ports/:port/*']) scope.all(path, byKeyOpts, byKey);
-      // A wildcard, not a :token parameter: parameters are capped at 100 characters.
-      scope.all('/v1/port-links/*', byLinkOpts, byLink);
+    });
+    // A link on the API's origin (one made before links had an origin of their own, or typed by
+    // hand) is sent to the port-link origin; nothing of the sandbox is served here.
+    base.all('/v1/port-links/*', { config: access.public, schema: { hide: true } }, async (req, reply) =>
+      reply.redirect(`${portsOrigin(req)}${req.url}`, 307),
+    );
+  };
+}
+
+/**
+ * The port-link origin's one route (control/ports/ports-server.ts): `/v1/port-links/{token}/…`,
+ * checked by the access hook (PortLinkGate: signature, expiry, the sandbox's project), proxied as
+ * `/v1/sandboxes/{id}/ports/{port}/…` is.
+ */
+export function portLinkRoutes(deps: { control: ControlPlane; linkGate: PortLinkGate }): FastifyPluginAsync {
+  const { control, linkGate } = deps;
+  return async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
+    // A wildcard, not a :token parameter: parameters are capped at 100 characters.
+    scope.all('/v1/port-links/*', { config: access.link, schema: { hide: true } }, async (req, reply) => {
+      const claims = linkGate.claims(req);
+      await proxy(control, req, reply, claims.sandbox, claims.port, LINK_PATH.exec(req.url)![0]);
     });
   };
 }
