@@ -12,8 +12,12 @@
 # a fresh scratch dir, writes the files, runs U in a session of its own with its own Landlock
 # domain, a clean environment and no fd but stdin/stdout/stderr, collects U's output up to the cap
 # (counting the rest), kills U's session at exit or timeout, and answers on fd 3. When C is
-# reaped, Z wipes the scratch root, /dev/shm and /dev/mqueue and says whether that worked; the edge
-# then checks from outside that no process of the call is left before it hands the worker on.
+# reaped, Z wipes the scratch root, /dev/shm and /dev/mqueue, removes every SysV IPC object (shared
+# memory, message queues, semaphores: the worker's IPC namespace outlives calls, and the sandbox may
+# not make a fresh one per call), compares /dev and the scratch roots' metadata with what it saw at
+# its start, and says what it could not put back; the edge then checks from outside that no process
+# of the call is left and that its overlay upper (where any metadata change outside the scratch root
+# lands) is as it was, before it hands the worker on.
 # Z, C and (for python) U are not dumpable: nothing in the sandbox can ptrace them or open their
 # /proc/<pid>/fd, mem or environ, so a call cannot reach the channel or another call's process.
 
@@ -31,6 +35,9 @@ PR_SET_DUMPABLE = 4
 SYS_landlock_create_ruleset, SYS_landlock_restrict_self = 444, 446
 FS_MAKE_BLOCK = 1 << 11
 WIPED = ('/dev/shm', '/dev/mqueue')
+IPC_RMID = 0
+# /proc/sysvipc/<kind> lists the objects of this IPC namespace (id in the second column); each kind's remover.
+SYSV = (('shm', lambda i: LIBC.shmctl(i, IPC_RMID, None)), ('msg', lambda i: LIBC.msgctl(i, IPC_RMID, None)), ('sem', lambda i: LIBC.semctl(i, 0, IPC_RMID)))
 # After the program exits, output from what it left running is kept while it keeps coming, up to this quiet spell.
 QUIET_S = 0.1
 
@@ -96,6 +103,70 @@ def wipe(path):
         except OSError:
             ok = False
     return ok
+
+
+def sysv_objects():
+    """The SysV IPC objects of the worker's IPC namespace, as (kind, id) pairs."""
+    found = []
+    for kind, _ in SYSV:
+        try:
+            with open('/proc/sysvipc/' + kind) as f:
+                found += [(kind, int(line.split()[1])) for line in f.readlines()[1:] if line.strip()]
+        except FileNotFoundError:  # a kernel without SysV IPC
+            pass
+    return found
+
+
+def sysv_clear():
+    """Removes every SysV IPC object a call made; what stays (one its uid may not remove) is named."""
+    found = sysv_objects()
+    if not found:
+        return None
+    removers = dict(SYSV)
+    for kind, i in found:
+        removers[kind](i)
+    left = sysv_objects()
+    return 'the call left SysV IPC objects that could not be removed (%s)' % ', '.join('%s %d' % o for o in left) if left else None
+
+
+def metadata(path, kind):
+    """What a call may change of a path outside its scratch dirs but must not. `kind`: 'own' (the
+    container's /dev tmpfs: mode, owner, xattrs and ctime, which any change of mode, owner, times or
+    xattrs moves), 'root' (a scratch root or /dev/pts: not its times, which move with what is made
+    in it), 'bound' (mounted from the host: in a user namespace crun binds the host's device nodes,
+    whose owner and times are the host's to change; mode and xattrs)."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return ('gone', e.errno)
+    try:
+        xattrs = tuple((n, os.getxattr(path, n, follow_symlinks=False)) for n in sorted(os.listxattr(path, follow_symlinks=False)))
+    except OSError:
+        xattrs = None
+    owner = {'own': (st.st_uid, st.st_gid, st.st_ctime_ns), 'root': (st.st_uid, st.st_gid), 'bound': ()}[kind]
+    return (st.st_mode, st.st_rdev, st.st_ino, xattrs) + owner
+
+
+def fixed_paths():
+    """/dev (the container's tmpfs, which the edge's check of the overlay does not see) and its
+    entries, and the scratch roots, each with its kind (see metadata). A call cannot add or remove
+    entries there (Landlock)."""
+    dev = os.lstat('/dev').st_dev
+    paths = ['/dev'] + [os.path.join('/dev', n) for n in sorted(os.listdir('/dev'))] + ['/dev/pts/ptmx', SCRATCH]
+
+    def kind(p):
+        if p in (SCRATCH, '/dev/pts') + WIPED:
+            return 'root'
+        try:
+            return 'own' if os.lstat(p).st_dev == dev else 'bound'
+        except OSError:
+            return 'own'
+    return [(p, kind(p)) for p in paths]
+
+
+def metadata_changes(fixed):
+    changed = [p for p, (kind, before) in fixed.items() if metadata(p, kind) != before]
+    return 'the call changed the mode, owner, times or xattrs of %s' % ', '.join(changed[:5]) if changed else None
 
 
 def run_user(req, workdir, out_w, err_w, stdin_fd):
@@ -251,6 +322,11 @@ def lead():
 def main():
     not_dumpable()
     os.makedirs(SCRATCH, exist_ok=True)
+    # A file made in the scratch root copies it up to the overlay's upper now (which marks the root
+    # dir there), not in the first call: the edge takes the upper as it is at rest once it hears ready.
+    os.close(os.open(os.path.join(SCRATCH, '.ready'), os.O_WRONLY | os.O_CREAT, 0o600))
+    os.unlink(os.path.join(SCRATCH, '.ready'))
+    fixed = {p: (kind, metadata(p, kind)) for p, kind in fixed_paths()}
     send({'type': 'ready', 'pid': os.getpid()})
     while True:
         sys.stdout.flush()
@@ -264,7 +340,9 @@ def main():
             if os.path.isdir(d):
                 clean = wipe(d) and clean
         leader = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status
-        send({'type': 'done', 'clean': clean, 'leader': leader})
+        # Whatever the call left that the next one would meet and Z cannot put back: the edge replaces the worker.
+        damage = sysv_clear() or metadata_changes(fixed)
+        send({'type': 'done', 'clean': clean, 'leader': leader, **({'damage': damage} if damage else {})})
 
 
 if __name__ == '__main__':

@@ -166,6 +166,118 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     assert.match(r.stdout, /^mount -1\nunshare -1\nifaces \['lo'\]\n$/, r.stdout);
   });
 
+  test("SysV shared memory, message queues and semaphores and POSIX queues do not reach the next call on the same worker", async () => {
+    const kind = { memoryMiB: 136 };
+    const libc = ['import ctypes, os, struct, sys', 'libc = ctypes.CDLL(None, use_errno=True)', 'libc.shmat.restype = ctypes.c_void_p'];
+    const make = (key: number): string[] => [
+      `shm = libc.shmget(${key}, 4096, 0o1600)`, // IPC_CREAT | 0600
+      'p = libc.shmat(shm, None, 0)',
+      'ctypes.memmove(p, b"sekrit-a", 8)',
+      'libc.shmdt(ctypes.c_void_p(p))',
+      `msg = libc.msgget(${key + 1}, 0o1600)`,
+      'buf = ctypes.create_string_buffer(struct.pack("l", 1) + b"sekrit-a")',
+      'sent = libc.msgsnd(msg, buf, 8, 0)',
+      `sem = libc.semget(${key + 2}, 1, 0o1600)`,
+      'print("made", shm >= 0, p not in (None, 2**64 - 1), msg >= 0, sent == 0, sem >= 0)',
+    ];
+    const look = [
+      ...libc,
+      'seen = {k: [l.split()[:2] for l in open("/proc/sysvipc/" + k).readlines()[1:]] for k in ("shm", "msg", "sem")}',
+      'print("seen", seen["shm"], seen["msg"], seen["sem"], sorted(os.listdir("/dev/mqueue")))',
+      'print("by key", libc.shmget(0x5eed, 0, 0), libc.msgget(0x5eee, 0), libc.semget(0x5eef, 0, 0))',
+    ].join('\n');
+    const made = await run({
+      ...kind,
+      runtime: 'python',
+      code: [...libc, ...make(0x5eed), 'print("mq", libc.mq_open(b"/dsec-left", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0)'].join('\n'),
+    });
+    assert.equal(made.stdout, 'made True True True True True\nmq True\n', made.stderr);
+    const next = await run({ ...kind, runtime: 'python', code: look });
+    assert.equal(next.worker, made.worker, `the next call ran on the same worker (replaced because: ${made.replacedBecause})`);
+    assert.equal(next.stdout, 'seen [] [] [] []\nby key -1 -1 -1\n', next.stdout);
+    assert.equal(made.workerReplaced, false, 'removing what the call left is enough: the worker stays');
+
+    // Every runtime: bash (its python3 child makes them) and node see nothing from before either.
+    const sh = await run({ ...kind, runtime: 'bash', code: `cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -vc key; python3 -c '${[...libc, ...make(0x5eed)].join('\n')}'` });
+    assert.equal(sh.worker, made.worker);
+    assert.equal(sh.stdout, '0\nmade True True True True True\n', sh.stderr);
+    const js = await run({ ...kind, runtime: 'node', code: 'const fs = require("fs"); for (const k of ["shm", "msg", "sem"]) console.log(k, fs.readFileSync("/proc/sysvipc/" + k, "utf8").trim().split("\\n").length - 1)' });
+    assert.equal(js.worker, made.worker);
+    assert.equal(js.stdout, 'shm 0\nmsg 0\nsem 0\n', js.stderr);
+
+    // Objects the fork server may not remove (made under another uid: only their creator or owner
+    // may) take the worker with them.
+    const other = await run({
+      ...kind,
+      runtime: 'python',
+      code: [...libc, 'if os.fork() == 0:', '    os.setgid(1000); os.setuid(1000)', ...make(0x6eed).map((l) => `    ${l}`), '    sys.stdout.flush()', '    os._exit(0)', 'os.wait()'].join('\n'),
+    });
+    assert.equal(other.stdout, 'made True True True True True\n', other.stderr);
+    const fresh = await run({ ...kind, runtime: 'python', code: look });
+    assert.equal(fresh.stdout, 'seen [] [] [] []\nby key -1 -1 -1\n', fresh.stdout);
+    assert.equal(other.workerReplaced, true, 'objects of another uid replace the worker');
+    assert.match(other.replacedBecause ?? '', /SysV IPC/);
+    assert.notEqual(fresh.worker, other.worker);
+    await gone(other.worker);
+  });
+
+  test('chmod, chown, utimes and xattrs outside the scratch dirs replace the worker: the next call sees the original metadata', async () => {
+    const kind = { memoryMiB: 144 };
+    // Files of the image (copied up by the change), the root and /tmp (already in the worker's
+    // upper: changed in place), /dev (the container's tmpfs). Never a host device such as /dev/null.
+    const look = [
+      'import os, shutil, json',
+      'for p in (os.__file__, shutil.__file__, json.__file__, "/etc/passwd", "/", "/dev", "/tmp"):',
+      '    st = os.lstat(p)',
+      // The root, /dev and /tmp are each worker's own (made with it): only a planted mtime counts there.
+      '    mtime = st.st_mtime_ns if p.startswith(("/usr", "/etc")) else ("planted" if st.st_mtime_ns == 86400 * 10**9 else "-")',
+      '    print(p, oct(st.st_mode), st.st_uid, st.st_gid, mtime, sorted(os.listxattr(p, follow_symlinks=False)))',
+    ].join('\n');
+    const before = await run({ ...kind, runtime: 'python', code: look });
+    assert.equal(before.exitCode, 0, before.stderr);
+    const attacks: [FnRunRequest['runtime'], string][] = [
+      ['python', 'import os\nos.chmod(os.__file__, 0o600)'],
+      ['python', 'import os\nos.chown(os.__file__, 1, 1)'],
+      ['python', 'import os, shutil\nos.utime(shutil.__file__, (86400, 86400))'],
+      ['python', 'import os, json\nos.setxattr(json.__file__, "user.planted", b"1")'],
+      ['python', 'import os\nos.chmod("/", 0o700)'],
+      ['python', 'import os\nos.utime("/dev", (86400, 86400))'],
+      ['python', 'import os\nos.setxattr("/tmp", "user.planted", b"1")\nos.chmod("/tmp", 0o700)'],
+      ['bash', 'chmod 600 /etc/passwd'],
+      ['node', 'require("fs").utimesSync("/etc/passwd", 86400, 86400)'],
+    ];
+    for (const [runtime, code] of attacks) {
+      const attack = await run({ ...kind, runtime, code: `${code}\n${runtime === 'bash' ? 'echo ok' : runtime === 'node' ? 'console.log("ok")' : 'print("ok")'}` });
+      assert.equal(attack.stdout, 'ok\n', `${code}: ${attack.stderr}`);
+      const after = await run({ ...kind, runtime: 'python', code: look });
+      assert.equal(after.stdout, before.stdout, `after ${code} (${attack.worker === after.worker ? 'same' : 'another'} worker)`);
+      assert.equal(attack.workerReplaced, true, `${code} left the worker in service`);
+      assert.match(attack.replacedBecause ?? '', /changed the mode, owner, times or xattrs of/);
+      assert.notEqual(after.worker, attack.worker);
+    }
+    // Reading files outside the scratch dirs, using /dev's devices and a pty, and making, changing
+    // and removing files in the scratch dirs change nothing.
+    const quiet = await run({
+      ...kind,
+      runtime: 'python',
+      code: [
+        'import os, pty',
+        'open(os.__file__).read(); open("/dev/null", "w").write("x"); open("/dev/urandom", "rb").read(8)',
+        'm, s = pty.openpty(); os.write(s, b"x"); os.read(m, 1)',
+        'os.mkdir("/tmp/d"); os.utime("/tmp/d", (1, 1)); open("/dev/shm/x", "w").write("x"); os.chmod("/dev/shm/x", 0o600)',
+        'print("ok")',
+      ].join('\n'),
+    });
+    assert.equal(quiet.stdout, 'ok\n', quiet.stderr);
+    assert.equal(quiet.workerReplaced, false, quiet.replacedBecause);
+    // Nor does another sandbox starting on the node (crun changes the owner of the host's device
+    // nodes a user-namespaced sandbox binds, /dev/null, as it starts one: not the call's doing).
+    await run({ memoryMiB: 152, runtime: 'python', code: 'print("another worker")' });
+    const later = await run({ ...kind, runtime: 'python', code: 'print("ok")' });
+    assert.equal(later.worker, quiet.worker);
+    assert.equal(later.workerReplaced, false, later.replacedBecause);
+  });
+
   test('exhausting the worker: OOM replaces it; a fork bomb and a full disk leave nothing for the next call', async () => {
     const oom = await run({ memoryMiB: 64, runtime: 'python', code: 'x = bytearray(400 << 20)\nprint("survived")' });
     assert.equal(oom.oomKilled, true, JSON.stringify(oom));

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { lstatSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { FnRunRequest, FnRunResult } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
 import { SandboxProcess } from '../../../exec/sandbox-process.js';
@@ -49,6 +50,8 @@ interface DoneFrame {
   type: 'done';
   clean: boolean;
   leader: number;
+  /** What the call left that the fork server could not put back (SysV IPC objects, /dev or scratch-root metadata). */
+  damage?: string;
 }
 type Frame = ResultFrame | DoneFrame | { type: 'ready'; pid: number };
 
@@ -63,6 +66,9 @@ export class FnWorker {
   #buf = '';
   /** Host pids of the processes a worker at rest has: its init and the fork server. */
   #resting = new Set<number>();
+  /** The sandbox's overlay upper dir on the host, and its entries at rest (upperState). */
+  #upper = '';
+  #upperAtRest = new Map<string, string>();
   #dead: string | undefined;
   calls = 0;
   lastUsed = Date.now();
@@ -105,6 +111,8 @@ export class FnWorker {
       const ready = await worker.#next(READY_MS);
       if (ready.type !== 'ready') throw new Error(`the fork server said ${ready.type} before ready`);
       worker.#resting = new Set([sandbox.pid, worker.zygote.hostPid ?? -1]);
+      worker.#upper = edge.records.paths(id, edge.records.load(id)).upper;
+      worker.#upperAtRest = upperState(worker.#upper);
       return worker;
     } catch (err) {
       await worker.kill();
@@ -193,16 +201,23 @@ export class FnWorker {
     if (oomKilled) return 'the call hit the memory limit (OOM)';
     if (!done.clean) return 'the scratch dirs could not be wiped';
     if (done.leader !== 0) return `the call's leader exited ${done.leader}`;
+    if (done.damage) return done.damage;
     // Processes the call started outside its session (a double fork, setsid) outlive it. The
     // init reaps killed ones at once, so only a process that is still alive is a leftover.
     let left: number[] = [];
     for (let i = 0; i < SETTLE_TRIES; i++) {
       // The fork server's one child is the leader it has already forked for the next call.
       left = cgroupPids(`${CGROUP_PARENT}/${this.id}`).filter((pid) => !this.#resting.has(pid) && !this.#isNextLeader(pid) && alive(pid));
-      if (left.length === 0) return undefined;
+      if (left.length === 0) break;
       await new Promise((r) => setTimeout(r, 2));
     }
-    return `the call left ${left.length} process(es) running (${left.map(commandOf).join(', ')})`;
+    if (left.length) return `the call left ${left.length} process(es) running (${left.map(commandOf).join(', ')})`;
+    // Landlock keeps writes outside the scratch dirs out, but not chmod, chown, utimes or xattrs:
+    // overlayfs copies a changed file up (a new upper entry) or changes the one already there
+    // (its ctime moves), so the upper as it was at rest says whether anything outside changed.
+    const changed = upperChanges(this.#upper, this.#upperAtRest);
+    if (changed.length) return `the call changed the mode, owner, times or xattrs of ${changed.join(', ')}`;
+    return undefined;
   }
 
   #isNextLeader(pid: number): boolean {
@@ -291,6 +306,39 @@ function commandOf(pid: number): string {
   } catch {
     return String(pid);
   }
+}
+
+/**
+ * The worker's overlay upper dir (host side) but the scratch dir beneath it, entry by entry: what
+ * any change of a file's mode, owner, times or xattrs moves (a change of a lower file copies it up:
+ * a new entry; of an upper one: its ctime). At rest it holds the root and the scratch dir only.
+ * Stops after `max` entries: a call that changed thousands of files does not hold the edge up.
+ */
+function upperState(upper: string, max = Infinity): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (rel: string): void => {
+    if (out.size >= max) return;
+    const st = lstatSync(join(upper, rel), { bigint: true });
+    out.set(rel || '/', `${st.mode}:${st.uid}:${st.gid}:${st.size}:${st.ino}:${st.mtimeNs}:${st.ctimeNs}`);
+    if (!st.isDirectory()) return;
+    for (const name of readdirSync(join(upper, rel))) if (`${rel}/${name}` !== FN_SCRATCH) walk(`${rel}/${name}`);
+  };
+  walk('');
+  return out;
+}
+
+/** The paths (as seen inside, a few) whose upper entries differ from `atRest`: added, changed or gone. */
+function upperChanges(upper: string, atRest: Map<string, string>): string[] {
+  const SHOWN = 5;
+  let now: Map<string, string>;
+  try {
+    now = upperState(upper, atRest.size + SHOWN + 1);
+  } catch (err) {
+    return [`the upper dir (unreadable: ${(err as Error).message})`];
+  }
+  const changed = [...now].filter(([p, v]) => atRest.get(p) !== v).map(([p]) => p);
+  changed.push(...[...atRest.keys()].filter((p) => !now.has(p)));
+  return changed.length > SHOWN ? [...changed.slice(0, SHOWN), 'more'] : changed;
 }
 
 function round(ms: number): number {
