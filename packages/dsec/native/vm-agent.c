@@ -5,20 +5,25 @@
  * (every .ko in /modules, in name order); finds the disks the edge attached by their virtio-blk serials
  * (layer0..layerN-1: the image's EROFS layers, read-only; upper: an ext4 disk of its own);
  * composes them with overlayfs exactly as a container's root is composed; moves into that root;
- * opens the virtio-serial port named "dsec.agent" and says {"ev":"ready"}.
+ * opens the virtio-serial port named "dsec.agent", puts itself out of every command's reach
+ * (harden_agent) and says {"ev":"ready"}; the edge's first request gives it the channel's key.
  *
  * Then it serves the edge over that port (protocol: packages/dsec/src/edge/backends/vm/README.md):
  * frames of [u32 header length][u32 payload length][JSON header][payload], requests carrying an
- * id the edge chose, events echoing it. exec (streamed stdout/stderr, stdin, signals to the
- * command's process group, exit status; or under a pseudo-terminal, with resize; optionally a
- * third output pipe on fd 3, a Landlock domain of its own, a cgroup shared with other commands),
- * connections to TCP ports on the guest's loopback (flow-controlled by credit from the edge),
- * file read/write/stat/list/mkdir/remove/rename, sync, and `diff`: a tar of the overlay upper
- * (the guest's changes to its image, OCI whiteouts) for a snapshot as an image.
+ * id and a nonce the edge chose, events repeating both, each with the MAC of the channel's key
+ * (send_frame): a result is the agent's or the edge refuses it. exec (streamed stdout/stderr,
+ * stdin, signals to the command's process group, exit status; or under a pseudo-terminal, with
+ * resize; optionally a third output pipe on fd 3, a Landlock domain of its own, a cgroup shared
+ * with other commands), connections to TCP ports on the guest's loopback (flow-controlled by
+ * credit from the edge), file read/write/stat/list/mkdir/remove/rename, sync, and `diff`: a tar
+ * of the overlay upper (the guest's changes to its image, OCI whiteouts) for a snapshot as an
+ * image.
  *
  * The port has one end in the guest (this process holds it; virtio_console refuses a second
- * opener with EBUSY, and the device node is unlinked once open) and one on the host (a unix
- * socket in the sandbox's directory that only the edge, as root, can open).
+ * opener with EBUSY, the device node is unlinked once open, and a port unplugged in the guest
+ * powers it off: port_check) and one on the host (a unix socket in the sandbox's directory that
+ * only the edge, as root, can open). Commands run as guest root, but each in a domain that reaches
+ * neither this process nor the kernel beneath it (confine_command).
  *
  * A boot failure is printed on the console, which the edge keeps as console.log, and powers the
  * guest off: the edge reports the message as the create's failure.
@@ -30,17 +35,23 @@
 #include <ftw.h>
 #include <grp.h>
 #include <arpa/inet.h>
+#include <linux/audit.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <net/if.h>
 #include <net/route.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <termios.h>
 #include <sys/mount.h>
@@ -137,10 +148,14 @@ static char *parse_str(const char **pp) {
   if (!out) return NULL;
   while (*p && *p != '"') {
     if (len + 8 > cap) {
-      cap *= 2;
-      char *o = realloc(out, cap);
-      if (!o) { free(out); return NULL; }
+      /* Grown by hand, the old copy wiped: a string may be the channel's key (op_key). */
+      char *o = malloc(cap * 2);
+      if (!o) { explicit_bzero(out, cap); free(out); return NULL; }
+      memcpy(o, out, len);
+      explicit_bzero(out, cap);
+      free(out);
       out = o;
+      cap *= 2;
     }
     if (*p == '\\') {
       p++;
@@ -301,9 +316,128 @@ static void sb_str(struct sbuf *s, const char *str) {
   sb_add(s, "\"", 1);
 }
 
+/* ---------- SHA-256 and HMAC (FIPS 180-4, RFC 2104): the frames' MAC ----------------------- */
+
+struct sha256 {
+  uint32_t h[8];
+  uint64_t len;
+  unsigned char buf[64];
+  size_t n;
+};
+
+static const uint32_t sha256_k[64] = {
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be,
+  0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa,
+  0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85,
+  0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3,
+  0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
+  0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define ROR32(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(struct sha256 *s, const unsigned char *p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+  for (int i = 16; i < 64; i++) {
+    uint32_t s0 = ROR32(w[i - 15], 7) ^ ROR32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = ROR32(w[i - 2], 17) ^ ROR32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3], e = s->h[4], f = s->h[5], g = s->h[6], h = s->h[7];
+  for (int i = 0; i < 64; i++) {
+    uint32_t t1 = h + (ROR32(e, 6) ^ ROR32(e, 11) ^ ROR32(e, 25)) + ((e & f) ^ (~e & g)) + sha256_k[i] + w[i];
+    uint32_t t2 = (ROR32(a, 2) ^ ROR32(a, 13) ^ ROR32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+  }
+  s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e; s->h[5] += f; s->h[6] += g; s->h[7] += h;
+}
+
+static void sha256_init(struct sha256 *s) {
+  static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  memcpy(s->h, iv, sizeof iv);
+  s->len = 0;
+  s->n = 0;
+}
+
+static void sha256_update(struct sha256 *s, const void *data, size_t len) {
+  const unsigned char *p = data;
+  s->len += len;
+  if (s->n) {
+    size_t k = 64 - s->n < len ? 64 - s->n : len;
+    memcpy(s->buf + s->n, p, k);
+    s->n += k; p += k; len -= k;
+    if (s->n < 64) return;
+    sha256_block(s, s->buf);
+    s->n = 0;
+  }
+  for (; len >= 64; p += 64, len -= 64) sha256_block(s, p);
+  memcpy(s->buf, p, len);
+  s->n = len;
+}
+
+static void sha256_final(struct sha256 *s, unsigned char out[32]) {
+  uint64_t bits = s->len * 8;
+  static const unsigned char pad[64] = {0x80};
+  unsigned char lenb[8];
+  for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)(bits >> (56 - 8 * i));
+  sha256_update(s, pad, s->n < 56 ? 56 - s->n : 120 - s->n);
+  sha256_update(s, lenb, 8);
+  for (int i = 0; i < 8; i++) {
+    out[4 * i] = (unsigned char)(s->h[i] >> 24); out[4 * i + 1] = (unsigned char)(s->h[i] >> 16);
+    out[4 * i + 2] = (unsigned char)(s->h[i] >> 8); out[4 * i + 3] = (unsigned char)s->h[i];
+  }
+}
+
+/*
+ * The channel's key: 32 random bytes the edge gives in its first request after `ready` (op
+ * `key`), before any command can run, and keeps on the host (the VM's state.json). Every frame
+ * the agent sends afterwards carries HMAC-SHA256(key, header || payload), so the edge accepts
+ * only frames this process wrote: a program in the guest that found a way onto the port (a
+ * re-plugged device, an fd it should never get) cannot make one. Kept as HMAC's two keyed
+ * SHA-256 states, in memory nothing else reads (PID 1 is non-dumpable and mlock'ed: see
+ * harden_agent), and wiped in every child right after fork.
+ */
+static struct sha256 mac_inner, mac_outer;
+static int have_key;
+
+static void mac_set_key(const unsigned char key[32]) {
+  unsigned char block[64];
+  for (int i = 0; i < 64; i++) block[i] = (unsigned char)((i < 32 ? key[i] : 0) ^ 0x36);
+  sha256_init(&mac_inner);
+  sha256_update(&mac_inner, block, 64);
+  for (int i = 0; i < 64; i++) block[i] = (unsigned char)((i < 32 ? key[i] : 0) ^ 0x5c);
+  sha256_init(&mac_outer);
+  sha256_update(&mac_outer, block, 64);
+  explicit_bzero(block, sizeof block);
+  have_key = 1;
+}
+
+/* What a child of the agent must not keep (it runs a command's code, or lives on for a diff). */
+static void mac_forget(void) {
+  explicit_bzero(&mac_inner, sizeof mac_inner);
+  explicit_bzero(&mac_outer, sizeof mac_outer);
+  have_key = 0;
+}
+
+static void mac_hex(const char *header, size_t hlen, const void *payload, size_t plen, char out[65]) {
+  static struct sha256 s; /* keyed state: kept off the stack, in this process's locked memory */
+  unsigned char d[32];
+  s = mac_inner;
+  sha256_update(&s, header, hlen);
+  if (plen) sha256_update(&s, payload, plen);
+  sha256_final(&s, d);
+  s = mac_outer;
+  sha256_update(&s, d, 32);
+  sha256_final(&s, d);
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+  explicit_bzero(&s, sizeof s);
+}
+
 /* ---------- framing over the port ----------------------------------------------------------- */
 
 static int port_fd = -1;
+/* The port's sysfs `name` attribute, open since boot: reads fail (ENODEV) once that port is gone. */
+static int port_attr_fd = -1;
 
 static void write_all(int fd, const void *buf, size_t n) {
   const char *p = buf;
@@ -323,8 +457,22 @@ static void write_all(int fd, const void *buf, size_t n) {
   }
 }
 
+/*
+ * One frame: [u32 header length][u32 payload length][header][payload]. With the key set, the
+ * header sent is {"mac":"<64 hex>",<the rest of header>}, the MAC over `header` (as built, without
+ * the mac member) and the payload: the edge takes the member off and checks it.
+ */
 static void send_frame(const char *header, const void *payload, size_t plen) {
   size_t hlen = strlen(header);
+  char *out = NULL;
+  if (have_key) {
+    char mac[65];
+    mac_hex(header, hlen, payload, plen, mac);
+    out = malloc(hlen + 80);
+    if (!out) fatal("out of memory");
+    hlen = (size_t)snprintf(out, hlen + 80, "{\"mac\":\"%s\",%s", mac, header + 1);
+    header = out;
+  }
   unsigned char pre[8];
   uint32_t h = (uint32_t)hlen, l = (uint32_t)plen;
   pre[0] = (unsigned char)(h >> 24); pre[1] = (unsigned char)(h >> 16); pre[2] = (unsigned char)(h >> 8); pre[3] = (unsigned char)h;
@@ -332,17 +480,29 @@ static void send_frame(const char *header, const void *payload, size_t plen) {
   write_all(port_fd, pre, 8);
   write_all(port_fd, header, hlen);
   if (plen) write_all(port_fd, payload, plen);
+  free(out);
 }
 
-static void send_ev(long long id, const char *ev, const char *extra, const void *payload, size_t plen) {
-  char h[1024];
-  snprintf(h, sizeof h, "{\"id\":%lld,\"ev\":\"%s\"%s%s}", id, ev, extra && *extra ? "," : "", extra ? extra : "");
+/*
+ * Every event names its request twice: the id, and the nonce the edge put in that request (128
+ * random bits, fresh per request). The edge takes an event only for an outstanding request whose
+ * nonce it repeats. Empty for the guest's own `ready`.
+ */
+#define NONCE_MAX 64
+static const char *req_nonce = ""; /* the nonce of the request being handled (handle) */
+
+static void send_ev(long long id, const char *nonce, const char *ev, const char *extra, const void *payload, size_t plen) {
+  char h[1200];
+  snprintf(h, sizeof h, "{\"id\":%lld%s%s%s,\"ev\":\"%s\"%s%s}", id, nonce && *nonce ? ",\"nonce\":\"" : "", nonce && *nonce ? nonce : "",
+           nonce && *nonce ? "\"" : "", ev, extra && *extra ? "," : "", extra ? extra : "");
   send_frame(h, payload, plen);
 }
 
-static void send_err(long long id, int err, const char *what) {
+static void send_err(long long id, const char *nonce, int err, const char *what) {
   struct sbuf s = {0};
-  sb_printf(&s, "{\"id\":%lld,\"ev\":\"error\",\"errno\":%d,\"code\":", id, err);
+  sb_printf(&s, "{\"id\":%lld", id);
+  if (nonce && *nonce) sb_printf(&s, ",\"nonce\":\"%s\"", nonce);
+  sb_printf(&s, ",\"ev\":\"error\",\"errno\":%d,\"code\":", err);
   sb_str(&s, strerrorname_np(err) ? strerrorname_np(err) : "EIO");
   sb_add(&s, ",\"message\":", 11);
   char msg[1200];
@@ -448,6 +608,8 @@ static int open_port(void) {
         char dev[300];
         snprintf(dev, sizeof dev, "/dev/%s", e->d_name);
         closedir(d);
+        port_attr_fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (port_attr_fd < 0) fatal("open %s: %s", p, strerror(errno));
         int fd = open(dev, O_RDWR | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0) fatal("open %s: %s", dev, strerror(errno));
         unlink(dev); /* nothing else in the guest gets a path to it */
@@ -459,6 +621,20 @@ static int open_port(void) {
   }
   fatal("no virtio-serial port named dsec.agent");
   return -1;
+}
+
+/*
+ * Whether the port this process opened at boot still exists. Root in the guest can unbind the
+ * virtio console driver and bind it again (sysfs, no capability needed): the agent's fd then
+ * points at a port that is gone, and a new one with the same name appears for any process to
+ * open. Its frames would carry no valid MAC, so the edge refuses them; the guest is powered off
+ * all the same, so the edge sees a VM that ended rather than a channel that hangs.
+ */
+static void port_check(void) {
+  char b[64];
+  if (lseek(port_attr_fd, 0, SEEK_SET) == 0 && read(port_attr_fd, b, sizeof b) >= 0) return;
+  if (errno == EINTR || errno == EAGAIN) return;
+  fatal("the agent's virtio-serial port was unplugged in the guest (%s): powering off", strerror(errno));
 }
 
 static void loopback_up(void) {
@@ -644,6 +820,158 @@ static int landlock_apply(struct jval *rw) {
   return 0;
 }
 
+/* ---------- what a command may reach (applied in the child, before it execs) ------------------ */
+
+/*
+ * A command runs as guest root, but in a domain that cannot reach this process (PID 1, which holds
+ * the channel) or the guest kernel beneath it:
+ *
+ * - Capabilities a command never has, dropped from its bounding set (so no setuid binary or file
+ *   capability brings them back) and from its other sets: SYS_PTRACE (the agent is non-dumpable,
+ *   so without it neither ptrace, pidfd_getfd, process_vm_* nor /proc/1/{mem,fd,environ,...} reach
+ *   it), and what would give the guest kernel, and with it any process's memory and the port's
+ *   device, to a command: SYS_MODULE, SYS_RAWIO (/dev/mem, /dev/port, ioperm, /proc/kcore),
+ *   SYS_BOOT (kexec), BPF and PERFMON. SYS_ADMIN stays: mounts, namespaces, Docker.
+ * - A seccomp filter (a second wall, which no capability lifts): pidfd_getfd, bpf, kexec_*,
+ *   *_module, iopl and ioperm refused outright; ptrace, process_vm_readv/writev and kcmp refused
+ *   for pid 1; perf_event_open refused system-wide, for pid 1 and per cgroup (CAP_SYS_ADMIN
+ *   still implies perfmon). ptrace of a command's own processes stays (strace, gdb); Yama's
+ *   ptrace_scope=1 (harden_agent) keeps it to descendants.
+ * - CONFINED_MARK_CAP only in confined commands (session commands, writablePaths), never in
+ *   plain ones: the kernel lets a process inspect another (ptrace, /proc/<pid>/{fd,mem,environ},
+ *   pidfd_getfd) only if it holds every capability the other holds, so what a plain command left
+ *   running cannot reach into a later confined one even in READ mode, where Yama does not apply
+ *   and Landlock does not scope an unconfined process. (A confined command's own Landlock domain
+ *   keeps its leftovers away from every other command.)
+ */
+static const int deny_caps[] = {CAP_SYS_PTRACE, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_BOOT, CAP_BPF, CAP_PERFMON};
+#define CONFINED_MARK_CAP CAP_AUDIT_READ /* nothing in a guest needs it (no audit daemon reads the log) */
+
+static uint64_t denied_cap_mask(int confined) {
+  uint64_t m = 0;
+  for (size_t i = 0; i < sizeof deny_caps / sizeof *deny_caps; i++) m |= 1ULL << deny_caps[i];
+  if (!confined) m |= 1ULL << CONFINED_MARK_CAP;
+  return m;
+}
+
+static int caps_drop(uint64_t mask) {
+  for (int c = 0; c < 64; c++)
+    if ((mask >> c & 1) && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) return -1;
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return -1;
+  struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) != 0) return -1;
+  for (int i = 0; i < 2; i++) {
+    uint32_t keep = ~(uint32_t)(mask >> (32 * i));
+    data[i].effective &= keep;
+    data[i].permitted &= keep;
+    data[i].inheritable &= keep;
+  }
+  return syscall(SYS_capset, &hdr, data) == 0 ? 0 : -1;
+}
+
+/* seccomp's view of a call: the low 32 bits of an argument (pids, flags: the kernel reads an int). */
+#define SC_NR offsetof(struct seccomp_data, nr)
+#define SC_ARCH offsetof(struct seccomp_data, arch)
+#define SC_ARG(i) offsetof(struct seccomp_data, args[i])
+#define SC_DENY_ALL 0 /* the call is refused whatever its arguments */
+#define SC_EQ 1       /* refused when the argument equals val */
+#define SC_SET 2      /* refused when the argument has any bit of val */
+
+struct sc_check {
+  int how, arg;
+  uint32_t val;
+};
+struct sc_rule {
+  int nr;
+  struct sc_check checks[3];
+  int n;
+};
+
+/* The rules for one ABI: x86_64's numbers, then i386's (a static 32-bit program uses int 0x80). */
+#define SC_ALWAYS(nr_) {.nr = (nr_), .n = 0}
+#define SC_PID1(nr_, arg_) {.nr = (nr_), .checks = {{SC_EQ, (arg_), 1}}, .n = 1}
+#define SC_KCMP(nr_) {.nr = (nr_), .checks = {{SC_EQ, 0, 1}, {SC_EQ, 1, 1}}, .n = 2}
+#define SC_PERF(nr_) {.nr = (nr_), .checks = {{SC_EQ, 1, 0xffffffffu}, {SC_EQ, 1, 1}, {SC_SET, 4, 1u << 2 /* PERF_FLAG_PID_CGROUP */}}, .n = 3}
+static const struct sc_rule sc_x86_64[] = {
+  SC_ALWAYS(438 /* pidfd_getfd */), SC_ALWAYS(321 /* bpf */), SC_ALWAYS(246 /* kexec_load */), SC_ALWAYS(320 /* kexec_file_load */),
+  SC_ALWAYS(175 /* init_module */), SC_ALWAYS(313 /* finit_module */), SC_ALWAYS(176 /* delete_module */), SC_ALWAYS(172 /* iopl */),
+  SC_ALWAYS(173 /* ioperm */), SC_PID1(101 /* ptrace */, 1), SC_PID1(310 /* process_vm_readv */, 0), SC_PID1(311 /* process_vm_writev */, 0),
+  SC_KCMP(312 /* kcmp */), SC_PERF(298 /* perf_event_open */)};
+static const struct sc_rule sc_i386[] = {
+  SC_ALWAYS(438 /* pidfd_getfd */), SC_ALWAYS(357 /* bpf */), SC_ALWAYS(283 /* kexec_load */), SC_ALWAYS(128 /* init_module */),
+  SC_ALWAYS(350 /* finit_module */), SC_ALWAYS(129 /* delete_module */), SC_ALWAYS(110 /* iopl */), SC_ALWAYS(101 /* ioperm */),
+  SC_PID1(26 /* ptrace */, 1), SC_PID1(347 /* process_vm_readv */, 0), SC_PID1(348 /* process_vm_writev */, 0), SC_KCMP(349 /* kcmp */),
+  SC_PERF(336 /* perf_event_open */)};
+
+struct sc_prog {
+  struct sock_filter ins[256];
+  int n;
+  int to_deny[128]; /* instructions whose true branch goes to the final EPERM (patched at the end) */
+  int nd;
+};
+
+static void sc_emit(struct sc_prog *p, struct sock_filter f) {
+  if (p->n < (int)(sizeof p->ins / sizeof *p->ins)) p->ins[p->n] = f;
+  p->n++;
+}
+
+static void sc_emit_deny_if(struct sc_prog *p, uint16_t code, uint32_t k) {
+  if (p->nd < (int)(sizeof p->to_deny / sizeof *p->to_deny)) p->to_deny[p->nd++] = p->n;
+  sc_emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | code | BPF_K, k, 0, 0));
+}
+
+/* One ABI's rules, the syscall number loaded: each rule tests its number, then its arguments. */
+static void sc_emit_rules(struct sc_prog *p, const struct sc_rule *rules, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const struct sc_rule *r = &rules[i];
+    if (r->n == 0) { sc_emit_deny_if(p, BPF_JEQ, (uint32_t)r->nr); continue; }
+    /* Not this call: skip its block (2 instructions per check, then reload nr). */
+    sc_emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)r->nr, 0, (uint8_t)(2 * r->n + 1)));
+    for (int c = 0; c < r->n; c++) {
+      sc_emit(p, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)SC_ARG(r->checks[c].arg)));
+      sc_emit_deny_if(p, r->checks[c].how == SC_SET ? BPF_JSET : BPF_JEQ, r->checks[c].val);
+    }
+    sc_emit(p, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)SC_NR));
+  }
+}
+
+static int seccomp_apply(void) {
+  static struct sc_prog p;
+  memset(&p, 0, sizeof p);
+  sc_emit(&p, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)SC_ARCH));
+  int to_i386 = p.n;
+  sc_emit(&p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 0)); /* jf patched below */
+  sc_emit(&p, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)SC_NR));
+  sc_emit_deny_if(&p, BPF_JSET, 0x40000000u); /* x32's numbers: not offered to commands at all */
+  sc_emit_rules(&p, sc_x86_64, sizeof sc_x86_64 / sizeof *sc_x86_64);
+  sc_emit(&p, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  if (p.n - to_i386 - 1 > 255) { errno = E2BIG; return -1; }
+  p.ins[to_i386].jf = (uint8_t)(p.n - to_i386 - 1);
+  /* i386 (a 32-bit program's int 0x80); any other architecture is refused outright. */
+  sc_emit(&p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_I386, 1, 0));
+  sc_emit(&p, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+  sc_emit(&p, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (uint32_t)SC_NR));
+  sc_emit_rules(&p, sc_i386, sizeof sc_i386 / sizeof *sc_i386);
+  sc_emit(&p, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  int deny = p.n;
+  sc_emit(&p, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+  if (p.n > (int)(sizeof p.ins / sizeof *p.ins) || p.nd >= (int)(sizeof p.to_deny / sizeof *p.to_deny)) { errno = E2BIG; return -1; }
+  for (int i = 0; i < p.nd; i++) {
+    int off = deny - p.to_deny[i] - 1;
+    if (off > 255) { errno = E2BIG; return -1; }
+    p.ins[p.to_deny[i]].jt = (uint8_t)off;
+  }
+  struct sock_fprog prog = {.len = (unsigned short)p.n, .filter = p.ins};
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : -1;
+}
+
+/* Returns 0, or -1 with errno set (the command must not run). */
+static int confine_command(int confined) {
+  if (caps_drop(denied_cap_mask(confined)) != 0) return -1;
+  return seccomp_apply();
+}
+
 /* A group name the edge chose: [a-z0-9-], 1..40 characters (it becomes a directory name). */
 static int group_name_ok(const char *g) {
   size_t n = strlen(g);
@@ -656,23 +984,24 @@ static int group_name_ok(const char *g) {
 /* Ends every process of a group (cgroup.kill) and removes it once empty. */
 static void op_kill_group(long long id, struct jobj *o) {
   const char *g = jstr(o, "group");
-  if (!g || !group_name_ok(g)) { send_err(id, EINVAL, "kill_group: bad group name"); return; }
+  if (!g || !group_name_ok(g)) { send_err(id, req_nonce, EINVAL, "kill_group: bad group name"); return; }
   char path[200];
   snprintf(path, sizeof path, GROUP_ROOT "/%s/cgroup.kill", g);
   int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) { send_err(id, errno, path); return; } /* ENOENT: the group never ran a command */
-  if (write(fd, "1", 1) < 0) { int e = errno; close(fd); send_err(id, e, path); return; }
+  if (fd < 0) { send_err(id, req_nonce, errno, path); return; } /* ENOENT: the group never ran a command */
+  if (write(fd, "1", 1) < 0) { int e = errno; close(fd); send_err(id, req_nonce, e, path); return; }
   close(fd);
   snprintf(path, sizeof path, GROUP_ROOT "/%s", g);
   /* The killed processes leave the group as they finish exiting; an empty one goes at once. */
   for (int i = 0; i < 50 && rmdir(path) < 0 && errno == EBUSY; i++) msleep(2);
-  send_ev(id, "ok", NULL, NULL, 0);
+  send_ev(id, req_nonce, "ok", NULL, NULL, 0);
 }
 
 /* ---------- processes ----------------------------------------------------------------------- */
 
 struct proc {
   long long id; /* the edge's request id; 0: free slot */
+  char nonce[NONCE_MAX + 1]; /* that request's nonce, repeated in each of its events */
   pid_t pid;
   int out, err, in, fd3; /* -1 once closed (fd3: -1 when not asked for) */
   char group[48];           /* its guest cgroup, removed once empty after it exits ("" for none) */
@@ -693,10 +1022,10 @@ static struct proc *proc_by_id(long long id) {
 
 static void op_exec(long long id, struct jobj *o) {
   struct jval *argv = jget(o, "argv", 'a'), *env = jget(o, "env", 'a');
-  if (!argv || argv->n == 0) { send_err(id, EINVAL, "exec: argv is empty"); return; }
-  if (proc_by_id(id)) { send_err(id, EEXIST, "exec: id in use"); return; }
+  if (!argv || argv->n == 0) { send_err(id, req_nonce, EINVAL, "exec: argv is empty"); return; }
+  if (proc_by_id(id)) { send_err(id, req_nonce, EEXIST, "exec: id in use"); return; }
   struct proc *slot = proc_by_id(0);
-  if (!slot) { send_err(id, EAGAIN, "exec: too many processes"); return; }
+  if (!slot) { send_err(id, req_nonce, EAGAIN, "exec: too many processes"); return; }
   int po[2], pe[2], pi[2], ps[2], p3[2] = {-1, -1};
   int pty = jbool(o, "pty"), master = -1;
   char slave[128] = "";
@@ -707,20 +1036,20 @@ static void op_exec(long long id, struct jobj *o) {
   const char *group = jstr(o, "group");
   char procs_path[200] = "";
   if (group) {
-    if (!group_name_ok(group)) { send_err(id, EINVAL, "exec: bad group name"); return; }
+    if (!group_name_ok(group)) { send_err(id, req_nonce, EINVAL, "exec: bad group name"); return; }
     snprintf(procs_path, sizeof procs_path, GROUP_ROOT "/%s", group);
-    if (mkdir(procs_path, 0755) < 0 && errno != EEXIST) { send_err(id, errno, procs_path); return; }
+    if (mkdir(procs_path, 0755) < 0 && errno != EEXIST) { send_err(id, req_nonce, errno, procs_path); return; }
     snprintf(procs_path, sizeof procs_path, GROUP_ROOT "/%s/cgroup.procs", group);
   }
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(pi, O_CLOEXEC) || pipe2(ps, O_CLOEXEC) || (want_fd3 && pipe2(p3, O_CLOEXEC))) {
-    send_err(id, errno, "exec: pipe");
+    send_err(id, req_nonce, errno, "exec: pipe");
     return;
   }
   if (pty) {
     /* The terminal is the guest's own: its devpts, its line discipline; the edge sees bytes. */
     master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname_r(master, slave, sizeof slave) != 0) {
-      send_err(id, errno, "exec: open a pseudo-terminal");
+      send_err(id, req_nonce, errno, "exec: open a pseudo-terminal");
       if (master >= 0) close(master);
       close(po[0]); close(po[1]); close(pe[0]); close(pe[1]); close(pi[0]); close(pi[1]); close(ps[0]); close(ps[1]);
       return;
@@ -742,6 +1071,11 @@ static void op_exec(long long id, struct jobj *o) {
     sigemptyset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
     setsid();
+    /* Nothing of the channel stays in the child (close-on-exec would leave the port open, and
+       the key in memory, until the exec). Before the dup2s: these fds are never 0-3's targets. */
+    mac_forget();
+    close(port_fd);
+    close(port_attr_fd);
     if (pty) {
       int s = open(slave, O_RDWR);
       if (s < 0 || ioctl(s, TIOCSCTTY, 0) < 0) _exit(126);
@@ -769,6 +1103,7 @@ static void op_exec(long long id, struct jobj *o) {
     if (err) {}
     else if (cwd && chdir(cwd) < 0) { err = errno; step = "chdir"; }
     else if ((isolate || rw) && landlock_apply(rw) < 0) { err = errno; step = "landlock"; }
+    else if (confine_command(isolate || rw) < 0) { err = errno; step = "confine"; }
     else if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0) { err = errno; step = "set user"; }
     else {
       /* PATH from the command's env, as execvpe does with the caller's environ. */
@@ -799,7 +1134,7 @@ static void op_exec(long long id, struct jobj *o) {
   close(pi[0]);
   close(ps[1]);
   if (pid < 0) {
-    send_err(id, errno, "exec: fork");
+    send_err(id, req_nonce, errno, "exec: fork");
     close(po[0]); close(pe[0]); close(pi[1]); close(ps[0]);
     if (p3[0] >= 0) close(p3[0]);
     return;
@@ -819,7 +1154,7 @@ static void op_exec(long long id, struct jobj *o) {
     if (p3[0] >= 0) close(p3[0]);
     char what[4200];
     snprintf(what, sizeof what, "%s %s", step, argv->arr[0]);
-    send_err(id, err, what);
+    send_err(id, req_nonce, err, what);
     return;
   }
   fcntl(po[0], F_SETFL, O_NONBLOCK);
@@ -828,10 +1163,11 @@ static void op_exec(long long id, struct jobj *o) {
   if (p3[0] >= 0) fcntl(p3[0], F_SETFL, O_NONBLOCK);
   if (!want_stdin) { close(pi[1]); pi[1] = -1; }
   *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = pi[1], .fd3 = p3[0], .credit = jnum(o, "window", -1)};
+  snprintf(slot->nonce, sizeof slot->nonce, "%s", req_nonce);
   if (group) snprintf(slot->group, sizeof slot->group, "%s", group);
   char extra[64];
   snprintf(extra, sizeof extra, "\"pid\":%d", pid);
-  send_ev(id, "started", extra, NULL, 0);
+  send_ev(id, req_nonce, "started", extra, NULL, 0);
 }
 
 /* Reads what a pipe holds now (stdout and stderr: as much as the edge's credit allows); returns 0 at EOF (and closes it). */
@@ -845,7 +1181,7 @@ static int drain(struct proc *p, int *fd, const char *ev) {
     ssize_t r = read(*fd, buf, want);
     if (r > 0) {
       if (windowed) p->credit -= r;
-      send_ev(p->id, ev, NULL, buf, (size_t)r);
+      send_ev(p->id, p->nonce, ev, NULL, buf, (size_t)r);
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
@@ -876,7 +1212,7 @@ static void reaped(pid_t pid, int status) {
     char extra[64];
     if (WIFSIGNALED(status)) snprintf(extra, sizeof extra, "\"code\":%d,\"signal\":%d", 128 + WTERMSIG(status), WTERMSIG(status));
     else snprintf(extra, sizeof extra, "\"code\":%d", WEXITSTATUS(status));
-    send_ev(p->id, "exit", extra, NULL, 0);
+    send_ev(p->id, p->nonce, "exit", extra, NULL, 0);
     if (p->group[0]) {
       /* An empty group goes now; one its jobs still hold goes with kill_group. */
       char dir[200];
@@ -947,6 +1283,7 @@ static void op_signal(long long id, struct jobj *o) {
  */
 struct conn {
   long long id; /* 0: free slot */
+  char nonce[NONCE_MAX + 1];
   int fd;
   int eof; /* the guest side has ended; no more reads */
   long long credit; /* bytes the edge takes before it gives more (credit); -1: no window */
@@ -972,7 +1309,7 @@ static void conn_flush(struct conn *c) {
     if (c->acks) {
       char extra[48];
       snprintf(extra, sizeof extra, "\"bytes\":%zu", done);
-      send_ev(c->id, "sent", extra, NULL, 0);
+      send_ev(c->id, c->nonce, "sent", extra, NULL, 0);
     }
   }
   if (!c->pend_len && c->shut_pending) {
@@ -990,12 +1327,12 @@ static struct conn *conn_by_id(long long id) {
 
 static void op_connect(long long id, struct jobj *o) {
   long long port = jnum(o, "port", 0);
-  if (port < 1 || port > 65535) { send_err(id, EINVAL, "connect: port out of range"); return; }
-  if (conn_by_id(id)) { send_err(id, EEXIST, "connect: id in use"); return; }
+  if (port < 1 || port > 65535) { send_err(id, req_nonce, EINVAL, "connect: port out of range"); return; }
+  if (conn_by_id(id)) { send_err(id, req_nonce, EEXIST, "connect: id in use"); return; }
   struct conn *c = conn_by_id(0);
-  if (!c) { send_err(id, EAGAIN, "connect: too many connections"); return; }
+  if (!c) { send_err(id, req_nonce, EAGAIN, "connect: too many connections"); return; }
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) { send_err(id, errno, "connect: socket"); return; }
+  if (fd < 0) { send_err(id, req_nonce, errno, "connect: socket"); return; }
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   /* Loopback answers a connect at once (accepted, or refused with nothing listening). */
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
@@ -1003,12 +1340,13 @@ static void op_connect(long long id, struct jobj *o) {
     close(fd);
     char what[64];
     snprintf(what, sizeof what, "connect to 127.0.0.1:%lld", port);
-    send_err(id, e, what);
+    send_err(id, req_nonce, e, what);
     return;
   }
   fcntl(fd, F_SETFL, O_NONBLOCK);
   *c = (struct conn){.id = id, .fd = fd, .credit = jnum(o, "window", -1), .acks = jbool(o, "acks")};
-  send_ev(id, "ok", NULL, NULL, 0);
+  snprintf(c->nonce, sizeof c->nonce, "%s", req_nonce);
+  send_ev(id, req_nonce, "ok", NULL, NULL, 0);
 }
 
 static void conn_readable(struct conn *c) {
@@ -1020,12 +1358,12 @@ static void conn_readable(struct conn *c) {
   do r = read(c->fd, buf, want); while (r < 0 && errno == EINTR);
   if (r > 0) {
     if (c->credit > 0) c->credit -= r;
-    send_ev(c->id, "data", NULL, buf, (size_t)r);
+    send_ev(c->id, c->nonce, "data", NULL, buf, (size_t)r);
     return;
   }
   if (r < 0 && errno == EAGAIN) return;
   c->eof = 1; /* end of stream or a reset: either way the guest side is done */
-  send_ev(c->id, "eof", NULL, NULL, 0);
+  send_ev(c->id, c->nonce, "eof", NULL, NULL, 0);
 }
 
 /*
@@ -1093,18 +1431,18 @@ static void stat_json(struct sbuf *s, const char *name, const char *path, struct
 
 static void op_read(long long id, const char *path, long long max) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) { send_err(id, errno, path); return; }
+  if (fd < 0) { send_err(id, req_nonce, errno, path); return; }
   struct stat st;
   if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    send_err(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path);
+    send_err(id, req_nonce, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path);
     return;
   }
   if (st.st_size > max) {
     close(fd);
     char extra[64];
     snprintf(extra, sizeof extra, "\"size\":%lld", (long long)st.st_size);
-    send_ev(id, "too_large", extra, NULL, 0);
+    send_ev(id, req_nonce, "too_large", extra, NULL, 0);
     return;
   }
   static char buf[CHUNK];
@@ -1112,23 +1450,23 @@ static void op_read(long long id, const char *path, long long max) {
   for (;;) {
     ssize_t r = read(fd, buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) { int e = errno; close(fd); send_err(id, e, path); return; }
+    if (r < 0) { int e = errno; close(fd); send_err(id, req_nonce, e, path); return; }
     if (r == 0) break;
     total += r;
     if (total > max) break;
-    send_ev(id, "data", NULL, buf, (size_t)r);
+    send_ev(id, req_nonce, "data", NULL, buf, (size_t)r);
   }
   close(fd);
   char extra[64];
   snprintf(extra, sizeof extra, "\"size\":%lld", total);
-  send_ev(id, "ok", extra, NULL, 0);
+  send_ev(id, req_nonce, "ok", extra, NULL, 0);
 }
 
 static int mkdir_p(char *path);
 
 static void op_write(long long id, const char *path, long long mode, const char *payload, size_t plen) {
   struct stat st;
-  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) { send_err(id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path); return; }
+  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) { send_err(id, req_nonce, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path); return; }
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, (mode_t)mode);
   if (fd < 0 && errno == ENOENT && strrchr(path, '/') && strrchr(path, '/') != path) {
     /* Missing parent directories are made (0755), as the container files API makes them. */
@@ -1139,34 +1477,34 @@ static void op_write(long long id, const char *path, long long mode, const char 
     if (made == 0) fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, (mode_t)mode);
     else errno = errno == EEXIST ? ENOTDIR : errno;
   }
-  if (fd < 0) { send_err(id, errno, path); return; }
+  if (fd < 0) { send_err(id, req_nonce, errno, path); return; }
   size_t off = 0;
   while (off < plen) {
     ssize_t w = write(fd, payload + off, plen - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) { int e = errno; close(fd); send_err(id, e, path); return; }
+    if (w < 0) { int e = errno; close(fd); send_err(id, req_nonce, e, path); return; }
     off += (size_t)w;
   }
   fchmod(fd, (mode_t)mode);
   close(fd);
   char extra[64];
   snprintf(extra, sizeof extra, "\"size\":%zu", plen);
-  send_ev(id, "ok", extra, NULL, 0);
+  send_ev(id, req_nonce, "ok", extra, NULL, 0);
 }
 
 static void op_stat(long long id, const char *path) {
   struct stat st;
-  if (lstat(path, &st) < 0) { send_err(id, errno, path); return; }
+  if (lstat(path, &st) < 0) { send_err(id, req_nonce, errno, path); return; }
   const char *name = strrchr(path, '/');
   struct sbuf s = {0};
   stat_json(&s, name && name[1] ? name + 1 : path, path, &st);
-  send_ev(id, "ok", NULL, s.b, s.len);
+  send_ev(id, req_nonce, "ok", NULL, s.b, s.len);
   free(s.b);
 }
 
 static void op_list(long long id, const char *path, long long max) {
   DIR *d = opendir(path);
-  if (!d) { send_err(id, errno, path); return; }
+  if (!d) { send_err(id, req_nonce, errno, path); return; }
   struct sbuf s = {0};
   sb_add(&s, "[", 1);
   struct dirent *e;
@@ -1184,7 +1522,7 @@ static void op_list(long long id, const char *path, long long max) {
   }
   closedir(d);
   sb_add(&s, "]", 1);
-  send_ev(id, "ok", truncated ? "\"truncated\":true" : "\"truncated\":false", s.b, s.len);
+  send_ev(id, req_nonce, "ok", truncated ? "\"truncated\":true" : "\"truncated\":false", s.b, s.len);
   free(s.b);
 }
 
@@ -1210,7 +1548,7 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ft
 
 static void op_fs(long long id, const char *op, struct jobj *o) {
   const char *path = jstr(o, "path");
-  if (!path && strcmp(op, "rename") && strcmp(op, "sync")) { send_err(id, EINVAL, "path is missing"); return; }
+  if (!path && strcmp(op, "rename") && strcmp(op, "sync")) { send_err(id, req_nonce, EINVAL, "path is missing"); return; }
   int r = 0;
   const char *what = path;
   if (!strcmp(op, "mkdir")) {
@@ -1233,8 +1571,8 @@ static void op_fs(long long id, const char *op, struct jobj *o) {
     errno = ENOSYS;
     what = op;
   }
-  if (r < 0) send_err(id, errno, what);
-  else send_ev(id, "ok", NULL, NULL, 0);
+  if (r < 0) send_err(id, req_nonce, errno, what);
+  else send_ev(id, req_nonce, "ok", NULL, NULL, 0);
 }
 
 /* ---------- the disk diff: the overlay upper as a tar (a snapshot as an image) ------------- */
@@ -1467,16 +1805,16 @@ static void tar_walk(const char *rel) {
 }
 
 static void op_diff(long long id, struct jobj *o) {
-  if (upper_frozen) { send_err(id, EBUSY, "diff: a snapshot of the disk is already being taken"); return; }
-  if (proc_by_id(id)) { send_err(id, EEXIST, "diff: id in use"); return; }
+  if (upper_frozen) { send_err(id, req_nonce, EBUSY, "diff: a snapshot of the disk is already being taken"); return; }
+  if (proc_by_id(id)) { send_err(id, req_nonce, EEXIST, "diff: id in use"); return; }
   struct proc *slot = proc_by_id(0);
-  if (!slot) { send_err(id, EAGAIN, "diff: too many processes"); return; }
+  if (!slot) { send_err(id, req_nonce, EAGAIN, "diff: too many processes"); return; }
   int po[2], pe[2];
-  if (pipe2(po, O_CLOEXEC)) { send_err(id, errno, "diff: pipe"); return; }
-  if (pipe2(pe, O_CLOEXEC)) { send_err(id, errno, "diff: pipe"); close(po[0]); close(po[1]); return; }
+  if (pipe2(po, O_CLOEXEC)) { send_err(id, req_nonce, errno, "diff: pipe"); return; }
+  if (pipe2(pe, O_CLOEXEC)) { send_err(id, req_nonce, errno, "diff: pipe"); close(po[0]); close(po[1]); return; }
   /* FIFREEZE writes back everything dirty first: the archive sees every completed write. */
   if (ioctl(upper_fd, FIFREEZE, 0) < 0) {
-    send_err(id, errno, "diff: freeze the upper disk");
+    send_err(id, req_nonce, errno, "diff: freeze the upper disk");
     close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
     return;
   }
@@ -1489,6 +1827,7 @@ static void op_diff(long long id, struct jobj *o) {
     sigprocmask(SIG_SETMASK, &all, NULL);
     signal(SIGPIPE, SIG_DFL);
     setsid();
+    mac_forget();
     dup2(po[1], 1);
     dup2(pe[1], 2);
     if (fchdir(upper_fd) < 0) { fprintf(stderr, "enter the upper directory: %s\n", strerror(errno)); _exit(1); }
@@ -1503,7 +1842,7 @@ static void op_diff(long long id, struct jobj *o) {
   close(po[1]);
   close(pe[1]);
   if (pid < 0) {
-    send_err(id, errno, "diff: fork");
+    send_err(id, req_nonce, errno, "diff: fork");
     close(po[0]); close(pe[0]);
     ioctl(upper_fd, FITHAW, 0);
     upper_frozen = 0;
@@ -1514,9 +1853,67 @@ static void op_diff(long long id, struct jobj *o) {
   long long timeout = jnum(o, "timeoutMs", 600000);
   *slot = (struct proc){.id = id, .pid = pid, .out = po[0], .err = pe[0], .in = -1, .fd3 = -1, .credit = jnum(o, "window", -1), .thaw = 1,
                         .deadline_ms = now_ms() + (timeout > 0 ? timeout : 600000)};
+  snprintf(slot->nonce, sizeof slot->nonce, "%s", req_nonce);
   char extra[64];
   snprintf(extra, sizeof extra, "\"pid\":%d", pid);
-  send_ev(id, "started", extra, NULL, 0);
+  send_ev(id, req_nonce, "started", extra, NULL, 0);
+}
+
+/* ---------- PID 1 out of every command's reach (see also confine_command) ---------------------- */
+
+static void write_knob(const char *path, const char *val, int must) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd >= 0 && write(fd, val, strlen(val)) == (ssize_t)strlen(val)) { close(fd); return; }
+  int e = errno;
+  if (fd >= 0) close(fd);
+  if (must) fatal("%s: %s", path, strerror(e));
+  logmsg("%s: %s", path, strerror(e));
+}
+
+/* Takes `drop` out of a usermode-helper capability set (/proc/sys/kernel/usermodehelper/{bset,inheritable}). */
+static void umh_drop(const char *path, uint64_t drop) {
+  char cur[64];
+  unsigned lo, hi;
+  if (read_line(path, cur, sizeof cur) < 0 || sscanf(cur, "%u %u", &lo, &hi) != 2) fatal("read %s: %s", path, strerror(errno));
+  uint64_t keep = (((uint64_t)hi << 32) | lo) & ~drop;
+  char val[64];
+  snprintf(val, sizeof val, "%u %u", (unsigned)(keep & 0xffffffffu), (unsigned)(keep >> 32));
+  write_knob(path, val, 1);
+}
+
+/*
+ * Run once, before `ready` (nothing but this process runs in the guest yet). This process holds
+ * the channel and the key: a command must reach neither its memory nor its fds, nor the kernel
+ * beneath it.
+ * - Non-dumpable: ptrace, pidfd_getfd, process_vm_* and /proc/1/{mem,fd,environ,maps,...} then
+ *   need CAP_SYS_PTRACE, which no command has (confine_command). Locked in RAM (mlockall): root
+ *   in the guest may add swap, and no page of this process goes there.
+ * - Yama's ptrace_scope=1 where the kernel has Yama (Debian's ships it at 0): a process attaches
+ *   only to its descendants, so a command's leftovers cannot attach to (or write the memory of)
+ *   a later command either. Only CAP_SYS_PTRACE may change it.
+ * - No module loads and no kexec from now on (modules_disabled, kexec_load_disabled: one-way):
+ *   either hands the whole kernel, and so this process's memory and the port, to a command.
+ * - The kernel's usermode helpers (modprobe, core_pattern pipes, the uevent helper: root in the
+ *   guest names the program, a path in the guest's root, which the kernel's threads share with
+ *   this process) start without what commands lack, nor CAP_SYS_ADMIN: they run outside any
+ *   command's seccomp filter.
+ * - Lockdown (integrity): no /dev/mem, no raw port I/O, no PCI BAR or config writes through sysfs
+ *   (a driver of its own for the virtio-serial device), no unsigned kernel code, no debugfs
+ *   writes, no bpf_probe_write_user, whatever capabilities a process has.
+ */
+static void harden_agent(void) {
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fatal("PR_SET_DUMPABLE: %s", strerror(errno));
+  /* ONFAULT: pages are locked as they are touched, so a buffer grown for a large request costs what it uses. */
+  if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0) fatal("mlockall: %s", strerror(errno));
+  if (access("/proc/sys/kernel/yama/ptrace_scope", F_OK) == 0) write_knob("/proc/sys/kernel/yama/ptrace_scope", "1", 1);
+  else logmsg("no Yama in this kernel: a command may ptrace its siblings (never PID 1)");
+  write_knob("/proc/sys/kernel/modules_disabled", "1", 1);
+  if (access("/proc/sys/kernel/kexec_load_disabled", F_OK) == 0) write_knob("/proc/sys/kernel/kexec_load_disabled", "1", 1);
+  uint64_t helpers = denied_cap_mask(0) | 1ULL << CAP_SYS_ADMIN;
+  umh_drop("/proc/sys/kernel/usermodehelper/bset", helpers);
+  umh_drop("/proc/sys/kernel/usermodehelper/inheritable", helpers);
+  if (mount("securityfs", "/sys/kernel/security", "securityfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) fatal("mount securityfs: %s", strerror(errno));
+  write_knob("/sys/kernel/security/lockdown", "integrity", 1);
 }
 
 /* ---------- the request loop ------------------------------------------------------------ */
@@ -1524,22 +1921,57 @@ static void op_diff(long long id, struct jobj *o) {
 static char *inbuf;
 static size_t inlen, incap;
 
+/* A nonce as the edge makes them: lowercase hex, 16..64 digits (it goes into headers verbatim). */
+static int nonce_ok(const char *n) {
+  size_t len = strlen(n);
+  if (len < 16 || len > NONCE_MAX) return 0;
+  for (const char *p = n; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return 0;
+  return 1;
+}
+
+/*
+ * `key` {key: 64 hex digits}: the channel's MAC key (see mac_set_key), once per boot; the answer
+ * is the first frame with a MAC. A restored guest keeps the key it was saved with.
+ */
+static void op_key(long long id, struct jobj *o) {
+  struct jval *k = jget(o, "key", 's');
+  unsigned char key[32];
+  int ok = k && strlen(k->str) == 64;
+  for (int i = 0; ok && i < 32; i++) {
+    unsigned v;
+    ok = sscanf(k->str + 2 * i, "%2x", &v) == 1;
+    key[i] = (unsigned char)v;
+  }
+  if (k) explicit_bzero(k->str, strlen(k->str));
+  if (have_key) { explicit_bzero(key, sizeof key); send_err(id, req_nonce, EEXIST, "key: the channel has its key already"); return; }
+  if (!ok) { explicit_bzero(key, sizeof key); send_err(id, req_nonce, EINVAL, "key: 64 hex digits expected"); return; }
+  mac_set_key(key);
+  explicit_bzero(key, sizeof key);
+  send_ev(id, req_nonce, "ok", NULL, NULL, 0);
+}
+
 static void handle(const char *header, const char *payload, size_t plen) {
   struct jobj o;
   if (jobj_parse(header, &o) < 0) { logmsg("bad request header"); jobj_free(&o); return; }
   long long id = jnum(&o, "id", -1);
   const char *op = jstr(&o, "op");
+  const char *nonce = jstr(&o, "nonce");
   if (id < 1 || !op) { logmsg("request without id or op"); jobj_free(&o); return; }
-  if (!strcmp(op, "exec")) op_exec(id, &o);
+  if (nonce && !nonce_ok(nonce)) { send_err(id, NULL, EINVAL, "nonce: 16 to 64 lowercase hex digits expected"); jobj_free(&o); return; }
+  req_nonce = nonce ? nonce : "";
+  if (!strcmp(op, "key")) op_key(id, &o);
+  else if (!have_key) send_err(id, req_nonce, EACCES, "the edge has not given the channel's key yet");
+  else if (!strcmp(op, "exec")) op_exec(id, &o);
   else if (!strcmp(op, "stdin")) op_stdin(id, &o, payload, plen);
   else if (!strcmp(op, "signal")) op_signal(id, &o);
   else if (!strcmp(op, "resize")) op_resize(id, &o);
-  else if (!strcmp(op, "read")) jstr(&o, "path") ? op_read(id, jstr(&o, "path"), jnum(&o, "max", MAX_PAYLOAD)) : send_err(id, EINVAL, "path is missing");
-  else if (!strcmp(op, "write") && upper_frozen) send_err(id, EBUSY, "the disk is frozen while a snapshot reads it; retry when the snapshot ends");
-  else if (!strcmp(op, "write")) jstr(&o, "path") ? op_write(id, jstr(&o, "path"), jnum(&o, "mode", 0644), payload, plen) : send_err(id, EINVAL, "path is missing");
-  else if (!strcmp(op, "stat")) jstr(&o, "path") ? op_stat(id, jstr(&o, "path")) : send_err(id, EINVAL, "path is missing");
-  else if (!strcmp(op, "list")) jstr(&o, "path") ? op_list(id, jstr(&o, "path"), jnum(&o, "max", 10000)) : send_err(id, EINVAL, "path is missing");
-  else if (!strcmp(op, "ping")) send_ev(id, "ok", NULL, NULL, 0);
+  else if (!strcmp(op, "read")) jstr(&o, "path") ? op_read(id, jstr(&o, "path"), jnum(&o, "max", MAX_PAYLOAD)) : send_err(id, req_nonce, EINVAL, "path is missing");
+  else if (!strcmp(op, "write") && upper_frozen) send_err(id, req_nonce, EBUSY, "the disk is frozen while a snapshot reads it; retry when the snapshot ends");
+  else if (!strcmp(op, "write")) jstr(&o, "path") ? op_write(id, jstr(&o, "path"), jnum(&o, "mode", 0644), payload, plen) : send_err(id, req_nonce, EINVAL, "path is missing");
+  else if (!strcmp(op, "stat")) jstr(&o, "path") ? op_stat(id, jstr(&o, "path")) : send_err(id, req_nonce, EINVAL, "path is missing");
+  else if (!strcmp(op, "list")) jstr(&o, "path") ? op_list(id, jstr(&o, "path"), jnum(&o, "max", 10000)) : send_err(id, req_nonce, EINVAL, "path is missing");
+  else if (!strcmp(op, "ping")) send_ev(id, req_nonce, "ok", NULL, NULL, 0);
   else if (!strcmp(op, "kill_group")) op_kill_group(id, &o);
   else if (!strcmp(op, "connect")) op_connect(id, &o);
   else if (!strcmp(op, "send")) op_send(id, &o, payload, plen);
@@ -1547,8 +1979,9 @@ static void handle(const char *header, const char *payload, size_t plen) {
   else if (!strcmp(op, "credit")) op_credit(id, &o);
   else if (!strcmp(op, "diff")) op_diff(id, &o);
   else if (upper_frozen && (!strcmp(op, "mkdir") || !strcmp(op, "remove") || !strcmp(op, "rename") || !strcmp(op, "sync")))
-    send_err(id, EBUSY, "the disk is frozen while a snapshot reads it; retry when the snapshot ends"); /* the agent must never block on it */
+    send_err(id, req_nonce, EBUSY, "the disk is frozen while a snapshot reads it; retry when the snapshot ends"); /* the agent must never block on it */
   else op_fs(id, op, &o);
+  req_nonce = "";
   jobj_free(&o);
 }
 
@@ -1575,9 +2008,13 @@ static void port_readable(void) {
     if (hl == 0 || hl > MAX_HEADER || pl > MAX_PAYLOAD) fatal("bad frame from the edge (header %u, payload %u)", hl, pl);
     if (inlen - off < 8 + (size_t)hl + pl) break;
     char *h = malloc(hl + 1);
+    if (!h) fatal("out of memory");
     memcpy(h, p + 8, hl);
     h[hl] = 0;
     handle(h, (const char *)p + 8 + hl, pl);
+    /* A request's header is not kept in memory a child inherits (the key came in one). */
+    explicit_bzero(h, hl);
+    explicit_bzero(inbuf + off + 8, hl);
     free(h);
     off += 8 + (size_t)hl + pl;
   }
@@ -1593,6 +2030,7 @@ int main(void) {
   setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
   boot();
   port_fd = open_port();
+  harden_agent();
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -1603,7 +2041,7 @@ int main(void) {
   int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) fatal("signalfd: %s", strerror(errno));
 
-  send_ev(0, "ready", NULL, NULL, 0);
+  send_ev(0, NULL, "ready", NULL, NULL, 0);
   logmsg("ready");
 
   static struct pollfd pfds[2 + 4 * MAX_PROCS + MAX_CONNS];
@@ -1635,6 +2073,7 @@ int main(void) {
         procs[i].deadline_ms = 0;
       }
     if (r < 0) continue;
+    if (r == 0 || (pfds[0].revents & (POLLHUP | POLLERR | POLLNVAL))) port_check();
     if (pfds[0].revents & POLLIN) port_readable();
     else if (pfds[0].revents & POLLHUP) {
       /* The edge is gone (restarting): a diff has no reader any more, and the disk must not

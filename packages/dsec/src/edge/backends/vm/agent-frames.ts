@@ -1,3 +1,5 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+
 /**
  * The edge ↔ guest agent framing (see README.md in this folder): [u32 BE header length]
  * [u32 BE payload length][JSON header][payload]. The guest is untrusted: a frame over the limits
@@ -11,6 +13,28 @@ export type AgentHeader = Record<string, unknown> & { id: number };
 export interface AgentFrame {
   header: AgentHeader;
   payload: Buffer;
+  /** The header's bytes as they came (its MAC covers them: frameMacOk). */
+  rawHeader?: Buffer;
+}
+
+/** The prefix of a header that carries a MAC: `{"mac":"<64 hex>",` (vm-agent.c's send_frame). */
+const MAC_PREFIX = Buffer.from('{"mac":"');
+const MAC_HEX = 64;
+
+/**
+ * Whether a frame carries HMAC-SHA256(key, header without its mac member || payload), as the
+ * guest agent writes every frame once it has the channel's key: only the agent holds the key, so
+ * only the agent can write a frame the edge takes (a program in the guest that got onto the port
+ * cannot).
+ */
+export function frameMacOk(key: Buffer, frame: AgentFrame): boolean {
+  const raw = frame.rawHeader;
+  const rest = MAC_PREFIX.length + MAC_HEX;
+  if (!raw || raw.length < rest + 3 || !raw.subarray(0, MAC_PREFIX.length).equals(MAC_PREFIX) || raw[rest] !== 0x22 || raw[rest + 1] !== 0x2c) return false;
+  const claimed = Buffer.from(raw.subarray(MAC_PREFIX.length, rest).toString('latin1'), 'hex');
+  if (claimed.length !== 32) return false;
+  const mac = createHmac('sha256', key).update('{').update(raw.subarray(rest + 2)).update(frame.payload).digest();
+  return timingSafeEqual(mac, claimed);
 }
 
 export function encodeFrame(header: AgentHeader, payload: Buffer = EMPTY): Buffer {
@@ -46,7 +70,7 @@ export class FrameDecoder {
       if (typeof header !== 'object' || header === null || typeof (header as { id?: unknown }).id !== 'number') {
         throw new FrameError('frame header without an id from the guest agent');
       }
-      out.push({ header: header as AgentHeader, payload: Buffer.from(this.#buf.subarray(8 + hl, 8 + hl + pl)) });
+      out.push({ header: header as AgentHeader, payload: Buffer.from(this.#buf.subarray(8 + hl, 8 + hl + pl)), rawHeader: Buffer.from(this.#buf.subarray(8, 8 + hl)) });
       this.#buf = this.#buf.subarray(8 + hl + pl);
     }
     return out;

@@ -39,7 +39,7 @@ import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from '../../snapshot-laye
 import { mergeEnv, parseUser } from '../../oci-config.js';
 import { sandboxPath } from '../../sandbox-files.js';
 import { unsupported, type BackendKind, type SandboxBackend } from '../backend.js';
-import { AgentClient, AgentError } from './agent-client.js';
+import { AgentClient, AgentError, newAgentKey } from './agent-client.js';
 import { chooseAccel, type AccelChoice } from './accel-probe.js';
 import { guestAssets, type GuestAssets } from './guest-assets.js';
 import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
@@ -81,6 +81,12 @@ interface VmRecord {
   paused?: boolean;
   /** The egress policy in force in the VM's netns, and its link once a policy other than none gave it one. */
   network?: SandboxNetwork;
+  /**
+   * The key of the VM's agent channel (hex; AgentClient): every frame the guest agent writes
+   * carries its MAC. Given to the guest right after it boots; a restore keeps its source's.
+   * Records written before keys have none, and such a VM is not adopted.
+   */
+  agentKey?: string;
 }
 
 interface LiveVm {
@@ -185,7 +191,8 @@ export class VmBackend implements SandboxBackend {
       const record = readRecord(paths);
       if (record?.phase === 'running' && record.pid && isQemuOf(record.pid, paths, { adopting: true })) {
         try {
-          const agent = await AgentClient.open(paths.agentSocket);
+          if (!record.agentKey) throw new Error('its record predates keyed agent channels');
+          const agent = await AgentClient.open(paths.agentSocket, record.agentKey);
           await agent.call('ping', {});
           const qmp = await QmpClient.open(paths.qmpSocket);
           const status = (await qmp.execute('query-status')) as { status?: string };
@@ -213,6 +220,7 @@ export class VmBackend implements SandboxBackend {
       record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new SessionTable(record.id, journal), journal, ports: new Set(), stop: new AbortController(),
     };
     this.#live.set(record.id, live);
+    agent.onRefused((reason) => this.opts.log.error({ sandbox: record.id, reason }, "refused a frame on a VM's agent channel"));
     agent.onClose((err) => {
       if (this.#live.get(record.id) === live) this.opts.log.warn({ sandbox: record.id, err: err.message }, 'VM agent channel closed');
     });
@@ -263,7 +271,10 @@ export class VmBackend implements SandboxBackend {
     // A restore takes everything the guest was made with from the snapshot: its RAM size and
     // vCPUs must match the saved state, its disks the saved disk.
     const source = req.restoreFrom === undefined ? undefined : this.#snapshotOf(req.restoreFrom);
-    const made = source?.record ?? { backend: kind, layers: req.layers as LayerDigest[], config: req.config, env: req.env, limits: req.limits };
+    // The restored guest's agent has its source's channel key in its memory.
+    const made = source?.record ?? { backend: kind, layers: req.layers as LayerDigest[], config: req.config, env: req.env, limits: req.limits, agentKey: newAgentKey() };
+    const agentKey = made.agentKey;
+    if (!agentKey) throw new ApiError('INVALID_REQUEST', `the snapshot of ${req.restoreFrom} predates keyed agent channels; snapshot the VM again`, { restoreFrom: req.restoreFrom });
     const record: VmRecord = { id: req.id, phase: 'creating', ...made, createdAt: new Date().toISOString() };
     mkdirSync(paths.dir, { mode: 0o700 });
     saveRecord(paths, record);
@@ -291,12 +302,12 @@ export class VmBackend implements SandboxBackend {
       let qmp: QmpClient;
       if (source) {
         qmp = await loadVmState(paths.migrationSocket, source.paths.snapshotMemory, () => QmpClient.open(paths.qmpSocket), () => isQemuOf(pid, paths));
-        agent = await this.#reconnect(paths).catch((err: Error) => {
+        agent = await this.#reconnect(paths, agentKey).catch((err: Error) => {
           qmp.close();
           throw err;
         });
       } else {
-        agent = await this.#boot(pid, paths, record.limits.memoryMiB);
+        agent = await this.#boot(pid, paths, record.limits.memoryMiB, agentKey);
         qmp = await QmpClient.open(paths.qmpSocket);
       }
       await prepareVmNetns(pid);
@@ -315,9 +326,9 @@ export class VmBackend implements SandboxBackend {
     }
   }
 
-  /** The agent of a restored guest: it runs already (no ready event comes), so it is pinged. */
-  async #reconnect(paths: VmPaths): Promise<AgentClient> {
-    const agent = await AgentClient.open(paths.agentSocket);
+  /** The agent of a restored guest: it runs already (no ready event comes) and has its key, so it is pinged. */
+  async #reconnect(paths: VmPaths, agentKey: string): Promise<AgentClient> {
+    const agent = await AgentClient.open(paths.agentSocket, agentKey);
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
@@ -343,8 +354,11 @@ export class VmBackend implements SandboxBackend {
     return { paths: v.paths, record };
   }
 
-  /** Connects to the agent's socket once QEMU has made it and waits for the guest's ready. */
-  async #boot(pid: number, paths: VmPaths, memoryMiB: number): Promise<AgentClient> {
+  /**
+   * Connects to the agent's socket once QEMU has made it, waits for the guest's ready and gives
+   * it the channel's key (before any command can run in the guest).
+   */
+  async #boot(pid: number, paths: VmPaths, memoryMiB: number, agentKey: string): Promise<AgentClient> {
     const deadline = Date.now() + BOOT_TIMEOUT_MS;
     const dead = (): Error =>
       new Error(
@@ -369,8 +383,9 @@ export class VmBackend implements SandboxBackend {
       timer = setTimeout(check, 100);
     });
     try {
-      await Promise.race([agent.ready(), watch]);
-      return agent;
+      const booted = agent;
+      await Promise.race([booted.ready().then(() => booted.giveKey(agentKey)), watch]);
+      return booted;
     } catch (err) {
       agent.close();
       // The channel closes when QEMU exits (a guest that panicked or powered off): say why,
@@ -669,8 +684,8 @@ export class VmBackend implements SandboxBackend {
       } finally {
         if (!wasPaused) await v.qmp.execute('cont');
       }
-      const { backend, layers, config, env, limits } = v.record;
-      writeFileAtomic(join(next, 'record.json'), JSON.stringify({ backend, layers, config, env, limits } satisfies SnapshotRecord));
+      const { backend, layers, config, env, limits, agentKey } = v.record;
+      writeFileAtomic(join(next, 'record.json'), JSON.stringify({ backend, layers, config, env, limits, agentKey } satisfies SnapshotRecord), 0o600);
       rmSync(staged.snapshotDir, { recursive: true, force: true }); // restores reading the old one keep their open files
       renameSync(next, staged.snapshotDir);
     } catch (err) {
@@ -942,7 +957,7 @@ async function makeDisk(file: string, mib: number): Promise<void> {
 }
 
 /** What a restore needs of the VM a snapshot was taken of (`snapshot/record.json`). */
-type SnapshotRecord = Pick<VmRecord, 'backend' | 'layers' | 'config' | 'env' | 'limits'>;
+type SnapshotRecord = Pick<VmRecord, 'backend' | 'layers' | 'config' | 'env' | 'limits' | 'agentKey'>;
 
 function readJson<T>(file: string): T | undefined {
   try {
@@ -966,7 +981,7 @@ function readRecord(paths: VmPaths): VmRecord | undefined {
 }
 
 function saveRecord(paths: VmPaths, record: VmRecord): void {
-  writeFileAtomic(paths.state, JSON.stringify(record));
+  writeFileAtomic(paths.state, JSON.stringify(record), 0o600); // it holds the channel's key
 }
 
 function toEdgeSandbox(r: VmRecord): EdgeSandbox {
