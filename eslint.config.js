@@ -13,6 +13,23 @@ export default tseslint.config(
     },
   },
   {
+    // Folder boundaries (each folder's README says what it may import; these hold the ones that
+    // keep the daemons apart). http/ is the kit both servers share: it knows no daemon.
+    files: ['packages/dsec/src/http/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['**/control/**', '**/edge/**', '**/runtime/**', '**/image/**', '**/exec/**', '**/net/**', '**/bench/**', '**/cli/**'], message: 'http/ is shared by the control plane and the edge: it imports neither (see http/README.md).' }] }],
+    },
+  },
+  {
+    // The edge never reaches into the control plane: the edge protocol is its only contract with it.
+    files: ['packages/dsec/src/edge/**/*.ts', 'packages/dsec/src/exec/**/*.ts', 'packages/dsec/src/net/**/*.ts', 'packages/dsec/src/host/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['**/control/**'], message: 'the edge (and exec/, net/, host/) does not import the control plane: share through http/ or edge/protocol/.' }] }],
+    },
+  },
+  {
     // node:test's describe()/test() return promises the runner itself awaits.
     files: ['**/*.test.ts', 'packages/dsec/test/**/*.ts'],
     rules: { '@typescript-eslint/no-floating-promises': 'off' },

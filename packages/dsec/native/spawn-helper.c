@@ -93,6 +93,9 @@ struct child {
   int answered;                /* its exit was answered */
 };
 
+/* What a "null" stdio opens (--null PATH; default the host's /dev/null). */
+static const char *null_path = "/dev/null";
+
 static struct child children[MAX_CHILDREN];
 static int nchildren;
 
@@ -192,7 +195,7 @@ static void start(unsigned long long id, int piped, char *args, size_t len) {
   int out[2] = { -1, -1 }, err[2] = { -1, -1 };
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, null_path, O_RDONLY, 0);
   if (piped && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
     char text[128];
     snprintf(text, sizeof text, "dsec-spawn: pipe: %s", strerror(errno));
@@ -209,8 +212,8 @@ static void start(unsigned long long id, int piped, char *args, size_t len) {
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
   } else {
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, null_path, O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, null_path, O_WRONLY, 0);
   }
   posix_spawnattr_t attr;
   init_spawn_attr(&attr);
@@ -307,7 +310,7 @@ static void start_stream(unsigned long long id, char *body, size_t len) {
   for (int fd = 0; fd < nfds && !bad; fd++) {
     int p[2];
     if (strcmp(plan[fd], "null") == 0) {
-      posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
+      posix_spawn_file_actions_addopen(&fa, fd, null_path, fd == 0 ? O_RDONLY : O_WRONLY, 0);
     } else if (strcmp(plan[fd], "in") == 0 || strcmp(plan[fd], "out") == 0) {
       int in = plan[fd][0] == 'i';
       if (high_pipe(p) != 0) {
@@ -544,8 +547,8 @@ static void start_carried(unsigned long long id, char *body, size_t len) {
     for (int i = 0; i < ndirs; i++) {
       if (syscall(SYS_move_mount, clones[i], "", AT_FDCWD, dirs[i], MOVE_MOUNT_F_EMPTY_PATH) != 0) child_fail(report[1], "move_mount onto", dirs[i]);
     }
-    int null = open("/dev/null", O_RDWR);
-    if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(piped ? out[1] : null, STDOUT_FILENO) < 0 || dup2(piped ? err[1] : null, STDERR_FILENO) < 0) child_fail(report[1], "stdio", "/dev/null");
+    int null = open(null_path, O_RDWR);
+    if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(piped ? out[1] : null, STDOUT_FILENO) < 0 || dup2(piped ? err[1] : null, STDERR_FILENO) < 0) child_fail(report[1], "stdio", null_path);
     if (null > STDERR_FILENO) close(null);
     /* As posix_spawn's attributes do in start(): no signal blocked or ignored. */
     sigset_t none;
@@ -633,6 +636,14 @@ static size_t serve(char *buf, size_t len) {
 }
 
 int main(int argc, char **argv) {
+  /* `--null PATH`: the node a "null" stdio opens, instead of /dev/null (host/private-null.ts:
+   * crun chowns its stdio to a user-namespaced container's root; the host's /dev/null must not
+   * be what it chowns). */
+  if (argc > 2 && strcmp(argv[1], "--null") == 0) {
+    null_path = argv[2];
+    argv += 2;
+    argc -= 2;
+  }
   /* `--template DIR...`: make the template namespace, without the mounts below each DIR. */
   if (argc > 1 && strcmp(argv[1], "--template") == 0) make_template(argv + 2, argc - 2);
   sigset_t chld;

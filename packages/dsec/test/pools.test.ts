@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Pool, Sandbox } from '@dsec/sdk';
+import { NotFoundError, Pool, Sandbox, Volume } from '@dsec/sdk';
 import type { PoolInfo } from '@dsec/sdk/schema';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
@@ -72,8 +72,21 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     assert.equal(sb.info.labels['dsec.pool'], 'matched');
     const other = await Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 80 } });
     assert.equal(other.info.labels['dsec.pool'], undefined);
+    // Red team round three: the pool's spec plus volumes once claimed a pool sandbox without the
+    // mount (and without the volume's checks). A pool has no volumes: such a create is its own.
+    await filled('matched', 1, server.conn);
+    const vol = await Volume.create(`pooled-${Date.now().toString(36)}`, server.conn);
+    const withVolume = await Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 72 }, volumes: [{ name: vol.name, path: '/mnt/v' }] });
+    assert.equal(withVolume.info.labels['dsec.pool'], undefined, 'not claimed from the pool');
+    assert.equal((await withVolume.commands.run(['sh', '-c', 'grep -c " /mnt/v " /proc/mounts'])).stdout.trim(), '1', 'the volume is mounted');
+    await assert.rejects(
+      Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 72 }, volumes: [{ name: 'nosuch-volume', path: '/mnt/v' }] }),
+      (e: unknown) => e instanceof NotFoundError && e.code === 'VOLUME_NOT_FOUND',
+    );
     await sb.kill();
     await other.kill();
+    await withVolume.kill();
+    await vol.delete();
     await Pool.delete('matched', server.conn);
   });
 

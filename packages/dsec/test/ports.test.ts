@@ -128,11 +128,11 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     assert.equal(r.headers.get('x-seen-ws-protocol'), '[chat]', 'the page keeps its own subprotocols, never the key');
   });
 
-  test("a sandbox's answer cannot claim the platform's origin: no Service-Worker-Allowed, no dsec* cookies", async () => {
+  test("a sandbox's answer cannot claim the platform's origin: no Service-Worker-Allowed, no dsec* cookies, its cookies scoped to its prefix", async () => {
     const r = await a.ports.fetch(8080, '/cgi-bin/platform');
     assert.equal(r.status, 200);
     assert.equal(r.headers.get('service-worker-allowed'), null);
-    assert.deepEqual(r.headers.getSetCookie(), ['app=kept; Path=/']);
+    assert.deepEqual(r.headers.getSetCookie(), [`app=kept; Path=/v1/sandboxes/${a.id}/ports/8080/`], 'a cookie is scoped to the prefix it came through');
   });
 
   test('a response streams: the first part arrives before the server has written the rest', async () => {
@@ -231,6 +231,32 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     const got = readAll(socket);
     socket.end('ping through an upgrade\n');
     assert.equal((await got).toString(), 'ping through an upgrade\n');
+  });
+
+  test('an upgrade through a signed link passes through on the port-link origin, a WebSocket one too', async () => {
+    const link = new URL((await a.ports.link(7100, { ttlSeconds: 60 })).url);
+    for (const upgrade of ['echo', 'websocket']) {
+      const socket = await new Promise<Duplex>((resolve, reject) => {
+        const req = httpRequest({
+          host: link.hostname,
+          port: link.port,
+          path: `${link.pathname}chat`,
+          headers: { connection: 'Upgrade', upgrade, 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' },
+        });
+        req.on('upgrade', (res, sock) => {
+          assert.equal(res.statusCode, 101);
+          // The sandbox's own answer (UPGRADE_ECHO's), not one the platform made up.
+          assert.equal(res.headers['upgrade'], 'echo', upgrade);
+          resolve(sock);
+        });
+        req.on('response', (res) => reject(new Error(`${upgrade}: expected 101, got ${res.statusCode}`)));
+        req.on('error', reject);
+        req.end();
+      });
+      const got = readAll(socket);
+      socket.end(`ping through a ${upgrade} upgrade\n`);
+      assert.equal((await got).toString(), `ping through a ${upgrade} upgrade\n`);
+    }
   });
 
   test('ports.connect: a raw TCP stream, binary-safe, with half-close', async () => {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { compileOptions } from '../src/config/options.js';
-import { createLogger } from '../src/control/request-log.js';
+import { createLogger } from '../src/http/request-log.js';
 import { buildBusyboxImage } from '../src/image/builders/busybox.js';
 import { startAllInOne, type RunningDsec } from '../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId } from './helpers/server.js';

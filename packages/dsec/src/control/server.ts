@@ -2,18 +2,19 @@ import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { requestValidatorCompiler } from './validators.js';
-import Fastify, { LogController, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { authenticate } from './api-keys.js';
 import { enforceAccess, access } from '../http/access.js';
+import type { App } from '../http/app.js';
 import { bearerMatches, presentedKey } from '../http/credentials.js';
 import { blobRoutes } from './routes/blobs.js';
 import { clusterRoutes } from './routes/cluster.js';
 import { batchRoutes } from './routes/batches.js';
 import type { ControlPlane } from './control-plane.js';
 import { e2bRewriteUrl, e2bRoutes } from './e2b/index.js';
-import { JSON_BODY_LIMIT, errorHandler } from './http-errors.js';
+import { JSON_BODY_LIMIT, errorHandler } from '../http/http-errors.js';
 import { imageRoutes, type ImageRouteDeps } from './routes/images.js';
 import { imageRegistryRoutes } from './routes/image-registry.js';
 import { execRoutes } from './routes/exec.js';
@@ -29,7 +30,7 @@ import { sandboxRoutes } from './routes/sandboxes.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import { uiRoutes } from './routes/ui.js';
 import { systemRoutes } from './routes/system.js';
-import { requestIdOptions, useRequestLog } from './request-log.js';
+import { requestIdOptions, useRequestLog } from '../http/request-log.js';
 import { edgeOf } from './sandbox-ids.js';
 import type { StateStore } from './state-store.js';
 import { projectScope } from './routes/access.js';
@@ -51,7 +52,7 @@ export interface ServerDeps extends ImageRouteDeps {
   registryAllow?: readonly string[];
 }
 
-export type App = FastifyInstance<any, any, any, any, TypeBoxTypeProvider>; // eslint-disable-line @typescript-eslint/no-explicit-any
+export type { App };
 
 /**
  * The HTTP API. Every route declares who may call it (`config.access`, http/access.ts) and one

@@ -314,14 +314,16 @@ export class StateStore {
     return (await this.db.get<{ n: number }>('SELECT count(*) AS n FROM api_keys'))!.n;
   }
 
-  async insertKey(id: string, hash: string, name: string, project: string = DEFAULT_PROJECT, admin = false): Promise<void> {
-    await this.db.run('INSERT INTO api_keys (id, hash, name, created_at, project, admin) VALUES (?, ?, ?, ?, ?, ?)', [
+  /** `mintedBy`: the key that made this one (an E2B key a project key minted): revoked with it. */
+  async insertKey(id: string, hash: string, name: string, project: string = DEFAULT_PROJECT, admin = false, mintedBy?: string): Promise<void> {
+    await this.db.run('INSERT INTO api_keys (id, hash, name, created_at, project, admin, minted_by) VALUES (?, ?, ?, ?, ?, ?, ?)', [
       id,
       hash,
       name,
       new Date().toISOString(),
       project,
       admin ? 1 : 0,
+      mintedBy ?? null,
     ]);
   }
 
@@ -335,19 +337,32 @@ export class StateStore {
   }
 
   async listKeys(project?: string): Promise<ApiKeyInfo[]> {
-    const sql = `SELECT id, name, project, admin, created_at, revoked_at FROM api_keys ${project ? 'WHERE project = ?' : ''} ORDER BY created_at, id`;
-    const rows = await this.db.all<{ id: string; name: string; project: string; admin: number; created_at: string; revoked_at: string | null }>(sql, project ? [project] : []);
+    const sql = `SELECT id, name, project, admin, created_at, revoked_at, minted_by FROM api_keys ${project ? 'WHERE project = ?' : ''} ORDER BY created_at, id`;
+    const rows = await this.db.all<{ id: string; name: string; project: string; admin: number; created_at: string; revoked_at: string | null; minted_by: string | null }>(sql, project ? [project] : []);
     return rows.map((r) => {
       const k: ApiKeyInfo = { id: r.id, name: r.name, project: r.project, admin: Number(r.admin) === 1, createdAt: r.created_at };
       if (r.revoked_at) k.revokedAt = r.revoked_at;
+      if (r.minted_by) k.mintedBy = r.minted_by;
       return k;
     });
   }
 
   /** Revokes a key at once (the next request with it is a 401); false when there is no such key. */
+  /** Revokes a key and every key minted from it, at any depth (an E2B key may mint E2B keys). */
   async revokeKey(id: string): Promise<boolean> {
     if (!(await this.db.get('SELECT 1 AS one FROM api_keys WHERE id = ?', [id]))) return false;
-    await this.db.run('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL', [new Date().toISOString(), id]);
+    const now = new Date().toISOString();
+    await this.db.transaction(async (tx) => {
+      let ids = [id];
+      const seen = new Set(ids);
+      while (ids.length) {
+        const marks = ids.map(() => '?').join(', ');
+        await tx.run(`UPDATE api_keys SET revoked_at = ? WHERE id IN (${marks}) AND revoked_at IS NULL`, [now, ...ids]);
+        const children = await tx.all<{ id: string }>(`SELECT id FROM api_keys WHERE minted_by IN (${marks})`, ids);
+        ids = children.map((c) => c.id).filter((c) => !seen.has(c));
+        for (const c of ids) seen.add(c);
+      }
+    });
     return true;
   }
 

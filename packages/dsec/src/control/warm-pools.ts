@@ -324,9 +324,15 @@ export class WarmPools {
   }
 }
 
-/** A spec with its defaults filled and keys in one order, so equal specs compare equal. */
-function canonical(spec: PoolSpec): Record<string, unknown> {
+/**
+ * A spec with its defaults filled and keys in one order, so equal specs compare equal. Every
+ * field of a create that shapes the sandbox is here: one left out would be dropped by a claim
+ * (a create with `volumes` once matched a pool, got a sandbox without them, and skipped the
+ * volume's project check). A pool has no volumes, so a create with any never matches one.
+ */
+function canonical(spec: PoolSpec & { volumes?: unknown[] }): Record<string, unknown> {
   return sortKeys({
+    volumes: spec.volumes ?? [],
     backend: spec.backend ?? 'container',
     image: spec.image,
     resources: { ...DEFAULT_LIMITS, ...spec.resources },

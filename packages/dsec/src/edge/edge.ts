@@ -41,6 +41,7 @@ import type { LayerDigest } from '../image/layer-store.js';
 import { sandboxRuleset } from '../net/policy.js';
 import { resolvePolicy } from './network-request.js';
 import { Crun } from './crun.js';
+import { ensurePrivateNull } from '../host/private-null.js';
 import { SpawnHelper } from '../host/spawn-helper.js';
 import { SPAWN_HELPER_BINARY } from '../host/native-helpers.js';
 import { createEach, type EdgeCreateOutcome } from './edge-api.js';
@@ -184,7 +185,12 @@ export class Edge implements EdgeApi {
     // and the pooled user namespaces (a copy kept in the template would outlive their removal).
     const usernsPoolDir = join(opts.nodeDir, 'userns-pool');
     // The helper starts, and makes it, at first use: after start()'s mounts and doctor's.
+    // Its tools' "null" stdio is dsec's own null node, never the host's /dev/null, which crun
+    // would chown to a user-namespaced sandbox's root (host/private-null.ts).
+    const privateNull = ensurePrivateNull();
+    if (privateNull.path === undefined) opts.log.warn({ why: privateNull.why }, "crun gets the host's /dev/null as stdio: with user namespaces, each create makes it owned by that sandbox's root (crun 1.8.1)");
     this.#spawner = new SpawnHelper(SPAWN_HELPER_BINARY, {
+      ...(privateNull.path ? { nullDevice: privateNull.path } : {}),
       template: [this.records.dir, this.layerMounts.dir, usernsPoolDir],
       onCarryFailed: (why) => opts.log.warn({ why }, 'crun runs in the edge\'s own mount namespace (a create there costs more as the node fills)'),
     });

@@ -4,6 +4,7 @@ import { CGROUP_ROOT } from './cgroups.js';
 import { hostLimitChecks } from './host-limits.js';
 import { filesystemOf, mountIdOf, readMounts } from './mounts.js';
 import { CHUNK_FUSE_BINARY, LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
+import { restoreHostNull } from './private-null.js';
 import { landlockAbi, MS_NODEV, MS_NOSUID, MS_REMOUNT, mount } from './syscalls.js';
 
 export interface Check {
@@ -249,6 +250,8 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean; maxSandboxes?:
     required: false,
   });
   if (isRoot && fix) {
+    const devNull = restoreHostNull();
+    checks.push({ name: "host /dev/null is root's", ok: devNull.ok, detail: devNull.detail, ...(devNull.fixed ? { fixed: devNull.fixed } : {}), required: false });
     checks.push(fixHybridCgroups());
     checks.push(fixDataDirFs(opts.dataDir));
   } else {

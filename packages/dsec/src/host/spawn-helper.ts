@@ -37,8 +37,12 @@ export class SpawnHelper {
    * `template`: the helper makes its template mount namespace at its start (runCarried), without
    * the mounts below these dirs (the node's sandboxes and layers).
    */
-  constructor(binary = SPAWN_HELPER_BINARY, opts: { template?: readonly string[]; onCarryFailed?: (why: string) => void } = {}) {
-    const args = opts.template ? ['--template', ...opts.template] : [];
+  /**
+   * `nullDevice`: the node the helper opens where a tool's stdio is "null" (host/private-null.ts:
+   * not the host's /dev/null, which crun would chown to a sandbox's root). Default /dev/null.
+   */
+  constructor(binary = SPAWN_HELPER_BINARY, opts: { template?: readonly string[]; onCarryFailed?: (why: string) => void; nullDevice?: string } = {}) {
+    const args = [...(opts.nullDevice ? ['--null', opts.nullDevice] : []), ...(opts.template ? ['--template', ...opts.template] : [])];
     this.#helper = new ResidentHelper(binary, { name: 'dsec-spawn', error: (m) => new SpawnHelperError(m), decode: decodeAnswer }, args);
     this.#onCarryFailed = opts.onCarryFailed;
   }

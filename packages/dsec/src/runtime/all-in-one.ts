@@ -25,7 +25,7 @@ import { parseListen, parseRegistryAllow, portsListenOf, type ServerOptions } fr
 import type { FastifyRequest } from 'fastify';
 import { PortLinkGate, PortLinks } from '../control/ports/port-links.js';
 import { buildPortsServer } from '../control/ports/ports-server.js';
-import { createLogger } from '../control/request-log.js';
+import { createLogger } from '../http/request-log.js';
 
 export interface ClientFile {
   url: string;
@@ -35,6 +35,7 @@ export interface ClientFile {
 }
 
 import { HostNotReadyError, takePidLock } from './pid-lock.js';
+import { confineDataDir } from '../host/data-dir.js';
 
 export { HostNotReadyError };
 
@@ -127,6 +128,7 @@ async function startDsecProcess(
   }
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
 
+  confineDataDir(opts.dataDir);
   const releaseLock = takePidLock(opts.dataDir, 'dsec.pid', 'dsec');
   const layers = new LayerStore(opts.layerDir || opts.dataDir, { chunkSize: opts.layerChunkKiB * 1024 });
   const images = new ImageStore(opts.dataDir, layers);

@@ -1,3 +1,4 @@
+import { confineDataDir } from '../host/data-dir.js';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -17,7 +18,7 @@ import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
 import { buildEdgeServer } from '../edge/server/edge-server.js';
 import { doctorPassed, formatChecks, runDoctor } from '../host/doctor.js';
 import { parseListen } from '../config/options.js';
-import { createLogger } from '../control/request-log.js';
+import { createLogger } from '../http/request-log.js';
 import { HostNotReadyError, takePidLock } from './pid-lock.js';
 
 export interface EdgeDaemonOptions {
@@ -90,6 +91,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   const doctor = runDoctor({ dataDir: opts.dataDir, maxSandboxes: opts.maxSandboxes });
   for (const c of doctor) if (c.fixed) log.warn({ check: c.name }, `doctor fixed the host: ${c.fixed}`);
   if (!doctorPassed(doctor)) throw new HostNotReadyError(`this host cannot run sandboxes:\n${formatChecks(doctor.filter((c) => !c.ok))}`);
+  confineDataDir(opts.dataDir);
   const releaseLock = takePidLock(opts.dataDir, 'dsec-edge.pid', 'a dsec edge');
   const id = edgeIdFor(opts.dataDir, opts.id);
   const joinUrl = opts.join.replace(/\/$/, '');

@@ -120,6 +120,20 @@ describe('fast tier: the access matrix of every route, in process', () => {
     assert.deepEqual(wrong, []);
   });
 
+  test('revoking a key revokes the E2B keys it minted, at any depth (red team round three)', async () => {
+    const parent = await createApiKey(store, 'parent', { project: 'team-a' });
+    const minted = await call('POST', '/v1/e2b/keys', parent.key, { name: 'child' });
+    assert.equal(minted.statusCode, 201, minted.body);
+    const child = minted.json() as { id: string; key: string };
+    const grandchild = (await call('POST', '/v1/e2b/keys', child.key, { name: 'grandchild' })).json() as { id: string; key: string };
+    const listed = (await call('GET', '/v1/keys?project=team-a', keys.admin)).json() as { keys: { id: string; mintedBy?: string }[] };
+    assert.equal(listed.keys.find((k) => k.id === child.id)?.mintedBy, parent.id, 'the list says who minted it');
+    for (const k of [parent.key, child.key, grandchild.key]) assert.equal((await call('GET', '/v1/sandboxes', k)).statusCode, 200);
+    assert.equal((await call('DELETE', `/v1/keys/${parent.id}`, keys.admin)).statusCode, 204);
+    for (const k of [parent.key, child.key, grandchild.key]) assert.equal((await call('GET', '/v1/sandboxes', k)).statusCode, 401);
+    assert.equal((await call('GET', '/v1/sandboxes', keys.a)).statusCode, 200, 'other keys of the project stay');
+  });
+
   test('a percent-encoded fixed segment is 400 on every route, with or without a key', async () => {
     const wrong: string[] = [];
     for (const r of routes) {

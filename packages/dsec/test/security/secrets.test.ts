@@ -12,6 +12,9 @@
  * sandbox can read.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
@@ -188,6 +191,19 @@ describe('red team: secrets of the host and the control plane', { skip: integrat
     const tar = await call(server, 'GET', `/v1/sandboxes/${sb.id}/files/tar?path=${encodeURIComponent('/proc/1/environ')}`);
     // Refused, or (tar runs inside the sandbox) at most the sandbox's own /proc: never the host's.
     assertNoSecrets('GET files/tar /proc/1/environ', tar.text);
+  });
+
+  test("a host user cannot read the control plane's secrets from the data dir: the store 0600, the dir unlistable (red team round three)", () => {
+    // The state store holds the cluster token and E2B sandboxes' access tokens.
+    for (const f of ['state.db', 'state.db-wal', 'client.json', 'cluster-token']) {
+      const path = join(server.dataDir, f);
+      if (!existsSync(path)) continue;
+      assert.equal(statSync(path).mode & 0o077, 0, `${f} is ${(statSync(path).mode & 0o777).toString(8)}: readable by others`);
+      const asNobody = spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'cat', path], { encoding: 'utf8' });
+      assert.notEqual(asNobody.status, 0, `uid 65534 read ${f}`);
+    }
+    assert.equal(statSync(server.dataDir).mode & 0o777, 0o711, 'the data dir: passable, not listable, by others');
+    assert.notEqual(spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'ls', server.dataDir]).status, 0, 'uid 65534 listed the data dir');
   });
 
   test('the bystander sandbox is unaffected', async () => {

@@ -73,6 +73,7 @@ export const ApiKeyInfo = Type.Object({
   admin: Type.Boolean(),
   createdAt: Type.String({ format: 'date-time' }),
   revokedAt: Type.Optional(Type.String({ format: 'date-time' })),
+  mintedBy: Type.Optional(Type.String({ description: 'The key that minted this one (POST /v1/e2b/keys); revoking that key revokes this one too.' })),
 });
 export type ApiKeyInfo = Static<typeof ApiKeyInfo>;
 

@@ -91,7 +91,8 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
           },
         },
         // A key of the caller's own project, never an admin one: minting it needs no admin key.
-        async (req, reply) => reply.status(201).send(await createE2bApiKey(store, req.body.name ?? 'e2b', { project: req.caller.project, admin: false })),
+        // It is the minting key's: revoking that key revokes it too.
+        async (req, reply) => reply.status(201).send(await createE2bApiKey(store, req.body.name ?? 'e2b', { project: req.caller.project, admin: false }, req.caller.keyId)),
       );
     });
   };

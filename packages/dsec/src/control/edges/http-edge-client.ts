@@ -15,7 +15,7 @@ import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
 import { lineToEvent } from '../../edge/protocol/exec-lines.js';
 import type { ExecEvent } from '../../exec/run-command.js';
 import type { Link } from '../../net/address-pool.js';
-import { currentRequestId, REQUEST_ID_HEADER } from '../request-log.js';
+import { currentRequestId, REQUEST_ID_HEADER } from '../../http/request-log.js';
 import type { NetworkPolicy } from '../../net/policy.js';
 
 /** Network failures that mean the request never reached the edge: safe to place elsewhere. */

@@ -59,17 +59,42 @@ export function forwardHeaders(req: IncomingMessage, prefix: string, upgrade: bo
 }
 
 /**
- * The response's headers for the caller: hop-by-hop headers dropped (Node frames the body
- * itself), and what would let a sandbox's page act on the platform's behalf where the port is
- * served on the API's origin: `Service-Worker-Allowed` (a worker scoped over /ui/ or /v1/) and
- * cookies named dsec* (the platform's names).
+ * A sandbox's cookie as the caller's browser gets it: scoped to the public prefix the request
+ * came through (`Path=/app` → `Path=<prefix>/app`; none → `Path=<prefix>/`), without `Domain`.
+ * Every link of every project shares one port-link origin: unscoped, a cookie one sandbox set
+ * would be sent to every other sandbox's link (and, as cookies ignore ports, to the API's host).
  */
-export function responseHeaders(raw: string[]): string[] {
+export function scopeCookie(value: string, prefix: string): string {
+  const [pair, ...attrs] = value.split(';');
+  let path = '/';
+  const kept: string[] = [];
+  for (const a of attrs) {
+    const t = a.trim();
+    const eq = t.indexOf('=');
+    const name = (eq < 0 ? t : t.slice(0, eq)).toLowerCase();
+    if (name === 'path') path = eq < 0 ? '/' : t.slice(eq + 1).trim() || '/';
+    else if (name !== 'domain' && t !== '') kept.push(t);
+  }
+  if (!path.startsWith('/')) path = `/${path}`;
+  return [pair!.trim(), `Path=${prefix.replace(/\/$/, '')}${path}`, ...kept].join('; ');
+}
+
+/**
+ * The response's headers for the caller: hop-by-hop headers dropped (Node frames the body
+ * itself), and what would let a sandbox's page act beyond its own link: `Service-Worker-Allowed`
+ * (a worker scoped over the origin), cookies named dsec* (the platform's names), and every other
+ * cookie scoped to the request's prefix (scopeCookie).
+ */
+export function responseHeaders(raw: string[], prefix: string): string[] {
   const out: string[] = [];
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const lower = raw[i]!.toLowerCase();
     if (HOP_BY_HOP.has(lower) || lower === 'service-worker-allowed') continue;
-    if (lower === 'set-cookie' && /^\s*dsec/i.test(raw[i + 1]!)) continue;
+    if (lower === 'set-cookie') {
+      if (/^\s*dsec/i.test(raw[i + 1]!)) continue;
+      out.push(raw[i]!, scopeCookie(raw[i + 1]!, prefix));
+      continue;
+    }
     out.push(raw[i]!, raw[i + 1]!);
   }
   return out;
@@ -112,7 +137,7 @@ export function proxyRequest(req: IncomingMessage, res: ServerResponse, conn: Du
     };
     upstream.on('error', (err: NodeJS.ErrnoException) => fail(`did not answer the request (${err.code ?? err.message})`));
     upstream.on('response', (up) => {
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, responseHeaders(up.rawHeaders));
+      res.writeHead(up.statusCode ?? 502, up.statusMessage, responseHeaders(up.rawHeaders, target.prefix));
       res.flushHeaders();
       up.pipe(res);
       up.on('error', () => res.destroy());

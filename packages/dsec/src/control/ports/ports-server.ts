@@ -3,10 +3,10 @@ import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { enforceAccess } from '../../http/access.js';
 import type { ControlPlane } from '../control-plane.js';
-import { errorHandler } from '../http-errors.js';
-import { requestIdOptions, useRequestLog } from '../request-log.js';
+import { errorHandler } from '../../http/http-errors.js';
+import { requestIdOptions, useRequestLog } from '../../http/request-log.js';
 import { portLinkRoutes } from '../routes/ports.js';
-import type { App } from '../server.js';
+import type { App } from '../../http/app.js';
 import type { PortLinkGate } from './port-links.js';
 
 /**
@@ -29,8 +29,12 @@ export async function buildPortsServer(deps: { control: ControlPlane; linkGate: 
   useRequestLog(app, () => undefined);
   enforceAccess(app, { clusterToken: () => false, link: (req) => deps.linkGate.admit(req) });
   // Upgrades (a page's WebSocket) reach the link route through @fastify/websocket's upgrade
-  // handling; the route hijacks them and passes the bytes on to the sandbox.
-  await app.register(websocket, { options: { maxPayload: 1 << 20 } });
+  // handling, registered in a scope of its own as on the API's server: inside its scope it
+  // would answer an upgrade to a route without a WebSocket handler itself (101, then a close);
+  // outside, the link route gets it, hijacks it and passes the bytes on to the sandbox.
+  await app.register(async (ws) => {
+    await ws.register(websocket, { options: { maxPayload: 1 << 20 } });
+  });
   await app.register(portLinkRoutes({ control: deps.control, linkGate: deps.linkGate }));
   await app.ready();
   return app as unknown as App;

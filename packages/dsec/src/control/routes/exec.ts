@@ -8,7 +8,7 @@ import {
 } from '@dsec/sdk/schema';
 import type { ControlPlane } from '../control-plane.js';
 import type { ExecEvent } from '../../exec/run-command.js';
-import { abortOnHangup } from './abort-on-hangup.js';
+import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { access } from '../../http/access.js';
 

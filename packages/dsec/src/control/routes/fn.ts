@@ -3,7 +3,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { FnBatchRequest, FnRunRequest, FnRunResult } from '@dsec/sdk/schema';
 import type { FnService } from '../fn-service.js';
-import { abortOnHangup } from './abort-on-hangup.js';
+import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { NDJSON } from './exec.js';
 import { access } from '../../http/access.js';

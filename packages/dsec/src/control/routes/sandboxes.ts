@@ -8,7 +8,7 @@ import {
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
 import { applyByLabels, type BulkAction } from '../bulk.js';
-import { abortOnHangup } from './abort-on-hangup.js';
+import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import type { Caller } from '../api-keys.js';
 import { listScope } from './access.js';
 import { access } from '../../http/access.js';

@@ -259,6 +259,16 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 9,
+    name: 'the key that minted a key (E2B keys a project key mints), so revoking it revokes them',
+    up: async (db) => {
+      await db.exec(`
+        ALTER TABLE api_keys ADD COLUMN minted_by TEXT;
+        CREATE INDEX IF NOT EXISTS api_keys_minted_by ON api_keys(minted_by);
+      `);
+    },
+  },
 ];
 
 /**

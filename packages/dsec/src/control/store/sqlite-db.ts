@@ -1,3 +1,4 @@
+import { chmodSync, existsSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
@@ -27,6 +28,10 @@ export class SqliteDb implements SqlDb {
 
   constructor(file: string) {
     this.#db = new Database(file);
+    // The store holds secrets (the cluster token, E2B sandboxes' access tokens, trajectories):
+    // the owner's only. SQLite makes its -wal and -shm with the database file's mode; ones left
+    // by an older dsec are narrowed too.
+    if (file !== ':memory:') for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
     // The busy timeout first: the journal-mode pragma itself may meet another connection's lock
     // (a second process on a live server's store, as the CLI's tools and tests open it), and
     // without a timeout that is SQLITE_BUSY at once.

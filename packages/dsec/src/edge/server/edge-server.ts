@@ -12,14 +12,14 @@ import {
 import { ApiError } from '../../api-error.js';
 import { access, enforceAccess } from '../../http/access.js';
 import { bearerMatches } from '../../http/credentials.js';
-import { errorHandler } from '../../control/http-errors.js';
-import { abortOnHangup } from '../../control/routes/abort-on-hangup.js';
-import type { App } from '../../control/server.js';
+import { errorHandler } from '../../http/http-errors.js';
+import { abortOnHangup } from '../../http/abort-on-hangup.js';
+import type { App } from '../../http/app.js';
 import type { EdgeApi } from '../edge-api.js';
 import {
   EDGE_PREFIX, EdgeCreateGroupRequest, EdgeFnRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage, EdgeVolumeUsage,
 } from '../protocol/schemas.js';
-import { requestIdOptions, useRequestLog } from '../../control/request-log.js';
+import { requestIdOptions, useRequestLog } from '../../http/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
 import { servePortChannel } from '../protocol/port-stream.js';
 
