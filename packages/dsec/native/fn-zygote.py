@@ -91,6 +91,58 @@ def send(obj):
         data = data[os.write(CHANNEL_OUT, data):]
 
 
+def running(pid):
+    """A process is gone when every thread of it is (a leader that left with the raw exit syscall
+    shows Z while another thread of it runs on)."""
+    try:
+        tids = os.listdir('/proc/%d/task' % pid)
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open('/proc/%d/task/%s/stat' % (pid, tid)) as f:
+                state = f.read().rsplit(')', 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ('Z', 'X'):
+            return True
+    return False
+
+
+def others():
+    me = os.getpid()
+    return [int(d) for d in os.listdir('/proc') if d.isdigit() and int(d) not in (1, me) and running(int(d))]
+
+
+def end_leftovers():
+    """Before the wipe, nothing the call started may run: what its session's kill left (a double
+    fork, setsid, a new process group) would write into the scratch dirs after they were wiped,
+    for the next call to meet (red team round three). Killed ones (the call's group) are given a
+    moment to die; whatever still runs then is killed here, and the worker is damaged."""
+    deadline = time.monotonic() + 0.2
+    left = others()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.005)
+        left = others()
+    if not left:
+        return None
+    names = []
+    for pid in left:
+        try:
+            with open('/proc/%d/comm' % pid) as f:
+                names.append('%d %s' % (pid, f.read().strip()))
+        except OSError:
+            names.append(str(pid))
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 2
+    while others() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return 'the call left %d process(es) running (%s)' % (len(left), ', '.join(names))
+
+
 def wipe(path):
     ok = True
     for name in os.listdir(path):
@@ -335,13 +387,14 @@ def main():
         if pid == 0:
             lead()
         _, status = os.waitpid(pid, 0)
+        leftovers = end_leftovers()
         clean = wipe(SCRATCH)
         for d in WIPED:
             if os.path.isdir(d):
                 clean = wipe(d) and clean
         leader = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status
         # Whatever the call left that the next one would meet and Z cannot put back: the edge replaces the worker.
-        damage = sysv_clear() or metadata_changes(fixed)
+        damage = leftovers or sysv_clear() or metadata_changes(fixed)
         send({'type': 'done', 'clean': clean, 'leader': leader, **({'damage': damage} if damage else {})})
 
 

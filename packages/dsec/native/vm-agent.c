@@ -1897,9 +1897,13 @@ static void umh_drop(const char *path, uint64_t drop) {
  *   guest names the program, a path in the guest's root, which the kernel's threads share with
  *   this process) start without what commands lack, nor CAP_SYS_ADMIN: they run outside any
  *   command's seccomp filter.
- * - Lockdown (integrity): no /dev/mem, no raw port I/O, no PCI BAR or config writes through sysfs
- *   (a driver of its own for the virtio-serial device), no unsigned kernel code, no debugfs
- *   writes, no bpf_probe_write_user, whatever capabilities a process has.
+ * - Lockdown (confidentiality, which includes integrity): no /dev/mem, no raw port I/O, no PCI BAR
+ *   or config writes through sysfs (a driver of its own for the virtio-serial device), no
+ *   unsigned kernel code, no debugfs writes, no bpf_probe_write_user; and nothing that reads
+ *   kernel or another process's memory through the kernel: no tracefs, kprobes or uprobes, no
+ *   /proc/kcore, no bpf or perf reads of kernel memory. Integrity alone left tracefs open: a
+ *   command with CAP_SYS_ADMIN put a kprobe on PID 1's writes and read the MAC key's states and
+ *   every frame (red team round three, second pass).
  */
 static void harden_agent(void) {
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fatal("PR_SET_DUMPABLE: %s", strerror(errno));
@@ -1913,7 +1917,7 @@ static void harden_agent(void) {
   umh_drop("/proc/sys/kernel/usermodehelper/bset", helpers);
   umh_drop("/proc/sys/kernel/usermodehelper/inheritable", helpers);
   if (mount("securityfs", "/sys/kernel/security", "securityfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) fatal("mount securityfs: %s", strerror(errno));
-  write_knob("/sys/kernel/security/lockdown", "integrity", 1);
+  write_knob("/sys/kernel/security/lockdown", "confidentiality", 1);
 }
 
 /* ---------- the request loop ------------------------------------------------------------ */

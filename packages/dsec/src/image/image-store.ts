@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ImageConfig, ImageInfo } from '@dsec/sdk/schema';
 import { writeFileAtomic } from './atomic-file.js';
@@ -114,6 +114,8 @@ export class ImageStore {
     this.buildsDir = join(this.dir, 'builds');
     mkdirSync(this.refsDir, { recursive: true });
     mkdirSync(this.buildsDir, { recursive: true });
+    // Root's alone: image names and configs of private images are their projects'.
+    chmodSync(this.dir, 0o700);
   }
 
   #catalog: ImageCatalog | undefined;

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, readdirSync } from 'node:fs';
+import { chmodSync, closeSync, createReadStream, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, readdirSync } from 'node:fs';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
@@ -44,7 +44,10 @@ export class LayerStore {
     this.chunkSize = opts.chunkSize ?? DEFAULT_CHUNK_SIZE;
     this.dir = join(root, 'layers');
     this.tmpDir = join(root, 'tmp');
-    mkdirSync(this.dir, { recursive: true });
+    // Root's alone: a private image's layers are its project's (red team round three: a host user
+    // read a snapshot's files from its layer). The kernel mounts them as root.
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    chmodSync(this.dir, 0o700);
     mkdirSync(this.tmpDir, { recursive: true });
     // Scratch of imports and builds killed mid-way (kill -9, a crash) goes when the store is next opened.
     sweepDeadStaging(this.tmpDir);

@@ -112,6 +112,66 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     await gone(sh.worker);
   });
 
+  test('a leftover whose main thread left with the raw exit syscall (a zombie leader, a live thread) still takes the worker with it', async () => {
+    // Red team round three, second pass: /proc/<pid>/stat of such a process says Z, and the check
+    // took it for gone; its thread lived on into every later call and rewrote their code.
+    const kind = { memoryMiB: 104 };
+    const first = await run({ ...kind, runtime: 'python', code: 'print("warm")' });
+    const ghost = await run({
+      ...kind,
+      runtime: 'python',
+      code: [
+        'import ctypes, os, threading, time',
+        'if os.fork() == 0:',
+        '    os.setsid()',
+        '    if os.fork() == 0:',
+        '        threading.Thread(target=lambda: time.sleep(1000)).start()',
+        '        time.sleep(0.2)',
+        '        ctypes.CDLL(None).syscall(60, 0)  # exit(2): this thread only',
+        '    os._exit(0)',
+        'time.sleep(0.5)',
+        'print("parent done")',
+      ].join('\n'),
+    });
+    assert.equal(ghost.worker, first.worker);
+    assert.equal(ghost.exitCode, 0, ghost.stderr);
+    assert.equal(ghost.workerReplaced, true, `a zombie leader with a live thread outlived the call: ${JSON.stringify(ghost)}`);
+    assert.match(ghost.replacedBecause ?? '', /left 1 process/);
+    await gone(ghost.worker);
+  });
+
+  test('a leftover that writes into the scratch dirs just after the call and then exits leaves nothing for the next call', async () => {
+    // Red team round three, second pass: the fork server wiped the scratch dirs as soon as the
+    // leader ended; a setsid'd leftover wrote after that and exited within the edge's settle
+    // window, unseen. The fork server now ends every leftover before it wipes.
+    const kind = { memoryMiB: 104 };
+    const first = await run({ ...kind, runtime: 'python', code: 'print("warm")' });
+    const plant = await run({
+      ...kind,
+      runtime: 'python',
+      code: [
+        'import os, time',
+        "open('/tmp/marker', 'w').write('m')",
+        'if os.fork() == 0:',
+        '    os.setsid()',
+        '    if os.fork() == 0:',
+        '        # Wait for the wipe (the marker goes with it), then plant and leave at once.',
+        '        t = time.monotonic()',
+        "        while os.path.exists('/tmp/marker') and time.monotonic() - t < 5:",
+        '            time.sleep(0.0005)',
+        "        open('/tmp/planted', 'w').write('x')",
+        "        os.makedirs('/tmp/node_modules/fs', exist_ok=True)",
+        '        os._exit(0)',
+        '    os._exit(0)',
+        'print("parent done")',
+      ].join('\n'),
+    });
+    assert.equal(plant.worker, first.worker);
+    assert.equal(plant.exitCode, 0, plant.stderr);
+    const next = await run({ ...kind, runtime: 'python', code: "import os; print(os.path.exists('/tmp/planted'), os.path.exists('/tmp/node_modules'))" });
+    assert.equal(next.stdout.trim(), 'False False', `the next call (worker ${next.worker}, the planter's ${plant.worker}) met the leftover's files`);
+  });
+
   test("a background job in the call's own session is killed with it; the worker stays and the next call sees no trace", async () => {
     const kind = { memoryMiB: 112 };
     const bg = await run({ ...kind, runtime: 'bash', code: 'sleep 1000 & echo $!' });

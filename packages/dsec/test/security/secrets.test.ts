@@ -193,7 +193,7 @@ describe('red team: secrets of the host and the control plane', { skip: integrat
     assertNoSecrets('GET files/tar /proc/1/environ', tar.text);
   });
 
-  test("a host user cannot read the control plane's secrets from the data dir: the store 0600, the dir unlistable (red team round three)", () => {
+  test("a host user cannot read the control plane's secrets from the data dir: the store 0600, layers and images 0700, the dir unlistable (red team round three)", () => {
     // The state store holds the cluster token and E2B sandboxes' access tokens.
     for (const f of ['state.db', 'state.db-wal', 'client.json', 'cluster-token']) {
       const path = join(server.dataDir, f);
@@ -203,6 +203,12 @@ describe('red team: secrets of the host and the control plane', { skip: integrat
       assert.notEqual(asNobody.status, 0, `uid 65534 read ${f}`);
     }
     assert.equal(statSync(server.dataDir).mode & 0o777, 0o711, 'the data dir: passable, not listable, by others');
+    // Private images' layers and records (red team round three, second pass: uid 65534 read a
+    // project's snapshot from its layer file).
+    for (const d of ['layers', 'images']) {
+      assert.equal(statSync(join(server.dataDir, d)).mode & 0o777, 0o700, `${d}/`);
+      assert.notEqual(spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'ls', join(server.dataDir, d)]).status, 0, `uid 65534 listed ${d}/`);
+    }
     assert.notEqual(spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'ls', server.dataDir]).status, 0, 'uid 65534 listed the data dir');
   });
 

@@ -478,7 +478,17 @@ describe('red team: a leftover process in a microVM cannot forge later results',
     for (const c of [16, 17, 19, 22, 38, 39]) assert.equal(has(c), false, `a command holds capability ${c}: ${bnd}`);
     for (const c of [0, 12, 21, 27]) assert.equal(has(c), true, `a command lost capability ${c}: ${bnd}`);
     assert.equal(has(37), false, 'CAP_AUDIT_READ marks confined commands only');
-    assert.deepEqual([yama, modules, kexec, lockdown], ['1', '1', '1', 'none [integrity] confidentiality']);
+    assert.deepEqual([yama, modules, kexec, lockdown], ['1', '1', '1', 'none integrity [confidentiality]']);
+    // Red team round three, second pass: with integrity alone a command mounted tracefs and put a
+    // kprobe on PID 1's writes, reading the MAC key's states and every frame. Confidentiality
+    // refuses tracefs and kprobes to everyone.
+    const trace = await must(
+      server,
+      sb,
+      "mkdir -p /tmp/tr; mount -t tracefs nodev /tmp/tr 2>&1; echo 'p:dsecprobe ksys_write' >> /tmp/tr/kprobe_events 2>&1 && echo kprobe-set; cat /tmp/tr/trace 2>&1 | head -1 && echo trace-read; umount /tmp/tr 2>/dev/null; true",
+    );
+    assert.doesNotMatch(trace.stdout, /kprobe-set/, `a command set a kprobe: ${show(trace)}`);
+    assert.doesNotMatch(trace.stdout.replace(/.*(Operation not permitted|No such file|Permission denied).*\n?/g, ''), /^# tracer/m, `a command read the trace: ${show(trace)}`);
     assert.doesNotMatch(plain.stdout, /lowered/, 'only CAP_SYS_PTRACE may lower ptrace_scope');
     const confined = await must(server, sb, 'grep CapBnd /proc/self/status', { writablePaths: ['/tmp'] });
     const ccaps = BigInt(`0x${confined.stdout.trim().split(/\s+/)[1]!}`);

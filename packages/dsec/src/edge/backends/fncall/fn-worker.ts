@@ -289,10 +289,29 @@ function statFields(pid: number): string[] | undefined {
   }
 }
 
-/** Not exited: a zombie waits for the init to reap it and counts as gone. */
+/**
+ * Not exited: a process is gone when every one of its threads is (a zombie waits for the init to
+ * reap it). Its main thread's state alone is not enough: a leader that leaves with the raw exit
+ * syscall while another thread runs shows Z, and that process lived on into later calls (red
+ * team, round three, second pass).
+ */
 function alive(pid: number): boolean {
-  const f = statFields(pid);
-  return f !== undefined && f[0] !== 'Z';
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return false;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      if (state !== 'Z' && state !== 'X') return true;
+    } catch {
+      // that thread is gone
+    }
+  }
+  return false;
 }
 
 function parentOf(pid: number): number | undefined {
