@@ -253,7 +253,7 @@ async function startDsecProcess(
   }
   const addr = app.server.address();
   const actualPort = typeof addr === 'object' && addr ? addr.port : port;
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`;
+  const url = `http://${hostForUrl(host)}:${actualPort}`;
 
   // client.json keeps a working key for local scripts; a key is created when none there works.
   const existing = readClientFile(opts.dataDir);

@@ -78,7 +78,8 @@ export async function sandboxFor(control: ControlPlane, id: string | undefined, 
   return s;
 }
 
-function queryString(q: unknown, key: string): string | undefined {
+/** A non-empty string query parameter, else undefined (envd's routes and their access check read them alike). */
+export function queryString(q: unknown, key: string): string | undefined {
   const v = (q as Record<string, unknown> | undefined)?.[key];
   return typeof v === 'string' && v !== '' ? v : undefined;
 }

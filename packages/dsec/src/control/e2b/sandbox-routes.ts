@@ -7,7 +7,7 @@ import type { ControlPlane } from '../control-plane.js';
 import { CONNECT_CODES, ConnectError } from './connect-protocol.js';
 import type { FilesystemService } from './filesystem-service.js';
 import { connectErrorOf, registerRpc, sendUnaryError, type RpcService } from './rpc-router.js';
-import { admittedSandbox } from './sandbox-access.js';
+import { admittedSandbox, queryString } from './sandbox-access.js';
 import { SANDBOX_PREFIX } from './sandbox-prefix.js';
 import { access } from '../../http/access.js';
 import { resolvePath, userFromAuthorization, type SandboxUsers } from './sandbox-users.js';
@@ -36,11 +36,6 @@ function envdErrorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply
   if (req.routeOptions.url === `${SANDBOX_PREFIX}/:service/:method`) return sendUnaryError(reply, connectErrorOf(err));
   if (req.routeOptions.url === `${SANDBOX_PREFIX}/health`) return reply.status(502).type('application/json').send({ code: 502, message: connectErrorOf(err).message });
   return httpError(reply, err);
-}
-
-function queryString(q: unknown, key: string): string | undefined {
-  const v = (q as Record<string, unknown>)[key];
-  return typeof v === 'string' && v !== '' ? v : undefined;
 }
 
 /** The files of a POST /files body: one raw (maybe gzip) body, or the parts of a multipart form. */
