@@ -1,4 +1,3 @@
- 
 /** Bad requests: each one answers with the registry status and code in `{error:{code,message,details}}`. */
 import assert from 'node:assert/strict';
 import { totalmem } from 'node:os';
@@ -106,7 +105,7 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
     expectInvalidField(await create({}), 'image');
   });
 
-  test("backend other than container, microvm or vm → 400, field backend", async () => {
+  test('backend other than container, microvm or vm → 400, field backend', async () => {
     expectInvalidField(await create({ image: 'busybox', backend: 'firecracker' }), 'backend');
   });
 
@@ -139,7 +138,11 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
   });
 
   test('the SDK refuses what the schema refuses before sending: InvalidRequestError naming the field, no status', async () => {
-    const err = await expectSdkError(Sandbox.create({ ...server.conn, resources: { memoryMiB: 1 } }), InvalidRequestError, 'INVALID_REQUEST');
+    const err = await expectSdkError(
+      Sandbox.create({ ...server.conn, resources: { memoryMiB: 1 } }),
+      InvalidRequestError,
+      'INVALID_REQUEST',
+    );
     assert.equal(err.status, undefined);
     assert.equal(err.details['field'], 'resources.memoryMiB');
   });
@@ -257,7 +260,11 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
   });
 
   test("network mode 'closed' → 400 listing none, allow, open; allow with no entries → 400 naming allow", async () => {
-    const bad = expectWireError(await call(server, 'PUT', `/v1/sandboxes/${sb.id}/network`, { json: { mode: 'closed' } }), 400, 'INVALID_REQUEST');
+    const bad = expectWireError(
+      await call(server, 'PUT', `/v1/sandboxes/${sb.id}/network`, { json: { mode: 'closed' } }),
+      400,
+      'INVALID_REQUEST',
+    );
     assert.match(bad.message, /mode must be one of "none", "allow", "open"/);
     for (const body of [{ mode: 'allow' }, { mode: 'allow', allow: [] }]) {
       const e = expectWireError(await call(server, 'PUT', `/v1/sandboxes/${sb.id}/network`, { json: body }), 400, 'INVALID_REQUEST');
@@ -267,7 +274,10 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
   });
 
   test('a cwd that does not exist (or is a file) → 400 naming cwd, not exit 255 with crun text in stderr', async () => {
-    for (const [cwd, what] of [['/nope', /does not exist/], ['/etc/passwd', /is not a directory/]] as const) {
+    for (const [cwd, what] of [
+      ['/nope', /does not exist/],
+      ['/etc/passwd', /is not a directory/],
+    ] as const) {
       const e = expectWireError(await exec({ cmd: 'pwd', cwd }), 400, 'INVALID_REQUEST');
       assert.equal(e.details['field'], 'cwd');
       assert.match(e.message, what);
@@ -275,7 +285,11 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
   });
 
   test('a file over 64 MiB → 413 stating the limit', async () => {
-    const e = expectWireError(await call(server, 'PUT', `/v1/sandboxes/${sb.id}/files?path=/tmp/big`, { body: new Uint8Array((64 << 20) + 1) }), 413, 'PAYLOAD_TOO_LARGE');
+    const e = expectWireError(
+      await call(server, 'PUT', `/v1/sandboxes/${sb.id}/files?path=/tmp/big`, { body: new Uint8Array((64 << 20) + 1) }),
+      413,
+      'PAYLOAD_TOO_LARGE',
+    );
     assert.match(e.message, /64 MiB limit/);
     assert.equal(e.details['limit'], 64 << 20);
   });

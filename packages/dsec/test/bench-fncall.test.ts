@@ -12,19 +12,37 @@ import { fnCallScenario, type FnCallResult } from '../src/bench/scenarios/fncall
 import { defaultOptions } from '../src/bench/scenarios/scenario.js';
 import { integrationSkipReason } from './helpers/server.js';
 
-const skip = integrationSkipReason() ?? (existsSync('/usr/bin/python3') ? undefined : 'the fncall benchmark needs /usr/bin/python3 on the host');
+const skip =
+  integrationSkipReason() ?? (existsSync('/usr/bin/python3') ? undefined : 'the fncall benchmark needs /usr/bin/python3 on the host');
 
 describe('dsec bench fncall (CI size)', { skip, timeout: 900_000 }, () => {
   test('four ways at concurrency 1 and 8, right answers, pool claims, result files, nothing left', async () => {
     const out = mkdtempSync('/var/tmp/dsec-test-bench-fncall-');
     try {
       const options = defaultOptions(fnCallScenario, { count: 4, perCallCount: 2, claims: 8, maxConcurrency: 8 });
-      const outcome = await runBench({ scenarios: [{ def: fnCallScenario, options }], combined: false, peers: ['crun'], outDir: out, commandLine: 'test', nice: 0, say: () => {} });
+      const outcome = await runBench({
+        scenarios: [{ def: fnCallScenario, options }],
+        combined: false,
+        peers: ['crun'],
+        outDir: out,
+        commandLine: 'test',
+        nice: 0,
+        say: () => {},
+      });
       assert.deepEqual(outcome.failed, []);
       const { report, files } = outcome.reports[0]!;
       const result = report.result as FnCallResult;
       const runs = result.peers[0]!.runs;
-      assert.deepEqual(runs.map((r) => `${r.way}@${r.concurrency}`).sort(), ['crun@1', 'crun@8', 'fn@1', 'fn@8', 'host@1', 'host@8', 'sandbox@1', 'sandbox@8']);
+      assert.deepEqual(runs.map((r) => `${r.way}@${r.concurrency}`).sort(), [
+        'crun@1',
+        'crun@8',
+        'fn@1',
+        'fn@8',
+        'host@1',
+        'host@8',
+        'sandbox@1',
+        'sandbox@8',
+      ]);
       for (const r of runs) {
         assert.deepEqual(r.errors, [], `${r.way}@${r.concurrency}`);
         assert.equal(r.wrong, 0, `${r.way}@${r.concurrency} answered wrong`);

@@ -1,4 +1,3 @@
- 
 /** The dsec CLI, run as a separate process against a real server. */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -32,7 +31,10 @@ function runCli(args: string[], env: Record<string, string>, guardMs = 60_000, p
     const child =
       pipeIn === undefined
         ? spawn(process.execPath, [CLI, ...args], { env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] })
-        : spawn('/bin/sh', ['-c', 'printf %s "$PIPEIN" | "$@"', 'sh', process.execPath, CLI, ...args], { env: { ...fullEnv, PIPEIN: pipeIn }, stdio: ['ignore', 'pipe', 'pipe'] });
+        : spawn('/bin/sh', ['-c', 'printf %s "$PIPEIN" | "$@"', 'sh', process.execPath, CLI, ...args], {
+            env: { ...fullEnv, PIPEIN: pipeIn },
+            stdio: ['ignore', 'pipe', 'pipe'],
+          });
     const out: Buffer[] = [];
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => out.push(d));
@@ -71,7 +73,10 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     assert.equal(r.code, 0, r.stderr);
     const list = JSON.parse(r.stdout) as { id: string; status: string }[];
     assert.ok(Array.isArray(list));
-    assert.ok(list.some((s) => s.id === sb.id && s.status === 'running'), r.stdout);
+    assert.ok(
+      list.some((s) => s.id === sb.id && s.status === 'running'),
+      r.stdout,
+    );
   });
 
   test('run --count N creates a batch: progress lines when not a terminal, then the ids', async () => {
@@ -79,7 +84,10 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     assert.equal(r.code, 0, r.stderr);
     const ids = r.stdout.trim().split('\n');
     assert.equal(ids.length, 4);
-    assert.ok(ids.every((id) => id.startsWith(`sb-${server.edgeId}-`)), r.stdout);
+    assert.ok(
+      ids.every((id) => id.startsWith(`sb-${server.edgeId}-`)),
+      r.stdout,
+    );
     assert.match(r.stderr, /creating 4 sandboxes: 4\/4 \(100%\)/);
     assert.match(r.stderr, /batch batch-[0-9a-f]+: 4 running, 0 failed/);
     const listed = await Sandbox.list({ ...server.conn, labels: { via: 'cli-batch' } });
@@ -96,7 +104,22 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
         srv.close(() => resolve(port));
       });
     });
-    const r = await runCli(['edge', '--join', `http://127.0.0.1:${closed}`, '--token', 'dsecjoin_x', '--data-dir', dir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], env);
+    const r = await runCli(
+      [
+        'edge',
+        '--join',
+        `http://127.0.0.1:${closed}`,
+        '--token',
+        'dsecjoin_x',
+        '--data-dir',
+        dir,
+        '--listen',
+        '127.0.0.1:0',
+        '--log-level',
+        'warn',
+      ],
+      env,
+    );
     assert.equal(r.code, 1);
     assert.match(r.stderr, /could not join the control plane: cannot reach .* \(ECONNREFUSED\); check --join/);
     assertNoStack(r);
@@ -188,7 +211,10 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     assert.equal(r.code, 0, r.stderr + r.stdout);
     const checks = JSON.parse(r.stdout) as { name: string; ok: boolean; required: boolean }[];
     assert.ok(checks.length > 0);
-    assert.ok(checks.every((c) => c.ok || !c.required), r.stdout);
+    assert.ok(
+      checks.every((c) => c.ok || !c.required),
+      r.stdout,
+    );
     assert.ok(checks.some((c) => c.name === 'running as root' && c.ok));
   });
 
@@ -196,7 +222,10 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     const r = await runCli(['image', 'ls', '--json', '--data-dir', server.dataDir], env);
     assert.equal(r.code, 0, r.stderr);
     const images = JSON.parse(r.stdout) as { names: string[] }[];
-    assert.ok(images.some((i) => i.names.includes('busybox:latest')), r.stdout);
+    assert.ok(
+      images.some((i) => i.names.includes('busybox:latest')),
+      r.stdout,
+    );
   });
 
   test('up on a data dir another process serves refuses to start', async () => {
@@ -243,7 +272,7 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, '-w /tmp\n');
     const before = await runCli(['exec', '-w', '/tmp', sb.id, 'pwd'], env);
-    assert.equal(before.stdout, '/tmp\n', 'options before the id are still dsec\'s');
+    assert.equal(before.stdout, '/tmp\n', "options before the id are still dsec's");
     const misplaced = await runCli(['exec', sb.id, '--timeout', '500', 'sleep', '5'], env);
     assert.equal(misplaced.code, 1);
     assert.match(misplaced.stderr, /--timeout comes after the sandbox id.*put dsec's options before the id/);
@@ -272,7 +301,11 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
   });
 
   test('a bad option value is refused by name, without a stack trace', async () => {
-    for (const args of [['run', 'busybox', '-m', 'lots'], ['run', 'busybox', '-e', 'NOVALUE'], ['exec', '--timeout', 'soon', sb.id, 'true']]) {
+    for (const args of [
+      ['run', 'busybox', '-m', 'lots'],
+      ['run', 'busybox', '-e', 'NOVALUE'],
+      ['exec', '--timeout', 'soon', sb.id, 'true'],
+    ]) {
       const r = await runCli(args, env);
       assert.equal(r.code, 1, args.join(' '));
       assert.match(r.stderr, /invalid/, args.join(' '));
@@ -286,7 +319,11 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     const port = (blocker.address() as AddressInfo).port;
     const dataDir = makeDataDir();
     try {
-      const r = await runCli(['up', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, '--log-level', 'silent', '--edge-id', newEdgeId()], {}, 30_000);
+      const r = await runCli(
+        ['up', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, '--log-level', 'silent', '--edge-id', newEdgeId()],
+        {},
+        30_000,
+      );
       assert.equal(r.code, 1, r.stdout);
       assert.match(r.stderr, /cannot listen on 127\.0\.0\.1:\d+: the address is in use/);
       assertNoStack(r);
@@ -300,7 +337,11 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
   test('up with an edge id another dsec on the host holds exits 1 naming it and DSEC_EDGE_ID, without a stack trace', async () => {
     const dataDir = makeDataDir();
     try {
-      const r = await runCli(['up', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'silent', '--edge-id', server.edgeId], {}, 30_000);
+      const r = await runCli(
+        ['up', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'silent', '--edge-id', server.edgeId],
+        {},
+        30_000,
+      );
       assert.equal(r.code, 1, r.stdout);
       assert.match(r.stderr, /edge id \w+ is already in use on this host .*DSEC_EDGE_ID/);
       assertNoStack(r);
@@ -359,6 +400,9 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     const r = await runCli(['log', victim.id, '--json'], env);
     assert.equal(r.code, 0, r.stderr);
     const entries = JSON.parse(r.stdout) as { kind: string; request: { cmd?: string } }[];
-    assert.deepEqual(entries.map((e) => e.request.cmd), ['echo logged']);
+    assert.deepEqual(
+      entries.map((e) => e.request.cmd),
+      ['echo logged'],
+    );
   });
 });

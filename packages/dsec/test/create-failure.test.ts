@@ -1,4 +1,3 @@
- 
 /**
  * A create that fails rolls back everything it made on the host, tells the caller why, and leaves
  * a failed record the caller can inspect and delete.
@@ -115,7 +114,11 @@ describe('failed create rolls back', { skip: integrationSkipReason(), timeout: 1
     });
 
     test('exec on the failed sandbox: 409 SANDBOX_NOT_RUNNING with the reason', async () => {
-      const e = expectWireError(await call(server, 'POST', `/v1/sandboxes/${sandboxId}/exec`, { json: { cmd: 'true' } }), 409, 'SANDBOX_NOT_RUNNING');
+      const e = expectWireError(
+        await call(server, 'POST', `/v1/sandboxes/${sandboxId}/exec`, { json: { cmd: 'true' } }),
+        409,
+        'SANDBOX_NOT_RUNNING',
+      );
       assert.match(e.message, /failed/);
       const sb = await Sandbox.connect(sandboxId, server.conn);
       await expectSdkError(sb.commands.run('true'), ConflictError, 'SANDBOX_NOT_RUNNING');

@@ -1,4 +1,3 @@
- 
 /** Running commands in a sandbox: output, env, cwd, argv, stdin, exit codes, timeouts, output caps. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -145,7 +144,9 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
   });
 
   test('timeout kills the whole process tree, background children included', async () => {
-    const res = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: 'sleep 1003 & sleep 1004 & sleep 1005; wait', timeoutMs: 500 } });
+    const res = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, {
+      json: { cmd: 'sleep 1003 & sleep 1004 & sleep 1005; wait', timeoutMs: 500 },
+    });
     assert.equal((res.json as ExecResult).timedOut, true);
     assert.deepEqual(await liveProcesses(sb, 'sleep'), []);
   });
@@ -204,11 +205,15 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
       signal: abort.signal,
     }).catch((err: Error) => err);
     // Wait (bounded by this exec's own timeout) until the command runs, then hang up.
-    const started = await sb.commands.run(`until ps -o args | grep -q '^sleep 1006'; do sleep 0.05; done; echo started`, { timeoutMs: 30_000 });
+    const started = await sb.commands.run(`until ps -o args | grep -q '^sleep 1006'; do sleep 0.05; done; echo started`, {
+      timeoutMs: 30_000,
+    });
     assert.equal(started.stdout, 'started\n', 'the long command never started');
     abort.abort();
     assert.ok((await pending) instanceof Error, 'the aborted request rejects');
-    const gone = await sb.commands.run(`while ps -o stat,args | grep -v '^Z' | grep -q 'sleep 1006$'; do sleep 0.05; done; echo gone`, { timeoutMs: 30_000 });
+    const gone = await sb.commands.run(`while ps -o stat,args | grep -v '^Z' | grep -q 'sleep 1006$'; do sleep 0.05; done; echo gone`, {
+      timeoutMs: 30_000,
+    });
     assert.equal(gone.timedOut, false, 'the command kept running after its caller hung up');
     assert.equal(gone.stdout, 'gone\n');
   });

@@ -1,4 +1,3 @@
- 
 /** The files API: round trips, parents, modes, and agreement with what commands see. */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -27,7 +26,9 @@ describe('files', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
 
   test('a file read answers with application/octet-stream and the raw bytes', async () => {
     await sb.files.write('/tmp/raw', new Uint8Array([0, 255, 10, 13]));
-    const res = await fetch(`${server.url}/v1/sandboxes/${sb.id}/files?path=/tmp/raw`, { headers: { authorization: `Bearer ${server.apiKey}` } });
+    const res = await fetch(`${server.url}/v1/sandboxes/${sb.id}/files?path=/tmp/raw`, {
+      headers: { authorization: `Bearer ${server.apiKey}` },
+    });
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /^application\/octet-stream/);
     assert.deepEqual([...new Uint8Array(await res.arrayBuffer())], [0, 255, 10, 13]);

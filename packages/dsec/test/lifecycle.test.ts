@@ -1,4 +1,3 @@
- 
 /** Sandbox lifecycle against a real server: create, inspect, limits on the host, init, list, kill. */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -81,13 +80,15 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     assert.equal(Number(r.stdout.trim()), 64 * MiB);
   });
 
-  test('each v1 cgroup hierarchy inside is the sandbox\'s own cgroup (its init and the command are in it), read-only', async (t) => {
+  test("each v1 cgroup hierarchy inside is the sandbox's own cgroup (its init and the command are in it), read-only", async (t) => {
     const names = v1Hierarchies();
     if (!names.length) return t.skip('this host has no v1 cgroup hierarchy (cgroup2 only): crun mounts cgroup2 itself');
     // The edge binds each from the sandbox's dir (edge/oci-config.ts) instead of crun mounting a
     // cgroupfs per hierarchy: a wrong source (the hierarchy's root, another sandbox's dir) lists
     // neither the init (pid 1 in the sandbox's pid namespace) nor this shell.
-    const script = names.map((h) => `if grep -qx 1 /sys/fs/cgroup/${h}/cgroup.procs && grep -qx $$ /sys/fs/cgroup/${h}/cgroup.procs; then echo ${h}; fi`);
+    const script = names.map(
+      (h) => `if grep -qx 1 /sys/fs/cgroup/${h}/cgroup.procs && grep -qx $$ /sys/fs/cgroup/${h}/cgroup.procs; then echo ${h}; fi`,
+    );
     const r = await sb.commands.run([...script, 'mkdir /sys/fs/cgroup/pids/x 2>&1 || true', 'cat /sys/fs/cgroup/pids/pids.max'].join('\n'));
     assert.equal(r.exitCode, 0, r.stderr);
     const lines = r.stdout.trim().split('\n');
@@ -108,7 +109,10 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     );
     assert.equal(r.exitCode, 0, r.stderr);
     const lines = r.stdout.trim().split('\n');
-    assert.deepEqual(lines.slice(0, masked.length), masked.map((d) => `${d}: 0 entries; Read-only file system`));
+    assert.deepEqual(
+      lines.slice(0, masked.length),
+      masked.map((d) => `${d}: 0 entries; Read-only file system`),
+    );
     assert.equal(lines[masked.length], 'Read-only file system');
     const mounts = lines.slice(masked.length + 1).map((l) => l.split(' ') as [string, string, string]);
     // The stubs are binds of the data dir's filesystem (a tmpfs itself on an overlay root): the
@@ -116,7 +120,8 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     const stubs = MOUNT_STUBS_DIR;
     const dev = statSync(stubs).dev;
     const stubDev = `${(dev >> 8) & 0xfff}:${(dev & 0xff) | ((dev >> 12) & 0xfff00)}`;
-    for (const d of [...masked, '/sys/fs/cgroup']) assert.equal(mounts.find((m) => m[0] === d)?.[1], stubDev, `${d} is not the stub's bind: ${r.stdout}`);
+    for (const d of [...masked, '/sys/fs/cgroup'])
+      assert.equal(mounts.find((m) => m[0] === d)?.[1], stubDev, `${d} is not the stub's bind: ${r.stdout}`);
     const ownTmpfs = mounts.filter((m) => m[2] === 'tmpfs' && m[1] !== stubDev).map((m) => m[0]);
     assert.deepEqual(ownTmpfs.sort(), ['/dev', '/dev/shm'], 'the only tmpfs superblocks of the sandbox its own');
     assert.deepEqual(readdirSync(join(stubs, 'empty')), [], 'the shared empty dir on the host stays empty');
@@ -182,7 +187,10 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
       const both = await Sandbox.list({ ...server.conn, labels: { run: 'list-test' } });
       assert.deepEqual(both.map((s) => s.id).sort(), [a.id, b.id].sort());
       const bAndRun = await Sandbox.list({ ...server.conn, labels: { run: 'list-test', team: 'b' } });
-      assert.deepEqual(bAndRun.map((s) => s.id), [b.id]);
+      assert.deepEqual(
+        bAndRun.map((s) => s.id),
+        [b.id],
+      );
       const none = await Sandbox.list({ ...server.conn, labels: { team: 'c' } });
       assert.deepEqual(none, []);
     } finally {
@@ -206,13 +214,18 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     const id = victim.id;
     const w = await victim.files.write('/tmp/data', 'x');
     assert.equal(w.bytes, 1);
-    assert.ok((await findLeaks(server.dataDir, { onlyIds: [id] })).length > 0, 'a running sandbox has a mount, cgroup, crun container and directory');
+    assert.ok(
+      (await findLeaks(server.dataDir, { onlyIds: [id] })).length > 0,
+      'a running sandbox has a mount, cgroup, crun container and directory',
+    );
     await victim.kill();
     assert.deepEqual(await findLeaks(server.dataDir, { onlyIds: [id] }), []);
   });
 
   test('ten sandboxes created and killed concurrently leave nothing behind', async () => {
-    const sandboxes = await Promise.all(Array.from({ length: 10 }, (_, i) => Sandbox.create({ ...server.conn, resources: { memoryMiB: 32 }, labels: { batch: `b${i}` } })));
+    const sandboxes = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => Sandbox.create({ ...server.conn, resources: { memoryMiB: 32 }, labels: { batch: `b${i}` } })),
+    );
     const outs = await Promise.all(sandboxes.map((s, i) => s.commands.run(`echo ${i}`)));
     outs.forEach((r, i) => assert.equal(r.stdout, `${i}\n`));
     await Promise.all(sandboxes.map((s) => s.kill()));
@@ -222,7 +235,9 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
 
   test('killing a sandbox while a command runs in it ends the command and leaves nothing behind', async () => {
     const victim = await Sandbox.create({ ...server.conn });
-    const pending = call(server, 'POST', `/v1/sandboxes/${victim.id}/exec`, { json: { cmd: ['sleep', '1009'], timeoutMs: 120_000 } }).catch((err: Error) => err);
+    const pending = call(server, 'POST', `/v1/sandboxes/${victim.id}/exec`, { json: { cmd: ['sleep', '1009'], timeoutMs: 120_000 } }).catch(
+      (err: Error) => err,
+    );
     const started = await victim.commands.run(`until ps -o args | grep -q '^sleep 1009'; do sleep 0.05; done; echo started`);
     assert.equal(started.stdout, 'started\n');
     await victim.kill();
@@ -276,7 +291,10 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
       const ids = mine.map((m) => m.id).sort();
       const paused = await Sandbox.pauseAll({ ...server.conn, labels });
       assert.deepEqual(paused, { ids, failures: [] });
-      assert.deepEqual((await Sandbox.list({ ...server.conn, labels })).map((s) => s.status), ['paused', 'paused', 'paused']);
+      assert.deepEqual(
+        (await Sandbox.list({ ...server.conn, labels })).map((s) => s.status),
+        ['paused', 'paused', 'paused'],
+      );
       assert.equal((await other.refresh()).status, 'running');
       assert.deepEqual((await Sandbox.resumeAll({ ...server.conn, labels: { bulk: 'b1', n: 'x' } })).ids, ids);
       assert.equal((await mine[0]!.commands.run('echo back')).stdout, 'back\n');
@@ -302,7 +320,10 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     const parent = await Sandbox.create({ ...server.conn, network: { mode: 'allow', allow: ['169.254.250.1:80'] } });
     try {
       const before = await parent.fork(1);
-      assert.deepEqual(await before.sandboxes[0]!.network().then((n) => [n.mode, n.allow]), ['allow', [{ cidr: '169.254.250.1/32', port: 80 }]]);
+      assert.deepEqual(await before.sandboxes[0]!.network().then((n) => [n.mode, n.allow]), [
+        'allow',
+        [{ cidr: '169.254.250.1/32', port: 80 }],
+      ]);
       await parent.setNetwork({ mode: 'none' });
       const after = await parent.fork(1);
       assert.equal((await after.sandboxes[0]!.network()).mode, 'none', 'the fork got the create-time policy');

@@ -69,7 +69,10 @@ describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
     };
     grew('dsec_sandbox_creates_total', { backend: 'container' }, 3);
     grew('dsec_sandbox_create_duration_seconds_count', { backend: 'container' }, 3);
-    assert.ok(after.sum('dsec_sandbox_create_duration_seconds_sum', { backend: 'container' }) > before.sum('dsec_sandbox_create_duration_seconds_sum', { backend: 'container' }));
+    assert.ok(
+      after.sum('dsec_sandbox_create_duration_seconds_sum', { backend: 'container' }) >
+        before.sum('dsec_sandbox_create_duration_seconds_sum', { backend: 'container' }),
+    );
     grew('dsec_sandbox_create_errors_total', { backend: 'container', code: 'IMAGE_NOT_FOUND' }, 1);
     grew('dsec_exec_duration_seconds_count', { kind: 'exec' }, 1);
     grew('dsec_exec_duration_seconds_count', { kind: 'stream' }, 1);
@@ -78,11 +81,19 @@ describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
     grew('dsec_http_request_duration_seconds_count', { method: 'POST', route: '/v1/sandboxes/:id/exec', status: '200' }, 2);
     // Buckets are cumulative: +Inf holds every observation.
     assert.equal(
-      after.get('dsec_http_request_duration_seconds_bucket', { method: 'POST', route: '/v1/sandboxes/:id/exec', status: '200', le: '+Inf' }),
+      after.get('dsec_http_request_duration_seconds_bucket', {
+        method: 'POST',
+        route: '/v1/sandboxes/:id/exec',
+        status: '200',
+        le: '+Inf',
+      }),
       after.get('dsec_http_request_duration_seconds_count', { method: 'POST', route: '/v1/sandboxes/:id/exec', status: '200' }),
     );
     // One series per route pattern: no raw URL (no sandbox id) is ever a label value.
-    assert.deepEqual(after.samples.filter((s) => Object.values(s.labels).some((v) => v.includes(sb.id))), []);
+    assert.deepEqual(
+      after.samples.filter((s) => Object.values(s.labels).some((v) => v.includes(sb.id))),
+      [],
+    );
 
     assert.equal(during!.get('dsec_sandboxes', { state: 'running', ...edge }), 2);
     assert.equal(after.get('dsec_sandboxes', { state: 'running', ...edge }), undefined, 'no running sandbox is left');
@@ -113,7 +124,11 @@ describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
     const edge = { edge: server.edgeId, pool: 'default' };
     assert.ok(after.sum('dsec_layer_cache_hits_total', edge) > before.sum('dsec_layer_cache_hits_total', edge));
     assert.equal(after.sum('dsec_layer_cache_misses_total', edge), before.sum('dsec_layer_cache_misses_total', edge));
-    assert.equal(after.sum('dsec_sandbox_creates_total', { backend: 'container' }) - before.sum('dsec_sandbox_creates_total', { backend: 'container' }), 3);
+    assert.equal(
+      after.sum('dsec_sandbox_creates_total', { backend: 'container' }) -
+        before.sum('dsec_sandbox_creates_total', { backend: 'container' }),
+      3,
+    );
     assert.equal(after.get('dsec_batches_running'), 0);
     assert.equal(after.sum('dsec_batch_items', { batch: id }), 0, 'a finished batch has no progress series');
     assert.equal(await server.dsec.control.killByLabels({ 'dsec.batch': id }), 3);
@@ -142,11 +157,20 @@ describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
         env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', DSEC_URL: server.url, DSEC_API_KEY: server.apiKey },
       });
       assert.match(stdout, /^sandboxes \d+: 3 running, 0 creating, 0 paused/m);
-      assert.match(stdout, /^creates \d+(\.\d+)?\/s \(errors \d+(\.\d+)?\/s\) · kills \d+(\.\d+)?\/s · execs \d+(\.\d+)?\/s · batches running 0$/m);
+      assert.match(
+        stdout,
+        /^creates \d+(\.\d+)?\/s \(errors \d+(\.\d+)?\/s\) · kills \d+(\.\d+)?\/s · execs \d+(\.\d+)?\/s · batches running 0$/m,
+      );
       const row = stdout.split('\n').find((l) => l.startsWith(`${server.edgeId} `));
       assert.ok(row, `a row for the edge:\n${stdout}`);
       // EDGE POOL STATE SANDBOXES CPU-BUSY CPU-COMMITTED MEMORY-USED UTIL LAYER-CACHE
-      assert.match(row, new RegExp(`^${server.edgeId}\\s+default\\s+ready\\s+3/4000\\s+(\\d+%|–)\\s+3/\\d+\\s+[\\d.]+ \\w+/[\\d.]+ GiB\\s+\\d+%\\s+\\d+ layers?,`), row);
+      assert.match(
+        row,
+        new RegExp(
+          `^${server.edgeId}\\s+default\\s+ready\\s+3/4000\\s+(\\d+%|–)\\s+3/\\d+\\s+[\\d.]+ \\w+/[\\d.]+ GiB\\s+\\d+%\\s+\\d+ layers?,`,
+        ),
+        row,
+      );
     } finally {
       await Promise.all([sb, ...more].map((x) => x.kill()));
     }

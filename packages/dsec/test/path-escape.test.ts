@@ -1,4 +1,3 @@
- 
 /**
  * Paths from the files API never reach the host: `..` chains, absolute host paths and symlinks
  * planted by the sandbox all resolve inside the sandbox root, and special files are never opened.
@@ -91,7 +90,9 @@ describe('files API path escapes', { skip: integrationSkipReason(), timeout: 120
   });
 
   test('a symlink into /proc/1/root does not reach the host /proc (404 or 400)', async () => {
-    const r = await sb.commands.run(`ln -s /proc/1/root${hostFile} /tmp/proc-link && ln -s /proc/self/root/etc/hostname /tmp/proc-self-link`);
+    const r = await sb.commands.run(
+      `ln -s /proc/1/root${hostFile} /tmp/proc-link && ln -s /proc/self/root/etc/hostname /tmp/proc-self-link`,
+    );
     assert.equal(r.exitCode, 0, r.stderr);
     await readMustNotReachHost(server, sb.id, '/tmp/proc-link', secret);
     const hostname = readFileSync('/etc/hostname', 'utf8').trim();
@@ -200,7 +201,11 @@ describe('files API path escapes', { skip: integrationSkipReason(), timeout: 120
   });
 
   test('reading /proc via a dot-dot path is refused like /proc itself (400)', async () => {
-    expectWireError(await call(server, 'GET', `/v1/sandboxes/${sb.id}/files?path=${encodeURIComponent('/tmp/../proc/1/environ')}`), 400, 'INVALID_REQUEST');
+    expectWireError(
+      await call(server, 'GET', `/v1/sandboxes/${sb.id}/files?path=${encodeURIComponent('/tmp/../proc/1/environ')}`),
+      400,
+      'INVALID_REQUEST',
+    );
   });
 
   test('writing under /dev via a dot-dot path is refused like /dev itself (400), not reported written and invisible', async () => {
@@ -213,7 +218,11 @@ describe('files API path escapes', { skip: integrationSkipReason(), timeout: 120
   });
 
   test('a path with a NUL byte: 400 INVALID_REQUEST', async () => {
-    expectWireError(await call(server, 'GET', `/v1/sandboxes/${sb.id}/files?path=${encodeURIComponent('/etc/passwd\0.png')}`), 400, 'INVALID_REQUEST');
+    expectWireError(
+      await call(server, 'GET', `/v1/sandboxes/${sb.id}/files?path=${encodeURIComponent('/etc/passwd\0.png')}`),
+      400,
+      'INVALID_REQUEST',
+    );
   });
 
   test('none of the attempts above changed the host file', () => {

@@ -8,7 +8,15 @@ import { after, before, describe, test } from 'node:test';
 import { NotFoundError, Pool, Sandbox, Volume } from '@dsec/sdk';
 import type { PoolInfo } from '@dsec/sdk/schema';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
-import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
+import {
+  assertCleanAndRemove,
+  integrationSkipReason,
+  makeDataDir,
+  newEdgeId,
+  startDsec,
+  startTestServer,
+  type TestServer,
+} from './helpers/server.js';
 import { call, expectWireError } from './helpers/wire.js';
 
 const skip = integrationSkipReason();
@@ -35,7 +43,7 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
   });
   after(async () => server?.close());
 
-  test('a pool fills; a create naming it claims a ready sandbox, which then serves calls and carries the caller\'s labels', async () => {
+  test("a pool fills; a create naming it claims a ready sandbox, which then serves calls and carries the caller's labels", async () => {
     const created = await Pool.create({ ...server.conn, name: 'named', size: 2, ...spec });
     assert.equal(created.size, 2);
     const p = await filled('named', 2, server.conn);
@@ -48,7 +56,11 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     expectWireError(await call(server, 'POST', `/v1/sandboxes/${ready[0]}/exec`, { json: { cmd: 'true' } }), 409, 'SANDBOX_NOT_RUNNING');
     // Red team round three: a link made for an unclaimed sandbox would open whichever project's
     // page claims it later; it is refused like exec is.
-    expectWireError(await call(server, 'POST', `/v1/sandboxes/${ready[0]}/port-links`, { json: { port: 8080 } }), 409, 'SANDBOX_NOT_RUNNING');
+    expectWireError(
+      await call(server, 'POST', `/v1/sandboxes/${ready[0]}/port-links`, { json: { port: 8080 } }),
+      409,
+      'SANDBOX_NOT_RUNNING',
+    );
 
     const sb = await Sandbox.create({ ...server.conn, ...spec, pool: 'named', labels: { task: 't1' }, ttlSeconds: 600 });
     assert.ok(ready.includes(sb.id), `claimed ${sb.id}, one of the ready ${ready.join(', ')}`);
@@ -63,7 +75,7 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     await sb.kill();
   });
 
-  test('a create matching a pool\'s spec claims from it without naming it; a different spec does not', async () => {
+  test("a create matching a pool's spec claims from it without naming it; a different spec does not", async () => {
     await Pool.create({ ...server.conn, name: 'matched', size: 1, image: 'busybox', resources: { memoryMiB: 72 } });
     await filled('matched', 1, server.conn);
     const [readyId] = await readyIds('matched', server.conn);
@@ -76,11 +88,25 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     // mount (and without the volume's checks). A pool has no volumes: such a create is its own.
     await filled('matched', 1, server.conn);
     const vol = await Volume.create(`pooled-${Date.now().toString(36)}`, server.conn);
-    const withVolume = await Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 72 }, volumes: [{ name: vol.name, path: '/mnt/v' }] });
+    const withVolume = await Sandbox.create({
+      ...server.conn,
+      image: 'busybox',
+      resources: { memoryMiB: 72 },
+      volumes: [{ name: vol.name, path: '/mnt/v' }],
+    });
     assert.equal(withVolume.info.labels['dsec.pool'], undefined, 'not claimed from the pool');
-    assert.equal((await withVolume.commands.run(['sh', '-c', 'grep -c " /mnt/v " /proc/mounts'])).stdout.trim(), '1', 'the volume is mounted');
+    assert.equal(
+      (await withVolume.commands.run(['sh', '-c', 'grep -c " /mnt/v " /proc/mounts'])).stdout.trim(),
+      '1',
+      'the volume is mounted',
+    );
     await assert.rejects(
-      Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 72 }, volumes: [{ name: 'nosuch-volume', path: '/mnt/v' }] }),
+      Sandbox.create({
+        ...server.conn,
+        image: 'busybox',
+        resources: { memoryMiB: 72 },
+        volumes: [{ name: 'nosuch-volume', path: '/mnt/v' }],
+      }),
       (e: unknown) => e instanceof NotFoundError && e.code === 'VOLUME_NOT_FOUND',
     );
     await sb.kill();
@@ -94,7 +120,11 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     await Pool.create({ ...server.conn, name: 'rush', size: 3, image: 'busybox', resources: { memoryMiB: 88 } });
     await filled('rush', 3, server.conn);
     const before = (await Pool.get('rush', server.conn)).claims;
-    const sbs = await Promise.all(Array.from({ length: 8 }, (_, i) => Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 88 }, pool: 'rush', labels: { i: String(i) } })));
+    const sbs = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 88 }, pool: 'rush', labels: { i: String(i) } }),
+      ),
+    );
     const ids = sbs.map((s) => s.id);
     assert.equal(new Set(ids).size, 8, 'every caller got its own sandbox');
     const p = await Pool.get('rush', server.conn);
@@ -110,15 +140,38 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     expectWireError(await call(server, 'GET', '/v1/pools/nope'), 404, 'POOL_NOT_FOUND');
     expectWireError(await call(server, 'DELETE', '/v1/pools/nope'), 404, 'POOL_NOT_FOUND');
     expectWireError(await call(server, 'POST', '/v1/sandboxes', { json: { image: 'busybox', pool: 'nope' } }), 404, 'POOL_NOT_FOUND');
-    expectWireError(await call(server, 'POST', '/v1/pools', { json: { name: 'Bad Name', size: 1, image: 'busybox' } }), 400, 'INVALID_REQUEST');
-    expectWireError(await call(server, 'POST', '/v1/pools', { json: { name: 'noimg', size: 1, image: 'no-such-image' } }), 404, 'IMAGE_NOT_FOUND');
-    expectWireError(await call(server, 'POST', '/v1/pools', { json: { name: 'big', size: 100000, image: 'busybox' } }), 400, 'INVALID_REQUEST');
-    expectWireError(await call(server, 'POST', '/v1/sandboxes', { json: { image: 'busybox', labels: { 'dsec.pool-ready': 'named' } } }), 400, 'INVALID_REQUEST');
+    expectWireError(
+      await call(server, 'POST', '/v1/pools', { json: { name: 'Bad Name', size: 1, image: 'busybox' } }),
+      400,
+      'INVALID_REQUEST',
+    );
+    expectWireError(
+      await call(server, 'POST', '/v1/pools', { json: { name: 'noimg', size: 1, image: 'no-such-image' } }),
+      404,
+      'IMAGE_NOT_FOUND',
+    );
+    expectWireError(
+      await call(server, 'POST', '/v1/pools', { json: { name: 'big', size: 100000, image: 'busybox' } }),
+      400,
+      'INVALID_REQUEST',
+    );
+    expectWireError(
+      await call(server, 'POST', '/v1/sandboxes', { json: { image: 'busybox', labels: { 'dsec.pool-ready': 'named' } } }),
+      400,
+      'INVALID_REQUEST',
+    );
     // Naming a pool with a spec that differs from it says which fields differ.
-    const err = expectWireError(await call(server, 'POST', '/v1/sandboxes', { json: { image: 'busybox', pool: 'named', resources: { memoryMiB: 128 } } }), 400, 'INVALID_REQUEST');
+    const err = expectWireError(
+      await call(server, 'POST', '/v1/sandboxes', { json: { image: 'busybox', pool: 'named', resources: { memoryMiB: 128 } } }),
+      400,
+      'INVALID_REQUEST',
+    );
     assert.deepEqual(err.details['differ'], ['resources']);
     expectWireError(await call(server, 'POST', '/v1/pools', { json: { name: 'named', size: 1, ...spec } }), 409, 'POOL_EXISTS');
-    assert.deepEqual((await Pool.list(server.conn)).map((p) => p.name), ['named']);
+    assert.deepEqual(
+      (await Pool.list(server.conn)).map((p) => p.name),
+      ['named'],
+    );
   });
 });
 
@@ -151,6 +204,10 @@ describe('warm pools across a control-plane restart', { skip, timeout: 180_000 }
     assert.equal((await sb.commands.run('echo ok')).stdout, 'ok\n');
     await Pool.delete('kept', c2);
     const left = await Sandbox.list(c2);
-    assert.deepEqual(left.map((s) => s.id), [sb.id], 'the claimed sandbox stays; the unclaimed one went with the pool');
+    assert.deepEqual(
+      left.map((s) => s.id),
+      [sb.id],
+      'the claimed sandbox stays; the unclaimed one went with the pool',
+    );
   });
 });

@@ -120,7 +120,11 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
 
   test('no credential dsec reads reaches the sandbox, whatever header carries it (red team round three)', async () => {
     const r = await a.ports.fetch(8080, '/cgi-bin/echo', {
-      headers: { 'x-api-key': server.apiKey, 'x-access-token': 'e2b-token', 'sec-websocket-protocol': `chat, dsec.bearer.${server.apiKey}` },
+      headers: {
+        'x-api-key': server.apiKey,
+        'x-access-token': 'e2b-token',
+        'sec-websocket-protocol': `chat, dsec.bearer.${server.apiKey}`,
+      },
     });
     assert.equal(r.status, 200);
     assert.equal(r.headers.get('x-seen-api-key'), '[]');
@@ -132,7 +136,11 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     const r = await a.ports.fetch(8080, '/cgi-bin/platform');
     assert.equal(r.status, 200);
     assert.equal(r.headers.get('service-worker-allowed'), null);
-    assert.deepEqual(r.headers.getSetCookie(), [`app=kept; Path=/v1/sandboxes/${a.id}/ports/8080/`], 'a cookie is scoped to the prefix it came through');
+    assert.deepEqual(
+      r.headers.getSetCookie(),
+      [`app=kept; Path=/v1/sandboxes/${a.id}/ports/8080/`],
+      'a cookie is scoped to the prefix it came through',
+    );
   });
 
   test('a response streams: the first part arrives before the server has written the rest', async () => {

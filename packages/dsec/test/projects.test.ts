@@ -96,7 +96,11 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
       const theirs = await call(keyB.key, method, path.replace('{id}', sbA.id), body);
       const none = await call(keyB.key, method, path.replace('{id}', missing), body);
       assert.equal(theirs.status, none.status, `${method} ${path}: the status tells the two apart: ${theirs.text} / ${none.text}`);
-      assert.equal(theirs.body.error?.message, none.body.error?.message?.replace(missing, sbA.id), `${method} ${path}: the answer tells the two apart`);
+      assert.equal(
+        theirs.body.error?.message,
+        none.body.error?.message?.replace(missing, sbA.id),
+        `${method} ${path}: the answer tells the two apart`,
+      );
       if (method === 'DELETE') {
         // Kills are idempotent: an unknown id's kill succeeds, and so (doing nothing) does this one.
         assert.equal(theirs.status, 204);
@@ -116,7 +120,9 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
 
   test("a terminal cannot be attached to another project's sandbox", async () => {
     const status = await new Promise<number>((resolve, reject) => {
-      const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/sandboxes/${sbA.id}/pty`, { headers: { authorization: `Bearer ${keyB.key}` } });
+      const ws = new WebSocket(`${server.url.replace('http', 'ws')}/v1/sandboxes/${sbA.id}/pty`, {
+        headers: { authorization: `Bearer ${keyB.key}` },
+      });
       ws.once('open', () => {
         ws.close();
         reject(new Error("B's terminal into A's sandbox opened"));
@@ -131,7 +137,8 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
   });
 
   test("lists and bulk routes show and touch only the caller's project; an admin key sees all", async () => {
-    const listOf = async (key: string, q = ''): Promise<string[]> => ((await ok(key, 'GET', `/v1/sandboxes${q}`)) as { sandboxes: SandboxInfo[] }).sandboxes.map((s) => s.id);
+    const listOf = async (key: string, q = ''): Promise<string[]> =>
+      ((await ok(key, 'GET', `/v1/sandboxes${q}`)) as { sandboxes: SandboxInfo[] }).sandboxes.map((s) => s.id);
     assert.ok((await listOf(keyA.key)).includes(sbA.id));
     assert.ok(!(await listOf(keyB.key)).includes(sbA.id));
     assert.ok(!(await listOf(keyB.key, '?project=team-a')).includes(sbA.id), 'a project key cannot widen its list with ?project=');
@@ -149,16 +156,24 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
     const batch = await ok(keyA.key, 'POST', '/v1/batches', { count: 1, spec: { image: 'busybox' } });
     const id = batch['id'] as string;
     const events = await call(keyA.key, 'GET', `/v1/batches/${id}/events`);
-    const lines = events.text.trim().split('\n').map((l) => JSON.parse(l) as BatchEvent);
+    const lines = events.text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as BatchEvent);
     const sandboxId = lines.find((e) => e.type === 'running')?.sandboxId;
     assert.ok(sandboxId, events.text);
-    for (const [method, path] of [['GET', `/v1/batches/${id}`], ['GET', `/v1/batches/${id}/events`], ['DELETE', `/v1/batches/${id}`]] as const) {
+    for (const [method, path] of [
+      ['GET', `/v1/batches/${id}`],
+      ['GET', `/v1/batches/${id}/events`],
+      ['DELETE', `/v1/batches/${id}`],
+    ] as const) {
       const a = await call(keyB.key, method, path);
       assert.equal(a.status, 404, `${method} ${path}`);
       assert.equal(a.body.error?.code, 'BATCH_NOT_FOUND');
     }
     // The list (the dashboard's batches page) is scoped the same way; an admin key sees every project's.
-    const listed = async (key: string): Promise<string[]> => ((await ok(key, 'GET', '/v1/batches')) as { batches: { id: string }[] }).batches.map((b) => b.id);
+    const listed = async (key: string): Promise<string[]> =>
+      ((await ok(key, 'GET', '/v1/batches')) as { batches: { id: string }[] }).batches.map((b) => b.id);
     assert.ok((await listed(keyA.key)).includes(id));
     assert.ok(!(await listed(keyB.key)).includes(id), "team-b's list has team-a's batch");
     assert.ok((await listed(admin)).includes(id));
@@ -168,10 +183,14 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
 
   test("images: a project's snapshot is its own; shared images stay shared; names cannot be taken over", async () => {
     const snap = (await ok(keyA.key, 'POST', `/v1/sandboxes/${sbA.id}/snapshot`, { name: 'a-private' })) as { imageId: string };
-    const imagesOf = async (key: string): Promise<{ id: string; names: string[] }[]> => ((await ok(key, 'GET', '/v1/images')) as { images: { id: string; names: string[] }[] }).images;
+    const imagesOf = async (key: string): Promise<{ id: string; names: string[] }[]> =>
+      ((await ok(key, 'GET', '/v1/images')) as { images: { id: string; names: string[] }[] }).images;
     assert.ok((await imagesOf(keyA.key)).some((i) => i.id === snap.imageId && i.names.includes('a-private:latest')));
     assert.ok(!(await imagesOf(keyB.key)).some((i) => i.id === snap.imageId), "B lists A's private image");
-    assert.ok((await imagesOf(keyB.key)).some((i) => i.names.includes('busybox:latest')), 'B does not see the shared base image');
+    assert.ok(
+      (await imagesOf(keyB.key)).some((i) => i.names.includes('busybox:latest')),
+      'B does not see the shared base image',
+    );
     for (const ref of ['a-private', snap.imageId]) {
       const get = await call(keyB.key, 'GET', `/v1/images/${ref}`);
       assert.equal(get.body.error?.code, 'IMAGE_NOT_FOUND', `GET ${ref}`);
@@ -207,7 +226,8 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
   test("E2B's API: another project's sandbox is not found, not listed, not killed; creates land in the key's project", async () => {
     const e2bA = (await ok(keyA.key, 'POST', '/v1/e2b/keys', { name: 'a' })) as { key: string };
     const e2bB = (await ok(keyB.key, 'POST', '/v1/e2b/keys', { name: 'b' })) as { key: string };
-    const e2b = async (key: string, method: string, path: string, body?: unknown): Promise<Answer> => call('', method, path, body, { 'x-api-key': key, authorization: '' });
+    const e2b = async (key: string, method: string, path: string, body?: unknown): Promise<Answer> =>
+      call('', method, path, body, { 'x-api-key': key, authorization: '' });
     const made = await e2b(e2bA.key, 'POST', '/sandboxes', { templateID: 'busybox', timeout: 300 });
     assert.equal(made.status, 201, made.text);
     const id = made.body['sandboxID'] as string;
@@ -274,11 +294,17 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
       // Items of a batch that do not fit when their turn comes fail with the quota's code.
       await ok(admin, 'PATCH', '/v1/projects/small', { quota: { maxSandboxes: 2 }, clear: ['maxCpu', 'maxMemoryMiB'] });
       const fits = await ok(small.key, 'POST', '/v1/batches', { count: 2, spec: { image: 'busybox', resources: { memoryMiB: 16 } } });
-      const events = (await call(small.key, 'GET', `/v1/batches/${fits['id'] as string}/events`)).text.trim().split('\n').map((l) => JSON.parse(l) as BatchEvent);
+      const events = (await call(small.key, 'GET', `/v1/batches/${fits['id'] as string}/events`)).text
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as BatchEvent);
       const running = events.filter((e) => e.type === 'running');
       const failed = events.filter((e) => e.type === 'failed');
       assert.equal(running.length, 1, JSON.stringify(events));
-      assert.deepEqual(failed.map((e) => e.code), ['QUOTA_SANDBOXES_EXCEEDED']);
+      assert.deepEqual(
+        failed.map((e) => e.code),
+        ['QUOTA_SANDBOXES_EXCEEDED'],
+      );
       await ok(small.key, 'DELETE', `/v1/sandboxes/${running[0]!.sandboxId!}`);
     } finally {
       await first.kill();
@@ -292,7 +318,12 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
     try {
       const ready = async (): Promise<void> => {
         for (;;) {
-          const p = (await ok(admin, 'GET', '/v1/pools/shared-pool')) as { ready: number; creating: number; refillFailures: number; lastRefillError?: string };
+          const p = (await ok(admin, 'GET', '/v1/pools/shared-pool')) as {
+            ready: number;
+            creating: number;
+            refillFailures: number;
+            lastRefillError?: string;
+          };
           if (p.ready >= 1 && p.creating === 0) return;
           if (p.refillFailures > 0) throw new Error(`the pool failed to refill: ${p.lastRefillError}`);
           await new Promise((r) => setTimeout(r, 50));
@@ -301,9 +332,17 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
       await ready();
       // A project with no room left cannot claim: the claim is a create for its quota.
       const none = await project('no-room', { maxSandboxes: 0 });
-      const refused = await call(none.key, 'POST', '/v1/sandboxes', { image: 'busybox', pool: 'shared-pool', resources: { memoryMiB: 32 } });
+      const refused = await call(none.key, 'POST', '/v1/sandboxes', {
+        image: 'busybox',
+        pool: 'shared-pool',
+        resources: { memoryMiB: 32 },
+      });
       assert.equal(refused.body.error?.code, 'QUOTA_SANDBOXES_EXCEEDED', refused.text);
-      const claimed = (await ok(keyB.key, 'POST', '/v1/sandboxes', { image: 'busybox', pool: 'shared-pool', resources: { memoryMiB: 32 } })) as unknown as SandboxInfo;
+      const claimed = (await ok(keyB.key, 'POST', '/v1/sandboxes', {
+        image: 'busybox',
+        pool: 'shared-pool',
+        resources: { memoryMiB: 32 },
+      })) as unknown as SandboxInfo;
       assert.equal(claimed.labels['dsec.pool'], 'shared-pool', 'not served from the pool');
       assert.equal(claimed.project, 'team-b');
       assert.equal((await call(keyA.key, 'GET', `/v1/sandboxes/${claimed.id}`)).status, 404);
@@ -347,7 +386,10 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
       assert.equal(a.body.error?.code, 'FORBIDDEN');
     }
     // A project key reads its own project only.
-    assert.deepEqual(((await ok(keyA.key, 'GET', '/v1/projects')) as { projects: ProjectInfo[] }).projects.map((p) => p.name), ['team-a']);
+    assert.deepEqual(
+      ((await ok(keyA.key, 'GET', '/v1/projects')) as { projects: ProjectInfo[] }).projects.map((p) => p.name),
+      ['team-a'],
+    );
     assert.equal((await call(keyA.key, 'GET', '/v1/projects/team-b')).body.error?.code, 'PROJECT_NOT_FOUND');
     assert.equal((await call(admin, 'POST', '/v1/projects', { name: 'team-a' })).body.error?.code, 'PROJECT_EXISTS');
     assert.equal((await call(admin, 'POST', '/v1/keys', { project: 'nope' })).body.error?.code, 'PROJECT_NOT_FOUND');
@@ -364,7 +406,10 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
   test('the CLI: dsec project create|ls|set-quota, dsec key create|ls|revoke', async () => {
     const run = (args: string[], key = admin): Promise<{ code: number | null; stdout: string; stderr: string }> =>
       new Promise((resolve, reject) => {
-        const child = spawn(process.execPath, [CLI, ...args], { env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', DSEC_URL: server.url, DSEC_API_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn(process.execPath, [CLI, ...args], {
+          env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', DSEC_URL: server.url, DSEC_API_KEY: key },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         let stdout = '';
         let stderr = '';
         child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
@@ -386,12 +431,18 @@ describe('projects, keys and quotas', { skip: integrationSkipReason(), timeout: 
     const k = JSON.parse(key.stdout) as CreatedKey;
     assert.equal(k.project, 'cli-team');
     const own = await run(['project', 'ls', '--json'], k.key);
-    assert.deepEqual((JSON.parse(own.stdout) as ProjectInfo[]).map((p) => p.name), ['cli-team']);
+    assert.deepEqual(
+      (JSON.parse(own.stdout) as ProjectInfo[]).map((p) => p.name),
+      ['cli-team'],
+    );
     const denied = await run(['project', 'create', 'x'], k.key);
     assert.equal(denied.code, 1);
     assert.match(denied.stderr, /takes an admin key.*\(FORBIDDEN\)/);
     const keys = await run(['key', 'ls', '--project', 'cli-team', '--json']);
-    assert.deepEqual((JSON.parse(keys.stdout) as { id: string }[]).map((r) => r.id), [k.id]);
+    assert.deepEqual(
+      (JSON.parse(keys.stdout) as { id: string }[]).map((r) => r.id),
+      [k.id],
+    );
     const revoke = await run(['key', 'revoke', k.id]);
     assert.equal(revoke.code, 0, revoke.stderr);
     const after = await run(['ps'], k.key);

@@ -54,7 +54,10 @@ describe('request logs', { skip: integrationSkipReason(), timeout: 60_000 }, () 
     assert.equal(res.headers.get('x-request-id'), 'test-create-1');
     const id = ((await res.json()) as { id: string }).id;
     const mine = lines.filter((l) => l.reqId === 'test-create-1');
-    assert.ok(mine.some((l) => l.msg === 'request done' && l['route'] === '/v1/sandboxes' && l['status'] === 201), JSON.stringify(mine));
+    assert.ok(
+      mine.some((l) => l.msg === 'request done' && l['route'] === '/v1/sandboxes' && l['status'] === 201),
+      JSON.stringify(mine),
+    );
     // Written by the in-process edge's layer cache (the node's first use of the layer), not by the server.
     const cached = mine.find((l) => l.msg === 'layer cached');
     assert.ok(cached, `no 'layer cached' line with the request's id: ${JSON.stringify(mine)}`);

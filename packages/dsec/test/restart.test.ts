@@ -1,4 +1,3 @@
- 
 /**
  * Restarts on one data dir: a server closed without killing hands its sandboxes to the next start,
  * and whatever changed behind its back while it was down is reconciled without leaks.
@@ -60,8 +59,14 @@ describe('restart re-adopts running sandboxes', { skip, timeout: 120_000 }, () =
   after(cleanup);
 
   test('closing the server without killAll leaves the sandbox running on the host', () => {
-    assert.ok(whileDown.some((l) => l.startsWith('crun container')), `no crun container for ${id}: ${JSON.stringify(whileDown)}`);
-    assert.ok(whileDown.some((l) => l.startsWith('mount ')), `no overlay mount for ${id}: ${JSON.stringify(whileDown)}`);
+    assert.ok(
+      whileDown.some((l) => l.startsWith('crun container')),
+      `no crun container for ${id}: ${JSON.stringify(whileDown)}`,
+    );
+    assert.ok(
+      whileDown.some((l) => l.startsWith('mount ')),
+      `no overlay mount for ${id}: ${JSON.stringify(whileDown)}`,
+    );
   });
 
   test('the second start reuses the API key from client.json', () => {
@@ -246,10 +251,14 @@ describe('restart after the sandbox init was killed on the host while dsec was d
     const sb = await Sandbox.create({ ...conn(f.first), labels: { case: 'init-killed' } });
     id = sb.id;
     await f.first.close();
-    const state = JSON.parse(execFileSync('crun', ['--root', join(f.dataDir, 'node', 'crun'), 'state', id], { encoding: 'utf8' })) as { pid: number };
+    const state = JSON.parse(execFileSync('crun', ['--root', join(f.dataDir, 'node', 'crun'), 'state', id], { encoding: 'utf8' })) as {
+      pid: number;
+    };
     process.kill(state.pid, 'SIGKILL');
     // Wait for the container to be seen as stopped (bounded by the suite timeout).
-    while (JSON.parse(execFileSync('crun', ['--root', join(f.dataDir, 'node', 'crun'), 'state', id], { encoding: 'utf8' })).status !== 'stopped') {
+    while (
+      JSON.parse(execFileSync('crun', ['--root', join(f.dataDir, 'node', 'crun'), 'state', id], { encoding: 'utf8' })).status !== 'stopped'
+    ) {
       await new Promise((r) => setTimeout(r, 20));
     }
     f.second = await f.start();

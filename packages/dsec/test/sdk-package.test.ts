@@ -45,7 +45,10 @@ describe('the packed SDK installed outside the repository', { skip: integrationS
   before(async () => {
     server = await startTestServer();
     scratch = mkdtempSync('/var/tmp/dsec-sdk-pkg-');
-    const packed = JSON.parse(await run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: SDK_DIR })) as { filename: string; files: { path: string }[] }[];
+    const packed = JSON.parse(await run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: SDK_DIR })) as {
+      filename: string;
+      files: { path: string }[];
+    }[];
     tarball = join(scratch, packed[0]!.filename);
   });
   after(async () => {
@@ -59,7 +62,9 @@ describe('the packed SDK installed outside the repository', { skip: integrationS
     assert.ok(files.includes('package/dist/schema/index.d.ts'));
     const stray = files.filter((f) => !/^package\/(package\.json|README\.md|dist\/.+\.(js|d\.ts))$/.test(f) || /\.test\./.test(f));
     assert.deepEqual(stray, []);
-    const manifest = JSON.parse(await run('tar', ['-xzOf', tarball, 'package/package.json'], { cwd: scratch })) as { dependencies: Record<string, string> };
+    const manifest = JSON.parse(await run('tar', ['-xzOf', tarball, 'package/package.json'], { cwd: scratch })) as {
+      dependencies: Record<string, string>;
+    };
     // @types/ws too: the SDK's own .d.ts files (ports) name ws's types, so a TypeScript user's
     // type check needs them whatever their own dependencies are.
     assert.deepEqual(Object.keys(manifest.dependencies).sort(), ['@types/ws', 'typebox', 'ws'], 'its runtime dependencies are declared');
@@ -103,8 +108,29 @@ export async function step(): Promise<ExecResult> {
 `,
     );
     const tsc = join(REPO, 'node_modules/typescript/bin/tsc');
-    await run(process.execPath, [tsc, '--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--skipLibCheck', 'false', '--types', 'node', '--typeRoots', join(REPO, 'node_modules/@types'), 'main.ts'], {
-      cwd: project,
-    });
+    await run(
+      process.execPath,
+      [
+        tsc,
+        '--noEmit',
+        '--strict',
+        '--module',
+        'nodenext',
+        '--moduleResolution',
+        'nodenext',
+        '--target',
+        'es2022',
+        '--skipLibCheck',
+        'false',
+        '--types',
+        'node',
+        '--typeRoots',
+        join(REPO, 'node_modules/@types'),
+        'main.ts',
+      ],
+      {
+        cwd: project,
+      },
+    );
   });
 });

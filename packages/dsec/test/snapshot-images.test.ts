@@ -69,7 +69,7 @@ describe('snapshot images and images in the SDK', { skip: integrationSkipReason(
     const snap = await sb.snapshot();
     const restored = await Sandbox.create({ ...server.conn, image: snap.imageId });
     await sb.kill();
-    assert.equal((await restored.files.readText('/tmp/state')), sb.id);
+    assert.equal(await restored.files.readText('/tmp/state'), sb.id);
     assert.equal(await gone(snap.imageId), false);
     await restored.kill();
     assert.ok(await gone(snap.imageId));

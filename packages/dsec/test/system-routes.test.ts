@@ -1,4 +1,3 @@
- 
 /** OpenAPI document, health, metrics, nodes and images routes. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -30,8 +29,14 @@ describe('system routes', { skip: integrationSkipReason(), timeout: 60_000 }, ()
   test('the OpenAPI document covers exec and files', async () => {
     const doc = (await call(server, 'GET', '/v1/openapi.json')).json as { paths: Record<string, Record<string, unknown>> };
     const paths = Object.keys(doc.paths);
-    assert.ok(paths.some((p) => /^\/v1\/sandboxes\/\{id\}\/exec$/.test(p)), `exec missing from ${paths.join(', ')}`);
-    assert.ok(paths.some((p) => /^\/v1\/sandboxes\/\{id\}\/files$/.test(p)), `files missing from ${paths.join(', ')}`);
+    assert.ok(
+      paths.some((p) => /^\/v1\/sandboxes\/\{id\}\/exec$/.test(p)),
+      `exec missing from ${paths.join(', ')}`,
+    );
+    assert.ok(
+      paths.some((p) => /^\/v1\/sandboxes\/\{id\}\/files$/.test(p)),
+      `files missing from ${paths.join(', ')}`,
+    );
   });
 
   test('GET /v1/openapi.json without a key: 401 UNAUTHORIZED', async () => {

@@ -132,7 +132,9 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
   });
 
   test("tar: a directory down and up again through the guest's tar; a missing path is a 404, a broken archive a 400", async () => {
-    const made = await sb.commands.run('mkdir -p /work/tdir/sub && echo alpha > /work/tdir/a && head -c 200000 /dev/urandom > /work/tdir/sub/b && md5sum /work/tdir/sub/b');
+    const made = await sb.commands.run(
+      'mkdir -p /work/tdir/sub && echo alpha > /work/tdir/a && head -c 200000 /dev/urandom > /work/tdir/sub/b && md5sum /work/tdir/sub/b',
+    );
     assert.equal(made.exitCode, 0, made.stderr);
     const archive = await sb.files.downloadTar('/work/tdir');
     assert.ok(archive.length > 200_000, `the archive holds both files: ${archive.length} bytes`);
@@ -142,7 +144,10 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal(r.stdout.split('\n')[0], 'alpha');
     assert.equal(r.stdout.split('\n')[1]!.split(' ')[0], made.stdout.split(' ')[0], 'the binary file came back byte for byte');
     expectWireError(await call(server.conn, 'GET', `/v1/sandboxes/${sb.id}/files/tar?path=/work/nope`), 404, 'FILE_NOT_FOUND');
-    const bad = await call(server.conn, 'PUT', `/v1/sandboxes/${sb.id}/files/tar?path=/work/bad`, { body: Buffer.alloc(1024, 7), contentType: 'application/x-tar' });
+    const bad = await call(server.conn, 'PUT', `/v1/sandboxes/${sb.id}/files/tar?path=/work/bad`, {
+      body: Buffer.alloc(1024, 7),
+      contentType: 'application/x-tar',
+    });
     expectWireError(bad, 400, 'INVALID_REQUEST');
     await sb.commands.run('rm -rf /work/tdir /work/tcopy /work/bad');
   });
@@ -195,7 +200,9 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal(s.info.shell, '/bin/sh', 'busybox has no bash: auto picks sh');
     const r1 = await s.run('mkdir -p /tmp/sess && cd /tmp/sess; export EXPORTED=e1; PLAIN=p1; echo first');
     assert.deepEqual([r1.exitCode, r1.stdout, r1.sessionAlive], [0, 'first\n', true], JSON.stringify(r1));
-    const r2 = await s.run('echo "$PWD $EXPORTED $PLAIN $FROM_OPEN"; sh -c \'echo "child sees [$EXPORTED] [$PLAIN]"\'; echo err >&2; (exit 5)');
+    const r2 = await s.run(
+      'echo "$PWD $EXPORTED $PLAIN $FROM_OPEN"; sh -c \'echo "child sees [$EXPORTED] [$PLAIN]"\'; echo err >&2; (exit 5)',
+    );
     assert.equal(r2.stdout, '/tmp/sess e1 p1 o1\nchild sees [e1] []\n', JSON.stringify(r2));
     assert.equal(r2.stderr, 'err\n');
     assert.equal(r2.exitCode, 5);
@@ -208,8 +215,16 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal((await s.run('echo still $EXPORTED')).stdout, 'still e1\n');
     const gone = await s.run('exit 3');
     assert.deepEqual([gone.exitCode, gone.sessionAlive], [3, false]);
-    expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions/${s.id}/exec`, { json: { cmd: 'true' } }), 409, 'SESSION_CLOSED');
-    expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions`, { json: { cwd: '/no/such/dir' } }), 400, 'INVALID_REQUEST');
+    expectWireError(
+      await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions/${s.id}/exec`, { json: { cmd: 'true' } }),
+      409,
+      'SESSION_CLOSED',
+    );
+    expectWireError(
+      await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions`, { json: { cwd: '/no/such/dir' } }),
+      400,
+      'INVALID_REQUEST',
+    );
   });
 
   test("red team: a job left by one session command cannot write into the next command's output, read its memory, or change its exit status", async () => {
@@ -223,7 +238,8 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
         if [ -n "$a" ] && dd if=/proc/$p/mem bs=1 skip=$((0x$a)) count=1 2>/dev/null | od -An -tx1 | grep -q .; then echo "mem: read" >> /tmp/forge.log; else echo "mem: refused" >> /tmp/forge.log; fi
         echo done >> /tmp/forge.log) >/dev/null 2>&1 & echo started`;
       assert.equal((await s.run(job)).stdout, 'started\n');
-      const victim = 'echo $$ > /tmp/victim.pid; i=0; while ! grep -q done /tmp/forge.log 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo own; (exit 42)';
+      const victim =
+        'echo $$ > /tmp/victim.pid; i=0; while ! grep -q done /tmp/forge.log 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo own; (exit 42)';
       const r = await s.run(victim, { timeoutMs: 60_000 });
       const log = (await sb.commands.run('cat /tmp/forge.log')).stdout;
       assert.match(log, /done/, `the job did not finish its attempts: ${log}`);
@@ -244,11 +260,18 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     await s.close();
     const after = await sb.commands.run('ps -o args | grep -c "^sleep 99[12]" || true');
     assert.equal(after.stdout.trim(), '0', 'the session took its jobs with it');
-    assert.equal((await sb.sessions.list()).some((x) => x.id === s.id), false, 'a closed session is not listed');
+    assert.equal(
+      (await sb.sessions.list()).some((x) => x.id === s.id),
+      false,
+      'a closed session is not listed',
+    );
   });
 
   test("writablePaths: the guest kernel's Landlock confines a command, its descendants and a session; a missing path is a 400", async () => {
-    const r = await sb.commands.run('echo ok > /tmp/ll-ok && cat /tmp/ll-ok; sh -c "echo no > /etc/ll-no"; echo rc=$?; rm /bin/busybox; echo rm=$?', { writablePaths: ['/tmp'] });
+    const r = await sb.commands.run(
+      'echo ok > /tmp/ll-ok && cat /tmp/ll-ok; sh -c "echo no > /etc/ll-no"; echo rc=$?; rm /bin/busybox; echo rm=$?',
+      { writablePaths: ['/tmp'] },
+    );
     assert.match(r.stdout, /^ok\nrc=[1-9]\d*\nrm=[1-9]/, JSON.stringify(r));
     assert.match(r.stderr, /denied/i, r.stderr);
     assert.equal(await sb.files.exists('/etc/ll-no'), false, 'nothing was written outside the writable paths');
@@ -259,7 +282,11 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.match(inSession.stdout, /^made\nrc=[1-9]/, JSON.stringify(inSession));
     assert.equal(await sb.files.exists('/etc/ll-s'), false);
     await s.close();
-    const missing = expectWireError(await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: 'true', writablePaths: ['/no/such'] } }), 400, 'INVALID_REQUEST');
+    const missing = expectWireError(
+      await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: 'true', writablePaths: ['/no/such'] } }),
+      400,
+      'INVALID_REQUEST',
+    );
     assert.match(missing.message, /\/no\/such does not exist/);
   });
 
@@ -289,7 +316,7 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal(((await closed.json()) as { error: { code: string } }).error.code, 'PORT_NOT_LISTENING');
   });
 
-  test("ports: data from the guest is flow-controlled: a fast writer to a reader that does not read leaves at most the window on the edge, and every byte arrives once read", async () => {
+  test('ports: data from the guest is flow-controlled: a fast writer to a reader that does not read leaves at most the window on the edge, and every byte arrives once read', async () => {
     await sb.commands.start(['nc', '-ll', '-p', '7002', '-e', 'yes', 'flow-controlled']);
     let port: Duplex | undefined;
     for (let i = 0; i < 200 && !port; i++) {
@@ -357,7 +384,11 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
   test('a streamed command whose reader stops is held in the guest (flow control): the edge takes at most its window, the rest comes once read', async () => {
     const it = server.dsec.vms!.execStream(sb.id, {
       // The count is replaced by rename, so a reader never sees it half-written.
-      cmd: ['sh', '-c', 'i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > /tmp/chunks.new; mv /tmp/chunks.new /tmp/chunks; done'],
+      cmd: [
+        'sh',
+        '-c',
+        'i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > /tmp/chunks.new; mv /tmp/chunks.new /tmp/chunks; done',
+      ],
       uncapped: true,
       timeoutMs: 300_000,
     });
@@ -424,7 +455,12 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     assert.equal((await sb.commands.run('echo y >> /snap/after && cat /snap/after')).stdout, 'xy\n');
 
     const container = await Sandbox.create({ ...server.conn, image: snap.imageId });
-    const vm = await Sandbox.create({ ...server.conn, image: snap.imageId, backend: 'microvm', resources: { memoryMiB: 256, cpu: 1, diskMiB: 64 } });
+    const vm = await Sandbox.create({
+      ...server.conn,
+      image: snap.imageId,
+      backend: 'microvm',
+      resources: { memoryMiB: 256, cpu: 1, diskMiB: 64 },
+    });
     try {
       for (const child of [container, vm]) {
         const r = await child.commands.run(probe, { timeoutMs: 60_000 });
@@ -449,7 +485,11 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
       const killed = assert.rejects(vms.snapshotSandbox(vm.id), (err: Error) => /killed during its snapshot/.test(err.message));
       await vms.killSandbox(vm.id);
       await killed;
-      assert.deepEqual(readdirSync(join(server.dataDir, 'node', 'tmp')).filter((n) => n.startsWith('vm-snap-')), [], 'no staging tree is left');
+      assert.deepEqual(
+        readdirSync(join(server.dataDir, 'node', 'tmp')).filter((n) => n.startsWith('vm-snap-')),
+        [],
+        'no staging tree is left',
+      );
     } finally {
       await container.kill();
       await vm.kill();
@@ -463,18 +503,26 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
 
   test('calls a VM does not serve answer BACKEND_UNSUPPORTED, and nothing half-happens', async () => {
     const e = expectWireError(
-      await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'microvm', network: { mode: 'allow', allow: ['no such host!'] } } }),
+      await call(server.conn, 'POST', '/v1/sandboxes', {
+        json: { image: 'busybox', backend: 'microvm', network: { mode: 'allow', allow: ['no such host!'] } },
+      }),
       400,
       'INVALID_REQUEST',
     );
     assert.match(e.message, /allow/i);
-    expectWireError(await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'firecracker' } }), 400, 'INVALID_REQUEST');
+    expectWireError(
+      await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'firecracker' } }),
+      400,
+      'INVALID_REQUEST',
+    );
     assert.equal((await server.dsec.vms!.listSandboxes()).length, 1, 'a refused create leaves no VM');
   });
 
   /** nc from the guest to the mirror: the body when it connected, else nc's complaint. */
   async function fetchMirror(port: number): Promise<{ ok: boolean; text: string }> {
-    const r = await sb.commands.run(`printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${mirror.address} ${port}; echo rc=$?`, { timeoutMs: 60_000 });
+    const r = await sb.commands.run(`printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${mirror.address} ${port}; echo rc=$?`, {
+      timeoutMs: 60_000,
+    });
     return { ok: r.stdout.includes(mirror.body), text: `${r.stdout} ${r.stderr}`.trim() };
   }
 
@@ -500,7 +548,9 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     const denied = await fetchMirror(8081);
     assert.equal(denied.ok, false, `a port the policy does not allow was reachable: ${denied.text}`);
     assert.match(denied.text, /refused/i, 'refused at once (tcp reset), as for a container');
-    const gateway = await sb.commands.run(`nc -w 3 ${set.gateway} ${new URL(server.url).port} </dev/null; echo rc=$?`, { timeoutMs: 60_000 });
+    const gateway = await sb.commands.run(`nc -w 3 ${set.gateway} ${new URL(server.url).port} </dev/null; echo rc=$?`, {
+      timeoutMs: 60_000,
+    });
     assert.match(gateway.stdout, /rc=1/, `the link's host end is never reachable: ${gateway.stdout}`);
     assert.deepEqual((await sb.network()).allow, set.allow);
     await sb.setNetwork({ mode: 'none' });
@@ -536,13 +586,21 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
 
   test('fork: the VM state is saved (migration to a file) and restored twice; files, tmpfs and a running process go on in each fork', async () => {
     await sb.files.write('/work/on-disk', 'disk state');
-    const bg = await sb.commands.start(['sh', '-c', 'echo ram-only > /dev/shm/in-memory; echo $$ > /dev/shm/bg.pid; n=0; while :; do n=$((n+1)); echo $n > /dev/shm/count; sleep 0.2; done']);
-    assert.equal((await sb.commands.run('for i in $(seq 100); do [ -s /dev/shm/count ] && break; sleep 0.1; done; cat /dev/shm/count')).exitCode, 0);
+    const bg = await sb.commands.start([
+      'sh',
+      '-c',
+      'echo ram-only > /dev/shm/in-memory; echo $$ > /dev/shm/bg.pid; n=0; while :; do n=$((n+1)); echo $n > /dev/shm/count; sleep 0.2; done',
+    ]);
+    assert.equal(
+      (await sb.commands.run('for i in $(seq 100); do [ -s /dev/shm/count ] && break; sleep 0.1; done; cat /dev/shm/count')).exitCode,
+      0,
+    );
     const { sandboxes, result } = await sb.fork(2);
     assert.deepEqual(result.failures, []);
     assert.equal(sandboxes.length, 2);
     assert.equal(result.snapshot.imageId, sb.info.imageId, "a VM fork's snapshot names the parent's image (the state is no image)");
-    const probe = 'cat /work/on-disk; echo; cat /dev/shm/in-memory; kill -0 $(cat /dev/shm/bg.pid) && echo alive; a=$(cat /dev/shm/count); sleep 1; b=$(cat /dev/shm/count); [ "$b" -gt "$a" ] && echo counting';
+    const probe =
+      'cat /work/on-disk; echo; cat /dev/shm/in-memory; kill -0 $(cat /dev/shm/bg.pid) && echo alive; a=$(cat /dev/shm/count); sleep 1; b=$(cat /dev/shm/count); [ "$b" -gt "$a" ] && echo counting';
     for (const child of sandboxes) {
       assert.equal(child.info.backend, 'microvm');
       assert.equal(child.info.labels['dsec.fork-of'], sb.id);
@@ -565,16 +623,30 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
 
   test('a restore from a VM with no snapshot, or into a container, is a 400 and makes nothing', async () => {
     const edge = new BackendDispatch(server.dsec.edge, server.dsec.vms); // the node's EdgeApi, as the control plane calls it
-    const base = { layers: sb.info.layers, config: { env: [], cwd: '/', user: '', labels: {}, entrypoint: [], cmd: [] }, env: {}, limits: { cpu: 1, memoryMiB: 256, pids: 64 } };
-    await assert.rejects(edge.createSandbox({ ...base, id: `${sb.id}x1`, backend: 'microvm', restoreFrom: 'nosuchvm' }), /no VM snapshot of sandbox nosuchvm/);
-    await assert.rejects(edge.createSandbox({ ...base, id: `${sb.id}x2`, backend: 'container', restoreFrom: sb.id }), /restoreFrom restores a VM snapshot/);
+    const base = {
+      layers: sb.info.layers,
+      config: { env: [], cwd: '/', user: '', labels: {}, entrypoint: [], cmd: [] },
+      env: {},
+      limits: { cpu: 1, memoryMiB: 256, pids: 64 },
+    };
+    await assert.rejects(
+      edge.createSandbox({ ...base, id: `${sb.id}x1`, backend: 'microvm', restoreFrom: 'nosuchvm' }),
+      /no VM snapshot of sandbox nosuchvm/,
+    );
+    await assert.rejects(
+      edge.createSandbox({ ...base, id: `${sb.id}x2`, backend: 'container', restoreFrom: sb.id }),
+      /restoreFrom restores a VM snapshot/,
+    );
     assert.equal((await server.dsec.vms!.listSandboxes()).length, 1);
   });
 
   test('kill: no QEMU, disk, socket or directory is left', async () => {
     assert.ok(alive(qemuPid));
     const before = await findLeaks(server.dataDir, { onlyIds: [sb.id] });
-    assert.ok(before.some((l) => l.startsWith('QEMU process')) && before.some((l) => l.startsWith('VM directory')), `the leak check sees a live VM: ${before}`);
+    assert.ok(
+      before.some((l) => l.startsWith('QEMU process')) && before.some((l) => l.startsWith('VM directory')),
+      `the leak check sees a live VM: ${before}`,
+    );
     await sb.kill();
     assert.deepEqual(await findLeaks(server.dataDir, { onlyIds: [sb.id] }), []);
     assert.equal(alive(qemuPid), false, 'QEMU exited');
@@ -620,7 +692,10 @@ describe('a VM that cannot boot fails with a readable reason and leaves nothing'
   });
 
   test('16 MiB of guest RAM: the guest kernel cannot start; the create fails naming why, the record says failed', async () => {
-    const res = await call(server.conn, 'POST', '/v1/sandboxes', { json: { image: 'busybox', backend: 'microvm', resources: { memoryMiB: 16 } }, timeoutMs: 240_000 });
+    const res = await call(server.conn, 'POST', '/v1/sandboxes', {
+      json: { image: 'busybox', backend: 'microvm', resources: { memoryMiB: 16 } },
+      timeoutMs: 240_000,
+    });
     const e = expectWireError(res, 500, 'SANDBOX_CREATE_FAILED');
     assert.match(e.message, /QEMU exited during boot.*(memory|panic|Out of)/i, e.message);
     const id = String(e.details['sandboxId']);
@@ -646,7 +721,13 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     dataDir = makeDataDir();
     first = await startDsec(dataDir, { edgeId });
     // With a link (no traffic is sent): the restarted edge must claim it again and keep its host guard.
-    const sb = await Sandbox.create({ url: first.url, apiKey: first.apiKey, backend: 'microvm', resources: { memoryMiB: 128 }, network: { mode: 'allow', allow: ['169.254.252.1:9'] } });
+    const sb = await Sandbox.create({
+      url: first.url,
+      apiKey: first.apiKey,
+      backend: 'microvm',
+      resources: { memoryMiB: 128 },
+      network: { mode: 'allow', allow: ['169.254.252.1:9'] },
+    });
     await sb.files.write('/kept', 'before restart');
     const session = await sb.sessions.create();
     assert.equal((await session.run('sleep 4242 & echo started')).stdout, 'started\n');
@@ -660,13 +741,27 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     // The session's state lived in the edge that ended: reported ended, its job killed in the guest.
     const ended = (await again.sessions.list()).find((x) => x.id === session.id);
     assert.ok(ended && ended.info.alive === false && /edge restarted/.test(ended.info.endReason ?? ''), JSON.stringify(ended?.info));
-    expectWireError(await call({ url: second.url, apiKey: second.apiKey }, 'POST', `/v1/sandboxes/${sb.id}/sessions/${session.id}/exec`, { json: { cmd: 'true' } }), 409, 'SESSION_CLOSED');
-    assert.equal((await again.commands.run('ps -o args | grep -c "^sleep 4242" || true')).stdout.trim(), '0', "the session's job went with it");
+    expectWireError(
+      await call({ url: second.url, apiKey: second.apiKey }, 'POST', `/v1/sandboxes/${sb.id}/sessions/${session.id}/exec`, {
+        json: { cmd: 'true' },
+      }),
+      409,
+      'SESSION_CLOSED',
+    );
+    assert.equal(
+      (await again.commands.run('ps -o args | grep -c "^sleep 4242" || true')).stdout.trim(),
+      '0',
+      "the session's job went with it",
+    );
     const net = await again.network();
     assert.equal(net.mode, 'allow');
     assert.ok(net.gateway, 'the adopted VM keeps its link');
     assert.ok(existsSync(`/sys/class/net/${hostVeth(sb.id)}`));
-    assert.match(execFileSync('nft', ['list', 'tables'], { encoding: 'utf8' }), new RegExp(`dsec_host_${edgeId}\\b`), "the host guard stays while an adopted VM has a link");
+    assert.match(
+      execFileSync('nft', ['list', 'tables'], { encoding: 'utf8' }),
+      new RegExp(`dsec_host_${edgeId}\\b`),
+      'the host guard stays while an adopted VM has a link',
+    );
     await again.setNetwork({ mode: 'none' }); // a switch after adoption goes to the VM's netns
     await second.close();
 

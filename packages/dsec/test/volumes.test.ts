@@ -135,14 +135,24 @@ describe('volumes', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
 
   test("another project's key neither sees, mounts nor deletes a project's volume", async () => {
     const admin = { authorization: `Bearer ${server.apiKey}`, 'content-type': 'application/json' };
-    assert.equal((await fetch(`${server.url}/v1/projects`, { method: 'POST', headers: admin, body: JSON.stringify({ name: 'other' }) })).status, 201);
-    const key = ((await (await fetch(`${server.url}/v1/keys`, { method: 'POST', headers: admin, body: JSON.stringify({ project: 'other' }) })).json()) as { key: string }).key;
+    assert.equal(
+      (await fetch(`${server.url}/v1/projects`, { method: 'POST', headers: admin, body: JSON.stringify({ name: 'other' }) })).status,
+      201,
+    );
+    const key = (
+      (await (
+        await fetch(`${server.url}/v1/keys`, { method: 'POST', headers: admin, body: JSON.stringify({ project: 'other' }) })
+      ).json()) as { key: string }
+    ).key;
     const other = { url: server.url, apiKey: key };
     const v = await Volume.create('private-data', conn);
     assert.equal(v.info.project, 'default');
     assert.ok(!(await Volume.list(other)).some((x) => x.name === 'private-data'));
     await assert.rejects(Volume.get('private-data', other), (e: unknown) => e instanceof NotFoundError && e.code === 'VOLUME_NOT_FOUND');
-    await assert.rejects(Sandbox.create({ ...other, ...spec, volumes: [{ name: 'private-data', path: '/d' }] }), (e: unknown) => e instanceof NotFoundError && e.code === 'VOLUME_NOT_FOUND');
+    await assert.rejects(
+      Sandbox.create({ ...other, ...spec, volumes: [{ name: 'private-data', path: '/d' }] }),
+      (e: unknown) => e instanceof NotFoundError && e.code === 'VOLUME_NOT_FOUND',
+    );
     const del = await fetch(`${server.url}/v1/volumes/private-data`, { method: 'DELETE', headers: { authorization: `Bearer ${key}` } });
     assert.equal(del.status, 404);
     await v.delete();

@@ -16,7 +16,11 @@ export interface BatchProgress {
  * restarted control plane, a dropped connection) is picked up again after the last event seen,
  * so no event is lost or repeated; it gives up after `retries` breaks in a row with no event.
  */
-export async function* batchEvents(conn: Connection, id: string, opts: CallOptions & { after?: number; retries?: number } = {}): AsyncGenerator<BatchEvent> {
+export async function* batchEvents(
+  conn: Connection,
+  id: string,
+  opts: CallOptions & { after?: number; retries?: number } = {},
+): AsyncGenerator<BatchEvent> {
   let after = opts.after ?? -1;
   let failures = 0;
   for (;;) {
@@ -37,7 +41,8 @@ export async function* batchEvents(conn: Connection, id: string, opts: CallOptio
       }
       if (ended) return;
     } catch (err) {
-      if (opts.signal?.aborted || (err instanceof DsecError && err.status !== undefined && err.status >= 400 && err.status < 500)) throw err;
+      if (opts.signal?.aborted || (err instanceof DsecError && err.status !== undefined && err.status >= 400 && err.status < 500))
+        throw err;
       if (++failures > (opts.retries ?? 30)) throw err;
     }
     if (ended) return;

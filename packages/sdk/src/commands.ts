@@ -1,5 +1,11 @@
 import {
-  DEFAULT_EXEC_TIMEOUT_MS, ExecRequest, type ExecResult, type ProcessInfo, type ProcessOutput, type SignalRequest, StartProcessRequest,
+  DEFAULT_EXEC_TIMEOUT_MS,
+  ExecRequest,
+  type ExecResult,
+  type ProcessInfo,
+  type ProcessOutput,
+  type SignalRequest,
+  StartProcessRequest,
 } from './schema/index.js';
 import { type CallOptions, type Connection, abortedError } from './connection.js';
 import { CommandExitError, DsecError } from './errors.js';
@@ -17,16 +23,16 @@ import { checkBody, checkCmd, checkOptionalInt, checkSignal } from './validate.j
  * The HTTP call waits for the command: `timeoutMs` plus a margin, or `requestTimeoutMs` when given.
  */
 export type RunOptions = Omit<ExecRequest, 'cmd'> & {
-    /** Aborts the call (and so kills the command); the call then fails with AbortedError, or TimeoutError for AbortSignal.timeout(). */
-    signal?: AbortSignal;
-    /** Deadline of the HTTP call itself. @default timeoutMs + 10 s (70 s with the default timeoutMs) */
-    requestTimeoutMs?: number;
-    /** Throw CommandExitError when the exit code is not 0. @default false */
-    throwOnError?: boolean;
-    /** Called with each stdout chunk as it is produced (switches to streaming). */
-    onStdout?: (chunk: Uint8Array) => void;
-    onStderr?: (chunk: Uint8Array) => void;
-  };
+  /** Aborts the call (and so kills the command); the call then fails with AbortedError, or TimeoutError for AbortSignal.timeout(). */
+  signal?: AbortSignal;
+  /** Deadline of the HTTP call itself. @default timeoutMs + 10 s (70 s with the default timeoutMs) */
+  requestTimeoutMs?: number;
+  /** Throw CommandExitError when the exit code is not 0. @default false */
+  throwOnError?: boolean;
+  /** Called with each stdout chunk as it is produced (switches to streaming). */
+  onStdout?: (chunk: Uint8Array) => void;
+  onStderr?: (chunk: Uint8Array) => void;
+};
 
 export type StreamEvent = { type: 'stdout' | 'stderr'; data: Uint8Array } | ({ type: 'exit' } & Omit<ExecResult, 'stdout' | 'stderr'>);
 
@@ -60,7 +66,9 @@ export class ProcessHandle {
   }
 
   /** Output so far, from the given byte offsets of the kept output. */
-  async output(opts: CallOptions & { stdoutOffset?: number; stderrOffset?: number; encoding?: 'utf8' | 'base64' } = {}): Promise<ProcessOutput> {
+  async output(
+    opts: CallOptions & { stdoutOffset?: number; stderrOffset?: number; encoding?: 'utf8' | 'base64' } = {},
+  ): Promise<ProcessOutput> {
     const { stdoutOffset, stderrOffset, encoding, ...call } = opts;
     const out = await this.conn.json<ProcessOutput>('GET', this.#path(), {
       query: { stdoutOffset: stdoutOffset?.toString(), stderrOffset: stderrOffset?.toString(), encoding },
@@ -73,7 +81,11 @@ export class ProcessHandle {
   /** Waits until the process exits or `waitMs` passes; returns its state either way. */
   async wait(opts: CallOptions & { waitMs?: number } = {}): Promise<ProcessInfo> {
     const waitMs = opts.waitMs ?? 30_000;
-    this.info = await this.conn.json<ProcessInfo>('POST', this.#path('/wait'), { json: { timeoutMs: waitMs }, signal: opts.signal, timeoutMs: opts.timeoutMs ?? waitMs + 10_000 });
+    this.info = await this.conn.json<ProcessInfo>('POST', this.#path('/wait'), {
+      json: { timeoutMs: waitMs },
+      signal: opts.signal,
+      timeoutMs: opts.timeoutMs ?? waitMs + 10_000,
+    });
     return this.info;
   }
 
@@ -133,7 +145,11 @@ export class Commands {
       const { type: _t, ...status } = exit;
       result = { ...status, stdout: Buffer.concat(out.stdout).toString(enc), stderr: Buffer.concat(out.stderr).toString(enc) };
     } else {
-      result = await this.conn.json<ExecResult>('POST', `/v1/sandboxes/${this.id}/exec`, { json: body, signal, timeoutMs: callTimeout(body, requestTimeoutMs) });
+      result = await this.conn.json<ExecResult>('POST', `/v1/sandboxes/${this.id}/exec`, {
+        json: body,
+        signal,
+        timeoutMs: callTimeout(body, requestTimeoutMs),
+      });
     }
     if (throwOnError && result.exitCode !== 0) throw new CommandExitError(result.exitCode, result.stdout, result.stderr);
     return result;
@@ -144,7 +160,10 @@ export class Commands {
    * Breaking out of the loop disconnects, which kills the command.
    * @example for await (const ev of sb.commands.stream('make')) if (ev.type === 'stdout') process.stdout.write(ev.data);
    */
-  async *stream(cmd: string | string[], opts: Omit<RunOptions, 'throwOnError' | 'onStdout' | 'onStderr'> = {}): AsyncGenerator<StreamEvent> {
+  async *stream(
+    cmd: string | string[],
+    opts: Omit<RunOptions, 'throwOnError' | 'onStdout' | 'onStderr'> = {},
+  ): AsyncGenerator<StreamEvent> {
     const { signal, requestTimeoutMs, ...rest } = opts;
     const body: ExecRequest = { cmd, ...rest };
     checkExec(cmd, body, opts, 'commands.stream');
@@ -172,7 +191,11 @@ export class Commands {
     const { signal, requestTimeoutMs, ...rest } = opts;
     const body = { cmd, ...rest };
     checkExec(cmd, body, opts, 'commands.start');
-    const info = await this.conn.json<ProcessInfo>('POST', `/v1/sandboxes/${this.id}/processes`, { json: body, signal, timeoutMs: requestTimeoutMs });
+    const info = await this.conn.json<ProcessInfo>('POST', `/v1/sandboxes/${this.id}/processes`, {
+      json: body,
+      signal,
+      timeoutMs: requestTimeoutMs,
+    });
     return new ProcessHandle(this.conn, this.id, info);
   }
 

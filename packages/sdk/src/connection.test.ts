@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -73,14 +72,17 @@ describe('resolveConnection', () => {
 
   test('nothing configured → DsecError NOT_CONFIGURED saying what to set', () => {
     withEnv({ ...noEnv, DSEC_DATA_DIR: join(dir, 'missing') }, () => {
-      assert.throws(() => resolveConnection(), (err: unknown) => {
-        assert.ok(err instanceof DsecError);
-        assert.equal(err.code, 'NOT_CONFIGURED');
-        assert.match(err.message, /DSEC_URL/);
-        assert.match(err.message, /DSEC_DATA_DIR/, 'a custom data dir user must learn which variable points at it');
-        assert.ok(err.message.includes(join(dir, 'missing', 'client.json')), err.message);
-        return true;
-      });
+      assert.throws(
+        () => resolveConnection(),
+        (err: unknown) => {
+          assert.ok(err instanceof DsecError);
+          assert.equal(err.code, 'NOT_CONFIGURED');
+          assert.match(err.message, /DSEC_URL/);
+          assert.match(err.message, /DSEC_DATA_DIR/, 'a custom data dir user must learn which variable points at it');
+          assert.ok(err.message.includes(join(dir, 'missing', 'client.json')), err.message);
+          return true;
+        },
+      );
     });
   });
 });
@@ -154,7 +156,9 @@ describe('Connection against a local HTTP server', () => {
 
   test('a wire error becomes the mapped class with code, message and details', async () => {
     reply = (_req, res) =>
-      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'SANDBOX_NOT_FOUND', message: 'no sandbox x', details: { id: 'x' } } }));
+      res
+        .writeHead(404, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: { code: 'SANDBOX_NOT_FOUND', message: 'no sandbox x', details: { id: 'x' } } }));
     await assert.rejects(conn().json('GET', '/v1/x'), (err: unknown) => {
       assert.ok(err instanceof NotFoundError);
       assert.equal(err.code, 'SANDBOX_NOT_FOUND');
@@ -293,7 +297,10 @@ describe('Connection: JSON calls on kept-alive sockets (http-call.ts)', () => {
       res.write('{"n":');
       setTimeout(() => res.socket?.destroy(), 20);
     };
-    await assert.rejects(new Connection({ url, apiKey: 'k' }).json('GET', '/v1/cut'), (err: unknown) => err instanceof DsecError && err.code === 'UNREACHABLE');
+    await assert.rejects(
+      new Connection({ url, apiKey: 'k' }).json('GET', '/v1/cut'),
+      (err: unknown) => err instanceof DsecError && err.code === 'UNREACHABLE',
+    );
   });
 
   test('an aborted call leaves no socket in use: the next call still gets its answer', async () => {

@@ -28,22 +28,35 @@ export interface CallOptions {
  * TimeoutError naming the signal when its reason is a timeout), or by the call's deadline
  * (TimeoutError naming the deadline). Undefined when `err` is not an abort.
  */
-export function abortedError(err: unknown, method: string, path: string, timeoutMs: number, signal: AbortSignal | undefined): DsecError | undefined {
+export function abortedError(
+  err: unknown,
+  method: string,
+  path: string,
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+): DsecError | undefined {
   if (err instanceof DsecError) return err;
   // fetch rejects with the signal's reason itself when the caller gave one, whatever it is.
   if (signal?.aborted) {
     const reason: unknown = signal.reason;
     if (reason instanceof Error && reason.name === 'TimeoutError') {
-      return new TimeoutError(`${method} ${path} was aborted: the caller's signal timed out (${reason.message})`, 'ABORTED', undefined, { by: 'signal' });
+      return new TimeoutError(`${method} ${path} was aborted: the caller's signal timed out (${reason.message})`, 'ABORTED', undefined, {
+        by: 'signal',
+      });
     }
     const why = reason instanceof Error ? reason.message : reason === undefined ? 'no reason given' : String(reason);
     return new AbortedError(`${method} ${path} was aborted by the caller's signal (${why})`, 'ABORTED', undefined, { by: 'signal' });
   }
   if (!(err instanceof Error) || (err.name !== 'TimeoutError' && err.name !== 'AbortError')) return undefined;
-  return new TimeoutError(`${method} ${path} did not finish within ${timeoutMs} ms (the call's timeoutMs / requestTimeoutMs)`, 'TIMEOUT', undefined, {
-    by: 'timeout',
-    timeoutMs,
-  });
+  return new TimeoutError(
+    `${method} ${path} did not finish within ${timeoutMs} ms (the call's timeoutMs / requestTimeoutMs)`,
+    'TIMEOUT',
+    undefined,
+    {
+      by: 'timeout',
+      timeoutMs,
+    },
+  );
 }
 
 interface ClientFile {
@@ -160,7 +173,10 @@ export class Connection {
     return JSON.parse(answer.body.toString('utf8')) as T;
   }
 
-  #prepare(path: string, init: CallInit): { url: URL; headers: Record<string, string>; body: string | Uint8Array | undefined; timeoutMs: number } {
+  #prepare(
+    path: string,
+    init: CallInit,
+  ): { url: URL; headers: Record<string, string>; body: string | Uint8Array | undefined; timeoutMs: number } {
     const url = new URL(this.url + path);
     for (const [k, v] of Object.entries(init.query ?? {})) {
       if (v === undefined) continue;
@@ -181,6 +197,9 @@ export class Connection {
 
   /** What a call that got no answer throws: its abort or deadline, else UNREACHABLE. */
   #failure(err: unknown, method: string, path: string, timeoutMs: number, signal: AbortSignal | undefined): DsecError {
-    return abortedError(err, method, path, timeoutMs, signal) ?? new DsecError(`cannot reach dsec at ${this.url}: ${(err as Error).message}`, 'UNREACHABLE', undefined);
+    return (
+      abortedError(err, method, path, timeoutMs, signal) ??
+      new DsecError(`cannot reach dsec at ${this.url}: ${(err as Error).message}`, 'UNREACHABLE', undefined)
+    );
   }
 }

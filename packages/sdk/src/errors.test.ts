@@ -1,8 +1,18 @@
- 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
-  AuthError, CommandExitError, ConflictError, DsecError, ERROR_CODES, InvalidRequestError, NotFoundError, QuotaError, RateLimitError, TimeoutError, errorFromWire, statusForCode,
+  AuthError,
+  CommandExitError,
+  ConflictError,
+  DsecError,
+  ERROR_CODES,
+  InvalidRequestError,
+  NotFoundError,
+  QuotaError,
+  RateLimitError,
+  TimeoutError,
+  errorFromWire,
+  statusForCode,
   type ErrorCode,
 } from './errors.js';
 

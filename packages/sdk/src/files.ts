@@ -35,7 +35,11 @@ export class Files {
     checkOptionalInt(opts.mode, 'mode');
     const body = typeof data === 'string' ? new TextEncoder().encode(data) : data;
     const { mode, ...call } = opts;
-    return this.conn.json<WriteFileResult>('PUT', this.#path(), { body, query: { path, mode: mode === undefined ? undefined : mode.toString(8) }, ...call });
+    return this.conn.json<WriteFileResult>('PUT', this.#path(), {
+      body,
+      query: { path, mode: mode === undefined ? undefined : mode.toString(8) },
+      ...call,
+    });
   }
 
   async stat(path: string, opts: CallOptions = {}): Promise<FileStat> {

@@ -34,7 +34,11 @@ export const fn = {
     const { signal, timeoutMs, ...connOpts } = opts;
     checkBody(FnRunRequest, call, 'fn.run');
     const conn = new Connection(connOpts);
-    return conn.json<FnRunResult>('POST', '/v1/fn/run', { json: call, signal, timeoutMs: timeoutMs ?? (call.timeoutMs ?? 10_000) + 60_000 });
+    return conn.json<FnRunResult>('POST', '/v1/fn/run', {
+      json: call,
+      signal,
+      timeoutMs: timeoutMs ?? (call.timeoutMs ?? 10_000) + 60_000,
+    });
   },
 
   /**
@@ -46,7 +50,12 @@ export const fn = {
     const body: FnBatchRequest = { calls, ...(concurrency !== undefined ? { concurrency } : {}) };
     checkBody(FnBatchRequest, body, 'fn.map');
     const conn = new Connection(connOpts);
-    const res = await conn.request('POST', '/v1/fn/batch', { json: body, accept: 'application/x-ndjson', signal, timeoutMs: timeoutMs ?? 24 * 3600_000 });
+    const res = await conn.request('POST', '/v1/fn/batch', {
+      json: body,
+      accept: 'application/x-ndjson',
+      signal,
+      timeoutMs: timeoutMs ?? 24 * 3600_000,
+    });
     for await (const line of readNdjson<FnBatchLine>(res.body!)) {
       const error = lineError(line);
       yield error ? { index: line.index, error } : { index: line.index, result: line.result! };

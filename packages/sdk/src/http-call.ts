@@ -17,7 +17,10 @@ import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
  * once more on a fresh connection (as Node's documentation advises; the control plane's edge
  * client does the same).
  */
-const agents = { http: new HttpAgent({ keepAlive: true, scheduling: 'lifo' }), https: new HttpsAgent({ keepAlive: true, scheduling: 'lifo' }) };
+const agents = {
+  http: new HttpAgent({ keepAlive: true, scheduling: 'lifo' }),
+  https: new HttpsAgent({ keepAlive: true, scheduling: 'lifo' }),
+};
 
 export interface HttpCall {
   method: string;
@@ -47,7 +50,8 @@ export function httpCall(call: HttpCall, retried = false): Promise<HttpAnswer> {
   return new Promise<HttpAnswer>((resolve, reject) => {
     const https = call.url.protocol === 'https:';
     const headers: Record<string, string | number> = { ...call.headers };
-    if (call.body !== undefined) headers['content-length'] = typeof call.body === 'string' ? Buffer.byteLength(call.body) : call.body.byteLength;
+    if (call.body !== undefined)
+      headers['content-length'] = typeof call.body === 'string' ? Buffer.byteLength(call.body) : call.body.byteLength;
     let settled = false;
     /** Ends the call's watch (deadline, abort) once; false when it had ended already. */
     const end = (): boolean => {
@@ -65,13 +69,17 @@ export function httpCall(call: HttpCall, retried = false): Promise<HttpAnswer> {
       } else resolve(answer!);
     };
     const onAbort = (): void => settle(named('AbortError', 'the call was aborted'));
-    const req = (https ? httpsRequest : httpRequest)(call.url, { method: call.method, headers, agent: https ? agents.https : agents.http }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => settle(undefined, { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', (err) => settle(err));
-      res.on('aborted', () => settle(new Error('the server closed the connection before the answer was whole')));
-    });
+    const req = (https ? httpsRequest : httpRequest)(
+      call.url,
+      { method: call.method, headers, agent: https ? agents.https : agents.http },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => settle(undefined, { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+        res.on('error', (err) => settle(err));
+        res.on('aborted', () => settle(new Error('the server closed the connection before the answer was whole')));
+      },
+    );
     const timer = setTimeout(() => settle(named('TimeoutError', `no answer within ${call.timeoutMs} ms`)), call.timeoutMs);
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (settled || retried || !req.reusedSocket || err.code !== 'ECONNRESET' || call.signal?.aborted) return settle(err);

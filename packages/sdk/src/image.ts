@@ -1,4 +1,13 @@
-import { BuildImageRequest, type GcResult, type ImageInfo, type ImageList, PullImageRequest, type PullImageResult, PushImageRequest, type PushImageResult } from './schema/index.js';
+import {
+  BuildImageRequest,
+  type GcResult,
+  type ImageInfo,
+  type ImageList,
+  PullImageRequest,
+  type PullImageResult,
+  PushImageRequest,
+  type PushImageResult,
+} from './schema/index.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { checkBody, checkPath } from './validate.js';
 
@@ -68,7 +77,11 @@ export class Image {
     const { signal, timeoutMs, ...connOpts } = opts;
     const body = { image, ref };
     checkBody(PushImageRequest, body, 'Image.push');
-    return new Connection(connOpts).json<PushImageResult>('POST', '/v1/images/push', { json: body, signal, timeoutMs: timeoutMs ?? 900_000 });
+    return new Connection(connOpts).json<PushImageResult>('POST', '/v1/images/push', {
+      json: body,
+      signal,
+      timeoutMs: timeoutMs ?? 900_000,
+    });
   }
 
   /**

@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { readNdjson } from './ndjson.js';

@@ -1,4 +1,3 @@
- 
 /** What the SDK puts on the wire, checked against a local HTTP server that records requests. */
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -27,7 +26,17 @@ const INFO = {
   createdAt: '2025-01-01T00:00:00.000Z',
 };
 
-const RESULT = { exitCode: 0, stdout: 'hi\n', stderr: '', encoding: 'utf8', truncated: false, stdoutBytes: 3, stderrBytes: 0, timedOut: false, durationMs: 1 };
+const RESULT = {
+  exitCode: 0,
+  stdout: 'hi\n',
+  stderr: '',
+  encoding: 'utf8',
+  truncated: false,
+  stdoutBytes: 3,
+  stderrBytes: 0,
+  timedOut: false,
+  durationMs: 1,
+};
 
 describe('SDK requests', () => {
   let server: Server;
@@ -122,7 +131,10 @@ describe('SDK requests', () => {
   test('commands.run with throwOnError throws CommandExitError on a non-zero exit', async () => {
     const sb = await Sandbox.connect(INFO.id, opts());
     reply = (_req, res) => json(res, 200, { ...RESULT, exitCode: 2, stdout: 'o', stderr: 'e' });
-    await assert.rejects(sb.commands.run('false', { throwOnError: true }), (err: unknown) => err instanceof CommandExitError && err.exitCode === 2);
+    await assert.rejects(
+      sb.commands.run('false', { throwOnError: true }),
+      (err: unknown) => err instanceof CommandExitError && err.exitCode === 2,
+    );
   });
 
   test('files.write PUTs raw bytes with the path and an octal mode', async () => {
@@ -170,11 +182,19 @@ describe('SDK requests', () => {
   /* eslint-disable @typescript-eslint/no-explicit-any -- these calls are what untyped JavaScript passes */
 
   test("commands.run('echo hi', {timeoutMs: '5000'}) → InvalidRequestError naming timeoutMs", async () => {
-    await refused((sb) => sb.commands.run('echo hi', { timeoutMs: '5000' as any }), 'timeoutMs', /timeoutMs must be integer, got the string "5000"/);
+    await refused(
+      (sb) => sb.commands.run('echo hi', { timeoutMs: '5000' as any }),
+      'timeoutMs',
+      /timeoutMs must be integer, got the string "5000"/,
+    );
   });
 
   test('commands.run(123) → InvalidRequestError naming cmd, not sh -c 123', async () => {
-    await refused((sb) => sb.commands.run(123 as any), 'cmd', /cmd must be a shell command string or an argv array of strings, got number 123/);
+    await refused(
+      (sb) => sb.commands.run(123 as any),
+      'cmd',
+      /cmd must be a shell command string or an argv array of strings, got number 123/,
+    );
   });
 
   test('commands.run with an argv holding a number → names the item', async () => {
@@ -191,7 +211,11 @@ describe('SDK requests', () => {
   });
 
   test('files.write(p, {a: 1}) → InvalidRequestError, not a file holding [object Object]', async () => {
-    await refused((sb) => sb.files.write('/tmp/x', { a: 1 } as any), 'data', /data must be a string or a Uint8Array \(Buffer\), got an object \(Object\); serialize objects first/);
+    await refused(
+      (sb) => sb.files.write('/tmp/x', { a: 1 } as any),
+      'data',
+      /data must be a string or a Uint8Array \(Buffer\), got an object \(Object\); serialize objects first/,
+    );
   });
 
   test('files calls with a path that is not a string → InvalidRequestError naming path', async () => {
@@ -201,12 +225,19 @@ describe('SDK requests', () => {
   });
 
   test('setNetwork with an unknown mode lists the modes', async () => {
-    await refused((sb) => sb.setNetwork({ mode: 'closed' } as any), 'mode', /mode must be one of "none", "allow", "open", got the string "closed"/);
+    await refused(
+      (sb) => sb.setNetwork({ mode: 'closed' } as any),
+      'mode',
+      /mode must be one of "none", "allow", "open", got the string "closed"/,
+    );
   });
 
   test('Sandbox.create with a string memory limit → InvalidRequestError before any request', async () => {
     const before = seen.length;
-    await assert.rejects(Sandbox.create({ ...opts(), resources: { memoryMiB: '64' as any } }), (err: unknown) => err instanceof InvalidRequestError && err.details['field'] === 'resources.memoryMiB');
+    await assert.rejects(
+      Sandbox.create({ ...opts(), resources: { memoryMiB: '64' as any } }),
+      (err: unknown) => err instanceof InvalidRequestError && err.details['field'] === 'resources.memoryMiB',
+    );
     assert.equal(seen.length, before);
   });
   /* eslint-enable @typescript-eslint/no-explicit-any */

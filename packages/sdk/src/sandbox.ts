@@ -1,9 +1,22 @@
 import { batchEvents, type BatchProgress } from './batch.js';
 import { DsecError } from './errors.js';
 import {
-  BulkRequest, type BulkResult, CreateBatchRequest, type BatchEvent, type BatchInfo,
-  CreateSandboxRequest, type ForkResult, NetworkPolicyRequest, type NetworkPolicyResult, type NetworkPolicyState, type ReplayResult, type SandboxInfo, type SandboxList,
-  SnapshotRequest, type SnapshotResult, type Trajectory,
+  BulkRequest,
+  type BulkResult,
+  CreateBatchRequest,
+  type BatchEvent,
+  type BatchInfo,
+  CreateSandboxRequest,
+  type ForkResult,
+  NetworkPolicyRequest,
+  type NetworkPolicyResult,
+  type NetworkPolicyState,
+  type ReplayResult,
+  type SandboxInfo,
+  type SandboxList,
+  SnapshotRequest,
+  type SnapshotResult,
+  type Trajectory,
 } from './schema/index.js';
 import { checkBody, checkOptionalInt, checkPath } from './validate.js';
 import { Commands } from './commands.js';
@@ -81,7 +94,10 @@ export class Sandbox {
    * A dropped progress stream is resumed where it left off.
    * @example const { sandboxes, failures } = await Sandbox.createMany(100, { image: 'busybox', onProgress: (e, p) => bar(p.running / p.count) });
    */
-  static async createMany(count: number, opts: CreateManyOptions = {}): Promise<{ batchId: string; sandboxes: Sandbox[]; failures: BatchFailure[] }> {
+  static async createMany(
+    count: number,
+    opts: CreateManyOptions = {},
+  ): Promise<{ batchId: string; sandboxes: Sandbox[]; failures: BatchFailure[] }> {
     const { conn, batchId, call } = await Sandbox.#startBatch(count, opts);
     const failures: BatchFailure[] = [];
     for await (const e of Sandbox.#progress(conn, batchId, count, opts, call)) {
@@ -101,11 +117,17 @@ export class Sandbox {
     const { conn, batchId, call } = await Sandbox.#startBatch(count, rest);
     const failures: BatchFailure[] = [];
     for await (const e of Sandbox.#progress(conn, batchId, count, rest, call)) {
-      if (e.type === 'running' && e.sandboxId) yield new Sandbox(conn, await conn.json<SandboxInfo>('GET', `/v1/sandboxes/${e.sandboxId}`, call));
+      if (e.type === 'running' && e.sandboxId)
+        yield new Sandbox(conn, await conn.json<SandboxInfo>('GET', `/v1/sandboxes/${e.sandboxId}`, call));
       if (e.type === 'failed') failures.push(failureOf(e));
     }
     if (failures.length && !allowFailures) {
-      throw new DsecError(`${failures.length} of ${count} sandboxes of batch ${batchId} failed; first: ${failures[0]!.reason}`, failures[0]!.code, undefined, { batchId, failures });
+      throw new DsecError(
+        `${failures.length} of ${count} sandboxes of batch ${batchId} failed; first: ${failures[0]!.reason}`,
+        failures[0]!.code,
+        undefined,
+        { batchId, failures },
+      );
     }
   }
 
@@ -122,7 +144,13 @@ export class Sandbox {
     return { conn, batchId: info.id, call };
   }
 
-  static async *#progress(conn: Connection, batchId: string, count: number, opts: CreateManyOptions, call: CallOptions): AsyncGenerator<BatchEvent> {
+  static async *#progress(
+    conn: Connection,
+    batchId: string,
+    count: number,
+    opts: CreateManyOptions,
+    call: CallOptions,
+  ): AsyncGenerator<BatchEvent> {
     const p: BatchProgress = { count, placed: 0, running: 0, failed: 0 };
     for await (const e of batchEvents(conn, batchId, { signal: call.signal })) {
       if (e.type === 'placed') p.placed++;
@@ -178,7 +206,11 @@ export class Sandbox {
   static async #bulk(action: 'kill' | 'pause' | 'resume', opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
     const { signal, timeoutMs, labels, ...connOpts } = opts;
     checkBody(BulkRequest, { labels }, `Sandbox.${action}All`);
-    return new Connection(connOpts).json<BulkResult>('POST', `/v1/sandboxes/${action}`, { json: { labels }, signal, timeoutMs: timeoutMs ?? 600_000 });
+    return new Connection(connOpts).json<BulkResult>('POST', `/v1/sandboxes/${action}`, {
+      json: { labels },
+      signal,
+      timeoutMs: timeoutMs ?? 600_000,
+    });
   }
 
   /** Refreshes `info` from the server. */
@@ -205,7 +237,10 @@ export class Sandbox {
   }
 
   /** A sandbox's trajectory by id, also of one killed within the retention time (no connect needed). */
-  static async trajectory(id: string, opts: ConnectionOptions & CallOptions & { afterSeq?: number; limit?: number } = {}): Promise<Trajectory> {
+  static async trajectory(
+    id: string,
+    opts: ConnectionOptions & CallOptions & { afterSeq?: number; limit?: number } = {},
+  ): Promise<Trajectory> {
     checkPath(id, 'id');
     const { url, apiKey, requestTimeoutMs, ...rest } = opts;
     return Sandbox.#trajectory(new Connection({ url, apiKey, requestTimeoutMs }), id, rest);
@@ -215,7 +250,10 @@ export class Sandbox {
     const { afterSeq, limit, ...call } = opts;
     checkOptionalInt(afterSeq, 'afterSeq');
     checkOptionalInt(limit, 'limit', 1);
-    return conn.json<Trajectory>('GET', `/v1/sandboxes/${encodeURIComponent(id)}/trajectory`, { query: { afterSeq: afterSeq?.toString(), limit: limit?.toString() }, ...call });
+    return conn.json<Trajectory>('GET', `/v1/sandboxes/${encodeURIComponent(id)}/trajectory`, {
+      query: { afterSeq: afterSeq?.toString(), limit: limit?.toString() },
+      ...call,
+    });
   }
 
   /** Rebuilds this sandbox as a new one from its image and trajectory (e.g. after its node was lost). */
@@ -260,12 +298,19 @@ export class Sandbox {
   async snapshot(opts: SnapshotRequest & CallOptions = {}): Promise<Snapshot> {
     const { signal, timeoutMs, ...body } = opts;
     checkBody(SnapshotRequest, body, 'snapshot');
-    const result = await this.conn.json<SnapshotResult>('POST', `/v1/sandboxes/${this.id}/snapshot`, { json: body, signal, timeoutMs: timeoutMs ?? 600_000 });
+    const result = await this.conn.json<SnapshotResult>('POST', `/v1/sandboxes/${this.id}/snapshot`, {
+      json: body,
+      signal,
+      timeoutMs: timeoutMs ?? 600_000,
+    });
     return { ...result, image: Image.fromSnapshot(this.conn, result.imageId) };
   }
 
   /** One snapshot, then `count` new sandboxes from it: rollouts from the same state. */
-  async fork(count: number, opts: CallOptions & { labels?: Record<string, string> } = {}): Promise<{ sandboxes: Sandbox[]; result: ForkResult }> {
+  async fork(
+    count: number,
+    opts: CallOptions & { labels?: Record<string, string> } = {},
+  ): Promise<{ sandboxes: Sandbox[]; result: ForkResult }> {
     const { signal, timeoutMs, labels } = opts;
     checkOptionalInt(count, 'count', 1);
     const result = await this.conn.json<ForkResult>('POST', `/v1/sandboxes/${this.id}/fork`, {

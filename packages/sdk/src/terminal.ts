@@ -17,7 +17,10 @@ export class Terminal {
   /** Resolves with the command's exit code when it ends. */
   readonly exited: Promise<number>;
 
-  private constructor(private readonly ws: WebSocket, exited: Promise<number>) {
+  private constructor(
+    private readonly ws: WebSocket,
+    exited: Promise<number>,
+  ) {
     this.exited = exited;
   }
 
@@ -43,7 +46,9 @@ export class Terminal {
     });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
-      ws.once('unexpected-response', (_req, res) => reject(new DsecError(`terminal refused: HTTP ${res.statusCode}`, `HTTP_${res.statusCode}`, res.statusCode)));
+      ws.once('unexpected-response', (_req, res) =>
+        reject(new DsecError(`terminal refused: HTTP ${res.statusCode}`, `HTTP_${res.statusCode}`, res.statusCode)),
+      );
       ws.once('error', reject);
     });
     exited.catch(() => undefined);

@@ -57,7 +57,8 @@ export function checkBytes(data: unknown, field: string): asserts data is Uint8A
 /** An optional whole number of milliseconds (or other count) ≥ min. */
 export function checkOptionalInt(value: unknown, field: string, min = 0): void {
   if (value === undefined) return;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) throw invalid(field, `must be a whole number ≥ ${min}, got ${describe(value)}`);
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min)
+    throw invalid(field, `must be a whole number ≥ ${min}, got ${describe(value)}`);
 }
 
 /** An optional AbortSignal. */
@@ -68,7 +69,11 @@ export function checkSignal(signal: unknown): void {
 /** JSON drops undefined-valued keys, so the check must not see them either. */
 function withoutUndefined(v: unknown): unknown {
   if (typeof v !== 'object' || v === null || Array.isArray(v) || v instanceof Uint8Array) return v;
-  return Object.fromEntries(Object.entries(v).filter(([, x]) => x !== undefined).map(([k, x]) => [k, withoutUndefined(x)]));
+  return Object.fromEntries(
+    Object.entries(v)
+      .filter(([, x]) => x !== undefined)
+      .map(([k, x]) => [k, withoutUndefined(x)]),
+  );
 }
 
 /** Checks a request body against its wire schema (the server checks it again). */
@@ -85,7 +90,9 @@ export function checkBody(schema: TSchema, raw: unknown, what: string): void {
   let value: unknown = body;
   for (const part of path ? path.split('.') : []) value = (value as Record<string, unknown> | undefined)?.[part];
   // A union of literals fails once per literal: name them all.
-  const allowed = errors.filter((e) => e.keyword === 'const' && e.instancePath === first.instancePath).map((e) => (e.params as Record<string, unknown>)['allowedValue']);
+  const allowed = errors
+    .filter((e) => e.keyword === 'const' && e.instancePath === first.instancePath)
+    .map((e) => (e.params as Record<string, unknown>)['allowedValue']);
   const message = allowed.length > 1 ? `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}` : first.message;
   throw invalid(path || what, `${message}, got ${describe(value)}`);
 }

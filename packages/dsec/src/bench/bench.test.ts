@@ -1,4 +1,3 @@
- 
 /** Unit tests of the benchmark's pure parts: rounds, memory arithmetic, targets, tables, chart. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -90,7 +89,9 @@ describe('bench targets', () => {
     const arm = (label: string, p50: number): ArmResult => ({ label, what: label, latency: summarizeLatency([p50]), errors: [] });
     const result = (arms: ArmResult[]): HardeningResult =>
       ({ create: arms, exec: [], switch: { put: summarizeLatency([5]) }, peers: [], dropped: [] }) as unknown as HardeningResult;
-    const [defences, network] = hardeningTargets(result([arm('crun', 30), arm('crun bpf', 21), arm('crun bare', 20), arm('dsec', 25), arm('dsec+net', 40)]));
+    const [defences, network] = hardeningTargets(
+      result([arm('crun', 30), arm('crun bpf', 21), arm('crun bare', 20), arm('dsec', 25), arm('dsec+net', 40)]),
+    );
     assert.match(defences!.target, /crun bpf/);
     assert.equal(defences!.ok, true, defences!.measured);
     assert.match(network!.measured, /\+15 ms/);
@@ -149,7 +150,7 @@ const lat = (p50: number): LatencySummary => ({ count: 10, p50, p90: p50, p99: p
 const base = { description: 'd', version: 'v', errors: [] };
 
 describe('bench scenarios registry', () => {
-  test('names and each scenario\'s option keys and flags are unique; defaults come from the flags', () => {
+  test("names and each scenario's option keys and flags are unique; defaults come from the flags", () => {
     const names = SCENARIOS.map((s) => s.name);
     assert.equal(new Set(names).size, names.length);
     for (const s of SCENARIOS) {
@@ -235,7 +236,15 @@ describe('bench targets of the new scenarios', () => {
           sandboxes: n,
           createSeconds: 1,
           removeSeconds: 1,
-          perSandbox: { memAvailableMiB: mib, freedMiB: mib, slabKiB: 1, sUnreclaimKiB: 1, kernelStackKiB: 1, pageTablesKiB: 1, cgroupChargedKiB: 1 },
+          perSandbox: {
+            memAvailableMiB: mib,
+            freedMiB: mib,
+            slabKiB: 1,
+            sUnreclaimKiB: 1,
+            kernelStackKiB: 1,
+            pageTablesKiB: 1,
+            cgroupChargedKiB: 1,
+          },
           helpers,
           helpersPerSandbox: Object.values(helpers).reduce((a, b) => a + b, 0) / n,
           curve: [point(0, 0, 25, 8), point(0.1, n / 10, 26, 8), point(0.5, n / 2, 27, 9), point(1, n, fullCreate, fullExec)],
@@ -254,7 +263,10 @@ describe('bench targets of the new scenarios', () => {
     );
     assert.match(bad[0]!.target, /1000 held/);
     assert.match(bad[3]!.measured, /conmon ×1000/);
-    assert.equal(fillRatio(r(1, {}).peers[0]!.curve, (p) => p.create.p50), 30 / 25);
+    assert.equal(
+      fillRatio(r(1, {}).peers[0]!.curve, (p) => p.create.p50),
+      30 / 25,
+    );
     // A run that stopped before a second point has no full node to judge.
     const one = r(1, {});
     one.peers[0]!.curve = one.peers[0]!.curve.slice(0, 1);

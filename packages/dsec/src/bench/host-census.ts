@@ -114,7 +114,9 @@ export function headroomProblem(n: number, peers: PeerName[], host: HostLimits):
     );
   const mibNeeded = n * worst.mib + RESERVE_MIB;
   if (mibNeeded > host.memAvailableMiB)
-    problems.push(`${n} sandboxes need up to ${mibNeeded} MiB (${worst.mib} MiB each + ${RESERVE_MIB} MiB spare), only ${host.memAvailableMiB} MiB available`);
+    problems.push(
+      `${n} sandboxes need up to ${mibNeeded} MiB (${worst.mib} MiB each + ${RESERVE_MIB} MiB spare), only ${host.memAvailableMiB} MiB available`,
+    );
   return problems.length ? `${problems.join('; ')}; lower -n` : undefined;
 }
 

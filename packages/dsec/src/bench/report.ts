@@ -50,7 +50,12 @@ export interface WrittenFiles {
  * `outDir` (unless `latest` is false). The markdown links its chart by a relative name, so both
  * can be moved together.
  */
-export function writeResults(outDir: string, report: BenchReport, render: RenderReport, opts: { latest?: boolean; json?: boolean } = {}): WrittenFiles {
+export function writeResults(
+  outDir: string,
+  report: BenchReport,
+  render: RenderReport,
+  opts: { latest?: boolean; json?: boolean } = {},
+): WrittenFiles {
   const dir = resolve(outDir);
   mkdirSync(dir, { recursive: true });
   const base = `${report.scenario}-${fileStamp(report.startedAt)}`;

@@ -123,7 +123,16 @@ export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
     return { report, files: writeResults(opts.outDir, report, (r, svg) => def.render(r, svg)) };
   });
   const outcome: BenchOutcome = { reports, failed };
-  if (opts.combined) outcome.all = writeAllSummary(opts.outDir, { startedAt, host, peers: opts.peers, nice: opts.nice, reports, failed, defs: opts.scenarios.map((s) => s.def) });
+  if (opts.combined)
+    outcome.all = writeAllSummary(opts.outDir, {
+      startedAt,
+      host,
+      peers: opts.peers,
+      nice: opts.nice,
+      reports,
+      failed,
+      defs: opts.scenarios.map((s) => s.def),
+    });
   return outcome;
 }
 
@@ -150,4 +159,3 @@ async function runScenario(
     notInstrumented,
   };
 }
-

@@ -1,5 +1,13 @@
 import pino, { type Logger } from 'pino';
-import { createEach, type EdgeApi, type EdgeCreateOutcome, type EdgeCreateRequest, type EdgeInfo, type EdgeSandbox, type TerminalChannel } from '../edge/edge-api.js';
+import {
+  createEach,
+  type EdgeApi,
+  type EdgeCreateOutcome,
+  type EdgeCreateRequest,
+  type EdgeInfo,
+  type EdgeSandbox,
+  type TerminalChannel,
+} from '../edge/edge-api.js';
 import { ApiError } from '../api-error.js';
 import type { App } from '../control/server.js';
 import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
@@ -82,7 +90,10 @@ export class SimulatedEdge implements EdgeApi {
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     const made = this.#create(req);
-    this.#making.set(req.id, made.catch(() => undefined));
+    this.#making.set(
+      req.id,
+      made.catch(() => undefined),
+    );
     try {
       return await made;
     } finally {

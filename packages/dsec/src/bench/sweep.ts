@@ -32,7 +32,11 @@ function benchCgroups(names: RunNames): string[] {
 /** crun state roots a run uses: dsec's edge, raw crun, and the cluster scenario's real edges. */
 function crunRoots(dir: string): string[] {
   const real = join(dir, 'cluster-real');
-  const edges = existsSync(real) ? readdirSync(real).filter((d) => d.startsWith('edge')).map((d) => join(real, d, 'node', 'crun')) : [];
+  const edges = existsSync(real)
+    ? readdirSync(real)
+        .filter((d) => d.startsWith('edge'))
+        .map((d) => join(real, d, 'node', 'crun'))
+    : [];
   return [join(dir, 'dsec', 'node', 'crun'), join(dir, 'crun', 'crun-state'), ...edges].filter(existsSync);
 }
 

@@ -27,7 +27,9 @@ export async function readStdin(): Promise<Buffer> {
     const b = chunk as Buffer;
     size += b.length;
     if (size > MAX_STDIN_BYTES) {
-      throw new UsageError(`stdin is over ${MAX_STDIN_BYTES} bytes (the exec limit); copy large input in with \`dsec cp\` or the SDK's files.write, or feed a background process`);
+      throw new UsageError(
+        `stdin is over ${MAX_STDIN_BYTES} bytes (the exec limit); copy large input in with \`dsec cp\` or the SDK's files.write, or feed a background process`,
+      );
     }
     chunks.push(b);
   }
@@ -47,14 +49,24 @@ function writeOut(stream: NodeJS.WriteStream, data: Uint8Array): Promise<void> {
  * for byte (the stream carries bytes; nothing is decoded as text). Returns the exit code, after
  * saying on stderr when the output was cut or the command timed out.
  */
-export async function streamToTerminal(sb: Sandbox, cmd: string[], opts: Omit<RunOptions, 'onStdout' | 'onStderr' | 'throwOnError'>): Promise<number> {
+export async function streamToTerminal(
+  sb: Sandbox,
+  cmd: string[],
+  opts: Omit<RunOptions, 'onStdout' | 'onStderr' | 'throwOnError'>,
+): Promise<number> {
   for await (const ev of sb.commands.stream(cmd, opts)) {
     if (ev.type !== 'exit') {
       await writeOut(ev.type === 'stdout' ? process.stdout : process.stderr, ev.data);
       continue;
     }
-    if (ev.truncated) process.stderr.write(`dsec: output cut at ${opts.maxOutputBytes ?? 'maxOutputBytes'} bytes per stream (${ev.stdoutBytes} stdout, ${ev.stderrBytes} stderr bytes written)\n`);
-    if (ev.timedOut) process.stderr.write(`dsec: the command timed out after ${opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS} ms and was killed (set --timeout MS)\n`);
+    if (ev.truncated)
+      process.stderr.write(
+        `dsec: output cut at ${opts.maxOutputBytes ?? 'maxOutputBytes'} bytes per stream (${ev.stdoutBytes} stdout, ${ev.stderrBytes} stderr bytes written)\n`,
+      );
+    if (ev.timedOut)
+      process.stderr.write(
+        `dsec: the command timed out after ${opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS} ms and was killed (set --timeout MS)\n`,
+      );
     return ev.exitCode;
   }
   throw new Error('the exec stream ended without an exit status');

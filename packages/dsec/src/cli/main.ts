@@ -23,7 +23,9 @@ import { registerProjectCommands } from './commands/projects.js';
 import { registerVolumeCommands } from './commands/volumes.js';
 
 const program = new Command('dsec')
-  .description('dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.')
+  .description(
+    'dsec: elastic sandboxes for agent RL. Server commands need root; client commands read DSEC_URL/DSEC_API_KEY or DATA_DIR/client.json.',
+  )
   .showHelpAfterError()
   // Lets `exec` hand every option after the sandbox id to the command (passThroughOptions).
   .enablePositionalOptions();

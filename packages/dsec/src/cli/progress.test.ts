@@ -86,7 +86,10 @@ describe('progress', () => {
     assert.equal(await withProgress('snapshotting sb-1', async () => 42, out), 42);
     assert.match(out.text, /^snapshotting sb-1: started\nsnapshotting sb-1: done in \d+\.\d s\n$/);
     const failed = output(false);
-    await assert.rejects(withProgress('snapshotting sb-2', async () => Promise.reject(new Error('boom')), failed), /boom/);
+    await assert.rejects(
+      withProgress('snapshotting sb-2', async () => Promise.reject(new Error('boom')), failed),
+      /boom/,
+    );
     assert.match(failed.text, /snapshotting sb-2: failed after/);
   });
 });

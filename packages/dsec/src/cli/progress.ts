@@ -71,7 +71,9 @@ export class Progress {
     const decile = Math.floor(pct / 10);
     if (decile > this.#lastDecile || done === total) {
       this.#lastDecile = decile;
-      const counters = Object.entries(extra).map(([k, v]) => `${k} ${v}`).join(', ');
+      const counters = Object.entries(extra)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ');
       this.#plain(`${this.label}: ${done}/${total} (${pct}%)${counters ? ` ${counters}` : ''}`);
     }
   }
@@ -129,7 +131,9 @@ export class Progress {
       const total = this.#total;
       const pct = total ? Math.floor((this.#done / total) * 100) : 100;
       const filled = Math.round((pct / 100) * BAR_WIDTH);
-      const counters = Object.entries(this.#extra).map(([k, v]) => `${k} ${v}`).join(', ');
+      const counters = Object.entries(this.#extra)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ');
       const rate = elapsedS > 0 ? this.#done / elapsedS : 0;
       const left = rate > 0 && this.#done < total ? ` · ${seconds((total - this.#done) / rate)} left` : '';
       line =

@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -34,10 +33,41 @@ describe('compileOptions', () => {
   test('environment variables set options, strings converted to their types', () => {
     const opts = compileOptions(
       {},
-      { DSEC_DATA_DIR: '/srv/dsec', DSEC_LISTEN: '0.0.0.0:8080', DSEC_EDGE_ID: 'node7', DSEC_MAX_SANDBOXES: '12', DSEC_LAYER_CACHE_MIB: '512', DSEC_TRAJECTORY_RETENTION_HOURS: '2', DSEC_LOG_LEVEL: 'warn', DSEC_MIN_FREE_DISK_MIB: '0', DSEC_MIN_AVAILABLE_MEMORY_MIB: '1024', DSEC_MAX_MEMORY_PRESSURE: '0', DSEC_USERNS_POOL: '0' },
+      {
+        DSEC_DATA_DIR: '/srv/dsec',
+        DSEC_LISTEN: '0.0.0.0:8080',
+        DSEC_EDGE_ID: 'node7',
+        DSEC_MAX_SANDBOXES: '12',
+        DSEC_LAYER_CACHE_MIB: '512',
+        DSEC_TRAJECTORY_RETENTION_HOURS: '2',
+        DSEC_LOG_LEVEL: 'warn',
+        DSEC_MIN_FREE_DISK_MIB: '0',
+        DSEC_MIN_AVAILABLE_MEMORY_MIB: '1024',
+        DSEC_MAX_MEMORY_PRESSURE: '0',
+        DSEC_USERNS_POOL: '0',
+      },
     );
     assert.deepEqual(opts, {
-      dataDir: '/srv/dsec', listen: '0.0.0.0:8080', edgeId: 'node7', maxSandboxes: 12, layerCacheMiB: 512, layerFetch: 'eager', layerChunkKiB: 1024, userns: true, usernsPool: 0, minFreeDiskMiB: 0, minAvailableMemoryMiB: 1024, maxMemoryPressure: 0, trajectoryRetentionHours: 2, logLevel: 'warn', store: '', layerDir: '', registry: '', registryAllow: '', portsListen: '', portsUrl: '',
+      dataDir: '/srv/dsec',
+      listen: '0.0.0.0:8080',
+      edgeId: 'node7',
+      maxSandboxes: 12,
+      layerCacheMiB: 512,
+      layerFetch: 'eager',
+      layerChunkKiB: 1024,
+      userns: true,
+      usernsPool: 0,
+      minFreeDiskMiB: 0,
+      minAvailableMemoryMiB: 1024,
+      maxMemoryPressure: 0,
+      trajectoryRetentionHours: 2,
+      logLevel: 'warn',
+      store: '',
+      layerDir: '',
+      registry: '',
+      registryAllow: '',
+      portsListen: '',
+      portsUrl: '',
     });
   });
 
@@ -86,11 +116,14 @@ describe('compileOptions', () => {
   });
 
   test('a listen address without a port is rejected, naming the field', () => {
-    assert.throws(() => compileOptions({ listen: 'localhost' }, {}), (err: unknown) => {
-      assert.ok(err instanceof OptionsError);
-      assert.match(err.message, /listen/);
-      return true;
-    });
+    assert.throws(
+      () => compileOptions({ listen: 'localhost' }, {}),
+      (err: unknown) => {
+        assert.ok(err instanceof OptionsError);
+        assert.match(err.message, /listen/);
+        return true;
+      },
+    );
   });
 
   test('an edge id with upper case or dashes is rejected (it is part of every sandbox id)', () => {

@@ -107,9 +107,12 @@ export const ServerOptions = Type.Object(
     /** DSEC_TRAJECTORY_RETENTION_HOURS: how long a killed sandbox's trajectory stays readable by id; 0 deletes it at kill. */
     trajectoryRetentionHours: Type.Integer({ default: 24, minimum: 0 }),
     /** DSEC_LOG_LEVEL */
-    logLevel: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')], {
-      default: 'info',
-    }),
+    logLevel: Type.Union(
+      [Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')],
+      {
+        default: 'info',
+      },
+    ),
   },
   { additionalProperties: false },
 );
@@ -151,7 +154,15 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
   }
   for (const [k, v] of Object.entries(flags)) if (v !== undefined) merged[k] = v;
   // Convert would cut "2.5" to 2: numbers must be written as integers.
-  for (const key of ['maxSandboxes', 'layerCacheMiB', 'layerChunkKiB', 'minFreeDiskMiB', 'minAvailableMemoryMiB', 'maxMemoryPressure', 'trajectoryRetentionHours'] as const) {
+  for (const key of [
+    'maxSandboxes',
+    'layerCacheMiB',
+    'layerChunkKiB',
+    'minFreeDiskMiB',
+    'minAvailableMemoryMiB',
+    'maxMemoryPressure',
+    'trajectoryRetentionHours',
+  ] as const) {
     if (merged[key] !== undefined && !/^\d+$/.test(String(merged[key]))) {
       throw new OptionsError(`invalid option /${key}: ${JSON.stringify(merged[key])} is not a whole number`);
     }

@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -82,14 +81,27 @@ describe('projects migration', () => {
       const Database = (await import('better-sqlite3')).default;
       const old = new Database(join(dir, 'state.db'));
       old.exec('CREATE TABLE api_keys (id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at TEXT NOT NULL)');
-      old.prepare('INSERT INTO api_keys VALUES (?, ?, ?, ?)').run('key_000000000001', hashKey('boot'), 'client.json', new Date().toISOString());
+      old
+        .prepare('INSERT INTO api_keys VALUES (?, ?, ?, ?)')
+        .run('key_000000000001', hashKey('boot'), 'client.json', new Date().toISOString());
       old.prepare('INSERT INTO api_keys VALUES (?, ?, ?, ?)').run('key_000000000002', hashKey('other'), 'e2b', new Date().toISOString());
       old.close();
       const migrated = await StateStore.open(join(dir, 'state.db'));
       try {
-        assert.deepEqual(await authenticate(migrated, bearerToken('Bearer boot')), { keyId: 'key_000000000001', project: 'default', admin: true });
-        assert.deepEqual(await authenticate(migrated, bearerToken('Bearer other')), { keyId: 'key_000000000002', project: 'default', admin: false });
-        assert.deepEqual((await migrated.listProjects()).map((p) => p.name), ['default']);
+        assert.deepEqual(await authenticate(migrated, bearerToken('Bearer boot')), {
+          keyId: 'key_000000000001',
+          project: 'default',
+          admin: true,
+        });
+        assert.deepEqual(await authenticate(migrated, bearerToken('Bearer other')), {
+          keyId: 'key_000000000002',
+          project: 'default',
+          admin: false,
+        });
+        assert.deepEqual(
+          (await migrated.listProjects()).map((p) => p.name),
+          ['default'],
+        );
       } finally {
         await migrated.close();
       }

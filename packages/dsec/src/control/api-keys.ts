@@ -32,7 +32,12 @@ export async function createApiKey(store: StateStore, name: string, scope: KeySc
  * A key in E2B's shape (`e2b_` + 40 hex digits, as some E2B SDK versions check), stored like any
  * other. `mintedBy`: the key whose caller asked for it; revoking that key revokes this one.
  */
-export async function createE2bApiKey(store: StateStore, name: string, scope: KeyScope = {}, mintedBy?: string): Promise<{ id: string; key: string }> {
+export async function createE2bApiKey(
+  store: StateStore,
+  name: string,
+  scope: KeyScope = {},
+  mintedBy?: string,
+): Promise<{ id: string; key: string }> {
   const id = `key_${randomBytes(6).toString('hex')}`;
   const key = `e2b_${randomBytes(20).toString('hex')}`;
   await store.insertKey(id, hashKey(key), name, scope.project ?? DEFAULT_PROJECT, scope.admin ?? false, mintedBy);

@@ -94,7 +94,9 @@ export class BatchService {
 
   /** Batches this process drives that have not finished, with their counts so far (for /metrics). */
   progress(): { id: string; count: number; placed: number; running: number; failed: number }[] {
-    return [...this.#live.values()].filter((b) => !b.finished).map((b) => ({ id: b.id, count: b.count, placed: b.placed, running: b.running, failed: b.failed }));
+    return [...this.#live.values()]
+      .filter((b) => !b.finished)
+      .map((b) => ({ id: b.id, count: b.count, placed: b.placed, running: b.running, failed: b.failed }));
   }
 
   /**
@@ -139,7 +141,10 @@ export class BatchService {
         this.#count(b, e);
       }
       this.#live.set(row.id, b);
-      this.log.warn({ batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId }, 'resuming a batch its driver left (a restart, or a replica that died)');
+      this.log.warn(
+        { batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId },
+        'resuming a batch its driver left (a restart, or a replica that died)',
+      );
       this.#start(b, req.concurrency ?? 64);
     }
   }
@@ -147,7 +152,16 @@ export class BatchService {
   async info(id: string): Promise<BatchInfo> {
     const b = this.#live.get(id);
     if (b) {
-      const info: BatchInfo = { id, count: b.count, state: b.cancelled ? 'cancelled' : b.finished ? 'done' : 'running', placed: b.placed, running: b.running, failed: b.failed, createdAt: b.createdAt, lastSeq: b.events.length - 1 };
+      const info: BatchInfo = {
+        id,
+        count: b.count,
+        state: b.cancelled ? 'cancelled' : b.finished ? 'done' : 'running',
+        placed: b.placed,
+        running: b.running,
+        failed: b.failed,
+        createdAt: b.createdAt,
+        lastSeq: b.events.length - 1,
+      };
       return info;
     }
     const row = await this.store.getBatch(id);
@@ -159,7 +173,16 @@ export class BatchService {
       if (e.type === 'failed') counts.failed++;
       counts.last = e.seq;
     }
-    const info: BatchInfo = { id, count: row.count, state: row.state, placed: counts.placed, running: counts.running, failed: counts.failed, createdAt: row.createdAt, lastSeq: counts.last };
+    const info: BatchInfo = {
+      id,
+      count: row.count,
+      state: row.state,
+      placed: counts.placed,
+      running: counts.running,
+      failed: counts.failed,
+      createdAt: row.createdAt,
+      lastSeq: counts.last,
+    };
     if (row.finishedAt) info.finishedAt = row.finishedAt;
     return info;
   }
@@ -264,7 +287,8 @@ export class BatchService {
             project: b.project,
             onPlaced: (index, edge, sandboxId) => this.#emit(b, { type: 'placed', index, edge, sandboxId }),
             onRunning: (index, edge, sandboxId) => this.#emit(b, { type: 'running', index, sandboxId, edge }),
-            onFailed: (index, code, reason, sandboxId) => this.#emit(b, { type: 'failed', index, code, reason, ...(sandboxId ? { sandboxId } : {}) }),
+            onFailed: (index, code, reason, sandboxId) =>
+              this.#emit(b, { type: 'failed', index, code, reason, ...(sandboxId ? { sandboxId } : {}) }),
           });
         } catch (err) {
           // The spec stopped resolving (an image deleted since the batch was accepted): every
@@ -284,13 +308,28 @@ export class BatchService {
     for (let waited = 0; ; waited += 500) {
       if (b.cancelled) return; // its row goes with the cancel's kill
       const s = await this.store.getSandbox(sandboxId);
-      if (!s) return this.#emit(b, { type: 'failed', index, sandboxId, code: 'SANDBOX_NOT_FOUND', reason: 'the sandbox was killed before the batch finished' });
+      if (!s)
+        return this.#emit(b, {
+          type: 'failed',
+          index,
+          sandboxId,
+          code: 'SANDBOX_NOT_FOUND',
+          reason: 'the sandbox was killed before the batch finished',
+        });
       if (s.status === 'running' || s.status === 'paused') return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });
-      if (s.status !== 'creating') return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: s.reason ?? s.status });
+      if (s.status !== 'creating')
+        return this.#emit(b, {
+          type: 'failed',
+          index,
+          sandboxId,
+          edge: s.edge,
+          code: 'SANDBOX_CREATE_FAILED',
+          reason: s.reason ?? s.status,
+        });
       // 'creating' across a restart or a dead replica's create. A row with a create lease is
       // settled by the replica that takes abandoned creates over (create-leases.ts) once the lease
       // runs out; only rows written before create leases existed are settled here.
-      if (leased ??= (await this.store.createOwner(sandboxId)) !== undefined) {
+      if ((leased ??= (await this.store.createOwner(sandboxId)) !== undefined)) {
         if (this.#stopped) return; // the batch stays running in the store: the next start resumes it
         await new Promise((r) => setTimeout(r, 500));
         continue;
@@ -301,9 +340,23 @@ export class BatchService {
       }
       if (waited >= 30_000 || this.#stopped) {
         // Not on its edge: never made, or made after the last look; a kill makes sure it is not.
-        await this.control.edges.api(s.edge).killSandbox(sandboxId).catch(() => undefined);
-        await this.store.setStatus(sandboxId, 'failed', 'lost: the control plane restarted while creating it and its edge never reported it');
-        return this.#emit(b, { type: 'failed', index, sandboxId, edge: s.edge, code: 'SANDBOX_CREATE_FAILED', reason: 'lost while the control plane restarted' });
+        await this.control.edges
+          .api(s.edge)
+          .killSandbox(sandboxId)
+          .catch(() => undefined);
+        await this.store.setStatus(
+          sandboxId,
+          'failed',
+          'lost: the control plane restarted while creating it and its edge never reported it',
+        );
+        return this.#emit(b, {
+          type: 'failed',
+          index,
+          sandboxId,
+          edge: s.edge,
+          code: 'SANDBOX_CREATE_FAILED',
+          reason: 'lost while the control plane restarted',
+        });
       }
       await new Promise((r) => setTimeout(r, 500));
     }
@@ -341,7 +394,11 @@ export class BatchService {
     this.#count(b, ev);
     b.unflushed.push(ev);
     b.bus.emit('event');
-    if (!this.#stopped) this.#flushTimer ??= setTimeout(() => void this.flush().catch((err: unknown) => this.log.error({ err }, 'writing batch events failed')), FLUSH_EVERY_MS);
+    if (!this.#stopped)
+      this.#flushTimer ??= setTimeout(
+        () => void this.flush().catch((err: unknown) => this.log.error({ err }, 'writing batch events failed')),
+        FLUSH_EVERY_MS,
+      );
   }
 
   async #finish(b: LiveBatch, how: 'done' | 'cancelled'): Promise<void> {

@@ -14,7 +14,12 @@ export type BulkAction = 'kill' | 'pause' | 'resume';
 const APPLIES_TO: Record<BulkAction, SandboxStatus | undefined> = { kill: undefined, pause: 'running', resume: 'paused' };
 
 /** `project`: only that project's sandboxes (a project key's call); undefined: every project's (an admin key's). */
-export async function applyByLabels(control: ControlPlane, labels: Record<string, string>, action: BulkAction, project?: string): Promise<BulkResult> {
+export async function applyByLabels(
+  control: ControlPlane,
+  labels: Record<string, string>,
+  action: BulkAction,
+  project?: string,
+): Promise<BulkResult> {
   const status = APPLIES_TO[action];
   const targets = (await control.list({ labels, ...(status ? { status } : {}), ...(project ? { project } : {}) })).map((s) => s.id);
   const result: BulkResult = { ids: [], failures: [] };

@@ -36,14 +36,29 @@ export class ClusterMetrics {
     private readonly view: ClusterView,
   ) {
     const registers = [registry];
-    const gauge = (name: string, help: string): Gauge<'edge' | 'pool'> => new Gauge({ name, help, labelNames: ['edge', 'pool'] as const, registers });
-    const counter = (name: string, help: string): Counter<'edge' | 'pool'> => new Counter({ name, help, labelNames: ['edge', 'pool'] as const, registers });
-    this.#sandboxes = new Gauge({ name: 'dsec_sandboxes', help: 'Sandboxes by state, pool and edge (rows in the state store).', labelNames: ['state', 'pool', 'edge'] as const, registers });
-    this.#edges = new Gauge({ name: 'dsec_edge_up', help: '1 for each edge, labelled with its state (ready, draining, lost).', labelNames: ['edge', 'pool', 'state'] as const, registers });
+    const gauge = (name: string, help: string): Gauge<'edge' | 'pool'> =>
+      new Gauge({ name, help, labelNames: ['edge', 'pool'] as const, registers });
+    const counter = (name: string, help: string): Counter<'edge' | 'pool'> =>
+      new Counter({ name, help, labelNames: ['edge', 'pool'] as const, registers });
+    this.#sandboxes = new Gauge({
+      name: 'dsec_sandboxes',
+      help: 'Sandboxes by state, pool and edge (rows in the state store).',
+      labelNames: ['state', 'pool', 'edge'] as const,
+      registers,
+    });
+    this.#edges = new Gauge({
+      name: 'dsec_edge_up',
+      help: '1 for each edge, labelled with its state (ready, draining, lost).',
+      labelNames: ['edge', 'pool', 'state'] as const,
+      registers,
+    });
     this.#edgeGauges = {
       sandboxes: gauge('dsec_edge_sandboxes', 'Sandboxes on the edge at its last heartbeat.'),
       maxSandboxes: gauge('dsec_edge_max_sandboxes', 'Admission limit of the edge (--max-sandboxes).'),
-      utilisation: gauge('dsec_edge_utilisation_ratio', 'The larger of sandbox slots and memory in use, 0..1 (what bursting and placement read).'),
+      utilisation: gauge(
+        'dsec_edge_utilisation_ratio',
+        'The larger of sandbox slots and memory in use, 0..1 (what bursting and placement read).',
+      ),
       cpus: gauge('dsec_edge_cpus', 'CPUs of the node.'),
       cpuCommitted: gauge('dsec_edge_cpu_committed', 'Sum of the cpu limits of its sandboxes.'),
       cpuUsage: gauge('dsec_edge_cpu_usage_ratio', "Share of the node's CPU time busy between its last two measurements, 0..1."),
@@ -59,9 +74,15 @@ export class ClusterMetrics {
       lazyChunkBytes: gauge('dsec_lazy_chunk_cache_bytes', "Bytes in the node's chunk cache of lazily fetched layers."),
     };
     this.#edgeCounters = {
-      cacheHits: counter('dsec_layer_cache_hits_total', 'Layers mounted on the node (not mounted there already) whose blob the node cache held.'),
+      cacheHits: counter(
+        'dsec_layer_cache_hits_total',
+        'Layers mounted on the node (not mounted there already) whose blob the node cache held.',
+      ),
       cacheMisses: counter('dsec_layer_cache_misses_total', 'Layers mounted on the node whose blob had to come into the node cache first.'),
-      cacheFetchedBytes: counter('dsec_layer_cache_fetched_bytes_total', 'Bytes copied or downloaded into the node cache (a hard link moves none).'),
+      cacheFetchedBytes: counter(
+        'dsec_layer_cache_fetched_bytes_total',
+        'Bytes copied or downloaded into the node cache (a hard link moves none).',
+      ),
       cacheEvictions: counter('dsec_layer_cache_evictions_total', 'Layers evicted to keep the cache within its budget.'),
       lazyFetchedBytes: counter('dsec_lazy_fetched_bytes_total', 'Bytes of lazily loaded layers (FUSE) fetched from the blob store.'),
       lazyEvictedChunks: counter('dsec_lazy_evicted_chunks_total', 'Lazy-layer chunks evicted to keep the layer cache within its budget.'),
@@ -102,7 +123,10 @@ export class ClusterMetrics {
       this.#edges.set({ ...l, state: e.state }, 1);
       g['sandboxes']!.set(l, e.info.sandboxes);
       g['maxSandboxes']!.set(l, e.info.maxSandboxes);
-      g['utilisation']!.set(l, Math.max(e.info.sandboxes / Math.max(1, e.info.maxSandboxes), cap.memoryBytes ? 1 - cap.memoryAvailableBytes / cap.memoryBytes : 0));
+      g['utilisation']!.set(
+        l,
+        Math.max(e.info.sandboxes / Math.max(1, e.info.maxSandboxes), cap.memoryBytes ? 1 - cap.memoryAvailableBytes / cap.memoryBytes : 0),
+      );
       g['cpus']!.set(l, cap.cpus);
       g['cpuCommitted']!.set(l, cap.cpuCommitted);
       if (cap.cpuUsage !== undefined) g['cpuUsage']!.set(l, cap.cpuUsage);
@@ -124,7 +148,10 @@ export class ClusterMetrics {
         g['lazyChunkBytes']!.set(l, cache.lazy.chunkBytes);
         c['lazyFetchedBytes']!.inc(l, cache.lazy.fetchedBytes);
         c['lazyEvictedChunks']!.inc(l, cache.lazy.evictedChunks);
-        c['lazyFailedFetches']!.inc(l, cache.lazy.layers.reduce((n, x) => n + x.failedFetches, 0));
+        c['lazyFailedFetches']!.inc(
+          l,
+          cache.lazy.layers.reduce((n, x) => n + x.failedFetches, 0),
+        );
       }
     }
 

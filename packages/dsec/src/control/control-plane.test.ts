@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import pino from 'pino';
@@ -34,7 +33,17 @@ describe('sandbox ids', () => {
   });
 
   test('edgeOf of something that is not a sandbox id is undefined', () => {
-    for (const bad of ['', 'sb-', 'sb-local', 'sb-local-', 'xx-local-abcdef', 'sb-Local-abcdef', 'sb-a-b-c', `sb-${'a'.repeat(33)}-abcdef`, 'sb-local-abc/../x']) {
+    for (const bad of [
+      '',
+      'sb-',
+      'sb-local',
+      'sb-local-',
+      'xx-local-abcdef',
+      'sb-Local-abcdef',
+      'sb-a-b-c',
+      `sb-${'a'.repeat(33)}-abcdef`,
+      'sb-local-abc/../x',
+    ]) {
       assert.equal(edgeOf(bad), undefined, bad);
     }
   });
@@ -44,7 +53,11 @@ describe('ControlPlane.limitsFor', () => {
   // limitsFor uses no image: the image store is left out on purpose.
   let cp: ControlPlane;
   before(async () => {
-    cp = new ControlPlane(await StateStore.open(await testStoreLocation(':memory:')), undefined as unknown as ImageStore, pino({ level: 'silent' }));
+    cp = new ControlPlane(
+      await StateStore.open(await testStoreLocation(':memory:')),
+      undefined as unknown as ImageStore,
+      pino({ level: 'silent' }),
+    );
   });
 
   test('defaults fill every limit not given', () => {

@@ -1,8 +1,25 @@
 import type { Logger } from 'pino';
 import { Readable, type Duplex } from 'node:stream';
 import type {
-  CreateSandboxRequest, ExecRequest, NodeInfo, ExecResult, ForkRequest, ForkResult, OpenSessionRequest, ReplayResult, SandboxInfo, SnapshotRequest,
-  SnapshotResult, SandboxStatus, SessionExecRequest, SessionInfo, NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, StartProcessRequest, ProcessInfo,
+  CreateSandboxRequest,
+  ExecRequest,
+  NodeInfo,
+  ExecResult,
+  ForkRequest,
+  ForkResult,
+  OpenSessionRequest,
+  ReplayResult,
+  SandboxInfo,
+  SnapshotRequest,
+  SnapshotResult,
+  SandboxStatus,
+  SessionExecRequest,
+  SessionInfo,
+  NetworkPolicyRequest,
+  NetworkPolicyResult,
+  NetworkPolicyState,
+  StartProcessRequest,
+  ProcessInfo,
 } from '@dsec/sdk/schema';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
@@ -110,7 +127,11 @@ export class ControlPlane {
     this.batches = new BatchService(store, this, log.child({ component: 'batches' }), this.replicaId);
     this.snapshotImages = new SnapshotImages(store, images);
     this.ended = new EndedSandboxes(store, (opts.trajectoryRetentionHours ?? DEFAULT_TRAJECTORY_RETENTION_HOURS) * 3600_000);
-    this.owned = new OwnedSandboxes({ list: (labels) => this.list({ labels }), kill: (id) => this.kill(id), log: log.child({ component: 'owned-sandboxes' }) });
+    this.owned = new OwnedSandboxes({
+      list: (labels) => this.list({ labels }),
+      kill: (id) => this.kill(id),
+      log: log.child({ component: 'owned-sandboxes' }),
+    });
     this.edges = opts.edges ?? new EdgeRegistry({ store, token: '', log });
     this.quotas = new ProjectQuotas(store);
     this.projectImages = new ProjectImages(store, images);
@@ -149,7 +170,11 @@ export class ControlPlane {
       },
       log.child({ component: 'pools' }),
     );
-    this.fn = new FnService({ edges: this.edges, compose: (req, project) => this.#creation.composeLayers(req, project ?? SHARED_IMAGES_ONLY), log: log.child({ component: 'fn' }) });
+    this.fn = new FnService({
+      edges: this.edges,
+      compose: (req, project) => this.#creation.composeLayers(req, project ?? SHARED_IMAGES_ONLY),
+      log: log.child({ component: 'fn' }),
+    });
     this.edges.onLost = async (edge, why) => {
       const lost = await this.store.markEdgeLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
@@ -178,7 +203,9 @@ export class ControlPlane {
     // A create placed after the snapshot above may have finished on the edge after its list and
     // settled before the rows were read: its row says running and the list lacks it, yet it runs.
     // The edge is asked again, after that read, before any such row is failed.
-    const missing = rows.filter((s) => (s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id) && !inflight.has(s.id));
+    const missing = rows.filter(
+      (s) => (s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id) && !inflight.has(s.id),
+    );
     const runsNow = missing.length ? new Set((await edge.listSandboxes()).map((s) => s.id)) : new Set<string>();
     const lost: string[] = [];
     const killedLost: string[] = [];
@@ -195,7 +222,9 @@ export class ControlPlane {
       const live = s.status === 'running' || s.status === 'creating' || s.status === 'paused';
       if (!live && onEdge.has(s.id)) {
         // Reported lost, failed or stopped: the caller was told it is not running, so it must not run.
-        await edge.killSandbox(s.id).catch((err: unknown) => this.log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
+        await edge
+          .killSandbox(s.id)
+          .catch((err: unknown) => this.log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
         if (s.status === 'lost') await this.store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
         killedLost.push(s.id);
       }
@@ -203,8 +232,10 @@ export class ControlPlane {
     }
     // Sandboxes no caller was ever told about: kill them rather than leak them.
     const orphans = [...onEdge];
-    for (const id of orphans) await edge.killSandbox(id).catch((err: unknown) => this.log.error({ err, sandbox: id }, 'killing an orphan failed'));
-    if (lost.length || orphans.length || killedLost.length) this.log.warn({ edge: edgeId, lost, orphans, killedLost }, 'reconciled state store with edge');
+    for (const id of orphans)
+      await edge.killSandbox(id).catch((err: unknown) => this.log.error({ err, sandbox: id }, 'killing an orphan failed'));
+    if (lost.length || orphans.length || killedLost.length)
+      this.log.warn({ edge: edgeId, lost, orphans, killedLost }, 'reconciled state store with edge');
     return { lost, orphans, killedLost };
   }
 
@@ -241,7 +272,9 @@ export class ControlPlane {
     if (!opts.batch && this.pools.poolFor(req) !== undefined) {
       // A claim is a create for the project's quotas: it moves a ready sandbox into the project.
       const project = opts.project ?? DEFAULT_PROJECT;
-      const claimed = await this.quotas.admit(project, this.limitsFor(req), 1, () => this.pools.claim(req, project), { pace: opts.pace === true });
+      const claimed = await this.quotas.admit(project, this.limitsFor(req), 1, () => this.pools.claim(req, project), {
+        pace: opts.pace === true,
+      });
       if (claimed) return claimed;
       opts = { ...opts, rateTaken: true };
     }
@@ -259,10 +292,14 @@ export class ControlPlane {
     if (!s) {
       const ended = await this.ended.get(id);
       if (ended) {
-        throw new ApiError('SANDBOX_NOT_FOUND', `sandbox ${id} was killed at ${ended.endedAt}; its trajectory stays readable until ${ended.keptUntil} (GET /v1/sandboxes/${id}/trajectory, dsec log ${id})`, {
-          id,
-          ...ended,
-        });
+        throw new ApiError(
+          'SANDBOX_NOT_FOUND',
+          `sandbox ${id} was killed at ${ended.endedAt}; its trajectory stays readable until ${ended.keptUntil} (GET /v1/sandboxes/${id}/trajectory, dsec log ${id})`,
+          {
+            id,
+            ...ended,
+          },
+        );
       }
       throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
     }
@@ -282,7 +319,8 @@ export class ControlPlane {
       return { ...s, usage: await this.#edge(s.edge).sandboxUsage(id) };
     } catch (err) {
       // The row is still the answer; usage is left out, and why is logged rather than hidden.
-      if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) this.log.warn({ sandbox: id, edge: s.edge, err: (err as Error).message }, 'inspect: the edge did not give usage');
+      if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND'))
+        this.log.warn({ sandbox: id, edge: s.edge, err: (err as Error).message }, 'inspect: the edge did not give usage');
       return s;
     }
   }
@@ -305,7 +343,8 @@ export class ControlPlane {
         await this.#edge(s.edge).killSandbox(id);
         this.metrics.observeKill(s.backend, 'kill');
       } catch (err) {
-        if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) this.metrics.killFailed(s.backend, err instanceof ApiError ? err.code : 'INTERNAL');
+        if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND'))
+          this.metrics.killFailed(s.backend, err instanceof ApiError ? err.code : 'INTERNAL');
         if (err instanceof ApiError && err.code === 'SANDBOX_KILL_FAILED') {
           // Its mounts or cgroups are still on the node: the row stays, saying so, until a kill succeeds.
           await this.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
@@ -329,7 +368,11 @@ export class ControlPlane {
     const pool = this.pools.unclaimedIn(id);
     if (pool !== undefined) {
       // A claimed sandbox must be one nobody used: a ready one serves no call until a create claims it.
-      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} waits unclaimed in pool ${pool}: claim one with a create naming the pool ({"pool":"${pool}",…})`, { id, pool });
+      throw new ApiError(
+        'SANDBOX_NOT_RUNNING',
+        `sandbox ${id} waits unclaimed in pool ${pool}: claim one with a create naming the pool ({"pool":"${pool}",…})`,
+        { id, pool },
+      );
     }
     // The activity stamp only moves the idle timeout: on a full disk a read or a call that writes
     // nothing still goes through (what must be written fails on its own, with NODE_DISK_FULL).
@@ -354,7 +397,8 @@ export class ControlPlane {
   async resume(id: string): Promise<SandboxInfo> {
     const s = await this.get(id);
     if (s.status === 'running') return s;
-    if (s.status !== 'paused') throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
+    if (s.status !== 'paused')
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
     await this.#edge(s.edge).resumeSandbox(id);
     await this.store.setStatus(id, 'running');
     await this.store.touch(id);
@@ -375,18 +419,26 @@ export class ControlPlane {
    */
   logTerminalExit(id: string, exit: Promise<number>, request: Record<string, unknown>, started: number): void {
     exit
-      .then((exitCode) => this.trajectory.append(id, { kind: 'pty', request, exitCode, durationMs: performance.now() - started, replayable: false }))
+      .then((exitCode) =>
+        this.trajectory.append(id, { kind: 'pty', request, exitCode, durationMs: performance.now() - started, replayable: false }),
+      )
       .catch((err: unknown) => this.log.error({ err, sandbox: id }, 'logging a terminal step failed'));
   }
 
   async snapshot(id: string, req: SnapshotRequest = {}, opts: { privateTo?: string; signal?: AbortSignal } = {}): Promise<SnapshotResult> {
     const signal = opts.signal;
     const s = await this.get(id);
-    const nameOwner = req.name && opts.privateTo !== undefined ? await this.projectImages.checkName(opts.privateTo, req.name, false) : undefined;
+    const nameOwner =
+      req.name && opts.privateTo !== undefined ? await this.projectImages.checkName(opts.privateTo, req.name, false) : undefined;
     if (s.status !== 'running' && s.status !== 'paused') {
-      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, { id });
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, {
+        id,
+      });
     }
-    const snap = await this.#edge(s.edge).snapshotSandbox(id, { ...(req.scrub ? { scrub: req.scrub } : {}), ...(signal ? { signal } : {}) });
+    const snap = await this.#edge(s.edge).snapshotSandbox(id, {
+      ...(req.scrub ? { scrub: req.scrub } : {}),
+      ...(signal ? { signal } : {}),
+    });
     const layers = (snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers) as LayerDigest[];
     // A snapshot is not a builder's output: it must not carry the builder's cache key.
     const { [CACHE_KEY_LABEL]: _key, ...labels } = snap.config.labels;
@@ -425,7 +477,13 @@ export class ControlPlane {
     const results = await Promise.allSettled(
       Array.from({ length: req.count }, () =>
         this.create(
-          { ...spec, image: snapshot.imageId, layers: [], labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) }, ...(network ? { network } : {}) },
+          {
+            ...spec,
+            image: snapshot.imageId,
+            layers: [],
+            labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) },
+            ...(network ? { network } : {}),
+          },
           { 'dsec.fork-of': id },
           { project, pace: true },
         ),
@@ -469,7 +527,14 @@ export class ControlPlane {
       if (r.status === 'fulfilled') sandboxes.push(r.value);
       else failures.push({ code: r.reason instanceof ApiError ? r.reason.code : 'INTERNAL', message: (r.reason as Error).message });
     }
-    const snapshot = { imageId: parent.imageId, layers: snap.baseLayers, layerAdded: false, frozenMs: Math.round(snap.frozenMs * 100) / 100, ...snap.stats, kept: true };
+    const snapshot = {
+      imageId: parent.imageId,
+      layers: snap.baseLayers,
+      layerAdded: false,
+      frozenMs: Math.round(snap.frozenMs * 100) / 100,
+      ...snap.stats,
+      kept: true,
+    };
     return { snapshot, sandboxes, failures };
   }
 
@@ -525,12 +590,14 @@ export class ControlPlane {
         if (e.onExpiry === 'pause' && s.status === 'running') {
           await this.pause(e.id);
         } else if (e.onExpiry === 'stop') {
-          await this.#edge(s.edge).killSandbox(e.id).then(
-            () => this.metrics.observeKill(s.backend, 'expiry'),
-            (err: unknown) => {
-              if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
-            },
-          );
+          await this.#edge(s.edge)
+            .killSandbox(e.id)
+            .then(
+              () => this.metrics.observeKill(s.backend, 'expiry'),
+              (err: unknown) => {
+                if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
+              },
+            );
           await this.store.setStatus(e.id, 'stopped', e.why);
         }
         done.push(e.id);
@@ -590,13 +657,24 @@ export class ControlPlane {
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
     checkCommand(req);
     if (req.uncapped) {
-      throw new ApiError('INVALID_REQUEST', 'uncapped applies to streamed exec (Accept: application/x-ndjson); a buffered result is capped at maxOutputBytes (at most 64 MiB)', {
-        field: 'uncapped',
-      });
+      throw new ApiError(
+        'INVALID_REQUEST',
+        'uncapped applies to streamed exec (Accept: application/x-ndjson); a buffered result is capped at maxOutputBytes (at most 64 MiB)',
+        {
+          field: 'uncapped',
+        },
+      );
     }
     const result = await (await this.#runningOn(id)).exec(id, req, signal);
     this.metrics.observeExec('exec', result.durationMs);
-    await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: result.durationMs, exitCode: result.exitCode, payload: stdinPayload(req) });
+    await this.trajectory.append(id, {
+      kind: 'exec',
+      request: withoutStdin(req),
+      result,
+      durationMs: result.durationMs,
+      exitCode: result.exitCode,
+      payload: stdinPayload(req),
+    });
     return result;
   }
 
@@ -617,8 +695,19 @@ export class ControlPlane {
       for await (const ev of edge.execStream(id, req, signal)) {
         if (ev.type === 'exit') {
           this.metrics.observeExec('stream', ev.result.durationMs);
-          const result = { ...ev.result, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
-          await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: ev.result.durationMs, exitCode: ev.result.exitCode, payload: stdinPayload(req) });
+          const result = {
+            ...ev.result,
+            stdout: Buffer.concat(kept.stdout).toString(enc),
+            stderr: Buffer.concat(kept.stderr).toString(enc),
+          };
+          await this.trajectory.append(id, {
+            kind: 'exec',
+            request: withoutStdin(req),
+            result,
+            durationMs: ev.result.durationMs,
+            exitCode: ev.result.exitCode,
+            payload: stdinPayload(req),
+          });
           logged = true;
         } else if (keptBytes < 2 * MAX_LOGGED_OUTPUT) {
           kept[ev.type].push(ev.data);
@@ -629,8 +718,18 @@ export class ControlPlane {
     } finally {
       // The client went away mid-stream: the command was killed, but what it did so far happened.
       if (!logged) {
-        const result = { disconnected: true, stdout: Buffer.concat(kept.stdout).toString(enc), stderr: Buffer.concat(kept.stderr).toString(enc) };
-        await this.trajectory.append(id, { kind: 'exec', request: withoutStdin(req), result, durationMs: performance.now() - started, payload: stdinPayload(req) });
+        const result = {
+          disconnected: true,
+          stdout: Buffer.concat(kept.stdout).toString(enc),
+          stderr: Buffer.concat(kept.stderr).toString(enc),
+        };
+        await this.trajectory.append(id, {
+          kind: 'exec',
+          request: withoutStdin(req),
+          result,
+          durationMs: performance.now() - started,
+          payload: stdinPayload(req),
+        });
       }
     }
   }
@@ -662,10 +761,21 @@ export class ControlPlane {
     return info;
   }
 
-  async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+  async sessionExec(
+    id: string,
+    sid: string,
+    req: SessionExecRequest,
+    signal?: AbortSignal,
+  ): Promise<ExecResult & { sessionAlive: boolean }> {
     const result = await (await this.#runningOn(id)).sessionExec(id, sid, req, signal);
     this.metrics.observeExec('session', result.durationMs);
-    await this.trajectory.append(id, { kind: 'session.exec', request: { sessionId: sid, ...req }, result, durationMs: result.durationMs, exitCode: result.exitCode });
+    await this.trajectory.append(id, {
+      kind: 'session.exec',
+      request: { sessionId: sid, ...req },
+      result,
+      durationMs: result.durationMs,
+      exitCode: result.exitCode,
+    });
     return result;
   }
 
@@ -734,17 +844,31 @@ export class ControlPlane {
    */
   async replay(id: string): Promise<ReplayResult> {
     const orig = await this.get(id);
-    const spec = await this.store.getSpec<CreateSandboxRequest>(id) ?? { image: orig.imageId, resources: orig.resources, labels: orig.labels };
+    const spec = (await this.store.getSpec<CreateSandboxRequest>(id)) ?? {
+      image: orig.imageId,
+      resources: orig.resources,
+      labels: orig.labels,
+    };
     // A lost sandbox is rebuilt on another edge: node labels that pinned it to the lost one go.
     if (orig.status === 'lost' && spec.placement?.labels) {
       const { labels: _pinned, ...placement } = spec.placement;
       spec.placement = placement;
     }
-    const created = await this.create({ ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } }, {}, { project: orig.project ?? DEFAULT_PROJECT });
+    const created = await this.create(
+      { ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } },
+      {},
+      { project: orig.project ?? DEFAULT_PROJECT },
+    );
     const steps = await replayEntries(this.#edge(created.edge), created.id, this.trajectory.replayable(id), { policy: checkPolicy });
     await this.trajectory.copy(id, created.id);
     const ran = steps.filter((s) => !s.skipped);
-    return { sandbox: created, replayed: ran.length, diverged: ran.filter((s) => s.diverged).length, skipped: steps.length - ran.length, steps };
+    return {
+      sandbox: created,
+      replayed: ran.length,
+      diverged: ran.filter((s) => s.diverged).length,
+      skipped: steps.length - ran.length,
+      steps,
+    };
   }
 
   /** Every edge, from the facts its heartbeats brought. */
@@ -810,14 +934,25 @@ export class ControlPlane {
  * Checks the schema cannot express: an argv's program is not empty (a body `cmd: ""` can arrive
  * as `[""]`), and stdin decodes to at most MAX_STDIN_BYTES.
  */
-export function checkCommand(req: { cmd: string | string[]; stdin?: string | undefined; stdinEncoding?: 'utf8' | 'base64' | undefined }): void {
+export function checkCommand(req: {
+  cmd: string | string[];
+  stdin?: string | undefined;
+  stdinEncoding?: 'utf8' | 'base64' | undefined;
+}): void {
   const program = Array.isArray(req.cmd) ? req.cmd[0] : req.cmd;
-  if (!program) throw new ApiError('INVALID_REQUEST', 'cmd is empty: give a shell command line or an argv whose first item is the program', { field: 'cmd' });
-  if (req.stdin !== undefined && Buffer.byteLength(req.stdin, req.stdinEncoding ?? 'utf8') > MAX_STDIN_BYTES) {
-    throw new ApiError('PAYLOAD_TOO_LARGE', `stdin is over ${MAX_STDIN_BYTES} bytes; stream larger input to a background process (POST …/processes/{pid}/stdin)`, {
-      field: 'stdin',
-      limit: MAX_STDIN_BYTES,
+  if (!program)
+    throw new ApiError('INVALID_REQUEST', 'cmd is empty: give a shell command line or an argv whose first item is the program', {
+      field: 'cmd',
     });
+  if (req.stdin !== undefined && Buffer.byteLength(req.stdin, req.stdinEncoding ?? 'utf8') > MAX_STDIN_BYTES) {
+    throw new ApiError(
+      'PAYLOAD_TOO_LARGE',
+      `stdin is over ${MAX_STDIN_BYTES} bytes; stream larger input to a background process (POST …/processes/{pid}/stdin)`,
+      {
+        field: 'stdin',
+        limit: MAX_STDIN_BYTES,
+      },
+    );
   }
 }
 
@@ -830,7 +965,6 @@ function withoutStdin(req: ExecRequest): Record<string, unknown> {
 function stdinPayload(req: ExecRequest): Buffer | undefined {
   return req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8');
 }
-
 
 function networkState(r: { policy: NetworkPolicy; link?: Link }): NetworkPolicyState {
   const out: NetworkPolicyState = { mode: r.policy.mode, allow: r.policy.allow };

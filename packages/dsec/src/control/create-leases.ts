@@ -75,7 +75,10 @@ export class CreateLeases {
           await this.edges.apiEvenIfLost(row.edge).killSandbox(row.id);
         } catch (err) {
           if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) {
-            this.log.warn({ sandbox: row.id, edge: row.edge, err: (err as Error).message }, 'an abandoned create could not be removed from its edge yet; retried at the next sweep');
+            this.log.warn(
+              { sandbox: row.id, edge: row.edge, err: (err as Error).message },
+              'an abandoned create could not be removed from its edge yet; retried at the next sweep',
+            );
             continue;
           }
         }
@@ -93,7 +96,10 @@ export class CreateLeases {
     try {
       return new Set((await this.edges.apiEvenIfLost(edge).listSandboxes()).map((s) => s.id));
     } catch (err) {
-      this.log.warn({ edge, err: (err as Error).message }, 'abandoned creates on an edge that does not answer: asked again at the next sweep');
+      this.log.warn(
+        { edge, err: (err as Error).message },
+        'abandoned creates on an edge that does not answer: asked again at the next sweep',
+      );
       return undefined;
     }
   }

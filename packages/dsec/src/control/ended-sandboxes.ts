@@ -31,14 +31,23 @@ export class EndedSandboxes {
 
   /** When and why a sandbox ended, and until when its trajectory is kept; undefined if unknown or expired. */
   async get(id: string, now = Date.now()): Promise<{ endedAt: string; reason: string; keptUntil: string } | undefined> {
-    const row = await this.store.db.get<{ ended_at: number; reason: string }>('SELECT ended_at, reason FROM ended_sandboxes WHERE id = ?', [id]);
+    const row = await this.store.db.get<{ ended_at: number; reason: string }>('SELECT ended_at, reason FROM ended_sandboxes WHERE id = ?', [
+      id,
+    ]);
     if (!row || row.ended_at + this.retentionMs <= now) return undefined;
-    return { endedAt: new Date(row.ended_at).toISOString(), reason: row.reason, keptUntil: new Date(row.ended_at + this.retentionMs).toISOString() };
+    return {
+      endedAt: new Date(row.ended_at).toISOString(),
+      reason: row.reason,
+      keptUntil: new Date(row.ended_at + this.retentionMs).toISOString(),
+    };
   }
 
   /** The project of a killed sandbox whose trajectory is still kept (null: one from before projects, `default`'s). */
   async projectOf(id: string, now = Date.now()): Promise<string | undefined> {
-    const row = await this.store.db.get<{ ended_at: number; project: string | null }>('SELECT ended_at, project FROM ended_sandboxes WHERE id = ?', [id]);
+    const row = await this.store.db.get<{ ended_at: number; project: string | null }>(
+      'SELECT ended_at, project FROM ended_sandboxes WHERE id = ?',
+      [id],
+    );
     if (!row || Number(row.ended_at) + this.retentionMs <= now) return undefined;
     return row.project ?? 'default';
   }

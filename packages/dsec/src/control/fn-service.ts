@@ -1,7 +1,17 @@
 import type { Logger } from 'pino';
 import {
-  DEFAULT_FN_DISK_MIB, DEFAULT_FN_IMAGE, DEFAULT_FN_MEMORY_MIB, DEFAULT_FN_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES, MAX_STDIN_BYTES,
-  type CreateSandboxRequest, type FnBatchLine, type FnBatchRequest, type FnRunRequest, type FnRunResult, type ImageConfig,
+  DEFAULT_FN_DISK_MIB,
+  DEFAULT_FN_IMAGE,
+  DEFAULT_FN_MEMORY_MIB,
+  DEFAULT_FN_TIMEOUT_MS,
+  DEFAULT_MAX_OUTPUT_BYTES,
+  MAX_STDIN_BYTES,
+  type CreateSandboxRequest,
+  type FnBatchLine,
+  type FnBatchRequest,
+  type FnRunRequest,
+  type FnRunResult,
+  type ImageConfig,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import type { EdgeFnRequest } from '../edge/edge-api.js';
@@ -45,7 +55,11 @@ export class FnService {
     for (;;) {
       const chosen = place(this.deps.edges.candidates(), { limits, layers: image.layers, pool: 'default', labels: undefined, exclude });
       if (!chosen) {
-        throw new ApiError('CAPACITY_EXCEEDED', `no edge can run this call now (memoryMiB ${full.memoryMiB}); retry, lower memoryMiB, or add nodes`, {});
+        throw new ApiError(
+          'CAPACITY_EXCEEDED',
+          `no edge can run this call now (memoryMiB ${full.memoryMiB}); retry, lower memoryMiB, or add nodes`,
+          {},
+        );
       }
       const api = this.deps.edges.api(chosen.id);
       if (!api.runFn) {
@@ -55,7 +69,11 @@ export class FnService {
       try {
         return await api.runFn(req, signal);
       } catch (err) {
-        const retry = err instanceof ApiError && (err.code === 'CAPACITY_EXCEEDED' || err.code === 'BACKEND_UNSUPPORTED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
+        const retry =
+          err instanceof ApiError &&
+          (err.code === 'CAPACITY_EXCEEDED' ||
+            err.code === 'BACKEND_UNSUPPORTED' ||
+            (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
         if (!retry) throw err;
         exclude.add(chosen.id);
       }
@@ -67,7 +85,10 @@ export class FnService {
    * (a failed call is a line with its error, not the end of the batch). Stopping the iteration
    * (the client went away) starts no more calls.
    */
-  async *batch(req: FnBatchRequest, opts: { project?: string | undefined; signal?: AbortSignal | undefined } = {}): AsyncGenerator<FnBatchLine> {
+  async *batch(
+    req: FnBatchRequest,
+    opts: { project?: string | undefined; signal?: AbortSignal | undefined } = {},
+  ): AsyncGenerator<FnBatchLine> {
     // Every call is checked before the first runs: a bad one is one 400, not a stream of failures.
     for (const [i, c] of req.calls.entries()) {
       try {
@@ -142,11 +163,18 @@ export function withDefaults(call: FnRunRequest): FnRunRequest {
   rejectNul('args', call.args ?? []);
   rejectNul('env', Object.entries(call.env ?? {}).flat());
   if (call.stdin !== undefined && Buffer.byteLength(call.stdin, call.stdinEncoding ?? 'utf8') > MAX_STDIN_BYTES) {
-    throw new ApiError('PAYLOAD_TOO_LARGE', `stdin is over ${MAX_STDIN_BYTES} bytes; pass large input as files`, { field: 'stdin', limit: MAX_STDIN_BYTES });
+    throw new ApiError('PAYLOAD_TOO_LARGE', `stdin is over ${MAX_STDIN_BYTES} bytes; pass large input as files`, {
+      field: 'stdin',
+      limit: MAX_STDIN_BYTES,
+    });
   }
   for (const path of Object.keys(call.files ?? {})) {
     if (path.startsWith('/') || path.split('/').includes('..') || path.includes('\0')) {
-      throw new ApiError('INVALID_REQUEST', `files: ${JSON.stringify(path)} must be a relative path inside the call's scratch dir (no /, no ..)`, { field: 'files' });
+      throw new ApiError(
+        'INVALID_REQUEST',
+        `files: ${JSON.stringify(path)} must be a relative path inside the call's scratch dir (no /, no ..)`,
+        { field: 'files' },
+      );
     }
   }
   return {

@@ -21,7 +21,9 @@ export class StoreImageCatalog implements ImageCatalog {
       const version = Number((await tx.get<{ version: number | string }>('SELECT version FROM image_catalog WHERE one = 1'))?.version ?? 0);
       const images = await tx.all<{ id: ImageId; manifest: string }>('SELECT id, manifest FROM images ORDER BY created_at, id');
       const names = await tx.all<{ name: string; image_id: ImageId }>('SELECT name, image_id FROM image_names ORDER BY name');
-      const builds = await tx.all<{ cache_key: string; image_id: ImageId }>('SELECT cache_key, image_id FROM image_builds ORDER BY cache_key');
+      const builds = await tx.all<{ cache_key: string; image_id: ImageId }>(
+        'SELECT cache_key, image_id FROM image_builds ORDER BY cache_key',
+      );
       return {
         version,
         images: images.map((r) => [r.id, JSON.parse(r.manifest) as ImageManifest]),
@@ -58,7 +60,11 @@ async function clearTombstone(tx: Sql, kind: string, entry: string): Promise<voi
 }
 
 async function bury(tx: Sql, kind: string, entry: string): Promise<void> {
-  await tx.run('INSERT INTO image_tombstones (kind, entry, removed_at) VALUES (?, ?, ?) ON CONFLICT (kind, entry) DO NOTHING', [kind, entry, new Date().toISOString()]);
+  await tx.run('INSERT INTO image_tombstones (kind, entry, removed_at) VALUES (?, ?, ?) ON CONFLICT (kind, entry) DO NOTHING', [
+    kind,
+    entry,
+    new Date().toISOString(),
+  ]);
 }
 
 /** One change; true when it changed a row. */
@@ -77,10 +83,16 @@ async function applyOne(tx: Sql, c: ImageChange): Promise<boolean> {
     case 'tag': {
       if (c.imported) {
         if (await tombstoned(tx, 'name', c.name, c.writtenAt)) return false;
-        return (await tx.run('INSERT INTO image_names (name, image_id) VALUES (?, ?) ON CONFLICT (name) DO NOTHING', [c.name, c.id])).changes === 1;
+        return (
+          (await tx.run('INSERT INTO image_names (name, image_id) VALUES (?, ?) ON CONFLICT (name) DO NOTHING', [c.name, c.id])).changes ===
+          1
+        );
       }
       await clearTombstone(tx, 'name', c.name);
-      await tx.run('INSERT INTO image_names (name, image_id) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET image_id = excluded.image_id', [c.name, c.id]);
+      await tx.run('INSERT INTO image_names (name, image_id) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET image_id = excluded.image_id', [
+        c.name,
+        c.id,
+      ]);
       return true;
     }
     case 'untag': {
@@ -89,14 +101,22 @@ async function applyOne(tx: Sql, c: ImageChange): Promise<boolean> {
     }
     case 'remove': {
       await bury(tx, 'image', c.id);
-      for (const r of await tx.all<{ name: string }>('SELECT name FROM image_names WHERE image_id = ?', [c.id])) await bury(tx, 'name', r.name);
+      for (const r of await tx.all<{ name: string }>('SELECT name FROM image_names WHERE image_id = ?', [c.id]))
+        await bury(tx, 'name', r.name);
       await tx.run('DELETE FROM image_names WHERE image_id = ?', [c.id]);
       await tx.run('DELETE FROM image_builds WHERE image_id = ?', [c.id]);
       return (await tx.run('DELETE FROM images WHERE id = ?', [c.id])).changes > 0;
     }
     case 'build': {
-      if (c.imported) return (await tx.run('INSERT INTO image_builds (cache_key, image_id) VALUES (?, ?) ON CONFLICT (cache_key) DO NOTHING', [c.key, c.id])).changes === 1;
-      await tx.run('INSERT INTO image_builds (cache_key, image_id) VALUES (?, ?) ON CONFLICT (cache_key) DO UPDATE SET image_id = excluded.image_id', [c.key, c.id]);
+      if (c.imported)
+        return (
+          (await tx.run('INSERT INTO image_builds (cache_key, image_id) VALUES (?, ?) ON CONFLICT (cache_key) DO NOTHING', [c.key, c.id]))
+            .changes === 1
+        );
+      await tx.run(
+        'INSERT INTO image_builds (cache_key, image_id) VALUES (?, ?) ON CONFLICT (cache_key) DO UPDATE SET image_id = excluded.image_id',
+        [c.key, c.id],
+      );
       return true;
     }
   }

@@ -32,7 +32,16 @@ export async function collectGarbage(
   for (const s of await store.listSandboxes()) {
     if (s.status === 'running' || s.status === 'paused' || s.status === 'creating') for (const l of s.layers) keep.add(l as LayerDigest);
   }
-  const result: GcResult = { removedLayers: [], freedBytes: 0, keptLayers: 0, keptInUse: 0, keptYoung: 0, keptYoungBytes: 0, graceSeconds: Math.round(graceMs / 1000), removedTemp: [] };
+  const result: GcResult = {
+    removedLayers: [],
+    freedBytes: 0,
+    keptLayers: 0,
+    keptInUse: 0,
+    keptYoung: 0,
+    keptYoungBytes: 0,
+    graceSeconds: Math.round(graceMs / 1000),
+    removedTemp: [],
+  };
   const seen = new Set<LayerDigest>();
   if (registry) {
     result.keptByRegistry = 0;

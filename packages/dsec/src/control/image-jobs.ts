@@ -45,7 +45,13 @@ export function runImageJob(
       clearTimeout(timer);
       opts.signal?.removeEventListener('abort', onAbort);
       if (code === 0) return resolvePromise(stdout);
-      const last = stderr.trim().split('\n').filter(Boolean).slice(-5).join('\n').replace(/^dsec: /, '');
+      const last = stderr
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .slice(-5)
+        .join('\n')
+        .replace(/^dsec: /, '');
       const why = signal ? `the image job was stopped (${signal})` : last || `the image job exited with ${code}`;
       if (opts.userError?.test(stderr)) reject(new ApiError('INVALID_REQUEST', why, { job: args[0] }));
       else reject(new ApiError('INTERNAL', `image ${args[0]} failed: ${why}`, { job: args[0], stderr: stderr.slice(-4000) }));

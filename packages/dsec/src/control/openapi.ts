@@ -20,7 +20,16 @@ export async function generateOpenApi(): Promise<unknown> {
   try {
     const images = new ImageStore(dir, new LayerStore(dir));
     const control = new ControlPlane(store, images, log);
-    const app = await buildServer({ control, store, images, log, clusterToken: 'openapi', links: new PortLinks('openapi'), portsOrigin: () => 'http://ports.invalid', dataDir: dir });
+    const app = await buildServer({
+      control,
+      store,
+      images,
+      log,
+      clusterToken: 'openapi',
+      links: new PortLinks('openapi'),
+      portsOrigin: () => 'http://ports.invalid',
+      dataDir: dir,
+    });
     const doc = app.swagger();
     await app.close();
     return doc;

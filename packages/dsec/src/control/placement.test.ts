@@ -15,7 +15,20 @@ import type { StateStore } from './state-store.js';
 
 const GiB = 1024 ** 3;
 
-function edge(id: string, o: { pool?: string; sandboxes?: number; max?: number; memAvail?: number; cpuCommitted?: number; cached?: string[]; state?: PlacementCandidate['state']; labels?: Record<string, string>; cpuOvercommit?: number } = {}): PlacementCandidate {
+function edge(
+  id: string,
+  o: {
+    pool?: string;
+    sandboxes?: number;
+    max?: number;
+    memAvail?: number;
+    cpuCommitted?: number;
+    cached?: string[];
+    state?: PlacementCandidate['state'];
+    labels?: Record<string, string>;
+    cpuOvercommit?: number;
+  } = {},
+): PlacementCandidate {
   const info: EdgeInfo = {
     id,
     protocol: 1,
@@ -36,10 +49,23 @@ function edge(id: string, o: { pool?: string; sandboxes?: number; max?: number; 
     layerCache: { entries: 0, bytes: 0, chargedBytes: 0, budgetBytes: 0, mounted: 0, evictions: 0, overBudget: false },
     cachedLayers: o.cached ?? [],
   };
-  return { id, pool: o.pool ?? 'default', labels: o.labels ?? {}, state: o.state ?? 'ready', info, pending: { count: 0, cpu: 0, memoryMiB: 0, pids: 0 }, cpuOvercommit: o.cpuOvercommit ?? 0 };
+  return {
+    id,
+    pool: o.pool ?? 'default',
+    labels: o.labels ?? {},
+    state: o.state ?? 'ready',
+    info,
+    pending: { count: 0, cpu: 0, memoryMiB: 0, pids: 0 },
+    cpuOvercommit: o.cpuOvercommit ?? 0,
+  };
 }
 
-const req = (o: Partial<PlacementRequest> = {}): PlacementRequest => ({ limits: { cpu: 1, memoryMiB: 512, pids: 512 }, layers: ['sha256:a', 'sha256:b'], pool: 'default', ...o });
+const req = (o: Partial<PlacementRequest> = {}): PlacementRequest => ({
+  limits: { cpu: 1, memoryMiB: 512, pids: 512 },
+  layers: ['sha256:a', 'sha256:b'],
+  pool: 'default',
+  ...o,
+});
 
 describe('placement', () => {
   test('filters by state, pool, labels, slots, memory and exclusions, and says why', () => {
@@ -72,7 +98,7 @@ describe('placement', () => {
     assert.equal(infeasible(vm({ memAvail: 1600 << 20 }), microvm), undefined);
     const busy = vm({ memAvail: 1600 << 20 });
     busy.pending = { count: 1, cpu: 1, memoryMiB: 512, pids: 64 };
-    assert.match(infeasible(busy, microvm) ?? '', /free memory/, "memory placed since the heartbeat counts");
+    assert.match(infeasible(busy, microvm) ?? '', /free memory/, 'memory placed since the heartbeat counts');
   });
 
   test('pending placements count until the next heartbeat', () => {
@@ -99,7 +125,7 @@ describe('placement', () => {
     const edges = [edge('a', { max: 5000 }), edge('b', { max: 5000 }), edge('c', { max: 5000 })];
     const counts = new Map<string, number>();
     let seed = 42; // a fixed LCG, so the test is the same every run
-    const random = (): number => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
+    const random = (): number => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
     for (let i = 0; i < 3000; i++) {
       const chosen = place(edges, req(), random)!;
       counts.set(chosen.id, (counts.get(chosen.id) ?? 0) + 1);
@@ -154,6 +180,9 @@ describe('bursting (SandboxCreation.place)', () => {
     assert.equal(creation([edge('d1', { sandboxes: 10 }), edge('b1', { pool: 'burst' })]).place(spec(true), limits, [], new Set()), 'd1');
     const full = creation([edge('d1', { sandboxes: 100 }), edge('b1', { pool: 'burst' })]);
     assert.equal(full.place(spec(true), limits, [], new Set()), 'b1');
-    assert.throws(() => full.place(spec(false), limits, [], new Set()), (err: unknown) => err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED' && /d1: no sandbox slots/.test(err.message));
+    assert.throws(
+      () => full.place(spec(false), limits, [], new Set()),
+      (err: unknown) => err instanceof ApiError && err.code === 'CAPACITY_EXCEEDED' && /d1: no sandbox slots/.test(err.message),
+    );
   });
 });

@@ -61,7 +61,8 @@ export function infeasible(c: PlacementCandidate, req: PlacementRequest): string
     const why = vmInfeasible(c, req.limits);
     if (why) return why;
   }
-  if (c.cpuOvercommit > 0 && cap.cpuCommitted + c.pending.cpu + req.limits.cpu > cap.cpus * c.cpuOvercommit) return `cpu overcommit ${c.cpuOvercommit}× reached`;
+  if (c.cpuOvercommit > 0 && cap.cpuCommitted + c.pending.cpu + req.limits.cpu > cap.cpus * c.cpuOvercommit)
+    return `cpu overcommit ${c.cpuOvercommit}× reached`;
   return undefined;
 }
 
@@ -103,7 +104,11 @@ export function score(c: PlacementCandidate, req: PlacementRequest): number {
  * control-plane replicas (or a burst of creates between heartbeats) from piling onto the one edge
  * that scored best a moment ago. Returns undefined when no edge can take it.
  */
-export function place(candidates: PlacementCandidate[], req: PlacementRequest, random: () => number = Math.random): PlacementCandidate | undefined {
+export function place(
+  candidates: PlacementCandidate[],
+  req: PlacementRequest,
+  random: () => number = Math.random,
+): PlacementCandidate | undefined {
   const feasible = candidates.filter((c) => infeasible(c, req) === undefined);
   if (feasible.length === 0) return undefined;
   let best: PlacementCandidate | undefined;

@@ -79,9 +79,13 @@ export class ProjectImages {
     if (owner === project) return project;
     if (owner === undefined && this.images.resolve(n) === undefined) return project;
     if (owner === undefined && admin) return undefined;
-    throw new ApiError('IMAGE_NAME_TAKEN', `image name ${JSON.stringify(name)} is ${owner === undefined ? 'a shared image (only an admin key may move it)' : 'taken'}; choose another name`, {
-      image: name,
-    });
+    throw new ApiError(
+      'IMAGE_NAME_TAKEN',
+      `image name ${JSON.stringify(name)} is ${owner === undefined ? 'a shared image (only an admin key may move it)' : 'taken'}; choose another name`,
+      {
+        image: name,
+      },
+    );
   }
 
   /**
@@ -95,7 +99,10 @@ export class ProjectImages {
     const n = normalizeName(name);
     const owner = await this.store.imageNameOwner(n);
     if (owner === caller.project) return owner;
-    const taken = (why: string): ApiError => new ApiError('IMAGE_NAME_TAKEN', `image name ${JSON.stringify(name)} is ${why}; pull it under another name (\`name\`)`, { image: name });
+    const taken = (why: string): ApiError =>
+      new ApiError('IMAGE_NAME_TAKEN', `image name ${JSON.stringify(name)} is ${why}; pull it under another name (\`name\`)`, {
+        image: name,
+      });
     if (owner !== undefined) throw taken(caller.admin ? "another project's (remove it first to reuse the name)" : 'taken');
     if (caller.admin) return undefined;
     await this.images.refresh();
@@ -134,7 +141,8 @@ export class ProjectImages {
     if (!id) throw notFound;
     if (ref.startsWith('sha256:')) {
       const owners = await this.store.imageOwners(id);
-      if (!caller.admin && owners.length === 0) throw new ApiError('FORBIDDEN', `image ${ref} is shared: deleting it takes an admin key`, { image: ref });
+      if (!caller.admin && owners.length === 0)
+        throw new ApiError('FORBIDDEN', `image ${ref} is shared: deleting it takes an admin key`, { image: ref });
       if (!caller.admin && owners.length > 1) {
         // Other projects made the same image: only this project's claim on it goes.
         await this.store.removeImageOwner(id, caller.project);
@@ -147,7 +155,8 @@ export class ProjectImages {
       return;
     }
     const n = normalizeName(ref);
-    if (!caller.admin && (await this.store.imageNameOwner(n)) === undefined) throw new ApiError('FORBIDDEN', `image name ${ref} is shared: removing it takes an admin key`, { image: ref });
+    if (!caller.admin && (await this.store.imageNameOwner(n)) === undefined)
+      throw new ApiError('FORBIDDEN', `image name ${ref} is shared: removing it takes an admin key`, { image: ref });
     this.#untag(n);
     await this.store.removeImageNameOwner(n);
   }

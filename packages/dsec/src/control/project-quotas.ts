@@ -28,7 +28,13 @@ export class ProjectQuotas {
    * the tokens, as a batch does). `fit`: admit as many of the n as fit (at least one) instead of
    * refusing them all; the number admitted is passed to insert.
    */
-  async admit<T>(project: string, limits: SandboxLimits, n: number, insert: (admitted: number) => T | Promise<T>, opts: { pace?: boolean; fit?: boolean; rate?: boolean; onShort?: (err: ApiError) => void } = {}): Promise<T> {
+  async admit<T>(
+    project: string,
+    limits: SandboxLimits,
+    n: number,
+    insert: (admitted: number) => T | Promise<T>,
+    opts: { pace?: boolean; fit?: boolean; rate?: boolean; onShort?: (err: ApiError) => void } = {},
+  ): Promise<T> {
     const quota = await this.quotaOf(project);
     if (quota.createsPerSecond !== undefined && opts.rate !== false) {
       if (opts.pace) await this.#pace(project, quota.createsPerSecond, n);
@@ -116,19 +122,29 @@ function room(quota: ProjectQuota, usage: ProjectUsage, limits: SandboxLimits): 
   let r = Number.POSITIVE_INFINITY;
   if (quota.maxSandboxes !== undefined) r = Math.min(r, quota.maxSandboxes - usage.sandboxes);
   if (quota.maxCpu !== undefined && limits.cpu > 0) r = Math.min(r, Math.floor((quota.maxCpu - usage.cpu + 1e-9) / limits.cpu));
-  if (quota.maxMemoryMiB !== undefined && limits.memoryMiB > 0) r = Math.min(r, Math.floor((quota.maxMemoryMiB - usage.memoryMiB) / limits.memoryMiB));
+  if (quota.maxMemoryMiB !== undefined && limits.memoryMiB > 0)
+    r = Math.min(r, Math.floor((quota.maxMemoryMiB - usage.memoryMiB) / limits.memoryMiB));
   return Math.max(0, r);
 }
 
 function checkFits(project: string, quota: ProjectQuota, usage: ProjectUsage, limits: SandboxLimits, n: number): void {
-  const over = (code: 'QUOTA_SANDBOXES_EXCEEDED' | 'QUOTA_CPU_EXCEEDED' | 'QUOTA_MEMORY_EXCEEDED', name: keyof ProjectQuota, limit: number, used: number, requested: number, unit: string): ApiError =>
+  const over = (
+    code: 'QUOTA_SANDBOXES_EXCEEDED' | 'QUOTA_CPU_EXCEEDED' | 'QUOTA_MEMORY_EXCEEDED',
+    name: keyof ProjectQuota,
+    limit: number,
+    used: number,
+    requested: number,
+    unit: string,
+  ): ApiError =>
     new ApiError(
       code,
       `project ${project}'s quota ${name} is ${limit}${unit}: ${used}${unit} in use by its live sandboxes, ${requested}${unit} more asked for; kill sandboxes or ask an admin for more (dsec project set-quota)`,
       { project, quota: name, limit, used, requested },
     );
-  if (quota.maxSandboxes !== undefined && usage.sandboxes + n > quota.maxSandboxes) throw over('QUOTA_SANDBOXES_EXCEEDED', 'maxSandboxes', quota.maxSandboxes, usage.sandboxes, n, '');
-  if (quota.maxCpu !== undefined && usage.cpu + limits.cpu * n > quota.maxCpu + 1e-9) throw over('QUOTA_CPU_EXCEEDED', 'maxCpu', quota.maxCpu, usage.cpu, limits.cpu * n, ' CPU');
+  if (quota.maxSandboxes !== undefined && usage.sandboxes + n > quota.maxSandboxes)
+    throw over('QUOTA_SANDBOXES_EXCEEDED', 'maxSandboxes', quota.maxSandboxes, usage.sandboxes, n, '');
+  if (quota.maxCpu !== undefined && usage.cpu + limits.cpu * n > quota.maxCpu + 1e-9)
+    throw over('QUOTA_CPU_EXCEEDED', 'maxCpu', quota.maxCpu, usage.cpu, limits.cpu * n, ' CPU');
   if (quota.maxMemoryMiB !== undefined && usage.memoryMiB + limits.memoryMiB * n > quota.maxMemoryMiB) {
     throw over('QUOTA_MEMORY_EXCEEDED', 'maxMemoryMiB', quota.maxMemoryMiB, usage.memoryMiB, limits.memoryMiB * n, ' MiB');
   }
@@ -136,11 +152,15 @@ function checkFits(project: string, quota: ProjectQuota, usage: ProjectUsage, li
 
 function rateError(project: string, rate: number, n: number, tokens: number): ApiError {
   const retryAfterMs = Math.ceil(((Math.min(n, Math.max(1, rate)) - tokens) / rate) * 1000);
-  return new ApiError('QUOTA_CREATE_RATE_EXCEEDED', `project ${project} creates more than its quota of ${rate} sandboxes per second; retry in ${retryAfterMs} ms`, {
-    project,
-    quota: 'createsPerSecond',
-    limit: rate,
-    requested: n,
-    retryAfterMs,
-  });
+  return new ApiError(
+    'QUOTA_CREATE_RATE_EXCEEDED',
+    `project ${project} creates more than its quota of ${rate} sandboxes per second; retry in ${retryAfterMs} ms`,
+    {
+      project,
+      quota: 'createsPerSecond',
+      limit: rate,
+      requested: n,
+      retryAfterMs,
+    },
+  );
 }

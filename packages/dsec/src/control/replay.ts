@@ -1,5 +1,13 @@
 import { Readable } from 'node:stream';
-import type { ExecRequest, NetworkPolicyRequest, OpenSessionRequest, ReplayResult, SessionExecRequest, StartProcessRequest, TrajectoryEntry } from '@dsec/sdk/schema';
+import type {
+  ExecRequest,
+  NetworkPolicyRequest,
+  OpenSessionRequest,
+  ReplayResult,
+  SessionExecRequest,
+  StartProcessRequest,
+  TrajectoryEntry,
+} from '@dsec/sdk/schema';
 import type { EdgeApi } from '../edge/edge-api.js';
 import type { EdgeNetworkRequest } from '../edge/edge-api.js';
 

@@ -88,9 +88,14 @@ export class SandboxCreation {
     const inPool = candidates.filter((c) => pools.includes(c.pool));
     if (inPool.length > 0 && inPool.every((c) => limits.memoryMiB * 1048576 > c.info.capacity.memoryBytes)) {
       const most = Math.max(...inPool.map((c) => Math.floor(c.info.capacity.memoryBytes / 1048576)));
-      throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than any node has (at most ${most} MiB)`, { field: 'resources.memoryMiB' });
+      throw new ApiError('INVALID_REQUEST', `resources.memoryMiB ${limits.memoryMiB} is more than any node has (at most ${most} MiB)`, {
+        field: 'resources.memoryMiB',
+      });
     }
-    const why = candidates.length === 0 ? 'no edge has joined' : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude, backend: req.backend, edge }) ?? 'other pool'}`).join('; ')})`;
+    const why =
+      candidates.length === 0
+        ? 'no edge has joined'
+        : `no edge of pool ${pools.join(' or ')} can take it (${candidates.map((c) => `${c.id}: ${infeasible(c, { limits, layers, pool: c.pool, labels, exclude, backend: req.backend, edge }) ?? 'other pool'}`).join('; ')})`;
     throw new ApiError('CAPACITY_EXCEEDED', `the cluster is full for this sandbox: ${why}; kill sandboxes or add nodes`, { pools });
   }
 
@@ -99,11 +104,18 @@ export class SandboxCreation {
   }
 
   /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
-  async composeLayers(req: CreateSandboxRequest, project: string): Promise<{ imageId: ImageId; layers: LayerDigest[]; config: ImageConfig }> {
+  async composeLayers(
+    req: CreateSandboxRequest,
+    project: string,
+  ): Promise<{ imageId: ImageId; layers: LayerDigest[]; config: ImageConfig }> {
     const notFound = (ref: string): ApiError =>
-      new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``, {
-        image: ref,
-      });
+      new ApiError(
+        'IMAGE_NOT_FOUND',
+        `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``,
+        {
+          image: ref,
+        },
+      );
     // Only images the project may use (its own and shared ones: docs/PROJECTS.md).
     const imageId = await this.deps.projectImages.resolve(project, req.image);
     const manifest = imageId && this.deps.images.get(imageId);
@@ -112,7 +124,8 @@ export class SandboxCreation {
     for (const ref of req.layers ?? []) {
       let extra: LayerDigest[];
       // A digest that only other projects' private images hold answers as an unknown one.
-      if (isLayerDigest(ref) && (await this.deps.projectImages.layerVisible(project, ref)) && (await this.deps.images.layers.fetch(ref))) extra = [ref];
+      if (isLayerDigest(ref) && (await this.deps.projectImages.layerVisible(project, ref)) && (await this.deps.images.layers.fetch(ref)))
+        extra = [ref];
       else {
         const id = await this.deps.projectImages.resolve(project, ref);
         const m = id && this.deps.images.get(id);
@@ -150,11 +163,7 @@ export class SandboxCreation {
     }
   }
 
-  async #create(
-    req: CreateSandboxRequest,
-    extraLabels: Record<string, string>,
-    opts: CreateOptions,
-  ): Promise<SandboxInfo> {
+  async #create(req: CreateSandboxRequest, extraLabels: Record<string, string>, opts: CreateOptions): Promise<SandboxInfo> {
     const project = opts.project ?? DEFAULT_PROJECT;
     const { imageId, layers, config } = await this.composeLayers(req, project);
     const limits = this.limitsFor(req);
@@ -166,7 +175,7 @@ export class SandboxCreation {
     // The edge has the last word: one that refuses (full, draining, unreachable before the
     // request left) is excluded and the create placed again, so a caller sees CAPACITY_EXCEEDED
     // only when no edge can take it.
-    for (let refreshed = false; ; ) {
+    for (let refreshed = false; ;) {
       let edgeId: string;
       try {
         edgeId = opts.restore?.edge ?? this.place(req, limits, layers, exclude, volumes.edge);
@@ -185,7 +194,13 @@ export class SandboxCreation {
       try {
         // The project's quota is checked with the row's insert, under the project's lock; a
         // create placed again after an edge refused it has had its rate token already.
-        await this.deps.quotas.admit(project, limits, 1, () => this.deps.store.insertSandbox(info, opts.batch, req, this.deps.createLease()), { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true });
+        await this.deps.quotas.admit(
+          project,
+          limits,
+          1,
+          () => this.deps.store.insertSandbox(info, opts.batch, req, this.deps.createLease()),
+          { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true },
+        );
       } catch (err) {
         this.inflight.delete(info.id);
         this.deps.edges.release(edgeId, limits, true);
@@ -195,7 +210,12 @@ export class SandboxCreation {
       try {
         await this.deps.layersReady?.(layers);
         await this.#edge(edgeId).createSandbox({
-          id: info.id, layers, config, env: req.env ?? {}, limits, backend: info.backend,
+          id: info.id,
+          layers,
+          config,
+          env: req.env ?? {},
+          limits,
+          backend: info.backend,
           ...(network ? { network } : {}),
           ...(volumes.mounts.length ? { volumes: volumes.mounts } : {}),
           ...(opts.restore ? { restoreFrom: opts.restore.from } : {}),
@@ -203,9 +223,14 @@ export class SandboxCreation {
       } catch (err) {
         this.inflight.delete(info.id);
         this.deps.edges.release(edgeId, limits, true);
-        const refused = err instanceof ApiError && (err.code === 'NODE_DISK_FULL' || err.code === 'NODE_MEMORY_PRESSURE') && err.details['admission'] === true;
+        const refused =
+          err instanceof ApiError &&
+          (err.code === 'NODE_DISK_FULL' || err.code === 'NODE_MEMORY_PRESSURE') &&
+          err.details['admission'] === true;
         if (refused) refusal = err;
-        const retry = err instanceof ApiError && (refused || err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
+        const retry =
+          err instanceof ApiError &&
+          (refused || err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
         if (retry && !opts.restore) {
           await this.deps.store.deleteSandbox(info.id); // never accepted by that edge
           exclude.add(edgeId);
@@ -226,13 +251,20 @@ export class SandboxCreation {
       const settled = await this.deps.store.settleCreate(info.id, 'running');
       // The edge was declared lost while this create was in flight: the row says lost, and stays so.
       if (settled === 'lost') {
-        throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, { sandboxId: info.id, edge: edgeId });
+        throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, {
+          sandboxId: info.id,
+          edge: edgeId,
+        });
       }
       if (settled !== 'running') {
         // This replica lost the store for longer than its create lease, and another replica took
         // the create over and settled it (create-leases.ts): its word stands.
         const row = await this.deps.store.getSandbox(info.id);
-        throw new ApiError('SANDBOX_CREATE_FAILED', `sandbox ${info.id} was settled by another control-plane replica while this one created it: ${row?.reason ?? settled ?? 'gone'}`, { sandboxId: info.id });
+        throw new ApiError(
+          'SANDBOX_CREATE_FAILED',
+          `sandbox ${info.id} was settled by another control-plane replica while this one created it: ${row?.reason ?? settled ?? 'gone'}`,
+          { sandboxId: info.id },
+        );
       }
       return { ...info, status: 'running' };
     }
@@ -257,7 +289,10 @@ export class SandboxCreation {
         } catch (err) {
           if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') return; // never made there
           if (!this.deps.edges.has(edgeId) || Date.now() + delay > until) {
-            this.deps.log.error({ edge: edgeId, sandbox: id, err: (err as Error).message }, 'could not kill a sandbox whose create got no answer; the edge is reconciled at its next report');
+            this.deps.log.error(
+              { edge: edgeId, sandbox: id, err: (err as Error).message },
+              'could not kill a sandbox whose create got no answer; the edge is reconciled at its next report',
+            );
             return;
           }
         }
@@ -374,7 +409,16 @@ export class SandboxCreation {
           let outcomes: { id: string; sandbox?: unknown; error?: { code: string; message: string; details: Record<string, unknown> } }[];
           try {
             outcomes = await this.#edge(edgeId).createSandboxes(
-              group.map((p) => ({ id: p.info.id, layers, config, env: req.env ?? {}, limits, backend, ...(network ? { network } : {}), ...(volumes.mounts.length ? { volumes: volumes.mounts } : {}) })),
+              group.map((p) => ({
+                id: p.info.id,
+                layers,
+                config,
+                env: req.env ?? {},
+                limits,
+                backend,
+                ...(network ? { network } : {}),
+                ...(volumes.mounts.length ? { volumes: volumes.mounts } : {}),
+              })),
             );
           } catch (err) {
             if (outcomeUnknown(err)) unanswered.push({ edgeId, ids: group.map((p) => p.info.id) });
@@ -390,7 +434,11 @@ export class SandboxCreation {
               continue;
             }
             this.deps.edges.release(edgeId, limits, true);
-            const error = o?.error ?? { code: 'SANDBOX_CREATE_FAILED', message: `edge ${edgeId} gave no answer for ${p.info.id}`, details: {} };
+            const error = o?.error ?? {
+              code: 'SANDBOX_CREATE_FAILED',
+              message: `edge ${edgeId} gave no answer for ${p.info.id}`,
+              details: {},
+            };
             if (error.code === 'CAPACITY_EXCEEDED' || (error.code === 'EDGE_UNAVAILABLE' && error.details['retryable'] === true)) {
               await this.deps.store.deleteSandbox(p.info.id); // never accepted by that edge
               p.item.exclude.add(edgeId);
@@ -408,9 +456,11 @@ export class SandboxCreation {
       for (const p of running) {
         const other = settledElsewhere.get(p.info.id);
         // The edge was declared lost while this create was in flight: the row says lost.
-        if (other?.status === 'lost') hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
+        if (other?.status === 'lost')
+          hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
         // Another replica took the create over (this one lost the store past its lease) and failed it.
-        else if (other) hooks.onFailed(p.item.index, 'SANDBOX_CREATE_FAILED', other.reason ?? `settled as ${other.status} by another replica`, p.info.id);
+        else if (other)
+          hooks.onFailed(p.item.index, 'SANDBOX_CREATE_FAILED', other.reason ?? `settled as ${other.status} by another replica`, p.info.id);
         else {
           this.deps.metrics.observeCreate(backend, performance.now() - started);
           hooks.onRunning(p.item.index, p.info.edge, p.info.id);
@@ -424,7 +474,6 @@ export class SandboxCreation {
       pending = next;
     }
   }
-
 }
 
 /** How long a create that got no answer keeps trying to kill its sandbox on the edge. */
@@ -483,9 +532,13 @@ export function checkPolicy(req: NetworkPolicyRequest): EdgeNetworkRequest {
     throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
   }
   if (req.mode === 'allow' && !req.allow?.length) {
-    throw new ApiError('INVALID_REQUEST', 'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing', {
-      field: 'allow',
-    });
+    throw new ApiError(
+      'INVALID_REQUEST',
+      'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing',
+      {
+        field: 'allow',
+      },
+    );
   }
   const allow = req.mode === 'allow' ? (req.allow ?? []) : [];
   for (const entry of allow) {

@@ -83,9 +83,13 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   app.setValidatorCompiler(requestValidatorCompiler());
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send({ error: { code: 'ROUTE_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
+    void reply
+      .status(404)
+      .send({ error: { code: 'ROUTE_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
   });
-  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_FILE_BYTES }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_FILE_BYTES }, (_req, body, done) =>
+    done(null, body),
+  );
 
   useRequestLog(app, edgeOf);
   observeRequests(app, deps.control);
@@ -119,7 +123,14 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   await app.register(portRoutes({ control: deps.control, links: deps.links, portsOrigin: deps.portsOrigin }));
   await app.register(imageRoutes(deps));
   await app.register(blobRoutes({ layers: deps.images.layers, ...(deps.control.registry ? { registry: deps.control.registry } : {}) }));
-  await app.register(imageRegistryRoutes({ images: deps.images, projectImages: deps.control.projectImages, clusterRegistry: deps.control.registry?.client.ref, registryAllow: deps.registryAllow ?? [] }));
+  await app.register(
+    imageRegistryRoutes({
+      images: deps.images,
+      projectImages: deps.control.projectImages,
+      clusterRegistry: deps.control.registry?.client.ref,
+      registryAllow: deps.registryAllow ?? [],
+    }),
+  );
   await app.register(e2bRoutes(deps));
   await app.register(clusterRoutes(deps));
   await app.register(batchRoutes({ batches: deps.control.batches }));
@@ -152,6 +163,9 @@ function observeRequests(app: App, control: ControlPlane): void {
     control.metrics.observeRequest(req.method, route, reply.statusCode, seconds);
     const code = errorCodes.get(req);
     if (code) control.metrics.apiError(code, route);
-    req.log.debug({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, ...(code ? { code } : {}) }, 'request done');
+    req.log.debug(
+      { method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, ...(code ? { code } : {}) },
+      'request done',
+    );
   });
 }

@@ -16,12 +16,16 @@ export class SnapshotImages {
 
   /** Ties an unnamed, unkept snapshot image to the sandbox it was taken of. */
   async own(imageId: ImageId, sandboxId: string): Promise<void> {
-    await this.store.db.run('INSERT INTO snapshot_images (image_id, sandbox_id) VALUES (?, ?) ON CONFLICT DO NOTHING', [imageId, sandboxId]);
+    await this.store.db.run('INSERT INTO snapshot_images (image_id, sandbox_id) VALUES (?, ?) ON CONFLICT DO NOTHING', [
+      imageId,
+      sandboxId,
+    ]);
   }
 
   /** The sandbox an image goes away with, if it is an ephemeral snapshot. */
   async ownerOf(imageId: string): Promise<string | undefined> {
-    return (await this.store.db.get<{ sandbox_id: string }>('SELECT sandbox_id FROM snapshot_images WHERE image_id = ?', [imageId]))?.sandbox_id;
+    return (await this.store.db.get<{ sandbox_id: string }>('SELECT sandbox_id FROM snapshot_images WHERE image_id = ?', [imageId]))
+      ?.sandbox_id;
   }
 
   async #forget(imageId: string): Promise<void> {
@@ -34,7 +38,9 @@ export class SnapshotImages {
    * named since. Returns the images deleted.
    */
   async release(gone: SandboxInfo): Promise<string[]> {
-    const owned = (await this.store.db.all<{ image_id: string }>('SELECT image_id FROM snapshot_images WHERE sandbox_id = ?', [gone.id])).map((r) => r.image_id);
+    const owned = (
+      await this.store.db.all<{ image_id: string }>('SELECT image_id FROM snapshot_images WHERE sandbox_id = ?', [gone.id])
+    ).map((r) => r.image_id);
     const deleted: string[] = [];
     for (const imageId of new Set([...owned, gone.imageId])) {
       const owner = await this.ownerOf(imageId);

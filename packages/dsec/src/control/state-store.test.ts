@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -49,7 +48,9 @@ describe('StateStore sandboxes', () => {
     store = await StateStore.open(await testStoreLocation(join(dir, 'state.db')));
     await store.insertSandbox(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' }));
     await store.insertSandbox(info('sb-local-bbbbbb', { team: 'b', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:02.000Z' }));
-    await store.insertSandbox(info('sb-other-cccccc', { team: 'a' }, { edge: 'other', status: 'failed', reason: 'boom', createdAt: '2025-01-01T00:00:03.000Z' }));
+    await store.insertSandbox(
+      info('sb-other-cccccc', { team: 'a' }, { edge: 'other', status: 'failed', reason: 'boom', createdAt: '2025-01-01T00:00:03.000Z' }),
+    );
   });
   after(async () => {
     await store.close();
@@ -57,7 +58,10 @@ describe('StateStore sandboxes', () => {
   });
 
   test('a sandbox reads back as inserted', async () => {
-    assert.deepEqual(core(await store.getSandbox('sb-local-aaaaaa')), core(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' })));
+    assert.deepEqual(
+      core(await store.getSandbox('sb-local-aaaaaa')),
+      core(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' })),
+    );
   });
 
   test('an unknown id reads back undefined', async () => {
@@ -127,10 +131,16 @@ describe('StateStore sandboxes', () => {
     assert.equal((await store.getSandbox('sb-local-dddddd'))!.reason, undefined);
   });
 
-  test('create leases: renewed creates stay their replica\'s, unrenewed ones are abandoned, and a settle applies only to a row still creating', async () => {
+  test("create leases: renewed creates stay their replica's, unrenewed ones are abandoned, and a settle applies only to a row still creating", async () => {
     const t0 = 1_000_000;
-    await store.insertSandbox(info('sb-local-lease1', {}, { status: 'creating' }), undefined, undefined, { owner: 'r1', until: t0 + 10_000 });
-    await store.insertSandbox(info('sb-local-lease2', {}, { status: 'creating' }), undefined, undefined, { owner: 'r2', until: t0 + 10_000 });
+    await store.insertSandbox(info('sb-local-lease1', {}, { status: 'creating' }), undefined, undefined, {
+      owner: 'r1',
+      until: t0 + 10_000,
+    });
+    await store.insertSandbox(info('sb-local-lease2', {}, { status: 'creating' }), undefined, undefined, {
+      owner: 'r2',
+      until: t0 + 10_000,
+    });
     assert.deepEqual(await store.abandonedCreates(t0 + 5_000), []);
     assert.equal(await store.createOwner('sb-local-lease1'), 'r1');
     assert.equal(await store.renewCreates('r1', t0 + 20_000), 1);
@@ -168,25 +178,32 @@ describe('StateStore sandboxes', () => {
     }
   });
 
-  test('a state file from before the migration list is brought up to date when opened', { skip: TEST_STORE_POSTGRES ? 'a SQLite file format' : undefined }, async () => {
-    const file = join(dir, 'legacy.db');
-    // The first release's tables, as an old dsec made them (no schema_migrations, fewer columns).
-    const old = new Database(file);
-    old.exec(`CREATE TABLE sandboxes (id TEXT PRIMARY KEY, edge TEXT NOT NULL, status TEXT NOT NULL, image TEXT NOT NULL, image_id TEXT NOT NULL,
+  test(
+    'a state file from before the migration list is brought up to date when opened',
+    { skip: TEST_STORE_POSTGRES ? 'a SQLite file format' : undefined },
+    async () => {
+      const file = join(dir, 'legacy.db');
+      // The first release's tables, as an old dsec made them (no schema_migrations, fewer columns).
+      const old = new Database(file);
+      old.exec(`CREATE TABLE sandboxes (id TEXT PRIMARY KEY, edge TEXT NOT NULL, status TEXT NOT NULL, image TEXT NOT NULL, image_id TEXT NOT NULL,
       resources TEXT NOT NULL, labels TEXT NOT NULL, created_at TEXT NOT NULL, reason TEXT);
       INSERT INTO sandboxes VALUES ('sb-local-oldold', 'local', 'running', 'busybox', 'sha256:0', '{"cpu":1,"memoryMiB":64,"pids":64}', '{"k":"v"}', '2025-01-01T00:00:00.000Z', NULL);`);
-    old.close();
-    const store = await StateStore.open(file);
-    try {
-      const s = await store.getSandbox('sb-local-oldold');
-      assert.deepEqual(s?.labels, { k: 'v' });
-      assert.equal(s?.backend, 'container');
-      assert.deepEqual(s?.layers, []);
-      assert.deepEqual((await store.db.all<{ id: number }>('SELECT id FROM schema_migrations ORDER BY id')).map((r) => r.id), MIGRATIONS.map((m) => m.id));
-    } finally {
-      await store.close();
-    }
-  });
+      old.close();
+      const store = await StateStore.open(file);
+      try {
+        const s = await store.getSandbox('sb-local-oldold');
+        assert.deepEqual(s?.labels, { k: 'v' });
+        assert.equal(s?.backend, 'container');
+        assert.deepEqual(s?.layers, []);
+        assert.deepEqual(
+          (await store.db.all<{ id: number }>('SELECT id FROM schema_migrations ORDER BY id')).map((r) => r.id),
+          MIGRATIONS.map((m) => m.id),
+        );
+      } finally {
+        await store.close();
+      }
+    },
+  );
 
   test('volumes: one per name; the sandboxes that mount one, while they may hold it; rows go with the sandbox', async () => {
     const vol = { name: 'ds', project: 'default', edge: 'local', labels: { k: 'v' }, createdAt: '2025-01-01T00:00:00.000Z' };
@@ -194,12 +211,18 @@ describe('StateStore sandboxes', () => {
     assert.equal(await store.insertVolume({ ...vol, edge: 'other' }), false);
     assert.deepEqual(await store.getVolume('ds'), vol);
     await store.insertSandbox(info('sb-local-vvvvv1', {}), undefined, { image: 'busybox', volumes: [{ name: 'ds', path: '/d' }] });
-    await store.insertSandbox(info('sb-local-vvvvv2', {}, { status: 'stopped' }), undefined, { image: 'busybox', volumes: [{ name: 'ds', path: '/d' }] });
+    await store.insertSandbox(info('sb-local-vvvvv2', {}, { status: 'stopped' }), undefined, {
+      image: 'busybox',
+      volumes: [{ name: 'ds', path: '/d' }],
+    });
     assert.deepEqual(await store.volumeUsers('ds'), ['sb-local-vvvvv1'], 'a stopped sandbox holds no mount');
     await store.deleteSandbox('sb-local-vvvvv1');
     await store.deleteSandbox('sb-local-vvvvv2');
     assert.deepEqual(await store.volumeUsers('ds'), []);
-    assert.deepEqual((await store.listVolumes()).map((v) => v.name), ['ds']);
+    assert.deepEqual(
+      (await store.listVolumes()).map((v) => v.name),
+      ['ds'],
+    );
     await store.deleteVolume('ds');
     assert.equal(await store.getVolume('ds'), undefined);
   });

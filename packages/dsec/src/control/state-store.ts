@@ -38,7 +38,9 @@ export class StateStore {
       await migrate(db);
       // Rows an older dsec appended after their sandbox was deleted (the table has no foreign key);
       // an ended sandbox's trajectory stays until its tombstone expires.
-      await db.run('DELETE FROM trajectory WHERE sandbox_id NOT IN (SELECT id FROM sandboxes) AND sandbox_id NOT IN (SELECT id FROM ended_sandboxes)');
+      await db.run(
+        'DELETE FROM trajectory WHERE sandbox_id NOT IN (SELECT id FROM sandboxes) AND sandbox_id NOT IN (SELECT id FROM ended_sandboxes)',
+      );
     } catch (err) {
       await db.close();
       throw err;
@@ -59,12 +61,17 @@ export class StateStore {
   }
 
   async getProject(name: string): Promise<StoredProject | undefined> {
-    const r = await this.db.get<{ name: string; quota: string; created_at: string }>('SELECT name, quota, created_at FROM projects WHERE name = ?', [name]);
+    const r = await this.db.get<{ name: string; quota: string; created_at: string }>(
+      'SELECT name, quota, created_at FROM projects WHERE name = ?',
+      [name],
+    );
     return r && { name: r.name, quota: JSON.parse(r.quota) as ProjectQuota, createdAt: r.created_at };
   }
 
   async listProjects(): Promise<StoredProject[]> {
-    const rows = await this.db.all<{ name: string; quota: string; created_at: string }>('SELECT name, quota, created_at FROM projects ORDER BY name');
+    const rows = await this.db.all<{ name: string; quota: string; created_at: string }>(
+      'SELECT name, quota, created_at FROM projects ORDER BY name',
+    );
     return rows.map((r) => ({ name: r.name, quota: JSON.parse(r.quota) as ProjectQuota, createdAt: r.created_at }));
   }
 
@@ -94,7 +101,10 @@ export class StateStore {
   }
 
   async addImageOwner(imageId: string, project: string): Promise<void> {
-    await this.db.run('INSERT INTO image_owners (image_id, project) VALUES (?, ?) ON CONFLICT (image_id, project) DO NOTHING', [imageId, project]);
+    await this.db.run('INSERT INTO image_owners (image_id, project) VALUES (?, ?) ON CONFLICT (image_id, project) DO NOTHING', [
+      imageId,
+      project,
+    ]);
   }
 
   async removeImageOwner(imageId: string, project: string): Promise<void> {
@@ -120,16 +130,18 @@ export class StateStore {
 
   // --- batches --------------------------------------------------------------------------------
 
-  async insertBatch(id: string, count: number, req: unknown, createdAt: string, project: string = DEFAULT_PROJECT, owner?: { id: string; until: number }): Promise<void> {
-    await this.db.run("INSERT INTO batches (id, count, spec, state, created_at, project, owner, lease_until) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)", [
-      id,
-      count,
-      JSON.stringify(req),
-      createdAt,
-      project,
-      owner?.id ?? null,
-      owner?.until ?? null,
-    ]);
+  async insertBatch(
+    id: string,
+    count: number,
+    req: unknown,
+    createdAt: string,
+    project: string = DEFAULT_PROJECT,
+    owner?: { id: string; until: number },
+  ): Promise<void> {
+    await this.db.run(
+      "INSERT INTO batches (id, count, spec, state, created_at, project, owner, lease_until) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+      [id, count, JSON.stringify(req), createdAt, project, owner?.id ?? null, owner?.until ?? null],
+    );
   }
 
   async getBatch(id: string): Promise<StoredBatch | undefined> {
@@ -153,14 +165,21 @@ export class StateStore {
     await this.db.transaction(async (tx) => {
       for (const g of groups) {
         for (const e of g.events) {
-          await tx.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?) ON CONFLICT DO NOTHING', [g.id, e.seq, JSON.stringify(e)]);
+          await tx.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?) ON CONFLICT DO NOTHING', [
+            g.id,
+            e.seq,
+            JSON.stringify(e),
+          ]);
         }
       }
     });
   }
 
   async batchEvents(id: string, after: number): Promise<BatchEvent[]> {
-    const rows = await this.db.all<{ event: string }>('SELECT event FROM batch_events WHERE batch_id = ? AND seq > ? ORDER BY seq', [id, after]);
+    const rows = await this.db.all<{ event: string }>('SELECT event FROM batch_events WHERE batch_id = ? AND seq > ? ORDER BY seq', [
+      id,
+      after,
+    ]);
     return rows.map((r) => JSON.parse(r.event) as BatchEvent);
   }
 
@@ -172,11 +191,18 @@ export class StateStore {
   // --- warm pools ---------------------------------------------------------------------------
 
   async insertPool(p: StoredPool): Promise<void> {
-    await this.db.run('INSERT INTO pools (name, size, spec, created_at) VALUES (?, ?, ?, ?)', [p.name, p.size, JSON.stringify(p.spec), p.createdAt]);
+    await this.db.run('INSERT INTO pools (name, size, spec, created_at) VALUES (?, ?, ?, ?)', [
+      p.name,
+      p.size,
+      JSON.stringify(p.spec),
+      p.createdAt,
+    ]);
   }
 
   async listPools(): Promise<StoredPool[]> {
-    const rows = await this.db.all<{ name: string; size: number; spec: string; created_at: string }>('SELECT name, size, spec, created_at FROM pools ORDER BY name');
+    const rows = await this.db.all<{ name: string; size: number; spec: string; created_at: string }>(
+      'SELECT name, size, spec, created_at FROM pools ORDER BY name',
+    );
     return rows.map((r) => ({ name: r.name, size: r.size, spec: JSON.parse(r.spec) as unknown, createdAt: r.created_at }));
   }
 
@@ -192,12 +218,29 @@ export class StateStore {
   async claimPoolSandbox(
     sandboxId: string,
     readyLabels: Record<string, string>,
-    claim: { labels: Record<string, string>; ttlSeconds?: number | undefined; idleTimeoutSeconds?: number | undefined; onExpiry: 'stop' | 'pause'; at: number; project: string },
+    claim: {
+      labels: Record<string, string>;
+      ttlSeconds?: number | undefined;
+      idleTimeoutSeconds?: number | undefined;
+      onExpiry: 'stop' | 'pause';
+      at: number;
+      project: string;
+    },
   ): Promise<boolean> {
     const expiresAt = claim.ttlSeconds === undefined ? null : claim.at + claim.ttlSeconds * 1000;
     const r = await this.db.run(
       "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ?, project = ? WHERE id = ? AND labels = ? AND status = 'running'",
-      [JSON.stringify(claim.labels), claim.ttlSeconds ?? null, claim.idleTimeoutSeconds ?? null, claim.onExpiry, expiresAt, claim.at, claim.project, sandboxId, JSON.stringify(readyLabels)],
+      [
+        JSON.stringify(claim.labels),
+        claim.ttlSeconds ?? null,
+        claim.idleTimeoutSeconds ?? null,
+        claim.onExpiry,
+        expiresAt,
+        claim.at,
+        claim.project,
+        sandboxId,
+        JSON.stringify(readyLabels),
+      ],
     );
     return r.changes === 1;
   }
@@ -215,9 +258,16 @@ export class StateStore {
   }
 
   async listEdges(): Promise<StoredEdge[]> {
-    const rows = await this.db.all<{ id: string; url: string; pool: string; labels: string; state: StoredEdge['state']; info: string; cpu_overcommit: number; last_seen: number }>(
-      'SELECT * FROM edges',
-    );
+    const rows = await this.db.all<{
+      id: string;
+      url: string;
+      pool: string;
+      labels: string;
+      state: StoredEdge['state'];
+      info: string;
+      cpu_overcommit: number;
+      last_seen: number;
+    }>('SELECT * FROM edges');
     return rows.map((r) => ({
       id: r.id,
       url: r.url,
@@ -315,7 +365,14 @@ export class StateStore {
   }
 
   /** `mintedBy`: the key that made this one (an E2B key a project key minted): revoked with it. */
-  async insertKey(id: string, hash: string, name: string, project: string = DEFAULT_PROJECT, admin = false, mintedBy?: string): Promise<void> {
+  async insertKey(
+    id: string,
+    hash: string,
+    name: string,
+    project: string = DEFAULT_PROJECT,
+    admin = false,
+    mintedBy?: string,
+  ): Promise<void> {
     await this.db.run('INSERT INTO api_keys (id, hash, name, created_at, project, admin, minted_by) VALUES (?, ?, ?, ?, ?, ?, ?)', [
       id,
       hash,
@@ -338,7 +395,15 @@ export class StateStore {
 
   async listKeys(project?: string): Promise<ApiKeyInfo[]> {
     const sql = `SELECT id, name, project, admin, created_at, revoked_at, minted_by FROM api_keys ${project ? 'WHERE project = ?' : ''} ORDER BY created_at, id`;
-    const rows = await this.db.all<{ id: string; name: string; project: string; admin: number; created_at: string; revoked_at: string | null; minted_by: string | null }>(sql, project ? [project] : []);
+    const rows = await this.db.all<{
+      id: string;
+      name: string;
+      project: string;
+      admin: number;
+      created_at: string;
+      revoked_at: string | null;
+      minted_by: string | null;
+    }>(sql, project ? [project] : []);
     return rows.map((r) => {
       const k: ApiKeyInfo = { id: r.id, name: r.name, project: r.project, admin: Number(r.admin) === 1, createdAt: r.created_at };
       if (r.revoked_at) k.revokedAt = r.revoked_at;
@@ -382,7 +447,10 @@ export class StateStore {
   }
 
   /** Many rows (a batch's group) in one transaction: one commit instead of one per sandbox. */
-  async insertSandboxes(rows: { info: SandboxInfo; batch?: { id: string; index: number }; spec: unknown }[], lease?: CreateLease): Promise<void> {
+  async insertSandboxes(
+    rows: { info: SandboxInfo; batch?: { id: string; index: number }; spec: unknown }[],
+    lease?: CreateLease,
+  ): Promise<void> {
     await this.db.transaction(async (tx) => {
       for (const r of rows) {
         await insertSandboxRow(tx, r.info, r.batch, lease);
@@ -395,18 +463,26 @@ export class StateStore {
 
   /** Extends the lease of every create `owner` has in flight (one statement, whatever their number). */
   async renewCreates(owner: string, until: number): Promise<number> {
-    const { changes } = await this.db.run("UPDATE sandboxes SET create_lease_until = ? WHERE create_owner = ? AND status = 'creating'", [until, owner]);
+    const { changes } = await this.db.run("UPDATE sandboxes SET create_lease_until = ? WHERE create_owner = ? AND status = 'creating'", [
+      until,
+      owner,
+    ]);
     return changes;
   }
 
   /** The replica whose create lease a row carries (undefined: none, a row from before create leases). */
   async createOwner(id: string): Promise<string | undefined> {
-    return (await this.db.get<{ owner: string | null }>('SELECT create_owner AS owner FROM sandboxes WHERE id = ?', [id]))?.owner ?? undefined;
+    return (
+      (await this.db.get<{ owner: string | null }>('SELECT create_owner AS owner FROM sandboxes WHERE id = ?', [id]))?.owner ?? undefined
+    );
   }
 
   /** Creates on `edge` some replica still vouches for at `now`: reconcile leaves them to their create. */
   async leasedCreates(edge: string, now: number): Promise<Set<string>> {
-    const rows = await this.db.all<{ id: string }>("SELECT id FROM sandboxes WHERE edge = ? AND status = 'creating' AND create_lease_until >= ?", [edge, now]);
+    const rows = await this.db.all<{ id: string }>(
+      "SELECT id FROM sandboxes WHERE edge = ? AND status = 'creating' AND create_lease_until >= ?",
+      [edge, now],
+    );
     return new Set(rows.map((r) => r.id));
   }
 
@@ -424,7 +500,11 @@ export class StateStore {
    * after the call (undefined: the row is gone).
    */
   async settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined> {
-    const { changes } = await this.db.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [status, reason ?? null, id]);
+    const { changes } = await this.db.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [
+      status,
+      reason ?? null,
+      id,
+    ]);
     if (changes === 1) return status;
     return (await this.db.get<{ status: SandboxStatus }>('SELECT status FROM sandboxes WHERE id = ?', [id]))?.status;
   }
@@ -433,15 +513,23 @@ export class StateStore {
    * A group's create outcomes in one transaction; a row no longer `creating` keeps what it says
    * (its edge was lost, or another replica settled it). Returns those rows with their status.
    */
-  async setStatuses(updates: { id: string; status: SandboxStatus; reason?: string }[]): Promise<Map<string, { status: SandboxStatus; reason?: string }>> {
+  async setStatuses(
+    updates: { id: string; status: SandboxStatus; reason?: string }[],
+  ): Promise<Map<string, { status: SandboxStatus; reason?: string }>> {
     const kept = new Map<string, { status: SandboxStatus; reason?: string }>();
     await this.db.transaction(async (tx) => {
       for (const u of updates) {
         // No row changed: lost meanwhile, taken over by another replica (control/create-leases.ts),
         // or gone altogether (killed); the first two are kept with what they say.
-        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [u.status, u.reason ?? null, u.id]);
+        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [
+          u.status,
+          u.reason ?? null,
+          u.id,
+        ]);
         if (changes === 1) continue;
-        const now = await tx.get<{ status: SandboxStatus; reason: string | null }>('SELECT status, reason FROM sandboxes WHERE id = ?', [u.id]);
+        const now = await tx.get<{ status: SandboxStatus; reason: string | null }>('SELECT status, reason FROM sandboxes WHERE id = ?', [
+          u.id,
+        ]);
         if (now && now.status !== u.status) kept.set(u.id, { status: now.status, ...(now.reason ? { reason: now.reason } : {}) });
       }
     });
@@ -460,7 +548,13 @@ export class StateStore {
 
   /** Running sandboxes whose TTL or idle timeout has passed at `now`. */
   async expired(now = Date.now()): Promise<{ id: string; onExpiry: 'stop' | 'pause'; why: string }[]> {
-    const rows = await this.db.all<{ id: string; on_expiry: 'stop' | 'pause'; expires_at: number | null; idle_timeout_seconds: number | null; last_activity: number }>(
+    const rows = await this.db.all<{
+      id: string;
+      on_expiry: 'stop' | 'pause';
+      expires_at: number | null;
+      idle_timeout_seconds: number | null;
+      last_activity: number;
+    }>(
       `SELECT id, on_expiry, expires_at, idle_timeout_seconds, last_activity FROM sandboxes
        WHERE (status = 'running' AND ((expires_at IS NOT NULL AND expires_at <= ?) OR (idle_timeout_seconds IS NOT NULL AND last_activity + idle_timeout_seconds * 1000 <= ?)))
           OR (status = 'paused' AND on_expiry = 'stop' AND expires_at IS NOT NULL AND expires_at <= ?)`,
@@ -482,9 +576,10 @@ export class StateStore {
 
   /** False when a volume of that name exists. */
   async insertVolume(v: StoredVolume): Promise<boolean> {
-    const { changes } = await this.db.run('INSERT INTO volumes (name, project, edge, labels, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING', [
-      v.name, v.project, v.edge, JSON.stringify(v.labels), v.createdAt,
-    ]);
+    const { changes } = await this.db.run(
+      'INSERT INTO volumes (name, project, edge, labels, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING',
+      [v.name, v.project, v.edge, JSON.stringify(v.labels), v.createdAt],
+    );
     return changes === 1;
   }
 
@@ -532,7 +627,9 @@ export class StateStore {
   }
 
   /** Sandboxes whose labels contain every pair in `labels`, oldest first. */
-  async listSandboxes(filter: { labels?: Record<string, string>; status?: SandboxStatus; edge?: string; project?: string } = {}): Promise<SandboxInfo[]> {
+  async listSandboxes(
+    filter: { labels?: Record<string, string>; status?: SandboxStatus; edge?: string; project?: string } = {},
+  ): Promise<SandboxInfo[]> {
     const where: string[] = [];
     const params: SqlValue[] = [];
     for (const [k, v] of Object.entries(filter.labels ?? {})) {
@@ -578,16 +675,38 @@ async function insertSandboxRow(db: Sql, s: SandboxInfo, batch?: { id: string; i
       on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib, create_owner, create_lease_until)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
-      s.id, s.edge, s.status, s.image, s.imageId, JSON.stringify(s.resources), JSON.stringify(s.labels), s.createdAt, s.reason ?? null,
-      JSON.stringify(s.layers), s.ttlSeconds ?? null, s.idleTimeoutSeconds ?? null, s.onExpiry,
-      s.expiresAt ? Date.parse(s.expiresAt) : null, Date.parse(s.lastActivityAt), batch?.id ?? null, batch?.index ?? null, s.backend,
-      s.project ?? DEFAULT_PROJECT, s.resources.cpu, s.resources.memoryMiB, lease?.owner ?? null, lease?.until ?? null,
+      s.id,
+      s.edge,
+      s.status,
+      s.image,
+      s.imageId,
+      JSON.stringify(s.resources),
+      JSON.stringify(s.labels),
+      s.createdAt,
+      s.reason ?? null,
+      JSON.stringify(s.layers),
+      s.ttlSeconds ?? null,
+      s.idleTimeoutSeconds ?? null,
+      s.onExpiry,
+      s.expiresAt ? Date.parse(s.expiresAt) : null,
+      Date.parse(s.lastActivityAt),
+      batch?.id ?? null,
+      batch?.index ?? null,
+      s.backend,
+      s.project ?? DEFAULT_PROJECT,
+      s.resources.cpu,
+      s.resources.memoryMiB,
+      lease?.owner ?? null,
+      lease?.until ?? null,
     ],
   );
 }
 
 async function saveSpecRow(db: Sql, id: string, spec: unknown): Promise<void> {
-  await db.run('INSERT INTO sandbox_specs (id, spec) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET spec = excluded.spec', [id, JSON.stringify(spec)]);
+  await db.run('INSERT INTO sandbox_specs (id, spec) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET spec = excluded.spec', [
+    id,
+    JSON.stringify(spec),
+  ]);
   // The volumes it mounts, so a volume in use is found without reading every spec (rows go with the sandbox's).
   for (const v of (spec as { volumes?: { name: string }[] } | null)?.volumes ?? []) {
     await db.run('INSERT INTO volume_mounts (volume, sandbox_id) VALUES (?, ?) ON CONFLICT DO NOTHING', [v.name, id]);
@@ -612,7 +731,13 @@ interface VolumeRow {
 }
 
 function fromVolumeRow(r: VolumeRow): StoredVolume {
-  return { name: r.name, project: r.project, edge: r.edge, labels: JSON.parse(r.labels) as Record<string, string>, createdAt: r.created_at };
+  return {
+    name: r.name,
+    project: r.project,
+    edge: r.edge,
+    labels: JSON.parse(r.labels) as Record<string, string>,
+    createdAt: r.created_at,
+  };
 }
 
 export interface StoredPool {

@@ -11,8 +11,18 @@ import { MAX_ENTRIES, TrajectoryLog } from './trajectory-log.js';
 function info(id: string): SandboxInfo {
   const at = '2025-01-01T00:00:00.000Z';
   return {
-    id, edge: 'local', backend: 'container', status: 'running', image: 'busybox', imageId: `sha256:${'0'.repeat(64)}`,
-    resources: { cpu: 1, memoryMiB: 64, pids: 64 }, labels: {}, layers: [], onExpiry: 'stop', lastActivityAt: at, createdAt: at,
+    id,
+    edge: 'local',
+    backend: 'container',
+    status: 'running',
+    image: 'busybox',
+    imageId: `sha256:${'0'.repeat(64)}`,
+    resources: { cpu: 1, memoryMiB: 64, pids: 64 },
+    labels: {},
+    layers: [],
+    onExpiry: 'stop',
+    lastActivityAt: at,
+    createdAt: at,
   } as unknown as SandboxInfo;
 }
 
@@ -39,7 +49,9 @@ describe('TrajectoryLog', () => {
   test('orphan rows an older dsec left are removed when the store opens', async () => {
     const file = join(dir, 'old.db');
     const first = await StateStore.open(await testStoreLocation(file));
-    await first.db.run("INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-gone', 1, '2025-01-01T00:00:00Z', 'exec', '{}', 1)");
+    await first.db.run(
+      "INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-gone', 1, '2025-01-01T00:00:00Z', 'exec', '{}', 1)",
+    );
     await first.close();
     const second = await StateStore.open(await testStoreLocation(file));
     const rows = (await second.db.get<{ n: number }>('SELECT count(*) AS n FROM trajectory'))!;
@@ -53,7 +65,10 @@ describe('TrajectoryLog', () => {
     await store.insertSandbox(info('sb-full'));
     await store.db.transaction(async (tx) => {
       for (let seq = 1; seq <= MAX_ENTRIES; seq++) {
-        await tx.run("INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-full', ?, '2025-01-01T00:00:00Z', 'exec', '{}', 1)", [seq]);
+        await tx.run(
+          "INSERT INTO trajectory (sandbox_id, seq, at, kind, request, replayable) VALUES ('sb-full', ?, '2025-01-01T00:00:00Z', 'exec', '{}', 1)",
+          [seq],
+        );
       }
     });
     const log = new TrajectoryLog(store);
@@ -69,23 +84,27 @@ describe('TrajectoryLog', () => {
   // Replicas share PostgreSQL; a SQLite file has one control plane (better-sqlite3 waits for a
   // lock synchronously, so two connections in one process would block each other's event loop).
   const replicasSkip = TEST_STORE_POSTGRES ? undefined : 'replicas run on PostgreSQL (DSEC_TEST_STORE=postgres runs this)';
-  test('two stores on one database (two replicas) appending to one sandbox at once get seq 1..n, no gap, no repeat', { skip: replicasSkip }, async () => {
-    const file = join(dir, 'replicas.db');
-    const a = await StateStore.open(await testStoreLocation(file));
-    const b = await StateStore.open(await testStoreLocation(file));
-    try {
-      await a.insertSandbox(info('sb-busy'));
-      const logs = [new TrajectoryLog(a), new TrajectoryLog(b)];
-      await Promise.all(Array.from({ length: 40 }, (_, i) => logs[i % 2]!.append('sb-busy', { kind: 'exec', request: { i } })));
-      const { entries } = await logs[0]!.list('sb-busy');
-      assert.deepEqual(
-        entries.map((e) => e.seq),
-        Array.from({ length: 40 }, (_, i) => i + 1),
-      );
-      assert.equal(new Set(entries.map((e) => e.request['i'])).size, 40, 'every append is there once');
-    } finally {
-      await a.close();
-      await b.close();
-    }
-  });
+  test(
+    'two stores on one database (two replicas) appending to one sandbox at once get seq 1..n, no gap, no repeat',
+    { skip: replicasSkip },
+    async () => {
+      const file = join(dir, 'replicas.db');
+      const a = await StateStore.open(await testStoreLocation(file));
+      const b = await StateStore.open(await testStoreLocation(file));
+      try {
+        await a.insertSandbox(info('sb-busy'));
+        const logs = [new TrajectoryLog(a), new TrajectoryLog(b)];
+        await Promise.all(Array.from({ length: 40 }, (_, i) => logs[i % 2]!.append('sb-busy', { kind: 'exec', request: { i } })));
+        const { entries } = await logs[0]!.list('sb-busy');
+        assert.deepEqual(
+          entries.map((e) => e.seq),
+          Array.from({ length: 40 }, (_, i) => i + 1),
+        );
+        assert.equal(new Set(entries.map((e) => e.request['i'])).size, 40, 'every append is there once');
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    },
+  );
 });

@@ -55,23 +55,28 @@ export class TrajectoryLog {
       if (!(await tx.get(`SELECT id FROM sandboxes WHERE id = ?${lock}`, [sandboxId]))) return;
       // Seqs run 1, 2, … with no gaps (entries are appended, copied whole, never removed one by
       // one): the last is the count, read from the index's end where count(*) walks every entry.
-      const row = (await tx.get<{ last: number }>('SELECT coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?', [sandboxId]))!;
+      const row = (await tx.get<{ last: number }>('SELECT coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?', [
+        sandboxId,
+      ]))!;
       if (row.last >= MAX_ENTRIES) {
         await tx.run('UPDATE sandboxes SET trajectory_dropped = trajectory_dropped + 1 WHERE id = ?', [sandboxId]);
         return;
       }
-      await tx.run('INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', [
-        sandboxId,
-        row.last + 1,
-        new Date().toISOString(),
-        e.kind,
-        JSON.stringify(e.request),
-        e.result === undefined ? null : JSON.stringify(capOutput(e.result)),
-        keepPayload ? e.payload! : null,
-        e.durationMs ?? null,
-        e.exitCode ?? null,
-        e.replayable === false ? 0 : e.payload === undefined || keepPayload ? 1 : 0,
-      ]);
+      await tx.run(
+        'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+        [
+          sandboxId,
+          row.last + 1,
+          new Date().toISOString(),
+          e.kind,
+          JSON.stringify(e.request),
+          e.result === undefined ? null : JSON.stringify(capOutput(e.result)),
+          keepPayload ? e.payload! : null,
+          e.durationMs ?? null,
+          e.exitCode ?? null,
+          e.replayable === false ? 0 : e.payload === undefined || keepPayload ? 1 : 0,
+        ],
+      );
     });
   }
 
@@ -90,8 +95,11 @@ export class TrajectoryLog {
    * make every write meanwhile fail with "connection is busy").
    */
   async *replayable(sandboxId: string): AsyncGenerator<TrajectoryEntry & { payload: Buffer | null }> {
-    for (let after = 0; ; ) {
-      const rows = await this.store.db.all<Row & { payload: Buffer | null }>('SELECT * FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT 16', [sandboxId, after]);
+    for (let after = 0; ;) {
+      const rows = await this.store.db.all<Row & { payload: Buffer | null }>(
+        'SELECT * FROM trajectory WHERE sandbox_id = ? AND seq > ? ORDER BY seq LIMIT 16',
+        [sandboxId, after],
+      );
       if (rows.length === 0) return;
       for (const r of rows) yield { ...toEntry(r), payload: r.payload };
       after = rows.at(-1)!.seq;
@@ -119,7 +127,13 @@ interface Row {
 }
 
 function toEntry(r: Row): TrajectoryEntry {
-  const e: TrajectoryEntry = { seq: r.seq, at: r.at, kind: r.kind, request: JSON.parse(r.request) as Record<string, unknown>, replayable: r.replayable === 1 };
+  const e: TrajectoryEntry = {
+    seq: r.seq,
+    at: r.at,
+    kind: r.kind,
+    request: JSON.parse(r.request) as Record<string, unknown>,
+    replayable: r.replayable === 1,
+  };
   if (r.result !== null) e.result = JSON.parse(r.result) as Record<string, unknown>;
   if (r.duration_ms !== null) e.durationMs = r.duration_ms;
   if (r.exit_code !== null) e.exitCode = r.exit_code;

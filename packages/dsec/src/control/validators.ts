@@ -19,5 +19,6 @@ const COMMON: Options = { useDefaults: true, removeAdditional: false, addUsedSch
 export function requestValidatorCompiler(): FastifySchemaCompiler<unknown> {
   const coercing = addFormats(new Ajv({ ...COMMON, coerceTypes: 'array' }));
   const exact = addFormats(new Ajv({ ...COMMON, coerceTypes: false }));
-  return ({ schema, httpPart }) => (httpPart === 'body' ? exact : coercing).compile(schema as object) as ReturnType<FastifySchemaCompiler<unknown>>;
+  return ({ schema, httpPart }) =>
+    (httpPart === 'body' ? exact : coercing).compile(schema as object) as ReturnType<FastifySchemaCompiler<unknown>>;
 }

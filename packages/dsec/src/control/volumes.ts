@@ -34,7 +34,13 @@ export class Volumes {
           edge: req.edge,
         });
     }
-    const v: StoredVolume = { name: req.name, project: caller.project, edge, labels: req.labels ?? {}, createdAt: new Date().toISOString() };
+    const v: StoredVolume = {
+      name: req.name,
+      project: caller.project,
+      edge,
+      labels: req.labels ?? {},
+      createdAt: new Date().toISOString(),
+    };
     // The row first: of two creates of one name, the second stops here.
     if (!(await this.deps.store.insertVolume(v))) throw this.#exists(req.name);
     try {

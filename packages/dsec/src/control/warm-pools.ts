@@ -89,7 +89,10 @@ export class WarmPools {
       if (name === undefined) continue;
       const pool = this.#pools.get(name);
       if (pool) this.#markReady(pool, s.id);
-      else await this.host.kill(s.id).catch((err: unknown) => this.log.error({ err, sandbox: s.id }, 'killing a ready sandbox of a deleted pool failed'));
+      else
+        await this.host
+          .kill(s.id)
+          .catch((err: unknown) => this.log.error({ err, sandbox: s.id }, 'killing a ready sandbox of a deleted pool failed'));
     }
     // Ready sandboxes that were creating or paused at the restart are not usable as fresh: they go.
     for (const status of ['creating', 'paused'] as const) {
@@ -112,7 +115,8 @@ export class WarmPools {
 
   async create(req: CreatePoolRequest): Promise<PoolInfo> {
     const { name, size, ...spec } = req;
-    if (this.#pools.has(name)) throw new ApiError('POOL_EXISTS', `pool ${name} exists; delete it first (DELETE /v1/pools/${name}, dsec pool rm ${name})`, { name });
+    if (this.#pools.has(name))
+      throw new ApiError('POOL_EXISTS', `pool ${name} exists; delete it first (DELETE /v1/pools/${name}, dsec pool rm ${name})`, { name });
     await this.host.checkSpec(spec);
     const createdAt = new Date().toISOString();
     await this.store.insertPool({ name, size, spec, createdAt });
@@ -141,7 +145,11 @@ export class WarmPools {
     await this.store.deletePool(name);
     const ids = pool.ready.splice(0);
     for (const id of ids) this.#unclaimed.delete(id);
-    await Promise.all(ids.map((id) => this.host.kill(id).catch((err: unknown) => this.log.error({ err, sandbox: id }, 'killing a ready pool sandbox failed'))));
+    await Promise.all(
+      ids.map((id) =>
+        this.host.kill(id).catch((err: unknown) => this.log.error({ err, sandbox: id }, 'killing a ready pool sandbox failed')),
+      ),
+    );
     await Promise.all([...pool.refills]);
   }
 
@@ -161,7 +169,9 @@ export class WarmPools {
    */
   poolFor(req: CreateSandboxRequest): string | undefined {
     if (req.labels?.[POOL_READY_LABEL] !== undefined) {
-      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, { field: `labels.${POOL_READY_LABEL}` });
+      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, {
+        field: `labels.${POOL_READY_LABEL}`,
+      });
     }
     return (req.pool === undefined ? this.#matching(req) : this.#named(req))?.name;
   }
@@ -169,7 +179,9 @@ export class WarmPools {
   /** `project`: the claimed sandbox becomes that project's (docs/PROJECTS.md). */
   async claim(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<SandboxInfo | undefined> {
     if (req.labels?.[POOL_READY_LABEL] !== undefined) {
-      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, { field: `labels.${POOL_READY_LABEL}` });
+      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, {
+        field: `labels.${POOL_READY_LABEL}`,
+      });
     }
     const pool = req.pool === undefined ? this.#matching(req) : this.#named(req);
     if (!pool) return undefined;
@@ -179,14 +191,18 @@ export class WarmPools {
       const id = pool.ready.shift();
       if (id === undefined) break;
       this.#unclaimed.delete(id);
-      const claimed = await this.store.claimPoolSandbox(id, { [POOL_READY_LABEL]: pool.name, [POOL_LABEL]: pool.name }, {
-        labels,
-        ttlSeconds: req.ttlSeconds,
-        idleTimeoutSeconds: req.idleTimeoutSeconds,
-        onExpiry: req.onExpiry ?? 'stop',
-        at: Date.now(),
-        project,
-      });
+      const claimed = await this.store.claimPoolSandbox(
+        id,
+        { [POOL_READY_LABEL]: pool.name, [POOL_LABEL]: pool.name },
+        {
+          labels,
+          ttlSeconds: req.ttlSeconds,
+          idleTimeoutSeconds: req.idleTimeoutSeconds,
+          onExpiry: req.onExpiry ?? 'stop',
+          at: Date.now(),
+          project,
+        },
+      );
       if (!claimed) continue; // killed, lost or claimed elsewhere meanwhile: the next one
       const info = await this.store.getSandbox(id);
       if (!info) continue;
@@ -212,10 +228,14 @@ export class WarmPools {
     const got = canonical(spec);
     const differ = Object.keys({ ...want, ...got }).filter((k) => JSON.stringify(want[k]) !== JSON.stringify(got[k]));
     if (differ.length) {
-      throw new ApiError('INVALID_REQUEST', `the create names pool ${pool.name} but differs from its spec in ${differ.join(', ')}; send the pool's spec (GET /v1/pools/${pool.name}) or leave pool out`, {
-        field: 'pool',
-        differ,
-      });
+      throw new ApiError(
+        'INVALID_REQUEST',
+        `the create names pool ${pool.name} but differs from its spec in ${differ.join(', ')}; send the pool's spec (GET /v1/pools/${pool.name}) or leave pool out`,
+        {
+          field: 'pool',
+          differ,
+        },
+      );
     }
     return pool;
   }
@@ -236,8 +256,21 @@ export class WarmPools {
 
   #add(name: string, size: number, spec: PoolSpec, createdAt: string): Pool {
     const pool: Pool = {
-      name, size, spec, key: JSON.stringify(canonical(spec)), createdAt, ready: [], creating: 0, refills: new Set(), claims: 0, misses: 0, refillFailures: 0,
-      refillMs: [], claimMs: [], backoffUntil: 0, deleted: false,
+      name,
+      size,
+      spec,
+      key: JSON.stringify(canonical(spec)),
+      createdAt,
+      ready: [],
+      creating: 0,
+      refills: new Set(),
+      claims: 0,
+      misses: 0,
+      refillFailures: 0,
+      refillMs: [],
+      claimMs: [],
+      backoffUntil: 0,
+      deleted: false,
     };
     this.#pools.set(name, pool);
     return pool;
@@ -253,10 +286,13 @@ export class WarmPools {
     const now = Date.now();
     const latest = pool.deferred?.latest ?? now + REFILL_DEFER_MAX_MS;
     if (pool.deferred) clearTimeout(pool.deferred.timer);
-    const timer = setTimeout(() => {
-      pool.deferred = undefined;
-      this.#refill(pool);
-    }, Math.max(0, Math.min(REFILL_QUIET_MS, latest - now)));
+    const timer = setTimeout(
+      () => {
+        pool.deferred = undefined;
+        this.#refill(pool);
+      },
+      Math.max(0, Math.min(REFILL_QUIET_MS, latest - now)),
+    );
     timer.unref();
     pool.deferred = { timer, latest };
   }
@@ -311,8 +347,15 @@ export class WarmPools {
 
   #info(p: Pool): PoolInfo {
     const info: PoolInfo = {
-      name: p.name, size: p.size, spec: p.spec, ready: p.ready.length, creating: p.creating, claims: p.claims, misses: p.misses,
-      refillFailures: p.refillFailures, createdAt: p.createdAt,
+      name: p.name,
+      size: p.size,
+      spec: p.spec,
+      ready: p.ready.length,
+      creating: p.creating,
+      claims: p.claims,
+      misses: p.misses,
+      refillFailures: p.refillFailures,
+      createdAt: p.createdAt,
     };
     if (p.lastRefillError !== undefined) info.lastRefillError = p.lastRefillError;
     if (p.refillMs.length) {
@@ -345,7 +388,12 @@ function canonical(spec: PoolSpec & { volumes?: unknown[] }): Record<string, unk
 
 function sortKeys(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(sortKeys);
-  if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortKeys((v as Record<string, unknown>)[k])]));
+  if (v && typeof v === 'object')
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, sortKeys((v as Record<string, unknown>)[k])]),
+    );
   return v;
 }
 

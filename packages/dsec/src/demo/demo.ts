@@ -23,7 +23,6 @@ export interface DemoReport {
 
 const say = (m: string): void => void process.stderr.write(`${m}\n`);
 
-
 /**
  * The main job: what a trainer does, 50 times at once. Each sandbox gets a task file, runs a
  * program over it, and the result is read back and checked against the host's own computation.
@@ -70,11 +69,14 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
         const words = Array.from({ length: 50 + i }, () => randomBytes(3).toString('hex'));
         const input = words.join(' ') + '\n';
         await timed(lat.writeFile, () => sb.files.write('/work/input.txt', input));
-        const r = await timed(lat.exec, () => sb.commands.run('cd /work && wc -w < input.txt > out.txt && md5sum input.txt | cut -d" " -f1 >> out.txt'));
+        const r = await timed(lat.exec, () =>
+          sb.commands.run('cd /work && wc -w < input.txt > out.txt && md5sum input.txt | cut -d" " -f1 >> out.txt'),
+        );
         if (r.exitCode !== 0) throw new Error(`exec exited ${r.exitCode}: ${r.stderr}`);
         const out = (await timed(lat.readFile, () => sb.files.readText('/work/out.txt'))).trim().split('\n');
         const md5 = createHash('md5').update(input).digest('hex');
-        if (Number(out[0]) !== words.length || out[1] !== md5) throw new Error(`wrong result in sandbox: ${JSON.stringify(out)}, expected ${words.length} ${md5}`);
+        if (Number(out[0]) !== words.length || out[1] !== md5)
+          throw new Error(`wrong result in sandbox: ${JSON.stringify(out)}, expected ${words.length} ${md5}`);
       } catch (err) {
         failures.push(`sandbox ${i}: ${(err as Error).message}`);
       }
@@ -82,7 +84,9 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
   );
   const createWall = (performance.now() - t0) / 1000;
   say(`killing ${created.length} sandboxes…`);
-  await Promise.all(created.map((sb) => timed(lat.kill, () => sb.kill()).catch((err: Error) => failures.push(`kill ${sb.id}: ${err.message}`))));
+  await Promise.all(
+    created.map((sb) => timed(lat.kill, () => sb.kill()).catch((err: Error) => failures.push(`kill ${sb.id}: ${err.message}`))),
+  );
   const wallSeconds = (performance.now() - t0) / 1000;
 
   const leaks = await findLeaks(options.dataDir, { onlyIds: created.map((s) => s.id) });
@@ -113,13 +117,23 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
     leaks,
   };
   if (!opts.json) {
-    const rows = Object.entries(report.latencyMs).map(([op, s]) => ({ operation: op, count: s.count, 'p50 ms': s.p50, 'p99 ms': s.p99, 'max ms': s.max }));
+    const rows = Object.entries(report.latencyMs).map(([op, s]) => ({
+      operation: op,
+      count: s.count,
+      'p50 ms': s.p50,
+      'p99 ms': s.p99,
+      'max ms': s.max,
+    }));
     printTable(rows, ['operation', 'count', 'p50 ms', 'p99 ms', 'max ms'], false);
     process.stdout.write(
       `${count} sandboxes, ${count} agent steps in ${report.wallSeconds} s: ${report.createsPerSecond} sandboxes/s created and driven concurrently\n`,
     );
     for (const f of failures) process.stdout.write(`FAILED ${f}\n`);
-    process.stdout.write(leaks.length ? `LEAKED:\n  ${leaks.join('\n  ')}\n` : 'cleanup verified: no sandbox, mount, cgroup, crun container or directory left\n');
+    process.stdout.write(
+      leaks.length
+        ? `LEAKED:\n  ${leaks.join('\n  ')}\n`
+        : 'cleanup verified: no sandbox, mount, cgroup, crun container or directory left\n',
+    );
     process.stdout.write(report.ok ? 'demo ok\n' : 'demo FAILED\n');
   }
   return report;

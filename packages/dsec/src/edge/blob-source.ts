@@ -18,7 +18,8 @@ export class LocalBlobSource implements BlobSource {
 
   async open(digest: LayerDigest): Promise<Readable> {
     // A store that caches a remote one (the cluster's registry) fetches what it lacks first.
-    if (!(await this.store.fetch(digest))) throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the layer store`, { layer: digest });
+    if (!(await this.store.fetch(digest)))
+      throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the layer store`, { layer: digest });
     return createReadStream(this.store.path(digest));
   }
 
@@ -90,10 +91,13 @@ export class HttpBlobSource implements BlobSource {
     try {
       res = await this.#fetch(`/v1/blobs/${digest}`, { headers: { authorization: `Bearer ${this.token}` } });
     } catch (err) {
-      throw new ApiError('EDGE_UNAVAILABLE', `cannot reach the blob endpoint at ${this.baseUrl}: ${(err as Error).message}`, { layer: digest });
+      throw new ApiError('EDGE_UNAVAILABLE', `cannot reach the blob endpoint at ${this.baseUrl}: ${(err as Error).message}`, {
+        layer: digest,
+      });
     }
     if (res.status === 404) throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the cluster's blob store`, { layer: digest });
-    if (!res.ok || !res.body) throw new ApiError('INTERNAL', `blob endpoint answered ${res.status} for ${digest}`, { layer: digest, status: res.status });
+    if (!res.ok || !res.body)
+      throw new ApiError('INTERNAL', `blob endpoint answered ${res.status} for ${digest}`, { layer: digest, status: res.status });
     return Readable.fromWeb(res.body as WebReadableStream);
   }
 
@@ -106,7 +110,8 @@ export class HttpBlobSource implements BlobSource {
         body: Readable.toWeb(createReadStream(file)) as unknown as RequestInit['body'],
         duplex: 'half',
       } as RequestInit);
-      if (res.status !== 201) throw new ApiError('INTERNAL', `uploading layer ${digest} failed: HTTP ${res.status} ${await res.text()}`, { layer: digest });
+      if (res.status !== 201)
+        throw new ApiError('INTERNAL', `uploading layer ${digest} failed: HTTP ${res.status} ${await res.text()}`, { layer: digest });
       return digest;
     } finally {
       rmSync(file, { force: true });

@@ -42,7 +42,18 @@ export class Crun {
    */
   async run(id: string, bundle: string, logFile: string, pidFile: string, hostDirs: readonly string[] = []): Promise<number> {
     rmSync(logFile, { force: true });
-    const args = [...this.globalArgs(), `--log=file:${logFile}`, '--log-format=json', 'run', '-d', '--pid-file', pidFile, '--bundle', bundle, id];
+    const args = [
+      ...this.globalArgs(),
+      `--log=file:${logFile}`,
+      '--log-format=json',
+      'run',
+      '-d',
+      '--pid-file',
+      pidFile,
+      '--bundle',
+      bundle,
+      id,
+    ];
     const carry = [...new Set([bundle, this.root, ...hostDirs])].filter((d, i) => i === 0 || !d.startsWith(`${bundle}/`));
     const code = this.spawner
       ? (await this.spawner.runCarried('crun', args, carry, { stdio: 'ignore' })).code

@@ -1,15 +1,42 @@
 import type {
-  FileStat, FnRunResult,
-  Encoding, ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+  FileStat,
+  FnRunResult,
+  Encoding,
+  ExecRequest,
+  ExecResult,
+  OpenSessionRequest,
+  ProcessInfo,
+  ProcessOutput,
+  SessionExecRequest,
+  SessionInfo,
+  StartProcessRequest,
 } from '@dsec/sdk/schema';
 import type { Duplex } from 'node:stream';
 import type { ExecEvent } from '../exec/run-command.js';
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
 import { ApiError } from '../api-error.js';
-import type { EdgeCreateOutcome, EdgeCreateRequest, EdgeFnRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot } from './protocol/schemas.js';
+import type {
+  EdgeCreateOutcome,
+  EdgeCreateRequest,
+  EdgeFnRequest,
+  EdgeInfo,
+  EdgeNetworkRequest,
+  EdgeSandbox,
+  EdgeSnapshot,
+} from './protocol/schemas.js';
 
-export type { EdgeCreateOutcome, EdgeCreateRequest, EdgeFnRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, EdgeSandboxStatus } from './protocol/schemas.js';
+export type {
+  EdgeCreateOutcome,
+  EdgeCreateRequest,
+  EdgeFnRequest,
+  EdgeInfo,
+  EdgeNetworkRequest,
+  EdgeSandbox,
+  EdgeSnapshot,
+  SandboxLimits,
+  EdgeSandboxStatus,
+} from './protocol/schemas.js';
 
 /**
  * An interactive terminal as a channel of bytes: output out, keystrokes and resizes in, one exit
@@ -116,7 +143,11 @@ export interface EdgeApi {
  * createSandboxes for an in-process edge: the creates run `concurrency` at a time (a node's crun
  * and mounts gain nothing from more), and each item's error is kept as data.
  */
-export async function createEach(create: (req: EdgeCreateRequest) => Promise<EdgeSandbox>, reqs: EdgeCreateRequest[], concurrency: number): Promise<EdgeCreateOutcome[]> {
+export async function createEach(
+  create: (req: EdgeCreateRequest) => Promise<EdgeSandbox>,
+  reqs: EdgeCreateRequest[],
+  concurrency: number,
+): Promise<EdgeCreateOutcome[]> {
   const out: EdgeCreateOutcome[] = new Array<EdgeCreateOutcome>(reqs.length);
   let next = 0;
   const worker = async (): Promise<void> => {

@@ -5,7 +5,15 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type {
   FileStat,
-  Encoding, ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+  Encoding,
+  ExecRequest,
+  ExecResult,
+  OpenSessionRequest,
+  ProcessInfo,
+  ProcessOutput,
+  SessionExecRequest,
+  SessionInfo,
+  StartProcessRequest,
 } from '@dsec/sdk/schema';
 import type { ExecTarget } from '../exec/exec-target.js';
 import { ProcessTable } from '../exec/process-table.js';
@@ -17,7 +25,16 @@ import { openContainerSession } from '../exec/container-session.js';
 import { PtyProcess, type PtyOptions } from '../exec/pty-process.js';
 import { ApiError } from '../api-error.js';
 import {
-  CGROUP_PARENT, cgroupPids, cloneCpusetIntoSandboxes, killCgroupProcesses, listSandboxCgroups, removeCgroupTreeSettled, removeEmptyCgroup, sandboxCgroupDirs, sandboxUsage, v1Hierarchies,
+  CGROUP_PARENT,
+  cgroupPids,
+  cloneCpusetIntoSandboxes,
+  killCgroupProcesses,
+  listSandboxCgroups,
+  removeCgroupTreeSettled,
+  removeEmptyCgroup,
+  sandboxCgroupDirs,
+  sandboxUsage,
+  v1Hierarchies,
 } from '../host/cgroups.js';
 import { mountsUnder } from '../host/mounts.js';
 import type { Link } from '../net/address-pool.js';
@@ -45,7 +62,16 @@ import { ensurePrivateNull } from '../host/private-null.js';
 import { SpawnHelper } from '../host/spawn-helper.js';
 import { SPAWN_HELPER_BINARY } from '../host/native-helpers.js';
 import { createEach, type EdgeCreateOutcome } from './edge-api.js';
-import type { EdgeApi, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from './edge-api.js';
+import type {
+  EdgeApi,
+  EdgeCreateRequest,
+  EdgeInfo,
+  EdgeNetworkRequest,
+  EdgeSandbox,
+  EdgeSnapshot,
+  TerminalChannel,
+  TerminalRequest,
+} from './edge-api.js';
 import { DEFAULT_LAYER_CACHE_BYTES, LayerCache } from './layer-cache.js';
 import { LayerMounts, tryUnmount } from './layer-mounts.js';
 import { LazyLayers } from './lazy/lazy-layers.js';
@@ -67,7 +93,16 @@ import { FREE_SPACE_HINT, freeBytes, isDiskFull } from '../host/disk-space.js';
 import { memoryAdmissionError, type MemoryAdmission } from './memory-admission.js';
 import { mountUpperDisk } from './upper-disk.js';
 import {
-  type FileOwner, isRegularFileInRoot, listDirInRoot, mkdirInRoot, readFileInRoot, removeInRoot, renameInRoot, sandboxPath, statInRoot, writeFileInRoot,
+  type FileOwner,
+  isRegularFileInRoot,
+  listDirInRoot,
+  mkdirInRoot,
+  readFileInRoot,
+  removeInRoot,
+  renameInRoot,
+  sandboxPath,
+  statInRoot,
+  writeFileInRoot,
 } from './sandbox-files.js';
 import { extractTar, packTar, removeRecursive } from '../exec/sandbox-tar.js';
 import { type SandboxRecord, SandboxRecords } from './sandbox-record.js';
@@ -188,15 +223,24 @@ export class Edge implements EdgeApi {
     // Its tools' "null" stdio is dsec's own null node, never the host's /dev/null, which crun
     // would chown to a user-namespaced sandbox's root (host/private-null.ts).
     const privateNull = ensurePrivateNull();
-    if (privateNull.path === undefined) opts.log.warn({ why: privateNull.why }, "crun gets the host's /dev/null as stdio: with user namespaces, each create makes it owned by that sandbox's root (crun 1.8.1)");
+    if (privateNull.path === undefined)
+      opts.log.warn(
+        { why: privateNull.why },
+        "crun gets the host's /dev/null as stdio: with user namespaces, each create makes it owned by that sandbox's root (crun 1.8.1)",
+      );
     this.#spawner = new SpawnHelper(SPAWN_HELPER_BINARY, {
       ...(privateNull.path ? { nullDevice: privateNull.path } : {}),
       template: [this.records.dir, this.layerMounts.dir, usernsPoolDir],
-      onCarryFailed: (why) => opts.log.warn({ why }, 'crun runs in the edge\'s own mount namespace (a create there costs more as the node fills)'),
+      onCarryFailed: (why) =>
+        opts.log.warn({ why }, "crun runs in the edge's own mount namespace (a create there costs more as the node fills)"),
     });
     // Without the helper built (scripts/setup not run since it was added), crun is spawned from here as before.
     const spawner = existsSync(SPAWN_HELPER_BINARY) ? this.#spawner : undefined;
-    if (!spawner) opts.log.warn({ binary: SPAWN_HELPER_BINARY }, 'dsec-spawn is not built; crun is started with a fork of the edge (run scripts/setup)');
+    if (!spawner)
+      opts.log.warn(
+        { binary: SPAWN_HELPER_BINARY },
+        'dsec-spawn is not built; crun is started with a fork of the edge (run scripts/setup)',
+      );
     this.crun = new Crun(join(opts.nodeDir, 'crun'), spawner);
     if (spawner) this.#stopStartingTools = startToolsThrough(spawner);
     this.volumes = new NodeVolumes(join(opts.nodeDir, 'volumes'));
@@ -235,13 +279,16 @@ export class Edge implements EdgeApi {
     this.#cgroupHierarchies = v1Hierarchies();
     this.#stubs = prepareMountStubs(cgroupNames(this.#cgroupHierarchies));
     if (this.#cgroupHierarchies.includes('cpuset') && !cloneCpusetIntoSandboxes()) {
-      this.opts.log.warn('could not set cgroup.clone_children on dsec\'s cpuset parent: creates cost more as the node fills');
+      this.opts.log.warn("could not set cgroup.clone_children on dsec's cpuset parent: creates cost more as the node fills");
     }
     // Staging left by a crash (a snapshot's copy of a tree the sandbox shaped: any depth).
     await removeTree(this.#tmpDir);
     mkdirSync(this.#tmpDir, { recursive: true });
     if (!secureSandboxesDir(this.records.dir)) {
-      this.opts.log.warn({ dir: this.records.dir }, 'sandboxes from an older dsec are mounted here: the directory is made nosuid,nodev at the first start without them');
+      this.opts.log.warn(
+        { dir: this.records.dir },
+        'sandboxes from an older dsec are mounted here: the directory is made nosuid,nodev at the first start without them',
+      );
     }
     // Lazy layers whose daemon did not survive are unreadable: their sandboxes cannot be adopted.
     const lazyDead = this.#deadLazyLayers();
@@ -272,7 +319,10 @@ export class Edge implements EdgeApi {
         await this.#teardown(id, record?.layers ?? [], false);
         cleaned.push(id);
       } catch (err) {
-        this.opts.log.error({ sandbox: id, err: (err as Error).message }, 'could not clean up a dead sandbox; leaving it and starting anyway');
+        this.opts.log.error(
+          { sandbox: id, err: (err as Error).message },
+          'could not clean up a dead sandbox; leaving it and starting anyway',
+        );
       }
     }
     // Containers in our crun root without a sandbox dir: a crash between crun run and state save.
@@ -293,7 +343,7 @@ export class Edge implements EdgeApi {
     // Namespaces a previous run made ahead (also with the pool or userns off now): their binds
     // and files go here, their claims with the reconcile below.
     const pooled = this.usernsPool.clearLeftovers();
-    if (pooled) this.opts.log.info({ namespaces: pooled }, "removed the user namespaces a previous run had made ahead");
+    if (pooled) this.opts.log.info({ namespaces: pooled }, 'removed the user namespaces a previous run had made ahead');
     // Ranges claimed for sandboxes that are gone (cleaned up above, or never started), or for
     // namespaces made ahead (their holder is never a live sandbox).
     // A sandbox whose clean-up failed above keeps its dir (for the next start): its files are
@@ -307,7 +357,10 @@ export class Edge implements EdgeApi {
     const linked = [...this.#live.values()].filter((l) => l.record.network?.link);
     for (const l of linked) {
       if (!this.links.adopt(l.record.network!.link!)) {
-        this.opts.log.error({ sandbox: l.record.id, link: l.record.network!.link }, "another edge on this host claims this sandbox's link block");
+        this.opts.log.error(
+          { sandbox: l.record.id, link: l.record.network!.link },
+          "another edge on this host claims this sandbox's link block",
+        );
       }
     }
     await this.links.settleGuard(); // removes this edge's own table, left by a crash, when nothing is linked
@@ -326,7 +379,9 @@ export class Edge implements EdgeApi {
       this.#releaseEdgeId?.();
       this.#releaseEdgeId = undefined;
       const why = err instanceof ToolError ? err.result.stderr.trim() : (err as Error).message;
-      throw new Error(`edge ${this.id} cannot start: crun cannot list its containers under ${this.crun.root} (${why}); no sandbox was adopted or removed. Fix crun's state and start again`);
+      throw new Error(
+        `edge ${this.id} cannot start: crun cannot list its containers under ${this.crun.root} (${why}); no sandbox was adopted or removed. Fix crun's state and start again`,
+      );
     }
   }
 
@@ -397,7 +452,9 @@ export class Edge implements EdgeApi {
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     if (this.#state !== 'running') throw new ApiError('CAPACITY_EXCEEDED', `edge ${this.id} is ${this.#state}, not accepting sandboxes`);
     if (this.#live.size + this.#busy.size >= this.opts.maxSandboxes) {
-      throw new ApiError('CAPACITY_EXCEEDED', `edge ${this.id} is full (${this.opts.maxSandboxes} sandboxes)`, { maxSandboxes: this.opts.maxSandboxes });
+      throw new ApiError('CAPACITY_EXCEEDED', `edge ${this.id} is full (${this.opts.maxSandboxes} sandboxes)`, {
+        maxSandboxes: this.opts.maxSandboxes,
+      });
     }
     const minFree = this.opts.minFreeDiskBytes ?? 0;
     if (minFree > 0) {
@@ -423,8 +480,13 @@ export class Edge implements EdgeApi {
     const volumes = req.volumes ?? [];
     const badMount = volumeMountsError(volumes);
     if (badMount) throw new ApiError('INVALID_REQUEST', badMount, { field: 'volumes' });
-    for (const v of volumes) if (!this.volumes.has(v.name)) throw new ApiError('VOLUME_NOT_FOUND', `no volume ${v.name} on edge ${this.id}`, { name: v.name });
-    if (volumes.length) this.#mountingVolumes.set(req.id, volumes.map((v) => v.name));
+    for (const v of volumes)
+      if (!this.volumes.has(v.name)) throw new ApiError('VOLUME_NOT_FOUND', `no volume ${v.name} on edge ${this.id}`, { name: v.name });
+    if (volumes.length)
+      this.#mountingVolumes.set(
+        req.id,
+        volumes.map((v) => v.name),
+      );
     // Host names are resolved here, on the node that will enforce the rules.
     let network: NetworkPolicy | undefined;
     try {
@@ -479,7 +541,12 @@ export class Edge implements EdgeApi {
   }
 
   /** The create proper; `pooled`: the namespace taken from the pool, its range already this sandbox's. */
-  async #createWith(req: EdgeCreateRequest, network: NetworkPolicy | undefined, record: SandboxRecord, pooled: PooledUserns | undefined): Promise<EdgeSandbox> {
+  async #createWith(
+    req: EdgeCreateRequest,
+    network: NetworkPolicy | undefined,
+    record: SandboxRecord,
+    pooled: PooledUserns | undefined,
+  ): Promise<EdgeSandbox> {
     if (this.userns) {
       try {
         record.userns = pooled?.range ?? this.uidRanges.take(req.id);
@@ -517,21 +584,51 @@ export class Edge implements EdgeApi {
         if (pooled) this.usernsPool.bindTo(pooled, paths.userns);
         else await makeUserns(range, paths.userns, this.crun.spawner);
         mountIdmappedRoot({
-          lowersBottomFirst: lowers, upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns,
+          lowersBottomFirst: lowers,
+          upper: paths.upper,
+          work: paths.work,
+          target: paths.rootfs,
+          range,
+          usernsFile: paths.userns,
           volumes: volumes.map((v, i) => ({ source: this.volumes.dataDir(v.name), dest: paths.volume(i) })),
         });
       } else {
         mountOverlay(lowers, paths.upper, paths.work, paths.rootfs);
       }
       // In a user namespace crun binds each volume from its id-mapped mount in the sandbox dir.
-      const binds = volumes.map((v, i) => ({ source: range ? paths.volume(i) : this.volumes.dataDir(v.name), path: v.path, readOnly: v.readOnly }));
+      const binds = volumes.map((v, i) => ({
+        source: range ? paths.volume(i) : this.volumes.dataDir(v.name),
+        path: v.path,
+        readOnly: v.readOnly,
+      }));
       const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
       const cgroupHierarchies = (this.#cgroupHierarchies ??= v1Hierarchies());
       this.#stubs ??= prepareMountStubs(cgroupNames(cgroupHierarchies));
       const stubs = { ...this.#stubs, maskedDirs: existingDirs(MASKED_PATHS) };
-      writeFileSync(paths.config, JSON.stringify(buildOciConfig({ id: req.id, config: req.config, env: req.env, limits: req.limits, binds, seccompBpf: this.#seccompBpf, cgroupHierarchies, stubs, ...userns })));
+      writeFileSync(
+        paths.config,
+        JSON.stringify(
+          buildOciConfig({
+            id: req.id,
+            config: req.config,
+            env: req.env,
+            limits: req.limits,
+            binds,
+            seccompBpf: this.#seccompBpf,
+            cgroupHierarchies,
+            stubs,
+            ...userns,
+          }),
+        ),
+      );
       if (this.#seccompBpf) writeFileSync(paths.seccompBpf, Buffer.from(this.#seccompBpf, 'base64'), { mode: 0o600 });
-      record.pid = await this.crun.run(req.id, paths.dir, paths.crunLog, paths.pidFile, binds.map((b) => b.source));
+      record.pid = await this.crun.run(
+        req.id,
+        paths.dir,
+        paths.crunLog,
+        paths.pidFile,
+        binds.map((b) => b.source),
+      );
       if (range) tryUnmount(paths.userns); // the container's processes hold the namespace now
       if (network) await this.#applyNetwork(record, network);
       record.phase = 'running';
@@ -541,9 +638,17 @@ export class Edge implements EdgeApi {
     } catch (err) {
       await this.#teardown(req.id, acquired, true);
       if (err instanceof ToolError) {
-        throw new ApiError('SANDBOX_CREATE_FAILED', `crun could not start the sandbox: ${err.result.stderr.trim()}`, { tool: 'crun', stderr: err.result.stderr });
+        throw new ApiError('SANDBOX_CREATE_FAILED', `crun could not start the sandbox: ${err.result.stderr.trim()}`, {
+          tool: 'crun',
+          stderr: err.result.stderr,
+        });
       }
-      if (isDiskFull(err)) throw new ApiError('NODE_DISK_FULL', `could not create the sandbox, the node's disk is full: ${(err as Error).message}; ${FREE_SPACE_HINT}`, { edge: this.id });
+      if (isDiskFull(err))
+        throw new ApiError(
+          'NODE_DISK_FULL',
+          `could not create the sandbox, the node's disk is full: ${(err as Error).message}; ${FREE_SPACE_HINT}`,
+          { edge: this.id },
+        );
       if (err instanceof ApiError) throw err;
       throw new ApiError('SANDBOX_CREATE_FAILED', `could not create the sandbox: ${(err as Error).message}`);
     }
@@ -609,9 +714,26 @@ export class Edge implements EdgeApi {
     // each (a sandbox whose profile crun compiled, or one from before, goes through crun exec).
     const cgroupDirs = record.pid && this.crun.spawner && existsSync(paths.seccompBpf) ? sandboxCgroupDirs(record.id) : [];
     const enter = record.pid && cgroupDirs.length ? { initPid: record.pid, seccompFile: paths.seccompBpf, cgroupDirs } : undefined;
-    const target: ExecTarget = { crun: this.crun, id: record.id, scratchDir: paths.scratch, rootfs: paths.rootfs, config: record.config, env: record.env, enter };
+    const target: ExecTarget = {
+      crun: this.crun,
+      id: record.id,
+      scratchDir: paths.scratch,
+      rootfs: paths.rootfs,
+      config: record.config,
+      env: record.env,
+      enter,
+    };
     const journal = new ExecJournal(join(paths.scratch, 'journal'));
-    return { record, target, journal, processes: new ProcessTable(record.id, journal), sessions: new SessionTable(record.id, journal), ptys: new Set(), ports: new Set(), stop: new AbortController() };
+    return {
+      record,
+      target,
+      journal,
+      processes: new ProcessTable(record.id, journal),
+      sessions: new SessionTable(record.id, journal),
+      ptys: new Set(),
+      ports: new Set(),
+      stop: new AbortController(),
+    };
   }
 
   /**
@@ -637,7 +759,10 @@ export class Edge implements EdgeApi {
     } catch (err) {
       const why = (err as Error).message;
       live.target.unusable = `sandbox ${live.record.id} was made by an older dsec and its command starter (${LANDLOCK_PATH}) could not be replaced with this build's (${why}), so commands cannot run in it: recreate it`;
-      this.opts.log.error({ sandbox: live.record.id, err: why }, "could not replace an adopted sandbox's dsec-landlock with this build's; its commands will fail until it is recreated");
+      this.opts.log.error(
+        { sandbox: live.record.id, err: why },
+        "could not replace an adopted sandbox's dsec-landlock with this build's; its commands will fail until it is recreated",
+      );
     }
   }
 
@@ -710,7 +835,12 @@ export class Edge implements EdgeApi {
     return this.#running(id).sessions.list();
   }
 
-  async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+  async sessionExec(
+    id: string,
+    sid: string,
+    req: SessionExecRequest,
+    signal?: AbortSignal,
+  ): Promise<ExecResult & { sessionAlive: boolean }> {
     return this.#running(id).sessions.exec(sid, req, signal);
   }
 
@@ -745,7 +875,12 @@ export class Edge implements EdgeApi {
    */
   async snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean } = {}): Promise<EdgeSnapshot> {
     const l = this.#running(id);
-    if (opts.memory) throw new ApiError('BACKEND_UNSUPPORTED', `sandbox ${id} is a container: its snapshot is an image (memory state is saved for VMs only)`, { id });
+    if (opts.memory)
+      throw new ApiError(
+        'BACKEND_UNSUPPORTED',
+        `sandbox ${id} is a container: its snapshot is an image (memory state is saved for VMs only)`,
+        { id },
+      );
     // Stopped when the sandbox is killed or the caller goes away: nobody would get the layer.
     const stop = opts.signal ? AbortSignal.any([l.stop.signal, opts.signal]) : l.stop.signal;
     const paths = this.records.paths(id, l.record);
@@ -772,14 +907,21 @@ export class Edge implements EdgeApi {
       } catch (err) {
         if (err instanceof DiffLimitError) throw new ApiError('PAYLOAD_TOO_LARGE', err.message, err.details);
         if (err instanceof DiffCancelledError && opts.signal?.aborted && !l.stop.signal.aborted) throw opts.signal.reason;
-        if (err instanceof DiffCancelledError) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
+        if (err instanceof DiffCancelledError)
+          throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
         throw err;
       } finally {
         if (!wasPaused) await thaw(id);
       }
       const frozenMs = performance.now() - t0;
       if (stats.entries === 0) return { layer: null, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
-      const layer = await packSnapshotLayer(id, stage, { tmpDir: this.#tmpDir, blobs: this.opts.blobs, sparse: stats.sparseFiles > 0, killed: l.stop.signal, cancelled: opts.signal });
+      const layer = await packSnapshotLayer(id, stage, {
+        tmpDir: this.#tmpDir,
+        blobs: this.opts.blobs,
+        sparse: stats.sparseFiles > 0,
+        killed: l.stop.signal,
+        cancelled: opts.signal,
+      });
       return { layer, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
     } finally {
       await removeTree(stage);
@@ -795,7 +937,10 @@ export class Edge implements EdgeApi {
     const t0 = performance.now();
     await this.#applyNetwork(l.record, policy);
     this.records.save(l.record);
-    const out: { policy: NetworkPolicy; link?: Link; appliedMs: number } = { policy, appliedMs: Math.round((performance.now() - t0) * 100) / 100 };
+    const out: { policy: NetworkPolicy; link?: Link; appliedMs: number } = {
+      policy,
+      appliedMs: Math.round((performance.now() - t0) * 100) / 100,
+    };
     if (l.record.network?.link) out.link = l.record.network.link;
     return out;
   }
@@ -841,7 +986,8 @@ export class Edge implements EdgeApi {
   async deleteVolume(name: string): Promise<void> {
     const users = [...this.#live.values()].filter((l) => l.record.volumes?.some((v) => v.name === name)).map((l) => l.record.id);
     for (const [id, names] of this.#mountingVolumes) if (names.includes(name)) users.push(id);
-    if (users.length) throw new ApiError('VOLUME_IN_USE', `volume ${name} is mounted by ${users.join(', ')}: kill them first`, { name, sandboxes: users });
+    if (users.length)
+      throw new ApiError('VOLUME_IN_USE', `volume ${name} is mounted by ${users.join(', ')}: kill them first`, { name, sandboxes: users });
     await this.volumes.remove(name);
   }
 
@@ -853,7 +999,11 @@ export class Edge implements EdgeApi {
 
   async openPort(id: string, port: number): Promise<Duplex> {
     const l = this.#running(id);
-    if (l.record.paused) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused: nothing in it can answer on port ${port}; resume it first`, { id, status: 'paused' });
+    if (l.record.paused)
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused: nothing in it can answer on port ${port}; resume it first`, {
+        id,
+        status: 'paused',
+      });
     let socket: Socket;
     try {
       socket = await this.#ports.connect(l.record.pid ?? 0, `${CGROUP_PARENT}/${id}`, port);
@@ -935,7 +1085,11 @@ export class Edge implements EdgeApi {
     // Its namespaces and their ranges' claims: nothing of it outlives the edge. A failure is
     // logged and the stop goes on (the helper, links and the edge id's lock must still be let go);
     // the next start clears what is left in the pool's dir.
-    await this.usernsPool.close().catch((err: Error) => this.opts.log.error({ err: err.message }, 'could not remove the pooled user namespaces; the next start clears them'));
+    await this.usernsPool
+      .close()
+      .catch((err: Error) =>
+        this.opts.log.error({ err: err.message }, 'could not remove the pooled user namespaces; the next start clears them'),
+      );
     this.#freezerPin?.release();
     if (opts.killAll) {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
@@ -973,7 +1127,6 @@ interface LiveSandbox {
   stop: AbortController;
   layersReleased?: boolean;
 }
-
 
 /**
  * The overlay upper dir of a process's root filesystem ('' when unreadable). /proc/<pid>/root

@@ -59,7 +59,13 @@ async function addBlob(store: LayerStore): Promise<LayerDigest> {
 /** A cache with a mutable set of mounted layers standing in for LayerMounts' refcounts. */
 function cacheOn(nodeDir: string, store: LayerStore, budgetBytes: number, log?: pino.Logger) {
   const mounted = new Set<LayerDigest>();
-  const cache = new LayerCache({ nodeDir, source: new LocalBlobSource(store), budgetBytes, inUse: (d) => mounted.has(d), ...(log ? { log } : {}) });
+  const cache = new LayerCache({
+    nodeDir,
+    source: new LocalBlobSource(store),
+    budgetBytes,
+    inUse: (d) => mounted.has(d),
+    ...(log ? { log } : {}),
+  });
   return { cache, mounted };
 }
 

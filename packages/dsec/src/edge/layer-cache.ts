@@ -188,7 +188,13 @@ export class LayerCache {
         else if (code !== 'EXDEV' && code !== 'EPERM') throw err;
       }
     }
-    if (how !== 'link') await this.#copyVerified(digest, src !== undefined && srcStat ? createReadStream(src) : await this.opts.source.open(digest), src ?? 'the blob endpoint', dest);
+    if (how !== 'link')
+      await this.#copyVerified(
+        digest,
+        src !== undefined && srcStat ? createReadStream(src) : await this.opts.source.open(digest),
+        src ?? 'the blob endpoint',
+        dest,
+      );
     const size = statSync(dest).size;
     if (how !== 'link') this.#fetchedBytes += size;
     this.#entries.set(digest, { size, lastUse: 0, linked: how === 'link' });

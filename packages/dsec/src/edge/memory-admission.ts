@@ -18,7 +18,14 @@ export const MEMORY_PRESSURE_HINT = 'end or pause sandboxes on this node, or cre
  * would OOM-kill commands of the sandboxes already there.
  */
 export function memoryAdmissionError(edgeId: string, admission: MemoryAdmission, mem: NodeMemory = nodeMemory()): ApiError | undefined {
-  const details = { edge: edgeId, availableMiB: Math.floor(mem.availableBytes / 2 ** 20), minAvailableMiB: Math.floor(admission.minAvailableBytes / 2 ** 20), source: mem.source, ...(mem.fullAvg10 !== undefined ? { fullAvg10: mem.fullAvg10 } : {}), admission: true };
+  const details = {
+    edge: edgeId,
+    availableMiB: Math.floor(mem.availableBytes / 2 ** 20),
+    minAvailableMiB: Math.floor(admission.minAvailableBytes / 2 ** 20),
+    source: mem.source,
+    ...(mem.fullAvg10 !== undefined ? { fullAvg10: mem.fullAvg10 } : {}),
+    admission: true,
+  };
   if (admission.minAvailableBytes > 0 && mem.availableBytes < admission.minAvailableBytes) {
     return new ApiError(
       'NODE_MEMORY_PRESSURE',

@@ -12,7 +12,11 @@ test('the stubs: an empty dir and a cgroup root with a dir per name, mode 0555; 
     const names = cgroupNames(['cpu,cpuacct', 'memory']);
     assert.deepEqual(names, ['cpu,cpuacct', 'memory', 'cpu', 'cpuacct']);
     const s = prepareMountStubs(names, join(nodeDir, 'stubs'));
-    assert.deepEqual(existingDirs(['/proc/self', '/proc/kcore', '/no/such/dir']), ['/proc/self'], 'a file (kcore) and an absent path are left to crun');
+    assert.deepEqual(
+      existingDirs(['/proc/self', '/proc/kcore', '/no/such/dir']),
+      ['/proc/self'],
+      'a file (kcore) and an absent path are left to crun',
+    );
     assert.deepEqual(readdirSync(s.emptyDir), []);
     assert.deepEqual(readdirSync(s.cgroupRoot).sort(), [...names].sort());
     for (const d of [s.emptyDir, s.cgroupRoot, join(s.cgroupRoot, 'memory')]) assert.equal(statSync(d).mode & 0o777, 0o555, d);

@@ -1,8 +1,17 @@
- 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { ImageConfig } from '@dsec/sdk/schema';
-import { CPU_PERIOD_US, DEFAULT_CAPABILITIES, INIT_BINARY, INIT_PATH, buildOciConfig, cgroupMounts, mergeEnv, parseUser, processBlock } from './oci-config.js';
+import {
+  CPU_PERIOD_US,
+  DEFAULT_CAPABILITIES,
+  INIT_BINARY,
+  INIT_PATH,
+  buildOciConfig,
+  cgroupMounts,
+  mergeEnv,
+  parseUser,
+  processBlock,
+} from './oci-config.js';
 
 const image: ImageConfig = {
   env: ['PATH=/usr/bin:/bin', 'HOME=/root', 'LANG=C'],
@@ -14,7 +23,14 @@ const image: ImageConfig = {
 };
 
 type Config = {
-  process: { args: string[]; env: string[]; cwd: string; user: { uid: number; gid: number }; noNewPrivileges: boolean; capabilities: Record<string, string[]> };
+  process: {
+    args: string[];
+    env: string[];
+    cwd: string;
+    user: { uid: number; gid: number };
+    noNewPrivileges: boolean;
+    capabilities: Record<string, string[]>;
+  };
   root: { path: string; readonly: boolean };
   hostname: string;
   mounts: { destination: string; type: string; source: string; options?: string[] }[];
@@ -37,15 +53,22 @@ const build = (limits = { cpu: 1, memoryMiB: 512, pids: 512 }, env: Record<strin
 
 describe('buildOciConfig', () => {
   test('creates pid, network, ipc, uts, mount and cgroup namespaces, and no user namespace', () => {
-    const types = build().linux.namespaces.map((n) => n.type).sort();
+    const types = build()
+      .linux.namespaces.map((n) => n.type)
+      .sort();
     assert.deepEqual(types, ['cgroup', 'ipc', 'mount', 'network', 'pid', 'uts']);
   });
 
   test('with userns: joins the namespace dsec-idmap made, maps 0..size-1 to the range, and ping_group_range stays inside it', () => {
     const c = buildOciConfig({
-      id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 },
+      id: 'sb-local-abcdefghijklm',
+      config: image,
+      env: {},
+      limits: { cpu: 1, memoryMiB: 512, pids: 512 },
       userns: { path: '/x/userns', base: 2 ** 30, size: 65536 },
-    }) as unknown as { linux: { namespaces: { type: string; path?: string }[]; uidMappings: unknown; gidMappings: unknown; sysctl: Record<string, string> } };
+    }) as unknown as {
+      linux: { namespaces: { type: string; path?: string }[]; uidMappings: unknown; gidMappings: unknown; sysctl: Record<string, string> };
+    };
     assert.deepEqual(c.linux.namespaces[0], { type: 'user', path: '/x/userns' });
     assert.deepEqual(c.linux.uidMappings, [{ containerID: 0, hostID: 2 ** 30, size: 65536 }]);
     assert.deepEqual(c.linux.gidMappings, c.linux.uidMappings);
@@ -107,9 +130,14 @@ describe('buildOciConfig', () => {
     assert.ok(by('/sys/fs/cgroup')?.options?.includes('ro'));
   });
 
-  test('v1 hierarchies are bound read-only from the sandbox\'s own cgroup dirs on a read-only tmpfs (crun mounts no cgroupfs, and makes no symlinks, of its own)', () => {
+  test("v1 hierarchies are bound read-only from the sandbox's own cgroup dirs on a read-only tmpfs (crun mounts no cgroupfs, and makes no symlinks, of its own)", () => {
     const c = buildOciConfig({
-      id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 }, cgroupParent: 'bench-x', cgroupHierarchies: ['cpu,cpuacct', 'memory', 'systemd'],
+      id: 'sb-local-abcdefghijklm',
+      config: image,
+      env: {},
+      limits: { cpu: 1, memoryMiB: 512, pids: 512 },
+      cgroupParent: 'bench-x',
+      cgroupHierarchies: ['cpu,cpuacct', 'memory', 'systemd'],
     }) as unknown as Config;
     assert.equal(c.linux.cgroupsPath, '/bench-x/sb-local-abcdefghijklm');
     const cgroupAt = c.mounts.findIndex((m) => m.destination === '/sys/fs/cgroup');
@@ -117,15 +145,19 @@ describe('buildOciConfig', () => {
     assert.ok(c.mounts[cgroupAt]?.options?.includes('ro'));
     const binds = c.mounts.slice(cgroupAt + 1).filter((m) => m.destination.startsWith('/sys/fs/cgroup/'));
     const dir = (h: string) => `/sys/fs/cgroup/${h}/bench-x/sb-local-abcdefghijklm`;
-    assert.deepEqual(binds.map((m) => [m.destination, m.type, m.source]), [
-      ['/sys/fs/cgroup/cpu,cpuacct', 'bind', dir('cpu,cpuacct')],
-      ['/sys/fs/cgroup/memory', 'bind', dir('memory')],
-      ['/sys/fs/cgroup/systemd', 'bind', dir('systemd')],
-      // A shared hierarchy under each of its names too, as the host has them (as symlinks).
-      ['/sys/fs/cgroup/cpu', 'bind', dir('cpu,cpuacct')],
-      ['/sys/fs/cgroup/cpuacct', 'bind', dir('cpu,cpuacct')],
-    ]);
-    for (const b of binds) for (const o of ['ro', 'nosuid', 'noexec', 'nodev']) assert.ok(b.options?.includes(o), `${b.destination} lacks ${o}`);
+    assert.deepEqual(
+      binds.map((m) => [m.destination, m.type, m.source]),
+      [
+        ['/sys/fs/cgroup/cpu,cpuacct', 'bind', dir('cpu,cpuacct')],
+        ['/sys/fs/cgroup/memory', 'bind', dir('memory')],
+        ['/sys/fs/cgroup/systemd', 'bind', dir('systemd')],
+        // A shared hierarchy under each of its names too, as the host has them (as symlinks).
+        ['/sys/fs/cgroup/cpu', 'bind', dir('cpu,cpuacct')],
+        ['/sys/fs/cgroup/cpuacct', 'bind', dir('cpu,cpuacct')],
+      ],
+    );
+    for (const b of binds)
+      for (const o of ['ro', 'nosuid', 'noexec', 'nodev']) assert.ok(b.options?.includes(o), `${b.destination} lacks ${o}`);
     // Separate cpu and cpuacct hierarchies (this host's layout): one bind each, no alias.
     const separate = cgroupMounts(['cpu', 'cpuacct'], '/dsec/x').map((m) => m['destination']);
     assert.deepEqual(separate, ['/sys/fs/cgroup', '/sys/fs/cgroup/cpu', '/sys/fs/cgroup/cpuacct']);
@@ -155,7 +187,14 @@ describe('buildOciConfig', () => {
 
   test("with the node's stubs: masked directories are the empty stub bound read-only after /proc and /sys, and /sys/fs/cgroup's root is the cgroup stub (no tmpfs for either)", () => {
     const stubs = { emptyDir: '/n/stubs/empty', cgroupRoot: '/n/stubs/cgroup', maskedDirs: ['/proc/acpi', '/sys/firmware'] };
-    const c = buildOciConfig({ id: 'sb-local-abcdefghijklm', config: image, env: {}, limits: { cpu: 1, memoryMiB: 512, pids: 512 }, cgroupHierarchies: ['memory'], stubs }) as unknown as Config;
+    const c = buildOciConfig({
+      id: 'sb-local-abcdefghijklm',
+      config: image,
+      env: {},
+      limits: { cpu: 1, memoryMiB: 512, pids: 512 },
+      cgroupHierarchies: ['memory'],
+      stubs,
+    }) as unknown as Config;
     const at = (d: string) => c.mounts.findIndex((m) => m.destination === d);
     for (const d of stubs.maskedDirs) {
       const m = c.mounts[at(d)];
@@ -163,14 +202,23 @@ describe('buildOciConfig', () => {
       for (const o of ['ro', 'nosuid', 'noexec', 'nodev']) assert.ok(m?.options?.includes(o), `${d} lacks ${o}`);
       assert.ok(!c.linux.maskedPaths.includes(d), `${d} is masked by crun too (a tmpfs)`);
     }
-    assert.ok(at('/proc/acpi') > at('/proc') && at('/sys/firmware') > at('/sys'), 'a mask bound before its filesystem is mounted would be hidden by it');
+    assert.ok(
+      at('/proc/acpi') > at('/proc') && at('/sys/firmware') > at('/sys'),
+      'a mask bound before its filesystem is mounted would be hidden by it',
+    );
     // Files are still masked by crun (it binds /dev/null: no superblock).
     for (const p of ['/proc/kcore', '/proc/keys']) assert.ok(c.linux.maskedPaths.includes(p), p);
     const root = c.mounts[at('/sys/fs/cgroup')];
     assert.deepEqual([root?.type, root?.source], ['bind', stubs.cgroupRoot]);
     assert.ok(root?.options?.includes('ro'));
     assert.ok(at('/sys/fs/cgroup/memory') > at('/sys/fs/cgroup'));
-    assert.equal(c.mounts.filter((m) => m.type === 'tmpfs').map((m) => m.destination).join(' '), '/dev /dev/shm');
+    assert.equal(
+      c.mounts
+        .filter((m) => m.type === 'tmpfs')
+        .map((m) => m.destination)
+        .join(' '),
+      '/dev /dev/shm',
+    );
   });
 });
 

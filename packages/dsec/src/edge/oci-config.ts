@@ -36,15 +36,40 @@ export const PTYS_PER_SANDBOX = 256;
  * chain (the egress policy); ping keeps working through ICMP datagram sockets (ping_group_range).
  */
 export const DEFAULT_CAPABILITIES = [
-  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FSETID', 'CAP_FOWNER', 'CAP_MKNOD', 'CAP_SETGID',
-  'CAP_SETUID', 'CAP_SETFCAP', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_KILL', 'CAP_AUDIT_WRITE',
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FSETID',
+  'CAP_FOWNER',
+  'CAP_MKNOD',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETFCAP',
+  'CAP_SETPCAP',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SYS_CHROOT',
+  'CAP_KILL',
+  'CAP_AUDIT_WRITE',
 ];
 
 /** The numbers of the capabilities dsec names (linux/capability.h; the ABI does not change them). */
 const CAPABILITY_NUMBERS: Record<string, number> = {
-  CAP_CHOWN: 0, CAP_DAC_OVERRIDE: 1, CAP_DAC_READ_SEARCH: 2, CAP_FOWNER: 3, CAP_FSETID: 4, CAP_KILL: 5, CAP_SETGID: 6,
-  CAP_SETUID: 7, CAP_SETPCAP: 8, CAP_NET_BIND_SERVICE: 10, CAP_NET_RAW: 13, CAP_SYS_CHROOT: 18, CAP_SYS_PTRACE: 19,
-  CAP_SYS_ADMIN: 21, CAP_MKNOD: 27, CAP_AUDIT_WRITE: 29, CAP_SETFCAP: 31,
+  CAP_CHOWN: 0,
+  CAP_DAC_OVERRIDE: 1,
+  CAP_DAC_READ_SEARCH: 2,
+  CAP_FOWNER: 3,
+  CAP_FSETID: 4,
+  CAP_KILL: 5,
+  CAP_SETGID: 6,
+  CAP_SETUID: 7,
+  CAP_SETPCAP: 8,
+  CAP_NET_BIND_SERVICE: 10,
+  CAP_NET_RAW: 13,
+  CAP_SYS_CHROOT: 18,
+  CAP_SYS_PTRACE: 19,
+  CAP_SYS_ADMIN: 21,
+  CAP_MKNOD: 27,
+  CAP_AUDIT_WRITE: 29,
+  CAP_SETFCAP: 31,
 };
 
 /** A set of capabilities as the kernel's bit mask, in hex (what dsec-enter takes as --caps). */
@@ -62,8 +87,17 @@ export function capabilityMask(names: readonly string[]): string {
 export const SANDBOX_NOFILE = 20000;
 
 export const MASKED_PATHS = [
-  '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
-  '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/sys/firmware',
+  '/sys/devices/virtual/powercap',
 ];
 const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
 
@@ -136,9 +170,13 @@ export function processBlock(p: ProcessSpec): Record<string, unknown> {
  * each of its names is bound too, as the host shows them (there as symlinks).
  */
 export function cgroupMounts(hierarchies: readonly string[], cgroupsPath: string, stubRoot?: string): Record<string, unknown>[] {
-  if (!hierarchies.length) return [{ destination: CGROUP_ROOT, type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] }];
+  if (!hierarchies.length)
+    return [{ destination: CGROUP_ROOT, type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] }];
   const bind = (name: string, hierarchy: string) => ({
-    destination: `${CGROUP_ROOT}/${name}`, type: 'bind', source: `${CGROUP_ROOT}/${hierarchy}${cgroupsPath}`, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'],
+    destination: `${CGROUP_ROOT}/${name}`,
+    type: 'bind',
+    source: `${CGROUP_ROOT}/${hierarchy}${cgroupsPath}`,
+    options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'],
   });
   // The root: the node's stub dir (edge/mount-stubs.ts, no superblock) when there is one.
   const root = stubRoot
@@ -149,7 +187,14 @@ export function cgroupMounts(hierarchies: readonly string[], cgroupsPath: string
 
 /** Each other name of a shared hierarchy (`cpu` and `cpuacct` of `cpu,cpuacct`) that is not a hierarchy's own, with that hierarchy. */
 function cgroupAliases(hierarchies: readonly string[]): [name: string, hierarchy: string][] {
-  return hierarchies.flatMap((h) => (h.includes(',') ? h.split(',').filter((n) => !hierarchies.includes(n)).map((n): [string, string] => [n, h]) : []));
+  return hierarchies.flatMap((h) =>
+    h.includes(',')
+      ? h
+          .split(',')
+          .filter((n) => !hierarchies.includes(n))
+          .map((n): [string, string] => [n, h])
+      : [],
+  );
 }
 
 /** Every name /sys/fs/cgroup shows in a sandbox: the hierarchies and their aliases (the dirs the cgroup stub root needs). */
@@ -208,22 +253,42 @@ export function buildOciConfig(opts: {
     mounts: [
       { destination: '/proc', type: 'proc', source: 'proc' },
       { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
-      { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', `max=${PTYS_PER_SANDBOX}`] },
+      {
+        destination: '/dev/pts',
+        type: 'devpts',
+        source: 'devpts',
+        options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', `max=${PTYS_PER_SANDBOX}`],
+      },
       { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
       { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
       ...cgroupMounts(opts.cgroupHierarchies ?? [], cgroupsPath, opts.stubs?.cgroupRoot),
       // Masked directories: the empty stub, read-only, after /proc and /sys are mounted.
-      ...(stubs?.maskedDirs ?? []).map((d) => ({ destination: d, type: 'bind', source: stubs!.emptyDir, options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'] })),
+      ...(stubs?.maskedDirs ?? []).map((d) => ({
+        destination: d,
+        type: 'bind',
+        source: stubs!.emptyDir,
+        options: ['bind', 'ro', 'nosuid', 'noexec', 'nodev'],
+      })),
       { destination: INIT_PATH, type: 'bind', source: INIT_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: LANDLOCK_PATH, type: 'bind', source: LANDLOCK_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
       { destination: TOOLBOX_PATH, type: 'bind', source: TOOLBOX_BINARY, options: ['bind', 'ro', 'nosuid', 'nodev'] },
-      ...(opts.binds ?? []).map((b) => ({ destination: b.path, type: 'bind', source: b.source, options: ['rbind', b.readOnly ? 'ro' : 'rw', 'nosuid', 'nodev', 'rprivate'] })),
+      ...(opts.binds ?? []).map((b) => ({
+        destination: b.path,
+        type: 'bind',
+        source: b.source,
+        options: ['rbind', b.readOnly ? 'ro' : 'rw', 'nosuid', 'nodev', 'rprivate'],
+      })),
     ],
     linux: {
       namespaces: [
         ...(userns ? [{ type: 'user', path: userns.path }] : []),
-        { type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' },
+        { type: 'pid' },
+        { type: 'network' },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+        { type: 'cgroup' },
       ],
       ...(mapping ? { uidMappings: mapping, gidMappings: mapping } : {}),
       cgroupsPath,

@@ -35,7 +35,10 @@ export class RegistryBlobSource implements BlobSource {
       if (!(err instanceof RegistryError)) throw err;
       // Wrong credentials or a refused repository is a configuration to fix: say so, loudly.
       if (err instanceof RegistryAuthError || (err.status !== undefined && err.status < 500)) {
-        throw new ApiError('EDGE_UNAVAILABLE', `layer ${digest}: ${err.message}`, { layer: digest, ...(err.status !== undefined ? { status: err.status } : {}) });
+        throw new ApiError('EDGE_UNAVAILABLE', `layer ${digest}: ${err.message}`, {
+          layer: digest,
+          ...(err.status !== undefined ? { status: err.status } : {}),
+        });
       }
       // The registry is down or failing (after the client's retries): the control plane has every
       // layer its images use, so a registry outage costs bandwidth, not sandboxes.

@@ -1,10 +1,34 @@
-import { type Stats, closeSync, fstatSync, lstatSync, openSync, readSync, readdirSync, readlinkSync, writeSync, fchmodSync, fchownSync, constants as fsc } from 'node:fs';
+import {
+  type Stats,
+  closeSync,
+  fstatSync,
+  lstatSync,
+  openSync,
+  readSync,
+  readdirSync,
+  readlinkSync,
+  writeSync,
+  fchmodSync,
+  fchownSync,
+  constants as fsc,
+} from 'node:fs';
 import { dirname, posix } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import { FREE_SPACE_HINT, freeBytes } from '../host/disk-space.js';
 import {
-  AT_REMOVEDIR, O_CLOEXEC, O_DIRECTORY, O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV, SyscallError, mkdirat, openat2, renameat, unlinkat,
+  AT_REMOVEDIR,
+  O_CLOEXEC,
+  O_DIRECTORY,
+  O_PATH,
+  RESOLVE_IN_ROOT,
+  RESOLVE_NO_MAGICLINKS,
+  RESOLVE_NO_XDEV,
+  SyscallError,
+  mkdirat,
+  openat2,
+  renameat,
+  unlinkat,
 } from '../host/syscalls.js';
 
 /**
@@ -25,7 +49,9 @@ export function sandboxPath(path: string, cwd: string): string {
   // The check sees the normalised path (so /tmp/../proc is caught); the kernel gets the path as
   // given, since `..` after a symlink means something else than lexically.
   if (VIRTUAL.test(posix.normalize(abs))) {
-    throw new ApiError('INVALID_REQUEST', `path ${path} is in /proc, /sys or /dev, which the files API does not serve; read it with exec`, { path });
+    throw new ApiError('INVALID_REQUEST', `path ${path} is in /proc, /sys or /dev, which the files API does not serve; read it with exec`, {
+      path,
+    });
   }
   return abs;
 }
@@ -68,7 +94,9 @@ function mapError(err: unknown, path: string, rootfs?: string): never {
       case 'EEXIST':
         throw new ApiError('PATH_CONFLICT', `${path} changed while it was being written; retry`, { path });
       case 'ENAMETOOLONG':
-        throw new ApiError('INVALID_REQUEST', `a name in ${path.length > 300 ? `${path.slice(0, 300)}…` : path} is longer than 255 bytes`, { path });
+        throw new ApiError('INVALID_REQUEST', `a name in ${path.length > 300 ? `${path.slice(0, 300)}…` : path} is longer than 255 bytes`, {
+          path,
+        });
       case 'EAGAIN':
         throw new ApiError('PATH_CONFLICT', `${path} kept changing while it was being resolved (a rename raced with it); retry`, { path });
       case 'ENOSPC':
@@ -105,7 +133,11 @@ export function readFileInRoot(rootfs: string, path: string, maxBytes: number): 
     try {
       const st = fstatSync(fd);
       if (st.size > maxBytes) {
-        throw new ApiError('PAYLOAD_TOO_LARGE', `${path} is ${st.size} bytes, over the ${maxBytes}-byte limit of the files API`, { path, size: st.size, limit: maxBytes });
+        throw new ApiError('PAYLOAD_TOO_LARGE', `${path} is ${st.size} bytes, over the ${maxBytes}-byte limit of the files API`, {
+          path,
+          size: st.size,
+          limit: maxBytes,
+        });
       }
       const buf = Buffer.alloc(st.size);
       let off = 0;
@@ -196,7 +228,8 @@ function statToInfo(path: string, name: string, st: Stats, linkTarget?: string):
 function splitParent(path: string): { parent: string; name: string } {
   const parts = path.split('/').filter((p) => p !== '' && p !== '.');
   const name = parts.pop();
-  if (name === undefined || name === '..') throw new ApiError('INVALID_REQUEST', `${path} names no entry (the root, or ends in ..)`, { path });
+  if (name === undefined || name === '..')
+    throw new ApiError('INVALID_REQUEST', `${path} names no entry (the root, or ends in ..)`, { path });
   return { parent: `/${parts.join('/')}`, name };
 }
 
@@ -278,7 +311,12 @@ export function listDirInRoot(rootfs: string, path: string, limit = 10_000): { e
  * and created inside the root. Without `parents`, every component but the last must exist and
  * the last must not.
  */
-function makeDirs(rootFd: number, parts: string[], path: string, opts: { parents: boolean; mode: number; owner?: FileOwner | undefined }): void {
+function makeDirs(
+  rootFd: number,
+  parts: string[],
+  path: string,
+  opts: { parents: boolean; mode: number; owner?: FileOwner | undefined },
+): void {
   let dir = '';
   for (const [i, part] of parts.entries()) {
     const last = i === parts.length - 1;
@@ -323,7 +361,14 @@ function chownDirInRoot(rootFd: number, dir: string, path: string, owner: FileOw
 
 /** mkdir, optionally with parents (like mkdir -p). */
 export function mkdirInRoot(rootfs: string, path: string, parents: boolean, mode = 0o755, owner?: FileOwner): void {
-  withRoot(rootfs, (rootFd) => makeDirs(rootFd, path.split('/').filter((p) => p !== '' && p !== '.'), path, { parents, mode, owner }));
+  withRoot(rootfs, (rootFd) =>
+    makeDirs(
+      rootFd,
+      path.split('/').filter((p) => p !== '' && p !== '.'),
+      path,
+      { parents, mode, owner },
+    ),
+  );
 }
 
 /** Removes a file, a symlink (not its target) or an empty directory. */

@@ -20,7 +20,9 @@ import { tryUnmount } from './layer-mounts.js';
 export function unmountSandboxDir(dir: string): string[] {
   const entries = (d: string): string[] => {
     try {
-      return readdirSync(d, { withFileTypes: true }).filter((e) => e.isDirectory() || e.isFile()).map((e) => join(d, e.name));
+      return readdirSync(d, { withFileTypes: true })
+        .filter((e) => e.isDirectory() || e.isFile())
+        .map((e) => join(d, e.name));
     } catch {
       return []; // not there (a half-made sandbox)
     }

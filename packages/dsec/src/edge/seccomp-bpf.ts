@@ -33,13 +33,16 @@ export function compileSeccompProfile(profile: SeccompProfile, binary = SECCOMP_
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => out.push(d));
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', (err) => reject(new ToolError(binary, [], { code: 127, stdout: '', stderr: `${err.message} (run scripts/setup to build it)` })));
+    child.on('error', (err) =>
+      reject(new ToolError(binary, [], { code: 127, stdout: '', stderr: `${err.message} (run scripts/setup to build it)` })),
+    );
     child.on('close', (code, signal) => {
       const status = code ?? 128 + signalNumber(signal);
       const bpf = Buffer.concat(out);
       // A program is whole 8-byte instructions; anything else is not one.
       if (status === 0 && bpf.length > 0 && bpf.length % 8 === 0) resolve(bpf);
-      else reject(new ToolError(binary, [], { code: status, stdout: '', stderr: stderr || `no BPF program on stdout (${bpf.length} bytes)` }));
+      else
+        reject(new ToolError(binary, [], { code: status, stdout: '', stderr: stderr || `no BPF program on stdout (${bpf.length} bytes)` }));
     });
     child.stdin.end(profileLines(profile));
   });

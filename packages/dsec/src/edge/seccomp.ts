@@ -93,7 +93,12 @@ export interface SeccompProfile {
   defaultAction: string;
   defaultErrnoRet?: number;
   architectures?: string[];
-  syscalls?: { names: string[]; action: string; errnoRet?: number; args?: { index: number; value: number; valueTwo?: number; op: string }[] }[];
+  syscalls?: {
+    names: string[];
+    action: string;
+    errnoRet?: number;
+    args?: { index: number; value: number; valueTwo?: number; op: string }[];
+  }[];
 }
 
 /** The OCI `linux.seccomp` block. */

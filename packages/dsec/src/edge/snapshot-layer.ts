@@ -22,7 +22,11 @@ export async function packSnapshotLayer(
   opts: { tmpDir: string; blobs: BlobSource; sparse: boolean; killed: AbortSignal; cancelled?: AbortSignal | undefined },
 ): Promise<LayerDigest> {
   const blob = join(opts.tmpDir, `layer-${randomBytes(6).toString('hex')}.erofs`);
-  const packing = AbortSignal.any([opts.killed, ...(opts.cancelled ? [opts.cancelled] : []), AbortSignal.timeout(SNAPSHOT_PACK_TIMEOUT_MS)]);
+  const packing = AbortSignal.any([
+    opts.killed,
+    ...(opts.cancelled ? [opts.cancelled] : []),
+    AbortSignal.timeout(SNAPSHOT_PACK_TIMEOUT_MS),
+  ]);
   try {
     await buildErofs(stage, blob, { compression: 'none', chunked: opts.sparse, signal: packing });
   } catch (err) {
@@ -30,10 +34,14 @@ export async function packSnapshotLayer(
     if (!packing.aborted) throw err;
     if (opts.killed.aborted) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
     if (opts.cancelled?.aborted) throw opts.cancelled.reason;
-    throw new ApiError('PAYLOAD_TOO_LARGE', `packing the snapshot's layer took longer than ${SNAPSHOT_PACK_TIMEOUT_MS / 60_000} minutes; the sandbox changed too much to snapshot`, {
-      limit: 'packTimeMs',
-      max: SNAPSHOT_PACK_TIMEOUT_MS,
-    });
+    throw new ApiError(
+      'PAYLOAD_TOO_LARGE',
+      `packing the snapshot's layer took longer than ${SNAPSHOT_PACK_TIMEOUT_MS / 60_000} minutes; the sandbox changed too much to snapshot`,
+      {
+        limit: 'packTimeMs',
+        max: SNAPSHOT_PACK_TIMEOUT_MS,
+      },
+    );
   }
   return opts.blobs.put(blob);
 }

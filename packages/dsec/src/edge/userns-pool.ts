@@ -136,7 +136,10 @@ export class UsernsPool {
       try {
         this.#unbind(e);
       } catch (err) {
-        this.o.log.error({ file: e.file, err: (err as Error).message }, "could not remove a used pooled user namespace's bind; the next start clears it");
+        this.o.log.error(
+          { file: e.file, err: (err as Error).message },
+          "could not remove a used pooled user namespace's bind; the next start clears it",
+        );
       }
     }
   }

@@ -11,7 +11,13 @@ function containerSessionHost(target: ExecTarget): SessionHost {
     startShell(argv, o) {
       const spec = processSpecFor(target, argv, { cwd: o.cwd, env: o.env, writablePaths: o.writablePaths });
       if (o.clearEnv) spec.env = [];
-      return new SandboxProcess(target, spec, { input: o.input, maxOutputBytes: 0, timeoutMs: o.timeoutMs, tag: o.tag, fd3MaxBytes: o.fd3MaxBytes });
+      return new SandboxProcess(target, spec, {
+        input: o.input,
+        maxOutputBytes: 0,
+        timeoutMs: o.timeoutMs,
+        tag: o.tag,
+        fd3MaxBytes: o.fd3MaxBytes,
+      });
     },
     oomKills: () => sandboxUsage(target.id).oomKills,
     endTagged: (tag) => void killTagged(target.id, tag),

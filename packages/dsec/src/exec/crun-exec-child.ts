@@ -53,7 +53,13 @@ export function startCrunExec(spawner: SpawnHelper | undefined, opts: CrunExecOp
   const file = opts.writeFile === undefined ? undefined : openSync(opts.writeFile, 'w');
   try {
     const child = spawn('crun', args, {
-      stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', ...(opts.fd3 ? ['pipe' as const] : []), ...(file === undefined ? [] : [file])],
+      stdio: [
+        opts.stdin ? 'pipe' : 'ignore',
+        'pipe',
+        'pipe',
+        ...(opts.fd3 ? ['pipe' as const] : []),
+        ...(file === undefined ? [] : [file]),
+      ],
     });
     // Without the helper the score can only follow the spawn: crun exec may have started the
     // command at the edge's own score by then (a degraded mode, warned about at edge start).

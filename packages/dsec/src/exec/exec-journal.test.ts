@@ -13,10 +13,16 @@ test("a closed journal writes nothing: an exit noted during the sandbox's teardo
     const dir = join(root, 'sandbox', 'run', 'journal');
     const journal = new ExecJournal(dir);
     journal.note(entry('p-1'));
-    assert.deepEqual(journal.read().map((n) => n.id), ['p-1']);
+    assert.deepEqual(
+      journal.read().map((n) => n.id),
+      ['p-1'],
+    );
     journal.close();
     rmSync(join(root, 'sandbox'), { recursive: true }); // the teardown removes the sandbox's dir
-    journal.note({ ...entry('p-1'), exit: { exitCode: 137, timedOut: false, killed: true, durationMs: 1, stdoutBytes: 0, stderrBytes: 0 } });
+    journal.note({
+      ...entry('p-1'),
+      exit: { exitCode: 137, timedOut: false, killed: true, durationMs: 1, stdoutBytes: 0, stderrBytes: 0 },
+    });
     assert.equal(existsSync(join(root, 'sandbox')), false, 'the note made the removed dir again');
   } finally {
     rmSync(root, { recursive: true, force: true });

@@ -133,7 +133,15 @@ export class EndedSession {
   }
 
   info(): SessionInfo {
-    return { id: this.id, shell: this.noted.shell, alive: false, busy: false, commands: this.noted.commands, createdAt: this.noted.createdAt, endReason: this.endReason };
+    return {
+      id: this.id,
+      shell: this.noted.shell,
+      alive: false,
+      busy: false,
+      commands: this.noted.commands,
+      createdAt: this.noted.createdAt,
+      endReason: this.endReason,
+    };
   }
 
   async close(): Promise<void> {}
@@ -145,4 +153,3 @@ export function restartReason(what: 'session' | 'process', at: Date): string {
     ? `ended when the edge restarted (${at.toISOString()}): a session's shell state lives in the edge process, which ended; the restarted edge killed the jobs the session had left running`
     : `ended when the edge restarted (${at.toISOString()}): a background process's output pipes are held by the edge process, which ended; the restarted edge killed what was left of it`;
 }
-

@@ -54,7 +54,11 @@ export function processSpecFor(
   const args = typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
   if (opts.cwd !== undefined) checkCwd(target, opts.cwd);
   return {
-    args: opts.writablePaths ? landlocked(target, opts.writablePaths, args) : ISOLATE_COMMANDS ? [LANDLOCK_PATH, '--isolate', '--', ...args] : args,
+    args: opts.writablePaths
+      ? landlocked(target, opts.writablePaths, args)
+      : ISOLATE_COMMANDS
+        ? [LANDLOCK_PATH, '--isolate', '--', ...args]
+        : args,
     env: mergeEnv(target.config.env, target.env, opts.env ?? {}),
     cwd: opts.cwd ?? target.config.cwd,
     user: parseUser(target.config.user),
@@ -72,12 +76,16 @@ function checkCwd(target: ExecTarget, cwd: string): void {
     type = statInRoot(target.rootfs, cwd).type;
   } catch (err) {
     if (err instanceof ApiError && (err.code === 'FILE_NOT_FOUND' || err.code === 'PATH_CONFLICT')) {
-      throw new ApiError('INVALID_REQUEST', `cwd ${cwd} does not exist in the sandbox; create it first (files.mkdir) or use another`, { field: 'cwd', path: cwd });
+      throw new ApiError('INVALID_REQUEST', `cwd ${cwd} does not exist in the sandbox; create it first (files.mkdir) or use another`, {
+        field: 'cwd',
+        path: cwd,
+      });
     }
     throw err;
   }
   // A symlink is followed by the chdir; one that leads nowhere fails there.
-  if (type !== 'dir' && type !== 'symlink') throw new ApiError('INVALID_REQUEST', `cwd ${cwd} is not a directory in the sandbox`, { field: 'cwd', path: cwd });
+  if (type !== 'dir' && type !== 'symlink')
+    throw new ApiError('INVALID_REQUEST', `cwd ${cwd} is not a directory in the sandbox`, { field: 'cwd', path: cwd });
 }
 
 /**
@@ -87,7 +95,9 @@ function checkCwd(target: ExecTarget, cwd: string): void {
  */
 export function rejectNul(what: string, values: string[]): void {
   if (values.some((v) => v.includes('\0'))) {
-    throw new ApiError('INVALID_REQUEST', `${what} contains a NUL byte, which no command line or environment can hold; remove it`, { field: what });
+    throw new ApiError('INVALID_REQUEST', `${what} contains a NUL byte, which no command line or environment can hold; remove it`, {
+      field: what,
+    });
   }
 }
 

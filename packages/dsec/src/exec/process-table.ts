@@ -33,12 +33,16 @@ export class ProcessTable {
 
   start(target: ExecTarget, req: StartProcessRequest): ProcessInfo {
     const tag = randomBytes(6).toString('hex');
-    const proc = new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
-      stdin: req.stdin ?? false,
-      maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
-      timeoutMs: req.timeoutMs,
-      tag,
-    });
+    const proc = new SandboxProcess(
+      target,
+      processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }),
+      {
+        stdin: req.stdin ?? false,
+        maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
+        timeoutMs: req.timeoutMs,
+        tag,
+      },
+    );
     return this.add(req.cmd, proc, tag);
   }
 
@@ -49,7 +53,8 @@ export class ProcessTable {
     const noted = { kind: 'process' as const, id: entry.id, cmd, startedAt: proc.startedAt.toISOString(), ...(tag ? { tag } : {}) };
     this.journal?.note(noted);
     void proc.done.then((exit) => {
-      if (this.#entries.has(entry.id)) this.journal?.note({ ...noted, exit: { ...exit, stdoutBytes: proc.stdout.total, stderrBytes: proc.stderr.total } });
+      if (this.#entries.has(entry.id))
+        this.journal?.note({ ...noted, exit: { ...exit, stdoutBytes: proc.stdout.total, stderrBytes: proc.stderr.total } });
       this.#prune();
     });
     return this.#info(entry);
@@ -67,7 +72,15 @@ export class ProcessTable {
       if (!exit) {
         if (n.tag) killTagged(this.sandboxId, n.tag);
         const durationMs = Math.max(0, at.getTime() - Date.parse(n.startedAt));
-        exit = { exitCode: 137, timedOut: false, killed: true, durationMs, stdoutBytes: 0, stderrBytes: 0, endReason: restartReason('process', at) };
+        exit = {
+          exitCode: 137,
+          timedOut: false,
+          killed: true,
+          durationMs,
+          stdoutBytes: 0,
+          stderrBytes: 0,
+          endReason: restartReason('process', at),
+        };
         this.journal?.note({ ...n, exit });
       }
       this.#entries.set(n.id, { id: n.id, cmd: n.cmd, proc: new EndedProcess({ ...n, exit }) });

@@ -37,11 +37,27 @@ export class PtyProcess {
     const spec = processSpecFor(target, opts.cmd, { cwd: opts.cwd, env: { TERM: 'xterm-256color', ...opts.env } });
     writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, terminal: true })));
     // choom (util-linux) sets the terminal's OOM score, which crun exec does not apply from the spec.
-    this.#pty = pty.spawn('choom', ['-n', String(SANDBOX_OOM_SCORE_ADJ), '--', 'crun', ...target.crun.globalArgs(), 'exec', '--process', specFile, '--pid-file', this.#pidFile, target.id], {
-      cols: opts.cols,
-      rows: opts.rows,
-      env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin', TERM: 'xterm-256color' },
-    });
+    this.#pty = pty.spawn(
+      'choom',
+      [
+        '-n',
+        String(SANDBOX_OOM_SCORE_ADJ),
+        '--',
+        'crun',
+        ...target.crun.globalArgs(),
+        'exec',
+        '--process',
+        specFile,
+        '--pid-file',
+        this.#pidFile,
+        target.id,
+      ],
+      {
+        cols: opts.cols,
+        rows: opts.rows,
+        env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin', TERM: 'xterm-256color' },
+      },
+    );
     this.#holdUntilDrained();
     this.exit = new Promise((resolve) => {
       this.#pty.onExit(({ exitCode, signal }) => {
@@ -114,4 +130,3 @@ export class PtyProcess {
     }, 10);
   }
 }
-

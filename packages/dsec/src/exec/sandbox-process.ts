@@ -133,7 +133,9 @@ export class SandboxProcess {
     // reaches everything it starts (command-cgroups.ts, landlock-exec.c).
     this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
     const fd3 = opts.fd3MaxBytes !== undefined;
-    const args = this.#cgroup ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)] : spec.args;
+    const args = this.#cgroup
+      ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)]
+      : spec.args;
     const processSpec = { ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] };
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
@@ -143,10 +145,21 @@ export class SandboxProcess {
     const spawner = target.crun.spawner;
     let child: ExecChild;
     if (target.enter && spawner) {
-      child = startEnter(spawner, { ...io, sandboxId: target.id, enter: target.enter, process: processSpec, specFile, pidFile: this.#pidFile });
+      child = startEnter(spawner, {
+        ...io,
+        sandboxId: target.id,
+        enter: target.enter,
+        process: processSpec,
+        specFile,
+        pidFile: this.#pidFile,
+      });
     } else {
       writeFileSync(specFile, JSON.stringify(processBlock(processSpec)), { mode: 0o600 });
-      child = startCrunExec(spawner, { ...io, globalArgs: target.crun.globalArgs(), execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id] });
+      child = startCrunExec(spawner, {
+        ...io,
+        globalArgs: target.crun.globalArgs(),
+        execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id],
+      });
     }
     const fd3Stream = fd3 ? (child.stdio[3] as Readable) : undefined;
     this.fd3 = fd3 ? new CappedOutput(opts.fd3MaxBytes!) : undefined;
@@ -166,10 +179,13 @@ export class SandboxProcess {
     else if (opts.input !== undefined) child.stdin?.write(opts.input);
     child.stdout!.on('data', (d: Buffer) => this.#emit('stdout', d, this.stdout.push(d)));
     child.stderr!.on('data', (d: Buffer) => this.#emit('stderr', d, this.stderr.push(d)));
-    const timer = opts.timeoutMs === undefined ? undefined : setTimeout(() => {
-      this.#timedOut = true;
-      this.kill();
-    }, opts.timeoutMs);
+    const timer =
+      opts.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            this.#timedOut = true;
+            this.kill();
+          }, opts.timeoutMs);
     this.exited = new Promise<number>((resolve) => {
       child.on('error', () => resolve(127));
       child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));

@@ -13,14 +13,19 @@ import { SandboxProcess, type CommandProcess } from './sandbox-process.js';
  * an agent that plants /usr/local/bin/tar cannot change what is uploaded or read back.
  */
 function tarProcess(target: ExecTarget, args: string[], stdin: boolean): SandboxProcess {
-  return new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'tar', ...args], { cwd: '/' }), { stdin, maxOutputBytes: 64 << 10 });
+  return new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'tar', ...args], { cwd: '/' }), {
+    stdin,
+    maxOutputBytes: 64 << 10,
+  });
 }
 
 function tarFailed(what: string, stderr: string, exitCode: number): ApiError {
   const missing = /not found in \$PATH|No such file/.test(stderr) && exitCode === 255;
   return new ApiError(
     'INVALID_REQUEST',
-    missing ? `the sandbox has no ${TOOLBOX_PATH} (it was created by an older dsec), which ${what} needs` : `${what} failed: ${stderr.trim() || `tar exited ${exitCode}`}`,
+    missing
+      ? `the sandbox has no ${TOOLBOX_PATH} (it was created by an older dsec), which ${what} needs`
+      : `${what} failed: ${stderr.trim() || `tar exited ${exitCode}`}`,
     { stderr, exitCode },
   );
 }
@@ -95,7 +100,10 @@ export async function tarOutput(
 
 /** rm -rf inside the sandbox with the platform's own rm (recursive removal walks the sandbox's own tree, in its namespace). */
 export async function removeRecursive(target: ExecTarget, path: string): Promise<void> {
-  const proc = new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'rm', '-rf', '--', path], { cwd: '/' }), { maxOutputBytes: 64 << 10 });
+  const proc = new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'rm', '-rf', '--', path], { cwd: '/' }), {
+    maxOutputBytes: 64 << 10,
+  });
   const exit = await proc.done;
-  if (exit.exitCode !== 0) throw new ApiError('INVALID_REQUEST', `rm -rf ${path} failed: ${proc.stderr.bytes().toString('utf8').trim()}`, { path });
+  if (exit.exitCode !== 0)
+    throw new ApiError('INVALID_REQUEST', `rm -rf ${path} failed: ${proc.stderr.bytes().toString('utf8').trim()}`, { path });
 }

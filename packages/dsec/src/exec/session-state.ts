@@ -73,9 +73,17 @@ export function restoreScript(bash: boolean, state: SessionState | undefined): s
   if (!state) return '';
   if (bash) {
     // Read-only variables bash sets itself (EUID, BASHOPTS…) fail to restore, quietly.
-    return [`builtin unset HOME; __dsec_state=${q(state.script)}`, 'builtin eval "$__dsec_state" 2>/dev/null; builtin unset __dsec_state', `builtin cd -- ${q(state.cwd)} 2>/dev/null || :`].join('\n');
+    return [
+      `builtin unset HOME; __dsec_state=${q(state.script)}`,
+      'builtin eval "$__dsec_state" 2>/dev/null; builtin unset __dsec_state',
+      `builtin cd -- ${q(state.cwd)} 2>/dev/null || :`,
+    ].join('\n');
   }
-  return [`unset HOME; __dsec_state=${q(withoutShellOwn(state.script))}`, 'eval "$__dsec_state" 2>/dev/null; unset __dsec_state', `cd -- ${q(state.cwd)} 2>/dev/null || :`].join('\n');
+  return [
+    `unset HOME; __dsec_state=${q(withoutShellOwn(state.script))}`,
+    'eval "$__dsec_state" 2>/dev/null; unset __dsec_state',
+    `cd -- ${q(state.cwd)} 2>/dev/null || :`,
+  ].join('\n');
 }
 
 /** The state a command's shell wrote on fd 3, if it got as far as writing all of it. */

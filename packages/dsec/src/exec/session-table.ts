@@ -20,7 +20,9 @@ export class SessionTable {
   /** Refuses a session past MAX_SESSIONS open ones: called before a new one is made. */
   checkRoom(): void {
     if ([...this.#sessions.values()].filter((s) => s.alive).length >= MAX_SESSIONS) {
-      throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${this.sandboxId} already has ${MAX_SESSIONS} sessions; close one first`, { max: MAX_SESSIONS });
+      throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${this.sandboxId} already has ${MAX_SESSIONS} sessions; close one first`, {
+        max: MAX_SESSIONS,
+      });
     }
   }
 
@@ -50,7 +52,8 @@ export class SessionTable {
 
   async exec(sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
     const s = this.#get(sid);
-    if (s instanceof EndedSession) throw new ApiError('SESSION_CLOSED', `session ${sid} has ${s.endReason}; open a new session`, { sessionId: sid });
+    if (s instanceof EndedSession)
+      throw new ApiError('SESSION_CLOSED', `session ${sid} has ${s.endReason}; open a new session`, { sessionId: sid });
     try {
       return await s.exec(req, signal);
     } catch (err) {
@@ -81,7 +84,14 @@ export class SessionTable {
   }
 
   #note(s: ShellSession): void {
-    const noted: NotedSession = { kind: 'session', id: s.id, shell: s.shell, createdAt: s.createdAt.toISOString(), commands: s.commands, tag: s.tag };
+    const noted: NotedSession = {
+      kind: 'session',
+      id: s.id,
+      shell: s.shell,
+      createdAt: s.createdAt.toISOString(),
+      commands: s.commands,
+      tag: s.tag,
+    };
     this.journal.note(noted);
   }
 }

@@ -150,7 +150,14 @@ export class ShellSession {
   }
 
   info(): SessionInfo {
-    return { id: this.id, shell: this.shell, alive: this.alive, busy: this.#busy, commands: this.commands, createdAt: this.createdAt.toISOString() };
+    return {
+      id: this.id,
+      shell: this.shell,
+      alive: this.alive,
+      busy: this.#busy,
+      commands: this.commands,
+      createdAt: this.createdAt.toISOString(),
+    };
   }
 
   /** Runs one command in the session; concurrent calls queue in order. */

@@ -79,7 +79,8 @@ export function cloneCpusetIntoSandboxes(parentName: string = CGROUP_PARENT): bo
     if (!existsSync(join(root, 'cgroup.clone_children'))) return false;
     mkdirSync(parent, { recursive: true });
     for (const file of ['cpuset.cpus', 'cpuset.mems']) {
-      if (readFileSync(join(parent, file), 'utf8').trim() === '') writeFileSync(join(parent, file), readFileSync(join(root, file), 'utf8').trim());
+      if (readFileSync(join(parent, file), 'utf8').trim() === '')
+        writeFileSync(join(parent, file), readFileSync(join(root, file), 'utf8').trim());
     }
     writeFileSync(join(parent, 'cgroup.clone_children'), '1');
     return true;
@@ -222,7 +223,8 @@ export function sandboxOomKills(id: string): number {
 export function sandboxUsage(id: string): { oomKills: number; memoryBytes: number; pids: number } {
   const rel = join(CGROUP_PARENT, id);
   const oomKills = sandboxOomKills(id);
-  const memoryBytes = readNumber(join(CGROUP_ROOT, 'memory', rel, 'memory.usage_in_bytes')) ?? readNumber(join(CGROUP_ROOT, rel, 'memory.current')) ?? 0;
+  const memoryBytes =
+    readNumber(join(CGROUP_ROOT, 'memory', rel, 'memory.usage_in_bytes')) ?? readNumber(join(CGROUP_ROOT, rel, 'memory.current')) ?? 0;
   const pids = readNumber(join(CGROUP_ROOT, 'pids', rel, 'pids.current')) ?? readNumber(join(CGROUP_ROOT, rel, 'pids.current')) ?? 0;
   return { oomKills, memoryBytes, pids };
 }

@@ -69,7 +69,8 @@ function fixHybridCgroups(): Check {
   // writes files into it, and every killed sandbox leaves a directory there.
   const procCgroups = readFileSync('/proc/cgroups', 'utf8');
   const controllers = leftover ? leftover.split(/\s+/) : unmountedV1Controllers(procCgroups, cgroupMounts());
-  if (controllers.length === 0) return { name, ok: true, detail: 'cgroup v1 controllers, each mounted where crun looks, none on the cgroup2 mount', required: true };
+  if (controllers.length === 0)
+    return { name, ok: true, detail: 'cgroup v1 controllers, each mounted where crun looks, none on the cgroup2 mount', required: true };
   // Controllers on cgroup2 get a v1 hierarchy each; ones the kernel has bound to a v1 hierarchy
   // already are mounted as that hierarchy, all its controllers together (mounting `cpu` alone when
   // the hierarchy is cpu,cpuacct is EBUSY), at the dir crun names it by, with links for the others.
@@ -84,7 +85,12 @@ function fixHybridCgroups(): Check {
       fixed.push(g.dir);
     } catch (err) {
       const where = leftover ? 'is on cgroup2 and' : 'is not mounted where crun looks and';
-      return { name, ok: false, detail: `controller ${g.dir} ${where} could not be mounted as v1 at ${dir}: ${(err as Error).message}`, required: true };
+      return {
+        name,
+        ok: false,
+        detail: `controller ${g.dir} ${where} could not be mounted as v1 at ${dir}: ${(err as Error).message}`,
+        required: true,
+      };
     }
   }
   return {
@@ -104,7 +110,8 @@ function fixHybridCgroups(): Check {
  */
 export function v1MountGroups(procCgroups: string, missing: readonly string[]): { dir: string; controllers: string[] }[] {
   const byHierarchy = new Map<string, string[]>();
-  for (const { name, hierarchy } of boundV1Controllers(procCgroups)) byHierarchy.set(hierarchy, [...(byHierarchy.get(hierarchy) ?? []), name]);
+  for (const { name, hierarchy } of boundV1Controllers(procCgroups))
+    byHierarchy.set(hierarchy, [...(byHierarchy.get(hierarchy) ?? []), name]);
   const groups = [...byHierarchy.values()].filter((cs) => cs.some((c) => missing.includes(c)));
   return groups.map((cs) => ({ dir: cs.join(','), controllers: cs }));
 }
@@ -190,9 +197,20 @@ export function fixDataDirFs(dataDir: string): Check {
     try {
       mount('tmpfs', dataDir, 'tmpfs', MS_REMOUNT | MS_NOSUID, null);
     } catch (err) {
-      return { name, ok: false, detail: `${dataDir} is a nodev tmpfs and could not be remounted without nodev: ${(err as Error).message}`, required: true };
+      return {
+        name,
+        ok: false,
+        detail: `${dataDir} is a nodev tmpfs and could not be remounted without nodev: ${(err as Error).message}`,
+        required: true,
+      };
     }
-    return { name, ok: true, detail: `${dataDir} is on tmpfs`, fixed: `remounted the tmpfs on ${dataDir} without nodev (image builds make device nodes there)`, required: true };
+    return {
+      name,
+      ok: true,
+      detail: `${dataDir} is on tmpfs`,
+      fixed: `remounted the tmpfs on ${dataDir} without nodev (image builds make device nodes there)`,
+      required: true,
+    };
   }
   const fs = filesystemOf(dataDir);
   if (fs !== 'overlay') return { name, ok: true, detail: `${dataDir} is on ${fs}`, required: true };
@@ -201,7 +219,12 @@ export function fixDataDirFs(dataDir: string): Check {
     // sandboxes directory below gets nosuid,nodev of its own (edge/sandboxes-mount.ts).
     mount('tmpfs', dataDir, 'tmpfs', MS_NOSUID, 'mode=0711,size=50%');
   } catch (err) {
-    return { name, ok: false, detail: `${dataDir} is on overlayfs and a tmpfs could not be mounted: ${(err as Error).message}`, required: true };
+    return {
+      name,
+      ok: false,
+      detail: `${dataDir} is on overlayfs and a tmpfs could not be mounted: ${(err as Error).message}`,
+      required: true,
+    };
   }
   return {
     name,
@@ -220,13 +243,28 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean; maxSandboxes?:
   const fix = opts.fix ?? true;
   const checks: Check[] = [];
   const isRoot = process.getuid?.() === 0;
-  checks.push({ name: 'running as root', ok: isRoot, detail: isRoot ? 'uid 0' : 'dsec needs root for mounts, namespaces and cgroups', required: true });
+  checks.push({
+    name: 'running as root',
+    ok: isRoot,
+    detail: isRoot ? 'uid 0' : 'dsec needs root for mounts, namespaces and cgroups',
+    required: true,
+  });
   const fss = kernelFilesystems();
   for (const f of ['overlay', 'erofs', 'tmpfs']) {
-    checks.push({ name: `kernel filesystem ${f}`, ok: fss.has(f), detail: fss.has(f) ? 'present' : `missing: load it with modprobe ${f}`, required: true });
+    checks.push({
+      name: `kernel filesystem ${f}`,
+      ok: fss.has(f),
+      detail: fss.has(f) ? 'present' : `missing: load it with modprobe ${f}`,
+      required: true,
+    });
   }
   const ns = ['pid', 'mnt', 'net', 'uts', 'ipc', 'cgroup'].filter((n) => !existsSync(`/proc/self/ns/${n}`));
-  checks.push({ name: 'namespaces', ok: ns.length === 0, detail: ns.length ? `missing: ${ns.join(', ')}` : 'pid, mnt, net, uts, ipc, cgroup', required: true });
+  checks.push({
+    name: 'namespaces',
+    ok: ns.length === 0,
+    detail: ns.length ? `missing: ${ns.join(', ')}` : 'pid, mnt, net, uts, ipc, cgroup',
+    required: true,
+  });
   for (const t of REQUIRED_TOOLS) {
     const p = which(t.tool);
     checks.push({ name: `tool ${t.tool}`, ok: !!p, detail: p ?? `missing: apt-get install ${t.pkg}`, required: t.required });
@@ -241,22 +279,39 @@ export function runDoctor(opts: { dataDir: string; fix?: boolean; maxSandboxes?:
     checks.push({ name, ok, detail: ok ? bin : `missing ${bin}: run scripts/setup`, required });
   }
   const fuse = existsSync('/dev/fuse');
-  checks.push({ name: 'FUSE (/dev/fuse)', ok: fuse, detail: fuse ? 'present' : 'absent: --layer-fetch lazy cannot mount layers; eager works', required: false });
+  checks.push({
+    name: 'FUSE (/dev/fuse)',
+    ok: fuse,
+    detail: fuse ? 'present' : 'absent: --layer-fetch lazy cannot mount layers; eager works',
+    required: false,
+  });
   const abi = landlockAbi();
   checks.push({
     name: 'Landlock',
     ok: abi > 0,
-    detail: abi > 0 ? `ABI ${abi}` : 'not available in this kernel: commands with writablePaths fail (exit 126) instead of running unconfined',
+    detail:
+      abi > 0 ? `ABI ${abi}` : 'not available in this kernel: commands with writablePaths fail (exit 126) instead of running unconfined',
     required: false,
   });
   if (isRoot && fix) {
     const devNull = restoreHostNull();
-    checks.push({ name: "host /dev/null is root's", ok: devNull.ok, detail: devNull.detail, ...(devNull.fixed ? { fixed: devNull.fixed } : {}), required: false });
+    checks.push({
+      name: "host /dev/null is root's",
+      ok: devNull.ok,
+      detail: devNull.detail,
+      ...(devNull.fixed ? { fixed: devNull.fixed } : {}),
+      required: false,
+    });
     checks.push(fixHybridCgroups());
     checks.push(fixDataDirFs(opts.dataDir));
   } else {
-    const leftover = existsSync(join(CGROUP_ROOT, 'unified', 'cgroup.controllers')) ? readFileSync(join(CGROUP_ROOT, 'unified', 'cgroup.controllers'), 'utf8').trim() : '';
-    const unmounted = leftover || !existsSync(join(CGROUP_ROOT, 'memory')) ? [] : unmountedV1Controllers(readFileSync('/proc/cgroups', 'utf8'), cgroupMounts());
+    const leftover = existsSync(join(CGROUP_ROOT, 'unified', 'cgroup.controllers'))
+      ? readFileSync(join(CGROUP_ROOT, 'unified', 'cgroup.controllers'), 'utf8').trim()
+      : '';
+    const unmounted =
+      leftover || !existsSync(join(CGROUP_ROOT, 'memory'))
+        ? []
+        : unmountedV1Controllers(readFileSync('/proc/cgroups', 'utf8'), cgroupMounts());
     const detail = leftover
       ? `controllers on cgroup2: ${leftover} (run dsec doctor as root to fix)`
       : unmounted.length

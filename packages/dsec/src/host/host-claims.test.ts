@@ -28,14 +28,20 @@ console.log(JSON.stringify({ held, lost }));
 
 function runClaimant(claimsDir: string, me: number, cycles: number): Promise<{ held: number; lost: number }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', CLAIMANT, new URL('./host-claims.js', import.meta.url).href, String(me), String(cycles)], {
-      env: { ...process.env, DSEC_CLAIMS_DIR: claimsDir },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--input-type=module', '-e', CLAIMANT, new URL('./host-claims.js', import.meta.url).href, String(me), String(cycles)],
+      {
+        env: { ...process.env, DSEC_CLAIMS_DIR: claimsDir },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(out) as { held: number; lost: number }) : reject(new Error(`claimant exited ${code}`))));
+    child.on('close', (code) =>
+      code === 0 ? resolve(JSON.parse(out) as { held: number; lost: number }) : reject(new Error(`claimant exited ${code}`)),
+    );
   });
 }
 
@@ -46,8 +52,15 @@ describe('host claims', () => {
     const dir = mkdtempSync(join(tmpdir(), 'dsec-claims-'));
     try {
       const results = await Promise.all([1, 2, 3].map((me) => runClaimant(dir, me, 3000)));
-      assert.ok(results.every((r) => r.held > 0), `every claimant held the slot at times: ${JSON.stringify(results)}`);
-      assert.deepEqual(results.map((r) => r.lost), [0, 0, 0], `claims lost while held: ${JSON.stringify(results)}`);
+      assert.ok(
+        results.every((r) => r.held > 0),
+        `every claimant held the slot at times: ${JSON.stringify(results)}`,
+      );
+      assert.deepEqual(
+        results.map((r) => r.lost),
+        [0, 0, 0],
+        `claims lost while held: ${JSON.stringify(results)}`,
+      );
       assert.deepEqual(readdirSync(join(dir, 'uid-ranges')), [], 'no claim or temporary file is left');
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -1,5 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, fstatSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  fstatSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /**
@@ -145,7 +157,10 @@ export class EdgeIdTakenError extends Error {
 export function lockEdgeId(edgeId: string): () => void {
   const path = join(CLAIMS_DIR, 'edges', `${edgeId}.lock`);
   const r = claim(path, edgeId, (c) => !alive(c.pid) || (c.pid === process.pid && !heldHere.has(edgeId)));
-  if (!r.ok) throw new EdgeIdTakenError(`edge id ${edgeId} is already in use on this host (process ${r.holder.pid}); give each edge its own --edge-id (or DSEC_EDGE_ID, which dsec demo reads too), or stop the other one`);
+  if (!r.ok)
+    throw new EdgeIdTakenError(
+      `edge id ${edgeId} is already in use on this host (process ${r.holder.pid}); give each edge its own --edge-id (or DSEC_EDGE_ID, which dsec demo reads too), or stop the other one`,
+    );
   heldHere.add(edgeId);
   return () => {
     heldHere.delete(edgeId);
@@ -196,7 +211,10 @@ export function handOverUidRange(slot: number, edgeId: string, fromId: string, t
   // Not a number: uidRangesOf and claimUidRange never read it as a slot's claim.
   const tmp = join(CLAIMS_DIR, 'uid-ranges', `.${slot}.handover-${randomBytes(4).toString('hex')}`);
   try {
-    writeFileSync(tmp, JSON.stringify({ owner: `${edgeId}/${toId}`, pid: process.pid, boot: bootId } satisfies Claim), { flag: 'wx', mode: 0o600 });
+    writeFileSync(tmp, JSON.stringify({ owner: `${edgeId}/${toId}`, pid: process.pid, boot: bootId } satisfies Claim), {
+      flag: 'wx',
+      mode: 0o600,
+    });
     renameSync(tmp, path);
   } finally {
     rmSync(tmp, { force: true });
@@ -222,7 +240,8 @@ export function uidRangesOf(edgeId: string): { slot: number; sandboxId: string }
   const out: { slot: number; sandboxId: string }[] = [];
   for (const name of names) {
     const c = readClaim(join(dir, name));
-    if (c && c.boot === bootId && c.owner.startsWith(`${edgeId}/`) && /^\d+$/.test(name)) out.push({ slot: Number(name), sandboxId: c.owner.slice(edgeId.length + 1) });
+    if (c && c.boot === bootId && c.owner.startsWith(`${edgeId}/`) && /^\d+$/.test(name))
+      out.push({ slot: Number(name), sandboxId: c.owner.slice(edgeId.length + 1) });
   }
   return out;
 }

@@ -21,11 +21,24 @@ export interface HostLimit {
 }
 
 export const HOST_LIMITS: readonly HostLimit[] = [
-  { name: 'kernel.pid_max', why: 'host tasks: 2 per idle sandbox plus what runs in them', need: (n) => n * 4 + 16384, raiseTo: (need) => Math.max(need, 4194304) },
+  {
+    name: 'kernel.pid_max',
+    why: 'host tasks: 2 per idle sandbox plus what runs in them',
+    need: (n) => n * 4 + 16384,
+    raiseTo: (need) => Math.max(need, 4194304),
+  },
   { name: 'kernel.threads-max', why: 'host threads, all sandboxes together', need: (n) => n * 4 + 16384 },
   { name: 'fs.file-max', why: 'open files on the host', need: (n) => n * 64 + 65536 },
-  { name: 'fs.mount-max', why: "mounts in the host's mount namespace: a rootfs overlay and an EROFS layer mount per sandbox", need: (n) => n * 4 + 10000 },
-  { name: 'fs.inotify.max_user_instances', why: "inotify instances of uid 0, shared by every sandbox's processes (tail -f, file watchers)", need: (n) => n * 2 },
+  {
+    name: 'fs.mount-max',
+    why: "mounts in the host's mount namespace: a rootfs overlay and an EROFS layer mount per sandbox",
+    need: (n) => n * 4 + 10000,
+  },
+  {
+    name: 'fs.inotify.max_user_instances',
+    why: "inotify instances of uid 0, shared by every sandbox's processes (tail -f, file watchers)",
+    need: (n) => n * 2,
+  },
   { name: 'fs.inotify.max_user_watches', why: 'inotify watches of uid 0, shared by every sandbox', need: (n) => n * 64 },
   { name: 'kernel.pty.max', why: 'pseudo-terminals: one per open terminal session', need: (n) => n * 2 },
   { name: 'kernel.keys.root_maxkeys', why: 'kernel keys of uid 0: crun gives every sandbox a session keyring', need: (n) => n * 2 + 1000 },
@@ -33,10 +46,22 @@ export const HOST_LIMITS: readonly HostLimit[] = [
   { name: 'kernel.keys.maxkeys', why: 'kernel keys of each other uid (sandboxes in user namespaces)', need: (n) => n * 2 + 200 },
   { name: 'kernel.keys.maxbytes', why: 'bytes of kernel keys of each other uid', need: (n) => (n * 2 + 200) * 100 },
   { name: 'net.netfilter.nf_conntrack_max', why: "tracked connections, all sandboxes' networks together", need: (n) => n * 64 },
-  { name: 'net.ipv4.neigh.default.gc_thresh3', why: "ARP entries on the host side of the sandboxes' veths", need: (n) => Math.max(n * 2, 1024) },
+  {
+    name: 'net.ipv4.neigh.default.gc_thresh3',
+    why: "ARP entries on the host side of the sandboxes' veths",
+    need: (n) => Math.max(n * 2, 1024),
+  },
   { name: 'net.ipv4.neigh.default.gc_thresh2', why: 'ARP entries kept before the collector runs', need: (n) => Math.max(n, 512) },
-  { name: 'net.ipv6.neigh.default.gc_thresh3', why: "IPv6 neighbour entries on the host side of the sandboxes' veths", need: (n) => Math.max(n * 2, 1024) },
-  { name: 'net.ipv6.neigh.default.gc_thresh2', why: 'IPv6 neighbour entries kept before the collector runs', need: (n) => Math.max(n, 512) },
+  {
+    name: 'net.ipv6.neigh.default.gc_thresh3',
+    why: "IPv6 neighbour entries on the host side of the sandboxes' veths",
+    need: (n) => Math.max(n * 2, 1024),
+  },
+  {
+    name: 'net.ipv6.neigh.default.gc_thresh2',
+    why: 'IPv6 neighbour entries kept before the collector runs',
+    need: (n) => Math.max(n, 512),
+  },
   { name: 'user.max_net_namespaces', why: 'network namespaces: one per sandbox', need: (n) => n * 2 },
   { name: 'user.max_mnt_namespaces', why: 'mount namespaces: one per sandbox', need: (n) => n * 2 },
   { name: 'user.max_pid_namespaces', why: 'PID namespaces: one per sandbox', need: (n) => n * 2 },
@@ -54,7 +79,9 @@ export function readNofile(pid: number | 'self' = 'self'): { soft: number; hard:
   const line = readFileSync(`/proc/${pid}/limits`, 'utf8')
     .split('\n')
     .find((l) => l.startsWith('Max open files'));
-  const [soft, hard] = (line?.slice('Max open files'.length).trim().split(/\s+/) ?? []).map((v) => (v === 'unlimited' ? Infinity : Number(v)));
+  const [soft, hard] = (line?.slice('Max open files'.length).trim().split(/\s+/) ?? []).map((v) =>
+    v === 'unlimited' ? Infinity : Number(v),
+  );
   return { soft: soft ?? NaN, hard: hard ?? NaN };
 }
 
@@ -79,7 +106,9 @@ function raise(limit: HostLimit, value: number): void {
       execFileSync('prlimit', [`--pid=${process.pid}`, `--nofile=${limits}`], { stdio: ['ignore', 'ignore', 'pipe'] });
     } catch (err) {
       const stderr = (err as { stderr?: Buffer }).stderr?.toString().trim();
-      throw new Error(`prlimit --nofile=${limits}: ${stderr || (err as Error).message}${value > hard ? ` (the hard limit is ${hard}; raising it needs CAP_SYS_RESOURCE)` : ''}`);
+      throw new Error(
+        `prlimit --nofile=${limits}: ${stderr || (err as Error).message}${value > hard ? ` (the hard limit is ${hard}; raising it needs CAP_SYS_RESOURCE)` : ''}`,
+      );
     }
     return;
   }
@@ -87,7 +116,9 @@ function raise(limit: HostLimit, value: number): void {
 }
 
 function fixHint(limit: HostLimit, value: number): string {
-  return limit.name === 'nofile' ? `ulimit -n ${value} in the shell that starts dsec (or LimitNOFILE=${value})` : `sysctl -w ${limit.name}=${value}`;
+  return limit.name === 'nofile'
+    ? `ulimit -n ${value} in the shell that starts dsec (or LimitNOFILE=${value})`
+    : `sysctl -w ${limit.name}=${value}`;
 }
 
 /**
@@ -112,10 +143,21 @@ export function hostLimitChecks(opts: { maxSandboxes: number; fix: boolean }): C
     if (opts.fix) {
       try {
         raise(limit, to);
-        checks.push({ name, ok: true, detail: `${to}`, fixed: `raised ${limit.name} from ${have} to ${to} (${limit.why})`, required: false });
+        checks.push({
+          name,
+          ok: true,
+          detail: `${to}`,
+          fixed: `raised ${limit.name} from ${have} to ${to} (${limit.why})`,
+          required: false,
+        });
         continue;
       } catch (err) {
-        checks.push({ name, ok: false, detail: `${have} < ${need} needed (${limit.why}); could not raise it: ${(err as Error).message.trim()}; run: ${fixHint(limit, to)}`, required: false });
+        checks.push({
+          name,
+          ok: false,
+          detail: `${have} < ${need} needed (${limit.why}); could not raise it: ${(err as Error).message.trim()}; run: ${fixHint(limit, to)}`,
+          required: false,
+        });
         continue;
       }
     }

@@ -15,13 +15,20 @@ import { O_CLOEXEC, O_DIRECTORY, O_PATH, SyscallError, openat2 } from './syscall
  * The system call numbers are x86_64's and spelt out (Node's headers know none of them).
  */
 const libc = koffi.load('libc.so.6');
-const MountAttr = koffi.struct('mount_attr', { attr_set: 'uint64_t', attr_clr: 'uint64_t', propagation: 'uint64_t', userns_fd: 'uint64_t' });
+const MountAttr = koffi.struct('mount_attr', {
+  attr_set: 'uint64_t',
+  attr_clr: 'uint64_t',
+  propagation: 'uint64_t',
+  userns_fd: 'uint64_t',
+});
 const sysOpenTree = libc.func('long syscall(long nr, int dfd, const char *path, unsigned int flags)');
 const sysMountSetattr = libc.func('long syscall(long nr, int dfd, const char *path, unsigned int flags, mount_attr *attr, size_t size)');
 const sysFsopen = libc.func('long syscall(long nr, const char *fsname, unsigned int flags)');
 const sysFsconfig = libc.func('long syscall(long nr, int fd, unsigned int cmd, const char *key, const char *value, int aux)');
 const sysFsmount = libc.func('long syscall(long nr, int fd, unsigned int flags, unsigned int attrs)');
-const sysMoveMount = libc.func('long syscall(long nr, int from_dfd, const char *from_path, int to_dfd, const char *to_path, unsigned int flags)');
+const sysMoveMount = libc.func(
+  'long syscall(long nr, int from_dfd, const char *from_path, int to_dfd, const char *to_path, unsigned int flags)',
+);
 
 const SYS_OPEN_TREE = 428;
 const SYS_MOVE_MOUNT = 429;
@@ -60,8 +67,17 @@ export function cloneTree(path: string, recursive = false): number {
 
 /** Id-maps a detached clone through the user namespace `usernsFd`, nosuid and nodev. */
 export function idmapClone(fd: number, usernsFd: number, recursive: boolean, what: string): void {
-  const attr = { attr_set: BigInt(MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV), attr_clr: 0n, propagation: 0n, userns_fd: BigInt(usernsFd) };
-  check('mount_setattr(MOUNT_ATTR_IDMAP)', what, sysMountSetattr(SYS_MOUNT_SETATTR, fd, '', AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), attr, koffi.sizeof(MountAttr)));
+  const attr = {
+    attr_set: BigInt(MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
+    attr_clr: 0n,
+    propagation: 0n,
+    userns_fd: BigInt(usernsFd),
+  };
+  check(
+    'mount_setattr(MOUNT_ATTR_IDMAP)',
+    what,
+    sysMountSetattr(SYS_MOUNT_SETATTR, fd, '', AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), attr, koffi.sizeof(MountAttr)),
+  );
 }
 
 /** Attaches a detached mount at `target`. */
@@ -76,7 +92,14 @@ export function attachMount(fd: number, target: string): void {
  * share it: overlayfs refuses an upper and work dir on two mounts). The overlay clones what it
  * needs at create; the fds are closed before this returns, so no clone outlives it.
  */
-export function mountOverlayByFd(o: { lowersTopFirst: string[]; upper: string; work: string; target: string; usernsFd?: number; options: Record<string, string> }): void {
+export function mountOverlayByFd(o: {
+  lowersTopFirst: string[];
+  upper: string;
+  work: string;
+  target: string;
+  usernsFd?: number;
+  options: Record<string, string>;
+}): void {
   if (dirname(o.upper) !== dirname(o.work)) throw new Error(`the upper and work dirs must share a parent: ${o.upper}, ${o.work}`);
   const fds: number[] = [];
   try {
@@ -93,12 +116,16 @@ export function mountOverlayByFd(o: { lowersTopFirst: string[]; upper: string; w
     // clone (`/upper`, `/work`), not where the node keeps them.
     const holder = cloneTree(dirname(o.upper));
     fds.push(holder);
-    for (const [key, path] of [['upperdir', o.upper], ['workdir', o.work]] as const) {
+    for (const [key, path] of [
+      ['upperdir', o.upper],
+      ['workdir', o.work],
+    ] as const) {
       const fd = openat2(holder, basename(path), O_PATH | O_DIRECTORY | O_CLOEXEC, 0, 0);
       fds.push(fd);
       check(`fsconfig(${key})`, path, sysFsconfig(SYS_FSCONFIG, fs, FSCONFIG_SET_FD, key, null, fd));
     }
-    for (const [k, v] of Object.entries(o.options)) check(`fsconfig(${k})`, o.target, sysFsconfig(SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, k, v, 0));
+    for (const [k, v] of Object.entries(o.options))
+      check(`fsconfig(${k})`, o.target, sysFsconfig(SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, k, v, 0));
     check('fsconfig(create) of the overlay at', o.target, sysFsconfig(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, null, null, 0));
     const mnt = check('fsmount', o.target, sysFsmount(SYS_FSMOUNT, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
     fds.push(mnt);

@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';

@@ -45,7 +45,10 @@ export function filesystemOf(path: string): string {
   let best: MountEntry | undefined;
   for (const m of readMounts()) {
     const mp = m.mountPoint.endsWith('/') ? m.mountPoint : `${m.mountPoint}/`;
-    if ((path === m.mountPoint || path.startsWith(mp) || m.mountPoint === '/') && (!best || m.mountPoint.length >= best.mountPoint.length)) {
+    if (
+      (path === m.mountPoint || path.startsWith(mp) || m.mountPoint === '/') &&
+      (!best || m.mountPoint.length >= best.mountPoint.length)
+    ) {
       best = m;
     }
   }

@@ -7,7 +7,12 @@ import { cgroupHeadroomBytes, memAvailableBytes, nodeMemory, psiFullAvg10 } from
 
 const MIB = 1024 * 1024;
 const MEMORY_ROOT = '/sys/fs/cgroup/memory';
-const v1Skip = process.getuid?.() !== 0 ? 'needs root (makes a memory cgroup)' : !existsSync(join(MEMORY_ROOT, 'memory.limit_in_bytes')) ? `no cgroup v1 memory hierarchy at ${MEMORY_ROOT}` : false;
+const v1Skip =
+  process.getuid?.() !== 0
+    ? 'needs root (makes a memory cgroup)'
+    : !existsSync(join(MEMORY_ROOT, 'memory.limit_in_bytes'))
+      ? `no cgroup v1 memory hierarchy at ${MEMORY_ROOT}`
+      : false;
 
 describe('node memory: what admission reads', () => {
   test("MemAvailable and PSI full avg10 are read from the kernel's own text", () => {
@@ -40,10 +45,24 @@ describe('node memory: what admission reads', () => {
     assert.equal(ok, undefined);
     const short = memoryAdmissionError('e1', admission, { availableBytes: 100 * MIB, source: 'the memory cgroup /x', fullAvg10: 0 });
     assert.equal(short?.code, 'NODE_MEMORY_PRESSURE');
-    assert.match(short!.message, /^edge e1: 100 MiB of memory available \(the memory cgroup \/x\), below the 256 MiB a create needs \(--min-available-memory-mib\)/);
+    assert.match(
+      short!.message,
+      /^edge e1: 100 MiB of memory available \(the memory cgroup \/x\), below the 256 MiB a create needs \(--min-available-memory-mib\)/,
+    );
     assert.equal(short!.details['admission'], true);
     const thrashing = memoryAdmissionError('e1', admission, { availableBytes: 4096 * MIB, source: 'MemAvailable', fullAvg10: 40 });
-    assert.match(thrashing!.message, /waited on memory 40% of the last 10 s \(PSI full avg10\), at or above the 40% a create allows \(--max-memory-pressure\)/);
-    assert.equal(memoryAdmissionError('e1', { minAvailableBytes: 0, maxFullPressure: 0 }, { availableBytes: 0, source: 'MemAvailable', fullAvg10: 100 }), undefined, '0 turns both off');
+    assert.match(
+      thrashing!.message,
+      /waited on memory 40% of the last 10 s \(PSI full avg10\), at or above the 40% a create allows \(--max-memory-pressure\)/,
+    );
+    assert.equal(
+      memoryAdmissionError(
+        'e1',
+        { minAvailableBytes: 0, maxFullPressure: 0 },
+        { availableBytes: 0, source: 'MemAvailable', fullAvg10: 100 },
+      ),
+      undefined,
+      '0 turns both off',
+    );
   });
 });

@@ -31,7 +31,8 @@ export function ensurePrivateNull(): { path: string } | { path: undefined; why: 
   if (existsSync(PRIVATE_NULL)) return { path: undefined, why: `${PRIVATE_NULL} exists and is not the null device` };
   // Once per edge start: a blocking mknod(1) is simpler than a binding of mknod(2).
   const r = spawnSync('mknod', ['-m', '0666', PRIVATE_NULL, 'c', String(NULL_RDEV.major), String(NULL_RDEV.minor)], { encoding: 'utf8' });
-  if (r.status !== 0 || !isNullDevice(PRIVATE_NULL)) return { path: undefined, why: `mknod ${PRIVATE_NULL}: ${(r.stderr ?? '').trim() || `exit ${r.status}`}` };
+  if (r.status !== 0 || !isNullDevice(PRIVATE_NULL))
+    return { path: undefined, why: `mknod ${PRIVATE_NULL}: ${(r.stderr ?? '').trim() || `exit ${r.status}`}` };
   return { path: PRIVATE_NULL };
 }
 
@@ -55,5 +56,9 @@ export function restoreHostNull(): { ok: boolean; detail: string; fixed?: string
   } catch (err) {
     return { ok: false, detail: `/dev/null is ${was}, and could not be given back to root: ${(err as Error).message}` };
   }
-  return { ok: true, detail: 'root:root 0666', fixed: `/dev/null was ${was} (a sandbox's root owned the host's null device); now root:root 0666` };
+  return {
+    ok: true,
+    detail: 'root:root 0666',
+    fixed: `/dev/null was ${was} (a sandbox's root owned the host's null device); now root:root 0666`,
+  };
 }

@@ -18,7 +18,11 @@ function decodeEcho(buf: Buffer, withId: boolean): DecodedAnswer<string> | 'inco
   return withId ? { size: nl + 1 + len, id: Number(m[1]), answer } : { size: nl + 1 + len, answer };
 }
 
-const framing = (withId: boolean): HelperFraming<string> => ({ name: 'echo', error: (m) => new EchoError(m), decode: (b) => decodeEcho(b, withId) });
+const framing = (withId: boolean): HelperFraming<string> => ({
+  name: 'echo',
+  error: (m) => new EchoError(m),
+  decode: (b) => decodeEcho(b, withId),
+});
 const frame = (id: number, text: string): string[] => [`${id} ${Buffer.byteLength(text)}\n`, text];
 
 describe('ResidentHelper: the process, pending requests and failures shared by dsec-spawn and dsec-nft', () => {
@@ -65,7 +69,11 @@ describe('ResidentHelper: the process, pending requests and failures shared by d
 
   test('a helper that cannot start fails its requests with why, not a hang', async () => {
     const helper = new ResidentHelper('/no/such/helper', framing(true));
-    await assert.rejects(helper.request((id) => frame(id, 'x')), (err: unknown) => err instanceof EchoError && /echo could not run \(spawn \/no\/such\/helper ENOENT.*run scripts\/setup/.test(err.message));
+    await assert.rejects(
+      helper.request((id) => frame(id, 'x')),
+      (err: unknown) =>
+        err instanceof EchoError && /echo could not run \(spawn \/no\/such\/helper ENOENT.*run scripts\/setup/.test(err.message),
+    );
     await helper.close();
   });
 

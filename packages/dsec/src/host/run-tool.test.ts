@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ToolError, runTool, runToolOrThrow, signalNumber } from './run-tool.js';

@@ -34,8 +34,12 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
     rmSync(dir, { recursive: true, force: true });
   });
 
-  test('exit status, stdout and stderr are the tool\'s own; a signal is 128 + its number; a missing tool is 127 with why', async () => {
-    assert.deepEqual(await helper.run('sh', ['-c', 'echo out; echo err >&2; exit 3'], { stdio: 'pipe' }), { code: 3, stdout: 'out\n', stderr: 'err\n' });
+  test("exit status, stdout and stderr are the tool's own; a signal is 128 + its number; a missing tool is 127 with why", async () => {
+    assert.deepEqual(await helper.run('sh', ['-c', 'echo out; echo err >&2; exit 3'], { stdio: 'pipe' }), {
+      code: 3,
+      stdout: 'out\n',
+      stderr: 'err\n',
+    });
     assert.equal((await helper.run('sh', ['-c', 'kill -TERM $$'], { stdio: 'pipe' })).code, 128 + 15);
     assert.equal((await helper.run('sh', ['-c', 'kill -KILL $$'], { stdio: 'pipe' })).code, 128 + 9);
     const missing = await helper.run('/no/such/tool', [], { stdio: 'pipe' });
@@ -82,7 +86,10 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
     child.stdin!.end(Buffer.alloc(8 << 20, 97));
     const r = await done;
     assert.equal(r.code, 5);
-    assert.deepEqual(r.out.slice(1, 4).map((o) => o.trim()), ['8388608', 'err', 'three']);
+    assert.deepEqual(
+      r.out.slice(1, 4).map((o) => o.trim()),
+      ['8388608', 'err', 'three'],
+    );
     assert.equal(readFileSync(file, 'utf8'), 'four\n');
   });
 
@@ -101,9 +108,21 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
     const r = await done;
     assert.equal(r.code, 128 + 15);
     // 0, 1, 2 and ls's own directory fd: none of the helper's other pipes leak into a tool.
-    assert.deepEqual(r.out[1]!.trim().split(/\s+/).map(Number).filter((fd) => fd > 3 && fd < 200), []);
-    assert.match((await collect(helper.stream('/no/such/tool', [], ['null', 'out', 'out']))).error ?? '', /cannot start \/no\/such\/tool: No such file or directory/);
-    assert.match((await collect(helper.stream('true', [], ['null', 'out', 'out', { write: join(dir, 'no', 'such') }]))).error ?? '', /cannot open .*no\/such: No such file or directory/);
+    assert.deepEqual(
+      r.out[1]!.trim()
+        .split(/\s+/)
+        .map(Number)
+        .filter((fd) => fd > 3 && fd < 200),
+      [],
+    );
+    assert.match(
+      (await collect(helper.stream('/no/such/tool', [], ['null', 'out', 'out']))).error ?? '',
+      /cannot start \/no\/such\/tool: No such file or directory/,
+    );
+    assert.match(
+      (await collect(helper.stream('true', [], ['null', 'out', 'out', { write: join(dir, 'no', 'such') }]))).error ?? '',
+      /cannot open .*no\/such: No such file or directory/,
+    );
   });
 
   test('streamed: the edge holds no fd of a tool once it has exited, even a stdin it never ended (as a ChildProcess)', async () => {
@@ -124,14 +143,21 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
   test("streamed: more tools than the first helper allowed (1,024) run at once, as a node's background commands do", async () => {
     const children = Array.from({ length: 1100 }, () => helper.stream('sleep', ['1000'], ['null', 'null', 'null']));
     try {
-      await Promise.all(children.map((c) => new Promise<void>((resolve, reject) => {
-        c.once('spawn', () => resolve());
-        c.once('error', reject);
-      })));
+      await Promise.all(
+        children.map(
+          (c) =>
+            new Promise<void>((resolve, reject) => {
+              c.once('spawn', () => resolve());
+              c.once('error', reject);
+            }),
+        ),
+      );
     } finally {
       for (const c of children) c.kill('SIGKILL');
     }
-    const codes = await Promise.all(children.map((c) => (c.exitCode !== null ? c.exitCode : new Promise<number>((r) => c.once('exit', (code: number) => r(code))))));
+    const codes = await Promise.all(
+      children.map((c) => (c.exitCode !== null ? c.exitCode : new Promise<number>((r) => c.once('exit', (code: number) => r(code))))),
+    );
     assert.deepEqual(new Set(codes), new Set([128 + 9]));
   });
 
@@ -140,7 +166,9 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
     assert.ok(first);
     const started = join(dir, 'started');
     const marker = join(dir, 'finished');
-    const inFlight = helper.run('sh', ['-c', `touch ${started}; while [ ! -e ${dir}/release ]; do sleep 0.01; done; touch ${marker}`], { stdio: 'ignore' });
+    const inFlight = helper.run('sh', ['-c', `touch ${started}; while [ ! -e ${dir}/release ]; do sleep 0.01; done; touch ${marker}`], {
+      stdio: 'ignore',
+    });
     // Killed while the tool runs (not before the helper has read the request: then no tool ran at all).
     assert.ok(await until(() => existsSync(started)), 'the tool started');
     process.kill(first, 'SIGKILL');
@@ -158,7 +186,7 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
 });
 
 describe('runTool through a registered dsec-spawn (startToolsThrough)', { skip }, () => {
-  test("plain calls are started by the helper, calls with stdin, env, cwd or a signal by this process, and none after it is unregistered", async () => {
+  test('plain calls are started by the helper, calls with stdin, env, cwd or a signal by this process, and none after it is unregistered', async () => {
     const helper = new SpawnHelper();
     const stop = startToolsThrough(helper);
     try {
@@ -168,7 +196,10 @@ describe('runTool through a registered dsec-spawn (startToolsThrough)', { skip }
       assert.equal((await runTool('sh', ['-c', 'echo $PPID'], { cwd: '/' })).stdout, `${process.pid}\n`);
       assert.equal((await runTool('sh', ['-c', 'echo $PPID'], { signal: new AbortController().signal })).stdout, `${process.pid}\n`);
       assert.equal((await runTool('sh', ['-c', 'head -c 5000 /dev/zero | tr "\\0" x'], { maxOutput: 10 })).stdout, 'xxxxxxxxxx');
-      await assert.rejects(runToolOrThrow('sh', ['-c', 'echo bad >&2; exit 2']), (err: unknown) => err instanceof ToolError && /exited 2: bad/.test(err.message));
+      await assert.rejects(
+        runToolOrThrow('sh', ['-c', 'echo bad >&2; exit 2']),
+        (err: unknown) => err instanceof ToolError && /exited 2: bad/.test(err.message),
+      );
     } finally {
       stop();
     }
@@ -200,52 +231,65 @@ describe('runTool through a registered dsec-spawn (startToolsThrough)', { skip }
   });
 });
 
-describe('dsec-spawn: a tool started from the template mount namespace with dirs carried in (crun run -d)', { skip: skip || (process.getuid?.() !== 0 ? 'needs root (mount namespaces)' : false) }, () => {
-  const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-carry-'));
-  const said: string[] = [];
-  const helper = new SpawnHelper(SPAWN_HELPER_BINARY, { template: [dir], onCarryFailed: (why) => said.push(why) });
-  const plain = new SpawnHelper(SPAWN_HELPER_BINARY, { onCarryFailed: (why) => said.push(why) });
-  after(async () => {
-    await helper.close();
-    await plain.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+describe(
+  'dsec-spawn: a tool started from the template mount namespace with dirs carried in (crun run -d)',
+  { skip: skip || (process.getuid?.() !== 0 ? 'needs root (mount namespaces)' : false) },
+  () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-carry-'));
+    const said: string[] = [];
+    const helper = new SpawnHelper(SPAWN_HELPER_BINARY, { template: [dir], onCarryFailed: (why) => said.push(why) });
+    const plain = new SpawnHelper(SPAWN_HELPER_BINARY, { onCarryFailed: (why) => said.push(why) });
+    after(async () => {
+      await helper.close();
+      await plain.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
 
-  test('the tool runs in a mount namespace other than the edge\'s and sees a carried dir as the edge does; one that cannot be carried runs as before, said once', async () => {
-    mkdirSync(join(dir, 'bundle'));
-    writeFileSync(join(dir, 'bundle', 'f'), 'carried\n');
-    const own = readlinkSync('/proc/self/ns/mnt');
-    const r = await helper.runCarried('sh', ['-c', `readlink /proc/self/ns/mnt; cat ${dir}/bundle/f; exit 4`], [join(dir, 'bundle')], { stdio: 'pipe' });
-    assert.equal(r.code, 4, r.stderr);
-    const [ns, text] = r.stdout.split('\n');
-    assert.notEqual(ns, own, 'not the edge\'s mount namespace');
-    assert.equal(text, 'carried');
-    assert.deepEqual(said, []);
-    const missing = join(dir, 'gone');
-    for (let i = 0; i < 2; i++) {
-      const again = await helper.runCarried('sh', ['-c', 'readlink /proc/self/ns/mnt'], [missing], { stdio: 'pipe' });
-      assert.deepEqual(again, { code: 0, stdout: `${own}\n`, stderr: '' }, 'run as run() does, in the edge\'s namespace');
-    }
-    assert.equal(said.length, 1, 'said once');
-    assert.match(said[0]!, new RegExp(`^dsec-spawn: cannot carry: open_tree ${missing}: No such file or directory`));
-  });
+    test("the tool runs in a mount namespace other than the edge's and sees a carried dir as the edge does; one that cannot be carried runs as before, said once", async () => {
+      mkdirSync(join(dir, 'bundle'));
+      writeFileSync(join(dir, 'bundle', 'f'), 'carried\n');
+      const own = readlinkSync('/proc/self/ns/mnt');
+      const r = await helper.runCarried('sh', ['-c', `readlink /proc/self/ns/mnt; cat ${dir}/bundle/f; exit 4`], [join(dir, 'bundle')], {
+        stdio: 'pipe',
+      });
+      assert.equal(r.code, 4, r.stderr);
+      const [ns, text] = r.stdout.split('\n');
+      assert.notEqual(ns, own, "not the edge's mount namespace");
+      assert.equal(text, 'carried');
+      assert.deepEqual(said, []);
+      const missing = join(dir, 'gone');
+      for (let i = 0; i < 2; i++) {
+        const again = await helper.runCarried('sh', ['-c', 'readlink /proc/self/ns/mnt'], [missing], { stdio: 'pipe' });
+        assert.deepEqual(again, { code: 0, stdout: `${own}\n`, stderr: '' }, "run as run() does, in the edge's namespace");
+      }
+      assert.equal(said.length, 1, 'said once');
+      assert.match(said[0]!, new RegExp(`^dsec-spawn: cannot carry: open_tree ${missing}: No such file or directory`));
+    });
 
-  test('the tool has a procfs of its own at /proc (crun writes sysctls through it), with the same processes', async () => {
-    // mountinfo's first field is the mount's id: the edge's /proc and the tool's are other mounts.
-    const procMount = (mountinfo: string): string | undefined => mountinfo.split('\n').filter((l) => l.split(' ')[4] === '/proc' && l.includes(' - proc ')).at(-1)?.split(' ')[0];
-    const r = await helper.runCarried('sh', ['-c', 'cat /proc/self/mountinfo; echo ---; cat /proc/1/comm'], [dir], { stdio: 'pipe' });
-    assert.equal(r.code, 0, r.stderr);
-    const [mountinfo = '', comm] = r.stdout.split('---\n');
-    const theirs = procMount(mountinfo);
-    assert.ok(theirs, `no proc mount at /proc in:\n${mountinfo}`);
-    assert.notEqual(theirs, procMount(readFileSync('/proc/self/mountinfo', 'utf8')), "the template's (the edge's) /proc");
-    assert.equal(comm, readFileSync('/proc/1/comm', 'utf8'), 'the host\'s pid namespace');
-  });
+    test('the tool has a procfs of its own at /proc (crun writes sysctls through it), with the same processes', async () => {
+      // mountinfo's first field is the mount's id: the edge's /proc and the tool's are other mounts.
+      const procMount = (mountinfo: string): string | undefined =>
+        mountinfo
+          .split('\n')
+          .filter((l) => l.split(' ')[4] === '/proc' && l.includes(' - proc '))
+          .at(-1)
+          ?.split(' ')[0];
+      const r = await helper.runCarried('sh', ['-c', 'cat /proc/self/mountinfo; echo ---; cat /proc/1/comm'], [dir], { stdio: 'pipe' });
+      assert.equal(r.code, 0, r.stderr);
+      const [mountinfo = '', comm] = r.stdout.split('---\n');
+      const theirs = procMount(mountinfo);
+      assert.ok(theirs, `no proc mount at /proc in:\n${mountinfo}`);
+      assert.notEqual(theirs, procMount(readFileSync('/proc/self/mountinfo', 'utf8')), "the template's (the edge's) /proc");
+      assert.equal(comm, readFileSync('/proc/1/comm', 'utf8'), "the host's pid namespace");
+    });
 
-  test('a helper started without a template runs the tool as before and says why', async () => {
-    said.length = 0;
-    const r = await plain.runCarried('sh', ['-c', 'readlink /proc/self/ns/mnt'], [dir], { stdio: 'pipe' });
-    assert.deepEqual(r, { code: 0, stdout: `${readlinkSync('/proc/self/ns/mnt')}\n`, stderr: '' });
-    assert.deepEqual(said, ['dsec-spawn: cannot carry: no template mount namespace: not asked for (dsec-spawn started without --template)']);
-  });
-});
+    test('a helper started without a template runs the tool as before and says why', async () => {
+      said.length = 0;
+      const r = await plain.runCarried('sh', ['-c', 'readlink /proc/self/ns/mnt'], [dir], { stdio: 'pipe' });
+      assert.deepEqual(r, { code: 0, stdout: `${readlinkSync('/proc/self/ns/mnt')}\n`, stderr: '' });
+      assert.deepEqual(said, [
+        'dsec-spawn: cannot carry: no template mount namespace: not asked for (dsec-spawn started without --template)',
+      ]);
+    });
+  },
+);

@@ -41,7 +41,10 @@ export class SpawnHelper {
    * `nullDevice`: the node the helper opens where a tool's stdio is "null" (host/private-null.ts:
    * not the host's /dev/null, which crun would chown to a sandbox's root). Default /dev/null.
    */
-  constructor(binary = SPAWN_HELPER_BINARY, opts: { template?: readonly string[]; onCarryFailed?: (why: string) => void; nullDevice?: string } = {}) {
+  constructor(
+    binary = SPAWN_HELPER_BINARY,
+    opts: { template?: readonly string[]; onCarryFailed?: (why: string) => void; nullDevice?: string } = {},
+  ) {
     const args = [...(opts.nullDevice ? ['--null', opts.nullDevice] : []), ...(opts.template ? ['--template', ...opts.template] : [])];
     this.#helper = new ResidentHelper(binary, { name: 'dsec-spawn', error: (m) => new SpawnHelperError(m), decode: decodeAnswer }, args);
     this.#onCarryFailed = opts.onCarryFailed;
@@ -63,7 +66,8 @@ export class SpawnHelper {
     const r = (await this.#helper.request((id) => [`${id} carry ${body.length}\n`, body])) as ToolResult;
     // A helper built before `carry` (scripts/setup not run since) takes the body for an argv and
     // answers that it cannot start `ignore` or `pipe`: that is a helper that cannot carry too.
-    const cannot = r.code === 127 && (r.stderr.startsWith('dsec-spawn: cannot carry') || r.stderr.startsWith(`cannot start ${opts.stdio}:`));
+    const cannot =
+      r.code === 127 && (r.stderr.startsWith('dsec-spawn: cannot carry') || r.stderr.startsWith(`cannot start ${opts.stdio}:`));
     if (!cannot) return r;
     if (!this.#carryFailedSaid) {
       this.#carryFailedSaid = true;
@@ -89,7 +93,13 @@ export class SpawnHelper {
    * `oomScoreAdj`: the tool's (and what it starts) from its first instruction, which it cannot lower.
    */
   stream(tool: string, args: readonly string[], plan: readonly FdPlan[], opts: { oomScoreAdj?: number | undefined } = {}): HelperChild {
-    const fields = [String(plan.length), ...plan.map(planWord), opts.oomScoreAdj === undefined ? '-' : String(Math.trunc(opts.oomScoreAdj)), tool, ...args];
+    const fields = [
+      String(plan.length),
+      ...plan.map(planWord),
+      opts.oomScoreAdj === undefined ? '-' : String(Math.trunc(opts.oomScoreAdj)),
+      tool,
+      ...args,
+    ];
     let id = 0;
     let helperPid: number | undefined;
     const control = {

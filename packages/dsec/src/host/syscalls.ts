@@ -56,8 +56,21 @@ export class SyscallError extends Error {
 }
 
 const ERRNO_NAMES: Record<number, string> = {
-  1: 'EPERM', 2: 'ENOENT', 11: 'EAGAIN', 13: 'EACCES', 15: 'ENOTBLK', 16: 'EBUSY', 17: 'EEXIST', 18: 'EXDEV',
-  20: 'ENOTDIR', 21: 'EISDIR', 22: 'EINVAL', 28: 'ENOSPC', 36: 'ENAMETOOLONG', 39: 'ENOTEMPTY', 40: 'ELOOP',
+  1: 'EPERM',
+  2: 'ENOENT',
+  11: 'EAGAIN',
+  13: 'EACCES',
+  15: 'ENOTBLK',
+  16: 'EBUSY',
+  17: 'EEXIST',
+  18: 'EXDEV',
+  20: 'ENOTDIR',
+  21: 'EISDIR',
+  22: 'EINVAL',
+  28: 'ENOSPC',
+  36: 'ENAMETOOLONG',
+  39: 'ENOTEMPTY',
+  40: 'ELOOP',
 };
 
 export function mount(source: string, target: string, fstype: string, flags: number, data: string | null): void {

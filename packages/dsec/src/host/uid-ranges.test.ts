@@ -14,7 +14,8 @@ function memoryClaims(): RangeClaims & { owners: Map<number, string> } {
     release: (slot, edge, sb) => void (owners.get(slot) === `${edge}/${sb}` && owners.delete(slot)),
     handOver: (slot, edge, from, to) => (owners.get(slot) === `${edge}/${from}` ? (owners.set(slot, `${edge}/${to}`), true) : false),
     holds: (slot, edge, sb) => owners.get(slot) === `${edge}/${sb}`,
-    held: (edge) => [...owners].filter(([, o]) => o.startsWith(`${edge}/`)).map(([slot, o]) => ({ slot, sandboxId: o.slice(edge.length + 1) })),
+    held: (edge) =>
+      [...owners].filter(([, o]) => o.startsWith(`${edge}/`)).map(([slot, o]) => ({ slot, sandboxId: o.slice(edge.length + 1) })),
   };
 }
 
@@ -35,7 +36,9 @@ describe('uid ranges', () => {
     const ra = [a.take('s1'), a.take('s2')];
     const rb = [b.take('s3'), a.take('s4')];
     const all = [...ra, ...rb];
-    for (const x of all) for (const y of all) if (x !== y) assert.ok(x.base + x.size <= y.base || y.base + y.size <= x.base, `ranges overlap: ${x.base} ${y.base}`);
+    for (const x of all)
+      for (const y of all)
+        if (x !== y) assert.ok(x.base + x.size <= y.base || y.base + y.size <= x.base, `ranges overlap: ${x.base} ${y.base}`);
     a.release('s2');
     assert.equal(claims.owners.has(ra[1]!.slot), false, 'the claim goes with its sandbox');
     assert.equal(b.take('s5').slot, ra[1]!.slot, 'the lowest free range is taken again');
@@ -48,7 +51,10 @@ describe('uid ranges', () => {
     const dead = before.take('dead');
     const after = new UidRangePool('ea', claims);
     assert.equal(after.adopt('alive', live), true);
-    assert.equal(after.reconcile((id) => id === 'alive'), 1);
+    assert.equal(
+      after.reconcile((id) => id === 'alive'),
+      1,
+    );
     assert.equal(claims.owners.has(dead.slot), false);
     assert.equal(claims.owners.get(live.slot), 'ea/alive');
     assert.deepEqual(after.slots(), [live.slot]);
@@ -80,43 +86,51 @@ describe('uid ranges', () => {
     assert.equal(a.handOver(pooled.slot, 'sb1', 'sb3'), false, 'a released range cannot be handed over');
   });
 
-  test('host-wide hand-over: the claim file is replaced in one rename and names the sandbox; another edge cannot claim it', { skip: process.getuid?.() === 0 ? undefined : 'the claims dir needs root' }, () => {
-    const edgeA = `ut${process.pid}h`;
-    const edgeB = `ut${process.pid}i`;
-    const a = new UidRangePool(edgeA);
-    const b = new UidRangePool(edgeB);
-    const r = a.take('userns-pool.1');
-    const file = join(CLAIMS_DIR, 'uid-ranges', String(r.slot));
-    try {
-      assert.equal(a.handOver(r.slot, 'userns-pool.1', 'sb1'), true);
-      assert.match(readFileSync(file, 'utf8'), new RegExp(`"owner":"${edgeA}/sb1"`));
-      assert.deepEqual(uidRangesOf(edgeA), [{ slot: r.slot, sandboxId: 'sb1' }], 'no hand-over file is read as a claim');
-      const other = b.take('y');
-      assert.notEqual(other.slot, r.slot);
-      b.release('y');
-    } finally {
-      a.release('sb1');
-    }
-    assert.ok(!existsSync(file) || !readFileSync(file, 'utf8').includes(`"${edgeA}/`), 'the claim outlived its release');
-  });
+  test(
+    'host-wide hand-over: the claim file is replaced in one rename and names the sandbox; another edge cannot claim it',
+    { skip: process.getuid?.() === 0 ? undefined : 'the claims dir needs root' },
+    () => {
+      const edgeA = `ut${process.pid}h`;
+      const edgeB = `ut${process.pid}i`;
+      const a = new UidRangePool(edgeA);
+      const b = new UidRangePool(edgeB);
+      const r = a.take('userns-pool.1');
+      const file = join(CLAIMS_DIR, 'uid-ranges', String(r.slot));
+      try {
+        assert.equal(a.handOver(r.slot, 'userns-pool.1', 'sb1'), true);
+        assert.match(readFileSync(file, 'utf8'), new RegExp(`"owner":"${edgeA}/sb1"`));
+        assert.deepEqual(uidRangesOf(edgeA), [{ slot: r.slot, sandboxId: 'sb1' }], 'no hand-over file is read as a claim');
+        const other = b.take('y');
+        assert.notEqual(other.slot, r.slot);
+        b.release('y');
+      } finally {
+        a.release('sb1');
+      }
+      assert.ok(!existsSync(file) || !readFileSync(file, 'utf8').includes(`"${edgeA}/`), 'the claim outlived its release');
+    },
+  );
 
-  test('host-wide claims: two edges never hold one slot, and a release removes the claim file', { skip: process.getuid?.() === 0 ? undefined : 'the claims dir needs root' }, () => {
-    const edgeA = `ut${process.pid}a`;
-    const edgeB = `ut${process.pid}b`;
-    const a = new UidRangePool(edgeA);
-    const b = new UidRangePool(edgeB);
-    const ra = a.take('x');
-    const rb = b.take('y');
-    try {
-      assert.notEqual(ra.slot, rb.slot);
-      assert.ok(existsSync(join(CLAIMS_DIR, 'uid-ranges', String(ra.slot))));
-    } finally {
-      a.release('x');
-      b.release('y');
-    }
-    // Another edge on the host may have claimed the slot since: it is just no longer this one's.
-    const file = join(CLAIMS_DIR, 'uid-ranges', String(ra.slot));
-    assert.ok(!existsSync(file) || !readFileSync(file, 'utf8').includes(`"${edgeA}/x"`), 'the claim file outlived its release');
-    assert.deepEqual(a.slots(), []);
-  });
+  test(
+    'host-wide claims: two edges never hold one slot, and a release removes the claim file',
+    { skip: process.getuid?.() === 0 ? undefined : 'the claims dir needs root' },
+    () => {
+      const edgeA = `ut${process.pid}a`;
+      const edgeB = `ut${process.pid}b`;
+      const a = new UidRangePool(edgeA);
+      const b = new UidRangePool(edgeB);
+      const ra = a.take('x');
+      const rb = b.take('y');
+      try {
+        assert.notEqual(ra.slot, rb.slot);
+        assert.ok(existsSync(join(CLAIMS_DIR, 'uid-ranges', String(ra.slot))));
+      } finally {
+        a.release('x');
+        b.release('y');
+      }
+      // Another edge on the host may have claimed the slot since: it is just no longer this one's.
+      const file = join(CLAIMS_DIR, 'uid-ranges', String(ra.slot));
+      assert.ok(!existsSync(file) || !readFileSync(file, 'utf8').includes(`"${edgeA}/x"`), 'the claim file outlived its release');
+      assert.deepEqual(a.slots(), []);
+    },
+  );
 });

@@ -44,7 +44,13 @@ export interface RangeClaims {
   held(edgeId: string): { slot: number; sandboxId: string }[];
 }
 
-export const hostRangeClaims: RangeClaims = { claim: claimUidRange, release: releaseUidRange, handOver: handOverUidRange, holds: holdsUidRange, held: uidRangesOf };
+export const hostRangeClaims: RangeClaims = {
+  claim: claimUidRange,
+  release: releaseUidRange,
+  handOver: handOverUidRange,
+  holds: holdsUidRange,
+  held: uidRangesOf,
+};
 
 /**
  * One edge's uid ranges. No two sandboxes on a host share a range, whichever edge made them, so

@@ -77,7 +77,9 @@ const serverRoutes = new WeakMap<object, RouteOptions[]>();
 
 /** The routes a server built with enforceAccess serves: method, URL pattern and declared access. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function declaredRoutes(app: FastifyInstance<any, any, any, any, any>): { method: string; url: string; access: Access | undefined }[] {
+export function declaredRoutes(
+  app: FastifyInstance<any, any, any, any, any>,
+): { method: string; url: string; access: Access | undefined }[] {
   return (serverRoutes.get(app) ?? []).flatMap((r) =>
     (Array.isArray(r.method) ? r.method : [r.method]).map((method) => ({ method: String(method), url: r.url, access: r.config?.access })),
   );
@@ -119,7 +121,8 @@ export function enforceAccess(app: FastifyInstance<any, any, any, any, any>, gat
   });
   app.addHook('onReady', async () => {
     const undeclared = routes.filter((r) => !r.config?.access).map((r) => `${String(r.method)} ${r.url}`);
-    if (undeclared.length) throw new Error(`routes without an access declaration (config.access, see http/access.ts): ${undeclared.join(', ')}`);
+    if (undeclared.length)
+      throw new Error(`routes without an access declaration (config.access, see http/access.ts): ${undeclared.join(', ')}`);
   });
 
   app.addHook('onRequest', async (req) => {
@@ -147,23 +150,32 @@ async function admit(req: FastifyRequest, declared: Access, gate: Gatekeeper): P
     case 'public':
       return;
     case 'key':
-      if (!(await withKey())) throw unauthorized('missing, unknown or revoked API key: send Authorization: Bearer <key> (see client.json in the data dir)');
+      if (!(await withKey()))
+        throw unauthorized('missing, unknown or revoked API key: send Authorization: Bearer <key> (see client.json in the data dir)');
       return;
     case 'admin': {
       const caller = await withKey();
       if (!caller) throw unauthorized(`${declared.what} takes an admin key: send Authorization: Bearer <admin key>`);
       if (!caller.admin)
-        throw new ApiError('FORBIDDEN', `${declared.what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`, { project: caller.project });
+        throw new ApiError(
+          'FORBIDDEN',
+          `${declared.what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`,
+          { project: caller.project },
+        );
       return;
     }
     case 'cluster':
-      if (!gate.clusterToken(req)) throw unauthorized('this route is for the cluster: send the cluster token (Authorization: Bearer <token>)');
+      if (!gate.clusterToken(req))
+        throw unauthorized('this route is for the cluster: send the cluster token (Authorization: Bearer <token>)');
       return;
     case 'clusterOrAdmin': {
       if (gate.clusterToken(req)) return;
       const caller = await withKey();
       if (!caller) throw unauthorized('this route takes the cluster token or an admin key (Authorization: Bearer …)');
-      if (!caller.admin) throw new ApiError('FORBIDDEN', `this route takes the cluster token or an admin key; this key is project ${caller.project}'s`, { project: caller.project });
+      if (!caller.admin)
+        throw new ApiError('FORBIDDEN', `this route takes the cluster token or an admin key; this key is project ${caller.project}'s`, {
+          project: caller.project,
+        });
       return;
     }
     case 'link':

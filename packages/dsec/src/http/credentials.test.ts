@@ -3,7 +3,15 @@ import { test } from 'node:test';
 import { bearerMatches, presentedKey, withoutCredential } from './credentials.js';
 
 test('the Authorization header wins over X-API-Key and anything offered as a subprotocol', () => {
-  assert.equal(presentedKey({ authorization: 'Bearer a', 'x-api-key': 'x', upgrade: 'websocket', 'sec-websocket-protocol': 'dsec.pty, dsec.bearer.b' }), 'a');
+  assert.equal(
+    presentedKey({
+      authorization: 'Bearer a',
+      'x-api-key': 'x',
+      upgrade: 'websocket',
+      'sec-websocket-protocol': 'dsec.pty, dsec.bearer.b',
+    }),
+    'a',
+  );
   // A malformed Authorization is no key at all, not a fall-back to another header.
   assert.equal(presentedKey({ authorization: 'Basic Zm9v', 'x-api-key': 'x' }), undefined);
   assert.equal(presentedKey({ 'x-api-key': 'e2b_k' }), 'e2b_k');
@@ -27,7 +35,8 @@ test('bearerMatches compares the whole token', () => {
 });
 
 test('no credential dsec reads leaves for a sandbox, whatever header carries it', () => {
-  for (const h of ['Authorization', 'X-API-Key', 'x-access-token', 'X-Access-Token']) assert.equal(withoutCredential(h, 'secret'), undefined, h);
+  for (const h of ['Authorization', 'X-API-Key', 'x-access-token', 'X-Access-Token'])
+    assert.equal(withoutCredential(h, 'secret'), undefined, h);
   assert.equal(withoutCredential('Sec-WebSocket-Protocol', 'chat, dsec.bearer.dsec_k, graphql-ws'), 'chat, graphql-ws');
   assert.equal(withoutCredential('Sec-WebSocket-Protocol', 'dsec.bearer.dsec_k'), undefined);
   assert.equal(withoutCredential('Accept', 'text/html'), 'text/html');

@@ -31,7 +31,15 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
   const api = err instanceof ApiError ? err : undefined;
   if ((!api || (api.status >= 500 && api.code !== 'NODE_DISK_FULL')) && isDiskFull(err)) {
     req.log.warn({ err }, 'the disk is full');
-    void reply.status(507).send({ error: { code: 'NODE_DISK_FULL', message: `the node's disk is full: ${err.message}; ${FREE_SPACE_HINT}`, details: api?.details ?? {} } });
+    void reply
+      .status(507)
+      .send({
+        error: {
+          code: 'NODE_DISK_FULL',
+          message: `the node's disk is full: ${err.message}; ${FREE_SPACE_HINT}`,
+          details: api?.details ?? {},
+        },
+      });
     return;
   }
   if (err instanceof ApiError) {
@@ -49,17 +57,25 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
       // the wrong length), 400 when it could never be one. Neither quotes the id pattern.
       const id = String((req.params as Record<string, unknown> | undefined)?.['id'] ?? '');
       if (/^[a-z0-9-]{1,80}$/.test(id)) {
-        void reply.status(404).send({ error: { code: 'SANDBOX_NOT_FOUND', message: `no sandbox ${id}; list sandboxes with \`dsec ps\``, details: { id } } });
+        void reply
+          .status(404)
+          .send({ error: { code: 'SANDBOX_NOT_FOUND', message: `no sandbox ${id}; list sandboxes with \`dsec ps\``, details: { id } } });
         return;
       }
       void reply.status(400).send({
-        error: { code: 'INVALID_REQUEST', message: 'params.id is not a sandbox id: ids look like sb-<edge>-<lower-case letters and digits>, as `dsec ps` lists them', details: { field: 'id', in: 'params' } },
+        error: {
+          code: 'INVALID_REQUEST',
+          message: 'params.id is not a sandbox id: ids look like sb-<edge>-<lower-case letters and digits>, as `dsec ps` lists them',
+          details: { field: 'id', in: 'params' },
+        },
       });
       return;
     }
     let what = issue.params?.['additionalProperty'] ? 'is not a known field' : (issue.message ?? 'is invalid');
     // A union of literals fails once per literal ("must be equal to constant"): name them all.
-    const allowed = fe.validation.filter((i) => i.instancePath === issue.instancePath && i.params?.['allowedValue'] !== undefined).map((i) => i.params!['allowedValue']);
+    const allowed = fe.validation
+      .filter((i) => i.instancePath === issue.instancePath && i.params?.['allowedValue'] !== undefined)
+      .map((i) => i.params!['allowedValue']);
     if (allowed.length > 0) what = `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}`;
     void reply.status(400).send({
       error: {
@@ -73,9 +89,15 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
   if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
     const raw = (req.headers['content-type'] ?? '').startsWith('application/octet-stream');
     const limit = raw ? MAX_FILE_BYTES : JSON_BODY_LIMIT;
-    const hint = raw ? ' (a file: send larger trees as a tar upload, PUT …/files/tar, up to 1 GiB)' : ' (a JSON body: stdin over 8 MiB belongs to a background process)';
+    const hint = raw
+      ? ' (a file: send larger trees as a tar upload, PUT …/files/tar, up to 1 GiB)'
+      : ' (a JSON body: stdin over 8 MiB belongs to a background process)';
     void reply.status(413).send({
-      error: { code: 'PAYLOAD_TOO_LARGE', message: `request body is over the ${limit >> 20} MiB limit for this route${hint}`, details: { limit } },
+      error: {
+        code: 'PAYLOAD_TOO_LARGE',
+        message: `request body is over the ${limit >> 20} MiB limit for this route${hint}`,
+        details: { limit },
+      },
     });
     return;
   }

@@ -13,9 +13,13 @@ import { ApiError } from '../api-error.js';
 export function checkRequestTarget(req: FastifyRequest): void {
   const original = req.originalUrl;
   if (!original.startsWith('/') || original.startsWith('//'))
-    throw new ApiError('INVALID_REQUEST', `the request target must be a path starting with one "/" (origin-form), not ${JSON.stringify(original.slice(0, 100))}`, {
-      field: 'target',
-    });
+    throw new ApiError(
+      'INVALID_REQUEST',
+      `the request target must be a path starting with one "/" (origin-form), not ${JSON.stringify(original.slice(0, 100))}`,
+      {
+        field: 'target',
+      },
+    );
   const pattern = req.routeOptions.url;
   if (!pattern) return;
   // The URL as routed (after the E2B rewrite, whose prefix is itself static), without its query.
@@ -27,8 +31,12 @@ export function checkRequestTarget(req: FastifyRequest): void {
     if (seg === '*' || seg.endsWith('*')) return;
     if (seg.includes(':')) continue; // a parameter (or a segment holding one): any spelling, decoded by the router
     if (got[i] !== seg)
-      throw new ApiError('INVALID_REQUEST', `path segment ${JSON.stringify(got[i] ?? '')} must be written ${JSON.stringify(seg)} (no percent-encoding in a route's fixed segments)`, {
-        field: 'target',
-      });
+      throw new ApiError(
+        'INVALID_REQUEST',
+        `path segment ${JSON.stringify(got[i] ?? '')} must be written ${JSON.stringify(seg)} (no percent-encoding in a route's fixed segments)`,
+        {
+          field: 'target',
+        },
+      );
   }
 }

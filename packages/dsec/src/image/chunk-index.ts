@@ -49,5 +49,9 @@ export function isChunkIndex(v: unknown): v is ChunkIndex {
   if (!Number.isSafeInteger(o['chunkSize']) || (o['chunkSize'] as number) < 4096 || (o['chunkSize'] as number) > 1 << 30) return false;
   if (!Number.isSafeInteger(o['size']) || (o['size'] as number) < 0) return false;
   const n = Math.ceil((o['size'] as number) / (o['chunkSize'] as number));
-  return Array.isArray(o['digests']) && o['digests'].length === n && o['digests'].every((d) => typeof d === 'string' && /^sha256:[0-9a-f]{64}$/.test(d));
+  return (
+    Array.isArray(o['digests']) &&
+    o['digests'].length === n &&
+    o['digests'].every((d) => typeof d === 'string' && /^sha256:[0-9a-f]{64}$/.test(d))
+  );
 }

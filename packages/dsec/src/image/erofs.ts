@@ -75,6 +75,18 @@ function sameFilesystem(a: string, b: string): boolean {
  * own options follow them.
  */
 function tmpOnImageFs(outFile: string, sourceDir: string): string[] {
-  const script = 'exec 9<"$2" && mount --bind /proc/self/fd/9 /tmp && src=$1 name=$3 && shift 3 && exec mkfs.erofs "$@" "/proc/self/fd/9/$name" "$src"';
-  return ['--mount', '--propagation', 'private', 'sh', '-c', script, 'sh', resolve(sourceDir), dirname(resolve(outFile)), basename(outFile)];
+  const script =
+    'exec 9<"$2" && mount --bind /proc/self/fd/9 /tmp && src=$1 name=$3 && shift 3 && exec mkfs.erofs "$@" "/proc/self/fd/9/$name" "$src"';
+  return [
+    '--mount',
+    '--propagation',
+    'private',
+    'sh',
+    '-c',
+    script,
+    'sh',
+    resolve(sourceDir),
+    dirname(resolve(outFile)),
+    basename(outFile),
+  ];
 }

@@ -1,4 +1,3 @@
- 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -145,7 +144,10 @@ describe('ImageStore: a corrupt manifest', () => {
       assert.equal(images.get(id), undefined, 'absent: undefined');
       const file = join(images.dir, `${'c'.repeat(64)}.json`);
       writeFileSync(file, '{"layers": [tru');
-      assert.throws(() => images.get(id), (err: unknown) => err instanceof CorruptManifestError && err.message.includes(file));
+      assert.throws(
+        () => images.get(id),
+        (err: unknown) => err instanceof CorruptManifestError && err.message.includes(file),
+      );
     } finally {
       rmSync(root, { recursive: true, force: true });
     }

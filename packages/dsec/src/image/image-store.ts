@@ -181,7 +181,16 @@ export class ImageStore {
         await catalog.apply(await Promise.all(imports.map((c) => this.#published(c))));
       } catch (err) {
         // Looked at again next time (the registry may be back by then).
-        for (const c of imports) this.#synced.delete(c.op === 'put' ? `${c.id.slice('sha256:'.length)}.json` : c.op === 'tag' ? `refs/${c.name}` : c.op === 'build' ? `builds/${c.key}` : '');
+        for (const c of imports)
+          this.#synced.delete(
+            c.op === 'put'
+              ? `${c.id.slice('sha256:'.length)}.json`
+              : c.op === 'tag'
+                ? `refs/${c.name}`
+                : c.op === 'build'
+                  ? `builds/${c.key}`
+                  : '',
+          );
         throw err;
       }
     }
@@ -225,13 +234,22 @@ export class ImageStore {
         const m = JSON.parse(readFileSync(join(this.dir, f), 'utf8')) as Partial<ImageManifest>;
         if (!Array.isArray(m.layers) || typeof m.config !== 'object' || typeof m.createdAt !== 'string') continue; // corrupt: get() says so
         const writtenAt = new Date(statSync(join(this.dir, f)).mtimeMs).toISOString();
-        out.push({ op: 'put', id: `sha256:${f.slice(0, 64)}`, manifest: { layers: m.layers, config: m.config, createdAt: m.createdAt }, imported: true, writtenAt });
+        out.push({
+          op: 'put',
+          id: `sha256:${f.slice(0, 64)}`,
+          manifest: { layers: m.layers, config: m.config, createdAt: m.createdAt },
+          imported: true,
+          writtenAt,
+        });
         this.#mark(f);
       } catch {
         // Being written by a tool right now, or corrupt (get() says so): looked at again next time.
       }
     }
-    for (const [sub, kind] of [['refs', 'tag'], ['builds', 'build']] as const) {
+    for (const [sub, kind] of [
+      ['refs', 'tag'],
+      ['builds', 'build'],
+    ] as const) {
       for (const f of readdirSync(join(this.dir, sub))) {
         if (f.includes('.tmp-')) continue;
         const rel = `${sub}/${f}`;
@@ -249,7 +267,11 @@ export class ImageStore {
         // First met: the catalog's word wins if it has one; re-pointed by a tool since: moved.
         const imported = known === undefined;
         const writtenAt = new Date(mtime).toISOString();
-        out.push(kind === 'tag' ? { op: 'tag', name: f, id: target as ImageId, imported, writtenAt } : { op: 'build', key: f, id: target as ImageId, imported });
+        out.push(
+          kind === 'tag'
+            ? { op: 'tag', name: f, id: target as ImageId, imported, writtenAt }
+            : { op: 'build', key: f, id: target as ImageId, imported },
+        );
         this.#synced.set(rel, mtime);
       }
     }
@@ -285,7 +307,9 @@ export class ImageStore {
 
   /** The id `put` gives this manifest (the sha256 of its canonical JSON), without storing it. */
   idOf(manifest: Omit<ImageManifest, 'createdAt'>): ImageId {
-    return `sha256:${createHash('sha256').update(JSON.stringify({ layers: manifest.layers, config: manifest.config })).digest('hex')}`;
+    return `sha256:${createHash('sha256')
+      .update(JSON.stringify({ layers: manifest.layers, config: manifest.config }))
+      .digest('hex')}`;
   }
 
   /** Stores a manifest (idempotent) and returns its id. */

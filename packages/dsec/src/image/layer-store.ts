@@ -1,5 +1,19 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, createReadStream, createWriteStream, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, readdirSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  createReadStream,
+  createWriteStream,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  readdirSync,
+} from 'node:fs';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { join } from 'node:path';
@@ -87,7 +101,8 @@ export class LayerStore {
       rmSync(file, { force: true });
       return digest;
     }
-    if (!existsSync(this.chunkIndexPath(digest))) writeFileAtomic(this.chunkIndexPath(digest), JSON.stringify(await computeChunkIndex(file, this.chunkSize)));
+    if (!existsSync(this.chunkIndexPath(digest)))
+      writeFileAtomic(this.chunkIndexPath(digest), JSON.stringify(await computeChunkIndex(file, this.chunkSize)));
     renameSync(file, dest);
     return digest;
   }
@@ -101,7 +116,16 @@ export class LayerStore {
     const hash = createHash('sha256');
     try {
       const out = createWriteStream(tmp, { mode: 0o644 });
-      await pipeline(body, new Transform({ transform(chunk: Buffer, _e, cb) { hash.update(chunk); cb(null, chunk); } }), out);
+      await pipeline(
+        body,
+        new Transform({
+          transform(chunk: Buffer, _e, cb) {
+            hash.update(chunk);
+            cb(null, chunk);
+          },
+        }),
+        out,
+      );
       const fd = openSync(tmp, 'r');
       try {
         fsyncSync(fd);

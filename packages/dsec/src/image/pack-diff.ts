@@ -1,5 +1,15 @@
 import {
-  type Stats, chmodSync, copyFileSync, constants as fsc, linkSync, lchownSync, lstatSync, lutimesSync, mkdirSync, readdirSync, readlinkSync,
+  type Stats,
+  chmodSync,
+  copyFileSync,
+  constants as fsc,
+  linkSync,
+  lchownSync,
+  lstatSync,
+  lutimesSync,
+  mkdirSync,
+  readdirSync,
+  readlinkSync,
   symlinkSync,
 } from 'node:fs';
 import { execFileSync } from 'node:child_process';
@@ -123,9 +133,12 @@ export function stageUpperDiff(
       const st = lstatSync(src);
       stats.entries++;
       if (stats.entries > limits.maxEntries) {
-        throw new DiffLimitError(`the sandbox changed more than ${limits.maxEntries} files and directories; a snapshot holds at most that many`, {
-          maxEntries: limits.maxEntries,
-        });
+        throw new DiffLimitError(
+          `the sandbox changed more than ${limits.maxEntries} files and directories; a snapshot holds at most that many`,
+          {
+            maxEntries: limits.maxEntries,
+          },
+        );
       }
       if (st.isFile() && stats.bytes + st.size > limits.maxBytes) {
         throw new DiffLimitError(

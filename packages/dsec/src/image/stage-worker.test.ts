@@ -21,7 +21,13 @@ function upperWith(files: number): { upper: string; stage: string } {
 }
 
 const copy = (u: { upper: string; stage: string }, o: { signal?: AbortSignal; maxEntries?: number } = {}) =>
-  stageUpperDiffOffThread(u.upper, u.stage, [], { ...DEFAULT_DIFF_LIMITS, maxEntries: o.maxEntries ?? DEFAULT_DIFF_LIMITS.maxEntries }, { timeoutMs: 60_000, signal: o.signal });
+  stageUpperDiffOffThread(
+    u.upper,
+    u.stage,
+    [],
+    { ...DEFAULT_DIFF_LIMITS, maxEntries: o.maxEntries ?? DEFAULT_DIFF_LIMITS.maxEntries },
+    { timeoutMs: 60_000, signal: o.signal },
+  );
 
 test('copies one after another run on one thread: a snapshot starts no thread of its own', async () => {
   const before = stageThreadsStarted();
@@ -36,7 +42,10 @@ test('copies one after another run on one thread: a snapshot starts no thread of
 
 test('copies at once each get a thread; afterwards at most KEPT_IDLE stay, and a limit error does not lose its thread', async () => {
   const results = await Promise.all([upperWith(2), upperWith(2), upperWith(2), upperWith(2)].map((u) => copy(u)));
-  assert.deepEqual(results.map((r) => r.entries), [3, 3, 3, 3]);
+  assert.deepEqual(
+    results.map((r) => r.entries),
+    [3, 3, 3, 3],
+  );
   const before = stageThreadsStarted();
   await assert.rejects(copy(upperWith(5), { maxEntries: 2 }), DiffLimitError);
   await Promise.all(Array.from({ length: KEPT_IDLE }, () => copy(upperWith(1))));
@@ -53,10 +62,10 @@ test('a cancelled copy rejects with DiffCancelledError, its thread ends, and the
   const p = copy(big, { signal: midway.signal });
   setTimeout(() => midway.abort(), 5);
   await assert.rejects(p, DiffCancelledError);
-  assert.equal(stageThreadsIdle(), Math.max(0, idleBefore - 1), 'the stopped copy\'s thread went back to the idle set');
+  assert.equal(stageThreadsIdle(), Math.max(0, idleBefore - 1), "the stopped copy's thread went back to the idle set");
   const slow = upperWith(3000);
   const timedOut = stageUpperDiffOffThread(slow.upper, slow.stage, [], DEFAULT_DIFF_LIMITS, { timeoutMs: 1 });
   await assert.rejects(timedOut, DiffLimitError);
-  assert.equal(stageThreadsIdle(), Math.max(0, idleBefore - 2), 'the timed-out copy\'s thread went back to the idle set');
+  assert.equal(stageThreadsIdle(), Math.max(0, idleBefore - 2), "the timed-out copy's thread went back to the idle set");
   assert.equal((await copy(upperWith(2))).entries, 3);
 });

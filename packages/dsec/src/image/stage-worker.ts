@@ -107,7 +107,8 @@ export function stageUpperDiffOffThread(
     // A copy stopped midway cannot be resumed or trusted: its thread ends with it.
     const stop = (err: Error): void => settle(() => void worker.terminate().finally(() => reject(err)));
     const timer = setTimeout(
-      () => stop(new DiffLimitError(`the snapshot copy took longer than ${opts.timeoutMs} ms and was stopped`, { timeoutMs: opts.timeoutMs })),
+      () =>
+        stop(new DiffLimitError(`the snapshot copy took longer than ${opts.timeoutMs} ms and was stopped`, { timeoutMs: opts.timeoutMs })),
       opts.timeoutMs,
     );
     opts.signal?.addEventListener('abort', onAbort, { once: true });

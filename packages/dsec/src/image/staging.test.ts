@@ -28,7 +28,7 @@ describe('staging scratch and owner processes', () => {
     assert.equal(ownerGone('not a tag'), false);
   });
 
-  test("the sweep removes the scratch of dead owners only, and never a name without an owner", () => {
+  test('the sweep removes the scratch of dead owners only, and never a name without an owner', () => {
     const mine = join(dir, `${stagingPrefix('import')}abc`);
     const dead = join(dir, `import-${deadPid()}.${processStartTime(process.pid)}.${PID_SPACE}-abc`);
     const deadBlob = join(dir, `blob-${deadPid()}.1.${PID_SPACE}-0011.erofs`);

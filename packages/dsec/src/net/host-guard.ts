@@ -70,7 +70,8 @@ export class HostGuard {
     }
     if (!this.#installed) return;
     const others = (await this.nft.run('list tables')).includes('dsec_host_');
-    if (!others && this.#forwardBefore !== undefined && this.#forwardBefore !== '1') writeFileSync('/proc/sys/net/ipv4/ip_forward', this.#forwardBefore);
+    if (!others && this.#forwardBefore !== undefined && this.#forwardBefore !== '1')
+      writeFileSync('/proc/sys/net/ipv4/ip_forward', this.#forwardBefore);
     this.#installed = false;
   }
 }

@@ -16,7 +16,8 @@ describe('nftables through dsec-nft', { skip: skipReason() }, () => {
   let holder: ChildProcess;
   const nft = new Nftables();
   const TABLE = `dsec_nfttest_${process.pid}`;
-  const inside = async (): Promise<string> => (await runToolOrThrow('nsenter', [`--target=${holder.pid}`, '--net', '--', 'nft', 'list', 'tables'])).stdout;
+  const inside = async (): Promise<string> =>
+    (await runToolOrThrow('nsenter', [`--target=${holder.pid}`, '--net', '--', 'nft', 'list', 'tables'])).stdout;
 
   before(async () => {
     // A process in a fresh network namespace of its own stands in for a sandbox's init.
@@ -31,7 +32,10 @@ describe('nftables through dsec-nft', { skip: skipReason() }, () => {
   });
 
   test('a ruleset lands in the target netns only', async () => {
-    await nft.runInNetns(holder.pid!, `table inet ${TABLE} {\n  chain output {\n    type filter hook output priority 0; policy accept;\n  }\n}\n`);
+    await nft.runInNetns(
+      holder.pid!,
+      `table inet ${TABLE} {\n  chain output {\n    type filter hook output priority 0; policy accept;\n  }\n}\n`,
+    );
     assert.match(await inside(), new RegExp(`table inet ${TABLE}`));
     assert.doesNotMatch(await nft.run('list tables'), new RegExp(TABLE), 'the table leaked into the host netns');
   });
@@ -79,7 +83,10 @@ describe('nftables through dsec-nft', { skip: skipReason() }, () => {
         await nft.addLink(ns.pid!, veth, '169.254.197.1', '169.254.197.2', 30);
         // Switches back and forth on one context: each request's output is its own.
         for (let i = 0; i < 6; i++) {
-          await nft.runInNetns(ns.pid!, `table inet ${TABLE}\ndelete table inet ${TABLE}\ntable inet ${TABLE} {\n  chain c${i} {\n  }\n}\n`);
+          await nft.runInNetns(
+            ns.pid!,
+            `table inet ${TABLE}\ndelete table inet ${TABLE}\ntable inet ${TABLE} {\n  chain c${i} {\n  }\n}\n`,
+          );
           assert.equal((await nft.runInNetns(ns.pid!, `list table inet ${TABLE}`)).match(/chain c\d/g)?.join(), `chain c${i}`);
         }
       } finally {

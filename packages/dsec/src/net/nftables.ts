@@ -52,7 +52,11 @@ export class Nftables {
    */
   addLink(pid: number, hostName: string, hostAddress: string, sandboxAddress: string, prefix: number): Promise<void> {
     if (!Number.isInteger(pid) || pid <= 0) return Promise.reject(new NftError(`no such process: ${pid}`));
-    if (!/^[\w.-]{1,15}$/.test(hostName) || !Number.isInteger(prefix) || [hostAddress, sandboxAddress].some((a) => !/^\d{1,3}(\.\d{1,3}){3}$/.test(a)))
+    if (
+      !/^[\w.-]{1,15}$/.test(hostName) ||
+      !Number.isInteger(prefix) ||
+      [hostAddress, sandboxAddress].some((a) => !/^\d{1,3}(\.\d{1,3}){3}$/.test(a))
+    )
       return Promise.reject(new NftError(`malformed link: ${hostName} ${hostAddress} ${sandboxAddress}/${prefix}`));
     return this.#send(`link ${hostName}`, `link ${pid} ${hostName} ${hostAddress} ${sandboxAddress} ${prefix}\n`).then(() => undefined);
   }

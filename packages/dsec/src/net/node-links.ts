@@ -76,7 +76,13 @@ export class NodeLinks {
    * but loopback, so a kept link carries nothing. A link made for a ruleset that then fails is
    * taken down again.
    */
-  async apply(id: string, pid: number, current: SandboxNetwork | undefined, policy: NetworkPolicy, ruleset: RulesetFor): Promise<SandboxNetwork> {
+  async apply(
+    id: string,
+    pid: number,
+    current: SandboxNetwork | undefined,
+    policy: NetworkPolicy,
+    ruleset: RulesetFor,
+  ): Promise<SandboxNetwork> {
     let link = current?.link;
     let fresh: Link | undefined;
     if (!link && policy.mode !== 'none') {

@@ -57,7 +57,8 @@ export function allowEntryError(raw: string): string | undefined {
   const m = /^(?<host>[^:/]+)(?:\/(?<bits>\d{1,2}))?(?::(?<port>\d{1,5}))?$/.exec(raw.trim());
   if (!m?.groups) return `cannot parse allow entry ${JSON.stringify(raw)}: use CIDR, CIDR:port, host or host:port`;
   const { host, bits, port } = m.groups as { host: string; bits?: string; port?: string };
-  if (!isIPv4(host) && !HOST_NAME.test(host)) return `allow entry ${JSON.stringify(raw)}: ${JSON.stringify(host)} is neither an IPv4 address nor a host name`;
+  if (!isIPv4(host) && !HOST_NAME.test(host))
+    return `allow entry ${JSON.stringify(raw)}: ${JSON.stringify(host)} is neither an IPv4 address nor a host name`;
   if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) return `port out of range in ${JSON.stringify(raw)}`;
   if (bits !== undefined && (Number(bits) > 32 || !isIPv4(host))) return `bad CIDR ${JSON.stringify(raw)}`;
   return undefined;

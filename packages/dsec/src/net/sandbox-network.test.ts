@@ -16,7 +16,10 @@ function skipReason(): string | false {
 
 /** `ip -j` output, parsed. */
 async function ipJson<T>(args: string[], pid?: number): Promise<T> {
-  const r = pid === undefined ? await runToolOrThrow('ip', ['-j', ...args]) : await runToolOrThrow('nsenter', [`--target=${pid}`, '--net', '--', 'ip', '-j', ...args]);
+  const r =
+    pid === undefined
+      ? await runToolOrThrow('ip', ['-j', ...args])
+      : await runToolOrThrow('nsenter', [`--target=${pid}`, '--net', '--', 'ip', '-j', ...args]);
   return JSON.parse(r.stdout) as T;
 }
 
@@ -64,24 +67,60 @@ describe('sandbox links over rtnetlink (dsec-nft)', { skip: skipReason() }, () =
     const [host] = await ipJson<IpAddr[]>(['addr', 'show', 'dev', h]);
     assert.ok(host, `no host end ${h}`);
     assert.ok(host.flags.includes('UP'), `host end not up: ${host.flags.join(',')}`);
-    assert.deepEqual(host.addr_info.map((a) => `${a.family} ${a.local}/${a.prefixlen}`), [`inet ${link.host}/30`], 'host end: only its IPv4 address (no IPv6 link-local)');
+    assert.deepEqual(
+      host.addr_info.map((a) => `${a.family} ${a.local}/${a.prefixlen}`),
+      [`inet ${link.host}/30`],
+      'host end: only its IPv4 address (no IPv6 link-local)',
+    );
     assert.equal(readFileSync(`/proc/sys/net/ipv6/conf/${h}/disable_ipv6`, 'utf8').trim(), '1');
     const inside = await ipJson<IpAddr[]>(['addr', 'show', 'dev', 'eth0'], pid);
     assert.equal(inside.length, 1);
     assert.ok(inside[0]!.flags.includes('UP'));
-    assert.ok(inside[0]!.addr_info.some((a) => a.family === 'inet' && a.local === link.sandbox && a.prefixlen === 30), JSON.stringify(inside));
+    assert.ok(
+      inside[0]!.addr_info.some((a) => a.family === 'inet' && a.local === link.sandbox && a.prefixlen === 30),
+      JSON.stringify(inside),
+    );
     const routes = await ipJson<{ dst: string; gateway?: string; dev: string }[]>(['route', 'show', 'default'], pid);
-    assert.deepEqual(routes.map((r) => `${r.dst} via ${r.gateway} dev ${r.dev}`), [`default via ${link.host} dev eth0`]);
+    assert.deepEqual(
+      routes.map((r) => `${r.dst} via ${r.gateway} dev ${r.dev}`),
+      [`default via ${link.host} dev eth0`],
+    );
     // The link carries frames: the host end answers the sandbox's ARP request for its gateway
     // (ARP, because IP from a sandbox link to the host is what edges' host guard tables drop,
     // and other edges on this host may have theirs in place).
-    const arp = await runTool('nsenter', [`--target=${pid}`, '--net', '--', 'busybox', 'arping', '-c', '1', '-w', '5', '-I', 'eth0', link.host]);
+    const arp = await runTool('nsenter', [
+      `--target=${pid}`,
+      '--net',
+      '--',
+      'busybox',
+      'arping',
+      '-c',
+      '1',
+      '-w',
+      '5',
+      '-I',
+      'eth0',
+      link.host,
+    ]);
     assert.equal(arp.code, 0, `arping from inside to the host end: ${arp.stdout}${arp.stderr}`);
   });
 
   test('all or nothing: a link that cannot be finished (eth0 taken inside) is an error, and no host end is left', async () => {
     const pid = await netnsHolder();
-    await runToolOrThrow('nsenter', [`--target=${pid}`, '--net', '--', 'ip', 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'other0']);
+    await runToolOrThrow('nsenter', [
+      `--target=${pid}`,
+      '--net',
+      '--',
+      'ip',
+      'link',
+      'add',
+      'eth0',
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'other0',
+    ]);
     await assert.rejects(attachLink(nft, `${id}-b`, pid, linkFor(link.index + 1)), /veth dsh\w+: File exists|File exists/);
     assert.equal(existsSync(`/sys/class/net/${hostVeth(`${id}-b`)}`), false, 'the host end of the failed link is gone');
     // The helper keeps serving, from the host netns.

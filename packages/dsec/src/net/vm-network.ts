@@ -20,7 +20,11 @@ export function guestNetworkArgs(): string[] {
  */
 export async function prepareVmNetns(pid: number): Promise<void> {
   await runToolOrThrow('nsenter', [
-    `--target=${pid}`, '--net', '--', 'sh', '-c',
+    `--target=${pid}`,
+    '--net',
+    '--',
+    'sh',
+    '-c',
     `echo 1 > /proc/sys/net/ipv4/ip_forward && ` +
       `ip addr replace ${VM_TAP.netns}/${VM_TAP.prefix} dev ${VM_TAP.name} && ip link set ${VM_TAP.name} up`,
   ]);

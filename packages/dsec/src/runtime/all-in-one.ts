@@ -93,7 +93,6 @@ export async function findRunningServer(dataDir: string): Promise<{ url: string;
   }
 }
 
-
 /** A control plane with no edge of its own (`dsec control`): edges join it over the network. */
 export interface RunningControl extends Omit<RunningDsec, 'edge'> {
   /** The cluster's join token, for `dsec edge --join URL --token T`. */
@@ -110,7 +109,10 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
 }
 
 /** `dsec control`: the control plane alone; edges on other nodes join it with the token. */
-export async function startControlPlane(opts: ServerOptions & { edgeLostAfterMs?: number }, extra: { log?: Logger } = {}): Promise<RunningControl> {
+export async function startControlPlane(
+  opts: ServerOptions & { edgeLostAfterMs?: number },
+  extra: { log?: Logger } = {},
+): Promise<RunningControl> {
   return startDsecProcess(opts, { ...extra, localEdge: false });
 }
 
@@ -134,7 +136,9 @@ async function startDsecProcess(
   const images = new ImageStore(opts.dataDir, layers);
   let store: StateStore;
   try {
-    store = await StateStore.open(opts.store || join(opts.dataDir, 'state.db'), { onError: (err) => log.error({ err }, 'state store connection failed') });
+    store = await StateStore.open(opts.store || join(opts.dataDir, 'state.db'), {
+      onError: (err) => log.error({ err }, 'state store connection failed'),
+    });
   } catch (err) {
     releaseLock();
     throw err;
@@ -144,7 +148,14 @@ async function startDsecProcess(
   if (opts.registry) {
     try {
       const ref = parseRegistryRef(opts.registry, { requireName: false });
-      clusterRegistry = new ClusterRegistry(opts.registry, ref, credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')), layers, store, log.child({ component: 'registry' }));
+      clusterRegistry = new ClusterRegistry(
+        opts.registry,
+        ref,
+        credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')),
+        layers,
+        store,
+        log.child({ component: 'registry' }),
+      );
       layers.remote = clusterRegistry;
     } catch (err) {
       await store.close();
@@ -166,7 +177,12 @@ async function startDsecProcess(
   const clusterToken = await store.sharedSetting('cluster-token', loadOrCreateClusterToken(opts.dataDir));
   const replicaId = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const registry = await EdgeRegistry.open({
-    replicaId, store, token: clusterToken, log: log.child({ component: 'edges' }), ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}) });
+    replicaId,
+    store,
+    token: clusterToken,
+    log: log.child({ component: 'edges' }),
+    ...(opts.edgeLostAfterMs ? { lostAfterMs: opts.edgeLostAfterMs } : {}),
+  });
   const control = new ControlPlane(store, images, log.child({ component: 'control' }), {
     edges: registry,
     trajectoryRetentionHours: opts.trajectoryRetentionHours,
@@ -179,7 +195,12 @@ async function startDsecProcess(
   // thread of their own (see BlobServerThread), on loopback, under the cluster token.
   const blobThread =
     extra.localEdge && opts.layerFetch === 'lazy'
-      ? await BlobServerThread.start({ storeRoot: opts.layerDir || opts.dataDir, chunkSize: layers.chunkSize, token: clusterToken, host: '127.0.0.1' })
+      ? await BlobServerThread.start({
+          storeRoot: opts.layerDir || opts.dataDir,
+          chunkSize: layers.chunkSize,
+          token: clusterToken,
+          host: '127.0.0.1',
+        })
       : undefined;
   if (extra.localEdge) {
     node = makeNodeBackends({
@@ -193,7 +214,10 @@ async function startDsecProcess(
       userns: opts.userns,
       usernsPool: opts.usernsPool,
       ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),
-      onSandboxFailed: (id, reason) => void store.setStatus(id, 'failed', reason).catch((err: unknown) => log.error({ err, sandbox: id }, 'recording a failed sandbox failed')),
+      onSandboxFailed: (id, reason) =>
+        void store
+          .setStatus(id, 'failed', reason)
+          .catch((err: unknown) => log.error({ err, sandbox: id }, 'recording a failed sandbox failed')),
       log: log.child({ edge: opts.edgeId }),
     });
     edge = node.edge;
@@ -222,8 +246,22 @@ async function startDsecProcess(
   const ports = portsListenOf(opts);
   let portsPort = ports.port;
   const portsOrigin = (req: FastifyRequest): string => opts.portsUrl || `${req.protocol}://${hostForUrl(req.hostname)}:${portsPort}`;
-  const app = await buildServer({ control, store, images, log, clusterToken, links, portsOrigin, dataDir: opts.dataDir, registryAllow: parseRegistryAllow(opts.registryAllow) });
-  const portsApp = await buildPortsServer({ control, linkGate: new PortLinkGate(links, { projectOf: (id) => store.sandboxProject(id) }), log: log.child({ origin: 'ports' }) });
+  const app = await buildServer({
+    control,
+    store,
+    images,
+    log,
+    clusterToken,
+    links,
+    portsOrigin,
+    dataDir: opts.dataDir,
+    registryAllow: parseRegistryAllow(opts.registryAllow),
+  });
+  const portsApp = await buildPortsServer({
+    control,
+    linkGate: new PortLinkGate(links, { projectOf: (id) => store.sandboxProject(id) }),
+    log: log.child({ origin: 'ports' }),
+  });
   const { host, port } = parseListen(opts.listen);
   let listening = opts.listen;
   try {
@@ -246,8 +284,12 @@ async function startDsecProcess(
     await store.close();
     releaseLock();
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EADDRINUSE') throw new HostNotReadyError(`cannot listen on ${listening}: the address is in use; stop what listens there or pick another with --listen HOST:PORT (env DSEC_LISTEN) or --ports-listen HOST:PORT (env DSEC_PORTS_LISTEN)`);
-    if (code === 'EADDRNOTAVAIL') throw new HostNotReadyError(`cannot listen on ${listening}: no interface has that address; use --listen 127.0.0.1:PORT`);
+    if (code === 'EADDRINUSE')
+      throw new HostNotReadyError(
+        `cannot listen on ${listening}: the address is in use; stop what listens there or pick another with --listen HOST:PORT (env DSEC_LISTEN) or --ports-listen HOST:PORT (env DSEC_PORTS_LISTEN)`,
+      );
+    if (code === 'EADDRNOTAVAIL')
+      throw new HostNotReadyError(`cannot listen on ${listening}: no interface has that address; use --listen 127.0.0.1:PORT`);
     if (code === 'EACCES') throw new HostNotReadyError(`cannot listen on ${listening}: permission denied (ports below 1024 need root)`);
     throw err;
   }

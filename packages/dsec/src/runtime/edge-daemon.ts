@@ -68,7 +68,8 @@ export interface RunningEdgeDaemon {
 function edgeIdFor(dataDir: string, given: string | undefined): string {
   const file = join(dataDir, 'edge-id');
   if (given) {
-    if (!/^[a-z0-9]{1,32}$/.test(given)) throw new HostNotReadyError(`edge id ${JSON.stringify(given)}: use 1-32 lowercase letters and digits`);
+    if (!/^[a-z0-9]{1,32}$/.test(given))
+      throw new HostNotReadyError(`edge id ${JSON.stringify(given)}: use 1-32 lowercase letters and digits`);
     writeFileSync(file, given + '\n');
     return given;
   }
@@ -105,12 +106,22 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   // The registry of --registry, or else the one the control plane names at join (below).
   const useRegistry = async (registry: NonNullable<EdgeDaemonOptions['registry']>): Promise<void> => {
     if (opts.layerFetch === 'lazy') {
-      chunkProxy = await RegistryChunkProxyThread.start({ registry: registry.ref, credentials: registry.credentials, fallbackUrl: chunkUrl, fallbackToken: opts.token, token: chunkProxyToken });
+      chunkProxy = await RegistryChunkProxyThread.start({
+        registry: registry.ref,
+        credentials: registry.credentials,
+        fallbackUrl: chunkUrl,
+        fallbackToken: opts.token,
+        token: chunkProxyToken,
+      });
     }
     blobs.use(
       new RegistryBlobSource(
         // Few attempts: a create waits on them, and the control plane serves the layer if the registry cannot.
-        new RegistryClient(registry.ref, { credentials: registry.credentials, attempts: 3, onRetry: (why) => log.warn(`registry: retrying: ${why}`) }),
+        new RegistryClient(registry.ref, {
+          credentials: registry.credentials,
+          attempts: 3,
+          onRetry: (why) => log.warn(`registry: retrying: ${why}`),
+        }),
         new HttpBlobSource(joinUrl, opts.token),
         (digest, why) => log.warn({ layer: digest }, `registry unavailable, layer fetched from the control plane instead: ${why}`),
       ),
@@ -124,11 +135,16 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     blobs,
     maxSandboxes: opts.maxSandboxes,
     minFreeDiskBytes: (opts.minFreeDiskMiB ?? 256) * 1024 * 1024,
-    memoryAdmission: { minAvailableBytes: (opts.memoryAdmission?.minAvailableMiB ?? 256) * 1024 * 1024, maxFullPressure: opts.memoryAdmission?.maxFullPressure ?? 40 },
+    memoryAdmission: {
+      minAvailableBytes: (opts.memoryAdmission?.minAvailableMiB ?? 256) * 1024 * 1024,
+      maxFullPressure: opts.memoryAdmission?.maxFullPressure ?? 40,
+    },
     layerCacheBytes: opts.layerCacheMiB * 1024 * 1024,
     userns: opts.userns !== false,
     ...(opts.usernsPool !== undefined ? { usernsPool: opts.usernsPool } : {}),
-    ...(opts.layerFetch === 'lazy' ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: chunkUrl, token: opts.token }) } } : {}),
+    ...(opts.layerFetch === 'lazy'
+      ? { lazy: { source: () => (chunkProxy ? { url: chunkProxy.url, token: chunkProxyToken } : { url: chunkUrl, token: opts.token }) } }
+      : {}),
     log: log.child({ edge: id }),
   });
   const api = node.api;
@@ -151,7 +167,17 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
 
   let joined: JoinedEdge;
   try {
-    joined = await joinCluster({ join: joinUrl, token: opts.token, id, url, pool: opts.pool, labels: opts.labels, cpuOvercommit: opts.cpuOvercommit, info: () => api.info(), log });
+    joined = await joinCluster({
+      join: joinUrl,
+      token: opts.token,
+      id,
+      url,
+      pool: opts.pool,
+      labels: opts.labels,
+      cpuOvercommit: opts.cpuOvercommit,
+      info: () => api.info(),
+      log,
+    });
   } catch (err) {
     await server.close();
     await node.shutdown();
@@ -163,7 +189,9 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     const code = e && typeof e === 'object' && 'code' in e ? String((e as { code: unknown }).code) : undefined;
     const causeMessage = (err as { cause?: { message?: string } }).cause?.message;
     const why = code ? `cannot reach ${joinUrl} (${code})` : `${(err as Error).message}${causeMessage ? ` (${causeMessage})` : ''}`;
-    throw new HostNotReadyError(`this edge could not join the control plane: ${why}; check --join (the URL \`dsec control\` printed) and --token`);
+    throw new HostNotReadyError(
+      `this edge could not join the control plane: ${why}; check --join (the URL \`dsec control\` printed) and --token`,
+    );
   }
   // No --registry here: the cluster's registry, if the control plane has one, comes with the join.
   if (!opts.registry && joined.registry) {
@@ -175,7 +203,10 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
       });
       log.info({ registry: grant.repository }, "reading layers from the cluster's registry (named by the control plane at join)");
     } catch (err) {
-      log.error({ err: (err as Error).message, registry: joined.registry.repository }, "the cluster's registry cannot be used; layers come from the control plane");
+      log.error(
+        { err: (err as Error).message, registry: joined.registry.repository },
+        "the cluster's registry cannot be used; layers come from the control plane",
+      );
     }
   }
 

@@ -19,7 +19,13 @@ export function makeNodeBackends(opts: Omit<EdgeOptions, 'layerInUse'>): NodeBac
   // The edge's layer cache asks the VM backend, which needs that cache: tied through this box.
   const box: { vms?: VmBackend | undefined } = {};
   const edge = new Edge({ ...opts, layerInUse: (d) => box.vms?.layerInUse(d) ?? false });
-  const setup = VmBackend.create({ nodeDir: opts.nodeDir, layerCache: edge.layerCache, links: edge.links, blobs: opts.blobs, log: opts.log.child({ backend: 'vm' }) });
+  const setup = VmBackend.create({
+    nodeDir: opts.nodeDir,
+    layerCache: edge.layerCache,
+    links: edge.links,
+    blobs: opts.blobs,
+    log: opts.log.child({ backend: 'vm' }),
+  });
   const vms = (box.vms = setup.backend);
   if (setup.missing) opts.log.warn(`microVM/VM sandboxes are off: ${setup.missing}`);
   const fn = new FnCalls(edge, { log: opts.log.child({ backend: 'fncall' }) });

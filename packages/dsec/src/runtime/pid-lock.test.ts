@@ -14,7 +14,10 @@ describe('takePidLock', () => {
       release();
       assert.equal(existsSync(join(dir, 'dsec-edge.pid')), false);
       writeFileSync(join(dir, 'dsec.pid'), '1'); // PID 1 is always alive
-      assert.throws(() => takePidLock(dir, 'dsec.pid', 'dsec'), (err: unknown) => err instanceof HostNotReadyError && /^dsec \(pid 1\) already runs on /.test(err.message));
+      assert.throws(
+        () => takePidLock(dir, 'dsec.pid', 'dsec'),
+        (err: unknown) => err instanceof HostNotReadyError && /^dsec \(pid 1\) already runs on /.test(err.message),
+      );
       writeFileSync(join(dir, 'dsec.pid'), '2147483646'); // no such process
       takePidLock(dir, 'dsec.pid', 'dsec')();
     } finally {

@@ -16,7 +16,8 @@ export function takePidLock(dataDir: string, file: string, what: string): () => 
   const path = join(dataDir, file);
   if (existsSync(path)) {
     const pid = Number(readFileSync(path, 'utf8'));
-    if (pid !== process.pid && isProcessAlive(pid)) throw new HostNotReadyError(`${what} (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
+    if (pid !== process.pid && isProcessAlive(pid))
+      throw new HostNotReadyError(`${what} (pid ${pid}) already runs on ${dataDir}; stop it first or use another --data-dir`);
   }
   writeFileSync(path, String(process.pid));
   return () => rmSync(path, { force: true });

@@ -10,7 +10,8 @@ import { guestAssets } from '../edge/backends/vm/guest-assets.js';
  */
 export async function vmCheck(): Promise<Check> {
   const name = 'microVM/VM sandboxes';
-  if (!which('qemu-system-x86_64')) return { name, ok: false, detail: 'no qemu-system-x86_64 (Debian qemu-system-x86; scripts/setup installs it)', required: false };
+  if (!which('qemu-system-x86_64'))
+    return { name, ok: false, detail: 'no qemu-system-x86_64 (Debian qemu-system-x86; scripts/setup installs it)', required: false };
   const g = guestAssets();
   if ('missing' in g) return { name, ok: false, detail: g.missing, required: false };
   const a = await chooseAccel(g);

@@ -40,7 +40,9 @@ interface Replica {
 
 async function startReplica(store: string): Promise<Replica> {
   const dataDir = makeDataDir();
-  const child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir, store, layerDir })], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir, store, layerDir })], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`replica exited (${code})`)));
@@ -59,7 +61,11 @@ function percentile(sorted: number[], p: number): number {
 }
 
 /** `n` requests at `concurrency`, the i-th to replicas[i % replicas.length]; wall time and per-request latencies. */
-async function load(replicas: Replica[], n: number, request: (r: Replica, i: number) => Promise<void>): Promise<{ seconds: number; ms: number[] }> {
+async function load(
+  replicas: Replica[],
+  n: number,
+  request: (r: Replica, i: number) => Promise<void>,
+): Promise<{ seconds: number; ms: number[] }> {
   const ms: number[] = [];
   let next = 0;
   const t0 = performance.now();
@@ -88,8 +94,17 @@ async function startEdges(replicas: Replica[], label: string): Promise<{ close()
     }
     const dataDir = makeDataDir();
     const daemon = await startEdgeDaemon({
-      join, token, listen: '127.0.0.1:0', dataDir, id: newEdgeId(), pool: 'default', labels: {}, cpuOvercommit: 0,
-      maxSandboxes: creates + 16, layerCacheMiB: 1024, logLevel: 'warn',
+      join,
+      token,
+      listen: '127.0.0.1:0',
+      dataDir,
+      id: newEdgeId(),
+      pool: 'default',
+      labels: {},
+      cpuOvercommit: 0,
+      maxSandboxes: creates + 16,
+      layerCacheMiB: 1024,
+      logLevel: 'warn',
     });
     out.push({
       async close() {
@@ -165,7 +180,10 @@ const realSetups: { label: string; start(): Promise<Replica[]> }[] = [
   { label: '1 replica, SQLite, real edges', start: async () => [await startReplica('')] },
   // A database per setup: a replica started later would still count an earlier setup's edges as
   // ready (their rows say so until the watcher's replica marks them lost; see the issue's report).
-  { label: '1 replica, PostgreSQL, real edges', start: async () => [await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`))] },
+  {
+    label: '1 replica, PostgreSQL, real edges',
+    start: async () => [await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`))],
+  },
   {
     label: '2 replicas, PostgreSQL, real edges',
     start: async () => {
@@ -203,7 +221,10 @@ if (real) {
   }
 }
 rmSync(layerDir, { recursive: true, force: true });
-const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+const stamp = new Date()
+  .toISOString()
+  .replace(/[-:]/g, '')
+  .replace(/\.\d+Z$/, 'Z');
 const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}${real ? ' real' : ''}`;
 const dir = join(here, '..', '..', '..', '..', '..', 'bench', 'results');
 mkdirSync(dir, { recursive: true });
@@ -214,14 +235,17 @@ const ratio = (x: Record<string, number | string>, y: Record<string, number | st
 const mean = (label: string): Record<string, number | string> => {
   const rows = results.filter((r) => r['setup'] === label);
   const out: Record<string, number | string> = { setup: label };
-  for (const k of ['createsPerSecond', 'createP50Ms', 'inspectP50Ms']) out[k] = Math.round((rows.reduce((t, r) => t + Number(r[k]), 0) / rows.length) * 100) / 100;
+  for (const k of ['createsPerSecond', 'createP50Ms', 'inspectP50Ms'])
+    out[k] = Math.round((rows.reduce((t, r) => t + Number(r[k]), 0) / rows.length) * 100) / 100;
   return out;
 };
 const summary = real ? realSetups.map((x) => mean(x.label)) : results;
 const first = summary[0]!;
 const last = summary[summary.length - 1]!;
 const md = [
-  real ? '# Control-plane replicas with real edges: 2 on PostgreSQL vs 1 on SQLite (and 1 on PostgreSQL)' : `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
+  real
+    ? '# Control-plane replicas with real edges: 2 on PostgreSQL vs 1 on SQLite (and 1 on PostgreSQL)'
+    : `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
   '',
   real
     ? `Command: \`${command}\` (${new Date().toISOString()}). Two real edges (\`dsec edge\` daemons in the benchmark's process: crun, EROFS, overlayfs; busybox sandboxes, 16 MiB); each control plane`
@@ -229,10 +253,15 @@ const md = [
   'a process of its own; PostgreSQL 15 from the test harness (fsync off: a throw-away cluster); creates and inspects spread',
   'round-robin over the replicas; one run on a shared 2-core machine (noisy: read the ratios, not the absolute numbers).',
   '',
-  ...(real ? ['Each setup ran twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike.', ''] : []),
+  ...(real
+    ? ['Each setup ran twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike.', '']
+    : []),
   '| setup | round | creates/s | create p50 ms | create p99 ms | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
   '|---|---|---|---|---|---|---|---|',
-  ...results.map((r) => `| ${r['setup']} | ${r['round'] ?? 1} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`),
+  ...results.map(
+    (r) =>
+      `| ${r['setup']} | ${r['round'] ?? 1} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`,
+  ),
   '',
   ...(real
     ? [
@@ -245,7 +274,12 @@ const md = [
       ]
     : []),
   `Ratios${real ? ' (of the means)' : ''}: ${ratio(last, first, `${last['setup']} ÷ ${first['setup']}`)}.`,
-  ...(summary.length > 2 ? ['', `Also: ${ratio(last, summary[1]!, `${last['setup']} ÷ ${summary[1]!['setup']}`)}; ${ratio(summary[1]!, first, `${summary[1]!['setup']} ÷ ${first['setup']}`)}.`] : []),
+  ...(summary.length > 2
+    ? [
+        '',
+        `Also: ${ratio(last, summary[1]!, `${last['setup']} ÷ ${summary[1]!['setup']}`)}; ${ratio(summary[1]!, first, `${summary[1]!['setup']} ÷ ${first['setup']}`)}.`,
+      ]
+    : []),
   '',
 ].join('\n');
 const base = real ? `replicas-real-${stamp}` : `replicas-${stamp}`;

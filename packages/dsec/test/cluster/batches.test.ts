@@ -6,7 +6,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { batchEvents, Connection, Sandbox, type BatchEvent, type BatchInfo } from '@dsec/sdk';
-import { integrationSkipReason, startDsec, assertCleanAndRemove, makeDataDir, newEdgeId, startTestServer, type TestServer } from '../helpers/server.js';
+import {
+  integrationSkipReason,
+  startDsec,
+  assertCleanAndRemove,
+  makeDataDir,
+  newEdgeId,
+  startTestServer,
+  type TestServer,
+} from '../helpers/server.js';
 import { call, expectWireError } from '../helpers/wire.js';
 
 describe('batches', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
@@ -33,9 +41,16 @@ describe('batches', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
     assert.equal(sandboxes.length, 12);
     assert.equal(seen[0]?.type, 'accepted');
     assert.equal(seen.at(-1)?.type, 'done');
-    assert.deepEqual(seen.map((e) => e.seq), seen.map((_e, i) => i), 'sequence numbers count up by one');
+    assert.deepEqual(
+      seen.map((e) => e.seq),
+      seen.map((_e, i) => i),
+      'sequence numbers count up by one',
+    );
     const running = seen.filter((e) => e.type === 'running');
-    assert.deepEqual(running.map((e) => e.index).sort((a, b) => a! - b!), [...Array(12).keys()]);
+    assert.deepEqual(
+      running.map((e) => e.index).sort((a, b) => a! - b!),
+      [...Array(12).keys()],
+    );
     for (const e of running) {
       const placed = seen.findIndex((p) => p.type === 'placed' && p.index === e.index);
       assert.ok(placed >= 0 && placed < e.seq, `item ${e.index} was placed before it ran`);
@@ -50,7 +65,9 @@ describe('batches', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
 
   test('a progress stream resumes after the last event seen, with nothing lost or repeated', async () => {
     const conn = new Connection(server.conn);
-    const start = (await call(server, 'POST', '/v1/batches', { json: { count: 5, spec: { image: 'busybox', resources: { memoryMiB: 32 } } } })).json as BatchInfo;
+    const start = (
+      await call(server, 'POST', '/v1/batches', { json: { count: 5, spec: { image: 'busybox', resources: { memoryMiB: 32 } } } })
+    ).json as BatchInfo;
     const first: BatchEvent[] = [];
     for await (const e of batchEvents(conn, start.id)) {
       first.push(e);
@@ -59,35 +76,67 @@ describe('batches', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
     const rest: BatchEvent[] = [];
     for await (const e of batchEvents(conn, start.id, { after: first.at(-1)!.seq })) rest.push(e);
     const all = [...first, ...rest];
-    assert.deepEqual(all.map((e) => e.seq), all.map((_e, i) => i));
+    assert.deepEqual(
+      all.map((e) => e.seq),
+      all.map((_e, i) => i),
+    );
     assert.equal(all.at(-1)?.type, 'done');
     assert.equal(all.filter((e) => e.type === 'running').length, 5);
     const stored = await call(server, 'GET', `/v1/batches/${start.id}/events?after=2&follow=false`);
-    const lines = stored.text.trim().split('\n').map((l) => JSON.parse(l) as BatchEvent);
+    const lines = stored.text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as BatchEvent);
     assert.equal(lines[0]?.seq, 3);
     await call(server, 'DELETE', `/v1/batches/${start.id}`); // done: cancelling is a no-op
     for (const e of all.filter((x) => x.type === 'running')) await Sandbox.kill(e.sandboxId!, server.conn);
   });
 
   test('bad input is refused before any work: unknown image, count 0 or over 32,000, bad network', async () => {
-    expectWireError(await call(server, 'POST', '/v1/batches', { json: { count: 3, spec: { image: 'no-such-image' } } }), 404, 'IMAGE_NOT_FOUND');
+    expectWireError(
+      await call(server, 'POST', '/v1/batches', { json: { count: 3, spec: { image: 'no-such-image' } } }),
+      404,
+      'IMAGE_NOT_FOUND',
+    );
     expectWireError(await call(server, 'POST', '/v1/batches', { json: { count: 0, spec: { image: 'busybox' } } }), 400, 'INVALID_REQUEST');
-    expectWireError(await call(server, 'POST', '/v1/batches', { json: { count: 32_001, spec: { image: 'busybox' } } }), 400, 'INVALID_REQUEST');
-    expectWireError(await call(server, 'POST', '/v1/batches', { json: { count: 2, spec: { image: 'busybox', network: { mode: 'allow', allow: ['a b'] } } } }), 400, 'INVALID_REQUEST');
+    expectWireError(
+      await call(server, 'POST', '/v1/batches', { json: { count: 32_001, spec: { image: 'busybox' } } }),
+      400,
+      'INVALID_REQUEST',
+    );
+    expectWireError(
+      await call(server, 'POST', '/v1/batches', {
+        json: { count: 2, spec: { image: 'busybox', network: { mode: 'allow', allow: ['a b'] } } },
+      }),
+      400,
+      'INVALID_REQUEST',
+    );
     expectWireError(await call(server, 'GET', '/v1/batches/batch-000000000000'), 404, 'BATCH_NOT_FOUND');
     assert.deepEqual(await Sandbox.list({ ...server.conn }), []);
   });
 
   test('items the cluster cannot hold fail with CAPACITY_EXCEEDED, each accounted for', async () => {
-    const { sandboxes, failures } = await Sandbox.createMany(45, { ...server.conn, image: 'busybox', resources: { memoryMiB: 16, pids: 16 }, concurrency: 8 });
+    const { sandboxes, failures } = await Sandbox.createMany(45, {
+      ...server.conn,
+      image: 'busybox',
+      resources: { memoryMiB: 16, pids: 16 },
+      concurrency: 8,
+    });
     assert.equal(sandboxes.length + failures.length, 45);
     assert.equal(sandboxes.length, 40, 'the edge admits up to its 40');
-    assert.ok(failures.every((f) => f.code === 'CAPACITY_EXCEEDED' && /full/.test(f.reason)), JSON.stringify(failures.slice(0, 2)));
+    assert.ok(
+      failures.every((f) => f.code === 'CAPACITY_EXCEEDED' && /full/.test(f.reason)),
+      JSON.stringify(failures.slice(0, 2)),
+    );
     await Promise.all(sandboxes.map((s) => s.kill()));
   });
 
   test('cancel stops the batch and kills what it made', async () => {
-    const b = (await call(server, 'POST', '/v1/batches', { json: { count: 30, concurrency: 2, spec: { image: 'busybox', resources: { memoryMiB: 16 } } } })).json as BatchInfo;
+    const b = (
+      await call(server, 'POST', '/v1/batches', {
+        json: { count: 30, concurrency: 2, spec: { image: 'busybox', resources: { memoryMiB: 16 } } },
+      })
+    ).json as BatchInfo;
     for (let i = 0; i < 200; i++) {
       const now = (await call(server, 'GET', `/v1/batches/${b.id}`)).json as BatchInfo;
       if (now.running >= 2) break;
@@ -107,7 +156,11 @@ describe('batches across a control-plane restart', { skip: integrationSkipReason
     let dsec = await startDsec(dataDir, { edgeId });
     try {
       const conn = { url: dsec.url, apiKey: dsec.apiKey };
-      const b = (await call(conn, 'POST', '/v1/batches', { json: { count: 16, concurrency: 2, spec: { image: 'busybox', resources: { memoryMiB: 16 } } } })).json as BatchInfo;
+      const b = (
+        await call(conn, 'POST', '/v1/batches', {
+          json: { count: 16, concurrency: 2, spec: { image: 'busybox', resources: { memoryMiB: 16 } } },
+        })
+      ).json as BatchInfo;
       for (let i = 0; i < 400; i++) {
         if (((await call(conn, 'GET', `/v1/batches/${b.id}`)).json as BatchInfo).running >= 3) break;
         await new Promise((r) => setTimeout(r, 25));
@@ -124,7 +177,10 @@ describe('batches across a control-plane restart', { skip: integrationSkipReason
       assert.equal(items.size, 16, 'every item has exactly one outcome');
       const list = await Sandbox.list({ ...conn2, labels: { 'dsec.batch': b.id } });
       assert.equal(list.filter((s) => s.status === 'running').length, info.running);
-      assert.ok(list.every((s) => s.status === 'running' || s.reason), 'a sandbox that is not running says why');
+      assert.ok(
+        list.every((s) => s.status === 'running' || s.reason),
+        'a sandbox that is not running says why',
+      );
     } finally {
       await dsec.close({ killAll: true });
       await assertCleanAndRemove(dataDir, edgeId);

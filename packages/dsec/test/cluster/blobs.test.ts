@@ -62,7 +62,11 @@ describe('blob endpoint', { skip: integrationSkipReason(), timeout: 60_000 }, ()
     const put = await get(`/v1/blobs/${d}`, { method: 'PUT', body: data, headers: { 'content-type': 'application/vnd.dsec.layer.erofs' } });
     assert.equal(put.status, 201);
     assert.deepEqual(readFileSync(server.dsec.images.layers.path(d as `sha256:${string}`)), data);
-    const wrong = await get(`/v1/blobs/sha256:${'1'.repeat(64)}`, { method: 'PUT', body: data, headers: { 'content-type': 'application/vnd.dsec.layer.erofs' } });
+    const wrong = await get(`/v1/blobs/sha256:${'1'.repeat(64)}`, {
+      method: 'PUT',
+      body: data,
+      headers: { 'content-type': 'application/vnd.dsec.layer.erofs' },
+    });
     assert.equal(wrong.status, 400);
     assert.equal(server.dsec.images.layers.has(`sha256:${'1'.repeat(64)}`), false);
     server.dsec.images.layers.remove(d as `sha256:${string}`);

@@ -57,17 +57,29 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
       assert.match(n.labels['node'] ?? '', /^n\d$/);
     }
     // The same through the CLI, as an operator sees it.
-    const cli = spawnSync(process.execPath, [CLI, 'nodes', '--json'], { encoding: 'utf8', env: { ...process.env, DSEC_URL: conn.url, DSEC_API_KEY: conn.apiKey } });
+    const cli = spawnSync(process.execPath, [CLI, 'nodes', '--json'], {
+      encoding: 'utf8',
+      env: { ...process.env, DSEC_URL: conn.url, DSEC_API_KEY: conn.apiKey },
+    });
     assert.equal(cli.status, 0, cli.stderr);
     assert.deepEqual((JSON.parse(cli.stdout) as { id: string }[]).map((n) => n.id).sort(), h.edges.map((e) => e.id).sort());
   });
 
   test('a batch of 30 spreads over the edges, fetching layers over the blob endpoint; exec, snapshot and fork work across nodes', async () => {
-    const { sandboxes, failures } = await Sandbox.createMany(30, { ...conn, image: 'busybox', resources: { memoryMiB: 32, pids: 64 }, labels: { t: 'spread' }, concurrency: 6 });
+    const { sandboxes, failures } = await Sandbox.createMany(30, {
+      ...conn,
+      image: 'busybox',
+      resources: { memoryMiB: 32, pids: 64 },
+      labels: { t: 'spread' },
+      concurrency: 6,
+    });
     assert.deepEqual(failures, []);
     const spread = byEdge(sandboxes.map((s) => s.info));
     // Once seen in a full run: every sandbox on 2 of the 3 edges. Say what the third looked like.
-    const why = spread.size === 3 ? '' : `\nnodes: ${JSON.stringify(await h.nodes())}\ncontrol plane log (tail): ${h.controlLog.join('').slice(-6000)}`;
+    const why =
+      spread.size === 3
+        ? ''
+        : `\nnodes: ${JSON.stringify(await h.nodes())}\ncontrol plane log (tail): ${h.controlLog.join('').slice(-6000)}`;
     assert.equal(spread.size, 3, `all three edges got sandboxes: ${JSON.stringify([...spread])}${why}`);
     for (const [edge, n] of spread) assert.ok(n >= 4, `edge ${edge} got only ${n} of 30`);
     const one = sandboxes[0]!;
@@ -90,7 +102,28 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
   test('a stranger on the bridge without the cluster token gets 401 from an edge and from the cluster routes', async () => {
     const ns = h.addNetns('x', 99);
     const probe = (url: string, auth: string, method = 'GET'): string =>
-      spawnSync('ip', ['netns', 'exec', ns, 'curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-m', '5', '-X', method, '-H', `authorization: Bearer ${auth}`, url], { encoding: 'utf8' }).stdout;
+      spawnSync(
+        'ip',
+        [
+          'netns',
+          'exec',
+          ns,
+          'curl',
+          '-s',
+          '-o',
+          '/dev/null',
+          '-w',
+          '%{http_code}',
+          '-m',
+          '5',
+          '-X',
+          method,
+          '-H',
+          `authorization: Bearer ${auth}`,
+          url,
+        ],
+        { encoding: 'utf8' },
+      ).stdout;
     for (const e of h.edges) {
       assert.equal(probe(`${e.url}/edge/v1/sandboxes`, 'nope'), '401');
       assert.equal(probe(`${e.url}/edge/v1/info`, conn.apiKey), '401', 'an API key is not the cluster token');
@@ -101,10 +134,22 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
 
   test('kill -9 of an edge in the middle of a batch: every sandbox running or lost with a reason; back, it kills what was reported lost', async () => {
     const victim = h.edges[1]!;
-    const b = (await new Connection(conn).json<BatchInfo>('POST', '/v1/batches', { json: { count: 24, concurrency: 3, spec: { image: 'busybox', resources: { memoryMiB: 32 }, labels: { t: 'kill9' } } } })).id;
-    await h.waitFor(async () => (await new Connection(conn).json<BatchInfo>('GET', `/v1/batches/${b}`)).running >= 6, 'six sandboxes running');
+    const b = (
+      await new Connection(conn).json<BatchInfo>('POST', '/v1/batches', {
+        json: { count: 24, concurrency: 3, spec: { image: 'busybox', resources: { memoryMiB: 32 }, labels: { t: 'kill9' } } },
+      })
+    ).id;
+    await h.waitFor(
+      async () => (await new Connection(conn).json<BatchInfo>('GET', `/v1/batches/${b}`)).running >= 6,
+      'six sandboxes running',
+    );
     await h.crash(victim.proc);
-    const lostIn = await h.waitFor(async () => (await h.nodes()).find((n) => n.id === victim.id)?.state === 'lost', 'the edge marked lost', () => h.controlLog.join(''), 15_000);
+    const lostIn = await h.waitFor(
+      async () => (await h.nodes()).find((n) => n.id === victim.id)?.state === 'lost',
+      'the edge marked lost',
+      () => h.controlLog.join(''),
+      15_000,
+    );
     assert.ok(lostIn < 10_000 + 1000, `lost after ${lostIn} ms`);
     for await (const e of batchEvents(new Connection(conn), b)) if (e.type === 'done') break;
     const info = await new Connection(conn).json<BatchInfo>('GET', `/v1/batches/${b}`);
@@ -125,7 +170,10 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     await h.waitFor(async () => (await h.nodes()).find((n) => n.id === victim.id)?.state === 'ready', 'the edge back');
     const edgeApi = new HttpEdgeClient(victim.id, victim.url, h.joinToken);
     const lostIds = new Set(onVictim.map((s) => s.id));
-    await h.waitFor(async () => !(await listOnEdge(h, victim.index)).some((id) => lostIds.has(id)), 'the lost sandboxes killed on the edge');
+    await h.waitFor(
+      async () => !(await listOnEdge(h, victim.index)).some((id) => lostIds.has(id)),
+      'the lost sandboxes killed on the edge',
+    );
     void edgeApi;
     await new Connection(conn).json('DELETE', `/v1/batches/${b}`);
     for (const s of await Sandbox.list({ ...conn, labels: { t: 'kill9' } })) await Sandbox.kill(s.id, conn);
@@ -133,17 +181,30 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
 
   test('an edge cut off with nftables is lost within 10 s with its sandboxes, and back in service after', async () => {
     const e = h.edges[2]!;
-    const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 }, placement: { labels: { node: `n${e.index}` } } });
+    const sb = await Sandbox.create({
+      ...conn,
+      image: 'busybox',
+      resources: { memoryMiB: 32 },
+      placement: { labels: { node: `n${e.index}` } },
+    });
     assert.equal(sb.info.edge, e.id);
     await sb.files.write('/root/work.txt', 'step 1 of the rollout\n');
     await sb.commands.run('echo step 2 >> /root/work.txt');
     h.cut(e);
-    const t = await h.waitFor(async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'lost', 'the cut edge lost', () => h.controlLog.join(''), 15_000);
+    const t = await h.waitFor(
+      async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'lost',
+      'the cut edge lost',
+      () => h.controlLog.join(''),
+      15_000,
+    );
     assert.ok(t <= 10_000 + 1000, `lost after ${t} ms`);
     const lost = await sb.refresh();
     assert.equal(lost.status, 'lost');
     assert.match(lost.reason ?? '', /no heartbeat/);
-    await assert.rejects(Sandbox.create({ ...conn, image: 'busybox', placement: { labels: { node: `n${e.index}` } } }), /CAPACITY|full|lost/);
+    await assert.rejects(
+      Sandbox.create({ ...conn, image: 'busybox', placement: { labels: { node: `n${e.index}` } } }),
+      /CAPACITY|full|lost/,
+    );
     // Replay rebuilds the lost sandbox on another edge from its image and trajectory.
     const replay = await new Connection(conn).json<{ sandbox: SandboxInfo; replayed: number }>('POST', `/v1/sandboxes/${sb.id}/replay`);
     assert.notEqual(replay.sandbox.edge, e.id);
@@ -154,15 +215,27 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     h.heal(e);
     await h.waitFor(async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'ready', 'the edge back in service');
     await h.waitFor(async () => !(await listOnEdge(h, e.index)).includes(sb.id), 'the sandbox reported lost killed on the edge');
-    const again = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 }, placement: { labels: { node: `n${e.index}` } } });
+    const again = await Sandbox.create({
+      ...conn,
+      image: 'busybox',
+      resources: { memoryMiB: 32 },
+      placement: { labels: { node: `n${e.index}` } },
+    });
     assert.equal((await again.commands.run('echo back')).stdout, 'back\n');
     await again.kill();
     await sb.kill();
   });
 
   test('kill -9 of the control plane in the middle of a batch: after its restart every sandbox is accounted for', async () => {
-    const b = (await new Connection(conn).json<BatchInfo>('POST', '/v1/batches', { json: { count: 18, concurrency: 2, spec: { image: 'busybox', resources: { memoryMiB: 32 }, labels: { t: 'cp-crash' } } } })).id;
-    await h.waitFor(async () => (await new Connection(conn).json<BatchInfo>('GET', `/v1/batches/${b}`)).running >= 4, 'four sandboxes running');
+    const b = (
+      await new Connection(conn).json<BatchInfo>('POST', '/v1/batches', {
+        json: { count: 18, concurrency: 2, spec: { image: 'busybox', resources: { memoryMiB: 32 }, labels: { t: 'cp-crash' } } },
+      })
+    ).id;
+    await h.waitFor(
+      async () => (await new Connection(conn).json<BatchInfo>('GET', `/v1/batches/${b}`)).running >= 4,
+      'four sandboxes running',
+    );
     await h.crash(h.control);
     await h.startControl();
     conn = h.conn;
@@ -174,17 +247,32 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     assert.equal(list.filter((s) => s.status === 'running').length, info.running);
     for (const s of list) if (s.status !== 'running') assert.ok(s.reason, `${s.id} is ${s.status} and says why`);
     // What the edges run is exactly what the store says runs.
-    await h.waitFor(async () => {
-      const onEdges = new Set((await Promise.all(h.edges.map((e) => listOnEdge(h, e.index)))).flat());
-      return list.filter((s) => s.status === 'running').every((s) => onEdges.has(s.id)) && [...onEdges].every((id) => list.some((s) => s.id === id && s.status === 'running'));
-    }, 'edges and store agree', () => JSON.stringify(list.map((s) => [s.id, s.status, s.reason])));
+    await h.waitFor(
+      async () => {
+        const onEdges = new Set((await Promise.all(h.edges.map((e) => listOnEdge(h, e.index)))).flat());
+        return (
+          list.filter((s) => s.status === 'running').every((s) => onEdges.has(s.id)) &&
+          [...onEdges].every((id) => list.some((s) => s.id === id && s.status === 'running'))
+        );
+      },
+      'edges and store agree',
+      () => JSON.stringify(list.map((s) => [s.id, s.status, s.reason])),
+    );
     for (const s of list) await Sandbox.kill(s.id, conn);
   });
 
   test('drain: no new placements on the edge, and it leaves once empty', async () => {
     const e = h.edges[0]!;
-    const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 }, placement: { labels: { node: `n${e.index}` } } });
-    const drain = spawnSync(process.execPath, [CLI, 'edge', 'drain', e.id], { encoding: 'utf8', env: { ...process.env, DSEC_URL: conn.url, DSEC_API_KEY: conn.apiKey } });
+    const sb = await Sandbox.create({
+      ...conn,
+      image: 'busybox',
+      resources: { memoryMiB: 32 },
+      placement: { labels: { node: `n${e.index}` } },
+    });
+    const drain = spawnSync(process.execPath, [CLI, 'edge', 'drain', e.id], {
+      encoding: 'utf8',
+      env: { ...process.env, DSEC_URL: conn.url, DSEC_API_KEY: conn.apiKey },
+    });
     assert.equal(drain.status, 0, drain.stderr);
     assert.match(drain.stdout, new RegExp(`edge ${e.id} is draining`));
     assert.equal((await h.nodes()).find((n) => n.id === e.id)?.state, 'draining');
@@ -201,6 +289,21 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
 
 async function listOnEdge(h: ClusterHarness, index: number): Promise<string[]> {
   const e = h.edges[index]!;
-  const r = spawnSync('ip', ['netns', 'exec', h.edges[index]!.netns, 'curl', '-s', '-m', '5', '-H', `authorization: Bearer ${h.joinToken}`, `${e.url}/edge/v1/sandboxes`], { encoding: 'utf8' });
+  const r = spawnSync(
+    'ip',
+    [
+      'netns',
+      'exec',
+      h.edges[index]!.netns,
+      'curl',
+      '-s',
+      '-m',
+      '5',
+      '-H',
+      `authorization: Bearer ${h.joinToken}`,
+      `${e.url}/edge/v1/sandboxes`,
+    ],
+    { encoding: 'utf8' },
+  );
   return (JSON.parse(r.stdout) as { sandboxes: { id: string }[] }).sandboxes.map((s) => s.id);
 }

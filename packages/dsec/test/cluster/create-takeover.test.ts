@@ -57,7 +57,12 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
     keeper.edge.createDelayMs = 2500;
     dropper.edge.createDelayMs = 2500;
     const pinned = (node: string): unknown => ({ image: 'busybox', labels: { case: `takeover-${node}` }, placement: { labels: { node } } });
-    const answers = ['keeper', 'dropper'].map((node) => api(a, 'POST', '/v1/sandboxes', pinned(node)).then(() => 'answered', () => 'no answer'));
+    const answers = ['keeper', 'dropper'].map((node) =>
+      api(a, 'POST', '/v1/sandboxes', pinned(node)).then(
+        () => 'answered',
+        () => 'no answer',
+      ),
+    );
     // Both rows are written (creating) and both edges are working on them when A dies.
     const [kept, dropped] = await until(async () => {
       const k = (await listed(b, 'takeover-keeper'))[0];
@@ -70,7 +75,12 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
     dropper.edge.stop();
     await pair.killA();
     assert.deepEqual(await Promise.all(answers), ['no answer', 'no answer'], "A's callers never got an answer");
-    for (const s of [kept, dropped]) assert.equal(((await api(b, 'GET', `/v1/sandboxes/${s.id}`)).body as SandboxInfo).status, 'creating', `${s.id} was creating when A died`);
+    for (const s of [kept, dropped])
+      assert.equal(
+        ((await api(b, 'GET', `/v1/sandboxes/${s.id}`)).body as SandboxInfo).status,
+        'creating',
+        `${s.id} was creating when A died`,
+      );
 
     // B, once A's create leases run out, settles both from what their edges hold.
     const settled = await until(async () => {
@@ -79,7 +89,10 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
       return k.status !== 'creating' && d.status !== 'creating' ? { k, d } : undefined;
     });
     assert.equal(settled.k.status, 'running', 'the edge made it: running');
-    assert.ok((await keeper.edge.listSandboxes()).some((s) => s.id === kept.id), 'and the keeper edge runs it');
+    assert.ok(
+      (await keeper.edge.listSandboxes()).some((s) => s.id === kept.id),
+      'and the keeper edge runs it',
+    );
     assert.equal(settled.d.status, 'failed', `the edge refused it: failed (${settled.d.reason})`);
     assert.match(settled.d.reason ?? '', /replica .* stopped .* while creating it, and its edge dropper did not have it/);
     assert.ok(!(await dropper.edge.listSandboxes()).some((s) => s.id === dropped.id), 'the dropper edge holds nothing of it');
@@ -90,7 +103,9 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
 
   test("a live replica's creates are not taken over: B's own create on a slow edge ends running", async () => {
     keeper.edge.createDelayMs = 2500;
-    const made = (await api(b, 'POST', '/v1/sandboxes', { image: 'busybox', labels: { case: 'own' }, placement: { labels: { node: 'keeper' } } })).body as SandboxInfo;
+    const made = (
+      await api(b, 'POST', '/v1/sandboxes', { image: 'busybox', labels: { case: 'own' }, placement: { labels: { node: 'keeper' } } })
+    ).body as SandboxInfo;
     assert.equal(made.status, 'running');
     assert.equal(((await api(b, 'GET', `/v1/sandboxes/${made.id}`)).body as SandboxInfo).status, 'running');
     assert.equal(keeper.edge.kills.get(made.id) ?? 0, 0, 'never killed by a takeover');
@@ -99,62 +114,79 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
   });
 });
 
-describe('creates in flight on a replica that dies, with a real crun edge', { skip: skip ?? registrySkipReason(), timeout: 180_000 }, () => {
-  let registry: TestRegistry;
-  let pair: ReplicaPair;
-  let edge: RunningEdgeDaemon | undefined;
-  const edgeDir = makeDataDir();
-  const edgeId = newEdgeId();
+describe(
+  'creates in flight on a replica that dies, with a real crun edge',
+  { skip: skip ?? registrySkipReason(), timeout: 180_000 },
+  () => {
+    let registry: TestRegistry;
+    let pair: ReplicaPair;
+    let edge: RunningEdgeDaemon | undefined;
+    const edgeDir = makeDataDir();
+    const edgeId = newEdgeId();
 
-  before(async () => {
-    registry = await startTestRegistry();
-    pair = await startReplicaPair({ name: 'dsec_takeover_crun', registry: `${registry.host}/team/takeover` });
-    edge = await startJoinedEdge(pair, { dataDir: edgeDir, id: edgeId, maxSandboxes: 32 });
-  });
-
-  after(async () => {
-    await edge?.close({ killAll: true });
-    await pair?.close();
-    await assertCleanAndRemove(edgeDir, edgeId);
-    await registry?.close();
-  });
-
-  test('each ends running or failed with the reason; the edge holds exactly the running ones, and nothing once they are killed', async (t) => {
-    const label = `crun-${randomBytes(3).toString('hex')}`;
-    const burst = 12;
-    const answers = Array.from({ length: burst }, () => api(pair.a, 'POST', '/v1/sandboxes', { image: 'busybox', labels: { case: label } }).then(() => 'answered', () => 'no answer'));
-    // A dies once some rows are written and not yet settled: their creates are in flight at A.
-    await until(async () => ((await listed(pair.b, label)).filter((s) => s.status === 'creating').length >= 3 ? true : undefined));
-    await pair.killA();
-    await Promise.all(answers);
-    const atDeath = await listed(pair.b, label);
-    const inFlight = atDeath.filter((s) => s.status === 'creating').map((s) => s.id);
-    assert.ok(inFlight.length >= 1, `some creates were in flight when A died: ${JSON.stringify(atDeath.map((s) => s.status))}`);
-
-    // B, once A's create leases run out, settles every one from what the edge holds.
-    const settled = await until(async () => {
-      const now = await listed(pair.b, label);
-      return now.every((s) => s.status !== 'creating') ? now : undefined;
+    before(async () => {
+      registry = await startTestRegistry();
+      pair = await startReplicaPair({ name: 'dsec_takeover_crun', registry: `${registry.host}/team/takeover` });
+      edge = await startJoinedEdge(pair, { dataDir: edgeDir, id: edgeId, maxSandboxes: 32 });
     });
-    assert.equal(settled.length, atDeath.length, 'every accepted create is accounted for');
-    const onEdge = new Set((await edge!.edge.listSandboxes()).map((s) => s.id));
-    const tookOver = settled.filter((s) => inFlight.includes(s.id));
-    for (const s of settled) {
-      assert.ok(s.status === 'running' || s.status === 'failed', `${s.id}: ${s.status}`);
-      if (s.status === 'running') {
-        assert.ok(onEdge.has(s.id), `${s.id} runs on the edge`);
-        const ran = await api(pair.b, 'POST', `/v1/sandboxes/${s.id}/exec`, { cmd: ['echo', 'alive'] });
-        assert.equal((ran.body as { stdout: string }).stdout, 'alive\n', `${s.id} answers through B`);
-      } else {
-        if (inFlight.includes(s.id)) assert.match(s.reason ?? '', /replica .* stopped .* while creating it, and its edge .* did not have it/);
-        else assert.ok(s.reason, `${s.id} failed with a reason`);
-        assert.ok(!onEdge.has(s.id), `${s.id} (failed) is not on the edge`);
-      }
-    }
-    assert.equal([...onEdge].filter((id) => !settled.some((s) => s.id === id && s.status === 'running')).length, 0, 'the edge runs nothing the store does not call running');
-    t.diagnostic(`took over ${tookOver.length} creates: ${tookOver.filter((s) => s.status === 'running').length} running, ${tookOver.filter((s) => s.status === 'failed').length} failed`);
 
-    for (const s of settled.filter((x) => x.status === 'running')) assert.equal((await api(pair.b, 'DELETE', `/v1/sandboxes/${s.id}`)).status, 204);
-    assert.deepEqual(await edge!.edge.listSandboxes(), [], 'nothing is left on the edge');
-  });
-});
+    after(async () => {
+      await edge?.close({ killAll: true });
+      await pair?.close();
+      await assertCleanAndRemove(edgeDir, edgeId);
+      await registry?.close();
+    });
+
+    test('each ends running or failed with the reason; the edge holds exactly the running ones, and nothing once they are killed', async (t) => {
+      const label = `crun-${randomBytes(3).toString('hex')}`;
+      const burst = 12;
+      const answers = Array.from({ length: burst }, () =>
+        api(pair.a, 'POST', '/v1/sandboxes', { image: 'busybox', labels: { case: label } }).then(
+          () => 'answered',
+          () => 'no answer',
+        ),
+      );
+      // A dies once some rows are written and not yet settled: their creates are in flight at A.
+      await until(async () => ((await listed(pair.b, label)).filter((s) => s.status === 'creating').length >= 3 ? true : undefined));
+      await pair.killA();
+      await Promise.all(answers);
+      const atDeath = await listed(pair.b, label);
+      const inFlight = atDeath.filter((s) => s.status === 'creating').map((s) => s.id);
+      assert.ok(inFlight.length >= 1, `some creates were in flight when A died: ${JSON.stringify(atDeath.map((s) => s.status))}`);
+
+      // B, once A's create leases run out, settles every one from what the edge holds.
+      const settled = await until(async () => {
+        const now = await listed(pair.b, label);
+        return now.every((s) => s.status !== 'creating') ? now : undefined;
+      });
+      assert.equal(settled.length, atDeath.length, 'every accepted create is accounted for');
+      const onEdge = new Set((await edge!.edge.listSandboxes()).map((s) => s.id));
+      const tookOver = settled.filter((s) => inFlight.includes(s.id));
+      for (const s of settled) {
+        assert.ok(s.status === 'running' || s.status === 'failed', `${s.id}: ${s.status}`);
+        if (s.status === 'running') {
+          assert.ok(onEdge.has(s.id), `${s.id} runs on the edge`);
+          const ran = await api(pair.b, 'POST', `/v1/sandboxes/${s.id}/exec`, { cmd: ['echo', 'alive'] });
+          assert.equal((ran.body as { stdout: string }).stdout, 'alive\n', `${s.id} answers through B`);
+        } else {
+          if (inFlight.includes(s.id))
+            assert.match(s.reason ?? '', /replica .* stopped .* while creating it, and its edge .* did not have it/);
+          else assert.ok(s.reason, `${s.id} failed with a reason`);
+          assert.ok(!onEdge.has(s.id), `${s.id} (failed) is not on the edge`);
+        }
+      }
+      assert.equal(
+        [...onEdge].filter((id) => !settled.some((s) => s.id === id && s.status === 'running')).length,
+        0,
+        'the edge runs nothing the store does not call running',
+      );
+      t.diagnostic(
+        `took over ${tookOver.length} creates: ${tookOver.filter((s) => s.status === 'running').length} running, ${tookOver.filter((s) => s.status === 'failed').length} failed`,
+      );
+
+      for (const s of settled.filter((x) => x.status === 'running'))
+        assert.equal((await api(pair.b, 'DELETE', `/v1/sandboxes/${s.id}`)).status, 204);
+      assert.deepEqual(await edge!.edge.listSandboxes(), [], 'nothing is left on the edge');
+    });
+  },
+);

@@ -51,7 +51,13 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
     const built = await buildBusyboxImage(images);
     const m = images.get(built.id)!;
     spec = { layers: m.layers, config: m.config, env: {}, limits: { cpu: 0.5, memoryMiB: 64, pids: 64 } };
-    edge = new Edge({ id: edgeId, nodeDir: join(dataDir, 'node'), blobs: new LocalBlobSource(layers), maxSandboxes: 20, log: pino({ level: 'silent' }) });
+    edge = new Edge({
+      id: edgeId,
+      nodeDir: join(dataDir, 'node'),
+      blobs: new LocalBlobSource(layers),
+      maxSandboxes: 20,
+      log: pino({ level: 'silent' }),
+    });
     await edge.start();
     server = await buildEdgeServer(edge, { token, log: pino({ level: 'silent' }) });
     await server.listen({ host: '127.0.0.1', port: 0 });
@@ -175,10 +181,12 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
         await api().startProcess(id, { cmd: ['nc', '-ll', '-p', '7000', '-e', 'cat'] });
         let conn: Duplex | undefined;
         for (let i = 0; i < 200 && !conn; i++) {
-          conn = await api().openPort(id, 7000).catch((err: unknown) => {
-            if (!(err instanceof ApiError && err.code === 'PORT_NOT_LISTENING')) throw err;
-            return new Promise<undefined>((r) => setTimeout(() => r(undefined), 25));
-          });
+          conn = await api()
+            .openPort(id, 7000)
+            .catch((err: unknown) => {
+              if (!(err instanceof ApiError && err.code === 'PORT_NOT_LISTENING')) throw err;
+              return new Promise<undefined>((r) => setTimeout(() => r(undefined), 25));
+            });
         }
         assert.ok(conn, 'the echo server came up');
         const payload = Buffer.concat([Buffer.from('hello through the edge\n'), Buffer.alloc(256 * 1024, 0xab), Buffer.from([0, 255, 1])]);
@@ -198,7 +206,10 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
         assert.equal((await api().exec(vid, { cmd: 'printf 12345 > /vol/f && cat /vol/f' })).stdout, '12345');
         assert.equal((await api().volumeUsage(name)).bytes >= 5, true);
         await expectCode(api().deleteVolume(name), 'VOLUME_IN_USE');
-        await expectCode(api().createSandbox({ ...spec, id: newId(), volumes: [{ name: 'contract-none', path: '/vol', readOnly: true }] }), 'VOLUME_NOT_FOUND');
+        await expectCode(
+          api().createSandbox({ ...spec, id: newId(), volumes: [{ name: 'contract-none', path: '/vol', readOnly: true }] }),
+          'VOLUME_NOT_FOUND',
+        );
         await api().killSandbox(vid);
         await api().deleteVolume(name);
         await expectCode(api().volumeUsage(name), 'VOLUME_NOT_FOUND');
@@ -234,7 +245,10 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
           { ...spec, id: newId(), layers: [`sha256:${'0'.repeat(64)}`] },
           { ...spec, id: ok2 },
         ]);
-        assert.deepEqual(out.map((o) => o.id.length > 0), [true, true, true]);
+        assert.deepEqual(
+          out.map((o) => o.id.length > 0),
+          [true, true, true],
+        );
         assert.equal(out[0]!.sandbox?.id, ok1);
         assert.equal(out[1]!.error?.code, 'IMAGE_NOT_FOUND');
         assert.equal(out[2]!.sandbox?.status, 'running');
@@ -253,7 +267,12 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
 
   test('http: a caller without the cluster token gets 401 on every route', async () => {
     const base = client.url;
-    for (const [method, path] of [['GET', '/edge/v1/info'], ['GET', '/edge/v1/sandboxes'], ['POST', '/edge/v1/sandboxes'], ['GET', '/edge/v1/nosuch']] as const) {
+    for (const [method, path] of [
+      ['GET', '/edge/v1/info'],
+      ['GET', '/edge/v1/sandboxes'],
+      ['POST', '/edge/v1/sandboxes'],
+      ['GET', '/edge/v1/nosuch'],
+    ] as const) {
       const res = await fetch(`${base}${path}`, { method, headers: { authorization: 'Bearer wrong' } });
       assert.equal(res.status, 401, `${method} ${path}`);
       assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'UNAUTHORIZED');

@@ -25,9 +25,12 @@ test("a harness left by a killed process is swept, a live one's is kept", { skip
       writeFileSync(join(HARNESS_OWNERS, tag), owner);
     }
     assert.ok(sweepAbandonedHarnesses().includes('f0f0f1'));
-    assert.ok(!existsSync('/run/netns/dsec-f0f0f1-e0') && !existsSync('/sys/class/net/dsbrf0f0f1'), 'the dead owner\'s namespace and bridge are gone');
+    assert.ok(
+      !existsSync('/run/netns/dsec-f0f0f1-e0') && !existsSync('/sys/class/net/dsbrf0f0f1'),
+      "the dead owner's namespace and bridge are gone",
+    );
     assert.ok(!existsSync(join(HARNESS_OWNERS, 'f0f0f1')));
-    assert.ok(existsSync('/run/netns/dsec-f0f0f2-e0') && existsSync('/sys/class/net/dsbrf0f0f2'), 'a live owner\'s are kept');
+    assert.ok(existsSync('/run/netns/dsec-f0f0f2-e0') && existsSync('/sys/class/net/dsbrf0f0f2'), "a live owner's are kept");
   } finally {
     for (const tag of Object.keys(owners)) {
       spawnSync('ip', ['netns', 'delete', `dsec-${tag}-e0`], { stdio: 'ignore' }); // gone already where swept

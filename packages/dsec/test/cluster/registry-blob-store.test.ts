@@ -48,7 +48,11 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
   let image: ImageInfo;
   let archive: Buffer;
   const importAtA = (name: string): Promise<Response> =>
-    fetch(`${pair.a.url}/v1/images/import?name=${name}`, { method: 'POST', headers: { authorization: `Bearer ${pair.a.apiKey}`, 'content-type': 'application/x-tar' }, body: archive });
+    fetch(`${pair.a.url}/v1/images/import?name=${name}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${pair.a.apiKey}`, 'content-type': 'application/x-tar' },
+      body: archive,
+    });
 
   before(async () => {
     registry = await startTestRegistry();
@@ -65,7 +69,8 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
     await registry?.close();
   });
 
-  const cached = (dataDir: string, digest: string): boolean => existsSync(join(dataDir, 'layers', `${digest.slice('sha256:'.length)}.erofs`));
+  const cached = (dataDir: string, digest: string): boolean =>
+    existsSync(join(dataDir, 'layers', `${digest.slice('sha256:'.length)}.erofs`));
 
   test('an image imported at A is in the registry (layers and artifact) once it is recorded', async () => {
     archive = dockerSaveTar({
@@ -92,7 +97,7 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
       parseDsecManifest(artifact.bytes, artifact.mediaType, 'the artifact').layers.map((l) => l.digest),
       image.layers,
     );
-    assert.ok(cached(pair.dataDirs[0], layer), "A keeps the layer in its layer dir (its cache)");
+    assert.ok(cached(pair.dataDirs[0], layer), 'A keeps the layer in its layer dir (its cache)');
     assert.ok(!cached(pair.dataDirs[1], layer), 'B has no copy: the replicas share no directory');
   });
 
@@ -111,23 +116,34 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
     } finally {
       await sb.kill();
     }
-    const gets = registry.requests().slice(asked).filter((l) => l.includes(`"GET /v2/team/blobstore/blobs/${layer} `) && / 200 /.test(l));
+    const gets = registry
+      .requests()
+      .slice(asked)
+      .filter((l) => l.includes(`"GET /v2/team/blobstore/blobs/${layer} `) && / 200 /.test(l));
     assert.equal(gets.length, 1, `the edge read the layer from the registry once:\n${registry.requests().slice(asked).join('\n')}`);
     assert.ok(!cached(pair.dataDirs[1], layer), 'and B still has no copy: the edge did not read it through B');
 
     // Export: B pushes it to another repository, fetching the layer from the cluster's registry.
     const pushed = await api(pair.b, 'POST', '/v1/images/push', { image: 'regimp:v1', ref: `${registry.host}/team/exported:v1` });
     assert.equal(pushed.status, 200, JSON.stringify(pushed.body));
-    assert.ok(await new RegistryClient(parseRegistryRef(`${registry.host}/team/exported`, { requireName: false })).headBlob(layer), 'the other repository has the layer');
+    assert.ok(
+      await new RegistryClient(parseRegistryRef(`${registry.host}/team/exported`, { requireName: false })).headBlob(layer),
+      'the other repository has the layer',
+    );
     assert.ok(cached(pair.dataDirs[1], layer), 'B fetched it into its layer dir to push it');
 
     // The blob endpoint (edges without the registry, lazy nodes) serves the same bytes.
     const blob = await fetch(`${pair.b.url}/v1/blobs/${layer}`, { headers: { authorization: `Bearer ${pair.b.joinToken}` } });
     assert.equal(blob.status, 200);
-    assert.equal(`sha256:${createHash('sha256').update(Buffer.from(await blob.arrayBuffer())).digest('hex')}`, layer);
+    assert.equal(
+      `sha256:${createHash('sha256')
+        .update(Buffer.from(await blob.arrayBuffer()))
+        .digest('hex')}`,
+      layer,
+    );
   });
 
-  test("a snapshot recorded at B, whose new layer the edge gave to A and whose base layer B never fetched, starts at A", async () => {
+  test('a snapshot recorded at B, whose new layer the edge gave to A and whose base layer B never fetched, starts at A', async () => {
     const sb = await Sandbox.create({ url: pair.b.url, apiKey: pair.b.apiKey, image: 'regimp:v1' });
     let snapId: string;
     try {
@@ -176,7 +192,10 @@ describe("the cluster's registry as the control plane's blob store", { skip, tim
       return r.status === 200 ? (r.body as ImageInfo) : undefined;
     });
     assert.equal(atB.id, image.id);
-    const blob = await fetch(`${pair.b.url}/v1/blobs/${layer}`, { method: 'HEAD', headers: { authorization: `Bearer ${pair.b.joinToken}` } });
+    const blob = await fetch(`${pair.b.url}/v1/blobs/${layer}`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${pair.b.joinToken}` },
+    });
     assert.equal(blob.status, 200, 'B serves it (from the registry)');
   });
 });
@@ -190,7 +209,14 @@ describe('a cluster registry that refuses deletes', { skip: integrationSkipReaso
       const layers = new LayerStore(dir);
       const images = new ImageStore(dir, layers);
       const repository = `${registry.host}/team/keeps`;
-      const blobs = new ClusterRegistry(repository, parseRegistryRef(repository, { requireName: false }), undefined, layers, store, pino({ level: 'silent' }));
+      const blobs = new ClusterRegistry(
+        repository,
+        parseRegistryRef(repository, { requireName: false }),
+        undefined,
+        layers,
+        store,
+        pino({ level: 'silent' }),
+      );
       layers.remote = blobs;
       await images.attachCatalog(new StoreImageCatalog(store), blobs);
       const built = await buildTestImage(images, 'keeps:v1', (root) => writeFileSync(`${root}/f`, 'kept'));
@@ -205,7 +231,10 @@ describe('a cluster registry that refuses deletes', { skip: integrationSkipReaso
       assert.equal(gc.keptByRegistry, 1, JSON.stringify(gc));
       assert.ok(!gc.removedLayers.includes(layer));
       assert.ok(await reader.headBlob(layer), 'the registry still has the blob');
-      assert.ok((await blobs.stored()).some((b) => b.digest === layer), 'its record stays for a GC once deletes are on');
+      assert.ok(
+        (await blobs.stored()).some((b) => b.digest === layer),
+        'its record stays for a GC once deletes are on',
+      );
     } finally {
       // The registry first: a child left running keeps this file's process alive for good.
       await registry.close();

@@ -89,7 +89,7 @@ describe('image records shared by control-plane replicas', { skip, timeout: 120_
     assert.equal((await api(b, 'GET', '/v1/images/legacy:v1')).status, 200, 'other names stay');
   });
 
-  test("a name deleted at B is not brought back by a stale file at A", async () => {
+  test('a name deleted at B is not brought back by a stale file at A', async () => {
     const name = `doomed-${randomBytes(3).toString('hex')}:v1`;
     b.images.tag(name, legacyId as `sha256:${string}`);
     await b.images.flush();

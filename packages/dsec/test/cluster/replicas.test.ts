@@ -56,7 +56,10 @@ describe('control-plane replicas on one PostgreSQL', { skip, timeout: 180_000 },
       [made.id],
     );
     const edge = edges.find((e) => e.id === made.edge)!;
-    assert.ok((await edge.edge.listSandboxes()).some((s) => s.id === made.id), 'the edge holds it');
+    assert.ok(
+      (await edge.edge.listSandboxes()).some((s) => s.id === made.id),
+      'the edge holds it',
+    );
     assert.equal((await api(b, 'DELETE', `/v1/sandboxes/${made.id}`)).status, 204);
     assert.equal((await api(a, 'GET', `/v1/sandboxes/${made.id}`)).status, 404);
     assert.ok(!(await edge.edge.listSandboxes()).some((s) => s.id === made.id), 'B reached the edge A placed it on');
@@ -64,7 +67,11 @@ describe('control-plane replicas on one PostgreSQL', { skip, timeout: 180_000 },
 
   test('TTL expiry is applied once: each expired sandbox is stopped, and killed on its edge exactly once', async () => {
     const made: SandboxInfo[] = [];
-    for (let i = 0; i < 6; i++) made.push((await api(i % 2 ? a : b, 'POST', '/v1/sandboxes', { image: 'busybox', ttlSeconds: 1, labels: { case: 'ttl' } })).body as SandboxInfo);
+    for (let i = 0; i < 6; i++)
+      made.push(
+        (await api(i % 2 ? a : b, 'POST', '/v1/sandboxes', { image: 'busybox', ttlSeconds: 1, labels: { case: 'ttl' } }))
+          .body as SandboxInfo,
+      );
     await until(async () => {
       const l = ((await api(b, 'GET', '/v1/sandboxes?label=case=ttl')).body as { sandboxes: SandboxInfo[] }).sandboxes;
       return l.length === 6 && l.every((s) => s.status === 'stopped') ? l : undefined;
@@ -80,7 +87,9 @@ describe('control-plane replicas on one PostgreSQL', { skip, timeout: 180_000 },
   test('replica A is SIGKILLed in the middle of a batch: B takes the batch over and finishes it, every item accounted for', async () => {
     const count = 240;
     for (const e of edges) e.edge.createDelayMs = 40; // slow enough to die in the middle
-    const created = (await api(a, 'POST', '/v1/batches', { count, concurrency: 8, spec: { image: 'busybox', labels: { case: 'takeover' } } })).body as { id: string };
+    const created = (
+      await api(a, 'POST', '/v1/batches', { count, concurrency: 8, spec: { image: 'busybox', labels: { case: 'takeover' } } })
+    ).body as { id: string };
     // A has placed some and not all when it dies.
     await until(async () => {
       const info = (await api(b, 'GET', `/v1/batches/${created.id}`)).body as { running: number };
@@ -102,10 +111,12 @@ describe('control-plane replicas on one PostgreSQL', { skip, timeout: 180_000 },
       .map((l) => JSON.parse(l) as BatchEvent);
     // Each item ended once: running or failed with a reason.
     const ends = new Map<number, BatchEvent[]>();
-    for (const e of events) if ((e.type === 'running' || e.type === 'failed') && e.index !== undefined) ends.set(e.index, [...(ends.get(e.index) ?? []), e]);
+    for (const e of events)
+      if ((e.type === 'running' || e.type === 'failed') && e.index !== undefined) ends.set(e.index, [...(ends.get(e.index) ?? []), e]);
     assert.equal(ends.size, count, 'every item has an outcome');
     for (const [index, es] of ends) assert.equal(es.length, 1, `item ${index} ended ${es.length} times`);
-    for (const es of ends.values()) if (es[0]!.type === 'failed') assert.ok((es[0] as { reason?: string }).reason, 'a failed item says why');
+    for (const es of ends.values())
+      if (es[0]!.type === 'failed') assert.ok((es[0] as { reason?: string }).reason, 'a failed item says why');
     assert.equal(done.running + done.failed, count);
     // What the store says runs is what the edges hold, and nothing is left half-made.
     const listed = ((await api(b, 'GET', '/v1/sandboxes?label=case=takeover')).body as { sandboxes: SandboxInfo[] }).sandboxes;

@@ -146,7 +146,11 @@ export function wireProtocolTests(getServer: () => TestServer): void {
       }
       const health = await fetch(`${server.url}/health`, { headers: { 'e2b-sandbox-id': sandboxId, 'x-access-token': token } });
       assert.equal(health.status, 204);
-      for (const headers of [{ 'e2b-sandbox-id': sandboxId }, { 'e2b-sandbox-id': sandboxId, 'x-access-token': 'nope' }, { 'e2b-sandbox-id': 'sb-nope-0000000000000', 'x-access-token': token }] as Record<string, string>[])
+      for (const headers of [
+        { 'e2b-sandbox-id': sandboxId },
+        { 'e2b-sandbox-id': sandboxId, 'x-access-token': 'nope' },
+        { 'e2b-sandbox-id': 'sb-nope-0000000000000', 'x-access-token': token },
+      ] as Record<string, string>[])
         assert.equal((await fetch(`${server.url}/health`, { headers })).status, 502, JSON.stringify(headers));
       // without the header the sandbox side cannot be reached, even by its internal path
       const direct = await fetch(`${server.url}/e2b-sandbox/health`, { headers: { 'x-access-token': token } });

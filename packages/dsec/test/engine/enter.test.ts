@@ -33,7 +33,6 @@ const PROBE = [
   'echo cwd $(pwd)',
 ].join('; ');
 
-
 /** The host pid of a command that a dsec-enter of the sandbox started and that has exec'd, or ''. */
 function runningCommandPid(sandboxId: string): string {
   for (const starter of hostExecStarters(sandboxId)) {
@@ -55,7 +54,6 @@ function isEnter(pid: number): boolean {
     return false; // exited meanwhile
   }
 }
-
 
 /** A running background command's dsec-enter argv (the command waits for a file that `release` makes). */
 async function runningEnter(sb: Sandbox): Promise<{ argv: string[]; release: () => Promise<void> }> {
@@ -83,7 +81,11 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
 
   test('a plain command is started by dsec-enter and no crun runs for it; a terminal still goes through crun exec', async () => {
     const running = await runningEnter(sb);
-    assert.deepEqual(hostCrunProcesses(sb.id).filter((p) => p.argv.includes('exec')), [], 'no crun exec for a plain command');
+    assert.deepEqual(
+      hostCrunProcesses(sb.id).filter((p) => p.argv.includes('exec')),
+      [],
+      'no crun exec for a plain command',
+    );
     await running.release();
     const t = await sb.terminal({ cmd: ['/bin/sh'], cols: 80, rows: 24, onData: () => {} });
     try {
@@ -102,7 +104,11 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     const sandboxDir = join(flag(running.argv, '--spec'), '..', '..');
     await running.release();
     const specFile = join(sandboxDir, 'run', `probe-${randomBytes(4).toString('hex')}.json`);
-    const env = (await sb.commands.run(['/bin/sh', '-c', 'env -0'])).stdout.split('\0').filter((kv) => kv && !kv.startsWith('HOME=') && !kv.startsWith('PWD=') && !kv.startsWith('SHLVL=') && !kv.startsWith('DSEC_EXEC_ID='));
+    const env = (await sb.commands.run(['/bin/sh', '-c', 'env -0'])).stdout
+      .split('\0')
+      .filter(
+        (kv) => kv && !kv.startsWith('HOME=') && !kv.startsWith('PWD=') && !kv.startsWith('SHLVL=') && !kv.startsWith('DSEC_EXEC_ID='),
+      );
     writeFileSync(specFile, JSON.stringify(processBlock({ args: ['/bin/sh', '-c', PROBE], env, cwd: '/', user: { uid: 0, gid: 0 } })));
     const crunRoot = join(server.dataDir, 'node', 'crun');
     const viaCrun = await runTool('crun', ['--root', crunRoot, 'exec', '--process', specFile, sb.id]);
@@ -118,7 +124,11 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     assert.match(viaEnter.stdout, /^Max open files\s+20000\s+20000/m);
     assert.match(viaEnter.stdout, /^ns mnt mnt:\[\d+\]$/m);
     // (The user namespace is the host's when sandboxes run without one: DSEC_USERNS=false.)
-    for (const ns of ['mnt', 'pid', 'net', 'ipc', 'uts', 'cgroup']) assert.ok(!viaEnter.stdout.includes(`ns ${ns} ${readlinkSync(`/proc/self/ns/${ns}`)}`), `the command is in the host's ${ns} namespace`);
+    for (const ns of ['mnt', 'pid', 'net', 'ipc', 'uts', 'cgroup'])
+      assert.ok(
+        !viaEnter.stdout.includes(`ns ${ns} ${readlinkSync(`/proc/self/ns/${ns}`)}`),
+        `the command is in the host's ${ns} namespace`,
+      );
   });
 
   test("dsec-enter waits outside the sandbox's cgroups (not among its processes, not against its pids limit); the command is inside", async () => {
@@ -127,7 +137,10 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
       let commandPid = '';
       assert.ok(await pollUntil(() => (commandPid = runningCommandPid(sb.id)) !== ''), 'no command process under dsec-enter');
       const starter = Number(readFileSync(`/proc/${commandPid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
-      const inSandbox = (pid: number): boolean => readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n').some((l) => l.endsWith(`/dsec/${sb.id}`) || l.includes(`/dsec/${sb.id}/`));
+      const inSandbox = (pid: number): boolean =>
+        readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+          .split('\n')
+          .some((l) => l.endsWith(`/dsec/${sb.id}`) || l.includes(`/dsec/${sb.id}/`));
       assert.equal(inSandbox(Number(commandPid)), true, 'the command is in the sandbox cgroup');
       assert.equal(inSandbox(starter), false, `its dsec-enter (${starter}) is in the sandbox's cgroups`);
     } finally {
@@ -140,7 +153,8 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     const lines = r.stdout.trim().split('\n');
     // Inside its cgroup namespace the sandbox's cgroup is the root: the command's own is below it.
     assert.match(lines.find((l) => l.startsWith('0::')) ?? '', /^0::\/cmd-[0-9a-f]+$/);
-    for (const l of lines.filter((x) => !x.startsWith('0::') && /:(memory|pids|cpu[,:])/.test(x))) assert.match(l, /:\/$/, `a limiting hierarchy outside the sandbox: ${l}`);
+    for (const l of lines.filter((x) => !x.startsWith('0::') && /:(memory|pids|cpu[,:])/.test(x)))
+      assert.match(l, /:\/$/, `a limiting hierarchy outside the sandbox: ${l}`);
   });
 
   test('a pid that is not the sandbox init is refused with exit 255 and nothing runs', async () => {
@@ -158,7 +172,29 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     const spec = join(dir, `refused-${randomBytes(4).toString('hex')}.spec`);
     writeFileSync(spec, enterSpec(['/bin/touch', marker], ['PATH=/usr/bin:/bin']), { mode: 0o600 });
     const enter = (pid: string, cg: string): ReturnType<typeof runTool> =>
-      runTool(ENTER_BINARY, ['--pid', pid, '--cgroup', cg, '--spec', spec, '--pid-file', `${spec}.pid`, '--uid', '0', '--gid', '0', '--cwd', '/', '--caps', '0', '--nofile', '1024', '--seccomp', seccomp, ...cgroupDirs]);
+      runTool(ENTER_BINARY, [
+        '--pid',
+        pid,
+        '--cgroup',
+        cg,
+        '--spec',
+        spec,
+        '--pid-file',
+        `${spec}.pid`,
+        '--uid',
+        '0',
+        '--gid',
+        '0',
+        '--cwd',
+        '/',
+        '--caps',
+        '0',
+        '--nofile',
+        '1024',
+        '--seccomp',
+        seccomp,
+        ...cgroupDirs,
+      ]);
     const notInit = await enter(commandPid, cgroup);
     await running.release();
     assert.equal(notInit.code, 255, `a sandbox process that is not the init (${commandPid})`);
@@ -216,7 +252,10 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
       const tag = randomBytes(4).toString('hex');
       const p = await sb.commands.start(`while [ ! -e /tmp/go-${tag} ]; do sleep 0.05; done`);
       let starter: number | undefined;
-      assert.ok(await pollUntil(() => (starter = hostExecStarters(sb.id).find((pid) => isEnter(pid))) !== undefined), 'no dsec-enter process for a running command');
+      assert.ok(
+        await pollUntil(() => (starter = hostExecStarters(sb.id).find((pid) => isEnter(pid))) !== undefined),
+        'no dsec-enter process for a running command',
+      );
       // Bytes read by dsec-enter up to now (it waits for its command, its reading done).
       const rchar = Number(/^rchar: (\d+)$/m.exec(readFileSync(`/proc/${starter}/io`, 'utf8'))?.[1]);
       await sb.files.write(`/tmp/go-${tag}`, '');

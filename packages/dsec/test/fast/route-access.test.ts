@@ -47,7 +47,16 @@ describe('fast tier: the access matrix of every route, in process', () => {
     images.tag('busybox', images.put({ layers: [digest], config: defaultImageConfig() }));
     control = new ControlPlane(store, images, log);
     await control.edges.addLocal('fastone', new SimulatedEdge('fastone'));
-    app = await buildServer({ control, store, images, log, clusterToken: 'dsecjoin_fast', links: new PortLinks('dsecjoin_fast'), portsOrigin: () => 'http://127.0.0.1:1', dataDir: dir });
+    app = await buildServer({
+      control,
+      store,
+      images,
+      log,
+      clusterToken: 'dsecjoin_fast',
+      links: new PortLinks('dsecjoin_fast'),
+      portsOrigin: () => 'http://127.0.0.1:1',
+      dataDir: dir,
+    });
     keys.admin = (await createApiKey(store, 'admin', { admin: true })).key;
     for (const p of ['team-a', 'team-b']) assert.equal((await call('POST', '/v1/projects', keys.admin, { name: p })).statusCode, 201);
     keys.a = (await createApiKey(store, 'a', { project: 'team-a' })).key;
@@ -55,7 +64,17 @@ describe('fast tier: the access matrix of every route, in process', () => {
     const made = await call('POST', '/v1/sandboxes', keys.a, { image: 'busybox', resources: { memoryMiB: 64 } });
     assert.equal(made.statusCode, 201, made.body);
     sandbox = made.json() as SandboxInfo;
-    values = { id: sandbox.id, port: '8000', pid: '1', sid: 'ses_x', digest, name: 'nosuch', ref: 'busybox', service: 'process.Process', method: 'List' };
+    values = {
+      id: sandbox.id,
+      port: '8000',
+      pid: '1',
+      sid: 'ses_x',
+      digest,
+      name: 'nosuch',
+      ref: 'busybox',
+      service: 'process.Process',
+      method: 'List',
+    };
     routes = declaredRoutes(app).filter((r) => r.method !== 'HEAD' && !r.url.startsWith('/e2b-sandbox'));
   });
   after(async () => {
@@ -65,15 +84,28 @@ describe('fast tier: the access matrix of every route, in process', () => {
   });
 
   const call = (method: string, url: string, key?: string, body?: unknown) =>
-    app.inject({ method: method as 'GET', url, headers: key ? { authorization: `Bearer ${key}` } : {}, ...(body === undefined ? {} : { payload: body as object }) });
-  const pathOf = (r: Route): string => r.url.split('/').map((s) => (s === '*' ? 'x' : s.startsWith(':') ? (values[s.slice(1)] ?? 'x') : s)).join('/');
+    app.inject({
+      method: method as 'GET',
+      url,
+      headers: key ? { authorization: `Bearer ${key}` } : {},
+      ...(body === undefined ? {} : { payload: body as object }),
+    });
+  const pathOf = (r: Route): string =>
+    r.url
+      .split('/')
+      .map((s) => (s === '*' ? 'x' : s.startsWith(':') ? (values[s.slice(1)] ?? 'x') : s))
+      .join('/');
   const bodyOf = (r: Route): object | undefined => (['POST', 'PUT', 'PATCH'].includes(r.method) ? {} : undefined);
   /** Every route but those whose handler ends or changes something the walk still needs. */
-  const walkable = (r: Route): boolean => !(r.method === 'DELETE' && r.url === '/v1/sandboxes/:id') && !/\/(kill|pause|resume|snapshot|fork|replay)$/.test(r.url);
+  const walkable = (r: Route): boolean =>
+    !(r.method === 'DELETE' && r.url === '/v1/sandboxes/:id') && !/\/(kill|pause|resume|snapshot|fork|replay)$/.test(r.url);
 
   test('every route declares its access; the walk covers the whole API', () => {
     assert.ok(routes.length > 60, `${routes.length} routes`);
-    assert.deepEqual(routes.filter((r) => !r.access).map((r) => `${r.method} ${r.url}`), []);
+    assert.deepEqual(
+      routes.filter((r) => !r.access).map((r) => `${r.method} ${r.url}`),
+      [],
+    );
   });
 
   test('no key and a wrong key: every route that takes credentials answers 401, never runs', async () => {
@@ -95,13 +127,22 @@ describe('fast tier: the access matrix of every route, in process', () => {
       const kind = r.access?.kind;
       const res = await call(r.method, pathOf(r), keys.b, bodyOf(r));
       if (res.statusCode >= 500 && res.statusCode !== 501) wrong.push(`${r.method} ${r.url}: ${res.statusCode} ${res.body.slice(0, 160)}`);
-      else if ((kind === 'admin' || kind === 'clusterOrAdmin') && res.statusCode !== 403) wrong.push(`${r.method} ${r.url}: ${res.statusCode}, want 403`);
+      else if ((kind === 'admin' || kind === 'clusterOrAdmin') && res.statusCode !== 403)
+        wrong.push(`${r.method} ${r.url}: ${res.statusCode}, want 403`);
       else if (kind === 'cluster' && res.statusCode !== 401) wrong.push(`${r.method} ${r.url}: ${res.statusCode}, want 401`);
-      else if (r.url.startsWith('/v1/sandboxes/:id') && res.statusCode < 300 && !(r.method === 'DELETE' && r.url === '/v1/sandboxes/:id' && res.statusCode === 204))
+      else if (
+        r.url.startsWith('/v1/sandboxes/:id') &&
+        res.statusCode < 300 &&
+        !(r.method === 'DELETE' && r.url === '/v1/sandboxes/:id' && res.statusCode === 204)
+      )
         wrong.push(`${r.method} ${r.url}: ${res.statusCode}: another project's sandbox answered`);
     }
     assert.deepEqual(wrong, []);
-    assert.equal(((await call('GET', `/v1/sandboxes/${sandbox.id}`, keys.a)).json() as SandboxInfo).status, 'running', "B's kill did nothing");
+    assert.equal(
+      ((await call('GET', `/v1/sandboxes/${sandbox.id}`, keys.a)).json() as SandboxInfo).status,
+      'running',
+      "B's kill did nothing",
+    );
   });
 
   test("the project's own key and an admin key reach their routes: no 401, no 403 on key routes, no 5xx but the simulated edge's", async () => {
@@ -112,9 +153,11 @@ describe('fast tier: the access matrix of every route, in process', () => {
       for (const who of ['a', 'admin'] as const) {
         if (kind === 'admin' && who === 'a') continue;
         const res = await call(r.method, pathOf(r), keys[who], bodyOf(r));
-        if (res.statusCode === 401 || (res.statusCode === 403 && kind === 'admin')) wrong.push(`${r.method} ${r.url} (${who}): ${res.statusCode} ${res.body.slice(0, 120)}`);
+        if (res.statusCode === 401 || (res.statusCode === 403 && kind === 'admin'))
+          wrong.push(`${r.method} ${r.url} (${who}): ${res.statusCode} ${res.body.slice(0, 120)}`);
         // The simulated edge refuses what it cannot do (exec, files, ports) with a 4xx that says so.
-        if (res.statusCode >= 500 && res.statusCode !== 501 && res.statusCode !== 503) wrong.push(`${r.method} ${r.url} (${who}): ${res.statusCode} ${res.body.slice(0, 160)}`);
+        if (res.statusCode >= 500 && res.statusCode !== 501 && res.statusCode !== 503)
+          wrong.push(`${r.method} ${r.url} (${who}): ${res.statusCode} ${res.body.slice(0, 160)}`);
       }
     }
     assert.deepEqual(wrong, []);

@@ -27,7 +27,8 @@ function postgresBinDir(): string | undefined {
 /** Why a PostgreSQL cannot be started here, or undefined when it can. */
 export function postgresSkipReason(): string | undefined {
   if (process.getuid?.() !== 0) return 'starting PostgreSQL as another user needs root';
-  if (!postgresBinDir()) return "PostgreSQL server binaries not found under /usr/lib/postgresql (Debian's postgresql package; scripts/setup installs it)";
+  if (!postgresBinDir())
+    return "PostgreSQL server binaries not found under /usr/lib/postgresql (Debian's postgresql package; scripts/setup installs it)";
   return undefined;
 }
 
@@ -75,7 +76,11 @@ async function startPostgres(): Promise<TestPostgres> {
   chownSync(dir, uid, gid);
   const data = join(dir, 'data');
   const as = { uid, gid, encoding: 'utf8' as const, cwd: dir };
-  const init = spawnSync(join(bin, 'initdb'), ['-D', data, '-U', 'dsec', '--auth=trust', '-E', 'UTF8', '--no-sync', '--no-instructions'], as);
+  const init = spawnSync(
+    join(bin, 'initdb'),
+    ['-D', data, '-U', 'dsec', '--auth=trust', '-E', 'UTF8', '--no-sync', '--no-instructions'],
+    as,
+  );
   if (init.status !== 0) {
     rmSync(dir, { recursive: true, force: true });
     throw new Error(`initdb failed: ${init.stderr || init.stdout}`);
@@ -125,7 +130,9 @@ async function startPostgres(): Promise<TestPostgres> {
 
 /** A database name for a test path (a data dir, a SQLite file): the same path, the same database. */
 export function databaseNameFor(path: string): string {
-  return `dsec_${basename(path).toLowerCase().replace(/[^a-z0-9]/g, '_')}_${hash(path)}`.slice(0, 63);
+  return `dsec_${basename(path)
+    .toLowerCase()
+    .replace(/[^a-z0-9]/g, '_')}_${hash(path)}`.slice(0, 63);
 }
 
 function hash(s: string): string {

@@ -65,7 +65,27 @@ const SERVICE = 'dsec-test-registry';
 async function startTokenService(dir: string, credentials: { username: string; password: string }): Promise<TokenService> {
   const keyFile = join(dir, 'token.key');
   const certFile = join(dir, 'token.crt');
-  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', keyFile, '-out', certFile, '-days', '1', '-subj', '/CN=dsec-test-token'], { encoding: 'utf8' });
+  const r = spawnSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      keyFile,
+      '-out',
+      certFile,
+      '-days',
+      '1',
+      '-subj',
+      '/CN=dsec-test-token',
+    ],
+    { encoding: 'utf8' },
+  );
   if (r.status !== 0) throw new Error(`openssl failed: ${r.stderr}`);
   const key = readFileSync(keyFile, 'utf8');
   const certDer = readFileSync(certFile, 'utf8').replace(/-----[^-]+-----|\s/g, '');
@@ -82,18 +102,34 @@ async function startTokenService(dir: string, credentials: { username: string; p
     scopes.push(scope);
     const [type, name, actions] = scope.split(':');
     const now = Math.floor(Date.now() / 1000);
-    const claims = { iss: ISSUER, sub: credentials.username, aud: url.searchParams.get('service'), exp: now + 300, nbf: now - 10, iat: now, jti: randomBytes(8).toString('hex'), access: type ? [{ type, name, actions: (actions ?? '').split(',') }] : [] };
+    const claims = {
+      iss: ISSUER,
+      sub: credentials.username,
+      aud: url.searchParams.get('service'),
+      exp: now + 300,
+      nbf: now - 10,
+      iat: now,
+      jti: randomBytes(8).toString('hex'),
+      access: type ? [{ type, name, actions: (actions ?? '').split(',') }] : [],
+    };
     const input = `${b64({ typ: 'JWT', alg: 'ES256', x5c: [certDer] })}.${b64(claims)}`;
     const sig = sign('sha256', Buffer.from(input), { key, dsaEncoding: 'ieee-p1363' }).toString('base64url');
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token: `${input}.${sig}`, expires_in: 300 }));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as { port: number }).port;
-  return { realm: `http://127.0.0.1:${port}/token`, certFile, scopes, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    realm: `http://127.0.0.1:${port}/token`,
+    certFile,
+    scopes,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }
 
 /** `deletes: false` leaves distribution's deletes off (its default): DELETE answers 405. */
-export async function startTestRegistry(opts: { auth?: boolean | 'token'; deletes?: boolean } = {}): Promise<TestRegistry & { tokens?: TokenService }> {
+export async function startTestRegistry(
+  opts: { auth?: boolean | 'token'; deletes?: boolean } = {},
+): Promise<TestRegistry & { tokens?: TokenService }> {
   const dir = mkdtempSync('/var/tmp/dsec-registry-');
   const port = await freePort();
   const credentials = opts.auth ? { username: 'trainer', password: `pw-${Math.random().toString(36).slice(2)}` } : undefined;
@@ -119,7 +155,14 @@ export async function startTestRegistry(opts: { auth?: boolean | 'token'; delete
       'http:',
       `  addr: 127.0.0.1:${port}`,
       ...(tokens
-        ? ['auth:', '  token:', `    realm: ${tokens.realm}`, `    service: ${SERVICE}`, `    issuer: ${ISSUER}`, `    rootcertbundle: ${tokens.certFile}`]
+        ? [
+            'auth:',
+            '  token:',
+            `    realm: ${tokens.realm}`,
+            `    service: ${SERVICE}`,
+            `    issuer: ${ISSUER}`,
+            `    rootcertbundle: ${tokens.certFile}`,
+          ]
         : credentials
           ? ['auth:', '  htpasswd:', '    realm: dsec-test', `    path: ${join(dir, 'htpasswd')}`]
           : []),
@@ -150,7 +193,9 @@ export async function startTestRegistry(opts: { auth?: boolean | 'token'; delete
       };
       c.stdout!.on('data', onData);
       c.stderr!.on('data', onData);
-      const exited = new Promise<never>((_, reject) => c.once('exit', (code) => reject(new Error(`docker-registry exited (${code}): ${log.slice(-5).join('\n')}`))));
+      const exited = new Promise<never>((_, reject) =>
+        c.once('exit', (code) => reject(new Error(`docker-registry exited (${code}): ${log.slice(-5).join('\n')}`))),
+      );
       exited.catch(() => {});
       for (let i = 0; ; i++) {
         const up = await Promise.race([

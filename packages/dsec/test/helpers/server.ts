@@ -99,7 +99,11 @@ export function makeScratchDir(name: string): string {
 /** A fresh data dir: under /var/tmp, or inside this process's tmpfs where /var/tmp is on overlayfs (dataDirParent). */
 export function makeDataDir(): string {
   const dir = mkdtempSync(join(dataDirParent(), basename(DATA_DIR_PREFIX)));
-  const caller = new Error().stack?.split('\n').slice(2).find((l) => !l.includes('/helpers/')) ?? '';
+  const caller =
+    new Error().stack
+      ?.split('\n')
+      .slice(2)
+      .find((l) => !l.includes('/helpers/')) ?? '';
   madeDataDirs.set(dir, caller.trim().replace(/^at /, ''));
   return dir;
 }
@@ -130,8 +134,16 @@ export async function startDsec(
   const store = TEST_STORE_POSTGRES ? await testStoreLocation(join(dataDir, 'state.db')) : undefined;
   const options = compileOptions(
     {
-      dataDir, store, listen: '127.0.0.1:0', edgeId: opts.edgeId, maxSandboxes: opts.maxSandboxes ?? 4000, layerCacheMiB: opts.layerCacheMiB,
-      minFreeDiskMiB: opts.minFreeDiskMiB, userns: opts.userns ?? TEST_USERNS, usernsPool: opts.usernsPool, logLevel: 'silent',
+      dataDir,
+      store,
+      listen: '127.0.0.1:0',
+      edgeId: opts.edgeId,
+      maxSandboxes: opts.maxSandboxes ?? 4000,
+      layerCacheMiB: opts.layerCacheMiB,
+      minFreeDiskMiB: opts.minFreeDiskMiB,
+      userns: opts.userns ?? TEST_USERNS,
+      usernsPool: opts.usernsPool,
+      logLevel: 'silent',
     },
     {},
   );

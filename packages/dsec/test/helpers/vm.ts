@@ -27,7 +27,9 @@ export function engineBackends(): { backend: EngineBackend; skip: string | undef
     // A guest kernel wants more than a container: 256 MiB as in vm.test.ts.
     { backend: 'microvm', skip: vmSkipReason(), memoryMiB: 256 },
   ];
-  return all.map((b) => (only && !only.includes(b.backend) ? { ...b, skip: `DSEC_ENGINE_BACKENDS=${only.join(',')} leaves ${b.backend} out` } : b));
+  return all.map((b) =>
+    only && !only.includes(b.backend) ? { ...b, skip: `DSEC_ENGINE_BACKENDS=${only.join(',')} leaves ${b.backend} out` } : b,
+  );
 }
 
 /** A test's skip option when it checks something only a container has (the reason is printed). */

@@ -24,7 +24,14 @@ const CHUNK = 64 * 1024;
 /** `len` bytes at `off` (both multiples of 4096) read by dd with O_DIRECT in a process of its own. */
 function readDirect(path: string, off: number, len: number): Promise<Buffer> {
   return new Promise((res, rej) => {
-    const dd = spawn('dd', [`if=${path}`, 'bs=4096', `skip=${off / 4096}`, `count=${Math.ceil(len / 4096)}`, 'status=none', 'iflag=direct']);
+    const dd = spawn('dd', [
+      `if=${path}`,
+      'bs=4096',
+      `skip=${off / 4096}`,
+      `count=${Math.ceil(len / 4096)}`,
+      'status=none',
+      'iflag=direct',
+    ]);
     const out: Buffer[] = [];
     let err = '';
     dd.stdout.on('data', (b: Buffer) => out.push(b));
@@ -214,7 +221,11 @@ describe('lazy chunk store (dsec-chunk-fuse over HTTP ranges)', { skip: skipReas
       const chunkDir = join(root, 'node2', 'lazy', 'chunks', digest.slice(7));
       const has = (c: string) => existsSync(join(chunkDir, c));
       for (let i = 0; i < 500 && !(has('c4') && has('c1')); i++) await new Promise((r) => setTimeout(r, 10));
-      assert.deepEqual(['c0', 'c1', 'c2', 'c3', 'c4', 'c5'].filter(has), ['c0', 'c1', 'c4'], 'the listed chunks (and c0, which ensure() reads), nothing else');
+      assert.deepEqual(
+        ['c0', 'c1', 'c2', 'c3', 'c4', 'c5'].filter(has),
+        ['c0', 'c1', 'c4'],
+        'the listed chunks (and c0, which ensure() reads), nothing else',
+      );
       assert.deepEqual(await readFile(p2), data);
     } finally {
       await other.stop();

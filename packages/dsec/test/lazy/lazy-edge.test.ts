@@ -24,7 +24,11 @@ import { parsePromText } from '../helpers/prom-text.js';
 import { call } from '../helpers/wire.js';
 
 function skipReason(): string | undefined {
-  return integrationSkipReason() ?? (existsSync('/dev/fuse') ? undefined : 'no /dev/fuse') ?? (existsSync(CHUNK_FUSE_BINARY) ? undefined : `${CHUNK_FUSE_BINARY} not built`);
+  return (
+    integrationSkipReason() ??
+    (existsSync('/dev/fuse') ? undefined : 'no /dev/fuse') ??
+    (existsSync(CHUNK_FUSE_BINARY) ? undefined : `${CHUNK_FUSE_BINARY} not built`)
+  );
 }
 
 describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason(), timeout: 180_000 }, () => {
@@ -33,7 +37,9 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
   let dsec: RunningDsec | undefined;
   const conn = () => ({ url: dsec!.url, apiKey: dsec!.apiKey });
   const start = async (): Promise<RunningDsec> =>
-    startAllInOne(compileOptions({ dataDir, listen: '127.0.0.1:0', edgeId, layerFetch: 'lazy', layerChunkKiB: '64', logLevel: 'silent' }, {}));
+    startAllInOne(
+      compileOptions({ dataDir, listen: '127.0.0.1:0', edgeId, layerFetch: 'lazy', layerChunkKiB: '64', logLevel: 'silent' }, {}),
+    );
   const lazyMount = () => join(dataDir, 'node', 'lazy', 'mnt');
   const layerMounts = () => readMounts().filter((m) => m.mountPoint.startsWith(join(dataDir, 'node', 'layers') + '/'));
 
@@ -52,8 +58,15 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     const r = await sb.commands.run('busybox echo lazy-ok && busybox ls /bin | busybox head -n 1');
     assert.equal(r.exitCode, 0, r.stderr);
     assert.match(r.stdout, /^lazy-ok\n/);
-    assert.ok(layerMounts().length > 0 && layerMounts().every((m) => m.source.startsWith(lazyMount() + '/')), 'layers are mounted from files on the lazy mount');
-    assert.equal(existsSync(join(dataDir, 'node', 'layer-cache')) && dsec!.edge.layerCache.stats().entries, 0, 'nothing was copied into the eager cache');
+    assert.ok(
+      layerMounts().length > 0 && layerMounts().every((m) => m.source.startsWith(lazyMount() + '/')),
+      'layers are mounted from files on the lazy mount',
+    );
+    assert.equal(
+      existsSync(join(dataDir, 'node', 'layer-cache')) && dsec!.edge.layerCache.stats().entries,
+      0,
+      'nothing was copied into the eager cache',
+    );
     const res = await call(conn(), 'GET', '/v1/nodes');
     const cache = (res.json as { nodes: { layerCache: LayerCacheStats }[] }).nodes[0]!.layerCache;
     const lazy = cache.lazy!;
@@ -64,7 +77,10 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     assert.equal(layer.mounted, true);
     assert.ok(cache.chargedBytes >= lazy.chunkBytes && lazy.chunkBytes > 0, 'chunk bytes count against the layer cache budget');
     const mine = lazy.sandboxes.find((x) => x.id === sb.id);
-    assert.ok(mine && mine.fetchedBytes > 0 && mine.fetchedBytes <= layer.fetchedBytes, `the sandbox's own first reads are charged to it: ${JSON.stringify(lazy.sandboxes)}`);
+    assert.ok(
+      mine && mine.fetchedBytes > 0 && mine.fetchedBytes <= layer.fetchedBytes,
+      `the sandbox's own first reads are charged to it: ${JSON.stringify(lazy.sandboxes)}`,
+    );
     // /metrics exports the same counts (read from the edge at the scrape): lazy bytes fetched, at least those above.
     const metrics = parsePromText((await call(conn(), 'GET', '/metrics', { key: null })).text);
     const edge = { edge: edgeId, pool: 'default' };
@@ -91,7 +107,13 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     assert.equal(index.size, blob.length);
     assert.deepEqual(
       index.digests,
-      Array.from({ length: Math.ceil(blob.length / index.chunkSize) }, (_, i) => `sha256:${createHash('sha256').update(blob.subarray(i * index.chunkSize, (i + 1) * index.chunkSize)).digest('hex')}`),
+      Array.from(
+        { length: Math.ceil(blob.length / index.chunkSize) },
+        (_, i) =>
+          `sha256:${createHash('sha256')
+            .update(blob.subarray(i * index.chunkSize, (i + 1) * index.chunkSize))
+            .digest('hex')}`,
+      ),
     );
     // The first sandbox's kill (test above) recorded the chunks it read as the layer's prefetch list.
     assert.ok(index.prefetch.length > 0 && index.prefetch.length <= index.digests.length, JSON.stringify(index.prefetch));

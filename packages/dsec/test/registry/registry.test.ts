@@ -24,13 +24,24 @@ import { parseRegistryRef } from '../../src/image/registry/registry-ref.js';
 import { sha256Digest } from '../../src/image/registry/dsec-artifact.js';
 import { buildTestImage } from '../helpers/images.js';
 import { registrySkipReason, startTestRegistry, type TestRegistry, type TokenService } from '../helpers/registry.js';
-import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from '../helpers/server.js';
+import {
+  assertCleanAndRemove,
+  integrationSkipReason,
+  makeDataDir,
+  newEdgeId,
+  startDsec,
+  startTestServer,
+  type TestServer,
+} from '../helpers/server.js';
 
 const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 
 function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
@@ -63,10 +74,15 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
 
   test('push from one data dir, pull by tag into another: same image id, and a sandbox runs from it', async () => {
     const marker = `pushed-${randomBytes(6).toString('hex')}`;
-    const built = await buildTestImage(server.dsec.images, 'regtest:v1', (root) => writeFileSync(`${root}/marker`, marker), { env: ['PATH=/bin', `MARKER=${marker}`] });
+    const built = await buildTestImage(server.dsec.images, 'regtest:v1', (root) => writeFileSync(`${root}/marker`, marker), {
+      env: ['PATH=/bin', `MARKER=${marker}`],
+    });
     const busybox = server.dsec.images.get(server.dsec.images.resolve('busybox')!)!;
     // One image of two layers: busybox below, the marker layer on top.
-    const stacked = server.dsec.images.put({ layers: [busybox.layers[0]!, ...server.dsec.images.get(built.id)!.layers], config: server.dsec.images.get(built.id)!.config });
+    const stacked = server.dsec.images.put({
+      layers: [busybox.layers[0]!, ...server.dsec.images.get(built.id)!.layers],
+      config: server.dsec.images.get(built.id)!.config,
+    });
     server.dsec.images.tag('regtest:v1', stacked);
     const ref = `${registry.host}/team/regtest:v1`;
 
@@ -76,7 +92,10 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     assert.equal(pushed.layers, 2);
     assert.equal(pushed.uploadedLayers, 2);
     // A second push uploads nothing (HEAD finds every blob) and names the same manifest.
-    const again = JSON.parse((await runCli(['image', 'push', ref, '--data-dir', server.dataDir, '--json'], creds)).stdout) as { digest: string; uploadedLayers: number };
+    const again = JSON.parse((await runCli(['image', 'push', ref, '--data-dir', server.dataDir, '--json'], creds)).stdout) as {
+      digest: string;
+      uploadedLayers: number;
+    };
     assert.equal(again.uploadedLayers, 0);
     assert.equal(again.digest, pushed.digest);
 
@@ -85,11 +104,21 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     const m = await client.getManifest('v1');
     assert.ok(m);
     assert.equal(sha256Digest(m.bytes), pushed.digest);
-    const manifest = JSON.parse(m.bytes.toString()) as { artifactType: string; config: { mediaType: string }; layers: { mediaType: string; digest: string }[] };
+    const manifest = JSON.parse(m.bytes.toString()) as {
+      artifactType: string;
+      config: { mediaType: string };
+      layers: { mediaType: string; digest: string }[];
+    };
     assert.equal(manifest.artifactType, 'application/vnd.dsec.image.v1');
     assert.equal(manifest.config.mediaType, 'application/vnd.dsec.image.config.v1+json');
-    assert.deepEqual(manifest.layers.map((l) => l.mediaType), ['application/vnd.dsec.image.layer.v1.erofs', 'application/vnd.dsec.image.layer.v1.erofs']);
-    assert.deepEqual(manifest.layers.map((l) => l.digest), server.dsec.images.get(stacked)!.layers);
+    assert.deepEqual(
+      manifest.layers.map((l) => l.mediaType),
+      ['application/vnd.dsec.image.layer.v1.erofs', 'application/vnd.dsec.image.layer.v1.erofs'],
+    );
+    assert.deepEqual(
+      manifest.layers.map((l) => l.digest),
+      server.dsec.images.get(stacked)!.layers,
+    );
 
     // The second cluster: a fresh data dir, pulled into, then a dsec started on it.
     const dataDir = makeDataDir();
@@ -103,7 +132,10 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     assert.equal(pulled.name, 'regtest:v1');
     assert.equal(pulled.fetchedLayers, 2);
     // Pulling by digest gives the same image and fetches nothing more.
-    const byDigest = await runCli(['image', 'pull', `${registry.host}/team/regtest@${pushed.digest}`, '--name', 'pinned', '--data-dir', dataDir, '--json'], creds);
+    const byDigest = await runCli(
+      ['image', 'pull', `${registry.host}/team/regtest@${pushed.digest}`, '--name', 'pinned', '--data-dir', dataDir, '--json'],
+      creds,
+    );
     assert.equal(byDigest.code, 0, byDigest.stderr);
     assert.equal((JSON.parse(byDigest.stdout) as { id: string; fetchedLayers: number }).fetchedLayers, 0);
 
@@ -129,7 +161,11 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     const client = new RegistryClient(ref, { credentials: registry.credentials });
     assert.deepEqual(await client.headBlob(digest), { size: bytes.length });
     assert.equal(await client.headBlob(`sha256:${'0'.repeat(64)}`), undefined);
-    for (const [start, end] of [[0, 4095], [4096, 12287], [bytes.length - 100, bytes.length - 1]] as const) {
+    for (const [start, end] of [
+      [0, 4095],
+      [4096, 12287],
+      [bytes.length - 100, bytes.length - 1],
+    ] as const) {
       const got = await client.getBlob(digest, { start, end });
       assert.equal(got.status, 206);
       const parts: Buffer[] = [];
@@ -163,7 +199,10 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     await restarted;
     assert.equal(registry.starts, startsBefore + 1, 'the registry was restarted during the pull');
     assert.ok(result.resumes >= 1, `the download broke off and resumed (resumes ${result.resumes})`);
-    assert.ok(retries.some((w) => /ECONNREFUSED|ECONNRESET|other side closed|socket/.test(w)), `the client retried while the registry was down: ${retries.join(' | ')}`);
+    assert.ok(
+      retries.some((w) => /ECONNREFUSED|ECONNRESET|other side closed|socket/.test(w)),
+      `the client retried while the registry was down: ${retries.join(' | ')}`,
+    );
     assert.equal(result.id, big.id);
     const layer = images.get(result.id)!.layers[0]!;
     assert.ok(layers.has(layer));
@@ -227,15 +266,25 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       const before = registry.requests().length;
       const sb = await Sandbox.create({ ...conn, image: 'viaregistry:v1' });
       assert.equal((await sb.commands.run('cat /marker')).stdout, marker);
-      const fetched = registry.requests().slice(before).filter((l) => /"GET \/v2\/team\/cluster\/blobs\/sha256:/.test(l) && / 200 /.test(l));
-      for (const layer of [busyboxLayer, markerLayer]) assert.ok(fetched.some((l) => l.includes(layer)), `the edge fetched ${layer} from the registry:\n${fetched.join('\n')}`);
+      const fetched = registry
+        .requests()
+        .slice(before)
+        .filter((l) => /"GET \/v2\/team\/cluster\/blobs\/sha256:/.test(l) && / 200 /.test(l));
+      for (const layer of [busyboxLayer, markerLayer])
+        assert.ok(
+          fetched.some((l) => l.includes(layer)),
+          `the edge fetched ${layer} from the registry:\n${fetched.join('\n')}`,
+        );
 
       const mid = registry.requests().length;
       // busybox:latest and the local-only layer: busybox is cached on the node now; the other is not in the registry.
       const sb2 = await Sandbox.create({ ...conn, image: 'busybox', layers: [localOnly.id] });
       assert.equal((await sb2.commands.run('cat /marker')).stdout, 'local');
       const asked = registry.requests().slice(mid);
-      assert.ok(asked.some((l) => l.includes(`HEAD /v2/team/cluster/blobs/${localLayer}`) && / 404 /.test(l)), `the edge asked the registry first:\n${asked.join('\n')}`);
+      assert.ok(
+        asked.some((l) => l.includes(`HEAD /v2/team/cluster/blobs/${localLayer}`) && / 404 /.test(l)),
+        `the edge asked the registry first:\n${asked.join('\n')}`,
+      );
       assert.ok(!asked.some((l) => l.includes(`GET /v2/team/cluster/blobs/${localLayer}`)));
 
       // The registry is down: the layer comes from the control plane, and the sandbox starts.
@@ -268,9 +317,14 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     process.env['DSEC_REGISTRY_PASSWORD'] = registry.credentials!.password;
     let control: Awaited<ReturnType<typeof startControlPlane>>;
     try {
-      control = await startControlPlane(compileOptions({ dataDir: controlDir, registry: repository, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+      control = await startControlPlane(
+        compileOptions({ dataDir: controlDir, registry: repository, listen: '127.0.0.1:0', logLevel: 'silent' }, {}),
+      );
     } finally {
-      for (const [k, v] of [['DSEC_REGISTRY_USER', saved.user], ['DSEC_REGISTRY_PASSWORD', saved.password]] as const) {
+      for (const [k, v] of [
+        ['DSEC_REGISTRY_USER', saved.user],
+        ['DSEC_REGISTRY_PASSWORD', saved.password],
+      ] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
@@ -291,10 +345,40 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
         await fetch(`${control.url}/v1/cluster/edges`, {
           method: 'POST',
           headers: { authorization: `Bearer ${control.joinToken}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ id: 'probe', url: 'http://127.0.0.1:9', pool: 'probe', labels: {}, cpuOvercommit: 0, info: { id: 'probe', protocol: 1, version: 'probe', state: 'stopped', sandboxes: 0, maxSandboxes: 1, capacity: { cpus: 1, memoryBytes: 1, memoryAvailableBytes: 1, cpuCommitted: 0, memoryCommittedMiB: 0, pidsCommitted: 0, pidMax: 1, pidsInUse: 0 }, layerCache: { entries: 0, bytes: 0, chargedBytes: 0, budgetBytes: 0, mounted: 0, evictions: 0, overBudget: false }, cachedLayers: [] } }),
+          body: JSON.stringify({
+            id: 'probe',
+            url: 'http://127.0.0.1:9',
+            pool: 'probe',
+            labels: {},
+            cpuOvercommit: 0,
+            info: {
+              id: 'probe',
+              protocol: 1,
+              version: 'probe',
+              state: 'stopped',
+              sandboxes: 0,
+              maxSandboxes: 1,
+              capacity: {
+                cpus: 1,
+                memoryBytes: 1,
+                memoryAvailableBytes: 1,
+                cpuCommitted: 0,
+                memoryCommittedMiB: 0,
+                pidsCommitted: 0,
+                pidMax: 1,
+                pidsInUse: 0,
+              },
+              layerCache: { entries: 0, bytes: 0, chargedBytes: 0, budgetBytes: 0, mounted: 0, evictions: 0, overBudget: false },
+              cachedLayers: [],
+            },
+          }),
         })
       ).json()) as { registry?: { repository: string; username?: string } };
-      assert.deepEqual({ repository: joinAnswer.registry?.repository, username: joinAnswer.registry?.username }, { repository, username: registry.credentials!.username }, 'the join answer names the registry and its account');
+      assert.deepEqual(
+        { repository: joinAnswer.registry?.repository, username: joinAnswer.registry?.username },
+        { repository, username: registry.credentials!.username },
+        'the join answer names the registry and its account',
+      );
       await control.control.edges.remove('probe');
 
       daemon = await startEdgeDaemon({
@@ -316,7 +400,10 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       const asked = registry.requests().slice(before);
       // The control plane only uploads (HEAD, POST/PUT); only an edge GETs a blob.
       for (const l of layers) {
-        assert.ok(asked.some((line) => line.includes(`"GET /v2/team/joined/blobs/${l} `) && / 200 /.test(line)), `the edge read ${l} from the registry:\n${asked.join('\n')}`);
+        assert.ok(
+          asked.some((line) => line.includes(`"GET /v2/team/joined/blobs/${l} `) && / 200 /.test(line)),
+          `the edge read ${l} from the registry:\n${asked.join('\n')}`,
+        );
         assert.ok(await reader.headBlob(l), `${l} is in the registry now`);
       }
       await sb.kill();
@@ -335,13 +422,18 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       const controlDir = makeDataDir();
       const edgeDir = makeDataDir();
       const edgeId = newEdgeId();
-      const control = await startControlPlane(compileOptions({ dataDir: controlDir, listen: '127.0.0.1:0', logLevel: 'silent', layerChunkKiB: '64' }, {}));
+      const control = await startControlPlane(
+        compileOptions({ dataDir: controlDir, listen: '127.0.0.1:0', logLevel: 'silent', layerChunkKiB: '64' }, {}),
+      );
       let daemon: RunningEdgeDaemon | undefined;
       try {
         await buildBusyboxImage(control.images);
         const marker = `lazy-${randomBytes(6).toString('hex')}`;
         const img = await buildTestImage(control.images, 'lazyreg:v1', (root) => writeFileSync(`${root}/marker`, marker));
-        const stacked = control.images.put({ layers: [control.images.get(control.images.resolve('busybox')!)!.layers[0]!, ...control.images.get(img.id)!.layers], config: control.images.get(img.id)!.config });
+        const stacked = control.images.put({
+          layers: [control.images.get(control.images.resolve('busybox')!)!.layers[0]!, ...control.images.get(img.id)!.layers],
+          config: control.images.get(img.id)!.config,
+        });
         control.images.tag('lazyreg:v1', stacked);
         const repo = parseRegistryRef(`${registry.host}/team/lazy`, { requireName: false });
         await pushImage(control.images, 'lazyreg:v1', new RegistryClient(repo, { credentials: registry.credentials }), 'v1');
@@ -366,7 +458,10 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
         const stats = await daemon.chunkProxy!.stats();
         assert.ok(stats.registryRanges > 0, `chunks came from the registry: ${JSON.stringify(stats)}`);
         assert.ok(stats.fallback > 0, `chunk indexes came from the control plane: ${JSON.stringify(stats)}`);
-        const ranged = registry.requests().slice(before).filter((l) => /"GET \/v2\/team\/lazy\/blobs\/sha256:[0-9a-f]+ HTTP\/1\.1" 206 /.test(l));
+        const ranged = registry
+          .requests()
+          .slice(before)
+          .filter((l) => /"GET \/v2\/team\/lazy\/blobs\/sha256:[0-9a-f]+ HTTP\/1\.1" 206 /.test(l));
         assert.ok(ranged.length > 0, `the registry answered range requests (206):\n${registry.requests().slice(before).join('\n')}`);
         await sb.kill();
       } finally {
@@ -384,7 +479,9 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     process.env['DSEC_REGISTRY_PASSWORD'] = registry.credentials!.password;
     // The account is sent only to the cluster's registry (DSEC_REGISTRY), so this control plane has it as that.
     const controlDir = makeDataDir();
-    const control = await startControlPlane(compileOptions({ dataDir: controlDir, registry: `${registry.host}/team/apicluster`, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+    const control = await startControlPlane(
+      compileOptions({ dataDir: controlDir, registry: `${registry.host}/team/apicluster`, listen: '127.0.0.1:0', logLevel: 'silent' }, {}),
+    );
     const conn = { url: control.url, apiKey: control.apiKey };
     try {
       await buildBusyboxImage(control.images);
@@ -399,7 +496,11 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       assert.ok(pulled.image.names.includes('apipulled:v1'));
 
       const api = (path: string, body: unknown) =>
-        fetch(`${control.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${control.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        fetch(`${control.url}${path}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${control.apiKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
       const missing = await api('/v1/images/pull', { ref: `${registry.host}/team/api:nope` });
       assert.equal(missing.status, 404);
       assert.equal(((await missing.json()) as { error: { code: string } }).error.code, 'IMAGE_NOT_FOUND');
@@ -416,9 +517,15 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
       assert.equal(body.error.code, 'REGISTRY_AUTH_FAILED');
       assert.match(body.error.message, /rejected the credentials of user "trainer" \(HTTP 401/);
       assert.equal(body.error.details.registryStatus, 401);
-      await assert.rejects(Image.push('busybox', ref, conn), (err: unknown) => err instanceof AuthError && err.code === 'REGISTRY_AUTH_FAILED');
+      await assert.rejects(
+        Image.push('busybox', ref, conn),
+        (err: unknown) => err instanceof AuthError && err.code === 'REGISTRY_AUTH_FAILED',
+      );
     } finally {
-      for (const [k, v] of [['DSEC_REGISTRY_USER', saved.user], ['DSEC_REGISTRY_PASSWORD', saved.password]] as const) {
+      for (const [k, v] of [
+        ['DSEC_REGISTRY_USER', saved.user],
+        ['DSEC_REGISTRY_PASSWORD', saved.password],
+      ] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
@@ -481,12 +588,18 @@ describe('OCI registry with Bearer-token auth', { skip: integrationSkipReason() 
     const pulled = await pullImage(dst, new RegistryClient(ref, { credentials: registry.credentials, tokenHosts }), ref);
     assert.equal(pulled.id, built.id);
     assert.equal(pulled.digest, pushed.digest);
-    assert.ok(registry.tokens!.scopes.includes('repository:team/tokentest:pull'), `a pull token was asked for: ${registry.tokens!.scopes.join(' ')}`);
+    assert.ok(
+      registry.tokens!.scopes.includes('repository:team/tokentest:pull'),
+      `a pull token was asked for: ${registry.tokens!.scopes.join(' ')}`,
+    );
   });
 
   test('wrong credentials: the token service refuses them, and the error says so', async () => {
     const ref = parseRegistryRef(`${registry.host}/team/tokentest:v1`);
-    const client = new RegistryClient(ref, { credentials: { username: 'trainer', password: 'wrong' }, tokenHosts: [new URL(registry.tokens!.realm).host] });
+    const client = new RegistryClient(ref, {
+      credentials: { username: 'trainer', password: 'wrong' },
+      tokenHosts: [new URL(registry.tokens!.realm).host],
+    });
     await assert.rejects(client.getManifest('v1'), (err: unknown) => {
       assert.ok(err instanceof RegistryAuthError);
       assert.equal(err.status, 401);
@@ -501,7 +614,10 @@ describe('OCI registry with Bearer-token auth', { skip: integrationSkipReason() 
     const asked = registry.tokens!.scopes.length;
     await assert.rejects(client.getManifest('v1'), (err: unknown) => {
       assert.ok(err instanceof RegistryAuthError);
-      assert.match(err.message, /not on the registry's host, so it was not sent the credentials of user "trainer".*DSEC_REGISTRY_TOKEN_HOSTS/);
+      assert.match(
+        err.message,
+        /not on the registry's host, so it was not sent the credentials of user "trainer".*DSEC_REGISTRY_TOKEN_HOSTS/,
+      );
       return true;
     });
     assert.equal(registry.tokens!.scopes.length, asked, 'the token service granted nothing: it got no credentials');

@@ -74,7 +74,10 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
     for (const n of names) {
       cgroups.push(`${h}/dsec/${n}`);
       try {
-        for (const p of readFileSync(join(dir, n, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean)) processes.add(Number(p));
+        for (const p of readFileSync(join(dir, n, 'cgroup.procs'), 'utf8')
+          .split('\n')
+          .filter(Boolean))
+          processes.add(Number(p));
       } catch {
         // removed meanwhile
       }
@@ -112,7 +115,8 @@ export function census(dataDir: string, edgeId: string, sandboxIds: Iterable<str
       }
       // An edge's resident dsec-spawn names the node's dirs it leaves out of its template mount
       // namespace (`--template DIR...`); a restarted edge starts a new one. It is the edge's, not a stray.
-      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(`${dataDir}/`) && !isResidentHelper(Number(e))) dataDirProcesses.push(Number(e));
+      if (readFileSync(`/proc/${e}/cmdline`, 'utf8').includes(`${dataDir}/`) && !isResidentHelper(Number(e)))
+        dataDirProcesses.push(Number(e));
     } catch {
       // exited meanwhile
     }

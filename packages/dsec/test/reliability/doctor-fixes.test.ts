@@ -80,7 +80,8 @@ describe('doctor: a data dir on an overlay root', { skip: rootSkip, timeout: 60_
 });
 
 describe('doctor: cgroup v1 hierarchies where crun looks', () => {
-  const procCgroups = '#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t1\t13\t1\ncpuacct\t1\t13\t1\nnet_cls\t0\t13\t1\nhugetlb\t10\t13\t1\n';
+  const procCgroups =
+    '#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t1\t13\t1\ncpuacct\t1\t13\t1\nnet_cls\t0\t13\t1\nhugetlb\t10\t13\t1\n';
 
   test('a controller bound to a hierarchy that is not mounted here is reported', () => {
     // A table of what is visible where, not this host's (whose layout differs between machines).
@@ -112,7 +113,11 @@ describe('doctor: cgroup v1 hierarchies where crun looks', () => {
   });
 
   const hugetlb = '/sys/fs/cgroup/hugetlb';
-  const skip = rootSkip ?? (readMounts().some((m) => m.mountPoint === hugetlb && m.fsType === 'cgroup') ? undefined : `no v1 hugetlb hierarchy at ${hugetlb} on this host`);
+  const skip =
+    rootSkip ??
+    (readMounts().some((m) => m.mountPoint === hugetlb && m.fsType === 'cgroup')
+      ? undefined
+      : `no v1 hugetlb hierarchy at ${hugetlb} on this host`);
 
   test('doctor mounts hugetlb when another mount namespace holds it', { skip, timeout: 60_000 }, () => {
     const dataDir = mkdtempSync('/var/tmp/dsec-test-doctor-');
@@ -131,9 +136,15 @@ describe('doctor: cgroup v1 hierarchies where crun looks', () => {
         console.log(JSON.stringify({ before, after: isMounted(), check: checks.find((c) => c.name === 'cgroup layout usable by crun') }));
       `;
       // A private mount namespace: the host's own hugetlb mount is never touched.
-      const r = spawnSync('unshare', ['--mount', '--propagation', 'private', process.execPath, '--input-type=module', '-e', script], { encoding: 'utf8' });
+      const r = spawnSync('unshare', ['--mount', '--propagation', 'private', process.execPath, '--input-type=module', '-e', script], {
+        encoding: 'utf8',
+      });
       assert.equal(r.status, 0, r.stderr);
-      const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { before: boolean; after: boolean; check: { ok: boolean; fixed?: string } };
+      const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as {
+        before: boolean;
+        after: boolean;
+        check: { ok: boolean; fixed?: string };
+      };
       assert.equal(out.before, false, 'the hierarchy must be gone in the namespace first');
       assert.equal(out.after, true, 'doctor did not mount hugetlb where crun looks');
       assert.equal(out.check.ok, true);

@@ -33,7 +33,18 @@ export class DsecUpChild {
   async start(): Promise<void> {
     const clientFile = join(this.dataDir, 'client.json');
     rmSync(clientFile, { force: true });
-    const args = [this.opts.entry ?? MAIN, 'up', '--data-dir', this.dataDir, '--listen', '127.0.0.1:0', '--edge-id', this.edgeId, '--log-level', 'error'];
+    const args = [
+      this.opts.entry ?? MAIN,
+      'up',
+      '--data-dir',
+      this.dataDir,
+      '--listen',
+      '127.0.0.1:0',
+      '--edge-id',
+      this.edgeId,
+      '--log-level',
+      'error',
+    ];
     const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...this.opts.env } });
     this.child = child;
     this.stderr = '';
@@ -66,7 +77,9 @@ export class DsecUpChild {
   async #signal(sig: NodeJS.Signals): Promise<void> {
     const c = this.child;
     if (!c) return;
-    const gone = new Promise<void>((resolve) => (c.exitCode !== null || c.signalCode !== null ? resolve() : c.once('exit', () => resolve())));
+    const gone = new Promise<void>((resolve) =>
+      c.exitCode !== null || c.signalCode !== null ? resolve() : c.once('exit', () => resolve()),
+    );
     c.kill(sig);
     await gone;
     this.child = undefined;

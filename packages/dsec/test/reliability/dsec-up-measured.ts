@@ -32,7 +32,13 @@ if (report) {
     const out: MemoryReport = {
       rssBytes: m.rss,
       heapUsedMiB: Math.round(m.heapUsed / 2 ** 20),
-      detailMiB: { heapTotal: mib(m.heapTotal), external: mib(m.external), arrayBuffers: mib(m.arrayBuffers), anonymous: mib(kib('Anonymous') * 1024), file: mib(kib('Pss_File') * 1024) },
+      detailMiB: {
+        heapTotal: mib(m.heapTotal),
+        external: mib(m.external),
+        arrayBuffers: mib(m.arrayBuffers),
+        anonymous: mib(kib('Anonymous') * 1024),
+        file: mib(kib('Pss_File') * 1024),
+      },
     };
     if (snapshots) writeHeapSnapshot(`${snapshots}/heap-${reports}.heapsnapshot`);
     reports++;

@@ -103,7 +103,10 @@ describe('a kill whose teardown fails', { skip, timeout: 180_000 }, () => {
 
   test('the sandbox stays known on the edge and in the store, failed with the reason', async (t) => {
     if (immutable) return t.skip(immutable);
-    assert.ok((await dsec!.edge.listSandboxes()).some((s) => s.id === id), 'the edge forgot a sandbox whose resources remain');
+    assert.ok(
+      (await dsec!.edge.listSandboxes()).some((s) => s.id === id),
+      'the edge forgot a sandbox whose resources remain',
+    );
     const res = await call(conn(dsec!), 'GET', `/v1/sandboxes/${id}`);
     assert.equal(res.status, 200, res.text);
     const info = res.json as { status: string; reason?: string };

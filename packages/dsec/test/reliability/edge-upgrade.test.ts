@@ -54,13 +54,33 @@ for (const userns of [true, false]) {
       // The old build, put where the sandbox's own bind of it would be had it been made before the upgrade.
       await sb.files.write('/tmp/old-landlock', readFileSync(oldBinary), { mode: 0o755 });
       const crunRoot = join(dataDir, 'node', 'crun');
-      const initPid = (id: string) => (JSON.parse(execFileSync('crun', ['--root', crunRoot, 'state', id], { encoding: 'utf8' })) as { pid: number }).pid;
+      const initPid = (id: string) =>
+        (JSON.parse(execFileSync('crun', ['--root', crunRoot, 'state', id], { encoding: 'utf8' })) as { pid: number }).pid;
       pid = initPid(sb.id);
-      execFileSync('nsenter', ['-t', String(pid), '-m', '-r', '/dev/.dsec-tools/busybox', 'mount', '--bind', '/tmp/old-landlock', '/dev/.dsec-landlock']);
+      execFileSync('nsenter', [
+        '-t',
+        String(pid),
+        '-m',
+        '-r',
+        '/dev/.dsec-tools/busybox',
+        'mount',
+        '--bind',
+        '/tmp/old-landlock',
+        '/dev/.dsec-landlock',
+      ]);
       // A sandbox whose binary cannot be replaced: its /dev/.dsec-landlock leads nowhere.
       broken = await Sandbox.create({ url: first.url, apiKey: first.apiKey, resources: { memoryMiB: 64 } });
       // In a user-namespaced sandbox its /dev is its own root's: the change is made as that root.
-      const inBroken = (...args: string[]) => execFileSync('nsenter', ['-t', String(initPid(broken.id)), ...(userns ? ['-U'] : []), '-m', '-r', '/dev/.dsec-tools/busybox', ...args]);
+      const inBroken = (...args: string[]) =>
+        execFileSync('nsenter', [
+          '-t',
+          String(initPid(broken.id)),
+          ...(userns ? ['-U'] : []),
+          '-m',
+          '-r',
+          '/dev/.dsec-tools/busybox',
+          ...args,
+        ]);
       inBroken('umount', '/dev/.dsec-landlock');
       inBroken('rm', '/dev/.dsec-landlock');
       inBroken('ln', '-s', '/nowhere', '/dev/.dsec-landlock');

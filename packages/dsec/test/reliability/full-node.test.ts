@@ -20,16 +20,31 @@ describe('a full node (dsec bench density, CI size)', { skip: integrationSkipRea
     const out = mkdtempSync('/var/tmp/dsec-test-full-node-');
     try {
       const options = defaultOptions(densityScenario, { count, concurrency: 4, settleMs: 500, probes: 2, minAvailableMiB: 2048 });
-      const outcome = await runBench({ scenarios: [{ def: densityScenario, options }], combined: false, peers: ['crun'], outDir: out, commandLine: 'test', nice: 0, say: () => {} });
+      const outcome = await runBench({
+        scenarios: [{ def: densityScenario, options }],
+        combined: false,
+        peers: ['crun'],
+        outDir: out,
+        commandLine: 'test',
+        nice: 0,
+        say: () => {},
+      });
       assert.deepEqual(outcome.failed, []);
       const { report, files } = outcome.reports[0]!;
       const result = report.result as DensityResult;
-      assert.deepEqual(result.peers.map((p) => p.name), ['dsec', 'crun']);
+      assert.deepEqual(
+        result.peers.map((p) => p.name),
+        ['dsec', 'crun'],
+      );
       for (const p of result.peers) {
         assert.deepEqual(p.errors, [], p.name);
         assert.equal(p.stoppedEarly, undefined, p.name);
         assert.equal(p.sandboxes, count, p.name);
-        assert.deepEqual(p.curve.map((c) => c.held), [0, count / 10, count / 2, count].map(Math.round), p.name);
+        assert.deepEqual(
+          p.curve.map((c) => c.held),
+          [0, count / 10, count / 2, count].map(Math.round),
+          p.name,
+        );
         for (const c of p.curve) {
           assert.equal(c.create.count, 2, `${p.name} at ${c.held}`);
           assert.equal(c.exec.count, 2, `${p.name} at ${c.held}`);

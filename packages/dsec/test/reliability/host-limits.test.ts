@@ -27,44 +27,51 @@ describe('doctor: host limits of a full node', () => {
     assert.match(checks.at(-1)!.detail, /> 65535/, 'two million memory cgroups cannot fit in 16-bit ids');
     // One sandbox fits within every default this kernel has, bar none.
     const small = hostLimitChecks({ maxSandboxes: 1, fix: false });
-    assert.deepEqual(small.filter((c) => !c.ok).map((c) => c.detail), []);
+    assert.deepEqual(
+      small.filter((c) => !c.ok).map((c) => c.detail),
+      [],
+    );
     assert.equal(memcgCountCheck(1).ok, true);
   });
 
-  test("doctor raises the dsec process's open-file limit (prlimit), or says how when it may not", { skip: rootSkip, timeout: 60_000 }, () => {
-    const mod = new URL('../../src/host/host-limits.js', import.meta.url).pathname;
-    const script = `
+  test(
+    "doctor raises the dsec process's open-file limit (prlimit), or says how when it may not",
+    { skip: rootSkip, timeout: 60_000 },
+    () => {
+      const mod = new URL('../../src/host/host-limits.js', import.meta.url).pathname;
+      const script = `
       const { hostLimitChecks, readNofile } = await import(${JSON.stringify(mod)});
       const before = readNofile();
       const look = hostLimitChecks({ maxSandboxes: 100, fix: false }).find((c) => c.name.startsWith('host limit nofile'));
       const fixed = hostLimitChecks({ maxSandboxes: 100, fix: true }).find((c) => c.name.startsWith('host limit nofile'));
       console.log(JSON.stringify({ before, look, fixed, after: readNofile() }));
     `;
-    // 100 sandboxes need 4,196 open files (1 each + 4,096); the child starts with 1,024, hard
-    // limit too (Node raises its soft limit to the hard one at start, so only the hard one binds).
-    const r = spawnSync('prlimit', ['--nofile=1024:1024', process.execPath, '--input-type=module', '-e', script], { encoding: 'utf8' });
-    assert.equal(r.status, 0, r.stderr);
-    const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as {
-      before: { soft: number };
-      look: { ok: boolean; detail: string };
-      fixed: { ok: boolean; detail: string; fixed?: string };
-      after: { soft: number; hard: number };
-    };
-    assert.equal(out.before.soft, 1024);
-    assert.equal(out.look.ok, false);
-    assert.match(out.look.detail, /1024 < 4196 needed.*ulimit -n 4196/);
-    if (hasCapSysResource()) {
-      assert.equal(out.fixed.ok, true, out.fixed.detail);
-      assert.match(out.fixed.fixed ?? '', /raised nofile from 1024 to 4196/);
-      assert.deepEqual(out.after, { soft: 4196, hard: 4196 });
-    } else {
-      // A container without CAP_SYS_RESOURCE (as here): nothing changes, and the check says why and what to run.
-      assert.equal(out.fixed.ok, false);
-      assert.match(out.fixed.detail, /could not raise it: .*CAP_SYS_RESOURCE.*run: ulimit -n 4196/);
-      assert.deepEqual(out.after, { soft: 1024, hard: 1024 });
-    }
-    assert.ok(readNofile().soft >= 1024, "this process's own limit is untouched");
-  });
+      // 100 sandboxes need 4,196 open files (1 each + 4,096); the child starts with 1,024, hard
+      // limit too (Node raises its soft limit to the hard one at start, so only the hard one binds).
+      const r = spawnSync('prlimit', ['--nofile=1024:1024', process.execPath, '--input-type=module', '-e', script], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+      const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as {
+        before: { soft: number };
+        look: { ok: boolean; detail: string };
+        fixed: { ok: boolean; detail: string; fixed?: string };
+        after: { soft: number; hard: number };
+      };
+      assert.equal(out.before.soft, 1024);
+      assert.equal(out.look.ok, false);
+      assert.match(out.look.detail, /1024 < 4196 needed.*ulimit -n 4196/);
+      if (hasCapSysResource()) {
+        assert.equal(out.fixed.ok, true, out.fixed.detail);
+        assert.match(out.fixed.fixed ?? '', /raised nofile from 1024 to 4196/);
+        assert.deepEqual(out.after, { soft: 4196, hard: 4196 });
+      } else {
+        // A container without CAP_SYS_RESOURCE (as here): nothing changes, and the check says why and what to run.
+        assert.equal(out.fixed.ok, false);
+        assert.match(out.fixed.detail, /could not raise it: .*CAP_SYS_RESOURCE.*run: ulimit -n 4196/);
+        assert.deepEqual(out.after, { soft: 1024, hard: 1024 });
+      }
+      assert.ok(readNofile().soft >= 1024, "this process's own limit is untouched");
+    },
+  );
 });
 
 /** Whether this process has CAP_SYS_RESOURCE (bit 24 of CapEff), which raising a hard rlimit takes. */

@@ -36,7 +36,8 @@ function skipReason(): string | undefined {
   const base = integrationSkipReason();
   if (base) return base;
   if (TEST_STORE_POSTGRES) return 'checks the SQLite store after the run';
-  if (!existsSync(join(MEMORY_ROOT, 'memory.limit_in_bytes'))) return `needs a cgroup v1 memory hierarchy at ${MEMORY_ROOT} (this host's layout)`;
+  if (!existsSync(join(MEMORY_ROOT, 'memory.limit_in_bytes')))
+    return `needs a cgroup v1 memory hierarchy at ${MEMORY_ROOT} (this host's layout)`;
   return undefined;
 }
 
@@ -59,14 +60,38 @@ async function outcome(p: Promise<unknown>): Promise<string> {
 }
 
 /** `dsec up` charged to `cg`: in a mount namespace of its own where `cg` is /sys/fs/cgroup/memory. */
-async function startUpInCgroup(cg: string, dataDir: string, edgeId: string): Promise<{ child: ChildProcess; conn: { url: string; apiKey: string }; stderr: () => string }> {
+async function startUpInCgroup(
+  cg: string,
+  dataDir: string,
+  edgeId: string,
+): Promise<{ child: ChildProcess; conn: { url: string; apiKey: string }; stderr: () => string }> {
   const clientFile = join(dataDir, 'client.json');
   rmSync(clientFile, { force: true });
   const script = `mount --bind "$0" ${MEMORY_ROOT} && echo $$ > ${MEMORY_ROOT}/cgroup.procs && exec "$@"`;
   const child = spawn(
     'unshare',
-    ['-m', 'sh', '-c', script, cg, process.execPath, MAIN, 'up', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--edge-id', edgeId, '--log-level', 'warn',
-      '--min-available-memory-mib', String(FLOOR_MIB), '--max-memory-pressure', '0'],
+    [
+      '-m',
+      'sh',
+      '-c',
+      script,
+      cg,
+      process.execPath,
+      MAIN,
+      'up',
+      '--data-dir',
+      dataDir,
+      '--listen',
+      '127.0.0.1:0',
+      '--edge-id',
+      edgeId,
+      '--log-level',
+      'warn',
+      '--min-available-memory-mib',
+      String(FLOOR_MIB),
+      '--max-memory-pressure',
+      '0',
+    ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
   let stderr = '';
@@ -86,7 +111,7 @@ async function startUpInCgroup(cg: string, dataDir: string, edgeId: string): Pro
 }
 
 describe('memory pressure: dsec and its sandboxes in a small memory cgroup', { skip: skipReason(), timeout: 300_000 }, () => {
-  test('creates are refused with 503 NODE_MEMORY_PRESSURE, an OOM kills the sandbox\'s command and not dsec, nothing is corrupted', async () => {
+  test("creates are refused with 503 NODE_MEMORY_PRESSURE, an OOM kills the sandbox's command and not dsec, nothing is corrupted", async () => {
     const dataDir = makeDataDir();
     const edgeId = newEdgeId();
     const cg = join(MEMORY_ROOT, `dsec-test-mem-${edgeId}`);
@@ -98,19 +123,28 @@ describe('memory pressure: dsec and its sandboxes in a small memory cgroup', { s
       up = await startUpInCgroup(cg, dataDir, edgeId);
       const { conn } = up;
       const dsecPid = up.child.pid!;
-      const sandboxDirs = (): string[] => readdirSync(join(dataDir, 'node', 'sandboxes')).filter((d) => d.startsWith('sb-')).sort();
+      const sandboxDirs = (): string[] =>
+        readdirSync(join(dataDir, 'node', 'sandboxes'))
+          .filter((d) => d.startsWith('sb-'))
+          .sort();
 
       const hog = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 2048 } });
       const small = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 } });
-      assert.ok(existsSync(join(cg, 'dsec', hog.id)), 'the sandbox\'s memory cgroup is inside the test\'s');
+      assert.ok(existsSync(join(cg, 'dsec', hog.id)), "the sandbox's memory cgroup is inside the test's");
       // Sandboxes' processes are the OOM killer's first choice; dsec's are not raised (lowered where it may).
-      assert.equal((await hog.commands.run(['cat', '/proc/self/oom_score_adj', '/proc/1/oom_score_adj'])).stdout, '500\n500\n', 'a command and the init run at +500');
+      assert.equal(
+        (await hog.commands.run(['cat', '/proc/self/oom_score_adj', '/proc/1/oom_score_adj'])).stdout,
+        '500\n500\n',
+        'a command and the init run at +500',
+      );
       assert.ok(Number(readFileSync(`/proc/${dsecPid}/oom_score_adj`, 'utf8')) <= 0, 'dsec runs at an OOM score at or below 0');
 
       // The node: what dsec and the two sandboxes hold now, the floor, and room for about two fills.
       const limit = workingSet(cg) + (FLOOR_MIB + 2 * FILL_MIB + FILL_MIB / 2) * MIB;
       writeFileSync(join(cg, 'memory.limit_in_bytes'), String(limit));
-      console.log(`memory pressure: node cgroup limit ${Math.round(limit / MIB)} MiB, headroom ${Math.round((cgroupHeadroomBytes(cg) ?? 0) / MIB)} MiB`);
+      console.log(
+        `memory pressure: node cgroup limit ${Math.round(limit / MIB)} MiB, headroom ${Math.round((cgroupHeadroomBytes(cg) ?? 0) / MIB)} MiB`,
+      );
 
       // 1. Sandboxes fill the node until the edge refuses the next create.
       const fillers: Sandbox[] = [];
@@ -127,7 +161,12 @@ describe('memory pressure: dsec and its sandboxes in a small memory cgroup', { s
         }
       }
       assert.ok(fillers.length >= 1, 'the node took sandboxes before it was full');
-      assert.match(refused, new RegExp(`^503 NODE_MEMORY_PRESSURE: edge ${edgeId}: \\d+ MiB of memory available \\(the memory cgroup ${MEMORY_ROOT}\\), below the ${FLOOR_MIB} MiB a create needs \\(--min-available-memory-mib\\); end or pause sandboxes`));
+      assert.match(
+        refused,
+        new RegExp(
+          `^503 NODE_MEMORY_PRESSURE: edge ${edgeId}: \\d+ MiB of memory available \\(the memory cgroup ${MEMORY_ROOT}\\), below the ${FLOOR_MIB} MiB a create needs \\(--min-available-memory-mib\\); end or pause sandboxes`,
+        ),
+      );
       const listed = (await Sandbox.list(conn)).map((s) => s.id).sort();
       assert.deepEqual(listed, [hog, small, ...fillers].map((s) => s.id).sort(), 'the refused create left no sandbox row');
 
@@ -138,10 +177,13 @@ describe('memory pressure: dsec and its sandboxes in a small memory cgroup', { s
       assert.equal(up.child.exitCode, null, `dsec up died: ${up.stderr()}`);
       assert.ok(existsSync(`/proc/${dsecPid}`), 'dsec is alive');
       // Past its own limit (32 MiB), a command is reported the same way.
-      const own = await small.commands.run(['sh', '-c', `awk 'BEGIN { s = "xxxxxxxxxxxxxxxx"; while (1) s = s s }'`], { timeoutMs: 120_000 });
+      const own = await small.commands.run(['sh', '-c', `awk 'BEGIN { s = "xxxxxxxxxxxxxxxx"; while (1) s = s s }'`], {
+        timeoutMs: 120_000,
+      });
       assert.equal(own.oomKilled, true, JSON.stringify(own));
       assert.equal(own.exitCode, 137, JSON.stringify(own));
-      for (const sb of [hog, small, ...fillers]) assert.equal((await sb.commands.run(['echo', 'alive'])).stdout, 'alive\n', `sandbox ${sb.id} after the OOM`);
+      for (const sb of [hog, small, ...fillers])
+        assert.equal((await sb.commands.run(['echo', 'alive'])).stdout, 'alive\n', `sandbox ${sb.id} after the OOM`);
       assert.ok(num(join(cg, 'memory.failcnt')) > 0, 'the node cgroup did reach its limit');
 
       // 3. Memory freed: creates work again.
@@ -151,18 +193,23 @@ describe('memory pressure: dsec and its sandboxes in a small memory cgroup', { s
       for (const sb of [hog, small, after]) await sb.kill();
       assert.deepEqual(sandboxDirs(), [], 'no sandbox directory left');
       const mountinfo = readFileSync(`/proc/${dsecPid}/mountinfo`, 'utf8');
-      assert.ok(!mountinfo.includes(join(dataDir, 'node', 'sandboxes') + '/sb-'), 'no sandbox mount left in dsec\'s mount namespace');
+      assert.ok(!mountinfo.includes(join(dataDir, 'node', 'sandboxes') + '/sb-'), "no sandbox mount left in dsec's mount namespace");
     } finally {
       if (up && up.child.exitCode === null) {
         // On a failure, the sandboxes still there are killed before dsec stops (they would run on).
-        for (const s of await Sandbox.list(up.conn).catch(() => [])) await (await Sandbox.connect(s.id, up.conn)).kill().catch(() => undefined);
+        for (const s of await Sandbox.list(up.conn).catch(() => []))
+          await (await Sandbox.connect(s.id, up.conn)).kill().catch(() => undefined);
         const c = up.child;
         const gone = new Promise<void>((resolve) => c.once('exit', () => resolve()));
         c.kill('SIGTERM');
         await gone;
       }
       // crun's cgroups of killed sandboxes are gone; only the parent it made is left to remove.
-      const left = existsSync(join(cg, 'dsec')) ? readdirSync(join(cg, 'dsec'), { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name) : [];
+      const left = existsSync(join(cg, 'dsec'))
+        ? readdirSync(join(cg, 'dsec'), { withFileTypes: true })
+            .filter((d) => d.isDirectory())
+            .map((d) => d.name)
+        : [];
       if (existsSync(join(cg, 'dsec')) && left.length === 0) rmdirSync(join(cg, 'dsec'));
       if (left.length === 0) rmdirSync(cg);
       assert.deepEqual(left, [], 'sandbox memory cgroups left in the test cgroup');
@@ -177,7 +224,8 @@ describe('memory pressure: dsec and its sandboxes in a small memory cgroup', { s
     }
     const layers = new LayerStore(dataDir);
     for (const img of new ImageStore(dataDir, layers).list()) {
-      for (const digest of img.layers) assert.equal(await sha256File(layers.path(digest as `sha256:${string}`)), digest, `image ${img.id}'s layer ${digest}`);
+      for (const digest of img.layers)
+        assert.equal(await sha256File(layers.path(digest as `sha256:${string}`)), digest, `image ${img.id}'s layer ${digest}`);
     }
     const cache = join(dataDir, 'node', 'layer-cache');
     for (const f of existsSync(cache) ? readdirSync(cache) : []) {

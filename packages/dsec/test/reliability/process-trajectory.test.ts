@@ -42,7 +42,9 @@ describe('background process stdin and signals are in the trajectory', { skip, t
     const other = (await call(c, 'POST', `/v1/sandboxes/${id}/processes`, { json: { cmd: ['sleep', '1001'] } })).json as { id: string };
     const del = await call(c, 'DELETE', `/v1/sandboxes/${id}/processes/${other.id}`);
     assert.equal(del.status, 200, del.text);
-    const log = (await call(c, 'GET', `/v1/sandboxes/${id}/trajectory`)).json as { entries: { kind: string; request: Record<string, unknown> }[] };
+    const log = (await call(c, 'GET', `/v1/sandboxes/${id}/trajectory`)).json as {
+      entries: { kind: string; request: Record<string, unknown> }[];
+    };
     const kinds = log.entries.map((e) => e.kind);
     assert.deepEqual(kinds, ['process.start', 'process.stdin', 'process.start', 'process.signal', 'process.start', 'process.signal']);
     assert.deepEqual(log.entries[1]!.request, { processId: catId, bytes: 11, eof: true });
@@ -62,7 +64,8 @@ describe('background process stdin and signals are in the trajectory', { skip, t
     const copy = await Sandbox.connect(r.sandbox.id, c);
     // cat reads the replayed stdin up to its EOF and exits: the file is whole once it is gone.
     const procs = (await call(c, 'GET', `/v1/sandboxes/${copy.id}/processes`)).json as { processes: { id: string; cmd: unknown }[] };
-    for (const p of procs.processes) await call(c, 'POST', `/v1/sandboxes/${copy.id}/processes/${p.id}/wait`, { json: { timeoutMs: 30_000 } });
+    for (const p of procs.processes)
+      await call(c, 'POST', `/v1/sandboxes/${copy.id}/processes/${p.id}/wait`, { json: { timeoutMs: 30_000 } });
     assert.equal(new TextDecoder().decode(await copy.files.read('/tmp/in.txt')), 'from stdin\n');
     const after = (await call(c, 'GET', `/v1/sandboxes/${copy.id}/processes`)).json as { processes: { status: string }[] };
     assert.deepEqual(

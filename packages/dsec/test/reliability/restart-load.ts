@@ -25,7 +25,13 @@ export interface Planted {
 /** An answer's body as the checks read it: an exec result or an error, else anything. */
 export type Body = { stdout?: string; error?: { code?: string; message?: string } } & Record<string, unknown>;
 
-export async function api(conn: Conn, method: string, path: string, json?: unknown, timeoutMs = 120_000): Promise<{ status: number; body: Body }> {
+export async function api(
+  conn: Conn,
+  method: string,
+  path: string,
+  json?: unknown,
+  timeoutMs = 120_000,
+): Promise<{ status: number; body: Body }> {
   const res = await fetch(conn.url + path, {
     method,
     headers: { authorization: `Bearer ${conn.apiKey}`, ...(json !== undefined ? { 'content-type': 'application/json' } : {}) },
@@ -68,7 +74,11 @@ export async function plant(conn: Conn, n: number, concurrency: number, label: s
   const out: Planted[] = [];
   await pool(n, concurrency, async (index) => {
     const withNet = index % 5 === 4;
-    const sb = (await ok(conn, 'POST', '/v1/sandboxes', { image: 'busybox', labels: { restart: label, i: String(index) }, ...(withNet ? { network: { mode: 'open' } } : {}) })) as SandboxInfo;
+    const sb = (await ok(conn, 'POST', '/v1/sandboxes', {
+      image: 'busybox',
+      labels: { restart: label, i: String(index) },
+      ...(withNet ? { network: { mode: 'open' } } : {}),
+    })) as SandboxInfo;
     const p: Planted = { id: sb.id, index, paused: false };
     out.push(p);
     await ok(conn, 'POST', `/v1/sandboxes/${sb.id}/exec`, { cmd: ['sh', '-c', `printf '%s' "$0" > /planted.txt`, fileText(p)] });
@@ -79,7 +89,9 @@ export async function plant(conn: Conn, n: number, concurrency: number, label: s
       await ok(conn, 'POST', `/v1/sandboxes/${sb.id}/sessions/${s.id}/exec`, { cmd: `cd /tmp && V=${index}` });
       p.sessionId = s.id;
     } else if (kind === 3) {
-      const proc = (await ok(conn, 'POST', `/v1/sandboxes/${sb.id}/processes`, { cmd: ['sh', '-c', `echo started ${index}; exec sleep 86400`] })) as { id: string };
+      const proc = (await ok(conn, 'POST', `/v1/sandboxes/${sb.id}/processes`, {
+        cmd: ['sh', '-c', `echo started ${index}; exec sleep 86400`],
+      })) as { id: string };
       p.processId = proc.id;
     } else if (kind === 1) {
       await ok(conn, 'POST', `/v1/sandboxes/${sb.id}/pause`);
@@ -124,10 +136,12 @@ async function verifyNetwork(conn: Conn, p: Planted, opts: { inside: boolean } =
   const out: string[] = [];
   const r = await api(conn, 'GET', `/v1/sandboxes/${p.id}/network`);
   const net = r.body as NetworkPolicyState | undefined;
-  if (r.status !== 200 || net?.mode !== p.network.mode || net.address !== p.network.address) out.push(`${p.id} (#${p.index}): network ${JSON.stringify(r.body)}, was ${JSON.stringify(p.network)}`);
+  if (r.status !== 200 || net?.mode !== p.network.mode || net.address !== p.network.address)
+    out.push(`${p.id} (#${p.index}): network ${JSON.stringify(r.body)}, was ${JSON.stringify(p.network)}`);
   if (!opts.inside) return out;
   const ip = await api(conn, 'POST', `/v1/sandboxes/${p.id}/exec`, { cmd: ['ip', '-4', '-o', 'addr', 'show'] });
-  if (!String(ip.body?.stdout).includes(`${p.network.address}/`)) out.push(`${p.id} (#${p.index}): its address ${p.network.address} is gone: ${JSON.stringify(ip.body)}`);
+  if (!String(ip.body?.stdout).includes(`${p.network.address}/`))
+    out.push(`${p.id} (#${p.index}): its address ${p.network.address} is gone: ${JSON.stringify(ip.body)}`);
   return out;
 }
 
@@ -140,7 +154,8 @@ async function verifySession(conn: Conn, p: Planted, edgeRestarted: boolean): Pr
   const exec = await api(conn, 'POST', `/v1/sandboxes/${p.id}/sessions/${p.sessionId}/exec`, { cmd: 'echo $V $(pwd)' });
   if (edgeRestarted && !s.alive) {
     if (!s.endReason) bad('not alive, with no reason');
-    if (exec.status !== 409 || exec.body?.error?.code !== 'SESSION_CLOSED') bad(`a command in the ended session answers ${exec.status} ${JSON.stringify(exec.body)}`);
+    if (exec.status !== 409 || exec.body?.error?.code !== 'SESSION_CLOSED')
+      bad(`a command in the ended session answers ${exec.status} ${JSON.stringify(exec.body)}`);
   } else if (!s.alive) {
     bad(`ended although the edge did not restart: ${s.endReason ?? 'no reason'}`);
   } else if (exec.status !== 200 || exec.body.stdout !== `${p.index} /tmp\n`) {
@@ -153,11 +168,16 @@ async function verifyProcess(conn: Conn, p: Planted, edgeRestarted: boolean): Pr
   const out: string[] = [];
   const bad = (what: string) => out.push(`${p.id} (#${p.index}) process ${p.processId}: ${what}`);
   const r = await api(conn, 'GET', `/v1/sandboxes/${p.id}/processes/${p.processId}`);
-  if (r.status !== 200) return [`${p.id} (#${p.index}) process ${p.processId}: answers ${r.status} ${JSON.stringify(r.body)} (silently gone)`];
+  if (r.status !== 200)
+    return [`${p.id} (#${p.index}) process ${p.processId}: answers ${r.status} ${JSON.stringify(r.body)} (silently gone)`];
   const info = (r.body as ProcessOutput).process;
   // What runs in the sandbox: an ended process must really be gone, a live one really there.
-  const ps = await api(conn, 'POST', `/v1/sandboxes/${p.id}/exec`, { cmd: ['sh', '-c', 'for d in /proc/[0-9]*; do cat $d/cmdline 2>/dev/null | tr "\\0" " "; echo; done'] });
-  const sleeping = String(ps.body?.stdout).split('\n').some((l) => l.startsWith('sleep 86400'));
+  const ps = await api(conn, 'POST', `/v1/sandboxes/${p.id}/exec`, {
+    cmd: ['sh', '-c', 'for d in /proc/[0-9]*; do cat $d/cmdline 2>/dev/null | tr "\\0" " "; echo; done'],
+  });
+  const sleeping = String(ps.body?.stdout)
+    .split('\n')
+    .some((l) => l.startsWith('sleep 86400'));
   if (edgeRestarted && info.status === 'exited') {
     if (!info.endReason) bad('exited with no reason');
     if (sleeping) bad('reported ended but still runs in the sandbox');
@@ -179,7 +199,8 @@ export async function resumeCheckAndKill(conn: Conn, planted: Planted[], concurr
       const r = await api(conn, 'POST', `/v1/sandboxes/${p.id}/resume`);
       if (r.status >= 300) problems.push(`${p.id}: resume answers ${r.status} ${JSON.stringify(r.body)}`);
       const e = await api(conn, 'POST', `/v1/sandboxes/${p.id}/exec`, { cmd: ['cat', '/planted.txt'] });
-      if (e.status !== 200 || e.body.stdout !== fileText(p)) problems.push(`${p.id}: after resume exec answers ${e.status} ${JSON.stringify(e.body)}`);
+      if (e.status !== 200 || e.body.stdout !== fileText(p))
+        problems.push(`${p.id}: after resume exec answers ${e.status} ${JSON.stringify(e.body)}`);
       problems.push(...(await verifyNetwork(conn, p)));
     }
     const d = await api(conn, 'DELETE', `/v1/sandboxes/${p.id}`);

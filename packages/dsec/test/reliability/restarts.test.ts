@@ -35,94 +35,144 @@ const since = (t0: number): number => Math.round((performance.now() - t0) / 100)
 async function step(name: string, work: () => Promise<string[]>, extra: Record<string, unknown> = {}): Promise<string[]> {
   const t0 = performance.now();
   const problems = await work();
-  results[name] = { seconds: since(t0), problems: problems.length, ...extra, ...(problems.length ? { firstProblems: problems.slice(0, 20) } : {}) };
+  results[name] = {
+    seconds: since(t0),
+    problems: problems.length,
+    ...extra,
+    ...(problems.length ? { firstProblems: problems.slice(0, 20) } : {}),
+  };
   console.log(`restart result: ${JSON.stringify({ [name]: results[name] })}`);
   if (process.env['DSEC_RESTART_RESULTS']) writeFileSync(process.env['DSEC_RESTART_RESULTS'], `${JSON.stringify(results, null, 2)}\n`);
   return problems;
 }
 
-describe(`restarts under load, cluster: ${N} sandboxes across a control-plane and an edge restart`, { skip: integrationSkipReason(), timeout }, () => {
-  const h = new ClusterHarness();
-  let planted: Planted[] = [];
-  let before0: ReturnType<typeof census> | undefined;
+describe(
+  `restarts under load, cluster: ${N} sandboxes across a control-plane and an edge restart`,
+  { skip: integrationSkipReason(), timeout },
+  () => {
+    const h = new ClusterHarness();
+    let planted: Planted[] = [];
+    let before0: ReturnType<typeof census> | undefined;
 
-  before(async () => {
-    // Restarts take seconds; the edge must not be declared lost meanwhile.
-    await h.start(1, { lostAfterMs: 120_000 });
-    const e = h.edges[0]!;
-    before0 = census(e.dataDir, e.id, []);
-    await step('cluster: plant', async () => ((planted = await plant(h.conn, N, CONCURRENCY, h.tag)), []));
-  });
-  after(async () => {
-    await h.close();
-    for (const e of h.edges) await assertCleanAndRemove(e.dataDir, e.id);
-    await assertCleanAndRemove(h.controlDir, 'none');
-  });
+    before(async () => {
+      // Restarts take seconds; the edge must not be declared lost meanwhile.
+      await h.start(1, { lostAfterMs: 120_000 });
+      const e = h.edges[0]!;
+      before0 = census(e.dataDir, e.id, []);
+      await step('cluster: plant', async () => ((planted = await plant(h.conn, N, CONCURRENCY, h.tag)), []));
+    });
+    after(async () => {
+      await h.close();
+      for (const e of h.edges) await assertCleanAndRemove(e.dataDir, e.id);
+      await assertCleanAndRemove(h.controlDir, 'none');
+    });
 
-  test('(a) the control plane killed -9 and restarted: every sandbox, session and process is as it was', async () => {
-    const t0 = performance.now();
-    await h.crash(h.control);
-    await h.startControl();
-    await h.waitFor(async () => (await h.nodes()).some((n) => n.state === 'ready'), 'the edge reports to the restarted control plane');
-    const ready = since(t0);
-    assert.deepEqual(await step('(a) control plane restart: verify', () => verify(h.conn, planted, { edgeRestarted: false, concurrency: CONCURRENCY }), { restartToReadySeconds: ready }), []);
-  });
+    test('(a) the control plane killed -9 and restarted: every sandbox, session and process is as it was', async () => {
+      const t0 = performance.now();
+      await h.crash(h.control);
+      await h.startControl();
+      await h.waitFor(async () => (await h.nodes()).some((n) => n.state === 'ready'), 'the edge reports to the restarted control plane');
+      const ready = since(t0);
+      assert.deepEqual(
+        await step('(a) control plane restart: verify', () => verify(h.conn, planted, { edgeRestarted: false, concurrency: CONCURRENCY }), {
+          restartToReadySeconds: ready,
+        }),
+        [],
+      );
+    });
 
-  test('(b) the edge killed -9 and restarted: every sandbox is adopted; sessions and processes are reported ended', async () => {
-    const e = h.edges[0]!;
-    const t0 = performance.now();
-    await h.crash(e.proc);
-    await h.startEdge(e);
-    await h.waitFor(async () => (await h.nodes()).some((n) => n.id === e.id && n.state === 'ready'), 'the restarted edge reports');
-    const ready = since(t0);
-    assert.deepEqual(await step('(b) edge restart: verify', () => verify(h.conn, planted, { edgeRestarted: true, concurrency: CONCURRENCY }), { restartToReadySeconds: ready }), []);
-  });
+    test('(b) the edge killed -9 and restarted: every sandbox is adopted; sessions and processes are reported ended', async () => {
+      const e = h.edges[0]!;
+      const t0 = performance.now();
+      await h.crash(e.proc);
+      await h.startEdge(e);
+      await h.waitFor(async () => (await h.nodes()).some((n) => n.id === e.id && n.state === 'ready'), 'the restarted edge reports');
+      const ready = since(t0);
+      assert.deepEqual(
+        await step('(b) edge restart: verify', () => verify(h.conn, planted, { edgeRestarted: true, concurrency: CONCURRENCY }), {
+          restartToReadySeconds: ready,
+        }),
+        [],
+      );
+    });
 
-  test('then: every sandbox resumes, runs and is killed, and nothing leaks', async () => {
-    assert.deepEqual(await step('cluster: resume, check, kill', () => resumeCheckAndKill(h.conn, planted, CONCURRENCY)), []);
-    const e = h.edges[0]!;
-    // The edge runs in its own network namespace: its veths and nftables tables are not in this
-    // census (they go with the namespace); mounts, cgroups and processes are.
-    await step('cluster: leak census', async () => Object.keys((results['cluster: leaked'] = leaked(before0!, census(e.dataDir, e.id, planted.map((p) => p.id))))));
-    assert.deepEqual(results['cluster: leaked'], {});
-  });
-});
+    test('then: every sandbox resumes, runs and is killed, and nothing leaks', async () => {
+      assert.deepEqual(await step('cluster: resume, check, kill', () => resumeCheckAndKill(h.conn, planted, CONCURRENCY)), []);
+      const e = h.edges[0]!;
+      // The edge runs in its own network namespace: its veths and nftables tables are not in this
+      // census (they go with the namespace); mounts, cgroups and processes are.
+      await step('cluster: leak census', async () =>
+        Object.keys(
+          (results['cluster: leaked'] = leaked(
+            before0!,
+            census(
+              e.dataDir,
+              e.id,
+              planted.map((p) => p.id),
+            ),
+          )),
+        ),
+      );
+      assert.deepEqual(results['cluster: leaked'], {});
+    });
+  },
+);
 
-describe(`restarts under load, dsec up: ${N} sandboxes across kill -9 of control plane and edge at once`, { skip: integrationSkipReason(), timeout }, () => {
-  const edgeId = newEdgeId();
-  let dataDir = '';
-  let up: DsecUpChild | undefined;
-  let planted: Planted[] = [];
-  let before0: ReturnType<typeof census> | undefined;
+describe(
+  `restarts under load, dsec up: ${N} sandboxes across kill -9 of control plane and edge at once`,
+  { skip: integrationSkipReason(), timeout },
+  () => {
+    const edgeId = newEdgeId();
+    let dataDir = '';
+    let up: DsecUpChild | undefined;
+    let planted: Planted[] = [];
+    let before0: ReturnType<typeof census> | undefined;
 
-  before(async () => {
-    dataDir = makeDataDir();
-    // Builds the busybox image once, in process; the crash then hits a `dsec up` child.
-    await (await startDsec(dataDir, { edgeId })).close();
-    up = new DsecUpChild(dataDir, edgeId);
-    await up.start();
-    before0 = census(dataDir, edgeId, []);
-    await step('dsec up: plant', async () => ((planted = await plant(up!.conn, N, CONCURRENCY, edgeId)), []));
-  });
-  after(async () => {
-    if (up && !up.running) await up.start().catch(() => undefined);
-    if (up?.running) await up.stop();
-    if (dataDir) await assertCleanAndRemove(dataDir, edgeId);
-  });
+    before(async () => {
+      dataDir = makeDataDir();
+      // Builds the busybox image once, in process; the crash then hits a `dsec up` child.
+      await (await startDsec(dataDir, { edgeId })).close();
+      up = new DsecUpChild(dataDir, edgeId);
+      await up.start();
+      before0 = census(dataDir, edgeId, []);
+      await step('dsec up: plant', async () => ((planted = await plant(up!.conn, N, CONCURRENCY, edgeId)), []));
+    });
+    after(async () => {
+      if (up && !up.running) await up.start().catch(() => undefined);
+      if (up?.running) await up.stop();
+      if (dataDir) await assertCleanAndRemove(dataDir, edgeId);
+    });
 
-  test('(c) dsec up killed -9 and restarted: every sandbox is adopted; sessions and processes are reported ended', async () => {
-    const t0 = performance.now();
-    await up!.crash();
-    await up!.start();
-    const ready = since(t0);
-    assert.deepEqual(await step('(c) dsec up restart: verify', () => verify(up!.conn, planted, { edgeRestarted: true, concurrency: CONCURRENCY }), { restartToServingSeconds: ready }), []);
-  });
+    test('(c) dsec up killed -9 and restarted: every sandbox is adopted; sessions and processes are reported ended', async () => {
+      const t0 = performance.now();
+      await up!.crash();
+      await up!.start();
+      const ready = since(t0);
+      assert.deepEqual(
+        await step('(c) dsec up restart: verify', () => verify(up!.conn, planted, { edgeRestarted: true, concurrency: CONCURRENCY }), {
+          restartToServingSeconds: ready,
+        }),
+        [],
+      );
+    });
 
-  test('then: every sandbox resumes, runs and is killed, and nothing leaks', async () => {
-    assert.deepEqual(await step('dsec up: resume, check, kill', () => resumeCheckAndKill(up!.conn, planted, CONCURRENCY)), []);
-    // The host guard's nftables table stays while the edge runs; it goes when dsec stops.
-    await up!.stop();
-    await step('dsec up: leak census', async () => Object.keys((results['dsec up: leaked'] = leaked(before0!, census(dataDir, edgeId, planted.map((p) => p.id))))));
-    assert.deepEqual(results['dsec up: leaked'], {});
-  });
-});
+    test('then: every sandbox resumes, runs and is killed, and nothing leaks', async () => {
+      assert.deepEqual(await step('dsec up: resume, check, kill', () => resumeCheckAndKill(up!.conn, planted, CONCURRENCY)), []);
+      // The host guard's nftables table stays while the edge runs; it goes when dsec stops.
+      await up!.stop();
+      await step('dsec up: leak census', async () =>
+        Object.keys(
+          (results['dsec up: leaked'] = leaked(
+            before0!,
+            census(
+              dataDir,
+              edgeId,
+              planted.map((p) => p.id),
+            ),
+          )),
+        ),
+      );
+      assert.deepEqual(results['dsec up: leaked'], {});
+    });
+  },
+);

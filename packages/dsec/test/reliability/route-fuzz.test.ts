@@ -46,7 +46,22 @@ interface Op {
 
 const junk = fc.oneof(
   fc.string({ maxLength: 40 }),
-  fc.constantFrom('', '..', '../..', '%2e%2e', '/', '\u0000', 'sb-', 'sb-x-y', 'a'.repeat(300), '../../etc/passwd', 'null', '-1', '1e309', '0x10'),
+  fc.constantFrom(
+    '',
+    '..',
+    '../..',
+    '%2e%2e',
+    '/',
+    '\u0000',
+    'sb-',
+    'sb-x-y',
+    'a'.repeat(300),
+    '../../etc/passwd',
+    'null',
+    '-1',
+    '1e309',
+    '0x10',
+  ),
 );
 
 /** A value for a schema: often of the declared type (so a route's deeper checks are reached), sometimes anything. */
@@ -59,8 +74,16 @@ function valueFor(s: Schema | undefined, depth = 0): fc.Arbitrary<unknown> {
   for (const alt of s.anyOf ?? []) typed.push(valueFor(alt, depth + 1));
   const types = Array.isArray(s.type) ? s.type : s.type ? [s.type] : [];
   for (const t of types) {
-    if (t === 'string') typed.push(fc.oneof(junk, fc.string({ maxLength: 12 }).map((x) => `/tmp/${x}`), fc.constantFrom('/', '/proc/self/root', '/etc/../../x', '/dev/null', '/tmp')));
-    if (t === 'integer') typed.push(fc.oneof(fc.integer({ min: -5, max: 70_000 }), fc.constantFrom(0, -1, 2 ** 31, 2 ** 53, Number.MAX_SAFE_INTEGER)));
+    if (t === 'string')
+      typed.push(
+        fc.oneof(
+          junk,
+          fc.string({ maxLength: 12 }).map((x) => `/tmp/${x}`),
+          fc.constantFrom('/', '/proc/self/root', '/etc/../../x', '/dev/null', '/tmp'),
+        ),
+      );
+    if (t === 'integer')
+      typed.push(fc.oneof(fc.integer({ min: -5, max: 70_000 }), fc.constantFrom(0, -1, 2 ** 31, 2 ** 53, Number.MAX_SAFE_INTEGER)));
     if (t === 'number') typed.push(fc.oneof(fc.double({ noNaN: true }), fc.constantFrom(0, -1, 1e308)));
     if (t === 'boolean') typed.push(fc.boolean());
     if (t === 'array') typed.push(fc.array(valueFor(s.items, depth + 1), { maxLength: 4 }));
@@ -73,11 +96,16 @@ function objectFor(s: Schema, depth: number): fc.Arbitrary<unknown> {
   const props = s.properties ?? {};
   const shaped = Object.fromEntries(Object.entries(props).map(([k, v]) => [k, valueFor(v, depth)]));
   return fc
-    .tuple(fc.record(shaped, { requiredKeys: [] }), fc.option(fc.tuple(fc.string({ maxLength: 8 }), fc.jsonValue({ maxDepth: 1 })), { freq: 5 }))
+    .tuple(
+      fc.record(shaped, { requiredKeys: [] }),
+      fc.option(fc.tuple(fc.string({ maxLength: 8 }), fc.jsonValue({ maxDepth: 1 })), { freq: 5 }),
+    )
     .map(([o, extra]) => (extra ? { ...o, [extra[0]]: extra[1] } : o));
 }
 
-function operations(doc: { paths: Record<string, Record<string, { parameters?: Op['params']; requestBody?: { content: Record<string, { schema?: Schema }> } }>> }): Op[] {
+function operations(doc: {
+  paths: Record<string, Record<string, { parameters?: Op['params']; requestBody?: { content: Record<string, { schema?: Schema }> } }>>;
+}): Op[] {
   const ops: Op[] = [];
   for (const [path, methods] of Object.entries(doc.paths)) {
     for (const [method, op] of Object.entries(methods)) {
@@ -129,21 +157,36 @@ describe(`route fuzzing: ${runs} random requests`, { skip: integrationSkipReason
   const request = (op: Op): fc.Arbitrary<Req> => {
     const pathParams = op.params.filter((p) => p.in === 'path');
     const queryParams = op.params.filter((p) => p.in === 'query');
-    const param = (name: string) => (name === 'id' ? fc.oneof({ arbitrary: fc.constant('$LIVE'), weight: 3 }, { arbitrary: junk, weight: 1 }) : junk);
+    const param = (name: string) =>
+      name === 'id' ? fc.oneof({ arbitrary: fc.constant('$LIVE'), weight: 3 }, { arbitrary: junk, weight: 1 }) : junk;
     const body: fc.Arbitrary<string | Uint8Array | undefined> = fc.oneof(
       { arbitrary: op.json ? objectFor(op.json, 0).map((o) => JSON.stringify(o)) : fc.constant(undefined), weight: op.json ? 5 : 1 },
       { arbitrary: fc.jsonValue({ maxDepth: 2 }).map((v) => JSON.stringify(v)), weight: 1 },
-      { arbitrary: fc.constantFrom('{', '{"a":', '[1,', 'null', '', '\u0000', '{"__proto__":{"x":1}}', '{"constructor":{"prototype":{}}}'), weight: 1 },
+      {
+        arbitrary: fc.constantFrom('{', '{"a":', '[1,', 'null', '', '\u0000', '{"__proto__":{"x":1}}', '{"constructor":{"prototype":{}}}'),
+        weight: 1,
+      },
       { arbitrary: fc.uint8Array({ maxLength: 2048 }), weight: op.raw ? 4 : 1 },
     );
     return fc
       .record({
         path: fc.tuple(...pathParams.map((p) => param(p.name))),
         query: fc.array(
-          fc.tuple(fc.oneof(fc.constantFrom(...(queryParams.length ? queryParams.map((p) => p.name) : ['x'])), fc.string({ maxLength: 6 })), fc.oneof(junk, valueFor(queryParams[0]?.schema).map(String))),
+          fc.tuple(
+            fc.oneof(fc.constantFrom(...(queryParams.length ? queryParams.map((p) => p.name) : ['x'])), fc.string({ maxLength: 6 })),
+            fc.oneof(junk, valueFor(queryParams[0]?.schema).map(String)),
+          ),
           { maxLength: 3 },
         ),
-        contentType: fc.constantFrom(undefined, 'application/json', 'application/octet-stream', 'text/plain', 'application/json; charset=utf-8', 'multipart/form-data; boundary=x', 'garbage'),
+        contentType: fc.constantFrom(
+          undefined,
+          'application/json',
+          'application/octet-stream',
+          'text/plain',
+          'application/json; charset=utf-8',
+          'multipart/form-data; boundary=x',
+          'garbage',
+        ),
         accept: fc.constantFrom(undefined, 'application/x-ndjson', 'application/json', '*/*', 'text/html'),
         body,
         encode: fc.boolean(),
@@ -188,7 +231,12 @@ describe(`route fuzzing: ${runs} random requests`, { skip: integrationSkipReason
           let res: Response;
           let text: string;
           try {
-            res = await fetch(url, { method: req.method, headers, ...(req.body !== undefined ? { body: req.body } : {}), signal: AbortSignal.timeout(60_000) });
+            res = await fetch(url, {
+              method: req.method,
+              headers,
+              ...(req.body !== undefined ? { body: req.body } : {}),
+              signal: AbortSignal.timeout(60_000),
+            });
             // A stream (NDJSON exec, batch events) must end too; its first minute is enough.
             text = await res.text();
           } catch (err) {
@@ -196,11 +244,15 @@ describe(`route fuzzing: ${runs} random requests`, { skip: integrationSkipReason
             throw new Error(`${req.method} ${req.url}: no answer (${(err as Error).message})`);
           }
           seen.set(res.status, (seen.get(res.status) ?? 0) + 1);
-          const code = res.status >= 400 ? ((JSON.parse(text || '{}') as { error?: { code?: string; message?: string } }).error ?? {}) : undefined;
+          const code =
+            res.status >= 400 ? ((JSON.parse(text || '{}') as { error?: { code?: string; message?: string } }).error ?? {}) : undefined;
           const capacity = res.status === 503 && code?.code === 'CAPACITY_EXCEEDED';
           assert.ok(res.status < 500 || capacity, `${req.method} ${req.url} → ${res.status}: ${text.slice(0, 500)}`);
           if (code) {
-            assert.ok(code.code && code.code in ERROR_CODES, `${req.method} ${req.url} → ${res.status} without a registry code: ${text.slice(0, 300)}`);
+            assert.ok(
+              code.code && code.code in ERROR_CODES,
+              `${req.method} ${req.url} → ${res.status} without a registry code: ${text.slice(0, 300)}`,
+            );
             assert.equal(typeof code.message, 'string');
           }
         },

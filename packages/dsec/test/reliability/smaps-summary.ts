@@ -55,5 +55,10 @@ export function smapsGrowth(start: SmapsSummary, end: SmapsSummary, minKiB = 512
     .map((n) => ({ n, a: start[n] ?? { rssKiB: 0, mappings: 0 }, b: end[n] ?? { rssKiB: 0, mappings: 0 } }))
     .filter((r) => Math.abs(r.b.rssKiB - r.a.rssKiB) >= minKiB)
     .sort((x, y) => Math.abs(y.b.rssKiB - y.a.rssKiB) - Math.abs(x.b.rssKiB - x.a.rssKiB));
-  return Object.fromEntries(rows.map((r) => [r.n, `${r.a.rssKiB} → ${r.b.rssKiB} KiB (${r.b.rssKiB - r.a.rssKiB >= 0 ? '+' : ''}${r.b.rssKiB - r.a.rssKiB}), mappings ${r.a.mappings} → ${r.b.mappings}`]));
+  return Object.fromEntries(
+    rows.map((r) => [
+      r.n,
+      `${r.a.rssKiB} → ${r.b.rssKiB} KiB (${r.b.rssKiB - r.a.rssKiB >= 0 ? '+' : ''}${r.b.rssKiB - r.a.rssKiB}), mappings ${r.a.mappings} → ${r.b.mappings}`,
+    ]),
+  );
 }

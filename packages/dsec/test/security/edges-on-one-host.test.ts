@@ -62,26 +62,35 @@ describe('red team: several edges on one host', { skip: integrationSkipReason(),
     await sb.kill();
   });
 
-  test('edges with user namespaces made ahead never share a range: sandboxes and pooled namespaces of both hold disjoint ranges', { skip: TEST_USERNS ? undefined : 'DSEC_TEST_USERNS=0: no user namespaces' }, async () => {
-    const edges = [a, b].map((s) => s.dsec!.edge);
-    const made = await Promise.all([a, b, a, b].map((s) => Sandbox.create({ ...conn(s), resources: { memoryMiB: 64 } })));
-    try {
-      await Promise.all(edges.map((e) => e.usernsPool.settled()));
-      const slotsOf = (s: Started): number[] => uidRangesOf(s.edgeId).map((c) => c.slot);
-      const [sa, sb] = [slotsOf(a), slotsOf(b)];
-      assert.deepEqual(sa.filter((slot) => sb.includes(slot)), [], `both edges claim a range: ${JSON.stringify({ a: sa, b: sb })}`);
-      // Each sandbox's and each pooled namespace's range is claimed by its own edge.
-      for (const [i, e] of edges.entries()) {
-        const mine = i === 0 ? sa : sb;
-        assert.equal(e.usernsPool.ready, DEFAULT_USERNS_POOL);
-        const holders = uidRangesOf(i === 0 ? a.edgeId : b.edgeId).map((c) => c.sandboxId);
-        for (const f of e.usernsPool.files()) assert.ok(holders.includes(f.slice(f.lastIndexOf('/') + 1)), `pooled namespace ${f} is not on its edge's claims`);
-        for (const slot of e.uidRanges.slots()) assert.ok(mine.includes(slot));
+  test(
+    'edges with user namespaces made ahead never share a range: sandboxes and pooled namespaces of both hold disjoint ranges',
+    { skip: TEST_USERNS ? undefined : 'DSEC_TEST_USERNS=0: no user namespaces' },
+    async () => {
+      const edges = [a, b].map((s) => s.dsec!.edge);
+      const made = await Promise.all([a, b, a, b].map((s) => Sandbox.create({ ...conn(s), resources: { memoryMiB: 64 } })));
+      try {
+        await Promise.all(edges.map((e) => e.usernsPool.settled()));
+        const slotsOf = (s: Started): number[] => uidRangesOf(s.edgeId).map((c) => c.slot);
+        const [sa, sb] = [slotsOf(a), slotsOf(b)];
+        assert.deepEqual(
+          sa.filter((slot) => sb.includes(slot)),
+          [],
+          `both edges claim a range: ${JSON.stringify({ a: sa, b: sb })}`,
+        );
+        // Each sandbox's and each pooled namespace's range is claimed by its own edge.
+        for (const [i, e] of edges.entries()) {
+          const mine = i === 0 ? sa : sb;
+          assert.equal(e.usernsPool.ready, DEFAULT_USERNS_POOL);
+          const holders = uidRangesOf(i === 0 ? a.edgeId : b.edgeId).map((c) => c.sandboxId);
+          for (const f of e.usernsPool.files())
+            assert.ok(holders.includes(f.slice(f.lastIndexOf('/') + 1)), `pooled namespace ${f} is not on its edge's claims`);
+          for (const slot of e.uidRanges.slots()) assert.ok(mine.includes(slot));
+        }
+      } finally {
+        await Promise.all(made.map((s) => s.kill()));
       }
-    } finally {
-      await Promise.all(made.map((s) => s.kill()));
-    }
-  });
+    },
+  );
 
   test('edges with different ids give their sandboxes links in different blocks; a block goes back with its last link', async () => {
     const sa = await Sandbox.create({ ...conn(a), resources: { memoryMiB: 64 } });
@@ -93,7 +102,9 @@ describe('red team: several edges on one host', { skip: integrationSkipReason(),
     const claims = execFileSync('grep', ['-l', `"owner":"${b.edgeId}"`, '-r', `${CLAIMS_DIR}/link-blocks`], { encoding: 'utf8' }).trim();
     assert.ok(claims, `edge ${b.edgeId} holds no block claim`);
     await sb.kill();
-    const left = execFileSync('sh', ['-c', `grep -l '"owner":"${b.edgeId}"' -r ${CLAIMS_DIR}/link-blocks || true`], { encoding: 'utf8' }).trim();
+    const left = execFileSync('sh', ['-c', `grep -l '"owner":"${b.edgeId}"' -r ${CLAIMS_DIR}/link-blocks || true`], {
+      encoding: 'utf8',
+    }).trim();
     assert.equal(left, '', 'the block was not given back with its last link');
     await sa.kill();
   });

@@ -213,8 +213,6 @@ function compileAttacker(): Buffer | string {
 
 const ATTACKER = '/usr/local/bin/attacker';
 
-
-
 /** A command's HOME when the sandbox's /etc/passwd gives none (as crun sets it). */
 const NO_HOME = '/';
 
@@ -286,15 +284,20 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     const spec = join(flag(argv!, '--spec'), '..', `direct-${tag}.spec`);
     writeFileSync(spec, enterSpec(cmd, ['PATH=/usr/bin:/bin']), { mode: 0o600 });
     try {
-      const opts = [...['--pid', '--cgroup', '--uid', '--gid', '--caps', '--nofile', '--seccomp'].flatMap((f) => [f, flag(argv!, f)]), ...cgroupDirFlags(argv!)];
-      return await runTool(ENTER_BINARY, [...opts, '--spec', spec, '--pid-file', `${spec}.pid`, '--cwd', cwd], { signal: AbortSignal.timeout(20_000) });
+      const opts = [
+        ...['--pid', '--cgroup', '--uid', '--gid', '--caps', '--nofile', '--seccomp'].flatMap((f) => [f, flag(argv!, f)]),
+        ...cgroupDirFlags(argv!),
+      ];
+      return await runTool(ENTER_BINARY, [...opts, '--spec', spec, '--pid-file', `${spec}.pid`, '--cwd', cwd], {
+        signal: AbortSignal.timeout(20_000),
+      });
     } finally {
       rmSync(spec, { force: true });
       rmSync(`${spec}.pid`, { force: true });
     }
   }
 
-  test("a hostile /etc/passwd (FIFO, directory, device, loop, symlink out, huge, missing /etc) neither hangs a start nor breaks HOME", async (t) => {
+  test('a hostile /etc/passwd (FIFO, directory, device, loop, symlink out, huge, missing /etc) neither hangs a start nor breaks HOME', async (t) => {
     if (skipReason) return t.skip(skipReason);
     const cases: Record<string, string> = {
       'a FIFO nobody writes': 'rm /etc/passwd && mkfifo /etc/passwd',
@@ -303,8 +306,9 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
       'a symlink loop': 'rm /etc/passwd && ln -s /etc/passwd /etc/passwd',
       "a symlink to the starting process's fds": 'rm /etc/passwd && ln -s /proc/self/fd/3 /etc/passwd',
       "a symlink to the starting process's binary": 'rm /etc/passwd && ln -s /proc/self/exe /etc/passwd',
-      'a 1 GiB file of one line with no newline': 'rm /etc/passwd && dd if=/dev/zero of=/etc/passwd bs=1 count=0 seek=1073741824 2>/dev/null',
-      'missing': 'rm /etc/passwd',
+      'a 1 GiB file of one line with no newline':
+        'rm /etc/passwd && dd if=/dev/zero of=/etc/passwd bs=1 count=0 seek=1073741824 2>/dev/null',
+      missing: 'rm /etc/passwd',
       '/etc missing': 'mv /etc /etc.gone',
     };
     // The baseline: the image's own /etc/passwd gives root's home.
@@ -325,8 +329,16 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
 
   test("a cwd that leads out (symlinks up, /proc/1/root, /proc/self/root) stays in the sandbox's root", async (t) => {
     if (skipReason) return t.skip(skipReason);
-    await must(server, sb, ['/bin/sh', '-c', 'mkdir -p /tmp/a/b && ln -sfn ../../../../../../.. /tmp/a/b/up && ln -sfn /proc/1/root /tmp/initroot']);
-    const probe = (tag: string): string[] => ['/bin/sh', '-c', `readlink /proc/self/root; stat -c %d:%i / .; touch ./redteam-${tag} && echo made`];
+    await must(server, sb, [
+      '/bin/sh',
+      '-c',
+      'mkdir -p /tmp/a/b && ln -sfn ../../../../../../.. /tmp/a/b/up && ln -sfn /proc/1/root /tmp/initroot',
+    ]);
+    const probe = (tag: string): string[] => [
+      '/bin/sh',
+      '-c',
+      `readlink /proc/self/root; stat -c %d:%i / .; touch ./redteam-${tag} && echo made`,
+    ];
     const root = (await must(server, sb, ['/bin/sh', '-c', 'stat -c %d:%i /'])).stdout.trim();
     // Through the API (which checks the cwd is a directory in the sandbox) and straight to dsec-enter.
     const viaApi = ['/tmp/a/b/up'];
@@ -344,10 +356,14 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     }
   });
 
-  test('no privileges beyond the command\'s own: set-user-ID root and file capabilities give nothing (no_new_privs, bounding set)', async (t) => {
+  test("no privileges beyond the command's own: set-user-ID root and file capabilities give nothing (no_new_privs, bounding set)", async (t) => {
     if (skipReason) return t.skip(skipReason);
     const mine = await must(server, sb, [ATTACKER, 'status']);
-    await must(server, sb, ['/bin/sh', '-c', `cp ${ATTACKER} /usr/local/bin/suid && chown 0:0 /usr/local/bin/suid && chmod 4755 /usr/local/bin/suid`]);
+    await must(server, sb, [
+      '/bin/sh',
+      '-c',
+      `cp ${ATTACKER} /usr/local/bin/suid && chown 0:0 /usr/local/bin/suid && chmod 4755 /usr/local/bin/suid`,
+    ]);
     await must(server, sb, ['/bin/sh', '-c', `cp ${ATTACKER} /usr/local/bin/fcap && ${ATTACKER} setcap /usr/local/bin/fcap`]);
     // Root running a binary with every file capability gets no capability it did not have (or,
     // without a user namespace, the kernel refuses the exec: it cannot grant what the file asks).
@@ -378,20 +394,36 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     const args = ['', 'a b', 'new\nline', 'tab\there', 'x=y', '--', '-c', 'ünïcødé ✓', '$HOME', '\\', 'z'.repeat(100_000)];
     const env: Record<string, string> = { EMPTY: '', EQ: 'a=b=c', NL: 'one\ntwo', UNI: 'ü✓' };
     for (let i = 0; i < 250; i++) env[`MANY_${i}`] = `v${i}`;
-    const r = await sb.commands.run(['/bin/sh', '-c', 'printf "%s\\0" "$@"; printf "%s\\0" "$EMPTY" "$EQ" "$NL" "$UNI" "$MANY_249"; env | grep -c "^MANY_"', 'sh', ...args], { env });
+    const r = await sb.commands.run(
+      [
+        '/bin/sh',
+        '-c',
+        'printf "%s\\0" "$@"; printf "%s\\0" "$EMPTY" "$EQ" "$NL" "$UNI" "$MANY_249"; env | grep -c "^MANY_"',
+        'sh',
+        ...args,
+      ],
+      { env },
+    );
     assert.equal(r.exitCode, 0, r.stderr);
     // Compared piece by piece (a diff of the 100 kB argument would say nothing).
     const got = r.stdout.split('\0');
     const want = [...args, '', 'a=b=c', 'one\ntwo', 'ü✓', 'v249', '250\n'];
     assert.equal(got.length, want.length, JSON.stringify(got.map((a) => a.slice(0, 40))));
-    want.forEach((w, i) => assert.ok(got[i] === w, `piece ${i}: ${JSON.stringify(got[i]?.slice(0, 80))} (${got[i]?.length} chars), not ${JSON.stringify(w.slice(0, 80))} (${w.length})`));
+    want.forEach((w, i) =>
+      assert.ok(
+        got[i] === w,
+        `piece ${i}: ${JSON.stringify(got[i]?.slice(0, 80))} (${got[i]?.length} chars), not ${JSON.stringify(w.slice(0, 80))} (${w.length})`,
+      ),
+    );
   });
 
   test('a sandbox deleted while many commands start leaves no dsec-enter, command or cgroup on the host', async (t) => {
     if (skipReason) return t.skip(skipReason);
     const victim = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
     const starts = Array.from({ length: 12 }, (_, i) =>
-      i % 2 ? victim.commands.start(['/bin/sleep', '600']).then(() => 'started') : victim.commands.run(['/bin/sleep', '600']).then((r) => `exit ${r.exitCode}`),
+      i % 2
+        ? victim.commands.start(['/bin/sleep', '600']).then(() => 'started')
+        : victim.commands.run(['/bin/sleep', '600']).then((r) => `exit ${r.exitCode}`),
     ).map((p) => p.catch((err: unknown) => `failed: ${(err as Error).message}`));
     // Some starts are under way when the delete comes.
     await pollUntil(() => hostExecStarters(victim.id).length > 0, { tries: 100, intervalMs: 20 });
@@ -403,7 +435,10 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     });
     const outcomes = await Promise.all(starts);
     assert.equal(outcomes.length, 12);
-    assert.ok(await pollUntil(() => hostExecStarters(victim.id).length === 0), `dsec-enter or crun exec left for a deleted sandbox: ${hostExecStarters(victim.id).join(' ')}`);
+    assert.ok(
+      await pollUntil(() => hostExecStarters(victim.id).length === 0),
+      `dsec-enter or crun exec left for a deleted sandbox: ${hostExecStarters(victim.id).join(' ')}`,
+    );
     for (const controller of ['memory', 'pids', 'cpu', '']) {
       const cgroup = sandboxCgroupDir(controller, victim.id);
       assert.ok(await pollUntil(() => !existsSync(cgroup)), `the deleted sandbox's cgroup is still there: ${cgroup}`);

@@ -12,11 +12,14 @@ import type { FnRunRequest, FnRunResult } from '@dsec/sdk/schema';
 import { buildFnRuntimeImage } from '../../src/image/builders/fn-runtime.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 
-const skip = integrationSkipReason() ?? (existsSync('/usr/bin/python3') ? undefined : 'fn calls need /usr/bin/python3 on the host (the fn-runtime image copies it)');
+const skip =
+  integrationSkipReason() ??
+  (existsSync('/usr/bin/python3') ? undefined : 'fn calls need /usr/bin/python3 on the host (the fn-runtime image copies it)');
 
 /** Polls until a worker's sandbox is gone from the host (its retirement is asynchronous). */
 async function gone(worker: string): Promise<void> {
-  while (existsSync(`/sys/fs/cgroup/pids/dsec/${worker}`) || existsSync(`/sys/fs/cgroup/dsec/${worker}`)) await new Promise((r) => setTimeout(r, 20));
+  while (existsSync(`/sys/fs/cgroup/pids/dsec/${worker}`) || existsSync(`/sys/fs/cgroup/dsec/${worker}`))
+    await new Promise((r) => setTimeout(r, 20));
 }
 
 describe('red team: function calls', { skip, timeout: 300_000 }, () => {
@@ -168,8 +171,16 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     });
     assert.equal(plant.worker, first.worker);
     assert.equal(plant.exitCode, 0, plant.stderr);
-    const next = await run({ ...kind, runtime: 'python', code: "import os; print(os.path.exists('/tmp/planted'), os.path.exists('/tmp/node_modules'))" });
-    assert.equal(next.stdout.trim(), 'False False', `the next call (worker ${next.worker}, the planter's ${plant.worker}) met the leftover's files`);
+    const next = await run({
+      ...kind,
+      runtime: 'python',
+      code: "import os; print(os.path.exists('/tmp/planted'), os.path.exists('/tmp/node_modules'))",
+    });
+    assert.equal(
+      next.stdout.trim(),
+      'False False',
+      `the next call (worker ${next.worker}, the planter's ${plant.worker}) met the leftover's files`,
+    );
   });
 
   test("a background job in the call's own session is killed with it; the worker stays and the next call sees no trace", async () => {
@@ -177,7 +188,11 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     const bg = await run({ ...kind, runtime: 'bash', code: 'sleep 1000 & echo $!' });
     assert.equal(bg.exitCode, 0, bg.stderr);
     assert.equal(bg.workerReplaced, false, bg.replacedBecause);
-    const next = await run({ ...kind, runtime: 'bash', code: 'for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done | sort | tr "\\n" " "' });
+    const next = await run({
+      ...kind,
+      runtime: 'bash',
+      code: 'for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done | sort | tr "\\n" " "',
+    });
     assert.equal(next.worker, bg.worker);
     assert.doesNotMatch(next.stdout, /sleep/, next.stdout);
   });
@@ -226,7 +241,7 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     assert.match(r.stdout, /^mount -1\nunshare -1\nifaces \['lo'\]\n$/, r.stdout);
   });
 
-  test("SysV shared memory, message queues and semaphores and POSIX queues do not reach the next call on the same worker", async () => {
+  test('SysV shared memory, message queues and semaphores and POSIX queues do not reach the next call on the same worker', async () => {
     const kind = { memoryMiB: 136 };
     const libc = ['import ctypes, os, struct, sys', 'libc = ctypes.CDLL(None, use_errno=True)', 'libc.shmat.restype = ctypes.c_void_p'];
     const make = (key: number): string[] => [
@@ -258,10 +273,18 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     assert.equal(made.workerReplaced, false, 'removing what the call left is enough: the worker stays');
 
     // Every runtime: bash (its python3 child makes them) and node see nothing from before either.
-    const sh = await run({ ...kind, runtime: 'bash', code: `cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -vc key; python3 -c '${[...libc, ...make(0x5eed)].join('\n')}'` });
+    const sh = await run({
+      ...kind,
+      runtime: 'bash',
+      code: `cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | grep -vc key; python3 -c '${[...libc, ...make(0x5eed)].join('\n')}'`,
+    });
     assert.equal(sh.worker, made.worker);
     assert.equal(sh.stdout, '0\nmade True True True True True\n', sh.stderr);
-    const js = await run({ ...kind, runtime: 'node', code: 'const fs = require("fs"); for (const k of ["shm", "msg", "sem"]) console.log(k, fs.readFileSync("/proc/sysvipc/" + k, "utf8").trim().split("\\n").length - 1)' });
+    const js = await run({
+      ...kind,
+      runtime: 'node',
+      code: 'const fs = require("fs"); for (const k of ["shm", "msg", "sem"]) console.log(k, fs.readFileSync("/proc/sysvipc/" + k, "utf8").trim().split("\\n").length - 1)',
+    });
     assert.equal(js.worker, made.worker);
     assert.equal(js.stdout, 'shm 0\nmsg 0\nsem 0\n', js.stderr);
 
@@ -270,7 +293,15 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     const other = await run({
       ...kind,
       runtime: 'python',
-      code: [...libc, 'if os.fork() == 0:', '    os.setgid(1000); os.setuid(1000)', ...make(0x6eed).map((l) => `    ${l}`), '    sys.stdout.flush()', '    os._exit(0)', 'os.wait()'].join('\n'),
+      code: [
+        ...libc,
+        'if os.fork() == 0:',
+        '    os.setgid(1000); os.setuid(1000)',
+        ...make(0x6eed).map((l) => `    ${l}`),
+        '    sys.stdout.flush()',
+        '    os._exit(0)',
+        'os.wait()',
+      ].join('\n'),
     });
     assert.equal(other.stdout, 'made True True True True True\n', other.stderr);
     const fresh = await run({ ...kind, runtime: 'python', code: look });
@@ -307,7 +338,11 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
       ['node', 'require("fs").utimesSync("/etc/passwd", 86400, 86400)'],
     ];
     for (const [runtime, code] of attacks) {
-      const attack = await run({ ...kind, runtime, code: `${code}\n${runtime === 'bash' ? 'echo ok' : runtime === 'node' ? 'console.log("ok")' : 'print("ok")'}` });
+      const attack = await run({
+        ...kind,
+        runtime,
+        code: `${code}\n${runtime === 'bash' ? 'echo ok' : runtime === 'node' ? 'console.log("ok")' : 'print("ok")'}`,
+      });
       assert.equal(attack.stdout, 'ok\n', `${code}: ${attack.stderr}`);
       const after = await run({ ...kind, runtime: 'python', code: look });
       assert.equal(after.stdout, before.stdout, `after ${code} (${attack.worker === after.worker ? 'same' : 'another'} worker)`);
@@ -347,7 +382,12 @@ describe('red team: function calls', { skip, timeout: 300_000 }, () => {
     assert.notEqual(after.worker, oom.worker);
 
     const kind = { memoryMiB: 120 };
-    const bomb = await run({ ...kind, runtime: 'python', timeoutMs: 1500, code: 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass' });
+    const bomb = await run({
+      ...kind,
+      runtime: 'python',
+      timeoutMs: 1500,
+      code: 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
+    });
     // Python forks are heavy: the bomb meets the memory limit (the worker is replaced) or the pids limit (its session is killed at the deadline).
     assert.ok(bomb.timedOut || (bomb.oomKilled && bomb.workerReplaced), JSON.stringify(bomb));
     const calm = await run({ ...kind, runtime: 'bash', code: 'ls -d /proc/[0-9]* | wc -l' });

@@ -103,7 +103,17 @@ describe('the front door: access from the matched route, for every route', { ski
     assert.equal(made.status, 201, JSON.stringify(made.body));
     sandbox = made.body as SandboxInfo;
     const digest = control.images.get(control.images.resolve('busybox')!)!.layers[0]!;
-    values = { id: sandbox.id, port: '8000', pid: '1', sid: 'ses_x', digest, name: 'busybox', ref: 'busybox', service: 'process.Process', method: 'List' };
+    values = {
+      id: sandbox.id,
+      port: '8000',
+      pid: '1',
+      sid: 'ses_x',
+      digest,
+      name: 'busybox',
+      ref: 'busybox',
+      service: 'process.Process',
+      method: 'List',
+    };
     routes = declaredRoutes(control.app);
   });
 
@@ -115,7 +125,10 @@ describe('the front door: access from the matched route, for every route', { ski
 
   test('every route is declared, and every operation of the OpenAPI document is a route served', async () => {
     assert.ok(routes.length > 60, `only ${routes.length} routes seen`);
-    assert.deepEqual(routes.filter((r) => !r.access).map((r) => `${r.method} ${r.url}`), []);
+    assert.deepEqual(
+      routes.filter((r) => !r.access).map((r) => `${r.method} ${r.url}`),
+      [],
+    );
     const doc = (await api(control.apiKey, 'GET', '/v1/openapi.json')).body as { paths: Record<string, Record<string, unknown>> };
     const served = new Set(routes.map((r) => `${r.method} ${r.url}`));
     for (const [path, ops] of Object.entries(doc.paths))
@@ -144,7 +157,10 @@ describe('the front door: access from the matched route, for every route', { ski
       const sent = e2b ? path.slice('/e2b-sandbox'.length) || '/' : path;
       const h = e2b ? { ...headers, 'E2b-Sandbox-Id': sandbox.id } : headers;
       const body = WRITES.has(r.method) ? '{}' : undefined;
-      const variants: [string, string][] = [['as is', sent], ['absolute-form', `http://127.0.0.1${sent}`]];
+      const variants: [string, string][] = [
+        ['as is', sent],
+        ['absolute-form', `http://127.0.0.1${sent}`],
+      ];
       const enc = encodedVariant(sent);
       if (enc) variants.push(['encoded', enc]);
       for (const [variant, target] of variants) {
@@ -168,8 +184,13 @@ describe('the front door: access from the matched route, for every route', { ski
   const respelled = (r: { access: Access | undefined; url: string }, a: Answer, variant: string): string | undefined => {
     if (a.status < 400) return 'a respelled target reached its route';
     if (r.url === '/e2b-sandbox/health' && a.status === 502) return undefined;
-    if (variant === 'absolute-form') return a.status === 400 || (r.url.startsWith('/e2b-sandbox') && a.status === 404) ? undefined : 'must be refused with 400';
-    const firstIsParam = r.url.replace(/^\/e2b-sandbox/, '').split('/')[1]?.startsWith(':') === true;
+    if (variant === 'absolute-form')
+      return a.status === 400 || (r.url.startsWith('/e2b-sandbox') && a.status === 404) ? undefined : 'must be refused with 400';
+    const firstIsParam =
+      r.url
+        .replace(/^\/e2b-sandbox/, '')
+        .split('/')[1]
+        ?.startsWith(':') === true;
     return a.status === 400 || firstIsParam ? undefined : 'an encoded fixed segment must be refused with 400';
   };
 
@@ -177,9 +198,11 @@ describe('the front door: access from the matched route, for every route', { ski
   const refusedWithout = (r: { access: Access | undefined; url: string }, a: Answer, variant: string): string | undefined => {
     if (variant !== 'as is') return respelled(r, a, variant);
     if (!needsCredentials(r.access)) return undefined;
-    if (r.url === '/e2b-sandbox/health') return a.status === 502 ? undefined : 'health without the token must answer 502, as for a sandbox that is not there';
+    if (r.url === '/e2b-sandbox/health')
+      return a.status === 502 ? undefined : 'health without the token must answer 502, as for a sandbox that is not there';
     // E2B's sandbox side: no token is 401; a wrong one answers as a sandbox that is not there (502).
-    if (r.access?.kind === 'sandboxToken') return a.status === 401 || a.status === 502 ? undefined : 'must be refused (401, or 502 for a wrong token)';
+    if (r.access?.kind === 'sandboxToken')
+      return a.status === 401 || a.status === 502 ? undefined : 'must be refused (401, or 502 for a wrong token)';
     return a.status === 401 ? undefined : 'must be 401 without credentials';
   };
 
@@ -189,19 +212,29 @@ describe('the front door: access from the matched route, for every route', { ski
 
   test('a wrong key, and the E2B key header with a wrong key: 401', async () => {
     await walk(control.url, routes, { Authorization: 'Bearer dsec_not-a-key' }, refusedWithout);
-    await walk(control.url, routes, { 'X-API-Key': 'e2b_0000000000000000000000000000000000000000', 'X-Access-Token': 'wrong' }, refusedWithout);
+    await walk(
+      control.url,
+      routes,
+      { 'X-API-Key': 'e2b_0000000000000000000000000000000000000000', 'X-Access-Token': 'wrong' },
+      refusedWithout,
+    );
   });
 
   test("another project's key: the sandbox routes answer as for an unknown sandbox, admin routes 403, cluster routes 401", async () => {
     await walk(control.url, routes, { Authorization: `Bearer ${keyB.key}` }, (r, a, variant) => {
       if (variant !== 'as is') return respelled(r, a, variant);
       const kind = r.access?.kind;
-      if (kind === 'admin' || kind === 'clusterOrAdmin') return a.status === 403 ? undefined : 'an admin route must answer 403 to a project key';
+      if (kind === 'admin' || kind === 'clusterOrAdmin')
+        return a.status === 403 ? undefined : 'an admin route must answer 403 to a project key';
       if (kind === 'cluster') return a.status === 401 ? undefined : 'a cluster route must answer 401 to an API key';
       if (kind === 'link') return a.status === 401 ? undefined : 'a port link route must refuse a path that is no link';
-      if (kind === 'sandboxToken') return a.status === 401 || (r.url === '/e2b-sandbox/health' && a.status === 502) ? undefined : 'the E2B sandbox side takes the sandbox token, not a key';
+      if (kind === 'sandboxToken')
+        return a.status === 401 || (r.url === '/e2b-sandbox/health' && a.status === 502)
+          ? undefined
+          : 'the E2B sandbox side takes the sandbox token, not a key';
       if (r.url.startsWith('/v1/sandboxes/:id')) {
-        if (r.method === 'DELETE' && r.url === '/v1/sandboxes/:id') return a.status === 204 ? undefined : "a kill of another project's sandbox answers 204 and does nothing";
+        if (r.method === 'DELETE' && r.url === '/v1/sandboxes/:id')
+          return a.status === 204 ? undefined : "a kill of another project's sandbox answers 204 and does nothing";
         if (a.status < 300) return "another project's sandbox answered";
       }
       return undefined;
@@ -223,19 +256,42 @@ describe('the front door: access from the matched route, for every route', { ski
   test('the edge protocol: every route refuses no token, an API key and a wrong token, in every spelling', async () => {
     const edgeRoutes = declaredRoutes(edge.server);
     assert.ok(edgeRoutes.length > 20, `only ${edgeRoutes.length} edge routes seen`);
-    assert.deepEqual(edgeRoutes.filter((r) => r.access?.kind !== 'cluster').map((r) => `${r.method} ${r.url}`), []);
+    assert.deepEqual(
+      edgeRoutes.filter((r) => r.access?.kind !== 'cluster').map((r) => `${r.method} ${r.url}`),
+      [],
+    );
     const refused = (_r: unknown, a: Answer, variant: string): string | undefined =>
-      variant === 'as is' ? (a.status === 401 ? undefined : 'an edge route must answer 401') : a.status === 400 || a.status === 401 ? undefined : 'must be refused';
-    for (const headers of [{}, { Authorization: `Bearer ${control.apiKey}` }, { Authorization: 'Bearer dsecjoin_wrong' }] as Record<string, string>[]) await walk(edge.url, edgeRoutes, headers, refused);
+      variant === 'as is'
+        ? a.status === 401
+          ? undefined
+          : 'an edge route must answer 401'
+        : a.status === 400 || a.status === 401
+          ? undefined
+          : 'must be refused';
+    for (const headers of [{}, { Authorization: `Bearer ${control.apiKey}` }, { Authorization: 'Bearer dsecjoin_wrong' }] as Record<
+      string,
+      string
+    >[])
+      await walk(edge.url, edgeRoutes, headers, refused);
   });
 
   test('the port-link origin: its one route refuses no link, a forged link and an API key', async () => {
     const portRoutes = declaredRoutes(control.portsApp);
     assert.ok(portRoutes.length > 0);
-    assert.deepEqual(portRoutes.filter((r) => r.url !== '/v1/port-links/*' || r.access?.kind !== 'link'), [], 'the port-link origin serves links and nothing else');
+    assert.deepEqual(
+      portRoutes.filter((r) => r.url !== '/v1/port-links/*' || r.access?.kind !== 'link'),
+      [],
+      'the port-link origin serves links and nothing else',
+    );
     const forged = `${sandbox.id}.8000.9999999999.team-a.AAAAAAAAAAAAAAAAAAAAAA`;
     for (const headers of [{}, { Authorization: `Bearer ${control.apiKey}` }] as Record<string, string>[])
-      for (const target of ['/v1/port-links/x/', `/v1/port-links/${forged}/`, '/v1/port-links//x', `http://x/v1/port-links/${forged}/`, '/%761/port-links/x/'])
+      for (const target of [
+        '/v1/port-links/x/',
+        `/v1/port-links/${forged}/`,
+        '/v1/port-links//x',
+        `http://x/v1/port-links/${forged}/`,
+        '/%761/port-links/x/',
+      ])
         for (const method of ['GET', 'POST']) {
           const a = await rawRequest(control.portsUrl, method, target, headers, method === 'POST' ? '{}' : undefined);
           assert.ok(a.status === 401 || a.status === 400 || a.status === 404, `${method} ${target}: ${a.status} ${a.body.slice(0, 200)}`);
@@ -244,11 +300,45 @@ describe('the front door: access from the matched route, for every route', { ski
 
   test('generated request targets never reach a 2xx without credentials (fast-check)', async () => {
     const seg = fc.oneof(
-      fc.constantFrom('v1', 'sandboxes', sandbox.id, 'exec', 'files', 'cluster', 'edges', 'blobs', 'images', 'push', 'pull', 'nodes', 'pools', 'volumes', 'keys', 'projects', 'port-links', 'ports', '8000', 'e2b', 'e2b-sandbox', 'health', 'ui', 'metrics', 'healthz', '..', '.', ''),
+      fc.constantFrom(
+        'v1',
+        'sandboxes',
+        sandbox.id,
+        'exec',
+        'files',
+        'cluster',
+        'edges',
+        'blobs',
+        'images',
+        'push',
+        'pull',
+        'nodes',
+        'pools',
+        'volumes',
+        'keys',
+        'projects',
+        'port-links',
+        'ports',
+        '8000',
+        'e2b',
+        'e2b-sandbox',
+        'health',
+        'ui',
+        'metrics',
+        'healthz',
+        '..',
+        '.',
+        '',
+      ),
       fc.string({ minLength: 1, maxLength: 6 }).map(encodeURIComponent),
       fc.constantFrom('%76%31', '%2F', '%2e%2e', '%73andboxes', 'V1', 'v1%00', ';', '%20'),
     );
-    const target = fc.tuple(fc.constantFrom('', 'http://127.0.0.1', 'http://x', '//'), fc.array(seg, { minLength: 1, maxLength: 6 }), fc.constantFrom('', '?x=1', '?path=/etc/passwd'))
+    const target = fc
+      .tuple(
+        fc.constantFrom('', 'http://127.0.0.1', 'http://x', '//'),
+        fc.array(seg, { minLength: 1, maxLength: 6 }),
+        fc.constantFrom('', '?x=1', '?path=/etc/passwd'),
+      )
       .map(([prefix, segs, q]) => `${prefix}/${segs.join('/')}${q}`);
     const method = fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH');
     const e2bHeader = fc.boolean();
@@ -258,7 +348,8 @@ describe('the front door: access from the matched route, for every route', { ski
       fc.asyncProperty(method, target, e2bHeader, async (m, t, e2b) => {
         const a = await rawRequest(control.url, m, t, e2b ? { 'E2b-Sandbox-Id': sandbox.id } : {}, WRITES.has(m) ? '{}' : undefined);
         assert.ok(a.status < 500, `${m} ${t}: ${a.status} ${a.body.slice(0, 200)}`);
-        if (a.status < 400 && !(publicOk.test(t) && !e2b)) assert.fail(`${m} ${t}${e2b ? ' (E2b-Sandbox-Id)' : ''} answered ${a.status} without credentials: ${a.body.slice(0, 200)}`);
+        if (a.status < 400 && !(publicOk.test(t) && !e2b))
+          assert.fail(`${m} ${t}${e2b ? ' (E2b-Sandbox-Id)' : ''} answered ${a.status} without credentials: ${a.body.slice(0, 200)}`);
       }),
       { numRuns: 400 },
     );

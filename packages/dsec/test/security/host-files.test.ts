@@ -91,7 +91,11 @@ describe('red team: setuid files and device nodes planted for the host', { skip:
 
   test('the sandboxes dir and each overlay are mounted nosuid,nodev', () => {
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
-    const opts = (mp: string): string[] => mounts.map((l) => l.split(' ')).find((f) => f[4] === mp)?.[5]?.split(',') ?? [];
+    const opts = (mp: string): string[] =>
+      mounts
+        .map((l) => l.split(' '))
+        .find((f) => f[4] === mp)?.[5]
+        ?.split(',') ?? [];
     for (const mp of [join(server.dataDir, 'node', 'sandboxes'), join(sbDir, 'rootfs')]) {
       assert.ok(opts(mp).includes('nosuid') && opts(mp).includes('nodev'), `${mp}: ${opts(mp).join(',') || 'not a mount'}`);
     }

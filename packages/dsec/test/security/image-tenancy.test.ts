@@ -35,7 +35,9 @@ interface Seen {
 }
 
 /** A loopback HTTP server that records every request and answers with `handle`. */
-async function fakeServer(handle: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ host: string; seen: Seen[]; close(): Promise<void> }> {
+async function fakeServer(
+  handle: (req: IncomingMessage, res: ServerResponse) => void,
+): Promise<{ host: string; seen: Seen[]; close(): Promise<void> }> {
   const seen: Seen[] = [];
   const server = createServer((req, res) => {
     seen.push({ method: req.method ?? '', url: req.url ?? '', authorization: req.headers.authorization });
@@ -56,7 +58,9 @@ async function fakeServer(handle: (req: IncomingMessage, res: ServerResponse) =>
 }
 
 const basic401 = (_req: IncomingMessage, res: ServerResponse): void => {
-  res.writeHead(401, { 'www-authenticate': 'Basic realm="fake"', 'content-type': 'application/json' }).end(JSON.stringify({ errors: [{ code: 'UNAUTHORIZED', message: 'authentication required' }] }));
+  res
+    .writeHead(401, { 'www-authenticate': 'Basic realm="fake"', 'content-type': 'application/json' })
+    .end(JSON.stringify({ errors: [{ code: 'UNAUTHORIZED', message: 'authentication required' }] }));
 };
 
 describe('images between projects and registries', { skip: integrationSkipReason() ?? registrySkipReason(), timeout: 300_000 }, () => {
@@ -76,9 +80,14 @@ describe('images between projects and registries', { skip: integrationSkipReason
   let tokens: Awaited<ReturnType<typeof fakeServer>>;
   /** Allowed, asks for a Bearer token from `tokens`. */
   let bearerFake: Awaited<ReturnType<typeof fakeServer>>;
-  const saved = { user: process.env['DSEC_REGISTRY_USER'], password: process.env['DSEC_REGISTRY_PASSWORD'], tokenHosts: process.env['DSEC_REGISTRY_TOKEN_HOSTS'] };
+  const saved = {
+    user: process.env['DSEC_REGISTRY_USER'],
+    password: process.env['DSEC_REGISTRY_PASSWORD'],
+    tokenHosts: process.env['DSEC_REGISTRY_TOKEN_HOSTS'],
+  };
 
-  const api = async (key: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => { // eslint-disable-line @typescript-eslint/no-explicit-any
+  const api = async (key: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
+    // eslint-disable-line @typescript-eslint/no-explicit-any
     const res = await fetch(`${control.url}${path}`, {
       method,
       headers: { authorization: `Bearer ${key}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
@@ -87,24 +96,32 @@ describe('images between projects and registries', { skip: integrationSkipReason
     const text = await res.text();
     return { status: res.status, body: text ? JSON.parse(text) : undefined };
   };
-  const imageIds = async (key: string): Promise<string[]> => ((await api(key, 'GET', '/v1/images')).body as { images: { id: string }[] }).images.map((i) => i.id);
+  const imageIds = async (key: string): Promise<string[]> =>
+    ((await api(key, 'GET', '/v1/images')).body as { images: { id: string }[] }).images.map((i) => i.id);
   const resolves = async (key: string, ref: string): Promise<string | undefined> => {
     const r = await api(key, 'GET', `/v1/images/${encodeURIComponent(ref)}`);
     return r.status === 200 ? (r.body as { id: string }).id : undefined;
   };
-  const credsSeen = (seen: Seen[]): string[] => seen.map((s) => s.authorization).filter((a): a is string => a !== undefined && a.startsWith('Basic '));
+  const credsSeen = (seen: Seen[]): string[] =>
+    seen.map((s) => s.authorization).filter((a): a is string => a !== undefined && a.startsWith('Basic '));
 
   before(async () => {
     registry = await startTestRegistry({ auth: true });
     basicFake = await fakeServer(basic401);
     notAllowed = await fakeServer(basic401);
-    tokens = await fakeServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token: 'fake-token' })));
+    tokens = await fakeServer((_req, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token: 'fake-token' })),
+    );
     bearerFake = await fakeServer((req, res) => {
       if (req.headers.authorization === 'Bearer fake-token') {
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ errors: [{ code: 'MANIFEST_UNKNOWN', message: 'no such manifest' }] }));
+        res
+          .writeHead(404, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ errors: [{ code: 'MANIFEST_UNKNOWN', message: 'no such manifest' }] }));
         return;
       }
-      res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${tokens.host}/token",service="fake",scope="repository:team/x:pull"` }).end();
+      res
+        .writeHead(401, { 'www-authenticate': `Bearer realm="http://${tokens.host}/token",service="fake",scope="repository:team/x:pull"` })
+        .end();
     });
     // The control plane reads its registry account from its environment (at start and per request).
     process.env['DSEC_REGISTRY_USER'] = registry.credentials!.username;
@@ -113,7 +130,16 @@ describe('images between projects and registries', { skip: integrationSkipReason
     controlDir = makeDataDir();
     otherDir = makeDataDir();
     control = await startControlPlane(
-      compileOptions({ dataDir: controlDir, registry: `${registry.host}/tenancy/cluster`, registryAllow: `${basicFake.host},${bearerFake.host}`, listen: '127.0.0.1:0', logLevel: 'silent' }, {}),
+      compileOptions(
+        {
+          dataDir: controlDir,
+          registry: `${registry.host}/tenancy/cluster`,
+          registryAllow: `${basicFake.host},${bearerFake.host}`,
+          listen: '127.0.0.1:0',
+          logLevel: 'silent',
+        },
+        {},
+      ),
     );
     await buildBusyboxImage(control.images);
     admin = control.apiKey;
@@ -128,7 +154,11 @@ describe('images between projects and registries', { skip: integrationSkipReason
     await control.images.flush();
   });
   after(async () => {
-    for (const [k, v] of [['DSEC_REGISTRY_USER', saved.user], ['DSEC_REGISTRY_PASSWORD', saved.password], ['DSEC_REGISTRY_TOKEN_HOSTS', saved.tokenHosts]] as const) {
+    for (const [k, v] of [
+      ['DSEC_REGISTRY_USER', saved.user],
+      ['DSEC_REGISTRY_PASSWORD', saved.password],
+      ['DSEC_REGISTRY_TOKEN_HOSTS', saved.tokenHosts],
+    ] as const) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     }
@@ -160,8 +190,16 @@ describe('images between projects and registries', { skip: integrationSkipReason
     const other = new ImageStore(otherDir, new LayerStore(otherDir));
     const bImg = await buildTestImage(other, 'bonly:v1', (root) => writeFileSync(`${root}/marker`, 'b'));
     const sharedImg = await buildTestImage(other, 'adminpulled:v1', (root) => writeFileSync(`${root}/marker`, 'shared'));
-    for (const [name, repo] of [['bonly:v1', 'bonly'], ['adminpulled:v1', 'adminpulled']] as const) {
-      await pushImage(other, name, new RegistryClient(parseRegistryRef(`${registry.host}/tenancy/${repo}:v1`), { credentials: registry.credentials }), 'v1');
+    for (const [name, repo] of [
+      ['bonly:v1', 'bonly'],
+      ['adminpulled:v1', 'adminpulled'],
+    ] as const) {
+      await pushImage(
+        other,
+        name,
+        new RegistryClient(parseRegistryRef(`${registry.host}/tenancy/${repo}:v1`), { credentials: registry.credentials }),
+        'v1',
+      );
     }
     const pulled = await api(keyB, 'POST', '/v1/images/pull', { ref: `${registry.host}/tenancy/bonly:v1`, name: 'bonly:v1' });
     assert.equal(pulled.status, 201, JSON.stringify(pulled.body));
@@ -202,7 +240,10 @@ describe('images between projects and registries', { skip: integrationSkipReason
   });
 
   test('a project key names only allowed registries (403 FORBIDDEN, nothing sent); an admin key any', async () => {
-    for (const [path, body] of [['/v1/images/pull', { ref: `${notAllowed.host}/team/x:v1` }], ['/v1/images/push', { ref: `${notAllowed.host}/team/x:v1`, image: 'busybox' }]] as const) {
+    for (const [path, body] of [
+      ['/v1/images/pull', { ref: `${notAllowed.host}/team/x:v1` }],
+      ['/v1/images/push', { ref: `${notAllowed.host}/team/x:v1`, image: 'busybox' }],
+    ] as const) {
       const r = await api(keyB, 'POST', path, body);
       assert.equal(r.status, 403, JSON.stringify(r.body));
       assert.equal(r.body.error.code, 'FORBIDDEN');
@@ -217,7 +258,10 @@ describe('images between projects and registries', { skip: integrationSkipReason
 
   test("the registry account goes only to the cluster's registry: not to an allowed one asking for Basic auth, nor to a Bearer realm on another port", async () => {
     for (const key of [keyB, admin]) {
-      const r = await api(key, 'POST', '/v1/images/pull', { ref: `${basicFake.host}/team/x:v1`, name: `fromfake-${key === admin ? 'admin' : 'b'}:v1` });
+      const r = await api(key, 'POST', '/v1/images/pull', {
+        ref: `${basicFake.host}/team/x:v1`,
+        name: `fromfake-${key === admin ? 'admin' : 'b'}:v1`,
+      });
       assert.equal(r.status, 403, JSON.stringify(r.body));
       assert.equal(r.body.error.code, 'REGISTRY_AUTH_FAILED');
       const p = await api(key, 'POST', '/v1/images/push', { ref: `${basicFake.host}/team/x:v1`, image: 'busybox' });
@@ -263,13 +307,18 @@ describe('images between projects and registries', { skip: integrationSkipReason
     }
     // A realm that refuses anonymous tokens: the error says why no credentials were sent.
     const refusing = await fakeServer((_req, res) => res.writeHead(401).end());
-    const asking = await fakeServer((_req, res) => res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${refusing.host}/token"` }).end());
+    const asking = await fakeServer((_req, res) =>
+      res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${refusing.host}/token"` }).end(),
+    );
     try {
-      await assert.rejects(new RegistryClient(parseRegistryRef(`${asking.host}/team/x:v1`), { credentials: creds, tokenHosts: [] }).getManifest('v1'), (err: unknown) => {
-        assert.ok(err instanceof RegistryAuthError);
-        assert.match(err.message, /not on the registry's host.*DSEC_REGISTRY_TOKEN_HOSTS/);
-        return true;
-      });
+      await assert.rejects(
+        new RegistryClient(parseRegistryRef(`${asking.host}/team/x:v1`), { credentials: creds, tokenHosts: [] }).getManifest('v1'),
+        (err: unknown) => {
+          assert.ok(err instanceof RegistryAuthError);
+          assert.match(err.message, /not on the registry's host.*DSEC_REGISTRY_TOKEN_HOSTS/);
+          return true;
+        },
+      );
       assert.deepEqual(credsSeen(refusing.seen), []);
     } finally {
       await refusing.close();
@@ -287,7 +336,10 @@ describe('images between projects and registries', { skip: integrationSkipReason
     assert.equal(stolen.body.error.code, 'IMAGE_NOT_FOUND');
     // A may stack its own layer, and B a shared one: past the image check (no edge here to place them).
     const busyboxLayer = control.images.get(control.images.resolve('busybox')!)!.layers[0]!;
-    for (const [key, layer] of [[keyA, aPrivate.layer], [keyB, busyboxLayer]] as const) {
+    for (const [key, layer] of [
+      [keyA, aPrivate.layer],
+      [keyB, busyboxLayer],
+    ] as const) {
       const r = await api(key, 'POST', '/v1/sandboxes', { image: 'busybox', layers: [layer] });
       assert.notEqual(r.body?.error?.code, 'IMAGE_NOT_FOUND', JSON.stringify(r.body));
     }

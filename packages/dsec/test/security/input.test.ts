@@ -60,7 +60,9 @@ describe('red team: NUL bytes and wrongly typed JSON in commands', { skip: integ
 
   test('a session command with a NUL: 400, nothing runs', async () => {
     const s = await sb.sessions.create();
-    const res = await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions/${s.id}/exec`, { json: { cmd: 'echo ok\u0000; touch /tmp/ran' } });
+    const res = await call(server.conn, 'POST', `/v1/sandboxes/${sb.id}/sessions/${s.id}/exec`, {
+      json: { cmd: 'echo ok\u0000; touch /tmp/ran' },
+    });
     const err = expectWireError(res, 400, 'INVALID_REQUEST');
     assert.match(err.message, /NUL/);
     assert.equal(await sb.files.exists('/tmp/ran'), false);

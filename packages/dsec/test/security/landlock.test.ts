@@ -40,7 +40,12 @@ describe('red team: Landlock write confinement (writablePaths)', { skip: skipRea
   });
 
   test("/dev's standard nodes stay writable but cannot be replaced (issue 10: /dev/null swapped for a file, /dev/urandom for zeros)", async () => {
-    const use = await attack(server, sb, 'echo x > /dev/null && head -c 4 /dev/urandom | wc -c && echo y > /dev/shm/ok && cat /dev/shm/ok', { writablePaths: RW });
+    const use = await attack(
+      server,
+      sb,
+      'echo x > /dev/null && head -c 4 /dev/urandom | wc -c && echo y > /dev/shm/ok && cat /dev/shm/ok',
+      { writablePaths: RW },
+    );
     assert.equal(use.exitCode, 0, show(use));
     assert.equal(use.stdout, '4\ny\n');
     for (const cmd of [
@@ -54,7 +59,11 @@ describe('red team: Landlock write confinement (writablePaths)', { skip: skipRea
       assert.notEqual(r.exitCode, 0, `${cmd} worked under writablePaths: ${show(r)}`);
       assert.match(r.stderr, DENIED, `${cmd}: ${show(r)}`);
     }
-    const check = await must(server, sb, 'test -c /dev/null && test -c /dev/urandom && head -c 16 /dev/urandom | od -An -tx1 | grep -vq "00 00 00 00 00 00 00 00" && echo intact');
+    const check = await must(
+      server,
+      sb,
+      'test -c /dev/null && test -c /dev/urandom && head -c 16 /dev/urandom | od -An -tx1 | grep -vq "00 00 00 00 00 00 00 00" && echo intact',
+    );
     assert.equal(check.stdout, 'intact\n');
   });
 
@@ -63,7 +72,8 @@ describe('red team: Landlock write confinement (writablePaths)', { skip: skipRea
     const grader = await sb.commands.start(['sleep', '4111']);
     try {
       // Started is not yet running: wait until the grader's sleep is there to be attacked.
-      for (let i = 0; i < 200 && !(await sb.commands.run(['sh', '-c', 'pidof sleep || true'])).stdout.trim(); i++) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 200 && !(await sb.commands.run(['sh', '-c', 'pidof sleep || true'])).stdout.trim(); i++)
+        await new Promise((r) => setTimeout(r, 10));
       const r = await attack(server, sb, 'kill -STOP $(pidof sleep)', { writablePaths: RW });
       assert.notEqual(r.exitCode, 0, `SIGSTOP reached a process outside the command's domain: ${show(r)}`);
       assert.match(r.stderr, /not permitted/, show(r));
@@ -75,9 +85,14 @@ describe('red team: Landlock write confinement (writablePaths)', { skip: skipRea
   });
 
   test('the agent edits its workspace but cannot rewrite, delete, or replace the tests', async () => {
-    const edit = await attack(server, sb, 'echo "x = 2" > /work/src/x.py && mkdir /work/src/pkg && echo y > /tmp/scratch && cat /work/src/x.py', {
-      writablePaths: RW,
-    });
+    const edit = await attack(
+      server,
+      sb,
+      'echo "x = 2" > /work/src/x.py && mkdir /work/src/pkg && echo y > /tmp/scratch && cat /work/src/x.py',
+      {
+        writablePaths: RW,
+      },
+    );
     assert.equal(edit.exitCode, 0, `writing beneath the writable paths failed: ${show(edit)}`);
     assert.equal(edit.stdout, 'x = 2\n');
 
@@ -108,9 +123,14 @@ describe('red team: Landlock write confinement (writablePaths)', { skip: skipRea
   });
 
   test('descendants inherit it: a double-forked background job and a background process are confined too', async () => {
-    const r = await attack(server, sb, "(sh -c 'sleep 0.2; (echo evil > /work/tests/bg) 2>/tmp/bg.err; echo $? > /tmp/bg.rc' &) ; sleep 1; cat /tmp/bg.rc /tmp/bg.err", {
-      writablePaths: RW,
-    });
+    const r = await attack(
+      server,
+      sb,
+      "(sh -c 'sleep 0.2; (echo evil > /work/tests/bg) 2>/tmp/bg.err; echo $? > /tmp/bg.rc' &) ; sleep 1; cat /tmp/bg.rc /tmp/bg.err",
+      {
+        writablePaths: RW,
+      },
+    );
     assert.match(r.stdout, /^[1-9]\d*\n.*Permission denied/s, `the double-forked job was not confined: ${show(r)}`);
     const p = await sb.commands.start('echo evil > /work/tests/proc; echo rc=$?', { writablePaths: RW });
     const done = await p.wait({ waitMs: 30_000 });

@@ -171,7 +171,12 @@ describe('red team: shared read-only layers', { skip: integrationSkipReason(), t
       // host, so the snapshot copy still meets one.
       const mk = await attack(server, attacker, `mknod /leak-disk b ${major} ${minor}`);
       assert.match(mk.stderr, /Permission denied/, show(mk));
-      execFileSync('mknod', [join(server.dataDir, 'node', 'sandboxes', attacker.id, 'upper', 'leak-disk'), 'b', String(major), String(minor)]);
+      execFileSync('mknod', [
+        join(server.dataDir, 'node', 'sandboxes', attacker.id, 'upper', 'leak-disk'),
+        'b',
+        String(major),
+        String(minor),
+      ]);
       // The host-side copy of the upper (pack_diff) runs as root outside the sandbox's cgroups and
       // namespaces: it must copy these entries as they are, not follow or open them.
       const snap = await attacker.snapshot({ timeoutMs: 300_000 });

@@ -135,7 +135,11 @@ describe('red team: network', { skip: integrationSkipReason(), timeout: 900_000 
     for (const addr of hostAddrs) {
       const p = await attack(server, a, `ping -c 1 -W 2 ${addr}`);
       assert.notEqual(p.exitCode, 0, `ICMP from the sandbox reached the host at ${addr}: ${show(p)}`);
-      assert.match(`${p.stdout}${p.stderr}`, /100% packet loss|permission denied/, `${addr}: expected the packet to be lost (host guard) or never sent (no CAP_NET_RAW): ${show(p)}`);
+      assert.match(
+        `${p.stdout}${p.stderr}`,
+        /100% packet loss|permission denied/,
+        `${addr}: expected the packet to be lost (host guard) or never sent (no CAP_NET_RAW): ${show(p)}`,
+      );
     }
 
     // The API itself listens on loopback only; the sandbox's 127.0.0.1 is its own.
@@ -194,7 +198,11 @@ describe('red team: network', { skip: integrationSkipReason(), timeout: 900_000 
     const ping = await attack(server, a, `ping -c 1 -W 2 ${netB.address}`);
     assert.notEqual(ping.exitCode, 0, `A pinged B: ${show(ping)}`);
     // Sent and dropped by the host guard (100% loss), or not sent at all: no CAP_NET_RAW for ping.
-    assert.match(`${ping.stdout}${ping.stderr}`, /100% packet loss|permission denied/, `expected the packet to be dropped or never sent: ${show(ping)}`);
+    assert.match(
+      `${ping.stdout}${ping.stderr}`,
+      /100% packet loss|permission denied/,
+      `expected the packet to be dropped or never sent: ${show(ping)}`,
+    );
     // Positive control: B's listener was up all along, and got only the control's bytes.
     await must(server, b, `printf CONTROL | nc -w 2 127.0.0.1 9000`);
     const done = await listener.wait({ waitMs: 10_000 });
@@ -220,7 +228,11 @@ describe('red team: network', { skip: integrationSkipReason(), timeout: 900_000 
       assert.notEqual(other.exitCode, 0, `port 8081 was reachable with only :8080 allowed: ${show(other)}`);
       assert.doesNotMatch(other.stdout, new RegExp(mirror.body));
       const icmp = await attack(server, p, `ping -c 1 -W 2 ${mirror.address}`);
-      assert.match(icmp.stderr, /Operation not permitted|permission denied/, `ICMP to the mirror should be refused (ruleset, or no raw socket): ${show(icmp)}`);
+      assert.match(
+        icmp.stderr,
+        /Operation not permitted|permission denied/,
+        `ICMP to the mirror should be refused (ruleset, or no raw socket): ${show(icmp)}`,
+      );
 
       // Allow the whole address: 8081 now works (control: the previous failure was the port rule).
       await setNetwork(server, p.id, { mode: 'allow', allow: [mirror.address] });

@@ -41,9 +41,17 @@ describe("red team: the platform never runs the sandbox's own tar or rm", { skip
     await sb.files.write('/usr/local/bin/tar', FAKE_TAR, { mode: 0o755 });
     await sb.files.write('/usr/local/bin/rm', FAKE_RM, { mode: 0o755 });
     // Over /bin's own too (busybox links), for a platform that would call /bin/tar by full path.
-    await must(server, sb, 'cp /usr/local/bin/tar /tmp/t && cp /usr/local/bin/rm /tmp/r && /bin/busybox rm -f /bin/tar /bin/rm && /bin/busybox cp /tmp/t /bin/tar && /bin/busybox cp /tmp/r /bin/rm');
+    await must(
+      server,
+      sb,
+      'cp /usr/local/bin/tar /tmp/t && cp /usr/local/bin/rm /tmp/r && /bin/busybox rm -f /bin/tar /bin/rm && /bin/busybox cp /tmp/t /bin/tar && /bin/busybox cp /tmp/r /bin/rm',
+    );
     // (busybox's own sh runs its tar applet without a PATH lookup, so the control names the file.)
-    const planted = await attack(server, sb, '/bin/tar -c -f - /work/score.txt >/dev/null; cat /tmp/fake-tool-ran; /dev/.dsec-tools/busybox rm -f /tmp/fake-tool-ran');
+    const planted = await attack(
+      server,
+      sb,
+      '/bin/tar -c -f - /work/score.txt >/dev/null; cat /tmp/fake-tool-ran; /dev/.dsec-tools/busybox rm -f /tmp/fake-tool-ran',
+    );
     assert.match(planted.stdout, /ran/, `control: the planted tar runs for the agent itself: ${show(planted)}`);
   });
   after(async () => {

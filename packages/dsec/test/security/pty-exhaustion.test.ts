@@ -28,9 +28,14 @@ describe('red team: one sandbox takes every pseudo-terminal', { skip: integratio
   });
 
   test(`300 opens of /dev/ptmx get at most ${PTYS_PER_SANDBOX}; the bystander and the host still get terminals`, async () => {
-    const r = await attack(server, hog, 'i=0; while [ $i -lt 300 ]; do sleep 3600 </dev/ptmx 2>/dev/null & i=$((i+1)); done; sleep 1; ls /dev/pts | grep -c "^[0-9]"', {
-      timeoutMs: 60_000,
-    });
+    const r = await attack(
+      server,
+      hog,
+      'i=0; while [ $i -lt 300 ]; do sleep 3600 </dev/ptmx 2>/dev/null & i=$((i+1)); done; sleep 1; ls /dev/pts | grep -c "^[0-9]"',
+      {
+        timeoutMs: 60_000,
+      },
+    );
     const held = Number(r.stdout.trim());
     assert.ok(held > 0, `control: the sandbox opened no terminal at all: ${show(r)}`);
     assert.ok(held <= PTYS_PER_SANDBOX, `one sandbox holds ${held} terminals (cap ${PTYS_PER_SANDBOX})`);

@@ -207,9 +207,17 @@ describe('red team: secrets of the host and the control plane', { skip: integrat
     // project's snapshot from its layer file).
     for (const d of ['layers', 'images']) {
       assert.equal(statSync(join(server.dataDir, d)).mode & 0o777, 0o700, `${d}/`);
-      assert.notEqual(spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'ls', join(server.dataDir, d)]).status, 0, `uid 65534 listed ${d}/`);
+      assert.notEqual(
+        spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'ls', join(server.dataDir, d)]).status,
+        0,
+        `uid 65534 listed ${d}/`,
+      );
     }
-    assert.notEqual(spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'ls', server.dataDir]).status, 0, 'uid 65534 listed the data dir');
+    assert.notEqual(
+      spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'ls', server.dataDir]).status,
+      0,
+      'uid 65534 listed the data dir',
+    );
   });
 
   test('the bystander sandbox is unaffected', async () => {

@@ -65,7 +65,8 @@ describe('red team: forged command results', { skip: integrationSkipReason(), ti
         const r1 = s ? await s.run(first) : await attack(server, sb, first);
         assert.equal(r1.exitCode, 0, JSON.stringify(r1));
         // The victim (a grader's check, say) holds still while the job tries, then says "own" and exits 42.
-        const victim = 'echo $$ > /tmp/victim.pid; i=0; while ! grep -q done /tmp/forge.log 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo own; exit 42';
+        const victim =
+          'echo $$ > /tmp/victim.pid; i=0; while ! grep -q done /tmp/forge.log 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo own; exit 42';
         const pending = s ? s.run(victim, { timeoutMs: 60_000 }) : attack(server, sb, victim, { timeoutMs: 60_000 });
         let pid = '';
         for (let i = 0; i < 400 && !/^\d+$/.test(pid); i++) {

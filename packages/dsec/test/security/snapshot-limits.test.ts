@@ -56,7 +56,11 @@ describe('red team: snapshot limits', { skip: integrationSkipReason(), timeout: 
       const sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 128 } });
       // Enough bytes that both phases take seconds: the test hangs up once it sees the phase.
       await must(server, sb, 'for i in 1 2 3 4 5 6; do dd if=/dev/urandom of=/tmp/big$i bs=1M count=256 2>/dev/null; done; du -sm /tmp');
-      const imagesBefore = ((await (await fetch(`${server.url}/v1/images`, { headers: { authorization: `Bearer ${server.apiKey}` } })).json()) as { images: unknown[] }).images.length;
+      const imagesBefore = (
+        (await (await fetch(`${server.url}/v1/images`, { headers: { authorization: `Bearer ${server.apiKey}` } })).json()) as {
+          images: unknown[];
+        }
+      ).images.length;
       const ctrl = new AbortController();
       const req = fetch(`${server.url}/v1/sandboxes/${sb.id}/snapshot`, {
         method: 'POST',
@@ -68,8 +72,15 @@ describe('red team: snapshot limits', { skip: integrationSkipReason(), timeout: 
       assert.ok(await until(seen), `the snapshot reached its ${phase} phase`);
       ctrl.abort();
       assert.ok((await req) instanceof Error, 'the request was aborted before it answered');
-      assert.ok(await until(() => staged().length === 0 && packers().length === 0), `nothing left: ${JSON.stringify({ staged: staged(), packers: packers() })}`);
-      const imagesAfter = ((await (await fetch(`${server.url}/v1/images`, { headers: { authorization: `Bearer ${server.apiKey}` } })).json()) as { images: unknown[] }).images.length;
+      assert.ok(
+        await until(() => staged().length === 0 && packers().length === 0),
+        `nothing left: ${JSON.stringify({ staged: staged(), packers: packers() })}`,
+      );
+      const imagesAfter = (
+        (await (await fetch(`${server.url}/v1/images`, { headers: { authorization: `Bearer ${server.apiKey}` } })).json()) as {
+          images: unknown[];
+        }
+      ).images.length;
       assert.equal(imagesAfter, imagesBefore, 'no image was registered for the caller that left');
       assert.equal((await sb.commands.run('echo alive')).stdout, 'alive\n', 'the sandbox is thawed and answers');
       await sb.kill();

@@ -60,7 +60,11 @@ describe('red team: a process that drops its tag outlives its command timeout', 
     await must(server, sb, 'rm -f /tmp/escaped-started');
     const r = await attack(server, sb, ['/bin/sh', '-c', ESCAPE], { timeoutMs: 5_000 });
     assert.equal(r.timedOut, true, show(r));
-    assert.equal((await attack(server, sb, 'test -e /tmp/escaped-started && echo yes')).stdout, 'yes\n', 'the escapes ran before the timeout');
+    assert.equal(
+      (await attack(server, sb, 'test -e /tmp/escaped-started && echo yes')).stdout,
+      'yes\n',
+      'the escapes ran before the timeout',
+    );
     assert.deepEqual(await settle(sb.id), [], 'no escaped process survives the timeout');
   });
 
@@ -69,7 +73,11 @@ describe('red team: a process that drops its tag outlives its command timeout', 
     const s = await sb.sessions.create();
     const r = await s.run(ESCAPE, { timeoutMs: 5_000 });
     assert.equal(r.timedOut, true, JSON.stringify(r));
-    assert.equal((await attack(server, sb, 'test -e /tmp/escaped-started && echo yes')).stdout, 'yes\n', 'the escapes ran before the timeout');
+    assert.equal(
+      (await attack(server, sb, 'test -e /tmp/escaped-started && echo yes')).stdout,
+      'yes\n',
+      'the escapes ran before the timeout',
+    );
     assert.deepEqual(await settle(sb.id), [], 'no escaped process survives the timeout');
     await s.close();
   });

@@ -18,14 +18,26 @@ import type { SandboxRecord } from '../../src/edge/sandbox-record.js';
 import { DEFAULT_USERNS_POOL, UsernsPool } from '../../src/edge/userns-pool.js';
 import { hostRangeClaims, UidRangePool } from '../../src/host/uid-ranges.js';
 import { pino } from 'pino';
-import { assertCleanAndRemove, integrationSkipReason, makeDataDir, mountsBelow, newEdgeId, startDsec, startTestServer, TEST_USERNS, type TestServer } from '../helpers/server.js';
+import {
+  assertCleanAndRemove,
+  integrationSkipReason,
+  makeDataDir,
+  mountsBelow,
+  newEdgeId,
+  startDsec,
+  startTestServer,
+  TEST_USERNS,
+  type TestServer,
+} from '../helpers/server.js';
 import { DsecUpChild } from '../reliability/dsec-up-child.js';
 import { must } from './support/harness.js';
 
-const skip = integrationSkipReason() ?? (TEST_USERNS ? undefined : 'DSEC_TEST_USERNS=0: sandboxes run without user namespaces, so without a pool');
+const skip =
+  integrationSkipReason() ?? (TEST_USERNS ? undefined : 'DSEC_TEST_USERNS=0: sandboxes run without user namespaces, so without a pool');
 
 const poolDirOf = (dataDir: string): string => join(dataDir, 'node', 'userns-pool');
-const recordOf = (dataDir: string, id: string): SandboxRecord => JSON.parse(readFileSync(join(dataDir, 'node', 'sandboxes', id, 'state.json'), 'utf8')) as SandboxRecord;
+const recordOf = (dataDir: string, id: string): SandboxRecord =>
+  JSON.parse(readFileSync(join(dataDir, 'node', 'sandboxes', id, 'state.json'), 'utf8')) as SandboxRecord;
 /** The user namespace a process is in, as the kernel names it (`user:[inode]`). */
 const usernsOfPid = (pid: number): string => readlinkSync(`/proc/${pid}/ns/user`);
 /** The user namespace bound on an nsfs file, named the same way (an nsfs file's inode is its namespace's). */
@@ -47,7 +59,9 @@ function assertPoolConsistent(dataDir: string, edgeId: string, expectReady: numb
 function poolState(dataDir: string, edgeId: string): { files: string[]; binds: string[]; pooledClaims: string[] } {
   const dir = poolDirOf(dataDir);
   const files = existsSync(dir) ? readdirSync(dir).sort() : [];
-  const binds = mountsBelow(dir).map((mp) => mp.slice(dir.length + 1)).sort();
+  const binds = mountsBelow(dir)
+    .map((mp) => mp.slice(dir.length + 1))
+    .sort();
   const pooledClaims = [...claimsOf(edgeId).values()].filter((holder) => holder.startsWith('userns-pool.')).sort();
   return { files, binds, pooledClaims };
 }
@@ -71,7 +85,11 @@ describe('user namespaces made ahead: creates take them, the pool refills', { sk
 
   test("a create takes a pooled namespace: the sandbox's init runs in it, as its range; the pool refills; kill leaves nothing", async () => {
     const holders = new Map([...claimsOf(server.edgeId)].map(([slot, holder]) => [holder, slot]));
-    const pooled = new Map(edge().usernsPool.files().map((f) => [usernsOfFile(f), holders.get(f.slice(f.lastIndexOf('/') + 1))]));
+    const pooled = new Map(
+      edge()
+        .usernsPool.files()
+        .map((f) => [usernsOfFile(f), holders.get(f.slice(f.lastIndexOf('/') + 1))]),
+    );
     assert.equal(pooled.size, DEFAULT_USERNS_POOL);
     const sb = await Sandbox.create({ ...server.conn, resources: { memoryMiB: 64 } });
     const rec = recordOf(server.dataDir, sb.id);
@@ -163,7 +181,11 @@ describe('user namespaces made ahead: kill -9 of dsec up with a full pool', { sk
   let dataDir = '';
   let up: DsecUpChild;
 
-  const api = async (method: string, path: string, json?: unknown): Promise<{ status: number; body: { id?: string; sandboxes?: { id: string }[] } }> => {
+  const api = async (
+    method: string,
+    path: string,
+    json?: unknown,
+  ): Promise<{ status: number; body: { id?: string; sandboxes?: { id: string }[] } }> => {
     const res = await fetch(up.conn.url + path, {
       method,
       headers: { authorization: `Bearer ${up.conn.apiKey}`, ...(json !== undefined ? { 'content-type': 'application/json' } : {}) },
@@ -221,7 +243,7 @@ describe('user namespaces made ahead: kill -9 of dsec up with a full pool', { sk
     assertPoolConsistent(dataDir, edgeId, DEFAULT_USERNS_POOL); // control: the crash left a full pool
     await startWithPool(0);
     assert.equal(existsSync(poolDirOf(dataDir)), false, "the old pool's dir is still there");
-    assert.deepEqual(mountsBelow(poolDirOf(dataDir)), [], "a namespace of the old pool is still bound");
+    assert.deepEqual(mountsBelow(poolDirOf(dataDir)), [], 'a namespace of the old pool is still bound');
     assert.deepEqual([...claimsOf(edgeId)], [[aSlot, aId]], 'claims other than the adopted sandbox’s were left');
     assert.equal((await api('POST', `/v1/sandboxes/${aId}/exec`, { cmd: ['true'] })).status, 200);
     const b = await api('POST', '/v1/sandboxes', { image: 'busybox' });
@@ -242,18 +264,23 @@ describe('user namespaces made ahead: kill -9 of dsec up with a full pool', { sk
       await up.crash();
       await startWithPool(undefined);
       await poolFull();
-      for (const f of readdirSync(poolDirOf(dataDir))) assert.ok(!before.has(usernsOfFile(join(poolDirOf(dataDir), f))), 'a namespace of the crashed edge stayed in the pool');
+      for (const f of readdirSync(poolDirOf(dataDir)))
+        assert.ok(!before.has(usernsOfFile(join(poolDirOf(dataDir), f))), 'a namespace of the crashed edge stayed in the pool');
     } finally {
       for (const fd of held) closeSync(fd);
     }
     const live = new Set(((await api('GET', '/v1/sandboxes')).body.sandboxes ?? []).map((s) => s.id));
-    for (const [slot, holder] of claimsOf(edgeId)) assert.ok(live.has(holder) || holder.startsWith('userns-pool.'), `claim ${slot} for ${holder}: neither a sandbox nor the pool`);
+    for (const [slot, holder] of claimsOf(edgeId))
+      assert.ok(live.has(holder) || holder.startsWith('userns-pool.'), `claim ${slot} for ${holder}: neither a sandbox nor the pool`);
     const c = await api('POST', '/v1/sandboxes', { image: 'busybox' });
     assert.equal(c.status, 201, JSON.stringify(c.body));
     await up.stop(); // SIGTERM: sandboxes stay, the pool goes
     assert.equal(existsSync(poolDirOf(dataDir)), false);
     assert.deepEqual(mountsBelow(poolDirOf(dataDir)), []);
-    assert.ok([...claimsOf(edgeId).values()].every((h) => !h.startsWith('userns-pool.')), 'a graceful stop left pool claims');
+    assert.ok(
+      [...claimsOf(edgeId).values()].every((h) => !h.startsWith('userns-pool.')),
+      'a graceful stop left pool claims',
+    );
   });
 });
 
@@ -263,7 +290,12 @@ describe('a pooled namespace whose hand-over fails', { skip, timeout: 60_000 }, 
     const edgeId = newEdgeId();
     const dir = join(dataDir, 'pool');
     // Real claims and namespaces; only the hand-over fails (a write to /run failing).
-    const ranges = new UidRangePool(edgeId, { ...hostRangeClaims, handOver: () => { throw new Error('EIO: the claims dir failed'); } });
+    const ranges = new UidRangePool(edgeId, {
+      ...hostRangeClaims,
+      handOver: () => {
+        throw new Error('EIO: the claims dir failed');
+      },
+    });
     const pool = new UsernsPool({ dir, size: 1, ranges, spawner: undefined, log: pino({ level: 'silent' }) });
     try {
       pool.clearLeftovers();
@@ -281,4 +313,3 @@ describe('a pooled namespace whose hand-over fails', { skip, timeout: 60_000 }, 
     }
   });
 });
-

@@ -56,12 +56,13 @@ describe('red team: sandboxes in user namespaces are not host root', { skip: int
     assert.match(readFileSync(`/proc/${pid}/status`, 'utf8'), new RegExp(`\\nUid:\\t${ra.base}\\t`));
   });
 
-  test("mountinfo inside names no layer: the layers are overlay lowers by file descriptor, not host paths with digests", async () => {
+  test('mountinfo inside names no layer: the layers are overlay lowers by file descriptor, not host paths with digests', async () => {
     const r = await must(server, a, ['cat', '/proc/self/mountinfo']);
     const root = r.stdout.split('\n').find((l) => l.split(' ')[4] === '/') ?? '';
     assert.match(root, /lowerdir\+=\//, root);
     assert.doesNotMatch(r.stdout, /\/node\/layers\//, 'a layer mount point of the host shows inside');
-    for (const layer of record(a.id).layers) assert.ok(!r.stdout.includes(layer.slice('sha256:'.length)), `layer digest ${layer} shows inside`);
+    for (const layer of record(a.id).layers)
+      assert.ok(!r.stdout.includes(layer.slice('sha256:'.length)), `layer digest ${layer} shows inside`);
   });
 
   test('a file made inside is owned on the host by the range; one written through the files API is the sandbox root’s', async () => {
@@ -107,7 +108,14 @@ describe('red team: sandboxes in user namespaces are not host root', { skip: int
     // point is where instances are charged, not the number). Restored after.
     const saved = readFileSync(INOTIFY_LIMIT, 'utf8').trim();
     const hostRootProbe = (): string =>
-      spawnSync('python3', ['-c', 'import ctypes, os; fd = ctypes.CDLL(None, use_errno=True).inotify_init1(0); print("ok" if fd >= 0 else os.strerror(ctypes.get_errno()))'], { encoding: 'utf8' }).stdout.trim();
+      spawnSync(
+        'python3',
+        [
+          '-c',
+          'import ctypes, os; fd = ctypes.CDLL(None, use_errno=True).inotify_init1(0); print("ok" if fd >= 0 else os.strerror(ctypes.get_errno()))',
+        ],
+        { encoding: 'utf8' },
+      ).stdout.trim();
     // busybox has no inotifyd: a raw-syscall probe that takes one instance and then pauses.
     await a.files.write('/tmp/hold-inotify', buildProbe([{ nr: NR_INOTIFY_INIT1, args: [0] }, { nr: NR_PAUSE }]), { mode: 0o755 });
     try {
@@ -116,13 +124,21 @@ describe('red team: sandboxes in user namespaces are not host root', { skip: int
       for (let attempt = 1; ; attempt++) {
         writeFileSync(INOTIFY_LIMIT, '128');
         await must(server, a, ['rm', '-f', '/tmp/inotify.err']);
-        const hog = await a.commands.start(['sh', '-c', 'i=0; while [ $i -lt 140 ]; do (/tmp/hold-inotify >/dev/null || echo x >> /tmp/inotify.err) & i=$((i+1)); done; wait']);
+        const hog = await a.commands.start([
+          'sh',
+          '-c',
+          'i=0; while [ $i -lt 140 ]; do (/tmp/hold-inotify >/dev/null || echo x >> /tmp/inotify.err) & i=$((i+1)); done; wait',
+        ]);
         try {
           // Until all 140 have either taken an instance or failed (counted, not timed).
           let held = 0;
           for (let i = 0; i < 300; i++) {
             // Each command's Landlock domain hides other commands' fds: the holders are counted by name.
-            const r = await must(server, a, ['sh', '-c', "n=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^hold-inotify$'); e=$(cat /tmp/inotify.err 2>/dev/null | wc -l); echo $n $e"]);
+            const r = await must(server, a, [
+              'sh',
+              '-c',
+              "n=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^hold-inotify$'); e=$(cat /tmp/inotify.err 2>/dev/null | wc -l); echo $n $e",
+            ]);
             const [n, e] = r.stdout.trim().split(/\s+/).map(Number) as [number, number];
             held = n;
             if (n + e >= 140) break;
@@ -144,12 +160,24 @@ describe('red team: sandboxes in user namespaces are not host root', { skip: int
   });
 
   test('a snapshot records in-sandbox ids: the next sandbox’s files are its own root’s', async () => {
-    await must(server, a, 'mkdir -p /opt/snap && echo s > /opt/snap/root-file && echo u > /opt/snap/user-file && chown 1000:1000 /opt/snap/user-file');
+    await must(
+      server,
+      a,
+      'mkdir -p /opt/snap && echo s > /opt/snap/root-file && echo u > /opt/snap/user-file && chown 1000:1000 /opt/snap/user-file',
+    );
     await a.files.write('/opt/snap/api-file', 'z');
     const image = await a.snapshot();
     const c = await Sandbox.create({ ...server.conn, image: image.imageId, resources: { memoryMiB: 64 } });
     try {
-      const r = await must(server, c, ['stat', '-c', '%n %u:%g', '/opt/snap/root-file', '/opt/snap/user-file', '/opt/snap/api-file', '/opt/snap']);
+      const r = await must(server, c, [
+        'stat',
+        '-c',
+        '%n %u:%g',
+        '/opt/snap/root-file',
+        '/opt/snap/user-file',
+        '/opt/snap/api-file',
+        '/opt/snap',
+      ]);
       assert.equal(r.stdout.trim(), '/opt/snap/root-file 0:0\n/opt/snap/user-file 1000:1000\n/opt/snap/api-file 0:0\n/opt/snap 0:0');
     } finally {
       await c.kill();
@@ -172,10 +200,12 @@ describe('red team: sandboxes in user namespaces are not host root', { skip: int
     const got = probe.take('probe');
     try {
       const holder = existsSync(claim) ? readFileSync(claim, 'utf8') : '';
-      assert.ok(got.slot <= range.slot || (holder !== '' && !holder.includes(`"${server.edgeId}/`)), `range ${range.slot} is not free again (the lowest free is ${got.slot})`);
+      assert.ok(
+        got.slot <= range.slot || (holder !== '' && !holder.includes(`"${server.edgeId}/`)),
+        `range ${range.slot} is not free again (the lowest free is ${got.slot})`,
+      );
     } finally {
       probe.release('probe');
     }
   });
 });
-

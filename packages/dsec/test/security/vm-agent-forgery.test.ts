@@ -449,11 +449,12 @@ describe('red team: a leftover process in a microVM cannot forge later results',
     assert.match(l, /^ptrace seize own child: ok$/m, 'a command still ptraces its own processes (strace, gdb)');
   });
 
-  test("what a plain command leaves running cannot reach into a later writablePaths check: not its stdout, memory, environment, nor ptrace", async (t) => {
+  test('what a plain command leaves running cannot reach into a later writablePaths check: not its stdout, memory, environment, nor ptrace', async (t) => {
     if (typeof bin === 'string') return t.skip(bin);
     await must(server, sb, 'rm -f /tmp/victim.pid /tmp/reach.log');
     await must(server, sb, `setsid ${ATTACKER} victim /tmp/reach.log /tmp/victim.pid </dev/null >/dev/null 2>&1 & echo started`);
-    const check = 'echo $$ > /tmp/victim.pid; i=0; while ! grep -q "^done" /tmp/reach.log 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo FAIL; exit 1';
+    const check =
+      'echo $$ > /tmp/victim.pid; i=0; while ! grep -q "^done" /tmp/reach.log 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo FAIL; exit 1';
     const r = await attack(server, sb, check, { writablePaths: ['/tmp'] });
     const l = await log('/tmp/reach.log');
     t.diagnostic(l.trim());
@@ -469,7 +470,8 @@ describe('red team: a leftover process in a microVM cannot forge later results',
   });
 
   test('the guest is locked down before the first command: capabilities, Yama, modules, kexec, lockdown', async () => {
-    const facts = 'grep CapBnd /proc/self/status; cat /proc/sys/kernel/yama/ptrace_scope /proc/sys/kernel/modules_disabled /proc/sys/kernel/kexec_load_disabled /sys/kernel/security/lockdown; echo 0 > /proc/sys/kernel/yama/ptrace_scope && echo lowered; true';
+    const facts =
+      'grep CapBnd /proc/self/status; cat /proc/sys/kernel/yama/ptrace_scope /proc/sys/kernel/modules_disabled /proc/sys/kernel/kexec_load_disabled /sys/kernel/security/lockdown; echo 0 > /proc/sys/kernel/yama/ptrace_scope && echo lowered; true';
     const plain = await must(server, sb, facts);
     const [bnd, yama, modules, kexec, lockdown] = plain.stdout.trim().split('\n');
     const caps = BigInt(`0x${bnd!.split(/\s+/)[1]!}`);
@@ -488,7 +490,11 @@ describe('red team: a leftover process in a microVM cannot forge later results',
       "mkdir -p /tmp/tr; mount -t tracefs nodev /tmp/tr 2>&1; echo 'p:dsecprobe ksys_write' >> /tmp/tr/kprobe_events 2>&1 && echo kprobe-set; cat /tmp/tr/trace 2>&1 | head -1 && echo trace-read; umount /tmp/tr 2>/dev/null; true",
     );
     assert.doesNotMatch(trace.stdout, /kprobe-set/, `a command set a kprobe: ${show(trace)}`);
-    assert.doesNotMatch(trace.stdout.replace(/.*(Operation not permitted|No such file|Permission denied).*\n?/g, ''), /^# tracer/m, `a command read the trace: ${show(trace)}`);
+    assert.doesNotMatch(
+      trace.stdout.replace(/.*(Operation not permitted|No such file|Permission denied).*\n?/g, ''),
+      /^# tracer/m,
+      `a command read the trace: ${show(trace)}`,
+    );
     assert.doesNotMatch(plain.stdout, /lowered/, 'only CAP_SYS_PTRACE may lower ptrace_scope');
     const confined = await must(server, sb, 'grep CapBnd /proc/self/status', { writablePaths: ['/tmp'] });
     const ccaps = BigInt(`0x${confined.stdout.trim().split(/\s+/)[1]!}`);
@@ -508,14 +514,19 @@ describe('red team: a leftover process in a microVM cannot forge later results',
     );
     assert.equal(r.stdout.split('\n')[0], pattern, `root in the guest sets core_pattern (else this test tries nothing): ${show(r)}`);
     const consoleLog = join(server.dataDir, 'node', 'vms', sb.id, 'console.log');
-    const said = await until(10_000, () => readFileSync(consoleLog, 'utf8').split('\n').find((x) => /HELPER ran/.test(x)));
+    const said = await until(10_000, () =>
+      readFileSync(consoleLog, 'utf8')
+        .split('\n')
+        .find((x) => /HELPER ran/.test(x)),
+    );
     assert.ok(said, 'the kernel did not start the helper (else this test tries nothing)');
     t.diagnostic(said);
     const m = /caps ([0-9a-f]+); pidfd_getfd 1: (\w+); open \/proc\/1\/mem: (\w+)/.exec(said);
     assert.ok(m, said);
     const caps = BigInt(`0x${m[1]!}`);
     // SYS_MODULE 16, SYS_RAWIO 17, SYS_ADMIN 21, SYS_PTRACE 19, SYS_BOOT 22, AUDIT_READ 37, PERFMON 38, BPF 39.
-    for (const c of [16, 17, 19, 21, 22, 37, 38, 39]) assert.equal((caps >> BigInt(c)) & 1n, 0n, `the helper holds capability ${c}: ${said}`);
+    for (const c of [16, 17, 19, 21, 22, 37, 38, 39])
+      assert.equal((caps >> BigInt(c)) & 1n, 0n, `the helper holds capability ${c}: ${said}`);
     assert.equal(m[2], 'EPERM', said);
     assert.match(m[3]!, /^(EACCES|EPERM)$/, said);
   });
@@ -538,7 +549,12 @@ describe('red team: a leftover process in a microVM cannot forge later results',
       (err: Error) => err,
     );
     const text = readFileSync(consoleLog, 'utf8');
-    t.diagnostic(text.split('\n').filter((x) => /REPLUG|dsec-vm-agent|forged/.test(x)).join('\n'));
+    t.diagnostic(
+      text
+        .split('\n')
+        .filter((x) => /REPLUG|dsec-vm-agent|forged/.test(x))
+        .join('\n'),
+    );
     if (!(r instanceof Error)) {
       assert.notEqual(r.exitCode, 0, `the attacker answered for the check: ${show(r)}; console: ${text}`);
       assert.doesNotMatch(r.stdout, /PASSED/, show(r));

@@ -32,7 +32,15 @@ const mountCount = (pid: number): number => readFileSync(`/proc/${pid}/mountinfo
 
 /** `count` tmpfs mounts below `dir`, made in the mount namespace of `pid`. */
 function mountTmpfsMany(pid: number, dir: string, count: number): void {
-  execFileSync('nsenter', ['-t', String(pid), '-m', 'sh', '-c', `i=0; while [ $i -lt ${count} ]; do mkdir -p "$0/$i" && mount -t tmpfs -o size=64k extra "$0/$i" || exit 1; i=$((i+1)); done`, dir]);
+  execFileSync('nsenter', [
+    '-t',
+    String(pid),
+    '-m',
+    'sh',
+    '-c',
+    `i=0; while [ $i -lt ${count} ]; do mkdir -p "$0/$i" && mount -t tmpfs -o size=64k extra "$0/$i" || exit 1; i=$((i+1)); done`,
+    dir,
+  ]);
 }
 
 describe('crun starts sandboxes from a small mount namespace', { skip: skipReason(), timeout: 300_000 }, () => {
@@ -44,13 +52,29 @@ describe('crun starts sandboxes from a small mount namespace', { skip: skipReaso
     const countsFile = join(dataDir, 'crun-run-mounts');
     const realCrun = execFileSync('sh', ['-c', 'command -v crun'], { encoding: 'utf8' }).trim();
     mkdirSync(shimDir);
-    writeFileSync(join(shimDir, 'crun'), `#!/bin/sh\nfor a; do if [ "$a" = run ]; then wc -l < /proc/self/mountinfo >> ${countsFile}; break; fi; done\nexec ${realCrun} "$@"\n`);
+    writeFileSync(
+      join(shimDir, 'crun'),
+      `#!/bin/sh\nfor a; do if [ "$a" = run ]; then wc -l < /proc/self/mountinfo >> ${countsFile}; break; fi; done\nexec ${realCrun} "$@"\n`,
+    );
     chmodSync(join(shimDir, 'crun'), 0o755);
     const clientFile = join(dataDir, 'client.json');
     rmSync(clientFile, { force: true });
-    const args = [MAIN, 'up', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--edge-id', edgeId, '--log-level', 'warn', ...(TEST_USERNS ? [] : ['--no-userns'])];
+    const args = [
+      MAIN,
+      'up',
+      '--data-dir',
+      dataDir,
+      '--listen',
+      '127.0.0.1:0',
+      '--edge-id',
+      edgeId,
+      '--log-level',
+      'warn',
+      ...(TEST_USERNS ? [] : ['--no-userns']),
+    ];
     const child: ChildProcess = spawn('unshare', ['-m', '--propagation', 'private', process.execPath, ...args], {
-      stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, PATH: `${shimDir}:${process.env['PATH']}` },
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, PATH: `${shimDir}:${process.env['PATH']}` },
     });
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -86,13 +110,15 @@ describe('crun starts sandboxes from a small mount namespace', { skip: skipReaso
       for (const sb of [first, second]) assert.equal((await sb.commands.run(['echo', 'alive'])).stdout, 'alive\n');
       const w = await second.commands.run('echo kept > /data/f && cat /data/f');
       assert.equal(w.stdout, 'kept\n', w.stderr);
-      await first.files.write('/tmp/x', 'written through the edge\'s mount');
-      assert.equal((await first.commands.run(['cat', '/tmp/x'])).stdout, 'written through the edge\'s mount');
+      await first.files.write('/tmp/x', "written through the edge's mount");
+      assert.equal((await first.commands.run(['cat', '/tmp/x'])).stdout, "written through the edge's mount");
 
       for (const sb of [first, second]) await sb.kill();
       await volume.delete();
-      const left = readFileSync(`/proc/${pid}/mountinfo`, 'utf8').split('\n').filter((l) => l.includes(`${join(dataDir, 'node', 'sandboxes')}/sb-`));
-      assert.deepEqual(left, [], 'no sandbox mount left in the edge\'s namespace');
+      const left = readFileSync(`/proc/${pid}/mountinfo`, 'utf8')
+        .split('\n')
+        .filter((l) => l.includes(`${join(dataDir, 'node', 'sandboxes')}/sb-`));
+      assert.deepEqual(left, [], "no sandbox mount left in the edge's namespace");
     } finally {
       if (child.exitCode === null) {
         for (const s of await Sandbox.list(conn).catch(() => [])) await (await Sandbox.connect(s.id, conn)).kill().catch(() => undefined);

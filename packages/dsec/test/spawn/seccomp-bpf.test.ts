@@ -37,7 +37,12 @@ describe('precompiled seccomp profile', { skip: integrationSkipReason(), timeout
       architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X32'],
       syscalls: [
         { names: ['mount', 'umount2'], action: 'SCMP_ACT_ERRNO', errnoRet: 1 },
-        { names: ['clone'], action: 'SCMP_ACT_ERRNO', errnoRet: 1, args: [{ index: 0, value: 128, valueTwo: 128, op: 'SCMP_CMP_MASKED_EQ' }] },
+        {
+          names: ['clone'],
+          action: 'SCMP_ACT_ERRNO',
+          errnoRet: 1,
+          args: [{ index: 0, value: 128, valueTwo: 128, op: 'SCMP_CMP_MASKED_EQ' }],
+        },
       ],
     });
     assert.equal(
@@ -46,7 +51,7 @@ describe('precompiled seccomp profile', { skip: integrationSkipReason(), timeout
     );
   });
 
-  test('a bad profile is refused with the compiler\'s reason', async () => {
+  test("a bad profile is refused with the compiler's reason", async () => {
     await assert.rejects(compileSeccompProfile({ defaultAction: 'SCMP_ACT_NOPE' }), /unknown default action: SCMP_ACT_NOPE/);
   });
 
@@ -74,7 +79,11 @@ describe('precompiled seccomp profile', { skip: integrationSkipReason(), timeout
         process: { args: ['/bin/true'], cwd: '/', user: { uid: 0, gid: 0 }, noNewPrivileges: true },
         root: { path: rootfs, readonly: true },
         mounts: [{ destination: '/proc', type: 'proc', source: 'proc' }],
-        linux: { namespaces: [{ type: 'pid' }, { type: 'mount' }, { type: 'network' }], cgroupsPath: `/${REFERENCE_CGROUP}/${id}`, seccomp: defaultSeccompProfile() },
+        linux: {
+          namespaces: [{ type: 'pid' }, { type: 'mount' }, { type: 'network' }],
+          cgroupsPath: `/${REFERENCE_CGROUP}/${id}`,
+          seccomp: defaultSeccompProfile(),
+        },
       }),
     );
     try {
@@ -86,12 +95,16 @@ describe('precompiled seccomp profile', { skip: integrationSkipReason(), timeout
       } catch (err) {
         assert.fail(`crun create of the reference bundle failed: ${(err as Error).message}: ${readFileSync(log, 'utf8')}`);
       }
-      assert.deepEqual(readFileSync(join(root, id, 'seccomp.bpf')), bpf, 'dsec-seccomp-bpf and crun compile the profile to the same program');
+      assert.deepEqual(
+        readFileSync(join(root, id, 'seccomp.bpf')),
+        bpf,
+        'dsec-seccomp-bpf and crun compile the profile to the same program',
+      );
     } finally {
       execFileSync('crun', ['--root', root, 'delete', '-f', id], { stdio: 'ignore' });
       rmSync(dir, { recursive: true, force: true });
       // Its killed init may take a moment to leave the cgroups crun made.
-      assert.deepEqual(await removeCgroupTreeSettled(REFERENCE_CGROUP), [], 'the reference container\'s cgroups are removed');
+      assert.deepEqual(await removeCgroupTreeSettled(REFERENCE_CGROUP), [], "the reference container's cgroups are removed");
     }
   });
 

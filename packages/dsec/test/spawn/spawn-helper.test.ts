@@ -14,7 +14,10 @@ import { integrationSkipReason, startTestServer, type TestServer } from '../help
 /** The parent pid and argv of a process. */
 function procInfo(pid: number): { ppid: number; argv: string[] } {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return { ppid: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]), argv: readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean) };
+  return {
+    ppid: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]),
+    argv: readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean),
+  };
 }
 
 /** Pids of the processes whose parent is `parent`. */
@@ -48,7 +51,7 @@ function ourSpawnHelpers(): number[] {
   return pids;
 }
 
-describe('crun through the edge\'s resident spawn helper', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
+describe("crun through the edge's resident spawn helper", { skip: integrationSkipReason(), timeout: 300_000 }, () => {
   let server: TestServer;
 
   before(async () => {
@@ -96,14 +99,17 @@ describe('crun through the edge\'s resident spawn helper', { skip: integrationSk
       const [helper] = ourSpawnHelpers();
       assert.ok(helper, 'a resident dsec-spawn');
       // dsec-enter names the sandbox's cgroup (--cgroup /dsec/<id>); crun exec would end with the id.
-      const starters = (parent: number): number[] => childrenOf(parent).filter((pid) => {
-        try {
-          const { argv } = procInfo(pid);
-          return argv[0]!.endsWith('dsec-enter') ? argv.includes(`/dsec/${sb.id}`) : argv.includes('exec') && argv[argv.length - 1] === sb.id;
-        } catch {
-          return false;
-        }
-      });
+      const starters = (parent: number): number[] =>
+        childrenOf(parent).filter((pid) => {
+          try {
+            const { argv } = procInfo(pid);
+            return argv[0]!.endsWith('dsec-enter')
+              ? argv.includes(`/dsec/${sb.id}`)
+              : argv.includes('exec') && argv[argv.length - 1] === sb.id;
+          } catch {
+            return false;
+          }
+        });
       assert.equal(starters(helper).length, 1, "the background command's starter runs under dsec-spawn");
       assert.deepEqual(starters(process.pid), [], 'and not under the edge');
       const cg = await sb.commands.run(['sh', '-c', 'grep ^0:: /proc/self/cgroup']);

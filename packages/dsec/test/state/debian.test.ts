@@ -1,4 +1,3 @@
- 
 /**
  * Everything that needs a Debian image, in one file (debootstrap takes about 80 s per data dir):
  * a Dockerfile build of a small Python project whose sandbox runs it, the rebuild fully cached,

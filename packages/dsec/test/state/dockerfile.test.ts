@@ -1,4 +1,3 @@
- 
 /**
  * Dockerfile builds on busybox (no debootstrap needed) against a real server: RUN in real
  * sandboxes, COPY of a directory, ENV/WORKDIR/USER/LABEL/CMD in the config, one layer per

@@ -1,4 +1,3 @@
- 
 /**
  * OCI image layout and `docker save` imports against a real server, from archives this test
  * writes itself (fixtures/oci.ts: its own ustar writer and digests): whiteouts and opaque dirs

@@ -1,4 +1,3 @@
- 
 /**
  * Sandbox state over time against a real server: pause/resume keeps processes and their memory,
  * TTL and idle policies (also across a server restart), and image GC.

@@ -1,4 +1,3 @@
- 
 /** The import building blocks without a server: tar reading and writing, safe extraction, squash merging. */
 import assert from 'node:assert/strict';
 import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';

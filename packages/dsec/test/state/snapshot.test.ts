@@ -1,4 +1,3 @@
- 
 /**
  * Snapshot/restore correctness against a real server: a sandbox restored from a snapshot shows
  * exactly the snapshotted tree (paths, types, modes, owners, link targets, hard-link groups,

@@ -364,17 +364,43 @@ describe('hostile archives against safe extraction', { skip: asRoot }, () => {
       await extractTarSafely(once(tarArchive(entries)), root, { layer: true, label: name, warn: () => {}, limits });
       return root;
     };
-    const file = (n: string, bytes = 1): TarWriteEntry => ({ name: n, type: 'file', mode: 0o644, uid: 0, gid: 0, mtime: 1, data: Buffer.alloc(bytes, 1) });
+    const file = (n: string, bytes = 1): TarWriteEntry => ({
+      name: n,
+      type: 'file',
+      mode: 0o644,
+      uid: 0,
+      gid: 0,
+      mtime: 1,
+      data: Buffer.alloc(bytes, 1),
+    });
     // At the bound: accepted.
     const ok = await run('limits-ok', [file('a'), file('b'), file('.wh.c'), file('d', 997)]);
     assert.deepEqual(readdirSync(ok).sort(), ['a', 'b', 'c', 'd']);
     const tooMany = (err: Error): boolean => err instanceof DiffLimitError && err.details['maxEntries'] === 5;
-    await assert.rejects(run('limits-entries', ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => file(n))), tooMany);
+    await assert.rejects(
+      run(
+        'limits-entries',
+        ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => file(n)),
+      ),
+      tooMany,
+    );
     // Whiteouts are entries too (each is remembered until the end of the archive).
-    await assert.rejects(run('limits-whiteouts', ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => file(`.wh.${n}`))), tooMany);
-    await assert.rejects(run('limits-bytes', [file('a', 600), file('b', 600)]), (err: Error) => err instanceof DiffLimitError && err.details['maxBytes'] === 1000);
+    await assert.rejects(
+      run(
+        'limits-whiteouts',
+        ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => file(`.wh.${n}`)),
+      ),
+      tooMany,
+    );
+    await assert.rejects(
+      run('limits-bytes', [file('a', 600), file('b', 600)]),
+      (err: Error) => err instanceof DiffLimitError && err.details['maxBytes'] === 1000,
+    );
     assert.ok(!existsSync(join(dir, 'limits-bytes', 'b')), 'the file past the bound is never written');
     const deep = `${'d'.repeat(200)}/`.repeat(21);
-    await assert.rejects(run('limits-path', [file(`${deep}x`)]), (err: Error) => err instanceof DiffLimitError && /path too long/.test(err.message));
+    await assert.rejects(
+      run('limits-path', [file(`${deep}x`)]),
+      (err: Error) => err instanceof DiffLimitError && /path too long/.test(err.message),
+    );
   });
 });

@@ -19,7 +19,12 @@ import { extractTarSafely } from '../../src/image/oci/safe-extract.js';
 import { makeScratchDir } from '../helpers/server.js';
 
 const agentSource = join(dirname(fileURLToPath(import.meta.url)), '../../../native/vm-agent.c');
-const skip = process.getuid?.() !== 0 ? 'whiteouts (mknod) and trusted.* xattrs need root' : !which('gcc') ? 'needs gcc (scripts/setup installs it)' : undefined;
+const skip =
+  process.getuid?.() !== 0
+    ? 'whiteouts (mknod) and trusted.* xattrs need root'
+    : !which('gcc')
+      ? 'needs gcc (scripts/setup installs it)'
+      : undefined;
 
 const HARNESS = `
 #define main agent_main

@@ -19,7 +19,8 @@ import { integrationSkipReason, startTestServer, type TestServer } from '../help
 const CHROMIUM = process.env['DSEC_CHROMIUM'] ?? '/usr/bin/chromium';
 
 function skipReason(): string | undefined {
-  if (!existsSync(CHROMIUM)) return `this test needs Chromium at ${CHROMIUM} (Debian's chromium package; scripts/setup --tests installs it)`;
+  if (!existsSync(CHROMIUM))
+    return `this test needs Chromium at ${CHROMIUM} (Debian's chromium package; scripts/setup --tests installs it)`;
   if (!existsSync(join(UI_DIR, 'index.html'))) return `the dashboard is not built (${UI_DIR}index.html): run ./scripts/setup`;
   return integrationSkipReason();
 }

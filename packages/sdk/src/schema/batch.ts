@@ -8,14 +8,17 @@ export const CreateBatchRequest = Type.Object(
   {
     count: Type.Integer({ minimum: 1, maximum: MAX_BATCH, description: `How many sandboxes of the spec (at most ${MAX_BATCH}).` }),
     spec: CreateSandboxRequest,
-    concurrency: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024, default: 64, description: 'Creates in flight at once across the cluster.' })),
+    concurrency: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1024, default: 64, description: 'Creates in flight at once across the cluster.' }),
+    ),
   },
   { additionalProperties: false },
 );
 export type CreateBatchRequest = Static<typeof CreateBatchRequest>;
 
 export const BatchState = Type.Union([Type.Literal('running'), Type.Literal('done'), Type.Literal('cancelled')], {
-  description: 'running: sandboxes are being created; done: every item is running or failed; cancelled: stopped by DELETE, what it made was killed.',
+  description:
+    'running: sandboxes are being created; done: every item is running or failed; cancelled: stopped by DELETE, what it made was killed.',
 });
 
 export const BatchInfo = Type.Object({
@@ -34,7 +37,14 @@ export type BatchInfo = Static<typeof BatchInfo>;
 export const BatchEvent = Type.Object(
   {
     seq: Type.Integer({ description: 'Increases by one per event of the batch.' }),
-    type: Type.Union([Type.Literal('accepted'), Type.Literal('placed'), Type.Literal('running'), Type.Literal('failed'), Type.Literal('done'), Type.Literal('cancelled')]),
+    type: Type.Union([
+      Type.Literal('accepted'),
+      Type.Literal('placed'),
+      Type.Literal('running'),
+      Type.Literal('failed'),
+      Type.Literal('done'),
+      Type.Literal('cancelled'),
+    ]),
     at: Type.String({ format: 'date-time' }),
     index: Type.Optional(Type.Integer({ description: 'The item (0..count-1).' })),
     sandboxId: Type.Optional(Type.String()),
@@ -50,7 +60,9 @@ export type BatchEvent = Static<typeof BatchEvent>;
 export const BatchIdParams = Type.Object({ id: Type.String({ pattern: '^batch-[a-z0-9]{6,32}$' }) });
 export const BatchEventsQuery = Type.Object(
   {
-    after: Type.Optional(Type.Integer({ minimum: -1, default: -1, description: 'Only events with seq > after (resume where a dropped stream left off).' })),
+    after: Type.Optional(
+      Type.Integer({ minimum: -1, default: -1, description: 'Only events with seq > after (resume where a dropped stream left off).' }),
+    ),
     follow: Type.Optional(Type.Boolean({ default: true, description: 'Keep the stream open until the batch ends.' })),
   },
   { additionalProperties: false },

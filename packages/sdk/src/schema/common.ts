@@ -14,17 +14,17 @@ export const ErrorBody = Type.Object(
 export type ErrorBody = Static<typeof ErrorBody>;
 
 /** Labels: short keys and values a caller filters sandboxes by. */
-export const Labels = Type.Record(
-  Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$' }),
-  Type.String({ maxLength: 256 }),
-  { description: 'Key/value labels; list filters on them with ?label=k=v.', maxProperties: 64, additionalProperties: false },
-);
+export const Labels = Type.Record(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$' }), Type.String({ maxLength: 256 }), {
+  description: 'Key/value labels; list filters on them with ?label=k=v.',
+  maxProperties: 64,
+  additionalProperties: false,
+});
 
-export const EnvMap = Type.Record(
-  Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$', maxLength: 256 }),
-  Type.String({ maxLength: 32768 }),
-  { description: 'Environment variables, merged over the image environment.', maxProperties: 256, additionalProperties: false },
-);
+export const EnvMap = Type.Record(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$', maxLength: 256 }), Type.String({ maxLength: 32768 }), {
+  description: 'Environment variables, merged over the image environment.',
+  maxProperties: 256,
+  additionalProperties: false,
+});
 
 /**
  * Landlock write confinement for one command (or session, or background process) and everything

@@ -8,7 +8,10 @@ export const MAX_OUTPUT_BYTES_LIMIT = 64 << 20;
 export const MAX_STDIN_BYTES = 8 << 20;
 
 /** How bytes travel in JSON: utf8 text, or base64 for binary-safe transfer. */
-export const Encoding = Type.Union([Type.Literal('utf8'), Type.Literal('base64')], { default: 'utf8', description: 'utf8 text or base64 bytes.' });
+export const Encoding = Type.Union([Type.Literal('utf8'), Type.Literal('base64')], {
+  default: 'utf8',
+  description: 'utf8 text or base64 bytes.',
+});
 export type Encoding = Static<typeof Encoding>;
 
 export const ExecRequest = Type.Object(
@@ -20,16 +23,30 @@ export const ExecRequest = Type.Object(
       ],
       { description: 'The command: a shell string or an argv array.' },
     ),
-    cwd: Type.Optional(Type.String({ minLength: 1, maxLength: 4096, pattern: '^/', description: 'Absolute working directory; default the image cwd.' })),
+    cwd: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 4096, pattern: '^/', description: 'Absolute working directory; default the image cwd.' }),
+    ),
     env: Type.Optional(EnvMap),
     writablePaths: Type.Optional(WritablePaths),
-    stdin: Type.Optional(Type.String({ maxLength: MAX_STDIN_BYTES * 2, description: 'Bytes written to the command stdin, then closed (see stdinEncoding).' })),
+    stdin: Type.Optional(
+      Type.String({ maxLength: MAX_STDIN_BYTES * 2, description: 'Bytes written to the command stdin, then closed (see stdinEncoding).' }),
+    ),
     stdinEncoding: Type.Optional(Encoding),
     timeoutMs: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: MAX_EXEC_TIMEOUT_MS, default: DEFAULT_EXEC_TIMEOUT_MS, description: 'Kill the command (its whole process tree) after this long.' }),
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_EXEC_TIMEOUT_MS,
+        default: DEFAULT_EXEC_TIMEOUT_MS,
+        description: 'Kill the command (its whole process tree) after this long.',
+      }),
     ),
     maxOutputBytes: Type.Optional(
-      Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES_LIMIT, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'Cap per stream on returned output; bytes past it are counted, not kept.' }),
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_OUTPUT_BYTES_LIMIT,
+        default: DEFAULT_MAX_OUTPUT_BYTES,
+        description: 'Cap per stream on returned output; bytes past it are counted, not kept.',
+      }),
     ),
     encoding: Type.Optional(Encoding),
     uncapped: Type.Optional(
@@ -63,7 +80,12 @@ export type ExecResult = Static<typeof ExecResult>;
 
 export const PtyQuery = Type.Object(
   {
-    cmd: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256, description: 'argv (repeat ?cmd=); default bash if present, else sh.' })),
+    cmd: Type.Optional(
+      Type.Array(Type.String({ maxLength: 4096 }), {
+        maxItems: 256,
+        description: 'argv (repeat ?cmd=); default bash if present, else sh.',
+      }),
+    ),
     cols: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 80 })),
     rows: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 24 })),
     cwd: Type.Optional(Type.String({ pattern: '^/', maxLength: 4096 })),

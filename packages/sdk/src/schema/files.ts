@@ -4,7 +4,11 @@ export const MAX_FILE_BYTES = 64 << 20;
 
 export const FilePathQuery = Type.Object(
   {
-    path: Type.String({ minLength: 1, maxLength: 4096, description: 'Path inside the sandbox; resolved inside its root, never on the host.' }),
+    path: Type.String({
+      minLength: 1,
+      maxLength: 4096,
+      description: 'Path inside the sandbox; resolved inside its root, never on the host.',
+    }),
     mode: Type.Optional(Type.String({ pattern: '^0?[0-7]{3,4}$', description: 'Octal file mode on write, e.g. 0644.' })),
   },
   { additionalProperties: false },
@@ -44,7 +48,10 @@ export const RemoveQuery = Type.Object(
 );
 
 export const MkdirRequest = Type.Object(
-  { path: Type.String({ minLength: 1, maxLength: 4096 }), parents: Type.Optional(Type.Boolean({ default: true, description: 'Create missing parents (mkdir -p).' })) },
+  {
+    path: Type.String({ minLength: 1, maxLength: 4096 }),
+    parents: Type.Optional(Type.Boolean({ default: true, description: 'Create missing parents (mkdir -p).' })),
+  },
   { additionalProperties: false },
 );
 export type MkdirRequest = Static<typeof MkdirRequest>;

@@ -20,24 +20,71 @@ export type FnRuntime = Static<typeof FnRuntime>;
 export const FnRunRequest = Type.Object(
   {
     runtime: FnRuntime,
-    code: Type.String({ maxLength: MAX_FN_CODE_BYTES, description: 'The program: main.py, main.js or main.sh in a fresh scratch dir (its cwd and HOME).' }),
-    stdin: Type.Optional(Type.String({ maxLength: MAX_STDIN_BYTES * 2, description: 'Bytes on the program\'s stdin (see stdinEncoding).' })),
+    code: Type.String({
+      maxLength: MAX_FN_CODE_BYTES,
+      description: 'The program: main.py, main.js or main.sh in a fresh scratch dir (its cwd and HOME).',
+    }),
+    stdin: Type.Optional(Type.String({ maxLength: MAX_STDIN_BYTES * 2, description: "Bytes on the program's stdin (see stdinEncoding)." })),
     stdinEncoding: Type.Optional(Encoding),
     files: Type.Optional(
-      Type.Record(Type.String({ minLength: 1, maxLength: 1024, pattern: '^(?!/)(?!.*(^|/)\\.\\.(/|$)).+$' }), Type.String({ maxLength: MAX_STDIN_BYTES * 2 }), {
-        description: 'Files written into the scratch dir before the call: relative path → content (see filesEncoding).',
-      }),
+      Type.Record(
+        Type.String({ minLength: 1, maxLength: 1024, pattern: '^(?!/)(?!.*(^|/)\\.\\.(/|$)).+$' }),
+        Type.String({ maxLength: MAX_STDIN_BYTES * 2 }),
+        {
+          description: 'Files written into the scratch dir before the call: relative path → content (see filesEncoding).',
+        },
+      ),
     ),
     filesEncoding: Type.Optional(Encoding),
-    args: Type.Optional(Type.Array(Type.String({ maxLength: 131072 }), { maxItems: 4096, description: 'Arguments after the program (sys.argv[1:], process.argv.slice(2), $@).' })),
+    args: Type.Optional(
+      Type.Array(Type.String({ maxLength: 131072 }), {
+        maxItems: 4096,
+        description: 'Arguments after the program (sys.argv[1:], process.argv.slice(2), $@).',
+      }),
+    ),
     env: Type.Optional(EnvMap),
-    timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_FN_TIMEOUT_MS, default: DEFAULT_FN_TIMEOUT_MS, description: 'Kill the call (its whole session) after this long.' })),
-    memoryMiB: Type.Optional(Type.Integer({ minimum: 32, maximum: 65536, default: DEFAULT_FN_MEMORY_MIB, description: 'Memory limit of the worker the call runs in.' })),
-    diskMiB: Type.Optional(Type.Integer({ minimum: 16, maximum: 65536, default: DEFAULT_FN_DISK_MIB, description: 'Size of the worker\'s writable layer (scratch): writes past it fail with ENOSPC.' })),
-    network: Type.Optional(Type.Boolean({ default: false, description: 'Run in a worker with open egress; by default a call has loopback only.' })),
-    image: Type.Optional(Type.String({ minLength: 1, maxLength: 200, default: DEFAULT_FN_IMAGE, description: 'Image of the worker; it needs python3 (the fork server) and the runtime.' })),
+    timeoutMs: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_FN_TIMEOUT_MS,
+        default: DEFAULT_FN_TIMEOUT_MS,
+        description: 'Kill the call (its whole session) after this long.',
+      }),
+    ),
+    memoryMiB: Type.Optional(
+      Type.Integer({
+        minimum: 32,
+        maximum: 65536,
+        default: DEFAULT_FN_MEMORY_MIB,
+        description: 'Memory limit of the worker the call runs in.',
+      }),
+    ),
+    diskMiB: Type.Optional(
+      Type.Integer({
+        minimum: 16,
+        maximum: 65536,
+        default: DEFAULT_FN_DISK_MIB,
+        description: "Size of the worker's writable layer (scratch): writes past it fail with ENOSPC.",
+      }),
+    ),
+    network: Type.Optional(
+      Type.Boolean({ default: false, description: 'Run in a worker with open egress; by default a call has loopback only.' }),
+    ),
+    image: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 200,
+        default: DEFAULT_FN_IMAGE,
+        description: 'Image of the worker; it needs python3 (the fork server) and the runtime.',
+      }),
+    ),
     maxOutputBytes: Type.Optional(
-      Type.Integer({ minimum: 0, maximum: 64 << 20, default: DEFAULT_MAX_OUTPUT_BYTES, description: 'Cap per stream on returned output; bytes past it are counted, not kept.' }),
+      Type.Integer({
+        minimum: 0,
+        maximum: 64 << 20,
+        default: DEFAULT_MAX_OUTPUT_BYTES,
+        description: 'Cap per stream on returned output; bytes past it are counted, not kept.',
+      }),
     ),
     encoding: Type.Optional(Encoding),
   },
@@ -57,10 +104,13 @@ export const FnRunResult = Type.Object(
     timedOut: Type.Boolean(),
     oomKilled: Type.Boolean({ description: 'The worker hit its memory limit during the call.' }),
     durationMs: Type.Number({ description: 'The call in its worker, from request to answer.' }),
-    runMs: Type.Number({ description: 'The program itself, as the worker\'s fork server measured it.' }),
+    runMs: Type.Number({ description: "The program itself, as the worker's fork server measured it." }),
     coldStart: Type.Boolean({ description: 'A new worker was started for this call.' }),
     worker: Type.String({ description: 'The worker sandbox that ran the call (an edge-internal sandbox, not callable).' }),
-    workerReplaced: Type.Boolean({ description: 'The call left the worker damaged (leftover process, OOM, failed cleanup, a dead fork server): it was killed, never reused.' }),
+    workerReplaced: Type.Boolean({
+      description:
+        'The call left the worker damaged (leftover process, OOM, failed cleanup, a dead fork server): it was killed, never reused.',
+    }),
     replacedBecause: Type.Optional(Type.String()),
   },
   {},
@@ -78,7 +128,7 @@ export type FnBatchRequest = Static<typeof FnBatchRequest>;
 
 export const FnBatchLine = Type.Object(
   {
-    index: Type.Integer({ description: 'The call\'s position in `calls`.' }),
+    index: Type.Integer({ description: "The call's position in `calls`." }),
     result: Type.Optional(FnRunResult),
     error: Type.Optional(Type.Object({ code: Type.String(), message: Type.String() })),
   },

@@ -19,14 +19,19 @@ export const ImageInfo = Type.Object(
     sizeBytes: Type.Integer({ description: 'Sum of the layer blob sizes.' }),
     createdAt: Type.String({ format: 'date-time' }),
     snapshotOf: Type.Optional(
-      Type.String({ description: 'An unnamed snapshot of this sandbox, deleted once it and every sandbox started from the image are gone (name the image to keep it).' }),
+      Type.String({
+        description:
+          'An unnamed snapshot of this sandbox, deleted once it and every sandbox started from the image are gone (name the image to keep it).',
+      }),
     ),
   },
   {},
 );
 export type ImageInfo = Static<typeof ImageInfo>;
 
-export const ImageRefParams = Type.Object({ ref: Type.String({ minLength: 1, maxLength: 200, description: 'An image name (name[:tag]) or id (sha256:…).' }) });
+export const ImageRefParams = Type.Object({
+  ref: Type.String({ minLength: 1, maxLength: 200, description: 'An image name (name[:tag]) or id (sha256:…).' }),
+});
 
 export const ImageList = Type.Object({ images: Type.Array(ImageInfo) }, {});
 export type ImageList = Static<typeof ImageList>;
@@ -36,11 +41,15 @@ export const IMAGE_NAME_PATTERN = '^[a-z0-9][a-z0-9._-]{0,62}(:[a-z0-9][a-z0-9._
 export const BuildImageRequest = Type.Object(
   {
     builder: Type.Union([Type.Literal('busybox'), Type.Literal('debian'), Type.Literal('fn-runtime')], {
-      description: 'Which builder makes the root filesystem. fn-runtime: busybox plus this host\'s python3 (with its standard library), bash and node: the default image of function calls.',
+      description:
+        "Which builder makes the root filesystem. fn-runtime: busybox plus this host's python3 (with its standard library), bash and node: the default image of function calls.",
     }),
     name: Type.Optional(Type.String({ pattern: IMAGE_NAME_PATTERN, description: 'Name to tag the image with; default the builder name.' })),
     packages: Type.Optional(
-      Type.Array(Type.String({ pattern: '^[a-z0-9][a-z0-9+.-]{0,100}$' }), { maxItems: 200, description: 'debian: extra Debian packages (e.g. python3, git).' }),
+      Type.Array(Type.String({ pattern: '^[a-z0-9][a-z0-9+.-]{0,100}$' }), {
+        maxItems: 200,
+        description: 'debian: extra Debian packages (e.g. python3, git).',
+      }),
     ),
   },
   { additionalProperties: false },
@@ -52,10 +61,18 @@ export const MAX_IMAGE_IMPORT_BYTES = 64 * 1024 ** 3;
 
 export const ImportImageQuery = Type.Object(
   {
-    name: Type.Optional(Type.String({ pattern: IMAGE_NAME_PATTERN, description: 'Tag the image with this name; default: the name the archive gives it.' })),
-    squash: Type.Optional(Type.Boolean({ default: false, description: 'Merge every layer into one EROFS layer (whiteouts applied as deletions).' })),
+    name: Type.Optional(
+      Type.String({ pattern: IMAGE_NAME_PATTERN, description: 'Tag the image with this name; default: the name the archive gives it.' }),
+    ),
+    squash: Type.Optional(
+      Type.Boolean({ default: false, description: 'Merge every layer into one EROFS layer (whiteouts applied as deletions).' }),
+    ),
     ref: Type.Optional(
-      Type.String({ minLength: 1, maxLength: 256, description: 'Which image, when the archive holds several: a name it is tagged with in the archive.' }),
+      Type.String({
+        minLength: 1,
+        maxLength: 256,
+        description: 'Which image, when the archive holds several: a name it is tagged with in the archive.',
+      }),
     ),
   },
   { additionalProperties: false },
@@ -89,7 +106,10 @@ export const GcResult = Type.Object({
   freedBytes: Type.Integer(),
   keptLayers: Type.Integer({ description: 'keptInUse + keptYoung.' }),
   keptInUse: Type.Integer({ description: 'Layers an image or a live (running, paused, creating) sandbox uses.' }),
-  keptYoung: Type.Integer({ description: 'Unused layers younger than graceSeconds, spared because a build or snapshot may not have registered its image yet; a later gc removes them.' }),
+  keptYoung: Type.Integer({
+    description:
+      'Unused layers younger than graceSeconds, spared because a build or snapshot may not have registered its image yet; a later gc removes them.',
+  }),
   keptYoungBytes: Type.Integer(),
   graceSeconds: Type.Integer(),
   removedTemp: Type.Array(Type.String()),
@@ -129,7 +149,12 @@ export type PushImageResult = Static<typeof PushImageResult>;
 export const PullImageRequest = Type.Object(
   {
     ref: REGISTRY_REF,
-    name: Type.Optional(Type.String({ pattern: IMAGE_NAME_PATTERN, description: "Tag the image with this name; default: the repository's last part and the tag." })),
+    name: Type.Optional(
+      Type.String({
+        pattern: IMAGE_NAME_PATTERN,
+        description: "Tag the image with this name; default: the repository's last part and the tag.",
+      }),
+    ),
   },
   { additionalProperties: false },
 );

@@ -6,7 +6,9 @@ export const LazyLayerStat = Type.Object(
     digest: Type.String({ description: 'The layer (sha256:<hex>).' }),
     sizeBytes: Type.Integer({ description: 'Size of the whole layer blob.' }),
     cachedBytes: Type.Integer({ description: "Bytes of the layer's chunks in the node's chunk cache now." }),
-    fetchedBytes: Type.Integer({ description: 'Bytes fetched from the blob store since the lazy layer daemon started (refetches after eviction included).' }),
+    fetchedBytes: Type.Integer({
+      description: 'Bytes fetched from the blob store since the lazy layer daemon started (refetches after eviction included).',
+    }),
     fetchedChunks: Type.Integer({ description: 'Chunks fetched since the daemon started.' }),
     failedFetches: Type.Integer({ description: 'Chunk fetches that failed after every retry (the reader got EIO).' }),
     digestMismatches: Type.Integer({ description: 'Fetched chunks refused because their sha256 did not match the recorded list.' }),
@@ -20,7 +22,9 @@ export type LazyLayerStat = Static<typeof LazyLayerStat>;
 export const LazySandboxStat = Type.Object(
   {
     id: Type.String({ description: 'The sandbox.' }),
-    fetchedBytes: Type.Integer({ description: 'Bytes fetched from the blob store because a process of this sandbox read them first on this node.' }),
+    fetchedBytes: Type.Integer({
+      description: 'Bytes fetched from the blob store because a process of this sandbox read them first on this node.',
+    }),
     fetchedChunks: Type.Integer({ description: 'Chunks fetched so.' }),
   },
   {},
@@ -30,12 +34,16 @@ export type LazySandboxStat = Static<typeof LazySandboxStat>;
 /** The node's lazy layer store (option layerFetch = lazy): dsec-chunk-fuse and its chunk cache. */
 export const LazyLayerStats = Type.Object(
   {
-    daemon: Type.Union([Type.Literal('running'), Type.Literal('stopped')], { description: 'Whether dsec-chunk-fuse runs (it starts on the first lazy layer).' }),
+    daemon: Type.Union([Type.Literal('running'), Type.Literal('stopped')], {
+      description: 'Whether dsec-chunk-fuse runs (it starts on the first lazy layer).',
+    }),
     chunkBytes: Type.Integer({ description: "Bytes in the node's chunk cache; counted in chargedBytes against the layer cache budget." }),
     fetchedBytes: Type.Integer({ description: 'Bytes fetched from the blob store, all layers.' }),
     evictedChunks: Type.Integer({ description: 'Chunks evicted to keep the layer cache within its budget since the edge started.' }),
     layers: Type.Array(LazyLayerStat),
-    sandboxes: Type.Array(LazySandboxStat, { description: 'Running sandboxes that caused fetches; a chunk already on the node costs a later sandbox nothing.' }),
+    sandboxes: Type.Array(LazySandboxStat, {
+      description: 'Running sandboxes that caused fetches; a chunk already on the node costs a later sandbox nothing.',
+    }),
   },
   {},
 );
@@ -55,9 +63,15 @@ export const LayerCacheStats = Type.Object(
     }),
     mounted: Type.Integer({ description: 'Cached layers mounted now; a mounted layer is never evicted.' }),
     evictions: Type.Integer({ description: 'Layers evicted since the edge started.' }),
-    hits: Type.Optional(Type.Integer({ description: 'Layers mounted (not mounted already) whose blob the cache held, since the edge started.' })),
-    misses: Type.Optional(Type.Integer({ description: 'Layers mounted whose blob had to come into the cache first, since the edge started.' })),
-    fetchedBytes: Type.Optional(Type.Integer({ description: 'Bytes copied or downloaded into the cache since the edge started (a hard link moves none).' })),
+    hits: Type.Optional(
+      Type.Integer({ description: 'Layers mounted (not mounted already) whose blob the cache held, since the edge started.' }),
+    ),
+    misses: Type.Optional(
+      Type.Integer({ description: 'Layers mounted whose blob had to come into the cache first, since the edge started.' }),
+    ),
+    fetchedBytes: Type.Optional(
+      Type.Integer({ description: 'Bytes copied or downloaded into the cache since the edge started (a hard link moves none).' }),
+    ),
     overBudget: Type.Boolean({ description: 'True when the layers left (all mounted) alone exceed the budget.' }),
     lazy: Type.Optional(LazyLayerStats),
   },
@@ -94,7 +108,9 @@ export const NodeCapacity = Type.Object(
 export const NodeInfo = Type.Object(
   {
     id: Type.String({ description: 'The edge id; part of every sandbox id on it.' }),
-    url: Type.Optional(Type.String({ description: 'Where the control plane reaches the edge (absent for the in-process edge of dsec up).' })),
+    url: Type.Optional(
+      Type.String({ description: 'Where the control plane reaches the edge (absent for the in-process edge of dsec up).' }),
+    ),
     pool: Type.String({ description: 'Node pool (placement.pool); "burst" takes burstable sandboxes above the burst threshold.' }),
     labels: Type.Record(Type.String(), Type.String()),
     state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')], {

@@ -21,7 +21,11 @@ export type PoolSpec = Static<typeof PoolSpec>;
 export const CreatePoolRequest = Type.Object(
   {
     name: Type.String({ pattern: POOL_NAME_PATTERN, description: 'Pool name; creates name it with `pool`.' }),
-    size: Type.Integer({ minimum: 0, maximum: MAX_POOL_SIZE, description: 'Ready sandboxes to keep; refilled in the background after each claim.' }),
+    size: Type.Integer({
+      minimum: 0,
+      maximum: MAX_POOL_SIZE,
+      description: 'Ready sandboxes to keep; refilled in the background after each claim.',
+    }),
     ...specFields,
   },
   { additionalProperties: false },
@@ -36,7 +40,9 @@ export const PoolInfo = Type.Object(
     ready: Type.Integer({ description: 'Sandboxes ready to be claimed now.' }),
     creating: Type.Integer({ description: 'Refills in flight.' }),
     claims: Type.Integer({ description: 'Creates served from a ready sandbox since the control plane started.' }),
-    misses: Type.Integer({ description: 'Creates for this pool that found no ready sandbox and were created on demand, since the control plane started.' }),
+    misses: Type.Integer({
+      description: 'Creates for this pool that found no ready sandbox and were created on demand, since the control plane started.',
+    }),
     refillFailures: Type.Integer({ description: 'Refill creates that failed since the control plane started.' }),
     lastRefillError: Type.Optional(Type.String()),
     refillMsP50: Type.Optional(Type.Number({ description: 'Median time of the last (up to 100) refill creates, ms.' })),

@@ -10,18 +10,34 @@ const ProjectName = Type.String({ pattern: PROJECT_NAME_PATTERN, description: 'P
 
 export const ProjectQuota = Type.Object(
   {
-    maxSandboxes: Type.Optional(Type.Integer({ minimum: 0, description: 'Live sandboxes (creating, running, paused) at once; over it a create is refused with QUOTA_SANDBOXES_EXCEEDED (403).' })),
+    maxSandboxes: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description: 'Live sandboxes (creating, running, paused) at once; over it a create is refused with QUOTA_SANDBOXES_EXCEEDED (403).',
+      }),
+    ),
     maxCpu: Type.Optional(Type.Number({ minimum: 0, description: 'Sum of resources.cpu over live sandboxes; QUOTA_CPU_EXCEEDED (403).' })),
-    maxMemoryMiB: Type.Optional(Type.Integer({ minimum: 0, description: 'Sum of resources.memoryMiB over live sandboxes; QUOTA_MEMORY_EXCEEDED (403).' })),
+    maxMemoryMiB: Type.Optional(
+      Type.Integer({ minimum: 0, description: 'Sum of resources.memoryMiB over live sandboxes; QUOTA_MEMORY_EXCEEDED (403).' }),
+    ),
     createsPerSecond: Type.Optional(
-      Type.Number({ exclusiveMinimum: 0, description: 'Sandbox creates per second (a token bucket holding one second of creates); QUOTA_CREATE_RATE_EXCEEDED (429). Batches are paced to it instead.' }),
+      Type.Number({
+        exclusiveMinimum: 0,
+        description:
+          'Sandbox creates per second (a token bucket holding one second of creates); QUOTA_CREATE_RATE_EXCEEDED (429). Batches are paced to it instead.',
+      }),
     ),
   },
   { additionalProperties: false, description: 'A field left out is unlimited.' },
 );
 export type ProjectQuota = Static<typeof ProjectQuota>;
 
-export const QuotaName = Type.Union([Type.Literal('maxSandboxes'), Type.Literal('maxCpu'), Type.Literal('maxMemoryMiB'), Type.Literal('createsPerSecond')]);
+export const QuotaName = Type.Union([
+  Type.Literal('maxSandboxes'),
+  Type.Literal('maxCpu'),
+  Type.Literal('maxMemoryMiB'),
+  Type.Literal('createsPerSecond'),
+]);
 export type QuotaName = Static<typeof QuotaName>;
 
 export const UpdateProjectRequest = Type.Object(
@@ -73,7 +89,9 @@ export const ApiKeyInfo = Type.Object({
   admin: Type.Boolean(),
   createdAt: Type.String({ format: 'date-time' }),
   revokedAt: Type.Optional(Type.String({ format: 'date-time' })),
-  mintedBy: Type.Optional(Type.String({ description: 'The key that minted this one (POST /v1/e2b/keys); revoking that key revokes this one too.' })),
+  mintedBy: Type.Optional(
+    Type.String({ description: 'The key that minted this one (POST /v1/e2b/keys); revoking that key revokes this one too.' }),
+  ),
 });
 export type ApiKeyInfo = Static<typeof ApiKeyInfo>;
 

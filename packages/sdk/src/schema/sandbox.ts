@@ -14,9 +14,7 @@ export const Resources = Type.Object(
         default: 1,
       }),
     ),
-    memoryMiB: Type.Optional(
-      Type.Integer({ minimum: 16, maximum: 262144, description: 'Memory limit in MiB (no swap).', default: 512 }),
-    ),
+    memoryMiB: Type.Optional(Type.Integer({ minimum: 16, maximum: 262144, description: 'Memory limit in MiB (no swap).', default: 512 })),
     pids: Type.Optional(
       Type.Integer({ minimum: 8, maximum: 65536, description: 'Maximum number of processes and threads.', default: 512 }),
     ),
@@ -24,7 +22,8 @@ export const Resources = Type.Object(
       Type.Integer({
         minimum: 16,
         maximum: 1048576,
-        description: 'Size limit of the writable layer: writes past it fail with ENOSPC inside the sandbox. Unset: no limit of its own (faster create).',
+        description:
+          'Size limit of the writable layer: writes past it fail with ENOSPC inside the sandbox. Unset: no limit of its own (faster create).',
       }),
     ),
   },
@@ -33,7 +32,14 @@ export const Resources = Type.Object(
 export type Resources = Static<typeof Resources>;
 
 export const SandboxStatus = Type.Union(
-  [Type.Literal('creating'), Type.Literal('running'), Type.Literal('paused'), Type.Literal('stopped'), Type.Literal('failed'), Type.Literal('lost')],
+  [
+    Type.Literal('creating'),
+    Type.Literal('running'),
+    Type.Literal('paused'),
+    Type.Literal('stopped'),
+    Type.Literal('failed'),
+    Type.Literal('lost'),
+  ],
   {
     description:
       'creating → running | failed; running ⇄ paused (memory kept); stopped: ended by its TTL or idle policy (resources freed, record kept); lost: its edge stopped reporting (reason says which; replay rebuilds it elsewhere, and the edge kills it if it comes back); kill (DELETE) removes the sandbox and its record.',
@@ -55,7 +61,7 @@ export const CreateSandboxRequest = Type.Object(
       Type.String({
         pattern: '^[a-z0-9][a-z0-9-]{0,62}$',
         description:
-          'Claim a ready sandbox from this warm pool (POST /v1/pools) instead of creating one; the rest of the spec must match the pool\'s. With no ready sandbox the create happens on demand (a miss). A create whose spec matches a pool\'s claims from it too.',
+          "Claim a ready sandbox from this warm pool (POST /v1/pools) instead of creating one; the rest of the spec must match the pool's. With no ready sandbox the create happens on demand (a miss). A create whose spec matches a pool's claims from it too.",
       }),
     ),
     image: Type.String({
@@ -67,7 +73,8 @@ export const CreateSandboxRequest = Type.Object(
     layers: Type.Optional(
       Type.Array(Type.String({ minLength: 1, maxLength: 200 }), {
         maxItems: 64,
-        description: 'Images (names or ids) or layer digests stacked over the base image, in order (workspace, toolkits). No layer data is copied.',
+        description:
+          'Images (names or ids) or layer digests stacked over the base image, in order (workspace, toolkits). No layer data is copied.',
       }),
     ),
     env: Type.Optional(EnvMap),
@@ -76,27 +83,46 @@ export const CreateSandboxRequest = Type.Object(
     volumes: Type.Optional(
       Type.Array(VolumeMount, {
         maxItems: MAX_SANDBOX_VOLUMES,
-        description: 'Named volumes (POST /v1/volumes) bind-mounted at create, nosuid and nodev, read-write unless readOnly. The sandbox runs on the edge that holds them.',
+        description:
+          'Named volumes (POST /v1/volumes) bind-mounted at create, nosuid and nodev, read-write unless readOnly. The sandbox runs on the edge that holds them.',
       }),
     ),
     placement: Type.Optional(
       Type.Object(
         {
-          pool: Type.Optional(Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,31}$', description: 'Run on edges of this pool.', default: 'default' })),
-          labels: Type.Optional(Type.Record(Type.String({ maxLength: 63 }), Type.String({ maxLength: 63 }), { description: 'Run only on edges that carry every one of these labels.' })),
+          pool: Type.Optional(
+            Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,31}$', description: 'Run on edges of this pool.', default: 'default' }),
+          ),
+          labels: Type.Optional(
+            Type.Record(Type.String({ maxLength: 63 }), Type.String({ maxLength: 63 }), {
+              description: 'Run only on edges that carry every one of these labels.',
+            }),
+          ),
           burst: Type.Optional(
-            Type.Boolean({ description: 'May go to the burst pool when the pool is above the burst threshold (default 80 %) or full.', default: false }),
+            Type.Boolean({
+              description: 'May go to the burst pool when the pool is above the burst threshold (default 80 %) or full.',
+              default: false,
+            }),
           ),
         },
         { additionalProperties: false, description: 'Where the sandbox may run (a cluster of edges).' },
       ),
     ),
-    ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Absolute lifetime; on expiry the onExpiry action applies.' })),
+    ttlSeconds: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Absolute lifetime; on expiry the onExpiry action applies.' }),
+    ),
     idleTimeoutSeconds: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: 30 * 86400, description: 'Seconds without exec/files/session activity before the onExpiry action applies.' }),
+      Type.Integer({
+        minimum: 1,
+        maximum: 30 * 86400,
+        description: 'Seconds without exec/files/session activity before the onExpiry action applies.',
+      }),
     ),
     onExpiry: Type.Optional(
-      Type.Union([Type.Literal('stop'), Type.Literal('pause')], { default: 'stop', description: 'stop frees everything (record kept as stopped); pause freezes it.' }),
+      Type.Union([Type.Literal('stop'), Type.Literal('pause')], {
+        default: 'stop',
+        description: 'stop frees everything (record kept as stopped); pause freezes it.',
+      }),
     ),
   },
   { additionalProperties: false },
@@ -152,14 +178,21 @@ export const ListSandboxesQuery = Type.Object(
       }),
     ),
     status: Type.Optional(SandboxStatus),
-    project: Type.Optional(Type.String({ description: "Filter by project (an admin key; another key always sees its own project's sandboxes only)." })),
+    project: Type.Optional(
+      Type.String({ description: "Filter by project (an admin key; another key always sees its own project's sandboxes only)." }),
+    ),
   },
   { additionalProperties: false },
 );
 
 export const SnapshotRequest = Type.Object(
   {
-    name: Type.Optional(Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}(:[a-z0-9][a-z0-9._-]{0,62})?$', description: 'Tag the snapshot image with this name.' })),
+    name: Type.Optional(
+      Type.String({
+        pattern: '^[a-z0-9][a-z0-9._-]{0,62}(:[a-z0-9][a-z0-9._-]{0,62})?$',
+        description: 'Tag the snapshot image with this name.',
+      }),
+    ),
     scrub: Type.Optional(
       Type.Array(Type.String({ pattern: '^/', maxLength: 4096 }), {
         maxItems: 256,
@@ -189,7 +222,8 @@ export const SnapshotResult = Type.Object({
   opaqueDirs: Type.Integer(),
   sparseFiles: Type.Integer({ description: 'Sparse files kept sparse (the layer is then built in chunked mode, which is slower).' }),
   kept: Type.Boolean({
-    description: 'True when the image outlives the sandbox (named, keep: true, or an image that existed already); false when it is deleted with the sandbox and the sandboxes started from it.',
+    description:
+      'True when the image outlives the sandbox (named, keep: true, or an image that existed already); false when it is deleted with the sandbox and the sandboxes started from it.',
   }),
 });
 export type SnapshotResult = Static<typeof SnapshotResult>;

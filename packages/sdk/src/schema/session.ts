@@ -4,7 +4,12 @@ import { Encoding, MAX_EXEC_TIMEOUT_MS, MAX_OUTPUT_BYTES_LIMIT } from './exec.js
 
 export const OpenSessionRequest = Type.Object(
   {
-    shell: Type.Optional(Type.Union([Type.Literal('auto'), Type.Literal('bash'), Type.Literal('sh')], { default: 'auto', description: 'auto: bash if the image has it, else sh.' })),
+    shell: Type.Optional(
+      Type.Union([Type.Literal('auto'), Type.Literal('bash'), Type.Literal('sh')], {
+        default: 'auto',
+        description: 'auto: bash if the image has it, else sh.',
+      }),
+    ),
     cwd: Type.Optional(Type.String({ pattern: '^/', maxLength: 4096, description: 'Starting directory; default the image cwd.' })),
     env: Type.Optional(EnvMap),
     writablePaths: Type.Optional(WritablePaths),
@@ -20,7 +25,11 @@ export const SessionInfo = Type.Object({
   busy: Type.Boolean({ description: 'A command is running; further commands queue behind it.' }),
   commands: Type.Integer({ description: 'Commands run so far.' }),
   createdAt: Type.String({ format: 'date-time' }),
-  endReason: Type.Optional(Type.String({ description: 'Why the session is no longer alive when dsec ended it, e.g. its edge restarted (a session lives in the edge process).' })),
+  endReason: Type.Optional(
+    Type.String({
+      description: 'Why the session is no longer alive when dsec ended it, e.g. its edge restarted (a session lives in the edge process).',
+    }),
+  ),
 });
 export type SessionInfo = Static<typeof SessionInfo>;
 
@@ -33,8 +42,19 @@ export const SessionParams = Type.Object({
 
 export const SessionExecRequest = Type.Object(
   {
-    cmd: Type.String({ minLength: 1, maxLength: 131072, description: 'A shell command line, run by the session shell; cd/export/variables persist.' }),
-    timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_EXEC_TIMEOUT_MS, default: 60_000, description: 'Interrupt the command (not the session) after this long.' })),
+    cmd: Type.String({
+      minLength: 1,
+      maxLength: 131072,
+      description: 'A shell command line, run by the session shell; cd/export/variables persist.',
+    }),
+    timeoutMs: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_EXEC_TIMEOUT_MS,
+        default: 60_000,
+        description: 'Interrupt the command (not the session) after this long.',
+      }),
+    ),
     maxOutputBytes: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OUTPUT_BYTES_LIMIT, default: 1 << 20 })),
     encoding: Type.Optional(Encoding),
   },

@@ -26,7 +26,9 @@ export const TrajectoryEntry = Type.Object({
   at: Type.String({ format: 'date-time' }),
   kind: TrajectoryKind,
   request: Type.Record(Type.String(), Type.Unknown(), { description: 'What was asked (file contents omitted).' }),
-  result: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'What came back; command output capped at 64 KiB per stream.' })),
+  result: Type.Optional(
+    Type.Record(Type.String(), Type.Unknown(), { description: 'What came back; command output capped at 64 KiB per stream.' }),
+  ),
   durationMs: Type.Optional(Type.Number()),
   exitCode: Type.Optional(Type.Integer()),
   replayable: Type.Boolean({ description: 'False when the step cannot be re-run (e.g. an upload too large to keep).' }),
@@ -53,8 +55,13 @@ export const ReplayStep = Type.Object({
   kind: TrajectoryKind,
   loggedExitCode: Type.Optional(Type.Integer()),
   replayedExitCode: Type.Optional(Type.Integer()),
-  diverged: Type.Boolean({ description: 'The step was re-run and failed, or its exit code differs from the log. Always false for a skipped step.' }),
-  skipped: Type.Boolean({ description: 'The step was not re-run: it cannot be (an interactive terminal, a payload too large to keep) or need not be (a pause); see skipReason.' }),
+  diverged: Type.Boolean({
+    description: 'The step was re-run and failed, or its exit code differs from the log. Always false for a skipped step.',
+  }),
+  skipped: Type.Boolean({
+    description:
+      'The step was not re-run: it cannot be (an interactive terminal, a payload too large to keep) or need not be (a pause); see skipReason.',
+  }),
   skipReason: Type.Optional(Type.String()),
   error: Type.Optional(Type.String()),
 });
@@ -63,7 +70,7 @@ export const ReplayResult = Type.Object({
   sandbox: SandboxInfo,
   replayed: Type.Integer({ description: 'Steps re-run.' }),
   diverged: Type.Integer({ description: 'Re-run steps that failed or exited differently.' }),
-  skipped: Type.Integer({ description: 'Steps not re-run (see each step\'s skipReason).' }),
+  skipped: Type.Integer({ description: "Steps not re-run (see each step's skipReason)." }),
   steps: Type.Array(ReplayStep),
 });
 export type ReplayResult = Static<typeof ReplayResult>;

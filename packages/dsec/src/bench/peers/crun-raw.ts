@@ -92,7 +92,13 @@ export class CrunRawPeer implements Peer {
       chmodSync(paths.dir, 0o710);
       await makeUserns(range, paths.userns, undefined);
       mountIdmappedRoot({
-        lowersBottomFirst: [this.opts.lowerDir], upper: paths.upper, work: paths.work, target: paths.rootfs, range, usernsFile: paths.userns, volumes: [],
+        lowersBottomFirst: [this.opts.lowerDir],
+        upper: paths.upper,
+        work: paths.work,
+        target: paths.rootfs,
+        range,
+        usernsFile: paths.userns,
+        volumes: [],
       });
     } else {
       mountOverlay([this.opts.lowerDir], paths.upper, paths.work, paths.rootfs);
@@ -100,7 +106,14 @@ export class CrunRawPeer implements Peer {
     const t1 = performance.now();
     const userns = range ? { userns: { path: paths.userns, base: range.base, size: range.size } } : {};
     const config = buildOciConfig({
-      id, config: this.opts.config, env: {}, limits: this.opts.limits, cgroupParent: this.opts.cgroupParent, cgroupHierarchies: this.#hierarchies, stubs: { ...this.#stubs, maskedDirs: existingDirs(MASKED_PATHS) }, ...userns,
+      id,
+      config: this.opts.config,
+      env: {},
+      limits: this.opts.limits,
+      cgroupParent: this.opts.cgroupParent,
+      cgroupHierarchies: this.#hierarchies,
+      stubs: { ...this.#stubs, maskedDirs: existingDirs(MASKED_PATHS) },
+      ...userns,
     });
     this.opts.configure?.(config);
     writeFileSync(paths.config, JSON.stringify(config));

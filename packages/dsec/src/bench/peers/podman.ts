@@ -75,10 +75,7 @@ export async function startPodman(opts: CliPeerSetup): Promise<CliPeer> {
       globalArgs,
       env,
       image: IMAGE,
-      runArgs: [
-        ...limitFlags(opts.limits),
-        `--cgroup-parent=/${opts.cgroupParent}`,
-      ],
+      runArgs: [...limitFlags(opts.limits), `--cgroup-parent=/${opts.cgroupParent}`],
       cgroupParent: opts.cgroupParent,
       rmArgs: ['--time=0'],
     },

@@ -76,7 +76,8 @@ export async function runBurst(peers: Peer[], opts: BurstOptions, ctx: ScenarioC
       }
     });
     const removeSeconds = (performance.now() - t1) / 1000;
-    if (errors.length >= MAX_ERRORS) dropped.push({ name: peer.name, reason: `stopped after ${MAX_ERRORS} failures; last: ${errors.at(-1)}` });
+    if (errors.length >= MAX_ERRORS)
+      dropped.push({ name: peer.name, reason: `stopped after ${MAX_ERRORS} failures; last: ${errors.at(-1)}` });
     out.push({
       name: peer.name,
       description: `${peer.description}, then ${peer.execDescription.replace(/\btrue\b/, COMMAND.join(' '))}`,
@@ -98,10 +99,18 @@ export function burstTargets(result: BurstResult): TargetCheck[] {
   const d = result.peers.find((p) => p.name === 'dsec');
   const rate = TARGETS.burstCount / TARGETS.burstSeconds;
   return [
-    check(`${TARGETS.burstCount} sandboxes created + one command in ≤ ${TARGETS.burstSeconds} s (≥ ${round(rate, 1)}/s)`, d?.sandboxesPerSecond ?? NaN, rate, 'sandboxes/s', {
-      atLeast: true,
-      measured: d ? `${d.completed} in ${d.totalSeconds} s = ${d.sandboxesPerSecond}/s (1,000 would take ${round(TARGETS.burstCount / d.sandboxesPerSecond, 1)} s)` : undefined,
-    }),
+    check(
+      `${TARGETS.burstCount} sandboxes created + one command in ≤ ${TARGETS.burstSeconds} s (≥ ${round(rate, 1)}/s)`,
+      d?.sandboxesPerSecond ?? NaN,
+      rate,
+      'sandboxes/s',
+      {
+        atLeast: true,
+        measured: d
+          ? `${d.completed} in ${d.totalSeconds} s = ${d.sandboxesPerSecond}/s (1,000 would take ${round(TARGETS.burstCount / d.sandboxesPerSecond, 1)} s)`
+          : undefined,
+      },
+    ),
   ];
 }
 
@@ -131,7 +140,10 @@ export function renderBurst(report: BenchReport<BurstResult>, svgName: string): 
       unit: 'sandboxes/s',
       better: 'higher',
       bars: bars((p) => p.sandboxesPerSecond),
-      target: { value: TARGETS.burstCount / TARGETS.burstSeconds, label: `target ${round(TARGETS.burstCount / TARGETS.burstSeconds, 1)}/s` },
+      target: {
+        value: TARGETS.burstCount / TARGETS.burstSeconds,
+        label: `target ${round(TARGETS.burstCount / TARGETS.burstSeconds, 1)}/s`,
+      },
     },
     { title: 'create + exec per sandbox, p50', unit: 'ms', better: 'lower', bars: bars((p) => p.perSandbox.p50) },
     { title: 'create + exec per sandbox, p99', unit: 'ms', better: 'lower', bars: bars((p) => p.perSandbox.p99) },
@@ -170,7 +182,11 @@ export const burstScenario: BenchScenarioDef<BurstOptions, BurstResult> = {
         `create+exec p50 ${p.perSandbox.p50} ms p99 ${p.perSandbox.p99} ms  remove all ${p.removeSeconds} s`,
     ),
   headline: (r) => [
-    { metric: `burst: ${r.peers[0]?.completed ?? '?'} sandboxes + one command, total (s)`, better: 'lower', values: valuesOf(r.peers, (p) => p.totalSeconds) },
+    {
+      metric: `burst: ${r.peers[0]?.completed ?? '?'} sandboxes + one command, total (s)`,
+      better: 'lower',
+      values: valuesOf(r.peers, (p) => p.totalSeconds),
+    },
     { metric: 'burst: sandboxes/s', better: 'higher', values: valuesOf(r.peers, (p) => p.sandboxesPerSecond) },
   ],
 };

@@ -332,7 +332,13 @@ export const createScenario: BenchScenarioDef<CreateScenarioOptions, CreateScena
   flags: [
     { key: 'count', long: 'count', short: 'n', description: 'sandboxes per peer, per phase', default: 200, min: 1 },
     { key: 'concurrency', long: 'concurrency', short: 'c', description: 'creates in flight in the throughput phase', default: 8, min: 1 },
-    { key: 'concurrencyHigh', long: 'concurrency-high', description: 'creates in flight in a second throughput phase (0: skip)', default: 50, min: 0 },
+    {
+      key: 'concurrencyHigh',
+      long: 'concurrency-high',
+      description: 'creates in flight in a second throughput phase (0: skip)',
+      default: 50,
+      min: 0,
+    },
     { key: 'rounds', long: 'rounds', description: 'alternating rounds of the one-at-a-time phase', default: 8, min: 1 },
     { key: 'throughputRounds', long: 'throughput-rounds', description: 'alternating rounds of each throughput phase', default: 4, min: 1 },
     { key: 'warmup', long: 'warmup', description: 'untimed creates per peer first', default: 5, min: 0 },
@@ -358,7 +364,13 @@ export const createScenario: BenchScenarioDef<CreateScenarioOptions, CreateScena
       { metric: 'create p50, one at a time (ms)', better: 'lower', values: valuesOf(r.peers, (p) => p.sequential.p50) },
       { metric: `creates/s, ${c} in flight`, better: 'higher', values: valuesOf(r.peers, (p) => p.concurrent.createsPerSecond) },
       ...(high
-        ? [{ metric: `creates/s, ${high} in flight`, better: 'higher' as const, values: valuesOf(r.peers, (p) => p.concurrentHigh?.createsPerSecond ?? NaN) }]
+        ? [
+            {
+              metric: `creates/s, ${high} in flight`,
+              better: 'higher' as const,
+              values: valuesOf(r.peers, (p) => p.concurrentHigh?.createsPerSecond ?? NaN),
+            },
+          ]
         : []),
     ];
   },

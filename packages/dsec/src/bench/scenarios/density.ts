@@ -132,7 +132,8 @@ export async function runDensity(peers: Peer[], opts: DensityOptions, ctx: Scena
     const removeSeconds = (performance.now() - t1) / 1000;
     const after = await settledMeminfo(opts.settleMs);
     say(`  removed in ${round(removeSeconds, 1)} s`);
-    if (errors.length >= MAX_ERRORS) dropped.push({ name: peer.name, reason: `stopped after ${MAX_ERRORS} failures; last: ${errors.at(-1)}` });
+    if (errors.length >= MAX_ERRORS)
+      dropped.push({ name: peer.name, reason: `stopped after ${MAX_ERRORS} failures; last: ${errors.at(-1)}` });
     const used = memUsed(before, full);
     const n = ids.length;
     const per = (kib: number, digits = 1): number => (n > 0 ? round(kib / n, digits) : NaN);
@@ -210,17 +211,41 @@ const HELPER_NOISE = 0.05;
 export function densityTargets(result: DensityResult): TargetCheck[] {
   const d = result.peers.find((p) => p.name === 'dsec');
   const m = d?.perSandbox;
-  const helpers = d ? Object.entries(d.helpers).map(([k, v]) => `${k} ×${v}`).join(', ') || 'none' : 'n/a';
+  const helpers = d
+    ? Object.entries(d.helpers)
+        .map(([k, v]) => `${k} ×${v}`)
+        .join(', ') || 'none'
+    : 'n/a';
   const curve = d?.curve ?? [];
   const empty = curve[0];
   const full = curve.length > 1 ? curve.at(-1) : undefined;
   const fullLabel = full ? `${full.held} held` : 'a full node';
   return [
-    ratioCheck(`next create p50 on ${fullLabel} ≤ ${TARGETS.fullNodeRatio}× an empty node's`, full?.create.p50 ?? NaN, empty?.create.p50 ?? NaN, TARGETS.fullNodeRatio, 'empty node'),
-    ratioCheck(`next exec p50 on ${fullLabel} ≤ ${TARGETS.fullNodeRatio}× an empty node's`, full?.exec.p50 ?? NaN, empty?.exec.p50 ?? NaN, TARGETS.fullNodeRatio, 'empty node'),
-    check(`≤ ${TARGETS.memoryMiB} MiB host memory per idle sandbox (at ${d?.sandboxes ?? '?'})`, m?.memAvailableMiB ?? NaN, TARGETS.memoryMiB, 'MiB', {
-      measured: m ? `${m.memAvailableMiB} MiB MemAvailable drop (${m.freedMiB} MiB freed on removal; slab ${m.slabKiB} KiB, cgroup-charged ${m.cgroupChargedKiB} KiB)` : undefined,
-    }),
+    ratioCheck(
+      `next create p50 on ${fullLabel} ≤ ${TARGETS.fullNodeRatio}× an empty node's`,
+      full?.create.p50 ?? NaN,
+      empty?.create.p50 ?? NaN,
+      TARGETS.fullNodeRatio,
+      'empty node',
+    ),
+    ratioCheck(
+      `next exec p50 on ${fullLabel} ≤ ${TARGETS.fullNodeRatio}× an empty node's`,
+      full?.exec.p50 ?? NaN,
+      empty?.exec.p50 ?? NaN,
+      TARGETS.fullNodeRatio,
+      'empty node',
+    ),
+    check(
+      `≤ ${TARGETS.memoryMiB} MiB host memory per idle sandbox (at ${d?.sandboxes ?? '?'})`,
+      m?.memAvailableMiB ?? NaN,
+      TARGETS.memoryMiB,
+      'MiB',
+      {
+        measured: m
+          ? `${m.memAvailableMiB} MiB MemAvailable drop (${m.freedMiB} MiB freed on removal; slab ${m.slabKiB} KiB, cgroup-charged ${m.cgroupChargedKiB} KiB)`
+          : undefined,
+      },
+    ),
     check('no per-sandbox resident helper process', d?.helpersPerSandbox ?? NaN, HELPER_NOISE, 'per sandbox', {
       measured: d ? `${d.helpersPerSandbox} per sandbox (new host processes outside the sandboxes' cgroups: ${helpers})` : undefined,
     }),
@@ -253,12 +278,22 @@ export function renderDensity(report: BenchReport<DensityResult>, svgName: strin
       bars: bars((p) => p.perSandbox.memAvailableMiB),
       target: { value: TARGETS.memoryMiB, label: `target ${TARGETS.memoryMiB} MiB` },
     },
-    { title: "charged to the sandboxes' own cgroups", unit: 'KiB per sandbox', better: 'lower', bars: bars((p) => p.perSandbox.cgroupChargedKiB) },
+    {
+      title: "charged to the sandboxes' own cgroups",
+      unit: 'KiB per sandbox',
+      better: 'lower',
+      bars: bars((p) => p.perSandbox.cgroupChargedKiB),
+    },
     { title: 'slab growth', unit: 'KiB per sandbox', better: 'lower', bars: bars((p) => p.perSandbox.slabKiB) },
     { title: 'resident helper processes', unit: 'per sandbox', better: 'lower', bars: bars((p) => p.helpersPerSandbox) },
   ]);
   const helperLines = result.peers.map(
-    (p) => `- ${p.name}: ${Object.entries(p.helpers).map(([k, v]) => `${k} ×${v}`).join(', ') || 'none'}`,
+    (p) =>
+      `- ${p.name}: ${
+        Object.entries(p.helpers)
+          .map(([k, v]) => `${k} ×${v}`)
+          .join(', ') || 'none'
+      }`,
   );
   const md = [
     `# dsec bench density — ${report.startedAt}`,
@@ -270,7 +305,7 @@ export function renderDensity(report: BenchReport<DensityResult>, svgName: strin
     metricsTable(result.peers, METRICS),
     '',
     ...curveSection(result.peers, o),
-    'New host processes outside the sandboxes\' cgroups while they idled (per-sandbox helpers, and any other tenant\'s):',
+    "New host processes outside the sandboxes' cgroups while they idled (per-sandbox helpers, and any other tenant's):",
     '',
     ...helperLines,
     '',
@@ -294,7 +329,13 @@ function curveSection(peers: PeerDensityResult[], o: DensityOptions): string[] {
     cells.push(d ? `${d.memAvailableMiB} MiB, ${d.fds} fds, ${d.mounts} mounts` : 'n/a');
     return cells;
   });
-  const head = ['fill', ...peers.flatMap((p) => [`${p.name} held`, `${p.name} create p50 (ms)`, `${p.name} exec p50 (ms)`]), 'create dsec ÷ crun', 'exec dsec ÷ crun', 'dsec: MemAvailable, fds, mounts'];
+  const head = [
+    'fill',
+    ...peers.flatMap((p) => [`${p.name} held`, `${p.name} create p50 (ms)`, `${p.name} exec p50 (ms)`]),
+    'create dsec ÷ crun',
+    'exec dsec ÷ crun',
+    'dsec: MemAvailable, fds, mounts',
+  ];
   const out = [
     '## The next sandbox as the node fills',
     '',
@@ -307,7 +348,9 @@ function curveSection(peers: PeerDensityResult[], o: DensityOptions): string[] {
   for (const p of peers) {
     const cr = fillRatio(p.curve, (q) => q.create.p50);
     const ex = fillRatio(p.curve, (q) => q.exec.p50);
-    out.push(`- ${p.name}: full ÷ empty: create ${round(cr, 2)}×, exec ${round(ex, 2)}×${p.stoppedEarly ? `; **stopped early**: ${p.stoppedEarly}` : ''}`);
+    out.push(
+      `- ${p.name}: full ÷ empty: create ${round(cr, 2)}×, exec ${round(ex, 2)}×${p.stoppedEarly ? `; **stopped early**: ${p.stoppedEarly}` : ''}`,
+    );
   }
   out.push('');
   return out;
@@ -315,13 +358,20 @@ function curveSection(peers: PeerDensityResult[], o: DensityOptions): string[] {
 
 export const densityScenario: BenchScenarioDef<DensityOptions, DensityResult> = {
   name: 'density',
-  summary: 'a node filled with N (1000) idle sandboxes, each peer in turn: memory per sandbox, resident helpers, next create/exec at 0/10/50/100 %',
+  summary:
+    'a node filled with N (1000) idle sandboxes, each peer in turn: memory per sandbox, resident helpers, next create/exec at 0/10/50/100 %',
   flags: [
     { key: 'count', long: 'count', short: 'n', description: 'idle sandboxes per peer, held at once', default: 1000, min: 1 },
     { key: 'concurrency', long: 'concurrency', short: 'c', description: 'creates and removes in flight', default: 8, min: 1 },
     { key: 'settleMs', long: 'settle-ms', description: 'pause before each reading (ms)', default: 5000, min: 0 },
     { key: 'probes', long: 'probes', description: 'probe sandboxes (create + exec timed) at 0, 10, 50 and 100 % full', default: 5, min: 1 },
-    { key: 'minAvailableMiB', long: 'min-available-mib', description: 'stop filling when host MemAvailable falls below this (MiB)', default: 6144, min: 0 },
+    {
+      key: 'minAvailableMiB',
+      long: 'min-available-mib',
+      description: 'stop filling when host MemAvailable falls below this (MiB)',
+      default: 6144,
+      min: 0,
+    },
   ],
   maxSandboxes: (o) => o.count,
   preflight: (o, peers) => requireHeadroom('density', o.count, peers),
@@ -337,7 +387,11 @@ export const densityScenario: BenchScenarioDef<DensityOptions, DensityResult> = 
         (p.stoppedEarly ? `  STOPPED: ${p.stoppedEarly}` : ''),
     ),
   headline: (r) => [
-    { metric: `host memory per idle sandbox, ${r.peers[0]?.sandboxes ?? '?'} held (MiB)`, better: 'lower', values: valuesOf(r.peers, (p) => p.perSandbox.memAvailableMiB) },
+    {
+      metric: `host memory per idle sandbox, ${r.peers[0]?.sandboxes ?? '?'} held (MiB)`,
+      better: 'lower',
+      values: valuesOf(r.peers, (p) => p.perSandbox.memAvailableMiB),
+    },
     { metric: 'resident helper processes per sandbox', better: 'lower', values: valuesOf(r.peers, (p) => p.helpersPerSandbox) },
   ],
 };

@@ -29,20 +29,16 @@ export function renderExecReport(report: ExecReport, svgName: string): { markdow
   const table = metricsTable(result.peers, METRICS);
   const crunP50 = result.peers.find((p) => p.name === 'crun')?.exec.p50 ?? NaN;
   const bars = (get: (p: PeerExecResult) => number): ChartPanel['bars'] => peerBars(result.peers, get);
-  const svg = renderChart(
-    `dsec bench exec — ${report.startedAt}`,
-    chartSubtitle(report),
-    [
-      {
-        title: 'exec `true` p50',
-        unit: 'ms',
-        better: 'lower',
-        bars: bars((p) => p.exec.p50),
-        target: { value: crunP50 * TARGETS.execRatio, label: `target ${TARGETS.execRatio}× crun` },
-      },
-      { title: 'exec `true` p99', unit: 'ms', better: 'lower', bars: bars((p) => p.exec.p99) },
-    ],
-  );
+  const svg = renderChart(`dsec bench exec — ${report.startedAt}`, chartSubtitle(report), [
+    {
+      title: 'exec `true` p50',
+      unit: 'ms',
+      better: 'lower',
+      bars: bars((p) => p.exec.p50),
+      target: { value: crunP50 * TARGETS.execRatio, label: `target ${TARGETS.execRatio}× crun` },
+    },
+    { title: 'exec `true` p99', unit: 'ms', better: 'lower', bars: bars((p) => p.exec.p99) },
+  ]);
   const md = [
     `# dsec bench exec — ${report.startedAt}`,
     '',

@@ -31,9 +31,15 @@ export const PHASE_EXEC = 'exec';
 
 /** `true` run to completion in one idle sandbox per peer, one at a time, peers alternating. */
 export async function runExecScenario(peers: Peer[], opts: ExecScenarioOptions, ctx: ScenarioContext): Promise<ExecScenarioResult> {
-  const { states, dropped } = await oneSandboxRounds(peers, ['exec'], { ...opts, phase: PHASE_EXEC, what: 'exec' }, ctx, async (peer, id) => ({
-    exec: await msOf(() => peer.exec(id)),
-  }));
+  const { states, dropped } = await oneSandboxRounds(
+    peers,
+    ['exec'],
+    { ...opts, phase: PHASE_EXEC, what: 'exec' },
+    ctx,
+    async (peer, id) => ({
+      exec: await msOf(() => peer.exec(id)),
+    }),
+  );
   return {
     peers: states.map((s) => ({
       name: s.peer.name,
@@ -51,7 +57,9 @@ function execProfile(result: ExecScenarioResult, spans: Spans): ProfileSection[]
   const dsec = result.peers.find((p) => p.name === 'dsec');
   const ops = result.ops['dsec'];
   if (!dsec || !ops) return [];
-  return [{ title: "Where dsec's exec time goes (mean per exec)", rows: execBreakdown(spans, phaseKey('dsec', PHASE_EXEC), ops, dsec.exec.mean) }];
+  return [
+    { title: "Where dsec's exec time goes (mean per exec)", rows: execBreakdown(spans, phaseKey('dsec', PHASE_EXEC), ops, dsec.exec.mean) },
+  ];
 }
 
 export const execScenario: BenchScenarioDef<ExecScenarioOptions, ExecScenarioResult> = {

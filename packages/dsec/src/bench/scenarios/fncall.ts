@@ -59,7 +59,10 @@ export const REWARD_PROGRAM = [
 export type FnWay = 'host' | 'crun' | 'sandbox' | 'fn';
 const WAYS: { way: FnWay; what: string }[] = [
   { way: 'host', what: 'bare `python3 -c PROGRAM` on the host, no isolation (the ceiling)' },
-  { way: 'crun', what: "a fresh `crun run` per call: overlay over the fn-runtime layer, dsec's OCI config, python3 as the process, delete after" },
+  {
+    way: 'crun',
+    what: "a fresh `crun run` per call: overlay over the fn-runtime layer, dsec's OCI config, python3 as the process, delete after",
+  },
   { way: 'sandbox', what: 'a dsec sandbox per call through the SDK: Sandbox.create(fn-runtime) + commands.run(python3 -c PROGRAM) + kill' },
   { way: 'fn', what: 'fn.run({runtime: python, code: PROGRAM}) through the API: a warm worker, a fork of its python fork server' },
 ];
@@ -91,7 +94,12 @@ export interface FnCallResult extends ScenarioResult {
 }
 
 /** Runs `n` calls of `one`, `concurrency` at a time; latencies in ms and wall seconds. */
-async function drive(n: number, concurrency: number, one: () => Promise<boolean>, signal: AbortSignal): Promise<{ ms: number[]; seconds: number; wrong: number; errors: string[] }> {
+async function drive(
+  n: number,
+  concurrency: number,
+  one: () => Promise<boolean>,
+  signal: AbortSignal,
+): Promise<{ ms: number[]; seconds: number; wrong: number; errors: string[] }> {
   const ms: number[] = [];
   const errors: string[] = [];
   let wrong = 0;
@@ -169,10 +177,14 @@ class CrunPerCall {
 
 export async function runFnCall(peers: Peer[], opts: FnCallOptions, ctx: ScenarioContext): Promise<FnCallResult> {
   const dsec = peers.find((p): p is DsecApiPeer => p instanceof DsecApiPeer);
-  if (!dsec || !ctx.fixture) throw new Error('the fncall scenario needs the dsec peer and the run\'s in-process dsec');
+  if (!dsec || !ctx.fixture) throw new Error("the fncall scenario needs the dsec peer and the run's in-process dsec");
   const dropped: PeerUnavailable[] = peers
     .filter((p) => p.name !== 'dsec')
-    .map((p) => ({ name: p.name, reason: 'the fncall scenario runs its own four ways side by side (host python3, crun run per call, dsec sandbox per call, dsec fn); raw crun is one of them' }));
+    .map((p) => ({
+      name: p.name,
+      reason:
+        'the fncall scenario runs its own four ways side by side (host python3, crun run per call, dsec sandbox per call, dsec fn); raw crun is one of them',
+    }));
   ctx.say('building the fn-runtime image (host python3, bash, node)');
   const built = await buildFnRuntimeImage(ctx.fixture.dsec.images, { progress: (m) => ctx.say(`  ${m}`) });
   const manifest = ctx.fixture.dsec.images.get(built.id)!;
@@ -207,7 +219,12 @@ export async function runFnCall(peers: Peer[], opts: FnCallOptions, ctx: Scenari
                     return r.stdout === '1.0\n';
                   }
                 : async () => {
-                    const sb = await Sandbox.create({ ...conn, image: built.name, resources: { memoryMiB: 256 }, labels: { bench: 'fncall' } });
+                    const sb = await Sandbox.create({
+                      ...conn,
+                      image: built.name,
+                      resources: { memoryMiB: 256 },
+                      labels: { bench: 'fncall' },
+                    });
                     try {
                       const r = await sb.commands.run(['python3', '-c', REWARD_PROGRAM]);
                       return r.stdout === '1.0\n';
@@ -218,7 +235,9 @@ export async function runFnCall(peers: Peer[], opts: FnCallOptions, ctx: Scenari
         // fn runs on warm workers: as many as the concurrency are started before the timed calls
         // (a trainer's steady state; the cold start of a worker is a sandbox create plus python's).
         if (way === 'fn') {
-          const warm = await Promise.allSettled(Array.from({ length: concurrency }, () => fn.run({ runtime: 'python', code: REWARD_PROGRAM, memoryMiB: 256 }, conn)));
+          const warm = await Promise.allSettled(
+            Array.from({ length: concurrency }, () => fn.run({ runtime: 'python', code: REWARD_PROGRAM, memoryMiB: 256 }, conn)),
+          );
           for (const w of warm) {
             if (w.status === 'fulfilled' && w.value.coldStart) coldStarts.push(w.value.durationMs);
             if (w.status === 'rejected') warmErrors.push(`warm-up at concurrency ${concurrency}: ${(w.reason as Error).message}`);
@@ -310,7 +329,17 @@ function rows(r: FnCallResult): (string | number)[][] {
     for (const { way } of WAYS) {
       const x = fig(r, way, c);
       if (!x) continue;
-      out.push([c, way, x.calls, x.callsPerSecond, host ? ratio(x.callsPerSecond, host.callsPerSecond) : 'n/a', x.latency.p50, x.latency.p99, x.wrong, x.errors.length]);
+      out.push([
+        c,
+        way,
+        x.calls,
+        x.callsPerSecond,
+        host ? ratio(x.callsPerSecond, host.callsPerSecond) : 'n/a',
+        x.latency.p50,
+        x.latency.p99,
+        x.wrong,
+        x.errors.length,
+      ]);
     }
   }
   return out;
@@ -354,10 +383,17 @@ export function renderFnCall(report: BenchReport<FnCallResult>, svgName: string)
 
 export const fnCallScenario: BenchScenarioDef<FnCallOptions, FnCallResult> = {
   name: 'fncall',
-  summary: 'function calls: a python reward function as host python3, crun run per call, a dsec sandbox per call and fn/run, at concurrency 1, 8, 32; pool claims',
+  summary:
+    'function calls: a python reward function as host python3, crun run per call, a dsec sandbox per call and fn/run, at concurrency 1, 8, 32; pool claims',
   flags: [
     { key: 'count', long: 'count', short: 'n', description: 'calls per way and concurrency', default: 1000, min: 1 },
-    { key: 'perCallCount', long: 'per-call-count', description: 'calls for crun-per-call and sandbox-per-call (0: --count)', default: 0, min: 0 },
+    {
+      key: 'perCallCount',
+      long: 'per-call-count',
+      description: 'calls for crun-per-call and sandbox-per-call (0: --count)',
+      default: 0,
+      min: 0,
+    },
     { key: 'claims', long: 'claims', description: 'pool claims timed', default: 80, min: 1 },
     { key: 'maxConcurrency', long: 'max-concurrency', description: 'highest concurrency of 1, 8, 32 to run', default: 32, min: 1 },
   ],
@@ -366,11 +402,18 @@ export const fnCallScenario: BenchScenarioDef<FnCallOptions, FnCallResult> = {
   targets: fnCallTargets,
   render: renderFnCall,
   lines: (r) => [
-    ...(r.peers[0]?.runs ?? []).map((x) => `c${String(x.concurrency).padEnd(3)} ${x.way.padEnd(8)} ${String(x.callsPerSecond).padStart(7)} calls/s  p50 ${x.latency.p50} ms  p99 ${x.latency.p99} ms${x.wrong ? `  ${x.wrong} wrong` : ''}${x.errors.length ? `  ${x.errors.length} errors` : ''}`),
+    ...(r.peers[0]?.runs ?? []).map(
+      (x) =>
+        `c${String(x.concurrency).padEnd(3)} ${x.way.padEnd(8)} ${String(x.callsPerSecond).padStart(7)} calls/s  p50 ${x.latency.p50} ms  p99 ${x.latency.p99} ms${x.wrong ? `  ${x.wrong} wrong` : ''}${x.errors.length ? `  ${x.errors.length} errors` : ''}`,
+    ),
     `pool claim p50 ${r.peers[0]?.poolClaim.p50} ms (server ${r.peers[0]?.poolClaimServerP50} ms)`,
   ],
   headline: (r) => [
-    ...CONCURRENCY.map((c) => ({ metric: `fn calls/s at concurrency ${c}`, better: 'higher' as const, values: { dsec: fig(r, 'fn', c)?.callsPerSecond ?? NaN } })),
+    ...CONCURRENCY.map((c) => ({
+      metric: `fn calls/s at concurrency ${c}`,
+      better: 'higher' as const,
+      values: { dsec: fig(r, 'fn', c)?.callsPerSecond ?? NaN },
+    })),
     { metric: 'pool claim p50 (ms)', better: 'lower' as const, values: { dsec: r.peers[0]?.poolClaim.p50 ?? NaN } },
   ],
 };

@@ -99,13 +99,25 @@ function stripAllDefences(config: Record<string, unknown>): void {
 }
 
 /** dsec arms made through the SDK with extra create or exec fields. */
-function dsecArm(peer: DsecApiPeer, label: string, what: string, create: Record<string, unknown>, run: Record<string, unknown>): Arm & { close(): Promise<void> } {
+function dsecArm(
+  peer: DsecApiPeer,
+  label: string,
+  what: string,
+  create: Record<string, unknown>,
+  run: Record<string, unknown>,
+): Arm & { close(): Promise<void> } {
   const live = new Map<string, Sandbox>();
   return {
     label,
     what,
     async create() {
-      const sb = await Sandbox.create({ ...peer.conn, image: 'busybox', resources: { ...BENCH_LIMITS }, labels: { bench: 'hardening' }, ...create });
+      const sb = await Sandbox.create({
+        ...peer.conn,
+        image: 'busybox',
+        resources: { ...BENCH_LIMITS },
+        labels: { bench: 'hardening' },
+        ...create,
+      });
       live.set(sb.id, sb);
       return sb.id;
     },
@@ -168,7 +180,7 @@ function peerArm(peer: Peer, label: string, what: string, cmd?: string[]): Arm {
 function spawnedCrunArm(crun: CrunRawPeer, spawner: SpawnHelper): Arm {
   return {
     label: 'crun spawn',
-    what: 'raw crun exec ID true started by posix_spawn from a small helper (dsec-spawn), not by a fork of the bench\'s Node process',
+    what: "raw crun exec ID true started by posix_spawn from a small helper (dsec-spawn), not by a fork of the bench's Node process",
     create: () => crun.create(),
     exec: async (id) => {
       const r = await spawner.run('crun', [...crun.crun.globalArgs(), 'exec', id, 'true'], { stdio: 'pipe' });
@@ -231,7 +243,14 @@ async function startOptOutDsec(ctx: ScenarioContext, version: string): Promise<{
     await server.close({ killAll: true });
     throw err;
   }
-  const peer = new DsecApiPeer({ url: server.url, apiKey: server.apiKey }, BENCH_IMAGE, BENCH_LIMITS, { bench: 'hardening' }, version, `sb-${edgeId}-`);
+  const peer = new DsecApiPeer(
+    { url: server.url, apiKey: server.apiKey },
+    BENCH_IMAGE,
+    BENCH_LIMITS,
+    { bench: 'hardening' },
+    version,
+    `sb-${edgeId}-`,
+  );
   return {
     peer,
     close: async () => {
@@ -257,19 +276,51 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
   });
   const bare = crun.variant('bare', stripAllDefences);
   const spawner = new SpawnHelper();
-  const dsecNet = dsecArm(dsec, 'dsec+net', 'dsec create with network allow [one CIDR:port]: + veth link, host guard, nft ruleset', { network: { mode: 'allow', allow: [ALLOWED] } }, {});
-  const dsecLandlock = dsecArm(dsec, 'dsec+ll', 'dsec exec `true` with writablePaths ["/tmp"] (through dsec-landlock)', {}, { writablePaths: ['/tmp'] });
-  const dsecSession = dsecSessionArm(dsec, 'dsec session', 'one `true` in a shell session: a crun exec per command restoring the session state (was: a line fed to one shell)');
+  const dsecNet = dsecArm(
+    dsec,
+    'dsec+net',
+    'dsec create with network allow [one CIDR:port]: + veth link, host guard, nft ruleset',
+    { network: { mode: 'allow', allow: [ALLOWED] } },
+    {},
+  );
+  const dsecLandlock = dsecArm(
+    dsec,
+    'dsec+ll',
+    'dsec exec `true` with writablePaths ["/tmp"] (through dsec-landlock)',
+    {},
+    { writablePaths: ['/tmp'] },
+  );
+  const dsecSession = dsecSessionArm(
+    dsec,
+    'dsec session',
+    'one `true` in a shell session: a crun exec per command restoring the session state (was: a line fed to one shell)',
+  );
   const result: Partial<HardeningResult> = {};
   try {
     ctx.say('create: crun with dsec defaults, without seccomp, bare; dsec default, dsec with a network policy…');
     const createArms: Arm[] = [
-      peerArm(crun, 'crun', "raw crun run -d with dsec's config: seccomp deny list, masked/read-only /proc paths, Landlock helper mount, no_new_privs"),
-      peerArm(precompiled, 'crun bpf', `the same with the filter precompiled once (${SECCOMP_BPF_ANNOTATION}, as dsec's edge does), not compiled by crun per create`),
+      peerArm(
+        crun,
+        'crun',
+        "raw crun run -d with dsec's config: seccomp deny list, masked/read-only /proc paths, Landlock helper mount, no_new_privs",
+      ),
+      peerArm(
+        precompiled,
+        'crun bpf',
+        `the same with the filter precompiled once (${SECCOMP_BPF_ANNOTATION}, as dsec's edge does), not compiled by crun per create`,
+      ),
       peerArm(noSeccomp, 'crun -sec', 'the same without the seccomp filter'),
       peerArm(bare, 'crun bare', 'the same without seccomp, masked/read-only paths, the Landlock helper mount or no_new_privs'),
-      peerArm(crunUserns, 'crun userns', "the first arm's config in a user namespace of its own: dsec-idmap (namespace owned by the range, id-mapped layer as an overlay lower fd) + crun joining it"),
-      peerArm(dsec, 'dsec', 'dsec create (policy none: loopback only), default edge: in a user namespace (range claim, dsec-idmap, id-mapped layers, crun joins it)'),
+      peerArm(
+        crunUserns,
+        'crun userns',
+        "the first arm's config in a user namespace of its own: dsec-idmap (namespace owned by the range, id-mapped layer as an overlay lower fd) + crun joining it",
+      ),
+      peerArm(
+        dsec,
+        'dsec',
+        'dsec create (policy none: loopback only), default edge: in a user namespace (range claim, dsec-idmap, id-mapped layers, crun joins it)',
+      ),
       peerArm(optOutDsec.peer, 'dsec no-userns', 'dsec create on an edge with the opt-out DSEC_USERNS=false: sandboxes as host root'),
       dsecNet,
     ];
@@ -284,12 +335,12 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
     ctx.say('exec: with and without Landlock…');
     const execArms: Arm[] = [
       peerArm(crun, 'crun', 'raw crun exec ID true'),
-      peerArm(crun, 'crun+iso', `raw crun exec ID ${LANDLOCK_PATH} --isolate -- true (the Landlock domain of its own every dsec command now gets)`, [
-        LANDLOCK_PATH,
-        '--isolate',
-        '--',
-        'true',
-      ]),
+      peerArm(
+        crun,
+        'crun+iso',
+        `raw crun exec ID ${LANDLOCK_PATH} --isolate -- true (the Landlock domain of its own every dsec command now gets)`,
+        [LANDLOCK_PATH, '--isolate', '--', 'true'],
+      ),
       peerArm(crun, 'crun+ll', `raw crun exec ID ${LANDLOCK_PATH} --rw /tmp -- true`, [LANDLOCK_PATH, '--rw', '/tmp', '--', 'true']),
       peerArm(crunUserns, 'crun userns', 'raw crun exec ID true into a user-namespaced container'),
       spawnedCrunArm(crun, spawner),
@@ -354,7 +405,8 @@ async function measureSwitches(dsec: DsecApiPeer, opts: HardeningOptions, ctx: S
     // Blocks of 10 of each way, alternating: interleaving every switch with a spawn would time the
     // PUT right after this process forked, which slows everything in it for a while (see the note
     // in docs/BENCHMARKS.md), and measure that rather than the switch.
-    const policyFor = (i: number): { mode: 'none' } | { mode: 'allow'; allow: string[] } => (i % 2 === 0 ? { mode: 'none' } : { mode: 'allow', allow: [ALLOWED] });
+    const policyFor = (i: number): { mode: 'none' } | { mode: 'allow'; allow: string[] } =>
+      i % 2 === 0 ? { mode: 'none' } : { mode: 'allow', allow: [ALLOWED] };
     for (let done = 0; done < opts.switches; done += 10) {
       const block = Math.min(10, opts.switches - done);
       for (let i = done; i < done + block; i++) {
@@ -398,13 +450,30 @@ export function hardeningTargets(r: HardeningResult): TargetCheck[] {
   const cost = (hardened / bareP50 - 1) * 100;
   const network = p50(r.create, 'dsec+net') - p50(r.create, 'dsec');
   return [
-    check(`hardening adds ≤ ${TARGETS.hardeningCreatePct}% to create p50 (${hardenedArm} with dsec defaults vs bare, same run)`, cost, TARGETS.hardeningCreatePct, '%', {
-      measured: `${round(hardened, 2)} ms vs ${round(bareP50, 2)} ms = ${round(cost, 1)}%`,
-    }),
-    check(`a network policy adds ≤ ${TARGETS.networkCreateMs} ms to create p50 (dsec+net vs dsec, same run)`, network, TARGETS.networkCreateMs, 'ms', {
-      measured: `${round(p50(r.create, 'dsec+net'), 2)} ms vs ${round(p50(r.create, 'dsec'), 2)} ms = +${round(network, 2)} ms`,
-    }),
-    check(`policy switch in force ≤ ${TARGETS.policySwitchMs} ms (PUT /network round trip, p50)`, r.switch.put.p50, TARGETS.policySwitchMs, 'ms'),
+    check(
+      `hardening adds ≤ ${TARGETS.hardeningCreatePct}% to create p50 (${hardenedArm} with dsec defaults vs bare, same run)`,
+      cost,
+      TARGETS.hardeningCreatePct,
+      '%',
+      {
+        measured: `${round(hardened, 2)} ms vs ${round(bareP50, 2)} ms = ${round(cost, 1)}%`,
+      },
+    ),
+    check(
+      `a network policy adds ≤ ${TARGETS.networkCreateMs} ms to create p50 (dsec+net vs dsec, same run)`,
+      network,
+      TARGETS.networkCreateMs,
+      'ms',
+      {
+        measured: `${round(p50(r.create, 'dsec+net'), 2)} ms vs ${round(p50(r.create, 'dsec'), 2)} ms = +${round(network, 2)} ms`,
+      },
+    ),
+    check(
+      `policy switch in force ≤ ${TARGETS.policySwitchMs} ms (PUT /network round trip, p50)`,
+      r.switch.put.p50,
+      TARGETS.policySwitchMs,
+      'ms',
+    ),
   ];
 }
 
@@ -423,7 +492,10 @@ function usernsTable(r: HardeningResult): string {
     if (!a || !b) continue;
     rows.push([what, off, a.p50, a.p95 ?? NaN, b.p50, b.p95 ?? NaN, ratio(b.p50, a.p50), ratio(b.p95 ?? NaN, a.p95 ?? NaN)]);
   }
-  return mdTable(['op', 'peer', 'p50 without (ms)', 'p95 without (ms)', 'p50 userns (ms)', 'p95 userns (ms)', 'p50 ratio', 'p95 ratio'], rows);
+  return mdTable(
+    ['op', 'peer', 'p50 without (ms)', 'p95 without (ms)', 'p50 userns (ms)', 'p95 userns (ms)', 'p50 ratio', 'p95 ratio'],
+    rows,
+  );
 }
 
 function armTable(arms: ArmResult[], base: string): string {
@@ -460,8 +532,8 @@ export function renderHardening(report: BenchReport<HardeningResult>, svgName: s
     '',
     `What dsec's defences cost. Creates: ${o.count} per arm, one at a time, each removed right after (untimed), ` +
       `in ${o.rounds} rounds with the arms alternating. Execs: ${o.count} per arm on one idle sandbox each. ` +
-      'Seccomp and the other OCI-level defences are measured on the raw crun floor (dsec\'s own config with them stripped), ' +
-      'where their cost lands; the network policy and Landlock through dsec\'s API.',
+      "Seccomp and the other OCI-level defences are measured on the raw crun floor (dsec's own config with them stripped), " +
+      "where their cost lands; the network policy and Landlock through dsec's API.",
     '',
     '## Create',
     '',
@@ -480,10 +552,28 @@ export function renderHardening(report: BenchReport<HardeningResult>, svgName: s
     mdTable(
       ['what', 'p50 (ms)', 'p90 (ms)', 'p99 (ms)', 'n'],
       [
-        ['PUT /network none ⇄ allow, round trip (SDK → control plane → edge → libnftables, in force on return)', s.put.p50, s.put.p90, s.put.p99, s.put.count],
+        [
+          'PUT /network none ⇄ allow, round trip (SDK → control plane → edge → libnftables, in force on return)',
+          s.put.p50,
+          s.put.p90,
+          s.put.p99,
+          s.put.count,
+        ],
         ["the edge's own time for those switches (appliedMs)", s.applied.p50, s.applied.p90, s.applied.p99, s.applied.count],
-        ['before: `nsenter --net nft -f -` with the same ruleset (the old way, same sandbox)', s.nsenterNft.p50, s.nsenterNft.p90, s.nsenterNft.p99, s.nsenterNft.count],
-        ['first switch away from none (adds the veth link: one rtnetlink request to dsec-nft; then the ruleset)', s.firstAttach.p50, s.firstAttach.p90, s.firstAttach.p99, s.firstAttach.count],
+        [
+          'before: `nsenter --net nft -f -` with the same ruleset (the old way, same sandbox)',
+          s.nsenterNft.p50,
+          s.nsenterNft.p90,
+          s.nsenterNft.p99,
+          s.nsenterNft.count,
+        ],
+        [
+          'first switch away from none (adds the veth link: one rtnetlink request to dsec-nft; then the ruleset)',
+          s.firstAttach.p50,
+          s.firstAttach.p90,
+          s.firstAttach.p99,
+          s.firstAttach.count,
+        ],
       ],
     ),
     '',
@@ -516,7 +606,11 @@ export const hardeningScenario: BenchScenarioDef<HardeningOptions, HardeningResu
     `enforcement: ${r.switch.enforcement}`,
   ],
   headline: (r) => [
-    { metric: 'hardening: create p50 with defences (ms)', better: 'lower', values: { dsec: p50(r.create, 'dsec'), crun: p50(r.create, 'crun') } },
+    {
+      metric: 'hardening: create p50 with defences (ms)',
+      better: 'lower',
+      values: { dsec: p50(r.create, 'dsec'), crun: p50(r.create, 'crun') },
+    },
     { metric: 'hardening: policy switch p50 (ms)', better: 'lower', values: { dsec: r.switch.put.p50 } },
   ],
 };

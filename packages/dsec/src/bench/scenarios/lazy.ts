@@ -35,9 +35,12 @@ type Mode = 'eager' | 'lazy';
 
 /** The typical first commands of a task (issue 17), each in a fresh sandbox on a cold node. */
 const TASKS: { name: string; cmd: string }[] = [
-  { name: 'python3 -c', cmd: "python3 -c 'import json, sys; print(json.dumps({\"ok\": sys.version_info[0]}))'" },
+  { name: 'python3 -c', cmd: 'python3 -c \'import json, sys; print(json.dumps({"ok": sys.version_info[0]}))\'' },
   { name: 'git status', cmd: 'cd /tmp && git init -q repo && cd repo && git status --short && echo clean' },
-  { name: 'gcc hello', cmd: "printf '#include <stdio.h>\\nint main(void){puts(\"hi\");return 0;}\\n' > /tmp/h.c && gcc -O1 -o /tmp/h /tmp/h.c && /tmp/h" },
+  {
+    name: 'gcc hello',
+    cmd: 'printf \'#include <stdio.h>\\nint main(void){puts("hi");return 0;}\\n\' > /tmp/h.c && gcc -O1 -o /tmp/h /tmp/h.c && /tmp/h',
+  },
 ];
 
 const PACKAGES = ['python3', 'build-essential', 'git'];
@@ -95,10 +98,13 @@ export async function runLazy(peers: Peer[], opts: LazyOptions, ctx: ScenarioCon
   const dsec = peers.find((p): p is DsecApiPeer => p instanceof DsecApiPeer);
   const dropped: PeerUnavailable[] = peers
     .filter((p) => p.name !== 'dsec')
-    .map((p) => ({ name: p.name, reason: 'the lazy scenario compares dsec\'s own two ways of fetching layers (eager, lazy); the peers pull whole images' }));
+    .map((p) => ({
+      name: p.name,
+      reason: "the lazy scenario compares dsec's own two ways of fetching layers (eager, lazy); the peers pull whole images",
+    }));
   if (!dsec) throw new Error('the lazy scenario needs the dsec peer');
   const fixture = ctx.fixture;
-  if (!fixture) throw new Error('the lazy scenario needs the run\'s fixture (its in-process dsec)');
+  if (!fixture) throw new Error("the lazy scenario needs the run's fixture (its in-process dsec)");
   ctx.say(`building the debian image with ${PACKAGES.join(', ')} (debootstrap: a few minutes the first time)`);
   const built = await buildDebianImage(fixture.dsec.images, { name: 'bench-lazy', packages: PACKAGES, progress: (m) => ctx.say(`  ${m}`) });
   const manifest = fixture.dsec.images.get(built.id)!;
@@ -106,7 +112,8 @@ export async function runLazy(peers: Peer[], opts: LazyOptions, ctx: ScenarioCon
   const store = fixture.dsec.images.layers;
   const imageBytes = layers.reduce((n, l) => n + store.size(l), 0);
   // The image's chunk lists at the asked chunk size (recorded at 1 MiB when it was built).
-  for (const l of layers) writeFileAtomic(store.chunkIndexPath(l), JSON.stringify(await computeChunkIndex(store.path(l), opts.chunkKib * 1024)));
+  for (const l of layers)
+    writeFileAtomic(store.chunkIndexPath(l), JSON.stringify(await computeChunkIndex(store.path(l), opts.chunkKib * 1024)));
   const token = randomBytes(16).toString('hex');
   const server = await BlobServerThread.start({
     storeRoot: join(fixture.dir, 'dsec'),
@@ -175,9 +182,18 @@ export async function runLazy(peers: Peer[], opts: LazyOptions, ctx: ScenarioCon
           }
         }
         bytes.sort((a, b) => a - b);
-        const fig = { task: task.name, mode, create: summarizeLatency(create), firstCommand: summarizeLatency(total), bytesRead: bytes[Math.floor(bytes.length / 2)] ?? NaN, errors };
+        const fig = {
+          task: task.name,
+          mode,
+          create: summarizeLatency(create),
+          firstCommand: summarizeLatency(total),
+          bytesRead: bytes[Math.floor(bytes.length / 2)] ?? NaN,
+          errors,
+        };
         tasks.push(fig);
-        ctx.say(`${task.name.padEnd(11)} ${mode.padEnd(5)} first command p50 ${fig.firstCommand.p50} ms, read ${mib(fig.bytesRead)} MiB of ${mib(imageBytes)} MiB`);
+        ctx.say(
+          `${task.name.padEnd(11)} ${mode.padEnd(5)} first command p50 ${fig.firstCommand.p50} ms, read ${mib(fig.bytesRead)} MiB of ${mib(imageBytes)} MiB`,
+        );
       }
     }
     for (const mode of ['eager', 'lazy'] as Mode[]) {
@@ -223,7 +239,10 @@ export async function runLazy(peers: Peer[], opts: LazyOptions, ctx: ScenarioCon
           `eager fetches the whole layer from the blob server before mounting it, lazy mounts it through dsec-chunk-fuse and fetches ${opts.chunkKib} KiB chunks on first read; ` +
           `blob server on loopback, rate-limited to ${opts.rateMbit} Mbit/s`,
         version: dsec.version,
-        errors: [...tasks.flatMap((t) => t.errors.map((e) => `${t.task} ${t.mode}: ${e}`)), ...bursts.flatMap((b) => b.errors.map((e) => `burst ${b.mode}: ${e}`))],
+        errors: [
+          ...tasks.flatMap((t) => t.errors.map((e) => `${t.task} ${t.mode}: ${e}`)),
+          ...bursts.flatMap((b) => b.errors.map((e) => `burst ${b.mode}: ${e}`)),
+        ],
         imageBytes,
         imagePackages: PACKAGES,
         rateMbit: opts.rateMbit,
@@ -245,7 +264,10 @@ function pct(part: number, whole: number): number {
 }
 
 function pair(r: LazyPeerResult, task: string): { eager?: TaskFigures; lazy?: TaskFigures } {
-  return { eager: r.tasks.find((t) => t.task === task && t.mode === 'eager'), lazy: r.tasks.find((t) => t.task === task && t.mode === 'lazy') };
+  return {
+    eager: r.tasks.find((t) => t.task === task && t.mode === 'eager'),
+    lazy: r.tasks.find((t) => t.task === task && t.mode === 'lazy'),
+  };
 }
 
 export function lazyTargets(result: LazyResult): TargetCheck[] {
@@ -256,7 +278,11 @@ export function lazyTargets(result: LazyResult): TargetCheck[] {
     const { eager, lazy } = pair(r, t.name);
     if (!eager || !lazy) continue;
     out.push(check(`${t.name}: lazy reads ≤ 15 % of the image's bytes`, pct(lazy.bytesRead, r.imageBytes), 15, '%'));
-    out.push(check(`${t.name}: first command on a cold node ≥ 3× sooner than eager`, eager.firstCommand.p50 / lazy.firstCommand.p50, 3, '×', { atLeast: true }));
+    out.push(
+      check(`${t.name}: first command on a cold node ≥ 3× sooner than eager`, eager.firstCommand.p50 / lazy.firstCommand.p50, 3, '×', {
+        atLeast: true,
+      }),
+    );
   }
   return out;
 }
@@ -281,7 +307,15 @@ export function renderLazy(report: BenchReport<LazyResult>, svgName: string): { 
       `${pct(lazy.bytesRead, r.imageBytes)} %`,
     ]);
   }
-  const burstRows = r.burst.map((b) => [b.mode, b.count, b.allDoneMs, b.firstCommand.p50, b.firstCommand.max, mib(b.bytesRead), b.errors.length]);
+  const burstRows = r.burst.map((b) => [
+    b.mode,
+    b.count,
+    b.allDoneMs,
+    b.firstCommand.p50,
+    b.firstCommand.max,
+    mib(b.bytesRead),
+    b.errors.length,
+  ]);
   const svg = renderChart(`dsec bench lazy — ${report.startedAt}`, chartSubtitle(report), [
     {
       title: 'first command on a cold node p50',
@@ -289,7 +323,12 @@ export function renderLazy(report: BenchReport<LazyResult>, svgName: string): { 
       better: 'lower',
       bars: r.tasks.map((t) => ({ label: `${t.task} ${t.mode}`, value: t.firstCommand.p50 })),
     },
-    { title: 'bytes read from the blob store', unit: 'MiB', better: 'lower', bars: r.tasks.map((t) => ({ label: `${t.task} ${t.mode}`, value: mib(t.bytesRead) })) },
+    {
+      title: 'bytes read from the blob store',
+      unit: 'MiB',
+      better: 'lower',
+      bars: r.tasks.map((t) => ({ label: `${t.task} ${t.mode}`, value: mib(t.bytesRead) })),
+    },
   ]);
   const md = [
     `# dsec bench lazy — ${report.startedAt}`,
@@ -301,11 +340,27 @@ export function renderLazy(report: BenchReport<LazyResult>, svgName: string): { 
       `dsec-chunk-fuse and fetches ${r.chunkKib} KiB chunks on first read. ${o.rounds} cold start(s) per task and mode; p50 in ms; bytes are what the ` +
       'blob server sent.',
     '',
-    mdTable(['task', 'eager first command', 'lazy first command', 'eager ÷ lazy', 'eager create', 'lazy create', 'eager MiB read', 'lazy MiB read', 'lazy % of image'], rows),
+    mdTable(
+      [
+        'task',
+        'eager first command',
+        'lazy first command',
+        'eager ÷ lazy',
+        'eager create',
+        'lazy create',
+        'eager MiB read',
+        'lazy MiB read',
+        'lazy % of image',
+      ],
+      rows,
+    ),
     '',
     `Burst: ${o.burst} sandboxes created at once on a cold edge, each running \`${TASKS[0]!.name}\`.`,
     '',
-    mdTable(['mode', 'sandboxes', 'all first commands done (ms)', 'first command p50', 'first command max', 'MiB read', 'errors'], burstRows),
+    mdTable(
+      ['mode', 'sandboxes', 'all first commands done (ms)', 'first command p50', 'first command max', 'MiB read', 'errors'],
+      burstRows,
+    ),
     '',
     ...renderCommon(report, svgName),
   ];
@@ -326,13 +381,23 @@ export const lazyScenario: BenchScenarioDef<LazyOptions, LazyResult> = {
   targets: lazyTargets,
   render: renderLazy,
   lines: (r) =>
-    (r.peers[0]?.tasks ?? []).map((t) => `${t.task.padEnd(11)} ${t.mode.padEnd(5)} first command p50 ${t.firstCommand.p50} ms, ${mib(t.bytesRead)} MiB read`),
+    (r.peers[0]?.tasks ?? []).map(
+      (t) => `${t.task.padEnd(11)} ${t.mode.padEnd(5)} first command p50 ${t.firstCommand.p50} ms, ${mib(t.bytesRead)} MiB read`,
+    ),
   headline: (r) => {
     const p = r.peers[0];
     if (!p) return [];
     return TASKS.flatMap((t) => {
       const { lazy } = pair(p, t.name);
-      return lazy ? [{ metric: `lazy ${t.name} first command on a cold node p50 (ms)`, better: 'lower' as const, values: { dsec: lazy.firstCommand.p50 } }] : [];
+      return lazy
+        ? [
+            {
+              metric: `lazy ${t.name} first command on a cold node p50 (ms)`,
+              better: 'lower' as const,
+              values: { dsec: lazy.firstCommand.p50 },
+            },
+          ]
+        : [];
     });
   },
 };

@@ -109,7 +109,9 @@ export const pauseScenario: BenchScenarioDef<PauseOptions, PauseResult> = {
   targets: pauseTargets,
   render: renderPause,
   lines: (r) =>
-    r.peers.map((p) => `${p.name.padEnd(7)} pause p50 ${p.pause.p50} ms p99 ${p.pause.p99} ms  resume p50 ${p.resume.p50} ms p99 ${p.resume.p99} ms`),
+    r.peers.map(
+      (p) => `${p.name.padEnd(7)} pause p50 ${p.pause.p50} ms p99 ${p.pause.p99} ms  resume p50 ${p.resume.p50} ms p99 ${p.resume.p99} ms`,
+    ),
   headline: (r) => [
     { metric: 'pause p50 (ms)', better: 'lower', values: valuesOf(r.peers, (p) => p.pause.p50) },
     { metric: 'resume p50 (ms)', better: 'lower', values: valuesOf(r.peers, (p) => p.resume.p50) },

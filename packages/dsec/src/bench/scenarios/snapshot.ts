@@ -71,7 +71,8 @@ export async function runSnapshot(peers: Peer[], opts: SnapshotOptions, ctx: Sce
   const fail = (s: State, what: string, err: unknown): void => {
     s.errors.push(`${what}: ${(err as Error).message}`);
     say(`${s.peer.name}: ${what} failed: ${(err as Error).message}`);
-    if (s.errors.length === MAX_ERRORS) dropped.push({ name: s.peer.name, reason: `stopped after ${MAX_ERRORS} failures; last: ${s.errors.at(-1)}` });
+    if (s.errors.length === MAX_ERRORS)
+      dropped.push({ name: s.peer.name, reason: `stopped after ${MAX_ERRORS} failures; last: ${s.errors.at(-1)}` });
   };
   const live = (): State[] => states.filter((s) => s.errors.length < MAX_ERRORS);
   for (const peer of peers) {
@@ -161,13 +162,20 @@ export async function runSnapshot(peers: Peer[], opts: SnapshotOptions, ctx: Sce
 export function snapshotTargets(result: SnapshotScenarioResult): TargetCheck[] {
   const d = result.peers.find((p) => p.name === 'dsec');
   const mib = Math.round(result.expectedBytes / 1048576);
-  const snap = check(`snapshot of ${TARGETS.snapshotMiB} MB written ≤ ${TARGETS.snapshotMs / 1000} s (p50)`, d?.snapshot.p50 ?? NaN, TARGETS.snapshotMs, 'ms');
+  const snap = check(
+    `snapshot of ${TARGETS.snapshotMiB} MB written ≤ ${TARGETS.snapshotMs / 1000} s (p50)`,
+    d?.snapshot.p50 ?? NaN,
+    TARGETS.snapshotMs,
+    'ms',
+  );
   const n = d?.fork.count ?? 0;
   const forkBudget = (d?.restore.p50 ?? NaN) * n;
   const restoreBudget = (d?.create.p50 ?? NaN) + TARGETS.restoreOverCreateMs;
   const bytesOk = d ? d.restoredBytes === result.expectedBytes && d.forkedBytes === result.expectedBytes : undefined;
   return [
-    mib === TARGETS.snapshotMiB ? snap : { ...snap, ok: undefined, note: `not judged: ${mib} MiB written, the target is for ${TARGETS.snapshotMiB}` },
+    mib === TARGETS.snapshotMiB
+      ? snap
+      : { ...snap, ok: undefined, note: `not judged: ${mib} MiB written, the target is for ${TARGETS.snapshotMiB}` },
     check(`restore p50 ≤ create p50 + ${TARGETS.restoreOverCreateMs} ms`, d?.restore.p50 ?? NaN, restoreBudget, 'ms', {
       measured: d ? `restore ${d.restore.p50} ms vs create ${d.create.p50} ms (budget ${round(restoreBudget, 2)} ms)` : undefined,
     }),
@@ -248,6 +256,10 @@ export const snapshotScenario: BenchScenarioDef<SnapshotOptions, SnapshotScenari
   headline: (r) => [
     { metric: 'snapshot p50 (ms)', better: 'lower', values: valuesOf(r.peers, (p) => p.snapshot.p50) },
     { metric: 'restore p50 (ms)', better: 'lower', values: valuesOf(r.peers, (p) => p.restore.p50) },
-    { metric: `fork(${r.peers[0]?.fork.count ?? '?'}) wall time (s)`, better: 'lower', values: valuesOf(r.peers, (p) => p.fork.wallSeconds) },
+    {
+      metric: `fork(${r.peers[0]?.fork.count ?? '?'}) wall time (s)`,
+      better: 'lower',
+      values: valuesOf(r.peers, (p) => p.fork.wallSeconds),
+    },
   ],
 };

@@ -47,7 +47,8 @@ async function portThroughput(sb: Sandbox): Promise<number> {
   }
 }
 
-const IMAGE_CHANGE = 'mkdir -p /bench && i=0; while [ $i -lt 100 ]; do head -c 4096 /dev/urandom > /bench/f$i; i=$((i+1)); done; head -c 8388608 /dev/urandom > /bench/big';
+const IMAGE_CHANGE =
+  'mkdir -p /bench && i=0; while [ $i -lt 100 ]; do head -c 4096 /dev/urandom > /bench/f$i; i=$((i+1)); done; head -c 8388608 /dev/urandom > /bench/big';
 
 export interface BackendFigures {
   backend: SandboxBackend;
@@ -87,11 +88,23 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
   const dsec = peers.find((p): p is DsecApiPeer => p instanceof DsecApiPeer);
   const dropped: PeerUnavailable[] = peers
     .filter((p) => p.name !== 'dsec')
-    .map((p) => ({ name: p.name, reason: 'the vm scenario compares dsec backends with each other (container, microvm, vm); other peers have no VM backend here' }));
+    .map((p) => ({
+      name: p.name,
+      reason: 'the vm scenario compares dsec backends with each other (container, microvm, vm); other peers have no VM backend here',
+    }));
   if (!dsec) throw new Error('the vm scenario needs the dsec peer');
   const out: BackendFigures[] = [];
   for (const backend of BACKENDS) {
-    const f = { create: [] as number[], firstExec: [] as number[], boot: [] as number[], exec: [] as number[], frozen: [] as number[], fork: [] as number[], image: [] as number[], imageFrozen: [] as number[] };
+    const f = {
+      create: [] as number[],
+      firstExec: [] as number[],
+      boot: [] as number[],
+      exec: [] as number[],
+      frozen: [] as number[],
+      fork: [] as number[],
+      image: [] as number[],
+      imageFrozen: [] as number[],
+    };
     const errors: string[] = [];
     let idleMemoryMiB = NaN;
     let portMiBps = NaN;
@@ -161,7 +174,8 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
     peers: [
       {
         name: 'dsec',
-        description: 'Sandbox.create({ backend }) then commands.run(["true"]) through the SDK; container: crun; microvm: QEMU -M microvm; vm: QEMU q35',
+        description:
+          'Sandbox.create({ backend }) then commands.run(["true"]) through the SDK; container: crun; microvm: QEMU -M microvm; vm: QEMU q35',
         version: dsec.version,
         errors: out.flatMap((b) => b.errors.map((e) => `${b.backend}: ${e}`)),
         backends: out,
@@ -201,9 +215,19 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
   const o = report.options as unknown as VmOptions;
   const b = result.peers[0]?.backends ?? [];
   const svg = renderChart(`dsec bench vm — ${report.startedAt}`, chartSubtitle(report), [
-    { title: 'boot to first command p50', unit: 'ms', better: 'lower', bars: b.map((x) => ({ label: x.backend, value: x.bootToFirstCommand.p50 })) },
+    {
+      title: 'boot to first command p50',
+      unit: 'ms',
+      better: 'lower',
+      bars: b.map((x) => ({ label: x.backend, value: x.bootToFirstCommand.p50 })),
+    },
     { title: 'exec true p50', unit: 'ms', better: 'lower', bars: b.map((x) => ({ label: x.backend, value: x.exec.p50 })) },
-    { title: 'host memory per idle sandbox', unit: 'MiB', better: 'lower', bars: b.map((x) => ({ label: x.backend, value: x.idleMemoryMiB })) },
+    {
+      title: 'host memory per idle sandbox',
+      unit: 'MiB',
+      better: 'lower',
+      bars: b.map((x) => ({ label: x.backend, value: x.idleMemoryMiB })),
+    },
   ]);
   const md = [
     `# dsec bench vm — ${report.startedAt}`,
@@ -216,7 +240,10 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
       `VM accelerator: ${result.peers[0]?.accel ?? 'n/a'}. Memory is the sandbox's cgroup charge: for a VM, QEMU's ` +
       '(guest RAM it touched, guest kernel, TCG cache, device state, page cache of its disks).',
     '',
-    mdTable(['metric', ...b.map((x) => x.backend), ...b.filter((x) => x.backend !== 'container').map((x) => `${x.backend} ÷ container`)], rows(result)),
+    mdTable(
+      ['metric', ...b.map((x) => x.backend), ...b.filter((x) => x.backend !== 'container').map((x) => `${x.backend} ÷ container`)],
+      rows(result),
+    ),
     '',
     ...renderCommon(report, svgName),
   ];
@@ -225,7 +252,8 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
 
 export const vmScenario: BenchScenarioDef<VmOptions, VmResult> = {
   name: 'vm',
-  summary: 'microVM and VM backends against containers: boot to first command, fork (snapshot and restore), snapshot as an image, exec latency, host memory per idle sandbox',
+  summary:
+    'microVM and VM backends against containers: boot to first command, fork (snapshot and restore), snapshot as an image, exec latency, host memory per idle sandbox',
   flags: [
     { key: 'boots', long: 'boots', description: 'sandboxes booted per backend', default: 5, min: 1 },
     { key: 'count', long: 'count', short: 'n', description: 'timed execs per backend', default: 50, min: 1 },

@@ -62,7 +62,8 @@ async function run(scenarios: ScenarioRun[], combined: boolean, flags: CommonFla
     const reports = outcome.reports.map((r) => r.report);
     process.stdout.write(JSON.stringify(combined ? { summary: outcome.all?.summary, reports } : reports[0], null, 2) + '\n');
   } else printSummary(outcome);
-  for (const { files } of outcome.reports) say(`results: ${[files.json, files.markdown, files.svg, files.latest].filter(Boolean).join('\n         ')}`);
+  for (const { files } of outcome.reports)
+    say(`results: ${[files.json, files.markdown, files.svg, files.latest].filter(Boolean).join('\n         ')}`);
   if (outcome.all) say(`summary: ${outcome.all.files.markdown}\n         ${outcome.all.files.json}\n         ${outcome.all.files.latest}`);
   const cleanup = outcome.reports[0]?.report.cleanup;
   if (cleanup?.leaks.length || cleanup?.errors.length || outcome.failed.length) process.exitCode = 1;

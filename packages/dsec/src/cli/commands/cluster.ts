@@ -11,7 +11,11 @@ import { credentialsFromEnv, type RegistryCredentials } from '../../image/regist
 import { parseRegistryRef, RegistryRefError, type RegistryRef } from '../../image/registry/registry-ref.js';
 import { collectKv, printTable } from '../output.js';
 
-function stopOn(signals: NodeJS.Signals[], close: () => Promise<void>, log: { info: (m: string) => void; error: (o: object, m: string) => void }): void {
+function stopOn(
+  signals: NodeJS.Signals[],
+  close: () => Promise<void>,
+  log: { info: (m: string) => void; error: (o: object, m: string) => void },
+): void {
   for (const sig of signals) {
     process.once(sig, () => {
       log.info(`${sig}: stopping; sandboxes keep running and are adopted at the next start`);
@@ -39,26 +43,62 @@ export function registerClusterCommands(program: Command): void {
     .description('run a control plane with no local edge; edges on other nodes join it with `dsec edge --join URL --token T`')
     .option('--listen <host:port>', 'address of the HTTP API, default 127.0.0.1:7070 (env DSEC_LISTEN)')
     .option('--data-dir <dir>', 'state directory, default /var/lib/dsec (env DSEC_DATA_DIR)')
-    .option('--store <url>', 'postgres://… to keep state in PostgreSQL (replicas on one database share it); default SQLite in the data dir (env DSEC_STORE)')
-    .option('--layer-dir <dir>', 'where layer blobs live, default the data dir; replicas without --registry share one (NFS, CephFS, 3FS) (env DSEC_LAYER_DIR)')
-    .option('--registry <host/repository>', "the cluster's OCI registry, the control plane's blob store: every image's layers go there (the layer dir is then a cache, so replicas share no directory), and joining edges read them from it (they need no --registry); credentials, with push and delete, from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)")
+    .option(
+      '--store <url>',
+      'postgres://… to keep state in PostgreSQL (replicas on one database share it); default SQLite in the data dir (env DSEC_STORE)',
+    )
+    .option(
+      '--layer-dir <dir>',
+      'where layer blobs live, default the data dir; replicas without --registry share one (NFS, CephFS, 3FS) (env DSEC_LAYER_DIR)',
+    )
+    .option(
+      '--registry <host/repository>',
+      "the cluster's OCI registry, the control plane's blob store: every image's layers go there (the layer dir is then a cache, so replicas share no directory), and joining edges read them from it (they need no --registry); credentials, with push and delete, from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)",
+    )
     .option('--ports-listen <host:port>', "address of the port-link origin (env DSEC_PORTS_LISTEN, default the API's host at its port + 8)")
     .option('--ports-url <url>', 'base URL port links are made with, e.g. behind a proxy (env DSEC_PORTS_URL)')
-    .option('--registry-allow <hosts>', "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's; admin keys may name any; the registry account goes only to the cluster's registry (env DSEC_REGISTRY_ALLOW)")
+    .option(
+      '--registry-allow <hosts>',
+      "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's; admin keys may name any; the registry account goes only to the cluster's registry (env DSEC_REGISTRY_ALLOW)",
+    )
     .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)')
-    .action(async (flags: { listen?: string; dataDir?: string; store?: string; layerDir?: string; registry?: string; registryAllow?: string; portsListen?: string; portsUrl?: string; edgeLostAfter: string; logLevel?: string }) => {
-      const opts = compileOptions({ listen: flags.listen, dataDir: flags.dataDir, store: flags.store, layerDir: flags.layerDir, registry: flags.registry, registryAllow: flags.registryAllow, portsListen: flags.portsListen, portsUrl: flags.portsUrl, logLevel: flags.logLevel });
-      const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
-      const oom = protectFromOomKiller();
-      const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });
-      if (!oom.ok) dsec.log.warn(`cannot lower the control plane's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE)`);
-      process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
-      if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
-      process.stdout.write(`join token (also in client.json): ${dsec.joinToken}\n`);
-      process.stdout.write(`on each node: dsec edge --join ${dsec.url} --token ${dsec.joinToken} --listen <node-address>:7071\n`);
-      stopOn(['SIGTERM', 'SIGINT'], () => dsec.close(), dsec.log);
-    });
+    .action(
+      async (flags: {
+        listen?: string;
+        dataDir?: string;
+        store?: string;
+        layerDir?: string;
+        registry?: string;
+        registryAllow?: string;
+        portsListen?: string;
+        portsUrl?: string;
+        edgeLostAfter: string;
+        logLevel?: string;
+      }) => {
+        const opts = compileOptions({
+          listen: flags.listen,
+          dataDir: flags.dataDir,
+          store: flags.store,
+          layerDir: flags.layerDir,
+          registry: flags.registry,
+          registryAllow: flags.registryAllow,
+          portsListen: flags.portsListen,
+          portsUrl: flags.portsUrl,
+          logLevel: flags.logLevel,
+        });
+        const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
+        const oom = protectFromOomKiller();
+        const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });
+        if (!oom.ok)
+          dsec.log.warn(`cannot lower the control plane's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE)`);
+        process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
+        if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
+        process.stdout.write(`join token (also in client.json): ${dsec.joinToken}\n`);
+        process.stdout.write(`on each node: dsec edge --join ${dsec.url} --token ${dsec.joinToken} --listen <node-address>:7071\n`);
+        stopOn(['SIGTERM', 'SIGINT'], () => dsec.close(), dsec.log);
+      },
+    );
 
   const edge = program
     .command('edge')
@@ -71,33 +111,72 @@ export function registerClusterCommands(program: Command): void {
     .option('--id <id>', 'edge id (default: made once and kept in DATA_DIR/edge-id)')
     .option('--pool <name>', 'node pool; "burst" takes burstable sandboxes above the threshold', 'default')
     .option('--label <KEY=VALUE>', 'label for placement (repeatable)', collectKv)
-    .option('--cpu-overcommit <ratio>', `CPU limits may add up to this many times the node's CPUs (0: no cap; default ${DEFAULT_CPU_OVERCOMMIT})`, String(DEFAULT_CPU_OVERCOMMIT))
+    .option(
+      '--cpu-overcommit <ratio>',
+      `CPU limits may add up to this many times the node's CPUs (0: no cap; default ${DEFAULT_CPU_OVERCOMMIT})`,
+      String(DEFAULT_CPU_OVERCOMMIT),
+    )
     .option('--max-sandboxes <n>', 'admission limit of this edge', '4000')
     .option('--layer-cache-mib <n>', 'budget of the node layer cache in MiB', '20480')
-    .option('--min-available-memory-mib <n>', 'refuse creates (503 NODE_MEMORY_PRESSURE) while the node has less memory available; 0: never (env DSEC_MIN_AVAILABLE_MEMORY_MIB, default 256)')
-    .option('--max-memory-pressure <percent>', 'refuse creates (503 NODE_MEMORY_PRESSURE) while PSI memory full avg10 is at least this; 0: never (env DSEC_MAX_MEMORY_PRESSURE, default 40)')
-    .option('--layer-fetch <mode>', 'eager (whole layers from the blob endpoint before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)')
-    .option('--registry <host/repository>', 'fetch layers (or, lazy, their chunks by Range) from this OCI registry repository first (images pushed there with dsec image push), the control plane for the rest; credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)')
+    .option(
+      '--min-available-memory-mib <n>',
+      'refuse creates (503 NODE_MEMORY_PRESSURE) while the node has less memory available; 0: never (env DSEC_MIN_AVAILABLE_MEMORY_MIB, default 256)',
+    )
+    .option(
+      '--max-memory-pressure <percent>',
+      'refuse creates (503 NODE_MEMORY_PRESSURE) while PSI memory full avg10 is at least this; 0: never (env DSEC_MAX_MEMORY_PRESSURE, default 40)',
+    )
+    .option(
+      '--layer-fetch <mode>',
+      'eager (whole layers from the blob endpoint before start, default) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH)',
+    )
+    .option(
+      '--registry <host/repository>',
+      'fetch layers (or, lazy, their chunks by Range) from this OCI registry repository first (images pushed there with dsec image push), the control plane for the rest; credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD[_FILE] (env DSEC_REGISTRY)',
+    )
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default info)')
     .action(
       async (flags: {
         registry?: string;
-        join?: string; token?: string; listen: string; advertise?: string; dataDir?: string; id?: string; pool: string; label?: Record<string, string>;
-        cpuOvercommit: string; maxSandboxes: string; layerCacheMib: string; layerFetch?: string; logLevel?: string;
-        minAvailableMemoryMib?: string; maxMemoryPressure?: string;
+        join?: string;
+        token?: string;
+        listen: string;
+        advertise?: string;
+        dataDir?: string;
+        id?: string;
+        pool: string;
+        label?: Record<string, string>;
+        cpuOvercommit: string;
+        maxSandboxes: string;
+        layerCacheMib: string;
+        layerFetch?: string;
+        logLevel?: string;
+        minAvailableMemoryMib?: string;
+        maxMemoryPressure?: string;
       }) => {
         const token = flags.token ?? process.env['DSEC_JOIN_TOKEN'];
-        if (!flags.join || !/^https?:\/\//.test(flags.join)) throw new OptionsError('--join <url> is required: the control plane URL that `dsec control` printed');
-        if (!token) throw new OptionsError('--token <token> is required: the join token that `dsec control` printed (or env DSEC_JOIN_TOKEN)');
-        if (!/^[a-z0-9][a-z0-9-]{0,31}$/.test(flags.pool)) throw new OptionsError(`invalid --pool ${JSON.stringify(flags.pool)}: lowercase letters, digits and -`);
+        if (!flags.join || !/^https?:\/\//.test(flags.join))
+          throw new OptionsError('--join <url> is required: the control plane URL that `dsec control` printed');
+        if (!token)
+          throw new OptionsError('--token <token> is required: the join token that `dsec control` printed (or env DSEC_JOIN_TOKEN)');
+        if (!/^[a-z0-9][a-z0-9-]{0,31}$/.test(flags.pool))
+          throw new OptionsError(`invalid --pool ${JSON.stringify(flags.pool)}: lowercase letters, digits and -`);
         const ratio = Number(flags.cpuOvercommit);
-        if (!Number.isFinite(ratio) || ratio < 0) throw new OptionsError(`invalid --cpu-overcommit ${JSON.stringify(flags.cpuOvercommit)}: a number ≥ 0`);
+        if (!Number.isFinite(ratio) || ratio < 0)
+          throw new OptionsError(`invalid --cpu-overcommit ${JSON.stringify(flags.cpuOvercommit)}: a number ≥ 0`);
         const base = compileOptions({
-          dataDir: flags.dataDir, listen: flags.listen, logLevel: flags.logLevel, layerFetch: flags.layerFetch,
-          minAvailableMemoryMiB: flags.minAvailableMemoryMib, maxMemoryPressure: flags.maxMemoryPressure,
+          dataDir: flags.dataDir,
+          listen: flags.listen,
+          logLevel: flags.logLevel,
+          layerFetch: flags.layerFetch,
+          minAvailableMemoryMiB: flags.minAvailableMemoryMib,
+          maxMemoryPressure: flags.maxMemoryPressure,
         });
         const oom = protectFromOomKiller();
-        if (!oom.ok) process.stderr.write(`cannot lower the edge's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}\n`);
+        if (!oom.ok)
+          process.stderr.write(
+            `cannot lower the edge's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}\n`,
+          );
         const daemon = await startEdgeDaemon({
           join: flags.join,
           token,
@@ -119,7 +198,10 @@ export function registerClusterCommands(program: Command): void {
           logLevel: base.logLevel,
         });
         process.stdout.write(`dsec edge ${daemon.id} serves ${daemon.url} and joined ${flags.join}\n`);
-        const log = { info: (m: string) => process.stderr.write(`${m}\n`), error: (_o: object, m: string) => process.stderr.write(`${m}\n`) };
+        const log = {
+          info: (m: string) => process.stderr.write(`${m}\n`),
+          error: (_o: object, m: string) => process.stderr.write(`${m}\n`),
+        };
         stopOn(['SIGTERM', 'SIGINT'], () => daemon.close(), log);
         void daemon.left.then(async () => {
           await daemon.close();
@@ -171,7 +253,10 @@ export function registerClusterCommands(program: Command): void {
 function registryOption(text: string | undefined): { ref: RegistryRef; credentials: RegistryCredentials | undefined } | undefined {
   if (text === undefined || text === '') return undefined;
   try {
-    return { ref: parseRegistryRef(text, { requireName: false }), credentials: credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')) };
+    return {
+      ref: parseRegistryRef(text, { requireName: false }),
+      credentials: credentialsFromEnv(process.env, (p) => readFileSync(p, 'utf8')),
+    };
   } catch (err) {
     if (err instanceof RegistryRefError) throw new OptionsError(`--registry: ${err.message}`);
     throw err;

@@ -5,7 +5,9 @@ import { runDemo } from '../../demo/demo.js';
 export function registerDemoCommand(program: Command): void {
   program
     .command('demo')
-    .description('the main job: start dsec if needed, build the default image, run 50 sandboxes through an agent-like sequence, report latency, clean up')
+    .description(
+      'the main job: start dsec if needed, build the default image, run 50 sandboxes through an agent-like sequence, report latency, clean up',
+    )
     .option('-n, --sandboxes <n>', 'how many sandboxes', '50')
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
     .option('--json', 'print the report as JSON')

@@ -51,7 +51,6 @@ function openStore(dataDir?: string): ImageStore {
   return new ImageStore(opts.dataDir, layers);
 }
 
-
 /**
  * A Dockerfile build from the CLI: through the dsec server running on the data dir (its API, via
  * the SDK), or, when none runs, a server started in this process for the build (as `dsec demo`
@@ -86,15 +85,24 @@ export function registerImageCommands(program: Command): void {
     .option('--json', 'machine-readable output')
     .action((f: { dataDir?: string; json?: boolean }) => {
       const list = openStore(f.dataDir).list();
-      const rows = list.map((i) => ({ ...i, id: i.id.slice(0, 19), names: i.names.join(', '), layers: i.layers.length, size: humanBytes(i.sizeBytes) }));
+      const rows = list.map((i) => ({
+        ...i,
+        id: i.id.slice(0, 19),
+        names: i.names.join(', '),
+        layers: i.layers.length,
+        size: humanBytes(i.sizeBytes),
+      }));
       printTable(f.json ? list : rows, ['names', 'id', 'layers', 'size', 'createdAt'], f.json ?? false);
     });
   image
     .command('build')
     .description(
-      'build an image: busybox (a few MB, seconds), debian (debootstrap minbase, about a minute), e2b-base (E2B\'s base template: debian + user `user`, python3, sudo; named base), or from a Dockerfile: build -f Dockerfile CONTEXT (RUN steps run in real sandboxes; needs root)',
+      "build an image: busybox (a few MB, seconds), debian (debootstrap minbase, about a minute), e2b-base (E2B's base template: debian + user `user`, python3, sudo; named base), or from a Dockerfile: build -f Dockerfile CONTEXT (RUN steps run in real sandboxes; needs root)",
     )
-    .argument('[target]', 'busybox | debian | e2b-base | fn-runtime (python3, bash, node from this host: the default image of fn calls) | a build context directory (with -f, or holding a Dockerfile)')
+    .argument(
+      '[target]',
+      'busybox | debian | e2b-base | fn-runtime (python3, bash, node from this host: the default image of fn calls) | a build context directory (with -f, or holding a Dockerfile)',
+    )
     .option('--name <name>', 'tag the image with this name')
     .option('-p, --package <pkg>', 'debian: extra package to install (repeatable)', collectList)
     .option('-f, --file <dockerfile>', 'the Dockerfile (default CONTEXT/Dockerfile)')
@@ -111,13 +119,17 @@ export function registerImageCommands(program: Command): void {
         const builders = ['busybox', 'debian', 'e2b-base', 'fn-runtime'];
         const isContext = target !== undefined && !builders.includes(target) && existsSync(target) && statSync(target).isDirectory();
         if (!f.file && !isContext && target !== undefined && !builders.includes(target)) {
-          throw new UsageError(`unknown builder or context ${JSON.stringify(target)}: use busybox, debian, e2b-base, fn-runtime, or a directory holding a Dockerfile (or -f FILE)`);
+          throw new UsageError(
+            `unknown builder or context ${JSON.stringify(target)}: use busybox, debian, e2b-base, fn-runtime, or a directory holding a Dockerfile (or -f FILE)`,
+          );
         }
-        if (f.package?.length && target !== 'debian') throw new UsageError('-p/--package goes with the debian builder (a Dockerfile installs packages with RUN)');
+        if (f.package?.length && target !== 'debian')
+          throw new UsageError('-p/--package goes with the debian builder (a Dockerfile installs packages with RUN)');
         if (f.file || isContext || target === undefined) {
           const contextDir = target ?? '.';
           const dockerfile = f.file ?? join(contextDir, 'Dockerfile');
-          if (!existsSync(dockerfile)) throw new OptionsError(`no Dockerfile at ${dockerfile}: give one with -f, or a builder (busybox, debian)`);
+          if (!existsSync(dockerfile))
+            throw new OptionsError(`no Dockerfile at ${dockerfile}: give one with -f, or a builder (busybox, debian)`);
           const buildArgs: Record<string, string> = {};
           for (const kv of f.buildArg ?? []) {
             const i = kv.indexOf('=');
@@ -164,7 +176,10 @@ export function registerImageCommands(program: Command): void {
           else if (target === 'debian') built = await buildDebianImage(store, { name: f.name, packages: f.package, progress });
           else if (target === 'fn-runtime') built = await buildFnRuntimeImage(store, { ...(f.name ? { name: f.name } : {}), progress });
           else if (target === 'e2b-base') built = await buildE2bBaseImage(store, { ...(f.name ? { name: f.name } : {}), progress });
-          else throw new UsageError(`unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`);
+          else
+            throw new UsageError(
+              `unknown builder ${JSON.stringify(target)}: use busybox, debian, e2b-base, or a Dockerfile context directory`,
+            );
         } finally {
           bar.end();
         }
@@ -188,7 +203,13 @@ export function registerImageCommands(program: Command): void {
       const progress = (m: string): void => bar.log(`${m}\n`);
       let r;
       try {
-        r = await importImage(store, path, { name: f.name, squash: f.squash ?? false, ref: f.ref, progress, onLayer: (i, total) => bar.update(i, total) });
+        r = await importImage(store, path, {
+          name: f.name,
+          squash: f.squash ?? false,
+          ref: f.ref,
+          progress,
+          onLayer: (i, total) => bar.update(i, total),
+        });
         bar.end();
       } catch (err) {
         bar.end();
@@ -202,18 +223,27 @@ export function registerImageCommands(program: Command): void {
     });
   image
     .command('push')
-    .description('push a local image to an OCI registry as a dsec artifact (its EROFS layers, dsec media types); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD')
+    .description(
+      'push a local image to an OCI registry as a dsec artifact (its EROFS layers, dsec media types); credentials from DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD',
+    )
     .argument('<ref>', 'where to: [https://]HOST[:PORT]/REPOSITORY[:TAG] (loopback hosts speak http unless https:// is written)')
     .option('--image <name>', 'the local image to push (default: the last part of REPOSITORY with TAG, e.g. busybox:latest)')
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
     .option('--json', 'machine-readable output')
     .action(async (refText: string, f: { image?: string; dataDir?: string; json?: boolean }) => {
       const ref = parseRegistryRefOrUsage(refText);
-      if (ref.digest !== undefined) throw new UsageError(`push to a tag, not a digest (${refText}): the registry names the manifest's digest`);
+      if (ref.digest !== undefined)
+        throw new UsageError(`push to a tag, not a digest (${refText}): the registry names the manifest's digest`);
       const local = f.image ?? `${ref.repository.split('/').pop()}:${ref.tag}`;
       const progress = (m: string): void => void process.stderr.write(`${m}\n`);
       await reportRegistryErrors(async () => {
-        const r = await pushImage(openStore(f.dataDir), local, registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref.tag ?? 'latest', progress);
+        const r = await pushImage(
+          openStore(f.dataDir),
+          local,
+          registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }),
+          ref.tag ?? 'latest',
+          progress,
+        );
         if (f.json) process.stdout.write(JSON.stringify({ ref: `${ref.host}/${ref.repository}:${ref.tag}`, ...r }, null, 2) + '\n');
         else process.stdout.write(`${ref.host}/${ref.repository}@${r.digest}\n`);
       });
@@ -230,7 +260,10 @@ export function registerImageCommands(program: Command): void {
       const ref = parseRegistryRefOrUsage(refText);
       const progress = (m: string): void => void process.stderr.write(`${m}\n`);
       await reportRegistryErrors(async () => {
-        const r = await pullImage(openStore(f.dataDir), registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref, { name: f.name, progress });
+        const r = await pullImage(openStore(f.dataDir), registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref, {
+          name: f.name,
+          progress,
+        });
         if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
         else process.stdout.write(`${r.name ? `${r.name} ` : ''}${r.id}\n`);
       });
@@ -253,8 +286,13 @@ export function registerImageCommands(program: Command): void {
       const r = await Image.gc();
       if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
       else {
-        process.stdout.write(`removed ${r.removedLayers.length} layers (${humanBytes(r.freedBytes)}); kept ${r.keptLayers}: ${r.keptInUse} in use by an image or a live sandbox`);
-        if (r.keptYoung) process.stdout.write(`, ${r.keptYoung} unused but younger than ${r.graceSeconds / 60} minutes (${humanBytes(r.keptYoungBytes)}; a build or snapshot may still register them: run gc again later)`);
+        process.stdout.write(
+          `removed ${r.removedLayers.length} layers (${humanBytes(r.freedBytes)}); kept ${r.keptLayers}: ${r.keptInUse} in use by an image or a live sandbox`,
+        );
+        if (r.keptYoung)
+          process.stdout.write(
+            `, ${r.keptYoung} unused but younger than ${r.graceSeconds / 60} minutes (${humanBytes(r.keptYoungBytes)}; a build or snapshot may still register them: run gc again later)`,
+          );
         process.stdout.write('\n');
       }
     });

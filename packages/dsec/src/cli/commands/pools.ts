@@ -15,7 +15,11 @@ export function registerPoolCommands(program: Command): void {
     .action(async (f: { json?: boolean }) => {
       const list = await Pool.list();
       const rows = list.map((p) => ({ ...p, image: p.spec.image, ready: `${p.ready}/${p.size}`, summary: poolSummary(p) }));
-      printTable(f.json ? list : rows, ['name', 'image', 'ready', 'creating', 'claims', 'misses', 'refillMsP50', 'claimMsP50', 'refillFailures'], f.json ?? false);
+      printTable(
+        f.json ? list : rows,
+        ['name', 'image', 'ready', 'creating', 'claims', 'misses', 'refillMsP50', 'claimMsP50', 'refillFailures'],
+        f.json ?? false,
+      );
     });
 
   pool
@@ -35,7 +39,16 @@ export function registerPoolCommands(program: Command): void {
       async (
         name: string,
         image: string,
-        f: { size: number; backend?: 'container' | 'microvm' | 'vm'; memory?: number; cpu?: number; pids?: number; env?: Record<string, string>; layer?: string[]; json?: boolean },
+        f: {
+          size: number;
+          backend?: 'container' | 'microvm' | 'vm';
+          memory?: number;
+          cpu?: number;
+          pids?: number;
+          env?: Record<string, string>;
+          layer?: string[];
+          json?: boolean;
+        },
       ) => {
         const resources: Record<string, number> = {};
         if (f.memory !== undefined) resources['memoryMiB'] = f.memory;

@@ -66,13 +66,18 @@ function printProjects(projects: ProjectInfo[], json: boolean): void {
  * key may run to see its own project's quota and usage.
  */
 export function registerProjectCommands(program: Command): void {
-  const project = program.command('project').description('projects: API keys, sandboxes and private images belong to one; quotas apply per project');
+  const project = program
+    .command('project')
+    .description('projects: API keys, sandboxes and private images belong to one; quotas apply per project');
   quotaOptions(project.command('create').description('create a project (admin key)').argument('<name>', 'a-z, 0-9 and -'))
     .option('--json', 'print the project as JSON')
     .action(async (name: string, f: QuotaFlags & { json?: boolean }) => {
       const p = await new Connection().json<ProjectInfo>('POST', '/v1/projects', { json: { name, quota: quotaOf(f) } });
       if (f.json) process.stdout.write(JSON.stringify(p, null, 2) + '\n');
-      else process.stdout.write(`project ${p.name} created (quota: ${quotaText(p.quota)}); mint a key with: dsec key create --project ${p.name}\n`);
+      else
+        process.stdout.write(
+          `project ${p.name} created (quota: ${quotaText(p.quota)}); mint a key with: dsec key create --project ${p.name}\n`,
+        );
     });
   project
     .command('ls')
@@ -82,7 +87,9 @@ export function registerProjectCommands(program: Command): void {
       const { projects } = await new Connection().json<{ projects: ProjectInfo[] }>('GET', '/v1/projects');
       printProjects(projects, f.json === true);
     });
-  quotaOptions(project.command('set-quota').description("change a project's quota (admin key): flags given are set, others stay").argument('<name>'))
+  quotaOptions(
+    project.command('set-quota').description("change a project's quota (admin key): flags given are set, others stay").argument('<name>'),
+  )
     .option('--clear <quota...>', `make these unlimited: ${Object.keys(CLEARABLE).join(', ')}`)
     .option('--json', 'print the project as JSON')
     .action(async (name: string, f: QuotaFlags & { json?: boolean }) => {
@@ -106,10 +113,13 @@ export function registerProjectCommands(program: Command): void {
     .option('--admin', 'an admin key (manages projects and keys, sees every project)')
     .option('--json', 'print id, key, project as JSON')
     .action(async (f: { project: string; name?: string; admin?: boolean; json?: boolean }) => {
-      const k = await new Connection().json<CreatedKey>('POST', '/v1/keys', { json: { project: f.project, ...(f.name ? { name: f.name } : {}), ...(f.admin ? { admin: true } : {}) } });
+      const k = await new Connection().json<CreatedKey>('POST', '/v1/keys', {
+        json: { project: f.project, ...(f.name ? { name: f.name } : {}), ...(f.admin ? { admin: true } : {}) },
+      });
       if (f.json) process.stdout.write(JSON.stringify(k, null, 2) + '\n');
       else process.stdout.write(`${k.key}\n`);
-      if (!f.json) process.stderr.write(`key ${k.id} for project ${k.project}${k.admin ? ' (admin)' : ''}: shown once, keep it (DSEC_API_KEY=...)\n`);
+      if (!f.json)
+        process.stderr.write(`key ${k.id} for project ${k.project}${k.admin ? ' (admin)' : ''}: shown once, keep it (DSEC_API_KEY=...)\n`);
     });
   key
     .command('ls')
@@ -120,7 +130,14 @@ export function registerProjectCommands(program: Command): void {
       const q = f.project ? `?project=${encodeURIComponent(f.project)}` : '';
       const { keys } = await new Connection().json<{ keys: ApiKeyInfo[] }>('GET', `/v1/keys${q}`);
       printTable(
-        keys.map((k) => ({ id: k.id, name: k.name, project: k.project, admin: k.admin ? 'yes' : '', created: k.createdAt, revoked: k.revokedAt ?? '' })),
+        keys.map((k) => ({
+          id: k.id,
+          name: k.name,
+          project: k.project,
+          admin: k.admin ? 'yes' : '',
+          created: k.createdAt,
+          revoked: k.revokedAt ?? '',
+        })),
         ['id', 'name', 'project', 'admin', 'created', 'revoked'],
         f.json === true,
       );

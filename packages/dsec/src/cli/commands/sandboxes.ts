@@ -38,14 +38,19 @@ function networkPolicy(mode: string | undefined, allow: string[] | undefined, wh
   if (m !== 'none' && m !== 'allow' && m !== 'open') throw new UsageError(`${what} must be none, allow or open, got ${JSON.stringify(m)}`);
   if (m !== 'allow' && allow?.length) throw new UsageError(`--allow only goes with ${what === 'MODE' ? 'mode' : what} allow`);
   if (m === 'allow' && !allow?.length) {
-    throw new UsageError(`${what === 'MODE' ? 'mode' : what} allow needs at least one --allow DEST (CIDR, CIDR:port, host or host:port); use none to allow nothing`);
+    throw new UsageError(
+      `${what === 'MODE' ? 'mode' : what} allow needs at least one --allow DEST (CIDR, CIDR:port, host or host:port); use none to allow nothing`,
+    );
   }
   return m === 'allow' ? { mode: m, allow: allow ?? [] } : { mode: m };
 }
 
 /** A pool in one line: fill, claims, misses and refill times. */
 export function poolSummary(p: PoolInfo): string {
-  const times = [p.refillMsP50 !== undefined ? `refill p50 ${p.refillMsP50} ms` : '', p.claimMsP50 !== undefined ? `claim p50 ${p.claimMsP50} ms` : ''].filter(Boolean);
+  const times = [
+    p.refillMsP50 !== undefined ? `refill p50 ${p.refillMsP50} ms` : '',
+    p.claimMsP50 !== undefined ? `claim p50 ${p.claimMsP50} ms` : '',
+  ].filter(Boolean);
   const failed = p.refillFailures ? `, ${p.refillFailures} refills failed (last: ${p.lastRefillError ?? '?'})` : '';
   return `${p.ready}/${p.size} ready, ${p.creating} creating, ${p.claims} claims, ${p.misses} misses${times.length ? `, ${times.join(', ')}` : ''}${failed}`;
 }
@@ -101,7 +106,11 @@ async function runTerminal(sb: Sandbox, cmd: string[], cwd: string | undefined, 
 /** `dsec kill|pause|resume --label k=v`: one bulk call; prints the ids done, says which failed. */
 async function bulk(action: 'kill' | 'pause' | 'resume', ids: string[], labels: Record<string, string>): Promise<void> {
   if (ids.length) throw new UsageError(`give sandbox ids or --label, not both`);
-  const r = await (action === 'kill' ? Sandbox.killAll({ labels }) : action === 'pause' ? Sandbox.pauseAll({ labels }) : Sandbox.resumeAll({ labels }));
+  const r = await (action === 'kill'
+    ? Sandbox.killAll({ labels })
+    : action === 'pause'
+      ? Sandbox.pauseAll({ labels })
+      : Sandbox.resumeAll({ labels }));
   for (const id of r.ids) process.stdout.write(`${id}\n`);
   for (const f of r.failures) process.stderr.write(`dsec: ${action} ${f.id} failed: ${f.message} (${f.code})\n`);
   if (r.failures.length) process.exitCode = 1;
@@ -113,14 +122,22 @@ export function registerSandboxCommands(program: Command): void {
     .description('create a sandbox from IMAGE; with -- CMD, run CMD in it and print its output')
     .argument('<image>', 'image name or id')
     .argument('[cmd...]', 'command to run after --')
-    .option('--backend <kind>', 'container (default) | microvm | vm (a QEMU guest with its own kernel)', choiceArg(['container', 'microvm', 'vm'] as const))
+    .option(
+      '--backend <kind>',
+      'container (default) | microvm | vm (a QEMU guest with its own kernel)',
+      choiceArg(['container', 'microvm', 'vm'] as const),
+    )
     .option('-m, --memory <MiB>', 'memory limit in MiB (default 512)', intArg(1))
     .option('-c, --cpu <cores>', 'CPU cores (default 1)', positiveArg)
     .option('--pids <n>', 'process limit (default 512)', intArg(1))
     .option('-e, --env <KEY=VALUE>', 'environment variable (repeatable)', collectKv)
     .option('-l, --label <KEY=VALUE>', 'label (repeatable)', collectKv)
     .option('--layer <image>', 'stack this image or layer over the base (repeatable, in order)', collectList)
-    .option('-v, --volume <NAME:PATH[:ro]>', 'mount a named volume (dsec volume create) at PATH, read-write unless :ro (repeatable)', collectList)
+    .option(
+      '-v, --volume <NAME:PATH[:ro]>',
+      'mount a named volume (dsec volume create) at PATH, read-write unless :ro (repeatable)',
+      collectList,
+    )
     .option('--ttl <seconds>', 'absolute lifetime (default none)', intArg(1))
     .option('--idle-timeout <seconds>', 'stop (or pause, see --on-expiry) after this long without activity (default none)', intArg(1))
     .option('--on-expiry <action>', 'stop | pause', choiceArg(['stop', 'pause'] as const), 'stop')
@@ -143,7 +160,17 @@ export function registerSandboxCommands(program: Command): void {
         if (cmd.length) throw new UsageError('--count creates sandboxes only; run commands in them with dsec exec');
         const bar = new Progress(`creating ${f.count} sandboxes`);
         const { batchId, sandboxes, failures } = await Sandbox.createMany(f.count, {
-          image, backend: f.backend, resources, env: f.env, labels: f.label, layers: f.layer, ttlSeconds: f.ttl, idleTimeoutSeconds: f.idleTimeout, onExpiry: f.onExpiry, network, volumes,
+          image,
+          backend: f.backend,
+          resources,
+          env: f.env,
+          labels: f.label,
+          layers: f.layer,
+          ttlSeconds: f.ttl,
+          idleTimeoutSeconds: f.idleTimeout,
+          onExpiry: f.onExpiry,
+          network,
+          volumes,
           onProgress: (_e, p) => bar.update(p.running + p.failed, p.count, { placed: p.placed, running: p.running, failed: p.failed }),
         });
         bar.end();
@@ -192,7 +219,7 @@ export function registerSandboxCommands(program: Command): void {
 
   program
     .command('exec')
-    .description('run a command in a sandbox: dsec exec [options] ID CMD ARGS… (everything after ID is the command\'s; `--` is optional)')
+    .description("run a command in a sandbox: dsec exec [options] ID CMD ARGS… (everything after ID is the command's; `--` is optional)")
     .argument('<id>', 'sandbox id')
     .argument('<cmd...>', 'command and arguments')
     .option('-w, --cwd <dir>', "working directory (default the image's)")
@@ -203,27 +230,40 @@ export function registerSandboxCommands(program: Command): void {
     .option('-t, --tty', 'run under a pseudo-terminal (e.g. dsec exec -it ID bash)')
     // Options after the sandbox id are the command's: `dsec exec ID ls -w /tmp` runs `ls -w /tmp`.
     .passThroughOptions()
-    .action(async (id: string, cmd: string[], f: { cwd?: string; env?: Record<string, string>; timeout?: number; json?: boolean; tty?: boolean; interactive?: boolean }) => {
-      if (cmd[0] === '--') cmd = cmd.slice(1);
-      else if (cmd[0]?.startsWith('-')) {
-        // No program starts with '-': this is one of dsec's options given after the id.
-        throw new UsageError(`${cmd[0]} comes after the sandbox id, where everything is the command's; put dsec's options before the id: dsec exec ${cmd[0]} … ${id} CMD`);
-      }
-      if (cmd.length === 0) throw new UsageError('no command: dsec exec ID CMD ARGS…');
-      const sb = await Sandbox.connect(id);
-      if (f.tty) {
-        process.exitCode = await runTerminal(sb, cmd, f.cwd, f.interactive ?? false);
-        return;
-      }
-      const opts = { cwd: f.cwd, env: f.env, ...(await stdinOptions(stdinForCommand(f.interactive ?? false))), ...(f.timeout ? { timeoutMs: f.timeout } : {}) };
-      if (f.json) {
-        const r = await sb.commands.run(cmd, opts);
-        process.stdout.write(JSON.stringify(r, null, 2) + '\n');
-        process.exitCode = r.exitCode;
-      } else {
-        process.exitCode = await streamToTerminal(sb, cmd, { ...opts, uncapped: true });
-      }
-    });
+    .action(
+      async (
+        id: string,
+        cmd: string[],
+        f: { cwd?: string; env?: Record<string, string>; timeout?: number; json?: boolean; tty?: boolean; interactive?: boolean },
+      ) => {
+        if (cmd[0] === '--') cmd = cmd.slice(1);
+        else if (cmd[0]?.startsWith('-')) {
+          // No program starts with '-': this is one of dsec's options given after the id.
+          throw new UsageError(
+            `${cmd[0]} comes after the sandbox id, where everything is the command's; put dsec's options before the id: dsec exec ${cmd[0]} … ${id} CMD`,
+          );
+        }
+        if (cmd.length === 0) throw new UsageError('no command: dsec exec ID CMD ARGS…');
+        const sb = await Sandbox.connect(id);
+        if (f.tty) {
+          process.exitCode = await runTerminal(sb, cmd, f.cwd, f.interactive ?? false);
+          return;
+        }
+        const opts = {
+          cwd: f.cwd,
+          env: f.env,
+          ...(await stdinOptions(stdinForCommand(f.interactive ?? false))),
+          ...(f.timeout ? { timeoutMs: f.timeout } : {}),
+        };
+        if (f.json) {
+          const r = await sb.commands.run(cmd, opts);
+          process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+          process.exitCode = r.exitCode;
+        } else {
+          process.exitCode = await streamToTerminal(sb, cmd, { ...opts, uncapped: true });
+        }
+      },
+    );
 
   program
     .command('ps')
@@ -236,12 +276,18 @@ export function registerSandboxCommands(program: Command): void {
         ...s,
         memory: `${s.resources.memoryMiB} MiB`,
         cpu: s.resources.cpu,
-        labels: Object.entries(s.labels).map(([k, v]) => `${k}=${v}`).join(','),
+        labels: Object.entries(s.labels)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(','),
         reason: s.reason ?? '',
       }));
       // Once projects are in use (any sandbox outside `default`), each row says whose it is.
       const projects = list.some((s) => s.project !== undefined && s.project !== 'default');
-      printTable(f.json ? list : rows, ['id', ...(projects ? ['project'] : []), 'status', 'image', 'cpu', 'memory', 'createdAt', 'labels', 'reason'], f.json ?? false);
+      printTable(
+        f.json ? list : rows,
+        ['id', ...(projects ? ['project'] : []), 'status', 'image', 'cpu', 'memory', 'createdAt', 'labels', 'reason'],
+        f.json ?? false,
+      );
       // Warm pools hold sandboxes too (labelled dsec.pool-ready until claimed): one line each.
       if (!f.json) for (const p of await Pool.list()) process.stdout.write(`pool ${p.name}: ${poolSummary(p)}\n`);
     });
@@ -273,7 +319,10 @@ export function registerSandboxCommands(program: Command): void {
       const policy = networkPolicy(mode, f.allow, 'MODE')!;
       const r = await (await Sandbox.connect(id)).setNetwork(policy);
       if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
-      else process.stdout.write(`${r.mode}${r.allow.length ? ` ${r.allow.map((a) => (a.port ? `${a.cidr}:${a.port}` : a.cidr)).join(' ')}` : ''} (applied in ${r.appliedMs} ms)\n`);
+      else
+        process.stdout.write(
+          `${r.mode}${r.allow.length ? ` ${r.allow.map((a) => (a.port ? `${a.cidr}:${a.port}` : a.cidr)).join(' ')}` : ''} (applied in ${r.appliedMs} ms)\n`,
+        );
     });
 
   program
@@ -300,7 +349,7 @@ export function registerSandboxCommands(program: Command): void {
 
   program
     .command('snapshot')
-    .description('capture a sandbox\'s changes as an image (pack_diff); create from the printed image id to restore')
+    .description("capture a sandbox's changes as an image (pack_diff); create from the printed image id to restore")
     .argument('<id>', 'sandbox id')
     .option('--name <name>', 'tag the image (a named image is kept)')
     .option('--keep', 'keep the unnamed image after the sandbox is gone (default: deleted with it and the sandboxes started from it)')
@@ -309,10 +358,15 @@ export function registerSandboxCommands(program: Command): void {
     .action(async (id: string, f: { name?: string; keep?: boolean; scrub?: string[]; json?: boolean }) => {
       // One call: the edge freezes, copies and packs the sandbox's changes (large ones take a while).
       const sb = await Sandbox.connect(id);
-      const { image: _image, ...snap } = await withProgress(`snapshotting ${id}`, () => sb.snapshot({ name: f.name, scrub: f.scrub, ...(f.keep ? { keep: true } : {}) }));
+      const { image: _image, ...snap } = await withProgress(`snapshotting ${id}`, () =>
+        sb.snapshot({ name: f.name, scrub: f.scrub, ...(f.keep ? { keep: true } : {}) }),
+      );
       if (f.json) process.stdout.write(JSON.stringify(snap, null, 2) + '\n');
       else {
-        const notes = [snap.layerAdded ? '' : 'unchanged: no new layer', snap.kept ? '' : `deleted with ${id} and the sandboxes started from it; --name or --keep to keep it`].filter(Boolean);
+        const notes = [
+          snap.layerAdded ? '' : 'unchanged: no new layer',
+          snap.kept ? '' : `deleted with ${id} and the sandboxes started from it; --name or --keep to keep it`,
+        ].filter(Boolean);
         process.stdout.write(`${snap.imageId}${notes.length ? ` (${notes.join('; ')})` : ''}\n`);
       }
     });
@@ -344,14 +398,19 @@ export function registerSandboxCommands(program: Command): void {
         process.stdout.write(`${result.sandbox.id} (${result.replayed} steps replayed, ${result.diverged} diverged${skipped})\n`);
         for (const s of result.steps) {
           if (s.skipped) process.stderr.write(`dsec: step ${s.seq} (${s.kind}) skipped: ${s.skipReason ?? ''}\n`);
-          else if (s.diverged) process.stderr.write(`dsec: step ${s.seq} (${s.kind}) diverged: ${s.error ?? `exit ${s.replayedExitCode} where the log has ${s.loggedExitCode}`}\n`);
+          else if (s.diverged)
+            process.stderr.write(
+              `dsec: step ${s.seq} (${s.kind}) diverged: ${s.error ?? `exit ${s.replayedExitCode} where the log has ${s.loggedExitCode}`}\n`,
+            );
         }
       }
     });
 
   program
     .command('log')
-    .description("a sandbox's trajectory: every command, file change, network switch and pause with its result (kept 24 h after a kill by default)")
+    .description(
+      "a sandbox's trajectory: every command, file change, network switch and pause with its result (kept 24 h after a kill by default)",
+    )
     .argument('<id>', 'sandbox id')
     .option('--json', 'machine-readable output')
     .action(async (id: string, f: { json?: boolean }) => {

@@ -21,22 +21,52 @@ export function registerServerCommands(program: Command): void {
     .option('--store <url>', 'postgres://… to keep state in PostgreSQL; default SQLite in the data dir (env DSEC_STORE)')
     .option('--edge-id <id>', `this node's edge id, part of every sandbox id (env DSEC_EDGE_ID, default ${dflt('edgeId')})`)
     .option('--max-sandboxes <n>', `admission limit of the local edge (env DSEC_MAX_SANDBOXES, default ${dflt('maxSandboxes')})`)
-    .option('--min-free-disk-mib <n>', `the edge refuses creates (507 NODE_DISK_FULL) while its data dir's filesystem has less free; 0: never (env DSEC_MIN_FREE_DISK_MIB, default ${dflt('minFreeDiskMiB')})`)
-    .option('--min-available-memory-mib <n>', `the edge refuses creates (503 NODE_MEMORY_PRESSURE) while the node has less memory available; 0: never (env DSEC_MIN_AVAILABLE_MEMORY_MIB, default ${dflt('minAvailableMemoryMiB')})`)
-    .option('--max-memory-pressure <percent>', `the edge refuses creates (503 NODE_MEMORY_PRESSURE) while PSI memory full avg10 is at least this; 0: never (env DSEC_MAX_MEMORY_PRESSURE, default ${dflt('maxMemoryPressure')})`)
+    .option(
+      '--min-free-disk-mib <n>',
+      `the edge refuses creates (507 NODE_DISK_FULL) while its data dir's filesystem has less free; 0: never (env DSEC_MIN_FREE_DISK_MIB, default ${dflt('minFreeDiskMiB')})`,
+    )
+    .option(
+      '--min-available-memory-mib <n>',
+      `the edge refuses creates (503 NODE_MEMORY_PRESSURE) while the node has less memory available; 0: never (env DSEC_MIN_AVAILABLE_MEMORY_MIB, default ${dflt('minAvailableMemoryMiB')})`,
+    )
+    .option(
+      '--max-memory-pressure <percent>',
+      `the edge refuses creates (503 NODE_MEMORY_PRESSURE) while PSI memory full avg10 is at least this; 0: never (env DSEC_MAX_MEMORY_PRESSURE, default ${dflt('maxMemoryPressure')})`,
+    )
     .option('--layer-cache-mib <n>', `budget of the node layer cache in MiB (env DSEC_LAYER_CACHE_MIB, default ${dflt('layerCacheMiB')})`)
-    .option('--layer-fetch <mode>', `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`)
-    .option('--userns', `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS, default ${dflt('userns')})`)
-    .option('--no-userns', 'opt out: container sandboxes run as host root (env DSEC_USERNS=false); see docs/SECURITY.md for what that gives up')
-    .option('--userns-pool <n>', `user namespaces kept made ahead for creates, each with its uid range claimed; 0: none (env DSEC_USERNS_POOL, default ${dflt('usernsPool')})`)
+    .option(
+      '--layer-fetch <mode>',
+      `eager (whole layers before start) | lazy (chunks on first read, through FUSE) (env DSEC_LAYER_FETCH, default ${dflt('layerFetch')})`,
+    )
+    .option(
+      '--userns',
+      `run container sandboxes in user namespaces of their own: root inside is a host uid range, not host root (env DSEC_USERNS, default ${dflt('userns')})`,
+    )
+    .option(
+      '--no-userns',
+      'opt out: container sandboxes run as host root (env DSEC_USERNS=false); see docs/SECURITY.md for what that gives up',
+    )
+    .option(
+      '--userns-pool <n>',
+      `user namespaces kept made ahead for creates, each with its uid range claimed; 0: none (env DSEC_USERNS_POOL, default ${dflt('usernsPool')})`,
+    )
     .option('--layer-chunk-kib <n>', `chunk size recorded for new layers (env DSEC_LAYER_CHUNK_KIB, default ${dflt('layerChunkKiB')})`)
     .option(
       '--trajectory-retention-hours <n>',
       `how long a killed sandbox's trajectory stays readable (dsec log ID); 0: deleted at kill (env DSEC_TRAJECTORY_RETENTION_HOURS, default ${dflt('trajectoryRetentionHours')})`,
     )
-    .option('--ports-listen <host:port>', 'address of the port-link origin: pages sandboxes serve through signed links run there, never on the API\'s origin (env DSEC_PORTS_LISTEN, default the API\'s host at its port + 8)')
-    .option('--ports-url <url>', 'base URL port links are made with, e.g. behind a proxy (env DSEC_PORTS_URL, default http://<host the API was called by>:<ports port>)')
-    .option('--registry-allow <hosts>', "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's (DSEC_REGISTRY); admin keys may name any (env DSEC_REGISTRY_ALLOW)")
+    .option(
+      '--ports-listen <host:port>',
+      "address of the port-link origin: pages sandboxes serve through signed links run there, never on the API's origin (env DSEC_PORTS_LISTEN, default the API's host at its port + 8)",
+    )
+    .option(
+      '--ports-url <url>',
+      'base URL port links are made with, e.g. behind a proxy (env DSEC_PORTS_URL, default http://<host the API was called by>:<ports port>)',
+    )
+    .option(
+      '--registry-allow <hosts>',
+      "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's (DSEC_REGISTRY); admin keys may name any (env DSEC_REGISTRY_ALLOW)",
+    )
     .option('--log-level <level>', `debug|info|warn|error|silent (env DSEC_LOG_LEVEL, default ${dflt('logLevel')})`)
     .addHelpText(
       'after',
@@ -65,10 +95,19 @@ export function registerServerCommands(program: Command): void {
         logLevel?: string;
       }) => {
         const { layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib
-        const opts = compileOptions({ ...rest, layerCacheMiB: layerCacheMib, layerChunkKiB: layerChunkKib, minFreeDiskMiB: minFreeDiskMib, minAvailableMemoryMiB: minAvailableMemoryMib });
+        const opts = compileOptions({
+          ...rest,
+          layerCacheMiB: layerCacheMib,
+          layerChunkKiB: layerChunkKib,
+          minFreeDiskMiB: minFreeDiskMib,
+          minAvailableMemoryMiB: minAvailableMemoryMib,
+        });
         const oom = protectFromOomKiller();
         const dsec = await startAllInOne(opts);
-        if (!oom.ok) dsec.log.warn(`cannot lower dsec's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}`);
+        if (!oom.ok)
+          dsec.log.warn(
+            `cannot lower dsec's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}`,
+          );
         process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
         if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
         process.stdout.write(`client config: ${opts.dataDir}/client.json\n`);

@@ -18,7 +18,9 @@ async function sample(conn: Connection): Promise<TopSample> {
 export function registerTopCommand(program: Command): void {
   program
     .command('top')
-    .description('a live view of the node or cluster: sandboxes by state, create and exec rates, each edge\'s sandboxes, CPU and memory (Ctrl-C quits)')
+    .description(
+      "a live view of the node or cluster: sandboxes by state, create and exec rates, each edge's sandboxes, CPU and memory (Ctrl-C quits)",
+    )
     .option('--once', 'print one frame and exit (rates over one interval)')
     .option('--interval <seconds>', 'time between frames (default 2)', positiveArg, 2)
     .action(async (f: { once?: boolean; interval: number }) => {

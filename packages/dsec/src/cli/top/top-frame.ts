@@ -31,7 +31,12 @@ function pct(x: number | undefined): string {
 
 function pad(rows: string[][]): string[] {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
-  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd());
+  return rows.map((r) =>
+    r
+      .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd(),
+  );
 }
 
 /**
@@ -53,7 +58,14 @@ export function renderTopFrame(prev: TopSample | undefined, cur: TopSample, opts
     `dsec top · ${opts.url} · ${(opts.now ?? new Date()).toISOString().replace('T', ' ').slice(0, 19)} UTC`,
     `sandboxes ${total}: ${byState}`,
     `creates ${perSecond(creates)} (errors ${perSecond(errors)}) · kills ${perSecond(kills)} · execs ${perSecond(execs)} · batches running ${batches}`,
-    `edges ${cur.nodes.length}: ${ready} ready${cur.nodes.length > ready ? `, ${cur.nodes.length - ready} not (${cur.nodes.filter((n) => n.state !== 'ready').map((n) => `${n.id} ${n.state}`).join(', ')})` : ''}`,
+    `edges ${cur.nodes.length}: ${ready} ready${
+      cur.nodes.length > ready
+        ? `, ${cur.nodes.length - ready} not (${cur.nodes
+            .filter((n) => n.state !== 'ready')
+            .map((n) => `${n.id} ${n.state}`)
+            .join(', ')})`
+        : ''
+    }`,
     '',
   ];
   const rows = [['EDGE', 'POOL', 'STATE', 'SANDBOXES', 'CPU BUSY', 'CPU COMMITTED', 'MEMORY USED', 'UTIL', 'LAYER CACHE']];

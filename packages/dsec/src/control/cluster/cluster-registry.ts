@@ -73,7 +73,10 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
 
   /** The grant a joining edge gets (the account is sent over the join, under the cluster token). */
   forEdges(): EdgeRegistryGrant {
-    return { repository: this.repository, ...(this.credentials ? { username: this.credentials.username, password: this.credentials.password } : {}) };
+    return {
+      repository: this.repository,
+      ...(this.credentials ? { username: this.credentials.username, password: this.credentials.password } : {}),
+    };
   }
 
   /** Makes sure the registry holds every one of `layers` (see the class). Never throws. */
@@ -81,7 +84,10 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
     await Promise.all(
       layers.map((d) =>
         this.#store(d as LayerDigest).catch((err: unknown) =>
-          this.log.warn({ layer: d, err: (err as Error).message }, 'the cluster registry did not take a layer; edges fetch it from the control plane'),
+          this.log.warn(
+            { layer: d, err: (err as Error).message },
+            'the cluster registry did not take a layer; edges fetch it from the control plane',
+          ),
         ),
       ),
     );
@@ -108,11 +114,10 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
           size = this.layers.size(digest);
           this.log.info({ layer: digest }, 'layer stored in the cluster registry');
         }
-        await this.store.db.run('INSERT INTO registry_blobs (digest, size_bytes, stored_at) VALUES (?, ?, ?) ON CONFLICT (digest) DO UPDATE SET stored_at = excluded.stored_at', [
-          digest,
-          size,
-          Date.now(),
-        ]);
+        await this.store.db.run(
+          'INSERT INTO registry_blobs (digest, size_bytes, stored_at) VALUES (?, ?, ?) ON CONFLICT (digest) DO UPDATE SET stored_at = excluded.stored_at',
+          [digest, size, Date.now()],
+        );
         this.#present.set(digest, size);
         return size;
       })().finally(() => this.#uploading.delete(digest));
@@ -133,10 +138,12 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
 
   async open(digest: LayerDigest): Promise<Readable> {
     try {
-      if (!(await this.client.headBlob(digest))) throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the cluster registry ${this.repository}`, { layer: digest });
+      if (!(await this.client.headBlob(digest)))
+        throw new ApiError('IMAGE_NOT_FOUND', `layer ${digest} is not in the cluster registry ${this.repository}`, { layer: digest });
       return (await this.client.getBlob(digest)).body;
     } catch (err) {
-      if (err instanceof RegistryError) throw new ApiError('INTERNAL', `reading layer ${digest} from the cluster registry: ${err.message}`, { layer: digest });
+      if (err instanceof RegistryError)
+        throw new ApiError('INTERNAL', `reading layer ${digest} from the cluster registry: ${err.message}`, { layer: digest });
       throw err;
     }
   }
@@ -155,12 +162,17 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
    * GC after the registry allows deletes still finds the blob; this replica's copy goes).
    */
   async remove(digest: LayerDigest): Promise<number> {
-    const row = await this.store.db.get<{ size_bytes: number | string }>('SELECT size_bytes FROM registry_blobs WHERE digest = ?', [digest]);
+    const row = await this.store.db.get<{ size_bytes: number | string }>('SELECT size_bytes FROM registry_blobs WHERE digest = ?', [
+      digest,
+    ]);
     try {
       await this.client.deleteBlob(digest);
     } catch (err) {
       if (!(err instanceof RegistryError) || err.status !== 405) throw err;
-      if (!this.#deletesRefused) this.log.warn(`the cluster registry refuses deletes (${err.message}): its unused blobs stay until it allows them (distribution: storage.delete.enabled: true)`);
+      if (!this.#deletesRefused)
+        this.log.warn(
+          `the cluster registry refuses deletes (${err.message}): its unused blobs stay until it allows them (distribution: storage.delete.enabled: true)`,
+        );
       this.#deletesRefused = true;
       this.layers.remove(digest);
       throw new RegistryKeepsBlobsError(err.message);
@@ -173,7 +185,9 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
 
   /** Every blob stored in the registry by a replica of this cluster and not deleted since. */
   async stored(): Promise<StoredBlob[]> {
-    const rows = await this.store.db.all<{ digest: LayerDigest; size_bytes: number | string; stored_at: number | string }>('SELECT digest, size_bytes, stored_at FROM registry_blobs ORDER BY digest');
+    const rows = await this.store.db.all<{ digest: LayerDigest; size_bytes: number | string; stored_at: number | string }>(
+      'SELECT digest, size_bytes, stored_at FROM registry_blobs ORDER BY digest',
+    );
     return rows.map((r) => ({ digest: r.digest, sizeBytes: Number(r.size_bytes), storedAt: Number(r.stored_at) }));
   }
 
@@ -184,7 +198,15 @@ export class ClusterRegistry implements BlobSource, ImagePublisher {
     const sizes = await Promise.all(manifest.layers.map((d) => this.#store(d, true)));
     const config = configBlob(manifest.config);
     await this.client.putBlobBytes(sha256Digest(config), config);
-    const body = Buffer.from(JSON.stringify(dsecManifest(config, manifest.layers.map((digest, i) => ({ digest, size: sizes[i]! })), manifest.createdAt)));
+    const body = Buffer.from(
+      JSON.stringify(
+        dsecManifest(
+          config,
+          manifest.layers.map((digest, i) => ({ digest, size: sizes[i]! })),
+          manifest.createdAt,
+        ),
+      ),
+    );
     await this.client.putManifest(imageTag(id), OCI_MANIFEST_MEDIA_TYPE, body);
     return sizes;
   }

@@ -28,7 +28,8 @@ function send(reply: FastifyReply, err: unknown): FastifyReply {
   if (err instanceof E2bHttpError) return reply.status(err.status).send({ code: err.status, message: err.message });
   if (err instanceof ApiError) {
     // A quota's refusal keeps dsec's code beside E2B's shape, so callers can tell which quota.
-    if (err.code.startsWith('QUOTA_')) return reply.status(err.status).send({ code: err.status, message: err.message, error: { code: err.code, details: err.details } });
+    if (err.code.startsWith('QUOTA_'))
+      return reply.status(err.status).send({ code: err.status, message: err.message, error: { code: err.code, details: err.details } });
     return reply.status(err.status).send({ code: err.status, message: err.message });
   }
   return reply.status(500).send({ code: 500, message: (err as Error).message });

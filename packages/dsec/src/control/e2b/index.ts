@@ -82,17 +82,22 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
     await app.register(async (base) => {
       base.withTypeProvider<TypeBoxTypeProvider>().post(
         '/v1/e2b/keys',
-        { config: access.key,
+        {
+          config: access.key,
           schema: {
             tags: ['e2b'],
-            summary: "Mint an API key in E2B's shape (e2b_…) for the caller's project (never an admin key), for code that uses E2B's SDK against this server (see docs/E2B.md)",
+            summary:
+              "Mint an API key in E2B's shape (e2b_…) for the caller's project (never an admin key), for code that uses E2B's SDK against this server (see docs/E2B.md)",
             body: Type.Object({ name: Type.Optional(Type.String({ maxLength: 128 })) }, { additionalProperties: false }),
             response: { 201: E2bKey, ...errors },
           },
         },
         // A key of the caller's own project, never an admin one: minting it needs no admin key.
         // It is the minting key's: revoking that key revokes it too.
-        async (req, reply) => reply.status(201).send(await createE2bApiKey(store, req.body.name ?? 'e2b', { project: req.caller.project, admin: false }, req.caller.keyId)),
+        async (req, reply) =>
+          reply
+            .status(201)
+            .send(await createE2bApiKey(store, req.body.name ?? 'e2b', { project: req.caller.project, admin: false }, req.caller.keyId)),
       );
     });
   };

@@ -246,7 +246,9 @@ export class ProcessService {
 
   async #list(ctx: CallContext): Promise<Message> {
     const id = ctx.sandboxId;
-    const running = new Set((await (await this.control.edgeFor(id)).listProcesses(id)).filter((p) => p.status === 'running').map((p) => p.id));
+    const running = new Set(
+      (await (await this.control.edgeFor(id)).listProcesses(id)).filter((p) => p.status === 'running').map((p) => p.id),
+    );
     const processes: Message[] = [];
     for (const t of this.#table(id).values()) {
       const alive = t.pty ? t.pty.exitCode === undefined : running.has(t.handle!);

@@ -67,8 +67,10 @@ export async function sandboxFor(control: ControlPlane, id: string | undefined, 
   if (token === undefined) throw gone;
   const signed = creds.signed;
   if (!(creds.token !== undefined && sameSecret(creds.token, token))) {
-    if (!signed || !sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration))) throw gone;
-    if (signed.expiration !== undefined && signed.expiration * 1000 < Date.now()) throw new ConnectError('unauthenticated', 'the signed URL has expired');
+    if (!signed || !sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration)))
+      throw gone;
+    if (signed.expiration !== undefined && signed.expiration * 1000 < Date.now())
+      throw new ConnectError('unauthenticated', 'the signed URL has expired');
   }
   if (s.status !== 'running')
     throw new ConnectError(

@@ -34,7 +34,11 @@ function httpError(reply: FastifyReply, err: unknown): FastifyReply {
  */
 function envdErrorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
   if (req.routeOptions.url === `${SANDBOX_PREFIX}/:service/:method`) return sendUnaryError(reply, connectErrorOf(err));
-  if (req.routeOptions.url === `${SANDBOX_PREFIX}/health`) return reply.status(502).type('application/json').send({ code: 502, message: connectErrorOf(err).message });
+  if (req.routeOptions.url === `${SANDBOX_PREFIX}/health`)
+    return reply
+      .status(502)
+      .type('application/json')
+      .send({ code: 502, message: connectErrorOf(err).message });
   return httpError(reply, err);
 }
 

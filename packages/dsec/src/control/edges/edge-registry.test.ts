@@ -17,7 +17,14 @@ test('a replica that loaded an edge at start takes the loss another replica reco
   try {
     const log = pino({ level: 'silent' });
     const a = await EdgeRegistry.open({ replicaId: 'a', store: storeA, token: 't', log, lostAfterMs: 1000 });
-    await a.register({ id: 'gone', url: 'http://127.0.0.1:9', pool: 'default', labels: {}, cpuOvercommit: 0, info: await new SimulatedEdge('gone').info() });
+    await a.register({
+      id: 'gone',
+      url: 'http://127.0.0.1:9',
+      pool: 'default',
+      labels: {},
+      cpuOvercommit: 0,
+      info: await new SimulatedEdge('gone').info(),
+    });
     // B starts while the edge is still ready in the store, and loads it.
     const b = await EdgeRegistry.open({ replicaId: 'b', store: storeB, token: 't', log, lostAfterMs: 1000 });
     assert.equal(b.state('gone'), 'ready');

@@ -100,7 +100,11 @@ export class EdgeRegistry {
   }
 
   /** The in-process edge of `dsec up`: placed on like any other, never lost. */
-  async addLocal(id: string, api: EdgeApi, opts: { pool?: string; labels?: Record<string, string>; cpuOvercommit?: number } = {}): Promise<void> {
+  async addLocal(
+    id: string,
+    api: EdgeApi,
+    opts: { pool?: string; labels?: Record<string, string>; cpuOvercommit?: number } = {},
+  ): Promise<void> {
     this.#edges.set(id, {
       id,
       pool: opts.pool ?? 'default',
@@ -270,7 +274,8 @@ export class EdgeRegistry {
   /** How to reach an edge. Calls to a lost edge fail fast with EDGE_UNAVAILABLE. */
   api(id: string): EdgeApi {
     const e = this.#entry(id);
-    if (e.state === 'lost') throw new ApiError('EDGE_UNAVAILABLE', `edge ${id} is lost (no heartbeat for over ${this.lostAfterMs / 1000} s)`, { edge: id });
+    if (e.state === 'lost')
+      throw new ApiError('EDGE_UNAVAILABLE', `edge ${id} is lost (no heartbeat for over ${this.lostAfterMs / 1000} s)`, { edge: id });
     return e.api;
   }
 
@@ -312,7 +317,16 @@ export class EdgeRegistry {
   }
 
   /** Every edge with its placement facts, for GET /v1/nodes. */
-  describe(): { id: string; url?: string; pool: string; labels: Record<string, string>; state: EdgeState; lastSeenAt: string; info: EdgeInfo; cpuOvercommit: number }[] {
+  describe(): {
+    id: string;
+    url?: string;
+    pool: string;
+    labels: Record<string, string>;
+    state: EdgeState;
+    lastSeenAt: string;
+    info: EdgeInfo;
+    cpuOvercommit: number;
+  }[] {
     return [...this.#edges.values()].map((e) => {
       const d: ReturnType<EdgeRegistry['describe']>[number] = {
         id: e.id,
@@ -330,7 +344,16 @@ export class EdgeRegistry {
 
   async #persist(e: EdgeEntry): Promise<void> {
     if (e.local || !e.url) return;
-    await this.opts.store.upsertEdge({ id: e.id, url: e.url, pool: e.pool, labels: e.labels, state: e.state, info: e.info, cpuOvercommit: e.cpuOvercommit, lastSeen: e.lastSeen });
+    await this.opts.store.upsertEdge({
+      id: e.id,
+      url: e.url,
+      pool: e.pool,
+      labels: e.labels,
+      state: e.state,
+      info: e.info,
+      cpuOvercommit: e.cpuOvercommit,
+      lastSeen: e.lastSeen,
+    });
   }
 
   get #replica(): string {

@@ -7,10 +7,31 @@ import { awaitReady, webSocketDuplex } from '../../edge/protocol/port-stream.js'
 import WebSocket from 'ws';
 import type { ErrorCode } from '@dsec/sdk';
 import type {
-  Encoding, ExecRequest, ExecResult, FileStat, FnRunResult, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+  Encoding,
+  ExecRequest,
+  ExecResult,
+  FileStat,
+  FnRunResult,
+  OpenSessionRequest,
+  ProcessInfo,
+  ProcessOutput,
+  SessionExecRequest,
+  SessionInfo,
+  StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeCreateOutcome, EdgeCreateRequest, EdgeFnRequest, EdgeInfo, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
+import type {
+  EdgeApi,
+  EdgeCreateOutcome,
+  EdgeCreateRequest,
+  EdgeFnRequest,
+  EdgeInfo,
+  EdgeNetworkRequest,
+  EdgeSandbox,
+  EdgeSnapshot,
+  TerminalChannel,
+  TerminalRequest,
+} from '../../edge/edge-api.js';
 import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
 import { lineToEvent } from '../../edge/protocol/exec-lines.js';
 import type { ExecEvent } from '../../exec/run-command.js';
@@ -58,15 +79,26 @@ export class HttpEdgeClient implements EdgeApi {
     const reqId = currentRequestId();
     if (reqId) headers.set(REQUEST_ID_HEADER, reqId);
     const lost = this.#lost.signal;
-    const signals = [init.signal, lost, init.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs)].filter((s): s is AbortSignal => !!s);
+    const signals = [init.signal, lost, init.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs)].filter(
+      (s): s is AbortSignal => !!s,
+    );
     let res: Response;
     try {
       res = await fetch(`${this.#base}${path}`, { ...init, headers, signal: AbortSignal.any(signals) });
     } catch (err) {
       if (init.signal?.aborted) throw err;
-      if (lost.aborted) throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} was lost during the call (no heartbeat); the outcome on the edge is unknown`, { edge: this.edgeId, retryable: false });
+      if (lost.aborted)
+        throw new ApiError(
+          'EDGE_UNAVAILABLE',
+          `edge ${this.edgeId} was lost during the call (no heartbeat); the outcome on the edge is unknown`,
+          { edge: this.edgeId, retryable: false },
+        );
       const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
-      throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} at ${this.url} did not answer: ${cause}`, { edge: this.edgeId, cause, retryable: NEVER_SENT.has(cause) });
+      throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} at ${this.url} did not answer: ${cause}`, {
+        edge: this.edgeId,
+        cause,
+        retryable: NEVER_SENT.has(cause),
+      });
     }
     if (res.ok) return res;
     let body: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
@@ -79,7 +111,12 @@ export class HttpEdgeClient implements EdgeApi {
     throw new ApiError(code, body?.error?.message ?? `edge ${this.edgeId} answered HTTP ${res.status}`, body?.error?.details ?? {});
   }
 
-  async #json<T>(method: string, path: string, body?: unknown, opts: { signal?: AbortSignal | undefined; timeout?: boolean } = {}): Promise<T> {
+  async #json<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    opts: { signal?: AbortSignal | undefined; timeout?: boolean } = {},
+  ): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const lost = this.#lost.signal;
     const timeout = opts.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs);
@@ -89,9 +126,18 @@ export class HttpEdgeClient implements EdgeApi {
       res = await this.#send(method, path, payload, signal);
     } catch (err) {
       if (opts.signal?.aborted) throw opts.signal.reason;
-      if (lost.aborted) throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} was lost during the call (no heartbeat); the outcome on the edge is unknown`, { edge: this.edgeId, retryable: false });
+      if (lost.aborted)
+        throw new ApiError(
+          'EDGE_UNAVAILABLE',
+          `edge ${this.edgeId} was lost during the call (no heartbeat); the outcome on the edge is unknown`,
+          { edge: this.edgeId, retryable: false },
+        );
       const cause = timeout?.aborted ? 'TimeoutError' : ((err as NodeJS.ErrnoException).code ?? (err as Error).name);
-      throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} at ${this.url} did not answer: ${cause}`, { edge: this.edgeId, cause, retryable: NEVER_SENT.has(cause) });
+      throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} at ${this.url} did not answer: ${cause}`, {
+        edge: this.edgeId,
+        cause,
+        retryable: NEVER_SENT.has(cause),
+      });
     }
     if (res.status >= 200 && res.status < 300) return (res.status === 204 || res.text === '' ? undefined : JSON.parse(res.text)) as T;
     let parsed: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
@@ -109,7 +155,13 @@ export class HttpEdgeClient implements EdgeApi {
    * once with ECONNRESET on reuse (the request never reached a handler): that one is sent again on
    * a fresh connection, as Node's documentation advises.
    */
-  #send(method: string, path: string, payload: Buffer | undefined, signal: AbortSignal, retried = false): Promise<{ status: number; text: string }> {
+  #send(
+    method: string,
+    path: string,
+    payload: Buffer | undefined,
+    signal: AbortSignal,
+    retried = false,
+  ): Promise<{ status: number; text: string }> {
     const headers: Record<string, string | number> = { authorization: `Bearer ${this.token}` };
     const reqId = currentRequestId();
     if (reqId) headers[REQUEST_ID_HEADER] = reqId;
@@ -121,7 +173,16 @@ export class HttpEdgeClient implements EdgeApi {
     const request = u.protocol === 'https:' ? httpsRequest : httpRequest;
     return new Promise((resolve, reject) => {
       const req = request(
-        { protocol: u.protocol, hostname: u.hostname, port: u.port, method, path: `${u.pathname}${path}`, headers, agent: this.#agent, signal },
+        {
+          protocol: u.protocol,
+          hostname: u.hostname,
+          port: u.port,
+          method,
+          path: `${u.pathname}${path}`,
+          headers,
+          agent: this.#agent,
+          signal,
+        },
         (res: IncomingMessage) => {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
@@ -130,7 +191,8 @@ export class HttpEdgeClient implements EdgeApi {
         },
       );
       req.on('error', (err: NodeJS.ErrnoException) => {
-        if (!retried && req.reusedSocket && err.code === 'ECONNRESET' && !signal.aborted) this.#send(method, path, payload, signal, true).then(resolve, reject);
+        if (!retried && req.reusedSocket && err.code === 'ECONNRESET' && !signal.aborted)
+          this.#send(method, path, payload, signal, true).then(resolve, reject);
         else reject(err);
       });
       req.end(payload);
@@ -162,7 +224,8 @@ export class HttpEdgeClient implements EdgeApi {
   }
 
   async createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {
-    return (await this.#json<{ results: EdgeCreateOutcome[] }>('POST', '/sandboxes/group', { sandboxes: reqs }, { timeout: false })).results;
+    return (await this.#json<{ results: EdgeCreateOutcome[] }>('POST', '/sandboxes/group', { sandboxes: reqs }, { timeout: false }))
+      .results;
   }
 
   async killSandbox(id: string): Promise<void> {
@@ -210,7 +273,10 @@ export class HttpEdgeClient implements EdgeApi {
   }
 
   processOutput(id: string, pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding): Promise<ProcessOutput> {
-    return this.#json('GET', this.#sb(id, `/processes/${encodeURIComponent(pid)}?stdout=${offsets.stdout}&stderr=${offsets.stderr}&encoding=${encoding}`));
+    return this.#json(
+      'GET',
+      this.#sb(id, `/processes/${encodeURIComponent(pid)}?stdout=${offsets.stdout}&stderr=${offsets.stderr}&encoding=${encoding}`),
+    );
   }
 
   waitProcess(id: string, pid: string, timeoutMs: number): Promise<ProcessInfo> {
@@ -275,7 +341,9 @@ export class HttpEdgeClient implements EdgeApi {
     for (const c of req.cmd ?? []) q.append('cmd', c);
     if (req.cwd !== undefined) q.set('cwd', req.cwd);
     if (req.env !== undefined) q.set('env', JSON.stringify(req.env));
-    const ws = new WebSocket(`${this.#base.replace(/^http/, 'ws')}${this.#sb(id, '/pty')}?${q.toString()}`, { headers: { authorization: `Bearer ${this.token}` } });
+    const ws = new WebSocket(`${this.#base.replace(/^http/, 'ws')}${this.#sb(id, '/pty')}?${q.toString()}`, {
+      headers: { authorization: `Bearer ${this.token}` },
+    });
     const listeners: ((data: Buffer) => void)[] = [];
     let resolveExit!: (code: number) => void;
     const exit = new Promise<number>((r) => (resolveExit = r));
@@ -285,14 +353,25 @@ export class HttpEdgeClient implements EdgeApi {
     // could not open the terminal (no such sandbox, not running); output follows only a ready.
     let exitCode: number | undefined;
     const opened = new Promise<void>((resolve, reject) => {
-      ws.on('unexpected-response', (_req, res) => reject(new ApiError(res.statusCode === 401 ? 'UNAUTHORIZED' : 'EDGE_UNAVAILABLE', `edge ${this.edgeId} refused the terminal: HTTP ${res.statusCode}`)));
+      ws.on('unexpected-response', (_req, res) =>
+        reject(
+          new ApiError(
+            res.statusCode === 401 ? 'UNAUTHORIZED' : 'EDGE_UNAVAILABLE',
+            `edge ${this.edgeId} refused the terminal: HTTP ${res.statusCode}`,
+          ),
+        ),
+      );
       ws.on('error', (err) => reject(new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId}: ${err.message}`, { edge: this.edgeId })));
       ws.on('message', (msg: Buffer, isBinary: boolean) => {
         if (isBinary) {
           for (const l of listeners) l(msg);
           return;
         }
-        const m = JSON.parse(msg.toString('utf8')) as { type: string; exitCode?: number; error?: { code: ErrorCode; message: string; details?: Record<string, unknown> } };
+        const m = JSON.parse(msg.toString('utf8')) as {
+          type: string;
+          exitCode?: number;
+          error?: { code: ErrorCode; message: string; details?: Record<string, unknown> };
+        };
         if (m.type === 'ready') resolve();
         if (m.type === 'exit') exitCode = m.exitCode ?? 0;
         if (m.type === 'error' && m.error) reject(new ApiError(m.error.code, m.error.message, m.error.details ?? {}));
@@ -329,7 +408,9 @@ export class HttpEdgeClient implements EdgeApi {
   }
 
   async openPort(id: string, port: number): Promise<Duplex> {
-    const ws = new WebSocket(`${this.#base.replace(/^http/, 'ws')}${this.#sb(id, `/ports/${port}`)}`, { headers: { authorization: `Bearer ${this.token}` } });
+    const ws = new WebSocket(`${this.#base.replace(/^http/, 'ws')}${this.#sb(id, `/ports/${port}`)}`, {
+      headers: { authorization: `Bearer ${this.token}` },
+    });
     // Both attached before the first await (see openPty): bytes that follow ready in the same read land in the stream.
     const ready = awaitReady(ws, `edge ${this.edgeId}`);
     const stream = webSocketDuplex(ws);

@@ -14,7 +14,20 @@ test("a sandbox's cookie is scoped to the link it came through, never the whole 
 
 test('the answer loses hop-by-hop headers, Service-Worker-Allowed and dsec* cookies; other cookies are scoped', () => {
   const out = responseHeaders(
-    ['Content-Type', 'text/html', 'Connection', 'close', 'Service-Worker-Allowed', '/', 'Set-Cookie', 'dsec_key=1; Path=/', 'set-cookie', 'DSEC=1', 'Set-Cookie', 'app=1; Path=/'],
+    [
+      'Content-Type',
+      'text/html',
+      'Connection',
+      'close',
+      'Service-Worker-Allowed',
+      '/',
+      'Set-Cookie',
+      'dsec_key=1; Path=/',
+      'set-cookie',
+      'DSEC=1',
+      'Set-Cookie',
+      'app=1; Path=/',
+    ],
     P,
   );
   assert.deepEqual(out, ['Content-Type', 'text/html', 'Set-Cookie', `app=1; Path=${P}/`]);

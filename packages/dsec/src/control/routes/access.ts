@@ -12,7 +12,9 @@ export function requireAdmin(req: FastifyRequest, what: string): void {
   // Reading req.caller throws UNAUTHORIZED when no key came: never a silent pass.
   const caller = req.caller;
   if (!caller.admin) {
-    throw new ApiError('FORBIDDEN', `${what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`, { project: caller.project });
+    throw new ApiError('FORBIDDEN', `${what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`, {
+      project: caller.project,
+    });
   }
 }
 
@@ -41,8 +43,7 @@ export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps
         if (req.method === 'DELETE' && url === '/v1/sandboxes/:id') return reply.status(204).send(null);
         throw err;
       }
-    }
-    else if (url.startsWith('/v1/batches/:id')) {
+    } else if (url.startsWith('/v1/batches/:id')) {
       const batch = await deps.store.getBatch(id);
       if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
     }

@@ -34,7 +34,8 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
 
     app.post(
       '/v1/batches',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: `Create up to 32,000 sandboxes of one spec; 202 with the batch, or with Accept: ${NDJSON} its progress as a stream`,
@@ -44,19 +45,41 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
       },
       async (req, reply) => {
         const info = await batches.create(req.body, req.caller.project);
-        if ((req.headers.accept ?? '').includes(NDJSON)) return reply.status(202).type(NDJSON).send(stream(info.id, -1, true, reply) as never);
+        if ((req.headers.accept ?? '').includes(NDJSON))
+          return reply
+            .status(202)
+            .type(NDJSON)
+            .send(stream(info.id, -1, true, reply) as never);
         return reply.status(202).send(info);
       },
     );
-    app.get('/v1/batches', { config: access.key, schema: { tags, summary: "Batches, newest first, with their counts: the caller's project's (an admin key: every project's)", querystring: ListBatchesQuery, response: { 200: BatchList, ...errors } } }, async (req) => ({
-      batches: await batches.list(req.query.limit ?? 50, listScope(req.caller)),
-    }));
-    app.get('/v1/batches/:id', { config: access.key, schema: { tags, summary: 'A batch: state and counts', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
-      batches.info(req.params.id),
+    app.get(
+      '/v1/batches',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: "Batches, newest first, with their counts: the caller's project's (an admin key: every project's)",
+          querystring: ListBatchesQuery,
+          response: { 200: BatchList, ...errors },
+        },
+      },
+      async (req) => ({
+        batches: await batches.list(req.query.limit ?? 50, listScope(req.caller)),
+      }),
+    );
+    app.get(
+      '/v1/batches/:id',
+      {
+        config: access.key,
+        schema: { tags, summary: 'A batch: state and counts', params: BatchIdParams, response: { 200: BatchInfo, ...errors } },
+      },
+      async (req) => batches.info(req.params.id),
     );
     app.get(
       '/v1/batches/:id/events',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: `Progress as NDJSON (${NDJSON}): events with seq > after, then live ones until the batch ends (follow=false: only what exists)`,
@@ -70,8 +93,18 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
         return reply.type(NDJSON).send(stream(req.params.id, req.query.after ?? -1, req.query.follow ?? true, reply) as never);
       },
     );
-    app.delete('/v1/batches/:id', { config: access.key, schema: { tags, summary: 'Cancel a batch: stop creating, kill what it made', params: BatchIdParams, response: { 200: BatchInfo, ...errors } } }, async (req) =>
-      batches.cancel(req.params.id),
+    app.delete(
+      '/v1/batches/:id',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'Cancel a batch: stop creating, kill what it made',
+          params: BatchIdParams,
+          response: { 200: BatchInfo, ...errors },
+        },
+      },
+      async (req) => batches.cancel(req.params.id),
     );
   };
 }

@@ -20,11 +20,18 @@ const ChunkIndexBody = Type.Object({
   chunkSize: Type.Integer({ description: 'Bytes per chunk (1 MiB unless the store was configured otherwise).' }),
   size: Type.Integer({ description: 'Bytes in the blob.' }),
   digests: Type.Array(Type.String({ pattern: '^sha256:[0-9a-f]{64}$' }), { description: 'sha256 of each chunk, in order.' }),
-  prefetch: Type.Array(Type.Integer({ minimum: 0 }), { description: 'Chunks to fetch first, in order (empty until a first run recorded them).' }),
+  prefetch: Type.Array(Type.Integer({ minimum: 0 }), {
+    description: 'Chunks to fetch first, in order (empty until a first run recorded them).',
+  }),
 });
 
 const PrefetchBody = Type.Object(
-  { chunks: Type.Array(Type.Integer({ minimum: 0 }), { maxItems: 1_000_000, description: 'Chunk numbers in the order they were first read.' }) },
+  {
+    chunks: Type.Array(Type.Integer({ minimum: 0 }), {
+      maxItems: 1_000_000,
+      description: 'Chunk numbers in the order they were first read.',
+    }),
+  },
   { additionalProperties: false },
 );
 
@@ -53,14 +60,23 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
       }
     };
 
-    app.head('/v1/blobs/:digest', { config: access.clusterOrAdmin, schema: { tags, summary: 'Size of a layer blob', params: DigestParams } }, async (req, reply) => {
-      const size = await sizeOf(req.params.digest as LayerDigest);
-      return reply.header('content-length', size).header('accept-ranges', 'bytes').header('content-type', 'application/octet-stream').send();
-    });
+    app.head(
+      '/v1/blobs/:digest',
+      { config: access.clusterOrAdmin, schema: { tags, summary: 'Size of a layer blob', params: DigestParams } },
+      async (req, reply) => {
+        const size = await sizeOf(req.params.digest as LayerDigest);
+        return reply
+          .header('content-length', size)
+          .header('accept-ranges', 'bytes')
+          .header('content-type', 'application/octet-stream')
+          .send();
+      },
+    );
 
     app.get(
       '/v1/blobs/:digest',
-      { config: access.clusterOrAdmin,
+      {
+        config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: 'A layer blob by digest; a single Range gives 206 with Content-Range',
@@ -77,7 +93,11 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
         const ranges = parseRange(size, range, { combine: true });
         if (ranges === -1 || ranges === -2 || ranges.type !== 'bytes' || ranges.length !== 1) {
           void reply.header('content-range', `bytes */${size}`);
-          throw new ApiError('RANGE_NOT_SATISFIABLE', `range ${JSON.stringify(range)} is not one satisfiable byte range of a ${size}-byte blob`, { size });
+          throw new ApiError(
+            'RANGE_NOT_SATISFIABLE',
+            `range ${JSON.stringify(range)} is not one satisfiable byte range of a ${size}-byte blob`,
+            { size },
+          );
         }
         const { start, end } = ranges[0]!;
         return reply
@@ -90,7 +110,8 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
 
     app.get(
       '/v1/blobs/:digest/chunks',
-      { config: access.clusterOrAdmin,
+      {
+        config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: "A layer blob's per-chunk sha256 list and prefetch list (for lazy loading)",
@@ -109,13 +130,19 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
 
     app.put(
       '/v1/blobs/:digest/prefetch',
-      { config: access.clusterOrAdmin,
+      {
+        config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: "Record a layer's prefetch list (the chunks a first run read, in order); the first one recorded is kept",
           params: DigestParams,
           body: PrefetchBody,
-          response: { 200: Type.Object({ recorded: Type.Boolean({ description: 'False when a list was recorded before (it is kept).' }) }), 400: ErrorBody, 401: ErrorBody, 404: ErrorBody },
+          response: {
+            200: Type.Object({ recorded: Type.Boolean({ description: 'False when a list was recorded before (it is kept).' }) }),
+            400: ErrorBody,
+            401: ErrorBody,
+            404: ErrorBody,
+          },
         },
       },
       async (req) => {
@@ -124,14 +151,19 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
         const { chunkSize } = await layers.chunkIndex(digest);
         const count = Math.ceil(size / chunkSize);
         const bad = req.body.chunks.find((i) => i >= count);
-        if (bad !== undefined) throw new ApiError('INVALID_REQUEST', `chunk ${bad} is past the blob's last chunk (${count - 1})`, { field: 'chunks', chunks: count });
+        if (bad !== undefined)
+          throw new ApiError('INVALID_REQUEST', `chunk ${bad} is past the blob's last chunk (${count - 1})`, {
+            field: 'chunks',
+            chunks: count,
+          });
         return { recorded: layers.recordPrefetchList(digest, [...new Set(req.body.chunks)]) };
       },
     );
 
     app.put(
       '/v1/blobs/:digest',
-      { config: access.clusterOrAdmin,
+      {
+        config: access.clusterOrAdmin,
         schema: {
           tags,
           summary: 'Upload a layer blob (raw bytes); refused unless its sha256 is the digest',
@@ -147,7 +179,8 @@ export function blobRoutes(deps: { layers: LayerStore; registry?: ClusterRegistr
           throw new ApiError('INVALID_REQUEST', `send the layer's bytes with Content-Type: ${LAYER_MEDIA_TYPE}`, { field: 'content-type' });
         if (!layers.has(digest)) {
           const got = await layers.addStream(req.body as NodeJS.ReadableStream);
-          if (got !== digest) throw new ApiError('INVALID_REQUEST', `the uploaded bytes hash to ${got}, not ${digest}`, { expected: digest, got });
+          if (got !== digest)
+            throw new ApiError('INVALID_REQUEST', `the uploaded bytes hash to ${got}, not ${digest}`, { expected: digest, got });
         } else {
           (req.body as NodeJS.ReadableStream).resume();
         }

@@ -8,13 +8,18 @@ import type { ControlPlane } from '../control-plane.js';
 import { access } from '../../http/access.js';
 
 const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$' }) });
-const EdgeStateReply = Type.Object({ state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')]), heartbeatMs: Type.Integer() });
+const EdgeStateReply = Type.Object({
+  state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')]),
+  heartbeatMs: Type.Integer(),
+});
 const EdgeJoinReply = Type.Object({
   ...EdgeStateReply.properties,
   registry: Type.Optional(
     Type.Object(
       {
-        repository: Type.String({ description: 'HOST/REPOSITORY of the OCI registry the edge reads layers from first (dsec control --registry).' }),
+        repository: Type.String({
+          description: 'HOST/REPOSITORY of the OCI registry the edge reads layers from first (dsec control --registry).',
+        }),
         username: Type.Optional(Type.String()),
         password: Type.Optional(Type.String()),
       },
@@ -49,30 +54,73 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     const tags = ['cluster'];
     app.post(
       '/v1/cluster/edges',
-      { config: access.cluster, schema: { tags, summary: 'An edge joins (cluster token)', body: EdgeRegistrationBody, response: { 200: EdgeJoinReply, 400: ErrorBody, 401: ErrorBody } } },
-      async (req) => ({ ...(await control.edges.register(req.body)), heartbeatMs: HEARTBEAT_MS, ...(control.registry ? { registry: control.registry.forEdges() } : {}) }),
+      {
+        config: access.cluster,
+        schema: {
+          tags,
+          summary: 'An edge joins (cluster token)',
+          body: EdgeRegistrationBody,
+          response: { 200: EdgeJoinReply, 400: ErrorBody, 401: ErrorBody },
+        },
+      },
+      async (req) => ({
+        ...(await control.edges.register(req.body)),
+        heartbeatMs: HEARTBEAT_MS,
+        ...(control.registry ? { registry: control.registry.forEdges() } : {}),
+      }),
     );
     app.put(
       '/v1/cluster/edges/:id/heartbeat',
-      { config: access.cluster, schema: { tags, summary: "An edge's capacity, every second (cluster token); 404 asks it to join again", params: EdgeIdParams, body: Type.Object({ info: EdgeInfo }), response: { 200: EdgeStateReply, 401: ErrorBody, 404: ErrorBody } } },
+      {
+        config: access.cluster,
+        schema: {
+          tags,
+          summary: "An edge's capacity, every second (cluster token); 404 asks it to join again",
+          params: EdgeIdParams,
+          body: Type.Object({ info: EdgeInfo }),
+          response: { 200: EdgeStateReply, 401: ErrorBody, 404: ErrorBody },
+        },
+      },
       async (req) => {
-        if (req.body.info.id !== req.params.id) throw new ApiError('INVALID_REQUEST', `heartbeat of edge ${req.body.info.id} sent to /edges/${req.params.id}`);
+        if (req.body.info.id !== req.params.id)
+          throw new ApiError('INVALID_REQUEST', `heartbeat of edge ${req.body.info.id} sent to /edges/${req.params.id}`);
         return { ...(await control.edges.heartbeat(req.params.id, req.body.info)), heartbeatMs: HEARTBEAT_MS };
       },
     );
     app.delete(
       '/v1/cluster/edges/:id',
-      { config: access.cluster, schema: { tags, summary: 'A drained, empty edge leaves (cluster token)', params: EdgeIdParams, response: { 204: Type.Null(), 401: ErrorBody, 404: ErrorBody, 409: ErrorBody } } },
+      {
+        config: access.cluster,
+        schema: {
+          tags,
+          summary: 'A drained, empty edge leaves (cluster token)',
+          params: EdgeIdParams,
+          response: { 204: Type.Null(), 401: ErrorBody, 404: ErrorBody, 409: ErrorBody },
+        },
+      },
       async (req, reply) => {
-        const live = (await control.list({})).filter((s) => s.edge === req.params.id && ['creating', 'running', 'paused'].includes(s.status));
-        if (live.length) throw new ApiError('EDGE_NOT_EMPTY', `edge ${req.params.id} still runs ${live.length} sandboxes; drain it and kill them first`, { sandboxes: live.length });
+        const live = (await control.list({})).filter(
+          (s) => s.edge === req.params.id && ['creating', 'running', 'paused'].includes(s.status),
+        );
+        if (live.length)
+          throw new ApiError('EDGE_NOT_EMPTY', `edge ${req.params.id} still runs ${live.length} sandboxes; drain it and kill them first`, {
+            sandboxes: live.length,
+          });
         await control.edges.remove(req.params.id);
         return reply.status(204).send(null);
       },
     );
     app.post(
       '/v1/nodes/:id/drain',
-      { config: access.admin('draining a node'), schema: { tags: ['nodes'], summary: 'Stop new placements on an edge (admin key); it leaves when its last sandbox is gone', params: EdgeIdParams, response: { 200: NodeInfo, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody } } },
+      {
+        config: access.admin('draining a node'),
+        schema: {
+          tags: ['nodes'],
+          summary: 'Stop new placements on an edge (admin key); it leaves when its last sandbox is gone',
+          params: EdgeIdParams,
+          response: { 200: NodeInfo, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+        },
+      },
       async (req) => {
         return control.drain(req.params.id);
       },

@@ -3,8 +3,22 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import {
-  ExecRequest, ExecResult, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput, ProcessOutputQuery, ProcessParams, SandboxIdParams,
-  SessionExecRequest, SessionInfo, SessionList, SessionParams, SignalRequest, StartProcessRequest, WaitProcessRequest,
+  ExecRequest,
+  ExecResult,
+  OpenSessionRequest,
+  ProcessInfo,
+  ProcessList,
+  ProcessOutput,
+  ProcessOutputQuery,
+  ProcessParams,
+  SandboxIdParams,
+  SessionExecRequest,
+  SessionInfo,
+  SessionList,
+  SessionParams,
+  SignalRequest,
+  StartProcessRequest,
+  WaitProcessRequest,
 } from '@dsec/sdk/schema';
 import type { ControlPlane } from '../control-plane.js';
 import type { ExecEvent } from '../../exec/run-command.js';
@@ -22,7 +36,8 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
 
     app.post(
       '/v1/sandboxes/:id/exec',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags: ['exec'],
           summary: `Run a command to completion; with Accept: ${NDJSON}, stream {type:stdout|stderr,data:base64} lines, then {type:exit,…}`,
@@ -48,7 +63,9 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
             yield `${JSON.stringify({ type: 'start' })}\n`;
             try {
               for await (const ev of events) {
-                yield ev.type === 'exit' ? `${JSON.stringify({ type: 'exit', ...ev.result })}\n` : `${JSON.stringify({ type: ev.type, data: ev.data.toString('base64') })}\n`;
+                yield ev.type === 'exit'
+                  ? `${JSON.stringify({ type: 'exit', ...ev.result })}\n`
+                  : `${JSON.stringify({ type: ev.type, data: ev.data.toString('base64') })}\n`;
               }
             } finally {
               hangup.done();
@@ -67,15 +84,34 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
 
     // --- sessions ----------------------------------------------------------------------------
     const sTags = ['sessions'];
-    app.post('/v1/sandboxes/:id/sessions', { config: access.key, schema: { tags: sTags, summary: 'Open a persistent shell session', params: SandboxIdParams, body: OpenSessionRequest, response: { 201: SessionInfo, ...errors } } }, async (req, reply) =>
-      reply.status(201).send(await control.openSession(req.params.id, req.body)),
+    app.post(
+      '/v1/sandboxes/:id/sessions',
+      {
+        config: access.key,
+        schema: {
+          tags: sTags,
+          summary: 'Open a persistent shell session',
+          params: SandboxIdParams,
+          body: OpenSessionRequest,
+          response: { 201: SessionInfo, ...errors },
+        },
+      },
+      async (req, reply) => reply.status(201).send(await control.openSession(req.params.id, req.body)),
     );
-    app.get('/v1/sandboxes/:id/sessions', { config: access.key, schema: { tags: sTags, summary: 'List sessions', params: SandboxIdParams, response: { 200: SessionList, ...errors } } }, async (req) => ({
-      sessions: await (await control.edgeFor(req.params.id)).listSessions(req.params.id),
-    }));
+    app.get(
+      '/v1/sandboxes/:id/sessions',
+      {
+        config: access.key,
+        schema: { tags: sTags, summary: 'List sessions', params: SandboxIdParams, response: { 200: SessionList, ...errors } },
+      },
+      async (req) => ({
+        sessions: await (await control.edgeFor(req.params.id)).listSessions(req.params.id),
+      }),
+    );
     app.post(
       '/v1/sandboxes/:id/sessions/:sid/exec',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags: sTags,
           summary: 'Run a command in a session (cwd, env and variables persist); commands queue in order',
@@ -93,39 +129,96 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         }
       },
     );
-    app.delete('/v1/sandboxes/:id/sessions/:sid', { config: access.key, schema: { tags: sTags, summary: 'Close a session', params: SessionParams, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-      await control.closeSession(req.params.id, req.params.sid);
-      return reply.status(204).send(null);
-    });
+    app.delete(
+      '/v1/sandboxes/:id/sessions/:sid',
+      {
+        config: access.key,
+        schema: { tags: sTags, summary: 'Close a session', params: SessionParams, response: { 204: Type.Null(), ...errors } },
+      },
+      async (req, reply) => {
+        await control.closeSession(req.params.id, req.params.sid);
+        return reply.status(204).send(null);
+      },
+    );
 
     // --- background processes ----------------------------------------------------------------
     const pTags = ['processes'];
-    app.post('/v1/sandboxes/:id/processes', { config: access.key, schema: { tags: pTags, summary: 'Start a background process', params: SandboxIdParams, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } }, async (req, reply) =>
-      reply.status(201).send(await control.startProcess(req.params.id, req.body)),
+    app.post(
+      '/v1/sandboxes/:id/processes',
+      {
+        config: access.key,
+        schema: {
+          tags: pTags,
+          summary: 'Start a background process',
+          params: SandboxIdParams,
+          body: StartProcessRequest,
+          response: { 201: ProcessInfo, ...errors },
+        },
+      },
+      async (req, reply) => reply.status(201).send(await control.startProcess(req.params.id, req.body)),
     );
-    app.get('/v1/sandboxes/:id/processes', { config: access.key, schema: { tags: pTags, summary: 'List background processes', params: SandboxIdParams, response: { 200: ProcessList, ...errors } } }, async (req) => ({
-      processes: await (await control.edgeFor(req.params.id)).listProcesses(req.params.id),
-    }));
+    app.get(
+      '/v1/sandboxes/:id/processes',
+      {
+        config: access.key,
+        schema: { tags: pTags, summary: 'List background processes', params: SandboxIdParams, response: { 200: ProcessList, ...errors } },
+      },
+      async (req) => ({
+        processes: await (await control.edgeFor(req.params.id)).listProcesses(req.params.id),
+      }),
+    );
     app.get(
       '/v1/sandboxes/:id/processes/:pid',
-      { config: access.key, schema: { tags: pTags, summary: 'A process and its output so far (from the given offsets)', params: ProcessParams, querystring: ProcessOutputQuery, response: { 200: ProcessOutput, ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags: pTags,
+          summary: 'A process and its output so far (from the given offsets)',
+          params: ProcessParams,
+          querystring: ProcessOutputQuery,
+          response: { 200: ProcessOutput, ...errors },
+        },
+      },
       async (req) =>
-        (await control.edgeFor(req.params.id))
-          .processOutput(req.params.id, req.params.pid, { stdout: req.query.stdoutOffset ?? 0, stderr: req.query.stderrOffset ?? 0 }, req.query.encoding ?? 'utf8'),
+        (await control.edgeFor(req.params.id)).processOutput(
+          req.params.id,
+          req.params.pid,
+          { stdout: req.query.stdoutOffset ?? 0, stderr: req.query.stderrOffset ?? 0 },
+          req.query.encoding ?? 'utf8',
+        ),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/wait',
-      { config: access.key, schema: { tags: pTags, summary: 'Wait for a process to exit (or timeoutMs)', params: ProcessParams, body: WaitProcessRequest, response: { 200: ProcessInfo, ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags: pTags,
+          summary: 'Wait for a process to exit (or timeoutMs)',
+          params: ProcessParams,
+          body: WaitProcessRequest,
+          response: { 200: ProcessInfo, ...errors },
+        },
+      },
       async (req) => (await control.edgeFor(req.params.id)).waitProcess(req.params.id, req.params.pid, req.body.timeoutMs ?? 30_000),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/signal',
-      { config: access.key, schema: { tags: pTags, summary: 'Signal a process (SIGKILL: its whole tree)', params: ProcessParams, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags: pTags,
+          summary: 'Signal a process (SIGKILL: its whole tree)',
+          params: ProcessParams,
+          body: SignalRequest,
+          response: { 200: ProcessInfo, ...errors },
+        },
+      },
       async (req) => control.signalProcess(req.params.id, req.params.pid, req.body.signal),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/stdin',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags: pTags,
           summary: 'Write raw bytes (application/octet-stream) to a process started with stdin: true; ?eof=true closes it',
@@ -140,8 +233,13 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         return reply.status(204).send(null);
       },
     );
-    app.delete('/v1/sandboxes/:id/processes/:pid', { config: access.key, schema: { tags: pTags, summary: 'Kill a process and its tree', params: ProcessParams, response: { 200: ProcessInfo, ...errors } } }, async (req) =>
-      control.signalProcess(req.params.id, req.params.pid, 'SIGKILL'),
+    app.delete(
+      '/v1/sandboxes/:id/processes/:pid',
+      {
+        config: access.key,
+        schema: { tags: pTags, summary: 'Kill a process and its tree', params: ProcessParams, response: { 200: ProcessInfo, ...errors } },
+      },
+      async (req) => control.signalProcess(req.params.id, req.params.pid, 'SIGKILL'),
     );
   };
 }

@@ -3,7 +3,16 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import {
-  DirListing, FilePathQuery, FileStat, MAX_FILE_BYTES, MAX_TAR_UPLOAD_BYTES, MkdirRequest, PathQuery, RemoveQuery, RenameRequest, SandboxIdParams,
+  DirListing,
+  FilePathQuery,
+  FileStat,
+  MAX_FILE_BYTES,
+  MAX_TAR_UPLOAD_BYTES,
+  MkdirRequest,
+  PathQuery,
+  RemoveQuery,
+  RenameRequest,
+  SandboxIdParams,
   WriteFileResult,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
@@ -42,7 +51,16 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
 
     app.get(
       '/v1/sandboxes/:id/files',
-      { config: access.key, schema: { tags, summary: 'Read a file; 200 answers with its raw bytes (application/octet-stream)', params: SandboxIdParams, querystring: FilePathQuery, response: errors } },
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'Read a file; 200 answers with its raw bytes (application/octet-stream)',
+          params: SandboxIdParams,
+          querystring: FilePathQuery,
+          response: errors,
+        },
+      },
       async (req, reply) => {
         const data = await control.readFile(req.params.id, req.query.path, MAX_FILE_BYTES);
         return reply.type('application/octet-stream').send(data as never); // raw bytes: no response schema applies
@@ -51,7 +69,8 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
 
     app.put(
       '/v1/sandboxes/:id/files',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: 'Write a file (raw bytes, application/octet-stream); creates parent directories',
@@ -69,35 +88,97 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
 
     app.delete(
       '/v1/sandboxes/:id/files',
-      { config: access.key, schema: { tags, summary: 'Remove a file, symlink or empty directory (recursive=true: a whole tree)', params: SandboxIdParams, querystring: RemoveQuery, response: { 204: Type.Null(), ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'Remove a file, symlink or empty directory (recursive=true: a whole tree)',
+          params: SandboxIdParams,
+          querystring: RemoveQuery,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
       async (req, reply) => {
         await control.removePath(req.params.id, req.query.path, req.query.recursive ?? false);
         return reply.status(204).send(null);
       },
     );
 
-    app.get('/v1/sandboxes/:id/files/stat', { config: access.key, schema: { tags, summary: 'lstat a path', params: SandboxIdParams, querystring: PathQuery, response: { 200: FileStat, ...errors } } }, async (req) =>
-      (await control.edgeFor(req.params.id)).statPath(req.params.id, req.query.path),
+    app.get(
+      '/v1/sandboxes/:id/files/stat',
+      {
+        config: access.key,
+        schema: { tags, summary: 'lstat a path', params: SandboxIdParams, querystring: PathQuery, response: { 200: FileStat, ...errors } },
+      },
+      async (req) => (await control.edgeFor(req.params.id)).statPath(req.params.id, req.query.path),
     );
 
-    app.get('/v1/sandboxes/:id/files/list', { config: access.key, schema: { tags, summary: 'List a directory', params: SandboxIdParams, querystring: PathQuery, response: { 200: DirListing, ...errors } } }, async (req) => ({
-      path: req.query.path,
-      ...(await (await control.edgeFor(req.params.id)).listDir(req.params.id, req.query.path)),
-    }));
+    app.get(
+      '/v1/sandboxes/:id/files/list',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'List a directory',
+          params: SandboxIdParams,
+          querystring: PathQuery,
+          response: { 200: DirListing, ...errors },
+        },
+      },
+      async (req) => ({
+        path: req.query.path,
+        ...(await (await control.edgeFor(req.params.id)).listDir(req.params.id, req.query.path)),
+      }),
+    );
 
-    app.post('/v1/sandboxes/:id/files/mkdir', { config: access.key, schema: { tags, summary: 'Make a directory', params: SandboxIdParams, body: MkdirRequest, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-      await control.makeDir(req.params.id, req.body.path, req.body.parents ?? true);
-      return reply.status(204).send(null);
-    });
+    app.post(
+      '/v1/sandboxes/:id/files/mkdir',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'Make a directory',
+          params: SandboxIdParams,
+          body: MkdirRequest,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
+      async (req, reply) => {
+        await control.makeDir(req.params.id, req.body.path, req.body.parents ?? true);
+        return reply.status(204).send(null);
+      },
+    );
 
-    app.post('/v1/sandboxes/:id/files/rename', { config: access.key, schema: { tags, summary: 'Rename or move a path', params: SandboxIdParams, body: RenameRequest, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-      await control.renamePath(req.params.id, req.body.from, req.body.to);
-      return reply.status(204).send(null);
-    });
+    app.post(
+      '/v1/sandboxes/:id/files/rename',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'Rename or move a path',
+          params: SandboxIdParams,
+          body: RenameRequest,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
+      async (req, reply) => {
+        await control.renamePath(req.params.id, req.body.from, req.body.to);
+        return reply.status(204).send(null);
+      },
+    );
 
     app.get(
       '/v1/sandboxes/:id/files/tar',
-      { config: access.key, schema: { tags, summary: `Download a file or directory as a tar stream (${TAR}), packed inside the sandbox`, params: SandboxIdParams, querystring: PathQuery, response: errors } },
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: `Download a file or directory as a tar stream (${TAR}), packed inside the sandbox`,
+          params: SandboxIdParams,
+          querystring: PathQuery,
+          response: errors,
+        },
+      },
       async (req, reply) => {
         const chunks = await (await control.edgeFor(req.params.id)).downloadTar(req.params.id, req.query.path);
         return reply.type(TAR).send(Readable.from(chunks) as never);
@@ -106,7 +187,8 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
 
     app.put(
       '/v1/sandboxes/:id/files/tar',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: `Upload a tar stream (${TAR}) and unpack it into path (created if missing), inside the sandbox`,
@@ -116,7 +198,8 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req) => {
-        if (!(req.body instanceof Readable)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the archive as the raw body with Content-Type: ${TAR}`);
+        if (!(req.body instanceof Readable))
+          throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the archive as the raw body with Content-Type: ${TAR}`);
         const limited = req.body.pipe(limitBytes(MAX_TAR_UPLOAD_BYTES));
         req.body.on('error', (err) => limited.destroy(err));
         const bytes = await control.uploadTar(req.params.id, req.query.path, limited);

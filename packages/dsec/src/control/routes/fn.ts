@@ -17,10 +17,12 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
 
     app.post(
       '/v1/fn/run',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
-          summary: 'Run a short stateless program (python, node, bash) in a warm worker: fresh process and scratch dir, nothing kept, no network unless asked',
+          summary:
+            'Run a short stateless program (python, node, bash) in a warm worker: fresh process and scratch dir, nothing kept, no network unless asked',
           body: FnRunRequest,
           response: { 200: FnRunResult, ...errors },
         },
@@ -37,7 +39,8 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
 
     app.post(
       '/v1/fn/batch',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: `Run up to 10,000 calls, \`concurrency\` at a time; the answer is ${NDJSON}, one line {index, result | error} per call as it finishes`,

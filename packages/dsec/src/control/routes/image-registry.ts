@@ -52,7 +52,10 @@ export function imageRegistryRoutes(deps: ImageRegistryRouteDeps): FastifyPlugin
       ? undefined
       : `the control plane's registry account (DSEC_REGISTRY_USER) is sent only to the cluster's registry (DSEC_REGISTRY${deps.clusterRegistry ? `, ${deps.clusterRegistry.baseUrl}` : ', not set'}), not to ${ref.baseUrl}`;
   const clientFor = (ref: RegistryRef, log: { warn: (m: string) => void }) =>
-    registryClientFor(ref, { credentialsFor: deps.clusterRegistry?.baseUrl ?? null, onRetry: (why) => log.warn(`registry: retrying: ${why}`) });
+    registryClientFor(ref, {
+      credentialsFor: deps.clusterRegistry?.baseUrl ?? null,
+      onRetry: (why) => log.warn(`registry: retrying: ${why}`),
+    });
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['images'];
@@ -60,10 +63,12 @@ export function imageRegistryRoutes(deps: ImageRegistryRouteDeps): FastifyPlugin
 
     app.post(
       '/v1/images/push',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
-          summary: "Push an image the caller may use to an OCI registry (a project key: the cluster's registry or one of DSEC_REGISTRY_ALLOW) as a dsec artifact (its EROFS layers, dsec's media types)",
+          summary:
+            "Push an image the caller may use to an OCI registry (a project key: the cluster's registry or one of DSEC_REGISTRY_ALLOW) as a dsec artifact (its EROFS layers, dsec's media types)",
           body: PushImageRequest,
           response: { 200: PushImageResult, ...errors },
         },
@@ -71,7 +76,10 @@ export function imageRegistryRoutes(deps: ImageRegistryRouteDeps): FastifyPlugin
       async (req) => {
         const caller = req.caller;
         const ref = parseRef(req.body.ref);
-        if (ref.digest !== undefined) throw new ApiError('INVALID_REQUEST', `push to a tag, not a digest (${req.body.ref}): the registry names the manifest's digest`, { field: 'ref' });
+        if (ref.digest !== undefined)
+          throw new ApiError('INVALID_REQUEST', `push to a tag, not a digest (${req.body.ref}): the registry names the manifest's digest`, {
+            field: 'ref',
+          });
         checkRegistry(caller, ref);
         // Resolved as the caller: another project's private image is as unknown as a missing one.
         const id = await projectImages.resolve(caller.admin ? undefined : caller.project, req.body.image);
@@ -88,10 +96,12 @@ export function imageRegistryRoutes(deps: ImageRegistryRouteDeps): FastifyPlugin
 
     app.post(
       '/v1/images/pull',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
-          summary: "Pull a dsec image from an OCI registry (by tag or @sha256 digest) into the caller's project (an admin key: shared); layers are verified, broken downloads resume with Range requests",
+          summary:
+            "Pull a dsec image from an OCI registry (by tag or @sha256 digest) into the caller's project (an admin key: shared); layers are verified, broken downloads resume with Range requests",
           body: PullImageRequest,
           response: { 201: PullImageResult, ...errors },
         },
@@ -144,9 +154,15 @@ function parseRef(text: string): RegistryRef {
 /** A registry's answer as the API's error: refused credentials 403, no such manifest 404, down 503, the rest 400. */
 function transferError(err: unknown, ref: RegistryRef, accountNote?: string): unknown {
   if (!(err instanceof ImageTransferError)) return err;
-  const details = { registry: ref.host, repository: ref.repository, ...(err instanceof RegistryError && err.status !== undefined ? { registryStatus: err.status, registryCodes: err.codes } : {}) };
-  if (err instanceof RegistryAuthError) return new ApiError('REGISTRY_AUTH_FAILED', accountNote ? `${err.message} (${accountNote})` : err.message, details);
+  const details = {
+    registry: ref.host,
+    repository: ref.repository,
+    ...(err instanceof RegistryError && err.status !== undefined ? { registryStatus: err.status, registryCodes: err.codes } : {}),
+  };
+  if (err instanceof RegistryAuthError)
+    return new ApiError('REGISTRY_AUTH_FAILED', accountNote ? `${err.message} (${accountNote})` : err.message, details);
   if (err instanceof RegistryError && err.status === 404) return new ApiError('IMAGE_NOT_FOUND', err.message, details);
-  if (err instanceof RegistryError && (err.status === undefined || err.status >= 500)) return new ApiError('REGISTRY_UNAVAILABLE', err.message, details);
+  if (err instanceof RegistryError && (err.status === undefined || err.status >= 500))
+    return new ApiError('REGISTRY_UNAVAILABLE', err.message, details);
   return new ApiError('INVALID_REQUEST', err.message, details);
 }

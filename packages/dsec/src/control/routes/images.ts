@@ -2,7 +2,15 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Readable, Transform } from 'node:stream';
 import {
-  BuildImageRequest, ErrorBody, GcResult, ImageInfo, ImageList, ImageRefParams, ImportImageQuery, ImportImageResult, MAX_IMAGE_IMPORT_BYTES,
+  BuildImageRequest,
+  ErrorBody,
+  GcResult,
+  ImageInfo,
+  ImageList,
+  ImageRefParams,
+  ImportImageQuery,
+  ImportImageResult,
+  MAX_IMAGE_IMPORT_BYTES,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ImageId, ImageStore } from '../../image/image-store.js';
@@ -51,29 +59,59 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['images'];
     // A project key sees shared images and its project's own; an admin key sees every image.
-    const scope = (req: { caller: { admin: boolean; project: string } }): string | undefined => (req.caller.admin ? undefined : req.caller.project);
-    app.get('/v1/images', { config: access.key, schema: { tags, summary: "List images (a project key: shared ones and its project's own)", response: { 200: ImageList, 401: ErrorBody } } }, async (req) => ({
-      images: await Promise.all((await deps.control.projectImages.list(scope(req))).map(withLifetime)),
-    }));
+    const scope = (req: { caller: { admin: boolean; project: string } }): string | undefined =>
+      req.caller.admin ? undefined : req.caller.project;
+    app.get(
+      '/v1/images',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: "List images (a project key: shared ones and its project's own)",
+          response: { 200: ImageList, 401: ErrorBody },
+        },
+      },
+      async (req) => ({
+        images: await Promise.all((await deps.control.projectImages.list(scope(req))).map(withLifetime)),
+      }),
+    );
 
     app.get(
       '/v1/images/:ref',
-      { config: access.key, schema: { tags, summary: 'One image by name or id', params: ImageRefParams, response: { 200: ImageInfo, ...errors } } },
+      {
+        config: access.key,
+        schema: { tags, summary: 'One image by name or id', params: ImageRefParams, response: { 200: ImageInfo, ...errors } },
+      },
       async (req) => {
         const id = await deps.control.projectImages.resolve(scope(req), req.params.ref);
         const info = id && (await deps.control.projectImages.info(scope(req), id));
-        if (!info) throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(req.params.ref)}; list images with \`dsec image ls\``, { image: req.params.ref });
+        if (!info)
+          throw new ApiError('IMAGE_NOT_FOUND', `no image ${JSON.stringify(req.params.ref)}; list images with \`dsec image ls\``, {
+            image: req.params.ref,
+          });
         return await withLifetime(info);
       },
     );
 
     app.post(
       '/v1/images',
-      { config: access.admin('building a shared image'), schema: { tags, summary: 'Build an image (busybox or debian minbase); cached by inputs', body: BuildImageRequest, response: { 201: ImageInfo, 400: ErrorBody, 401: ErrorBody, 500: ErrorBody } } },
+      {
+        config: access.admin('building a shared image'),
+        schema: {
+          tags,
+          summary: 'Build an image (busybox or debian minbase); cached by inputs',
+          body: BuildImageRequest,
+          response: { 201: ImageInfo, 400: ErrorBody, 401: ErrorBody, 500: ErrorBody },
+        },
+      },
       async (req, reply) => {
         const { builder, name, packages } = req.body;
         const args = ['build', builder, ...(name ? ['--name', name] : []), ...(packages ?? []).flatMap((p) => ['-p', p])];
-        const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ builder }, m), userError: /invalid image name|unknown builder|-p\/--package/, layerDir: dirname(images.layers.dir) });
+        const out = await runImageJob(dataDir, args, {
+          log: (m) => req.log.info({ builder }, m),
+          userError: /invalid image name|unknown builder|-p\/--package/,
+          layerDir: dirname(images.layers.dir),
+        });
         await images.refresh(); // the job wrote files: into the store with them, for every replica
         // The job prints "<name> <id>"; the image is in the store it wrote to.
         const id = /(sha256:[0-9a-f]{64})\s*$/.exec(out.trim())?.[1];
@@ -88,7 +126,8 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
 
     app.post(
       '/v1/images/import',
-      { config: access.admin('importing a shared image'),
+      {
+        config: access.admin('importing a shared image'),
         schema: {
           tags,
           summary:
@@ -106,12 +145,25 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
         try {
           await pipeline(req.body, limitBytes(MAX_IMAGE_IMPORT_BYTES), createWriteStream(file, { mode: 0o600 }));
           const q = req.query;
-          const args = ['import', file, '--json', ...(q.name ? ['--name', q.name] : []), ...(q.squash ? ['--squash'] : []), ...(q.ref ? ['--ref', q.ref] : [])];
-          const out = await runImageJob(dataDir, args, { log: (m) => req.log.info({ import: true }, m), userError: /image import failed|invalid image name/, layerDir: dirname(images.layers.dir) });
+          const args = [
+            'import',
+            file,
+            '--json',
+            ...(q.name ? ['--name', q.name] : []),
+            ...(q.squash ? ['--squash'] : []),
+            ...(q.ref ? ['--ref', q.ref] : []),
+          ];
+          const out = await runImageJob(dataDir, args, {
+            log: (m) => req.log.info({ import: true }, m),
+            userError: /image import failed|invalid image name/,
+            layerDir: dirname(images.layers.dir),
+          });
           await images.refresh(); // the job wrote files: into the store with them, for every replica
           const r = JSON.parse(out) as ImportResult;
           const { id, format, sourceRef, squashed, layers, warnings } = r;
-          return await reply.status(201).send({ image: images.info(id)!, format, ...(sourceRef ? { sourceRef } : {}), squashed, layers, warnings });
+          return await reply
+            .status(201)
+            .send({ image: images.info(id)!, format, ...(sourceRef ? { sourceRef } : {}), squashed, layers, warnings });
         } finally {
           rmSync(file, { force: true });
         }
@@ -120,7 +172,8 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
 
     app.delete(
       '/v1/images/:ref',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: 'Untag an image name, or delete an image by id (with its names); layers are freed by GC when nothing uses them',
@@ -136,7 +189,8 @@ export function imageRoutes(deps: ImageRouteDeps): FastifyPluginAsync {
 
     app.post(
       '/v1/images/gc',
-      { config: access.admin('collecting layer garbage'),
+      {
+        config: access.admin('collecting layer garbage'),
         schema: {
           tags,
           summary: `Delete layer blobs no image or live sandbox uses (blobs younger than ${GC_GRACE_MS / 60_000} minutes are kept: a build or snapshot may not have registered its image yet)`,

@@ -18,7 +18,8 @@ export function portTunnelRoutes(deps: { control: ControlPlane }): FastifyPlugin
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     app.get(
       '/v1/sandboxes/:id/tcp/:port',
-      { config: access.key,
+      {
+        config: access.key,
         websocket: true,
         schema: { tags: ['ports'], summary: 'A TCP stream to a port in the sandbox (WebSocket upgrade)', params: SandboxPortParams },
       },

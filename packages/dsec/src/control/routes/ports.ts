@@ -32,7 +32,14 @@ function upgradeHead(req: FastifyRequest): Buffer | undefined {
 }
 
 /** Proxies one request (or upgrade) to a port of a sandbox, through its edge. */
-async function proxy(control: ControlPlane, req: FastifyRequest, reply: FastifyReply, id: string, port: number, prefix: string): Promise<void> {
+async function proxy(
+  control: ControlPlane,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  id: string,
+  port: number,
+  prefix: string,
+): Promise<void> {
   const target = { path: rest(req.raw.url ?? '/', prefix), prefix };
   if (isUpgrade(req.headers)) {
     void reply.hijack();
@@ -61,7 +68,11 @@ async function proxy(control: ControlPlane, req: FastifyRequest, reply: FastifyR
  * bodies are the sandbox's own, so these routes take any content type unparsed and are left out
  * of the OpenAPI document (docs/API.md describes them).
  */
-export function portRoutes(deps: { control: ControlPlane; links: PortLinks; portsOrigin: (req: FastifyRequest) => string }): FastifyPluginAsync {
+export function portRoutes(deps: {
+  control: ControlPlane;
+  links: PortLinks;
+  portsOrigin: (req: FastifyRequest) => string;
+}): FastifyPluginAsync {
   const { control, links, portsOrigin } = deps;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
@@ -86,7 +97,11 @@ export function portRoutes(deps: { control: ControlPlane; links: PortLinks; port
         // whichever project claims it (exec and files refuse it for the same reason).
         const pool = control.pools.unclaimedIn(s.id);
         if (pool !== undefined)
-          throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${s.id} waits unclaimed in pool ${pool}: claim one with a create naming the pool first`, { id: s.id, pool });
+          throw new ApiError(
+            'SANDBOX_NOT_RUNNING',
+            `sandbox ${s.id} waits unclaimed in pool ${pool}: claim one with a create naming the pool first`,
+            { id: s.id, pool },
+          );
         const ttl = req.body.ttlSeconds ?? 3600;
         const expires = Math.floor(Date.now() / 1000) + ttl;
         const token = links.sign({ sandbox: s.id, port: req.body.port, expires, project: s.project ?? DEFAULT_PROJECT });

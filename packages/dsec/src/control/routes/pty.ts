@@ -17,7 +17,8 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     app.get(
       '/v1/sandboxes/:id/pty',
-      { config: access.key,
+      {
+        config: access.key,
         websocket: true,
         schema: {
           tags: ['exec'],
@@ -36,7 +37,9 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
         let proc;
         try {
           const started = performance.now();
-          proc = await (await control.edgeFor(id)).openPty(id, { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd });
+          proc = await (
+            await control.edgeFor(id)
+          ).openPty(id, { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd });
           control.logTerminalExit(id, proc.exit, { cmd: req.query.cmd ?? [] }, started);
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
@@ -52,7 +55,8 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
           if (isBinary) return p.write(msg);
           try {
             const m = JSON.parse(msg.toString('utf8')) as { type?: string; cols?: number; rows?: number; data?: string };
-            if (m.type === 'resize' && Number.isInteger(m.cols) && Number.isInteger(m.rows)) p.resize(Math.min(Math.max(m.cols!, 1), 1000), Math.min(Math.max(m.rows!, 1), 1000));
+            if (m.type === 'resize' && Number.isInteger(m.cols) && Number.isInteger(m.rows))
+              p.resize(Math.min(Math.max(m.cols!, 1), 1000), Math.min(Math.max(m.rows!, 1), 1000));
             else if (m.type === 'input' && typeof m.data === 'string') p.write(m.data);
           } catch {
             // not JSON: ignore

@@ -2,8 +2,20 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import {
-  BulkRequest, BulkResult, CreateSandboxRequest, ForkRequest, ForkResult, ListSandboxesQuery, NetworkPolicyRequest, NetworkPolicyResult,
-  NetworkPolicyState, SandboxIdParams, SandboxInfo, SandboxList, SnapshotRequest, SnapshotResult,
+  BulkRequest,
+  BulkResult,
+  CreateSandboxRequest,
+  ForkRequest,
+  ForkResult,
+  ListSandboxesQuery,
+  NetworkPolicyRequest,
+  NetworkPolicyResult,
+  NetworkPolicyState,
+  SandboxIdParams,
+  SandboxInfo,
+  SandboxList,
+  SnapshotRequest,
+  SnapshotResult,
 } from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
@@ -12,7 +24,6 @@ import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import type { Caller } from '../api-keys.js';
 import { listScope } from './access.js';
 import { access } from '../../http/access.js';
-
 
 function parseLabels(label: string | string[] | undefined): Record<string, string> {
   const out: Record<string, string> = {};
@@ -35,17 +46,31 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['sandboxes'];
 
-    app.post('/v1/sandboxes', { config: access.key, schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } } }, async (req, reply) => {
-      return reply.status(201).send(await control.create(req.body, {}, { project: req.caller.project }));
-    });
+    app.post(
+      '/v1/sandboxes',
+      {
+        config: access.key,
+        schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } },
+      },
+      async (req, reply) => {
+        return reply.status(201).send(await control.create(req.body, {}, { project: req.caller.project }));
+      },
+    );
 
-    app.get('/v1/sandboxes', { config: access.key, schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } } }, async (req) => {
-      const filter: Parameters<ControlPlane['list']>[0] = { labels: parseLabels(req.query.label) };
-      const project = listScope(req.caller, req.query.project);
-      if (project) filter.project = project;
-      if (req.query.status) filter.status = req.query.status;
-      return { sandboxes: await control.list(filter) };
-    });
+    app.get(
+      '/v1/sandboxes',
+      {
+        config: access.key,
+        schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } },
+      },
+      async (req) => {
+        const filter: Parameters<ControlPlane['list']>[0] = { labels: parseLabels(req.query.label) };
+        const project = listScope(req.caller, req.query.project);
+        if (project) filter.project = project;
+        if (req.query.status) filter.status = req.query.status;
+        return { sandboxes: await control.list(filter) };
+      },
+    );
 
     const bulk: [BulkAction, string][] = [
       ['kill', 'Kill every sandbox whose labels match (any status); a sandbox already gone counts as killed'],
@@ -53,33 +78,67 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       ['resume', 'Resume every paused sandbox whose labels match'],
     ];
     for (const [action, summary] of bulk) {
-      app.post(`/v1/sandboxes/${action}`, { config: access.key, schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } }, async (req) =>
-        applyByLabels(control, req.body.labels, action, listScope(req.caller)),
+      app.post(
+        `/v1/sandboxes/${action}`,
+        { config: access.key, schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } },
+        async (req) => applyByLabels(control, req.body.labels, action, listScope(req.caller)),
       );
     }
 
-    app.get('/v1/sandboxes/:id', { config: access.key, schema: { tags, summary: 'Inspect a sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
-      control.inspect(req.params.id),
+    app.get(
+      '/v1/sandboxes/:id',
+      {
+        config: access.key,
+        schema: { tags, summary: 'Inspect a sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } },
+      },
+      async (req) => control.inspect(req.params.id),
     );
 
-    app.delete('/v1/sandboxes/:id', { config: access.key, schema: { tags, summary: 'Kill a sandbox and remove all it had', params: SandboxIdParams, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-      await control.kill(req.params.id);
-      return reply.status(204).send(null);
-    });
-
-
-    app.post('/v1/sandboxes/:id/pause', { config: access.key, schema: { tags, summary: 'Freeze a sandbox (memory stays resident); exec answers 409 until resumed', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
-      control.pause(req.params.id),
+    app.delete(
+      '/v1/sandboxes/:id',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'Kill a sandbox and remove all it had',
+          params: SandboxIdParams,
+          response: { 204: Type.Null(), ...errors },
+        },
+      },
+      async (req, reply) => {
+        await control.kill(req.params.id);
+        return reply.status(204).send(null);
+      },
     );
-    app.post('/v1/sandboxes/:id/resume', { config: access.key, schema: { tags, summary: 'Thaw a paused sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } } }, async (req) =>
-      control.resume(req.params.id),
+
+    app.post(
+      '/v1/sandboxes/:id/pause',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'Freeze a sandbox (memory stays resident); exec answers 409 until resumed',
+          params: SandboxIdParams,
+          response: { 200: SandboxInfo, ...errors },
+        },
+      },
+      async (req) => control.pause(req.params.id),
+    );
+    app.post(
+      '/v1/sandboxes/:id/resume',
+      {
+        config: access.key,
+        schema: { tags, summary: 'Thaw a paused sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } },
+      },
+      async (req) => control.resume(req.params.id),
     );
     app.post(
       '/v1/sandboxes/:id/snapshot',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
-          summary: 'pack_diff: capture the sandbox\'s changes as a new EROFS layer and register an image new sandboxes start from',
+          summary: "pack_diff: capture the sandbox's changes as a new EROFS layer and register an image new sandboxes start from",
           params: SandboxIdParams,
           body: Type.Optional(SnapshotRequest),
           response: { 201: SnapshotResult, ...errors },
@@ -88,7 +147,9 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          return reply.status(201).send(await control.snapshot(req.params.id, req.body ?? {}, { ...privateTo(req.caller), signal: hangup.signal }));
+          return reply
+            .status(201)
+            .send(await control.snapshot(req.params.id, req.body ?? {}, { ...privateTo(req.caller), signal: hangup.signal }));
         } finally {
           hangup.done();
         }
@@ -96,16 +157,27 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     );
     app.post(
       '/v1/sandboxes/:id/fork',
-      { config: access.key, schema: { tags, summary: 'One snapshot of this sandbox, then count new sandboxes from it', params: SandboxIdParams, body: ForkRequest, response: { 201: ForkResult, ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'One snapshot of this sandbox, then count new sandboxes from it',
+          params: SandboxIdParams,
+          body: ForkRequest,
+          response: { 201: ForkResult, ...errors },
+        },
+      },
       async (req, reply) => reply.status(201).send(await control.fork(req.params.id, req.body, privateTo(req.caller))),
     );
 
     app.put(
       '/v1/sandboxes/:id/network',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
-          summary: 'Replace the egress policy at runtime (e.g. setup phase: allow a mirror; rollout: none); atomic, in force when the call returns',
+          summary:
+            'Replace the egress policy at runtime (e.g. setup phase: allow a mirror; rollout: none); atomic, in force when the call returns',
           params: SandboxIdParams,
           body: NetworkPolicyRequest,
           response: { 200: NetworkPolicyResult, ...errors },
@@ -116,7 +188,15 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
 
     app.get(
       '/v1/sandboxes/:id/network',
-      { config: access.key, schema: { tags, summary: 'The egress policy in force, and the link to the host if the sandbox has one', params: SandboxIdParams, response: { 200: NetworkPolicyState, ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: 'The egress policy in force, and the link to the host if the sandbox has one',
+          params: SandboxIdParams,
+          response: { 200: NetworkPolicyState, ...errors },
+        },
+      },
       async (req) => control.getNetwork(req.params.id),
     );
   };

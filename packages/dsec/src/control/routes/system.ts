@@ -13,7 +13,10 @@ export function systemRoutes(deps: { control: ControlPlane }): FastifyPluginAsyn
     });
     app.get(
       '/v1/nodes',
-      { config: access.key, schema: { tags: ['nodes'], summary: 'Edges, their capacity and their layer cache', response: { 200: NodeList, 401: ErrorBody } } },
+      {
+        config: access.key,
+        schema: { tags: ['nodes'], summary: 'Edges, their capacity and their layer cache', response: { 200: NodeList, 401: ErrorBody } },
+      },
       async () => ({ nodes: await deps.control.nodes() }),
     );
   };

@@ -13,18 +13,32 @@ export function trajectoryRoutes(deps: { control: ControlPlane }): FastifyPlugin
     const tags = ['trajectory'];
     app.get(
       '/v1/sandboxes/:id/trajectory',
-      { config: access.key, schema: { tags, summary: 'Every logged step (commands, sessions, file changes, network switches, pauses) with its result; kept for a while after the sandbox is killed (--trajectory-retention-hours, default 24)', params: SandboxIdParams, querystring: TrajectoryQuery, response: { 200: Trajectory, ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary:
+            'Every logged step (commands, sessions, file changes, network switches, pauses) with its result; kept for a while after the sandbox is killed (--trajectory-retention-hours, default 24)',
+          params: SandboxIdParams,
+          querystring: TrajectoryQuery,
+          response: { 200: Trajectory, ...errors },
+        },
+      },
       async (req) => {
         await control.assertTrajectoryKept(req.params.id); // also readable for a while after a kill
-        return { sandboxId: req.params.id, ...(await control.trajectory.list(req.params.id, req.query.afterSeq ?? 0, req.query.limit ?? 1000)) };
+        return {
+          sandboxId: req.params.id,
+          ...(await control.trajectory.list(req.params.id, req.query.afterSeq ?? 0, req.query.limit ?? 1000)),
+        };
       },
     );
     app.post(
       '/v1/sandboxes/:id/replay',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
-          summary: 'Build a new sandbox from this one\'s image and re-run its logged steps in order (e.g. after its node was lost)',
+          summary: "Build a new sandbox from this one's image and re-run its logged steps in order (e.g. after its node was lost)",
           params: SandboxIdParams,
           response: { 201: ReplayResult, ...errors },
         },

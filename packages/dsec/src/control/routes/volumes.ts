@@ -14,7 +14,8 @@ export function volumeRoutes(deps: { volumes: Volumes }): FastifyPluginAsync {
     const tags = ['volumes'];
     app.post(
       '/v1/volumes',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: 'Create a named volume (a persistent directory on one edge)',
@@ -26,14 +27,22 @@ export function volumeRoutes(deps: { volumes: Volumes }): FastifyPluginAsync {
     );
     app.get(
       '/v1/volumes',
-      { config: access.key, schema: { tags, summary: "List the project's volumes (every project's for an admin key), with the sandboxes that mount each", response: { 200: VolumeList, ...errors } } },
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary: "List the project's volumes (every project's for an admin key), with the sandboxes that mount each",
+          response: { 200: VolumeList, ...errors },
+        },
+      },
       async (req) => ({
         volumes: await volumes.list(req.caller),
       }),
     );
     app.get(
       '/v1/volumes/:name',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: 'Inspect a volume: its edge, who mounts it, the size of its files',
@@ -45,7 +54,8 @@ export function volumeRoutes(deps: { volumes: Volumes }): FastifyPluginAsync {
     );
     app.delete(
       '/v1/volumes/:name',
-      { config: access.key,
+      {
+        config: access.key,
         schema: {
           tags,
           summary: 'Delete a volume and its files (409 VOLUME_IN_USE while a sandbox mounts it)',

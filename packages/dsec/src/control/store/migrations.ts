@@ -153,7 +153,9 @@ export const MIGRATIONS: readonly Migration[] = [
         ALTER TABLE ended_sandboxes ADD COLUMN project TEXT;
         CREATE INDEX IF NOT EXISTS sandboxes_project ON sandboxes(project, status);
       `);
-      await db.run("INSERT INTO projects (name, quota, created_at) VALUES ('default', '{}', ?) ON CONFLICT (name) DO NOTHING", [new Date().toISOString()]);
+      await db.run("INSERT INTO projects (name, quota, created_at) VALUES ('default', '{}', ?) ON CONFLICT (name) DO NOTHING", [
+        new Date().toISOString(),
+      ]);
       await db.run("UPDATE api_keys SET admin = 1 WHERE name = 'client.json'");
       for (const r of await db.all<{ id: string; resources: string }>('SELECT id, resources FROM sandboxes')) {
         const res = JSON.parse(r.resources) as { cpu?: number; memoryMiB?: number };

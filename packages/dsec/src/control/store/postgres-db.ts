@@ -83,7 +83,11 @@ export class PostgresDb implements SqlDb {
   #statement(sql: string, params: readonly SqlValue[]): pg.QueryConfig {
     let s = this.#statements.get(sql);
     if (!s) this.#statements.set(sql, (s = { name: `dsec-${this.#statements.size}`, text: numberPlaceholders(sql) }));
-    return { name: s.name, text: s.text, values: params.map((p) => (typeof p === 'boolean' ? (p ? 1 : 0) : typeof p === 'bigint' ? p.toString() : p)) };
+    return {
+      name: s.name,
+      text: s.text,
+      values: params.map((p) => (typeof p === 'boolean' ? (p ? 1 : 0) : typeof p === 'bigint' ? p.toString() : p)),
+    };
   }
 }
 

@@ -13,5 +13,7 @@ export type SandboxBackend = Omit<EdgeApi, 'info' | 'createSandboxes' | 'createV
 
 /** A call the sandbox's backend does not serve: a 4xx naming the backend, never a half-done call. */
 export function unsupported(kind: BackendKind, what: string): never {
-  throw new ApiError('BACKEND_UNSUPPORTED', `${what} is not available for ${kind} sandboxes; use a container sandbox for it`, { backend: kind });
+  throw new ApiError('BACKEND_UNSUPPORTED', `${what} is not available for ${kind} sandboxes; use a container sandbox for it`, {
+    backend: kind,
+  });
 }

@@ -1,13 +1,35 @@
 import type { Duplex } from 'node:stream';
 import type {
-  Encoding, ExecRequest, FnRunResult, ExecResult, FileStat, OpenSessionRequest, ProcessInfo, ProcessOutput, SessionExecRequest, SessionInfo, StartProcessRequest,
+  Encoding,
+  ExecRequest,
+  FnRunResult,
+  ExecResult,
+  FileStat,
+  OpenSessionRequest,
+  ProcessInfo,
+  ProcessOutput,
+  SessionExecRequest,
+  SessionInfo,
+  StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ExecEvent } from '../../exec/run-command.js';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
 import type { Edge } from '../edge.js';
-import { createEach, type EdgeApi, type EdgeCreateOutcome, type EdgeCreateRequest, type EdgeFnRequest, type EdgeInfo, type EdgeNetworkRequest, type EdgeSandbox, type EdgeSnapshot, type TerminalChannel, type TerminalRequest } from '../edge-api.js';
+import {
+  createEach,
+  type EdgeApi,
+  type EdgeCreateOutcome,
+  type EdgeCreateRequest,
+  type EdgeFnRequest,
+  type EdgeInfo,
+  type EdgeNetworkRequest,
+  type EdgeSandbox,
+  type EdgeSnapshot,
+  type TerminalChannel,
+  type TerminalRequest,
+} from '../edge-api.js';
 import type { SandboxBackend } from './backend.js';
 import type { FnCalls } from './fncall/fn-calls.js';
 import type { VmBackend } from './vm/vm-backend.js';
@@ -66,13 +88,19 @@ export class BackendDispatch implements EdgeApi {
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
     const kind = req.backend ?? 'container';
     if (kind === 'container') {
-      if (req.restoreFrom !== undefined) throw new ApiError('INVALID_REQUEST', 'restoreFrom restores a VM snapshot; a container starts from a snapshot image instead', { field: 'restoreFrom' });
+      if (req.restoreFrom !== undefined)
+        throw new ApiError('INVALID_REQUEST', 'restoreFrom restores a VM snapshot; a container starts from a snapshot image instead', {
+          field: 'restoreFrom',
+        });
       return this.containers.createSandbox(req);
     }
-    if (!this.vms) throw new ApiError('BACKEND_UNSUPPORTED', `this edge runs no ${kind} sandboxes (no VM guest was built)`, { backend: kind });
+    if (!this.vms)
+      throw new ApiError('BACKEND_UNSUPPORTED', `this edge runs no ${kind} sandboxes (no VM guest was built)`, { backend: kind });
     const info = await this.info();
     if (info.sandboxes >= info.maxSandboxes) {
-      throw new ApiError('CAPACITY_EXCEEDED', `edge ${info.id} is full (${info.maxSandboxes} sandboxes)`, { maxSandboxes: info.maxSandboxes });
+      throw new ApiError('CAPACITY_EXCEEDED', `edge ${info.id} is full (${info.maxSandboxes} sandboxes)`, {
+        maxSandboxes: info.maxSandboxes,
+      });
     }
     return this.vms.createSandbox(req);
   }

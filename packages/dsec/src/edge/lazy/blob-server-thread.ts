@@ -30,7 +30,9 @@ export class BlobServerThread {
 
   static async start(opts: BlobServerThreadOptions): Promise<BlobServerThread> {
     const worker = new Worker(new URL('./blob-server-worker.js', import.meta.url), { workerData: opts });
-    const [first] = (await Promise.race([once(worker, 'message'), once(worker, 'error').then(([e]) => Promise.reject(e as Error))])) as [BlobServerThreadReply];
+    const [first] = (await Promise.race([once(worker, 'message'), once(worker, 'error').then(([e]) => Promise.reject(e as Error))])) as [
+      BlobServerThreadReply,
+    ];
     if (first.kind !== 'listening') throw new Error('blob server thread: unexpected first message');
     worker.unref();
     return new BlobServerThread(first.url, worker);

@@ -15,6 +15,11 @@ const url = await server.listen(opts.port ?? 0);
 const port = parentPort!;
 port.postMessage({ kind: 'listening', url } satisfies BlobServerThreadReply);
 port.on('message', (m: BlobServerThreadRequest) => {
-  if (m.kind === 'stats') port.postMessage({ kind: 'stats', bytesServed: server.bytesServed, rangeRequests: server.rangeRequests } satisfies BlobServerThreadReply);
+  if (m.kind === 'stats')
+    port.postMessage({
+      kind: 'stats',
+      bytesServed: server.bytesServed,
+      rangeRequests: server.rangeRequests,
+    } satisfies BlobServerThreadReply);
   else if (m.kind === 'close') void server.close().then(() => port.close());
 });

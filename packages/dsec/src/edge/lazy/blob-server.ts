@@ -69,10 +69,12 @@ export class BlobServer {
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (this.hang) return; // never answered; the socket goes at close()
-    if (this.opts.token && req.headers.authorization !== `Bearer ${this.opts.token}`) return send(res, 401, { error: { code: 'UNAUTHORIZED', message: 'bad token' } });
+    if (this.opts.token && req.headers.authorization !== `Bearer ${this.opts.token}`)
+      return send(res, 401, { error: { code: 'UNAUTHORIZED', message: 'bad token' } });
     const m = /^\/v1\/blobs\/(sha256:[0-9a-f]{64})(\/chunks|\/prefetch)?$/.exec(req.url ?? '');
     const digest = m?.[1];
-    if (!m || !digest || !isLayerDigest(digest) || !this.opts.store.has(digest)) return send(res, 404, { error: { code: 'NOT_FOUND', message: 'no such blob' } });
+    if (!m || !digest || !isLayerDigest(digest) || !this.opts.store.has(digest))
+      return send(res, 404, { error: { code: 'NOT_FOUND', message: 'no such blob' } });
     if (m[2] === '/chunks' && req.method === 'GET') {
       return send(res, 200, { ...(await this.opts.store.chunkIndex(digest)), prefetch: this.opts.store.prefetchList(digest) });
     }
@@ -80,11 +82,13 @@ export class BlobServer {
       let body = '';
       for await (const c of req) body += String(c);
       const chunks = (JSON.parse(body) as { chunks?: unknown }).chunks;
-      if (!Array.isArray(chunks) || !chunks.every((i) => Number.isSafeInteger(i) && i >= 0)) return send(res, 400, { error: { code: 'INVALID_REQUEST', message: 'chunks: integers' } });
+      if (!Array.isArray(chunks) || !chunks.every((i) => Number.isSafeInteger(i) && i >= 0))
+        return send(res, 400, { error: { code: 'INVALID_REQUEST', message: 'chunks: integers' } });
       this.opts.store.recordPrefetchList(digest, chunks as number[]);
       return send(res, 204);
     }
-    if (m[2] || (req.method !== 'GET' && req.method !== 'HEAD')) return send(res, 405, { error: { code: 'INVALID_REQUEST', message: 'method' } });
+    if (m[2] || (req.method !== 'GET' && req.method !== 'HEAD'))
+      return send(res, 405, { error: { code: 'INVALID_REQUEST', message: 'method' } });
     await this.#blob(req, res, digest);
   }
 

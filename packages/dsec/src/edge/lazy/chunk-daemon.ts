@@ -155,8 +155,14 @@ export class ChunkDaemon {
     const { url } = this.writeSource();
     const log = openSync(this.#logFile, 'a');
     const args = [
-      '--cache', this.cacheDir, '--retries', String(this.opts.retries),
-      '--attempt-timeout-ms', String(this.opts.attemptTimeoutMs), '--connect-timeout-ms', String(this.opts.connectTimeoutMs),
+      '--cache',
+      this.cacheDir,
+      '--retries',
+      String(this.opts.retries),
+      '--attempt-timeout-ms',
+      String(this.opts.attemptTimeoutMs),
+      '--connect-timeout-ms',
+      String(this.opts.connectTimeoutMs),
       this.mountPoint,
     ];
     let child: ChildProcess;

@@ -160,7 +160,8 @@ export class LazyLayers implements LayerBlobs {
       const { chunks, prefetch } = await this.#client().chunkIndex(digest);
       mkdirSync(dir, { recursive: true });
       // The prefetch list first: the daemon starts prefetching when it first loads the index.
-      if (prefetch.length) writeFileAtomic(join(dir, 'prefetch'), prefetch.filter((i) => i < chunks.digests.length).join('\n') + '\n', 0o600);
+      if (prefetch.length)
+        writeFileAtomic(join(dir, 'prefetch'), prefetch.filter((i) => i < chunks.digests.length).join('\n') + '\n', 0o600);
       writeFileAtomic(indexFile, daemonIndexText(chunks), 0o600);
       index = { chunkSize: chunks.chunkSize, size: chunks.size, chunks: chunks.digests.length };
       if (prefetch.length) this.#published.add(digest); // the store has its list already
@@ -184,7 +185,10 @@ export class LazyLayers implements LayerBlobs {
     if (this.#published.has(digest)) return;
     let touched: number[];
     try {
-      touched = readFileSync(join(this.daemon.cacheDir, hexOf(digest), 'touched'), 'utf8').split('\n').filter(Boolean).map(Number);
+      touched = readFileSync(join(this.daemon.cacheDir, hexOf(digest), 'touched'), 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map(Number);
     } catch {
       return;
     }
@@ -193,7 +197,7 @@ export class LazyLayers implements LayerBlobs {
     try {
       await this.#client().putPrefetch(digest, touched);
     } catch (err) {
-      this.opts.log?.warn({ layer: digest, err: (err as Error).message }, 'could not record the layer\'s prefetch list');
+      this.opts.log?.warn({ layer: digest, err: (err as Error).message }, "could not record the layer's prefetch list");
     }
   }
 
@@ -267,7 +271,8 @@ export class LazyLayers implements LayerBlobs {
     const out = new Map<string, { bytes: number; chunks: number; failed: number; mismatches: number }>();
     for (const line of this.#statsLines()) {
       const [hex, bytes, chunks, failed, mismatches] = line.split(' ');
-      if (hex && hex !== 'sandbox' && mismatches !== undefined) out.set(hex, { bytes: Number(bytes), chunks: Number(chunks), failed: Number(failed), mismatches: Number(mismatches) });
+      if (hex && hex !== 'sandbox' && mismatches !== undefined)
+        out.set(hex, { bytes: Number(bytes), chunks: Number(chunks), failed: Number(failed), mismatches: Number(mismatches) });
     }
     return out;
   }

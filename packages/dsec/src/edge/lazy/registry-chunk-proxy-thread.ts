@@ -12,7 +12,8 @@ export interface RegistryChunkProxyThreadOptions {
 }
 
 export type RegistryChunkProxyThreadRequest = { kind: 'stats' } | { kind: 'close' };
-export type RegistryChunkProxyThreadReply = { kind: 'listening'; url: string } | { kind: 'stats'; registryRanges: number; fallback: number };
+export type RegistryChunkProxyThreadReply =
+  { kind: 'listening'; url: string } | { kind: 'stats'; registryRanges: number; fallback: number };
 
 /**
  * A RegistryChunkProxy on a worker thread of its own, for the reason BlobServerThread gives: a
@@ -27,7 +28,9 @@ export class RegistryChunkProxyThread {
 
   static async start(opts: RegistryChunkProxyThreadOptions): Promise<RegistryChunkProxyThread> {
     const worker = new Worker(new URL('./registry-chunk-proxy-worker.js', import.meta.url), { workerData: opts });
-    const [first] = (await Promise.race([once(worker, 'message'), once(worker, 'error').then(([e]) => Promise.reject(e as Error))])) as [RegistryChunkProxyThreadReply];
+    const [first] = (await Promise.race([once(worker, 'message'), once(worker, 'error').then(([e]) => Promise.reject(e as Error))])) as [
+      RegistryChunkProxyThreadReply,
+    ];
     if (first.kind !== 'listening') throw new Error('registry chunk proxy thread: unexpected first message');
     worker.unref();
     return new RegistryChunkProxyThread(first.url, worker);

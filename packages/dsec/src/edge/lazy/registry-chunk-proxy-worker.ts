@@ -1,7 +1,11 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { RegistryClient } from '../../image/registry/registry-client.js';
 import { RegistryChunkProxy } from './registry-chunk-proxy.js';
-import type { RegistryChunkProxyThreadOptions, RegistryChunkProxyThreadReply, RegistryChunkProxyThreadRequest } from './registry-chunk-proxy-thread.js';
+import type {
+  RegistryChunkProxyThreadOptions,
+  RegistryChunkProxyThreadReply,
+  RegistryChunkProxyThreadRequest,
+} from './registry-chunk-proxy-thread.js';
 
 /** The body of RegistryChunkProxyThread: the proxy on its own event loop, driven by messages. */
 const opts = workerData as RegistryChunkProxyThreadOptions;

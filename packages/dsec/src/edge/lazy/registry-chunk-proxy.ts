@@ -61,7 +61,10 @@ export class RegistryChunkProxy {
       if (m && req.method === 'GET') {
         const range = /^bytes=(\d+)-(\d*)$/.exec(String(req.headers.range ?? ''));
         try {
-          const blob = await this.opts.registry.getBlob(m[1]!, range ? { start: Number(range[1]), ...(range[2] ? { end: Number(range[2]) } : {}) } : undefined);
+          const blob = await this.opts.registry.getBlob(
+            m[1]!,
+            range ? { start: Number(range[1]), ...(range[2] ? { end: Number(range[2]) } : {}) } : undefined,
+          );
           this.counts.registryRanges += range ? 1 : 0;
           res.writeHead(blob.status, {
             'content-type': 'application/octet-stream',

@@ -8,12 +8,18 @@ import type { ErrorCode } from '@dsec/sdk';
  * command could not run. The public API and the edge protocol use the same lines.
  */
 export function eventToLine(ev: ExecEvent): string {
-  return ev.type === 'exit' ? `${JSON.stringify({ type: 'exit', ...ev.result })}\n` : `${JSON.stringify({ type: ev.type, data: ev.data.toString('base64') })}\n`;
+  return ev.type === 'exit'
+    ? `${JSON.stringify({ type: 'exit', ...ev.result })}\n`
+    : `${JSON.stringify({ type: ev.type, data: ev.data.toString('base64') })}\n`;
 }
 
 /** The inverse of eventToLine; null for the start line. Throws the error a `{type:error}` line carries. */
 export function lineToEvent(line: string): ExecEvent | null {
-  const m = JSON.parse(line) as { type: string; data?: string; error?: { code: ErrorCode; message: string; details?: Record<string, unknown> } } & Record<string, unknown>;
+  const m = JSON.parse(line) as {
+    type: string;
+    data?: string;
+    error?: { code: ErrorCode; message: string; details?: Record<string, unknown> };
+  } & Record<string, unknown>;
   if (m.type === 'start') return null;
   if (m.type === 'stdout' || m.type === 'stderr') return { type: m.type, data: Buffer.from(m.data ?? '', 'base64') };
   if (m.type === 'exit') {

@@ -56,9 +56,19 @@ export const EdgeCreateRequest = Type.Object(
     restoreFrom: Type.Optional(SandboxId),
     /** Volumes of this edge to bind-mount (nosuid, nodev), each at its path. */
     volumes: Type.Optional(
-      Type.Array(Type.Object({ name: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }), path: Type.String({ minLength: 2, maxLength: 1024 }), readOnly: Type.Boolean() }, { additionalProperties: false }), {
-        maxItems: 16,
-      }),
+      Type.Array(
+        Type.Object(
+          {
+            name: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }),
+            path: Type.String({ minLength: 2, maxLength: 1024 }),
+            readOnly: Type.Boolean(),
+          },
+          { additionalProperties: false },
+        ),
+        {
+          maxItems: 16,
+        },
+      ),
     ),
   },
   { additionalProperties: false },
@@ -67,7 +77,10 @@ export type EdgeCreateRequest = Static<typeof EdgeCreateRequest>;
 
 /** Many creates in one request: a batch's group for one edge (each item succeeds or fails alone). */
 export const MAX_EDGE_CREATE_GROUP = 1024;
-export const EdgeCreateGroupRequest = Type.Object({ sandboxes: Type.Array(EdgeCreateRequest, { minItems: 1, maxItems: MAX_EDGE_CREATE_GROUP }) }, { additionalProperties: false });
+export const EdgeCreateGroupRequest = Type.Object(
+  { sandboxes: Type.Array(EdgeCreateRequest, { minItems: 1, maxItems: MAX_EDGE_CREATE_GROUP }) },
+  { additionalProperties: false },
+);
 
 export const EdgeSandboxStatus = Type.Union([Type.Literal('running'), Type.Literal('paused')]);
 export type EdgeSandboxStatus = Static<typeof EdgeSandboxStatus>;
@@ -150,7 +163,10 @@ export const EdgeSnapshotRequest = Type.Object(
 
 export const EdgeLink = Type.Object({ index: Type.Integer(), host: Type.String(), sandbox: Type.String() });
 export const EdgeNetworkState = Type.Object({
-  policy: Type.Object({ mode: Type.String(), allow: Type.Array(Type.Object({ cidr: Type.String(), port: Type.Optional(Type.Integer()) })) }),
+  policy: Type.Object({
+    mode: Type.String(),
+    allow: Type.Array(Type.Object({ cidr: Type.String(), port: Type.Optional(Type.Integer()) })),
+  }),
   link: Type.Optional(EdgeLink),
   appliedMs: Type.Optional(Type.Number()),
 });

@@ -6,8 +6,22 @@ import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { Type } from 'typebox';
 import {
-  DirListing, ErrorBody, ExecRequest, ExecResult, FileStat, FnRunResult, MAX_FILE_BYTES, OpenSessionRequest, ProcessInfo, ProcessList, ProcessOutput,
-  SessionExecRequest, SessionInfo, SessionList, SignalRequest, StartProcessRequest,
+  DirListing,
+  ErrorBody,
+  ExecRequest,
+  ExecResult,
+  FileStat,
+  FnRunResult,
+  MAX_FILE_BYTES,
+  OpenSessionRequest,
+  ProcessInfo,
+  ProcessList,
+  ProcessOutput,
+  SessionExecRequest,
+  SessionInfo,
+  SessionList,
+  SignalRequest,
+  StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { access, enforceAccess } from '../../http/access.js';
@@ -17,7 +31,20 @@ import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import type { App } from '../../http/app.js';
 import type { EdgeApi } from '../edge-api.js';
 import {
-  EDGE_PREFIX, EdgeCreateGroupRequest, EdgeFnRequest, EdgeCreateGroupResult, EdgeCreateRequest, EdgeInfo, EdgeNetworkRequest, EdgeNetworkState, EdgeSandbox, EdgeSandboxList, EdgeSnapshot, EdgeSnapshotRequest, EdgeUsage, EdgeVolumeUsage,
+  EDGE_PREFIX,
+  EdgeCreateGroupRequest,
+  EdgeFnRequest,
+  EdgeCreateGroupResult,
+  EdgeCreateRequest,
+  EdgeInfo,
+  EdgeNetworkRequest,
+  EdgeNetworkState,
+  EdgeSandbox,
+  EdgeSandboxList,
+  EdgeSnapshot,
+  EdgeSnapshotRequest,
+  EdgeUsage,
+  EdgeVolumeUsage,
 } from '../protocol/schemas.js';
 import { requestIdOptions, useRequestLog } from '../../http/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
@@ -50,7 +77,9 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   await app.register(websocket, { options: { maxPayload: 1 << 20 } });
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send({ error: { code: 'ROUTE_NOT_FOUND', message: `no edge route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
+    void reply
+      .status(404)
+      .send({ error: { code: 'ROUTE_NOT_FOUND', message: `no edge route ${req.method} ${req.url.split('?')[0]}`, details: {} } });
   });
   app.addContentTypeParser(OCTETS, { parseAs: 'buffer', bodyLimit: MAX_FILE_BYTES }, (_req, body, done) => done(null, body));
   app.addContentTypeParser('application/x-tar', (_req, payload, done) => done(null, payload));
@@ -63,86 +92,141 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   const P = EDGE_PREFIX;
   const S = `${P}/sandboxes/:id`;
   app.get(`${P}/info`, { config: access.cluster, schema: { response: { 200: EdgeInfo, ...errors } } }, async () => edge.info());
-  app.get(`${P}/sandboxes`, { config: access.cluster, schema: { response: { 200: EdgeSandboxList } } }, async () => ({ sandboxes: await edge.listSandboxes() }));
-  app.post(`${P}/sandboxes`, { config: access.cluster, schema: { body: EdgeCreateRequest, response: { 201: EdgeSandbox, ...errors } } }, async (req, reply) =>
-    reply.status(201).send(await edge.createSandbox(req.body)),
-  );
-  app.post(`${P}/sandboxes/group`, { config: access.cluster, schema: { body: EdgeCreateGroupRequest, response: { 200: EdgeCreateGroupResult, ...errors } } }, async (req) => ({
-    results: await edge.createSandboxes(req.body.sandboxes),
+  app.get(`${P}/sandboxes`, { config: access.cluster, schema: { response: { 200: EdgeSandboxList } } }, async () => ({
+    sandboxes: await edge.listSandboxes(),
   }));
-  app.post(`${P}/fn/run`, { config: access.cluster, schema: { body: EdgeFnRequest, response: { 200: FnRunResult, ...errors } } }, async (req, reply) => {
-    if (!edge.runFn) throw new ApiError('BACKEND_UNSUPPORTED', 'this edge runs no function calls', { backend: 'fncall' });
-    const hangup = abortOnHangup(reply);
-    try {
-      return await edge.runFn(req.body, hangup.signal);
-    } finally {
-      hangup.done();
-    }
-  });
+  app.post(
+    `${P}/sandboxes`,
+    { config: access.cluster, schema: { body: EdgeCreateRequest, response: { 201: EdgeSandbox, ...errors } } },
+    async (req, reply) => reply.status(201).send(await edge.createSandbox(req.body)),
+  );
+  app.post(
+    `${P}/sandboxes/group`,
+    { config: access.cluster, schema: { body: EdgeCreateGroupRequest, response: { 200: EdgeCreateGroupResult, ...errors } } },
+    async (req) => ({
+      results: await edge.createSandboxes(req.body.sandboxes),
+    }),
+  );
+  app.post(
+    `${P}/fn/run`,
+    { config: access.cluster, schema: { body: EdgeFnRequest, response: { 200: FnRunResult, ...errors } } },
+    async (req, reply) => {
+      if (!edge.runFn) throw new ApiError('BACKEND_UNSUPPORTED', 'this edge runs no function calls', { backend: 'fncall' });
+      const hangup = abortOnHangup(reply);
+      try {
+        return await edge.runFn(req.body, hangup.signal);
+      } finally {
+        hangup.done();
+      }
+    },
+  );
   app.delete(S, { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
     await edge.killSandbox(req.params.id);
     return reply.status(204).send(null);
   });
 
-  app.post(`${S}/exec`, { config: access.cluster, schema: { params: Id, body: ExecRequest, response: { 200: ExecResult, ...errors } } }, async (req, reply) => {
-    const hangup = abortOnHangup(reply);
-    if ((req.headers.accept ?? '').includes(NDJSON)) {
-      const events = edge.execStream(req.params.id, req.body, hangup.signal);
-      const lines = async function* (): AsyncGenerator<string> {
-        yield `${JSON.stringify({ type: 'start' })}\n`;
-        try {
-          for await (const ev of events) yield eventToLine(ev);
-        } catch (err) {
-          const e = err instanceof ApiError ? err : new ApiError('EXEC_FAILED', (err as Error).message);
-          yield `${JSON.stringify({ type: 'error', error: { code: e.code, message: e.message, details: e.details } })}\n`;
-        } finally {
-          hangup.done();
-        }
-      };
-      return reply.type(NDJSON).send(Readable.from(lines()) as never);
-    }
-    try {
-      return await edge.exec(req.params.id, req.body, hangup.signal);
-    } finally {
-      hangup.done();
-    }
-  });
+  app.post(
+    `${S}/exec`,
+    { config: access.cluster, schema: { params: Id, body: ExecRequest, response: { 200: ExecResult, ...errors } } },
+    async (req, reply) => {
+      const hangup = abortOnHangup(reply);
+      if ((req.headers.accept ?? '').includes(NDJSON)) {
+        const events = edge.execStream(req.params.id, req.body, hangup.signal);
+        const lines = async function* (): AsyncGenerator<string> {
+          yield `${JSON.stringify({ type: 'start' })}\n`;
+          try {
+            for await (const ev of events) yield eventToLine(ev);
+          } catch (err) {
+            const e = err instanceof ApiError ? err : new ApiError('EXEC_FAILED', (err as Error).message);
+            yield `${JSON.stringify({ type: 'error', error: { code: e.code, message: e.message, details: e.details } })}\n`;
+          } finally {
+            hangup.done();
+          }
+        };
+        return reply.type(NDJSON).send(Readable.from(lines()) as never);
+      }
+      try {
+        return await edge.exec(req.params.id, req.body, hangup.signal);
+      } finally {
+        hangup.done();
+      }
+    },
+  );
 
   // --- processes ---
-  app.post(`${S}/processes`, { config: access.cluster, schema: { params: Id, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } }, async (req, reply) =>
-    reply.status(201).send(await edge.startProcess(req.params.id, req.body)),
+  app.post(
+    `${S}/processes`,
+    { config: access.cluster, schema: { params: Id, body: StartProcessRequest, response: { 201: ProcessInfo, ...errors } } },
+    async (req, reply) => reply.status(201).send(await edge.startProcess(req.params.id, req.body)),
   );
-  app.get(`${S}/processes`, { config: access.cluster, schema: { params: Id, response: { 200: ProcessList, ...errors } } }, async (req) => ({ processes: await edge.listProcesses(req.params.id) }));
+  app.get(`${S}/processes`, { config: access.cluster, schema: { params: Id, response: { 200: ProcessList, ...errors } } }, async (req) => ({
+    processes: await edge.listProcesses(req.params.id),
+  }));
   app.get(
     `${S}/processes/:pid`,
-    { config: access.cluster,
+    {
+      config: access.cluster,
       schema: {
         params: IdPid,
-        querystring: Type.Object({ stdout: Type.Integer({ minimum: 0, default: 0 }), stderr: Type.Integer({ minimum: 0, default: 0 }), encoding: Type.Union([Type.Literal('utf8'), Type.Literal('base64')], { default: 'utf8' }) }),
+        querystring: Type.Object({
+          stdout: Type.Integer({ minimum: 0, default: 0 }),
+          stderr: Type.Integer({ minimum: 0, default: 0 }),
+          encoding: Type.Union([Type.Literal('utf8'), Type.Literal('base64')], { default: 'utf8' }),
+        }),
         response: { 200: ProcessOutput, ...errors },
       },
     },
-    async (req) => edge.processOutput(req.params.id, req.params.pid, { stdout: req.query.stdout, stderr: req.query.stderr }, req.query.encoding),
+    async (req) =>
+      edge.processOutput(req.params.id, req.params.pid, { stdout: req.query.stdout, stderr: req.query.stderr }, req.query.encoding),
   );
-  app.post(`${S}/processes/:pid/wait`, { config: access.cluster, schema: { params: IdPid, body: Type.Object({ timeoutMs: Type.Integer({ minimum: 0 }) }), response: { 200: ProcessInfo, ...errors } } }, async (req) =>
-    edge.waitProcess(req.params.id, req.params.pid, req.body.timeoutMs),
+  app.post(
+    `${S}/processes/:pid/wait`,
+    {
+      config: access.cluster,
+      schema: { params: IdPid, body: Type.Object({ timeoutMs: Type.Integer({ minimum: 0 }) }), response: { 200: ProcessInfo, ...errors } },
+    },
+    async (req) => edge.waitProcess(req.params.id, req.params.pid, req.body.timeoutMs),
   );
-  app.post(`${S}/processes/:pid/signal`, { config: access.cluster, schema: { params: IdPid, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } }, async (req) =>
-    edge.signalProcess(req.params.id, req.params.pid, req.body.signal),
+  app.post(
+    `${S}/processes/:pid/signal`,
+    { config: access.cluster, schema: { params: IdPid, body: SignalRequest, response: { 200: ProcessInfo, ...errors } } },
+    async (req) => edge.signalProcess(req.params.id, req.params.pid, req.body.signal),
   );
-  app.post(`${S}/processes/:pid/stdin`, { config: access.cluster, schema: { params: IdPid, querystring: Type.Object({ eof: Type.Boolean({ default: false }) }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.writeProcessStdin(req.params.id, req.params.pid, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.query.eof);
-    return reply.status(204).send(null);
-  });
+  app.post(
+    `${S}/processes/:pid/stdin`,
+    {
+      config: access.cluster,
+      schema: {
+        params: IdPid,
+        querystring: Type.Object({ eof: Type.Boolean({ default: false }) }),
+        response: { 204: Type.Null(), ...errors },
+      },
+    },
+    async (req, reply) => {
+      await edge.writeProcessStdin(req.params.id, req.params.pid, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.query.eof);
+      return reply.status(204).send(null);
+    },
+  );
 
   // --- sessions ---
-  app.post(`${S}/sessions`, { config: access.cluster, schema: { params: Id, body: OpenSessionRequest, response: { 201: SessionInfo, ...errors } } }, async (req, reply) =>
-    reply.status(201).send(await edge.openSession(req.params.id, req.body)),
+  app.post(
+    `${S}/sessions`,
+    { config: access.cluster, schema: { params: Id, body: OpenSessionRequest, response: { 201: SessionInfo, ...errors } } },
+    async (req, reply) => reply.status(201).send(await edge.openSession(req.params.id, req.body)),
   );
-  app.get(`${S}/sessions`, { config: access.cluster, schema: { params: Id, response: { 200: SessionList, ...errors } } }, async (req) => ({ sessions: await edge.listSessions(req.params.id) }));
+  app.get(`${S}/sessions`, { config: access.cluster, schema: { params: Id, response: { 200: SessionList, ...errors } } }, async (req) => ({
+    sessions: await edge.listSessions(req.params.id),
+  }));
   app.post(
     `${S}/sessions/:sid/exec`,
-    { config: access.cluster, schema: { params: IdSid, body: SessionExecRequest, response: { 200: Type.Intersect([ExecResult, Type.Object({ sessionAlive: Type.Boolean() })]), ...errors } } },
+    {
+      config: access.cluster,
+      schema: {
+        params: IdSid,
+        body: SessionExecRequest,
+        response: { 200: Type.Intersect([ExecResult, Type.Object({ sessionAlive: Type.Boolean() })]), ...errors },
+      },
+    },
     async (req, reply) => {
       const hangup = abortOnHangup(reply);
       try {
@@ -152,77 +236,186 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       }
     },
   );
-  app.delete(`${S}/sessions/:sid`, { config: access.cluster, schema: { params: IdSid, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.closeSession(req.params.id, req.params.sid);
-    return reply.status(204).send(null);
-  });
+  app.delete(
+    `${S}/sessions/:sid`,
+    { config: access.cluster, schema: { params: IdSid, response: { 204: Type.Null(), ...errors } } },
+    async (req, reply) => {
+      await edge.closeSession(req.params.id, req.params.sid);
+      return reply.status(204).send(null);
+    },
+  );
 
   // --- state ---
-  app.get(`${S}/usage`, { config: access.cluster, schema: { params: Id, response: { 200: EdgeUsage, ...errors } } }, async (req) => edge.sandboxUsage(req.params.id));
-  app.post(`${S}/pause`, { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.pauseSandbox(req.params.id);
-    return reply.status(204).send(null);
-  });
-  app.post(`${S}/resume`, { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.resumeSandbox(req.params.id);
-    return reply.status(204).send(null);
-  });
-  app.put(`${S}/network`, { config: access.cluster, schema: { params: Id, body: EdgeNetworkRequest, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.setNetwork(req.params.id, req.body));
-  app.get(`${S}/network`, { config: access.cluster, schema: { params: Id, response: { 200: EdgeNetworkState, ...errors } } }, async (req) => edge.getNetwork(req.params.id));
-  app.post(`${S}/snapshot`, { config: access.cluster, schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } }, async (req, reply) => {
-    const hangup = abortOnHangup(reply);
-    try {
-      return await edge.snapshotSandbox(req.params.id, { ...(req.body.scrub ? { scrub: req.body.scrub } : {}), ...(req.body.memory ? { memory: true } : {}), signal: hangup.signal });
-    } finally {
-      hangup.done();
-    }
-  });
+  app.get(`${S}/usage`, { config: access.cluster, schema: { params: Id, response: { 200: EdgeUsage, ...errors } } }, async (req) =>
+    edge.sandboxUsage(req.params.id),
+  );
+  app.post(
+    `${S}/pause`,
+    { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } },
+    async (req, reply) => {
+      await edge.pauseSandbox(req.params.id);
+      return reply.status(204).send(null);
+    },
+  );
+  app.post(
+    `${S}/resume`,
+    { config: access.cluster, schema: { params: Id, response: { 204: Type.Null(), ...errors } } },
+    async (req, reply) => {
+      await edge.resumeSandbox(req.params.id);
+      return reply.status(204).send(null);
+    },
+  );
+  app.put(
+    `${S}/network`,
+    { config: access.cluster, schema: { params: Id, body: EdgeNetworkRequest, response: { 200: EdgeNetworkState, ...errors } } },
+    async (req) => edge.setNetwork(req.params.id, req.body),
+  );
+  app.get(`${S}/network`, { config: access.cluster, schema: { params: Id, response: { 200: EdgeNetworkState, ...errors } } }, async (req) =>
+    edge.getNetwork(req.params.id),
+  );
+  app.post(
+    `${S}/snapshot`,
+    { config: access.cluster, schema: { params: Id, body: EdgeSnapshotRequest, response: { 200: EdgeSnapshot, ...errors } } },
+    async (req, reply) => {
+      const hangup = abortOnHangup(reply);
+      try {
+        return await edge.snapshotSandbox(req.params.id, {
+          ...(req.body.scrub ? { scrub: req.body.scrub } : {}),
+          ...(req.body.memory ? { memory: true } : {}),
+          signal: hangup.signal,
+        });
+      } finally {
+        hangup.done();
+      }
+    },
+  );
 
   // --- files ---
-  app.get(`${S}/files`, { config: access.cluster, schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }) }), response: errors } }, async (req, reply) =>
-    reply.type(OCTETS).send((await edge.readFile(req.params.id, req.query.path, req.query.maxBytes)) as never),
+  app.get(
+    `${S}/files`,
+    {
+      config: access.cluster,
+      schema: {
+        params: Id,
+        querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }) }),
+        response: errors,
+      },
+    },
+    async (req, reply) => reply.type(OCTETS).send((await edge.readFile(req.params.id, req.query.path, req.query.maxBytes)) as never),
   );
-  app.put(`${S}/files`, { config: access.cluster, schema: { params: Id, querystring: Type.Object({ path: PathQ.properties.path, mode: Type.Integer({ minimum: 0, maximum: 0o7777 }) }), response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
-    if (!Buffer.isBuffer(req.body)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the file as ${OCTETS}`);
-    return { bytes: await edge.writeFile(req.params.id, req.query.path, req.body, req.query.mode) };
-  });
-  app.get(`${S}/files/stat`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: FileStat, ...errors } } }, async (req) => edge.statPath(req.params.id, req.query.path));
-  app.get(`${S}/files/list`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: DirListing, ...errors } } }, async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path)) }));
-  app.post(`${S}/files/mkdir`, { config: access.cluster, schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.makeDir(req.params.id, req.body.path, req.body.parents);
-    return reply.status(204).send(null);
-  });
-  app.post(`${S}/files/remove`, { config: access.cluster, schema: { params: Id, body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean() }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.removePath(req.params.id, req.body.path, req.body.recursive);
-    return reply.status(204).send(null);
-  });
-  app.post(`${S}/files/rename`, { config: access.cluster, schema: { params: Id, body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path }), response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.renamePath(req.params.id, req.body.from, req.body.to);
-    return reply.status(204).send(null);
-  });
+  app.put(
+    `${S}/files`,
+    {
+      config: access.cluster,
+      schema: {
+        params: Id,
+        querystring: Type.Object({ path: PathQ.properties.path, mode: Type.Integer({ minimum: 0, maximum: 0o7777 }) }),
+        response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors },
+      },
+    },
+    async (req) => {
+      if (!Buffer.isBuffer(req.body)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the file as ${OCTETS}`);
+      return { bytes: await edge.writeFile(req.params.id, req.query.path, req.body, req.query.mode) };
+    },
+  );
+  app.get(
+    `${S}/files/stat`,
+    { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: FileStat, ...errors } } },
+    async (req) => edge.statPath(req.params.id, req.query.path),
+  );
+  app.get(
+    `${S}/files/list`,
+    { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: DirListing, ...errors } } },
+    async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path)) }),
+  );
+  app.post(
+    `${S}/files/mkdir`,
+    {
+      config: access.cluster,
+      schema: {
+        params: Id,
+        body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean() }),
+        response: { 204: Type.Null(), ...errors },
+      },
+    },
+    async (req, reply) => {
+      await edge.makeDir(req.params.id, req.body.path, req.body.parents);
+      return reply.status(204).send(null);
+    },
+  );
+  app.post(
+    `${S}/files/remove`,
+    {
+      config: access.cluster,
+      schema: {
+        params: Id,
+        body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean() }),
+        response: { 204: Type.Null(), ...errors },
+      },
+    },
+    async (req, reply) => {
+      await edge.removePath(req.params.id, req.body.path, req.body.recursive);
+      return reply.status(204).send(null);
+    },
+  );
+  app.post(
+    `${S}/files/rename`,
+    {
+      config: access.cluster,
+      schema: {
+        params: Id,
+        body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path }),
+        response: { 204: Type.Null(), ...errors },
+      },
+    },
+    async (req, reply) => {
+      await edge.renamePath(req.params.id, req.body.from, req.body.to);
+      return reply.status(204).send(null);
+    },
+  );
   app.get(`${S}/files/tar`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: errors } }, async (req, reply) =>
     reply.type('application/x-tar').send(Readable.from(await edge.downloadTar(req.params.id, req.query.path)) as never),
   );
-  app.put(`${S}/files/tar`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } } }, async (req) => {
-    if (!(req.body instanceof Readable)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'send the archive as application/x-tar');
-    return { bytes: await edge.uploadTar(req.params.id, req.query.path, req.body) };
-  });
+  app.put(
+    `${S}/files/tar`,
+    {
+      config: access.cluster,
+      schema: { params: Id, querystring: PathQ, response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } },
+    },
+    async (req) => {
+      if (!(req.body instanceof Readable)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'send the archive as application/x-tar');
+      return { bytes: await edge.uploadTar(req.params.id, req.query.path, req.body) };
+    },
+  );
 
   // --- terminals: binary frames both ways; text frames: resize in; ready (first) or error, then exit, out ---
   app.get(
     `${S}/pty`,
-    { config: access.cluster,
+    {
+      config: access.cluster,
       websocket: true,
       schema: {
         params: Id,
-        querystring: Type.Object({ cmd: Type.Optional(Type.Array(Type.String())), cols: Type.Integer({ minimum: 1, maximum: 1000, default: 80 }), rows: Type.Integer({ minimum: 1, maximum: 1000, default: 24 }), cwd: Type.Optional(Type.String()), env: Type.Optional(Type.String({ description: 'JSON object of environment variables' })) }),
+        querystring: Type.Object({
+          cmd: Type.Optional(Type.Array(Type.String())),
+          cols: Type.Integer({ minimum: 1, maximum: 1000, default: 80 }),
+          rows: Type.Integer({ minimum: 1, maximum: 1000, default: 24 }),
+          cwd: Type.Optional(Type.String()),
+          env: Type.Optional(Type.String({ description: 'JSON object of environment variables' })),
+        }),
       },
     },
     async (socket, req) => {
       let term;
       try {
         const env = req.query.env === undefined ? undefined : (JSON.parse(req.query.env) as Record<string, string>);
-        term = await edge.openPty(req.params.id, { cmd: req.query.cmd, cols: req.query.cols, rows: req.query.rows, cwd: req.query.cwd, env });
+        term = await edge.openPty(req.params.id, {
+          cmd: req.query.cmd,
+          cols: req.query.cols,
+          rows: req.query.rows,
+          cwd: req.query.cwd,
+          env,
+        });
       } catch (err) {
         const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
         socket.send(JSON.stringify({ type: 'error', error: { code: e.code, message: e.message, details: e.details } }));
@@ -253,20 +446,36 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   );
   // --- volumes ---
   const VolumeName = Type.Object({ name: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }) });
-  app.put(`${P}/volumes/:name`, { config: access.cluster, schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.createVolume(req.params.name);
-    return reply.status(204).send(null);
-  });
-  app.delete(`${P}/volumes/:name`, { config: access.cluster, schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } }, async (req, reply) => {
-    await edge.deleteVolume(req.params.name);
-    return reply.status(204).send(null);
-  });
-  app.get(`${P}/volumes/:name/usage`, { config: access.cluster, schema: { params: VolumeName, response: { 200: EdgeVolumeUsage, ...errors } } }, async (req) => edge.volumeUsage(req.params.name));
+  app.put(
+    `${P}/volumes/:name`,
+    { config: access.cluster, schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } },
+    async (req, reply) => {
+      await edge.createVolume(req.params.name);
+      return reply.status(204).send(null);
+    },
+  );
+  app.delete(
+    `${P}/volumes/:name`,
+    { config: access.cluster, schema: { params: VolumeName, response: { 204: Type.Null(), ...errors } } },
+    async (req, reply) => {
+      await edge.deleteVolume(req.params.name);
+      return reply.status(204).send(null);
+    },
+  );
+  app.get(
+    `${P}/volumes/:name/usage`,
+    { config: access.cluster, schema: { params: VolumeName, response: { 200: EdgeVolumeUsage, ...errors } } },
+    async (req) => edge.volumeUsage(req.params.name),
+  );
 
   // --- ports: a TCP connection into the sandbox as a byte stream (framing: protocol/port-stream.ts) ---
   app.get(
     `${S}/ports/:port`,
-    { config: access.cluster, websocket: true, schema: { params: Type.Object({ id: Id.properties.id, port: Type.Integer({ minimum: 1, maximum: 65535 }) }) } },
+    {
+      config: access.cluster,
+      websocket: true,
+      schema: { params: Type.Object({ id: Id.properties.id, port: Type.Integer({ minimum: 1, maximum: 65535 }) }) },
+    },
     async (socket, req) => servePortChannel(socket, () => edge.openPort(req.params.id, req.params.port)),
   );
   app.get(`${P}/openapi.json`, { config: access.cluster, schema: { hide: true } }, async () => app.swagger());

@@ -65,7 +65,10 @@ describe('buildSingleLayerImage cache', { skip: which('mkfs.erofs') ? undefined 
 
   test('an invalid name fails before any work, with a BuildInputError', async () => {
     const before = fills;
-    await assert.rejects(build('BadName'), (err: unknown) => err instanceof BuildInputError && /invalid image name "BadName"/.test(err.message));
+    await assert.rejects(
+      build('BadName'),
+      (err: unknown) => err instanceof BuildInputError && /invalid image name "BadName"/.test(err.message),
+    );
     assert.equal(fills, before, 'the builder ran before checking the name');
   });
 });

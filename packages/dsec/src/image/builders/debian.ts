@@ -52,7 +52,9 @@ export async function buildDebianImage(
     erofs: { compression: 'lz4' },
     config: defaultImageConfig({ cmd: ['/bin/bash'], labels: { 'dsec.builder': 'debian', 'dsec.debian.packages': packages.join(',') } }),
     fill: async (root) => {
-      progress(`debootstrap --variant=minbase ${SUITE} from ${mirror}${packages.length ? ` with ${packages.join(', ')}` : ''} (about a minute)`);
+      progress(
+        `debootstrap --variant=minbase ${SUITE} from ${mirror}${packages.length ? ` with ${packages.join(', ')}` : ''} (about a minute)`,
+      );
       const args = ['--variant=minbase'];
       if (packages.length) args.push(`--include=${packages.join(',')}`);
       args.push(SUITE, root, mirror);
@@ -69,7 +71,8 @@ export async function buildDebianImage(
       });
       // apt's caches and lists are a third of the tree and useless inside a sandbox.
       for (const d of ['var/cache/apt/archives', 'var/lib/apt/lists']) {
-        for (const f of readdirSync(join(root, d))) if (f !== 'partial' && f !== 'lock') rmSync(join(root, d, f), { recursive: true, force: true });
+        for (const f of readdirSync(join(root, d)))
+          if (f !== 'partial' && f !== 'lock') rmSync(join(root, d, f), { recursive: true, force: true });
       }
       if (opts.customize) await opts.customize.run(root);
     },

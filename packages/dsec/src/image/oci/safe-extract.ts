@@ -115,7 +115,14 @@ export function allowedXattr(name: string): boolean {
   return name.startsWith('user.') || name === 'security.capability';
 }
 
-function checkLimits(limits: DiffLimits & { maxPathBytes: number }, root: string, rel: string, h: TarHeader, entries: number, bytes: number): void {
+function checkLimits(
+  limits: DiffLimits & { maxPathBytes: number },
+  root: string,
+  rel: string,
+  h: TarHeader,
+  entries: number,
+  bytes: number,
+): void {
   const room = limits.maxPathBytes - Buffer.byteLength(root) - 1;
   if (Buffer.byteLength(rel) > room) {
     throw new DiffLimitError(
@@ -124,7 +131,10 @@ function checkLimits(limits: DiffLimits & { maxPathBytes: number }, root: string
     );
   }
   if (entries >= limits.maxEntries) {
-    throw new DiffLimitError(`the sandbox changed more than ${limits.maxEntries} files and directories; a snapshot holds at most that many`, { maxEntries: limits.maxEntries });
+    throw new DiffLimitError(
+      `the sandbox changed more than ${limits.maxEntries} files and directories; a snapshot holds at most that many`,
+      { maxEntries: limits.maxEntries },
+    );
   }
   if (h.type === 'file' && bytes + h.size > limits.maxBytes) {
     throw new DiffLimitError(

@@ -66,16 +66,23 @@ export function parseDsecManifest(bytes: Buffer, mediaType: string, where: strin
   }
   const type = m.mediaType ?? mediaType;
   if (type !== OCI_MANIFEST_MEDIA_TYPE) {
-    throw new ImageTransferError(`${where} is a ${type || 'manifest of unknown type'}, not a dsec image (an OCI manifest with config type ${DSEC_CONFIG_MEDIA_TYPE}); container images come in through \`dsec image import\``);
+    throw new ImageTransferError(
+      `${where} is a ${type || 'manifest of unknown type'}, not a dsec image (an OCI manifest with config type ${DSEC_CONFIG_MEDIA_TYPE}); container images come in through \`dsec image import\``,
+    );
   }
   if (m.config?.mediaType !== DSEC_CONFIG_MEDIA_TYPE) {
-    throw new ImageTransferError(`${where} has config type ${JSON.stringify(m.config?.mediaType)}, not ${DSEC_CONFIG_MEDIA_TYPE}: it is not a dsec image (container images come in through \`dsec image import\`)`);
+    throw new ImageTransferError(
+      `${where} has config type ${JSON.stringify(m.config?.mediaType)}, not ${DSEC_CONFIG_MEDIA_TYPE}: it is not a dsec image (container images come in through \`dsec image import\`)`,
+    );
   }
   const descriptors = [m.config, ...(Array.isArray(m.layers) ? m.layers : [])];
   for (const d of descriptors) {
-    if (!DIGEST.test(String(d.digest)) || !Number.isSafeInteger(d.size) || d.size < 0) throw new ImageTransferError(`${where} has a malformed descriptor ${JSON.stringify(d)}`);
+    if (!DIGEST.test(String(d.digest)) || !Number.isSafeInteger(d.size) || d.size < 0)
+      throw new ImageTransferError(`${where} has a malformed descriptor ${JSON.stringify(d)}`);
   }
   if (!Array.isArray(m.layers) || m.layers.length === 0) throw new ImageTransferError(`${where} has no layers`);
-  for (const l of m.layers) if (l.mediaType !== DSEC_LAYER_MEDIA_TYPE) throw new ImageTransferError(`${where} has a layer of type ${JSON.stringify(l.mediaType)}, not ${DSEC_LAYER_MEDIA_TYPE}`);
+  for (const l of m.layers)
+    if (l.mediaType !== DSEC_LAYER_MEDIA_TYPE)
+      throw new ImageTransferError(`${where} has a layer of type ${JSON.stringify(l.mediaType)}, not ${DSEC_LAYER_MEDIA_TYPE}`);
   return m;
 }

@@ -74,7 +74,9 @@ export async function pullImage(images: ImageStore, client: RegistryClient, ref:
     resumes += r.resumes;
     fetchedLayers++;
     bytes += layer.size;
-    progress(`layer ${i + 1}/${manifest.layers.length} ${d.slice(7, 19)} fetched (${layer.size} bytes${r.resumes ? `, resumed ${r.resumes}x` : ''})`);
+    progress(
+      `layer ${i + 1}/${manifest.layers.length} ${d.slice(7, 19)} fetched (${layer.size} bytes${r.resumes ? `, resumed ${r.resumes}x` : ''})`,
+    );
   }
 
   const body = { layers: manifest.layers.map((l) => l.digest as LayerDigest), config };
@@ -97,11 +99,17 @@ async function fetchSmallBlob(client: RegistryClient, d: Descriptor): Promise<Bu
   const parts: Buffer[] = [];
   for await (const c of body) parts.push(c as Buffer);
   const bytes = Buffer.concat(parts);
-  if (sha256Digest(bytes) !== d.digest) throw new RegistryError(`registry ${client.ref.host}: blob ${d.digest} arrived with other bytes (${sha256Digest(bytes)})`);
+  if (sha256Digest(bytes) !== d.digest)
+    throw new RegistryError(`registry ${client.ref.host}: blob ${d.digest} arrived with other bytes (${sha256Digest(bytes)})`);
   return bytes;
 }
 
-async function fetchLayer(images: ImageStore, client: RegistryClient, layer: Descriptor, opts: PullOptions & { maxResumes: number }): Promise<{ resumes: number }> {
+async function fetchLayer(
+  images: ImageStore,
+  client: RegistryClient,
+  layer: Descriptor,
+  opts: PullOptions & { maxResumes: number },
+): Promise<{ resumes: number }> {
   const tmp = images.layers.tempPath();
   let resumes = 0;
   try {
@@ -131,15 +139,24 @@ async function fetchLayer(images: ImageStore, client: RegistryClient, layer: Des
         if (sizeOf(tmp) >= layer.size) break;
       } catch (err) {
         if (err instanceof RegistryError) throw err; // the client retried already, or it is not worth retrying
-        if (resumes >= opts.maxResumes) throw new RegistryError(`registry ${client.ref.host}: the download of layer ${layer.digest} broke off ${resumes + 1} times (${describeFetchError(err)})`);
+        if (resumes >= opts.maxResumes)
+          throw new RegistryError(
+            `registry ${client.ref.host}: the download of layer ${layer.digest} broke off ${resumes + 1} times (${describeFetchError(err)})`,
+          );
       }
       // The body ended early or broke off: go on from what arrived.
       resumes++;
       opts.progress?.(`layer ${layer.digest.slice(7, 19)}: the download broke off at ${sizeOf(tmp)} of ${layer.size} bytes; resuming`);
     }
-    if (sizeOf(tmp) !== layer.size) throw new RegistryError(`registry ${client.ref.host}: layer ${layer.digest} is ${sizeOf(tmp)} bytes, the manifest says ${layer.size}`);
+    if (sizeOf(tmp) !== layer.size)
+      throw new RegistryError(
+        `registry ${client.ref.host}: layer ${layer.digest} is ${sizeOf(tmp)} bytes, the manifest says ${layer.size}`,
+      );
     const got = await sha256File(tmp);
-    if (got !== layer.digest) throw new RegistryError(`registry ${client.ref.host}: layer ${layer.digest} arrived with other bytes (they hash to ${got}); nothing was stored`);
+    if (got !== layer.digest)
+      throw new RegistryError(
+        `registry ${client.ref.host}: layer ${layer.digest} arrived with other bytes (they hash to ${got}); nothing was stored`,
+      );
     await images.layers.add(tmp);
     return { resumes };
   } finally {

@@ -35,7 +35,9 @@ export async function pushImage(
     if (!(await images.layers.fetch(digest))) throw new ImageTransferError(`layer ${digest} of image ${id} is not in the layer store`);
     const size = images.layers.size(digest);
     const r = await client.putBlobFile(digest, images.layers.path(digest));
-    progress(`layer ${i + 1}/${manifest.layers.length} ${digest.slice(7, 19)} ${r.uploaded ? `uploaded (${size} bytes)` : 'already there'}`);
+    progress(
+      `layer ${i + 1}/${manifest.layers.length} ${digest.slice(7, 19)} ${r.uploaded ? `uploaded (${size} bytes)` : 'already there'}`,
+    );
     if (r.uploaded) {
       uploaded++;
       bytes += size;
@@ -47,6 +49,7 @@ export async function pushImage(
   const body = Buffer.from(JSON.stringify(dsecManifest(config, layers, manifest.createdAt)));
   const digest = sha256Digest(body);
   const given = await client.putManifest(tag, OCI_MANIFEST_MEDIA_TYPE, body);
-  if (given !== undefined && given !== digest) throw new ImageTransferError(`the registry stored the manifest as ${given}, but its bytes hash to ${digest}`);
+  if (given !== undefined && given !== digest)
+    throw new ImageTransferError(`the registry stored the manifest as ${given}, but its bytes hash to ${digest}`);
   return { digest, uploadedLayers: uploaded, layers: layers.length, bytes };
 }

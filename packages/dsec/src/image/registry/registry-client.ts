@@ -70,7 +70,8 @@ type Body = () => RequestInit['body'];
  * cannot be reached or answers 5xx (a registry restarting, a proxy in between).
  */
 export class RegistryClient {
-  readonly #opts: Required<Omit<RegistryClientOptions, 'credentials' | 'onRetry' | 'tokenHosts'>> & Pick<RegistryClientOptions, 'credentials' | 'onRetry'>;
+  readonly #opts: Required<Omit<RegistryClientOptions, 'credentials' | 'onRetry' | 'tokenHosts'>> &
+    Pick<RegistryClientOptions, 'credentials' | 'onRetry'>;
   /** Origins the credentials may go to as a token service's Basic auth: the registry's own, and tokenHosts'. */
   readonly #tokenHosts: string[];
   /** The Basic header, once a registry asked for Basic auth. */
@@ -98,7 +99,10 @@ export class RegistryClient {
    * The blob's bytes, or those from `start` (to `end`, inclusive) with a Range request. A registry
    * that ignores the range (200 for a ranged GET) is an error: callers rely on getting those bytes.
    */
-  async getBlob(digest: string, range?: { start: number; end?: number }): Promise<{ body: Readable; size: number; status: number; contentRange: string | undefined }> {
+  async getBlob(
+    digest: string,
+    range?: { start: number; end?: number },
+  ): Promise<{ body: Readable; size: number; status: number; contentRange: string | undefined }> {
     const headers: Record<string, string> = range ? { range: `bytes=${range.start}-${range.end ?? ''}` } : {};
     const res = await this.#request('GET', `blobs/${digest}`, { headers, streaming: true, okStatuses: range ? [206] : [200] });
     if (!res.body) throw new RegistryError(`${this.#where('GET', `blobs/${digest}`)} answered without a body`, res.status);
@@ -145,7 +149,12 @@ export class RegistryClient {
 
   /** Stores a manifest under a tag or digest; returns the digest the registry gives it. */
   async putManifest(reference: string, mediaType: string, bytes: Buffer): Promise<string | undefined> {
-    const res = await this.#request('PUT', `manifests/${reference}`, { okStatuses: [201], scope: 'pull,push', headers: { 'content-type': mediaType }, body: () => bytes });
+    const res = await this.#request('PUT', `manifests/${reference}`, {
+      okStatuses: [201],
+      scope: 'pull,push',
+      headers: { 'content-type': mediaType },
+      body: () => bytes,
+    });
     return res.headers.get('docker-content-digest') ?? undefined;
   }
 
@@ -194,7 +203,13 @@ export class RegistryClient {
   async #request(
     method: string,
     path: string | URL,
-    o: { okStatuses: number[]; headers?: Record<string, string>; body?: Body; streaming?: boolean; scope?: 'pull' | 'pull,push' | 'pull,push,delete' },
+    o: {
+      okStatuses: number[];
+      headers?: Record<string, string>;
+      body?: Body;
+      streaming?: boolean;
+      scope?: 'pull' | 'pull,push' | 'pull,push,delete';
+    },
   ): Promise<Response> {
     const url = typeof path === 'string' ? new URL(`/v2/${this.ref.repository}/${path}`, this.ref.baseUrl) : path;
     const where = this.#where(method, path);
@@ -216,7 +231,8 @@ export class RegistryClient {
         } as RequestInit);
       } catch (err) {
         const why = describeFetchError(err);
-        if (attempt >= this.#opts.attempts) throw new RegistryError(`${where}: cannot reach the registry (${why}) after ${attempt} attempts`);
+        if (attempt >= this.#opts.attempts)
+          throw new RegistryError(`${where}: cannot reach the registry (${why}) after ${attempt} attempts`);
         await this.#backoff(`${where}: ${why}`, attempt);
         continue;
       }
@@ -251,7 +267,11 @@ export class RegistryClient {
   async #answer(challenge: AuthChallengeLike, scope: string, where: string): Promise<void> {
     const creds = this.#opts.credentials;
     if (challenge.scheme === 'basic') {
-      if (!creds) throw new RegistryAuthError(`${where}: the registry requires credentials (HTTP 401, Basic realm ${JSON.stringify(challenge.params.realm ?? '')}); set DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD`, 401);
+      if (!creds)
+        throw new RegistryAuthError(
+          `${where}: the registry requires credentials (HTTP 401, Basic realm ${JSON.stringify(challenge.params.realm ?? '')}); set DSEC_REGISTRY_USER and DSEC_REGISTRY_PASSWORD`,
+          401,
+        );
       this.#basic = basicAuthorization(creds);
       return;
     }
@@ -261,9 +281,13 @@ export class RegistryClient {
     try {
       tokenUrl = new URL(realm);
     } catch {
-      throw new RegistryAuthError(`${where}: the registry's Bearer challenge names a token realm that is not a URL (${JSON.stringify(realm)})`, 401);
+      throw new RegistryAuthError(
+        `${where}: the registry's Bearer challenge names a token realm that is not a URL (${JSON.stringify(realm)})`,
+        401,
+      );
     }
-    if (tokenUrl.protocol !== 'https:' && tokenUrl.protocol !== 'http:') throw new RegistryAuthError(`${where}: the registry's token realm ${tokenUrl.origin} is not http(s)`, 401);
+    if (tokenUrl.protocol !== 'https:' && tokenUrl.protocol !== 'http:')
+      throw new RegistryAuthError(`${where}: the registry's token realm ${tokenUrl.origin} is not http(s)`, 401);
     if (challenge.params.service) tokenUrl.searchParams.set('service', challenge.params.service);
     tokenUrl.searchParams.set('scope', challenge.params.scope ?? scope);
     // The credentials are the registry's: a realm elsewhere (the challenge is the registry's word,
@@ -271,7 +295,10 @@ export class RegistryClient {
     const send = creds && this.#trustsRealm(tokenUrl) ? creds : undefined;
     let res: Response;
     try {
-      res = await fetch(tokenUrl, { headers: send ? { authorization: basicAuthorization(send) } : {}, signal: AbortSignal.timeout(this.#opts.timeoutMs) });
+      res = await fetch(tokenUrl, {
+        headers: send ? { authorization: basicAuthorization(send) } : {},
+        signal: AbortSignal.timeout(this.#opts.timeoutMs),
+      });
     } catch (err) {
       throw new RegistryError(`${where}: cannot reach the registry's token service ${tokenUrl.origin} (${describeFetchError(err)})`);
     }
@@ -290,7 +317,11 @@ export class RegistryClient {
         res.status,
       );
     }
-    if (!res.ok) throw new RegistryError(`${where}: the token service ${tokenUrl.origin} answered HTTP ${res.status}${registryMessage(text)}`, res.status);
+    if (!res.ok)
+      throw new RegistryError(
+        `${where}: the token service ${tokenUrl.origin} answered HTTP ${res.status}${registryMessage(text)}`,
+        res.status,
+      );
     let token: unknown;
     try {
       const body = JSON.parse(text) as { token?: unknown; access_token?: unknown };
@@ -298,7 +329,8 @@ export class RegistryClient {
     } catch {
       // handled below
     }
-    if (typeof token !== 'string' || token === '') throw new RegistryError(`${where}: the token service ${tokenUrl.origin} answered without a token`, res.status);
+    if (typeof token !== 'string' || token === '')
+      throw new RegistryError(`${where}: the token service ${tokenUrl.origin} answered without a token`, res.status);
     this.#tokens.set(scope, `Bearer ${token}`);
   }
 
@@ -326,7 +358,8 @@ type AuthChallengeLike = { scheme: 'basic' | 'bearer'; params: Record<string, st
 function registryMessage(text: string): string {
   try {
     const body = JSON.parse(text) as { errors?: { code?: string; message?: string }[] };
-    if (Array.isArray(body.errors) && body.errors.length > 0) return `: ${body.errors.map((e) => `${e.code ?? '?'}: ${e.message ?? ''}`).join('; ')}`;
+    if (Array.isArray(body.errors) && body.errors.length > 0)
+      return `: ${body.errors.map((e) => `${e.code ?? '?'}: ${e.message ?? ''}`).join('; ')}`;
   } catch {
     // not the registry's JSON
   }

@@ -15,7 +15,11 @@ export interface RegistryClientForOptions extends Omit<RegistryClientOptions, 'c
 }
 
 /** A client for the reference's repository, with the credentials of the environment (DSEC_REGISTRY_USER, DSEC_REGISTRY_PASSWORD[_FILE]). */
-export function registryClientFor(ref: Pick<RegistryRef, 'baseUrl' | 'host' | 'repository'>, opts: RegistryClientForOptions = {}, env = process.env): RegistryClient {
+export function registryClientFor(
+  ref: Pick<RegistryRef, 'baseUrl' | 'host' | 'repository'>,
+  opts: RegistryClientForOptions = {},
+  env = process.env,
+): RegistryClient {
   const { credentialsFor, ...rest } = opts;
   const mayHave = credentialsFor === undefined || (credentialsFor !== null && sameOrigin(ref.baseUrl, credentialsFor));
   return new RegistryClient(ref, { ...rest, credentials: mayHave ? credentialsFromEnv(env, (p) => readFileSync(p, 'utf8')) : undefined });

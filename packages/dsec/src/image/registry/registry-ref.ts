@@ -37,7 +37,9 @@ function isLoopbackHost(host: string): boolean {
 export function parseRegistryRef(input: string, opts: { requireName?: boolean } = {}): RegistryRef {
   const requireName = opts.requireName ?? true;
   const bad = (why: string): never => {
-    throw new RegistryRefError(`registry reference ${JSON.stringify(input)}: ${why} (expected [https://]HOST[:PORT]/REPOSITORY[:TAG][@sha256:DIGEST])`);
+    throw new RegistryRefError(
+      `registry reference ${JSON.stringify(input)}: ${why} (expected [https://]HOST[:PORT]/REPOSITORY[:TAG][@sha256:DIGEST])`,
+    );
   };
   let rest = input.trim();
   let scheme: 'http' | 'https' | undefined;
@@ -49,7 +51,10 @@ export function parseRegistryRef(input: string, opts: { requireName?: boolean } 
   const slash = rest.indexOf('/');
   if (slash <= 0) return bad('no registry host');
   const host = rest.slice(0, slash);
-  if (!/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$/.test(host) || !(host.includes('.') || host.includes(':') || host === 'localhost')) {
+  if (
+    !/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$/.test(host) ||
+    !(host.includes('.') || host.includes(':') || host === 'localhost')
+  ) {
     return bad(`${JSON.stringify(host)} is not a registry host (it needs a dot or a port, or is localhost)`);
   }
   let path = rest.slice(slash + 1);
@@ -69,7 +74,8 @@ export function parseRegistryRef(input: string, opts: { requireName?: boolean } 
   }
   path = path.replace(/\/+$/, '');
   if (path === '') return bad('no repository');
-  if (path.split('/').some((c) => !REPO_COMPONENT.test(c))) return bad(`repository ${JSON.stringify(path)} must be lowercase letters, digits and separators`);
+  if (path.split('/').some((c) => !REPO_COMPONENT.test(c)))
+    return bad(`repository ${JSON.stringify(path)} must be lowercase letters, digits and separators`);
   if (!requireName && (tag !== undefined || digest !== undefined)) return bad('a registry prefix takes no tag or digest');
   if (requireName && tag === undefined && digest === undefined) tag = 'latest';
   const baseUrl = `${scheme ?? (isLoopbackHost(host) ? 'http' : 'https')}://${host}`;

@@ -141,13 +141,37 @@ export class ClusterHarness {
 
   async startControl(): Promise<void> {
     this.controlLog = [];
-    this.control = spawn(process.execPath, [MAIN, 'control', '--listen', `${this.controlAddress}:${this.controlPort}`, '--data-dir', this.controlDir, '--edge-lost-after', String(this.lostAfterMs), '--log-level', 'warn'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    this.control = spawn(
+      process.execPath,
+      [
+        MAIN,
+        'control',
+        '--listen',
+        `${this.controlAddress}:${this.controlPort}`,
+        '--data-dir',
+        this.controlDir,
+        '--edge-lost-after',
+        String(this.lostAfterMs),
+        '--log-level',
+        'warn',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const log = this.controlLog;
     this.control.stdout!.on('data', (d: Buffer) => log.push(d.toString()));
     this.control.stderr!.on('data', (d: Buffer) => log.push(d.toString()));
-    await this.waitFor(async () => existsSync(join(this.controlDir, 'client.json')) && (await fetch(`${this.url}/healthz`).then((r) => r.ok, () => false)), 'the control plane answers', () => this.controlLog.join(''));
+    await this.waitFor(
+      async () =>
+        existsSync(join(this.controlDir, 'client.json')) &&
+        (await fetch(`${this.url}/healthz`).then(
+          (r) => r.ok,
+          () => false,
+        )),
+      'the control plane answers',
+      () => this.controlLog.join(''),
+    );
     const client = JSON.parse(readFileSync(join(this.controlDir, 'client.json'), 'utf8')) as { apiKey: string; joinToken: string };
     this.apiKey = client.apiKey;
     this.joinToken = client.joinToken;
@@ -157,13 +181,36 @@ export class ClusterHarness {
     e.log = [];
     e.proc = spawn(
       'nsenter',
-      [`--net=/run/netns/${e.netns}`, process.execPath, MAIN, 'edge', '--join', this.url, '--token', this.joinToken, '--listen', `${e.address}:7071`, '--data-dir', e.dataDir, '--id', e.id, '--label', `node=n${e.index}`, '--log-level', 'warn'],
+      [
+        `--net=/run/netns/${e.netns}`,
+        process.execPath,
+        MAIN,
+        'edge',
+        '--join',
+        this.url,
+        '--token',
+        this.joinToken,
+        '--listen',
+        `${e.address}:7071`,
+        '--data-dir',
+        e.dataDir,
+        '--id',
+        e.id,
+        '--label',
+        `node=n${e.index}`,
+        '--log-level',
+        'warn',
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     const log = e.log;
     e.proc.stdout!.on('data', (d: Buffer) => log.push(d.toString()));
     e.proc.stderr!.on('data', (d: Buffer) => log.push(d.toString()));
-    await this.waitFor(async () => log.join('').includes('joined'), `edge ${e.id} joined`, () => log.join(''));
+    await this.waitFor(
+      async () => log.join('').includes('joined'),
+      `edge ${e.id} joined`,
+      () => log.join(''),
+    );
   }
 
   /** SIGKILL, as a crash: nothing is cleaned up, sandboxes keep running. */
@@ -195,10 +242,20 @@ export class ClusterHarness {
     return (await new Connection(this.conn).json<{ nodes: NodeInfo[] }>('GET', '/v1/nodes')).nodes;
   }
 
-  async waitFor(check: () => Promise<boolean> | boolean, what: string, detail: () => string = () => '', timeoutMs = 60_000): Promise<number> {
+  async waitFor(
+    check: () => Promise<boolean> | boolean,
+    what: string,
+    detail: () => string = () => '',
+    timeoutMs = 60_000,
+  ): Promise<number> {
     const t0 = Date.now();
     for (;;) {
-      if (await Promise.resolve().then(check).catch(() => false)) return Date.now() - t0;
+      if (
+        await Promise.resolve()
+          .then(check)
+          .catch(() => false)
+      )
+        return Date.now() - t0;
       if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}\n${detail().slice(-3000)}`);
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -206,7 +263,8 @@ export class ClusterHarness {
 
   /** Everything down: sandboxes killed through the API, processes stopped, namespaces and bridge removed. */
   async close(): Promise<void> {
-    for (const e of this.edges) if (!e.proc || e.proc.exitCode !== null || e.proc.signalCode !== null) await this.startEdge(e).catch(() => undefined);
+    for (const e of this.edges)
+      if (!e.proc || e.proc.exitCode !== null || e.proc.signalCode !== null) await this.startEdge(e).catch(() => undefined);
     if (this.control && this.control.exitCode === null && this.control.signalCode === null) {
       const conn = new Connection(this.conn);
       const { sandboxes } = await conn.json<{ sandboxes: { id: string }[] }>('GET', '/v1/sandboxes').catch(() => ({ sandboxes: [] }));

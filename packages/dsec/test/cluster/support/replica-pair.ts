@@ -57,13 +57,17 @@ export async function startReplicaPair(opts: ReplicaPairOptions): Promise<Replic
   const store = await (await testPostgres()).database(`${opts.name}_${randomBytes(4).toString('hex')}`);
   const dataDirs: [string, string] = [opts.aDataDir ?? makeDataDir(), makeDataDir()];
   const shared = { ...(opts.layerDir ? { layerDir: opts.layerDir } : {}), ...(opts.registry ? { registry: opts.registry } : {}) };
-  const child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir: dataDirs[0], store, ...shared })], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir: dataDirs[0], store, ...shared })], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const first = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`replica A exited (${code}) before it served`)));
   });
   const a = JSON.parse(first) as Endpoint & { joinToken: string };
-  const b = await startControlPlane(compileOptions({ dataDir: dataDirs[1], store, ...shared, listen: '127.0.0.1:0', logLevel: 'silent' }, {}));
+  const b = await startControlPlane(
+    compileOptions({ dataDir: dataDirs[1], store, ...shared, listen: '127.0.0.1:0', logLevel: 'silent' }, {}),
+  );
   const killA = async (): Promise<void> => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const gone = new Promise((r) => child.once('exit', r));
@@ -117,7 +121,10 @@ export async function until<T>(check: () => Promise<T | undefined>): Promise<T> 
  * A real crun edge joined to both replicas (through A's join token), answered once both list it
  * ready, so a create sent to either may be placed on it.
  */
-export async function startJoinedEdge(pair: ReplicaPair, edge: { dataDir: string; id: string; maxSandboxes: number }): Promise<RunningEdgeDaemon> {
+export async function startJoinedEdge(
+  pair: ReplicaPair,
+  edge: { dataDir: string; id: string; maxSandboxes: number },
+): Promise<RunningEdgeDaemon> {
   const running = await startEdgeDaemon({
     join: pair.join,
     token: pair.a.joinToken,
@@ -132,7 +139,13 @@ export async function startJoinedEdge(pair: ReplicaPair, edge: { dataDir: string
     logLevel: 'silent',
   });
   for (const at of [pair.a, pair.b]) {
-    await until(async () => ((((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes.some((n) => n.id === edge.id && n.state === 'ready')) ? true : undefined));
+    await until(async () =>
+      ((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes.some(
+        (n) => n.id === edge.id && n.state === 'ready',
+      )
+        ? true
+        : undefined,
+    );
   }
   return running;
 }

@@ -139,11 +139,15 @@ export class FnCalls {
         const list = this.#waiting.get(key) ?? [];
         list.push(waiter);
         this.#waiting.set(key, list);
-        signal?.addEventListener('abort', () => {
-          const l = this.#waiting.get(key);
-          if (l) l.splice(l.indexOf(waiter) >>> 0, 1);
-          reject(new ApiError('INVALID_REQUEST', 'the caller went away while the call waited for a worker'));
-        }, { once: true });
+        signal?.addEventListener(
+          'abort',
+          () => {
+            const l = this.#waiting.get(key);
+            if (l) l.splice(l.indexOf(waiter) >>> 0, 1);
+            reject(new ApiError('INVALID_REQUEST', 'the caller went away while the call waited for a worker'));
+          },
+          { once: true },
+        );
       });
       if (this.#stopped) throw new ApiError('CAPACITY_EXCEEDED', `edge ${this.edge.id} is shutting down`);
       if (w && !w.dead) return { worker: w, cold: false };

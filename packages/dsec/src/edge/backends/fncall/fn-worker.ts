@@ -107,7 +107,9 @@ export class FnWorker {
         },
         { stdin: true, maxOutputBytes: 64 << 10, fd3MaxBytes: 0, onFd3: (d) => worker.#onData(d) },
       );
-      void worker.zygote.done.then(() => worker.#died(`the fork server exited: ${worker.zygote!.stderr.encode('utf8').trim().slice(-2000) || 'no message'}`));
+      void worker.zygote.done.then(() =>
+        worker.#died(`the fork server exited: ${worker.zygote!.stderr.encode('utf8').trim().slice(-2000) || 'no message'}`),
+      );
       const ready = await worker.#next(READY_MS);
       if (ready.type !== 'ready') throw new Error(`the fork server said ${ready.type} before ready`);
       worker.#resting = new Set([sandbox.pid, worker.zygote.hostPid ?? -1]);
@@ -117,9 +119,13 @@ export class FnWorker {
     } catch (err) {
       await worker.kill();
       const why = (err as Error).message;
-      throw new ApiError('SANDBOX_CREATE_FAILED', `could not start an fn worker from image ${req.imageId}: ${why} (the image needs python3; build one with \`dsec image build fn-runtime\`)`, {
-        image: req.imageId,
-      });
+      throw new ApiError(
+        'SANDBOX_CREATE_FAILED',
+        `could not start an fn worker from image ${req.imageId}: ${why} (the image needs python3; build one with \`dsec image build fn-runtime\`)`,
+        {
+          image: req.imageId,
+        },
+      );
     }
   }
 
@@ -127,7 +133,9 @@ export class FnWorker {
    * Runs one call. Returns its result and, when the call left the worker unfit for another,
    * why (`damage`): the caller then kills this worker and starts a fresh one for the next call.
    */
-  async run(call: FnRunRequest): Promise<{ result: Omit<FnRunResult, 'coldStart' | 'durationMs'> & { durationMs: number }; damage?: string }> {
+  async run(
+    call: FnRunRequest,
+  ): Promise<{ result: Omit<FnRunResult, 'coldStart' | 'durationMs'> & { durationMs: number }; damage?: string }> {
     this.calls++;
     const started = performance.now();
     const oomBefore = sandboxUsage(this.id).oomKills;
@@ -136,7 +144,9 @@ export class FnWorker {
         runtime: call.runtime,
         code: call.code,
         stdin: call.stdin === undefined ? '' : Buffer.from(call.stdin, call.stdinEncoding ?? 'utf8').toString('base64'),
-        files: Object.fromEntries(Object.entries(call.files ?? {}).map(([k, v]) => [k, Buffer.from(v, call.filesEncoding ?? 'utf8').toString('base64')])),
+        files: Object.fromEntries(
+          Object.entries(call.files ?? {}).map(([k, v]) => [k, Buffer.from(v, call.filesEncoding ?? 'utf8').toString('base64')]),
+        ),
         args: call.args ?? [],
         env: call.env ?? {},
         timeoutMs: call.timeoutMs,
@@ -149,8 +159,20 @@ export class FnWorker {
       const msg = Buffer.from(`dsec fn: ${oom ? 'the call ran out of memory and took its worker with it' : why}\n`);
       return {
         result: {
-          exitCode: 137, stdout: '', stderr: msg.toString(enc), encoding: enc, truncated: false, stdoutBytes: 0, stderrBytes: msg.length, timedOut: false, oomKilled: oom,
-          durationMs: round(performance.now() - started), runMs: 0, worker: this.id, workerReplaced: true, replacedBecause: why,
+          exitCode: 137,
+          stdout: '',
+          stderr: msg.toString(enc),
+          encoding: enc,
+          truncated: false,
+          stdoutBytes: 0,
+          stderrBytes: msg.length,
+          timedOut: false,
+          oomKilled: oom,
+          durationMs: round(performance.now() - started),
+          runMs: 0,
+          worker: this.id,
+          workerReplaced: true,
+          replacedBecause: why,
         },
         damage: why,
       };
@@ -171,7 +193,10 @@ export class FnWorker {
       return fail((err as Error).message);
     }
     const out = Buffer.from(frame.stdout ?? '', 'base64');
-    const errOut = Buffer.concat([Buffer.from(frame.stderr ?? '', 'base64'), frame.error ? Buffer.from(`dsec fn: ${frame.error}\n`) : Buffer.alloc(0)]);
+    const errOut = Buffer.concat([
+      Buffer.from(frame.stderr ?? '', 'base64'),
+      frame.error ? Buffer.from(`dsec fn: ${frame.error}\n`) : Buffer.alloc(0),
+    ]);
     const oomKilled = sandboxUsage(this.id).oomKills > oomBefore;
     const damage = await this.#damage(done, oomKilled);
     const result = {

@@ -42,7 +42,10 @@ export async function chooseAccel(guest: GuestAssets): Promise<AccelChoice> {
   const boots = await kernelBootsUnderKvm(guest);
   const choice: AccelChoice = boots
     ? { accel: 'kvm', reason: 'the guest kernel boots under KVM' }
-    : { accel: 'tcg', reason: `/dev/kvm is present but the guest kernel does not boot under it (no banner within ${PROBE_MS} ms; e.g. a PVM host needs a CONFIG_PVM_GUEST kernel)` };
+    : {
+        accel: 'tcg',
+        reason: `/dev/kvm is present but the guest kernel does not boot under it (no banner within ${PROBE_MS} ms; e.g. a PVM host needs a CONFIG_PVM_GUEST kernel)`,
+      };
   try {
     mkdirSync(dirname(CACHE), { recursive: true });
     writeFileSync(CACHE, JSON.stringify({ key, choice }));
@@ -56,8 +59,25 @@ function kernelBootsUnderKvm(guest: GuestAssets): Promise<boolean> {
   return new Promise((resolve) => {
     const child = spawn(
       QEMU_BINARY,
-      ['-accel', 'kvm', '-M', 'microvm', '-m', '128', '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot',
-        '-kernel', guest.kernel, '-append', 'console=ttyS0 earlyprintk=ttyS0 panic=-1', '-serial', 'stdio'],
+      [
+        '-accel',
+        'kvm',
+        '-M',
+        'microvm',
+        '-m',
+        '128',
+        '-nodefaults',
+        '-no-user-config',
+        '-display',
+        'none',
+        '-no-reboot',
+        '-kernel',
+        guest.kernel,
+        '-append',
+        'console=ttyS0 earlyprintk=ttyS0 panic=-1',
+        '-serial',
+        'stdio',
+      ],
       { stdio: ['ignore', 'pipe', 'ignore'] },
     );
     let out = '';

@@ -186,7 +186,7 @@ describe('AgentClient: only frames the guest agent wrote for the request are tak
     }
   });
 
-  test('before the key only the guest\'s own ready is taken; a client opened with the key takes nothing without it', async () => {
+  test("before the key only the guest's own ready is taken; a client opened with the key takes nothing without it", async () => {
     const fresh = await open();
     try {
       guest.write(agentFrame({ id: 7, ev: 'exit', code: 0 }));

@@ -30,10 +30,21 @@ const MAC_HEX = 64;
 export function frameMacOk(key: Buffer, frame: AgentFrame): boolean {
   const raw = frame.rawHeader;
   const rest = MAC_PREFIX.length + MAC_HEX;
-  if (!raw || raw.length < rest + 3 || !raw.subarray(0, MAC_PREFIX.length).equals(MAC_PREFIX) || raw[rest] !== 0x22 || raw[rest + 1] !== 0x2c) return false;
+  if (
+    !raw ||
+    raw.length < rest + 3 ||
+    !raw.subarray(0, MAC_PREFIX.length).equals(MAC_PREFIX) ||
+    raw[rest] !== 0x22 ||
+    raw[rest + 1] !== 0x2c
+  )
+    return false;
   const claimed = Buffer.from(raw.subarray(MAC_PREFIX.length, rest).toString('latin1'), 'hex');
   if (claimed.length !== 32) return false;
-  const mac = createHmac('sha256', key).update('{').update(raw.subarray(rest + 2)).update(frame.payload).digest();
+  const mac = createHmac('sha256', key)
+    .update('{')
+    .update(raw.subarray(rest + 2))
+    .update(frame.payload)
+    .digest();
   return timingSafeEqual(mac, claimed);
 }
 
@@ -59,7 +70,8 @@ export class FrameDecoder {
     while (this.#buf.length >= 8) {
       const hl = this.#buf.readUInt32BE(0);
       const pl = this.#buf.readUInt32BE(4);
-      if (hl === 0 || hl > MAX_HEADER_BYTES || pl > MAX_PAYLOAD_BYTES) throw new FrameError(`bad frame from the guest agent (header ${hl} B, payload ${pl} B)`);
+      if (hl === 0 || hl > MAX_HEADER_BYTES || pl > MAX_PAYLOAD_BYTES)
+        throw new FrameError(`bad frame from the guest agent (header ${hl} B, payload ${pl} B)`);
       if (this.#buf.length < 8 + hl + pl) break;
       let header: unknown;
       try {
@@ -70,7 +82,11 @@ export class FrameDecoder {
       if (typeof header !== 'object' || header === null || typeof (header as { id?: unknown }).id !== 'number') {
         throw new FrameError('frame header without an id from the guest agent');
       }
-      out.push({ header: header as AgentHeader, payload: Buffer.from(this.#buf.subarray(8 + hl, 8 + hl + pl)), rawHeader: Buffer.from(this.#buf.subarray(8, 8 + hl)) });
+      out.push({
+        header: header as AgentHeader,
+        payload: Buffer.from(this.#buf.subarray(8 + hl, 8 + hl + pl)),
+        rawHeader: Buffer.from(this.#buf.subarray(8, 8 + hl)),
+      });
       this.#buf = this.#buf.subarray(8 + hl + pl);
     }
     return out;

@@ -15,7 +15,9 @@ export function guestAssets(): GuestAssets | { missing: string } {
   const kernel = VM_DIR + 'vmlinuz';
   const initramfs = VM_DIR + 'initramfs.cpio';
   if (!existsSync(kernel) || !existsSync(initramfs)) {
-    return { missing: `no VM guest in ${VM_DIR} (kernel and initramfs); run ./scripts/setup, which builds them with scripts/build-vm-guest` };
+    return {
+      missing: `no VM guest in ${VM_DIR} (kernel and initramfs); run ./scripts/setup, which builds them with scripts/build-vm-guest`,
+    };
   }
   let kernelVersion = 'unknown';
   try {

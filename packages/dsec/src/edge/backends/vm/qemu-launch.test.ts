@@ -25,7 +25,9 @@ describe('isQemuOf', () => {
     const program = ['sh', '-c', 'read line', paths.agentSocket];
     let windows = 0;
     for (let launch = 0; launch < 200 && windows < 3; launch++) {
-      const child = spawn('sh', ['-c', 'exec "$@"', 'sh', 'sh', '-c', 'exec "$@"', 'sh', ...program], { stdio: ['pipe', 'ignore', 'ignore'] });
+      const child = spawn('sh', ['-c', 'exec "$@"', 'sh', 'sh', '-c', 'exec "$@"', 'sh', ...program], {
+        stdio: ['pipe', 'ignore', 'ignore'],
+      });
       const pid = child.pid!;
       try {
         for (let polls = 1; ; polls++) {
@@ -49,7 +51,9 @@ describe('isQemuOf', () => {
     assert.equal(isQemuOf(process.pid, paths), false, 'a command line without the socket');
     assert.equal(isQemuOf(2, paths), false, 'kthreadd: an empty command line, but a kernel thread');
     // A zombie: a child that exits once its parent has become `sleep`, which never reaps it.
-    const parent = spawn('sh', ['-c', `sh -c 'sleep 0.2' "${paths.agentSocket}" & echo $!; exec sleep 5`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const parent = spawn('sh', ['-c', `sh -c 'sleep 0.2' "${paths.agentSocket}" & echo $!; exec sleep 5`], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
     try {
       const zombie = Number(await new Promise<string>((resolve) => parent.stdout.once('data', (d: Buffer) => resolve(d.toString()))));
       while (!/\) Z /.test(readFileSync(`/proc/${zombie}/stat`, 'utf8'))) await new Promise((r) => setTimeout(r, 10));

@@ -94,26 +94,46 @@ export function qemuArgs(s: LaunchSpec): string[] {
     append.push(`tsc_early_khz=${khz}`, `lpj=${Math.round((khz * 1000) / 250)}`);
   }
   const args = [
-    '-name', `dsec-${s.paths.dir.split('/').pop()}`,
-    '-M', mmio ? 'microvm,x-option-roms=off,rtc=on' : 'q35',
+    '-name',
+    `dsec-${s.paths.dir.split('/').pop()}`,
+    '-M',
+    mmio ? 'microvm,x-option-roms=off,rtc=on' : 'q35',
     // TCG's translated-code cache defaults to 1 GiB and is resident once filled; 64 MiB is
     // plenty for one guest kernel plus a workload and keeps an idle VM's host memory down.
-    '-accel', s.accel === 'tcg' ? 'tcg,tb-size=64' : 'kvm',
-    '-cpu', s.accel === 'kvm' ? 'host' : 'max',
-    '-smp', String(s.vcpus),
-    '-m', String(s.memoryMiB),
-    '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot',
+    '-accel',
+    s.accel === 'tcg' ? 'tcg,tb-size=64' : 'kvm',
+    '-cpu',
+    s.accel === 'kvm' ? 'host' : 'max',
+    '-smp',
+    String(s.vcpus),
+    '-m',
+    String(s.memoryMiB),
+    '-nodefaults',
+    '-no-user-config',
+    '-display',
+    'none',
+    '-no-reboot',
     // QEMU's own seccomp filter: no new processes, no privilege changes.
-    '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
-    '-kernel', s.guest.kernel,
-    '-initrd', s.guest.initramfs,
-    '-append', append.join(' '),
-    '-serial', `file:${s.paths.console}`,
+    '-sandbox',
+    'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+    '-kernel',
+    s.guest.kernel,
+    '-initrd',
+    s.guest.initramfs,
+    '-append',
+    append.join(' '),
+    '-serial',
+    `file:${s.paths.console}`,
   ];
   s.layers.forEach((file, i) => {
     args.push('-drive', `id=l${i},file=${file},format=raw,if=none,readonly=on`, '-device', `${blk},drive=l${i},serial=layer${i}`);
   });
-  args.push('-drive', `id=up,file=${s.paths.disk},format=raw,if=none,cache=unsafe,discard=unmap`, '-device', `${blk},drive=up,serial=upper`);
+  args.push(
+    '-drive',
+    `id=up,file=${s.paths.disk},format=raw,if=none,cache=unsafe,discard=unmap`,
+    '-device',
+    `${blk},drive=up,serial=upper`,
+  );
   // Free page reporting: the guest hands pages it freed back to the host (QEMU discards them),
   // so what boot touched and the guest no longer uses does not stay resident on the host.
   args.push('-device', `${mmio ? 'virtio-balloon-device' : 'virtio-balloon-pci'},free-page-reporting=on`);
@@ -122,10 +142,14 @@ export function qemuArgs(s: LaunchSpec): string[] {
   args.push('-netdev', `tap,id=net0,ifname=${VM_TAP.name},script=no,downscript=no,vhost=off`);
   args.push('-device', `${mmio ? 'virtio-net-device' : 'virtio-net-pci'},netdev=net0,mac=52:54:00:d5:ec:02`);
   args.push(
-    '-device', mmio ? 'virtio-serial-device' : 'virtio-serial-pci',
-    '-chardev', `socket,id=agent,path=${s.paths.agentSocket},server=on,wait=off`,
-    '-device', 'virtserialport,chardev=agent,name=dsec.agent',
-    '-qmp', `unix:${s.paths.qmpSocket},server=on,wait=off`,
+    '-device',
+    mmio ? 'virtio-serial-device' : 'virtio-serial-pci',
+    '-chardev',
+    `socket,id=agent,path=${s.paths.agentSocket},server=on,wait=off`,
+    '-device',
+    'virtserialport,chardev=agent,name=dsec.agent',
+    '-qmp',
+    `unix:${s.paths.qmpSocket},server=on,wait=off`,
   );
   if (s.incoming) args.push('-incoming', `unix:${s.incoming}`);
   return args;

@@ -4,9 +4,18 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import {
-  DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES,
-  type Encoding, type ExecRequest, type ExecResult, type FileStat, type OpenSessionRequest, type ProcessInfo, type ProcessOutput,
-  type SessionExecRequest, type SessionInfo, type StartProcessRequest,
+  DEFAULT_EXEC_TIMEOUT_MS,
+  DEFAULT_MAX_OUTPUT_BYTES,
+  type Encoding,
+  type ExecRequest,
+  type ExecResult,
+  type FileStat,
+  type OpenSessionRequest,
+  type ProcessInfo,
+  type ProcessOutput,
+  type SessionExecRequest,
+  type SessionInfo,
+  type StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
 import { ExecJournal } from '../../../exec/exec-journal.js';
@@ -32,7 +41,15 @@ import { vmRuleset, type NetworkPolicy } from '../../../net/policy.js';
 import { detachLink } from '../../../net/sandbox-network.js';
 import { prepareVmNetns } from '../../../net/vm-network.js';
 import { resolvePolicy } from '../../network-request.js';
-import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits, TerminalChannel, TerminalRequest } from '../../edge-api.js';
+import type {
+  EdgeCreateRequest,
+  EdgeNetworkRequest,
+  EdgeSandbox,
+  EdgeSnapshot,
+  SandboxLimits,
+  TerminalChannel,
+  TerminalRequest,
+} from '../../edge-api.js';
 import type { BlobSource } from '../../blob-source.js';
 import type { LayerCache } from '../../layer-cache.js';
 import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from '../../snapshot-layer.js';
@@ -217,7 +234,16 @@ export class VmBackend implements SandboxBackend {
   #adopt(record: VmRecord, paths: VmPaths, agent: AgentClient, qmp: QmpClient): LiveVm {
     const journal = new ExecJournal(join(paths.dir, 'journal'));
     const live: LiveVm = {
-      record, paths, agent, qmp, processes: new ProcessTable(record.id), terminals: new Set(), sessions: new SessionTable(record.id, journal), journal, ports: new Set(), stop: new AbortController(),
+      record,
+      paths,
+      agent,
+      qmp,
+      processes: new ProcessTable(record.id),
+      terminals: new Set(),
+      sessions: new SessionTable(record.id, journal),
+      journal,
+      ports: new Set(),
+      stop: new AbortController(),
     };
     this.#live.set(record.id, live);
     agent.onRefused((reason) => this.opts.log.error({ sandbox: record.id, reason }, "refused a frame on a VM's agent channel"));
@@ -246,7 +272,9 @@ export class VmBackend implements SandboxBackend {
     if (this.owns(req.id)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
     if (req.volumes?.length) unsupported(req.backend ?? 'vm', 'Volumes');
     if (this.count >= this.slots) {
-      throw new ApiError('CAPACITY_EXCEEDED', `this edge runs at most ${this.slots} VM sandboxes (DSEC_MAX_VMS) and has ${this.count}`, { maxVms: this.slots });
+      throw new ApiError('CAPACITY_EXCEEDED', `this edge runs at most ${this.slots} VM sandboxes (DSEC_MAX_VMS) and has ${this.count}`, {
+        maxVms: this.slots,
+      });
     }
     const work = this.#create(req);
     this.#creating.set(req.id, work);
@@ -265,16 +293,27 @@ export class VmBackend implements SandboxBackend {
     // Host names are resolved here, on the node that enforces the rules.
     const policy: NetworkPolicy = req.network ? await resolvePolicy(req.network) : { mode: 'none', allow: [] };
     if (req.layers.length === 0) throw new ApiError('INVALID_REQUEST', 'a VM sandbox needs at least one layer');
-    if (req.layers.length > 60) throw new ApiError('INVALID_REQUEST', `a VM sandbox takes at most 60 layers (one disk each); this one has ${req.layers.length}`);
+    if (req.layers.length > 60)
+      throw new ApiError('INVALID_REQUEST', `a VM sandbox takes at most 60 layers (one disk each); this one has ${req.layers.length}`);
     const paths = new VmPaths(join(this.dir, req.id));
     if (this.#live.has(req.id) || existsSync(paths.dir)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
     // A restore takes everything the guest was made with from the snapshot: its RAM size and
     // vCPUs must match the saved state, its disks the saved disk.
     const source = req.restoreFrom === undefined ? undefined : this.#snapshotOf(req.restoreFrom);
     // The restored guest's agent has its source's channel key in its memory.
-    const made = source?.record ?? { backend: kind, layers: req.layers as LayerDigest[], config: req.config, env: req.env, limits: req.limits, agentKey: newAgentKey() };
+    const made = source?.record ?? {
+      backend: kind,
+      layers: req.layers as LayerDigest[],
+      config: req.config,
+      env: req.env,
+      limits: req.limits,
+      agentKey: newAgentKey(),
+    };
     const agentKey = made.agentKey;
-    if (!agentKey) throw new ApiError('INVALID_REQUEST', `the snapshot of ${req.restoreFrom} predates keyed agent channels; snapshot the VM again`, { restoreFrom: req.restoreFrom });
+    if (!agentKey)
+      throw new ApiError('INVALID_REQUEST', `the snapshot of ${req.restoreFrom} predates keyed agent channels; snapshot the VM again`, {
+        restoreFrom: req.restoreFrom,
+      });
     const record: VmRecord = { id: req.id, phase: 'creating', ...made, createdAt: new Date().toISOString() };
     mkdirSync(paths.dir, { mode: 0o700 });
     saveRecord(paths, record);
@@ -301,7 +340,12 @@ export class VmBackend implements SandboxBackend {
       saveRecord(paths, record);
       let qmp: QmpClient;
       if (source) {
-        qmp = await loadVmState(paths.migrationSocket, source.paths.snapshotMemory, () => QmpClient.open(paths.qmpSocket), () => isQemuOf(pid, paths));
+        qmp = await loadVmState(
+          paths.migrationSocket,
+          source.paths.snapshotMemory,
+          () => QmpClient.open(paths.qmpSocket),
+          () => isQemuOf(pid, paths),
+        );
         agent = await this.#reconnect(paths, agentKey).catch((err: Error) => {
           qmp.close();
           throw err;
@@ -321,7 +365,8 @@ export class VmBackend implements SandboxBackend {
       await this.#teardown(req.id, record.pid);
       this.opts.links.release(record.network?.link);
       if (err instanceof ApiError) throw err;
-      if (err instanceof ToolError) throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
+      if (err instanceof ToolError)
+        throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
       throw new ApiError('SANDBOX_CREATE_FAILED', `the ${kind} did not start: ${(err as Error).message}`);
     }
   }
@@ -333,7 +378,9 @@ export class VmBackend implements SandboxBackend {
     try {
       await Promise.race([
         agent.call('ping', {}),
-        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the restored guest's agent did not answer within 60 s")), 60_000))),
+        new Promise<never>(
+          (_, reject) => (timer = setTimeout(() => reject(new Error("the restored guest's agent did not answer within 60 s")), 60_000)),
+        ),
       ]);
       return agent;
     } catch (err) {
@@ -349,7 +396,11 @@ export class VmBackend implements SandboxBackend {
     const v = this.#live.get(id);
     const record = v && readJson<SnapshotRecord>(v.paths.snapshotRecord);
     if (!v || !record) {
-      throw new ApiError('INVALID_REQUEST', `no VM snapshot of sandbox ${id} on this edge (a VM's snapshot lives on its edge until the VM is killed)`, { restoreFrom: id });
+      throw new ApiError(
+        'INVALID_REQUEST',
+        `no VM snapshot of sandbox ${id} on this edge (a VM's snapshot lives on its edge until the VM is killed)`,
+        { restoreFrom: id },
+      );
     }
     return { paths: v.paths, record };
   }
@@ -363,7 +414,8 @@ export class VmBackend implements SandboxBackend {
     const dead = (): Error =>
       new Error(
         `QEMU exited during boot: ${tail(paths.qemuLog) || '(no QEMU output)'}; guest console: ${
-          tail(paths.console) || `(empty: the guest kernel stopped before its console; with ${memoryMiB} MiB of guest RAM, too little memory is the usual cause)`
+          tail(paths.console) ||
+          `(empty: the guest kernel stopped before its console; with ${memoryMiB} MiB of guest RAM, too little memory is the usual cause)`
         }`,
       );
     let agent: AgentClient | undefined;
@@ -377,7 +429,8 @@ export class VmBackend implements SandboxBackend {
     const watch = new Promise<never>((_, reject) => {
       const check = (): void => {
         if (!isQemuOf(pid, paths)) return reject(dead());
-        if (Date.now() > deadline) return reject(new Error(`the guest was not ready within ${BOOT_TIMEOUT_MS} ms; console: ${tail(paths.console) || '(empty)'}`));
+        if (Date.now() > deadline)
+          return reject(new Error(`the guest was not ready within ${BOOT_TIMEOUT_MS} ms; console: ${tail(paths.console) || '(empty)'}`));
         timer = setTimeout(check, 100);
       };
       timer = setTimeout(check, 100);
@@ -460,7 +513,11 @@ export class VmBackend implements SandboxBackend {
    * argv, env, cwd and user of a command in the guest, as for a container's. With writablePaths
    * the agent confines it with the guest kernel's Landlock (`rw`; checkWritablePaths first).
    */
-  #command(v: LiveVm, cmd: string | string[], opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined }): GuestCommand {
+  #command(
+    v: LiveVm,
+    cmd: string | string[],
+    opts: { cwd?: string | undefined; env?: Record<string, string> | undefined; writablePaths?: string[] | undefined },
+  ): GuestCommand {
     rejectNul('cmd', typeof cmd === 'string' ? [cmd] : cmd);
     rejectNul('env', Object.entries(opts.env ?? {}).flat());
     if (opts.cwd !== undefined) rejectNul('cwd', [opts.cwd]);
@@ -572,11 +629,21 @@ export class VmBackend implements SandboxBackend {
         () => undefined,
       );
       if (cwd !== 'dir' && cwd !== 'symlink') {
-        throw new ApiError('INVALID_REQUEST', `cwd ${req.cwd} ${cwd ? 'is not a directory' : 'does not exist'} in the sandbox; create it first (files.mkdir) or use another`, { field: 'cwd', path: req.cwd });
+        throw new ApiError(
+          'INVALID_REQUEST',
+          `cwd ${req.cwd} ${cwd ? 'is not a directory' : 'does not exist'} in the sandbox; create it first (files.mkdir) or use another`,
+          { field: 'cwd', path: req.cwd },
+        );
       }
     }
     await checkWritablePaths(v.agent, req.writablePaths);
-    const hasBash = req.shell === 'sh' ? false : await v.agent.call('stat', { path: '/bin/bash' }).then(() => true, () => false);
+    const hasBash =
+      req.shell === 'sh'
+        ? false
+        : await v.agent.call('stat', { path: '/bin/bash' }).then(
+            () => true,
+            () => false,
+          );
     const host = vmSessionHost(v.agent, (argv, cwd, env) => this.#command(v, argv, { cwd, env }));
     return v.sessions.add(new ShellSession(host, req, hasBash));
   }
@@ -585,7 +652,12 @@ export class VmBackend implements SandboxBackend {
     return this.#vm(id).sessions.list();
   }
 
-  async sessionExec(id: string, sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+  async sessionExec(
+    id: string,
+    sid: string,
+    req: SessionExecRequest,
+    signal?: AbortSignal,
+  ): Promise<ExecResult & { sessionAlive: boolean }> {
     return this.#running(id).sessions.exec(sid, req, signal);
   }
 
@@ -603,7 +675,11 @@ export class VmBackend implements SandboxBackend {
     if (opts.memory) return this.#saveState(id);
     const v = this.#vm(id);
     if (v.record.paused) {
-      throw new ApiError('SANDBOX_NOT_RUNNING', `VM ${id} is paused: its agent reads its disk for a snapshot as an image; resume it first (a paused VM can be forked as it is)`, { id, status: 'paused' });
+      throw new ApiError(
+        'SANDBOX_NOT_RUNNING',
+        `VM ${id} is paused: its agent reads its disk for a snapshot as an image; resume it first (a paused VM can be forked as it is)`,
+        { id, status: 'paused' },
+      );
     }
     this.#running(id);
     // One reader of the guest's disk at a time: a second snapshot waits for the first.
@@ -639,14 +715,26 @@ export class VmBackend implements SandboxBackend {
         if (v.stop.signal.aborted) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
         if (opts.signal?.aborted) throw opts.signal.reason;
         if (copying.aborted) {
-          throw new ApiError('PAYLOAD_TOO_LARGE', `reading the VM's disk for its snapshot took longer than ${SNAPSHOT_COPY_TIMEOUT_MS / 60_000} minutes; the sandbox changed too much to snapshot`, {
-            limit: 'copyTimeMs',
-            max: SNAPSHOT_COPY_TIMEOUT_MS,
-          });
+          throw new ApiError(
+            'PAYLOAD_TOO_LARGE',
+            `reading the VM's disk for its snapshot took longer than ${SNAPSHOT_COPY_TIMEOUT_MS / 60_000} minutes; the sandbox changed too much to snapshot`,
+            {
+              limit: 'copyTimeMs',
+              max: SNAPSHOT_COPY_TIMEOUT_MS,
+            },
+          );
         }
-        if (v.agent.closed) throw new ApiError('SANDBOX_NOT_RUNNING', `the agent of VM ${id} went away during its snapshot: ${v.agent.closed.message}`, { id });
+        if (v.agent.closed)
+          throw new ApiError('SANDBOX_NOT_RUNNING', `the agent of VM ${id} went away during its snapshot: ${v.agent.closed.message}`, {
+            id,
+          });
         // What the guest sent is the guest's: a broken archive is its doing, not the edge's.
-        if (err instanceof TarFormatError || err instanceof UnsafeArchiveError || err instanceof GuestDiffError || err instanceof AgentError) {
+        if (
+          err instanceof TarFormatError ||
+          err instanceof UnsafeArchiveError ||
+          err instanceof GuestDiffError ||
+          err instanceof AgentError
+        ) {
           throw new ApiError('SANDBOX_NOT_RUNNING', `VM ${id}: its disk could not be read for the snapshot: ${err.message}`, { id });
         }
         throw err;
@@ -654,7 +742,13 @@ export class VmBackend implements SandboxBackend {
       const frozenMs = performance.now() - t0;
       const base = { baseLayers: v.record.layers, config: v.record.config, stats, frozenMs };
       if (stats.entries === 0) return { layer: null, ...base };
-      const layer = await packSnapshotLayer(id, stage, { tmpDir, blobs: this.opts.blobs, sparse: false, killed: v.stop.signal, cancelled: opts.signal });
+      const layer = await packSnapshotLayer(id, stage, {
+        tmpDir,
+        blobs: this.opts.blobs,
+        sparse: false,
+        killed: v.stop.signal,
+        cancelled: opts.signal,
+      });
       return { layer, ...base };
     } finally {
       await removeTree(stage);
@@ -685,7 +779,11 @@ export class VmBackend implements SandboxBackend {
         if (!wasPaused) await v.qmp.execute('cont');
       }
       const { backend, layers, config, env, limits, agentKey } = v.record;
-      writeFileAtomic(join(next, 'record.json'), JSON.stringify({ backend, layers, config, env, limits, agentKey } satisfies SnapshotRecord), 0o600);
+      writeFileAtomic(
+        join(next, 'record.json'),
+        JSON.stringify({ backend, layers, config, env, limits, agentKey } satisfies SnapshotRecord),
+        0o600,
+      );
       rmSync(staged.snapshotDir, { recursive: true, force: true }); // restores reading the old one keep their open files
       renameSync(next, staged.snapshotDir);
     } catch (err) {
@@ -694,7 +792,13 @@ export class VmBackend implements SandboxBackend {
       throw new ApiError('INTERNAL', `could not snapshot VM ${id}: ${(err as Error).message}`, { id });
     }
     const frozenMs = performance.now() - t0;
-    return { layer: null, baseLayers: v.record.layers, config: v.record.config, stats: { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 }, frozenMs };
+    return {
+      layer: null,
+      baseLayers: v.record.layers,
+      config: v.record.config,
+      stats: { entries: 0, bytes: 0, whiteouts: 0, opaqueDirs: 0, sparseFiles: 0 },
+      frozenMs,
+    };
   }
 
   /**
@@ -703,14 +807,22 @@ export class VmBackend implements SandboxBackend {
    */
   async openPort(id: string, port: number): Promise<Duplex> {
     const v = this.#vm(id);
-    if (v.record.paused) throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused: nothing in it can answer on port ${port}; resume it first`, { id, status: 'paused' });
+    if (v.record.paused)
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused: nothing in it can answer on port ${port}; resume it first`, {
+        id,
+        status: 'paused',
+      });
     this.#running(id);
     let socket: Duplex;
     try {
       socket = await openGuestPort(v.agent, port);
     } catch (err) {
       if (err instanceof AgentError && err.code === 'ECONNREFUSED') {
-        throw new ApiError('PORT_NOT_LISTENING', `nothing listens on port ${port} in the sandbox (connection refused on the guest's 127.0.0.1)`, { id, port });
+        throw new ApiError(
+          'PORT_NOT_LISTENING',
+          `nothing listens on port ${port} in the sandbox (connection refused on the guest's 127.0.0.1)`,
+          { id, port },
+        );
       }
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id}: ${(err as Error).message}`, { id });
     }
@@ -725,7 +837,10 @@ export class VmBackend implements SandboxBackend {
     const v = this.#running(id);
     let argv = req.cmd?.length ? req.cmd : undefined;
     if (!argv) {
-      const bash = await v.agent.call('stat', { path: '/bin/bash' }).then(() => true, () => false);
+      const bash = await v.agent.call('stat', { path: '/bin/bash' }).then(
+        () => true,
+        () => false,
+      );
       argv = [bash ? '/bin/bash' : '/bin/sh'];
     }
     const cmd = this.#command(v, argv, { cwd: req.cwd, env: { TERM: 'xterm-256color', ...req.env } });
@@ -772,7 +887,11 @@ export class VmBackend implements SandboxBackend {
 
   /** The guest's tar as root in /, its output not kept (streamed), no timeout (an upload takes what it takes). */
   #tar(v: LiveVm, args: string[], stdin: boolean): VmProcess {
-    return new VmProcess(v.agent, { argv: ['tar', ...args], env: mergeEnv(v.record.config.env, v.record.env, {}), cwd: '/', uid: 0, gid: 0 }, { stdin, maxOutputBytes: 64 << 10 });
+    return new VmProcess(
+      v.agent,
+      { argv: ['tar', ...args], env: mergeEnv(v.record.config.env, v.record.env, {}), cwd: '/', uid: 0, gid: 0 },
+      { stdin, maxOutputBytes: 64 << 10 },
+    );
   }
 
   /**
@@ -785,7 +904,10 @@ export class VmBackend implements SandboxBackend {
     const t0 = performance.now();
     v.record.network = await this.opts.links.apply(id, v.record.pid ?? 0, v.record.network, policy, vmRuleset);
     saveRecord(v.paths, v.record);
-    const out: { policy: NetworkPolicy; link?: Link; appliedMs: number } = { policy, appliedMs: Math.round((performance.now() - t0) * 100) / 100 };
+    const out: { policy: NetworkPolicy; link?: Link; appliedMs: number } = {
+      policy,
+      appliedMs: Math.round((performance.now() - t0) * 100) / 100,
+    };
     if (v.record.network.link) out.link = v.record.network.link;
     return out;
   }
@@ -842,28 +964,41 @@ export class VmBackend implements SandboxBackend {
       const r = await v.agent.call('read', { path: p, max: maxBytes });
       if (r.header['ev'] === 'too_large') {
         const size = Number(r.header['size']);
-        throw new ApiError('PAYLOAD_TOO_LARGE', `${path} is ${size} bytes, over the ${maxBytes}-byte limit of the files API`, { path, size, limit: maxBytes });
+        throw new ApiError('PAYLOAD_TOO_LARGE', `${path} is ${size} bytes, over the ${maxBytes}-byte limit of the files API`, {
+          path,
+          size,
+          limit: maxBytes,
+        });
       }
       return Buffer.concat(r.data);
     });
   }
 
   async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
-    return this.#fs(id, path, async (v, p) => {
-      await v.agent.call('write', { path: p, mode }, data);
-      return data.length;
-    }, true);
+    return this.#fs(
+      id,
+      path,
+      async (v, p) => {
+        await v.agent.call('write', { path: p, mode }, data);
+        return data.length;
+      },
+      true,
+    );
   }
 
   async statPath(id: string, path: string): Promise<FileStat> {
-    return this.#fs(id, path, async (v, p) => toFileStat(JSON.parse((await v.agent.call('stat', { path: p })).payload.toString('utf8')) as GuestStat, p));
+    return this.#fs(id, path, async (v, p) =>
+      toFileStat(JSON.parse((await v.agent.call('stat', { path: p })).payload.toString('utf8')) as GuestStat, p),
+    );
   }
 
   async listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
     return this.#fs(id, path, async (v, p) => {
       const r = await v.agent.call('list', { path: p, max: 10_000 });
       // Sorted by name, as a container's listing is (the guest gives readdir order).
-      const stats = (JSON.parse(r.payload.toString('utf8')) as GuestStat[]).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      const stats = (JSON.parse(r.payload.toString('utf8')) as GuestStat[]).sort((a, b) =>
+        a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
+      );
       const entries = stats.map((s) => toFileStat(s, `${p.replace(/\/$/, '')}/${s.name}`));
       return { entries, truncated: r.header['truncated'] === true };
     });
@@ -910,7 +1045,8 @@ function toFileStat(s: GuestStat, path: string): FileStat {
 
 /** The guest's errno as the same API errors the container files API gives. */
 function fileError(err: unknown, path: string): Error {
-  if (!(err instanceof AgentError)) return err instanceof ApiError ? err : new ApiError('SANDBOX_NOT_RUNNING', `the VM's agent did not answer: ${(err as Error).message}`);
+  if (!(err instanceof AgentError))
+    return err instanceof ApiError ? err : new ApiError('SANDBOX_NOT_RUNNING', `the VM's agent did not answer: ${(err as Error).message}`);
   switch (err.code) {
     case 'ENOENT':
       return new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
@@ -932,7 +1068,8 @@ function fileError(err: unknown, path: string): Error {
 }
 
 function guestTarFailed(what: string, stderr: string, exitCode: number): ApiError {
-  if (exitCode === 127) return new ApiError('INVALID_REQUEST', `${what} needs tar in the VM's image, and it has none`, { stderr, exitCode });
+  if (exitCode === 127)
+    return new ApiError('INVALID_REQUEST', `${what} needs tar in the VM's image, and it has none`, { stderr, exitCode });
   return new ApiError('INVALID_REQUEST', `${what} failed: ${stderr.trim() || `tar exited ${exitCode}`}`, { stderr, exitCode });
 }
 

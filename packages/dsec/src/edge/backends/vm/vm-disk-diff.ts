@@ -51,8 +51,8 @@ export async function stageGuestUpper(agent: AgentClient, stage: string, opts: G
     else if (ev === 'error') {
       refused = true;
       failure = new AgentError(String(f.header['code'] ?? 'EIO'), String(f.header['message'] ?? 'diff failed'));
-    }
-    else if (ev === 'closed') failure = new GuestDiffError(`the VM's agent channel closed during the snapshot: ${String(f.header['message'] ?? '')}`);
+    } else if (ev === 'closed')
+      failure = new GuestDiffError(`the VM's agent channel closed during the snapshot: ${String(f.header['message'] ?? '')}`);
     wake?.();
   };
   const id = agent.send('diff', { scrub: opts.scrub, window: DIFF_WINDOW_BYTES, timeoutMs: opts.timeoutMs }, undefined, onEvent);
@@ -72,7 +72,8 @@ export async function stageGuestUpper(agent: AgentClient, stage: string, opts: G
         continue;
       }
       if (exit) {
-        if (exit.code !== 0) throw new GuestDiffError(`the guest could not read its disk (exit ${exit.code}): ${stderr.trim() || 'no message'}`);
+        if (exit.code !== 0)
+          throw new GuestDiffError(`the guest could not read its disk (exit ${exit.code}): ${stderr.trim() || 'no message'}`);
         return;
       }
       await new Promise<void>((r) => (wake = r));
@@ -88,7 +89,13 @@ export async function stageGuestUpper(agent: AgentClient, stage: string, opts: G
       limits: { ...opts.limits, maxPathBytes: MAX_PATH_BYTES },
     });
     // Whiteouts are entries, as pack_diff counts them: a guest that only deleted files has a layer.
-    return { entries: stats.entries + stats.whiteouts, bytes: stats.bytes, whiteouts: stats.whiteouts, opaqueDirs: stats.opaqueDirs, sparseFiles: 0 };
+    return {
+      entries: stats.entries + stats.whiteouts,
+      bytes: stats.bytes,
+      whiteouts: stats.whiteouts,
+      opaqueDirs: stats.opaqueDirs,
+      sparseFiles: 0,
+    };
   } finally {
     opts.signal.removeEventListener('abort', onAbort);
     // Stopped early (a bound, a cancel, a bad archive), perhaps before the guest said it started:

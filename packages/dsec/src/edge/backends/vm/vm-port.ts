@@ -97,7 +97,11 @@ export function openGuestPort(agent: AgentClient, port: number): Promise<Duplex>
           return;
         }
         agent.release(id);
-        reject(ev === 'error' ? new AgentError(String(f.header['code'] ?? 'EIO'), String(f.header['message'] ?? 'connect failed')) : new Error(`the VM's agent channel closed: ${String(f.header['message'] ?? '')}`));
+        reject(
+          ev === 'error'
+            ? new AgentError(String(f.header['code'] ?? 'EIO'), String(f.header['message'] ?? 'connect failed'))
+            : new Error(`the VM's agent channel closed: ${String(f.header['message'] ?? '')}`),
+        );
         return;
       }
       if (ev === 'data') {

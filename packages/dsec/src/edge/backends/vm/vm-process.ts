@@ -89,8 +89,7 @@ export class VmProcess {
         this.#emit(ev, f.payload);
         if (this.#paused) this.#owed += f.payload.length;
         else this.#grant(f.payload.length);
-      }
-      else if (ev === 'fd3') this.fd3?.push(f.payload);
+      } else if (ev === 'fd3') this.fd3?.push(f.payload);
       else if (ev === 'exit') finish(Number(f.header['code'] ?? 1));
       else if (ev === 'error') {
         // The agent could not start it (no such file, no permission): like a shell, 127 / 126.
@@ -102,7 +101,19 @@ export class VmProcess {
       }
     };
     const { argv, env, cwd, uid, gid, isolate, rw, group } = cmd;
-    const fields = { argv, env, cwd, uid, gid, stdin: withStdin, window: EXEC_WINDOW_BYTES, ...(isolate ? { isolate } : {}), ...(rw ? { rw } : {}), ...(group ? { group } : {}), ...(this.fd3 ? { fd3: true } : {}) };
+    const fields = {
+      argv,
+      env,
+      cwd,
+      uid,
+      gid,
+      stdin: withStdin,
+      window: EXEC_WINDOW_BYTES,
+      ...(isolate ? { isolate } : {}),
+      ...(rw ? { rw } : {}),
+      ...(group ? { group } : {}),
+      ...(this.fd3 ? { fd3: true } : {}),
+    };
     this.#id = agent.send('exec', fields, undefined, onEvent);
     if (opts.input !== undefined) {
       if (opts.input.length) this.writeStdin(opts.input);

@@ -10,7 +10,10 @@ import { VmProcess, type GuestCommand } from './vm-process.js';
  * closing the session ends what its commands left running (also jobs that called setsid). The
  * exit status is the agent's waitpid of the shell, the output what came through its own pipes.
  */
-export function vmSessionHost(agent: AgentClient, command: (argv: string[], cwd: string | undefined, env: Record<string, string> | undefined) => GuestCommand): SessionHost {
+export function vmSessionHost(
+  agent: AgentClient,
+  command: (argv: string[], cwd: string | undefined, env: Record<string, string> | undefined) => GuestCommand,
+): SessionHost {
   return {
     startShell(argv, o) {
       const cmd = command(argv, o.cwd, o.env);

@@ -51,8 +51,10 @@ async function waitMigration(qmp: QmpClient): Promise<void> {
   for (;;) {
     const m = (await qmp.execute('query-migrate')) as { status?: string; 'error-desc'?: string };
     if (m.status === 'completed') return;
-    if (m.status === 'failed' || m.status === 'cancelled') throw new Error(`QEMU's migration ${m.status}: ${m['error-desc'] ?? 'no reason given'}`);
-    if (Date.now() > deadline) throw new Error(`the migration did not complete within ${MIGRATION_TIMEOUT_MS} ms (status ${m.status ?? '?'})`);
+    if (m.status === 'failed' || m.status === 'cancelled')
+      throw new Error(`QEMU's migration ${m.status}: ${m['error-desc'] ?? 'no reason given'}`);
+    if (Date.now() > deadline)
+      throw new Error(`the migration did not complete within ${MIGRATION_TIMEOUT_MS} ms (status ${m.status ?? '?'})`);
     await sleep(20);
   }
 }
@@ -61,7 +63,12 @@ async function waitMigration(qmp: QmpClient): Promise<void> {
  * Feeds `file` to a QEMU started with `-incoming unix:<socketPath>` and runs the guest once the
  * state is loaded. `alive` says whether QEMU still runs.
  */
-export async function loadVmState(socketPath: string, file: string, qmpOpen: () => Promise<QmpClient>, alive: () => boolean): Promise<QmpClient> {
+export async function loadVmState(
+  socketPath: string,
+  file: string,
+  qmpOpen: () => Promise<QmpClient>,
+  alive: () => boolean,
+): Promise<QmpClient> {
   const deadline = Date.now() + MIGRATION_TIMEOUT_MS;
   let socket: Socket | undefined;
   while (!socket) {
@@ -128,7 +135,9 @@ function connectUnix(path: string): Promise<Socket> {
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(what)), ms)))]).finally(() => clearTimeout(timer));
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(what)), ms)))]).finally(() =>
+    clearTimeout(timer),
+  );
 }
 
 function sleep(ms: number): Promise<void> {

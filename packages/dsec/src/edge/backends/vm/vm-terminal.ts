@@ -49,7 +49,18 @@ export function openVmTerminal(agent: AgentClient, cmd: GuestCommand, size: { co
     };
     const id = agent.send(
       'exec',
-      { argv: cmd.argv, env: cmd.env, cwd: cmd.cwd, uid: cmd.uid, gid: cmd.gid, stdin: true, pty: true, cols: size.cols, rows: size.rows, group },
+      {
+        argv: cmd.argv,
+        env: cmd.env,
+        cwd: cmd.cwd,
+        uid: cmd.uid,
+        gid: cmd.gid,
+        stdin: true,
+        pty: true,
+        cols: size.cols,
+        rows: size.rows,
+        group,
+      },
       undefined,
       onEvent,
     );
