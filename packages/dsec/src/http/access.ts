@@ -76,8 +76,8 @@ const CALLER = Symbol('dsec.caller');
 const serverRoutes = new WeakMap<object, RouteOptions[]>();
 
 /** The routes a server built with enforceAccess serves: method, URL pattern and declared access. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export function declaredRoutes(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any server's generics
   app: FastifyInstance<any, any, any, any, any>,
 ): { method: string; url: string; access: Access | undefined }[] {
   return (serverRoutes.get(app) ?? []).flatMap((r) =>

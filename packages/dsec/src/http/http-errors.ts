@@ -31,15 +31,13 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
   const api = err instanceof ApiError ? err : undefined;
   if ((!api || (api.status >= 500 && api.code !== 'NODE_DISK_FULL')) && isDiskFull(err)) {
     req.log.warn({ err }, 'the disk is full');
-    void reply
-      .status(507)
-      .send({
-        error: {
-          code: 'NODE_DISK_FULL',
-          message: `the node's disk is full: ${err.message}; ${FREE_SPACE_HINT}`,
-          details: api?.details ?? {},
-        },
-      });
+    void reply.status(507).send({
+      error: {
+        code: 'NODE_DISK_FULL',
+        message: `the node's disk is full: ${err.message}; ${FREE_SPACE_HINT}`,
+        details: api?.details ?? {},
+      },
+    });
     return;
   }
   if (err instanceof ApiError) {

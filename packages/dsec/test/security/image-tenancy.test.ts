@@ -86,8 +86,8 @@ describe('images between projects and registries', { skip: integrationSkipReason
     tokenHosts: process.env['DSEC_REGISTRY_TOKEN_HOSTS'],
   };
 
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a test reads any JSON body
   const api = async (key: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> => {
-    // eslint-disable-line @typescript-eslint/no-explicit-any
     const res = await fetch(`${control.url}${path}`, {
       method,
       headers: { authorization: `Bearer ${key}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },

@@ -24,15 +24,13 @@ export async function buildPortsServer(deps: { control: ControlPlane; linkGate: 
   });
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
-    void reply
-      .status(404)
-      .send({
-        error: {
-          code: 'ROUTE_NOT_FOUND',
-          message: `this is dsec's port-link origin: it serves /v1/port-links/{token}/… only, not ${req.method} ${req.url.split('?')[0]}`,
-          details: {},
-        },
-      });
+    void reply.status(404).send({
+      error: {
+        code: 'ROUTE_NOT_FOUND',
+        message: `this is dsec's port-link origin: it serves /v1/port-links/{token}/… only, not ${req.method} ${req.url.split('?')[0]}`,
+        details: {},
+      },
+    });
   });
   useRequestLog(app, () => undefined);
   enforceAccess(app, { clusterToken: () => false, link: (req) => deps.linkGate.admit(req) });
