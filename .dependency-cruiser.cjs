@@ -11,6 +11,22 @@ module.exports = {
       from: {},
       to: { circular: true },
     },
+    {
+      name: 'edges-only-through-services',
+      severity: 'error',
+      comment:
+        'Routes, the E2B layer and the port proxy call services (control/service/), which take the caller and decide project scope; ' +
+        'only services reach an edge. They may use the edge protocol\'s types, never an edge client or the lookup that finds one.',
+      from: { path: '^packages/dsec/src/control/(routes|e2b|ports)/' },
+      to: { path: ['^packages/dsec/src/control/edges/', '^packages/dsec/src/control/service/sandbox-lookup\\.ts$'] },
+    },
+    {
+      name: 'sandbox-lookup-is-private-to-services',
+      severity: 'error',
+      comment: 'SandboxLookup is how a service finds a sandbox for a caller and reaches its edge: nothing outside service/ (and the composition root) uses it.',
+      from: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/control/service/', '^packages/dsec/src/control/control-plane\\.ts$'] },
+      to: { path: '^packages/dsec/src/control/service/sandbox-lookup\\.ts$' },
+    },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },

@@ -15,6 +15,7 @@ import { parsePromText, type Scrape } from './helpers/prom-text.js';
 import { call, expectWireError } from './helpers/wire.js';
 import type { NodeInfo } from '@dsec/sdk/schema';
 import { renderTopFrame, type TopSample } from '../src/cli/top/top-frame.js';
+import { SYSTEM } from '../src/control/service/callers.js';
 
 describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
   let server: TestServer;
@@ -131,7 +132,7 @@ describe('/metrics', { skip: integrationSkipReason(), timeout: 120_000 }, () => 
     );
     assert.equal(after.get('dsec_batches_running'), 0);
     assert.equal(after.sum('dsec_batch_items', { batch: id }), 0, 'a finished batch has no progress series');
-    assert.equal(await server.dsec.control.killByLabels({ 'dsec.batch': id }), 3);
+    assert.equal(await server.dsec.control.sandboxes.killByLabels(SYSTEM, { 'dsec.batch': id }), 3);
   });
 
   test('dsec top: a frame from two real samples gives the create rate between them; --once prints the frame', async () => {

@@ -3,7 +3,10 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { BatchEvent, BatchInfo, CreateBatchRequest, CreateSandboxRequest } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
-import type { ControlPlane } from './control-plane.js';
+import type { EdgeRegistry } from './edges/edge-registry.js';
+import type { ProjectQuotas } from './project-quotas.js';
+import { SYSTEM } from './service/callers.js';
+import type { SandboxService } from './service/sandboxes.js';
 import type { StateStore, StoredBatch } from './state-store.js';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 
@@ -67,7 +70,10 @@ export class BatchService {
 
   constructor(
     private readonly store: StateStore,
-    private readonly control: ControlPlane,
+    private readonly sandboxes: SandboxService,
+    private readonly quotas: ProjectQuotas,
+    /** Read only to settle a create a restart interrupted: did its edge make the sandbox? */
+    private readonly edges: EdgeRegistry,
     private readonly log: Logger,
     /** This replica's name in the batches' owner column. */
     private readonly replicaId = 'only',
@@ -80,8 +86,8 @@ export class BatchService {
    * rate paces the batch.
    */
   async create(req: CreateBatchRequest, project: string = DEFAULT_PROJECT): Promise<BatchInfo> {
-    await this.control.checkSpec(req.spec, project);
-    await this.control.quotas.precheck(project, this.control.limitsFor(req.spec), req.count, false);
+    await this.sandboxes.checkSpec(req.spec, project);
+    await this.quotas.precheck(project, this.sandboxes.limitsFor(req.spec), req.count, false);
     const id = `batch-${randomBytes(8).toString('hex')}`;
     const createdAt = new Date().toISOString();
     await this.store.insertBatch(id, req.count, req, createdAt, project, { id: this.replicaId, until: Date.now() + BATCH_LEASE_MS });
@@ -250,7 +256,7 @@ export class BatchService {
       b.cancelled = true;
       // The groups in flight finish first: a row they write after the kill would outlive it.
       await b.driver;
-      await this.control.killByLabels({ [BATCH_LABEL]: id });
+      await this.sandboxes.killByLabels(SYSTEM, { [BATCH_LABEL]: id });
       await this.#finish(b, 'cancelled');
     }
     return this.info(id);
@@ -282,7 +288,7 @@ export class BatchService {
       while (!b.cancelled && !this.#stopped && next < todo.length) {
         const group = todo.slice(next, (next += size));
         try {
-          await this.control.createGroup(b.spec, { [BATCH_LABEL]: b.id }, group, {
+          await this.sandboxes.createGroup(b.spec, { [BATCH_LABEL]: b.id }, group, {
             batchId: b.id,
             project: b.project,
             onPlaced: (index, edge, sandboxId) => this.#emit(b, { type: 'placed', index, edge, sandboxId }),
@@ -340,7 +346,7 @@ export class BatchService {
       }
       if (waited >= 30_000 || this.#stopped) {
         // Not on its edge: never made, or made after the last look; a kill makes sure it is not.
-        await this.control.edges
+        await this.edges
           .api(s.edge)
           .killSandbox(sandboxId)
           .catch(() => undefined);
@@ -366,7 +372,7 @@ export class BatchService {
   async #edgeRuns(edgeId: string, sandboxId: string): Promise<boolean> {
     let seen = this.#edgeLists.get(edgeId);
     if (!seen || Date.now() - seen.at > 1000) {
-      const ids = this.control.edges
+      const ids = this.edges
         .api(edgeId)
         .listSandboxes()
         .then((l) => new Set(l.map((x) => x.id)))

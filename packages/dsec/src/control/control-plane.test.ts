@@ -61,8 +61,8 @@ describe('ControlPlane.limitsFor', () => {
   });
 
   test('defaults fill every limit not given', () => {
-    assert.deepEqual(cp.limitsFor({ image: 'busybox' }), DEFAULT_LIMITS);
-    assert.deepEqual(cp.limitsFor({ image: 'busybox', resources: { memoryMiB: 64 } }), { ...DEFAULT_LIMITS, memoryMiB: 64 });
+    assert.deepEqual(cp.sandboxes.limitsFor({ image: 'busybox' }), DEFAULT_LIMITS);
+    assert.deepEqual(cp.sandboxes.limitsFor({ image: 'busybox', resources: { memoryMiB: 64 } }), { ...DEFAULT_LIMITS, memoryMiB: 64 });
   });
   // More memory than any node has is refused at placement, from the nodes' own reports
   // (placement.test.ts, and test/bad-input.test.ts through the API).

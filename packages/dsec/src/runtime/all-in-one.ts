@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { SYSTEM } from '../control/service/callers.js';
 import { ControlPlane } from '../control/control-plane.js';
 import { loadOrCreateClusterToken } from '../control/cluster/cluster-token.js';
 import { EdgeRegistry } from '../control/edges/edge-registry.js';
@@ -230,13 +231,13 @@ async function startDsecProcess(
       throw err;
     }
     await control.edges.addLocal(opts.edgeId, node.api);
-    await control.reconcile(opts.edgeId);
+    await control.nodes.reconcile(opts.edgeId);
   }
   // Remote edges known from before a restart are reconciled when they next report.
-  await control.sweepExpired();
+  await control.expiry.sweepExpired();
   await control.batches.resume();
   await control.pools.start();
-  const stopExpiryLoop = control.startExpiryLoop();
+  const stopExpiryLoop = control.expiry.startLoop();
   const stopBatchOwner = control.batches.startOwnerLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
   const stopImageRefresh = startImageRefresh(images, log);
@@ -340,7 +341,7 @@ async function startDsecProcess(
       await app.close();
       await portsApp.close();
       await images.flush().catch((err: unknown) => log.error({ err }, 'writing image records to the store failed'));
-      if (closeOpts.killAll) await control.killAll();
+      if (closeOpts.killAll) await control.sandboxes.killAll(SYSTEM);
       await node?.shutdown({ killAll: closeOpts.killAll ?? false });
       await blobThread?.close();
       await store.close();

@@ -13,6 +13,7 @@ import { which } from '../../src/host/doctor.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { ensureBaseImage } from './base-image.js';
 import { wireProtocolTests } from './wire-protocol.js';
+import { SYSTEM } from '../../src/control/service/callers.js';
 
 /** Resolves when `check` holds, polling; fails with `what` after a generous bound (not a timing assertion). */
 async function eventually(what: string, check: () => boolean | Promise<boolean>, boundMs = 20_000): Promise<void> {
@@ -324,7 +325,7 @@ describe('E2B SDK against dsec', { skip: integrationSkipReason(), timeout: 900_0
       assert.equal((await awake.commands.run('echo awake')).stdout, 'awake\n');
     } finally {
       await Sandbox.kill(napper.sandboxId);
-      await server.dsec.control.kill(short.sandboxId).catch(() => undefined); // its stopped record
+      await server.dsec.control.sandboxes.kill(SYSTEM, short.sandboxId).catch(() => undefined); // its stopped record
     }
   });
 

@@ -14,6 +14,7 @@ import { buildDockerfile, type DockerfileBuildOptions } from '../../src/image/do
 import { DockerfileError, parseDockerfile, splitWords } from '../../src/image/dockerfile/parser.js';
 import { controlPlaneSandboxes } from '../../src/image/dockerfile/sandboxes.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
+import { SYSTEM } from '../../src/control/service/callers.js';
 
 const DOCKERFILE = `# syntax is ignored
 FROM busybox
@@ -168,7 +169,7 @@ describe('Dockerfile builds (busybox)', { skip: integrationSkipReason(), timeout
     );
     assert.ok(lines.includes('  about to fail'), lines.join('\n'));
     assert.deepEqual(
-      (await server.dsec.control.list({})).filter((s) => s.labels['dsec.build']),
+      (await server.dsec.control.sandboxes.list(SYSTEM, {})).filter((s) => s.labels['dsec.build']),
       [],
     );
     assert.equal(server.dsec.images.resolve('df-fail'), undefined);

@@ -21,6 +21,7 @@ import {
   type TestServer,
 } from '../helpers/server.js';
 import { call, expectWireError } from '../helpers/wire.js';
+import { SYSTEM } from '../../src/control/service/callers.js';
 
 /** Polls until `fn` returns a value, or fails after `tries` (a bound on waiting, not a timing assertion). */
 async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, tries = 200, everyMs = 50): Promise<T> {
@@ -114,12 +115,12 @@ describe('an expiry that passes while dsec is down', { skip: integrationSkipReas
     const edgeId = newEdgeId();
     let dsec = await startDsec(dataDir, { edgeId });
     try {
-      const sb = await dsec.control.create({ image: 'busybox', ttlSeconds: 2 });
+      const sb = await dsec.control.sandboxes.create(SYSTEM, { image: 'busybox', ttlSeconds: 2 });
       assert.equal(sb.status, 'running');
       await dsec.close(); // sandboxes outlive the server
       await sleep(2500);
       dsec = await startDsec(dataDir, { edgeId });
-      const info = await dsec.control.get(sb.id);
+      const info = await dsec.control.sandboxes.get(SYSTEM, sb.id);
       assert.equal(info.status, 'stopped');
       assert.match(info.reason ?? '', /ttl/);
       assert.deepEqual(await dsec.edge.listSandboxes(), [], 'the expired sandbox was torn down');

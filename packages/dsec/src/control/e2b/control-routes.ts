@@ -192,11 +192,11 @@ export function registerControlRoutes(
     const id = (req.params as { id: string }).id;
     let s: SandboxInfo;
     try {
-      s = await control.get(id);
+      // Another project's sandbox is, for this caller, one that does not exist (the service decides).
+      s = await control.sandboxes.get(req.caller, id);
     } catch {
       throw new E2bHttpError(404, `sandbox ${id} not found`);
     }
-    if (!req.caller.admin && s.project !== req.caller.project) throw new E2bHttpError(404, `sandbox ${id} not found`);
     if (!isE2b(s) || (s.status !== 'running' && s.status !== 'paused'))
       throw new E2bHttpError(404, `sandbox ${id} not found${s.reason ? ` (${s.reason})` : ''}`);
     return s;
@@ -233,7 +233,7 @@ export function registerControlRoutes(
       };
       let s: SandboxInfo;
       try {
-        s = await control.create(spec, {}, { project: req.caller.project });
+        s = await control.sandboxes.create(req.caller, spec);
       } catch (err) {
         if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND') {
           const hint =
@@ -260,7 +260,7 @@ export function registerControlRoutes(
       if (st !== 'running' && st !== 'paused') throw new E2bHttpError(400, `state ${JSON.stringify(st)} is not running or paused`);
     const template = typeof q['template'] === 'string' && q['template'] ? q['template'] : undefined;
     const startedAfter = typeof q['startedAfter'] === 'string' ? Date.parse(q['startedAfter']) : undefined;
-    return (await control.list(req.caller.admin ? {} : { project: req.caller.project }))
+    return (await control.sandboxes.list(req.caller, {}))
       .filter((s) => isE2b(s) && states.includes(s.status))
       .filter((s) => !template || s.labels[LABEL.template] === template)
       .filter((s) => startedAfter === undefined || Number.isNaN(startedAfter) || Date.parse(s.createdAt) > startedAfter)
@@ -309,7 +309,7 @@ export function registerControlRoutes(
   app.delete('/sandboxes/:id', opts, async (req, reply) => {
     try {
       const s = await find(req);
-      await control.kill(s.id);
+      await control.sandboxes.kill(req.caller, s.id);
       deps.onKill(s.id);
       return reply.status(204).send();
     } catch (err) {
@@ -322,7 +322,7 @@ export function registerControlRoutes(
       const s = await find(req);
       const t = timeoutOf(obj(req.body, 'body')['timeout']);
       if (t === undefined) throw new E2bHttpError(400, 'timeout (seconds) is required');
-      await control.setExpiry(s.id, Date.now() + Math.max(1, t) * 1000);
+      await control.sandboxes.setExpiry(req.caller, s.id, Date.now() + Math.max(1, t) * 1000);
       return reply.status(204).send();
     } catch (err) {
       return send(reply, err);
@@ -334,7 +334,7 @@ export function registerControlRoutes(
       const s = await find(req);
       const d = timeoutOf(obj(req.body, 'body')['duration'], 'duration') ?? DEFAULT_TIMEOUT_S;
       const until = Date.now() + d * 1000;
-      if (!s.expiresAt || Date.parse(s.expiresAt) < until) await control.setExpiry(s.id, until);
+      if (!s.expiresAt || Date.parse(s.expiresAt) < until) await control.sandboxes.setExpiry(req.caller, s.id, until);
       return reply.status(204).send();
     } catch (err) {
       return send(reply, err);
@@ -345,9 +345,9 @@ export function registerControlRoutes(
     try {
       const s = await find(req);
       if (s.status === 'paused') throw new E2bHttpError(409, `sandbox ${s.id} is already paused`);
-      await control.pause(s.id);
+      await control.sandboxes.pause(req.caller, s.id);
       // A paused E2B sandbox waits to be resumed; it does not run out while paused.
-      await control.setExpiry(s.id, Date.now() + MAX_TIMEOUT_S * 1000);
+      await control.sandboxes.setExpiry(req.caller, s.id, Date.now() + MAX_TIMEOUT_S * 1000);
       return reply.status(204).send();
     } catch (err) {
       return send(reply, err);
@@ -365,9 +365,9 @@ export function registerControlRoutes(
         if (mustBePaused && !wasPaused) throw new E2bHttpError(409, `sandbox ${s.id} is already running`);
         const until = Date.now() + Math.max(1, t) * 1000;
         // Before resuming: a pause-on-timeout sandbox whose old expiry passed would be paused again.
-        if (wasPaused || !s.expiresAt || Date.parse(s.expiresAt) < until) await control.setExpiry(s.id, until);
-        if (wasPaused) s = await control.resume(s.id);
-        return reply.status(wasPaused ? 201 : 200).send(created(await control.get(s.id)));
+        if (wasPaused || !s.expiresAt || Date.parse(s.expiresAt) < until) await control.sandboxes.setExpiry(req.caller, s.id, until);
+        if (wasPaused) s = await control.sandboxes.resume(req.caller, s.id);
+        return reply.status(wasPaused ? 201 : 200).send(created(await control.sandboxes.get(req.caller, s.id)));
       } catch (err) {
         return send(reply, err);
       }

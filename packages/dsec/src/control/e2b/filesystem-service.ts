@@ -1,6 +1,7 @@
 import { posix } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
+import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 import { ConnectError } from './connect-protocol.js';
 import type { CallContext, Message, RpcService } from './rpc-router.js';
@@ -48,18 +49,18 @@ class DirWatcher {
 
   constructor(
     private readonly fs: FilesystemService,
-    private readonly sandboxId: string,
+    private readonly side: SandboxSide,
     readonly dir: string,
     readonly recursive: boolean,
   ) {}
 
   async start(): Promise<void> {
-    this.#last = await this.fs.snapshot(this.sandboxId, this.dir, this.recursive);
+    this.#last = await this.fs.snapshot(this.side, this.dir, this.recursive);
   }
 
   /** Events since the last poll: create, write (size or mtime changed), chmod, remove. */
   async poll(): Promise<Message[]> {
-    const next = await this.fs.snapshot(this.sandboxId, this.dir, this.recursive);
+    const next = await this.fs.snapshot(this.side, this.dir, this.recursive);
     const last = this.#last ?? new Map<string, Snapshot>();
     const events: Message[] = [];
     for (const [name, s] of next) {
@@ -111,12 +112,12 @@ export class FilesystemService {
   }
 
   #user(ctx: CallContext): Promise<SandboxUser> {
-    return this.users.resolve(ctx.sandboxId, ctx.user);
+    return this.users.resolve(ctx, ctx.user);
   }
 
   /** EntryInfo for a dsec FileStat, with owner and group by name where the sandbox knows them. */
-  async entryOf(sandboxId: string, st: FileStat, at: string): Promise<Message> {
-    const names = await this.users.names(sandboxId);
+  async entryOf(side: SandboxSide, st: FileStat, at: string): Promise<Message> {
+    const names = await this.users.names(side);
     const mode = parseInt(st.mode, 8);
     const out: Message = {
       name: posix.basename(at) || '/',
@@ -134,12 +135,12 @@ export class FilesystemService {
   }
 
   async #entry(ctx: CallContext, p: string): Promise<Message> {
-    return this.entryOf(ctx.sandboxId, await (await this.control.edgeFor(ctx.sandboxId)).statPath(ctx.sandboxId, p), p);
+    return this.entryOf(ctx, await this.control.files.stat(ctx.caller, ctx.sandboxId, p), p);
   }
 
-  async #exists(sandboxId: string, p: string): Promise<boolean> {
+  async #exists(side: SandboxSide, p: string): Promise<boolean> {
     try {
-      await (await this.control.edgeFor(sandboxId)).statPath(sandboxId, p);
+      await this.control.files.stat(side.caller, side.sandboxId, p);
       return true;
     } catch (err) {
       if (err instanceof ApiError && err.code === 'FILE_NOT_FOUND') return false;
@@ -148,26 +149,28 @@ export class FilesystemService {
   }
 
   /** The directories above `p` (nearest first) that do not exist yet: what a mkdir -p would create. */
-  async missingParents(sandboxId: string, p: string): Promise<string[]> {
+  async missingParents(side: SandboxSide, p: string): Promise<string[]> {
     const missing: string[] = [];
-    for (let d = posix.dirname(p); d !== '/' && !(await this.#exists(sandboxId, d)); d = posix.dirname(d)) missing.push(d);
+    for (let d = posix.dirname(p); d !== '/' && !(await this.#exists(side, d)); d = posix.dirname(d)) missing.push(d);
     return missing;
   }
 
   /** Hands paths dsec just created (as root, from outside) to the user who asked for them. */
-  async chown(sandboxId: string, user: SandboxUser, paths: string[]): Promise<void> {
+  async chown(side: SandboxSide, user: SandboxUser, paths: string[]): Promise<void> {
     if (user.uid === 0 || paths.length === 0) return;
-    const r = await this.control.exec(sandboxId, { cmd: ['chown', '-h', `${user.uid}:${user.gid}`, '--', ...paths] });
+    const r = await this.control.exec.exec(side.caller, side.sandboxId, {
+      cmd: ['chown', '-h', `${user.uid}:${user.gid}`, '--', ...paths],
+    });
     if (r.exitCode !== 0) throw new ConnectError('internal', `could not give ${paths.join(', ')} to ${user.name}: ${r.stderr.trim()}`);
   }
 
   async #makeDir(ctx: CallContext, req: Message): Promise<Message> {
     const user = await this.#user(ctx);
     const p = resolvePath(path(req), user);
-    if (await this.#exists(ctx.sandboxId, p)) throw new ConnectError('already_exists', `${p} already exists`);
-    const created = [p, ...(await this.missingParents(ctx.sandboxId, p))];
-    await this.control.makeDir(ctx.sandboxId, p, true);
-    await this.chown(ctx.sandboxId, user, created);
+    if (await this.#exists(ctx, p)) throw new ConnectError('already_exists', `${p} already exists`);
+    const created = [p, ...(await this.missingParents(ctx, p))];
+    await this.control.files.makeDir(ctx.caller, ctx.sandboxId, p, true);
+    await this.chown(ctx, user, created);
     return { entry: await this.#entry(ctx, p) };
   }
 
@@ -175,13 +178,13 @@ export class FilesystemService {
     const user = await this.#user(ctx);
     const from = resolvePath(path(req, 'source'), user);
     const to = resolvePath(path(req, 'destination'), user);
-    await this.control.renamePath(ctx.sandboxId, from, to);
+    await this.control.files.renamePath(ctx.caller, ctx.sandboxId, from, to);
     return { entry: await this.#entry(ctx, to) };
   }
 
   async #remove(ctx: CallContext, req: Message): Promise<Message> {
     const p = resolvePath(path(req), await this.#user(ctx));
-    await this.control.removePath(ctx.sandboxId, p, true);
+    await this.control.files.removePath(ctx.caller, ctx.sandboxId, p, true);
     return {};
   }
 
@@ -189,16 +192,15 @@ export class FilesystemService {
     const p = resolvePath(path(req), await this.#user(ctx));
     const depth = req['depth'] === undefined ? 1 : Number(req['depth']);
     if (!Number.isInteger(depth) || depth < 1) throw new ConnectError('invalid_argument', 'depth must be at least 1');
-    const root = await (await this.control.edgeFor(ctx.sandboxId)).statPath(ctx.sandboxId, p);
+    const root = await this.control.files.stat(ctx.caller, ctx.sandboxId, p);
     if (root.type !== 'dir') throw new ConnectError('invalid_argument', `${p} is not a directory`);
     const entries: Message[] = [];
-    for (const { at, st } of await this.#walk(ctx.sandboxId, p, depth)) entries.push(await this.entryOf(ctx.sandboxId, st, at));
+    for (const { at, st } of await this.#walk(ctx, p, depth)) entries.push(await this.entryOf(ctx, st, at));
     return { entries };
   }
 
   /** Entries under `dir` down to `depth` levels (symlinks are listed, not followed). */
-  async #walk(sandboxId: string, dir: string, depth: number): Promise<{ at: string; st: FileStat }[]> {
-    const edge = await this.control.edgeFor(sandboxId);
+  async #walk(side: SandboxSide, dir: string, depth: number): Promise<{ at: string; st: FileStat }[]> {
     const out: { at: string; st: FileStat }[] = [];
     let level = [dir];
     for (let d = 0; d < depth && level.length > 0; d++) {
@@ -206,7 +208,7 @@ export class FilesystemService {
       for (const parent of level) {
         let listing: FileStat[];
         try {
-          listing = (await edge.listDir(sandboxId, parent)).entries;
+          listing = (await this.control.files.listDir(side.caller, side.sandboxId, parent)).entries;
         } catch (err) {
           // a directory removed while we walk is skipped, not an error
           if (parent !== dir && err instanceof ApiError && err.code === 'FILE_NOT_FOUND') continue;
@@ -225,9 +227,9 @@ export class FilesystemService {
   }
 
   /** name (relative to `dir`) → what a change would show in. */
-  async snapshot(sandboxId: string, dir: string, recursive: boolean): Promise<Map<string, Snapshot>> {
+  async snapshot(side: SandboxSide, dir: string, recursive: boolean): Promise<Map<string, Snapshot>> {
     const map = new Map<string, Snapshot>();
-    for (const { at, st } of await this.#walk(sandboxId, dir, recursive ? 64 : 1)) {
+    for (const { at, st } of await this.#walk(side, dir, recursive ? 64 : 1)) {
       map.set(posix.relative(dir, at), { type: st.type, size: st.size, mtime: st.mtime, mode: st.mode });
     }
     return map;
@@ -235,9 +237,9 @@ export class FilesystemService {
 
   async #watcherFor(ctx: CallContext, req: Message): Promise<DirWatcher> {
     const p = resolvePath(path(req), await this.#user(ctx));
-    const st = await (await this.control.edgeFor(ctx.sandboxId)).statPath(ctx.sandboxId, p);
+    const st = await this.control.files.stat(ctx.caller, ctx.sandboxId, p);
     if (st.type !== 'dir') throw new ConnectError('invalid_argument', `${p} is not a directory`);
-    const w = new DirWatcher(this, ctx.sandboxId, p, req['recursive'] === true);
+    const w = new DirWatcher(this, { sandboxId: ctx.sandboxId, caller: ctx.caller }, p, req['recursive'] === true);
     await w.start();
     return w;
   }

@@ -3,6 +3,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { createE2bApiKey } from '../api-keys.js';
+import { SYSTEM } from '../service/callers.js';
 import type { ControlPlane } from '../control-plane.js';
 import { errorResponses as errors } from '../routes/error-responses.js';
 import type { StateStore } from '../state-store.js';
@@ -57,7 +58,7 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
       for (const id of known) {
         let status: string | undefined;
         try {
-          status = (await control.get(id)).status;
+          status = (await control.sandboxes.get(SYSTEM, id)).status;
         } catch {
           status = undefined;
         }

@@ -1,3 +1,4 @@
+import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 import { ApiError } from '../../api-error.js';
 import { ConnectError } from './connect-protocol.js';
@@ -152,16 +153,16 @@ export class ProcessService {
     const size = req['pty'] === undefined || req['pty'] === null ? undefined : ptySize(req['pty']);
     const tag = typeof req['tag'] === 'string' ? req['tag'] : undefined;
     const id = ctx.sandboxId;
-    const user = await this.users.resolve(id, ctx.user);
+    const user = await this.users.resolve(ctx, ctx.user);
     const cwd = resolvePath(config.cwd ?? user.home, user);
     const env = { ...userEnv(user), ...config.envs };
     const argv = asUser(user, [config.cmd, ...config.args]);
     const tracked: Tracked = { pid: this.#nextPid++, tag, config: { ...config, cwd }, exited: false };
     if (size) {
-      tracked.pty = await PtySession.open(this.control, id, { cmd: argv, cols: size.cols, rows: size.rows, cwd, env });
+      tracked.pty = await PtySession.open(this.control, ctx, { cmd: argv, cols: size.cols, rows: size.rows, cwd, env });
       void tracked.pty.exit.then(() => (tracked.exited = true));
     } else {
-      const info = await this.control.startProcess(id, {
+      const info = await this.control.exec.startProcess(ctx.caller, id, {
         cmd: argv,
         cwd,
         env,
@@ -180,8 +181,8 @@ export class ProcessService {
       // (E2B's timeoutMs; 0 means none); a client that only went away leaves it running.
       if (!tracked.exited && ctx.deadlineAt !== undefined) {
         const left = ctx.deadlineAt - Date.now();
-        if (left <= 0) await this.#kill(id, tracked).catch(() => undefined);
-        else setTimeout(() => void this.#kill(id, tracked).catch(() => undefined), left).unref();
+        if (left <= 0) await this.#kill(ctx, tracked).catch(() => undefined);
+        else setTimeout(() => void this.#kill(ctx, tracked).catch(() => undefined), left).unref();
       }
     }
   }
@@ -192,7 +193,7 @@ export class ProcessService {
     let from = { stdout: 0, stderr: 0 };
     if (tracked.handle) {
       // Output from now on: a reconnecting client has already seen what came before.
-      const info = (await (await this.control.edgeFor(ctx.sandboxId)).listProcesses(ctx.sandboxId)).find((p) => p.id === tracked.handle);
+      const info = (await this.control.exec.listProcesses(ctx.caller, ctx.sandboxId)).find((p) => p.id === tracked.handle);
       if (info)
         from = { stdout: Math.min(info.stdoutBytes, E2B_MAX_OUTPUT_BYTES), stderr: Math.min(info.stderrBytes, E2B_MAX_OUTPUT_BYTES) };
     }
@@ -214,13 +215,13 @@ export class ProcessService {
       if (pty.exitCode !== undefined && !ctx.signal.aborted) emit(endEvent(pty.exitCode));
       return;
     }
-    // The edge of this sandbox, fetched once: polling must not count as sandbox activity each tick.
-    const edge = await this.control.edgeFor(id);
+    // Looked up once: polling must not count as sandbox activity each tick.
+    const follower = await this.control.exec.processFollower(ctx.caller, id);
     const handle = t.handle!;
     const offsets = { ...from };
     let tick = MIN_TICK_MS;
     while (!ctx.signal.aborted) {
-      const out = await edge.processOutput(id, handle, offsets, 'base64');
+      const out = await follower.output(handle, offsets, 'base64');
       let got = false;
       for (const stream of ['stdout', 'stderr'] as const) {
         const b64 = out[stream];
@@ -235,20 +236,18 @@ export class ProcessService {
         return;
       }
       tick = got ? MIN_TICK_MS : Math.min(tick * 2, MAX_TICK_MS);
-      await edge.waitProcess(id, handle, tick);
+      await follower.wait(handle, tick);
     }
   }
 
-  async #kill(id: string, t: Tracked): Promise<void> {
+  async #kill(side: SandboxSide, t: Tracked): Promise<void> {
     if (t.pty) t.pty.kill();
-    else await this.control.signalProcess(id, t.handle!, 'SIGKILL');
+    else await this.control.exec.signalProcess(side.caller, side.sandboxId, t.handle!, 'SIGKILL');
   }
 
   async #list(ctx: CallContext): Promise<Message> {
     const id = ctx.sandboxId;
-    const running = new Set(
-      (await (await this.control.edgeFor(id)).listProcesses(id)).filter((p) => p.status === 'running').map((p) => p.id),
-    );
+    const running = new Set((await this.control.exec.listProcesses(ctx.caller, id)).filter((p) => p.status === 'running').map((p) => p.id));
     const processes: Message[] = [];
     for (const t of this.#table(id).values()) {
       const alive = t.pty ? t.pty.exitCode === undefined : running.has(t.handle!);
@@ -271,14 +270,14 @@ export class ProcessService {
     } else if (typeof input['stdin'] === 'string') {
       const data = Buffer.from(input['stdin'], 'base64');
       if (t.pty) t.pty.write(data);
-      else await this.#writeStdin(ctx.sandboxId, t, data, false);
+      else await this.#writeStdin(ctx, t, data, false);
     } else throw new ConnectError('invalid_argument', 'input needs stdin or pty bytes');
     return {};
   }
 
-  async #writeStdin(id: string, t: Tracked, data: Buffer, eof: boolean): Promise<void> {
+  async #writeStdin(side: SandboxSide, t: Tracked, data: Buffer, eof: boolean): Promise<void> {
     try {
-      await this.control.writeProcessStdin(id, t.handle!, data, eof);
+      await this.control.exec.writeProcessStdin(side.caller, side.sandboxId, t.handle!, data, eof);
     } catch (err) {
       if (err instanceof ApiError && err.code === 'PROCESS_NOT_RUNNING')
         throw new ConnectError('failed_precondition', `process ${t.pid}: ${err.message}`);
@@ -289,7 +288,7 @@ export class ProcessService {
   async #closeStdin(ctx: CallContext, req: Message): Promise<Message> {
     const t = this.#find(ctx.sandboxId, (req['process'] as Message | undefined)?.['selector'] ?? req['process']);
     if (t.pty) throw new ConnectError('invalid_argument', `process ${t.pid} is a PTY: send Ctrl-D (0x04) as input instead`);
-    await this.#writeStdin(ctx.sandboxId, t, Buffer.alloc(0), true);
+    await this.#writeStdin(ctx, t, Buffer.alloc(0), true);
     return {};
   }
 
@@ -306,7 +305,7 @@ export class ProcessService {
       t.pty.kill();
       return {};
     }
-    await this.control.signalProcess(ctx.sandboxId, t.handle!, sig);
+    await this.control.exec.signalProcess(ctx.caller, ctx.sandboxId, t.handle!, sig);
     return {};
   }
 

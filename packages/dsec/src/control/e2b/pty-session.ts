@@ -1,4 +1,5 @@
 import type { TerminalChannel } from '../../edge/edge-api.js';
+import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 
 export type PtyListener = (data: Buffer) => void;
@@ -22,12 +23,10 @@ export class PtySession {
 
   static async open(
     control: ControlPlane,
-    sandboxId: string,
+    side: SandboxSide,
     opts: { cmd: string[]; cols: number; rows: number; cwd: string; env: Record<string, string> },
   ): Promise<PtySession> {
-    const started = performance.now();
-    const proc = await (await control.edgeFor(sandboxId)).openPty(sandboxId, opts);
-    control.logTerminalExit(sandboxId, proc.exit, { cmd: opts.cmd, via: 'e2b' }, started);
+    const proc = await control.exec.openTerminal(side.caller, side.sandboxId, opts, { cmd: opts.cmd, via: 'e2b' });
     return new PtySession(proc);
   }
 

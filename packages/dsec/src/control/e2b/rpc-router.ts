@@ -13,12 +13,18 @@ import {
   toConnectError,
   UNARY_JSON,
 } from './connect-protocol.js';
+import type { Caller } from '../service/callers.js';
 
 /** Why a call's signal fired: the client went away, or its Connect-Timeout-Ms passed. */
 export type AbortReason = 'hangup' | 'deadline';
 
-export interface CallContext {
+/** The sandbox a sandbox-side call acts in, and the caller its access token makes (service/callers.ts). */
+export interface SandboxSide {
   sandboxId: string;
+  caller: Caller;
+}
+
+export interface CallContext extends SandboxSide {
   /** The user named by `Authorization: Basic`, if any (the service applies the default). */
   user: string | undefined;
   signal: AbortSignal;
@@ -86,7 +92,7 @@ export function registerRpc(
   prefix: string,
   services: RpcService[],
   routeOptions: RouteShorthandOptions,
-  context: (req: FastifyRequest) => Promise<{ sandboxId: string; user: string | undefined }>,
+  context: (req: FastifyRequest) => Promise<{ sandboxId: string; caller: Caller; user: string | undefined }>,
 ): void {
   const byName = new Map(services.map((s) => [s.name, s]));
   app.post(`${prefix}/:service/:method`, routeOptions, async (req, reply) => {
@@ -144,7 +150,7 @@ async function serveStream(
   service: RpcService,
   handler: StreamHandler,
   body: Buffer,
-  context: (req: FastifyRequest) => Promise<{ sandboxId: string; user: string | undefined }>,
+  context: (req: FastifyRequest) => Promise<{ sandboxId: string; caller: Caller; user: string | undefined }>,
 ): Promise<FastifyReply> {
   const out = new PassThrough();
   const ctrl = new AbortController();

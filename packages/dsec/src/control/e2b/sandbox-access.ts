@@ -1,6 +1,8 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
+import { SYSTEM, sandboxTokenCaller } from '../service/callers.js';
+import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 import type { FastifyRequest } from 'fastify';
 import { ConnectError } from './connect-protocol.js';
@@ -58,7 +60,7 @@ export async function sandboxFor(control: ControlPlane, id: string | undefined, 
   const gone = new ConnectError('unavailable', `no running sandbox ${id} answers this access token`);
   let s: SandboxInfo;
   try {
-    s = await control.get(id);
+    s = await control.sandboxes.get(SYSTEM, id); // the token, checked below, decides
   } catch (err) {
     if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') throw gone;
     throw err;
@@ -116,6 +118,12 @@ export function e2bSandboxGate(control: ControlPlane): (req: FastifyRequest) => 
     const id = req.headers['e2b-sandbox-id'];
     admitted.set(req, await sandboxFor(control, typeof id === 'string' ? id : undefined, credentialsOf(req)));
   };
+}
+
+/** The sandbox the access hook admitted this request to, and the caller its token makes. */
+export function admittedSide(req: FastifyRequest): SandboxSide {
+  const s = admittedSandbox(req);
+  return { sandboxId: s.id, caller: sandboxTokenCaller(s) };
 }
 
 /** The sandbox the access hook admitted this request to. */

@@ -7,7 +7,7 @@ import type { ControlPlane } from '../control-plane.js';
 import { CONNECT_CODES, ConnectError } from './connect-protocol.js';
 import type { FilesystemService } from './filesystem-service.js';
 import { connectErrorOf, registerRpc, sendUnaryError, type RpcService } from './rpc-router.js';
-import { admittedSandbox, queryString } from './sandbox-access.js';
+import { admittedSide, queryString } from './sandbox-access.js';
 import { SANDBOX_PREFIX } from './sandbox-prefix.js';
 import { access } from '../../http/access.js';
 import { resolvePath, userFromAuthorization, type SandboxUsers } from './sandbox-users.js';
@@ -92,8 +92,7 @@ export function registerSandboxRoutes(
   // token (or signed URL) before the handler runs (sandbox-access.ts), and hands the sandbox over.
   const opts = { config: access.sandboxToken, schema: { hide: true } };
   registerRpc(app, SANDBOX_PREFIX, deps.services, opts, async (req) => {
-    const s = admittedSandbox(req);
-    return { sandboxId: s.id, user: userFromAuthorization(req.headers.authorization) };
+    return { ...admittedSide(req), user: userFromAuthorization(req.headers.authorization) };
   });
 
   // The sandbox runs (the hook refuses one that does not with 502).
@@ -104,9 +103,9 @@ export function registerSandboxRoutes(
       const rawPath = queryString(req.query, 'path');
       if (!rawPath) throw new ConnectError('invalid_argument', 'path is required (?path=)');
       const username = queryString(req.query, 'username');
-      const s = admittedSandbox(req);
-      const user = await users.resolve(s.id, username);
-      const data = await control.readFile(s.id, resolvePath(rawPath, user), MAX_FILE_BYTES);
+      const side = admittedSide(req);
+      const user = await users.resolve(side, username);
+      const data = await control.files.readFile(side.caller, side.sandboxId, resolvePath(rawPath, user), MAX_FILE_BYTES);
       void reply
         .type('application/octet-stream')
         .header('content-disposition', `attachment; filename="${encodeURIComponent(posix.basename(rawPath))}"`);
@@ -123,23 +122,23 @@ export function registerSandboxRoutes(
     try {
       const queryPath = queryString(req.query, 'path');
       const username = queryString(req.query, 'username');
-      const s = admittedSandbox(req);
+      const side = admittedSide(req);
       if (Object.keys(req.headers).some((h) => h.startsWith('x-metadata-')))
         throw new ConnectError('unimplemented', 'file metadata (X-Metadata-* headers) is not supported by dsec');
-      const user = await users.resolve(s.id, username);
+      const user = await users.resolve(side, username);
       const written: { name: string; type: 'file'; path: string }[] = [];
       for (const f of await uploadedFiles(req, queryPath)) {
         const p = resolvePath(f.path, user);
         let existed = true;
         try {
-          await (await control.edgeFor(s.id)).statPath(s.id, p);
+          await control.files.stat(side.caller, side.sandboxId, p);
         } catch (err) {
           if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err;
           existed = false;
         }
-        const created = existed ? [] : [p, ...(await files.missingParents(s.id, p))];
-        await control.writeFile(s.id, p, f.data, 0o644);
-        await files.chown(s.id, user, created);
+        const created = existed ? [] : [p, ...(await files.missingParents(side, p))];
+        await control.files.writeFile(side.caller, side.sandboxId, p, f.data, 0o644);
+        await files.chown(side, user, created);
         written.push({ name: posix.basename(p), type: 'file', path: p });
       }
       return reply.status(200).send(written);

@@ -1,4 +1,5 @@
 import { posix } from 'node:path';
+import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 import { ConnectError } from './connect-protocol.js';
 
@@ -24,12 +25,13 @@ export class SandboxUsers {
 
   constructor(private readonly control: ControlPlane) {}
 
-  async #passwd(sandboxId: string): Promise<Map<string, SandboxUser>> {
+  async #passwd(side: SandboxSide): Promise<Map<string, SandboxUser>> {
+    const { sandboxId, caller } = side;
     let users = this.#cache.get(sandboxId);
     if (users) return users;
     users = new Map([['root', ROOT]]);
     try {
-      const text = (await this.control.readFile(sandboxId, '/etc/passwd', 1 << 20)).toString('utf8');
+      const text = (await this.control.files.readFile(caller, sandboxId, '/etc/passwd', 1 << 20)).toString('utf8');
       for (const line of text.split('\n')) {
         const [name, , uid, gid, , home] = line.split(':');
         if (!name || uid === undefined || gid === undefined || !/^\d+$/.test(uid) || !/^\d+$/.test(gid)) continue;
@@ -47,12 +49,12 @@ export class SandboxUsers {
    * The user a call runs as: the one named by `Authorization: Basic base64(name:)`, else E2B's
    * default user when the image has it, else root.
    */
-  async resolve(sandboxId: string, requested: string | undefined): Promise<SandboxUser> {
-    let users = await this.#passwd(sandboxId);
+  async resolve(side: SandboxSide, requested: string | undefined): Promise<SandboxUser> {
+    let users = await this.#passwd(side);
     if (requested && !users.has(requested)) {
       // a user added inside the sandbox since we last read /etc/passwd
-      this.forget(sandboxId);
-      users = await this.#passwd(sandboxId);
+      this.forget(side.sandboxId);
+      users = await this.#passwd(side);
     }
     if (requested) {
       const u = users.get(requested);
@@ -67,14 +69,15 @@ export class SandboxUsers {
   }
 
   /** uid → user name and gid → group name, for the owner and group of a file. */
-  async names(sandboxId: string): Promise<{ users: Map<number, string>; groups: Map<number, string> }> {
+  async names(side: SandboxSide): Promise<{ users: Map<number, string>; groups: Map<number, string> }> {
+    const { sandboxId, caller } = side;
     const cached = this.#names.get(sandboxId);
     if (cached) return cached;
     const users = new Map<number, string>();
-    for (const u of (await this.#passwd(sandboxId)).values()) if (!users.has(u.uid)) users.set(u.uid, u.name);
+    for (const u of (await this.#passwd(side)).values()) if (!users.has(u.uid)) users.set(u.uid, u.name);
     const groups = new Map<number, string>([[0, 'root']]);
     try {
-      const text = (await this.control.readFile(sandboxId, '/etc/group', 1 << 20)).toString('utf8');
+      const text = (await this.control.files.readFile(caller, sandboxId, '/etc/group', 1 << 20)).toString('utf8');
       for (const line of text.split('\n')) {
         const [name, , gid] = line.split(':');
         if (name && gid && /^\d+$/.test(gid)) groups.set(Number(gid), name);

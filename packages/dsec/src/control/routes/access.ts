@@ -1,7 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../../api-error.js';
 import type { Caller } from '../api-keys.js';
-import type { ControlPlane } from '../control-plane.js';
 import type { StateStore } from '../state-store.js';
 
 /**
@@ -19,34 +18,23 @@ export function requireAdmin(req: FastifyRequest, what: string): void {
 }
 
 /**
- * A project sees only its own sandboxes and batches: every route under /v1/sandboxes/:id and
- * /v1/batches/:id (the ones there are and any added later) passes this check before its handler,
- * so no route can forget it. Another project's id answers exactly as an unknown id does.
+ * A project sees only its own batches: every route under /v1/batches/:id (the ones there are and
+ * any added later) passes this check before its handler, so no route can forget it. Another
+ * project's id answers exactly as an unknown id does. (A sandbox's routes need no hook: every
+ * service method that names a sandbox takes the caller and decides, control/service/.)
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps: { control: ControlPlane; store: StateStore }): void {
-  app.addHook('preHandler', async (req, reply) => {
+export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps: { store: StateStore }): void {
+  app.addHook('preHandler', async (req) => {
     const url = req.routeOptions.url ?? '';
-    const scoped = url.startsWith('/v1/sandboxes/:id') || url.startsWith('/v1/batches/:id');
-    if (!scoped) return;
+    if (!url.startsWith('/v1/batches/:id')) return;
     // These routes are declared for API keys: reading the caller throws UNAUTHORIZED if none came.
     const caller = req.caller;
     if (caller.admin) return;
     const id = (req.params as { id?: unknown } | undefined)?.id;
     if (typeof id !== 'string') throw new ApiError('INVALID_REQUEST', 'the path names no id', { field: 'id' });
-    if (url.startsWith('/v1/sandboxes/:id')) {
-      try {
-        await deps.control.assertVisible(caller, id);
-      } catch (err) {
-        // A kill of an unknown id succeeds (kills are idempotent), so a kill of another
-        // project's sandbox answers the same 204, and does nothing.
-        if (req.method === 'DELETE' && url === '/v1/sandboxes/:id') return reply.status(204).send(null);
-        throw err;
-      }
-    } else if (url.startsWith('/v1/batches/:id')) {
-      const batch = await deps.store.getBatch(id);
-      if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
-    }
+    const batch = await deps.store.getBatch(id);
+    if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
   });
 }
 

@@ -5,6 +5,7 @@ import { ErrorBody, NodeInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { EdgeInfo } from '../../edge/protocol/schemas.js';
 import type { ControlPlane } from '../control-plane.js';
+import { SYSTEM } from '../service/callers.js';
 import { access } from '../../http/access.js';
 
 const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$' }) });
@@ -99,7 +100,7 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         },
       },
       async (req, reply) => {
-        const live = (await control.list({})).filter(
+        const live = (await control.sandboxes.list(SYSTEM, {})).filter(
           (s) => s.edge === req.params.id && ['creating', 'running', 'paused'].includes(s.status),
         );
         if (live.length)
@@ -122,7 +123,7 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         },
       },
       async (req) => {
-        return control.drain(req.params.id);
+        return control.nodes.drain(req.params.id);
       },
     );
   };

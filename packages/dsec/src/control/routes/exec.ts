@@ -53,7 +53,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           const hangup = abortOnHangup(reply);
           let events: AsyncGenerator<ExecEvent>;
           try {
-            events = await control.execStream(id, req.body, hangup.signal); // 400/413/404/409 before the stream starts
+            events = await control.exec.execStream(req.caller, id, req.body, hangup.signal); // 400/413/404/409 before the stream starts
           } catch (err) {
             hangup.done();
             throw err;
@@ -75,7 +75,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         }
         const hangup = abortOnHangup(reply);
         try {
-          return await control.exec(id, req.body, hangup.signal);
+          return await control.exec.exec(req.caller, id, req.body, hangup.signal);
         } finally {
           hangup.done();
         }
@@ -96,7 +96,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           response: { 201: SessionInfo, ...errors },
         },
       },
-      async (req, reply) => reply.status(201).send(await control.openSession(req.params.id, req.body)),
+      async (req, reply) => reply.status(201).send(await control.exec.openSession(req.caller, req.params.id, req.body)),
     );
     app.get(
       '/v1/sandboxes/:id/sessions',
@@ -105,7 +105,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         schema: { tags: sTags, summary: 'List sessions', params: SandboxIdParams, response: { 200: SessionList, ...errors } },
       },
       async (req) => ({
-        sessions: await (await control.edgeFor(req.params.id)).listSessions(req.params.id),
+        sessions: await control.exec.listSessions(req.caller, req.params.id),
       }),
     );
     app.post(
@@ -123,7 +123,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          return await control.sessionExec(req.params.id, req.params.sid, req.body, hangup.signal);
+          return await control.exec.sessionExec(req.caller, req.params.id, req.params.sid, req.body, hangup.signal);
         } finally {
           hangup.done();
         }
@@ -136,7 +136,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         schema: { tags: sTags, summary: 'Close a session', params: SessionParams, response: { 204: Type.Null(), ...errors } },
       },
       async (req, reply) => {
-        await control.closeSession(req.params.id, req.params.sid);
+        await control.exec.closeSession(req.caller, req.params.id, req.params.sid);
         return reply.status(204).send(null);
       },
     );
@@ -155,7 +155,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           response: { 201: ProcessInfo, ...errors },
         },
       },
-      async (req, reply) => reply.status(201).send(await control.startProcess(req.params.id, req.body)),
+      async (req, reply) => reply.status(201).send(await control.exec.startProcess(req.caller, req.params.id, req.body)),
     );
     app.get(
       '/v1/sandboxes/:id/processes',
@@ -164,7 +164,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         schema: { tags: pTags, summary: 'List background processes', params: SandboxIdParams, response: { 200: ProcessList, ...errors } },
       },
       async (req) => ({
-        processes: await (await control.edgeFor(req.params.id)).listProcesses(req.params.id),
+        processes: await control.exec.listProcesses(req.caller, req.params.id),
       }),
     );
     app.get(
@@ -180,7 +180,8 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req) =>
-        (await control.edgeFor(req.params.id)).processOutput(
+        control.exec.processOutput(
+          req.caller,
           req.params.id,
           req.params.pid,
           { stdout: req.query.stdoutOffset ?? 0, stderr: req.query.stderrOffset ?? 0 },
@@ -199,7 +200,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           response: { 200: ProcessInfo, ...errors },
         },
       },
-      async (req) => (await control.edgeFor(req.params.id)).waitProcess(req.params.id, req.params.pid, req.body.timeoutMs ?? 30_000),
+      async (req) => control.exec.waitProcess(req.caller, req.params.id, req.params.pid, req.body.timeoutMs ?? 30_000),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/signal',
@@ -213,7 +214,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           response: { 200: ProcessInfo, ...errors },
         },
       },
-      async (req) => control.signalProcess(req.params.id, req.params.pid, req.body.signal),
+      async (req) => control.exec.signalProcess(req.caller, req.params.id, req.params.pid, req.body.signal),
     );
     app.post(
       '/v1/sandboxes/:id/processes/:pid/stdin',
@@ -229,7 +230,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       },
       async (req, reply) => {
         const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-        await control.writeProcessStdin(req.params.id, req.params.pid, body, req.query.eof ?? false);
+        await control.exec.writeProcessStdin(req.caller, req.params.id, req.params.pid, body, req.query.eof ?? false);
         return reply.status(204).send(null);
       },
     );
@@ -239,7 +240,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         config: access.key,
         schema: { tags: pTags, summary: 'Kill a process and its tree', params: ProcessParams, response: { 200: ProcessInfo, ...errors } },
       },
-      async (req) => control.signalProcess(req.params.id, req.params.pid, 'SIGKILL'),
+      async (req) => control.exec.signalProcess(req.caller, req.params.id, req.params.pid, 'SIGKILL'),
     );
   };
 }

@@ -62,7 +62,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req, reply) => {
-        const data = await control.readFile(req.params.id, req.query.path, MAX_FILE_BYTES);
+        const data = await control.files.readFile(req.caller, req.params.id, req.query.path, MAX_FILE_BYTES);
         return reply.type('application/octet-stream').send(data as never); // raw bytes: no response schema applies
       },
     );
@@ -81,7 +81,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       },
       async (req) => {
         const mode = req.query.mode === undefined ? 0o644 : parseInt(req.query.mode, 8);
-        const bytes = await control.writeFile(req.params.id, req.query.path, requireBuffer(req.body), mode);
+        const bytes = await control.files.writeFile(req.caller, req.params.id, req.query.path, requireBuffer(req.body), mode);
         return { path: req.query.path, bytes };
       },
     );
@@ -99,7 +99,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req, reply) => {
-        await control.removePath(req.params.id, req.query.path, req.query.recursive ?? false);
+        await control.files.removePath(req.caller, req.params.id, req.query.path, req.query.recursive ?? false);
         return reply.status(204).send(null);
       },
     );
@@ -110,7 +110,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         config: access.key,
         schema: { tags, summary: 'lstat a path', params: SandboxIdParams, querystring: PathQuery, response: { 200: FileStat, ...errors } },
       },
-      async (req) => (await control.edgeFor(req.params.id)).statPath(req.params.id, req.query.path),
+      async (req) => control.files.stat(req.caller, req.params.id, req.query.path),
     );
 
     app.get(
@@ -127,7 +127,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       },
       async (req) => ({
         path: req.query.path,
-        ...(await (await control.edgeFor(req.params.id)).listDir(req.params.id, req.query.path)),
+        ...(await control.files.listDir(req.caller, req.params.id, req.query.path)),
       }),
     );
 
@@ -144,7 +144,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req, reply) => {
-        await control.makeDir(req.params.id, req.body.path, req.body.parents ?? true);
+        await control.files.makeDir(req.caller, req.params.id, req.body.path, req.body.parents ?? true);
         return reply.status(204).send(null);
       },
     );
@@ -162,7 +162,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req, reply) => {
-        await control.renamePath(req.params.id, req.body.from, req.body.to);
+        await control.files.renamePath(req.caller, req.params.id, req.body.from, req.body.to);
         return reply.status(204).send(null);
       },
     );
@@ -180,7 +180,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req, reply) => {
-        const chunks = await (await control.edgeFor(req.params.id)).downloadTar(req.params.id, req.query.path);
+        const chunks = await control.files.downloadTar(req.caller, req.params.id, req.query.path);
         return reply.type(TAR).send(Readable.from(chunks) as never);
       },
     );
@@ -202,7 +202,7 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the archive as the raw body with Content-Type: ${TAR}`);
         const limited = req.body.pipe(limitBytes(MAX_TAR_UPLOAD_BYTES));
         req.body.on('error', (err) => limited.destroy(err));
-        const bytes = await control.uploadTar(req.params.id, req.query.path, limited);
+        const bytes = await control.files.uploadTar(req.caller, req.params.id, req.query.path, limited);
         return { path: req.query.path, bytes };
       },
     );

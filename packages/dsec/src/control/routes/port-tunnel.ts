@@ -23,7 +23,7 @@ export function portTunnelRoutes(deps: { control: ControlPlane }): FastifyPlugin
         websocket: true,
         schema: { tags: ['ports'], summary: 'A TCP stream to a port in the sandbox (WebSocket upgrade)', params: SandboxPortParams },
       },
-      async (socket, req) => servePortChannel(socket, () => control.openPort(req.params.id, req.params.port)),
+      async (socket, req) => servePortChannel(socket, () => control.network.openPort(req.caller, req.params.id, req.params.port)),
     );
   };
 }

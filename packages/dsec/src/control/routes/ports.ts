@@ -46,7 +46,7 @@ async function proxy(
     const socket = req.raw.socket;
     let conn;
     try {
-      conn = await control.openPort(id, port);
+      conn = await control.network.openPort(req.caller, id, port);
     } catch (err) {
       writeUpgradeError(socket, err);
       return;
@@ -54,7 +54,7 @@ async function proxy(
     await proxyUpgrade(req.raw, socket, upgradeHead(req), conn, target);
     return;
   }
-  const conn = await control.openPort(id, port); // a refused port is a JSON error, before anything is sent
+  const conn = await control.network.openPort(req.caller, id, port); // a refused port is a JSON error, before anything is sent
   void reply.hijack();
   await proxyRequest(req.raw, reply.raw, conn, target);
 }
@@ -90,7 +90,7 @@ export function portRoutes(deps: {
         },
       },
       async (req, reply) => {
-        const s = await control.get(req.params.id);
+        const s = await control.sandboxes.get(req.caller, req.params.id);
         if (s.status !== 'running' && s.status !== 'paused')
           throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${s.id} is ${s.status}`, { id: s.id, status: s.status });
         // A ready pool sandbox belongs to nobody yet: a link made now would open the page of

@@ -36,11 +36,12 @@ export function ptyRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
         socket.on('message', queue);
         let proc;
         try {
-          const started = performance.now();
-          proc = await (
-            await control.edgeFor(id)
-          ).openPty(id, { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd });
-          control.logTerminalExit(id, proc.exit, { cmd: req.query.cmd ?? [] }, started);
+          proc = await control.exec.openTerminal(
+            req.caller,
+            id,
+            { cmd: req.query.cmd, cols: req.query.cols ?? 80, rows: req.query.rows ?? 24, cwd: req.query.cwd },
+            { cmd: req.query.cmd ?? [] },
+          );
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
           socket.send(JSON.stringify({ type: 'error', error: { code: e.code, message: e.message } }));

@@ -19,10 +19,9 @@ import {
 } from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
-import { applyByLabels, type BulkAction } from '../bulk.js';
+import { applyByLabels, type BulkAction } from '../service/bulk.js';
+import type { SandboxService } from '../service/sandboxes.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
-import type { Caller } from '../api-keys.js';
-import { listScope } from './access.js';
 import { access } from '../../http/access.js';
 
 function parseLabels(label: string | string[] | undefined): Record<string, string> {
@@ -35,11 +34,7 @@ function parseLabels(label: string | string[] | undefined): Record<string, strin
 }
 
 /** A project key's snapshots are its project's own images; an admin key's are shared (docs/PROJECTS.md). */
-function privateTo(caller: Caller): { privateTo?: string } {
-  return caller.admin ? {} : { privateTo: caller.project };
-}
-
-/** Sandbox lifecycle: thin handlers over ControlPlane. */
+/** Sandbox lifecycle: thin handlers over the sandbox and snapshot services, as the caller. */
 export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
   const { control } = deps;
   return async (base) => {
@@ -53,7 +48,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } },
       },
       async (req, reply) => {
-        return reply.status(201).send(await control.create(req.body, {}, { project: req.caller.project }));
+        return reply.status(201).send(await control.sandboxes.create(req.caller, req.body));
       },
     );
 
@@ -64,11 +59,10 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } },
       },
       async (req) => {
-        const filter: Parameters<ControlPlane['list']>[0] = { labels: parseLabels(req.query.label) };
-        const project = listScope(req.caller, req.query.project);
-        if (project) filter.project = project;
+        const filter: Parameters<SandboxService['list']>[1] = { labels: parseLabels(req.query.label) };
+        if (req.query.project) filter.project = req.query.project;
         if (req.query.status) filter.status = req.query.status;
-        return { sandboxes: await control.list(filter) };
+        return { sandboxes: await control.sandboxes.list(req.caller, filter) };
       },
     );
 
@@ -81,7 +75,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       app.post(
         `/v1/sandboxes/${action}`,
         { config: access.key, schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } },
-        async (req) => applyByLabels(control, req.body.labels, action, listScope(req.caller)),
+        async (req) => applyByLabels(control.sandboxes, req.caller, req.body.labels, action),
       );
     }
 
@@ -91,7 +85,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         config: access.key,
         schema: { tags, summary: 'Inspect a sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } },
       },
-      async (req) => control.inspect(req.params.id),
+      async (req) => control.sandboxes.inspect(req.caller, req.params.id),
     );
 
     app.delete(
@@ -106,7 +100,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         },
       },
       async (req, reply) => {
-        await control.kill(req.params.id);
+        await control.sandboxes.kill(req.caller, req.params.id);
         return reply.status(204).send(null);
       },
     );
@@ -122,7 +116,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
           response: { 200: SandboxInfo, ...errors },
         },
       },
-      async (req) => control.pause(req.params.id),
+      async (req) => control.sandboxes.pause(req.caller, req.params.id),
     );
     app.post(
       '/v1/sandboxes/:id/resume',
@@ -130,7 +124,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         config: access.key,
         schema: { tags, summary: 'Thaw a paused sandbox', params: SandboxIdParams, response: { 200: SandboxInfo, ...errors } },
       },
-      async (req) => control.resume(req.params.id),
+      async (req) => control.sandboxes.resume(req.caller, req.params.id),
     );
     app.post(
       '/v1/sandboxes/:id/snapshot',
@@ -147,9 +141,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          return reply
-            .status(201)
-            .send(await control.snapshot(req.params.id, req.body ?? {}, { ...privateTo(req.caller), signal: hangup.signal }));
+          return reply.status(201).send(await control.snapshots.snapshot(req.caller, req.params.id, req.body ?? {}, hangup.signal));
         } finally {
           hangup.done();
         }
@@ -167,7 +159,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
           response: { 201: ForkResult, ...errors },
         },
       },
-      async (req, reply) => reply.status(201).send(await control.fork(req.params.id, req.body, privateTo(req.caller))),
+      async (req, reply) => reply.status(201).send(await control.snapshots.fork(req.caller, req.params.id, req.body)),
     );
 
     app.put(
@@ -183,7 +175,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
           response: { 200: NetworkPolicyResult, ...errors },
         },
       },
-      async (req) => control.setNetwork(req.params.id, req.body),
+      async (req) => control.network.setPolicy(req.caller, req.params.id, req.body),
     );
 
     app.get(
@@ -197,7 +189,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
           response: { 200: NetworkPolicyState, ...errors },
         },
       },
-      async (req) => control.getNetwork(req.params.id),
+      async (req) => control.network.getPolicy(req.caller, req.params.id),
     );
   };
 }

@@ -17,7 +17,7 @@ export function systemRoutes(deps: { control: ControlPlane }): FastifyPluginAsyn
         config: access.key,
         schema: { tags: ['nodes'], summary: 'Edges, their capacity and their layer cache', response: { 200: NodeList, 401: ErrorBody } },
       },
-      async () => ({ nodes: await deps.control.nodes() }),
+      async () => ({ nodes: await deps.control.nodes.nodes() }),
     );
   };
 }

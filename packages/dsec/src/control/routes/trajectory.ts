@@ -25,7 +25,7 @@ export function trajectoryRoutes(deps: { control: ControlPlane }): FastifyPlugin
         },
       },
       async (req) => {
-        await control.assertTrajectoryKept(req.params.id); // also readable for a while after a kill
+        await control.sandboxes.assertTrajectoryKept(req.caller, req.params.id); // also readable for a while after a kill
         return {
           sandboxId: req.params.id,
           ...(await control.trajectory.list(req.params.id, req.query.afterSeq ?? 0, req.query.limit ?? 1000)),
@@ -43,7 +43,7 @@ export function trajectoryRoutes(deps: { control: ControlPlane }): FastifyPlugin
           response: { 201: ReplayResult, ...errors },
         },
       },
-      async (req, reply) => reply.status(201).send(await control.replay(req.params.id)),
+      async (req, reply) => reply.status(201).send(await control.replays.replay(req.caller, req.params.id)),
     );
   };
 }

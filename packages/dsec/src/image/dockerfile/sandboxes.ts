@@ -5,6 +5,7 @@ import type { ExecRequest, Resources } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../../control/control-plane.js';
 import { ownedLabels } from '../../control/owned-sandboxes.js';
+import { SYSTEM } from '../../control/service/callers.js';
 
 /**
  * What a Dockerfile build needs from dsec to run a step in a real sandbox: create one from an
@@ -37,28 +38,30 @@ export function isImageNotFound(err: unknown): boolean {
   return (err instanceof ApiError || err instanceof DsecError) && err.code === 'IMAGE_NOT_FOUND';
 }
 
+/** In process, as dsec itself: what the builds of tests and a CLI that started its own server did before callers had keys. */
 export function controlPlaneSandboxes(control: ControlPlane): BuildSandboxes {
+  const caller = SYSTEM;
   const notFound = (err: unknown): boolean => err instanceof ApiError && err.code === 'FILE_NOT_FOUND';
   return {
     async create(image) {
-      return (await control.create({ image, labels: BUILD_LABELS, resources: buildResources() })).id;
+      return (await control.sandboxes.create(caller, { image, labels: BUILD_LABELS, resources: buildResources() })).id;
     },
     async run(id, req, onOutput) {
-      for await (const ev of await control.execStream(id, req)) {
+      for await (const ev of await control.exec.execStream(caller, id, req)) {
         if (ev.type === 'exit') return { exitCode: ev.result.exitCode, timedOut: ev.result.timedOut };
         onOutput(ev.data);
       }
       throw new Error('the command ended without an exit status');
     },
     async uploadTar(id, dir, tar) {
-      await control.uploadTar(id, dir, Readable.from([tar]));
+      await control.files.uploadTar(caller, id, dir, Readable.from([tar]));
     },
     async mkdir(id, path) {
-      await control.makeDir(id, path, true);
+      await control.files.makeDir(caller, id, path, true);
     },
     async stat(id, path) {
       try {
-        return (await (await control.edgeFor(id)).statPath(id, path)).type;
+        return (await control.files.stat(caller, id, path)).type;
       } catch (err) {
         if (notFound(err)) return undefined;
         throw err;
@@ -66,17 +69,17 @@ export function controlPlaneSandboxes(control: ControlPlane): BuildSandboxes {
     },
     async readFile(id, path) {
       try {
-        return await control.readFile(id, path, 4 << 20);
+        return await control.files.readFile(caller, id, path, 4 << 20);
       } catch (err) {
         if (notFound(err)) return undefined;
         throw err;
       }
     },
     async snapshot(id, scrub) {
-      return control.snapshot(id, { scrub, keep: true }); // a step's image outlives its build sandbox
+      return control.snapshots.snapshot(caller, id, { scrub, keep: true }); // a step's image outlives its build sandbox
     },
     async kill(id) {
-      await control.kill(id);
+      await control.sandboxes.kill(caller, id);
     },
   };
 }

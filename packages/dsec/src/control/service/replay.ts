@@ -8,10 +8,59 @@ import type {
   StartProcessRequest,
   TrajectoryEntry,
 } from '@dsec/sdk/schema';
-import type { EdgeApi } from '../edge/edge-api.js';
-import type { EdgeNetworkRequest } from '../edge/edge-api.js';
+import { DEFAULT_PROJECT, type CreateSandboxRequest } from '@dsec/sdk/schema';
+import type { EdgeApi, EdgeNetworkRequest } from '../../edge/edge-api.js';
+import { checkPolicy } from '../sandbox-creation.js';
+import type { StateStore } from '../state-store.js';
+import type { TrajectoryLog } from '../trajectory-log.js';
+import { SYSTEM, type Caller } from './callers.js';
+import type { SandboxLookup } from './sandbox-lookup.js';
+import type { SandboxService } from './sandboxes.js';
 
 type Step = ReplayResult['steps'][number];
+
+/** Rebuilds sandboxes from their trajectories. */
+export class ReplayService {
+  constructor(private readonly deps: { store: StateStore; lookup: SandboxLookup; sandboxes: SandboxService; trajectory: TrajectoryLog }) {}
+
+  /**
+   * Rebuilds a sandbox from its trajectory: a new sandbox from the original's exact image and
+   * spec, the logged steps re-run in order, and the original log copied to the new sandbox, so the
+   * trainer reads the results it already consumed from the log and continues from there.
+   */
+  async replay(caller: Caller, id: string): Promise<ReplayResult> {
+    const orig = await this.deps.lookup.get(caller, id);
+    const spec = (await this.deps.store.getSpec<CreateSandboxRequest>(id)) ?? {
+      image: orig.imageId,
+      resources: orig.resources,
+      labels: orig.labels,
+    };
+    // A lost sandbox is rebuilt on another edge: node labels that pinned it to the lost one go.
+    if (orig.status === 'lost' && spec.placement?.labels) {
+      const { labels: _pinned, ...placement } = spec.placement;
+      spec.placement = placement;
+    }
+    // Created as dsec itself in the original's project, which the caller was just allowed to see.
+    const created = await this.deps.sandboxes.create(
+      SYSTEM,
+      { ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } },
+      {},
+      { project: orig.project ?? DEFAULT_PROJECT },
+    );
+    const steps = await replayEntries(this.deps.lookup.edgeOf(created), created.id, this.deps.trajectory.replayable(id), {
+      policy: checkPolicy,
+    });
+    await this.deps.trajectory.copy(id, created.id);
+    const ran = steps.filter((s) => !s.skipped);
+    return {
+      sandbox: created,
+      replayed: ran.length,
+      diverged: ran.filter((s) => s.diverged).length,
+      skipped: steps.length - ran.length,
+      steps,
+    };
+  }
+}
 
 /**
  * Re-runs a logged trajectory, in order, on a fresh sandbox: commands, session commands (in

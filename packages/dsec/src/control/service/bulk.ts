@@ -1,6 +1,7 @@
 import type { BulkResult, SandboxStatus } from '@dsec/sdk/schema';
-import { ApiError } from '../api-error.js';
-import type { ControlPlane } from './control-plane.js';
+import { ApiError } from '../../api-error.js';
+import type { Caller } from './callers.js';
+import type { SandboxService } from './sandboxes.js';
 
 /**
  * Kills, pauses or resumes every sandbox whose labels match, a few at a time: a kill unmounts,
@@ -13,24 +14,27 @@ export type BulkAction = 'kill' | 'pause' | 'resume';
 /** Which sandboxes an action applies to: pause only running ones, resume only paused ones. */
 const APPLIES_TO: Record<BulkAction, SandboxStatus | undefined> = { kill: undefined, pause: 'running', resume: 'paused' };
 
-/** `project`: only that project's sandboxes (a project key's call); undefined: every project's (an admin key's). */
+/** Over the caller's project's sandboxes (an admin key's: every project's, or the one it names in `project`). */
 export async function applyByLabels(
-  control: ControlPlane,
+  sandboxes: SandboxService,
+  caller: Caller,
   labels: Record<string, string>,
   action: BulkAction,
   project?: string,
 ): Promise<BulkResult> {
   const status = APPLIES_TO[action];
-  const targets = (await control.list({ labels, ...(status ? { status } : {}), ...(project ? { project } : {}) })).map((s) => s.id);
+  const targets = (await sandboxes.list(caller, { labels, ...(status ? { status } : {}), ...(project ? { project } : {}) })).map(
+    (s) => s.id,
+  );
   const result: BulkResult = { ids: [], failures: [] };
   let next = 0;
   const worker = async (): Promise<void> => {
     while (next < targets.length) {
       const id = targets[next++]!;
       try {
-        if (action === 'kill') await control.kill(id);
-        else if (action === 'pause') await control.pause(id);
-        else await control.resume(id);
+        if (action === 'kill') await sandboxes.kill(caller, id);
+        else if (action === 'pause') await sandboxes.pause(caller, id);
+        else await sandboxes.resume(caller, id);
         result.ids.push(id);
       } catch (err) {
         result.failures.push({ id, code: err instanceof ApiError ? err.code : 'INTERNAL', message: (err as Error).message });

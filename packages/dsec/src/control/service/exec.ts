@@ -1,0 +1,269 @@
+import type {
+  Encoding,
+  ExecRequest,
+  ExecResult,
+  OpenSessionRequest,
+  ProcessInfo,
+  ProcessOutput,
+  SessionExecRequest,
+  SessionInfo,
+  StartProcessRequest,
+} from '@dsec/sdk/schema';
+import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { EdgeApi, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
+import type { ExecEvent } from '../../exec/run-command.js';
+import type { Logger } from 'pino';
+import type { Metrics } from '../metrics.js';
+import { MAX_LOGGED_OUTPUT, type TrajectoryLog } from '../trajectory-log.js';
+import type { Caller } from './callers.js';
+import type { SandboxLookup } from './sandbox-lookup.js';
+
+/**
+ * Commands in a sandbox: one-shot exec (buffered or streamed), background processes, shell
+ * sessions and terminals. Everything that changes the sandbox is written to its trajectory so a
+ * replay can run it again; reads (process lists, output, waits) are not.
+ */
+export class ExecService {
+  constructor(private readonly deps: { lookup: SandboxLookup; trajectory: TrajectoryLog; metrics: Metrics; log: Logger }) {}
+
+  #edge(caller: Caller, id: string): Promise<EdgeApi> {
+    return this.deps.lookup.runningOn(caller, id);
+  }
+
+  async exec(caller: Caller, id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+    checkCommand(req);
+    if (req.uncapped) {
+      throw new ApiError(
+        'INVALID_REQUEST',
+        'uncapped applies to streamed exec (Accept: application/x-ndjson); a buffered result is capped at maxOutputBytes (at most 64 MiB)',
+        { field: 'uncapped' },
+      );
+    }
+    const result = await (await this.#edge(caller, id)).exec(id, req, signal);
+    this.deps.metrics.observeExec('exec', result.durationMs);
+    await this.deps.trajectory.append(id, {
+      kind: 'exec',
+      request: withoutStdin(req),
+      result,
+      durationMs: result.durationMs,
+      exitCode: result.exitCode,
+      payload: stdinPayload(req),
+    });
+    return result;
+  }
+
+  /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
+  async execStream(caller: Caller, id: string, req: ExecRequest, signal?: AbortSignal): Promise<AsyncGenerator<ExecEvent>> {
+    // Checked now, not at the first next(): a bad request fails before any response is streamed.
+    checkCommand(req);
+    return this.#logStream(id, await this.#edge(caller, id), req, signal);
+  }
+
+  async *#logStream(id: string, edge: EdgeApi, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    const kept = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+    const enc = req.encoding ?? 'utf8';
+    let keptBytes = 0;
+    let logged = false;
+    const started = performance.now();
+    try {
+      for await (const ev of edge.execStream(id, req, signal)) {
+        if (ev.type === 'exit') {
+          this.deps.metrics.observeExec('stream', ev.result.durationMs);
+          const result = {
+            ...ev.result,
+            stdout: Buffer.concat(kept.stdout).toString(enc),
+            stderr: Buffer.concat(kept.stderr).toString(enc),
+          };
+          await this.deps.trajectory.append(id, {
+            kind: 'exec',
+            request: withoutStdin(req),
+            result,
+            durationMs: ev.result.durationMs,
+            exitCode: ev.result.exitCode,
+            payload: stdinPayload(req),
+          });
+          logged = true;
+        } else if (keptBytes < 2 * MAX_LOGGED_OUTPUT) {
+          kept[ev.type].push(ev.data);
+          keptBytes += ev.data.length;
+        }
+        yield ev;
+      }
+    } finally {
+      // The client went away mid-stream: the command was killed, but what it did so far happened.
+      if (!logged) {
+        const result = {
+          disconnected: true,
+          stdout: Buffer.concat(kept.stdout).toString(enc),
+          stderr: Buffer.concat(kept.stderr).toString(enc),
+        };
+        await this.deps.trajectory.append(id, {
+          kind: 'exec',
+          request: withoutStdin(req),
+          result,
+          durationMs: performance.now() - started,
+          payload: stdinPayload(req),
+        });
+      }
+    }
+  }
+
+  // --- background processes ---------------------------------------------------------------------
+
+  /** Background processes change state too: logged so a replay starts them again. */
+  async startProcess(caller: Caller, id: string, req: StartProcessRequest): Promise<ProcessInfo> {
+    checkCommand({ cmd: req.cmd });
+    const info = await (await this.#edge(caller, id)).startProcess(id, req);
+    await this.deps.trajectory.append(id, { kind: 'process.start', request: { ...req }, result: { processId: info.id } });
+    return info;
+  }
+
+  async listProcesses(caller: Caller, id: string): Promise<ProcessInfo[]> {
+    return (await this.#edge(caller, id)).listProcesses(id);
+  }
+
+  async processOutput(
+    caller: Caller,
+    id: string,
+    pid: string,
+    offsets: { stdout: number; stderr: number },
+    encoding: Encoding,
+  ): Promise<ProcessOutput> {
+    return (await this.#edge(caller, id)).processOutput(id, pid, offsets, encoding);
+  }
+
+  /**
+   * Output and waits for one follower of a sandbox's processes: the edge is looked up (and the
+   * sandbox's activity stamped) once, so polling does not count as activity at every tick.
+   */
+  async processFollower(
+    caller: Caller,
+    id: string,
+  ): Promise<{
+    output: (pid: string, offsets: { stdout: number; stderr: number }, encoding: Encoding) => Promise<ProcessOutput>;
+    wait: (pid: string, timeoutMs: number) => Promise<ProcessInfo>;
+  }> {
+    const edge = await this.#edge(caller, id);
+    return {
+      output: (pid, offsets, encoding) => edge.processOutput(id, pid, offsets, encoding),
+      wait: (pid, ms) => edge.waitProcess(id, pid, ms),
+    };
+  }
+
+  async waitProcess(caller: Caller, id: string, pid: string, timeoutMs: number): Promise<ProcessInfo> {
+    return (await this.#edge(caller, id)).waitProcess(id, pid, timeoutMs);
+  }
+
+  /** A signal (SIGKILL: the process's kill) changes the sandbox: logged so a replay sends it too. */
+  async signalProcess(caller: Caller, id: string, pid: string, signal: NodeJS.Signals): Promise<ProcessInfo> {
+    const info = await (await this.#edge(caller, id)).signalProcess(id, pid, signal);
+    await this.deps.trajectory.append(id, { kind: 'process.signal', request: { processId: pid, signal } });
+    return info;
+  }
+
+  /** Bytes written to a process's stdin are kept (up to MAX_PAYLOAD) so a replay writes them again. */
+  async writeProcessStdin(caller: Caller, id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
+    await (await this.#edge(caller, id)).writeProcessStdin(id, pid, data, eof);
+    await this.deps.trajectory.append(id, { kind: 'process.stdin', request: { processId: pid, bytes: data.length, eof }, payload: data });
+  }
+
+  // --- shell sessions ----------------------------------------------------------------------------
+
+  async openSession(caller: Caller, id: string, req: OpenSessionRequest): Promise<SessionInfo> {
+    const info = await (await this.#edge(caller, id)).openSession(id, req);
+    await this.deps.trajectory.append(id, { kind: 'session.open', request: { ...req }, result: { sessionId: info.id, shell: info.shell } });
+    return info;
+  }
+
+  async listSessions(caller: Caller, id: string): Promise<SessionInfo[]> {
+    return (await this.#edge(caller, id)).listSessions(id);
+  }
+
+  async sessionExec(
+    caller: Caller,
+    id: string,
+    sid: string,
+    req: SessionExecRequest,
+    signal?: AbortSignal,
+  ): Promise<ExecResult & { sessionAlive: boolean }> {
+    const result = await (await this.#edge(caller, id)).sessionExec(id, sid, req, signal);
+    this.deps.metrics.observeExec('session', result.durationMs);
+    await this.deps.trajectory.append(id, {
+      kind: 'session.exec',
+      request: { sessionId: sid, ...req },
+      result,
+      durationMs: result.durationMs,
+      exitCode: result.exitCode,
+    });
+    return result;
+  }
+
+  /** Idempotent like kill: closing a session that is already closed (or gone) succeeds. */
+  async closeSession(caller: Caller, id: string, sid: string): Promise<void> {
+    try {
+      await (await this.#edge(caller, id)).closeSession(id, sid);
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'SESSION_NOT_FOUND') return;
+      throw err;
+    }
+    await this.deps.trajectory.append(id, { kind: 'session.close', request: { sessionId: sid } });
+  }
+
+  // --- terminals ---------------------------------------------------------------------------------
+
+  /**
+   * Opens a terminal; its step is written once it exits (`logged`: the request as the log keeps
+   * it). Nobody awaits that write (the terminal's socket may be long gone), so a store that fails
+   * then (PostgreSQL restarting) is logged here, not left an unhandled rejection.
+   */
+  async openTerminal(caller: Caller, id: string, req: TerminalRequest, logged: Record<string, unknown>): Promise<TerminalChannel> {
+    const started = performance.now();
+    const term = await (await this.#edge(caller, id)).openPty(id, req);
+    term.exit
+      .then((exitCode) =>
+        this.deps.trajectory.append(id, {
+          kind: 'pty',
+          request: logged,
+          exitCode,
+          durationMs: performance.now() - started,
+          replayable: false,
+        }),
+      )
+      .catch((err: unknown) => this.deps.log.error({ err, sandbox: id }, 'logging a terminal step failed'));
+    return term;
+  }
+}
+
+/**
+ * Checks the schema cannot express: an argv's program is not empty (a body `cmd: ""` can arrive
+ * as `[""]`), and stdin decodes to at most MAX_STDIN_BYTES.
+ */
+export function checkCommand(req: {
+  cmd: string | string[];
+  stdin?: string | undefined;
+  stdinEncoding?: 'utf8' | 'base64' | undefined;
+}): void {
+  const program = Array.isArray(req.cmd) ? req.cmd[0] : req.cmd;
+  if (!program)
+    throw new ApiError('INVALID_REQUEST', 'cmd is empty: give a shell command line or an argv whose first item is the program', {
+      field: 'cmd',
+    });
+  if (req.stdin !== undefined && Buffer.byteLength(req.stdin, req.stdinEncoding ?? 'utf8') > MAX_STDIN_BYTES) {
+    throw new ApiError(
+      'PAYLOAD_TOO_LARGE',
+      `stdin is over ${MAX_STDIN_BYTES} bytes; stream larger input to a background process (POST …/processes/{pid}/stdin)`,
+      { field: 'stdin', limit: MAX_STDIN_BYTES },
+    );
+  }
+}
+
+/** The log keeps stdin as a payload (bytes), not inside the JSON request. */
+function withoutStdin(req: ExecRequest): Record<string, unknown> {
+  const { stdin, ...rest } = req;
+  return stdin === undefined ? { ...rest } : { ...rest, stdinBytes: Buffer.byteLength(stdin, req.stdinEncoding ?? 'utf8') };
+}
+
+function stdinPayload(req: ExecRequest): Buffer | undefined {
+  return req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8');
+}

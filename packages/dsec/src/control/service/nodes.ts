@@ -1,0 +1,103 @@
+import type { Logger } from 'pino';
+import type { NodeInfo } from '@dsec/sdk/schema';
+import type { EdgeRegistry } from '../edges/edge-registry.js';
+import type { SandboxCreation } from '../sandbox-creation.js';
+import type { StateStore } from '../state-store.js';
+
+/** The cluster's nodes as callers see them, draining one, and keeping the store in step with an edge. */
+export class NodeService {
+  constructor(private readonly deps: { store: StateStore; edges: EdgeRegistry; creation: SandboxCreation; log: Logger }) {}
+
+  /** Every edge, from the facts its heartbeats brought. */
+  async nodes(): Promise<NodeInfo[]> {
+    await this.deps.edges.refreshLocal();
+    return this.deps.edges.describe().map((e) => {
+      const n: NodeInfo = {
+        id: e.id,
+        pool: e.pool,
+        labels: e.labels,
+        state: e.state,
+        lastSeenAt: e.lastSeenAt,
+        version: e.info.version,
+        sandboxes: e.info.sandboxes,
+        maxSandboxes: e.info.maxSandboxes,
+        cpuOvercommit: e.cpuOvercommit,
+        utilisation: Math.max(
+          e.info.sandboxes / e.info.maxSandboxes,
+          1 - e.info.capacity.memoryAvailableBytes / e.info.capacity.memoryBytes,
+        ),
+        capacity: e.info.capacity,
+        cachedLayers: e.info.cachedLayers.length,
+        layerCache: e.info.layerCache,
+      };
+      if (e.url) n.url = e.url;
+      return n;
+    });
+  }
+
+  /** Stops new placements on an edge; a remote edge leaves once its last sandbox is gone. */
+  async drain(id: string): Promise<NodeInfo> {
+    await this.deps.edges.drain(id);
+    return (await this.nodes()).find((n) => n.id === id)!;
+  }
+
+  /** Marks the sandboxes of an edge that stopped answering as lost, with why. */
+  async markLost(edge: string, why: string): Promise<void> {
+    const lost = await this.deps.store.markEdgeLost(edge, `lost: ${why}`);
+    if (lost.length) this.deps.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
+  }
+
+  /**
+   * Brings the store in line with what an edge actually runs (after either restarted, or when a
+   * lost edge reports again). The rule: a sandbox the edge runs and the store has as running or
+   * paused is kept; one the store already reported `lost` is killed (its caller was told it is
+   * gone, and may have replayed it elsewhere); one the store does not know is killed (no caller
+   * was ever told about it). A sandbox the store has as live but the edge does not run becomes
+   * `failed` with the reason.
+   */
+  async reconcile(edgeId: string): Promise<{ lost: string[]; orphans: string[]; killedLost: string[] }> {
+    const { store, creation, log } = this.deps;
+    const edge = this.deps.edges.apiEvenIfLost(edgeId);
+    // A create that is in flight now may finish on the edge after it lists its sandboxes, or
+    // before the store is read below: either way, that sandbox is its create's to settle.
+    // On a shared store, creates another replica has in flight count too (their leases are live).
+    const inflight = new Set([...creation.inflight, ...(await store.leasedCreates(edgeId, Date.now()))]);
+    const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
+    const rows = await store.listSandboxes({ edge: edgeId });
+    // A create placed after the snapshot above may have finished on the edge after its list and
+    // settled before the rows were read: its row says running and the list lacks it, yet it runs.
+    // The edge is asked again, after that read, before any such row is failed.
+    const missing = rows.filter(
+      (s) => (s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id) && !inflight.has(s.id),
+    );
+    const runsNow = missing.length ? new Set((await edge.listSandboxes()).map((s) => s.id)) : new Set<string>();
+    const lost: string[] = [];
+    const killedLost: string[] = [];
+    for (const s of rows) {
+      if (inflight.has(s.id) || creation.inflight.has(s.id) || runsNow.has(s.id)) {
+        onEdge.delete(s.id);
+        continue;
+      }
+      if ((s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id)) {
+        await store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
+        lost.push(s.id);
+      }
+      if (s.status === 'creating' && onEdge.has(s.id)) await store.setStatus(s.id, 'running');
+      const live = s.status === 'running' || s.status === 'creating' || s.status === 'paused';
+      if (!live && onEdge.has(s.id)) {
+        // Reported lost, failed or stopped: the caller was told it is not running, so it must not run.
+        await edge.killSandbox(s.id).catch((err: unknown) => log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
+        if (s.status === 'lost') await store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
+        killedLost.push(s.id);
+      }
+      onEdge.delete(s.id);
+    }
+    // Sandboxes no caller was ever told about: kill them rather than leak them.
+    const orphans = [...onEdge];
+    for (const id of orphans)
+      await edge.killSandbox(id).catch((err: unknown) => log.error({ err, sandbox: id }, 'killing an orphan failed'));
+    if (lost.length || orphans.length || killedLost.length)
+      log.warn({ edge: edgeId, lost, orphans, killedLost }, 'reconciled state store with edge');
+    return { lost, orphans, killedLost };
+  }
+}

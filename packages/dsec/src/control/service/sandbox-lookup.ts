@@ -1,0 +1,84 @@
+import type { Logger } from 'pino';
+import type { SandboxInfo } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { EdgeApi } from '../../edge/edge-api.js';
+import { isDiskFull } from '../../host/disk-space.js';
+import type { EdgeRegistry } from '../edges/edge-registry.js';
+import type { EndedSandboxes } from '../ended-sandboxes.js';
+import type { StateStore } from '../state-store.js';
+import { sees, type Caller } from './callers.js';
+
+/**
+ * How a service finds a sandbox and reaches its edge: the one place project scope is decided for
+ * a sandbox (every service method that names one goes through `get`), and the only way to an
+ * edge. Private to control/service/ (a lint rule holds it): routes and the E2B layer call
+ * services, never an edge.
+ */
+export class SandboxLookup {
+  constructor(
+    private readonly deps: {
+      store: StateStore;
+      ended: EndedSandboxes;
+      edges: EdgeRegistry;
+      /** The warm pool an unclaimed sandbox waits in, if it does (warm-pools.ts). */
+      unclaimedIn: (id: string) => string | undefined;
+      log: Logger;
+    },
+  ) {}
+
+  /**
+   * The sandbox `id`, if `caller` may see it. Another project's sandbox answers exactly as one
+   * that does not exist (SANDBOX_NOT_FOUND, no 403), so ids do not leak across projects
+   * (docs/PROJECTS.md); a killed one whose trajectory is kept says when it went, to its project.
+   */
+  async get(caller: Caller, id: string): Promise<SandboxInfo> {
+    const s = await this.deps.store.getSandbox(id);
+    if (s && sees(caller, s.project)) return s;
+    const ended = s ? undefined : await this.deps.ended.get(id);
+    if (ended && sees(caller, await this.deps.ended.projectOf(id))) {
+      throw new ApiError(
+        'SANDBOX_NOT_FOUND',
+        `sandbox ${id} was killed at ${ended.endedAt}; its trajectory stays readable until ${ended.keptUntil} (GET /v1/sandboxes/${id}/trajectory, dsec log ${id})`,
+        { id, ...ended },
+      );
+    }
+    throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
+  }
+
+  /** Whether `id` is a sandbox `caller` may see, or a killed one of its project whose trajectory is still kept. */
+  async trajectoryKept(caller: Caller, id: string): Promise<boolean> {
+    const s = await this.deps.store.getSandbox(id);
+    if (s) return sees(caller, s.project);
+    return (await this.deps.ended.get(id)) !== undefined && sees(caller, await this.deps.ended.projectOf(id));
+  }
+
+  /** The edge a sandbox lives on (any state: a kill, a resume or a paused read). */
+  edgeOf(s: SandboxInfo): EdgeApi {
+    return this.deps.edges.api(s.edge);
+  }
+
+  /** The edge of a running sandbox `caller` may see; counts as activity for the idle timeout. */
+  async runningOn(caller: Caller, id: string): Promise<EdgeApi> {
+    const s = await this.get(caller, id);
+    if (s.status !== 'running') {
+      const hint = s.status === 'paused' ? ': resume it first (POST /v1/sandboxes/{id}/resume)' : s.reason ? `: ${s.reason}` : '';
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}${hint}`, { id, status: s.status });
+    }
+    const pool = this.deps.unclaimedIn(id);
+    if (pool !== undefined) {
+      // A claimed sandbox must be one nobody used: a ready one serves no call until a create claims it.
+      throw new ApiError(
+        'SANDBOX_NOT_RUNNING',
+        `sandbox ${id} waits unclaimed in pool ${pool}: claim one with a create naming the pool ({"pool":"${pool}",…})`,
+        { id, pool },
+      );
+    }
+    // The activity stamp only moves the idle timeout: on a full disk a read or a call that writes
+    // nothing still goes through (what must be written fails on its own, with NODE_DISK_FULL).
+    await this.deps.store.touch(id).catch((err: unknown) => {
+      if (!isDiskFull(err)) throw err;
+      this.deps.log.warn({ sandbox: id, err }, 'the disk is full: the activity stamp was not written');
+    });
+    return this.edgeOf(s);
+  }
+}

@@ -1,0 +1,200 @@
+import type { Logger } from 'pino';
+import type { CreateSandboxRequest, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { SandboxLimits } from '../../edge/edge-api.js';
+import type { ImageId } from '../../image/image-store.js';
+import type { EndedSandboxes } from '../ended-sandboxes.js';
+import type { Metrics } from '../metrics.js';
+import type { ProjectImages } from '../project-images.js';
+import type { ProjectQuotas } from '../project-quotas.js';
+import type { CreateOptions, SandboxCreation } from '../sandbox-creation.js';
+import type { SnapshotImages } from '../snapshot-images.js';
+import type { StateStore } from '../state-store.js';
+import type { TrajectoryLog } from '../trajectory-log.js';
+import { WarmPools } from '../warm-pools.js';
+import { sees, type Caller } from './callers.js';
+import type { SandboxLookup } from './sandbox-lookup.js';
+
+/** The reason of a sandbox whose kill left resources on its node; a kill retries it. */
+const KILL_FAILED_REASON = 'kill failed, resources remain: ';
+
+export interface SandboxServiceDeps {
+  store: StateStore;
+  lookup: SandboxLookup;
+  creation: SandboxCreation;
+  pools: () => WarmPools;
+  quotas: ProjectQuotas;
+  projectImages: ProjectImages;
+  snapshotImages: SnapshotImages;
+  ended: EndedSandboxes;
+  trajectory: TrajectoryLog;
+  metrics: Metrics;
+  log: Logger;
+}
+
+/**
+ * A sandbox's life: create (or a warm pool's claim), read, list, pause, resume, expiry and kill.
+ * Every method that names a sandbox takes the caller and answers for another project's sandbox as
+ * for one that does not exist.
+ */
+export class SandboxService {
+  constructor(private readonly deps: SandboxServiceDeps) {}
+
+  /**
+   * Creates one sandbox in the caller's project (`opts.project` names another only for dsec's own
+   * callers: a fork's or replay's parent project), or claims a ready one from the warm pool the
+   * request names or matches (a batch's items are always created).
+   */
+  async create(
+    caller: Caller,
+    req: CreateSandboxRequest,
+    extraLabels: Record<string, string> = {},
+    opts: CreateOptions = {},
+  ): Promise<SandboxInfo> {
+    if (opts.project !== undefined && !sees(caller, opts.project))
+      throw new ApiError('FORBIDDEN', `a create in project ${opts.project} takes that project's key or an admin key`, {
+        project: opts.project,
+      });
+    opts = { ...opts, project: opts.project ?? caller.project };
+    const pools = this.deps.pools();
+    if (!opts.batch && pools.poolFor(req) !== undefined) {
+      // A claim is a create for the project's quotas: it moves a ready sandbox into the project.
+      const project = opts.project!;
+      const claimed = await this.deps.quotas.admit(project, this.limitsFor(req), 1, () => pools.claim(req, project), {
+        pace: opts.pace === true,
+      });
+      if (claimed) return claimed;
+      opts = { ...opts, rateTaken: true };
+    }
+    const { pool: _pool, ...spec } = req;
+    return this.deps.creation.create(spec, { ...extraLabels, ...WarmPools.missLabels(req) }, opts);
+  }
+
+  /** Creates a batch's group of sandboxes (dsec's batch driver only): see SandboxCreation.createGroup. */
+  createGroup(...args: Parameters<SandboxCreation['createGroup']>): ReturnType<SandboxCreation['createGroup']> {
+    return this.deps.creation.createGroup(...args);
+  }
+
+  limitsFor(req: CreateSandboxRequest): SandboxLimits {
+    return this.deps.creation.limitsFor(req);
+  }
+
+  /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
+  async checkSpec(req: CreateSandboxRequest, project: string): Promise<void> {
+    await this.deps.creation.checkSpec(req, project);
+  }
+
+  get(caller: Caller, id: string): Promise<SandboxInfo> {
+    return this.deps.lookup.get(caller, id);
+  }
+
+  /** Throws SANDBOX_NOT_FOUND unless `id` is a sandbox, or a killed one whose trajectory is still kept. */
+  async assertTrajectoryKept(caller: Caller, id: string): Promise<void> {
+    if (!(await this.deps.lookup.trajectoryKept(caller, id))) await this.get(caller, id);
+  }
+
+  /** get() plus live usage (OOM kills, memory, pids) for a running or paused sandbox. */
+  async inspect(caller: Caller, id: string): Promise<SandboxInfo> {
+    const s = await this.get(caller, id);
+    if (s.status !== 'running' && s.status !== 'paused') return s;
+    try {
+      return { ...s, usage: await this.deps.lookup.edgeOf(s).sandboxUsage(id) };
+    } catch (err) {
+      // The row is still the answer; usage is left out, and why is logged rather than hidden.
+      if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND'))
+        this.deps.log.warn({ sandbox: id, edge: s.edge, err: (err as Error).message }, 'inspect: the edge did not give usage');
+      return s;
+    }
+  }
+
+  /** The caller's project's sandboxes (an admin key: every project's, or the one it names). */
+  list(caller: Caller, filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string }): Promise<SandboxInfo[]> {
+    const project = caller.admin ? filter.project : caller.project;
+    const { project: _asked, ...rest } = filter;
+    return this.deps.store.listSandboxes(project === undefined ? rest : { ...rest, project });
+  }
+
+  /**
+   * Kills a sandbox and removes everything it had. Idempotent: killing a sandbox that is already
+   * killed, or gone for any other reason, succeeds, so `finally { await sb.kill() }` never throws
+   * for that and two concurrent kills both succeed. Another project's sandbox is, for the caller,
+   * one that is gone: the kill succeeds and does nothing.
+   */
+  async kill(caller: Caller, id: string): Promise<void> {
+    const s = await this.deps.store.getSandbox(id);
+    if (!s || !sees(caller, s.project)) return;
+    const teardownFailed = s.status === 'failed' && s.reason?.startsWith(KILL_FAILED_REASON) === true;
+    if (s.status === 'running' || s.status === 'creating' || s.status === 'paused' || teardownFailed) {
+      try {
+        await this.deps.lookup.edgeOf(s).killSandbox(id);
+        this.deps.metrics.observeKill(s.backend, 'kill');
+      } catch (err) {
+        if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND'))
+          this.deps.metrics.killFailed(s.backend, err instanceof ApiError ? err.code : 'INTERNAL');
+        if (err instanceof ApiError && err.code === 'SANDBOX_KILL_FAILED') {
+          // Its mounts or cgroups are still on the node: the row stays, saying so, until a kill succeeds.
+          await this.deps.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
+        }
+        if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
+      }
+    }
+    await this.deps.ended.retire(s, 'killed');
+    const deleted = await this.deps.snapshotImages.release(s);
+    for (const image of deleted) await this.deps.projectImages.forget(image as ImageId);
+    if (deleted.length) this.deps.log.info({ sandbox: id, images: deleted }, 'deleted unnamed snapshot images nothing uses any more');
+  }
+
+  async pause(caller: Caller, id: string): Promise<SandboxInfo> {
+    const s = await this.get(caller, id);
+    if (s.status === 'paused') return s;
+    await (await this.deps.lookup.runningOn(caller, id)).pauseSandbox(id);
+    await this.deps.store.setStatus(id, 'paused');
+    await this.deps.trajectory.append(id, { kind: 'pause', request: {} });
+    return await this.get(caller, id);
+  }
+
+  async resume(caller: Caller, id: string): Promise<SandboxInfo> {
+    const s = await this.get(caller, id);
+    if (s.status === 'running') return s;
+    if (s.status !== 'paused')
+      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
+    await this.deps.lookup.edgeOf(s).resumeSandbox(id);
+    await this.deps.store.setStatus(id, 'running');
+    await this.deps.store.touch(id);
+    await this.deps.trajectory.append(id, { kind: 'resume', request: {} });
+    return await this.get(caller, id);
+  }
+
+  /** Sets when a sandbox expires (E2B's setTimeout); its TTL becomes the span from creation to then. */
+  async setExpiry(caller: Caller, id: string, expiresAt: number): Promise<SandboxInfo> {
+    const s = await this.get(caller, id);
+    const ttl = Math.max(1, Math.ceil((expiresAt - Date.parse(s.createdAt)) / 1000));
+    await this.deps.store.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
+    return await this.get(caller, id);
+  }
+
+  /** Kills every sandbox of the caller's reach carrying all these labels, 32 at a time; returns how many went. */
+  async killByLabels(caller: Caller, labels: Record<string, string>): Promise<number> {
+    const ids = (await this.list(caller, { labels })).map((s) => s.id);
+    let next = 0;
+    let killed = 0;
+    const worker = async (): Promise<void> => {
+      while (next < ids.length) {
+        const id = ids[next++]!;
+        try {
+          await this.kill(caller, id);
+          killed++;
+        } catch (err) {
+          this.deps.log.error({ err, sandbox: id }, 'kill by label failed');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(32, ids.length) }, worker));
+    return killed;
+  }
+
+  /** Kills every sandbox the caller reaches (`dsec demo` cleanup and tests, with SYSTEM). */
+  async killAll(caller: Caller): Promise<void> {
+    await Promise.allSettled((await this.list(caller, {})).map((s) => this.kill(caller, s.id)));
+  }
+}
