@@ -271,7 +271,7 @@ export class BatchService {
 
   async #drive(b: LiveBatch, concurrency: number): Promise<void> {
     // Items a previous run got to are settled from their sandbox rows; the rest are created in
-    // groups (rows in one transaction, one request per edge: see ControlPlane.createGroup).
+    // groups (rows in one transaction, one request per edge: see SandboxService.createGroup).
     const rows = new Map((await this.store.batchSandboxes(b.id)).map((r) => [r.index, r]));
     const todo: number[] = [];
     const settling: Promise<void>[] = [];

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from '../../api-error.js';
 import type { Caller } from '../api-keys.js';
+import type { ControlPlane } from '../control-plane.js';
 import type { StateStore } from '../state-store.js';
 
 /**
@@ -18,23 +19,36 @@ export function requireAdmin(req: FastifyRequest, what: string): void {
 }
 
 /**
- * A project sees only its own batches: every route under /v1/batches/:id (the ones there are and
- * any added later) passes this check before its handler, so no route can forget it. Another
- * project's id answers exactly as an unknown id does. (A sandbox's routes need no hook: every
- * service method that names a sandbox takes the caller and decides, control/service/.)
+ * A project sees only its own sandboxes and batches. The services decide for a sandbox (every
+ * method that names one takes the caller, control/service/); this hook asks them before any
+ * handler of a route under /v1/sandboxes/:id runs, so a WebSocket is refused before its upgrade
+ * and a stream before its first byte, and a route added later cannot answer first. Batches are
+ * decided here. Another project's id answers exactly as an unknown id does.
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps: { store: StateStore }): void {
-  app.addHook('preHandler', async (req) => {
+export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps: { control: ControlPlane; store: StateStore }): void {
+  app.addHook('preHandler', async (req, reply) => {
     const url = req.routeOptions.url ?? '';
-    if (!url.startsWith('/v1/batches/:id')) return;
+    const scoped = url.startsWith('/v1/sandboxes/:id') || url.startsWith('/v1/batches/:id');
+    if (!scoped) return;
     // These routes are declared for API keys: reading the caller throws UNAUTHORIZED if none came.
     const caller = req.caller;
     if (caller.admin) return;
     const id = (req.params as { id?: unknown } | undefined)?.id;
     if (typeof id !== 'string') throw new ApiError('INVALID_REQUEST', 'the path names no id', { field: 'id' });
-    const batch = await deps.store.getBatch(id);
-    if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
+    if (url.startsWith('/v1/sandboxes/:id')) {
+      try {
+        await deps.control.sandboxes.assertVisible(caller, id);
+      } catch (err) {
+        // A kill of an unknown id succeeds (kills are idempotent), so a kill of another
+        // project's sandbox answers the same 204, and does nothing.
+        if (req.method === 'DELETE' && url === '/v1/sandboxes/:id') return reply.status(204).send(null);
+        throw err;
+      }
+    } else {
+      const batch = await deps.store.getBatch(id);
+      if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
+    }
   });
 }
 

@@ -4,6 +4,7 @@ import { DEFAULT_PROJECT, PortLink, PortLinkRequest, SandboxIdParams } from '@ds
 import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../control-plane.js';
 import { isUpgrade, proxyRequest, proxyUpgrade, writeUpgradeError } from '../ports/http-proxy.js';
+import { portLinkCaller, type Caller } from '../service/callers.js';
 import { LINK_PATH, type PortLinkGate, type PortLinks } from '../ports/port-links.js';
 import { access } from '../../http/access.js';
 import { errorResponses as errors } from './error-responses.js';
@@ -34,6 +35,7 @@ function upgradeHead(req: FastifyRequest): Buffer | undefined {
 /** Proxies one request (or upgrade) to a port of a sandbox, through its edge. */
 async function proxy(
   control: ControlPlane,
+  caller: Caller,
   req: FastifyRequest,
   reply: FastifyReply,
   id: string,
@@ -46,7 +48,7 @@ async function proxy(
     const socket = req.raw.socket;
     let conn;
     try {
-      conn = await control.network.openPort(req.caller, id, port);
+      conn = await control.network.openPort(caller, id, port);
     } catch (err) {
       writeUpgradeError(socket, err);
       return;
@@ -54,7 +56,7 @@ async function proxy(
     await proxyUpgrade(req.raw, socket, upgradeHead(req), conn, target);
     return;
   }
-  const conn = await control.network.openPort(req.caller, id, port); // a refused port is a JSON error, before anything is sent
+  const conn = await control.network.openPort(caller, id, port); // a refused port is a JSON error, before anything is sent
   void reply.hijack();
   await proxyRequest(req.raw, reply.raw, conn, target);
 }
@@ -115,7 +117,7 @@ export function portRoutes(deps: {
     const byKey = async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
       const m = PORT_PATH.exec(req.url)!;
       const id = decodeURIComponent(m[1]!);
-      await proxy(control, req, reply, id, parsePort(decodeURIComponent(m[2]!)), m[0]);
+      await proxy(control, req.caller, req, reply, id, parsePort(decodeURIComponent(m[2]!)), m[0]);
     };
     const byKeyOpts = { config: access.key, schema: { hide: true } };
     await base.register(async (scope) => {
@@ -145,7 +147,7 @@ export function portLinkRoutes(deps: { control: ControlPlane; linkGate: PortLink
     // A wildcard, not a :token parameter: parameters are capped at 100 characters.
     scope.all('/v1/port-links/*', { config: access.link, schema: { hide: true } }, async (req, reply) => {
       const claims = linkGate.claims(req);
-      await proxy(control, req, reply, claims.sandbox, claims.port, LINK_PATH.exec(req.url)![0]);
+      await proxy(control, portLinkCaller(claims), req, reply, claims.sandbox, claims.port, LINK_PATH.exec(req.url)![0]);
     });
   };
 }

@@ -18,6 +18,14 @@ export function sandboxTokenCaller(sandbox: { id: string; project?: string | und
   return { keyId: `sandbox-token:${sandbox.id}`, project: sandbox.project ?? DEFAULT_PROJECT, admin: false };
 }
 
+/**
+ * The caller of a request through a signed port link: the link's project, as it was when a key of
+ * it made the link (a sandbox that changed project since opens nothing through it).
+ */
+export function portLinkCaller(claims: { sandbox: string; project: string }): Caller {
+  return { keyId: `port-link:${claims.sandbox}`, project: claims.project, admin: false };
+}
+
 /** Whether `caller` may see what belongs to `project` (an admin key sees every project). */
 export function sees(caller: Caller, project: string | undefined): boolean {
   return caller.admin || (project ?? DEFAULT_PROJECT) === caller.project;

@@ -45,6 +45,17 @@ export class SandboxLookup {
     throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
   }
 
+  /**
+   * Throws SANDBOX_NOT_FOUND, worded as for a sandbox that does not exist, when `id` belongs to
+   * another project than the caller's (a killed one's trajectory too). An id no project has
+   * passes: what the caller does with it answers for it.
+   */
+  async assertVisible(caller: Caller, id: string): Promise<void> {
+    if (caller.admin) return;
+    const project = (await this.deps.store.sandboxProject(id)) ?? (await this.deps.ended.projectOf(id));
+    if (project !== undefined && project !== caller.project) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
+  }
+
   /** Whether `id` is a sandbox `caller` may see, or a killed one of its project whose trajectory is still kept. */
   async trajectoryKept(caller: Caller, id: string): Promise<boolean> {
     const s = await this.deps.store.getSandbox(id);

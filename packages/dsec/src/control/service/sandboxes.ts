@@ -84,6 +84,11 @@ export class SandboxService {
     await this.deps.creation.checkSpec(req, project);
   }
 
+  /** See SandboxLookup.assertVisible: the access pipeline's check before a sandbox route's handler. */
+  assertVisible(caller: Caller, id: string): Promise<void> {
+    return this.deps.lookup.assertVisible(caller, id);
+  }
+
   get(caller: Caller, id: string): Promise<SandboxInfo> {
     return this.deps.lookup.get(caller, id);
   }
