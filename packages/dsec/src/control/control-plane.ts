@@ -1,19 +1,19 @@
 import type { Logger } from 'pino';
 import { EdgeRegistry } from './edges/edge-registry.js';
-import { BatchService } from './batches.js';
-import { SandboxCreation } from './sandbox-creation.js';
+import { BatchService } from './service/batches.js';
+import { SandboxCreation } from './service/sandbox-creation.js';
 import { CreateLeases } from './create-leases.js';
 import type { ClusterRegistry } from './cluster/cluster-registry.js';
 import type { ImageStore } from '../image/image-store.js';
-import { Volumes } from './volumes.js';
+import { Volumes } from './service/volumes.js';
 import type { StateStore } from './state-store.js';
 import { Metrics } from './metrics.js';
 import { SnapshotImages } from './snapshot-images.js';
 import { DEFAULT_TRAJECTORY_RETENTION_HOURS, EndedSandboxes } from './ended-sandboxes.js';
 import { OwnedSandboxes } from './owned-sandboxes.js';
 import { TrajectoryLog } from './trajectory-log.js';
-import { WarmPools } from './warm-pools.js';
-import { FnService } from './fn-service.js';
+import { WarmPools } from './service/pools.js';
+import { FnService } from './service/fn.js';
 import { ProjectImages, SHARED_IMAGES_ONLY } from './project-images.js';
 import { ProjectQuotas } from './project-quotas.js';
 import { SYSTEM } from './service/callers.js';
@@ -22,6 +22,7 @@ import { ExpiryService } from './service/expiry.js';
 import { FileService } from './service/files.js';
 import { NetworkService } from './service/network.js';
 import { NodeService } from './service/nodes.js';
+import { ProjectService } from './service/projects.js';
 import { ReplayService } from './service/replay.js';
 import { SandboxLookup } from './service/sandbox-lookup.js';
 import { SandboxService } from './service/sandboxes.js';
@@ -100,6 +101,8 @@ export class ControlPlane {
   readonly nodes: NodeService;
   /** TTLs and idle timeouts. */
   readonly expiry: ExpiryService;
+  /** Projects, their quotas, API keys. */
+  readonly projects: ProjectService;
 
   constructor(store: StateStore, images: ImageStore, log: Logger, opts: ControlPlaneOptions = {}) {
     this.trajectory = new TrajectoryLog(store);
@@ -178,6 +181,7 @@ export class ControlPlane {
     this.exec = new ExecService(sandboxDeps);
     this.files = new FileService(sandboxDeps);
     this.replays = new ReplayService({ ...sandboxDeps, sandboxes: this.sandboxes });
+    this.projects = new ProjectService({ store, quotas: this.quotas });
     this.nodes = new NodeService({ store, edges: this.edges, creation, log });
     this.expiry = new ExpiryService({
       ...sandboxDeps,

@@ -9,8 +9,8 @@ import type { ImageStore } from '../image/image-store.js';
 import type { EdgeRegistry } from './edges/edge-registry.js';
 import { Metrics } from './metrics.js';
 import { infeasible, place, poolUtilisation, score, type PlacementCandidate, type PlacementRequest } from './placement.js';
-import type { Volumes } from './volumes.js';
-import { SandboxCreation } from './sandbox-creation.js';
+import type { Volumes } from './service/volumes.js';
+import { SandboxCreation } from './service/sandbox-creation.js';
 import type { StateStore } from './state-store.js';
 
 const GiB = 1024 ** 3;

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { BatchEventsQuery, BatchIdParams, BatchInfo, BatchList, CreateBatchRequest, ListBatchesQuery } from '@dsec/sdk/schema';
-import type { BatchService } from '../batches.js';
+import type { BatchService } from '../service/batches.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { NDJSON } from './exec.js';

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { FnBatchRequest, FnRunRequest, FnRunResult } from '@dsec/sdk/schema';
-import type { FnService } from '../fn-service.js';
+import type { FnService } from '../service/fn.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { NDJSON } from './exec.js';

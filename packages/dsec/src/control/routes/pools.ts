@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { CreatePoolRequest, PoolInfo, PoolList, PoolNameParams } from '@dsec/sdk/schema';
-import type { WarmPools } from '../warm-pools.js';
+import type { WarmPools } from '../service/pools.js';
 import { errorResponses as errors } from './error-responses.js';
 import { access } from '../../http/access.js';
 

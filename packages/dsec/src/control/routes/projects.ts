@@ -12,10 +12,7 @@ import {
   ProjectNameParams,
   UpdateProjectRequest,
 } from '@dsec/sdk/schema';
-import { ApiError } from '../../api-error.js';
-import { createApiKey } from '../api-keys.js';
 import type { ControlPlane } from '../control-plane.js';
-import type { StateStore, StoredProject } from '../state-store.js';
 import { errorResponses as errors } from './error-responses.js';
 import { access } from '../../http/access.js';
 
@@ -23,19 +20,8 @@ import { access } from '../../http/access.js';
  * Projects and API keys (docs/PROJECTS.md). An admin key creates projects, sets their quotas,
  * mints and revokes keys; any key may read its own project (quota and usage).
  */
-export function projectRoutes(deps: { store: StateStore; control: ControlPlane }): FastifyPluginAsync {
-  const { store, control } = deps;
-  const withUsage = async (p: StoredProject): Promise<ProjectInfo> => ({
-    name: p.name,
-    quota: p.quota,
-    usage: await store.projectUsage(p.name),
-    createdAt: p.createdAt,
-  });
-  const project = async (name: string): Promise<StoredProject> => {
-    const p = await store.getProject(name);
-    if (!p) throw new ApiError('PROJECT_NOT_FOUND', `no project ${name}; list them with \`dsec project ls\``, { project: name });
-    return p;
-  };
+export function projectRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
+  const projects = deps.control.projects;
   return async (base) => {
     const app = base.withTypeProvider<TypeBoxTypeProvider>();
     const tags = ['projects'];
@@ -47,14 +33,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         schema: { tags, summary: 'Create a project (admin key)', body: CreateProjectRequest, response: { 201: ProjectInfo, ...errors } },
       },
       async (req, reply) => {
-        if (!(await store.insertProject(req.body.name, req.body.quota ?? {}))) {
-          throw new ApiError(
-            'PROJECT_EXISTS',
-            `project ${req.body.name} exists already; change its quota with \`dsec project set-quota\``,
-            { project: req.body.name },
-          );
-        }
-        return reply.status(201).send(await withUsage(await project(req.body.name)));
+        return reply.status(201).send(await projects.create(req.caller, req.body.name, req.body.quota ?? {}));
       },
     );
 
@@ -69,8 +48,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req) => {
-        const all = req.caller.admin ? await store.listProjects() : [await project(req.caller.project)];
-        return { projects: await Promise.all(all.map(withUsage)) };
+        return { projects: await projects.list(req.caller) };
       },
     );
 
@@ -81,9 +59,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         schema: { tags, summary: 'One project: quota and usage', params: ProjectNameParams, response: { 200: ProjectInfo, ...errors } },
       },
       async (req) => {
-        if (!req.caller.admin && req.params.name !== req.caller.project)
-          throw new ApiError('PROJECT_NOT_FOUND', `no project ${req.params.name}`, { project: req.params.name });
-        return withUsage(await project(req.params.name));
+        return projects.get(req.caller, req.params.name);
       },
     );
 
@@ -100,12 +76,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req) => {
-        const p = await project(req.params.name);
-        const quota = { ...p.quota, ...req.body.quota };
-        for (const k of req.body.clear ?? []) delete quota[k];
-        await store.setProjectQuota(p.name, quota);
-        control.quotas.reset(p.name);
-        return withUsage(await project(p.name));
+        return projects.setQuota(req.caller, req.params.name, req.body.quota ?? {}, req.body.clear ?? []);
       },
     );
 
@@ -121,10 +92,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req, reply) => {
-        await project(req.body.project);
-        const admin = req.body.admin ?? false;
-        const k = await createApiKey(store, req.body.name ?? `${req.body.project} key`, { project: req.body.project, admin });
-        return reply.status(201).send({ ...k, project: req.body.project, admin });
+        return reply.status(201).send(await projects.createKey(req.caller, req.body));
       },
     );
 
@@ -140,7 +108,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req) => {
-        return { keys: await store.listKeys(req.query.project) };
+        return { keys: await projects.listKeys(req.caller, req.query.project) };
       },
     );
 
@@ -156,8 +124,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req, reply) => {
-        if (!(await store.revokeKey(req.params.id)))
-          throw new ApiError('KEY_NOT_FOUND', `no key ${req.params.id}; list them with \`dsec key ls\``, { id: req.params.id });
+        await projects.revokeKey(req.caller, req.params.id);
         return reply.status(204).send(null);
       },
     );

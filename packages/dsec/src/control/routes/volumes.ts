@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { CreateVolumeRequest, VolumeInfo, VolumeList, VolumeNameParams } from '@dsec/sdk/schema';
-import type { Volumes } from '../volumes.js';
+import type { Volumes } from '../service/volumes.js';
 import { errorResponses as errors } from './error-responses.js';
 import { access } from '../../http/access.js';
 

@@ -2,7 +2,7 @@ import type { Duplex } from 'node:stream';
 import type { NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState } from '@dsec/sdk/schema';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
-import { checkPolicy } from '../sandbox-creation.js';
+import { checkPolicy } from './sandbox-spec.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
 import type { SandboxLookup } from './sandbox-lookup.js';

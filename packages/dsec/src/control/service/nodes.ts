@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { NodeInfo } from '@dsec/sdk/schema';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
-import type { SandboxCreation } from '../sandbox-creation.js';
+import type { SandboxCreation } from './sandbox-creation.js';
 import type { StateStore } from '../state-store.js';
 
 /** The cluster's nodes as callers see them, draining one, and keeping the store in step with an edge. */

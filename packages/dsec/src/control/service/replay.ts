@@ -10,7 +10,7 @@ import type {
 } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT, type CreateSandboxRequest } from '@dsec/sdk/schema';
 import type { EdgeApi, EdgeNetworkRequest } from '../../edge/edge-api.js';
-import { checkPolicy } from '../sandbox-creation.js';
+import { checkPolicy } from './sandbox-spec.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import { SYSTEM, type Caller } from './callers.js';

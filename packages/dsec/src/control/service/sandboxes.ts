@@ -7,11 +7,11 @@ import type { EndedSandboxes } from '../ended-sandboxes.js';
 import type { Metrics } from '../metrics.js';
 import type { ProjectImages } from '../project-images.js';
 import type { ProjectQuotas } from '../project-quotas.js';
-import type { CreateOptions, SandboxCreation } from '../sandbox-creation.js';
+import type { CreateOptions, SandboxCreation } from './sandbox-creation.js';
 import type { SnapshotImages } from '../snapshot-images.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
-import { WarmPools } from '../warm-pools.js';
+import { WarmPools } from './pools.js';
 import { sees, type Caller } from './callers.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 

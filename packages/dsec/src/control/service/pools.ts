@@ -1,9 +1,9 @@
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { Logger } from 'pino';
 import type { CreatePoolRequest, CreateSandboxRequest, PoolInfo, PoolSpec, SandboxInfo } from '@dsec/sdk/schema';
-import { ApiError } from '../api-error.js';
-import { DEFAULT_LIMITS } from './sandbox-ids.js';
-import type { StateStore } from './state-store.js';
+import { ApiError } from '../../api-error.js';
+import { DEFAULT_LIMITS } from '../sandbox-ids.js';
+import type { StateStore } from '../state-store.js';
 
 /** Label of an unclaimed pool sandbox (value: the pool). Reserved: a caller's create may not set it. */
 export const POOL_READY_LABEL = 'dsec.pool-ready';

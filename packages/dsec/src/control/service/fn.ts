@@ -13,11 +13,11 @@ import {
   type FnRunResult,
   type ImageConfig,
 } from '@dsec/sdk/schema';
-import { ApiError } from '../api-error.js';
-import type { EdgeFnRequest } from '../edge/edge-api.js';
-import { rejectNul } from '../exec/exec-target.js';
-import type { EdgeRegistry } from './edges/edge-registry.js';
-import { place } from './placement.js';
+import { ApiError } from '../../api-error.js';
+import type { EdgeFnRequest } from '../../edge/edge-api.js';
+import { rejectNul } from '../../exec/exec-target.js';
+import type { EdgeRegistry } from '../edges/edge-registry.js';
+import { place } from '../placement.js';
 
 /** An image name is resolved at most this often per name: a burst of calls reads the image store once. */
 const IMAGE_CACHE_MS = 2000;

@@ -2,12 +2,12 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { BatchEvent, BatchInfo, CreateBatchRequest, CreateSandboxRequest } from '@dsec/sdk/schema';
-import { ApiError } from '../api-error.js';
-import type { EdgeRegistry } from './edges/edge-registry.js';
-import type { ProjectQuotas } from './project-quotas.js';
-import { SYSTEM } from './service/callers.js';
-import type { SandboxService } from './service/sandboxes.js';
-import type { StateStore, StoredBatch } from './state-store.js';
+import { ApiError } from '../../api-error.js';
+import type { EdgeRegistry } from '../edges/edge-registry.js';
+import type { ProjectQuotas } from '../project-quotas.js';
+import { SYSTEM } from './callers.js';
+import type { SandboxService } from './sandboxes.js';
+import type { StateStore, StoredBatch } from '../state-store.js';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 
 /** Label on every sandbox a batch made: list or kill them by it. */

@@ -1,11 +1,11 @@
 import type { Logger } from 'pino';
 import type { CreateSandboxRequest, CreateVolumeRequest, VolumeInfo } from '@dsec/sdk/schema';
-import { ApiError } from '../api-error.js';
-import type { EdgeCreateRequest } from '../edge/edge-api.js';
-import { volumeMountsError } from '../edge/protocol/volume-paths.js';
-import type { Caller } from './api-keys.js';
-import type { EdgeRegistry } from './edges/edge-registry.js';
-import type { StateStore, StoredVolume } from './state-store.js';
+import { ApiError } from '../../api-error.js';
+import type { EdgeCreateRequest } from '../../edge/edge-api.js';
+import { volumeMountsError } from '../../edge/protocol/volume-paths.js';
+import type { Caller } from '../api-keys.js';
+import type { EdgeRegistry } from '../edges/edge-registry.js';
+import type { StateStore, StoredVolume } from '../state-store.js';
 
 /** The volumes of a create request, resolved: the one edge that holds them all, and the mounts to ask it for. */
 export interface ResolvedVolumes {

@@ -1,19 +1,17 @@
 import type { Logger } from 'pino';
-import type { CreateSandboxRequest, ImageConfig, NetworkPolicyRequest, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
-import { ApiError } from '../api-error.js';
-import type { EdgeApi, EdgeNetworkRequest, SandboxLimits } from '../edge/edge-api.js';
-import type { ImageId, ImageStore } from '../image/image-store.js';
-import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
-import { allowEntryError } from '../net/policy.js';
-import type { EdgeRegistry } from './edges/edge-registry.js';
-import type { Metrics } from './metrics.js';
-import { infeasible, place, poolUtilisation } from './placement.js';
-import type { CreateLease, StateStore } from './state-store.js';
-import { DEFAULT_LIMITS, newSandboxId } from './sandbox-ids.js';
-import type { ProjectImages } from './project-images.js';
-import type { ProjectQuotas } from './project-quotas.js';
+import type { CreateSandboxRequest, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { EdgeApi, SandboxLimits } from '../../edge/edge-api.js';
+import type { ImageStore } from '../../image/image-store.js';
+import type { EdgeRegistry } from '../edges/edge-registry.js';
+import type { Metrics } from '../metrics.js';
+import { infeasible, place, poolUtilisation } from '../placement.js';
+import type { CreateLease, StateStore } from '../state-store.js';
+import type { ProjectImages } from '../project-images.js';
+import type { ProjectQuotas } from '../project-quotas.js';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { checkVolumeMounts, type Volumes } from './volumes.js';
+import type { Volumes } from './volumes.js';
+import { checkPolicy, limitsFor, newSandboxInfo, SandboxSpecs } from './sandbox-spec.js';
 
 export interface SandboxCreationDeps {
   store: StateStore;
@@ -59,7 +57,11 @@ export class SandboxCreation {
   /** Sandboxes whose create is in flight here: reconcile leaves them to their create. */
   readonly inflight = new Set<string>();
 
-  constructor(private readonly deps: SandboxCreationDeps) {}
+  readonly #specs: SandboxSpecs;
+
+  constructor(private readonly deps: SandboxCreationDeps) {
+    this.#specs = new SandboxSpecs(deps);
+  }
 
   #edge(id: string): EdgeApi {
     return this.deps.edges.api(id);
@@ -100,48 +102,16 @@ export class SandboxCreation {
   }
 
   limitsFor(req: CreateSandboxRequest): SandboxLimits {
-    return { ...DEFAULT_LIMITS, ...req.resources };
+    return limitsFor(req);
   }
 
-  /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
-  async composeLayers(
-    req: CreateSandboxRequest,
-    project: string,
-  ): Promise<{ imageId: ImageId; layers: LayerDigest[]; config: ImageConfig }> {
-    const notFound = (ref: string): ApiError =>
-      new ApiError(
-        'IMAGE_NOT_FOUND',
-        `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``,
-        {
-          image: ref,
-        },
-      );
-    // Only images the project may use (its own and shared ones: docs/PROJECTS.md).
-    const imageId = await this.deps.projectImages.resolve(project, req.image);
-    const manifest = imageId && this.deps.images.get(imageId);
-    if (!imageId || !manifest) throw notFound(req.image);
-    const layers: LayerDigest[] = [...manifest.layers];
-    for (const ref of req.layers ?? []) {
-      let extra: LayerDigest[];
-      // A digest that only other projects' private images hold answers as an unknown one.
-      if (isLayerDigest(ref) && (await this.deps.projectImages.layerVisible(project, ref)) && (await this.deps.images.layers.fetch(ref)))
-        extra = [ref];
-      else {
-        const id = await this.deps.projectImages.resolve(project, ref);
-        const m = id && this.deps.images.get(id);
-        if (!m) throw notFound(ref);
-        extra = m.layers;
-      }
-      for (const l of extra) if (!layers.includes(l)) layers.push(l);
-    }
-    return { imageId, layers, config: manifest.config };
+  composeLayers(req: CreateSandboxRequest, project: string): ReturnType<SandboxSpecs['composeLayers']> {
+    return this.#specs.composeLayers(req, project);
   }
 
   /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
-  async checkSpec(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<void> {
-    await this.composeLayers(req, project);
-    if (req.network) checkPolicy(req.network);
-    checkVolumeMounts(req);
+  checkSpec(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<void> {
+    return this.#specs.checkSpec(req, project);
   }
 
   /**
@@ -487,63 +457,4 @@ const KILL_UNANSWERED_MS = 5 * 60_000;
 function outcomeUnknown(err: unknown): boolean {
   if (!(err instanceof ApiError)) return true;
   return err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] !== true;
-}
-
-/** The record of a sandbox just placed on `edge`, status creating, as create and createGroup write it. */
-function newSandboxInfo(
-  req: CreateSandboxRequest,
-  edge: string,
-  imageId: string,
-  limits: SandboxLimits,
-  layers: string[],
-  extraLabels: Record<string, string>,
-  project: string,
-): SandboxInfo {
-  const now = Date.now();
-  const info: SandboxInfo = {
-    id: newSandboxId(edge),
-    edge,
-    project,
-    backend: req.backend ?? 'container',
-    status: 'creating',
-    image: req.image,
-    imageId,
-    resources: limits,
-    labels: { ...(req.labels ?? {}), ...extraLabels },
-    layers,
-    createdAt: new Date(now).toISOString(),
-    onExpiry: req.onExpiry ?? 'stop',
-    lastActivityAt: new Date(now).toISOString(),
-  };
-  if (req.ttlSeconds !== undefined) {
-    info.ttlSeconds = req.ttlSeconds;
-    info.expiresAt = new Date(now + req.ttlSeconds * 1000).toISOString();
-  }
-  if (req.idleTimeoutSeconds !== undefined) info.idleTimeoutSeconds = req.idleTimeoutSeconds;
-  return info;
-}
-
-/**
- * The allow list's syntax, checked here so a bad entry is a 400 before any placement; host names
- * are resolved by the edge that enforces the rules (DNS is a fact of its node).
- */
-export function checkPolicy(req: NetworkPolicyRequest): EdgeNetworkRequest {
-  if (req.mode !== 'allow' && req.allow?.length) {
-    throw new ApiError('INVALID_REQUEST', `allow entries only apply to mode "allow", not "${req.mode}"`, { field: 'allow' });
-  }
-  if (req.mode === 'allow' && !req.allow?.length) {
-    throw new ApiError(
-      'INVALID_REQUEST',
-      'mode "allow" needs at least one allow entry (CIDR, CIDR:port, host or host:port); use mode "none" to allow nothing',
-      {
-        field: 'allow',
-      },
-    );
-  }
-  const allow = req.mode === 'allow' ? (req.allow ?? []) : [];
-  for (const entry of allow) {
-    const err = allowEntryError(entry);
-    if (err) throw new ApiError('INVALID_REQUEST', err, { field: 'allow' });
-  }
-  return { mode: req.mode, allow };
 }
