@@ -11,6 +11,14 @@ module.exports = {
       from: {},
       to: { circular: true },
     },
+    {
+      name: 'image-below-the-platform',
+      severity: 'error',
+      comment:
+        'image/ (layers, images, builders, import, registry client) sits below the platform that runs it: it imports nothing of control/, edge/, runtime/, cli/, bench/ (nor exec/, net/, http/, config/, demo/), only itself, host/ and api-error.ts (and the SDK package). What a Dockerfile build needs from the platform is an interface image/ declares (BuildSandboxes, image/dockerfile/sandboxes.ts) that control/ implements (control/build-sandboxes.ts). image/README.md states it.',
+      from: { path: '^packages/dsec/src/image/' },
+      to: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/(image|host)/', '^packages/dsec/src/api-error\\.ts$'] },
+    },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },
