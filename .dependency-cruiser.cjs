@@ -16,23 +16,35 @@ module.exports = {
       severity: 'error',
       comment:
         'Routes, the E2B layer and the port proxy call services (control/service/), which take the caller and decide project scope; ' +
-        'only services reach an edge. They may use the edge protocol\'s types, never an edge client or the lookup that finds one.',
+        "only services reach an edge. They may use the edge protocol's types, never an edge client or the lookup that finds one.",
       from: { path: '^packages/dsec/src/control/(routes|e2b|ports)/' },
       to: { path: ['^packages/dsec/src/control/edges/', '^packages/dsec/src/control/service/sandbox-lookup\\.ts$'] },
     },
     {
       name: 'sandbox-lookup-is-private-to-services',
       severity: 'error',
-      comment: 'SandboxLookup is how a service finds a sandbox for a caller and reaches its edge: nothing outside service/ (and the composition root) uses it.',
-      from: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/control/service/', '^packages/dsec/src/control/control-plane\\.ts$'] },
+      comment:
+        'SandboxLookup is how a service finds a sandbox for a caller and reaches its edge: nothing outside service/ (and the composition root) uses it.',
+      from: {
+        path: '^packages/dsec/src/',
+        pathNot: ['^packages/dsec/src/control/service/', '^packages/dsec/src/control/control-plane\\.ts$'],
+      },
       to: { path: '^packages/dsec/src/control/service/sandbox-lookup\\.ts$' },
+    },
+    {
+      name: 'image-below-the-platform',
+      severity: 'error',
+      comment:
+        'image/ (layers, images, builders, import, registry client) sits below the platform that runs it: it imports nothing of control/, edge/, runtime/, cli/, bench/ (nor exec/, net/, http/, config/, demo/), only itself, host/ and api-error.ts (and the SDK package). What a Dockerfile build needs from the platform is an interface image/ declares (BuildSandboxes, image/dockerfile/sandboxes.ts) that control/ implements (control/build-sandboxes.ts). image/README.md states it.',
+      from: { path: '^packages/dsec/src/image/' },
+      to: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/(image|host)/', '^packages/dsec/src/api-error\\.ts$'] },
     },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },
     exclude: { path: ['dist/', '\\.test\\.ts$', '/test/'] },
     tsPreCompilationDeps: true,
-    
+
     enhancedResolveOptions: { extensions: ['.ts', '.js'] },
   },
 };

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { LayerDigest } from './layer-store.js';
+import type { LayerDigest } from './layer-digest.js';
 
 /**
  * A blob store: where layer blobs are read from and put. An edge reads its layers through one

@@ -21,15 +21,10 @@ import { stagingPrefix, sweepDeadStaging } from './staging.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { computeChunkIndex, DEFAULT_CHUNK_SIZE, isChunkIndex, type ChunkIndex } from './chunk-index.js';
 import type { BlobSource } from './blob-source.js';
+import { isLayerDigest, type LayerDigest } from './layer-digest.js';
 
-/** `sha256:<64 hex>`: the content address of an EROFS layer blob. */
-export type LayerDigest = `sha256:${string}`;
-
-const DIGEST = /^sha256:[0-9a-f]{64}$/;
-
-export function isLayerDigest(s: string): s is LayerDigest {
-  return DIGEST.test(s);
-}
+// The digest type lives in layer-digest.ts (blob-source.ts needs it, and the store needs BlobSource).
+export { isLayerDigest, type LayerDigest };
 
 /**
  * Content-addressed store of EROFS layer blobs in a local directory (which may be a shared POSIX

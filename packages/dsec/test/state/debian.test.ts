@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { buildDebianImage } from '../../src/image/builders/debian.js';
 import { buildDockerfile } from '../../src/image/dockerfile/builder.js';
-import { controlPlaneSandboxes } from '../../src/image/dockerfile/sandboxes.js';
+import { controlPlaneSandboxes } from '../../src/control/build-sandboxes.js';
 import { which } from '../../src/host/doctor.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { buildDockerfile, type DockerfileBuildOptions } from '../../src/image/dockerfile/builder.js';
 import { DockerfileError, parseDockerfile, splitWords } from '../../src/image/dockerfile/parser.js';
-import { controlPlaneSandboxes } from '../../src/image/dockerfile/sandboxes.js';
+import { controlPlaneSandboxes } from '../../src/control/build-sandboxes.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { SYSTEM } from '../../src/control/service/callers.js';
 

@@ -12,7 +12,8 @@ import { LayerStore } from '../../image/layer-store.js';
 import { ImportError, importImage } from '../../image/oci-import.js';
 import { DockerfileError } from '../../image/dockerfile/parser.js';
 import { buildDockerfile, type DockerfileBuildOptions, type DockerfileBuildResult } from '../../image/dockerfile/builder.js';
-import { controlPlaneSandboxes, sdkSandboxes } from '../../image/dockerfile/sandboxes.js';
+import { sdkSandboxes } from '../../image/dockerfile/sandboxes.js';
+import { BUILD_LABELS, controlPlaneSandboxes } from '../../control/build-sandboxes.js';
 import { findRunningServer, startAllInOne } from '../../runtime/all-in-one.js';
 import { checkImageName } from '../../image/builders/builder.js';
 import { UsageError } from '../args.js';
@@ -65,7 +66,7 @@ async function runDockerfileBuild(
   const conn = await findRunningServer(options.dataDir);
   if (conn) {
     o.progress?.(`using the dsec server at ${conn.url}`);
-    return buildDockerfile({ ...rest, images, sandboxes: sdkSandboxes({ url: conn.url, apiKey: conn.apiKey }) });
+    return buildDockerfile({ ...rest, images, sandboxes: sdkSandboxes({ url: conn.url, apiKey: conn.apiKey }, BUILD_LABELS) });
   }
   o.progress?.('no dsec server runs on this data dir: starting one in this process for the build');
   const dsec = await startAllInOne({ ...options, listen: '127.0.0.1:0' });

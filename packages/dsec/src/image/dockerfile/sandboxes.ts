@@ -1,16 +1,14 @@
 import { totalmem } from 'node:os';
-import { Readable } from 'node:stream';
 import { DsecError, NotFoundError, Sandbox, type ConnectionOptions } from '@dsec/sdk';
 import type { ExecRequest, Resources } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { ControlPlane } from '../../control/control-plane.js';
-import { ownedLabels } from '../../control/owned-sandboxes.js';
-import { SYSTEM } from '../../control/service/callers.js';
 
 /**
  * What a Dockerfile build needs from dsec to run a step in a real sandbox: create one from an
- * image, run a command, put files, snapshot, kill. Two implementations: the in-process control
- * plane (tests, a CLI that started its own server) and the HTTP API through the SDK.
+ * image, run a command, put files, snapshot, kill. image/ declares it and the platform passes an
+ * implementation in (image/ imports nothing of control/): the in-process control plane's
+ * (control/build-sandboxes.ts: tests, a CLI that started its own server) and the HTTP API's
+ * through the SDK (`sdkSandboxes`, acting with the caller's key).
  */
 export interface BuildSandboxes {
   create(image: string): Promise<string>;
@@ -30,61 +28,19 @@ export function buildResources(): Resources {
   return { cpu: 2, memoryMiB: Math.max(256, Math.min(4096, Math.floor(hostMiB / 2))), pids: 4096 };
 }
 
-/** Owned by the build's process (control/owned-sandboxes.ts): a build killed mid-step leaves sandboxes the control plane then kills. */
-export const BUILD_LABELS = { 'dsec.build': 'dockerfile', ...ownedLabels() };
+/** Marks a build step's sandbox; an implementation adds the labels that make it owned by the build's process. */
+export const BUILD_STEP_LABELS = { 'dsec.build': 'dockerfile' };
 
 /** Whether an error means "no such image" (the build retries with a fresh runner image). */
 export function isImageNotFound(err: unknown): boolean {
   return (err instanceof ApiError || err instanceof DsecError) && err.code === 'IMAGE_NOT_FOUND';
 }
 
-/** In process, as dsec itself: what the builds of tests and a CLI that started its own server did before callers had keys. */
-export function controlPlaneSandboxes(control: ControlPlane): BuildSandboxes {
-  const caller = SYSTEM;
-  const notFound = (err: unknown): boolean => err instanceof ApiError && err.code === 'FILE_NOT_FOUND';
-  return {
-    async create(image) {
-      return (await control.sandboxes.create(caller, { image, labels: BUILD_LABELS, resources: buildResources() })).id;
-    },
-    async run(id, req, onOutput) {
-      for await (const ev of await control.exec.execStream(caller, id, req)) {
-        if (ev.type === 'exit') return { exitCode: ev.result.exitCode, timedOut: ev.result.timedOut };
-        onOutput(ev.data);
-      }
-      throw new Error('the command ended without an exit status');
-    },
-    async uploadTar(id, dir, tar) {
-      await control.files.uploadTar(caller, id, dir, Readable.from([tar]));
-    },
-    async mkdir(id, path) {
-      await control.files.makeDir(caller, id, path, true);
-    },
-    async stat(id, path) {
-      try {
-        return (await control.files.stat(caller, id, path)).type;
-      } catch (err) {
-        if (notFound(err)) return undefined;
-        throw err;
-      }
-    },
-    async readFile(id, path) {
-      try {
-        return await control.files.readFile(caller, id, path, 4 << 20);
-      } catch (err) {
-        if (notFound(err)) return undefined;
-        throw err;
-      }
-    },
-    async snapshot(id, scrub) {
-      return control.snapshots.snapshot(caller, id, { scrub, keep: true }); // a step's image outlives its build sandbox
-    },
-    async kill(id) {
-      await control.sandboxes.kill(caller, id);
-    },
-  };
-}
-
-export function sdkSandboxes(conn: ConnectionOptions): BuildSandboxes {
+/**
+ * Build sandboxes through a dsec server's API, as the key's project. `labels` go on every build
+ * sandbox (control/build-sandboxes.ts's BUILD_LABELS: whose process owns it).
+ */
+export function sdkSandboxes(conn: ConnectionOptions, labels: Record<string, string>): BuildSandboxes {
   const open = new Map<string, Sandbox>();
   const sb = (id: string): Sandbox => {
     const s = open.get(id);
@@ -93,7 +49,7 @@ export function sdkSandboxes(conn: ConnectionOptions): BuildSandboxes {
   };
   return {
     async create(image) {
-      const s = await Sandbox.create({ ...conn, image, labels: BUILD_LABELS, resources: buildResources() });
+      const s = await Sandbox.create({ ...conn, image, labels, resources: buildResources() });
       open.set(s.id, s);
       return s.id;
     },

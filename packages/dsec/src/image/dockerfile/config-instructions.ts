@@ -1,0 +1,123 @@
+import { posix } from 'node:path';
+import { type InstructionHandler, envMap } from './build-state.js';
+import { resolveUser } from './image-users.js';
+import { DockerfileError, parseExecForm, parseKeyValues, splitWords, substitute, takeFlags } from './parser.js';
+
+// The instructions that change the image's config (and the build's variables), not its files:
+// FROM, ARG, ENV, LABEL, MAINTAINER, WORKDIR, USER, CMD, ENTRYPOINT, SHELL, and those dsec ignores.
+
+const from: InstructionHandler = (b, ins, esc) => {
+  if (b.stage) throw new DockerfileError('multi-stage builds (a second FROM) are not supported', ins.line);
+  const { flags, rest } = takeFlags(ins.args, ins.line);
+  if (flags.size) b.warn(`FROM flags ignored: ${[...flags.keys()].map((f) => `--${f}`).join(' ')}`);
+  const words = splitWords(rest, b.vars(), esc);
+  const ref = words[0];
+  if (!ref) throw new DockerfileError('FROM needs an image', ins.line);
+  if (words.length > 1 && !(words.length === 3 && words[1]!.toUpperCase() === 'AS'))
+    throw new DockerfileError(`FROM ${rest}: expected "FROM image [AS name]"`, ins.line);
+  if (ref === 'scratch')
+    throw new DockerfileError(
+      'FROM scratch is not supported: build steps run in a sandbox, which needs a shell and tar (start FROM busybox)',
+      ins.line,
+    );
+  const id = b.images.resolve(ref);
+  const m = id && b.images.get(id);
+  if (!m)
+    throw new DockerfileError(
+      `no dsec image ${JSON.stringify(ref)}: list images with \`dsec image ls\`; build or import one first`,
+      ins.line,
+    );
+  b.stage = { layers: [...m.layers], config: structuredClone(m.config) };
+  // Builder bookkeeping of the base image is not the new image's.
+  delete b.stage.config.labels['dsec.build.key'];
+  b.stageArgs = new Map();
+  b.progress(` ---> ${id}`);
+};
+
+const arg: InstructionHandler = (b, ins, esc) => {
+  const target = b.stage ? b.stageArgs : b.globalArgs;
+  for (const word of splitWords(ins.args, undefined, esc)) {
+    const eq = word.indexOf('=');
+    const name = eq === -1 ? word : word.slice(0, eq);
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) throw new DockerfileError(`invalid ARG name ${JSON.stringify(name)}`, ins.line);
+    const dflt = eq === -1 ? undefined : substitute(word.slice(eq + 1), b.vars(), esc);
+    let value = b.buildArgs.get(name) ?? dflt;
+    if (value === undefined && b.stage) value = b.globalArgs.get(name);
+    if (b.buildArgs.has(name)) b.usedBuildArgs.add(name);
+    target.set(name, value);
+  }
+};
+
+const env: InstructionHandler = (b, ins, esc) => {
+  const s = b.need(ins);
+  const vars = envMap(s.config.env);
+  for (const [k, v] of parseKeyValues(ins.args, b.vars(), esc, true, ins.line)) vars.set(k, v);
+  s.config.env = [...vars].map(([k, v]) => `${k}=${v}`);
+};
+
+const label: InstructionHandler = (b, ins, esc) => {
+  const s = b.need(ins);
+  for (const [k, v] of parseKeyValues(ins.args, b.vars(), esc, false, ins.line)) s.config.labels[k] = v;
+};
+
+const maintainer: InstructionHandler = (b, ins) => {
+  b.need(ins).config.labels['maintainer'] = ins.args;
+};
+
+const workdir: InstructionHandler = (b, ins, esc) => {
+  const s = b.need(ins);
+  const p = substitute(ins.args, b.vars(), esc);
+  if (!p) throw new DockerfileError('WORKDIR needs a path', ins.line);
+  const abs = posix.resolve(s.config.cwd || '/', p);
+  if (abs !== s.config.cwd) b.pendingWorkdir = true;
+  s.config.cwd = abs;
+};
+
+const user: InstructionHandler = async (b, ins, esc) => {
+  const s = b.need(ins);
+  const spec = substitute(ins.args, b.vars(), esc).trim();
+  if (!spec) throw new DockerfileError('USER needs a user', ins.line);
+  s.config.user = await resolveUser(b, spec, ins.line);
+  if (s.config.user !== spec) b.progress(` ---> user ${spec} is ${s.config.user}`);
+};
+
+const cmdOrEntrypoint: InstructionHandler = (b, ins) => {
+  const s = b.need(ins);
+  const argv = parseExecForm(ins.args) ?? (ins.args ? [...b.shell, ins.args] : []);
+  if (ins.keyword === 'CMD') {
+    s.config.cmd = argv;
+    b.cmdSetHere = true;
+  } else {
+    s.config.entrypoint = argv;
+    if (!b.cmdSetHere) s.config.cmd = []; // Docker: a new ENTRYPOINT drops the base image's CMD
+  }
+};
+
+const shell: InstructionHandler = (b, ins) => {
+  const argv = parseExecForm(ins.args);
+  if (!argv?.length) throw new DockerfileError('SHELL needs the JSON form, e.g. SHELL ["/bin/bash", "-c"]', ins.line);
+  b.shell = argv;
+};
+
+const ignored: InstructionHandler = (b, ins) => {
+  b.need(ins);
+  b.warn(`${ins.keyword} is ignored (dsec images have no ports, volumes, stop signals, health checks or triggers)`);
+};
+
+export const CONFIG_INSTRUCTIONS: Record<string, InstructionHandler> = {
+  FROM: from,
+  ARG: arg,
+  ENV: env,
+  LABEL: label,
+  MAINTAINER: maintainer,
+  WORKDIR: workdir,
+  USER: user,
+  CMD: cmdOrEntrypoint,
+  ENTRYPOINT: cmdOrEntrypoint,
+  SHELL: shell,
+  EXPOSE: ignored,
+  VOLUME: ignored,
+  STOPSIGNAL: ignored,
+  HEALTHCHECK: ignored,
+  ONBUILD: ignored,
+};
