@@ -33,15 +33,9 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         {
-          paths: [
-            {
-              name: 'dsec',
-              message: "import one of dsec's entry points: dsec/runtime, dsec/host, dsec/container, dsec/edge, dsec/cluster.",
-            },
-          ],
           patterns: [
             {
-              group: ['dsec/*', '!dsec/runtime', '!dsec/host', '!dsec/container', '!dsec/edge', '!dsec/cluster'],
+              regex: '^dsec(/(?!(runtime|host|container|edge|cluster)$).*)?$',
               message:
                 'the bench imports dsec only through its entry points: dsec/runtime, dsec/host, dsec/container, dsec/edge, dsec/cluster (packages/dsec/src/entry/).',
             },
