@@ -1,3 +1,8 @@
+/**
+ * `dsec bench cluster`: the control plane's own create rate and a batch against SIMULATED edges,
+ * and where a create's time goes. The real run (crun edges) is cluster-real.ts, the targets and
+ * rendering cluster-report.ts, the options and result cluster-result.ts.
+ */
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { round } from '../stats.js';

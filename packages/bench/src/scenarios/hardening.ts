@@ -1,3 +1,8 @@
+/**
+ * `dsec bench hardening`: the arms (raw crun with and without dsec's defences, dsec with and without
+ * its extras) timed alternately, and network policy switches. What it measures and why: the
+ * options' comment in hardening-result.ts; targets and rendering: hardening-report.ts.
+ */
 import { Sandbox, type Session } from '@dsec/sdk';
 import { round } from '../stats.js';
 import {
