@@ -39,6 +39,24 @@ module.exports = {
       from: { path: '^packages/dsec/src/image/' },
       to: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/(image|host)/', '^packages/dsec/src/api-error\\.ts$'] },
     },
+    {
+      name: 'dsec-does-not-import-bench',
+      severity: 'error',
+      comment:
+        'The benchmark suite (packages/bench) sits beside dsec: dsec never imports it; `dsec bench` runs its CLI as a child process.',
+      from: { path: '^packages/(dsec|sdk)/' },
+      to: { path: ['^packages/bench/', '^@dsec/bench(/|$)'] },
+    },
+    {
+      name: 'bench-through-dsec-entry-points',
+      severity: 'error',
+      comment: 'The bench imports dsec only through the entry points in its exports map (packages/dsec/src/entry/, `dsec/<name>`).',
+      from: { path: '^packages/bench/' },
+      to: {
+        path: ['^packages/dsec/', '^dsec(/|$)'],
+        pathNot: ['^packages/dsec/src/entry/', '^dsec/(runtime|host|container|edge|cluster)$'],
+      },
+    },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },

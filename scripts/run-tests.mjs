@@ -107,7 +107,7 @@ const NO_USERNS_PASS = [
 ];
 
 const filter = process.argv.slice(2);
-let files = [...findTests('packages/sdk/dist'), ...findTests('packages/dsec/dist')].sort();
+let files = [...findTests('packages/sdk/dist'), ...findTests('packages/dsec/dist'), ...findTests('packages/bench/dist')].sort();
 const postgresFiles = files.filter((f) => f.startsWith('packages/dsec/') && POSTGRES_PASS.some((x) => f.includes(x)));
 const withPostgres = !filter.length || filter.includes('postgres');
 const noUsernsFiles = files.filter((f) => f.startsWith('packages/dsec/') && NO_USERNS_PASS.some((x) => f.includes(x)));

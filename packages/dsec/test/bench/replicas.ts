@@ -17,7 +17,7 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { startSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startSimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import { startEdgeDaemon } from '../../src/runtime/edge-daemon.js';
 import { testPostgres } from '../helpers/postgres.js';
 import { makeDataDir, newEdgeId } from '../helpers/server.js';

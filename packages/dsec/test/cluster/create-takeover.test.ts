@@ -16,7 +16,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
-import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import type { RunningEdgeDaemon } from '../../src/runtime/edge-daemon.js';
 import { postgresSkipReason } from '../helpers/postgres.js';
 import { registrySkipReason, startTestRegistry, type TestRegistry } from '../helpers/registry.js';

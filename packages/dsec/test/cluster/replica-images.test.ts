@@ -13,7 +13,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSyn
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { ImageInfo, SandboxInfo } from '@dsec/sdk/schema';
-import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { ImageStore } from '../../src/image/image-store.js';
 import { LayerStore } from '../../src/image/layer-store.js';

@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { BatchEvent, SandboxInfo } from '@dsec/sdk/schema';
-import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import { postgresSkipReason } from '../helpers/postgres.js';
 import { integrationSkipReason } from '../helpers/server.js';
 import { api, startReplicaPair, until, type Endpoint, type ReplicaPair } from './support/replica-pair.js';

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
-import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import { compileOptions } from '../../src/config/options.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { startControlPlane, type RunningControl } from '../../src/runtime/all-in-one.js';

@@ -15,7 +15,7 @@ import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { pino } from 'pino';
 import type { SandboxInfo } from '@dsec/sdk/schema';
-import { SimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { SimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import { createApiKey } from '../../src/control/api-keys.js';
 import { ControlPlane } from '../../src/control/control-plane.js';
 import { PortLinks } from '../../src/control/ports/port-links.js';

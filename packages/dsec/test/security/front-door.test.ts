@@ -14,7 +14,7 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import type { CreatedKey, SandboxInfo } from '@dsec/sdk/schema';
-import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/bench/simulated-edge.js';
+import { startSimulatedEdge, type RunningSimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import { compileOptions } from '../../src/config/options.js';
 import { declaredRoutes, type Access } from '../../src/http/access.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';

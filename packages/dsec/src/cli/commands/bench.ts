@@ -1,157 +1,53 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
-import { BenchInterrupted } from '../../bench/cleanup.js';
-import { parsePeers } from '../../bench/peers/peer.js';
-import { rerender } from '../../bench/rerender.js';
-import { runBench, type BenchOutcome, type ScenarioRun } from '../../bench/run-bench.js';
-import { SCENARIOS } from '../../bench/scenarios/index.js';
-import { Progress } from '../progress.js';
-import { defaultOptions, type BenchScenarioDef, type ScenarioFlag } from '../../bench/scenarios/scenario.js';
 
-const say = (m: string): void => void process.stderr.write(`${m}\n`);
-
-function int(name: string, min: number): (v: string) => number {
-  return (v) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer ≥ ${min}, got ${JSON.stringify(v)}`);
-    return n;
-  };
-}
-
-function niceValue(v: string): number {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < -20 || n > 19) throw new Error(`--nice must be an integer from -20 to 19, got ${JSON.stringify(v)}`);
-  return n;
-}
-
-interface CommonFlags {
-  nice: number;
-  peers: string;
-  json?: boolean;
-  out: string;
-}
-
-async function run(scenarios: ScenarioRun[], combined: boolean, flags: CommonFlags): Promise<void> {
-  let outcome: BenchOutcome;
-  // On a terminal the run's lines scroll above a status line: the scenario (n of N in `all`) and
-  // the time so far; elsewhere the lines alone, as before.
-  const bar = new Progress('bench');
-  try {
-    outcome = await runBench({
-      scenarios,
-      combined,
-      peers: parsePeers(flags.peers),
-      outDir: flags.out,
-      nice: flags.nice,
-      commandLine: ['dsec', ...process.argv.slice(2)].join(' '),
-      say: (m) => bar.log(`${m}\n`),
-      onScenario: (i, total, name) => {
-        if (!bar.tty) return;
-        if (total > 1) bar.update(i, total);
-        bar.step(name);
-      },
-    });
-    bar.end();
-  } catch (err) {
-    bar.end();
-    if (!(err instanceof BenchInterrupted)) throw err;
-    say(`dsec bench: ${err.message}; cleaned up, no results written`);
-    process.exitCode = 130;
-    return;
-  }
-  if (flags.json) {
-    const reports = outcome.reports.map((r) => r.report);
-    process.stdout.write(JSON.stringify(combined ? { summary: outcome.all?.summary, reports } : reports[0], null, 2) + '\n');
-  } else printSummary(outcome);
-  for (const { files } of outcome.reports)
-    say(`results: ${[files.json, files.markdown, files.svg, files.latest].filter(Boolean).join('\n         ')}`);
-  if (outcome.all) say(`summary: ${outcome.all.files.markdown}\n         ${outcome.all.files.json}\n         ${outcome.all.files.latest}`);
-  const cleanup = outcome.reports[0]?.report.cleanup;
-  if (cleanup?.leaks.length || cleanup?.errors.length || outcome.failed.length) process.exitCode = 1;
-}
-
-function printSummary(outcome: BenchOutcome): void {
-  const lines: string[] = [];
-  for (const { report } of outcome.reports) {
-    const def = SCENARIOS.find((s) => s.name === report.scenario);
-    if (outcome.reports.length > 1) lines.push(`== ${report.scenario}`);
-    lines.push(...(def?.lines(report.result) ?? []));
-    for (const u of report.unavailable) lines.push(`${u.name.padEnd(7)} did not run: ${u.reason}`);
-    for (const t of report.targets)
-      lines.push(`target ${t.target}: ${t.ok === undefined ? 'not judged' : t.ok ? 'met' : 'MISSED'} (${t.measured}; ${t.note})`);
-  }
-  for (const f of outcome.failed) lines.push(`FAILED ${f.scenario}: ${f.error}`);
-  const c = outcome.reports[0]?.report.cleanup;
-  if (c)
-    lines.push(
-      c.leaks.length || c.errors.length ? `cleanup left: ${[...c.errors, ...c.leaks].join('; ')}` : 'cleanup verified: nothing left behind',
-    );
-  process.stdout.write(lines.join('\n') + '\n');
-}
-
-const common = (cmd: Command): Command =>
-  cmd
-    .option(
-      '--peers <list>',
-      'comma-separated peers besides dsec: crun (always included), podman, docker; missing ones are apt-get installed',
-      'crun',
-    )
-    .option('--json', 'print the full report as JSON on stdout')
-    .option('--out <dir>', 'where result files go', 'bench/results')
-    .option('--nice <n>', 'run the benchmark and all it starts at this nice value (e.g. -10 on a shared host)', niceValue, 0);
-
-/** `--<prefix><long>`: `all` takes every scenario's flags as `--density-count` and so on. */
-function addFlag(cmd: Command, f: ScenarioFlag, prefix = ''): void {
-  const long = `--${prefix}${f.long} <n>`;
-  const flags = !prefix && f.short ? `-${f.short}, ${long}` : long;
-  cmd.option(flags, f.description, int(`${prefix}${f.long}`, f.min), f.default);
-}
-
-/** Commander's key for `--<prefix><long>`: camel case. */
-function flagKey(prefix: string, long: string): string {
-  return `${prefix}${long}`.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
-}
-
-function optionsFrom(def: BenchScenarioDef, given: Record<string, unknown>, prefix = ''): object {
-  const picked: Record<string, number> = {};
-  for (const f of def.flags) picked[f.key] = given[flagKey(prefix, f.long)] as number;
-  return defaultOptions(def, picked);
-}
+/**
+ * The benchmark suite is its own package (packages/bench, `@dsec/bench`), built beside dsec and
+ * never imported by it (a lint rule holds that). `dsec bench …` runs the bench's own CLI in a
+ * child process with the same arguments, located relative to this checkout:
+ * dist/src/cli/commands/bench.js → packages/bench/dist/src/main.js.
+ */
+const BENCH_MAIN = fileURLToPath(new URL('../../../../../bench/dist/src/main.js', import.meta.url));
 
 export function registerBenchCommands(program: Command): void {
-  const bench = program
+  program
     .command('bench')
-    .description('benchmarks side by side with raw crun (always), podman and docker; needs root (see docs/BENCHMARKS.md)');
-
-  for (const def of SCENARIOS) {
-    const cmd = common(bench.command(def.name).description(def.summary));
-    for (const f of def.flags) addFlag(cmd, f);
-    cmd.action(async (f: CommonFlags & Record<string, unknown>) => {
-      await run([{ def, options: optionsFrom(def, f) }], false, f);
+    .description('benchmarks side by side with raw crun (always), podman and docker; needs root (see docs/BENCHMARKS.md)')
+    .usage('<scenario> [options]   (dsec bench --help lists the scenarios)')
+    .helpOption(false)
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .passThroughOptions()
+    .argument('[args...]')
+    .action(async (args: string[]) => {
+      process.exitCode = await runBench(args);
     });
-  }
+}
 
-  const all = common(
-    bench
-      .command('all')
-      .description(`every scenario (${SCENARIOS.map((s) => s.name).join(', ')}) on the same peers, and a combined summary`),
-  );
-  for (const def of SCENARIOS) for (const f of def.flags) addFlag(all, f, `${def.name}-`);
-  all.action(async (f: CommonFlags & Record<string, unknown>) => {
-    await run(
-      SCENARIOS.map((def) => ({ def, options: optionsFrom(def, f, `${def.name}-`) })),
-      true,
-      f,
+async function runBench(args: string[]): Promise<number> {
+  if (!existsSync(BENCH_MAIN)) {
+    process.stderr.write(
+      `dsec bench: the benchmark suite is not built (${BENCH_MAIN} is missing). It is the packages/bench workspace ` +
+        'of a dsec checkout: run ./scripts/setup (or npm run build) there, then ./dsec bench again.\n',
     );
-  });
-
-  bench
-    .command('render <json...>')
-    .description('render saved JSON results again as markdown + SVG beside them (e.g. after the report format changed)')
-    .option('--latest', 'also refresh latest-<scenario>.md/svg from the last file given')
-    .action((files: string[], f: { latest?: boolean }) => {
-      files.forEach((file, i) => {
-        const out = rerender(file, { latest: (f.latest ?? false) && i === files.length - 1 });
-        say(`rendered ${out.markdown}, ${out.svg}${out.latest ? `, ${out.latest}` : ''}`);
-      });
+    return 1;
+  }
+  const child = spawn(process.execPath, [BENCH_MAIN, 'bench', ...args], { stdio: 'inherit' });
+  // Ctrl-C reaches the bench from the terminal (same process group): it cleans up and exits 130,
+  // so this process waits for it instead of dying first. A signal sent to this process alone is passed on.
+  const onInt = (): void => undefined;
+  const forward = (sig: NodeJS.Signals) => (): void => void child.kill(sig);
+  const onTerm = forward('SIGTERM');
+  const onHup = forward('SIGHUP');
+  process.on('SIGINT', onInt).on('SIGTERM', onTerm).on('SIGHUP', onHup);
+  try {
+    return await new Promise<number>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('exit', (code, signal) => resolve(code ?? (signal === 'SIGINT' ? 130 : 1)));
     });
+  } finally {
+    process.off('SIGINT', onInt).off('SIGTERM', onTerm).off('SIGHUP', onHup);
+  }
 }

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import pino from 'pino';
-import { SimulatedEdge } from '../../bench/simulated-edge.js';
+import { SimulatedEdge } from '../../edge/simulated/simulated-edge.js';
 import { StateStore } from '../state-store.js';
 import { testStoreLocation } from '../../../test/helpers/postgres.js';
 import { EdgeRegistry } from './edge-registry.js';

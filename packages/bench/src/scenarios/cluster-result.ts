@@ -1,0 +1,103 @@
+/** `dsec bench cluster`'s options and result: shared by the run (cluster.ts, cluster-real.ts) and its rendering (cluster-report.ts). */
+import type { LatencySummary } from '../latency.js';
+import type { ScenarioResult } from '../result-types.js';
+
+export interface ClusterOptions {
+  /** Simulated edges joined to the control plane. @default 3 */
+  edges: number;
+  /** Concurrent clients creating sandboxes (keep-alive HTTP, one request in flight each). @default 64 */
+  clients: number;
+  /** Creates in the rate phase. @default 5000 */
+  creates: number;
+  /** Sandboxes in the batch phase (32000: the issue's job size). @default 2000 */
+  batchCount: number;
+  /** The batch's creates in flight (its `concurrency`). @default 64 */
+  batchConcurrency: number;
+  /** Sandboxes each way in the real run (three crun edges vs the all-in-one); 0 skips it. @default 60 */
+  realCount: number;
+  /** Sandboxes (create + exec) in flight in the real run. @default 8 */
+  realConcurrency: number;
+}
+
+/** Sandboxes per edge, by edge id. */
+export type PerEdge = Record<string, number>;
+
+export interface RatePhase {
+  clients: number;
+  creates: number;
+  ok: number;
+  errors: string[];
+  seconds: number;
+  createsPerSecond: number;
+  /** Each create as its client waits (POST /v1/sandboxes → 201). */
+  latency: LatencySummary;
+  perEdge: PerEdge;
+  /** CPU seconds each process spent in the phase, and per create (µs). */
+  cpu: { process: string; seconds: number; usPerCreate: number }[];
+}
+
+export interface BatchPhase {
+  /** `batch-api`: one POST /v1/batches; `individual-creates`: concurrent POST /v1/sandboxes (no batch API on this build). */
+  mode: 'batch-api' | 'individual-creates';
+  note: string;
+  count: number;
+  placed: number;
+  failed: number;
+  errors: string[];
+  /** The batch accepted (202), or 0 for individual creates (each is accepted as it is placed). */
+  acceptedSeconds: number;
+  /** From the request to the last sandbox placed on an edge (or failed). */
+  placedSeconds: number;
+  /** From the request to the last sandbox running (or failed): the same as placed for individual creates, which answer once it runs. */
+  runningSeconds: number;
+  placedPerSecond: number;
+  perEdge: PerEdge;
+  /** (max/min − 1) × 100 of the sandboxes per edge. */
+  spreadPct: number;
+  /** GET /v1/nodes (the control plane's own read: no edge call) by one more client while the batch runs: the API's latency under that load. */
+  readLatency: LatencySummary;
+  /** Each create's latency (individual-creates only). */
+  createLatency: LatencySummary;
+}
+
+/** Where a create's time goes, each part measured alone in the benchmark's process. */
+export interface CreateCosts {
+  /** The state store's writes of one create (insert with its spec, then status → running), on a fresh SQLite file: µs. */
+  sqliteWritesUs: number;
+  /** One create over the edge protocol (HttpEdgeClient → a simulated edge in this process, loopback HTTP + validation): µs. */
+  edgeCallUs: number;
+  /** One create through the public API with one client, nothing else in flight: µs. */
+  serialCreateUs: number;
+}
+
+export interface RealSide {
+  description: string;
+  completed: number;
+  seconds: number;
+  perSecond: number;
+  create: LatencySummary;
+  createExec: LatencySummary;
+  perEdge: PerEdge;
+  errors: string[];
+}
+
+export interface RealRun {
+  count: number;
+  concurrency: number;
+  allInOne: RealSide;
+  cluster: RealSide;
+}
+
+export interface ClusterResult extends ScenarioResult {
+  /** How the processes are laid out, and why. */
+  layout: string;
+  edges: string[];
+  rate: RatePhase;
+  batch: BatchPhase;
+  costs: CreateCosts;
+  /** What each simulated edge holds at the end, by its own count (every placed sandbox must be there). */
+  edgeHeld: { id: string; sandboxes: number; created: number }[];
+  /** Accepted by the API in both phases (placed): must equal the sum of edgeHeld. */
+  acceptedTotal: number;
+  real: RealRun | { unavailable: string };
+}
