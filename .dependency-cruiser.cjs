@@ -57,6 +57,43 @@ module.exports = {
         pathNot: ['^packages/dsec/src/entry/', '^dsec/(runtime|host|container|edge|cluster)$'],
       },
     },
+    {
+      name: 'layers-point-down',
+      severity: 'error',
+      comment:
+        'The daemons and what they stand on never import what stands on them: runtime/ wires the daemons, cli/ and demo/ drive them, entry/ exports them to the bench. ' +
+        'See packages/dsec/src/README.md for the layers.',
+      from: { path: '^packages/dsec/src/(edge|exec|net|host|http|image|config|control)/' },
+      to: { path: '^packages/dsec/src/(runtime|cli|demo|entry)/' },
+    },
+    {
+      name: 'edge-never-imports-control',
+      severity: 'error',
+      comment: "The edge protocol is the edge daemon's only contract with the control plane (eslint holds the same rule).",
+      from: { path: '^packages/dsec/src/(edge|exec|net|host)/' },
+      to: { path: '^packages/dsec/src/control/' },
+    },
+    {
+      name: 'control-reaches-edges-by-contract',
+      severity: 'error',
+      comment: "The control plane knows an edge only by its contract: EdgeApi and the wire protocol, never the edge's own modules.",
+      from: { path: '^packages/dsec/src/control/' },
+      to: { path: '^packages/dsec/src/edge/', pathNot: ['^packages/dsec/src/edge/edge-api\\.ts$', '^packages/dsec/src/edge/protocol/'] },
+    },
+    {
+      name: 'host-is-the-floor',
+      severity: 'error',
+      comment: 'host/ (syscalls, cgroups, mounts, tools, the spawn helper) is what everything stands on: it imports nothing else of dsec.',
+      from: { path: '^packages/dsec/src/host/' },
+      to: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/host/', '^packages/dsec/src/(api-error|version)\\.ts$'] },
+    },
+    {
+      name: 'net-stands-on-host',
+      severity: 'error',
+      comment: 'net/ (addresses, nftables, policies, netns) uses host/ only.',
+      from: { path: '^packages/dsec/src/net/' },
+      to: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/(net|host)/', '^packages/dsec/src/(api-error|version)\\.ts$'] },
+    },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },

@@ -1,21 +1,14 @@
 import { accessSync, constants, existsSync, mkdirSync, readFileSync, realpathSync, symlinkSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
+import type { Check } from './host-check.js';
 import { hostLimitChecks } from './host-limits.js';
 import { filesystemOf, mountIdOf, readMounts } from './mounts.js';
 import { CHUNK_FUSE_BINARY, LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
 import { restoreHostNull } from './private-null.js';
 import { landlockAbi, MS_NODEV, MS_NOSUID, MS_REMOUNT, mount } from './syscalls.js';
 
-export interface Check {
-  name: string;
-  ok: boolean;
-  detail: string;
-  /** Set when doctor changed the host to make this check pass. */
-  fixed?: string;
-  /** Failing this check stops sandboxes from running at all. */
-  required: boolean;
-}
+export type { Check };
 
 /** Debian packages dsec runs (scripts/setup installs them); the tool each provides. */
 export const REQUIRED_TOOLS: { tool: string; pkg: string; required: boolean }[] = [

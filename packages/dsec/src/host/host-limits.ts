@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import type { Check } from './doctor.js';
+import type { Check } from './host-check.js';
 
 /**
  * Host limits a node full of sandboxes runs into, each with what `maxSandboxes` sandboxes need.
