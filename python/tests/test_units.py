@@ -116,6 +116,23 @@ class ErrorMappingTest(unittest.TestCase):
             if code in registry and registry[code] != 503 and not code.startswith("QUOTA_"):
                 self.assertIs(cls, family[registry[code]], f"CODE_CLASSES[{code}] disagrees with the registry's status")
 
+    def test_every_registry_code_is_named_and_maps_as_in_the_typescript_sdk(self) -> None:
+        # Both SDKs choose the class by code from one table each: CODE_CLASSES here, ERROR_CLASSES
+        # in packages/sdk/src/errors.ts. They name exactly the registry's codes, with the same class.
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "packages", "sdk", "src", "errors.ts")
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        registry_block = source.split("ERROR_CODES = {", 1)[1].split("} as const", 1)[0]
+        registry = set(re.findall(r"^\s*([A-Z_]+): \d+,", registry_block, re.M))
+        classes_block = source.split("ERROR_CLASSES = {", 1)[1].split("} as const", 1)[0]
+        ts_classes = dict(re.findall(r"^\s*([A-Z_]+): (\w+),", classes_block, re.M))
+        self.assertGreater(len(registry), 40)
+        self.assertEqual(set(errors.CODE_CLASSES), registry, "CODE_CLASSES names exactly the registry's codes")
+        self.assertEqual({code: cls.__name__ for code, cls in errors.CODE_CLASSES.items()}, ts_classes)
+        retryable = {code for code, cls in errors.CODE_CLASSES.items() if cls.retryable}
+        expected = {"CAPACITY_EXCEEDED", "NODE_MEMORY_PRESSURE", "EDGE_UNAVAILABLE", "REGISTRY_UNAVAILABLE", "QUOTA_CREATE_RATE_EXCEEDED"}
+        self.assertEqual(retryable, expected)
+
     def test_the_code_decides_not_the_status(self) -> None:
         # A capacity error is retryable whatever status a proxy put on it.
         e = errors.error_from_wire(500, {"code": "CAPACITY_EXCEEDED", "message": "full"})
