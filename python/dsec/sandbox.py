@@ -282,7 +282,7 @@ class Sandbox(client.SandboxCore["Sandbox"]):
                 if step.sandbox: pool.submit(rollout, step.sandbox)
         """
         t = transport_for(url, api_key, request_timeout)
-        return iterate_sync(client.iter_create_many(SyncIO(t), lambda info: cls(t, info), count, concurrency, timeout, spec))
+        yield from iterate_sync(client.iter_create_many(SyncIO(t), lambda info: cls(t, info), count, concurrency, timeout, spec))
 
     @classmethod
     def create_many(

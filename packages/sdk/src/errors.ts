@@ -73,7 +73,17 @@ export function statusForCode(code: ErrorCode): number {
   return ERROR_CODES[code];
 }
 
-/** Root of every error the SDK throws. */
+/**
+ * Root of every error the SDK throws. A server error's class is chosen by its `code`
+ * (ERROR_CLASSES); `retryable` says whether the same call may succeed later.
+ *
+ * @example
+ * try {
+ *   await Sandbox.create({ image: 'busybox' });
+ * } catch (err) {
+ *   if (!(err instanceof DsecError && err.retryable)) throw err; // capacity, unavailable, rate limit: retry later
+ * }
+ */
 export class DsecError extends Error {
   override readonly name: string = 'DsecError';
   /** True when the same call may succeed later unchanged: capacity, an unavailable node, a rate limit. */
