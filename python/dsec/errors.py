@@ -1,8 +1,9 @@
 """Exceptions mirroring the server's error-code registry (packages/sdk/src/errors.ts).
 
 The server answers ``{"error": {"code", "message", "details"}}``; the class is chosen by ``code``
-(not by HTTP status), so a caller can catch what it acts on: ``CapacityError`` and
-``RateLimitError`` are ``retryable``, a ``NotFoundError`` is not worth retrying.
+(not by HTTP status), so a caller can catch what it acts on: ``CapacityError``,
+``UnavailableError`` and ``RateLimitError`` are ``retryable``, a ``NotFoundError`` is not worth
+retrying.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any, Dict, Mapping, Optional, Type
 class DsecError(Exception):
     """Root of every error the SDK raises."""
 
-    #: True when the same call may succeed later unchanged (capacity, rate limits).
+    #: True when the same call may succeed later unchanged: ``CapacityError``, ``UnavailableError``,
+    #: ``RateLimitError`` (the TypeScript SDK's ``retryable`` is true for the same codes).
     retryable: bool = False
 
     def __init__(self, message: str, code: str, status: Optional[int] = None, details: Optional[Mapping[str, Any]] = None) -> None:
@@ -45,7 +47,7 @@ class InvalidRequestError(DsecError):
 
 
 class CapacityError(DsecError):
-    """No room on the nodes right now; retry later or with fewer sandboxes."""
+    """No room on the nodes right now (CAPACITY_EXCEEDED, NODE_MEMORY_PRESSURE); retry later or with fewer sandboxes."""
 
     retryable = True
 
@@ -58,7 +60,8 @@ class RateLimitError(DsecError):
 
 
 class UnavailableError(DsecError):
-    """A node the call needs is unreachable for now (e.g. its edge is restarting); retry later."""
+    """A node or registry the call needs is unreachable for now (EDGE_UNAVAILABLE, REGISTRY_UNAVAILABLE;
+    e.g. its edge is restarting); retry later."""
 
     retryable = True
 
@@ -94,16 +97,23 @@ class CommandExitError(DsecError):
         self.stderr = stderr
 
 
-#: The registry's codes (packages/sdk/src/errors.ts) and the class each maps to. Codes the server
-#: may add later fall back to the HTTP status (see ``error_from_wire``).
+#: The registry's codes (packages/sdk/src/errors.ts) and the class each maps to: the same table
+#: as the TypeScript SDK's ERROR_CLASSES (a unit test compares the two and checks that every
+#: registry code is here). Codes the server may add later fall back to the HTTP status (see
+#: ``error_from_wire``).
 CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "INVALID_REQUEST": InvalidRequestError,
+    "BACKEND_UNSUPPORTED": InvalidRequestError,
     "PAYLOAD_TOO_LARGE": InvalidRequestError,
     "UNSUPPORTED_MEDIA_TYPE": InvalidRequestError,
     "RANGE_NOT_SATISFIABLE": InvalidRequestError,
     "UNAUTHORIZED": AuthError,
     "FORBIDDEN": AuthError,
     "REGISTRY_AUTH_FAILED": AuthError,
+    "QUOTA_SANDBOXES_EXCEEDED": QuotaError,
+    "QUOTA_CPU_EXCEEDED": QuotaError,
+    "QUOTA_MEMORY_EXCEEDED": QuotaError,
+    "QUOTA_CREATE_RATE_EXCEEDED": RateLimitError,
     "SANDBOX_NOT_FOUND": NotFoundError,
     "IMAGE_NOT_FOUND": NotFoundError,
     "FILE_NOT_FOUND": NotFoundError,
@@ -115,9 +125,9 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "BATCH_NOT_FOUND": NotFoundError,
     "VOLUME_NOT_FOUND": NotFoundError,
     "POOL_NOT_FOUND": NotFoundError,
-    "POOL_EXISTS": ConflictError,
     "PROJECT_NOT_FOUND": NotFoundError,
     "KEY_NOT_FOUND": NotFoundError,
+    "POOL_EXISTS": ConflictError,
     "SESSION_CLOSED": ConflictError,
     "PROCESS_NOT_RUNNING": ConflictError,
     "SANDBOX_NOT_RUNNING": ConflictError,
@@ -131,16 +141,12 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "NODE_MEMORY_PRESSURE": CapacityError,
     "EDGE_UNAVAILABLE": UnavailableError,
     "REGISTRY_UNAVAILABLE": UnavailableError,
-    "RATE_LIMITED": RateLimitError,
-    "QUOTA_EXCEEDED": QuotaError,
-    "QUOTA_SANDBOXES_EXCEEDED": QuotaError,
-    "QUOTA_CPU_EXCEEDED": QuotaError,
-    "QUOTA_MEMORY_EXCEEDED": QuotaError,
-    "QUOTA_CREATE_RATE_EXCEEDED": RateLimitError,
-    "SANDBOX_CREATE_FAILED": ServerError,
-    "EXEC_FAILED": ServerError,
     "PORT_NOT_LISTENING": ServerError,
     "PORT_BAD_RESPONSE": ServerError,
+    "NODE_DISK_FULL": ServerError,
+    "SANDBOX_CREATE_FAILED": ServerError,
+    "SANDBOX_KILL_FAILED": ServerError,
+    "EXEC_FAILED": ServerError,
     "INTERNAL": ServerError,
 }
 

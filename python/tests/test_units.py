@@ -5,6 +5,7 @@ packages/sdk/src/connection.test.ts and errors.test.ts)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import re
@@ -14,12 +15,13 @@ import threading
 import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional
 from unittest import mock
 from urllib.parse import parse_qs, urlsplit
 
 import dsec
 from dsec import calls, errors
+from dsec import sandbox as sandbox_face
 from dsec import websocket as ws
 from dsec.aio_transport import AsyncTransport
 from dsec.config import ConnectionConfig, resolve_connection
@@ -115,6 +117,23 @@ class ErrorMappingTest(unittest.TestCase):
         for code, cls in errors.CODE_CLASSES.items():
             if code in registry and registry[code] != 503 and not code.startswith("QUOTA_"):
                 self.assertIs(cls, family[registry[code]], f"CODE_CLASSES[{code}] disagrees with the registry's status")
+
+    def test_every_registry_code_is_named_and_maps_as_in_the_typescript_sdk(self) -> None:
+        # Both SDKs choose the class by code from one table each: CODE_CLASSES here, ERROR_CLASSES
+        # in packages/sdk/src/errors.ts. They name exactly the registry's codes, with the same class.
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "packages", "sdk", "src", "errors.ts")
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        registry_block = source.split("ERROR_CODES = {", 1)[1].split("} as const", 1)[0]
+        registry = set(re.findall(r"^\s*([A-Z_]+): \d+,", registry_block, re.M))
+        classes_block = source.split("ERROR_CLASSES = {", 1)[1].split("} as const", 1)[0]
+        ts_classes = dict(re.findall(r"^\s*([A-Z_]+): (\w+),", classes_block, re.M))
+        self.assertGreater(len(registry), 40)
+        self.assertEqual(set(errors.CODE_CLASSES), registry, "CODE_CLASSES names exactly the registry's codes")
+        self.assertEqual({code: cls.__name__ for code, cls in errors.CODE_CLASSES.items()}, ts_classes)
+        retryable = {code for code, cls in errors.CODE_CLASSES.items() if cls.retryable}
+        expected = {"CAPACITY_EXCEEDED", "NODE_MEMORY_PRESSURE", "EDGE_UNAVAILABLE", "REGISTRY_UNAVAILABLE", "QUOTA_CREATE_RATE_EXCEEDED"}
+        self.assertEqual(retryable, expected)
 
     def test_the_code_decides_not_the_status(self) -> None:
         # A capacity error is retryable whatever status a proxy put on it.
@@ -410,6 +429,72 @@ class AsyncTransportTest(unittest.IsolatedAsyncioTestCase):
             await task
         self.assertEqual(self.t._idle, [], "a cancelled call's connection is closed, not pooled")
 
+
+
+class FacesTest(unittest.TestCase):
+    """The sync and asyncio clients are two faces over client.py: the same calls, with the same
+    parameters, blocking in one and awaited in the other."""
+
+    PAIRS = [
+        (dsec.Sandbox, dsec.AsyncSandbox),
+        (dsec.Commands, dsec.AsyncCommands),
+        (dsec.Process, dsec.AsyncProcess),
+        (dsec.Sessions, dsec.AsyncSessions),
+        (dsec.Session, dsec.AsyncSession),
+        (dsec.Files, dsec.AsyncFiles),
+    ]
+
+    @staticmethod
+    def public(cls: type) -> Dict[str, Any]:
+        return {n: getattr(cls, n) for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))}
+
+    def test_both_faces_have_the_same_calls_with_the_same_parameters(self) -> None:
+        for sync_cls, async_cls in self.PAIRS:
+            sync_calls, async_calls = self.public(sync_cls), self.public(async_cls)
+            self.assertEqual(sorted(sync_calls), sorted(async_calls), sync_cls.__name__)
+            for name, f in sync_calls.items():
+                params = [(p.name, p.kind, p.default, p.annotation) for p in inspect.signature(f).parameters.values()]
+                async_params = [(p.name, p.kind, p.default, p.annotation) for p in inspect.signature(async_calls[name]).parameters.values()]
+                self.assertEqual(params, async_params, f"{sync_cls.__name__}.{name}")
+                self.assertEqual(f.__name__, name)
+                self.assertTrue(f.__doc__, f"{sync_cls.__name__}.{name} has a docstring")
+
+    def test_sync_calls_block_and_async_calls_are_awaited(self) -> None:
+        streams = {"stream", "follow", "iter_create_many"}
+        for sync_cls, async_cls in self.PAIRS:
+            for name, f in self.public(sync_cls).items():
+                self.assertFalse(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f), f"{sync_cls.__name__}.{name}")
+            for name, f in self.public(async_cls).items():
+                if name in streams:
+                    continue
+                self.assertTrue(inspect.iscoroutinefunction(f), f"{async_cls.__name__}.{name}")
+
+    def test_a_sync_call_runs_without_an_event_loop_and_refuses_to_suspend(self) -> None:
+        async def done() -> int:
+            return 7
+
+        self.assertEqual(sandbox_face.run_sync(done()), 7)
+
+        async def suspends() -> None:
+            await asyncio.sleep(0)
+
+        with self.assertRaises(RuntimeError):
+            sandbox_face.run_sync(suspends())
+
+    def test_leaving_a_sync_stream_early_runs_its_clean_up(self) -> None:
+        cleaned: List[str] = []
+
+        async def numbers() -> AsyncIterator[int]:
+            try:
+                for i in range(10):
+                    yield i
+            finally:
+                cleaned.append("closed")
+
+        for i in sandbox_face.iterate_sync(numbers()):
+            if i == 2:
+                break
+        self.assertEqual(cleaned, ["closed"])
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,4 +1,4 @@
-import { DsecError } from './errors.js';
+import { DsecError, UnreachableError } from './errors.js';
 import type { CallOptions, Connection } from './connection.js';
 import { readNdjson } from './ndjson.js';
 import type { BatchEvent, BatchInfo } from './schema/index.js';
@@ -32,7 +32,7 @@ export async function* batchEvents(
         signal: opts.signal,
         timeoutMs: opts.timeoutMs ?? 24 * 3600_000,
       });
-      if (!res.body) throw new DsecError('the batch stream has no body', 'STREAM_BROKEN', res.status);
+      if (!res.body) throw new UnreachableError('the batch stream has no body', 'STREAM_BROKEN', res.status);
       for await (const e of readNdjson<BatchEvent>(res.body)) {
         after = e.seq;
         failures = 0;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { AbortedError, DsecError, TimeoutError, errorFromWire } from './errors.js';
+import { AbortedError, DsecError, NotConfiguredError, TimeoutError, UnreachableError, errorFromWire } from './errors.js';
 import { httpCall, type HttpAnswer } from './http-call.js';
 
 /** Where dsec keeps its state unless told otherwise; `dsec up` writes client.json there. */
@@ -85,7 +85,7 @@ export function resolveConnection(opts: ConnectionOptions = {}): Required<Connec
   if (url === undefined || apiKey === undefined) {
     const dir = process.env['DSEC_DATA_DIR'] ?? DEFAULT_DATA_DIR;
     const missing = [url === undefined ? 'url' : '', apiKey === undefined ? 'apiKey' : ''].filter(Boolean).join(' and ');
-    throw new DsecError(
+    throw new NotConfiguredError(
       `no dsec server configured (no ${missing}): pass { url, apiKey }, set DSEC_URL and DSEC_API_KEY, or set DSEC_DATA_DIR to the data dir of a running \`dsec up\` ` +
         `(it writes client.json there; looked in ${join(dir, 'client.json')}${process.env['DSEC_DATA_DIR'] === undefined ? ', the default data dir' : ''})`,
       'NOT_CONFIGURED',
@@ -199,7 +199,7 @@ export class Connection {
   #failure(err: unknown, method: string, path: string, timeoutMs: number, signal: AbortSignal | undefined): DsecError {
     return (
       abortedError(err, method, path, timeoutMs, signal) ??
-      new DsecError(`cannot reach dsec at ${this.url}: ${(err as Error).message}`, 'UNREACHABLE', undefined)
+      new UnreachableError(`cannot reach dsec at ${this.url}: ${(err as Error).message}`, 'UNREACHABLE', undefined)
     );
   }
 }

@@ -73,12 +73,26 @@ export function statusForCode(code: ErrorCode): number {
   return ERROR_CODES[code];
 }
 
-/** Root of every error the SDK throws. */
+/**
+ * Root of every error the SDK throws. A server error's class is chosen by its `code`
+ * (ERROR_CLASSES); `retryable` says whether the same call may succeed later.
+ *
+ * @example
+ * try {
+ *   await Sandbox.create({ image: 'busybox' });
+ * } catch (err) {
+ *   if (!(err instanceof DsecError && err.retryable)) throw err; // capacity, unavailable, rate limit: retry later
+ * }
+ */
 export class DsecError extends Error {
   override readonly name: string = 'DsecError';
+  /** True when the same call may succeed later unchanged: capacity, an unavailable node, a rate limit. */
+  readonly retryable: boolean = false;
   constructor(
     message: string,
+    /** The registry code (`SANDBOX_NOT_FOUND`, …), or the SDK's own (`TIMEOUT`, `UNREACHABLE`, `HTTP_<status>`, …). */
     readonly code: string,
+    /** The HTTP status; undefined when no answer came (or the error arrived inside a stream). */
     readonly status: number | undefined,
     readonly details: Record<string, unknown> = {},
   ) {
@@ -86,17 +100,35 @@ export class DsecError extends Error {
   }
 }
 
+/** The sandbox, image, file, session, process, volume, … does not exist (any more). */
 export class NotFoundError extends DsecError {
   override readonly name = 'NotFoundError';
 }
+/** The API key is missing, wrong, or not allowed to do this (or a registry refused its credentials). */
 export class AuthError extends DsecError {
   override readonly name = 'AuthError';
 }
+/** The target is in the wrong state (paused, not running, session closed, path or name taken). */
 export class ConflictError extends DsecError {
   override readonly name = 'ConflictError';
 }
+/** The request is malformed or too large; `details.field` names the field when there is one. */
 export class InvalidRequestError extends DsecError {
   override readonly name = 'InvalidRequestError';
+}
+/** No room on the nodes right now (CAPACITY_EXCEEDED, NODE_MEMORY_PRESSURE): retry later or with fewer sandboxes. */
+export class CapacityError extends DsecError {
+  override readonly name = 'CapacityError';
+  override readonly retryable = true;
+}
+/** A node or registry the call needs is unreachable for now (EDGE_UNAVAILABLE, REGISTRY_UNAVAILABLE): retry later. */
+export class UnavailableError extends DsecError {
+  override readonly name = 'UnavailableError';
+  override readonly retryable = true;
+}
+/** The server failed (create, kill or exec failed, a port's server, a full disk, an internal error); `message` says why. */
+export class ServerError extends DsecError {
+  override readonly name = 'ServerError';
 }
 /**
  * The call did not finish within its deadline (`code: 'TIMEOUT'`, `details.timeoutMs`), or the
@@ -111,6 +143,16 @@ export class AbortedError extends DsecError {
   override readonly name = 'AbortedError';
 }
 
+/** The server could not be reached, or the connection broke mid-call (`UNREACHABLE`, `STREAM_BROKEN`). */
+export class UnreachableError extends DsecError {
+  override readonly name = 'UnreachableError';
+}
+
+/** No server configured (`NOT_CONFIGURED`): pass `{ url, apiKey }`, set DSEC_URL and DSEC_API_KEY, or run `dsec up`. */
+export class NotConfiguredError extends DsecError {
+  override readonly name = 'NotConfiguredError';
+}
+
 /**
  * A project quota refused the call: `code` says which (QUOTA_SANDBOXES_EXCEEDED, QUOTA_CPU_EXCEEDED,
  * QUOTA_MEMORY_EXCEEDED: 403, wait for sandboxes to end or ask for a larger quota), and
@@ -120,9 +162,13 @@ export class QuotaError extends DsecError {
   override readonly name: string = 'QuotaError';
 }
 
-/** The project's creates-per-second quota (429): retry after `details.retryAfterMs`. */
+/**
+ * The project's creates-per-second quota (QUOTA_CREATE_RATE_EXCEEDED, 429): retry after
+ * `details.retryAfterMs`. A QuotaError too, so callers that catch QuotaError still see it.
+ */
 export class RateLimitError extends QuotaError {
   override readonly name = 'RateLimitError';
+  override readonly retryable = true;
 }
 
 /** Thrown by `commands.run(..., { throwOnError: true })` when a command exits non-zero. */
@@ -137,20 +183,105 @@ export class CommandExitError extends DsecError {
   }
 }
 
-/** Maps a wire error to the class callers act on. */
+/** A class an error code maps to. */
+export type DsecErrorClass = new (
+  message: string,
+  code: string,
+  status: number | undefined,
+  details?: Record<string, unknown>,
+) => DsecError;
+
+/**
+ * The class each registry code maps to: callers catch what they act on. `satisfies` makes a code
+ * added to ERROR_CODES without a class here a compile error; python/dsec/errors.py's CODE_CLASSES
+ * holds the same table (its unit tests compare the two).
+ */
+export const ERROR_CLASSES = {
+  INVALID_REQUEST: InvalidRequestError,
+  BACKEND_UNSUPPORTED: InvalidRequestError,
+  PAYLOAD_TOO_LARGE: InvalidRequestError,
+  UNSUPPORTED_MEDIA_TYPE: InvalidRequestError,
+  RANGE_NOT_SATISFIABLE: InvalidRequestError,
+  UNAUTHORIZED: AuthError,
+  FORBIDDEN: AuthError,
+  REGISTRY_AUTH_FAILED: AuthError,
+  QUOTA_SANDBOXES_EXCEEDED: QuotaError,
+  QUOTA_CPU_EXCEEDED: QuotaError,
+  QUOTA_MEMORY_EXCEEDED: QuotaError,
+  QUOTA_CREATE_RATE_EXCEEDED: RateLimitError,
+  SANDBOX_NOT_FOUND: NotFoundError,
+  IMAGE_NOT_FOUND: NotFoundError,
+  FILE_NOT_FOUND: NotFoundError,
+  ROUTE_NOT_FOUND: NotFoundError,
+  SESSION_NOT_FOUND: NotFoundError,
+  PROCESS_NOT_FOUND: NotFoundError,
+  BLOB_NOT_FOUND: NotFoundError,
+  EDGE_NOT_FOUND: NotFoundError,
+  BATCH_NOT_FOUND: NotFoundError,
+  VOLUME_NOT_FOUND: NotFoundError,
+  POOL_NOT_FOUND: NotFoundError,
+  PROJECT_NOT_FOUND: NotFoundError,
+  KEY_NOT_FOUND: NotFoundError,
+  POOL_EXISTS: ConflictError,
+  SESSION_CLOSED: ConflictError,
+  PROCESS_NOT_RUNNING: ConflictError,
+  SANDBOX_NOT_RUNNING: ConflictError,
+  PATH_CONFLICT: ConflictError,
+  EDGE_NOT_EMPTY: ConflictError,
+  PROJECT_EXISTS: ConflictError,
+  IMAGE_NAME_TAKEN: ConflictError,
+  VOLUME_EXISTS: ConflictError,
+  VOLUME_IN_USE: ConflictError,
+  CAPACITY_EXCEEDED: CapacityError,
+  NODE_MEMORY_PRESSURE: CapacityError,
+  EDGE_UNAVAILABLE: UnavailableError,
+  REGISTRY_UNAVAILABLE: UnavailableError,
+  PORT_NOT_LISTENING: ServerError,
+  PORT_BAD_RESPONSE: ServerError,
+  NODE_DISK_FULL: ServerError,
+  SANDBOX_CREATE_FAILED: ServerError,
+  SANDBOX_KILL_FAILED: ServerError,
+  EXEC_FAILED: ServerError,
+  INTERNAL: ServerError,
+} as const satisfies Record<ErrorCode, DsecErrorClass>;
+
+/** The class for a code this SDK does not know yet (a newer server's), by the answer's HTTP status. */
+function classForStatus(status: number | undefined): DsecErrorClass {
+  switch (status) {
+    case 400:
+    case 413:
+    case 415:
+    case 416:
+      return InvalidRequestError;
+    case 401:
+    case 403:
+      return AuthError;
+    case 404:
+      return NotFoundError;
+    case 409:
+      return ConflictError;
+    case 429:
+      return RateLimitError;
+    case 503:
+      return CapacityError;
+    default:
+      return status !== undefined && status >= 500 ? ServerError : DsecError;
+  }
+}
+
+/**
+ * Maps a wire error `{code, message, details}` to the class callers act on. The code decides; a
+ * code this SDK does not know (or a body that is no wire error, e.g. a proxy's) falls back to the
+ * HTTP status, so a proxy's 503 is still a retryable CapacityError. `status` is undefined for an
+ * error that arrived inside a stream (a batch's failed item, a terminal's error frame).
+ */
 export function errorFromWire(
-  status: number,
+  status: number | undefined,
   body: { code?: string; message?: string; details?: Record<string, unknown> } | undefined,
 ): DsecError {
-  const code = body?.code ?? `HTTP_${status}`;
-  const message = body?.message ?? `HTTP ${status}`;
-  const details = body?.details ?? {};
-  // By code first: a quota's 403 or 429 is acted on differently from a missing key's 401/403.
-  if (code === 'QUOTA_CREATE_RATE_EXCEEDED' || status === 429) return new RateLimitError(message, code, status, details);
-  if (code.startsWith('QUOTA_')) return new QuotaError(message, code, status, details);
-  if (status === 401 || status === 403) return new AuthError(message, code, status, details);
-  if (status === 404) return new NotFoundError(message, code, status, details);
-  if (status === 409) return new ConflictError(message, code, status, details);
-  if (status === 400 || status === 413 || status === 415) return new InvalidRequestError(message, code, status, details);
-  return new DsecError(message, code, status, details);
+  const code = typeof body?.code === 'string' ? body.code : `HTTP_${status}`;
+  const message = typeof body?.message === 'string' ? body.message : `HTTP ${status}`;
+  const details = body?.details !== null && typeof body?.details === 'object' ? body.details : {};
+  const cls = Object.hasOwn(ERROR_CLASSES, code) ? ERROR_CLASSES[code as ErrorCode] : classForStatus(status);
+  return new cls(message, code, status, details);
 }

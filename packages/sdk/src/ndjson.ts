@@ -1,4 +1,4 @@
-import { DsecError, TimeoutError } from './errors.js';
+import { TimeoutError, UnreachableError } from './errors.js';
 
 /** Parses a newline-delimited JSON response body into objects, as they arrive. */
 export async function* readNdjson<T>(body: ReadableStream<Uint8Array>): AsyncGenerator<T> {
@@ -15,7 +15,7 @@ export async function* readNdjson<T>(body: ReadableStream<Uint8Array>): AsyncGen
         if (err instanceof Error && (err.name === 'TimeoutError' || err.name === 'AbortError')) {
           throw new TimeoutError(`the stream was cut by its deadline or signal: ${err.message}`, 'TIMEOUT', undefined);
         }
-        throw new DsecError(`the stream broke: ${(err as Error).message}`, 'STREAM_BROKEN', undefined);
+        throw new UnreachableError(`the stream broke: ${(err as Error).message}`, 'STREAM_BROKEN', undefined);
       }
       const { value, done } = chunk;
       if (done) break;

@@ -1,23 +1,28 @@
 import type { Duplex } from 'node:stream';
 import WebSocket from 'ws';
 import type { CallOptions, Connection } from './connection.js';
-import { DsecError, ERROR_CODES, errorFromWire } from './errors.js';
+import { AbortedError, ERROR_CODES, InvalidRequestError, UnreachableError, errorFromWire } from './errors.js';
 import { parsePortFrame, webSocketStream } from './port-stream.js';
 import type { PortLink } from './schema/index.js';
 import { checkOptionalInt } from './validate.js';
 
 function checkPort(port: unknown, where: string): number {
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new DsecError(`${where}: port must be an integer from 1 to 65535, got ${JSON.stringify(port)}`, 'INVALID_REQUEST', undefined, {
-      field: 'port',
-    });
+    throw new InvalidRequestError(
+      `${where}: port must be an integer from 1 to 65535, got ${JSON.stringify(port)}`,
+      'INVALID_REQUEST',
+      undefined,
+      {
+        field: 'port',
+      },
+    );
   }
   return port;
 }
 
 function checkSubPath(path: unknown, where: string): string {
   if (typeof path !== 'string')
-    throw new DsecError(`${where}: path must be a string, got ${typeof path}`, 'INVALID_REQUEST', undefined, { field: 'path' });
+    throw new InvalidRequestError(`${where}: path must be a string, got ${typeof path}`, 'INVALID_REQUEST', undefined, { field: 'path' });
   return path.startsWith('/') ? path : `/${path}`;
 }
 
@@ -91,7 +96,7 @@ export class Ports {
           reject(errorFromWire(res.statusCode ?? 502, wire?.error ?? { message: `the WebSocket upgrade got HTTP ${res.statusCode}` }));
         });
       });
-      ws.once('error', (err) => reject(new DsecError(`WebSocket to port ${port} failed: ${err.message}`, 'UNREACHABLE', undefined)));
+      ws.once('error', (err) => reject(new UnreachableError(`WebSocket to port ${port} failed: ${err.message}`, 'UNREACHABLE', undefined)));
     });
   }
 
@@ -119,9 +124,13 @@ export class Ports {
       ws.once('unexpected-response', (_req, res) =>
         reject(errorFromWire(res.statusCode ?? 502, { message: `the TCP stream to port ${port} was refused: HTTP ${res.statusCode}` })),
       );
-      ws.once('error', (err) => reject(new DsecError(`TCP stream to port ${port} failed: ${err.message}`, 'UNREACHABLE', undefined)));
-      ws.once('close', () => reject(new DsecError(`the TCP stream to port ${port} closed before it opened`, 'UNREACHABLE', undefined)));
-      opts.signal?.addEventListener('abort', () => reject(new DsecError(`ports.connect(${port}) was aborted`, 'ABORTED', undefined)), {
+      ws.once('error', (err) =>
+        reject(new UnreachableError(`TCP stream to port ${port} failed: ${err.message}`, 'UNREACHABLE', undefined)),
+      );
+      ws.once('close', () =>
+        reject(new UnreachableError(`the TCP stream to port ${port} closed before it opened`, 'UNREACHABLE', undefined)),
+      );
+      opts.signal?.addEventListener('abort', () => reject(new AbortedError(`ports.connect(${port}) was aborted`, 'ABORTED', undefined)), {
         once: true,
       });
     });

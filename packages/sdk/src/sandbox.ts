@@ -1,5 +1,5 @@
 import { batchEvents, type BatchProgress } from './batch.js';
-import { DsecError } from './errors.js';
+import { errorFromWire } from './errors.js';
 import {
   BulkRequest,
   type BulkResult,
@@ -122,12 +122,11 @@ export class Sandbox {
       if (e.type === 'failed') failures.push(failureOf(e));
     }
     if (failures.length && !allowFailures) {
-      throw new DsecError(
-        `${failures.length} of ${count} sandboxes of batch ${batchId} failed; first: ${failures[0]!.reason}`,
-        failures[0]!.code,
-        undefined,
-        { batchId, failures },
-      );
+      throw errorFromWire(undefined, {
+        code: failures[0]!.code,
+        message: `${failures.length} of ${count} sandboxes of batch ${batchId} failed; first: ${failures[0]!.reason}`,
+        details: { batchId, failures },
+      });
     }
   }
 

@@ -1,6 +1,6 @@
 import WebSocket from 'ws';
 import type { Connection } from './connection.js';
-import { DsecError } from './errors.js';
+import { UnreachableError, errorFromWire, type DsecError } from './errors.js';
 
 export interface TerminalOptions {
   /** argv; default bash if the image has it, else sh. */
@@ -39,15 +39,15 @@ export class Terminal {
         if (isBinary) return opts.onData(new Uint8Array(data));
         const m = JSON.parse(data.toString('utf8')) as { type: string; exitCode?: number; error?: { code: string; message: string } };
         if (m.type === 'exit') exitCode = m.exitCode;
-        if (m.type === 'error' && m.error) failure = new DsecError(m.error.message, m.error.code, undefined);
+        if (m.type === 'error' && m.error) failure = errorFromWire(undefined, m.error);
       });
       ws.on('close', () => (failure ? reject(failure) : resolve(exitCode ?? 1)));
-      ws.on('error', (err) => reject(new DsecError(`terminal connection failed: ${err.message}`, 'UNREACHABLE', undefined)));
+      ws.on('error', (err) => reject(new UnreachableError(`terminal connection failed: ${err.message}`, 'UNREACHABLE', undefined)));
     });
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
       ws.once('unexpected-response', (_req, res) =>
-        reject(new DsecError(`terminal refused: HTTP ${res.statusCode}`, `HTTP_${res.statusCode}`, res.statusCode)),
+        reject(errorFromWire(res.statusCode, { message: `terminal refused: HTTP ${res.statusCode}` })),
       );
       ws.once('error', reject);
     });

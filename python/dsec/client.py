@@ -1,0 +1,607 @@
+"""The client, written once: what every call of ``Sandbox`` and ``AsyncSandbox`` does.
+
+``sandbox.py`` (sync) and ``aio.py`` (asyncio) are thin faces over this module. Why this shape:
+
+* Every method is written here once, as asyncio code over a small I/O interface (``IO``: run an
+  ``Op``, read an NDJSON answer line by line, sleep, shield a clean-up from cancellation).
+  ``calls.py`` stays the sans-I/O layer under it: each request as data, each answer parsed.
+* The asyncio face gives it ``AsyncIO`` (the asyncio transport) and exposes the methods as they
+  are. The sync face gives it ``SyncIO``, whose coroutines never suspend: each does its blocking
+  call and returns, so a coroutine of this module runs to its end on one ``send(None)``, with no
+  event loop and no thread (``sandbox.blocking``). Behaviour cannot drift between the two
+  clients, because there is only one copy of it.
+* Rejected: generating ``aio.py`` from ``sandbox.py`` (a second 500-line file to keep in step);
+  running the sync client in a thread for the async one (a cancelled task could not close its
+  connection, and that hang-up is how cancelling a call kills its command); a plain sans-I/O
+  core alone (it was there already, in ``calls.py``; the copies were the methods above it).
+* The implementations are the ``_``-named methods; each face assigns its public name through a
+  wrapper (``blocking`` / ``awaiting``) that keeps the signature, docstring and types (ParamSpec),
+  so mypy and ``help()`` see the same API as before. Handle types differ by face (``Process`` or
+  ``AsyncProcess``): the classes here are generic in them, and each face says how to make one.
+  Classmethods keep their signatures in the faces (mypy cannot carry a ParamSpec'd classmethod
+  over to a subclass), with one-line bodies that call in here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+import time
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    ClassVar,
+    Dict,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+    cast,
+)
+
+from . import calls
+from . import models as m
+from .calls import Call, Cmd, Op
+from .errors import CommandExitError, DsecError, NotFoundError, UnreachableError
+
+if TYPE_CHECKING:
+    from .aio_transport import AsyncTransport
+    from .transport import SyncTransport
+
+T = TypeVar("T")
+PR = TypeVar("PR")  # the face's process handle
+SE = TypeVar("SE")  # the face's session handle
+SB = TypeVar("SB")  # the face's sandbox handle
+
+#: Breaks in a row (no event between) after which a batch progress stream gives up.
+BATCH_STREAM_RETRIES = 30
+
+
+class IO(Protocol):
+    """What the client needs from a transport."""
+
+    def run(self, op: Op[T]) -> Awaitable[T]: ...
+
+    def lines(self, call: Call) -> AsyncIterator[Dict[str, Any]]: ...
+
+    def sleep(self, seconds: float) -> Awaitable[None]: ...
+
+    def shield(self, clean_up: Awaitable[T]) -> Awaitable[T]: ...
+
+
+class SyncIO:
+    """The blocking transport as ``IO``: every coroutine does its I/O and returns without
+    suspending, so the sync face can run them without an event loop."""
+
+    def __init__(self, transport: "SyncTransport") -> None:
+        self.transport = transport
+
+    async def run(self, op: Op[T]) -> T:
+        return self.transport.run(op)
+
+    async def lines(self, call: Call) -> AsyncIterator[Dict[str, Any]]:
+        it = self.transport.lines(call)
+        try:
+            for line in it:
+                yield line
+        finally:
+            it.close()  # type: ignore[attr-defined]  # a generator: closing it closes the connection
+
+    async def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    async def shield(self, clean_up: Awaitable[T]) -> T:
+        return await clean_up
+
+
+class AsyncIO:
+    """The asyncio transport as ``IO``."""
+
+    def __init__(self, transport: "AsyncTransport") -> None:
+        self.transport = transport
+
+    def run(self, op: Op[T]) -> Awaitable[T]:
+        return self.transport.run(op)
+
+    def lines(self, call: Call) -> AsyncIterator[Dict[str, Any]]:
+        return self.transport.lines(call)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def shield(self, clean_up: Awaitable[T]) -> Awaitable[T]:
+        return asyncio.shield(clean_up)
+
+
+async def _aclose(it: AsyncIterator[Any]) -> None:
+    close = getattr(it, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _check(result: m.ExecResult, check: bool) -> m.ExecResult:
+    if check and result.exit_code != 0:
+        raise CommandExitError(result.exit_code, result.stdout, result.stderr)
+    return result
+
+
+class _Handle:
+    """The transport a face object was made with (``_t``) and the ``IO`` over it (``_io``)."""
+
+    #: How the face turns its transport into ``IO`` (``SyncIO`` or ``AsyncIO``).
+    _io_type: ClassVar[Callable[[Any], IO]]
+
+    def __init__(self, transport: Any) -> None:
+        self._t = transport
+        self._io: IO = type(self)._io_type(transport)
+
+
+# -- processes, commands, sessions ----------------------------------------------------------------
+
+
+class ProcessCore(_Handle):
+    def __init__(self, transport: Any, sandbox_id: str, info: m.ProcessInfo) -> None:
+        super().__init__(transport)
+        self.sandbox_id = sandbox_id
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    async def _output(self, *, stdout_offset: int = 0, stderr_offset: int = 0, timeout: Optional[float] = None) -> m.ProcessOutput:
+        """Output kept so far (bytes), from these byte offsets on."""
+        out = await self._io.run(calls.process_output(self.sandbox_id, self.id, stdout_offset, stderr_offset, timeout))
+        self.info = out.process
+        return out
+
+    async def _follow(self, *, poll: float = 0.2) -> AsyncIterator[m.OutputEvent]:
+        """Output as it is produced (polled), until the process exits."""
+        offsets = {"stdout": 0, "stderr": 0}
+        while True:
+            out = await self._output(stdout_offset=offsets["stdout"], stderr_offset=offsets["stderr"])
+            for stream, data in (("stdout", out.stdout), ("stderr", out.stderr)):
+                if data:
+                    offsets[stream] += len(data)
+                    yield m.OutputEvent(stream, data)
+            if out.process.status == "exited":
+                return
+            await self._wait(wait=poll)
+
+    async def _wait(self, *, wait: float = 30.0, timeout: Optional[float] = None) -> m.ProcessInfo:
+        """Waits until the process exits or ``wait`` seconds pass; its state either way."""
+        self.info = await self._io.run(calls.wait_process(self.sandbox_id, self.id, wait, timeout))
+        return self.info
+
+    async def _signal(self, signal: str = "SIGTERM", *, timeout: Optional[float] = None) -> m.ProcessInfo:
+        """Sends a signal ("SIGTERM", "SIGINT", "SIGKILL", …) to the process."""
+        self.info = await self._io.run(calls.signal_process(self.sandbox_id, self.id, signal, timeout))
+        return self.info
+
+    async def _kill(self, *, timeout: Optional[float] = None) -> m.ProcessInfo:
+        """Kills the process and everything it started."""
+        self.info = await self._io.run(calls.kill_process(self.sandbox_id, self.id, timeout))
+        return self.info
+
+    async def _write_stdin(self, data: Union[str, bytes], *, eof: bool = False, timeout: Optional[float] = None) -> None:
+        """Writes to the stdin of a process started with ``stdin=True``."""
+        await self._io.run(calls.write_stdin(self.sandbox_id, self.id, data, eof, timeout))
+
+    async def _close_stdin(self, *, timeout: Optional[float] = None) -> None:
+        """Closes the process's stdin (it reads end of file)."""
+        await self._write_stdin(b"", eof=True, timeout=timeout)
+
+
+class CommandsCore(_Handle, Generic[PR]):
+    """Runs commands in a sandbox: to completion, streamed, or in the background."""
+
+    def __init__(self, transport: Any, sandbox_id: str) -> None:
+        super().__init__(transport)
+        self.sandbox_id = sandbox_id
+
+    def _process(self, info: m.ProcessInfo) -> PR:
+        raise NotImplementedError
+
+    async def _run(
+        self,
+        cmd: Cmd,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        stdin: Union[None, str, bytes] = None,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        binary: bool = False,
+        check: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> m.ExecResult:
+        """Runs a command (a shell string, or an argv list) to completion.
+
+        ``timeout`` kills it (its whole tree) after that many seconds, and the result says
+        ``timed_out``. ``binary=True`` returns stdout/stderr as bytes. ``check=True`` raises
+        ``CommandExitError`` on a non-zero exit. ``writable_paths`` confines its writes (Landlock).
+
+        Example: ``sb.commands.run("echo hi").stdout == "hi\\n"``
+        """
+        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, binary=binary)
+        return _check(await self._io.run(calls.exec_(self.sandbox_id, body, calls.command_deadline(timeout, request_timeout))), check)
+
+    async def _stream(
+        self,
+        cmd: Cmd,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        stdin: Union[None, str, bytes] = None,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        uncapped: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> AsyncIterator[m.StreamEvent]:
+        """Runs a command and yields its output as it is produced (``OutputEvent``, bytes), then
+        its status (``ExitEvent``). Leaving the loop early disconnects, which kills the command.
+        ``uncapped=True`` sends every byte, not only the first ``max_output_bytes`` per stream.
+
+        Example (sync; ``async for`` with ``AsyncSandbox``)::
+
+            for ev in sb.commands.stream("make"):
+                if isinstance(ev, dsec.OutputEvent): sys.stdout.buffer.write(ev.data)
+        """
+        body = calls.exec_body(cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, uncapped=uncapped)
+        lines = self._io.lines(calls.exec_stream(self.sandbox_id, body, calls.command_deadline(timeout, request_timeout)))
+        try:
+            async for line in lines:
+                ev = calls.stream_event(line)
+                if ev is not None:
+                    yield ev
+        finally:
+            await _aclose(lines)
+
+    async def _start(
+        self,
+        cmd: Cmd,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        stdin: bool = False,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        request_timeout: Optional[float] = None,
+    ) -> PR:
+        """Starts a background process that outlives this call; ``stdin=True`` keeps its stdin open."""
+        op = calls.start_process(
+            self.sandbox_id, cmd, cwd=cwd, env=env, writable_paths=writable_paths, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, request_timeout=request_timeout
+        )
+        return self._process(await self._io.run(op))
+
+    async def _list(self, *, timeout: Optional[float] = None) -> List[PR]:
+        """Background processes (running, and recently exited)."""
+        return [self._process(p) for p in await self._io.run(calls.list_processes(self.sandbox_id, timeout))]
+
+    async def _connect(self, process_id: str, *, timeout: Optional[float] = None) -> PR:
+        """A handle on a background process by id."""
+        out = await self._io.run(calls.process_output(self.sandbox_id, process_id, 0, 0, timeout))
+        return self._process(out.process)
+
+
+class SessionCore(_Handle):
+    """A persistent shell: ``cd``, ``export`` and variables carry over between commands."""
+
+    def __init__(self, transport: Any, sandbox_id: str, info: m.SessionInfo) -> None:
+        super().__init__(transport)
+        self.sandbox_id = sandbox_id
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    async def _run(
+        self,
+        cmd: str,
+        *,
+        timeout: Optional[float] = None,
+        max_output_bytes: Optional[int] = None,
+        binary: bool = False,
+        check: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> m.ExecResult:
+        """Runs one command in the session; ``timeout`` interrupts it (the session survives)."""
+        op = calls.session_exec(self.sandbox_id, self.id, cmd, timeout, max_output_bytes, binary, request_timeout)
+        return _check(await self._io.run(op), check)
+
+    async def _close(self, *, timeout: Optional[float] = None) -> None:
+        """Ends the session's shell."""
+        await self._io.run(calls.close_session(self.sandbox_id, self.id, timeout))
+
+    async def _close_unless_gone(self) -> None:
+        try:
+            await self._close()
+        except NotFoundError:
+            pass
+
+
+class SessionsCore(_Handle, Generic[SE]):
+    def __init__(self, transport: Any, sandbox_id: str) -> None:
+        super().__init__(transport)
+        self.sandbox_id = sandbox_id
+
+    def _session(self, info: m.SessionInfo) -> SE:
+        raise NotImplementedError
+
+    async def _create(
+        self,
+        *,
+        shell: Optional[str] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        writable_paths: Optional[Sequence[str]] = None,
+        timeout: Optional[float] = None,
+    ) -> SE:
+        """Opens a shell session (``shell``: "auto", "bash" or "sh")."""
+        return self._session(await self._io.run(calls.open_session(self.sandbox_id, shell, cwd, env, writable_paths, timeout)))
+
+    async def _list(self, *, timeout: Optional[float] = None) -> List[SE]:
+        """The sandbox's open sessions."""
+        return [self._session(s) for s in await self._io.run(calls.list_sessions(self.sandbox_id, timeout))]
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def tar_directory(local_dir: str) -> bytes:
+    """A tar archive of a local directory's contents (entries relative to it)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(local_dir, arcname=".")
+    return buf.getvalue()
+
+
+def untar_into(archive: bytes, local_dir: str) -> None:
+    """Unpacks an archive from ``download_tar`` into a local directory, refusing unsafe entries."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
+        for member in tar.getmembers():
+            name = member.name
+            if name.startswith("/") or ".." in name.split("/") or member.isdev():
+                raise DsecError(f"refusing to unpack {name!r}: it would leave {local_dir}", "UNSAFE_ARCHIVE")
+            if (member.issym() or member.islnk()) and (member.linkname.startswith("/") or ".." in member.linkname.split("/")):
+                raise DsecError(f"refusing to unpack link {name!r} -> {member.linkname!r}", "UNSAFE_ARCHIVE")
+        if hasattr(tarfile, "data_filter"):  # 3.12, and security releases of 3.9-3.11
+            tar.extractall(local_dir, **cast(Dict[str, Any], {"filter": "data"}))  # older typeshed lacks filter=
+        else:
+            tar.extractall(local_dir)  # noqa: S202 - every member checked above
+
+
+class FilesCore(_Handle):
+    """Files inside a sandbox; every path resolves inside its root."""
+
+    def __init__(self, transport: Any, sandbox_id: str) -> None:
+        super().__init__(transport)
+        self.sandbox_id = sandbox_id
+
+    async def _read(self, path: str, *, timeout: Optional[float] = None) -> bytes:
+        """A file's bytes."""
+        return await self._io.run(calls.read_file(self.sandbox_id, path, timeout))
+
+    async def _read_text(self, path: str, *, encoding: str = "utf-8", timeout: Optional[float] = None) -> str:
+        """A file's text (UTF-8 unless told)."""
+        return (await self._read(path, timeout=timeout)).decode(encoding)
+
+    async def _write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None, timeout: Optional[float] = None) -> m.WriteResult:
+        """Creates or replaces a file (parents created); ``str`` is written as UTF-8."""
+        return await self._io.run(calls.write_file(self.sandbox_id, path, data, mode, timeout))
+
+    async def _stat(self, path: str, *, timeout: Optional[float] = None) -> m.FileStat:
+        """A file's type, size, mode and times."""
+        return await self._io.run(calls.stat(self.sandbox_id, path, timeout))
+
+    async def _exists(self, path: str, *, timeout: Optional[float] = None) -> bool:
+        """Whether the path exists."""
+        try:
+            await self._stat(path, timeout=timeout)
+            return True
+        except NotFoundError:
+            return False
+
+    async def _list(self, path: str, *, timeout: Optional[float] = None) -> m.DirListing:
+        """A directory's entries."""
+        return await self._io.run(calls.list_dir(self.sandbox_id, path, timeout))
+
+    async def _mkdir(self, path: str, *, parents: bool = True, timeout: Optional[float] = None) -> None:
+        """Makes a directory (and its parents unless ``parents=False``)."""
+        await self._io.run(calls.mkdir(self.sandbox_id, path, parents, timeout))
+
+    async def _remove(self, path: str, *, recursive: bool = False, timeout: Optional[float] = None) -> None:
+        """Removes a file, or a directory with ``recursive=True``."""
+        await self._io.run(calls.remove(self.sandbox_id, path, recursive, timeout))
+
+    async def _rename(self, src: str, dst: str, *, timeout: Optional[float] = None) -> None:
+        """Moves ``src`` to ``dst``."""
+        await self._io.run(calls.rename(self.sandbox_id, src, dst, timeout))
+
+    async def _upload_tar(self, directory: str, archive: bytes, *, timeout: Optional[float] = None) -> m.WriteResult:
+        """Unpacks a tar archive into ``directory`` (created if missing), inside the sandbox."""
+        return await self._io.run(calls.upload_tar(self.sandbox_id, directory, archive, timeout))
+
+    async def _download_tar(self, path: str, *, timeout: Optional[float] = None) -> bytes:
+        """A file or directory as a tar archive (one top-level entry: its name)."""
+        return await self._io.run(calls.download_tar(self.sandbox_id, path, timeout))
+
+    async def _upload_dir(self, local_dir: str, directory: str, *, timeout: Optional[float] = None) -> m.WriteResult:
+        """Copies a local directory's contents into ``directory`` in the sandbox (as one tar)."""
+        return await self._upload_tar(directory, tar_directory(local_dir), timeout=timeout)
+
+    async def _download_dir(self, path: str, local_dir: str, *, timeout: Optional[float] = None) -> None:
+        """Copies a sandbox file or directory into ``local_dir`` (as ``local_dir/<name>``)."""
+        untar_into(await self._download_tar(path, timeout=timeout), local_dir)
+
+
+# -- sandboxes ------------------------------------------------------------------------------------
+
+
+class SandboxCore(_Handle, Generic[SB]):
+    """A handle on one sandbox."""
+
+    def __init__(self, transport: Any, info: m.SandboxInfo) -> None:
+        super().__init__(transport)
+        self.info = info
+
+    def _sandbox(self, info: m.SandboxInfo) -> SB:
+        raise NotImplementedError
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r}, status={self.info.status!r})"
+
+    async def _refresh(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
+        """The sandbox's state now (also kept in ``info``)."""
+        self.info = await self._io.run(calls.get(self.id, timeout))
+        return self.info
+
+    async def _kill(self, *, timeout: Optional[float] = None) -> None:
+        """Kills the sandbox and removes everything it had. Idempotent: a sandbox already killed
+        or gone is no error, so ``finally: sb.kill()`` is safe."""
+        await self._io.run(calls.kill(self.id, timeout))
+
+    async def _kill_unless_gone(self) -> None:
+        try:
+            await self._kill()
+        except NotFoundError:
+            pass
+
+    async def _pause(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
+        """Freezes the sandbox; memory stays resident. Commands raise ConflictError until resume()."""
+        self.info = await self._io.run(calls.pause(self.id, timeout))
+        return self.info
+
+    async def _resume(self, *, timeout: Optional[float] = None) -> m.SandboxInfo:
+        """Thaws a paused sandbox."""
+        self.info = await self._io.run(calls.resume(self.id, timeout))
+        return self.info
+
+    async def _snapshot(self, *, name: Optional[str] = None, scrub: Optional[Sequence[str]] = None, timeout: Optional[float] = None) -> m.SnapshotResult:
+        """Captures the sandbox's changes (pack_diff) as an image; ``Sandbox.create(snap.image_id)`` restores it."""
+        return await self._io.run(calls.snapshot(self.id, name, scrub, timeout))
+
+    async def _fork(self, count: int, *, labels: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> m.Fork[SB]:
+        """One snapshot, then ``count`` new sandboxes from it: rollouts from the same state."""
+        d = await self._io.run(calls.fork(self.id, count, labels, timeout))
+        return m.Fork(
+            sandboxes=[self._sandbox(m.SandboxInfo.from_wire(s)) for s in d.get("sandboxes", [])],
+            snapshot=m.SnapshotResult.from_wire(d.get("snapshot")),
+            failures=[m.ForkFailure(f.get("code", ""), f.get("message", "")) for f in d.get("failures", [])],
+        )
+
+    async def _set_network(self, mode: str, *, allow: Optional[Sequence[str]] = None, timeout: Optional[float] = None) -> m.NetworkState:
+        """Switches the egress policy ("none", "allow" with ``allow``, "open"); in force on return."""
+        return await self._io.run(calls.set_network(self.id, mode, allow, timeout))
+
+    async def _network(self, *, timeout: Optional[float] = None) -> m.NetworkState:
+        """The egress policy in force."""
+        return await self._io.run(calls.network(self.id, timeout))
+
+    async def _trajectory(self, *, after_seq: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None) -> m.Trajectory:
+        """The logged steps (commands, session commands, file changes) with their results."""
+        return await self._io.run(calls.trajectory(self.id, after_seq, limit, timeout))
+
+    async def _replay(self, *, timeout: Optional[float] = None) -> Tuple[SB, m.ReplayReport]:
+        """Rebuilds this sandbox as a new one from its image and trajectory."""
+        d = await self._io.run(calls.replay(self.id, timeout))
+        return self._sandbox(m.SandboxInfo.from_wire(d.get("sandbox"))), m.ReplayReport.from_wire(d)
+
+
+# -- batches: what the faces' create_many / iter_create_many do -----------------------------------
+
+
+async def batch_events(io: IO, batch_id: str, after: int = -1) -> AsyncIterator[Dict[str, Any]]:
+    """A batch's progress events until it ends; a broken stream (a dropped connection, a
+    restarted control plane) is picked up again after the last event seen, so none is lost or
+    repeated."""
+    breaks = 0
+    while True:
+        lines = io.lines(calls.batch_events(batch_id, after))
+        try:
+            async for e in lines:
+                after, breaks = int(e.get("seq", after)), 0
+                yield e
+                if e.get("type") in ("done", "cancelled"):
+                    return
+        except DsecError as err:
+            if err.status is not None and 400 <= err.status < 500:
+                raise
+        finally:
+            await _aclose(lines)
+        breaks += 1
+        if breaks > BATCH_STREAM_RETRIES:
+            raise UnreachableError(f"the progress stream of batch {batch_id} broke {breaks} times in a row", "STREAM_BROKEN")
+        await io.sleep(min(0.2 * breaks, 2.0))
+
+
+async def _cancel_quietly(io: IO, batch_id: str) -> None:
+    try:
+        await io.run(calls.cancel_batch(batch_id, None))
+    except DsecError:
+        pass  # already ended, or the server is gone: nothing more to stop
+
+
+async def iter_create_many(
+    io: IO, wrap: Callable[[m.SandboxInfo], SB], count: int, concurrency: Optional[int], timeout: Optional[float], spec: Dict[str, Any]
+) -> AsyncIterator[m.BatchProgress[SB]]:
+    """Starts a batch and yields its progress (``Sandbox.iter_create_many``); stopping before it is
+    done cancels it, which kills every sandbox it made."""
+    info = await io.run(calls.create_batch(count, calls.create_body(**spec), concurrency, timeout))
+    tally = calls.BatchTally(info.id, count)
+    finished = False
+    events = batch_events(io, info.id)
+    try:
+        async for e in events:
+            tally.add(e)
+            kind = str(e.get("type", ""))
+            sandbox: Optional[SB] = None
+            error: Optional[DsecError] = None
+            if kind == "running" and e.get("sandboxId"):
+                sandbox = wrap(await io.run(calls.get(str(e["sandboxId"]), timeout)))
+            elif kind == "failed":
+                error = calls.batch_failure(info.id, e)
+            finished = kind in ("done", "cancelled")
+            yield m.BatchProgress(info.id, kind, count, tally.placed, tally.running, tally.failed, e.get("index"), sandbox, error, int(e.get("seq", -1)))
+    finally:
+        await _aclose(events)
+        if not finished:
+            await io.shield(_cancel_quietly(io, info.id))
+
+
+async def create_many(
+    io: IO, wrap: Callable[[m.SandboxInfo], SB], count: int, concurrency: Optional[int], timeout: Optional[float], spec: Dict[str, Any]
+) -> m.Batch[SB]:
+    """Runs a batch to its end and returns what runs and what failed (``Sandbox.create_many``)."""
+    info = await io.run(calls.create_batch(count, calls.create_body(**spec), concurrency, timeout))
+    failures: List[DsecError] = []
+    finished = False
+    events = batch_events(io, info.id)
+    try:
+        async for e in events:
+            if e.get("type") == "failed":
+                failures.append(calls.batch_failure(info.id, e))
+            finished = e.get("type") in ("done", "cancelled")
+    finally:
+        await _aclose(events)
+        if not finished:
+            await io.shield(_cancel_quietly(io, info.id))
+    running = await io.run(calls.list_sandboxes({calls.BATCH_LABEL: info.id}, "running", timeout))
+    return m.Batch(info.id, [wrap(i) for i in running], failures)
