@@ -158,7 +158,7 @@ export class ControlPlane {
         await this.edges.refreshLocal();
         return this.edges.describe();
       },
-      sandboxes: async () => this.store.listSandboxes(),
+      sandboxes: async () => this.store.sandboxes.list(),
       batches: () => this.batches.progress(),
     });
     this.pools = new WarmPools(
@@ -176,7 +176,7 @@ export class ControlPlane {
       log: log.child({ component: 'fn' }),
     });
     this.edges.onLost = async (edge, why) => {
-      const lost = await this.store.markEdgeLost(edge, `lost: ${why}`);
+      const lost = await this.store.edges.markLost(edge, `lost: ${why}`);
       if (lost.length) this.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
     };
     this.edges.onBack = async (edge) => {
@@ -197,9 +197,9 @@ export class ControlPlane {
     // A create that is in flight now may finish on the edge after it lists its sandboxes, or
     // before the store is read below: either way, that sandbox is its create's to settle.
     // On a shared store, creates another replica has in flight count too (their leases are live).
-    const inflight = new Set([...this.#creation.inflight, ...(await this.store.leasedCreates(edgeId, Date.now()))]);
+    const inflight = new Set([...this.#creation.inflight, ...(await this.store.sandboxes.leasedCreates(edgeId, Date.now()))]);
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
-    const rows = await this.store.listSandboxes({ edge: edgeId });
+    const rows = await this.store.sandboxes.list({ edge: edgeId });
     // A create placed after the snapshot above may have finished on the edge after its list and
     // settled before the rows were read: its row says running and the list lacks it, yet it runs.
     // The edge is asked again, after that read, before any such row is failed.
@@ -215,17 +215,22 @@ export class ControlPlane {
         continue;
       }
       if ((s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id)) {
-        await this.store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
+        await this.store.sandboxes.setStatus(
+          s.id,
+          'failed',
+          'lost: the edge no longer has this sandbox (it was removed while dsec was down)',
+        );
         lost.push(s.id);
       }
-      if (s.status === 'creating' && onEdge.has(s.id)) await this.store.setStatus(s.id, 'running');
+      if (s.status === 'creating' && onEdge.has(s.id)) await this.store.sandboxes.setStatus(s.id, 'running');
       const live = s.status === 'running' || s.status === 'creating' || s.status === 'paused';
       if (!live && onEdge.has(s.id)) {
         // Reported lost, failed or stopped: the caller was told it is not running, so it must not run.
         await edge
           .killSandbox(s.id)
           .catch((err: unknown) => this.log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
-        if (s.status === 'lost') await this.store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
+        if (s.status === 'lost')
+          await this.store.sandboxes.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
         killedLost.push(s.id);
       }
       onEdge.delete(s.id);
@@ -260,7 +265,7 @@ export class ControlPlane {
    */
   async assertVisible(caller: Caller, id: string): Promise<void> {
     if (caller.admin) return;
-    const project = (await this.store.sandboxProject(id)) ?? (await this.ended.projectOf(id));
+    const project = (await this.store.sandboxes.projectOf(id)) ?? (await this.ended.projectOf(id));
     if (project !== undefined && project !== caller.project) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
   }
 
@@ -288,7 +293,7 @@ export class ControlPlane {
   }
 
   async get(id: string): Promise<SandboxInfo> {
-    const s = await this.store.getSandbox(id);
+    const s = await this.store.sandboxes.get(id);
     if (!s) {
       const ended = await this.ended.get(id);
       if (ended) {
@@ -308,7 +313,7 @@ export class ControlPlane {
 
   /** Throws SANDBOX_NOT_FOUND unless `id` is a sandbox, or a killed one whose trajectory is still kept. */
   async assertTrajectoryKept(id: string): Promise<void> {
-    if (!(await this.store.getSandbox(id)) && !(await this.ended.get(id))) await this.get(id);
+    if (!(await this.store.sandboxes.get(id)) && !(await this.ended.get(id))) await this.get(id);
   }
 
   /** get() plus live usage (OOM kills, memory, pids) for a running or paused sandbox. */
@@ -326,7 +331,7 @@ export class ControlPlane {
   }
 
   list(filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string }): Promise<SandboxInfo[]> {
-    return this.store.listSandboxes(filter);
+    return this.store.sandboxes.list(filter);
   }
 
   /**
@@ -335,7 +340,7 @@ export class ControlPlane {
    * for that and two concurrent kills both succeed.
    */
   async kill(id: string): Promise<void> {
-    const s = await this.store.getSandbox(id);
+    const s = await this.store.sandboxes.get(id);
     if (!s) return;
     const teardownFailed = s.status === 'failed' && s.reason?.startsWith(KILL_FAILED_REASON) === true;
     if (s.status === 'running' || s.status === 'creating' || s.status === 'paused' || teardownFailed) {
@@ -347,7 +352,7 @@ export class ControlPlane {
           this.metrics.killFailed(s.backend, err instanceof ApiError ? err.code : 'INTERNAL');
         if (err instanceof ApiError && err.code === 'SANDBOX_KILL_FAILED') {
           // Its mounts or cgroups are still on the node: the row stays, saying so, until a kill succeeds.
-          await this.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
+          await this.store.sandboxes.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
         }
         if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
       }
@@ -376,7 +381,7 @@ export class ControlPlane {
     }
     // The activity stamp only moves the idle timeout: on a full disk a read or a call that writes
     // nothing still goes through (what must be written fails on its own, with NODE_DISK_FULL).
-    await this.store.touch(id).catch((err: unknown) => {
+    await this.store.sandboxes.touch(id).catch((err: unknown) => {
       if (!isDiskFull(err)) throw err;
       this.log.warn({ sandbox: id, err }, 'the disk is full: the activity stamp was not written');
     });
@@ -389,7 +394,7 @@ export class ControlPlane {
     const s = await this.get(id);
     if (s.status === 'paused') return s;
     await (await this.#runningOn(id)).pauseSandbox(id);
-    await this.store.setStatus(id, 'paused');
+    await this.store.sandboxes.setStatus(id, 'paused');
     await this.trajectory.append(id, { kind: 'pause', request: {} });
     return await this.get(id);
   }
@@ -400,8 +405,8 @@ export class ControlPlane {
     if (s.status !== 'paused')
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
     await this.#edge(s.edge).resumeSandbox(id);
-    await this.store.setStatus(id, 'running');
-    await this.store.touch(id);
+    await this.store.sandboxes.setStatus(id, 'running');
+    await this.store.sandboxes.touch(id);
     await this.trajectory.append(id, { kind: 'resume', request: {} });
     return await this.get(id);
   }
@@ -467,7 +472,7 @@ export class ControlPlane {
   async fork(id: string, req: ForkRequest, opts: { privateTo?: string } = {}): Promise<ForkResult> {
     const parent = await this.get(id);
     const project = parent.project ?? DEFAULT_PROJECT;
-    const spec = (await this.store.getSpec<CreateSandboxRequest>(id)) ?? { image: parent.imageId };
+    const spec = (await this.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? { image: parent.imageId };
     await this.quotas.precheck(project, this.limitsFor(spec), req.count, true);
     if (parent.backend !== undefined && parent.backend !== 'container') return this.#forkVm(parent, req, project);
     const snapshot = await this.snapshot(id, {}, opts);
@@ -510,7 +515,7 @@ export class ControlPlane {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${parent.status}: only running or paused VMs can be forked`, { id });
     }
     const snap = await this.#edge(parent.edge).snapshotSandbox(id, { memory: true });
-    const spec = (await this.store.getSpec<CreateSandboxRequest>(id)) ?? { image: parent.imageId, backend: parent.backend };
+    const spec = (await this.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? { image: parent.imageId, backend: parent.backend };
     const network = await this.#currentPolicy(id);
     const results = await Promise.allSettled(
       Array.from({ length: req.count }, () =>
@@ -571,7 +576,7 @@ export class ControlPlane {
   async setExpiry(id: string, expiresAt: number): Promise<SandboxInfo> {
     const s = await this.get(id);
     const ttl = Math.max(1, Math.ceil((expiresAt - Date.parse(s.createdAt)) / 1000));
-    await this.store.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
+    await this.store.sandboxes.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
     return await this.get(id);
   }
 
@@ -584,7 +589,7 @@ export class ControlPlane {
     const done: string[] = [];
     await this.ended.expire(now);
     await this.owned.sweep(now);
-    for (const e of await this.store.expired(now)) {
+    for (const e of await this.store.sandboxes.expired(now)) {
       try {
         const s = await this.get(e.id);
         if (e.onExpiry === 'pause' && s.status === 'running') {
@@ -598,7 +603,7 @@ export class ControlPlane {
                 if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
               },
             );
-          await this.store.setStatus(e.id, 'stopped', e.why);
+          await this.store.sandboxes.setStatus(e.id, 'stopped', e.why);
         }
         done.push(e.id);
         this.log.info({ sandbox: e.id, action: e.onExpiry, why: e.why }, 'sandbox expired');
@@ -621,8 +626,8 @@ export class ControlPlane {
       running = true;
       // One replica sweeps: the one holding the lease, renewed at each sweep. It also takes over
       // the creates of replicas that died mid-create (create-leases.ts).
-      void this.store
-        .lease('expiry', this.replicaId, EXPIRY_LEASE_MS)
+      void this.store.leases
+        .acquire('expiry', this.replicaId, EXPIRY_LEASE_MS)
         .then(async (mine) => {
           if (!mine) return;
           await this.sweepExpired();
@@ -636,7 +641,7 @@ export class ControlPlane {
     return () => {
       clearInterval(timer);
       stopRenewing();
-      void this.store.releaseLease('expiry', this.replicaId).catch(() => undefined);
+      void this.store.leases.release('expiry', this.replicaId).catch(() => undefined);
     };
   }
 
@@ -844,7 +849,7 @@ export class ControlPlane {
    */
   async replay(id: string): Promise<ReplayResult> {
     const orig = await this.get(id);
-    const spec = (await this.store.getSpec<CreateSandboxRequest>(id)) ?? {
+    const spec = (await this.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? {
       image: orig.imageId,
       resources: orig.resources,
       labels: orig.labels,
@@ -906,7 +911,7 @@ export class ControlPlane {
 
   /** Kills every sandbox carrying all these labels, 32 at a time; returns how many went. */
   async killByLabels(labels: Record<string, string>): Promise<number> {
-    const ids = (await this.store.listSandboxes({ labels })).map((s) => s.id);
+    const ids = (await this.store.sandboxes.list({ labels })).map((s) => s.id);
     let next = 0;
     let killed = 0;
     const worker = async (): Promise<void> => {
@@ -926,7 +931,7 @@ export class ControlPlane {
 
   /** Kills every sandbox (used by `dsec demo` cleanup and tests). */
   async killAll(): Promise<void> {
-    await Promise.allSettled((await this.store.listSandboxes()).map((s) => this.kill(s.id)));
+    await Promise.allSettled((await this.store.sandboxes.list()).map((s) => this.kill(s.id)));
   }
 }
 

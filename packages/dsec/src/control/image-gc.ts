@@ -29,7 +29,7 @@ export async function collectGarbage(
 ): Promise<GcResult> {
   await images.refresh(); // images made or deleted at other replicas count
   const keep = images.referencedLayers();
-  for (const s of await store.listSandboxes()) {
+  for (const s of await store.sandboxes.list()) {
     if (s.status === 'running' || s.status === 'paused' || s.status === 'creating') for (const l of s.layers) keep.add(l as LayerDigest);
   }
   const result: GcResult = {

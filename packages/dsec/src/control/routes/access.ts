@@ -44,7 +44,7 @@ export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps
         throw err;
       }
     } else if (url.startsWith('/v1/batches/:id')) {
-      const batch = await deps.store.getBatch(id);
+      const batch = await deps.store.batches.get(id);
       if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
     }
   });

@@ -28,11 +28,11 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
   const withUsage = async (p: StoredProject): Promise<ProjectInfo> => ({
     name: p.name,
     quota: p.quota,
-    usage: await store.projectUsage(p.name),
+    usage: await store.projects.usage(p.name),
     createdAt: p.createdAt,
   });
   const project = async (name: string): Promise<StoredProject> => {
-    const p = await store.getProject(name);
+    const p = await store.projects.get(name);
     if (!p) throw new ApiError('PROJECT_NOT_FOUND', `no project ${name}; list them with \`dsec project ls\``, { project: name });
     return p;
   };
@@ -47,7 +47,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         schema: { tags, summary: 'Create a project (admin key)', body: CreateProjectRequest, response: { 201: ProjectInfo, ...errors } },
       },
       async (req, reply) => {
-        if (!(await store.insertProject(req.body.name, req.body.quota ?? {}))) {
+        if (!(await store.projects.insert(req.body.name, req.body.quota ?? {}))) {
           throw new ApiError(
             'PROJECT_EXISTS',
             `project ${req.body.name} exists already; change its quota with \`dsec project set-quota\``,
@@ -69,7 +69,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req) => {
-        const all = req.caller.admin ? await store.listProjects() : [await project(req.caller.project)];
+        const all = req.caller.admin ? await store.projects.list() : [await project(req.caller.project)];
         return { projects: await Promise.all(all.map(withUsage)) };
       },
     );
@@ -103,7 +103,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         const p = await project(req.params.name);
         const quota = { ...p.quota, ...req.body.quota };
         for (const k of req.body.clear ?? []) delete quota[k];
-        await store.setProjectQuota(p.name, quota);
+        await store.projects.setQuota(p.name, quota);
         control.quotas.reset(p.name);
         return withUsage(await project(p.name));
       },
@@ -140,7 +140,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req) => {
-        return { keys: await store.listKeys(req.query.project) };
+        return { keys: await store.keys.list(req.query.project) };
       },
     );
 
@@ -156,7 +156,7 @@ export function projectRoutes(deps: { store: StateStore; control: ControlPlane }
         },
       },
       async (req, reply) => {
-        if (!(await store.revokeKey(req.params.id)))
+        if (!(await store.keys.revoke(req.params.id)))
           throw new ApiError('KEY_NOT_FOUND', `no key ${req.params.id}; list them with \`dsec key ls\``, { id: req.params.id });
         return reply.status(204).send(null);
       },
