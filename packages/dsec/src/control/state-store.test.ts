@@ -162,7 +162,7 @@ describe('StateStore sandboxes', () => {
     for (const id of ['sb-local-lease1', 'sb-local-lease2']) await store.sandboxes.delete(id);
   });
 
-  test('deleteSandbox removes it', async () => {
+  test('sandboxes.delete removes it', async () => {
     await store.sandboxes.insert(info('sb-local-eeeeee', {}));
     await store.sandboxes.delete('sb-local-eeeeee');
     assert.equal(await store.sandboxes.get('sb-local-eeeeee'), undefined);
@@ -228,6 +228,16 @@ describe('StateStore sandboxes', () => {
     );
     await store.volumes.delete('ds');
     assert.equal(await store.volumes.get('ds'), undefined);
+  });
+
+  test('the store is its record stores: no flat method beside close', () => {
+    assert.deepEqual(Object.getOwnPropertyNames(StateStore.prototype).sort(), ['close', 'constructor']);
+    assert.deepEqual(
+      Object.keys(store)
+        .filter((k) => k !== 'db')
+        .sort(),
+      ['batches', 'edges', 'imageOwners', 'keys', 'leases', 'pools', 'projects', 'sandboxes', 'volumes'],
+    );
   });
 
   test('opening a store again applies no migration twice', async () => {

@@ -61,7 +61,7 @@ interface Pool {
 /**
  * Warm pools: N ready sandboxes per pool, made through the ordinary create path (placed, stored,
  * reconciled like any other) and marked with POOL_READY_LABEL until a create claims one. A claim
- * is one conditional UPDATE of the row's labels (the store's claimPoolSandbox), so a sandbox is
+ * is one conditional UPDATE of the row's labels (the store's pools.claimSandbox), so a sandbox is
  * claimed once, and a ready sandbox serves no call (ControlPlane refuses it until claimed), so a
  * claimed sandbox is never one another caller used. Pools live in the store; after a restart the
  * ready sandboxes that still run are the pool's again and the rest is refilled.
