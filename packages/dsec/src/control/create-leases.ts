@@ -20,7 +20,7 @@ export const CREATE_LEASE_MS = 10_000;
  */
 export class CreateLeases {
   constructor(
-    private readonly store: StateStore,
+    private readonly store: Pick<StateStore, 'sandboxes'>,
     private readonly edges: EdgeRegistry,
     private readonly log: Logger,
     readonly replicaId: string,

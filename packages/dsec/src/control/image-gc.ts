@@ -22,7 +22,7 @@ export type { GcResult } from '@dsec/sdk/schema';
  */
 export async function collectGarbage(
   images: ImageStore,
-  store: StateStore,
+  store: Pick<StateStore, 'sandboxes'>,
   now = Date.now(),
   graceMs = GC_GRACE_MS,
   registry?: Pick<ClusterRegistry, 'stored' | 'remove'>,

@@ -19,7 +19,7 @@ export const SHARED_IMAGES_ONLY = '';
 
 export class ProjectImages {
   constructor(
-    private readonly store: StateStore,
+    private readonly store: Pick<StateStore, 'imageOwners'>,
     private readonly images: ImageStore,
   ) {}
 

@@ -15,7 +15,7 @@ export class ProjectQuotas {
   readonly #buckets = new Map<string, { tokens: number; at: number }>();
   readonly #locks = new Map<string, Promise<unknown>>();
 
-  constructor(private readonly store: StateStore) {}
+  constructor(private readonly store: Pick<StateStore, 'projects'>) {}
 
   async quotaOf(project: string): Promise<ProjectQuota> {
     return (await this.store.projects.get(project))?.quota ?? {};

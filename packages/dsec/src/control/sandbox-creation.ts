@@ -16,7 +16,7 @@ import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { checkVolumeMounts, type Volumes } from './volumes.js';
 
 export interface SandboxCreationDeps {
-  store: StateStore;
+  store: Pick<StateStore, 'sandboxes'>;
   /** Resolves a create's volumes to the edge that holds them and the mounts to make. */
   volumes: Volumes;
   images: ImageStore;

@@ -21,7 +21,7 @@ export interface ResolvedVolumes {
  * refused while any of them may still hold it).
  */
 export class Volumes {
-  constructor(private readonly deps: { store: StateStore; edges: EdgeRegistry; log: Logger }) {}
+  constructor(private readonly deps: { store: Pick<StateStore, 'volumes'>; edges: EdgeRegistry; log: Logger }) {}
 
   /** A volume of `caller`'s project (names are unique across projects). */
   async create(req: CreateVolumeRequest, caller: Caller): Promise<VolumeInfo> {

@@ -76,7 +76,7 @@ export class WarmPools {
   readonly #inflight = new Set<Promise<void>>();
 
   constructor(
-    private readonly store: StateStore,
+    private readonly store: Pick<StateStore, 'pools' | 'sandboxes'>,
     private readonly host: PoolHost,
     private readonly log: Logger,
   ) {}

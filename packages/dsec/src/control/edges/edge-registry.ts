@@ -38,7 +38,7 @@ const zero = (): EdgeEntry['pending'] => ({ count: 0, cpu: 0, memoryMiB: 0, pids
 export const DEFAULT_EDGE_LOST_AFTER_MS = 10_000;
 
 export interface EdgeRegistryOptions {
-  store: StateStore;
+  store: Pick<StateStore, 'edges' | 'leases'>;
   token: string;
   log: Logger;
   lostAfterMs?: number;

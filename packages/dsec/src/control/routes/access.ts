@@ -23,8 +23,11 @@ export function requireAdmin(req: FastifyRequest, what: string): void {
  * /v1/batches/:id (the ones there are and any added later) passes this check before its handler,
  * so no route can forget it. Another project's id answers exactly as an unknown id does.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps: { control: ControlPlane; store: StateStore }): void {
+export function projectScope(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  app: FastifyInstance<any, any, any, any, any>,
+  deps: { control: ControlPlane; store: Pick<StateStore, 'batches'> },
+): void {
   app.addHook('preHandler', async (req, reply) => {
     const url = req.routeOptions.url ?? '';
     const scoped = url.startsWith('/v1/sandboxes/:id') || url.startsWith('/v1/batches/:id');

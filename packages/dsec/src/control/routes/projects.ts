@@ -23,7 +23,7 @@ import { access } from '../../http/access.js';
  * Projects and API keys (docs/PROJECTS.md). An admin key creates projects, sets their quotas,
  * mints and revokes keys; any key may read its own project (quota and usage).
  */
-export function projectRoutes(deps: { store: StateStore; control: ControlPlane }): FastifyPluginAsync {
+export function projectRoutes(deps: { store: Pick<StateStore, 'keys' | 'projects'>; control: ControlPlane }): FastifyPluginAsync {
   const { store, control } = deps;
   const withUsage = async (p: StoredProject): Promise<ProjectInfo> => ({
     name: p.name,
