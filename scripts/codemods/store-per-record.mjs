@@ -1,8 +1,9 @@
 // Rewrites calls of the flat StateStore API (`store.getSandbox(id)`) to the per-record stores
 // (`store.sandboxes.get(id)`; issue 28), in the TypeScript files given, in place, then prints every
 // call of an old method name it left. Re-runnable: a rewritten call no longer matches. Usage:
-//   node scripts/codemods/store-per-record.mjs [--dry-run] [--receiver NAME]... FILE|DIR...
-// A directory is walked for .ts files (node_modules and dist skipped).
+//   node scripts/codemods/store-per-record.mjs [--dry-run] [--all] [--receiver NAME]... FILE|DIR...
+// A directory is walked for .ts files (node_modules and dist skipped). Run prettier on what it
+// changed afterwards (a call it rewrites may now fit on one line). Exit status 1: a store call left.
 //
 // A receiver is taken for a StateStore when its last property or identifier is `store`,
 // `#store` or `store` followed by a capital or digit (`store`, `this.store`, `deps.store`,
@@ -164,7 +165,7 @@ for (const target of targets) {
         // A per-record store's method of the same name (`store.sandboxes.setStatus(`) is the new API.
         if (RECORDS.has(recv)) continue;
         const where = `${file}:${i + 1}: ${line.trim()}`;
-        const storeLike = new RegExp(`^(${receiver})[!?]?$`).test(recv);
+        const storeLike = new RegExp(`^(${receiver})[!?]?$`).test(recv) || (recv.endsWith(')') && /\bStateStore\b/.test(line));
         if (storeLike) missed.push(where);
         else if (listAll || !SHARED_NAMES.has(old)) others.push(where);
       }
