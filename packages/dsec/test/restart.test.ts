@@ -205,7 +205,7 @@ describe('restart when the state store forgot a sandbox the edge still runs', { 
     await f.first.close();
     const store = await StateStore.open(await testStoreLocation(join(f.dataDir, 'state.db')));
     try {
-      await store.deleteSandbox(id);
+      await store.sandboxes.delete(id);
     } finally {
       await store.close();
     }

@@ -213,8 +213,8 @@ async function measureCosts(dir: string, token: string, http: HttpLoadClient): P
     const t0 = performance.now();
     for (let i = 0; i < n; i++) {
       const info = { ...base, id: `sb-x-${String(i).padStart(13, '0')}` };
-      await store.insertSandbox(info, undefined, SPEC); // with its spec, in one transaction, as ControlPlane.create writes it
-      await store.setStatus(info.id, 'running');
+      await store.sandboxes.insert(info, undefined, SPEC); // with its spec, in one transaction, as ControlPlane.create writes it
+      await store.sandboxes.setStatus(info.id, 'running');
     }
     sqliteWritesUs = round(((performance.now() - t0) * 1000) / n, 1);
   } finally {

@@ -29,7 +29,7 @@ describe('API keys', () => {
     const { id, key } = await createApiKey(store, 'test');
     assert.match(id, /^key_[0-9a-f]{12}$/);
     assert.match(key, /^dsec_[A-Za-z0-9_-]{43}$/);
-    assert.equal((await store.keyByHash(hashKey(key)))?.id, id);
+    assert.equal((await store.keys.byHash(hashKey(key)))?.id, id);
     const rows = await store.db.all<Record<string, unknown>>('SELECT * FROM api_keys');
     assert.ok(!JSON.stringify(rows).includes(key), 'the key itself is not stored');
   });
@@ -44,17 +44,17 @@ describe('API keys', () => {
   });
 
   test('a key carries the project and admin flag it was made with', async () => {
-    await store.insertProject('team-a', {});
+    await store.projects.insert('team-a', {});
     const { id, key } = await createApiKey(store, 'scoped', { project: 'team-a', admin: true });
     assert.deepEqual(await authenticate(store, bearerToken(`Bearer ${key}`)), { keyId: id, project: 'team-a', admin: true });
   });
 
   test('a revoked key no longer authenticates; revoking an unknown key says so', async () => {
     const { id, key } = await createApiKey(store, 'revoke');
-    assert.equal(await store.revokeKey(id), true);
+    assert.equal(await store.keys.revoke(id), true);
     assert.equal(await authenticate(store, bearerToken(`Bearer ${key}`)), undefined);
-    assert.ok((await store.listKeys()).find((k) => k.id === id)?.revokedAt);
-    assert.equal(await store.revokeKey('key_000000000000'), false);
+    assert.ok((await store.keys.list()).find((k) => k.id === id)?.revokedAt);
+    assert.equal(await store.keys.revoke('key_000000000000'), false);
   });
 
   test('authenticate accepts the scheme in any case', async () => {
@@ -99,7 +99,7 @@ describe('projects migration', () => {
           admin: false,
         });
         assert.deepEqual(
-          (await migrated.listProjects()).map((p) => p.name),
+          (await migrated.projects.list()).map((p) => p.name),
           ['default'],
         );
       } finally {

@@ -21,10 +21,14 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
-export async function createApiKey(store: StateStore, name: string, scope: KeyScope = {}): Promise<{ id: string; key: string }> {
+export async function createApiKey(
+  store: Pick<StateStore, 'keys'>,
+  name: string,
+  scope: KeyScope = {},
+): Promise<{ id: string; key: string }> {
   const id = `key_${randomBytes(6).toString('hex')}`;
   const key = `dsec_${randomBytes(32).toString('base64url')}`;
-  await store.insertKey(id, hashKey(key), name, scope.project ?? DEFAULT_PROJECT, scope.admin ?? false);
+  await store.keys.insert(id, hashKey(key), name, scope.project ?? DEFAULT_PROJECT, scope.admin ?? false);
   return { id, key };
 }
 
@@ -33,20 +37,20 @@ export async function createApiKey(store: StateStore, name: string, scope: KeySc
  * other. `mintedBy`: the key whose caller asked for it; revoking that key revokes this one.
  */
 export async function createE2bApiKey(
-  store: StateStore,
+  store: Pick<StateStore, 'keys'>,
   name: string,
   scope: KeyScope = {},
   mintedBy?: string,
 ): Promise<{ id: string; key: string }> {
   const id = `key_${randomBytes(6).toString('hex')}`;
   const key = `e2b_${randomBytes(20).toString('hex')}`;
-  await store.insertKey(id, hashKey(key), name, scope.project ?? DEFAULT_PROJECT, scope.admin ?? false, mintedBy);
+  await store.keys.insert(id, hashKey(key), name, scope.project ?? DEFAULT_PROJECT, scope.admin ?? false, mintedBy);
   return { id, key };
 }
 
 /** The caller when the key is a known key that is not revoked. */
-export async function authenticate(store: StateStore, key: string | undefined): Promise<Caller | undefined> {
+export async function authenticate(store: Pick<StateStore, 'keys'>, key: string | undefined): Promise<Caller | undefined> {
   if (!key) return undefined;
-  const k = await store.keyByHash(hashKey(key));
+  const k = await store.keys.byHash(hashKey(key));
   return k && { keyId: k.id, project: k.project, admin: k.admin };
 }

@@ -140,7 +140,7 @@ export class ControlPlane {
         await this.edges.refreshLocal();
         return this.edges.describe();
       },
-      sandboxes: async () => store.listSandboxes(),
+      sandboxes: async () => store.sandboxes.list(),
       batches: () => this.batches.progress(),
     });
     this.pools = new WarmPools(

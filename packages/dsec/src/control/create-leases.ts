@@ -20,7 +20,7 @@ export const CREATE_LEASE_MS = 10_000;
  */
 export class CreateLeases {
   constructor(
-    private readonly store: StateStore,
+    private readonly store: Pick<StateStore, 'sandboxes'>,
     private readonly edges: EdgeRegistry,
     private readonly log: Logger,
     readonly replicaId: string,
@@ -37,7 +37,7 @@ export class CreateLeases {
     const timer = setInterval(() => {
       if (busy) return;
       busy = true;
-      void this.store
+      void this.store.sandboxes
         .renewCreates(this.replicaId, Date.now() + CREATE_LEASE_MS)
         .catch((err: unknown) => this.log.error({ err }, 'renewing create leases failed'))
         .finally(() => (busy = false));
@@ -53,7 +53,7 @@ export class CreateLeases {
    */
   async takeOver(now = Date.now()): Promise<{ running: string[]; failed: string[] }> {
     const out = { running: [] as string[], failed: [] as string[] };
-    const abandoned = await this.store.abandonedCreates(now);
+    const abandoned = await this.store.sandboxes.abandonedCreates(now);
     const lists = new Map<string, Promise<Set<string> | undefined>>();
     for (const row of abandoned) {
       let list = lists.get(row.edge);
@@ -65,7 +65,7 @@ export class CreateLeases {
       if (onEdge === undefined) continue;
       const who = `its control-plane replica ${row.owner} stopped (no lease renewal for ${CREATE_LEASE_MS / 1000} s) while creating it`;
       if (onEdge.has(row.id)) {
-        if ((await this.store.settleCreate(row.id, 'running')) === 'running') out.running.push(row.id);
+        if ((await this.store.sandboxes.settleCreate(row.id, 'running')) === 'running') out.running.push(row.id);
         this.log.warn({ sandbox: row.id, edge: row.edge, owner: row.owner }, 'took over an abandoned create: its edge runs it');
         continue;
       }
@@ -84,7 +84,7 @@ export class CreateLeases {
         }
       }
       const reason = `failed: ${who}, and its edge ${row.edge} did not have it`;
-      if ((await this.store.settleCreate(row.id, 'failed', reason)) === 'failed') out.failed.push(row.id);
+      if ((await this.store.sandboxes.settleCreate(row.id, 'failed', reason)) === 'failed') out.failed.push(row.id);
       this.log.warn({ sandbox: row.id, edge: row.edge, owner: row.owner }, 'took over an abandoned create: not on its edge, failed');
     }
     return out;

@@ -29,7 +29,7 @@ function sandbox(id: string): SandboxInfo {
 /** A store holding one sandbox with a two-step trajectory. */
 async function storeWithLog(id: string): Promise<{ store: StateStore; log: TrajectoryLog }> {
   const store = await StateStore.open(await testStoreLocation(':memory:'));
-  await store.insertSandbox(sandbox(id));
+  await store.sandboxes.insert(sandbox(id));
   const log = new TrajectoryLog(store);
   await log.append(id, { kind: 'exec', request: { cmd: 'true' }, exitCode: 0 });
   await log.append(id, { kind: 'pause', request: {} });
@@ -42,7 +42,7 @@ describe('EndedSandboxes: the trajectory of a killed sandbox', () => {
     const ended = new EndedSandboxes(store, 24 * HOUR);
     const t0 = Date.UTC(2026, 0, 1);
     await ended.retire(sandbox('sb-local-aaaaaaaaaaaaa'), 'killed', t0);
-    assert.equal(await store.getSandbox('sb-local-aaaaaaaaaaaaa'), undefined);
+    assert.equal(await store.sandboxes.get('sb-local-aaaaaaaaaaaaa'), undefined);
     assert.equal((await log.list('sb-local-aaaaaaaaaaaaa')).entries.length, 2);
     assert.deepEqual(await ended.get('sb-local-aaaaaaaaaaaaa', t0 + HOUR), {
       endedAt: new Date(t0).toISOString(),
@@ -61,7 +61,7 @@ describe('EndedSandboxes: the trajectory of a killed sandbox', () => {
     const { store, log } = await storeWithLog('sb-local-bbbbbbbbbbbbb');
     const ended = new EndedSandboxes(store, 0);
     await ended.retire(sandbox('sb-local-bbbbbbbbbbbbb'), 'killed');
-    assert.equal(await store.getSandbox('sb-local-bbbbbbbbbbbbb'), undefined);
+    assert.equal(await store.sandboxes.get('sb-local-bbbbbbbbbbbbb'), undefined);
     assert.equal((await log.list('sb-local-bbbbbbbbbbbbb')).entries.length, 0);
     assert.equal(await ended.get('sb-local-bbbbbbbbbbbbb'), undefined);
     await store.close();

@@ -19,7 +19,7 @@ export class EndedSandboxes {
 
   /** Removes the sandbox's record; its trajectory stays for the retention time (or goes now when that is 0). */
   async retire(s: SandboxInfo, reason: string, now = Date.now()): Promise<void> {
-    if (this.retentionMs <= 0) return this.store.deleteSandbox(s.id);
+    if (this.retentionMs <= 0) return this.store.sandboxes.delete(s.id);
     await this.store.db.transaction(async (tx) => {
       await tx.run(
         'INSERT INTO ended_sandboxes (id, ended_at, reason, project) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project',

@@ -22,14 +22,14 @@ export type { GcResult } from '@dsec/sdk/schema';
  */
 export async function collectGarbage(
   images: ImageStore,
-  store: StateStore,
+  store: Pick<StateStore, 'sandboxes'>,
   now = Date.now(),
   graceMs = GC_GRACE_MS,
   registry?: Pick<ClusterRegistry, 'stored' | 'remove'>,
 ): Promise<GcResult> {
   await images.refresh(); // images made or deleted at other replicas count
   const keep = images.referencedLayers();
-  for (const s of await store.listSandboxes()) {
+  for (const s of await store.sandboxes.list()) {
     if (s.status === 'running' || s.status === 'paused' || s.status === 'creating') for (const l of s.layers) keep.add(l as LayerDigest);
   }
   const result: GcResult = {

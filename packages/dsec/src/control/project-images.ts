@@ -19,7 +19,7 @@ export const SHARED_IMAGES_ONLY = '';
 
 export class ProjectImages {
   constructor(
-    private readonly store: StateStore,
+    private readonly store: Pick<StateStore, 'imageOwners'>,
     private readonly images: ImageStore,
   ) {}
 
@@ -65,7 +65,7 @@ export class ProjectImages {
    * shared image (an unchanged sandbox's snapshot is its base image, which stays shared).
    */
   async claim(project: string, id: ImageId, existedBefore: boolean): Promise<void> {
-    if (!existedBefore || (await this.store.imageOwners(id)).length > 0) await this.store.addImageOwner(id, project);
+    if (!existedBefore || (await this.store.imageOwners.projects(id)).length > 0) await this.store.imageOwners.add(id, project);
   }
 
   /**
@@ -75,7 +75,7 @@ export class ProjectImages {
    */
   async checkName(project: string, name: string, admin: boolean): Promise<string | undefined> {
     const n = normalizeName(name);
-    const owner = await this.store.imageNameOwner(n);
+    const owner = await this.store.imageOwners.nameOwner(n);
     if (owner === project) return project;
     if (owner === undefined && this.images.resolve(n) === undefined) return project;
     if (owner === undefined && admin) return undefined;
@@ -97,7 +97,7 @@ export class ProjectImages {
    */
   async checkPullName(caller: { project: string; admin: boolean }, name: string): Promise<string | undefined> {
     const n = normalizeName(name);
-    const owner = await this.store.imageNameOwner(n);
+    const owner = await this.store.imageOwners.nameOwner(n);
     if (owner === caller.project) return owner;
     const taken = (why: string): ApiError =>
       new ApiError('IMAGE_NAME_TAKEN', `image name ${JSON.stringify(name)} is ${why}; pull it under another name (\`name\`)`, {
@@ -128,7 +128,7 @@ export class ProjectImages {
   }
 
   async recordName(name: string, owner: string | undefined): Promise<void> {
-    if (owner !== undefined) await this.store.setImageNameOwner(normalizeName(name), owner);
+    if (owner !== undefined) await this.store.imageOwners.setNameOwner(normalizeName(name), owner);
   }
 
   /**
@@ -140,30 +140,31 @@ export class ProjectImages {
     const id = await this.resolve(caller.admin ? undefined : caller.project, ref);
     if (!id) throw notFound;
     if (ref.startsWith('sha256:')) {
-      const owners = await this.store.imageOwners(id);
+      const owners = await this.store.imageOwners.projects(id);
       if (!caller.admin && owners.length === 0)
         throw new ApiError('FORBIDDEN', `image ${ref} is shared: deleting it takes an admin key`, { image: ref });
       if (!caller.admin && owners.length > 1) {
         // Other projects made the same image: only this project's claim on it goes.
-        await this.store.removeImageOwner(id, caller.project);
-        for (const n of this.images.info(id)?.names ?? []) if ((await this.store.imageNameOwner(n)) === caller.project) this.#untag(n);
+        await this.store.imageOwners.remove(id, caller.project);
+        for (const n of this.images.info(id)?.names ?? [])
+          if ((await this.store.imageOwners.nameOwner(n)) === caller.project) this.#untag(n);
         return;
       }
-      for (const n of this.images.info(id)?.names ?? []) await this.store.removeImageNameOwner(n);
+      for (const n of this.images.info(id)?.names ?? []) await this.store.imageOwners.removeNameOwner(n);
       this.images.remove(id);
-      await this.store.removeImageOwners(id);
+      await this.store.imageOwners.removeAll(id);
       return;
     }
     const n = normalizeName(ref);
-    if (!caller.admin && (await this.store.imageNameOwner(n)) === undefined)
+    if (!caller.admin && (await this.store.imageOwners.nameOwner(n)) === undefined)
       throw new ApiError('FORBIDDEN', `image name ${ref} is shared: removing it takes an admin key`, { image: ref });
     this.#untag(n);
-    await this.store.removeImageNameOwner(n);
+    await this.store.imageOwners.removeNameOwner(n);
   }
 
   /** An image went away (an unnamed snapshot released with its sandbox): its owner rows go too. */
   async forget(id: ImageId): Promise<void> {
-    await this.store.removeImageOwners(id);
+    await this.store.imageOwners.removeAll(id);
   }
 
   #untag(name: string): void {
@@ -171,12 +172,12 @@ export class ProjectImages {
   }
 
   async #idVisible(project: string, id: ImageId): Promise<boolean> {
-    const owners = await this.store.imageOwners(id);
+    const owners = await this.store.imageOwners.projects(id);
     return owners.length === 0 || owners.includes(project);
   }
 
   async #nameVisible(project: string, name: string): Promise<boolean> {
-    const owner = await this.store.imageNameOwner(name);
+    const owner = await this.store.imageOwners.nameOwner(name);
     return owner === undefined || owner === project;
   }
 }

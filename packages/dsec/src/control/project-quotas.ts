@@ -15,10 +15,10 @@ export class ProjectQuotas {
   readonly #buckets = new Map<string, { tokens: number; at: number }>();
   readonly #locks = new Map<string, Promise<unknown>>();
 
-  constructor(private readonly store: StateStore) {}
+  constructor(private readonly store: Pick<StateStore, 'projects'>) {}
 
   async quotaOf(project: string): Promise<ProjectQuota> {
-    return (await this.store.getProject(project))?.quota ?? {};
+    return (await this.store.projects.get(project))?.quota ?? {};
   }
 
   /**
@@ -42,7 +42,7 @@ export class ProjectQuotas {
     }
     if (quota.maxSandboxes === undefined && quota.maxCpu === undefined && quota.maxMemoryMiB === undefined) return insert(n);
     return this.#locked(project, async () => {
-      const usage = await this.store.projectUsage(project);
+      const usage = await this.store.projects.usage(project);
       let admitted = n;
       if (opts.fit) admitted = Math.min(n, room(quota, usage, limits));
       if (admitted < 1 || !opts.fit) checkFits(project, quota, usage, limits, opts.fit ? 1 : n);
@@ -64,7 +64,7 @@ export class ProjectQuotas {
    */
   async precheck(project: string, limits: SandboxLimits, n: number, now: boolean): Promise<void> {
     const quota = await this.quotaOf(project);
-    const usage = now ? await this.store.projectUsage(project) : { sandboxes: 0, cpu: 0, memoryMiB: 0 };
+    const usage = now ? await this.store.projects.usage(project) : { sandboxes: 0, cpu: 0, memoryMiB: 0 };
     checkFits(project, quota, usage, limits, n);
   }
 

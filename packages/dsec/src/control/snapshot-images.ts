@@ -44,7 +44,7 @@ export class SnapshotImages {
     const deleted: string[] = [];
     for (const imageId of new Set([...owned, gone.imageId])) {
       const owner = await this.ownerOf(imageId);
-      if (owner === undefined || (await this.store.getSandbox(owner))) continue;
+      if (owner === undefined || (await this.store.sandboxes.get(owner))) continue;
       const info = this.images.info(imageId as ImageId);
       if (!info || info.names.length > 0) {
         await this.#forget(imageId); // deleted by hand, or named since: no longer ours to delete

@@ -46,9 +46,9 @@ describe('StateStore sandboxes', () => {
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'dsec-unit-state-'));
     store = await StateStore.open(await testStoreLocation(join(dir, 'state.db')));
-    await store.insertSandbox(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' }));
-    await store.insertSandbox(info('sb-local-bbbbbb', { team: 'b', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:02.000Z' }));
-    await store.insertSandbox(
+    await store.sandboxes.insert(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' }));
+    await store.sandboxes.insert(info('sb-local-bbbbbb', { team: 'b', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:02.000Z' }));
+    await store.sandboxes.insert(
       info('sb-other-cccccc', { team: 'a' }, { edge: 'other', status: 'failed', reason: 'boom', createdAt: '2025-01-01T00:00:03.000Z' }),
     );
   });
@@ -59,120 +59,123 @@ describe('StateStore sandboxes', () => {
 
   test('a sandbox reads back as inserted', async () => {
     assert.deepEqual(
-      core(await store.getSandbox('sb-local-aaaaaa')),
+      core(await store.sandboxes.get('sb-local-aaaaaa')),
       core(info('sb-local-aaaaaa', { team: 'a', 'dsec.io/run': 'r1' }, { createdAt: '2025-01-01T00:00:01.000Z' })),
     );
   });
 
   test('an unknown id reads back undefined', async () => {
-    assert.equal(await store.getSandbox('sb-local-zzzzzz'), undefined);
+    assert.equal(await store.sandboxes.get('sb-local-zzzzzz'), undefined);
   });
 
   test('reason is present only when set', async () => {
-    assert.equal('reason' in (await store.getSandbox('sb-local-aaaaaa'))!, false);
-    assert.equal((await store.getSandbox('sb-other-cccccc'))!.reason, 'boom');
+    assert.equal('reason' in (await store.sandboxes.get('sb-local-aaaaaa'))!, false);
+    assert.equal((await store.sandboxes.get('sb-other-cccccc'))!.reason, 'boom');
   });
 
   test('list is oldest first', async () => {
     assert.deepEqual(
-      (await store.listSandboxes()).map((s) => s.id),
+      (await store.sandboxes.list()).map((s) => s.id),
       ['sb-local-aaaaaa', 'sb-local-bbbbbb', 'sb-other-cccccc'],
     );
   });
 
   test('list filters on one label', async () => {
     assert.deepEqual(
-      (await store.listSandboxes({ labels: { team: 'a' } })).map((s) => s.id),
+      (await store.sandboxes.list({ labels: { team: 'a' } })).map((s) => s.id),
       ['sb-local-aaaaaa', 'sb-other-cccccc'],
     );
   });
 
   test('list filters on several labels (all must match)', async () => {
     assert.deepEqual(
-      (await store.listSandboxes({ labels: { team: 'b', 'dsec.io/run': 'r1' } })).map((s) => s.id),
+      (await store.sandboxes.list({ labels: { team: 'b', 'dsec.io/run': 'r1' } })).map((s) => s.id),
       ['sb-local-bbbbbb'],
     );
   });
 
   test('a label key with dots and slashes is matched as one key, not a JSON path', async () => {
-    assert.equal((await store.listSandboxes({ labels: { 'dsec.io/run': 'r1' } })).length, 2);
-    assert.equal((await store.listSandboxes({ labels: { dsec: 'r1' } })).length, 0);
+    assert.equal((await store.sandboxes.list({ labels: { 'dsec.io/run': 'r1' } })).length, 2);
+    assert.equal((await store.sandboxes.list({ labels: { dsec: 'r1' } })).length, 0);
   });
 
   test('list filters on status and edge', async () => {
     assert.deepEqual(
-      (await store.listSandboxes({ status: 'failed' })).map((s) => s.id),
+      (await store.sandboxes.list({ status: 'failed' })).map((s) => s.id),
       ['sb-other-cccccc'],
     );
     assert.deepEqual(
-      (await store.listSandboxes({ edge: 'local' })).map((s) => s.id),
+      (await store.sandboxes.list({ edge: 'local' })).map((s) => s.id),
       ['sb-local-aaaaaa', 'sb-local-bbbbbb'],
     );
   });
 
   test('a label value that differs does not match', async () => {
-    assert.deepEqual(await store.listSandboxes({ labels: { team: 'c' } }), []);
+    assert.deepEqual(await store.sandboxes.list({ labels: { team: 'c' } }), []);
   });
 
   test('a label filter key with a backslash matches nothing (and does not throw)', async () => {
-    assert.deepEqual(await store.listSandboxes({ labels: { 'team\\': 'a' } }), []);
+    assert.deepEqual(await store.sandboxes.list({ labels: { 'team\\': 'a' } }), []);
   });
 
   test('a label filter key with a double quote matches nothing, not the key without the quote', async () => {
-    assert.deepEqual(await store.listSandboxes({ labels: { 'te"am': 'a' } }), []);
+    assert.deepEqual(await store.sandboxes.list({ labels: { 'te"am': 'a' } }), []);
   });
 
   test('setStatus changes status and reason; a later setStatus without reason clears it', async () => {
-    await store.insertSandbox(info('sb-local-dddddd', {}, { status: 'creating' }));
-    await store.setStatus('sb-local-dddddd', 'failed', 'why');
-    assert.equal((await store.getSandbox('sb-local-dddddd'))!.reason, 'why');
-    await store.setStatus('sb-local-dddddd', 'running');
-    assert.equal((await store.getSandbox('sb-local-dddddd'))!.status, 'running');
-    assert.equal((await store.getSandbox('sb-local-dddddd'))!.reason, undefined);
+    await store.sandboxes.insert(info('sb-local-dddddd', {}, { status: 'creating' }));
+    await store.sandboxes.setStatus('sb-local-dddddd', 'failed', 'why');
+    assert.equal((await store.sandboxes.get('sb-local-dddddd'))!.reason, 'why');
+    await store.sandboxes.setStatus('sb-local-dddddd', 'running');
+    assert.equal((await store.sandboxes.get('sb-local-dddddd'))!.status, 'running');
+    assert.equal((await store.sandboxes.get('sb-local-dddddd'))!.reason, undefined);
   });
 
   test("create leases: renewed creates stay their replica's, unrenewed ones are abandoned, and a settle applies only to a row still creating", async () => {
     const t0 = 1_000_000;
-    await store.insertSandbox(info('sb-local-lease1', {}, { status: 'creating' }), undefined, undefined, {
+    await store.sandboxes.insert(info('sb-local-lease1', {}, { status: 'creating' }), undefined, undefined, {
       owner: 'r1',
       until: t0 + 10_000,
     });
-    await store.insertSandbox(info('sb-local-lease2', {}, { status: 'creating' }), undefined, undefined, {
+    await store.sandboxes.insert(info('sb-local-lease2', {}, { status: 'creating' }), undefined, undefined, {
       owner: 'r2',
       until: t0 + 10_000,
     });
-    assert.deepEqual(await store.abandonedCreates(t0 + 5_000), []);
-    assert.equal(await store.createOwner('sb-local-lease1'), 'r1');
-    assert.equal(await store.renewCreates('r1', t0 + 20_000), 1);
-    assert.deepEqual((await store.leasedCreates('local', t0 + 15_000)).has('sb-local-lease1'), true);
+    assert.deepEqual(await store.sandboxes.abandonedCreates(t0 + 5_000), []);
+    assert.equal(await store.sandboxes.createOwner('sb-local-lease1'), 'r1');
+    assert.equal(await store.sandboxes.renewCreates('r1', t0 + 20_000), 1);
+    assert.deepEqual((await store.sandboxes.leasedCreates('local', t0 + 15_000)).has('sb-local-lease1'), true);
     assert.deepEqual(
-      (await store.abandonedCreates(t0 + 15_000)).map((r) => [r.id, r.owner]),
+      (await store.sandboxes.abandonedCreates(t0 + 15_000)).map((r) => [r.id, r.owner]),
       [['sb-local-lease2', 'r2']],
     );
-    assert.equal(await store.settleCreate('sb-local-lease2', 'failed', 'taken over'), 'failed');
-    assert.equal(await store.settleCreate('sb-local-lease2', 'running'), 'failed', 'a settled create is not settled again');
-    assert.equal((await store.setStatuses([{ id: 'sb-local-lease2', status: 'running' }])).get('sb-local-lease2')?.reason, 'taken over');
-    assert.equal((await store.getSandbox('sb-local-lease2'))?.status, 'failed');
-    assert.equal(await store.settleCreate('sb-local-lease1', 'running'), 'running');
-    assert.equal(await store.renewCreates('r1', t0 + 30_000), 0, 'a running sandbox has no create lease to renew');
-    assert.equal(await store.settleCreate('sb-local-nosuch', 'running'), undefined);
-    for (const id of ['sb-local-lease1', 'sb-local-lease2']) await store.deleteSandbox(id);
+    assert.equal(await store.sandboxes.settleCreate('sb-local-lease2', 'failed', 'taken over'), 'failed');
+    assert.equal(await store.sandboxes.settleCreate('sb-local-lease2', 'running'), 'failed', 'a settled create is not settled again');
+    assert.equal(
+      (await store.sandboxes.setStatuses([{ id: 'sb-local-lease2', status: 'running' }])).get('sb-local-lease2')?.reason,
+      'taken over',
+    );
+    assert.equal((await store.sandboxes.get('sb-local-lease2'))?.status, 'failed');
+    assert.equal(await store.sandboxes.settleCreate('sb-local-lease1', 'running'), 'running');
+    assert.equal(await store.sandboxes.renewCreates('r1', t0 + 30_000), 0, 'a running sandbox has no create lease to renew');
+    assert.equal(await store.sandboxes.settleCreate('sb-local-nosuch', 'running'), undefined);
+    for (const id of ['sb-local-lease1', 'sb-local-lease2']) await store.sandboxes.delete(id);
   });
 
-  test('deleteSandbox removes it', async () => {
-    await store.insertSandbox(info('sb-local-eeeeee', {}));
-    await store.deleteSandbox('sb-local-eeeeee');
-    assert.equal(await store.getSandbox('sb-local-eeeeee'), undefined);
+  test('sandboxes.delete removes it', async () => {
+    await store.sandboxes.insert(info('sb-local-eeeeee', {}));
+    await store.sandboxes.delete('sb-local-eeeeee');
+    assert.equal(await store.sandboxes.get('sb-local-eeeeee'), undefined);
   });
 
   test('state survives closing and reopening the database', async () => {
     const file = join(dir, 'reopen.db');
     const a = await StateStore.open(await testStoreLocation(file));
-    await a.insertSandbox(info('sb-local-ffffff', { k: 'v' }));
+    await a.sandboxes.insert(info('sb-local-ffffff', { k: 'v' }));
     await a.close();
     const b = await StateStore.open(await testStoreLocation(file));
     try {
-      assert.deepEqual((await b.getSandbox('sb-local-ffffff'))?.labels, { k: 'v' });
+      assert.deepEqual((await b.sandboxes.get('sb-local-ffffff'))?.labels, { k: 'v' });
     } finally {
       await b.close();
     }
@@ -191,7 +194,7 @@ describe('StateStore sandboxes', () => {
       old.close();
       const store = await StateStore.open(file);
       try {
-        const s = await store.getSandbox('sb-local-oldold');
+        const s = await store.sandboxes.get('sb-local-oldold');
         assert.deepEqual(s?.labels, { k: 'v' });
         assert.equal(s?.backend, 'container');
         assert.deepEqual(s?.layers, []);
@@ -207,24 +210,34 @@ describe('StateStore sandboxes', () => {
 
   test('volumes: one per name; the sandboxes that mount one, while they may hold it; rows go with the sandbox', async () => {
     const vol = { name: 'ds', project: 'default', edge: 'local', labels: { k: 'v' }, createdAt: '2025-01-01T00:00:00.000Z' };
-    assert.equal(await store.insertVolume(vol), true);
-    assert.equal(await store.insertVolume({ ...vol, edge: 'other' }), false);
-    assert.deepEqual(await store.getVolume('ds'), vol);
-    await store.insertSandbox(info('sb-local-vvvvv1', {}), undefined, { image: 'busybox', volumes: [{ name: 'ds', path: '/d' }] });
-    await store.insertSandbox(info('sb-local-vvvvv2', {}, { status: 'stopped' }), undefined, {
+    assert.equal(await store.volumes.insert(vol), true);
+    assert.equal(await store.volumes.insert({ ...vol, edge: 'other' }), false);
+    assert.deepEqual(await store.volumes.get('ds'), vol);
+    await store.sandboxes.insert(info('sb-local-vvvvv1', {}), undefined, { image: 'busybox', volumes: [{ name: 'ds', path: '/d' }] });
+    await store.sandboxes.insert(info('sb-local-vvvvv2', {}, { status: 'stopped' }), undefined, {
       image: 'busybox',
       volumes: [{ name: 'ds', path: '/d' }],
     });
-    assert.deepEqual(await store.volumeUsers('ds'), ['sb-local-vvvvv1'], 'a stopped sandbox holds no mount');
-    await store.deleteSandbox('sb-local-vvvvv1');
-    await store.deleteSandbox('sb-local-vvvvv2');
-    assert.deepEqual(await store.volumeUsers('ds'), []);
+    assert.deepEqual(await store.volumes.users('ds'), ['sb-local-vvvvv1'], 'a stopped sandbox holds no mount');
+    await store.sandboxes.delete('sb-local-vvvvv1');
+    await store.sandboxes.delete('sb-local-vvvvv2');
+    assert.deepEqual(await store.volumes.users('ds'), []);
     assert.deepEqual(
-      (await store.listVolumes()).map((v) => v.name),
+      (await store.volumes.list()).map((v) => v.name),
       ['ds'],
     );
-    await store.deleteVolume('ds');
-    assert.equal(await store.getVolume('ds'), undefined);
+    await store.volumes.delete('ds');
+    assert.equal(await store.volumes.get('ds'), undefined);
+  });
+
+  test('the store is its record stores: no flat method beside close', () => {
+    assert.deepEqual(Object.getOwnPropertyNames(StateStore.prototype).sort(), ['close', 'constructor']);
+    assert.deepEqual(
+      Object.keys(store)
+        .filter((k) => k !== 'db')
+        .sort(),
+      ['batches', 'edges', 'imageOwners', 'keys', 'leases', 'pools', 'projects', 'sandboxes', 'volumes'],
+    );
   });
 
   test('opening a store again applies no migration twice', async () => {

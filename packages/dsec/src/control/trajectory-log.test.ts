@@ -36,9 +36,9 @@ describe('TrajectoryLog', () => {
   test('a step that ends after its sandbox was deleted leaves no orphan row', async () => {
     const store = await StateStore.open(await testStoreLocation(join(dir, 'orphan.db')));
     const log = new TrajectoryLog(store);
-    await store.insertSandbox(info('sb-a'));
+    await store.sandboxes.insert(info('sb-a'));
     await log.append('sb-a', { kind: 'exec', request: { cmd: ['true'] } });
-    await store.deleteSandbox('sb-a');
+    await store.sandboxes.delete('sb-a');
     // A terminal's exit or a stream's final entry arriving after the kill:
     await log.append('sb-a', { kind: 'pty', request: {}, exitCode: 0, replayable: false });
     const rows = (await store.db.get<{ n: number }>('SELECT count(*) AS n FROM trajectory WHERE sandbox_id = ?', ['sb-a']))!;
@@ -62,7 +62,7 @@ describe('TrajectoryLog', () => {
   test('the dropped count survives a restart of the control plane', async () => {
     const file = join(dir, 'dropped.db');
     const store = await StateStore.open(await testStoreLocation(file));
-    await store.insertSandbox(info('sb-full'));
+    await store.sandboxes.insert(info('sb-full'));
     await store.db.transaction(async (tx) => {
       for (let seq = 1; seq <= MAX_ENTRIES; seq++) {
         await tx.run(
@@ -92,7 +92,7 @@ describe('TrajectoryLog', () => {
       const a = await StateStore.open(await testStoreLocation(file));
       const b = await StateStore.open(await testStoreLocation(file));
       try {
-        await a.insertSandbox(info('sb-busy'));
+        await a.sandboxes.insert(info('sb-busy'));
         const logs = [new TrajectoryLog(a), new TrajectoryLog(b)];
         await Promise.all(Array.from({ length: 40 }, (_, i) => logs[i % 2]!.append('sb-busy', { kind: 'exec', request: { i } })));
         const { entries } = await logs[0]!.list('sb-busy');

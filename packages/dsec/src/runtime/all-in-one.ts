@@ -175,7 +175,7 @@ async function startDsecProcess(
     throw err;
   }
   // Replicas on one store share the cluster token: the first one's stays.
-  const clusterToken = await store.sharedSetting('cluster-token', loadOrCreateClusterToken(opts.dataDir));
+  const clusterToken = await store.leases.sharedSetting('cluster-token', loadOrCreateClusterToken(opts.dataDir));
   const replicaId = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const registry = await EdgeRegistry.open({
     replicaId,
@@ -216,7 +216,7 @@ async function startDsecProcess(
       usernsPool: opts.usernsPool,
       ...(blobThread ? { lazy: { source: () => ({ url: blobThread.url, token: clusterToken }) } } : {}),
       onSandboxFailed: (id, reason) =>
-        void store
+        void store.sandboxes
           .setStatus(id, 'failed', reason)
           .catch((err: unknown) => log.error({ err, sandbox: id }, 'recording a failed sandbox failed')),
       log: log.child({ edge: opts.edgeId }),
@@ -260,7 +260,7 @@ async function startDsecProcess(
   });
   const portsApp = await buildPortsServer({
     control,
-    linkGate: new PortLinkGate(links, { projectOf: (id) => store.sandboxProject(id) }),
+    linkGate: new PortLinkGate(links, { projectOf: (id) => store.sandboxes.projectOf(id) }),
     log: log.child({ origin: 'ports' }),
   });
   const { host, port } = parseListen(opts.listen);
@@ -304,7 +304,7 @@ async function startDsecProcess(
   let newKey = false;
   // The bootstrap key is an admin key of project `default` (docs/PROJECTS.md): one that was
   // revoked, or is not an admin key, is replaced, so the host's root can always get back in.
-  if (!apiKey || !(await store.keyByHash(hashKey(apiKey)))?.admin) {
+  if (!apiKey || !(await store.keys.byHash(hashKey(apiKey)))?.admin) {
     apiKey = (await createApiKey(store, 'client.json', { admin: true })).key;
     newKey = true;
   }

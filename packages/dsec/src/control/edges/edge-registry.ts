@@ -38,7 +38,7 @@ const zero = (): EdgeEntry['pending'] => ({ count: 0, cpu: 0, memoryMiB: 0, pids
 export const DEFAULT_EDGE_LOST_AFTER_MS = 10_000;
 
 export interface EdgeRegistryOptions {
-  store: StateStore;
+  store: Pick<StateStore, 'edges' | 'leases'>;
   token: string;
   log: Logger;
   lostAfterMs?: number;
@@ -80,7 +80,7 @@ export class EdgeRegistry {
   /** Edges known before a restart: reachable as before; they get a full timeout to report. */
   async #load(): Promise<void> {
     const opts = this.opts;
-    for (const e of await opts.store.listEdges()) {
+    for (const e of await opts.store.edges.list()) {
       this.#edges.set(e.id, {
         id: e.id,
         pool: e.pool,
@@ -158,7 +158,7 @@ export class EdgeRegistry {
     e.pending = { ...e.inflight };
     e.lastSeen = Date.now();
     // Every replica reads it from there: heartbeats may come to any of them.
-    await this.opts.store.touchEdge(id, info, e.lastSeen);
+    await this.opts.store.edges.touch(id, info, e.lastSeen);
     if (e.state === 'lost' || e.reconcileAtFirstReport) {
       if (e.state === 'lost') this.opts.log.warn({ edge: id }, 'lost edge is back');
       e.state = e.state === 'lost' ? 'ready' : e.state;
@@ -214,7 +214,7 @@ export class EdgeRegistry {
   async tick(now = Date.now()): Promise<void> {
     await this.refreshLocal(now);
     await this.#readStore(now);
-    if (!(await this.opts.store.lease('edge-watcher', this.#replica, WATCHER_LEASE_MS, now))) return;
+    if (!(await this.opts.store.leases.acquire('edge-watcher', this.#replica, WATCHER_LEASE_MS, now))) return;
     for (const e of this.#edges.values()) {
       if (e.local) continue;
       if (e.state !== 'lost' && now - e.lastSeen > this.lostAfterMs) {
@@ -254,7 +254,7 @@ export class EdgeRegistry {
     const e = this.#entry(id);
     if (e.local) throw new ApiError('INVALID_REQUEST', `edge ${id} is this control plane's own edge`, { id });
     this.#edges.delete(id);
-    await this.opts.store.deleteEdge(id);
+    await this.opts.store.edges.delete(id);
   }
 
   #entry(id: string): EdgeEntry {
@@ -344,7 +344,7 @@ export class EdgeRegistry {
 
   async #persist(e: EdgeEntry): Promise<void> {
     if (e.local || !e.url) return;
-    await this.opts.store.upsertEdge({
+    await this.opts.store.edges.upsert({
       id: e.id,
       url: e.url,
       pool: e.pool,
@@ -362,7 +362,7 @@ export class EdgeRegistry {
 
   /** Folds in what the store knows that this replica did not see itself (other replicas' edges). */
   async #readStore(now: number): Promise<void> {
-    const stored = await this.opts.store.listEdges();
+    const stored = await this.opts.store.edges.list();
     const ids = new Set(stored.map((e) => e.id));
     for (const [id, e] of this.#edges) if (!e.local && !ids.has(id)) this.#edges.delete(id); // removed at another replica
     for (const r of stored) {

@@ -25,8 +25,11 @@ export function requireAdmin(req: FastifyRequest, what: string): void {
  * and a stream before its first byte, and a route added later cannot answer first. Batches are
  * decided here. Another project's id answers exactly as an unknown id does.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps: { control: ControlPlane; store: StateStore }): void {
+export function projectScope(
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  app: FastifyInstance<any, any, any, any, any>,
+  deps: { control: ControlPlane; store: Pick<StateStore, 'batches'> },
+): void {
   app.addHook('preHandler', async (req, reply) => {
     const url = req.routeOptions.url ?? '';
     const scoped = url.startsWith('/v1/sandboxes/:id') || url.startsWith('/v1/batches/:id');
@@ -45,8 +48,8 @@ export function projectScope(app: FastifyInstance<any, any, any, any, any>, deps
         if (req.method === 'DELETE' && url === '/v1/sandboxes/:id') return reply.status(204).send(null);
         throw err;
       }
-    } else {
-      const batch = await deps.store.getBatch(id);
+    } else if (url.startsWith('/v1/batches/:id')) {
+      const batch = await deps.store.batches.get(id);
       if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
     }
   });

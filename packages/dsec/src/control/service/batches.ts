@@ -90,7 +90,7 @@ export class BatchService {
     await this.quotas.precheck(project, this.sandboxes.limitsFor(req.spec), req.count, false);
     const id = `batch-${randomBytes(8).toString('hex')}`;
     const createdAt = new Date().toISOString();
-    await this.store.insertBatch(id, req.count, req, createdAt, project, { id: this.replicaId, until: Date.now() + BATCH_LEASE_MS });
+    await this.store.batches.insert(id, req.count, req, createdAt, project, { id: this.replicaId, until: Date.now() + BATCH_LEASE_MS });
     const b = new LiveBatch(id, req.count, req.spec, createdAt, project);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
@@ -111,7 +111,7 @@ export class BatchService {
    */
   async resume(): Promise<void> {
     const now = Date.now();
-    await this.#adopt(await this.store.claimBatches(this.replicaId, now + BATCH_LEASE_MS, now, this.store.db.dialect === 'sqlite'));
+    await this.#adopt(await this.store.batches.claim(this.replicaId, now + BATCH_LEASE_MS, now, this.store.db.dialect === 'sqlite'));
   }
 
   /**
@@ -134,15 +134,15 @@ export class BatchService {
   async #ownerTick(): Promise<void> {
     const now = Date.now();
     const mine = [...this.#live.values()].filter((b) => !b.finished).map((b) => b.id);
-    for (const id of await this.store.renewBatches(mine, this.replicaId, now + BATCH_LEASE_MS)) await this.cancel(id);
-    await this.#adopt((await this.store.claimBatches(this.replicaId, now + BATCH_LEASE_MS, now)).filter((r) => !this.#live.has(r.id)));
+    for (const id of await this.store.batches.renew(mine, this.replicaId, now + BATCH_LEASE_MS)) await this.cancel(id);
+    await this.#adopt((await this.store.batches.claim(this.replicaId, now + BATCH_LEASE_MS, now)).filter((r) => !this.#live.has(r.id)));
   }
 
   async #adopt(rows: StoredBatch[]): Promise<void> {
     for (const row of rows) {
       const req = JSON.parse(row.spec) as CreateBatchRequest;
       const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt, row.project);
-      for (const e of await this.store.batchEvents(row.id, -1)) {
+      for (const e of await this.store.batches.events(row.id, -1)) {
         b.events.push(e);
         this.#count(b, e);
       }
@@ -170,10 +170,10 @@ export class BatchService {
       };
       return info;
     }
-    const row = await this.store.getBatch(id);
+    const row = await this.store.batches.get(id);
     if (!row) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
     const counts = { placed: 0, running: 0, failed: 0, last: -1 };
-    for (const e of await this.store.batchEvents(id, -1)) {
+    for (const e of await this.store.batches.events(id, -1)) {
       if (e.type === 'placed') counts.placed++;
       if (e.type === 'running') counts.running++;
       if (e.type === 'failed') counts.failed++;
@@ -195,7 +195,7 @@ export class BatchService {
 
   /** The newest `limit` batches (of one project, or of all when `project` is undefined), newest first, each with its counts. */
   async list(limit: number, project?: string): Promise<BatchInfo[]> {
-    const rows = (await this.store.listBatches()).filter((b) => project === undefined || b.project === project);
+    const rows = (await this.store.batches.list()).filter((b) => project === undefined || b.project === project);
     const newest = rows.slice(-limit).reverse();
     const out: BatchInfo[] = [];
     for (const row of newest) out.push(await this.info(row.id));
@@ -212,14 +212,14 @@ export class BatchService {
       // Driven by another replica (or finished): its events as they reach the store.
       let last = (await this.info(id)).state; // 404 for an unknown batch
       for (;;) {
-        for (const e of await this.store.batchEvents(id, after)) {
+        for (const e of await this.store.batches.events(id, after)) {
           yield e;
           after = e.seq;
         }
         if (!follow || last !== 'running' || signal?.aborted) return;
         await sleep(FOLLOW_POLL_MS, signal);
         if (this.#live.has(id)) return yield* this.events(id, after, follow, signal); // taken over here meanwhile
-        last = (await this.store.getBatch(id))?.state ?? 'done';
+        last = (await this.store.batches.get(id))?.state ?? 'done';
       }
     }
     let next = after + 1;
@@ -245,7 +245,7 @@ export class BatchService {
       let info = await this.info(id);
       if (info.state !== 'running') return info;
       // Its owner (another replica) cancels it at its next lease renewal, or whoever takes it over.
-      await this.store.requestBatchCancel(id);
+      await this.store.batches.requestCancel(id);
       for (let waited = 0; info.state === 'running' && waited < 30_000 && !this.#live.has(id); waited += FOLLOW_POLL_MS) {
         await sleep(FOLLOW_POLL_MS);
         info = await this.info(id);
@@ -272,7 +272,7 @@ export class BatchService {
   async #drive(b: LiveBatch, concurrency: number): Promise<void> {
     // Items a previous run got to are settled from their sandbox rows; the rest are created in
     // groups (rows in one transaction, one request per edge: see SandboxService.createGroup).
-    const rows = new Map((await this.store.batchSandboxes(b.id)).map((r) => [r.index, r]));
+    const rows = new Map((await this.store.batches.sandboxes(b.id)).map((r) => [r.index, r]));
     const todo: number[] = [];
     const settling: Promise<void>[] = [];
     for (let index = 0; index < b.count; index++) {
@@ -313,7 +313,7 @@ export class BatchService {
     let leased: boolean | undefined;
     for (let waited = 0; ; waited += 500) {
       if (b.cancelled) return; // its row goes with the cancel's kill
-      const s = await this.store.getSandbox(sandboxId);
+      const s = await this.store.sandboxes.get(sandboxId);
       if (!s)
         return this.#emit(b, {
           type: 'failed',
@@ -335,13 +335,13 @@ export class BatchService {
       // 'creating' across a restart or a dead replica's create. A row with a create lease is
       // settled by the replica that takes abandoned creates over (create-leases.ts) once the lease
       // runs out; only rows written before create leases existed are settled here.
-      if ((leased ??= (await this.store.createOwner(sandboxId)) !== undefined)) {
+      if ((leased ??= (await this.store.sandboxes.createOwner(sandboxId)) !== undefined)) {
         if (this.#stopped) return; // the batch stays running in the store: the next start resumes it
         await new Promise((r) => setTimeout(r, 500));
         continue;
       }
       if (waited >= 1000 && (await this.#edgeRuns(s.edge, sandboxId))) {
-        await this.store.setStatus(sandboxId, 'running');
+        await this.store.sandboxes.setStatus(sandboxId, 'running');
         return this.#emit(b, { type: 'running', index, sandboxId, edge: s.edge });
       }
       if (waited >= 30_000 || this.#stopped) {
@@ -350,7 +350,7 @@ export class BatchService {
           .api(s.edge)
           .killSandbox(sandboxId)
           .catch(() => undefined);
-        await this.store.setStatus(
+        await this.store.sandboxes.setStatus(
           sandboxId,
           'failed',
           'lost: the control plane restarted while creating it and its edge never reported it',
@@ -410,7 +410,7 @@ export class BatchService {
   async #finish(b: LiveBatch, how: 'done' | 'cancelled'): Promise<void> {
     this.#emit(b, { type: how });
     await this.flush();
-    await this.store.finishBatch(b.id, how, new Date().toISOString());
+    await this.store.batches.finish(b.id, how, new Date().toISOString());
   }
 
   /** Writes buffered events, one transaction for all batches. */
@@ -421,7 +421,7 @@ export class BatchService {
     for (const b of this.#live.values()) {
       if (b.unflushed.length) pending.push({ id: b.id, events: b.unflushed.splice(0) });
     }
-    if (pending.length) await this.store.appendBatchEvents(pending);
+    if (pending.length) await this.store.batches.appendEvents(pending);
   }
 
   /**

@@ -38,7 +38,7 @@ export class ExpiryService {
     const done: string[] = [];
     await this.deps.ended.expire(now);
     await this.deps.owned.sweep(now);
-    for (const e of await store.expired(now)) {
+    for (const e of await store.sandboxes.expired(now)) {
       try {
         const s = await this.deps.lookup.get(SYSTEM, e.id);
         if (e.onExpiry === 'pause' && s.status === 'running') {
@@ -53,7 +53,7 @@ export class ExpiryService {
                 if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
               },
             );
-          await store.setStatus(e.id, 'stopped', e.why);
+          await store.sandboxes.setStatus(e.id, 'stopped', e.why);
         }
         done.push(e.id);
         log.info({ sandbox: e.id, action: e.onExpiry, why: e.why }, 'sandbox expired');
@@ -77,8 +77,8 @@ export class ExpiryService {
       running = true;
       // One replica sweeps: the one holding the lease, renewed at each sweep. It also takes over
       // the creates of replicas that died mid-create (create-leases.ts).
-      void store
-        .lease('expiry', replicaId, EXPIRY_LEASE_MS)
+      void store.leases
+        .acquire('expiry', replicaId, EXPIRY_LEASE_MS)
         .then(async (mine) => {
           if (!mine) return;
           await this.sweepExpired();
@@ -92,7 +92,7 @@ export class ExpiryService {
     return () => {
       clearInterval(timer);
       stopRenewing();
-      void store.releaseLease('expiry', replicaId).catch(() => undefined);
+      void store.leases.release('expiry', replicaId).catch(() => undefined);
     };
   }
 }

@@ -43,7 +43,7 @@ export class NodeService {
 
   /** Marks the sandboxes of an edge that stopped answering as lost, with why. */
   async markLost(edge: string, why: string): Promise<void> {
-    const lost = await this.deps.store.markEdgeLost(edge, `lost: ${why}`);
+    const lost = await this.deps.store.edges.markLost(edge, `lost: ${why}`);
     if (lost.length) this.deps.log.error({ edge, sandboxes: lost.length }, 'sandboxes of a lost edge marked lost');
   }
 
@@ -61,9 +61,9 @@ export class NodeService {
     // A create that is in flight now may finish on the edge after it lists its sandboxes, or
     // before the store is read below: either way, that sandbox is its create's to settle.
     // On a shared store, creates another replica has in flight count too (their leases are live).
-    const inflight = new Set([...creation.inflight, ...(await store.leasedCreates(edgeId, Date.now()))]);
+    const inflight = new Set([...creation.inflight, ...(await store.sandboxes.leasedCreates(edgeId, Date.now()))]);
     const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
-    const rows = await store.listSandboxes({ edge: edgeId });
+    const rows = await store.sandboxes.list({ edge: edgeId });
     // A create placed after the snapshot above may have finished on the edge after its list and
     // settled before the rows were read: its row says running and the list lacks it, yet it runs.
     // The edge is asked again, after that read, before any such row is failed.
@@ -79,15 +79,16 @@ export class NodeService {
         continue;
       }
       if ((s.status === 'running' || s.status === 'creating' || s.status === 'paused') && !onEdge.has(s.id)) {
-        await store.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
+        await store.sandboxes.setStatus(s.id, 'failed', 'lost: the edge no longer has this sandbox (it was removed while dsec was down)');
         lost.push(s.id);
       }
-      if (s.status === 'creating' && onEdge.has(s.id)) await store.setStatus(s.id, 'running');
+      if (s.status === 'creating' && onEdge.has(s.id)) await store.sandboxes.setStatus(s.id, 'running');
       const live = s.status === 'running' || s.status === 'creating' || s.status === 'paused';
       if (!live && onEdge.has(s.id)) {
         // Reported lost, failed or stopped: the caller was told it is not running, so it must not run.
         await edge.killSandbox(s.id).catch((err: unknown) => log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
-        if (s.status === 'lost') await store.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
+        if (s.status === 'lost')
+          await store.sandboxes.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
         killedLost.push(s.id);
       }
       onEdge.delete(s.id);

@@ -61,7 +61,7 @@ interface Pool {
 /**
  * Warm pools: N ready sandboxes per pool, made through the ordinary create path (placed, stored,
  * reconciled like any other) and marked with POOL_READY_LABEL until a create claims one. A claim
- * is one conditional UPDATE of the row's labels (the store's claimPoolSandbox), so a sandbox is
+ * is one conditional UPDATE of the row's labels (the store's pools.claimSandbox), so a sandbox is
  * claimed once, and a ready sandbox serves no call (ControlPlane refuses it until claimed), so a
  * claimed sandbox is never one another caller used. Pools live in the store; after a restart the
  * ready sandboxes that still run are the pool's again and the rest is refilled.
@@ -76,15 +76,15 @@ export class WarmPools {
   readonly #inflight = new Set<Promise<void>>();
 
   constructor(
-    private readonly store: StateStore,
+    private readonly store: Pick<StateStore, 'pools' | 'sandboxes'>,
     private readonly host: PoolHost,
     private readonly log: Logger,
   ) {}
 
   /** Loads the pools, adopts their ready sandboxes that still run, kills those of pools gone, and starts refilling. */
   async start(): Promise<void> {
-    for (const p of await this.store.listPools()) this.#add(p.name, p.size, p.spec as PoolSpec, p.createdAt);
-    for (const s of await this.store.listSandboxes({ status: 'running' })) {
+    for (const p of await this.store.pools.list()) this.#add(p.name, p.size, p.spec as PoolSpec, p.createdAt);
+    for (const s of await this.store.sandboxes.list({ status: 'running' })) {
       const name = s.labels[POOL_READY_LABEL];
       if (name === undefined) continue;
       const pool = this.#pools.get(name);
@@ -96,7 +96,7 @@ export class WarmPools {
     }
     // Ready sandboxes that were creating or paused at the restart are not usable as fresh: they go.
     for (const status of ['creating', 'paused'] as const) {
-      for (const s of await this.store.listSandboxes({ status, labels: {} })) {
+      for (const s of await this.store.sandboxes.list({ status, labels: {} })) {
         if (s.labels[POOL_READY_LABEL] !== undefined) await this.host.kill(s.id).catch(() => undefined);
       }
     }
@@ -119,7 +119,7 @@ export class WarmPools {
       throw new ApiError('POOL_EXISTS', `pool ${name} exists; delete it first (DELETE /v1/pools/${name}, dsec pool rm ${name})`, { name });
     await this.host.checkSpec(spec);
     const createdAt = new Date().toISOString();
-    await this.store.insertPool({ name, size, spec, createdAt });
+    await this.store.pools.insert({ name, size, spec, createdAt });
     const pool = this.#add(name, size, spec, createdAt);
     this.#refill(pool);
     return this.#info(pool);
@@ -142,7 +142,7 @@ export class WarmPools {
     pool.deleted = true;
     if (pool.deferred) clearTimeout(pool.deferred.timer);
     this.#pools.delete(name);
-    await this.store.deletePool(name);
+    await this.store.pools.delete(name);
     const ids = pool.ready.splice(0);
     for (const id of ids) this.#unclaimed.delete(id);
     await Promise.all(
@@ -191,7 +191,7 @@ export class WarmPools {
       const id = pool.ready.shift();
       if (id === undefined) break;
       this.#unclaimed.delete(id);
-      const claimed = await this.store.claimPoolSandbox(
+      const claimed = await this.store.pools.claimSandbox(
         id,
         { [POOL_READY_LABEL]: pool.name, [POOL_LABEL]: pool.name },
         {
@@ -204,7 +204,7 @@ export class WarmPools {
         },
       );
       if (!claimed) continue; // killed, lost or claimed elsewhere meanwhile: the next one
-      const info = await this.store.getSandbox(id);
+      const info = await this.store.sandboxes.get(id);
       if (!info) continue;
       pool.claims++;
       keep(pool.claimMs, performance.now() - started);
@@ -336,7 +336,7 @@ export class WarmPools {
   async #sweep(): Promise<void> {
     for (const pool of this.#pools.values()) {
       for (const id of [...pool.ready]) {
-        const s = await this.store.getSandbox(id);
+        const s = await this.store.sandboxes.get(id);
         if (s?.status === 'running' && s.labels[POOL_READY_LABEL] === pool.name) continue;
         pool.ready = pool.ready.filter((r) => r !== id);
         this.#unclaimed.delete(id);

@@ -15,7 +15,7 @@ export class ProjectService {
 
   async create(caller: Caller, name: string, quota: ProjectQuota): Promise<ProjectInfo> {
     requireAdmin(caller, 'creating a project');
-    if (!(await this.deps.store.insertProject(name, quota))) {
+    if (!(await this.deps.store.projects.insert(name, quota))) {
       throw new ApiError('PROJECT_EXISTS', `project ${name} exists already; change its quota with \`dsec project set-quota\``, {
         project: name,
       });
@@ -25,7 +25,7 @@ export class ProjectService {
 
   /** The caller's project (an admin key: every project). */
   async list(caller: Caller): Promise<ProjectInfo[]> {
-    const all = caller.admin ? await this.deps.store.listProjects() : [await this.#project(caller.project)];
+    const all = caller.admin ? await this.deps.store.projects.list() : [await this.#project(caller.project)];
     return Promise.all(all.map((p) => this.#withUsage(p)));
   }
 
@@ -40,7 +40,7 @@ export class ProjectService {
     const p = await this.#project(name);
     const next = { ...p.quota, ...quota };
     for (const k of clear) delete next[k];
-    await this.deps.store.setProjectQuota(p.name, next);
+    await this.deps.store.projects.setQuota(p.name, next);
     this.deps.quotas.reset(p.name);
     return this.#withUsage(await this.#project(p.name));
   }
@@ -58,23 +58,24 @@ export class ProjectService {
 
   async listKeys(caller: Caller, project?: string): Promise<ApiKeyInfo[]> {
     requireAdmin(caller, 'listing keys');
-    return this.deps.store.listKeys(project);
+    return this.deps.store.keys.list(project);
   }
 
   /** Revokes a key and every key minted with it (at any depth). */
   async revokeKey(caller: Caller, id: string): Promise<void> {
     requireAdmin(caller, 'revoking a key');
-    if (!(await this.deps.store.revokeKey(id))) throw new ApiError('KEY_NOT_FOUND', `no key ${id}; list them with \`dsec key ls\``, { id });
+    if (!(await this.deps.store.keys.revoke(id)))
+      throw new ApiError('KEY_NOT_FOUND', `no key ${id}; list them with \`dsec key ls\``, { id });
   }
 
   async #project(name: string): Promise<StoredProject> {
-    const p = await this.deps.store.getProject(name);
+    const p = await this.deps.store.projects.get(name);
     if (!p) throw new ApiError('PROJECT_NOT_FOUND', `no project ${name}; list them with \`dsec project ls\``, { project: name });
     return p;
   }
 
   async #withUsage(p: StoredProject): Promise<ProjectInfo> {
-    return { name: p.name, quota: p.quota, usage: await this.deps.store.projectUsage(p.name), createdAt: p.createdAt };
+    return { name: p.name, quota: p.quota, usage: await this.deps.store.projects.usage(p.name), createdAt: p.createdAt };
   }
 }
 

@@ -30,7 +30,7 @@ export class ReplayService {
    */
   async replay(caller: Caller, id: string): Promise<ReplayResult> {
     const orig = await this.deps.lookup.get(caller, id);
-    const spec = (await this.deps.store.getSpec<CreateSandboxRequest>(id)) ?? {
+    const spec = (await this.deps.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? {
       image: orig.imageId,
       resources: orig.resources,
       labels: orig.labels,

@@ -14,7 +14,7 @@ import type { Volumes } from './volumes.js';
 import { checkPolicy, limitsFor, newSandboxInfo, SandboxSpecs } from './sandbox-spec.js';
 
 export interface SandboxCreationDeps {
-  store: StateStore;
+  store: Pick<StateStore, 'sandboxes'>;
   /** Resolves a create's volumes to the edge that holds them and the mounts to make. */
   volumes: Volumes;
   images: ImageStore;
@@ -168,7 +168,7 @@ export class SandboxCreation {
           project,
           limits,
           1,
-          () => this.deps.store.insertSandbox(info, opts.batch, req, this.deps.createLease()),
+          () => this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease()),
           { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true },
         );
       } catch (err) {
@@ -202,13 +202,13 @@ export class SandboxCreation {
           err instanceof ApiError &&
           (refused || err.code === 'CAPACITY_EXCEEDED' || (err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true));
         if (retry && !opts.restore) {
-          await this.deps.store.deleteSandbox(info.id); // never accepted by that edge
+          await this.deps.store.sandboxes.delete(info.id); // never accepted by that edge
           exclude.add(edgeId);
           this.deps.log.info({ edge: edgeId, code: err.code }, 'edge refused a create; placing it again');
           continue;
         }
         const reason = err instanceof Error ? err.message : String(err);
-        await this.deps.store.settleCreate(info.id, 'failed', reason);
+        await this.deps.store.sandboxes.settleCreate(info.id, 'failed', reason);
         if (outcomeUnknown(err)) this.#killUnanswered(edgeId, [info.id]);
         if (err instanceof ApiError) {
           err.details['sandboxId'] = info.id;
@@ -218,7 +218,7 @@ export class SandboxCreation {
       }
       this.deps.edges.release(edgeId, limits, false);
       this.inflight.delete(info.id);
-      const settled = await this.deps.store.settleCreate(info.id, 'running');
+      const settled = await this.deps.store.sandboxes.settleCreate(info.id, 'running');
       // The edge was declared lost while this create was in flight: the row says lost, and stays so.
       if (settled === 'lost') {
         throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, {
@@ -229,7 +229,7 @@ export class SandboxCreation {
       if (settled !== 'running') {
         // This replica lost the store for longer than its create lease, and another replica took
         // the create over and settled it (create-leases.ts): its word stands.
-        const row = await this.deps.store.getSandbox(info.id);
+        const row = await this.deps.store.sandboxes.get(info.id);
         throw new ApiError(
           'SANDBOX_CREATE_FAILED',
           `sandbox ${info.id} was settled by another control-plane replica while this one created it: ${row?.reason ?? settled ?? 'gone'}`,
@@ -342,7 +342,7 @@ export class SandboxCreation {
                 limits,
                 placed.length,
                 async (n) => {
-                  await this.deps.store.insertSandboxes(
+                  await this.deps.store.sandboxes.insertMany(
                     placed.slice(0, n).map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })),
                     this.deps.createLease(),
                   );
@@ -410,7 +410,7 @@ export class SandboxCreation {
               details: {},
             };
             if (error.code === 'CAPACITY_EXCEEDED' || (error.code === 'EDGE_UNAVAILABLE' && error.details['retryable'] === true)) {
-              await this.deps.store.deleteSandbox(p.info.id); // never accepted by that edge
+              await this.deps.store.sandboxes.delete(p.info.id); // never accepted by that edge
               p.item.exclude.add(edgeId);
               next.push(p.item);
               continue;
@@ -421,7 +421,7 @@ export class SandboxCreation {
       );
       for (const p of running) done.push({ id: p.info.id, status: 'running' });
       for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
-      const settledElsewhere = await this.deps.store.setStatuses(done);
+      const settledElsewhere = await this.deps.store.sandboxes.setStatuses(done);
       for (const u of unanswered) this.#killUnanswered(u.edgeId, u.ids);
       for (const p of running) {
         const other = settledElsewhere.get(p.info.id);

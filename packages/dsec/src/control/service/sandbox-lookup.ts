@@ -32,7 +32,7 @@ export class SandboxLookup {
    * (docs/PROJECTS.md); a killed one whose trajectory is kept says when it went, to its project.
    */
   async get(caller: Caller, id: string): Promise<SandboxInfo> {
-    const s = await this.deps.store.getSandbox(id);
+    const s = await this.deps.store.sandboxes.get(id);
     if (s && sees(caller, s.project)) return s;
     const ended = s ? undefined : await this.deps.ended.get(id);
     if (ended && sees(caller, await this.deps.ended.projectOf(id))) {
@@ -52,13 +52,13 @@ export class SandboxLookup {
    */
   async assertVisible(caller: Caller, id: string): Promise<void> {
     if (caller.admin) return;
-    const project = (await this.deps.store.sandboxProject(id)) ?? (await this.deps.ended.projectOf(id));
+    const project = (await this.deps.store.sandboxes.projectOf(id)) ?? (await this.deps.ended.projectOf(id));
     if (project !== undefined && project !== caller.project) throw new ApiError('SANDBOX_NOT_FOUND', `no sandbox ${id}`, { id });
   }
 
   /** Whether `id` is a sandbox `caller` may see, or a killed one of its project whose trajectory is still kept. */
   async trajectoryKept(caller: Caller, id: string): Promise<boolean> {
-    const s = await this.deps.store.getSandbox(id);
+    const s = await this.deps.store.sandboxes.get(id);
     if (s) return sees(caller, s.project);
     return (await this.deps.ended.get(id)) !== undefined && sees(caller, await this.deps.ended.projectOf(id));
   }
@@ -86,7 +86,7 @@ export class SandboxLookup {
     }
     // The activity stamp only moves the idle timeout: on a full disk a read or a call that writes
     // nothing still goes through (what must be written fails on its own, with NODE_DISK_FULL).
-    await this.deps.store.touch(id).catch((err: unknown) => {
+    await this.deps.store.sandboxes.touch(id).catch((err: unknown) => {
       if (!isDiskFull(err)) throw err;
       this.deps.log.warn({ sandbox: id, err }, 'the disk is full: the activity stamp was not written');
     });

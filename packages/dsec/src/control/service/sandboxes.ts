@@ -116,7 +116,7 @@ export class SandboxService {
   list(caller: Caller, filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string }): Promise<SandboxInfo[]> {
     const project = caller.admin ? filter.project : caller.project;
     const { project: _asked, ...rest } = filter;
-    return this.deps.store.listSandboxes(project === undefined ? rest : { ...rest, project });
+    return this.deps.store.sandboxes.list(project === undefined ? rest : { ...rest, project });
   }
 
   /**
@@ -126,7 +126,7 @@ export class SandboxService {
    * one that is gone: the kill succeeds and does nothing.
    */
   async kill(caller: Caller, id: string): Promise<void> {
-    const s = await this.deps.store.getSandbox(id);
+    const s = await this.deps.store.sandboxes.get(id);
     if (!s || !sees(caller, s.project)) return;
     const teardownFailed = s.status === 'failed' && s.reason?.startsWith(KILL_FAILED_REASON) === true;
     if (s.status === 'running' || s.status === 'creating' || s.status === 'paused' || teardownFailed) {
@@ -138,7 +138,7 @@ export class SandboxService {
           this.deps.metrics.killFailed(s.backend, err instanceof ApiError ? err.code : 'INTERNAL');
         if (err instanceof ApiError && err.code === 'SANDBOX_KILL_FAILED') {
           // Its mounts or cgroups are still on the node: the row stays, saying so, until a kill succeeds.
-          await this.deps.store.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
+          await this.deps.store.sandboxes.setStatus(id, 'failed', `${KILL_FAILED_REASON}${err.message}`);
         }
         if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
       }
@@ -153,7 +153,7 @@ export class SandboxService {
     const s = await this.get(caller, id);
     if (s.status === 'paused') return s;
     await (await this.deps.lookup.runningOn(caller, id)).pauseSandbox(id);
-    await this.deps.store.setStatus(id, 'paused');
+    await this.deps.store.sandboxes.setStatus(id, 'paused');
     await this.deps.trajectory.append(id, { kind: 'pause', request: {} });
     return await this.get(caller, id);
   }
@@ -164,8 +164,8 @@ export class SandboxService {
     if (s.status !== 'paused')
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
     await this.deps.lookup.edgeOf(s).resumeSandbox(id);
-    await this.deps.store.setStatus(id, 'running');
-    await this.deps.store.touch(id);
+    await this.deps.store.sandboxes.setStatus(id, 'running');
+    await this.deps.store.sandboxes.touch(id);
     await this.deps.trajectory.append(id, { kind: 'resume', request: {} });
     return await this.get(caller, id);
   }
@@ -174,7 +174,7 @@ export class SandboxService {
   async setExpiry(caller: Caller, id: string, expiresAt: number): Promise<SandboxInfo> {
     const s = await this.get(caller, id);
     const ttl = Math.max(1, Math.ceil((expiresAt - Date.parse(s.createdAt)) / 1000));
-    await this.deps.store.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
+    await this.deps.store.sandboxes.setExpiry(id, ttl, Date.parse(s.createdAt) + ttl * 1000);
     return await this.get(caller, id);
   }
 

@@ -76,7 +76,7 @@ export class SnapshotService {
   async fork(caller: Caller, id: string, req: ForkRequest): Promise<ForkResult> {
     const parent = await this.deps.lookup.get(caller, id);
     const project = parent.project ?? DEFAULT_PROJECT;
-    const spec = (await this.deps.store.getSpec<CreateSandboxRequest>(id)) ?? { image: parent.imageId };
+    const spec = (await this.deps.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? { image: parent.imageId };
     await this.deps.quotas.precheck(project, this.deps.sandboxes.limitsFor(spec), req.count, true);
     if (parent.backend !== undefined && parent.backend !== 'container') return this.#forkVm(caller, parent, req, project);
     const snapshot = await this.snapshot(caller, id, {});
@@ -115,7 +115,7 @@ export class SnapshotService {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${parent.status}: only running or paused VMs can be forked`, { id });
     }
     const snap = await this.deps.lookup.edgeOf(parent).snapshotSandbox(id, { memory: true });
-    const spec = (await this.deps.store.getSpec<CreateSandboxRequest>(id)) ?? { image: parent.imageId, backend: parent.backend };
+    const spec = (await this.deps.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? { image: parent.imageId, backend: parent.backend };
     const network = await this.deps.network.currentPolicy(caller, id);
     const results = await Promise.allSettled(
       Array.from({ length: req.count }, () =>

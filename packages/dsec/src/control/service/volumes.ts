@@ -21,7 +21,7 @@ export interface ResolvedVolumes {
  * refused while any of them may still hold it).
  */
 export class Volumes {
-  constructor(private readonly deps: { store: StateStore; edges: EdgeRegistry; log: Logger }) {}
+  constructor(private readonly deps: { store: Pick<StateStore, 'volumes'>; edges: EdgeRegistry; log: Logger }) {}
 
   /** A volume of `caller`'s project (names are unique across projects). */
   async create(req: CreateVolumeRequest, caller: Caller): Promise<VolumeInfo> {
@@ -42,11 +42,11 @@ export class Volumes {
       createdAt: new Date().toISOString(),
     };
     // The row first: of two creates of one name, the second stops here.
-    if (!(await this.deps.store.insertVolume(v))) throw this.#exists(req.name);
+    if (!(await this.deps.store.volumes.insert(v))) throw this.#exists(req.name);
     try {
       await this.deps.edges.api(edge).createVolume(req.name);
     } catch (err) {
-      await this.deps.store.deleteVolume(req.name);
+      await this.deps.store.volumes.delete(req.name);
       throw err;
     }
     return { ...v, mountedBy: [] };
@@ -55,8 +55,8 @@ export class Volumes {
   /** The caller's project's volumes (every project's for an admin key). */
   async list(caller: Caller): Promise<VolumeInfo[]> {
     const out: VolumeInfo[] = [];
-    for (const v of await this.deps.store.listVolumes()) {
-      if (caller.admin || v.project === caller.project) out.push({ ...v, mountedBy: await this.deps.store.volumeUsers(v.name) });
+    for (const v of await this.deps.store.volumes.list()) {
+      if (caller.admin || v.project === caller.project) out.push({ ...v, mountedBy: await this.deps.store.volumes.users(v.name) });
     }
     return out;
   }
@@ -64,7 +64,7 @@ export class Volumes {
   /** One volume, with the apparent size of its files as its edge measures it now. */
   async get(name: string, caller: Caller): Promise<VolumeInfo> {
     const v = await this.#stored(name, caller.admin ? undefined : caller.project);
-    const info: VolumeInfo = { ...v, mountedBy: await this.deps.store.volumeUsers(name) };
+    const info: VolumeInfo = { ...v, mountedBy: await this.deps.store.volumes.users(name) };
     try {
       info.bytes = (await this.deps.edges.api(v.edge).volumeUsage(name)).bytes;
     } catch (err) {
@@ -76,7 +76,7 @@ export class Volumes {
   /** Deletes a volume and its files; refused (VOLUME_IN_USE) while a sandbox mounts it. */
   async delete(name: string, caller: Caller): Promise<void> {
     const v = await this.#stored(name, caller.admin ? undefined : caller.project);
-    const users = await this.deps.store.volumeUsers(name);
+    const users = await this.deps.store.volumes.users(name);
     if (users.length) {
       throw new ApiError(
         'VOLUME_IN_USE',
@@ -93,7 +93,7 @@ export class Volumes {
       // Gone from the edge already (its node was rebuilt): the record goes too.
       if (!(err instanceof ApiError && err.code === 'VOLUME_NOT_FOUND')) throw err;
     }
-    await this.deps.store.deleteVolume(name);
+    await this.deps.store.volumes.delete(name);
   }
 
   /**
@@ -123,7 +123,7 @@ export class Volumes {
 
   /** The volume, if it exists and (with `project`) belongs to that project: another project's is not found. */
   async #stored(name: string, project?: string): Promise<StoredVolume> {
-    const found = await this.deps.store.getVolume(name);
+    const found = await this.deps.store.volumes.get(name);
     const v = found && (project === undefined || found.project === project) ? found : undefined;
     if (!v)
       throw new ApiError('VOLUME_NOT_FOUND', `no volume ${name}; create it with \`dsec volume create ${name}\` (POST /v1/volumes)`, {

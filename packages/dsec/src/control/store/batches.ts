@@ -1,0 +1,140 @@
+import type { BatchEvent } from '@dsec/sdk/schema';
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import type { SqlDb } from './sql.js';
+
+export interface StoredBatch {
+  id: string;
+  project: string;
+  count: number;
+  spec: string;
+  state: 'running' | 'done' | 'cancelled';
+  createdAt: string;
+  finishedAt?: string;
+}
+
+/** Batches, their event logs, and which replica drives each (control/batches.ts). */
+export interface BatchRecords {
+  /** `owner`: the replica that drives the batch, and until when it vouches for it. */
+  insert(
+    id: string,
+    count: number,
+    req: unknown,
+    createdAt: string,
+    project?: string,
+    owner?: { id: string; until: number },
+  ): Promise<void>;
+  get(id: string): Promise<StoredBatch | undefined>;
+  list(state?: StoredBatch['state']): Promise<StoredBatch[]>;
+  finish(id: string, state: 'done' | 'cancelled', at: string): Promise<void>;
+  /** One transaction for many events (a 32,000-sandbox batch makes ~64,000). */
+  appendEvents(groups: { id: string; events: { seq: number }[] }[]): Promise<void>;
+  /** A batch's events after sequence number `after`, in order. */
+  events(id: string, after: number): Promise<BatchEvent[]>;
+  /** The sandbox rows a batch made, by item index (whatever their status). */
+  sandboxes(batchId: string): Promise<{ index: number; id: string }[]>;
+  /** Renews this replica's batches; returns those whose cancel another replica asked for. */
+  renew(ids: string[], owner: string, until: number): Promise<string[]>;
+  /**
+   * Running batches nobody drives (no owner, or an owner whose lease ran out) become `owner`'s;
+   * `all` takes every running batch (a lone control plane after its own restart).
+   */
+  claim(owner: string, until: number, now: number, all?: boolean): Promise<StoredBatch[]>;
+  /** Asks the batch's owner (maybe another replica) to cancel it; it sees this at its next renew. */
+  requestCancel(id: string): Promise<void>;
+}
+
+interface BatchRow {
+  id: string;
+  count: number;
+  spec: string;
+  state: StoredBatch['state'];
+  created_at: string;
+  finished_at: string | null;
+  project: string;
+}
+
+function fromRow(r: BatchRow): StoredBatch {
+  const b: StoredBatch = { id: r.id, project: r.project, count: r.count, spec: r.spec, state: r.state, createdAt: r.created_at };
+  if (r.finished_at) b.finishedAt = r.finished_at;
+  return b;
+}
+
+export class SqlBatchRecords implements BatchRecords {
+  constructor(private readonly db: SqlDb) {}
+
+  async insert(
+    id: string,
+    count: number,
+    req: unknown,
+    createdAt: string,
+    project: string = DEFAULT_PROJECT,
+    owner?: { id: string; until: number },
+  ): Promise<void> {
+    await this.db.run(
+      "INSERT INTO batches (id, count, spec, state, created_at, project, owner, lease_until) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+      [id, count, JSON.stringify(req), createdAt, project, owner?.id ?? null, owner?.until ?? null],
+    );
+  }
+
+  async get(id: string): Promise<StoredBatch | undefined> {
+    const r = await this.db.get<BatchRow>('SELECT * FROM batches WHERE id = ?', [id]);
+    return r && fromRow(r);
+  }
+
+  async list(state?: StoredBatch['state']): Promise<StoredBatch[]> {
+    const rows = state
+      ? await this.db.all<BatchRow>('SELECT * FROM batches WHERE state = ? ORDER BY created_at', [state])
+      : await this.db.all<BatchRow>('SELECT * FROM batches ORDER BY created_at');
+    return rows.map(fromRow);
+  }
+
+  async finish(id: string, state: 'done' | 'cancelled', at: string): Promise<void> {
+    await this.db.run('UPDATE batches SET state = ?, finished_at = ? WHERE id = ?', [state, at, id]);
+  }
+
+  async appendEvents(groups: { id: string; events: { seq: number }[] }[]): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      for (const g of groups) {
+        for (const e of g.events) {
+          await tx.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?) ON CONFLICT DO NOTHING', [
+            g.id,
+            e.seq,
+            JSON.stringify(e),
+          ]);
+        }
+      }
+    });
+  }
+
+  async events(id: string, after: number): Promise<BatchEvent[]> {
+    const rows = await this.db.all<{ event: string }>('SELECT event FROM batch_events WHERE batch_id = ? AND seq > ? ORDER BY seq', [
+      id,
+      after,
+    ]);
+    return rows.map((r) => JSON.parse(r.event) as BatchEvent);
+  }
+
+  async sandboxes(batchId: string): Promise<{ index: number; id: string }[]> {
+    return this.db.all<{ index: number; id: string }>('SELECT batch_index AS "index", id FROM sandboxes WHERE batch_id = ?', [batchId]);
+  }
+
+  async renew(ids: string[], owner: string, until: number): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const marks = ids.map(() => '?').join(', ');
+    await this.db.run(`UPDATE batches SET lease_until = ? WHERE owner = ? AND id IN (${marks})`, [until, owner, ...ids]);
+    const rows = await this.db.all<{ id: string }>(`SELECT id FROM batches WHERE cancel_requested = 1 AND id IN (${marks})`, ids);
+    return rows.map((r) => r.id);
+  }
+
+  async claim(owner: string, until: number, now: number, all = false): Promise<StoredBatch[]> {
+    const rows = await this.db.all<BatchRow>(
+      `UPDATE batches SET owner = ?, lease_until = ? WHERE state = 'running' AND (? = 1 OR owner IS NULL OR lease_until IS NULL OR lease_until < ?) RETURNING *`,
+      [owner, until, all ? 1 : 0, now],
+    );
+    return rows.map(fromRow).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  }
+
+  async requestCancel(id: string): Promise<void> {
+    await this.db.run('UPDATE batches SET cancel_requested = 1 WHERE id = ?', [id]);
+  }
+}

@@ -1,0 +1,82 @@
+import type { EdgeInfo } from '../../edge/edge-api.js';
+import type { SqlDb } from './sql.js';
+
+/** An edge as the store keeps it between control-plane restarts. */
+export interface StoredEdge {
+  id: string;
+  url: string;
+  pool: string;
+  labels: Record<string, string>;
+  state: 'ready' | 'draining' | 'lost';
+  info: EdgeInfo;
+  cpuOvercommit: number;
+  /** When a heartbeat last arrived, at any replica (epoch ms; 0: not since the store has kept it). */
+  lastSeen?: number;
+}
+
+/** The edges every replica knows (control/edges/edge-registry.ts). */
+export interface EdgeRecords {
+  /** Inserts or replaces an edge; its last heartbeat only moves forward. */
+  upsert(e: StoredEdge): Promise<void>;
+  list(): Promise<StoredEdge[]>;
+  delete(id: string): Promise<void>;
+  /** Every live sandbox of a lost edge becomes `lost` with the reason, in one transaction. */
+  markLost(edge: string, reason: string): Promise<string[]>;
+  /** A heartbeat: the edge's facts and when it was heard from, for every replica to read. */
+  touch(id: string, info: EdgeInfo, at: number): Promise<void>;
+}
+
+interface EdgeRow {
+  id: string;
+  url: string;
+  pool: string;
+  labels: string;
+  state: StoredEdge['state'];
+  info: string;
+  cpu_overcommit: number;
+  last_seen: number;
+}
+
+export class SqlEdgeRecords implements EdgeRecords {
+  constructor(private readonly db: SqlDb) {}
+
+  async upsert(e: StoredEdge): Promise<void> {
+    await this.db.run(
+      `INSERT INTO edges (id, url, pool, labels, state, info, cpu_overcommit, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET url = excluded.url, pool = excluded.pool, labels = excluded.labels, state = excluded.state,
+         info = excluded.info, cpu_overcommit = excluded.cpu_overcommit,
+         last_seen = CASE WHEN excluded.last_seen > edges.last_seen THEN excluded.last_seen ELSE edges.last_seen END`,
+      [e.id, e.url, e.pool, JSON.stringify(e.labels), e.state, JSON.stringify(e.info), e.cpuOvercommit, e.lastSeen ?? 0],
+    );
+  }
+
+  async list(): Promise<StoredEdge[]> {
+    const rows = await this.db.all<EdgeRow>('SELECT * FROM edges');
+    return rows.map((r) => ({
+      id: r.id,
+      url: r.url,
+      pool: r.pool,
+      labels: JSON.parse(r.labels) as Record<string, string>,
+      state: r.state,
+      info: JSON.parse(r.info) as EdgeInfo,
+      cpuOvercommit: r.cpu_overcommit,
+      lastSeen: r.last_seen,
+    }));
+  }
+
+  async delete(id: string): Promise<void> {
+    await this.db.run('DELETE FROM edges WHERE id = ?', [id]);
+  }
+
+  async markLost(edge: string, reason: string): Promise<string[]> {
+    const rows = await this.db.all<{ id: string }>(
+      "UPDATE sandboxes SET status = 'lost', reason = ? WHERE edge = ? AND status IN ('creating', 'running', 'paused') RETURNING id",
+      [reason, edge],
+    );
+    return rows.map((r) => r.id);
+  }
+
+  async touch(id: string, info: EdgeInfo, at: number): Promise<void> {
+    await this.db.run('UPDATE edges SET info = ?, last_seen = ? WHERE id = ?', [JSON.stringify(info), at, id]);
+  }
+}

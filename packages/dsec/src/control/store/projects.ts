@@ -1,0 +1,62 @@
+import type { ProjectQuota, ProjectUsage } from '@dsec/sdk/schema';
+import type { SqlDb } from './sql.js';
+
+export interface StoredProject {
+  name: string;
+  quota: ProjectQuota;
+  createdAt: string;
+}
+
+/** Projects and what their live sandboxes hold (docs/PROJECTS.md). */
+export interface ProjectRecords {
+  /** False when a project of that name exists already. */
+  insert(name: string, quota: ProjectQuota): Promise<boolean>;
+  get(name: string): Promise<StoredProject | undefined>;
+  list(): Promise<StoredProject[]>;
+  setQuota(name: string, quota: ProjectQuota): Promise<void>;
+  /** What a project's live sandboxes (creating, running, paused) hold: what its quotas count. */
+  usage(project: string): Promise<ProjectUsage>;
+}
+
+interface ProjectRow {
+  name: string;
+  quota: string;
+  created_at: string;
+}
+
+const fromRow = (r: ProjectRow): StoredProject => ({ name: r.name, quota: JSON.parse(r.quota) as ProjectQuota, createdAt: r.created_at });
+
+export class SqlProjectRecords implements ProjectRecords {
+  constructor(private readonly db: SqlDb) {}
+
+  async insert(name: string, quota: ProjectQuota): Promise<boolean> {
+    const { changes } = await this.db.run('INSERT INTO projects (name, quota, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING', [
+      name,
+      JSON.stringify(quota),
+      new Date().toISOString(),
+    ]);
+    return changes === 1;
+  }
+
+  async get(name: string): Promise<StoredProject | undefined> {
+    const r = await this.db.get<ProjectRow>('SELECT name, quota, created_at FROM projects WHERE name = ?', [name]);
+    return r && fromRow(r);
+  }
+
+  async list(): Promise<StoredProject[]> {
+    return (await this.db.all<ProjectRow>('SELECT name, quota, created_at FROM projects ORDER BY name')).map(fromRow);
+  }
+
+  async setQuota(name: string, quota: ProjectQuota): Promise<void> {
+    await this.db.run('UPDATE projects SET quota = ? WHERE name = ?', [JSON.stringify(quota), name]);
+  }
+
+  async usage(project: string): Promise<ProjectUsage> {
+    const r = await this.db.get<{ n: number | string; cpu: number | string; mem: number | string }>(
+      "SELECT count(*) AS n, COALESCE(SUM(cpu), 0) AS cpu, COALESCE(SUM(memory_mib), 0) AS mem FROM sandboxes WHERE project = ? AND status IN ('creating', 'running', 'paused')",
+      [project],
+    );
+    // PostgreSQL answers count and SUM over integers as bigint (a string in node-postgres).
+    return { sandboxes: Number(r?.n ?? 0), cpu: Math.round(Number(r?.cpu ?? 0) * 1000) / 1000, memoryMiB: Number(r?.mem ?? 0) };
+  }
+}

@@ -1,0 +1,331 @@
+import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import type { Sql, SqlDb, SqlValue } from './sql.js';
+
+/** The replica creating a sandbox and until when it vouches for the create (renewed while it runs). */
+export interface CreateLease {
+  owner: string;
+  until: number;
+}
+
+/** Which item of which batch a sandbox is. */
+export interface BatchItem {
+  id: string;
+  index: number;
+}
+
+export interface SandboxFilter {
+  /** Every pair must be among the sandbox's labels. */
+  labels?: Record<string, string>;
+  status?: SandboxStatus;
+  edge?: string;
+  project?: string;
+}
+
+/**
+ * Sandbox rows, their create requests (specs), expiry, and the leases on creates in flight (a
+ * create is vouched for by its replica: control/create-leases.ts).
+ */
+export interface SandboxRecords {
+  /**
+   * `batch`: the sandbox is item `index` of a batch (unique: a batch never creates an item twice).
+   * `spec`: the create request as the caller sent it (saveSpec), written in the same transaction:
+   * one commit per create instead of two.
+   */
+  insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease): Promise<void>;
+  /** Many rows (a batch's group) in one transaction: one commit instead of one per sandbox. */
+  insertMany(rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown }[], lease?: CreateLease): Promise<void>;
+  get(id: string): Promise<SandboxInfo | undefined>;
+  /** Sandboxes that match every field of `filter`, oldest first. */
+  list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
+  /** The row and its trajectory. */
+  delete(id: string): Promise<void>;
+  /** The project of a sandbox the store has a row for (live or not). */
+  projectOf(id: string): Promise<string | undefined>;
+  setStatus(id: string, status: SandboxStatus, reason?: string): Promise<void>;
+  /**
+   * A group's create outcomes in one transaction; a row no longer `creating` keeps what it says
+   * (its edge was lost, or another replica settled it). Returns those rows with their status.
+   */
+  setStatuses(
+    updates: { id: string; status: SandboxStatus; reason?: string }[],
+  ): Promise<Map<string, { status: SandboxStatus; reason?: string }>>;
+  /** Records activity (exec, files, sessions) for the idle timeout. */
+  touch(id: string, at?: number): Promise<void>;
+  /** Moves a sandbox's TTL expiry; the TTL stays the span from creation to it. */
+  setExpiry(id: string, ttlSeconds: number, expiresAt: number): Promise<void>;
+  /** Running sandboxes whose TTL or idle timeout has passed at `now`. */
+  expired(now?: number): Promise<{ id: string; onExpiry: 'stop' | 'pause'; why: string }[]>;
+  /** The create request as the caller sent it: what a replay re-creates from. */
+  saveSpec(id: string, spec: unknown): Promise<void>;
+  spec<T>(id: string): Promise<T | undefined>;
+  /** Extends the lease of every create `owner` has in flight (one statement, whatever their number). */
+  renewCreates(owner: string, until: number): Promise<number>;
+  /** The replica whose create lease a row carries (undefined: none, a row from before create leases). */
+  createOwner(id: string): Promise<string | undefined>;
+  /** Creates on `edge` some replica still vouches for at `now`: reconcile leaves them to their create. */
+  leasedCreates(edge: string, now: number): Promise<Set<string>>;
+  /** Creates whose replica stopped renewing their lease before `now` (it died, or lost the store). */
+  abandonedCreates(now: number): Promise<{ id: string; edge: string; owner: string }[]>;
+  /**
+   * Settles a create: the row becomes `status` only while it is still `creating` (another replica
+   * may have taken the create over, or the edge been lost, meanwhile). Returns the row's status
+   * after the call (undefined: the row is gone).
+   */
+  settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined>;
+}
+
+export class SqlSandboxRecords implements SandboxRecords {
+  constructor(private readonly db: SqlDb) {}
+
+  async insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease): Promise<void> {
+    if (spec === undefined) return insertRow(this.db, s, batch, lease);
+    await this.db.transaction(async (tx) => {
+      await insertRow(tx, s, batch, lease);
+      await saveSpecRow(tx, s.id, spec);
+    });
+  }
+
+  async insertMany(rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown }[], lease?: CreateLease): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      for (const r of rows) {
+        await insertRow(tx, r.info, r.batch, lease);
+        await saveSpecRow(tx, r.info.id, r.spec);
+      }
+    });
+  }
+
+  async get(id: string): Promise<SandboxInfo | undefined> {
+    const row = await this.db.get<SandboxRow>('SELECT * FROM sandboxes WHERE id = ?', [id]);
+    return row && fromRow(row);
+  }
+
+  async list(filter: SandboxFilter = {}): Promise<SandboxInfo[]> {
+    const where: string[] = [];
+    const params: SqlValue[] = [];
+    for (const [k, v] of Object.entries(filter.labels ?? {})) {
+      // The engine's JSON functions, not a JSON path built from the key: keys may hold any character.
+      where.push(
+        this.db.dialect === 'postgres'
+          ? 'CAST(sandboxes.labels AS jsonb) ->> CAST(? AS text) = ?'
+          : 'EXISTS (SELECT 1 FROM json_each(sandboxes.labels) WHERE key = ? AND value = ?)',
+      );
+      params.push(k, v);
+    }
+    if (filter.status) {
+      where.push('status = ?');
+      params.push(filter.status);
+    }
+    if (filter.edge) {
+      where.push('edge = ?');
+      params.push(filter.edge);
+    }
+    if (filter.project) {
+      where.push('project = ?');
+      params.push(filter.project);
+    }
+    const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
+    return (await this.db.all<SandboxRow>(sql, params)).map(fromRow);
+  }
+
+  async delete(id: string): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      await tx.run('DELETE FROM trajectory WHERE sandbox_id = ?', [id]);
+      await tx.run('DELETE FROM sandboxes WHERE id = ?', [id]);
+    });
+  }
+
+  async projectOf(id: string): Promise<string | undefined> {
+    return (await this.db.get<{ project: string }>('SELECT project FROM sandboxes WHERE id = ?', [id]))?.project;
+  }
+
+  async setStatus(id: string, status: SandboxStatus, reason?: string): Promise<void> {
+    await this.db.run('UPDATE sandboxes SET status = ?, reason = ? WHERE id = ?', [status, reason ?? null, id]);
+  }
+
+  async setStatuses(
+    updates: { id: string; status: SandboxStatus; reason?: string }[],
+  ): Promise<Map<string, { status: SandboxStatus; reason?: string }>> {
+    const kept = new Map<string, { status: SandboxStatus; reason?: string }>();
+    await this.db.transaction(async (tx) => {
+      for (const u of updates) {
+        // No row changed: lost meanwhile, taken over by another replica (control/create-leases.ts),
+        // or gone altogether (killed); the first two are kept with what they say.
+        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [
+          u.status,
+          u.reason ?? null,
+          u.id,
+        ]);
+        if (changes === 1) continue;
+        const now = await tx.get<{ status: SandboxStatus; reason: string | null }>('SELECT status, reason FROM sandboxes WHERE id = ?', [
+          u.id,
+        ]);
+        if (now && now.status !== u.status) kept.set(u.id, { status: now.status, ...(now.reason ? { reason: now.reason } : {}) });
+      }
+    });
+    return kept;
+  }
+
+  async touch(id: string, at = Date.now()): Promise<void> {
+    await this.db.run('UPDATE sandboxes SET last_activity = ? WHERE id = ?', [at, id]);
+  }
+
+  async setExpiry(id: string, ttlSeconds: number, expiresAt: number): Promise<void> {
+    await this.db.run('UPDATE sandboxes SET ttl_seconds = ?, expires_at = ? WHERE id = ?', [ttlSeconds, expiresAt, id]);
+  }
+
+  async expired(now = Date.now()): Promise<{ id: string; onExpiry: 'stop' | 'pause'; why: string }[]> {
+    const rows = await this.db.all<{
+      id: string;
+      on_expiry: 'stop' | 'pause';
+      expires_at: number | null;
+      idle_timeout_seconds: number | null;
+      last_activity: number;
+    }>(
+      `SELECT id, on_expiry, expires_at, idle_timeout_seconds, last_activity FROM sandboxes
+       WHERE (status = 'running' AND ((expires_at IS NOT NULL AND expires_at <= ?) OR (idle_timeout_seconds IS NOT NULL AND last_activity + idle_timeout_seconds * 1000 <= ?)))
+          OR (status = 'paused' AND on_expiry = 'stop' AND expires_at IS NOT NULL AND expires_at <= ?)`,
+      [now, now, now],
+    );
+    return rows.map((r) => ({
+      id: r.id,
+      onExpiry: r.on_expiry,
+      why: r.expires_at !== null && r.expires_at <= now ? 'ttl expired' : `idle for ${r.idle_timeout_seconds} s`,
+    }));
+  }
+
+  async saveSpec(id: string, spec: unknown): Promise<void> {
+    await saveSpecRow(this.db, id, spec);
+  }
+
+  async spec<T>(id: string): Promise<T | undefined> {
+    const row = await this.db.get<{ spec: string }>('SELECT spec FROM sandbox_specs WHERE id = ?', [id]);
+    return row && (JSON.parse(row.spec) as T);
+  }
+
+  async renewCreates(owner: string, until: number): Promise<number> {
+    const { changes } = await this.db.run("UPDATE sandboxes SET create_lease_until = ? WHERE create_owner = ? AND status = 'creating'", [
+      until,
+      owner,
+    ]);
+    return changes;
+  }
+
+  async createOwner(id: string): Promise<string | undefined> {
+    return (
+      (await this.db.get<{ owner: string | null }>('SELECT create_owner AS owner FROM sandboxes WHERE id = ?', [id]))?.owner ?? undefined
+    );
+  }
+
+  async leasedCreates(edge: string, now: number): Promise<Set<string>> {
+    const rows = await this.db.all<{ id: string }>(
+      "SELECT id FROM sandboxes WHERE edge = ? AND status = 'creating' AND create_lease_until >= ?",
+      [edge, now],
+    );
+    return new Set(rows.map((r) => r.id));
+  }
+
+  async abandonedCreates(now: number): Promise<{ id: string; edge: string; owner: string }[]> {
+    return this.db.all<{ id: string; edge: string; owner: string }>(
+      "SELECT id, edge, create_owner AS owner FROM sandboxes WHERE status = 'creating' AND create_lease_until IS NOT NULL AND create_lease_until < ? ORDER BY created_at",
+      [now],
+    );
+  }
+
+  async settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined> {
+    const { changes } = await this.db.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [
+      status,
+      reason ?? null,
+      id,
+    ]);
+    if (changes === 1) return status;
+    return (await this.db.get<{ status: SandboxStatus }>('SELECT status FROM sandboxes WHERE id = ?', [id]))?.status;
+  }
+}
+
+async function insertRow(db: Sql, s: SandboxInfo, batch?: BatchItem, lease?: CreateLease): Promise<void> {
+  await db.run(
+    `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
+      on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib, create_owner, create_lease_until)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    [
+      s.id,
+      s.edge,
+      s.status,
+      s.image,
+      s.imageId,
+      JSON.stringify(s.resources),
+      JSON.stringify(s.labels),
+      s.createdAt,
+      s.reason ?? null,
+      JSON.stringify(s.layers),
+      s.ttlSeconds ?? null,
+      s.idleTimeoutSeconds ?? null,
+      s.onExpiry,
+      s.expiresAt ? Date.parse(s.expiresAt) : null,
+      Date.parse(s.lastActivityAt),
+      batch?.id ?? null,
+      batch?.index ?? null,
+      s.backend,
+      s.project ?? DEFAULT_PROJECT,
+      s.resources.cpu,
+      s.resources.memoryMiB,
+      lease?.owner ?? null,
+      lease?.until ?? null,
+    ],
+  );
+}
+
+async function saveSpecRow(db: Sql, id: string, spec: unknown): Promise<void> {
+  await db.run('INSERT INTO sandbox_specs (id, spec) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET spec = excluded.spec', [
+    id,
+    JSON.stringify(spec),
+  ]);
+  // The volumes it mounts, so a volume in use is found without reading every spec (rows go with the sandbox's).
+  for (const v of (spec as { volumes?: { name: string }[] } | null)?.volumes ?? []) {
+    await db.run('INSERT INTO volume_mounts (volume, sandbox_id) VALUES (?, ?) ON CONFLICT DO NOTHING', [v.name, id]);
+  }
+}
+
+interface SandboxRow {
+  id: string;
+  edge: string;
+  status: SandboxStatus;
+  image: string;
+  image_id: string;
+  resources: string;
+  labels: string;
+  created_at: string;
+  reason: string | null;
+  layers: string;
+  ttl_seconds: number | null;
+  idle_timeout_seconds: number | null;
+  on_expiry: 'stop' | 'pause';
+  expires_at: number | null;
+  last_activity: number;
+  backend: SandboxInfo['backend'];
+  project: string;
+}
+
+function fromRow(r: SandboxRow): SandboxInfo {
+  const info: SandboxInfo = {
+    id: r.id,
+    edge: r.edge,
+    project: r.project,
+    backend: r.backend,
+    status: r.status,
+    image: r.image,
+    imageId: r.image_id,
+    resources: JSON.parse(r.resources) as SandboxInfo['resources'],
+    labels: JSON.parse(r.labels) as Record<string, string>,
+    layers: JSON.parse(r.layers) as string[],
+    createdAt: r.created_at,
+    onExpiry: r.on_expiry,
+    lastActivityAt: new Date(r.last_activity || Date.parse(r.created_at)).toISOString(),
+  };
+  if (r.reason !== null) info.reason = r.reason;
+  if (r.ttl_seconds !== null) info.ttlSeconds = r.ttl_seconds;
+  if (r.idle_timeout_seconds !== null) info.idleTimeoutSeconds = r.idle_timeout_seconds;
+  if (r.expires_at !== null) info.expiresAt = new Date(r.expires_at).toISOString();
+  return info;
+}
