@@ -5,7 +5,7 @@ import pino from 'pino';
 import { ApiError } from '../api-error.js';
 import { HttpEdgeClient } from '../control/edges/http-edge-client.js';
 import type { App } from '../control/server.js';
-import type { EdgeCreateRequest } from '../edge/edge-api.js';
+import type { EdgeCreateRequest } from '../edge/protocol/edge-api.js';
 import { EDGE_PREFIX } from '../edge/protocol/schemas.js';
 import type { HostInfo } from './host-info.js';
 import type { LatencySummary } from './latency.js';

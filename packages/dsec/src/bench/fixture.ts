@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { compileOptions } from '../config/options.js';
-import { LayerMounts } from '../edge/layer-mounts.js';
+import { LayerMounts } from '../edge/node/layer-mounts.js';
 import { runToolOrThrow } from '../host/run-tool.js';
 import { buildBusyboxImage } from '../image/builders/busybox.js';
 import type { LayerDigest } from '../image/layer-store.js';

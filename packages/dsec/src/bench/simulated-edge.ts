@@ -7,7 +7,7 @@ import {
   type EdgeInfo,
   type EdgeSandbox,
   type TerminalChannel,
-} from '../edge/edge-api.js';
+} from '../edge/protocol/edge-api.js';
 import { ApiError } from '../api-error.js';
 import type { App } from '../control/server.js';
 import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { tryUnmount } from '../edge/layer-mounts.js';
-import { isProcessAlive } from '../edge/process-tree.js';
+import { tryUnmount } from '../edge/node/layer-mounts.js';
+import { isProcessAlive } from '../host/process-tree.js';
 import { CGROUP_PARENT, CGROUP_ROOT, removeCgroupTree } from '../host/cgroups.js';
 import { findLeaks } from '../host/leak-check.js';
 import { mountsUnder } from '../host/mounts.js';

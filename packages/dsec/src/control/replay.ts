@@ -8,8 +8,8 @@ import type {
   StartProcessRequest,
   TrajectoryEntry,
 } from '@dsec/sdk/schema';
-import type { EdgeApi } from '../edge/edge-api.js';
-import type { EdgeNetworkRequest } from '../edge/edge-api.js';
+import type { EdgeApi } from '../edge/protocol/edge-api.js';
+import type { EdgeNetworkRequest } from '../edge/protocol/edge-api.js';
 
 type Step = ReplayResult['steps'][number];
 

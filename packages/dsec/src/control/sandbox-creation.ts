@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { CreateSandboxRequest, ImageConfig, NetworkPolicyRequest, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
-import type { EdgeApi, EdgeNetworkRequest, SandboxLimits } from '../edge/edge-api.js';
+import type { EdgeApi, EdgeNetworkRequest, SandboxLimits } from '../edge/protocol/edge-api.js';
 import type { ImageId, ImageStore } from '../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../image/layer-store.js';
 import { allowEntryError } from '../net/policy.js';

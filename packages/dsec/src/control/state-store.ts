@@ -1,6 +1,6 @@
 import type { ApiKeyInfo, BatchEvent, ProjectQuota, ProjectUsage, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import type { EdgeInfo } from '../edge/edge-api.js';
+import type { EdgeInfo } from '../edge/protocol/edge-api.js';
 import { migrate } from './store/migrations.js';
 import type { Sql, SqlDb, SqlValue } from './store/sql.js';
 import { PostgresDb } from './store/postgres-db.js';

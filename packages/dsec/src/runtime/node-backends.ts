@@ -1,4 +1,4 @@
-import { Edge, type EdgeOptions } from '../edge/edge.js';
+import { Edge, type EdgeOptions } from '../edge/backends/container/container-backend.js';
 import { BackendDispatch } from '../edge/backends/dispatch.js';
 import { VmBackend } from '../edge/backends/vm/vm-backend.js';
 import { FnCalls } from '../edge/backends/fncall/fn-calls.js';

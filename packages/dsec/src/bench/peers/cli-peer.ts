@@ -1,4 +1,4 @@
-import type { SandboxLimits } from '../../edge/edge-api.js';
+import type { SandboxLimits } from '../../edge/protocol/edge-api.js';
 import { runTool, type ToolResult } from '../../host/run-tool.js';
 import type { CgroupScope } from '../cgroup-memory.js';
 import { pool } from '../rounds.js';

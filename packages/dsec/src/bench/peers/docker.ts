@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { tryUnmount } from '../../edge/layer-mounts.js';
+import { tryUnmount } from '../../edge/node/layer-mounts.js';
 import { removeCgroupTree } from '../../host/cgroups.js';
 import { which } from '../../host/doctor.js';
 import { mountsUnder } from '../../host/mounts.js';

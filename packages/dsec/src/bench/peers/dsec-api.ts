@@ -1,5 +1,5 @@
 import { Sandbox } from '@dsec/sdk';
-import type { SandboxLimits } from '../../edge/edge-api.js';
+import type { SandboxLimits } from '../../edge/protocol/edge-api.js';
 import { CGROUP_PARENT } from '../../host/cgroups.js';
 import type { CgroupScope } from '../cgroup-memory.js';
 import type { Peer, SnapshotOps } from './peer.js';

@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { tryUnmount } from '../../edge/layer-mounts.js';
+import { tryUnmount } from '../../edge/node/layer-mounts.js';
 import { CGROUP_ROOT, removeCgroupTree } from '../../host/cgroups.js';
 import { which } from '../../host/doctor.js';
 import { mountsUnder } from '../../host/mounts.js';

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { runTool } from '../../host/run-tool.js';
-import type { SandboxLimits } from '../../edge/edge-api.js';
+import type { SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { Cleanup } from '../cleanup.js';
 import type { Spans } from '../profile.js';
 import { BENCH_IMAGE, type BenchFixture } from '../fixture.js';

@@ -13,7 +13,7 @@ import type { Peer, PeerUnavailable } from '../peers/peer.js';
 import { BENCH_LIMITS } from '../peers/setup.js';
 import { pool } from '../rounds.js';
 import { serveSimulatedEdge, SimulatedEdge } from '../simulated-edge.js';
-import type { EdgeCreateRequest } from '../../edge/edge-api.js';
+import type { EdgeCreateRequest } from '../../edge/protocol/edge-api.js';
 import { renderCluster, clusterTargets, clusterLines, clusterHeadline } from './cluster-report.js';
 import type { BenchScenarioDef, PeerResultBase, ScenarioContext, ScenarioResult } from './scenario.js';
 

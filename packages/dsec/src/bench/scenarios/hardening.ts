@@ -1,9 +1,9 @@
 import { Sandbox, type Session } from '@dsec/sdk';
 import { round } from '../../demo/stats.js';
-import { LANDLOCK_PATH, SECCOMP_BPF_ANNOTATION } from '../../edge/oci-config.js';
+import { LANDLOCK_PATH, SECCOMP_BPF_ANNOTATION } from '../../edge/backends/container/oci-config.js';
 import { SpawnHelper } from '../../host/spawn-helper.js';
-import { defaultSeccompProfile } from '../../edge/seccomp.js';
-import { compileSeccompProfile } from '../../edge/seccomp-bpf.js';
+import { defaultSeccompProfile } from '../../edge/backends/container/seccomp.js';
+import { compileSeccompProfile } from '../../edge/backends/container/seccomp-bpf.js';
 import { CGROUP_PARENT, cgroupPids } from '../../host/cgroups.js';
 import { runToolOrThrow } from '../../host/run-tool.js';
 import { sandboxRuleset, type NetworkPolicy } from '../../net/policy.js';

@@ -1,6 +1,6 @@
 import { ApiError } from '../../api-error.js';
 import type { SandboxBackend as BackendKind } from '@dsec/sdk/schema';
-import type { EdgeApi } from '../edge-api.js';
+import type { EdgeApi } from '../protocol/edge-api.js';
 
 export type { BackendKind };
 

@@ -13,10 +13,10 @@ import type {
   StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { ExecEvent } from '../../exec/run-command.js';
+import type { ExecEvent } from './container/exec/run-command.js';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
-import type { Edge } from '../edge.js';
+import type { Edge } from './container/container-backend.js';
 import {
   createEach,
   type EdgeApi,
@@ -29,7 +29,7 @@ import {
   type EdgeSnapshot,
   type TerminalChannel,
   type TerminalRequest,
-} from '../edge-api.js';
+} from '../protocol/edge-api.js';
 import type { SandboxBackend } from './backend.js';
 import type { FnCalls } from './fncall/fn-calls.js';
 import type { VmBackend } from './vm/vm-backend.js';

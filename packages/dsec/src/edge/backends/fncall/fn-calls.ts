@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import type { FnRunResult } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
-import type { EdgeFnRequest } from '../../edge-api.js';
-import type { Edge } from '../../edge.js';
+import type { EdgeFnRequest } from '../../protocol/edge-api.js';
+import type { Edge } from '../container/container-backend.js';
 import { FnWorker, isWorkerId } from './fn-worker.js';
 
 export interface FnCallsOptions {

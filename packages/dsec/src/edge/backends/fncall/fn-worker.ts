@@ -3,11 +3,11 @@ import { lstatSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FnRunRequest, FnRunResult } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
-import { SandboxProcess } from '../../../exec/sandbox-process.js';
+import { SandboxProcess } from '../container/exec/sandbox-process.js';
 import { CGROUP_PARENT, cgroupPids, sandboxUsage } from '../../../host/cgroups.js';
-import type { EdgeFnRequest } from '../../edge-api.js';
-import type { Edge } from '../../edge.js';
-import { LANDLOCK_PATH, parseUser } from '../../oci-config.js';
+import type { EdgeFnRequest } from '../../protocol/edge-api.js';
+import type { Edge } from '../container/container-backend.js';
+import { LANDLOCK_PATH, parseUser } from '../container/oci-config.js';
 
 /** The fork server's source (native/fn-zygote.py), passed as `python3 -c`: nothing of dsec is written into the worker. */
 const ZYGOTE_SOURCE = readFileSync(new URL('../../../../../native/fn-zygote.py', import.meta.url), 'utf8')

@@ -18,15 +18,15 @@ import {
   type StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
-import { ExecJournal } from '../../../exec/exec-journal.js';
-import { SessionTable } from '../../../exec/session-table.js';
-import { rejectNul } from '../../../exec/exec-target.js';
-import { ProcessTable } from '../../../exec/process-table.js';
-import { ShellSession } from '../../../exec/shell-session.js';
-import { iterateOutput } from '../../../exec/output-stream.js';
-import { tarCreateArgs, tarOutput } from '../../../exec/sandbox-tar.js';
-import type { ExecEvent } from '../../../exec/run-command.js';
-import type { ProcessExit } from '../../../exec/sandbox-process.js';
+import { ExecJournal } from '../shared/exec-journal.js';
+import { SessionTable } from '../shared/session-table.js';
+import { rejectNul } from '../container/exec/exec-target.js';
+import { ProcessTable } from '../shared/process-table.js';
+import { ShellSession } from '../shared/shell-session.js';
+import { iterateOutput } from '../shared/output-stream.js';
+import { tarCreateArgs, tarOutput } from '../container/exec/sandbox-tar.js';
+import type { ExecEvent } from '../container/exec/run-command.js';
+import type { ProcessExit } from '../container/exec/sandbox-process.js';
 import { sandboxUsage } from '../../../host/cgroups.js';
 import { removeTree } from '../../../host/remove-tree.js';
 import { runToolOrThrow, ToolError } from '../../../host/run-tool.js';
@@ -40,7 +40,7 @@ import type { NodeLinks, SandboxNetwork } from '../../../net/node-links.js';
 import { vmRuleset, type NetworkPolicy } from '../../../net/policy.js';
 import { detachLink } from '../../../net/sandbox-network.js';
 import { prepareVmNetns } from '../../../net/vm-network.js';
-import { resolvePolicy } from '../../network-request.js';
+import { resolvePolicy } from '../../node/network-request.js';
 import type {
   EdgeCreateRequest,
   EdgeNetworkRequest,
@@ -49,12 +49,12 @@ import type {
   SandboxLimits,
   TerminalChannel,
   TerminalRequest,
-} from '../../edge-api.js';
-import type { BlobSource } from '../../blob-source.js';
-import type { LayerCache } from '../../layer-cache.js';
-import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from '../../snapshot-layer.js';
-import { mergeEnv, parseUser } from '../../oci-config.js';
-import { sandboxPath } from '../../sandbox-files.js';
+} from '../../protocol/edge-api.js';
+import type { BlobSource } from '../../node/blob-source.js';
+import type { LayerCache } from '../../node/layer-cache.js';
+import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from '../../node/snapshot-layer.js';
+import { mergeEnv, parseUser } from '../container/oci-config.js';
+import { sandboxPath } from '../container/sandbox-files.js';
 import { unsupported, type BackendKind, type SandboxBackend } from '../backend.js';
 import { AgentClient, AgentError, newAgentKey } from './agent-client.js';
 import { chooseAccel, type AccelChoice } from './accel-probe.js';

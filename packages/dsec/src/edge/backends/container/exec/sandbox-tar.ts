@@ -1,0 +1,109 @@
+import type { Readable } from 'node:stream';
+import { ApiError } from '../../../../api-error.js';
+import { TOOLBOX_PATH } from '../oci-config.js';
+import { processSpecFor, type ExecTarget } from './exec-target.js';
+import { iterateOutput } from '../../shared/output-stream.js';
+import { SandboxProcess, type CommandProcess } from './sandbox-process.js';
+
+/**
+ * Directory transfer as tar streams, packed and unpacked inside the sandbox (in its mount
+ * namespace, as its user): every path in the archive, `..`, absolute names and symlinks included,
+ * resolves inside the sandbox, so no tar entry can reach the host. The tar is the platform's own
+ * (a static busybox bind-mounted read-only, TOOLBOX_PATH), never the one in the sandbox's PATH:
+ * an agent that plants /usr/local/bin/tar cannot change what is uploaded or read back.
+ */
+function tarProcess(target: ExecTarget, args: string[], stdin: boolean): SandboxProcess {
+  return new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'tar', ...args], { cwd: '/' }), {
+    stdin,
+    maxOutputBytes: 64 << 10,
+  });
+}
+
+function tarFailed(what: string, stderr: string, exitCode: number): ApiError {
+  const missing = /not found in \$PATH|No such file/.test(stderr) && exitCode === 255;
+  return new ApiError(
+    'INVALID_REQUEST',
+    missing
+      ? `the sandbox has no ${TOOLBOX_PATH} (it was created by an older dsec), which ${what} needs`
+      : `${what} failed: ${stderr.trim() || `tar exited ${exitCode}`}`,
+    { stderr, exitCode },
+  );
+}
+
+/** Unpacks a tar stream into `dir` (which must exist). Returns the bytes received. */
+export async function extractTar(target: ExecTarget, dir: string, body: Readable): Promise<number> {
+  const proc = tarProcess(target, ['-x', '-f', '-', '-C', dir], true);
+  let bytes = 0;
+  try {
+    for await (const chunk of body) {
+      const buf = chunk as Buffer;
+      bytes += buf.length;
+      if (!proc.writeStdin(buf)) break;
+    }
+  } finally {
+    proc.endStdin();
+  }
+  const exit = await proc.done;
+  if (exit.exitCode !== 0) throw tarFailed('tar upload', proc.stderr.bytes().toString('utf8'), exit.exitCode);
+  return bytes;
+}
+
+/**
+ * Packs `path` (a file or directory) as a tar stream of one top-level entry. The first chunk is
+ * awaited before returning, so an error (no such path, no tar) is reported as an error and not
+ * as a truncated stream.
+ */
+export async function packTar(target: ExecTarget, path: string): Promise<AsyncIterable<Buffer>> {
+  return tarOutput(tarProcess(target, tarCreateArgs(path), false), tarFailed);
+}
+
+/** `tar -c` of one path: its parent as the directory, its name as the member (`.` for the root). */
+export function tarCreateArgs(path: string): string[] {
+  const clean = path.replace(/\/+$/, '') || '/';
+  const slash = clean.lastIndexOf('/');
+  const parent = slash <= 0 ? '/' : clean.slice(0, slash);
+  const name = clean === '/' ? '.' : clean.slice(slash + 1);
+  return ['-c', '-f', '-', '-C', parent, name];
+}
+
+/**
+ * A running `tar -c`'s stdout as a stream, once its first bytes show that it started: a tar that
+ * fails before any output (a path it cannot read) is an error the caller can still answer with a
+ * status, whoever runs the tar (a container's toolbox, a VM's guest).
+ */
+export async function tarOutput(
+  proc: CommandProcess,
+  failed: (what: string, stderr: string, exitCode: number) => Error,
+): Promise<AsyncIterable<Buffer>> {
+  const it = iterateOutput(proc, 'raw');
+  const first: Buffer[] = [];
+  for (;;) {
+    const n = await it.next();
+    if (n.done) break;
+    if (n.value.stream === 'stdout') {
+      first.push(n.value.data);
+      break;
+    }
+  }
+  if (first.length === 0) {
+    const exit = await proc.done;
+    throw failed('tar download', proc.stderr.bytes().toString('utf8'), exit.exitCode);
+  }
+  return (async function* () {
+    yield* first;
+    for await (const { stream, data } of { [Symbol.asyncIterator]: () => it }) if (stream === 'stdout') yield data;
+    const exit = await proc.done;
+    // Output already started: a late failure can only end the stream early (tar's stderr is logged by the caller).
+    if (exit.exitCode !== 0) throw failed('tar download', proc.stderr.bytes().toString('utf8'), exit.exitCode);
+  })();
+}
+
+/** rm -rf inside the sandbox with the platform's own rm (recursive removal walks the sandbox's own tree, in its namespace). */
+export async function removeRecursive(target: ExecTarget, path: string): Promise<void> {
+  const proc = new SandboxProcess(target, processSpecFor(target, [TOOLBOX_PATH, 'rm', '-rf', '--', path], { cwd: '/' }), {
+    maxOutputBytes: 64 << 10,
+  });
+  const exit = await proc.done;
+  if (exit.exitCode !== 0)
+    throw new ApiError('INVALID_REQUEST', `rm -rf ${path} failed: ${proc.stderr.bytes().toString('utf8').trim()}`, { path });
+}
