@@ -1,6 +1,6 @@
 import pino, { type Logger } from 'pino';
+import { createEach } from '../edge/protocol/create-each.js';
 import {
-  createEach,
   type EdgeApi,
   type EdgeCreateOutcome,
   type EdgeCreateRequest,

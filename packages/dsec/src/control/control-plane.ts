@@ -24,7 +24,7 @@ import type {
 import type { Link } from '../net/address-pool.js';
 import type { NetworkPolicy } from '../net/policy.js';
 import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
-import type { ExecEvent } from '../edge/backends/container/exec/run-command.js';
+import type { ExecEvent } from '../edge/protocol/exec-event.js';
 import { ApiError } from '../api-error.js';
 import type { EdgeApi, SandboxLimits } from '../edge/protocol/edge-api.js';
 import { EdgeRegistry } from './edges/edge-registry.js';

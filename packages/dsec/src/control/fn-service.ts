@@ -15,7 +15,7 @@ import {
 } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import type { EdgeFnRequest } from '../edge/protocol/edge-api.js';
-import { rejectNul } from '../edge/backends/container/exec/exec-target.js';
+import { rejectNul } from '../edge/protocol/reject-nul.js';
 import type { EdgeRegistry } from './edges/edge-registry.js';
 import { place } from './placement.js';
 

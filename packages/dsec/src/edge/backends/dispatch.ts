@@ -13,12 +13,12 @@ import type {
   StartProcessRequest,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { ExecEvent } from './container/exec/run-command.js';
+import type { ExecEvent } from '../protocol/exec-event.js';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
 import type { Edge } from './container/container-backend.js';
+import { createEach } from '../protocol/create-each.js';
 import {
-  createEach,
   type EdgeApi,
   type EdgeCreateOutcome,
   type EdgeCreateRequest,

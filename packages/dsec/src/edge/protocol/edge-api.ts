@@ -12,10 +12,9 @@ import type {
   StartProcessRequest,
 } from '@dsec/sdk/schema';
 import type { Duplex } from 'node:stream';
-import type { ExecEvent } from '../backends/container/exec/run-command.js';
+import type { ExecEvent } from './exec-event.js';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
-import { ApiError } from '../../api-error.js';
 import type {
   EdgeCreateOutcome,
   EdgeCreateRequest,
@@ -137,31 +136,4 @@ export interface EdgeApi {
    * dispatch when it has the FnCall backend; an edge without it has no such method.
    */
   runFn?(req: EdgeFnRequest, signal?: AbortSignal): Promise<FnRunResult>;
-}
-
-/**
- * createSandboxes for an in-process edge: the creates run `concurrency` at a time (a node's crun
- * and mounts gain nothing from more), and each item's error is kept as data.
- */
-export async function createEach(
-  create: (req: EdgeCreateRequest) => Promise<EdgeSandbox>,
-  reqs: EdgeCreateRequest[],
-  concurrency: number,
-): Promise<EdgeCreateOutcome[]> {
-  const out: EdgeCreateOutcome[] = new Array<EdgeCreateOutcome>(reqs.length);
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < reqs.length) {
-      const i = next++;
-      const req = reqs[i]!;
-      try {
-        out[i] = { id: req.id, sandbox: await create(req) };
-      } catch (err) {
-        const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
-        out[i] = { id: req.id, error: { code: e.code, message: e.message, details: e.details } };
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, reqs.length)) }, worker));
-  return out;
 }

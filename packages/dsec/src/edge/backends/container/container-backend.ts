@@ -20,7 +20,9 @@ import { ProcessTable } from '../shared/process-table.js';
 import { ExecJournal } from '../shared/exec-journal.js';
 import { SessionTable } from '../shared/session-table.js';
 import { killTagged } from './exec/sandbox-process.js';
-import { runCommand, streamCommand, type ExecEvent } from './exec/run-command.js';
+import { startProcess } from './exec/start-process.js';
+import { runCommand, streamCommand } from './exec/run-command.js';
+import type { ExecEvent } from '../../protocol/exec-event.js';
 import { openContainerSession } from './exec/container-session.js';
 import { PtyProcess, type PtyOptions } from './exec/pty-process.js';
 import { ApiError } from '../../../api-error.js';
@@ -61,7 +63,8 @@ import { Crun } from './crun.js';
 import { ensurePrivateNull } from '../../../host/private-null.js';
 import { SpawnHelper } from '../../../host/spawn-helper.js';
 import { SPAWN_HELPER_BINARY } from '../../../host/native-helpers.js';
-import { createEach, type EdgeCreateOutcome } from '../../protocol/edge-api.js';
+import { createEach } from '../../protocol/create-each.js';
+import type { EdgeCreateOutcome } from '../../protocol/edge-api.js';
 import type {
   EdgeApi,
   EdgeCreateRequest,
@@ -100,10 +103,10 @@ import {
   readFileInRoot,
   removeInRoot,
   renameInRoot,
-  sandboxPath,
   statInRoot,
   writeFileInRoot,
 } from './sandbox-files.js';
+import { sandboxPath } from '../shared/sandbox-path.js';
 import { extractTar, packTar, removeRecursive } from './exec/sandbox-tar.js';
 import { type SandboxRecord, SandboxRecords } from '../../node/sandbox-record.js';
 
@@ -742,7 +745,7 @@ export class Edge implements EdgeApi {
    * (a process that lost its output pipes, a session's background jobs).
    */
   async #endExecsOfOldEdge(live: LiveSandbox): Promise<void> {
-    live.processes.restore(new Date());
+    live.processes.restore(new Date(), (tag) => killTagged(live.record.id, tag));
     await live.sessions.endNotedByOldEdge((tag) => void killTagged(live.record.id, tag));
   }
 
@@ -792,7 +795,7 @@ export class Edge implements EdgeApi {
 
   async startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
     const l = this.#running(id);
-    return l.processes.start(l.target, req);
+    return startProcess(l.processes, l.target, req);
   }
 
   async listProcesses(id: string): Promise<ProcessInfo[]> {

@@ -1,17 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { ImageConfig } from '@dsec/sdk/schema';
-import {
-  CPU_PERIOD_US,
-  DEFAULT_CAPABILITIES,
-  INIT_BINARY,
-  INIT_PATH,
-  buildOciConfig,
-  cgroupMounts,
-  mergeEnv,
-  parseUser,
-  processBlock,
-} from './oci-config.js';
+import { DEFAULT_CAPABILITIES, INIT_BINARY, INIT_PATH, buildOciConfig, cgroupMounts, processBlock } from './oci-config.js';
+import { CPU_PERIOD_US } from '../../../host/cgroups.js';
+import { mergeEnv, parseUser } from '../shared/user-env.js';
 
 const image: ImageConfig = {
   env: ['PATH=/usr/bin:/bin', 'HOME=/root', 'LANG=C'],

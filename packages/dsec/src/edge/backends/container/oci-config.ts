@@ -1,5 +1,6 @@
 import type { ImageConfig } from '@dsec/sdk/schema';
-import { CGROUP_PARENT, CGROUP_ROOT } from '../../../host/cgroups.js';
+import { CGROUP_PARENT, CGROUP_ROOT, CPU_PERIOD_US } from '../../../host/cgroups.js';
+import { mergeEnv } from '../shared/user-env.js';
 import { LANDLOCK_BINARY } from '../../../host/native-helpers.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../../../host/node-memory.js';
 import type { SandboxLimits } from '../../protocol/edge-api.js';
@@ -101,8 +102,6 @@ export const MASKED_PATHS = [
 ];
 const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
 
-export const CPU_PERIOD_US = 100_000;
-
 export interface ProcessSpec {
   /** Give the process a pseudo-terminal (crun allocates it in the sandbox's own devpts). */
   terminal?: boolean;
@@ -110,28 +109,6 @@ export interface ProcessSpec {
   env: string[];
   cwd: string;
   user: { uid: number; gid: number };
-}
-
-/**
- * "uid[:gid]" → numbers. Images carry numeric users (imports resolve names); anything else runs as
- * nobody, never as root by accident.
- */
-export function parseUser(user: string): { uid: number; gid: number } {
-  const m = /^(\d+)(?::(\d+))?$/.exec(user.trim());
-  if (!m) return { uid: 65534, gid: 65534 };
-  const uid = Number(m[1]);
-  return { uid, gid: m[2] === undefined ? uid : Number(m[2]) };
-}
-
-/** Merges KEY=VALUE lists; later entries win, order of first appearance kept. */
-export function mergeEnv(base: string[], ...overrides: Record<string, string>[]): string[] {
-  const map = new Map<string, string>();
-  for (const kv of base) {
-    const i = kv.indexOf('=');
-    if (i > 0) map.set(kv.slice(0, i), kv.slice(i + 1));
-  }
-  for (const o of overrides) for (const [k, v] of Object.entries(o)) map.set(k, v);
-  return [...map].map(([k, v]) => `${k}=${v}`);
 }
 
 /** The `process` block shared by the sandbox's init and every command exec'd into it. */

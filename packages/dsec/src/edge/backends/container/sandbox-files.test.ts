@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ApiError } from '../../../api-error.js';
-import { sandboxPath } from './sandbox-files.js';
+import { sandboxPath } from '../shared/sandbox-path.js';
 
 const invalid = (err: unknown): boolean => err instanceof ApiError && err.code === 'INVALID_REQUEST';
 

@@ -12,7 +12,7 @@ import {
   fchownSync,
   constants as fsc,
 } from 'node:fs';
-import { dirname, posix } from 'node:path';
+import { dirname } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
 import { FREE_SPACE_HINT, freeBytes } from '../../../host/disk-space.js';
@@ -38,23 +38,6 @@ import {
  * RESOLVE_NO_XDEV refuses to cross into any mount below the root.
  */
 const RESOLVE = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-
-/** Paths that inside the sandbox are kernel filesystems, not files of its root. */
-const VIRTUAL = /^\/(proc|sys|dev)(\/|$)/;
-
-/** Normalises an API path: relative paths are taken from `cwd`; the result is absolute. */
-export function sandboxPath(path: string, cwd: string): string {
-  if (path.includes('\0')) throw new ApiError('INVALID_REQUEST', 'path must not contain NUL bytes', { path });
-  const abs = path.startsWith('/') ? path : `${cwd.replace(/\/$/, '')}/${path}`;
-  // The check sees the normalised path (so /tmp/../proc is caught); the kernel gets the path as
-  // given, since `..` after a symlink means something else than lexically.
-  if (VIRTUAL.test(posix.normalize(abs))) {
-    throw new ApiError('INVALID_REQUEST', `path ${path} is in /proc, /sys or /dev, which the files API does not serve; read it with exec`, {
-      path,
-    });
-  }
-  return abs;
-}
 
 function withRoot<T>(rootfs: string, fn: (rootFd: number) => T): T {
   const rootFd = openSync(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -7,7 +7,8 @@ import { SandboxProcess } from '../container/exec/sandbox-process.js';
 import { CGROUP_PARENT, cgroupPids, sandboxUsage } from '../../../host/cgroups.js';
 import type { EdgeFnRequest } from '../../protocol/edge-api.js';
 import type { Edge } from '../container/container-backend.js';
-import { LANDLOCK_PATH, parseUser } from '../container/oci-config.js';
+import { LANDLOCK_PATH } from '../container/oci-config.js';
+import { parseUser } from '../shared/user-env.js';
 
 /** The fork server's source (native/fn-zygote.py), passed as `python3 -c`: nothing of dsec is written into the worker. */
 const ZYGOTE_SOURCE = readFileSync(new URL('../../../../../native/fn-zygote.py', import.meta.url), 'utf8')

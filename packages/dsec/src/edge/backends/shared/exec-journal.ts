@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { SessionInfo, StartProcessRequest } from '@dsec/sdk/schema';
 import { writeFileAtomic } from '../../../image/atomic-file.js';
 import { CappedOutput } from './capped-output.js';
-import type { ProcessExit } from '../container/exec/sandbox-process.js';
+import type { ProcessExit } from './command-process.js';
 
 /** A background process as noted on disk: enough to report it, and to find what is left of it. */
 export interface NotedProcess {

@@ -1,4 +1,4 @@
-import type { CommandProcess, StreamName } from '../container/exec/sandbox-process.js';
+import type { CommandProcess, StreamName } from './command-process.js';
 
 /**
  * A process's output as an async iterable, at the consumer's pace: past a few queued chunks the

@@ -2,8 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Encoding, ProcessInfo, ProcessOutput, StartProcessRequest } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
 import { EndedProcess, restartReason, type ExecJournal } from './exec-journal.js';
-import { processSpecFor, type ExecTarget } from '../container/exec/exec-target.js';
-import { killTagged, SandboxProcess, type CommandProcess } from '../container/exec/sandbox-process.js';
+import type { CommandProcess } from './command-process.js';
 
 interface Entry {
   id: string;
@@ -31,22 +30,7 @@ export class ProcessTable {
     private readonly journal?: ExecJournal,
   ) {}
 
-  start(target: ExecTarget, req: StartProcessRequest): ProcessInfo {
-    const tag = randomBytes(6).toString('hex');
-    const proc = new SandboxProcess(
-      target,
-      processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }),
-      {
-        stdin: req.stdin ?? false,
-        maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
-        timeoutMs: req.timeoutMs,
-        tag,
-      },
-    );
-    return this.add(req.cmd, proc, tag);
-  }
-
-  /** Tracks a command some other way started (a VM guest's agent runs it). `tag`: its exec tag. */
+  /** Tracks a started command (a SandboxProcess in a container, the guest agent's exec in a VM). `tag`: its exec tag. */
   add(cmd: StartProcessRequest['cmd'], proc: CommandProcess, tag?: string): ProcessInfo {
     const entry: Entry = { id: `p-${randomBytes(6).toString('hex')}`, cmd, proc };
     this.#entries.set(entry.id, entry);
@@ -63,14 +47,14 @@ export class ProcessTable {
   /**
    * After an edge restart: every process the journal has is reported again. One that was still
    * running when the old edge ended has lost its output pipes with it: what is left of it in the
-   * sandbox is killed (its exec tag finds its tree), and it is reported ended with the reason.
+   * sandbox is killed (its exec tag finds its tree: `killTagged`), and it is reported ended with the reason.
    */
-  restore(at: Date): void {
+  restore(at: Date, killTagged: (tag: string) => void): void {
     for (const n of this.journal?.read() ?? []) {
       if (n.kind !== 'process') continue;
       let exit = n.exit;
       if (!exit) {
-        if (n.tag) killTagged(this.sandboxId, n.tag);
+        if (n.tag) killTagged(n.tag);
         const durationMs = Math.max(0, at.getTime() - Date.parse(n.startedAt));
         exit = {
           exitCode: 137,

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
 import { CappedOutput } from './capped-output.js';
-import { rejectNul } from '../container/exec/exec-target.js';
-import type { OutputListener, ProcessExit, StreamName } from '../container/exec/sandbox-process.js';
+import { rejectNul } from '../../protocol/reject-nul.js';
+import type { OutputListener, ProcessExit, StreamName } from './command-process.js';
 import { restoreScript, saveScript, parseSavedState, type SessionState } from './session-state.js';
 
 /** Open sessions per sandbox (containers and VMs alike). */

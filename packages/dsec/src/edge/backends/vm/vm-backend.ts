@@ -20,13 +20,13 @@ import {
 import { ApiError } from '../../../api-error.js';
 import { ExecJournal } from '../shared/exec-journal.js';
 import { SessionTable } from '../shared/session-table.js';
-import { rejectNul } from '../container/exec/exec-target.js';
+import { rejectNul } from '../../protocol/reject-nul.js';
 import { ProcessTable } from '../shared/process-table.js';
 import { ShellSession } from '../shared/shell-session.js';
 import { iterateOutput } from '../shared/output-stream.js';
 import { tarCreateArgs, tarOutput } from '../container/exec/sandbox-tar.js';
-import type { ExecEvent } from '../container/exec/run-command.js';
-import type { ProcessExit } from '../container/exec/sandbox-process.js';
+import type { ExecEvent } from '../../protocol/exec-event.js';
+import type { ProcessExit } from '../shared/command-process.js';
 import { sandboxUsage } from '../../../host/cgroups.js';
 import { removeTree } from '../../../host/remove-tree.js';
 import { runToolOrThrow, ToolError } from '../../../host/run-tool.js';
@@ -53,8 +53,8 @@ import type {
 import type { BlobSource } from '../../node/blob-source.js';
 import type { LayerCache } from '../../node/layer-cache.js';
 import { packSnapshotLayer, SNAPSHOT_COPY_TIMEOUT_MS } from '../../node/snapshot-layer.js';
-import { mergeEnv, parseUser } from '../container/oci-config.js';
-import { sandboxPath } from '../container/sandbox-files.js';
+import { mergeEnv, parseUser } from '../shared/user-env.js';
+import { sandboxPath } from '../shared/sandbox-path.js';
 import { unsupported, type BackendKind, type SandboxBackend } from '../backend.js';
 import { AgentClient, AgentError, newAgentKey } from './agent-client.js';
 import { chooseAccel, type AccelChoice } from './accel-probe.js';

@@ -1,5 +1,5 @@
 import { CappedOutput } from '../shared/capped-output.js';
-import type { OutputListener, ProcessExit, StartOptions, StreamName } from '../container/exec/sandbox-process.js';
+import type { OutputListener, ProcessExit, StartOptions, StreamName } from '../shared/command-process.js';
 import { signalNumber } from '../../../host/run-tool.js';
 import type { AgentClient } from './agent-client.js';
 import type { AgentFrame } from './agent-frames.js';

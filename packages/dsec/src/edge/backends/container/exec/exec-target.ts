@@ -1,6 +1,8 @@
 import type { ImageConfig } from '@dsec/sdk/schema';
 import type { Crun } from '../crun.js';
-import { LANDLOCK_PATH, mergeEnv, parseUser, type ProcessSpec } from '../oci-config.js';
+import { LANDLOCK_PATH, type ProcessSpec } from '../oci-config.js';
+import { mergeEnv, parseUser } from '../../shared/user-env.js';
+import { rejectNul } from '../../../protocol/reject-nul.js';
 import { ApiError } from '../../../../api-error.js';
 import { statInRoot } from '../sandbox-files.js';
 import { landlockAbi } from '../../../../host/syscalls.js';
@@ -86,19 +88,6 @@ function checkCwd(target: ExecTarget, cwd: string): void {
   // A symlink is followed by the chdir; one that leads nowhere fails there.
   if (type !== 'dir' && type !== 'symlink')
     throw new ApiError('INVALID_REQUEST', `cwd ${cwd} is not a directory in the sandbox`, { field: 'cwd', path: cwd });
-}
-
-/**
- * Refuses a NUL byte in anything that becomes a C string in the sandbox: the kernel ends an
- * argument or variable at the first NUL, so the command that ran would not be the one asked for
- * (and logged in the trajectory).
- */
-export function rejectNul(what: string, values: string[]): void {
-  if (values.some((v) => v.includes('\0'))) {
-    throw new ApiError('INVALID_REQUEST', `${what} contains a NUL byte, which no command line or environment can hold; remove it`, {
-      field: what,
-    });
-  }
 }
 
 function landlocked(target: ExecTarget, writable: string[], args: string[]): string[] {

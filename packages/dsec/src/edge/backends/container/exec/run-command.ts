@@ -2,7 +2,9 @@ import { DEFAULT_EXEC_TIMEOUT_MS, DEFAULT_MAX_OUTPUT_BYTES, type ExecRequest, ty
 import { sandboxOomKills } from '../../../../host/cgroups.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from '../../shared/output-stream.js';
-import { SandboxProcess, type ProcessExit, type StreamName } from './sandbox-process.js';
+import { SandboxProcess } from './sandbox-process.js';
+import type { ProcessExit } from '../../shared/command-process.js';
+import type { ExecEvent } from '../../../protocol/exec-event.js';
 
 export function startCommand(target: ExecTarget, req: ExecRequest): SandboxProcess {
   return new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
@@ -44,8 +46,6 @@ export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: 
   const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore);
   return { ...status, stdout: proc.stdout.encode(status.encoding), stderr: proc.stderr.encode(status.encoding) };
 }
-
-export type ExecEvent = { type: StreamName; data: Buffer } | { type: 'exit'; result: Omit<ExecResult, 'stdout' | 'stderr'> };
 
 /**
  * Runs a command and yields its output as it comes (within the cap, or all of it when the request

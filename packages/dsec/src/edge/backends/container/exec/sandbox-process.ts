@@ -13,8 +13,7 @@ import { CappedOutput } from '../../shared/capped-output.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
 import { startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
-
-export type StreamName = 'stdout' | 'stderr';
+import type { CommandProcess, OutputListener, ProcessExit, StartOptions, StreamName } from '../../shared/command-process.js';
 
 /** After the command exits, how long the pipes may stay silent before they are closed. */
 const QUIET_MS = 500;
@@ -49,42 +48,6 @@ export function killTagged(sandboxId: string, tag: string): number {
   }
   return killed;
 }
-export type OutputListener = (stream: StreamName, raw: Buffer, kept: Buffer) => void;
-
-/**
- * What the exec engine needs of a running command, whatever runs it: a SandboxProcess (crun exec
- * into a container) or a VM backend's process (the guest agent's exec).
- */
-export type CommandProcess = Pick<
-  SandboxProcess,
-  'stdout' | 'stderr' | 'done' | 'startedAt' | 'exit' | 'onOutput' | 'writeStdin' | 'endStdin' | 'pause' | 'resume' | 'signal' | 'kill'
->;
-
-export interface ProcessExit {
-  exitCode: number;
-  timedOut: boolean;
-  /** Set when killed from outside (timeout, kill(), client gone). */
-  killed: boolean;
-  durationMs: number;
-}
-
-export interface StartOptions {
-  /** Keep stdin open for writeStdin(); otherwise stdin is /dev/null (or `input`, then closed). */
-  stdin?: boolean;
-  input?: Buffer;
-  maxOutputBytes: number;
-  timeoutMs?: number;
-  /** The exec tag (see killTagged); commands of one session share theirs, and the session removes their cgroup (killTagged at close). @default random */
-  tag?: string;
-  /**
-   * Give the command a third output pipe as fd 3 (`crun exec --preserve-fds=1`), kept up to this
-   * many bytes in `fd3`: a channel of this command's own, e.g. for a session's state.
-   */
-  fd3MaxBytes?: number;
-  /** Every chunk that arrives on fd 3, as it arrives (a channel read as a stream, not a capped buffer). */
-  onFd3?: (data: Buffer) => void;
-}
-
 /**
  * One process started in a sandbox from outside by dsec-enter (enter-child.ts), or by `crun exec`
  * where dsec-enter cannot (crun-exec-child.ts): its output (capped), stdin, timeout and kill. The
@@ -92,7 +55,7 @@ export interface StartOptions {
  * accident. kill() ends the process's whole tree, found from the host through /proc starting at
  * the pid its starter reports; the sandbox itself is untouched.
  */
-export class SandboxProcess {
+export class SandboxProcess implements CommandProcess {
   readonly stdout: CappedOutput;
   readonly stderr: CappedOutput;
   readonly done: Promise<ProcessExit>;

@@ -3,7 +3,8 @@ import { ApiError } from '../../../../api-error.js';
 import { TOOLBOX_PATH } from '../oci-config.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from '../../shared/output-stream.js';
-import { SandboxProcess, type CommandProcess } from './sandbox-process.js';
+import { SandboxProcess } from './sandbox-process.js';
+import type { CommandProcess } from '../../shared/command-process.js';
 
 /**
  * Directory transfer as tar streams, packed and unpacked inside the sandbox (in its mount
