@@ -12,7 +12,7 @@ import { ApiError } from '../../src/api-error.js';
 import { HttpEdgeClient } from '../../src/control/edges/http-edge-client.js';
 import { LocalBlobSource } from '../../src/edge/node/blob-source.js';
 import type { EdgeApi, EdgeCreateRequest } from '../../src/edge/protocol/edge-api.js';
-import { Edge } from '../../src/edge/backends/container/container-backend.js';
+import { Edge } from '../../src/edge/edge.js';
 import { buildEdgeServer } from '../../src/edge/server/edge-server.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { ImageStore } from '../../src/image/image-store.js';

@@ -11,7 +11,7 @@ import { unmountSandboxDir } from '../../edge/backends/container/sandbox-unmount
 import { mountsUnder } from '../../host/mounts.js';
 import { makeUserns, mountIdmappedRoot } from '../../edge/backends/container/idmapped-root.js';
 import type { UidRangePool } from '../../host/uid-ranges.js';
-import { SandboxPaths } from '../../edge/node/sandbox-record.js';
+import { SandboxPaths } from '../../edge/backends/container/sandbox-record.js';
 import { cloneCpusetIntoSandboxes, removeCgroupTree, v1Hierarchies } from '../../host/cgroups.js';
 import { runTool } from '../../host/run-tool.js';
 import type { CgroupScope } from '../cgroup-memory.js';

@@ -14,7 +14,7 @@ import { Crun } from '../../edge/backends/container/crun.js';
 import { LayerMounts, tryUnmount } from '../../edge/node/layer-mounts.js';
 import { buildOciConfig } from '../../edge/backends/container/oci-config.js';
 import { mountOverlay } from '../../edge/backends/container/overlay.js';
-import { SandboxPaths } from '../../edge/node/sandbox-record.js';
+import { SandboxPaths } from '../../edge/backends/container/sandbox-record.js';
 import { removeCgroupTree } from '../../host/cgroups.js';
 import { mountsUnder } from '../../host/mounts.js';
 import { runTool } from '../../host/run-tool.js';

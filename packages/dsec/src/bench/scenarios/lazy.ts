@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import pino from 'pino';
 import type { ImageConfig } from '@dsec/sdk/schema';
 import { HttpBlobSource } from '../../edge/node/blob-source.js';
-import { Edge } from '../../edge/backends/container/container-backend.js';
+import { Edge } from '../../edge/edge.js';
 import { BlobServerThread } from '../../edge/node/lazy/blob-server-thread.js';
 import { writeFileAtomic } from '../../image/atomic-file.js';
 import { buildDebianImage } from '../../image/builders/debian.js';

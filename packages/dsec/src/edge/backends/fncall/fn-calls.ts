@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { FnRunResult } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
 import type { EdgeFnRequest } from '../../protocol/edge-api.js';
-import type { Edge } from '../container/container-backend.js';
+import type { ContainerBackend } from '../container/container-backend.js';
 import { FnWorker, isWorkerId } from './fn-worker.js';
 
 export interface FnCallsOptions {
@@ -49,7 +49,7 @@ export class FnCalls {
   readonly stats = { calls: 0, coldStarts: 0, replaced: 0 };
 
   constructor(
-    private readonly edge: Edge,
+    private readonly edge: ContainerBackend,
     private readonly opts: FnCallsOptions,
   ) {
     this.#maxPerKind = opts.maxWorkersPerKind ?? 32;

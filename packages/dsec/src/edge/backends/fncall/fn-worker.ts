@@ -6,7 +6,7 @@ import { ApiError } from '../../../api-error.js';
 import { SandboxProcess } from '../container/exec/sandbox-process.js';
 import { CGROUP_PARENT, cgroupPids, sandboxUsage } from '../../../host/cgroups.js';
 import type { EdgeFnRequest } from '../../protocol/edge-api.js';
-import type { Edge } from '../container/container-backend.js';
+import type { ContainerBackend } from '../container/container-backend.js';
 import { LANDLOCK_PATH } from '../container/oci-config.js';
 import { parseUser } from '../shared/user-env.js';
 
@@ -77,12 +77,12 @@ export class FnWorker {
   private constructor(
     readonly id: string,
     readonly key: string,
-    private readonly edge: Edge,
+    private readonly edge: ContainerBackend,
     private zygote: SandboxProcess | undefined,
   ) {}
 
   /** Creates the worker's sandbox and starts its fork server; undoes the sandbox when that fails. */
-  static async start(edge: Edge, key: string, req: EdgeFnRequest): Promise<FnWorker> {
+  static async start(edge: ContainerBackend, key: string, req: EdgeFnRequest): Promise<FnWorker> {
     const call = req.call;
     const id = newWorkerId(edge.id);
     const sandbox = await edge.createSandbox({

@@ -1,12 +1,12 @@
 import { mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ImageConfig } from '@dsec/sdk/schema';
-import { writeFileAtomic } from '../../image/atomic-file.js';
-import type { LayerDigest } from '../../image/layer-store.js';
-import type { SandboxLimits } from '../protocol/edge-api.js';
-import type { Link } from '../../net/address-pool.js';
-import type { NetworkPolicy } from '../../net/policy.js';
-import type { UidRange } from '../../host/uid-ranges.js';
+import { writeFileAtomic } from '../../../image/atomic-file.js';
+import type { LayerDigest } from '../../../image/layer-store.js';
+import type { SandboxLimits } from '../../protocol/edge-api.js';
+import type { Link } from '../../../net/address-pool.js';
+import type { NetworkPolicy } from '../../../net/policy.js';
+import type { UidRange } from '../../../host/uid-ranges.js';
 
 /**
  * A sandbox as the edge remembers it on disk (`node/sandboxes/<id>/state.json`), so a restarted
