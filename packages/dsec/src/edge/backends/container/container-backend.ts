@@ -1,93 +1,47 @@
 import { existsSync, mkdirSync } from 'node:fs';
-import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { join } from 'node:path';
-import type { Logger } from 'pino';
 import { ApiError } from '../../../api-error.js';
-import {
-  CGROUP_PARENT,
-  cloneCpusetIntoSandboxes,
-  killCgroupProcesses,
-  removeCgroupTreeSettled,
-  removeEmptyCgroup,
-  sandboxUsage,
-  v1Hierarchies,
-} from '../../../host/cgroups.js';
+import { CGROUP_PARENT, cloneCpusetIntoSandboxes, removeEmptyCgroup, sandboxUsage, v1Hierarchies } from '../../../host/cgroups.js';
 import { FreezerPin, freeze, thaw } from '../../../host/freezer.js';
 import { lockEdgeId } from '../../../host/host-claims.js';
-import { SPAWN_HELPER_BINARY } from '../../../host/native-helpers.js';
-import { ensurePrivateNull } from '../../../host/private-null.js';
 import { removeTree } from '../../../host/remove-tree.js';
 import { ToolError, startToolsThrough } from '../../../host/run-tool.js';
-import { SpawnHelper } from '../../../host/spawn-helper.js';
+import type { SpawnHelper } from '../../../host/spawn-helper.js';
 import { UidRangePool } from '../../../host/uid-ranges.js';
 import type { Link } from '../../../net/address-pool.js';
-import { NetnsConnectError, NetnsConnector } from '../../../net/netns-connect.js';
 import type { NodeLinks } from '../../../net/node-links.js';
-import { sandboxRuleset, type NetworkPolicy } from '../../../net/policy.js';
-import { detachLink } from '../../../net/sandbox-network.js';
+import type { NetworkPolicy } from '../../../net/policy.js';
 import { admit, checkCreateInputs } from '../../node/admission.js';
-import type { BlobSource } from '../../node/blob-source.js';
 import type { LayerCache } from '../../node/layer-cache.js';
 import type { LayerMounts } from '../../node/layer-mounts.js';
 import type { LazyLayers } from '../../node/lazy/lazy-layers.js';
 import type { LayerDigest } from '../../../image/layer-store.js';
-import type { MemoryAdmission } from '../../node/memory-admission.js';
-import { resolvePolicy } from '../../node/network-request.js';
 import type { NodeLayers } from '../../node/node-layers.js';
 import type { NodeVolumes } from '../../node/node-volumes.js';
+import { resolvePolicy } from '../../node/network-request.js';
 import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits } from '../../protocol/edge-api.js';
 import type { SandboxBackend } from '../backend.js';
 import { adoptOrClean } from './container-adoption.js';
+import type { ContainerOptions } from './container-options.js';
+import { applyNetwork, getNetwork, setNetwork } from './container-network.js';
+import { ContainerPorts } from './container-ports.js';
 import { ContainerCommands } from './container-commands.js';
 import { createContainer, type CreateContext } from './container-create.js';
 import { ContainerFiles } from './container-files.js';
 import { snapshotContainer } from './container-snapshot.js';
 import { Crun } from './crun.js';
+import { teardownContainer } from './container-teardown.js';
+import { crunSpawner } from './crun-spawner.js';
 import type { ExecTarget } from './exec/exec-target.js';
 import { newLiveSandbox, toEdgeSandbox, type LiveSandbox } from './live-sandbox.js';
 import { prepareMountStubs, type MountStubs } from './mount-stubs.js';
 import { cgroupNames } from './oci-config.js';
-import { unmountSandboxDir } from './sandbox-unmount.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
 import { type SandboxRecord, SandboxRecords } from './sandbox-record.js';
 import { compileSeccompProfile } from './seccomp-bpf.js';
 import { defaultSeccompProfile } from './seccomp.js';
 import { DEFAULT_USERNS_POOL, UsernsPool } from './userns-pool.js';
-
-/** The container backend's options: the node's own (edge/edge.ts EdgeOptions adds its layers') and the node's shared parts. */
-export interface ContainerOptions {
-  id: string;
-  /** Node-local directory: layer mounts, sandbox dirs, crun state. */
-  nodeDir: string;
-  /** Where layer blobs come from and snapshot layers go: the local store or the control plane. */
-  blobs: BlobSource;
-  maxSandboxes: number;
-  /** A create is refused (NODE_DISK_FULL) while nodeDir's filesystem has less than this free (bytes); 0 or unset: never. */
-  minFreeDiskBytes?: number;
-  /** A create is refused (NODE_MEMORY_PRESSURE) while the node's memory is short or thrashing; unset: never. */
-  memoryAdmission?: MemoryAdmission;
-  /** A sandbox the edge had to end on its own (its lazy layers' daemon died), with why. */
-  onSandboxFailed?: (id: string, reason: string) => void;
-  /**
-   * Run each container sandbox in a user namespace of its own (DSEC_USERNS): its root is a host
-   * uid range of its own (host/uid-ranges.ts), not host root; layers and volumes are mounted
-   * id-mapped (idmapped-root.ts). Default on; `false` opts out (DSEC_USERNS=false).
-   */
-  userns?: boolean;
-  /**
-   * User namespaces kept made ahead for creates (userns-pool.ts; DSEC_USERNS_POOL), each with
-   * its uid range claimed; default DEFAULT_USERNS_POOL, 0: none. None without `userns`.
-   */
-  usernsPool?: number;
-  log: Logger;
-  /** The node's layer cache, lazy layer store and layer mounts. */
-  layers: NodeLayers;
-  /** The node's sandbox links (address pool, host guard, dsec-nft), shared with the VM backend. */
-  links: NodeLinks;
-  /** The node's named volumes. */
-  volumes: NodeVolumes;
-}
 
 type EdgeState = 'starting' | 'running' | 'draining' | 'stopped';
 
@@ -109,7 +63,7 @@ export class ContainerBackend implements SandboxBackend {
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
   #releaseEdgeId: (() => void) | undefined;
-  readonly #ports = new NetnsConnector();
+  readonly #ports = new ContainerPorts();
   readonly volumes: NodeVolumes;
   /** Volumes of creates in flight (not yet in #live), so a delete cannot race a mount. */
   readonly #mountingVolumes = new Map<string, string[]>();
@@ -137,32 +91,9 @@ export class ContainerBackend implements SandboxBackend {
     this.links = opts.links;
     this.layers = opts.layers;
     this.records = new SandboxRecords(join(opts.nodeDir, 'sandboxes'));
-    // crun runs in a copy of the helper's template mount namespace, which leaves out the node's
-    // sandboxes and layers (their mounts grow with the node; crun would copy them all per create)
-    // and the pooled user namespaces (a copy kept in the template would outlive their removal).
     const usernsPoolDir = join(opts.nodeDir, 'userns-pool');
-    // The helper starts, and makes it, at first use: after start()'s mounts and doctor's.
-    // Its tools' "null" stdio is dsec's own null node, never the host's /dev/null, which crun
-    // would chown to a user-namespaced sandbox's root (host/private-null.ts).
-    const privateNull = ensurePrivateNull();
-    if (privateNull.path === undefined)
-      opts.log.warn(
-        { why: privateNull.why },
-        "crun gets the host's /dev/null as stdio: with user namespaces, each create makes it owned by that sandbox's root (crun 1.8.1)",
-      );
-    this.#spawner = new SpawnHelper(SPAWN_HELPER_BINARY, {
-      ...(privateNull.path ? { nullDevice: privateNull.path } : {}),
-      template: [this.records.dir, this.layerMounts.dir, usernsPoolDir],
-      onCarryFailed: (why) =>
-        opts.log.warn({ why }, "crun runs in the edge's own mount namespace (a create there costs more as the node fills)"),
-    });
-    // Without the helper built (scripts/setup not run since it was added), crun is spawned from here as before.
-    const spawner = existsSync(SPAWN_HELPER_BINARY) ? this.#spawner : undefined;
-    if (!spawner)
-      opts.log.warn(
-        { binary: SPAWN_HELPER_BINARY },
-        'dsec-spawn is not built; crun is started with a fork of the edge (run scripts/setup)',
-      );
+    const { helper, spawner } = crunSpawner([this.records.dir, this.layerMounts.dir, usernsPoolDir], opts.log);
+    this.#spawner = helper;
     this.crun = new Crun(join(opts.nodeDir, 'crun'), spawner);
     if (spawner) this.#stopStartingTools = startToolsThrough(spawner);
     this.volumes = opts.volumes;
@@ -420,7 +351,7 @@ export class ContainerBackend implements SandboxBackend {
         this.#stubs ??= prepareMountStubs(cgroupNames(cgroupHierarchies));
         return { cgroupHierarchies, stubs: this.#stubs, seccompBpf: this.#seccompBpf };
       },
-      applyNetwork: (record, policy) => this.#applyNetwork(record, policy),
+      applyNetwork: (record, policy) => applyNetwork(this.links, record, policy),
       teardown: (id, layers) => this.#teardown(id, layers, true),
       register: (record) => void this.#live.set(record.id, newLiveSandbox(record, this.records, this.crun)),
     };
@@ -456,24 +387,9 @@ export class ContainerBackend implements SandboxBackend {
     this.links.release(live.record.network?.link);
   }
 
-  /** Removes everything of a sandbox, in reverse order of creation; safe on half-made ones. */
-  async #teardown(id: string, layers: SandboxRecord['layers'], releaseLayers: boolean, onReleased?: () => void): Promise<void> {
-    const paths = this.records.paths(id);
-    await this.crun.delete(id);
-    const stray = await killCgroupProcesses(`${CGROUP_PARENT}/${id}`);
-    if (stray) this.opts.log.warn({ sandbox: id, killed: stray }, 'killed processes crun no longer tracked');
-    const stuck = unmountSandboxDir(paths.dir);
-    const left = await removeCgroupTreeSettled(`${CGROUP_PARENT}/${id}`);
-    if (left.length) this.opts.log.warn({ sandbox: id, cgroups: left }, 'cgroups still busy after the teardown');
-    await detachLink(id); // normally gone with the netns; a crash may leave the host end
-    // Never a recursive delete through a mount still there (a volume's data is bound in it).
-    if (stuck.length) throw new Error(`still mounted after unmounting: ${stuck.join(', ')}`);
-    if (releaseLayers) {
-      for (const l of layers) this.layerMounts.release(l);
-      onReleased?.(); // a retried teardown must not release them twice
-    }
-    await removeTree(paths.dir);
-    this.uidRanges.release(id); // only once nothing of the sandbox is left: its files are the range's
+  #teardown(id: string, layers: SandboxRecord['layers'], releaseLayers: boolean, onReleased?: () => void): Promise<void> {
+    const node = { records: this.records, crun: this.crun, layerMounts: this.layerMounts, uidRanges: this.uidRanges, log: this.opts.log };
+    return teardownContainer(node, id, layers, releaseLayers, onReleased);
   }
 
   #running(id: string): LiveSandbox {
@@ -542,56 +458,19 @@ export class ContainerBackend implements SandboxBackend {
     return snapshotContainer(l, opts, { paths: this.records.paths(id, l.record), tmpDir: this.#tmpDir, blobs: this.opts.blobs });
   }
 
-  // --- network -------------------------------------------------------------------------------
+  // --- network (container-network.ts), ports (container-ports.ts) --------------------------------
 
   /** Replaces the egress policy of a running sandbox; takes effect in one nft transaction. */
-  async setNetwork(id: string, req: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
-    const l = this.#running(id);
-    const policy = await resolvePolicy(req);
-    const t0 = performance.now();
-    await this.#applyNetwork(l.record, policy);
-    this.records.save(l.record);
-    const out: { policy: NetworkPolicy; link?: Link; appliedMs: number } = {
-      policy,
-      appliedMs: Math.round((performance.now() - t0) * 100) / 100,
-    };
-    if (l.record.network?.link) out.link = l.record.network.link;
-    return out;
+  setNetwork(id: string, req: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
+    return setNetwork(this.#running(id), req, { links: this.links, records: this.records });
   }
 
   async getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }> {
-    const { network } = this.#running(id).record;
-    const out: { policy: NetworkPolicy; link?: Link } = { policy: network?.policy ?? { mode: 'none', allow: [] } };
-    if (network?.link) out.link = network.link;
-    return out;
+    return getNetwork(this.#running(id));
   }
 
-  /** See NodeLinks.apply: the link on first use, then one nft transaction per switch. */
-  async #applyNetwork(record: SandboxRecord, policy: NetworkPolicy): Promise<void> {
-    record.network = await this.links.apply(record.id, record.pid ?? 0, record.network, policy, sandboxRuleset);
-  }
-
-  // --- ports ---------------------------------------------------------------------------------
-
-  async openPort(id: string, port: number): Promise<Duplex> {
-    const l = this.#running(id);
-    if (l.record.paused)
-      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is paused: nothing in it can answer on port ${port}; resume it first`, {
-        id,
-        status: 'paused',
-      });
-    let socket: Socket;
-    try {
-      socket = await this.#ports.connect(l.record.pid ?? 0, `${CGROUP_PARENT}/${id}`, port);
-    } catch (err) {
-      if (!(err instanceof NetnsConnectError)) throw err;
-      if (err.code === 'ECONNREFUSED' || err.code === 'ETIMEDOUT') throw new ApiError('PORT_NOT_LISTENING', err.message, { id, port });
-      throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id}: ${err.message}`, { id });
-    }
-    // A kill ends the sandbox's connections with it, rather than leaving them to the kernel.
-    l.ports.add(socket);
-    socket.once('close', () => l.ports.delete(socket));
-    return socket;
+  openPort(id: string, port: number): Promise<Duplex> {
+    return this.#ports.open(this.#running(id), port);
   }
 
   /**
