@@ -461,7 +461,7 @@ export class ContainerBackend implements SandboxBackend {
   // --- network (container-network.ts), ports (container-ports.ts) --------------------------------
 
   /** Replaces the egress policy of a running sandbox; takes effect in one nft transaction. */
-  setNetwork(id: string, req: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
+  async setNetwork(id: string, req: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {
     return setNetwork(this.#running(id), req, { links: this.links, records: this.records });
   }
 
@@ -469,7 +469,7 @@ export class ContainerBackend implements SandboxBackend {
     return getNetwork(this.#running(id));
   }
 
-  openPort(id: string, port: number): Promise<Duplex> {
+  async openPort(id: string, port: number): Promise<Duplex> {
     return this.#ports.open(this.#running(id), port);
   }
 

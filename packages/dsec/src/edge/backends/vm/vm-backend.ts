@@ -403,7 +403,7 @@ export class VmBackend implements SandboxBackend {
   readonly downloadTar: SandboxBackend['downloadTar'] = (id, path) => this.#files.downloadTar(id, path);
 
   /** An image (vm-snapshot.ts) or, with `memory`, the VM's state for a live fork. */
-  snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean } = {}): Promise<EdgeSnapshot> {
+  async snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean } = {}): Promise<EdgeSnapshot> {
     return this.#snapshots.snapshot(id, opts);
   }
 
