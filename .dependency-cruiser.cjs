@@ -35,7 +35,7 @@ module.exports = {
       name: 'image-below-the-platform',
       severity: 'error',
       comment:
-        'image/ (layers, images, builders, import, registry client) sits below the platform that runs it: it imports nothing of control/, edge/, runtime/, cli/, bench/ (nor exec/, net/, http/, config/, demo/), only itself, host/ and api-error.ts (and the SDK package). What a Dockerfile build needs from the platform is an interface image/ declares (BuildSandboxes, image/dockerfile/sandboxes.ts) that control/ implements (control/build-sandboxes.ts). image/README.md states it.',
+        'image/ (layers, images, builders, import, registry client) sits below the platform that runs it: it imports nothing of control/, edge/, runtime/, cli/, bench/ (nor net/, http/, config/, demo/), only itself, host/ and api-error.ts (and the SDK package). What a Dockerfile build needs from the platform is an interface image/ declares (BuildSandboxes, image/dockerfile/sandboxes.ts) that control/ implements (control/build-sandboxes.ts). image/README.md states it.',
       from: { path: '^packages/dsec/src/image/' },
       to: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/(image|host)/', '^packages/dsec/src/api-error\\.ts$'] },
     },
@@ -63,14 +63,14 @@ module.exports = {
       comment:
         'The daemons and what they stand on never import what stands on them: runtime/ wires the daemons, cli/ and demo/ drive them, entry/ exports them to the bench. ' +
         'See packages/dsec/src/README.md for the layers.',
-      from: { path: '^packages/dsec/src/(edge|exec|net|host|http|image|config|control)/' },
+      from: { path: '^packages/dsec/src/(edge|net|host|http|image|config|control)/' },
       to: { path: '^packages/dsec/src/(runtime|cli|demo|entry)/' },
     },
     {
       name: 'edge-never-imports-control',
       severity: 'error',
       comment: "The edge protocol is the edge daemon's only contract with the control plane (eslint holds the same rule).",
-      from: { path: '^packages/dsec/src/(edge|exec|net|host)/' },
+      from: { path: '^packages/dsec/src/(edge|net|host)/' },
       to: { path: '^packages/dsec/src/control/' },
     },
     {
@@ -78,7 +78,7 @@ module.exports = {
       severity: 'error',
       comment: "The control plane knows an edge only by its contract: EdgeApi and the wire protocol, never the edge's own modules.",
       from: { path: '^packages/dsec/src/control/' },
-      to: { path: '^packages/dsec/src/edge/', pathNot: ['^packages/dsec/src/edge/edge-api\\.ts$', '^packages/dsec/src/edge/protocol/'] },
+      to: { path: '^packages/dsec/src/edge/', pathNot: ['^packages/dsec/src/edge/protocol/'] },
     },
     {
       name: 'host-is-the-floor',
@@ -93,6 +93,52 @@ module.exports = {
       comment: 'net/ (addresses, nftables, policies, netns) uses host/ only.',
       from: { path: '^packages/dsec/src/net/' },
       to: { path: '^packages/dsec/src/', pathNot: ['^packages/dsec/src/(net|host)/', '^packages/dsec/src/(api-error|version)\\.ts$'] },
+    },
+    {
+      name: 'edge-protocol-is-a-leaf',
+      severity: 'error',
+      comment:
+        'edge/protocol/ is the wire contract between the control plane and the edge: it imports no edge module, so nothing of the edge leaks into it and no circle runs through it (edge/protocol/README.md).',
+      from: { path: '^packages/dsec/src/edge/protocol/' },
+      to: { path: '^packages/dsec/src/edge/', pathNot: '^packages/dsec/src/edge/protocol/' },
+    },
+    {
+      name: 'edge-node-drives-no-backend',
+      severity: 'error',
+      comment:
+        'edge/node/ is what every backend shares (layers, admission, capacity, volumes, network requests): it knows no backend; edge/edge.ts composes both (edge/node/README.md).',
+      from: { path: '^packages/dsec/src/edge/node/' },
+      to: { path: '^packages/dsec/src/edge/(backends/|server/|edge\\.ts$)' },
+    },
+    {
+      name: 'edge-backends-not-into-each-other',
+      severity: 'error',
+      comment:
+        'A backend imports no other backend: what two share lives in backends/shared/ (or edge/node/). FnCall is the one built on another: its workers are container sandboxes (edge/backends/README.md).',
+      from: { path: '^packages/dsec/src/edge/backends/(container|vm|shared)/' },
+      to: { path: '^packages/dsec/src/edge/backends/(container|vm|fncall)/', pathNot: '^packages/dsec/src/edge/backends/$1/' },
+    },
+    {
+      name: 'edge-backends-shared-is-backend-neutral',
+      severity: 'error',
+      comment: 'backends/shared/ is what more than one backend uses: it imports no backend.',
+      from: { path: '^packages/dsec/src/edge/backends/shared/' },
+      to: { path: '^packages/dsec/src/edge/backends/(container|vm|fncall)/' },
+    },
+    {
+      name: 'edge-backends-not-into-the-node-composition',
+      severity: 'error',
+      comment: 'Backends are driven by edge/edge.ts (and served by edge/server/): they import neither.',
+      from: { path: '^packages/dsec/src/edge/backends/' },
+      to: { path: '^packages/dsec/src/edge/(server/|edge\\.ts$)' },
+    },
+    {
+      name: 'outside-the-edge-through-its-front',
+      severity: 'error',
+      comment:
+        "Code outside the edge (control/, runtime/, cli/, image/, net/, host/, http/) reaches the edge through edge/protocol/, edge/edge.ts, edge/server/, edge/node/ blob sources and lazy threads; backends are the edge's own (bench and tests may reach further).",
+      from: { path: '^packages/dsec/src/(control|cli|image|net|host|http)/' },
+      to: { path: '^packages/dsec/src/edge/backends/' },
     },
   ],
   options: {

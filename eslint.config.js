@@ -59,7 +59,7 @@ export default tseslint.config(
         {
           patterns: [
             {
-              group: ['**/control/**', '**/edge/**', '**/runtime/**', '**/image/**', '**/exec/**', '**/net/**', '**/cli/**'],
+              group: ['**/control/**', '**/edge/**', '**/runtime/**', '**/image/**', '**/net/**', '**/cli/**'],
               message: 'http/ is shared by the control plane and the edge: it imports neither (see http/README.md).',
             },
             NO_BENCH,
@@ -70,12 +70,7 @@ export default tseslint.config(
   },
   {
     // The edge never reaches into the control plane: the edge protocol is its only contract with it.
-    files: [
-      'packages/dsec/src/edge/**/*.ts',
-      'packages/dsec/src/exec/**/*.ts',
-      'packages/dsec/src/net/**/*.ts',
-      'packages/dsec/src/host/**/*.ts',
-    ],
+    files: ['packages/dsec/src/edge/**/*.ts', 'packages/dsec/src/net/**/*.ts', 'packages/dsec/src/host/**/*.ts'],
     ignores: ['**/*.test.ts'],
     rules: {
       'no-restricted-imports': [
@@ -84,7 +79,8 @@ export default tseslint.config(
           patterns: [
             {
               group: ['**/control/**'],
-              message: 'the edge (and exec/, net/, host/) does not import the control plane: share through http/ or edge/protocol/.',
+              message:
+                'the edge (the container backend exec/ included; net/, host/) does not import the control plane: share through http/ or edge/protocol/.',
             },
             NO_BENCH,
           ],

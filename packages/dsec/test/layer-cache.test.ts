@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DsecError, Sandbox } from '@dsec/sdk';
-import type { LayerCacheStats } from '../src/edge/layer-cache.js';
+import type { LayerCacheStats } from '../src/edge/node/layer-cache.js';
 import { fixDataDirFs } from '../src/host/doctor.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import { readMounts } from '../src/host/mounts.js';

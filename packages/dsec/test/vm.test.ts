@@ -10,7 +10,6 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { findLeaks } from '../src/host/leak-check.js';
-import { BackendDispatch } from '../src/edge/backends/dispatch.js';
 import { VM_MEMORY_OVERHEAD_MIB } from '../src/edge/backends/vm/vm-cgroup.js';
 import type { RunningDsec } from '../src/runtime/all-in-one.js';
 import { assertCleanAndRemove, makeDataDir, newEdgeId, startDsec, startTestServer, type TestServer } from './helpers/server.js';
@@ -622,7 +621,7 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
   });
 
   test('a restore from a VM with no snapshot, or into a container, is a 400 and makes nothing', async () => {
-    const edge = new BackendDispatch(server.dsec.edge, server.dsec.vms); // the node's EdgeApi, as the control plane calls it
+    const edge = server.dsec.node; // the node's EdgeApi, as the control plane calls it
     const base = {
       layers: sb.info.layers,
       config: { env: [], cwd: '/', user: '', labels: {}, entrypoint: [], cmd: [] },

@@ -2,7 +2,7 @@ import type { ProjectImages } from './project-images.js';
 import type { ProjectQuotas } from './project-quotas.js';
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import type { EdgeInfo } from '../edge/edge-api.js';
+import type { EdgeInfo } from '../edge/protocol/edge-api.js';
 import pino from 'pino';
 import { ApiError } from '../api-error.js';
 import type { ImageStore } from '../image/image-store.js';

@@ -1,5 +1,5 @@
 import type { SandboxBackend } from '@dsec/sdk/schema';
-import type { EdgeInfo, SandboxLimits } from '../edge/edge-api.js';
+import type { EdgeInfo, SandboxLimits } from '../edge/protocol/edge-api.js';
 
 /** An edge as placement sees it: its last heartbeat plus what was placed on it since. */
 export interface PlacementCandidate {

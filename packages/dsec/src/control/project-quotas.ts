@@ -1,6 +1,6 @@
 import type { ProjectQuota, ProjectUsage } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
-import type { SandboxLimits } from '../edge/edge-api.js';
+import type { SandboxLimits } from '../edge/protocol/edge-api.js';
 import type { StateStore } from './state-store.js';
 
 /**

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { SandboxLimits } from '../edge/edge-api.js';
+import type { SandboxLimits } from '../edge/protocol/edge-api.js';
 
 /** Limits of a sandbox whose spec gives none. */
 export const DEFAULT_LIMITS: SandboxLimits = { cpu: 1, memoryMiB: 512, pids: 512 };

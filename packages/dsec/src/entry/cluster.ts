@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 
 export { ApiError } from '../api-error.js';
 export { HttpEdgeClient } from '../control/edges/http-edge-client.js';
-export type { EdgeCreateRequest } from '../edge/edge-api.js';
+export type { EdgeCreateRequest } from '../edge/protocol/edge-api.js';
 export { EDGE_PREFIX, EDGE_PROTOCOL_VERSION } from '../edge/protocol/schemas.js';
 export {
   serveSimulatedEdge,

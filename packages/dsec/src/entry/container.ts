@@ -5,15 +5,15 @@
  * crun, seccomp and the network ruleset, from the same code the edge uses, so the floor differs
  * from dsec only by what dsec adds around it. Such a peer may still drive crun directly.
  */
-export { Crun } from '../edge/crun.js';
-export type { SandboxLimits } from '../edge/edge-api.js';
-export { buildOciConfig, cgroupNames, LANDLOCK_PATH, MASKED_PATHS, SECCOMP_BPF_ANNOTATION } from '../edge/oci-config.js';
-export { existingDirs, prepareMountStubs, type MountStubs } from '../edge/mount-stubs.js';
-export { mountOverlay } from '../edge/overlay.js';
-export { unmountSandboxDir } from '../edge/sandbox-unmount.js';
-export { makeUserns, mountIdmappedRoot } from '../edge/idmapped-root.js';
-export { SandboxPaths } from '../edge/sandbox-record.js';
-export { LayerMounts, tryUnmount } from '../edge/layer-mounts.js';
-export { defaultSeccompProfile } from '../edge/seccomp.js';
-export { compileSeccompProfile } from '../edge/seccomp-bpf.js';
+export { Crun } from '../edge/backends/container/crun.js';
+export type { SandboxLimits } from '../edge/protocol/edge-api.js';
+export { buildOciConfig, cgroupNames, LANDLOCK_PATH, MASKED_PATHS, SECCOMP_BPF_ANNOTATION } from '../edge/backends/container/oci-config.js';
+export { existingDirs, prepareMountStubs, type MountStubs } from '../edge/backends/container/mount-stubs.js';
+export { mountOverlay } from '../edge/backends/container/overlay.js';
+export { unmountSandboxDir } from '../edge/backends/container/sandbox-unmount.js';
+export { makeUserns, mountIdmappedRoot } from '../edge/backends/container/idmapped-root.js';
+export { SandboxPaths } from '../edge/backends/container/sandbox-record.js';
+export { LayerMounts, tryUnmount } from '../edge/node/layer-mounts.js';
+export { defaultSeccompProfile } from '../edge/backends/container/seccomp.js';
+export { compileSeccompProfile } from '../edge/backends/container/seccomp-bpf.js';
 export { sandboxRuleset, type NetworkPolicy } from '../net/policy.js';

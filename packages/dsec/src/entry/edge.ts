@@ -4,6 +4,6 @@
  * the thread that serves them, and a layer's chunk index, so lazy start is timed on dsec's own code.
  */
 export { Edge } from '../edge/edge.js';
-export { HttpBlobSource } from '../edge/blob-source.js';
-export { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
+export { HttpBlobSource } from '../edge/node/blob-source.js';
+export { BlobServerThread } from '../edge/node/lazy/blob-server-thread.js';
 export { computeChunkIndex } from '../image/chunk-index.js';

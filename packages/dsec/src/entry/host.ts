@@ -11,5 +11,5 @@ export { fixDataDirFs, which } from '../host/doctor.js';
 export { findLeaks } from '../host/leak-check.js';
 export { UidRangePool } from '../host/uid-ranges.js';
 export { SpawnHelper } from '../host/spawn-helper.js';
-export { isProcessAlive } from '../edge/process-tree.js';
+export { isProcessAlive } from '../host/process-tree.js';
 export { writeFileAtomic } from '../image/atomic-file.js';

@@ -7,6 +7,9 @@ export const V1_CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct', 'cpuset', 'de
 /** Every sandbox cgroup lives under this parent, so leaks are easy to find. */
 export const CGROUP_PARENT = 'dsec';
 
+/** The CFS period a sandbox's cpu quota is given in (cpu.max, the OCI config's cpu.period). */
+export const CPU_PERIOD_US = 100_000;
+
 /**
  * A sandbox's cgroup in every hierarchy, as this process sees them under /sys/fs/cgroup (where
  * crun made them from the sandbox's cgroupsPath): each v1 controller's dir and the cgroup2 one

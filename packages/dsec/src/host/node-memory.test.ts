@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { memoryAdmissionError } from '../edge/memory-admission.js';
+import { memoryAdmissionError } from '../edge/node/memory-admission.js';
 import { cgroupHeadroomBytes, memAvailableBytes, nodeMemory, psiFullAvg10 } from './node-memory.js';
 
 const MIB = 1024 * 1024;

@@ -10,10 +10,10 @@ import { EdgeRegistry } from '../control/edges/edge-registry.js';
 import { createApiKey, hashKey } from '../control/api-keys.js';
 import { buildServer, type App } from '../control/server.js';
 import { StateStore } from '../control/state-store.js';
-import type { Edge } from '../edge/edge.js';
-import { LocalBlobSource } from '../edge/blob-source.js';
+import type { ContainerBackend } from '../edge/backends/container/container-backend.js';
+import { Edge } from '../edge/edge.js';
+import { LocalBlobSource } from '../edge/node/blob-source.js';
 import type { VmBackend } from '../edge/backends/vm/vm-backend.js';
-import { makeNodeBackends, type NodeBackends } from './node-backends.js';
 import { doctorPassed, formatChecks, runDoctor, type Check } from '../host/doctor.js';
 import { ImageStore } from '../image/image-store.js';
 import { StoreImageCatalog } from '../control/image-catalog.js';
@@ -21,7 +21,7 @@ import { ClusterRegistry } from '../control/cluster/cluster-registry.js';
 import { credentialsFromEnv } from '../image/registry/registry-auth.js';
 import { parseRegistryRef, RegistryRefError } from '../image/registry/registry-ref.js';
 import { LayerStore } from '../image/layer-store.js';
-import { BlobServerThread } from '../edge/lazy/blob-server-thread.js';
+import { BlobServerThread } from '../edge/node/lazy/blob-server-thread.js';
 import { parseListen, parseRegistryAllow, portsListenOf, type ServerOptions } from '../config/options.js';
 import type { FastifyRequest } from 'fastify';
 import { PortLinkGate, PortLinks } from '../control/ports/port-links.js';
@@ -50,7 +50,10 @@ export interface RunningDsec {
   /** The port-link origin's server (control/ports/ports-server.ts) and its base URL. */
   portsApp: App;
   portsUrl: string;
-  edge: Edge;
+  /** The node's container backend. */
+  edge: ContainerBackend;
+  /** The node as the control plane reaches it: its EdgeApi over every backend (edge/edge.ts). */
+  node: Edge;
   /** microVM/VM sandboxes; undefined when the VM guest was not built. */
   vms: VmBackend | undefined;
   control: ControlPlane;
@@ -95,7 +98,7 @@ export async function findRunningServer(dataDir: string): Promise<{ url: string;
 }
 
 /** A control plane with no edge of its own (`dsec control`): edges join it over the network. */
-export interface RunningControl extends Omit<RunningDsec, 'edge'> {
+export interface RunningControl extends Omit<RunningDsec, 'edge' | 'node'> {
   /** The cluster's join token, for `dsec edge --join URL --token T`. */
   joinToken: string;
 }
@@ -120,7 +123,7 @@ export async function startControlPlane(
 async function startDsecProcess(
   opts: ServerOptions & { edgeLostAfterMs?: number },
   extra: { log?: Logger; localEdge: boolean },
-): Promise<RunningControl & { edge?: Edge; vms?: VmBackend | undefined }> {
+): Promise<RunningControl & { edge?: ContainerBackend; node?: Edge; vms?: VmBackend | undefined }> {
   const log = extra.log ?? createLogger({ level: opts.logLevel });
   // A control plane alone runs no sandbox, but builds images (mkfs.erofs): the same host checks
   // (the host limits of a full node only where sandboxes run).
@@ -190,8 +193,8 @@ async function startDsecProcess(
     replicaId,
     ...(clusterRegistry ? { registry: clusterRegistry } : {}),
   });
-  let edge: Edge | undefined;
-  let node: NodeBackends | undefined;
+  let edge: ContainerBackend | undefined;
+  let node: Edge | undefined;
   // Lazy layers: the store is local here, so its blobs are served to dsec-chunk-fuse from a
   // thread of their own (see BlobServerThread), on loopback, under the cluster token.
   const blobThread =
@@ -204,7 +207,7 @@ async function startDsecProcess(
         })
       : undefined;
   if (extra.localEdge) {
-    node = makeNodeBackends({
+    node = new Edge({
       id: opts.edgeId,
       nodeDir: join(opts.dataDir, 'node'),
       blobs: new LocalBlobSource(layers),
@@ -221,7 +224,7 @@ async function startDsecProcess(
           .catch((err: unknown) => log.error({ err, sandbox: id }, 'recording a failed sandbox failed')),
       log: log.child({ edge: opts.edgeId }),
     });
-    edge = node.edge;
+    edge = node.containers;
     try {
       await node.start();
     } catch (err) {
@@ -230,7 +233,7 @@ async function startDsecProcess(
       releaseLock();
       throw err;
     }
-    await control.edges.addLocal(opts.edgeId, node.api);
+    await control.edges.addLocal(opts.edgeId, node);
     await control.nodes.reconcile(opts.edgeId);
   }
   // Remote edges known from before a restart are reconciled when they next report.
@@ -315,7 +318,7 @@ async function startDsecProcess(
   renameSync(clientTmp, clientFilePath(opts.dataDir));
 
   let closed = false;
-  const running: RunningControl & { edge?: Edge; vms?: VmBackend | undefined } = {
+  const running: RunningControl & { edge?: ContainerBackend; node?: Edge; vms?: VmBackend | undefined } = {
     url,
     apiKey,
     newKey,
@@ -349,6 +352,7 @@ async function startDsecProcess(
     },
   };
   if (edge) running.edge = edge;
+  if (node) running.node = node;
   return running;
 }
 

@@ -4,16 +4,16 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { App } from '../control/server.js';
-import { HttpBlobSource } from '../edge/blob-source.js';
-import { RegistryBlobSource } from '../edge/registry-blob-source.js';
-import { JoinedBlobSource } from '../edge/joined-blob-source.js';
+import { HttpBlobSource } from '../edge/node/blob-source.js';
+import { RegistryBlobSource } from '../edge/node/registry-blob-source.js';
+import { JoinedBlobSource } from '../edge/node/joined-blob-source.js';
 import { parseRegistryRef } from '../image/registry/registry-ref.js';
-import { RegistryChunkProxyThread } from '../edge/lazy/registry-chunk-proxy-thread.js';
+import { RegistryChunkProxyThread } from '../edge/node/lazy/registry-chunk-proxy-thread.js';
 import type { RegistryCredentials } from '../image/registry/registry-auth.js';
 import { RegistryClient } from '../image/registry/registry-client.js';
 import type { RegistryRef } from '../image/registry/registry-ref.js';
-import type { Edge } from '../edge/edge.js';
-import { makeNodeBackends } from './node-backends.js';
+import type { ContainerBackend } from '../edge/backends/container/container-backend.js';
+import { Edge } from '../edge/edge.js';
 import { joinCluster, type JoinedEdge } from '../edge/join-loop.js';
 import { buildEdgeServer } from '../edge/server/edge-server.js';
 import { doctorPassed, formatChecks, runDoctor } from '../host/doctor.js';
@@ -56,7 +56,7 @@ export interface EdgeDaemonOptions {
 export interface RunningEdgeDaemon {
   id: string;
   url: string;
-  edge: Edge;
+  edge: ContainerBackend;
   /** With a registry and lazy layers: where dsec-chunk-fuse reads chunks (its stats say from where). */
   chunkProxy: RegistryChunkProxyThread | undefined;
   /** Resolves when the edge has left the cluster (drained and empty). */
@@ -129,7 +129,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   };
   const blobs = new JoinedBlobSource(new HttpBlobSource(joinUrl, opts.token));
   if (opts.registry) await useRegistry(opts.registry);
-  const node = makeNodeBackends({
+  const node = new Edge({
     id,
     nodeDir: join(opts.dataDir, 'node'),
     blobs,
@@ -147,7 +147,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
       : {}),
     log: log.child({ edge: id }),
   });
-  const api = node.api;
+  const api = node;
   let server: App | undefined;
   try {
     await node.start();
@@ -214,7 +214,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
   return {
     id,
     url,
-    edge: node.edge,
+    edge: node.containers,
     chunkProxy,
     left: joined.left,
     async close(closeOpts = {}) {

@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { isProcessAlive } from '../edge/process-tree.js';
+import { isProcessAlive } from '../host/process-tree.js';
 
 /** The host cannot run what was asked (a check failed, a data dir is taken): one line for the user. */
 export class HostNotReadyError extends Error {

@@ -10,12 +10,12 @@ import { mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, w
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { type Sandbox } from '@dsec/sdk';
-import { processBlock } from '../../src/edge/oci-config.js';
+import { processBlock } from '../../src/edge/backends/container/oci-config.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../../src/host/node-memory.js';
 import { runTool } from '../../src/host/run-tool.js';
 import { MNT_DETACH, mount, umount } from '../../src/host/syscalls.js';
-import { enterSpec } from '../../src/exec/enter-child.js';
+import { enterSpec } from '../../src/edge/backends/container/exec/enter-child.js';
 import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { cgroupDirFlags, enterArgvs, flag, hostCrunProcesses, hostExecStarters, pollUntil } from './support/sandbox-procs.js';
 

@@ -12,9 +12,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { BlobServer } from '../../src/edge/lazy/blob-server.js';
-import { LazyLayers } from '../../src/edge/lazy/lazy-layers.js';
-import { fuseConnectionOf } from '../../src/edge/lazy/fuse-connection.js';
+import { BlobServer } from '../../src/edge/node/lazy/blob-server.js';
+import { LazyLayers } from '../../src/edge/node/lazy/lazy-layers.js';
+import { fuseConnectionOf } from '../../src/edge/node/lazy/fuse-connection.js';
 import { CHUNK_FUSE_BINARY } from '../../src/host/native-helpers.js';
 import { readMounts } from '../../src/host/mounts.js';
 import { LayerStore, type LayerDigest } from '../../src/image/layer-store.js';

@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import type { LayerCacheStats } from '@dsec/sdk/schema';
 import { compileOptions } from '../../src/config/options.js';
-import { fuseConnectionOf } from '../../src/edge/lazy/fuse-connection.js';
+import { fuseConnectionOf } from '../../src/edge/node/lazy/fuse-connection.js';
 import { CHUNK_FUSE_BINARY } from '../../src/host/native-helpers.js';
 import { readMounts } from '../../src/host/mounts.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';

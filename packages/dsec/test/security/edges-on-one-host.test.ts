@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import type { RunningDsec } from '../../src/runtime/all-in-one.js';
 import { CLAIMS_DIR, uidRangesOf } from '../../src/host/host-claims.js';
-import { DEFAULT_USERNS_POOL } from '../../src/edge/userns-pool.js';
+import { DEFAULT_USERNS_POOL } from '../../src/edge/backends/container/userns-pool.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec, TEST_USERNS } from '../helpers/server.js';
 import { setNetwork } from './support/harness.js';
 

@@ -25,7 +25,7 @@ import { cgroupDirFlags, enterArgvs, flag, hostExecStarters, pollUntil } from '.
 import { attack, must } from './support/harness.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { runTool, type ToolResult } from '../../src/host/run-tool.js';
-import { enterSpec } from '../../src/exec/enter-child.js';
+import { enterSpec } from '../../src/edge/backends/container/exec/enter-child.js';
 
 /** The attacker's program (see its modes in main). */
 const ATTACKER_C = String.raw`

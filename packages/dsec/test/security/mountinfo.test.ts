@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
-import type { SandboxRecord } from '../../src/edge/sandbox-record.js';
+import type { SandboxRecord } from '../../src/edge/backends/container/sandbox-record.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { must } from './support/harness.js';
 import { readFileSync } from 'node:fs';

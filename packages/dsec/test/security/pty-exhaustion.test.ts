@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { closeSync, openSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
-import { PTYS_PER_SANDBOX } from '../../src/edge/oci-config.js';
+import { PTYS_PER_SANDBOX } from '../../src/edge/backends/container/oci-config.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { attack, must, show } from './support/harness.js';
 

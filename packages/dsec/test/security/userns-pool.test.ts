@@ -14,8 +14,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { uidRangesOf } from '../../src/host/host-claims.js';
-import type { SandboxRecord } from '../../src/edge/sandbox-record.js';
-import { DEFAULT_USERNS_POOL, UsernsPool } from '../../src/edge/userns-pool.js';
+import type { SandboxRecord } from '../../src/edge/backends/container/sandbox-record.js';
+import { DEFAULT_USERNS_POOL, UsernsPool } from '../../src/edge/backends/container/userns-pool.js';
 import { hostRangeClaims, UidRangePool } from '../../src/host/uid-ranges.js';
 import { pino } from 'pino';
 import {

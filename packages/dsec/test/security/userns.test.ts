@@ -15,7 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { CLAIMS_DIR } from '../../src/host/host-claims.js';
 import { UidRangePool } from '../../src/host/uid-ranges.js';
-import type { SandboxRecord } from '../../src/edge/sandbox-record.js';
+import type { SandboxRecord } from '../../src/edge/backends/container/sandbox-record.js';
 import { integrationSkipReason, mountsBelow, startTestServer, type TestServer } from '../helpers/server.js';
 import { must, probeInSandbox, show } from './support/harness.js';
 import { buildProbe } from './support/raw-syscall.js';

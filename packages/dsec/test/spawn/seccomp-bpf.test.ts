@@ -9,9 +9,9 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
-import { SECCOMP_BPF_ANNOTATION } from '../../src/edge/oci-config.js';
-import { defaultSeccompProfile } from '../../src/edge/seccomp.js';
-import { compileSeccompProfile, profileLines } from '../../src/edge/seccomp-bpf.js';
+import { SECCOMP_BPF_ANNOTATION } from '../../src/edge/backends/container/oci-config.js';
+import { defaultSeccompProfile } from '../../src/edge/backends/container/seccomp.js';
+import { compileSeccompProfile, profileLines } from '../../src/edge/backends/container/seccomp-bpf.js';
 import { removeCgroupTreeSettled } from '../../src/host/cgroups.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 

@@ -1,4 +1,4 @@
-import type { TerminalChannel } from '../../edge/edge-api.js';
+import type { TerminalChannel } from '../../edge/protocol/edge-api.js';
 import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeInfo, SandboxLimits } from '../../edge/edge-api.js';
+import type { EdgeApi, EdgeInfo, SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { PlacementCandidate } from '../placement.js';
 import type { StateStore } from '../state-store.js';
 import { HttpEdgeClient } from './http-edge-client.js';

@@ -31,10 +31,10 @@ import type {
   EdgeSnapshot,
   TerminalChannel,
   TerminalRequest,
-} from '../../edge/edge-api.js';
+} from '../../edge/protocol/edge-api.js';
 import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
 import { lineToEvent } from '../../edge/protocol/exec-lines.js';
-import type { ExecEvent } from '../../exec/run-command.js';
+import type { ExecEvent } from '../../edge/protocol/exec-event.js';
 import type { Link } from '../../net/address-pool.js';
 import { currentRequestId, REQUEST_ID_HEADER } from '../../http/request-log.js';
 import type { NetworkPolicy } from '../../net/policy.js';

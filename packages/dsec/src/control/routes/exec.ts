@@ -21,7 +21,7 @@ import {
   WaitProcessRequest,
 } from '@dsec/sdk/schema';
 import type { ControlPlane } from '../control-plane.js';
-import type { ExecEvent } from '../../exec/run-command.js';
+import type { ExecEvent } from '../../edge/protocol/exec-event.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import { errorResponses as errors } from './error-responses.js';
 import { access } from '../../http/access.js';

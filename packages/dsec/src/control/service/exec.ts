@@ -11,8 +11,8 @@ import type {
 } from '@dsec/sdk/schema';
 import { MAX_STDIN_BYTES } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, TerminalChannel, TerminalRequest } from '../../edge/edge-api.js';
-import type { ExecEvent } from '../../exec/run-command.js';
+import type { EdgeApi, TerminalChannel, TerminalRequest } from '../../edge/protocol/edge-api.js';
+import type { ExecEvent } from '../../edge/protocol/exec-event.js';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
 import { MAX_LOGGED_OUTPUT, type TrajectoryLog } from '../trajectory-log.js';

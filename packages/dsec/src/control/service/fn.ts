@@ -14,8 +14,8 @@ import {
   type ImageConfig,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeFnRequest } from '../../edge/edge-api.js';
-import { rejectNul } from '../../exec/exec-target.js';
+import type { EdgeFnRequest } from '../../edge/protocol/edge-api.js';
+import { rejectNul } from '../../edge/protocol/reject-nul.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import { place } from '../placement.js';
 

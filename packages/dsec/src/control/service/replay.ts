@@ -9,7 +9,7 @@ import type {
   TrajectoryEntry,
 } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT, type CreateSandboxRequest } from '@dsec/sdk/schema';
-import type { EdgeApi, EdgeNetworkRequest } from '../../edge/edge-api.js';
+import type { EdgeApi, EdgeNetworkRequest } from '../../edge/protocol/edge-api.js';
 import { checkPolicy } from './sandbox-spec.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';

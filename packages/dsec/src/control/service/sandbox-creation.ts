@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { CreateSandboxRequest, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, SandboxLimits } from '../../edge/edge-api.js';
+import type { EdgeApi, SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { ImageStore } from '../../image/image-store.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { Metrics } from '../metrics.js';

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi } from '../../edge/edge-api.js';
+import type { EdgeApi } from '../../edge/protocol/edge-api.js';
 import { isDiskFull } from '../../host/disk-space.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { EndedSandboxes } from '../ended-sandboxes.js';

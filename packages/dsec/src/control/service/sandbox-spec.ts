@@ -1,7 +1,7 @@
 import type { CreateSandboxRequest, ImageConfig, NetworkPolicyRequest, SandboxInfo } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeNetworkRequest, SandboxLimits } from '../../edge/edge-api.js';
+import type { EdgeNetworkRequest, SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { ImageId, ImageStore } from '../../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../../image/layer-store.js';
 import { allowEntryError } from '../../net/policy.js';

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { CreateSandboxRequest, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { SandboxLimits } from '../../edge/edge-api.js';
+import type { SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { ImageId } from '../../image/image-store.js';
 import type { EndedSandboxes } from '../ended-sandboxes.js';
 import type { Metrics } from '../metrics.js';

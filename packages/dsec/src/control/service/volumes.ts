@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { CreateSandboxRequest, CreateVolumeRequest, VolumeInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeCreateRequest } from '../../edge/edge-api.js';
+import type { EdgeCreateRequest } from '../../edge/protocol/edge-api.js';
 import { volumeMountsError } from '../../edge/protocol/volume-paths.js';
 import type { Caller } from '../api-keys.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';

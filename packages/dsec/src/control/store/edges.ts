@@ -1,4 +1,4 @@
-import type { EdgeInfo } from '../../edge/edge-api.js';
+import type { EdgeInfo } from '../../edge/protocol/edge-api.js';
 import type { SqlDb } from './sql.js';
 
 /** An edge as the store keeps it between control-plane restarts. */

@@ -1,4 +1,4 @@
-import type { ExecEvent } from '../../exec/run-command.js';
+import type { ExecEvent } from './exec-event.js';
 import { ApiError } from '../../api-error.js';
 import type { ErrorCode } from '@dsec/sdk';
 

@@ -29,7 +29,7 @@ import { bearerMatches } from '../../http/credentials.js';
 import { errorHandler } from '../../http/http-errors.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import type { App } from '../../http/app.js';
-import type { EdgeApi } from '../edge-api.js';
+import type { EdgeApi } from '../protocol/edge-api.js';
 import {
   EDGE_PREFIX,
   EdgeCreateGroupRequest,

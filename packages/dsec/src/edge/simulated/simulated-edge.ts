@@ -1,13 +1,13 @@
 import pino, { type Logger } from 'pino';
+import { createEach } from '../protocol/create-each.js';
 import {
-  createEach,
   type EdgeApi,
   type EdgeCreateOutcome,
   type EdgeCreateRequest,
   type EdgeInfo,
   type EdgeSandbox,
   type TerminalChannel,
-} from '../edge-api.js';
+} from '../protocol/edge-api.js';
 import { ApiError } from '../../api-error.js';
 import type { App } from '../../http/app.js';
 import { joinCluster, type JoinedEdge } from '../join-loop.js';

@@ -1,8 +1,9 @@
 import type { Logger } from 'pino';
 import type { FnRunResult } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
-import type { EdgeFnRequest } from '../../edge-api.js';
-import type { Edge } from '../../edge.js';
+import type { EdgeFnRequest } from '../../protocol/edge-api.js';
+import type { Backend } from '../backend.js';
+import type { ContainerBackend } from '../container/container-backend.js';
 import { FnWorker, isWorkerId } from './fn-worker.js';
 
 export interface FnCallsOptions {
@@ -30,7 +31,7 @@ interface Waiter {
  * (ids `sb-<edge>-fn…`): the dispatch leaves them out of listings, and an edge start kills any an
  * earlier run left (a worker holds nothing worth keeping).
  */
-export class FnCalls {
+export class FnCalls implements Backend {
   readonly #idle = new Map<string, FnWorker[]>();
   readonly #count = new Map<string, number>();
   readonly #waiting = new Map<string, Waiter[]>();
@@ -49,7 +50,7 @@ export class FnCalls {
   readonly stats = { calls: 0, coldStarts: 0, replaced: 0 };
 
   constructor(
-    private readonly edge: Edge,
+    private readonly edge: ContainerBackend,
     private readonly opts: FnCallsOptions,
   ) {
     this.#maxPerKind = opts.maxWorkersPerKind ?? 32;

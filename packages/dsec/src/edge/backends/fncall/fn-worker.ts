@@ -3,11 +3,12 @@ import { lstatSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FnRunRequest, FnRunResult } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
-import { SandboxProcess } from '../../../exec/sandbox-process.js';
+import { SandboxProcess } from '../container/exec/sandbox-process.js';
 import { CGROUP_PARENT, cgroupPids, sandboxUsage } from '../../../host/cgroups.js';
-import type { EdgeFnRequest } from '../../edge-api.js';
-import type { Edge } from '../../edge.js';
-import { LANDLOCK_PATH, parseUser } from '../../oci-config.js';
+import type { EdgeFnRequest } from '../../protocol/edge-api.js';
+import type { ContainerBackend } from '../container/container-backend.js';
+import { LANDLOCK_PATH } from '../container/oci-config.js';
+import { parseUser } from '../shared/user-env.js';
 
 /** The fork server's source (native/fn-zygote.py), passed as `python3 -c`: nothing of dsec is written into the worker. */
 const ZYGOTE_SOURCE = readFileSync(new URL('../../../../../native/fn-zygote.py', import.meta.url), 'utf8')
@@ -76,12 +77,12 @@ export class FnWorker {
   private constructor(
     readonly id: string,
     readonly key: string,
-    private readonly edge: Edge,
+    private readonly edge: ContainerBackend,
     private zygote: SandboxProcess | undefined,
   ) {}
 
   /** Creates the worker's sandbox and starts its fork server; undoes the sandbox when that fails. */
-  static async start(edge: Edge, key: string, req: EdgeFnRequest): Promise<FnWorker> {
+  static async start(edge: ContainerBackend, key: string, req: EdgeFnRequest): Promise<FnWorker> {
     const call = req.call;
     const id = newWorkerId(edge.id);
     const sandbox = await edge.createSandbox({

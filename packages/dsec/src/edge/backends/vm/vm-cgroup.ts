@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CGROUP_PARENT, CGROUP_ROOT, killCgroupProcesses, removeCgroupTree } from '../../../host/cgroups.js';
-import { CPU_PERIOD_US } from '../../oci-config.js';
+import { CPU_PERIOD_US } from '../../../host/cgroups.js';
 
 /**
  * Host memory a VM may use beyond its guest RAM: QEMU itself, TCG's translation cache (64 MiB,

@@ -1,5 +1,5 @@
-import { CappedOutput } from '../../../exec/capped-output.js';
-import type { OutputListener, ProcessExit, StartOptions, StreamName } from '../../../exec/sandbox-process.js';
+import { CappedOutput } from '../shared/capped-output.js';
+import type { OutputListener, ProcessExit, StartOptions, StreamName } from '../shared/command-process.js';
 import { signalNumber } from '../../../host/run-tool.js';
 import type { AgentClient } from './agent-client.js';
 import type { AgentFrame } from './agent-frames.js';

@@ -1,5 +1,5 @@
 import { ApiError } from '../../../api-error.js';
-import type { SessionHost } from '../../../exec/shell-session.js';
+import type { SessionHost } from '../shared/shell-session.js';
 import type { AgentClient } from './agent-client.js';
 import { VmProcess, type GuestCommand } from './vm-process.js';
 

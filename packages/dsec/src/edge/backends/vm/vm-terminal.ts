@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { TerminalChannel } from '../../edge-api.js';
+import type { TerminalChannel } from '../../protocol/edge-api.js';
 import type { AgentClient } from './agent-client.js';
 import type { AgentFrame } from './agent-frames.js';
 import type { GuestCommand } from './vm-process.js';

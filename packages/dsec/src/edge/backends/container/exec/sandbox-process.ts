@@ -1,0 +1,313 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { signalNumber } from '../../../../host/run-tool.js';
+import { readPidFile } from '../crun.js';
+import { CGROUP_PARENT, cgroupPids } from '../../../../host/cgroups.js';
+import { LANDLOCK_PATH, processBlock, type ProcessSpec } from '../oci-config.js';
+import { SANDBOX_OOM_SCORE_ADJ } from '../../../../host/node-memory.js';
+import { CommandCgroup } from '../../../../host/command-cgroups.js';
+import { killTree } from '../../../../host/process-tree.js';
+import { CappedOutput } from '../../shared/capped-output.js';
+import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
+import { startEnter } from './enter-child.js';
+import type { ExecTarget } from './exec-target.js';
+import type { CommandProcess, OutputListener, ProcessExit, StartOptions, StreamName } from '../../shared/command-process.js';
+
+/** After the command exits, how long the pipes may stay silent before they are closed. */
+const QUIET_MS = 500;
+
+/** Environment variable that marks every process a command started (see killTagged). */
+export const EXEC_TAG_VAR = 'DSEC_EXEC_ID';
+
+/** The name of the command cgroup of the commands that share `tag` (see command-cgroups.ts). */
+export function commandCgroupName(tag: string): string {
+  return `cmd-${tag}`;
+}
+
+/**
+ * SIGKILLs every process of the commands that share `tag`: their command cgroup at once, and any
+ * process whose environment carries the tag (commands started before the cgroup existed, or on
+ * a host without cgroup.kill).
+ */
+export function killTagged(sandboxId: string, tag: string): number {
+  const cgroup = CommandCgroup.open(sandboxId, commandCgroupName(tag), { create: false });
+  cgroup?.kill();
+  cgroup?.remove();
+  const needle = Buffer.from(`${EXEC_TAG_VAR}=${tag}\0`);
+  let killed = 0;
+  for (const pid of cgroupPids(`${CGROUP_PARENT}/${sandboxId}`)) {
+    try {
+      if (!readFileSync(`/proc/${pid}/environ`).includes(needle)) continue;
+      process.kill(pid, 'SIGKILL');
+      killed++;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return killed;
+}
+/**
+ * One process started in a sandbox from outside by dsec-enter (enter-child.ts), or by `crun exec`
+ * where dsec-enter cannot (crun-exec-child.ts): its output (capped), stdin, timeout and kill. The
+ * process spec (argv, env, cwd, user) is written to a file on the edge so nothing is inherited by
+ * accident. kill() ends the process's whole tree, found from the host through /proc starting at
+ * the pid its starter reports; the sandbox itself is untouched.
+ */
+export class SandboxProcess implements CommandProcess {
+  readonly stdout: CappedOutput;
+  readonly stderr: CappedOutput;
+  readonly done: Promise<ProcessExit>;
+  /** The starter's own exit (the command's status), before its pipes have drained. */
+  readonly exited: Promise<number>;
+  readonly fd3: CappedOutput | undefined;
+  /**
+   * Resolves once fd 3 has reached end of file (or was never asked for): the three pipes are
+   * read independently, so markers seen on stdout and stderr say nothing about whether fd 3's
+   * bytes, written before them, have been read yet.
+   */
+  readonly fd3Ended: Promise<void>;
+  readonly startedAt = new Date();
+  #exit: ProcessExit | undefined;
+  readonly #child: ExecChild;
+  readonly #pidFile: string;
+  readonly #listeners = new Set<OutputListener>();
+  #timedOut = false;
+  #killed = false;
+  readonly #tag: string;
+  readonly #sandboxId: string;
+  readonly #cgroup: CommandCgroup | undefined;
+
+  constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
+    const tag = opts.tag ?? randomBytes(6).toString('hex');
+    // The spec and pid files are this process's own, even when commands share a tag (a
+    // session's): the next session command starts as soon as this one's markers are in, before
+    // this one has finished, and a shared pid file handed it this command's pid, dead by then.
+    const fileId = randomBytes(6).toString('hex');
+    const specFile = join(target.scratchDir, `exec-${fileId}.spec`);
+    this.#pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
+    // The tag is inherited by everything the command starts, so kill() finds descendants that
+    // were reparented to the sandbox's init (a double fork) and left the process tree.
+    this.#tag = tag;
+    this.#sandboxId = target.id;
+    // A command that starts through dsec-landlock first moves itself into its command cgroup,
+    // through that cgroup's cgroup.procs opened here and handed in as an fd, so that kill()
+    // reaches everything it starts (command-cgroups.ts, landlock-exec.c).
+    this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
+    const fd3 = opts.fd3MaxBytes !== undefined;
+    const args = this.#cgroup
+      ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)]
+      : spec.args;
+    const processSpec = { ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] };
+    this.stdout = new CappedOutput(opts.maxOutputBytes);
+    this.stderr = new CappedOutput(opts.maxOutputBytes);
+    const started = performance.now();
+    const withStdin = opts.stdin || opts.input !== undefined;
+    const io = { stdin: withStdin, fd3, writeFile: this.#cgroup?.procsFile, oomScoreAdj: SANDBOX_OOM_SCORE_ADJ };
+    const spawner = target.crun.spawner;
+    let child: ExecChild;
+    if (target.enter && spawner) {
+      child = startEnter(spawner, {
+        ...io,
+        sandboxId: target.id,
+        enter: target.enter,
+        process: processSpec,
+        specFile,
+        pidFile: this.#pidFile,
+      });
+    } else {
+      writeFileSync(specFile, JSON.stringify(processBlock(processSpec)), { mode: 0o600 });
+      child = startCrunExec(spawner, {
+        ...io,
+        globalArgs: target.crun.globalArgs(),
+        execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id],
+      });
+    }
+    const fd3Stream = fd3 ? (child.stdio[3] as Readable) : undefined;
+    this.fd3 = fd3 ? new CappedOutput(opts.fd3MaxBytes!) : undefined;
+    fd3Stream?.on('data', (d: Buffer) => {
+      this.fd3!.push(d);
+      opts.onFd3?.(d);
+    });
+    this.fd3Ended = fd3Stream
+      ? new Promise<void>((resolve) => {
+          fd3Stream.once('end', resolve);
+          fd3Stream.once('close', resolve);
+        })
+      : Promise.resolve();
+    this.#child = child;
+    child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
+    if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
+    else if (opts.input !== undefined) child.stdin?.write(opts.input);
+    child.stdout!.on('data', (d: Buffer) => this.#emit('stdout', d, this.stdout.push(d)));
+    child.stderr!.on('data', (d: Buffer) => this.#emit('stderr', d, this.stderr.push(d)));
+    const timer =
+      opts.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            this.#timedOut = true;
+            this.kill();
+          }, opts.timeoutMs);
+    this.exited = new Promise<number>((resolve) => {
+      child.on('error', () => resolve(127));
+      child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
+    });
+    this.done = new Promise<ProcessExit>((resolve) => {
+      let code: number | undefined;
+      const finish = (): void => {
+        if (this.#exit) return;
+        if (timer) clearTimeout(timer);
+        // Cleaned up off the answer's path (the caller gets the result first); the sandbox's
+        // teardown removes whatever is left if it comes sooner.
+        const pidFile = this.#pidFile;
+        const cgroup = this.#cgroup;
+        setImmediate(() => {
+          try {
+            rmSync(specFile, { force: true });
+            rmSync(pidFile, { force: true });
+          } catch {
+            // the sandbox's directory is going (a teardown under way)
+          }
+          // A shared tag's cgroup belongs to whoever shares it (a session removes it at close,
+          // killTagged): removed here, it could vanish under the next command before its move.
+          if (opts.tag === undefined) cgroup?.remove();
+        });
+        this.#exit = {
+          exitCode: this.#timedOut ? 137 : (code ?? 1),
+          timedOut: this.#timedOut,
+          killed: this.#killed,
+          durationMs: Math.round((performance.now() - started) * 100) / 100,
+        };
+        resolve(this.#exit);
+      };
+      child.on('error', (err) => {
+        // crun exec lost its starter (dsec-spawn died) after it may have started the command:
+        // the command must not run on where nothing waits for it.
+        const pid = this.hostPid;
+        if (pid) killTree(pid);
+        if (opts.tag === undefined) this.#cgroup?.kill();
+        const msg = Buffer.from(`crun exec failed: ${err.message}\n`);
+        this.#emit('stderr', msg, this.stderr.push(msg));
+        code = 127;
+        finish();
+      });
+      child.on('exit', (c, s) => {
+        code = c ?? 128 + signalNumber(s);
+        // The pipes normally close right after; a background child of the command may hold them
+        // open for good. Wait while output keeps coming (a busy host delivers it late), and stop
+        // waiting only after a quiet spell.
+        //
+        // A quiet spell is only over once the pipes have been polled after it: timers run before
+        // a loop turn's I/O, so on a loop that stalled (a busy host, synchronous work) the timer
+        // would fire while the command's last output, and the pipes' end, wait unread — and the
+        // answer was exit 0 with the output lost (1 exec in ~200 with 8 at a time on a loaded
+        // machine; most often seen as the first command after a resume). The check runs in
+        // setImmediate, after this turn's poll has read what is waiting.
+        let chunks = 0;
+        let grace = setTimeout(quietSpellOver, QUIET_MS);
+        function quietSpellOver(): void {
+          const seen = chunks;
+          setImmediate(() => {
+            if (chunks === seen) stopWaiting();
+          });
+        }
+        function stopWaiting(): void {
+          child.stdout!.destroy();
+          child.stderr!.destroy();
+          fd3Stream?.destroy();
+          finish();
+        }
+        const rearm = (): void => {
+          chunks++;
+          clearTimeout(grace);
+          grace = setTimeout(quietSpellOver, QUIET_MS);
+        };
+        child.stdout!.on('data', rearm);
+        child.stderr!.on('data', rearm);
+        fd3Stream?.on('data', rearm);
+        child.on('close', () => {
+          clearTimeout(grace);
+          finish();
+        });
+      });
+    });
+  }
+
+  get exit(): ProcessExit | undefined {
+    return this.#exit;
+  }
+
+  /** The command's pid as the host sees it, once crun has reported it. */
+  get hostPid(): number | undefined {
+    return readPidFile(this.#pidFile);
+  }
+
+  /** Every chunk as it arrives (`raw`), and the part of it within the cap (`kept`, maybe empty). */
+  onOutput(listener: OutputListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #emit(stream: StreamName, raw: Buffer, kept: Buffer): void {
+    for (const l of this.#listeners) l(stream, raw, kept);
+  }
+
+  writeStdin(data: Buffer): boolean {
+    const stdin = this.#child.stdin;
+    if (!stdin || stdin.writableEnded || this.#exit) return false;
+    stdin.write(data);
+    return true;
+  }
+
+  endStdin(): void {
+    this.#child.stdin?.end();
+  }
+
+  /** Stops reading output (the command blocks on a full pipe) until resume(): backpressure. */
+  pause(): void {
+    this.#child.stdout?.pause();
+    this.#child.stderr?.pause();
+  }
+
+  resume(): void {
+    this.#child.stdout?.resume();
+    this.#child.stderr?.resume();
+  }
+
+  /**
+   * Sends a signal to the command (SIGKILL: to its whole process tree). Right after start, crun
+   * may not have reported the pid yet: wait for it briefly rather than lose the signal.
+   */
+  async signal(sig: NodeJS.Signals, opts: { now?: boolean } = {}): Promise<void> {
+    if (sig === 'SIGKILL') this.#killed = true;
+    let pid = this.hostPid;
+    for (let i = 0; !pid && !this.#exit && i < 200; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      pid = this.hostPid;
+    }
+    if (this.#exit) return;
+    if (sig === 'SIGKILL') {
+      this.#cgroup?.kill();
+      if (pid) killTree(pid);
+      killTagged(this.#sandboxId, this.#tag);
+      // The starter (dsec-enter, crun exec) reaps the command and exits by itself; killing it
+      // first could leave the command unreaped a while. Only a starter that lingers is killed.
+      if (!pid || opts.now) this.#child.kill('SIGKILL');
+      else setTimeout(() => this.#child.kill('SIGKILL'), 1000).unref();
+      return;
+    }
+    if (pid) {
+      try {
+        process.kill(pid, sig);
+      } catch {
+        // already gone
+      }
+    }
+  }
+
+  /** `now`: also kill the starter at once (the sandbox is being torn down, its init reaps nothing). */
+  kill(opts: { now?: boolean } = {}): void {
+    void this.signal('SIGKILL', opts);
+  }
+}

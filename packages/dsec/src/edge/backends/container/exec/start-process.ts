@@ -1,0 +1,21 @@
+import { randomBytes } from 'node:crypto';
+import type { ProcessInfo, StartProcessRequest } from '@dsec/sdk/schema';
+import type { ProcessTable } from '../../shared/process-table.js';
+import { processSpecFor, type ExecTarget } from './exec-target.js';
+import { SandboxProcess } from './sandbox-process.js';
+
+/** A background process started in a container sandbox (dsec-enter), tracked in its ProcessTable. */
+export function startProcess(table: ProcessTable, target: ExecTarget, req: StartProcessRequest): ProcessInfo {
+  const tag = randomBytes(6).toString('hex');
+  const proc = new SandboxProcess(
+    target,
+    processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }),
+    {
+      stdin: req.stdin ?? false,
+      maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
+      timeoutMs: req.timeoutMs,
+      tag,
+    },
+  );
+  return table.add(req.cmd, proc, tag);
+}

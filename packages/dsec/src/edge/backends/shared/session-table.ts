@@ -1,0 +1,97 @@
+import type { ExecResult, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
+import { ApiError } from '../../../api-error.js';
+import { EndedSession, restartReason, type ExecJournal, type NotedSession } from './exec-journal.js';
+import { MAX_SESSIONS, SessionClosedError, type ShellSession } from './shell-session.js';
+
+/**
+ * The shell sessions of one sandbox, whatever runs their commands (crun exec in a container, the
+ * guest agent in a VM): the open ones, and those an edge restart ended (listed until closed). Each
+ * change is noted in the sandbox's exec journal, so a restarted edge reports every session it
+ * did not keep as ended instead of forgetting it.
+ */
+export class SessionTable {
+  readonly #sessions = new Map<string, ShellSession | EndedSession>();
+
+  constructor(
+    private readonly sandboxId: string,
+    private readonly journal: ExecJournal,
+  ) {}
+
+  /** Refuses a session past MAX_SESSIONS open ones: called before a new one is made. */
+  checkRoom(): void {
+    if ([...this.#sessions.values()].filter((s) => s.alive).length >= MAX_SESSIONS) {
+      throw new ApiError('CAPACITY_EXCEEDED', `sandbox ${this.sandboxId} already has ${MAX_SESSIONS} sessions; close one first`, {
+        max: MAX_SESSIONS,
+      });
+    }
+  }
+
+  add(s: ShellSession): SessionInfo {
+    this.checkRoom();
+    this.#sessions.set(s.id, s);
+    this.#note(s);
+    return s.info();
+  }
+
+  /**
+   * The sessions the journal holds from an edge process that ended: each is listed as ended,
+   * with the reason, after `killJobs` has ended what its commands left running (by its tag).
+   */
+  async endNotedByOldEdge(killJobs: (tag: string) => void | Promise<void>): Promise<void> {
+    const at = new Date();
+    for (const n of this.journal.read()) {
+      if (n.kind !== 'session') continue;
+      await killJobs(n.tag);
+      this.#sessions.set(n.id, new EndedSession(n, restartReason('session', at)));
+    }
+  }
+
+  list(): SessionInfo[] {
+    return [...this.#sessions.values()].map((s) => s.info());
+  }
+
+  async exec(sid: string, req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    const s = this.#get(sid);
+    if (s instanceof EndedSession)
+      throw new ApiError('SESSION_CLOSED', `session ${sid} has ${s.endReason}; open a new session`, { sessionId: sid });
+    try {
+      return await s.exec(req, signal);
+    } catch (err) {
+      if (err instanceof SessionClosedError) throw new ApiError('SESSION_CLOSED', `${err.message}; open a new session`, { sessionId: sid });
+      throw err;
+    } finally {
+      // The command count is what a restarted edge reports; a session closed meanwhile stays forgotten.
+      if (this.#sessions.get(sid) === s) this.#note(s);
+    }
+  }
+
+  async close(sid: string): Promise<void> {
+    const s = this.#get(sid);
+    this.#sessions.delete(sid);
+    this.journal.forget(sid);
+    await s.close();
+  }
+
+  /** Ends every session (the sandbox is going): their commands and jobs are killed. */
+  closeAll(): void {
+    for (const s of this.#sessions.values()) void s.close();
+  }
+
+  #get(sid: string): ShellSession | EndedSession {
+    const s = this.#sessions.get(sid);
+    if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${this.sandboxId}`, { sessionId: sid });
+    return s;
+  }
+
+  #note(s: ShellSession): void {
+    const noted: NotedSession = {
+      kind: 'session',
+      id: s.id,
+      shell: s.shell,
+      createdAt: s.createdAt.toISOString(),
+      commands: s.commands,
+      tag: s.tag,
+    };
+    this.journal.note(noted);
+  }
+}

@@ -1,0 +1,279 @@
+import { randomBytes } from 'node:crypto';
+import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
+import { CappedOutput } from './capped-output.js';
+import { rejectNul } from '../../protocol/reject-nul.js';
+import type { OutputListener, ProcessExit, StreamName } from './command-process.js';
+import { restoreScript, saveScript, parseSavedState, type SessionState } from './session-state.js';
+
+/** Open sessions per sandbox (containers and VMs alike). */
+export const MAX_SESSIONS = 32;
+
+/** The shell process of one session command, whoever runs it (crun exec, a VM's guest agent). */
+export interface SessionShellProcess {
+  /** The shell's exit status (the kernel's), possibly before its pipes have drained. */
+  readonly exited: Promise<number>;
+  readonly done: Promise<ProcessExit>;
+  readonly exit: ProcessExit | undefined;
+  /** What the shell wrote on fd 3 (its state). */
+  readonly fd3: CappedOutput | undefined;
+  readonly fd3Ended: Promise<void>;
+  onOutput(listener: OutputListener): () => void;
+  kill(opts?: { now?: boolean }): void;
+}
+
+/** How one shell of a session command starts in the sandbox. */
+export interface SessionShellStart {
+  cwd: string | undefined;
+  env: Record<string, string> | undefined;
+  /** After the first command: start with an empty environment (the saved state sets it). */
+  clearEnv: boolean;
+  writablePaths: string[] | undefined;
+  /** The program (restore, command, save) fed on stdin. */
+  input: Buffer;
+  timeoutMs: number;
+  /** Shared by every command of the session, so endTagged finds what they left running. */
+  tag: string;
+  /** fd 3 carries the shell's state, kept up to this many bytes. */
+  fd3MaxBytes: number;
+}
+
+/**
+ * What a session needs of its sandbox: a container's (exec/container-session.ts: crun exec) or a
+ * VM's (edge/backends/vm/vm-session.ts: the guest agent). Each command must start in a Landlock
+ * domain of its own, so a process an earlier command left running cannot reach into it.
+ */
+export interface SessionHost {
+  startShell(argv: string[], opts: SessionShellStart): SessionShellProcess;
+  /** OOM kills in the sandbox so far (a command that raised the count was OOM-killed). */
+  oomKills(): number | Promise<number>;
+  /** Ends every process left by the commands that share `tag`. */
+  endTagged(tag: string): void | Promise<void>;
+}
+
+/** Single-quotes a string for a POSIX shell. */
+export function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The most a session's saved state (variables, functions, cwd) may take. */
+const MAX_STATE_BYTES = 8 << 20;
+
+/**
+ * Splits one stream of a session command into its output and the end marker (a line with a
+ * random nonce, printed by the command's shell after the command): only what comes before the
+ * marker is the command's output, so output of the command's background jobs that arrives
+ * after it is not.
+ */
+class MarkerScanner {
+  #pending: Buffer = Buffer.alloc(0);
+  readonly output: CappedOutput;
+  found = false;
+
+  constructor(
+    private readonly marker: Buffer,
+    cap: number,
+  ) {
+    this.output = new CappedOutput(cap);
+  }
+
+  push(chunk: Buffer): void {
+    if (this.found) return;
+    this.#pending = this.#pending.length ? Buffer.concat([this.#pending, chunk]) : chunk;
+    const at = this.#pending.indexOf(this.marker);
+    if (at >= 0) {
+      this.output.push(this.#pending.subarray(0, at));
+      this.found = true;
+      this.#pending = Buffer.alloc(0);
+      return;
+    }
+    // Keep a tail long enough to hold a marker split across chunks; the rest is output.
+    const keep = this.marker.length;
+    if (this.#pending.length > keep) {
+      this.output.push(this.#pending.subarray(0, this.#pending.length - keep));
+      this.#pending = Buffer.from(this.#pending.subarray(this.#pending.length - keep));
+    }
+  }
+
+  /** The command ended without a marker (it called `exit`): what is pending is output too. */
+  flush(): void {
+    if (!this.found && this.#pending.length) this.output.push(this.#pending);
+    this.#pending = Buffer.alloc(0);
+  }
+}
+
+/**
+ * A persistent shell session in a sandbox whose cwd, variables and (bash) functions persist
+ * across commands, where each command is a process of its own: a shell started by the session's
+ * host (`crun exec` into a container, the guest agent's exec in a VM) that restores the state
+ * the previous command left, runs the command, and hands its new state back on a pipe of its
+ * own (fd 3).
+ *
+ * Why not one long-lived shell fed commands on its stdin (dsec's first design): every process a
+ * session command puts in the background is a fork of that shell, in the same Landlock domain
+ * and uid, so it can open the shell's stdin through /proc, read each later command and print the
+ * end marker and exit status itself: a grader reusing the session is told whatever the job likes.
+ * Here the exit status is the one the kernel reports for the command's shell (through crun exec
+ * or the agent's waitpid), the output is what came through this command's own pipes, and each
+ * command runs in a Landlock domain of its own (exec-target.ts, vm-agent.c), which a process left
+ * by an earlier command cannot reach into.
+ * What does carry over is the state itself, by design: whatever an earlier command defined
+ * (functions, traps, variables) shapes the later ones, so a check whose result matters runs as
+ * a plain exec, not in the agent's session.
+ */
+export class ShellSession {
+  readonly id: string;
+  readonly shell: string;
+  readonly createdAt = new Date();
+  commands = 0;
+  #busy = false;
+  #ended = false;
+  #queue: Promise<unknown> = Promise.resolve();
+  /** What the last completed command left (undefined before the first: the open request's env and cwd apply). */
+  #state: SessionState | undefined;
+  #current: SessionShellProcess | undefined;
+  /** The exec tag shared by every command of the session, so close() finds their background jobs. */
+  readonly tag = randomBytes(6).toString('hex');
+  readonly #host: SessionHost;
+  readonly #req: OpenSessionRequest;
+
+  /** `hasBash`: whether the sandbox has /bin/bash (the host checked a bad request already). */
+  constructor(host: SessionHost, req: OpenSessionRequest, hasBash: boolean) {
+    this.#host = host;
+    this.#req = req;
+    this.id = `ss-${randomBytes(6).toString('hex')}`;
+    const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && hasBash);
+    this.shell = wantBash ? '/bin/bash' : '/bin/sh';
+  }
+
+  get alive(): boolean {
+    return !this.#ended;
+  }
+
+  info(): SessionInfo {
+    return {
+      id: this.id,
+      shell: this.shell,
+      alive: this.alive,
+      busy: this.#busy,
+      commands: this.commands,
+      createdAt: this.createdAt.toISOString(),
+    };
+  }
+
+  /** Runs one command in the session; concurrent calls queue in order. */
+  exec(req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    const run = this.#queue.then(() => this.#run(req, signal));
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  async #run(req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+    if (!this.alive) throw new SessionClosedError(this.id);
+    rejectNul('cmd', [req.cmd]);
+    this.#busy = true;
+    this.commands++;
+    const started = performance.now();
+    const nonce = randomBytes(12).toString('hex');
+    const marker = `__DSEC_END_${nonce}`;
+    const stateEnd = `__DSEC_STATE_${nonce}`;
+    const cap = req.maxOutputBytes ?? 1 << 20;
+    const stdout = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
+    const stderr = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
+    const bash = this.shell === '/bin/bash';
+    const oomBefore = await this.#host.oomKills();
+    const program = [restoreScript(bash, this.#state), commandScript(bash, req.cmd), saveScript(bash, marker, stateEnd), ''].join('\n');
+    const proc = this.#host.startShell([this.shell, ...(bash ? ['--noprofile', '--norc'] : []), '-s'], {
+      cwd: this.#state ? '/' : this.#req.cwd,
+      env: this.#req.env,
+      // After the first command the environment is the state's (exports and unsets included).
+      clearEnv: this.#state !== undefined,
+      writablePaths: this.#req.writablePaths,
+      input: Buffer.from(program),
+      timeoutMs: req.timeoutMs ?? 60_000,
+      tag: this.tag,
+      fd3MaxBytes: MAX_STATE_BYTES,
+    });
+    this.#current = proc;
+    const onAbort = (): void => proc.kill();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    let exitCode: number;
+    let exit;
+    try {
+      proc.onOutput((stream: StreamName, raw: Buffer) => {
+        (stream === 'stdout' ? stdout : stderr).push(raw);
+      });
+      exitCode = await proc.exited;
+      // The command's shell printed its markers before it exited, so they are already in the
+      // pipes; a background job holding the pipes open does not delay the answer. The state on
+      // fd 3 was written and closed before the markers, but its pipe is read on its own: wait
+      // for its end too, or a state not yet read would end the session.
+      const marked = new Promise<void>((resolve) => {
+        const check = (): void => {
+          if (stdout.found && stderr.found) resolve();
+        };
+        check();
+        proc.onOutput(check);
+      }).then(() => proc.fd3Ended);
+      exit = await Promise.race([proc.done, marked.then(() => undefined)]);
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      this.#current = undefined;
+      this.#busy = false;
+    }
+    const timedOut = exit?.timedOut ?? proc.exit?.timedOut ?? false;
+    const killed = exit?.killed ?? proc.exit?.killed ?? false;
+    if (!stdout.found) stdout.flush();
+    if (!stderr.found) stderr.flush();
+    const saved = stdout.found ? parseSavedState(proc.fd3!.bytes(), stateEnd) : undefined;
+    if (saved) this.#state = saved;
+    else if (!timedOut && !killed) this.#ended = true; // the shell exited (`exit`, a fatal error) before saving
+    const encoding = req.encoding ?? 'utf8';
+    const oomAfter = await this.#host.oomKills();
+    return {
+      exitCode: timedOut ? 137 : exitCode,
+      stdout: stdout.output.encode(encoding),
+      stderr: stderr.output.encode(encoding),
+      encoding,
+      truncated: stdout.output.truncated || stderr.output.truncated,
+      stdoutBytes: stdout.output.total,
+      stderrBytes: stderr.output.total,
+      timedOut,
+      oomKilled: oomAfter > oomBefore,
+      durationMs: Math.round((performance.now() - started) * 100) / 100,
+      sessionAlive: this.alive,
+    };
+  }
+
+  async close(): Promise<void> {
+    this.#ended = true;
+    const current = this.#current;
+    if (current) {
+      current.kill({ now: true });
+      await current.done;
+    }
+    // Jobs the session put in the background go with it: they carry the session's exec tag.
+    await this.#host.endTagged(this.tag);
+  }
+}
+
+/**
+ * The command itself, with stdin at EOF (so it cannot read the rest of the program) and without
+ * fd 3 (so its jobs do not hold the state pipe). sh (dash, busybox) exits on a syntax error
+ * inside eval, so its syntax is checked first; bash does not.
+ */
+function commandScript(bash: boolean, cmd: string): string {
+  const quoted = shellQuote(cmd);
+  return bash
+    ? `builtin eval ${quoted} </dev/null 3>&-`
+    : `if /bin/sh -n -c ${quoted} 2>/dev/null 3>&-; then eval ${quoted} </dev/null 3>&-; else /bin/sh -n -c ${quoted} 3>&-; fi`;
+}
+
+export class SessionClosedError extends Error {
+  override readonly name = 'SessionClosedError';
+  constructor(
+    readonly sessionId: string,
+    why = 'its shell exited',
+  ) {
+    super(`session ${sessionId} has ended (${why})`);
+  }
+}
