@@ -1,6 +1,8 @@
 /**
  * microVM and VM sandboxes for real: QEMU (TCG here) boots Debian's kernel with the dsec guest
  * agent, the image's EROFS layers as virtio-blk disks. One boot per describe, to keep CI short.
+ * Why one long file (over 500 lines): every test of a describe runs in its one booted guest (a TCG
+ * boot costs tens of seconds here); split by concern, each file would boot its own.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';

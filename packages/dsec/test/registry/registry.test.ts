@@ -2,6 +2,8 @@
  * dsec images through a real OCI registry (Debian's docker-registry, htpasswd auth, on loopback):
  * push from one data dir, pull into another (two clusters), a sandbox from the pulled image;
  * ranged blob reads; a registry restarted in the middle of a pull; wrong credentials.
+ * Why one long file (over 500 lines): the tests share one registry process and two dsec data dirs
+ * (a push's image is the next test's pull), which a split would set up again per file.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

@@ -20,6 +20,10 @@
  * refuses modules, kexec and (lockdown) raw hardware access; an unplugged port powers the guest
  * off; and every frame carries the MAC of a key only the edge and PID 1 hold, and the nonce of
  * its request, or the edge refuses it.
+ *
+ * Why one long file (over 500 lines): most of it is the attacker itself, a C program kept here as a
+ * string (compiled on the host in before()), uploaded once into the one guest every test shares (a
+ * TCG boot costs tens of seconds).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
