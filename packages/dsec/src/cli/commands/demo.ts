@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { compileOptions } from '../../config/options.js';
-import { runDemo } from '../../demo/demo.js';
+import { runDemo } from '../demo/demo.js';
 
 export function registerDemoCommand(program: Command): void {
   program

@@ -1,12 +1,12 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Sandbox } from '@dsec/sdk';
-import { printTable } from '../cli/output.js';
-import type { ServerOptions } from '../config/options.js';
-import { findLeaks } from '../host/leak-check.js';
-import { buildBusyboxImage } from '../image/builders/busybox.js';
-import { ImageStore } from '../image/image-store.js';
-import { LayerStore } from '../image/layer-store.js';
-import { findRunningServer, startAllInOne, type RunningDsec } from '../runtime/all-in-one.js';
+import { printTable } from '../output.js';
+import type { ServerOptions } from '../../config/options.js';
+import { findLeaks } from '../../host/leak-check.js';
+import { buildBusyboxImage } from '../../image/builders/busybox.js';
+import { ImageStore } from '../../image/image-store.js';
+import { LayerStore } from '../../image/layer-store.js';
+import { findRunningServer, startAllInOne, type RunningDsec } from '../../runtime/all-in-one.js';
 import { round, summarize, type Summary } from './stats.js';
 
 export interface DemoReport {
