@@ -13,7 +13,7 @@ function oneLine(error) {
   // The test's own error is the cause; one that lost its message on the way (a DOMException from
   // AbortSignal.timeout arrives as a plain object) falls back to the runner's message for it.
   const cause = error?.cause;
-  const message = typeof cause === 'string' ? cause : cause?.message ?? error?.message ?? 'failed';
+  const message = typeof cause === 'string' ? cause : (cause?.message ?? error?.message ?? 'failed');
   const text = String(message).replace(/\s+/g, ' ').trim();
   return (text || 'failed').slice(0, 400);
 }

@@ -30,12 +30,18 @@ function hostDsecState() {
   for (const h of existsSync('/sys/fs/cgroup') ? readdirSync('/sys/fs/cgroup') : []) {
     const d = join('/sys/fs/cgroup', h, 'dsec');
     if (!existsSync(d)) continue;
-    for (const c of readdirSync(d, { withFileTypes: true })) if (c.isDirectory() && /^sb-t[0-9a-f]+-/.test(c.name)) cgroups.push(`${h}/dsec/${c.name}`);
+    for (const c of readdirSync(d, { withFileTypes: true }))
+      if (c.isDirectory() && /^sb-t[0-9a-f]+-/.test(c.name)) cgroups.push(`${h}/dsec/${c.name}`);
   }
   // The cluster harness's network namespaces (dsec-<tag>-*) and bridges (dsbr<tag>), test/cluster/support/cluster-harness.ts.
   const netns = existsSync('/run/netns') ? readdirSync('/run/netns').filter((n) => /^dsec-[0-9a-f]{6}-/.test(n)) : [];
   const bridges = readdirSync('/sys/class/net').filter((n) => /^dsbr[0-9a-f]{6}$/.test(n));
-  return [...mounts.map((m) => `mount ${m}`), ...cgroups.map((c) => `cgroup ${c}`), ...netns.map((n) => `netns ${n}`), ...bridges.map((b) => `bridge ${b}`)];
+  return [
+    ...mounts.map((m) => `mount ${m}`),
+    ...cgroups.map((c) => `cgroup ${c}`),
+    ...netns.map((n) => `netns ${n}`),
+    ...bridges.map((b) => `bridge ${b}`),
+  ];
 }
 
 /** Each pass's exit status and the tests that failed in it, printed last (see failures-reporter.mjs). */
@@ -45,8 +51,17 @@ const reportsDir = mkdtempSync(join(tmpdir(), 'dsec-test-reports-'));
 /** Runs test files with node's test runner: TAP on stdout as before, failed tests to a file for the summary. */
 function runNodePass(label, passFiles, env) {
   const failures = join(reportsDir, `${summary.length}.txt`);
-  const reporters = ['--test-reporter=tap', '--test-reporter-destination=stdout', `--test-reporter=${join(import.meta.dirname, 'failures-reporter.mjs')}`, `--test-reporter-destination=${failures}`];
-  const status = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...reporters, ...passFiles], { stdio: 'inherit', env: { ...process.env, ...env } }).status ?? 1;
+  const reporters = [
+    '--test-reporter=tap',
+    '--test-reporter-destination=stdout',
+    `--test-reporter=${join(import.meta.dirname, 'failures-reporter.mjs')}`,
+    `--test-reporter-destination=${failures}`,
+  ];
+  const status =
+    spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...reporters, ...passFiles], {
+      stdio: 'inherit',
+      env: { ...process.env, ...env },
+    }).status ?? 1;
   const failed = existsSync(failures) ? readFileSync(failures, 'utf8').split('\n').filter(Boolean) : [];
   summary.push({ label, status, failed });
   return status;
@@ -124,17 +139,21 @@ const nodeStatus = files.length ? runNodePass('node tests', files, {}) : 0;
 // Without Debian's server binaries (scripts/setup leaves postgresql out where it cannot be
 // configured) the second pass is skipped, saying why, as each PostgreSQL-only test skips.
 const postgresMissing = withPostgres && !postgresInstalled();
-if (postgresMissing) console.log('# skipped: the PostgreSQL pass (no initdb under /usr/lib/postgresql/*/bin: scripts/setup --tests did not install postgresql here)');
-const postgresStatus = withPostgres && !postgresMissing
-  ? runNodePass('the PostgreSQL pass', postgresFiles, { DSEC_TEST_STORE: 'postgres' })
-  : 0;
-const noUsernsStatus = withNoUserns
-  ? runNodePass('the no-userns pass', noUsernsFiles, { DSEC_TEST_USERNS: '0' })
-  : 0;
+if (postgresMissing)
+  console.log(
+    '# skipped: the PostgreSQL pass (no initdb under /usr/lib/postgresql/*/bin: scripts/setup --tests did not install postgresql here)',
+  );
+const postgresStatus =
+  withPostgres && !postgresMissing ? runNodePass('the PostgreSQL pass', postgresFiles, { DSEC_TEST_STORE: 'postgres' }) : 0;
+const noUsernsStatus = withNoUserns ? runNodePass('the no-userns pass', noUsernsFiles, { DSEC_TEST_USERNS: '0' }) : 0;
 const pythonStatus = withPython ? runPythonTests() : 0;
 if (withPython) summary.push({ label: 'python tests', status: pythonStatus, failed: [] });
 const leaked = hostDsecState().filter((x) => !before.has(x));
-summary.push({ label: 'leak check (mounts under /var/tmp/dsec-test-*, test edges\' cgroups, cluster harness namespaces and bridges)', status: leaked.length ? 1 : 0, failed: leaked });
+summary.push({
+  label: "leak check (mounts under /var/tmp/dsec-test-*, test edges' cgroups, cluster harness namespaces and bridges)",
+  status: leaked.length ? 1 : 0,
+  failed: leaked,
+});
 printSummary();
 rmSync(reportsDir, { recursive: true, force: true });
 if (leaked.length) {

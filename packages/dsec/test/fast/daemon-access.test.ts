@@ -24,18 +24,9 @@ import type { App } from '../../src/http/app.js';
 import { declaredRoutes } from '../../src/http/access.js';
 import { defaultImageConfig, ImageStore } from '../../src/image/image-store.js';
 import { LayerStore } from '../../src/image/layer-store.js';
+import { bodyOf, pathOf } from './support/route-walk.js';
 
 const TOKEN = 'dsecjoin_daemons';
-
-/** A concrete path for a route pattern: parameters and wildcards filled with harmless values. */
-function pathOf(url: string, values: Record<string, string> = {}): string {
-  return url
-    .split('/')
-    .map((s) => (s === '*' ? 'x' : s.startsWith(':') ? (values[s.slice(1)] ?? 'x') : s))
-    .join('/');
-}
-
-const bodyOf = (method: string): object | undefined => (['POST', 'PUT', 'PATCH'].includes(method) ? {} : undefined);
 
 describe('fast tier: the edge daemon, the port-link origin and the E2B sandbox side, in process', () => {
   let dir: string;

@@ -24,6 +24,7 @@ import { StateStore } from '../../src/control/state-store.js';
 import { declaredRoutes, type Access } from '../../src/http/access.js';
 import { defaultImageConfig, ImageStore } from '../../src/image/image-store.js';
 import { LayerStore } from '../../src/image/layer-store.js';
+import { bodyOf, pathOf } from './support/route-walk.js';
 
 type Route = { method: string; url: string; access: Access | undefined };
 
@@ -90,12 +91,7 @@ describe('fast tier: the access matrix of every route, in process', () => {
       headers: key ? { authorization: `Bearer ${key}` } : {},
       ...(body === undefined ? {} : { payload: body as object }),
     });
-  const pathOf = (r: Route): string =>
-    r.url
-      .split('/')
-      .map((s) => (s === '*' ? 'x' : s.startsWith(':') ? (values[s.slice(1)] ?? 'x') : s))
-      .join('/');
-  const bodyOf = (r: Route): object | undefined => (['POST', 'PUT', 'PATCH'].includes(r.method) ? {} : undefined);
+  const pathFor = (r: Route): string => pathOf(r.url, values);
   /** Every route but those whose handler ends or changes something the walk still needs. */
   const walkable = (r: Route): boolean =>
     !(r.method === 'DELETE' && r.url === '/v1/sandboxes/:id') && !/\/(kill|pause|resume|snapshot|fork|replay)$/.test(r.url);
@@ -113,7 +109,7 @@ describe('fast tier: the access matrix of every route, in process', () => {
     for (const r of routes) {
       if (r.access?.kind === 'public') continue;
       for (const key of [undefined, 'dsec_wrong']) {
-        const res = await call(r.method, pathOf(r), key, bodyOf(r));
+        const res = await call(r.method, pathFor(r), key, bodyOf(r.method));
         const want = r.url.startsWith('/v1/port-links/') ? 307 : 401;
         if (res.statusCode !== want) wrong.push(`${r.method} ${r.url} (${key ?? 'no key'}): ${res.statusCode} ${res.body.slice(0, 120)}`);
       }
@@ -125,7 +121,7 @@ describe('fast tier: the access matrix of every route, in process', () => {
     const wrong: string[] = [];
     for (const r of routes) {
       const kind = r.access?.kind;
-      const res = await call(r.method, pathOf(r), keys.b, bodyOf(r));
+      const res = await call(r.method, pathFor(r), keys.b, bodyOf(r.method));
       if (res.statusCode >= 500 && res.statusCode !== 501) wrong.push(`${r.method} ${r.url}: ${res.statusCode} ${res.body.slice(0, 160)}`);
       else if ((kind === 'admin' || kind === 'clusterOrAdmin') && res.statusCode !== 403)
         wrong.push(`${r.method} ${r.url}: ${res.statusCode}, want 403`);
@@ -152,7 +148,7 @@ describe('fast tier: the access matrix of every route, in process', () => {
       if (kind !== 'key' && kind !== 'admin') continue;
       for (const who of ['a', 'admin'] as const) {
         if (kind === 'admin' && who === 'a') continue;
-        const res = await call(r.method, pathOf(r), keys[who], bodyOf(r));
+        const res = await call(r.method, pathFor(r), keys[who], bodyOf(r.method));
         if (res.statusCode === 401 || (res.statusCode === 403 && kind === 'admin'))
           wrong.push(`${r.method} ${r.url} (${who}): ${res.statusCode} ${res.body.slice(0, 120)}`);
         // The simulated edge refuses what it cannot do (exec, files, ports) with a 4xx that says so.
@@ -180,10 +176,10 @@ describe('fast tier: the access matrix of every route, in process', () => {
   test('a percent-encoded fixed segment is 400 on every route, with or without a key', async () => {
     const wrong: string[] = [];
     for (const r of routes) {
-      const path = pathOf(r);
+      const path = pathFor(r);
       const encoded = `/%${path.charCodeAt(1).toString(16)}${path.slice(2)}`;
       for (const key of [undefined, keys.admin]) {
-        const res = await call(r.method, encoded, key, bodyOf(r));
+        const res = await call(r.method, encoded, key, bodyOf(r.method));
         if (res.statusCode !== 400) wrong.push(`${r.method} ${encoded}: ${res.statusCode} ${res.body.slice(0, 120)}`);
       }
     }

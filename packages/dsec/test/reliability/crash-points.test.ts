@@ -7,6 +7,9 @@
  * manifest reads and its layers exist).
  *
  * CI: 8 crash points; DSEC_SOAK=1: 40 (DSEC_CRASH_POINTS overrides). The seed is printed.
+ * Why one file over 500 lines: its three suites (sandbox operations, image import and build, an
+ * edge daemon) are one concept, kill -9 mid-operation, and share the seed, its PRNG and halfMade(),
+ * the census of what a crash may leave.
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';

@@ -1,22 +1,8 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../../api-error.js';
 import type { Caller } from '../api-keys.js';
 import type { ControlPlane } from '../control-plane.js';
 import type { StateStore } from '../state-store.js';
-
-/**
- * Refuses a call that takes an admin key for only some of what the route does (building a shared
- * image, not a project's); a route that is admin-only as a whole declares `access.admin(…)`.
- */
-export function requireAdmin(req: FastifyRequest, what: string): void {
-  // Reading req.caller throws UNAUTHORIZED when no key came: never a silent pass.
-  const caller = req.caller;
-  if (!caller.admin) {
-    throw new ApiError('FORBIDDEN', `${what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`, {
-      project: caller.project,
-    });
-  }
-}
 
 /**
  * A project sees only its own sandboxes and batches. The services decide for a sandbox (every

@@ -50,6 +50,8 @@ type EdgeState = 'starting' | 'running' | 'draining' | 'stopped';
  * commands, files, ports and terminals of each. It admits creates with the node's rules
  * (node/admission.ts) and mounts the node's layers. All state lives on disk, so a restarted edge
  * adopts running sandboxes and cleans up what a crash left half-made (its start()).
+ * Why over 500 lines: ~30 of them are the one-line delegations SandboxBackend asks for, to
+ * container-commands.ts and container-files.ts; the rest is one concept, a container's life.
  */
 export class ContainerBackend implements SandboxBackend {
   readonly id: string;
