@@ -1,14 +1,22 @@
 /** The dsec CLI, run as a separate process against a real server. */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { Sandbox } from '@dsec/sdk';
-import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startTestServer, type TestServer } from './helpers/server.js';
+import { Image, Sandbox } from '@dsec/sdk';
+import {
+  assertCleanAndRemove,
+  integrationSkipReason,
+  makeDataDir,
+  makeScratchDir,
+  newEdgeId,
+  startTestServer,
+  type TestServer,
+} from './helpers/server.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 
@@ -347,6 +355,69 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
       assertNoStack(r);
     } finally {
       await assertCleanAndRemove(dataDir, 'none');
+    }
+  });
+
+  test('up whose crun state cannot be listed exits 1 with the one-line reason, without a stack trace', async () => {
+    const dataDir = makeDataDir();
+    // A container in crun's root whose status file is not JSON: `crun list` fails on it.
+    const broken = join(dataDir, 'node', 'crun', 'sb-broken');
+    mkdirSync(broken, { recursive: true });
+    writeFileSync(join(broken, 'status'), 'not json');
+    try {
+      const r = await runCli(
+        ['up', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'silent', '--edge-id', newEdgeId()],
+        {},
+        60_000,
+      );
+      assert.equal(r.code, 1, r.stdout);
+      assert.match(r.stderr, /^dsec: edge \w+ cannot start: crun cannot list its containers under .*Fix crun's state and start again/m);
+      assertNoStack(r);
+    } finally {
+      rmSync(broken, { recursive: true, force: true });
+      await assertCleanAndRemove(dataDir, 'none');
+    }
+  });
+
+  test('image build and ls with DSEC_URL act on the server it names, not on a local data dir', async () => {
+    // A data dir of this host that is not the server's: nothing may land in it.
+    const local = makeDataDir();
+    const remote = { DSEC_URL: server.url, DSEC_API_KEY: server.apiKey, DSEC_DATA_DIR: local };
+    try {
+      const built = await runCli(['image', 'build', 'busybox', '--name', 'via-url'], remote, 120_000);
+      assert.equal(built.code, 0, built.stderr);
+      assert.match(built.stderr, /on the dsec server at http/);
+      const onServer = await Image.get('via-url', server.conn);
+      assert.equal(built.stdout.trim(), `via-url:latest ${onServer.id}`);
+      assert.ok(
+        !existsSync(join(local, 'images')) || readdirSync(join(local, 'images')).length === 0,
+        'the build wrote a local image store',
+      );
+      const ls = await runCli(['image', 'ls', '--json'], remote);
+      assert.equal(ls.code, 0, ls.stderr);
+      assert.ok(
+        (JSON.parse(ls.stdout) as { names: string[] }[]).some((i) => i.names.includes('via-url:latest')),
+        ls.stdout,
+      );
+
+      // What only a local store can do is refused, saying how, not done elsewhere.
+      const ctx = makeScratchDir('cli-dockerfile');
+      writeFileSync(join(ctx, 'Dockerfile'), 'FROM busybox\nRUN echo hi > /hi\n');
+      try {
+        const refused = await runCli(['image', 'build', ctx, '--name', 'df-via-url'], remote);
+        assert.equal(refused.code, 1, refused.stdout);
+        assert.match(
+          refused.stderr,
+          /^dsec: a Dockerfile build writes into an image store on this host, but DSEC_URL names the dsec server at .*--data-dir/m,
+        );
+        assertNoStack(refused);
+        await assert.rejects(Image.get('df-via-url', server.conn), { name: 'NotFoundError' });
+      } finally {
+        rmSync(ctx, { recursive: true, force: true });
+      }
+    } finally {
+      await Image.delete('via-url', server.conn).catch(() => undefined);
+      await assertCleanAndRemove(local, 'none');
     }
   });
 

@@ -2,8 +2,7 @@
 import { Command } from 'commander';
 import { DsecError } from '@dsec/sdk';
 import { OptionsError } from '../config/options.js';
-import { HostNotReadyError } from '../runtime/all-in-one.js';
-import { EdgeIdTakenError } from '../host/host-claims.js';
+import { HostNotReadyError } from '../host/host-not-ready.js';
 import { BuildInputError } from '../image/builders/builder.js';
 import { DockerfileError } from '../image/dockerfile/parser.js';
 import { ImportError } from '../image/oci-import.js';
@@ -53,7 +52,6 @@ try {
   } else if (
     err instanceof OptionsError ||
     err instanceof HostNotReadyError ||
-    err instanceof EdgeIdTakenError ||
     err instanceof UsageError ||
     err instanceof BuildInputError ||
     err instanceof DockerfileError ||

@@ -13,6 +13,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import { HostNotReadyError } from './host-not-ready.js';
 
 /**
  * Host-wide claims between dsec edges that share one machine (the cluster's tests run three on
@@ -145,7 +146,7 @@ function createWhole(path: string, text: string): boolean {
 /** Edge ids this process holds (see the class comment). */
 const heldHere = new Set<string>();
 
-export class EdgeIdTakenError extends Error {
+export class EdgeIdTakenError extends HostNotReadyError {
   override readonly name = 'EdgeIdTakenError';
 }
 

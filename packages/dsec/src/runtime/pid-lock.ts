@@ -1,11 +1,9 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { HostNotReadyError } from '../host/host-not-ready.js';
 import { isProcessAlive } from '../host/process-tree.js';
 
-/** The host cannot run what was asked (a check failed, a data dir is taken): one line for the user. */
-export class HostNotReadyError extends Error {
-  override readonly name = 'HostNotReadyError';
-}
+export { HostNotReadyError };
 
 /**
  * One process of a kind per data dir (`file` names the kind: dsec.pid for `dsec up`/`control`,

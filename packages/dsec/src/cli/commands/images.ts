@@ -18,6 +18,7 @@ import { findRunningServer, startAllInOne } from '../../runtime/all-in-one.js';
 import { checkImageName } from '../../image/builders/builder.js';
 import { UsageError } from '../args.js';
 import { collectList, humanBytes, printTable } from '../output.js';
+import { imageServerUrl, localOnly } from './image-server.js';
 import { registryClientFor } from '../../image/registry/registry-config.js';
 import { parseRegistryRef, RegistryRefError } from '../../image/registry/registry-ref.js';
 import { ImageTransferError } from '../../image/registry/registry-client.js';
@@ -78,14 +79,18 @@ async function runDockerfileBuild(
 }
 
 export function registerImageCommands(program: Command): void {
-  const image = program.command('image').description('build and list images');
+  const image = program
+    .command('image')
+    .description(
+      "build and list images: with DSEC_URL set (and no --data-dir), the server's, through its API; else this host's data dir's",
+    );
   image
     .command('ls')
     .description('list images')
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')
     .option('--json', 'machine-readable output')
-    .action((f: { dataDir?: string; json?: boolean }) => {
-      const list = openStore(f.dataDir).list();
+    .action(async (f: { dataDir?: string; json?: boolean }) => {
+      const list = imageServerUrl(f.dataDir) ? (await Image.list()).map((i) => i.info!) : openStore(f.dataDir).list();
       const rows = list.map((i) => ({
         ...i,
         id: i.id.slice(0, 19),
@@ -126,6 +131,28 @@ export function registerImageCommands(program: Command): void {
         }
         if (f.package?.length && target !== 'debian')
           throw new UsageError('-p/--package goes with the debian builder (a Dockerfile installs packages with RUN)');
+        const server = imageServerUrl(f.dataDir);
+        if (server) {
+          if (target === 'busybox' || target === 'debian' || target === 'fn-runtime') {
+            process.stderr.write(`building ${target} on the dsec server at ${server}\n`);
+            const built = await Image.build({
+              builder: target,
+              ...(f.name ? { name: f.name } : {}),
+              ...(f.package ? { packages: f.package } : {}),
+            });
+            const names = built.info!.names;
+            const name = names.find((n) => f.name !== undefined && (n === f.name || n === `${f.name}:latest`)) ?? names[0] ?? '';
+            process.stdout.write(`${name} ${built.id}\n`);
+            return;
+          }
+          throw target === 'e2b-base'
+            ? localOnly('the e2b-base builder', server, "run it on the server's host (dsec image build e2b-base there)")
+            : localOnly(
+                'a Dockerfile build',
+                server,
+                "run it on the server's host, or build here without DSEC_URL and move the image with dsec image push / pull through a registry the cluster uses",
+              );
+        }
         if (f.file || isContext || target === undefined) {
           const contextDir = target ?? '.';
           const dockerfile = f.file ?? join(contextDir, 'Dockerfile');
@@ -199,6 +226,13 @@ export function registerImageCommands(program: Command): void {
     .action(async (path: string, f: { name?: string; squash?: boolean; ref?: string; dataDir?: string; json?: boolean }) => {
       if (f.name !== undefined) checkImageName(f.name);
       if (!existsSync(path)) throw new UsageError(`no such file or directory: ${path}`);
+      const server = imageServerUrl(f.dataDir);
+      if (server)
+        throw localOnly(
+          'image import',
+          server,
+          `send the archive to the server's API instead (POST ${server}/v1/images/import with the tar as the body, Content-Type: application/x-tar)`,
+        );
       const store = openStore(f.dataDir);
       const bar = new Progress(`importing ${path}`);
       const progress = (m: string): void => bar.log(`${m}\n`);
@@ -237,6 +271,15 @@ export function registerImageCommands(program: Command): void {
         throw new UsageError(`push to a tag, not a digest (${refText}): the registry names the manifest's digest`);
       const local = f.image ?? `${ref.repository.split('/').pop()}:${ref.tag}`;
       const progress = (m: string): void => void process.stderr.write(`${m}\n`);
+      const server = imageServerUrl(f.dataDir);
+      if (server) {
+        // The server pushes from its store with its own registry account.
+        progress(`pushing ${local} from the dsec server at ${server}`);
+        const r = await Image.push(local, refText);
+        if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+        else process.stdout.write(`${ref.host}/${ref.repository}@${r.digest}\n`);
+        return;
+      }
       await reportRegistryErrors(async () => {
         const r = await pushImage(
           openStore(f.dataDir),
@@ -260,6 +303,14 @@ export function registerImageCommands(program: Command): void {
       if (f.name !== undefined) checkImageName(f.name);
       const ref = parseRegistryRefOrUsage(refText);
       const progress = (m: string): void => void process.stderr.write(`${m}\n`);
+      const server = imageServerUrl(f.dataDir);
+      if (server) {
+        progress(`pulling into the dsec server at ${server}`);
+        const { handle: _handle, ...r } = await Image.pull(refText, f.name !== undefined ? { name: f.name } : {});
+        if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+        else process.stdout.write(`${r.image.names[0] ? `${r.image.names[0]} ` : ''}${r.image.id}\n`);
+        return;
+      }
       await reportRegistryErrors(async () => {
         const r = await pullImage(openStore(f.dataDir), registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref, {
           name: f.name,

@@ -23,6 +23,7 @@ import { resolvePolicy } from '../../node/network-request.js';
 import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits } from '../../protocol/edge-api.js';
 import type { SandboxBackend } from '../backend.js';
 import { adoptOrClean } from './container-adoption.js';
+import { settleCrunCalls } from './crun-stragglers.js';
 import type { ContainerOptions } from './container-options.js';
 import { applyNetwork, getNetwork, setNetwork } from './container-network.js';
 import { ContainerPorts } from './container-ports.js';
@@ -42,6 +43,7 @@ import { type SandboxRecord, SandboxRecords } from './sandbox-record.js';
 import { compileSeccompProfile } from './seccomp-bpf.js';
 import { defaultSeccompProfile } from './seccomp.js';
 import { DEFAULT_USERNS_POOL, UsernsPool } from './userns-pool.js';
+import { HostNotReadyError } from '../../../host/host-not-ready.js';
 
 type EdgeState = 'starting' | 'running' | 'draining' | 'stopped';
 
@@ -163,6 +165,11 @@ export class ContainerBackend implements SandboxBackend {
     // First: a second edge with this id on this host would take over the first one's sandboxes,
     // host guard table and cgroups. It refuses to start instead (EdgeIdTakenError).
     this.#releaseEdgeId ??= lockEdgeId(this.id);
+    // Then the previous run's crun calls, still going after a crash, finish (or are killed):
+    // a create that finishes after the listing below would start a container nothing knows.
+    const stragglers = await settleCrunCalls(this.crun.root);
+    if (stragglers.waited.length)
+      this.opts.log.warn(stragglers, "waited for the previous run's crun calls on this edge's state before reading it");
     // Then, before anything is touched: without crun's listing every live sandbox would look dead.
     const running = new Map((await this.#listContainers()).map((c) => [c.id, c]));
     await this.#compileSeccomp();
@@ -233,8 +240,9 @@ export class ContainerBackend implements SandboxBackend {
       // Nothing was taken over: the id is free for the next start, in this process or another.
       this.#releaseEdgeId?.();
       this.#releaseEdgeId = undefined;
-      const why = err instanceof ToolError ? err.result.stderr.trim() : (err as Error).message;
-      throw new Error(
+      // One line: crun's parse errors draw a caret under the text over several.
+      const why = (err instanceof ToolError ? err.result.stderr : (err as Error).message).replace(/\s+/g, ' ').trim();
+      throw new HostNotReadyError(
         `edge ${this.id} cannot start: crun cannot list its containers under ${this.crun.root} (${why}); no sandbox was adopted or removed. Fix crun's state and start again`,
       );
     }
