@@ -130,6 +130,9 @@ const withNoUserns = !filter.length || filter.includes('no-userns');
 if (filter.length) files = files.filter((f) => filter.some((x) => f.includes(x)));
 const withPython = !filter.length || filter.some((x) => 'python/tests/run.py'.includes(x));
 const before = new Set(hostDsecState());
+// What an earlier run (or a process killed mid-test) left is not this run's leak, but it is shown:
+// the leak check below compares against it, so it would otherwise pass unseen.
+if (before.size) console.log(`# already on this host before the suite (not counted as its leaks):\n#   ${[...before].join('\n#   ')}`);
 // With no file named, node --test would fall back to its own discovery and run everything.
 if (filter.length && !files.length && !withPython && !withPostgres && !withNoUserns) {
   console.error(`run-tests: no compiled test file matches ${filter.join(' ')} (paths under packages/*/dist; build first)`);
