@@ -10,7 +10,8 @@ import { spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fixDataDirFs, unmountedV1Controllers, v1MountGroups } from '../../src/host/doctor.js';
+import { fixDataDirFs } from '../../src/host/data-dir-fs.js';
+import { unmountedV1Controllers, v1MountGroups } from '../../src/host/doctor.js';
 import { readMounts } from '../../src/host/mounts.js';
 import { MS_NODEV, MS_NOSUID, mount, umount } from '../../src/host/syscalls.js';
 
