@@ -165,7 +165,8 @@ describe('doctor: a data dir on an overlay root is a loop-mounted ext4 image', {
     const device = own()?.source ?? '';
     umount(dataDir);
     const holders = loopsBackedUnder(base).size ? namespacesHolding(device) : [];
-    if (holders.length) return t.skip(`${device} is still mounted in other mount namespaces (${holders.join(', ')}): e2fsck is not run on it`);
+    if (holders.length)
+      return t.skip(`${device} is still mounted in other mount namespaces (${holders.join(', ')}): e2fsck is not run on it`);
     // Zero the primary superblock (1 KiB in): e2fsck -p cannot repair that unattended.
     const r = spawnSync('dd', ['if=/dev/zero', `of=${image}`, 'bs=1024', 'seek=1', 'count=1', 'conv=notrunc'], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
