@@ -17,7 +17,9 @@ function findTests(dir, out = []) {
 
 /**
  * What the suite's own servers could leave behind: mounts under their data dirs
- * (/var/tmp/dsec-test-*) and cgroups of sandboxes on their edges (test edge ids are t<hex>,
+ * (/var/tmp/dsec-test-*), loop devices holding a file there (doctor's ext4 image of a data dir on
+ * an overlay root, host/data-dir-image.ts: still attached, even to a deleted file, while its
+ * mount lives on somewhere) and cgroups of sandboxes on their edges (test edge ids are t<hex>,
  * see test/helpers/server.ts), and the cluster harness's network namespaces and bridges, so a
  * benchmark or another dsec running beside does not count.
  */
@@ -26,6 +28,10 @@ function hostDsecState() {
     .split('\n')
     .map((l) => l.split(' ')[4] ?? '')
     .filter((mp) => mp.startsWith('/var/tmp/dsec-test-'));
+  const loops = readdirSync('/sys/class/block')
+    .filter((d) => /^loop\d+$/.test(d) && existsSync(`/sys/class/block/${d}/loop/backing_file`))
+    .map((d) => `${d} ${readFileSync(`/sys/class/block/${d}/loop/backing_file`, 'utf8').trim()}`)
+    .filter((l) => l.split(' ')[1]?.startsWith('/var/tmp/dsec-test-'));
   const cgroups = [];
   for (const h of existsSync('/sys/fs/cgroup') ? readdirSync('/sys/fs/cgroup') : []) {
     const d = join('/sys/fs/cgroup', h, 'dsec');
@@ -38,6 +44,7 @@ function hostDsecState() {
   const bridges = readdirSync('/sys/class/net').filter((n) => /^dsbr[0-9a-f]{6}$/.test(n));
   return [
     ...mounts.map((m) => `mount ${m}`),
+    ...loops.map((l) => `loop device ${l}`),
     ...cgroups.map((c) => `cgroup ${c}`),
     ...netns.map((n) => `netns ${n}`),
     ...bridges.map((b) => `bridge ${b}`),
@@ -153,7 +160,7 @@ const pythonStatus = withPython ? runPythonTests() : 0;
 if (withPython) summary.push({ label: 'python tests', status: pythonStatus, failed: [] });
 const leaked = hostDsecState().filter((x) => !before.has(x));
 summary.push({
-  label: "leak check (mounts under /var/tmp/dsec-test-*, test edges' cgroups, cluster harness namespaces and bridges)",
+  label: "leak check (mounts and loop devices under /var/tmp/dsec-test-*, test edges' cgroups, cluster harness namespaces and bridges)",
   status: leaked.length ? 1 : 0,
   failed: leaked,
 });

@@ -63,8 +63,9 @@ export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
   const names = runNames();
   const { dir } = names;
   mkdirSync(dir);
-  // In a container (/var/tmp on overlayfs) the run's dir gets doctor's tmpfs: the peers' overlay
-  // uppers and EROFS blobs go there, and overlayfs takes neither. The sweep unmounts it.
+  // In a container (/var/tmp on overlayfs) the run's dir gets doctor's disk (a loop-mounted ext4
+  // image, or a tmpfs): the peers' overlay uppers and EROFS blobs go there, and overlayfs takes
+  // neither. The sweep unmounts it and removes the image.
   fixDataDirFs(dir);
   const cleanup = new Cleanup();
   const leaks: string[] = [];

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { tryUnmount } from 'dsec/container';
-import { isProcessAlive, CGROUP_PARENT, CGROUP_ROOT, removeCgroupTree, findLeaks, mountsUnder, runTool } from 'dsec/host';
+import { isProcessAlive, CGROUP_PARENT, CGROUP_ROOT, removeCgroupTree, findLeaks, mountsUnder, runTool, dataDirImagePath } from 'dsec/host';
 import { NAME_PREFIX, type RunNames } from './run-names.js';
 
 /** Every cgroup a run may make: raw crun's, podman's and docker's parents, and dsec's `sb-bench-…`. */
@@ -118,6 +118,8 @@ export async function sweep(names: RunNames): Promise<void> {
   }
   for (const m of mountsUnder(dir).reverse()) tryUnmount(m.mountPoint);
   for (const cg of benchCgroups(names)) removeCgroupTree(cg);
-  if (mountsUnder(dir).length === 0) rmSync(dir, { recursive: true, force: true });
-  else throw new Error(`${dir} still has mounts (${mountsUnder(dir).length}); left in place`);
+  if (mountsUnder(dir).length === 0) {
+    rmSync(dir, { recursive: true, force: true });
+    rmSync(dataDirImagePath(dir), { force: true }); // doctor's disk for the dir on an overlay root
+  } else throw new Error(`${dir} still has mounts (${mountsUnder(dir).length}); left in place`);
 }

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { DsecError, Sandbox } from '@dsec/sdk';
 import type { LayerCacheStats } from '../src/edge/node/layer-cache.js';
-import { fixDataDirFs } from '../src/host/doctor.js';
+import { fixDataDirFs } from '../src/host/data-dir-fs.js';
 import { findLeaks } from '../src/host/leak-check.js';
 import { readMounts } from '../src/host/mounts.js';
 import { mount, umount } from '../src/host/syscalls.js';

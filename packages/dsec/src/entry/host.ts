@@ -7,7 +7,9 @@
 export { runTool, runToolOrThrow, type ToolResult } from '../host/run-tool.js';
 export { CGROUP_PARENT, CGROUP_ROOT, cgroupPids, cloneCpusetIntoSandboxes, removeCgroupTree, v1Hierarchies } from '../host/cgroups.js';
 export { mountsUnder } from '../host/mounts.js';
-export { fixDataDirFs, which } from '../host/doctor.js';
+export { fixDataDirFs } from '../host/data-dir-fs.js';
+export { dataDirImagePath } from '../host/data-dir-image.js';
+export { which } from '../host/doctor.js';
 export { findLeaks } from '../host/leak-check.js';
 export { UidRangePool } from '../host/uid-ranges.js';
 export { SpawnHelper } from '../host/spawn-helper.js';

@@ -3,10 +3,11 @@ import { delimiter, join } from 'node:path';
 import { CGROUP_ROOT } from './cgroups.js';
 import type { Check } from './host-check.js';
 import { hostLimitChecks } from './host-limits.js';
-import { filesystemOf, mountIdOf, readMounts } from './mounts.js';
+import { fixDataDirFs } from './data-dir-fs.js';
+import { mountIdOf } from './mounts.js';
 import { CHUNK_FUSE_BINARY, LANDLOCK_BINARY, NFT_HELPER_BINARY } from './native-helpers.js';
 import { restoreHostNull } from './private-null.js';
-import { landlockAbi, MS_NODEV, MS_NOSUID, MS_REMOUNT, mount } from './syscalls.js';
+import { landlockAbi, MS_NODEV, MS_NOSUID, mount } from './syscalls.js';
 
 export type { Check };
 
@@ -173,59 +174,6 @@ export function unmountedV1Controllers(procCgroups: string, mounts: CgroupMount[
     if (!mounts.some((m) => m.id === visible && m.mountPoint === where && m.controllers.includes(name))) missing.push(name);
   }
   return missing;
-}
-
-/**
- * EROFS blobs on overlayfs cannot be mounted file-backed, and an overlayfs cannot be an overlay
- * upper dir. When the data dir sits on overlayfs (dsec itself running in a container), give it a
- * tmpfs: sandboxes work, but the data dir does not survive a reboot.
- */
-export function fixDataDirFs(dataDir: string): Check {
-  const name = 'data dir filesystem';
-  mkdirSync(dataDir, { recursive: true });
-  const tmpfs = readMounts().findLast((m) => m.mountPoint === dataDir && m.fsType === 'tmpfs');
-  if (tmpfs && !tmpfs.options.includes('nodev')) return { name, ok: true, detail: `${dataDir} is on tmpfs`, required: true };
-  if (tmpfs) {
-    // An older doctor mounted it nodev: debootstrap cannot use the device nodes it makes there.
-    try {
-      mount('tmpfs', dataDir, 'tmpfs', MS_REMOUNT | MS_NOSUID, null);
-    } catch (err) {
-      return {
-        name,
-        ok: false,
-        detail: `${dataDir} is a nodev tmpfs and could not be remounted without nodev: ${(err as Error).message}`,
-        required: true,
-      };
-    }
-    return {
-      name,
-      ok: true,
-      detail: `${dataDir} is on tmpfs`,
-      fixed: `remounted the tmpfs on ${dataDir} without nodev (image builds make device nodes there)`,
-      required: true,
-    };
-  }
-  const fs = filesystemOf(dataDir);
-  if (fs !== 'overlay') return { name, ok: true, detail: `${dataDir} is on ${fs}`, required: true };
-  try {
-    // Not nodev: a Debian build's debootstrap makes and uses device nodes under DATA/tmp. The
-    // sandboxes directory below gets nosuid,nodev of its own (edge/sandboxes-mount.ts).
-    mount('tmpfs', dataDir, 'tmpfs', MS_NOSUID, 'mode=0711,size=50%');
-  } catch (err) {
-    return {
-      name,
-      ok: false,
-      detail: `${dataDir} is on overlayfs and a tmpfs could not be mounted: ${(err as Error).message}`,
-      required: true,
-    };
-  }
-  return {
-    name,
-    ok: true,
-    detail: `${dataDir} is on tmpfs`,
-    fixed: `${dataDir} was on overlayfs, which can back neither EROFS layer files nor overlay upper dirs: mounted a tmpfs there (state will not survive a reboot)`,
-    required: true,
-  };
 }
 
 /**

@@ -12,7 +12,9 @@ import { compileOptions } from '../../src/config/options.js';
 import { findLeaks } from '../../src/host/leak-check.js';
 import { filesystemOf, readMounts } from '../../src/host/mounts.js';
 import { MNT_DETACH, umount } from '../../src/host/syscalls.js';
-import { fixDataDirFs, which } from '../../src/host/doctor.js';
+import { fixDataDirFs } from '../../src/host/data-dir-fs.js';
+import { dataDirImagePath, loopBackingFile } from '../../src/host/data-dir-image.js';
+import { which } from '../../src/host/doctor.js';
 import { buildBusyboxImage } from '../../src/image/builders/busybox.js';
 import { startAllInOne, type RunningDsec } from '../../src/runtime/all-in-one.js';
 import { TEST_STORE_POSTGRES, testStoreLocation } from './postgres.js';
@@ -58,13 +60,15 @@ process.on('exit', () => {
 });
 
 /**
- * Where /var/tmp is on overlayfs (the suite run in a container, or by fresh-machine): one tmpfs
- * for this test process, the one `dsec doctor` gives such a data dir (host/doctor.ts
- * fixDataDirFs), with every data dir made inside it. Tests that make an edge, a bench or a control
- * plane of their own, without doctor, would otherwise put overlay uppers and EROFS blobs on
- * overlayfs, which takes neither; and a dir inside the tmpfs, not a tmpfs of its own, is what a
- * test's own rmSync of its data dir can remove. Unmounted when the process exits (a process killed
- * first leaves it, under DATA_DIR_PREFIX, where the suite's leak check finds it). Elsewhere: /var/tmp.
+ * Where /var/tmp is on overlayfs (the suite run in a container, or by fresh-machine): one disk for
+ * this test process, the one `dsec doctor` gives such a data dir (host/data-dir-fs.ts
+ * fixDataDirFs: a sparse ext4 image beside it, loop-mounted; a tmpfs where no loop device can be
+ * had), with every data dir made inside it. Tests that make an edge, a bench or a control plane of
+ * their own, without doctor, would otherwise put overlay uppers and EROFS blobs on overlayfs, which
+ * takes neither; and a dir inside the mount, not a mount of its own, is what a test's own rmSync of
+ * its data dir can remove. Unmounted, and its image removed, when the process exits (a process
+ * killed first leaves both under DATA_DIR_PREFIX, where the suite's leak check finds the mount and
+ * the loop device). Elsewhere: /var/tmp.
  */
 let overlayRootBase: string | null | undefined;
 function dataDirParent(): string {
@@ -76,10 +80,13 @@ function dataDirParent(): string {
       overlayRootBase = base;
       process.on('exit', () => {
         try {
-          umount(base, MNT_DETACH); // lazily: a child tool still in it lets go when it ends
+          // Lazily: a child tool still in it lets go when it ends, and the loop device (autoclear)
+          // with it; the unlinked image's blocks are freed then.
+          umount(base, MNT_DETACH);
           rmdirSync(base);
+          rmSync(dataDirImagePath(base), { force: true });
         } catch (err) {
-          process.stderr.write(`# could not remove the overlay-root tmpfs ${base}: ${(err as Error).message}\n`);
+          process.stderr.write(`# could not remove the overlay-root data dir mount ${base}: ${(err as Error).message}\n`);
         }
       });
     }
@@ -89,14 +96,14 @@ function dataDirParent(): string {
 
 /**
  * A scratch dir for a test's own trees, as makeDataDir places data dirs: under /var/tmp, or in this
- * process's tmpfs where /var/tmp is overlayfs, which refuses what such trees need (mknod of an
+ * process's disk where /var/tmp is overlayfs, which refuses what such trees need (mknod of an
  * overlay whiteout, 0/0: EPERM). `name` ends up in the dir's name.
  */
 export function makeScratchDir(name: string): string {
   return mkdtempSync(join(dataDirParent(), `dsec-${name}-`));
 }
 
-/** A fresh data dir: under /var/tmp, or inside this process's tmpfs where /var/tmp is on overlayfs (dataDirParent). */
+/** A fresh data dir: under /var/tmp, or inside this process's disk where /var/tmp is on overlayfs (dataDirParent). */
 export function makeDataDir(): string {
   const dir = mkdtempSync(join(dataDirParent(), basename(DATA_DIR_PREFIX)));
   const caller =
@@ -177,27 +184,30 @@ export async function dataDirLeaks(dataDir: string, edgeId: string): Promise<str
 /**
  * Asserts a data dir holds nothing on the host any more (no sandbox or layer mount, cgroup, crun
  * container or sandbox directory), then removes it. Refuses to delete through a mount. The one
- * mount allowed is the tmpfs `dsec doctor` puts on a data dir that sits on overlayfs: it is
- * unmounted first.
+ * mount allowed is the one `dsec doctor` puts on a data dir that sits on overlayfs (its ext4
+ * image, or a tmpfs): it is unmounted first, and the image removed.
  */
 export async function assertCleanAndRemove(dataDir: string, edgeId: string): Promise<void> {
   assert.ok(dataDir.startsWith(DATA_DIR_PREFIX), `refusing to remove ${dataDir}: not a test data dir`);
   const leaks = await dataDirLeaks(dataDir, edgeId);
-  const doctorTmpfs = readMounts().some((m) => m.mountPoint === dataDir && m.fsType === 'tmpfs');
+  const doctorMount = readMounts().some(
+    (m) => m.mountPoint === dataDir && (m.fsType === 'tmpfs' || loopBackingFile(m)?.startsWith(dataDirImagePath(dataDir))),
+  );
   // The edge's nosuid,nodev bind of node/sandboxes onto itself stays when an edge dies without a
   // killAll shutdown; with nothing mounted below it, it holds nothing of a sandbox.
   const sandboxesBind = join(dataDir, 'node', 'sandboxes');
   const onlyBind = !mountsBelow(dataDir).some((mp) => mp.startsWith(`${sandboxesBind}/`));
   if (onlyBind && mountsBelow(dataDir).includes(sandboxesBind)) umount(sandboxesBind, 2);
-  const mounts = mountsBelow(dataDir).filter((mp) => !(doctorTmpfs && mp === dataDir));
+  const mounts = mountsBelow(dataDir).filter((mp) => !(doctorMount && mp === dataDir));
   if (mounts.length > 0) {
     // Never rm -rf through a mount: that would delete a layer's or a sandbox's files (or worse).
     throw new Error(`data dir ${dataDir} still has mounts; NOT removing it:\n  ${mounts.join('\n  ')}\nleaks: ${JSON.stringify(leaks)}`);
   }
   assert.deepEqual(leaks, [], `dsec leaked resources of ${dataDir}`);
-  if (doctorTmpfs) umount(dataDir);
+  if (doctorMount) umount(dataDir);
   if (mountsBelow(dataDir).length > 0) throw new Error(`data dir ${dataDir} is still a mount point; NOT removing it`);
   rmSync(dataDir, { recursive: true, force: true });
+  rmSync(dataDirImagePath(dataDir), { force: true });
 }
 
 /** Starts one shared server for a test file (call from `before`, close from `after`). */

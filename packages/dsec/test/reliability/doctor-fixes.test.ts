@@ -1,6 +1,7 @@
 /**
  * `dsec doctor`'s fixes for hosts where dsec runs inside a container: a data dir on an overlay
- * root gets a tmpfs on which device nodes work (debootstrap makes and opens them), and a cgroup v1
+ * root with no room for a disk image (data-dir-disk.test.ts) gets the fallback tmpfs, on which
+ * device nodes work (debootstrap makes and opens them), and a cgroup v1
  * controller mounted only in another mount namespace is mounted where crun looks for it.
  * Both run against real mounts: an overlayfs made here, and a private mount namespace (unshare)
  * in which the hugetlb hierarchy is unmounted, as it is beside another dsec's container.
@@ -10,7 +11,8 @@ import { spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fixDataDirFs, unmountedV1Controllers, v1MountGroups } from '../../src/host/doctor.js';
+import { fixDataDirFs } from '../../src/host/data-dir-fs.js';
+import { unmountedV1Controllers, v1MountGroups } from '../../src/host/doctor.js';
 import { readMounts } from '../../src/host/mounts.js';
 import { MS_NODEV, MS_NOSUID, mount, umount } from '../../src/host/syscalls.js';
 
@@ -42,7 +44,8 @@ describe('doctor: a data dir on an overlay root', { skip: rootSkip, timeout: 60_
   before(() => {
     base = mkdtempSync('/var/tmp/dsec-test-overlayroot-');
     // The overlay's own dirs on a tmpfs: /var/tmp may be overlayfs itself (dsec's tests in a
-    // container), which cannot be an overlay's upper dir.
+    // container), which cannot be an overlay's upper dir. 64 MiB is below the smallest disk image
+    // doctor makes (IMAGE_MIN_BYTES), so it falls back to a tmpfs.
     mount('tmpfs', base, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0700,size=64m');
     for (const d of ['lower', 'upper', 'work', 'merged']) mkdirSync(join(base, d));
     merged = join(base, 'merged');
@@ -56,10 +59,11 @@ describe('doctor: a data dir on an overlay root', { skip: rootSkip, timeout: 60_
     if (base && !readMounts().some((m) => m.mountPoint.startsWith(`${base}/`))) rmSync(base, { recursive: true, force: true });
   });
 
-  test('the tmpfs doctor mounts lets a build use the device nodes it makes', () => {
+  test('without room for a disk image, the tmpfs doctor mounts instead lets a build use the device nodes it makes', () => {
     const check = fixDataDirFs(dataDir);
     assert.equal(check.ok, true, check.detail);
-    assert.match(check.fixed ?? '', /mounted a tmpfs/);
+    assert.match(check.fixed ?? '', /no disk image could be mounted there \(less than .* GiB free .*\): mounted a tmpfs instead/);
+    assert.ok(!existsSync(`${dataDir}.img`), 'no image is left behind');
     const m = mounted(dataDir);
     assert.equal(m?.fsType, 'tmpfs');
     assert.ok(!m.options.includes('nodev'), `mounted with ${m.options.join(',')}`);
