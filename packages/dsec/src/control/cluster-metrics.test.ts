@@ -55,6 +55,16 @@ function edgeInfo(id: string, lazyFetched?: number): EdgeInfo {
                   digestMismatches: 0,
                   mounted: true,
                 },
+                {
+                  digest: 'sha256:bb',
+                  sizeBytes: 4 * MiB,
+                  cachedBytes: MiB,
+                  fetchedBytes: MiB,
+                  fetchedChunks: 1,
+                  failedFetches: 0,
+                  digestMismatches: 0,
+                  mounted: true,
+                },
               ],
               sandboxes: [],
             },
@@ -80,6 +90,11 @@ describe('cluster metrics', () => {
         { status: 'lost', edge: 'b' },
       ],
       batches: () => batches,
+      images: () => [
+        { id: 'sha256:i1', names: ['py:latest'], layers: ['sha256:aa', 'sha256:bb'], sizeBytes: 12 * MiB },
+        { id: 'sha256:i2', names: [], layers: ['sha256:aa', 'sha256:cc'], sizeBytes: 16 * MiB },
+        { id: 'sha256:i3', names: ['never-read'], layers: ['sha256:dd'], sizeBytes: MiB },
+      ],
     };
     const metrics = new ClusterMetrics(registry, view);
     await metrics.refresh();
@@ -96,6 +111,13 @@ describe('cluster metrics', () => {
     has('dsec_layer_cache_misses_total{edge="a",pool="default"} 2');
     has(`dsec_layer_cache_fetched_bytes_total{edge="a",pool="default"} ${3 * MiB}`);
     has(`dsec_lazy_fetched_bytes_total{edge="a",pool="default"} ${2 * MiB}`);
+    // Per image: its layers' bytes summed (aa 2 MiB + bb 1 MiB), a shared layer counting in each image.
+    has(`dsec_lazy_image_fetched_bytes_total{edge="a",pool="default",image="sha256:i1",name="py:latest"} ${3 * MiB}`);
+    has('dsec_lazy_image_fetched_ratio{edge="a",pool="default",image="sha256:i1",name="py:latest"} 0.25');
+    has(`dsec_lazy_image_fetched_bytes_total{edge="a",pool="default",image="sha256:i2",name=""} ${2 * MiB}`);
+    has('dsec_lazy_image_fetched_ratio{edge="a",pool="default",image="sha256:i2",name=""} 0.125');
+    assert.doesNotMatch(text, /image="sha256:i3"/, 'an image none of whose layers the edge read has no series');
+    assert.doesNotMatch(text, /dsec_lazy_image_fetched_bytes_total\{edge="b"/, 'nor an edge without lazy layers');
     has('dsec_lazy_failed_fetches_total{edge="a",pool="default"} 1');
     assert.doesNotMatch(text, /dsec_lazy_fetched_bytes_total\{edge="b"/, 'an edge without lazy layers has no lazy series');
     has('dsec_batches_running 1');

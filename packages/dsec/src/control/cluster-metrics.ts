@@ -10,6 +10,8 @@ export interface ClusterView {
   sandboxes(): Promise<{ status: SandboxStatus; edge: string }[]>;
   /** Batches being driven now. */
   batches(): { id: string; count: number; placed: number; running: number; failed: number }[];
+  /** The images the store holds, with their layers: lazy bytes are summed per image from these. */
+  images(): { id: string; names: string[]; layers: string[]; sizeBytes: number }[];
 }
 
 /**
@@ -28,6 +30,8 @@ export class ClusterMetrics {
   readonly #edges: Gauge<'edge' | 'pool' | 'state'>;
   readonly #edgeGauges: Record<string, Gauge<'edge' | 'pool'>>;
   readonly #edgeCounters: Record<string, Counter<'edge' | 'pool'>>;
+  readonly #imageFetched: Counter<'edge' | 'pool' | 'image' | 'name'>;
+  readonly #imageFetchedRatio: Gauge<'edge' | 'pool' | 'image' | 'name'>;
   readonly #batchItems: Gauge<'batch' | 'state'>;
   readonly #batches: Gauge;
 
@@ -88,6 +92,18 @@ export class ClusterMetrics {
       lazyEvictedChunks: counter('dsec_lazy_evicted_chunks_total', 'Lazy-layer chunks evicted to keep the layer cache within its budget.'),
       lazyFailedFetches: counter('dsec_lazy_failed_fetches_total', 'Chunk fetches that failed after every retry (the reader got EIO).'),
     };
+    this.#imageFetched = new Counter({
+      name: 'dsec_lazy_image_fetched_bytes_total',
+      help: "Bytes of an image's layers fetched lazily by the edge (the sum over its layers; a layer two images share counts in each).",
+      labelNames: ['edge', 'pool', 'image', 'name'] as const,
+      registers,
+    });
+    this.#imageFetchedRatio = new Gauge({
+      name: 'dsec_lazy_image_fetched_ratio',
+      help: "dsec_lazy_image_fetched_bytes_total over the image's size: the share of the image the edge read (above 1 after refetches of evicted chunks).",
+      labelNames: ['edge', 'pool', 'image', 'name'] as const,
+      registers,
+    });
     this.#batchItems = new Gauge({
       name: 'dsec_batch_items',
       help: 'Items of each running batch by state (count: all items; placed, running, failed so far).',
@@ -115,6 +131,9 @@ export class ClusterMetrics {
     this.#edges.reset();
     for (const g of Object.values(this.#edgeGauges)) g.reset();
     for (const c of Object.values(this.#edgeCounters)) c.reset();
+    this.#imageFetched.reset();
+    this.#imageFetchedRatio.reset();
+    const images = edges.some((e) => e.info.layerCache.lazy) ? this.view.images() : [];
     for (const e of edges) {
       const l = { edge: e.id, pool: e.pool };
       const cap = e.info.capacity;
@@ -152,6 +171,7 @@ export class ClusterMetrics {
           l,
           cache.lazy.layers.reduce((n, x) => n + x.failedFetches, 0),
         );
+        this.#setImageBytes(l, cache.lazy.layers, images);
       }
     }
 
@@ -163,6 +183,22 @@ export class ClusterMetrics {
       this.#batchItems.set({ batch: b.id, state: 'placed' }, b.placed);
       this.#batchItems.set({ batch: b.id, state: 'running' }, b.running);
       this.#batchItems.set({ batch: b.id, state: 'failed' }, b.failed);
+    }
+  }
+
+  /** Per image the edge read from: its layers' fetched bytes summed, and that over the image's size. */
+  #setImageBytes(
+    l: { edge: string; pool: string },
+    layers: { digest: string; fetchedBytes: number }[],
+    images: { id: string; names: string[]; layers: string[]; sizeBytes: number }[],
+  ): void {
+    const fetched = new Map(layers.map((x) => [x.digest, x.fetchedBytes]));
+    for (const img of images) {
+      if (!img.layers.some((d) => fetched.has(d))) continue;
+      const bytes = img.layers.reduce((n, d) => n + (fetched.get(d) ?? 0), 0);
+      const labels = { ...l, image: img.id, name: img.names[0] ?? '' };
+      this.#imageFetched.inc(labels, bytes);
+      if (img.sizeBytes > 0) this.#imageFetchedRatio.set(labels, bytes / img.sizeBytes);
     }
   }
 }

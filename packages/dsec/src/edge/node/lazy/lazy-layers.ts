@@ -51,6 +51,8 @@ export class LazyLayers implements LayerBlobs {
   readonly #layers = new Map<LayerDigest, Layer>();
   readonly #pending = new Map<LayerDigest, Promise<string>>();
   readonly #published = new Set<LayerDigest>();
+  /** Prefetch lists on their way to the store: an edge closing waits for them, or they would be lost. */
+  readonly #publishing = new Set<Promise<void>>();
   #clock = 0;
   #evictedChunks = 0;
 
@@ -90,8 +92,14 @@ export class LazyLayers implements LayerBlobs {
 
   unmounted(digest: LayerDigest): void {
     this.#touch(digest);
-    void this.#publishPrefetch(digest);
+    const publishing = this.#publishPrefetch(digest).finally(() => this.#publishing.delete(publishing));
+    this.#publishing.add(publishing);
     this.#evictToBudget();
+  }
+
+  /** Resolves once every prefetch list sent so far reached the store (or failed to). */
+  async published(): Promise<void> {
+    while (this.#publishing.size) await Promise.all(this.#publishing);
   }
 
   /**
@@ -149,6 +157,7 @@ export class LazyLayers implements LayerBlobs {
 
   /** At edge close with every layer unmounted: stops the daemon. */
   async stop(): Promise<void> {
+    await this.published();
     await this.daemon.stop();
   }
 
