@@ -51,6 +51,9 @@ function edgeInfo(id: string, lazyFetched?: number): EdgeInfo {
                   cachedBytes: 2 * MiB,
                   fetchedBytes: lazyFetched,
                   fetchedChunks: 2,
+                  readBytes: lazyFetched / 2,
+                  readChunks: 1,
+                  prefetchedBytes: lazyFetched / 2,
                   failedFetches: 1,
                   digestMismatches: 0,
                   mounted: true,
@@ -61,6 +64,9 @@ function edgeInfo(id: string, lazyFetched?: number): EdgeInfo {
                   cachedBytes: MiB,
                   fetchedBytes: MiB,
                   fetchedChunks: 1,
+                  readBytes: MiB,
+                  readChunks: 1,
+                  prefetchedBytes: 0,
                   failedFetches: 0,
                   digestMismatches: 0,
                   mounted: true,
@@ -111,11 +117,13 @@ describe('cluster metrics', () => {
     has('dsec_layer_cache_misses_total{edge="a",pool="default"} 2');
     has(`dsec_layer_cache_fetched_bytes_total{edge="a",pool="default"} ${3 * MiB}`);
     has(`dsec_lazy_fetched_bytes_total{edge="a",pool="default"} ${2 * MiB}`);
-    // Per image: its layers' bytes summed (aa 2 MiB + bb 1 MiB), a shared layer counting in each image.
+    // Per image: its layers' bytes summed (read: aa 1 MiB + bb 1 MiB; fetched: 2 + 1 MiB), a shared layer counting in each image.
+    has(`dsec_lazy_image_read_bytes_total{edge="a",pool="default",image="sha256:i1",name="py:latest"} ${2 * MiB}`);
     has(`dsec_lazy_image_fetched_bytes_total{edge="a",pool="default",image="sha256:i1",name="py:latest"} ${3 * MiB}`);
-    has('dsec_lazy_image_fetched_ratio{edge="a",pool="default",image="sha256:i1",name="py:latest"} 0.25');
+    has(`dsec_lazy_image_read_ratio{edge="a",pool="default",image="sha256:i1",name="py:latest"} ${2 / 12}`);
+    has(`dsec_lazy_image_read_bytes_total{edge="a",pool="default",image="sha256:i2",name=""} ${MiB}`);
     has(`dsec_lazy_image_fetched_bytes_total{edge="a",pool="default",image="sha256:i2",name=""} ${2 * MiB}`);
-    has('dsec_lazy_image_fetched_ratio{edge="a",pool="default",image="sha256:i2",name=""} 0.125');
+    has('dsec_lazy_image_read_ratio{edge="a",pool="default",image="sha256:i2",name=""} 0.0625');
     assert.doesNotMatch(text, /image="sha256:i3"/, 'an image none of whose layers the edge read has no series');
     assert.doesNotMatch(text, /dsec_lazy_image_fetched_bytes_total\{edge="b"/, 'nor an edge without lazy layers');
     has('dsec_lazy_failed_fetches_total{edge="a",pool="default"} 1');

@@ -135,6 +135,9 @@ export class LazyLayers implements LayerBlobs {
         cachedBytes: this.#cachedBytes(digest, l),
         fetchedBytes: f?.bytes ?? 0,
         fetchedChunks: f?.chunks ?? 0,
+        readBytes: f?.readBytes ?? 0,
+        readChunks: f?.readChunks ?? 0,
+        prefetchedBytes: f?.prefetchedBytes ?? 0,
         failedFetches: f?.failed ?? 0,
         digestMismatches: f?.mismatches ?? 0,
         mounted: this.opts.inUse(digest),
@@ -146,7 +149,7 @@ export class LazyLayers implements LayerBlobs {
       fetchedBytes: layers.reduce((n, l) => n + l.fetchedBytes, 0),
       evictedChunks: this.#evictedChunks,
       layers,
-      sandboxes: [...this.#sandboxStats()].map(([id, f]) => ({ id, fetchedBytes: f.bytes, fetchedChunks: f.chunks })),
+      sandboxes: [...this.#sandboxStats()].map(([id, f]) => ({ id, readBytes: f.bytes, readChunks: f.chunks })),
     };
   }
 
@@ -275,16 +278,37 @@ export class LazyLayers implements LayerBlobs {
     }
   }
 
-  /** The daemon's counters per blob hex (DIR/stats, rewritten after every fetch). */
-  #daemonStats(): Map<string, { bytes: number; chunks: number; failed: number; mismatches: number }> {
-    const out = new Map<string, { bytes: number; chunks: number; failed: number; mismatches: number }>();
+  /**
+   * The daemon's counters per blob hex (DIR/stats, rewritten after every fetch and first read).
+   * A daemon adopted from before the read counters were added writes the first four only.
+   */
+  #daemonStats(): Map<string, DaemonBlobStats> {
+    const out = new Map<string, DaemonBlobStats>();
     for (const line of this.#statsLines()) {
-      const [hex, bytes, chunks, failed, mismatches] = line.split(' ');
+      const [hex, bytes, chunks, failed, mismatches, readBytes, readChunks, prefetchedBytes] = line.split(' ');
       if (hex && hex !== 'sandbox' && mismatches !== undefined)
-        out.set(hex, { bytes: Number(bytes), chunks: Number(chunks), failed: Number(failed), mismatches: Number(mismatches) });
+        out.set(hex, {
+          bytes: Number(bytes),
+          chunks: Number(chunks),
+          failed: Number(failed),
+          mismatches: Number(mismatches),
+          readBytes: Number(readBytes ?? 0),
+          readChunks: Number(readChunks ?? 0),
+          prefetchedBytes: Number(prefetchedBytes ?? 0),
+        });
     }
     return out;
   }
+}
+
+interface DaemonBlobStats {
+  bytes: number;
+  chunks: number;
+  failed: number;
+  mismatches: number;
+  readBytes: number;
+  readChunks: number;
+  prefetchedBytes: number;
 }
 
 function hexOf(digest: LayerDigest): string {
