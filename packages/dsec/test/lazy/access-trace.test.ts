@@ -5,8 +5,9 @@
  * trace is ignored or costs bytes, and every chunk, prefetched or not, is checked against its digest.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { constants, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { constants, existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -138,6 +139,35 @@ describe('access traces of lazy layers', { skip: skipReason(), timeout: 120_000 
     const path = await node.ensure(digest);
     assert.deepEqual(await readAt(path, CHUNK, 4096), data.subarray(CHUNK, CHUNK + 4096));
     assert.deepEqual(cachedChunks(node, digest, 4), [0, 1]);
+  });
+
+  test('a sandbox is charged for the chunks it read first, the same whether the prefetcher or it fetched them', async () => {
+    const { digest } = await addBlob(6);
+    writeFileSync(tracePath(digest), JSON.stringify({ chunks: [1, 2] }));
+    const node = coldNode();
+    const path = await node.ensure(digest);
+    await untilCached(node, digest, [1, 2], 6); // the prefetcher got 1 and 2 before anyone read them
+    // A reader in a sandbox's cgroup (the daemon finds the sandbox from the FUSE request's pid).
+    const id = `sb-tracetest${randomBytes(4).toString('hex')}`;
+    const cg = join('/sys/fs/cgroup/pids/dsec', id);
+    mkdirSync(cg, { recursive: true });
+    try {
+      await new Promise<void>((res, rej) => {
+        const script = `echo $$ > ${cg}/cgroup.procs && exec dd if=${path} bs=4096 skip=${CHUNK / 4096} count=${(3 * CHUNK) / 4096} iflag=direct status=none of=/dev/null`;
+        const sh = spawn('sh', ['-c', script], { stdio: ['ignore', 'ignore', 'pipe'] });
+        let err = '';
+        sh.stderr.on('data', (b: Buffer) => (err += String(b)));
+        sh.on('close', (code) => (code === 0 ? res() : rej(new Error(`reader: ${err.trim()}`))));
+      });
+      const mine = node.stats().sandboxes.find((x) => x.id === id);
+      assert.deepEqual(mine, { id, readBytes: 3 * CHUNK, readChunks: 3 }, 'chunks 1 and 2 (prefetched) and 3 (fetched on demand)');
+      const layer = node.stats().layers.find((l) => l.digest === digest)!;
+      assert.equal(layer.prefetchedBytes, 2 * CHUNK);
+      assert.equal(layer.readBytes, 4 * CHUNK, "chunk 0 (the superblock, read by ensure) and the reader's three");
+      assert.equal(layer.fetchedBytes, 4 * CHUNK);
+    } finally {
+      rmdirSync(cg);
+    }
   });
 
   test('a prefetched chunk is checked like any other: a corrupt one is refused and fetched again', async () => {
