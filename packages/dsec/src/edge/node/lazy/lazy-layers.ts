@@ -42,9 +42,11 @@ interface Layer {
  * cache's budget: when the two together exceed it, the chunks of the least recently used layers
  * that nothing mounts are deleted (fetched again if a later sandbox reads them).
  *
- * Prefetch: the daemon logs which chunks were read through the mount, in first-read order. When a
- * layer's last mount goes, that log becomes the layer's prefetch list in the blob store (once per
- * layer), and a node mounting the layer later starts fetching those chunks in the background.
+ * Access trace (prefetch): the daemon logs which chunks were read through the mount, in first-read
+ * order. When a layer's last mount goes, that log becomes the layer's prefetch list in the blob
+ * store (once per layer; closing waits for it to land), and a node mounting the layer later starts
+ * fetching those chunks in the background. The daemon counts chunks read apart from chunks fetched,
+ * so what a node's workloads read does not depend on whether a trace was there to prefetch.
  */
 export class LazyLayers implements LayerBlobs {
   readonly daemon: ChunkDaemon;
