@@ -9,7 +9,8 @@
  *
  * The edge writes, per blob, `DIR/<hex>/index` (text: "dsec-chunks 1", "size N", "chunk N", then one
  * hex sha256 per chunk) and, optionally, `DIR/<hex>/prefetch` (chunk numbers, one a line), and reads
- * back `DIR/stats` (per blob: bytes and chunks fetched, failed fetches, digest mismatches) and
+ * back `DIR/stats` (per blob: bytes and chunks fetched, failed fetches, digest mismatches, bytes and chunks
+ * read, bytes prefetched; per sandbox: bytes and chunks it read first on the node) and
  * `DIR/<hex>/touched` (chunks read through the mount, in first-read order: the prefetch list of the
  * next node). Chunks live at `DIR/<hex>/c<N>`; the edge may delete them to evict (they are fetched
  * again on the next read). The blob store is named in `DIR/source` (mode 0600: its base URL on the
@@ -52,10 +53,14 @@ struct blob {
 	uint8_t *touched;
 	uint32_t *failures; /* per chunk: completed failed fetches, so waiters learn the outcome */
 	uint64_t fetched_bytes, fetched_chunks, failed_fetches, mismatches;
+	/* Chunks read through the mount (each once): what the node's workloads needed. Unlike the
+	 * fetched counts, this does not depend on whether the prefetcher or a reader got a chunk first. */
+	uint64_t read_bytes, read_chunks;
+	uint64_t prefetched_bytes; /* fetched by the prefetcher, read or not */
 	struct blob *next;
 };
 
-/* Bytes fetched on behalf of one sandbox: the cgroup of the process whose read missed the cache. */
+/* Chunks one sandbox read first on the node (the cgroup of the first process to read each). */
 struct sandbox_stat {
 	char id[96];
 	uint64_t bytes, chunks;
@@ -122,8 +127,8 @@ static void write_stats_locked(void) {
 	if (!f) return;
 	for (struct blob *b = g.blobs; b; b = b->next) {
 		pthread_mutex_lock(&b->mu);
-		fprintf(f, "%s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", b->hex, b->fetched_bytes, b->fetched_chunks,
-			b->failed_fetches, b->mismatches);
+		fprintf(f, "%s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", b->hex, b->fetched_bytes,
+			b->fetched_chunks, b->failed_fetches, b->mismatches, b->read_bytes, b->read_chunks, b->prefetched_bytes);
 		pthread_mutex_unlock(&b->mu);
 	}
 	for (struct sandbox_stat *s = g.sandboxes; s; s = s->next) fprintf(f, "sandbox %s %" PRIu64 " %" PRIu64 "\n", s->id, s->bytes, s->chunks);
@@ -155,7 +160,7 @@ static void sandbox_of(pid_t pid, char *out, size_t n) {
 	fclose(f);
 }
 
-/* Counts a fetch against the sandbox whose process read the chunk first. */
+/* Counts a chunk against the sandbox whose process read it first on the node. */
 static void charge_sandbox(pid_t pid, uint64_t bytes) {
 	char id[96];
 	sandbox_of(pid, id, sizeof id);
@@ -421,21 +426,28 @@ static int fetch_chunk(struct blob *b, uint32_t i, pid_t reader) {
 	if (rc == 0) {
 		b->fetched_bytes += len;
 		b->fetched_chunks++;
+		if (reader == 0) b->prefetched_bytes += len;
 	} else {
 		b->failed_fetches++;
 	}
 	pthread_mutex_unlock(&b->mu);
-	if (rc == 0) charge_sandbox(reader, len);
 	write_stats();
 	return rc;
 }
 
-static void record_touch(struct blob *b, uint32_t i) {
+/* A chunk read through the mount: its first read counts (blob and sandbox) and joins the trace. */
+static void record_touch(struct blob *b, uint32_t i, pid_t reader) {
 	pthread_mutex_lock(&b->mu);
 	int first = !b->touched[i];
 	b->touched[i] = 1;
+	if (first) {
+		b->read_bytes += chunk_len(b, i);
+		b->read_chunks++;
+	}
 	pthread_mutex_unlock(&b->mu);
 	if (!first) return;
+	charge_sandbox(reader, chunk_len(b, i));
+	write_stats();
 	char path[4096], line[32];
 	snprintf(path, sizeof path, "%s/%s/touched", g.cache, b->hex);
 	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
@@ -476,24 +488,54 @@ static int open_chunk(struct blob *b, uint32_t i, pid_t reader) {
 	}
 }
 
+/*
+ * Fetches running at once for one blob's prefetch list. One at a time left the trace behind the
+ * sandbox it was meant to lead (each chunk waits a round trip); four keep ahead of it on a loopback
+ * store while leaving the FUSE threads' own fetches a share of the link.
+ */
+#define PREFETCH_WORKERS 4
+
+struct prefetch {
+	struct blob *b;
+	uint32_t *list;
+	size_t len;
+	size_t next; /* atomic: the list entry the next free worker takes */
+	unsigned done; /* atomic */
+};
+
+static void *prefetch_worker(void *arg) {
+	struct prefetch *p = arg;
+	for (;;) {
+		size_t k = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+		if (k >= p->len) return NULL;
+		int fd = open_chunk(p->b, p->list[k], 0);
+		if (fd >= 0) {
+			close(fd);
+			__atomic_fetch_add(&p->done, 1, __ATOMIC_RELAXED);
+		}
+	}
+}
+
+/* Reads DIR/<hex>/prefetch (chunk numbers in first-read order; it stops at the first non-number) and fetches them. */
 static void *prefetch_main(void *arg) {
 	struct blob *b = arg;
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s/prefetch", g.cache, b->hex);
 	FILE *f = fopen(path, "r");
 	if (!f) return NULL;
+	struct prefetch p = { .b = b, .list = calloc(b->nchunks + 1, sizeof(uint32_t)) };
 	unsigned long i;
-	unsigned n = 0;
-	while (fscanf(f, "%lu", &i) == 1) {
-		if (i >= b->nchunks) continue;
-		int fd = open_chunk(b, (uint32_t)i, 0);
-		if (fd >= 0) {
-			close(fd);
-			n++;
-		}
-	}
+	while (p.list && p.len < b->nchunks && fscanf(f, "%lu", &i) == 1)
+		if (i < b->nchunks) p.list[p.len++] = (uint32_t)i;
 	fclose(f);
-	logf_("sha256:%s: prefetched %u chunks", b->hex, n);
+	pthread_t workers[PREFETCH_WORKERS];
+	int started = 0;
+	for (; started < PREFETCH_WORKERS && (size_t)started < p.len; started++)
+		if (pthread_create(&workers[started], NULL, prefetch_worker, &p) != 0) break;
+	if (started == 0) prefetch_worker(&p); /* no thread to spare: fetch them here */
+	for (int w = 0; w < started; w++) pthread_join(workers[w], NULL);
+	logf_("sha256:%s: prefetched %u of %zu chunks", b->hex, p.done, p.len);
+	free(p.list);
 	return NULL;
 }
 
@@ -577,9 +619,10 @@ static int op_read(const char *path, char *buf, size_t size, off_t off, struct f
 		if (n > chunk_len(b, i) - in) n = (size_t)(chunk_len(b, i) - in);
 		/* Never a short read on failure: the kernel would take it for the end of the file,
 		 * zero-fill the rest of the pages and shrink the file's size. */
-		int fd = open_chunk(b, i, fuse_get_context()->pid);
+		pid_t reader = fuse_get_context()->pid;
+		int fd = open_chunk(b, i, reader);
 		if (fd < 0) return fd;
-		record_touch(b, i);
+		record_touch(b, i, reader);
 		ssize_t r = pread(fd, buf + done, n, (off_t)in);
 		close(fd);
 		if (r != (ssize_t)n) {

@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { Type, type Static } from 'typebox';
 import { Value } from 'typebox/value';
 import { DEFAULT_DATA_DIR } from '@dsec/sdk';
+import { DEFAULT_CHUNK_SIZE } from '../image/chunk-index.js';
 
 /**
  * Every option dsec's server accepts, with its default and environment variable. Flags, env and
@@ -73,7 +74,7 @@ export const ServerOptions = Type.Object(
      * DSEC_LAYER_CHUNK_KIB: chunk size of the per-chunk digest lists recorded for new layers, in KiB
      * (the unit lazy nodes fetch and verify). Layers keep the size they were recorded with.
      */
-    layerChunkKiB: Type.Integer({ default: 1024, minimum: 4, maximum: 1024 * 1024 }),
+    layerChunkKiB: Type.Integer({ default: DEFAULT_CHUNK_SIZE / 1024, minimum: 4, maximum: 1024 * 1024 }),
     /**
      * DSEC_USERNS: run each container sandbox in a user namespace of its own, so its root is an
      * unprivileged host uid range (65,536 ids, claimed host-wide) instead of host root; layers and

@@ -51,7 +51,23 @@ function edgeInfo(id: string, lazyFetched?: number): EdgeInfo {
                   cachedBytes: 2 * MiB,
                   fetchedBytes: lazyFetched,
                   fetchedChunks: 2,
+                  readBytes: lazyFetched / 2,
+                  readChunks: 1,
+                  prefetchedBytes: lazyFetched / 2,
                   failedFetches: 1,
+                  digestMismatches: 0,
+                  mounted: true,
+                },
+                {
+                  digest: 'sha256:bb',
+                  sizeBytes: 4 * MiB,
+                  cachedBytes: MiB,
+                  fetchedBytes: MiB,
+                  fetchedChunks: 1,
+                  readBytes: MiB,
+                  readChunks: 1,
+                  prefetchedBytes: 0,
+                  failedFetches: 0,
                   digestMismatches: 0,
                   mounted: true,
                 },
@@ -80,6 +96,11 @@ describe('cluster metrics', () => {
         { status: 'lost', edge: 'b' },
       ],
       batches: () => batches,
+      images: () => [
+        { id: 'sha256:i1', names: ['py:latest'], layers: ['sha256:aa', 'sha256:bb'], sizeBytes: 12 * MiB },
+        { id: 'sha256:i2', names: [], layers: ['sha256:aa', 'sha256:cc'], sizeBytes: 16 * MiB },
+        { id: 'sha256:i3', names: ['never-read'], layers: ['sha256:dd'], sizeBytes: MiB },
+      ],
     };
     const metrics = new ClusterMetrics(registry, view);
     await metrics.refresh();
@@ -96,6 +117,15 @@ describe('cluster metrics', () => {
     has('dsec_layer_cache_misses_total{edge="a",pool="default"} 2');
     has(`dsec_layer_cache_fetched_bytes_total{edge="a",pool="default"} ${3 * MiB}`);
     has(`dsec_lazy_fetched_bytes_total{edge="a",pool="default"} ${2 * MiB}`);
+    // Per image: its layers' bytes summed (read: aa 1 MiB + bb 1 MiB; fetched: 2 + 1 MiB), a shared layer counting in each image.
+    has(`dsec_lazy_image_read_bytes_total{edge="a",pool="default",image="sha256:i1",name="py:latest"} ${2 * MiB}`);
+    has(`dsec_lazy_image_fetched_bytes_total{edge="a",pool="default",image="sha256:i1",name="py:latest"} ${3 * MiB}`);
+    has(`dsec_lazy_image_read_ratio{edge="a",pool="default",image="sha256:i1",name="py:latest"} ${2 / 12}`);
+    has(`dsec_lazy_image_read_bytes_total{edge="a",pool="default",image="sha256:i2",name=""} ${MiB}`);
+    has(`dsec_lazy_image_fetched_bytes_total{edge="a",pool="default",image="sha256:i2",name=""} ${2 * MiB}`);
+    has('dsec_lazy_image_read_ratio{edge="a",pool="default",image="sha256:i2",name=""} 0.0625');
+    assert.doesNotMatch(text, /image="sha256:i3"/, 'an image none of whose layers the edge read has no series');
+    assert.doesNotMatch(text, /dsec_lazy_image_fetched_bytes_total\{edge="b"/, 'nor an edge without lazy layers');
     has('dsec_lazy_failed_fetches_total{edge="a",pool="default"} 1');
     assert.doesNotMatch(text, /dsec_lazy_fetched_bytes_total\{edge="b"/, 'an edge without lazy layers has no lazy series');
     has('dsec_batches_running 1');

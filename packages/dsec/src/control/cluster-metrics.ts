@@ -10,6 +10,8 @@ export interface ClusterView {
   sandboxes(): Promise<{ status: SandboxStatus; edge: string }[]>;
   /** Batches being driven now. */
   batches(): { id: string; count: number; placed: number; running: number; failed: number }[];
+  /** The images the store holds, with their layers: lazy bytes are summed per image from these. */
+  images(): { id: string; names: string[]; layers: string[]; sizeBytes: number }[];
 }
 
 /**
@@ -28,6 +30,9 @@ export class ClusterMetrics {
   readonly #edges: Gauge<'edge' | 'pool' | 'state'>;
   readonly #edgeGauges: Record<string, Gauge<'edge' | 'pool'>>;
   readonly #edgeCounters: Record<string, Counter<'edge' | 'pool'>>;
+  readonly #imageRead: Counter<'edge' | 'pool' | 'image' | 'name'>;
+  readonly #imageFetched: Counter<'edge' | 'pool' | 'image' | 'name'>;
+  readonly #imageReadRatio: Gauge<'edge' | 'pool' | 'image' | 'name'>;
   readonly #batchItems: Gauge<'batch' | 'state'>;
   readonly #batches: Gauge;
 
@@ -88,6 +93,25 @@ export class ClusterMetrics {
       lazyEvictedChunks: counter('dsec_lazy_evicted_chunks_total', 'Lazy-layer chunks evicted to keep the layer cache within its budget.'),
       lazyFailedFetches: counter('dsec_lazy_failed_fetches_total', 'Chunk fetches that failed after every retry (the reader got EIO).'),
     };
+    const imageLabels = ['edge', 'pool', 'image', 'name'] as const;
+    this.#imageRead = new Counter({
+      name: 'dsec_lazy_image_read_bytes_total',
+      help: "Bytes of an image's lazily loaded layers read on the edge, each chunk once (the sum over its layers; a layer two images share counts in each).",
+      labelNames: imageLabels,
+      registers,
+    });
+    this.#imageFetched = new Counter({
+      name: 'dsec_lazy_image_fetched_bytes_total',
+      help: "Bytes of an image's lazily loaded layers fetched from the blob store by the edge: read, prefetched from the access trace, fetched again after eviction.",
+      labelNames: imageLabels,
+      registers,
+    });
+    this.#imageReadRatio = new Gauge({
+      name: 'dsec_lazy_image_read_ratio',
+      help: "dsec_lazy_image_read_bytes_total over the image's size: the share of the image the edge's sandboxes needed.",
+      labelNames: imageLabels,
+      registers,
+    });
     this.#batchItems = new Gauge({
       name: 'dsec_batch_items',
       help: 'Items of each running batch by state (count: all items; placed, running, failed so far).',
@@ -115,6 +139,10 @@ export class ClusterMetrics {
     this.#edges.reset();
     for (const g of Object.values(this.#edgeGauges)) g.reset();
     for (const c of Object.values(this.#edgeCounters)) c.reset();
+    this.#imageRead.reset();
+    this.#imageFetched.reset();
+    this.#imageReadRatio.reset();
+    const images = edges.some((e) => e.info.layerCache.lazy) ? this.view.images() : [];
     for (const e of edges) {
       const l = { edge: e.id, pool: e.pool };
       const cap = e.info.capacity;
@@ -152,6 +180,7 @@ export class ClusterMetrics {
           l,
           cache.lazy.layers.reduce((n, x) => n + x.failedFetches, 0),
         );
+        this.#setImageBytes(l, cache.lazy.layers, images);
       }
     }
 
@@ -163,6 +192,28 @@ export class ClusterMetrics {
       this.#batchItems.set({ batch: b.id, state: 'placed' }, b.placed);
       this.#batchItems.set({ batch: b.id, state: 'running' }, b.running);
       this.#batchItems.set({ batch: b.id, state: 'failed' }, b.failed);
+    }
+  }
+
+  /** Per image with a layer on the edge's lazy store: its layers' read and fetched bytes summed, and the share read. */
+  #setImageBytes(
+    l: { edge: string; pool: string },
+    layers: { digest: string; fetchedBytes: number; readBytes?: number | undefined }[],
+    images: { id: string; names: string[]; layers: string[]; sizeBytes: number }[],
+  ): void {
+    const byDigest = new Map(layers.map((x) => [x.digest, x]));
+    for (const img of images) {
+      if (!img.layers.some((d) => byDigest.has(d))) continue;
+      const sum = (f: (x: { fetchedBytes: number; readBytes?: number | undefined }) => number) =>
+        img.layers.reduce((n, d) => n + (byDigest.has(d) ? f(byDigest.get(d)!) : 0), 0);
+      const read = sum((x) => x.readBytes ?? 0);
+      const labels = { ...l, image: img.id, name: img.names[0] ?? '' };
+      this.#imageRead.inc(labels, read);
+      this.#imageFetched.inc(
+        labels,
+        sum((x) => x.fetchedBytes),
+      );
+      if (img.sizeBytes > 0) this.#imageReadRatio.set(labels, read / img.sizeBytes);
     }
   }
 }

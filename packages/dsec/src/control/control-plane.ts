@@ -142,6 +142,7 @@ export class ControlPlane {
       },
       sandboxes: async () => store.sandboxes.list(),
       batches: () => this.batches.progress(),
+      images: () => images.list(),
     });
     this.pools = new WarmPools(
       store,

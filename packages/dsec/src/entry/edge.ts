@@ -6,4 +6,4 @@
 export { Edge } from '../edge/edge.js';
 export { HttpBlobSource } from '../edge/node/blob-source.js';
 export { BlobServerThread } from '../edge/node/lazy/blob-server-thread.js';
-export { computeChunkIndex } from '../image/chunk-index.js';
+export { computeChunkIndex, DEFAULT_CHUNK_SIZE } from '../image/chunk-index.js';

@@ -76,9 +76,10 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     assert.equal(layer.digestMismatches, 0);
     assert.equal(layer.mounted, true);
     assert.ok(cache.chargedBytes >= lazy.chunkBytes && lazy.chunkBytes > 0, 'chunk bytes count against the layer cache budget');
+    assert.ok(layer.readBytes! > 0 && layer.readBytes! <= layer.fetchedBytes, 'no trace yet: what was read is what was fetched, at most');
     const mine = lazy.sandboxes.find((x) => x.id === sb.id);
     assert.ok(
-      mine && mine.fetchedBytes > 0 && mine.fetchedBytes <= layer.fetchedBytes,
+      mine && mine.readBytes > 0 && mine.readBytes <= layer.readBytes!,
       `the sandbox's own first reads are charged to it: ${JSON.stringify(lazy.sandboxes)}`,
     );
     // /metrics exports the same counts (read from the edge at the scrape): lazy bytes fetched, at least those above.
@@ -87,6 +88,14 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     assert.ok((metrics.get('dsec_lazy_fetched_bytes_total', edge) ?? 0) >= lazy.fetchedBytes && lazy.fetchedBytes >= layer.fetchedBytes);
     assert.ok((metrics.get('dsec_lazy_chunk_cache_bytes', edge) ?? 0) > 0);
     assert.equal(metrics.get('dsec_lazy_failed_fetches_total', edge), 0);
+    // Per image: the image's layers summed (busybox has one), the same counts as the layer's while the sandbox idles.
+    const [image] = dsec!.images.list();
+    const perImage = { ...edge, image: image!.id, name: image!.names[0]! };
+    const now = (await call(conn(), 'GET', '/v1/nodes')).json as { nodes: { layerCache: LayerCacheStats }[] };
+    const layerNow = now.nodes[0]!.layerCache.lazy!.layers.find((l) => l.digest === image!.layers[0])!;
+    assert.equal(metrics.get('dsec_lazy_image_read_bytes_total', perImage), layerNow.readBytes);
+    assert.equal(metrics.get('dsec_lazy_image_fetched_bytes_total', perImage), layerNow.fetchedBytes);
+    assert.equal(metrics.get('dsec_lazy_image_read_ratio', perImage), layerNow.readBytes! / image!.sizeBytes);
     await sb.kill();
   });
 

@@ -10,6 +10,16 @@ export const LazyLayerStat = Type.Object(
       description: 'Bytes fetched from the blob store since the lazy layer daemon started (refetches after eviction included).',
     }),
     fetchedChunks: Type.Integer({ description: 'Chunks fetched since the daemon started.' }),
+    readBytes: Type.Optional(
+      Type.Integer({
+        description:
+          "Bytes of the layer's chunks read through the mount since the daemon started, each chunk once: what the node's workloads needed. Unlike fetchedBytes it does not count prefetched chunks nobody read, nor depend on whether the prefetcher or a reader fetched a chunk first.",
+      }),
+    ),
+    readChunks: Type.Optional(Type.Integer({ description: 'Chunks read so.' })),
+    prefetchedBytes: Type.Optional(
+      Type.Integer({ description: "Bytes fetched ahead of any read, from the layer's access trace (counted in fetchedBytes too)." }),
+    ),
     failedFetches: Type.Integer({ description: 'Chunk fetches that failed after every retry (the reader got EIO).' }),
     digestMismatches: Type.Integer({ description: 'Fetched chunks refused because their sha256 did not match the recorded list.' }),
     mounted: Type.Boolean({ description: 'Whether the layer is mounted now.' }),
@@ -18,14 +28,15 @@ export const LazyLayerStat = Type.Object(
 );
 export type LazyLayerStat = Static<typeof LazyLayerStat>;
 
-/** Chunks fetched for one sandbox on this node: those whose first reader on the node was one of its processes. */
+/** Chunks one sandbox read first on this node: those whose first reader on the node was one of its processes. */
 export const LazySandboxStat = Type.Object(
   {
     id: Type.String({ description: 'The sandbox.' }),
-    fetchedBytes: Type.Integer({
-      description: 'Bytes fetched from the blob store because a process of this sandbox read them first on this node.',
+    readBytes: Type.Integer({
+      description:
+        'Bytes of the chunks a process of this sandbox read first on this node, whether they came on demand or were prefetched from the access trace.',
     }),
-    fetchedChunks: Type.Integer({ description: 'Chunks fetched so.' }),
+    readChunks: Type.Integer({ description: 'Chunks read so.' }),
   },
   {},
 );
@@ -42,7 +53,8 @@ export const LazyLayerStats = Type.Object(
     evictedChunks: Type.Integer({ description: 'Chunks evicted to keep the layer cache within its budget since the edge started.' }),
     layers: Type.Array(LazyLayerStat),
     sandboxes: Type.Array(LazySandboxStat, {
-      description: 'Running sandboxes that caused fetches; a chunk already on the node costs a later sandbox nothing.',
+      description:
+        'Running sandboxes that read chunks first on the node; a chunk another sandbox read before costs a later sandbox nothing.',
     }),
   },
   {},

@@ -17,7 +17,9 @@ export const LAYER_MEDIA_TYPE = 'application/vnd.dsec.layer.erofs';
 const BlobBytes = Type.Unsafe<NodeJS.ReadableStream>({ type: 'string', format: 'binary' });
 
 const ChunkIndexBody = Type.Object({
-  chunkSize: Type.Integer({ description: 'Bytes per chunk (1 MiB unless the store was configured otherwise).' }),
+  chunkSize: Type.Integer({
+    description: 'Bytes per chunk (256 KiB unless the store was configured otherwise; a layer keeps the size it was recorded with).',
+  }),
   size: Type.Integer({ description: 'Bytes in the blob.' }),
   digests: Type.Array(Type.String({ pattern: '^sha256:[0-9a-f]{64}$' }), { description: 'sha256 of each chunk, in order.' }),
   prefetch: Type.Array(Type.Integer({ minimum: 0 }), {

@@ -112,6 +112,7 @@ export class NodeLayers {
 
   /** The lazy layer daemon outlives the edge while sandboxes read from it (the next edge adopts it). */
   async close(): Promise<void> {
+    await this.lazy?.published();
     if (this.lazy && this.mounts.mounted().length === 0) await this.lazy.stop();
     else this.lazy?.detach();
   }

@@ -42,15 +42,19 @@ interface Layer {
  * cache's budget: when the two together exceed it, the chunks of the least recently used layers
  * that nothing mounts are deleted (fetched again if a later sandbox reads them).
  *
- * Prefetch: the daemon logs which chunks were read through the mount, in first-read order. When a
- * layer's last mount goes, that log becomes the layer's prefetch list in the blob store (once per
- * layer), and a node mounting the layer later starts fetching those chunks in the background.
+ * Access trace (prefetch): the daemon logs which chunks were read through the mount, in first-read
+ * order. When a layer's last mount goes, that log becomes the layer's prefetch list in the blob
+ * store (once per layer; closing waits for it to land), and a node mounting the layer later starts
+ * fetching those chunks in the background. The daemon counts chunks read apart from chunks fetched,
+ * so what a node's workloads read does not depend on whether a trace was there to prefetch.
  */
 export class LazyLayers implements LayerBlobs {
   readonly daemon: ChunkDaemon;
   readonly #layers = new Map<LayerDigest, Layer>();
   readonly #pending = new Map<LayerDigest, Promise<string>>();
   readonly #published = new Set<LayerDigest>();
+  /** Prefetch lists on their way to the store: an edge closing waits for them, or they would be lost. */
+  readonly #publishing = new Set<Promise<void>>();
   #clock = 0;
   #evictedChunks = 0;
 
@@ -90,8 +94,14 @@ export class LazyLayers implements LayerBlobs {
 
   unmounted(digest: LayerDigest): void {
     this.#touch(digest);
-    void this.#publishPrefetch(digest);
+    const publishing = this.#publishPrefetch(digest).finally(() => this.#publishing.delete(publishing));
+    this.#publishing.add(publishing);
     this.#evictToBudget();
+  }
+
+  /** Resolves once every prefetch list sent so far reached the store (or failed to). */
+  async published(): Promise<void> {
+    while (this.#publishing.size) await Promise.all(this.#publishing);
   }
 
   /**
@@ -127,6 +137,9 @@ export class LazyLayers implements LayerBlobs {
         cachedBytes: this.#cachedBytes(digest, l),
         fetchedBytes: f?.bytes ?? 0,
         fetchedChunks: f?.chunks ?? 0,
+        readBytes: f?.readBytes ?? 0,
+        readChunks: f?.readChunks ?? 0,
+        prefetchedBytes: f?.prefetchedBytes ?? 0,
         failedFetches: f?.failed ?? 0,
         digestMismatches: f?.mismatches ?? 0,
         mounted: this.opts.inUse(digest),
@@ -138,7 +151,7 @@ export class LazyLayers implements LayerBlobs {
       fetchedBytes: layers.reduce((n, l) => n + l.fetchedBytes, 0),
       evictedChunks: this.#evictedChunks,
       layers,
-      sandboxes: [...this.#sandboxStats()].map(([id, f]) => ({ id, fetchedBytes: f.bytes, fetchedChunks: f.chunks })),
+      sandboxes: [...this.#sandboxStats()].map(([id, f]) => ({ id, readBytes: f.bytes, readChunks: f.chunks })),
     };
   }
 
@@ -149,6 +162,7 @@ export class LazyLayers implements LayerBlobs {
 
   /** At edge close with every layer unmounted: stops the daemon. */
   async stop(): Promise<void> {
+    await this.published();
     await this.daemon.stop();
   }
 
@@ -266,16 +280,37 @@ export class LazyLayers implements LayerBlobs {
     }
   }
 
-  /** The daemon's counters per blob hex (DIR/stats, rewritten after every fetch). */
-  #daemonStats(): Map<string, { bytes: number; chunks: number; failed: number; mismatches: number }> {
-    const out = new Map<string, { bytes: number; chunks: number; failed: number; mismatches: number }>();
+  /**
+   * The daemon's counters per blob hex (DIR/stats, rewritten after every fetch and first read).
+   * A daemon adopted from before the read counters were added writes the first four only.
+   */
+  #daemonStats(): Map<string, DaemonBlobStats> {
+    const out = new Map<string, DaemonBlobStats>();
     for (const line of this.#statsLines()) {
-      const [hex, bytes, chunks, failed, mismatches] = line.split(' ');
+      const [hex, bytes, chunks, failed, mismatches, readBytes, readChunks, prefetchedBytes] = line.split(' ');
       if (hex && hex !== 'sandbox' && mismatches !== undefined)
-        out.set(hex, { bytes: Number(bytes), chunks: Number(chunks), failed: Number(failed), mismatches: Number(mismatches) });
+        out.set(hex, {
+          bytes: Number(bytes),
+          chunks: Number(chunks),
+          failed: Number(failed),
+          mismatches: Number(mismatches),
+          readBytes: Number(readBytes ?? 0),
+          readChunks: Number(readChunks ?? 0),
+          prefetchedBytes: Number(prefetchedBytes ?? 0),
+        });
     }
     return out;
   }
+}
+
+interface DaemonBlobStats {
+  bytes: number;
+  chunks: number;
+  failed: number;
+  mismatches: number;
+  readBytes: number;
+  readChunks: number;
+  prefetchedBytes: number;
 }
 
 function hexOf(digest: LayerDigest): string {
