@@ -79,7 +79,7 @@ describe('lazy layers in a real server (--layer-fetch lazy)', { skip: skipReason
     assert.ok(layer.readBytes! > 0 && layer.readBytes! <= layer.fetchedBytes, 'no trace yet: what was read is what was fetched, at most');
     const mine = lazy.sandboxes.find((x) => x.id === sb.id);
     assert.ok(
-      mine && mine.readBytes > 0 && mine.readBytes <= layer.readBytes!,
+      mine && mine.readBytes! > 0 && mine.readBytes! <= layer.readBytes! && mine.fetchedBytes === mine.readBytes,
       `the sandbox's own first reads are charged to it: ${JSON.stringify(lazy.sandboxes)}`,
     );
     // /metrics exports the same counts (read from the edge at the scrape): lazy bytes fetched, at least those above.

@@ -32,11 +32,18 @@ export type LazyLayerStat = Static<typeof LazyLayerStat>;
 export const LazySandboxStat = Type.Object(
   {
     id: Type.String({ description: 'The sandbox.' }),
-    readBytes: Type.Integer({
+    readBytes: Type.Optional(
+      Type.Integer({
+        description:
+          'Bytes of the chunks a process of this sandbox read first on this node, whether they came on demand or were prefetched from the access trace.',
+      }),
+    ),
+    readChunks: Type.Optional(Type.Integer({ description: 'Chunks read so.' })),
+    fetchedBytes: Type.Integer({
       description:
-        'Bytes of the chunks a process of this sandbox read first on this node, whether they came on demand or were prefetched from the access trace.',
+        'Deprecated, kept for clients of earlier versions: the same as readBytes (before, a chunk the access trace prefetched first was charged to nobody).',
     }),
-    readChunks: Type.Integer({ description: 'Chunks read so.' }),
+    fetchedChunks: Type.Integer({ description: 'Deprecated: the same as readChunks.' }),
   },
   {},
 );

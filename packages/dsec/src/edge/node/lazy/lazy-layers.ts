@@ -151,7 +151,13 @@ export class LazyLayers implements LayerBlobs {
       fetchedBytes: layers.reduce((n, l) => n + l.fetchedBytes, 0),
       evictedChunks: this.#evictedChunks,
       layers,
-      sandboxes: [...this.#sandboxStats()].map(([id, f]) => ({ id, readBytes: f.bytes, readChunks: f.chunks })),
+      sandboxes: [...this.#sandboxStats()].map(([id, f]) => ({
+        id,
+        readBytes: f.bytes,
+        readChunks: f.chunks,
+        fetchedBytes: f.bytes,
+        fetchedChunks: f.chunks,
+      })),
     };
   }
 
