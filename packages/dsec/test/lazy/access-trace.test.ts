@@ -160,7 +160,11 @@ describe('access traces of lazy layers', { skip: skipReason(), timeout: 120_000 
         sh.on('close', (code) => (code === 0 ? res() : rej(new Error(`reader: ${err.trim()}`))));
       });
       const mine = node.stats().sandboxes.find((x) => x.id === id);
-      assert.deepEqual(mine, { id, readBytes: 3 * CHUNK, readChunks: 3 }, 'chunks 1 and 2 (prefetched) and 3 (fetched on demand)');
+      assert.deepEqual(
+        mine,
+        { id, readBytes: 3 * CHUNK, readChunks: 3, fetchedBytes: 3 * CHUNK, fetchedChunks: 3 },
+        'chunks 1 and 2 (prefetched) and 3 (fetched on demand)',
+      );
       const layer = node.stats().layers.find((l) => l.digest === digest)!;
       assert.equal(layer.prefetchedBytes, 2 * CHUNK);
       assert.equal(layer.readBytes, 4 * CHUNK, "chunk 0 (the superblock, read by ensure) and the reader's three");
