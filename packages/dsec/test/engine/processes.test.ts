@@ -54,6 +54,21 @@ for (const { backend, skip, memoryMiB } of engineBackends())
       assert.match((await p.output()).stdout, /tick\nstopped\n$/);
     });
 
+    test('processes that write and exit at once, twelve at a time: each one reported exited has every byte it wrote', async () => {
+      // Suspected once in the red-team port scan (security/network.test.ts), whose listener came
+      // back exited with empty output; that was busy-box nc, never given the bytes. This holds
+      // the engine to it: exited is only said once the process's pipes are drained.
+      const procs = await Promise.all(
+        Array.from({ length: 12 }, (_, i) => sb.commands.start(['sh', '-c', `printf out-${i}; printf err-${i} >&2`])),
+      );
+      for (const [i, p] of procs.entries()) {
+        const done = await p.wait();
+        const out = await p.output();
+        assert.equal(done.status, 'exited');
+        assert.deepEqual([out.stdout, out.stderr, done.exitCode], [`out-${i}`, `err-${i}`, 0], `process ${i}`);
+      }
+    });
+
     test('output so far, then from offsets: only the bytes after each offset, per stream', async () => {
       const tag = randomBytes(4).toString('hex');
       const p = await sb.commands.start(

@@ -185,7 +185,11 @@ describe('red team: network', { skip: integrationSkipReason(), timeout: 900_000 
 
     assertHostGuardInPlace('two open sandboxes');
     const marker = `SCAN-${randomBytes(4).toString('hex')}`;
-    const listener = await b.commands.start(['nc', '-l', '-p', '9000']);
+    // stdin kept open: busybox nc -l whose stdin is at EOF (/dev/null, a background process's
+    // default) may end the connection before the client's bytes arrive, and the client, seeing
+    // that end, exits without sending them: the listener exits 0 with empty output (measured
+    // outside dsec too, 12 of 200 with /dev/null, 0 of 200 with an open stdin).
+    const listener = await b.commands.start(['nc', '-l', '-p', '9000'], { stdin: true });
     // Scan B's ports and B's gateway from A.
     const scan = await attack(
       server,
