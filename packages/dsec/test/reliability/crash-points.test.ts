@@ -8,11 +8,10 @@
  *
  * CI: 8 crash points; DSEC_SOAK=1: 40 (DSEC_CRASH_POINTS overrides). The seed is printed.
  * Why one file over 500 lines: its three suites (sandbox operations, image import and build, an
- * edge daemon) are one concept, kill -9 mid-operation, and share the seed, its PRNG and halfMade(),
- * the census of what a crash may leave.
+ * edge daemon) are one concept, kill -9 mid-operation, and share the seed and its PRNG.
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,13 +19,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
-import { readMounts } from '../../src/host/mounts.js';
-import { uidRangesOf } from '../../src/host/host-claims.js';
 import { OWNED_STAGING, stagingOwnerGone } from '../../src/image/staging.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec } from '../helpers/server.js';
 import { dockerSaveTar, writeOciLayout, type FixtureEntry, type FixtureImage } from '../state/fixtures/oci.js';
 import { ClusterHarness } from '../cluster/support/cluster-harness.js';
 import { DsecUpChild } from './dsec-up-child.js';
+import { halfMade } from './half-made.js';
 import { api } from './restart-load.js';
 
 const long = process.env['DSEC_SOAK'] === '1';
@@ -43,47 +41,6 @@ function prng(s: number): () => number {
     x ^= x << 5;
     return ((x >>> 0) % 1_000_000) / 1_000_000;
   };
-}
-
-/** The node's view of half-made things, compared with the sandboxes the API says run. */
-export function halfMade(dataDir: string, edgeId: string, live: Set<string>): Record<string, string[]> {
-  const sandboxesDir = join(dataDir, 'node', 'sandboxes');
-  const dirs = existsSync(sandboxesDir) ? readdirSync(sandboxesDir) : [];
-  const crun = spawnSync('crun', ['--root', join(dataDir, 'node', 'crun'), 'list', '--format', 'json'], { encoding: 'utf8' });
-  const containers = ((JSON.parse(crun.stdout || '[]') as { id: string }[] | null) ?? []).map((c) => c.id);
-  const cgroups = existsSync('/sys/fs/cgroup/memory/dsec')
-    ? readdirSync('/sys/fs/cgroup/memory/dsec').filter((n) => n.startsWith(`sb-${edgeId}-`))
-    : [];
-  const rootfs = readMounts()
-    .map((m) => m.mountPoint)
-    .filter((mp) => mp.startsWith(`${sandboxesDir}/`))
-    .map((mp) => mp.slice(sandboxesDir.length + 1).split('/')[0]!);
-  // User namespaces made ahead (edge/userns-pool.ts): every claim of the edge is a running
-  // sandbox's or a pooled namespace's whose file is in the pool's dir (named after its holder:
-  // made before the claim, so one being made counts too), and every namespace bound there is a
-  // pool holder's that holds its claim. Claims are read first.
-  const poolDir = join(dataDir, 'node', 'userns-pool');
-  const claims = uidRangesOf(edgeId);
-  const poolFiles = existsSync(poolDir) ? readdirSync(poolDir) : [];
-  const poolBinds = readMounts()
-    .map((m) => m.mountPoint)
-    .filter((mp) => mp.startsWith(`${poolDir}/`))
-    .map((mp) => mp.slice(poolDir.length + 1));
-  const strayClaims = claims.filter(
-    (c) => !live.has(c.sandboxId) && !(c.sandboxId.startsWith('userns-pool.') && poolFiles.includes(c.sandboxId)),
-  );
-  const strayBinds = poolBinds.filter((holder) => !uidRangesOf(edgeId).some((c) => c.sandboxId === holder));
-  const out: Record<string, string[]> = {};
-  if (strayClaims.length)
-    out['uid range claims of no running sandbox or pooled namespace'] = strayClaims.map((c) => `${c.slot}:${c.sandboxId}`);
-  if (strayBinds.length) out['pooled namespaces bound without a claim'] = strayBinds;
-  for (const [k, ids] of Object.entries({ dirs, containers, cgroups, rootfs })) {
-    const extra = [...new Set(ids)].filter((id) => !live.has(id));
-    const missing = [...live].filter((id) => !ids.includes(id));
-    if (extra.length) out[`${k} of no running sandbox`] = extra;
-    if (missing.length) out[`${k} missing for a running sandbox`] = missing;
-  }
-  return out;
 }
 
 describe(

@@ -5,19 +5,18 @@
  * process may be left, the dsec process's fds and children must not grow, and its RSS growth
  * (after a full GC in it: dsec-up-measured.ts) is reported.
  *
- * Work per cycle: a command, a file written and read back, a shell session, a background process
- * (started, given stdin, killed), pause and resume; every 4th cycle a network switch (open, then
- * none); every 10th a snapshot and a sandbox restored from it. Snapshot images are unnamed, so
- * each must be deleted with its sandboxes: the image list must end as it began, and an image GC
- * at the end must find no more layers in use than at the start.
+ * The work per cycle is soak-cycle.ts's. Snapshot images are unnamed, so each must be deleted
+ * with its sandboxes: the image list must end as it began, and an image GC at the end must find
+ * no more layers in use than at the start.
  *
  * CI runs 100 cycles (two at a time). DSEC_SOAK=1 runs 10,000 and also asserts RSS grew < 10 %;
  * DSEC_SOAK_CYCLES and DSEC_SOAK_CONCURRENCY override. Every DSEC_SOAK_CHECKPOINT_EVERY cycles
  * (1,000 long, 25 in CI) the run drains and takes a checkpoint: RSS after a GC, fds, the census
- * against the start (`checkpoints` in the result, one `soak checkpoint:` line each as it goes). Results go to stdout as one JSON line
- * (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE, to that file. To look into dsec's memory:
- * DSEC_SOAK_SMAPS_DIR=DIR keeps its /proc/<pid>/smaps at both censuses, DSEC_SOAK_HEAP_SNAPSHOTS=DIR
- * a V8 heap snapshot (writing one holds on to ~100 MiB of native memory: RSS is then not comparable).
+ * against the start (`checkpoints` in the result, a `soak checkpoint:` line each as it goes).
+ * Results go to stdout as one JSON line (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE,
+ * to that file. To look into dsec's memory: DSEC_SOAK_SMAPS_DIR=DIR keeps its /proc/<pid>/smaps
+ * at each checkpoint, DSEC_SOAK_HEAP_SNAPSHOTS=DIR a V8 heap snapshot (writing one holds on to
+ * ~100 MiB of native memory: RSS is then not comparable).
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -29,6 +28,7 @@ import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, st
 import { census, leaked, type Census } from './census.js';
 import { DsecUpChild } from './dsec-up-child.js';
 import type { MemoryReport } from './dsec-up-measured.js';
+import { soakCycle } from './soak-cycle.js';
 import { smapsGrowth, summariseSmaps, type SmapsSummary } from './smaps-summary.js';
 
 const long = process.env['DSEC_SOAK'] === '1';
@@ -81,50 +81,13 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     return { ...(JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport), smaps: summariseSmaps(smaps) };
   }
 
-  async function cycle(i: number): Promise<void> {
-    const sb = await Sandbox.create({ ...conn(), labels: { soak: String(i) } });
-    made.push(sb.id);
-    try {
-      const r = await sb.commands.run(`echo cycle-${i}`);
-      assert.equal(r.stdout, `cycle-${i}\n`, r.stderr);
-      await sb.files.write('/tmp/data.txt', `payload ${i}`);
-      assert.equal(new TextDecoder().decode(await sb.files.read('/tmp/data.txt')), `payload ${i}`);
-      const s = await sb.sessions.create();
-      await s.run('cd /tmp && export N=' + i);
-      assert.equal((await s.run('echo $N $(pwd)')).stdout, `${i} /tmp\n`);
-      await s.close();
-      const p = await sb.commands.start('cat', { stdin: true });
-      await p.writeStdin('to cat\n');
-      await p.kill();
-      await sb.pause();
-      await sb.resume();
-      if (i % 4 === 0) {
-        await sb.setNetwork({ mode: 'open' });
-        await sb.setNetwork({ mode: 'none' });
-      }
-      if (i % 10 === 0) {
-        await sb.files.write('/snap.txt', `snapshot ${i}`);
-        const snap = await sb.snapshot();
-        const restored = await Sandbox.create({ ...conn(), image: snap.imageId, labels: { soak: `${i}-restored` } });
-        made.push(restored.id);
-        try {
-          assert.equal((await restored.commands.run('cat /snap.txt')).stdout, `snapshot ${i}`);
-        } finally {
-          await restored.kill();
-        }
-      }
-    } finally {
-      await sb.kill();
-    }
-  }
-
   async function run(from: number, to: number): Promise<void> {
     let next = from;
     const worker = async (): Promise<void> => {
       while (next < to) {
         const i = next++;
         try {
-          await cycle(i);
+          await soakCycle(conn(), i, { created: (id) => made.push(id) });
         } catch (err) {
           failures.push(`cycle ${i}: ${(err as Error).message}`);
         }
