@@ -7,8 +7,9 @@
  * manifest reads and its layers exist).
  *
  * CI: 8 crash points; DSEC_SOAK=1: 40 (DSEC_CRASH_POINTS overrides). The seed is printed.
- * Why one file over 500 lines: its three suites (sandbox operations, image import and build, an
- * edge daemon) are one concept, kill -9 mid-operation, and share the seed and its PRNG.
+ * Its three suites (sandbox operations, image import and build, an edge daemon) are one concept,
+ * kill -9 mid-operation, and share the seed and its PRNG; what a crash may leave half-made on the
+ * node is half-made.ts's, which the kill -9 soak shares.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
