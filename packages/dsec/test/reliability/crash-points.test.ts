@@ -7,9 +7,9 @@
  * manifest reads and its layers exist).
  *
  * CI: 8 crash points; DSEC_SOAK=1: 40 (DSEC_CRASH_POINTS overrides). The seed is printed.
- * Why one file over 500 lines: its three suites (sandbox operations, image import and build, an
- * edge daemon) are one concept, kill -9 mid-operation, and share the seed, its PRNG and halfMade(),
- * the census of what a crash may leave.
+ * Its three suites (sandbox operations, image import and build, an edge daemon) are one concept,
+ * kill -9 mid-operation, and share the seed and its PRNG; what a crash may leave half-made on the
+ * node is half-made.ts's, which the kill -9 soak shares.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -26,6 +26,7 @@ import { dockerSaveTar, writeOciLayout, type FixtureEntry, type FixtureImage } f
 import { ClusterHarness } from '../cluster/support/cluster-harness.js';
 import { halfMade } from './half-made.js';
 import { DsecUpChild } from './dsec-up-child.js';
+import { halfMade } from './half-made.js';
 import { api } from './restart-load.js';
 
 const long = process.env['DSEC_SOAK'] === '1';

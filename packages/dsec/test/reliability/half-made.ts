@@ -1,12 +1,14 @@
 /**
- * What a crash may leave half-made on a node, by the edge's id, for the crash tests
- * (crash-points.test.ts, create-crash.test.ts).
+ * What a kill -9 may leave half-made on an edge's node: the node's sandbox directories, crun
+ * containers, memory cgroups, rootfs mounts and user-namespace claims, compared with the
+ * sandboxes the API says run. The crash-point, create-crash and kill -9 soak tests check it after
+ * each restart.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { uidRangesOf } from '../../src/host/host-claims.js';
 import { readMounts } from '../../src/host/mounts.js';
+import { uidRangesOf } from '../../src/host/host-claims.js';
 
 /** The node's view of half-made things, compared with the sandboxes the API says run. */
 export function halfMade(dataDir: string, edgeId: string, live: Set<string>): Record<string, string[]> {

@@ -5,20 +5,22 @@
  * process may be left, the dsec process's fds and children must not grow, and its RSS growth
  * (after a full GC in it: dsec-up-measured.ts) is reported.
  *
- * Work per cycle: a command, a file written and read back, a shell session, a background process
- * (started, given stdin, killed), pause and resume; every 4th cycle a network switch (open, then
- * none); every 10th a snapshot and a sandbox restored from it. Snapshot images are unnamed, so
- * each must be deleted with its sandboxes: the image list must end as it began, and an image GC
- * at the end must find no more layers in use than at the start.
+ * The work per cycle is soak-cycle.ts's. Snapshot images are unnamed, so each must be deleted
+ * with its sandboxes: the image list must end as it began, and an image GC at the end must find
+ * no more layers in use than at the start.
  *
  * CI runs 100 cycles (two at a time). DSEC_SOAK=1 runs 10,000 and also asserts RSS grew < 10 %;
- * DSEC_SOAK_CYCLES and DSEC_SOAK_CONCURRENCY override. Results go to stdout as one JSON line
- * (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE, to that file. To look into dsec's memory:
- * DSEC_SOAK_SMAPS_DIR=DIR keeps its /proc/<pid>/smaps at both censuses, DSEC_SOAK_HEAP_SNAPSHOTS=DIR
- * a V8 heap snapshot (writing one holds on to ~100 MiB of native memory: RSS is then not comparable).
+ * DSEC_SOAK_CYCLES and DSEC_SOAK_CONCURRENCY override. Every DSEC_SOAK_CHECKPOINT_EVERY cycles
+ * (1,000 long, 25 in CI) the run drains and takes a checkpoint: RSS after a GC, fds, the census
+ * against the start (`checkpoints` in the result, a `soak checkpoint:` line each as it goes).
+ * Results go to stdout as one JSON line (`soak result: {...}`) and, with DSEC_SOAK_RESULTS=FILE,
+ * to that file. To look into dsec's memory: DSEC_SOAK_SMAPS_DIR=DIR keeps its /proc/<pid>/smaps
+ * at each checkpoint, DSEC_SOAK_HEAP_SNAPSHOTS=DIR a V8 heap snapshot (writing one holds on to
+ * ~100 MiB of native memory: RSS is then not comparable).
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Image, Sandbox } from '@dsec/sdk';
@@ -26,12 +28,15 @@ import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, st
 import { census, leaked, type Census } from './census.js';
 import { DsecUpChild } from './dsec-up-child.js';
 import type { MemoryReport } from './dsec-up-measured.js';
+import { soakCycle } from './soak-cycle.js';
 import { smapsGrowth, summariseSmaps, type SmapsSummary } from './smaps-summary.js';
 
 const long = process.env['DSEC_SOAK'] === '1';
 const cycles = Number(process.env['DSEC_SOAK_CYCLES'] ?? (long ? 10_000 : 100));
 const concurrency = Number(process.env['DSEC_SOAK_CONCURRENCY'] ?? 2);
 const warmup = Math.max(2, Math.min(50, Math.floor(cycles / 20)));
+/** Cycles between checkpoints (memory after a GC, fds, census), counted from cycle 0. */
+const checkpointEvery = Number(process.env['DSEC_SOAK_CHECKPOINT_EVERY'] ?? (long ? 1000 : 25));
 const MEASURED = new URL('./dsec-up-measured.js', import.meta.url).pathname;
 
 describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationSkipReason(), timeout: long ? 24 * 3600_000 : 900_000 }, () => {
@@ -76,50 +81,13 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     return { ...(JSON.parse(readFileSync(reportFile, 'utf8')) as MemoryReport), smaps: summariseSmaps(smaps) };
   }
 
-  async function cycle(i: number): Promise<void> {
-    const sb = await Sandbox.create({ ...conn(), labels: { soak: String(i) } });
-    made.push(sb.id);
-    try {
-      const r = await sb.commands.run(`echo cycle-${i}`);
-      assert.equal(r.stdout, `cycle-${i}\n`, r.stderr);
-      await sb.files.write('/tmp/data.txt', `payload ${i}`);
-      assert.equal(new TextDecoder().decode(await sb.files.read('/tmp/data.txt')), `payload ${i}`);
-      const s = await sb.sessions.create();
-      await s.run('cd /tmp && export N=' + i);
-      assert.equal((await s.run('echo $N $(pwd)')).stdout, `${i} /tmp\n`);
-      await s.close();
-      const p = await sb.commands.start('cat', { stdin: true });
-      await p.writeStdin('to cat\n');
-      await p.kill();
-      await sb.pause();
-      await sb.resume();
-      if (i % 4 === 0) {
-        await sb.setNetwork({ mode: 'open' });
-        await sb.setNetwork({ mode: 'none' });
-      }
-      if (i % 10 === 0) {
-        await sb.files.write('/snap.txt', `snapshot ${i}`);
-        const snap = await sb.snapshot();
-        const restored = await Sandbox.create({ ...conn(), image: snap.imageId, labels: { soak: `${i}-restored` } });
-        made.push(restored.id);
-        try {
-          assert.equal((await restored.commands.run('cat /snap.txt')).stdout, `snapshot ${i}`);
-        } finally {
-          await restored.kill();
-        }
-      }
-    } finally {
-      await sb.kill();
-    }
-  }
-
   async function run(from: number, to: number): Promise<void> {
     let next = from;
     const worker = async (): Promise<void> => {
       while (next < to) {
         const i = next++;
         try {
-          await cycle(i);
+          await soakCycle(conn(), i, { created: (id) => made.push(id) });
         } catch (err) {
           failures.push(`cycle ${i}: ${(err as Error).message}`);
         }
@@ -127,6 +95,22 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       }
     };
     await Promise.all(Array.from({ length: concurrency }, worker));
+  }
+
+  /** Where the run stands after `cycle` cycles: dsec's memory and fds, and what leaked since `start`. */
+  function checkpoint(cycle: number, t0: number, memory: MemoryReport, start: Census, now: Census) {
+    return {
+      cycle,
+      seconds: Math.round((performance.now() - t0) / 100) / 10,
+      failures: failures.length,
+      rssMiB: Math.round((memory.rssBytes / 2 ** 20) * 10) / 10,
+      heapUsedMiB: memory.heapUsedMiB,
+      anonymousMiB: memory.detailMiB['anonymous'],
+      fds: now.fds,
+      helperFds: now.childFds,
+      leaked: leaked(start, now),
+      loadAverage: loadavg().map((l) => Math.round(l * 10) / 10),
+    };
   }
 
   test('every cycle succeeds and nothing leaks', async () => {
@@ -137,10 +121,21 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
     const layersInUseStart = (await Image.gc(conn())).keptInUse;
     const t0 = performance.now();
     const firstMeasured = ended.length;
-    await run(warmup, cycles);
+    // The run stops at each checkpoint (the cycles in flight end first), so that its census sees
+    // no sandbox of the load and its RSS no work half done.
+    const checkpoints = [checkpoint(warmup, t0, memoryStart, start, start)];
+    let memoryEnd = memoryStart;
+    let end = start;
+    for (let from = warmup; from < cycles;) {
+      const to = Math.min(cycles, (Math.floor(from / checkpointEvery) + 1) * checkpointEvery);
+      await run(from, to);
+      memoryEnd = await measure();
+      end = census(dataDir, edgeId, made, up!.pid);
+      checkpoints.push(checkpoint(to, t0, memoryEnd, start, end));
+      console.log(`soak checkpoint: ${JSON.stringify(checkpoints.at(-1))}`);
+      from = to;
+    }
     const seconds = (performance.now() - t0) / 1000;
-    const memoryEnd = await measure();
-    const end = census(dataDir, edgeId, made, up!.pid);
     const imagesLeft = (await Image.list(conn())).map((im) => im.id).filter((id) => !imagesStart.includes(id));
     const gcEnd = await Image.gc(conn());
     const result = {
@@ -168,11 +163,17 @@ describe(`soak: ${cycles} create → work → kill cycles`, { skip: integrationS
       imagesLeft,
       layersInUse: { start: layersInUseStart, end: gcEnd.keptInUse },
       layerGcAtEnd: { removed: gcEnd.removedLayers.length, keptYoung: gcEnd.keptYoung },
+      checkpoints,
     };
     console.log(`soak result: ${JSON.stringify(result)}`);
     if (process.env['DSEC_SOAK_RESULTS']) writeFileSync(process.env['DSEC_SOAK_RESULTS'], `${JSON.stringify(result, null, 2)}\n`);
     assert.deepEqual(failures.slice(0, 5), [], `${failures.length} cycles failed`);
     assert.deepEqual(result.leaked, {});
+    assert.deepEqual(
+      checkpoints.filter((c) => Object.keys(c.leaked).length > 0),
+      [],
+      'nothing leaked at any checkpoint',
+    );
     assert.equal(result.sandboxesLeft, 0);
     assert.deepEqual(imagesLeft, [], 'every unnamed snapshot image is deleted once its sandboxes are gone');
     assert.ok(gcEnd.keptInUse <= layersInUseStart, `layers in use grew from ${layersInUseStart} to ${gcEnd.keptInUse}`);
