@@ -24,7 +24,6 @@ import { OWNED_STAGING, stagingOwnerGone } from '../../src/image/staging.js';
 import { assertCleanAndRemove, integrationSkipReason, makeDataDir, newEdgeId, startDsec } from '../helpers/server.js';
 import { dockerSaveTar, writeOciLayout, type FixtureEntry, type FixtureImage } from '../state/fixtures/oci.js';
 import { ClusterHarness } from '../cluster/support/cluster-harness.js';
-import { halfMade } from './half-made.js';
 import { DsecUpChild } from './dsec-up-child.js';
 import { halfMade } from './half-made.js';
 import { api } from './restart-load.js';
