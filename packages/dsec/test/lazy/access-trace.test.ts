@@ -13,21 +13,14 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BlobServer } from '../../src/edge/node/lazy/blob-server.js';
 import { LazyLayers } from '../../src/edge/node/lazy/lazy-layers.js';
-import { CHUNK_FUSE_BINARY } from '../../src/host/native-helpers.js';
 import { readMounts } from '../../src/host/mounts.js';
 import { LayerStore, type LayerDigest } from '../../src/image/layer-store.js';
+import { fuseSkipReason } from './fuse-skip.js';
 
 const CHUNK = 64 * 1024;
 const TOKEN = 'trace-token';
 
-function skipReason(): string | undefined {
-  if (process.getuid?.() !== 0) return 'needs root (FUSE mounts)';
-  if (!existsSync('/dev/fuse')) return 'no /dev/fuse in this kernel';
-  if (!existsSync(CHUNK_FUSE_BINARY)) return `${CHUNK_FUSE_BINARY} is not built (run ./scripts/setup)`;
-  return undefined;
-}
-
-describe('access traces of lazy layers', { skip: skipReason(), timeout: 120_000 }, () => {
+describe('access traces of lazy layers', { skip: fuseSkipReason(), timeout: 120_000 }, () => {
   let root = '';
   let store: LayerStore;
   let server: BlobServer;
