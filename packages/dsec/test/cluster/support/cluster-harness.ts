@@ -51,7 +51,7 @@ function removeHarnessNetwork(tag: string): void {
   sh('ip', ['link', 'delete', `dsbr${tag}`], { allowFail: true });
 }
 
-/** A fresh tag, its owner file written, after the sweep (which frees an abandoned bridge's /24 for pickSubnet). */
+/** A fresh tag, its owner file written, after the sweep (which frees an abandoned bridge's /24 for claimSubnet). */
 function claimTag(): string {
   sweepAbandonedHarnesses();
   const tag = randomBytes(3).toString('hex');
@@ -65,10 +65,29 @@ function bridgeMac(tag: string): string {
   return `02:d5:ec:${tag.slice(0, 2)}:${tag.slice(2, 4)}:${tag.slice(4, 6)}`;
 }
 
-/** A /24 in 169.254.{247,246,245}.0 that no host address or route touches yet. */
-function pickSubnet(): number {
+/**
+ * Each harness's /24, claimed by a file `<HARNESS_SUBNETS>/<third>` created with O_EXCL and holding
+ * the owner (host/process-owner.ts): two harnesses started at once (test files run in parallel,
+ * scripts/run-tests.mjs) both saw a free /24 in the host's addresses before either had added its
+ * bridge's, and took the same one. A claim whose owner is gone is taken over.
+ */
+export const HARNESS_SUBNETS = '/run/dsec-test-harness-subnets';
+
+/** A /24 in 169.254.{247,246,245,244}.0 that no live harness claims and no host address or route touches. */
+function claimSubnet(): number {
+  mkdirSync(HARNESS_SUBNETS, { recursive: true });
   const used = sh('ip', ['-4', '-o', 'addr', 'show']) + sh('ip', ['-4', 'route', 'show']);
-  for (const third of [247, 246, 245, 244]) if (!used.includes(`169.254.${third}.`)) return third;
+  for (const third of [247, 246, 245, 244]) {
+    const claim = join(HARNESS_SUBNETS, String(third));
+    if (existsSync(claim) && ownerGone(readFileSync(claim, 'utf8').trim())) rmSync(claim, { force: true });
+    if (used.includes(`169.254.${third}.`)) continue;
+    try {
+      writeFileSync(claim, ownerTag(), { flag: 'wx' });
+      return third;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+  }
   throw new Error('no free link-local /24 for the cluster bridge');
 }
 
@@ -86,7 +105,7 @@ export interface HarnessEdge {
 export class ClusterHarness {
   readonly tag = claimTag();
   readonly bridge = `dsbr${this.tag}`;
-  readonly third = pickSubnet();
+  readonly third = claimSubnet();
   readonly controlAddress = `169.254.${this.third}.1`;
   readonly controlPort = 20_000 + Math.floor(Math.random() * 20_000);
   readonly controlDir = makeDataDir();
@@ -290,6 +309,7 @@ export class ClusterHarness {
     for (const e of this.edges) await this.stop(e.proc);
     await this.stop(this.control);
     removeHarnessNetwork(this.tag);
+    rmSync(join(HARNESS_SUBNETS, String(this.third)), { force: true });
     rmSync(join(HARNESS_OWNERS, this.tag), { force: true });
   }
 }
