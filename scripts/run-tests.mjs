@@ -1,9 +1,10 @@
-// Runs every compiled test file with node's test runner, one file at a time (integration tests
-// share the host's crun and cgroups), then checks the suite left no dsec mount or cgroup behind.
-import { spawnSync } from 'node:child_process';
+// Runs every compiled test file with node's test runner, several files at a time where they share
+// no host state (test-pool.mjs says which cannot), then checks the suite left no dsec mount,
+// loop device, cgroup, namespace or bridge behind.
 import { readdirSync, readFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { runPool, slotCount } from './test-pool.mjs';
 
 function findTests(dir, out = []) {
   if (!existsSync(dir)) return out;
@@ -51,35 +52,20 @@ function hostDsecState() {
   ];
 }
 
-/** Each pass's exit status and the tests that failed in it, printed last (see failures-reporter.mjs). */
-const summary = [];
 const reportsDir = mkdtempSync(join(tmpdir(), 'dsec-test-reports-'));
 
-/** Runs test files with node's test runner: TAP on stdout as before, failed tests to a file for the summary. */
-function runNodePass(label, passFiles, env) {
-  const failures = join(reportsDir, `${summary.length}.txt`);
-  const reporters = [
+/** A job of node's test runner on one file: TAP on stdout, failed tests to a file for the summary (failures-reporter.mjs). */
+function nodeJob(pass, file, env) {
+  const reportFile = join(reportsDir, `${pass}-${file.replaceAll('/', '_')}.txt`);
+  const args = [
+    '--test',
     '--test-reporter=tap',
     '--test-reporter-destination=stdout',
     `--test-reporter=${join(import.meta.dirname, 'failures-reporter.mjs')}`,
-    `--test-reporter-destination=${failures}`,
+    `--test-reporter-destination=${reportFile}`,
+    file,
   ];
-  const status =
-    spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...reporters, ...passFiles], {
-      stdio: 'inherit',
-      env: { ...process.env, ...env },
-    }).status ?? 1;
-  const failed = existsSync(failures) ? readFileSync(failures, 'utf8').split('\n').filter(Boolean) : [];
-  summary.push({ label, status, failed });
-  return status;
-}
-
-function printSummary() {
-  console.log('\n# summary of the suite');
-  for (const { label, status, failed } of summary) {
-    console.log(`# ${label}: ${status === 0 ? 'passed' : `FAILED (exit ${status})`}${failed.length ? `, ${failed.length} failed:` : ''}`);
-    for (const f of failed) console.log(`#   ✖ ${f}`);
-  }
+  return { key: pass === 'node tests' ? file : `${pass}: ${file}`, pass, file, cmd: process.execPath, args, env, reportFile };
 }
 
 /**
@@ -87,9 +73,50 @@ function printSummary() {
  * Debian's python3 (what scripts/setup installs) ahead of any other on PATH. They run with the
  * whole suite, or when a filter names them (`node scripts/run-tests.mjs python`).
  */
-function runPythonTests() {
+function pythonJob() {
   const python = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
-  return spawnSync(python, ['python/tests/run.py'], { stdio: 'inherit' }).status ?? 1;
+  return {
+    key: 'python/tests/run.py',
+    pass: 'python tests',
+    file: 'python/tests/run.py',
+    cmd: python,
+    args: ['python/tests/run.py'],
+    env: {},
+  };
+}
+
+/** Each pass's exit status and the tests that failed in it, printed last so the tail of a long log says what failed. */
+function printSummary(results, leaked, wallSeconds) {
+  console.log('\n# summary of the suite');
+  const passes = [...new Set(results.map((r) => r.pass))];
+  for (const pass of passes) {
+    const mine = results.filter((r) => r.pass === pass);
+    const failedFiles = mine.filter((r) => r.status !== 0);
+    const failed = [];
+    for (const r of failedFiles) {
+      const lines = r.reportFile && existsSync(r.reportFile) ? readFileSync(r.reportFile, 'utf8').split('\n').filter(Boolean) : [];
+      failed.push(
+        ...(lines.length
+          ? lines
+          : [
+              `${r.file}: exited ${r.status}${r.timedOut ? ' (killed: it ran too long)' : ''}, no failed test reported (its output is above)`,
+            ]),
+      );
+    }
+    console.log(
+      `# ${pass} (${mine.length} files): ${failedFiles.length ? `FAILED in ${failedFiles.length} files, ${failed.length} failed:` : 'passed'}`,
+    );
+    for (const f of failed) console.log(`#   ✖ ${f}`);
+  }
+  console.log(
+    `# leak check (mounts and loop devices under /var/tmp/dsec-test-*, test edges' cgroups, cluster harness namespaces and bridges): ${leaked.length ? 'FAILED' : 'passed'}`,
+  );
+  for (const l of leaked) console.log(`#   ✖ ${l}`);
+  const slowest = [...results].sort((a, b) => b.seconds - a.seconds).slice(0, 8);
+  console.log(`# slowest files: ${slowest.map((r) => `${r.key} ${r.seconds} s`).join(', ')}`);
+  console.log(
+    `# wall time ${wallSeconds} s for ${results.length} files (${Math.round(results.reduce((s, r) => s + r.seconds, 0))} s of file time, ${slotCount()} at a time)`,
+  );
 }
 
 /**
@@ -140,12 +167,11 @@ const before = new Set(hostDsecState());
 // What an earlier run (or a process killed mid-test) left is not this run's leak, but it is shown:
 // the leak check below compares against it, so it would otherwise pass unseen.
 if (before.size) console.log(`# already on this host before the suite (not counted as its leaks):\n#   ${[...before].join('\n#   ')}`);
-// With no file named, node --test would fall back to its own discovery and run everything.
+// A filter that names nothing is a typo: say so rather than pass with no test run.
 if (filter.length && !files.length && !withPython && !withPostgres && !withNoUserns) {
   console.error(`run-tests: no compiled test file matches ${filter.join(' ')} (paths under packages/*/dist; build first)`);
   process.exit(2);
 }
-const nodeStatus = files.length ? runNodePass('node tests', files, {}) : 0;
 // Without Debian's server binaries (scripts/setup leaves postgresql out where it cannot be
 // configured) the second pass is skipped, saying why, as each PostgreSQL-only test skips.
 const postgresMissing = withPostgres && !postgresInstalled();
@@ -153,24 +179,22 @@ if (postgresMissing)
   console.log(
     '# skipped: the PostgreSQL pass (no initdb under /usr/lib/postgresql/*/bin: scripts/setup --tests did not install postgresql here)',
   );
-const postgresStatus =
-  withPostgres && !postgresMissing ? runNodePass('the PostgreSQL pass', postgresFiles, { DSEC_TEST_STORE: 'postgres' }) : 0;
-const noUsernsStatus = withNoUserns ? runNodePass('the no-userns pass', noUsernsFiles, { DSEC_TEST_USERNS: '0' }) : 0;
-const pythonStatus = withPython ? runPythonTests() : 0;
-if (withPython) summary.push({ label: 'python tests', status: pythonStatus, failed: [] });
+const jobs = [
+  ...files.map((f) => nodeJob('node tests', f, {})),
+  ...(withPostgres && !postgresMissing ? postgresFiles.map((f) => nodeJob('the PostgreSQL pass', f, { DSEC_TEST_STORE: 'postgres' })) : []),
+  ...(withNoUserns ? noUsernsFiles.map((f) => nodeJob('the no-userns pass', f, { DSEC_TEST_USERNS: '0' })) : []),
+  ...(withPython ? [pythonJob()] : []),
+];
+const suiteStart = Date.now();
+const results = await runPool(jobs, slotCount());
 const leaked = hostDsecState().filter((x) => !before.has(x));
-summary.push({
-  label: "leak check (mounts and loop devices under /var/tmp/dsec-test-*, test edges' cgroups, cluster harness namespaces and bridges)",
-  status: leaked.length ? 1 : 0,
-  failed: leaked,
-});
-printSummary();
+printSummary(results, leaked, Math.round((Date.now() - suiteStart) / 1000));
 rmSync(reportsDir, { recursive: true, force: true });
 if (leaked.length) {
   console.error(`the test suite leaked:\n  ${leaked.join('\n  ')}`);
   process.exit(1);
 }
-process.exit(nodeStatus || postgresStatus || noUsernsStatus || pythonStatus);
+process.exit(results.find((r) => r.status !== 0)?.status ?? 0);
 
 function postgresInstalled() {
   try {

@@ -41,9 +41,15 @@ export async function ensureBaseImage(images: ImageStore, progress: (m: string) 
   if (!built.cached) {
     const m = images.get(built.id)!;
     mkdirSync(BASE_CACHE_DIR, { recursive: true });
-    for (const l of m.layers) copyFileSync(images.layers.path(l), join(BASE_CACHE_DIR, `${l}.erofs`));
-    writeFileSync(`${meta}.tmp`, JSON.stringify({ layers: m.layers, config: m.config } satisfies Cached));
-    renameSync(`${meta}.tmp`, meta);
+    // Each file is written under a name of this process's and renamed: a reader (another test file
+    // running at the same time) sees a whole layer or none, never one half copied.
+    for (const l of m.layers) {
+      const tmp = join(BASE_CACHE_DIR, `${l}.erofs.${process.pid}.tmp`);
+      copyFileSync(images.layers.path(l), tmp);
+      renameSync(tmp, join(BASE_CACHE_DIR, `${l}.erofs`));
+    }
+    writeFileSync(`${meta}.${process.pid}.tmp`, JSON.stringify({ layers: m.layers, config: m.config } satisfies Cached));
+    renameSync(`${meta}.${process.pid}.tmp`, meta);
   }
   return { cached: built.cached };
 }
