@@ -8,7 +8,8 @@ The connection comes from ``url=``/``api_key=``, else DSEC_URL/DSEC_API_KEY, els
 dir's client.json (DSEC_DATA_DIR, default /var/lib/dsec). See docs/python.md.
 """
 
-from .aio import AsyncCommands, AsyncFiles, AsyncProcess, AsyncSandbox, AsyncSession, AsyncSessions
+from .aio import AsyncCommands, AsyncFiles, AsyncPorts, AsyncProcess, AsyncSandbox, AsyncSession, AsyncSessions
+from .aio_resources import AsyncImage, AsyncPool, AsyncVolume
 from .config import DEFAULT_DATA_DIR, ConnectionConfig, resolve_connection
 from .errors import (
     AuthError,
@@ -31,17 +32,25 @@ from .models import (
     Batch,
     BatchInfo,
     BatchProgress,
+    BulkResult,
     DirListing,
     ExecResult,
     ExitEvent,
     FileStat,
     Fork,
     ForkFailure,
+    GcResult,
+    ImageInfo,
     NetworkState,
     NodeInfo,
     OutputEvent,
+    PoolInfo,
+    PortLink,
+    PortResponse,
     ProcessInfo,
     ProcessOutput,
+    PulledImage,
+    PushedImage,
     ReplayReport,
     SandboxInfo,
     SessionInfo,
@@ -49,20 +58,22 @@ from .models import (
     StreamEvent,
     Trajectory,
     TrajectoryEntry,
+    VolumeInfo,
     WriteResult,
 )
-from .sandbox import Commands, Files, Process, Sandbox, Session, Sessions, nodes
+from .resources import Image, Pool, Volume
+from .sandbox import Commands, Files, Ports, Process, Sandbox, Session, Sessions, nodes
 from .terminal import AsyncTerminal, Terminal
 from . import fn
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncCommands", "AsyncFiles", "AsyncProcess", "AsyncSandbox", "AsyncSession", "AsyncSessions", "AsyncTerminal",
-    "AuthError", "Batch", "BatchInfo", "BatchProgress", "CapacityError", "CommandExitError", "Commands", "ConflictError", "ConnectionConfig",
+    "AsyncCommands", "AsyncFiles", "AsyncImage", "AsyncPool", "AsyncPorts", "AsyncProcess", "AsyncSandbox", "AsyncSession", "AsyncSessions",
+    "AsyncTerminal", "AsyncVolume", "AuthError", "Batch", "BatchInfo", "BatchProgress", "BulkResult", "CapacityError", "CommandExitError", "Commands", "ConflictError", "ConnectionConfig",
     "DEFAULT_DATA_DIR", "DirListing", "DsecError", "ExecResult", "ExitEvent", "FileStat", "Files", "Fork", "ForkFailure",
-    "InvalidRequestError", "NetworkState", "NodeInfo", "NotConfiguredError", "NotFoundError", "OutputEvent", "Process",
-    "ProcessInfo", "ProcessOutput", "QuotaError", "RateLimitError", "ReplayReport", "Sandbox", "SandboxInfo", "ServerError",
+    "GcResult", "Image", "ImageInfo", "InvalidRequestError", "NetworkState", "NodeInfo", "NotConfiguredError", "NotFoundError", "OutputEvent",
+    "Pool", "PoolInfo", "PortLink", "PortResponse", "Ports", "Process", "ProcessInfo", "ProcessOutput", "PulledImage", "PushedImage", "QuotaError", "RateLimitError", "ReplayReport", "Sandbox", "SandboxInfo", "ServerError",
     "Session", "SessionInfo", "Sessions", "SnapshotResult", "StreamEvent", "Terminal", "TimeoutError", "Trajectory",
-    "TrajectoryEntry", "UnavailableError", "UnreachableError", "WriteResult", "error_from_wire", "fn", "nodes", "resolve_connection",
+    "TrajectoryEntry", "UnavailableError", "UnreachableError", "Volume", "VolumeInfo", "WriteResult", "error_from_wire", "fn", "nodes", "resolve_connection",
 ]  # fmt: skip

@@ -16,6 +16,7 @@ from . import calls, client
 from . import models as m
 from .aio_transport import AsyncTransport
 from .client import AsyncIO
+from .client_resources import PortsCore
 from .config import ConnectionConfig, resolve_connection
 from .terminal import AsyncTerminal
 
@@ -151,6 +152,19 @@ class AsyncFiles(client.FilesCore):
     download_dir = awaiting(client.FilesCore._download_dir)
 
 
+class AsyncPorts(PortsCore):
+    """``sb.ports``: see ``Ports``."""
+
+    _io_type = AsyncIO
+
+    def __init__(self, transport: AsyncTransport, sandbox_id: str) -> None:
+        super().__init__(transport, sandbox_id)
+
+    fetch = awaiting(PortsCore._fetch)
+    wait = awaiting(PortsCore._wait)
+    link = awaiting(PortsCore._link)
+
+
 class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
     """A handle on one sandbox. ``async with await AsyncSandbox.create(...) as sb:`` kills it on exit."""
 
@@ -161,6 +175,7 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
         self.commands = AsyncCommands(transport, info.id)
         self.files = AsyncFiles(transport, info.id)
         self.sessions = AsyncSessions(transport, info.id)
+        self.ports = AsyncPorts(transport, info.id)
 
     def _sandbox(self, info: m.SandboxInfo) -> "AsyncSandbox":
         return AsyncSandbox(self._t, info)
@@ -190,6 +205,9 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
         idle_timeout_seconds: Optional[int] = None,
         on_expiry: Optional[str] = None,
         backend: Optional[str] = None,
+        pool: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, Any]]] = None,
+        placement: Optional[Mapping[str, Any]] = None,
         timeout: Optional[float] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
@@ -199,7 +217,8 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
         t = transport_for(url, api_key, request_timeout)
         spec = calls.create_body(
             image=image, cpu=cpu, memory_mib=memory_mib, pids=pids, disk_mib=disk_mib, layers=layers, env=env, labels=labels, network=network,
-            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, on_expiry=on_expiry, backend=backend,
+            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, on_expiry=on_expiry, backend=backend, pool=pool, volumes=volumes,
+            placement=placement,
         )  # fmt: skip
         return cls(t, await t.run(calls.create(spec, timeout)))
 
@@ -278,6 +297,28 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
     async def kill_by_id(cls, sandbox_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> None:
         """See ``Sandbox.kill_by_id``."""
         await transport_for(url, api_key).run(calls.kill(sandbox_id, timeout))
+
+    @classmethod
+    async def trajectory_by_id(
+        cls, sandbox_id: str, *, after_seq: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None
+    ) -> m.Trajectory:
+        """See ``Sandbox.trajectory_by_id``."""
+        return await transport_for(url, api_key).run(calls.trajectory(sandbox_id, after_seq, limit, timeout))
+
+    @classmethod
+    async def kill_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+        """See ``Sandbox.kill_all``."""
+        return await transport_for(url, api_key).run(calls.bulk("kill", labels, timeout))
+
+    @classmethod
+    async def pause_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+        """See ``Sandbox.pause_all``."""
+        return await transport_for(url, api_key).run(calls.bulk("pause", labels, timeout))
+
+    @classmethod
+    async def resume_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+        """See ``Sandbox.resume_all``."""
+        return await transport_for(url, api_key).run(calls.bulk("resume", labels, timeout))
 
     # -- this sandbox ---------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple, TypeVar
 from .calls import Call, Op
 from .config import ConnectionConfig
 from .errors import DsecError, TimeoutError, UnreachableError
-from .transport import IDLE_REUSE_LIMIT, USER_AGENT, Endpoint, decode_json, parse_error, split_lines
+from .transport import DSEC_ERROR_HEADER, IDLE_REUSE_LIMIT, USER_AGENT, Endpoint, decode_json, parse_error, split_lines
 
 T = TypeVar("T")
 
@@ -174,16 +174,21 @@ class AsyncTransport:
             resp.conn.close()
         return data
 
-    async def _content(self, call: Call) -> Tuple[int, bytes]:
+    async def _response(self, call: Call) -> Tuple[int, Dict[str, str], bytes]:
         resp = await self._send(call)
         data = await self._finish(resp)
-        if resp.status >= 400:
+        if resp.status >= 400 and not (call.passthrough and DSEC_ERROR_HEADER not in resp.headers):
             raise parse_error(resp.status, data)
-        return resp.status, data
+        return resp.status, resp.headers, data
 
     async def content(self, call: Call) -> Tuple[int, bytes]:
+        status, _, data = await self.response(call)
+        return status, data
+
+    async def response(self, call: Call) -> Tuple[int, Dict[str, str], bytes]:
+        """Status, headers (lower-case names) and body: the whole answer."""
         try:
-            return await asyncio.wait_for(self._content(call), self._timeout(call))
+            return await asyncio.wait_for(self._response(call), self._timeout(call))
         except asyncio.TimeoutError:
             raise self._timeout_error(call) from None
         except (OSError, asyncio.IncompleteReadError, ValueError) as err:
@@ -192,6 +197,8 @@ class AsyncTransport:
             raise UnreachableError(f"the call {call.method} {call.path} broke: {err!r}", "STREAM_BROKEN") from None
 
     async def run(self, op: Op[T]) -> T:
+        if op.response:
+            return op.parse(await self.response(op.call))
         status, body = await self.content(op.call)
         if op.raw:
             return op.parse(body)

@@ -42,6 +42,11 @@ class Call:
     accept: Optional[str] = None
     #: Deadline of the whole call in seconds; None: the connection's default.
     timeout: Optional[float] = None
+    #: The answer is a sandbox server's own (ports.fetch): a status >= 400 raises only when dsec
+    #: itself made it (the x-dsec-error header), not when the server in the sandbox did.
+    passthrough: bool = False
+    #: Headers of the caller's own, sent as they are (ports.fetch).
+    headers: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def target(self) -> str:
@@ -53,7 +58,7 @@ class Call:
 
     def payload(self) -> Tuple[Optional[bytes], Dict[str, str]]:
         """The body bytes and the headers describing them."""
-        headers: Dict[str, str] = {}
+        headers: Dict[str, str] = dict(self.headers)
         if self.accept:
             headers["Accept"] = self.accept
         if self.has_json:
@@ -67,11 +72,13 @@ class Call:
 
 @dataclass(frozen=True)
 class Op(Generic[T]):
-    """A call and what its answer becomes: parsed JSON (``parse``), or raw bytes (``raw``)."""
+    """A call and what its answer becomes: parsed JSON (``parse``), raw bytes (``raw``) or the whole answer (``response``)."""
 
     call: Call
     parse: Callable[[Any], T]
     raw: bool = False
+    #: ``parse`` takes ``(status, headers, body)``: the whole answer (ports.fetch).
+    response: bool = False
 
 
 def _invalid(field: str, message: str) -> InvalidRequestError:
@@ -145,8 +152,12 @@ def create_body(
     idle_timeout_seconds: Optional[int] = None,
     on_expiry: Optional[str] = None,
     backend: Optional[str] = None,
+    pool: Optional[str] = None,
+    volumes: Optional[Sequence[Mapping[str, Any]]] = None,
+    placement: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """The wire spec of one sandbox (also the ``spec`` of a batch)."""
+    """The wire spec of one sandbox (also the ``spec`` of a batch). ``volumes`` items are
+    ``{"name", "path", "read_only"}`` (``readOnly`` is taken too)."""
     resources = _clean({"cpu": cpu, "memoryMiB": memory_mib, "pids": pids, "diskMiB": disk_mib})
     return _clean(
         {
@@ -160,8 +171,19 @@ def create_body(
             "ttlSeconds": ttl_seconds,
             "idleTimeoutSeconds": idle_timeout_seconds,
             "onExpiry": on_expiry,
+            "pool": pool,
+            "volumes": [volume_mount(v) for v in volumes] if volumes is not None else None,
+            "placement": dict(placement) if placement is not None else None,
         }
     )
+
+
+def volume_mount(v: Mapping[str, Any]) -> Dict[str, Any]:
+    """``{"name", "path", "read_only"}`` → the wire's ``{"name", "path", "readOnly"}``."""
+    if not isinstance(v, Mapping):
+        raise _invalid("volumes", f"each of volumes must be a dict with name and path, got {type(v).__name__}")
+    out = {("readOnly" if k == "read_only" else k): val for k, val in v.items()}
+    return out
 
 
 def create(spec: Dict[str, Any], timeout: Optional[float]) -> Op[m.SandboxInfo]:
@@ -221,6 +243,148 @@ def replay(sandbox_id: str, timeout: Optional[float]) -> Op[Dict[str, Any]]:
 
 def nodes(timeout: Optional[float]) -> Op[List[m.NodeInfo]]:
     return Op(Call("GET", "/v1/nodes", timeout=timeout), lambda d: [m.NodeInfo.from_wire(n) for n in d["nodes"]])
+
+
+def bulk(action: str, labels: Mapping[str, str], timeout: Optional[float]) -> Op[m.BulkResult]:
+    """Kill, pause or resume every sandbox whose labels match all of ``labels`` (at least one)."""
+    if not isinstance(labels, Mapping) or not labels:
+        raise _invalid("labels", f"{action}_all needs labels with at least one pair (a bulk call never means all sandboxes), got {labels!r}")
+    body = {"labels": dict(labels)}
+    return Op(json_call("POST", f"/v1/sandboxes/{action}", body, timeout=timeout or BULK_TIMEOUT), m.BulkResult.from_wire)
+
+
+#: Deadline of a bulk call unless the caller gives one: it works through many sandboxes.
+BULK_TIMEOUT = 600.0
+
+
+# --- volumes -----------------------------------------------------------------------------------
+
+
+def create_volume(name: str, labels: Optional[Mapping[str, str]], edge: Optional[str], timeout: Optional[float]) -> Op[m.VolumeInfo]:
+    _name(name)
+    body = _clean({"name": name, "labels": dict(labels) if labels is not None else None, "edge": edge})
+    return Op(json_call("POST", "/v1/volumes", body, timeout=timeout), m.VolumeInfo.from_wire)
+
+
+def list_volumes(timeout: Optional[float]) -> Op[List[m.VolumeInfo]]:
+    return Op(Call("GET", "/v1/volumes", timeout=timeout), lambda d: [m.VolumeInfo.from_wire(v) for v in d["volumes"]])
+
+
+def get_volume(name: str, timeout: Optional[float]) -> Op[m.VolumeInfo]:
+    return Op(Call("GET", f"/v1/volumes/{_seg(_name(name))}", timeout=timeout), m.VolumeInfo.from_wire)
+
+
+def delete_volume(name: str, timeout: Optional[float]) -> Op[None]:
+    return Op(Call("DELETE", f"/v1/volumes/{_seg(_name(name))}", timeout=timeout), _none)
+
+
+def _name(name: Any, field: str = "name") -> str:
+    if not isinstance(name, str) or not name:
+        raise _invalid(field, f"{field} must be a non-empty str, got {type(name).__name__} {name!r}")
+    return name
+
+
+# --- images ------------------------------------------------------------------------------------
+
+#: Deadline of builds, pulls and pushes unless the caller gives one (a Debian build takes minutes).
+IMAGE_TIMEOUT = 900.0
+
+
+def list_images(timeout: Optional[float]) -> Op[List[m.ImageInfo]]:
+    return Op(Call("GET", "/v1/images", timeout=timeout), lambda d: [m.ImageInfo.from_wire(i) for i in d["images"]])
+
+
+def get_image(ref: str, timeout: Optional[float]) -> Op[m.ImageInfo]:
+    return Op(Call("GET", f"/v1/images/{_seg(_name(ref, 'ref'))}", timeout=timeout), m.ImageInfo.from_wire)
+
+
+def delete_image(ref: str, timeout: Optional[float]) -> Op[None]:
+    return Op(Call("DELETE", f"/v1/images/{_seg(_name(ref, 'ref'))}", timeout=timeout), _none)
+
+
+def build_image(builder: str, name: Optional[str], packages: Optional[Sequence[str]], timeout: Optional[float]) -> Op[m.ImageInfo]:
+    body = _clean({"builder": builder, "name": name, "packages": list(packages) if packages is not None else None})
+    return Op(json_call("POST", "/v1/images", body, timeout=timeout or IMAGE_TIMEOUT), m.ImageInfo.from_wire)
+
+
+def pull_image(ref: str, name: Optional[str], timeout: Optional[float]) -> Op[m.PulledImage]:
+    body = _clean({"ref": _name(ref, "ref"), "name": name})
+    return Op(json_call("POST", "/v1/images/pull", body, timeout=timeout or IMAGE_TIMEOUT), m.PulledImage.from_wire)
+
+
+def push_image(image: str, ref: str, timeout: Optional[float]) -> Op[m.PushedImage]:
+    body = {"image": _name(image, "image"), "ref": _name(ref, "ref")}
+    return Op(json_call("POST", "/v1/images/push", body, timeout=timeout or IMAGE_TIMEOUT), m.PushedImage.from_wire)
+
+
+def gc_images(timeout: Optional[float]) -> Op[m.GcResult]:
+    return Op(Call("POST", "/v1/images/gc", timeout=timeout or SNAPSHOT_TIMEOUT), m.GcResult.from_wire)
+
+
+# --- pools -------------------------------------------------------------------------------------
+
+
+def create_pool(name: str, size: int, spec: Dict[str, Any], timeout: Optional[float]) -> Op[m.PoolInfo]:
+    # A pool fixes the create spec's sandbox fields; labels, TTLs and volumes belong to each claim.
+    body = {"name": _name(name), "size": size, **{k: v for k, v in spec.items() if k in POOL_SPEC_FIELDS}}
+    extra = sorted(k for k in spec if k not in POOL_SPEC_FIELDS)
+    if extra:
+        raise _invalid(extra[0], f"a pool's spec takes {', '.join(sorted(POOL_SPEC_FIELDS))}; {', '.join(extra)} belong to each create that claims from it")
+    return Op(json_call("POST", "/v1/pools", body, timeout=timeout), m.PoolInfo.from_wire)
+
+
+#: The fields of a create spec a pool fixes (schema/pool.ts).
+POOL_SPEC_FIELDS = frozenset({"backend", "image", "resources", "layers", "env", "network", "placement"})
+
+
+def list_pools(timeout: Optional[float]) -> Op[List[m.PoolInfo]]:
+    return Op(Call("GET", "/v1/pools", timeout=timeout), lambda d: [m.PoolInfo.from_wire(p) for p in d["pools"]])
+
+
+def get_pool(name: str, timeout: Optional[float]) -> Op[m.PoolInfo]:
+    return Op(Call("GET", f"/v1/pools/{_seg(_name(name))}", timeout=timeout), m.PoolInfo.from_wire)
+
+
+def delete_pool(name: str, timeout: Optional[float]) -> Op[None]:
+    return Op(Call("DELETE", f"/v1/pools/{_seg(_name(name))}", timeout=timeout), _none)
+
+
+# --- ports -------------------------------------------------------------------------------------
+
+
+def port(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise _invalid("port", f"{where}: port must be an int from 1 to 65535, got {value!r}")
+    return value
+
+
+def port_path(sandbox_id: str, number: int, path: str, where: str) -> str:
+    if not isinstance(path, str):
+        raise _invalid("path", f"{where}: path must be a str, got {type(path).__name__}")
+    return _sb(sandbox_id, f"/ports/{port(number, where)}{path if path.startswith('/') else '/' + path}")
+
+
+def port_link(sandbox_id: str, number: int, ttl_seconds: Optional[int], timeout: Optional[float]) -> Op[m.PortLink]:
+    body = _clean({"port": port(number, "ports.link"), "ttlSeconds": ttl_seconds})
+    return Op(json_call("POST", _sb(sandbox_id, "/port-links"), body, timeout=timeout), m.PortLink.from_wire)
+
+
+def port_wait(sandbox_id: str, number: int, wait: float, timeout: Optional[float]) -> Op[Dict[str, Any]]:
+    body = {"port": port(number, "ports.wait"), "timeoutMs": _ms(wait, "wait")}
+    return Op(json_call("POST", _sb(sandbox_id, "/port-waits"), body, timeout=timeout if timeout is not None else wait + COMMAND_MARGIN), _object)
+
+
+def port_fetch(
+    sandbox_id: str, number: int, path: str, method: str, body: Union[None, str, bytes], headers: Optional[Mapping[str, str]], timeout: Optional[float]
+) -> Op[m.PortResponse]:
+    """A request to the server on ``number``: its answer comes back whatever its status; only the
+    proxy's own errors (x-dsec-error: nothing listens, a broken answer) raise."""
+    call = Call(
+        method.upper(), port_path(sandbox_id, number, path, "ports.fetch"), body=as_bytes(body, "body") if body is not None else None,
+        content_type=(headers or {}).get("content-type") or (headers or {}).get("Content-Type"), timeout=timeout, passthrough=True,
+        headers=tuple((k, v) for k, v in (headers or {}).items() if k.lower() not in ("content-type", "authorization", "host")),
+    )  # fmt: skip
+    return Op(call, lambda r: m.PortResponse(status=r[0], headers=r[1], body=r[2]), response=True)
 
 
 # --- batches -----------------------------------------------------------------------------------

@@ -143,6 +143,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "REGISTRY_UNAVAILABLE": UnavailableError,
     "PORT_NOT_LISTENING": ServerError,
     "PORT_BAD_RESPONSE": ServerError,
+    "PORT_WAIT_TIMEOUT": TimeoutError,
     "NODE_DISK_FULL": ServerError,
     "SANDBOX_CREATE_FAILED": ServerError,
     "SANDBOX_KILL_FAILED": ServerError,

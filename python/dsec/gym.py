@@ -5,11 +5,16 @@ shapes follow the classic gym API so a trainer's loop (or a gymnasium wrapper) c
 An episode: ``reset`` makes a sandbox (from the task's image, e.g. a snapshot of a prepared
 workspace), writes the task's files, runs its setup, then switches the network to the task's
 rollout policy (``none`` by default). Each ``step`` runs the agent's action confined by Landlock
-to the task's ``writable_paths``; ``Submit`` (or the step budget running out) runs the task's
-tests, and the reward is what ``Task.reward`` makes of their result (1.0 when they pass).
+to the task's ``writable_paths``; ``Submit`` (or the step budget running out) writes the task's
+hidden tests (``Task.tests``, into ``tests_dir``, outside anything an action may write) and runs
+them, and the reward is what ``Task.reward`` makes of their result (1.0 when they pass).
+
+Reward hacking is the hard path by default: the tests do not exist while the agent acts (it can
+neither read nor edit them), they land where no action could write, and a task whose tests lie
+under a writable path is refused at ``reset``.
 
     env = SandboxEnv()
-    obs = env.reset(Task(files={"/work/a.sh": "echo $((1-1))"}, test_cmd="[ $(sh a.sh) = 2 ]"))
+    obs = env.reset(Task(files={"/work/a.sh": "echo $((1-1))"}, tests={"t.sh": "[ $(sh /work/a.sh) = 2 ]"}, test_cmd="sh /grader/t.sh"))
     obs, reward, done, info = env.step("sed -i 's/1-1/1+1/' a.sh")
     obs, reward, done, info = env.step(Submit())      # reward 1.0, done
     env.close()
@@ -17,6 +22,7 @@ tests, and the reward is what ``Task.reward`` makes of their result (1.0 when th
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -36,6 +42,11 @@ class Task:
     setup: Sequence[str] = ()
     #: The task's tests; run from ``workdir`` on Submit or when the step budget runs out.
     test_cmd: str = "true"
+    #: Hidden test files (path relative to ``tests_dir``, or absolute): written only when the
+    #: episode ends, just before ``test_cmd`` runs, so no action can read or change them.
+    tests: Mapping[str, Union[str, bytes]] = field(default_factory=dict)
+    #: Where ``tests`` are written; must not be under a writable path (``reset`` refuses it).
+    tests_dir: str = "/grader"
     workdir: str = "/work"
     #: Where actions may write (Landlock); None: the workdir and /tmp.
     writable_paths: Optional[Sequence[str]] = None
@@ -88,6 +99,10 @@ class Observation:
         return {"output": self.output, "exit_code": self.exit_code, "step": self.step, "prompt": self.prompt}
 
 
+def _under(path: str, parent: str) -> bool:
+    return parent == "/" or path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
 def _default_reward(tests: ExecResult) -> float:
     return 1.0 if tests.exit_code == 0 else 0.0
 
@@ -115,6 +130,7 @@ class SandboxEnv:
     def reset(self, task: Task) -> Observation:
         """Starts an episode on ``task`` in a fresh sandbox (the previous one is killed)."""
         self.close()
+        self._check_tests_protected(task)
         sb = Sandbox.create(task.image, **self._create_kw)
         self.sandbox, self.task, self.steps, self.done = sb, task, 0, False
         try:
@@ -136,6 +152,19 @@ class SandboxEnv:
 
     def _writable(self, task: Task) -> List[str]:
         return list(task.writable_paths) if task.writable_paths is not None else [task.workdir, "/tmp"]
+
+    def _test_paths(self, task: Task) -> List[str]:
+        return [p if p.startswith("/") else posixpath.join(task.tests_dir, p) for p in task.tests]
+
+    def _check_tests_protected(self, task: Task) -> None:
+        """A test an action could overwrite is a reward an agent could write itself: refused."""
+        for path in self._test_paths(task) + [task.tests_dir]:
+            for w in self._writable(task):
+                if _under(posixpath.normpath(path), posixpath.normpath(w)):
+                    raise ValueError(
+                        f"Task.tests: {path} is under the writable path {w}: an action could replace the tests and earn the reward; "
+                        f"keep tests_dir ({task.tests_dir}) outside writable_paths ({self._writable(task)})"
+                    )
 
     def step(self, action: Action) -> Tuple[Observation, float, bool, Dict[str, Any]]:
         """Runs one action; returns (observation, reward, done, info). The reward is 0.0 until
@@ -166,6 +195,9 @@ class SandboxEnv:
     def _finish(self, *, truncated: bool) -> Tuple[Observation, float, bool, Dict[str, Any]]:
         assert self.sandbox is not None and self.task is not None
         task = self.task
+        # Written now, when no action can run any more: the agent never saw them.
+        for path, data in zip(self._test_paths(task), task.tests.values()):
+            self.sandbox.files.write(path, data)
         tests = self.sandbox.commands.run(task.test_cmd, cwd=task.workdir, writable_paths=["/tmp"], timeout=task.step_timeout, max_output_bytes=self.max_output_bytes)
         reward = (task.reward or _default_reward)(tests)
         self.done = True

@@ -410,3 +410,166 @@ class BatchProgress(Generic[S]):
     @property
     def done(self) -> bool:
         return self.event in ("done", "cancelled")
+
+
+@dataclass
+class VolumeInfo:
+    """A named volume: a directory on one node, mounted into sandboxes at create."""
+
+    name: str
+    project: str = ""
+    #: The node whose disk holds it; sandboxes that mount it run there.
+    edge: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+    created_at: str = ""
+    #: Sandboxes (creating, running, paused or lost) that mount it.
+    mounted_by: List[str] = field(default_factory=list)
+    #: Apparent size of its files, on ``Volume.get`` / ``refresh``.
+    bytes: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "VolumeInfo":
+        return _build(cls, d)
+
+
+@dataclass
+class ImageInfo:
+    """An image: layers plus the config processes start with."""
+
+    #: sha256:… of the image's manifest.
+    id: str
+    names: List[str] = field(default_factory=list)
+    layers: List[str] = field(default_factory=list)
+    #: {"env", "cwd", "user", "entrypoint", "cmd", "labels"} as the server sends it.
+    config: Dict[str, Any] = field(default_factory=dict)
+    size_bytes: int = 0
+    created_at: str = ""
+    #: An unnamed snapshot of this sandbox (deleted with it and what started from it).
+    snapshot_of: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "ImageInfo":
+        return _build(cls, d)
+
+
+@dataclass
+class GcResult:
+    """What ``Image.gc()`` removed and what it kept, and why."""
+
+    removed_layers: List[str] = field(default_factory=list)
+    freed_bytes: int = 0
+    kept_layers: int = 0
+    kept_in_use: int = 0
+    kept_young: int = 0
+    kept_young_bytes: int = 0
+    grace_seconds: int = 0
+    removed_temp: List[str] = field(default_factory=list)
+    kept_by_registry: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "GcResult":
+        return _build(cls, d)
+
+
+@dataclass
+class PoolInfo:
+    """A warm pool's spec, sizes, claims, misses and refill times."""
+
+    name: str
+    size: int = 0
+    #: The create spec every ready sandbox is made from, as the server sends it.
+    spec: Dict[str, Any] = field(default_factory=dict)
+    ready: int = 0
+    creating: int = 0
+    claims: int = 0
+    misses: int = 0
+    refill_failures: int = 0
+    last_refill_error: Optional[str] = None
+    refill_ms_p50: Optional[float] = None
+    refill_ms_last: Optional[float] = None
+    claim_ms_p50: Optional[float] = None
+    created_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "PoolInfo":
+        return _build(cls, d)
+
+
+@dataclass
+class BulkResult:
+    """A bulk kill/pause/resume by label: the sandboxes it was applied to, and those it failed on."""
+
+    ids: List[str] = field(default_factory=list)
+    #: ``{"id", "code", "message"}`` per sandbox it failed on.
+    failures: List[Dict[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "BulkResult":
+        return _build(cls, d)
+
+
+@dataclass
+class PortLink:
+    """A signed URL that opens one port without an API key, until ``expires_at``."""
+
+    url: str
+    port: int = 0
+    expires_at: str = ""
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "PortLink":
+        return _build(cls, d)
+
+
+@dataclass
+class PortResponse:
+    """The answer of a server in the sandbox to ``ports.fetch``: its own status, headers and body."""
+
+    status: int
+    headers: Dict[str, str]
+    body: bytes
+
+    def text(self, encoding: str = "utf-8") -> str:
+        return self.body.decode(encoding, errors="replace")
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.body)
+
+
+@dataclass
+class PulledImage:
+    """What ``Image.pull`` brought in: the image, the digest it was pulled by, what was fetched."""
+
+    image: ImageInfo
+    digest: str = ""
+    fetched_layers: int = 0
+    bytes: int = 0
+    #: Times a layer download broke off and resumed with a Range request.
+    resumes: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "PulledImage":
+        return _build(cls, d, image=ImageInfo.from_wire((d or {}).get("image")))
+
+
+@dataclass
+class PushedImage:
+    """What ``Image.push`` sent: the reference, the manifest digest, the layers uploaded."""
+
+    ref: str
+    digest: str = ""
+    layers: int = 0
+    uploaded_layers: int = 0
+    bytes: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "PushedImage":
+        return _build(cls, d)

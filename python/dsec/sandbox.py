@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Corou
 from . import calls, client
 from . import models as m
 from .client import BATCH_STREAM_RETRIES, SyncIO, tar_directory, untar_into
+from .client_resources import PortsCore
 from .config import ConnectionConfig, resolve_connection
 from .terminal import Terminal
 from .transport import SyncTransport
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 S = TypeVar("S")
 T = TypeVar("T")
 
-__all__ = ["BATCH_STREAM_RETRIES", "Commands", "Files", "Process", "Sandbox", "Session", "Sessions", "nodes", "tar_directory", "transport_for", "untar_into"]
+__all__ = ["BATCH_STREAM_RETRIES", "Commands", "Files", "Ports", "Process", "Sandbox", "Session", "Sessions", "nodes", "tar_directory", "transport_for", "untar_into"]
 
 _transports: Dict[ConnectionConfig, SyncTransport] = {}
 _transports_lock = threading.Lock()
@@ -182,6 +183,20 @@ class Files(client.FilesCore):
     download_dir = blocking(client.FilesCore._download_dir)
 
 
+class Ports(PortsCore):
+    """``sb.ports``: servers in the sandbox through the control plane's proxy (``url``, ``fetch``,
+    ``wait``, ``link``)."""
+
+    _io_type = SyncIO
+
+    def __init__(self, transport: SyncTransport, sandbox_id: str) -> None:
+        super().__init__(transport, sandbox_id)
+
+    fetch = blocking(PortsCore._fetch)
+    wait = blocking(PortsCore._wait)
+    link = blocking(PortsCore._link)
+
+
 class Sandbox(client.SandboxCore["Sandbox"]):
     """A handle on one sandbox. ``with Sandbox.create(...) as sb:`` kills it on exit."""
 
@@ -192,6 +207,7 @@ class Sandbox(client.SandboxCore["Sandbox"]):
         self.commands = Commands(transport, info.id)
         self.files = Files(transport, info.id)
         self.sessions = Sessions(transport, info.id)
+        self.ports = Ports(transport, info.id)
 
     def _sandbox(self, info: m.SandboxInfo) -> "Sandbox":
         return Sandbox(self._t, info)
@@ -221,19 +237,26 @@ class Sandbox(client.SandboxCore["Sandbox"]):
         idle_timeout_seconds: Optional[int] = None,
         on_expiry: Optional[str] = None,
         backend: Optional[str] = None,
+        pool: Optional[str] = None,
+        volumes: Optional[Sequence[Mapping[str, Any]]] = None,
+        placement: Optional[Mapping[str, Any]] = None,
         timeout: Optional[float] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> "Sandbox":
-        """Creates a sandbox and returns when it is running.
+        """Creates a sandbox and returns when it is running. ``pool`` claims a ready sandbox of
+        that warm pool (``Pool.create``); ``volumes`` mounts named volumes
+        (``[{"name": "data", "path": "/data", "read_only": True}]``); ``placement`` is
+        ``{"pool", "labels", "burst"}`` of the edges it may run on.
 
         Example: ``sb = dsec.Sandbox.create("busybox", memory_mib=64, labels={"task": "t1"})``
         """
         t = transport_for(url, api_key, request_timeout)
         spec = calls.create_body(
             image=image, cpu=cpu, memory_mib=memory_mib, pids=pids, disk_mib=disk_mib, layers=layers, env=env, labels=labels, network=network,
-            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, on_expiry=on_expiry, backend=backend,
+            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, on_expiry=on_expiry, backend=backend, pool=pool, volumes=volumes,
+            placement=placement,
         )  # fmt: skip
         return cls(t, t.run(calls.create(spec, timeout)))
 
@@ -320,6 +343,33 @@ class Sandbox(client.SandboxCore["Sandbox"]):
     def kill_by_id(cls, sandbox_id: str, *, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> None:
         """Kills a sandbox by id without connecting first; idempotent like ``kill()``."""
         transport_for(url, api_key).run(calls.kill(sandbox_id, timeout))
+
+    @classmethod
+    def trajectory_by_id(
+        cls, sandbox_id: str, *, after_seq: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None
+    ) -> m.Trajectory:
+        """A sandbox's trajectory by id, without connecting first: also of a sandbox that was
+        killed (its log is kept for a while after)."""
+        return transport_for(url, api_key).run(calls.trajectory(sandbox_id, after_seq, limit, timeout))
+
+    @classmethod
+    def kill_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+        """Kills every sandbox whose labels match all of ``labels`` (at least one: never "all"),
+        a few at a time on the server; sandboxes already gone count as killed.
+
+        Example: ``dsec.Sandbox.kill_all(labels={"run": "r7"}).ids``
+        """
+        return transport_for(url, api_key).run(calls.bulk("kill", labels, timeout))
+
+    @classmethod
+    def pause_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+        """Pauses every running sandbox whose labels match all of ``labels``."""
+        return transport_for(url, api_key).run(calls.bulk("pause", labels, timeout))
+
+    @classmethod
+    def resume_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+        """Resumes every paused sandbox whose labels match all of ``labels``."""
+        return transport_for(url, api_key).run(calls.bulk("resume", labels, timeout))
 
     # -- this sandbox ---------------------------------------------------------------------------
 

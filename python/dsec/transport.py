@@ -44,6 +44,10 @@ class Endpoint:
         self.host_header = parts.netloc.rsplit("@", 1)[-1]
 
 
+#: Set on every error answer dsec itself makes, so a proxied server's own 4xx/5xx is told apart.
+DSEC_ERROR_HEADER = "x-dsec-error"
+
+
 def parse_error(status: int, body: bytes) -> DsecError:
     try:
         wire = json.loads(body.decode("utf-8"))
@@ -132,7 +136,7 @@ class SyncTransport:
             except OSError as err:
                 conn.close()
                 raise UnreachableError(f"cannot reach dsec at {self.config.url}: {err}", "UNREACHABLE") from None
-            if resp.status >= 400:
+            if resp.status >= 400 and not (call.passthrough and resp.getheader(DSEC_ERROR_HEADER) is None):
                 data = self._read_all(conn, resp, call, deadline)
                 raise parse_error(resp.status, data)
             return conn, resp
@@ -160,7 +164,16 @@ class SyncTransport:
         conn, resp = self.send(call, deadline)
         return resp.status, self._read_all(conn, resp, call, deadline)
 
+    def response(self, call: Call) -> Tuple[int, Dict[str, str], bytes]:
+        """Status, headers (lower-case names) and body: the whole answer."""
+        deadline = self._deadline(call)
+        conn, resp = self.send(call, deadline)
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        return resp.status, headers, self._read_all(conn, resp, call, deadline)
+
     def run(self, op: Op[T]) -> T:
+        if op.response:
+            return op.parse(self.response(op.call))
         status, body = self.content(op.call)
         if op.raw:
             return op.parse(body)

@@ -14,7 +14,7 @@ TESTS = '. ./add.sh; [ "$(add 2 3)" = 5 ] && [ "$(add 1 1)" = 2 ]'
 
 
 def task(**kw: object) -> Task:
-    base = dict(prompt="fix add", files={"/work/add.sh": BUGGY, "/work/tests/t.sh": TESTS}, test_cmd="sh tests/t.sh", writable_paths=["/work", "/tmp"], meta={"id": "add"})
+    base = dict(prompt="fix add", files={"/work/add.sh": BUGGY}, tests={"t.sh": TESTS}, test_cmd="sh /grader/t.sh", writable_paths=["/work", "/tmp"], meta={"id": "add"})
     base.update(kw)
     return Task(**base)  # type: ignore[arg-type]
 
@@ -42,11 +42,36 @@ class SandboxEnvTest(unittest.TestCase):
     def test_writes_outside_writable_paths_fail_and_the_tests_decide(self) -> None:
         with SandboxEnv(memory_mib=64, **conn()) as env:
             env.reset(task(writable_paths=["/tmp"]))
-            obs, _, _, _ = env.step(WriteFile("/work/tests/t.sh", "true"))
-            self.assertNotEqual(obs.exit_code, 0, "the tests are not writable")
+            obs, _, _, _ = env.step(WriteFile("/work/add.sh", "add() { echo $(($1 + $2)); }\n"))
+            self.assertNotEqual(obs.exit_code, 0, "the workspace is not writable here")
             obs, reward, done, _ = env.step(Submit())
             self.assertEqual((reward, done), (0.0, True))
-            self.assertEqual(env.sandbox.files.read_text("/work/tests/t.sh"), TESTS)  # type: ignore[union-attr]
+            self.assertEqual(env.sandbox.files.read_text("/grader/t.sh"), TESTS)  # type: ignore[union-attr]
+
+    def test_the_documented_task_refuses_reward_hacking(self) -> None:
+        # docs/python.md's example, attacked the ways an agent would: tests in the workspace,
+        # the grader's own file, the test command's shell; none earns the reward.
+        with SandboxEnv(memory_mib=64, **conn()) as env:
+            obs = env.reset(task(writable_paths=None))
+            self.assertNotIn("t.sh", obs.output)
+            self.assertNotEqual(env.step("cat /grader/t.sh")[0].exit_code, 0, "the tests are hidden while the agent acts")
+            env.step("mkdir -p tests && echo 'exit 0' > tests/t.sh && echo 'add() { echo 5; }' > tests/add.sh")
+            hack = env.step("mkdir -p /grader && echo 'exit 0' > /grader/t.sh")[0]
+            self.assertNotEqual(hack.exit_code, 0, hack.output)
+            self.assertNotEqual(env.step(WriteFile("/grader/t.sh", "exit 0"))[0].exit_code, 0)
+            self.assertNotEqual(env.step("echo 'exit 0' > /bin/sh")[0].exit_code, 0)
+            _, reward, done, info = env.step(Submit())
+            self.assertEqual((reward, done), (0.0, True), info["tests"])
+
+    def test_a_task_whose_tests_an_action_could_write_is_refused(self) -> None:
+        before = {s.id for s in dsec.Sandbox.list(**conn())}
+        with SandboxEnv(memory_mib=64, **conn()) as env:
+            with self.assertRaises(ValueError) as e:
+                env.reset(task(tests_dir="/work/tests"))
+            self.assertIn("could replace the tests", str(e.exception))
+            with self.assertRaises(ValueError):
+                env.reset(task(tests={"/tmp/t.sh": TESTS}))
+        self.assertEqual({s.id for s in dsec.Sandbox.list(**conn())}, before, "nothing was created")
 
     def test_the_step_budget_ends_the_episode_with_the_tests_reward(self) -> None:
         with SandboxEnv(memory_mib=64, **conn()) as env:

@@ -1,6 +1,8 @@
-"""The package as a trainer installs it: pip builds it from pyproject.toml (offline, with the
-installed setuptools) into a scratch directory, and what lands there imports and carries
-py.typed and every module, with no third-party dependency."""
+"""The package as a trainer installs it, offline (docs/python.md): a fresh venv of Debian's
+python3, ``pip install --no-index ./python`` (build isolation on, nothing from an index, no
+setuptools or wheel needed: pyproject.toml names the in-tree wheel_backend.py), and what lands
+there imports and carries py.typed and every module. The checkout gains no file (no ``build/``,
+no ``*.egg-info``); an editable install (``-e``) runs the checkout's code."""
 
 from __future__ import annotations
 
@@ -11,41 +13,70 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from typing import Set
 
 PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
 def skip_reason() -> str:
-    for mod in ("pip", "setuptools", "wheel"):
-        if importlib.util.find_spec(mod) is None:
-            return f"packaging test needs {mod} for {sys.executable} (Debian: python3-{mod}); the SDK itself does not"
+    if importlib.util.find_spec("venv") is None or importlib.util.find_spec("ensurepip") is None:
+        return f"the packaging test makes a venv with pip: {sys.executable} lacks venv/ensurepip (Debian: python3-venv, which scripts/setup --tests installs)"
     return ""
+
+
+def tree(root: str) -> Set[str]:
+    """Every file and directory under ``root`` but byte-code caches (importing makes those anyway)."""
+    out = set()
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in ("__pycache__", ".mypy_cache")]
+        out.update(os.path.relpath(os.path.join(d, x), root) for x in dirs + files)
+    return out
 
 
 @unittest.skipIf(skip_reason(), skip_reason())
 class PackagingTest(unittest.TestCase):
-    def test_pip_installs_the_package_with_py_typed_and_every_module(self) -> None:
-        target = tempfile.mkdtemp(prefix="dsec-py-pkg-")
-        build = tempfile.mkdtemp(prefix="dsec-py-build-")
+    venv = ""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.venv = tempfile.mkdtemp(prefix="dsec-py-venv-")
+        r = subprocess.run([sys.executable, "-m", "venv", cls.venv], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.venv, ignore_errors=True)
+
+    def pip(self, *args: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}  # no find-links or index of the caller's
+        r = subprocess.run([os.path.join(self.venv, "bin", "pip"), *args], capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def probe(self, code: str) -> str:
+        # -I: no PYTHONPATH, no user site, no cwd, so only what the venv holds can be imported.
+        r = subprocess.run([os.path.join(self.venv, "bin", "python"), "-I", "-c", code], capture_output=True, text=True, cwd=self.venv)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
+    def test_pip_installs_it_offline_in_a_fresh_venv_and_writes_nothing_into_the_checkout(self) -> None:
+        before = tree(PYTHON_DIR)
+        self.pip("install", "--no-index", "--quiet", PYTHON_DIR)
+        self.assertEqual(tree(PYTHON_DIR) - before, set(), "pip wrote these into the checkout")
+        where = self.probe("import dsec, dsec.gym, os; print(os.path.dirname(dsec.__file__))")
+        self.assertTrue(where.startswith(self.venv), where)
+        shipped = set(os.listdir(where))
+        wanted = {f for f in os.listdir(os.path.join(PYTHON_DIR, "dsec")) if f.endswith(".py") or f == "py.typed"}
+        self.assertTrue(wanted <= shipped, f"missing: {wanted - shipped}")
+        self.assertEqual(self.probe("import importlib.metadata as m; print(m.version('dsec'), m.metadata('dsec')['Requires-Python'])"), "0.1.0 >=3.9")
+        self.pip("uninstall", "--yes", "--quiet", "dsec")
+        self.assertNotIn("dsec", self.probe("import importlib.util; print(importlib.util.find_spec('dsec'))"))
+
+    def test_an_editable_install_runs_the_checkouts_code(self) -> None:
+        self.pip("install", "--no-index", "--quiet", "--editable", PYTHON_DIR)
         try:
-            src = os.path.join(build, "python")
-            shutil.copytree(PYTHON_DIR, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "tests", "bench", "examples"))
-            r = subprocess.run(
-                [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "--quiet", "--target", target, src],
-                capture_output=True, text=True,
-            )  # fmt: skip
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            shipped = set(os.listdir(os.path.join(target, "dsec")))
-            wanted = {f for f in os.listdir(os.path.join(PYTHON_DIR, "dsec")) if f.endswith(".py") or f == "py.typed"}
-            self.assertTrue(wanted <= shipped, f"missing: {wanted - shipped}")
-            # -I: no PYTHONPATH, no user site, no cwd, so only the installed copy can be found.
-            probe = f"import sys; sys.path.insert(0, {target!r}); import dsec, dsec.gym; print(dsec.__file__)"
-            out = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, cwd=target)
-            self.assertEqual(out.returncode, 0, out.stderr)
-            self.assertTrue(out.stdout.startswith(os.path.join(target, "dsec")), out.stdout)
+            self.assertEqual(self.probe("import dsec; print(dsec.__file__)"), os.path.join(PYTHON_DIR, "dsec", "__init__.py"))
         finally:
-            shutil.rmtree(target)
-            shutil.rmtree(build)
+            self.pip("uninstall", "--yes", "--quiet", "dsec")
 
 
 if __name__ == "__main__":

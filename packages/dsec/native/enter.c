@@ -377,8 +377,12 @@ static void become_command(const struct options *o, int last_cap, char **args, c
   /* Last: the sandbox's filter may refuse what the steps above need. */
   if (filter && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, filter) != 0) die("loading the sandbox's seccomp filter", NULL);
   execvp(args[0], args);
-  fprintf(stderr, "executable file `%s` not found in $PATH: %s\n", args[0], strerror(errno));
-  _exit(FAILED);
+  /* As a shell says it (127 not found, 126 not runnable): the command's stderr is an agent's
+   * observation, with no helper's name in it. */
+  int err = errno;
+  if (err == ENOENT && !strchr(args[0], '/')) fprintf(stderr, "%s: command not found\n", args[0]);
+  else fprintf(stderr, "%s: %s\n", args[0], strerror(err));
+  _exit(err == ENOENT ? 127 : 126);
 }
 
 int main(int argc, char **argv) {

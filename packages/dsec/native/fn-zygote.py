@@ -254,8 +254,13 @@ def run_user(req, workdir, out_w, err_w, stdin_fd):
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
                 if not isinstance(e.code, int) and e.code is not None:
                     print(e.code, file=sys.stderr)
-            except BaseException:
-                traceback.print_exc()
+            except BaseException as e:
+                # From the user's own frames on, as `python3 main.py` shows it: the frame of this
+                # runner (loaded from a string) is not the agent's to see. A SyntaxError has none.
+                tb = e.__traceback__
+                while tb is not None and tb.tb_frame.f_code.co_filename != main.__file__:
+                    tb = tb.tb_next
+                traceback.print_exception(type(e), e, tb)
                 code = 1
             try:
                 sys.stdout.flush()

@@ -145,6 +145,16 @@ static int join_cgroup(int fd, const char *name) {
   return in_cgroup(name) ? 0 : -2;
 }
 
+/* What a shell prints when a command cannot be run, and its exit status (127: not found, 126:
+ * found but not runnable): an agent's observation must look like plain Linux, with no helper's
+ * name in it. */
+static int exec_failed(const char *cmd) {
+  int err = errno;
+  if (err == ENOENT && !strchr(cmd, '/')) fprintf(stderr, "%s: command not found\n", cmd);
+  else fprintf(stderr, "%s: %s\n", cmd, strerror(err));
+  return err == ENOENT ? 127 : 126;
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   if (i + 2 < argc && strcmp(argv[i], "--cgroup-fd") == 0) {
@@ -180,8 +190,7 @@ int main(int argc, char **argv) {
     if (syscall(SYS_landlock_restrict_self_, ruleset, 0) != 0) return fail("landlock_restrict_self", "");
     close(ruleset);
     execvp(argv[i + 2], &argv[i + 2]);
-    fprintf(stderr, "dsec-landlock: %s: %s\n", argv[i + 2], strerror(errno));
-    return errno == ENOENT ? 127 : 126;
+    return exec_failed(argv[i + 2]);
   }
 
   uint64_t handled = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG |
@@ -215,6 +224,5 @@ int main(int argc, char **argv) {
   close(ruleset);
 
   execvp(argv[i + 1], &argv[i + 1]);
-  fprintf(stderr, "dsec-landlock: %s: %s\n", argv[i + 1], strerror(errno));
-  return errno == ENOENT ? 127 : 126;
+  return exec_failed(argv[i + 1]);
 }

@@ -88,9 +88,19 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     assert.equal(r.stdout, '$HOME a b *\n');
   });
 
-  test('argv form with a program that does not exist fails with a non-zero exit code', async () => {
+  test("a program that does not exist: 127 and what a shell says, with no dsec helper named (an agent's observation)", async () => {
     const r = await sb.commands.run(['/no/such/program']);
-    assert.notEqual(r.exitCode, 0);
+    assert.equal(r.exitCode, 127);
+    assert.equal(r.stderr, '/no/such/program: No such file or directory\n');
+    const bare = await sb.commands.run(['nosuchcmd', '--flag']);
+    assert.equal(bare.exitCode, 127);
+    assert.equal(bare.stderr, 'nosuchcmd: command not found\n');
+    const landlocked = await sb.commands.run(['nosuchcmd'], { writablePaths: ['/tmp'] });
+    assert.equal(landlocked.stderr, 'nosuchcmd: command not found\n');
+    await sb.files.write('/tmp/not-executable', 'echo x\n', { mode: 0o644 });
+    const denied = await sb.commands.run(['/tmp/not-executable']);
+    assert.equal(denied.exitCode, 126);
+    assert.equal(denied.stderr, '/tmp/not-executable: Permission denied\n');
   });
 
   test('stdin is written to the command and closed', async () => {

@@ -56,7 +56,15 @@ describe('function calls', { skip, timeout: 300_000 }, () => {
     assert.equal(b.worker, a.worker, 'the same warm worker');
     assert.equal(b.coldStart, false);
     assert.equal(b.exitCode, 1);
-    assert.match(b.stderr, /ValueError: bad candidate/);
+    // As `python3 main.py` prints it: from the user's own frame, no runner frame (<string>, run_user).
+    assert.match(b.stderr, /^Traceback \(most recent call last\):\n {2}File "[^"]*main\.py", line 1, in <module>\n/);
+    assert.match(b.stderr, /ValueError: bad candidate\n$/);
+    assert.doesNotMatch(b.stderr, /<string>|run_user|zygote/);
+    const nested = await fn.run({ runtime: 'python', code: 'def f():\n    1/0\nf()' }, server.conn);
+    assert.equal((nested.stderr.match(/ {2}File /g) ?? []).length, 2, nested.stderr);
+    const syntax = await fn.run({ runtime: 'python', code: 'def (' }, server.conn);
+    assert.match(syntax.stderr, /SyntaxError/);
+    assert.doesNotMatch(syntax.stderr, /<string>|run_user/);
   });
 
   test('bash and node run as fresh interpreter processes', async () => {

@@ -25,7 +25,7 @@ const spec = { image: 'busybox', resources: { memoryMiB: 64 } };
 /** Polls until the pool has `ready` sandboxes ready and nothing in flight (no deadline of its own: the test's timeout is it). */
 async function filled(name: string, ready: number, conn: { url: string; apiKey: string }): Promise<PoolInfo> {
   for (;;) {
-    const p = await Pool.get(name, conn);
+    const { info: p } = await Pool.get(name, conn);
     if (p.ready >= ready && p.creating === 0) return p;
     if (p.refillFailures > 0) throw new Error(`pool ${name} failed to refill: ${p.lastRefillError}`);
     await new Promise((r) => setTimeout(r, 50));
@@ -44,7 +44,7 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
   after(async () => server?.close());
 
   test("a pool fills; a create naming it claims a ready sandbox, which then serves calls and carries the caller's labels", async () => {
-    const created = await Pool.create({ ...server.conn, name: 'named', size: 2, ...spec });
+    const { info: created } = await Pool.create({ ...server.conn, name: 'named', size: 2, ...spec });
     assert.equal(created.size, 2);
     const p = await filled('named', 2, server.conn);
     assert.equal(p.claims, 0);
@@ -68,7 +68,7 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     assert.equal(sb.info.ttlSeconds, 600);
     const r = await sb.commands.run('echo claimed');
     assert.equal(r.stdout, 'claimed\n');
-    const after1 = await Pool.get('named', server.conn);
+    const { info: after1 } = await Pool.get('named', server.conn);
     assert.equal(after1.claims, 1);
     assert.ok(after1.claimMsP50 !== undefined);
     await filled('named', 2, server.conn); // refilled in the background
@@ -117,9 +117,10 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
   });
 
   test('concurrent claims never share a sandbox; claims beyond the ready ones are misses created on demand', async () => {
-    await Pool.create({ ...server.conn, name: 'rush', size: 3, image: 'busybox', resources: { memoryMiB: 88 } });
+    const pool = await Pool.create({ ...server.conn, name: 'rush', size: 3, image: 'busybox', resources: { memoryMiB: 88 } });
+    assert.equal(pool.name, 'rush');
     await filled('rush', 3, server.conn);
-    const before = (await Pool.get('rush', server.conn)).claims;
+    const before = (await Pool.get('rush', server.conn)).info.claims;
     const sbs = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>
         Sandbox.create({ ...server.conn, image: 'busybox', resources: { memoryMiB: 88 }, pool: 'rush', labels: { i: String(i) } }),
@@ -127,13 +128,15 @@ describe('warm pools', { skip, timeout: 180_000 }, () => {
     );
     const ids = sbs.map((s) => s.id);
     assert.equal(new Set(ids).size, 8, 'every caller got its own sandbox');
-    const p = await Pool.get('rush', server.conn);
+    const { info: p } = await Pool.get('rush', server.conn);
     assert.equal(p.claims - before + p.misses, 8);
     assert.ok(p.claims - before >= 3, `the 3 ready sandboxes were claimed (claims ${p.claims - before}, misses ${p.misses})`);
     for (const [i, s] of sbs.entries()) assert.equal(s.info.labels['i'], String(i));
     await Promise.all(sbs.map((s) => s.kill()));
-    await Pool.delete('rush', server.conn);
+    assert.equal((await pool.refresh()).name, 'rush');
+    await pool.delete(); // the handle Pool.create returned, as Volume's
     assert.deepEqual(await readyIds('rush', server.conn), [], 'deleting a pool kills its unclaimed sandboxes');
+    await assert.rejects(Pool.get('rush', server.conn), (e: Error) => e instanceof NotFoundError);
   });
 
   test('bad pool requests are 4xx with the registry code', async () => {
@@ -195,7 +198,7 @@ describe('warm pools across a control-plane restart', { skip, timeout: 180_000 }
     await first.close(); // sandboxes keep running
     second = await startDsec(dataDir, { edgeId });
     const c2 = { url: second.url, apiKey: second.apiKey };
-    const p = await Pool.get('kept', c2);
+    const { info: p } = await Pool.get('kept', c2);
     assert.equal(p.size, 2);
     assert.equal(p.ready, 2, 'the ready sandboxes were adopted, not remade');
     assert.deepEqual(await readyIds('kept', c2), ready);

@@ -11,7 +11,8 @@ import type { Duplex } from 'node:stream';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { DsecError, Sandbox } from '@dsec/sdk';
+import { ConflictError, DsecError, InvalidRequestError, Sandbox, ServerError, TimeoutError } from '@dsec/sdk';
+import { DSEC_ERROR_HEADER } from '@dsec/sdk/schema';
 import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
@@ -61,16 +62,6 @@ async function readAll(s: AsyncIterable<Buffer | Uint8Array>): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-/** Polls `probe` until it gives a value (a server coming up), at most `tries` times. */
-async function until<T>(probe: () => Promise<T | undefined>, tries = 200): Promise<T> {
-  for (let i = 0; i < tries; i++) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error('the server in the sandbox did not come up');
-}
-
 describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReason(), timeout: 180_000 }, () => {
   let server: TestServer;
   let a: Sandbox;
@@ -90,7 +81,7 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     await a.commands.start(['httpd', '-f', '-p', '8080', '-h', '/www']);
     await a.commands.start(['nc', '-ll', '-p', '7000', '-e', 'cat']);
     await a.commands.start(['nc', '-ll', '-p', '7100', '-e', '/upgrade.sh']);
-    await until(async () => ((await a.ports.fetch(8080, '/index.html')).status === 200 ? true : undefined));
+    await Promise.all([a.ports.wait(8080), a.ports.wait(7000), a.ports.wait(7100)]);
   });
   after(async () => {
     await server?.close();
@@ -172,15 +163,17 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
   });
 
   test("a closed port is a clear 502 PORT_NOT_LISTENING; another sandbox's port is its own, not a's", async () => {
-    const closed = await a.ports.fetch(8081, '/');
+    // On the wire: dsec's own 502, marked as dsec's by x-dsec-error.
+    const closed = await fetch(a.ports.url(8081, '/'), { headers: { authorization: `Bearer ${server.apiKey}` } });
     assert.equal(closed.status, 502);
+    assert.equal(closed.headers.get(DSEC_ERROR_HEADER), 'PORT_NOT_LISTENING');
     const err = ((await closed.json()) as { error: { code: string; message: string } }).error;
     assert.equal(err.code, 'PORT_NOT_LISTENING');
     assert.match(err.message, /nothing listens on port 8081/);
+    // Through the SDK it is a typed error, not a response to read.
+    await assert.rejects(a.ports.fetch(8081, '/'), (e: unknown) => e instanceof ServerError && e.code === 'PORT_NOT_LISTENING');
     // b runs no server: its 8080 is its own loopback's, where nothing listens.
-    const other = await b.ports.fetch(8080, '/index.html');
-    assert.equal(other.status, 502);
-    assert.equal(((await other.json()) as { error: { code: string } }).error.code, 'PORT_NOT_LISTENING');
+    await assert.rejects(b.ports.fetch(8080, '/index.html'), (e: unknown) => e instanceof DsecError && e.code === 'PORT_NOT_LISTENING');
     // Nor can b reach a's server from inside: loopback is per sandbox, and b has no other link.
     const inside = await b.commands.run('wget -q -O- -T 2 http://127.0.0.1:8080/index.html');
     assert.notEqual(inside.exitCode, 0);
@@ -189,6 +182,35 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
       headers: { authorization: `Bearer ${server.apiKey}` },
     });
     assert.equal(bad.status, 400);
+  });
+
+  test("the server's own 502 is its answer, not dsec's: no x-dsec-error, and fetch returns it", async () => {
+    await a.files.write(
+      '/www/cgi-bin/bad-gateway',
+      '#!/bin/sh\nprintf "Status: 502 Bad Gateway\\r\\nContent-Type: text/plain\\r\\n\\r\\nupstream down\\n"\n',
+      {
+        mode: 0o755,
+      },
+    );
+    const r = await a.ports.fetch(8080, '/cgi-bin/bad-gateway');
+    assert.equal(r.status, 502);
+    assert.equal(r.headers.get(DSEC_ERROR_HEADER), null);
+    assert.equal(await r.text(), 'upstream down\n');
+  });
+
+  test('ports.wait: returns once a port accepts (any protocol, nothing sent), TimeoutError PORT_WAIT_TIMEOUT when none does', async () => {
+    const waited = await a.ports.wait(7000); // nc: not HTTP
+    assert.equal(waited.port, 7000);
+    await assert.rejects(
+      a.ports.wait(8099, { timeoutMs: 300 }),
+      (e: unknown) => e instanceof TimeoutError && e.code === 'PORT_WAIT_TIMEOUT',
+    );
+    // A server started after the wait began is seen as soon as it listens.
+    const late = a.ports.wait(8097, { timeoutMs: 20_000 });
+    await a.commands.start(['sh', '-c', 'sleep 0.5; exec httpd -f -p 8097 -h /www']);
+    assert.equal((await late).port, 8097);
+    assert.equal((await a.ports.fetch(8097, '/index.html')).status, 200);
+    await assert.rejects(a.ports.wait(0), (e: unknown) => e instanceof InvalidRequestError);
   });
 
   test('a signed link opens the port without a key; a forged or foreign one is 401', async () => {
@@ -301,12 +323,11 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
 
   test('a paused sandbox: 409 SANDBOX_NOT_RUNNING, and the port answers again after resume', async () => {
     await b.commands.start(['httpd', '-f', '-p', '8080', '-h', '/']);
-    await until(async () => ((await b.ports.fetch(8080, '/')).status !== 502 ? true : undefined));
+    await b.ports.wait(8080);
     await b.pause();
-    const r = await b.ports.fetch(8080, '/');
-    assert.equal(r.status, 409);
-    assert.equal(((await r.json()) as { error: { code: string } }).error.code, 'SANDBOX_NOT_RUNNING');
+    await assert.rejects(b.ports.fetch(8080, '/'), (e: unknown) => e instanceof ConflictError && e.code === 'SANDBOX_NOT_RUNNING');
+    await assert.rejects(b.ports.wait(8080), (e: unknown) => e instanceof ConflictError && e.code === 'SANDBOX_NOT_RUNNING');
     await b.resume();
-    assert.notEqual((await b.ports.fetch(8080, '/')).status, 502);
+    assert.ok((await b.ports.fetch(8080, '/')).status < 500);
   });
 });

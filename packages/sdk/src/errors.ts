@@ -49,6 +49,8 @@ export const ERROR_CODES = {
   PORT_NOT_LISTENING: 502,
   /** The server on the port closed the connection or answered with something that is not HTTP. */
   PORT_BAD_RESPONSE: 502,
+  /** Nothing accepted connections on the port within the wait's timeoutMs (POST …/port-waits). */
+  PORT_WAIT_TIMEOUT: 504,
   CAPACITY_EXCEEDED: 503,
   /**
    * The node's disk under its data dir is full (or below the edge's --min-free-disk-mib for a
@@ -238,6 +240,7 @@ export const ERROR_CLASSES = {
   REGISTRY_UNAVAILABLE: UnavailableError,
   PORT_NOT_LISTENING: ServerError,
   PORT_BAD_RESPONSE: ServerError,
+  PORT_WAIT_TIMEOUT: TimeoutError,
   NODE_DISK_FULL: ServerError,
   SANDBOX_CREATE_FAILED: ServerError,
   SANDBOX_KILL_FAILED: ServerError,

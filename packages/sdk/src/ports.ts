@@ -3,7 +3,7 @@ import WebSocket from 'ws';
 import type { CallOptions, Connection } from './connection.js';
 import { AbortedError, ERROR_CODES, InvalidRequestError, UnreachableError, errorFromWire } from './errors.js';
 import { parsePortFrame, webSocketStream } from './port-stream.js';
-import type { PortLink } from './schema/index.js';
+import { DSEC_ERROR_HEADER, type PortLink, type PortWaitResult } from './schema/index.js';
 import { checkOptionalInt } from './validate.js';
 
 function checkPort(port: unknown, where: string): number {
@@ -49,14 +49,45 @@ export class Ports {
   }
 
   /**
-   * `fetch()` of `path` on `port` with the API key added. The answer is the server's own (a
-   * 502 with code PORT_NOT_LISTENING when nothing listens on the port).
-   * @example const r = await sb.ports.fetch(8000, '/'); console.log(r.status, await r.text());
+   * `fetch()` of `path` on `port` with the API key added. The answer is the server's own, whatever
+   * its status; dsec's own errors are thrown instead: ServerError PORT_NOT_LISTENING when nothing
+   * listens on the port yet (`wait()` for it first), PORT_BAD_RESPONSE when the server's answer
+   * is not HTTP, and the sandbox's (not found, not running).
+   * @example await sb.ports.wait(8000); const r = await sb.ports.fetch(8000, '/'); console.log(r.status, await r.text());
    */
-  fetch(port: number, path = '/', init: RequestInit = {}): Promise<Response> {
+  async fetch(port: number, path = '/', init: RequestInit = {}): Promise<Response> {
     const headers = new Headers(init.headers);
     headers.set('authorization', `Bearer ${this.conn.apiKey}`);
-    return fetch(this.url(port, path), { ...init, headers });
+    const res = await fetch(this.url(port, path), { ...init, headers });
+    // Only dsec's own error answers carry the header; a server's 502 in the sandbox is its answer.
+    if (res.headers.has(DSEC_ERROR_HEADER)) {
+      let wire: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
+      try {
+        wire = (await res.json()) as typeof wire;
+      } catch {
+        wire = undefined;
+      }
+      throw errorFromWire(res.status, wire?.error ?? { code: res.headers.get(DSEC_ERROR_HEADER) ?? undefined });
+    }
+    return res;
+  }
+
+  /**
+   * Resolves once something in the sandbox accepts connections on `port` (nothing is sent to it,
+   * so any protocol can be waited for): for a server started with `commands.start` before the
+   * first `fetch`. TimeoutError (PORT_WAIT_TIMEOUT) after `timeoutMs` (default 30 s, at most 300 s).
+   * @example await sb.commands.start('python3 -m http.server 8000'); await sb.ports.wait(8000);
+   */
+  async wait(port: number, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<PortWaitResult> {
+    checkPort(port, 'ports.wait');
+    checkOptionalInt(opts.timeoutMs, 'ports.wait timeoutMs', 0);
+    const waitMs = opts.timeoutMs ?? 30_000;
+    return this.conn.json<PortWaitResult>('POST', `/v1/sandboxes/${this.sandboxId}/port-waits`, {
+      json: { port, timeoutMs: waitMs },
+      // The call lasts as long as the wait, and a little more for the answer.
+      timeoutMs: waitMs + 10_000,
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
   }
 
   /**

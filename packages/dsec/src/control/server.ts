@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { requestValidatorCompiler } from './validators.js';
 import Fastify, { LogController, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
+import { DSEC_ERROR_HEADER, MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { authenticate } from './api-keys.js';
 import { enforceAccess, access } from '../http/access.js';
 import type { App } from '../http/app.js';
@@ -153,7 +153,12 @@ function observeRequests(app: App, control: ControlPlane): void {
   app.addHook('onSend', async (req, reply, payload) => {
     if (reply.statusCode >= 400 && typeof payload === 'string' && payload.startsWith('{"error"')) {
       const code = /^\{"error":\{"code":"([A-Z_]+)"/.exec(payload)?.[1];
-      if (code) errorCodes.set(req, code);
+      if (code) {
+        errorCodes.set(req, code);
+        // Says the error is dsec's own: a port's proxied answer (hijacked, never passing here)
+        // never carries it, so an SDK tells "nothing listens" from the server's own 502.
+        void reply.header(DSEC_ERROR_HEADER, code);
+      }
     }
     return payload;
   });

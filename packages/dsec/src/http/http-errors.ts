@@ -20,6 +20,9 @@ function fieldOf(issue: ValidationIssue): string {
   return path;
 }
 
+/** 5xx codes that report what the sandbox's own programs do, logged without a stack trace. */
+const SANDBOX_STATE_CODES = new Set<string>(['PORT_NOT_LISTENING', 'PORT_BAD_RESPONSE', 'PORT_WAIT_TIMEOUT']);
+
 /** Every failure leaves as `{error:{code,message,details}}` with the registry's status. */
 export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyRequest, reply: FastifyReply): void {
   // A call that failed before its body was read to the end (an upload meeting a full disk, a
@@ -41,7 +44,10 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
     return;
   }
   if (err instanceof ApiError) {
-    if (err.status >= 500) req.log.error({ err }, 'request failed');
+    // A port nothing listens on (or a server there that answered badly) is the sandbox's state,
+    // not dsec's fault: one line without a stack, not an error report.
+    if (SANDBOX_STATE_CODES.has(err.code)) req.log.info({ code: err.code, msg: err.message }, 'request refused');
+    else if (err.status >= 500) req.log.error({ err }, 'request failed');
     void reply.status(err.status).send({ error: { code: err.code, message: err.message, details: err.details } });
     return;
   }

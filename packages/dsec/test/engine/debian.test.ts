@@ -128,8 +128,9 @@ describe('engine: Debian image with python3', { skip: skipReason, timeout: 1_800
         if (!needImage(t)) return;
         await sb.files.write('/srv/proxied/index.html', '<h1>proxied from dsec</h1>\n');
         const web = await sb.commands.start(['python3', '-m', 'http.server', '8001', '--bind', '127.0.0.1'], { cwd: '/srv/proxied' });
-        const up = await pollUntil(async () => (await sb.ports.fetch(8001, '/')).status === 200, { tries: 100, intervalMs: 200 });
-        assert.ok(up, `the web server never answered through the proxy: ${JSON.stringify(await web.output())}`);
+        await sb.ports.wait(8001, { timeoutMs: 20_000 }).catch(async (e: unknown) => {
+          throw new Error(`the web server never listened: ${String(e)} ${JSON.stringify(await web.output())}`);
+        });
         const r = await sb.ports.fetch(8001, '/index.html');
         assert.equal(r.status, 200);
         assert.equal(r.headers.get('server')?.startsWith('SimpleHTTP'), true, "the answer is python's own");

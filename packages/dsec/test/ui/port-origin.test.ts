@@ -91,7 +91,7 @@ describe('a port link cannot reach the dashboard (headless Chromium)', { skip: s
 
     // The page loads its script from cgi-bin (busybox httpd answers .js without a script type).
     await sb.files.write('/www/index.html', HOSTILE_PAGE(server.url).replace('probe.js', 'cgi-bin/probe.js'));
-    for (let i = 0; i < 100 && (await sb.ports.fetch(8080, '/index.html')).status !== 200; i++) await new Promise((r) => setTimeout(r, 50));
+    await sb.ports.wait(8080);
     const link = await sb.ports.link(8080, { ttlSeconds: 120 });
     await page.goto(`${link.url}index.html`);
     await page.locator('body[data-result]').waitFor({ state: 'attached' });

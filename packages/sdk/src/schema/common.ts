@@ -40,3 +40,10 @@ export const WritablePaths = Type.Array(
       'Confine the command with Landlock: it and its descendants may create, change, rename or remove files only beneath these paths (and /dev). Reading and executing stay allowed everywhere. Each path must exist.',
   },
 );
+
+/**
+ * Response header on every error answer dsec itself makes (its value: the error code). Answers a
+ * server in a sandbox gives through the port proxy never carry it, so a client tells dsec's
+ * "nothing listens on that port" from the server's own 502.
+ */
+export const DSEC_ERROR_HEADER = 'x-dsec-error';

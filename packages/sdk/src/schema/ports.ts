@@ -36,3 +36,28 @@ export const PortLink = Type.Object({
   expiresAt: Type.String({ description: 'ISO 8601 time after which the link answers 401.' }),
 });
 export type PortLink = Static<typeof PortLink>;
+
+/** The longest one port wait may take (a caller waiting longer asks again). */
+export const MAX_PORT_WAIT_MS = 300_000;
+
+export const PortWaitRequest = Type.Object(
+  {
+    port: PortNumber,
+    timeoutMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_PORT_WAIT_MS,
+        default: 30_000,
+        description: 'How long to wait for something to accept connections on the port; then 504 PORT_WAIT_TIMEOUT.',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type PortWaitRequest = Static<typeof PortWaitRequest>;
+
+export const PortWaitResult = Type.Object({
+  port: PortNumber,
+  waitedMs: Type.Number({ description: 'How long it took until a connection to the port was accepted.' }),
+});
+export type PortWaitResult = Static<typeof PortWaitResult>;

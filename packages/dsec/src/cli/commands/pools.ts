@@ -13,7 +13,7 @@ export function registerPoolCommands(program: Command): void {
     .description('list pools: ready/size, refills in flight, claims, misses, refill and claim times')
     .option('--json', 'machine-readable output')
     .action(async (f: { json?: boolean }) => {
-      const list = await Pool.list();
+      const list = (await Pool.list()).map((p) => p.info);
       const rows = list.map((p) => ({ ...p, image: p.spec.image, ready: `${p.ready}/${p.size}`, summary: poolSummary(p) }));
       printTable(
         f.json ? list : rows,
@@ -54,7 +54,7 @@ export function registerPoolCommands(program: Command): void {
         if (f.memory !== undefined) resources['memoryMiB'] = f.memory;
         if (f.cpu !== undefined) resources['cpu'] = f.cpu;
         if (f.pids !== undefined) resources['pids'] = f.pids;
-        const p = await Pool.create({ name, size: f.size, image, backend: f.backend, resources, env: f.env, layers: f.layer });
+        const { info: p } = await Pool.create({ name, size: f.size, image, backend: f.backend, resources, env: f.env, layers: f.layer });
         process.stdout.write(f.json ? JSON.stringify(p, null, 2) + '\n' : `pool ${p.name}: ${poolSummary(p)}\n`);
       },
     );

@@ -289,7 +289,7 @@ export function registerSandboxCommands(program: Command): void {
         f.json ?? false,
       );
       // Warm pools hold sandboxes too (labelled dsec.pool-ready until claimed): one line each.
-      if (!f.json) for (const p of await Pool.list()) process.stdout.write(`pool ${p.name}: ${poolSummary(p)}\n`);
+      if (!f.json) for (const { info: p } of await Pool.list()) process.stdout.write(`pool ${p.name}: ${poolSummary(p)}\n`);
     });
 
   program

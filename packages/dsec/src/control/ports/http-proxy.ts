@@ -1,5 +1,6 @@
 import { request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { DSEC_ERROR_HEADER } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { bridge } from '../../edge/protocol/port-stream.js';
 import { withoutCredential } from '../../http/credentials.js';
@@ -127,7 +128,7 @@ export function proxyRequest(req: IncomingMessage, res: ServerResponse, conn: Du
     const fail = (why: string): void => {
       if (!res.headersSent) {
         const e = new ApiError('PORT_BAD_RESPONSE', `the server on port ${target.prefix.split('/').pop()} in the sandbox ${why}`);
-        res.writeHead(502, { 'content-type': 'application/json', connection: 'close' });
+        res.writeHead(502, { 'content-type': 'application/json', connection: 'close', [DSEC_ERROR_HEADER]: e.code });
         res.end(JSON.stringify({ error: { code: e.code, message: e.message, details: {} } }));
       } else {
         res.destroy();
@@ -183,6 +184,6 @@ export function writeUpgradeError(socket: Duplex, err: unknown): void {
   const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
   const body = JSON.stringify({ error: { code: e.code, message: e.message, details: e.details } });
   socket.end(
-    `HTTP/1.1 ${e.status} ${e.code}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${e.status} ${e.code}\r\nContent-Type: application/json\r\n${DSEC_ERROR_HEADER}: ${e.code}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
 }

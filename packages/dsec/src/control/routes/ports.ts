@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { DEFAULT_PROJECT, PortLink, PortLinkRequest, SandboxIdParams } from '@dsec/sdk/schema';
+import { DEFAULT_PROJECT, PortLink, PortLinkRequest, PortWaitRequest, PortWaitResult, SandboxIdParams } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { ControlPlane } from '../control-plane.js';
 import { isUpgrade, proxyRequest, proxyUpgrade, writeUpgradeError } from '../ports/http-proxy.js';
@@ -8,6 +8,9 @@ import { portLinkCaller, type Caller } from '../service/callers.js';
 import { LINK_PATH, type PortLinkGate, type PortLinks } from '../ports/port-links.js';
 import { access } from '../../http/access.js';
 import { errorResponses as errors } from './error-responses.js';
+import { waitForPort } from '../ports/port-wait.js';
+import { abortOnHangup } from '../../http/abort-on-hangup.js';
+import type { Duplex } from 'node:stream';
 
 const PORT_PATH = /^\/v1\/sandboxes\/([^/?]+)\/ports\/([^/?]+)/;
 
@@ -111,6 +114,31 @@ export function portRoutes(deps: {
         // the dashboard's origin (its sessionStorage key, service workers over /ui/ and /v1/).
         const url = `${portsOrigin(req)}/v1/port-links/${token}/`;
         return reply.status(201).send({ url, port: req.body.port, expiresAt: new Date(expires * 1000).toISOString() });
+      },
+    );
+
+    app.post(
+      '/v1/sandboxes/:id/port-waits',
+      {
+        config: access.key,
+        schema: {
+          tags: ['ports'],
+          summary: 'Waits until something in the sandbox accepts connections on a port (nothing is sent to it)',
+          description:
+            'For a server started in the background (a process) before the first request through the port proxy: answers once a connection to the port is accepted (and closed at once), or 504 PORT_WAIT_TIMEOUT after timeoutMs.',
+          params: SandboxIdParams,
+          body: PortWaitRequest,
+          response: { 200: PortWaitResult, ...errors },
+        },
+      },
+      async (req, reply) => {
+        const hangup = abortOnHangup(reply);
+        try {
+          const open = (port: number): Promise<Duplex> => control.network.openPort(req.caller, req.params.id, port);
+          return await waitForPort(open, req.body.port, req.body.timeoutMs ?? 30_000, hangup.signal);
+        } finally {
+          hangup.done();
+        }
       },
     );
 

@@ -1,0 +1,162 @@
+"""Volumes, ports, images, pools and bulk calls from Python, against a real dsec: the parts of the
+TypeScript SDK's surface the Python SDK gained last (issue 30), each for real."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+import unittest
+
+import dsec
+from support import SKIP, conn
+
+CGI_BAD_GATEWAY = '#!/bin/sh\nprintf "Status: 502 Bad Gateway\\r\\nContent-Type: text/plain\\r\\n\\r\\nupstream down\\n"\n'
+
+
+@unittest.skipIf(SKIP, SKIP or "")
+class PortsTest(unittest.TestCase):
+    sb: dsec.Sandbox
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.sb = dsec.Sandbox.create("busybox", memory_mib=64, **conn())
+        cls.sb.files.write("/www/index.html", "<h1>hi from python</h1>\n")
+        cls.sb.files.write("/www/cgi-bin/bad", CGI_BAD_GATEWAY, mode=0o755)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.sb.kill()
+
+    def test_fetch_before_the_server_listens_raises_then_wait_then_fetch(self) -> None:
+        with self.assertRaises(dsec.ServerError) as e:
+            self.sb.ports.fetch(8080, "/index.html")
+        self.assertEqual(e.exception.code, "PORT_NOT_LISTENING")
+        self.sb.commands.start(["httpd", "-f", "-p", "8080", "-h", "/www"], stdin=False)
+        self.sb.ports.wait(8080, wait=20)
+        r = self.sb.ports.fetch(8080, "/index.html")
+        self.assertEqual((r.status, r.text()), (200, "<h1>hi from python</h1>\n"))
+        self.assertEqual(self.sb.ports.fetch(8080, "/nope").status, 404, "the server's 404 is its answer")
+        bad = self.sb.ports.fetch(8080, "/cgi-bin/bad")
+        self.assertEqual((bad.status, bad.text()), (502, "upstream down\n"), "the server's own 502 is returned, not raised")
+        self.assertNotIn("x-dsec-error", bad.headers)
+        echoed = self.sb.ports.fetch(8080, "/index.html", method="HEAD")
+        self.assertEqual(echoed.status, 200)
+
+    def test_wait_times_out_with_a_timeout_error_and_url_and_link_name_the_port(self) -> None:
+        t0 = time.monotonic()
+        with self.assertRaises(dsec.TimeoutError) as e:
+            self.sb.ports.wait(8099, wait=0.3)
+        self.assertEqual(e.exception.code, "PORT_WAIT_TIMEOUT")
+        self.assertLess(time.monotonic() - t0, 60)
+        self.assertTrue(self.sb.ports.url(8080, "/x").endswith(f"/v1/sandboxes/{self.sb.id}/ports/8080/x"))
+        link = self.sb.ports.link(8080, ttl_seconds=60)
+        self.assertIn("/v1/port-links/", link.url)
+        self.assertEqual(link.port, 8080)
+        with self.assertRaises(dsec.InvalidRequestError):
+            self.sb.ports.wait(0)
+
+
+@unittest.skipIf(SKIP, SKIP or "")
+class VolumesTest(unittest.TestCase):
+    def test_a_volume_outlives_its_sandboxes_mounts_read_only_and_is_deleted_when_unused(self) -> None:
+        name = f"pyvol-{secrets.token_hex(3)}"
+        v = dsec.Volume.create(name, labels={"by": "python"}, **conn())
+        try:
+            self.assertIn(name, [x.name for x in dsec.Volume.list(**conn())])
+            with dsec.Sandbox.create("busybox", memory_mib=64, volumes=[{"name": name, "path": "/data"}], **conn()) as sb:
+                sb.commands.run("echo kept > /data/f", check=True)
+                self.assertEqual(v.refresh().mounted_by, [sb.id])
+                with self.assertRaises(dsec.ConflictError) as e:
+                    v.delete()
+                self.assertEqual(e.exception.code, "VOLUME_IN_USE")
+            with dsec.Sandbox.create("busybox", memory_mib=64, volumes=[{"name": name, "path": "/ro", "read_only": True}], **conn()) as sb:
+                self.assertEqual(sb.files.read_text("/ro/f"), "kept\n")
+                self.assertNotEqual(sb.commands.run("echo x > /ro/g").exit_code, 0, "read_only is read-only")
+            got = dsec.Volume.get(name, **conn())
+            self.assertEqual(got.info.labels, {"by": "python"})
+            self.assertGreaterEqual(got.info.bytes or 0, 5)
+        finally:
+            v.delete()
+        with self.assertRaises(dsec.NotFoundError):
+            dsec.Volume.get(name, **conn())
+
+
+@unittest.skipIf(SKIP, SKIP or "")
+class ImagesTest(unittest.TestCase):
+    def test_list_get_snapshot_delete_and_gc(self) -> None:
+        self.assertIn("busybox", [n for i in dsec.Image.list(**conn()) for n in i.info.names])
+        bb = dsec.Image.get("busybox", **conn())
+        self.assertTrue(bb.id.startswith("sha256:"))
+        with dsec.Sandbox.create("busybox", memory_mib=64, **conn()) as sb:
+            sb.files.write("/snap.txt", "in the snapshot\n")
+            named = f"pysnap-{secrets.token_hex(3)}"
+            snap = sb.snapshot(name=named)
+        img = dsec.Image.get(named, **conn())
+        self.assertEqual(img.id, snap.image_id)
+        self.assertEqual(img.refresh().layers, snap.layers)
+        img.delete()  # a snapshot deleted from Python
+        with self.assertRaises(dsec.NotFoundError):
+            dsec.Image.get(snap.image_id, **conn())
+        with self.assertRaises(dsec.NotFoundError):
+            dsec.Image.delete_by_ref(named, **conn())
+        gc = dsec.Image.gc(**conn())
+        self.assertIsInstance(gc.kept_in_use, int)
+        self.assertGreaterEqual(gc.kept_in_use, len(bb.info.layers))
+
+
+@unittest.skipIf(SKIP, SKIP or "")
+class PoolsAndBulkTest(unittest.TestCase):
+    def test_a_create_naming_a_pool_claims_its_ready_sandbox_and_the_handle_deletes_it(self) -> None:
+        name = f"pypool-{secrets.token_hex(3)}"
+        pool = dsec.Pool.create(name, 1, "busybox", memory_mib=72, **conn())
+        try:
+            self.assertEqual((pool.name, pool.info.size), (name, 1))
+            deadline = time.monotonic() + 60
+            while pool.refresh().ready < 1:
+                self.assertLess(time.monotonic(), deadline, f"pool never filled: {pool.info}")
+                time.sleep(0.1)
+            with dsec.Sandbox.create("busybox", memory_mib=72, pool=name, labels={"t": name}, **conn()) as sb:
+                self.assertEqual(sb.info.labels.get("t"), name)
+                self.assertEqual(pool.refresh().claims, 1)
+                self.assertEqual(sb.commands.run("echo claimed").stdout, "claimed\n")
+            self.assertIn(name, [p.name for p in dsec.Pool.list(**conn())])
+        finally:
+            pool.delete()
+        with self.assertRaises(dsec.NotFoundError):
+            dsec.Pool.get(name, **conn())
+
+    def test_pause_resume_and_kill_all_by_label_and_trajectory_by_id(self) -> None:
+        tag = secrets.token_hex(4)
+        sbs = [dsec.Sandbox.create("busybox", memory_mib=64, labels={"bulk": tag}, **conn()) for _ in range(2)]
+        sbs[0].commands.run("echo step")
+        ids = sorted(s.id for s in sbs)
+        self.assertEqual(sorted(dsec.Sandbox.pause_all(labels={"bulk": tag}, **conn()).ids), ids)
+        self.assertEqual({s.refresh().status for s in sbs}, {"paused"})
+        self.assertEqual(sorted(dsec.Sandbox.resume_all(labels={"bulk": tag}, **conn()).ids), ids)
+        killed = dsec.Sandbox.kill_all(labels={"bulk": tag}, **conn())
+        self.assertEqual((sorted(killed.ids), killed.failures), (ids, []))
+        self.assertEqual(dsec.Sandbox.list(labels={"bulk": tag}, **conn()), [])
+        kept = dsec.Sandbox.trajectory_by_id(sbs[0].id, **conn())
+        self.assertIn("exec", [e.kind for e in kept.entries])
+        with self.assertRaises(dsec.InvalidRequestError):
+            dsec.Sandbox.kill_all(labels={}, **conn())
+
+
+@unittest.skipIf(SKIP, SKIP or "")
+class AsyncResourcesTest(unittest.IsolatedAsyncioTestCase):
+    async def test_the_asyncio_face_waits_for_a_port_and_lists_images_pools_and_volumes(self) -> None:
+        async with await dsec.AsyncSandbox.create("busybox", memory_mib=64, **conn()) as sb:
+            await sb.files.write("/www/index.html", "async\n")
+            await sb.commands.start(["httpd", "-f", "-p", "8080", "-h", "/www"], stdin=False)
+            await sb.ports.wait(8080, wait=20)
+            r = await sb.ports.fetch(8080, "/index.html")
+            self.assertEqual((r.status, r.body), (200, b"async\n"))
+        images, pools, volumes = await asyncio.gather(dsec.AsyncImage.list(**conn()), dsec.AsyncPool.list(**conn()), dsec.AsyncVolume.list(**conn()))
+        self.assertTrue(any("busybox" in i.info.names for i in images))
+        self.assertIsInstance(pools, list)
+        self.assertIsInstance(volumes, list)
+
+
+if __name__ == "__main__":
+    unittest.main()
