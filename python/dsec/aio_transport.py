@@ -9,6 +9,7 @@ killed, as when the TypeScript SDK's AbortSignal fires.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 import time
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple, TypeVar
@@ -16,7 +17,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple, TypeVar
 from .calls import Call, Op
 from .config import ConnectionConfig
 from .errors import DsecError, TimeoutError, UnreachableError
-from .transport import DSEC_ERROR_HEADER, IDLE_REUSE_LIMIT, USER_AGENT, Endpoint, decode_json, parse_error, split_lines
+from .transport import DSEC_ERROR_HEADER, IDLE_REUSE_LIMIT, USER_AGENT, Endpoint, decode_json, parse_error, retry_pause, split_lines
 
 T = TypeVar("T")
 
@@ -197,6 +198,20 @@ class AsyncTransport:
             raise UnreachableError(f"the call {call.method} {call.path} broke: {err!r}", "STREAM_BROKEN") from None
 
     async def run(self, op: Op[T]) -> T:
+        """The call and its parsed answer, tried again while a stalled edge refuses it (``retry_pause``)."""
+        deadline = time.monotonic() + self._timeout(op.call)
+        attempt = 0
+        while True:
+            try:
+                return await self._run_once(dataclasses.replace(op, call=dataclasses.replace(op.call, timeout=max(deadline - time.monotonic(), 0.001))))
+            except DsecError as err:
+                pause = retry_pause(err, attempt, deadline - time.monotonic())
+                if pause is None:
+                    raise
+            await asyncio.sleep(pause)
+            attempt += 1
+
+    async def _run_once(self, op: Op[T]) -> T:
         if op.response:
             return op.parse(await self.response(op.call))
         status, body = await self.content(op.call)

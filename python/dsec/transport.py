@@ -8,6 +8,7 @@ sent once more on a fresh one.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import socket
@@ -42,6 +43,20 @@ class Endpoint:
         self.port = parts.port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")
         self.host_header = parts.netloc.rsplit("@", 1)[-1]
+
+
+#: Pauses (seconds) between tries of a call a stalled edge refused: doubling from the first to the cap.
+RETRY_FIRST, RETRY_MAX = 0.25, 2.0
+
+
+def retry_pause(err: DsecError, attempt: int, left: float) -> Optional[float]:
+    """How long to wait before trying a refused call again, or None to raise. Only a retryable
+    EDGE_UNAVAILABLE is tried again (the sandbox's edge stopped reporting and nothing was sent
+    to it: a GC pause or a network blip on that node), and only while the call's deadline allows."""
+    if err.code != "EDGE_UNAVAILABLE" or err.details.get("retryable") is not True:
+        return None
+    pause = min(RETRY_FIRST * (2**attempt), RETRY_MAX)
+    return pause if left > pause else None
 
 
 #: Set on every error answer dsec itself makes, so a proxied server's own 4xx/5xx is told apart.
@@ -172,6 +187,20 @@ class SyncTransport:
         return resp.status, headers, self._read_all(conn, resp, call, deadline)
 
     def run(self, op: Op[T]) -> T:
+        """The call and its parsed answer, tried again while a stalled edge refuses it (``retry_pause``)."""
+        deadline = time.monotonic() + (op.call.timeout if op.call.timeout is not None else self.config.request_timeout)
+        attempt = 0
+        while True:
+            try:
+                return self._run_once(dataclasses.replace(op, call=dataclasses.replace(op.call, timeout=max(deadline - time.monotonic(), 0.001))))
+            except DsecError as err:
+                pause = retry_pause(err, attempt, deadline - time.monotonic())
+                if pause is None:
+                    raise
+            time.sleep(pause)
+            attempt += 1
+
+    def _run_once(self, op: Op[T]) -> T:
         if op.response:
             return op.parse(self.response(op.call))
         status, body = self.content(op.call)

@@ -326,6 +326,28 @@ class SyncTransportTest(unittest.TestCase):
         self.assertEqual(self.server.seen[0].headers["content-type"], "application/octet-stream")
         self.assertEqual(self.server.seen[0].body, bytes([0, 255, 10]))
 
+    def test_a_retryable_edge_unavailable_is_tried_again_within_the_deadline_and_a_final_one_is_not(self) -> None:
+        refusals = [3]
+        lost = {"error": {"code": "EDGE_UNAVAILABLE", "message": "edge e1 is lost", "details": {"retryable": True}}}
+
+        def reply(h: BaseHTTPRequestHandler) -> None:
+            refusals[0] -= 1
+            LocalServer.json(h, 503, lost) if refusals[0] >= 0 else LocalServer.json(h, 200, {"ok": True})
+
+        self.server.reply = reply
+        self.assertEqual(self.t.run(calls.Op(calls.json_call("POST", "/v1/x", {"cmd": "true"}), lambda d: d)), {"ok": True})
+        self.assertEqual(len(self.server.seen), 4, "three refusals, then the answer")
+        self.server.seen = []
+        self.server.reply = lambda h: LocalServer.json(h, 503, lost)
+        with self.assertRaises(dsec.UnavailableError):
+            self.t.run(calls.Op(calls.Call("GET", "/v1/x", timeout=1.2), lambda d: d))
+        self.assertTrue(2 <= len(self.server.seen) <= 5, len(self.server.seen))
+        self.server.seen = []
+        self.server.reply = lambda h: LocalServer.json(h, 503, {"error": {"code": "EDGE_UNAVAILABLE", "message": "unknown", "details": {"retryable": False}}})
+        with self.assertRaises(dsec.UnavailableError):
+            self.t.run(calls.Op(calls.json_call("POST", "/v1/x", {}), lambda d: d))
+        self.assertEqual(len(self.server.seen), 1, "a call that may have reached the edge is not sent again")
+
     def test_a_wire_error_becomes_the_class_of_its_code_with_message_and_details(self) -> None:
         self.server.reply = lambda h: LocalServer.json(h, 404, {"error": {"code": "SANDBOX_NOT_FOUND", "message": "no sandbox x", "details": {"id": "x"}}})
         with self.assertRaises(dsec.NotFoundError) as cm:

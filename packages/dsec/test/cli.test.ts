@@ -178,6 +178,15 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     assert.deepEqual(await Sandbox.list({ ...server.conn, labels: { via: 'cli-run' } }), []);
   });
 
+  test('run IMAGE with no command prints the id on stdout (ID=$(dsec run busybox))', async () => {
+    const r = await runCli(['run', 'busybox', '-m', '32', '-l', 'via=cli-id'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^sb-[a-z0-9-]+\n$/);
+    const [made] = await Sandbox.list({ ...server.conn, labels: { via: 'cli-id' } });
+    assert.equal(r.stdout, `${made!.id}\n`);
+    await Sandbox.kill(made!.id, server.conn);
+  });
+
   test('run --network allow --allow, then network ID none switches the policy; a bad mode exits 1 saying what to use', async () => {
     const r = await runCli(['run', 'busybox', '--network', 'allow', '--allow', '169.254.250.1:80', '--json'], env);
     assert.equal(r.code, 0, r.stderr);

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { Connection, resolveConnection } from './connection.js';
-import { AbortedError, AuthError, DsecError, NotFoundError, TimeoutError } from './errors.js';
+import { AbortedError, AuthError, DsecError, NotFoundError, TimeoutError, UnavailableError } from './errors.js';
 
 /** Runs `fn` with some environment variables set (undefined: unset), then restores them. */
 function withEnv<T>(vars: Record<string, string | undefined>, fn: () => T): T {
@@ -167,6 +167,37 @@ describe('Connection against a local HTTP server', () => {
       assert.deepEqual(err.details, { id: 'x' });
       return true;
     });
+  });
+
+  test('a retryable EDGE_UNAVAILABLE (a stalled edge, nothing sent to it) is tried again until it is answered', async () => {
+    let refusals = 3;
+    reply = (_req, res) => {
+      if (refusals-- > 0)
+        res
+          .writeHead(503, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { code: 'EDGE_UNAVAILABLE', message: 'edge e1 is lost', details: { retryable: true } } }));
+      else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+    };
+    assert.deepEqual(await conn().json('POST', '/v1/sandboxes/x/exec', { json: { cmd: 'true' } }), { ok: true });
+    assert.equal(seen.length, 4, 'three refusals, then the answer');
+    refusals = 1;
+    assert.equal((await conn().request('GET', '/v1/x')).status, 200, 'streamed calls too');
+  });
+
+  test('a retryable EDGE_UNAVAILABLE past the deadline, and one that is not retryable, are thrown', async () => {
+    reply = (_req, res) =>
+      res
+        .writeHead(503, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: { code: 'EDGE_UNAVAILABLE', message: 'edge e1 is lost', details: { retryable: true } } }));
+    await assert.rejects(conn().json('GET', '/v1/x', { timeoutMs: 1200 }), (err: unknown) => err instanceof UnavailableError);
+    assert.ok(seen.length >= 2 && seen.length <= 5, `tried ${seen.length} times within 1.2 s`);
+    seen = [];
+    reply = (_req, res) =>
+      res
+        .writeHead(503, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: { code: 'EDGE_UNAVAILABLE', message: 'the outcome is unknown', details: { retryable: false } } }));
+    await assert.rejects(conn().json('POST', '/v1/x'), (err: unknown) => err instanceof UnavailableError);
+    assert.equal(seen.length, 1, 'a call that may have reached the edge is not sent again');
   });
 
   test('an error answer that is not JSON still maps by status (HTTP_<status>)', async () => {

@@ -110,6 +110,10 @@ interface WireError {
 }
 
 /** A thin HTTP transport: auth header, JSON bodies, timeouts and wire errors mapped to classes. */
+/** Pauses between tries of a call refused with a retryable EDGE_UNAVAILABLE: doubling, up to the cap. */
+const RETRY_FIRST_MS = 250;
+const RETRY_MAX_MS = 2000;
+
 export class Connection {
   readonly url: string;
   readonly apiKey: string;
@@ -127,6 +131,10 @@ export class Connection {
    * Response body is a web stream. A non-2xx answer throws the mapped error.
    */
   async request(method: string, path: string, init: CallInit = {}): Promise<Response> {
+    return this.#retrying(init, (once) => this.#requestOnce(method, path, once));
+  }
+
+  async #requestOnce(method: string, path: string, init: CallInit): Promise<Response> {
     const { url, headers, body, timeoutMs } = this.#prepare(path, init);
     const signals = [AbortSignal.timeout(timeoutMs)];
     if (init.signal) signals.push(init.signal);
@@ -153,6 +161,28 @@ export class Connection {
    * (http-call.ts: a fraction of fetch()'s cost per call, which counts on every exec).
    */
   async json<T>(method: string, path: string, init: CallInit = {}): Promise<T> {
+    return this.#retrying(init, (once) => this.#jsonOnce<T>(method, path, once));
+  }
+
+  /**
+   * Tries a call again while the server refuses it with a retryable EDGE_UNAVAILABLE (the
+   * sandbox's edge stopped reporting, and nothing was sent to it: a GC pause or a network blip
+   * on that node), until the call's own deadline; then the last refusal is thrown.
+   */
+  async #retrying<T>(init: CallInit, call: (once: CallInit) => Promise<T>): Promise<T> {
+    const deadline = Date.now() + (init.timeoutMs ?? this.#timeoutMs);
+    for (let pause = RETRY_FIRST_MS; ; pause = Math.min(pause * 2, RETRY_MAX_MS)) {
+      try {
+        return await call({ ...init, timeoutMs: Math.max(1, deadline - Date.now()) });
+      } catch (err) {
+        const retry = err instanceof DsecError && err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true;
+        if (!retry || deadline - Date.now() <= pause || init.signal?.aborted) throw err;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
+  }
+
+  async #jsonOnce<T>(method: string, path: string, init: CallInit): Promise<T> {
     const { url, headers, body, timeoutMs } = this.#prepare(path, init);
     let answer: HttpAnswer;
     try {

@@ -68,6 +68,7 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
   ],
   [CapacityError, ['CAPACITY_EXCEEDED', 'NODE_MEMORY_PRESSURE']],
   [UnavailableError, ['EDGE_UNAVAILABLE', 'REGISTRY_UNAVAILABLE']],
+  [TimeoutError, ['PORT_WAIT_TIMEOUT']],
   [
     ServerError,
     [

@@ -183,7 +183,7 @@ export class ControlPlane {
     this.files = new FileService(sandboxDeps);
     this.replays = new ReplayService({ ...sandboxDeps, sandboxes: this.sandboxes });
     this.projects = new ProjectService({ store, quotas: this.quotas });
-    this.nodes = new NodeService({ store, edges: this.edges, creation, log });
+    this.nodes = new NodeService({ store, edges: this.edges, creation, trajectory: this.trajectory, log });
     this.expiry = new ExpiryService({
       ...sandboxDeps,
       sandboxes: this.sandboxes,

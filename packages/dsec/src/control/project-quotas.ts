@@ -64,8 +64,10 @@ export class ProjectQuotas {
    */
   async precheck(project: string, limits: SandboxLimits, n: number, now: boolean): Promise<void> {
     const quota = await this.quotaOf(project);
-    const usage = now ? await this.store.projects.usage(project) : { sandboxes: 0, cpu: 0, memoryMiB: 0 };
-    checkFits(project, quota, usage, limits, n);
+    const usage = await this.store.projects.usage(project);
+    // Not `now`: only what could never fit is refused (the request alone is over the quota); the
+    // message still says what is in use, not 0.
+    checkFits(project, quota, now ? usage : { sandboxes: 0, cpu: 0, memoryMiB: 0 }, limits, n, usage);
   }
 
   /** Forgets a project's rate bucket (its quota changed). */
@@ -127,7 +129,9 @@ function room(quota: ProjectQuota, usage: ProjectUsage, limits: SandboxLimits): 
   return Math.max(0, r);
 }
 
-function checkFits(project: string, quota: ProjectQuota, usage: ProjectUsage, limits: SandboxLimits, n: number): void {
+/** `usage` is what counts against the quota; `inUse` what the message reports (the live sandboxes now). */
+function checkFits(project: string, quota: ProjectQuota, usage: ProjectUsage, limits: SandboxLimits, n: number, inUse = usage): void {
+  const alone = usage !== inUse;
   const over = (
     code: 'QUOTA_SANDBOXES_EXCEEDED' | 'QUOTA_CPU_EXCEEDED' | 'QUOTA_MEMORY_EXCEEDED',
     name: keyof ProjectQuota,
@@ -138,15 +142,17 @@ function checkFits(project: string, quota: ProjectQuota, usage: ProjectUsage, li
   ): ApiError =>
     new ApiError(
       code,
-      `project ${project}'s quota ${name} is ${limit}${unit}: ${used}${unit} in use by its live sandboxes, ${requested}${unit} more asked for; kill sandboxes or ask an admin for more (dsec project set-quota)`,
+      alone
+        ? `project ${project}'s quota ${name} is ${limit}${unit}: ${requested}${unit} asked for at once is more than it allows at all (${used}${unit} in use now); ask for fewer, or ask an admin for more (dsec project set-quota)`
+        : `project ${project}'s quota ${name} is ${limit}${unit}: ${used}${unit} in use by its live sandboxes, ${requested}${unit} more asked for; kill sandboxes or ask an admin for more (dsec project set-quota)`,
       { project, quota: name, limit, used, requested },
     );
   if (quota.maxSandboxes !== undefined && usage.sandboxes + n > quota.maxSandboxes)
-    throw over('QUOTA_SANDBOXES_EXCEEDED', 'maxSandboxes', quota.maxSandboxes, usage.sandboxes, n, '');
+    throw over('QUOTA_SANDBOXES_EXCEEDED', 'maxSandboxes', quota.maxSandboxes, inUse.sandboxes, n, '');
   if (quota.maxCpu !== undefined && usage.cpu + limits.cpu * n > quota.maxCpu + 1e-9)
-    throw over('QUOTA_CPU_EXCEEDED', 'maxCpu', quota.maxCpu, usage.cpu, limits.cpu * n, ' CPU');
+    throw over('QUOTA_CPU_EXCEEDED', 'maxCpu', quota.maxCpu, inUse.cpu, limits.cpu * n, ' CPU');
   if (quota.maxMemoryMiB !== undefined && usage.memoryMiB + limits.memoryMiB * n > quota.maxMemoryMiB) {
-    throw over('QUOTA_MEMORY_EXCEEDED', 'maxMemoryMiB', quota.maxMemoryMiB, usage.memoryMiB, limits.memoryMiB * n, ' MiB');
+    throw over('QUOTA_MEMORY_EXCEEDED', 'maxMemoryMiB', quota.maxMemoryMiB, inUse.memoryMiB, limits.memoryMiB * n, ' MiB');
   }
 }
 

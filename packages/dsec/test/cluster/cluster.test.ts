@@ -9,8 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { batchEvents, Connection, fn, Sandbox, type BatchInfo, type SandboxInfo } from '@dsec/sdk';
-import { HttpEdgeClient } from '../../src/control/edges/http-edge-client.js';
+import { batchEvents, Connection, fn, Sandbox, UnavailableError, type BatchInfo, type SandboxInfo } from '@dsec/sdk';
 import { assertCleanAndRemove, integrationSkipReason } from '../helpers/server.js';
 import { ClusterHarness } from './support/cluster-harness.js';
 
@@ -134,7 +133,7 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     assert.equal(probe(`${h.url}/v1/sandboxes`, 'nope'), '401');
   });
 
-  test('kill -9 of an edge in the middle of a batch: every sandbox running or lost with a reason; back, it kills what was reported lost', async () => {
+  test('kill -9 of an edge in the middle of a batch: every sandbox running or lost with a reason; back, what nothing replaced runs again', async () => {
     const victim = h.edges[1]!;
     const b = (
       await new Connection(conn).json<BatchInfo>('POST', '/v1/batches', {
@@ -167,18 +166,77 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     // New placements avoid the lost edge.
     const more = await Sandbox.createMany(6, { ...conn, image: 'busybox', resources: { memoryMiB: 32 }, labels: { t: 'kill9' } });
     assert.ok(more.sandboxes.every((s) => s.info.edge !== victim.id));
-    // The edge comes back: the sandboxes it still runs were reported lost, so it kills them.
+    // The edge comes back with the sandboxes it still runs: nothing replaced them (no replay),
+    // so they are running again, each with the gap in its trajectory.
     await h.startEdge(victim);
     await h.waitFor(async () => (await h.nodes()).find((n) => n.id === victim.id)?.state === 'ready', 'the edge back');
-    const edgeApi = new HttpEdgeClient(victim.id, victim.url, h.joinToken);
-    const lostIds = new Set(onVictim.map((s) => s.id));
+    const wasLost = onVictim.filter((s) => s.status === 'lost');
     await h.waitFor(
-      async () => !(await listOnEdge(h, victim.index)).some((id) => lostIds.has(id)),
-      'the lost sandboxes killed on the edge',
+      async () => (await Promise.all(wasLost.map((s) => Sandbox.connect(s.id, conn)))).every((sb) => sb.info.status === 'running'),
+      'the lost sandboxes running again',
     );
-    void edgeApi;
+    const onEdgeNow = new Set(await listOnEdge(h, victim.index));
+    for (const s of wasLost) {
+      assert.ok(onEdgeNow.has(s.id), `${s.id} still runs on its edge`);
+      const sb = await Sandbox.connect(s.id, conn);
+      assert.equal((await sb.commands.run('echo again')).stdout, 'again\n');
+      const kinds = (await sb.trajectory()).entries.map((e) => e.kind);
+      assert.ok(kinds.includes('edge.gap'), `${s.id}'s trajectory shows the gap: ${kinds.join(',')}`);
+    }
     await new Connection(conn).json('DELETE', `/v1/batches/${b}`);
     for (const s of await Sandbox.list({ ...conn, labels: { t: 'kill9' } })) await Sandbox.kill(s.id, conn);
+  });
+
+  test('an edge stalled past the heartbeat bound (SIGSTOP): calls answer a retryable EDGE_UNAVAILABLE the SDK retries, and its sandboxes live on', async () => {
+    const e = h.edges[0]!;
+    const sb = await Sandbox.create({
+      ...conn,
+      image: 'busybox',
+      resources: { memoryMiB: 32 },
+      placement: { labels: { node: `n${e.index}` } },
+    });
+    await sb.commands.run('echo before > /root/state');
+    process.kill(e.proc!.pid!, 'SIGSTOP'); // as a long GC pause or a frozen VM: no heartbeat, no answer
+    try {
+      await h.waitFor(
+        async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'lost',
+        'the stalled edge lost',
+        undefined,
+        15_000,
+      );
+      assert.equal((await sb.refresh()).status, 'lost');
+      // On the wire: 503 EDGE_UNAVAILABLE, retryable (nothing was sent to the edge).
+      const raw = await fetch(`${conn.url}/v1/sandboxes/${sb.id}/exec`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${conn.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ cmd: 'true' }),
+      });
+      assert.equal(raw.status, 503);
+      const wire = (await raw.json()) as { error: { code: string; details: Record<string, unknown> } };
+      assert.equal(wire.error.code, 'EDGE_UNAVAILABLE');
+      assert.equal(wire.error.details['retryable'], true);
+      // A call with a short deadline gets the retryable error once its time is up...
+      await assert.rejects(
+        new Connection({ ...conn, requestTimeoutMs: 1500 }).json('POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: 'true' } }),
+        (err: unknown) => err instanceof UnavailableError && err.retryable,
+      );
+      // ...and one with time to spare is answered once the edge is back.
+      const pending = sb.commands.run('cat /root/state; echo after >> /root/state', { timeoutMs: 90_000 });
+      await new Promise((r) => setTimeout(r, 1500));
+      process.kill(e.proc!.pid!, 'SIGCONT');
+      const r = await pending;
+      assert.equal(r.stdout, 'before\n', 'the SDK retried the call until the edge was back, and the state survived');
+    } finally {
+      process.kill(e.proc!.pid!, 'SIGCONT');
+    }
+    await h.waitFor(async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'ready', 'the edge ready again');
+    assert.equal((await sb.refresh()).status, 'running');
+    const gap = (await sb.trajectory()).entries.find((x) => x.kind === 'edge.gap');
+    assert.ok(gap, 'the gap is in the trajectory');
+    assert.equal(gap.request['edge'], e.id);
+    assert.match(String(gap.request['reason']), /heartbeat/);
+    assert.equal(await sb.files.readText('/root/state'), 'before\nafter\n');
+    await sb.kill();
   });
 
   test('an edge cut off with nftables is lost within 10 s with its sandboxes, and back in service after', async () => {
@@ -216,7 +274,9 @@ describe('cluster: control plane and three edge daemons on a link-local bridge',
     await rebuilt.kill();
     h.heal(e);
     await h.waitFor(async () => (await h.nodes()).find((n) => n.id === e.id)?.state === 'ready', 'the edge back in service');
-    await h.waitFor(async () => !(await listOnEdge(h, e.index)).includes(sb.id), 'the sandbox reported lost killed on the edge');
+    // Replayed meanwhile: the original is failed ("replayed as …") and killed on its edge, never run beside its replay.
+    assert.match((await sb.refresh()).reason ?? '', new RegExp(`replayed as ${replay.sandbox.id}`));
+    await h.waitFor(async () => !(await listOnEdge(h, e.index)).includes(sb.id), 'the replayed original killed on the edge');
     const again = await Sandbox.create({
       ...conn,
       image: 'busybox',

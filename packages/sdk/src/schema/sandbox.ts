@@ -42,7 +42,7 @@ export const SandboxStatus = Type.Union(
   ],
   {
     description:
-      'creating → running | failed; running ⇄ paused (memory kept); stopped: ended by its TTL or idle policy (resources freed, record kept); lost: its edge stopped reporting (reason says which; replay rebuilds it elsewhere, and the edge kills it if it comes back); kill (DELETE) removes the sandbox and its record.',
+      'creating → running | failed; running ⇄ paused (memory kept); stopped: ended by its TTL or idle policy (resources freed, record kept); lost: its edge stopped reporting (reason says which); calls answer 503 EDGE_UNAVAILABLE with details.retryable (the SDKs retry them within the call timeout); if the edge comes back the sandbox is running (or paused) again with an edge.gap step in its trajectory, unless it was replayed meanwhile (POST …/replay makes it failed, "replayed as …", and it is killed); kill (DELETE) removes the sandbox and its record.',
   },
 );
 export type SandboxStatus = Static<typeof SandboxStatus>;

@@ -18,6 +18,9 @@ export const TrajectoryKind = Type.Union([
   Type.Literal('network.set'),
   Type.Literal('pause'),
   Type.Literal('resume'),
+  // Not a step of the agent's: its edge stopped reporting and came back with the sandbox intact
+  // (request: edge, lostAt, backAt, reason); nothing to redo in a replay.
+  Type.Literal('edge.gap'),
 ]);
 export type TrajectoryKind = Static<typeof TrajectoryKind>;
 

@@ -198,12 +198,14 @@ export function registerSandboxCommands(program: Command): void {
         volumes,
         pool: f.pool,
       });
-      if (!f.json) process.stderr.write(`${sb.id}\n`);
       try {
         if (cmd.length === 0) {
-          if (f.json) process.stdout.write(JSON.stringify(sb.info, null, 2) + '\n');
+          // Nothing to run: the id is the output (`ID=$(dsec run busybox)`), on stdout.
+          process.stdout.write(f.json ? JSON.stringify(sb.info, null, 2) + '\n' : `${sb.id}\n`);
           return;
         }
+        // With a command, stdout is the command's: the id goes to stderr.
+        if (!f.json) process.stderr.write(`${sb.id}\n`);
         const opts = { ...stdin, ...(f.timeout ? { timeoutMs: f.timeout } : {}) };
         if (f.json) {
           const r = await sb.commands.run(cmd, opts);

@@ -275,7 +275,11 @@ export class EdgeRegistry {
   api(id: string): EdgeApi {
     const e = this.#entry(id);
     if (e.state === 'lost')
-      throw new ApiError('EDGE_UNAVAILABLE', `edge ${id} is lost (no heartbeat for over ${this.lostAfterMs / 1000} s)`, { edge: id });
+      throw new ApiError('EDGE_UNAVAILABLE', `edge ${id} is lost (no heartbeat for over ${this.lostAfterMs / 1000} s)`, {
+        edge: id,
+        // Refused before anything was sent to the edge: the call may be retried as it is.
+        retryable: true,
+      });
     return e.api;
   }
 

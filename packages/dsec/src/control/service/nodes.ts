@@ -3,10 +3,13 @@ import type { NodeInfo } from '@dsec/sdk/schema';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { SandboxCreation } from './sandbox-creation.js';
 import type { StateStore } from '../state-store.js';
+import type { TrajectoryLog } from '../trajectory-log.js';
 
 /** The cluster's nodes as callers see them, draining one, and keeping the store in step with an edge. */
 export class NodeService {
-  constructor(private readonly deps: { store: StateStore; edges: EdgeRegistry; creation: SandboxCreation; log: Logger }) {}
+  constructor(
+    private readonly deps: { store: StateStore; edges: EdgeRegistry; creation: SandboxCreation; trajectory: TrajectoryLog; log: Logger },
+  ) {}
 
   /** Every edge, from the facts its heartbeats brought. */
   async nodes(): Promise<NodeInfo[]> {
@@ -50,19 +53,23 @@ export class NodeService {
   /**
    * Brings the store in line with what an edge actually runs (after either restarted, or when a
    * lost edge reports again). The rule: a sandbox the edge runs and the store has as running or
-   * paused is kept; one the store already reported `lost` is killed (its caller was told it is
-   * gone, and may have replayed it elsewhere); one the store does not know is killed (no caller
-   * was ever told about it). A sandbox the store has as live but the edge does not run becomes
-   * `failed` with the reason.
+   * paused is kept; one the store reported `lost` is kept too, back as the edge has it (running
+   * or paused) with the gap in its trajectory (`edge.gap`), because nothing replaced it: a GC
+   * pause or a network blip must not end every rollout on a node. One that was replayed
+   * elsewhere meanwhile (its row `failed`, "replayed as …") is killed, as is one the store does
+   * not know (no caller was ever told about it). A sandbox the store has as live but the edge
+   * does not run becomes `failed` with the reason.
    */
-  async reconcile(edgeId: string): Promise<{ lost: string[]; orphans: string[]; killedLost: string[] }> {
+  async reconcile(edgeId: string): Promise<{ lost: string[]; orphans: string[]; killedLost: string[]; kept: string[] }> {
     const { store, creation, log } = this.deps;
     const edge = this.deps.edges.apiEvenIfLost(edgeId);
     // A create that is in flight now may finish on the edge after it lists its sandboxes, or
     // before the store is read below: either way, that sandbox is its create's to settle.
     // On a shared store, creates another replica has in flight count too (their leases are live).
     const inflight = new Set([...creation.inflight, ...(await store.sandboxes.leasedCreates(edgeId, Date.now()))]);
-    const onEdge = new Set((await edge.listSandboxes()).map((s) => s.id));
+    const listed = await edge.listSandboxes();
+    const onEdge = new Set(listed.map((s) => s.id));
+    const pausedOnEdge = new Set(listed.filter((s) => s.status === 'paused').map((s) => s.id));
     const rows = await store.sandboxes.list({ edge: edgeId });
     // A create placed after the snapshot above may have finished on the edge after its list and
     // settled before the rows were read: its row says running and the list lacks it, yet it runs.
@@ -73,8 +80,20 @@ export class NodeService {
     const runsNow = missing.length ? new Set((await edge.listSandboxes()).map((s) => s.id)) : new Set<string>();
     const lost: string[] = [];
     const killedLost: string[] = [];
+    const kept: string[] = [];
     for (const s of rows) {
       if (inflight.has(s.id) || creation.inflight.has(s.id) || runsNow.has(s.id)) {
+        onEdge.delete(s.id);
+        continue;
+      }
+      if (s.status === 'lost' && onEdge.has(s.id)) {
+        // Nothing replaced it (a replay marks its original failed): it is the caller's again.
+        const status = pausedOnEdge.has(s.id) ? 'paused' : 'running';
+        await store.sandboxes.setStatus(s.id, status);
+        await this.deps.trajectory
+          .append(s.id, { kind: 'edge.gap', request: { edge: edgeId, reason: s.reason ?? 'lost', backAt: new Date().toISOString() } })
+          .catch((err: unknown) => log.warn({ err, sandbox: s.id }, 'the gap was not logged in the trajectory'));
+        kept.push(s.id);
         onEdge.delete(s.id);
         continue;
       }
@@ -85,10 +104,8 @@ export class NodeService {
       if (s.status === 'creating' && onEdge.has(s.id)) await store.sandboxes.setStatus(s.id, 'running');
       const live = s.status === 'running' || s.status === 'creating' || s.status === 'paused';
       if (!live && onEdge.has(s.id)) {
-        // Reported lost, failed or stopped: the caller was told it is not running, so it must not run.
+        // Replayed elsewhere, failed or stopped: the caller was told it is not running, so it must not run.
         await edge.killSandbox(s.id).catch((err: unknown) => log.error({ err, sandbox: s.id }, `killing a ${s.status} sandbox failed`));
-        if (s.status === 'lost')
-          await store.sandboxes.setStatus(s.id, 'lost', `${s.reason ?? 'lost'}; killed when edge ${edgeId} came back`);
         killedLost.push(s.id);
       }
       onEdge.delete(s.id);
@@ -97,8 +114,8 @@ export class NodeService {
     const orphans = [...onEdge];
     for (const id of orphans)
       await edge.killSandbox(id).catch((err: unknown) => log.error({ err, sandbox: id }, 'killing an orphan failed'));
-    if (lost.length || orphans.length || killedLost.length)
-      log.warn({ edge: edgeId, lost, orphans, killedLost }, 'reconciled state store with edge');
-    return { lost, orphans, killedLost };
+    if (lost.length || orphans.length || killedLost.length || kept.length)
+      log.warn({ edge: edgeId, lost, orphans, killedLost, kept }, 'reconciled state store with edge');
+    return { lost, orphans, killedLost, kept };
   }
 }

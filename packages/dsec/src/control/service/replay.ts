@@ -47,6 +47,14 @@ export class ReplayService {
       {},
       { project: orig.project ?? DEFAULT_PROJECT },
     );
+    if (orig.status === 'lost') {
+      // The original is replaced: if its edge comes back it must not run beside its replay
+      // (reconcile kills a failed row's sandbox; a ready edge is told at once).
+      await this.deps.store.sandboxes.setStatus(id, 'failed', `${orig.reason ?? 'lost'}; replayed as ${created.id}`);
+      await Promise.resolve()
+        .then(() => this.deps.lookup.edgeOf(orig).killSandbox(id))
+        .catch(() => undefined); // its edge is still lost: reconcile kills it when it is back
+    }
     const steps = await replayEntries(this.deps.lookup.edgeOf(created), created.id, this.deps.trajectory.replayable(id), {
       policy: checkPolicy,
     });
@@ -149,6 +157,7 @@ export async function replayEntries(
         case 'pty':
         case 'pause':
         case 'resume':
+        case 'edge.gap':
           break; // skipped above
         case 'files.upload':
           await edge.uploadTar(sandboxId, String(r['path']), Readable.from([e.payload ?? Buffer.alloc(0)]));
@@ -168,6 +177,7 @@ export async function replayEntries(
 function skipReason(e: TrajectoryEntry): string | undefined {
   if (e.kind === 'pty') return 'interactive terminal sessions are not replayable';
   if (e.kind === 'pause' || e.kind === 'resume') return 'a pause changes no state a replay must redo';
+  if (e.kind === 'edge.gap') return "the sandbox's edge was unreachable for a while; nothing was done in it";
   if (!e.replayable) return 'the step was not kept in full (payload over the log limit)';
   return undefined;
 }

@@ -71,6 +71,14 @@ export class SandboxLookup {
   /** The edge of a running sandbox `caller` may see; counts as activity for the idle timeout. */
   async runningOn(caller: Caller, id: string): Promise<EdgeApi> {
     const s = await this.get(caller, id);
+    if (s.status === 'lost')
+      // Its edge stopped reporting; it may come back with the sandbox intact (a GC pause, a network
+      // blip): retryable, and nothing was sent to the edge, so any call may be retried as it is.
+      throw new ApiError(
+        'EDGE_UNAVAILABLE',
+        `sandbox ${id}'s edge ${s.edge} is not reporting (${s.reason ?? 'lost'}); retry: it is kept if the edge comes back, or replay it elsewhere (POST /v1/sandboxes/${id}/replay)`,
+        { id, edge: s.edge, status: s.status, retryable: true },
+      );
     if (s.status !== 'running') {
       const hint = s.status === 'paused' ? ': resume it first (POST /v1/sandboxes/{id}/resume)' : s.reason ? `: ${s.reason}` : '';
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}${hint}`, { id, status: s.status });
