@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Pool, Sandbox, fn } from '@dsec/sdk';
+import { Pool, Sandbox, fn, type PoolInfo } from '@dsec/sdk';
 import { renderChart } from '../chart-svg.js';
 import { summarizeLatency, type LatencySummary } from '../latency.js';
 import { mdTable, ratio } from '../markdown.js';
@@ -258,12 +258,12 @@ export async function runFnCall(peers: Peer[], opts: FnCallOptions, ctx: Scenari
   ctx.say(`pool: ${opts.claims} claims through the API`);
   const claimMs: number[] = [];
   const poolSpec = { image: 'busybox', resources: { memoryMiB: 64 } };
-  let pool: Awaited<ReturnType<typeof Pool.get>> | undefined;
+  let pool: PoolInfo | undefined;
   try {
     await Pool.create({ ...conn, name: 'bench-claims', size: 8, ...poolSpec });
     while (claimMs.length < opts.claims && !ctx.signal.aborted) {
       for (;;) {
-        const p = await Pool.get('bench-claims', conn);
+        const { info: p } = await Pool.get('bench-claims', conn);
         if (p.ready >= 8) break;
         await new Promise((r) => setTimeout(r, 50));
       }
@@ -275,7 +275,7 @@ export async function runFnCall(peers: Peer[], opts: FnCallOptions, ctx: Scenari
       }
       await Promise.all(got.map((s) => s.kill()));
     }
-    pool = await Pool.get('bench-claims', conn);
+    pool = (await Pool.get('bench-claims', conn)).info;
   } catch (err) {
     warmErrors.push(`pool claims: ${(err as Error).message}`);
   } finally {
