@@ -272,7 +272,7 @@ class NetworkState:
 class TrajectoryEntry:
     seq: int
     at: str = ""
-    #: "exec", "session.exec", "files.write", "pty", "process.start", ...
+    #: "exec", "session.exec", "files.write", "pty", "process.start", ..., "edge.gap" (its node was unreachable for a while)
     kind: str = ""
     request: Dict[str, Any] = field(default_factory=dict)
     result: Optional[Dict[str, Any]] = None

@@ -60,7 +60,9 @@ describe('ResidentHelper: the process, pending requests and failures shared by d
   test('an answer that cannot be read kills the helper (out of step) and fails what is pending', async () => {
     const helper = new ResidentHelper('sh', framing(true));
     try {
-      const pending = helper.request(() => ['echo not-a-header; sleep 100\n']);
+      // `exec`: the helper itself waits, so the kill ends it. A child sleep would outlive the
+      // killed shell holding its stdout, and keep this test file's process alive for 100 s.
+      const pending = helper.request(() => ['echo not-a-header; exec sleep 100\n']);
       await assert.rejects(pending, (err: unknown) => err instanceof EchoError && /echo exited \(SIGKILL\)/.test(err.message));
     } finally {
       await helper.close();
