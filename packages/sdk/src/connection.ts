@@ -170,13 +170,15 @@ export class Connection {
    * on that node), until the call's own deadline; then the last refusal is thrown.
    */
   async #retrying<T>(init: CallInit, call: (once: CallInit) => Promise<T>): Promise<T> {
-    const deadline = Date.now() + (init.timeoutMs ?? this.#timeoutMs);
+    // The window is the call's timeout from the first try; each try gets the whole timeout, so a
+    // command's own timeoutMs (in its body) is never cut short by the time spent waiting.
+    const windowEnd = Date.now() + (init.timeoutMs ?? this.#timeoutMs);
     for (let pause = RETRY_FIRST_MS; ; pause = Math.min(pause * 2, RETRY_MAX_MS)) {
       try {
-        return await call({ ...init, timeoutMs: Math.max(1, deadline - Date.now()) });
+        return await call(init);
       } catch (err) {
         const retry = err instanceof DsecError && err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true;
-        if (!retry || deadline - Date.now() <= pause || init.signal?.aborted) throw err;
+        if (!retry || Date.now() + pause >= windowEnd || init.signal?.aborted) throw err;
         await new Promise((resolve) => setTimeout(resolve, pause));
       }
     }

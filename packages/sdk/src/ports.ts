@@ -23,6 +23,17 @@ function checkPort(port: unknown, where: string): number {
 function checkSubPath(path: unknown, where: string): string {
   if (typeof path !== 'string')
     throw new InvalidRequestError(`${where}: path must be a string, got ${typeof path}`, 'INVALID_REQUEST', undefined, { field: 'path' });
+  // A '..' segment would be resolved by the URL parser and leave the port's prefix (reaching the
+  // API itself with the key); control characters, spaces and '#' have no place in a request path.
+  const segments = path.split('?')[0]!.split('/');
+  // eslint-disable-next-line no-control-regex
+  if (segments.includes('..') || /[\u0000-\u0020\u007f#]/.test(path))
+    throw new InvalidRequestError(
+      `${where}: path ${JSON.stringify(path.slice(0, 100))} has a '..' segment, a control character, a space or '#': give the path on the server as it is (percent-encode what needs it)`,
+      'INVALID_REQUEST',
+      undefined,
+      { field: 'path' },
+    );
   return path.startsWith('/') ? path : `/${path}`;
 }
 
@@ -59,17 +70,19 @@ export class Ports {
     const headers = new Headers(init.headers);
     headers.set('authorization', `Bearer ${this.conn.apiKey}`);
     const res = await fetch(this.url(port, path), { ...init, headers });
-    // Only dsec's own error answers carry the header; a server's 502 in the sandbox is its answer.
-    if (res.headers.has(DSEC_ERROR_HEADER)) {
-      let wire: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
-      try {
-        wire = (await res.json()) as typeof wire;
-      } catch {
-        wire = undefined;
-      }
-      throw errorFromWire(res.status, wire?.error ?? { code: res.headers.get(DSEC_ERROR_HEADER) ?? undefined });
+    // Only dsec's own error answers carry the header (the proxy drops it from a server's answers);
+    // it counts only on an error status whose body names the same code, else the answer is the server's.
+    const code = res.headers.get(DSEC_ERROR_HEADER);
+    if (code === null || res.status < 400) return res;
+    const body = await res.clone().text();
+    let wire: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
+    try {
+      wire = JSON.parse(body) as typeof wire;
+    } catch {
+      wire = undefined;
     }
-    return res;
+    if (wire?.error?.code !== code) return res;
+    throw errorFromWire(res.status, wire.error);
   }
 
   /**

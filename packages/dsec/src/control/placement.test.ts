@@ -136,6 +136,22 @@ describe('placement', () => {
     assert.ok(Math.max(...n) / Math.min(...n) <= 1.1, JSON.stringify([...counts]));
   });
 
+  test('a warm edge does not starve a cold one: a few creates of load outweigh locality', () => {
+    const edges = [edge('a', { cached: ['sha256:a', 'sha256:b'] }), edge('b', { cached: ['sha256:a', 'sha256:b'] }), edge('c')];
+    const counts = new Map<string, number>();
+    let seed = 7;
+    const random = (): number => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+    for (let i = 0; i < 30; i++) {
+      const chosen = place(edges, req(), random)!;
+      counts.set(chosen.id, (counts.get(chosen.id) ?? 0) + 1);
+      chosen.pending.count++;
+      chosen.pending.cpu += 1;
+    }
+    assert.ok((counts.get('c') ?? 0) >= 6, `the cold edge got its share: ${JSON.stringify([...counts])}`);
+    // Equal load: the warm edge still wins.
+    assert.ok(score(edge('warm', { cached: ['sha256:a', 'sha256:b'] }), req()) > score(edge('cold'), req()));
+  });
+
   test('pool utilisation is the larger of slots and memory in use', () => {
     const edges = [edge('a', { sandboxes: 85, max: 100 }), edge('b', { sandboxes: 75, max: 100 }), edge('c', { pool: 'burst' })];
     assert.equal(poolUtilisation(edges, 'default'), 0.8);

@@ -83,19 +83,31 @@ function vmInfeasible(c: PlacementCandidate, limits: SandboxLimits): string | un
 }
 
 /**
- * A feasible edge's score in [0, 3]: free CPU (after the overcommit cap, or relative to the
- * node's CPUs without one), layer locality (the share of the
- * sandbox's layers the node already caches: no fetch, and its page cache is warm) and spread
- * (free sandbox slots), equally weighted.
+ * What a warm layer cache is worth, in sandboxes of load: a node that caches the sandbox's layers
+ * scores as if it carried this many fewer (no fetch, a warm page cache). Locality as a load credit
+ * rather than a bonus of its own: a bonus as large as the load terms' whole range meant a cold
+ * edge could never win against a warm one, so a batch piled onto the edges that happened to warm
+ * first and the rest of the cluster never got the image (cluster.test.ts's batch of 30 put 3 of
+ * 30 on one edge). With a credit, a warm edge is preferred until it carries a few more creates.
+ */
+const LOCALITY_CREDIT = 2;
+/** Between equally loaded edges (idle ones included, where the credit has nothing to take off), the warm one wins. */
+const LOCALITY_TIE = 0.01;
+
+/**
+ * A feasible edge's score, about [0, 2]: free CPU (after the overcommit cap, or relative to the
+ * node's CPUs without one) and spread (free sandbox slots), each with the load a warm layer cache
+ * is worth taken off (LOCALITY_CREDIT, scaled by the share of the sandbox's layers the node caches).
  */
 export function score(c: PlacementCandidate, req: PlacementRequest): number {
   const cap = c.info.capacity;
-  const committed = cap.cpuCommitted + c.pending.cpu;
-  const cpuRoom = c.cpuOvercommit > 0 ? Math.max(0, 1 - committed / (cap.cpus * c.cpuOvercommit)) : 1 / (1 + committed / cap.cpus);
   const cached = new Set(c.info.cachedLayers);
   const locality = req.layers.length ? req.layers.filter((l) => cached.has(l)).length / req.layers.length : 0;
-  const spread = 1 - (c.info.sandboxes + c.pending.count) / c.info.maxSandboxes;
-  return cpuRoom + locality + spread;
+  const credit = LOCALITY_CREDIT * locality;
+  const committed = Math.max(0, cap.cpuCommitted + c.pending.cpu - credit * req.limits.cpu);
+  const cpuRoom = c.cpuOvercommit > 0 ? Math.max(0, 1 - committed / (cap.cpus * c.cpuOvercommit)) : 1 / (1 + committed / cap.cpus);
+  const spread = 1 - Math.max(0, c.info.sandboxes + c.pending.count - credit) / c.info.maxSandboxes;
+  return cpuRoom + spread + LOCALITY_TIE * locality;
 }
 
 /**

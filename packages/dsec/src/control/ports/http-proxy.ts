@@ -90,7 +90,8 @@ export function responseHeaders(raw: string[], prefix: string): string[] {
   const out: string[] = [];
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const lower = raw[i]!.toLowerCase();
-    if (HOP_BY_HOP.has(lower) || lower === 'service-worker-allowed') continue;
+    // x-dsec-error marks dsec's own errors: a server in the sandbox must not claim to be dsec.
+    if (HOP_BY_HOP.has(lower) || lower === 'service-worker-allowed' || lower === DSEC_ERROR_HEADER) continue;
     if (lower === 'set-cookie') {
       if (/^\s*dsec/i.test(raw[i + 1]!)) continue;
       out.push(raw[i]!, scopeCookie(raw[i + 1]!, prefix));

@@ -8,9 +8,7 @@ import { portLinkCaller, type Caller } from '../service/callers.js';
 import { LINK_PATH, type PortLinkGate, type PortLinks } from '../ports/port-links.js';
 import { access } from '../../http/access.js';
 import { errorResponses as errors } from './error-responses.js';
-import { waitForPort } from '../ports/port-wait.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
-import type { Duplex } from 'node:stream';
 
 const PORT_PATH = /^\/v1\/sandboxes\/([^/?]+)\/ports\/([^/?]+)/;
 
@@ -134,8 +132,7 @@ export function portRoutes(deps: {
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          const open = (port: number): Promise<Duplex> => control.network.openPort(req.caller, req.params.id, port);
-          return await waitForPort(open, req.body.port, req.body.timeoutMs ?? 30_000, hangup.signal);
+          return await control.network.waitForPort(req.caller, req.params.id, req.body.port, req.body.timeoutMs ?? 30_000, hangup.signal);
         } finally {
           hangup.done();
         }

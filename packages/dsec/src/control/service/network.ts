@@ -1,7 +1,8 @@
 import type { Duplex } from 'node:stream';
-import type { NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState } from '@dsec/sdk/schema';
+import type { NetworkPolicyRequest, NetworkPolicyResult, NetworkPolicyState, PortWaitResult } from '@dsec/sdk/schema';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
+import { waitForPort } from '../ports/port-wait.js';
 import { checkPolicy } from './sandbox-spec.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
@@ -43,6 +44,15 @@ export class NetworkService {
    */
   async openPort(caller: Caller, id: string, port: number): Promise<Duplex> {
     return (await this.deps.lookup.runningOn(caller, id)).openPort(id, port);
+  }
+
+  /**
+   * Waits until the sandbox's port accepts (ports/port-wait.ts). The sandbox is looked up (and
+   * its activity stamped) once; the tries go to its edge alone, not through the store.
+   */
+  async waitForPort(caller: Caller, id: string, port: number, timeoutMs: number, signal: AbortSignal): Promise<PortWaitResult> {
+    const edge = await this.deps.lookup.runningOn(caller, id);
+    return waitForPort((p) => edge.openPort(id, p), port, timeoutMs, signal);
   }
 }
 

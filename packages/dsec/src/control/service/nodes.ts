@@ -4,6 +4,7 @@ import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { SandboxCreation } from './sandbox-creation.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
+import { POOL_READY_LABEL } from './pools.js';
 
 /** The cluster's nodes as callers see them, draining one, and keeping the store in step with an edge. */
 export class NodeService {
@@ -86,10 +87,28 @@ export class NodeService {
         onEdge.delete(s.id);
         continue;
       }
+      if (s.status === 'lost' && !onEdge.has(s.id)) {
+        // The edge came back without it: it will not come back, and its callers must stop retrying.
+        if (await store.sandboxes.setStatusIf(s.id, 'lost', 'failed', `${s.reason ?? 'lost'}; edge ${edgeId} came back without it`))
+          lost.push(s.id);
+        continue;
+      }
       if (s.status === 'lost' && onEdge.has(s.id)) {
-        // Nothing replaced it (a replay marks its original failed): it is the caller's again.
+        // Nothing replaced it (a replay marks its original failed first): it is the caller's again,
+        // unless it is a warm pool's unclaimed sandbox (the pool dropped it when its edge was lost).
+        // Only from lost: a replay or a kill that won the race keeps its word (the sandbox is killed).
         const status = pausedOnEdge.has(s.id) ? 'paused' : 'running';
-        await store.sandboxes.setStatus(s.id, status);
+        const revive = s.labels[POOL_READY_LABEL] === undefined && (await store.sandboxes.setStatusIf(s.id, 'lost', status));
+        if (!revive) {
+          if (s.labels[POOL_READY_LABEL] !== undefined)
+            await store.sandboxes.setStatusIf(s.id, 'lost', 'failed', `${s.reason ?? 'lost'}; its pool let it go`);
+          await edge
+            .killSandbox(s.id)
+            .catch((err: unknown) => log.error({ err, sandbox: s.id }, 'killing a sandbox that was not kept failed'));
+          killedLost.push(s.id);
+          onEdge.delete(s.id);
+          continue;
+        }
         await this.deps.trajectory
           .append(s.id, { kind: 'edge.gap', request: { edge: edgeId, reason: s.reason ?? 'lost', backAt: new Date().toISOString() } })
           .catch((err: unknown) => log.warn({ err, sandbox: s.id }, 'the gap was not logged in the trajectory'));

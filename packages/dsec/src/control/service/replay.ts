@@ -10,6 +10,7 @@ import type {
 } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT, type CreateSandboxRequest } from '@dsec/sdk/schema';
 import type { EdgeApi, EdgeNetworkRequest } from '../../edge/protocol/edge-api.js';
+import { ApiError } from '../../api-error.js';
 import { checkPolicy } from './sandbox-spec.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
@@ -47,18 +48,32 @@ export class ReplayService {
       {},
       { project: orig.project ?? DEFAULT_PROJECT },
     );
-    if (orig.status === 'lost') {
-      // The original is replaced: if its edge comes back it must not run beside its replay
-      // (reconcile kills a failed row's sandbox; a ready edge is told at once).
-      await this.deps.store.sandboxes.setStatus(id, 'failed', `${orig.reason ?? 'lost'}; replayed as ${created.id}`);
+    // The original is replaced: if its edge comes back it must not run beside its replay
+    // (reconcile kills a failed row's sandbox; a ready edge is told at once). Only from lost: if
+    // its edge came back meanwhile and reconcile kept it, the caller has it again and it stays.
+    if (
+      orig.status === 'lost' &&
+      (await this.deps.store.sandboxes.setStatusIf(id, 'lost', 'failed', `${orig.reason ?? 'lost'}; replayed as ${created.id}`))
+    )
       await Promise.resolve()
         .then(() => this.deps.lookup.edgeOf(orig).killSandbox(id))
         .catch(() => undefined); // its edge is still lost: reconcile kills it when it is back
+    let steps;
+    try {
+      steps = await replayEntries(this.deps.lookup.edgeOf(created), created.id, this.deps.trajectory.replayable(id), {
+        policy: checkPolicy,
+      });
+      await this.deps.trajectory.copy(id, created.id);
+    } catch (err) {
+      // The replay sandbox exists now: a retry of this call would make a second one.
+      if (err instanceof ApiError && err.details['retryable'] === true)
+        throw new ApiError(err.code, `${err.message} (replay ${created.id} was created; connect to it or kill it)`, {
+          ...err.details,
+          retryable: false,
+          replay: created.id,
+        });
+      throw err;
     }
-    const steps = await replayEntries(this.deps.lookup.edgeOf(created), created.id, this.deps.trajectory.replayable(id), {
-      policy: checkPolicy,
-    });
-    await this.deps.trajectory.copy(id, created.id);
     const ran = steps.filter((s) => !s.skipped);
     return {
       sandbox: created,

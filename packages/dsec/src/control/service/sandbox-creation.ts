@@ -219,8 +219,10 @@ export class SandboxCreation {
       this.deps.edges.release(edgeId, limits, false);
       this.inflight.delete(info.id);
       const settled = await this.deps.store.sandboxes.settleCreate(info.id, 'running');
-      // The edge was declared lost while this create was in flight: the row says lost, and stays so.
+      // The edge was declared lost while this create was in flight: the caller gets an error, so
+      // the row becomes failed (a lost row would be revived if the edge came back, owned by nobody).
       if (settled === 'lost') {
+        await this.deps.store.sandboxes.setStatusIf(info.id, 'lost', 'failed', `edge ${edgeId} was lost while it was being created`);
         throw new ApiError('EDGE_UNAVAILABLE', `edge ${edgeId} was lost while sandbox ${info.id} was being created`, {
           sandboxId: info.id,
           edge: edgeId,
@@ -426,8 +428,16 @@ export class SandboxCreation {
       for (const p of running) {
         const other = settledElsewhere.get(p.info.id);
         // The edge was declared lost while this create was in flight: the row says lost.
-        if (other?.status === 'lost')
+        if (other?.status === 'lost') {
+          // Reported failed to the batch: its row must not be revived if the edge comes back.
+          await this.deps.store.sandboxes.setStatusIf(
+            p.info.id,
+            'lost',
+            'failed',
+            `edge ${p.info.edge} was lost while it was being created`,
+          );
           hooks.onFailed(p.item.index, 'EDGE_UNAVAILABLE', `edge ${p.info.edge} was lost while the sandbox was being created`, p.info.id);
+        }
         // Another replica took the create over (this one lost the store past its lease) and failed it.
         else if (other)
           hooks.onFailed(p.item.index, 'SANDBOX_CREATE_FAILED', other.reason ?? `settled as ${other.status} by another replica`, p.info.id);

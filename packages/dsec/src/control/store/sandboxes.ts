@@ -43,6 +43,8 @@ export interface SandboxRecords {
   /** The project of a sandbox the store has a row for (live or not). */
   projectOf(id: string): Promise<string | undefined>;
   setStatus(id: string, status: SandboxStatus, reason?: string): Promise<void>;
+  /** Moves a row from `from` to `to` only if it is still `from`; false when it was not (another writer won). */
+  setStatusIf(id: string, from: SandboxStatus, to: SandboxStatus, reason?: string): Promise<boolean>;
   /**
    * A group's create outcomes in one transaction; a row no longer `creating` keeps what it says
    * (its edge was lost, or another replica settled it). Returns those rows with their status.
@@ -141,6 +143,16 @@ export class SqlSandboxRecords implements SandboxRecords {
 
   async setStatus(id: string, status: SandboxStatus, reason?: string): Promise<void> {
     await this.db.run('UPDATE sandboxes SET status = ?, reason = ? WHERE id = ?', [status, reason ?? null, id]);
+  }
+
+  async setStatusIf(id: string, from: SandboxStatus, to: SandboxStatus, reason?: string): Promise<boolean> {
+    const { changes } = await this.db.run('UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = ?', [
+      to,
+      reason ?? null,
+      id,
+      from,
+    ]);
+    return changes === 1;
   }
 
   async setStatuses(

@@ -20,7 +20,8 @@ function tarProcess(target: ExecTarget, args: string[], stdin: boolean): Sandbox
 }
 
 function tarFailed(what: string, stderr: string, exitCode: number): ApiError {
-  const missing = /not found in \$PATH|No such file/.test(stderr) && exitCode === 255;
+  // 127 with a shell's message since dsec-enter and dsec-landlock print one; 255 from older builds.
+  const missing = /not found in \$PATH|No such file|command not found/.test(stderr) && (exitCode === 127 || exitCode === 255);
   return new ApiError(
     'INVALID_REQUEST',
     missing
