@@ -47,6 +47,7 @@ from .models import (
     PoolInfo,
     PortLink,
     PortResponse,
+    PortWait,
     ProcessInfo,
     ProcessOutput,
     PulledImage,
@@ -73,7 +74,7 @@ __all__ = [
     "AsyncTerminal", "AsyncVolume", "AuthError", "Batch", "BatchInfo", "BatchProgress", "BulkResult", "CapacityError", "CommandExitError", "Commands", "ConflictError", "ConnectionConfig",
     "DEFAULT_DATA_DIR", "DirListing", "DsecError", "ExecResult", "ExitEvent", "FileStat", "Files", "Fork", "ForkFailure",
     "GcResult", "Image", "ImageInfo", "InvalidRequestError", "NetworkState", "NodeInfo", "NotConfiguredError", "NotFoundError", "OutputEvent",
-    "Pool", "PoolInfo", "PortLink", "PortResponse", "Ports", "Process", "ProcessInfo", "ProcessOutput", "PulledImage", "PushedImage", "QuotaError", "RateLimitError", "ReplayReport", "Sandbox", "SandboxInfo", "ServerError",
+    "Pool", "PoolInfo", "PortLink", "PortResponse", "PortWait", "Ports", "Process", "ProcessInfo", "ProcessOutput", "PulledImage", "PushedImage", "QuotaError", "RateLimitError", "ReplayReport", "Sandbox", "SandboxInfo", "ServerError",
     "Session", "SessionInfo", "Sessions", "SnapshotResult", "StreamEvent", "Terminal", "TimeoutError", "Trajectory",
     "TrajectoryEntry", "UnavailableError", "UnreachableError", "Volume", "VolumeInfo", "WriteResult", "error_from_wire", "fn", "nodes", "resolve_connection",
 ]  # fmt: skip

@@ -9,7 +9,6 @@ killed, as when the TypeScript SDK's AbortSignal fires.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import ssl
 import time
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple, TypeVar
@@ -17,7 +16,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple, TypeVar
 from .calls import Call, Op
 from .config import ConnectionConfig
 from .errors import DsecError, TimeoutError, UnreachableError
-from .transport import DSEC_ERROR_HEADER, IDLE_REUSE_LIMIT, USER_AGENT, Endpoint, decode_json, parse_error, retry_pause, split_lines
+from .transport import DSEC_ERROR_HEADER, IDLE_REUSE_LIMIT, USER_AGENT, Endpoint, decode_json, parse_error, passthrough_error, retries, retry_pause, split_lines
 
 T = TypeVar("T")
 
@@ -178,7 +177,11 @@ class AsyncTransport:
     async def _response(self, call: Call) -> Tuple[int, Dict[str, str], bytes]:
         resp = await self._send(call)
         data = await self._finish(resp)
-        if resp.status >= 400 and not (call.passthrough and DSEC_ERROR_HEADER not in resp.headers):
+        if call.passthrough:
+            err = passthrough_error(resp.status, resp.headers.get(DSEC_ERROR_HEADER), data)
+            if err is not None:
+                raise err
+        elif resp.status >= 400:
             raise parse_error(resp.status, data)
         return resp.status, resp.headers, data
 
@@ -198,14 +201,20 @@ class AsyncTransport:
             raise UnreachableError(f"the call {call.method} {call.path} broke: {err!r}", "STREAM_BROKEN") from None
 
     async def run(self, op: Op[T]) -> T:
-        """The call and its parsed answer, tried again while a stalled edge refuses it (``retry_pause``)."""
-        deadline = time.monotonic() + self._timeout(op.call)
+        """The call and its parsed answer, tried again while a stalled edge refuses it
+        (``retry_pause``). The retry window is the call's timeout counted from the first try; a
+        new try starts only inside it, and each try has the call's whole timeout (a command's
+        HTTP deadline must not shrink below its own ``timeoutMs``)."""
+        if not retries(op):
+            return await self._run_once(op)
+        window = self._timeout(op.call)
+        start = time.monotonic()
         attempt = 0
         while True:
             try:
-                return await self._run_once(dataclasses.replace(op, call=dataclasses.replace(op.call, timeout=max(deadline - time.monotonic(), 0.001))))
+                return await self._run_once(op)
             except DsecError as err:
-                pause = retry_pause(err, attempt, deadline - time.monotonic())
+                pause = retry_pause(err, attempt, window - (time.monotonic() - start))
                 if pause is None:
                     raise
             await asyncio.sleep(pause)

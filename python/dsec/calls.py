@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import base64
 import json as jsonlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from . import models as m
 from .errors import DsecError, InvalidRequestError, error_from_wire
@@ -43,7 +44,8 @@ class Call:
     #: Deadline of the whole call in seconds; None: the connection's default.
     timeout: Optional[float] = None
     #: The answer is a sandbox server's own (ports.fetch): a status >= 400 raises only when dsec
-    #: itself made it (the x-dsec-error header), not when the server in the sandbox did.
+    #: itself made it (the x-dsec-error header naming the body's error.code), not when the server
+    #: in the sandbox did; such a call is never retried.
     passthrough: bool = False
     #: Headers of the caller's own, sent as they are (ports.fetch).
     headers: Tuple[Tuple[str, str], ...] = ()
@@ -358,10 +360,52 @@ def port(value: Any, where: str) -> int:
     return value
 
 
+#: An HTTP method: a token; letters are all any server needs.
+_METHOD = re.compile(r"[A-Za-z]{1,20}")
+#: An HTTP header name: a token (RFC 9110 section 5.6.2).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Headers that frame the request: the transport sets them from ``body``; the caller's own would
+#: make the body's end ambiguous (a request smuggled inside it).
+_FRAMING_HEADERS = ("content-length", "transfer-encoding")
+
+
 def port_path(sandbox_id: str, number: int, path: str, where: str) -> str:
+    """The proxy path of ``path`` on ``number``. ``path`` is sent as given (with its query), so
+    what could change the request or leave the port's URL is refused: control characters,
+    whitespace, a fragment ('#') and '..' segments."""
     if not isinstance(path, str):
         raise _invalid("path", f"{where}: path must be a str, got {type(path).__name__}")
+    bad = next((c for c in path if ord(c) < 0x20 or ord(c) == 0x7F or c.isspace()), None)
+    if bad is not None:
+        raise _invalid("path", f"{where}: path must not contain control characters or whitespace, got {bad!r} in {path!r}; percent-encode it (urllib.parse.quote)")
+    if "#" in path:
+        raise _invalid("path", f"{where}: path must not contain '#' (a fragment is never sent to a server), got {path!r}; percent-encode it as %23 if it is part of the path")
+    if any(unquote(seg) == ".." for seg in path.split("?", 1)[0].split("/")):
+        raise _invalid("path", f"{where}: path must not contain '..' segments (they would leave the port's URL), got {path!r}; give the path the server should see, e.g. '/a/b'")
     return _sb(sandbox_id, f"/ports/{port(number, where)}{path if path.startswith('/') else '/' + path}")
+
+
+def _method(method: Any) -> str:
+    if not isinstance(method, str) or not _METHOD.fullmatch(method):
+        raise _invalid("method", f"ports.fetch: method must be an HTTP method of 1 to 20 letters (e.g. 'GET', 'POST'), got {method!r}")
+    return method.upper()
+
+
+def _headers(headers: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise _invalid("headers", f"ports.fetch: headers must be a dict of str to str, got {type(headers).__name__}")
+    for k, v in headers.items():
+        if not isinstance(k, str) or not _TOKEN.fullmatch(k):
+            raise _invalid("headers", f"ports.fetch: header name {k!r} is not an HTTP token; use letters, digits and !#$%&'*+-.^_`|~ only")
+        if not isinstance(v, str):
+            raise _invalid("headers", f"ports.fetch: the value of header {k} must be a str, got {type(v).__name__}")
+        if any(c in v for c in "\r\n\0"):
+            raise _invalid("headers", f"ports.fetch: the value of header {k} must not contain CR, LF or NUL (they would end the header), got {v!r}")
+        if k.lower() in _FRAMING_HEADERS:
+            raise _invalid("headers", f"ports.fetch: do not set {k}: the client frames the request from body itself")
+    return dict(headers)
 
 
 def port_link(sandbox_id: str, number: int, ttl_seconds: Optional[int], timeout: Optional[float]) -> Op[m.PortLink]:
@@ -369,20 +413,22 @@ def port_link(sandbox_id: str, number: int, ttl_seconds: Optional[int], timeout:
     return Op(json_call("POST", _sb(sandbox_id, "/port-links"), body, timeout=timeout), m.PortLink.from_wire)
 
 
-def port_wait(sandbox_id: str, number: int, wait: float, timeout: Optional[float]) -> Op[Dict[str, Any]]:
+def port_wait(sandbox_id: str, number: int, wait: float, timeout: Optional[float]) -> Op[m.PortWait]:
     body = {"port": port(number, "ports.wait"), "timeoutMs": _ms(wait, "wait")}
-    return Op(json_call("POST", _sb(sandbox_id, "/port-waits"), body, timeout=timeout if timeout is not None else wait + COMMAND_MARGIN), _object)
+    return Op(json_call("POST", _sb(sandbox_id, "/port-waits"), body, timeout=timeout if timeout is not None else wait + COMMAND_MARGIN), m.PortWait.from_wire)
 
 
 def port_fetch(
     sandbox_id: str, number: int, path: str, method: str, body: Union[None, str, bytes], headers: Optional[Mapping[str, str]], timeout: Optional[float]
 ) -> Op[m.PortResponse]:
     """A request to the server on ``number``: its answer comes back whatever its status; only the
-    proxy's own errors (x-dsec-error: nothing listens, a broken answer) raise."""
+    proxy's own errors (x-dsec-error with the same code in the body: nothing listens, a broken
+    answer) raise. The method, path and headers are checked first, so none can split the request."""
+    verb, target, given = _method(method), port_path(sandbox_id, number, path, "ports.fetch"), _headers(headers)
+    content_type = next((v for k, v in given.items() if k.lower() == "content-type"), None)
     call = Call(
-        method.upper(), port_path(sandbox_id, number, path, "ports.fetch"), body=as_bytes(body, "body") if body is not None else None,
-        content_type=(headers or {}).get("content-type") or (headers or {}).get("Content-Type"), timeout=timeout, passthrough=True,
-        headers=tuple((k, v) for k, v in (headers or {}).items() if k.lower() not in ("content-type", "authorization", "host")),
+        verb, target, body=as_bytes(body, "body") if body is not None else None, content_type=content_type, timeout=timeout, passthrough=True,
+        headers=tuple((k, v) for k, v in given.items() if k.lower() not in ("content-type", "authorization", "host")),
     )  # fmt: skip
     return Op(call, lambda r: m.PortResponse(status=r[0], headers=r[1], body=r[2]), response=True)
 

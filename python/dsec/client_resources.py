@@ -23,7 +23,8 @@ class PortsCore(_Handle):
 
     def url(self, port: int, path: str = "/") -> str:
         """The proxy URL of ``path`` on ``port``; it needs the API key (``Authorization: Bearer``),
-        as ``fetch`` sends it. For a browser use ``link``."""
+        as ``fetch`` sends it. For a browser use ``link``. A path with control characters,
+        whitespace, '#' or a '..' segment is refused (``InvalidRequestError``), as in ``fetch``."""
         base: str = self._t.config.url
         return base.rstrip("/") + calls.port_path(self.sandbox_id, port, path, "ports.url")
 
@@ -40,14 +41,18 @@ class PortsCore(_Handle):
         """One HTTP request to the server on ``port``, with the API key added. Its answer comes
         back whatever the status (``PortResponse``); when nothing listens there yet, or the
         server's answer breaks off, dsec's own error is raised (``ServerError`` with code
-        PORT_NOT_LISTENING or PORT_BAD_RESPONSE): ``ports.wait(port)`` first."""
+        PORT_NOT_LISTENING or PORT_BAD_RESPONSE): ``ports.wait(port)`` first. The method must be
+        letters, header names HTTP tokens with values free of CR, LF and NUL, and the path free of
+        control characters, whitespace, '#' and '..' segments (else ``InvalidRequestError``
+        before anything is sent). Never retried: the server may have acted on the request."""
         return await self._io.run(calls.port_fetch(self.sandbox_id, port, path, method, body, headers, timeout))
 
-    async def _wait(self, port: int, *, wait: float = 30.0, timeout: Optional[float] = None) -> None:
+    async def _wait(self, port: int, *, wait: float = 30.0, timeout: Optional[float] = None) -> m.PortWait:
         """Returns once something in the sandbox accepts connections on ``port`` (any protocol:
-        nothing is sent to it); ``TimeoutError`` after ``wait`` seconds. For a server started with
-        ``commands.start`` before the first ``fetch``."""
-        await self._io.run(calls.port_wait(self.sandbox_id, port, wait, timeout))
+        nothing is sent to it): ``PortWait(port, waited_ms)``, how long that took; ``TimeoutError``
+        (PORT_WAIT_TIMEOUT) after ``wait`` seconds. For a server started with ``commands.start``
+        before the first ``fetch``."""
+        return await self._io.run(calls.port_wait(self.sandbox_id, port, wait, timeout))
 
     async def _link(self, port: int, *, ttl_seconds: Optional[int] = None, timeout: Optional[float] = None) -> m.PortLink:
         """A signed URL that opens ``port`` without an API key (for a browser), until it expires

@@ -5,13 +5,17 @@ shapes follow the classic gym API so a trainer's loop (or a gymnasium wrapper) c
 An episode: ``reset`` makes a sandbox (from the task's image, e.g. a snapshot of a prepared
 workspace), writes the task's files, runs its setup, then switches the network to the task's
 rollout policy (``none`` by default). Each ``step`` runs the agent's action confined by Landlock
-to the task's ``writable_paths``; ``Submit`` (or the step budget running out) writes the task's
-hidden tests (``Task.tests``, into ``tests_dir``, outside anything an action may write) and runs
-them, and the reward is what ``Task.reward`` makes of their result (1.0 when they pass).
+to the task's ``writable_paths``; ``Submit`` (or the step budget running out) forks the agent's
+final state into a fresh sandbox, writes the task's hidden tests there (``Task.tests``, into
+``tests_dir``, outside anything an action may write), runs them, and kills the fork; the reward
+is what ``Task.reward`` makes of their result (1.0 when they pass).
 
-Reward hacking is the hard path by default: the tests do not exist while the agent acts (it can
-neither read nor edit them), they land where no action could write, and a task whose tests lie
-under a writable path is refused at ``reset``.
+Reward hacking is the hard path by default: the tests never exist in the agent's sandbox (it can
+neither read nor edit them), they run in a fork that holds the agent's files but none of its
+processes (a background loop left waiting for ``/grader`` has nothing to act on), they land
+where no action could write, and a task whose tests lie under a writable path (or under
+``/dev``, always writable) is refused at ``reset``, also when ``tests_dir`` is a symlink in the
+image that resolves to such a place.
 
     env = SandboxEnv()
     obs = env.reset(Task(files={"/work/a.sh": "echo $((1-1))"}, tests={"t.sh": "[ $(sh /work/a.sh) = 2 ]"}, test_cmd="sh /grader/t.sh"))
@@ -45,10 +49,11 @@ class Task:
     #: Hidden test files (path relative to ``tests_dir``, or absolute): written only when the
     #: episode ends, just before ``test_cmd`` runs, so no action can read or change them.
     tests: Mapping[str, Union[str, bytes]] = field(default_factory=dict)
-    #: Where ``tests`` are written; must not be under a writable path (``reset`` refuses it).
+    #: Where ``tests`` are written (absolute); must not be under a writable path or /dev, also
+    #: once symlinks are resolved in the sandbox (``reset`` refuses it).
     tests_dir: str = "/grader"
     workdir: str = "/work"
-    #: Where actions may write (Landlock); None: the workdir and /tmp.
+    #: Where actions may write (Landlock), absolute paths; None: the workdir and /tmp.
     writable_paths: Optional[Sequence[str]] = None
     #: The image to start from: a name, or the id of a snapshot holding a prepared workspace.
     image: str = "busybox"
@@ -103,6 +108,15 @@ def _under(path: str, parent: str) -> bool:
     return parent == "/" or path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
+def _norm(path: str) -> str:
+    """``path`` made absolute and normal: '//a/../b' is '/b' (``normpath`` alone keeps a leading '//')."""
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+#: Always writable under Landlock, whatever ``writable_paths`` say: no test may live there.
+ALWAYS_WRITABLE = ("/dev",)
+
+
 def _default_reward(tests: ExecResult) -> float:
     return 1.0 if tests.exit_code == 0 else 0.0
 
@@ -144,26 +158,61 @@ class SandboxEnv:
                 sb.set_network(network)
             else:
                 sb.set_network(str(network["mode"]), allow=network.get("allow"))
+            # The image (or the setup) may make tests_dir a symlink into a writable place: what
+            # counts is where the tests would land.
+            self._check_tests_protected(task, resolved_tests_dir=self._resolve(sb, task.tests_dir))
             listing = sb.commands.run(["ls", "-la", task.workdir]).stdout
         except BaseException:
             self.close()
             raise
         return Observation(output=listing, exit_code=0, step=0, prompt=task.prompt)
 
+    @staticmethod
+    def _resolve(sb: Sandbox, path: str) -> str:
+        """``path`` with every symlink resolved inside the sandbox (``readlink -f``, which also
+        resolves a path that does not exist yet when its parent does; else the nearest ancestor
+        that resolves, with the rest appended)."""
+        rest: List[str] = []
+        here = _norm(path)
+        while True:
+            r = sb.commands.run(["readlink", "-f", here])
+            resolved = r.stdout.strip()
+            if r.exit_code == 0 and resolved.startswith("/"):
+                return _norm(posixpath.join(resolved, *reversed(rest)))
+            if here == "/":
+                return _norm(posixpath.join("/", *reversed(rest)))
+            here, name = posixpath.split(here)
+            rest.append(name)
+
     def _writable(self, task: Task) -> List[str]:
         return list(task.writable_paths) if task.writable_paths is not None else [task.workdir, "/tmp"]
 
     def _test_paths(self, task: Task) -> List[str]:
-        return [p if p.startswith("/") else posixpath.join(task.tests_dir, p) for p in task.tests]
+        """Where each of ``task.tests`` is written, normalised (a relative name is under tests_dir)."""
+        return [_norm(p if p.startswith("/") else posixpath.join(task.tests_dir, p)) for p in task.tests]
 
-    def _check_tests_protected(self, task: Task) -> None:
-        """A test an action could overwrite is a reward an agent could write itself: refused."""
-        for path in self._test_paths(task) + [task.tests_dir]:
-            for w in self._writable(task):
-                if _under(posixpath.normpath(path), posixpath.normpath(w)):
+    def _check_tests_protected(self, task: Task, resolved_tests_dir: Optional[str] = None) -> None:
+        """A test an action could overwrite is a reward an agent could write itself: refused.
+        Every path is checked normalised (``_norm``), against the writable paths and /dev."""
+        if not isinstance(task.tests_dir, str) or not task.tests_dir.startswith("/"):
+            raise ValueError(f"Task.tests_dir must be an absolute path in the sandbox (e.g. '/grader'), got {task.tests_dir!r}")
+        writable = self._writable(task)
+        for w in writable:
+            if not isinstance(w, str) or not w.startswith("/"):
+                raise ValueError(f"Task.writable_paths: each must be an absolute path in the sandbox (e.g. '/work'), got {w!r} in {writable}")
+        for name in task.tests:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"Task.tests: each key must be a path (relative to tests_dir, or absolute), got {name!r}")
+        checked = [(p, p) for p in self._test_paths(task)] + [(task.tests_dir, _norm(task.tests_dir))]
+        if resolved_tests_dir is not None:
+            checked.append((f"{task.tests_dir} (resolved in the sandbox to {resolved_tests_dir})", _norm(resolved_tests_dir)))
+        for shown, path in checked:
+            for w in writable + list(ALWAYS_WRITABLE):
+                if _under(path, _norm(w)):
+                    where = f"the writable path {w}" if w in writable else f"{w} (always writable)"
                     raise ValueError(
-                        f"Task.tests: {path} is under the writable path {w}: an action could replace the tests and earn the reward; "
-                        f"keep tests_dir ({task.tests_dir}) outside writable_paths ({self._writable(task)})"
+                        f"Task.tests: {shown} is under {where}: an action could replace the tests and earn the reward; "
+                        f"keep tests_dir ({task.tests_dir}) outside writable_paths ({writable}) and /dev"
                     )
 
     def step(self, action: Action) -> Tuple[Observation, float, bool, Dict[str, Any]]:
@@ -195,14 +244,27 @@ class SandboxEnv:
     def _finish(self, *, truncated: bool) -> Tuple[Observation, float, bool, Dict[str, Any]]:
         assert self.sandbox is not None and self.task is not None
         task = self.task
-        # Written now, when no action can run any more: the agent never saw them.
-        for path, data in zip(self._test_paths(task), task.tests.values()):
-            self.sandbox.files.write(path, data)
-        tests = self.sandbox.commands.run(task.test_cmd, cwd=task.workdir, writable_paths=["/tmp"], timeout=task.step_timeout, max_output_bytes=self.max_output_bytes)
+        # Graded in a fork of the agent's final state: its files, none of its processes, so
+        # nothing the agent left running (a loop waiting for the tests) can see or touch them.
+        graded = self.sandbox.fork(1)
+        if graded.failures or not graded.sandboxes:
+            for extra in graded.sandboxes:
+                extra.kill()
+            failure = graded.failures[0] if graded.failures else None
+            reason = f"{failure.code}: {failure.message}" if failure is not None else "no sandbox came back"
+            raise RuntimeError(f"could not fork sandbox {self.sandbox.id} to run the tests in: {reason}")
+        grader = graded.sandboxes[0]
+        try:
+            # Written now, in the fork: the agent never saw them.
+            for path, data in zip(self._test_paths(task), task.tests.values()):
+                grader.files.write(path, data)
+            tests = grader.commands.run(task.test_cmd, cwd=task.workdir, writable_paths=["/tmp"], timeout=task.step_timeout, max_output_bytes=self.max_output_bytes)
+        finally:
+            grader.kill()
         reward = (task.reward or _default_reward)(tests)
         self.done = True
         obs = Observation(output=tests.stdout + tests.stderr, exit_code=tests.exit_code, step=self.steps, prompt=task.prompt)
-        info = {"tests": tests, "truncated": truncated, "sandbox_id": self.sandbox.id, "task": task.meta}
+        info = {"tests": tests, "truncated": truncated, "sandbox_id": self.sandbox.id, "grader_sandbox_id": grader.id, "task": task.meta}
         return obs, reward, True, info
 
     def trajectory(self) -> List[Dict[str, Any]]:

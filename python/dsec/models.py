@@ -526,6 +526,19 @@ class PortLink:
 
 
 @dataclass
+class PortWait:
+    """What ``ports.wait`` answers once something accepts connections on the port: the port, and
+    how long the wait took (milliseconds, as the server measured it)."""
+
+    port: int
+    waited_ms: float = 0.0
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "PortWait":
+        return _build(cls, d)
+
+
+@dataclass
 class PortResponse:
     """The answer of a server in the sandbox to ``ports.fetch``: its own status, headers and body."""
 

@@ -8,7 +8,6 @@ sent once more on a fresh one.
 
 from __future__ import annotations
 
-import dataclasses
 import http.client
 import json
 import socket
@@ -52,15 +51,42 @@ RETRY_FIRST, RETRY_MAX = 0.25, 2.0
 def retry_pause(err: DsecError, attempt: int, left: float) -> Optional[float]:
     """How long to wait before trying a refused call again, or None to raise. Only a retryable
     EDGE_UNAVAILABLE is tried again (the sandbox's edge stopped reporting and nothing was sent
-    to it: a GC pause or a network blip on that node), and only while the call's deadline allows."""
+    to it: a GC pause or a network blip on that node), and only while a new try can start
+    inside the retry window: ``left`` is what remains of the window, and the pause must end
+    before it does."""
     if err.code != "EDGE_UNAVAILABLE" or err.details.get("retryable") is not True:
         return None
     pause = min(RETRY_FIRST * (2**attempt), RETRY_MAX)
     return pause if left > pause else None
 
 
+def retries(op: Op[Any]) -> bool:
+    """Whether ``run`` may send ``op`` again after a stalled edge refused it. Never a passthrough
+    call (ports.fetch): its answer is a sandbox server's, which dsec does not interpret."""
+    return not (op.call.passthrough or op.response)
+
+
 #: Set on every error answer dsec itself makes, so a proxied server's own 4xx/5xx is told apart.
+#: A server in a sandbox could send it too, so it counts only alongside a matching body
+#: (``passthrough_error``).
 DSEC_ERROR_HEADER = "x-dsec-error"
+
+
+def passthrough_error(status: int, marker: Optional[str], body: bytes) -> Optional[DsecError]:
+    """For a passthrough call (ports.fetch): dsec's own error when dsec made this answer, else None
+    (the answer is the sandbox server's own, whatever its status). dsec's is a status >= 400 with
+    the ``x-dsec-error`` header (``marker``) naming the same code as the JSON body's
+    ``error.code``; a body that does not parse, or names another code, is the server's."""
+    if status < 400 or marker is None:
+        return None
+    try:
+        wire = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    err = wire.get("error") if isinstance(wire, dict) else None
+    if not isinstance(err, dict) or not isinstance(err.get("code"), str) or err["code"] != marker.strip():
+        return None
+    return error_from_wire(status, err)
 
 
 def parse_error(status: int, body: bytes) -> DsecError:
@@ -125,7 +151,8 @@ class SyncTransport:
 
     def send(self, call: Call, deadline: float) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """Sends one request and returns the response once its status line is in; raises the
-        mapped error for a status >= 400 (the connection is then reused or closed)."""
+        mapped error for a status >= 400 (the connection is then reused or closed), except for a
+        passthrough call, whose body decides once read (``passthrough_error``)."""
         body, headers = call.payload()
         headers.update({"Authorization": f"Bearer {self.config.api_key}", "User-Agent": USER_AGENT, "Host": self.endpoint.host_header})
         if body is None and call.method in ("POST", "PUT"):
@@ -151,7 +178,7 @@ class SyncTransport:
             except OSError as err:
                 conn.close()
                 raise UnreachableError(f"cannot reach dsec at {self.config.url}: {err}", "UNREACHABLE") from None
-            if resp.status >= 400 and not (call.passthrough and resp.getheader(DSEC_ERROR_HEADER) is None):
+            if resp.status >= 400 and not call.passthrough:
                 data = self._read_all(conn, resp, call, deadline)
                 raise parse_error(resp.status, data)
             return conn, resp
@@ -175,26 +202,36 @@ class SyncTransport:
         return data
 
     def content(self, call: Call) -> Tuple[int, bytes]:
-        deadline = self._deadline(call)
-        conn, resp = self.send(call, deadline)
-        return resp.status, self._read_all(conn, resp, call, deadline)
+        status, _, data = self.response(call)
+        return status, data
 
     def response(self, call: Call) -> Tuple[int, Dict[str, str], bytes]:
         """Status, headers (lower-case names) and body: the whole answer."""
         deadline = self._deadline(call)
         conn, resp = self.send(call, deadline)
         headers = {k.lower(): v for k, v in resp.getheaders()}
-        return resp.status, headers, self._read_all(conn, resp, call, deadline)
+        data = self._read_all(conn, resp, call, deadline)
+        if call.passthrough:
+            err = passthrough_error(resp.status, headers.get(DSEC_ERROR_HEADER), data)
+            if err is not None:
+                raise err
+        return resp.status, headers, data
 
     def run(self, op: Op[T]) -> T:
-        """The call and its parsed answer, tried again while a stalled edge refuses it (``retry_pause``)."""
-        deadline = time.monotonic() + (op.call.timeout if op.call.timeout is not None else self.config.request_timeout)
+        """The call and its parsed answer, tried again while a stalled edge refuses it
+        (``retry_pause``). The retry window is the call's timeout counted from the first try; a
+        new try starts only inside it, and each try has the call's whole timeout (a command's
+        HTTP deadline must not shrink below its own ``timeoutMs``)."""
+        if not retries(op):
+            return self._run_once(op)
+        window = op.call.timeout if op.call.timeout is not None else self.config.request_timeout
+        start = time.monotonic()
         attempt = 0
         while True:
             try:
-                return self._run_once(dataclasses.replace(op, call=dataclasses.replace(op.call, timeout=max(deadline - time.monotonic(), 0.001))))
+                return self._run_once(op)
             except DsecError as err:
-                pause = retry_pause(err, attempt, deadline - time.monotonic())
+                pause = retry_pause(err, attempt, window - (time.monotonic() - start))
                 if pause is None:
                     raise
             time.sleep(pause)

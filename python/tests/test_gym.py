@@ -34,8 +34,11 @@ class SandboxEnvTest(unittest.TestCase):
             self.assertEqual((reward, done, info["truncated"], info["task"]), (1.0, True, False, {"id": "add"}))
             kinds = [e["kind"] for e in env.trajectory()]
             self.assertIn("network.set", kinds)
-            self.assertEqual(kinds.count("exec"), 4)  # ls at reset, two actions, the tests
-            sandbox_id = info["sandbox_id"]
+            self.assertEqual(kinds.count("exec"), 4)  # readlink and ls at reset, two actions; the tests ran in a fork
+            sandbox_id, grader_id = info["sandbox_id"], info["grader_sandbox_id"]
+            self.assertNotEqual(grader_id, sandbox_id)
+            with self.assertRaises(dsec.NotFoundError):
+                dsec.Sandbox.connect(grader_id, **conn())  # the fork the tests ran in is killed at once
         with self.assertRaises(dsec.NotFoundError):
             dsec.Sandbox.connect(sandbox_id, **conn())
 
@@ -46,7 +49,7 @@ class SandboxEnvTest(unittest.TestCase):
             self.assertNotEqual(obs.exit_code, 0, "the workspace is not writable here")
             obs, reward, done, _ = env.step(Submit())
             self.assertEqual((reward, done), (0.0, True))
-            self.assertEqual(env.sandbox.files.read_text("/grader/t.sh"), TESTS)  # type: ignore[union-attr]
+            self.assertFalse(env.sandbox.files.exists("/grader/t.sh"), "the tests ran in a fork, never in the agent's sandbox")  # type: ignore[union-attr]
 
     def test_the_documented_task_refuses_reward_hacking(self) -> None:
         # docs/python.md's example, attacked the ways an agent would: tests in the workspace,
@@ -71,7 +74,17 @@ class SandboxEnvTest(unittest.TestCase):
             self.assertIn("could replace the tests", str(e.exception))
             with self.assertRaises(ValueError):
                 env.reset(task(tests={"/tmp/t.sh": TESTS}))
+            with self.assertRaises(ValueError):
+                env.reset(task(tests_dir="//work/tests"))
         self.assertEqual({s.id for s in dsec.Sandbox.list(**conn())}, before, "nothing was created")
+
+    def test_a_tests_dir_that_is_a_symlink_into_a_writable_path_is_refused(self) -> None:
+        before = {s.id for s in dsec.Sandbox.list(**conn())}
+        with SandboxEnv(memory_mib=64, **conn()) as env:
+            with self.assertRaises(ValueError) as e:
+                env.reset(task(setup=["ln -s /work/tests /grader"]))
+            self.assertIn("resolved in the sandbox to /work/tests", str(e.exception))
+        self.assertEqual({s.id for s in dsec.Sandbox.list(**conn())}, before, "the episode's sandbox was killed")
 
     def test_the_step_budget_ends_the_episode_with_the_tests_reward(self) -> None:
         with SandboxEnv(memory_mib=64, **conn()) as env:

@@ -15,12 +15,14 @@ import threading
 import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 from unittest import mock
 from urllib.parse import parse_qs, urlsplit
 
 import dsec
 from dsec import calls, errors
+from dsec import gym
+from dsec import models as m
 from dsec import sandbox as sandbox_face
 from dsec import websocket as ws
 from dsec.aio_transport import AsyncTransport
@@ -213,6 +215,71 @@ class RequestBodyTest(unittest.TestCase):
         self.assertEqual((info.resources.memory_mib, info.image_id, info.raw["future"]), (64, "sha256:x", 1))
 
 
+class PortRequestTest(unittest.TestCase):
+    """ports.fetch / ports.url send the caller's method, path and headers: what could split or
+    redirect the request is refused before anything is built, naming the field."""
+
+    SB = "sb-x-abcdef"
+
+    def refused(self, field: str, make: Callable[[], Any], says: str) -> None:
+        with self.assertRaises(dsec.InvalidRequestError) as cm:
+            make()
+        self.assertEqual(cm.exception.details, {"field": field}, cm.exception.message)
+        self.assertIn(says, cm.exception.message)
+
+    def fetch(self, path: str = "/", method: str = "GET", headers: Optional[Dict[str, str]] = None) -> calls.Op[m.PortResponse]:
+        return calls.port_fetch(self.SB, 8080, path, method, None, headers, None)
+
+    def test_a_method_that_is_not_letters_is_refused(self) -> None:
+        for method in ("GET /admin HTTP/1.1\r\nX-Injected: 1\r\n\r\nGET", "GE T", "", "G" * 21, "GET\n", "M-SEARCH"):
+            self.refused("method", lambda: self.fetch(method=method), "method must be an HTTP method")
+        self.refused("method", lambda: self.fetch(method=5), "method must be")  # type: ignore[arg-type]
+        self.assertEqual(self.fetch(method="patch").call.method, "PATCH")
+
+    def test_a_header_name_that_is_not_a_token_is_refused(self) -> None:
+        for name in ("X Bad", "X:Y", "", "X\r\nInjected", "Ü"):
+            self.refused("headers", lambda: self.fetch(headers={name: "v"}), "is not an HTTP token")
+
+    def test_a_header_value_with_cr_lf_or_nul_is_refused(self) -> None:
+        for value in ("a\r\nX-Injected: 1", "a\nb", "a\rb", "a\x00b"):
+            self.refused("headers", lambda: self.fetch(headers={"X-Ok": value}), "must not contain CR, LF or NUL")
+        self.refused("headers", lambda: self.fetch(headers={"X-Ok": 1}), "must be a str")  # type: ignore[dict-item]
+
+    def test_framing_headers_are_the_clients_own(self) -> None:
+        for name in ("Content-Length", "transfer-encoding"):
+            self.refused("headers", lambda: self.fetch(headers={name: "0"}), "frames the request")
+
+    def test_a_path_with_control_characters_whitespace_or_a_fragment_is_refused(self) -> None:
+        for path in ("/a\r\nX-Injected: 1", "/a b", "/a\tb", "/a\x00", "/a\x7f", "/a\x1b", "/a\u00a0b", "/a?q=x y"):
+            self.refused("path", lambda: self.fetch(path), "control characters or whitespace")
+        self.refused("path", lambda: self.fetch("/a#frag"), "'#'")
+
+    def test_a_path_with_a_dot_dot_segment_is_refused(self) -> None:
+        for path in ("/../x", "..", "/a/..", "/a/../../../other/ports/80/", "/%2e%2e/x", "/.%2E/x", "a/../b?q=1"):
+            self.refused("path", lambda: self.fetch(path), "'..' segments")
+
+    def test_ports_url_refuses_what_fetch_refuses(self) -> None:
+        ports = dsec.Ports(SyncTransport(ConnectionConfig("http://127.0.0.1:1", "k", 5.0)), self.SB)
+        self.refused("path", lambda: ports.url(8080, "/../../x"), "'..' segments")
+        self.refused("path", lambda: ports.url(8080, "/a b"), "whitespace")
+        self.refused("path", lambda: ports.url(8080, "/a#b"), "'#'")
+        self.assertEqual(ports.url(8080, "a/b"), f"http://127.0.0.1:1/v1/sandboxes/{self.SB}/ports/8080/a/b")
+
+    def test_paths_and_headers_that_are_fine_pass_as_given(self) -> None:
+        for path in ("/", "/a..b/.c/", "/a/b?next=../x&y=1", "/%20?q=%23"):
+            self.assertEqual(self.fetch(path).call.path, f"/v1/sandboxes/{self.SB}/ports/8080{path}")
+        op = calls.port_fetch(self.SB, 8080, "/p", "post", b"x", {"content-TYPE": "text/plain", "X-Trace": "a b;c", "Authorization": "no"}, 3.0)
+        body, headers = op.call.payload()
+        self.assertEqual((op.call.method, body, headers), ("POST", b"x", {"X-Trace": "a b;c", "Content-Type": "text/plain"}))
+        self.assertTrue(op.call.passthrough and op.response)
+
+    def test_ports_wait_answers_a_port_wait(self) -> None:
+        op = calls.port_wait(self.SB, 8080, 5, None)
+        self.assertEqual(op.parse({"port": 8080, "waitedMs": 12.5}), dsec.PortWait(port=8080, waited_ms=12.5))
+        self.assertEqual(dsec.PortWait.from_wire({"port": 1}).waited_ms, 0.0)
+        self.assertIn("PortWait", dsec.__all__)
+
+
 class WebSocketCodecTest(unittest.TestCase):
     def test_the_accept_value_of_rfc_6455s_example(self) -> None:
         self.assertEqual(ws.accept_for("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
@@ -290,9 +357,59 @@ class LocalServer:
         h.end_headers()
         h.wfile.write(data)
 
+    @staticmethod
+    def raw(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: Optional[Dict[str, str]] = None) -> None:
+        h.send_response(status)
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def dsec_error_body(code: str, **details: Any) -> bytes:
+    return json.dumps({"error": {"code": code, "message": f"{code} said by dsec", "details": details}}).encode()
+
+
+#: (status, x-dsec-error or None, body, raises): what ports.fetch makes of each answer.
+PASSTHROUGH_CASES = [
+    (502, "PORT_NOT_LISTENING", dsec_error_body("PORT_NOT_LISTENING"), True),  # dsec's own: header and body agree
+    (502, None, dsec_error_body("PORT_NOT_LISTENING"), False),  # the server's JSON, no header
+    (502, "PORT_NOT_LISTENING", b"upstream down\n", False),  # a header the server sent, its own body
+    (500, "INTERNAL", dsec_error_body("PORT_NOT_LISTENING"), False),  # header and body disagree
+    (500, "INTERNAL", b'{"error": "INTERNAL"}', False),  # no error.code
+    (200, "PORT_NOT_LISTENING", dsec_error_body("PORT_NOT_LISTENING"), False),  # not an error status
+    (404, None, b"not here", False),
+]
+
+EDGE_LOST = {"error": {"code": "EDGE_UNAVAILABLE", "message": "edge e1 is lost", "details": {"retryable": True}}}
+
+
+def passthrough_reply(status: int, marker: Optional[str], body: bytes) -> Callable[[BaseHTTPRequestHandler], None]:
+    return lambda h: LocalServer.raw(h, status, body, {"X-Dsec-Error": marker} if marker is not None else {})
+
+
+def refused_then(refusals: int, then: Callable[[BaseHTTPRequestHandler], None]) -> Callable[[BaseHTTPRequestHandler], None]:
+    """A reply that refuses the first ``refusals`` tries with a retryable EDGE_UNAVAILABLE."""
+    left = [refusals]
+
+    def reply(h: BaseHTTPRequestHandler) -> None:
+        left[0] -= 1
+        LocalServer.json(h, 503, EDGE_LOST) if left[0] >= 0 else then(h)
+
+    return reply
+
+
+def slow_ok(seconds: float) -> Callable[[BaseHTTPRequestHandler], None]:
+    def reply(h: BaseHTTPRequestHandler) -> None:
+        time.sleep(seconds)
+        LocalServer.json(h, 200, {"ok": True})
+
+    return reply
 
 
 class SyncTransportTest(unittest.TestCase):
@@ -347,6 +464,40 @@ class SyncTransportTest(unittest.TestCase):
         with self.assertRaises(dsec.UnavailableError):
             self.t.run(calls.Op(calls.json_call("POST", "/v1/x", {}), lambda d: d))
         self.assertEqual(len(self.server.seen), 1, "a call that may have reached the edge is not sent again")
+
+    def test_each_retry_has_the_calls_whole_timeout(self) -> None:
+        # Refused twice, then 0.6 s to answer, in a call of 1 s: the third try starts ~0.75 s in
+        # and still has its whole second (a command's HTTP deadline never shrinks below its timeoutMs).
+        self.server.reply = refused_then(2, slow_ok(0.6))
+        self.assertEqual(self.t.run(calls.Op(calls.Call("POST", "/v1/x", timeout=1.0), lambda d: d)), {"ok": True})
+        self.assertEqual(len(self.server.seen), 3)
+
+    def test_the_retry_window_is_the_timeout_from_the_first_try(self) -> None:
+        self.server.reply = lambda h: LocalServer.json(h, 503, EDGE_LOST)
+        start = time.monotonic()
+        with self.assertRaises(dsec.UnavailableError):
+            self.t.run(calls.Op(calls.Call("GET", "/v1/x", timeout=0.6), lambda d: d))
+        # Tries at 0 and 0.25 s; the next would start at 0.75 s, past the window.
+        self.assertEqual(len(self.server.seen), 2)
+        self.assertLess(time.monotonic() - start, 0.6)
+
+    def test_ports_fetch_raises_only_dsecs_own_errors(self) -> None:
+        for status, marker, body, raises in PASSTHROUGH_CASES:
+            self.server.reply = passthrough_reply(status, marker, body)
+            op = calls.port_fetch("sb-x-abcdef", 8080, "/p", "GET", None, None, 5.0)
+            if raises:
+                with self.assertRaises(dsec.ServerError) as cm:
+                    self.t.run(op)
+                self.assertEqual((cm.exception.code, cm.exception.status), (marker, status))
+            else:
+                r = self.t.run(op)
+                self.assertEqual((r.status, r.body, r.headers.get("x-dsec-error")), (status, body, marker), (status, marker, body))
+
+    def test_ports_fetch_is_never_retried(self) -> None:
+        self.server.reply = passthrough_reply(503, "EDGE_UNAVAILABLE", json.dumps(EDGE_LOST).encode())
+        with self.assertRaises(dsec.UnavailableError):
+            self.t.run(calls.port_fetch("sb-x-abcdef", 8080, "/p", "GET", None, None, 5.0))
+        self.assertEqual(len(self.server.seen), 1)
 
     def test_a_wire_error_becomes_the_class_of_its_code_with_message_and_details(self) -> None:
         self.server.reply = lambda h: LocalServer.json(h, 404, {"error": {"code": "SANDBOX_NOT_FOUND", "message": "no sandbox x", "details": {"id": "x"}}})
@@ -451,6 +602,175 @@ class AsyncTransportTest(unittest.IsolatedAsyncioTestCase):
             await task
         self.assertEqual(self.t._idle, [], "a cancelled call's connection is closed, not pooled")
 
+    async def test_a_retryable_edge_unavailable_is_tried_again_and_each_try_has_the_whole_timeout(self) -> None:
+        self.server.reply = refused_then(2, slow_ok(0.6))
+        self.assertEqual(await self.t.run(calls.Op(calls.Call("POST", "/v1/x", timeout=1.0), lambda d: d)), {"ok": True})
+        self.assertEqual(len(self.server.seen), 3, "two refusals (0.25 s, 0.5 s pauses), then a try that takes 0.6 s of its 1 s")
+
+    async def test_the_retry_window_is_the_timeout_from_the_first_try(self) -> None:
+        self.server.reply = lambda h: LocalServer.json(h, 503, EDGE_LOST)
+        start = time.monotonic()
+        with self.assertRaises(dsec.UnavailableError):
+            await self.t.run(calls.Op(calls.Call("GET", "/v1/x", timeout=0.6), lambda d: d))
+        self.assertEqual(len(self.server.seen), 2)
+        self.assertLess(time.monotonic() - start, 0.6)
+
+    async def test_ports_fetch_raises_only_dsecs_own_errors(self) -> None:
+        for status, marker, body, raises in PASSTHROUGH_CASES:
+            self.server.reply = passthrough_reply(status, marker, body)
+            op = calls.port_fetch("sb-x-abcdef", 8080, "/p", "GET", None, None, 5.0)
+            if raises:
+                with self.assertRaises(dsec.ServerError) as cm:
+                    await self.t.run(op)
+                self.assertEqual((cm.exception.code, cm.exception.status), (marker, status))
+            else:
+                r = await self.t.run(op)
+                self.assertEqual((r.status, r.body, r.headers.get("x-dsec-error")), (status, body, marker), (status, marker, body))
+
+    async def test_ports_fetch_is_never_retried(self) -> None:
+        self.server.reply = passthrough_reply(503, "EDGE_UNAVAILABLE", json.dumps(EDGE_LOST).encode())
+        with self.assertRaises(dsec.UnavailableError):
+            await self.t.run(calls.port_fetch("sb-x-abcdef", 8080, "/p", "GET", None, None, 5.0))
+        self.assertEqual(len(self.server.seen), 1)
+
+
+
+# --- the gym environment, over a fake sandbox -------------------------------------------------
+
+
+class FakeSandbox:
+    """What SandboxEnv uses of a Sandbox, recording each call. ``links``: what ``readlink -f``
+    prints per path (default: the path itself); ``unresolvable``: paths where it fails."""
+
+    def __init__(self, id: str, links: Optional[Dict[str, str]] = None, unresolvable: Any = (), grader: Optional["FakeSandbox"] = None) -> None:
+        self.id, self.links, self.unresolvable, self.grader = id, links or {}, set(unresolvable), grader
+        self.log: List[Any] = []
+        self.killed = False
+        self.fork_failures: List[m.ForkFailure] = []
+        self.run_raises: Optional[BaseException] = None
+        outer = self
+
+        class Files:
+            def mkdir(self, path: str) -> None:
+                outer.log.append(("mkdir", path))
+
+            def write(self, path: str, data: Any) -> None:
+                outer.log.append(("write", path, data))
+
+        class Commands:
+            def run(self, cmd: Any, **kw: Any) -> m.ExecResult:
+                outer.log.append(("run", cmd, kw))
+                if outer.run_raises is not None:
+                    raise outer.run_raises
+                if isinstance(cmd, list) and cmd[:2] == ["readlink", "-f"]:
+                    if cmd[2] in outer.unresolvable:
+                        return m.ExecResult(exit_code=1)
+                    return m.ExecResult(exit_code=0, stdout=outer.links.get(cmd[2], cmd[2]) + "\n")
+                return m.ExecResult(exit_code=0, stdout="ok\n")
+
+        self.files, self.commands = Files(), Commands()
+
+    def set_network(self, mode: str, allow: Any = None) -> None:
+        self.log.append(("network", mode))
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def fork(self, count: int) -> m.Fork[Any]:
+        self.log.append(("fork", count))
+        made = [self.grader] if self.grader is not None and not self.fork_failures else []
+        return m.Fork(sandboxes=made, snapshot=m.SnapshotResult(image_id="img"), failures=self.fork_failures)
+
+
+class SandboxEnvUnitTest(unittest.TestCase):
+    def env(self) -> gym.SandboxEnv:
+        return gym.SandboxEnv(url="http://127.0.0.1:1", api_key="k", max_output_bytes=123)
+
+    def task(self, **kw: Any) -> gym.Task:
+        base: Dict[str, Any] = dict(files={"/work/a.sh": "x"}, tests={"t.sh": "exit 0"}, test_cmd="sh /grader/t.sh", writable_paths=["/work", "/tmp"], step_timeout=7.0)
+        base.update(kw)
+        return gym.Task(**base)
+
+    def test_paths_are_checked_absolute_and_normalised_before_any_sandbox_is_made(self) -> None:
+        cases: List[Tuple[Dict[str, Any], str]] = [
+            (dict(tests_dir="//work/tests"), "under the writable path /work"),  # normpath alone keeps '//'
+            (dict(tests={"//tmp/t.sh": "x"}), "under the writable path /tmp"),
+            (dict(tests={"../work/t.sh": "x"}), "under the writable path /work"),
+            (dict(tests_dir="/grader/../work/g"), "under the writable path /work"),
+            (dict(tests_dir="/dev/shm/grader"), "/dev (always writable)"),
+            (dict(tests={"/dev/t.sh": "x"}), "/dev (always writable)"),
+            (dict(tests_dir="grader"), "tests_dir must be an absolute path"),
+            (dict(writable_paths=["work", "/tmp"]), "writable_paths: each must be an absolute path"),
+            (dict(writable_paths=None, workdir="work"), "writable_paths: each must be an absolute path"),
+        ]
+        env = self.env()
+        with mock.patch("dsec.gym.Sandbox.create") as create:
+            for kw, says in cases:
+                with self.assertRaises(ValueError, msg=str(kw)) as cm:
+                    env.reset(self.task(**kw))
+                self.assertIn(says, str(cm.exception), kw)
+            create.assert_not_called()
+
+    def test_reset_refuses_a_tests_dir_that_resolves_into_a_writable_path_and_kills_the_sandbox(self) -> None:
+        sb = FakeSandbox("agent", links={"/grader": "/work/tests"})
+        env = self.env()
+        with mock.patch("dsec.gym.Sandbox.create", return_value=sb):
+            with self.assertRaises(ValueError) as cm:
+                env.reset(self.task())
+        self.assertIn("resolved in the sandbox to /work/tests", str(cm.exception))
+        self.assertTrue(sb.killed)
+        self.assertIsNone(env.sandbox)
+
+    def test_reset_resolves_tests_dir_after_the_files_and_setup(self) -> None:
+        sb = FakeSandbox("agent")
+        env = self.env()
+        with mock.patch("dsec.gym.Sandbox.create", return_value=sb):
+            env.reset(self.task(setup=["make"]))
+        runs = [e[1] for e in sb.log if e[0] == "run"]
+        self.assertEqual(runs, ["make", ["readlink", "-f", "/grader"], ["ls", "-la", "/work"]])
+        self.assertLess(sb.log.index(("write", "/work/a.sh", "x")), sb.log.index(("run", ["readlink", "-f", "/grader"], {})))
+        self.assertFalse(sb.killed)
+
+    def test_resolving_walks_up_to_the_nearest_ancestor_that_resolves(self) -> None:
+        sb = FakeSandbox("agent", links={"/a": "/work/a"}, unresolvable={"/a/b/grader", "/a/b"})
+        self.assertEqual(gym.SandboxEnv._resolve(sb, "//a/b/grader"), "/work/a/b/grader")  # type: ignore[arg-type]
+        env = self.env()
+        with mock.patch("dsec.gym.Sandbox.create", return_value=sb):
+            with self.assertRaises(ValueError):
+                env.reset(self.task(tests_dir="/a/b/grader"))
+        self.assertTrue(sb.killed)
+
+    def started(self, agent: FakeSandbox, **kw: Any) -> gym.SandboxEnv:
+        env = self.env()
+        env.sandbox, env.task, env.steps, env.done = agent, self.task(**kw), 0, False  # type: ignore[assignment]
+        return env
+
+    def test_the_tests_run_in_a_fork_of_the_agents_sandbox_which_is_then_killed(self) -> None:
+        grader = FakeSandbox("grader")
+        agent = FakeSandbox("agent", grader=grader)
+        env = self.started(agent, tests={"t.sh": "exit 0", "/opt/check.sh": "true"})
+        obs, reward, done, info = env.step(gym.Submit())
+        self.assertEqual((reward, done, obs.output), (1.0, True, "ok\n"))
+        self.assertEqual((info["sandbox_id"], info["grader_sandbox_id"]), ("agent", "grader"))
+        self.assertEqual(agent.log, [("fork", 1)], "nothing is written or run in the agent's sandbox")
+        self.assertEqual(grader.log, [
+            ("write", "/grader/t.sh", "exit 0"), ("write", "/opt/check.sh", "true"),
+            ("run", "sh /grader/t.sh", {"cwd": "/work", "writable_paths": ["/tmp"], "timeout": 7.0, "max_output_bytes": 123}),
+        ])  # fmt: skip
+        self.assertTrue(grader.killed)
+        self.assertFalse(agent.killed, "the agent's sandbox stays until close()")
+
+    def test_a_failed_fork_raises_and_a_failed_test_run_still_kills_the_fork(self) -> None:
+        agent = FakeSandbox("agent", grader=FakeSandbox("grader"))
+        agent.fork_failures = [m.ForkFailure("CAPACITY_EXCEEDED", "the node is full")]
+        with self.assertRaises(RuntimeError) as cm:
+            self.started(agent).step(gym.Submit())
+        self.assertIn("CAPACITY_EXCEEDED: the node is full", str(cm.exception))
+        grader = FakeSandbox("grader")
+        grader.run_raises = dsec.TimeoutError("too slow", "TIMEOUT")
+        with self.assertRaises(dsec.TimeoutError):
+            self.started(FakeSandbox("agent", grader=grader)).step(gym.Submit())
+        self.assertTrue(grader.killed)
 
 
 class FacesTest(unittest.TestCase):
