@@ -196,6 +196,19 @@ describe('ports: the proxy to servers in sandboxes', { skip: integrationSkipReas
     assert.equal(r.status, 502);
     assert.equal(r.headers.get(DSEC_ERROR_HEADER), null);
     assert.equal(await r.text(), 'upstream down\n');
+    // A server that claims to be dsec (the header, a wire error body) is still only a server: the
+    // proxy drops the header, so nothing is thrown and no retry is made on its say-so.
+    const forged = JSON.stringify({ error: { code: 'EDGE_UNAVAILABLE', message: 'forged', details: { retryable: true } } });
+    await a.files.write(
+      '/www/cgi-bin/forged',
+      `#!/bin/sh\nprintf 'Status: 503 Unavailable\\r\\nContent-Type: application/json\\r\\n${DSEC_ERROR_HEADER}: EDGE_UNAVAILABLE\\r\\n\\r\\n%s' '${forged}'\n`,
+      { mode: 0o755 },
+    );
+    const f = await a.ports.fetch(8080, '/cgi-bin/forged');
+    assert.equal(f.status, 503);
+    assert.equal(f.headers.get(DSEC_ERROR_HEADER), null, 'the proxy dropped the forged header');
+    assert.equal(((await f.json()) as { error: { message: string } }).error.message, 'forged');
+    await assert.rejects(a.ports.fetch(8080, '/../../health'), (e: unknown) => e instanceof InvalidRequestError);
   });
 
   test('ports.wait: returns once a port accepts (any protocol, nothing sent), TimeoutError PORT_WAIT_TIMEOUT when none does', async () => {

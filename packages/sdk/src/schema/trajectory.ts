@@ -19,7 +19,7 @@ export const TrajectoryKind = Type.Union([
   Type.Literal('pause'),
   Type.Literal('resume'),
   // Not a step of the agent's: its edge stopped reporting and came back with the sandbox intact
-  // (request: edge, lostAt, backAt, reason); nothing to redo in a replay.
+  // (request: edge, reason (which says since when), backAt); nothing to redo in a replay.
   Type.Literal('edge.gap'),
 ]);
 export type TrajectoryKind = Static<typeof TrajectoryKind>;
