@@ -77,7 +77,11 @@ export async function findBenchLeaks(names: RunNames): Promise<string[]> {
     leaks.push(...(await findLeaks(join(dir, 'dsec'), { includeLayers: true })).filter(mine));
   }
   for (const m of mountsUnder(dir)) {
-    if (m.mountPoint === dir && m.fsType === 'tmpfs') continue; // the run's own on an overlay root (run-bench.ts); the sweep unmounts it
+    // The run's own dir on an overlay root: doctor's loop-mounted ext4 image over it, or the tmpfs
+    // fallback (run-bench.ts's fixDataDirFs); the sweep, which runs after this check, unmounts it.
+    // Only tmpfs was exempt, so on a fresh root (fresh-machine, dsec in a container) every bench
+    // reported its own ext4 as a leak.
+    if (m.mountPoint === dir && (m.fsType === 'tmpfs' || m.fsType === 'ext4')) continue;
     if (!leaks.some((l) => l.endsWith(m.mountPoint))) leaks.push(`mount ${m.mountPoint}`);
   }
   for (const root of crunRoots(dir)) {
