@@ -68,8 +68,9 @@ class SandboxInfo:
     on_expiry: str = "stop"
     expires_at: Optional[str] = None
     last_activity_at: str = ""
-    #: Live cgroup usage on inspect: {"oomKills", "memoryBytes", "pids"}.
-    usage: Optional[Dict[str, int]] = None
+    #: Live usage on inspect: {"oomKills", "memoryBytes", "pids", and where known "peakMemoryBytes",
+    #: "cpuMs", "diskBytes", "netRxBytes", "netTxBytes"}.
+    usage: Optional[Dict[str, float]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -92,6 +93,12 @@ class ExecResult:
     timed_out: bool = False
     oom_killed: bool = False
     duration_ms: float = 0.0
+    #: Before the command started: dsec's lookup and the edge's start of it (None from an older edge).
+    queued_ms: Optional[float] = None
+    #: CPU time of the command and everything it started while it ran (None where the host cannot tell).
+    cpu_ms: Optional[float] = None
+    #: The sandbox's memory peak while the command ran, in bytes (None where the host cannot tell).
+    peak_memory_bytes: Optional[int] = None
     #: Only for session commands: whether the session's shell is still alive.
     session_alive: Optional[bool] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)

@@ -136,6 +136,11 @@ function toEntry(r: Row): TrajectoryEntry {
   };
   if (r.result !== null) e.result = JSON.parse(r.result) as Record<string, unknown>;
   if (r.duration_ms !== null) e.durationMs = r.duration_ms;
+  // A command's figures are kept in its result; shown beside its duration for a reader's ease.
+  for (const k of ['queuedMs', 'cpuMs', 'peakMemoryBytes'] as const) {
+    const v = e.result?.[k];
+    if (typeof v === 'number') e[k] = v;
+  }
   if (r.exit_code !== null) e.exitCode = r.exit_code;
   return e;
 }

@@ -13,6 +13,7 @@ import type {
   SessionExecRequest,
   SessionInfo,
   StartProcessRequest,
+  SandboxUsage,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import type { LayerDigest } from '../image/layer-store.js';
@@ -249,7 +250,7 @@ export class Edge implements EdgeApi {
     return this.#for(id).closeSession(id, sid);
   }
 
-  sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
+  sandboxUsage(id: string): Promise<SandboxUsage> {
     return this.#for(id).sandboxUsage(id);
   }
 

@@ -222,12 +222,45 @@ export function sandboxOomKills(id: string): number {
   }
 }
 
-/** Live usage of a sandbox's cgroup: OOM kills so far, memory in use, process count. */
-export function sandboxUsage(id: string): { oomKills: number; memoryBytes: number; pids: number } {
+/**
+ * CPU time a cgroup2 directory's processes have used, in microseconds (cpu.stat's usage_usec,
+ * which cgroup2 keeps for every cgroup, with or without the cpu controller).
+ */
+export function cgroup2CpuUsec(dir: string): number | undefined {
+  try {
+    const m = /^usage_usec (\d+)$/m.exec(readFileSync(join(dir, 'cpu.stat'), 'utf8'));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The sandbox's cgroup2 directory: `unified/` on the hybrid layout (crun makes it there too), else the root's. */
+export function sandboxCgroup2Dir(id: string): string | undefined {
+  for (const root of [join(CGROUP_ROOT, 'unified'), CGROUP_ROOT]) {
+    const dir = join(root, CGROUP_PARENT, id);
+    if (existsSync(join(dir, 'cgroup.procs'))) return dir;
+  }
+  return undefined;
+}
+
+/** Live usage of a sandbox's cgroup: OOM kills so far, memory in use, CPU time, process count (its memory peak: memory-peaks.ts). */
+export function sandboxUsage(id: string): CgroupUsage {
   const rel = join(CGROUP_PARENT, id);
   const oomKills = sandboxOomKills(id);
   const memoryBytes =
     readNumber(join(CGROUP_ROOT, 'memory', rel, 'memory.usage_in_bytes')) ?? readNumber(join(CGROUP_ROOT, rel, 'memory.current')) ?? 0;
   const pids = readNumber(join(CGROUP_ROOT, 'pids', rel, 'pids.current')) ?? readNumber(join(CGROUP_ROOT, rel, 'pids.current')) ?? 0;
-  return { oomKills, memoryBytes, pids };
+  const usage: CgroupUsage = { oomKills, memoryBytes, pids };
+  const dir = sandboxCgroup2Dir(id);
+  const cpu = dir === undefined ? undefined : cgroup2CpuUsec(dir);
+  if (cpu !== undefined) usage.cpuMs = Math.round(cpu / 10) / 100;
+  return usage;
+}
+
+export interface CgroupUsage {
+  oomKills: number;
+  memoryBytes: number;
+  pids: number;
+  cpuMs?: number;
 }

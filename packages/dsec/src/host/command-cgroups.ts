@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CGROUP_PARENT, CGROUP_ROOT } from './cgroups.js';
+import { CGROUP_PARENT, CGROUP_ROOT, cgroup2CpuUsec } from './cgroups.js';
 
 /**
  * A command's own cgroup: a cgroup2 directory under the sandbox's, with no controllers (the
@@ -47,6 +47,11 @@ export class CommandCgroup {
    */
   get procsFile(): string {
     return join(this.dir, 'cgroup.procs');
+  }
+
+  /** CPU time, in microseconds, used by every process that has been in the cgroup (cpu.stat). */
+  cpuUsec(): number | undefined {
+    return cgroup2CpuUsec(this.dir);
   }
 
   /** SIGKILLs every process in the cgroup, in one step the processes cannot race. */

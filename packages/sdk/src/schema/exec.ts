@@ -72,7 +72,21 @@ export const ExecResult = Type.Object(
     stderrBytes: Type.Integer({ description: 'Total bytes the command wrote to stderr, kept or not.' }),
     timedOut: Type.Boolean(),
     oomKilled: Type.Boolean({ description: 'The sandbox hit its memory limit and the kernel killed a process while the command ran.' }),
-    durationMs: Type.Number(),
+    durationMs: Type.Number({ description: 'From the command\'s start to its exit (its output drained).' }),
+    queuedMs: Type.Optional(
+      Type.Number({
+        description:
+          "Before the command started: from dsec taking the request (the control plane's lookup) to its edge starting the command's first process, the hop between them not counted.",
+      }),
+    ),
+    cpuMs: Type.Optional(
+      Type.Number({ description: 'CPU time, user and system, of the command and everything it started while it ran (its own cgroup).' }),
+    ),
+    peakMemoryBytes: Type.Optional(
+      Type.Integer({
+        description: "The sandbox's memory peak while the command ran: the command's use plus what the sandbox already held (what decides an OOM kill).",
+      }),
+    ),
   },
   {},
 );

@@ -129,6 +129,28 @@ export const CreateSandboxRequest = Type.Object(
 );
 export type CreateSandboxRequest = Static<typeof CreateSandboxRequest>;
 
+/**
+ * What a sandbox has used, read live on inspect (GET /v1/sandboxes/{id}) of a running or paused
+ * sandbox. The optional figures are left out where the sandbox's backend or the host cannot give
+ * them (a microVM's disk and network; a cgroup v1 host's memory peak before its edge's restart).
+ */
+export const SandboxUsage = Type.Object(
+  {
+    oomKills: Type.Integer({ description: 'Processes the kernel killed for exceeding the memory limit (OOM), since create.' }),
+    memoryBytes: Type.Integer({ description: 'Memory in use now (its memory cgroup, page cache included).' }),
+    peakMemoryBytes: Type.Optional(
+      Type.Integer({ description: "The most memory it has used at once (on a cgroup v1 host: since its edge's last start)." }),
+    ),
+    cpuMs: Type.Optional(Type.Number({ description: 'CPU time its processes have used, user and system, since create.' })),
+    pids: Type.Integer({ description: 'Processes (threads included) now.' }),
+    diskBytes: Type.Optional(Type.Integer({ description: 'Disk used by what it wrote: its writable layer (the upper), in allocated bytes.' })),
+    netRxBytes: Type.Optional(Type.Integer({ description: 'Bytes it received on its network link since the link was made (0 without one).' })),
+    netTxBytes: Type.Optional(Type.Integer({ description: 'Bytes it sent on its network link since the link was made (0 without one).' })),
+  },
+  { description: 'Live usage, on inspect of a running or paused sandbox.' },
+);
+export type SandboxUsage = Static<typeof SandboxUsage>;
+
 export const SandboxInfo = Type.Object(
   {
     id: Type.String({ description: 'Sandbox id; encodes the edge it runs on: sb-<edge>-<random>.' }),
@@ -148,16 +170,7 @@ export const SandboxInfo = Type.Object(
     onExpiry: Type.Union([Type.Literal('stop'), Type.Literal('pause')]),
     expiresAt: Type.Optional(Type.String({ format: 'date-time', description: 'When the TTL ends.' })),
     lastActivityAt: Type.String({ format: 'date-time' }),
-    usage: Type.Optional(
-      Type.Object(
-        {
-          oomKills: Type.Integer({ description: 'Processes the kernel killed for exceeding the memory limit (OOM), since create.' }),
-          memoryBytes: Type.Integer(),
-          pids: Type.Integer(),
-        },
-        { description: 'Live cgroup usage, on inspect of a running or paused sandbox.' },
-      ),
-    ),
+    usage: Type.Optional(SandboxUsage),
   },
   {},
 );

@@ -18,6 +18,7 @@ import type {
   SessionExecRequest,
   SessionInfo,
   StartProcessRequest,
+  SandboxUsage,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type {
@@ -311,7 +312,7 @@ export class HttpEdgeClient implements EdgeApi {
     await this.#json('DELETE', this.#sb(id, `/sessions/${encodeURIComponent(sid)}`));
   }
 
-  sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
+  sandboxUsage(id: string): Promise<SandboxUsage> {
     return this.#json('GET', this.#sb(id, '/usage'));
   }
 

@@ -40,7 +40,9 @@ export class ExecService {
         { field: 'uncapped' },
       );
     }
-    const result = await (await this.#edge(caller, id)).exec(id, req, signal);
+    const accepted = performance.now();
+    const edge = await this.#edge(caller, id);
+    const result = withQueue(await edge.exec(id, req, signal), performance.now() - accepted);
     this.deps.metrics.observeExec('exec', result.durationMs);
     await this.deps.trajectory.append(id, {
       kind: 'exec',
@@ -57,18 +59,21 @@ export class ExecService {
   async execStream(caller: Caller, id: string, req: ExecRequest, signal?: AbortSignal): Promise<AsyncGenerator<ExecEvent>> {
     // Checked now, not at the first next(): a bad request fails before any response is streamed.
     checkCommand(req);
-    return this.#logStream(id, await this.#edge(caller, id), req, signal);
+    const accepted = performance.now();
+    const edge = await this.#edge(caller, id);
+    return this.#logStream(id, edge, req, performance.now() - accepted, signal);
   }
 
-  async *#logStream(id: string, edge: EdgeApi, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+  async *#logStream(id: string, edge: EdgeApi, req: ExecRequest, lookupMs: number, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
     const kept = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
     const enc = req.encoding ?? 'utf8';
     let keptBytes = 0;
     let logged = false;
     const started = performance.now();
     try {
-      for await (const ev of edge.execStream(id, req, signal)) {
+      for await (let ev of edge.execStream(id, req, signal)) {
         if (ev.type === 'exit') {
+          ev = { type: 'exit', result: withQueue(ev.result, lookupMs) };
           this.deps.metrics.observeExec('stream', ev.result.durationMs);
           const result = {
             ...ev.result,
@@ -187,7 +192,9 @@ export class ExecService {
     req: SessionExecRequest,
     signal?: AbortSignal,
   ): Promise<ExecResult & { sessionAlive: boolean }> {
-    const result = await (await this.#edge(caller, id)).sessionExec(id, sid, req, signal);
+    const accepted = performance.now();
+    const edge = await this.#edge(caller, id);
+    const result = withQueue(await edge.sessionExec(id, sid, req, signal), performance.now() - accepted);
     this.deps.metrics.observeExec('session', result.durationMs);
     await this.deps.trajectory.append(id, {
       kind: 'session.exec',
@@ -266,4 +273,13 @@ function withoutStdin(req: ExecRequest): Record<string, unknown> {
 
 function stdinPayload(req: ExecRequest): Buffer | undefined {
   return req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8');
+}
+
+/**
+ * Adds the control plane's part of a command's wait (its lookup of the sandbox and edge, `lookupMs`,
+ * measured up to the call to the edge) to the edge's (from its receipt to the command's start).
+ */
+function withQueue<R extends Pick<ExecResult, 'queuedMs'>>(result: R, lookupMs: number): R {
+  if (result.queuedMs === undefined) return result; // an edge that does not measure its part
+  return { ...result, queuedMs: Math.round((result.queuedMs + lookupMs) * 100) / 100 };
 }

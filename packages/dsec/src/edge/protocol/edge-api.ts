@@ -10,6 +10,7 @@ import type {
   SessionExecRequest,
   SessionInfo,
   StartProcessRequest,
+  SandboxUsage,
 } from '@dsec/sdk/schema';
 import type { Duplex } from 'node:stream';
 import type { ExecEvent } from './exec-event.js';
@@ -93,7 +94,7 @@ export interface EdgeApi {
   closeSession(id: string, sid: string): Promise<void>;
 
   /** Live cgroup usage: OOM kills, memory, process count. */
-  sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }>;
+  sandboxUsage(id: string): Promise<SandboxUsage>;
   pauseSandbox(id: string): Promise<void>;
   resumeSandbox(id: string): Promise<void>;
   /** Host names in the allow list are resolved by the edge, on its node. */

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { FnRunRequest, ImageConfig, LayerCacheStats, SandboxBackend } from '@dsec/sdk/schema';
+import { FnRunRequest, ImageConfig, LayerCacheStats, SandboxBackend, SandboxUsage } from '@dsec/sdk/schema';
 
 /**
  * The edge protocol: what crosses the control plane ↔ edge seam, as schemas. The edge's HTTP
@@ -171,7 +171,8 @@ export const EdgeNetworkState = Type.Object({
   appliedMs: Type.Optional(Type.Number()),
 });
 
-export const EdgeUsage = Type.Object({ oomKills: Type.Integer(), memoryBytes: Type.Integer(), pids: Type.Integer() });
+/** A sandbox's live usage, as the public API gives it on inspect. */
+export const EdgeUsage = SandboxUsage;
 
 /**
  * A function call for the node's FnCall backend: the call with its defaults filled and its image

@@ -1,8 +1,10 @@
+import type { SandboxUsage } from '@dsec/sdk/schema';
 import { existsSync, mkdirSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { join } from 'node:path';
 import { ApiError } from '../../../api-error.js';
-import { CGROUP_PARENT, cloneCpusetIntoSandboxes, removeEmptyCgroup, sandboxUsage, v1Hierarchies } from '../../../host/cgroups.js';
+import { CGROUP_PARENT, cloneCpusetIntoSandboxes, removeEmptyCgroup, v1Hierarchies } from '../../../host/cgroups.js';
+import { memoryPeaks } from '../../../host/memory-peaks.js';
 import { FreezerPin, freeze, thaw } from '../../../host/freezer.js';
 import { lockEdgeId } from '../../../host/host-claims.js';
 import { removeTree } from '../../../host/remove-tree.js';
@@ -33,6 +35,7 @@ import { ContainerFiles } from './container-files.js';
 import { snapshotContainer } from './container-snapshot.js';
 import { Crun } from './crun.js';
 import { teardownContainer } from './container-teardown.js';
+import { containerUsage } from './container-usage.js';
 import { crunSpawner } from './crun-spawner.js';
 import type { ExecTarget } from './exec/exec-target.js';
 import { newLiveSandbox, toEdgeSandbox, type LiveSandbox } from './live-sandbox.js';
@@ -394,6 +397,7 @@ export class ContainerBackend implements SandboxBackend {
       this.#busy.delete(id);
     }
     this.#live.delete(id);
+    memoryPeaks.forget(id);
     this.links.release(live.record.network?.link);
   }
 
@@ -444,9 +448,9 @@ export class ContainerBackend implements SandboxBackend {
 
   // --- pause, resume, snapshot ------------------------------------------------------------------
 
-  async sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
-    this.#running(id);
-    return sandboxUsage(id);
+  async sandboxUsage(id: string): Promise<SandboxUsage> {
+    const { record } = this.#running(id);
+    return containerUsage(id, this.records.paths(id, record).upper, record.network?.link !== undefined);
   }
 
   /** Pause and resume write no state: after a restart the freezer itself says (see start()). */

@@ -30,6 +30,10 @@ export interface ProcessExit {
   /** Set when killed from outside (timeout, kill(), client gone). */
   killed: boolean;
   durationMs: number;
+  /** CPU time of the command and everything it started (its command cgroup), where the host can tell. */
+  cpuMs?: number;
+  /** The sandbox's memory peak while the command ran (memory-peaks.ts), where the host can tell. */
+  peakMemoryBytes?: number;
 }
 
 export interface StartOptions {
@@ -47,4 +51,14 @@ export interface StartOptions {
   fd3MaxBytes?: number;
   /** Every chunk that arrives on fd 3, as it arrives (a channel read as a stream, not a capped buffer). */
   onFd3?: (data: Buffer) => void;
+}
+
+export type ProcessFigures = Pick<ProcessExit, 'cpuMs' | 'peakMemoryBytes'>;
+
+/** A command's CPU time and memory peak, where its host could tell them (for its result). */
+export function processFigures(from: ProcessFigures): ProcessFigures {
+  const out: ProcessFigures = {};
+  if (from.cpuMs !== undefined) out.cpuMs = from.cpuMs;
+  if (from.peakMemoryBytes !== undefined) out.peakMemoryBytes = from.peakMemoryBytes;
+  return out;
 }

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
 import { CappedOutput } from './capped-output.js';
 import { rejectNul } from '../../protocol/reject-nul.js';
-import type { OutputListener, ProcessExit, StreamName } from './command-process.js';
+import { processFigures, type OutputListener, type ProcessExit, type ProcessFigures, type StreamName } from './command-process.js';
 import { restoreScript, saveScript, parseSavedState, type SessionState } from './session-state.js';
 
 /** Open sessions per sandbox (containers and VMs alike). */
@@ -19,6 +19,8 @@ export interface SessionShellProcess {
   readonly fd3Ended: Promise<void>;
   onOutput(listener: OutputListener): () => void;
   kill(opts?: { now?: boolean }): void;
+  /** Its CPU time and the sandbox's memory peak so far, where the host can tell (a session answers before its shell's end). */
+  figuresNow?(): ProcessFigures;
 }
 
 /** How one shell of a session command starts in the sandbox. */
@@ -240,6 +242,7 @@ export class ShellSession {
       timedOut,
       oomKilled: oomAfter > oomBefore,
       durationMs: Math.round((performance.now() - started) * 100) / 100,
+      ...processFigures(exit ?? proc.exit ?? proc.figuresNow?.() ?? {}),
       sessionAlive: this.alive,
     };
   }

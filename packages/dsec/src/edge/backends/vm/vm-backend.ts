@@ -15,7 +15,7 @@ import { prepareVmNetns } from '../../../net/vm-network.js';
 import type { BlobSource } from '../../node/blob-source.js';
 import type { LayerCache } from '../../node/layer-cache.js';
 import { resolvePolicy } from '../../node/network-request.js';
-import type { ExecRequest } from '@dsec/sdk/schema';
+import type { ExecRequest, SandboxUsage } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../../protocol/exec-event.js';
 import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits } from '../../protocol/edge-api.js';
 import { unsupported, type SandboxBackend } from '../backend.js';
@@ -475,7 +475,7 @@ export class VmBackend implements SandboxBackend {
    * The VM's cgroup: everything QEMU holds (guest RAM it touched, TCG's cache, page cache of its
    * disks) and its threads; OOM kills are the host's of QEMU, not the guest kernel's own.
    */
-  async sandboxUsage(id: string): Promise<{ oomKills: number; memoryBytes: number; pids: number }> {
+  async sandboxUsage(id: string): Promise<SandboxUsage> {
     this.#vm(id);
     return sandboxUsage(id);
   }

@@ -3,7 +3,7 @@ import { sandboxOomKills } from '../../../../host/cgroups.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from '../../shared/output-stream.js';
 import { SandboxProcess } from './sandbox-process.js';
-import type { ProcessExit } from '../../shared/command-process.js';
+import { processFigures, type ProcessExit } from '../../shared/command-process.js';
 import type { ExecEvent } from '../../../protocol/exec-event.js';
 
 export function startCommand(target: ExecTarget, req: ExecRequest): SandboxProcess {
@@ -25,7 +25,13 @@ function killOnAbort(proc: SandboxProcess, signal: AbortSignal | undefined): voi
 
 /** Runs a command to completion and returns its (capped) output. */
 /** The exit status of a finished command, without its output. */
-function exitStatus(proc: SandboxProcess, exit: ProcessExit, req: ExecRequest, oomKilled: boolean): Omit<ExecResult, 'stdout' | 'stderr'> {
+function exitStatus(
+  proc: SandboxProcess,
+  exit: ProcessExit,
+  req: ExecRequest,
+  oomKilled: boolean,
+  received: number,
+): Omit<ExecResult, 'stdout' | 'stderr'> {
   return {
     exitCode: exit.exitCode,
     encoding: req.encoding ?? 'utf8',
@@ -35,15 +41,20 @@ function exitStatus(proc: SandboxProcess, exit: ProcessExit, req: ExecRequest, o
     timedOut: exit.timedOut,
     oomKilled,
     durationMs: exit.durationMs,
+    queuedMs: round2(proc.spawnedAt - received),
+    ...processFigures(exit),
   };
 }
 
+const round2 = (ms: number): number => Math.round(ms * 100) / 100;
+
 export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+  const received = performance.now();
   const oomBefore = sandboxOomKills(target.id);
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
   const exit = await proc.done;
-  const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore);
+  const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore, received);
   return { ...status, stdout: proc.stdout.encode(status.encoding), stderr: proc.stderr.encode(status.encoding) };
 }
 
@@ -52,11 +63,12 @@ export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: 
  * says `uncapped`), then its exit.
  */
 export async function* streamCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+  const received = performance.now();
   const oomBefore = sandboxOomKills(target.id);
   const proc = startCommand(target, req);
   killOnAbort(proc, signal);
   for await (const { stream, data } of iterateOutput(proc, req.uncapped ? 'raw' : 'kept')) yield { type: stream, data };
   const exit = await proc.done;
-  const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore);
+  const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore, received);
   yield { type: 'exit', result: req.uncapped ? { ...status, truncated: false } : status };
 }

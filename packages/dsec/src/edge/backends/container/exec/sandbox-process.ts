@@ -8,12 +8,13 @@ import { CGROUP_PARENT, cgroupPids } from '../../../../host/cgroups.js';
 import { LANDLOCK_PATH, processBlock, type ProcessSpec } from '../oci-config.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../../../../host/node-memory.js';
 import { CommandCgroup } from '../../../../host/command-cgroups.js';
+import { memoryPeaks } from '../../../../host/memory-peaks.js';
 import { killTree } from '../../../../host/process-tree.js';
 import { CappedOutput } from '../../shared/capped-output.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
 import { startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
-import type { CommandProcess, OutputListener, ProcessExit, StartOptions, StreamName } from '../../shared/command-process.js';
+import { processFigures, type CommandProcess, type OutputListener, type ProcessExit, type ProcessFigures, type StartOptions, type StreamName } from '../../shared/command-process.js';
 
 /** After the command exits, how long the pipes may stay silent before they are closed. */
 const QUIET_MS = 500;
@@ -69,6 +70,8 @@ export class SandboxProcess implements CommandProcess {
    */
   readonly fd3Ended: Promise<void>;
   readonly startedAt = new Date();
+  /** performance.now() when its first process was asked for: the end of the command's wait. */
+  readonly spawnedAt: number;
   #exit: ProcessExit | undefined;
   readonly #child: ExecChild;
   readonly #pidFile: string;
@@ -78,6 +81,7 @@ export class SandboxProcess implements CommandProcess {
   readonly #tag: string;
   readonly #sandboxId: string;
   readonly #cgroup: CommandCgroup | undefined;
+  readonly #figures: (end: boolean) => ProcessFigures;
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
     const tag = opts.tag ?? randomBytes(6).toString('hex');
@@ -102,7 +106,20 @@ export class SandboxProcess implements CommandProcess {
     const processSpec = { ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] };
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
+    // Counted from before the command's first process: a session's shared cgroup has its earlier
+    // commands' time in it already, so the command's own is the difference.
+    const cpuBefore = this.#cgroup?.cpuUsec() ?? 0;
+    const memory = memoryPeaks.open(target.id);
+    this.#figures = (end) => {
+      const figures: ProcessFigures = {};
+      const cpu = this.#cgroup?.cpuUsec();
+      if (cpu !== undefined) figures.cpuMs = Math.round((cpu - cpuBefore) / 10) / 100;
+      const peak = end ? memory?.close() : memory?.peek();
+      if (peak !== undefined) figures.peakMemoryBytes = peak;
+      return figures;
+    };
     const started = performance.now();
+    this.spawnedAt = started;
     const withStdin = opts.stdin || opts.input !== undefined;
     const io = { stdin: withStdin, fd3, writeFile: this.#cgroup?.procsFile, oomScoreAdj: SANDBOX_OOM_SCORE_ADJ };
     const spawner = target.crun.spawner;
@@ -179,6 +196,7 @@ export class SandboxProcess implements CommandProcess {
           killed: this.#killed,
           durationMs: Math.round((performance.now() - started) * 100) / 100,
         };
+        Object.assign(this.#exit, this.#figures(true));
         resolve(this.#exit);
       };
       child.on('error', (err) => {
@@ -307,6 +325,11 @@ export class SandboxProcess implements CommandProcess {
   }
 
   /** `now`: also kill the starter at once (the sandbox is being torn down, its init reaps nothing). */
+  /** Its CPU time and the sandbox's memory peak so far (a session command's answer comes before its shell's end). */
+  figuresNow(): ProcessFigures {
+    return this.#exit ? processFigures(this.#exit) : this.#figures(false);
+  }
+
   kill(opts: { now?: boolean } = {}): void {
     void this.signal('SIGKILL', opts);
   }
