@@ -284,6 +284,10 @@ class TrajectoryEntry:
     request: Dict[str, Any] = field(default_factory=dict)
     result: Optional[Dict[str, Any]] = None
     duration_ms: Optional[float] = None
+    #: A command's wait before it started, its CPU time and the sandbox's memory peak while it ran.
+    queued_ms: Optional[float] = None
+    cpu_ms: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
     exit_code: Optional[int] = None
     replayable: bool = True
 

@@ -32,6 +32,18 @@ class CommandsTest(unittest.TestCase):
         r = self.sb.commands.run("echo out; echo err >&2; exit 3")
         self.assertEqual((r.exit_code, r.stdout, r.stderr, r.ok), (3, "out\n", "err\n", False))
 
+    def test_a_command_carries_its_cpu_time_memory_peak_and_wait(self) -> None:
+        busy = self.sb.commands.run("i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done")
+        idle = self.sb.commands.run("true")
+        self.assertIsNotNone(busy.cpu_ms)
+        self.assertGreater(busy.cpu_ms, 50)
+        self.assertLess(idle.cpu_ms, busy.cpu_ms / 4)
+        self.assertIsInstance(busy.peak_memory_bytes, int)
+        self.assertGreaterEqual(busy.queued_ms, 0)
+        usage = self.sb.refresh().usage or {}
+        self.assertGreater(usage.get("cpuMs", 0), busy.cpu_ms / 2)
+        self.assertIn("diskBytes", usage)
+
     def test_run_an_argv_with_cwd_and_env(self) -> None:
         r = self.sb.commands.run(["sh", "-c", 'echo "$PWD $GREETING"'], cwd="/tmp", env={"GREETING": "hello there"})
         self.assertEqual(r.stdout, "/tmp hello there\n")
