@@ -16,7 +16,7 @@ const BUSY = 'i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done';
 
 describe('usage and per-command figures', { skip: integrationSkipReason(), timeout: 180_000 }, () => {
   let sb: Sandbox;
-  useServerAndSandbox({ resources: { memoryMiB: 256 }, network: { mode: 'allow' } }, (_s, b) => {
+  useServerAndSandbox({ resources: { memoryMiB: 256 }, network: { mode: 'allow', allow: ['169.254.250.2:8080'] } }, (_s, b) => {
     sb = b;
   });
 

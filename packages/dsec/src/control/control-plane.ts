@@ -181,7 +181,7 @@ export class ControlPlane {
     });
     this.exec = new ExecService(sandboxDeps);
     this.files = new FileService(sandboxDeps);
-    this.replays = new ReplayService({ ...sandboxDeps, sandboxes: this.sandboxes });
+    this.replays = new ReplayService({ ...sandboxDeps, sandboxes: this.sandboxes, ended: this.ended });
     this.projects = new ProjectService({ store, quotas: this.quotas });
     this.nodes = new NodeService({ store, edges: this.edges, creation, trajectory: this.trajectory, log });
     this.expiry = new ExpiryService({

@@ -1,4 +1,4 @@
-import type { SandboxInfo } from '@dsec/sdk/schema';
+import type { CreateSandboxRequest, SandboxInfo } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
 
 /** How long a killed sandbox's trajectory stays readable, unless configured. */
@@ -21,9 +21,16 @@ export class EndedSandboxes {
   async retire(s: SandboxInfo, reason: string, now = Date.now()): Promise<void> {
     if (this.retentionMs <= 0) return this.store.sandboxes.delete(s.id);
     await this.store.db.transaction(async (tx) => {
+      // Its create request and exact image go with the tombstone (the spec's row goes with the
+      // sandbox's), so the killed sandbox can still be replayed from its trajectory.
+      const spec = await tx.get<{ spec: string }>('SELECT spec FROM sandbox_specs WHERE id = ?', [s.id]);
+      const replayFrom = JSON.stringify({
+        imageId: s.imageId,
+        spec: spec ? (JSON.parse(spec.spec) as CreateSandboxRequest) : { image: s.imageId, resources: s.resources, labels: s.labels },
+      } satisfies ReplaySource);
       await tx.run(
-        'INSERT INTO ended_sandboxes (id, ended_at, reason, project) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project',
-        [s.id, now, reason, s.project ?? null],
+        'INSERT INTO ended_sandboxes (id, ended_at, reason, project, replay_from) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project, replay_from = excluded.replay_from',
+        [s.id, now, reason, s.project ?? null, replayFrom],
       );
       await tx.run('DELETE FROM sandboxes WHERE id = ?', [s.id]);
     });
@@ -52,6 +59,19 @@ export class EndedSandboxes {
     return row.project ?? 'default';
   }
 
+  /**
+   * What a replay of a killed sandbox starts from: its image and create request, and its project;
+   * undefined when it is not a kept tombstone or one from before tombstones kept them.
+   */
+  async replaySource(id: string, now = Date.now()): Promise<(ReplaySource & { project: string }) | undefined> {
+    const row = await this.store.db.get<{ ended_at: number; project: string | null; replay_from: string | null }>(
+      'SELECT ended_at, project, replay_from FROM ended_sandboxes WHERE id = ?',
+      [id],
+    );
+    if (!row || Number(row.ended_at) + this.retentionMs <= now || row.replay_from === null) return undefined;
+    return { ...(JSON.parse(row.replay_from) as ReplaySource), project: row.project ?? 'default' };
+  }
+
   /** Deletes tombstones past the retention time with their trajectories; returns how many. */
   async expire(now = Date.now()): Promise<number> {
     const cutoff = now - this.retentionMs;
@@ -60,4 +80,10 @@ export class EndedSandboxes {
       return (await tx.run('DELETE FROM ended_sandboxes WHERE ended_at <= ?', [cutoff])).changes;
     });
   }
+}
+
+/** A killed sandbox's exact image and the create request it was made from. */
+export interface ReplaySource {
+  imageId: string;
+  spec: CreateSandboxRequest;
 }

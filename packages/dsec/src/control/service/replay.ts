@@ -4,6 +4,7 @@ import type {
   NetworkPolicyRequest,
   OpenSessionRequest,
   ReplayResult,
+  SandboxInfo,
   SessionExecRequest,
   StartProcessRequest,
   TrajectoryEntry,
@@ -12,6 +13,7 @@ import { DEFAULT_PROJECT, type CreateSandboxRequest } from '@dsec/sdk/schema';
 import type { EdgeApi, EdgeNetworkRequest } from '../../edge/protocol/edge-api.js';
 import { ApiError } from '../../api-error.js';
 import { checkPolicy } from './sandbox-spec.js';
+import type { EndedSandboxes } from '../ended-sandboxes.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import { SYSTEM, type Caller } from './callers.js';
@@ -22,7 +24,15 @@ type Step = ReplayResult['steps'][number];
 
 /** Rebuilds sandboxes from their trajectories. */
 export class ReplayService {
-  constructor(private readonly deps: { store: StateStore; lookup: SandboxLookup; sandboxes: SandboxService; trajectory: TrajectoryLog }) {}
+  constructor(
+    private readonly deps: {
+      store: StateStore;
+      lookup: SandboxLookup;
+      sandboxes: SandboxService;
+      trajectory: TrajectoryLog;
+      ended: EndedSandboxes;
+    },
+  ) {}
 
   /**
    * Rebuilds a sandbox from its trajectory: a new sandbox from the original's exact image and
@@ -30,29 +40,30 @@ export class ReplayService {
    * trainer reads the results it already consumed from the log and continues from there.
    */
   async replay(caller: Caller, id: string): Promise<ReplayResult> {
-    const orig = await this.deps.lookup.get(caller, id);
-    const spec = (await this.deps.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? {
-      image: orig.imageId,
-      resources: orig.resources,
-      labels: orig.labels,
-    };
+    const from = await this.#original(caller, id);
+    const { orig, spec } = from;
     // A lost sandbox is rebuilt on another edge: node labels that pinned it to the lost one go.
-    if (orig.status === 'lost' && spec.placement?.labels) {
+    if (orig?.status === 'lost' && spec.placement?.labels) {
       const { labels: _pinned, ...placement } = spec.placement;
       spec.placement = placement;
     }
     // Created as dsec itself in the original's project, which the caller was just allowed to see.
-    const created = await this.deps.sandboxes.create(
-      SYSTEM,
-      { ...spec, image: orig.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } },
-      {},
-      { project: orig.project ?? DEFAULT_PROJECT },
-    );
+    const created = await this.deps.sandboxes
+      .create(SYSTEM, { ...spec, image: from.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } }, {}, { project: from.project })
+      .catch((err: unknown) => {
+        if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND' && !from.orig)
+          throw new ApiError(
+            'IMAGE_NOT_FOUND',
+            `sandbox ${id} was killed and its image ${from.imageId} is gone since (deleted or collected): a replay needs that exact image`,
+            { id, imageId: from.imageId },
+          );
+        throw err;
+      });
     // The original is replaced: if its edge comes back it must not run beside its replay
     // (reconcile kills a failed row's sandbox; a ready edge is told at once). Only from lost: if
     // its edge came back meanwhile and reconcile kept it, the caller has it again and it stays.
     if (
-      orig.status === 'lost' &&
+      orig?.status === 'lost' &&
       (await this.deps.store.sandboxes.setStatusIf(id, 'lost', 'failed', `${orig.reason ?? 'lost'}; replayed as ${created.id}`))
     )
       await Promise.resolve()
@@ -82,6 +93,31 @@ export class ReplayService {
       skipped: steps.length - ran.length,
       steps,
     };
+  }
+
+  /**
+   * What the replay starts from: a sandbox that still has its row (running, lost, failed…), or one
+   * that was killed and whose trajectory is still kept (its tombstone keeps its image and request).
+   */
+  async #original(
+    caller: Caller,
+    id: string,
+  ): Promise<{ orig: SandboxInfo | undefined; spec: CreateSandboxRequest; imageId: string; project: string }> {
+    try {
+      const orig = await this.deps.lookup.get(caller, id);
+      const spec = (await this.deps.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? {
+        image: orig.imageId,
+        resources: orig.resources,
+        labels: orig.labels,
+      };
+      return { orig, spec, imageId: orig.imageId, project: orig.project ?? DEFAULT_PROJECT };
+    } catch (err) {
+      if (!(err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND')) throw err;
+      // lookup.get has checked the caller may see this tombstone (else: "no sandbox").
+      const killed = err.details['endedAt'] !== undefined ? await this.deps.ended.replaySource(id) : undefined;
+      if (!killed) throw err;
+      return { orig: undefined, spec: killed.spec, imageId: killed.imageId, project: killed.project };
+    }
   }
 }
 
