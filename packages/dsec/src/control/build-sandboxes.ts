@@ -51,6 +51,9 @@ export function controlPlaneSandboxes(control: BuildControl, caller: Caller = SY
         throw err;
       }
     },
+    async downloadTar(id, path) {
+      return control.files.downloadTar(caller, id, path);
+    },
     async snapshot(id, scrub) {
       return control.snapshots.snapshot(caller, id, { scrub, keep: true }); // a step's image outlives its build sandbox
     },

@@ -13,6 +13,7 @@ import { Sandbox } from '@dsec/sdk';
 import { buildDockerfile, type DockerfileBuildOptions } from '../../src/image/dockerfile/builder.js';
 import { DockerfileError, parseDockerfile, splitWords } from '../../src/image/dockerfile/parser.js';
 import { controlPlaneSandboxes } from '../../src/control/build-sandboxes.js';
+import { sdkSandboxes } from '../../src/image/dockerfile/sandboxes.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { SYSTEM } from '../../src/control/service/callers.js';
 
@@ -183,6 +184,42 @@ describe('Dockerfile builds (busybox)', { skip: integrationSkipReason(), timeout
       assert.equal((await sb.commands.run('pwd')).stdout, '/srv/new\n');
     } finally {
       await sb.kill();
+    }
+  });
+
+  test('multi-stage: a build stage makes files, the final stage copies them (COPY --from), through the server (SDK) too', async () => {
+    const dockerfile = [
+      'FROM busybox AS build',
+      'RUN mkdir -p /out/bin && printf tool > /out/bin/tool && chmod 750 /out/bin/tool && ln -s bin/tool /out/link && ln /out/bin/tool /out/hard',
+      'RUN chown -R 65534:65534 /out',
+      'FROM busybox',
+      'COPY --from=build /out /opt/app/',
+      'COPY --from=0 --chown=65534:65534 /out/bin/tool /usr/local/bin/renamed',
+      'FROM build AS again',
+      'RUN test -x /out/bin/tool',
+      'FROM 1',
+    ].join('\n');
+    // `FROM 1` names no stage (FROM takes names, not indexes) and no image: refused with its line.
+    await assert.rejects(build({ dockerfile, name: 'df-multi' }), (err: Error) => err instanceof DockerfileError && /FROM 1|"1"/.test(err.message));
+    const good = dockerfile.split('\n').slice(0, 6).join('\n');
+    const viaApi = sdkSandboxes(server.conn, { 'dsec.build': 'dockerfile' });
+    for (const sandboxes of [base.sandboxes, viaApi]) {
+      const r = await build({ dockerfile: good, name: 'df-multi', sandboxes, noCache: true });
+      const busybox = server.dsec.images.get(server.dsec.images.resolve('busybox')!)!;
+      assert.equal(server.dsec.images.get(r.id)!.layers.length, busybox.layers.length + 2, 'the final stage: busybox + two COPY layers');
+      const sb = await Sandbox.create({ ...server.conn, image: 'df-multi' });
+      try {
+        const run = async (cmd: string): Promise<string> => {
+          const x = await sb.commands.run(cmd);
+          assert.equal(x.exitCode, 0, x.stderr);
+          return x.stdout.trim();
+        };
+        assert.equal(await run('cat /opt/app/bin/tool; echo; readlink /opt/app/link; cat /opt/app/hard'), 'tool\nbin/tool\ntool');
+        assert.equal(await run('stat -c "%u:%g %a" /opt/app/bin/tool /usr/local/bin/renamed'), '0:0 750\n65534:65534 750');
+        assert.equal(await run('test -e /out && echo leaked || echo clean'), 'clean', "the build stage's files are not in the image");
+      } finally {
+        await sb.kill();
+      }
     }
   });
 

@@ -44,6 +44,10 @@ export class DockerfileBuild {
   stageArgs = new Map<string, string | undefined>();
   /** Undefined before FROM. */
   stage: StageImage | undefined;
+  /** The current stage's name (`FROM … AS name`, lower-cased as Docker matches it). */
+  stageName: string | undefined;
+  /** Stages finished by a later FROM, in order: what `COPY --from` and `FROM <stage>` name. */
+  readonly stages: { name: string | undefined; image: StageImage }[] = [];
   shell = ['/bin/sh', '-c'];
   /** A CMD of this Dockerfile (not the base image's): a later ENTRYPOINT keeps it. */
   cmdSetHere = false;
@@ -68,6 +72,15 @@ export class DockerfileBuild {
   warn(m: string): void {
     this.warnings.push(m);
     this.progress(` ---> note: ${m}`);
+  }
+
+  /**
+   * A finished stage by its name or its index (`COPY --from=build`, `--from=0`, `FROM build`);
+   * undefined when none has that name (then it names an image).
+   */
+  finishedStage(ref: string): StageImage | undefined {
+    if (/^\d+$/.test(ref)) return this.stages[Number(ref)]?.image;
+    return this.stages.find((st) => st.name === ref.toLowerCase())?.image;
   }
 
   /** The image so far, for an instruction that needs a FROM before it. */

@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Readable } from 'node:stream';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { ExecRequest } from '@dsec/sdk/schema';
+import { readTar } from '../oci/tar-reader.js';
+import { tarArchive } from '../oci/tar-writer.js';
 import { ImageStore, defaultImageConfig, type ImageId } from '../image-store.js';
 import { LayerStore } from '../layer-store.js';
 import { buildDockerfile } from './builder.js';
@@ -22,6 +25,8 @@ describe('buildDockerfile through BuildSandboxes', () => {
   let calls: string[];
   let runs: ExecRequest[];
   let passwd: string | undefined;
+  /** What each upload carried: its dir and its entries as `name type uid:gid mode`. */
+  let uploads: { dir: string; entries: string[] }[];
 
   /** Each snapshot adds a layer with new bytes, on top of the sandbox's image. */
   const fake = (): BuildSandboxes => {
@@ -40,14 +45,41 @@ describe('buildDockerfile through BuildSandboxes', () => {
         onOutput(Buffer.from('hello\n'));
         return { exitCode: req.cmd.includes('exit 3') ? 3 : 0, timedOut: false };
       },
-      async uploadTar(id, dir) {
+      async uploadTar(id, dir, tar) {
         calls.push(`upload ${id} ${dir}`);
+        const entries: string[] = [];
+        for await (const e of readTar(Readable.from([tar]))) {
+          for await (const _ of e.body);
+          entries.push(`${e.header.name} ${e.header.type} ${e.header.uid}:${e.header.gid} ${e.header.mode.toString(8)}`);
+        }
+        uploads.push({ dir, entries });
+      },
+      async downloadTar(id, path) {
+        calls.push(`download ${id} ${path}`);
+        // A stage that built /out (a directory with a file and a link) and /out/bin/tool.
+        const at = (name: string, type: 'file' | 'dir' | 'symlink', extra: { data?: string; linkname?: string } = {}) => ({
+          name,
+          type,
+          mode: type === 'dir' ? 0o755 : 0o700,
+          uid: 1000,
+          gid: 1000,
+          mtime: 0,
+          ...(extra.data !== undefined ? { data: Buffer.from(extra.data) } : {}),
+          ...(extra.linkname !== undefined ? { linkname: extra.linkname } : {}),
+        });
+        const tar =
+          path === '/out'
+            ? tarArchive([at('out', 'dir'), at('out/bin', 'dir'), at('out/bin/tool', 'file', { data: 'tool' }), at('out/link', 'symlink', { linkname: 'bin/tool' })])
+            : tarArchive([at(path.split('/').pop()!, 'file', { data: 'x' })]);
+        return (async function* () {
+          yield tar;
+        })();
       },
       async mkdir(id, path) {
         calls.push(`mkdir ${id} ${path}`);
       },
-      async stat() {
-        return undefined;
+      async stat(_id, path) {
+        return path === '/out' ? 'dir' : path === '/out/bin/tool' ? 'file' : undefined;
       },
       async readFile(id, path) {
         calls.push(`read ${id} ${path}`);
@@ -81,6 +113,7 @@ describe('buildDockerfile through BuildSandboxes', () => {
   const build = (dockerfile: string, extra: { noCache?: boolean; buildArgs?: Record<string, string> } = {}) => {
     calls = [];
     runs = [];
+    uploads = [];
     return buildDockerfile({ images, sandboxes: fake(), dockerfile, contextDir: context, name: 'out:v1', ...extra });
   };
 
@@ -146,8 +179,70 @@ describe('buildDockerfile through BuildSandboxes', () => {
     await assert.rejects(build('FROM base\nUSER nobody'), DockerfileError);
     await assert.rejects(build('FROM base\nRUN exit 3'), /returned a non-zero code: 3/);
     assert.equal(calls.at(-1), 'kill sb1', 'the failed step sandbox is killed');
-    await assert.rejects(build('FROM base\nFROM base'), /multi-stage/);
     await assert.rejects(build('RUN true'), /RUN before FROM/);
     await assert.rejects(build('FROM base\nFROBNICATE x'), /FROBNICATE is not supported|unknown/i);
+  });
+
+  test('multi-stage: COPY --from reads an earlier stage in a sandbox of it, places files as Docker does, owned by root or --chown', async () => {
+    const r = await build(
+      [
+        'FROM base AS build',
+        'RUN make',
+        'FROM base',
+        'COPY --from=build /out /app/',
+        'COPY --from=0 --chown=7:8 --chmod=755 /out/bin/tool /usr/local/bin/renamed',
+      ].join('\n'),
+    );
+    // Stage 0's RUN; then each COPY runs in a sandbox of the final stage, reading a root sandbox of stage 0.
+    assert.deepEqual(
+      calls.filter((c) => !c.startsWith('snapshot')),
+      [
+        'create sb1 user=0:0',
+        'run sb1',
+        'kill sb1',
+        'create sb2 user=0:0',
+        'create sb3 user=0:0',
+        'download sb3 /out',
+        'kill sb3',
+        'mkdir sb2 /app',
+        'upload sb2 /app',
+        'kill sb2',
+        'create sb4 user=0:0',
+        'create sb5 user=0:0',
+        'download sb5 /out/bin/tool',
+        'kill sb5',
+        'mkdir sb4 /usr/local/bin',
+        'upload sb4 /usr/local/bin',
+        'kill sb4',
+      ],
+    );
+    // A directory's contents go into DEST (not DEST/out); owners become root; modes are kept.
+    assert.deepEqual(uploads[0], { dir: '/app', entries: ['bin/ dir 0:0 755', 'bin/tool file 0:0 700', 'link symlink 0:0 700'] });
+    // A file to a DEST without a trailing slash takes DEST's name; --chown and --chmod apply.
+    assert.deepEqual(uploads[1], { dir: '/usr/local/bin', entries: ['renamed file 7:8 755'] });
+    assert.equal(r.executed, 3);
+    assert.equal(images.get(r.id)!.layers.length, 3, 'the final image is the last stage: base + two COPY layers, not the build stage RUN');
+    // Rebuilt unchanged: every step (both stages) from the cache.
+    const again = await build(
+      [
+        'FROM base AS build',
+        'RUN make',
+        'FROM base',
+        'COPY --from=build /out /app/',
+        'COPY --from=0 --chown=7:8 --chmod=755 /out/bin/tool /usr/local/bin/renamed',
+      ].join('\n'),
+    );
+    assert.deepEqual([again.cached, again.executed], [3, 0]);
+  });
+
+  test('multi-stage: FROM an earlier stage; bad stage references are refused with the line', async () => {
+    const r = await build('FROM base AS one\nENV X=1\nFROM one\nENV Y=2');
+    assert.ok(r.config.env.includes('X=1') && r.config.env.includes('Y=2'), 'FROM a stage starts from its config');
+    await assert.rejects(build('FROM base AS a\nFROM base AS a'), /already defined/);
+    await assert.rejects(build('FROM base AS a\nCOPY --from=a /x /y'), /the stage being built/);
+    await assert.rejects(build('FROM base\nCOPY --from=nosuch /x /y'), /no earlier stage or dsec image/);
+    await assert.rejects(build('FROM base AS a\nFROM base\nCOPY --from=a /nothing /y'), /does not exist in the source stage/);
+    await assert.rejects(build('FROM base AS a\nFROM base\nCOPY --from=a /out/* /y/'), /wildcards/);
+    await assert.rejects(build('FROM base AS a\nFROM base\nADD --from=a /out /y'), /use COPY --from/);
   });
 });

@@ -1,38 +1,75 @@
 import { posix } from 'node:path';
-import { type InstructionHandler, envMap } from './build-state.js';
+import { type DockerfileBuild, type InstructionHandler, type StageImage, envMap } from './build-state.js';
+import { createPendingWorkdir } from './sandbox-steps.js';
 import { resolveUser } from './image-users.js';
 import { DockerfileError, parseExecForm, parseKeyValues, splitWords, substitute, takeFlags } from './parser.js';
 
 // The instructions that change the image's config (and the build's variables), not its files:
 // FROM, ARG, ENV, LABEL, MAINTAINER, WORKDIR, USER, CMD, ENTRYPOINT, SHELL, and those dsec ignores.
 
-const from: InstructionHandler = (b, ins, esc) => {
-  if (b.stage) throw new DockerfileError('multi-stage builds (a second FROM) are not supported', ins.line);
+/**
+ * FROM starts a stage: from a dsec image, or from an earlier stage of this Dockerfile (`FROM
+ * build`); a stage named with `AS` can be copied from (`COPY --from=build`). The stage before it
+ * is finished first (its pending WORKDIR made), and the last stage is the image built.
+ */
+const from: InstructionHandler = async (b, ins, esc) => {
   const { flags, rest } = takeFlags(ins.args, ins.line);
   if (flags.size) b.warn(`FROM flags ignored: ${[...flags.keys()].map((f) => `--${f}`).join(' ')}`);
-  const words = splitWords(rest, b.vars(), esc);
+  // FROM lines see the build arguments declared before the first FROM, whatever stage precedes.
+  const words = splitWords(rest, globalVars(b), esc);
   const ref = words[0];
   if (!ref) throw new DockerfileError('FROM needs an image', ins.line);
   if (words.length > 1 && !(words.length === 3 && words[1]!.toUpperCase() === 'AS'))
     throw new DockerfileError(`FROM ${rest}: expected "FROM image [AS name]"`, ins.line);
+  const name = words[2]?.toLowerCase();
+  if (name !== undefined && !/^[a-z][a-z0-9._-]*$/.test(name))
+    throw new DockerfileError(`FROM … AS ${words[2]}: a stage name starts with a letter and has letters, digits, '.', '_' or '-'`, ins.line);
+  if (name !== undefined && (b.finishedStage(name) || name === b.stageName))
+    throw new DockerfileError(`FROM … AS ${name}: a stage of that name is already defined`, ins.line);
   if (ref === 'scratch')
     throw new DockerfileError(
       'FROM scratch is not supported: build steps run in a sandbox, which needs a shell and tar (start FROM busybox)',
       ins.line,
     );
-  const id = b.images.resolve(ref);
-  const m = id && b.images.get(id);
-  if (!m)
-    throw new DockerfileError(
-      `no dsec image ${JSON.stringify(ref)}: list images with \`dsec image ls\`; build or import one first`,
-      ins.line,
-    );
-  b.stage = { layers: [...m.layers], config: structuredClone(m.config) };
+  if (b.stage) {
+    if (b.pendingWorkdir) await createPendingWorkdir(b);
+    b.stages.push({ name: b.stageName, image: b.stage });
+  }
+  // FROM names a stage by its name only (an index is COPY --from's alone).
+  const earlier = /^\d+$/.test(ref) ? undefined : b.finishedStage(ref);
+  let base: StageImage;
+  if (earlier) {
+    base = earlier;
+    b.progress(` ---> stage ${ref}`);
+  } else {
+    const id = b.images.resolve(ref);
+    const m = id && b.images.get(id);
+    if (!m)
+      throw new DockerfileError(
+        `no dsec image or earlier stage ${JSON.stringify(ref)}: list images with \`dsec image ls\`; build or import one first`,
+        ins.line,
+      );
+    base = m;
+    b.progress(` ---> ${id}`);
+  }
+  b.stage = { layers: [...base.layers], config: structuredClone(base.config) };
   // Builder bookkeeping of the base image is not the new image's.
   delete b.stage.config.labels['dsec.build.key'];
+  b.stageName = name;
   b.stageArgs = new Map();
-  b.progress(` ---> ${id}`);
+  // SHELL, a CMD set here and a pending WORKDIR belong to the stage they were given in.
+  b.shell = ['/bin/sh', '-c'];
+  b.cmdSetHere = false;
+  b.pendingWorkdir = false;
+  b.etcCache = undefined;
 };
+
+/** The arguments FROM lines substitute: those declared before the first FROM (with --build-arg values). */
+function globalVars(b: DockerfileBuild): Map<string, string> {
+  const m = new Map<string, string>();
+  for (const [k, v] of b.globalArgs) if (v !== undefined) m.set(k, v);
+  return m;
+}
 
 const arg: InstructionHandler = (b, ins, esc) => {
   const target = b.stage ? b.stageArgs : b.globalArgs;

@@ -1,7 +1,7 @@
 import type { ImageId } from '../image-store.js';
 import type { LayerDigest } from '../layer-digest.js';
 import { BuildCache } from './cache.js';
-import { type DockerfileBuild, stateKey } from './build-state.js';
+import { type DockerfileBuild, type StageImage, stateKey } from './build-state.js';
 import { isImageNotFound } from './sandboxes.js';
 
 /** Paths never captured in a build step's layer (dsec's own scratch). Package caches are kept, as Docker does. */
@@ -10,17 +10,21 @@ const RUNNER_LABEL = 'dsec.build.runner';
 
 export const isRootUser = (user: string): boolean => /^0(:0)?$/.test(user.trim()) || user.trim() === '';
 
-/** Puts an image for the current state; `asRoot` gives a variant whose processes run as root. */
-function putRunner(b: DockerfileBuild, asRoot: boolean): { id: ImageId; variant: boolean } {
-  const s = b.stage!;
+/** Puts an image for a state (the current one's by default); `asRoot` gives a variant whose processes run as root. */
+function putRunner(b: DockerfileBuild, asRoot: boolean, s: StageImage = b.stage!): { id: ImageId; variant: boolean } {
   const variant = asRoot && !isRootUser(s.config.user);
   const config = variant ? { ...s.config, user: '0:0', labels: { ...s.config.labels, [RUNNER_LABEL]: 'root' } } : s.config;
   return { id: b.images.put({ layers: s.layers, config }), variant };
 }
 
-/** A sandbox of the current state; the caller kills it. */
-export async function withSandbox<T>(b: DockerfileBuild, asRoot: boolean, fn: (id: string) => Promise<T>): Promise<T> {
-  let runner = putRunner(b, asRoot);
+/** A sandbox of a state (the current one's by default), killed when `fn` is done. */
+export async function withSandbox<T>(
+  b: DockerfileBuild,
+  asRoot: boolean,
+  fn: (id: string) => Promise<T>,
+  state: StageImage = b.stage!,
+): Promise<T> {
+  let runner = putRunner(b, asRoot, state);
   let id: string | undefined;
   for (let attempt = 0; ; attempt++) {
     try {
@@ -29,7 +33,7 @@ export async function withSandbox<T>(b: DockerfileBuild, asRoot: boolean, fn: (i
     } catch (err) {
       // Another build removed a shared runner variant between our put and create: put it again.
       if (!isImageNotFound(err) || attempt >= 3) throw err;
-      runner = putRunner(b, asRoot);
+      runner = putRunner(b, asRoot, state);
     }
   }
   try {

@@ -18,6 +18,8 @@ export interface BuildSandboxes {
   /** The type of what is at `path` (not following a final symlink), undefined when nothing is. */
   stat(id: string, path: string): Promise<'file' | 'dir' | 'symlink' | 'other' | undefined>;
   readFile(id: string, path: string): Promise<Buffer | undefined>;
+  /** `path` (a file or directory) as a tar archive of one top-level entry, its base name (COPY --from). */
+  downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>>;
   snapshot(id: string, scrub: string[]): Promise<{ imageId: string; layers: string[]; layerAdded: boolean }>;
   kill(id: string): Promise<void>;
 }
@@ -82,6 +84,12 @@ export function sdkSandboxes(conn: ConnectionOptions, labels: Record<string, str
         if (err instanceof NotFoundError) return undefined;
         throw err;
       }
+    },
+    async downloadTar(id, path) {
+      const tar = Buffer.from(await sb(id).files.downloadTar(path, { timeoutMs: 600_000 }));
+      return (async function* () {
+        yield tar;
+      })();
     },
     async snapshot(id, scrub) {
       return sb(id).snapshot({ scrub, keep: true }); // a step's image outlives its build sandbox

@@ -1,6 +1,7 @@
 import { posix } from 'node:path';
 import { BuildCache } from './cache.js';
-import { type InstructionHandler, envMap, stateKey } from './build-state.js';
+import { type DockerfileBuild, type InstructionHandler, envMap, stateKey } from './build-state.js';
+import { archiveFromStage } from './copy-from.js';
 import { prepareCopy } from './context.js';
 import { resolveUser } from './image-users.js';
 import { DockerfileError, type Instruction, expandHeredoc, parseExecForm, splitWords, substitute, takeFlags } from './parser.js';
@@ -60,9 +61,9 @@ const copyOrAdd: InstructionHandler = async (b, ins, esc) => {
     const doc = { name: h.name, data: Buffer.from(h.quoted ? h.content : expandHeredoc(h.content, b.vars())) };
     inline.set(`<<${h.name}`, doc).set(`<<-${h.name}`, doc);
   }
-  if (flags.has('from')) throw new DockerfileError('COPY --from is not supported (single-stage builds only)', ins.line);
+  if (flags.has('from') && ins.keyword === 'ADD') throw new DockerfileError('ADD --from is not a Dockerfile flag: use COPY --from', ins.line);
   for (const f of flags.keys())
-    if (!['chown', 'chmod', 'link'].includes(f)) throw new DockerfileError(`${ins.keyword} --${f} is not supported`, ins.line);
+    if (!['chown', 'chmod', 'link', 'from'].includes(f)) throw new DockerfileError(`${ins.keyword} --${f} is not supported`, ins.line);
   const words = parseExecForm(rest)?.map((w) => substitute(w, b.vars(), esc)) ?? splitWords(rest, b.vars(), esc);
   if (words.length < 2) throw new DockerfileError(`${ins.keyword} needs at least one source and a destination`, ins.line);
   const sources = words.slice(0, -1);
@@ -86,6 +87,8 @@ const copyOrAdd: InstructionHandler = async (b, ins, esc) => {
   if (chmodFlag !== undefined && !/^[0-7]{3,4}$/.test(chmodFlag))
     throw new DockerfileError(`--chmod=${chmodFlag}: give octal permission bits`, ins.line);
   const chmod = chmodFlag === undefined ? undefined : parseInt(chmodFlag, 8);
+  const fromFlag = flags.get('from');
+  if (fromFlag !== undefined) return copyFromStage(b, ins, substitute(fromFlag, b.vars(), esc), sources, dest, { uid, gid, chmod });
   const copyOpts = { contextDir: b.opts.contextDir, sources, dest, uid, gid, chmod, ignore: b.ignore, line: ins.line, inline };
   const prepared = prepareCopy({ ...copyOpts, destIsExistingDir: false });
   const key = BuildCache.key([stateKey(s.layers, s.config), b.pendingWorkdir, ins.keyword, ins.original, prepared.hash]);
@@ -96,5 +99,43 @@ const copyOrAdd: InstructionHandler = async (b, ins, esc) => {
     await b.sandboxes.uploadTar(id, p.dir, p.tar);
   });
 };
+
+/** COPY --from=STAGE|IMAGE: files of an earlier stage (or an image) instead of the context (copy-from.ts). */
+async function copyFromStage(
+  b: DockerfileBuild,
+  ins: Instruction,
+  ref: string,
+  sources: string[],
+  dest: string,
+  owner: { uid: number; gid: number; chmod: number | undefined },
+): Promise<void> {
+  const s = b.need(ins);
+  if (ref.toLowerCase() === b.stageName)
+    throw new DockerfileError(`COPY --from=${ref}: that is the stage being built; name an earlier stage or an image`, ins.line);
+  let source = b.finishedStage(ref);
+  if (!source) {
+    const id = b.images.resolve(ref);
+    const m = id && b.images.get(id);
+    if (!m) throw new DockerfileError(`COPY --from=${ref}: no earlier stage or dsec image of that name`, ins.line);
+    source = { layers: [...m.layers], config: m.config };
+  }
+  const from = source;
+  const key = BuildCache.key([
+    stateKey(s.layers, s.config),
+    b.pendingWorkdir,
+    'COPY --from',
+    stateKey(from.layers, from.config),
+    sources,
+    dest,
+    owner,
+  ]);
+  await sandboxStep(b, key, ins, true, async (id) => {
+    const destIsDir = !dest.endsWith('/') && (await b.sandboxes.stat(id, dest)) === 'dir';
+    const a = await archiveFromStage(b, from, sources, dest, destIsDir, owner, ins.line);
+    b.progress(` ---> ${a.entries} entr${a.entries === 1 ? 'y' : 'ies'}, ${a.bytes} bytes from ${ref} into ${a.dir}`);
+    await b.sandboxes.mkdir(id, a.dir);
+    await b.sandboxes.uploadTar(id, a.dir, a.tar);
+  });
+}
 
 export const STEP_INSTRUCTIONS: Record<string, InstructionHandler> = { RUN: run, COPY: copyOrAdd, ADD: copyOrAdd };
