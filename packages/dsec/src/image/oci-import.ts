@@ -50,8 +50,9 @@ async function importSource(
   const digests = [...new Set(layers.filter((l) => !l.empty && isLayerDigest(l.digest)).map((l) => l.digest))];
   if (digests.length === 0) throw new ImportError('the image has no content: every layer is empty');
   writeCache(store, cache, warn);
+  await opts.beforeRecord?.(store.idOf({ layers: digests, config }));
   const id = store.put({ layers: digests, config });
-  store.tag(name, id);
+  if (opts.tag !== false) store.tag(name, id);
   progress(`image ${name} imported: ${id.slice(0, 19)} (${digests.length} layer${digests.length === 1 ? '' : 's'})`);
   return {
     id,
@@ -76,6 +77,20 @@ function asImportError(err: unknown): unknown {
     return new ImportError(`a compressed stream in the archive is corrupt: ${err.message}`);
   }
   return err;
+}
+
+/** Imports an unpacked OCI image layout already on disk (a registry pull's scratch), using `scratch` for its work. */
+export async function importLayoutDir(
+  store: ImageStore,
+  root: string,
+  scratch: string,
+  opts: ImportOptions = {},
+): Promise<ImportResult> {
+  try {
+    return await importFromDir(store, root, scratch, opts, []);
+  } catch (err) {
+    throw asImportError(err);
+  }
 }
 
 async function importFromDir(

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { AuthError, Image, Sandbox } from '@dsec/sdk';
@@ -24,6 +25,7 @@ import { startEdgeDaemon, type RunningEdgeDaemon } from '../../src/runtime/edge-
 import { RegistryAuthError, RegistryClient } from '../../src/image/registry/registry-client.js';
 import { parseRegistryRef } from '../../src/image/registry/registry-ref.js';
 import { sha256Digest } from '../../src/image/registry/dsec-artifact.js';
+import { ustar } from '../state/fixtures/oci.js';
 import { buildTestImage } from '../helpers/images.js';
 import { registrySkipReason, startTestRegistry, type TestRegistry, type TokenService } from '../helpers/registry.js';
 import {
@@ -536,7 +538,97 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     }
   });
 
-  test('a manifest that is not a dsec image is refused with what it is', async () => {
+  test('a container image (an OCI index per platform, gzip layers) is pulled and imported; a Dockerfile FROM its reference pulls it', async () => {
+    const ref = `${registry.host}/team/container:v2`;
+    const client = new RegistryClient(parseRegistryRef(ref), { credentials: registry.credentials });
+    const put = async (bytes: Buffer): Promise<{ digest: string; size: number }> => {
+      await client.putBlobBytes(sha256Digest(bytes), bytes);
+      return { digest: sha256Digest(bytes), size: bytes.length };
+    };
+    const busybox = readFileSync('/bin/busybox');
+    const layer1 = ustar([
+      { name: 'bin/', type: 'dir', mode: 0o755 },
+      { name: 'bin/busybox', data: busybox, mode: 0o755 },
+      ...['sh', 'cat', 'echo', 'ls', 'test', 'mkdir', 'printf', 'id'].map((a) => ({ name: `bin/${a}`, type: 'symlink' as const, linkname: 'busybox' })),
+      { name: 'etc/', type: 'dir', mode: 0o755 },
+      { name: 'etc/passwd', data: 'root:x:0:0:root:/root:/bin/sh\n' },
+      { name: 'etc/group', data: 'root:x:0:\n' },
+      { name: 'tmp/', type: 'dir', mode: 0o1777 },
+    ]);
+    const layer2 = ustar([{ name: 'greeting.txt', data: 'from a container image\n' }]);
+    const layers: { mediaType: string; digest: string; size: number }[] = [];
+    for (const t of [layer1, layer2]) layers.push({ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', ...(await put(gzipSync(t))) });
+    const manifestFor = async (architecture: string): Promise<Buffer> => {
+      const config = Buffer.from(
+        JSON.stringify({
+          architecture,
+          os: 'linux',
+          config: { Env: ['PATH=/bin', 'FROM_IMAGE=yes'], Cmd: ['/bin/sh'], WorkingDir: '/' },
+          rootfs: { type: 'layers', diff_ids: [sha256Digest(layer1), sha256Digest(layer2)] },
+        }),
+      );
+      const m = Buffer.from(
+        JSON.stringify({
+          schemaVersion: 2,
+          mediaType: 'application/vnd.oci.image.manifest.v1+json',
+          config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...(await put(config)) },
+          layers,
+        }),
+      );
+      await client.putManifest(sha256Digest(m), 'application/vnd.oci.image.manifest.v1+json', m);
+      return m;
+    };
+    const amd64 = await manifestFor('amd64');
+    const arm64 = await manifestFor('arm64');
+    const index = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.oci.image.index.v1+json',
+        manifests: [
+          { mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: sha256Digest(arm64), size: arm64.length, platform: { os: 'linux', architecture: 'arm64' } },
+          { mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: sha256Digest(amd64), size: amd64.length, platform: { os: 'linux', architecture: 'amd64' } },
+        ],
+      }),
+    );
+    await client.putManifest('v2', 'application/vnd.oci.image.index.v1+json', index);
+
+    const dataDir = makeDataDir();
+    const edgeId = newEdgeId();
+    dirsToRemove.push({ dataDir, edgeId });
+    const pull = await runCli(['image', 'pull', ref, '--data-dir', dataDir, '--json'], creds);
+    assert.equal(pull.code, 0, pull.stderr);
+    const pulled = JSON.parse(pull.stdout) as { id: string; digest: string; name: string; fetchedLayers: number };
+    assert.equal(pulled.digest, sha256Digest(index), 'pulled by the index the tag names');
+    assert.equal(pulled.name, 'container:v2');
+    assert.equal(pulled.fetchedLayers, 2);
+    const store = new ImageStore(dataDir, new LayerStore(dataDir));
+    const image = store.get(store.resolve('container:v2')!)!;
+    assert.equal(image.layers.length, 2, 'one EROFS layer per container layer');
+    assert.ok(image.config.env.includes('FROM_IMAGE=yes'));
+
+    // A Dockerfile FROM the registry reference (no dsec runs on the data dir: the CLI starts one
+    // for the build, with this shell's registry credentials): its FROM pulls.
+    const ctx = makeDataDir();
+    dirsToRemove.push({ dataDir: ctx, edgeId: newEdgeId() });
+    writeFileSync(`${ctx}/Dockerfile`, `FROM ${registry.host}/team/container:v2\nRUN echo built >> /greeting.txt\n`);
+    // The pulled name is taken away first, so the build must pull (the import cache converts nothing twice).
+    store.untag('container:v2');
+    const build = await runCli(['image', 'build', '-f', `${ctx}/Dockerfile`, ctx, '--name', 'from-registry', '--data-dir', dataDir], creds);
+    assert.equal(build.code, 0, build.stderr);
+    assert.match(build.stderr, /pulling .*team\/container:v2/);
+    const dsec = await startDsec(dataDir, { edgeId });
+    try {
+      const sb = await Sandbox.create({ url: dsec.url, apiKey: dsec.apiKey, image: 'from-registry' });
+      const r = await sb.commands.run('cat /greeting.txt; echo "$FROM_IMAGE"');
+      assert.equal(r.exitCode, 0, r.stderr);
+      assert.equal(r.stdout, 'from a container image\nbuilt\nyes\n');
+      await sb.kill();
+    } finally {
+      await dsec.close({ killAll: true });
+    }
+  });
+
+  test('a container image whose config does not match its layers is refused with why, and nothing is recorded', async () => {
     const client = new RegistryClient(parseRegistryRef(`${registry.host}/team/container:v1`), { credentials: registry.credentials });
     const config = Buffer.from('{}');
     await client.putBlobBytes(sha256Digest(config), config);
@@ -555,7 +647,8 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     dirsToRemove.push({ dataDir, edgeId: newEdgeId() });
     const r = await runCli(['image', 'pull', `${registry.host}/team/container:v1`, '--data-dir', dataDir], creds);
     assert.equal(r.code, 1);
-    assert.match(r.stderr, /not a dsec image.*dsec image import/);
+    assert.match(r.stderr, /^dsec: .*team\/container: the image config lists 0 diff_ids but the manifest has 1 layers\n$/);
+    assert.deepEqual(new ImageStore(dataDir, new LayerStore(dataDir)).list().filter((i) => i.names.includes('container:v1')), []);
   });
 });
 

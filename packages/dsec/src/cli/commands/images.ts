@@ -67,15 +67,25 @@ async function runDockerfileBuild(
   const conn = await findRunningServer(options.dataDir);
   if (conn) {
     o.progress?.(`using the dsec server at ${conn.url}`);
-    return buildDockerfile({ ...rest, images, sandboxes: sdkSandboxes({ url: conn.url, apiKey: conn.apiKey }, BUILD_LABELS) });
+    // FROM a registry reference: the server pulls it, into the store the build reads.
+    const pull = async (ref: string): Promise<string> => (await Image.pull(ref, { url: conn.url, apiKey: conn.apiKey })).image.id;
+    return buildDockerfile({ ...rest, images, pull, sandboxes: sdkSandboxes({ url: conn.url, apiKey: conn.apiKey }, BUILD_LABELS) });
   }
   o.progress?.('no dsec server runs on this data dir: starting one in this process for the build');
   const dsec = await startAllInOne({ ...options, listen: '127.0.0.1:0' });
   try {
-    return await buildDockerfile({ ...rest, images: dsec.images, sandboxes: controlPlaneSandboxes(dsec.control) });
+    return await buildDockerfile({ ...rest, images: dsec.images, pull: localPull(dsec.images), sandboxes: controlPlaneSandboxes(dsec.control) });
   } finally {
     await dsec.close();
   }
+}
+
+/** A Dockerfile's FROM HOST/REPO:TAG pulled into `images` as `dsec image pull` would (named REPO:TAG). */
+function localPull(images: ImageStore): NonNullable<DockerfileBuildOptions['pull']> {
+  return async (text, progress) => {
+    const ref = parseRegistryRef(text);
+    return (await pullImage(images, registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref, { progress })).id;
+  };
 }
 
 export function registerImageCommands(program: Command): void {
@@ -294,7 +304,7 @@ export function registerImageCommands(program: Command): void {
     });
   image
     .command('pull')
-    .description('pull a dsec image from an OCI registry (by tag or @sha256 digest) into the local image store; broken downloads resume')
+    .description('pull an image from an OCI registry (by tag or @sha256 digest): a dsec image, or a container image (linux on this architecture) imported as by dsec image import; broken downloads resume')
     .argument('<ref>', '[https://]HOST[:PORT]/REPOSITORY[:TAG|@sha256:DIGEST]')
     .option('--name <name>', 'tag the image with this name (default: the last part of REPOSITORY with TAG)')
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')

@@ -19,6 +19,12 @@ export interface DockerfileBuildOptions {
   onStep?: (index: number, total: number, instruction: string) => void;
   /** RUN output as it comes; default: written line by line to progress. */
   output?: (chunk: Buffer) => void;
+  /**
+   * Fetches an image FROM names by a registry reference (HOST[:PORT]/REPO[:TAG|@sha256:…]) that
+   * the store does not have, as `dsec image pull` does; returns its id. Without it, such a FROM
+   * is refused with a message that says to pull first.
+   */
+  pull?: (ref: string, progress: (line: string) => void) => Promise<string>;
   /** Per RUN command. @default 3600000 */
   runTimeoutMs?: number;
 }

@@ -1,6 +1,7 @@
 import { posix } from 'node:path';
 import { type DockerfileBuild, type InstructionHandler, type StageImage, envMap } from './build-state.js';
 import { createPendingWorkdir } from './sandbox-steps.js';
+import { parseRegistryRef } from '../registry/registry-ref.js';
 import { resolveUser } from './image-users.js';
 import { DockerfileError, parseExecForm, parseKeyValues, splitWords, substitute, takeFlags } from './parser.js';
 
@@ -42,11 +43,16 @@ const from: InstructionHandler = async (b, ins, esc) => {
     base = earlier;
     b.progress(` ---> stage ${ref}`);
   } else {
-    const id = b.images.resolve(ref);
+    let id = b.images.resolve(ref);
+    if (!id && isRegistryRef(ref)) {
+      if (!b.opts.pull) throw new DockerfileError(`FROM ${ref}: pull it first (dsec image pull ${ref})`, ins.line);
+      b.progress(` ---> pulling ${ref}`);
+      id = b.images.resolve(await b.opts.pull(ref, (l) => b.progress(`  ${l}`)));
+    }
     const m = id && b.images.get(id);
     if (!m)
       throw new DockerfileError(
-        `no dsec image or earlier stage ${JSON.stringify(ref)}: list images with \`dsec image ls\`; build or import one first`,
+        `no dsec image or earlier stage ${JSON.stringify(ref)}: list images with \`dsec image ls\`; build, import or pull one first (a registry reference has a host: HOST[:PORT]/REPO[:TAG])`,
         ins.line,
       );
     base = m;
@@ -63,6 +69,17 @@ const from: InstructionHandler = async (b, ins, esc) => {
   b.pendingWorkdir = false;
   b.etcCache = undefined;
 };
+
+/** Whether FROM names an image in a registry (a host part: a dot, a port or localhost) rather than a dsec image name. */
+function isRegistryRef(ref: string): boolean {
+  if (!ref.includes('/')) return false;
+  try {
+    parseRegistryRef(ref);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** The arguments FROM lines substitute: those declared before the first FROM (with --build-arg values). */
 function globalVars(b: DockerfileBuild): Map<string, string> {

@@ -18,6 +18,10 @@ export interface ImportOptions {
   onLayer?: (index: number, total: number) => void;
   /** @default 'lz4' */
   compression?: ErofsBuildOptions['compression'];
+  /** false: record the image without naming it (the caller names it). @default true */
+  tag?: boolean;
+  /** Called with the image's id before it is recorded (a pull's owner goes in first); a throw stops the import. */
+  beforeRecord?: (id: ImageId) => Promise<void>;
 }
 
 export type ImportFormat = 'oci-layout' | 'docker-save';

@@ -54,11 +54,12 @@ export function tokenHostsFromEnv(env: NodeJS.ProcessEnv = process.env): string[
     .filter((h) => h !== '');
 }
 
-/** Media types a manifest GET accepts: OCI first, Docker's v2 schema 2 for other images. */
+/** Media types a manifest GET accepts: OCI first, Docker's v2 schema 2 (and its per-platform lists) for container images. */
 export const MANIFEST_ACCEPT = [
   'application/vnd.oci.image.manifest.v1+json',
   'application/vnd.oci.image.index.v1+json',
   'application/vnd.docker.distribution.manifest.v2+json',
+  'application/vnd.docker.distribution.manifest.list.v2+json',
 ].join(', ');
 
 type Body = () => RequestInit['body'];
