@@ -21,9 +21,14 @@ export class EndedSandboxes {
   async retire(s: SandboxInfo, reason: string, now = Date.now()): Promise<void> {
     if (this.retentionMs <= 0) return this.store.sandboxes.delete(s.id);
     await this.store.db.transaction(async (tx) => {
+      // Labels and batch stay with the log: a bulk read by label or batch (GET /v1/trajectories)
+      // still finds a rollout its trainer already killed, and a fork's lineage its killed parent.
+      const batch = await tx.get<{ batch_id: string | null }>('SELECT batch_id FROM sandboxes WHERE id = ?', [s.id]);
       await tx.run(
-        'INSERT INTO ended_sandboxes (id, ended_at, reason, project) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project',
-        [s.id, now, reason, s.project ?? null],
+        `INSERT INTO ended_sandboxes (id, ended_at, reason, project, labels, batch_id) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project,
+           labels = excluded.labels, batch_id = coalesce(excluded.batch_id, ended_sandboxes.batch_id)`,
+        [s.id, now, reason, s.project ?? null, JSON.stringify(s.labels), batch?.batch_id ?? null],
       );
       await tx.run('DELETE FROM sandboxes WHERE id = ?', [s.id]);
     });
@@ -50,6 +55,22 @@ export class EndedSandboxes {
     );
     if (!row || Number(row.ended_at) + this.retentionMs <= now) return undefined;
     return row.project ?? 'default';
+  }
+
+  /**
+   * The project and labels of a killed sandbox whose trajectory is still kept (labels: undefined
+   * for a tombstone from before they were kept).
+   */
+  async record(id: string, now = Date.now()): Promise<{ project: string; labels: Record<string, string> | undefined } | undefined> {
+    const row = await this.store.db.get<{ ended_at: number; project: string | null; labels: string | null }>(
+      'SELECT ended_at, project, labels FROM ended_sandboxes WHERE id = ?',
+      [id],
+    );
+    if (!row || Number(row.ended_at) + this.retentionMs <= now) return undefined;
+    return {
+      project: row.project ?? 'default',
+      labels: row.labels === null ? undefined : (JSON.parse(row.labels) as Record<string, string>),
+    };
   }
 
   /** Deletes tombstones past the retention time with their trajectories; returns how many. */
