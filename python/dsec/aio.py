@@ -300,10 +300,37 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
 
     @classmethod
     async def trajectory_by_id(
-        cls, sandbox_id: str, *, after_seq: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None
+        cls,
+        sandbox_id: str,
+        *,
+        after_seq: Optional[int] = None,
+        limit: Optional[int] = None,
+        lineage: bool = False,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
     ) -> m.Trajectory:
         """See ``Sandbox.trajectory_by_id``."""
-        return await transport_for(url, api_key).run(calls.trajectory(sandbox_id, after_seq, limit, timeout))
+        return await transport_for(url, api_key).run(calls.trajectory(sandbox_id, after_seq, limit, timeout, lineage))
+
+    @classmethod
+    async def trajectories(
+        cls,
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        batch: Optional[str] = None,
+        project: Optional[str] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> AsyncIterator[m.TrajectoryEntry]:
+        """See ``Sandbox.trajectories``: ``async for step in AsyncSandbox.trajectories(labels={"run": "7"})``."""
+        steps = client.trajectories(AsyncIO(transport_for(url, api_key)), labels, batch, project, timeout)
+        try:
+            async for step in steps:
+                yield step
+        finally:
+            await steps.aclose()  # type: ignore[attr-defined]
 
     @classmethod
     async def kill_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:

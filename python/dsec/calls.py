@@ -235,8 +235,24 @@ def network(sandbox_id: str, timeout: Optional[float]) -> Op[m.NetworkState]:
     return Op(Call("GET", _sb(sandbox_id, "/network"), timeout=timeout), m.NetworkState.from_wire)
 
 
-def trajectory(sandbox_id: str, after_seq: Optional[int], limit: Optional[int], timeout: Optional[float]) -> Op[m.Trajectory]:
-    return Op(Call("GET", _sb(sandbox_id, "/trajectory"), query=_query(afterSeq=after_seq, limit=limit), timeout=timeout), m.Trajectory.from_wire)
+def trajectory(sandbox_id: str, after_seq: Optional[int], limit: Optional[int], timeout: Optional[float], lineage: bool = False) -> Op[m.Trajectory]:
+    q = _query(afterSeq=after_seq, limit=limit, lineage=True if lineage else None)
+    return Op(Call("GET", _sb(sandbox_id, "/trajectory"), query=q, timeout=timeout), m.Trajectory.from_wire)
+
+
+#: Deadline of a whole bulk trajectory stream unless the caller gives one: a big run takes a while to read.
+TRAJECTORIES_TIMEOUT = 24 * 3600.0
+
+
+def trajectories(labels: Optional[Mapping[str, str]], batch: Optional[str], project: Optional[str], timeout: Optional[float]) -> Call:
+    """Every step of the sandboxes whose labels match all of ``labels`` and/or of ``batch`` (at
+    least one), as NDJSON: one ``{sandboxId, seq, kind, ...}`` line per step."""
+    if labels is not None and not isinstance(labels, Mapping):
+        raise _invalid("labels", f"labels must be a mapping of label to value, got {type(labels).__name__} {labels!r}")
+    if not labels and batch is None:
+        raise _invalid("labels", "trajectories needs labels (all must match) and/or batch; one sandbox: trajectory_by_id(sandbox_id)")
+    q = _query(label=[f"{k}={v}" for k, v in (labels or {}).items()] or None, batch=batch, project=project)
+    return Call("GET", "/v1/trajectories", query=q, accept=NDJSON, timeout=timeout if timeout is not None else TRAJECTORIES_TIMEOUT)
 
 
 def replay(sandbox_id: str, timeout: Optional[float]) -> Op[Dict[str, Any]]:

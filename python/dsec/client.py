@@ -346,14 +346,36 @@ class SandboxCore(_Handle, Generic[SB]):
         """The egress policy in force."""
         return await self._io.run(calls.network(self.id, timeout))
 
-    async def _trajectory(self, *, after_seq: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None) -> m.Trajectory:
-        """The logged steps (commands, session commands, file changes) with their results."""
-        return await self._io.run(calls.trajectory(self.id, after_seq, limit, timeout))
+    async def _trajectory(
+        self, *, after_seq: Optional[int] = None, limit: Optional[int] = None, lineage: bool = False, timeout: Optional[float] = None
+    ) -> m.Trajectory:
+        """The logged steps (commands, session commands, file changes) with their results.
+        ``lineage=True`` (a fork): its ancestors' steps first, oldest first, each up to where the
+        next was forked from it, every entry with its ``sandbox_id``; ``lineage_missing`` names an
+        ancestor whose log is no longer kept. ``after_seq`` and ``limit`` page this sandbox's own
+        steps; the ancestors' come on the first page."""
+        return await self._io.run(calls.trajectory(self.id, after_seq, limit, timeout, lineage))
 
     async def _replay(self, *, timeout: Optional[float] = None) -> Tuple[SB, m.ReplayReport]:
         """Rebuilds this sandbox as a new one from its image and trajectory."""
         d = await self._io.run(calls.replay(self.id, timeout))
         return self._sandbox(m.SandboxInfo.from_wire(d.get("sandbox"))), m.ReplayReport.from_wire(d)
+
+
+# -- trajectories in bulk: what the faces' trajectories do -----------------------------------------
+
+
+async def trajectories(
+    io: IO, labels: Optional[Mapping[str, str]], batch: Optional[str], project: Optional[str], timeout: Optional[float]
+) -> AsyncIterator[m.TrajectoryEntry]:
+    """Every step of many sandboxes as it streams (``Sandbox.trajectories``); leaving the loop
+    early closes the stream."""
+    lines = io.lines(calls.trajectories(labels, batch, project, timeout))
+    try:
+        async for line in lines:
+            yield m.TrajectoryEntry.from_wire(line)
+    finally:
+        await _aclose(lines)
 
 
 # -- batches: what the faces' create_many / iter_create_many do -----------------------------------

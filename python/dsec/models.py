@@ -290,6 +290,8 @@ class TrajectoryEntry:
     peak_memory_bytes: Optional[int] = None
     exit_code: Optional[int] = None
     replayable: bool = True
+    #: The sandbox the step ran in: set in a lineage (``trajectory(lineage=True)``) and by ``Sandbox.trajectories``.
+    sandbox_id: Optional[str] = None
 
     @classmethod
     def from_wire(cls, d: Any) -> "TrajectoryEntry":
@@ -302,10 +304,17 @@ class Trajectory:
     entries: List[TrajectoryEntry]
     #: Entries not kept because the log reached its bound.
     dropped: int = 0
+    #: With ``lineage=True``: ancestors whose steps are missing (their log is no longer kept); the lineage stops there.
+    lineage_missing: List[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, d: Any) -> "Trajectory":
-        return cls(sandbox_id=d.get("sandboxId", ""), entries=[TrajectoryEntry.from_wire(e) for e in d.get("entries", [])], dropped=int(d.get("dropped", 0)))
+        return cls(
+            sandbox_id=d.get("sandboxId", ""),
+            entries=[TrajectoryEntry.from_wire(e) for e in d.get("entries", [])],
+            dropped=int(d.get("dropped", 0)),
+            lineage_missing=[str(i) for i in d.get("lineageMissing") or []],
+        )
 
 
 @dataclass

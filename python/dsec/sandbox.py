@@ -346,11 +346,44 @@ class Sandbox(client.SandboxCore["Sandbox"]):
 
     @classmethod
     def trajectory_by_id(
-        cls, sandbox_id: str, *, after_seq: Optional[int] = None, limit: Optional[int] = None, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None
+        cls,
+        sandbox_id: str,
+        *,
+        after_seq: Optional[int] = None,
+        limit: Optional[int] = None,
+        lineage: bool = False,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
     ) -> m.Trajectory:
         """A sandbox's trajectory by id, without connecting first: also of a sandbox that was
-        killed (its log is kept for a while after)."""
-        return transport_for(url, api_key).run(calls.trajectory(sandbox_id, after_seq, limit, timeout))
+        killed (its log is kept for a while after). ``lineage=True``: see ``trajectory``."""
+        return transport_for(url, api_key).run(calls.trajectory(sandbox_id, after_seq, limit, timeout, lineage))
+
+    @classmethod
+    def trajectories(
+        cls,
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        batch: Optional[str] = None,
+        project: Optional[str] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> Iterator[m.TrajectoryEntry]:
+        """Every step of many sandboxes, as it streams from the server: those whose labels match
+        all of ``labels`` and/or the items of ``batch`` (at least one), live or killed within the
+        retention time; sandboxes in id order, each one's steps by seq, each entry with its
+        ``sandbox_id``. A 32,000-sandbox batch streams in constant memory. ``project``: an admin
+        key's filter. ``timeout`` bounds the whole stream (default a day).
+
+        Example::
+
+            for step in dsec.Sandbox.trajectories(labels={"run": "7"}):
+                rewards[step.sandbox_id].append((step.seq, step.kind, step.exit_code))
+        """
+        t = transport_for(url, api_key)
+        yield from iterate_sync(client.trajectories(SyncIO(t), labels, batch, project, timeout))
 
     @classmethod
     def kill_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:

@@ -145,6 +145,49 @@ class PoolsAndBulkTest(unittest.TestCase):
         with self.assertRaises(dsec.InvalidRequestError):
             dsec.Sandbox.kill_all(labels={}, **conn())
 
+    def test_trajectories_by_label_and_batch_include_killed_sandboxes_and_a_fork_reads_its_lineage(self) -> None:
+        tag = secrets.token_hex(4)
+        a, b = (dsec.Sandbox.create("busybox", memory_mib=64, labels={"traj": tag}, **conn()) for _ in range(2))
+        try:
+            a.commands.run("echo a1")
+            a.files.write("/tmp/a", "a\n")
+            b.commands.run("echo b1")
+            b.kill()  # killed: its log is kept, and still streams
+            steps = list(dsec.Sandbox.trajectories(labels={"traj": tag}, **conn()))
+            self.assertEqual([(e.sandbox_id, e.seq) for e in steps], sorted([(a.id, 1), (a.id, 2), (b.id, 1)]))
+            self.assertEqual([e.kind for e in steps if e.sandbox_id == a.id], ["exec", "files.write"])
+            self.assertEqual(list(dsec.Sandbox.trajectories(labels={"traj": tag, "other": "x"}, **conn())), [])
+
+            fork = a.fork(1)
+            child = fork.sandboxes[0]
+            try:
+                self.assertEqual((child.info.labels["dsec.fork-of"], child.info.labels["dsec.fork-at-seq"]), (a.id, "2"))
+                a.commands.run("echo a-after-the-fork")  # the parent's, not the child's past
+                child.commands.run("echo c1")
+                t = child.trajectory(lineage=True)
+                self.assertEqual([(e.sandbox_id, e.seq) for e in t.entries], [(a.id, 1), (a.id, 2), (child.id, 1)])
+                self.assertEqual(t.lineage_missing, [])
+                self.assertEqual([(e.sandbox_id, e.seq) for e in child.trajectory().entries], [(None, 1)])
+                by_id = dsec.Sandbox.trajectory_by_id(child.id, lineage=True, **conn())
+                self.assertEqual(len(by_id.entries), 3)
+            finally:
+                child.kill()
+        finally:
+            a.kill()
+        batch = dsec.Sandbox.create_many(2, image="busybox", memory_mib=64, labels={"traj-batch": tag}, **conn())
+        try:
+            for sb in batch.sandboxes:
+                sb.commands.run("true")
+            got = {e.sandbox_id for e in dsec.Sandbox.trajectories(batch=batch.batch_id, **conn())}
+            self.assertEqual(got, {sb.id for sb in batch.sandboxes})
+        finally:
+            for sb in batch.sandboxes:
+                sb.kill()
+        with self.assertRaises(dsec.InvalidRequestError):
+            list(dsec.Sandbox.trajectories(**conn()))
+        with self.assertRaises(dsec.NotFoundError):
+            list(dsec.Sandbox.trajectories(batch="batch-nosuch0", **conn()))
+
 
 @unittest.skipIf(SKIP, SKIP or "")
 class AsyncResourcesTest(unittest.IsolatedAsyncioTestCase):
@@ -159,6 +202,15 @@ class AsyncResourcesTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(any("busybox:latest" in i.info.names for i in images), [i.info.names for i in images])
         self.assertIsInstance(pools, list)
         self.assertIsInstance(volumes, list)
+
+    async def test_the_asyncio_face_streams_trajectories_by_label(self) -> None:
+        tag = secrets.token_hex(4)
+        async with await dsec.AsyncSandbox.create("busybox", memory_mib=64, labels={"atraj": tag}, **conn()) as sb:
+            await sb.commands.run("echo one")
+            steps = [e async for e in dsec.AsyncSandbox.trajectories(labels={"atraj": tag}, **conn())]
+            self.assertEqual([(e.sandbox_id, e.seq, e.kind) for e in steps], [(sb.id, 1, "exec")])
+            t = await sb.trajectory(lineage=True)
+            self.assertEqual(([(e.sandbox_id, e.seq) for e in t.entries], t.lineage_missing), ([(sb.id, 1)], []))
 
 
 if __name__ == "__main__":

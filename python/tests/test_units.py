@@ -201,6 +201,31 @@ class RequestBodyTest(unittest.TestCase):
         self.assertEqual(sorted(q["label"]), ["run=r 1&x", "team=a"])
         self.assertEqual(parse_qs(urlsplit(calls.write_file("sb-x-abcdef", "/tmp/a b", "x", 0o750, None).call.target).query), {"path": ["/tmp/a b"], "mode": ["750"]})
 
+    def test_trajectories_repeat_labels_name_the_batch_stream_for_a_day_and_need_a_filter(self) -> None:
+        c = calls.trajectories({"run": "7", "arm": "x y"}, "batch-abc123", None, None)
+        self.assertEqual(urlsplit(c.target).path, "/v1/trajectories")
+        q = parse_qs(urlsplit(c.target).query)
+        self.assertEqual((sorted(q["label"]), q["batch"]), (["arm=x y", "run=7"], ["batch-abc123"]))
+        self.assertEqual((c.accept, c.timeout), (calls.NDJSON, calls.TRAJECTORIES_TIMEOUT))
+        self.assertEqual(parse_qs(urlsplit(calls.trajectories(None, "batch-abc123", "team-a", 5).target).query), {"batch": ["batch-abc123"], "project": ["team-a"]})
+        for labels in (None, {}):
+            with self.assertRaises(dsec.InvalidRequestError) as cm:
+                calls.trajectories(labels, None, None, None)
+            self.assertEqual(cm.exception.details, {"field": "labels"})
+        with self.assertRaises(dsec.InvalidRequestError):
+            calls.trajectories("run=7", None, None, None)  # type: ignore[arg-type]
+
+    def test_lineage_is_asked_only_when_wanted_and_read_back(self) -> None:
+        self.assertEqual(calls.trajectory("sb-x-abcdef", None, None, None).call.target, "/v1/sandboxes/sb-x-abcdef/trajectory")
+        self.assertEqual(parse_qs(urlsplit(calls.trajectory("sb-x-abcdef", 0, 10, None, True).call.target).query), {"afterSeq": ["0"], "limit": ["10"], "lineage": ["true"]})
+        t = m.Trajectory.from_wire(
+            {"sandboxId": "sb-x-child1", "entries": [{"seq": 1, "kind": "exec", "sandboxId": "sb-x-parent"}, {"seq": 1, "kind": "exec", "sandboxId": "sb-x-child1"}], "dropped": 0, "lineageMissing": ["sb-x-grand1"]}
+        )
+        self.assertEqual([(e.sandbox_id, e.seq) for e in t.entries], [("sb-x-parent", 1), ("sb-x-child1", 1)])
+        self.assertEqual(t.lineage_missing, ["sb-x-grand1"])
+        plain = m.Trajectory.from_wire({"sandboxId": "s", "entries": [{"seq": 1, "kind": "exec"}], "dropped": 0})
+        self.assertEqual((plain.entries[0].sandbox_id, plain.lineage_missing), (None, []))
+
     def test_a_failed_batch_item_becomes_the_error_of_its_code_with_its_index(self) -> None:
         e = calls.batch_failure("batch-abc123", {"type": "failed", "index": 7, "code": "CAPACITY_EXCEEDED", "reason": "the node is full"})
         self.assertIsInstance(e, dsec.CapacityError)
@@ -437,6 +462,23 @@ class SyncTransportTest(unittest.TestCase):
         self.assertEqual(s.headers["authorization"], "Bearer secret-key")
         self.assertEqual(s.headers["content-type"], "application/json")
         self.assertEqual(json.loads(s.body), {"a": [1, 2]})
+
+    def test_trajectories_stream_each_line_as_an_entry_with_its_sandbox(self) -> None:
+        lines = [{"sandboxId": f"sb-x-{i}aaaaa", "seq": s, "at": "2026-01-01T00:00:00Z", "kind": "exec", "request": {"cmd": ["echo", str(s)]}, "exitCode": 0, "replayable": True} for i in (1, 2) for s in (1, 2)]
+        body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        self.server.reply = lambda h: LocalServer.raw(h, 200, body, {"Content-Type": "application/x-ndjson"})
+        got = list(dsec.Sandbox.trajectories(labels={"run": "7"}, url=self.server.url, api_key="secret-key"))
+        self.assertEqual([(e.sandbox_id, e.seq, e.exit_code) for e in got], [(line["sandboxId"], line["seq"], 0) for line in lines])
+        self.assertEqual(got[0].request, {"cmd": ["echo", "1"]})
+        seen = self.server.seen[-1]
+        self.assertEqual((urlsplit(seen.path).path, parse_qs(urlsplit(seen.path).query)), ("/v1/trajectories", {"label": ["run=7"]}))
+        self.assertEqual(seen.headers["accept"], "application/x-ndjson")
+
+        async def collect() -> List[m.TrajectoryEntry]:
+            return [e async for e in dsec.AsyncSandbox.trajectories(batch="batch-abc123", url=self.server.url, api_key="secret-key")]
+
+        self.assertEqual(len(asyncio.run(collect())), 4)
+        self.assertEqual(parse_qs(urlsplit(self.server.seen[-1].path).query), {"batch": ["batch-abc123"]})
 
     def test_sends_raw_bodies_byte_for_byte_as_octet_stream(self) -> None:
         self.t.content(calls.Call("PUT", "/v1/x", body=bytes([0, 255, 10])))
@@ -806,7 +848,7 @@ class FacesTest(unittest.TestCase):
                 self.assertTrue(f.__doc__, f"{sync_cls.__name__}.{name} has a docstring")
 
     def test_sync_calls_block_and_async_calls_are_awaited(self) -> None:
-        streams = {"stream", "follow", "iter_create_many"}
+        streams = {"stream", "follow", "iter_create_many", "trajectories"}
         pure = {"url"}  # ports.url builds a string: nothing to await
         for sync_cls, async_cls in self.PAIRS:
             for name, f in self.public(sync_cls).items():

@@ -485,4 +485,91 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
       ['echo logged'],
     );
   });
+
+  test("log --label k=v writes every matching sandbox's steps as NDJSON to stdout, killed ones included; log --batch ID too", async () => {
+    const a = await Sandbox.create({ ...server.conn, labels: { via: 'cli-log' } });
+    const b = await Sandbox.create({ ...server.conn, labels: { via: 'cli-log' } });
+    await a.commands.run('echo a1');
+    await a.commands.run('echo a2');
+    await b.commands.run('echo b1');
+    await b.kill();
+    const r = await runCli(['log', '--label', 'via=cli-log'], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok(r.stdout.endsWith('\n'), 'whole lines');
+    const lines = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { sandboxId: string; seq: number; kind: string; request: { cmd?: string } });
+    const want = [
+      { sandboxId: a.id, seq: 1, cmd: 'echo a1' },
+      { sandboxId: a.id, seq: 2, cmd: 'echo a2' },
+      { sandboxId: b.id, seq: 1, cmd: 'echo b1' },
+    ].sort((x, y) => (x.sandboxId < y.sandboxId ? -1 : x.sandboxId > y.sandboxId ? 1 : x.seq - y.seq));
+    assert.deepEqual(
+      lines.map((l) => ({ sandboxId: l.sandboxId, seq: l.seq, cmd: l.request.cmd })),
+      want,
+    );
+    const none = await runCli(['log', '--label', 'via=cli-log', '--label', 'other=x'], env);
+    assert.equal(none.code, 0, none.stderr);
+    assert.equal(none.stdout, '', 'no sandbox matches: no line');
+    await a.kill();
+
+    const batch = await runCli(['run', 'busybox', '--count', '2', '-m', '32', '-l', 'via=cli-log-batch'], env);
+    assert.equal(batch.code, 0, batch.stderr);
+    const ids = batch.stdout.trim().split('\n');
+    const batchId = /batch (batch-[0-9a-f]+)/.exec(batch.stderr)?.[1];
+    assert.ok(batchId, batch.stderr);
+    for (const id of ids) await (await Sandbox.connect(id, server.conn)).commands.run('true');
+    const byBatch = await runCli(['log', '--batch', batchId], env);
+    assert.equal(byBatch.code, 0, byBatch.stderr);
+    assert.deepEqual(
+      byBatch.stdout
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { sandboxId: string }).sandboxId),
+      [...ids].sort(),
+    );
+    for (const id of ids) await Sandbox.kill(id, server.conn);
+
+    const neither = await runCli(['log'], env);
+    assert.equal(neither.code, 1);
+    assert.match(neither.stderr, /give a sandbox id, or --label/);
+    assertNoStack(neither);
+    const both = await runCli(['log', a.id, '--label', 'via=cli-log'], env);
+    assert.equal(both.code, 1);
+    assert.match(both.stderr, /not both/);
+    const unknown = await runCli(['log', '--batch', 'batch-nosuch0'], env);
+    assert.equal(unknown.code, 1);
+    assert.match(unknown.stderr, /BATCH_NOT_FOUND/);
+    assertNoStack(unknown);
+  });
+
+  test("log --lineage ID prints a fork's steps after its parent's, with the sandbox of each", async () => {
+    const parent = await Sandbox.create(server.conn);
+    try {
+      await parent.commands.run('echo before-the-fork');
+      const { sandboxes } = await parent.fork(1);
+      const child = sandboxes[0]!;
+      try {
+        await child.commands.run('echo in-the-fork');
+        const r = await runCli(['log', child.id, '--lineage', '--json'], env);
+        assert.equal(r.code, 0, r.stderr);
+        const entries = JSON.parse(r.stdout) as { sandboxId: string; request: { cmd?: string } }[];
+        assert.deepEqual(
+          entries.map((e) => [e.sandboxId, e.request.cmd]),
+          [
+            [parent.id, 'echo before-the-fork'],
+            [child.id, 'echo in-the-fork'],
+          ],
+        );
+        const table = await runCli(['log', child.id, '--lineage'], env);
+        assert.equal(table.code, 0, table.stderr);
+        assert.match(table.stdout, /^SANDBOX\s+SEQ/);
+      } finally {
+        await child.kill();
+      }
+    } finally {
+      await parent.kill();
+    }
+  });
 });

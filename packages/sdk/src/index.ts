@@ -1,4 +1,11 @@
-export { Sandbox, type CreateOptions, type CreateManyOptions, type BatchFailure, type Snapshot } from './sandbox.js';
+export {
+  Sandbox,
+  type CreateOptions,
+  type CreateManyOptions,
+  type BatchFailure,
+  type Snapshot,
+  type TrajectoryOptions,
+} from './sandbox.js';
 export { batchEvents, batchInfo, type BatchProgress } from './batch.js';
 export { Image } from './image.js';
 export { Pool } from './pool.js';

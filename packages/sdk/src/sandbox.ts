@@ -17,8 +17,11 @@ import {
   SnapshotRequest,
   type SnapshotResult,
   type Trajectory,
+  type TrajectoryLine,
 } from './schema/index.js';
 import { checkBody, checkOptionalInt, checkPath } from './validate.js';
+import { readNdjson } from './ndjson.js';
+import { InvalidRequestError, UnreachableError } from './errors.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
@@ -26,6 +29,13 @@ import { Image } from './image.js';
 import { Ports } from './ports.js';
 import { Sessions } from './sessions.js';
 import { Terminal, type TerminalOptions } from './terminal.js';
+
+/** How a sandbox's trajectory is read: a page of its own steps, and whether its fork lineage comes first. */
+export interface TrajectoryOptions {
+  afterSeq?: number;
+  limit?: number;
+  lineage?: boolean;
+}
 
 /** A snapshot's result, with its image as an object (`snap.image.delete()`, `snap.image.refresh()`). */
 export type Snapshot = SnapshotResult & { image: Image };
@@ -229,30 +239,64 @@ export class Sandbox {
   /**
    * The logged steps (commands, sessions, file changes, network switches, pauses) with their
    * results. Still readable after kill() for the server's retention time (default 24 h).
+   * `lineage: true` (a fork): its ancestors' steps first, oldest first, each up to where the next
+   * was forked from it, every entry with its `sandboxId`; `lineageMissing` names an ancestor whose
+   * log is no longer kept. `afterSeq` and `limit` page the sandbox's own steps; the ancestors'
+   * come on the first page.
    * @param opts.limit @default 1000 (at most 10000; page with afterSeq)
+   * @example const { entries } = await fork.trajectory({ lineage: true }); // the parent's steps, then the fork's
    */
-  async trajectory(opts: CallOptions & { afterSeq?: number; limit?: number } = {}): Promise<Trajectory> {
+  async trajectory(opts: CallOptions & TrajectoryOptions = {}): Promise<Trajectory> {
     return Sandbox.#trajectory(this.conn, this.id, opts);
   }
 
   /** A sandbox's trajectory by id, also of one killed within the retention time (no connect needed). */
-  static async trajectory(
-    id: string,
-    opts: ConnectionOptions & CallOptions & { afterSeq?: number; limit?: number } = {},
-  ): Promise<Trajectory> {
+  static async trajectory(id: string, opts: ConnectionOptions & CallOptions & TrajectoryOptions = {}): Promise<Trajectory> {
     checkPath(id, 'id');
     const { url, apiKey, requestTimeoutMs, ...rest } = opts;
     return Sandbox.#trajectory(new Connection({ url, apiKey, requestTimeoutMs }), id, rest);
   }
 
-  static async #trajectory(conn: Connection, id: string, opts: CallOptions & { afterSeq?: number; limit?: number }): Promise<Trajectory> {
-    const { afterSeq, limit, ...call } = opts;
+  static async #trajectory(conn: Connection, id: string, opts: CallOptions & TrajectoryOptions): Promise<Trajectory> {
+    const { afterSeq, limit, lineage, ...call } = opts;
     checkOptionalInt(afterSeq, 'afterSeq');
     checkOptionalInt(limit, 'limit', 1);
     return conn.json<Trajectory>('GET', `/v1/sandboxes/${encodeURIComponent(id)}/trajectory`, {
-      query: { afterSeq: afterSeq?.toString(), limit: limit?.toString() },
+      query: { afterSeq: afterSeq?.toString(), limit: limit?.toString(), lineage: lineage ? 'true' : undefined },
       ...call,
     });
+  }
+
+  /**
+   * Every step of many sandboxes at once: those whose labels match all of `labels` and/or the
+   * items of `batch` (at least one of the two), live or killed within the retention time, as
+   * they stream from the server: sandboxes in id order, each one's steps by seq, each line the
+   * entry and its `sandboxId`. What a trainer logs at the end of a run; a batch of 32,000
+   * sandboxes streams in constant memory on both sides. `project`: an admin key's filter.
+   * @example for await (const step of Sandbox.trajectories({ labels: { run: '7' } })) out.write(JSON.stringify(step) + '\n');
+   */
+  static async *trajectories(
+    opts: ConnectionOptions & CallOptions & { labels?: Record<string, string>; batch?: string; project?: string },
+  ): AsyncGenerator<TrajectoryLine> {
+    const { url, apiKey, requestTimeoutMs, signal, timeoutMs, labels, batch, project } = opts;
+    const label = Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
+    // Checked here too: the server would refuse it, but the message can name the SDK's own call.
+    if (label.length === 0 && batch === undefined)
+      throw new InvalidRequestError(
+        'Sandbox.trajectories needs labels (all must match) and/or batch; one sandbox: Sandbox.trajectory(id)',
+        'INVALID_REQUEST',
+        undefined,
+        { field: 'labels' },
+      );
+    const res = await new Connection({ url, apiKey, requestTimeoutMs }).request('GET', '/v1/trajectories', {
+      query: { label, batch, project },
+      accept: 'application/x-ndjson',
+      signal,
+      // The deadline of the whole stream, not of its first byte: a big run takes a while to read.
+      timeoutMs: timeoutMs ?? 24 * 3600_000,
+    });
+    if (!res.body) throw new UnreachableError('the trajectories stream has no body', 'STREAM_BROKEN', res.status);
+    yield* readNdjson<TrajectoryLine>(res.body);
   }
 
   /** Rebuilds this sandbox as a new one from its image and trajectory (e.g. after its node was lost). */

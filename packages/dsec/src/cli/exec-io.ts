@@ -37,7 +37,7 @@ export async function readStdin(): Promise<Buffer> {
 }
 
 /** Writes a chunk and waits for the pipe to take it, so a slow reader (`| head`) is not flooded. */
-function writeOut(stream: NodeJS.WriteStream, data: Uint8Array): Promise<void> {
+export function writeOut(stream: NodeJS.WriteStream, data: Uint8Array | string): Promise<void> {
   return new Promise((resolve) => {
     if (stream.write(data)) resolve();
     else stream.once('drain', resolve);

@@ -11,6 +11,7 @@ import { Metrics } from './metrics.js';
 import { SnapshotImages } from './snapshot-images.js';
 import { DEFAULT_TRAJECTORY_RETENTION_HOURS, EndedSandboxes } from './ended-sandboxes.js';
 import { OwnedSandboxes } from './owned-sandboxes.js';
+import { TrajectoryExport } from './trajectory-export.js';
 import { TrajectoryLog } from './trajectory-log.js';
 import { WarmPools } from './service/pools.js';
 import { FnService } from './service/fn.js';
@@ -27,6 +28,7 @@ import { ReplayService } from './service/replay.js';
 import { SandboxLookup } from './service/sandbox-lookup.js';
 import { SandboxService } from './service/sandboxes.js';
 import { SnapshotService } from './service/snapshots.js';
+import { TrajectoryService } from './service/trajectories.js';
 
 export { DEFAULT_LIMITS, edgeOf, newSandboxId } from './sandbox-ids.js';
 
@@ -97,6 +99,8 @@ export class ControlPlane {
   readonly files: FileService;
   /** Rebuilding a sandbox from its trajectory. */
   readonly replays: ReplayService;
+  /** Reading trajectories: one sandbox's (with its fork lineage), or many by label or batch. */
+  readonly trajectories: TrajectoryService;
   /** The nodes, draining, reconciling the store with an edge. */
   readonly nodes: NodeService;
   /** TTLs and idle timeouts. */
@@ -182,6 +186,13 @@ export class ControlPlane {
     this.exec = new ExecService(sandboxDeps);
     this.files = new FileService(sandboxDeps);
     this.replays = new ReplayService({ ...sandboxDeps, sandboxes: this.sandboxes, ended: this.ended });
+    this.trajectories = new TrajectoryService({
+      store,
+      lookup,
+      trajectory: this.trajectory,
+      ended: this.ended,
+      export: new TrajectoryExport({ store, trajectory: this.trajectory, ended: this.ended }),
+    });
     this.projects = new ProjectService({ store, quotas: this.quotas });
     this.nodes = new NodeService({ store, edges: this.edges, creation, trajectory: this.trajectory, log });
     this.expiry = new ExpiryService({

@@ -66,4 +66,26 @@ describe('EndedSandboxes: the trajectory of a killed sandbox', () => {
     assert.equal(await ended.get('sb-local-bbbbbbbbbbbbb'), undefined);
     await store.close();
   });
+
+  test('keeps the labels, project and batch of the sandbox it was (bulk reads and lineage find it by them)', async () => {
+    const store = await StateStore.open(await testStoreLocation(':memory:'));
+    const s = { ...sandbox('sb-local-ccccccccccccc'), labels: { run: '7', 'dsec.fork-of': 'sb-local-ddddddddddddd' }, project: 'team-a' };
+    await store.sandboxes.insert(s, { id: 'batch-abcdef', index: 0 });
+    const ended = new EndedSandboxes(store, 24 * HOUR);
+    const t0 = Date.UTC(2026, 0, 1);
+    await ended.retire(s, 'killed', t0);
+    assert.deepEqual(await ended.record(s.id, t0 + HOUR), { project: 'team-a', labels: s.labels });
+    const row = await store.db.get<{ batch_id: string; labels: string }>('SELECT batch_id, labels FROM ended_sandboxes WHERE id = ?', [
+      s.id,
+    ]);
+    assert.equal(row?.batch_id, 'batch-abcdef');
+    // A second retire (a kill racing another) finds no row: the batch it recorded stays.
+    await ended.retire(s, 'killed', t0 + 1);
+    assert.equal(
+      (await store.db.get<{ batch_id: string }>('SELECT batch_id FROM ended_sandboxes WHERE id = ?', [s.id]))?.batch_id,
+      'batch-abcdef',
+    );
+    assert.equal(await ended.record(s.id, t0 + 1 + 24 * HOUR), undefined, 'past its retention (from the last retire)');
+    await store.close();
+  });
 });

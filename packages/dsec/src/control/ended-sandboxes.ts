@@ -21,16 +21,23 @@ export class EndedSandboxes {
   async retire(s: SandboxInfo, reason: string, now = Date.now()): Promise<void> {
     if (this.retentionMs <= 0) return this.store.sandboxes.delete(s.id);
     await this.store.db.transaction(async (tx) => {
-      // Its create request and exact image go with the tombstone (the spec's row goes with the
-      // sandbox's), so the killed sandbox can still be replayed from its trajectory.
-      const spec = await tx.get<{ spec: string }>('SELECT spec FROM sandbox_specs WHERE id = ?', [s.id]);
+      // Labels and batch stay with the log: a bulk read by label or batch (GET /v1/trajectories)
+      // still finds a rollout its trainer already killed, and a fork's lineage its killed parent.
+      // Its create request and exact image go too (the spec's row goes with the sandbox's), so the
+      // killed sandbox can still be replayed from its trajectory.
+      const row = await tx.get<{ batch_id: string | null; spec: string | null }>(
+        'SELECT s.batch_id AS batch_id, p.spec AS spec FROM sandboxes s LEFT JOIN sandbox_specs p ON p.id = s.id WHERE s.id = ?',
+        [s.id],
+      );
       const replayFrom = JSON.stringify({
         imageId: s.imageId,
-        spec: spec ? (JSON.parse(spec.spec) as CreateSandboxRequest) : { image: s.imageId, resources: s.resources, labels: s.labels },
+        spec: row?.spec ? (JSON.parse(row.spec) as CreateSandboxRequest) : { image: s.imageId, resources: s.resources, labels: s.labels },
       } satisfies ReplaySource);
       await tx.run(
-        'INSERT INTO ended_sandboxes (id, ended_at, reason, project, replay_from) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project, replay_from = excluded.replay_from',
-        [s.id, now, reason, s.project ?? null, replayFrom],
+        `INSERT INTO ended_sandboxes (id, ended_at, reason, project, labels, batch_id, replay_from) VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project,
+           labels = excluded.labels, batch_id = coalesce(excluded.batch_id, ended_sandboxes.batch_id), replay_from = excluded.replay_from`,
+        [s.id, now, reason, s.project ?? null, JSON.stringify(s.labels), row?.batch_id ?? null, replayFrom],
       );
       await tx.run('DELETE FROM sandboxes WHERE id = ?', [s.id]);
     });
@@ -70,6 +77,22 @@ export class EndedSandboxes {
     );
     if (!row || Number(row.ended_at) + this.retentionMs <= now || row.replay_from === null) return undefined;
     return { ...(JSON.parse(row.replay_from) as ReplaySource), project: row.project ?? 'default' };
+  }
+
+  /**
+   * The project and labels of a killed sandbox whose trajectory is still kept (labels: undefined
+   * for a tombstone from before they were kept).
+   */
+  async record(id: string, now = Date.now()): Promise<{ project: string; labels: Record<string, string> | undefined } | undefined> {
+    const row = await this.store.db.get<{ ended_at: number; project: string | null; labels: string | null }>(
+      'SELECT ended_at, project, labels FROM ended_sandboxes WHERE id = ?',
+      [id],
+    );
+    if (!row || Number(row.ended_at) + this.retentionMs <= now) return undefined;
+    return {
+      project: row.project ?? 'default',
+      labels: row.labels === null ? undefined : (JSON.parse(row.labels) as Record<string, string>),
+    };
   }
 
   /** Deletes tombstones past the retention time with their trajectories; returns how many. */

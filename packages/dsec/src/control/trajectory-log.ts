@@ -1,4 +1,4 @@
-import type { TrajectoryEntry, TrajectoryKind } from '@dsec/sdk/schema';
+import type { TrajectoryEntry, TrajectoryKind, TrajectoryLine } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
 
 /** Entries kept per sandbox; later ones are counted as dropped. */
@@ -87,6 +87,40 @@ export class TrajectoryLog {
     );
     const dropped = await this.store.db.get<{ n: number }>('SELECT trajectory_dropped AS n FROM sandboxes WHERE id = ?', [sandboxId]);
     return { entries: rows.map(toEntry), dropped: dropped?.n ?? 0 };
+  }
+
+  /** A sandbox's steps up to and including `seq` (an ancestor's, up to where a fork was taken from it). */
+  async upTo(sandboxId: string, seq: number): Promise<TrajectoryEntry[]> {
+    const rows = await this.store.db.all<Row>(
+      'SELECT seq, at, kind, request, result, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ? AND seq <= ? ORDER BY seq',
+      [sandboxId, seq],
+    );
+    return rows.map(toEntry);
+  }
+
+  /** The seq of a sandbox's last logged step (0: none): where a fork taken now continues from. */
+  async lastSeq(sandboxId: string): Promise<number> {
+    const row = await this.store.db.get<{ last: number | string }>(
+      'SELECT coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?',
+      [sandboxId],
+    );
+    return Number(row?.last ?? 0);
+  }
+
+  /**
+   * One page of several sandboxes' steps, ordered by sandbox id then seq, after the position
+   * `after` (the last line of the previous page): keyset paging over the primary key, so a bulk
+   * read of a 32,000-sandbox batch holds one page in memory, never the whole log.
+   */
+  async page(sandboxIds: readonly string[], after: { sandboxId: string; seq: number }, limit: number): Promise<TrajectoryLine[]> {
+    if (sandboxIds.length === 0) return [];
+    const rows = await this.store.db.all<Row & { sandbox_id: string }>(
+      `SELECT sandbox_id, seq, at, kind, request, result, duration_ms, exit_code, replayable FROM trajectory
+       WHERE sandbox_id IN (${sandboxIds.map(() => '?').join(', ')}) AND (sandbox_id > ? OR (sandbox_id = ? AND seq > ?))
+       ORDER BY sandbox_id, seq LIMIT ?`,
+      [...sandboxIds, after.sandboxId, after.sandboxId, after.seq, limit],
+    );
+    return rows.map((r) => ({ sandboxId: r.sandbox_id, ...toEntry(r) }));
   }
 
   /**

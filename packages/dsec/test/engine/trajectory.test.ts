@@ -439,4 +439,89 @@ for (const { backend, skip, memoryMiB } of engineBackends())
       assert.equal(r.status, 404);
       assert.doesNotMatch(r.body.error.message, /was killed/);
     });
+
+    test(
+      'Sandbox.trajectories: every step of the sandboxes a label or a batch names, killed ones included, by id then seq',
+      vmToo(backend, false),
+      async () => {
+        const tag = randomBytes(4).toString('hex');
+        const spec = { ...server.conn, backend, resources: { memoryMiB }, labels: { bulk: tag } };
+        const a = await Sandbox.create(spec);
+        const b = await Sandbox.create(spec);
+        await a.commands.run('echo a1');
+        await a.files.write('/tmp/a', 'a');
+        await b.commands.run('echo b1');
+        await b.kill();
+        const lines = [];
+        for await (const l of Sandbox.trajectories({ ...server.conn, labels: { bulk: tag } })) lines.push(l);
+        const want = [
+          [a.id, 1, 'exec'],
+          [a.id, 2, 'files.write'],
+          [b.id, 1, 'exec'],
+        ].sort((x, y) => (x[0]! < y[0]! ? -1 : x[0]! > y[0]! ? 1 : Number(x[1]) - Number(y[1])));
+        assert.deepEqual(
+          lines.map((l) => [l.sandboxId, l.seq, l.kind]),
+          want,
+        );
+        await a.kill();
+        await assert.rejects(
+          async () => {
+            for await (const _ of Sandbox.trajectories({ ...server.conn })) break;
+          },
+          (err: Error & { code?: string }) => err.code === 'INVALID_REQUEST',
+        );
+
+        const { batchId, sandboxes } = await Sandbox.createMany(2, { ...spec, labels: { bulk: `${tag}-batch` } });
+        try {
+          for (const sb of sandboxes) await sb.commands.run('true');
+          const ids = [];
+          for await (const l of Sandbox.trajectories({ ...server.conn, batch: batchId })) ids.push(l.sandboxId);
+          assert.deepEqual(ids, sandboxes.map((sb) => sb.id).sort());
+        } finally {
+          for (const sb of sandboxes) await sb.kill();
+        }
+      },
+    );
+
+    test(
+      "a fork's trajectory with lineage: the parent's steps up to the fork, then its own; the parent's later steps are not its past",
+      vmToo(backend, true),
+      async () => {
+        const parent = await fresh();
+        try {
+          await parent.commands.run('echo p1');
+          await parent.files.write('/tmp/p', 'p');
+          const { sandboxes, result } = await parent.fork(1);
+          assert.deepEqual(result.failures, []);
+          const child = sandboxes[0]!;
+          try {
+            assert.equal(child.info.labels['dsec.fork-of'], parent.id);
+            assert.equal(child.info.labels['dsec.fork-at-seq'], '2');
+            await parent.commands.run('echo p-after');
+            await child.commands.run('echo c1');
+            const t = await child.trajectory({ lineage: true });
+            assert.deepEqual(
+              t.entries.map((e) => [e.sandboxId, e.seq, e.kind]),
+              [
+                [parent.id, 1, 'exec'],
+                [parent.id, 2, 'files.write'],
+                [child.id, 1, 'exec'],
+              ],
+            );
+            assert.deepEqual(t.lineageMissing, []);
+            assert.deepEqual(
+              (await child.trajectory()).entries.map((e) => [e.sandboxId, e.seq]),
+              [[undefined, 1]],
+            );
+            await parent.kill();
+            const kept = await Sandbox.trajectory(child.id, { ...server.conn, lineage: true });
+            assert.equal(kept.entries.length, 3, "a killed parent's log is still its fork's past while it is kept");
+          } finally {
+            await child.kill();
+          }
+        } finally {
+          await parent.kill();
+        }
+      },
+    );
   });

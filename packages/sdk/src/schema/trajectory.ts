@@ -38,6 +38,11 @@ export const TrajectoryEntry = Type.Object({
   peakMemoryBytes: Type.Optional(Type.Integer({ description: "The sandbox's memory peak while a command ran (ExecResult's)." })),
   exitCode: Type.Optional(Type.Integer()),
   replayable: Type.Boolean({ description: 'False when the step cannot be re-run (e.g. an upload too large to keep).' }),
+  sandboxId: Type.Optional(
+    Type.String({
+      description: "The sandbox the step ran in: set in a lineage (lineage=true: an ancestor's steps come before the sandbox's own).",
+    }),
+  ),
 });
 export type TrajectoryEntry = Static<typeof TrajectoryEntry>;
 
@@ -45,16 +50,55 @@ export const Trajectory = Type.Object({
   sandboxId: Type.String(),
   entries: Type.Array(TrajectoryEntry),
   dropped: Type.Integer({ description: 'Entries not kept because the log reached its bound.' }),
+  lineageMissing: Type.Optional(
+    Type.Array(Type.String(), {
+      description:
+        'With lineage=true: ancestors whose steps are not in `entries` (their trajectory is no longer kept, or they were forked before fork points were recorded); the lineage stops there. Empty when it is whole.',
+    }),
+  ),
 });
 export type Trajectory = Static<typeof Trajectory>;
 
 export const TrajectoryQuery = Type.Object(
   {
-    afterSeq: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Only entries with seq greater than this.' })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000, default: 1000 })),
+    afterSeq: Type.Optional(
+      Type.Integer({ minimum: 0, default: 0, description: "Only the sandbox's own entries with seq greater than this." }),
+    ),
+    limit: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 10000, default: 1000, description: "At most this many of the sandbox's own entries." }),
+    ),
+    lineage: Type.Optional(
+      Type.Boolean({
+        default: false,
+        description:
+          "A fork's log continuing its parent's: the first page (afterSeq 0) starts with its ancestors' steps, oldest first, each up to where the next was forked from it (the label dsec.fork-at-seq), every entry carrying its sandboxId.",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
+
+/** One line of GET /v1/trajectories (NDJSON): a step and the sandbox it ran in. */
+export const TrajectoryLine = Type.Object({ ...TrajectoryEntry.properties, sandboxId: Type.String() });
+export type TrajectoryLine = Static<typeof TrajectoryLine>;
+
+const LabelFilter = Type.String({ pattern: '^[^=]+=.*$' });
+
+export const TrajectoriesQuery = Type.Object(
+  {
+    label: Type.Optional(
+      Type.Union([LabelFilter, Type.Array(LabelFilter)], {
+        description: 'Sandboxes with this label, k=v; repeat for several (all must match).',
+      }),
+    ),
+    batch: Type.Optional(Type.String({ pattern: '^batch-[a-z0-9]{6,32}$', description: "A batch's sandboxes." })),
+    project: Type.Optional(
+      Type.String({ description: "Only this project's sandboxes (an admin key; another key always reads its own project's only)." }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type TrajectoriesQuery = Static<typeof TrajectoriesQuery>;
 
 export const ReplayStep = Type.Object({
   seq: Type.Integer(),

@@ -3,7 +3,7 @@ import { Pool, Sandbox, type Terminal } from '@dsec/sdk';
 import { DEFAULT_EXEC_TIMEOUT_MS, type NetworkPolicyRequest, type PoolInfo } from '@dsec/sdk/schema';
 import { UsageError, choiceArg, intArg, positiveArg } from '../args.js';
 import { Progress, withProgress } from '../progress.js';
-import { stdinForCommand, stdinOptions, streamToTerminal } from '../exec-io.js';
+import { stdinForCommand, stdinOptions, streamToTerminal, writeOut } from '../exec-io.js';
 import { collectKv, collectList, printTable } from '../output.js';
 
 interface CreateFlags {
@@ -411,13 +411,32 @@ export function registerSandboxCommands(program: Command): void {
   program
     .command('log')
     .description(
-      "a sandbox's trajectory: every command, file change, network switch and pause with its result (kept 24 h after a kill by default)",
+      "a sandbox's trajectory: every command, file change, network switch and pause with its result (kept 24 h after a kill by default); " +
+        'with --label or --batch, every step of many sandboxes as NDJSON on stdout, one {sandboxId, seq, kind, request, result, …} line each (`dsec log --label run=7 > run.jsonl`)',
     )
-    .argument('<id>', 'sandbox id')
+    .argument('[id]', 'sandbox id')
+    .option(
+      '-l, --label <KEY=VALUE>',
+      'every sandbox with this label, live or killed within the retention time (repeatable: all must match)',
+      collectKv,
+    )
+    .option('--batch <id>', 'every sandbox of this batch (with --label: those of them that match)')
+    .option('--lineage', "a fork's log continuing its parent's: its ancestors' steps first, each up to where it was forked")
     .option('--json', 'machine-readable output')
-    .action(async (id: string, f: { json?: boolean }) => {
-      const t = await Sandbox.trajectory(id, { limit: 10000 }); // also of a sandbox killed within the retention time
+    .action(async (id: string | undefined, f: { label?: Record<string, string>; batch?: string; lineage?: boolean; json?: boolean }) => {
+      if (f.label || f.batch !== undefined) {
+        if (id !== undefined) throw new UsageError('give a sandbox id or --label/--batch, not both');
+        if (f.lineage) throw new UsageError('--lineage reads one sandbox: give its id');
+        return writeTrajectories({ ...(f.label ? { labels: f.label } : {}), ...(f.batch !== undefined ? { batch: f.batch } : {}) });
+      }
+      if (id === undefined) throw new UsageError('give a sandbox id, or --label KEY=VALUE / --batch ID for many sandboxes');
+      // Also of a sandbox killed within the retention time.
+      const t = await Sandbox.trajectory(id, { limit: 10000, ...(f.lineage ? { lineage: true } : {}) });
+      for (const missing of t.lineageMissing ?? [])
+        process.stderr.write(`dsec: the steps of ancestor ${missing} and before are missing: its trajectory is no longer kept\n`);
+      if (f.json) return printTable(t.entries, [], true);
       const rows = t.entries.map((e) => ({
+        ...(f.lineage ? { sandbox: e.sandboxId } : {}),
         seq: e.seq,
         at: e.at,
         kind: e.kind,
@@ -425,6 +444,25 @@ export function registerSandboxCommands(program: Command): void {
         exit: e.exitCode ?? '',
         ms: e.durationMs === undefined ? '' : Math.round(e.durationMs),
       }));
-      printTable(f.json ? t.entries : rows, ['seq', 'at', 'kind', 'what', 'exit', 'ms'], f.json ?? false);
+      printTable(rows, [...(f.lineage ? ['sandbox'] : []), 'seq', 'at', 'kind', 'what', 'exit', 'ms'], false);
     });
+}
+
+/** Lines gathered before a write: one write per step would cost a syscall each on a big run. */
+const LOG_CHUNK = 64 << 10;
+
+/**
+ * `dsec log --label/--batch`: the server's NDJSON as it comes, to stdout, waiting for the pipe
+ * (`> run.jsonl`, `| jq`) to take each chunk so a slow reader holds the stream instead of memory.
+ */
+async function writeTrajectories(sel: { labels?: Record<string, string>; batch?: string }): Promise<void> {
+  let out = '';
+  for await (const line of Sandbox.trajectories(sel)) {
+    out += `${JSON.stringify(line)}\n`;
+    if (out.length >= LOG_CHUNK) {
+      await writeOut(process.stdout, out);
+      out = '';
+    }
+  }
+  if (out) await writeOut(process.stdout, out);
 }

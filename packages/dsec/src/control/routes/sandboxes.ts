@@ -21,17 +21,9 @@ import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
 import { applyByLabels, type BulkAction } from '../service/bulk.js';
 import type { SandboxService } from '../service/sandboxes.js';
+import { parseLabels } from './labels.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import { access } from '../../http/access.js';
-
-function parseLabels(label: string | string[] | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const kv of label === undefined ? [] : Array.isArray(label) ? label : [label]) {
-    const i = kv.indexOf('=');
-    out[kv.slice(0, i)] = kv.slice(i + 1);
-  }
-  return out;
-}
 
 /** A project key's snapshots are its project's own images; an admin key's are shared (docs/PROJECTS.md). */
 /** Sandbox lifecycle: thin handlers over the sandbox and snapshot services, as the caller. */

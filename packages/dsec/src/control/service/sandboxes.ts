@@ -93,11 +93,6 @@ export class SandboxService {
     return this.deps.lookup.get(caller, id);
   }
 
-  /** Throws SANDBOX_NOT_FOUND unless `id` is a sandbox, or a killed one whose trajectory is still kept. */
-  async assertTrajectoryKept(caller: Caller, id: string): Promise<void> {
-    if (!(await this.deps.lookup.trajectoryKept(caller, id))) await this.get(caller, id);
-  }
-
   /** get() plus live usage (OOM kills, memory, pids) for a running or paused sandbox. */
   async inspect(caller: Caller, id: string): Promise<SandboxInfo> {
     const s = await this.get(caller, id);

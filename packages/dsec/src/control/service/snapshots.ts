@@ -8,10 +8,12 @@ import type { ProjectImages } from '../project-images.js';
 import type { ProjectQuotas } from '../project-quotas.js';
 import type { SnapshotImages } from '../snapshot-images.js';
 import type { StateStore } from '../state-store.js';
+import type { TrajectoryLog } from '../trajectory-log.js';
 import { SYSTEM, type Caller } from './callers.js';
 import type { NetworkService } from './network.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 import type { SandboxService } from './sandboxes.js';
+import { FORK_AT_SEQ_LABEL, FORK_OF_LABEL } from './trajectories.js';
 
 /** Snapshots (pack_diff → an image) and forks (one snapshot, many sandboxes; a VM's from its live state). */
 export class SnapshotService {
@@ -25,6 +27,7 @@ export class SnapshotService {
       quotas: ProjectQuotas;
       projectImages: ProjectImages;
       snapshotImages: SnapshotImages;
+      trajectory: TrajectoryLog;
     },
   ) {}
 
@@ -80,6 +83,7 @@ export class SnapshotService {
     await this.deps.quotas.precheck(project, this.deps.sandboxes.limitsFor(spec), req.count, true);
     if (parent.backend !== undefined && parent.backend !== 'container') return this.#forkVm(caller, parent, req, project);
     const snapshot = await this.snapshot(caller, id, {});
+    const forkLabels = await this.#forkLabels(id);
     // Forks start with the policy in force now, not the one the parent was created with: a
     // parent switched to none for its rollout phase must not hand its forks the setup phase's.
     const network = await this.deps.network.currentPolicy(caller, id);
@@ -95,7 +99,7 @@ export class SnapshotService {
             labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) },
             ...(network ? { network } : {}),
           },
-          { 'dsec.fork-of': id },
+          forkLabels,
           { project, pace: true },
         ),
       ),
@@ -115,6 +119,7 @@ export class SnapshotService {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${parent.status}: only running or paused VMs can be forked`, { id });
     }
     const snap = await this.deps.lookup.edgeOf(parent).snapshotSandbox(id, { memory: true });
+    const forkLabels = await this.#forkLabels(id);
     const spec = (await this.deps.store.sandboxes.spec<CreateSandboxRequest>(id)) ?? { image: parent.imageId, backend: parent.backend };
     const network = await this.deps.network.currentPolicy(caller, id);
     const results = await Promise.allSettled(
@@ -122,7 +127,7 @@ export class SnapshotService {
         this.deps.sandboxes.create(
           SYSTEM,
           { ...spec, image: parent.imageId, labels: { ...(spec.labels ?? {}), ...(req.labels ?? {}) }, ...(network ? { network } : {}) },
-          { 'dsec.fork-of': id },
+          forkLabels,
           { restore: { edge: parent.edge, from: id }, project, pace: true },
         ),
       ),
@@ -136,6 +141,17 @@ export class SnapshotService {
       kept: true,
     };
     return { snapshot, ...settled(results) };
+  }
+
+  /**
+   * What every fork of `parent` carries: its parent, and the parent's last logged step once the
+   * snapshot is taken, where the fork's own steps continue (its lineage: GET …/trajectory?lineage=true).
+   * Read after the snapshot: a step that finished before it is in both the snapshot and the count.
+   * A step still running during the snapshot is left out of the fork's lineage (its entry is
+   * written when it ends, past the count); a trainer that forks mid-command races itself anyway.
+   */
+  async #forkLabels(parent: string): Promise<Record<string, string>> {
+    return { [FORK_OF_LABEL]: parent, [FORK_AT_SEQ_LABEL]: String(await this.deps.trajectory.lastSeq(parent)) };
   }
 }
 

@@ -272,7 +272,20 @@ export const MIGRATIONS: readonly Migration[] = [
     },
   },
   {
-    id: 11,
+    id: 10,
+    name: "a killed sandbox's labels and batch, so a bulk trajectory read (GET /v1/trajectories) and a fork's lineage still find it",
+    up: async (db) => {
+      // Tombstones from before this have neither: they stay readable by id, and match no filter.
+      // (Live rows are found by batch through sandboxes_batch, whose batch_id leads.)
+      await db.exec(`
+        ALTER TABLE ended_sandboxes ADD COLUMN labels TEXT;
+        ALTER TABLE ended_sandboxes ADD COLUMN batch_id TEXT;
+        CREATE INDEX IF NOT EXISTS ended_sandboxes_batch ON ended_sandboxes(batch_id);
+      `);
+    },
+  },
+  {
+    id: 13,
     name: "killed sandboxes keep what a replay starts from (image and create request) beside their trajectory",
     up: async (db) => {
       await db.exec('ALTER TABLE ended_sandboxes ADD COLUMN replay_from TEXT;');

@@ -1,6 +1,6 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import type { Sql, SqlDb, SqlValue } from './sql.js';
+import { labelsMatch, type Sql, type SqlDb } from './sql.js';
 
 /** The replica creating a sandbox and until when it vouches for the create (renewed while it runs). */
 export interface CreateLease {
@@ -103,17 +103,7 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async list(filter: SandboxFilter = {}): Promise<SandboxInfo[]> {
-    const where: string[] = [];
-    const params: SqlValue[] = [];
-    for (const [k, v] of Object.entries(filter.labels ?? {})) {
-      // The engine's JSON functions, not a JSON path built from the key: keys may hold any character.
-      where.push(
-        this.db.dialect === 'postgres'
-          ? 'CAST(sandboxes.labels AS jsonb) ->> CAST(? AS text) = ?'
-          : 'EXISTS (SELECT 1 FROM json_each(sandboxes.labels) WHERE key = ? AND value = ?)',
-      );
-      params.push(k, v);
-    }
+    const { where, params } = labelsMatch(this.db.dialect, 'sandboxes.labels', filter.labels ?? {});
     if (filter.status) {
       where.push('status = ?');
       params.push(filter.status);

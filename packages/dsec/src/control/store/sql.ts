@@ -30,3 +30,22 @@ export interface SqlDb extends Sql {
   transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
+
+/**
+ * A WHERE clause for "the JSON object in `column` holds every pair of `labels`" (one condition
+ * per pair, to be ANDed), with its parameters. The engine's JSON functions, not a JSON path built
+ * from the key: keys may hold any character. A NULL column matches no pair.
+ */
+export function labelsMatch(dialect: Dialect, column: string, labels: Record<string, string>): { where: string[]; params: SqlValue[] } {
+  const where: string[] = [];
+  const params: SqlValue[] = [];
+  for (const [k, v] of Object.entries(labels)) {
+    where.push(
+      dialect === 'postgres'
+        ? `CAST(${column} AS jsonb) ->> CAST(? AS text) = ?`
+        : `EXISTS (SELECT 1 FROM json_each(${column}) WHERE key = ? AND value = ?)`,
+    );
+    params.push(k, v);
+  }
+  return { where, params };
+}
