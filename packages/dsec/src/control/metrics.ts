@@ -69,6 +69,27 @@ export class Metrics {
     labelNames: ['code', 'route'] as const,
     registers: [this.registry],
   });
+  // Per project: counted here as the work happens, so they cost nothing at a scrape; like every
+  // counter of this registry they start from zero when the control plane does (rate() treats
+  // that as a counter reset).
+  readonly #projectCreates = new Counter({
+    name: 'dsec_project_sandbox_creates_total',
+    help: 'Sandboxes created (running) in each project; a claim from a warm pool is counted in dsec_project_pool_claims_total instead.',
+    labelNames: ['project'] as const,
+    registers: [this.registry],
+  });
+  readonly #projectFnCalls = new Counter({
+    name: 'dsec_project_fn_calls_total',
+    help: 'Function calls (POST /v1/fn/run, each call of /v1/fn/batch) of each project, by outcome: ok (the program ran; its exit code is its own) or the error code.',
+    labelNames: ['project', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly #projectPoolClaims = new Counter({
+    name: 'dsec_project_pool_claims_total',
+    help: 'Creates of each project answered with a ready sandbox from a warm pool, by pool.',
+    labelNames: ['project', 'pool'] as const,
+    registers: [this.registry],
+  });
   #cluster: ClusterMetrics | undefined;
 
   constructor(opts: { processMetrics?: boolean } = {}) {
@@ -81,9 +102,19 @@ export class Metrics {
     this.#cluster = new ClusterMetrics(this.registry, view);
   }
 
-  observeCreate(backend: string, ms: number): void {
+  observeCreate(backend: string, project: string, ms: number): void {
     this.#creates.inc({ backend });
+    this.#projectCreates.inc({ project });
     this.#createSeconds.observe({ backend }, ms / 1000);
+  }
+
+  /** `outcome`: 'ok' when the call ran (whatever its exit code), else the error code the caller got. */
+  fnCall(project: string, outcome: string): void {
+    this.#projectFnCalls.inc({ project, outcome });
+  }
+
+  poolClaim(project: string, pool: string): void {
+    this.#projectPoolClaims.inc({ project, pool });
   }
 
   createFailed(backend: string, code: string): void {

@@ -125,7 +125,7 @@ export class SandboxCreation {
     const started = performance.now();
     try {
       const info = await this.#create(req, extraLabels, opts);
-      this.deps.metrics.observeCreate(info.backend, performance.now() - started);
+      this.deps.metrics.observeCreate(info.backend, info.project ?? DEFAULT_PROJECT, performance.now() - started);
       return info;
     } catch (err) {
       this.deps.metrics.createFailed(req.backend ?? 'container', err instanceof ApiError ? err.code : 'INTERNAL');
@@ -442,7 +442,7 @@ export class SandboxCreation {
         else if (other)
           hooks.onFailed(p.item.index, 'SANDBOX_CREATE_FAILED', other.reason ?? `settled as ${other.status} by another replica`, p.info.id);
         else {
-          this.deps.metrics.observeCreate(backend, performance.now() - started);
+          this.deps.metrics.observeCreate(backend, hooks.project, performance.now() - started);
           hooks.onRunning(p.item.index, p.info.edge, p.info.id);
         }
       }

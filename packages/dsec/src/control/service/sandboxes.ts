@@ -57,13 +57,17 @@ export class SandboxService {
       });
     opts = { ...opts, project: opts.project ?? caller.project };
     const pools = this.deps.pools();
-    if (!opts.batch && pools.poolFor(req) !== undefined) {
+    const pool = opts.batch ? undefined : pools.poolFor(req);
+    if (pool !== undefined) {
       // A claim is a create for the project's quotas: it moves a ready sandbox into the project.
       const project = opts.project!;
       const claimed = await this.deps.quotas.admit(project, this.limitsFor(req), 1, () => pools.claim(req, project), {
         pace: opts.pace === true,
       });
-      if (claimed) return claimed;
+      if (claimed) {
+        this.deps.metrics.poolClaim(project, pool);
+        return claimed;
+      }
       opts = { ...opts, rateTaken: true };
     }
     const { pool: _pool, ...spec } = req;

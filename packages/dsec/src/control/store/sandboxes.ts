@@ -22,6 +22,14 @@ export interface SandboxFilter {
   project?: string;
 }
 
+/** One group of countGroups(): the rows of one status on one edge in one project. */
+export interface SandboxCount {
+  status: SandboxStatus;
+  edge: string;
+  project: string;
+  count: number;
+}
+
 /**
  * Sandbox rows, their create requests (specs), expiry, and the leases on creates in flight (a
  * create is vouched for by its replica: control/create-leases.ts).
@@ -38,6 +46,11 @@ export interface SandboxRecords {
   get(id: string): Promise<SandboxInfo | undefined>;
   /** Sandboxes that match every field of `filter`, oldest first. */
   list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
+  /**
+   * How many rows there are of each status, edge and project: one grouped count, so a scrape
+   * stays cheap at hundreds of thousands of rows (nothing but the groups is read into memory).
+   */
+  countGroups(): Promise<SandboxCount[]>;
   /** The row and its trajectory. */
   delete(id: string): Promise<void>;
   /** The project of a sandbox the store has a row for (live or not). */
@@ -128,6 +141,10 @@ export class SqlSandboxRecords implements SandboxRecords {
     }
     const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
     return (await this.db.all<SandboxRow>(sql, params)).map(fromRow);
+  }
+
+  async countGroups(): Promise<SandboxCount[]> {
+    return this.db.all<SandboxCount>('SELECT status, edge, project, count(*) AS count FROM sandboxes GROUP BY status, edge, project');
   }
 
   async delete(id: string): Promise<void> {
