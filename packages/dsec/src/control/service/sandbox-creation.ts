@@ -45,6 +45,8 @@ export interface CreateOptions {
   pace?: boolean;
   /** The create-rate token was taken already (a pool claim that missed). */
   rateTaken?: boolean;
+  /** E2B's envd access token for the sandbox, kept in the row and never in its labels (store/sandboxes.ts). */
+  accessToken?: string;
 }
 
 /**
@@ -168,7 +170,7 @@ export class SandboxCreation {
           project,
           limits,
           1,
-          () => this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease()),
+          () => this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease(), opts.accessToken),
           { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true },
         );
       } catch (err) {
