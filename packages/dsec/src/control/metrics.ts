@@ -1,5 +1,9 @@
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ClusterMetrics, type ClusterView } from './cluster-metrics.js';
+import { RecentEvents } from './recent-events.js';
+
+/** The events counted over the last minute as well (dsec_events_last_minute). */
+type RecentEvent = 'create' | 'create_error' | 'kill' | 'exec';
 
 /** Seconds; a create is ~10 ms on a warm node and seconds for a VM or a cold lazy layer. */
 const CREATE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -90,11 +94,27 @@ export class Metrics {
     labelNames: ['project', 'pool'] as const,
     registers: [this.registry],
   });
+  readonly #recent: Record<RecentEvent, RecentEvents> = {
+    create: new RecentEvents(),
+    create_error: new RecentEvents(),
+    kill: new RecentEvents(),
+    exec: new RecentEvents(),
+  };
   #cluster: ClusterMetrics | undefined;
 
   constructor(opts: { processMetrics?: boolean } = {}) {
     // process_cpu_seconds_total, process_resident_memory_bytes, nodejs_eventloop_lag_seconds, …
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    const recent = this.#recent;
+    new Gauge({
+      name: 'dsec_events_last_minute',
+      help: 'Creates, failed creates, kills and commands (event) in the last 60 s, for a reader that looks once (dsec top --once); use rate() over the counters for graphs.',
+      labelNames: ['event'] as const,
+      registers: [this.registry],
+      collect() {
+        for (const [event, r] of Object.entries(recent)) this.set({ event }, r.total());
+      },
+    });
   }
 
   /** Gauges read from the cluster at each scrape: sandboxes by state, edges, layer caches, batches. */
@@ -104,6 +124,7 @@ export class Metrics {
 
   observeCreate(backend: string, project: string, ms: number): void {
     this.#creates.inc({ backend });
+    this.#recent.create.add();
     this.#projectCreates.inc({ project });
     this.#createSeconds.observe({ backend }, ms / 1000);
   }
@@ -119,10 +140,12 @@ export class Metrics {
 
   createFailed(backend: string, code: string): void {
     this.#createErrors.inc({ backend, code });
+    this.#recent.create_error.add();
   }
 
   observeKill(backend: string, cause: 'kill' | 'expiry'): void {
     this.#kills.inc({ backend, cause });
+    this.#recent.kill.add();
   }
 
   killFailed(backend: string, code: string): void {
@@ -131,6 +154,7 @@ export class Metrics {
 
   observeExec(kind: ExecKind, ms: number): void {
     this.#execSeconds.observe({ kind }, ms / 1000);
+    this.#recent.exec.add();
   }
 
   observeRequest(method: string, route: string, status: number, seconds: number): void {

@@ -51,6 +51,7 @@ describe('fast tier: per-project metrics', () => {
     assert.equal(m.sum('dsec_project_fn_calls_total', { project: 'team-a' }), 0);
     // The cluster-wide gauge is the same grouped count, summed over projects.
     assert.equal(m.sum('dsec_sandboxes', { state: 'running' }), 3);
+    assert.equal(m.get('dsec_events_last_minute', { event: 'create' }), 4, "the last minute's creates (dsec top --once)");
     assert.match((await call('GET', '/metrics')).body, /^# TYPE dsec_project_sandbox_creates_total counter$/m);
 
     for (const s of [...a, ...b]) assert.equal((await call('DELETE', `/v1/sandboxes/${s.id}`, keys.admin)).statusCode, 204);
