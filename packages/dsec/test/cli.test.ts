@@ -388,6 +388,24 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
     }
   });
 
+  test('demo with DSEC_URL runs on the server it names: its image, its sandboxes; nothing in a local data dir', async () => {
+    const local = makeDataDir();
+    const remote = { DSEC_URL: server.url, DSEC_API_KEY: server.apiKey, DSEC_DATA_DIR: local };
+    try {
+      const r = await runCli(['demo', '-n', '2', '--json'], remote, 180_000);
+      assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
+      const report = JSON.parse(r.stdout) as { ok: boolean; url: string; startedServer: boolean; sandboxes: number };
+      assert.equal(report.ok, true, r.stdout);
+      assert.equal(report.url, server.url);
+      assert.equal(report.startedServer, false, 'no server of its own on the local data dir');
+      assert.match(r.stderr, /\(DSEC_URL; its host is not checked for leaks from here\)/);
+      assert.ok(!existsSync(join(local, 'images')) || readdirSync(join(local, 'images')).length === 0, 'a local image store was written');
+      assert.ok(!existsSync(join(local, 'client.json')), 'a local server was started');
+    } finally {
+      await assertCleanAndRemove(local, 'none');
+    }
+  });
+
   test('image build and ls with DSEC_URL act on the server it names, not on a local data dir', async () => {
     // A data dir of this host that is not the server's: nothing may land in it.
     const local = makeDataDir();

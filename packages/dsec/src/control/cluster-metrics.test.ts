@@ -81,7 +81,7 @@ function edgeInfo(id: string, lazyFetched?: number): EdgeInfo {
 }
 
 describe('cluster metrics', () => {
-  test('sandboxes by state, pool and edge; edge capacity; layer caches; lazy bytes; running batches', async () => {
+  test('sandboxes by state, pool and edge and by project; edge capacity; layer caches; lazy bytes; running batches', async () => {
     const registry = new Registry();
     let batches = [{ id: 'batch-1', count: 100, placed: 40, running: 30, failed: 2 }];
     const view: ClusterView = {
@@ -89,11 +89,12 @@ describe('cluster metrics', () => {
         { id: 'a', pool: 'default', state: 'ready', info: edgeInfo('a', 2 * MiB) },
         { id: 'b', pool: 'burst', state: 'lost', info: edgeInfo('b') },
       ],
-      sandboxes: async () => [
-        { status: 'running', edge: 'a' },
-        { status: 'running', edge: 'a' },
-        { status: 'failed', edge: 'a' },
-        { status: 'lost', edge: 'b' },
+      // The store's grouped count: by state, edge and project.
+      sandboxCounts: async () => [
+        { status: 'running', edge: 'a', project: 'default', count: 1 },
+        { status: 'running', edge: 'a', project: 'team-a', count: 1 },
+        { status: 'failed', edge: 'a', project: 'team-a', count: 1 },
+        { status: 'lost', edge: 'b', project: 'team-a', count: 1 },
       ],
       batches: () => batches,
       images: () => [
@@ -109,6 +110,9 @@ describe('cluster metrics', () => {
     has('dsec_sandboxes{state="running",pool="default",edge="a"} 2');
     has('dsec_sandboxes{state="failed",pool="default",edge="a"} 1');
     has('dsec_sandboxes{state="lost",pool="burst",edge="b"} 1');
+    has('dsec_project_sandboxes{project="team-a",state="running"} 1');
+    has('dsec_project_sandboxes{project="team-a",state="lost"} 1');
+    has('dsec_project_sandboxes{project="default",state="running"} 1');
     has('dsec_edge_up{edge="b",pool="burst",state="lost"} 1');
     has('dsec_edge_utilisation_ratio{edge="a",pool="default"} 0.4');
     has('dsec_edge_cpu_usage_ratio{edge="a",pool="default"} 0.25');

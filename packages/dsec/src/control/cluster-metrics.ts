@@ -6,8 +6,8 @@ import type { EdgeInfo } from '../edge/protocol/schemas.js';
 export interface ClusterView {
   /** Every edge with its last heartbeat (EdgeRegistry.describe after refreshLocal). */
   edges(): Promise<{ id: string; pool: string; state: string; info: EdgeInfo }[]>;
-  /** Every sandbox row: its state and edge. */
-  sandboxes(): Promise<{ status: SandboxStatus; edge: string }[]>;
+  /** Sandbox rows counted by state, edge and project (a grouped count in the store, never every row). */
+  sandboxCounts(): Promise<{ status: SandboxStatus; edge: string; project: string; count: number }[]>;
   /** Batches being driven now. */
   batches(): { id: string; count: number; placed: number; running: number; failed: number }[];
   /** The images the store holds, with their layers: lazy bytes are summed per image from these. */
@@ -16,7 +16,7 @@ export interface ClusterView {
 
 /**
  * Gauges of what the store and the edges hold, set at each scrape rather than kept in step with
- * every change: sandboxes by state, pool and edge; each edge's capacity and utilisation; layer
+ * every change: sandboxes by state, pool and edge, and by project and state; each edge's capacity and utilisation; layer
  * caches and lazy loading; running batches. Edges report through the control plane: their
  * heartbeats already carry these facts every second, so one scrape target covers the cluster
  * and a node needs no second port or credential for Prometheus.
@@ -27,6 +27,7 @@ export interface ClusterView {
  */
 export class ClusterMetrics {
   readonly #sandboxes: Gauge<'state' | 'pool' | 'edge'>;
+  readonly #projectSandboxes: Gauge<'project' | 'state'>;
   readonly #edges: Gauge<'edge' | 'pool' | 'state'>;
   readonly #edgeGauges: Record<string, Gauge<'edge' | 'pool'>>;
   readonly #edgeCounters: Record<string, Counter<'edge' | 'pool'>>;
@@ -49,6 +50,12 @@ export class ClusterMetrics {
       name: 'dsec_sandboxes',
       help: 'Sandboxes by state, pool and edge (rows in the state store).',
       labelNames: ['state', 'pool', 'edge'] as const,
+      registers,
+    });
+    this.#projectSandboxes = new Gauge({
+      name: 'dsec_project_sandboxes',
+      help: 'Sandboxes by project and state (rows in the state store).',
+      labelNames: ['project', 'state'] as const,
       registers,
     });
     this.#edges = new Gauge({
@@ -123,18 +130,16 @@ export class ClusterMetrics {
 
   /** Reads the edges, the store and the batches and sets every gauge (labels of what went are dropped). */
   async refresh(): Promise<void> {
-    const [edges, rows] = await Promise.all([this.view.edges(), this.view.sandboxes()]);
+    const [edges, groups] = await Promise.all([this.view.edges(), this.view.sandboxCounts()]);
     const poolOf = new Map(edges.map((e) => [e.id, e.pool]));
 
+    // The store's groups are by state, edge and project: each gauge sums over the label it lacks.
     this.#sandboxes.reset();
-    const counts = new Map<string, { state: string; pool: string; edge: string; n: number }>();
-    for (const r of rows) {
-      const key = `${r.status}\0${r.edge}`;
-      const c = counts.get(key);
-      if (c) c.n++;
-      else counts.set(key, { state: r.status, pool: poolOf.get(r.edge) ?? 'unknown', edge: r.edge, n: 1 });
+    this.#projectSandboxes.reset();
+    for (const g of groups) {
+      this.#sandboxes.inc({ state: g.status, pool: poolOf.get(g.edge) ?? 'unknown', edge: g.edge }, g.count);
+      this.#projectSandboxes.inc({ project: g.project, state: g.status }, g.count);
     }
-    for (const c of counts.values()) this.#sandboxes.set({ state: c.state, pool: c.pool, edge: c.edge }, c.n);
 
     this.#edges.reset();
     for (const g of Object.values(this.#edgeGauges)) g.reset();

@@ -144,7 +144,7 @@ export class ControlPlane {
         await this.edges.refreshLocal();
         return this.edges.describe();
       },
-      sandboxes: async () => store.sandboxes.list(),
+      sandboxCounts: () => store.sandboxes.countGroups(),
       batches: () => this.batches.progress(),
       images: () => images.list(),
     });
@@ -160,6 +160,7 @@ export class ControlPlane {
     this.fn = new FnService({
       edges: this.edges,
       compose: (req, project) => creation.composeLayers(req, project ?? SHARED_IMAGES_ONLY),
+      metrics: this.metrics,
       log: log.child({ component: 'fn' }),
     });
     const lookup = new SandboxLookup({ store, ended: this.ended, edges: this.edges, unclaimedIn: (id) => this.pools.unclaimedIn(id), log });

@@ -1,5 +1,9 @@
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ClusterMetrics, type ClusterView } from './cluster-metrics.js';
+import { RecentEvents } from './recent-events.js';
+
+/** The events counted over the last minute as well (dsec_events_last_minute). */
+type RecentEvent = 'create' | 'create_error' | 'kill' | 'exec';
 
 /** Seconds; a create is ~10 ms on a warm node and seconds for a VM or a cold lazy layer. */
 const CREATE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -69,11 +73,48 @@ export class Metrics {
     labelNames: ['code', 'route'] as const,
     registers: [this.registry],
   });
+  // Per project: counted here as the work happens, so they cost nothing at a scrape; like every
+  // counter of this registry they start from zero when the control plane does (rate() treats
+  // that as a counter reset).
+  readonly #projectCreates = new Counter({
+    name: 'dsec_project_sandbox_creates_total',
+    help: 'Sandboxes created (running) in each project; a claim from a warm pool is counted in dsec_project_pool_claims_total instead.',
+    labelNames: ['project'] as const,
+    registers: [this.registry],
+  });
+  readonly #projectFnCalls = new Counter({
+    name: 'dsec_project_fn_calls_total',
+    help: 'Function calls (POST /v1/fn/run, each call of /v1/fn/batch) of each project, by outcome: ok (the program ran; its exit code is its own) or the error code.',
+    labelNames: ['project', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly #projectPoolClaims = new Counter({
+    name: 'dsec_project_pool_claims_total',
+    help: 'Creates of each project answered with a ready sandbox from a warm pool, by pool.',
+    labelNames: ['project', 'pool'] as const,
+    registers: [this.registry],
+  });
+  readonly #recent: Record<RecentEvent, RecentEvents> = {
+    create: new RecentEvents(),
+    create_error: new RecentEvents(),
+    kill: new RecentEvents(),
+    exec: new RecentEvents(),
+  };
   #cluster: ClusterMetrics | undefined;
 
   constructor(opts: { processMetrics?: boolean } = {}) {
     // process_cpu_seconds_total, process_resident_memory_bytes, nodejs_eventloop_lag_seconds, …
     if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    const recent = this.#recent;
+    new Gauge({
+      name: 'dsec_events_last_minute',
+      help: 'Creates, failed creates, kills and commands (event) in the last 60 s, for a reader that looks once (dsec top --once); use rate() over the counters for graphs.',
+      labelNames: ['event'] as const,
+      registers: [this.registry],
+      collect() {
+        for (const [event, r] of Object.entries(recent)) this.set({ event }, r.total());
+      },
+    });
   }
 
   /** Gauges read from the cluster at each scrape: sandboxes by state, edges, layer caches, batches. */
@@ -81,17 +122,30 @@ export class Metrics {
     this.#cluster = new ClusterMetrics(this.registry, view);
   }
 
-  observeCreate(backend: string, ms: number): void {
+  observeCreate(backend: string, project: string, ms: number): void {
     this.#creates.inc({ backend });
+    this.#recent.create.add();
+    this.#projectCreates.inc({ project });
     this.#createSeconds.observe({ backend }, ms / 1000);
+  }
+
+  /** `outcome`: 'ok' when the call ran (whatever its exit code), else the error code the caller got. */
+  fnCall(project: string, outcome: string): void {
+    this.#projectFnCalls.inc({ project, outcome });
+  }
+
+  poolClaim(project: string, pool: string): void {
+    this.#projectPoolClaims.inc({ project, pool });
   }
 
   createFailed(backend: string, code: string): void {
     this.#createErrors.inc({ backend, code });
+    this.#recent.create_error.add();
   }
 
   observeKill(backend: string, cause: 'kill' | 'expiry'): void {
     this.#kills.inc({ backend, cause });
+    this.#recent.kill.add();
   }
 
   killFailed(backend: string, code: string): void {
@@ -100,6 +154,7 @@ export class Metrics {
 
   observeExec(kind: ExecKind, ms: number): void {
     this.#execSeconds.observe({ kind }, ms / 1000);
+    this.#recent.exec.add();
   }
 
   observeRequest(method: string, route: string, status: number, seconds: number): void {

@@ -7,7 +7,8 @@ import type { SandboxInfo } from '@dsec/sdk/schema';
 import { StateStore } from './state-store.js';
 import Database from 'better-sqlite3';
 import { TEST_STORE_POSTGRES, testStoreLocation } from '../../test/helpers/postgres.js';
-import { MIGRATIONS } from './store/migrations.js';
+import { MIGRATIONS, migrate } from './store/migrations.js';
+import { SqliteDb } from './store/sqlite-db.js';
 
 /**
  * A sandbox record. Built loosely (cast) so the test does not break each time SandboxInfo gains a
@@ -202,6 +203,43 @@ describe('StateStore sandboxes', () => {
           (await store.db.all<{ id: number }>('SELECT id FROM schema_migrations ORDER BY id')).map((r) => r.id),
           MIGRATIONS.map((m) => m.id),
         );
+      } finally {
+        await store.close();
+      }
+    },
+  );
+
+  test(
+    "migration 12 moves E2B's access token out of the labels and the stored spec into its column",
+    { skip: TEST_STORE_POSTGRES ? 'opens a SQLite file at a chosen migration' : undefined },
+    async () => {
+      const file = join(dir, 'token-label.db');
+      const before = new SqliteDb(file);
+      await migrate(
+        before,
+        MIGRATIONS.filter((m) => m.id < 12),
+      );
+      // Rows as the dsec before it wrote them: the token among the labels and in the spec's.
+      const labels = { 'e2b.template': 'base', 'e2b.access-token': 'secret-token', k: 'v' };
+      for (const [id, l] of [
+        ['sb-local-e2btok', labels],
+        ['sb-local-plainn', { k: 'v' }],
+      ] as const) {
+        await before.run(
+          `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at) VALUES (?, 'local', 'running', 'base', 'sha256:0', '{}', ?, '2025-01-01T00:00:00.000Z')`,
+          [id, JSON.stringify(l)],
+        );
+        await before.run('INSERT INTO sandbox_specs (id, spec) VALUES (?, ?)', [id, JSON.stringify({ image: 'base', labels: l })]);
+      }
+      await before.close();
+      const store = await StateStore.open(file);
+      try {
+        assert.deepEqual((await store.sandboxes.get('sb-local-e2btok'))?.labels, { 'e2b.template': 'base', k: 'v' });
+        assert.equal(await store.sandboxes.accessToken('sb-local-e2btok'), 'secret-token');
+        assert.deepEqual(await store.sandboxes.spec('sb-local-e2btok'), { image: 'base', labels: { 'e2b.template': 'base', k: 'v' } });
+        assert.equal(await store.sandboxes.accessToken('sb-local-plainn'), undefined);
+        assert.deepEqual([...(await store.sandboxes.accessTokens())], [['sb-local-e2btok', 'secret-token']]);
+        assert.deepEqual([...(await store.sandboxes.accessTokens('other'))], []);
       } finally {
         await store.close();
       }

@@ -21,7 +21,7 @@ export function registerTopCommand(program: Command): void {
     .description(
       "a live view of the node or cluster: sandboxes by state, create and exec rates, each edge's sandboxes, CPU and memory (Ctrl-C quits)",
     )
-    .option('--once', 'print one frame and exit (rates over one interval)')
+    .option('--once', 'print one frame and exit (rates over one interval, and over the last minute)')
     .option('--interval <seconds>', 'time between frames (default 2)', positiveArg, 2)
     .action(async (f: { once?: boolean; interval: number }) => {
       const conn = new Connection();

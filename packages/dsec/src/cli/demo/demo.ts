@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { Sandbox } from '@dsec/sdk';
+import { Image, Sandbox, resolveConnection } from '@dsec/sdk';
 import { printTable } from '../output.js';
 import type { ServerOptions } from '../../config/options.js';
 import { findLeaks } from '../../host/leak-check.js';
@@ -27,11 +27,18 @@ const say = (m: string): void => void process.stderr.write(`${m}\n`);
  * The main job: what a trainer does, 50 times at once. Each sandbox gets a task file, runs a
  * program over it, and the result is read back and checked against the host's own computation.
  */
-export async function runDemo(opts: { options: ServerOptions; count: number; json: boolean }): Promise<DemoReport> {
-  const { options, count } = opts;
+export async function runDemo(opts: {
+  options: ServerOptions;
+  count: number;
+  json: boolean;
+  /** The server DSEC_URL names (cli/commands/image-server.ts): the demo runs there, through its API only. */
+  remote?: string | undefined;
+}): Promise<DemoReport> {
+  const { options, count, remote } = opts;
   let server: RunningDsec | undefined;
-  let conn = await findRunningServer(options.dataDir);
-  if (conn) say(`using the dsec already running at ${conn.url}`);
+  // DSEC_URL/DSEC_API_KEY as every client command reads them (the SDK's resolution).
+  let conn = remote ? resolveConnection() : await findRunningServer(options.dataDir);
+  if (conn) say(`using the dsec already running at ${conn.url}${remote ? ' (DSEC_URL; its host is not checked for leaks from here)' : ''}`);
   else {
     say('starting dsec (control plane + local edge) in this process…');
     server = await startAllInOne({ ...options, listen: '127.0.0.1:0' });
@@ -42,9 +49,15 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
     conn = { url: server.url, apiKey: server.apiKey };
     say(`dsec is up at ${conn.url}`);
   }
-  const images = new ImageStore(options.dataDir, new LayerStore(options.dataDir));
-  if (!images.resolve('busybox')) say('building the default image (busybox)…');
-  await buildBusyboxImage(images, { progress: (m) => say(`  ${m}`) });
+  if (remote) {
+    // The server's image store, not this host's: the image the sandboxes run is the server's.
+    say('building the default image (busybox) on the server, if it has none…');
+    await Image.build({ ...conn, builder: 'busybox' });
+  } else {
+    const images = new ImageStore(options.dataDir, new LayerStore(options.dataDir));
+    if (!images.resolve('busybox')) say('building the default image (busybox)…');
+    await buildBusyboxImage(images, { progress: (m) => say(`  ${m}`) });
+  }
 
   const runLabel = `demo-${randomBytes(3).toString('hex')}`;
   const lat = { create: [] as number[], writeFile: [] as number[], exec: [] as number[], readFile: [] as number[], kill: [] as number[] };
@@ -89,7 +102,8 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
   );
   const wallSeconds = (performance.now() - t0) / 1000;
 
-  const leaks = await findLeaks(options.dataDir, { onlyIds: created.map((s) => s.id) });
+  // Mounts, cgroups and containers are the server's host's: checked only when that is this one.
+  const leaks = remote ? [] : await findLeaks(options.dataDir, { onlyIds: created.map((s) => s.id) });
   const leftover = await Sandbox.list({ ...conn, labels: { demo: runLabel } });
   for (const s of leftover) leaks.push(`sandbox record ${s.id} (${s.status})`);
   if (server) {
@@ -132,7 +146,9 @@ export async function runDemo(opts: { options: ServerOptions; count: number; jso
     process.stdout.write(
       leaks.length
         ? `LEAKED:\n  ${leaks.join('\n  ')}\n`
-        : 'cleanup verified: no sandbox, mount, cgroup, crun container or directory left\n',
+        : remote
+          ? 'cleanup verified: no sandbox record left (the server host was not checked for mounts, cgroups, containers or directories)\n'
+          : 'cleanup verified: no sandbox, mount, cgroup, crun container or directory left\n',
     );
     process.stdout.write(report.ok ? 'demo ok\n' : 'demo FAILED\n');
   }

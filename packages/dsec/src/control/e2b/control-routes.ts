@@ -79,9 +79,12 @@ function networkOf(body: Body): NetworkPolicyRequest | undefined {
   return undefined; // dsec's default: loopback only
 }
 
-function isE2b(s: SandboxInfo): boolean {
-  return s.labels[LABEL.accessToken] !== undefined;
-}
+/**
+ * A sandbox made through the E2B API, with its envd access token: read from the store's own column
+ * for it (never a label, which every key of the project lists), and given only in E2B's answers to
+ * a key that sees the sandbox, as E2B's API gives it.
+ */
+type E2bSandbox = SandboxInfo & { accessToken: string };
 
 function metadataOf(s: SandboxInfo): Record<string, string> {
   try {
@@ -96,21 +99,21 @@ function endAt(s: SandboxInfo): string {
 }
 
 /** The `Sandbox` answer of create, connect and resume. */
-function created(s: SandboxInfo): Body {
+function created(s: E2bSandbox): Body {
   return {
     templateID: s.labels[LABEL.template] ?? s.image,
     sandboxID: s.id,
     alias: s.labels[LABEL.template] ?? s.image,
     clientID: s.edge,
     envdVersion: ENVD_VERSION,
-    envdAccessToken: s.labels[LABEL.accessToken],
+    envdAccessToken: s.accessToken,
     trafficAccessToken: null,
     domain: null,
   };
 }
 
 /** `SandboxDetail` / `ListedSandbox`: every field E2B's API marks required. */
-function detail(s: SandboxInfo): Body {
+function detail(s: E2bSandbox): Body {
   return {
     templateID: s.labels[LABEL.template] ?? s.image,
     alias: s.labels[LABEL.template] ?? s.image,
@@ -124,7 +127,7 @@ function detail(s: SandboxInfo): Body {
     metadata: metadataOf(s),
     state: s.status === 'paused' ? 'paused' : 'running',
     envdVersion: ENVD_VERSION,
-    envdAccessToken: s.labels[LABEL.accessToken],
+    envdAccessToken: s.accessToken,
     domain: null,
   };
 }
@@ -188,18 +191,20 @@ export function registerControlRoutes(
    * An E2B sandbox the caller may see: its project's (any, for an admin key), running or paused,
    * and made through this API. Another project's answers as a missing one does.
    */
-  const find = async (req: FastifyRequest): Promise<SandboxInfo> => {
+  const find = async (req: FastifyRequest): Promise<E2bSandbox> => {
     const id = (req.params as { id: string }).id;
     let s: SandboxInfo;
+    let accessToken: string | undefined;
     try {
       // Another project's sandbox is, for this caller, one that does not exist (the service decides).
       s = await control.sandboxes.get(req.caller, id);
+      accessToken = await control.sandboxes.accessToken(req.caller, id);
     } catch {
       throw new E2bHttpError(404, `sandbox ${id} not found`);
     }
-    if (!isE2b(s) || (s.status !== 'running' && s.status !== 'paused'))
+    if (accessToken === undefined || (s.status !== 'running' && s.status !== 'paused'))
       throw new E2bHttpError(404, `sandbox ${id} not found${s.reason ? ` (${s.reason})` : ''}`);
-    return s;
+    return { ...s, accessToken };
   };
 
   const opts = { config: access.key, schema: { hide: true } };
@@ -228,12 +233,13 @@ export function registerControlRoutes(
         env,
         ttlSeconds: Math.max(1, timeout),
         onExpiry: body['autoPause'] === true ? 'pause' : 'stop',
-        labels: { [LABEL.template]: template, [LABEL.accessToken]: newAccessToken(), [LABEL.metadata]: JSON.stringify(metadata) },
+        labels: { [LABEL.template]: template, [LABEL.metadata]: JSON.stringify(metadata) },
         ...(network ? { network } : {}),
       };
+      const accessToken = newAccessToken();
       let s: SandboxInfo;
       try {
-        s = await control.sandboxes.create(req.caller, spec);
+        s = await control.sandboxes.create(req.caller, spec, {}, { accessToken });
       } catch (err) {
         if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND') {
           const hint =
@@ -244,7 +250,7 @@ export function registerControlRoutes(
         }
         throw err;
       }
-      return reply.status(201).send(created(s));
+      return reply.status(201).send(created({ ...s, accessToken }));
     } catch (err) {
       return send(reply, err);
     }
@@ -252,7 +258,7 @@ export function registerControlRoutes(
   app.post('/sandboxes', opts, create);
   app.post('/v2/sandboxes', opts, create);
 
-  const list = async (req: FastifyRequest, v2: boolean): Promise<SandboxInfo[]> => {
+  const list = async (req: FastifyRequest, v2: boolean): Promise<E2bSandbox[]> => {
     const q = (req.query ?? {}) as Record<string, unknown>;
     const meta = metadataFilter(q['metadata']);
     const states = typeof q['state'] === 'string' ? q['state'].split(',').filter(Boolean) : v2 ? ['running', 'paused'] : ['running'];
@@ -260,8 +266,13 @@ export function registerControlRoutes(
       if (st !== 'running' && st !== 'paused') throw new E2bHttpError(400, `state ${JSON.stringify(st)} is not running or paused`);
     const template = typeof q['template'] === 'string' && q['template'] ? q['template'] : undefined;
     const startedAfter = typeof q['startedAfter'] === 'string' ? Date.parse(q['startedAfter']) : undefined;
+    const tokens = await control.sandboxes.accessTokens(req.caller);
     return (await control.sandboxes.list(req.caller, {}))
-      .filter((s) => isE2b(s) && states.includes(s.status))
+      .flatMap((s) => {
+        const accessToken = tokens.get(s.id);
+        return accessToken === undefined ? [] : [{ ...s, accessToken }];
+      })
+      .filter((s) => states.includes(s.status))
       .filter((s) => !template || s.labels[LABEL.template] === template)
       .filter((s) => startedAfter === undefined || Number.isNaN(startedAfter) || Date.parse(s.createdAt) > startedAfter)
       .filter((s) => {
@@ -359,15 +370,17 @@ export function registerControlRoutes(
     (mustBePaused: boolean) =>
     async (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
       try {
-        let s = await find(req);
+        const s = await find(req);
         const t = timeoutOf(obj(req.body, 'body')['timeout']) ?? DEFAULT_TIMEOUT_S;
         const wasPaused = s.status === 'paused';
         if (mustBePaused && !wasPaused) throw new E2bHttpError(409, `sandbox ${s.id} is already running`);
         const until = Date.now() + Math.max(1, t) * 1000;
         // Before resuming: a pause-on-timeout sandbox whose old expiry passed would be paused again.
         if (wasPaused || !s.expiresAt || Date.parse(s.expiresAt) < until) await control.sandboxes.setExpiry(req.caller, s.id, until);
-        if (wasPaused) s = await control.sandboxes.resume(req.caller, s.id);
-        return reply.status(wasPaused ? 201 : 200).send(created(await control.sandboxes.get(req.caller, s.id)));
+        if (wasPaused) await control.sandboxes.resume(req.caller, s.id);
+        return reply
+          .status(wasPaused ? 201 : 200)
+          .send(created({ ...(await control.sandboxes.get(req.caller, s.id)), accessToken: s.accessToken }));
       } catch (err) {
         return send(reply, err);
       }

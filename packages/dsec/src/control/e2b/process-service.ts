@@ -11,6 +11,12 @@ export const E2B_MAX_OUTPUT_BYTES = 16 << 20;
 /** Poll interval bounds while following a process's output (it wakes at once on exit). */
 const MIN_TICK_MS = 5;
 const MAX_TICK_MS = 200;
+/**
+ * A client that goes away this close to its call's deadline is one whose own timer fired: E2B's
+ * SDK times a call with the same timeoutMs it sends as Connect-Timeout-Ms, and its clock started
+ * earlier than this server's by the request's trip. Its command is killed then, not this much later.
+ */
+const DEADLINE_SLACK_MS = 1000;
 /** Finished processes a sandbox's table remembers for Connect after the fact. */
 const KEEP_EXITED = 64;
 
@@ -30,6 +36,12 @@ interface Tracked {
   handle?: string;
   pty?: PtySession;
   exited: boolean;
+  /**
+   * This layer SIGKILLed it (its call's deadline, or SendSignal SIGKILL): it is over for E2B at
+   * once. The edge lists it as running a moment longer, until its starter has reaped it and its
+   * pipes closed (up to a second: sandbox-process.ts), and List must not show it meanwhile.
+   */
+  killed: boolean;
 }
 
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -74,6 +86,12 @@ function ptySize(v: unknown): { cols: number; rows: number } | undefined {
 }
 
 const SIGNALS: Record<string, NodeJS.Signals> = { SIGNAL_SIGKILL: 'SIGKILL', SIGNAL_SIGTERM: 'SIGTERM', '9': 'SIGKILL', '15': 'SIGTERM' };
+
+/** Whether a call that ended did so for its deadline (its own, or the client's: DEADLINE_SLACK_MS). */
+function deadlineDue(ctx: CallContext): boolean {
+  if (!ctx.signal.aborted || ctx.deadlineAt === undefined) return false;
+  return ctx.signal.reason === 'deadline' || ctx.deadlineAt - Date.now() <= DEADLINE_SLACK_MS;
+}
 
 function endEvent(exitCode: number): Message {
   const status = `exit status ${exitCode}`;
@@ -157,7 +175,7 @@ export class ProcessService {
     const cwd = resolvePath(config.cwd ?? user.home, user);
     const env = { ...userEnv(user), ...config.envs };
     const argv = asUser(user, [config.cmd, ...config.args]);
-    const tracked: Tracked = { pid: this.#nextPid++, tag, config: { ...config, cwd }, exited: false };
+    const tracked: Tracked = { pid: this.#nextPid++, tag, config: { ...config, cwd }, exited: false, killed: false };
     if (size) {
       tracked.pty = await PtySession.open(this.control, ctx, { cmd: argv, cols: size.cols, rows: size.rows, cwd, env });
       void tracked.pty.exit.then(() => (tracked.exited = true));
@@ -174,14 +192,21 @@ export class ProcessService {
     this.#table(id).set(tracked.pid, tracked);
     this.#prune(id);
     emit({ event: { start: { pid: tracked.pid } } });
+    // The deadline kills at the moment the call ends for it, not when the follow loop next wakes
+    // (up to MAX_TICK_MS later): a client whose own timer fired lists the processes right after.
+    const onDeadline = (): void => {
+      if (!tracked.exited && deadlineDue(ctx)) void this.#kill(ctx, tracked).catch(() => undefined);
+    };
+    ctx.signal.addEventListener('abort', onDeadline, { once: true });
     try {
       await this.#follow(ctx, tracked, emit, { stdout: 0, stderr: 0 });
     } finally {
+      ctx.signal.removeEventListener('abort', onDeadline);
       // The call's deadline bounds what it started, whether or not the client is still there
       // (E2B's timeoutMs; 0 means none); a client that only went away leaves it running.
-      if (!tracked.exited && ctx.deadlineAt !== undefined) {
+      if (!tracked.exited && !tracked.killed && ctx.deadlineAt !== undefined) {
         const left = ctx.deadlineAt - Date.now();
-        if (left <= 0) await this.#kill(ctx, tracked).catch(() => undefined);
+        if (left <= 0 || deadlineDue(ctx)) await this.#kill(ctx, tracked).catch(() => undefined);
         else setTimeout(() => void this.#kill(ctx, tracked).catch(() => undefined), left).unref();
       }
     }
@@ -240,9 +265,20 @@ export class ProcessService {
     }
   }
 
+  /** SIGKILL: the process leaves List at once (`killed`), unless the kill failed. */
   async #kill(side: SandboxSide, t: Tracked): Promise<void> {
-    if (t.pty) t.pty.kill();
-    else await this.control.exec.signalProcess(side.caller, side.sandboxId, t.handle!, 'SIGKILL');
+    t.killed = true;
+    if (t.pty) {
+      t.pty.kill();
+      return;
+    }
+    try {
+      await this.control.exec.signalProcess(side.caller, side.sandboxId, t.handle!, 'SIGKILL');
+    } catch (err) {
+      // Ended already (the edge no longer has it): still over. Anything else: it may still run.
+      if (!(err instanceof ApiError && err.code === 'PROCESS_NOT_FOUND')) t.killed = false;
+      throw err;
+    }
   }
 
   async #list(ctx: CallContext): Promise<Message> {
@@ -250,7 +286,7 @@ export class ProcessService {
     const running = new Set((await this.control.exec.listProcesses(ctx.caller, id)).filter((p) => p.status === 'running').map((p) => p.id));
     const processes: Message[] = [];
     for (const t of this.#table(id).values()) {
-      const alive = t.pty ? t.pty.exitCode === undefined : running.has(t.handle!);
+      const alive = !t.killed && (t.pty ? t.pty.exitCode === undefined : running.has(t.handle!));
       if (!alive) continue;
       processes.push({
         pid: t.pid,
@@ -301,6 +337,10 @@ export class ProcessService {
         `signal ${JSON.stringify(req['signal'])} is not supported: send SIGNAL_SIGKILL or SIGNAL_SIGTERM`,
       );
     if (t.exited) throw new ConnectError('not_found', `process ${t.pid} has already exited`);
+    if (sig === 'SIGKILL') {
+      await this.#kill(ctx, t);
+      return {};
+    }
     if (t.pty) {
       t.pty.kill();
       return {};

@@ -12,8 +12,6 @@ import { SANDBOX_PREFIX } from './sandbox-prefix.js';
 export const LABEL = {
   /** Marks a sandbox made through the E2B API; its value is the template the caller named. */
   template: 'e2b.template',
-  /** The sandbox's envd access token (the SDK sends it as X-Access-Token). */
-  accessToken: 'e2b.access-token',
   /** The caller's metadata, as JSON (E2B keys are free-form; dsec label keys are not). */
   metadata: 'e2b.metadata',
 } as const;
@@ -65,7 +63,8 @@ export async function sandboxFor(control: ControlPlane, id: string | undefined, 
     if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') throw gone;
     throw err;
   }
-  const token = s.labels[LABEL.accessToken];
+  // Its own column in the store, never a label (store/sandboxes.ts accessToken).
+  const token = await control.sandboxes.accessToken(SYSTEM, id);
   if (token === undefined) throw gone;
   const signed = creds.signed;
   if (!(creds.token !== undefined && sameSecret(creds.token, token))) {

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import {
+  DEFAULT_PROJECT,
   DEFAULT_FN_DISK_MIB,
   DEFAULT_FN_IMAGE,
   DEFAULT_FN_MEMORY_MIB,
@@ -17,6 +18,7 @@ import { ApiError } from '../../api-error.js';
 import type { EdgeFnRequest } from '../../edge/protocol/edge-api.js';
 import { rejectNul } from '../../edge/protocol/reject-nul.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
+import type { Metrics } from '../metrics.js';
 import { place } from '../placement.js';
 
 /** An image name is resolved at most this often per name: a burst of calls reads the image store once. */
@@ -27,6 +29,8 @@ export interface FnServiceDeps {
   /** Image (and stacked layers) → layer digests and config, as creates resolve it. */
   /** `project`: its own images are usable too; undefined: shared images only. */
   compose: (req: CreateSandboxRequest, project: string | undefined) => Promise<{ imageId: string; layers: string[]; config: ImageConfig }>;
+  /** Calls are counted per project (dsec_project_fn_calls_total). */
+  metrics: Pick<Metrics, 'fnCall'>;
   log: Logger;
 }
 
@@ -46,6 +50,18 @@ export class FnService {
    * projects) and may use the project's own images.
    */
   async run(call: FnRunRequest, opts: { project?: string | undefined; signal?: AbortSignal | undefined } = {}): Promise<FnRunResult> {
+    const project = opts.project ?? DEFAULT_PROJECT;
+    try {
+      const result = await this.#run(call, opts);
+      this.deps.metrics.fnCall(project, 'ok');
+      return result;
+    } catch (err) {
+      this.deps.metrics.fnCall(project, err instanceof ApiError ? err.code : 'INTERNAL');
+      throw err;
+    }
+  }
+
+  async #run(call: FnRunRequest, opts: { project?: string | undefined; signal?: AbortSignal | undefined }): Promise<FnRunResult> {
     const { project, signal } = opts;
     const full = withDefaults(call);
     const image = await this.#image(full.image!, project);

@@ -176,8 +176,11 @@ export class WarmPools {
     return (req.pool === undefined ? this.#matching(req) : this.#named(req))?.name;
   }
 
-  /** `project`: the claimed sandbox becomes that project's (docs/PROJECTS.md). */
-  async claim(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT): Promise<SandboxInfo | undefined> {
+  /**
+   * `project`: the claimed sandbox becomes that project's (docs/PROJECTS.md); `accessToken`: E2B's
+   * envd token for it, when an E2B create claims it.
+   */
+  async claim(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT, accessToken?: string): Promise<SandboxInfo | undefined> {
     if (req.labels?.[POOL_READY_LABEL] !== undefined) {
       throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, {
         field: `labels.${POOL_READY_LABEL}`,
@@ -201,6 +204,7 @@ export class WarmPools {
           onExpiry: req.onExpiry ?? 'stop',
           at: Date.now(),
           project,
+          accessToken,
         },
       );
       if (!claimed) continue; // killed, lost or claimed elsewhere meanwhile: the next one

@@ -45,6 +45,8 @@ export interface CreateOptions {
   pace?: boolean;
   /** The create-rate token was taken already (a pool claim that missed). */
   rateTaken?: boolean;
+  /** E2B's envd access token for the sandbox, kept in the row and never in its labels (store/sandboxes.ts). */
+  accessToken?: string;
 }
 
 /**
@@ -125,7 +127,7 @@ export class SandboxCreation {
     const started = performance.now();
     try {
       const info = await this.#create(req, extraLabels, opts);
-      this.deps.metrics.observeCreate(info.backend, performance.now() - started);
+      this.deps.metrics.observeCreate(info.backend, info.project ?? DEFAULT_PROJECT, performance.now() - started);
       return info;
     } catch (err) {
       this.deps.metrics.createFailed(req.backend ?? 'container', err instanceof ApiError ? err.code : 'INTERNAL');
@@ -168,7 +170,7 @@ export class SandboxCreation {
           project,
           limits,
           1,
-          () => this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease()),
+          () => this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease(), opts.accessToken),
           { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true },
         );
       } catch (err) {
@@ -442,7 +444,7 @@ export class SandboxCreation {
         else if (other)
           hooks.onFailed(p.item.index, 'SANDBOX_CREATE_FAILED', other.reason ?? `settled as ${other.status} by another replica`, p.info.id);
         else {
-          this.deps.metrics.observeCreate(backend, performance.now() - started);
+          this.deps.metrics.observeCreate(backend, hooks.project, performance.now() - started);
           hooks.onRunning(p.item.index, p.info.edge, p.info.id);
         }
       }

