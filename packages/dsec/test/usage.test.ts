@@ -50,7 +50,7 @@ describe('usage and per-command figures', { skip: integrationSkipReason(), timeo
     assert.ok(usage.memoryBytes < usage.peakMemoryBytes! - 64 * MiB, `memory now is below the peak: ${JSON.stringify(usage)}`);
   });
 
-  test('overlapping commands: one that starts while another runs does not take the other\'s peak from it', async () => {
+  test("overlapping commands: one that starts while another runs does not take the other's peak from it", async () => {
     // A fills 64 MiB, frees it, says so, then waits for B. B starts only after the fill (the files
     // API opens no window): on a cgroup v1 host B's start resets the sandbox's one high-water mark,
     // and A must still report the fill it had before that reset.
@@ -82,7 +82,7 @@ describe('usage and per-command figures', { skip: integrationSkipReason(), timeo
     assert.equal(typeof after.netRxBytes, 'number');
   });
 
-  test('the trajectory keeps each command\'s figures beside its duration, and file steps their duration', async () => {
+  test("the trajectory keeps each command's figures beside its duration, and file steps their duration", async () => {
     await sb.files.write('/tmp/from-api.txt', 'hello');
     const r = await sb.commands.run(BUSY);
     const { entries } = await sb.trajectory();

@@ -80,12 +80,7 @@ function asImportError(err: unknown): unknown {
 }
 
 /** Imports an unpacked OCI image layout already on disk (a registry pull's scratch), using `scratch` for its work. */
-export async function importLayoutDir(
-  store: ImageStore,
-  root: string,
-  scratch: string,
-  opts: ImportOptions = {},
-): Promise<ImportResult> {
+export async function importLayoutDir(store: ImageStore, root: string, scratch: string, opts: ImportOptions = {}): Promise<ImportResult> {
   try {
     return await importFromDir(store, root, scratch, opts, []);
   } catch (err) {

@@ -415,30 +415,34 @@ for (const { backend, skip, memoryMiB } of engineBackends())
       await sb.kill(); // still idempotent
     });
 
-    test('a killed sandbox is replayed from its kept trajectory: same files, same labels, its log first', vmToo(backend, false), async () => {
-      const sb = await Sandbox.create({ ...server.conn, backend, resources: { memoryMiB }, labels: { rollout: 'r-killed' } });
-      await sb.commands.run('echo one > /tmp/one');
-      await sb.files.write('/tmp/two', '2');
-      await sb.kill();
-      const { sandbox: copy, result } = await sb.replay();
-      try {
-        assert.equal(result.replayed, 2);
-        assert.equal(result.diverged, 0);
-        assert.equal((await copy.commands.run('cat /tmp/one /tmp/two')).stdout, 'one\n2');
-        assert.equal(copy.info.labels['rollout'], 'r-killed');
-        assert.equal(copy.info.labels['dsec.replay-of'], sb.id);
-        assert.deepEqual(
-          (await entries(copy)).slice(0, 2).map((e) => e.kind),
-          ['exec', 'files.write'],
-        );
-      } finally {
-        await copy.kill();
-      }
-      // One that never existed is still a 404 naming no tombstone.
-      const r = await callJson(server, 'POST', `/v1/sandboxes/sb-local-${randomBytes(6).toString('hex')}/replay`);
-      assert.equal(r.status, 404);
-      assert.doesNotMatch(r.body.error.message, /was killed/);
-    });
+    test(
+      'a killed sandbox is replayed from its kept trajectory: same files, same labels, its log first',
+      vmToo(backend, false),
+      async () => {
+        const sb = await Sandbox.create({ ...server.conn, backend, resources: { memoryMiB }, labels: { rollout: 'r-killed' } });
+        await sb.commands.run('echo one > /tmp/one');
+        await sb.files.write('/tmp/two', '2');
+        await sb.kill();
+        const { sandbox: copy, result } = await sb.replay();
+        try {
+          assert.equal(result.replayed, 2);
+          assert.equal(result.diverged, 0);
+          assert.equal((await copy.commands.run('cat /tmp/one /tmp/two')).stdout, 'one\n2');
+          assert.equal(copy.info.labels['rollout'], 'r-killed');
+          assert.equal(copy.info.labels['dsec.replay-of'], sb.id);
+          assert.deepEqual(
+            (await entries(copy)).slice(0, 2).map((e) => e.kind),
+            ['exec', 'files.write'],
+          );
+        } finally {
+          await copy.kill();
+        }
+        // One that never existed is still a 404 naming no tombstone.
+        const r = await callJson(server, 'POST', `/v1/sandboxes/sb-local-${randomBytes(6).toString('hex')}/replay`);
+        assert.equal(r.status, 404);
+        assert.doesNotMatch(r.body.error.message, /was killed/);
+      },
+    );
 
     test(
       'Sandbox.trajectories: every step of the sandboxes a label or a batch names, killed ones included, by id then seq',

@@ -549,7 +549,11 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     const layer1 = ustar([
       { name: 'bin/', type: 'dir', mode: 0o755 },
       { name: 'bin/busybox', data: busybox, mode: 0o755 },
-      ...['sh', 'cat', 'echo', 'ls', 'test', 'mkdir', 'printf', 'id'].map((a) => ({ name: `bin/${a}`, type: 'symlink' as const, linkname: 'busybox' })),
+      ...['sh', 'cat', 'echo', 'ls', 'test', 'mkdir', 'printf', 'id'].map((a) => ({
+        name: `bin/${a}`,
+        type: 'symlink' as const,
+        linkname: 'busybox',
+      })),
       { name: 'etc/', type: 'dir', mode: 0o755 },
       { name: 'etc/passwd', data: 'root:x:0:0:root:/root:/bin/sh\n' },
       { name: 'etc/group', data: 'root:x:0:\n' },
@@ -557,7 +561,8 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     ]);
     const layer2 = ustar([{ name: 'greeting.txt', data: 'from a container image\n' }]);
     const layers: { mediaType: string; digest: string; size: number }[] = [];
-    for (const t of [layer1, layer2]) layers.push({ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', ...(await put(gzipSync(t))) });
+    for (const t of [layer1, layer2])
+      layers.push({ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', ...(await put(gzipSync(t))) });
     const manifestFor = async (architecture: string): Promise<Buffer> => {
       const config = Buffer.from(
         JSON.stringify({
@@ -585,8 +590,18 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
         schemaVersion: 2,
         mediaType: 'application/vnd.oci.image.index.v1+json',
         manifests: [
-          { mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: sha256Digest(arm64), size: arm64.length, platform: { os: 'linux', architecture: 'arm64' } },
-          { mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: sha256Digest(amd64), size: amd64.length, platform: { os: 'linux', architecture: 'amd64' } },
+          {
+            mediaType: 'application/vnd.oci.image.manifest.v1+json',
+            digest: sha256Digest(arm64),
+            size: arm64.length,
+            platform: { os: 'linux', architecture: 'arm64' },
+          },
+          {
+            mediaType: 'application/vnd.oci.image.manifest.v1+json',
+            digest: sha256Digest(amd64),
+            size: amd64.length,
+            platform: { os: 'linux', architecture: 'amd64' },
+          },
         ],
       }),
     );
@@ -648,7 +663,10 @@ describe('OCI registry', { skip: integrationSkipReason() ?? registrySkipReason()
     const r = await runCli(['image', 'pull', `${registry.host}/team/container:v1`, '--data-dir', dataDir], creds);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /^dsec: .*team\/container: the image config lists 0 diff_ids but the manifest has 1 layers\n$/);
-    assert.deepEqual(new ImageStore(dataDir, new LayerStore(dataDir)).list().filter((i) => i.names.includes('container:v1')), []);
+    assert.deepEqual(
+      new ImageStore(dataDir, new LayerStore(dataDir)).list().filter((i) => i.names.includes('container:v1')),
+      [],
+    );
   });
 });
 

@@ -200,7 +200,10 @@ describe('Dockerfile builds (busybox)', { skip: integrationSkipReason(), timeout
       'FROM 1',
     ].join('\n');
     // `FROM 1` names no stage (FROM takes names, not indexes) and no image: refused with its line.
-    await assert.rejects(build({ dockerfile, name: 'df-multi' }), (err: Error) => err instanceof DockerfileError && /FROM 1|"1"/.test(err.message));
+    await assert.rejects(
+      build({ dockerfile, name: 'df-multi' }),
+      (err: Error) => err instanceof DockerfileError && /FROM 1|"1"/.test(err.message),
+    );
     const good = dockerfile.split('\n').slice(0, 6).join('\n');
     const viaApi = sdkSandboxes(server.conn, { 'dsec.build': 'dockerfile' });
     for (const sandboxes of [base.sandboxes, viaApi]) {

@@ -72,7 +72,7 @@ export const ExecResult = Type.Object(
     stderrBytes: Type.Integer({ description: 'Total bytes the command wrote to stderr, kept or not.' }),
     timedOut: Type.Boolean(),
     oomKilled: Type.Boolean({ description: 'The sandbox hit its memory limit and the kernel killed a process while the command ran.' }),
-    durationMs: Type.Number({ description: 'From the command\'s start to its exit (its output drained).' }),
+    durationMs: Type.Number({ description: "From the command's start to its exit (its output drained)." }),
     queuedMs: Type.Optional(
       Type.Number({
         description:
@@ -84,7 +84,8 @@ export const ExecResult = Type.Object(
     ),
     peakMemoryBytes: Type.Optional(
       Type.Integer({
-        description: "The sandbox's memory peak while the command ran: the command's use plus what the sandbox already held (what decides an OOM kill).",
+        description:
+          "The sandbox's memory peak while the command ran: the command's use plus what the sandbox already held (what decides an OOM kill).",
       }),
     ),
   },

@@ -143,8 +143,12 @@ export const SandboxUsage = Type.Object(
     ),
     cpuMs: Type.Optional(Type.Number({ description: 'CPU time its processes have used, user and system, since create.' })),
     pids: Type.Integer({ description: 'Processes (threads included) now.' }),
-    diskBytes: Type.Optional(Type.Integer({ description: 'Disk used by what it wrote: its writable layer (the upper), in allocated bytes.' })),
-    netRxBytes: Type.Optional(Type.Integer({ description: 'Bytes it received on its network link since the link was made (0 without one).' })),
+    diskBytes: Type.Optional(
+      Type.Integer({ description: 'Disk used by what it wrote: its writable layer (the upper), in allocated bytes.' }),
+    ),
+    netRxBytes: Type.Optional(
+      Type.Integer({ description: 'Bytes it received on its network link since the link was made (0 without one).' }),
+    ),
     netTxBytes: Type.Optional(Type.Integer({ description: 'Bytes it sent on its network link since the link was made (0 without one).' })),
   },
   { description: 'Live usage, on inspect of a running or paused sandbox.' },

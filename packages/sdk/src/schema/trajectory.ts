@@ -32,7 +32,9 @@ export const TrajectoryEntry = Type.Object({
   result: Type.Optional(
     Type.Record(Type.String(), Type.Unknown(), { description: 'What came back; command output capped at 64 KiB per stream.' }),
   ),
-  durationMs: Type.Optional(Type.Number({ description: "A command's run (see ExecResult); a file step's, from its request to the edge's answer." })),
+  durationMs: Type.Optional(
+    Type.Number({ description: "A command's run (see ExecResult); a file step's, from its request to the edge's answer." }),
+  ),
   queuedMs: Type.Optional(Type.Number({ description: "A command's wait before it started (ExecResult's)." })),
   cpuMs: Type.Optional(Type.Number({ description: "A command's CPU time (ExecResult's)." })),
   peakMemoryBytes: Type.Optional(Type.Integer({ description: "The sandbox's memory peak while a command ran (ExecResult's)." })),

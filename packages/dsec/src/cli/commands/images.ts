@@ -74,7 +74,12 @@ async function runDockerfileBuild(
   o.progress?.('no dsec server runs on this data dir: starting one in this process for the build');
   const dsec = await startAllInOne({ ...options, listen: '127.0.0.1:0' });
   try {
-    return await buildDockerfile({ ...rest, images: dsec.images, pull: localPull(dsec.images), sandboxes: controlPlaneSandboxes(dsec.control) });
+    return await buildDockerfile({
+      ...rest,
+      images: dsec.images,
+      pull: localPull(dsec.images),
+      sandboxes: controlPlaneSandboxes(dsec.control),
+    });
   } finally {
     await dsec.close();
   }
@@ -304,7 +309,9 @@ export function registerImageCommands(program: Command): void {
     });
   image
     .command('pull')
-    .description('pull an image from an OCI registry (by tag or @sha256 digest): a dsec image, or a container image (linux on this architecture) imported as by dsec image import; broken downloads resume')
+    .description(
+      'pull an image from an OCI registry (by tag or @sha256 digest): a dsec image, or a container image (linux on this architecture) imported as by dsec image import; broken downloads resume',
+    )
     .argument('<ref>', '[https://]HOST[:PORT]/REPOSITORY[:TAG|@sha256:DIGEST]')
     .option('--name <name>', 'tag the image with this name (default: the last part of REPOSITORY with TAG)')
     .option('--data-dir <dir>', 'state directory (env DSEC_DATA_DIR)')

@@ -49,7 +49,12 @@ export class ReplayService {
     }
     // Created as dsec itself in the original's project, which the caller was just allowed to see.
     const created = await this.deps.sandboxes
-      .create(SYSTEM, { ...spec, image: from.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } }, {}, { project: from.project })
+      .create(
+        SYSTEM,
+        { ...spec, image: from.imageId, labels: { ...(spec.labels ?? {}), 'dsec.replay-of': id } },
+        {},
+        { project: from.project },
+      )
       .catch((err: unknown) => {
         if (err instanceof ApiError && err.code === 'IMAGE_NOT_FOUND' && !from.orig)
           throw new ApiError(

@@ -317,7 +317,7 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     id: 13,
-    name: "killed sandboxes keep what a replay starts from (image and create request) beside their trajectory",
+    name: 'killed sandboxes keep what a replay starts from (image and create request) beside their trajectory',
     up: async (db) => {
       await db.exec('ALTER TABLE ended_sandboxes ADD COLUMN replay_from TEXT;');
     },

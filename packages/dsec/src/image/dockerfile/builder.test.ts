@@ -69,7 +69,12 @@ describe('buildDockerfile through BuildSandboxes', () => {
         });
         const tar =
           path === '/out'
-            ? tarArchive([at('out', 'dir'), at('out/bin', 'dir'), at('out/bin/tool', 'file', { data: 'tool' }), at('out/link', 'symlink', { linkname: 'bin/tool' })])
+            ? tarArchive([
+                at('out', 'dir'),
+                at('out/bin', 'dir'),
+                at('out/bin/tool', 'file', { data: 'tool' }),
+                at('out/link', 'symlink', { linkname: 'bin/tool' }),
+              ])
             : tarArchive([at(path.split('/').pop()!, 'file', { data: 'x' })]);
         return (async function* () {
           yield tar;

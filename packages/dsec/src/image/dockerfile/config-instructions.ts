@@ -24,7 +24,10 @@ const from: InstructionHandler = async (b, ins, esc) => {
     throw new DockerfileError(`FROM ${rest}: expected "FROM image [AS name]"`, ins.line);
   const name = words[2]?.toLowerCase();
   if (name !== undefined && !/^[a-z][a-z0-9._-]*$/.test(name))
-    throw new DockerfileError(`FROM … AS ${words[2]}: a stage name starts with a letter and has letters, digits, '.', '_' or '-'`, ins.line);
+    throw new DockerfileError(
+      `FROM … AS ${words[2]}: a stage name starts with a letter and has letters, digits, '.', '_' or '-'`,
+      ins.line,
+    );
   if (name !== undefined && (b.finishedStage(name) || name === b.stageName))
     throw new DockerfileError(`FROM … AS ${name}: a stage of that name is already defined`, ins.line);
   if (ref === 'scratch')

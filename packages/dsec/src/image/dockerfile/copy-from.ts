@@ -34,7 +34,8 @@ export async function archiveFromStage(
   line: number,
 ): Promise<CopyFromArchive> {
   for (const src of sources)
-    if (/[*?[]/.test(src)) throw new DockerfileError(`COPY --from ${src}: wildcards are not supported in --from sources; name the paths`, line);
+    if (/[*?[]/.test(src))
+      throw new DockerfileError(`COPY --from ${src}: wildcards are not supported in --from sources; name the paths`, line);
   const intoDir = destIsDir || dest.endsWith('/') || sources.length > 1;
   const dir = intoDir ? dest.replace(/\/+$/, '') || '/' : posix.dirname(dest);
   const entries: TarWriteEntry[] = [];

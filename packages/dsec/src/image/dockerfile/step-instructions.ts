@@ -61,7 +61,8 @@ const copyOrAdd: InstructionHandler = async (b, ins, esc) => {
     const doc = { name: h.name, data: Buffer.from(h.quoted ? h.content : expandHeredoc(h.content, b.vars())) };
     inline.set(`<<${h.name}`, doc).set(`<<-${h.name}`, doc);
   }
-  if (flags.has('from') && ins.keyword === 'ADD') throw new DockerfileError('ADD --from is not a Dockerfile flag: use COPY --from', ins.line);
+  if (flags.has('from') && ins.keyword === 'ADD')
+    throw new DockerfileError('ADD --from is not a Dockerfile flag: use COPY --from', ins.line);
   for (const f of flags.keys())
     if (!['chown', 'chmod', 'link', 'from'].includes(f)) throw new DockerfileError(`${ins.keyword} --${f} is not supported`, ins.line);
   const words = parseExecForm(rest)?.map((w) => substitute(w, b.vars(), esc)) ?? splitWords(rest, b.vars(), esc);

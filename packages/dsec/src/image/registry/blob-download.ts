@@ -56,7 +56,9 @@ export async function downloadBlob(
     throw new RegistryError(`registry ${client.ref.host}: blob ${blob.digest} is ${sizeOf(file)} bytes, the manifest says ${blob.size}`);
   const got = await sha256File(file);
   if (got !== blob.digest)
-    throw new RegistryError(`registry ${client.ref.host}: blob ${blob.digest} arrived with other bytes (they hash to ${got}); nothing was stored`);
+    throw new RegistryError(
+      `registry ${client.ref.host}: blob ${blob.digest} arrived with other bytes (they hash to ${got}); nothing was stored`,
+    );
   return { resumes };
 }
 

@@ -72,7 +72,8 @@ export async function pullContainerImage(
       throw new ImageTransferError(`${where} is a ${mediaType || 'manifest of unknown type'}: neither a container image nor a dsec image`);
     const manifestDigest = put(manifestBytes);
     const manifest = parse<{ config?: Descriptor; layers?: Descriptor[] }>(manifestBytes, `the manifest of ${where}`);
-    if (!manifest.config || !Array.isArray(manifest.layers)) throw new ImageTransferError(`the manifest of ${where} has no config or no layers`);
+    if (!manifest.config || !Array.isArray(manifest.layers))
+      throw new ImageTransferError(`the manifest of ${where} has no config or no layers`);
     progress(`container image ${manifestDigest} (${manifest.layers.length} layers)`);
     let bytes = 0;
     let resumes = 0;

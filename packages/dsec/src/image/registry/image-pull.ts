@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import type { ImageConfig } from '@dsec/sdk/schema';
-import { isImageName, type ImageId, type ImageStore } from '../image-store.js';
+import { isImageName, type ImageStore } from '../image-store.js';
 import type { LayerDigest } from '../layer-store.js';
 import { downloadBlob } from './blob-download.js';
 import { isContainerManifest, pullContainerImage } from './container-pull.js';
@@ -93,4 +93,3 @@ async function fetchLayer(
     rmSync(tmp, { force: true });
   }
 }
-

@@ -14,7 +14,15 @@ import { CappedOutput } from '../../shared/capped-output.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
 import { startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
-import { processFigures, type CommandProcess, type OutputListener, type ProcessExit, type ProcessFigures, type StartOptions, type StreamName } from '../../shared/command-process.js';
+import {
+  processFigures,
+  type CommandProcess,
+  type OutputListener,
+  type ProcessExit,
+  type ProcessFigures,
+  type StartOptions,
+  type StreamName,
+} from '../../shared/command-process.js';
 
 /** After the command exits, how long the pipes may stay silent before they are closed. */
 const QUIET_MS = 500;
