@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .errors import NotConfiguredError
 
@@ -24,6 +25,17 @@ class ConnectionConfig:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
 
+def _origin(url: str) -> Optional[Tuple[str, str, int]]:
+    """(scheme, host, port) of a URL, or None when it has no scheme and host."""
+    try:
+        p = urllib.parse.urlsplit(url)
+        if not p.scheme or not p.hostname:
+            return None
+        return (p.scheme.lower(), p.hostname.lower(), p.port or (443 if p.scheme.lower() == "https" else 80))
+    except ValueError:
+        return None
+
+
 def _client_path() -> str:
     return os.path.join(os.environ.get("DSEC_DATA_DIR", DEFAULT_DATA_DIR), "client.json")
 
@@ -39,15 +51,32 @@ def _client_file() -> Dict[str, Any]:
 
 
 def resolve_connection(url: Optional[str] = None, api_key: Optional[str] = None, request_timeout: Optional[float] = None) -> ConnectionConfig:
-    """Resolves url and key: arguments, then DSEC_URL/DSEC_API_KEY, then DATA_DIR/client.json."""
+    """Resolves url and key: arguments, then DSEC_URL/DSEC_API_KEY, then DATA_DIR/client.json.
+    client.json's key goes only to the server client.json names: a url given another way (DSEC_URL
+    at a remote cluster) without a key is not sent this host's local admin key."""
     url = url if url is not None else os.environ.get("DSEC_URL")
     api_key = api_key if api_key is not None else os.environ.get("DSEC_API_KEY")
+    other_server: Optional[str] = None
     if url is None or api_key is None:
         file = _client_file()
-        if url is None and isinstance(file.get("url"), str):
-            url = file["url"]
-        if api_key is None and isinstance(file.get("apiKey"), str):
-            api_key = file["apiKey"]
+        file_url = file.get("url") if isinstance(file.get("url"), str) else None
+        file_key = file.get("apiKey") if isinstance(file.get("apiKey"), str) else None
+        if url is None:
+            url = file_url
+            if api_key is None:
+                api_key = file_key
+        elif file_url is not None and file_key is not None:
+            if _origin(file_url) == _origin(url) and _origin(url) is not None:
+                api_key = file_key
+            else:
+                other_server = file_url
+    if url is not None and api_key is None and other_server is not None:
+        raise NotConfiguredError(
+            f"no API key for {url}: set DSEC_API_KEY (or pass api_key=); client.json's key is for {other_server} and is not sent elsewhere",
+            "NOT_CONFIGURED",
+            None,
+            {"url": url, "clientFileUrl": other_server},
+        )
     if url is None or api_key is None:
         missing = " and ".join(name for name, v in (("url", url), ("api_key", api_key)) if v is None)
         default = "" if "DSEC_DATA_DIR" in os.environ else ", the default data dir"

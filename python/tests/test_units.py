@@ -64,6 +64,21 @@ class ResolveConnectionTest(unittest.TestCase):
             c = resolve_connection()
         self.assertEqual((c.url, c.api_key), ("http://127.0.0.1:1111", "from-env"))
 
+    def test_client_json_key_goes_only_to_its_own_server(self) -> None:
+        # DSEC_URL at another cluster without DSEC_API_KEY: the local admin key is not sent there.
+        with self.env(DSEC_URL="http://remote.example:8080", DSEC_DATA_DIR=self.dir):
+            with self.assertRaises(dsec.NotConfiguredError) as cm:
+                resolve_connection()
+        self.assertIn("DSEC_API_KEY", str(cm.exception))
+        self.assertIn("http://127.0.0.1:1111", str(cm.exception))
+        # The same server client.json names (another spelling of its origin): its key is used.
+        with self.env(DSEC_URL="http://127.0.0.1:1111/", DSEC_DATA_DIR=self.dir):
+            c = resolve_connection()
+        self.assertEqual(c.api_key, "from-file")
+        with self.env(DSEC_DATA_DIR=self.dir):
+            with self.assertRaises(dsec.NotConfiguredError):
+                resolve_connection(url="http://127.0.0.1:2222")
+
     def test_trailing_slashes_are_removed_and_the_timeout_defaults_to_120_s(self) -> None:
         c = resolve_connection("http://127.0.0.1:1//", "k")
         self.assertEqual(c.url, "http://127.0.0.1:1")

@@ -62,6 +62,22 @@ describe('resolveConnection', () => {
     assert.equal(c.apiKey, 'from-env');
   });
 
+  test("client.json's key goes only to the server it names, never to a DSEC_URL elsewhere", () => {
+    withEnv({ DSEC_URL: 'http://remote.example:8080', DSEC_API_KEY: undefined, DSEC_DATA_DIR: dir }, () => {
+      assert.throws(
+        () => resolveConnection(),
+        (err: unknown) =>
+          err instanceof DsecError &&
+          err.code === 'NOT_CONFIGURED' &&
+          /DSEC_API_KEY/.test(err.message) &&
+          err.message.includes('127.0.0.1:1111'),
+      );
+    });
+    const same = withEnv({ DSEC_URL: 'http://127.0.0.1:1111/', DSEC_API_KEY: undefined, DSEC_DATA_DIR: dir }, () => resolveConnection());
+    assert.equal(same.apiKey, 'from-file', 'the same origin, spelt with a slash, gets its key');
+    withEnv({ ...noEnv, DSEC_DATA_DIR: dir }, () => assert.throws(() => resolveConnection({ url: 'http://127.0.0.1:2222' }), DsecError));
+  });
+
   test('trailing slashes are removed from the url', () => {
     assert.equal(resolveConnection({ url: 'http://127.0.0.1:1//', apiKey: 'k' }).url, 'http://127.0.0.1:1');
   });

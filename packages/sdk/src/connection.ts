@@ -59,6 +59,15 @@ export function abortedError(
   );
 }
 
+/** Whether two URLs are one origin (scheme, host, port); an unparsable one matches nothing. */
+function sameOrigin(a: string, b: string): boolean {
+  try {
+    return new URL(a).origin === new URL(b).origin;
+  } catch {
+    return false;
+  }
+}
+
 interface ClientFile {
   url: string;
   apiKey: string;
@@ -73,14 +82,32 @@ function readClientFile(): Partial<ClientFile> {
   }
 }
 
-/** Resolves url and key: explicit options, then DSEC_URL/DSEC_API_KEY, then DATA_DIR/client.json. */
+/**
+ * Resolves url and key: explicit options, then DSEC_URL/DSEC_API_KEY, then DATA_DIR/client.json.
+ * client.json's key goes only to the server client.json names: a url given another way (DSEC_URL
+ * at a remote cluster) without a key must not be sent this host's local admin key.
+ */
 export function resolveConnection(opts: ConnectionOptions = {}): Required<ConnectionOptions> {
   let url = opts.url ?? process.env['DSEC_URL'];
   let apiKey = opts.apiKey ?? process.env['DSEC_API_KEY'];
+  let otherServer: string | undefined;
   if (url === undefined || apiKey === undefined) {
     const file = readClientFile();
-    url ??= file.url;
-    apiKey ??= file.apiKey;
+    if (url === undefined) {
+      url = file.url;
+      apiKey ??= file.apiKey;
+    } else if (file.apiKey !== undefined && file.url !== undefined) {
+      if (sameOrigin(file.url, url)) apiKey = file.apiKey;
+      else otherServer = file.url;
+    }
+  }
+  if (url !== undefined && apiKey === undefined && otherServer !== undefined) {
+    throw new NotConfiguredError(
+      `no API key for ${url}: set DSEC_API_KEY (or pass apiKey); client.json's key is for ${otherServer} and is not sent elsewhere`,
+      'NOT_CONFIGURED',
+      undefined,
+      { url, clientFileUrl: otherServer },
+    );
   }
   if (url === undefined || apiKey === undefined) {
     const dir = process.env['DSEC_DATA_DIR'] ?? DEFAULT_DATA_DIR;
