@@ -32,6 +32,8 @@ describe('usage and per-command figures', { skip: integrationSkipReason(), timeo
     assert.ok(idle.cpuMs !== undefined && idle.cpuMs < busy.cpuMs! / 4, `sleep used little CPU: ${idle.cpuMs} vs ${busy.cpuMs}`);
     assert.ok(idle.durationMs >= 300, `sleep ran its 0.3 s: ${idle.durationMs}`);
     for (const r of [busy, child, idle]) assert.ok(r.queuedMs !== undefined && r.queuedMs >= 0, `queuedMs: ${r.queuedMs}`);
+    // The wait is before the command: a command's own run is not in it.
+    assert.ok(idle.queuedMs! < idle.durationMs, `the 0.3 s sleep is not counted as waiting: ${idle.queuedMs} vs ${idle.durationMs}`);
   });
 
   test("a command's memory peak is the sandbox's while it ran; the next command's starts afresh", async () => {
@@ -99,8 +101,12 @@ describe('usage and per-command figures', { skip: integrationSkipReason(), timeo
     const s = await sb.sessions.create();
     const r = await s.run(BUSY);
     assert.ok(r.cpuMs! > 50, `a session command's CPU: ${JSON.stringify(r)}`);
-    const idle = await s.run('true');
+    const idle = await s.run('sleep 0.3');
     assert.ok(idle.cpuMs! < r.cpuMs! / 4, `only its own command's CPU, not the session's so far: ${idle.cpuMs}`);
+    assert.ok(
+      idle.queuedMs !== undefined && idle.queuedMs < idle.durationMs,
+      `a session command's wait: ${idle.queuedMs} vs ${idle.durationMs}`,
+    );
     assert.ok(idle.peakMemoryBytes !== undefined);
     await s.close();
   });

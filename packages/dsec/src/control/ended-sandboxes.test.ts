@@ -70,7 +70,8 @@ describe('EndedSandboxes: the trajectory of a killed sandbox', () => {
   test('keeps the labels, project and batch of the sandbox it was (bulk reads and lineage find it by them)', async () => {
     const store = await StateStore.open(await testStoreLocation(':memory:'));
     const s = { ...sandbox('sb-local-ccccccccccccc'), labels: { run: '7', 'dsec.fork-of': 'sb-local-ddddddddddddd' }, project: 'team-a' };
-    await store.sandboxes.insert(s, { id: 'batch-abcdef', index: 0 });
+    const spec = { image: 'busybox', env: { TASK: '42' }, labels: s.labels };
+    await store.sandboxes.insert(s, { id: 'batch-abcdef', index: 0 }, spec);
     const ended = new EndedSandboxes(store, 24 * HOUR);
     const t0 = Date.UTC(2026, 0, 1);
     await ended.retire(s, 'killed', t0);
@@ -85,6 +86,8 @@ describe('EndedSandboxes: the trajectory of a killed sandbox', () => {
       (await store.db.get<{ batch_id: string }>('SELECT batch_id FROM ended_sandboxes WHERE id = ?', [s.id]))?.batch_id,
       'batch-abcdef',
     );
+    // …and so does the create request a replay starts from (not the poorer one rebuilt without the row).
+    assert.deepEqual(await ended.replaySource(s.id, t0 + HOUR), { imageId: s.imageId, spec, project: 'team-a' });
     assert.equal(await ended.record(s.id, t0 + 1 + 24 * HOUR), undefined, 'past its retention (from the last retire)');
     await store.close();
   });

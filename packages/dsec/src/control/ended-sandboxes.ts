@@ -24,7 +24,8 @@ export class EndedSandboxes {
       // Labels and batch stay with the log: a bulk read by label or batch (GET /v1/trajectories)
       // still finds a rollout its trainer already killed, and a fork's lineage its killed parent.
       // Its create request and exact image go too (the spec's row goes with the sandbox's), so the
-      // killed sandbox can still be replayed from its trajectory.
+      // killed sandbox can still be replayed from its trajectory. A second retire (its row gone
+      // by then) keeps the first one's request rather than the poorer one it can rebuild.
       const row = await tx.get<{ batch_id: string | null; spec: string | null }>(
         'SELECT s.batch_id AS batch_id, p.spec AS spec FROM sandboxes s LEFT JOIN sandbox_specs p ON p.id = s.id WHERE s.id = ?',
         [s.id],
@@ -36,7 +37,8 @@ export class EndedSandboxes {
       await tx.run(
         `INSERT INTO ended_sandboxes (id, ended_at, reason, project, labels, batch_id, replay_from) VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project,
-           labels = excluded.labels, batch_id = coalesce(excluded.batch_id, ended_sandboxes.batch_id), replay_from = excluded.replay_from`,
+           labels = excluded.labels, batch_id = coalesce(excluded.batch_id, ended_sandboxes.batch_id),
+           replay_from = coalesce(ended_sandboxes.replay_from, excluded.replay_from)`,
         [s.id, now, reason, s.project ?? null, JSON.stringify(s.labels), row?.batch_id ?? null, replayFrom],
       );
       await tx.run('DELETE FROM sandboxes WHERE id = ?', [s.id]);

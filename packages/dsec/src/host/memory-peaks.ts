@@ -105,19 +105,21 @@ function v2PeakFile(id: string): string | undefined {
 }
 
 function openV2Window(file: string): MemoryWindow | undefined {
-  let fd: number;
+  let fd: number | undefined;
   try {
     fd = openSync(file, 'r+');
     writeSync(fd, 'reset\n');
   } catch {
+    if (fd !== undefined) closeSync(fd);
     return undefined; // a kernel before 6.12 (memory.peak read-only) or the sandbox going
   }
+  const open = fd;
   let closed: { peak: number | undefined } | undefined;
   const peek = (): number | undefined => {
     if (closed) return closed.peak;
     try {
       const buf = Buffer.alloc(32);
-      const n = readSync(fd, buf, 0, buf.length, 0);
+      const n = readSync(open, buf, 0, buf.length, 0);
       const v = Number(buf.subarray(0, n).toString().trim());
       return Number.isFinite(v) ? v : undefined;
     } catch {
@@ -129,7 +131,7 @@ function openV2Window(file: string): MemoryWindow | undefined {
     close: () => {
       if (closed) return closed.peak;
       closed = { peak: peek() };
-      closeSync(fd);
+      closeSync(open);
       return closed.peak;
     },
   };

@@ -85,11 +85,12 @@ async function runDockerfileBuild(
   }
 }
 
-/** A Dockerfile's FROM HOST/REPO:TAG pulled into `images` as `dsec image pull` would (named REPO:TAG). */
+/** A Dockerfile's FROM HOST/REPO:TAG pulled into `images` unnamed: a build does not move a local name (REPO:TAG) to it. */
 function localPull(images: ImageStore): NonNullable<DockerfileBuildOptions['pull']> {
   return async (text, progress) => {
     const ref = parseRegistryRef(text);
-    return (await pullImage(images, registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) }), ref, { progress })).id;
+    const client = registryClientFor(ref, { onRetry: (why) => progress(`retrying: ${why}`) });
+    return (await pullImage(images, client, ref, { progress, tag: false })).id;
   };
 }
 

@@ -101,7 +101,7 @@ export function imageRegistryRoutes(deps: ImageRegistryRouteDeps): FastifyPlugin
         schema: {
           tags,
           summary:
-            "Pull a dsec image from an OCI registry (by tag or @sha256 digest) into the caller's project (an admin key: shared); layers are verified, broken downloads resume with Range requests",
+            "Pull an image from an OCI registry (by tag or @sha256 digest) into the caller's project (an admin key: shared): a dsec image, or a container image (linux on this host's architecture) imported as /v1/images/import does; blobs are verified, broken downloads resume with Range requests",
           body: PullImageRequest,
           response: { 201: PullImageResult, ...errors },
         },

@@ -42,7 +42,8 @@ export class ExecService {
     }
     const accepted = performance.now();
     const edge = await this.#edge(caller, id);
-    const result = withQueue(await edge.exec(id, req, signal), performance.now() - accepted);
+    const lookupMs = performance.now() - accepted; // taken before the command runs, not after
+    const result = withQueue(await edge.exec(id, req, signal), lookupMs);
     this.deps.metrics.observeExec('exec', result.durationMs);
     await this.deps.trajectory.append(id, {
       kind: 'exec',
@@ -194,7 +195,8 @@ export class ExecService {
   ): Promise<ExecResult & { sessionAlive: boolean }> {
     const accepted = performance.now();
     const edge = await this.#edge(caller, id);
-    const result = withQueue(await edge.sessionExec(id, sid, req, signal), performance.now() - accepted);
+    const lookupMs = performance.now() - accepted; // taken before the command runs, not after
+    const result = withQueue(await edge.sessionExec(id, sid, req, signal), lookupMs);
     this.deps.metrics.observeExec('session', result.durationMs);
     await this.deps.trajectory.append(id, {
       kind: 'session.exec',

@@ -19,6 +19,8 @@ export interface SessionShellProcess {
   readonly fd3Ended: Promise<void>;
   onOutput(listener: OutputListener): () => void;
   kill(opts?: { now?: boolean }): void;
+  /** performance.now() when its first process was asked for (the end of the command's wait). */
+  readonly spawnedAt: number;
   /** Its CPU time and the sandbox's memory peak so far, where the host can tell (a session answers before its shell's end). */
   figuresNow?(): ProcessFigures;
 }
@@ -164,12 +166,13 @@ export class ShellSession {
 
   /** Runs one command in the session; concurrent calls queue in order. */
   exec(req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
-    const run = this.#queue.then(() => this.#run(req, signal));
+    const received = performance.now();
+    const run = this.#queue.then(() => this.#run(req, signal, received));
     this.#queue = run.catch(() => undefined);
     return run;
   }
 
-  async #run(req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
+  async #run(req: SessionExecRequest, signal: AbortSignal | undefined, received: number): Promise<ExecResult & { sessionAlive: boolean }> {
     if (!this.alive) throw new SessionClosedError(this.id);
     rejectNul('cmd', [req.cmd]);
     this.#busy = true;
@@ -242,6 +245,8 @@ export class ShellSession {
       timedOut,
       oomKilled: oomAfter > oomBefore,
       durationMs: Math.round((performance.now() - started) * 100) / 100,
+      // Its wait: behind the session's earlier commands, then until its shell was asked for.
+      queuedMs: Math.round((proc.spawnedAt - received) * 100) / 100,
       ...processFigures(exit ?? proc.exit ?? proc.figuresNow?.() ?? {}),
       sessionAlive: this.alive,
     };

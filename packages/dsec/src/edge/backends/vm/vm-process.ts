@@ -46,6 +46,8 @@ export class VmProcess {
   /** fd 3's end: the agent drains it before the exit, so it ends with the command. */
   readonly fd3Ended: Promise<void>;
   readonly startedAt = new Date();
+  /** performance.now() when it was asked of the guest agent (the end of a command's wait). */
+  readonly spawnedAt = performance.now();
   #exit: ProcessExit | undefined;
   readonly #listeners = new Set<OutputListener>();
   readonly #agent: AgentClient;

@@ -114,18 +114,6 @@ export class SandboxProcess implements CommandProcess {
     const processSpec = { ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] };
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
-    // Counted from before the command's first process: a session's shared cgroup has its earlier
-    // commands' time in it already, so the command's own is the difference.
-    const cpuBefore = this.#cgroup?.cpuUsec() ?? 0;
-    const memory = memoryPeaks.open(target.id);
-    this.#figures = (end) => {
-      const figures: ProcessFigures = {};
-      const cpu = this.#cgroup?.cpuUsec();
-      if (cpu !== undefined) figures.cpuMs = Math.round((cpu - cpuBefore) / 10) / 100;
-      const peak = end ? memory?.close() : memory?.peek();
-      if (peak !== undefined) figures.peakMemoryBytes = peak;
-      return figures;
-    };
     const started = performance.now();
     this.spawnedAt = started;
     const withStdin = opts.stdin || opts.input !== undefined;
@@ -149,6 +137,19 @@ export class SandboxProcess implements CommandProcess {
         execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id],
       });
     }
+    // Read once its starter is asked for (a throw before leaves no memory window open) and before
+    // the command's first process runs (crun exec or dsec-enter has its own work first). A
+    // session's shared cgroup has its earlier commands' CPU time in it: the command's is the difference.
+    const cpuBefore = this.#cgroup?.cpuUsec() ?? 0;
+    const memory = memoryPeaks.open(target.id);
+    this.#figures = (end) => {
+      const figures: ProcessFigures = {};
+      const cpu = this.#cgroup?.cpuUsec();
+      if (cpu !== undefined) figures.cpuMs = Math.round((cpu - cpuBefore) / 10) / 100;
+      const peak = end ? memory?.close() : memory?.peek();
+      if (peak !== undefined) figures.peakMemoryBytes = peak;
+      return figures;
+    };
     const fd3Stream = fd3 ? (child.stdio[3] as Readable) : undefined;
     this.fd3 = fd3 ? new CappedOutput(opts.fd3MaxBytes!) : undefined;
     fd3Stream?.on('data', (d: Buffer) => {
@@ -332,11 +333,12 @@ export class SandboxProcess implements CommandProcess {
     }
   }
 
-  /** `now`: also kill the starter at once (the sandbox is being torn down, its init reaps nothing). */
   /** Its CPU time and the sandbox's memory peak so far (a session command's answer comes before its shell's end). */
   figuresNow(): ProcessFigures {
     return this.#exit ? processFigures(this.#exit) : this.#figures(false);
   }
+
+  /** `now`: also kill the starter at once (the sandbox is being torn down, its init reaps nothing). */
 
   kill(opts: { now?: boolean } = {}): void {
     void this.signal('SIGKILL', opts);
