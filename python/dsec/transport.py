@@ -270,6 +270,9 @@ class SyncTransport:
                         yield json.loads(line)
             if buffered.strip():
                 yield json.loads(buffered)
+            # An empty answer comes with Content-Length: 0, and read1 does not mark such a
+            # response closed (Python 3.11); a read() does, so the connection can serve the next call.
+            resp.read()
             finished = True
         finally:
             if finished and not resp.will_close:

@@ -471,6 +471,15 @@ class SyncTransportTest(unittest.TestCase):
     def tearDown(self) -> None:
         self.t.close()
 
+    def test_an_empty_stream_leaves_the_connection_ready_for_the_next_call(self) -> None:
+        # An NDJSON answer with no lines comes as Content-Length: 0; read1 alone leaves such a
+        # response open, and the kept-alive connection then failed the next call (ResponseNotReady).
+        self.server.reply = lambda h: LocalServer.raw(h, 200, b"", {"Content-Type": "application/x-ndjson"})
+        self.assertEqual(list(self.t.lines(calls.trajectories({"k": "v"}, None, None, None))), [])
+        self.server.reply = lambda h: LocalServer.json(h, 200, {"ok": True})
+        self.assertEqual(self.t.content(calls.json_call("POST", "/v1/x", {})), (200, b'{"ok": true}'))
+        self.assertEqual(len({s.client_port for s in self.server.seen}), 1, "both calls on one kept-alive connection")
+
     def test_sends_the_api_key_as_a_bearer_token_and_json_bodies(self) -> None:
         self.t.content(calls.json_call("POST", "/v1/x", {"a": [1, 2]}))
         s = self.server.seen[0]

@@ -582,7 +582,7 @@ describe('cli', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
         );
         const table = await runCli(['log', child.id, '--lineage'], env);
         assert.equal(table.code, 0, table.stderr);
-        assert.match(table.stdout, /^SANDBOX\s+SEQ/);
+        assert.match(table.stdout, /^\s*SANDBOX\s+SEQ/);
       } finally {
         await child.kill();
       }

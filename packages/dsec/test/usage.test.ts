@@ -37,8 +37,8 @@ describe('usage and per-command figures', { skip: integrationSkipReason(), timeo
   });
 
   test("a command's memory peak is the sandbox's while it ran; the next command's starts afresh", async () => {
-    // 96 MiB on /dev/shm (tmpfs: charged to the sandbox's memory cgroup), then removed.
-    const big = await sb.commands.run('head -c 100663296 /dev/zero > /dev/shm/fill && rm /dev/shm/fill');
+    // tail holds its last "line" (96 MiB of zeros, no newline) in memory, then exits.
+    const big = await sb.commands.run('head -c 100663296 /dev/zero | tail -n 1 | wc -c');
     assert.equal(big.exitCode, 0, big.stderr);
     assert.ok(big.peakMemoryBytes !== undefined && big.peakMemoryBytes >= 96 * MiB, `peak while filling: ${big.peakMemoryBytes}`);
     const small = await sb.commands.run('true');
@@ -53,14 +53,17 @@ describe('usage and per-command figures', { skip: integrationSkipReason(), timeo
   });
 
   test("overlapping commands: one that starts while another runs does not take the other's peak from it", async () => {
-    // A fills 64 MiB, frees it, says so, then waits for B. B starts only after the fill (the files
+    // A holds 64 MiB, frees it, says so, then waits for B. B starts only after the fill (the files
     // API opens no window): on a cgroup v1 host B's start resets the sandbox's one high-water mark,
     // and A must still report the fill it had before that reset.
     const a = sb.commands.run(
-      'head -c 67108864 /dev/zero > /dev/shm/a && rm /dev/shm/a && touch /tmp/a-filled; while [ ! -e /tmp/b-started ]; do sleep 0.05; done',
+      'head -c 67108864 /dev/zero | tail -n 1 | wc -c; touch /tmp/a-filled; while [ ! -e /tmp/b-started ]; do sleep 0.05; done',
       { timeoutMs: 60_000 },
     );
-    while (!(await sb.files.exists('/tmp/a-filled'))) await new Promise((r) => setTimeout(r, 50));
+    for (let i = 0; !(await sb.files.exists('/tmp/a-filled')); i++) {
+      assert.ok(i < 600, 'A never got past its fill');
+      await new Promise((r) => setTimeout(r, 50));
+    }
     const b = await sb.commands.run('touch /tmp/b-started');
     const done = await a;
     assert.equal(done.exitCode, 0, done.stderr);
