@@ -201,9 +201,11 @@ export function listSandboxCgroups(): string[] {
   return [...names];
 }
 
-function readNumber(file: string): number | undefined {
+/** The number a one-value kernel file (cgroupfs, sysfs counters) holds; undefined when it is gone or holds no number. */
+export function readNumber(file: string): number | undefined {
   try {
-    return Number(readFileSync(file, 'utf8').trim());
+    const v = Number(readFileSync(file, 'utf8').trim());
+    return Number.isFinite(v) ? v : undefined;
   } catch {
     return undefined;
   }

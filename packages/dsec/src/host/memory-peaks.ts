@@ -1,6 +1,6 @@
-import { closeSync, existsSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { CGROUP_PARENT, CGROUP_ROOT } from './cgroups.js';
+import { CGROUP_PARENT, CGROUP_ROOT, readNumber } from './cgroups.js';
 
 /**
  * A sandbox's memory high-water mark over a window of time (one command's run), and over its life.
@@ -135,15 +135,6 @@ function openV2Window(file: string): MemoryWindow | undefined {
       return closed.peak;
     },
   };
-}
-
-function readNumber(file: string): number | undefined {
-  try {
-    const v = Number(readFileSync(file, 'utf8').trim());
-    return Number.isFinite(v) ? v : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 /** The edge's one record of its sandboxes' memory peaks (a process-wide record: v1's mark is one per cgroup). */

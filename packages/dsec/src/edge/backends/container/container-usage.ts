@@ -1,6 +1,5 @@
-import { readFileSync } from 'node:fs';
 import type { SandboxUsage } from '@dsec/sdk/schema';
-import { sandboxUsage } from '../../../host/cgroups.js';
+import { readNumber, sandboxUsage } from '../../../host/cgroups.js';
 import { memoryPeaks } from '../../../host/memory-peaks.js';
 import { runTool } from '../../../host/run-tool.js';
 import { hostVeth } from '../../../net/sandbox-network.js';
@@ -18,8 +17,8 @@ export async function containerUsage(id: string, upperDir: string, hasLink: bool
   if (disk !== undefined) usage.diskBytes = disk;
   // The host end's counters: what the host end received the sandbox sent.
   const veth = `/sys/class/net/${hostVeth(id)}/statistics`;
-  usage.netRxBytes = hasLink ? (counter(`${veth}/tx_bytes`) ?? 0) : 0;
-  usage.netTxBytes = hasLink ? (counter(`${veth}/rx_bytes`) ?? 0) : 0;
+  usage.netRxBytes = hasLink ? (readNumber(`${veth}/tx_bytes`) ?? 0) : 0;
+  usage.netTxBytes = hasLink ? (readNumber(`${veth}/rx_bytes`) ?? 0) : 0;
   return usage;
 }
 
@@ -61,12 +60,4 @@ async function upperBytes(dir: string): Promise<number | undefined> {
   // Forget uppers not asked about for a while (their sandboxes are gone, most likely).
   for (const [d, m] of measured) if (done - m.at > 6 * DISK_CACHE_MAX_MS) measured.delete(d);
   return bytes;
-}
-
-function counter(file: string): number | undefined {
-  try {
-    return Number(readFileSync(file, 'utf8').trim());
-  } catch {
-    return undefined;
-  }
 }
