@@ -8,11 +8,12 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxError, SandboxNotFoundError, TimeoutError } from 'e2b';
+import { CommandExitError, FileNotFoundError, NotFoundError, Sandbox, SandboxNotFoundError, TimeoutError } from 'e2b';
 import { which } from '../../src/host/doctor.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { ensureBaseImage } from './base-image.js';
 import { wireProtocolTests } from './wire-protocol.js';
+import { envdSemanticsTests } from './envd-semantics.js';
 import { SYSTEM } from '../../src/control/service/callers.js';
 
 /** Resolves when `check` holds, polling; fails with `what` after a generous bound (not a timing assertion). */
@@ -338,8 +339,11 @@ describe('E2B SDK against dsec', { skip: integrationSkipReason(), timeout: 900_0
     );
     await eventually('the command runs', async () => (await doomed.commands.list()).length > 0);
     assert.equal(await Sandbox.kill(doomed.sandboxId), true);
+    // As on E2B, where the sandbox's VM and the connection with it are gone: the SDK probes the
+    // sandbox's health and reports the kill.
     const err = await run;
-    assert.ok(err instanceof SandboxError, `the run ended with ${String(err)}`);
+    assert.ok(err instanceof TimeoutError, `the run ended with ${String(err)}`);
+    assert.match(err.message, /sandbox was killed or reached its end of life while the request was in flight/);
     await assert.rejects(Sandbox.connect(doomed.sandboxId), SandboxNotFoundError);
     await assert.rejects(Sandbox.getInfo(doomed.sandboxId), SandboxNotFoundError);
     assert.equal(await doomed.isRunning(), false);
@@ -357,5 +361,6 @@ describe('E2B SDK against dsec', { skip: integrationSkipReason(), timeout: 900_0
     assert.equal(res.status, 401);
   });
 
+  envdSemanticsTests(() => ({ sb, noBase }));
   wireProtocolTests(() => server);
 });

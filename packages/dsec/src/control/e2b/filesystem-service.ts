@@ -6,29 +6,12 @@ import type { ControlPlane } from '../control-plane.js';
 import { ConnectError } from './connect-protocol.js';
 import type { CallContext, Message, RpcService } from './rpc-router.js';
 import { resolvePath, type SandboxUser, type SandboxUsers } from './sandbox-users.js';
+import { cachedStat, entryInfo, realPath, type StatFn } from './entry-info.js';
 
 /** How often a watch compares the directory with its last snapshot (there is no inotify across the sandbox boundary). */
 export const WATCH_POLL_MS = 100;
 /** Entries a ListDir with depth, or a watch snapshot, walks at most. */
 const MAX_WALK_ENTRIES = 20_000;
-
-const FILE_TYPE: Record<FileStat['type'], string> = {
-  file: 'FILE_TYPE_FILE',
-  dir: 'FILE_TYPE_DIRECTORY',
-  symlink: 'FILE_TYPE_SYMLINK',
-  other: 'FILE_TYPE_UNSPECIFIED',
-};
-
-/** `-rw-r--r--` from a type and octal permission bits, as `ls -l` prints them. */
-function permissionString(type: FileStat['type'], mode: number): string {
-  const t = type === 'dir' ? 'd' : type === 'symlink' ? 'l' : '-';
-  let s = '';
-  for (let shift = 6; shift >= 0; shift -= 3) {
-    const bits = (mode >> shift) & 7;
-    s += (bits & 4 ? 'r' : '-') + (bits & 2 ? 'w' : '-') + (bits & 1 ? 'x' : '-');
-  }
-  return t + s;
-}
 
 function path(req: Message, field = 'path'): string {
   const v = req[field];
@@ -43,7 +26,14 @@ interface Snapshot {
   mode: string;
 }
 
-/** One watcher: a directory snapshot and the events found by comparing the next one with it. */
+/** Event types whose event carries the entry when the watch asked for it (`includeEntry`), as envd's do. */
+const CARRIES_ENTRY = new Set(['EVENT_TYPE_CREATE', 'EVENT_TYPE_WRITE', 'EVENT_TYPE_CHMOD']);
+
+/**
+ * One watcher: a directory snapshot and the events found by comparing the next one with it. A
+ * recursive watch walks the whole tree each time, so directories made after it started are
+ * watched from the poll that first sees them (inotify watchers have to add them one by one).
+ */
 class DirWatcher {
   #last: Map<string, Snapshot> | undefined;
 
@@ -51,16 +41,16 @@ class DirWatcher {
     private readonly fs: FilesystemService,
     private readonly side: SandboxSide,
     readonly dir: string,
-    readonly recursive: boolean,
+    readonly opts: { recursive: boolean; includeEntry: boolean },
   ) {}
 
   async start(): Promise<void> {
-    this.#last = await this.fs.snapshot(this.side, this.dir, this.recursive);
+    this.#last = await this.fs.snapshot(this.side, this.dir, this.opts.recursive);
   }
 
   /** Events since the last poll: create, write (size or mtime changed), chmod, remove. */
   async poll(): Promise<Message[]> {
-    const next = await this.fs.snapshot(this.side, this.dir, this.recursive);
+    const next = await this.fs.snapshot(this.side, this.dir, this.opts.recursive);
     const last = this.#last ?? new Map<string, Snapshot>();
     const events: Message[] = [];
     for (const [name, s] of next) {
@@ -71,14 +61,27 @@ class DirWatcher {
     }
     for (const name of last.keys()) if (!next.has(name)) events.push({ name, type: 'EVENT_TYPE_REMOVE' });
     this.#last = next;
+    if (this.opts.includeEntry) {
+      for (const ev of events) {
+        if (!CARRIES_ENTRY.has(String(ev['type']))) continue;
+        // Gone again since the walk: the event goes without its entry, as envd's does.
+        const entry = await this.fs.entryAt(this.side, posix.join(this.dir, String(ev['name']))).catch(() => undefined);
+        if (entry) ev['entry'] = entry;
+      }
+    }
     return events;
   }
 }
 
+function missing(err: unknown): boolean {
+  return err instanceof ApiError && err.code === 'FILE_NOT_FOUND';
+}
+
 /**
  * E2B's filesystem service (stat, make dir, move, list with depth, remove, watch) over the control
- * plane's confined file operations. Paths resolve against the calling user's home; what a
- * non-root user creates is handed to that user, as it would be had the user made it.
+ * plane's confined file operations, with envd's semantics: paths resolve against the calling
+ * user's home (`~` too), what a non-root user creates is handed to that user, a listing walks
+ * depth first in name order, and removing what is not there is done.
  */
 export class FilesystemService {
   readonly #watchers = new Map<string, { sandboxId: string; w: DirWatcher }>();
@@ -94,7 +97,7 @@ export class FilesystemService {
       name: 'filesystem.Filesystem',
       keepalive: { keepalive: {} },
       unary: {
-        Stat: async (ctx, req) => ({ entry: await this.#entry(ctx, resolvePath(path(req), await this.#user(ctx))) }),
+        Stat: async (ctx, req) => ({ entry: await this.entryAt(ctx, resolvePath(path(req), await this.#user(ctx))) }),
         MakeDir: (ctx, req) => this.#makeDir(ctx, req),
         Move: (ctx, req) => this.#move(ctx, req),
         ListDir: (ctx, req) => this.#listDir(ctx, req),
@@ -115,27 +118,20 @@ export class FilesystemService {
     return this.users.resolve(ctx, ctx.user);
   }
 
-  /** EntryInfo for a dsec FileStat, with owner and group by name where the sandbox knows them. */
-  async entryOf(side: SandboxSide, st: FileStat, at: string): Promise<Message> {
-    const names = await this.users.names(side);
-    const mode = parseInt(st.mode, 8);
-    const out: Message = {
-      name: posix.basename(at) || '/',
-      type: FILE_TYPE[st.type],
-      path: at,
-      size: String(st.size),
-      mode,
-      permissions: permissionString(st.type, mode),
-      owner: names.users.get(st.uid) ?? String(st.uid),
-      group: names.groups.get(st.gid) ?? String(st.gid),
-      modifiedTime: st.mtime,
-    };
-    if (st.linkTarget !== undefined) out['symlinkTarget'] = st.linkTarget;
-    return out;
+  /** The sandbox's lstat, remembered for the length of one E2B call. */
+  #stat(side: SandboxSide): StatFn {
+    return cachedStat((p) => this.control.files.stat(side.caller, side.sandboxId, p));
   }
 
-  async #entry(ctx: CallContext, p: string): Promise<Message> {
-    return this.entryOf(ctx, await this.control.files.stat(ctx.caller, ctx.sandboxId, p), p);
+  /** envd's EntryInfo of the entry `st` found at `at`. */
+  async entryOf(side: SandboxSide, st: FileStat, at: string, stat = this.#stat(side)): Promise<Message> {
+    return entryInfo(stat, await this.users.names(side), st, at);
+  }
+
+  /** envd's EntryInfo of the entry at `p` (FILE_NOT_FOUND when there is none). */
+  async entryAt(side: SandboxSide, p: string): Promise<Message> {
+    const stat = this.#stat(side);
+    return this.entryOf(side, await stat(p), p, stat);
   }
 
   async #exists(side: SandboxSide, p: string): Promise<boolean> {
@@ -143,16 +139,16 @@ export class FilesystemService {
       await this.control.files.stat(side.caller, side.sandboxId, p);
       return true;
     } catch (err) {
-      if (err instanceof ApiError && err.code === 'FILE_NOT_FOUND') return false;
+      if (missing(err)) return false;
       throw err;
     }
   }
 
   /** The directories above `p` (nearest first) that do not exist yet: what a mkdir -p would create. */
   async missingParents(side: SandboxSide, p: string): Promise<string[]> {
-    const missing: string[] = [];
-    for (let d = posix.dirname(p); d !== '/' && !(await this.#exists(side, d)); d = posix.dirname(d)) missing.push(d);
-    return missing;
+    const missingDirs: string[] = [];
+    for (let d = posix.dirname(p); d !== '/' && !(await this.#exists(side, d)); d = posix.dirname(d)) missingDirs.push(d);
+    return missingDirs;
   }
 
   /** Hands paths dsec just created (as root, from outside) to the user who asked for them. */
@@ -164,72 +160,104 @@ export class FilesystemService {
     if (r.exitCode !== 0) throw new ConnectError('internal', `could not give ${paths.join(', ')} to ${user.name}: ${r.stderr.trim()}`);
   }
 
+  /** mkdir -p of `dir` for `user`: what it creates is the user's. */
+  async #makeDirs(side: SandboxSide, user: SandboxUser, dir: string): Promise<void> {
+    const created = [...(await this.missingParents(side, posix.join(dir, 'x')))];
+    if (created.length === 0) return;
+    await this.control.files.makeDir(side.caller, side.sandboxId, dir, true);
+    await this.chown(side, user, created);
+  }
+
   async #makeDir(ctx: CallContext, req: Message): Promise<Message> {
     const user = await this.#user(ctx);
     const p = resolvePath(path(req), user);
-    if (await this.#exists(ctx, p)) throw new ConnectError('already_exists', `${p} already exists`);
-    const created = [p, ...(await this.missingParents(ctx, p))];
-    await this.control.files.makeDir(ctx.caller, ctx.sandboxId, p, true);
-    await this.chown(ctx, user, created);
-    return { entry: await this.#entry(ctx, p) };
+    let existing: FileStat | undefined;
+    try {
+      existing = await this.control.files.stat(ctx.caller, ctx.sandboxId, p);
+    } catch (err) {
+      if (!missing(err)) throw err;
+    }
+    if (existing?.type === 'dir') throw new ConnectError('already_exists', `directory already exists: ${p}`);
+    if (existing) throw new ConnectError('invalid_argument', `path already exists but it is not a directory: ${p}`);
+    await this.#makeDirs(ctx, user, p);
+    return { entry: await this.entryAt(ctx, p) };
   }
 
+  /** A rename; the destination's missing parents are made first (the user's), as envd does. */
   async #move(ctx: CallContext, req: Message): Promise<Message> {
     const user = await this.#user(ctx);
     const from = resolvePath(path(req, 'source'), user);
     const to = resolvePath(path(req, 'destination'), user);
+    await this.control.files.stat(ctx.caller, ctx.sandboxId, from); // a missing source is not_found before anything is made
+    await this.#makeDirs(ctx, user, posix.dirname(to));
     await this.control.files.renamePath(ctx.caller, ctx.sandboxId, from, to);
-    return { entry: await this.#entry(ctx, to) };
+    return { entry: await this.entryAt(ctx, to) };
   }
 
+  /** rm -rf: a path that is not there is removed already (envd's os.RemoveAll). */
   async #remove(ctx: CallContext, req: Message): Promise<Message> {
     const p = resolvePath(path(req), await this.#user(ctx));
-    await this.control.files.removePath(ctx.caller, ctx.sandboxId, p, true);
+    try {
+      await this.control.files.removePath(ctx.caller, ctx.sandboxId, p, true);
+    } catch (err) {
+      if (!missing(err)) throw err;
+    }
     return {};
   }
 
+  /**
+   * The entries under a directory down to `depth` levels, depth first in byte order of names
+   * (Go's filepath.WalkDir), links inside not followed. A path that is a link to a directory
+   * lists the directory, its entries named under the path as asked.
+   */
   async #listDir(ctx: CallContext, req: Message): Promise<Message> {
-    const p = resolvePath(path(req), await this.#user(ctx));
-    const depth = req['depth'] === undefined ? 1 : Number(req['depth']);
+    const asked = resolvePath(path(req), await this.#user(ctx));
+    const depth = req['depth'] === undefined || req['depth'] === 0 ? 1 : Number(req['depth']);
     if (!Number.isInteger(depth) || depth < 1) throw new ConnectError('invalid_argument', 'depth must be at least 1');
-    const root = await this.control.files.stat(ctx.caller, ctx.sandboxId, p);
-    if (root.type !== 'dir') throw new ConnectError('invalid_argument', `${p} is not a directory`);
+    const stat = this.#stat(ctx);
+    const dir = await realPath(stat, asked);
+    if (dir === undefined) throw new ConnectError('not_found', `path not found: ${asked}`);
+    if ((await stat(dir)).type !== 'dir') throw new ConnectError('invalid_argument', `path is not a directory: ${asked}`);
     const entries: Message[] = [];
-    for (const { at, st } of await this.#walk(ctx, p, depth)) entries.push(await this.entryOf(ctx, st, at));
+    for (const { at, st } of await this.#walk(ctx, dir, depth, true)) {
+      entries.push(await this.entryOf(ctx, st, posix.join(asked, posix.relative(dir, at)), stat));
+    }
     return { entries };
   }
 
   /** Entries under `dir` down to `depth` levels (symlinks are listed, not followed). */
-  async #walk(side: SandboxSide, dir: string, depth: number): Promise<{ at: string; st: FileStat }[]> {
+  async #walk(side: SandboxSide, dir: string, depth: number, depthFirst: boolean): Promise<{ at: string; st: FileStat }[]> {
     const out: { at: string; st: FileStat }[] = [];
-    let level = [dir];
-    for (let d = 0; d < depth && level.length > 0; d++) {
-      const next: string[] = [];
-      for (const parent of level) {
-        let listing: FileStat[];
-        try {
-          listing = (await this.control.files.listDir(side.caller, side.sandboxId, parent)).entries;
-        } catch (err) {
-          // a directory removed while we walk is skipped, not an error
-          if (parent !== dir && err instanceof ApiError && err.code === 'FILE_NOT_FOUND') continue;
-          throw err;
-        }
-        for (const st of listing) {
-          const at = posix.join(parent, st.name);
-          out.push({ at, st });
-          if (st.type === 'dir') next.push(at);
-          if (out.length >= MAX_WALK_ENTRIES) return out;
+    const visit = async (parent: string, level: number): Promise<void> => {
+      let listing: FileStat[];
+      try {
+        listing = (await this.control.files.listDir(side.caller, side.sandboxId, parent)).entries;
+      } catch (err) {
+        // a directory removed while we walk is skipped, not an error
+        if (parent !== dir && missing(err)) return;
+        throw err;
+      }
+      const sorted = depthFirst ? [...listing].sort((a, b) => Buffer.compare(Buffer.from(a.name), Buffer.from(b.name))) : listing;
+      const below: string[] = [];
+      for (const st of sorted) {
+        if (out.length >= MAX_WALK_ENTRIES) return;
+        const at = posix.join(parent, st.name);
+        out.push({ at, st });
+        if (st.type === 'dir' && level < depth) {
+          if (depthFirst) await visit(at, level + 1);
+          else below.push(at);
         }
       }
-      level = next;
-    }
+      for (const at of below) await visit(at, level + 1);
+    };
+    await visit(dir, 1);
     return out;
   }
 
   /** name (relative to `dir`) → what a change would show in. */
   async snapshot(side: SandboxSide, dir: string, recursive: boolean): Promise<Map<string, Snapshot>> {
     const map = new Map<string, Snapshot>();
-    for (const { at, st } of await this.#walk(side, dir, recursive ? 64 : 1)) {
+    for (const { at, st } of await this.#walk(side, dir, recursive ? 64 : 1, false)) {
       map.set(posix.relative(dir, at), { type: st.type, size: st.size, mtime: st.mtime, mode: st.mode });
     }
     return map;
@@ -238,8 +266,13 @@ export class FilesystemService {
   async #watcherFor(ctx: CallContext, req: Message): Promise<DirWatcher> {
     const p = resolvePath(path(req), await this.#user(ctx));
     const st = await this.control.files.stat(ctx.caller, ctx.sandboxId, p);
-    if (st.type !== 'dir') throw new ConnectError('invalid_argument', `${p} is not a directory`);
-    const w = new DirWatcher(this, { sandboxId: ctx.sandboxId, caller: ctx.caller }, p, req['recursive'] === true);
+    if (st.type !== 'dir') throw new ConnectError('invalid_argument', `path ${p} not a directory`);
+    // allowNetworkMounts needs nothing: polling sees changes on any filesystem, where inotify
+    // (envd's) misses those made by other machines and so refuses network mounts by default.
+    const w = new DirWatcher(this, { sandboxId: ctx.sandboxId, caller: ctx.caller }, p, {
+      recursive: req['recursive'] === true,
+      includeEntry: req['includeEntry'] === true,
+    });
     await w.start();
     return w;
   }

@@ -18,12 +18,16 @@ import { access } from '../../http/access.js';
 /**
  * The dispatch E2B's SDK relies on when E2B_SANDBOX_URL points at dsec: every sandbox request
  * carries `E2b-Sandbox-Id`, so such a request is routed to the sandbox side, and anything else
- * keeps its URL. A URL that already starts with the sandbox prefix but lacks the header is sent
- * nowhere, so the sandbox side is reachable only as E2B reaches it.
+ * keeps its URL. A signed file URL (`downloadUrl` / `uploadUrl`) is fetched by whoever it was
+ * handed to, with no header: `/files?…&signature=…` goes to the sandbox side too, where the
+ * signature names the sandbox (sandbox-access.ts). A URL that already starts with the sandbox
+ * prefix but lacks the header is sent nowhere, so the sandbox side is reachable only as E2B
+ * reaches it.
  */
 export function e2bRewriteUrl(req: IncomingMessage): string {
   const url = req.url ?? '/';
   if (req.headers['e2b-sandbox-id'] !== undefined) return `${SANDBOX_PREFIX}${url.startsWith('/') ? url : `/${url}`}`;
+  if (url.startsWith('/files?') && new URLSearchParams(url.slice('/files?'.length)).has('signature')) return `${SANDBOX_PREFIX}${url}`;
   if (url === SANDBOX_PREFIX || url.startsWith(`${SANDBOX_PREFIX}/`) || url.startsWith(`${SANDBOX_PREFIX}?`)) return `/__no-route${url}`;
   return url;
 }

@@ -93,6 +93,7 @@ export function registerRpc(
   services: RpcService[],
   routeOptions: RouteShorthandOptions,
   context: (req: FastifyRequest) => Promise<{ sandboxId: string; caller: Caller; user: string | undefined }>,
+  gone: SandboxGone,
 ): void {
   const byName = new Map(services.map((s) => [s.name, s]));
   app.post(`${prefix}/:service/:method`, routeOptions, async (req, reply) => {
@@ -108,7 +109,7 @@ export function registerRpc(
           reply,
           new ConnectError('invalid_argument', `${sName}/${method} is server-streaming: send Content-Type: ${STREAM_JSON}`),
         );
-      return serveStream(req, reply, service!, stream, body, context);
+      return serveStream(req, reply, service!, stream, body, context, gone);
     }
     if (!unary)
       return sendUnaryError(reply, new ConnectError('unimplemented', `dsec does not implement ${sName}/${method} (see docs/E2B.md)`));
@@ -151,9 +152,11 @@ async function serveStream(
   handler: StreamHandler,
   body: Buffer,
   context: (req: FastifyRequest) => Promise<{ sandboxId: string; caller: Caller; user: string | undefined }>,
+  gone: SandboxGone,
 ): Promise<FastifyReply> {
   const out = new PassThrough();
   const ctrl = new AbortController();
+  let sandboxId: string | undefined;
   let timers: NodeJS.Timeout[] = [];
   let lastSent = Date.now();
   let ended = false;
@@ -192,16 +195,36 @@ async function serveStream(
     if (typeof msg !== 'object' || msg === null || Array.isArray(msg))
       throw new ConnectError('invalid_argument', 'the request message must be a JSON object');
     const ctx: CallContext = { ...(await context(req)), signal: ctrl.signal, ...(deadlineAt !== undefined ? { deadlineAt } : {}) };
+    sandboxId = ctx.sandboxId;
     await handler(ctx, msg as Message, emit);
     if (ctrl.signal.aborted && ctrl.signal.reason === 'deadline')
       throw new ConnectError('deadline_exceeded', 'the call ran past its Connect-Timeout-Ms');
     finish();
   } catch (err) {
-    const e =
-      ctrl.signal.aborted && ctrl.signal.reason === 'deadline'
-        ? new ConnectError('deadline_exceeded', 'the call ran past its Connect-Timeout-Ms')
-        : connectErrorOf(err);
-    finish(e);
+    const deadline = ctrl.signal.aborted && ctrl.signal.reason === 'deadline';
+    if (!deadline && sandboxId !== undefined && sandboxWentAway(err) && (await gone(sandboxId))) {
+      // The sandbox was killed (or paused) under a running stream. On E2B its VM, and the
+      // connection with it, is simply gone: the SDK then probes /health and reports "the
+      // sandbox was killed … while the request was in flight". Drop the connection the same way.
+      ended = true;
+      for (const t of timers) clearTimeout(t);
+      timers = [];
+      reply.raw.destroy();
+      return reply;
+    }
+    finish(deadline ? new ConnectError('deadline_exceeded', 'the call ran past its Connect-Timeout-Ms') : connectErrorOf(err));
   }
   return reply;
+}
+
+/**
+ * Whether a sandbox has stopped running, as the control plane records it, waiting a little for a
+ * kill under way to be recorded (the node drops the sandbox before the store says so): a stream
+ * is dropped only once /health, which E2B's SDK probes next, answers that the sandbox is gone.
+ */
+export type SandboxGone = (sandboxId: string) => Promise<boolean>;
+
+/** An error that says the stream's sandbox stopped running while the stream was open. */
+function sandboxWentAway(err: unknown): boolean {
+  return err instanceof ApiError && (err.code === 'SANDBOX_NOT_FOUND' || err.code === 'SANDBOX_NOT_RUNNING');
 }

@@ -17,7 +17,7 @@ export const LABEL = {
 } as const;
 
 /** The envd version dsec speaks for; the SDK turns features on and off by it (see docs/E2B.md). */
-export const ENVD_VERSION = '0.5.7';
+export const ENVD_VERSION = '0.6.4';
 
 export function newAccessToken(): string {
   return randomBytes(24).toString('hex');
@@ -53,6 +53,7 @@ const NO_TOKEN = 'send the sandbox access token as X-Access-Token (the envdAcces
  * token nothing of which sandboxes exist, and E2B's SDK still reports a killed sandbox as gone.
  */
 export async function sandboxFor(control: ControlPlane, id: string | undefined, creds: EnvdCredentials): Promise<SandboxInfo> {
+  if ((id === undefined || id === '') && creds.signed) id = await signedSandbox(control, creds.signed);
   if (id === undefined || id === '') throw new ConnectError('invalid_argument', 'E2b-Sandbox-Id header is missing');
   if (creds.token === undefined && !creds.signed) throw new ConnectError('unauthenticated', NO_TOKEN);
   const gone = new ConnectError('unavailable', `no running sandbox ${id} answers this access token`);
@@ -79,6 +80,20 @@ export async function sandboxFor(control: ControlPlane, id: string | undefined, 
       `sandbox ${id} is ${s.status}${s.status === 'paused' ? ': connect to it (Sandbox.connect) to resume it' : ''}`,
     );
   return s;
+}
+
+/**
+ * The sandbox whose access token made a signed URL that came without `E2b-Sandbox-Id` (E2B puts
+ * the id in the URL's host, `49983-<id>.<domain>`; with E2B_SANDBOX_URL pointing at dsec the URL
+ * has one host for every sandbox). Every E2B sandbox's token is tried: one sha256 each, about a
+ * microsecond, so thousands of sandboxes cost milliseconds.
+ */
+async function signedSandbox(control: ControlPlane, signed: NonNullable<EnvdCredentials['signed']>): Promise<string> {
+  for (const [id, token] of await control.sandboxes.accessTokens(SYSTEM)) {
+    if (sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration))) return id;
+  }
+  // Without an id there is nothing to learn about which sandboxes exist: say what is wrong, as envd does.
+  throw new ConnectError('unauthenticated', 'the signature does not match: the URL was altered, or made with another access token');
 }
 
 /** A non-empty string query parameter, else undefined (envd's routes and their access check read them alike). */

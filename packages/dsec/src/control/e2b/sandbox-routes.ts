@@ -3,6 +3,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
+import { SYSTEM } from '../service/callers.js';
 import type { ControlPlane } from '../control-plane.js';
 import { CONNECT_CODES, ConnectError } from './connect-protocol.js';
 import type { FilesystemService } from './filesystem-service.js';
@@ -40,6 +41,24 @@ function envdErrorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply
       .type('application/json')
       .send({ code: 502, message: connectErrorOf(err).message });
   return httpError(reply, err);
+}
+
+/** How long a stream whose sandbox vanished from its node waits for the control plane to record the end. */
+const GONE_WAIT_MS = 5000;
+
+/** Whether sandbox `id` stops counting as running within GONE_WAIT_MS (rpc-router.ts SandboxGone). */
+async function stoppedRunning(control: ControlPlane, id: string): Promise<boolean> {
+  const until = Date.now() + GONE_WAIT_MS;
+  for (;;) {
+    try {
+      if ((await control.sandboxes.get(SYSTEM, id)).status !== 'running') return true;
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND') return true;
+      throw err;
+    }
+    if (Date.now() > until) return false;
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 /** The files of a POST /files body: one raw (maybe gzip) body, or the parts of a multipart form. */
@@ -91,9 +110,14 @@ export function registerSandboxRoutes(
   // Every route here is declared `sandboxToken`: the access hook checked the sandbox and its
   // token (or signed URL) before the handler runs (sandbox-access.ts), and hands the sandbox over.
   const opts = { config: access.sandboxToken, schema: { hide: true } };
-  registerRpc(app, SANDBOX_PREFIX, deps.services, opts, async (req) => {
-    return { ...admittedSide(req), user: userFromAuthorization(req.headers.authorization) };
-  });
+  registerRpc(
+    app,
+    SANDBOX_PREFIX,
+    deps.services,
+    opts,
+    async (req) => ({ ...admittedSide(req), user: userFromAuthorization(req.headers.authorization) }),
+    (id) => stoppedRunning(control, id),
+  );
 
   // The sandbox runs (the hook refuses one that does not with 502).
   app.get(`${SANDBOX_PREFIX}/health`, opts, async (_req, reply) => reply.status(204).send());

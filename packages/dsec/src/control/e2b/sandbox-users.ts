@@ -111,9 +111,20 @@ export function userFromAuthorization(header: string | undefined): string | unde
   return name || undefined;
 }
 
-/** E2B resolves relative paths against the user's home. */
+/**
+ * A path as envd resolves it for `user`: `~` and `~/…` are the user's home, relative paths are
+ * under it; `~name` (another user's home) is refused, as envd refuses it.
+ */
 export function resolvePath(path: string, user: SandboxUser): string {
   if (!path) throw new ConnectError('invalid_argument', 'path is empty');
+  if (path.startsWith('~')) {
+    if (path.length > 1 && path[1] !== '/')
+      throw new ConnectError(
+        'invalid_argument',
+        `cannot expand ${JSON.stringify(path)}: only ~ and ~/… (the calling user's home) are expanded`,
+      );
+    path = posix.join(user.home, path.slice(1));
+  }
   return posix.normalize(path.startsWith('/') ? path : posix.join(user.home, path));
 }
 

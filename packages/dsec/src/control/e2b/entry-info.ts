@@ -1,0 +1,138 @@
+import { posix } from 'node:path';
+import type { FileStat } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import type { Message } from './rpc-router.js';
+
+/**
+ * E2B's view of one file (envd's EntryInfo), made from dsec's lstat-like FileStat. envd describes
+ * a symlink by what it leads to: its type and permission bits are the target's, `symlinkTarget`
+ * is the target's full path with every link on the way resolved (Go's filepath.EvalSymlinks),
+ * and a link that leads nowhere has no type (the SDK's list leaves such entries out) and itself
+ * as target. `permissions` is Go's FileMode.String of the entry itself: `Lrwxrwxrwx` for a link,
+ * `dtrwxrwxrwx` for a sticky directory, `urwxr-xr-x` for a setuid file.
+ */
+
+const FILE_TYPE: Record<FileStat['type'], string> = {
+  file: 'FILE_TYPE_FILE',
+  dir: 'FILE_TYPE_DIRECTORY',
+  symlink: 'FILE_TYPE_SYMLINK',
+  other: 'FILE_TYPE_UNSPECIFIED',
+};
+
+/** Links followed before a path is taken for a loop (Go's EvalSymlinks gives up at 255). */
+const MAX_LINKS = 255;
+
+/** Go's os.FileMode.String() for a dsec type and octal mode (type letters, then rwx triples). */
+export function goModeString(type: FileStat['type'], mode: number): string {
+  let prefix = '';
+  if (type === 'dir') prefix += 'd';
+  if (type === 'symlink') prefix += 'L';
+  if (mode & 0o4000) prefix += 'u';
+  if (mode & 0o2000) prefix += 'g';
+  if (mode & 0o1000) prefix += 't';
+  // A device, pipe or socket: FileStat does not say which, and Go's catch-all letter is `?`.
+  if (type === 'other') prefix += '?';
+  let rwx = '';
+  for (let shift = 6; shift >= 0; shift -= 3) {
+    const bits = (mode >> shift) & 7;
+    rwx += (bits & 4 ? 'r' : '-') + (bits & 2 ? 'w' : '-') + (bits & 1 ? 'x' : '-');
+  }
+  return (prefix || '-') + rwx;
+}
+
+/** An lstat of a path inside the sandbox (parents followed, the last component not). */
+export type StatFn = (path: string) => Promise<FileStat>;
+
+/** `stat` that remembers what it saw: one E2B call resolves many paths through the same links. */
+export function cachedStat(stat: StatFn): StatFn {
+  const seen = new Map<string, Promise<FileStat>>();
+  return (p) => {
+    let st = seen.get(p);
+    if (!st) seen.set(p, (st = stat(p)));
+    return st;
+  };
+}
+
+function missing(err: unknown): boolean {
+  return err instanceof ApiError && (err.code === 'FILE_NOT_FOUND' || err.code === 'PATH_CONFLICT');
+}
+
+/**
+ * The canonical path of `path` inside the sandbox, every symlink on the way resolved, as
+ * filepath.EvalSymlinks gives it; undefined when a component is missing or the links loop.
+ */
+export async function realPath(stat: StatFn, path: string): Promise<string | undefined> {
+  let done = '/';
+  let rest = path.split('/');
+  let links = 0;
+  while (rest.length > 0) {
+    const c = rest.shift()!;
+    if (c === '' || c === '.') continue;
+    if (c === '..') {
+      done = posix.dirname(done);
+      continue;
+    }
+    const next = posix.join(done, c);
+    let st: FileStat;
+    try {
+      st = await stat(next);
+    } catch (err) {
+      if (missing(err)) return undefined;
+      throw err;
+    }
+    if (st.type !== 'symlink' || st.linkTarget === undefined) {
+      if (rest.some((r) => r !== '' && r !== '.') && st.type !== 'dir') return undefined; // a file used as a directory
+      done = next;
+      continue;
+    }
+    if (++links > MAX_LINKS) return undefined;
+    if (st.linkTarget.startsWith('/')) done = '/';
+    rest = [...st.linkTarget.split('/'), ...rest];
+  }
+  return done;
+}
+
+/** What a symlink leads to: its canonical path and that entry's stat, or nothing when it dangles. */
+async function followLink(stat: StatFn, at: string): Promise<{ target: string; st: FileStat } | undefined> {
+  const target = await realPath(stat, at);
+  if (target === undefined) return undefined;
+  try {
+    return { target, st: await stat(target) };
+  } catch (err) {
+    if (missing(err)) return undefined;
+    throw err;
+  }
+}
+
+/** uid → user name and gid → group name of the sandbox (its /etc/passwd and /etc/group). */
+export interface OwnerNames {
+  users: Map<number, string>;
+  groups: Map<number, string>;
+}
+
+/** envd's EntryInfo of the entry `st` found at `at`. */
+export async function entryInfo(stat: StatFn, names: OwnerNames, st: FileStat, at: string): Promise<Message> {
+  const ownMode = parseInt(st.mode, 8);
+  let type = FILE_TYPE[st.type];
+  let mode = ownMode & 0o777;
+  let symlinkTarget: string | undefined;
+  if (st.type === 'symlink') {
+    const to = await followLink(stat, at);
+    symlinkTarget = to?.target ?? at;
+    type = to ? FILE_TYPE[to.st.type] : FILE_TYPE.other;
+    mode = to ? parseInt(to.st.mode, 8) & 0o777 : 0;
+  }
+  const out: Message = {
+    name: posix.basename(at) || '/',
+    type,
+    path: at,
+    size: String(st.size),
+    mode,
+    permissions: goModeString(st.type, ownMode),
+    owner: names.users.get(st.uid) ?? String(st.uid),
+    group: names.groups.get(st.gid) ?? String(st.gid),
+    modifiedTime: st.mtime,
+  };
+  if (symlinkTarget !== undefined) out['symlinkTarget'] = symlinkTarget;
+  return out;
+}
