@@ -63,8 +63,14 @@ export class BenchChild {
   }
 }
 
+/**
+ * Node options for the children only, e.g. `DSEC_BENCH_CHILD_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof'`
+ * to profile the control plane under the benchmark's load (Node refuses --cpu-prof in NODE_OPTIONS).
+ */
+const CHILD_NODE_ARGS = (process.env['DSEC_BENCH_CHILD_NODE_ARGS'] ?? '').split(/\s+/).filter(Boolean);
+
 function start(name: string, args: string[], env: Record<string, string> = {}): BenchChild {
-  const proc = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  const proc = spawn(process.execPath, [...CHILD_NODE_ARGS, ...args], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   return new BenchChild(name, proc);
 }
 

@@ -26,13 +26,14 @@ export class ProjectQuotas {
    * other admission of the project can run. Throws the quota's code when they do not fit, and
    * QUOTA_CREATE_RATE_EXCEEDED when the create rate is spent (unless `pace`: then it waits for
    * the tokens, as a batch does). `fit`: admit as many of the n as fit (at least one) instead of
-   * refusing them all; the number admitted is passed to insert.
+   * refusing them all; the number admitted is passed to insert, with whether the project's lock
+   * is held meanwhile (then the insert must not wait for other creates: they wait for it).
    */
   async admit<T>(
     project: string,
     limits: SandboxLimits,
     n: number,
-    insert: (admitted: number) => T | Promise<T>,
+    insert: (admitted: number, locked: boolean) => T | Promise<T>,
     opts: { pace?: boolean; fit?: boolean; rate?: boolean; onShort?: (err: ApiError) => void } = {},
   ): Promise<T> {
     const quota = await this.quotaOf(project);
@@ -40,7 +41,7 @@ export class ProjectQuotas {
       if (opts.pace) await this.#pace(project, quota.createsPerSecond, n);
       else this.#take(project, quota.createsPerSecond, n);
     }
-    if (quota.maxSandboxes === undefined && quota.maxCpu === undefined && quota.maxMemoryMiB === undefined) return insert(n);
+    if (quota.maxSandboxes === undefined && quota.maxCpu === undefined && quota.maxMemoryMiB === undefined) return insert(n, false);
     return this.#locked(project, async () => {
       const usage = await this.store.projects.usage(project);
       let admitted = n;
@@ -53,7 +54,7 @@ export class ProjectQuotas {
           opts.onShort?.(err as ApiError);
         }
       }
-      return insert(admitted);
+      return insert(admitted, true);
     });
   }
 

@@ -283,6 +283,11 @@ export class EdgeRegistry {
     return e.api;
   }
 
+  /** Whether `id` is this control plane's own in-process edge (`dsec up`); unknown ids are not. */
+  isLocal(id: string): boolean {
+    return this.#edges.get(id)?.local === true;
+  }
+
   /** The same api(), for reconciling an edge that has just come back. */
   apiEvenIfLost(id: string): EdgeApi {
     return this.#entry(id).api;

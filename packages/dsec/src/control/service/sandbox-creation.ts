@@ -4,6 +4,8 @@ import { ApiError } from '../../api-error.js';
 import type { EdgeApi, SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { ImageStore } from '../../image/image-store.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
+import { CreateCoalescer } from '../edges/create-coalescer.js';
+import { TurnBatcher } from '../turn-batcher.js';
 import type { Metrics } from '../metrics.js';
 import { infeasible, place, poolUtilisation } from '../placement.js';
 import type { CreateLease, StateStore } from '../state-store.js';
@@ -60,9 +62,21 @@ export class SandboxCreation {
   readonly inflight = new Set<string>();
 
   readonly #specs: SandboxSpecs;
+  /** Concurrent single creates for one remote edge go as one group request. */
+  readonly #creates: CreateCoalescer;
+  /** The rows of concurrent creates (of projects without a quota to check), written in one transaction. */
+  readonly #inserts: TurnBatcher<{ info: SandboxInfo; batch?: { id: string; index: number }; spec: unknown; accessToken?: string }, true>;
+  /** The rows of concurrent creates that succeeded, marked running in one transaction. */
+  readonly #running: TurnBatcher<string, SandboxStatus | null>;
 
   constructor(private readonly deps: SandboxCreationDeps) {
     this.#specs = new SandboxSpecs(deps);
+    this.#creates = new CreateCoalescer(deps.edges);
+    this.#inserts = new TurnBatcher(async (_, rows) => {
+      await deps.store.sandboxes.insertMany(rows, deps.createLease());
+      return rows.map(() => true as const);
+    });
+    this.#running = new TurnBatcher((_, ids) => deps.store.sandboxes.settleCreates(ids.map((id) => ({ id, status: 'running' }))));
   }
 
   #edge(id: string): EdgeApi {
@@ -170,7 +184,17 @@ export class SandboxCreation {
           project,
           limits,
           1,
-          () => this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease(), opts.accessToken),
+          async (_, locked) => {
+            const row = {
+              info,
+              spec: req,
+              ...(opts.batch ? { batch: opts.batch } : {}),
+              ...(opts.accessToken ? { accessToken: opts.accessToken } : {}),
+            };
+            // Under the project's lock the next create waits for this insert: it goes alone.
+            if (locked) await this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease(), opts.accessToken);
+            else await this.#inserts.add('', row);
+          },
           { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true },
         );
       } catch (err) {
@@ -181,7 +205,7 @@ export class SandboxCreation {
       opts.onPlaced?.(edgeId, info.id);
       try {
         await this.deps.layersReady?.(layers);
-        await this.#edge(edgeId).createSandbox({
+        await this.#creates.create(edgeId, {
           id: info.id,
           layers,
           config,
@@ -220,7 +244,7 @@ export class SandboxCreation {
       }
       this.deps.edges.release(edgeId, limits, false);
       this.inflight.delete(info.id);
-      const settled = await this.deps.store.sandboxes.settleCreate(info.id, 'running');
+      const settled = (await this.#running.add('', info.id)) ?? undefined;
       // The edge was declared lost while this create was in flight: the caller gets an error, so
       // the row becomes failed (a lost row would be revived if the edge came back, owned by nobody).
       if (settled === 'lost') {

@@ -42,7 +42,7 @@ export interface SandboxRecords {
    */
   insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease, accessToken?: string): Promise<void>;
   /** Many rows (a batch's group) in one transaction: one commit instead of one per sandbox. */
-  insertMany(rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown }[], lease?: CreateLease): Promise<void>;
+  insertMany(rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[], lease?: CreateLease): Promise<void>;
   get(id: string): Promise<SandboxInfo | undefined>;
   /** Sandboxes that match every field of `filter`, oldest first. */
   list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
@@ -96,6 +96,8 @@ export interface SandboxRecords {
    * after the call (undefined: the row is gone).
    */
   settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined>;
+  /** settleCreate of many, in one transaction: each one's status afterwards, null for a row that is gone. */
+  settleCreates(updates: readonly { id: string; status: SandboxStatus; reason?: string }[]): Promise<(SandboxStatus | null)[]>;
 }
 
 export class SqlSandboxRecords implements SandboxRecords {
@@ -109,10 +111,13 @@ export class SqlSandboxRecords implements SandboxRecords {
     });
   }
 
-  async insertMany(rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown }[], lease?: CreateLease): Promise<void> {
+  async insertMany(
+    rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[],
+    lease?: CreateLease,
+  ): Promise<void> {
     await this.db.transaction(async (tx) => {
       for (const r of rows) {
-        await insertRow(tx, r.info, r.batch, lease);
+        await insertRow(tx, r.info, r.batch, lease, r.accessToken);
         await saveSpecRow(tx, r.info.id, r.spec);
       }
     });
@@ -269,6 +274,25 @@ export class SqlSandboxRecords implements SandboxRecords {
       "SELECT id, edge, create_owner AS owner FROM sandboxes WHERE status = 'creating' AND create_lease_until IS NOT NULL AND create_lease_until < ? ORDER BY created_at",
       [now],
     );
+  }
+
+  async settleCreates(updates: readonly { id: string; status: SandboxStatus; reason?: string }[]): Promise<(SandboxStatus | null)[]> {
+    return this.db.transaction(async (tx) => {
+      const out: (SandboxStatus | null)[] = [];
+      for (const u of updates) {
+        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [
+          u.status,
+          u.reason ?? null,
+          u.id,
+        ]);
+        out.push(
+          changes === 1
+            ? u.status
+            : ((await tx.get<{ status: SandboxStatus }>('SELECT status FROM sandboxes WHERE id = ?', [u.id]))?.status ?? null),
+        );
+      }
+      return out;
+    });
   }
 
   async settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined> {

@@ -1,0 +1,51 @@
+import { ApiError } from '../../api-error.js';
+import type { EdgeApi } from '../../edge/protocol/edge-api.js';
+import type { EdgeCreateRequest, EdgeSandbox } from '../../edge/protocol/schemas.js';
+import { TurnBatcher } from '../turn-batcher.js';
+
+/**
+ * Single creates bound for one remote edge, sent together: the creates that reach their edge call
+ * in the same turn of the event loop go as one group request (EdgeApi.createSandboxes, the call
+ * a batch's group uses), so under load one HTTP round trip, one request parse and one socket
+ * write carry many creates; a lone create still goes at once (turn-batcher.ts). An in-process
+ * edge (`dsec up`) is called directly: there is no round trip to save, and a group would make
+ * each create wait for the slowest of its group.
+ */
+export class CreateCoalescer {
+  readonly #batcher: TurnBatcher<EdgeCreateRequest, EdgeSandbox>;
+
+  constructor(private readonly edges: { api(id: string): EdgeApi; isLocal(id: string): boolean }) {
+    this.#batcher = new TurnBatcher((edgeId, reqs) => this.#send(edgeId, reqs), GROUP_MAX);
+  }
+
+  async create(edgeId: string, req: EdgeCreateRequest): Promise<EdgeSandbox> {
+    if (this.edges.isLocal(edgeId)) return this.edges.api(edgeId).createSandbox(req);
+    return this.#batcher.add(edgeId, req);
+  }
+
+  async #send(edgeId: string, reqs: EdgeCreateRequest[]): Promise<(EdgeSandbox | Error)[]> {
+    if (reqs.length === 1) {
+      try {
+        return [await this.edges.api(edgeId).createSandbox(reqs[0]!)];
+      } catch (err) {
+        return [err instanceof Error ? err : new Error(String(err))];
+      }
+    }
+    try {
+      const outcomes = await this.edges.api(edgeId).createSandboxes(reqs);
+      return reqs.map((r, i) => {
+        const o = outcomes[i];
+        if (o?.sandbox) return o.sandbox;
+        if (o?.error) return new ApiError(o.error.code as ApiError['code'], o.error.message, o.error.details);
+        return new ApiError('SANDBOX_CREATE_FAILED', `edge ${edgeId} gave no answer for ${r.id}`);
+      });
+    } catch (err) {
+      // Each create gets an error of its own: its caller adds its sandbox id to the details.
+      if (err instanceof ApiError) return reqs.map(() => new ApiError(err.code, err.message, { ...err.details }));
+      return reqs.map(() => (err instanceof Error ? err : new Error(String(err))));
+    }
+  }
+}
+
+/** Creates in one group request at most (the batch path's groups are as large; the edge runs 8 at a time). */
+const GROUP_MAX = 256;
