@@ -35,7 +35,7 @@ class NotFoundError(DsecError):
 
 
 class AuthError(DsecError):
-    """The API key is missing, wrong, or not allowed to do this."""
+    """The API key is missing, wrong, or not allowed to do this (FILE_PERMISSION_DENIED: the sandbox's kernel refused a file call made as one of its users)."""
 
 
 class ConflictError(DsecError):
@@ -110,6 +110,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "UNAUTHORIZED": AuthError,
     "FORBIDDEN": AuthError,
     "REGISTRY_AUTH_FAILED": AuthError,
+    "FILE_PERMISSION_DENIED": AuthError,
     "QUOTA_SANDBOXES_EXCEEDED": QuotaError,
     "QUOTA_CPU_EXCEEDED": QuotaError,
     "QUOTA_MEMORY_EXCEEDED": QuotaError,

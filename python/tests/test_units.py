@@ -98,6 +98,7 @@ class ErrorMappingTest(unittest.TestCase):
         # The registry in packages/sdk/src/errors.ts: each code, the status the server sends.
         expected = {
             "INVALID_REQUEST": dsec.InvalidRequestError, "UNAUTHORIZED": dsec.AuthError, "FORBIDDEN": dsec.AuthError,
+            "FILE_PERMISSION_DENIED": dsec.AuthError,
             "SANDBOX_NOT_FOUND": dsec.NotFoundError, "IMAGE_NOT_FOUND": dsec.NotFoundError, "FILE_NOT_FOUND": dsec.NotFoundError,
             "ROUTE_NOT_FOUND": dsec.NotFoundError, "SESSION_NOT_FOUND": dsec.NotFoundError, "PROCESS_NOT_FOUND": dsec.NotFoundError,
             "SESSION_CLOSED": dsec.ConflictError, "PROCESS_NOT_RUNNING": dsec.ConflictError, "SANDBOX_NOT_RUNNING": dsec.ConflictError,

@@ -9,6 +9,8 @@ import { after, before, describe, test } from 'node:test';
 import { InvalidRequestError, NotFoundError, Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, startTestServer, type TestServer } from './helpers/server.js';
 import { call, expectSdkError, expectWireError } from './helpers/wire.js';
+import { ApiError } from '../src/api-error.js';
+import { SYSTEM } from '../src/control/service/callers.js';
 
 /** A read that must not return the host's data: 404 (resolved inside, absent) or 400 (refused). */
 async function readMustNotReachHost(server: TestServer, id: string, path: string, hostSecret: string): Promise<number> {
@@ -222,6 +224,33 @@ describe('files API path escapes', { skip: integrationSkipReason(), timeout: 120
       await call(server, 'GET', `/v1/sandboxes/${sb.id}/files?path=${encodeURIComponent('/etc/passwd\0.png')}`),
       400,
       'INVALID_REQUEST',
+    );
+  });
+
+  test('acting as a user of the sandbox, reads, writes and symlinks still resolve inside it, and /proc stays refused', async () => {
+    const files = server.dsec.control.files;
+    const as = { as: { uid: 1000, gid: 1000, groups: [] } };
+    const r = await sb.commands.run(
+      `mkdir -p /tmp/u && chown 1000:1000 /tmp/u && ln -s ${hostFile} /tmp/u/to-host && ln -s ../../../../.. /tmp/u/up`,
+    );
+    assert.equal(r.exitCode, 0, r.stderr);
+    // Each resolves to the sandbox's own file at that path (an earlier test wrote one there), never the host's.
+    for (const p of [`../../../../../..${hostFile}`, hostFile, '/tmp/u/to-host', `/tmp/u/up${hostFile}`]) {
+      const got = await files.readFile(SYSTEM, sb.id, p, 1 << 20, as).catch((e: unknown) => {
+        if (e instanceof ApiError && e.code === 'FILE_NOT_FOUND') return Buffer.alloc(0);
+        throw e;
+      });
+      assert.ok(!got.toString().includes(secret), `reading ${p} as a user returned the host's secret`);
+    }
+    // The link's target inside (an earlier test made it, root's 0644): the kernel refuses the user; the host's is untouched either way.
+    await assert.rejects(
+      files.writeFile(SYSTEM, sb.id, '/tmp/u/to-host', Buffer.from('as a user'), 0o644, as),
+      (e: unknown) => e instanceof ApiError && e.code === 'FILE_PERMISSION_DENIED',
+    );
+    assertHostFileUnchanged();
+    await assert.rejects(
+      files.readFile(SYSTEM, sb.id, '/proc/1/environ', 1 << 20, as),
+      (e: unknown) => e instanceof ApiError && e.code === 'INVALID_REQUEST',
     );
   });
 

@@ -8,6 +8,8 @@ export const ERROR_CODES = {
   UNAUTHORIZED: 401,
   FORBIDDEN: 403,
   REGISTRY_AUTH_FAILED: 403,
+  /** A file call acting as a user of the sandbox was refused by the kernel (EACCES, EPERM); the message names the path and the uid. */
+  FILE_PERMISSION_DENIED: 403,
   /** The project already has as many live sandboxes (creating, running, paused) as its quota allows. */
   QUOTA_SANDBOXES_EXCEEDED: 403,
   /** The project's live sandboxes would together ask for more CPUs than its quota allows. */
@@ -106,7 +108,10 @@ export class DsecError extends Error {
 export class NotFoundError extends DsecError {
   override readonly name = 'NotFoundError';
 }
-/** The API key is missing, wrong, or not allowed to do this (or a registry refused its credentials). */
+/**
+ * The API key is missing, wrong, or not allowed to do this (or a registry refused its credentials, or
+ * the sandbox's kernel refused a file call made as one of its users: FILE_PERMISSION_DENIED).
+ */
 export class AuthError extends DsecError {
   override readonly name = 'AuthError';
 }
@@ -207,6 +212,7 @@ export const ERROR_CLASSES = {
   UNAUTHORIZED: AuthError,
   FORBIDDEN: AuthError,
   REGISTRY_AUTH_FAILED: AuthError,
+  FILE_PERMISSION_DENIED: AuthError,
   QUOTA_SANDBOXES_EXCEEDED: QuotaError,
   QUOTA_CPU_EXCEEDED: QuotaError,
   QUOTA_MEMORY_EXCEEDED: QuotaError,

@@ -38,8 +38,11 @@ import type {
   EdgeNetworkRequest,
   EdgeSandbox,
   EdgeSnapshot,
+  FileCallOptions,
+  StatOptions,
   TerminalChannel,
   TerminalRequest,
+  WriteFileOptions,
 } from './protocol/edge-api.js';
 import type { ExecEvent } from './protocol/exec-event.js';
 
@@ -282,32 +285,32 @@ export class Edge implements EdgeApi {
     return this.#for(id).openPort(id, port);
   }
 
-  readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
-    return this.#for(id).readFile(id, path, maxBytes);
+  readFile(id: string, path: string, maxBytes: number, opts?: FileCallOptions): Promise<Buffer> {
+    return this.#for(id).readFile(id, path, maxBytes, opts);
   }
 
-  writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
-    return this.#for(id).writeFile(id, path, data, mode);
+  writeFile(id: string, path: string, data: Buffer, mode: number, opts?: WriteFileOptions): Promise<number> {
+    return this.#for(id).writeFile(id, path, data, mode, opts);
   }
 
-  statPath(id: string, path: string): Promise<FileStat> {
-    return this.#for(id).statPath(id, path);
+  statPath(id: string, path: string, opts?: StatOptions): Promise<FileStat> {
+    return this.#for(id).statPath(id, path, opts);
   }
 
-  listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
-    return this.#for(id).listDir(id, path);
+  listDir(id: string, path: string, opts?: StatOptions): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    return this.#for(id).listDir(id, path, opts);
   }
 
-  makeDir(id: string, path: string, parents: boolean): Promise<void> {
-    return this.#for(id).makeDir(id, path, parents);
+  makeDir(id: string, path: string, parents: boolean, opts?: FileCallOptions): Promise<void> {
+    return this.#for(id).makeDir(id, path, parents, opts);
   }
 
-  removePath(id: string, path: string, recursive: boolean): Promise<void> {
-    return this.#for(id).removePath(id, path, recursive);
+  removePath(id: string, path: string, recursive: boolean, opts?: FileCallOptions): Promise<void> {
+    return this.#for(id).removePath(id, path, recursive, opts);
   }
 
-  renamePath(id: string, from: string, to: string): Promise<void> {
-    return this.#for(id).renamePath(id, from, to);
+  renamePath(id: string, from: string, to: string, opts?: FileCallOptions): Promise<void> {
+    return this.#for(id).renamePath(id, from, to, opts);
   }
 
   uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number> {

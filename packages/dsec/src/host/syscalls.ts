@@ -19,6 +19,13 @@ const ioctlWinsize = libc.func('int ioctl(int fd, unsigned long request, winsize
 const llistxattrFn = libc.func('long llistxattr(const char *path, _Out_ uint8_t *list, size_t size)');
 const lgetxattrFn = libc.func('long lgetxattr(const char *path, const char *name, _Out_ uint8_t *value, size_t size)');
 const lsetxattrFn = libc.func('int lsetxattr(const char *path, const char *name, const uint8_t *value, size_t size, int flags)');
+const flistxattrFn = libc.func('long flistxattr(int fd, _Out_ uint8_t *list, size_t size)');
+const fsetxattrFn = libc.func('int fsetxattr(int fd, const char *name, const uint8_t *value, size_t size, int flags)');
+const fremovexattrFn = libc.func('int fremovexattr(int fd, const char *name)');
+const setfsuidFn = libc.func('int setfsuid(uint32_t fsuid)');
+const setfsgidFn = libc.func('int setfsgid(uint32_t fsgid)');
+const getgroupsFn = libc.func('int getgroups(int size, _Out_ uint32_t *list)');
+const syscallSetgroups = libc.func('long syscall(long nr, size_t size, const uint32_t *list)');
 const mknodFn = libc.func('int mknod(const char *path, uint32_t mode, uint64_t dev)');
 const syncfsFn = libc.func('int syncfs(int fd)');
 const strerrorFn = libc.func('const char *strerror(int errnum)');
@@ -33,6 +40,8 @@ export const MNT_DETACH = 2;
 export const SYS_OPENAT2 = 437;
 export const RESOLVE_NO_XDEV = 0x01;
 export const RESOLVE_NO_MAGICLINKS = 0x02;
+export const RESOLVE_NO_SYMLINKS = 0x04;
+export const RESOLVE_BENEATH = 0x08;
 export const RESOLVE_IN_ROOT = 0x10;
 export const O_PATH = 0o10000000;
 export const O_DIRECTORY = 0o200000;
@@ -58,6 +67,7 @@ export class SyscallError extends Error {
 const ERRNO_NAMES: Record<number, string> = {
   1: 'EPERM',
   2: 'ENOENT',
+  7: 'E2BIG',
   11: 'EAGAIN',
   13: 'EACCES',
   15: 'ENOTBLK',
@@ -68,9 +78,12 @@ const ERRNO_NAMES: Record<number, string> = {
   21: 'EISDIR',
   22: 'EINVAL',
   28: 'ENOSPC',
+  34: 'ERANGE',
   36: 'ENAMETOOLONG',
   39: 'ENOTEMPTY',
   40: 'ELOOP',
+  61: 'ENODATA',
+  95: 'ENOTSUP',
 };
 
 export function mount(source: string, target: string, fstype: string, flags: number, data: string | null): void {
@@ -145,6 +158,63 @@ export function getXattr(path: string, name: string): Buffer {
 
 export function setXattr(path: string, name: string, value: Buffer): void {
   if (lsetxattrFn(path, name, value, value.length, 0) !== 0) throw new SyscallError('lsetxattr', koffi.errno(), `${path} ${name}`);
+}
+
+/** Extended attribute names of an open file. */
+export function listXattrsOf(fd: number): string[] {
+  const size = Number(flistxattrFn(fd, null, 0));
+  if (size < 0) throw new SyscallError('flistxattr', koffi.errno(), String(fd));
+  if (size === 0) return [];
+  const buf = Buffer.alloc(size);
+  const n = Number(flistxattrFn(fd, buf, size));
+  if (n < 0) throw new SyscallError('flistxattr', koffi.errno(), String(fd));
+  return buf.subarray(0, n).toString('latin1').split('\0').filter(Boolean);
+}
+
+export function setXattrOf(fd: number, name: string, value: Buffer): void {
+  if (fsetxattrFn(fd, name, value, value.length, 0) !== 0) throw new SyscallError('fsetxattr', koffi.errno(), name);
+}
+
+export function removeXattrOf(fd: number, name: string): void {
+  if (fremovexattrFn(fd, name) !== 0) throw new SyscallError('fremovexattr', koffi.errno(), name);
+}
+
+/**
+ * setfsuid(2)/setfsgid(2) of the calling thread (they are per-thread: glibc does not broadcast
+ * them to the process's other threads). Both return the previous id whether or not the change
+ * took, so the new one is read back by a second call with the same value; a refusal is thrown.
+ */
+export function setFsUid(uid: number): void {
+  setfsuidFn(uid);
+  if (setfsuidFn(uid) >>> 0 !== uid) throw new SyscallError('setfsuid', 1, String(uid));
+}
+
+export function setFsGid(gid: number): void {
+  setfsgidFn(gid);
+  if (setfsgidFn(gid) >>> 0 !== gid) throw new SyscallError('setfsgid', 1, String(gid));
+}
+
+/** The calling thread's supplementary groups. */
+export function getGroups(): number[] {
+  const n = getgroupsFn(0, null);
+  if (n < 0) throw new SyscallError('getgroups', koffi.errno(), '');
+  const list = new Uint32Array(Math.max(n, 1));
+  const got = getgroupsFn(n, list);
+  if (got < 0) throw new SyscallError('getgroups', koffi.errno(), '');
+  return [...list.subarray(0, got)];
+}
+
+/** setgroups(2)'s number: 116 on x86_64, 159 on arm64 (the generic table). */
+export const SYS_SETGROUPS = process.arch === 'arm64' ? 159 : 116;
+
+/**
+ * The calling thread's supplementary groups, by the raw system call: glibc's setgroups() sets them
+ * on every thread of the process (its setxid broadcast), the kernel's call on the caller only.
+ */
+export function setThreadGroups(groups: number[]): void {
+  if (Number(syscallSetgroups(SYS_SETGROUPS, groups.length, Uint32Array.from(groups))) !== 0) {
+    throw new SyscallError('setgroups', koffi.errno(), groups.join(','));
+  }
 }
 
 /** mknod(2): device nodes (overlay whiteouts are character devices 0:0) and FIFOs. */

@@ -28,6 +28,12 @@ export const FileStat = Type.Object({
   gid: Type.Integer(),
   mtime: Type.String({ format: 'date-time' }),
   linkTarget: Type.Optional(Type.String({ description: 'For symlinks: where it points (not followed).' })),
+  metadata: Type.Optional(
+    Type.Record(Type.String(), Type.String(), {
+      description:
+        "The entry's user extended attributes under the prefix the call asked for, the prefix stripped (values as UTF-8); absent when it has none or none was asked for.",
+    }),
+  ),
 });
 export type FileStat = Static<typeof FileStat>;
 

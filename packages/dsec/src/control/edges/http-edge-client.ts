@@ -36,6 +36,13 @@ import type {
 import { EDGE_PREFIX } from '../../edge/protocol/schemas.js';
 import { lineToEvent } from '../../edge/protocol/exec-lines.js';
 import type { ExecEvent } from '../../edge/protocol/exec-event.js';
+import {
+  actorToQuery,
+  type FileActor,
+  type FileCallOptions,
+  type StatOptions,
+  type WriteFileOptions,
+} from '../../edge/protocol/file-options.js';
 import type { Link } from '../../net/address-pool.js';
 import { currentRequestId, REQUEST_ID_HEADER } from '../../http/request-log.js';
 import type { NetworkPolicy } from '../../net/policy.js';
@@ -424,13 +431,14 @@ export class HttpEdgeClient implements EdgeApi {
     return stream;
   }
 
-  async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
-    const res = await this.#fetch(this.#sb(id, `/files?path=${encodeURIComponent(path)}&maxBytes=${maxBytes}`));
+  async readFile(id: string, path: string, maxBytes: number, opts: FileCallOptions = {}): Promise<Buffer> {
+    const res = await this.#fetch(this.#sb(id, `/files?${fileQuery({ path, maxBytes: String(maxBytes) }, opts)}`));
     return Buffer.from(await res.arrayBuffer());
   }
 
-  async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
-    const res = await this.#fetch(this.#sb(id, `/files?path=${encodeURIComponent(path)}&mode=${mode}`), {
+  async writeFile(id: string, path: string, data: Buffer, mode: number, opts: WriteFileOptions = {}): Promise<number> {
+    const meta: Record<string, string> = opts.metadata ? { metadata: JSON.stringify(opts.metadata) } : {};
+    const res = await this.#fetch(this.#sb(id, `/files?${fileQuery({ path, mode: String(mode), ...meta }, opts)}`), {
       method: 'PUT',
       body: data,
       headers: { 'content-type': 'application/octet-stream' },
@@ -438,24 +446,24 @@ export class HttpEdgeClient implements EdgeApi {
     return ((await res.json()) as { bytes: number }).bytes;
   }
 
-  statPath(id: string, path: string): Promise<FileStat> {
-    return this.#json('GET', this.#sb(id, `/files/stat?path=${encodeURIComponent(path)}`));
+  statPath(id: string, path: string, opts: StatOptions = {}): Promise<FileStat> {
+    return this.#json('GET', this.#sb(id, `/files/stat?${fileQuery({ path }, opts)}`));
   }
 
-  listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
-    return this.#json('GET', this.#sb(id, `/files/list?path=${encodeURIComponent(path)}`));
+  listDir(id: string, path: string, opts: StatOptions = {}): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    return this.#json('GET', this.#sb(id, `/files/list?${fileQuery({ path }, opts)}`));
   }
 
-  async makeDir(id: string, path: string, parents: boolean): Promise<void> {
-    await this.#json('POST', this.#sb(id, '/files/mkdir'), { path, parents });
+  async makeDir(id: string, path: string, parents: boolean, opts: FileCallOptions = {}): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/files/mkdir'), { path, parents, ...bodyAs(opts) });
   }
 
-  async removePath(id: string, path: string, recursive: boolean): Promise<void> {
-    await this.#json('POST', this.#sb(id, '/files/remove'), { path, recursive }, { timeout: false });
+  async removePath(id: string, path: string, recursive: boolean, opts: FileCallOptions = {}): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/files/remove'), { path, recursive, ...bodyAs(opts) }, { timeout: false });
   }
 
-  async renamePath(id: string, from: string, to: string): Promise<void> {
-    await this.#json('POST', this.#sb(id, '/files/rename'), { from, to });
+  async renamePath(id: string, from: string, to: string, opts: FileCallOptions = {}): Promise<void> {
+    await this.#json('POST', this.#sb(id, '/files/rename'), { from, to, ...bodyAs(opts) });
   }
 
   async uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number> {
@@ -473,4 +481,16 @@ export class HttpEdgeClient implements EdgeApi {
     const res = await this.#fetch(this.#sb(id, `/files/tar?path=${encodeURIComponent(path)}`), { timeout: false });
     return Readable.fromWeb(res.body as WebReadableStream);
   }
+}
+
+/** A file call's query string: its own fields, then `as` and `metadataPrefix` when given (edge-server.ts). */
+function fileQuery(fields: Record<string, string>, opts: StatOptions): string {
+  const q = new URLSearchParams(fields);
+  if (opts.as) q.set('as', actorToQuery(opts.as));
+  if (opts.metadataPrefix !== undefined) q.set('metadataPrefix', opts.metadataPrefix);
+  return q.toString();
+}
+
+function bodyAs(opts: FileCallOptions): { as?: FileActor } {
+  return opts.as ? { as: { uid: opts.as.uid, gid: opts.as.gid, groups: opts.as.groups } } : {};
 }

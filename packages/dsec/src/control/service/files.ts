@@ -1,60 +1,87 @@
 import { Readable } from 'node:stream';
 import type { FileStat } from '@dsec/sdk/schema';
+import type { FileActor, FileMetadataWrite } from '../../edge/protocol/edge-api.js';
 import { MAX_PAYLOAD, type TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 
 /**
  * A running sandbox's files. Writes are written to the trajectory (with their bytes, up to
- * MAX_PAYLOAD) so a replay makes them again; reads are not.
+ * MAX_PAYLOAD, and whom they acted as) so a replay makes them again; reads are not.
+ *
+ * Each call acts as the sandbox's root unless `opts.as` names one of its users (by the sandbox's
+ * own ids): the edge then has the kernel decide each access as for that user
+ * (FILE_PERMISSION_DENIED, 403, when it refuses), and what the call creates is that user's.
+ * `metadata` (writes) and `metadataPrefix` (stat, list) are the file's user xattrs under a prefix.
  */
 export class FileService {
   constructor(private readonly deps: { lookup: SandboxLookup; trajectory: TrajectoryLog }) {}
 
-  async readFile(caller: Caller, id: string, path: string, maxBytes: number): Promise<Buffer> {
-    return (await this.deps.lookup.runningOn(caller, id)).readFile(id, path, maxBytes);
+  async readFile(caller: Caller, id: string, path: string, maxBytes: number, opts: { as?: FileActor } = {}): Promise<Buffer> {
+    return (await this.deps.lookup.runningOn(caller, id)).readFile(id, path, maxBytes, actorOnly(opts));
   }
 
-  async stat(caller: Caller, id: string, path: string): Promise<FileStat> {
-    return (await this.deps.lookup.runningOn(caller, id)).statPath(id, path);
+  async stat(caller: Caller, id: string, path: string, opts: { as?: FileActor; metadataPrefix?: string } = {}): Promise<FileStat> {
+    return (await this.deps.lookup.runningOn(caller, id)).statPath(id, path, statOptions(opts));
   }
 
-  async listDir(caller: Caller, id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
-    return (await this.deps.lookup.runningOn(caller, id)).listDir(id, path);
+  async listDir(
+    caller: Caller,
+    id: string,
+    path: string,
+    opts: { as?: FileActor; metadataPrefix?: string } = {},
+  ): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    return (await this.deps.lookup.runningOn(caller, id)).listDir(id, path, statOptions(opts));
   }
 
   async downloadTar(caller: Caller, id: string, path: string): Promise<AsyncIterable<Buffer>> {
     return (await this.deps.lookup.runningOn(caller, id)).downloadTar(id, path);
   }
 
-  async writeFile(caller: Caller, id: string, path: string, data: Buffer, mode: number): Promise<number> {
+  async writeFile(
+    caller: Caller,
+    id: string,
+    path: string,
+    data: Buffer,
+    mode: number,
+    opts: { as?: FileActor; metadata?: FileMetadataWrite } = {},
+  ): Promise<number> {
     const started = performance.now();
-    const bytes = await (await this.deps.lookup.runningOn(caller, id)).writeFile(id, path, data, mode);
+    const edgeOpts = { ...actorOnly(opts), ...(opts.metadata ? { metadata: opts.metadata } : {}) };
+    const bytes = await (await this.deps.lookup.runningOn(caller, id)).writeFile(id, path, data, mode, edgeOpts);
     await this.deps.trajectory.append(id, {
       kind: 'files.write',
-      request: { path, mode: mode.toString(8), bytes },
+      request: { path, mode: mode.toString(8), bytes, ...edgeOpts },
       payload: data,
       durationMs: since(started),
     });
     return bytes;
   }
 
-  async makeDir(caller: Caller, id: string, path: string, parents: boolean): Promise<void> {
+  async makeDir(caller: Caller, id: string, path: string, parents: boolean, opts: { as?: FileActor } = {}): Promise<void> {
     const started = performance.now();
-    await (await this.deps.lookup.runningOn(caller, id)).makeDir(id, path, parents);
-    await this.deps.trajectory.append(id, { kind: 'files.mkdir', request: { path, parents }, durationMs: since(started) });
+    await (await this.deps.lookup.runningOn(caller, id)).makeDir(id, path, parents, actorOnly(opts));
+    await this.deps.trajectory.append(id, {
+      kind: 'files.mkdir',
+      request: { path, parents, ...actorOnly(opts) },
+      durationMs: since(started),
+    });
   }
 
-  async removePath(caller: Caller, id: string, path: string, recursive: boolean): Promise<void> {
+  async removePath(caller: Caller, id: string, path: string, recursive: boolean, opts: { as?: FileActor } = {}): Promise<void> {
     const started = performance.now();
-    await (await this.deps.lookup.runningOn(caller, id)).removePath(id, path, recursive);
-    await this.deps.trajectory.append(id, { kind: 'files.remove', request: { path, recursive }, durationMs: since(started) });
+    await (await this.deps.lookup.runningOn(caller, id)).removePath(id, path, recursive, actorOnly(opts));
+    await this.deps.trajectory.append(id, {
+      kind: 'files.remove',
+      request: { path, recursive, ...actorOnly(opts) },
+      durationMs: since(started),
+    });
   }
 
-  async renamePath(caller: Caller, id: string, from: string, to: string): Promise<void> {
+  async renamePath(caller: Caller, id: string, from: string, to: string, opts: { as?: FileActor } = {}): Promise<void> {
     const started = performance.now();
-    await (await this.deps.lookup.runningOn(caller, id)).renamePath(id, from, to);
-    await this.deps.trajectory.append(id, { kind: 'files.rename', request: { from, to }, durationMs: since(started) });
+    await (await this.deps.lookup.runningOn(caller, id)).renamePath(id, from, to, actorOnly(opts));
+    await this.deps.trajectory.append(id, { kind: 'files.rename', request: { from, to, ...actorOnly(opts) }, durationMs: since(started) });
   }
 
   /** Tar uploads are kept for replay up to MAX_PAYLOAD; a larger one marks the step unreplayable. */
@@ -80,6 +107,18 @@ export class FileService {
     });
     return bytes;
   }
+}
+
+/** `as` when given, nothing otherwise: a root call crosses to the edge and into the trajectory as before. */
+function actorOnly(opts: { as?: FileActor | undefined }): { as?: FileActor } {
+  return opts.as ? { as: opts.as } : {};
+}
+
+function statOptions(opts: { as?: FileActor | undefined; metadataPrefix?: string | undefined }): {
+  as?: FileActor;
+  metadataPrefix?: string;
+} {
+  return { ...actorOnly(opts), ...(opts.metadataPrefix !== undefined ? { metadataPrefix: opts.metadataPrefix } : {}) };
 }
 
 /** A step's duration as the log keeps it: from the request's arrival here to the edge's answer, in ms to 0.01. */

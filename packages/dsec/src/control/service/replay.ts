@@ -10,7 +10,7 @@ import type {
   TrajectoryEntry,
 } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT, type CreateSandboxRequest } from '@dsec/sdk/schema';
-import type { EdgeApi, EdgeNetworkRequest } from '../../edge/protocol/edge-api.js';
+import type { EdgeApi, EdgeNetworkRequest, FileActor, FileMetadataWrite } from '../../edge/protocol/edge-api.js';
 import { ApiError } from '../../api-error.js';
 import { checkPolicy } from './sandbox-spec.js';
 import type { EndedSandboxes } from '../ended-sandboxes.js';
@@ -182,17 +182,20 @@ export async function replayEntries(
           if (sid) await edge.closeSession(sandboxId, sid);
           break;
         }
-        case 'files.write':
-          await edge.writeFile(sandboxId, String(r['path']), e.payload ?? Buffer.alloc(0), parseInt(String(r['mode'] ?? '644'), 8));
+        case 'files.write': {
+          const metadata = r['metadata'] as FileMetadataWrite | undefined;
+          const opts = { ...loggedActor(r), ...(metadata ? { metadata } : {}) };
+          await edge.writeFile(sandboxId, String(r['path']), e.payload ?? Buffer.alloc(0), parseInt(String(r['mode'] ?? '644'), 8), opts);
           break;
+        }
         case 'files.mkdir':
-          await edge.makeDir(sandboxId, String(r['path']), r['parents'] !== false);
+          await edge.makeDir(sandboxId, String(r['path']), r['parents'] !== false, loggedActor(r));
           break;
         case 'files.remove':
-          await edge.removePath(sandboxId, String(r['path']), r['recursive'] === true);
+          await edge.removePath(sandboxId, String(r['path']), r['recursive'] === true, loggedActor(r));
           break;
         case 'files.rename':
-          await edge.renamePath(sandboxId, String(r['from']), String(r['to']));
+          await edge.renamePath(sandboxId, String(r['from']), String(r['to']), loggedActor(r));
           break;
         case 'process.start': {
           const info = await edge.startProcess(sandboxId, r as StartProcessRequest);
@@ -227,6 +230,11 @@ export async function replayEntries(
     steps.push(step);
   }
   return steps;
+}
+
+/** The user a logged file step acted as (absent: the sandbox's root), for the replay to act as again. */
+function loggedActor(r: Record<string, unknown>): { as?: FileActor } {
+  return r['as'] ? { as: r['as'] as FileActor } : {};
 }
 
 /** Why a logged step is not re-run, or undefined when it is. */

@@ -14,6 +14,7 @@ import type {
 } from '@dsec/sdk/schema';
 import type { Duplex } from 'node:stream';
 import type { ExecEvent } from './exec-event.js';
+import type { FileCallOptions, StatOptions, WriteFileOptions } from './file-options.js';
 import type { Link } from '../../net/address-pool.js';
 import type { NetworkPolicy } from '../../net/policy.js';
 import type {
@@ -37,6 +38,7 @@ export type {
   SandboxLimits,
   EdgeSandboxStatus,
 } from './schemas.js';
+export type { FileActor, FileCallOptions, FileMetadataWrite, StatOptions, WriteFileOptions } from './file-options.js';
 
 /**
  * An interactive terminal as a channel of bytes: output out, keystrokes and resizes in, one exit
@@ -121,13 +123,19 @@ export interface EdgeApi {
   /** Apparent size of a volume's files. */
   volumeUsage(name: string): Promise<{ bytes: number }>;
 
-  readFile(id: string, path: string, maxBytes: number): Promise<Buffer>;
-  writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number>;
-  statPath(id: string, path: string): Promise<FileStat>;
-  listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }>;
-  makeDir(id: string, path: string, parents: boolean): Promise<void>;
-  removePath(id: string, path: string, recursive: boolean): Promise<void>;
-  renamePath(id: string, from: string, to: string): Promise<void>;
+  /*
+   * File calls act as the sandbox's root unless `opts.as` names one of its users: the kernel then
+   * decides each access as for that user (FILE_PERMISSION_DENIED when it refuses) and what the
+   * call creates is that user's. uid 0 is root, as without `as`.
+   */
+  readFile(id: string, path: string, maxBytes: number, opts?: FileCallOptions): Promise<Buffer>;
+  /** `opts.metadata`: the file's user xattrs under its prefix, set after the bytes are written. */
+  writeFile(id: string, path: string, data: Buffer, mode: number, opts?: WriteFileOptions): Promise<number>;
+  statPath(id: string, path: string, opts?: StatOptions): Promise<FileStat>;
+  listDir(id: string, path: string, opts?: StatOptions): Promise<{ entries: FileStat[]; truncated: boolean }>;
+  makeDir(id: string, path: string, parents: boolean, opts?: FileCallOptions): Promise<void>;
+  removePath(id: string, path: string, recursive: boolean, opts?: FileCallOptions): Promise<void>;
+  renamePath(id: string, from: string, to: string, opts?: FileCallOptions): Promise<void>;
   /** Unpacks a tar byte stream into dir (created if missing), inside the sandbox. */
   uploadTar(id: string, dir: string, body: AsyncIterable<Buffer>): Promise<number>;
   downloadTar(id: string, path: string): Promise<AsyncIterable<Buffer>>;

@@ -49,6 +49,7 @@ import {
 import { requestIdOptions, useRequestLog } from '../../http/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
 import { servePortChannel } from '../protocol/port-stream.js';
+import { ACTOR_QUERY_PATTERN, actorFromQuery, type FileActor, type FileMetadataWrite } from '../protocol/file-options.js';
 
 export const NDJSON = 'application/x-ndjson';
 export const OCTETS = 'application/octet-stream';
@@ -57,7 +58,46 @@ const Id = Type.Object({ id: Type.String({ pattern: '^sb-[a-z0-9]{1,32}-[a-z0-9]
 const IdPid = Type.Object({ id: Id.properties.id, pid: Type.String({ minLength: 1, maxLength: 64 }) });
 const IdSid = Type.Object({ id: Id.properties.id, sid: Type.String({ minLength: 1, maxLength: 64 }) });
 const PathQ = Type.Object({ path: Type.String({ minLength: 1, maxLength: 4096 }) }, { additionalProperties: false });
-const errors = { 400: ErrorBody, 401: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 500: ErrorBody, 503: ErrorBody };
+const errors = {
+  400: ErrorBody,
+  401: ErrorBody,
+  403: ErrorBody,
+  404: ErrorBody,
+  409: ErrorBody,
+  413: ErrorBody,
+  500: ErrorBody,
+  503: ErrorBody,
+};
+/** Who a file call acts as (edge/protocol/file-options.ts): in a query `uid:gid:groups`, in a body an object. */
+const AsQ = Type.Optional(Type.String({ pattern: ACTOR_QUERY_PATTERN, description: "uid:gid:g1,g2 (the sandbox's ids)" }));
+const Id32 = Type.Integer({ minimum: 0, maximum: 2 ** 32 - 2 });
+const AsBody = Type.Optional(
+  Type.Object({ uid: Id32, gid: Id32, groups: Type.Array(Id32, { maxItems: 65536 }) }, { additionalProperties: false }),
+);
+const MetadataPrefixQ = Type.Optional(Type.String({ minLength: 1, maxLength: 255 }));
+const StatQ = Type.Object({ path: PathQ.properties.path, as: AsQ, metadataPrefix: MetadataPrefixQ }, { additionalProperties: false });
+/** The call's options from its query, without keys for what is absent. */
+function fileQueryOptions(q: { as?: string | undefined; metadataPrefix?: string | undefined }): {
+  as?: FileActor;
+  metadataPrefix?: string;
+} {
+  return {
+    ...(q.as !== undefined ? { as: actorFromQuery(q.as) } : {}),
+    ...(q.metadataPrefix !== undefined ? { metadataPrefix: q.metadataPrefix } : {}),
+  };
+}
+function bodyAs(b: { as?: FileActor | undefined }): { as?: FileActor } {
+  return b.as ? { as: b.as } : {};
+}
+/** `metadata` of a write, as JSON in its query (the body is the file's bytes). */
+function metadataFromQuery(q: string | undefined): FileMetadataWrite | undefined {
+  if (q === undefined) return undefined;
+  try {
+    return JSON.parse(q) as FileMetadataWrite;
+  } catch {
+    throw new ApiError('INVALID_REQUEST', 'metadata: not JSON ({"prefix": "user.…", "values": {…}})', { field: 'metadata' });
+  }
+}
 
 /**
  * The edge protocol over HTTP: what `dsec edge` serves to its control plane. Every route needs the
@@ -297,11 +337,14 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       config: access.cluster,
       schema: {
         params: Id,
-        querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }) }),
+        querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }), as: AsQ }),
         response: errors,
       },
     },
-    async (req, reply) => reply.type(OCTETS).send((await edge.readFile(req.params.id, req.query.path, req.query.maxBytes)) as never),
+    async (req, reply) =>
+      reply
+        .type(OCTETS)
+        .send((await edge.readFile(req.params.id, req.query.path, req.query.maxBytes, fileQueryOptions(req.query))) as never),
   );
   app.put(
     `${S}/files`,
@@ -309,24 +352,31 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       config: access.cluster,
       schema: {
         params: Id,
-        querystring: Type.Object({ path: PathQ.properties.path, mode: Type.Integer({ minimum: 0, maximum: 0o7777 }) }),
+        querystring: Type.Object({
+          path: PathQ.properties.path,
+          mode: Type.Integer({ minimum: 0, maximum: 0o7777 }),
+          as: AsQ,
+          metadata: Type.Optional(Type.String({ description: 'JSON: {"prefix": "user.…", "values": {name: value}}' })),
+        }),
         response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors },
       },
     },
     async (req) => {
       if (!Buffer.isBuffer(req.body)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the file as ${OCTETS}`);
-      return { bytes: await edge.writeFile(req.params.id, req.query.path, req.body, req.query.mode) };
+      const metadata = metadataFromQuery(req.query.metadata);
+      const opts = { ...fileQueryOptions(req.query), ...(metadata ? { metadata } : {}) };
+      return { bytes: await edge.writeFile(req.params.id, req.query.path, req.body, req.query.mode, opts) };
     },
   );
   app.get(
     `${S}/files/stat`,
-    { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: FileStat, ...errors } } },
-    async (req) => edge.statPath(req.params.id, req.query.path),
+    { config: access.cluster, schema: { params: Id, querystring: StatQ, response: { 200: FileStat, ...errors } } },
+    async (req) => edge.statPath(req.params.id, req.query.path, fileQueryOptions(req.query)),
   );
   app.get(
     `${S}/files/list`,
-    { config: access.cluster, schema: { params: Id, querystring: PathQ, response: { 200: DirListing, ...errors } } },
-    async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path)) }),
+    { config: access.cluster, schema: { params: Id, querystring: StatQ, response: { 200: DirListing, ...errors } } },
+    async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path, fileQueryOptions(req.query))) }),
   );
   app.post(
     `${S}/files/mkdir`,
@@ -334,12 +384,12 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       config: access.cluster,
       schema: {
         params: Id,
-        body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean() }),
+        body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean(), as: AsBody }),
         response: { 204: Type.Null(), ...errors },
       },
     },
     async (req, reply) => {
-      await edge.makeDir(req.params.id, req.body.path, req.body.parents);
+      await edge.makeDir(req.params.id, req.body.path, req.body.parents, bodyAs(req.body));
       return reply.status(204).send(null);
     },
   );
@@ -349,12 +399,12 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       config: access.cluster,
       schema: {
         params: Id,
-        body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean() }),
+        body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean(), as: AsBody }),
         response: { 204: Type.Null(), ...errors },
       },
     },
     async (req, reply) => {
-      await edge.removePath(req.params.id, req.body.path, req.body.recursive);
+      await edge.removePath(req.params.id, req.body.path, req.body.recursive, bodyAs(req.body));
       return reply.status(204).send(null);
     },
   );
@@ -364,12 +414,12 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       config: access.cluster,
       schema: {
         params: Id,
-        body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path }),
+        body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path, as: AsBody }),
         response: { 204: Type.Null(), ...errors },
       },
     },
     async (req, reply) => {
-      await edge.renamePath(req.params.id, req.body.from, req.body.to);
+      await edge.renamePath(req.params.id, req.body.from, req.body.to, bodyAs(req.body));
       return reply.status(204).send(null);
     },
   );

@@ -16,13 +16,19 @@ import { dirname } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
 import { FREE_SPACE_HINT, freeBytes } from '../../../host/disk-space.js';
+import { type HostFsIds, withFsIds } from '../../../host/fs-ids.js';
+import type { FileMetadataWrite } from '../../protocol/file-options.js';
+import { readMetadata, writeMetadata } from './file-metadata.js';
 import {
   AT_REMOVEDIR,
   O_CLOEXEC,
   O_DIRECTORY,
+  O_NOFOLLOW,
   O_PATH,
+  RESOLVE_BENEATH,
   RESOLVE_IN_ROOT,
   RESOLVE_NO_MAGICLINKS,
+  RESOLVE_NO_SYMLINKS,
   RESOLVE_NO_XDEV,
   SyscallError,
   mkdirat,
@@ -39,10 +45,33 @@ import {
  */
 const RESOLVE = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
 
-function withRoot<T>(rootfs: string, fn: (rootFd: number) => T): T {
+/**
+ * A user of the sandbox a call acts as: the host ids the kernel checks (a user-namespaced
+ * sandbox's mapped into its range) and its uid inside, for messages.
+ */
+export interface ActingUser {
+  host: HostFsIds;
+  uid: number;
+}
+
+/**
+ * Runs `fn` on the sandbox's root, as `user` when one is given: the root is opened first, as the
+ * edge (the sandboxes' dir is 0700 root), then everything below it is opened, made and removed
+ * with the user's filesystem ids (host/fs-ids.ts), so the kernel decides each access as it would
+ * for that user inside. `verb` words the permission error ("uid 1000 may not write /etc/x").
+ */
+function withRoot<T>(rootfs: string, fn: (rootFd: number) => T, user?: ActingUser, verb = 'access'): T {
   const rootFd = openSync(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
   try {
-    return fn(rootFd);
+    return user ? withFsIds(user.host, () => fn(rootFd)) : fn(rootFd);
+  } catch (err) {
+    if (!(err instanceof ApiError && err.code === 'FILE_PERMISSION_DENIED')) throw err;
+    const path = String(err.details?.['path'] ?? '');
+    const who = user ? `uid ${user.uid}` : "the sandbox's root";
+    throw new ApiError('FILE_PERMISSION_DENIED', `permission denied: ${who} may not ${verb} ${path}`, {
+      path,
+      uid: user?.uid ?? 0,
+    });
   } finally {
     closeSync(rootFd);
   }
@@ -59,11 +88,18 @@ function noSpace(path: string, rootfs: string | undefined): ApiError {
   return new ApiError('PAYLOAD_TOO_LARGE', `the sandbox disk is full writing ${path}`, { path });
 }
 
-/** A path error from openat2 (SyscallError) or from Node's fs (ErrnoException) → the caller's 4xx. */
-function mapError(err: unknown, path: string, rootfs?: string): never {
+/**
+ * A path error from openat2 (SyscallError) or from Node's fs (ErrnoException) → the caller's 4xx.
+ * A permission error names only the path here; withRoot words it with who and what.
+ */
+export function mapError(err: unknown, path: string, rootfs?: string): never {
+  if (err instanceof ApiError) throw err;
   const code = err instanceof SyscallError ? err.code : err instanceof Error ? (err as NodeJS.ErrnoException).code : undefined;
   if (code !== undefined) {
     switch (code) {
+      case 'EACCES':
+      case 'EPERM':
+        throw new ApiError('FILE_PERMISSION_DENIED', `permission denied: ${path}`, { path });
       case 'ENOENT':
         throw new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
       case 'EISDIR':
@@ -104,36 +140,45 @@ function openRegular(rootFd: number, path: string, flags: number): number {
     const st = fstatSync(pathFd);
     if (st.isDirectory()) throw new ApiError('PATH_CONFLICT', `${path} is a directory`, { path });
     if (!st.isFile()) throw new ApiError('INVALID_REQUEST', `${path} is not a regular file`, { path });
-    return openSync(`/proc/self/fd/${pathFd}`, flags | O_CLOEXEC);
+    try {
+      return openSync(`/proc/self/fd/${pathFd}`, flags | O_CLOEXEC);
+    } catch (err) {
+      mapError(err, path);
+    }
   } finally {
     closeSync(pathFd);
   }
 }
 
-export function readFileInRoot(rootfs: string, path: string, maxBytes: number): Buffer {
-  return withRoot(rootfs, (rootFd) => {
-    const fd = openRegular(rootFd, path, fsc.O_RDONLY);
-    try {
-      const st = fstatSync(fd);
-      if (st.size > maxBytes) {
-        throw new ApiError('PAYLOAD_TOO_LARGE', `${path} is ${st.size} bytes, over the ${maxBytes}-byte limit of the files API`, {
-          path,
-          size: st.size,
-          limit: maxBytes,
-        });
+export function readFileInRoot(rootfs: string, path: string, maxBytes: number, user?: ActingUser): Buffer {
+  return withRoot(
+    rootfs,
+    (rootFd) => {
+      const fd = openRegular(rootFd, path, fsc.O_RDONLY);
+      try {
+        const st = fstatSync(fd);
+        if (st.size > maxBytes) {
+          throw new ApiError('PAYLOAD_TOO_LARGE', `${path} is ${st.size} bytes, over the ${maxBytes}-byte limit of the files API`, {
+            path,
+            size: st.size,
+            limit: maxBytes,
+          });
+        }
+        const buf = Buffer.alloc(st.size);
+        let off = 0;
+        while (off < st.size) {
+          const n = readSync(fd, buf, off, st.size - off, off);
+          if (n === 0) break;
+          off += n;
+        }
+        return buf.subarray(0, off);
+      } finally {
+        closeSync(fd);
       }
-      const buf = Buffer.alloc(st.size);
-      let off = 0;
-      while (off < st.size) {
-        const n = readSync(fd, buf, off, st.size - off, off);
-        if (n === 0) break;
-        off += n;
-      }
-      return buf.subarray(0, off);
-    } finally {
-      closeSync(fd);
-    }
-  });
+    },
+    user,
+    'read',
+  );
 }
 
 /**
@@ -146,53 +191,72 @@ export interface FileOwner {
   gid: number;
 }
 
-/** Writes (create or truncate) a file, creating missing parent directories, all inside the root. */
-export function writeFileInRoot(rootfs: string, path: string, data: Buffer, mode: number, owner?: FileOwner): number {
-  return withRoot(rootfs, (rootFd) => {
-    const parts = path.split('/').filter((p) => p !== '' && p !== '.');
-    if (parts.length === 0) throw new ApiError('PATH_CONFLICT', `${path} is the root directory`, { path });
-    makeDirs(rootFd, parts.slice(0, -1), path, { parents: true, mode: 0o755, owner });
-    let fd: number;
-    let created = false;
-    try {
-      fd = openRegular(rootFd, path, fsc.O_WRONLY | fsc.O_TRUNC);
-    } catch (err) {
-      if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err;
+/**
+ * Writes (create or truncate) a file, creating missing parent directories, all inside the root.
+ * `owner`: who the edge gives what it creates to (root's calls); `user`: who the call acts as
+ * (what it creates is then the user's by the kernel's own rules, and the mode of an existing file
+ * is changed only when the user owns it, as chmod(2) allows); `metadata`: the file's user xattrs
+ * under a prefix, set after the bytes (file-metadata.ts).
+ */
+export function writeFileInRoot(
+  rootfs: string,
+  path: string,
+  data: Buffer,
+  mode: number,
+  opts: { owner?: FileOwner | undefined; user?: ActingUser | undefined; metadata?: FileMetadataWrite | undefined } = {},
+): number {
+  const { owner, user } = opts;
+  return withRoot(
+    rootfs,
+    (rootFd) => {
+      const parts = path.split('/').filter((p) => p !== '' && p !== '.');
+      if (parts.length === 0) throw new ApiError('PATH_CONFLICT', `${path} is the root directory`, { path });
+      makeDirs(rootFd, parts.slice(0, -1), path, { parents: true, mode: 0o755, owner });
+      let fd: number;
+      let created = false;
       try {
-        // O_EXCL: a new regular file, never an existing FIFO or device.
-        fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | O_CLOEXEC, mode, RESOLVE);
-        created = true;
-      } catch (e) {
-        if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path, rootfs);
-        // A dangling symlink: create its target (resolved inside the root). O_NONBLOCK so a FIFO
-        // raced in meanwhile fails (ENXIO) instead of blocking; the fstat below rejects non-files.
+        fd = openRegular(rootFd, path, fsc.O_WRONLY | fsc.O_TRUNC);
+      } catch (err) {
+        if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err;
         try {
-          fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NONBLOCK | O_CLOEXEC, mode, RESOLVE);
-        } catch (e2) {
-          mapError(e2, path, rootfs);
-        }
-        if (!fstatSync(fd).isFile()) {
-          closeSync(fd);
-          throw new ApiError('INVALID_REQUEST', `${path} is not a regular file`, { path });
+          // O_EXCL: a new regular file, never an existing FIFO or device.
+          fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | O_CLOEXEC, mode, RESOLVE);
+          created = true;
+        } catch (e) {
+          if (!(e instanceof SyscallError && e.code === 'EEXIST')) mapError(e, path, rootfs);
+          // A dangling symlink: create its target (resolved inside the root). O_NONBLOCK so a FIFO
+          // raced in meanwhile fails (ENXIO) instead of blocking; the fstat below rejects non-files.
+          try {
+            fd = openat2(rootFd, path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NONBLOCK | O_CLOEXEC, mode, RESOLVE);
+          } catch (e2) {
+            mapError(e2, path, rootfs);
+          }
+          if (!fstatSync(fd).isFile()) {
+            closeSync(fd);
+            throw new ApiError('INVALID_REQUEST', `${path} is not a regular file`, { path });
+          }
         }
       }
-    }
-    try {
-      if (created && owner) fchownSync(fd, owner.uid, owner.gid);
-      fchmodSync(fd, mode);
-      let off = 0;
-      while (off < data.length) off += writeSync(fd, data, off, data.length - off);
-      return data.length;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw noSpace(path, rootfs);
-      throw err;
-    } finally {
-      closeSync(fd);
-    }
-  });
+      try {
+        if (created && owner) fchownSync(fd, owner.uid, owner.gid);
+        if (created || !user || fstatSync(fd).uid === user.host.uid) fchmodSync(fd, mode);
+        let off = 0;
+        while (off < data.length) off += writeSync(fd, data, off, data.length - off);
+        if (opts.metadata) writeMetadata(fd, path, opts.metadata);
+        return data.length;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw noSpace(path, rootfs);
+        mapError(err, path, rootfs);
+      } finally {
+        closeSync(fd);
+      }
+    },
+    user,
+    'write',
+  );
 }
 
-function statToInfo(path: string, name: string, st: Stats, linkTarget?: string): FileStat {
+function statToInfo(path: string, name: string, st: Stats, linkTarget?: string, metadata?: Record<string, string>): FileStat {
   const info: FileStat = {
     path,
     name,
@@ -204,6 +268,7 @@ function statToInfo(path: string, name: string, st: Stats, linkTarget?: string):
     mtime: st.mtime.toISOString(),
   };
   if (linkTarget !== undefined) info.linkTarget = linkTarget;
+  if (metadata !== undefined) info.metadata = metadata;
   return info;
 }
 
@@ -250,42 +315,68 @@ function lstatWithTarget(p: string): { st: Stats; target: string | undefined } {
   throw Object.assign(new Error(`${p} kept changing between lstat and readlink`), { code: 'EAGAIN' });
 }
 
+/** What stat and list may be asked for beyond the entry: whom they act as, and its metadata under a prefix. */
+export interface StatInRootOptions {
+  user?: ActingUser | undefined;
+  metadataPrefix?: string | undefined;
+}
+
 /** lstat of one entry: the parent is resolved inside the root, the entry itself is not followed. */
-export function statInRoot(rootfs: string, path: string): FileStat {
-  return withRoot(rootfs, (rootFd) => {
-    const { parent, name } = splitParent(path);
-    return withDir(rootFd, parent, (dirFd) => {
-      const p = `/proc/self/fd/${dirFd}/${name}`;
-      try {
-        const { st, target } = lstatWithTarget(p);
-        return statToInfo(path, name, st, target);
-      } catch (err) {
-        mapError(err, path);
-      }
-    });
-  });
+export function statInRoot(rootfs: string, path: string, opts: StatInRootOptions = {}): FileStat {
+  return withRoot(
+    rootfs,
+    (rootFd) => {
+      const { parent, name } = splitParent(path);
+      return withDir(rootFd, parent, (dirFd) => {
+        const p = `/proc/self/fd/${dirFd}/${name}`;
+        try {
+          const { st, target } = lstatWithTarget(p);
+          return statToInfo(path, name, st, target, opts.metadataPrefix === undefined ? undefined : readMetadata(p, opts.metadataPrefix));
+        } catch (err) {
+          mapError(err, path);
+        }
+      });
+    },
+    opts.user,
+    'stat',
+  );
 }
 
 /** Lists a directory (entries lstat'ed, links not followed). */
-export function listDirInRoot(rootfs: string, path: string, limit = 10_000): { entries: FileStat[]; truncated: boolean } {
-  return withRoot(rootfs, (rootFd) =>
-    withDir(rootFd, path, (dirFd) => {
-      const dir = `/proc/self/fd/${dirFd}`;
-      const names = readdirSync(dir).sort();
-      const entries: FileStat[] = [];
-      for (const name of names.slice(0, limit)) {
-        const entryPath = `${path.replace(/\/$/, '')}/${name}`;
+export function listDirInRoot(
+  rootfs: string,
+  path: string,
+  opts: StatInRootOptions & { limit?: number } = {},
+): { entries: FileStat[]; truncated: boolean } {
+  const limit = opts.limit ?? 10_000;
+  return withRoot(
+    rootfs,
+    (rootFd) =>
+      withDir(rootFd, path, (dirFd) => {
+        const dir = `/proc/self/fd/${dirFd}`;
+        let names: string[];
         try {
-          const { st, target } = lstatWithTarget(`${dir}/${name}`);
-          entries.push(statToInfo(entryPath, name, st, target));
+          names = readdirSync(dir).sort();
         } catch (err) {
-          // Removed while listing: it is not there. Anything else (an entry that kept changing)
-          // is said, not left out of a listing that would then look whole.
-          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') mapError(err, entryPath);
+          mapError(err, path);
         }
-      }
-      return { entries, truncated: names.length > limit };
-    }),
+        const entries: FileStat[] = [];
+        for (const name of names.slice(0, limit)) {
+          const entryPath = `${path.replace(/\/$/, '')}/${name}`;
+          try {
+            const { st, target } = lstatWithTarget(`${dir}/${name}`);
+            const metadata = opts.metadataPrefix === undefined ? undefined : readMetadata(`${dir}/${name}`, opts.metadataPrefix);
+            entries.push(statToInfo(entryPath, name, st, target, metadata));
+          } catch (err) {
+            // Removed while listing: it is not there. Anything else (an entry that kept changing)
+            // is said, not left out of a listing that would then look whole.
+            if ((err as NodeJS.ErrnoException).code !== 'ENOENT') mapError(err, entryPath);
+          }
+        }
+        return { entries, truncated: names.length > limit };
+      }),
+    opts.user,
+    'list',
   );
 }
 
@@ -342,57 +433,144 @@ function chownDirInRoot(rootFd: number, dir: string, path: string, owner: FileOw
   }
 }
 
-/** mkdir, optionally with parents (like mkdir -p). */
-export function mkdirInRoot(rootfs: string, path: string, parents: boolean, mode = 0o755, owner?: FileOwner): void {
-  withRoot(rootfs, (rootFd) =>
-    makeDirs(
-      rootFd,
-      path.split('/').filter((p) => p !== '' && p !== '.'),
-      path,
-      { parents, mode, owner },
-    ),
+/** mkdir, optionally with parents (like mkdir -p); as `owner` gives them, or as `user` makes them. */
+export function mkdirInRoot(
+  rootfs: string,
+  path: string,
+  parents: boolean,
+  opts: { mode?: number; owner?: FileOwner | undefined; user?: ActingUser | undefined } = {},
+): void {
+  withRoot(
+    rootfs,
+    (rootFd) =>
+      makeDirs(
+        rootFd,
+        path.split('/').filter((p) => p !== '' && p !== '.'),
+        path,
+        { parents, mode: opts.mode ?? 0o755, owner: opts.owner },
+      ),
+    opts.user,
+    'create',
   );
 }
 
+/** lstat of `name` in an open directory; ENOENT is FILE_NOT_FOUND, anything else the path's error. */
+function lstatIn(dirFd: number, name: string, path: string): Stats {
+  try {
+    return lstatSync(`/proc/self/fd/${dirFd}/${name}`);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
+    mapError(err, path);
+  }
+}
+
 /** Removes a file, a symlink (not its target) or an empty directory. */
-export function removeInRoot(rootfs: string, path: string): void {
-  withRoot(rootfs, (rootFd) => {
-    const { parent, name } = splitParent(path);
-    withDir(rootFd, parent, (dirFd) => {
-      const st = (() => {
+export function removeInRoot(rootfs: string, path: string, user?: ActingUser): void {
+  withRoot(
+    rootfs,
+    (rootFd) => {
+      const { parent, name } = splitParent(path);
+      withDir(rootFd, parent, (dirFd) => {
+        const st = lstatIn(dirFd, name, path);
         try {
-          return lstatSync(`/proc/self/fd/${dirFd}/${name}`);
-        } catch {
-          throw new ApiError('FILE_NOT_FOUND', `no such file in the sandbox: ${path}`, { path });
+          unlinkat(dirFd, name, st.isDirectory() ? AT_REMOVEDIR : 0);
+        } catch (err) {
+          if (err instanceof SyscallError && (err.code === 'ENOTEMPTY' || err.code === 'EEXIST')) {
+            throw new ApiError('PATH_CONFLICT', `${path} is a directory that is not empty (set recursive: true)`, { path });
+          }
+          mapError(err, path);
         }
-      })();
+      });
+    },
+    user,
+    'remove',
+  );
+}
+
+/**
+ * Removes a directory and everything in it as `user`, walking it in the edge: each directory is
+ * opened beneath its parent's fd (never through a symlink, never across a mount), listed and
+ * emptied with unlinkat(2) under the user's ids, so the kernel refuses what the user may not
+ * remove. The first refusal ends the walk (FILE_PERMISSION_DENIED naming the entry) with what came
+ * before it removed, as `rm -r` leaves a tree it could not finish. Root's recursive removes run
+ * the sandbox's rm instead (exec/sandbox-tar.ts), out of the edge's event loop.
+ */
+export function removeTreeInRoot(rootfs: string, path: string, user: ActingUser): void {
+  withRoot(
+    rootfs,
+    (rootFd) => {
+      const { parent, name } = splitParent(path);
+      withDir(rootFd, parent, (dirFd) => removeEntry(dirFd, name, path.replace(/\/+$/, '')));
+    },
+    user,
+    'remove',
+  );
+}
+
+function removeEntry(parentFd: number, name: string, path: string): void {
+  const st = lstatIn(parentFd, name, path);
+  if (st.isDirectory()) {
+    let fd: number;
+    try {
+      fd = openat2(
+        parentFd,
+        name,
+        fsc.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+        0,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV,
+      );
+    } catch (err) {
+      mapError(err, path);
+    }
+    try {
+      let names: string[];
       try {
-        unlinkat(dirFd, name, st.isDirectory() ? AT_REMOVEDIR : 0);
+        names = readdirSync(`/proc/self/fd/${fd}`);
       } catch (err) {
-        if (err instanceof SyscallError && (err.code === 'ENOTEMPTY' || err.code === 'EEXIST')) {
-          throw new ApiError('PATH_CONFLICT', `${path} is a directory that is not empty (set recursive: true)`, { path });
-        }
         mapError(err, path);
       }
-    });
-  });
+      for (const child of names) {
+        try {
+          removeEntry(fd, child, `${path}/${child}`);
+        } catch (err) {
+          if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err; // gone meanwhile
+        }
+      }
+    } finally {
+      closeSync(fd);
+    }
+  }
+  try {
+    unlinkat(parentFd, name, st.isDirectory() ? AT_REMOVEDIR : 0);
+  } catch (err) {
+    if (err instanceof SyscallError && err.code === 'ENOTEMPTY') {
+      throw new ApiError('PATH_CONFLICT', `${path} gained entries while it was being removed; retry`, { path });
+    }
+    if (!(err instanceof SyscallError && err.code === 'ENOENT')) mapError(err, path);
+  }
 }
 
 /** Renames within the sandbox; both parents are resolved inside the root. */
-export function renameInRoot(rootfs: string, from: string, to: string): void {
-  withRoot(rootfs, (rootFd) => {
-    const a = splitParent(from);
-    const b = splitParent(to);
-    withDir(rootFd, a.parent, (fromFd) =>
-      withDir(rootFd, b.parent, (toFd) => {
-        try {
-          renameat(fromFd, a.name, toFd, b.name);
-        } catch (err) {
-          mapError(err, from);
-        }
-      }),
-    );
-  });
+export function renameInRoot(rootfs: string, from: string, to: string, user?: ActingUser): void {
+  withRoot(
+    rootfs,
+    (rootFd) => {
+      const a = splitParent(from);
+      const b = splitParent(to);
+      withDir(rootFd, a.parent, (fromFd) =>
+        withDir(rootFd, b.parent, (toFd) => {
+          try {
+            renameat(fromFd, a.name, toFd, b.name);
+          } catch (err) {
+            mapError(err, from);
+          }
+        }),
+      );
+    },
+    user,
+    'rename',
+  );
 }
 
 /** Whether `path` is a regular file inside the sandbox (symlinks resolved inside its root, never on the host). */

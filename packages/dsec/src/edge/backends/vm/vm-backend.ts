@@ -392,13 +392,13 @@ export class VmBackend implements SandboxBackend {
   readonly closeSession: SandboxBackend['closeSession'] = (id, sid) => this.#commands.closeSession(id, sid);
   readonly openPty: SandboxBackend['openPty'] = (id, req) => this.#commands.openPty(id, req);
 
-  readonly readFile: SandboxBackend['readFile'] = (id, path, maxBytes) => this.#files.readFile(id, path, maxBytes);
-  readonly writeFile: SandboxBackend['writeFile'] = (id, path, data, mode) => this.#files.writeFile(id, path, data, mode);
-  readonly statPath: SandboxBackend['statPath'] = (id, path) => this.#files.statPath(id, path);
-  readonly listDir: SandboxBackend['listDir'] = (id, path) => this.#files.listDir(id, path);
-  readonly makeDir: SandboxBackend['makeDir'] = (id, path, parents) => this.#files.makeDir(id, path, parents);
-  readonly removePath: SandboxBackend['removePath'] = (id, path, recursive) => this.#files.removePath(id, path, recursive);
-  readonly renamePath: SandboxBackend['renamePath'] = (id, from, to) => this.#files.renamePath(id, from, to);
+  readonly readFile: SandboxBackend['readFile'] = (id, path, maxBytes, opts) => this.#files.readFile(id, path, maxBytes, opts);
+  readonly writeFile: SandboxBackend['writeFile'] = (id, path, data, mode, opts) => this.#files.writeFile(id, path, data, mode, opts);
+  readonly statPath: SandboxBackend['statPath'] = (id, path, opts) => this.#files.statPath(id, path, opts);
+  readonly listDir: SandboxBackend['listDir'] = (id, path, opts) => this.#files.listDir(id, path, opts);
+  readonly makeDir: SandboxBackend['makeDir'] = (id, path, parents, opts) => this.#files.makeDir(id, path, parents, opts);
+  readonly removePath: SandboxBackend['removePath'] = (id, path, recursive, opts) => this.#files.removePath(id, path, recursive, opts);
+  readonly renamePath: SandboxBackend['renamePath'] = (id, from, to, opts) => this.#files.renamePath(id, from, to, opts);
   readonly uploadTar: SandboxBackend['uploadTar'] = (id, dir, body) => this.#files.uploadTar(id, dir, body);
   readonly downloadTar: SandboxBackend['downloadTar'] = (id, path) => this.#files.downloadTar(id, path);
 

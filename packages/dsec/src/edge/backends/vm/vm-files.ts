@@ -1,5 +1,6 @@
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
+import { isRootActor, type FileCallOptions, type StatOptions, type WriteFileOptions } from '../../protocol/file-options.js';
 import { sandboxPath } from '../shared/sandbox-path.js';
 import { tarCreateArgs, tarOutput } from '../shared/tar-stream.js';
 import { mergeEnv } from '../shared/user-env.js';
@@ -70,7 +71,8 @@ export class VmFiles {
     }
   }
 
-  async readFile(id: string, path: string, maxBytes: number): Promise<Buffer> {
+  async readFile(id: string, path: string, maxBytes: number, opts: FileCallOptions = {}): Promise<Buffer> {
+    asRootOnly(opts);
     return this.#fs(id, path, async (v, p) => {
       const r = await v.agent.call('read', { path: p, max: maxBytes });
       if (r.header['ev'] === 'too_large') {
@@ -85,7 +87,9 @@ export class VmFiles {
     });
   }
 
-  async writeFile(id: string, path: string, data: Buffer, mode: number): Promise<number> {
+  async writeFile(id: string, path: string, data: Buffer, mode: number, opts: WriteFileOptions = {}): Promise<number> {
+    asRootOnly(opts);
+    if (opts.metadata) noMetadata();
     return this.#fs(
       id,
       path,
@@ -97,13 +101,17 @@ export class VmFiles {
     );
   }
 
-  async statPath(id: string, path: string): Promise<FileStat> {
+  async statPath(id: string, path: string, opts: StatOptions = {}): Promise<FileStat> {
+    asRootOnly(opts);
+    if (opts.metadataPrefix !== undefined) noMetadata();
     return this.#fs(id, path, async (v, p) =>
       toFileStat(JSON.parse((await v.agent.call('stat', { path: p })).payload.toString('utf8')) as GuestStat, p),
     );
   }
 
-  async listDir(id: string, path: string): Promise<{ entries: FileStat[]; truncated: boolean }> {
+  async listDir(id: string, path: string, opts: StatOptions = {}): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    asRootOnly(opts);
+    if (opts.metadataPrefix !== undefined) noMetadata();
     return this.#fs(id, path, async (v, p) => {
       const r = await v.agent.call('list', { path: p, max: 10_000 });
       // Sorted by name, as a container's listing is (the guest gives readdir order).
@@ -115,17 +123,37 @@ export class VmFiles {
     });
   }
 
-  async makeDir(id: string, path: string, parents: boolean): Promise<void> {
+  async makeDir(id: string, path: string, parents: boolean, opts: FileCallOptions = {}): Promise<void> {
+    asRootOnly(opts);
     await this.#fs(id, path, (v, p) => v.agent.call('mkdir', { path: p, parents }), true);
   }
 
-  async removePath(id: string, path: string, recursive: boolean): Promise<void> {
+  async removePath(id: string, path: string, recursive: boolean, opts: FileCallOptions = {}): Promise<void> {
+    asRootOnly(opts);
     await this.#fs(id, path, (v, p) => v.agent.call('remove', { path: p, recursive }), true);
   }
 
-  async renamePath(id: string, from: string, to: string): Promise<void> {
+  async renamePath(id: string, from: string, to: string, opts: FileCallOptions = {}): Promise<void> {
+    asRootOnly(opts);
     await this.#fs(id, from, (v, p) => v.agent.call('rename', { from: p, to: sandboxPath(to, v.record.config.cwd) }), true);
   }
+}
+
+/**
+ * The guest agent does every file call as the guest's root: a call acting as another user is
+ * refused rather than done as root (a container sandbox serves it).
+ */
+function asRootOnly(opts: FileCallOptions): void {
+  if (!isRootActor(opts.as)) {
+    throw new ApiError('INVALID_REQUEST', 'acting as a user is not supported by the vm backend', { field: 'as', backend: 'vm' });
+  }
+}
+
+function noMetadata(): never {
+  throw new ApiError('INVALID_REQUEST', 'file metadata (extended attributes) is not supported by the vm backend', {
+    field: 'metadata',
+    backend: 'vm',
+  });
 }
 
 export interface GuestStat {
