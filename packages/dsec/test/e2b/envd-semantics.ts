@@ -139,6 +139,59 @@ export function envdSemanticsTests(get: () => { sb: Sandbox; noBase: string | un
       assert.equal(next.stdout, '[]:/home/user\n');
     });
 
+    test('file calls act as the user they name: the kernel refuses what the user may not do', async (t) => {
+      const { sb, noBase } = get();
+      if (noBase) return t.skip(noBase);
+      await assert.rejects(sb.files.write('/etc/planted', 'x'), /permission denied/);
+      await assert.rejects(sb.files.remove('/etc/hostname'), /permission denied/);
+      await assert.rejects(sb.files.rename('/etc/hostname', '/home/user/stolen'), /permission denied/);
+      await assert.rejects(sb.files.makeDir('/opt/mine'), /permission denied/);
+      await assert.rejects(sb.files.read('/etc/shadow'), /permission denied/);
+      const check = await sb.commands
+        .run('ls /etc/planted /opt/mine 2>&1; cat /etc/hostname >/dev/null && echo kept', { user: 'root' })
+        .catch((e: unknown) => e);
+      assert.match(String((check as { stdout?: string }).stdout ?? ''), /kept/);
+      assert.doesNotMatch(String((check as { stdout?: string }).stdout ?? ''), /^\/etc\/planted$/m);
+      // root may, and what root writes is root's; what the user writes in its home is the user's
+      await sb.files.write('/etc/planted-by-root', 'r', { user: 'root' });
+      assert.equal((await sb.commands.run('stat -c %U /etc/planted-by-root')).stdout, 'root\n');
+      await sb.files.write('mine/deep/file.txt', 'u');
+      assert.equal((await sb.commands.run('stat -c %U:%G mine mine/deep mine/deep/file.txt')).stdout, 'user:user\nuser:user\nuser:user\n');
+      // a group the user is in opens a directory of that group
+      await sb.commands.run(
+        'groupadd -f crew && usermod -aG crew user && mkdir -p /srv/crew && chgrp crew /srv/crew && chmod 2775 /srv/crew',
+        {
+          user: 'root',
+        },
+      );
+      await sb.files.write('/srv/crew/shared.txt', 'team');
+      assert.equal((await sb.commands.run('stat -c %U:%G /srv/crew/shared.txt')).stdout, 'user:crew\n');
+    });
+
+    test('file metadata: set on write, shown by info and list, kept by rename, cleared by an overwrite without it', async (t) => {
+      const { sb, noBase } = get();
+      if (noBase) return t.skip(noBase);
+      const w = await sb.files.write('meta.txt', 'tagged', { metadata: { 'run-id': 'r-17', step: '3' } });
+      assert.deepEqual(w.metadata, { 'run-id': 'r-17', step: '3' });
+      assert.deepEqual((await sb.files.getInfo('meta.txt')).metadata, { 'run-id': 'r-17', step: '3' });
+      assert.deepEqual((await sb.files.list('.')).find((e) => e.name === 'meta.txt')?.metadata, { 'run-id': 'r-17', step: '3' });
+      // the sandbox sees them as user xattrs under envd's prefix
+      assert.match(
+        (
+          await sb.commands.run(
+            "getfattr -d meta.txt 2>/dev/null || python3 -c \"import os;print(os.getxattr('meta.txt','user.e2b.step'))\"",
+          )
+        ).stdout,
+        /3/,
+      );
+      await sb.files.rename('meta.txt', 'meta-moved.txt');
+      assert.deepEqual((await sb.files.getInfo('meta-moved.txt')).metadata, { 'run-id': 'r-17', step: '3' });
+      await sb.files.write('meta-moved.txt', 'again');
+      assert.equal((await sb.files.getInfo('meta-moved.txt')).metadata, undefined);
+      await sb.files.write('/tmp/root-file', 'r', { user: 'root' });
+      await assert.rejects(sb.files.write('/tmp/root-file', 'x', { metadata: { a: 'b' } }), /permission denied/);
+    });
+
     test('signed file URLs: fetched with no header, as user and as root; an expired or altered one is refused', async (t) => {
       const { sb, noBase } = get();
       if (noBase) return t.skip(noBase);

@@ -9,7 +9,8 @@ import type { Message } from './rpc-router.js';
  * is the target's full path with every link on the way resolved (Go's filepath.EvalSymlinks),
  * and a link that leads nowhere has no type (the SDK's list leaves such entries out) and itself
  * as target. `permissions` is Go's FileMode.String of the entry itself: `Lrwxrwxrwx` for a link,
- * `dtrwxrwxrwx` for a sticky directory, `urwxr-xr-x` for a setuid file.
+ * `dtrwxrwxrwx` for a sticky directory, `urwxr-xr-x` for a setuid file. `metadata` is the entry's
+ * user xattrs under envd's prefix (the StatFn asks for them).
  */
 
 const FILE_TYPE: Record<FileStat['type'], string> = {
@@ -134,5 +135,8 @@ export async function entryInfo(stat: StatFn, names: OwnerNames, st: FileStat, a
     modifiedTime: st.mtime,
   };
   if (symlinkTarget !== undefined) out['symlinkTarget'] = symlinkTarget;
+  // envd reads metadata through a link (getxattr follows it): a link shows its target's.
+  const metadata = st.type === 'symlink' ? (await followLink(stat, at))?.st.metadata : st.metadata;
+  if (metadata && Object.keys(metadata).length > 0) out['metadata'] = metadata;
   return out;
 }

@@ -5,7 +5,7 @@ import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 import { ConnectError } from './connect-protocol.js';
 import type { CallContext, Message, RpcService } from './rpc-router.js';
-import { resolvePath, type SandboxUser, type SandboxUsers } from './sandbox-users.js';
+import { fileActor, resolvePath, type SandboxUser, type SandboxUsers } from './sandbox-users.js';
 import { cachedStat, entryInfo, realPath, type StatFn } from './entry-info.js';
 
 /** How often a watch compares the directory with its last snapshot (there is no inotify across the sandbox boundary). */
@@ -29,6 +29,18 @@ interface Snapshot {
 /** Event types whose event carries the entry when the watch asked for it (`includeEntry`), as envd's do. */
 const CARRIES_ENTRY = new Set(['EVENT_TYPE_CREATE', 'EVENT_TYPE_WRITE', 'EVENT_TYPE_CHMOD']);
 
+/** envd keeps a file's metadata as user xattrs under this prefix (its filesystem package). */
+export const METADATA_XATTR_PREFIX = 'user.e2b.';
+
+/**
+ * A sandbox and the user a call acts as: every file operation goes to the kernel as that user
+ * (FileService's `as`), so it is refused where the user's own call would be (FILE_PERMISSION_DENIED
+ * → `permission_denied`), and what it creates is the user's.
+ */
+export interface Acting extends SandboxSide {
+  user: SandboxUser;
+}
+
 /**
  * One watcher: a directory snapshot and the events found by comparing the next one with it. A
  * recursive watch walks the whole tree each time, so directories made after it started are
@@ -39,18 +51,18 @@ class DirWatcher {
 
   constructor(
     private readonly fs: FilesystemService,
-    private readonly side: SandboxSide,
+    private readonly acting: Acting,
     readonly dir: string,
     readonly opts: { recursive: boolean; includeEntry: boolean },
   ) {}
 
   async start(): Promise<void> {
-    this.#last = await this.fs.snapshot(this.side, this.dir, this.opts.recursive);
+    this.#last = await this.fs.snapshot(this.acting, this.dir, this.opts.recursive);
   }
 
   /** Events since the last poll: create, write (size or mtime changed), chmod, remove. */
   async poll(): Promise<Message[]> {
-    const next = await this.fs.snapshot(this.side, this.dir, this.opts.recursive);
+    const next = await this.fs.snapshot(this.acting, this.dir, this.opts.recursive);
     const last = this.#last ?? new Map<string, Snapshot>();
     const events: Message[] = [];
     for (const [name, s] of next) {
@@ -65,7 +77,7 @@ class DirWatcher {
       for (const ev of events) {
         if (!CARRIES_ENTRY.has(String(ev['type']))) continue;
         // Gone again since the walk: the event goes without its entry, as envd's does.
-        const entry = await this.fs.entryAt(this.side, posix.join(this.dir, String(ev['name']))).catch(() => undefined);
+        const entry = await this.fs.entryAt(this.acting, posix.join(this.dir, String(ev['name']))).catch(() => undefined);
         if (entry) ev['entry'] = entry;
       }
     }
@@ -80,8 +92,8 @@ function missing(err: unknown): boolean {
 /**
  * E2B's filesystem service (stat, make dir, move, list with depth, remove, watch) over the control
  * plane's confined file operations, with envd's semantics: paths resolve against the calling
- * user's home (`~` too), what a non-root user creates is handed to that user, a listing walks
- * depth first in name order, and removing what is not there is done.
+ * user's home (`~` too), every operation acts as that user, a listing walks depth first in name
+ * order, removing what is not there is done, and entries carry their metadata (user xattrs).
  */
 export class FilesystemService {
   readonly #watchers = new Map<string, { sandboxId: string; w: DirWatcher }>();
@@ -97,7 +109,10 @@ export class FilesystemService {
       name: 'filesystem.Filesystem',
       keepalive: { keepalive: {} },
       unary: {
-        Stat: async (ctx, req) => ({ entry: await this.entryAt(ctx, resolvePath(path(req), await this.#user(ctx))) }),
+        Stat: async (ctx, req) => {
+          const a = await this.acting(ctx, ctx.user);
+          return { entry: await this.entryAt(a, resolvePath(path(req), a.user)) };
+        },
         MakeDir: (ctx, req) => this.#makeDir(ctx, req),
         Move: (ctx, req) => this.#move(ctx, req),
         ListDir: (ctx, req) => this.#listDir(ctx, req),
@@ -114,91 +129,62 @@ export class FilesystemService {
     };
   }
 
-  #user(ctx: CallContext): Promise<SandboxUser> {
-    return this.users.resolve(ctx, ctx.user);
+  /** The sandbox of a call and the user it names (E2B's default user when it names none). */
+  async acting(side: SandboxSide, user: string | undefined): Promise<Acting> {
+    return { sandboxId: side.sandboxId, caller: side.caller, user: await this.users.resolve(side, user) };
   }
 
-  /** The sandbox's lstat, remembered for the length of one E2B call. */
-  #stat(side: SandboxSide): StatFn {
-    return cachedStat((p) => this.control.files.stat(side.caller, side.sandboxId, p));
+  /** The sandbox's lstat as the user, with the entry's metadata, remembered for the length of one E2B call. */
+  #stat(a: Acting): StatFn {
+    return cachedStat((p) =>
+      this.control.files.stat(a.caller, a.sandboxId, p, { as: fileActor(a.user), metadataPrefix: METADATA_XATTR_PREFIX }),
+    );
   }
 
   /** envd's EntryInfo of the entry `st` found at `at`. */
-  async entryOf(side: SandboxSide, st: FileStat, at: string, stat = this.#stat(side)): Promise<Message> {
-    return entryInfo(stat, await this.users.names(side), st, at);
+  async entryOf(a: Acting, st: FileStat, at: string, stat = this.#stat(a)): Promise<Message> {
+    return entryInfo(stat, await this.users.names(a), st, at);
   }
 
   /** envd's EntryInfo of the entry at `p` (FILE_NOT_FOUND when there is none). */
-  async entryAt(side: SandboxSide, p: string): Promise<Message> {
-    const stat = this.#stat(side);
-    return this.entryOf(side, await stat(p), p, stat);
-  }
-
-  async #exists(side: SandboxSide, p: string): Promise<boolean> {
-    try {
-      await this.control.files.stat(side.caller, side.sandboxId, p);
-      return true;
-    } catch (err) {
-      if (missing(err)) return false;
-      throw err;
-    }
-  }
-
-  /** The directories above `p` (nearest first) that do not exist yet: what a mkdir -p would create. */
-  async missingParents(side: SandboxSide, p: string): Promise<string[]> {
-    const missingDirs: string[] = [];
-    for (let d = posix.dirname(p); d !== '/' && !(await this.#exists(side, d)); d = posix.dirname(d)) missingDirs.push(d);
-    return missingDirs;
-  }
-
-  /** Hands paths dsec just created (as root, from outside) to the user who asked for them. */
-  async chown(side: SandboxSide, user: SandboxUser, paths: string[]): Promise<void> {
-    if (user.uid === 0 || paths.length === 0) return;
-    const r = await this.control.exec.exec(side.caller, side.sandboxId, {
-      cmd: ['chown', '-h', `${user.uid}:${user.gid}`, '--', ...paths],
-    });
-    if (r.exitCode !== 0) throw new ConnectError('internal', `could not give ${paths.join(', ')} to ${user.name}: ${r.stderr.trim()}`);
-  }
-
-  /** mkdir -p of `dir` for `user`: what it creates is the user's. */
-  async #makeDirs(side: SandboxSide, user: SandboxUser, dir: string): Promise<void> {
-    const created = [...(await this.missingParents(side, posix.join(dir, 'x')))];
-    if (created.length === 0) return;
-    await this.control.files.makeDir(side.caller, side.sandboxId, dir, true);
-    await this.chown(side, user, created);
+  async entryAt(a: Acting, p: string): Promise<Message> {
+    const stat = this.#stat(a);
+    return this.entryOf(a, await stat(p), p, stat);
   }
 
   async #makeDir(ctx: CallContext, req: Message): Promise<Message> {
-    const user = await this.#user(ctx);
-    const p = resolvePath(path(req), user);
+    const a = await this.acting(ctx, ctx.user);
+    const p = resolvePath(path(req), a.user);
     let existing: FileStat | undefined;
     try {
-      existing = await this.control.files.stat(ctx.caller, ctx.sandboxId, p);
+      existing = await this.control.files.stat(a.caller, a.sandboxId, p, { as: fileActor(a.user) });
     } catch (err) {
       if (!missing(err)) throw err;
     }
     if (existing?.type === 'dir') throw new ConnectError('already_exists', `directory already exists: ${p}`);
     if (existing) throw new ConnectError('invalid_argument', `path already exists but it is not a directory: ${p}`);
-    await this.#makeDirs(ctx, user, p);
-    return { entry: await this.entryAt(ctx, p) };
+    await this.control.files.makeDir(a.caller, a.sandboxId, p, true, { as: fileActor(a.user) });
+    return { entry: await this.entryAt(a, p) };
   }
 
   /** A rename; the destination's missing parents are made first (the user's), as envd does. */
   async #move(ctx: CallContext, req: Message): Promise<Message> {
-    const user = await this.#user(ctx);
-    const from = resolvePath(path(req, 'source'), user);
-    const to = resolvePath(path(req, 'destination'), user);
-    await this.control.files.stat(ctx.caller, ctx.sandboxId, from); // a missing source is not_found before anything is made
-    await this.#makeDirs(ctx, user, posix.dirname(to));
-    await this.control.files.renamePath(ctx.caller, ctx.sandboxId, from, to);
-    return { entry: await this.entryAt(ctx, to) };
+    const a = await this.acting(ctx, ctx.user);
+    const as = fileActor(a.user);
+    const from = resolvePath(path(req, 'source'), a.user);
+    const to = resolvePath(path(req, 'destination'), a.user);
+    await this.control.files.stat(a.caller, a.sandboxId, from, { as }); // a missing source is not_found before anything is made
+    await this.control.files.makeDir(a.caller, a.sandboxId, posix.dirname(to), true, { as });
+    await this.control.files.renamePath(a.caller, a.sandboxId, from, to, { as });
+    return { entry: await this.entryAt(a, to) };
   }
 
   /** rm -rf: a path that is not there is removed already (envd's os.RemoveAll). */
   async #remove(ctx: CallContext, req: Message): Promise<Message> {
-    const p = resolvePath(path(req), await this.#user(ctx));
+    const a = await this.acting(ctx, ctx.user);
+    const p = resolvePath(path(req), a.user);
     try {
-      await this.control.files.removePath(ctx.caller, ctx.sandboxId, p, true);
+      await this.control.files.removePath(a.caller, a.sandboxId, p, true, { as: fileActor(a.user) });
     } catch (err) {
       if (!missing(err)) throw err;
     }
@@ -211,33 +197,35 @@ export class FilesystemService {
    * lists the directory, its entries named under the path as asked.
    */
   async #listDir(ctx: CallContext, req: Message): Promise<Message> {
-    const asked = resolvePath(path(req), await this.#user(ctx));
+    const a = await this.acting(ctx, ctx.user);
+    const asked = resolvePath(path(req), a.user);
     const depth = req['depth'] === undefined || req['depth'] === 0 ? 1 : Number(req['depth']);
     if (!Number.isInteger(depth) || depth < 1) throw new ConnectError('invalid_argument', 'depth must be at least 1');
-    const stat = this.#stat(ctx);
+    const stat = this.#stat(a);
     const dir = await realPath(stat, asked);
     if (dir === undefined) throw new ConnectError('not_found', `path not found: ${asked}`);
     if ((await stat(dir)).type !== 'dir') throw new ConnectError('invalid_argument', `path is not a directory: ${asked}`);
     const entries: Message[] = [];
-    for (const { at, st } of await this.#walk(ctx, dir, depth, true)) {
-      entries.push(await this.entryOf(ctx, st, posix.join(asked, posix.relative(dir, at)), stat));
+    for (const { at, st } of await this.#walk(a, dir, depth, true)) {
+      entries.push(await this.entryOf(a, st, posix.join(asked, posix.relative(dir, at)), stat));
     }
     return { entries };
   }
 
   /** Entries under `dir` down to `depth` levels (symlinks are listed, not followed). */
-  async #walk(side: SandboxSide, dir: string, depth: number, depthFirst: boolean): Promise<{ at: string; st: FileStat }[]> {
+  async #walk(a: Acting, dir: string, depth: number, depthFirst: boolean): Promise<{ at: string; st: FileStat }[]> {
     const out: { at: string; st: FileStat }[] = [];
+    const opts = { as: fileActor(a.user), metadataPrefix: METADATA_XATTR_PREFIX };
     const visit = async (parent: string, level: number): Promise<void> => {
       let listing: FileStat[];
       try {
-        listing = (await this.control.files.listDir(side.caller, side.sandboxId, parent)).entries;
+        listing = (await this.control.files.listDir(a.caller, a.sandboxId, parent, opts)).entries;
       } catch (err) {
         // a directory removed while we walk is skipped, not an error
         if (parent !== dir && missing(err)) return;
         throw err;
       }
-      const sorted = depthFirst ? [...listing].sort((a, b) => Buffer.compare(Buffer.from(a.name), Buffer.from(b.name))) : listing;
+      const sorted = depthFirst ? [...listing].sort((x, y) => Buffer.compare(Buffer.from(x.name), Buffer.from(y.name))) : listing;
       const below: string[] = [];
       for (const st of sorted) {
         if (out.length >= MAX_WALK_ENTRIES) return;
@@ -255,24 +243,22 @@ export class FilesystemService {
   }
 
   /** name (relative to `dir`) → what a change would show in. */
-  async snapshot(side: SandboxSide, dir: string, recursive: boolean): Promise<Map<string, Snapshot>> {
+  async snapshot(a: Acting, dir: string, recursive: boolean): Promise<Map<string, Snapshot>> {
     const map = new Map<string, Snapshot>();
-    for (const { at, st } of await this.#walk(side, dir, recursive ? 64 : 1, false)) {
+    for (const { at, st } of await this.#walk(a, dir, recursive ? 64 : 1, false)) {
       map.set(posix.relative(dir, at), { type: st.type, size: st.size, mtime: st.mtime, mode: st.mode });
     }
     return map;
   }
 
   async #watcherFor(ctx: CallContext, req: Message): Promise<DirWatcher> {
-    const p = resolvePath(path(req), await this.#user(ctx));
-    const st = await this.control.files.stat(ctx.caller, ctx.sandboxId, p);
+    const a = await this.acting(ctx, ctx.user);
+    const p = resolvePath(path(req), a.user);
+    const st = await this.control.files.stat(a.caller, a.sandboxId, p, { as: fileActor(a.user) });
     if (st.type !== 'dir') throw new ConnectError('invalid_argument', `path ${p} not a directory`);
     // allowNetworkMounts needs nothing: polling sees changes on any filesystem, where inotify
     // (envd's) misses those made by other machines and so refuses network mounts by default.
-    const w = new DirWatcher(this, { sandboxId: ctx.sandboxId, caller: ctx.caller }, p, {
-      recursive: req['recursive'] === true,
-      includeEntry: req['includeEntry'] === true,
-    });
+    const w = new DirWatcher(this, a, p, { recursive: req['recursive'] === true, includeEntry: req['includeEntry'] === true });
     await w.start();
     return w;
   }

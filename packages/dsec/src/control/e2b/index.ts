@@ -82,7 +82,7 @@ export function e2bRoutes(deps: { control: ControlPlane; store: StateStore }): F
       registerControlRoutes(scope, { control, store, onKill: forget });
     });
     await app.register(async (scope) => {
-      registerSandboxRoutes(scope, { control, users, files, services: [processes.service(), files.service()] });
+      registerSandboxRoutes(scope, { control, files, services: [processes.service(), files.service()] });
     });
     await app.register(async (base) => {
       base.withTypeProvider<TypeBoxTypeProvider>().post(

@@ -66,6 +66,7 @@ export function connectErrorOf(err: unknown): ConnectError {
       case 'PROCESS_NOT_RUNNING':
         return new ConnectError('invalid_argument', err.message);
       case 'FORBIDDEN':
+      case 'FILE_PERMISSION_DENIED':
         return new ConnectError('permission_denied', err.message);
       case 'UNAUTHORIZED':
         return new ConnectError('unauthenticated', err.message);

@@ -6,12 +6,12 @@ import { ApiError } from '../../api-error.js';
 import { SYSTEM } from '../service/callers.js';
 import type { ControlPlane } from '../control-plane.js';
 import { CONNECT_CODES, ConnectError } from './connect-protocol.js';
-import type { FilesystemService } from './filesystem-service.js';
+import { METADATA_XATTR_PREFIX, type FilesystemService } from './filesystem-service.js';
 import { connectErrorOf, registerRpc, sendUnaryError, type RpcService } from './rpc-router.js';
 import { admittedSide, queryString } from './sandbox-access.js';
 import { SANDBOX_PREFIX } from './sandbox-prefix.js';
 import { access } from '../../http/access.js';
-import { resolvePath, userFromAuthorization, type SandboxUsers } from './sandbox-users.js';
+import { fileActor, resolvePath, userFromAuthorization } from './sandbox-users.js';
 
 export { SANDBOX_PREFIX };
 
@@ -100,9 +100,9 @@ async function uploadedFiles(req: FastifyRequest, queryPath: string | undefined)
  */
 export function registerSandboxRoutes(
   app: FastifyInstance,
-  deps: { control: ControlPlane; users: SandboxUsers; files: FilesystemService; services: RpcService[] },
+  deps: { control: ControlPlane; files: FilesystemService; services: RpcService[] },
 ): void {
-  const { control, users, files } = deps;
+  const { control, files } = deps;
   app.setErrorHandler(envdErrorHandler);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT }, (_req, body, done) => done(null, body));
@@ -126,10 +126,10 @@ export function registerSandboxRoutes(
     try {
       const rawPath = queryString(req.query, 'path');
       if (!rawPath) throw new ConnectError('invalid_argument', 'path is required (?path=)');
-      const username = queryString(req.query, 'username');
-      const side = admittedSide(req);
-      const user = await users.resolve(side, username);
-      const data = await control.files.readFile(side.caller, side.sandboxId, resolvePath(rawPath, user), MAX_FILE_BYTES);
+      const a = await files.acting(admittedSide(req), queryString(req.query, 'username'));
+      const data = await control.files.readFile(a.caller, a.sandboxId, resolvePath(rawPath, a.user), MAX_FILE_BYTES, {
+        as: fileActor(a.user),
+      });
       void reply
         .type('application/octet-stream')
         .header('content-disposition', `attachment; filename="${encodeURIComponent(posix.basename(rawPath))}"`);
@@ -145,29 +145,57 @@ export function registerSandboxRoutes(
   app.post(`${SANDBOX_PREFIX}/files`, opts, async (req, reply) => {
     try {
       const queryPath = queryString(req.query, 'path');
-      const username = queryString(req.query, 'username');
-      const side = admittedSide(req);
-      if (Object.keys(req.headers).some((h) => h.startsWith('x-metadata-')))
-        throw new ConnectError('unimplemented', 'file metadata (X-Metadata-* headers) is not supported by dsec');
-      const user = await users.resolve(side, username);
-      const written: { name: string; type: 'file'; path: string }[] = [];
+      const metadata = metadataOf(req.headers);
+      const a = await files.acting(admittedSide(req), queryString(req.query, 'username'));
+      const written: { name: string; type: 'file'; path: string; metadata?: Record<string, string> }[] = [];
       for (const f of await uploadedFiles(req, queryPath)) {
-        const p = resolvePath(f.path, user);
-        let existed = true;
-        try {
-          await control.files.stat(side.caller, side.sandboxId, p);
-        } catch (err) {
-          if (!(err instanceof ApiError && err.code === 'FILE_NOT_FOUND')) throw err;
-          existed = false;
-        }
-        const created = existed ? [] : [p, ...(await files.missingParents(side, p))];
-        await control.files.writeFile(side.caller, side.sandboxId, p, f.data, 0o644);
-        await files.chown(side, user, created);
-        written.push({ name: posix.basename(p), type: 'file', path: p });
+        const p = resolvePath(f.path, a.user);
+        // As the user: refused where the user's own write would be; made (parents too) the user's.
+        // The metadata is always written, so an overwrite without any clears the earlier set.
+        await control.files.writeFile(a.caller, a.sandboxId, p, f.data, 0o644, {
+          as: fileActor(a.user),
+          metadata: { prefix: METADATA_XATTR_PREFIX, values: metadata },
+        });
+        written.push({ name: posix.basename(p), type: 'file', path: p, ...(Object.keys(metadata).length ? { metadata } : {}) });
       }
       return reply.status(200).send(written);
     } catch (err) {
       return httpError(reply, err);
     }
   });
+}
+
+/** Longest metadata key: an xattr name is at most 255 bytes, envd's prefix included. */
+const MAX_METADATA_KEY = 255 - METADATA_XATTR_PREFIX.length;
+/** All of a file's metadata (prefixed names and values) together, at most (envd's bound). */
+const MAX_METADATA_BYTES = 4096;
+
+/**
+ * A write's metadata from its `X-Metadata-<key>: <value>` headers, checked as envd checks it: keys
+ * (lower-cased, as HTTP headers are) and values printable ASCII, a key at most MAX_METADATA_KEY
+ * bytes, all of it at most MAX_METADATA_BYTES.
+ */
+export function metadataOf(headers: Record<string, string | string[] | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  let total = 0;
+  for (const [name, raw] of Object.entries(headers)) {
+    if (!name.startsWith('x-metadata-') || raw === undefined) continue;
+    const key = name.slice('x-metadata-'.length);
+    const value = Array.isArray(raw) ? raw[0]! : raw;
+    if (key === '') continue;
+    if (key.length > MAX_METADATA_KEY)
+      throw new ConnectError('invalid_argument', `metadata key ${JSON.stringify(key)} is over ${MAX_METADATA_KEY} bytes`);
+    for (const [what, text] of [
+      ['key', key],
+      [`value for key ${JSON.stringify(key)}`, value],
+    ] as const) {
+      if (!/^[\x20-\x7e]*$/.test(text))
+        throw new ConnectError('invalid_argument', `metadata ${what} has a byte that is not printable ASCII`);
+    }
+    out[key] = value;
+    total += METADATA_XATTR_PREFIX.length + key.length + value.length;
+  }
+  if (total > MAX_METADATA_BYTES)
+    throw new ConnectError('invalid_argument', `the file's metadata is ${total} bytes, over ${MAX_METADATA_BYTES}`);
+  return out;
 }

@@ -1,7 +1,9 @@
 import { posix } from 'node:path';
 import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
+import { ApiError } from '../../api-error.js';
 import { ConnectError } from './connect-protocol.js';
+import type { FileActor } from '../../edge/protocol/edge-api.js';
 
 /** E2B's default user: the base template has it, and the SDK sends no user when none is given. */
 export const DEFAULT_USER = 'user';
@@ -11,37 +13,76 @@ export interface SandboxUser {
   uid: number;
   gid: number;
   home: string;
+  /** Its supplementary groups (those of /etc/group that list it), its own gid first. */
+  groups: number[];
 }
 
-const ROOT: SandboxUser = { name: 'root', uid: 0, gid: 0, home: '/root' };
+const ROOT: SandboxUser = { name: 'root', uid: 0, gid: 0, home: '/root', groups: [0] };
+
+/** Who a file call acts as for `user`: the kernel then checks it as it would that user's own call. */
+export function fileActor(user: SandboxUser): FileActor | undefined {
+  return user.uid === 0 ? undefined : { uid: user.uid, gid: user.gid, groups: user.groups };
+}
 
 /**
  * The sandbox's users, read from its own /etc/passwd (through the control plane's confined file
  * read) and kept per sandbox: a template decides who exists, dsec does not assume.
  */
 export class SandboxUsers {
-  readonly #cache = new Map<string, Map<string, SandboxUser>>();
-  readonly #names = new Map<string, { users: Map<number, string>; groups: Map<number, string> }>();
+  readonly #cache = new Map<string, { version: string; users: Map<string, SandboxUser> }>();
+  readonly #names = new Map<string, { version: string; users: Map<number, string>; groups: Map<number, string> }>();
 
   constructor(private readonly control: ControlPlane) {}
 
-  async #passwd(side: SandboxSide): Promise<Map<string, SandboxUser>> {
+  /**
+   * Which /etc/passwd and /etc/group the sandbox has now (their mtimes and sizes): a user or a
+   * group membership added inside the sandbox (useradd, usermod -aG) counts from the next call,
+   * as it does for envd, which looks users up on every call.
+   */
+  async #version(side: SandboxSide): Promise<string> {
+    const one = async (p: string): Promise<string> => {
+      try {
+        const st = await this.control.files.stat(side.caller, side.sandboxId, p);
+        return `${st.mtime}/${st.size}`;
+      } catch (err) {
+        if (err instanceof ApiError && err.code === 'FILE_NOT_FOUND') return 'none';
+        throw err;
+      }
+    };
+    return `${await one('/etc/passwd')} ${await one('/etc/group')}`;
+  }
+
+  async #passwd(side: SandboxSide, version?: string): Promise<Map<string, SandboxUser>> {
     const { sandboxId, caller } = side;
-    let users = this.#cache.get(sandboxId);
-    if (users) return users;
-    users = new Map([['root', ROOT]]);
+    version ??= await this.#version(side);
+    const cached = this.#cache.get(sandboxId);
+    if (cached?.version === version) return cached.users;
+    const users = new Map([['root', ROOT]]);
     try {
       const text = (await this.control.files.readFile(caller, sandboxId, '/etc/passwd', 1 << 20)).toString('utf8');
       for (const line of text.split('\n')) {
         const [name, , uid, gid, , home] = line.split(':');
         if (!name || uid === undefined || gid === undefined || !/^\d+$/.test(uid) || !/^\d+$/.test(gid)) continue;
-        users.set(name, { name, uid: Number(uid), gid: Number(gid), home: home || '/' });
+        users.set(name, { name, uid: Number(uid), gid: Number(gid), home: home || '/', groups: [Number(gid)] });
       }
     } catch {
       // an image without /etc/passwd (a bare busybox) has root only
     }
+    try {
+      const text = (await this.control.files.readFile(caller, sandboxId, '/etc/group', 1 << 20)).toString('utf8');
+      for (const line of text.split('\n')) {
+        const [, , gid, members] = line.split(':');
+        if (!gid || !/^\d+$/.test(gid) || !members) continue;
+        for (const member of members.split(',')) {
+          const u = users.get(member.trim());
+          if (u && !u.groups.includes(Number(gid))) u.groups.push(Number(gid));
+        }
+      }
+    } catch {
+      // no /etc/group: each user has its own gid only
+    }
     if (this.#cache.size > 10_000) this.#cache.clear();
-    this.#cache.set(sandboxId, users);
+    this.#cache.set(sandboxId, { version, users });
     return users;
   }
 
@@ -50,12 +91,7 @@ export class SandboxUsers {
    * default user when the image has it, else root.
    */
   async resolve(side: SandboxSide, requested: string | undefined): Promise<SandboxUser> {
-    let users = await this.#passwd(side);
-    if (requested && !users.has(requested)) {
-      // a user added inside the sandbox since we last read /etc/passwd
-      this.forget(side.sandboxId);
-      users = await this.#passwd(side);
-    }
+    const users = await this.#passwd(side);
     if (requested) {
       const u = users.get(requested);
       if (!u)
@@ -71,10 +107,11 @@ export class SandboxUsers {
   /** uid → user name and gid → group name, for the owner and group of a file. */
   async names(side: SandboxSide): Promise<{ users: Map<number, string>; groups: Map<number, string> }> {
     const { sandboxId, caller } = side;
+    const version = await this.#version(side);
     const cached = this.#names.get(sandboxId);
-    if (cached) return cached;
+    if (cached?.version === version) return cached;
     const users = new Map<number, string>();
-    for (const u of (await this.#passwd(side)).values()) if (!users.has(u.uid)) users.set(u.uid, u.name);
+    for (const u of (await this.#passwd(side, version)).values()) if (!users.has(u.uid)) users.set(u.uid, u.name);
     const groups = new Map<number, string>([[0, 'root']]);
     try {
       const text = (await this.control.files.readFile(caller, sandboxId, '/etc/group', 1 << 20)).toString('utf8');
@@ -85,7 +122,7 @@ export class SandboxUsers {
     } catch {
       // no /etc/group: numbers only
     }
-    const out = { users, groups };
+    const out = { version, users, groups };
     if (this.#names.size > 10_000) this.#names.clear();
     this.#names.set(sandboxId, out);
     return out;
