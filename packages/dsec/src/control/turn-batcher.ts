@@ -3,52 +3,73 @@
  * queued as they come and the batch goes in `setImmediate`, after every I/O callback of the turn
  * has run. Under load a turn carries many requests, so their creates share one edge request or
  * one store transaction; a lone item waits for nothing but the rest of its own turn (no timer, no
- * fixed window). `run` answers each item with a value or an Error, in order; if it throws, every
- * item of the batch gets that error.
+ * fixed window). With `maxInflight`, at most that many batches of a key are out at once: what
+ * arrives meanwhile waits for one to come back and then goes together (Nagle's rule: an idle key
+ * sends at once, a busy one sends bigger batches). `run` answers each item with a value or an
+ * Error, in order; if it throws, every item of the batch gets that error.
  */
 export class TurnBatcher<I, O> {
-  readonly #queued = new Map<string, Queued<I, O>[]>();
+  readonly #keys = new Map<string, KeyState<I, O>>();
 
   constructor(
     private readonly run: (key: string, items: I[]) => Promise<(O | Error)[]>,
-    private readonly maxBatch = 512,
+    private readonly opts: { maxBatch?: number; maxInflight?: number } = {},
   ) {}
 
   add(key: string, item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
-      let queue = this.#queued.get(key);
-      if (!queue) {
-        this.#queued.set(key, (queue = []));
-        setImmediate(() => this.#flush(key));
-      }
-      queue.push({ item, resolve, reject });
+      let k = this.#keys.get(key);
+      if (!k) this.#keys.set(key, (k = { queue: [], inflight: 0, scheduled: false }));
+      k.queue.push({ item, resolve, reject });
+      this.#schedule(key, k);
     });
   }
 
-  #flush(key: string): void {
-    const queue = this.#queued.get(key) ?? [];
-    this.#queued.delete(key);
-    for (let i = 0; i < queue.length; i += this.maxBatch) void this.#send(key, queue.slice(i, i + this.maxBatch));
+  #schedule(key: string, k: KeyState<I, O>): void {
+    if (k.scheduled) return;
+    k.scheduled = true;
+    setImmediate(() => this.#flush(key, k));
   }
 
-  async #send(key: string, batch: Queued<I, O>[]): Promise<void> {
-    let out: (O | Error)[];
+  #flush(key: string, k: KeyState<I, O>): void {
+    k.scheduled = false;
+    const maxBatch = this.opts.maxBatch ?? 512;
+    const maxInflight = this.opts.maxInflight ?? Number.POSITIVE_INFINITY;
+    while (k.queue.length > 0 && k.inflight < maxInflight) void this.#send(key, k, k.queue.splice(0, maxBatch));
+    if (k.queue.length === 0 && k.inflight === 0) this.#keys.delete(key);
+  }
+
+  async #send(key: string, k: KeyState<I, O>, batch: Queued<I, O>[]): Promise<void> {
+    k.inflight++;
+    let out: (O | Error)[] | undefined;
+    let failure: unknown;
     try {
       out = await this.run(
         key,
         batch.map((q) => q.item),
       );
     } catch (err) {
-      for (const q of batch) q.reject(err);
-      return;
+      failure = err;
+    } finally {
+      k.inflight--;
+      // What queued while this batch was out goes now (with whatever else this turn brings).
+      if (k.queue.length > 0) this.#schedule(key, k);
+      else if (k.inflight === 0 && !k.scheduled) this.#keys.delete(key);
     }
     for (const [i, q] of batch.entries()) {
-      const o = out[i];
-      if (o instanceof Error) q.reject(o);
+      const o = out?.[i];
+      if (out === undefined) q.reject(failure);
+      else if (o instanceof Error) q.reject(o);
       else if (o === undefined) q.reject(new Error(`a batch of ${batch.length} answered only ${out.length} items`));
       else q.resolve(o);
     }
   }
+}
+
+interface KeyState<I, O> {
+  queue: Queued<I, O>[];
+  inflight: number;
+  scheduled: boolean;
 }
 
 interface Queued<I, O> {

@@ -5,9 +5,10 @@ import { TurnBatcher } from '../turn-batcher.js';
 
 /**
  * Single creates bound for one remote edge, sent together: the creates that reach their edge call
- * in the same turn of the event loop go as one group request (EdgeApi.createSandboxes, the call
- * a batch's group uses), so under load one HTTP round trip, one request parse and one socket
- * write carry many creates; a lone create still goes at once (turn-batcher.ts). An in-process
+ * in the same turn of the event loop, or while GROUPS_IN_FLIGHT requests are out to that edge, go
+ * as one group request (EdgeApi.createSandboxes, the call a batch's group uses), so under load one
+ * HTTP round trip, one request parse and one socket write carry many creates; a lone create still
+ * goes at once (turn-batcher.ts). An in-process
  * edge (`dsec up`) is called directly: there is no round trip to save, and a group would make
  * each create wait for the slowest of its group.
  */
@@ -15,7 +16,7 @@ export class CreateCoalescer {
   readonly #batcher: TurnBatcher<EdgeCreateRequest, EdgeSandbox>;
 
   constructor(private readonly edges: { api(id: string): EdgeApi; isLocal(id: string): boolean }) {
-    this.#batcher = new TurnBatcher((edgeId, reqs) => this.#send(edgeId, reqs), GROUP_MAX);
+    this.#batcher = new TurnBatcher((edgeId, reqs) => this.#send(edgeId, reqs), { maxBatch: GROUP_MAX, maxInflight: GROUPS_IN_FLIGHT });
   }
 
   async create(edgeId: string, req: EdgeCreateRequest): Promise<EdgeSandbox> {
@@ -49,3 +50,10 @@ export class CreateCoalescer {
 
 /** Creates in one group request at most (the batch path's groups are as large; the edge runs 8 at a time). */
 const GROUP_MAX = 256;
+/**
+ * Group requests out to one edge at once; creates that come meanwhile wait for one to answer and
+ * go together. A loopback HTTP request costs the control plane ~100 µs of CPU however small (the
+ * socket write is most of it), so under load the creates must share requests; an idle edge still
+ * gets each create at once.
+ */
+const GROUPS_IN_FLIGHT = 2;
