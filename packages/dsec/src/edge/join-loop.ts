@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { EdgeInfo } from './protocol/schemas.js';
+import { LayerDeltaSender } from './protocol/layer-delta.js';
 
 export interface JoinLoopOptions {
   /**
@@ -23,6 +24,14 @@ export interface JoinLoopOptions {
 }
 
 /** The cluster's registry, as the control plane names it at join (dsec control --registry). */
+/** The control plane's answer to a join. */
+interface JoinReply {
+  state: string;
+  registry?: JoinRegistryGrant;
+  /** It takes cached layers as changes in heartbeats (edge/protocol/layer-delta.ts). */
+  layerDeltas?: boolean;
+}
+
 export interface JoinRegistryGrant {
   repository: string;
   username?: string;
@@ -61,7 +70,7 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
     joinUrl = joinUrls[current]!;
   };
   const auth = { authorization: `Bearer ${opts.token}`, 'content-type': 'application/json' };
-  const registerAt = async (): Promise<{ state: string; registry?: JoinRegistryGrant }> => {
+  const registerAt = async (): Promise<JoinReply> => {
     const res = await fetch(`${joinUrl}/v1/cluster/edges`, {
       method: 'POST',
       headers: auth,
@@ -76,10 +85,10 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
       signal: AbortSignal.timeout(10_000),
     });
     if (!res.ok) throw new Error(`joining ${joinUrl} failed: HTTP ${res.status} ${await res.text()}`);
-    return (await res.json()) as { state: string; registry?: JoinRegistryGrant };
+    return (await res.json()) as JoinReply;
   };
   /** Joins the current replica; the first join tries each replica once before it gives up. */
-  const register = async (): Promise<{ state: string; registry?: JoinRegistryGrant }> => {
+  const register = async (): Promise<JoinReply> => {
     for (let tried = 1; ; tried++) {
       try {
         return await registerAt();
@@ -89,7 +98,10 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
       }
     }
   };
-  const first = await register();
+  let first = await register();
+  /** Cached layers as changes once the control plane says it takes them (layer-delta.ts). */
+  const layers = new LayerDeltaSender();
+  let deltas = first.layerDeltas === true;
 
   let stopped = false;
   let leave!: () => void;
@@ -97,16 +109,35 @@ export async function joinCluster(opts: JoinLoopOptions): Promise<JoinedEdge> {
   let warned = false;
   const beat = async (): Promise<void> => {
     const info = await opts.info();
-    const res = await fetch(`${joinUrl}/v1/cluster/edges/${id}/heartbeat`, {
-      method: 'PUT',
-      headers: auth,
-      body: JSON.stringify({ info }),
-      signal: AbortSignal.timeout(5_000),
-    });
+    const sent = deltas ? layers.next(info.cachedLayers) : undefined;
+    // With deltas the whole list goes only when the control plane holds no version of it.
+    const body = sent ? { info: { ...info, cachedLayers: sent.cachedLayers }, layers: sent.layers } : { info };
+    let res: Response;
+    try {
+      res = await fetch(`${joinUrl}/v1/cluster/edges/${id}/heartbeat`, {
+        method: 'PUT',
+        headers: auth,
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(5_000),
+      });
+    } catch (err) {
+      layers.held(undefined); // whatever was agreed, the next heartbeat (maybe to another replica) sends the whole list
+      throw err;
+    }
     let state: string | undefined;
-    if (res.status === 404) state = (await register()).state;
-    else if (res.ok) state = ((await res.json()) as { state: string }).state;
-    else throw new Error(`heartbeat: HTTP ${res.status}`);
+    if (res.status === 404) {
+      first = await register();
+      state = first.state;
+      deltas = first.layerDeltas === true;
+      layers.held(undefined); // a join brings the whole list; the next heartbeat agrees a version
+    } else if (res.ok) {
+      const reply = (await res.json()) as { state: string; layersVersion?: number };
+      state = reply.state;
+      layers.held(reply.layersVersion);
+    } else {
+      layers.held(undefined);
+      throw new Error(`heartbeat: HTTP ${res.status}`);
+    }
     if (state === 'draining' && info.sandboxes === 0) {
       const del = await fetch(`${joinUrl}/v1/cluster/edges/${id}`, {
         method: 'DELETE',

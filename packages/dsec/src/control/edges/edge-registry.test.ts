@@ -87,3 +87,46 @@ test('an edge is reconciled when it registers again (it restarted) and at the re
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("cached layers travel as changes: the store's list is written when it changes, and another replica follows it without the whole list", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-edges-'));
+  const location = await testStoreLocation(join(dir, 'state.db'));
+  const storeA = await StateStore.open(location);
+  const storeB = await StateStore.open(location);
+  try {
+    const log = pino({ level: 'silent' });
+    const a = await EdgeRegistry.open({ replicaId: 'a', store: storeA, token: 't', log, lostAfterMs: 60_000 });
+    const b = await EdgeRegistry.open({ replicaId: 'b', store: storeB, token: 't', log, lostAfterMs: 60_000 });
+    const touched: boolean[] = [];
+    const touch = storeA.edges.touch.bind(storeA.edges);
+    storeA.edges.touch = async (id, info, at, layers) => {
+      touched.push(layers !== undefined);
+      await touch(id, info, at, layers);
+    };
+    const info = { ...(await new SimulatedEdge('e1').info()), cachedLayers: ['sha256:a'] };
+    await a.register({ id: 'e1', url: 'http://127.0.0.1:9', pool: 'default', labels: {}, cpuOvercommit: 0, info });
+    const layersOf = (r: EdgeRegistry): string[] => r.candidates().find((c) => c.id === 'e1')!.info.cachedLayers;
+    // the whole list, with a version: held
+    assert.equal((await a.heartbeat('e1', info, { version: 1 })).layersVersion, 1);
+    // nothing changed: no list, nothing written but the facts
+    const { cachedLayers: _, ...bare } = info;
+    assert.equal((await a.heartbeat('e1', bare, { version: 1, base: 1, added: [], removed: [] })).layersVersion, 1);
+    assert.deepEqual(layersOf(a), ['sha256:a']);
+    // a change as a delta
+    assert.equal((await a.heartbeat('e1', bare, { version: 2, base: 1, added: ['sha256:b'], removed: [] })).layersVersion, 2);
+    assert.deepEqual(layersOf(a), ['sha256:a', 'sha256:b']);
+    assert.deepEqual(touched, [true, false, true], 'the list is written only when it changed');
+    // B reads A's heartbeats from the store, list included, and can take the next delta itself
+    await b.tick(Date.now() + 10);
+    assert.deepEqual(layersOf(b), ['sha256:a', 'sha256:b']);
+    assert.equal((await b.heartbeat('e1', bare, { version: 3, base: 2, added: [], removed: ['sha256:a'] })).layersVersion, 3);
+    assert.deepEqual(layersOf(b), ['sha256:b']);
+    // a delta against a version A does not hold now: no version in the answer, the list kept
+    assert.equal((await a.heartbeat('e1', bare, { version: 4, base: 3, added: ['sha256:c'], removed: [] })).layersVersion, undefined);
+    assert.deepEqual(layersOf(a), ['sha256:a', 'sha256:b']);
+  } finally {
+    await storeA.close();
+    await storeB.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeInfo, SandboxLimits } from '../../edge/protocol/edge-api.js';
+import type { EdgeApi, EdgeHeartbeatInfo, EdgeInfo, SandboxLimits } from '../../edge/protocol/edge-api.js';
+import { applyLayerSync, type LayerSync } from '../../edge/protocol/layer-delta.js';
 import type { PlacementCandidate } from '../placement.js';
 import type { StateStore } from '../state-store.js';
 import { HttpEdgeClient } from './http-edge-client.js';
@@ -26,6 +27,8 @@ interface EdgeEntry extends PlacementCandidate {
   lastSeen: number;
   /** Placed, create not answered yet: survives a heartbeat, unlike `pending`. */
   inflight: { count: number; cpu: number; memoryMiB: number; pids: number };
+  /** The version of `info.cachedLayers` agreed with the edge (edge/protocol/layer-delta.ts). */
+  layersVersion?: number | undefined;
   /** Known from the store after a control-plane restart: reconciled at its first report. */
   reconcileAtFirstReport?: boolean;
   /** A call to it ended with its outcome unknown, or a reconcile failed: reconciled at its next report. */
@@ -87,6 +90,7 @@ export class EdgeRegistry {
         labels: e.labels,
         state: e.state === 'lost' ? 'lost' : e.state,
         info: e.info,
+        layersVersion: e.layersVersion,
         pending: zero(),
         inflight: zero(),
         cpuOvercommit: e.cpuOvercommit,
@@ -135,6 +139,8 @@ export class EdgeRegistry {
       labels: reg.labels,
       state,
       info: reg.info,
+      // A join brings the whole list and no version: the next heartbeat agrees one.
+      layersVersion: undefined,
       pending: zero(),
       inflight: prev?.inflight ?? zero(),
       cpuOvercommit: reg.cpuOvercommit,
@@ -150,15 +156,25 @@ export class EdgeRegistry {
     return { state };
   }
 
-  /** A heartbeat: the edge's capacity now. Unknown edges must register first (404). */
-  async heartbeat(id: string, info: EdgeInfo): Promise<{ state: EdgeState }> {
+  /**
+   * A heartbeat: the edge's capacity now, and its cached layers as a whole list or as changes
+   * since the version this control plane holds (`sync`); answers the layers version now held
+   * (none when a delta did not apply: the edge then sends the whole list). Unknown edges must
+   * register first (404).
+   */
+  async heartbeat(id: string, info: EdgeHeartbeatInfo, sync?: LayerSync): Promise<{ state: EdgeState; layersVersion?: number }> {
     const e = this.#edges.get(id);
     if (!e || e.local) throw new ApiError('EDGE_NOT_FOUND', `edge ${id} is not registered here; register first`, { id });
-    e.info = info;
+    const before = e.layersVersion;
+    const next = applyLayerSync(e.info.cachedLayers, e.layersVersion, info.cachedLayers, sync);
+    e.info = { ...info, cachedLayers: next?.layers ?? e.info.cachedLayers };
+    e.layersVersion = next?.version;
     e.pending = { ...e.inflight };
     e.lastSeen = Date.now();
-    // Every replica reads it from there: heartbeats may come to any of them.
-    await this.opts.store.edges.touch(id, info, e.lastSeen);
+    // Every replica reads it from there: heartbeats may come to any of them. The layers are
+    // written only when they, or their version, changed.
+    const layersMoved = next !== undefined && (next.changed || next.version !== before);
+    await this.opts.store.edges.touch(id, e.info, e.lastSeen, layersMoved ? { version: next.version } : undefined);
     if (e.state === 'lost' || e.reconcileAtFirstReport) {
       if (e.state === 'lost') this.opts.log.warn({ edge: id }, 'lost edge is back');
       e.state = e.state === 'lost' ? 'ready' : e.state;
@@ -170,7 +186,7 @@ export class EdgeRegistry {
       e.reconcileAtNextReport = false;
       this.#reconcile(id);
     }
-    return { state: e.state };
+    return { state: e.state, ...(e.layersVersion !== undefined ? { layersVersion: e.layersVersion } : {}) };
   }
 
   /**
@@ -362,6 +378,7 @@ export class EdgeRegistry {
       info: e.info,
       cpuOvercommit: e.cpuOvercommit,
       lastSeen: e.lastSeen,
+      layersVersion: e.layersVersion,
     });
   }
 
@@ -371,7 +388,7 @@ export class EdgeRegistry {
 
   /** Folds in what the store knows that this replica did not see itself (other replicas' edges). */
   async #readStore(now: number): Promise<void> {
-    const stored = await this.opts.store.edges.list();
+    const stored = await this.opts.store.edges.list((id) => this.#edges.get(id)?.layersVersion);
     const ids = new Set(stored.map((e) => e.id));
     for (const [id, e] of this.#edges) if (!e.local && !ids.has(id)) this.#edges.delete(id); // removed at another replica
     for (const r of stored) {
@@ -383,6 +400,7 @@ export class EdgeRegistry {
           labels: r.labels,
           state: r.state,
           info: r.info,
+          layersVersion: r.layersVersion,
           pending: zero(),
           inflight: zero(),
           cpuOvercommit: r.cpuOvercommit,
@@ -396,7 +414,8 @@ export class EdgeRegistry {
       if (e.local) continue;
       if ((r.lastSeen ?? 0) > e.lastSeen) {
         e.lastSeen = r.lastSeen!;
-        e.info = r.info;
+        e.info = r.layersUnchanged ? { ...r.info, cachedLayers: e.info.cachedLayers } : r.info;
+        e.layersVersion = r.layersVersion;
         e.pending = { ...e.inflight };
       }
       // Another replica marked it lost, saw it back (and reconciled it), or drains it. An edge

@@ -3,7 +3,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { ErrorBody, NodeInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import { EdgeInfo } from '../../edge/protocol/schemas.js';
+import { EdgeHeartbeatInfo, EdgeInfo } from '../../edge/protocol/schemas.js';
+import { LayerSync } from '../../edge/protocol/layer-delta.js';
 import type { ControlPlane } from '../control-plane.js';
 import { SYSTEM } from '../service/callers.js';
 import { access } from '../../http/access.js';
@@ -12,9 +13,15 @@ const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$'
 const EdgeStateReply = Type.Object({
   state: Type.Union([Type.Literal('ready'), Type.Literal('draining'), Type.Literal('lost')]),
   heartbeatMs: Type.Integer(),
+  layersVersion: Type.Optional(
+    Type.Integer({ description: "The version of the edge's cached layers this control plane holds now; absent: send the whole list." }),
+  ),
 });
 const EdgeJoinReply = Type.Object({
   ...EdgeStateReply.properties,
+  layerDeltas: Type.Optional(
+    Type.Boolean({ description: 'Heartbeats may carry cached layers as changes (`layers`), not the whole list.' }),
+  ),
   registry: Type.Optional(
     Type.Object(
       {
@@ -67,6 +74,7 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       async (req) => ({
         ...(await control.edges.register(req.body)),
         heartbeatMs: HEARTBEAT_MS,
+        layerDeltas: true,
         ...(control.registry ? { registry: control.registry.forEdges() } : {}),
       }),
     );
@@ -78,14 +86,14 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
           tags,
           summary: "An edge's capacity, every second (cluster token); 404 asks it to join again",
           params: EdgeIdParams,
-          body: Type.Object({ info: EdgeInfo }),
+          body: Type.Object({ info: EdgeHeartbeatInfo, layers: Type.Optional(LayerSync) }),
           response: { 200: EdgeStateReply, 401: ErrorBody, 404: ErrorBody },
         },
       },
       async (req) => {
         if (req.body.info.id !== req.params.id)
           throw new ApiError('INVALID_REQUEST', `heartbeat of edge ${req.body.info.id} sent to /edges/${req.params.id}`);
-        return { ...(await control.edges.heartbeat(req.params.id, req.body.info)), heartbeatMs: HEARTBEAT_MS };
+        return { ...(await control.edges.heartbeat(req.params.id, req.body.info, req.body.layers)), heartbeatMs: HEARTBEAT_MS };
       },
     );
     app.delete(

@@ -322,6 +322,21 @@ export const MIGRATIONS: readonly Migration[] = [
       await db.exec('ALTER TABLE ended_sandboxes ADD COLUMN replay_from TEXT;');
     },
   },
+  {
+    id: 14,
+    name: "an edge's cached layers in a column of their own with their version, written when they change, not with every heartbeat",
+    up: async (db) => {
+      await db.exec("ALTER TABLE edges ADD COLUMN layers TEXT NOT NULL DEFAULT '[]'; ALTER TABLE edges ADD COLUMN layers_version INTEGER;");
+      for (const r of await db.all<{ id: string; info: string }>('SELECT id, info FROM edges')) {
+        const info = JSON.parse(r.info) as { cachedLayers?: string[] };
+        await db.run('UPDATE edges SET layers = ?, info = ? WHERE id = ?', [
+          JSON.stringify(info.cachedLayers ?? []),
+          JSON.stringify({ ...info, cachedLayers: [] }),
+          r.id,
+        ]);
+      }
+    },
+  },
 ];
 
 /**

@@ -31,6 +31,7 @@ export type {
   EdgeCreateOutcome,
   EdgeCreateRequest,
   EdgeFnRequest,
+  EdgeHeartbeatInfo,
   EdgeInfo,
   EdgeNetworkRequest,
   EdgeSandbox,

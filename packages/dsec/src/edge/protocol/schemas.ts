@@ -134,6 +134,10 @@ export const EdgeInfo = Type.Object({
 });
 export type EdgeInfo = Static<typeof EdgeInfo>;
 
+/** EdgeInfo as a heartbeat carries it: the cached layers may come as changes instead (layer-delta.ts). */
+export const EdgeHeartbeatInfo = Type.Object({ ...EdgeInfo.properties, cachedLayers: Type.Optional(Type.Array(Type.String())) });
+export type EdgeHeartbeatInfo = Static<typeof EdgeHeartbeatInfo>;
+
 export const DiffStats = Type.Object({
   entries: Type.Integer(),
   bytes: Type.Integer(),
