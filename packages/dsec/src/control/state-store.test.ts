@@ -290,3 +290,33 @@ describe('StateStore sandboxes', () => {
     }
   });
 });
+
+test("a batch another replica took over: the old owner's renewal says so, and its events are not written", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-batch-owner-'));
+  const store = await StateStore.open(await testStoreLocation(join(dir, 'state.db')));
+  try {
+    const now = Date.now();
+    await store.batches.insert('bt1', 4, { count: 4 }, new Date(now).toISOString(), 'default', { id: 'a', until: now + 10_000 });
+    assert.deepEqual(await store.batches.renew(['bt1'], 'a', now + 10_000), { cancel: [], lost: [] });
+    assert.deepEqual(await store.batches.appendEvents([{ id: 'bt1', events: [{ seq: 0 }] }], 'a'), []);
+    // A stalls past its lease; B claims the batch
+    const claimed = await store.batches.claim('b', now + 40_000, now + 20_000);
+    assert.deepEqual(
+      claimed.map((c) => c.id),
+      ['bt1'],
+    );
+    assert.deepEqual(await store.batches.renew(['bt1'], 'a', now + 30_000), { cancel: [], lost: ['bt1'] });
+    assert.deepEqual(await store.batches.appendEvents([{ id: 'bt1', events: [{ seq: 1 }] }], 'a'), ['bt1'], "A's late events are refused");
+    assert.deepEqual(await store.batches.appendEvents([{ id: 'bt1', events: [{ seq: 1 }, { seq: 2 }] }], 'b'), []);
+    assert.deepEqual(
+      (await store.batches.events('bt1', -1)).map((e) => e.seq),
+      [0, 1, 2],
+    );
+    // B's renewal holds it, and a cancel request reaches B
+    await store.batches.requestCancel('bt1');
+    assert.deepEqual(await store.batches.renew(['bt1'], 'b', now + 50_000), { cancel: ['bt1'], lost: [] });
+  } finally {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -38,6 +38,11 @@ class LiveBatch {
   failed = 0;
   cancelled = false;
   finished = false;
+  /**
+   * Another replica took it over (this one's lease ran out: a stall, not a death): this one stops
+   * driving it and writes none of its events, which the new owner numbers from where it began.
+   */
+  handedOver = false;
   unflushed: BatchEvent[] = [];
   /** Settles when the driver stops (done, cancelled, or this process stopping). */
   driver: Promise<void> = Promise.resolve();
@@ -134,7 +139,9 @@ export class BatchService {
   async #ownerTick(): Promise<void> {
     const now = Date.now();
     const mine = [...this.#live.values()].filter((b) => !b.finished).map((b) => b.id);
-    for (const id of await this.store.batches.renew(mine, this.replicaId, now + BATCH_LEASE_MS)) await this.cancel(id);
+    const { cancel, lost } = await this.store.batches.renew(mine, this.replicaId, now + BATCH_LEASE_MS);
+    for (const id of lost) this.#handOver(id);
+    for (const id of cancel) await this.cancel(id);
     await this.#adopt((await this.store.batches.claim(this.replicaId, now + BATCH_LEASE_MS, now)).filter((r) => !this.#live.has(r.id)));
   }
 
@@ -266,7 +273,23 @@ export class BatchService {
     const p = this.#drive(b, concurrency).catch((err: unknown) => this.log.error({ err, batch: b.id }, 'batch driver failed'));
     b.driver = p;
     this.#drivers.add(p);
-    void p.finally(() => this.#drivers.delete(p));
+    void p.finally(() => {
+      this.#drivers.delete(p);
+      // Handed over: the new owner has it; this replica may adopt it again should that one stall.
+      if (b.handedOver && this.#live.get(b.id) === b) this.#live.delete(b.id);
+    });
+  }
+
+  /** Another replica owns batch `id` now: stop driving it here (the groups in flight finish). */
+  #handOver(id: string): void {
+    const b = this.#live.get(id);
+    if (!b || b.handedOver || b.finished) return;
+    b.handedOver = true;
+    b.unflushed = [];
+    this.log.warn(
+      { batch: id, replica: this.replicaId },
+      'another replica took this batch over (its lease here ran out); stopping driving it',
+    );
   }
 
   async #drive(b: LiveBatch, concurrency: number): Promise<void> {
@@ -285,7 +308,7 @@ export class BatchService {
     const lanes = Math.max(1, Math.ceil(concurrency / size));
     let next = 0;
     const lane = async (): Promise<void> => {
-      while (!b.cancelled && !this.#stopped && next < todo.length) {
+      while (!b.cancelled && !this.#stopped && !b.handedOver && next < todo.length) {
         const group = todo.slice(next, (next += size));
         try {
           await this.sandboxes.createGroup(b.spec, { [BATCH_LABEL]: b.id }, group, {
@@ -305,14 +328,14 @@ export class BatchService {
       }
     };
     await Promise.all([...settling, ...Array.from({ length: lanes }, lane)]);
-    if (!b.cancelled && !this.#stopped) await this.#finish(b, 'done');
+    if (!b.cancelled && !this.#stopped && !b.handedOver) await this.#finish(b, 'done');
   }
 
   /** An item whose sandbox a previous run created: running, failed, or still being reconciled. */
   async #settleExisting(b: LiveBatch, index: number, sandboxId: string): Promise<void> {
     let leased: boolean | undefined;
     for (let waited = 0; ; waited += 500) {
-      if (b.cancelled) return; // its row goes with the cancel's kill
+      if (b.cancelled || b.handedOver) return; // its row goes with the cancel's kill; or the new owner settles it
       const s = await this.store.sandboxes.get(sandboxId);
       if (!s)
         return this.#emit(b, {
@@ -395,6 +418,7 @@ export class BatchService {
   }
 
   #emit(b: LiveBatch, e: Emitted): void {
+    if (b.handedOver) return; // the new owner reports it
     const ev = { ...e, seq: b.events.length, at: new Date().toISOString() } as BatchEvent;
     b.events.push(ev);
     this.#count(b, ev);
@@ -421,7 +445,9 @@ export class BatchService {
     for (const b of this.#live.values()) {
       if (b.unflushed.length) pending.push({ id: b.id, events: b.unflushed.splice(0) });
     }
-    if (pending.length) await this.store.batches.appendEvents(pending);
+    if (!pending.length) return;
+    // A batch another replica took over since the last renewal gets none of them (store/batches.ts).
+    for (const id of await this.store.batches.appendEvents(pending, this.replicaId)) this.#handOver(id);
   }
 
   /**

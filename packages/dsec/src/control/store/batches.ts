@@ -26,14 +26,21 @@ export interface BatchRecords {
   get(id: string): Promise<StoredBatch | undefined>;
   list(state?: StoredBatch['state']): Promise<StoredBatch[]>;
   finish(id: string, state: 'done' | 'cancelled', at: string): Promise<void>;
-  /** One transaction for many events (a 32,000-sandbox batch makes ~64,000). */
-  appendEvents(groups: { id: string; events: { seq: number }[] }[]): Promise<void>;
+  /**
+   * Appends events, one transaction for many (a 32,000-sandbox batch makes ~64,000). With `owner`, a batch another replica owns now (it
+   * took the batch over) gets none of them: its ids are returned, and their events dropped, since
+   * the new owner numbers its events from where it took over.
+   */
+  appendEvents(groups: { id: string; events: { seq: number }[] }[], owner?: string): Promise<string[]>;
   /** A batch's events after sequence number `after`, in order. */
   events(id: string, after: number): Promise<BatchEvent[]>;
   /** The sandbox rows a batch made, by item index (whatever their status). */
   sandboxes(batchId: string): Promise<{ index: number; id: string }[]>;
-  /** Renews this replica's batches; returns those whose cancel another replica asked for. */
-  renew(ids: string[], owner: string, until: number): Promise<string[]>;
+  /**
+   * Renews this replica's batches; returns those whose cancel another replica asked for, and
+   * those another replica owns now (it took them over: their lease ran out before this renewal).
+   */
+  renew(ids: string[], owner: string, until: number): Promise<{ cancel: string[]; lost: string[] }>;
   /**
    * Running batches nobody drives (no owner, or an owner whose lease ran out) become `owner`'s;
    * `all` takes every running batch (a lone control plane after its own restart).
@@ -92,9 +99,17 @@ export class SqlBatchRecords implements BatchRecords {
     await this.db.run('UPDATE batches SET state = ?, finished_at = ? WHERE id = ?', [state, at, id]);
   }
 
-  async appendEvents(groups: { id: string; events: { seq: number }[] }[]): Promise<void> {
-    await this.db.transaction(async (tx) => {
+  async appendEvents(groups: { id: string; events: { seq: number }[] }[], owner?: string): Promise<string[]> {
+    return this.db.transaction(async (tx) => {
+      const lost: string[] = [];
       for (const g of groups) {
+        if (owner !== undefined) {
+          const row = await tx.get<{ owner: string | null }>('SELECT owner FROM batches WHERE id = ?', [g.id]);
+          if (row && row.owner !== null && row.owner !== owner) {
+            lost.push(g.id);
+            continue;
+          }
+        }
         for (const e of g.events) {
           await tx.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?) ON CONFLICT DO NOTHING', [
             g.id,
@@ -103,6 +118,7 @@ export class SqlBatchRecords implements BatchRecords {
           ]);
         }
       }
+      return lost;
     });
   }
 
@@ -118,12 +134,18 @@ export class SqlBatchRecords implements BatchRecords {
     return this.db.all<{ index: number; id: string }>('SELECT batch_index AS "index", id FROM sandboxes WHERE batch_id = ?', [batchId]);
   }
 
-  async renew(ids: string[], owner: string, until: number): Promise<string[]> {
-    if (ids.length === 0) return [];
+  async renew(ids: string[], owner: string, until: number): Promise<{ cancel: string[]; lost: string[] }> {
+    if (ids.length === 0) return { cancel: [], lost: [] };
     const marks = ids.map(() => '?').join(', ');
     await this.db.run(`UPDATE batches SET lease_until = ? WHERE owner = ? AND id IN (${marks})`, [until, owner, ...ids]);
-    const rows = await this.db.all<{ id: string }>(`SELECT id FROM batches WHERE cancel_requested = 1 AND id IN (${marks})`, ids);
-    return rows.map((r) => r.id);
+    const rows = await this.db.all<{ id: string; owner: string | null; cancel_requested: number }>(
+      `SELECT id, owner, cancel_requested FROM batches WHERE id IN (${marks})`,
+      ids,
+    );
+    return {
+      cancel: rows.filter((r) => r.owner === owner && Number(r.cancel_requested) === 1).map((r) => r.id),
+      lost: rows.filter((r) => r.owner !== null && r.owner !== owner).map((r) => r.id),
+    };
   }
 
   async claim(owner: string, until: number, now: number, all = false): Promise<StoredBatch[]> {
