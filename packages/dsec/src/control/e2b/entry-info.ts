@@ -1,6 +1,7 @@
 import { posix } from 'node:path';
 import type { FileStat } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
+import { ConnectError } from './connect-protocol.js';
 import type { Message } from './rpc-router.js';
 
 /**
@@ -41,17 +42,32 @@ export function goModeString(type: FileStat['type'], mode: number): string {
   return (prefix || '-') + rwx;
 }
 
+/**
+ * Path components (links' targets included) realPath walks for one E2B call, all its paths
+ * together (a component is counted when it joins the walk): the sandbox plants the links, and their resolution runs on the control plane's event
+ * loop (a remembered stat does not yield to it), so a listing of links to chains of 255 links with
+ * targets near PATH_MAX must end, not hold every other caller for minutes. One path takes at most
+ * about 255 × 2048 + 2048 steps, so any single path still resolves as Go's EvalSymlinks would.
+ */
+export const MAX_CALL_STEPS = 1_000_000;
+
 /** An lstat of a path inside the sandbox (parents followed, the last component not). */
-export type StatFn = (path: string) => Promise<FileStat>;
+export interface StatFn {
+  (path: string): Promise<FileStat>;
+  /** realPath's steps left for the call this stat serves (MAX_CALL_STEPS). */
+  steps?: { left: number };
+}
 
 /** `stat` that remembers what it saw: one E2B call resolves many paths through the same links. */
 export function cachedStat(stat: StatFn): StatFn {
   const seen = new Map<string, Promise<FileStat>>();
-  return (p) => {
+  const fn: StatFn = (p) => {
     let st = seen.get(p);
     if (!st) seen.set(p, (st = stat(p)));
     return st;
   };
+  fn.steps = { left: MAX_CALL_STEPS };
+  return fn;
 }
 
 function missing(err: unknown): boolean {
@@ -63,11 +79,23 @@ function missing(err: unknown): boolean {
  * filepath.EvalSymlinks gives it; undefined when a component is missing or the links loop.
  */
 export async function realPath(stat: StatFn, path: string): Promise<string | undefined> {
+  const budget = stat.steps ?? { left: MAX_CALL_STEPS };
+  // Every component walked is charged once, when it joins the walk: the path's own, then each
+  // link's target's (a chain of links stops at MAX_LINKS before its padding is popped, but pushing
+  // it is the cost).
+  const charge = (n: number): void => {
+    budget.left -= n;
+    if (budget.left < 0)
+      throw new ConnectError('resource_exhausted', `the symlinks under ${path} take too many steps to resolve in one call`);
+  };
   let done = '/';
-  let rest = path.split('/');
+  // The components still to walk, the next one last: a link's target is pushed in O(its length)
+  // and each step pops in O(1) (shift() and re-spreading the rest made a padded chain quadratic).
+  const rest = path.split('/').reverse();
+  charge(rest.length);
   let links = 0;
   while (rest.length > 0) {
-    const c = rest.shift()!;
+    const c = rest.pop()!;
     if (c === '' || c === '.') continue;
     if (c === '..') {
       done = posix.dirname(done);
@@ -82,13 +110,17 @@ export async function realPath(stat: StatFn, path: string): Promise<string | und
       throw err;
     }
     if (st.type !== 'symlink' || st.linkTarget === undefined) {
-      if (rest.some((r) => r !== '' && r !== '.') && st.type !== 'dir') return undefined; // a file used as a directory
+      // A file used as a directory. Scanned once at most: either a name is left (the end) or
+      // only `.` and empty components are, and the walk ends after them.
+      if (st.type !== 'dir' && rest.some((r) => r !== '' && r !== '.')) return undefined;
       done = next;
       continue;
     }
     if (++links > MAX_LINKS) return undefined;
     if (st.linkTarget.startsWith('/')) done = '/';
-    rest = [...st.linkTarget.split('/'), ...rest];
+    const target = st.linkTarget.split('/');
+    charge(target.length);
+    for (let i = target.length - 1; i >= 0; i--) rest.push(target[i]!);
   }
   return done;
 }
@@ -117,8 +149,9 @@ export async function entryInfo(stat: StatFn, names: OwnerNames, st: FileStat, a
   let type = FILE_TYPE[st.type];
   let mode = ownMode & 0o777;
   let symlinkTarget: string | undefined;
+  // Followed once: its type, mode and metadata (resolution takes steps of the call's budget).
+  const to = st.type === 'symlink' ? await followLink(stat, at) : undefined;
   if (st.type === 'symlink') {
-    const to = await followLink(stat, at);
     symlinkTarget = to?.target ?? at;
     type = to ? FILE_TYPE[to.st.type] : FILE_TYPE.other;
     mode = to ? parseInt(to.st.mode, 8) & 0o777 : 0;
@@ -136,7 +169,7 @@ export async function entryInfo(stat: StatFn, names: OwnerNames, st: FileStat, a
   };
   if (symlinkTarget !== undefined) out['symlinkTarget'] = symlinkTarget;
   // envd reads metadata through a link (getxattr follows it): a link shows its target's.
-  const metadata = st.type === 'symlink' ? (await followLink(stat, at))?.st.metadata : st.metadata;
+  const metadata = st.type === 'symlink' ? to?.st.metadata : st.metadata;
   if (metadata && Object.keys(metadata).length > 0) out['metadata'] = metadata;
   return out;
 }

@@ -74,10 +74,11 @@ class DirWatcher {
     for (const name of last.keys()) if (!next.has(name)) events.push({ name, type: 'EVENT_TYPE_REMOVE' });
     this.#last = next;
     if (this.opts.includeEntry) {
+      const stat = this.fs.statFor(this.acting); // one poll is one call: its links share one budget (entry-info.ts)
       for (const ev of events) {
         if (!CARRIES_ENTRY.has(String(ev['type']))) continue;
         // Gone again since the walk: the event goes without its entry, as envd's does.
-        const entry = await this.fs.entryAt(this.acting, posix.join(this.dir, String(ev['name']))).catch(() => undefined);
+        const entry = await this.fs.entryAt(this.acting, posix.join(this.dir, String(ev['name'])), stat).catch(() => undefined);
         if (entry) ev['entry'] = entry;
       }
     }
@@ -135,6 +136,10 @@ export class FilesystemService {
   }
 
   /** The sandbox's lstat as the user, with the entry's metadata, remembered for the length of one E2B call. */
+  statFor(a: Acting): StatFn {
+    return this.#stat(a);
+  }
+
   #stat(a: Acting): StatFn {
     return cachedStat((p) =>
       this.control.files.stat(a.caller, a.sandboxId, p, { as: fileActor(a.user), metadataPrefix: METADATA_XATTR_PREFIX }),
@@ -147,8 +152,7 @@ export class FilesystemService {
   }
 
   /** envd's EntryInfo of the entry at `p` (FILE_NOT_FOUND when there is none). */
-  async entryAt(a: Acting, p: string): Promise<Message> {
-    const stat = this.#stat(a);
+  async entryAt(a: Acting, p: string, stat = this.#stat(a)): Promise<Message> {
     return this.entryOf(a, await stat(p), p, stat);
   }
 

@@ -39,6 +39,8 @@ export function fileSignature(path: string, operation: 'read' | 'write', user: s
 interface EnvdCredentials {
   token: string | undefined;
   signed?: { path: string; operation: 'read' | 'write'; user: string; signature: string; expiration?: number };
+  /** Set by sandboxFor when the signature, not the token, admitted the request. */
+  bySignature?: boolean;
 }
 
 const NO_TOKEN = 'send the sandbox access token as X-Access-Token (the envdAccessToken the create or connect response gave)';
@@ -73,6 +75,7 @@ export async function sandboxFor(control: ControlPlane, id: string | undefined, 
       throw gone;
     if (signed.expiration !== undefined && signed.expiration * 1000 < Date.now())
       throw new ConnectError('unauthenticated', 'the signed URL has expired');
+    creds.bySignature = true;
   }
   if (s.status !== 'running')
     throw new ConnectError(
@@ -121,6 +124,8 @@ function credentialsOf(req: FastifyRequest): EnvdCredentials {
 }
 
 const admitted = new WeakMap<FastifyRequest, SandboxInfo>();
+/** Requests admitted by a signed URL, not the token: the path it was signed for (empty: any, as E2B's). */
+const signedPaths = new WeakMap<FastifyRequest, string>();
 
 /**
  * The access check of `sandboxToken` routes (http/access.ts): the sandbox a request names and its
@@ -130,8 +135,19 @@ const admitted = new WeakMap<FastifyRequest, SandboxInfo>();
 export function e2bSandboxGate(control: ControlPlane): (req: FastifyRequest) => Promise<void> {
   return async (req) => {
     const id = req.headers['e2b-sandbox-id'];
-    admitted.set(req, await sandboxFor(control, typeof id === 'string' ? id : undefined, credentialsOf(req)));
+    const creds = credentialsOf(req);
+    admitted.set(req, await sandboxFor(control, typeof id === 'string' ? id : undefined, creds));
+    if (creds.bySignature && creds.signed) signedPaths.set(req, creds.signed.path);
   };
+}
+
+/**
+ * The path a signed URL admitted this request for, when the signature (not the token) let it in:
+ * such a request may touch that path only, whatever else its body names. Undefined for the token's
+ * holder, and '' for a URL signed without a path (E2B's uploads named by their form's file names).
+ */
+export function signedPathOf(req: FastifyRequest): string | undefined {
+  return signedPaths.get(req);
 }
 
 /** The sandbox the access hook admitted this request to, and the caller its token makes. */

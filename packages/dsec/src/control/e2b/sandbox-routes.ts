@@ -8,7 +8,7 @@ import type { ControlPlane } from '../control-plane.js';
 import { CONNECT_CODES, ConnectError } from './connect-protocol.js';
 import { METADATA_XATTR_PREFIX, type FilesystemService } from './filesystem-service.js';
 import { connectErrorOf, registerRpc, sendUnaryError, type RpcService } from './rpc-router.js';
-import { admittedSide, queryString } from './sandbox-access.js';
+import { admittedSide, queryString, signedPathOf } from './sandbox-access.js';
 import { SANDBOX_PREFIX } from './sandbox-prefix.js';
 import { access } from '../../http/access.js';
 import { fileActor, resolvePath, userFromAuthorization } from './sandbox-users.js';
@@ -148,7 +148,13 @@ export function registerSandboxRoutes(
       const metadata = metadataOf(req.headers);
       const a = await files.acting(admittedSide(req), queryString(req.query, 'username'));
       const written: { name: string; type: 'file'; path: string; metadata?: Record<string, string> }[] = [];
-      for (const f of await uploadedFiles(req, queryPath)) {
+      const uploads = await uploadedFiles(req, queryPath);
+      // A URL signed for a path writes that path only: with several parts, each would go where its
+      // file name says, which the signature does not cover.
+      const signedPath = signedPathOf(req);
+      if (signedPath && uploads.some((f) => f.path !== signedPath))
+        throw new ConnectError('permission_denied', `this signed URL writes ${signedPath} only: send one file`);
+      for (const f of uploads) {
         const p = resolvePath(f.path, a.user);
         // As the user: refused where the user's own write would be; made (parents too) the user's.
         // The metadata is always written, so an overwrite without any clears the earlier set.

@@ -57,7 +57,7 @@ export class SandboxUsers {
     version ??= await this.#version(side);
     const cached = this.#cache.get(sandboxId);
     if (cached?.version === version) return cached.users;
-    const users = new Map([['root', ROOT]]);
+    const users = new Map([['root', { ...ROOT, groups: [...ROOT.groups] }]]); // a copy: /etc/group adds to its groups
     try {
       const text = (await this.control.files.readFile(caller, sandboxId, '/etc/passwd', 1 << 20)).toString('utf8');
       for (const line of text.split('\n')) {
@@ -70,14 +70,21 @@ export class SandboxUsers {
     }
     try {
       const text = (await this.control.files.readFile(caller, sandboxId, '/etc/group', 1 << 20)).toString('utf8');
+      // Memberships gathered in sets: the sandbox writes this file, and Array.includes per line
+      // made 95k memberships of one user (1 MiB) 5·10⁹ comparisons on the control plane's loop.
+      const memberships = new Map<SandboxUser, Set<number>>();
       for (const line of text.split('\n')) {
         const [, , gid, members] = line.split(':');
         if (!gid || !/^\d+$/.test(gid) || !members) continue;
         for (const member of members.split(',')) {
           const u = users.get(member.trim());
-          if (u && !u.groups.includes(Number(gid))) u.groups.push(Number(gid));
+          if (!u) continue;
+          let set = memberships.get(u);
+          if (!set) memberships.set(u, (set = new Set(u.groups)));
+          set.add(Number(gid));
         }
       }
+      for (const [u, set] of memberships) u.groups = [...set];
     } catch {
       // no /etc/group: each user has its own gid only
     }

@@ -81,7 +81,7 @@ export class ContainerFiles {
     const { l, p, user } = this.#call(id, path, opts);
     const st = statInRoot(l.target.rootfs, p, { user }); // 404 for a missing path, either way
     if (recursive && st.type === 'dir') {
-      if (user) removeTreeInRoot(l.target.rootfs, p, user);
+      if (user) await removeTreeInRoot(l.target.rootfs, p, user);
       else await removeRecursive(l.target, p);
     } else removeInRoot(l.target.rootfs, p, user);
   }
