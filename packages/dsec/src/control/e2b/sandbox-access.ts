@@ -92,7 +92,8 @@ export async function sandboxFor(control: ControlPlane, id: string | undefined, 
  * microsecond, so thousands of sandboxes cost milliseconds.
  */
 async function signedSandbox(control: ControlPlane, signed: NonNullable<EnvdCredentials['signed']>): Promise<string> {
-  for (const [id, token] of await control.sandboxes.accessTokens(SYSTEM)) {
+  // Running sandboxes only: a signed URL opens nothing else, and the work stays bounded by what runs.
+  for (const [id, token] of await control.sandboxes.accessTokens(SYSTEM, true)) {
     if (sameSecret(signed.signature, fileSignature(signed.path, signed.operation, signed.user, token, signed.expiration))) return id;
   }
   // Without an id there is nothing to learn about which sandboxes exist: say what is wrong, as envd does.

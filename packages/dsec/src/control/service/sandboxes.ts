@@ -122,8 +122,8 @@ export class SandboxService {
   }
 
   /** The access tokens of the caller's project's sandboxes that have one (an admin key: every project's), by sandbox id. */
-  accessTokens(caller: Caller): Promise<Map<string, string>> {
-    return this.deps.store.sandboxes.accessTokens(caller.admin ? undefined : caller.project);
+  accessTokens(caller: Caller, runningOnly = false): Promise<Map<string, string>> {
+    return this.deps.store.sandboxes.accessTokens(caller.admin ? undefined : caller.project, runningOnly);
   }
 
   /** The caller's project's sandboxes (an admin key: every project's, or the one it names). */

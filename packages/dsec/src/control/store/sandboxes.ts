@@ -58,7 +58,8 @@ export interface SandboxRecords {
    */
   accessToken(id: string): Promise<string | undefined>;
   /** The access tokens of the sandboxes that have one (of `project`, or every project), by sandbox id. */
-  accessTokens(project?: string): Promise<Map<string, string>>;
+  /** id → access token of the E2B sandboxes (of `project`; `runningOnly`: of those running now). */
+  accessTokens(project?: string, runningOnly?: boolean): Promise<Map<string, string>>;
   /** The row and its trajectory. */
   delete(id: string): Promise<void>;
   /** The project of a sandbox the store has a row for (live or not). */
@@ -154,9 +155,9 @@ export class SqlSandboxRecords implements SandboxRecords {
     return (await this.db.get<{ t: string | null }>('SELECT access_token AS t FROM sandboxes WHERE id = ?', [id]))?.t ?? undefined;
   }
 
-  async accessTokens(project?: string): Promise<Map<string, string>> {
+  async accessTokens(project?: string, runningOnly = false): Promise<Map<string, string>> {
     const rows = await this.db.all<{ id: string; t: string }>(
-      `SELECT id, access_token AS t FROM sandboxes WHERE access_token IS NOT NULL${project === undefined ? '' : ' AND project = ?'}`,
+      `SELECT id, access_token AS t FROM sandboxes WHERE access_token IS NOT NULL${project === undefined ? '' : ' AND project = ?'}${runningOnly ? " AND status = 'running'" : ''}`,
       project === undefined ? [] : [project],
     );
     return new Map(rows.map((r) => [r.id, r.t]));
