@@ -20,7 +20,7 @@ const SMALL = 100;
 /** Sandboxes a page of a list asks for. */
 export const PAGE = 1000;
 /** What the dashboard's overview page (packages/dsec/ui/src/pages/overview.tsx and its components) fetches, all at once. */
-export const OVERVIEW_REQUESTS = ['/v1/nodes', '/v1/sandboxes', '/metrics', '/v1/pools'];
+export const OVERVIEW_REQUESTS = ['/v1/nodes', '/v1/sandboxes/counts', '/metrics', '/v1/pools'];
 const NDJSON = 'application/x-ndjson';
 
 function statusMiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
@@ -148,7 +148,9 @@ export async function runHold(
   signal.throwIfAborted();
 
   say('  reads, one at a time, nothing else in flight…');
-  const get = await timed(1000, async () => ok(await http.call('GET', `/v1/sandboxes/${ids[Math.floor(Math.random() * ids.length)]!}`), 'GET sandbox'));
+  const get = await timed(1000, async () =>
+    ok(await http.call('GET', `/v1/sandboxes/${ids[Math.floor(Math.random() * ids.length)]!}`), 'GET sandbox'),
+  );
   let smallSelected = 0;
   const listSmall = await timed(50, async () => {
     const r = await http.call('GET', `/v1/sandboxes?label=${encodeURIComponent('hold-probe=small')}`);
