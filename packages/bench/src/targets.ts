@@ -72,4 +72,12 @@ export const TARGETS = {
   clusterBatchSeconds: 10,
   /** Issue 11: sandboxes per edge across equal edges differ by at most this much (max/min − 1, %). */
   clusterSpreadPct: 10,
+  /** Issue 31: sandboxes one control plane holds (on ≥ clusterHoldEdges simulated edges) while these latencies hold. */
+  clusterHoldSandboxes: 400_000,
+  clusterHoldEdges: 100,
+  /** Issue 31: GET /v1/sandboxes/{id} and a list by label (each page), p99 (ms). */
+  clusterHoldReadP99Ms: 50,
+  /** Issue 31: one /metrics scrape, and the dashboard's overview (all it fetches at once), p99 (ms). */
+  clusterHoldMetricsMs: 200,
+  clusterHoldOverviewMs: 200,
 } as const;

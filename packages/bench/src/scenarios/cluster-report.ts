@@ -4,10 +4,16 @@ import { mdTable, ratio } from '../markdown.js';
 import type { BenchReport } from '../result-types.js';
 import { chartSubtitle, renderCommon } from '../report-common.js';
 import { check, TARGETS, type TargetCheck } from '../targets.js';
-import type { ClusterOptions, ClusterResult, PerEdge, RealRun } from './cluster-result.js';
+import type { ClusterOptions, ClusterResult, HoldPhase, PerEdge, RealRun } from './cluster-result.js';
 import type { HeadlineMetric } from './scenario.js';
 
-const perEdgeText = (p: PerEdge): string =>
+const perEdgeText = (p: PerEdge): string => {
+  const counts = Object.values(p);
+  // Past a dozen edges (the hold phase's 100), the range says what the list would.
+  if (counts.length > 12) return `${counts.length} edges, ${Math.min(...counts)}–${Math.max(...counts)} each`;
+  return perEdgeLines(p);
+};
+const perEdgeLines = (p: PerEdge): string =>
   Object.entries(p)
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([e, n]) => `${e}: ${n}`)
@@ -53,7 +59,65 @@ export function clusterTargets(r: ClusterResult): TargetCheck[] {
     check(`spread within ${TARGETS.clusterSpreadPct} % across equal edges (max/min − 1)`, batch.spreadPct, TARGETS.clusterSpreadPct, '%', {
       measured: `${batch.spreadPct} % (${perEdgeText(batch.perEdge)})`,
     }),
+    ...(r.hold ? holdTargets(r.hold) : []),
   ];
+}
+
+/** Issue 31's: 400,000 held on ≥ 100 edges with reads within their budgets, a kill by label that reports progress. */
+export function holdTargets(h: HoldPhase): TargetCheck[] {
+  const at = `at ${h.sandboxes} held, ${h.edges} edges`;
+  const ms = TARGETS.clusterHoldReadP99Ms;
+  return [
+    check(`${TARGETS.clusterHoldSandboxes} sandboxes held`, h.sandboxes, TARGETS.clusterHoldSandboxes, 'sandboxes', {
+      atLeast: true,
+      measured: `${h.sandboxes} on ${h.edges} simulated edges (${h.fillFailed} failed to fill)`,
+    }),
+    check(`GET /v1/sandboxes/{id} p99 ≤ ${ms} ms`, h.get.p99, ms, 'ms', { measured: `${h.get.p99} ms (${at})` }),
+    check(`list by label (${h.listSmall.selected} selected) p99 ≤ ${ms} ms`, h.listSmall.p99, ms, 'ms', {
+      measured: `${h.listSmall.p99} ms (${at})`,
+    }),
+    check(`list by label (${h.listLarge.selected} selected), each page p99 ≤ ${ms} ms`, h.listLarge.p99, ms, 'ms', {
+      measured: `${h.listLarge.p99} ms, ${h.listLarge.pages} page(s) (${at})`,
+    }),
+    check(`/metrics scrape ≤ ${TARGETS.clusterHoldMetricsMs} ms (p99)`, h.metrics.p99, TARGETS.clusterHoldMetricsMs, 'ms', {
+      measured: `${h.metrics.p99} ms (${at})`,
+    }),
+    check(`dashboard overview ≤ ${TARGETS.clusterHoldOverviewMs} ms (p99)`, h.overview.p99, TARGETS.clusterHoldOverviewMs, 'ms', {
+      measured: `${h.overview.p99} ms (${at})`,
+    }),
+    {
+      target: `kill by label of ${h.kill.selected} completes and reports progress`,
+      measured: `${h.kill.killed} killed, ${h.kill.failures} failed in ${h.kill.seconds} s; ${h.kill.progressReports} progress reports`,
+      ok: h.kill.failures === 0 && h.kill.killed === h.kill.selected && h.kill.progressReports > 0,
+      note: h.kill.progressReports > 0 ? `first report after ${h.kill.firstReportSeconds} s` : 'no progress before the answer',
+    },
+  ];
+}
+
+function holdTable(h: HoldPhase): string {
+  const l = (s: { p50: number; p99: number; count: number }): string => `${s.p50} / ${s.p99} (${s.count})`;
+  return mdTable(
+    ['metric', 'value'],
+    [
+      [`held: sandboxes on ${h.edges} simulated edges (${h.batches} batches; failed)`, `${h.sandboxes} (${h.fillFailed})`],
+      ['filled in (s)', h.fillSeconds],
+      ['GET /v1/sandboxes/{id}, random ids, p50 / p99 ms (reads)', l(h.get)],
+      [`GET /v1/sandboxes?label= selecting ${h.listSmall.selected}, p50 / p99 ms`, l(h.listSmall)],
+      [
+        `GET /v1/sandboxes?label= selecting ${h.listLarge.selected}, per page of ≤ ${h.listLarge.pageSize}, p50 / p99 ms`,
+        `${l(h.listLarge)}; ${h.listLarge.pages} page(s), ${h.listLarge.totalMs} ms for all`,
+      ],
+      ['GET /metrics, p50 / p99 ms', `${l(h.metrics)}; ${h.metrics.bytes} bytes`],
+      [`dashboard overview (${h.overview.requests.join(', ')} at once), p50 / p99 ms`, l(h.overview)],
+      [`GET /v1/batches/{id}, a finished batch of ${h.batchInfo.batchSize}, p50 / p99 ms`, l(h.batchInfo)],
+      ['control plane RSS / peak RSS (MiB)', `${h.rssMiB} / ${h.peakRssMiB}`],
+      [
+        `kill by label: ${h.kill.selected} selected; killed / failed; seconds`,
+        `${h.kill.killed} / ${h.kill.failures}; ${h.kill.seconds} s`,
+      ],
+      ['kill by label: progress', `${h.kill.how}; ${h.kill.progressReports} reports, the first after ${h.kill.firstReportSeconds} s`],
+    ],
+  );
 }
 
 function realTable(real: RealRun): string {
@@ -189,6 +253,16 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
       ],
     ),
     '',
+    ...(r.hold
+      ? [
+          `## Holding ${r.hold.sandboxes} sandboxes`,
+          '',
+          'Filled with batches (POST /v1/batches, ≤ 32,000 each, one label per batch), then each read measured alone, one request at a time, with nothing else in flight.',
+          '',
+          holdTable(r.hold),
+          '',
+        ]
+      : []),
     '## Real run: three crun edges vs the all-in-one',
     '',
     'unavailable' in r.real
@@ -208,7 +282,7 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
           ],
         ].join('\n'),
     '',
-    `Options: ${JSON.stringify({ edges: o.edges, clients: o.clients, creates: o.creates, batchCount: o.batchCount, batchConcurrency: o.batchConcurrency, realCount: o.realCount, realConcurrency: o.realConcurrency })}`,
+    `Options: ${JSON.stringify({ edges: o.edges, clients: o.clients, creates: o.creates, batchCount: o.batchCount, batchConcurrency: o.batchConcurrency, realCount: o.realCount, realConcurrency: o.realConcurrency, hold: o.hold })}`,
     '',
     ...renderCommon(report, svgName),
   ];
@@ -221,6 +295,10 @@ export function clusterLines(r: ClusterResult): string[] {
     `batch   ${r.batch.placed}/${r.batch.count} placed in ${r.batch.placedSeconds} s = ${r.batch.placedPerSecond}/s (${r.batch.mode}), spread ${r.batch.spreadPct} % (${perEdgeText(r.batch.perEdge)}), GET p50 ${r.batch.readLatency.p50} ms`,
     `cost    control plane ${r.rate.cpu[0]?.usPerCreate} µs CPU per create; sqlite writes ${r.costs.sqliteWritesUs} µs; edge call ${r.costs.edgeCallUs} µs`,
   ];
+  if (r.hold)
+    out.push(
+      `hold    ${r.hold.sandboxes} held: get p99 ${r.hold.get.p99} ms, list p99 ${r.hold.listSmall.p99} / ${r.hold.listLarge.p99} ms, /metrics p99 ${r.hold.metrics.p99} ms, overview p99 ${r.hold.overview.p99} ms, batch p99 ${r.hold.batchInfo.p99} ms, RSS ${r.hold.rssMiB} MiB, kill ${r.hold.kill.killed} in ${r.hold.kill.seconds} s (${r.hold.kill.progressReports} reports)`,
+    );
   if ('unavailable' in r.real) out.push(`real    not run: ${r.real.unavailable}`);
   else
     out.push(

@@ -15,6 +15,8 @@ export interface ClusterOptions {
   batchConcurrency: number;
   /** Sandboxes each way in the real run (three crun edges vs the all-in-one); 0 skips it. @default 60 */
   realCount: number;
+  /** Sandboxes in the simulated edges' hold phase (filled with batches, then read under no other load); 0 skips it. @default 0 */
+  hold: number;
   /** Sandboxes (create + exec) in flight in the real run. @default 8 */
   realConcurrency: number;
 }
@@ -88,6 +90,43 @@ export interface RealRun {
   cluster: RealSide;
 }
 
+/** The hold phase: `sandboxes` held by one control plane, then each read measured alone (issue 31). */
+export interface HoldPhase {
+  sandboxes: number;
+  edges: number;
+  /** Batches of at most 32,000 it was filled with, and how long that took. */
+  batches: number;
+  fillSeconds: number;
+  fillFailed: number;
+  /** GET /v1/sandboxes/{id}, random ids of the held sandboxes, one at a time. */
+  get: LatencySummary;
+  /** GET /v1/sandboxes?label=k=v selecting `smallCount` sandboxes. */
+  listSmall: LatencySummary & { selected: number };
+  /** The same selecting a whole batch (32,000 at full size), page by page (`pageSize`; one page when the API does not page). */
+  listLarge: LatencySummary & { selected: number; pages: number; pageSize: number; totalMs: number };
+  /** GET /metrics, ~20 scrapes. */
+  metrics: LatencySummary & { bytes: number };
+  /** The dashboard's overview: every request its page makes, at once (as the browser does), until the last answers. */
+  overview: LatencySummary & { requests: string[] };
+  /** GET /v1/batches/{id} of a finished batch (of `count`). */
+  batchInfo: LatencySummary & { batchSize: number };
+  /** The control plane's resident memory (VmRSS) holding them, and its peak (VmHWM), MiB. */
+  rssMiB: number;
+  peakRssMiB: number;
+  /** POST /v1/sandboxes/kill of one batch's label. */
+  kill: {
+    selected: number;
+    killed: number;
+    failures: number;
+    seconds: number;
+    /** Progress reports read before the result (0: the call answers only at the end). */
+    progressReports: number;
+    /** Until the first progress report (or the answer). */
+    firstReportSeconds: number;
+    how: string;
+  };
+}
+
 export interface ClusterResult extends ScenarioResult {
   /** How the processes are laid out, and why. */
   layout: string;
@@ -97,7 +136,8 @@ export interface ClusterResult extends ScenarioResult {
   costs: CreateCosts;
   /** What each simulated edge holds at the end, by its own count (every placed sandbox must be there). */
   edgeHeld: { id: string; sandboxes: number; created: number }[];
-  /** Accepted by the API in both phases (placed): must equal the sum of edgeHeld. */
+  /** Accepted by the API in every phase (placed), less what the hold phase killed: must equal the sum of edgeHeld. */
   acceptedTotal: number;
+  hold?: HoldPhase;
   real: RealRun | { unavailable: string };
 }

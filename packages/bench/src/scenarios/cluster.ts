@@ -6,6 +6,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { round } from '../stats.js';
+import { TARGETS } from '../targets.js';
 import { HttpEdgeClient, serveSimulatedEdge, SimulatedEdge, type EdgeCreateRequest } from 'dsec/cluster';
 import { StateStore } from 'dsec/runtime';
 import type { SandboxInfo } from '@dsec/sdk/schema';
@@ -16,18 +17,20 @@ import { summarizeLatency } from '../latency.js';
 import type { Peer, PeerUnavailable } from '../peers/peer.js';
 import { pool } from '../rounds.js';
 import { runReal } from './cluster-real.js';
+import { runBatchApi } from './cluster-batch-api.js';
+import { runHold } from './cluster-hold.js';
 import { renderCluster, clusterTargets, clusterLines, clusterHeadline } from './cluster-report.js';
 import type { BenchScenarioDef, ScenarioContext } from './scenario.js';
 import type { PeerResultBase } from '../result-types.js';
-import type { ClusterOptions, PerEdge, RatePhase, BatchPhase, CreateCosts, ClusterResult } from './cluster-result.js';
+import type { ClusterOptions, PerEdge, RatePhase, BatchPhase, CreateCosts, ClusterResult, HoldPhase } from './cluster-result.js';
+import { MAX_ERRORS } from './cluster-batch-api.js';
 
 const LAYOUT =
   'three processes: the control plane (`dsec control`, a child process), the simulated edges (one child process for all of them), ' +
   'and the load generator (the benchmark process). Apart, so the control plane does not share its event loop with the edges or the clients; ' +
   'together on the same 2 cores, so every CPU-second the edges and clients spend is one the control plane does not get.';
 
-const SPEC = { image: BENCH_IMAGE, resources: { memoryMiB: 64, cpu: 0.1 } };
-const MAX_ERRORS = 5;
+export const SPEC = { image: BENCH_IMAGE, resources: { memoryMiB: 64, cpu: 0.1 } };
 
 function spreadPct(perEdge: PerEdge, edges: string[]): number {
   const counts = edges.map((e) => perEdge[e] ?? 0);
@@ -97,99 +100,6 @@ function probe(http: HttpLoadClient, path: string): { stop: () => Promise<number
   };
 }
 
-interface BatchEvent {
-  seq: number;
-  type: 'accepted' | 'placed' | 'running' | 'failed' | 'done' | 'cancelled';
-  index?: number;
-  code?: string;
-  sandboxId?: string;
-  edge?: string;
-  reason?: string;
-}
-
-/** POST /v1/batches, then its events (NDJSON, resumed after the last seq on a reconnect) until `done`. */
-async function runBatchApi(
-  url: string,
-  apiKey: string,
-  count: number,
-  concurrency: number,
-  signal: AbortSignal,
-): Promise<Omit<BatchPhase, 'readLatency' | 'createLatency' | 'spreadPct' | 'note' | 'mode'> | undefined> {
-  const headers = { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' };
-  const t0 = performance.now();
-  const res = await fetch(`${url}/v1/batches`, {
-    method: 'POST',
-    headers,
-    body: JSON.stringify({ count, spec: SPEC, concurrency }),
-    signal,
-  });
-  if (res.status === 404) {
-    const body = (await res.json().catch(() => ({}))) as { error?: { code?: string } };
-    if (body.error?.code === 'ROUTE_NOT_FOUND') return undefined;
-    throw new Error(`POST /v1/batches: HTTP 404 ${JSON.stringify(body)}`);
-  }
-  if (res.status !== 202) throw new Error(`POST /v1/batches: HTTP ${res.status} ${await res.text()}`);
-  const acceptedSeconds = (performance.now() - t0) / 1000;
-  const { id } = (await res.json()) as { id: string };
-  const perEdge: PerEdge = {};
-  const errors: string[] = [];
-  const placed = new Set<number>();
-  const running = new Set<number>();
-  const failed = new Set<number>();
-  let lastSeq = -1;
-  let placedAt = NaN;
-  let runningAt = NaN;
-  let done = false;
-  while (!done) {
-    signal.throwIfAborted();
-    const ev = await fetch(`${url}/v1/batches/${id}/events?after=${lastSeq}`, {
-      headers: { authorization: headers.authorization },
-      signal,
-    });
-    if (!ev.ok || !ev.body) throw new Error(`GET /v1/batches/${id}/events: HTTP ${ev.status} ${await ev.text()}`);
-    let buf = '';
-    const decoder = new TextDecoder();
-    for await (const chunk of ev.body) {
-      buf += decoder.decode(chunk as Uint8Array, { stream: true });
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        if (!line) continue;
-        const e = JSON.parse(line) as BatchEvent;
-        if (e.seq <= lastSeq) continue;
-        lastSeq = e.seq;
-        if (e.type === 'placed' && e.index !== undefined) placed.add(e.index);
-        else if (e.type === 'running' && e.index !== undefined && !running.has(e.index)) {
-          running.add(e.index);
-          placed.add(e.index);
-          if (e.edge) perEdge[e.edge] = (perEdge[e.edge] ?? 0) + 1;
-        } else if (e.type === 'failed' && e.index !== undefined) {
-          failed.add(e.index);
-          if (errors.length < MAX_ERRORS) errors.push(`#${e.index}: ${e.code ?? ''} ${e.reason ?? 'failed'}`);
-        } else if (e.type === 'done' || e.type === 'cancelled') done = true;
-        const now = performance.now();
-        if (Number.isNaN(placedAt) && placed.size + failed.size >= count) placedAt = now;
-        if (Number.isNaN(runningAt) && running.size + failed.size >= count) runningAt = now;
-      }
-    }
-  }
-  const end = performance.now();
-  const placedSeconds = ((Number.isNaN(placedAt) ? end : placedAt) - t0) / 1000;
-  const runningSeconds = ((Number.isNaN(runningAt) ? end : runningAt) - t0) / 1000;
-  return {
-    count,
-    placed: running.size,
-    failed: failed.size,
-    errors,
-    acceptedSeconds: round(acceptedSeconds, 3),
-    placedSeconds: round(placedSeconds, 3),
-    runningSeconds: round(runningSeconds, 3),
-    placedPerSecond: round(placed.size / placedSeconds, 1),
-    perEdge,
-  };
-}
-
 /** Where a create's time goes: its parts measured one at a time, in this process. */
 async function measureCosts(dir: string, token: string, http: HttpLoadClient): Promise<CreateCosts & { accepted: number }> {
   const n = 2000;
@@ -253,6 +163,8 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
   const dir = join(names.dir, 'cluster');
   mkdirSync(dir, { recursive: true });
   const dropped: PeerUnavailable[] = [];
+  if (opts.hold > 0 && opts.edges < TARGETS.clusterHoldEdges)
+    throw new Error(`--hold needs --edges ≥ ${TARGETS.clusterHoldEdges} (issue 31's cluster): got --edges ${opts.edges}`);
   say(`control plane: dsec control in a child process (${join(dir, 'control')}), busybox built through its API…`);
   const control = await startControlChild(join(dir, 'control'));
   let edges: Awaited<ReturnType<typeof startSimulatedEdgesChild>> | undefined;
@@ -312,7 +224,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     say(`batch: ${opts.batchCount} sandboxes from accepted to all placed…`);
     const probed = probe(http, '/v1/nodes');
     let batch: BatchPhase;
-    const viaApi = await runBatchApi(control.url, control.apiKey, opts.batchCount, opts.batchConcurrency, signal);
+    const viaApi = await runBatchApi(control.url, control.apiKey, { count: opts.batchCount, spec: SPEC, concurrency: opts.batchConcurrency }, signal);
     if (viaApi) {
       const readLatency = summarizeLatency(await probed.stop());
       batch = {
@@ -347,6 +259,12 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     }
     accepted += batch.placed;
     say(`  ${batch.placed} placed in ${batch.placedSeconds} s (${batch.mode}); spread ${batch.spreadPct} %`);
+    let hold: HoldPhase | undefined;
+    if (opts.hold > 0) {
+      say(`hold: ${opts.hold} sandboxes on ${opts.edges} simulated edges, then each read alone…`);
+      hold = await runHold({ url: control.url, apiKey: control.apiKey, pid: control.child.proc.pid!, http, edges: opts.edges }, opts.hold, say, signal);
+      accepted += hold.sandboxes - hold.kill.killed;
+    }
     const edgeHeld = await edges.stats();
 
     const real = opts.realCount > 0 ? await runReal(peers, opts, ctx) : { unavailable: 'skipped (--real-count 0)' };
@@ -358,7 +276,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
       version: aio?.version ?? 'dsec',
       errors: [...a.errors, ...batch.errors],
     };
-    return { peers: [peerBase], dropped, layout: LAYOUT, edges: edgeIds, rate, batch, costs, edgeHeld, acceptedTotal: accepted, real };
+    return { peers: [peerBase], dropped, layout: LAYOUT, edges: edgeIds, rate, batch, costs, edgeHeld, acceptedTotal: accepted, real, ...(hold ? { hold } : {}) };
   } finally {
     http.close();
     await edges?.child.stop();
@@ -386,6 +304,13 @@ export const clusterScenario: BenchScenarioDef<ClusterOptions, ClusterResult> = 
       long: 'real-count',
       description: 'sandboxes each way in the real run, 3 crun edges vs all-in-one (0: skip)',
       default: 60,
+      min: 0,
+    },
+    {
+      key: 'hold',
+      long: 'hold',
+      description: `sandboxes to hold on the simulated edges, then measure reads (issue 31: ${400_000}; needs --edges ≥ 100; 0: skip)`,
+      default: 0,
       min: 0,
     },
     { key: 'realConcurrency', long: 'real-concurrency', description: 'sandboxes in flight in the real run', default: 8, min: 1 },

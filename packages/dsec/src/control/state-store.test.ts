@@ -246,6 +246,104 @@ describe('StateStore sandboxes', () => {
     },
   );
 
+  test('list pages oldest first with limit and the cursor it gives; by label from the label rows, which go with the row', async () => {
+    const file = join(dir, 'pages.db');
+    const s = await StateStore.open(await testStoreLocation(file));
+    try {
+      for (let i = 0; i < 5; i++)
+        await s.sandboxes.insert(info(`sb-local-page0${i}`, { run: i < 4 ? 'r' : 'x' }, { createdAt: `2025-01-01T00:00:0${i}.000Z` }));
+      const p1 = await s.sandboxes.page({ labels: { run: 'r' }, limit: 3 });
+      assert.deepEqual(
+        p1.sandboxes.map((x) => x.id),
+        ['sb-local-page00', 'sb-local-page01', 'sb-local-page02'],
+      );
+      assert.ok(p1.next);
+      const p2 = await s.sandboxes.page({ labels: { run: 'r' }, limit: 3, after: p1.next });
+      assert.deepEqual(
+        p2.sandboxes.map((x) => x.id),
+        ['sb-local-page03'],
+      );
+      assert.equal(p2.next, undefined);
+      assert.deepEqual(await s.sandboxes.countByStatus(), { running: 5 });
+      await s.sandboxes.setStatus('sb-local-page04', 'failed', 'x');
+      assert.deepEqual(await s.sandboxes.countByStatus(), { running: 4, failed: 1 });
+      assert.deepEqual(await s.sandboxes.countByStatus('other'), {});
+      await s.sandboxes.delete('sb-local-page00');
+      assert.equal((await s.db.all('SELECT * FROM sandbox_labels WHERE sandbox_id = ?', ['sb-local-page00'])).length, 0);
+      assert.equal((await s.sandboxes.list({ labels: { run: 'r' } })).length, 3);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test("a batch's counts are kept on its row as its events are written (once each), and survive a reopen", async () => {
+    const file = join(dir, 'batch-counts.db');
+    const a = await StateStore.open(await testStoreLocation(file));
+    const ev = (seq: number, type: string) => ({ seq, type, at: '2025-01-01T00:00:00.000Z' });
+    await a.batches.insert('batch-counts1', 3, {}, '2025-01-01T00:00:00.000Z');
+    await a.batches.appendEvents([
+      { id: 'batch-counts1', events: [ev(0, 'accepted'), ev(1, 'placed'), ev(2, 'running'), ev(3, 'placed')] },
+    ]);
+    // Written again (a driver resumed after a restart): not counted twice.
+    await a.batches.appendEvents([{ id: 'batch-counts1', events: [ev(3, 'placed'), ev(4, 'failed')] }]);
+    await a.close();
+    const b = await StateStore.open(await testStoreLocation(file));
+    try {
+      const row = await b.batches.get('batch-counts1');
+      assert.deepEqual(
+        { placed: row?.placed, running: row?.running, failed: row?.failed, lastSeq: row?.lastSeq },
+        { placed: 2, running: 1, failed: 1, lastSeq: 4 },
+      );
+      const events = await b.batches.events('batch-counts1', -1);
+      assert.equal(events.filter((e) => e.type === 'placed').length, row?.placed);
+    } finally {
+      await b.close();
+    }
+  });
+
+  test(
+    'migration 15 fills the label rows and the batch counts of rows from before it',
+    { skip: TEST_STORE_POSTGRES ? 'opens a SQLite file at a chosen migration' : undefined },
+    async () => {
+      const file = join(dir, 'm15.db');
+      const before = new SqliteDb(file);
+      await migrate(
+        before,
+        MIGRATIONS.filter((m) => m.id < 15),
+      );
+      await before.run(
+        `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at) VALUES ('sb-local-oldlab', 'local', 'running', 'b', 'sha256:0', '{}', '{"k":"v","a.b/c":"d"}', '2025-01-01T00:00:00.000Z')`,
+      );
+      await before.run(
+        "INSERT INTO batches (id, count, spec, state, created_at) VALUES ('batch-oldold', 2, '{}', 'done', '2025-01-01T00:00:00.000Z')",
+      );
+      const events = [
+        { seq: 0, type: 'accepted' },
+        { seq: 1, type: 'placed', reason: '"type":"placed"' },
+        { seq: 2, type: 'running' },
+        { seq: 3, type: 'failed', reason: 'boom' },
+        { seq: 4, type: 'done' },
+      ];
+      for (const e of events)
+        await before.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?)', ['batch-oldold', e.seq, JSON.stringify(e)]);
+      await before.close();
+      const store = await StateStore.open(file);
+      try {
+        assert.deepEqual(
+          (await store.sandboxes.list({ labels: { 'a.b/c': 'd', k: 'v' } })).map((x) => x.id),
+          ['sb-local-oldlab'],
+        );
+        const row = await store.batches.get('batch-oldold');
+        assert.deepEqual(
+          { placed: row?.placed, running: row?.running, failed: row?.failed, lastSeq: row?.lastSeq },
+          { placed: 1, running: 1, failed: 1, lastSeq: 4 },
+        );
+      } finally {
+        await store.close();
+      }
+    },
+  );
+
   test('volumes: one per name; the sandboxes that mount one, while they may hold it; rows go with the sandbox', async () => {
     const vol = { name: 'ds', project: 'default', edge: 'local', labels: { k: 'v' }, createdAt: '2025-01-01T00:00:00.000Z' };
     assert.equal(await store.volumes.insert(vol), true);

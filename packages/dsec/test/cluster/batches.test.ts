@@ -147,6 +147,55 @@ describe('batches', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
     assert.ok(cancelled.running < 30);
     assert.deepEqual(await Sandbox.list({ ...server.conn, labels: { 'dsec.batch': b.id } }), []);
   });
+
+  test("a finished batch's counts match its events; counts by status; a list pages; a kill by label streams its progress", async () => {
+    const { batchId } = await Sandbox.createMany(6, {
+      ...server.conn,
+      image: 'busybox',
+      resources: { memoryMiB: 16 },
+      labels: { probe: 'bulk' },
+    });
+    const info = (await call(server, 'GET', `/v1/batches/${batchId}`)).json as BatchInfo;
+    const events = (await call(server, 'GET', `/v1/batches/${batchId}/events?follow=false`)).text
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as BatchEvent);
+    assert.equal(info.state, 'done');
+    assert.deepEqual(
+      { placed: info.placed, running: info.running, failed: info.failed, lastSeq: info.lastSeq },
+      {
+        placed: events.filter((e) => e.type === 'placed').length,
+        running: events.filter((e) => e.type === 'running').length,
+        failed: events.filter((e) => e.type === 'failed').length,
+        lastSeq: events.at(-1)!.seq,
+      },
+    );
+    const counts = (await call(server, 'GET', '/v1/sandboxes/counts')).json as { counts: Record<string, number>; total: number };
+    assert.ok((counts.counts['running'] ?? 0) >= 6, JSON.stringify(counts));
+    const p1 = (await call(server, 'GET', '/v1/sandboxes?label=probe=bulk&limit=4')).json as { sandboxes: { id: string }[]; next?: string };
+    const p2 = (await call(server, 'GET', `/v1/sandboxes?label=probe=bulk&limit=4&after=${p1.next}`)).json as {
+      sandboxes: { id: string }[];
+      next?: string;
+    };
+    assert.equal(p1.sandboxes.length + p2.sandboxes.length, 6);
+    assert.equal(p2.next, undefined);
+    const res = await fetch(`${server.url}/v1/sandboxes/kill`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${server.apiKey}`, 'content-type': 'application/json', accept: 'application/x-ndjson' },
+      body: JSON.stringify({ labels: { probe: 'bulk' } }),
+    });
+    assert.match(res.headers.get('content-type') ?? '', /ndjson/);
+    const lines = (await res.text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string; total: number; done: number; ids?: string[] });
+    const last = lines.at(-1)!;
+    assert.equal(last.type, 'done');
+    assert.equal(last.total, 6);
+    assert.equal(last.ids?.length, 6);
+    assert.ok(lines.slice(0, -1).every((l) => l.type === 'progress' && l.done <= l.total));
+    assert.deepEqual(await Sandbox.list({ ...server.conn, labels: { probe: 'bulk' } }), []);
+  });
 });
 
 describe('batches across a control-plane restart', { skip: integrationSkipReason(), timeout: 300_000 }, () => {

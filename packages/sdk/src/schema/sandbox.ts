@@ -180,7 +180,15 @@ export const SandboxInfo = Type.Object(
 );
 export type SandboxInfo = Static<typeof SandboxInfo>;
 
-export const SandboxList = Type.Object({ sandboxes: Type.Array(SandboxInfo) }, {});
+export const SandboxList = Type.Object(
+  {
+    sandboxes: Type.Array(SandboxInfo),
+    next: Type.Optional(
+      Type.String({ description: 'With `limit`: the cursor of the next page (pass it as `after`); absent on the last page.' }),
+    ),
+  },
+  {},
+);
 export type SandboxList = Static<typeof SandboxList>;
 
 export const SandboxIdParams = Type.Object({
@@ -197,6 +205,29 @@ export const ListSandboxesQuery = Type.Object(
     status: Type.Optional(SandboxStatus),
     project: Type.Optional(
       Type.String({ description: "Filter by project (an admin key; another key always sees its own project's sandboxes only)." }),
+    ),
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000,
+        description: 'At most this many, oldest first, and `next` when there are more (default: all).',
+      }),
+    ),
+    after: Type.Optional(Type.String({ minLength: 1, description: "The page after this cursor (a previous page's `next`)." })),
+  },
+  { additionalProperties: false },
+);
+
+export const SandboxCounts = Type.Object({
+  counts: Type.Record(Type.String(), Type.Integer({ minimum: 0 }), { description: 'Sandboxes by status (statuses with none are absent).' }),
+  total: Type.Integer({ minimum: 0 }),
+});
+export type SandboxCounts = Static<typeof SandboxCounts>;
+
+export const SandboxCountsQuery = Type.Object(
+  {
+    project: Type.Optional(
+      Type.String({ description: "Count one project's (an admin key; another key always counts its own project's only)." }),
     ),
   },
   { additionalProperties: false },
@@ -281,3 +312,18 @@ export const BulkResult = Type.Object({
   }),
 });
 export type BulkResult = Static<typeof BulkResult>;
+
+export const BulkProgress = Type.Object(
+  {
+    type: Type.Union([Type.Literal('progress'), Type.Literal('done')], {
+      description: 'progress: a report while it runs (about every 500 ms); done: the last line, with the result.',
+    }),
+    total: Type.Integer({ description: 'Sandboxes the labels selected.' }),
+    done: Type.Integer({ description: 'Those finished so far (applied or failed).' }),
+    failed: Type.Integer({ description: 'Those it failed on so far.' }),
+    ids: Type.Optional(Type.Array(Type.String(), { description: 'done only: the sandboxes it was applied to.' })),
+    failures: Type.Optional(Type.Array(Type.Object({ id: Type.String(), code: Type.String(), message: Type.String() }))),
+  },
+  { description: 'A line of a bulk call streamed as NDJSON (Accept: application/x-ndjson).' },
+);
+export type BulkProgress = Static<typeof BulkProgress>;

@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -13,13 +14,16 @@ import {
   NetworkPolicyState,
   SandboxIdParams,
   SandboxInfo,
+  SandboxCounts,
+  SandboxCountsQuery,
   SandboxList,
   SnapshotRequest,
   SnapshotResult,
 } from '@dsec/sdk/schema';
 import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
-import { applyByLabels, type BulkAction } from '../service/bulk.js';
+import { applyByLabels, applyByLabelsWithProgress, type BulkAction } from '../service/bulk.js';
+import { NDJSON } from './exec.js';
 import type { SandboxService } from '../service/sandboxes.js';
 import { parseLabels } from './labels.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
@@ -51,10 +55,30 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } },
       },
       async (req) => {
-        const filter: Parameters<SandboxService['list']>[1] = { labels: parseLabels(req.query.label) };
+        const filter: Parameters<SandboxService['page']>[1] = { labels: parseLabels(req.query.label) };
         if (req.query.project) filter.project = req.query.project;
         if (req.query.status) filter.status = req.query.status;
-        return { sandboxes: await control.sandboxes.list(req.caller, filter) };
+        if (req.query.limit) filter.limit = req.query.limit;
+        if (req.query.after) filter.after = req.query.after;
+        return control.sandboxes.page(req.caller, filter);
+      },
+    );
+
+    app.get(
+      '/v1/sandboxes/counts',
+      {
+        config: access.key,
+        schema: {
+          tags,
+          summary:
+            "Sandboxes by status, counted in the store (the dashboard's overview): the caller's project's (an admin key: every project's)",
+          querystring: SandboxCountsQuery,
+          response: { 200: SandboxCounts, ...errors },
+        },
+      },
+      async (req) => {
+        const counts = await control.sandboxes.counts(req.caller, req.query.project);
+        return { counts, total: Object.values(counts).reduce((a, b) => a + b, 0) };
       },
     );
 
@@ -66,8 +90,23 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
     for (const [action, summary] of bulk) {
       app.post(
         `/v1/sandboxes/${action}`,
-        { config: access.key, schema: { tags, summary, body: BulkRequest, response: { 200: BulkResult, ...errors } } },
-        async (req) => applyByLabels(control.sandboxes, req.caller, req.body.labels, action),
+        {
+          config: access.key,
+          schema: {
+            tags,
+            summary: `${summary}; with Accept: ${NDJSON}, its progress as BulkProgress lines (about every 500 ms), the last one {type: done} with the result`,
+            body: BulkRequest,
+            response: { 200: BulkResult, ...errors },
+          },
+        },
+        async (req, reply) => {
+          if (!(req.headers.accept ?? '').includes(NDJSON)) return applyByLabels(control.sandboxes, req.caller, req.body.labels, action);
+          const lines = async function* (): AsyncGenerator<string> {
+            for await (const p of applyByLabelsWithProgress(control.sandboxes, req.caller, req.body.labels, action))
+              yield `${JSON.stringify(p)}\n`;
+          };
+          return reply.type(NDJSON).send(Readable.from(lines()) as never);
+        },
       );
     }
 

@@ -1,4 +1,4 @@
-import type { BulkResult, SandboxStatus } from '@dsec/sdk/schema';
+import type { BulkProgress, BulkResult, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { Caller } from './callers.js';
 import type { SandboxService } from './sandboxes.js';
@@ -21,6 +21,7 @@ export async function applyByLabels(
   labels: Record<string, string>,
   action: BulkAction,
   project?: string,
+  onProgress?: (done: number, failed: number, total: number) => void,
 ): Promise<BulkResult> {
   const status = APPLIES_TO[action];
   const targets = (await sandboxes.list(caller, { labels, ...(status ? { status } : {}), ...(project ? { project } : {}) })).map(
@@ -39,9 +40,50 @@ export async function applyByLabels(
       } catch (err) {
         result.failures.push({ id, code: err instanceof ApiError ? err.code : 'INTERNAL', message: (err as Error).message });
       }
+      onProgress?.(result.ids.length + result.failures.length, result.failures.length, targets.length);
     }
   };
   await Promise.all(Array.from({ length: Math.min(BULK_CONCURRENCY, targets.length) }, worker));
   result.ids.sort();
   return result;
+}
+
+/** Between two progress reports of a bulk call streamed as NDJSON. */
+export const BULK_PROGRESS_MS = 500;
+
+/**
+ * applyByLabels as a stream of progress reports: one at once (what the labels selected), then one
+ * about every BULK_PROGRESS_MS while it runs, and last `done` with the result. A kill of 32,000
+ * takes a minute and more; the caller sees it move instead of a silent request.
+ */
+export async function* applyByLabelsWithProgress(
+  sandboxes: SandboxService,
+  caller: Caller,
+  labels: Record<string, string>,
+  action: BulkAction,
+  project?: string,
+): AsyncGenerator<BulkProgress> {
+  let state = { done: 0, failed: 0, total: -1 };
+  let wake: (() => void) | undefined;
+  const work = applyByLabels(sandboxes, caller, labels, action, project, (done, failed, total) => {
+    const first = state.total < 0;
+    state = { done, failed, total };
+    if (first) wake?.();
+  });
+  let result: BulkResult | undefined;
+  let error: unknown;
+  const finished = work.then(
+    (r) => void (result = r),
+    (err: unknown) => void (error = err),
+  );
+  while (result === undefined && error === undefined) {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([finished, new Promise<void>((r) => ((wake = r), (timer = setTimeout(r, BULK_PROGRESS_MS))))]);
+    clearTimeout(timer);
+    if (result === undefined && error === undefined && state.total >= 0) yield { type: 'progress', ...state };
+  }
+  if (error !== undefined) throw error;
+  const r = result!;
+  const total = r.ids.length + r.failures.length;
+  yield { type: 'done', total, done: total, failed: r.failures.length, ids: r.ids, failures: r.failures };
 }

@@ -126,6 +126,21 @@ export class SandboxService {
     return this.deps.store.sandboxes.accessTokens(caller.admin ? undefined : caller.project, runningOnly);
   }
 
+  /** One page of list() (`limit`, `after`): `next` when there are more. */
+  page(
+    caller: Caller,
+    filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string; limit?: number; after?: string },
+  ): Promise<{ sandboxes: SandboxInfo[]; next?: string }> {
+    const project = caller.admin ? filter.project : caller.project;
+    const { project: _asked, ...rest } = filter;
+    return this.deps.store.sandboxes.page(project === undefined ? rest : { ...rest, project });
+  }
+
+  /** The caller's project's sandboxes by status (an admin key: every project's, or the one it names): what the dashboard's overview shows. */
+  counts(caller: Caller, project?: string): Promise<Record<string, number>> {
+    return this.deps.store.sandboxes.countByStatus(caller.admin ? project : caller.project);
+  }
+
   /** The caller's project's sandboxes (an admin key: every project's, or the one it names). */
   list(caller: Caller, filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string }): Promise<SandboxInfo[]> {
     const project = caller.admin ? filter.project : caller.project;

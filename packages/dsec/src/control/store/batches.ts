@@ -10,6 +10,12 @@ export interface StoredBatch {
   state: 'running' | 'done' | 'cancelled';
   createdAt: string;
   finishedAt?: string;
+  /** Counts of its events, kept on its row as they are appended (a finished batch's status reads these, not 64,000 events). */
+  placed: number;
+  running: number;
+  failed: number;
+  /** The last event's seq (-1: none yet). */
+  lastSeq: number;
 }
 
 /** Batches, their event logs, and which replica drives each (control/batches.ts). */
@@ -27,11 +33,12 @@ export interface BatchRecords {
   list(state?: StoredBatch['state']): Promise<StoredBatch[]>;
   finish(id: string, state: 'done' | 'cancelled', at: string): Promise<void>;
   /**
-   * Appends events, one transaction for many (a 32,000-sandbox batch makes ~64,000). With `owner`, a batch another replica owns now (it
-   * took the batch over) gets none of them: its ids are returned, and their events dropped, since
-   * the new owner numbers its events from where it took over.
+   * Appends events, one transaction for many (a 32,000-sandbox batch makes ~64,000); each batch's
+   * counts on its row move with them. With `owner`, a batch another replica owns now (it took the
+   * batch over) gets none of them: its ids are returned, and their events dropped, since the new
+   * owner numbers its events from where it took over.
    */
-  appendEvents(groups: { id: string; events: { seq: number }[] }[], owner?: string): Promise<string[]>;
+  appendEvents(groups: { id: string; events: { seq: number; type?: string }[] }[], owner?: string): Promise<string[]>;
   /** A batch's events after sequence number `after`, in order. */
   events(id: string, after: number): Promise<BatchEvent[]>;
   /** The sandbox rows a batch made, by item index (whatever their status). */
@@ -58,10 +65,25 @@ interface BatchRow {
   created_at: string;
   finished_at: string | null;
   project: string;
+  placed: number;
+  running: number;
+  failed: number;
+  last_seq: number;
 }
 
 function fromRow(r: BatchRow): StoredBatch {
-  const b: StoredBatch = { id: r.id, project: r.project, count: r.count, spec: r.spec, state: r.state, createdAt: r.created_at };
+  const b: StoredBatch = {
+    id: r.id,
+    project: r.project,
+    count: r.count,
+    spec: r.spec,
+    state: r.state,
+    createdAt: r.created_at,
+    placed: Number(r.placed),
+    running: Number(r.running),
+    failed: Number(r.failed),
+    lastSeq: Number(r.last_seq),
+  };
   if (r.finished_at) b.finishedAt = r.finished_at;
   return b;
 }
@@ -99,7 +121,8 @@ export class SqlBatchRecords implements BatchRecords {
     await this.db.run('UPDATE batches SET state = ?, finished_at = ? WHERE id = ?', [state, at, id]);
   }
 
-  async appendEvents(groups: { id: string; events: { seq: number }[] }[], owner?: string): Promise<string[]> {
+  async appendEvents(groups: { id: string; events: { seq: number; type?: string }[] }[], owner?: string): Promise<string[]> {
+    const greatest = this.db.dialect === 'postgres' ? 'GREATEST' : 'max';
     return this.db.transaction(async (tx) => {
       const lost: string[] = [];
       for (const g of groups) {
@@ -110,13 +133,24 @@ export class SqlBatchRecords implements BatchRecords {
             continue;
           }
         }
+        const n = { placed: 0, running: 0, failed: 0, last: -1 };
         for (const e of g.events) {
-          await tx.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?) ON CONFLICT DO NOTHING', [
+          const { changes } = await tx.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?) ON CONFLICT DO NOTHING', [
             g.id,
             e.seq,
             JSON.stringify(e),
           ]);
+          if (changes !== 1) continue; // written before (a replay after a restart): counted then
+          if (e.type === 'placed') n.placed++;
+          else if (e.type === 'running') n.running++;
+          else if (e.type === 'failed') n.failed++;
+          n.last = Math.max(n.last, e.seq);
         }
+        if (n.last < 0) continue;
+        await tx.run(
+          `UPDATE batches SET placed = placed + ?, running = running + ?, failed = failed + ?, last_seq = ${greatest}(last_seq, ?) WHERE id = ?`,
+          [n.placed, n.running, n.failed, n.last, g.id],
+        );
       }
       return lost;
     });

@@ -337,6 +337,41 @@ export const MIGRATIONS: readonly Migration[] = [
       }
     },
   },
+  {
+    id: 15,
+    name: "a sandbox's labels as indexed rows (a list or kill by label reads the matches, not every row's JSON); a batch's counts on its row",
+    up: async (db) => {
+      // At 400,000 rows, json_each over every row's labels took longer than the 50 ms a list has.
+      await db.exec(`
+        CREATE TABLE IF NOT EXISTS sandbox_labels (
+          sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+          key TEXT NOT NULL,
+          value TEXT NOT NULL,
+          PRIMARY KEY (sandbox_id, key)
+        );
+        CREATE INDEX IF NOT EXISTS sandbox_labels_kv ON sandbox_labels(key, value, sandbox_id);
+        CREATE INDEX IF NOT EXISTS sandboxes_created ON sandboxes(created_at, id);
+        ALTER TABLE batches ADD COLUMN placed INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE batches ADD COLUMN running INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE batches ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE batches ADD COLUMN last_seq INTEGER NOT NULL DEFAULT -1;
+      `);
+      await db.exec(
+        db.dialect === 'postgres'
+          ? 'INSERT INTO sandbox_labels (sandbox_id, key, value) SELECT s.id, kv.key, kv.value FROM sandboxes s, jsonb_each_text(CAST(s.labels AS jsonb)) kv'
+          : 'INSERT INTO sandbox_labels (sandbox_id, key, value) SELECT s.id, j.key, j.value FROM sandboxes s, json_each(s.labels) j',
+      );
+      // Counted once from the events a batch already has; from here on its events update them.
+      const like = (type: string): string => `'%"type":"${type}"%'`;
+      await db.exec(`
+        UPDATE batches SET
+          placed = (SELECT count(*) FROM batch_events e WHERE e.batch_id = batches.id AND e.event LIKE ${like('placed')}),
+          running = (SELECT count(*) FROM batch_events e WHERE e.batch_id = batches.id AND e.event LIKE ${like('running')}),
+          failed = (SELECT count(*) FROM batch_events e WHERE e.batch_id = batches.id AND e.event LIKE ${like('failed')}),
+          last_seq = COALESCE((SELECT max(seq) FROM batch_events e WHERE e.batch_id = batches.id), -1);
+      `);
+    },
+  },
 ];
 
 /**

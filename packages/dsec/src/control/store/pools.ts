@@ -1,3 +1,4 @@
+import { saveLabelRows } from './sandboxes.js';
 import type { SqlDb } from './sql.js';
 
 export interface StoredPool {
@@ -57,21 +58,24 @@ export class SqlPoolRecords implements PoolRecords {
 
   async claimSandbox(sandboxId: string, readyLabels: Record<string, string>, claim: PoolClaim): Promise<boolean> {
     const expiresAt = claim.ttlSeconds === undefined ? null : claim.at + claim.ttlSeconds * 1000;
-    const r = await this.db.run(
-      "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ?, project = ?, access_token = ? WHERE id = ? AND labels = ? AND status = 'running'",
-      [
-        JSON.stringify(claim.labels),
-        claim.ttlSeconds ?? null,
-        claim.idleTimeoutSeconds ?? null,
-        claim.onExpiry,
-        expiresAt,
-        claim.at,
-        claim.project,
-        claim.accessToken ?? null,
-        sandboxId,
-        JSON.stringify(readyLabels),
-      ],
-    );
-    return r.changes === 1;
+    return this.db.transaction(async (tx) => {
+      const r = await tx.run(
+        "UPDATE sandboxes SET labels = ?, ttl_seconds = ?, idle_timeout_seconds = ?, on_expiry = ?, expires_at = ?, last_activity = ?, project = ?, access_token = ? WHERE id = ? AND labels = ? AND status = 'running'",
+        [
+          JSON.stringify(claim.labels),
+          claim.ttlSeconds ?? null,
+          claim.idleTimeoutSeconds ?? null,
+          claim.onExpiry,
+          expiresAt,
+          claim.at,
+          claim.project,
+          claim.accessToken ?? null,
+          sandboxId,
+          JSON.stringify(readyLabels),
+        ],
+      );
+      if (r.changes === 1) await saveLabelRows(tx, sandboxId, claim.labels, true);
+      return r.changes === 1;
+    });
   }
 }

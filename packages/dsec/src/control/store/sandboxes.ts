@@ -1,6 +1,7 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { labelsMatch, type Sql, type SqlDb } from './sql.js';
+import { ApiError } from '../../api-error.js';
+import type { Sql, SqlDb, SqlValue } from './sql.js';
 
 /** The replica creating a sandbox and until when it vouches for the create (renewed while it runs). */
 export interface CreateLease {
@@ -20,6 +21,10 @@ export interface SandboxFilter {
   status?: SandboxStatus;
   edge?: string;
   project?: string;
+  /** At most this many (oldest first), and the cursor of the next page when there are more. */
+  limit?: number;
+  /** The page after this cursor (a previous page's `next`). */
+  after?: string;
 }
 
 /** One group of countGroups(): the rows of one status on one edge in one project. */
@@ -46,6 +51,10 @@ export interface SandboxRecords {
   get(id: string): Promise<SandboxInfo | undefined>;
   /** Sandboxes that match every field of `filter`, oldest first. */
   list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
+  /** One page of list(): with `filter.limit`, `next` when there are more. */
+  page(filter: SandboxFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }>;
+  /** Rows by status, of one project or of all: one grouped count from an index. */
+  countByStatus(project?: string): Promise<Record<string, number>>;
   /**
    * How many rows there are of each status, edge and project: one grouped count, so a scrape
    * stays cheap at hundreds of thousands of rows (nothing but the groups is read into memory).
@@ -130,7 +139,22 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async list(filter: SandboxFilter = {}): Promise<SandboxInfo[]> {
-    const { where, params } = labelsMatch(this.db.dialect, 'sandboxes.labels', filter.labels ?? {});
+    return (await this.page(filter)).sandboxes;
+  }
+
+  async page(filter: SandboxFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }> {
+    // Each pair from the indexed label rows (sandbox_labels_kv), not by reading every row's JSON.
+    const where: string[] = [];
+    const params: SqlValue[] = [];
+    for (const [k, v] of Object.entries(filter.labels ?? {})) {
+      where.push('id IN (SELECT sandbox_id FROM sandbox_labels WHERE key = ? AND value = ?)');
+      params.push(k, v);
+    }
+    if (filter.after) {
+      const [createdAt, id] = decodeCursor(filter.after);
+      where.push('(created_at > ? OR (created_at = ? AND id > ?))');
+      params.push(createdAt, createdAt, id);
+    }
     if (filter.status) {
       where.push('status = ?');
       params.push(filter.status);
@@ -143,8 +167,21 @@ export class SqlSandboxRecords implements SandboxRecords {
       where.push('project = ?');
       params.push(filter.project);
     }
-    const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id`;
-    return (await this.db.all<SandboxRow>(sql, params)).map(fromRow);
+    const limit = filter.limit;
+    const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id${limit ? ` LIMIT ${limit + 1}` : ''}`;
+    const rows = await this.db.all<SandboxRow>(sql, params);
+    if (!limit || rows.length <= limit) return { sandboxes: rows.map(fromRow) };
+    rows.length = limit;
+    const last = rows[limit - 1]!;
+    return { sandboxes: rows.map(fromRow), next: encodeCursor(last.created_at, last.id) };
+  }
+
+  async countByStatus(project?: string): Promise<Record<string, number>> {
+    const rows = await this.db.all<{ status: string; n: number }>(
+      `SELECT status, count(*) AS n FROM sandboxes${project === undefined ? '' : ' WHERE project = ?'} GROUP BY status`,
+      project === undefined ? [] : [project],
+    );
+    return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
   }
 
   async countGroups(): Promise<SandboxCount[]> {
@@ -339,6 +376,26 @@ async function insertRow(db: Sql, s: SandboxInfo, batch?: BatchItem, lease?: Cre
       accessToken ?? null,
     ],
   );
+  await saveLabelRows(db, s.id, s.labels);
+}
+
+/** A sandbox's labels as rows of sandbox_labels (replacing any it had): what a list by label reads. */
+export async function saveLabelRows(db: Sql, id: string, labels: Record<string, string>, replace = false): Promise<void> {
+  if (replace) await db.run('DELETE FROM sandbox_labels WHERE sandbox_id = ?', [id]);
+  for (const [k, v] of Object.entries(labels))
+    await db.run('INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?, ?, ?)', [id, k, v]);
+}
+
+/** A page cursor: the last row's (created_at, id), opaque to callers. */
+function encodeCursor(createdAt: string, id: string): string {
+  return Buffer.from(`${createdAt}\n${id}`).toString('base64url');
+}
+
+function decodeCursor(cursor: string): [string, string] {
+  const [createdAt, id] = Buffer.from(cursor, 'base64url').toString('utf8').split('\n');
+  if (createdAt === undefined || id === undefined)
+    throw new ApiError('INVALID_REQUEST', 'after: not a cursor this list gave', { field: 'after' });
+  return [createdAt, id];
 }
 
 async function saveSpecRow(db: Sql, id: string, spec: unknown): Promise<void> {

@@ -1,0 +1,199 @@
+/**
+ * `dsec bench cluster --hold N`: one control plane holding N sandboxes on simulated edges (issue 31),
+ * filled with batches of at most 32,000, then every read measured alone, with nothing else in flight:
+ * a sandbox by id, lists by label (a small selection and a whole batch, paged), /metrics, the
+ * dashboard's overview, a finished batch's status, the control plane's RSS, and a kill by label of
+ * one whole batch with its progress.
+ */
+import { readFileSync } from 'node:fs';
+import { BENCH_IMAGE } from '../fixture.js';
+import type { HttpLoadClient } from '../http-load.js';
+import { summarizeLatency } from '../latency.js';
+import { round } from '../stats.js';
+import { runBatchApi } from './cluster-batch-api.js';
+import type { HoldPhase } from './cluster-result.js';
+
+/** The batch API's largest batch: the hold is filled with these, and one of them is killed by label at the end. */
+export const HOLD_BATCH = 32_000;
+/** The small selection listed by label. */
+const SMALL = 100;
+/** Sandboxes a page of a list asks for. */
+export const PAGE = 1000;
+/** What the dashboard's overview page (packages/dsec/ui/src/pages/overview.tsx and its components) fetches, all at once. */
+export const OVERVIEW_REQUESTS = ['/v1/nodes', '/v1/sandboxes/counts', '/metrics', '/v1/pools'];
+const NDJSON = 'application/x-ndjson';
+
+function statusMiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? round(Number(m[1]) / 1024, 1) : NaN;
+}
+
+async function timed(n: number, f: (i: number) => Promise<void>): Promise<number[]> {
+  const lat: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await f(i);
+    lat.push(performance.now() - t0);
+  }
+  return lat;
+}
+
+function ok(r: { status: number; body: unknown }, what: string): void {
+  if (r.status !== 200) throw new Error(`${what}: HTTP ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
+}
+
+/** Every page of a list by label: each page's latency, and how many it selected. */
+async function listPaged(http: HttpLoadClient, label: string): Promise<{ lat: number[]; selected: number; pages: number }> {
+  const lat: number[] = [];
+  let selected = 0;
+  let after: string | undefined;
+  let paged = true;
+  for (;;) {
+    const q = `/v1/sandboxes?label=${encodeURIComponent(label)}${paged ? `&limit=${PAGE}` : ''}${after ? `&after=${encodeURIComponent(after)}` : ''}`;
+    const r = await http.call('GET', q);
+    if (r.status === 400 && paged && lat.length === 0 && JSON.stringify(r.body).includes('limit')) {
+      paged = false; // a build whose list does not page: all in one answer
+      continue;
+    }
+    ok(r, `GET ${q}`);
+    lat.push(r.ms);
+    const body = r.body as { sandboxes: unknown[]; next?: string };
+    selected += body.sandboxes.length;
+    if (!body.next) return { lat, selected, pages: lat.length };
+    after = body.next;
+  }
+}
+
+/** POST /v1/sandboxes/kill, asking for its progress as NDJSON; counts the progress lines before the result. */
+async function killByLabel(url: string, apiKey: string, labels: Record<string, string>): Promise<HoldPhase['kill']> {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/v1/sandboxes/kill`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', accept: `${NDJSON}, application/json` },
+    body: JSON.stringify({ labels }),
+  });
+  if (res.status !== 200 || !res.body) throw new Error(`POST /v1/sandboxes/kill: HTTP ${res.status} ${await res.text()}`);
+  let first = NaN;
+  if (!(res.headers.get('content-type') ?? '').includes(NDJSON)) {
+    const r = (await res.json()) as { ids: string[]; failures: unknown[] };
+    const s = (performance.now() - t0) / 1000;
+    return {
+      selected: r.ids.length + r.failures.length,
+      killed: r.ids.length,
+      failures: r.failures.length,
+      seconds: round(s, 2),
+      progressReports: 0,
+      firstReportSeconds: round(s, 2),
+      how: 'one JSON answer at the end (no progress)',
+    };
+  }
+  let reports = 0;
+  let result: { total: number; killed: number; failed: number } | undefined;
+  let buf = '';
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body) {
+    buf += decoder.decode(chunk as Uint8Array, { stream: true });
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).trim();
+      buf = buf.slice(nl + 1);
+      if (!line) continue;
+      const e = JSON.parse(line) as { type: string; total: number; done: number; failed: number; ids?: string[] };
+      if (Number.isNaN(first)) first = performance.now() - t0;
+      if (e.type === 'progress') reports++;
+      if (e.type === 'done') result = { total: e.total, killed: e.done - e.failed, failed: e.failed };
+    }
+  }
+  if (!result) throw new Error('POST /v1/sandboxes/kill: the stream ended without its done line');
+  return {
+    selected: result.total,
+    killed: result.killed,
+    failures: result.failed,
+    seconds: round((performance.now() - t0) / 1000, 2),
+    progressReports: reports,
+    firstReportSeconds: round(first / 1000, 2),
+    how: `NDJSON (Accept: ${NDJSON}): progress lines, then the result`,
+  };
+}
+
+export async function runHold(
+  ctl: { url: string; apiKey: string; pid: number; http: HttpLoadClient; edges: number },
+  n: number,
+  say: (s: string) => void,
+  signal: AbortSignal,
+): Promise<HoldPhase> {
+  const { http } = ctl;
+  if (n <= SMALL) throw new Error(`--hold ${n}: hold more than ${SMALL} (a selection of ${SMALL}, then at least one batch)`);
+  const sizes: number[] = [];
+  for (let left = n - Math.min(SMALL, n); left > 0; left -= HOLD_BATCH) sizes.push(Math.min(HOLD_BATCH, left));
+  const ids: string[] = [];
+  const batchIds: string[] = [];
+  let failed = 0;
+  const t0 = performance.now();
+  // The small selection first, then batches labelled hold-batch=<k> (one label per batch: a list or a kill of it selects the whole batch).
+  const fills: { count: number; labels: Record<string, string> }[] = [
+    { count: Math.min(SMALL, n), labels: { 'hold-probe': 'small' } },
+    ...sizes.map((count, k) => ({ count, labels: { 'hold-batch': String(k) } })),
+  ];
+  for (const [k, f] of fills.entries()) {
+    const spec = { image: BENCH_IMAGE, resources: { memoryMiB: 64, cpu: 0.1 }, labels: f.labels };
+    const tb = performance.now();
+    const r = await runBatchApi(ctl.url, ctl.apiKey, { count: f.count, spec, concurrency: 64 }, signal, ids);
+    if (!r) throw new Error('POST /v1/batches is not on this build: the hold phase fills with batches');
+    failed += r.failed;
+    batchIds.push(r.id);
+    say(`  fill ${k + 1}/${fills.length}: ${r.placed} placed in ${round((performance.now() - tb) / 1000, 1)} s (${ids.length} held)`);
+  }
+  const fillSeconds = round((performance.now() - t0) / 1000, 1);
+  signal.throwIfAborted();
+
+  say('  reads, one at a time, nothing else in flight…');
+  const get = await timed(1000, async () =>
+    ok(await http.call('GET', `/v1/sandboxes/${ids[Math.floor(Math.random() * ids.length)]!}`), 'GET sandbox'),
+  );
+  let smallSelected = 0;
+  const listSmall = await timed(50, async () => {
+    const r = await http.call('GET', `/v1/sandboxes?label=${encodeURIComponent('hold-probe=small')}`);
+    ok(r, 'GET /v1/sandboxes?label=hold-probe=small');
+    smallSelected = (r.body as { sandboxes: unknown[] }).sandboxes.length;
+  });
+  const largeLabel = 'hold-batch=0';
+  const tl = performance.now();
+  const large = await listPaged(http, largeLabel);
+  const largeMs = performance.now() - tl;
+  for (let i = 0; i < 2; i++) large.lat.push(...(await listPaged(http, largeLabel)).lat);
+  let metricsBytes = 0;
+  const metrics = await timed(20, async () => {
+    const r = await http.call('GET', '/metrics');
+    ok(r, 'GET /metrics');
+    metricsBytes = String(r.body).length;
+  });
+  const overview = await timed(10, async () => {
+    await Promise.all(OVERVIEW_REQUESTS.map(async (p) => ok(await http.call('GET', p), `GET ${p}`)));
+  });
+  const lastBatch = batchIds[batchIds.length - 1]!;
+  const batchInfo = await timed(20, async () => ok(await http.call('GET', `/v1/batches/${lastBatch}`), 'GET batch'));
+  const rssMiB = statusMiB(ctl.pid, 'VmRSS');
+  const peakRssMiB = statusMiB(ctl.pid, 'VmHWM');
+  say(`  get p99 ${round(summarizeLatency(get).p99, 1)} ms; /metrics p50 ${summarizeLatency(metrics).p50} ms; RSS ${rssMiB} MiB`);
+
+  say(`  kill by label hold-batch=${sizes.length - 1} (${sizes[sizes.length - 1] ?? 0} sandboxes)…`);
+  const kill = await killByLabel(ctl.url, ctl.apiKey, { 'hold-batch': String(sizes.length - 1) });
+  say(`  killed ${kill.killed} in ${kill.seconds} s, ${kill.progressReports} progress reports`);
+  return {
+    sandboxes: ids.length,
+    edges: ctl.edges,
+    batches: fills.length,
+    fillSeconds,
+    fillFailed: failed,
+    get: summarizeLatency(get),
+    listSmall: { ...summarizeLatency(listSmall), selected: smallSelected },
+    listLarge: { ...summarizeLatency(large.lat), selected: large.selected, pages: large.pages, pageSize: PAGE, totalMs: round(largeMs, 1) },
+    metrics: { ...summarizeLatency(metrics), bytes: metricsBytes },
+    overview: { ...summarizeLatency(overview), requests: OVERVIEW_REQUESTS },
+    batchInfo: { ...summarizeLatency(batchInfo), batchSize: sizes[sizes.length - 1] ?? 0 },
+    rssMiB,
+    peakRssMiB,
+    kill,
+  };
+}
