@@ -74,7 +74,10 @@ export class SqlPoolRecords implements PoolRecords {
           JSON.stringify(readyLabels),
         ],
       );
-      if (r.changes === 1) await saveLabelRows(tx, sandboxId, claim.labels, true);
+      if (r.changes === 1) {
+        const row = await tx.get<{ created_at: string }>('SELECT created_at FROM sandboxes WHERE id = ?', [sandboxId]);
+        await saveLabelRows(tx, sandboxId, claim.labels, row!.created_at, true);
+      }
       return r.changes === 1;
     });
   }

@@ -142,33 +142,46 @@ export class SqlSandboxRecords implements SandboxRecords {
     return (await this.page(filter)).sandboxes;
   }
 
+  /**
+   * A page of sandboxes in list order (created_at, id). With labels, the first pair's rows of the
+   * label index (sandbox_labels_page: key, value, created_at, id) are the page, read as one range
+   * from the cursor on, and each further pair is a lookup in the same index; without, the
+   * sandboxes in created order. Never every row's JSON, never all matches for one page.
+   */
   async page(filter: SandboxFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }> {
-    // Each pair from the indexed label rows (sandbox_labels_kv), not by reading every row's JSON.
     const where: string[] = [];
     const params: SqlValue[] = [];
-    for (const [k, v] of Object.entries(filter.labels ?? {})) {
-      where.push('id IN (SELECT sandbox_id FROM sandbox_labels WHERE key = ? AND value = ?)');
+    const [first, ...more] = Object.entries(filter.labels ?? {});
+    // The columns the order and the cursor are on: the label rows' copy when a label leads.
+    const [at, id] = first ? ['l.created_at', 'l.sandbox_id'] : ['s.created_at', 's.id'];
+    if (first) {
+      where.push('l.key = ? AND l.value = ?');
+      params.push(first[0], first[1]);
+    }
+    for (const [k, v] of more) {
+      where.push('s.id IN (SELECT sandbox_id FROM sandbox_labels WHERE key = ? AND value = ?)');
       params.push(k, v);
     }
     if (filter.after) {
-      const [createdAt, id] = decodeCursor(filter.after);
-      where.push('(created_at > ? OR (created_at = ? AND id > ?))');
-      params.push(createdAt, createdAt, id);
+      const [createdAt, afterId] = decodeCursor(filter.after);
+      where.push(`(${at} > ? OR (${at} = ? AND ${id} > ?))`);
+      params.push(createdAt, createdAt, afterId);
     }
     if (filter.status) {
-      where.push('status = ?');
+      where.push('s.status = ?');
       params.push(filter.status);
     }
     if (filter.edge) {
-      where.push('edge = ?');
+      where.push('s.edge = ?');
       params.push(filter.edge);
     }
     if (filter.project) {
-      where.push('project = ?');
+      where.push('s.project = ?');
       params.push(filter.project);
     }
     const limit = filter.limit;
-    const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at, id${limit ? ` LIMIT ${limit + 1}` : ''}`;
+    const from = first ? 'sandbox_labels l JOIN sandboxes s ON s.id = l.sandbox_id' : 'sandboxes s';
+    const sql = `SELECT s.* FROM ${from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${at}, ${id}${limit ? ` LIMIT ${limit + 1}` : ''}`;
     const rows = await this.db.all<SandboxRow>(sql, params);
     if (!limit || rows.length <= limit) return { sandboxes: rows.map(fromRow) };
     rows.length = limit;
@@ -376,14 +389,23 @@ async function insertRow(db: Sql, s: SandboxInfo, batch?: BatchItem, lease?: Cre
       accessToken ?? null,
     ],
   );
-  await saveLabelRows(db, s.id, s.labels);
+  await saveLabelRows(db, s.id, s.labels, s.createdAt);
 }
 
-/** A sandbox's labels as rows of sandbox_labels (replacing any it had): what a list by label reads. */
-export async function saveLabelRows(db: Sql, id: string, labels: Record<string, string>, replace = false): Promise<void> {
+/**
+ * A sandbox's labels as rows of sandbox_labels, with its created_at (replacing any it had): what
+ * a list by label reads, in list order.
+ */
+export async function saveLabelRows(
+  db: Sql,
+  id: string,
+  labels: Record<string, string>,
+  createdAt: string,
+  replace = false,
+): Promise<void> {
   if (replace) await db.run('DELETE FROM sandbox_labels WHERE sandbox_id = ?', [id]);
   for (const [k, v] of Object.entries(labels))
-    await db.run('INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?, ?, ?)', [id, k, v]);
+    await db.run('INSERT INTO sandbox_labels (sandbox_id, key, value, created_at) VALUES (?, ?, ?, ?)', [id, k, v, createdAt]);
 }
 
 /** A page cursor: the last row's (created_at, id), opaque to callers. */
