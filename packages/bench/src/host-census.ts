@@ -73,6 +73,7 @@ const PER_SANDBOX: Record<PeerName, { tasks: number; mib: number }> = {
   crun: { tasks: 3, mib: 3 },
   podman: { tasks: 6, mib: 6 },
   docker: { tasks: 16, mib: 12 },
+  floor: { tasks: 3, mib: 3 },
 };
 const RESERVE_TASKS = 2000;
 const RESERVE_MIB = 1024;

@@ -47,6 +47,10 @@ export const TARGETS = {
   memoryMiB: 1.2,
   /** Issue 12 (was 1.5 in issue 1): dsec's exec p50 within this of raw `crun exec`'s, same run. */
   execRatio: 1.2,
+  /** Issue 32: an exec path without crun, at half of raw `crun exec`'s p50 … */
+  execVsCrunNext: 0.5,
+  /** … and within this of the kernel's floor (setns + fork + exec: native/exec-floor.c). */
+  execVsFloor: 2,
   /** Issue 12: the next sandbox's create and exec p50 on a full node within this of an empty node's. */
   fullNodeRatio: 1.5,
   /** Issue 6: this many sandboxes created, each running one command, within burstSeconds. */

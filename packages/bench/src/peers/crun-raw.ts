@@ -1,4 +1,4 @@
-import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ImageConfig } from '@dsec/sdk/schema';
 import {
@@ -138,6 +138,13 @@ export class CrunRawPeer implements Peer {
 
   async exec(id: string, cmd: string[] = ['true']): Promise<string> {
     return (await this.#crun(['exec', id, ...cmd])).stdout;
+  }
+
+  /** The host pid of a container's init (its pid file), for the exec floor peer (exec-floor.ts). */
+  initPid(id: string): number {
+    const pid = Number(readFileSync(new SandboxPaths(join(this.#containers, id)).pidFile, 'utf8').trim());
+    if (!Number.isInteger(pid) || pid <= 0) throw new Error(`container ${id} has no init pid in its pid file`);
+    return pid;
   }
 
   async pause(id: string): Promise<void> {

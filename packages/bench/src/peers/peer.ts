@@ -1,6 +1,7 @@
 import type { CgroupScope } from '../cgroup-memory.js';
 
-export type PeerName = 'dsec' | 'crun' | 'podman' | 'docker';
+/** `floor` is not a sandbox tool: `dsec bench exec`'s kernel floor on raw crun's containers (exec-floor.ts). */
+export type PeerName = 'dsec' | 'crun' | 'podman' | 'docker' | 'floor';
 
 /** The peers `--peers` may name; dsec itself always runs, and raw crun (the floor) always does too. */
 export const OPTIONAL_PEERS: readonly PeerName[] = ['crun', 'podman', 'docker'];

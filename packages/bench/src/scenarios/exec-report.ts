@@ -9,8 +9,23 @@ type ExecReport = BenchReport<ExecScenarioResult>;
 export function execTargets(result: ExecScenarioResult): TargetCheck[] {
   const dsec = result.peers.find((p) => p.name === 'dsec');
   const crun = result.peers.find((p) => p.name === 'crun');
+  const floor = result.peers.find((p) => p.name === 'floor');
   return [
     ratioCheck(`exec p50 ≤ ${TARGETS.execRatio}× raw crun exec`, dsec?.exec.p50 ?? NaN, crun?.exec.p50 ?? NaN, TARGETS.execRatio, 'crun'),
+    ratioCheck(
+      `exec p50 ≤ ${TARGETS.execVsCrunNext}× raw crun exec (issue 32)`,
+      dsec?.exec.p50 ?? NaN,
+      crun?.exec.p50 ?? NaN,
+      TARGETS.execVsCrunNext,
+      'crun',
+    ),
+    ratioCheck(
+      `exec p50 ≤ ${TARGETS.execVsFloor}× the kernel floor (issue 32)`,
+      dsec?.exec.p50 ?? NaN,
+      floor?.exec.p50 ?? NaN,
+      TARGETS.execVsFloor,
+      'floor',
+    ),
   ];
 }
 

@@ -1,5 +1,7 @@
 import { summarizeLatency } from '../latency.js';
-import type { Peer } from '../peers/peer.js';
+import type { Peer, PeerUnavailable } from '../peers/peer.js';
+import { CrunRawPeer } from '../peers/crun-raw.js';
+import { ExecFloorPeer } from '../peers/exec-floor.js';
 import { phaseKey, type Spans } from '../profile.js';
 import type { ProfileSection } from '../result-types.js';
 import { execBreakdown } from '../breakdown.js';
@@ -8,10 +10,23 @@ import { msOf, oneSandboxRounds } from './one-sandbox-rounds.js';
 import { valuesOf, type BenchScenarioDef, type ScenarioContext } from './scenario.js';
 import { PHASE_EXEC, type ExecScenarioOptions, type ExecScenarioResult } from './exec-result.js';
 
-/** `true` run to completion in one idle sandbox per peer, one at a time, peers alternating. */
+/**
+ * `true` run to completion in one idle sandbox per peer, one at a time, peers alternating; with
+ * raw crun, the kernel's floor too (setns + fork + exec on a raw crun container: exec-floor.ts).
+ */
 export async function runExecScenario(peers: Peer[], opts: ExecScenarioOptions, ctx: ScenarioContext): Promise<ExecScenarioResult> {
+  const withFloor = [...peers];
+  const noFloor: PeerUnavailable[] = [];
+  const crun = peers.find((p): p is CrunRawPeer => p instanceof CrunRawPeer);
+  if (crun) {
+    try {
+      withFloor.push(await ExecFloorPeer.build(crun, ctx.names.dir));
+    } catch (err) {
+      noFloor.push({ name: 'floor', reason: (err as Error).message });
+    }
+  }
   const { states, dropped } = await oneSandboxRounds(
-    peers,
+    withFloor,
     ['exec'],
     { ...opts, phase: PHASE_EXEC, what: 'exec' },
     ctx,
@@ -27,7 +42,7 @@ export async function runExecScenario(peers: Peer[], opts: ExecScenarioOptions, 
       exec: summarizeLatency(s.timings.exec),
       errors: s.errors,
     })),
-    dropped,
+    dropped: [...noFloor, ...dropped],
     ops: Object.fromEntries(states.map((s) => [s.peer.name, s.timings.exec.length])),
   };
 }
@@ -43,7 +58,7 @@ function execProfile(result: ExecScenarioResult, spans: Spans): ProfileSection[]
 
 export const execScenario: BenchScenarioDef<ExecScenarioOptions, ExecScenarioResult> = {
   name: 'exec',
-  summary: 'exec round trip (`true`) through the API vs raw `crun exec` (and podman/docker exec)',
+  summary: 'exec round trip (`true`) through the API vs raw `crun exec`, the kernel floor (setns + fork + exec) and podman/docker exec',
   flags: [
     { key: 'count', long: 'count', short: 'n', description: 'execs per peer', default: 200, min: 1 },
     { key: 'rounds', long: 'rounds', description: 'alternating rounds', default: 10, min: 1 },
