@@ -418,3 +418,36 @@ test("a batch another replica took over: the old owner's renewal says so, and it
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test(
+  'two transactions that lock the same rows in opposite orders both commit: the deadlock victim is run again',
+  { skip: TEST_STORE_POSTGRES ? undefined : 'a PostgreSQL deadlock (SQLite runs one transaction at a time)' },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsec-unit-deadlock-'));
+    const store = await StateStore.open(await testStoreLocation(join(dir, 'state.db')));
+    try {
+      const now = new Date().toISOString();
+      for (const id of ['sb-local-dla', 'sb-local-dlb']) await store.sandboxes.insert(info(id, {}, { status: 'creating', createdAt: now }));
+      // Each holds its first row until both have one: the second UPDATEs then wait on each other.
+      let held = 0;
+      let both!: () => void;
+      const bothHeld = new Promise<void>((r) => (both = r));
+      const tries = { a: 0, b: 0 };
+      const lockInOrder = (first: string, second: string, who: 'a' | 'b') =>
+        store.db.transaction(async (tx) => {
+          tries[who]++;
+          await tx.run('UPDATE sandboxes SET reason = ? WHERE id = ?', [who, first]);
+          if (tries[who] === 1 && ++held === 2) both();
+          if (tries[who] === 1) await bothHeld;
+          await tx.run('UPDATE sandboxes SET reason = ? WHERE id = ?', [who, second]);
+        });
+      await Promise.all([lockInOrder('sb-local-dla', 'sb-local-dlb', 'a'), lockInOrder('sb-local-dlb', 'sb-local-dla', 'b')]);
+      assert.equal(tries.a + tries.b, 3, `one of the two was the deadlock's victim and ran again (tries: ${JSON.stringify(tries)})`);
+      const reasons = [(await store.sandboxes.get('sb-local-dla'))?.reason, (await store.sandboxes.get('sb-local-dlb'))?.reason];
+      assert.equal(reasons[0], reasons[1], 'the transaction that ran last wrote both rows');
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);

@@ -12,7 +12,7 @@
  *     average is recorded around each setup; writes bench/results/replicas-real-<time>.json and .md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -116,6 +116,18 @@ async function startEdges(replicas: Replica[], label: string): Promise<{ close()
   return out;
 }
 
+/** CPU time (user + system) process `pid` has used, in ms (/proc/PID/stat; 100 clock ticks a second). */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // from field 3 (state) on
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** The CPU the replicas' processes used together, in ms. */
+function replicasCpuMs(replicas: Replica[]): number {
+  return replicas.reduce((t, r) => t + cpuMs(r.child.pid!), 0);
+}
+
 /** The 1-minute load average, to 2 places. */
 function load1(): number {
   return Math.round(loadavg()[0]! * 100) / 100;
@@ -135,6 +147,7 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
       }
     }
     const ids: string[] = [];
+    const cpuBefore = replicasCpuMs(replicas);
     const made = await load(replicas, creates, async (r) => {
       const res = await fetch(`${r.url}/v1/sandboxes`, {
         method: 'POST',
@@ -144,6 +157,7 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
       if (res.status !== 201) throw new Error(`create: HTTP ${res.status} ${await res.text()}`);
       ids.push(((await res.json()) as { id: string }).id);
     });
+    const cpuUsPerCreate = Math.round(((replicasCpuMs(replicas) - cpuBefore) * 1000) / creates);
     const read = await load(replicas, creates, async (r, i) => {
       const res = await fetch(`${r.url}/v1/sandboxes/${ids[i % ids.length]}`, { headers: { authorization: `Bearer ${r.apiKey}` } });
       if (res.status !== 200) throw new Error(`inspect: HTTP ${res.status}`);
@@ -163,6 +177,7 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
       createsPerSecond: Math.round((creates / made.seconds) * 100) / 100,
       createP50Ms: percentile(made.ms, 50),
       createP99Ms: percentile(made.ms, 99),
+      cpuUsPerCreate,
       inspectP50Ms: percentile(read.ms, 50),
       inspectP99Ms: percentile(read.ms, 99),
       loadBefore,
@@ -210,6 +225,12 @@ if (real) {
   } finally {
     await stopReplica(sqlite);
   }
+  const alone = await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`));
+  try {
+    results.push(await measure('1 replica, PostgreSQL', [alone]));
+  } finally {
+    await stopReplica(alone);
+  }
   const store = await pg.database(`dsec_bench_${Date.now()}`);
   const first = await startReplica(store);
   const second = await startReplica(store);
@@ -245,7 +266,7 @@ const last = summary[summary.length - 1]!;
 const md = [
   real
     ? '# Control-plane replicas with real edges: 2 on PostgreSQL vs 1 on SQLite (and 1 on PostgreSQL)'
-    : `# Control-plane replicas: 2 on PostgreSQL vs 1 on SQLite`,
+    : `# Control-plane replicas: 2 on PostgreSQL vs 1 on PostgreSQL and 1 on SQLite`,
   '',
   real
     ? `Command: \`${command}\` (${new Date().toISOString()}). Two real edges (\`dsec edge\` daemons in the benchmark's process: crun, EROFS, overlayfs; busybox sandboxes, 16 MiB); each control plane`
@@ -256,11 +277,11 @@ const md = [
   ...(real
     ? ['Each setup ran twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike.', '']
     : []),
-  '| setup | round | creates/s | create p50 ms | create p99 ms | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
-  '|---|---|---|---|---|---|---|---|',
+  '| setup | round | creates/s | create p50 ms | create p99 ms | control-plane CPU per create (µs, all replicas) | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
+  '|---|---|---|---|---|---|---|---|---|',
   ...results.map(
     (r) =>
-      `| ${r['setup']} | ${r['round'] ?? 1} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`,
+      `| ${r['setup']} | ${r['round'] ?? 1} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['cpuUsPerCreate']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`,
   ),
   '',
   ...(real
@@ -278,6 +299,13 @@ const md = [
     ? [
         '',
         `Also: ${ratio(last, summary[1]!, `${last['setup']} ÷ ${summary[1]!['setup']}`)}; ${ratio(summary[1]!, first, `${summary[1]!['setup']} ÷ ${first['setup']}`)}.`,
+      ]
+    : []),
+  ...(!real && summary.length > 2
+    ? [
+        '',
+        // Issue 31: two replicas, each given half the load, spend no more CPU in all per create than one at full load (within 10 %).
+        `Control-plane CPU per create, ${last['setup']} (all replicas together) ÷ ${summary[1]!['setup']}: ${(Number(last['cpuUsPerCreate']) / Number(summary[1]!['cpuUsPerCreate'])).toFixed(2)}× (issue 31's target: ≤ 1.10×).`,
       ]
     : []),
   '',

@@ -29,22 +29,33 @@ export class PostgresDb implements SqlDb {
   }
 
   all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {
-    return this.#all<T>(this.#pool, sql, params);
+    return retried(() => this.#all<T>(this.#pool, sql, params));
   }
 
   async get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | undefined> {
-    return (await this.#all<T>(this.#pool, sql, params))[0];
+    return (await retried(() => this.#all<T>(this.#pool, sql, params)))[0];
   }
 
   run(sql: string, params?: readonly SqlValue[]): Promise<{ changes: number }> {
-    return this.#run(this.#pool, sql, params);
+    return retried(() => this.#run(this.#pool, sql, params));
   }
 
   async exec(script: string): Promise<void> {
     await this.#pool.query(script);
   }
 
-  async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+  /**
+   * `fn` in a transaction; run again from the start (at most MAX_TRIES times) when PostgreSQL
+   * aborts it as a deadlock's victim or for a serialization failure, as it asks clients to: two
+   * transactions that each update several sandbox rows (a batch of creates marked running, the
+   * create leases renewed) can lock them in opposite orders. `fn` must only touch the database
+   * through `tx` (nothing else is undone by the rollback).
+   */
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    return retried(() => this.#transactionOnce(fn));
+  }
+
+  async #transactionOnce<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
     const client = await this.#pool.connect();
     const tx: Sql = {
       dialect: this.dialect,
@@ -88,6 +99,23 @@ export class PostgresDb implements SqlDb {
       text: s.text,
       values: params.map((p) => (typeof p === 'boolean' ? (p ? 1 : 0) : typeof p === 'bigint' ? p.toString() : p)),
     };
+  }
+}
+
+/** SQLSTATEs after which PostgreSQL expects the transaction to be tried again: deadlock victim, serialization failure. */
+const RETRY_CODES = new Set(['40P01', '40001']);
+const MAX_TRIES = 5;
+
+/** `attempt` again on a deadlock or serialization failure, after a short jittered wait (2, 4, 8, 16 ms and up). */
+async function retried<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let tries = 1; ; tries++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (tries >= MAX_TRIES || typeof code !== 'string' || !RETRY_CODES.has(code)) throw err;
+      await new Promise((r) => setTimeout(r, (1 << tries) * (1 + Math.random())));
+    }
   }
 }
 
