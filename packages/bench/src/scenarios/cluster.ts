@@ -224,7 +224,12 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     say(`batch: ${opts.batchCount} sandboxes from accepted to all placed…`);
     const probed = probe(http, '/v1/nodes');
     let batch: BatchPhase;
-    const viaApi = await runBatchApi(control.url, control.apiKey, { count: opts.batchCount, spec: SPEC, concurrency: opts.batchConcurrency }, signal);
+    const viaApi = await runBatchApi(
+      control.url,
+      control.apiKey,
+      { count: opts.batchCount, spec: SPEC, concurrency: opts.batchConcurrency },
+      signal,
+    );
     if (viaApi) {
       const readLatency = summarizeLatency(await probed.stop());
       batch = {
@@ -262,7 +267,12 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     let hold: HoldPhase | undefined;
     if (opts.hold > 0) {
       say(`hold: ${opts.hold} sandboxes on ${opts.edges} simulated edges, then each read alone…`);
-      hold = await runHold({ url: control.url, apiKey: control.apiKey, pid: control.child.proc.pid!, http, edges: opts.edges }, opts.hold, say, signal);
+      hold = await runHold(
+        { url: control.url, apiKey: control.apiKey, pid: control.child.proc.pid!, http, edges: opts.edges },
+        opts.hold,
+        say,
+        signal,
+      );
       accepted += hold.sandboxes - hold.kill.killed;
     }
     const edgeHeld = await edges.stats();
@@ -276,7 +286,19 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
       version: aio?.version ?? 'dsec',
       errors: [...a.errors, ...batch.errors],
     };
-    return { peers: [peerBase], dropped, layout: LAYOUT, edges: edgeIds, rate, batch, costs, edgeHeld, acceptedTotal: accepted, real, ...(hold ? { hold } : {}) };
+    return {
+      peers: [peerBase],
+      dropped,
+      layout: LAYOUT,
+      edges: edgeIds,
+      rate,
+      batch,
+      costs,
+      edgeHeld,
+      acceptedTotal: accepted,
+      real,
+      ...(hold ? { hold } : {}),
+    };
   } finally {
     http.close();
     await edges?.child.stop();
