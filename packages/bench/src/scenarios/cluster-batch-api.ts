@@ -1,6 +1,7 @@
 /** POST /v1/batches and its NDJSON events, for the cluster scenario's batch and hold phases. */
 import { round } from '../stats.js';
 import type { BatchPhase, PerEdge } from './cluster-result.js';
+import { ndjsonLines } from '../ndjson-lines.js';
 
 export const MAX_ERRORS = 5;
 
@@ -56,32 +57,22 @@ export async function runBatchApi(
       signal,
     });
     if (!ev.ok || !ev.body) throw new Error(`GET /v1/batches/${id}/events: HTTP ${ev.status} ${await ev.text()}`);
-    let buf = '';
-    const decoder = new TextDecoder();
-    for await (const chunk of ev.body) {
-      buf += decoder.decode(chunk as Uint8Array, { stream: true });
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        if (!line) continue;
-        const e = JSON.parse(line) as BatchEvent;
-        if (e.seq <= lastSeq) continue;
-        lastSeq = e.seq;
-        if (e.type === 'placed' && e.index !== undefined) placed.add(e.index);
-        else if (e.type === 'running' && e.index !== undefined && !running.has(e.index)) {
-          running.add(e.index);
-          placed.add(e.index);
-          if (ids && e.sandboxId) ids.push(e.sandboxId);
-          if (e.edge) perEdge[e.edge] = (perEdge[e.edge] ?? 0) + 1;
-        } else if (e.type === 'failed' && e.index !== undefined) {
-          failed.add(e.index);
-          if (errors.length < MAX_ERRORS) errors.push(`#${e.index}: ${e.code ?? ''} ${e.reason ?? 'failed'}`);
-        } else if (e.type === 'done' || e.type === 'cancelled') done = true;
-        const now = performance.now();
-        if (Number.isNaN(placedAt) && placed.size + failed.size >= count) placedAt = now;
-        if (Number.isNaN(runningAt) && running.size + failed.size >= count) runningAt = now;
-      }
+    for await (const e of ndjsonLines<BatchEvent>(ev.body)) {
+      if (e.seq <= lastSeq) continue;
+      lastSeq = e.seq;
+      if (e.type === 'placed' && e.index !== undefined) placed.add(e.index);
+      else if (e.type === 'running' && e.index !== undefined && !running.has(e.index)) {
+        running.add(e.index);
+        placed.add(e.index);
+        if (ids && e.sandboxId) ids.push(e.sandboxId);
+        if (e.edge) perEdge[e.edge] = (perEdge[e.edge] ?? 0) + 1;
+      } else if (e.type === 'failed' && e.index !== undefined) {
+        failed.add(e.index);
+        if (errors.length < MAX_ERRORS) errors.push(`#${e.index}: ${e.code ?? ''} ${e.reason ?? 'failed'}`);
+      } else if (e.type === 'done' || e.type === 'cancelled') done = true;
+      const now = performance.now();
+      if (Number.isNaN(placedAt) && placed.size + failed.size >= count) placedAt = now;
+      if (Number.isNaN(runningAt) && running.size + failed.size >= count) runningAt = now;
     }
   }
   const end = performance.now();

@@ -12,6 +12,7 @@ import { summarizeLatency } from '../latency.js';
 import { round } from '../stats.js';
 import { runBatchApi } from './cluster-batch-api.js';
 import type { HoldPhase } from './cluster-result.js';
+import { ndjsonLines } from '../ndjson-lines.js';
 
 /** The batch API's largest batch: the hold is filled with these, and one of them is killed by label at the end. */
 export const HOLD_BATCH = 32_000;
@@ -89,20 +90,10 @@ async function killByLabel(url: string, apiKey: string, labels: Record<string, s
   }
   let reports = 0;
   let result: { total: number; killed: number; failed: number } | undefined;
-  let buf = '';
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body) {
-    buf += decoder.decode(chunk as Uint8Array, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line) continue;
-      const e = JSON.parse(line) as { type: string; total: number; done: number; failed: number; ids?: string[] };
-      if (Number.isNaN(first)) first = performance.now() - t0;
-      if (e.type === 'progress') reports++;
-      if (e.type === 'done') result = { total: e.total, killed: e.done - e.failed, failed: e.failed };
-    }
+  for await (const e of ndjsonLines<{ type: string; total: number; done: number; failed: number; ids?: string[] }>(res.body)) {
+    if (Number.isNaN(first)) first = performance.now() - t0;
+    if (e.type === 'progress') reports++;
+    if (e.type === 'done') result = { total: e.total, killed: e.done - e.failed, failed: e.failed };
   }
   if (!result) throw new Error('POST /v1/sandboxes/kill: the stream ended without its done line');
   return {
