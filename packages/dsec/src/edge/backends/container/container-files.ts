@@ -21,11 +21,11 @@ import {
   mkdirInRoot,
   readFileInRoot,
   removeInRoot,
-  removeTreeInRoot,
   renameInRoot,
   statInRoot,
   writeFileInRoot,
 } from './sandbox-files.js';
+import { removeTreeInRoot } from './sandbox-remove-tree.js';
 
 /**
  * The files API of container sandboxes: `openat2` in the sandbox's root (sandbox-files.ts), as its
