@@ -5,8 +5,8 @@ import type { SandboxSide } from './rpc-router.js';
 import type { ControlPlane } from '../control-plane.js';
 import { ConnectError } from './connect-protocol.js';
 import type { CallContext, Message, RpcService } from './rpc-router.js';
-import { fileActor, resolvePath, type SandboxUser, type SandboxUsers } from './sandbox-users.js';
-import { cachedStat, entryInfo, realPath, type StatFn } from './entry-info.js';
+import { fileActor, resolvePath, userNamed, type SandboxUser, type SandboxUsers } from './sandbox-users.js';
+import { cachedStat, entryInfo, realPath, type OwnerNames, type StatFn } from './entry-info.js';
 
 /** How often a watch compares the directory with its last snapshot (there is no inotify across the sandbox boundary). */
 export const WATCH_POLL_MS = 100;
@@ -39,6 +39,8 @@ export const METADATA_XATTR_PREFIX = 'user.e2b.';
  */
 export interface Acting extends SandboxSide {
   user: SandboxUser;
+  /** The sandbox's uid and gid names as the call found them (for entries' owner and group). */
+  names: OwnerNames;
 }
 
 /**
@@ -73,12 +75,14 @@ class DirWatcher {
     }
     for (const name of last.keys()) if (!next.has(name)) events.push({ name, type: 'EVENT_TYPE_REMOVE' });
     this.#last = next;
-    if (this.opts.includeEntry) {
+    if (this.opts.includeEntry && events.some((ev) => CARRIES_ENTRY.has(String(ev['type'])))) {
       const stat = this.fs.statFor(this.acting); // one poll is one call: its links share one budget (entry-info.ts)
+      // Owner names as the sandbox has them at this poll (a user added since shows by name).
+      const acting = await this.fs.withNamesNow(this.acting);
       for (const ev of events) {
         if (!CARRIES_ENTRY.has(String(ev['type']))) continue;
         // Gone again since the walk: the event goes without its entry, as envd's does.
-        const entry = await this.fs.entryAt(this.acting, posix.join(this.dir, String(ev['name'])), stat).catch(() => undefined);
+        const entry = await this.fs.entryAt(acting, posix.join(this.dir, String(ev['name'])), stat).catch(() => undefined);
         if (entry) ev['entry'] = entry;
       }
     }
@@ -130,9 +134,18 @@ export class FilesystemService {
     };
   }
 
-  /** The sandbox of a call and the user it names (E2B's default user when it names none). */
+  /** The same call's side with the sandbox's owner names read again (a long-lived watch's next poll). */
+  async withNamesNow(a: Acting): Promise<Acting> {
+    return { ...a, names: (await this.users.accounts(a)).names };
+  }
+
+  /**
+   * The sandbox of a call, the user it names (E2B's default user when it names none) and the
+   * sandbox's owner names, read once for the whole call (a listing names every entry's owner).
+   */
   async acting(side: SandboxSide, user: string | undefined): Promise<Acting> {
-    return { sandboxId: side.sandboxId, caller: side.caller, user: await this.users.resolve(side, user) };
+    const accounts = await this.users.accounts(side);
+    return { sandboxId: side.sandboxId, caller: side.caller, user: userNamed(accounts.users, user), names: accounts.names };
   }
 
   /** The sandbox's lstat as the user, with the entry's metadata, remembered for the length of one E2B call. */
@@ -148,7 +161,7 @@ export class FilesystemService {
 
   /** envd's EntryInfo of the entry `st` found at `at`. */
   async entryOf(a: Acting, st: FileStat, at: string, stat = this.#stat(a)): Promise<Message> {
-    return entryInfo(stat, await this.users.names(a), st, at);
+    return entryInfo(stat, a.names, st, at);
   }
 
   /** envd's EntryInfo of the entry at `p` (FILE_NOT_FOUND when there is none). */

@@ -29,8 +29,7 @@ export function fileActor(user: SandboxUser): FileActor | undefined {
  * read) and kept per sandbox: a template decides who exists, dsec does not assume.
  */
 export class SandboxUsers {
-  readonly #cache = new Map<string, { version: string; users: Map<string, SandboxUser> }>();
-  readonly #names = new Map<string, { version: string; users: Map<number, string>; groups: Map<number, string> }>();
+  readonly #cache = new Map<string, SandboxAccounts & { version: string }>();
 
   constructor(private readonly control: ControlPlane) {}
 
@@ -52,11 +51,16 @@ export class SandboxUsers {
     return `${await one('/etc/passwd')} ${await one('/etc/group')}`;
   }
 
-  async #passwd(side: SandboxSide, version?: string): Promise<Map<string, SandboxUser>> {
+  /**
+   * The sandbox's accounts now: its users by name (with their groups) and the names of its uids
+   * and gids, read from its /etc/passwd and /etc/group once per version of those files. One E2B
+   * call takes them once (FilesystemService.acting), however many entries it then describes.
+   */
+  async accounts(side: SandboxSide): Promise<SandboxAccounts> {
     const { sandboxId, caller } = side;
-    version ??= await this.#version(side);
+    const version = await this.#version(side);
     const cached = this.#cache.get(sandboxId);
-    if (cached?.version === version) return cached.users;
+    if (cached?.version === version) return cached;
     const users = new Map([['root', { ...ROOT, groups: [...ROOT.groups] }]]); // a copy: /etc/group adds to its groups
     try {
       const text = (await this.control.files.readFile(caller, sandboxId, '/etc/passwd', 1 << 20)).toString('utf8');
@@ -68,14 +72,17 @@ export class SandboxUsers {
     } catch {
       // an image without /etc/passwd (a bare busybox) has root only
     }
+    const groupNames = new Map<number, string>([[0, 'root']]);
     try {
       const text = (await this.control.files.readFile(caller, sandboxId, '/etc/group', 1 << 20)).toString('utf8');
       // Memberships gathered in sets: the sandbox writes this file, and Array.includes per line
       // made 95k memberships of one user (1 MiB) 5·10⁹ comparisons on the control plane's loop.
       const memberships = new Map<SandboxUser, Set<number>>();
       for (const line of text.split('\n')) {
-        const [, , gid, members] = line.split(':');
-        if (!gid || !/^\d+$/.test(gid) || !members) continue;
+        const [group, , gid, members] = line.split(':');
+        if (!gid || !/^\d+$/.test(gid)) continue;
+        if (group) groupNames.set(Number(gid), group);
+        if (!members) continue;
         for (const member of members.split(',')) {
           const u = users.get(member.trim());
           if (!u) continue;
@@ -86,11 +93,14 @@ export class SandboxUsers {
       }
       for (const [u, set] of memberships) u.groups = [...set];
     } catch {
-      // no /etc/group: each user has its own gid only
+      // no /etc/group: each user has its own gid only, and gids are shown as numbers
     }
+    const userNames = new Map<number, string>();
+    for (const u of users.values()) if (!userNames.has(u.uid)) userNames.set(u.uid, u.name);
+    const out = { version, users, names: { users: userNames, groups: groupNames } };
     if (this.#cache.size > 10_000) this.#cache.clear();
-    this.#cache.set(sandboxId, { version, users });
-    return users;
+    this.#cache.set(sandboxId, out);
+    return out;
   }
 
   /**
@@ -98,52 +108,37 @@ export class SandboxUsers {
    * default user when the image has it, else root.
    */
   async resolve(side: SandboxSide, requested: string | undefined): Promise<SandboxUser> {
-    const users = await this.#passwd(side);
-    if (requested) {
-      const u = users.get(requested);
-      if (!u)
-        throw new ConnectError(
-          'invalid_argument',
-          `user ${JSON.stringify(requested)} does not exist in this sandbox (its /etc/passwd has: ${[...users.keys()].join(', ')})`,
-        );
-      return u;
-    }
-    return users.get(DEFAULT_USER) ?? ROOT;
-  }
-
-  /** uid → user name and gid → group name, for the owner and group of a file. */
-  async names(side: SandboxSide): Promise<{ users: Map<number, string>; groups: Map<number, string> }> {
-    const { sandboxId, caller } = side;
-    const version = await this.#version(side);
-    const cached = this.#names.get(sandboxId);
-    if (cached?.version === version) return cached;
-    const users = new Map<number, string>();
-    for (const u of (await this.#passwd(side, version)).values()) if (!users.has(u.uid)) users.set(u.uid, u.name);
-    const groups = new Map<number, string>([[0, 'root']]);
-    try {
-      const text = (await this.control.files.readFile(caller, sandboxId, '/etc/group', 1 << 20)).toString('utf8');
-      for (const line of text.split('\n')) {
-        const [name, , gid] = line.split(':');
-        if (name && gid && /^\d+$/.test(gid)) groups.set(Number(gid), name);
-      }
-    } catch {
-      // no /etc/group: numbers only
-    }
-    const out = { version, users, groups };
-    if (this.#names.size > 10_000) this.#names.clear();
-    this.#names.set(sandboxId, out);
-    return out;
+    return userNamed((await this.accounts(side)).users, requested);
   }
 
   forget(sandboxId: string): void {
     this.#cache.delete(sandboxId);
-    this.#names.delete(sandboxId);
   }
 
   /** Sandboxes this cache holds users for. */
   sandboxes(): string[] {
-    return [...new Set([...this.#cache.keys(), ...this.#names.keys()])];
+    return [...this.#cache.keys()];
   }
+}
+
+/** A sandbox's users by name, and the names of its uids and gids (for a file's owner and group). */
+export interface SandboxAccounts {
+  users: Map<string, SandboxUser>;
+  names: { users: Map<number, string>; groups: Map<number, string> };
+}
+
+/** The user `requested` names among `users`, else E2B's default user when there is one, else root. */
+export function userNamed(users: Map<string, SandboxUser>, requested: string | undefined): SandboxUser {
+  if (requested) {
+    const u = users.get(requested);
+    if (!u)
+      throw new ConnectError(
+        'invalid_argument',
+        `user ${JSON.stringify(requested)} does not exist in this sandbox (its /etc/passwd has: ${[...users.keys()].join(', ')})`,
+      );
+    return u;
+  }
+  return users.get(DEFAULT_USER) ?? ROOT;
 }
 
 /** The user name in `Authorization: Basic base64("name:")`, E2B's way of naming the caller's user. */
