@@ -354,6 +354,7 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
     pause = awaiting(client.SandboxCore._pause)
     resume = awaiting(client.SandboxCore._resume)
     snapshot = awaiting(client.SandboxCore._snapshot)
+    migrate = awaiting(client.SandboxCore._migrate)
     fork = awaiting(client.SandboxCore._fork)
     set_network = awaiting(client.SandboxCore._set_network)
     network = awaiting(client.SandboxCore._network)

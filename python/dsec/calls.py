@@ -218,6 +218,11 @@ def snapshot(sandbox_id: str, name: Optional[str], scrub: Optional[Sequence[str]
     return Op(json_call("POST", _sb(sandbox_id, "/snapshot"), body, timeout=timeout or SNAPSHOT_TIMEOUT), m.SnapshotResult.from_wire)
 
 
+def migrate(sandbox_id: str, edge: Optional[str], pool: Optional[str], restart_processes: bool, timeout: Optional[float]) -> Op[m.MigrateResult]:
+    body = _clean({"edge": edge, "pool": pool, "restartProcesses": True if restart_processes else None})
+    return Op(json_call("POST", _sb(sandbox_id, "/migrate"), body, timeout=timeout or SNAPSHOT_TIMEOUT), m.MigrateResult.from_wire)
+
+
 def _object(d: Any) -> Dict[str, Any]:
     return d if isinstance(d, dict) else {}
 

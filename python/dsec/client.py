@@ -329,6 +329,14 @@ class SandboxCore(_Handle, Generic[SB]):
         """Captures the sandbox's changes (pack_diff) as an image; ``Sandbox.create(snap.image_id)`` restores it."""
         return await self._io.run(calls.snapshot(self.id, name, scrub, timeout))
 
+    async def _migrate(self, *, edge: Optional[str] = None, pool: Optional[str] = None, restart_processes: bool = False, timeout: Optional[float] = None) -> m.MigrateResult:
+        """Moves the sandbox to another edge (an admin key's call), keeping its id, files, labels,
+        policy and trajectory; calls on it meanwhile wait or are retried. A container running
+        processes is refused (ConflictError, SANDBOX_NOT_MIGRATABLE) unless ``restart_processes``."""
+        r = await self._io.run(calls.migrate(self.id, edge, pool, restart_processes, timeout))
+        self.info = r.sandbox
+        return r
+
     async def _fork(self, count: int, *, labels: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> m.Fork[SB]:
         """One snapshot, then ``count`` new sandboxes from it: rollouts from the same state."""
         d = await self._io.run(calls.fork(self.id, count, labels, timeout))

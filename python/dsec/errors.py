@@ -132,6 +132,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "SESSION_CLOSED": ConflictError,
     "PROCESS_NOT_RUNNING": ConflictError,
     "SANDBOX_NOT_RUNNING": ConflictError,
+    "SANDBOX_NOT_MIGRATABLE": ConflictError,
     "PATH_CONFLICT": ConflictError,
     "EDGE_NOT_EMPTY": ConflictError,
     "PROJECT_EXISTS": ConflictError,
@@ -141,6 +142,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "CAPACITY_EXCEEDED": CapacityError,
     "NODE_MEMORY_PRESSURE": CapacityError,
     "EDGE_UNAVAILABLE": UnavailableError,
+    "SANDBOX_MIGRATING": UnavailableError,
     "REGISTRY_UNAVAILABLE": UnavailableError,
     "PORT_NOT_LISTENING": ServerError,
     "PORT_BAD_RESPONSE": ServerError,
@@ -148,6 +150,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "NODE_DISK_FULL": ServerError,
     "SANDBOX_CREATE_FAILED": ServerError,
     "SANDBOX_KILL_FAILED": ServerError,
+    "SANDBOX_MIGRATE_FAILED": ServerError,
     "EXEC_FAILED": ServerError,
     "INTERNAL": ServerError,
 }

@@ -71,6 +71,8 @@ class SandboxInfo:
     #: Live usage on inspect: {"oomKills", "memoryBytes", "pids", and where known "peakMemoryBytes",
     #: "cpuMs", "diskBytes", "netRxBytes", "netTxBytes"}.
     usage: Optional[Dict[str, float]] = None
+    #: While it moves to another edge: {"to": edge, "since": time}; calls wait for the move.
+    migration: Optional[Dict[str, str]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -257,6 +259,35 @@ class SnapshotResult:
     @classmethod
     def from_wire(cls, d: Any) -> "SnapshotResult":
         return _build(cls, d)
+
+
+@dataclass
+class MigrateResult:
+    """A sandbox's move to another edge: ``sandbox`` as it is now, on ``to``."""
+
+    sandbox: "SandboxInfo"
+    from_edge: str = ""
+    to: str = ""
+    ms: float = 0.0
+    held_ms: float = 0.0
+    bytes: int = 0
+    #: Processes a ``restart_processes`` move ended: ``{"pid": …, "cmd": …}``.
+    ended_processes: List[Dict[str, Any]] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "MigrateResult":
+        d = d if isinstance(d, dict) else {}
+        return cls(
+            sandbox=SandboxInfo.from_wire(d.get("sandbox")),
+            from_edge=str(d.get("from", "")),
+            to=str(d.get("to", "")),
+            ms=float(d.get("ms", 0)),
+            held_ms=float(d.get("heldMs", 0)),
+            bytes=int(d.get("bytes", 0)),
+            ended_processes=list(d.get("endedProcesses", [])),
+            raw=d,
+        )
 
 
 @dataclass

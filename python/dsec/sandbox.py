@@ -411,6 +411,7 @@ class Sandbox(client.SandboxCore["Sandbox"]):
     pause = blocking(client.SandboxCore._pause)
     resume = blocking(client.SandboxCore._resume)
     snapshot = blocking(client.SandboxCore._snapshot)
+    migrate = blocking(client.SandboxCore._migrate)
     fork = blocking(client.SandboxCore._fork)
     set_network = blocking(client.SandboxCore._set_network)
     network = blocking(client.SandboxCore._network)

@@ -46,15 +46,18 @@ class Endpoint:
 
 #: Pauses (seconds) between tries of a call a stalled edge refused: doubling from the first to the cap.
 RETRY_FIRST, RETRY_MAX = 0.25, 2.0
+#: The refusals a call is tried again after (with ``details.retryable``): nothing was sent to an edge.
+RETRIED_CODES = ("EDGE_UNAVAILABLE", "SANDBOX_MIGRATING")
 
 
 def retry_pause(err: DsecError, attempt: int, left: float) -> Optional[float]:
     """How long to wait before trying a refused call again, or None to raise. Only a retryable
-    EDGE_UNAVAILABLE is tried again (the sandbox's edge stopped reporting and nothing was sent
-    to it: a GC pause or a network blip on that node), and only while a new try can start
-    inside the retry window: ``left`` is what remains of the window, and the pause must end
-    before it does."""
-    if err.code != "EDGE_UNAVAILABLE" or err.details.get("retryable") is not True:
+    EDGE_UNAVAILABLE (the sandbox's edge stopped reporting and nothing was sent to it: a GC
+    pause or a network blip on that node) or SANDBOX_MIGRATING (it is moving to another edge,
+    and nothing was sent to either) is tried again, and only while a new try can start inside
+    the retry window: ``left`` is what remains of the window, and the pause must end before it
+    does."""
+    if err.code not in RETRIED_CODES or err.details.get("retryable") is not True:
         return None
     pause = min(RETRY_FIRST * (2**attempt), RETRY_MAX)
     return pause if left > pause else None

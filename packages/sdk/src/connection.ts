@@ -140,6 +140,8 @@ interface WireError {
 /** Pauses between tries of a call refused with a retryable EDGE_UNAVAILABLE: doubling, up to the cap. */
 const RETRY_FIRST_MS = 250;
 const RETRY_MAX_MS = 2000;
+/** The refusals tried again (with `details.retryable`): nothing was sent to an edge. */
+const RETRIED_CODES = new Set(['EDGE_UNAVAILABLE', 'SANDBOX_MIGRATING']);
 
 export class Connection {
   readonly url: string;
@@ -194,7 +196,8 @@ export class Connection {
   /**
    * Tries a call again while the server refuses it with a retryable EDGE_UNAVAILABLE (the
    * sandbox's edge stopped reporting, and nothing was sent to it: a GC pause or a network blip
-   * on that node), until the call's own deadline; then the last refusal is thrown.
+   * on that node) or SANDBOX_MIGRATING (it is moving to another edge; nothing was sent to
+   * either), until the call's own deadline; then the last refusal is thrown.
    */
   async #retrying<T>(init: CallInit, call: (once: CallInit) => Promise<T>): Promise<T> {
     // The window is the call's timeout from the first try; each try gets the whole timeout, so a
@@ -204,7 +207,7 @@ export class Connection {
       try {
         return await call(init);
       } catch (err) {
-        const retry = err instanceof DsecError && err.code === 'EDGE_UNAVAILABLE' && err.details['retryable'] === true;
+        const retry = err instanceof DsecError && RETRIED_CODES.has(err.code) && err.details['retryable'] === true;
         if (!retry || Date.now() + pause >= windowEnd || init.signal?.aborted) throw err;
         await new Promise((resolve) => setTimeout(resolve, pause));
       }

@@ -35,6 +35,11 @@ export const ERROR_CODES = {
   SESSION_CLOSED: 409,
   PROCESS_NOT_RUNNING: 409,
   SANDBOX_NOT_RUNNING: 409,
+  /**
+   * The sandbox cannot move (POST …/migrate) as it is: a container running processes (migrate
+   * between steps, or pass restartProcesses), volumes on its edge, a backend that does not move.
+   */
+  SANDBOX_NOT_MIGRATABLE: 409,
   PATH_CONFLICT: 409,
   EDGE_NOT_EMPTY: 409,
   PROJECT_EXISTS: 409,
@@ -65,7 +70,11 @@ export const ERROR_CODES = {
    */
   NODE_MEMORY_PRESSURE: 503,
   EDGE_UNAVAILABLE: 503,
+  /** The sandbox is moving to another edge (`details.retryable`): the same call succeeds once it has moved. */
+  SANDBOX_MIGRATING: 503,
   SANDBOX_CREATE_FAILED: 500,
+  /** A move failed part way; the sandbox runs on where it was (`details.edge`), as before the call. */
+  SANDBOX_MIGRATE_FAILED: 500,
   SANDBOX_KILL_FAILED: 500,
   EXEC_FAILED: 500,
   INTERNAL: 500,
@@ -234,6 +243,7 @@ export const ERROR_CLASSES = {
   SESSION_CLOSED: ConflictError,
   PROCESS_NOT_RUNNING: ConflictError,
   SANDBOX_NOT_RUNNING: ConflictError,
+  SANDBOX_NOT_MIGRATABLE: ConflictError,
   PATH_CONFLICT: ConflictError,
   EDGE_NOT_EMPTY: ConflictError,
   PROJECT_EXISTS: ConflictError,
@@ -243,6 +253,7 @@ export const ERROR_CLASSES = {
   CAPACITY_EXCEEDED: CapacityError,
   NODE_MEMORY_PRESSURE: CapacityError,
   EDGE_UNAVAILABLE: UnavailableError,
+  SANDBOX_MIGRATING: UnavailableError,
   REGISTRY_UNAVAILABLE: UnavailableError,
   PORT_NOT_LISTENING: ServerError,
   PORT_BAD_RESPONSE: ServerError,
@@ -250,6 +261,7 @@ export const ERROR_CLASSES = {
   NODE_DISK_FULL: ServerError,
   SANDBOX_CREATE_FAILED: ServerError,
   SANDBOX_KILL_FAILED: ServerError,
+  SANDBOX_MIGRATE_FAILED: ServerError,
   EXEC_FAILED: ServerError,
   INTERNAL: ServerError,
 } as const satisfies Record<ErrorCode, DsecErrorClass>;

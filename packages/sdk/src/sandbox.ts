@@ -14,6 +14,8 @@ import {
   type ReplayResult,
   type SandboxInfo,
   type SandboxList,
+  MigrateRequest,
+  type MigrateResult,
   SnapshotRequest,
   type SnapshotResult,
   type Trajectory,
@@ -338,6 +340,24 @@ export class Sandbox {
    * @param opts.timeoutMs @default 600000
    * @example const snap = await sb.snapshot({ name: 'task-42:step-3' });
    */
+  /**
+   * Moves the sandbox to another edge (an admin key's call): same id, labels, files, network
+   * policy, trajectory and TTL. Calls on it meanwhile wait, or are retried on SANDBOX_MIGRATING.
+   * A container running processes besides its init is refused (SANDBOX_NOT_MIGRATABLE) unless
+   * `restartProcesses`, which ends them (the result names them).
+   */
+  async migrate(opts: MigrateRequest & CallOptions = {}): Promise<MigrateResult> {
+    const { signal, timeoutMs, ...body } = opts;
+    checkBody(MigrateRequest, body, 'migrate');
+    const result = await this.conn.json<MigrateResult>('POST', `/v1/sandboxes/${this.id}/migrate`, {
+      json: body,
+      signal,
+      timeoutMs: timeoutMs ?? 600_000,
+    });
+    this.info = result.sandbox;
+    return result;
+  }
+
   async snapshot(opts: SnapshotRequest & CallOptions = {}): Promise<Snapshot> {
     const { signal, timeoutMs, ...body } = opts;
     checkBody(SnapshotRequest, body, 'snapshot');

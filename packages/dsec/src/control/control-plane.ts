@@ -22,6 +22,7 @@ import { ExecService } from './service/exec.js';
 import { ExpiryService } from './service/expiry.js';
 import { FileService } from './service/files.js';
 import { NetworkService } from './service/network.js';
+import { MigrationService } from './service/migration.js';
 import { NodeService } from './service/nodes.js';
 import { ProjectService } from './service/projects.js';
 import { ReplayService } from './service/replay.js';
@@ -101,6 +102,8 @@ export class ControlPlane {
   readonly replays: ReplayService;
   /** Reading trajectories: one sandbox's (with its fork lineage), or many by label or batch. */
   readonly trajectories: TrajectoryService;
+  /** Moving sandboxes between edges. */
+  readonly migration: MigrationService;
   /** The nodes, draining, reconciling the store with an edge. */
   readonly nodes: NodeService;
   /** TTLs and idle timeouts. */
@@ -195,6 +198,15 @@ export class ControlPlane {
       export: new TrajectoryExport({ store, trajectory: this.trajectory, ended: this.ended }),
     });
     this.projects = new ProjectService({ store, quotas: this.quotas });
+    this.migration = new MigrationService({
+      ...sandboxDeps,
+      images,
+      edges: this.edges,
+      creation,
+      network: this.network,
+      replicaId: this.replicaId,
+      ...(registry ? { layersReady: (layers: readonly string[]) => registry.ensure(layers) } : {}),
+    });
     this.nodes = new NodeService({ store, edges: this.edges, creation, trajectory: this.trajectory, log });
     this.expiry = new ExpiryService({
       ...sandboxDeps,
@@ -202,6 +214,7 @@ export class ControlPlane {
       ended: this.ended,
       owned: this.owned,
       createLeases: this.createLeases,
+      abandonedMoves: () => this.migration.recoverAbandoned(),
       replicaId: this.replicaId,
     });
     this.batches = new BatchService(store, this.sandboxes, this.quotas, this.edges, log.child({ component: 'batches' }), this.replicaId);

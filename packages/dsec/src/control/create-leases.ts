@@ -20,7 +20,7 @@ export const CREATE_LEASE_MS = 10_000;
  */
 export class CreateLeases {
   constructor(
-    private readonly store: Pick<StateStore, 'sandboxes'>,
+    private readonly store: Pick<StateStore, 'sandboxes' | 'moves'>,
     private readonly edges: EdgeRegistry,
     private readonly log: Logger,
     readonly replicaId: string,
@@ -37,8 +37,9 @@ export class CreateLeases {
     const timer = setInterval(() => {
       if (busy) return;
       busy = true;
-      void this.store.sandboxes
-        .renewCreates(this.replicaId, Date.now() + CREATE_LEASE_MS)
+      // A move (service/migration.ts) is vouched for the same way, with the same lease.
+      const until = Date.now() + CREATE_LEASE_MS;
+      void Promise.all([this.store.sandboxes.renewCreates(this.replicaId, until), this.store.moves.renew(this.replicaId, until)])
         .catch((err: unknown) => this.log.error({ err }, 'renewing create leases failed'))
         .finally(() => (busy = false));
     }, intervalMs);

@@ -53,6 +53,19 @@ export class Metrics {
     labelNames: ['backend', 'code'] as const,
     registers: [this.registry],
   });
+  readonly #migrations = new Counter({
+    name: 'dsec_sandbox_migrations_total',
+    help: 'Sandbox moves between edges, by why (api: a caller; drain: an edge drained with --migrate; burst: its pool above the burst threshold; return: back from the burst pool) and result (moved, refused, failed).',
+    labelNames: ['cause', 'result'] as const,
+    registers: [this.registry],
+  });
+  readonly #migrationSeconds = new Histogram({
+    name: 'dsec_sandbox_migration_duration_seconds',
+    help: 'Time a sandbox took to move (from the call to running on its new edge), by cause.',
+    labelNames: ['cause'] as const,
+    buckets: CREATE_BUCKETS,
+    registers: [this.registry],
+  });
   readonly #execSeconds = new Histogram({
     name: 'dsec_exec_duration_seconds',
     help: 'Duration of commands run in sandboxes, as the edge measured it, by kind (exec: buffered; stream: NDJSON; session: in a shell session).',
@@ -150,6 +163,12 @@ export class Metrics {
 
   killFailed(backend: string, code: string): void {
     this.#killErrors.inc({ backend, code });
+  }
+
+  /** A move's outcome; `ms` for one that moved. */
+  observeMigration(cause: string, result: 'moved' | 'refused' | 'failed', ms?: number): void {
+    this.#migrations.inc({ cause, result });
+    if (result === 'moved' && ms !== undefined) this.#migrationSeconds.observe({ cause }, ms / 1000);
   }
 
   observeExec(kind: ExecKind, ms: number): void {

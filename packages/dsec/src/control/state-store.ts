@@ -9,6 +9,7 @@ import { type ImageOwnerRecords, SqlImageOwnerRecords } from './store/image-owne
 import { type LeaseRecords, SqlLeaseRecords } from './store/leases.js';
 import { type PoolRecords, SqlPoolRecords } from './store/pools.js';
 import { type ProjectRecords, SqlProjectRecords } from './store/projects.js';
+import { type SandboxMoveRecords, SqlSandboxMoveRecords } from './store/sandbox-moves.js';
 import { type SandboxRecords, SqlSandboxRecords } from './store/sandboxes.js';
 import { type VolumeRecords, SqlVolumeRecords } from './store/volumes.js';
 
@@ -19,6 +20,7 @@ export type { ImageOwnerRecords } from './store/image-owners.js';
 export type { LeaseRecords } from './store/leases.js';
 export type { PoolClaim, PoolRecords, StoredPool } from './store/pools.js';
 export type { ProjectRecords, StoredProject } from './store/projects.js';
+export type { SandboxMoveRecords, StoredMove } from './store/sandbox-moves.js';
 export type { BatchItem, CreateLease, SandboxFilter, SandboxRecords } from './store/sandboxes.js';
 export type { StoredVolume, VolumeRecords } from './store/volumes.js';
 
@@ -41,6 +43,8 @@ export class StateStore {
   readonly keys: KeyRecords;
   /** Sandboxes, their specs, expiry and create leases. */
   readonly sandboxes: SandboxRecords;
+  /** Sandboxes moving between edges (on the sandboxes' rows). */
+  readonly moves: SandboxMoveRecords;
   readonly volumes: VolumeRecords;
 
   private constructor(readonly db: SqlDb) {
@@ -52,6 +56,7 @@ export class StateStore {
     this.leases = new SqlLeaseRecords(db);
     this.keys = new SqlKeyRecords(db);
     this.sandboxes = new SqlSandboxRecords(db);
+    this.moves = new SqlSandboxMoveRecords(db);
     this.volumes = new SqlVolumeRecords(db);
   }
 

@@ -37,6 +37,7 @@ import type {
   EdgeInfo,
   EdgeNetworkRequest,
   EdgeSandbox,
+  EdgeQuiesce,
   EdgeSnapshot,
   FileCallOptions,
   StatOptions,
@@ -263,6 +264,10 @@ export class Edge implements EdgeApi {
 
   resumeSandbox(id: string): Promise<void> {
     return this.#for(id).resumeSandbox(id);
+  }
+
+  quiesceSandbox(id: string, opts: { endProcesses: boolean }): Promise<EdgeQuiesce> {
+    return this.#for(id).quiesceSandbox(id, opts);
   }
 
   setNetwork(id: string, policy: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {

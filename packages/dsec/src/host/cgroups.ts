@@ -194,6 +194,21 @@ export function cgroupPids(rel: string): number[] {
   return [...pids];
 }
 
+/** Pids in each of `dirs` (absolute cgroup dirs) and every cgroup below them: a sandbox's init with its commands' own cgroups. */
+export function cgroupTreePids(dirs: readonly string[]): number[] {
+  const pids = new Set<number>();
+  const walk = (dir: string): void => {
+    try {
+      for (const line of readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n')) if (line) pids.add(Number(line));
+    } catch {
+      return; // gone meanwhile
+    }
+    for (const child of safeReaddir(dir, true)) walk(join(dir, child));
+  };
+  for (const dir of dirs) walk(dir);
+  return [...pids];
+}
+
 /** Sandbox cgroups under the dsec parent (any hierarchy), e.g. for leak checks. */
 export function listSandboxCgroups(): string[] {
   const names = new Set<string>();

@@ -175,6 +175,15 @@ export const SandboxInfo = Type.Object(
     expiresAt: Type.Optional(Type.String({ format: 'date-time', description: 'When the TTL ends.' })),
     lastActivityAt: Type.String({ format: 'date-time' }),
     usage: Type.Optional(SandboxUsage),
+    migration: Type.Optional(
+      Type.Object(
+        { to: Type.String({ description: 'The edge it is moving to.' }), since: Type.String({ format: 'date-time' }) },
+        {
+          description:
+            'Present while the sandbox moves to another edge (POST /v1/sandboxes/{id}/migrate): calls wait for the move or get SANDBOX_MIGRATING.',
+        },
+      ),
+    ),
   },
   {},
 );
@@ -275,6 +284,42 @@ export const SnapshotResult = Type.Object({
   }),
 });
 export type SnapshotResult = Static<typeof SnapshotResult>;
+
+export const MigrateRequest = Type.Object(
+  {
+    edge: Type.Optional(Type.String({ pattern: '^[a-z0-9]{1,32}$', description: 'The edge to move to; placement picks one when absent.' })),
+    pool: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        description: "The pool to move into (placement picks its edge); the sandbox's own when absent.",
+      }),
+    ),
+    restartProcesses: Type.Optional(
+      Type.Boolean({
+        description:
+          "A container's processes cannot move: without this a container that runs any besides its init is refused (SANDBOX_NOT_MIGRATABLE, `details.processes`); with it they are ended and the answer names them.",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type MigrateRequest = Static<typeof MigrateRequest>;
+
+export const MigrateResult = Type.Object({
+  sandbox: SandboxInfo,
+  from: Type.String({ description: 'The edge it ran on.' }),
+  to: Type.String({ description: 'The edge it runs on now.' }),
+  ms: Type.Number({ description: 'From the call to running on the new edge.' }),
+  heldMs: Type.Number({
+    description: 'How long it was held still (frozen, its calls waiting): from the quiesce to running on the new edge.',
+  }),
+  bytes: Type.Integer({ description: 'Bytes of its writable layer that moved.' }),
+  endedProcesses: Type.Array(Type.Object({ pid: Type.Integer(), cmd: Type.String() }), {
+    description: 'Processes ended for the move (restartProcesses), as the sandbox numbered them.',
+  }),
+});
+export type MigrateResult = Static<typeof MigrateResult>;
 
 export const ForkRequest = Type.Object(
   {

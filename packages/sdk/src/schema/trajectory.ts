@@ -21,6 +21,9 @@ export const TrajectoryKind = Type.Union([
   // Not a step of the agent's: its edge stopped reporting and came back with the sandbox intact
   // (request: edge, reason (which says since when), backAt); nothing to redo in a replay.
   Type.Literal('edge.gap'),
+  // Not a step either: the sandbox moved to another edge (request: from, to, cause; result: ms,
+  // heldMs, bytes, endedProcesses — processes a restartProcesses move ended).
+  Type.Literal('sandbox.migrated'),
 ]);
 export type TrajectoryKind = Static<typeof TrajectoryKind>;
 

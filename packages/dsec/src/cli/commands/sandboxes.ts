@@ -350,6 +350,32 @@ export function registerSandboxCommands(program: Command): void {
     });
 
   program
+    .command('migrate')
+    .description('move a sandbox to another node (same id, files, labels, policy, trajectory); calls on it wait meanwhile')
+    .argument('<id>', 'sandbox id')
+    .option('--edge <id>', 'the edge to move to (default: placement picks one)')
+    .option('--pool <name>', 'the pool to move into (default: its own)')
+    .option('--restart-processes', "end the container's running processes instead of refusing the move (they cannot move)")
+    .option('--json', 'machine-readable output')
+    .action(async (id: string, f: { edge?: string; pool?: string; restartProcesses?: boolean; json?: boolean }) => {
+      const sb = await Sandbox.connect(id);
+      const r = await withProgress(`moving ${id}`, () =>
+        sb.migrate({
+          ...(f.edge ? { edge: f.edge } : {}),
+          ...(f.pool ? { pool: f.pool } : {}),
+          ...(f.restartProcesses ? { restartProcesses: true } : {}),
+        }),
+      );
+      if (f.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+      else {
+        const ended = r.endedProcesses.length ? `; ended ${r.endedProcesses.map((p) => `${p.pid} (${p.cmd})`).join(', ')}` : '';
+        process.stdout.write(
+          `${id}: ${r.from} -> ${r.to} in ${Math.round(r.ms)} ms (held ${Math.round(r.heldMs)} ms, ${r.bytes} bytes moved${ended})\n`,
+        );
+      }
+    });
+
+  program
     .command('snapshot')
     .description("capture a sandbox's changes as an image (pack_diff); create from the printed image id to restore")
     .argument('<id>', 'sandbox id')

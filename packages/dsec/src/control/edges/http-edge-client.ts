@@ -29,6 +29,7 @@ import type {
   EdgeInfo,
   EdgeNetworkRequest,
   EdgeSandbox,
+  EdgeQuiesce,
   EdgeSnapshot,
   TerminalChannel,
   TerminalRequest,
@@ -329,6 +330,10 @@ export class HttpEdgeClient implements EdgeApi {
 
   async resumeSandbox(id: string): Promise<void> {
     await this.#json('POST', this.#sb(id, '/resume'));
+  }
+
+  quiesceSandbox(id: string, opts: { endProcesses: boolean }): Promise<EdgeQuiesce> {
+    return this.#json('POST', this.#sb(id, '/quiesce'), opts, { timeout: false });
   }
 
   setNetwork(id: string, policy: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }> {

@@ -9,6 +9,8 @@ import {
   ForkRequest,
   ForkResult,
   ListSandboxesQuery,
+  MigrateRequest,
+  MigrateResult,
   NetworkPolicyRequest,
   NetworkPolicyResult,
   NetworkPolicyState,
@@ -191,6 +193,22 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         },
       },
       async (req, reply) => reply.status(201).send(await control.snapshots.fork(req.caller, req.params.id, req.body)),
+    );
+    app.post(
+      '/v1/sandboxes/:id/migrate',
+      {
+        // Where sandboxes run is the operator's to decide: the edge or pool named, and the node's room.
+        config: access.admin('moving a sandbox to another node'),
+        schema: {
+          tags,
+          summary:
+            'Move a sandbox to another edge, keeping its id, labels, files, network policy, trajectory and TTL; calls on it wait meanwhile (or get the retryable SANDBOX_MIGRATING)',
+          params: SandboxIdParams,
+          body: Type.Optional(MigrateRequest),
+          response: { 200: MigrateResult, ...errors },
+        },
+      },
+      async (req) => control.migration.migrate(req.caller, req.params.id, req.body ?? {}),
     );
 
     app.put(

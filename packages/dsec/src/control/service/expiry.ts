@@ -22,6 +22,8 @@ export class ExpiryService {
       ended: EndedSandboxes;
       owned: OwnedSandboxes;
       createLeases: CreateLeases;
+      /** Gives up the moves of replicas that died mid-move (MigrationService.recoverAbandoned). */
+      abandonedMoves?: () => Promise<unknown>;
       metrics: Metrics;
       replicaId: string;
       log: Logger;
@@ -83,6 +85,7 @@ export class ExpiryService {
           if (!mine) return;
           await this.sweepExpired();
           await createLeases.takeOver();
+          await this.deps.abandonedMoves?.();
         })
         .catch((err: unknown) => log.error({ err }, 'expiry sweep failed'))
         .finally(() => (running = false));

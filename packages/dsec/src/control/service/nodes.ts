@@ -67,7 +67,12 @@ export class NodeService {
     // A create that is in flight now may finish on the edge after it lists its sandboxes, or
     // before the store is read below: either way, that sandbox is its create's to settle.
     // On a shared store, creates another replica has in flight count too (their leases are live).
-    const inflight = new Set([...creation.inflight, ...(await store.sandboxes.leasedCreates(edgeId, Date.now()))]);
+    // A sandbox moving to this edge is its move's to settle too (service/migration.ts).
+    const inflight = new Set([
+      ...creation.inflight,
+      ...(await store.sandboxes.leasedCreates(edgeId, Date.now())),
+      ...(await store.moves.leasedTo(edgeId, Date.now())),
+    ]);
     const listed = await edge.listSandboxes();
     const onEdge = new Set(listed.map((s) => s.id));
     const pausedOnEdge = new Set(listed.filter((s) => s.status === 'paused').map((s) => s.id));

@@ -217,6 +217,7 @@ export async function replayEntries(
         case 'pause':
         case 'resume':
         case 'edge.gap':
+        case 'sandbox.migrated':
           break; // skipped above
         case 'files.upload':
           await edge.uploadTar(sandboxId, String(r['path']), Readable.from([e.payload ?? Buffer.alloc(0)]));
@@ -242,6 +243,7 @@ function skipReason(e: TrajectoryEntry): string | undefined {
   if (e.kind === 'pty') return 'interactive terminal sessions are not replayable';
   if (e.kind === 'pause' || e.kind === 'resume') return 'a pause changes no state a replay must redo';
   if (e.kind === 'edge.gap') return "the sandbox's edge was unreachable for a while; nothing was done in it";
+  if (e.kind === 'sandbox.migrated') return 'a move to another edge changes no state a replay must redo';
   if (!e.replayable) return 'the step was not kept in full (payload over the log limit)';
   return undefined;
 }

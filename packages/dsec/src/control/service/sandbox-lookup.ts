@@ -8,6 +8,18 @@ import type { EndedSandboxes } from '../ended-sandboxes.js';
 import type { StateStore } from '../state-store.js';
 import { sees, type Caller } from './callers.js';
 
+/** How long a call on a moving sandbox waits for the move before SANDBOX_MIGRATING (the SDKs retry that). */
+export const MOVE_WAIT_MS = 3_000;
+
+/** The refusal a call on a moving sandbox gets once it has waited: the same call succeeds after the move. */
+export function migrating(s: SandboxInfo): ApiError {
+  return new ApiError(
+    'SANDBOX_MIGRATING',
+    `sandbox ${s.id} is moving from edge ${s.edge} to edge ${s.migration?.to ?? '?'}; retry: the call succeeds once it has moved`,
+    { id: s.id, retryable: true, from: s.edge, to: s.migration?.to },
+  );
+}
+
 /**
  * How a service finds a sandbox and reaches its edge: the one place project scope is decided for
  * a sandbox (every service method that names one goes through `get`), and the only way to an
@@ -68,9 +80,26 @@ export class SandboxLookup {
     return this.deps.edges.api(s.edge);
   }
 
+  /**
+   * The sandbox as it is once a move in flight has ended (MigrationService): a call on a moving
+   * sandbox waits up to MOVE_WAIT_MS for it, then is refused with the retryable SANDBOX_MIGRATING
+   * (nothing was sent to either edge, so the same call can be sent again). The store is read again
+   * every 25 ms: the move may be another replica's.
+   */
+  async settled(caller: Caller, s: SandboxInfo): Promise<SandboxInfo> {
+    const until = Date.now() + MOVE_WAIT_MS;
+    while (s.migration) {
+      if (Date.now() >= until) throw migrating(s);
+      await new Promise((r) => setTimeout(r, 25));
+      s = await this.get(caller, s.id);
+    }
+    return s;
+  }
+
   /** The edge of a running sandbox `caller` may see; counts as activity for the idle timeout. */
   async runningOn(caller: Caller, id: string): Promise<EdgeApi> {
-    const s = await this.get(caller, id);
+    let s = await this.get(caller, id);
+    if (s.migration) s = await this.settled(caller, s);
     if (s.status === 'lost')
       // Its edge stopped reporting; it may come back with the sandbox intact (a GC pause, a network
       // blip): retryable, and nothing was sent to the edge, so any call may be retried as it is.

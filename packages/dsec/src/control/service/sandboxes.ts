@@ -160,6 +160,13 @@ export class SandboxService {
     const teardownFailed = s.status === 'failed' && s.reason?.startsWith(KILL_FAILED_REASON) === true;
     if (s.status === 'running' || s.status === 'creating' || s.status === 'paused' || teardownFailed) {
       try {
+        // A sandbox moving now may be on its target by the time the row goes (the move removes
+        // the source's copy and keeps the target's once it commits): it is killed on both.
+        const to = s.migration?.to;
+        if (to !== undefined)
+          await Promise.resolve()
+            .then(() => this.deps.lookup.edgeOf({ ...s, edge: to }).killSandbox(id))
+            .catch(() => undefined); // not made there (yet), or its edge is gone: its reconcile removes it
         await this.deps.lookup.edgeOf(s).killSandbox(id);
         this.deps.metrics.observeKill(s.backend, 'kill');
       } catch (err) {
@@ -192,7 +199,7 @@ export class SandboxService {
     if (s.status === 'running') return s;
     if (s.status !== 'paused')
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}, not paused`, { id, status: s.status });
-    await this.deps.lookup.edgeOf(s).resumeSandbox(id);
+    await this.deps.lookup.edgeOf(await this.deps.lookup.settled(caller, s)).resumeSandbox(id);
     await this.deps.store.sandboxes.setStatus(id, 'running');
     await this.deps.store.sandboxes.touch(id);
     await this.deps.trajectory.append(id, { kind: 'resume', request: {} });

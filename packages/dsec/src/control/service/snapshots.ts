@@ -39,7 +39,7 @@ export class SnapshotService {
    */
   async snapshot(caller: Caller, id: string, req: SnapshotRequest = {}, signal?: AbortSignal): Promise<SnapshotResult> {
     const privateTo = caller.admin ? undefined : caller.project;
-    const s = await this.deps.lookup.get(caller, id);
+    const s = await this.deps.lookup.settled(caller, await this.deps.lookup.get(caller, id));
     const nameOwner = req.name && privateTo !== undefined ? await this.deps.projectImages.checkName(privateTo, req.name, false) : undefined;
     if (s.status !== 'running' && s.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only running or paused sandboxes can be snapshotted`, {
@@ -113,7 +113,8 @@ export class SnapshotService {
    * copy of the disk: processes, their memory and the guest's files continue in every fork.
    * `snapshot.imageId` is the parent's image (the state itself is not an image).
    */
-  async #forkVm(caller: Caller, parent: SandboxInfo, req: ForkRequest, project: string): Promise<ForkResult> {
+  async #forkVm(caller: Caller, unsettled: SandboxInfo, req: ForkRequest, project: string): Promise<ForkResult> {
+    const parent = await this.deps.lookup.settled(caller, unsettled);
     const id = parent.id;
     if (parent.status !== 'running' && parent.status !== 'paused') {
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${parent.status}: only running or paused VMs can be forked`, { id });

@@ -375,6 +375,19 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 16,
+    name: 'a sandbox moving to another edge: where to, which replica moves it and until when it vouches for the move',
+    up: async (db) => {
+      await db.exec(`
+        ALTER TABLE sandboxes ADD COLUMN move_to TEXT;
+        ALTER TABLE sandboxes ADD COLUMN move_owner TEXT;
+        ALTER TABLE sandboxes ADD COLUMN move_until BIGINT;
+        ALTER TABLE sandboxes ADD COLUMN move_since BIGINT;
+        CREATE INDEX IF NOT EXISTS sandboxes_move_to ON sandboxes (move_to) WHERE move_to IS NOT NULL;
+      `);
+    },
+  },
 ];
 
 /**

@@ -449,6 +449,8 @@ interface SandboxRow {
   last_activity: number;
   backend: SandboxInfo['backend'];
   project: string;
+  move_to?: string | null;
+  move_since?: number | string | null;
 }
 
 function fromRow(r: SandboxRow): SandboxInfo {
@@ -471,5 +473,6 @@ function fromRow(r: SandboxRow): SandboxInfo {
   if (r.ttl_seconds !== null) info.ttlSeconds = r.ttl_seconds;
   if (r.idle_timeout_seconds !== null) info.idleTimeoutSeconds = r.idle_timeout_seconds;
   if (r.expires_at !== null) info.expiresAt = new Date(r.expires_at).toISOString();
+  if (r.move_to) info.migration = { to: r.move_to, since: new Date(Number(r.move_since)).toISOString() };
   return info;
 }

@@ -23,6 +23,7 @@ import type {
   EdgeFnRequest,
   EdgeInfo,
   EdgeNetworkRequest,
+  EdgeQuiesce,
   EdgeSandbox,
   EdgeSnapshot,
 } from './schemas.js';
@@ -34,6 +35,7 @@ export type {
   EdgeHeartbeatInfo,
   EdgeInfo,
   EdgeNetworkRequest,
+  EdgeQuiesce,
   EdgeSandbox,
   EdgeSnapshot,
   SandboxLimits,
@@ -100,6 +102,13 @@ export interface EdgeApi {
   sandboxUsage(id: string): Promise<SandboxUsage>;
   pauseSandbox(id: string): Promise<void>;
   resumeSandbox(id: string): Promise<void>;
+  /**
+   * Holds a sandbox still for a move to another edge: frozen (paused), with the processes it runs
+   * besides its init listed. A container with such processes is thawed again and left as it was
+   * unless `endProcesses`, which ends them first; a VM is only paused (its processes move with it).
+   * Undone by resumeSandbox unless it was paused before.
+   */
+  quiesceSandbox(id: string, opts: { endProcesses: boolean }): Promise<EdgeQuiesce>;
   /** Host names in the allow list are resolved by the edge, on its node. */
   setNetwork(id: string, policy: EdgeNetworkRequest): Promise<{ policy: NetworkPolicy; link?: Link; appliedMs: number }>;
   /** The policy in force and the link, if the sandbox has one. */

@@ -165,6 +165,31 @@ export const EdgeSnapshotRequest = Type.Object(
   { additionalProperties: false },
 );
 
+/**
+ * A sandbox held still for a move (control/service/migration.ts): frozen, and its processes other
+ * than its init listed (a container's cannot move without a checkpointer); ended when asked.
+ */
+export const EdgeQuiesceRequest = Type.Object(
+  {
+    /** End the processes found (SIGKILL) instead of refusing: the sandbox moves without them. */
+    endProcesses: Type.Boolean(),
+  },
+  { additionalProperties: false },
+);
+export type EdgeQuiesceRequest = Static<typeof EdgeQuiesceRequest>;
+
+export const EdgeQuiesce = Type.Object({
+  /** Processes besides the init, as the sandbox sees them (pid in its own namespace, its command line). */
+  processes: Type.Array(Type.Object({ pid: Type.Integer(), cmd: Type.String() })),
+  /** Whether those processes were ended. */
+  ended: Type.Boolean(),
+  /** Whether it was paused before (a failed move leaves it paused then, else resumes it). */
+  wasPaused: Type.Boolean(),
+  /** Whether it is frozen now: false when it was left running because it had processes and none were to be ended. */
+  frozen: Type.Boolean(),
+});
+export type EdgeQuiesce = Static<typeof EdgeQuiesce>;
+
 export const EdgeLink = Type.Object({ index: Type.Integer(), host: Type.String(), sandbox: Type.String() });
 export const EdgeNetworkState = Type.Object({
   policy: Type.Object({

@@ -41,6 +41,8 @@ import {
   EdgeNetworkState,
   EdgeSandbox,
   EdgeSandboxList,
+  EdgeQuiesce,
+  EdgeQuiesceRequest,
   EdgeSnapshot,
   EdgeSnapshotRequest,
   EdgeUsage,
@@ -304,6 +306,11 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
       await edge.resumeSandbox(req.params.id);
       return reply.status(204).send(null);
     },
+  );
+  app.post(
+    `${S}/quiesce`,
+    { config: access.cluster, schema: { params: Id, body: EdgeQuiesceRequest, response: { 200: EdgeQuiesce, ...errors } } },
+    async (req) => edge.quiesceSandbox(req.params.id, req.body),
   );
   app.put(
     `${S}/network`,

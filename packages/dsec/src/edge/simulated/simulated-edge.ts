@@ -206,6 +206,9 @@ export class SimulatedEdge implements EdgeApi {
   resumeSandbox(): never {
     return this.#unsupported('resume');
   }
+  quiesceSandbox(): never {
+    return this.#unsupported('migration');
+  }
   setNetwork(): never {
     return this.#unsupported('network');
   }

@@ -189,7 +189,7 @@ export class ClusterHarness {
         '--edge-lost-after',
         String(this.lostAfterMs),
         '--log-level',
-        'warn',
+        process.env['DSEC_TEST_LOG_LEVEL'] ?? 'warn',
       ],
       {
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -235,7 +235,7 @@ export class ClusterHarness {
         '--label',
         `node=n${e.index}`,
         '--log-level',
-        'warn',
+        process.env['DSEC_TEST_LOG_LEVEL'] ?? 'warn',
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );

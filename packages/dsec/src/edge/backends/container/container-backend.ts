@@ -22,7 +22,14 @@ import type { LayerDigest } from '../../../image/layer-store.js';
 import type { NodeLayers } from '../../node/node-layers.js';
 import type { NodeVolumes } from '../../node/node-volumes.js';
 import { resolvePolicy } from '../../node/network-request.js';
-import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits } from '../../protocol/edge-api.js';
+import type {
+  EdgeCreateRequest,
+  EdgeNetworkRequest,
+  EdgeQuiesce,
+  EdgeSandbox,
+  EdgeSnapshot,
+  SandboxLimits,
+} from '../../protocol/edge-api.js';
 import type { SandboxBackend } from '../backend.js';
 import { adoptOrClean } from './container-adoption.js';
 import { settleCrunCalls } from './crun-stragglers.js';
@@ -32,6 +39,7 @@ import { ContainerPorts } from './container-ports.js';
 import { ContainerCommands } from './container-commands.js';
 import { createContainer, type CreateContext } from './container-create.js';
 import { ContainerFiles } from './container-files.js';
+import { quiesceContainer } from './container-quiesce.js';
 import { snapshotContainer } from './container-snapshot.js';
 import { Crun } from './crun.js';
 import { teardownContainer } from './container-teardown.js';
@@ -464,6 +472,11 @@ export class ContainerBackend implements SandboxBackend {
     const l = this.#running(id);
     await thaw(id);
     l.record.paused = false;
+  }
+
+  /** Frozen for a move, its other processes listed or ended (container-quiesce.ts). */
+  async quiesceSandbox(id: string, opts: { endProcesses: boolean }): Promise<EdgeQuiesce> {
+    return quiesceContainer(this.#running(id), opts.endProcesses);
   }
 
   /** pack_diff (container-snapshot.ts). */

@@ -17,7 +17,14 @@ import type { LayerCache } from '../../node/layer-cache.js';
 import { resolvePolicy } from '../../node/network-request.js';
 import type { ExecRequest, SandboxUsage } from '@dsec/sdk/schema';
 import type { ExecEvent } from '../../protocol/exec-event.js';
-import type { EdgeCreateRequest, EdgeNetworkRequest, EdgeSandbox, EdgeSnapshot, SandboxLimits } from '../../protocol/edge-api.js';
+import type {
+  EdgeCreateRequest,
+  EdgeNetworkRequest,
+  EdgeQuiesce,
+  EdgeSandbox,
+  EdgeSnapshot,
+  SandboxLimits,
+} from '../../protocol/edge-api.js';
 import { unsupported, type SandboxBackend } from '../backend.js';
 import { ExecJournal } from '../shared/exec-journal.js';
 import { ProcessTable } from '../shared/process-table.js';
@@ -493,5 +500,12 @@ export class VmBackend implements SandboxBackend {
     await v.qmp.execute('cont');
     v.record.paused = false;
     saveRecord(v.paths, v.record);
+  }
+
+  /** A VM's processes move with its memory: quiescing it is pausing its vCPUs. */
+  async quiesceSandbox(id: string): Promise<EdgeQuiesce> {
+    const wasPaused = this.#vm(id).record.paused === true;
+    if (!wasPaused) await this.pauseSandbox(id);
+    return { processes: [], ended: false, wasPaused, frozen: true };
   }
 }

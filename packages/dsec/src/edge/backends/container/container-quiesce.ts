@@ -1,0 +1,91 @@
+import { readFileSync } from 'node:fs';
+import { cgroupTreePids, sandboxCgroupDirs } from '../../../host/cgroups.js';
+import { freeze, thaw } from '../../../host/freezer.js';
+import type { EdgeQuiesce } from '../../protocol/edge-api.js';
+import type { LiveSandbox } from './live-sandbox.js';
+
+/** How long ended processes get to be gone before the move is refused (they were SIGKILLed: milliseconds). */
+const END_WAIT_MS = 5_000;
+/** A command line is named this long at most in the answer. */
+const CMD_MAX = 200;
+
+/**
+ * Holds a container still for a move (EdgeApi.quiesceSandbox). It is frozen first, so nothing
+ * starts or forks between the look at its processes and what is done about them. A container's
+ * processes cannot move (no checkpointer), so any besides its init are either the reason the move
+ * is refused (the sandbox thawed again, as it was) or, with `endProcesses`, SIGKILLed while frozen
+ * — a fatal signal ends a task in a frozen cgroup2 cgroup; a cgroup v1 freezer holds it until a
+ * thaw, so one is done there, with the kill already pending.
+ */
+export async function quiesceContainer(l: LiveSandbox, endProcesses: boolean): Promise<EdgeQuiesce> {
+  const id = l.record.id;
+  const wasPaused = l.record.paused === true;
+  if (!wasPaused) await freeze(id);
+  l.record.paused = true;
+  const dirs = sandboxCgroupDirs(id);
+  const others = (): number[] => cgroupTreePids(dirs).filter((pid) => pid !== l.record.pid && !isZombie(pid));
+  const pids = others();
+  const processes = pids.map((pid) => ({ pid: innerPid(pid) ?? pid, cmd: commandLine(pid) }));
+  if (processes.length === 0) return { processes, ended: false, wasPaused, frozen: true };
+  if (!endProcesses) {
+    if (!wasPaused) {
+      await thaw(id);
+      l.record.paused = false;
+    }
+    return { processes, ended: false, wasPaused, frozen: false };
+  }
+  for (const pid of pids) kill(pid);
+  const until = Date.now() + END_WAIT_MS;
+  let thawed = false;
+  for (;;) {
+    const left = others();
+    if (left.length === 0) break;
+    if (Date.now() > until) throw new Error(`sandbox ${id}: processes ${left.join(', ')} did not end after SIGKILL`);
+    // Forked between the look and the kill (not possible while frozen), or held by a v1 freezer.
+    for (const pid of left) kill(pid);
+    if (!thawed && Date.now() > until - END_WAIT_MS + 200) {
+      await thaw(id);
+      thawed = true;
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  if (thawed) await freeze(id);
+  return { processes, ended: true, wasPaused, frozen: true };
+}
+
+function kill(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // gone already
+  }
+}
+
+/** A zombie waits for the (frozen) init to reap it: it runs nothing and holds nothing that moves. */
+function isZombie(pid: number): boolean {
+  try {
+    return /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  } catch {
+    return true; // gone
+  }
+}
+
+/** The pid as the sandbox's own pid namespace numbers it (the last NSpid field). */
+function innerPid(pid: number): number | undefined {
+  try {
+    const line = /^NSpid:\s+(.+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+    const last = line?.trim().split(/\s+/).pop();
+    return last === undefined ? undefined : Number(last);
+  } catch {
+    return undefined;
+  }
+}
+
+function commandLine(pid: number): string {
+  try {
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ');
+    return cmd.length > CMD_MAX ? `${cmd.slice(0, CMD_MAX)}…` : cmd;
+  } catch {
+    return '';
+  }
+}

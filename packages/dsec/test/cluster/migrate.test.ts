@@ -1,0 +1,229 @@
+/**
+ * Sandboxes that move between nodes (issue 33), on a real cluster: `dsec control` and two `dsec
+ * edge` daemons, each in its own network namespace on a link-local bridge, crun underneath. A
+ * container moves with its files, labels, policy and trajectory, keeping its id; one running
+ * processes is refused unless they may be ended; a trainer that keeps calling sandboxes while they
+ * move sees no failed call; a kill -9 of the target mid-move leaves the sandbox on its source.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Connection, ConflictError, Sandbox, type MigrateResult } from '@dsec/sdk';
+import { assertCleanAndRemove, integrationSkipReason } from '../helpers/server.js';
+import { ClusterHarness } from './support/cluster-harness.js';
+
+function skipReason(): string | undefined {
+  const base = integrationSkipReason();
+  if (base) return base;
+  if (spawnSync('nsenter', ['--version']).status !== 0) return 'the cluster harness needs nsenter (util-linux)';
+  return undefined;
+}
+
+describe('migration: sandboxes move between two edge daemons', { skip: skipReason(), timeout: 600_000 }, () => {
+  const h = new ClusterHarness();
+  let conn: { url: string; apiKey: string };
+
+  before(async () => {
+    await h.start(2, { lostAfterMs: 4000 });
+    conn = h.conn;
+  });
+
+  after(async () => {
+    // The daemons' logs, for a failure's post-mortem (DSEC_TEST_LOGS=DIR).
+    const dir = process.env['DSEC_TEST_LOGS'];
+    if (dir) {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, 'control.log'), h.controlLog.join(''));
+      for (const e of h.edges) writeFileSync(join(dir, `edge-${e.id}.log`), e.log.join(''));
+    }
+    await h.close();
+    for (const e of h.edges) await assertCleanAndRemove(e.dataDir, e.id);
+    await assertCleanAndRemove(h.controlDir, 'none');
+  });
+
+  const other = (edge: string): string => h.edges.find((e) => e.id !== edge)!.id;
+  const onEdge = (edge: string): string[] => {
+    const e = h.edges.find((x) => x.id === edge)!;
+    const out = spawnSync(
+      'ip',
+      ['netns', 'exec', e.netns, 'curl', '-s', '-H', `authorization: Bearer ${h.joinToken}`, `${e.url}/edge/v1/sandboxes`],
+      {
+        encoding: 'utf8',
+      },
+    ).stdout;
+    return (JSON.parse(out) as { sandboxes: { id: string }[] }).sandboxes.map((s) => s.id);
+  };
+
+  test('an idle container moves with its id, files, labels, network policy and trajectory; its source copy is gone', async () => {
+    const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 }, labels: { t: 'move' }, ttlSeconds: 3600 });
+    await sb.files.write('/root/work.txt', 'written before the move\n');
+    await sb.commands.run('mkdir -p /opt/a && dd if=/dev/urandom of=/opt/a/blob bs=1k count=512 2>/dev/null && rm /etc/hostname');
+    const sum = (await sb.commands.run('md5sum /opt/a/blob')).stdout;
+    await sb.setNetwork({ mode: 'none' });
+    const before = await sb.refresh();
+    const from = before.edge;
+    const r: MigrateResult = await sb.migrate();
+    assert.equal(r.from, from);
+    assert.equal(r.to, other(from));
+    assert.equal(r.sandbox.id, sb.id);
+    assert.equal(r.sandbox.edge, r.to);
+    assert.equal(r.sandbox.status, 'running');
+    assert.equal(r.sandbox.migration, undefined);
+    assert.deepEqual(r.sandbox.labels, before.labels);
+    assert.equal(r.sandbox.expiresAt, before.expiresAt, 'the TTL carries on');
+    assert.ok(r.bytes >= 512 * 1024, `the written layer moved (${r.bytes} bytes)`);
+    assert.deepEqual(r.endedProcesses, []);
+    assert.ok(!onEdge(from).includes(sb.id), 'the source copy is removed');
+    assert.ok(onEdge(r.to).includes(sb.id), 'the target runs it');
+    // The same handle keeps working: files, a removal, commands, the policy as switched.
+    assert.equal(Buffer.from(await sb.files.read('/root/work.txt')).toString(), 'written before the move\n');
+    assert.equal((await sb.commands.run('md5sum /opt/a/blob')).stdout, sum);
+    assert.equal((await sb.commands.run('test -e /etc/hostname; echo $?')).stdout, '1\n', 'a removed file stays removed');
+    assert.equal((await sb.network()).mode, 'none');
+    const t = await sb.trajectory();
+    const moved = t.entries.find((e) => e.kind === 'sandbox.migrated');
+    assert.ok(moved, 'the move is in the trajectory');
+    assert.deepEqual([moved.request['from'], moved.request['to']], [from, r.to]);
+    assert.ok(
+      t.entries.some((e) => e.kind === 'files.write'),
+      'the steps before the move are kept',
+    );
+    const metrics = await (await fetch(`${conn.url}/metrics`, { headers: { authorization: `Bearer ${conn.apiKey}` } })).text();
+    assert.match(metrics, /dsec_sandbox_migrations_total\{cause="api",result="moved"\} [1-9]/);
+    // And back, paused: it stays paused on the other side.
+    await sb.pause();
+    const back = await sb.migrate({ edge: from });
+    assert.equal(back.to, from);
+    assert.equal(back.sandbox.status, 'paused');
+    await sb.resume();
+    assert.equal((await sb.commands.run('cat /root/work.txt')).stdout, 'written before the move\n');
+    await sb.kill();
+    assert.ok(!onEdge(from).includes(sb.id) && !onEdge(other(from)).includes(sb.id));
+  });
+
+  test('a container running a process is refused with the process named, unless restartProcesses ends it', async () => {
+    const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 } });
+    await sb.files.write('/root/kept.txt', 'kept\n');
+    const p = await sb.commands.start(['sleep', '1000']);
+    const from = sb.info.edge;
+    await assert.rejects(
+      () => sb.migrate(),
+      (err: unknown) => {
+        assert.ok(err instanceof ConflictError, String(err));
+        assert.equal(err.code, 'SANDBOX_NOT_MIGRATABLE');
+        assert.match(err.message, /sleep 1000/);
+        assert.match(err.message, /restartProcesses/);
+        return true;
+      },
+    );
+    // Refused: it runs on where it was, its process too.
+    const info = await sb.refresh();
+    assert.equal(info.edge, from);
+    assert.equal(info.migration, undefined);
+    assert.equal((await sb.commands.connect(p.id)).info.status, 'running');
+    assert.equal((await sb.commands.run('echo still')).stdout, 'still\n');
+    const r = await sb.migrate({ restartProcesses: true });
+    assert.equal(r.to, other(from));
+    assert.equal(r.endedProcesses.length, 1);
+    assert.match(r.endedProcesses[0]!.cmd, /sleep 1000/);
+    assert.equal((await sb.commands.run('cat /root/kept.txt; pgrep sleep || echo none')).stdout, 'kept\nnone\n');
+    await sb.kill();
+  });
+
+  test('20 sandboxes keep answering a trainer-like loop while every one of them moves: no failed call, the same files', async () => {
+    const { sandboxes, failures } = await Sandbox.createMany(20, {
+      ...conn,
+      image: 'busybox',
+      resources: { memoryMiB: 32, pids: 64 },
+      concurrency: 5,
+    });
+    assert.deepEqual(failures, []);
+    const errors: string[] = [];
+    let calls = 0;
+    let stop = false;
+    const loops = sandboxes.map(async (sb, i) => {
+      for (let step = 0; !stop; step++) {
+        try {
+          await sb.files.write(`/root/step-${step}.txt`, `${i}:${step}\n`);
+          const out = (await sb.commands.run(`cat /root/step-${step}.txt`)).stdout;
+          if (out !== `${i}:${step}\n`) errors.push(`${sb.id} step ${step}: read ${JSON.stringify(out)}`);
+          calls += 2;
+        } catch (err) {
+          errors.push(`${sb.id} step ${step}: ${(err as Error).message}`);
+        }
+      }
+    });
+    const moves: MigrateResult[] = [];
+    // One at a time: the loop's commands run between the moves' quiesces, as a trainer's steps would.
+    for (const sb of sandboxes) {
+      for (let tries = 0; ; tries++) {
+        try {
+          moves.push(await Sandbox.connect(sb.id, conn).then((s) => s.migrate()));
+          break;
+        } catch (err) {
+          // A command of the loop may be running at the quiesce: the move is refused, and tried again.
+          if (!(err instanceof ConflictError && err.code === 'SANDBOX_NOT_MIGRATABLE') || tries > 50) throw err;
+        }
+      }
+    }
+    stop = true;
+    await Promise.all(loops);
+    assert.deepEqual(errors, [], `no call failed (${calls} calls)`);
+    assert.equal(moves.length, 20);
+    for (const sb of sandboxes) {
+      const info = await sb.refresh();
+      assert.equal(info.edge, moves.find((m) => m.sandbox.id === sb.id)!.to);
+      const n = Number((await sb.commands.run('ls /root | grep -c step-')).stdout.trim());
+      assert.ok(n > 0, `${sb.id} kept its files (${n})`);
+    }
+    await Promise.all(sandboxes.map((s) => s.kill()));
+  });
+
+  test('kill -9 of the target edge mid-move: the sandbox runs on at its source, never on both, never gone', async () => {
+    const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 } });
+    // Enough to write that the move is still packing or fetching when the target dies.
+    await sb.commands.run('dd if=/dev/urandom of=/root/big bs=1M count=64 2>/dev/null');
+    const from = sb.info.edge;
+    const target = h.edges.find((e) => e.id !== from)!;
+    const move = sb.migrate().then(
+      (r) => ({ ok: true as const, r }),
+      (err: unknown) => ({ ok: false as const, err: err as Error }),
+    );
+    await new Promise((r) => setTimeout(r, 150));
+    await h.crash(target.proc);
+    const outcome = await move;
+    const info = await sb.refresh();
+    if (outcome.ok) {
+      // The move won the race: it runs on the target, which is lost now (its row says so) and back below.
+      assert.equal(info.edge, target.id);
+    } else {
+      assert.equal(info.edge, from, `failed move: ${outcome.err.message}`);
+      assert.equal(info.status, 'running');
+      assert.equal(info.migration, undefined);
+      assert.equal((await sb.commands.run('ls -l /root/big | wc -l')).stdout, '1\n');
+    }
+    await h.startEdge(target);
+    await h.waitFor(async () => (await h.nodes()).every((n) => n.state === 'ready'), 'the target is back');
+    await h.waitFor(async () => {
+      const runs = [onEdge(from).includes(sb.id), onEdge(target.id).includes(sb.id)];
+      return runs.filter(Boolean).length === 1;
+    }, 'the sandbox runs on exactly one edge');
+    assert.ok(onEdge(info.edge).includes(sb.id), `it runs where its row says (${info.edge})`);
+    await sb.kill();
+  });
+
+  test('bad input: a named edge that does not exist, the edge it is on, a project key', async () => {
+    const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 } });
+    const c = new Connection(conn);
+    await assert.rejects(
+      () => c.json('POST', `/v1/sandboxes/${sb.id}/migrate`, { json: { edge: 'nosuchedge' } }),
+      /EDGE_NOT_FOUND|no edge nosuchedge/,
+    );
+    await assert.rejects(() => c.json('POST', `/v1/sandboxes/${sb.id}/migrate`, { json: { edge: sb.info.edge } }), /already/);
+    await assert.rejects(() => c.json('POST', `/v1/sandboxes/${sb.id}/migrate`, { json: { bogus: 1 } }), /bogus|additional/i);
+    assert.equal((await sb.refresh()).edge, sb.info.edge);
+    await sb.kill();
+  });
+});
