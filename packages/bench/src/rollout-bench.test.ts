@@ -88,6 +88,6 @@ describe('bench rollout target and flags', () => {
   test('--sandboxes is a list: 1, 32, 256 unless given', () => {
     assert.deepEqual(defaultOptions(rolloutScenario).sandboxes, [1, 32, 256]);
     assert.deepEqual(defaultOptions(rolloutScenario, { sandboxes: [1, 32] }).sandboxes, [1, 32]);
-    assert.equal(rolloutScenario.maxSandboxes(defaultOptions(rolloutScenario, { sandboxes: [4, 2] })), 16);
+    assert.equal(rolloutScenario.maxSandboxes(defaultOptions(rolloutScenario, { sandboxes: [4, 2] })), 20);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * `dsec bench rollout` at CI size: 1 and 2 sandboxes, 2 steps each, through every client that can
- * run here (the TS SDK, the Python SDK, E2B's SDK, raw `crun exec`; docker and podman where they
- * are installed). Every step's commands really ran — the test run's verdict, the line count, the
+ * run here (the TS SDK, also as E2B's SDK runs commands, the Python SDK, E2B's SDK, raw `crun
+ * exec`; docker and podman where they are installed). Every step's commands really ran — the test run's verdict, the line count, the
  * last echo and the report read back are checked against what that step's own file makes them
  * print — the report has its shape and files, and the run leaves nothing behind. No figure is
  * judged here: the full sweep (1, 32, 256 sandboxes) is `dsec bench rollout`.
@@ -38,6 +38,7 @@ describe('dsec bench rollout (CI size)', { skip: integrationSkipReason(), timeou
       for (const client of ['ts-sdk', 'crun exec'] as const) assert.ok(ran.has(client), `${client} ran`);
       if (existsSync('/usr/bin/python3')) assert.ok(ran.has('python-sdk'), JSON.stringify(result.skipped));
       assert.ok(ran.has('e2b-sdk'), JSON.stringify(result.skipped));
+      assert.ok(ran.has('ts-sdk bash -l'), JSON.stringify(result.skipped));
       for (const s of result.skipped) assert.ok(s.reason.length > 0, s.client);
       for (const client of ran)
         assert.deepEqual(

@@ -12,7 +12,7 @@ import { pool } from '../rounds.js';
 import { LineChild } from './rollout-child.js';
 import { runLoops, type LoopsOutcome, type StepPlan, type StepTarget } from './rollout-step.js';
 
-export type RolloutClientName = 'ts-sdk' | 'python-sdk' | 'e2b-sdk' | 'crun exec' | 'docker exec' | 'podman exec';
+export type RolloutClientName = 'ts-sdk' | 'ts-sdk bash -l' | 'python-sdk' | 'e2b-sdk' | 'crun exec' | 'docker exec' | 'podman exec';
 
 /** Sandboxes made at once while a client opens (creates are not what is measured). */
 const CREATES_IN_FLIGHT = 8;
@@ -36,11 +36,15 @@ export interface RolloutClient {
 /** The TS SDK's and E2B's SDK's loops run in a node process of their own (rollout-node-client.ts). */
 const NODE_CLIENT = fileURLToPath(new URL('./rollout-node-client.js', import.meta.url));
 
-/** dsec's TypeScript SDK: files.write, commands.run (a string: `sh -c`), files.readText. */
+/**
+ * dsec's TypeScript SDK: files.write, commands.run (a string: `sh -c`), files.readText. With
+ * `loginShell`, on E2B's base template and each command as E2B's SDK runs it (`/bin/bash -l -c`):
+ * the attribution between ts-sdk and e2b-sdk (the login shell and Debian's tools on one side of
+ * it, E2B's protocol on the other).
+ */
 export class TsSdkClient implements RolloutClient {
-  readonly name = 'ts-sdk';
-  readonly description =
-    "@dsec/sdk in a node process of its own: files.write, 10 × commands.run('…') (POST /v1/sandboxes/:id/exec, `sh -c`), files.readText; HTTP keep-alive on loopback";
+  readonly name: RolloutClientName;
+  readonly description: string;
   /** Made here (untimed), driven from the child; the Python SDK drives them too. */
   sandboxes: Sandbox[] = [];
   #child = new LineChild(process.execPath, [NODE_CLIENT]);
@@ -51,7 +55,13 @@ export class TsSdkClient implements RolloutClient {
     private readonly limits: SandboxLimits,
     private readonly labels: Record<string, string>,
     readonly version: string,
-  ) {}
+    private readonly loginShell = false,
+  ) {
+    this.name = loginShell ? 'ts-sdk bash -l' : 'ts-sdk';
+    this.description = loginShell
+      ? "as ts-sdk, on E2B's base template, each command as E2B's SDK runs it: commands.run(['/bin/bash', '-l', '-c', '…']) (attribution: e2b-sdk − this is E2B's protocol and SDK, this − ts-sdk the login shell and Debian's tools)"
+      : "@dsec/sdk in a node process of its own: files.write, 10 × commands.run('…') (POST /v1/sandboxes/:id/exec, `sh -c`), files.readText; HTTP keep-alive on loopback";
+  }
 
   async open(count: number): Promise<void> {
     const made: Sandbox[] = [];
@@ -62,7 +72,13 @@ export class TsSdkClient implements RolloutClient {
     } finally {
       this.sandboxes.push(...made);
     }
-    await this.#child.ask({ op: 'open', client: this.name, ...this.conn, ids: this.sandboxes.map((s) => s.id) });
+    await this.#child.ask({
+      op: 'open',
+      client: 'ts-sdk',
+      ...this.conn,
+      ids: this.sandboxes.map((s) => s.id),
+      loginShell: this.loginShell,
+    });
   }
 
   async run(plans: StepPlan[][]): Promise<LoopsOutcome> {

@@ -1,7 +1,7 @@
 /**
  * The TS SDK's and E2B's SDK's side of `dsec bench rollout`, in a node process of its own (a
  * trainer's), spoken to in JSON lines by rollout-child.ts:
- *   {"op": "open", "client": "ts-sdk", "url", "apiKey", "ids": [...]}         → {"ok": true}   (connects to sandboxes made by the bench)
+ *   {"op": "open", "client": "ts-sdk", "url", "apiKey", "ids": [...], "loginShell"} → {"ok": true}   (connects to sandboxes made by the bench)
  *   {"op": "open", "client": "e2b-sdk", "url", "e2bKey", "count", "image"}    → {"ok": true}   (creates them through E2B's API)
  *   {"op": "run", "plans": [[plan, ...], ...]}                                 → {"wallMs", "outcomes"}
  *   {"op": "close"}                                                            → kills what it created, exits
@@ -19,6 +19,8 @@ interface OpenRequest {
   apiKey?: string;
   e2bKey?: string;
   ids?: string[];
+  /** Each command as `/bin/bash -l -c CMD` (as E2B's SDK runs it), not `sh -c CMD`. */
+  loginShell?: boolean;
   count?: number;
   image?: string;
 }
@@ -34,7 +36,7 @@ async function openTs(req: OpenRequest): Promise<void> {
   const sandboxes = await Promise.all((req.ids ?? []).map((id) => Sandbox.connect(id, conn)));
   targets = sandboxes.map((sb) => ({
     write: async (path, content) => void (await sb.files.write(path, content)),
-    run: async (cmd) => (await sb.commands.run(cmd)).stdout,
+    run: async (cmd) => (await sb.commands.run(req.loginShell ? ['/bin/bash', '-l', '-c', cmd] : cmd)).stdout,
     read: (path) => sb.files.readText(path),
   }));
 }

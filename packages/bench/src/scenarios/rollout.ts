@@ -140,8 +140,10 @@ export async function runRollout(peers: Peer[], opts: RolloutOptions, ctx: Scena
       throw new Error(`E2B's base template could not be had: ${err.message}`);
     });
     clients.push(new E2bSdkClient({ url: dsec.conn.url, e2bKey: await mintE2bKey(dsec.conn) }, e2bVersion()));
+    clients.push(new TsSdkClient(dsec.conn, 'base', BENCH_LIMITS, { bench: 'rollout' }, dsec.version, true));
   } catch (err) {
     skipped.push({ client: 'e2b-sdk', reason: (err as Error).message });
+    skipped.push({ client: 'ts-sdk bash -l', reason: `its attribution is e2b-sdk's, which cannot run: ${(err as Error).message}` });
   }
   for (const p of peers) if (p.name !== 'dsec') clients.push(new ExecPeerClient(p));
   // A runtime that could not run is a client that did not (the report's common part lists it too).
@@ -225,8 +227,8 @@ export const rolloutScenario: BenchScenarioDef<RolloutOptions, RolloutResult> = 
     { key: 'rounds', long: 'rounds', description: 'rounds per size, clients alternating', default: 2, min: 1 },
   ],
   installedPeers: ['docker', 'podman'],
-  // The TS SDK's sandboxes and E2B's are dsec's; raw crun, docker and podman make their own.
-  maxSandboxes: (o) => 2 * Math.max(...o.sandboxes) + 8,
+  // The TS SDK's (busybox and base) and E2B's sandboxes are dsec's; raw crun, docker and podman make their own.
+  maxSandboxes: (o) => 3 * Math.max(...o.sandboxes) + 8,
   run: runRollout,
   targets: rolloutTargets,
   render: renderRollout,
