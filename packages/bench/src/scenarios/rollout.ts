@@ -15,7 +15,7 @@ import { PythonSdkClient } from './rollout-python.js';
 import { rolloutLines, rolloutTargets, renderRollout } from './rollout-report.js';
 import type { RolloutOptions, RolloutResult, RolloutRun } from './rollout-result.js';
 import { stepPlan, stepProblem, TEST_RUN_INDEX, type LoopsOutcome, type StepOutcome, type StepPlan } from './rollout-step.js';
-import type { BenchScenarioDef, ScenarioContext } from './scenario.js';
+import type { BenchScenarioDef, HeadlineMetric, ScenarioContext } from './scenario.js';
 
 /** Wrong answers and failures kept verbatim per run. */
 const MAX_PROBLEMS = 4;
@@ -235,11 +235,12 @@ export const rolloutScenario: BenchScenarioDef<RolloutOptions, RolloutResult> = 
   lines: rolloutLines,
   headline: (r) =>
     [...new Set(r.runs.map((x) => x.sandboxes))].map((n) => {
-      const at = (client: string): number => r.runs.find((x) => x.sandboxes === n && x.client === client)?.stepsPerSecond ?? NaN;
-      return {
-        metric: `rollout steps/s at ${n} sandboxes (dsec: TS SDK)`,
-        better: 'higher' as const,
-        values: { dsec: at('ts-sdk'), crun: at('crun exec'), docker: at('docker exec'), podman: at('podman exec') },
-      };
+      const clients = { dsec: 'ts-sdk', crun: 'crun exec', docker: 'docker exec', podman: 'podman exec' } as const;
+      const values: HeadlineMetric['values'] = {};
+      for (const [peer, client] of Object.entries(clients) as [keyof typeof clients, string][]) {
+        const run = r.runs.find((x) => x.sandboxes === n && x.client === client);
+        if (run) values[peer] = run.stepsPerSecond;
+      }
+      return { metric: `rollout steps/s at ${n} sandboxes (dsec: TS SDK)`, better: 'higher' as const, values };
     }),
 };
