@@ -4,7 +4,7 @@ steps one after the other, all sandboxes at once, as a Python trainer's rollout 
 
 It speaks JSON lines: one request on stdin, one answer on stdout.
   {"op": "connect", "url": ..., "apiKey": ..., "ids": [...]}  -> {"ok": true, "python": "3.11.2"}
-  {"op": "run", "plans": [[plan, ...], ...]}                  -> {"wallMs": ..., "outcomes": [[outcome | {"error": ...}, ...], ...]}
+  {"op": "run", "plans": [[plan, ...], ...]}                  -> {"wallMs": ..., "clientCpuMs": ..., "outcomes": [[outcome | {"error": ...}, ...], ...]}
   {"op": "close"}                                             -> exits
 A plan is rollout-step.ts's StepPlan; an outcome its StepOutcome (timings in ms, every command's
 stdout and the file read back): the bench checks the answers, not this script.
@@ -62,8 +62,10 @@ async def main() -> None:
         elif req["op"] == "run":
             plans = req["plans"]
             t0 = time.perf_counter()
+            cpu0 = time.process_time()
             outcomes = await asyncio.gather(*(loop(sb, plans[i]) for i, sb in enumerate(sandboxes[: len(plans)])))
-            answer = {"wallMs": (time.perf_counter() - t0) * 1000, "outcomes": outcomes}
+            cpu_ms = (time.process_time() - cpu0) * 1000
+            answer = {"wallMs": (time.perf_counter() - t0) * 1000, "clientCpuMs": cpu_ms, "outcomes": outcomes}
         else:
             return
         sys.stdout.write(json.dumps(answer) + "\n")

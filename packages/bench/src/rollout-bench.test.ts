@@ -60,6 +60,7 @@ describe('bench rollout target and flags', () => {
     failed: 0,
     seconds: 1,
     stepsPerSecond,
+    clientCpuMsPerStep: null,
     step: summarizeLatency([1]),
     partsP50: { write: 1, command: 1, testRun: 1, read: 1 },
     problems: [],

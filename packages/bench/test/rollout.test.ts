@@ -55,6 +55,9 @@ describe('dsec bench rollout (CI size)', { skip: integrationSkipReason(), timeou
         assert.equal(r.verified, r.steps, at);
         assert.deepEqual(r.problems, [], at);
         assert.equal(r.step.count, r.steps, at);
+        // The SDK clients run in processes of their own, whose CPU time is reported; a runtime's exec has none.
+        if (r.client.endsWith(' exec')) assert.equal(r.clientCpuMsPerStep, null, at);
+        else assert.ok(r.clientCpuMsPerStep !== null && r.clientCpuMsPerStep > 0, `${at}: client CPU ${r.clientCpuMsPerStep}`);
         for (const v of [
           r.stepsPerSecond,
           r.step.p50,

@@ -3,7 +3,7 @@
  * trainer's), spoken to in JSON lines by rollout-child.ts:
  *   {"op": "open", "client": "ts-sdk", "url", "apiKey", "ids": [...], "loginShell"} → {"ok": true}   (connects to sandboxes made by the bench)
  *   {"op": "open", "client": "e2b-sdk", "url", "e2bKey", "count", "image"}    → {"ok": true}   (creates them through E2B's API)
- *   {"op": "run", "plans": [[plan, ...], ...]}                                 → {"wallMs", "outcomes"}
+ *   {"op": "run", "plans": [[plan, ...], ...]}                                 → {"wallMs", "clientCpuMs", "outcomes"}
  *   {"op": "close"}                                                            → kills what it created, exits
  * A failed request answers {"error": "..."}.
  */
@@ -75,8 +75,12 @@ for await (const line of createInterface({ input: process.stdin })) {
       const open = req as OpenRequest;
       await (open.client === 'ts-sdk' ? openTs(open) : openE2b(open));
       answer = { ok: true };
-    } else if (req.op === 'run') answer = await runLoops(targets, req.plans ?? []);
-    else answer = { error: `unknown op ${JSON.stringify(req.op)}` };
+    } else if (req.op === 'run') {
+      const cpu = process.cpuUsage();
+      const o = await runLoops(targets, req.plans ?? []);
+      const used = process.cpuUsage(cpu);
+      answer = { ...o, clientCpuMs: (used.user + used.system) / 1000 };
+    } else answer = { error: `unknown op ${JSON.stringify(req.op)}` };
   } catch (err) {
     answer = { error: (err as Error).message };
   }

@@ -69,6 +69,7 @@ function rows(r: RolloutResult): (string | number)[][] {
         x.partsP50.command,
         x.partsP50.testRun,
         x.partsP50.read,
+        x.clientCpuMsPerStep ?? 'n/a',
         `${x.verified}/${x.steps}`,
         x.failed,
       ]);
@@ -118,6 +119,7 @@ export function renderRollout(report: RolloutReport, svgName: string): { markdow
         'command p50',
         'test run p50',
         'read p50',
+        'client CPU/step (ms)',
         'verified',
         'failed',
       ],
@@ -125,7 +127,8 @@ export function renderRollout(report: RolloutReport, svgName: string): { markdow
     ),
     '',
     `"÷ docker exec" and "÷ crun exec" are this client's steps/s over theirs at the same size. "command p50" is one of the ${COMMANDS_PER_STEP - 1} ` +
-      `commands other than the test run (command ${TEST_RUN_INDEX + 1} of ${COMMANDS_PER_STEP}). The E2B SDK needs bash (it runs every command as \`bash -l -c\`), ` +
+      `commands other than the test run (command ${TEST_RUN_INDEX + 1} of ${COMMANDS_PER_STEP}). "client CPU/step" is the CPU time (user + system) of the ` +
+      `SDK client's own process per step, what the trainer's side costs. The E2B SDK needs bash (it runs every command as \`bash -l -c\`), ` +
       `so its sandboxes run E2B's \`base\` template (Debian minbase, bash, python3) where the others run busybox: its figures carry a login shell ` +
       `and Debian's dynamically linked tools as well as E2B's protocol. **ts-sdk bash -l** places the difference: dsec's SDK on the same template ` +
       `running each command the way E2B's SDK does, so e2b-sdk − ts-sdk bash -l is E2B's protocol and SDK, and ts-sdk bash -l − ts-sdk the login shell and the image.`,

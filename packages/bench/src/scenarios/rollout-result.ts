@@ -31,6 +31,11 @@ export interface RolloutRun {
   seconds: number;
   /** Steps that ran to the end per wall second, all sandboxes together. */
   stepsPerSecond: number;
+  /**
+   * CPU time of the client's own process per step (ms), where it has one (the SDK clients; null for
+   * a runtime's exec, whose calls are processes of their own started from the bench's).
+   */
+  clientCpuMsPerStep: number | null;
   /** One step, write to read back (ms). */
   step: LatencySummary;
   /** p50 of each part (ms): the write, one of the 9 other commands, the test run, the read. */

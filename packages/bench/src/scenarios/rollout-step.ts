@@ -113,6 +113,8 @@ export async function runStep(target: StepTarget, plan: StepPlan): Promise<StepO
 /** Each sandbox's steps or the error that ended one, per sandbox in order, and the wall time of all. */
 export interface LoopsOutcome {
   wallMs: number;
+  /** CPU time (user + system) of the client's own process over the run, where it has one of its own (the SDK clients). */
+  clientCpuMs?: number;
   outcomes: (StepOutcome | { error: string })[][];
 }
 

@@ -57,12 +57,15 @@ function plansFor(client: RolloutClient, sandboxes: number, from: number, count:
 /** What a client's timed runs at one size add up to. */
 class RunTally {
   wallMs = 0;
+  /** Undefined once a run did not report it (a client in the bench's own process). */
+  cpuMs: number | undefined = 0;
   readonly done: { plan: StepPlan; outcome: StepOutcome }[] = [];
   failed = 0;
   readonly problems: string[] = [];
 
   add(plans: StepPlan[][], o: LoopsOutcome): void {
     this.wallMs += o.wallMs;
+    this.cpuMs = this.cpuMs !== undefined && o.clientCpuMs !== undefined ? this.cpuMs + o.clientCpuMs : undefined;
     plans.forEach((steps, i) =>
       steps.forEach((plan, k) => {
         const outcome = o.outcomes[i]?.[k];
@@ -100,6 +103,7 @@ class RunTally {
       failed: this.failed,
       seconds: round(seconds, 2),
       stepsPerSecond: seconds > 0 ? round(outs.length / seconds, 1) : NaN,
+      clientCpuMsPerStep: this.cpuMs !== undefined && outs.length ? round(this.cpuMs / outs.length, 2) : null,
       step: summarizeLatency(outs.map((o) => o.ms)),
       partsP50: {
         write: p50(outs.map((o) => o.writeMs)),
