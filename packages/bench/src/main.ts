@@ -28,6 +28,15 @@ function int(name: string, min: number): (v: string) => number {
   };
 }
 
+function intList(name: string, min: number): (v: string) => number[] {
+  return (v) => {
+    const parse = int(name, min);
+    const list = v.split(',').map((x) => parse(x.trim()));
+    if (list.length === 0) throw new Error(`--${name} needs at least one value`);
+    return list;
+  };
+}
+
 function niceValue(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < -20 || n > 19) throw new Error(`--nice must be an integer from -20 to 19, got ${JSON.stringify(v)}`);
@@ -114,7 +123,8 @@ const common = (cmd: Command): Command =>
 function addFlag(cmd: Command, f: ScenarioFlag, prefix = ''): void {
   const long = `--${prefix}${f.long} <n>`;
   const flags = !prefix && f.short ? `-${f.short}, ${long}` : long;
-  cmd.option(flags, f.description, int(`${prefix}${f.long}`, f.min), f.default);
+  if (f.list) cmd.option(flags.replace(' <n>', ' <list>'), f.description, intList(`${prefix}${f.long}`, f.min), f.default);
+  else cmd.option(flags, f.description, int(`${prefix}${f.long}`, f.min), f.default);
 }
 
 /** Commander's key for `--<prefix><long>`: camel case. */
@@ -123,8 +133,8 @@ function flagKey(prefix: string, long: string): string {
 }
 
 function optionsFrom(def: BenchScenarioDef, given: Record<string, unknown>, prefix = ''): object {
-  const picked: Record<string, number> = {};
-  for (const f of def.flags) picked[f.key] = given[flagKey(prefix, f.long)] as number;
+  const picked: Record<string, number | number[]> = {};
+  for (const f of def.flags) picked[f.key] = given[flagKey(prefix, f.long)] as number | number[];
   return defaultOptions(def, picked);
 }
 

@@ -6,7 +6,7 @@ import { Cleanup, trapSignals } from './cleanup.js';
 import { startFixture } from './fixture.js';
 import { dsecVersion, hostInfo } from './host-info.js';
 import type { Peer, PeerName, PeerUnavailable } from './peers/peer.js';
-import { setupPeers } from './peers/setup.js';
+import { notInstalledReason, setupPeers } from './peers/setup.js';
 import { instrumentDsec, Spans } from './profile.js';
 import { writeAllSummary, type AllSummary } from './report-all.js';
 import { writeResults, type WrittenFiles } from './report.js';
@@ -82,7 +82,16 @@ export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
     const maxSandboxes = Math.max(4000, ...opts.scenarios.map((s) => s.def.maxSandboxes(s.options) * 2));
     const fixture = await startFixture(names, maxSandboxes, cleanup, say);
     const notInstrumented = instrumentDsec(fixture.dsec, spans);
-    const { peers, unavailable } = await setupPeers(opts.peers, fixture, {
+    // What a scenario runs wherever it is installed joins the asked-for peers; what is not installed is reported.
+    const peerNames = [...opts.peers];
+    const notInstalled: PeerUnavailable[] = [];
+    for (const name of new Set(opts.scenarios.flatMap((s) => s.def.installedPeers ?? []))) {
+      if (peerNames.includes(name)) continue;
+      const reason = await notInstalledReason(name);
+      if (reason) notInstalled.push({ name, reason });
+      else peerNames.push(name);
+    }
+    const { peers, unavailable } = await setupPeers(peerNames, fixture, {
       cleanup,
       say,
       spans,
@@ -92,15 +101,27 @@ export async function runBench(opts: BenchRunOptions): Promise<BenchOutcome> {
     if (!peers.some((p) => p.name === 'dsec'))
       throw new Error(`dsec itself could not run: ${unavailable.find((u) => u.name === 'dsec')?.reason}`);
     say(
-      `peers: ${peers.map((p) => p.name).join(', ')}${unavailable.length ? `; not running: ${unavailable.map((u) => u.name).join(', ')}` : ''}`,
+      `peers: ${peers.map((p) => p.name).join(', ')}${unavailable.length || notInstalled.length ? `; not running: ${[...unavailable, ...notInstalled].map((u) => u.name).join(', ')}` : ''}`,
     );
     const ctx: ScenarioContext = { signal: abort.signal, names, spans, say, fixture };
     for (const [i, s] of opts.scenarios.entries()) {
       abort.signal.throwIfAborted();
       opts.onScenario?.(i, opts.scenarios.length, s.def.name);
       if (opts.scenarios.length > 1) say(`\n== ${s.def.name} ==`);
+      // A scenario sees the peers asked for and those it runs wherever installed, no others.
+      const own = (name: PeerName): boolean => name === 'dsec' || opts.peers.includes(name) || (s.def.installedPeers ?? []).includes(name);
+      const ownUnavailable = [...unavailable, ...notInstalled].filter((u) => own(u.name));
       try {
-        bodies.push(await runScenario(s, peers, unavailable, notInstrumented, ctx, opts));
+        bodies.push(
+          await runScenario(
+            s,
+            peers.filter((p) => own(p.name)),
+            ownUnavailable,
+            notInstrumented,
+            { ...ctx, unavailable: ownUnavailable },
+            opts,
+          ),
+        );
       } catch (err) {
         // In `all`, one scenario failing does not lose the others; alone, it is the run's failure.
         if (abort.signal.aborted || opts.scenarios.length === 1) throw err;

@@ -51,6 +51,8 @@ export const TARGETS = {
   execVsCrunNext: 0.5,
   /** … and within this of the kernel's floor (setns + fork + exec: native/exec-floor.c). */
   execVsFloor: 2,
+  /** Issue 32: `dsec bench rollout`'s steps/s at 32 sandboxes through the TS SDK, at least this × docker exec's. */
+  rolloutVsDocker: 3,
   /** Issue 12: the next sandbox's create and exec p50 on a full node within this of an empty node's. */
   fullNodeRatio: 1.5,
   /** Issue 6: this many sandboxes created, each running one command, within burstSeconds. */

@@ -3,7 +3,8 @@ import { runTool } from 'dsec/host';
 
 const POLICY_RC_D = '/usr/sbin/policy-rc.d';
 
-async function installed(pkg: string): Promise<boolean> {
+/** Whether dpkg has `pkg` installed. */
+export async function installed(pkg: string): Promise<boolean> {
   const r = await runTool('dpkg-query', ['-W', '-f=${Status}', pkg]);
   return r.code === 0 && r.stdout.includes('install ok installed');
 }

@@ -1,14 +1,31 @@
 import { join } from 'node:path';
-import { runTool } from 'dsec/host';
+import { runTool, which } from 'dsec/host';
 import type { SandboxLimits } from 'dsec/container';
 import type { Cleanup } from '../cleanup.js';
 import type { Spans } from '../profile.js';
 import { BENCH_IMAGE, type BenchFixture } from '../fixture.js';
 import { CrunRawPeer } from './crun-raw.js';
 import { DsecApiPeer } from './dsec-api.js';
+import { installed } from './apt.js';
 import { startDocker } from './docker.js';
 import type { Peer, PeerName, PeerUnavailable } from './peer.js';
 import { startPodman } from './podman.js';
+
+/** The Debian package each optional peer needs; `--peers` installs it when missing. */
+const PACKAGE: Partial<Record<PeerName, string>> = { podman: 'podman', docker: 'docker.io' };
+
+/**
+ * Why `name` cannot run here without an install, or undefined when it can: for a scenario that
+ * runs podman and docker wherever they are installed, asked for or not, and never installs them
+ * (`--peers` does). A CLI on PATH without its daemon or package is named, so the reason is exact.
+ */
+export async function notInstalledReason(name: PeerName): Promise<string | undefined> {
+  const pkg = PACKAGE[name];
+  if (!pkg || (await installed(pkg))) return undefined;
+  const cli = which(name);
+  const found = cli ? ` (a \`${name}\` CLI is at ${cli}${name === 'docker' && !which('dockerd') ? ', with no dockerd' : ''})` : '';
+  return `not installed: Debian's ${pkg} is not on this host${found}; \`--peers ${name}\` installs it with apt-get`;
+}
 
 /** The sandbox every peer starts: what `dsec bench` asks of each. */
 export const BENCH_LIMITS: SandboxLimits = { memoryMiB: 64, pids: 512, cpu: 1 };

@@ -7,6 +7,7 @@ import { execScenario } from './exec.js';
 import { hardeningScenario } from './hardening.js';
 import { lazyScenario } from './lazy.js';
 import { pauseScenario } from './pause.js';
+import { rolloutScenario } from './rollout.js';
 import { snapshotScenario } from './snapshot.js';
 import { vmScenario } from './vm.js';
 import type { BenchScenarioDef } from './scenario.js';
@@ -24,6 +25,7 @@ export const SCENARIOS: readonly BenchScenarioDef[] = [
   clusterScenario,
   lazyScenario,
   fnCallScenario,
+  rolloutScenario,
 ];
 
 export function scenarioByName(name: string): BenchScenarioDef {

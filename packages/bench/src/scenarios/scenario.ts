@@ -1,5 +1,5 @@
 import type { BenchFixture } from '../fixture.js';
-import type { Peer, PeerName } from '../peers/peer.js';
+import type { Peer, PeerName, PeerUnavailable } from '../peers/peer.js';
 import type { Spans } from '../profile.js';
 import type { RunNames } from '../run-names.js';
 import type { BenchReport, PeerResultBase, ProfileSection, ScenarioResult } from '../result-types.js';
@@ -11,19 +11,25 @@ export interface ScenarioContext {
   names: RunNames;
   spans: Spans;
   say: (m: string) => void;
+  /** Peers asked for (or run wherever installed) that could not run, with why: set per scenario. */
+  unavailable?: PeerUnavailable[];
   /** The run's in-process dsec and temp dir (the lazy scenario builds its image there and starts cold edges beside it). */
   fixture?: BenchFixture;
 }
 
-/** One integer option of a scenario: its CLI flag, its default, the key of the options it sets. */
+/** One integer option of a scenario (or a list of them): its CLI flag, its default, the key of the options it sets. */
 export interface ScenarioFlag {
   key: string;
   /** Long flag name without dashes, e.g. `count`; `short` is a one-letter alias. */
   long: string;
   short?: string;
   description: string;
-  default: number;
+  /** A list for a `list` flag. */
+  default: number | readonly number[];
+  /** The least value (of each, for a list). */
   min: number;
+  /** A comma-separated list of integers, e.g. `--sandboxes 1,32`. */
+  list?: boolean;
 }
 
 /** One headline figure of a scenario for `dsec bench all`'s combined table: a value per peer. */
@@ -46,6 +52,11 @@ export interface BenchScenarioDef<O extends object = object, R extends ScenarioR
   /** One line for `dsec bench --help`. */
   readonly summary: string;
   readonly flags: readonly ScenarioFlag[];
+  /**
+   * Peers this scenario runs beside dsec wherever the host has them installed, whether `--peers`
+   * names them or not; they are never installed for it (one that is not is reported with why).
+   */
+  readonly installedPeers?: readonly PeerName[];
   /** Sandboxes the in-process dsec must admit at once. */
   maxSandboxes(opts: O): number;
   /** Throws, with what does not fit, when the host cannot hold the run (before anything is set up). */
@@ -61,7 +72,10 @@ export interface BenchScenarioDef<O extends object = object, R extends ScenarioR
 }
 
 /** Options from flags, each at its default unless given. */
-export function defaultOptions<O extends object>(def: BenchScenarioDef<O, ScenarioResult>, given: Partial<Record<string, number>> = {}): O {
+export function defaultOptions<O extends object>(
+  def: BenchScenarioDef<O, ScenarioResult>,
+  given: Partial<Record<string, number | readonly number[]>> = {},
+): O {
   return Object.fromEntries(def.flags.map((f) => [f.key, given[f.key] ?? f.default])) as O;
 }
 
