@@ -47,6 +47,7 @@ describe('a running microVM moves between edges with its memory, processes and d
   const dirB = makeDataDir();
   const edgeIdB = newEdgeId();
   let edgeB: Edge;
+  let joinToken: string;
   let servedA: { app: App; client: HttpEdgeClient };
   let servedB: { app: App; client: HttpEdgeClient };
   let spec: Omit<EdgeCreateRequest, 'id'>;
@@ -55,17 +56,9 @@ describe('a running microVM moves between edges with its memory, processes and d
 
   before(async () => {
     server = await startTestServer();
-    const { joinToken } = JSON.parse(readFileSync(join(server.dataDir, 'client.json'), 'utf8')) as { joinToken: string };
-    edgeB = new Edge({
-      id: edgeIdB,
-      nodeDir: join(dirB, 'node'),
-      blobs: new HttpBlobSource(server.url, joinToken),
-      maxSandboxes: 8,
-      log: pino({ level: 'silent' }),
-    });
-    await edgeB.start();
+    joinToken = (JSON.parse(readFileSync(join(server.dataDir, 'client.json'), 'utf8')) as { joinToken: string }).joinToken;
+    await startB();
     servedA = await serve(server.dsec.node, joinToken);
-    servedB = await serve(edgeB, joinToken);
     const image = server.dsec.images.get(server.dsec.images.resolve('busybox')!)!;
     spec = {
       layers: image.layers,
@@ -87,6 +80,19 @@ describe('a running microVM moves between edges with its memory, processes and d
       await server?.close();
     }
   });
+
+  /** Edge B (again, after a restart: it adopts the VMs its previous process left running), served. */
+  async function startB(): Promise<void> {
+    edgeB = new Edge({
+      id: edgeIdB,
+      nodeDir: join(dirB, 'node'),
+      blobs: new HttpBlobSource(server.url, joinToken),
+      maxSandboxes: 8,
+      log: pino({ level: 'silent' }),
+    });
+    await edgeB.start();
+    servedB = await serve(edgeB, joinToken);
+  }
 
   /** Saves the VM on `from`, kills it there, starts it on `to` from the blob: the move as the control plane makes it. */
   async function move(from: EdgeApi, to: EdgeApi): Promise<{ saveMs: number; restoreMs: number; bytes: number; digest: LayerDigest }> {
@@ -139,7 +145,7 @@ describe('a running microVM moves between edges with its memory, processes and d
     assert.equal(lines[5], shmSum, "the guest's memory (a tmpfs of random bytes) came over intact");
   }
 
-  test('A → B → A: saved as one blob, restored under the same id; the process lives on (same pid, still counting), files on disk and in tmpfs are there; no blob or file is left', async (t) => {
+  test('A → B → A: saved as one blob, restored under the same id; the process lives on (same pid, still counting), files on disk and in tmpfs are there; a save B restarts after is adopted paused and resumes; no blob or file is left', async (t) => {
     const a = servedA.client;
     const b = servedB.client;
     await a.createSandbox({ ...spec, id });
@@ -150,7 +156,11 @@ describe('a running microVM moves between edges with its memory, processes and d
     assert.equal(setup.exitCode, 0, setup.stderr);
     const shmSum = setup.stdout.trim();
     await a.startProcess(id, {
-      cmd: ['sh', '-c', 'echo $$ > /dev/shm/bg.pid; n=0; while :; do n=$((n+1)); echo $n > /dev/shm/count; sleep 0.2; done'],
+      cmd: [
+        'sh',
+        '-c',
+        'echo $$ > /dev/shm/bg.pid; n=0; while :; do n=$((n+1)); echo $n > /dev/shm/count.new; mv /dev/shm/count.new /dev/shm/count; sleep 0.2; done',
+      ],
     });
     const started = await a.exec(id, {
       cmd: 'for i in $(seq 100); do [ -s /dev/shm/count ] && break; sleep 0.1; done; cat /dev/shm/bg.pid /dev/shm/count',
@@ -167,11 +177,26 @@ describe('a running microVM moves between edges with its memory, processes and d
     await probe(b, pid!, Number(count), shmSum);
     assert.equal(existsSync(join(dirB, 'node', 'vms', id, 'incoming')), false, 'the fetched state is removed once loaded');
 
-    // Back again: this time the blob goes up through the control plane's PUT /v1/blobs (B's
-    // blob source), and A restores from its own store, as a failed move's way back would.
-    const more = await b.exec(id, { cmd: 'head -c 48m /dev/urandom > /dev/shm/more && cat /dev/shm/count', timeoutMs: 120_000 });
+    // A move that does not happen: saved (the blob goes up through the control plane's
+    // PUT /v1/blobs, B's blob source), B's process restarts meanwhile, and the VM, stopped, is
+    // adopted as paused and resumed where it was.
+    const kept = await b.snapshotSandbox(id, { memory: true, portable: true });
+    blobs.push(kept.state!.digest as LayerDigest);
+    await servedB.app.close();
+    await edgeB.shutdown();
+    await startB();
+    assert.equal((await servedB.client.listSandboxes()).find((s) => s.id === id)?.status, 'paused', 'adopted stopped, as paused');
+    await servedB.client.resumeSandbox(id);
+    await probe(servedB.client, pid!, Number(count), shmSum);
+
+    // Back again, with more of its memory written: A restores from its own store, as a failed
+    // move's way back would.
+    const more = await servedB.client.exec(id, {
+      cmd: 'head -c 48m /dev/urandom > /dev/shm/more && cat /dev/shm/count',
+      timeoutMs: 120_000,
+    });
     assert.equal(more.exitCode, 0, more.stderr);
-    const back = await move(b, a);
+    const back = await move(servedB.client, a);
     t.diagnostic(
       `B→A (256 MiB guest, 64 MiB in tmpfs): save ${back.saveMs.toFixed(0)} ms, restore ${back.restoreMs.toFixed(0)} ms, blob ${(back.bytes / 2 ** 20).toFixed(1)} MiB`,
     );

@@ -46,6 +46,28 @@ interface RestoreSource {
   own?: boolean;
 }
 
+/**
+ * The agent and QMP of a VM a previous edge process started. A stopped guest (paused, or stopped
+ * after a portable save, QEMU's `postmigrate`) cannot answer a ping: its agent is reached once it
+ * runs again, and until then its calls answer as a paused VM's. Any other state is not adopted.
+ */
+async function reattach(paths: VmPaths, agentKey: string): Promise<{ agent: AgentClient; qmp: QmpClient; paused: boolean }> {
+  const qmp = await QmpClient.open(paths.qmpSocket);
+  let agent: AgentClient | undefined;
+  try {
+    const { status } = (await qmp.execute('query-status')) as { status?: string };
+    const paused = status === 'paused' || status === 'postmigrate';
+    if (!paused && status !== 'running') throw new Error(`QEMU reports the guest ${status ?? 'in no state'}`);
+    agent = await AgentClient.open(paths.agentSocket, agentKey);
+    if (!paused) await agent.call('ping', {});
+    return { agent, qmp, paused };
+  } catch (err) {
+    agent?.close();
+    qmp.close();
+    throw err;
+  }
+}
+
 /** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
 export const DEFAULT_VM_DISK_MIB = 2048;
 /**
@@ -150,11 +172,8 @@ export class VmBackend implements SandboxBackend {
       if (record?.phase === 'running' && record.pid && isQemuOf(record.pid, paths, { adopting: true })) {
         try {
           if (!record.agentKey) throw new Error('its record predates keyed agent channels');
-          const agent = await AgentClient.open(paths.agentSocket, record.agentKey);
-          await agent.call('ping', {});
-          const qmp = await QmpClient.open(paths.qmpSocket);
-          const status = (await qmp.execute('query-status')) as { status?: string };
-          record.paused = status.status === 'paused';
+          const { agent, qmp, paused } = await reattach(paths, record.agentKey);
+          record.paused = paused;
           if (record.network?.link && !this.opts.links.adopt(record.network.link)) {
             this.opts.log.error({ sandbox: id, link: record.network.link }, "another edge on this host claims this VM's link block");
           }
@@ -201,7 +220,9 @@ export class VmBackend implements SandboxBackend {
    */
   async #endSessionsOfOldEdge(v: LiveVm): Promise<void> {
     await v.sessions.endNotedByOldEdge(async (tag) => {
-      await v.agent.call('kill_group', { group: tag }).catch(() => undefined);
+      const killed = v.agent.call('kill_group', { group: tag }).catch(() => undefined);
+      // A stopped guest takes it when it runs again; the edge's start does not wait for that.
+      if (!v.record.paused) await killed;
     });
   }
 
