@@ -186,6 +186,9 @@ describe('a running microVM moves between edges with its memory, processes and d
     await edgeB.shutdown();
     await startB();
     assert.equal((await servedB.client.listSandboxes()).find((s) => s.id === id)?.status, 'paused', 'adopted stopped, as paused');
+    // A save retried on a VM stopped by one (the first answer lost) saves it again.
+    const again = await servedB.client.snapshotSandbox(id, { memory: true, portable: true });
+    blobs.push(again.state!.digest as LayerDigest);
     await servedB.client.resumeSandbox(id);
     await probe(servedB.client, pid!, Number(count), shmSum);
 

@@ -225,9 +225,15 @@ export class VmSnapshots {
  * (`wasRunning` says whether to run them again); a save that fails runs them again itself.
  */
 async function saveStateInto(v: LiveVm, dir: string, opts: { copyDisk: boolean }): Promise<{ wasRunning: boolean }> {
-  const status = (await v.qmp.execute('query-status')) as { status?: string };
-  const wasRunning = status.status === 'running';
+  const { status } = (await v.qmp.execute('query-status')) as { status?: string };
+  const wasRunning = status === 'running';
   if (wasRunning) await v.qmp.execute('stop');
+  if (status === 'postmigrate') {
+    // QEMU migrates no VM a migration stopped (a save retried, its answer lost, or one after a
+    // portable save): the guest runs for a moment, then it is stopped and saved as it is then.
+    await v.qmp.execute('cont');
+    await v.qmp.execute('stop');
+  }
   try {
     if (opts.copyDisk) await copySparse(v.paths.disk, join(dir, STATE_DISK));
     await saveVmState(v.qmp, v.paths.migrationSocket, join(dir, STATE_MEMORY));
