@@ -55,6 +55,7 @@ export const VM = [
   'engine/trajectory.test.js',
   'security/vm-agent-forgery.test.js',
   'dsec/dist/test/vm.test.js',
+  'dsec/dist/test/vm-migrate.test.js',
 ];
 
 /** A file is killed (its whole process group) when it runs this long: a hang is a failure, not a stall of CI. */

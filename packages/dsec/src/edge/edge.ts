@@ -161,6 +161,10 @@ export class Edge implements EdgeApi {
         throw new ApiError('INVALID_REQUEST', 'restoreFrom restores a VM snapshot; a container starts from a snapshot image instead', {
           field: 'restoreFrom',
         });
+      if (req.restoreState !== undefined)
+        throw new ApiError('INVALID_REQUEST', 'restoreState restores a VM state; a container starts from a snapshot image instead', {
+          field: 'restoreState',
+        });
       return this.containers.createSandbox(req);
     }
     if (!this.vms)
@@ -278,7 +282,10 @@ export class Edge implements EdgeApi {
     return this.#for(id).getNetwork(id);
   }
 
-  snapshotSandbox(id: string, opts?: { scrub?: string[]; signal?: AbortSignal; memory?: boolean }): Promise<EdgeSnapshot> {
+  snapshotSandbox(
+    id: string,
+    opts?: { scrub?: string[]; signal?: AbortSignal; memory?: boolean; portable?: boolean },
+  ): Promise<EdgeSnapshot> {
     return this.#for(id).snapshotSandbox(id, opts);
   }
 

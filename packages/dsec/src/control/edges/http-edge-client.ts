@@ -344,7 +344,10 @@ export class HttpEdgeClient implements EdgeApi {
     return this.#json('GET', this.#sb(id, '/network'));
   }
 
-  snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean } = {}): Promise<EdgeSnapshot> {
+  snapshotSandbox(
+    id: string,
+    opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean; portable?: boolean } = {},
+  ): Promise<EdgeSnapshot> {
     const { signal, ...body } = opts;
     return this.#json('POST', this.#sb(id, '/snapshot'), body, { timeout: false, signal });
   }

@@ -115,7 +115,11 @@ export interface EdgeApi {
   getNetwork(id: string): Promise<{ policy: NetworkPolicy; link?: Link }>;
   /** pack_diff; the new layer is in the cluster's blob store when this returns. */
   /** `signal`: the caller has gone; the copy and mkfs.erofs stop and leave nothing behind. */
-  snapshotSandbox(id: string, opts?: { scrub?: string[]; signal?: AbortSignal; memory?: boolean }): Promise<EdgeSnapshot>;
+  /** VMs: `memory`, their state for a fork on this edge; with `portable`, as a blob (`state`) any edge's create restores (`restoreState`). */
+  snapshotSandbox(
+    id: string,
+    opts?: { scrub?: string[]; signal?: AbortSignal; memory?: boolean; portable?: boolean },
+  ): Promise<EdgeSnapshot>;
 
   /** An interactive command under a terminal (default: bash, else sh). */
   openPty(id: string, req: TerminalRequest): Promise<TerminalChannel>;

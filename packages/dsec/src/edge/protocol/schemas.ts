@@ -54,6 +54,12 @@ export const EdgeCreateRequest = Type.Object(
     network: Type.Optional(EdgeNetworkRequest),
     /** VMs only: start from the latest snapshot of this VM on the same edge (memory, devices, disk) instead of booting. */
     restoreFrom: Type.Optional(SandboxId),
+    /**
+     * VMs only: start from a VM state blob (a snapshot with `portable`, made on any edge), fetched
+     * from the cluster's blob store, instead of booting: memory, devices and disk as saved. Its
+     * layers must be the request's; RAM and vCPUs are the saved VM's.
+     */
+    restoreState: Type.Optional(Digest),
     /** Volumes of this edge to bind-mount (nosuid, nodev), each at its path. */
     volumes: Type.Optional(
       Type.Array(
@@ -153,6 +159,8 @@ export const EdgeSnapshot = Type.Object({
   config: ImageConfig,
   stats: DiffStats,
   frozenMs: Type.Number(),
+  /** With `portable`: the VM state blob in the cluster's blob store (a create's `restoreState`), and its size. */
+  state: Type.Optional(Type.Object({ digest: Digest, bytes: Type.Integer() })),
 });
 export type EdgeSnapshot = Static<typeof EdgeSnapshot>;
 
@@ -161,6 +169,11 @@ export const EdgeSnapshotRequest = Type.Object(
     scrub: Type.Optional(Type.Array(Type.String({ pattern: '^/' }), { maxItems: 256 })),
     /** A VM's memory, device and disk state kept on its edge for restores (a live fork), not an image. */
     memory: Type.Optional(Type.Boolean()),
+    /**
+     * With `memory`: the state goes to the cluster's blob store as one blob (`state` in the answer)
+     * for a restore on any edge; the VM stays paused after the save (the caller kills or resumes it).
+     */
+    portable: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );

@@ -329,6 +329,7 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
         return await edge.snapshotSandbox(req.params.id, {
           ...(req.body.scrub ? { scrub: req.body.scrub } : {}),
           ...(req.body.memory ? { memory: true } : {}),
+          ...(req.body.portable ? { portable: true } : {}),
           signal: hangup.signal,
         });
       } finally {

@@ -1,7 +1,7 @@
 import type { Duplex } from 'node:stream';
-import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Logger } from 'pino';
 import { ApiError } from '../../../api-error.js';
 import { sandboxUsage } from '../../../host/cgroups.js';
@@ -35,13 +35,45 @@ import { guestAssets, type GuestAssets } from './guest-assets.js';
 import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
 import { QmpClient } from './qmp-client.js';
 import { bootAgent, copySparse, makeDisk, reconnectAgent, sleep } from './vm-boot.js';
-import { makeVmCgroup, removeVmCgroup, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
+import { makeVmCgroup, removeVmCgroup, vmCgroupBusy, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
 import { VmCommands } from './vm-commands.js';
 import { VmFiles } from './vm-files.js';
 import { openGuestPort } from './vm-port.js';
 import { readJson, readRecord, saveRecord, toEdgeSandbox, type LiveVm, type SnapshotRecord, type VmRecord } from './vm-record.js';
 import { VmSnapshots } from './vm-snapshot.js';
 import { loadVmState } from './vm-state.js';
+import { fetchStateBlob, STATE_DISK, STATE_MEMORY } from './vm-state-blob.js';
+
+/** A saved VM a create starts from: its disk, its memory and device state, what it was made with. */
+interface RestoreSource {
+  disk: string;
+  memory: string;
+  record: SnapshotRecord;
+  /** The files are this VM's own (fetched for it): the disk is moved, not copied, and the state removed once loaded. */
+  own?: boolean;
+}
+
+/**
+ * The agent and QMP of a VM a previous edge process started. A stopped guest (paused, or stopped
+ * after a portable save, QEMU's `postmigrate`) cannot answer a ping: its agent is reached once it
+ * runs again, and until then its calls answer as a paused VM's. Any other state is not adopted.
+ */
+async function reattach(paths: VmPaths, agentKey: string): Promise<{ agent: AgentClient; qmp: QmpClient; paused: boolean }> {
+  const qmp = await QmpClient.open(paths.qmpSocket);
+  let agent: AgentClient | undefined;
+  try {
+    const { status } = (await qmp.execute('query-status')) as { status?: string };
+    const paused = status === 'paused' || status === 'postmigrate';
+    if (!paused && status !== 'running') throw new Error(`QEMU reports the guest ${status ?? 'in no state'}`);
+    agent = await AgentClient.open(paths.agentSocket, agentKey);
+    if (!paused) await agent.call('ping', {});
+    return { agent, qmp, paused };
+  } catch (err) {
+    agent?.close();
+    qmp.close();
+    throw err;
+  }
+}
 
 /** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
 export const DEFAULT_VM_DISK_MIB = 2048;
@@ -147,11 +179,8 @@ export class VmBackend implements SandboxBackend {
       if (record?.phase === 'running' && record.pid && isQemuOf(record.pid, paths, { adopting: true })) {
         try {
           if (!record.agentKey) throw new Error('its record predates keyed agent channels');
-          const agent = await AgentClient.open(paths.agentSocket, record.agentKey);
-          await agent.call('ping', {});
-          const qmp = await QmpClient.open(paths.qmpSocket);
-          const status = (await qmp.execute('query-status')) as { status?: string };
-          record.paused = status.status === 'paused';
+          const { agent, qmp, paused } = await reattach(paths, record.agentKey);
+          record.paused = paused;
           if (record.network?.link && !this.opts.links.adopt(record.network.link)) {
             this.opts.log.error({ sandbox: id, link: record.network.link }, "another edge on this host claims this VM's link block");
           }
@@ -198,7 +227,9 @@ export class VmBackend implements SandboxBackend {
    */
   async #endSessionsOfOldEdge(v: LiveVm): Promise<void> {
     await v.sessions.endNotedByOldEdge(async (tag) => {
-      await v.agent.call('kill_group', { group: tag }).catch(() => undefined);
+      const killed = v.agent.call('kill_group', { group: tag }).catch(() => undefined);
+      // A stopped guest takes it when it runs again; the edge's start does not wait for that.
+      if (!v.record.paused) await killed;
     });
   }
 
@@ -235,9 +266,22 @@ export class VmBackend implements SandboxBackend {
       throw new ApiError('INVALID_REQUEST', `a VM sandbox takes at most 60 layers (one disk each); this one has ${req.layers.length}`);
     const paths = new VmPaths(join(this.dir, req.id));
     if (this.#live.has(req.id) || existsSync(paths.dir)) throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} already exists`);
+    if (req.restoreFrom !== undefined && req.restoreState !== undefined)
+      throw new ApiError('INVALID_REQUEST', 'restoreFrom and restoreState each name a saved VM to start from: give one', {
+        field: 'restoreState',
+      });
+    if (vmCgroupBusy(req.id)) {
+      // A VM moved between two edges of one host (tests, a cluster on one machine) keeps its id,
+      // so both would share `dsec/<id>`, and the old one's kill would end the new one with it.
+      throw new ApiError('INVALID_REQUEST', `sandbox ${req.id} still runs on this host (its cgroup holds processes): kill it there first`, {
+        id: req.id,
+      });
+    }
     // A restore takes everything the guest was made with from the snapshot: its RAM size and
     // vCPUs must match the saved state, its disks the saved disk.
-    const source = req.restoreFrom === undefined ? undefined : this.#snapshotOf(req.restoreFrom);
+    let source = req.restoreFrom === undefined ? undefined : this.#snapshotOf(req.restoreFrom);
+    mkdirSync(paths.dir, { mode: 0o700 });
+    if (req.restoreState !== undefined) source = await this.#fetchState(req, kind, paths);
     // The restored guest's agent has its source's channel key in its memory.
     const made = source?.record ?? {
       backend: kind,
@@ -248,18 +292,20 @@ export class VmBackend implements SandboxBackend {
       agentKey: newAgentKey(),
     };
     const agentKey = made.agentKey;
-    if (!agentKey)
+    if (!agentKey) {
+      rmSync(paths.dir, { recursive: true, force: true });
       throw new ApiError('INVALID_REQUEST', `the snapshot of ${req.restoreFrom} predates keyed agent channels; snapshot the VM again`, {
         restoreFrom: req.restoreFrom,
       });
+    }
     const record: VmRecord = { id: req.id, phase: 'creating', ...made, createdAt: new Date().toISOString() };
-    mkdirSync(paths.dir, { mode: 0o700 });
     saveRecord(paths, record);
     let agent: AgentClient | undefined;
     try {
       const layerFiles: string[] = [];
       for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
-      if (source) await copySparse(source.paths.snapshotDisk, paths.disk);
+      if (source?.own) renameSync(source.disk, paths.disk);
+      else if (source) await copySparse(source.disk, paths.disk);
       else await makeDisk(paths.disk, record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
       record.accel = await this.accel();
       const cgroupProcs = makeVmCgroup(req.id, record.limits);
@@ -280,7 +326,7 @@ export class VmBackend implements SandboxBackend {
       if (source) {
         qmp = await loadVmState(
           paths.migrationSocket,
-          source.paths.snapshotMemory,
+          source.memory,
           () => QmpClient.open(paths.qmpSocket),
           () => isQemuOf(pid, paths),
         );
@@ -288,6 +334,7 @@ export class VmBackend implements SandboxBackend {
           qmp.close();
           throw err;
         });
+        if (source.own) rmSync(dirname(source.memory), { recursive: true, force: true });
       } else {
         agent = await bootAgent(pid, paths, record.limits.memoryMiB, agentKey);
         qmp = await QmpClient.open(paths.qmpSocket);
@@ -309,8 +356,29 @@ export class VmBackend implements SandboxBackend {
     }
   }
 
+  /**
+   * A VM state blob (a portable snapshot, made on any edge), fetched into the new VM's directory
+   * (`incoming/`): its disk becomes the VM's own, its memory is fed to QEMU and then removed.
+   */
+  async #fetchState(req: EdgeCreateRequest, backend: VmMachine, paths: VmPaths): Promise<RestoreSource> {
+    const incoming = join(paths.dir, 'incoming');
+    try {
+      const record = await fetchStateBlob(this.opts.blobs, req.restoreState as LayerDigest, incoming, {
+        backend,
+        layers: req.layers,
+      });
+      return { disk: join(incoming, STATE_DISK), memory: join(incoming, STATE_MEMORY), record, own: true };
+    } catch (err) {
+      rmSync(paths.dir, { recursive: true, force: true });
+      if (err instanceof ApiError) throw err;
+      throw new ApiError('SANDBOX_CREATE_FAILED', `could not bring in VM state ${req.restoreState}: ${(err as Error).message}`, {
+        restoreState: req.restoreState,
+      });
+    }
+  }
+
   /** The latest snapshot of VM `id` on this edge, to restore from. */
-  #snapshotOf(id: string): { paths: VmPaths; record: SnapshotRecord } {
+  #snapshotOf(id: string): RestoreSource {
     const v = this.#live.get(id);
     const record = v && readJson<SnapshotRecord>(v.paths.snapshotRecord);
     if (!v || !record) {
@@ -320,7 +388,7 @@ export class VmBackend implements SandboxBackend {
         { restoreFrom: id },
       );
     }
-    return { paths: v.paths, record };
+    return { disk: v.paths.snapshotDisk, memory: v.paths.snapshotMemory, record };
   }
 
   async killSandbox(id: string): Promise<void> {
@@ -410,7 +478,10 @@ export class VmBackend implements SandboxBackend {
   readonly downloadTar: SandboxBackend['downloadTar'] = (id, path) => this.#files.downloadTar(id, path);
 
   /** An image (vm-snapshot.ts) or, with `memory`, the VM's state for a live fork. */
-  async snapshotSandbox(id: string, opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean } = {}): Promise<EdgeSnapshot> {
+  async snapshotSandbox(
+    id: string,
+    opts: { scrub?: string[]; signal?: AbortSignal; memory?: boolean; portable?: boolean } = {},
+  ): Promise<EdgeSnapshot> {
     return this.#snapshots.snapshot(id, opts);
   }
 

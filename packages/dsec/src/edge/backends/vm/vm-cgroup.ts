@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CGROUP_PARENT, CGROUP_ROOT, killCgroupProcesses, removeCgroupTree } from '../../../host/cgroups.js';
 import { CPU_PERIOD_US } from '../../../host/cgroups.js';
@@ -40,6 +40,15 @@ export function makeVmCgroup(id: string, limits: { cpu: number; memoryMiB: numbe
   writeFileSync(join(dir('cpu'), 'cpu.cfs_quota_us'), String(Math.max(1000, Math.round(limits.cpu * CPU_PERIOD_US))));
   writeFileSync(join(dir('cpu'), 'cpu.shares'), String(Math.max(2, Math.round(limits.cpu * 1024))));
   return ['memory', 'pids', 'cpu', 'cpuacct'].map((c) => join(dir(c), 'cgroup.procs'));
+}
+
+/** Whether processes run in `dsec/<id>` already (memory hierarchy, which every VM and container joins). */
+export function vmCgroupBusy(id: string): boolean {
+  try {
+    return readFileSync(join(CGROUP_ROOT, 'memory', vmCgroupRel(id), 'cgroup.procs'), 'utf8').trim() !== '';
+  } catch {
+    return false;
+  }
 }
 
 /** Kills whatever is left in the VM's cgroups (QEMU normally gone already) and removes them. */
