@@ -26,7 +26,6 @@ function checkSubPath(path: unknown, where: string): string {
   // A '..' segment would be resolved by the URL parser and leave the port's prefix (reaching the
   // API itself with the key); control characters, spaces and '#' have no place in a request path.
   const segments = path.split('?')[0]!.split('/');
-  // eslint-disable-next-line no-control-regex
   if (segments.includes('..') || /[\u0000-\u0020\u007f#]/.test(path))
     throw new InvalidRequestError(
       `${where}: path ${JSON.stringify(path.slice(0, 100))} has a '..' segment, a control character, a space or '#': give the path on the server as it is (percent-encode what needs it)`,

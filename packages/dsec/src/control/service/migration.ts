@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
-import type { CreateSandboxRequest, MigrateRequest, MigrateResult, SandboxInfo } from '@dsec/sdk/schema';
+import type { CreateSandboxRequest, MigrateRequest, MigrateResult, NetworkPolicyRequest, SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeQuiesce } from '../../edge/protocol/edge-api.js';
+import type { EdgeApi, EdgeCreateRequest, EdgeQuiesce } from '../../edge/protocol/edge-api.js';
 import type { ImageStore } from '../../image/image-store.js';
 import type { LayerDigest } from '../../image/layer-store.js';
 import { CREATE_LEASE_MS } from '../create-leases.js';
@@ -67,11 +67,6 @@ export class MigrationService {
     if (s.migration) throw migrating(s);
     if (s.status !== 'running' && s.status !== 'paused')
       throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} is ${s.status}: only a running or paused sandbox moves`, { id });
-    if (s.backend !== 'container')
-      throw new ApiError('SANDBOX_NOT_MIGRATABLE', `sandbox ${id} is a ${s.backend}: only container sandboxes move between edges for now`, {
-        id,
-        backend: s.backend,
-      });
     const spec = (await store.sandboxes.spec<CreateSandboxRequest>(id)) ?? { image: s.imageId };
     if (spec.volumes?.length)
       throw new ApiError(
@@ -95,12 +90,10 @@ export class MigrationService {
     creation.inflight.add(id);
     edges.reserve(to, limits);
     const source = edges.api(from);
-    let quiesced: EdgeQuiesce | undefined;
-    /** The target may hold a copy (its create was sent), and the row does not name it. */
-    let made = false;
-    let moved = false;
+    const move: MoveState = { id, from, to, sourceGone: false, moved: false };
     try {
-      quiesced = await source.quiesceSandbox(id, { endProcesses: req.restartProcesses === true });
+      const quiesced = await source.quiesceSandbox(id, { endProcesses: req.restartProcesses === true });
+      move.quiesced = quiesced;
       if (!quiesced.frozen) {
         const list = quiesced.processes.map((p) => `${p.pid} ${p.cmd}`).join('; ');
         throw new ApiError(
@@ -109,50 +102,29 @@ export class MigrationService {
           { id, processes: quiesced.processes },
         );
       }
-      const frozenAt = performance.now();
+      const heldAt = performance.now();
       const network = await this.deps.network.currentPolicy(SYSTEM, id);
-      // Nothing scrubbed: a move keeps every file (a snapshot's default leaves caches out).
-      const snap = await source.snapshotSandbox(id, { scrub: [] });
-      const layers = snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers;
-      if (snap.layer) await this.deps.images.layers.fetch(snap.layer as LayerDigest);
-      await this.deps.layersReady?.(layers);
-      const { config } = await creation.composeLayers(spec, s.project ?? 'default');
-      const target = edges.api(to);
-      made = true;
-      await target.createSandbox({
-        id,
-        layers,
-        config,
-        env: spec.env ?? {},
-        limits,
-        backend: s.backend,
-        ...(network ? { network: checkPolicy(network) } : {}),
-      });
-      if (quiesced.wasPaused) await target.pauseSandbox(id);
-      if (!(await store.moves.commit(id, to, layers, quiesced.wasPaused ? 'paused' : 'running'))) {
+      const packed = await this.#pack(source, s, spec, network);
+      move.create = packed.create;
+      // The source's copy goes before the target starts: two edges on one host share a sandbox's
+      // cgroups (named by its id), so the target's would be frozen with the source's, and killed
+      // with it. What it was lives on in the packed state; a target that fails starts it again here.
+      await store.moves.stage(id, to, packed.create.layers);
+      await source.killSandbox(id);
+      move.sourceGone = true;
+      await this.#start(edges.api(to), packed.create, quiesced.wasPaused);
+      if (!(await store.moves.commit(id, to, packed.create.layers, quiesced.wasPaused ? 'paused' : 'running'))) {
         throw new ApiError('SANDBOX_NOT_FOUND', `sandbox ${id} was killed while it moved`, { id });
       }
-      made = false; // the target's copy is the sandbox now
-      moved = true;
-      const ms = performance.now() - started;
-      const heldMs = performance.now() - frozenAt;
-      // The source's copy: a failure here leaves an orphan its edge's next reconcile kills (the row names the target).
-      await source
-        .killSandbox(id)
-        .catch((err: unknown) =>
-          log.warn(
-            { sandbox: id, edge: from, err: (err as Error).message },
-            'the source copy of a moved sandbox was not removed; reconcile removes it',
-          ),
-        );
+      move.moved = true;
       const ended = quiesced.ended ? quiesced.processes : [];
       const result: MigrateResult = {
-        sandbox: (await store.sandboxes.get(id)) ?? { ...s, edge: to, layers },
+        sandbox: (await store.sandboxes.get(id)) ?? { ...s, edge: to, layers: packed.create.layers },
         from,
         to,
-        ms: round(ms),
-        heldMs: round(heldMs),
-        bytes: snap.stats.bytes,
+        ms: round(performance.now() - started),
+        heldMs: round(performance.now() - heldAt),
+        bytes: packed.bytes,
         endedProcesses: ended,
       };
       await this.deps.trajectory
@@ -165,65 +137,154 @@ export class MigrationService {
       log.info({ sandbox: id, from, to, cause, ms: result.ms }, 'sandbox moved');
       return result;
     } catch (err) {
-      await this.#undo(id, from, to, quiesced, made, err);
-      if (err instanceof ApiError && err.status < 500) throw err;
+      if (err instanceof ApiError && err.code === 'SANDBOX_NOT_FOUND' && move.sourceGone) {
+        // Killed while it moved: nothing to put back, only the target's copy to remove.
+        await killQuietly(edges.apiEvenIfLost(to), id, log);
+        throw err;
+      }
+      const where = await this.#undo(move, err);
+      if (err instanceof ApiError && err.status < 500 && !move.sourceGone) throw err;
       const why = err instanceof Error ? err.message : String(err);
-      throw new ApiError('SANDBOX_MIGRATE_FAILED', `sandbox ${id} did not move to edge ${to} (${why}); it runs on at edge ${from}`, {
+      throw new ApiError('SANDBOX_MIGRATE_FAILED', `sandbox ${id} did not move to edge ${to} (${why}); ${where}`, {
         id,
         edge: from,
         to,
       });
     } finally {
-      edges.release(to, limits, !moved);
+      edges.release(to, limits, !move.moved);
       creation.inflight.delete(id);
     }
   }
 
   /**
-   * Undoes a move that did not happen: what the target made is removed, the row stays on its
-   * source (the move mark cleared), and the source is resumed unless it was paused before.
+   * What the sandbox is, packed where any edge can fetch it, and the create that starts it from
+   * that: a container's writable layer (pack_diff, nothing scrubbed: a move keeps every file, a
+   * snapshot's default leaves caches out) over its layers; a VM's memory, devices and disk as one
+   * state blob (QEMU's migration stream), restored instead of booted, its processes running on.
    */
-  async #undo(id: string, from: string, to: string, quiesced: EdgeQuiesce | undefined, made: boolean, cause: unknown): Promise<void> {
-    const { store, edges, log } = this.deps;
-    if (made) await killQuietly(edges.apiEvenIfLost(to), id, log);
-    await store.moves.abort(id, to);
-    if (quiesced?.frozen && !quiesced.wasPaused) {
-      await edges
-        .apiEvenIfLost(from)
-        .resumeSandbox(id)
-        .catch((err: unknown) =>
-          log.error({ sandbox: id, edge: from, err: (err as Error).message }, 'a sandbox whose move failed was not resumed'),
-        );
+  async #pack(
+    source: EdgeApi,
+    s: SandboxInfo,
+    spec: CreateSandboxRequest,
+    network: NetworkPolicyRequest | undefined,
+  ): Promise<{ create: EdgeCreateRequest; bytes: number }> {
+    const { config } = await this.deps.creation.composeLayers(spec, s.project ?? 'default');
+    const base = {
+      id: s.id,
+      config,
+      env: spec.env ?? {},
+      limits: this.deps.creation.limitsFor(spec),
+      backend: s.backend,
+      ...(network ? { network: checkPolicy(network) } : {}),
+    };
+    if (s.backend !== 'container') {
+      const snap = await source.snapshotSandbox(s.id, { memory: true, portable: true });
+      if (!snap.state) throw new Error(`edge ${s.edge} saved no portable state for VM ${s.id}`);
+      await this.deps.layersReady?.(s.layers);
+      return { create: { ...base, layers: s.layers, restoreState: snap.state.digest }, bytes: snap.state.bytes };
     }
-    log.warn({ sandbox: id, from, to, err: cause instanceof Error ? cause.message : String(cause) }, 'a move did not happen');
+    const snap = await source.snapshotSandbox(s.id, { scrub: [] });
+    const layers = snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers;
+    if (snap.layer) await this.deps.images.layers.fetch(snap.layer as LayerDigest);
+    await this.deps.layersReady?.(layers);
+    return { create: { ...base, layers }, bytes: snap.stats.bytes };
+  }
+
+  /** Starts the packed sandbox on `edge`, paused again if it was. */
+  async #start(edge: EdgeApi, create: EdgeCreateRequest, paused: boolean): Promise<void> {
+    await edge.createSandbox(create);
+    if (paused) await edge.pauseSandbox(create.id);
   }
 
   /**
-   * Gives up the moves whose replica stopped renewing them (it died mid-move): the target's copy
-   * is removed, the source resumed (a sandbox paused by its caller stays paused), the row left on
-   * its source. Run by the replica that holds the expiry lease, with the creates' takeover.
+   * Undoes a move that did not happen, and says where the sandbox is. Before its source copy
+   * went: the source resumed (unless it was paused before), the row left there. After: whatever
+   * the target made is removed, and the sandbox started again on its source from the packed state
+   * (its files as they were; a container had no process left to lose); should that fail too, the
+   * row becomes failed with both reasons, never left naming an edge that does not run it.
    */
-  async recoverAbandoned(now = Date.now()): Promise<string[]> {
+  async #undo(move: MoveState, cause: unknown): Promise<string> {
     const { store, edges, log } = this.deps;
-    const given: string[] = [];
-    for (const m of await store.moves.abandoned(now)) {
-      if (edges.has(m.to)) await killQuietly(edges.apiEvenIfLost(m.to), m.id, log);
-      if (m.status === 'running' && edges.has(m.from)) {
+    const { id, from, to, quiesced } = move;
+    const why = cause instanceof Error ? cause.message : String(cause);
+    log.warn({ sandbox: id, from, to, err: why }, 'a move did not happen');
+    if (!move.sourceGone) {
+      await store.moves.abort(id, to);
+      if (quiesced?.frozen && !quiesced.wasPaused) {
         await edges
-          .apiEvenIfLost(m.from)
-          .resumeSandbox(m.id)
+          .apiEvenIfLost(from)
+          .resumeSandbox(id)
           .catch((err: unknown) =>
-            log.warn({ sandbox: m.id, edge: m.from, err: (err as Error).message }, 'an abandoned move: the source was not resumed'),
+            log.error({ sandbox: id, edge: from, err: (err as Error).message }, 'a sandbox whose move failed was not resumed'),
           );
       }
-      await store.moves.abort(m.id, m.to);
-      log.warn(
-        { sandbox: m.id, from: m.from, to: m.to, owner: m.owner },
-        'gave up a move whose replica stopped renewing it; it stays on its source',
-      );
-      given.push(m.id);
+      return `it runs on at edge ${from}`;
     }
-    return given;
+    await killQuietly(edges.apiEvenIfLost(to), id, log);
+    try {
+      await this.#start(edges.api(from), move.create!, quiesced?.wasPaused === true);
+      await store.moves.abort(id, to);
+      return `it was started again at edge ${from} from its packed state (its files as they were)`;
+    } catch (err) {
+      const again = err instanceof Error ? err.message : String(err);
+      await store.moves.abort(id, to);
+      await store.sandboxes.setStatus(
+        id,
+        'failed',
+        `its move from edge ${from} to edge ${to} failed (${why}) and starting it again at edge ${from} failed too (${again})`,
+      );
+      return `starting it again at edge ${from} failed too (${again}): it is failed`;
+    }
+  }
+
+  /**
+   * Settles the moves whose replica stopped renewing them (it died mid-move), run by the replica
+   * that holds the expiry lease, with the creates' takeover. Where the sandbox runs decides: on
+   * its target, the move is committed (it got that far); on its source, the move is given up and
+   * the source resumed (a sandbox its caller paused stays paused); on neither (the replica died
+   * between removing the source's copy and starting the target's), the row becomes failed with
+   * the reason. An edge that cannot be asked now is asked at the next sweep.
+   */
+  async recoverAbandoned(now = Date.now()): Promise<{ committed: string[]; givenUp: string[]; failed: string[] }> {
+    const { store, edges, log } = this.deps;
+    const out = { committed: [] as string[], givenUp: [] as string[], failed: [] as string[] };
+    for (const m of await store.moves.abandoned(now)) {
+      const runs = async (edge: string): Promise<boolean | undefined> =>
+        edges.has(edge)
+          ? edges
+              .apiEvenIfLost(edge)
+              .listSandboxes()
+              .then(
+                (list) => list.some((x) => x.id === m.id),
+                () => undefined,
+              )
+          : false;
+      const [onTarget, onSource] = [await runs(m.to), await runs(m.from)];
+      if (onTarget === undefined || onSource === undefined) continue;
+      const row = await store.sandboxes.get(m.id);
+      const who = `its control-plane replica ${m.owner} stopped while moving it from edge ${m.from} to edge ${m.to}`;
+      if (onTarget && row) {
+        if (onSource) await killQuietly(edges.apiEvenIfLost(m.from), m.id, log);
+        await store.moves.commit(m.id, m.to, row.layers, m.status === 'paused' ? 'paused' : 'running');
+        out.committed.push(m.id);
+      } else if (onSource) {
+        if (m.status === 'running')
+          await edges
+            .apiEvenIfLost(m.from)
+            .resumeSandbox(m.id)
+            .catch((err: unknown) =>
+              log.warn({ sandbox: m.id, err: (err as Error).message }, 'an abandoned move: the source was not resumed'),
+            );
+        await store.moves.abort(m.id, m.to);
+        out.givenUp.push(m.id);
+      } else {
+        await store.moves.abort(m.id, m.to);
+        await store.sandboxes.setStatus(m.id, 'failed', `${who}, after its copy there was removed and before the new one started`);
+        out.failed.push(m.id);
+      }
+      log.warn({ sandbox: m.id, from: m.from, to: m.to, owner: m.owner, onTarget, onSource }, `settled an abandoned move: ${who}`);
+    }
+    return out;
   }
 
   /** Where it goes: the edge named (checked for room), else one placement picks in the pool named or its own. */
@@ -250,3 +311,16 @@ async function killQuietly(edge: EdgeApi, id: string, log: Logger): Promise<void
 }
 
 const round = (ms: number): number => Math.round(ms * 10) / 10;
+
+/** A move as it goes: what undoing it must know. */
+interface MoveState {
+  id: string;
+  from: string;
+  to: string;
+  quiesced?: EdgeQuiesce;
+  /** How the packed sandbox is started (on the target, or again on the source). */
+  create?: EdgeCreateRequest;
+  /** The source's copy was removed: the packed state is all there is until a start succeeds. */
+  sourceGone: boolean;
+  moved: boolean;
+}

@@ -23,6 +23,12 @@ export interface SandboxMoveRecords {
   begin(id: string, to: string, lease: { owner: string; until: number }, now?: number): Promise<boolean>;
   /** The move of `id` if one is in flight. */
   get(id: string): Promise<StoredMove | undefined>;
+  /**
+   * The layers the moving sandbox is started from (its packed state over its image's), on its
+   * row before its source copy is removed: the image GC keeps them, and a move given up after
+   * that point knows what the sandbox was.
+   */
+  stage(id: string, to: string, layers: readonly string[]): Promise<void>;
   /** Extends the lease of every move `owner` has in flight. */
   renew(owner: string, until: number): Promise<number>;
   /**
@@ -75,6 +81,10 @@ export class SqlSandboxMoveRecords implements SandboxMoveRecords {
       [id],
     );
     return row && toMove(row);
+  }
+
+  async stage(id: string, to: string, layers: readonly string[]): Promise<void> {
+    await this.db.run('UPDATE sandboxes SET layers = ? WHERE id = ? AND move_to = ?', [JSON.stringify(layers), id, to]);
   }
 
   async renew(owner: string, until: number): Promise<number> {

@@ -72,8 +72,8 @@ export class ContainerBackend implements SandboxBackend {
   readonly layers: NodeLayers;
   readonly records: SandboxRecords;
   readonly #live = new Map<string, LiveSandbox>();
-  readonly #commands = new ContainerCommands((id) => this.#running(id));
-  readonly #files = new ContainerFiles((id) => this.#running(id));
+  readonly #commands = new ContainerCommands((id) => this.#serving(id));
+  readonly #files = new ContainerFiles((id) => this.#serving(id));
   /** Ids being created or killed, so a kill waits for a create to finish and vice versa. */
   readonly #busy = new Map<string, Promise<unknown>>();
   #state: EdgeState = 'starting';
@@ -421,6 +421,26 @@ export class ContainerBackend implements SandboxBackend {
     return l;
   }
 
+  /**
+   * A sandbox a caller's command, file call or port connection may reach: not one held still for
+   * a move (quiesceSandbox), whose files are being packed. A call that reaches it then was let
+   * through by the control plane just before the move began: refused as retryable, it is sent
+   * again once the move is over, to wherever the sandbox is then.
+   */
+  #serving(id: string): LiveSandbox {
+    const l = this.#running(id);
+    if (l.quiesced)
+      throw new ApiError(
+        'SANDBOX_MIGRATING',
+        `sandbox ${id} is held still to move to another edge; retry: the call succeeds once it has moved`,
+        {
+          id,
+          retryable: true,
+        },
+      );
+    return l;
+  }
+
   /** How to start processes in a running sandbox from outside: for backends built on containers (FnCall's workers). */
   execTarget(id: string): ExecTarget {
     return this.#running(id).target;
@@ -472,6 +492,7 @@ export class ContainerBackend implements SandboxBackend {
     const l = this.#running(id);
     await thaw(id);
     l.record.paused = false;
+    l.quiesced = false; // a move that did not happen
   }
 
   /** Frozen for a move, its other processes listed or ended (container-quiesce.ts). */
@@ -497,7 +518,7 @@ export class ContainerBackend implements SandboxBackend {
   }
 
   async openPort(id: string, port: number): Promise<Duplex> {
-    return this.#ports.open(this.#running(id), port);
+    return this.#ports.open(this.#serving(id), port);
   }
 
   /**

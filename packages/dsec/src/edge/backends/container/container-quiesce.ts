@@ -18,8 +18,19 @@ const CMD_MAX = 200;
  * thaw, so one is done there, with the kill already pending.
  */
 export async function quiesceContainer(l: LiveSandbox, endProcesses: boolean): Promise<EdgeQuiesce> {
+  try {
+    return await quiesce(l, endProcesses);
+  } catch (err) {
+    l.quiesced = false; // calls are served again; a resume undoes the freeze
+    throw err;
+  }
+}
+
+async function quiesce(l: LiveSandbox, endProcesses: boolean): Promise<EdgeQuiesce> {
   const id = l.record.id;
   const wasPaused = l.record.paused === true;
+  // No caller's call gets in from here on (ContainerBackend.#serving): what is packed is final.
+  l.quiesced = true;
   if (!wasPaused) await freeze(id);
   l.record.paused = true;
   const dirs = sandboxCgroupDirs(id);
@@ -28,6 +39,7 @@ export async function quiesceContainer(l: LiveSandbox, endProcesses: boolean): P
   const processes = pids.map((pid) => ({ pid: innerPid(pid) ?? pid, cmd: commandLine(pid) }));
   if (processes.length === 0) return { processes, ended: false, wasPaused, frozen: true };
   if (!endProcesses) {
+    l.quiesced = false;
     if (!wasPaused) {
       await thaw(id);
       l.record.paused = false;
