@@ -12,6 +12,7 @@ export { Pool } from './pool.js';
 export { fn, type FnOutcome } from './fn.js';
 export { Commands, ProcessHandle, type RunOptions, type StreamEvent } from './commands.js';
 export { Files } from './files.js';
+export { readNdjson } from './ndjson.js';
 export { Session, Sessions, type SessionResult } from './sessions.js';
 export { Connection, resolveConnection, DEFAULT_DATA_DIR, type ConnectionOptions, type CallOptions } from './connection.js';
 export * from './errors.js';

@@ -22,6 +22,7 @@ import { ExecService } from './service/exec.js';
 import { ExpiryService } from './service/expiry.js';
 import { FileService } from './service/files.js';
 import { NetworkService } from './service/network.js';
+import { BurstMover } from './service/burst-mover.js';
 import { MigrationService } from './service/migration.js';
 import { NodeService } from './service/nodes.js';
 import { ProjectService } from './service/projects.js';
@@ -40,6 +41,8 @@ export interface ControlPlaneOptions {
   burstPool?: string;
   /** Utilisation (0..1) of a pool above which burstable sandboxes go to the burst pool. */
   burstThreshold?: number;
+  /** Move burst-pool sandboxes back to their own pool once it has room again (BurstMover). @default false */
+  burstReturn?: boolean;
   /** How long a killed sandbox's trajectory stays readable; 0 deletes it with the sandbox. @default 24 */
   trajectoryRetentionHours?: number;
   /** The cluster's OCI registry: layers are put there for edges, and joining edges are told of it. */
@@ -104,6 +107,8 @@ export class ControlPlane {
   readonly trajectories: TrajectoryService;
   /** Moving sandboxes between edges. */
   readonly migration: MigrationService;
+  /** Idle burstable sandboxes moved to the burst pool above the threshold (and back). */
+  readonly burst: BurstMover;
   /** The nodes, draining, reconciling the store with an edge. */
   readonly nodes: NodeService;
   /** TTLs and idle timeouts. */
@@ -207,7 +212,19 @@ export class ControlPlane {
       replicaId: this.replicaId,
       ...(registry ? { layersReady: (layers: readonly string[]) => registry.ensure(layers) } : {}),
     });
-    this.nodes = new NodeService({ store, edges: this.edges, creation, trajectory: this.trajectory, log });
+    this.burst = new BurstMover({
+      store,
+      edges: this.edges,
+      migration: this.migration,
+      log: log.child({ component: 'burst' }),
+      replicaId: this.replicaId,
+      burst: {
+        pool: opts.burstPool ?? 'burst',
+        threshold: opts.burstThreshold ?? DEFAULT_BURST_THRESHOLD,
+        returnHome: opts.burstReturn === true,
+      },
+    });
+    this.nodes = new NodeService({ store, edges: this.edges, creation, migration: this.migration, trajectory: this.trajectory, log });
     this.expiry = new ExpiryService({
       ...sandboxDeps,
       sandboxes: this.sandboxes,

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import type { BurstOptions } from '../control/service/burst-mover.js';
 import { SYSTEM } from '../control/service/callers.js';
 import { ControlPlane } from '../control/control-plane.js';
 import { loadOrCreateClusterToken } from '../control/cluster/cluster-token.js';
@@ -112,16 +113,22 @@ export async function startAllInOne(opts: ServerOptions, extra: { log?: Logger; 
   return started as RunningDsec;
 }
 
+/** What `dsec control` sets beyond a server's options. */
+export interface ControlOnlyOptions {
+  edgeLostAfterMs?: number;
+  /** The burst pool, its threshold, and whether sandboxes come back (control/service/burst-mover.ts). */
+  burst?: BurstOptions;
+  /** How often the pools are looked at for bursting. */
+  burstCheckMs?: number;
+}
+
 /** `dsec control`: the control plane alone; edges on other nodes join it with the token. */
-export async function startControlPlane(
-  opts: ServerOptions & { edgeLostAfterMs?: number },
-  extra: { log?: Logger } = {},
-): Promise<RunningControl> {
+export async function startControlPlane(opts: ServerOptions & ControlOnlyOptions, extra: { log?: Logger } = {}): Promise<RunningControl> {
   return startDsecProcess(opts, { ...extra, localEdge: false });
 }
 
 async function startDsecProcess(
-  opts: ServerOptions & { edgeLostAfterMs?: number },
+  opts: ServerOptions & ControlOnlyOptions,
   extra: { log?: Logger; localEdge: boolean },
 ): Promise<RunningControl & { edge?: ContainerBackend; node?: Edge; vms?: VmBackend | undefined }> {
   const log = extra.log ?? createLogger({ level: opts.logLevel });
@@ -191,6 +198,7 @@ async function startDsecProcess(
     edges: registry,
     trajectoryRetentionHours: opts.trajectoryRetentionHours,
     replicaId,
+    ...(opts.burst ? { burstPool: opts.burst.pool, burstThreshold: opts.burst.threshold, burstReturn: opts.burst.returnHome } : {}),
     ...(clusterRegistry ? { registry: clusterRegistry } : {}),
   });
   let edge: ContainerBackend | undefined;
@@ -241,6 +249,7 @@ async function startDsecProcess(
   await control.batches.resume();
   await control.pools.start();
   const stopExpiryLoop = control.expiry.startLoop();
+  const stopBurstLoop = control.burst.startLoop(opts.burstCheckMs);
   const stopBatchOwner = control.batches.startOwnerLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
   const stopImageRefresh = startImageRefresh(images, log);
@@ -277,6 +286,7 @@ async function startDsecProcess(
   } catch (err) {
     // Undo the start-up so far; the sandboxes the edge adopted keep running for the next start.
     stopExpiryLoop();
+    stopBurstLoop();
     stopBatchOwner();
     stopEdgeWatcher();
     stopImageRefresh();
@@ -336,6 +346,7 @@ async function startDsecProcess(
       if (closed) return;
       closed = true;
       stopExpiryLoop();
+      stopBurstLoop();
       stopBatchOwner();
       stopEdgeWatcher();
       stopImageRefresh();

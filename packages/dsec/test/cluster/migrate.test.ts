@@ -10,7 +10,8 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Connection, ConflictError, Sandbox, type MigrateResult } from '@dsec/sdk';
+import { Connection, ConflictError, readNdjson, Sandbox, type MigrateResult } from '@dsec/sdk';
+import type { DrainProgress } from '@dsec/sdk/schema';
 import { assertCleanAndRemove, integrationSkipReason } from '../helpers/server.js';
 import { ClusterHarness } from './support/cluster-harness.js';
 
@@ -212,6 +213,54 @@ describe('migration: sandboxes move between two edge daemons', { skip: skipReaso
     }, 'the sandbox runs on exactly one edge');
     assert.ok(onEdge(info.edge).includes(sb.id), `it runs where its row says (${info.edge})`);
     await sb.kill();
+  });
+
+  // Last: a drained edge with nothing left leaves the cluster (here one sandbox stays, so it does not).
+  test('drain with migrate: 30 sandboxes leave the edge, the one running a process stays, listed with why', async () => {
+    const victim = h.edges[0]!;
+    const keeper = h.edges[1]!;
+    const c = new Connection(conn);
+    const b = await Sandbox.createMany(30, {
+      ...conn,
+      image: 'busybox',
+      resources: { memoryMiB: 32, pids: 64 },
+      labels: { t: 'drain' },
+      concurrency: 6,
+    });
+    assert.deepEqual(b.failures, []);
+    // Everything on the victim: those created elsewhere move there first (a move of its own kind).
+    for (const sb of b.sandboxes) if (sb.info.edge !== victim.id) await sb.migrate({ edge: victim.id });
+    for (const sb of b.sandboxes) await sb.files.write('/root/who', sb.id);
+    const busy = b.sandboxes[0]!;
+    await busy.commands.start(['sleep', '1000']);
+    const res = await c.request('POST', `/v1/nodes/${victim.id}/drain`, {
+      json: { migrate: true },
+      accept: 'application/x-ndjson',
+      timeoutMs: 600_000,
+    });
+    const lines: DrainProgress[] = [];
+    for await (const line of readNdjson<DrainProgress>(res.body!)) lines.push(line);
+    assert.deepEqual(lines[0], { type: 'start', total: 30 });
+    const done = lines.at(-1)!;
+    assert.equal(done.type, 'done');
+    if (done.type !== 'done') return;
+    assert.equal(lines.filter((l) => l.type === 'moved' || l.type === 'stayed').length, 30, 'each sandbox reported as it moved or stayed');
+    assert.equal(done.moved.length, 29);
+    assert.deepEqual(
+      done.stayed.map((x) => [x.id, x.code]),
+      [[busy.id, 'SANDBOX_NOT_MIGRATABLE']],
+    );
+    assert.match(done.stayed[0]!.reason, /sleep 1000/);
+    assert.equal(done.node.state, 'draining');
+    assert.deepEqual(onEdge(victim.id), [busy.id]);
+    for (const sb of b.sandboxes.slice(1)) {
+      assert.equal((await sb.refresh()).edge, keeper.id);
+      assert.equal((await sb.commands.run('cat /root/who')).stdout, sb.id);
+    }
+    const metrics = await (await fetch(`${conn.url}/metrics`, { headers: { authorization: `Bearer ${conn.apiKey}` } })).text();
+    assert.match(metrics, /dsec_sandbox_migrations_total\{cause="drain",result="moved"\} 29/);
+    assert.match(metrics, /dsec_sandbox_migrations_total\{cause="drain",result="refused"\} 1/);
+    await Promise.all(b.sandboxes.map((s) => s.kill()));
   });
 
   test('bad input: a named edge that does not exist, the edge it is on, a project key', async () => {

@@ -151,3 +151,45 @@ export type NodeInfo = Static<typeof NodeInfo>;
 
 export const NodeList = Type.Object({ nodes: Type.Array(NodeInfo) }, {});
 export type NodeList = Static<typeof NodeList>;
+
+export const DrainRequest = Type.Object(
+  {
+    migrate: Type.Optional(
+      Type.Boolean({
+        description:
+          'Move every sandbox that can move to other edges (POST /v1/sandboxes/{id}/migrate, each), and list the rest with why they stayed.',
+      }),
+    ),
+    restartProcesses: Type.Optional(
+      Type.Boolean({ description: "With migrate: end containers' running processes so they can move too (else such a container stays)." }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type DrainRequest = Static<typeof DrainRequest>;
+
+const DrainMoved = Type.Object({ id: Type.String(), to: Type.String(), ms: Type.Number() });
+const DrainStayed = Type.Object({ id: Type.String(), code: Type.String(), reason: Type.String() });
+
+export const DrainResult = Type.Object({
+  node: NodeInfo,
+  moved: Type.Array(DrainMoved, { description: 'Sandboxes moved off the edge, where to and how long each took.' }),
+  stayed: Type.Array(DrainStayed, {
+    description: 'Sandboxes left on the edge, with the code and reason their move was refused or failed.',
+  }),
+});
+export type DrainResult = Static<typeof DrainResult>;
+
+export const DrainProgress = Type.Union(
+  [
+    Type.Object({ type: Type.Literal('start'), total: Type.Integer({ description: 'Live sandboxes on the edge.' }) }),
+    Type.Object({ type: Type.Literal('moved'), ...DrainMoved.properties }),
+    Type.Object({ type: Type.Literal('stayed'), ...DrainStayed.properties }),
+    Type.Object({ type: Type.Literal('done'), ...DrainResult.properties }),
+  ],
+  {
+    description:
+      'A line of a drain with migrate, streamed as NDJSON (Accept: application/x-ndjson): each sandbox as it moves or stays, then the result.',
+  },
+);
+export type DrainProgress = Static<typeof DrainProgress>;

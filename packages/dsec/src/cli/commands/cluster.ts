@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { Connection } from '@dsec/sdk';
-import type { NodeInfo } from '@dsec/sdk/schema';
+import { Connection, readNdjson } from '@dsec/sdk';
+import type { DrainProgress, NodeInfo } from '@dsec/sdk/schema';
 import { compileOptions, OptionsError } from '../../config/options.js';
 import { DEFAULT_CPU_OVERCOMMIT } from '../../control/edges/edge-registry.js';
 import { startControlPlane } from '../../runtime/all-in-one.js';
@@ -62,6 +62,13 @@ export function registerClusterCommands(program: Command): void {
       "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's; admin keys may name any; the registry account goes only to the cluster's registry (env DSEC_REGISTRY_ALLOW)",
     )
     .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
+    .option(
+      '--burst-pool <name>',
+      'the pool burstable sandboxes go to when theirs is above the threshold: new creates, and idle ones move there',
+      'burst',
+    )
+    .option('--burst-threshold <fraction>', "a pool's share of slots or memory in use above which it bursts", '0.8')
+    .option('--burst-return', 'move burst-pool sandboxes back to their own pool once it has room again')
     .option('--log-level <level>', 'debug|info|warn|error|silent (env DSEC_LOG_LEVEL)')
     .action(
       async (flags: {
@@ -74,6 +81,9 @@ export function registerClusterCommands(program: Command): void {
         portsListen?: string;
         portsUrl?: string;
         edgeLostAfter: string;
+        burstPool: string;
+        burstThreshold: string;
+        burstReturn?: boolean;
         logLevel?: string;
       }) => {
         const opts = compileOptions({
@@ -89,7 +99,11 @@ export function registerClusterCommands(program: Command): void {
         });
         const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);
         const oom = protectFromOomKiller();
-        const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost });
+        const threshold = Number(flags.burstThreshold);
+        if (!(threshold > 0 && threshold <= 1))
+          throw new OptionsError(`--burst-threshold ${flags.burstThreshold}: give a fraction above 0 and at most 1, e.g. 0.8`);
+        const burst = { pool: flags.burstPool, threshold, returnHome: flags.burstReturn === true };
+        const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost, burst });
         if (!oom.ok)
           dsec.log.warn(`cannot lower the control plane's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE)`);
         process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
@@ -215,11 +229,32 @@ export function registerClusterCommands(program: Command): void {
     .command('drain')
     .description('stop new placements on an edge; it leaves the cluster once its last sandbox is gone')
     .argument('<id>', 'edge id (see dsec nodes)')
-    .option('--json', 'print the node as JSON')
-    .action(async (id: string, f: { json?: boolean }) => {
-      const node = await new Connection().json<NodeInfo>('POST', `/v1/nodes/${encodeURIComponent(id)}/drain`);
-      if (f.json) process.stdout.write(JSON.stringify(node, null, 2) + '\n');
-      else process.stdout.write(`edge ${node.id} is ${node.state}: ${node.sandboxes} sandboxes left\n`);
+    .option('--migrate', 'move its sandboxes to other edges now (each that can move), and list those that stay with why')
+    .option('--restart-processes', "with --migrate: end containers' running processes so they can move too")
+    .option('--json', 'print the node (with --migrate: the result) as JSON')
+    .action(async (id: string, f: { json?: boolean; migrate?: boolean; restartProcesses?: boolean }) => {
+      const path = `/v1/nodes/${encodeURIComponent(id)}/drain`;
+      if (!f.migrate) {
+        const node = await new Connection().json<NodeInfo>('POST', path);
+        if (f.json) process.stdout.write(JSON.stringify(node, null, 2) + '\n');
+        else process.stdout.write(`edge ${node.id} is ${node.state}: ${node.sandboxes} sandboxes left\n`);
+        return;
+      }
+      const res = await new Connection().request('POST', path, {
+        json: { migrate: true, ...(f.restartProcesses ? { restartProcesses: true } : {}) },
+        accept: 'application/x-ndjson',
+        timeoutMs: 24 * 3600_000,
+      });
+      if (!res.body) throw new Error('the drain answered without a body');
+      let total = 0;
+      let seen = 0;
+      for await (const p of readNdjson<DrainProgress>(res.body)) {
+        if (p.type === 'start') total = p.total;
+        else if (p.type === 'moved') process.stderr.write(`[${++seen}/${total}] ${p.id} -> ${p.to} (${Math.round(p.ms)} ms)\n`);
+        else if (p.type === 'stayed') process.stderr.write(`[${++seen}/${total}] ${p.id} stays: ${p.reason}\n`);
+        else if (f.json) process.stdout.write(JSON.stringify({ node: p.node, moved: p.moved, stayed: p.stayed }, null, 2) + '\n');
+        else process.stdout.write(`edge ${p.node.id} is ${p.node.state}: ${p.moved.length} moved, ${p.stayed.length} stayed\n`);
+      }
     });
 
   program

@@ -1,13 +1,15 @@
+import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { ErrorBody, NodeInfo } from '@dsec/sdk/schema';
+import { DrainRequest, DrainResult, ErrorBody, NodeInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { EdgeHeartbeatInfo, EdgeInfo } from '../../edge/protocol/schemas.js';
 import { LayerSync } from '../../edge/protocol/layer-delta.js';
 import type { ControlPlane } from '../control-plane.js';
 import { SYSTEM } from '../service/callers.js';
 import { access } from '../../http/access.js';
+import { NDJSON } from './exec.js';
 
 const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$' }) });
 const EdgeStateReply = Type.Object({
@@ -125,13 +127,23 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         config: access.admin('draining a node'),
         schema: {
           tags: ['nodes'],
-          summary: 'Stop new placements on an edge (admin key); it leaves when its last sandbox is gone',
+          summary: `Stop new placements on an edge (admin key); it leaves when its last sandbox is gone. With {migrate: true}, its sandboxes move to other edges: the answer is a DrainResult, or with Accept: ${NDJSON} DrainProgress lines as each moves or stays, the last one {type: done}`,
           params: EdgeIdParams,
-          response: { 200: NodeInfo, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+          body: Type.Optional(DrainRequest),
+          response: { 200: Type.Union([NodeInfo, DrainResult]), 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
         },
       },
-      async (req) => {
-        return control.nodes.drain(req.params.id);
+      async (req, reply) => {
+        if (!req.body?.migrate) return control.nodes.drain(req.params.id);
+        const progress = control.nodes.drainMoving(req.params.id, { restartProcesses: req.body.restartProcesses === true });
+        if ((req.headers.accept ?? '').includes(NDJSON)) {
+          const lines = async function* (): AsyncGenerator<string> {
+            for await (const p of progress) yield `${JSON.stringify(p)}\n`;
+          };
+          return reply.type(NDJSON).send(Readable.from(lines()) as never);
+        }
+        for await (const p of progress) if (p.type === 'done') return { node: p.node, moved: p.moved, stayed: p.stayed };
+        throw new ApiError('INTERNAL', 'the drain ended without a result');
       },
     );
   };

@@ -1,15 +1,28 @@
 import type { Logger } from 'pino';
-import type { NodeInfo } from '@dsec/sdk/schema';
+import type { DrainProgress, NodeInfo } from '@dsec/sdk/schema';
+import { ApiError } from '../../api-error.js';
+import { SYSTEM } from './callers.js';
+import type { MigrationService } from './migration.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { SandboxCreation } from './sandbox-creation.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import { POOL_READY_LABEL } from './pools.js';
 
+/** Moves a drain runs at once: each holds its sandbox still for a pack, a fetch and a start. */
+const DRAIN_MOVES = 4;
+
 /** The cluster's nodes as callers see them, draining one, and keeping the store in step with an edge. */
 export class NodeService {
   constructor(
-    private readonly deps: { store: StateStore; edges: EdgeRegistry; creation: SandboxCreation; trajectory: TrajectoryLog; log: Logger },
+    private readonly deps: {
+      store: StateStore;
+      edges: EdgeRegistry;
+      creation: SandboxCreation;
+      migration: MigrationService;
+      trajectory: TrajectoryLog;
+      log: Logger;
+    },
   ) {}
 
   /** Every edge, from the facts its heartbeats brought. */
@@ -43,6 +56,61 @@ export class NodeService {
   async drain(id: string): Promise<NodeInfo> {
     await this.deps.edges.drain(id);
     return (await this.nodes()).find((n) => n.id === id)!;
+  }
+
+  /**
+   * Drains an edge and moves its sandboxes off it (MigrationService.migrate, DRAIN_MOVES at a
+   * time, each placed by the rules of its own pool), reporting each as it moves or stays (with
+   * why: a container running processes without `restartProcesses`, volumes, no room elsewhere),
+   * then the result. A remote edge left empty leaves the cluster, as after any drain.
+   */
+  async *drainMoving(id: string, opts: { restartProcesses?: boolean } = {}): AsyncGenerator<DrainProgress> {
+    await this.deps.edges.drain(id);
+    const live = (await this.deps.store.sandboxes.list({ edge: id })).filter((s) => s.status === 'running' || s.status === 'paused');
+    yield { type: 'start', total: live.length };
+    const moved: Extract<DrainProgress, { type: 'moved' }>[] = [];
+    const stayed: Extract<DrainProgress, { type: 'stayed' }>[] = [];
+    const ready: DrainProgress[] = [];
+    let wake: (() => void) | undefined;
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      while (next < live.length) {
+        const s = live[next++]!;
+        try {
+          const r = await this.deps.migration.migrate(SYSTEM, s.id, opts.restartProcesses ? { restartProcesses: true } : {}, 'drain');
+          const line = { type: 'moved' as const, id: s.id, to: r.to, ms: r.ms };
+          moved.push(line);
+          ready.push(line);
+        } catch (err) {
+          const line = {
+            type: 'stayed' as const,
+            id: s.id,
+            code: err instanceof ApiError ? err.code : 'INTERNAL',
+            reason: err instanceof Error ? err.message : String(err),
+          };
+          stayed.push(line);
+          ready.push(line);
+        }
+        wake?.();
+      }
+    };
+    let finished = false;
+    const all = Promise.all(Array.from({ length: Math.min(DRAIN_MOVES, live.length) }, worker)).finally(() => {
+      finished = true;
+      wake?.();
+    });
+    while (!finished || ready.length) {
+      if (ready.length) {
+        yield ready.shift()!;
+        continue;
+      }
+      await new Promise<void>((r) => (wake = r));
+      wake = undefined;
+    }
+    await all;
+    const node = (await this.nodes()).find((n) => n.id === id);
+    if (!node) throw new ApiError('EDGE_NOT_FOUND', `edge ${id} left the cluster during its drain`, { edge: id });
+    yield { type: 'done', node, moved, stayed };
   }
 
   /** Marks the sandboxes of an edge that stopped answering as lost, with why. */

@@ -124,8 +124,19 @@ export class ClusterHarness {
   }
 
   /** The bridge, N edge namespaces, the control plane with busybox, and N joined edges. */
-  async start(edges: number, opts: { lostAfterMs: number }): Promise<void> {
+  async start(
+    edges: number,
+    opts: {
+      lostAfterMs: number;
+      /** More flags for `dsec control` (e.g. the burst pool's). */
+      controlArgs?: string[];
+      /** More flags for edge `index`'s `dsec edge` (e.g. its pool, its --max-sandboxes). */
+      edgeArgs?: (index: number) => string[];
+    },
+  ): Promise<void> {
     this.lostAfterMs = opts.lostAfterMs;
+    this.controlArgs = opts.controlArgs ?? [];
+    this.edgeArgs = opts.edgeArgs ?? (() => []);
     this.addBridge();
     sh(process.execPath, [MAIN, 'image', 'build', 'busybox', '--data-dir', this.controlDir]);
     await this.startControl();
@@ -147,6 +158,8 @@ export class ClusterHarness {
   }
 
   lostAfterMs = 10_000;
+  controlArgs: string[] = [];
+  edgeArgs: (index: number) => string[] = () => [];
 
   /**
    * The bridge, with the control plane's address and a MAC of its own. Without one, a bridge takes
@@ -190,6 +203,7 @@ export class ClusterHarness {
         String(this.lostAfterMs),
         '--log-level',
         process.env['DSEC_TEST_LOG_LEVEL'] ?? 'warn',
+        ...this.controlArgs,
       ],
       {
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -236,6 +250,7 @@ export class ClusterHarness {
         `node=n${e.index}`,
         '--log-level',
         process.env['DSEC_TEST_LOG_LEVEL'] ?? 'warn',
+        ...this.edgeArgs(e.index),
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
