@@ -150,7 +150,14 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertEqual(set(errors.CODE_CLASSES), registry, "CODE_CLASSES names exactly the registry's codes")
         self.assertEqual({code: cls.__name__ for code, cls in errors.CODE_CLASSES.items()}, ts_classes)
         retryable = {code for code, cls in errors.CODE_CLASSES.items() if cls.retryable}
-        expected = {"CAPACITY_EXCEEDED", "NODE_MEMORY_PRESSURE", "EDGE_UNAVAILABLE", "REGISTRY_UNAVAILABLE", "QUOTA_CREATE_RATE_EXCEEDED"}
+        expected = {
+            "CAPACITY_EXCEEDED",
+            "NODE_MEMORY_PRESSURE",
+            "EDGE_UNAVAILABLE",
+            "SANDBOX_MIGRATING",
+            "REGISTRY_UNAVAILABLE",
+            "QUOTA_CREATE_RATE_EXCEEDED",
+        }
         self.assertEqual(retryable, expected)
 
     def test_the_code_decides_not_the_status(self) -> None:
@@ -531,6 +538,25 @@ class SyncTransportTest(unittest.TestCase):
         with self.assertRaises(dsec.UnavailableError):
             self.t.run(calls.Op(calls.json_call("POST", "/v1/x", {}), lambda d: d))
         self.assertEqual(len(self.server.seen), 1, "a call that may have reached the edge is not sent again")
+
+    def test_a_call_refused_while_its_sandbox_moves_is_sent_again_once_it_has_moved(self) -> None:
+        refusals = [2]
+        moving = {"error": {"code": "SANDBOX_MIGRATING", "message": "moving", "details": {"retryable": True, "to": "e2"}}}
+
+        def reply(h: BaseHTTPRequestHandler) -> None:
+            refusals[0] -= 1
+            LocalServer.json(h, 503, moving) if refusals[0] >= 0 else LocalServer.json(h, 200, {"ok": True})
+
+        self.server.reply = reply
+        self.assertEqual(self.t.run(calls.Op(calls.json_call("POST", "/v1/x", {"cmd": "true"}), lambda d: d)), {"ok": True})
+        self.assertEqual(len(self.server.seen), 3, "two refusals, then the answer")
+
+    def test_a_migrate_result_reads_back(self) -> None:
+        r = m.MigrateResult.from_wire(
+            {"sandbox": {"id": "sb-a-bbbbbb", "edge": "e2"}, "from": "e1", "to": "e2", "ms": 412.5, "heldMs": 300.1, "bytes": 10, "endedProcesses": [{"pid": 7, "cmd": "sleep 9"}]}
+        )
+        self.assertEqual((r.sandbox.edge, r.from_edge, r.to, r.ms, r.held_ms, r.bytes), ("e2", "e1", "e2", 412.5, 300.1, 10))
+        self.assertEqual(r.ended_processes, [{"pid": 7, "cmd": "sleep 9"}])
 
     def test_each_retry_has_the_calls_whole_timeout(self) -> None:
         # Refused twice, then 0.6 s to answer, in a call of 1 s: the third try starts ~0.75 s in

@@ -163,6 +163,44 @@ describe('StateStore sandboxes', () => {
     for (const id of ['sb-local-lease1', 'sb-local-lease2']) await store.sandboxes.delete(id);
   });
 
+  test('moves: one at a time per sandbox, only of a live one; the row names one edge, the target only once committed; leases as creates', async () => {
+    const t0 = 2_000_000;
+    const lease = (owner: string, until: number): { owner: string; until: number } => ({ owner, until });
+    await store.sandboxes.insert(info('sb-local-move01', {}, { layers: ['sha256:a'] }));
+    await store.sandboxes.insert(info('sb-local-move02', {}, { status: 'failed', reason: 'gone' }));
+    assert.equal(await store.moves.begin('sb-local-move02', 'other', lease('r1', t0)), false, 'only a running or paused sandbox moves');
+    assert.equal(await store.moves.begin('sb-local-move01', 'local', lease('r1', t0)), false, 'not to the edge it is on');
+    assert.equal(await store.moves.begin('sb-local-move01', 'other', lease('r1', t0 + 10_000), t0), true);
+    assert.equal(await store.moves.begin('sb-local-move01', 'third', lease('r2', t0 + 10_000)), false, 'one move at a time');
+    const moving = await store.sandboxes.get('sb-local-move01');
+    assert.equal(moving?.edge, 'local', 'the row names its source until the commit');
+    assert.deepEqual(moving?.migration, { to: 'other', since: new Date(t0).toISOString() });
+    assert.deepEqual([...(await store.moves.leasedTo('other', t0 + 5_000))], ['sb-local-move01']);
+    assert.deepEqual(await store.moves.abandoned(t0 + 5_000), []);
+    assert.equal(await store.moves.renew('r1', t0 + 20_000), 1);
+    assert.deepEqual(
+      (await store.moves.abandoned(t0 + 25_000)).map((m) => [m.id, m.from, m.to, m.owner]),
+      [['sb-local-move01', 'local', 'other', 'r1']],
+    );
+    await store.moves.stage('sb-local-move01', 'other', ['sha256:a', 'sha256:b']);
+    assert.deepEqual((await store.sandboxes.get('sb-local-move01'))?.layers, ['sha256:a', 'sha256:b']);
+    // Its source stopped reporting meanwhile: the watcher marked it lost; the commit makes it live on the target.
+    await store.sandboxes.setStatus('sb-local-move01', 'lost', 'lost: no heartbeat');
+    assert.equal(await store.moves.commit('sb-local-move01', 'third', ['sha256:a'], 'running'), false, 'only the move in flight commits');
+    assert.equal(await store.moves.commit('sb-local-move01', 'other', ['sha256:a', 'sha256:b'], 'running'), true);
+    const moved = await store.sandboxes.get('sb-local-move01');
+    assert.deepEqual([moved?.edge, moved?.status, moved?.reason, moved?.migration], ['other', 'running', undefined, undefined]);
+    assert.equal(await store.moves.commit('sb-local-move01', 'other', [], 'running'), false, 'a move commits once');
+    // Given up: the row stays on its source.
+    assert.equal(await store.moves.begin('sb-local-move01', 'local', lease('r1', t0)), true);
+    await store.moves.abort('sb-local-move01', 'local');
+    assert.deepEqual(
+      [(await store.sandboxes.get('sb-local-move01'))?.edge, await store.moves.get('sb-local-move01')],
+      ['other', undefined],
+    );
+    for (const id of ['sb-local-move01', 'sb-local-move02']) await store.sandboxes.delete(id);
+  });
+
   test('sandboxes.delete removes it', async () => {
     await store.sandboxes.insert(info('sb-local-eeeeee', {}));
     await store.sandboxes.delete('sb-local-eeeeee');
@@ -372,7 +410,7 @@ describe('StateStore sandboxes', () => {
       Object.keys(store)
         .filter((k) => k !== 'db')
         .sort(),
-      ['batches', 'edges', 'imageOwners', 'keys', 'leases', 'pools', 'projects', 'sandboxes', 'volumes'],
+      ['batches', 'edges', 'imageOwners', 'keys', 'leases', 'moves', 'pools', 'projects', 'sandboxes', 'volumes'],
     );
   });
 
