@@ -141,45 +141,54 @@ describe('migration: sandboxes move between two edge daemons', { skip: skipReaso
       concurrency: 5,
     });
     assert.deepEqual(failures, []);
-    const errors: string[] = [];
-    let calls = 0;
-    let stop = false;
-    const loops = sandboxes.map(async (sb, i) => {
-      for (let step = 0; !stop; step++) {
-        try {
-          await sb.files.write(`/root/step-${step}.txt`, `${i}:${step}\n`);
-          const out = (await sb.commands.run(`cat /root/step-${step}.txt`)).stdout;
-          if (out !== `${i}:${step}\n`) errors.push(`${sb.id} step ${step}: read ${JSON.stringify(out)}`);
-          calls += 2;
-        } catch (err) {
-          errors.push(`${sb.id} step ${step}: ${(err as Error).message}`);
+    try {
+      const errors: string[] = [];
+      let calls = 0;
+      let stop = false;
+      const loops = sandboxes.map(async (sb, i) => {
+        for (let step = 0; !stop; step++) {
+          try {
+            await sb.files.write(`/root/step-${step}.txt`, `${i}:${step}\n`);
+            const ran = await sb.commands.run(`cat /root/step-${step}.txt`);
+            const out = ran.stdout;
+            if (out !== `${i}:${step}\n` || ran.exitCode !== 0) {
+              const again = await sb.commands.run(`ls -la /root/step-${step}.txt; cat /root/step-${step}.txt`);
+              errors.push(
+                `${sb.id} step ${step}: read ${JSON.stringify(out)} (exit ${ran.exitCode}); again: ${JSON.stringify(again.stdout + again.stderr)} on ${(await sb.refresh()).edge}`,
+              );
+            }
+            calls += 2;
+          } catch (err) {
+            errors.push(`${sb.id} step ${step}: ${(err as Error).message}`);
+          }
+        }
+      });
+      const moves: MigrateResult[] = [];
+      // One at a time: the loop's commands run between the moves' quiesces, as a trainer's steps would.
+      for (const sb of sandboxes) {
+        for (let tries = 0; ; tries++) {
+          try {
+            moves.push(await Sandbox.connect(sb.id, conn).then((s) => s.migrate()));
+            break;
+          } catch (err) {
+            // A command of the loop may be running at the quiesce: the move is refused, and tried again.
+            if (!(err instanceof ConflictError && err.code === 'SANDBOX_NOT_MIGRATABLE') || tries > 50) throw err;
+          }
         }
       }
-    });
-    const moves: MigrateResult[] = [];
-    // One at a time: the loop's commands run between the moves' quiesces, as a trainer's steps would.
-    for (const sb of sandboxes) {
-      for (let tries = 0; ; tries++) {
-        try {
-          moves.push(await Sandbox.connect(sb.id, conn).then((s) => s.migrate()));
-          break;
-        } catch (err) {
-          // A command of the loop may be running at the quiesce: the move is refused, and tried again.
-          if (!(err instanceof ConflictError && err.code === 'SANDBOX_NOT_MIGRATABLE') || tries > 50) throw err;
-        }
+      stop = true;
+      await Promise.all(loops);
+      assert.deepEqual(errors, [], `no call failed (${calls} calls)`);
+      assert.equal(moves.length, 20);
+      for (const sb of sandboxes) {
+        const info = await sb.refresh();
+        assert.equal(info.edge, moves.find((m) => m.sandbox.id === sb.id)!.to);
+        const n = Number((await sb.commands.run('ls /root | grep -c step-')).stdout.trim());
+        assert.ok(n > 0, `${sb.id} kept its files (${n})`);
       }
+    } finally {
+      await Promise.all(sandboxes.map((s) => s.kill()));
     }
-    stop = true;
-    await Promise.all(loops);
-    assert.deepEqual(errors, [], `no call failed (${calls} calls)`);
-    assert.equal(moves.length, 20);
-    for (const sb of sandboxes) {
-      const info = await sb.refresh();
-      assert.equal(info.edge, moves.find((m) => m.sandbox.id === sb.id)!.to);
-      const n = Number((await sb.commands.run('ls /root | grep -c step-')).stdout.trim());
-      assert.ok(n > 0, `${sb.id} kept its files (${n})`);
-    }
-    await Promise.all(sandboxes.map((s) => s.kill()));
   });
 
   test('kill -9 of the target edge mid-move: the sandbox runs on at its source, never on both, never gone', async () => {
@@ -212,6 +221,44 @@ describe('migration: sandboxes move between two edge daemons', { skip: skipReaso
       return runs.filter(Boolean).length === 1;
     }, 'the sandbox runs on exactly one edge');
     assert.ok(onEdge(info.edge).includes(sb.id), `it runs where its row says (${info.edge})`);
+    await sb.kill();
+  });
+
+  test('kill -9 of the source edge mid-move: once it is back the sandbox runs on exactly one edge with its files, or is failed with a reason', async () => {
+    const sb = await Sandbox.create({ ...conn, image: 'busybox', resources: { memoryMiB: 32 } });
+    await sb.commands.run('dd if=/dev/urandom of=/root/big bs=1M count=64 2>/dev/null; md5sum /root/big > /root/sum');
+    const from = sb.info.edge;
+    const source = h.edges.find((e) => e.id === from)!;
+    const target = h.edges.find((e) => e.id !== from)!;
+    const move = sb.migrate().then(
+      (r) => ({ ok: true as const, r }),
+      (err: unknown) => ({ ok: false as const, err: err as Error }),
+    );
+    await new Promise((r) => setTimeout(r, 150));
+    await h.crash(source.proc);
+    const outcome = await move;
+    await h.startEdge(source);
+    await h.waitFor(async () => (await h.nodes()).every((n) => n.state === 'ready'), 'the source is back');
+    // Its row settles: running where it runs (the move done, or kept on its source), or failed with why.
+    await h.waitFor(
+      async () => {
+        const s = await sb.refresh();
+        return s.status === 'failed' || (s.status === 'running' && onEdge(s.edge).includes(sb.id));
+      },
+      'the sandbox settled',
+      () => JSON.stringify(outcome.ok ? outcome.r : outcome.err.message),
+    );
+    const s = await sb.refresh();
+    const runs = [onEdge(from).includes(sb.id), onEdge(target.id).includes(sb.id)].filter(Boolean).length;
+    if (s.status === 'failed') {
+      assert.ok(s.reason, 'a failed sandbox says why');
+      assert.equal(runs, 0, `a failed sandbox runs nowhere (${s.reason})`);
+    } else {
+      assert.equal(runs, 1, 'never on both');
+      assert.equal(s.migration, undefined);
+      assert.equal((await sb.commands.run('md5sum -c /root/sum >/dev/null && echo intact')).stdout, 'intact\n');
+      if (outcome.ok) assert.equal(s.edge, target.id);
+    }
     await sb.kill();
   });
 

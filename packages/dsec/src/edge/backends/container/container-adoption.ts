@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { thaw } from '../../../host/freezer.js';
 import type { Logger } from 'pino';
 import { CGROUP_PARENT, cgroupPids, killCgroupProcesses, listSandboxCgroups, removeCgroupTreeSettled } from '../../../host/cgroups.js';
 import type { UidRangePool } from '../../../host/uid-ranges.js';
@@ -44,7 +45,16 @@ export async function adoptOrClean(
     // A paused sandbox is adopted too (crun reports its frozen cgroup as paused): the kernel's
     // freezer, not state.json, says whether it is paused.
     if (record?.phase === 'running' && !lostLayer && (c?.status === 'running' || c?.status === 'paused')) {
-      const live = newLiveSandbox({ ...record, pid: c.pid, paused: c.status === 'paused' }, ctx.records, ctx.crun);
+      const marker = ctx.records.paths(id, record).quiesced;
+      let paused = c.status === 'paused';
+      if (paused && existsSync(marker)) {
+        // Frozen for a move that did not finish (the edge went down mid-move): it runs on here.
+        await thaw(id);
+        paused = false;
+        ctx.log.warn({ sandbox: id }, 'thawed a sandbox held still for a move that did not finish');
+      }
+      rmSync(marker, { force: true });
+      const live = newLiveSandbox({ ...record, pid: c.pid, paused }, ctx.records, ctx.crun);
       ctx.live.set(id, live);
       await endExecsOfOldEdge(live);
       await refreshHelpers(ctx, live, c.pid);

@@ -1,5 +1,5 @@
 import type { SandboxUsage } from '@dsec/sdk/schema';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { join } from 'node:path';
 import { ApiError } from '../../../api-error.js';
@@ -448,9 +448,12 @@ export class ContainerBackend implements SandboxBackend {
 
   // --- commands, processes, sessions, terminals (container-commands.ts); files (container-files.ts) ---
 
-  readonly exec: SandboxBackend['exec'] = (id, req, signal) => this.#commands.exec(id, req, signal);
-  readonly execStream: SandboxBackend['execStream'] = (id, req, signal) => this.#commands.execStream(id, req, signal);
-  readonly startProcess: SandboxBackend['startProcess'] = (id, req) => this.#commands.startProcess(id, req);
+  // Commands are counted while their call runs, as file calls are (below): a command still
+  // starting is not yet a process a move's quiesce could see.
+  readonly exec: SandboxBackend['exec'] = (id, req, signal) => this.#counted(id, () => this.#commands.exec(id, req, signal));
+  readonly execStream: SandboxBackend['execStream'] = (id, req, signal) =>
+    this.#countedStream(id, () => this.#commands.execStream(id, req, signal));
+  readonly startProcess: SandboxBackend['startProcess'] = (id, req) => this.#counted(id, () => this.#commands.startProcess(id, req));
   readonly listProcesses: SandboxBackend['listProcesses'] = (id) => this.#commands.listProcesses(id);
   readonly processOutput: SandboxBackend['processOutput'] = (id, pid, offsets, encoding) =>
     this.#commands.processOutput(id, pid, offsets, encoding);
@@ -460,19 +463,47 @@ export class ContainerBackend implements SandboxBackend {
     this.#commands.writeProcessStdin(id, pid, data, eof);
   readonly openSession: SandboxBackend['openSession'] = (id, req) => this.#commands.openSession(id, req);
   readonly listSessions: SandboxBackend['listSessions'] = (id) => this.#commands.listSessions(id);
-  readonly sessionExec: SandboxBackend['sessionExec'] = (id, sid, req, signal) => this.#commands.sessionExec(id, sid, req, signal);
+  readonly sessionExec: SandboxBackend['sessionExec'] = (id, sid, req, signal) =>
+    this.#counted(id, () => this.#commands.sessionExec(id, sid, req, signal));
   readonly closeSession: SandboxBackend['closeSession'] = (id, sid) => this.#commands.closeSession(id, sid);
-  readonly openPty: SandboxBackend['openPty'] = (id, req) => this.#commands.openPty(id, req);
+  readonly openPty: SandboxBackend['openPty'] = (id, req) => this.#counted(id, () => this.#commands.openPty(id, req));
 
-  readonly readFile: SandboxBackend['readFile'] = (id, path, maxBytes, opts) => this.#files.readFile(id, path, maxBytes, opts);
-  readonly writeFile: SandboxBackend['writeFile'] = (id, path, data, mode, opts) => this.#files.writeFile(id, path, data, mode, opts);
-  readonly statPath: SandboxBackend['statPath'] = (id, path, opts) => this.#files.statPath(id, path, opts);
-  readonly listDir: SandboxBackend['listDir'] = (id, path, opts) => this.#files.listDir(id, path, opts);
-  readonly makeDir: SandboxBackend['makeDir'] = (id, path, parents, opts) => this.#files.makeDir(id, path, parents, opts);
-  readonly removePath: SandboxBackend['removePath'] = (id, path, recursive, opts) => this.#files.removePath(id, path, recursive, opts);
-  readonly renamePath: SandboxBackend['renamePath'] = (id, from, to, opts) => this.#files.renamePath(id, from, to, opts);
-  readonly uploadTar: SandboxBackend['uploadTar'] = (id, dir, body) => this.#files.uploadTar(id, dir, body);
+  // File calls are counted while they run: a move's quiesce waits for those in flight (one that
+  // wrote after the pack would be lost), and #serving refuses new ones.
+  readonly readFile: SandboxBackend['readFile'] = (id, path, maxBytes, opts) =>
+    this.#counted(id, () => this.#files.readFile(id, path, maxBytes, opts));
+  readonly writeFile: SandboxBackend['writeFile'] = (id, path, data, mode, opts) =>
+    this.#counted(id, () => this.#files.writeFile(id, path, data, mode, opts));
+  readonly statPath: SandboxBackend['statPath'] = (id, path, opts) => this.#counted(id, () => this.#files.statPath(id, path, opts));
+  readonly listDir: SandboxBackend['listDir'] = (id, path, opts) => this.#counted(id, () => this.#files.listDir(id, path, opts));
+  readonly makeDir: SandboxBackend['makeDir'] = (id, path, parents, opts) =>
+    this.#counted(id, () => this.#files.makeDir(id, path, parents, opts));
+  readonly removePath: SandboxBackend['removePath'] = (id, path, recursive, opts) =>
+    this.#counted(id, () => this.#files.removePath(id, path, recursive, opts));
+  readonly renamePath: SandboxBackend['renamePath'] = (id, from, to, opts) =>
+    this.#counted(id, () => this.#files.renamePath(id, from, to, opts));
+  readonly uploadTar: SandboxBackend['uploadTar'] = (id, dir, body) => this.#counted(id, () => this.#files.uploadTar(id, dir, body));
   readonly downloadTar: SandboxBackend['downloadTar'] = (id, path) => this.#files.downloadTar(id, path);
+
+  async #counted<T>(id: string, call: () => Promise<T>): Promise<T> {
+    const l = this.#serving(id);
+    l.calls = (l.calls ?? 0) + 1;
+    try {
+      return await call();
+    } finally {
+      l.calls--;
+    }
+  }
+
+  async *#countedStream<T>(id: string, stream: () => AsyncIterable<T>): AsyncIterable<T> {
+    const l = this.#serving(id);
+    l.calls = (l.calls ?? 0) + 1;
+    try {
+      yield* stream();
+    } finally {
+      l.calls--;
+    }
+  }
 
   // --- pause, resume, snapshot ------------------------------------------------------------------
 
@@ -493,11 +524,13 @@ export class ContainerBackend implements SandboxBackend {
     await thaw(id);
     l.record.paused = false;
     l.quiesced = false; // a move that did not happen
+    rmSync(this.records.paths(id, l.record).quiesced, { force: true });
   }
 
   /** Frozen for a move, its other processes listed or ended (container-quiesce.ts). */
   async quiesceSandbox(id: string, opts: { endProcesses: boolean }): Promise<EdgeQuiesce> {
-    return quiesceContainer(this.#running(id), opts.endProcesses);
+    const l = this.#running(id);
+    return quiesceContainer(l, opts.endProcesses, this.records.paths(id, l.record).quiesced);
   }
 
   /** pack_diff (container-snapshot.ts). */

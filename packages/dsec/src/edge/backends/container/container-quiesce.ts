@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { cgroupTreePids, sandboxCgroupDirs } from '../../../host/cgroups.js';
 import { freeze, thaw } from '../../../host/freezer.js';
 import type { EdgeQuiesce } from '../../protocol/edge-api.js';
@@ -6,6 +6,8 @@ import type { LiveSandbox } from './live-sandbox.js';
 
 /** How long ended processes get to be gone before the move is refused (they were SIGKILLed: milliseconds). */
 const END_WAIT_MS = 5_000;
+/** How long a quiesce waits for callers' calls in flight to end. */
+const CALLS_WAIT_MS = 2_000;
 /** A command line is named this long at most in the answer. */
 const CMD_MAX = 200;
 
@@ -17,24 +19,42 @@ const CMD_MAX = 200;
  * — a fatal signal ends a task in a frozen cgroup2 cgroup; a cgroup v1 freezer holds it until a
  * thaw, so one is done there, with the kill already pending.
  */
-export async function quiesceContainer(l: LiveSandbox, endProcesses: boolean): Promise<EdgeQuiesce> {
+export async function quiesceContainer(l: LiveSandbox, endProcesses: boolean, marker: string): Promise<EdgeQuiesce> {
   try {
-    return await quiesce(l, endProcesses);
+    const q = await quiesce(l, endProcesses, marker);
+    if (!q.frozen) rmSync(marker, { force: true });
+    return q;
   } catch (err) {
     l.quiesced = false; // calls are served again; a resume undoes the freeze
+    rmSync(marker, { force: true });
     throw err;
   }
 }
 
-async function quiesce(l: LiveSandbox, endProcesses: boolean): Promise<EdgeQuiesce> {
+async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): Promise<EdgeQuiesce> {
   const id = l.record.id;
   const wasPaused = l.record.paused === true;
   // No caller's call gets in from here on (ContainerBackend.#serving): what is packed is final.
   l.quiesced = true;
-  if (!wasPaused) await freeze(id);
+  // Calls that got in before: what a file call writes must be in the pack, and a command still
+  // starting is a process not yet to be seen. A short wait; a command that runs on makes the
+  // sandbox busy, as its process would.
+  for (const until = Date.now() + CALLS_WAIT_MS; (l.calls ?? 0) > 0 && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
+  if ((l.calls ?? 0) > 0 && !endProcesses) {
+    l.quiesced = false;
+    const busy = { pid: 0, cmd: `${l.calls} call(s) of the API still running (a command, a file call)` };
+    return { processes: [busy], ended: false, wasPaused, frozen: false };
+  }
+  if (!wasPaused) {
+    writeFileSync(marker, '');
+    await freeze(id);
+  }
   l.record.paused = true;
   const dirs = sandboxCgroupDirs(id);
-  const others = (): number[] => cgroupTreePids(dirs).filter((pid) => pid !== l.record.pid && !isZombie(pid));
+  // Its processes by both of what makes one its own: its cgroups (with its commands' own below
+  // them) and its pid namespace (what every command joins), so none is missed by either alone.
+  const others = (): number[] =>
+    [...new Set([...cgroupTreePids(dirs), ...pidNamespaceMembers(l.record.pid)])].filter((pid) => pid !== l.record.pid && !isZombie(pid));
   const pids = others();
   const processes = pids.map((pid) => ({ pid: innerPid(pid) ?? pid, cmd: commandLine(pid) }));
   if (processes.length === 0) return { processes, ended: false, wasPaused, frozen: true };
@@ -63,6 +83,27 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean): Promise<EdgeQuies
   }
   if (thawed) await freeze(id);
   return { processes, ended: true, wasPaused, frozen: true };
+}
+
+/** Processes in the pid namespace of `init` (host pids), init included. */
+function pidNamespaceMembers(init: number | undefined): number[] {
+  if (!init) return [];
+  let ns: string;
+  try {
+    ns = readlinkSync(`/proc/${init}/ns/pid`);
+  } catch {
+    return [];
+  }
+  const out: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readlinkSync(`/proc/${name}/ns/pid`) === ns) out.push(Number(name));
+    } catch {
+      // gone, or a kernel thread
+    }
+  }
+  return out;
 }
 
 function kill(pid: number): void {

@@ -29,6 +29,8 @@ export interface LiveSandbox {
   ports: Set<Socket>;
   /** Held still for a move (container-quiesce.ts): no caller's work until a resume (the move failed) or the kill (it moved). */
   quiesced?: boolean;
+  /** Callers' file calls and commands running now (a move's quiesce waits for them). */
+  calls?: number;
   /** Set once a kill started: no new work; the sandbox stays here until its teardown succeeds. */
   killing?: boolean;
   /** Aborted when a kill starts: stops work in flight on the sandbox (a snapshot's copy). */

@@ -44,6 +44,14 @@ export class SandboxPaths {
   get state(): string {
     return join(this.dir, 'state.json');
   }
+  /**
+   * Present while the sandbox is frozen for a move it was running before (container-quiesce.ts):
+   * an edge that restarts meanwhile thaws it at adoption, since a move its control plane could not
+   * finish left the sandbox here, to run on (one that finished removed it, marker and all).
+   */
+  get quiesced(): string {
+    return join(this.dir, 'quiesced');
+  }
   get config(): string {
     return join(this.dir, 'config.json');
   }
