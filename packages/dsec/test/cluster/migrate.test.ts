@@ -63,6 +63,8 @@ describe('migration: sandboxes move between two edge daemons', { skip: skipReaso
     await sb.commands.run('mkdir -p /opt/a && dd if=/dev/urandom of=/opt/a/blob bs=1k count=512 2>/dev/null && rm /etc/hostname');
     const sum = (await sb.commands.run('md5sum /opt/a/blob')).stdout;
     await sb.setNetwork({ mode: 'none' });
+    const session = await sb.sessions.create();
+    await session.run('cd /opt/a && export CARRIED=yes && LOCAL=kept');
     const before = await sb.refresh();
     const from = before.edge;
     const r: MigrateResult = await sb.migrate();
@@ -83,6 +85,8 @@ describe('migration: sandboxes move between two edge daemons', { skip: skipReaso
     assert.equal((await sb.commands.run('md5sum /opt/a/blob')).stdout, sum);
     assert.equal((await sb.commands.run('test -e /etc/hostname; echo $?')).stdout, '1\n', 'a removed file stays removed');
     assert.equal((await sb.network()).mode, 'none');
+    // An open session moves too: same id, its directory and variables.
+    assert.equal((await session.run('echo "$PWD $CARRIED $LOCAL"')).stdout, '/opt/a yes kept\n');
     const t = await sb.trajectory();
     const moved = t.entries.find((e) => e.kind === 'sandbox.migrated');
     assert.ok(moved, 'the move is in the trajectory');

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { CreateSandboxRequest, MigrateRequest, MigrateResult, NetworkPolicyRequest, SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeCreateRequest, EdgeQuiesce } from '../../edge/protocol/edge-api.js';
+import type { EdgeApi, EdgeCreateRequest, EdgeQuiesce, EdgeSessionCarry } from '../../edge/protocol/edge-api.js';
 import type { ImageStore } from '../../image/image-store.js';
 import type { LayerDigest } from '../../image/layer-store.js';
 import { CREATE_LEASE_MS } from '../create-leases.js';
@@ -104,7 +104,7 @@ export class MigrationService {
       }
       const heldAt = performance.now();
       const network = await this.deps.network.currentPolicy(SYSTEM, id);
-      const packed = await this.#pack(source, s, spec, network);
+      const packed = await this.#pack(source, s, spec, network, quiesced.sessions ?? []);
       move.create = packed.create;
       // The source's copy goes before the target starts: two edges on one host share a sandbox's
       // cgroups (named by its id), so the target's would be frozen with the source's, and killed
@@ -167,6 +167,7 @@ export class MigrationService {
     s: SandboxInfo,
     spec: CreateSandboxRequest,
     network: NetworkPolicyRequest | undefined,
+    sessions: EdgeSessionCarry[],
   ): Promise<{ create: EdgeCreateRequest; bytes: number }> {
     const { config } = await this.deps.creation.composeLayers(spec, s.project ?? 'default');
     const base = {
@@ -187,7 +188,7 @@ export class MigrationService {
     const layers = snap.layer ? [...snap.baseLayers, snap.layer] : snap.baseLayers;
     if (snap.layer) await this.deps.images.layers.fetch(snap.layer as LayerDigest);
     await this.deps.layersReady?.(layers);
-    return { create: { ...base, layers }, bytes: snap.stats.bytes };
+    return { create: { ...base, layers, ...(sessions.length ? { sessions } : {}) }, bytes: snap.stats.bytes };
   }
 
   /** Starts the packed sandbox on `edge`, paused again if it was. */

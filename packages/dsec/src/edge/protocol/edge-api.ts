@@ -37,6 +37,7 @@ export type {
   EdgeNetworkRequest,
   EdgeQuiesce,
   EdgeSandbox,
+  EdgeSessionCarry,
   EdgeSnapshot,
   SandboxLimits,
   EdgeSandboxStatus,

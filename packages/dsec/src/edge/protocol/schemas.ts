@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { FnRunRequest, ImageConfig, LayerCacheStats, SandboxBackend, SandboxUsage } from '@dsec/sdk/schema';
+import { FnRunRequest, ImageConfig, LayerCacheStats, SandboxBackend, SandboxUsage, OpenSessionRequest } from '@dsec/sdk/schema';
 
 /**
  * The edge protocol: what crosses the control plane ↔ edge seam, as schemas. The edge's HTTP
@@ -39,6 +39,23 @@ export const EdgeNetworkRequest = Type.Object(
 );
 export type EdgeNetworkRequest = Static<typeof EdgeNetworkRequest>;
 
+/**
+ * An open shell session as it moves with its sandbox (a migration): its id, its shell, the request
+ * it was opened with and what its last command left (cwd and the script that recreates the rest).
+ */
+export const EdgeSessionCarry = Type.Object(
+  {
+    id: Type.String({ pattern: '^ss-[0-9a-f]{12}$' }),
+    shell: Type.Union([Type.Literal('/bin/bash'), Type.Literal('/bin/sh')]),
+    request: OpenSessionRequest,
+    state: Type.Optional(Type.Object({ cwd: Type.String({ maxLength: 4096 }), script: Type.String() }, { additionalProperties: false })),
+    commands: Type.Integer({ minimum: 0 }),
+    createdAt: Type.String(),
+  },
+  { additionalProperties: false },
+);
+export type EdgeSessionCarry = Static<typeof EdgeSessionCarry>;
+
 /** What the control plane asks an edge to run: everything resolved, nothing left to look up. */
 export const EdgeCreateRequest = Type.Object(
   {
@@ -52,6 +69,8 @@ export const EdgeCreateRequest = Type.Object(
     backend: Type.Optional(SandboxBackend),
     /** Egress policy applied right after start; none (loopback only) when absent. */
     network: Type.Optional(EdgeNetworkRequest),
+    /** A moved container's open shell sessions, reopened with the same ids and state. */
+    sessions: Type.Optional(Type.Array(EdgeSessionCarry, { maxItems: 32 })),
     /** VMs only: start from the latest snapshot of this VM on the same edge (memory, devices, disk) instead of booting. */
     restoreFrom: Type.Optional(SandboxId),
     /**
@@ -200,6 +219,8 @@ export const EdgeQuiesce = Type.Object({
   wasPaused: Type.Boolean(),
   /** Whether it is frozen now: false when it was left running because it had processes and none were to be ended. */
   frozen: Type.Boolean(),
+  /** Its open shell sessions, to reopen where it moves (a container's). */
+  sessions: Type.Optional(Type.Array(EdgeSessionCarry)),
 });
 export type EdgeQuiesce = Static<typeof EdgeQuiesce>;
 

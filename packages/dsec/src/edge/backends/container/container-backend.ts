@@ -39,6 +39,7 @@ import { ContainerPorts } from './container-ports.js';
 import { ContainerCommands } from './container-commands.js';
 import { createContainer, type CreateContext } from './container-create.js';
 import { ContainerFiles } from './container-files.js';
+import { openContainerSession } from './exec/container-session.js';
 import { quiesceContainer } from './container-quiesce.js';
 import { snapshotContainer } from './container-snapshot.js';
 import { Crun } from './crun.js';
@@ -350,7 +351,11 @@ export class ContainerBackend implements SandboxBackend {
     // A namespace made ahead, with its range's claim handed over to this sandbox; else one made here.
     const pooled = this.userns ? this.usernsPool.take(req.id) : undefined;
     try {
-      return await createContainer(this.#createContext(), req, network, record, pooled);
+      const made = await createContainer(this.#createContext(), req, network, record, pooled);
+      // A moved sandbox's sessions, reopened with their ids and state (they run no process between commands).
+      const l = this.#live.get(req.id);
+      if (l) for (const c of req.sessions ?? []) l.sessions.add(openContainerSession(l.target, c.request, c));
+      return made;
     } finally {
       if (pooled) this.usernsPool.done(pooled); // its bind in the pool's dir is removed right after, off this create's path
     }

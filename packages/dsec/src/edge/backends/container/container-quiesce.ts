@@ -2,10 +2,13 @@ import { readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from '
 import { cgroupTreePids, sandboxCgroupDirs } from '../../../host/cgroups.js';
 import { freeze, thaw } from '../../../host/freezer.js';
 import type { EdgeQuiesce } from '../../protocol/edge-api.js';
+import type { EdgeSessionCarry } from '../../protocol/schemas.js';
 import type { LiveSandbox } from './live-sandbox.js';
 
 /** How long ended processes get to be gone before the move is refused (they were SIGKILLed: milliseconds). */
 const END_WAIT_MS = 5_000;
+/** The saved state of a sandbox's sessions that moves with it, at most. */
+const SESSIONS_CARRY_BYTES = 8 << 20;
 /** How long a quiesce waits for callers' calls in flight to end. */
 const CALLS_WAIT_MS = 2_000;
 /** A command line is named this long at most in the answer. */
@@ -57,7 +60,7 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
     [...new Set([...cgroupTreePids(dirs), ...pidNamespaceMembers(l.record.pid)])].filter((pid) => pid !== l.record.pid && !isZombie(pid));
   const pids = others();
   const processes = pids.map((pid) => ({ pid: innerPid(pid) ?? pid, cmd: commandLine(pid) }));
-  if (processes.length === 0) return { processes, ended: false, wasPaused, frozen: true };
+  if (processes.length === 0) return { processes, ended: false, wasPaused, frozen: true, ...carriedSessions(l) };
   if (!endProcesses) {
     l.quiesced = false;
     if (!wasPaused) {
@@ -82,7 +85,7 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
     await new Promise((r) => setTimeout(r, 10));
   }
   if (thawed) await freeze(id);
-  return { processes, ended: true, wasPaused, frozen: true };
+  return { processes, ended: true, wasPaused, frozen: true, ...carriedSessions(l) };
 }
 
 /** Processes in the pid namespace of `init` (host pids), init included. */
@@ -104,6 +107,23 @@ function pidNamespaceMembers(init: number | undefined): number[] {
     }
   }
   return out;
+}
+
+/**
+ * Its open sessions, to reopen where it moves, within SESSIONS_CARRY_BYTES of saved state (a
+ * create request stays well under the edge's body limit); one past that is not carried (its next
+ * command answers SESSION_NOT_FOUND).
+ */
+function carriedSessions(l: LiveSandbox): { sessions: EdgeSessionCarry[] } {
+  let left = SESSIONS_CARRY_BYTES;
+  const sessions: EdgeSessionCarry[] = [];
+  for (const s of l.sessions.carried()) {
+    const size = (s.state?.script.length ?? 0) + (s.state?.cwd.length ?? 0);
+    if (size > left) continue;
+    left -= size;
+    sessions.push(s);
+  }
+  return { sessions };
 }
 
 function kill(pid: number): void {

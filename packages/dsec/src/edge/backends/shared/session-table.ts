@@ -1,7 +1,8 @@
+import type { EdgeSessionCarry } from '../../protocol/schemas.js';
 import type { ExecResult, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../../api-error.js';
 import { EndedSession, restartReason, type ExecJournal, type NotedSession } from './exec-journal.js';
-import { MAX_SESSIONS, SessionClosedError, type ShellSession } from './shell-session.js';
+import { MAX_SESSIONS, SessionClosedError, ShellSession } from './shell-session.js';
 
 /**
  * The shell sessions of one sandbox, whatever runs their commands (crun exec in a container, the
@@ -44,6 +45,11 @@ export class SessionTable {
       await killJobs(n.tag);
       this.#sessions.set(n.id, new EndedSession(n, restartReason('session', at)));
     }
+  }
+
+  /** The open sessions as they move with the sandbox (ShellSession.carry). */
+  carried(): EdgeSessionCarry[] {
+    return [...this.#sessions.values()].filter((s): s is ShellSession => s instanceof ShellSession && s.alive).map((s) => s.carry());
   }
 
   list(): SessionInfo[] {

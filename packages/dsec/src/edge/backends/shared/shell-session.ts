@@ -1,3 +1,4 @@
+import type { EdgeSessionCarry } from '../../protocol/schemas.js';
 import { randomBytes } from 'node:crypto';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
 import { CappedOutput } from './capped-output.js';
@@ -127,7 +128,7 @@ class MarkerScanner {
 export class ShellSession {
   readonly id: string;
   readonly shell: string;
-  readonly createdAt = new Date();
+  readonly createdAt: Date = new Date();
   commands = 0;
   #busy = false;
   #ended = false;
@@ -140,13 +141,33 @@ export class ShellSession {
   readonly #host: SessionHost;
   readonly #req: OpenSessionRequest;
 
-  /** `hasBash`: whether the sandbox has /bin/bash (the host checked a bad request already). */
-  constructor(host: SessionHost, req: OpenSessionRequest, hasBash: boolean) {
+  /**
+   * `hasBash`: whether the sandbox has /bin/bash (the host checked a bad request already).
+   * `carried`: a session of a sandbox that moved here (carry()), reopened as it was.
+   */
+  constructor(host: SessionHost, req: OpenSessionRequest, hasBash: boolean, carried?: EdgeSessionCarry) {
     this.#host = host;
     this.#req = req;
-    this.id = `ss-${randomBytes(6).toString('hex')}`;
+    this.id = carried?.id ?? `ss-${randomBytes(6).toString('hex')}`;
     const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && hasBash);
-    this.shell = wantBash ? '/bin/bash' : '/bin/sh';
+    this.shell = carried?.shell ?? (wantBash ? '/bin/bash' : '/bin/sh');
+    if (carried) {
+      this.#state = carried.state;
+      this.commands = carried.commands;
+      this.createdAt = new Date(carried.createdAt);
+    }
+  }
+
+  /** What moves with the sandbox (a migration): everything the next command starts from. */
+  carry(): EdgeSessionCarry {
+    return {
+      id: this.id,
+      shell: this.shell === '/bin/bash' ? '/bin/bash' : '/bin/sh',
+      request: this.#req,
+      ...(this.#state ? { state: this.#state } : {}),
+      commands: this.commands,
+      createdAt: this.createdAt.toISOString(),
+    };
   }
 
   get alive(): boolean {

@@ -1,3 +1,4 @@
+import type { EdgeSessionCarry } from '../../../protocol/schemas.js';
 import type { OpenSessionRequest } from '@dsec/sdk/schema';
 import { isRegularFileInRoot } from '../sandbox-files.js';
 import { sandboxUsage } from '../../../../host/cgroups.js';
@@ -25,8 +26,8 @@ function containerSessionHost(target: ExecTarget): SessionHost {
 }
 
 /** A session in a container; a bad cwd, env or writablePaths fails here, at open. */
-export function openContainerSession(target: ExecTarget, req: OpenSessionRequest): ShellSession {
-  const s = new ShellSession(containerSessionHost(target), req, isRegularFileInRoot(target.rootfs, '/bin/bash'));
+export function openContainerSession(target: ExecTarget, req: OpenSessionRequest, carried?: EdgeSessionCarry): ShellSession {
+  const s = new ShellSession(containerSessionHost(target), req, isRegularFileInRoot(target.rootfs, '/bin/bash'), carried);
   processSpecFor(target, [s.shell], { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths });
   return s;
 }
