@@ -96,7 +96,7 @@ export function renderMigrate(report: BenchReport<MigrateResult>, svgName: strin
     md.push(
       '## Downtime seen by a polling caller',
       '',
-      `A caller calls the sandbox (${r.containers[0]?.writtenMib ?? o['smallMib']} MiB written) every ${o['pollMs']} ms through the SDK while it moves; the longest time between two successful answers (a poll before the move to one after it), over the moves. ` +
+      `A caller calls the sandbox (${o['smallMib']} MiB written afresh before each move) every ${o['pollMs']} ms through the SDK while it moves; the longest time between two successful answers (a poll before the move to one after it), over the moves. ` +
         "`refused`: moves refused SANDBOX_NOT_MIGRATABLE because the poll's `true` was running at the quiesce, tried again.",
       '',
       mdTable(

@@ -248,8 +248,8 @@ function longestGap(answers: number[]): number {
 }
 
 /**
- * A caller polling one sandbox (10 MiB written) every `pollMs` with `kind` while it moves, `moves`
- * times back and forth: the longest time without an answer, and every failed call. A `true`
+ * A caller polling one sandbox every `pollMs` with `kind` while it moves, `moves` times back and
+ * forth, `smallMib` MiB written afresh before each move: the longest time without an answer, and every failed call. A `true`
  * running at the quiesce makes the move refused (SANDBOX_NOT_MIGRATABLE): it is tried again, counted.
  */
 async function polledMoves(
@@ -263,13 +263,15 @@ async function polledMoves(
   const moves: PolledMove[] = [];
   const failures: string[] = [];
   try {
-    const sum = await writeData(sb, '/root/data', opts.smallMib);
     await sb.files.write('/root/ping', 'pong\n');
     const call =
       kind === 'exec true'
         ? async (): Promise<void> => {
             const r = await sb.commands.run('true');
-            if (r.exitCode !== 0) throw new Error(`true exited ${r.exitCode}`);
+            if (r.exitCode !== 0)
+              throw new Error(
+                `true exited ${r.exitCode}${r.exitCode === 137 ? ' (SIGKILL: the call was let through and its process killed by the move)' : ''}`,
+              );
           }
         : async (): Promise<void> => {
             const text = await sb.files.readText('/root/ping');
@@ -277,6 +279,8 @@ async function polledMoves(
           };
     for (let i = 0; i < opts.pollMoves; i++) {
       ctx.signal.throwIfAborted();
+      // Written afresh before each move (untimed), so each carries smallMib MiB: what moved before is in a lower layer now.
+      const sum = await writeData(sb, '/root/data', opts.smallMib);
       const p = poller(call, opts.pollMs);
       await new Promise((r) => setTimeout(r, 500));
       let refused = 0;
