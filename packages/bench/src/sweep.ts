@@ -18,21 +18,23 @@ function benchCgroups(names: RunNames): string[] {
   };
   for (const h of ls(CGROUP_ROOT)) {
     for (const name of ls(join(CGROUP_ROOT, h))) if (name.startsWith(`${NAME_PREFIX}${names.id}-`)) out.add(name);
-    // `sb-bench<id>-…` of the in-process edge, `sb-bench<id>r1-…` of the cluster scenario's real edges.
+    // `sb-bench<id>-…` of the in-process edge, `sb-bench<id>r1-…` / `sb-bench<id>m1-…` of the cluster and migrate scenarios' real edges.
     for (const name of ls(join(CGROUP_ROOT, h, CGROUP_PARENT)))
       if (name.startsWith(`sb-${names.edgeId}`)) out.add(`${CGROUP_PARENT}/${name}`);
   }
   return [...out];
 }
 
-/** crun state roots a run uses: dsec's edge, raw crun, and the cluster scenario's real edges. */
+/** crun state roots a run uses: dsec's edge, raw crun, and the real edges of the cluster and migrate scenarios. */
 function crunRoots(dir: string): string[] {
-  const real = join(dir, 'cluster-real');
-  const edges = existsSync(real)
-    ? readdirSync(real)
-        .filter((d) => d.startsWith('edge'))
-        .map((d) => join(real, d, 'node', 'crun'))
-    : [];
+  const edges = ['cluster-real', 'migrate'].flatMap((sub) => {
+    const real = join(dir, sub);
+    return existsSync(real)
+      ? readdirSync(real)
+          .filter((d) => d.startsWith('edge'))
+          .map((d) => join(real, d, 'node', 'crun'))
+      : [];
+  });
   return [join(dir, 'dsec', 'node', 'crun'), join(dir, 'crun', 'crun-state'), ...edges].filter(existsSync);
 }
 

@@ -86,4 +86,10 @@ export const TARGETS = {
   /** Issue 31: one /metrics scrape, and the dashboard's overview (all it fetches at once), p99 (ms). */
   clusterHoldMetricsMs: 200,
   clusterHoldOverviewMs: 200,
+  /** Issue 33: an idle container with this many MiB written moves between edges within migrateContainerMs (p50). */
+  migrateContainerMib: 10,
+  migrateContainerMs: 1000,
+  /** Issue 33: a microVM with this much guest memory moves within migrateVmMs under TCG (p50). */
+  migrateVmMemoryMib: 256,
+  migrateVmMs: 5000,
 } as const;

@@ -6,6 +6,7 @@ import { fnCallScenario } from './fncall.js';
 import { execScenario } from './exec.js';
 import { hardeningScenario } from './hardening.js';
 import { lazyScenario } from './lazy.js';
+import { migrateScenario } from './migrate.js';
 import { pauseScenario } from './pause.js';
 import { rolloutScenario } from './rollout.js';
 import { snapshotScenario } from './snapshot.js';
@@ -26,6 +27,7 @@ export const SCENARIOS: readonly BenchScenarioDef[] = [
   lazyScenario,
   fnCallScenario,
   rolloutScenario,
+  migrateScenario,
 ];
 
 export function scenarioByName(name: string): BenchScenarioDef {
