@@ -15,14 +15,6 @@ import type { MigrateResult } from '../src/scenarios/migrate-result.js';
 import { defaultOptions } from '../src/scenarios/scenario.js';
 import { integrationSkipReason } from './helpers/skip.js';
 
-/**
- * Known (c0e76b6): a `true` whose exec passed the edge's check just before the quiesce is started
- * in the frozen container after its processes were listed, and SIGKILLed with the source's copy:
- * the call answers exit 137 (ContainerBackend.#serving checks a call at its start only; nothing
- * makes the quiesce wait for calls in flight). Until that is fixed, that check is a todo.
- */
-const EXEC_KILLED_BY_MOVE = 'an exec let through just before the quiesce is SIGKILLed by the move (exit 137)';
-
 describe('dsec bench migrate (CI size)', { skip: integrationSkipReason(), timeout: 600_000 }, () => {
   let out: string;
   let outcome: BenchOutcome;
@@ -99,7 +91,8 @@ describe('dsec bench migrate (CI size)', { skip: integrationSkipReason(), timeou
     assert.equal(reads.failed, 0, `no read failed (${reads.failures.join('; ')})`);
   });
 
-  test('no polled exec fails during a move', { todo: EXEC_KILLED_BY_MOVE }, () => {
+  // A command in flight at the quiesce makes it wait (or refuses the move): never killed by it (aced2d5).
+  test('no polled exec fails during a move', () => {
     const execs = r.downtime.find((d) => d.kind === 'exec true')!;
     assert.equal(execs.failed, 0, execs.failures.join('; '));
   });

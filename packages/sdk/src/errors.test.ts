@@ -58,6 +58,7 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
       'SESSION_CLOSED',
       'PROCESS_NOT_RUNNING',
       'SANDBOX_NOT_RUNNING',
+      'SANDBOX_NOT_MIGRATABLE',
       'PATH_CONFLICT',
       'EDGE_NOT_EMPTY',
       'PROJECT_EXISTS',
@@ -67,7 +68,7 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
     ],
   ],
   [CapacityError, ['CAPACITY_EXCEEDED', 'NODE_MEMORY_PRESSURE']],
-  [UnavailableError, ['EDGE_UNAVAILABLE', 'REGISTRY_UNAVAILABLE']],
+  [UnavailableError, ['EDGE_UNAVAILABLE', 'SANDBOX_MIGRATING', 'REGISTRY_UNAVAILABLE']],
   [TimeoutError, ['PORT_WAIT_TIMEOUT']],
   [
     ServerError,
@@ -77,6 +78,7 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
       'NODE_DISK_FULL',
       'SANDBOX_CREATE_FAILED',
       'SANDBOX_KILL_FAILED',
+      'SANDBOX_MIGRATE_FAILED',
       'EXEC_FAILED',
       'INTERNAL',
     ],
@@ -84,7 +86,14 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
 ];
 
 /** The codes whose errors say "the same call may succeed later" (python/dsec/errors.py: the same set). */
-const RETRYABLE = ['CAPACITY_EXCEEDED', 'NODE_MEMORY_PRESSURE', 'EDGE_UNAVAILABLE', 'REGISTRY_UNAVAILABLE', 'QUOTA_CREATE_RATE_EXCEEDED'];
+const RETRYABLE = [
+  'CAPACITY_EXCEEDED',
+  'NODE_MEMORY_PRESSURE',
+  'EDGE_UNAVAILABLE',
+  'SANDBOX_MIGRATING',
+  'REGISTRY_UNAVAILABLE',
+  'QUOTA_CREATE_RATE_EXCEEDED',
+];
 
 const expected = new Map<string, DsecErrorClass>(EXPECTED.flatMap(([cls, codes]) => codes.map((c) => [c, cls] as const)));
 

@@ -10,6 +10,7 @@ import type { ControlPlane } from '../control-plane.js';
 import { SYSTEM } from '../service/callers.js';
 import { access } from '../../http/access.js';
 import { NDJSON } from './exec.js';
+import { absentBodyIsEmpty } from './optional-body.js';
 
 const EdgeIdParams = Type.Object({ id: Type.String({ pattern: '^[a-z0-9]{1,32}$' }) });
 const EdgeStateReply = Type.Object({
@@ -125,6 +126,7 @@ export function clusterRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       '/v1/nodes/:id/drain',
       {
         config: access.admin('draining a node'),
+        preValidation: absentBodyIsEmpty,
         schema: {
           tags: ['nodes'],
           summary: `Stop new placements on an edge (admin key); it leaves when its last sandbox is gone. With {migrate: true}, its sandboxes move to other edges: the answer is a DrainResult, or with Accept: ${NDJSON} DrainProgress lines as each moves or stays, the last one {type: done}`,

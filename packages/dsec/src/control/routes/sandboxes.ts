@@ -26,6 +26,7 @@ import { errorResponses as errors } from './error-responses.js';
 import type { ControlPlane } from '../control-plane.js';
 import { applyByLabels, applyByLabelsWithProgress, type BulkAction } from '../service/bulk.js';
 import { NDJSON } from './exec.js';
+import { absentBodyIsEmpty } from './optional-body.js';
 import type { SandboxService } from '../service/sandboxes.js';
 import { parseLabels } from './labels.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
@@ -199,6 +200,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
       {
         // Where sandboxes run is the operator's to decide: the edge or pool named, and the node's room.
         config: access.admin('moving a sandbox to another node'),
+        preValidation: absentBodyIsEmpty,
         schema: {
           tags,
           summary:

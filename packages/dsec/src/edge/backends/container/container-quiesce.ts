@@ -156,7 +156,10 @@ function innerPid(pid: number): number | undefined {
 
 function commandLine(pid: number): string {
   try {
-    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ');
+    const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+    // dsec's own entry helper, before it execs the command it enters the sandbox for.
+    if (argv[0]?.endsWith('/dsec-enter') || argv[0]?.endsWith('/crun')) return 'a command being started';
+    const cmd = argv.join(' ');
     return cmd.length > CMD_MAX ? `${cmd.slice(0, CMD_MAX)}…` : cmd;
   } catch {
     return '';
