@@ -157,7 +157,9 @@ export type SandboxUsage = Static<typeof SandboxUsage>;
 
 export const SandboxInfo = Type.Object(
   {
-    id: Type.String({ description: 'Sandbox id; encodes the edge it runs on: sb-<edge>-<random>.' }),
+    id: Type.String({
+      description: 'Sandbox id: sb-<edge>-<random>, naming the edge it was created on (a move keeps the id; `edge` says where it runs).',
+    }),
     edge: Type.String(),
     project: Type.Optional(Type.String({ description: 'The project whose key created it (docs/PROJECTS.md).' })),
     backend: SandboxBackend,
