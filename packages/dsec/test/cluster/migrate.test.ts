@@ -10,7 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Connection, ConflictError, readNdjson, Sandbox, type MigrateResult } from '@dsec/sdk';
+import { AuthError, Connection, ConflictError, readNdjson, Sandbox, type MigrateResult } from '@dsec/sdk';
 import type { DrainProgress } from '@dsec/sdk/schema';
 import { assertCleanAndRemove, integrationSkipReason } from '../helpers/server.js';
 import { ClusterHarness } from './support/cluster-harness.js';
@@ -325,7 +325,21 @@ describe('migration: sandboxes move between two edge daemons', { skip: skipReaso
     await assert.rejects(() => c.json('POST', `/v1/sandboxes/${sb.id}/migrate`, { json: { bogus: 1 } }), /bogus|additional/i);
     // No body at all is a move wherever placement picks (validated as {}): here the other edge is draining.
     await assert.rejects(() => c.json('POST', `/v1/sandboxes/${sb.id}/migrate`), /CAPACITY_EXCEEDED|the cluster is full/);
+    // Where sandboxes run is the operator's: a project key may not move one, even its own.
+    await c.json('POST', '/v1/projects', { json: { name: 'movers' } });
+    const { key } = await c.json<{ key: string }>('POST', '/v1/keys', { json: { project: 'movers', name: 'k' } });
+    const own = await Sandbox.create({ url: conn.url, apiKey: key, image: 'busybox', resources: { memoryMiB: 32 } });
+    await assert.rejects(
+      () => own.migrate(),
+      (err: unknown) => err instanceof AuthError && err.code === 'FORBIDDEN',
+    );
+    const asProject = new Connection({ url: conn.url, apiKey: key });
+    await assert.rejects(
+      () => asProject.json('POST', `/v1/nodes/${sb.info.edge}/drain`, { json: { migrate: true } }),
+      (err: unknown) => err instanceof AuthError && err.code === 'FORBIDDEN',
+    );
     assert.equal((await sb.refresh()).edge, sb.info.edge);
+    await own.kill();
     await sb.kill();
   });
 });
