@@ -65,9 +65,7 @@ export class BurstMover {
 
   /** Moves the pool's longest-idle burstable sandboxes to the burst pool, as many as bring it under its threshold. */
   async #shed(pool: string, candidates: PlacementCandidate[], now: number): Promise<string[]> {
-    const inPool = candidates.filter((c) => c.pool === pool && c.state === 'ready');
-    const slots = inPool.reduce((n, c) => n + c.info.maxSandboxes, 0);
-    const used = inPool.reduce((n, c) => n + c.info.sandboxes, 0);
+    const { inPool, slots, used } = slotsOf(candidates, pool);
     // At least one while above the threshold (memory may be what is over it).
     const excess = Math.max(1, Math.ceil(used - this.deps.burst.threshold * slots));
     const rows = await this.#idleBurstable(
@@ -79,9 +77,7 @@ export class BurstMover {
 
   /** Moves burst-pool sandboxes whose own pool is `pool` back there, while it stays under its threshold. */
   async #bringBack(pool: string, candidates: PlacementCandidate[], burstEdges: PlacementCandidate[], now: number): Promise<string[]> {
-    const inPool = candidates.filter((c) => c.pool === pool && c.state === 'ready');
-    const slots = inPool.reduce((n, c) => n + c.info.maxSandboxes, 0);
-    const used = inPool.reduce((n, c) => n + c.info.sandboxes, 0);
+    const { slots, used } = slotsOf(candidates, pool);
     const room = Math.floor((this.deps.burst.threshold - RETURN_MARGIN) * slots - used);
     if (room <= 0) return [];
     const rows = await this.#idleBurstable(
@@ -148,4 +144,14 @@ export class BurstMover {
       void store.leases.release('burst', replicaId).catch(() => undefined);
     };
   }
+}
+
+/** A pool's ready edges, their sandbox slots and the slots in use, as their last reports say. */
+function slotsOf(candidates: PlacementCandidate[], pool: string): { inPool: PlacementCandidate[]; slots: number; used: number } {
+  const inPool = candidates.filter((c) => c.pool === pool && c.state === 'ready');
+  return {
+    inPool,
+    slots: inPool.reduce((n, c) => n + c.info.maxSandboxes, 0),
+    used: inPool.reduce((n, c) => n + c.info.sandboxes, 0),
+  };
 }

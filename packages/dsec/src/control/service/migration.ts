@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { CreateSandboxRequest, MigrateRequest, MigrateResult, NetworkPolicyRequest, SandboxInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi, EdgeCreateRequest, EdgeQuiesce, EdgeSessionCarry } from '../../edge/protocol/edge-api.js';
+import type { EdgeApi, EdgeCreateRequest, EdgeQuiesce, EdgeSessionCarry, SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { ImageStore } from '../../image/image-store.js';
 import type { LayerDigest } from '../../image/layer-store.js';
 import { CREATE_LEASE_MS } from '../create-leases.js';
@@ -23,11 +23,12 @@ export type MoveCause = 'api' | 'drain' | 'burst' | 'return';
  * switched), trajectory and TTL. A container is held still (quiesced: frozen, and refused if it
  * runs processes unless they may be ended: they cannot move without a checkpointer), its writable
  * layer packed (pack_diff, as a snapshot, nothing scrubbed) into a layer the target fetches
- * through the blob path, started there from its layers plus that one, and only then is the row
- * swapped to the target (one conditional UPDATE: store/sandbox-moves.ts) and the source's copy
- * removed. A failure before the swap resumes the source and removes what the target made, so the
- * sandbox is on one edge or the other, never both and never neither. While it moves, its row
- * says so (`migration`), and calls wait for the move or get a retryable SANDBOX_MIGRATING.
+ * through the blob path (a VM: its QEMU state as one blob); the source's copy is removed, the
+ * sandbox started on the target from what was packed, and only then is the row swapped to the
+ * target (one conditional UPDATE: store/sandbox-moves.ts). A failure before the source's copy
+ * went resumes it; after, the sandbox is started again on its source from the packed state (#undo),
+ * so it is on one edge or the other, never both, and never gone without a reason. While it moves,
+ * its row says so (`migration`), and calls wait for the move or get a retryable SANDBOX_MIGRATING.
  */
 export class MigrationService {
   constructor(
@@ -104,7 +105,7 @@ export class MigrationService {
       }
       const heldAt = performance.now();
       const network = await this.deps.network.currentPolicy(SYSTEM, id);
-      const packed = await this.#pack(source, s, spec, network, quiesced.sessions ?? []);
+      const packed = await this.#pack(source, s, spec, limits, network, quiesced.sessions ?? []);
       move.create = packed.create;
       // The source's copy goes before the target starts: two edges on one host share a sandbox's
       // cgroups (named by its id), so the target's would be frozen with the source's, and killed
@@ -166,6 +167,7 @@ export class MigrationService {
     source: EdgeApi,
     s: SandboxInfo,
     spec: CreateSandboxRequest,
+    limits: SandboxLimits,
     network: NetworkPolicyRequest | undefined,
     sessions: EdgeSessionCarry[],
   ): Promise<{ create: EdgeCreateRequest; bytes: number }> {
@@ -174,7 +176,7 @@ export class MigrationService {
       id: s.id,
       config,
       env: spec.env ?? {},
-      limits: this.deps.creation.limitsFor(spec),
+      limits,
       backend: s.backend,
       ...(network ? { network: checkPolicy(network) } : {}),
     };
@@ -249,17 +251,26 @@ export class MigrationService {
   async recoverAbandoned(now = Date.now()): Promise<{ committed: string[]; givenUp: string[]; failed: string[] }> {
     const { store, edges, log } = this.deps;
     const out = { committed: [] as string[], givenUp: [] as string[], failed: [] as string[] };
-    for (const m of await store.moves.abandoned(now)) {
-      const runs = async (edge: string): Promise<boolean | undefined> =>
-        edges.has(edge)
+    // One listing per edge and sweep, whatever the number of moves it was part of (as CreateLeases.takeOver).
+    const lists = new Map<string, Promise<Set<string> | undefined>>();
+    const listOf = (edge: string): Promise<Set<string> | undefined> => {
+      let list = lists.get(edge);
+      if (!list) {
+        list = edges.has(edge)
           ? edges
               .apiEvenIfLost(edge)
               .listSandboxes()
               .then(
-                (list) => list.some((x) => x.id === m.id),
+                (l) => new Set(l.map((x) => x.id)),
                 () => undefined,
               )
-          : false;
+          : Promise.resolve(new Set<string>());
+        lists.set(edge, list);
+      }
+      return list;
+    };
+    for (const m of await store.moves.abandoned(now)) {
+      const runs = async (edge: string): Promise<boolean | undefined> => (await listOf(edge))?.has(m.id);
       const [onTarget, onSource] = [await runs(m.to), await runs(m.from)];
       if (onTarget === undefined || onSource === undefined) continue;
       const row = await store.sandboxes.get(m.id);
@@ -289,7 +300,7 @@ export class MigrationService {
   }
 
   /** Where it goes: the edge named (checked for room), else one placement picks in the pool named or its own. */
-  #target(s: SandboxInfo, spec: CreateSandboxRequest, req: MigrateRequest, limits: ReturnType<SandboxCreation['limitsFor']>): string {
+  #target(s: SandboxInfo, spec: CreateSandboxRequest, req: MigrateRequest, limits: SandboxLimits): string {
     const { edges, creation } = this.deps;
     if (req.edge === s.edge) throw new ApiError('INVALID_REQUEST', `sandbox ${s.id} is on edge ${s.edge} already`, { field: 'edge' });
     if (req.edge !== undefined && !edges.has(req.edge))

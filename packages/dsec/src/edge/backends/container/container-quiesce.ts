@@ -7,6 +7,8 @@ import type { LiveSandbox } from './live-sandbox.js';
 
 /** How long ended processes get to be gone before the move is refused (they were SIGKILLed: milliseconds). */
 const END_WAIT_MS = 5_000;
+/** How long killed processes get to go while frozen before the cgroup is thawed for them. */
+const THAW_AFTER_MS = 200;
 /** The saved state of a sandbox's sessions that moves with it, at most. */
 const SESSIONS_CARRY_BYTES = 8 << 20;
 /** How long a quiesce waits for callers' calls in flight to end. */
@@ -71,6 +73,8 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
   }
   for (const pid of pids) kill(pid);
   const until = Date.now() + END_WAIT_MS;
+  // A v1 freezer holds a killed task until a thaw: one is done if they are not gone by then.
+  const thawAt = Date.now() + THAW_AFTER_MS;
   let thawed = false;
   for (;;) {
     const left = others();
@@ -78,7 +82,7 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
     if (Date.now() > until) throw new Error(`sandbox ${id}: processes ${left.join(', ')} did not end after SIGKILL`);
     // Forked between the look and the kill (not possible while frozen), or held by a v1 freezer.
     for (const pid of left) kill(pid);
-    if (!thawed && Date.now() > until - END_WAIT_MS + 200) {
+    if (!thawed && Date.now() > thawAt) {
       await thaw(id);
       thawed = true;
     }
