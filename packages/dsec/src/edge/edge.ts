@@ -1,4 +1,5 @@
 import { mkdirSync, chmodSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type {
@@ -25,6 +26,7 @@ import { ContainerBackend } from './backends/container/container-backend.js';
 import type { ContainerOptions } from './backends/container/container-options.js';
 import { FnCalls } from './backends/fncall/fn-calls.js';
 import { VmBackend } from './backends/vm/vm-backend.js';
+import { NodeBudget } from './node/node-budget.js';
 import { nodeInfo } from './node/node-info.js';
 import { NodeLayers, type LazyLayerOptions } from './node/node-layers.js';
 import { NodeVolumes } from './node/node-volumes.js';
@@ -58,6 +60,8 @@ export interface EdgeOptions extends Omit<ContainerOptions, 'layers' | 'links' |
    * from this blob store on first read, instead of being brought in whole. Unset: eager.
    */
   lazy?: LazyLayerOptions;
+  /** CPU limits may add up to this many times the node's CPUs (`--cpu-overcommit`); 0 or unset: no cap. */
+  cpuOvercommit?: number;
 }
 
 /** Creates of a group that run at once on this node (crun and mounts gain nothing from more on its cores). */
@@ -78,6 +82,8 @@ export class Edge implements EdgeApi {
   /** The node's sandbox links (address pool, host guard, dsec-nft), shared by the container and VM backends. */
   readonly links: NodeLinks;
   readonly volumes: NodeVolumes;
+  /** Slots and CPU held by creates in flight, across backends: the node's word on what fits (node-budget.ts). */
+  readonly #budget: NodeBudget;
   readonly containers: ContainerBackend;
   /** Unset when no VM guest was built (logged at construction). */
   readonly vms: VmBackend | undefined;
@@ -112,6 +118,17 @@ export class Edge implements EdgeApi {
     this.vms = setup.backend;
     if (setup.missing) opts.log.warn(`microVM/VM sandboxes are off: ${setup.missing}`);
     this.fn = new FnCalls(this.containers, { log: opts.log.child({ backend: 'fncall' }) });
+    this.#budget = new NodeBudget(opts.id, opts.cpuOvercommit ?? 0, () => {
+      const vmLimits = this.vms?.limits() ?? [];
+      let cpu = vmLimits.reduce((n, l) => n + l.cpu, 0);
+      for (const l of this.containers.limits()) cpu += l.cpu;
+      return {
+        sandboxes: this.containers.count - this.fn.workers + vmLimits.length,
+        maxSandboxes: this.containers.maxSandboxes - this.fn.workers,
+        cpuCommitted: cpu,
+        cpus: availableParallelism(),
+      };
+    });
   }
 
   get state(): EdgeInfo['state'] {
@@ -165,17 +182,16 @@ export class Edge implements EdgeApi {
         throw new ApiError('INVALID_REQUEST', 'restoreState restores a VM state; a container starts from a snapshot image instead', {
           field: 'restoreState',
         });
-      return this.containers.createSandbox(req);
-    }
-    if (!this.vms)
+    } else if (!this.vms)
       throw new ApiError('BACKEND_UNSUPPORTED', `this edge runs no ${kind} sandboxes (no VM guest was built)`, { backend: kind });
-    const info = await this.info();
-    if (info.sandboxes >= info.maxSandboxes) {
-      throw new ApiError('CAPACITY_EXCEEDED', `edge ${info.id} is full (${info.maxSandboxes} sandboxes)`, {
-        maxSandboxes: info.maxSandboxes,
-      });
+    // Held before the first await, so concurrent creates (from any number of replicas) never
+    // overfill the node between two looks at it.
+    const release = this.#budget.hold(req.limits);
+    try {
+      return kind === 'container' ? await this.containers.createSandbox(req) : await this.vms!.createSandbox(req);
+    } finally {
+      release();
     }
-    return this.vms.createSandbox(req);
   }
 
   createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {

@@ -134,6 +134,7 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     nodeDir: join(opts.dataDir, 'node'),
     blobs,
     maxSandboxes: opts.maxSandboxes,
+    cpuOvercommit: opts.cpuOvercommit,
     minFreeDiskBytes: (opts.minFreeDiskMiB ?? 256) * 1024 * 1024,
     memoryAdmission: {
       minAvailableBytes: (opts.memoryAdmission?.minAvailableMiB ?? 256) * 1024 * 1024,

@@ -56,6 +56,8 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
       nodeDir: join(dataDir, 'node'),
       blobs: new LocalBlobSource(layers),
       maxSandboxes: 20,
+      // CPU limits up to 4× the node's CPUs: 16 sandboxes of 0.5 CPU on this 2-CPU host, under the 20 slots.
+      cpuOvercommit: 4,
       log: pino({ level: 'silent' }),
     });
     await edge.start();
@@ -255,6 +257,23 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
         assert.equal((await api().exec(ok2, { cmd: 'echo grouped' })).stdout, 'grouped\n');
         await api().killSandbox(ok1);
         await api().killSandbox(ok2);
+      });
+
+      test('the node admits what fits its CPU cap (--cpu-overcommit) and refuses the rest with CAPACITY_EXCEEDED', async () => {
+        const info = await api().info();
+        const cap = info.capacity.cpus * 4;
+        const fit = Math.floor((cap - info.capacity.cpuCommitted) / spec.limits.cpu + 1e-9);
+        assert.ok(fit >= 1 && info.sandboxes + fit < info.maxSandboxes, `the CPU cap binds before the slots (${fit} fit)`);
+        // All at once in one group: the node's budget is held before any create's first await.
+        const out = await api().createSandboxes(Array.from({ length: fit + 2 }, () => ({ ...spec, id: newId() })));
+        const made = out.filter((o) => o.sandbox).map((o) => o.id);
+        assert.equal(made.length, fit, JSON.stringify(out.filter((o) => o.error).map((o) => o.error?.message)));
+        for (const o of out.filter((x) => x.error)) {
+          assert.equal(o.error!.code, 'CAPACITY_EXCEEDED');
+          assert.match(o.error!.message, /CPUs committed .*--cpu-overcommit 4/);
+        }
+        assert.ok((await api().info()).capacity.cpuCommitted <= cap);
+        for (const id of made) await api().killSandbox(id);
       });
 
       test('kill removes the sandbox; a second kill is SANDBOX_NOT_FOUND', async () => {

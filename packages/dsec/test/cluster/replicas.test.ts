@@ -84,6 +84,48 @@ describe('control-plane replicas on one PostgreSQL', { skip, timeout: 180_000 },
     }
   });
 
+  test('a nearly full edge, creates from both replicas at once: never placed past its slots or its CPU cap', async () => {
+    // 2 CPUs × --cpu-overcommit 1: four sandboxes of 0.5 CPU fit, in 6 slots. Each replica alone
+    // would stop at four from its own placements; together, before a heartbeat shows either's,
+    // they would place up to eight without the edge's own word (edge/node/node-budget.ts).
+    const tight = await startSimulatedEdge({
+      join: pair.join,
+      token: a.joinToken,
+      id: 'reptight',
+      pool: 'tight',
+      node: { cpus: 2, memoryBytes: 64 * 1024 ** 3, maxSandboxes: 6, cpuOvercommit: 1 },
+    });
+    try {
+      for (const at of [a, b])
+        await until(async () => {
+          const n = ((await api(at, 'GET', '/v1/nodes')).body as { nodes: { id: string; state: string }[] }).nodes;
+          return n.some((x) => x.id === 'reptight' && x.state === 'ready') ? true : undefined;
+        });
+      const spec = { image: 'busybox', resources: { cpu: 0.5 }, placement: { pool: 'tight' }, labels: { case: 'tight' } };
+      const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => api(i % 2 ? a : b, 'POST', '/v1/sandboxes', spec)));
+      const made = answers.filter((r) => r.status < 300).map((r) => r.body as SandboxInfo);
+      const refused = answers.filter((r) => r.status >= 300);
+      for (const r of refused) {
+        assert.equal(r.status, 503, JSON.stringify(r.body));
+        assert.equal((r.body as { error: { code: string } }).error.code, 'CAPACITY_EXCEEDED', JSON.stringify(r.body));
+      }
+      assert.equal(made.length, 4, `4 of 0.5 CPU fit 2 CPUs; ${made.length} were placed`);
+      assert.ok(
+        made.every((s) => s.status === 'running' && s.edge === 'reptight'),
+        'each one placed runs there',
+      );
+      const held = await tight.edge.listSandboxes();
+      assert.deepEqual(held.map((s) => s.id).sort(), made.map((s) => s.id).sort(), 'the edge holds exactly the ones placed');
+      assert.ok((await tight.edge.info()).capacity.cpuCommitted <= 2, 'its CPU cap held');
+      // Nothing half-made: the refused creates left no row.
+      const listed = ((await api(b, 'GET', '/v1/sandboxes?label=case=tight')).body as { sandboxes: SandboxInfo[] }).sandboxes;
+      assert.deepEqual(listed.map((s) => s.id).sort(), made.map((s) => s.id).sort());
+      for (const s of made) assert.equal((await api(a, 'DELETE', `/v1/sandboxes/${s.id}`)).status, 204);
+    } finally {
+      await tight.close();
+    }
+  });
+
   test('replica A is SIGKILLed in the middle of a batch: B takes the batch over and finishes it, every item accounted for', async () => {
     const count = 240;
     for (const e of edges) e.edge.createDelayMs = 40; // slow enough to die in the middle

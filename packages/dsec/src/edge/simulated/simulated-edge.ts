@@ -11,6 +11,7 @@ import {
 import { ApiError } from '../../api-error.js';
 import type { App } from '../../http/app.js';
 import { joinCluster, type JoinedEdge } from '../join-loop.js';
+import { NodeBudget } from '../node/node-budget.js';
 import { EDGE_PROTOCOL_VERSION } from '../protocol/schemas.js';
 import { buildEdgeServer } from '../server/edge-server.js';
 
@@ -22,6 +23,8 @@ export interface SimulatedNode {
   cpus: number;
   memoryBytes: number;
   maxSandboxes: number;
+  /** As `dsec edge --cpu-overcommit`: reported at join and enforced at create (edge/node/node-budget.ts). @default 0 (no cap) */
+  cpuOvercommit?: number;
 }
 
 export const SIMULATED_NODE: SimulatedNode = { cpus: 64, memoryBytes: 512 * 1024 ** 3, maxSandboxes: 100_000 };
@@ -35,7 +38,8 @@ const IDLE_SANDBOX_PIDS = 2;
  * the edge protocol (the same HTTP server, schemas and cluster-token auth as `dsec edge`), but a
  * create only records the sandbox in memory and answers at once: no crun, no layers, no network.
  * info, list, create and kill work; every other call answers INVALID_REQUEST saying this is a
- * simulated edge. It admits up to `maxSandboxes` (CAPACITY_EXCEEDED beyond), as a real edge does.
+ * simulated edge. It admits what fits its slots and CPU cap with the real edge's NodeBudget
+ * (CAPACITY_EXCEEDED beyond), as a real edge does.
  */
 export class SimulatedEdge implements EdgeApi {
   readonly #sandboxes = new Map<string, EdgeSandbox & { cpu: number; memoryMiB: number; pids: number }>();
@@ -48,10 +52,18 @@ export class SimulatedEdge implements EdgeApi {
   /** A create's time on this node (0: answered at once); tests slow a batch down with it. */
   createDelayMs = 0;
 
+  readonly #budget: NodeBudget;
+
   constructor(
     readonly id: string,
     readonly node: SimulatedNode = SIMULATED_NODE,
-  ) {}
+  ) {
+    this.#budget = new NodeBudget(id, node.cpuOvercommit ?? 0, () => {
+      let cpu = 0;
+      for (const s of this.#sandboxes.values()) cpu += s.cpu;
+      return { sandboxes: this.#sandboxes.size, maxSandboxes: node.maxSandboxes, cpuCommitted: cpu, cpus: node.cpus };
+    });
+  }
 
   async info(): Promise<EdgeInfo> {
     let cpu = 0;
@@ -89,7 +101,9 @@ export class SimulatedEdge implements EdgeApi {
   readonly #making = new Map<string, Promise<unknown>>();
 
   async createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox> {
-    const made = this.#create(req);
+    // A create of an id it holds answers with that sandbox (a retried request), full or not.
+    const release = this.#sandboxes.has(req.id) || this.#making.has(req.id) ? () => {} : this.#budget.hold(req.limits);
+    const made = this.#create(req).finally(release);
     this.#making.set(
       req.id,
       made.catch(() => undefined),
@@ -107,10 +121,6 @@ export class SimulatedEdge implements EdgeApi {
     if (known) return strip(known);
     if (this.#state !== 'running')
       throw new ApiError('CAPACITY_EXCEEDED', `simulated edge ${this.id} is ${this.#state}`, { edge: this.id });
-    if (this.#sandboxes.size >= this.node.maxSandboxes)
-      throw new ApiError('CAPACITY_EXCEEDED', `simulated edge ${this.id} holds its maximum of ${this.node.maxSandboxes} sandboxes`, {
-        edge: this.id,
-      });
     for (const l of req.layers) this.#layers.add(l);
     const s = {
       id: req.id,
@@ -274,6 +284,8 @@ export interface SimulatedEdgeOptions {
   /** Loopback address to listen on. @default 127.0.0.1 */
   host?: string;
   node?: SimulatedNode;
+  /** The pool it joins. @default default */
+  pool?: string;
   /** Node labels, besides simulated=true (placement.labels picks edges by them). */
   labels?: Record<string, string>;
   log?: Logger;
@@ -321,9 +333,9 @@ export async function startSimulatedEdge(opts: SimulatedEdgeOptions): Promise<Ru
       token: opts.token,
       id: opts.id,
       url,
-      pool: 'default',
+      pool: opts.pool ?? 'default',
       labels: { ...opts.labels, simulated: 'true' },
-      cpuOvercommit: 0,
+      cpuOvercommit: opts.node?.cpuOvercommit ?? 0,
       info: () => edge.info(),
       log,
     });

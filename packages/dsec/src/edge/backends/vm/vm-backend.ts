@@ -154,6 +154,11 @@ export class VmBackend implements SandboxBackend {
     };
   }
 
+  /** The limits of the VMs running here (not those being created), as ContainerBackend.limits(). */
+  limits(): SandboxLimits[] {
+    return [...this.#live.values()].map((v) => v.record.limits);
+  }
+
   owns(id: string): boolean {
     return this.#live.has(id) || this.#creating.has(id);
   }
