@@ -242,6 +242,17 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
       ? `At ${controlCpu.usPerCreate} µs of CPU per create, one core running only the control plane would top out near ${Math.round(1e6 / controlCpu.usPerCreate)} creates/s (Node runs the control plane's JavaScript on one thread).`
       : '',
     '',
+    ...(batch.cpu
+      ? [
+          `CPU time each process spent on the batch of ${batch.count}, from its request to its last event, per sandbox placed:`,
+          '',
+          mdTable(
+            ['process', 'CPU s', 'CPU µs per sandbox'],
+            batch.cpu.map((c) => [c.process, c.seconds, c.usPerCreate]),
+          ),
+          '',
+        ]
+      : []),
     'Parts of one create, each measured alone in the benchmark process:',
     '',
     mdTable(

@@ -60,6 +60,8 @@ export interface BatchPhase {
   readLatency: LatencySummary;
   /** Each create's latency (individual-creates only). */
   createLatency: LatencySummary;
+  /** CPU each process spent from the request to the last event, per sandbox placed (absent in results from before it was measured). */
+  cpu?: { process: string; seconds: number; usPerCreate: number }[];
 }
 
 /** Where a create's time goes, each part measured alone in the benchmark's process. */

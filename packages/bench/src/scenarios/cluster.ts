@@ -46,6 +46,26 @@ function cpuSeconds(pid: number): number {
   return (Number(f[11]) + Number(f[12])) / 100;
 }
 
+/** CPU each of the three processes spent since `before`, in seconds and per sandbox. */
+function cpuPerProcess(
+  before: { control: number; edges: number; self: number },
+  pids: { control: number; edges: number },
+  sandboxes: number,
+  edges: number,
+): { process: string; seconds: number; usPerCreate: number }[] {
+  const per = (s: number): number => round((s * 1e6) / Math.max(1, sandboxes), 1);
+  const spent = {
+    control: cpuSeconds(pids.control) - before.control,
+    edges: cpuSeconds(pids.edges) - before.edges,
+    self: selfCpuSeconds() - before.self,
+  };
+  return [
+    { process: 'control plane (dsec control)', seconds: round(spent.control, 2), usPerCreate: per(spent.control) },
+    { process: `simulated edges (${edges}, one process)`, seconds: round(spent.edges, 2), usPerCreate: per(spent.edges) },
+    { process: 'load generator (this process)', seconds: round(spent.self, 2), usPerCreate: per(spent.self) },
+  ];
+}
+
 function selfCpuSeconds(): number {
   const u = process.cpuUsage();
   return (u.user + u.system) / 1e6;
@@ -224,6 +244,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     say(`batch: ${opts.batchCount} sandboxes from accepted to all placed…`);
     const probed = probe(http, '/v1/nodes');
     let batch: BatchPhase;
+    const batchCpu0 = { control: cpuSeconds(pids.control), edges: cpuSeconds(pids.edges), self: selfCpuSeconds() };
     const viaApi = await runBatchApi(
       control.url,
       control.apiKey,
@@ -239,6 +260,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
         spreadPct: spreadPct(viaApi.perEdge, edgeIds),
         readLatency,
         createLatency: summarizeLatency([]),
+        cpu: cpuPerProcess(batchCpu0, pids, viaApi.placed, opts.edges),
       };
     } else {
       const tb = performance.now();

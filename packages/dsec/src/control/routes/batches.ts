@@ -24,7 +24,12 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
       const hangup = abortOnHangup(reply);
       const lines = async function* (): AsyncGenerator<string> {
         try {
-          for await (const e of batches.events(id, after, follow, hangup.signal)) yield `${JSON.stringify(e)}\n`;
+          // A run of events in one write: one line per event, one socket write per run.
+          for await (const run of batches.eventChunks(id, after, follow, hangup.signal)) {
+            let text = '';
+            for (const e of run) text += `${JSON.stringify(e)}\n`;
+            yield text;
+          }
         } finally {
           hangup.done();
         }
