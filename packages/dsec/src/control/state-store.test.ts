@@ -123,6 +123,42 @@ describe('StateStore sandboxes', () => {
     assert.deepEqual(await store.sandboxes.list({ labels: { 'te"am': 'a' } }), []);
   });
 
+  test('a group of 70 (three statement chunks): rows, labels and specs in, then settled only where still creating', async () => {
+    const ids = Array.from({ length: 70 }, (_, i) => `sb-group-${String(i).padStart(6, '0')}`);
+    const spec = { image: 'busybox', volumes: [{ name: 'grpvol', path: '/data' }] };
+    await store.sandboxes.insertMany(
+      ids.map((id, i) => ({
+        info: info(id, { grp: 'g70', nth: String(i) }, { edge: 'group', status: 'creating' }),
+        batch: { id: 'b-g70', index: i },
+        spec,
+      })),
+      { owner: 'replica-a', until: Date.now() + 60_000 },
+    );
+    assert.equal((await store.sandboxes.list({ labels: { grp: 'g70' } })).length, 70);
+    assert.deepEqual(await store.sandboxes.spec(ids[69]!), spec);
+    assert.equal(await store.sandboxes.createOwner(ids[40]!), 'replica-a');
+    assert.deepEqual(
+      (await store.batches.sandboxes('b-g70')).map((r) => r.index).sort((a, b) => a - b),
+      ids.map((_, i) => i),
+    );
+    // Meanwhile one edge was lost (its rows say so) and one sandbox was killed (its row is gone).
+    await store.sandboxes.setStatus(ids[5]!, 'lost', 'edge gone');
+    await store.sandboxes.setStatus(ids[64]!, 'lost', 'edge gone');
+    await store.sandboxes.delete(ids[33]!);
+    const kept = await store.sandboxes.setStatuses(ids.slice(0, 35).map((id) => ({ id, status: 'running' })));
+    assert.deepEqual([...kept], [[ids[5], { status: 'lost', reason: 'edge gone' }]]);
+    const settled = await store.sandboxes.settleCreates(ids.slice(35).map((id) => ({ id, status: 'failed', reason: 'no' })));
+    assert.deepEqual(
+      settled,
+      ids.slice(35).map((id) => (id === ids[64] ? 'lost' : 'failed')),
+    );
+    const rows = await store.sandboxes.list({ labels: { grp: 'g70' } });
+    assert.equal(rows.length, 69);
+    assert.equal(rows.filter((r) => r.status === 'running').length, 33);
+    assert.equal(rows.filter((r) => r.status === 'failed' && r.reason === 'no').length, 34);
+    for (const id of ids) if (id !== ids[33]) await store.sandboxes.delete(id);
+  });
+
   test('setStatus changes status and reason; a later setStatus without reason clears it', async () => {
     await store.sandboxes.insert(info('sb-local-dddddd', {}, { status: 'creating' }));
     await store.sandboxes.setStatus('sb-local-dddddd', 'failed', 'why');

@@ -1,19 +1,10 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
-import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
-/** The replica creating a sandbox and until when it vouches for the create (renewed while it runs). */
-export interface CreateLease {
-  owner: string;
-  until: number;
-}
+import { insertSandboxRows, saveSpecRows, settleCreatingRows, type BatchItem, type CreateLease } from './sandbox-rows.js';
 
-/** Which item of which batch a sandbox is. */
-export interface BatchItem {
-  id: string;
-  index: number;
-}
+export type { BatchItem, CreateLease } from './sandbox-rows.js';
 
 export interface SandboxFilter {
   /** Every pair must be among the sandbox's labels. */
@@ -114,23 +105,14 @@ export class SqlSandboxRecords implements SandboxRecords {
   constructor(private readonly db: SqlDb) {}
 
   async insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease, accessToken?: string): Promise<void> {
-    if (spec === undefined) return insertRow(this.db, s, batch, lease, accessToken);
-    await this.db.transaction(async (tx) => {
-      await insertRow(tx, s, batch, lease, accessToken);
-      await saveSpecRow(tx, s.id, spec);
-    });
+    await this.db.transaction((tx) => insertSandboxRows(tx, [{ info: s, batch, spec, accessToken }], lease));
   }
 
   async insertMany(
     rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[],
     lease?: CreateLease,
   ): Promise<void> {
-    await this.db.transaction(async (tx) => {
-      for (const r of rows) {
-        await insertRow(tx, r.info, r.batch, lease, r.accessToken);
-        await saveSpecRow(tx, r.info.id, r.spec);
-      }
-    });
+    await this.db.transaction((tx) => insertSandboxRows(tx, rows, lease));
   }
 
   async get(id: string): Promise<SandboxInfo | undefined> {
@@ -241,23 +223,13 @@ export class SqlSandboxRecords implements SandboxRecords {
   async setStatuses(
     updates: { id: string; status: SandboxStatus; reason?: string }[],
   ): Promise<Map<string, { status: SandboxStatus; reason?: string }>> {
+    // No row changed: lost meanwhile, taken over by another replica (control/create-leases.ts),
+    // or gone altogether (killed); the first two are kept with what they say.
+    const others = await this.db.transaction((tx) => settleCreatingRows(tx, updates));
+    const wanted = new Map(updates.map((u) => [u.id, u.status]));
     const kept = new Map<string, { status: SandboxStatus; reason?: string }>();
-    await this.db.transaction(async (tx) => {
-      for (const u of updates) {
-        // No row changed: lost meanwhile, taken over by another replica (control/create-leases.ts),
-        // or gone altogether (killed); the first two are kept with what they say.
-        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [
-          u.status,
-          u.reason ?? null,
-          u.id,
-        ]);
-        if (changes === 1) continue;
-        const now = await tx.get<{ status: SandboxStatus; reason: string | null }>('SELECT status, reason FROM sandboxes WHERE id = ?', [
-          u.id,
-        ]);
-        if (now && now.status !== u.status) kept.set(u.id, { status: now.status, ...(now.reason ? { reason: now.reason } : {}) });
-      }
-    });
+    for (const [id, now] of others)
+      if (now && now.status !== wanted.get(id)) kept.set(id, { status: now.status, ...(now.reason ? { reason: now.reason } : {}) });
     return kept;
   }
 
@@ -290,7 +262,7 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async saveSpec(id: string, spec: unknown): Promise<void> {
-    await saveSpecRow(this.db, id, spec);
+    await saveSpecRows(this.db, [{ id, spec }]);
   }
 
   async spec<T>(id: string): Promise<T | undefined> {
@@ -328,22 +300,8 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async settleCreates(updates: readonly { id: string; status: SandboxStatus; reason?: string }[]): Promise<(SandboxStatus | null)[]> {
-    return this.db.transaction(async (tx) => {
-      const out: (SandboxStatus | null)[] = [];
-      for (const u of updates) {
-        const { changes } = await tx.run("UPDATE sandboxes SET status = ?, reason = ? WHERE id = ? AND status = 'creating'", [
-          u.status,
-          u.reason ?? null,
-          u.id,
-        ]);
-        out.push(
-          changes === 1
-            ? u.status
-            : ((await tx.get<{ status: SandboxStatus }>('SELECT status FROM sandboxes WHERE id = ?', [u.id]))?.status ?? null),
-        );
-      }
-      return out;
-    });
+    const others = await this.db.transaction((tx) => settleCreatingRows(tx, updates));
+    return updates.map((u) => (others.has(u.id) ? (others.get(u.id)?.status ?? null) : u.status));
   }
 
   async settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined> {
@@ -355,41 +313,6 @@ export class SqlSandboxRecords implements SandboxRecords {
     if (changes === 1) return status;
     return (await this.db.get<{ status: SandboxStatus }>('SELECT status FROM sandboxes WHERE id = ?', [id]))?.status;
   }
-}
-
-async function insertRow(db: Sql, s: SandboxInfo, batch?: BatchItem, lease?: CreateLease, accessToken?: string): Promise<void> {
-  await db.run(
-    `INSERT INTO sandboxes (id, edge, status, image, image_id, resources, labels, created_at, reason, layers, ttl_seconds, idle_timeout_seconds,
-      on_expiry, expires_at, last_activity, batch_id, batch_index, backend, project, cpu, memory_mib, create_owner, create_lease_until, access_token)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    [
-      s.id,
-      s.edge,
-      s.status,
-      s.image,
-      s.imageId,
-      JSON.stringify(s.resources),
-      JSON.stringify(s.labels),
-      s.createdAt,
-      s.reason ?? null,
-      JSON.stringify(s.layers),
-      s.ttlSeconds ?? null,
-      s.idleTimeoutSeconds ?? null,
-      s.onExpiry,
-      s.expiresAt ? Date.parse(s.expiresAt) : null,
-      Date.parse(s.lastActivityAt),
-      batch?.id ?? null,
-      batch?.index ?? null,
-      s.backend,
-      s.project ?? DEFAULT_PROJECT,
-      s.resources.cpu,
-      s.resources.memoryMiB,
-      lease?.owner ?? null,
-      lease?.until ?? null,
-      accessToken ?? null,
-    ],
-  );
-  await saveLabelRows(db, s.id, s.labels, s.createdAt);
 }
 
 /**
@@ -418,17 +341,6 @@ function decodeCursor(cursor: string): [string, string] {
   if (createdAt === undefined || id === undefined)
     throw new ApiError('INVALID_REQUEST', 'after: not a cursor this list gave', { field: 'after' });
   return [createdAt, id];
-}
-
-async function saveSpecRow(db: Sql, id: string, spec: unknown): Promise<void> {
-  await db.run('INSERT INTO sandbox_specs (id, spec) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET spec = excluded.spec', [
-    id,
-    JSON.stringify(spec),
-  ]);
-  // The volumes it mounts, so a volume in use is found without reading every spec (rows go with the sandbox's).
-  for (const v of (spec as { volumes?: { name: string }[] } | null)?.volumes ?? []) {
-    await db.run('INSERT INTO volume_mounts (volume, sandbox_id) VALUES (?, ?) ON CONFLICT DO NOTHING', [v.name, id]);
-  }
 }
 
 interface SandboxRow {
