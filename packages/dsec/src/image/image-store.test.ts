@@ -135,6 +135,40 @@ describe('LayerStore and ImageStore', () => {
   });
 });
 
+describe('ImageStore: what it read lately', () => {
+  test("its own changes show at once; another process's within a second; each get() is a manifest of its own", async () => {
+    const root = mkdtempSync(join(tmpdir(), 'dsec-unit-recent-'));
+    try {
+      const layers = new LayerStore(root);
+      const images = new ImageStore(root, layers);
+      const other = new ImageStore(root, layers); // another process on the same files
+      const layer = async (content: string) => {
+        const file = layers.tempPath();
+        writeFileSync(file, content);
+        return layers.add(file);
+      };
+      const a = images.put({ layers: [await layer('recent-a')], config: defaultImageConfig() });
+      const b = images.put({ layers: [await layer('recent-b')], config: defaultImageConfig() });
+      images.tag('recent', a);
+      assert.equal(images.resolve('recent'), a);
+      images.tag('recent', b);
+      assert.equal(images.resolve('recent'), b, 'its own retag: at once');
+      other.tag('recent', a);
+      await new Promise((r) => setTimeout(r, 1100));
+      assert.equal(images.resolve('recent'), a, "another's retag: within a second");
+      const m1 = images.get(a)!;
+      m1.layers.push('sha256:changed');
+      assert.equal(images.get(a)!.layers.length, 1, "one caller's change is not the next caller's manifest");
+      other.remove(a);
+      await new Promise((r) => setTimeout(r, 1100));
+      assert.equal(images.get(a), undefined, "another's remove: within a second");
+      assert.equal(images.resolve(a), undefined);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('ImageStore: a corrupt manifest', () => {
   test('is an error naming the file, not an absent image', () => {
     const root = mkdtempSync(join(tmpdir(), 'dsec-unit-manifest-'));

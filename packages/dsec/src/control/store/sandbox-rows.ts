@@ -105,7 +105,12 @@ async function chunked<T>(items: readonly T[], each: (chunk: readonly T[]) => Pr
  * Run it inside a transaction.
  */
 export async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
-  await chunked(rows, (c) => tx.run(multiInsert('sandboxes', SANDBOX_COLUMNS, c.length), c.flatMap((r) => sandboxValues(r, lease))));
+  await chunked(rows, (c) =>
+    tx.run(
+      multiInsert('sandboxes', SANDBOX_COLUMNS, c.length),
+      c.flatMap((r) => sandboxValues(r, lease)),
+    ),
+  );
   const labels = rows.flatMap((r) => Object.entries(r.info.labels).map(([k, v]) => [r.info.id, k, v, r.info.createdAt] as SqlValue[]));
   await chunked(labels, (c) => tx.run(multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length), c.flat()));
   await saveSpecRows(
@@ -132,7 +137,9 @@ export async function saveSpecRows(tx: Sql, specs: readonly { id: string; spec: 
   const mounts = specs.flatMap(({ id, spec }) =>
     ((spec as { volumes?: { name: string }[] } | null | undefined)?.volumes ?? []).map((v) => [v.name, id] as SqlValue[]),
   );
-  await chunked(mounts, (c) => tx.run(multiInsert('volume_mounts', ['volume', 'sandbox_id'], c.length, ' ON CONFLICT DO NOTHING'), c.flat()));
+  await chunked(mounts, (c) =>
+    tx.run(multiInsert('volume_mounts', ['volume', 'sandbox_id'], c.length, ' ON CONFLICT DO NOTHING'), c.flat()),
+  );
 }
 
 /**
