@@ -1,5 +1,6 @@
 import type { BatchEvent } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import { chunked, multiInsert } from './multi-row.js';
 import type { SqlDb } from './sql.js';
 
 export interface StoredBatch {
@@ -134,18 +135,21 @@ export class SqlBatchRecords implements BatchRecords {
           }
         }
         const n = { placed: 0, running: 0, failed: 0, last: -1 };
-        for (const e of g.events) {
-          const { changes } = await tx.run('INSERT INTO batch_events (batch_id, seq, event) VALUES (?, ?, ?) ON CONFLICT DO NOTHING', [
-            g.id,
-            e.seq,
-            JSON.stringify(e),
-          ]);
-          if (changes !== 1) continue; // written before (a replay after a restart): counted then
-          if (e.type === 'placed') n.placed++;
-          else if (e.type === 'running') n.running++;
-          else if (e.type === 'failed') n.failed++;
-          n.last = Math.max(n.last, e.seq);
-        }
+        const typeOf = new Map(g.events.map((e) => [e.seq, e.type]));
+        await chunked(g.events, async (c) => {
+          // Only rows written now come back: one written before (a replay after a restart) was counted then.
+          const added = await tx.all<{ seq: number }>(
+            multiInsert('batch_events', ['batch_id', 'seq', 'event'], c.length, ' ON CONFLICT DO NOTHING RETURNING seq'),
+            c.flatMap((e) => [g.id, e.seq, JSON.stringify(e)]),
+          );
+          for (const { seq } of added) {
+            const type = typeOf.get(Number(seq));
+            if (type === 'placed') n.placed++;
+            else if (type === 'running') n.running++;
+            else if (type === 'failed') n.failed++;
+            n.last = Math.max(n.last, Number(seq));
+          }
+        });
         if (n.last < 0) continue;
         await tx.run(
           `UPDATE batches SET placed = placed + ?, running = running + ?, failed = failed + ?, last_seq = ${greatest}(last_seq, ?) WHERE id = ?`,

@@ -1,5 +1,6 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import { chunked, multiInsert } from './multi-row.js';
 import type { Sql, SqlValue } from './sql.js';
 
 /** Which item of which batch a sandbox is. */
@@ -21,16 +22,6 @@ export interface NewSandboxRow {
   spec?: unknown;
   accessToken?: string | undefined;
 }
-
-/**
- * Rows per multi-row statement. Each statement of a group is a round trip to PostgreSQL (~150 µs
- * of the control plane's CPU in node-postgres, whatever its size): a group of 64 creates written a
- * row at a time was ~200 round trips, now 3 per table chunk. The statement text depends on the
- * number of rows, so a group is cut into chunks of this size and one remainder: each text is
- * prepared once. 32 × 24 columns stays under both engines' limits on parameters (SQLite 32,766,
- * PostgreSQL 65,535).
- */
-const CHUNK = 32;
 
 const SANDBOX_COLUMNS = [
   'id',
@@ -87,16 +78,6 @@ function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined): SqlVal
     lease?.until ?? null,
     r.accessToken ?? null,
   ];
-}
-
-/** `INSERT INTO table (cols) VALUES (?, …), (?, …)` of `rows` rows, with `suffix` after. */
-function multiInsert(table: string, columns: readonly string[], rows: number, suffix = ''): string {
-  const one = `(${columns.map(() => '?').join(', ')})`;
-  return `INSERT INTO ${table} (${columns.join(', ')}) VALUES ${Array.from({ length: rows }, () => one).join(', ')}${suffix}`;
-}
-
-async function chunked<T>(items: readonly T[], each: (chunk: readonly T[]) => Promise<unknown>): Promise<void> {
-  for (let i = 0; i < items.length; i += CHUNK) await each(items.slice(i, i + CHUNK));
 }
 
 /**
