@@ -12,7 +12,8 @@ import functools
 import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
-from . import calls, client
+from . import calls, client, listing
+from .errors import UnreachableError
 from . import models as m
 from .aio_transport import AsyncTransport
 from .client import AsyncIO
@@ -333,19 +334,80 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
             await steps.aclose()  # type: ignore[attr-defined]
 
     @classmethod
-    async def kill_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+    async def list_page(
+        cls,
+        *,
+        limit: int,
+        after: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        status: Optional[str] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> listing.SandboxPage:
+        """See ``Sandbox.list_page``."""
+        return await transport_for(url, api_key).run(listing.list_page(labels, status, limit, after, timeout))
+
+    @classmethod
+    async def iterate(
+        cls,
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        status: Optional[str] = None,
+        page_size: int = 1000,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> AsyncIterator[m.SandboxInfo]:
+        """See ``Sandbox.iterate``: ``async for s in AsyncSandbox.iterate(labels={"run": "r7"})``."""
+        t = transport_for(url, api_key)
+        after: Optional[str] = None
+        while True:
+            page = await t.run(listing.list_page(labels, status, page_size, after, timeout))
+            for s in page.sandboxes:
+                yield s
+            if not page.next:
+                return
+            after = page.next
+
+    @classmethod
+    async def counts(cls, *, project: Optional[str] = None, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> listing.SandboxCounts:
+        """See ``Sandbox.counts``."""
+        return await transport_for(url, api_key).run(listing.counts(project, timeout))
+
+    @classmethod
+    async def _bulk(
+        cls, action: str, labels: Mapping[str, str], timeout: Optional[float], url: Optional[str], api_key: Optional[str], on_progress: Optional[Callable[[Dict[str, Any]], None]]
+    ) -> m.BulkResult:
+        t = transport_for(url, api_key)
+        if on_progress is None:
+            return await t.run(calls.bulk(action, labels, timeout))
+        async for line in t.lines(listing.bulk_progress(action, labels, timeout)):
+            on_progress(line)
+            if line.get("type") == "done":
+                return listing.bulk_result(line)
+        raise UnreachableError(f"the {action}_all stream ended before its result", "STREAM_BROKEN")
+
+    @classmethod
+    async def kill_all(
+        cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None, on_progress: Optional[Callable[[Dict[str, Any]], None]] = None
+    ) -> m.BulkResult:
         """See ``Sandbox.kill_all``."""
-        return await transport_for(url, api_key).run(calls.bulk("kill", labels, timeout))
+        return await cls._bulk("kill", labels, timeout, url, api_key, on_progress)
 
     @classmethod
-    async def pause_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+    async def pause_all(
+        cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None, on_progress: Optional[Callable[[Dict[str, Any]], None]] = None
+    ) -> m.BulkResult:
         """See ``Sandbox.pause_all``."""
-        return await transport_for(url, api_key).run(calls.bulk("pause", labels, timeout))
+        return await cls._bulk("pause", labels, timeout, url, api_key, on_progress)
 
     @classmethod
-    async def resume_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+    async def resume_all(
+        cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None, on_progress: Optional[Callable[[Dict[str, Any]], None]] = None
+    ) -> m.BulkResult:
         """See ``Sandbox.resume_all``."""
-        return await transport_for(url, api_key).run(calls.bulk("resume", labels, timeout))
+        return await cls._bulk("resume", labels, timeout, url, api_key, on_progress)
 
     # -- this sandbox ---------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Coroutine, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union, cast
 
-from . import calls, client
+from . import calls, client, listing
+from .errors import UnreachableError
 from . import models as m
 from .client import BATCH_STREAM_RETRIES, SyncIO, tar_directory, untar_into
 from .client_resources import PortsCore
@@ -386,23 +387,108 @@ class Sandbox(client.SandboxCore["Sandbox"]):
         yield from iterate_sync(client.trajectories(SyncIO(t), labels, batch, project, timeout))
 
     @classmethod
-    def kill_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
-        """Kills every sandbox whose labels match all of ``labels`` (at least one: never "all"),
-        a few at a time on the server; sandboxes already gone count as killed.
+    def list_page(
+        cls,
+        *,
+        limit: int,
+        after: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        status: Optional[str] = None,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> listing.SandboxPage:
+        """One page of a listing, oldest first, and the cursor of the next (``next``, None on the last).
 
-        Example: ``dsec.Sandbox.kill_all(labels={"run": "r7"}).ids``
+        Example: ``page = dsec.Sandbox.list_page(labels={"run": "r7"}, limit=1000); page = dsec.Sandbox.list_page(labels={"run": "r7"}, limit=1000, after=page.next)``
         """
-        return transport_for(url, api_key).run(calls.bulk("kill", labels, timeout))
+        return transport_for(url, api_key).run(listing.list_page(labels, status, limit, after, timeout))
 
     @classmethod
-    def pause_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+    def iterate(
+        cls,
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        status: Optional[str] = None,
+        page_size: int = 1000,
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+    ) -> Iterator[m.SandboxInfo]:
+        """Every sandbox a listing selects, a page of ``page_size`` at a time (each page its own call).
+
+        Example: ``for s in dsec.Sandbox.iterate(labels={"run": "r7"}): print(s.id, s.status)``
+        """
+        t = transport_for(url, api_key)
+        after: Optional[str] = None
+        while True:
+            page = t.run(listing.list_page(labels, status, page_size, after, timeout))
+            yield from page.sandboxes
+            if not page.next:
+                return
+            after = page.next
+
+    @classmethod
+    def counts(cls, *, project: Optional[str] = None, timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> listing.SandboxCounts:
+        """Sandboxes by status, counted by the server: ``counts`` and ``total``."""
+        return transport_for(url, api_key).run(listing.counts(project, timeout))
+
+    @classmethod
+    def _bulk(
+        cls, action: str, labels: Mapping[str, str], timeout: Optional[float], url: Optional[str], api_key: Optional[str], on_progress: Optional[Callable[[Dict[str, Any]], None]]
+    ) -> m.BulkResult:
+        t = transport_for(url, api_key)
+        if on_progress is None:
+            return t.run(calls.bulk(action, labels, timeout))
+        for line in t.lines(listing.bulk_progress(action, labels, timeout)):
+            on_progress(line)
+            if line.get("type") == "done":
+                return listing.bulk_result(line)
+        raise UnreachableError(f"the {action}_all stream ended before its result", "STREAM_BROKEN")
+
+    @classmethod
+    def kill_all(
+        cls,
+        *,
+        labels: Mapping[str, str],
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+    ) -> m.BulkResult:
+        """Kills every sandbox whose labels match all of ``labels`` (at least one: never "all"),
+        a few at a time on the server; sandboxes already gone count as killed. ``on_progress``
+        hears ``{type, total, done, failed}`` about every 500 ms while it runs.
+
+        Example: ``dsec.Sandbox.kill_all(labels={"run": "r7"}, on_progress=lambda p: print(p["done"], "/", p["total"])).ids``
+        """
+        return cls._bulk("kill", labels, timeout, url, api_key, on_progress)
+
+    @classmethod
+    def pause_all(
+        cls,
+        *,
+        labels: Mapping[str, str],
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+    ) -> m.BulkResult:
         """Pauses every running sandbox whose labels match all of ``labels``."""
-        return transport_for(url, api_key).run(calls.bulk("pause", labels, timeout))
+        return cls._bulk("pause", labels, timeout, url, api_key, on_progress)
 
     @classmethod
-    def resume_all(cls, *, labels: Mapping[str, str], timeout: Optional[float] = None, url: Optional[str] = None, api_key: Optional[str] = None) -> m.BulkResult:
+    def resume_all(
+        cls,
+        *,
+        labels: Mapping[str, str],
+        timeout: Optional[float] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+    ) -> m.BulkResult:
         """Resumes every paused sandbox whose labels match all of ``labels``."""
-        return transport_for(url, api_key).run(calls.bulk("resume", labels, timeout))
+        return cls._bulk("resume", labels, timeout, url, api_key, on_progress)
 
     # -- this sandbox ---------------------------------------------------------------------------
 

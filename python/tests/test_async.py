@@ -26,6 +26,18 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
         except dsec.NotFoundError:
             pass
 
+    async def test_pages_counts_and_kill_all_with_progress(self) -> None:
+        made = [await dsec.AsyncSandbox.create("busybox", memory_mib=64, labels={"py-test": "apages"}, **conn()) for _ in range(3)]
+        ids = sorted(sb.id for sb in made)
+        page = await dsec.AsyncSandbox.list_page(labels={"py-test": "apages"}, limit=2, **conn())
+        self.assertEqual((len(page.sandboxes), page.next is not None), (2, True))
+        self.assertEqual(sorted([s.id async for s in dsec.AsyncSandbox.iterate(labels={"py-test": "apages"}, page_size=2, **conn())]), ids)
+        self.assertGreaterEqual((await dsec.AsyncSandbox.counts(**conn())).counts.get("running", 0), 3)
+        lines: list = []
+        result = await dsec.AsyncSandbox.kill_all(labels={"py-test": "apages"}, on_progress=lines.append, **conn())
+        self.assertEqual(sorted(result.ids), ids)
+        self.assertEqual(lines[-1]["type"], "done")
+
     async def test_run_stream_and_concurrent_commands(self) -> None:
         r = await self.sb.commands.run("echo hi; exit 4")
         self.assertEqual((r.exit_code, r.stdout), (4, "hi\n"))

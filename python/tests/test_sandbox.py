@@ -300,6 +300,42 @@ class StateTest(unittest.TestCase):
 
 
 @unittest.skipIf(SKIP, SKIP or "")
+class ListingTest(unittest.TestCase):
+    """A listing a page at a time, the server's counts, and a bulk kill that reports its progress."""
+
+    def test_pages_iterate_counts_and_kill_all_with_progress(self) -> None:
+        made = [dsec.Sandbox.create("busybox", memory_mib=64, labels={"py-test": "pages"}, **conn()) for _ in range(5)]
+        try:
+            ids = [sb.id for sb in made]
+            first = dsec.Sandbox.list_page(labels={"py-test": "pages"}, limit=2, **conn())
+            self.assertEqual(len(first.sandboxes), 2)
+            self.assertIsNotNone(first.next)
+            second = dsec.Sandbox.list_page(labels={"py-test": "pages"}, limit=2, after=first.next, **conn())
+            third = dsec.Sandbox.list_page(labels={"py-test": "pages"}, limit=2, after=second.next, **conn())
+            self.assertEqual((len(third.sandboxes), third.next), (1, None))
+            paged = [s.id for p in (first, second, third) for s in p.sandboxes]
+            self.assertEqual(sorted(paged), sorted(ids))
+            self.assertEqual([s.id for s in dsec.Sandbox.iterate(labels={"py-test": "pages"}, page_size=2, **conn())], paged)
+            counts = dsec.Sandbox.counts(**conn())
+            self.assertGreaterEqual(counts.counts.get("running", 0), 5)
+            self.assertEqual(counts.total, sum(counts.counts.values()))
+            with self.assertRaises(dsec.InvalidRequestError):
+                dsec.Sandbox.list_page(limit=0, **conn())
+            lines: list = []
+            result = dsec.Sandbox.kill_all(labels={"py-test": "pages"}, on_progress=lines.append, **conn())
+            self.assertEqual((sorted(result.ids), result.failures), (sorted(ids), []))
+            self.assertEqual(lines[-1]["type"], "done")
+            self.assertTrue(all(line["total"] == 5 for line in lines))
+            self.assertEqual(dsec.Sandbox.list(labels={"py-test": "pages"}, **conn()), [])
+        finally:
+            for sb in made:
+                try:
+                    sb.kill()
+                except dsec.NotFoundError:
+                    pass
+
+
+@unittest.skipIf(SKIP, SKIP or "")
 class CreateManyTest(unittest.TestCase):
     """create_many and iter_create_many over the batch API (POST /v1/batches + its NDJSON progress)."""
 

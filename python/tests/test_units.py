@@ -899,7 +899,7 @@ class FacesTest(unittest.TestCase):
                 self.assertTrue(f.__doc__, f"{sync_cls.__name__}.{name} has a docstring")
 
     def test_sync_calls_block_and_async_calls_are_awaited(self) -> None:
-        streams = {"stream", "follow", "iter_create_many", "trajectories"}
+        streams = {"stream", "follow", "iter_create_many", "trajectories", "iterate"}
         pure = {"url"}  # ports.url builds a string: nothing to await
         for sync_cls, async_cls in self.PAIRS:
             for name, f in self.public(sync_cls).items():

@@ -309,6 +309,44 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
     }
   });
 
+  test('a listing a page at a time (listPage, iterate), the counts, and killAll with its progress', async () => {
+    const labels = { pages: 'p1' };
+    const mine = await Promise.all([1, 2, 3, 4, 5].map(() => Sandbox.create({ ...server.conn, labels })));
+    try {
+      const ids = mine.map((m) => m.id).sort();
+      const first = await Sandbox.listPage({ ...server.conn, labels, limit: 2 });
+      assert.equal(first.sandboxes.length, 2);
+      assert.ok(first.next, 'a cursor while there are more');
+      const second = await Sandbox.listPage({ ...server.conn, labels, limit: 2, after: first.next! });
+      const third = await Sandbox.listPage({ ...server.conn, labels, limit: 2, after: second.next! });
+      assert.equal(third.sandboxes.length, 1);
+      assert.equal(third.next, undefined, 'no cursor on the last page');
+      const paged = [first, second, third].flatMap((p) => p.sandboxes.map((s) => s.id));
+      assert.deepEqual([...paged].sort(), ids);
+      const iterated: string[] = [];
+      for await (const s of Sandbox.iterate({ ...server.conn, labels, pageSize: 2 })) iterated.push(s.id);
+      assert.deepEqual(iterated, paged, 'iterate pages in list order');
+      const counts = await Sandbox.counts(server.conn);
+      assert.ok((counts.counts['running'] ?? 0) >= 5);
+      assert.equal(
+        counts.total,
+        Object.values(counts.counts).reduce((a, b) => a + b, 0),
+      );
+      await assert.rejects(Sandbox.listPage({ ...server.conn, labels, limit: 0 }), InvalidRequestError);
+      const lines: { type: string; total: number; done: number }[] = [];
+      const killed = await Sandbox.killAll({ ...server.conn, labels, onProgress: (p) => lines.push(p) });
+      assert.deepEqual({ ids: [...killed.ids].sort(), failures: killed.failures }, { ids, failures: [] });
+      assert.equal(lines.at(-1)?.type, 'done');
+      assert.ok(
+        lines.every((l) => l.total === 5),
+        JSON.stringify(lines),
+      );
+      assert.deepEqual(await Sandbox.list({ ...server.conn, labels }), []);
+    } finally {
+      for (const m of mine) await m.kill();
+    }
+  });
+
   test('bulk with no label is refused (never "all"): by the SDK before sending, and by the API with 400', async () => {
     await assert.rejects(Sandbox.killAll({ ...server.conn, labels: {} }), InvalidRequestError);
     expectWireError(await call(server, 'POST', '/v1/sandboxes/kill', { json: { labels: {} } }), 400, 'INVALID_REQUEST');

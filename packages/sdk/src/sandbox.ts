@@ -1,7 +1,6 @@
 import { batchEvents, type BatchProgress } from './batch.js';
 import { errorFromWire } from './errors.js';
 import {
-  BulkRequest,
   type BulkResult,
   CreateBatchRequest,
   type BatchEvent,
@@ -13,6 +12,7 @@ import {
   type NetworkPolicyState,
   type ReplayResult,
   type SandboxInfo,
+  type SandboxCounts,
   type SandboxList,
   MigrateRequest,
   type MigrateResult,
@@ -27,6 +27,7 @@ import { InvalidRequestError, UnreachableError } from './errors.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
+import { bulk, type BulkOptions, countSandboxes, iterateSandboxes, listPage, listSandboxes, type ListOptions } from './listing.js';
 import { Image } from './image.js';
 import { Ports } from './ports.js';
 import { Sessions } from './sessions.js';
@@ -186,42 +187,50 @@ export class Sandbox {
     return new Sandbox(conn, info);
   }
 
-  /** Lists sandboxes, optionally those whose labels match all of `labels`. */
-  static async list(opts: ConnectionOptions & CallOptions & { labels?: Record<string, string> } = {}): Promise<SandboxInfo[]> {
-    const { signal, timeoutMs, labels, ...connOpts } = opts;
-    const conn = new Connection(connOpts);
-    const label = Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
-    const res = await conn.json<SandboxList>('GET', '/v1/sandboxes', { query: { label }, signal, timeoutMs });
-    return res.sandboxes;
+  /** Lists sandboxes: those whose labels match all of `labels` (and `status`, `project`), all in one answer. */
+  static async list(opts: ListOptions = {}): Promise<SandboxInfo[]> {
+    return listSandboxes(opts);
+  }
+
+  /**
+   * One page of a listing, oldest first, with the cursor of the next (`next`, absent on the last).
+   * @example let page = await Sandbox.listPage({ labels: { run: 'r1' }, limit: 1000 }); page = await Sandbox.listPage({ labels: { run: 'r1' }, limit: 1000, after: page.next });
+   */
+  static async listPage(opts: ListOptions & { limit: number; after?: string }): Promise<SandboxList> {
+    return listPage(opts);
+  }
+
+  /**
+   * Every sandbox a listing selects, a page at a time (`pageSize`, default 1,000).
+   * @example for await (const s of Sandbox.iterate({ labels: { run: 'r1' } })) console.log(s.id, s.status);
+   */
+  static iterate(opts: ListOptions & { pageSize?: number } = {}): AsyncGenerator<SandboxInfo> {
+    return iterateSandboxes(opts);
+  }
+
+  /** Sandboxes by status, counted by the server: `{counts: {running: 31998, failed: 2}, total: 32000}`. */
+  static async counts(opts: ConnectionOptions & CallOptions & { project?: string } = {}): Promise<SandboxCounts> {
+    return countSandboxes(opts);
   }
 
   /**
    * Kills every sandbox whose labels match all of `labels` (at least one label: this never means
-   * "all"), a few at a time on the server. Sandboxes already gone count as killed.
-   * @example const { ids, failures } = await Sandbox.killAll({ labels: { task: 't1' } });
+   * "all"), a few at a time on the server. Sandboxes already gone count as killed. With
+   * `onProgress`, hears how far it is about every 500 ms.
+   * @example const { ids, failures } = await Sandbox.killAll({ labels: { task: 't1' }, onProgress: (p) => console.log(p.done, '/', p.total) });
    */
-  static async killAll(opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
-    return Sandbox.#bulk('kill', opts);
+  static async killAll(opts: BulkOptions): Promise<BulkResult> {
+    return bulk('kill', opts);
   }
 
   /** Pauses every running sandbox whose labels match all of `labels`. */
-  static async pauseAll(opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
-    return Sandbox.#bulk('pause', opts);
+  static async pauseAll(opts: BulkOptions): Promise<BulkResult> {
+    return bulk('pause', opts);
   }
 
   /** Resumes every paused sandbox whose labels match all of `labels`. */
-  static async resumeAll(opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
-    return Sandbox.#bulk('resume', opts);
-  }
-
-  static async #bulk(action: 'kill' | 'pause' | 'resume', opts: ConnectionOptions & CallOptions & BulkRequest): Promise<BulkResult> {
-    const { signal, timeoutMs, labels, ...connOpts } = opts;
-    checkBody(BulkRequest, { labels }, `Sandbox.${action}All`);
-    return new Connection(connOpts).json<BulkResult>('POST', `/v1/sandboxes/${action}`, {
-      json: { labels },
-      signal,
-      timeoutMs: timeoutMs ?? 600_000,
-    });
+  static async resumeAll(opts: BulkOptions): Promise<BulkResult> {
+    return bulk('resume', opts);
   }
 
   /** Refreshes `info` from the server. */
