@@ -93,12 +93,39 @@ export class SpawnHelper {
    * `oomScoreAdj`: the tool's (and what it starts) from its first instruction, which it cannot lower.
    */
   stream(tool: string, args: readonly string[], plan: readonly FdPlan[], opts: { oomScoreAdj?: number | undefined } = {}): HelperChild {
+    return this.#streamed('stream', plan, opts, [tool, ...args], tool);
+  }
+
+  /**
+   * Starts a command in a running container sandbox with no tool at all: a fork of the helper
+   * does what dsec-enter does (native/spawn-enter.c, enter-core.c) and the command's own exec is
+   * the only one. `options` are dsec-enter's (without --spec); `args` and `env` travel in the
+   * helper's pipe, never on a command line or in a file. Its fds, answers and kill are a stream
+   * tool's; its pid is the command's starter's.
+   */
+  enter(
+    options: readonly string[],
+    command: { args: readonly string[]; env: readonly string[] },
+    plan: readonly FdPlan[],
+    opts: { oomScoreAdj?: number | undefined } = {},
+  ): HelperChild {
+    const { args, env } = command;
+    const request = [...options, '--', String(args.length), ...args, String(env.length), ...env];
+    return this.#streamed('enter', plan, opts, request, args[0] ?? 'the command');
+  }
+
+  #streamed(
+    kind: 'stream' | 'enter',
+    plan: readonly FdPlan[],
+    opts: { oomScoreAdj?: number | undefined },
+    rest: readonly string[],
+    what: string,
+  ): HelperChild {
     const fields = [
       String(plan.length),
       ...plan.map(planWord),
       opts.oomScoreAdj === undefined ? '-' : String(Math.trunc(opts.oomScoreAdj)),
-      tool,
-      ...args,
+      ...rest,
     ];
     let id = 0;
     let helperPid: number | undefined;
@@ -108,7 +135,7 @@ export class SpawnHelper {
     };
     if (fields.some((a) => a.includes('\0'))) {
       const refused = new HelperChild(0, plan, control);
-      queueMicrotask(() => refused.failed(new SpawnHelperError(`an argument of ${tool} contains a NUL byte`)));
+      queueMicrotask(() => refused.failed(new SpawnHelperError(`an argument of ${what} contains a NUL byte`)));
       return refused;
     }
     const body = Buffer.from(fields.map((a) => `${a}\0`).join(''));
@@ -117,7 +144,7 @@ export class SpawnHelper {
       (i) => {
         id = i;
         helperPid = this.#helper.pid;
-        return [`${i} stream ${body.length}\n`, body];
+        return [`${i} ${kind} ${body.length}\n`, body];
       },
       (word) => {
         if ('started' in word && helperPid !== undefined) child.started(word.started.pid, helperPid, word.started.fds);
@@ -129,7 +156,7 @@ export class SpawnHelper {
       (answer) => {
         if ('started' in answer) return;
         if (c.wasStarted) c.exited(answer.code);
-        else c.failed(new SpawnHelperError(answer.stderr || `dsec-spawn could not start ${tool} (${answer.code})`));
+        else c.failed(new SpawnHelperError(answer.stderr || `dsec-spawn could not start ${what} (${answer.code})`));
       },
       (err: Error) => c.failed(err),
     );
