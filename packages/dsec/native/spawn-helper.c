@@ -76,7 +76,10 @@
 
 extern char **environ;
 
-#define MAX_REQUEST (1 << 20)
+/* A request's body: an `enter` request carries the command's argv and environment, which the
+ * kernel's exec takes up to a quarter of the stack limit (2 MiB at 8 MiB); the edge refuses
+ * longer requests before they are sent (host/spawn-helper.ts), as a longer one ends this helper. */
+#define MAX_REQUEST (4 << 20)
 #define MAX_OUTPUT (1 << 20)
 /* Tools running at once: every command's crun exec is one while the command runs (a node holds
  * thousands of sandboxes, each with background processes), so this is well above any node's. */

@@ -8,6 +8,12 @@ interface Started {
   started: { pid: number; fds: number[] };
 }
 
+/**
+ * The longest request body dsec-spawn takes (MAX_REQUEST in native/spawn-helper.c): one longer
+ * ends the helper, and every tool in flight with it, so it is refused here instead.
+ */
+export const SPAWN_MAX_REQUEST = 4 << 20;
+
 /** How a tool's stdio is set up: all /dev/null, or stdout and stderr collected. */
 export type SpawnStdio = 'ignore' | 'pipe';
 
@@ -133,12 +139,16 @@ export class SpawnHelper {
       release: (i: number) => this.#helper.notify(helperPid, [`${i} release 0\n`]),
       kill: (i: number, sig: number) => this.#helper.notify(helperPid, [`${i} kill ${String(sig).length}\n${sig}`]),
     };
-    if (fields.some((a) => a.includes('\0'))) {
+    const refuse = (why: string): HelperChild => {
       const refused = new HelperChild(0, plan, control);
-      queueMicrotask(() => refused.failed(new SpawnHelperError(`an argument of ${what} contains a NUL byte`)));
+      queueMicrotask(() => refused.failed(new SpawnHelperError(why)));
       return refused;
-    }
+    };
+    if (fields.some((a) => a.includes('\0'))) return refuse(`an argument of ${what} contains a NUL byte`);
     const body = Buffer.from(fields.map((a) => `${a}\0`).join(''));
+    if (body.length > SPAWN_MAX_REQUEST) {
+      return refuse(`${what}: its arguments and environment take ${body.length} bytes, more than the ${SPAWN_MAX_REQUEST} a start takes`);
+    }
     // Answers come only after this call returns (from the helper's pipe), when `child` is set.
     const done = this.#helper.request(
       (i) => {
