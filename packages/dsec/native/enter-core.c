@@ -28,8 +28,8 @@
  *      the init that differs from its own (user, mount, pid, network, IPC, UTS, cgroup) in one
  *      setns() on the pidfd: the kernel joins the user namespace first.
  *   5. Forks: the child is born in the sandbox's pid namespace. This process writes its host pid
- *      to the --pid-file, waits for it and exits with its status (128 + the signal's number when
- *      a signal ended it), as crun exec does.
+ *      to the --pid-file when given one, waits for it and exits with its status (128 + the
+ *      signal's number when a signal ended it), as crun exec does.
  *   6. The child drops the capabilities outside MASK from its bounding set, sets no
  *      supplementary groups, the gid and the uid, then exactly MASK as effective and permitted
  *      (none inheritable or ambient), makes itself non-dumpable again (the uid change reset it
@@ -136,8 +136,8 @@ void enter_parse(int argc, char **argv, struct enter_options *o) {
       _exit(FAILED);
     }
   }
-  if (o->pid < 0 || o->uid < 0 || o->gid < 0 || o->nofile < 0 || !have_caps || !o->cgroup || !o->pid_file || !o->cwd || o->ncgroup_dirs == 0) {
-    die_plain("usage: --pid PID --cgroup /dsec/ID --pid-file FILE --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--landlock isolate|rw [--rw PATH]...] --cgroup-dir DIR [--cgroup-dir DIR]...");
+  if (o->pid < 0 || o->uid < 0 || o->gid < 0 || o->nofile < 0 || !have_caps || !o->cgroup || !o->cwd || o->ncgroup_dirs == 0) {
+    die_plain("usage: --pid PID --cgroup /dsec/ID [--pid-file FILE] --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--landlock isolate|rw [--rw PATH]...] --cgroup-dir DIR [--cgroup-dir DIR]...");
   }
   if (o->nrw > 0 && o->landlock != ENTER_LANDLOCK_RW) die_plain("--rw goes with --landlock rw");
 }
@@ -416,8 +416,12 @@ int enter_run(const struct enter_options *o, char **args, char **env) {
     loaded = &filter;
   }
 
-  int pid_out = open(o->pid_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (pid_out < 0) die("cannot open the pid file", o->pid_file);
+  /* Where the command's host pid is written, when asked (the edge finds it as this process's child instead). */
+  int pid_out = -1;
+  if (o->pid_file) {
+    pid_out = open(o->pid_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (pid_out < 0) die("cannot open the pid file", o->pid_file);
+  }
 
   /* Host files, opened before the sandbox's mount namespace is joined: after it, "/dev/null" is
    * whatever the sandbox put there (without a user namespace, a FIFO or device node of its own,
@@ -477,8 +481,10 @@ int enter_run(const struct enter_options *o, char **args, char **env) {
   dup2(null, STDOUT_FILENO);
   close(null);
   for (long fd = 3; fd < 3 + o->preserve; fd++) close((int)fd);
-  if (write(pid_out, text, (size_t)n) != n) fprintf(stderr, "%s: writing the pid file: %s\n", enter_name, strerror(errno));
-  close(pid_out);
+  if (pid_out >= 0) {
+    if (write(pid_out, text, (size_t)n) != n) fprintf(stderr, "%s: writing the pid file: %s\n", enter_name, strerror(errno));
+    close(pid_out);
+  }
   int status;
   while (waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) die("waitpid", NULL);

@@ -1,7 +1,7 @@
 /*
  * dsec-enter: start a command in a running container sandbox, as `crun exec` does, without crun.
  *
- *   dsec-enter --pid PID --cgroup /dsec/ID --spec FILE --pid-file FILE --uid UID --gid GID
+ *   dsec-enter --pid PID --cgroup /dsec/ID --spec FILE [--pid-file FILE] --uid UID --gid GID
  *              --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N]
  *              [--landlock isolate|rw [--rw PATH]...] --cgroup-dir DIR [--cgroup-dir DIR]...
  *

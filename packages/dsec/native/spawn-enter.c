@@ -40,14 +40,14 @@ static void fail(const char *text) {
 
 /*
  * Its command line, as `ps` and the edge's own listings read it: `dsec-enter` and the options it
- * was given (which sandbox first, then the pid file, then the rest as far as they fit), never the
- * command's argv or environment. It would otherwise be dsec-spawn's, saying nothing of what the
- * process is for. The words are written over this fork's copy of the helper's own argv strings
+ * was given (which sandbox first: its cgroup, init and seccomp program, then the rest as far as
+ * they fit), never the command's argv or environment. It would otherwise be dsec-spawn's,
+ * saying nothing of what the process is for. The words are written over this fork's copy of the helper's own argv strings
  * (`title`, `room` bytes): moving the kernel's idea of where they are (PR_SET_MM) needs
  * CAP_SYS_RESOURCE, which a host running dsec in a container may not give.
  */
 static void show_options(int argc, char **argv, char *title, size_t room) {
-  static const char *const first[] = { "--cgroup", "--pid", "--pid-file" };
+  static const char *const first[] = { "--cgroup", "--pid", "--seccomp" };
   if (!title || room < 2) return;
   memset(title, 0, room);
   size_t n = 0;

@@ -120,15 +120,15 @@ export function flag(argv: string[], name: string): string {
 
 /**
  * What the edge gives the starter of a command in the sandbox a running dsec-enter's command line
- * names, as the dsec-enter binary takes it: its line shows --cgroup, --pid and --pid-file first
+ * names, as the dsec-enter binary takes it: its line shows --cgroup, --pid and --seccomp first
  * (others as far as they fit, native/spawn-enter.c), the rest is what the edge gives every
  * command of an image run as root (exec/enter-child.ts). `dir` is the sandbox's scratch dir.
  */
 export function enterOptionsOf(argv: string[]): { pid: string; cgroup: string; seccomp: string; dir: string; flags: string[] } {
   const cgroup = flag(argv, '--cgroup');
   const pid = flag(argv, '--pid');
-  const dir = join(flag(argv, '--pid-file'), '..');
-  const seccomp = join(dir, '..', 'seccomp.bpf');
+  const seccomp = flag(argv, '--seccomp');
+  const dir = join(seccomp, '..', 'run');
   const id = cgroup.split('/').pop()!;
   const flags = [
     ...['--pid', pid, '--cgroup', cgroup, '--uid', '0', '--gid', '0', '--caps', capabilityMask(DEFAULT_CAPABILITIES)],

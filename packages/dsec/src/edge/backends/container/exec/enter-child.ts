@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { CGROUP_PARENT } from '../../../../host/cgroups.js';
 import type { FdPlan } from '../../../../host/helper-child.js';
@@ -22,8 +23,6 @@ export interface EnterOptions {
   sandboxId: string;
   enter: EnterTarget;
   process: Pick<ProcessSpec, 'args' | 'env' | 'cwd' | 'user'>;
-  /** Where the command's starter writes the command's host pid. */
-  pidFile: string;
   /** A pipe for stdin (else /dev/null). */
   stdin: boolean;
   /** A third output pipe as the command's fd 3. */
@@ -67,8 +66,8 @@ export function splitLandlock(args: readonly string[]): { landlock: string[]; ar
  * --process` would give the command (the sandbox's cgroups and namespaces, the user, dsec's
  * capabilities and RLIMIT_NOFILE, no_new_privs, the sandbox's seccomp program, HOME) and the
  * Landlock domain and command cgroup dsec-landlock would give it, without crun's start-up and
- * with the command's exec the only one. The same fd plan, pid file and exit status as
- * startCrunExec, so the exec engine drives both alike.
+ * with the command's exec the only one. The same fd plan and exit status as startCrunExec, so
+ * the exec engine drives both alike; the command's host pid is its starter's child (commandPid).
  */
 export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild {
   const { landlock, args } = splitLandlock(opts.process.args);
@@ -83,8 +82,6 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     String(opts.enter.initPid),
     '--cgroup',
     `/${CGROUP_PARENT}/${opts.sandboxId}`,
-    '--pid-file',
-    opts.pidFile,
     '--uid',
     String(opts.process.user.uid),
     '--gid',
@@ -103,4 +100,20 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
   const plan: FdPlan[] = [opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');
   return spawner.enter(options, { args, env: opts.process.env }, plan, { oomScoreAdj: opts.oomScoreAdj });
+}
+
+/**
+ * The host pid of the command a starter (the HelperChild's pid) started: its one child, while it
+ * waits for it. Read when needed (a signal, a kill) instead of a pid file written for every command
+ * (a file created, then removed, per command). Undefined before the fork and after the command's
+ * exit, when there is nothing left to signal through it.
+ */
+export function commandPid(starter: number | undefined): number | undefined {
+  if (starter === undefined) return undefined;
+  try {
+    const first = readFileSync(`/proc/${starter}/task/${starter}/children`, 'utf8').trim().split(' ')[0];
+    return first ? Number(first) : undefined;
+  } catch {
+    return undefined; // exited
+  }
 }

@@ -11,8 +11,9 @@ import { CommandCgroup } from '../../../../host/command-cgroups.js';
 import { memoryPeaks } from '../../../../host/memory-peaks.js';
 import { killTree } from '../../../../host/process-tree.js';
 import { CappedOutput } from '../../shared/capped-output.js';
+import type { HelperChild } from '../../../../host/helper-child.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
-import { startEnter } from './enter-child.js';
+import { commandPid, startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
 import {
   processFigures,
@@ -83,7 +84,8 @@ export class SandboxProcess implements CommandProcess {
   readonly spawnedAt: number;
   #exit: ProcessExit | undefined;
   readonly #child: ExecChild;
-  readonly #pidFile: string;
+  /** The command's host pid once known: crun's pid file, or the child of dsec-spawn's starter. */
+  #commandPid: () => number | undefined = () => undefined;
   readonly #listeners = new Set<OutputListener>();
   #timedOut = false;
   #killed = false;
@@ -94,11 +96,10 @@ export class SandboxProcess implements CommandProcess {
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
     const tag = opts.tag ?? randomBytes(6).toString('hex');
-    // The pid file (and crun's spec file) is this process's own, even when commands share a tag
-    // (a session's): the next session command starts as soon as this one's markers are in,
-    // before this one has finished, and a shared pid file handed it this command's pid, dead by then.
+    // crun's spec and pid files are this process's own, even when commands share a tag (a
+    // session's): the next session command starts as soon as this one's markers are in, before
+    // this one has finished, and a shared pid file handed it this command's pid, dead by then.
     const fileId = randomBytes(6).toString('hex');
-    this.#pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
     // The tag is inherited by everything the command starts, so kill() finds descendants that
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
@@ -116,6 +117,7 @@ export class SandboxProcess implements CommandProcess {
     const io = { stdin: withStdin, fd3, oomScoreAdj: SANDBOX_OOM_SCORE_ADJ };
     const spawner = target.crun.spawner;
     let specFile: string | undefined;
+    let pidFile: string | undefined;
     let child: ExecChild;
     if (target.enter && spawner) {
       // dsec-spawn starts it (enter-child.ts): the starter moves it into its command cgroup and
@@ -126,8 +128,8 @@ export class SandboxProcess implements CommandProcess {
         enter: target.enter,
         process: { ...spec, env },
         commandCgroup: this.#cgroup?.dir,
-        pidFile: this.#pidFile,
       });
+      this.#commandPid = () => commandPid((child as HelperChild).pid);
     } else {
       // crun exec starts dsec-landlock, which first moves itself into its command cgroup through
       // that cgroup's cgroup.procs, opened here and handed in as an fd (landlock-exec.c).
@@ -135,12 +137,15 @@ export class SandboxProcess implements CommandProcess {
         ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)]
         : spec.args;
       specFile = join(target.scratchDir, `exec-${fileId}.spec`);
+      pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
+      const crunPidFile = pidFile;
+      this.#commandPid = () => readPidFile(crunPidFile);
       writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, args, env })), { mode: 0o600 });
       child = startCrunExec(spawner, {
         ...io,
         writeFile: this.#cgroup?.procsFile,
         globalArgs: target.crun.globalArgs(),
-        execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id],
+        execArgs: ['--process', specFile, '--pid-file', pidFile, target.id],
       });
     }
     // Read once its starter is asked for (a throw before leaves no memory window open) and before
@@ -192,12 +197,11 @@ export class SandboxProcess implements CommandProcess {
         if (timer) clearTimeout(timer);
         // Cleaned up off the answer's path (the caller gets the result first); the sandbox's
         // teardown removes whatever is left if it comes sooner.
-        const pidFile = this.#pidFile;
         const cgroup = this.#cgroup;
         setImmediate(() => {
           try {
             if (specFile !== undefined) rmSync(specFile, { force: true });
-            rmSync(pidFile, { force: true });
+            if (pidFile !== undefined) rmSync(pidFile, { force: true });
           } catch {
             // the sandbox's directory is going (a teardown under way)
           }
@@ -271,9 +275,9 @@ export class SandboxProcess implements CommandProcess {
     return this.#exit;
   }
 
-  /** The command's pid as the host sees it, once crun has reported it. */
+  /** The command's pid as the host sees it, once its starter has started it. */
   get hostPid(): number | undefined {
-    return readPidFile(this.#pidFile);
+    return this.#commandPid();
   }
 
   /** Every chunk as it arrives (`raw`), and the part of it within the cap (`kept`, maybe empty). */
