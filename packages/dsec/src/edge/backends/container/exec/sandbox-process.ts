@@ -104,8 +104,9 @@ export class SandboxProcess implements CommandProcess {
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
     this.#sandboxId = target.id;
-    // A command with a Landlock domain (every one, where the kernel has Landlock ABI 2) starts in
-    // its own command cgroup, so that kill() reaches everything it starts (command-cgroups.ts).
+    // A command with a Landlock domain (every one with writablePaths, and every one where the
+    // kernel has Landlock ABI 2) starts in its own command cgroup, so that kill() reaches
+    // everything it starts (command-cgroups.ts).
     this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
     const fd3 = opts.fd3MaxBytes !== undefined;
     const env = [...spec.env, `${EXEC_TAG_VAR}=${tag}`];
