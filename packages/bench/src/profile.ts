@@ -73,7 +73,7 @@ export const STEPS = {
   crunRun: 'crun run -d',
   crunState: 'crun state',
   controlExec: 'control.exec (after HTTP)',
-  edgeExec: 'edge.exec (spec file + dsec-enter + pipes)',
+  edgeExec: "edge.exec (dsec-spawn's enter request + pipes)",
   controlPause: 'control.pause + control.resume (after HTTP)',
   edgePause: 'edge.pauseSandbox + edge.resumeSandbox',
   rawOverlay: 'mkdir + overlay mount',

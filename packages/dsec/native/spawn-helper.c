@@ -42,6 +42,12 @@
  * `<id> <status> 0 0\n`. A tool that cannot start is answered as above (127 and why), without
  * `started`.
  *
+ * <stdio> `enter` starts a command in a running container sandbox without a tool: a fork of this
+ * process becomes the command's starter and does what dsec-enter does (spawn-enter.c,
+ * enter-core.c). The body is a `stream` body whose argv is replaced by the enter request
+ * (spawn-enter.c); the answers are a stream tool's (`started` with the starter's pid, `release`,
+ * `kill`, the command's status).
+ *
  * <stdio> `carry` starts a tool as `ignore` or `pipe` does, but in a mount namespace of its own
  * made from a small template instead of the edge's (`crun run -d`; see make_template). The body is
  *
@@ -66,10 +72,14 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "spawn-enter.h"
 
 extern char **environ;
 
-#define MAX_REQUEST (1 << 20)
+/* A request's body: an `enter` request carries the command's argv and environment, which the
+ * kernel's exec takes up to a quarter of the stack limit (2 MiB at 8 MiB); the edge refuses
+ * longer requests before they are sent (host/spawn-helper.ts), as a longer one ends this helper. */
+#define MAX_REQUEST (4 << 20)
 #define MAX_OUTPUT (1 << 20)
 /* Tools running at once: every command's crun exec is one while the command runs (a node holds
  * thousands of sandboxes, each with background processes), so this is well above any node's. */
@@ -95,6 +105,10 @@ struct child {
 
 /* What a "null" stdio opens (--null PATH; default the host's /dev/null). */
 static const char *null_path = "/dev/null";
+
+/* This process's argv strings (contiguous), where a command's starter writes its own command line. */
+static char *title;
+static size_t title_room;
 
 static struct child children[MAX_CHILDREN];
 static int nchildren;
@@ -290,8 +304,12 @@ static int high_pipe(int p[2]) {
   return 0;
 }
 
-/* `stream`: the plan of each fd, then the argv; the edge opens its pipe ends through /proc. */
-static void start_stream(unsigned long long id, char *body, size_t len) {
+/*
+ * `stream`: the plan of each fd, then the argv; the edge opens its pipe ends through /proc.
+ * `enter` (`enter` set): the plan of each fd, then a command for a sandbox, started by a fork of
+ * this process (spawn-enter.c) rather than by a spawned tool.
+ */
+static void start_stream(unsigned long long id, char *body, size_t len, int enter) {
   char *fields[4096 + MAX_STREAM_FDS + 1];
   int nf = split_fields(body, len, fields, (int)(sizeof fields / sizeof *fields));
   char *end;
@@ -342,7 +360,23 @@ static void start_stream(unsigned long long id, char *body, size_t len) {
   }
   pid_t pid = 0;
   int rc = 0;
-  if (!bad) {
+  if (!bad && enter) {
+    /* Where the enter request begins in the body (split_fields cut it into fields in place). */
+    size_t at = (size_t)(argv[0] - body);
+    pid = fork();
+    if (pid == 0) {
+      if (strcmp(oom, "-") != 0 && set_oom_score_adj(oom) != 0) {
+        perror("dsec-spawn: cannot set oom_score_adj");
+        _exit(255);
+      }
+      /* split_fields left the body's NULs as they were: the child reads it whole again. */
+      spawn_enter_child(body + at, len - at, child_end, (int)nfds, null_path, title, title_room);
+    }
+    if (pid < 0) {
+      snprintf(text, sizeof text, "dsec-spawn: fork: %s", strerror(errno));
+      rc = -1;
+    }
+  } else if (!bad) {
     posix_spawnattr_t attr;
     init_spawn_attr(&attr);
     /* The tool inherits the score (and, written with CAP_SYS_RESOURCE, its floor) at the spawn. */
@@ -627,7 +661,7 @@ static size_t serve(char *buf, size_t len) {
       *nl = '\n';
       return used;
     }
-    if (strcmp(stdio, "stream") == 0) start_stream(id, buf + body, n);
+    if (strcmp(stdio, "stream") == 0 || strcmp(stdio, "enter") == 0) start_stream(id, buf + body, n, stdio[0] == 'e');
     else if (strcmp(stdio, "carry") == 0) start_carried(id, buf + body, n);
     else if (strcmp(stdio, "release") == 0 || strcmp(stdio, "kill") == 0) control(id, stdio, buf + body, n);
     else start(id, strcmp(stdio, "pipe") == 0, buf + body, n);
@@ -636,6 +670,8 @@ static size_t serve(char *buf, size_t len) {
 }
 
 int main(int argc, char **argv) {
+  title = argv[0];
+  title_room = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) + 1 - argv[0]);
   /* `--null PATH`: the node a "null" stdio opens, instead of /dev/null (host/private-null.ts:
    * crun chowns its stdio to a user-namespaced container's root; the host's /dev/null must not
    * be what it chowns). */

@@ -8,7 +8,8 @@ import type { Peer, SnapshotOps } from './peer.js';
 export class DsecApiPeer implements Peer {
   readonly name = 'dsec' as const;
   readonly description = 'dsec HTTP API through the SDK: Sandbox.create / commands.run / kill (control plane + SQLite + edge + crun)';
-  readonly execDescription = 'POST /v1/sandboxes/:id/exec {cmd:["true"]} through the SDK (control plane + edge: spec file + dsec-enter)';
+  readonly execDescription =
+    'POST /v1/sandboxes/:id/exec {cmd:["true"]} through the SDK (control plane + edge: the enter request of dsec-spawn)';
   readonly pauseDescription = 'POST /v1/sandboxes/:id/pause and /resume through the SDK (control plane + edge: crun pause/resume)';
   readonly cgroupScope: CgroupScope;
   readonly snapshots: { ops: SnapshotOps };

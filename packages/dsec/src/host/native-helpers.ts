@@ -24,11 +24,16 @@ export const SECCOMP_BPF_BINARY = fileURLToPath(new URL('dsec-seccomp-bpf', NATI
  */
 export const IDMAP_BINARY = fileURLToPath(new URL('dsec-idmap', NATIVE_DIR));
 
-/** dsec-spawn (native/spawn-helper.c): the edge's resident tool starter (posix_spawn), so the edge does not fork per crun call. */
+/**
+ * dsec-spawn (native/spawn-helper.c): the edge's resident tool starter (posix_spawn), so the edge
+ * does not fork per crun call, and the starter of its commands in container sandboxes (`enter`).
+ */
 export const SPAWN_HELPER_BINARY = fileURLToPath(new URL('dsec-spawn', NATIVE_DIR));
 
 /**
  * dsec-enter (native/enter.c): starts a command in a running container sandbox as `crun exec`
  * does (its cgroups, namespaces, user, capabilities, seccomp program), without crun's start-up.
+ * The edge runs the same steps in a fork of dsec-spawn (its `enter` request) instead; the binary
+ * is for a start by hand and for the tests that drive the checks with inputs the edge never gives.
  */
 export const ENTER_BINARY = fileURLToPath(new URL('dsec-enter', NATIVE_DIR));

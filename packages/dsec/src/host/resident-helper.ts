@@ -58,7 +58,7 @@ export class ResidentHelper<A> {
     return new Promise<A>((resolve, reject) => {
       if (this.#pending.size === 0) this.#hold(child, true);
       this.#pending.set(id, { resolve, reject, onProgress });
-      for (const part of encode(id)) child.stdin.write(part);
+      child.stdin.write(joined(encode(id)));
     });
   }
 
@@ -69,7 +69,7 @@ export class ResidentHelper<A> {
   notify(pid: number | undefined, parts: readonly (string | Buffer)[]): void {
     const child = this.#child;
     if (!child || pid === undefined || child.pid !== pid) return;
-    for (const part of parts) child.stdin.write(part);
+    child.stdin.write(joined(parts));
   }
 
   /** Stops the helper (it exits when its stdin closes). */
@@ -148,4 +148,14 @@ export class ResidentHelper<A> {
       p?.resolve(decoded.answer);
     }
   }
+}
+
+/**
+ * A message's parts as one write: each write to the helper's stdin is a system call that wakes
+ * the helper, which otherwise reads a request's header, polls again and reads its body (two
+ * wake-ups on a command's path where one does).
+ */
+function joined(parts: readonly (string | Buffer)[]): string | Buffer {
+  if (parts.length === 1) return parts[0]!;
+  return Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p)));
 }

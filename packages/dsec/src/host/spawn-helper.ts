@@ -8,6 +8,12 @@ interface Started {
   started: { pid: number; fds: number[] };
 }
 
+/**
+ * The longest request body dsec-spawn takes (MAX_REQUEST in native/spawn-helper.c): one longer
+ * ends the helper, and every tool in flight with it, so it is refused here instead.
+ */
+export const SPAWN_MAX_REQUEST = 4 << 20;
+
 /** How a tool's stdio is set up: all /dev/null, or stdout and stderr collected. */
 export type SpawnStdio = 'ignore' | 'pipe';
 
@@ -93,12 +99,39 @@ export class SpawnHelper {
    * `oomScoreAdj`: the tool's (and what it starts) from its first instruction, which it cannot lower.
    */
   stream(tool: string, args: readonly string[], plan: readonly FdPlan[], opts: { oomScoreAdj?: number | undefined } = {}): HelperChild {
+    return this.#streamed('stream', plan, opts, [tool, ...args], tool);
+  }
+
+  /**
+   * Starts a command in a running container sandbox with no tool at all: a fork of the helper
+   * does what dsec-enter does (native/spawn-enter.c, enter-core.c) and the command's own exec is
+   * the only one. `options` are dsec-enter's (without --spec); `args` and `env` travel in the
+   * helper's pipe, never on a command line or in a file. Its fds, answers and kill are a stream
+   * tool's; its pid is the command's starter's.
+   */
+  enter(
+    options: readonly string[],
+    command: { args: readonly string[]; env: readonly string[] },
+    plan: readonly FdPlan[],
+    opts: { oomScoreAdj?: number | undefined } = {},
+  ): HelperChild {
+    const { args, env } = command;
+    const request = [...options, '--', String(args.length), ...args, String(env.length), ...env];
+    return this.#streamed('enter', plan, opts, request, args[0] ?? 'the command');
+  }
+
+  #streamed(
+    kind: 'stream' | 'enter',
+    plan: readonly FdPlan[],
+    opts: { oomScoreAdj?: number | undefined },
+    rest: readonly string[],
+    what: string,
+  ): HelperChild {
     const fields = [
       String(plan.length),
       ...plan.map(planWord),
       opts.oomScoreAdj === undefined ? '-' : String(Math.trunc(opts.oomScoreAdj)),
-      tool,
-      ...args,
+      ...rest,
     ];
     let id = 0;
     let helperPid: number | undefined;
@@ -106,18 +139,22 @@ export class SpawnHelper {
       release: (i: number) => this.#helper.notify(helperPid, [`${i} release 0\n`]),
       kill: (i: number, sig: number) => this.#helper.notify(helperPid, [`${i} kill ${String(sig).length}\n${sig}`]),
     };
-    if (fields.some((a) => a.includes('\0'))) {
+    const refuse = (why: string): HelperChild => {
       const refused = new HelperChild(0, plan, control);
-      queueMicrotask(() => refused.failed(new SpawnHelperError(`an argument of ${tool} contains a NUL byte`)));
+      queueMicrotask(() => refused.failed(new SpawnHelperError(why)));
       return refused;
-    }
+    };
+    if (fields.some((a) => a.includes('\0'))) return refuse(`an argument of ${what} contains a NUL byte`);
     const body = Buffer.from(fields.map((a) => `${a}\0`).join(''));
+    if (body.length > SPAWN_MAX_REQUEST) {
+      return refuse(`${what}: its arguments and environment take ${body.length} bytes, more than the ${SPAWN_MAX_REQUEST} a start takes`);
+    }
     // Answers come only after this call returns (from the helper's pipe), when `child` is set.
     const done = this.#helper.request(
       (i) => {
         id = i;
         helperPid = this.#helper.pid;
-        return [`${i} stream ${body.length}\n`, body];
+        return [`${i} ${kind} ${body.length}\n`, body];
       },
       (word) => {
         if ('started' in word && helperPid !== undefined) child.started(word.started.pid, helperPid, word.started.fds);
@@ -129,7 +166,7 @@ export class SpawnHelper {
       (answer) => {
         if ('started' in answer) return;
         if (c.wasStarted) c.exited(answer.code);
-        else c.failed(new SpawnHelperError(answer.stderr || `dsec-spawn could not start ${tool} (${answer.code})`));
+        else c.failed(new SpawnHelperError(answer.stderr || `dsec-spawn could not start ${what} (${answer.code})`));
       },
       (err: Error) => c.failed(err),
     );

@@ -1,12 +1,14 @@
 /**
- * dsec-enter (native/enter.c): commands start in a container sandbox without `crun exec`, and a
- * command gets exactly what crun exec would give it (the sandbox's namespaces, cgroups, user,
- * capabilities, limits, no_new_privs, seccomp program, HOME, umask). It refuses a pid that is not
- * the sandbox's init, and the command's environment never appears on a host command line.
+ * dsec-enter (native/enter-core.c, run by a fork of the edge's dsec-spawn, spawn-enter.c, or as
+ * the dsec-enter binary, enter.c): commands start in a container sandbox without `crun exec`, and
+ * a command gets exactly what crun exec would give it (the sandbox's namespaces, cgroups, user,
+ * capabilities, limits, no_new_privs, seccomp program, Landlock domain, HOME, umask). It refuses a
+ * pid that is not the sandbox's init, and the command's environment never appears on a host
+ * command line or in a file.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { type Sandbox } from '@dsec/sdk';
@@ -14,10 +16,11 @@ import { processBlock } from '../../src/edge/backends/container/oci-config.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../../src/host/node-memory.js';
 import { runTool } from '../../src/host/run-tool.js';
+import { SpawnHelper } from '../../src/host/spawn-helper.js';
 import { MNT_DETACH, mount, umount } from '../../src/host/syscalls.js';
 import { enterSpec } from '../../src/edge/backends/container/exec/enter-child.js';
 import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
-import { cgroupDirFlags, enterArgvs, flag, hostCrunProcesses, hostExecStarters, pollUntil } from './support/sandbox-procs.js';
+import { enterArgvs, enterOptionsOf, hostCrunProcesses, hostExecStarters, pollUntil } from './support/sandbox-procs.js';
 
 /** Extra mounts made in the edge's namespace: ~100 KiB of mount table; dsec-enter's own reads are ~8 KiB. */
 const EXTRA_MOUNTS = 1000;
@@ -38,7 +41,7 @@ function runningCommandPid(sandboxId: string): string {
   for (const starter of hostExecStarters(sandboxId)) {
     try {
       for (const child of readFileSync(`/proc/${starter}/task/${starter}/children`, 'utf8').trim().split(' ').filter(Boolean)) {
-        if (!readFileSync(`/proc/${child}/cmdline`, 'utf8').startsWith(ENTER_BINARY)) return child;
+        if (!isEnter(Number(child))) return child;
       }
     } catch {
       // exited meanwhile
@@ -101,7 +104,7 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     assert.equal(viaEnter.exitCode, 0, viaEnter.stderr);
     // The same command through crun exec, with the process spec dsec gave crun before dsec-enter.
     const running = await runningEnter(sb);
-    const sandboxDir = join(flag(running.argv, '--spec'), '..', '..');
+    const sandboxDir = join(enterOptionsOf(running.argv).dir, '..');
     await running.release();
     const specFile = join(sandboxDir, 'run', `probe-${randomBytes(4).toString('hex')}.json`);
     const env = (await sb.commands.run(['/bin/sh', '-c', 'env -0'])).stdout
@@ -159,67 +162,64 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
 
   test('a pid that is not the sandbox init is refused with exit 255 and nothing runs', async () => {
     const running = await runningEnter(sb);
-    const init = flag(running.argv, '--pid');
-    const cgroup = flag(running.argv, '--cgroup');
-    const seccomp = flag(running.argv, '--seccomp');
-    const cgroupDirs = cgroupDirFlags(running.argv);
-    assert.ok(cgroupDirs.length >= 2, `dsec-enter was given the sandbox's cgroup dirs: ${running.argv.join(' ')}`);
-    const dir = join(flag(running.argv, '--spec'), '..');
+    const { pid: init, cgroup, flags, dir, seccomp } = enterOptionsOf(running.argv);
+    const cgroupDirs = flags.slice(flags.indexOf('--cgroup-dir'));
+    assert.ok(cgroupDirs.length >= 4, `the sandbox has cgroup dirs: ${flags.join(' ')}`);
     // A process in the sandbox that is not its init: the command (the child of its dsec-enter).
     let commandPid = '';
     assert.ok(await pollUntil(() => (commandPid = runningCommandPid(sb.id)) !== ''), 'no command process under dsec-enter');
     const marker = `/tmp/entered-${randomBytes(4).toString('hex')}`;
     const spec = join(dir, `refused-${randomBytes(4).toString('hex')}.spec`);
     writeFileSync(spec, enterSpec(['/bin/touch', marker], ['PATH=/usr/bin:/bin']), { mode: 0o600 });
-    const enter = (pid: string, cg: string): ReturnType<typeof runTool> =>
-      runTool(ENTER_BINARY, [
-        '--pid',
-        pid,
-        '--cgroup',
-        cg,
-        '--spec',
-        spec,
-        '--pid-file',
-        `${spec}.pid`,
-        '--uid',
-        '0',
-        '--gid',
-        '0',
-        '--cwd',
-        '/',
-        '--caps',
-        '0',
-        '--nofile',
-        '1024',
-        '--seccomp',
-        seccomp,
-        ...cgroupDirs,
-      ]);
-    const notInit = await enter(commandPid, cgroup);
-    await running.release();
-    assert.equal(notInit.code, 255, `a sandbox process that is not the init (${commandPid})`);
-    assert.match(notInit.stderr, /not the sandbox's init/);
-    const host = await enter(String(process.pid), cgroup);
-    assert.equal(host.code, 255);
-    assert.match(host.stderr, /not the sandbox's init|shares this host's/);
-    const otherCgroup = await enter(init, `${cgroup}-not-this-one`);
-    assert.equal(otherCgroup.code, 255);
-    assert.match(otherCgroup.stderr, /not in the sandbox's cgroup/);
-    assert.equal(await sb.files.exists(marker), false, 'a refused dsec-enter ran its command');
-    // The same call with the right pid and cgroup does run it (the refusals were not for another reason).
-    const right = await enter(init, cgroup);
-    assert.equal(right.code, 0, right.stderr);
-    assert.equal(await sb.files.exists(marker), true);
+    const options = (pid: string, cg: string): string[] => [
+      ...['--pid', pid, '--cgroup', cg, '--pid-file', `${spec}.pid`, '--uid', '0', '--gid', '0', '--cwd', '/'],
+      ...['--caps', '0', '--nofile', '1024', '--seccomp', seccomp, ...cgroupDirs],
+    ];
+    const command = { args: ['/bin/touch', marker], env: ['PATH=/usr/bin:/bin'] };
+    // Both ways in: the dsec-enter binary, and dsec-spawn's `enter` request (the edge's), one helper of the test's own.
+    const binary = (pid: string, cg: string): ReturnType<typeof runTool> => runTool(ENTER_BINARY, [...options(pid, cg), '--spec', spec]);
+    const helper = new SpawnHelper();
+    const request = (pid: string, cg: string): Promise<{ code: number; stderr: string }> =>
+      new Promise((resolve) => {
+        const child = helper.enter(options(pid, cg), command, ['null', 'out', 'out']);
+        let stderr = '';
+        child.stdout!.resume();
+        child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+        child.on('error', (err: Error) => resolve({ code: -1, stderr: err.message }));
+        child.on('close', (code: number) => resolve({ code, stderr }));
+      });
+    try {
+      for (const enter of [binary, request]) {
+        const notInit = await enter(commandPid, cgroup);
+        assert.equal(notInit.code, 255, `a sandbox process that is not the init (${commandPid}): ${notInit.stderr}`);
+        assert.match(notInit.stderr, /not the sandbox's init/);
+        const host = await enter(String(process.pid), cgroup);
+        assert.equal(host.code, 255);
+        assert.match(host.stderr, /not the sandbox's init|shares this host's/);
+        const otherCgroup = await enter(init, `${cgroup}-not-this-one`);
+        assert.equal(otherCgroup.code, 255);
+        assert.match(otherCgroup.stderr, /not in the sandbox's cgroup/);
+        assert.equal(await sb.files.exists(marker), false, 'a refused dsec-enter ran its command');
+      }
+      // The same calls with the right pid and cgroup do run it (the refusals were not for another reason).
+      for (const enter of [binary, request]) {
+        const right = await enter(init, cgroup);
+        assert.equal(right.code, 0, right.stderr);
+        assert.equal(await sb.files.exists(marker), true);
+        await sb.files.remove(marker);
+      }
+    } finally {
+      await running.release();
+      await helper.close();
+    }
   });
 
-  test("the command's environment is in a 0600 file, never on a host command line", async () => {
+  test("the command's environment is never on a host command line nor in a file of the edge's", async () => {
     const secret = `s3cret-${randomBytes(8).toString('hex')}`;
     const tag = randomBytes(4).toString('hex');
     const p = await sb.commands.start(`while [ ! -e /tmp/go-${tag} ]; do sleep 0.05; done; echo "$TOKEN"`, { env: { TOKEN: secret } });
     let argv: string[] | undefined;
     assert.ok(await pollUntil(() => (argv = enterArgvs(sb.id)[0]) !== undefined));
-    const spec = flag(argv!, '--spec');
-    assert.equal(statSync(spec).mode & 0o777, 0o600);
     const onCommandLines = readdirSync('/proc')
       .filter((e) => /^\d+$/.test(e))
       .filter((e) => {
@@ -230,6 +230,16 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
         }
       });
     assert.deepEqual(onCommandLines, [], 'the secret is on a host command line');
+    // It travels in dsec-spawn's pipe: no spec file in the sandbox's scratch dir holds it.
+    const { dir } = enterOptionsOf(argv!);
+    const inFiles = readdirSync(dir).filter((f) => {
+      try {
+        return readFileSync(join(dir, f), 'utf8').includes(secret);
+      } catch {
+        return false; // a directory (the journal)
+      }
+    });
+    assert.deepEqual(inFiles, [], 'the secret is in a file of the edge');
     await sb.files.write(`/tmp/go-${tag}`, '');
     await p.wait();
     assert.equal((await p.output()).stdout, `${secret}\n`);

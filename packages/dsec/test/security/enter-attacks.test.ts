@@ -1,7 +1,9 @@
 /**
- * Red team, dsec-enter (native/enter.c): an attacker who is root in a sandbox and runs code
- * between and during its commands goes after the way commands now start. Between dsec-enter's
- * fork and the command's exec the child is still the host's dsec-enter binary, holding a host fd
+ * Red team, dsec-enter (native/enter-core.c: the edge runs it in a fork of its dsec-spawn, whose
+ * command line then reads `dsec-enter ...`; the dsec-enter binary runs the same code): an
+ * attacker who is root in a sandbox and runs code between and during its commands goes after the
+ * way commands now start. Between the starter's fork and the command's exec the child is still
+ * the host's binary (dsec-spawn's memory, or dsec-enter's), holding a host fd
  * (the pid file) and no seccomp filter yet: a process in the sandbox that catches it there (and
  * stops it with SIGSTOP, which it may: the child is in the sandbox's user namespace) must reach
  * neither the host binary nor any fd nor its memory. The sandbox's /etc/passwd (read for HOME)
@@ -21,7 +23,7 @@ import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, sandboxCgroupDir, useServerAndSandbox, type TestServer } from '../helpers/server.js';
-import { cgroupDirFlags, enterArgvs, flag, hostExecStarters, pollUntil } from '../engine/support/sandbox-procs.js';
+import { enterArgvs, enterOptionsOf, hostExecStarters, pollUntil } from '../engine/support/sandbox-procs.js';
 import { attack, must } from './support/harness.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { runTool, type ToolResult } from '../../src/host/run-tool.js';
@@ -281,14 +283,11 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
       await sb.files.write(`/tmp/go-${tag}`, '');
       await hold.wait();
     }
-    const spec = join(flag(argv!, '--spec'), '..', `direct-${tag}.spec`);
+    const { dir, flags } = enterOptionsOf(argv!);
+    const spec = join(dir, `direct-${tag}.spec`);
     writeFileSync(spec, enterSpec(cmd, ['PATH=/usr/bin:/bin']), { mode: 0o600 });
     try {
-      const opts = [
-        ...['--pid', '--cgroup', '--uid', '--gid', '--caps', '--nofile', '--seccomp'].flatMap((f) => [f, flag(argv!, f)]),
-        ...cgroupDirFlags(argv!),
-      ];
-      return await runTool(ENTER_BINARY, [...opts, '--spec', spec, '--pid-file', `${spec}.pid`, '--cwd', cwd], {
+      return await runTool(ENTER_BINARY, [...flags, '--spec', spec, '--pid-file', `${spec}.pid`, '--cwd', cwd], {
         signal: AbortSignal.timeout(20_000),
       });
     } finally {

@@ -121,4 +121,21 @@ describe("crun through the edge's resident spawn helper", { skip: integrationSki
       await sb.kill();
     }
   });
+  test('a command whose argv and environment are longer than a start takes is refused with the reason; the helper runs on', async () => {
+    const sb = await Sandbox.create({ ...server.conn });
+    try {
+      await sb.commands.run(['true']);
+      const [helper] = ourSpawnHelpers();
+      // 8 MiB of environment (the schema allows 256 variables of 32 KiB): more than dsec-spawn
+      // takes in one request (4 MiB), which would end the helper and every tool in flight.
+      const env = Object.fromEntries(Array.from({ length: 256 }, (_, i) => [`BIG_${i}`, 'x'.repeat(32_768)]));
+      const big = await sb.commands.run(['true'], { env });
+      assert.notEqual(big.exitCode, 0);
+      assert.match(big.stderr, /more than the \d+ a start takes/);
+      assert.equal((await sb.commands.run(['sh', '-c', 'exit 3'])).exitCode, 3);
+      assert.deepEqual(ourSpawnHelpers(), [helper], 'the same helper runs on');
+    } finally {
+      await sb.kill();
+    }
+  });
 });

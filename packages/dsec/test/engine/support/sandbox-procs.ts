@@ -1,7 +1,10 @@
 /** Looking at processes: inside a sandbox (through exec `ps`) and on the host (through /proc). */
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Sandbox } from '@dsec/sdk';
+import { sandboxCgroupDirs } from '../../../src/host/cgroups.js';
+import { capabilityMask, DEFAULT_CAPABILITIES, SANDBOX_NOFILE } from '../../../src/edge/backends/container/oci-config.js';
 
 /**
  * Lists "STAT ARGS" lines from /proc, for images without ps (Debian minbase has no procps). Ends
@@ -84,7 +87,9 @@ export function hostCrunProcesses(sandboxId: string): HostProcess[] {
 
 /**
  * Host pids of the processes that started a sandbox's commands and wait for them: `crun exec`
- * or dsec-enter (one per running exec, session command or background process).
+ * or a dsec-enter (one per running exec, session command or background process). The edge's are
+ * forks of its dsec-spawn whose command line reads `dsec-enter --cgroup /dsec/<id> ...`
+ * (native/spawn-enter.c); the dsec-enter binary's is its own.
  */
 export function hostExecStarters(sandboxId: string): number[] {
   return hostProcessesOf(sandboxId, ['crun', 'dsec-enter'])
@@ -93,7 +98,7 @@ export function hostExecStarters(sandboxId: string): number[] {
     .sort((a, b) => a - b);
 }
 
-/** The argv of the dsec-enter processes of a sandbox now running (one per running command). */
+/** The command lines of the dsec-enter processes of a sandbox now running (one per running command). */
 export function enterArgvs(sandboxId: string): string[][] {
   return hostExecStarters(sandboxId)
     .map((pid) => {
@@ -106,14 +111,29 @@ export function enterArgvs(sandboxId: string): string[][] {
     .filter((argv) => argv[0]?.endsWith('dsec-enter'));
 }
 
-/** The value of option `name` in a dsec-enter argv (asserting it is there). */
+/** The value of option `name` in a dsec-enter command line (asserting it is there). */
 export function flag(argv: string[], name: string): string {
   const i = argv.indexOf(name);
   assert.ok(i >= 0 && argv[i + 1] !== undefined, `dsec-enter was started without ${name}: ${argv.join(' ')}`);
   return argv[i + 1]!;
 }
 
-/** Every `--cgroup-dir DIR` of a dsec-enter argv, as flags again. */
-export function cgroupDirFlags(argv: string[]): string[] {
-  return argv.flatMap((a, i) => (a === '--cgroup-dir' && argv[i + 1] ? ['--cgroup-dir', argv[i + 1]!] : []));
+/**
+ * What the edge gives the starter of a command in the sandbox a running dsec-enter's command line
+ * names, as the dsec-enter binary takes it: its line shows --cgroup, --pid and --seccomp first
+ * (others as far as they fit, native/spawn-enter.c), the rest is what the edge gives every
+ * command of an image run as root (exec/enter-child.ts). `dir` is the sandbox's scratch dir.
+ */
+export function enterOptionsOf(argv: string[]): { pid: string; cgroup: string; seccomp: string; dir: string; flags: string[] } {
+  const cgroup = flag(argv, '--cgroup');
+  const pid = flag(argv, '--pid');
+  const seccomp = flag(argv, '--seccomp');
+  const dir = join(seccomp, '..', 'run');
+  const id = cgroup.split('/').pop()!;
+  const flags = [
+    ...['--pid', pid, '--cgroup', cgroup, '--uid', '0', '--gid', '0', '--caps', capabilityMask(DEFAULT_CAPABILITIES)],
+    ...['--nofile', String(SANDBOX_NOFILE), '--seccomp', seccomp],
+    ...sandboxCgroupDirs(id).flatMap((d) => ['--cgroup-dir', d]),
+  ];
+  return { pid, cgroup, seccomp, dir, flags };
 }

@@ -161,8 +161,10 @@ function innerPid(pid: number): number | undefined {
 function commandLine(pid: number): string {
   try {
     const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-    // dsec's own entry helper, before it execs the command it enters the sandbox for.
-    if (argv[0]?.endsWith('/dsec-enter') || argv[0]?.endsWith('/crun')) return 'a command being started';
+    // dsec's own starter, before it execs the command it enters the sandbox for: the dsec-enter
+    // binary, or a fork of dsec-spawn whose command line reads `dsec-enter ...` (native/spawn-enter.c).
+    const exe = argv[0];
+    if (exe === 'dsec-enter' || exe?.endsWith('/dsec-enter') || exe?.endsWith('/crun')) return 'a command being started';
     const cmd = argv.join(' ');
     return cmd.length > CMD_MAX ? `${cmd.slice(0, CMD_MAX)}…` : cmd;
   } catch {

@@ -55,8 +55,9 @@ export function toEdgeSandbox(r: SandboxRecord): EdgeSandbox {
 /** A running sandbox's in-memory state, from its record: how to start commands in it, its tables. */
 export function newLiveSandbox(record: SandboxRecord, records: SandboxRecords, crun: Crun): LiveSandbox {
   const paths = records.paths(record.id);
-  // Commands start through dsec-enter when the sandbox's seccomp program is at hand to load into
-  // each (a sandbox whose profile crun compiled, or one from before, goes through crun exec).
+  // Commands start through dsec-spawn's enter request when the sandbox's seccomp program is at
+  // hand to load into each (a sandbox whose profile crun compiled, or one from before, goes
+  // through crun exec).
   const cgroupDirs = record.pid && crun.spawner && existsSync(paths.seccompBpf) ? sandboxCgroupDirs(record.id) : [];
   const enter = record.pid && cgroupDirs.length ? { initPid: record.pid, seccompFile: paths.seccompBpf, cgroupDirs } : undefined;
   const target: ExecTarget = {

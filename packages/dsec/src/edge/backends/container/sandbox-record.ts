@@ -75,7 +75,7 @@ export class SandboxPaths {
   }
   /**
    * The seccomp program crun loaded for the sandbox (raw BPF, as in its config's annotation):
-   * dsec-enter loads the same one into each command (exec/enter-child.ts).
+   * the edge's command starter loads the same one into each command (exec/enter-child.ts).
    */
   get seccompBpf(): string {
     return join(this.dir, 'seccomp.bpf');

@@ -1,9 +1,9 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { CGROUP_PARENT } from '../../../../host/cgroups.js';
 import type { FdPlan } from '../../../../host/helper-child.js';
-import { ENTER_BINARY } from '../../../../host/native-helpers.js';
 import type { SpawnHelper } from '../../../../host/spawn-helper.js';
-import { capabilityMask, DEFAULT_CAPABILITIES, SANDBOX_NOFILE, type ProcessSpec } from '../oci-config.js';
+import { capabilityMask, DEFAULT_CAPABILITIES, LANDLOCK_PATH, SANDBOX_NOFILE, type ProcessSpec } from '../oci-config.js';
 import type { ExecChild } from './crun-exec-child.js';
 
 /**
@@ -23,15 +23,12 @@ export interface EnterOptions {
   sandboxId: string;
   enter: EnterTarget;
   process: Pick<ProcessSpec, 'args' | 'env' | 'cwd' | 'user'>;
-  /** Where the command's argv and environment are written for dsec-enter (a file of the edge's, 0600). */
-  specFile: string;
-  pidFile: string;
   /** A pipe for stdin (else /dev/null). */
   stdin: boolean;
   /** A third output pipe as the command's fd 3. */
   fd3: boolean;
-  /** A host file opened for writing and handed to the command as the fd after those (its command cgroup's cgroup.procs). */
-  writeFile?: string | undefined;
+  /** The command's own cgroup2 directory (command-cgroups.ts), where it starts instead of the sandbox's cgroup2 one. */
+  commandCgroup?: string | undefined;
   oomScoreAdj: number;
 }
 
@@ -43,24 +40,48 @@ export function enterSpec(args: readonly string[], env: readonly string[]): Buff
 }
 
 /**
- * Starts a command in a running container sandbox with dsec-enter (native/enter.c), started by
- * the edge's dsec-spawn: what `crun exec --process` would give the command (the sandbox's
- * cgroups and namespaces, the user, dsec's capabilities and RLIMIT_NOFILE, no_new_privs, the
- * sandbox's seccomp program, HOME) without crun's own start-up, which is most of an exec's cost.
- * The same fd plan, pid file and exit status as startCrunExec, so the exec engine drives both alike.
+ * A command's argv as processSpecFor made it (exec-target.ts), split into the Landlock domain
+ * dsec-landlock would apply (`--isolate`, or `--rw PATH`...) and the command itself: the starter
+ * applies the domain in the command's own process (native/landlock-domain.c) instead of an exec
+ * of dsec-landlock. An argv that does not start with dsec-landlock has no domain.
+ */
+export function splitLandlock(args: readonly string[]): { landlock: string[]; args: string[] } {
+  if (args[0] !== LANDLOCK_PATH) return { landlock: [], args: [...args] };
+  const end = args.indexOf('--');
+  const flags = args.slice(1, end < 0 ? args.length : end);
+  const command = end < 0 ? [] : args.slice(end + 1);
+  if (flags.length === 1 && flags[0] === '--isolate') return { landlock: ['--landlock', 'isolate'], args: command };
+  const rw: string[] = [];
+  for (let i = 0; i < flags.length; i += 2) {
+    // Only what processSpecFor writes; anything else is a bug of the edge's, not a command to run unconfined.
+    if (flags[i] !== '--rw' || flags[i + 1] === undefined) throw new Error(`dsec-landlock arguments not understood: ${flags.join(' ')}`);
+    rw.push('--rw', flags[i + 1]!);
+  }
+  return { landlock: ['--landlock', 'rw', ...rw], args: command };
+}
+
+/**
+ * Starts a command in a running container sandbox through the edge's dsec-spawn (its `enter`
+ * request: a fork of the helper does what dsec-enter does, native/spawn-enter.c): what `crun exec
+ * --process` would give the command (the sandbox's cgroups and namespaces, the user, dsec's
+ * capabilities and RLIMIT_NOFILE, no_new_privs, the sandbox's seccomp program, HOME) and the
+ * Landlock domain and command cgroup dsec-landlock would give it, without crun's start-up and
+ * with the command's exec the only one. The same fd plan and exit status as startCrunExec, so
+ * the exec engine drives both alike; the command's host pid is its starter's child (commandPid).
  */
 export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild {
-  writeFileSync(opts.specFile, enterSpec(opts.process.args, opts.process.env), { mode: 0o600 });
-  const preserved = (opts.fd3 ? 1 : 0) + (opts.writeFile ? 1 : 0);
-  const args = [
+  const { landlock, args } = splitLandlock(opts.process.args);
+  // The command's cgroup2 directory is below the sandbox's: the command goes there instead (in
+  // the v1 hierarchies, to the sandbox's own), so it starts in it as dsec-landlock's move put it.
+  const own = opts.commandCgroup;
+  const sandboxV2 = own === undefined ? undefined : dirname(own);
+  const cgroupDirs = opts.enter.cgroupDirs.map((d) => (d === sandboxV2 ? own! : d));
+  if (own !== undefined && !cgroupDirs.includes(own)) cgroupDirs.push(own);
+  const options = [
     '--pid',
     String(opts.enter.initPid),
     '--cgroup',
     `/${CGROUP_PARENT}/${opts.sandboxId}`,
-    '--spec',
-    opts.specFile,
-    '--pid-file',
-    opts.pidFile,
     '--uid',
     String(opts.process.user.uid),
     '--gid',
@@ -73,12 +94,26 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     String(SANDBOX_NOFILE),
     '--seccomp',
     opts.enter.seccompFile,
-    '--preserve-fds',
-    String(preserved),
-    ...opts.enter.cgroupDirs.flatMap((d) => ['--cgroup-dir', d]),
+    ...landlock,
+    ...cgroupDirs.flatMap((d) => ['--cgroup-dir', d]),
   ];
   const plan: FdPlan[] = [opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');
-  if (opts.writeFile) plan.push({ write: opts.writeFile });
-  return spawner.stream(ENTER_BINARY, args, plan, { oomScoreAdj: opts.oomScoreAdj });
+  return spawner.enter(options, { args, env: opts.process.env }, plan, { oomScoreAdj: opts.oomScoreAdj });
+}
+
+/**
+ * The host pid of the command a starter (the HelperChild's pid) started: its one child, while it
+ * waits for it. Read when needed (a signal, a kill) instead of a pid file written for every command
+ * (a file created, then removed, per command). Undefined before the fork and after the command's
+ * exit, when there is nothing left to signal through it.
+ */
+export function commandPid(starter: number | undefined): number | undefined {
+  if (starter === undefined) return undefined;
+  try {
+    const first = readFileSync(`/proc/${starter}/task/${starter}/children`, 'utf8').trim().split(' ')[0];
+    return first ? Number(first) : undefined;
+  } catch {
+    return undefined; // exited
+  }
 }

@@ -19,7 +19,7 @@ export interface ExecTarget {
   config: ImageConfig;
   env: Record<string, string>;
   /**
-   * How commands start without `crun exec` (dsec-enter, enter-child.ts); absent where they cannot
+   * How commands start without `crun exec` (dsec-spawn's enter request, enter-child.ts); absent where they cannot
    * (no dsec-spawn, or a sandbox whose seccomp filter crun compiled itself).
    */
   enter?: EnterTarget | undefined;
@@ -31,19 +31,21 @@ export interface ExecTarget {
 }
 
 /**
- * argv, env and cwd for a command: image env < sandbox env < command env. The command starts
- * through dsec-landlock, which puts it (and all it starts) in a Landlock domain of its own and,
- * with `writablePaths`, confines it to changing files beneath those paths, then execs it:
- * nothing of dsec stays in the sandbox.
- */
-/**
- * Whether every command starts in a Landlock domain of its own (dsec-landlock --isolate), so
- * that nothing an earlier command left running can reach into it (see landlock-exec.c). Needs
+ * Whether every command starts in a Landlock domain of its own (`dsec-landlock --isolate`), so
+ * that nothing an earlier command left running can reach into it (see landlock-domain.c). Needs
  * Landlock ABI 2 (REFER, so that links and renames across directories keep working); without
  * it commands start as they are.
  */
 export const ISOLATE_COMMANDS = landlockAbi() >= 2;
 
+/**
+ * argv, env and cwd for a command: image env < sandbox env < command env. The argv starts with
+ * dsec-landlock and its flags: a Landlock domain of the command's own (all it starts in it too)
+ * and, with `writablePaths`, changes to files only beneath those paths. crun exec runs the binary,
+ * which applies the domain and execs the command; the edge's own starter reads the flags and
+ * applies the same domain in the command's process (enter-child.ts splitLandlock). Either way
+ * nothing of dsec stays in the sandbox.
+ */
 export function processSpecFor(
   target: ExecTarget,
   cmd: string | string[],

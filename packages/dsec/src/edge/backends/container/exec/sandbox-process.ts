@@ -11,8 +11,9 @@ import { CommandCgroup } from '../../../../host/command-cgroups.js';
 import { memoryPeaks } from '../../../../host/memory-peaks.js';
 import { killTree } from '../../../../host/process-tree.js';
 import { CappedOutput } from '../../shared/capped-output.js';
+import type { HelperChild } from '../../../../host/helper-child.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
-import { startEnter } from './enter-child.js';
+import { commandPid, startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
 import {
   processFigures,
@@ -58,11 +59,12 @@ export function killTagged(sandboxId: string, tag: string): number {
   return killed;
 }
 /**
- * One process started in a sandbox from outside by dsec-enter (enter-child.ts), or by `crun exec`
- * where dsec-enter cannot (crun-exec-child.ts): its output (capped), stdin, timeout and kill. The
- * process spec (argv, env, cwd, user) is written to a file on the edge so nothing is inherited by
- * accident. kill() ends the process's whole tree, found from the host through /proc starting at
- * the pid its starter reports; the sandbox itself is untouched.
+ * One process started in a sandbox from outside by the edge's dsec-spawn (enter-child.ts), or by
+ * `crun exec` where that cannot (crun-exec-child.ts): its output (capped), stdin, timeout and
+ * kill. The process spec (argv, env, cwd, user) is given whole (in dsec-spawn's pipe, or a file of
+ * the edge's for crun) so nothing is inherited by accident. kill() ends the process's whole tree,
+ * found from the host through /proc starting at the pid its starter reports; the sandbox itself
+ * is untouched.
  */
 export class SandboxProcess implements CommandProcess {
   readonly stdout: CappedOutput;
@@ -82,7 +84,8 @@ export class SandboxProcess implements CommandProcess {
   readonly spawnedAt: number;
   #exit: ProcessExit | undefined;
   readonly #child: ExecChild;
-  readonly #pidFile: string;
+  /** The command's host pid once known: crun's pid file, or the child of dsec-spawn's starter. */
+  #commandPid: () => number | undefined = () => undefined;
   readonly #listeners = new Set<OutputListener>();
   #timedOut = false;
   #killed = false;
@@ -93,52 +96,61 @@ export class SandboxProcess implements CommandProcess {
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
     const tag = opts.tag ?? randomBytes(6).toString('hex');
-    // The spec and pid files are this process's own, even when commands share a tag (a
+    // crun's spec and pid files are this process's own, even when commands share a tag (a
     // session's): the next session command starts as soon as this one's markers are in, before
     // this one has finished, and a shared pid file handed it this command's pid, dead by then.
     const fileId = randomBytes(6).toString('hex');
-    const specFile = join(target.scratchDir, `exec-${fileId}.spec`);
-    this.#pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
     // The tag is inherited by everything the command starts, so kill() finds descendants that
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
     this.#sandboxId = target.id;
-    // A command that starts through dsec-landlock first moves itself into its command cgroup,
-    // through that cgroup's cgroup.procs opened here and handed in as an fd, so that kill()
-    // reaches everything it starts (command-cgroups.ts, landlock-exec.c).
+    // A command with a Landlock domain (every one with writablePaths, and every one where the
+    // kernel has Landlock ABI 2) starts in its own command cgroup, so that kill() reaches
+    // everything it starts (command-cgroups.ts).
     this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
     const fd3 = opts.fd3MaxBytes !== undefined;
-    const args = this.#cgroup
-      ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)]
-      : spec.args;
-    const processSpec = { ...spec, args, env: [...spec.env, `${EXEC_TAG_VAR}=${tag}`] };
+    const env = [...spec.env, `${EXEC_TAG_VAR}=${tag}`];
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
     const started = performance.now();
     this.spawnedAt = started;
     const withStdin = opts.stdin || opts.input !== undefined;
-    const io = { stdin: withStdin, fd3, writeFile: this.#cgroup?.procsFile, oomScoreAdj: SANDBOX_OOM_SCORE_ADJ };
+    const io = { stdin: withStdin, fd3, oomScoreAdj: SANDBOX_OOM_SCORE_ADJ };
     const spawner = target.crun.spawner;
+    let specFile: string | undefined;
+    let pidFile: string | undefined;
     let child: ExecChild;
     if (target.enter && spawner) {
+      // dsec-spawn starts it (enter-child.ts): the starter moves it into its command cgroup and
+      // applies its Landlock domain itself, the argv and environment sent in the helper's pipe.
       child = startEnter(spawner, {
         ...io,
         sandboxId: target.id,
         enter: target.enter,
-        process: processSpec,
-        specFile,
-        pidFile: this.#pidFile,
+        process: { ...spec, env },
+        commandCgroup: this.#cgroup?.dir,
       });
+      this.#commandPid = () => commandPid((child as HelperChild).pid);
     } else {
-      writeFileSync(specFile, JSON.stringify(processBlock(processSpec)), { mode: 0o600 });
+      // crun exec starts dsec-landlock, which first moves itself into its command cgroup through
+      // that cgroup's cgroup.procs, opened here and handed in as an fd (landlock-exec.c).
+      const args = this.#cgroup
+        ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)]
+        : spec.args;
+      specFile = join(target.scratchDir, `exec-${fileId}.spec`);
+      pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
+      const crunPidFile = pidFile;
+      this.#commandPid = () => readPidFile(crunPidFile);
+      writeFileSync(specFile, JSON.stringify(processBlock({ ...spec, args, env })), { mode: 0o600 });
       child = startCrunExec(spawner, {
         ...io,
+        writeFile: this.#cgroup?.procsFile,
         globalArgs: target.crun.globalArgs(),
-        execArgs: ['--process', specFile, '--pid-file', this.#pidFile, target.id],
+        execArgs: ['--process', specFile, '--pid-file', pidFile, target.id],
       });
     }
     // Read once its starter is asked for (a throw before leaves no memory window open) and before
-    // the command's first process runs (crun exec or dsec-enter has its own work first). A
+    // the command's first process runs (crun exec or the starter has its own work first). A
     // session's shared cgroup has its earlier commands' CPU time in it: the command's is the difference.
     const cpuBefore = this.#cgroup?.cpuUsec() ?? 0;
     const memory = memoryPeaks.open(target.id);
@@ -186,12 +198,11 @@ export class SandboxProcess implements CommandProcess {
         if (timer) clearTimeout(timer);
         // Cleaned up off the answer's path (the caller gets the result first); the sandbox's
         // teardown removes whatever is left if it comes sooner.
-        const pidFile = this.#pidFile;
         const cgroup = this.#cgroup;
         setImmediate(() => {
           try {
-            rmSync(specFile, { force: true });
-            rmSync(pidFile, { force: true });
+            if (specFile !== undefined) rmSync(specFile, { force: true });
+            if (pidFile !== undefined) rmSync(pidFile, { force: true });
           } catch {
             // the sandbox's directory is going (a teardown under way)
           }
@@ -265,9 +276,9 @@ export class SandboxProcess implements CommandProcess {
     return this.#exit;
   }
 
-  /** The command's pid as the host sees it, once crun has reported it. */
+  /** The command's pid as the host sees it, once its starter has started it. */
   get hostPid(): number | undefined {
-    return readPidFile(this.#pidFile);
+    return this.#commandPid();
   }
 
   /** Every chunk as it arrives (`raw`), and the part of it within the cap (`kept`, maybe empty). */
@@ -318,7 +329,7 @@ export class SandboxProcess implements CommandProcess {
       this.#cgroup?.kill();
       if (pid) killTree(pid);
       killTagged(this.#sandboxId, this.#tag);
-      // The starter (dsec-enter, crun exec) reaps the command and exits by itself; killing it
+      // The starter (dsec-spawn's, crun exec) reaps the command and exits by itself; killing it
       // first could leave the command unreaped a while. Only a starter that lingers is killed.
       if (!pid || opts.now) this.#child.kill('SIGKILL');
       else setTimeout(() => this.#child.kill('SIGKILL'), 1000).unref();

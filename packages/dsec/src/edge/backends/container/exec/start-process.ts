@@ -4,7 +4,7 @@ import type { ProcessTable } from '../../shared/process-table.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { SandboxProcess } from './sandbox-process.js';
 
-/** A background process started in a container sandbox (dsec-enter), tracked in its ProcessTable. */
+/** A background process started in a container sandbox (by dsec-spawn, enter-child.ts), tracked in its ProcessTable. */
 export function startProcess(table: ProcessTable, target: ExecTarget, req: StartProcessRequest): ProcessInfo {
   const tag = randomBytes(6).toString('hex');
   const proc = new SandboxProcess(
