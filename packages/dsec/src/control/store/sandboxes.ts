@@ -61,6 +61,12 @@ export interface SandboxRecords {
    */
   countGroups(): Promise<SandboxCount[]>;
   /**
+   * Brings the kept counts up to date (PostgreSQL: folds the changes appended since; SQLite keeps
+   * them so already). The reads above fold first; the expiry loop folds every second so the
+   * changes between two reads stay few.
+   */
+  foldCounts(): Promise<void>;
+  /**
    * The envd access token of a sandbox made through the E2B API (`accessToken` at insert or pool
    * claim). A column of its own, never a label: labels are listed to every key of the project
    * (dsec ps, GET /v1/sandboxes, the dashboard) and copied into specs, forks and trajectories.
@@ -202,6 +208,10 @@ export class SqlSandboxRecords implements SandboxRecords {
     await foldCounts(this.db);
     const rows = await this.db.all<SandboxCount>('SELECT status, edge, project, n AS count FROM sandbox_counts WHERE n > 0');
     return rows.map((r) => ({ ...r, count: Number(r.count) }));
+  }
+
+  async foldCounts(): Promise<void> {
+    await foldCounts(this.db);
   }
 
   async accessToken(id: string): Promise<string | undefined> {
