@@ -53,11 +53,12 @@ export interface SandboxRecords {
   list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
   /** One page of list(): with `filter.limit`, `next` when there are more. */
   page(filter: SandboxFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }>;
-  /** Rows by status, of one project or of all: one grouped count from an index. */
+  /** Rows by status, of one project or of all: from the counts kept as rows change (sandbox_counts, migration 17). */
   countByStatus(project?: string): Promise<Record<string, number>>;
   /**
-   * How many rows there are of each status, edge and project: one grouped count, so a scrape
-   * stays cheap at hundreds of thousands of rows (nothing but the groups is read into memory).
+   * How many rows there are of each status, edge and project: the counts kept as rows change
+   * (sandbox_counts), so a scrape reads a row per group, never the sandboxes (at 400,000 rows the
+   * grouped count it replaced held the event loop 35-60 ms at each scrape).
    */
   countGroups(): Promise<SandboxCount[]>;
   /**
