@@ -17,6 +17,7 @@ import { type ArmResult, type HardeningResult } from './scenarios/hardening-resu
 import { densityTargets, fillRatio, type DensityResult } from './scenarios/density.js';
 import { SCENARIOS } from './scenarios/index.js';
 import { pauseScenario, type PauseResult } from './scenarios/pause.js';
+import { storeName } from './scenarios/cluster-report.js';
 import { defaultOptions } from './scenarios/scenario.js';
 import { snapshotTargets, type SnapshotScenarioResult } from './scenarios/snapshot.js';
 import { batchSizes, pool, roundOrder } from './rounds.js';
@@ -159,6 +160,15 @@ describe('bench scenarios registry', () => {
       assert.equal(new Set(s.flags.map((f) => f.long)).size, s.flags.length, s.name);
     }
     assert.deepEqual(defaultOptions(pauseScenario, { count: 7 }), { count: 7, rounds: 10, warmup: 5 });
+  });
+
+  test("cluster's --store is text (a postgres:// URL, or SQLite by default), shown without its credentials", () => {
+    const cluster = SCENARIOS.find((s) => s.name === 'cluster')!;
+    const flag = cluster.flags.find((f) => f.long === 'store');
+    assert.deepEqual([flag?.text, flag?.default], [true, '']);
+    assert.equal((defaultOptions(cluster, {}) as { store: string }).store, '');
+    assert.equal(storeName(''), 'SQLite in the data dir');
+    assert.equal(storeName('postgres://dsec:secret@127.0.0.1:5432/hold'), 'PostgreSQL 127.0.0.1:5432/hold');
   });
 
   test('a scenario renders its report: table with ratios, targets, chart', () => {

@@ -81,9 +81,19 @@ export interface ControlChild {
   joinToken: string;
 }
 
-/** `dsec control` on a free loopback port and its own data dir; the busybox image built through its API. */
-export async function startControlChild(dataDir: string): Promise<ControlChild> {
-  const child = start('dsec control', [DSEC_CLI, 'control', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--log-level', 'warn']);
+/** `dsec control` on a free loopback port and its own data dir (its state there, or in `store`: a postgres:// URL); the busybox image built through its API. */
+export async function startControlChild(dataDir: string, store?: string): Promise<ControlChild> {
+  const child = start('dsec control', [
+    DSEC_CLI,
+    'control',
+    '--listen',
+    '127.0.0.1:0',
+    '--data-dir',
+    dataDir,
+    '--log-level',
+    'warn',
+    ...(store ? ['--store', store] : []),
+  ]);
   try {
     const m = await child.waitFor(/is up at (http:\/\/\S+)/, 60_000);
     const client = JSON.parse(readFileSync(join(dataDir, 'client.json'), 'utf8')) as { apiKey: string; joinToken: string };

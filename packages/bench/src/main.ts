@@ -123,7 +123,8 @@ const common = (cmd: Command): Command =>
 function addFlag(cmd: Command, f: ScenarioFlag, prefix = ''): void {
   const long = `--${prefix}${f.long} <n>`;
   const flags = !prefix && f.short ? `-${f.short}, ${long}` : long;
-  if (f.list) cmd.option(flags.replace(' <n>', ' <list>'), f.description, intList(`${prefix}${f.long}`, f.min), f.default);
+  if (f.text) cmd.option(long.replace(' <n>', ' <value>'), f.description, String(f.default));
+  else if (f.list) cmd.option(flags.replace(' <n>', ' <list>'), f.description, intList(`${prefix}${f.long}`, f.min), f.default);
   else cmd.option(flags, f.description, int(`${prefix}${f.long}`, f.min), f.default);
 }
 
@@ -133,8 +134,8 @@ function flagKey(prefix: string, long: string): string {
 }
 
 function optionsFrom(def: BenchScenarioDef, given: Record<string, unknown>, prefix = ''): object {
-  const picked: Record<string, number | number[]> = {};
-  for (const f of def.flags) picked[f.key] = given[flagKey(prefix, f.long)] as number | number[];
+  const picked: Record<string, number | number[] | string> = {};
+  for (const f of def.flags) picked[f.key] = given[flagKey(prefix, f.long)] as number | number[] | string;
   return defaultOptions(def, picked);
 }
 

@@ -168,8 +168,9 @@ export async function runHold(
   const peakRssMiB = statusMiB(ctl.pid, 'VmHWM');
   say(`  get p99 ${round(summarizeLatency(get).p99, 1)} ms; /metrics p50 ${summarizeLatency(metrics).p50} ms; RSS ${rssMiB} MiB`);
 
-  say(`  kill by label hold-batch=${sizes.length - 1} (${sizes[sizes.length - 1] ?? 0} sandboxes)…`);
-  const kill = await killByLabel(ctl.url, ctl.apiKey, { 'hold-batch': String(sizes.length - 1) });
+  // The first batch: a whole one of HOLD_BATCH (issue 31's kill by label of 32,000) when the hold is that large; the last is what is left over.
+  say(`  kill by label hold-batch=0 (${sizes[0] ?? 0} sandboxes)…`);
+  const kill = await killByLabel(ctl.url, ctl.apiKey, { 'hold-batch': '0' });
   say(`  killed ${kill.killed} in ${kill.seconds} s, ${kill.progressReports} progress reports`);
   return {
     sandboxes: ids.length,

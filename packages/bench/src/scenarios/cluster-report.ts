@@ -7,6 +7,17 @@ import { check, TARGETS, type TargetCheck } from '../targets.js';
 import type { ClusterOptions, ClusterResult, HoldPhase, PerEdge, RealRun } from './cluster-result.js';
 import type { HeadlineMetric } from './scenario.js';
 
+/** A store URL without its credentials, for what the report shows. */
+export function storeName(url: string): string {
+  if (!url) return 'SQLite in the data dir';
+  try {
+    const u = new URL(url);
+    return `PostgreSQL ${u.host}${u.pathname}`;
+  } catch {
+    return 'PostgreSQL';
+  }
+}
+
 const perEdgeText = (p: PerEdge): string => {
   const counts = Object.values(p);
   // Past a dozen edges (the hold phase's 100), the range says what the list would.
@@ -268,7 +279,7 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
       ? [
           `## Holding ${r.hold.sandboxes} sandboxes`,
           '',
-          'Filled with batches (POST /v1/batches, ≤ 32,000 each, one label per batch), then each read measured alone, one request at a time, with nothing else in flight.',
+          `Filled with batches (POST /v1/batches, ≤ 32,000 each, one label per batch), then each read measured alone, one request at a time, with nothing else in flight. The control plane's state store: ${storeName(o.store ?? '')}.`,
           '',
           holdTable(r.hold),
           '',
@@ -293,7 +304,7 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
           ],
         ].join('\n'),
     '',
-    `Options: ${JSON.stringify({ edges: o.edges, clients: o.clients, creates: o.creates, batchCount: o.batchCount, batchConcurrency: o.batchConcurrency, realCount: o.realCount, realConcurrency: o.realConcurrency, hold: o.hold })}`,
+    `Options: ${JSON.stringify({ edges: o.edges, clients: o.clients, creates: o.creates, batchCount: o.batchCount, batchConcurrency: o.batchConcurrency, realCount: o.realCount, realConcurrency: o.realConcurrency, hold: o.hold, store: storeName(o.store ?? '') })}`,
     '',
     ...renderCommon(report, svgName),
   ];

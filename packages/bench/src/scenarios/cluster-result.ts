@@ -17,6 +17,11 @@ export interface ClusterOptions {
   realCount: number;
   /** Sandboxes in the simulated edges' hold phase (filled with batches, then read under no other load); 0 skips it. @default 0 */
   hold: number;
+  /**
+   * The control plane's state store: empty for SQLite in its data dir, or a postgres:// URL of an
+   * empty database (the run fills it; use a fresh one each run). @default ''
+   */
+  store: string;
   /** Sandboxes (create + exec) in flight in the real run. @default 8 */
   realConcurrency: number;
 }

@@ -19,7 +19,7 @@ import { pool } from '../rounds.js';
 import { runReal } from './cluster-real.js';
 import { runBatchApi } from './cluster-batch-api.js';
 import { runHold } from './cluster-hold.js';
-import { renderCluster, clusterTargets, clusterLines, clusterHeadline } from './cluster-report.js';
+import { renderCluster, clusterTargets, clusterLines, clusterHeadline, storeName } from './cluster-report.js';
 import type { BenchScenarioDef, ScenarioContext } from './scenario.js';
 import type { PeerResultBase } from '../result-types.js';
 import type { ClusterOptions, PerEdge, RatePhase, BatchPhase, CreateCosts, ClusterResult, HoldPhase } from './cluster-result.js';
@@ -185,8 +185,12 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
   const dropped: PeerUnavailable[] = [];
   if (opts.hold > 0 && opts.edges < TARGETS.clusterHoldEdges)
     throw new Error(`--hold needs --edges ≥ ${TARGETS.clusterHoldEdges} (issue 31's cluster): got --edges ${opts.edges}`);
-  say(`control plane: dsec control in a child process (${join(dir, 'control')}), busybox built through its API…`);
-  const control = await startControlChild(join(dir, 'control'));
+  if (opts.store && !/^postgres(ql)?:\/\//.test(opts.store))
+    throw new Error(`--store: a postgres:// URL, or nothing for SQLite; got ${opts.store}`);
+  say(
+    `control plane: dsec control in a child process (${join(dir, 'control')}; state in ${storeName(opts.store)}), busybox built through its API…`,
+  );
+  const control = await startControlChild(join(dir, 'control'), opts.store || undefined);
   let edges: Awaited<ReturnType<typeof startSimulatedEdgesChild>> | undefined;
   const http = new HttpLoadClient(control.url, control.apiKey, opts.clients + 1);
   try {
@@ -358,6 +362,15 @@ export const clusterScenario: BenchScenarioDef<ClusterOptions, ClusterResult> = 
       min: 0,
     },
     { key: 'realConcurrency', long: 'real-concurrency', description: 'sandboxes in flight in the real run', default: 8, min: 1 },
+    {
+      key: 'store',
+      long: 'store',
+      description:
+        "the simulated edges' control plane's state store: a postgres:// URL of an empty database (default: SQLite in its data dir)",
+      default: '',
+      min: 0,
+      text: true,
+    },
   ],
   maxSandboxes: (o) => o.realCount + 10,
   run: runCluster,

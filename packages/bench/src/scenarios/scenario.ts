@@ -24,12 +24,14 @@ export interface ScenarioFlag {
   long: string;
   short?: string;
   description: string;
-  /** A list for a `list` flag. */
-  default: number | readonly number[];
-  /** The least value (of each, for a list). */
+  /** A list for a `list` flag, a string for a `text` flag. */
+  default: number | readonly number[] | string;
+  /** The least value (of each, for a list; unused for text). */
   min: number;
   /** A comma-separated list of integers, e.g. `--sandboxes 1,32`. */
   list?: boolean;
+  /** A string taken as given, e.g. `--store postgres://…`. */
+  text?: boolean;
 }
 
 /** One headline figure of a scenario for `dsec bench all`'s combined table: a value per peer. */
@@ -74,7 +76,7 @@ export interface BenchScenarioDef<O extends object = object, R extends ScenarioR
 /** Options from flags, each at its default unless given. */
 export function defaultOptions<O extends object>(
   def: BenchScenarioDef<O, ScenarioResult>,
-  given: Partial<Record<string, number | readonly number[]>> = {},
+  given: Partial<Record<string, number | readonly number[] | string>> = {},
 ): O {
   return Object.fromEntries(def.flags.map((f) => [f.key, given[f.key] ?? f.default])) as O;
 }

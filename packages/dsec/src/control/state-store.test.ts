@@ -450,6 +450,103 @@ describe('StateStore sandboxes', () => {
     );
   });
 
+  test('sandbox counts are kept as rows are inserted, change status, edge or size, and go; they agree with a recount', async () => {
+    const s = await StateStore.open(await testStoreLocation(join(dir, 'counts.db')));
+    const recount = async (): Promise<string[]> =>
+      (
+        await s.db.all<{ status: string; edge: string; project: string; n: number }>(
+          'SELECT status, edge, project, count(*) AS n FROM sandboxes GROUP BY status, edge, project',
+        )
+      )
+        .map((r) => `${r.status}/${r.edge}/${r.project}=${Number(r.n)}`)
+        .sort();
+    const kept = async (): Promise<string[]> =>
+      (await s.sandboxes.countGroups()).map((g) => `${g.status}/${g.edge}/${g.project}=${g.count}`).sort();
+    try {
+      await s.sandboxes.insert(info('sb-a-count01', {}, { edge: 'a' }));
+      await s.sandboxes.insert(info('sb-a-count02', {}, { edge: 'a', project: 'p2', resources: { cpu: 0.5, memoryMiB: 128, pids: 64 } }));
+      await s.sandboxes.insertMany([
+        { info: info('sb-b-count03', {}, { edge: 'b', status: 'creating' }), spec: {} },
+        { info: info('sb-b-count04', {}, { edge: 'b', status: 'creating' }), spec: {} },
+      ]);
+      assert.deepEqual(await kept(), ['creating/b/default=2', 'running/a/default=1', 'running/a/p2=1']);
+      await s.sandboxes.setStatuses([{ id: 'sb-b-count03', status: 'running' }]);
+      assert.equal(await s.sandboxes.settleCreate('sb-b-count04', 'failed', 'boom'), 'failed');
+      await s.sandboxes.setStatus('sb-a-count01', 'running'); // no change: nothing counted twice
+      await s.sandboxes.setStatus('sb-a-count02', 'paused');
+      assert.equal(await s.moves.begin('sb-b-count03', 'c', { owner: 'r1', until: Date.now() + 10_000 }), true);
+      assert.equal(await s.moves.commit('sb-b-count03', 'c', [], 'running'), true);
+      assert.deepEqual(await kept(), await recount());
+      assert.deepEqual(await kept(), ['failed/b/default=1', 'paused/a/p2=1', 'running/a/default=1', 'running/c/default=1']);
+      assert.deepEqual(await s.sandboxes.countByStatus(), { running: 2, paused: 1, failed: 1 });
+      assert.deepEqual(await s.sandboxes.countByStatus('p2'), { paused: 1 });
+      // A project's usage counts its live sandboxes and their sizes (failed ones hold nothing).
+      assert.deepEqual(await s.projects.usage('default'), { sandboxes: 2, cpu: 2, memoryMiB: 128 });
+      assert.deepEqual(await s.projects.usage('p2'), { sandboxes: 1, cpu: 0.5, memoryMiB: 128 });
+      await s.sandboxes.delete('sb-a-count02');
+      await s.sandboxes.delete('sb-b-count04');
+      assert.deepEqual(await kept(), await recount());
+      assert.deepEqual(await s.sandboxes.countByStatus(), { running: 2 });
+      assert.deepEqual(await s.projects.usage('p2'), { sandboxes: 0, cpu: 0, memoryMiB: 0 });
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('expiry finds running sandboxes past their TTL or idle timeout, and paused ones past a TTL that stops them; nothing else', async () => {
+    const s = await StateStore.open(await testStoreLocation(join(dir, 'expiry.db')));
+    const now = Date.parse('2025-06-01T00:00:00.000Z');
+    const at = (ms: number): string => new Date(ms).toISOString();
+    try {
+      await s.sandboxes.insert(info('sb-e-ttl-past', {}, { ttlSeconds: 60, expiresAt: at(now - 1) }));
+      await s.sandboxes.insert(info('sb-e-ttl-later', {}, { ttlSeconds: 60, expiresAt: at(now + 60_000) }));
+      await s.sandboxes.insert(info('sb-e-idle-past', {}, { idleTimeoutSeconds: 10, lastActivityAt: at(now - 11_000) }));
+      await s.sandboxes.insert(info('sb-e-idle-fresh', {}, { idleTimeoutSeconds: 10, lastActivityAt: at(now - 1_000) }));
+      await s.sandboxes.insert(info('sb-e-both-past', {}, { ttlSeconds: 1, expiresAt: at(now - 5), idleTimeoutSeconds: 1 }));
+      await s.sandboxes.insert(info('sb-e-paused-stop', {}, { status: 'paused', ttlSeconds: 1, expiresAt: at(now - 5) }));
+      await s.sandboxes.insert(
+        info('sb-e-paused-pause', {}, { status: 'paused', onExpiry: 'pause', ttlSeconds: 1, expiresAt: at(now - 5) }),
+      );
+      await s.sandboxes.insert(info('sb-e-failed-past', {}, { status: 'failed', ttlSeconds: 1, expiresAt: at(now - 5) }));
+      await s.sandboxes.insert(info('sb-e-no-limits', {}));
+      const found = (await s.sandboxes.expired(now)).sort((a, b) => a.id.localeCompare(b.id));
+      assert.deepEqual(
+        found.map((e) => [e.id, e.onExpiry, e.why]),
+        [
+          ['sb-e-both-past', 'stop', 'ttl expired'],
+          ['sb-e-idle-past', 'stop', 'idle for 10 s'],
+          ['sb-e-paused-stop', 'stop', 'ttl expired'],
+          ['sb-e-ttl-past', 'stop', 'ttl expired'],
+        ],
+      );
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('a store from before the kept counts gets them counted from its rows at its upgrade', async () => {
+    const location = await testStoreLocation(join(dir, 'counts-upgrade.db'));
+    const before = MIGRATIONS.findIndex((m) => m.id === 17);
+    const old = await StateStore.open(location);
+    try {
+      // Back to the schema before: its rows are written with no trigger to count them.
+      await old.db.exec(
+        TEST_STORE_POSTGRES
+          ? 'DROP TRIGGER sandbox_counts_change ON sandboxes; DROP TABLE sandbox_count_deltas; DROP TABLE sandbox_counts'
+          : 'DROP TRIGGER sandbox_counts_insert; DROP TRIGGER sandbox_counts_delete; DROP TRIGGER sandbox_counts_update; DROP TABLE sandbox_counts',
+      );
+      await old.db.exec('DROP INDEX sandboxes_expiry; DROP INDEX sandboxes_idle; DELETE FROM schema_migrations WHERE id = 17');
+      await old.sandboxes.insert(info('sb-local-up01', {}));
+      await old.sandboxes.insert(info('sb-other-up02', {}, { edge: 'other', status: 'failed' }));
+      await migrate(old.db, MIGRATIONS.slice(0, before + 1));
+      assert.deepEqual(await old.sandboxes.countByStatus(), { running: 1, failed: 1 });
+      await old.sandboxes.setStatus('sb-local-up01', 'stopped');
+      assert.deepEqual(await old.sandboxes.countByStatus(), { stopped: 1, failed: 1 });
+    } finally {
+      await old.close();
+    }
+  });
+
   test('opening a store again applies no migration twice', async () => {
     const file = join(dir, 'twice.db');
     const a = await StateStore.open(await testStoreLocation(file));

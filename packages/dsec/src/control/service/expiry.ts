@@ -84,6 +84,8 @@ export class ExpiryService {
         .then(async (mine) => {
           if (!mine) return;
           await this.sweepExpired();
+          // Few each second, however many are held: the changes to sandbox_counts since the last.
+          await store.sandboxes.foldCounts();
           await createLeases.takeOver();
           await this.deps.abandonedMoves?.();
         })
