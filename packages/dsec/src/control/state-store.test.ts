@@ -199,6 +199,24 @@ describe('StateStore sandboxes', () => {
     for (const id of ['sb-local-lease1', 'sb-local-lease2']) await store.sandboxes.delete(id);
   });
 
+  test(
+    'a create lease renewal skips a row another transaction holds (PostgreSQL: no wait, so no cycle with a group settle)',
+    { skip: TEST_STORE_POSTGRES ? undefined : 'SQLite has one writer at a time: a renewal never meets a held row', timeout: 30_000 },
+    async () => {
+      const lease = { owner: 'r9', until: 5_000_000 };
+      await store.sandboxes.insert(info('sb-local-held01', {}, { status: 'creating' }), undefined, undefined, lease);
+      await store.sandboxes.insert(info('sb-local-held02', {}, { status: 'creating' }), undefined, undefined, lease);
+      // The settle's transaction holds one row while the renewal runs on another connection.
+      const renewed = await store.db.transaction(async (tx) => {
+        await tx.run("UPDATE sandboxes SET reason = 'held' WHERE id = ?", ['sb-local-held01']);
+        return store.sandboxes.renewCreates('r9', 6_000_000);
+      });
+      assert.equal(renewed, 1, 'the row not held is renewed; the held one is skipped rather than waited for');
+      assert.equal(await store.sandboxes.renewCreates('r9', 7_000_000), 2, 'once free, both are renewed');
+      for (const id of ['sb-local-held01', 'sb-local-held02']) await store.sandboxes.delete(id);
+    },
+  );
+
   test('moves: one at a time per sandbox, only of a live one; the row names one edge, the target only once committed; leases as creates', async () => {
     const t0 = 2_000_000;
     const lease = (owner: string, until: number): { owner: string; until: number } => ({ owner, until });

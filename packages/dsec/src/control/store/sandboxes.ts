@@ -288,10 +288,16 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async renewCreates(owner: string, until: number): Promise<number> {
-    const { changes } = await this.db.run("UPDATE sandboxes SET create_lease_until = ? WHERE create_owner = ? AND status = 'creating'", [
-      until,
-      owner,
-    ]);
+    // On PostgreSQL a row another transaction holds is skipped, not waited for: it is a create
+    // being settled (store/sandbox-rows.ts settles a group in one UPDATE), which needs no renewal,
+    // and waiting made a cycle with that UPDATE, which locks its rows in another order ('deadlock
+    // detected', retried, and once in a while a 500 to a create). A skipped row is renewed at the
+    // next renewal, a second later, well inside its lease. SQLite has one writer at a time.
+    const sql =
+      this.db.dialect === 'postgres'
+        ? "UPDATE sandboxes SET create_lease_until = ? WHERE id IN (SELECT id FROM sandboxes WHERE create_owner = ? AND status = 'creating' FOR UPDATE SKIP LOCKED)"
+        : "UPDATE sandboxes SET create_lease_until = ? WHERE create_owner = ? AND status = 'creating'";
+    const { changes } = await this.db.run(sql, [until, owner]);
     return changes;
   }
 
