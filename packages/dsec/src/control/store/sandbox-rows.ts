@@ -92,12 +92,26 @@ export async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[],
       c.flatMap((r) => sandboxValues(r, lease)),
     ),
   );
-  const labels = rows.flatMap((r) => Object.entries(r.info.labels).map(([k, v]) => [r.info.id, k, v, r.info.createdAt] as SqlValue[]));
-  await chunked(labels, (c) => tx.run(multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length), c.flat()));
+  await insertLabelRows(
+    tx,
+    rows.map((r) => ({ id: r.info.id, labels: r.info.labels, createdAt: r.info.createdAt })),
+  );
   await saveSpecRows(
     tx,
     rows.filter((r) => r.spec !== undefined).map((r) => ({ id: r.info.id, spec: r.spec })),
   );
+}
+
+/**
+ * Sandboxes' labels as rows of sandbox_labels, each with its sandbox's created_at: what a list by
+ * label reads, in list order. Multi-row statements, as the rest of a group's rows.
+ */
+export async function insertLabelRows(
+  tx: Sql,
+  sandboxes: readonly { id: string; labels: Record<string, string>; createdAt: string }[],
+): Promise<void> {
+  const rows = sandboxes.flatMap((s) => Object.entries(s.labels).map(([k, v]) => [s.id, k, v, s.createdAt] as SqlValue[]));
+  await chunked(rows, (c) => tx.run(multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length), c.flat()));
 }
 
 /**

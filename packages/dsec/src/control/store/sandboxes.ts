@@ -2,7 +2,7 @@ import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
-import { insertSandboxRows, saveSpecRows, settleCreatingRows, type BatchItem, type CreateLease } from './sandbox-rows.js';
+import { insertLabelRows, insertSandboxRows, saveSpecRows, settleCreatingRows, type BatchItem, type CreateLease } from './sandbox-rows.js';
 
 export type { BatchItem, CreateLease } from './sandbox-rows.js';
 
@@ -350,8 +350,7 @@ export async function saveLabelRows(
   replace = false,
 ): Promise<void> {
   if (replace) await db.run('DELETE FROM sandbox_labels WHERE sandbox_id = ?', [id]);
-  for (const [k, v] of Object.entries(labels))
-    await db.run('INSERT INTO sandbox_labels (sandbox_id, key, value, created_at) VALUES (?, ?, ?, ?)', [id, k, v, createdAt]);
+  await insertLabelRows(db, [{ id, labels, createdAt }]);
 }
 
 /** A page cursor: the last row's (created_at, id), opaque to callers. */
