@@ -27,7 +27,10 @@ for (const m of ['enter', 'stream']) {
     return c;
   };
 }
-const options = co({ dataDir: `${dir}/dsec`, listen: '127.0.0.1:0', logLevel: 'silent', edgeId: 'loop' + process.pid.toString(16), maxSandboxes: 2 }, {});
+const options = co(
+  { dataDir: `${dir}/dsec`, listen: '127.0.0.1:0', logLevel: 'silent', edgeId: 'loop' + process.pid.toString(16), maxSandboxes: 2 },
+  {},
+);
 const dsec = await start(options);
 try {
   await bb(dsec.images, { name: 'busybox', progress: () => {} });
@@ -44,10 +47,17 @@ try {
     if (i < 20) continue;
     t.push(b - a);
     const m = marks[0];
-    ph.pre.push(m.t0 - a); ph.ask.push(m.ask - m.t0); ph.started.push(m.started - m.ask); ph.exit.push(m.exit - m.started); ph.close.push(m.close - m.exit); ph.post.push(b - m.close);
+    ph.pre.push(m.t0 - a);
+    ph.ask.push(m.ask - m.t0);
+    ph.started.push(m.started - m.ask);
+    ph.exit.push(m.exit - m.started);
+    ph.close.push(m.close - m.exit);
+    ph.post.push(b - m.close);
   }
   const med = (x) => [...x].sort((p, q) => p - q)[Math.floor(x.length / 2)].toFixed(3);
-  console.log(`edge.exec p50 ${med(t)} ms | before ask ${med(ph.pre)} ask ${med(ph.ask)} →started ${med(ph.started)} →exit ${med(ph.exit)} →close ${med(ph.close)} after ${med(ph.post)} | load ${(await import('node:os')).loadavg()[0].toFixed(2)}`);
+  console.log(
+    `edge.exec p50 ${med(t)} ms | before ask ${med(ph.pre)} ask ${med(ph.ask)} →started ${med(ph.started)} →exit ${med(ph.exit)} →close ${med(ph.close)} after ${med(ph.post)} | load ${(await import('node:os')).loadavg()[0].toFixed(2)}`,
+  );
   await sb.kill();
 } finally {
   await dsec.close({ killAll: true });
