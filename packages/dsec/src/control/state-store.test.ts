@@ -123,6 +123,19 @@ describe('StateStore sandboxes', () => {
     assert.deepEqual(await store.sandboxes.list({ labels: { 'te"am': 'a' } }), []);
   });
 
+  test('a group whose last row cannot be written leaves none of its rows, labels or specs', async () => {
+    await store.sandboxes.insert(info('sb-atom-000040', {}));
+    const ids = Array.from({ length: 41 }, (_, i) => `sb-atom-${String(i).padStart(6, '0')}`);
+    await assert.rejects(
+      store.sandboxes.insertMany(ids.map((id) => ({ info: info(id, { grp: 'atom' }), spec: { image: 'busybox' } }))),
+      'the id taken already fails the group',
+    );
+    assert.deepEqual(await store.sandboxes.list({ labels: { grp: 'atom' } }), []);
+    assert.equal(await store.sandboxes.get(ids[0]!), undefined);
+    assert.equal(await store.sandboxes.spec(ids[0]!), undefined);
+    await store.sandboxes.delete('sb-atom-000040');
+  });
+
   test('a group of 70 (three statement chunks): rows, labels and specs in, then settled only where still creating', async () => {
     const ids = Array.from({ length: 70 }, (_, i) => `sb-group-${String(i).padStart(6, '0')}`);
     const spec = { image: 'busybox', volumes: [{ name: 'grpvol', path: '/data' }] };
@@ -137,6 +150,7 @@ describe('StateStore sandboxes', () => {
     assert.equal((await store.sandboxes.list({ labels: { grp: 'g70' } })).length, 70);
     assert.deepEqual(await store.sandboxes.spec(ids[69]!), spec);
     assert.equal(await store.sandboxes.createOwner(ids[40]!), 'replica-a');
+    assert.deepEqual(await store.volumes.users('grpvol'), ids, 'every row mounts the volume');
     assert.deepEqual(
       (await store.batches.sandboxes('b-g70')).map((r) => r.index).sort((a, b) => a - b),
       ids.map((_, i) => i),

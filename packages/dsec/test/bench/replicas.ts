@@ -30,6 +30,9 @@ const layerDir = makeDataDir();
 const here = fileURLToPath(new URL('.', import.meta.url));
 const replicaScript = join(here, '..', 'cluster', 'support', 'replica-process.js');
 
+/** Node options for the replicas only, e.g. `DSEC_BENCH_CHILD_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof'` (as `dsec bench cluster`). */
+const childNodeArgs = (process.env['DSEC_BENCH_CHILD_NODE_ARGS'] ?? '').split(/\s+/).filter(Boolean);
+
 interface Replica {
   url: string;
   apiKey: string;
@@ -40,7 +43,7 @@ interface Replica {
 
 async function startReplica(store: string): Promise<Replica> {
   const dataDir = makeDataDir();
-  const child = spawn(process.execPath, [replicaScript, JSON.stringify({ dataDir, store, layerDir })], {
+  const child = spawn(process.execPath, [...childNodeArgs, replicaScript, JSON.stringify({ dataDir, store, layerDir })], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const line = await new Promise<string>((resolve, reject) => {

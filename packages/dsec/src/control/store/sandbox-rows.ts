@@ -1,7 +1,7 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { chunked, multiInsert } from './multi-row.js';
-import type { Sql, SqlValue } from './sql.js';
+import type { Sql, SqlDb, SqlValue } from './sql.js';
 
 /** Which item of which batch a sandbox is. */
 export interface BatchItem {
@@ -81,11 +81,50 @@ function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined): SqlVal
 }
 
 /**
+ * New sandbox rows with their labels, specs and volume mounts, all or none. SQLite: the
+ * multi-row statements of insertSandboxRows in one transaction (a transaction costs an embedded
+ * engine nothing). PostgreSQL: one statement whatever the group's size, since there every
+ * statement, and the BEGIN and COMMIT around them, is a round trip (a socket write and a wake-up
+ * of the server at each end: most of a replica's CPU per create, `test/bench/replicas.ts`).
+ */
+export async function writeNewSandboxes(db: SqlDb, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
+  if (db.dialect === 'sqlite') return db.transaction((tx) => insertSandboxRows(tx, rows, lease));
+  const sandboxes = rows.map((r) => {
+    const values = sandboxValues(r, lease);
+    return Object.fromEntries(SANDBOX_COLUMNS.map((c, i) => [c, values[i]]));
+  });
+  const labels = rows.flatMap((r) =>
+    Object.entries(r.info.labels).map(([key, value]) => ({ sandbox_id: r.info.id, key, value, created_at: r.info.createdAt })),
+  );
+  const specs = specRows(rows.filter((r) => r.spec !== undefined).map((r) => ({ id: r.info.id, spec: r.spec })));
+  // Each table's rows are one JSON parameter that json_populate_recordset reads as rows of the
+  // table's own type, so the text is the same for any number of rows (prepared once), and the
+  // data-modifying WITH clauses make the four inserts one statement: atomic without a transaction
+  // (the foreign keys are checked at the statement's end, when the sandboxes' rows are in).
+  await db.run(
+    `WITH s AS (INSERT INTO sandboxes (${SANDBOX_COLUMNS.join(', ')})
+        SELECT ${SANDBOX_COLUMNS.join(', ')} FROM json_populate_recordset(NULL::sandboxes, ?::json)),
+      l AS (INSERT INTO sandbox_labels (sandbox_id, key, value, created_at)
+        SELECT sandbox_id, key, value, created_at FROM json_populate_recordset(NULL::sandbox_labels, ?::json)),
+      p AS (INSERT INTO sandbox_specs (id, spec) SELECT id, spec FROM json_populate_recordset(NULL::sandbox_specs, ?::json)
+        ON CONFLICT (id) DO UPDATE SET spec = excluded.spec)
+    INSERT INTO volume_mounts (volume, sandbox_id) SELECT volume, sandbox_id FROM json_populate_recordset(NULL::volume_mounts, ?::json)
+      ON CONFLICT DO NOTHING`,
+    [
+      JSON.stringify(sandboxes),
+      JSON.stringify(labels),
+      JSON.stringify(specs.texts.map(([id, spec]) => ({ id, spec }))),
+      JSON.stringify(specs.mounts.map(([volume, sandbox_id]) => ({ volume, sandbox_id }))),
+    ],
+  );
+}
+
+/**
  * New sandbox rows with their labels (sandbox_labels, in list order by created_at) and specs
  * (saveSpecRows): a few multi-row statements per table instead of several per sandbox.
  * Run it inside a transaction.
  */
-export async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
+async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
   await chunked(rows, (c) =>
     tx.run(
       multiInsert('sandboxes', SANDBOX_COLUMNS, c.length),
@@ -114,60 +153,85 @@ export async function insertLabelRows(
   await chunked(rows, (c) => tx.run(multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length), c.flat()));
 }
 
+/** Specs as [id, JSON text] rows and the [volume, sandbox id] rows of the volumes they mount. */
+function specRows(specs: readonly { id: string; spec: unknown }[]): { texts: [string, string][]; mounts: [string, string][] } {
+  // A batch's items share one spec object: it is serialized once.
+  const serialized = new Map<unknown, string>();
+  const texts = specs.map(({ id, spec }): [string, string] => {
+    let text = serialized.get(spec);
+    if (text === undefined) serialized.set(spec, (text = JSON.stringify(spec)));
+    return [id, text];
+  });
+  const mounts = specs.flatMap(({ id, spec }) =>
+    ((spec as { volumes?: { name: string }[] } | null | undefined)?.volumes ?? []).map((v): [string, string] => [v.name, id]),
+  );
+  return { texts, mounts };
+}
+
 /**
  * Create requests as the callers sent them (replacing any kept), and the volumes each mounts, so
  * that a volume in use is found without reading every spec (those rows go with the sandbox's).
  */
 export async function saveSpecRows(tx: Sql, specs: readonly { id: string; spec: unknown }[]): Promise<void> {
-  // A batch's items share one spec object: it is serialized once.
-  const texts = new Map<unknown, string>();
-  const rows = specs.map(({ id, spec }) => {
-    let text = texts.get(spec);
-    if (text === undefined) texts.set(spec, (text = JSON.stringify(spec)));
-    return [id, text] as SqlValue[];
-  });
-  await chunked(rows, (c) =>
+  const { texts, mounts } = specRows(specs);
+  await chunked(texts, (c) =>
     tx.run(multiInsert('sandbox_specs', ['id', 'spec'], c.length, ' ON CONFLICT (id) DO UPDATE SET spec = excluded.spec'), c.flat()),
-  );
-  const mounts = specs.flatMap(({ id, spec }) =>
-    ((spec as { volumes?: { name: string }[] } | null | undefined)?.volumes ?? []).map((v) => [v.name, id] as SqlValue[]),
   );
   await chunked(mounts, (c) =>
     tx.run(multiInsert('volume_mounts', ['volume', 'sandbox_id'], c.length, ' ON CONFLICT DO NOTHING'), c.flat()),
   );
 }
 
+type Settle = { id: string; status: SandboxStatus; reason?: string | undefined };
+type SettledElsewhere = Map<string, { status: SandboxStatus; reason: string | null } | null>;
+
 /**
  * Settles creates: each row becomes its `status` (and `reason`) only while it is still
  * `creating`. Returns, for each id that was not (another replica took the create over, its edge
- * was lost, it was killed), its status and reason now, or null when the row is gone. A few
- * statements per chunk of rows whatever their number. Run it inside a transaction.
+ * was lost, it was killed), its status and reason now, or null when the row is gone. Each row's
+ * settle stands alone, so nothing needs the rows settled together: SQLite runs the chunks in one
+ * transaction (one commit); PostgreSQL runs one statement for all of them, outside a transaction
+ * (a BEGIN and a COMMIT are two more round trips, see writeNewSandboxes).
  */
-export async function settleCreatingRows(
-  tx: Sql,
-  updates: readonly { id: string; status: SandboxStatus; reason?: string | undefined }[],
-): Promise<Map<string, { status: SandboxStatus; reason: string | null } | null>> {
-  const others = new Map<string, { status: SandboxStatus; reason: string | null } | null>();
-  await chunked(updates, async (c) => {
-    // A derived table both engines read alike (SQLite names no VALUES columns); its column names
-    // are none of the table's, so neither engine finds one ambiguous.
-    const rows = c.map((_, i) => (i === 0 ? 'SELECT ? AS sid, ? AS st, ? AS why' : 'SELECT ?, ?, ?')).join(' UNION ALL ');
-    const changed = await tx.all<{ id: string }>(
-      `UPDATE sandboxes SET status = u.st, reason = u.why FROM (${rows}) AS u WHERE id = u.sid AND status = 'creating' RETURNING id`,
-      c.flatMap((u) => [u.id, u.status, u.reason ?? null]),
-    );
-    if (changed.length === c.length) return;
-    const done = new Set(changed.map((r) => r.id));
-    const rest = c.filter((u) => !done.has(u.id)).map((u) => u.id);
-    const now = await tx.all<{ id: string; status: SandboxStatus; reason: string | null }>(
-      `SELECT id, status, reason FROM sandboxes WHERE id IN (${rest.map(() => '?').join(', ')})`,
-      rest,
+export async function settleCreates(db: SqlDb, updates: readonly Settle[]): Promise<SettledElsewhere> {
+  const others: SettledElsewhere = new Map();
+  if (db.dialect === 'sqlite') {
+    await db.transaction((tx) => chunked(updates, (c) => settleChunk(tx, c, others)));
+    return others;
+  }
+  const changed = await db.all<{ id: string }>(
+    `UPDATE sandboxes SET status = u.st, reason = u.why FROM json_to_recordset(?::json) AS u(sid text, st text, why text)
+      WHERE id = u.sid AND status = 'creating' RETURNING id`,
+    [JSON.stringify(updates.map((u) => ({ sid: u.id, st: u.status, why: u.reason ?? null })))],
+  );
+  if (changed.length < updates.length) await readOthers(db, updates, changed, others);
+  return others;
+}
+
+async function settleChunk(tx: Sql, c: readonly Settle[], others: SettledElsewhere): Promise<void> {
+  // A derived table both engines read alike (SQLite names no VALUES columns); its column names
+  // are none of the table's, so neither engine finds one ambiguous.
+  const rows = c.map((_, i) => (i === 0 ? 'SELECT ? AS sid, ? AS st, ? AS why' : 'SELECT ?, ?, ?')).join(' UNION ALL ');
+  const changed = await tx.all<{ id: string }>(
+    `UPDATE sandboxes SET status = u.st, reason = u.why FROM (${rows}) AS u WHERE id = u.sid AND status = 'creating' RETURNING id`,
+    c.flatMap((u) => [u.id, u.status, u.reason ?? null]),
+  );
+  if (changed.length < c.length) await readOthers(tx, c, changed, others);
+}
+
+/** What the rows a settle did not change say now (null: gone), into `others`. */
+async function readOthers(on: Sql, wanted: readonly Settle[], changed: readonly { id: string }[], others: SettledElsewhere): Promise<void> {
+  const done = new Set(changed.map((r) => r.id));
+  const rest = wanted.filter((u) => !done.has(u.id)).map((u) => u.id);
+  await chunked(rest, async (ids) => {
+    const now = await on.all<{ id: string; status: SandboxStatus; reason: string | null }>(
+      `SELECT id, status, reason FROM sandboxes WHERE id IN (${ids.map(() => '?').join(', ')})`,
+      ids,
     );
     const byId = new Map(now.map((r) => [r.id, r]));
-    for (const id of rest) {
+    for (const id of ids) {
       const r = byId.get(id);
       others.set(id, r ? { status: r.status, reason: r.reason } : null);
     }
   });
-  return others;
 }

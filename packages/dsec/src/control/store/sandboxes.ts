@@ -2,7 +2,7 @@ import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
-import { insertLabelRows, insertSandboxRows, saveSpecRows, settleCreatingRows, type BatchItem, type CreateLease } from './sandbox-rows.js';
+import { insertLabelRows, saveSpecRows, settleCreates, writeNewSandboxes, type BatchItem, type CreateLease } from './sandbox-rows.js';
 
 export type { BatchItem, CreateLease } from './sandbox-rows.js';
 
@@ -104,7 +104,7 @@ export interface SandboxRecords {
    * after the call (undefined: the row is gone).
    */
   settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined>;
-  /** settleCreate of many, in one transaction: each one's status afterwards, null for a row that is gone. */
+  /** settleCreate of many, at once: each one's status afterwards, null for a row that is gone. */
   settleCreates(updates: readonly { id: string; status: SandboxStatus; reason?: string }[]): Promise<(SandboxStatus | null)[]>;
 }
 
@@ -112,14 +112,14 @@ export class SqlSandboxRecords implements SandboxRecords {
   constructor(private readonly db: SqlDb) {}
 
   async insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease, accessToken?: string): Promise<void> {
-    await this.db.transaction((tx) => insertSandboxRows(tx, [{ info: s, batch, spec, accessToken }], lease));
+    await writeNewSandboxes(this.db, [{ info: s, batch, spec, accessToken }], lease);
   }
 
   async insertMany(
     rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[],
     lease?: CreateLease,
   ): Promise<void> {
-    await this.db.transaction((tx) => insertSandboxRows(tx, rows, lease));
+    await writeNewSandboxes(this.db, rows, lease);
   }
 
   async get(id: string): Promise<SandboxInfo | undefined> {
@@ -239,7 +239,7 @@ export class SqlSandboxRecords implements SandboxRecords {
   ): Promise<Map<string, { status: SandboxStatus; reason?: string }>> {
     // No row changed: lost meanwhile, taken over by another replica (control/create-leases.ts),
     // or gone altogether (killed); the first two are kept with what they say.
-    const others = await this.db.transaction((tx) => settleCreatingRows(tx, updates));
+    const others = await settleCreates(this.db, updates);
     const wanted = new Map(updates.map((u) => [u.id, u.status]));
     const kept = new Map<string, { status: SandboxStatus; reason?: string }>();
     for (const [id, now] of others)
@@ -323,7 +323,7 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async settleCreates(updates: readonly { id: string; status: SandboxStatus; reason?: string }[]): Promise<(SandboxStatus | null)[]> {
-    const others = await this.db.transaction((tx) => settleCreatingRows(tx, updates));
+    const others = await settleCreates(this.db, updates);
     return updates.map((u) => (others.has(u.id) ? (others.get(u.id)?.status ?? null) : u.status));
   }
 
