@@ -15,52 +15,70 @@ import { round } from '../stats.js';
 import type { ClusterOptions, PerEdge, RealRun, RealSide } from './cluster-result.js';
 import type { ScenarioContext } from './scenario.js';
 
-/** One side of the real run: `count` sandboxes created and running `echo ok`, `concurrency` in flight, then removed. */
-async function realSide(
+/** What one side of the real run measured so far (its rounds together). */
+interface SideSamples {
+  create: number[];
+  createExec: number[];
+  seconds: number;
+  perEdge: PerEdge;
+  errors: string[];
+}
+
+const noSamples = (): SideSamples => ({ create: [], createExec: [], seconds: 0, perEdge: {}, errors: [] });
+
+/** One round of one side: `count` sandboxes created and running `echo ok`, `concurrency` in flight, then removed. */
+async function realRound(
   peer: DsecApiPeer | Peer,
   count: number,
   concurrency: number,
-  description: string,
+  into: SideSamples,
   signal: AbortSignal,
-): Promise<RealSide> {
-  const errors: string[] = [];
+): Promise<void> {
+  const { errors, perEdge } = into;
   const ids: string[] = [];
-  const create: number[] = [];
-  const createExec: number[] = [];
-  const perEdge: PerEdge = {};
   const t0 = performance.now();
   await pool(count, concurrency, async () => {
     if (signal.aborted || errors.length >= 3) return;
     const t = performance.now();
     try {
       const id = await peer.create();
-      create.push(performance.now() - t);
+      into.create.push(performance.now() - t);
       ids.push(id);
       const edge = /^sb-([a-z0-9]+)-/.exec(id)?.[1] ?? '?';
       perEdge[edge] = (perEdge[edge] ?? 0) + 1;
       const out = await peer.exec(id, ['echo', 'ok']);
       if (out.trim() !== 'ok') throw new Error(`echo ok printed ${JSON.stringify(out)}`);
-      createExec.push(performance.now() - t);
+      into.createExec.push(performance.now() - t);
     } catch (err) {
       errors.push((err as Error).message);
     }
   });
-  const seconds = (performance.now() - t0) / 1000;
+  into.seconds += (performance.now() - t0) / 1000;
   await pool(ids.length, concurrency, async (i) => {
     await peer.remove(ids[i]!).catch((err: unknown) => void errors.push(`remove: ${(err as Error).message}`));
   });
   signal.throwIfAborted();
+}
+
+function summarizeSide(description: string, s: SideSamples): RealSide {
   return {
     description,
-    completed: createExec.length,
-    seconds: round(seconds, 2),
-    perSecond: round(createExec.length / seconds, 1),
-    create: summarizeLatency(create),
-    createExec: summarizeLatency(createExec),
-    perEdge,
-    errors,
+    completed: s.createExec.length,
+    seconds: round(s.seconds, 2),
+    perSecond: round(s.createExec.length / s.seconds, 1),
+    create: summarizeLatency(s.create),
+    createExec: summarizeLatency(s.createExec),
+    perEdge: s.perEdge,
+    errors: s.errors,
   };
 }
+
+/**
+ * Rounds per side in the real run, alternating ABBA…: a load on this shared machine that drifts
+ * through the run weighs on both sides alike (one round each, the all-in-one first, once put the
+ * cluster behind a load the all-in-one had not had).
+ */
+export const REAL_ROUNDS = 4;
 
 /** Three `dsec edge` daemons (real crun) under a `dsec control`, side by side with the all-in-one dsec of the run. */
 export async function runReal(peers: Peer[], opts: ClusterOptions, ctx: ScenarioContext): Promise<RealRun | { unavailable: string }> {
@@ -97,24 +115,23 @@ export async function runReal(peers: Peer[], opts: ClusterOptions, ctx: Scenario
     );
     // Warm-up: each edge fetches the busybox layer from the control plane's blob endpoint once.
     say('  warm-up (each edge fetches the busybox layer once)…');
-    await realSide(peer, 6, 6, 'warm-up', signal);
-    say(`  all-in-one: ${opts.realCount} sandboxes + echo ok, ${opts.realConcurrency} in flight…`);
-    const allInOne = await realSide(
-      aio,
-      opts.realCount,
-      opts.realConcurrency,
-      `dsec up (all-in-one, in-process edge): ${aio.description}`,
-      signal,
-    );
-    say(`  cluster: ${opts.realCount} sandboxes + echo ok, ${opts.realConcurrency} in flight…`);
-    const cluster = await realSide(
-      peer,
-      opts.realCount,
-      opts.realConcurrency,
+    await realRound(peer, 6, 6, noSamples(), signal);
+    const sides = { allInOne: noSamples(), cluster: noSamples() };
+    const perRound = Math.max(1, Math.round(opts.realCount / REAL_ROUNDS));
+    for (let r = 0; r < REAL_ROUNDS; r++) {
+      // ABBA ABBA …: the all-in-one first in rounds 0 and 3 of every four.
+      const order = r % 4 === 0 || r % 4 === 3 ? (['allInOne', 'cluster'] as const) : (['cluster', 'allInOne'] as const);
+      for (const side of order) {
+        say(`  round ${r + 1}/${REAL_ROUNDS}, ${side === 'allInOne' ? 'all-in-one' : 'cluster'}: ${perRound} sandboxes + echo ok, ${opts.realConcurrency} in flight…`);
+        await realRound(side === 'allInOne' ? aio : peer, perRound, opts.realConcurrency, sides[side], signal);
+      }
+    }
+    const allInOne = summarizeSide(`dsec up (all-in-one, in-process edge): ${aio.description}`, sides.allInOne);
+    const cluster = summarizeSide(
       'dsec control + 3 × dsec edge (child processes, loopback HTTP edge protocol, crun), same SDK calls',
-      signal,
+      sides.cluster,
     );
-    return { count: opts.realCount, concurrency: opts.realConcurrency, allInOne, cluster };
+    return { count: perRound * REAL_ROUNDS, concurrency: opts.realConcurrency, rounds: REAL_ROUNDS, allInOne, cluster };
   } catch (err) {
     if (signal.aborted) throw err;
     say(`real run failed: ${(err as Error).message}`);

@@ -290,7 +290,8 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
     'unavailable' in r.real
       ? `Not run: ${r.real.unavailable}`
       : [
-          `${r.real.count} busybox sandboxes each way, each created and running \`echo ok\` (output checked), ${r.real.concurrency} in flight, through the SDK; ` +
+          `${r.real.count} busybox sandboxes each way, each created and running \`echo ok\` (output checked), ${r.real.concurrency} in flight, through the SDK` +
+            (r.real.rounds ? ` in ${r.real.rounds} rounds per side, the sides alternating (ABBA…); ` : '; ') +
             `the all-in-one is \`dsec up\`'s wiring in the benchmark process (in-process edge), the cluster is \`dsec control\` and three \`dsec edge\` ` +
             'daemons as child processes on loopback ports, each with its own data dir (layers fetched from the blob endpoint; a warm-up of 6 first). ' +
             'All on the same machine, so the three edges share its 2 cores and its one crun.',

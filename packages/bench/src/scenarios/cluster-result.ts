@@ -91,8 +91,11 @@ export interface RealSide {
 }
 
 export interface RealRun {
+  /** Sandboxes per side, over all its rounds. */
   count: number;
   concurrency: number;
+  /** Rounds per side, alternating ABBA (absent in runs from before rounds). */
+  rounds?: number;
   allInOne: RealSide;
   cluster: RealSide;
 }

@@ -64,3 +64,49 @@ test('with maxInflight, what arrives while batches are out waits and goes togeth
   gates.shift()!();
   assert.deepEqual(await Promise.all([...later, more]), [2, 3, 4]);
 });
+
+test('an item settled early is answered at once; what run says of it later is not heard', async () => {
+  let finish!: () => void;
+  const held = new Promise<void>((r) => (finish = r));
+  const b = new TurnBatcher<string, string>(async (_, items, { settle }) => {
+    settle(1, 'B early');
+    settle(1, 'B twice'); // a second answer for an item is ignored
+    await held;
+    return items.map((i) => (i === 'b' ? new Error('too late for b') : i.toUpperCase()));
+  });
+  const a = b.add('k', 'a');
+  let early: string | undefined;
+  void b.add('k', 'b').then((v) => (early = v));
+  for (let i = 0; i < 10 && early === undefined; i++) await turn();
+  assert.equal(early, 'B early', 'answered while the batch is still out');
+  finish();
+  assert.equal(await a, 'A');
+});
+
+test('a batch that releases its place lets the next batch go while it is still out', async () => {
+  const finish: (() => void)[] = [];
+  const sent: string[][] = [];
+  const b = new TurnBatcher<string, string>(
+    async (_, items, { release }) => {
+      sent.push(items);
+      if (items.includes('a')) release();
+      await new Promise<void>((r) => finish.push(r));
+      return items;
+    },
+    { maxInflight: 1 },
+  );
+  const a = b.add('k', 'a');
+  await turn();
+  const c = b.add('k', 'c');
+  for (let i = 0; i < 10 && sent.length < 2; i++) await turn();
+  assert.deepEqual(sent, [['a'], ['c']], 'c went while a was still out');
+  const d = b.add('k', 'd');
+  for (let i = 0; i < 5; i++) await turn();
+  assert.deepEqual(sent, [['a'], ['c']], 'c did not release: d waits for it');
+  finish[1]!();
+  assert.equal(await c, 'c');
+  for (let i = 0; i < 10 && sent.length < 3; i++) await turn();
+  assert.deepEqual(sent.at(-1), ['d']);
+  for (const f of finish) f();
+  assert.deepEqual(await Promise.all([a, d]), ['a', 'd']);
+});

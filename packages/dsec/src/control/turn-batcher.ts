@@ -6,13 +6,17 @@
  * fixed window). With `maxInflight`, at most that many batches of a key are out at once: what
  * arrives meanwhile waits for one to come back and then goes together (Nagle's rule: an idle key
  * sends at once, a busy one sends bigger batches). `run` answers each item with a value or an
- * Error, in order; if it throws, every item of the batch gets that error.
+ * Error, in order; if it throws, every item of the batch gets that error. `run` may answer an item
+ * earlier through `settle` (its index in the batch): its caller then has it at once, and what
+ * `run` returns or throws later for that item is not heard. `run` may also `release` its place
+ * among the batches in flight before it ends (the other side has the batch and works on it), so
+ * the next batch need not wait for this one's slowest item.
  */
 export class TurnBatcher<I, O> {
   readonly #keys = new Map<string, KeyState<I, O>>();
 
   constructor(
-    private readonly run: (key: string, items: I[]) => Promise<(O | Error)[]>,
+    private readonly run: (key: string, items: I[], hooks: BatchHooks<O>) => Promise<(O | Error)[]>,
     private readonly opts: { maxBatch?: number; maxInflight?: number } = {},
   ) {}
 
@@ -41,22 +45,38 @@ export class TurnBatcher<I, O> {
 
   async #send(key: string, k: KeyState<I, O>, batch: Queued<I, O>[]): Promise<void> {
     k.inflight++;
-    let out: (O | Error)[] | undefined;
-    let failure: unknown;
-    try {
-      out = await this.run(
-        key,
-        batch.map((q) => q.item),
-      );
-    } catch (err) {
-      failure = err;
-    } finally {
+    let released = false;
+    const release = (): void => {
+      if (released) return;
+      released = true;
       k.inflight--;
       // What queued while this batch was out goes now (with whatever else this turn brings).
       if (k.queue.length > 0) this.#schedule(key, k);
       else if (k.inflight === 0 && !k.scheduled) this.#keys.delete(key);
+    };
+    let out: (O | Error)[] | undefined;
+    let failure: unknown;
+    const answered = new Array<boolean>(batch.length).fill(false);
+    const settle = (i: number, answer: O | Error): void => {
+      const q = batch[i];
+      if (!q || answered[i]) return;
+      answered[i] = true;
+      if (answer instanceof Error) q.reject(answer);
+      else q.resolve(answer);
+    };
+    try {
+      out = await this.run(
+        key,
+        batch.map((q) => q.item),
+        { settle, release },
+      );
+    } catch (err) {
+      failure = err;
+    } finally {
+      release();
     }
     for (const [i, q] of batch.entries()) {
+      if (answered[i]) continue;
       const o = out?.[i];
       if (out === undefined) q.reject(failure);
       else if (o instanceof Error) q.reject(o);
@@ -64,6 +84,12 @@ export class TurnBatcher<I, O> {
       else q.resolve(o);
     }
   }
+}
+
+/** What a batch's `run` may do before it ends: answer an item, give up its place in flight. */
+export interface BatchHooks<O> {
+  settle(index: number, answer: O | Error): void;
+  release(): void;
 }
 
 interface KeyState<I, O> {

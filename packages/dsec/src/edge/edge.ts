@@ -33,6 +33,7 @@ import { NodeVolumes } from './node/node-volumes.js';
 import { createEach } from './protocol/create-each.js';
 import type {
   EdgeApi,
+  GroupCreateListener,
   EdgeCreateOutcome,
   EdgeCreateRequest,
   EdgeFnRequest,
@@ -194,8 +195,8 @@ export class Edge implements EdgeApi {
     }
   }
 
-  createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {
-    return createEach((r) => this.createSandbox(r), reqs, CREATES_AT_ONCE);
+  createSandboxes(reqs: EdgeCreateRequest[], listener?: GroupCreateListener): Promise<EdgeCreateOutcome[]> {
+    return createEach((r) => this.createSandbox(r), reqs, CREATES_AT_ONCE, listener);
   }
 
   // --- volumes: the node's (VMs do not mount them yet) -----------------------------------------

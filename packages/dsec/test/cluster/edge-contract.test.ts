@@ -259,6 +259,37 @@ describe('edge protocol contract', { skip: integrationSkipReason(), timeout: 240
         await api().killSandbox(ok2);
       });
 
+      test('a group create heard as it goes: accepted, then each outcome once, as returned, the quick failure first', async () => {
+        const ids = [newId(), newId(), newId()];
+        const heard: number[] = [];
+        const outcomes = new Map<number, unknown>();
+        const out = await api().createSandboxes(
+          [
+            { ...spec, id: ids[0]! },
+            { ...spec, id: ids[1]!, layers: [`sha256:${'0'.repeat(64)}`] },
+            { ...spec, id: ids[2]! },
+          ],
+          {
+            accepted: () => void heard.push(-1),
+            outcome: (i, o) => {
+              heard.push(i);
+              outcomes.set(i, o);
+            },
+          },
+        );
+        assert.deepEqual([...heard].sort(), [-1, 0, 1, 2]);
+        // Accepted first; then the item with no layer to fetch and no container to start settles
+        // while the others start theirs.
+        assert.deepEqual(heard.slice(0, 2), [-1, 1], `order heard: ${heard.join(',')}`);
+        assert.deepEqual(
+          out.map((_, i) => outcomes.get(i)),
+          out,
+        );
+        assert.equal(out[1]!.error?.code, 'IMAGE_NOT_FOUND');
+        await api().killSandbox(ids[0]!);
+        await api().killSandbox(ids[2]!);
+      });
+
       test('the node admits what fits its CPU cap (--cpu-overcommit) and refuses the rest with CAPACITY_EXCEEDED', async () => {
         const info = await api().info();
         const cap = info.capacity.cpus * 4;

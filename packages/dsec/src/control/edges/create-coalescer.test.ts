@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ApiError } from '../../api-error.js';
-import type { EdgeApi } from '../../edge/protocol/edge-api.js';
+import type { EdgeApi, GroupCreateListener } from '../../edge/protocol/edge-api.js';
 import type { EdgeCreateOutcome, EdgeCreateRequest, EdgeSandbox } from '../../edge/protocol/schemas.js';
 import { CreateCoalescer } from './create-coalescer.js';
 
@@ -52,4 +52,25 @@ test('a group call that fails gives each create an error of its own; an in-proce
   assert.equal(errs[1]!.details['sandboxId'], undefined, "one caller's details do not leak into another's");
   await Promise.all([c.create('local', req('l1')), c.create('local', req('l2'))]);
   assert.deepEqual(calls.slice(-2), ['one l1', 'one l2']);
+});
+
+test("a group's creates are answered as the edge settles each, not when its slowest is done", async () => {
+  let finish!: () => void;
+  const slow = new Promise<void>((r) => (finish = r));
+  const sandbox = (id: string): EdgeSandbox => ({ id, status: 'running', pid: 1, createdAt: new Date(0).toISOString() });
+  const edge = {
+    createSandboxes: async (rs: EdgeCreateRequest[], listener?: GroupCreateListener): Promise<EdgeCreateOutcome[]> => {
+      listener?.outcome?.(1, { id: rs[1]!.id, sandbox: sandbox(rs[1]!.id) });
+      await slow;
+      return rs.map((r) => ({ id: r.id, sandbox: sandbox(r.id) }));
+    },
+  } as unknown as EdgeApi;
+  const c = new CreateCoalescer({ api: () => edge, isLocal: () => false });
+  const first = c.create('e', req('slow'));
+  let fast: string | undefined;
+  void c.create('e', req('fast')).then((s) => (fast = s.id));
+  for (let i = 0; i < 10 && fast === undefined; i++) await new Promise((r) => setImmediate(r));
+  assert.equal(fast, 'fast', 'answered while the group call is still out');
+  finish();
+  assert.equal((await first).id, 'slow');
 });

@@ -1,22 +1,25 @@
 import { ApiError } from '../../api-error.js';
 import type { EdgeApi } from '../../edge/protocol/edge-api.js';
-import type { EdgeCreateRequest, EdgeSandbox } from '../../edge/protocol/schemas.js';
-import { TurnBatcher } from '../turn-batcher.js';
+import type { EdgeCreateOutcome, EdgeCreateRequest, EdgeSandbox } from '../../edge/protocol/schemas.js';
+import { TurnBatcher, type BatchHooks } from '../turn-batcher.js';
 
 /**
  * Single creates bound for one remote edge, sent together: the creates that reach their edge call
  * in the same turn of the event loop, or while GROUPS_IN_FLIGHT requests are out to that edge, go
  * as one group request (EdgeApi.createSandboxes, the call a batch's group uses), so under load one
  * HTTP round trip, one request parse and one socket write carry many creates; a lone create still
- * goes at once (turn-batcher.ts). An in-process
- * edge (`dsec up`) is called directly: there is no round trip to save, and a group would make
- * each create wait for the slowest of its group.
+ * goes at once (turn-batcher.ts). The edge answers a group a line per create as each settles
+ * (NDJSON), and each create is answered then: a quick one does not wait for its group's slowest.
+ * An in-process edge (`dsec up`) is called directly: there is no round trip to save.
  */
 export class CreateCoalescer {
   readonly #batcher: TurnBatcher<EdgeCreateRequest, EdgeSandbox>;
 
   constructor(private readonly edges: { api(id: string): EdgeApi; isLocal(id: string): boolean }) {
-    this.#batcher = new TurnBatcher((edgeId, reqs) => this.#send(edgeId, reqs), { maxBatch: GROUP_MAX, maxInflight: GROUPS_IN_FLIGHT });
+    this.#batcher = new TurnBatcher((edgeId, reqs, hooks) => this.#send(edgeId, reqs, hooks), {
+      maxBatch: GROUP_MAX,
+      maxInflight: GROUPS_IN_FLIGHT,
+    });
   }
 
   async create(edgeId: string, req: EdgeCreateRequest): Promise<EdgeSandbox> {
@@ -24,7 +27,11 @@ export class CreateCoalescer {
     return this.#batcher.add(edgeId, req);
   }
 
-  async #send(edgeId: string, reqs: EdgeCreateRequest[]): Promise<(EdgeSandbox | Error)[]> {
+  async #send(
+    edgeId: string,
+    reqs: EdgeCreateRequest[],
+    hooks: BatchHooks<EdgeSandbox>,
+  ): Promise<(EdgeSandbox | Error)[]> {
     if (reqs.length === 1) {
       try {
         return [await this.edges.api(edgeId).createSandbox(reqs[0]!)];
@@ -32,14 +39,19 @@ export class CreateCoalescer {
         return [err instanceof Error ? err : new Error(String(err))];
       }
     }
+    const answer = (r: EdgeCreateRequest, o: EdgeCreateOutcome | undefined): EdgeSandbox | Error => {
+      if (o?.sandbox) return o.sandbox;
+      if (o?.error) return new ApiError(o.error.code as ApiError['code'], o.error.message, o.error.details);
+      return new ApiError('SANDBOX_CREATE_FAILED', `edge ${edgeId} gave no answer for ${r.id}`);
+    };
     try {
-      const outcomes = await this.edges.api(edgeId).createSandboxes(reqs);
-      return reqs.map((r, i) => {
-        const o = outcomes[i];
-        if (o?.sandbox) return o.sandbox;
-        if (o?.error) return new ApiError(o.error.code as ApiError['code'], o.error.message, o.error.details);
-        return new ApiError('SANDBOX_CREATE_FAILED', `edge ${edgeId} gave no answer for ${r.id}`);
+      // Each create is answered as its edge settles it, not when the group's slowest is done, and
+      // the next group goes once the edge has this one (the edge, not this queue, paces its creates).
+      const outcomes = await this.edges.api(edgeId).createSandboxes(reqs, {
+        accepted: hooks.release,
+        outcome: (i, o) => hooks.settle(i, answer(reqs[i]!, o)),
       });
+      return reqs.map((r, i) => answer(r, outcomes[i]));
     } catch (err) {
       // Each create gets an error of its own: its caller adds its sandbox id to the details.
       if (err instanceof ApiError) return reqs.map(() => new ApiError(err.code, err.message, { ...err.details }));

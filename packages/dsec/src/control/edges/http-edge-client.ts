@@ -30,6 +30,7 @@ import type {
   EdgeNetworkRequest,
   EdgeSandbox,
   EdgeQuiesce,
+  GroupCreateListener,
   EdgeSnapshot,
   TerminalChannel,
   TerminalRequest,
@@ -47,6 +48,33 @@ import {
 import type { Link } from '../../net/address-pool.js';
 import { currentRequestId, REQUEST_ID_HEADER } from '../../http/request-log.js';
 import type { NetworkPolicy } from '../../net/policy.js';
+
+const NDJSON = 'application/x-ndjson';
+
+/** `res`'s body a line at a time (empty lines skipped), then `end`; a line `onLine` throws on fails the call. */
+function splitLines(res: IncomingMessage, onLine: (line: string) => void, end: () => void, fail: (err: unknown) => void): void {
+  let rest = '';
+  res.setEncoding('utf8');
+  res.on('data', (chunk: string) => {
+    const parts = (rest + chunk).split('\n');
+    rest = parts.pop()!;
+    try {
+      for (const p of parts) if (p) onLine(p);
+    } catch (err) {
+      res.destroy();
+      fail(err);
+    }
+  });
+  res.on('end', () => {
+    try {
+      if (rest) onLine(rest);
+      end();
+    } catch (err) {
+      fail(err);
+    }
+  });
+  res.on('error', fail);
+}
 
 /** Network failures that mean the request never reached the edge: safe to place elsewhere. */
 const NEVER_SENT = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
@@ -124,7 +152,7 @@ export class HttpEdgeClient implements EdgeApi {
     method: string,
     path: string,
     body?: unknown,
-    opts: { signal?: AbortSignal | undefined; timeout?: boolean } = {},
+    opts: { signal?: AbortSignal | undefined; timeout?: boolean; onLine?: (line: string) => void } = {},
   ): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const lost = this.#lost.signal;
@@ -132,7 +160,7 @@ export class HttpEdgeClient implements EdgeApi {
     const signal = AbortSignal.any([opts.signal, lost, timeout].filter((s): s is AbortSignal => !!s));
     let res: { status: number; text: string };
     try {
-      res = await this.#send(method, path, payload, signal);
+      res = await this.#send(method, path, payload, signal, opts.onLine);
     } catch (err) {
       if (opts.signal?.aborted) throw opts.signal.reason;
       if (lost.aborted)
@@ -162,16 +190,19 @@ export class HttpEdgeClient implements EdgeApi {
   /**
    * One request on a kept-alive connection. A connection the edge closed while it idled fails at
    * once with ECONNRESET on reuse (the request never reached a handler): that one is sent again on
-   * a fresh connection, as Node's documentation advises.
+   * a fresh connection, as Node's documentation advises. With `onLine` the call asks for NDJSON, and
+   * a successful NDJSON answer goes to it a line at a time as it arrives (the text is then '').
    */
   #send(
     method: string,
     path: string,
     payload: Buffer | undefined,
     signal: AbortSignal,
+    onLine?: (line: string) => void,
     retried = false,
   ): Promise<{ status: number; text: string }> {
     const headers: Record<string, string | number> = { authorization: `Bearer ${this.token}` };
+    if (onLine) headers['accept'] = NDJSON;
     const reqId = currentRequestId();
     if (reqId) headers[REQUEST_ID_HEADER] = reqId;
     if (payload) {
@@ -193,15 +224,20 @@ export class HttpEdgeClient implements EdgeApi {
           signal,
         },
         (res: IncomingMessage) => {
+          const status = res.statusCode ?? 0;
+          if (onLine && status >= 200 && status < 300 && (res.headers['content-type'] ?? '').includes(NDJSON)) {
+            splitLines(res, onLine, () => resolve({ status, text: '' }), reject);
+            return;
+          }
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+          res.on('end', () => resolve({ status, text: Buffer.concat(chunks).toString('utf8') }));
           res.on('error', reject);
         },
       );
       req.on('error', (err: NodeJS.ErrnoException) => {
         if (!retried && req.reusedSocket && err.code === 'ECONNRESET' && !signal.aborted)
-          this.#send(method, path, payload, signal, true).then(resolve, reject);
+          this.#send(method, path, payload, signal, onLine, true).then(resolve, reject);
         else reject(err);
       });
       req.end(payload);
@@ -232,9 +268,47 @@ export class HttpEdgeClient implements EdgeApi {
     return this.#json('POST', '/sandboxes', req, { timeout: false });
   }
 
-  async createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {
-    return (await this.#json<{ results: EdgeCreateOutcome[] }>('POST', '/sandboxes/group', { sandboxes: reqs }, { timeout: false }))
-      .results;
+  async createSandboxes(reqs: EdgeCreateRequest[], listener?: GroupCreateListener): Promise<EdgeCreateOutcome[]> {
+    const path = '/sandboxes/group';
+    if (!listener) return (await this.#json<{ results: EdgeCreateOutcome[] }>('POST', path, { sandboxes: reqs }, { timeout: false })).results;
+    const out = new Array<EdgeCreateOutcome | undefined>(reqs.length);
+    let accepted = false;
+    const accept = (): void => {
+      if (!accepted) listener.accepted?.();
+      accepted = true;
+    };
+    const heard = (index: number, outcome: EdgeCreateOutcome): void => {
+      if (!Number.isInteger(index) || index < 0 || index >= reqs.length || out[index]) return;
+      accept();
+      out[index] = outcome;
+      listener.outcome?.(index, outcome);
+    };
+    const whole = await this.#json<{ results: EdgeCreateOutcome[] } | undefined>(
+      'POST',
+      path,
+      { sandboxes: reqs },
+      {
+        timeout: false,
+        onLine: (line) => {
+          const { index, accepted: n, ...outcome } = JSON.parse(line) as EdgeCreateOutcome & { index?: number; accepted?: number };
+          if (n !== undefined) accept();
+          else heard(index ?? -1, outcome);
+        },
+      },
+    );
+    // An edge that answers a group in one piece (before streamed answers) is heard all at once.
+    whole?.results.forEach((o, i) => heard(i, o));
+    return reqs.map(
+      (r, i) =>
+        out[i] ?? {
+          id: r.id,
+          error: {
+            code: 'EDGE_UNAVAILABLE',
+            message: `edge ${this.edgeId} ended its answer to a group create without ${r.id}'s outcome; its state there is unknown`,
+            details: { edge: this.edgeId, retryable: false },
+          },
+        },
+    );
   }
 
   async killSandbox(id: string): Promise<void> {

@@ -1,14 +1,17 @@
 import { ApiError } from '../../api-error.js';
+import type { GroupCreateListener } from './edge-api.js';
 import type { EdgeCreateOutcome, EdgeCreateRequest, EdgeSandbox } from './schemas.js';
 
 /**
  * createSandboxes for an in-process edge: the creates run `concurrency` at a time (a node's crun
- * and mounts gain nothing from more), and each item's error is kept as data.
+ * and mounts gain nothing from more), and each item's error is kept as data; a `listener` hears
+ * that the group started and each item as it settles.
  */
 export async function createEach(
   create: (req: EdgeCreateRequest) => Promise<EdgeSandbox>,
   reqs: EdgeCreateRequest[],
   concurrency: number,
+  listener?: GroupCreateListener,
 ): Promise<EdgeCreateOutcome[]> {
   const out: EdgeCreateOutcome[] = new Array<EdgeCreateOutcome>(reqs.length);
   let next = 0;
@@ -22,8 +25,11 @@ export async function createEach(
         const e = err instanceof ApiError ? err : new ApiError('SANDBOX_CREATE_FAILED', (err as Error).message);
         out[i] = { id: req.id, error: { code: e.code, message: e.message, details: e.details } };
       }
+      listener?.outcome?.(i, out[i]!);
     }
   };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, reqs.length)) }, worker));
+  const workers = Array.from({ length: Math.max(1, Math.min(concurrency, reqs.length)) }, worker);
+  listener?.accepted?.();
+  await Promise.all(workers);
   return out;
 }

@@ -73,14 +73,25 @@ export interface TerminalRequest {
  * stream or a terminal channel; failures are errors carrying a registry code (ApiError), which
  * the HTTP client rebuilds from `{error:{code,message,details}}`.
  */
+/** Who hears a group create as it goes. */
+export interface GroupCreateListener {
+  /** The edge has the group and has started its creates (at once, before any settles). */
+  accepted?(): void;
+  /** One item settled: its index in the group and its outcome. */
+  outcome?(index: number, outcome: EdgeCreateOutcome): void;
+}
+
 export interface EdgeApi {
   info(): Promise<EdgeInfo>;
   createSandbox(req: EdgeCreateRequest): Promise<EdgeSandbox>;
   /**
    * Many creates in one call (a batch's group for this edge): one round trip instead of one per
-   * sandbox; each item succeeds or fails on its own, in the order given.
+   * sandbox; each item succeeds or fails on its own, in the order given. A `listener` hears when
+   * the edge has the group and each item as it settles (over HTTP the answer is then NDJSON: a
+   * line when the edge has the group, then a line per item), so one create of a group need not
+   * wait for the group's slowest, nor the next group for this one.
    */
-  createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]>;
+  createSandboxes(reqs: EdgeCreateRequest[], listener?: GroupCreateListener): Promise<EdgeCreateOutcome[]>;
   killSandbox(id: string): Promise<void>;
   listSandboxes(): Promise<EdgeSandbox[]>;
   exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult>;

@@ -1,4 +1,4 @@
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -35,6 +35,7 @@ import {
   EdgeCreateGroupRequest,
   EdgeFnRequest,
   EdgeCreateGroupResult,
+  type EdgeCreateOutcome,
   EdgeCreateRequest,
   EdgeInfo,
   EdgeNetworkRequest,
@@ -145,9 +146,36 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
   app.post(
     `${P}/sandboxes/group`,
     { config: access.cluster, schema: { body: EdgeCreateGroupRequest, response: { 200: EdgeCreateGroupResult, ...errors } } },
-    async (req) => ({
-      results: await edge.createSandboxes(req.body.sandboxes),
-    }),
+    async (req, reply) => {
+      if (!(req.headers.accept ?? '').includes(NDJSON)) return { results: await edge.createSandboxes(req.body.sandboxes) };
+      // `{"accepted":n}` once the creates have started, then a line per item as it settles
+      // ({index, ...outcome}): the control plane answers each create of the group when it is done
+      // and sends its next group without waiting for this one's slowest. Items the answer ends
+      // without are the caller's to fail.
+      // The lines of one turn go in one write (a simulated edge settles a whole group in a turn).
+      const lines = new PassThrough();
+      void reply.type(NDJSON).send(lines as never);
+      let pending = '';
+      const flush = (): void => {
+        if (pending && !lines.destroyed) lines.write(pending);
+        pending = '';
+      };
+      const write = (line: unknown): void => {
+        if (!pending) setImmediate(flush);
+        pending += `${JSON.stringify(line)}\n`;
+      };
+      void edge
+        .createSandboxes(req.body.sandboxes, {
+          accepted: () => write({ accepted: req.body.sandboxes.length }),
+          outcome: (index: number, outcome: EdgeCreateOutcome) => write({ index, ...outcome }),
+        })
+        .catch((err: unknown) => req.log.error({ err }, 'group create failed'))
+        .finally(() => {
+          flush();
+          lines.end();
+        });
+      return reply;
+    },
   );
   app.post(
     `${P}/fn/run`,

@@ -2,6 +2,7 @@ import pino, { type Logger } from 'pino';
 import { createEach } from '../protocol/create-each.js';
 import {
   type EdgeApi,
+  type GroupCreateListener,
   type EdgeCreateOutcome,
   type EdgeCreateRequest,
   type EdgeInfo,
@@ -136,8 +137,8 @@ export class SimulatedEdge implements EdgeApi {
     return strip(s);
   }
 
-  createSandboxes(reqs: EdgeCreateRequest[]): Promise<EdgeCreateOutcome[]> {
-    return createEach((r) => this.createSandbox(r), reqs, reqs.length);
+  createSandboxes(reqs: EdgeCreateRequest[], listener?: GroupCreateListener): Promise<EdgeCreateOutcome[]> {
+    return createEach((r) => this.createSandbox(r), reqs, reqs.length, listener);
   }
 
   /** Sandboxes it holds now. */
