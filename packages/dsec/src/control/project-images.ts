@@ -32,8 +32,9 @@ export class ProjectImages {
       id = this.images.resolve(ref);
     }
     if (!id || project === undefined) return id;
-    if (isImageName(ref) && !(await this.#nameVisible(project, normalizeName(ref)))) return undefined;
-    return (await this.#idVisible(project, id)) ? id : undefined;
+    const { nameOwner, idOwners } = await this.store.imageOwners.owners(isImageName(ref) ? normalizeName(ref) : undefined, id);
+    if (nameOwner !== undefined && nameOwner !== project) return undefined;
+    return idOwners.length === 0 || idOwners.includes(project) ? id : undefined;
   }
 
   /** The images a project sees, each with only the names it sees. */

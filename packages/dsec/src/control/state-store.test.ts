@@ -472,6 +472,23 @@ describe('StateStore sandboxes', () => {
     assert.equal(await store.volumes.get('ds'), undefined);
   });
 
+  test("image owners: a name's owner and an id's owners read at once, as the single reads give them", async () => {
+    const o = store.imageOwners;
+    await o.setNameOwner('own/app:1', 'alpha');
+    await o.add('sha256:own1', 'alpha');
+    await o.add('sha256:own1', 'beta');
+    const both = await o.owners('own/app:1', 'sha256:own1');
+    assert.deepEqual([both.nameOwner, [...both.idOwners].sort()], ['alpha', ['alpha', 'beta']]);
+    assert.deepEqual(
+      [both.nameOwner, [...both.idOwners].sort()],
+      [await o.nameOwner('own/app:1'), (await o.projects('sha256:own1')).sort()],
+    );
+    assert.equal((await o.owners(undefined, 'sha256:own1')).nameOwner, undefined, 'an id alone has no name owner');
+    assert.deepEqual(await o.owners('own/other:1', 'sha256:none'), { nameOwner: undefined, idOwners: [] }, 'shared');
+    await o.removeAll('sha256:own1');
+    await o.removeNameOwner('own/app:1');
+  });
+
   test('the store is its record stores: no flat method beside close', () => {
     assert.deepEqual(Object.getOwnPropertyNames(StateStore.prototype).sort(), ['close', 'constructor']);
     assert.deepEqual(

@@ -12,6 +12,11 @@ export interface ImageOwnerRecords {
   removeAll(imageId: string): Promise<void>;
   /** The project an image name is private to; undefined: shared (or unused). */
   nameOwner(name: string): Promise<string | undefined>;
+  /**
+   * nameOwner(name) and projects(imageId) in one read: what a create checks, and on PostgreSQL
+   * every read is a round trip.
+   */
+  owners(name: string | undefined, imageId: string): Promise<{ nameOwner: string | undefined; idOwners: string[] }>;
   /** The first owner of a name stays. */
   setNameOwner(name: string, project: string): Promise<void>;
   removeNameOwner(name: string): Promise<void>;
@@ -41,6 +46,15 @@ export class SqlImageOwnerRecords implements ImageOwnerRecords {
 
   async nameOwner(name: string): Promise<string | undefined> {
     return (await this.db.get<{ project: string }>('SELECT project FROM image_name_owners WHERE name = ?', [name]))?.project;
+  }
+
+  async owners(name: string | undefined, imageId: string): Promise<{ nameOwner: string | undefined; idOwners: string[] }> {
+    const rows = await this.db.all<{ kind: string; project: string }>(
+      "SELECT 'name' AS kind, project FROM image_name_owners WHERE name = ? UNION ALL SELECT 'id' AS kind, project FROM image_owners WHERE image_id = ?",
+      // No image name is empty: an id alone matches no name row.
+      [name ?? '', imageId],
+    );
+    return { nameOwner: rows.find((r) => r.kind === 'name')?.project, idOwners: rows.filter((r) => r.kind === 'id').map((r) => r.project) };
   }
 
   async setNameOwner(name: string, project: string): Promise<void> {
