@@ -3,8 +3,9 @@
  * control plane is a process of its own (test/cluster/support/replica-process.ts); PostgreSQL is
  * the test harness's (initdb in a temp dir). Run as root:
  *   node packages/dsec/dist/test/bench/replicas.js [creates=2000] [concurrency=32]
- *     two simulated edges (the edge protocol over HTTP, no crun): two replicas on PostgreSQL vs
- *     one on SQLite; writes bench/results/replicas-<time>.json and .md.
+ *     two simulated edges (the edge protocol over HTTP, no crun): one replica on SQLite, one on
+ *     PostgreSQL, two on PostgreSQL, each setup run twice (ABC CBA); writes
+ *     bench/results/replicas-<time>.json and .md.
  *   node packages/dsec/dist/test/bench/replicas.js [creates=100] [concurrency=8] real
  *     two real edges (`dsec edge` daemons in this process: crun, EROFS, overlayfs) joined to every
  *     replica: one replica on SQLite, one on PostgreSQL, two on PostgreSQL, replicas sharing one
@@ -131,6 +132,9 @@ function replicasCpuMs(replicas: Replica[]): number {
   return replicas.reduce((t, r) => t + cpuMs(r.child.pid!), 0);
 }
 
+/** How long the replicas' idle CPU is sampled before each setup's load (ms). */
+const IDLE_SAMPLE_MS = 3000;
+
 /** The 1-minute load average, to 2 places. */
 function load1(): number {
   return Math.round(loadavg()[0]! * 100) / 100;
@@ -149,6 +153,11 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
         await new Promise((res2) => setTimeout(res2, 100));
       }
     }
+    // What the replicas spend with nothing asked of them (heartbeats, lease renewals, sweeps): a
+    // cost per second, not per create, that a short run puts on each create.
+    const idleFrom = replicasCpuMs(replicas);
+    await new Promise((res) => setTimeout(res, IDLE_SAMPLE_MS));
+    const idleCpuMsPerSecond = Math.round(((replicasCpuMs(replicas) - idleFrom) * 1000) / IDLE_SAMPLE_MS);
     const ids: string[] = [];
     const cpuBefore = replicasCpuMs(replicas);
     const made = await load(replicas, creates, async (r) => {
@@ -181,6 +190,7 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
       createP50Ms: percentile(made.ms, 50),
       createP99Ms: percentile(made.ms, 99),
       cpuUsPerCreate,
+      idleCpuMsPerSecond,
       inspectP50Ms: percentile(read.ms, 50),
       inspectP99Ms: percentile(read.ms, 99),
       loadBefore,
@@ -193,55 +203,36 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
 
 const results: Record<string, number | string>[] = [];
 const pg = await testPostgres();
-/** The setups of a real run, in order; each is run twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike. */
-const realSetups: { label: string; start(): Promise<Replica[]> }[] = [
-  { label: '1 replica, SQLite, real edges', start: async () => [await startReplica('')] },
+/**
+ * The setups, in order; each is run twice, forward then backward (ABC CBA), so a load that drifts
+ * through the run weighs on each alike (this machine is shared: one round each once put a 1.24×
+ * and a 1.48× CPU ratio on the same code in consecutive runs).
+ */
+const suffix = real ? ', real edges' : '';
+const setups: { label: string; start(): Promise<Replica[]> }[] = [
+  { label: `1 replica, SQLite${suffix}`, start: async () => [await startReplica('')] },
   // A database per setup: a replica started later would still count an earlier setup's edges as
   // ready (their rows say so until the watcher's replica marks them lost; see the issue's report).
   {
-    label: '1 replica, PostgreSQL, real edges',
+    label: `1 replica, PostgreSQL${suffix}`,
     start: async () => [await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`))],
   },
   {
-    label: '2 replicas, PostgreSQL, real edges',
+    label: `2 replicas, PostgreSQL${suffix}`,
     start: async () => {
       const store = await pg.database(`dsec_bench_two_${Date.now()}`);
       return [await startReplica(store), await startReplica(store)];
     },
   },
 ];
-if (real) {
-  for (const [round, order] of [realSetups, [...realSetups].reverse()].entries()) {
-    for (const setup of order) {
-      const replicas = await setup.start();
-      try {
-        results.push({ ...(await measure(setup.label, replicas)), round: round + 1 });
-      } finally {
-        for (const r of replicas) await stopReplica(r);
-      }
+for (const [round, order] of [setups, [...setups].reverse()].entries()) {
+  for (const setup of order) {
+    const replicas = await setup.start();
+    try {
+      results.push({ ...(await measure(setup.label, replicas)), round: round + 1 });
+    } finally {
+      for (const r of replicas) await stopReplica(r);
     }
-  }
-} else {
-  const sqlite = await startReplica('');
-  try {
-    results.push(await measure('1 replica, SQLite', [sqlite]));
-  } finally {
-    await stopReplica(sqlite);
-  }
-  const alone = await startReplica(await pg.database(`dsec_bench_one_${Date.now()}`));
-  try {
-    results.push(await measure('1 replica, PostgreSQL', [alone]));
-  } finally {
-    await stopReplica(alone);
-  }
-  const store = await pg.database(`dsec_bench_${Date.now()}`);
-  const first = await startReplica(store);
-  const second = await startReplica(store);
-  try {
-    results.push(await measure('2 replicas, PostgreSQL', [first, second]));
-  } finally {
-    await stopReplica(first);
-    await stopReplica(second);
   }
 }
 rmSync(layerDir, { recursive: true, force: true });
@@ -255,15 +246,15 @@ mkdirSync(dir, { recursive: true });
 const byLabel = (r: Record<string, number | string>): Record<string, number> => r as Record<string, number>;
 const ratio = (x: Record<string, number | string>, y: Record<string, number | string>, what: string): string =>
   `creates/s ${(byLabel(x)['createsPerSecond']! / byLabel(y)['createsPerSecond']!).toFixed(2)}×, create p50 ${(byLabel(x)['createP50Ms']! / byLabel(y)['createP50Ms']!).toFixed(2)}×, inspect p50 ${(byLabel(x)['inspectP50Ms']! / byLabel(y)['inspectP50Ms']!).toFixed(2)}× (${what})`;
-/** A real run's setups with each number the mean of its two rounds; the simulated run's as they are. */
+/** A setup with each number the mean of its two rounds. */
 const mean = (label: string): Record<string, number | string> => {
   const rows = results.filter((r) => r['setup'] === label);
   const out: Record<string, number | string> = { setup: label };
-  for (const k of ['createsPerSecond', 'createP50Ms', 'inspectP50Ms'])
+  for (const k of ['createsPerSecond', 'createP50Ms', 'inspectP50Ms', 'cpuUsPerCreate'])
     out[k] = Math.round((rows.reduce((t, r) => t + Number(r[k]), 0) / rows.length) * 100) / 100;
   return out;
 };
-const summary = real ? realSetups.map((x) => mean(x.label)) : results;
+const summary = setups.map((x) => mean(x.label));
 const first = summary[0]!;
 const last = summary[summary.length - 1]!;
 const md = [
@@ -275,29 +266,26 @@ const md = [
     ? `Command: \`${command}\` (${new Date().toISOString()}). Two real edges (\`dsec edge\` daemons in the benchmark's process: crun, EROFS, overlayfs; busybox sandboxes, 16 MiB); each control plane`
     : `Command: \`${command}\` (${new Date().toISOString()}). Two simulated edges (edge protocol over HTTP, no crun); each control plane`,
   'a process of its own; PostgreSQL 15 from the test harness (fsync off: a throw-away cluster); creates and inspects spread',
-  'round-robin over the replicas; one run on a shared 2-core machine (noisy: read the ratios, not the absolute numbers).',
+  'round-robin over the replicas; on a shared 2-core machine (noisy: read the ratios, not the absolute numbers).',
   '',
-  ...(real
-    ? ['Each setup ran twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike.', '']
-    : []),
-  '| setup | round | creates/s | create p50 ms | create p99 ms | control-plane CPU per create (µs, all replicas) | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
-  '|---|---|---|---|---|---|---|---|---|',
+  'Each setup ran twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike.',
+  '',
+  '| setup | round | creates/s | create p50 ms | create p99 ms | control-plane CPU per create (µs, all replicas) | idle CPU (ms per s, all replicas) | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
+  '|---|---|---|---|---|---|---|---|---|---|',
   ...results.map(
     (r) =>
-      `| ${r['setup']} | ${r['round'] ?? 1} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['cpuUsPerCreate']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`,
+      `| ${r['setup']} | ${r['round'] ?? 1} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['createP99Ms']} | ${r['cpuUsPerCreate']} | ${r['idleCpuMsPerSecond']} | ${r['inspectP50Ms']} | ${r['inspectP99Ms']} | ${r['loadBefore']} → ${r['loadAfter']} |`,
   ),
   '',
-  ...(real
-    ? [
-        'Means of the two rounds:',
-        '',
-        '| setup | creates/s | create p50 ms | inspect p50 ms |',
-        '|---|---|---|---|',
-        ...summary.map((r) => `| ${r['setup']} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['inspectP50Ms']} |`),
-        '',
-      ]
-    : []),
-  `Ratios${real ? ' (of the means)' : ''}: ${ratio(last, first, `${last['setup']} ÷ ${first['setup']}`)}.`,
+  'Means of the two rounds:',
+  '',
+  '| setup | creates/s | create p50 ms | inspect p50 ms | control-plane CPU per create (µs) |',
+  '|---|---|---|---|---|',
+  ...summary.map(
+    (r) => `| ${r['setup']} | ${r['createsPerSecond']} | ${r['createP50Ms']} | ${r['inspectP50Ms']} | ${r['cpuUsPerCreate']} |`,
+  ),
+  '',
+  `Ratios (of the means): ${ratio(last, first, `${last['setup']} ÷ ${first['setup']}`)}.`,
   ...(summary.length > 2
     ? [
         '',
