@@ -489,6 +489,15 @@ describe('StateStore sandboxes', () => {
     await o.removeNameOwner('own/app:1');
   });
 
+  test('values: rows as arrays of their columns in the order selected, inside a transaction too', async () => {
+    await store.sandboxes.insert(info('sb-vals-000001', { v: '1' }));
+    const sql = 'SELECT status, id, ttl_seconds FROM sandboxes WHERE id = ?';
+    assert.deepEqual(await store.db.values(sql, ['sb-vals-000001']), [['running', 'sb-vals-000001', null]]);
+    assert.deepEqual(await store.db.transaction((tx) => tx.values(sql, ['sb-vals-000001'])), [['running', 'sb-vals-000001', null]]);
+    assert.deepEqual(await store.db.values(sql, ['sb-vals-none']), []);
+    await store.sandboxes.delete('sb-vals-000001');
+  });
+
   test('the store is its record stores: no flat method beside close', () => {
     assert.deepEqual(Object.getOwnPropertyNames(StateStore.prototype).sort(), ['close', 'constructor']);
     assert.deepEqual(

@@ -36,6 +36,10 @@ export class PostgresDb implements SqlDb {
     return (await retried(() => this.#all<T>(this.#pool, sql, params)))[0];
   }
 
+  values(sql: string, params?: readonly SqlValue[]): Promise<unknown[][]> {
+    return retried(() => this.#values(this.#pool, sql, params));
+  }
+
   run(sql: string, params?: readonly SqlValue[]): Promise<{ changes: number }> {
     return retried(() => this.#run(this.#pool, sql, params));
   }
@@ -61,6 +65,7 @@ export class PostgresDb implements SqlDb {
       dialect: this.dialect,
       all: <T>(sql: string, params?: readonly SqlValue[]) => this.#all<T>(client, sql, params),
       get: async <T>(sql: string, params?: readonly SqlValue[]) => (await this.#all<T>(client, sql, params))[0],
+      values: (sql: string, params?: readonly SqlValue[]) => this.#values(client, sql, params),
       run: (sql, params) => this.#run(client, sql, params),
       exec: async (script) => void (await client.query(script)),
     };
@@ -85,6 +90,10 @@ export class PostgresDb implements SqlDb {
 
   async #all<T>(on: pg.Pool | pg.PoolClient, sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
     return (await on.query(this.#statement(sql, params))).rows as T[];
+  }
+
+  async #values(on: pg.Pool | pg.PoolClient, sql: string, params: readonly SqlValue[] = []): Promise<unknown[][]> {
+    return (await on.query({ ...this.#statement(sql, params), rowMode: 'array' })).rows as unknown[][];
   }
 
   async #run(on: pg.Pool | pg.PoolClient, sql: string, params: readonly SqlValue[] = []): Promise<{ changes: number }> {

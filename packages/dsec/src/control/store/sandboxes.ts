@@ -171,7 +171,9 @@ export class SqlSandboxRecords implements SandboxRecords {
     const limit = filter.limit;
     const from = first ? 'sandbox_labels l JOIN sandboxes s ON s.id = l.sandbox_id' : 'sandboxes s';
     const sql = `SELECT ${ROW_COLUMNS_S} FROM ${from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${at}, ${id}${limit ? ` LIMIT ${limit + 1}` : ''}`;
-    const rows = await this.db.all<SandboxRow>(sql, params);
+    // As arrays, not objects: better-sqlite3 names each row's 19 columns in C++ at a cost that was
+    // half of a 1,000-row page's time; the same object built here costs a fraction of it.
+    const rows = (await this.db.values(sql, params)).map(rowOfValues);
     if (!limit || rows.length <= limit) return { sandboxes: rows.map(fromRow) };
     rows.length = limit;
     const last = rows[limit - 1]!;
@@ -430,6 +432,13 @@ interface SandboxRow {
   project: string;
   move_to?: string | null;
   move_since?: number | string | null;
+}
+
+/** A row read with `values` (its columns in ROW_NAMES' order) as the SandboxRow fromRow reads. */
+function rowOfValues(v: unknown[]): SandboxRow {
+  const r: Record<string, unknown> = {};
+  for (let i = 0; i < ROW_NAMES.length; i++) r[ROW_NAMES[i]!] = v[i];
+  return r as unknown as SandboxRow;
 }
 
 function fromRow(r: SandboxRow): SandboxInfo {

@@ -14,6 +14,11 @@ export interface Sql {
   readonly dialect: Dialect;
   /** Every row of a query. */
   all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]>;
+  /**
+   * Every row of a query as an array of its columns in the order selected: no object with named
+   * properties per row. For reads of many rows: a page of 1,000 sandboxes took half the time.
+   */
+  values(sql: string, params?: readonly SqlValue[]): Promise<unknown[][]>;
   /** The first row of a query, if any. */
   get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | undefined>;
   /** A statement's effect: how many rows it changed. */

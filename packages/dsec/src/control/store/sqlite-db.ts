@@ -20,8 +20,10 @@ export class SqliteDb implements SqlDb {
   /**
    * Statements prepared once: preparing costs about as much as running one (measured by `dsec
    * bench cluster`). all/get/run finish synchronously, so one statement is never in use twice.
+   * `values` keeps statements of its own (raw mode is a statement's state).
    */
   readonly #statements = new Map<string, Database.Statement>();
+  readonly #rawStatements = new Map<string, Database.Statement>();
   /** Settles when the open transaction ends; undefined when none is open. */
   #open: Promise<void> | undefined;
   /** The open transaction's own view, which runs at once. */
@@ -55,6 +57,7 @@ export class SqliteDb implements SqlDb {
     this.#direct = {
       dialect: this.dialect,
       all: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).all(...bind(params)) as T[],
+      values: async (sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql, true).all(...bind(params)) as unknown[][],
       get: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).get(...bind(params)) as T | undefined,
       run: async (sql: string, params: readonly SqlValue[] = []) => ({ changes: this.#prepared(sql).run(...bind(params)).changes }),
       exec: async (script: string) => void this.#db.exec(script),
@@ -64,6 +67,11 @@ export class SqliteDb implements SqlDb {
   async all<T>(sql: string, params?: readonly SqlValue[]): Promise<T[]> {
     while (this.#open) await this.#open;
     return this.#direct.all<T>(sql, params);
+  }
+
+  async values(sql: string, params?: readonly SqlValue[]): Promise<unknown[][]> {
+    while (this.#open) await this.#open;
+    return this.#direct.values(sql, params);
   }
 
   async get<T>(sql: string, params?: readonly SqlValue[]): Promise<T | undefined> {
@@ -108,11 +116,13 @@ export class SqliteDb implements SqlDb {
     this.#db.close();
   }
 
-  #prepared(sql: string): Database.Statement {
-    let stmt = this.#statements.get(sql);
+  #prepared(sql: string, raw = false): Database.Statement {
+    const cache = raw ? this.#rawStatements : this.#statements;
+    let stmt = cache.get(sql);
     if (!stmt) {
-      if (this.#statements.size >= MAX_CACHED_STATEMENTS) this.#statements.clear();
-      this.#statements.set(sql, (stmt = this.#db.prepare(sql)));
+      if (cache.size >= MAX_CACHED_STATEMENTS) cache.clear();
+      cache.set(sql, (stmt = this.#db.prepare(sql)));
+      if (raw) stmt.raw(true);
     }
     return stmt;
   }
