@@ -122,7 +122,9 @@ export async function runReal(peers: Peer[], opts: ClusterOptions, ctx: Scenario
       // ABBA ABBA …: the all-in-one first in rounds 0 and 3 of every four.
       const order = r % 4 === 0 || r % 4 === 3 ? (['allInOne', 'cluster'] as const) : (['cluster', 'allInOne'] as const);
       for (const side of order) {
-        say(`  round ${r + 1}/${REAL_ROUNDS}, ${side === 'allInOne' ? 'all-in-one' : 'cluster'}: ${perRound} sandboxes + echo ok, ${opts.realConcurrency} in flight…`);
+        say(
+          `  round ${r + 1}/${REAL_ROUNDS}, ${side === 'allInOne' ? 'all-in-one' : 'cluster'}: ${perRound} sandboxes + echo ok, ${opts.realConcurrency} in flight…`,
+        );
         await realRound(side === 'allInOne' ? aio : peer, perRound, opts.realConcurrency, sides[side], signal);
       }
     }

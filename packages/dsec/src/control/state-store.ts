@@ -1,6 +1,7 @@
 import { migrate } from './store/migrations.js';
 import type { SqlDb } from './store/sql.js';
 import { PostgresDb } from './store/postgres-db.js';
+import { PostgresChangeFeed, type ChangeFeed } from './store/change-feed.js';
 import { SqliteDb } from './store/sqlite-db.js';
 import { type KeyRecords, SqlKeyRecords } from './store/api-keys.js';
 import { type BatchRecords, SqlBatchRecords } from './store/batches.js';
@@ -47,14 +48,21 @@ export class StateStore {
   readonly moves: SandboxMoveRecords;
   readonly volumes: VolumeRecords;
 
-  private constructor(readonly db: SqlDb) {
-    this.projects = new SqlProjectRecords(db);
+  /** Replicas' changes to what the records keep in memory (PostgreSQL only). */
+  readonly #feed: ChangeFeed | undefined;
+
+  private constructor(
+    readonly db: SqlDb,
+    feed?: ChangeFeed,
+  ) {
+    this.#feed = feed;
+    this.projects = new SqlProjectRecords(db, feed);
     this.imageOwners = new SqlImageOwnerRecords(db);
     this.batches = new SqlBatchRecords(db);
     this.pools = new SqlPoolRecords(db);
     this.edges = new SqlEdgeRecords(db);
     this.leases = new SqlLeaseRecords(db);
-    this.keys = new SqlKeyRecords(db);
+    this.keys = new SqlKeyRecords(db, feed);
     this.sandboxes = new SqlSandboxRecords(db);
     this.moves = new SqlSandboxMoveRecords(db);
     this.volumes = new SqlVolumeRecords(db);
@@ -77,10 +85,12 @@ export class StateStore {
       await db.close();
       throw err;
     }
-    return new StateStore(db);
+    // PostgreSQL's replicas keep keys and projects in memory while they hear each other's changes.
+    return new StateStore(db, isPostgresUrl(location) ? await PostgresChangeFeed.start(location) : undefined);
   }
 
   async close(): Promise<void> {
+    await this.#feed?.close();
     await this.db.close();
   }
 }

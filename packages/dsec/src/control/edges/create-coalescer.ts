@@ -27,11 +27,7 @@ export class CreateCoalescer {
     return this.#batcher.add(edgeId, req);
   }
 
-  async #send(
-    edgeId: string,
-    reqs: EdgeCreateRequest[],
-    hooks: BatchHooks<EdgeSandbox>,
-  ): Promise<(EdgeSandbox | Error)[]> {
+  async #send(edgeId: string, reqs: EdgeCreateRequest[], hooks: BatchHooks<EdgeSandbox>): Promise<(EdgeSandbox | Error)[]> {
     if (reqs.length === 1) {
       try {
         return [await this.edges.api(edgeId).createSandbox(reqs[0]!)];

@@ -270,7 +270,8 @@ export class HttpEdgeClient implements EdgeApi {
 
   async createSandboxes(reqs: EdgeCreateRequest[], listener?: GroupCreateListener): Promise<EdgeCreateOutcome[]> {
     const path = '/sandboxes/group';
-    if (!listener) return (await this.#json<{ results: EdgeCreateOutcome[] }>('POST', path, { sandboxes: reqs }, { timeout: false })).results;
+    if (!listener)
+      return (await this.#json<{ results: EdgeCreateOutcome[] }>('POST', path, { sandboxes: reqs }, { timeout: false })).results;
     const out = new Array<EdgeCreateOutcome | undefined>(reqs.length);
     let accepted = false;
     const accept = (): void => {

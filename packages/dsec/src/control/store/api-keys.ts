@@ -1,5 +1,7 @@
 import type { ApiKeyInfo } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import { announceChange, type ChangeFeed } from './change-feed.js';
+import { ReadCache } from './read-cache.js';
 import type { SqlDb } from './sql.js';
 
 /** A key that authenticates: what a request made with it may do. */
@@ -25,8 +27,25 @@ export interface KeyRecords {
   revoke(id: string): Promise<boolean>;
 }
 
+/** Keys a replica keeps in memory at most (a key is a few hundred bytes). */
+const CACHED_KEYS = 10_000;
+/** How long a kept key is trusted with no word from the change feed (it says at once when one is revoked). */
+const KEY_TTL_MS = 10_000;
+
 export class SqlKeyRecords implements KeyRecords {
-  constructor(private readonly db: SqlDb) {}
+  /**
+   * Found keys by hash (every request looks its key up): a revocation by any replica empties it
+   * through the change feed, in the revoking transaction. A hash that finds nothing is not kept,
+   * so a key made at another replica works there at once.
+   */
+  readonly #active: ReadCache<ActiveKey | undefined>;
+
+  constructor(
+    private readonly db: SqlDb,
+    feed?: ChangeFeed,
+  ) {
+    this.#active = new ReadCache(feed, 'api_keys', { ttlMs: KEY_TTL_MS, maxEntries: CACHED_KEYS, keep: (k) => k !== undefined });
+  }
 
   async count(): Promise<number> {
     return (await this.db.get<{ n: number }>('SELECT count(*) AS n FROM api_keys'))!.n;
@@ -44,12 +63,14 @@ export class SqlKeyRecords implements KeyRecords {
     ]);
   }
 
-  async byHash(hash: string): Promise<ActiveKey | undefined> {
-    const r = await this.db.get<{ id: string; name: string; project: string; admin: number }>(
-      'SELECT id, name, project, admin FROM api_keys WHERE hash = ? AND revoked_at IS NULL',
-      [hash],
-    );
-    return r && { id: r.id, name: r.name, project: r.project, admin: Number(r.admin) === 1 };
+  byHash(hash: string): Promise<ActiveKey | undefined> {
+    return this.#active.get(hash, async () => {
+      const r = await this.db.get<{ id: string; name: string; project: string; admin: number }>(
+        'SELECT id, name, project, admin FROM api_keys WHERE hash = ? AND revoked_at IS NULL',
+        [hash],
+      );
+      return r && { id: r.id, name: r.name, project: r.project, admin: Number(r.admin) === 1 };
+    });
   }
 
   async list(project?: string): Promise<ApiKeyInfo[]> {
@@ -84,7 +105,9 @@ export class SqlKeyRecords implements KeyRecords {
         ids = children.map((c) => c.id).filter((c) => !seen.has(c));
         for (const c of ids) seen.add(c);
       }
+      await announceChange(tx, this.#active.topic);
     });
+    this.#active.invalidate();
     return true;
   }
 }

@@ -1,6 +1,8 @@
 import type { ProjectQuota, ProjectUsage } from '@dsec/sdk/schema';
 import { foldCounts } from './sandboxes.js';
-import type { SqlDb } from './sql.js';
+import { announceChange, type ChangeFeed } from './change-feed.js';
+import { ReadCache } from './read-cache.js';
+import type { Sql, SqlDb } from './sql.js';
 
 export interface StoredProject {
   name: string;
@@ -25,23 +27,56 @@ interface ProjectRow {
   created_at: string;
 }
 
+/** Projects a replica keeps in memory at most, and how long with no word from the change feed. */
+const CACHED_PROJECTS = 10_000;
+const PROJECT_TTL_MS = 10_000;
+
 const fromRow = (r: ProjectRow): StoredProject => ({ name: r.name, quota: JSON.parse(r.quota) as ProjectQuota, createdAt: r.created_at });
 
 export class SqlProjectRecords implements ProjectRecords {
-  constructor(private readonly db: SqlDb) {}
+  /**
+   * Projects by name, a project that does not exist included (every create reads its project's
+   * quota): a change by any replica empties it through the change feed, in the changing transaction.
+   */
+  readonly #byName: ReadCache<StoredProject | undefined>;
+
+  constructor(
+    private readonly db: SqlDb,
+    feed?: ChangeFeed,
+  ) {
+    this.#byName = new ReadCache(feed, 'projects', { ttlMs: PROJECT_TTL_MS, maxEntries: CACHED_PROJECTS });
+  }
 
   async insert(name: string, quota: ProjectQuota): Promise<boolean> {
-    const { changes } = await this.db.run('INSERT INTO projects (name, quota, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING', [
-      name,
-      JSON.stringify(quota),
-      new Date().toISOString(),
-    ]);
+    const changes = await this.#changing(
+      async (tx) =>
+        (
+          await tx.run('INSERT INTO projects (name, quota, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING', [
+            name,
+            JSON.stringify(quota),
+            new Date().toISOString(),
+          ])
+        ).changes,
+    );
     return changes === 1;
   }
 
-  async get(name: string): Promise<StoredProject | undefined> {
-    const r = await this.db.get<ProjectRow>('SELECT name, quota, created_at FROM projects WHERE name = ?', [name]);
-    return r && fromRow(r);
+  get(name: string): Promise<StoredProject | undefined> {
+    return this.#byName.get(name, async () => {
+      const r = await this.db.get<ProjectRow>('SELECT name, quota, created_at FROM projects WHERE name = ?', [name]);
+      return r && fromRow(r);
+    });
+  }
+
+  /** A change of projects' rows, announced to every replica with it and forgotten here at once. */
+  async #changing<T>(change: (tx: Sql) => Promise<T>): Promise<T> {
+    const out = await this.db.transaction(async (tx) => {
+      const r = await change(tx);
+      await announceChange(tx, this.#byName.topic);
+      return r;
+    });
+    this.#byName.invalidate();
+    return out;
   }
 
   async list(): Promise<StoredProject[]> {
@@ -49,7 +84,7 @@ export class SqlProjectRecords implements ProjectRecords {
   }
 
   async setQuota(name: string, quota: ProjectQuota): Promise<void> {
-    await this.db.run('UPDATE projects SET quota = ? WHERE name = ?', [JSON.stringify(quota), name]);
+    await this.#changing((tx) => tx.run('UPDATE projects SET quota = ? WHERE name = ?', [JSON.stringify(quota), name]));
   }
 
   async usage(project: string): Promise<ProjectUsage> {

@@ -1,0 +1,94 @@
+import pg from 'pg';
+import type { Sql } from './sql.js';
+
+/**
+ * Tells a control plane when any replica changed a kind of record that it keeps in memory
+ * (read-cache.ts), so the copy goes at once rather than after a timeout. On PostgreSQL: LISTEN on
+ * one channel, with writers' NOTIFY sent in the transaction of their change (PostgreSQL delivers
+ * it at the commit, and not at all on a rollback). SQLite has no feed: one process writes its
+ * store, and its reads are in-process calls that gain nothing from a copy.
+ */
+export interface ChangeFeed {
+  /** Whether changes are being heard now. While not, nothing may be served from memory. */
+  readonly live: boolean;
+  /** `listener` hears each changed topic, and `*` when the feed was lost or came back (anything may have changed). */
+  subscribe(listener: (topic: string) => void): void;
+  close(): Promise<void>;
+}
+
+const CHANNEL = 'dsec_changes';
+
+/** Announces a change of `topic` from inside the writer's transaction (PostgreSQL; a no-op on SQLite). */
+export async function announceChange(tx: Sql, topic: string): Promise<void> {
+  if (tx.dialect === 'postgres') await tx.run('SELECT pg_notify(?, ?)', [CHANNEL, topic]);
+}
+
+/** How long to wait before listening again after the connection broke. */
+const RECONNECT_MS = 1000;
+
+/** The feed over a connection of its own that LISTENs; reconnects while not closed. */
+export class PostgresChangeFeed implements ChangeFeed {
+  #client: pg.Client | undefined;
+  #live = false;
+  #closed = false;
+  readonly #listeners: ((topic: string) => void)[] = [];
+
+  private constructor(private readonly url: string) {}
+
+  static async start(url: string): Promise<PostgresChangeFeed> {
+    const feed = new PostgresChangeFeed(url);
+    await feed.#connect().catch(() => feed.#retry());
+    return feed;
+  }
+
+  get live(): boolean {
+    return this.#live;
+  }
+
+  subscribe(listener: (topic: string) => void): void {
+    this.#listeners.push(listener);
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#live = false;
+    await this.#client?.end().catch(() => undefined);
+  }
+
+  async #connect(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.url });
+    this.#client = client;
+    const lost = (): void => {
+      if (this.#client !== client) return;
+      this.#client = undefined;
+      this.#setLive(false);
+      void client.end().catch(() => undefined);
+      this.#retry();
+    };
+    client.on('error', lost);
+    client.on('end', lost);
+    client.on('notification', (n) => {
+      if (n.channel === CHANNEL && n.payload) this.#emit(n.payload);
+    });
+    await client.connect();
+    await client.query(`LISTEN ${CHANNEL}`);
+    // What changed while nothing listened is unknown: everything kept goes as the feed comes back.
+    this.#setLive(true);
+  }
+
+  #retry(): void {
+    if (this.#closed) return;
+    setTimeout(() => {
+      if (!this.#closed) void this.#connect().catch(() => this.#retry());
+    }, RECONNECT_MS).unref();
+  }
+
+  #setLive(live: boolean): void {
+    this.#live = live;
+    this.#emit('*');
+  }
+
+  #emit(topic: string): void {
+    for (const l of this.#listeners) l(topic);
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * What a control plane on PostgreSQL keeps in memory (API keys, projects: store/read-cache.ts)
+ * follows every other replica's changes through the change feed (LISTEN/NOTIFY): two stores on
+ * one real PostgreSQL database, as two replicas have them.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { StateStore } from '../../src/control/state-store.js';
+import { postgresSkipReason, testPostgres } from '../helpers/postgres.js';
+import { until } from './support/replica-pair.js';
+
+describe(
+  'replicas keep keys and projects in memory only while they hear each other',
+  { skip: postgresSkipReason(), timeout: 60_000 },
+  () => {
+    let a: StateStore;
+    let b: StateStore;
+
+    before(async () => {
+      const url = await (await testPostgres()).database(`dsec_caches_${Date.now()}`);
+      a = await StateStore.open(url);
+      b = await StateStore.open(url);
+    });
+
+    after(async () => {
+      await a?.close();
+      await b?.close();
+    });
+
+    test('a key revoked at one replica stops working at the other', async () => {
+      await b.keys.insert('key-cache-1', 'hash-cache-1', 'cached', 'default');
+      assert.equal((await a.keys.byHash('hash-cache-1'))?.id, 'key-cache-1');
+      // A change no one announces (not one dsec makes) shows that A answers from memory.
+      await b.db.run("UPDATE api_keys SET name = 'renamed' WHERE id = ?", ['key-cache-1']);
+      assert.equal((await a.keys.byHash('hash-cache-1'))?.name, 'cached', 'kept in memory');
+      await b.keys.revoke('key-cache-1');
+      await until(async () => ((await a.keys.byHash('hash-cache-1')) === undefined ? true : undefined));
+      assert.equal(await b.keys.byHash('hash-cache-1'), undefined, 'at once at the revoking replica');
+    });
+
+    test('a key made at one replica works at the other at once (a miss is not kept)', async () => {
+      assert.equal(await a.keys.byHash('hash-cache-2'), undefined);
+      await b.keys.insert('key-cache-2', 'hash-cache-2', 'new', 'default');
+      assert.equal((await a.keys.byHash('hash-cache-2'))?.id, 'key-cache-2');
+    });
+
+    test('a project made or requoted at one replica is seen so at the other', async () => {
+      assert.equal(await a.projects.get('cachedproj'), undefined, 'none yet (and that is kept)');
+      await b.projects.insert('cachedproj', { maxSandboxes: 1 });
+      const made = await until(async () => (await a.projects.get('cachedproj')) ?? undefined);
+      assert.deepEqual(made.quota, { maxSandboxes: 1 });
+      await b.projects.setQuota('cachedproj', { maxSandboxes: 7 });
+      await until(async () => ((await a.projects.get('cachedproj'))?.quota.maxSandboxes === 7 ? true : undefined));
+      assert.deepEqual((await b.projects.get('cachedproj'))?.quota, { maxSandboxes: 7 }, 'at once at the changing replica');
+    });
+  },
+);
