@@ -73,6 +73,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "spawn-enter.h"
+#include "spawn-sandboxes.h"
 
 extern char **environ;
 
@@ -363,6 +364,10 @@ static void start_stream(unsigned long long id, char *body, size_t len, int ente
   if (!bad && enter) {
     /* Where the enter request begins in the body (split_fields cut it into fields in place). */
     size_t at = (size_t)(argv[0] - body);
+    /* The sandbox's files, opened and checked at its first command and kept (spawn-sandboxes.c). */
+    int noptions = 0;
+    while (argv[noptions] && strcmp(argv[noptions], "--") != 0) noptions++;
+    const struct enter_sandbox *prepared = argv[noptions] ? spawn_sandbox_for(argv, noptions) : NULL;
     pid = fork();
     if (pid == 0) {
       if (strcmp(oom, "-") != 0 && set_oom_score_adj(oom) != 0) {
@@ -370,7 +375,7 @@ static void start_stream(unsigned long long id, char *body, size_t len, int ente
         _exit(255);
       }
       /* split_fields left the body's NULs as they were: the child reads it whole again. */
-      spawn_enter_child(body + at, len - at, child_end, (int)nfds, null_path, title, title_room);
+      spawn_enter_child(body + at, len - at, child_end, (int)nfds, null_path, title, title_room, prepared);
     }
     if (pid < 0) {
       snprintf(text, sizeof text, "dsec-spawn: fork: %s", strerror(errno));
@@ -697,7 +702,7 @@ int main(int argc, char **argv) {
   char *in = malloc(cap);
   int stdin_open = 1;
   while (stdin_open) {
-    static struct pollfd pfd[2 + 2 * MAX_CHILDREN];
+    static struct pollfd pfd[2 + 2 * MAX_CHILDREN + SPAWN_MAX_SANDBOXES];
     static struct { int child, stream; } who[2 + 2 * MAX_CHILDREN];
     int np = 0;
     pfd[np] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
@@ -712,7 +717,9 @@ int main(int argc, char **argv) {
         who[np++].stream = s;
       }
     }
-    if (poll(pfd, (nfds_t)np, -1) < 0) {
+    /* The kept sandboxes' inits, last: one that exits is dropped with its files. */
+    int nsandboxes = spawn_sandboxes_poll(pfd + np, SPAWN_MAX_SANDBOXES);
+    if (poll(pfd, (nfds_t)(np + nsandboxes), -1) < 0) {
       if (errno == EINTR) continue;
       perror("dsec-spawn: poll");
       return 1;
@@ -729,6 +736,7 @@ int main(int argc, char **argv) {
         c->fds[who[p].stream] = -1;
       }
     }
+    spawn_sandboxes_ended(pfd + np, nsandboxes);
     if (pfd[1].revents) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == sizeof si) {

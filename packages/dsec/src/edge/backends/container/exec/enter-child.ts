@@ -73,10 +73,12 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
   const { landlock, args } = splitLandlock(opts.process.args);
   // The command's cgroup2 directory is below the sandbox's: the command goes there instead (in
   // the v1 hierarchies, to the sandbox's own), so it starts in it as dsec-landlock's move put it.
+  // The sandbox's own list is sent as it is (dsec-spawn keeps those files open from the sandbox's
+  // first command on: native/spawn-sandboxes.c) and the command's directory beside it.
   const own = opts.commandCgroup;
-  const sandboxV2 = own === undefined ? undefined : dirname(own);
-  const cgroupDirs = opts.enter.cgroupDirs.map((d) => (d === sandboxV2 ? own! : d));
-  if (own !== undefined && !cgroupDirs.includes(own)) cgroupDirs.push(own);
+  const cgroupDirs = opts.enter.cgroupDirs;
+  const ownPlace =
+    own === undefined ? [] : cgroupDirs.includes(dirname(own)) ? ['--command-cgroup', own] : cgroupDirs.includes(own) ? [] : ['--cgroup-dir', own];
   const options = [
     '--pid',
     String(opts.enter.initPid),
@@ -96,6 +98,7 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     opts.enter.seccompFile,
     ...landlock,
     ...cgroupDirs.flatMap((d) => ['--cgroup-dir', d]),
+    ...ownPlace,
   ];
   const plan: FdPlan[] = [opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');

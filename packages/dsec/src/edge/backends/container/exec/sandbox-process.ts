@@ -96,10 +96,6 @@ export class SandboxProcess implements CommandProcess {
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
     const tag = opts.tag ?? randomBytes(6).toString('hex');
-    // crun's spec and pid files are this process's own, even when commands share a tag (a
-    // session's): the next session command starts as soon as this one's markers are in, before
-    // this one has finished, and a shared pid file handed it this command's pid, dead by then.
-    const fileId = randomBytes(6).toString('hex');
     // The tag is inherited by everything the command starts, so kill() finds descendants that
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
@@ -137,6 +133,10 @@ export class SandboxProcess implements CommandProcess {
       const args = this.#cgroup
         ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)]
         : spec.args;
+      // crun's spec and pid files are this process's own, even when commands share a tag (a
+      // session's): the next session command starts as soon as this one's markers are in, before
+      // this one has finished, and a shared pid file handed it this command's pid, dead by then.
+      const fileId = randomBytes(6).toString('hex');
       specFile = join(target.scratchDir, `exec-${fileId}.spec`);
       pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
       const crunPidFile = pidFile;
@@ -152,7 +152,8 @@ export class SandboxProcess implements CommandProcess {
     // Read once its starter is asked for (a throw before leaves no memory window open) and before
     // the command's first process runs (crun exec or the starter has its own work first). A
     // session's shared cgroup has its earlier commands' CPU time in it: the command's is the difference.
-    const cpuBefore = this.#cgroup?.cpuUsec() ?? 0;
+    // A cgroup this command made has run nothing yet: 0, without a read of its cpu.stat.
+    const cpuBefore = this.#cgroup && !this.#cgroup.fresh ? (this.#cgroup.cpuUsec() ?? 0) : 0;
     const memory = memoryPeaks.open(target.id);
     this.#figures = (end) => {
       const figures: ProcessFigures = {};
