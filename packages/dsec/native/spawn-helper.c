@@ -27,8 +27,9 @@
  *   <n>\0<fd 0's plan>\0...<fd n-1's plan>\0<oom_score_adj or ->\0<the argv, as above>
  *
  * and each plan is `null` (/dev/null), `in` (a pipe the edge writes), `out` (a pipe the edge
- * reads) or `w:PATH` (PATH opened for writing in the tool, as a command's cgroup.procs is for
- * `crun exec --preserve-fds`). An oom_score_adj is set for the tool as a privileged write (so
+ * reads), `w:PATH` (PATH opened for writing in the tool, as a command's cgroup.procs is for
+ * `crun exec --preserve-fds`) or `d:HEX` (a pipe that holds those bytes, at most 32 KiB, and
+ * then its end: a command's whole stdin, written here before the tool starts). An oom_score_adj is set for the tool as a privileged write (so
  * that it, and the command crun exec starts, cannot lower it again), the helper's own restored
  * after the spawn. The edge cannot receive file descriptors (Node has no SCM_RIGHTS),
  * so the helper makes the pipes, keeps the edge's ends open and says where:
@@ -305,6 +306,41 @@ static int high_pipe(int p[2]) {
   return 0;
 }
 
+/* At most this many bytes in a `d:` plan: written without a reader, so well within a pipe's 64 KiB. */
+#define MAX_PLAN_DATA (32 << 10)
+
+/* A pipe (read end at 64 or above, in p[0]) holding the bytes `hex` spells, its write end closed. */
+static int pipe_with_data(const char *hex, int p[2]) {
+  size_t n = strlen(hex);
+  if (n % 2 != 0 || n / 2 > MAX_PLAN_DATA) return -1;
+  static char data[MAX_PLAN_DATA];
+  for (size_t i = 0; i < n / 2; i++) {
+    int v = 0;
+    for (int k = 0; k < 2; k++) {
+      char c = hex[2 * i + (size_t)k];
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    data[i] = (char)v;
+  }
+  if (high_pipe(p) != 0) return -1;
+  size_t done = 0;
+  while (done < n / 2) {
+    ssize_t w = write(p[1], data + done, n / 2 - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  close(p[1]);
+  p[1] = -1;
+  if (done != n / 2) {
+    close(p[0]);
+    return -1;
+  }
+  return 0;
+}
+
 /*
  * `stream`: the plan of each fd, then the argv; the edge opens its pipe ends through /proc.
  * `enter` (`enter` set): the plan of each fd, then a command for a sandbox, started by a fork of
@@ -342,6 +378,15 @@ static void start_stream(unsigned long long id, char *body, size_t len, int ente
       edge_fd[fd] = in ? p[1] : p[0];
       held[2 * fd] = edge_fd[fd];
       if (in) held[2 * fd + 1] = p[0];
+      posix_spawn_file_actions_adddup2(&fa, child_end[fd], fd);
+    } else if (strncmp(plan[fd], "d:", 2) == 0) {
+      /* A pipe holding the given bytes (hex in the request), already at its end: written here,
+       * before the tool starts, so it reads them without waiting for the edge. */
+      if (pipe_with_data(plan[fd] + 2, p) != 0) {
+        bad = "dsec-spawn: malformed or too long data for a pipe";
+        break;
+      }
+      child_end[fd] = p[0];
       posix_spawn_file_actions_adddup2(&fa, child_end[fd], fd);
     } else if (strncmp(plan[fd], "w:", 2) == 0 && plan[fd][2] == '/') {
       /* Opened here rather than in the tool, so that a failure says which file. */

@@ -25,6 +25,8 @@ export interface EnterOptions {
   process: Pick<ProcessSpec, 'args' | 'env' | 'cwd' | 'user'>;
   /** A pipe for stdin (else /dev/null). */
   stdin: boolean;
+  /** The command's whole stdin, known at its start (at most PLAN_DATA_MAX bytes): in a pipe the helper fills, instead of `stdin`'s. */
+  stdinData?: Buffer | undefined;
   /** A third output pipe as the command's fd 3. */
   fd3: boolean;
   /** The command's own cgroup2 directory (command-cgroups.ts), where it starts instead of the sandbox's cgroup2 one. */
@@ -78,7 +80,13 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
   const own = opts.commandCgroup;
   const cgroupDirs = opts.enter.cgroupDirs;
   const ownPlace =
-    own === undefined ? [] : cgroupDirs.includes(dirname(own)) ? ['--command-cgroup', own] : cgroupDirs.includes(own) ? [] : ['--cgroup-dir', own];
+    own === undefined
+      ? []
+      : cgroupDirs.includes(dirname(own))
+        ? ['--command-cgroup', own]
+        : cgroupDirs.includes(own)
+          ? []
+          : ['--cgroup-dir', own];
   const options = [
     '--pid',
     String(opts.enter.initPid),
@@ -100,7 +108,7 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     ...cgroupDirs.flatMap((d) => ['--cgroup-dir', d]),
     ...ownPlace,
   ];
-  const plan: FdPlan[] = [opts.stdin ? 'in' : 'null', 'out', 'out'];
+  const plan: FdPlan[] = [opts.stdinData ? { data: opts.stdinData } : opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');
   return spawner.enter(options, { args, env: opts.process.env }, plan, { oomScoreAdj: opts.oomScoreAdj });
 }

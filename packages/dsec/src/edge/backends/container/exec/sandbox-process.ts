@@ -11,7 +11,7 @@ import { CommandCgroup } from '../../../../host/command-cgroups.js';
 import { memoryPeaks } from '../../../../host/memory-peaks.js';
 import { killTree } from '../../../../host/process-tree.js';
 import { CappedOutput } from '../../shared/capped-output.js';
-import type { HelperChild } from '../../../../host/helper-child.js';
+import { PLAN_DATA_MAX, type HelperChild } from '../../../../host/helper-child.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
 import { commandPid, startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
@@ -142,8 +142,13 @@ export class SandboxProcess implements CommandProcess {
     if (target.enter && spawner) {
       // dsec-spawn starts it (enter-child.ts): the starter moves it into its command cgroup and
       // applies its Landlock domain itself, the argv and environment sent in the helper's pipe.
+      // A stdin known whole at the start (a session command's program, an exec's `stdin`) is in
+      // its pipe before the command runs: the command does not wait for the edge to open the
+      // pipe after the helper's `started` and write it.
+      const upFront = opts.input !== undefined && !opts.stdin && opts.input.length <= PLAN_DATA_MAX ? opts.input : undefined;
       child = startEnter(spawner, {
         ...io,
+        stdinData: upFront,
         sandboxId: target.id,
         enter: target.enter,
         process: { ...spec, env },
