@@ -109,9 +109,18 @@ function apiCallBreakdown(
   );
 }
 
-/** Where one dsec exec goes: HTTP, the control plane's lookup, the edge's crun exec. */
+/**
+ * Where one dsec exec goes: HTTP, the control plane (its lookup, the trajectory entry), the edge:
+ * dsec-spawn's enter request (the command's whole start, run and exit) and the edge's own work
+ * around it (the spec, the command's cgroup, its memory and OOM figures, the pipes' output).
+ */
 export function execBreakdown(spans: Spans, phase: string, ops: number, clientMeanMs: number): ProfileRow[] {
-  return apiCallBreakdown(spans, phase, ops, clientMeanMs, { control: STEPS.controlExec, edge: STEPS.edgeExec });
+  return apiCallBreakdown(spans, phase, ops, clientMeanMs, {
+    control: STEPS.controlExec,
+    edge: STEPS.edgeExec,
+    edgeParts: [STEPS.spawnEnter],
+    edgeRest: "the edge's own work: spec, command cgroup, memory and OOM figures, output",
+  });
 }
 
 /** Where one dsec pause + resume pair goes: HTTP twice, SQLite status writes, the edge's freezer and state.json. */

@@ -1,5 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { StateStore, RunningDsec } from 'dsec/runtime';
+import type { RunningDsec } from 'dsec/runtime';
 
 /**
  * Time spent in named steps of the in-process server, grouped by the phase the benchmark is in
@@ -58,6 +58,23 @@ export function timeMethod(obj: object, key: string, step: string, spans: Spans)
   return true;
 }
 
+/**
+ * Wraps `obj[key]`, a call that returns a child process (dsec-spawn's enter), so each call is
+ * recorded as `step` from the call until the child's 'close': its exit, and its pipes drained.
+ */
+function timeUntilClose(obj: object | undefined, key: string, step: string, spans: Spans): boolean {
+  const target = obj as Record<string, unknown> | undefined;
+  const original = target?.[key];
+  if (!target || typeof original !== 'function') return false;
+  target[key] = function (this: unknown, ...args: unknown[]): unknown {
+    const started = performance.now();
+    const child = (original as (...a: unknown[]) => unknown).apply(obj, args) as { once?: (ev: string, f: () => void) => void };
+    child.once?.('close', () => spans.record(step, performance.now() - started));
+    return child;
+  };
+  return true;
+}
+
 /** Step names, outermost first; the markdown profile table follows this order. */
 export const STEPS = {
   serverHttp: 'server: request in → response sent',
@@ -73,7 +90,8 @@ export const STEPS = {
   crunRun: 'crun run -d',
   crunState: 'crun state',
   controlExec: 'control.exec (after HTTP)',
-  edgeExec: "edge.exec (dsec-spawn's enter request + pipes)",
+  edgeExec: 'edge.exec (after the control plane)',
+  spawnEnter: "dsec-spawn's enter request: asked → command exited, its pipes closed",
   controlPause: 'control.pause + control.resume (after HTTP)',
   edgePause: 'edge.pauseSandbox + edge.resumeSandbox',
   rawOverlay: 'mkdir + overlay mount',
@@ -87,25 +105,25 @@ export const STEPS = {
  * find (the profile then shows them inside their parent's remainder).
  */
 export function instrumentDsec(dsec: RunningDsec, spans: Spans): string[] {
-  const { control, edge, images } = dsec;
-  // The store is private to the control plane; reaching it here is for measurement only.
-  const store = Reflect.get(control, 'store') as StateStore | undefined;
+  const { control, edge, images, store } = dsec;
+  // The control plane's services own each call after HTTP (control/service/*): the route calls
+  // control.exec.exec, control.sandboxes.create, pause and resume.
   const targets: [object | undefined, string, string][] = [
-    [control, 'create', STEPS.controlCreate],
-    [control, 'exec', STEPS.controlExec],
-    [store?.keys, 'byHash', STEPS.sqliteAuth],
-    [store?.sandboxes, 'insert', STEPS.sqliteWrite],
-    [store?.sandboxes, 'setStatus', STEPS.sqliteWrite],
-    [store?.sandboxes, 'saveSpec', STEPS.sqliteWrite],
-    [store?.sandboxes, 'touch', STEPS.sqliteWrite],
-    [store?.sandboxes, 'get', STEPS.sqliteRead],
-    [Reflect.get(control, 'trajectory') as object | undefined, 'append', STEPS.trajectory],
+    [control.sandboxes, 'create', STEPS.controlCreate],
+    [control.exec, 'exec', STEPS.controlExec],
+    [store.keys, 'byHash', STEPS.sqliteAuth],
+    [store.sandboxes, 'insert', STEPS.sqliteWrite],
+    [store.sandboxes, 'setStatus', STEPS.sqliteWrite],
+    [store.sandboxes, 'saveSpec', STEPS.sqliteWrite],
+    [store.sandboxes, 'touch', STEPS.sqliteWrite],
+    [store.sandboxes, 'get', STEPS.sqliteRead],
+    [control.trajectory, 'append', STEPS.trajectory],
     [images, 'resolve', STEPS.imageLookup],
     [images, 'get', STEPS.imageLookup],
     [edge, 'createSandbox', STEPS.edgeCreate],
     [edge, 'exec', STEPS.edgeExec],
-    [control, 'pause', STEPS.controlPause],
-    [control, 'resume', STEPS.controlPause],
+    [control.sandboxes, 'pause', STEPS.controlPause],
+    [control.sandboxes, 'resume', STEPS.controlPause],
     [edge, 'pauseSandbox', STEPS.edgePause],
     [edge, 'resumeSandbox', STEPS.edgePause],
     [edge.layerMounts, 'acquire', STEPS.layerAcquire],
@@ -115,6 +133,7 @@ export function instrumentDsec(dsec: RunningDsec, spans: Spans): string[] {
   ];
   const missing: string[] = [];
   for (const [obj, key, step] of targets) if (!obj || !timeMethod(obj, key, step, spans)) missing.push(`${step} (${key})`);
+  if (!timeUntilClose(edge.crun.spawner, 'enter', STEPS.spawnEnter, spans)) missing.push(`${STEPS.spawnEnter} (enter)`);
   // A second 'request' listener beside Fastify's: from parsed headers to the last byte written.
   const server = dsec.app.server as Server;
   server.prependListener('request', (_req: IncomingMessage, res: ServerResponse) => {

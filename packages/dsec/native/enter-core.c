@@ -40,6 +40,10 @@
  *      sandbox's seccomp program (the same BPF the edge handed crun at create, precompiled) and
  *      execs the command, looked up in the environment's PATH.
  *
+ * Steps 2 and 3 (and the seccomp program's read) are enter_prepare: dsec-spawn does them once per
+ * sandbox and keeps the result while its init lives (spawn-sandboxes.c), its starters then only
+ * check through the kept pidfd that the init still runs; the dsec-enter binary prepares each time.
+ *
  * Failures before the command runs end with exit status 255 and a message on stderr, as crun
  * exec's do. The tty case (a terminal for the command) is not handled here: crun exec does it.
  */
@@ -83,29 +87,40 @@ static void die_plain(const char *text) {
 }
 
 
-static long number(const char *flag, const char *text, long min, long max) {
+/* A message into why (size bytes), and -1: the non-fatal steps' way to fail (enter_prepare). */
+static int fail_with(char *why, size_t size, const char *what, const char *detail, int with_errno) {
+  int saved = errno;
+  /* A long path is cut short rather than the message lost. */
+  if (snprintf(why, size, "%s%s%s%s%s", what, detail ? " " : "", detail ? detail : "", with_errno ? ": " : "", with_errno ? strerror(saved) : "") < 0) why[0] = 0;
+  errno = saved;
+  return -1;
+}
+
+static int number(const char *flag, const char *text, long min, long max, long *out, char *why, size_t size) {
   char *end;
   errno = 0;
   long v = strtol(text, &end, 10);
   if (errno || *end || end == text || v < min || v > max) {
-    fprintf(stderr, "%s: %s %s is not a number in [%ld, %ld]\n", enter_name, flag, text, min, max);
-    _exit(FAILED);
+    snprintf(why, size, "%s %s is not a number in [%ld, %ld]", flag, text, min, max);
+    return -1;
   }
-  return v;
+  *out = v;
+  return 0;
 }
 
-void enter_parse(int argc, char **argv, struct enter_options *o) {
+int enter_parse_options(int argc, char **argv, struct enter_options *o, char *why, size_t size) {
   memset(o, 0, sizeof *o);
   o->pid = o->uid = o->gid = o->nofile = -1;
   int have_caps = 0;
   for (int i = 1; i < argc; i += 2) {
-    if (i + 1 >= argc) die_plain("every option takes a value");
+    if (i + 1 >= argc) return fail_with(why, size, "every option takes a value", NULL, 0);
     const char *f = argv[i], *v = argv[i + 1];
-    if (!strcmp(f, "--pid")) o->pid = number(f, v, 2, 0x3fffffff);
-    else if (!strcmp(f, "--uid")) o->uid = number(f, v, 0, 0xfffffffe);
-    else if (!strcmp(f, "--gid")) o->gid = number(f, v, 0, 0xfffffffe);
-    else if (!strcmp(f, "--nofile")) o->nofile = number(f, v, 1, 1 << 30);
-    else if (!strcmp(f, "--preserve-fds")) o->preserve = number(f, v, 0, 64);
+    int bad = 0;
+    if (!strcmp(f, "--pid")) bad = number(f, v, 2, 0x3fffffff, &o->pid, why, size);
+    else if (!strcmp(f, "--uid")) bad = number(f, v, 0, 0xfffffffe, &o->uid, why, size);
+    else if (!strcmp(f, "--gid")) bad = number(f, v, 0, 0xfffffffe, &o->gid, why, size);
+    else if (!strcmp(f, "--nofile")) bad = number(f, v, 1, 1 << 30, &o->nofile, why, size);
+    else if (!strcmp(f, "--preserve-fds")) bad = number(f, v, 0, 64, &o->preserve, why, size);
     else if (!strcmp(f, "--cgroup")) o->cgroup = v;
     else if (!strcmp(f, "--spec")) o->spec = v;
     else if (!strcmp(f, "--pid-file")) o->pid_file = v;
@@ -114,32 +129,52 @@ void enter_parse(int argc, char **argv, struct enter_options *o) {
     else if (!strcmp(f, "--landlock")) {
       if (!strcmp(v, "isolate")) o->landlock = ENTER_LANDLOCK_ISOLATE;
       else if (!strcmp(v, "rw")) o->landlock = ENTER_LANDLOCK_RW;
-      else die_plain("--landlock takes isolate or rw");
+      else return fail_with(why, size, "--landlock takes isolate or rw", NULL, 0);
     }
     else if (!strcmp(f, "--rw")) {
-      if (o->nrw >= ENTER_MAX_RW) die_plain("too many --rw options");
+      if (o->nrw >= ENTER_MAX_RW) return fail_with(why, size, "too many --rw options", NULL, 0);
       o->rw[o->nrw++] = argv[i + 1];
     }
     else if (!strcmp(f, "--cgroup-dir")) {
-      if (o->ncgroup_dirs >= ENTER_MAX_CGROUP_DIRS) die_plain("at most 64 --cgroup-dir options");
-      if (v[0] != '/') die_plain("--cgroup-dir takes an absolute path");
+      if (o->ncgroup_dirs >= ENTER_MAX_CGROUP_DIRS) return fail_with(why, size, "at most 64 --cgroup-dir options", NULL, 0);
+      if (v[0] != '/') return fail_with(why, size, "--cgroup-dir takes an absolute path", NULL, 0);
       o->cgroup_dirs[o->ncgroup_dirs++] = v;
+    }
+    else if (!strcmp(f, "--command-cgroup")) {
+      if (v[0] != '/') return fail_with(why, size, "--command-cgroup takes an absolute path", NULL, 0);
+      o->command_cgroup = v;
     }
     else if (!strcmp(f, "--caps")) {
       char *end;
       errno = 0;
       o->caps = strtoull(v, &end, 16);
-      if (errno || *end || end == v) die_plain("--caps takes a hexadecimal mask");
+      if (errno || *end || end == v) return fail_with(why, size, "--caps takes a hexadecimal mask", NULL, 0);
       have_caps = 1;
     } else {
-      fprintf(stderr, "%s: unknown option %s\n", enter_name, f);
-      _exit(FAILED);
+      snprintf(why, size, "unknown option %s", f);
+      return -1;
     }
+    if (bad) return -1;
   }
   if (o->pid < 0 || o->uid < 0 || o->gid < 0 || o->nofile < 0 || !have_caps || !o->cgroup || !o->cwd || o->ncgroup_dirs == 0) {
-    die_plain("usage: --pid PID --cgroup /dsec/ID [--pid-file FILE] --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--landlock isolate|rw [--rw PATH]...] --cgroup-dir DIR [--cgroup-dir DIR]...");
+    return fail_with(why, size, "usage: --pid PID --cgroup /dsec/ID [--pid-file FILE] --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--landlock isolate|rw [--rw PATH]...] --cgroup-dir DIR [--cgroup-dir DIR]... [--command-cgroup DIR]", NULL, 0);
   }
-  if (o->nrw > 0 && o->landlock != ENTER_LANDLOCK_RW) die_plain("--rw goes with --landlock rw");
+  if (o->nrw > 0 && o->landlock != ENTER_LANDLOCK_RW) return fail_with(why, size, "--rw goes with --landlock rw", NULL, 0);
+  if (o->command_cgroup) {
+    /* It takes the place of its parent, one of the sandbox's cgroups (below it, in the same hierarchy). */
+    o->command_parent = -1;
+    const char *slash = strrchr(o->command_cgroup, '/');
+    size_t n = (size_t)(slash - o->command_cgroup);
+    for (int i = 0; i < o->ncgroup_dirs; i++)
+      if (n > 0 && strlen(o->cgroup_dirs[i]) == n && !strncmp(o->cgroup_dirs[i], o->command_cgroup, n)) o->command_parent = i;
+    if (o->command_parent < 0 || !slash[1]) return fail_with(why, size, "--command-cgroup must be a directory right below one of the --cgroup-dir", NULL, 0);
+  }
+  return 0;
+}
+
+void enter_parse(int argc, char **argv, struct enter_options *o) {
+  char why[1024];
+  if (enter_parse_options(argc, argv, o, why, sizeof why) != 0) die_plain(why);
 }
 
 /* A whole small file, NUL-terminated; `what` names it in errors. */
@@ -212,15 +247,15 @@ static int proc_line(const char *path, const char *prefix, char *out, size_t siz
  * hierarchy's, ending with it). The edge's own record gave the pid; this guards the window where the sandbox
  * died and the number went to another process.
  */
-static void check_init(long pid, const char *cgroup) {
+static int check_init(long pid, const char *cgroup, char *why, size_t size) {
   char path[64], line[4096];
   snprintf(path, sizeof path, "/proc/%ld/status", pid);
-  if (proc_line(path, "NSpid:", line, sizeof line) != 0) die("cannot read the sandbox init's", path);
+  if (proc_line(path, "NSpid:", line, sizeof line) != 0) return fail_with(why, size, "cannot read the sandbox init's", path, 1);
   char *last = strrchr(line, '\t');
-  if (!last || strtol(last + 1, NULL, 10) != 1) die_plain("the pid given is not the sandbox's init (not pid 1 of its namespace): the sandbox has stopped");
+  if (!last || strtol(last + 1, NULL, 10) != 1) return fail_with(why, size, "the pid given is not the sandbox's init (not pid 1 of its namespace): the sandbox has stopped", NULL, 0);
   snprintf(path, sizeof path, "/proc/%ld/cgroup", pid);
   FILE *f = fopen(path, "re");
-  if (!f) die("cannot read the sandbox init's", path);
+  if (!f) return fail_with(why, size, "cannot read the sandbox init's", path, 1);
   int v2 = 0, v2_match = 0, v1 = 0, v1_match = 0;
   while (fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = 0;
@@ -235,27 +270,26 @@ static void check_init(long pid, const char *cgroup) {
     else v1++, v1_match += match;
   }
   fclose(f);
-  if (v2 ? !v2_match : (v1 == 0 || v1_match == 0)) die_plain("the pid given is not in the sandbox's cgroup: the sandbox has stopped");
+  if (v2 ? !v2_match : (v1 == 0 || v1_match == 0)) return fail_with(why, size, "the pid given is not in the sandbox's cgroup: the sandbox has stopped", NULL, 0);
+  return 0;
 }
 
 /*
- * Opens, as host root and before any namespace is joined, DIR/cgroup.procs of each --cgroup-dir
- * (see step 3). The kernel checks a migration against the opener's credentials and cgroup
- * namespace (since 5.16): host root's here, whatever this process has become by the time it
- * writes. A cgroup that is not there is an error: a command must never run outside the
- * sandbox's limits.
+ * Opens, as host root and before any namespace is joined, DIR/cgroup.procs (see step 3). The
+ * kernel checks a migration against the opener's credentials and cgroup namespace (since 5.16):
+ * host root's here, whatever this process has become by the time it writes. A cgroup that is not
+ * there is an error: a command must never run outside the sandbox's limits.
  */
-static void open_cgroups(const struct enter_options *o, int *fds) {
-  for (int i = 0; i < o->ncgroup_dirs; i++) {
-    char procs[8192];
-    snprintf(procs, sizeof procs, "%s/cgroup.procs", o->cgroup_dirs[i]);
-    fds[i] = open(procs, O_WRONLY | O_CLOEXEC);
-    if (fds[i] < 0) die("cannot open the sandbox's cgroup", procs);
-  }
+static int open_cgroup(const char *dir, char *why, size_t size) {
+  char procs[8192];
+  snprintf(procs, sizeof procs, "%s/cgroup.procs", dir);
+  int fd = open(procs, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail_with(why, size, "cannot open the sandbox's cgroup", procs, 1);
+  return fd;
 }
 
 /* CLONE_NEW* of each namespace the init is in that this process is not. */
-static int namespaces_to_join(long pid) {
+static int namespaces_to_join(long pid, char *why, size_t size) {
   static const struct { const char *name; int flag; } kinds[] = {
     { "user", CLONE_NEWUSER }, { "mnt", CLONE_NEWNS }, { "pid", CLONE_NEWPID }, { "net", CLONE_NEWNET },
     { "ipc", CLONE_NEWIPC }, { "uts", CLONE_NEWUTS }, { "cgroup", CLONE_NEWCGROUP },
@@ -267,12 +301,47 @@ static int namespaces_to_join(long pid) {
     snprintf(mine, sizeof mine, "/proc/self/ns/%s", kinds[i].name);
     snprintf(theirs, sizeof theirs, "/proc/%ld/ns/%s", pid, kinds[i].name);
     if (stat(mine, &a) != 0) continue; /* a kernel without that kind of namespace */
-    if (stat(theirs, &b) != 0) die("cannot read the sandbox init's namespace", theirs);
+    if (stat(theirs, &b) != 0) return fail_with(why, size, "cannot read the sandbox init's namespace", theirs, 1);
     if (a.st_ino != b.st_ino || a.st_dev != b.st_dev) flags |= kinds[i].flag;
   }
   /* Every dsec sandbox has its own mount and pid namespaces; anything else is not one. */
-  if (!(flags & CLONE_NEWNS) || !(flags & CLONE_NEWPID)) die_plain("the pid given shares this host's mount or pid namespace: not a sandbox's init");
+  if (!(flags & CLONE_NEWNS) || !(flags & CLONE_NEWPID)) return fail_with(why, size, "the pid given shares this host's mount or pid namespace: not a sandbox's init", NULL, 0);
   return flags;
+}
+
+/* The seccomp program file, whole: at most MAX_SECCOMP bytes of whole instructions, within the kernel's bound. */
+static int read_filter(const char *path, struct sock_fprog *out, char *why, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return fail_with(why, size, "cannot read the seccomp program", path, 1);
+  char *buf = malloc(MAX_SECCOMP);
+  size_t n = 0;
+  while (buf && n < MAX_SECCOMP) {
+    ssize_t r = read(fd, buf + n, MAX_SECCOMP - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      fail_with(why, size, "cannot read the seccomp program", path, 1);
+      close(fd);
+      free(buf);
+      return -1;
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  if (!buf) return fail_with(why, size, "out of memory", NULL, 0);
+  if (n == MAX_SECCOMP) fail_with(why, size, "a file it reads is larger than it accepts", NULL, 0);
+  else if (n == 0 || n % sizeof(struct sock_filter) != 0) fail_with(why, size, "the seccomp program is not whole BPF instructions", NULL, 0);
+  /* The kernel's bound (and sock_fprog's length is 16 bits: a longer file must not wrap into a shorter program). */
+  else if (n / sizeof(struct sock_filter) > BPF_MAXINSNS) fail_with(why, size, "the seccomp program is longer than the kernel accepts", NULL, 0);
+  else {
+    /* Kept (a prepared sandbox holds it while the sandbox lives): only its own size. */
+    char *fit = realloc(buf, n);
+    out->len = (unsigned short)(n / sizeof(struct sock_filter));
+    out->filter = (struct sock_filter *)(fit ? fit : buf);
+    return 0;
+  }
+  free(buf);
+  return -1;
 }
 
 /* HOME as crun sets it when the environment has none: the user's entry in the sandbox's /etc/passwd, else /. */
@@ -402,19 +471,69 @@ static void become_command(const struct enter_options *o, int last_cap, char **a
   _exit(err == ENOENT ? 127 : 126);
 }
 
-int enter_run(const struct enter_options *o, char **args, char **env) {
-  if (!args[0]) die_plain("the spec has an empty argv");
-  struct sock_fprog filter = { 0 }, *loaded = NULL;
-  if (o->seccomp) {
-    size_t n;
-    char *bpf = enter_slurp(o->seccomp, MAX_SECCOMP, &n, "cannot read the seccomp program");
-    if (n == 0 || n % sizeof(struct sock_filter) != 0) die_plain("the seccomp program is not whole BPF instructions");
-    /* The kernel's bound (and sock_fprog's length is 16 bits: a longer file must not wrap into a shorter program). */
-    if (n / sizeof(struct sock_filter) > BPF_MAXINSNS) die_plain("the seccomp program is longer than the kernel accepts");
-    filter.len = (unsigned short)(n / sizeof(struct sock_filter));
-    filter.filter = (struct sock_filter *)bpf;
-    loaded = &filter;
+void enter_sandbox_close(struct enter_sandbox *s) {
+  if (s->pidfd >= 0) close(s->pidfd);
+  if (s->null_fd >= 0) close(s->null_fd);
+  for (int i = 0; i < s->ncgroups; i++)
+    if (s->cgroup_fds[i] >= 0) close(s->cgroup_fds[i]);
+  free(s->filter.filter);
+  memset(s, 0, sizeof *s);
+  s->pidfd = s->null_fd = -1;
+}
+
+int enter_prepare(const struct enter_options *o, struct enter_sandbox *s, char *why, size_t size) {
+  memset(s, 0, sizeof *s);
+  s->pidfd = s->null_fd = -1;
+  s->pid = o->pid;
+  if (o->seccomp && read_filter(o->seccomp, &s->filter, why, size) != 0) return -1;
+  s->has_filter = o->seccomp != NULL;
+  /* Host files, opened before the sandbox's mount namespace is joined: after it, "/dev/null" is
+   * whatever the sandbox put there (without a user namespace, a FIFO or device node of its own,
+   * opened by host root). */
+  s->null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (s->null_fd < 0) goto failed_errno;
+  s->last_cap = last_capability();
+  s->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)o->pid, 0);
+  if (s->pidfd < 0) {
+    fail_with(why, size, "the sandbox's init is gone: pidfd_open", NULL, 1);
+    goto failed;
   }
+  if (check_init(o->pid, o->cgroup, why, size) != 0) goto failed;
+  s->flags = namespaces_to_join(o->pid, why, size);
+  if (s->flags < 0) goto failed;
+  for (int i = 0; i < o->ncgroup_dirs; i++) {
+    s->cgroup_fds[i] = open_cgroup(o->cgroup_dirs[i], why, size);
+    s->ncgroups = i + 1;
+    if (s->cgroup_fds[i] < 0) goto failed;
+  }
+  /* Still the process checked above (a recycled pid would have failed the pidfd). */
+  if (syscall(SYS_pidfd_send_signal, s->pidfd, 0, NULL, 0) != 0) {
+    fail_with(why, size, "the sandbox's init is gone", NULL, 1);
+    goto failed;
+  }
+  return 0;
+failed_errno:
+  fail_with(why, size, "cannot open", "/dev/null", 1);
+failed:
+  enter_sandbox_close(s);
+  return -1;
+}
+
+int enter_run(const struct enter_options *o, char **args, char **env, const struct enter_sandbox *prepared) {
+  if (!args[0]) die_plain("the spec has an empty argv");
+  char why[1024];
+  struct enter_sandbox own;
+  const struct enter_sandbox *s = prepared;
+  if (!s) {
+    if (enter_prepare(o, &own, why, sizeof why) != 0) die_plain(why);
+    s = &own;
+  } else if (s->pid != o->pid || s->ncgroups != o->ncgroup_dirs) {
+    die_plain("the prepared sandbox is not the one asked for");
+  } else if (syscall(SYS_pidfd_send_signal, s->pidfd, 0, NULL, 0) != 0) {
+    /* Prepared earlier: the init it checked then is still the one running (a pidfd never follows a recycled pid). */
+    die("the sandbox's init is gone", NULL);
+  }
+  const struct sock_fprog *loaded = s->has_filter ? &s->filter : NULL;
 
   /* Where the command's host pid is written, when asked (the edge finds it as this process's child instead). */
   int pid_out = -1;
@@ -422,64 +541,56 @@ int enter_run(const struct enter_options *o, char **args, char **env) {
     pid_out = open(o->pid_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (pid_out < 0) die("cannot open the pid file", o->pid_file);
   }
-
-  /* Host files, opened before the sandbox's mount namespace is joined: after it, "/dev/null" is
-   * whatever the sandbox put there (without a user namespace, a FIFO or device node of its own,
-   * opened by host root). */
-  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null < 0) die("cannot open", "/dev/null");
-  int last_cap = last_capability();
-
-  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)o->pid, 0);
-  if (pidfd < 0) die("the sandbox's init is gone: pidfd_open", NULL);
-  check_init(o->pid, o->cgroup);
-  int flags = namespaces_to_join(o->pid);
-  int cgroups[64];
-  int ncgroups = o->ncgroup_dirs;
-  open_cgroups(o, cgroups);
+  /* The command's own cgroup, opened as host root like the sandbox's, takes its parent's place. */
+  int command_fd = -1;
+  if (o->command_cgroup) {
+    command_fd = open_cgroup(o->command_cgroup, why, sizeof why);
+    if (command_fd < 0) die_plain(why);
+  }
+  int ncgroups = s->ncgroups;
   /* The command waits on this until it is in the sandbox's cgroups. */
   int go[2];
   if (pipe2(go, O_CLOEXEC) != 0) die("pipe2", NULL);
-  /* Still the process checked above (a recycled pid would have failed the pidfd). */
-  if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0) die("the sandbox's init is gone", NULL);
 
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die("PR_SET_DUMPABLE", NULL);
   struct rlimit nofile = { (rlim_t)o->nofile, (rlim_t)o->nofile };
   if (setrlimit(RLIMIT_NOFILE, &nofile) != 0) die("setrlimit(RLIMIT_NOFILE)", NULL);
-  if (setns(pidfd, flags) != 0) die("setns into the sandbox's namespaces", NULL);
-  close(pidfd);
+  if (setns(s->pidfd, s->flags) != 0) die("setns into the sandbox's namespaces", NULL);
 
   pid_t child = fork();
   if (child < 0) die("fork", NULL);
   if (child == 0) {
     close(go[1]);
-    for (int i = 0; i < ncgroups; i++) close(cgroups[i]);
+    /* Nothing of the host's stays with the command: its cgroups' files, the init's pidfd (close-on-exec too, closed here first). */
+    for (int i = 0; i < ncgroups; i++) close(s->cgroup_fds[i]);
+    if (command_fd >= 0) close(command_fd);
+    close(s->pidfd);
     char moved;
     if (read(go[0], &moved, 1) != 1) _exit(FAILED); /* not moved: the parent says why */
     close(go[0]);
-    become_command(o, last_cap, args, env, loaded);
+    become_command(o, s->last_cap, args, env, loaded);
   }
   close(go[0]);
   char text[32];
   int n = snprintf(text, sizeof text, "%d", (int)child);
   for (int i = 0; i < ncgroups; i++) {
-    if (write(cgroups[i], text, (size_t)n) != n) {
+    int fd = command_fd >= 0 && i == o->command_parent ? command_fd : s->cgroup_fds[i];
+    if (write(fd, text, (size_t)n) != n) {
       int saved = errno;
       kill(child, SIGKILL);
       waitpid(child, NULL, 0);
       errno = saved;
       die("cannot move the command into the sandbox's cgroup", NULL);
     }
-    close(cgroups[i]);
   }
+  if (command_fd >= 0) close(command_fd);
   if (write(go[1], "1", 1) != 1) die("releasing the command", NULL);
   close(go[1]);
 
   /* The command's stdio and preserved fds are its own: this process keeps only stderr (for its
    * own errors), so a command that closes its stdin is not kept alive by a reader here. */
-  dup2(null, STDIN_FILENO);
-  dup2(null, STDOUT_FILENO);
-  close(null);
+  dup2(s->null_fd, STDIN_FILENO);
+  dup2(s->null_fd, STDOUT_FILENO);
   for (long fd = 3; fd < 3 + o->preserve; fd++) close((int)fd);
   if (pid_out >= 0) {
     if (write(pid_out, text, (size_t)n) != n) fprintf(stderr, "%s: writing the pid file: %s\n", enter_name, strerror(errno));

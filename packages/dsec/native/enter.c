@@ -34,5 +34,5 @@ int main(int argc, char **argv) {
   char *spec = enter_slurp(o.spec, MAX_SPEC, &len, "cannot read the spec file");
   char **args = enter_strings(spec, len, &off, "argv");
   char **env = enter_strings(spec, len, &off, "environment");
-  return enter_run(&o, args, env);
+  return enter_run(&o, args, env, NULL);
 }

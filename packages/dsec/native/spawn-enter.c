@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include "spawn-enter.h"
 #include "enter-core.h"
+#include "spawn-sandboxes.h"
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,7 +71,24 @@ static void show_options(int argc, char **argv, char *title, size_t room) {
   }
 }
 
-void spawn_enter_child(char *req, size_t len, const int *ends, int nfds, const char *null_path, char *title, size_t room) {
+/* Closes every fd from `from` up but those in keep[0..n) (each at or above from). */
+static void close_all_but(int from, int *keep, int n) {
+  /* Sorted, so the gaps between them are ranges. */
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+      int t = keep[j];
+      keep[j] = keep[j - 1];
+      keep[j - 1] = t;
+    }
+  unsigned low = (unsigned)from;
+  for (int i = 0; i < n; i++) {
+    if ((unsigned)keep[i] > low && syscall(SYS_close_range, low, (unsigned)keep[i] - 1, 0) != 0) fail("close_range");
+    low = (unsigned)keep[i] + 1;
+  }
+  if (syscall(SYS_close_range, low, ~0U, 0) != 0) fail("close_range");
+}
+
+void spawn_enter_child(char *req, size_t len, const int *ends, int nfds, const char *null_path, char *title, size_t room, const struct enter_sandbox *prepared) {
   /* As posix_spawn's attributes give a tool: no signal blocked, none ignored (the helper blocks
    * SIGCHLD and ignores SIGPIPE). */
   sigset_t none;
@@ -88,7 +106,9 @@ void spawn_enter_child(char *req, size_t len, const int *ends, int nfds, const c
   for (int fd = 0; fd < nfds; fd++) {
     if (dup2(ends[fd] >= 0 ? ends[fd] : high, fd) != fd) _exit(ENTER_FAILED);
   }
-  if (syscall(SYS_close_range, (unsigned)nfds, ~0U, 0) != 0) fail("close_range");
+  /* Everything of the helper's but the planned fds, and the sandbox's prepared files (spawn-sandboxes.c, at 16 or above). */
+  int keep[ENTER_MAX_CGROUP_DIRS + 2];
+  close_all_but(nfds, keep, spawn_sandbox_fds(prepared, keep, (int)(sizeof keep / sizeof *keep)));
 
   char *argv[MAX_OPTIONS + 2];
   int argc = 0;
@@ -108,5 +128,5 @@ void spawn_enter_child(char *req, size_t len, const int *ends, int nfds, const c
   o.preserve = nfds > 3 ? nfds - 3 : 0;
   char **args = enter_strings(req, len, &off, "argv");
   char **env = enter_strings(req, len, &off, "environment");
-  _exit(enter_run(&o, args, env));
+  _exit(enter_run(&o, args, env, prepared));
 }

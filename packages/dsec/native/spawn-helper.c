@@ -27,8 +27,9 @@
  *   <n>\0<fd 0's plan>\0...<fd n-1's plan>\0<oom_score_adj or ->\0<the argv, as above>
  *
  * and each plan is `null` (/dev/null), `in` (a pipe the edge writes), `out` (a pipe the edge
- * reads) or `w:PATH` (PATH opened for writing in the tool, as a command's cgroup.procs is for
- * `crun exec --preserve-fds`). An oom_score_adj is set for the tool as a privileged write (so
+ * reads), `w:PATH` (PATH opened for writing in the tool, as a command's cgroup.procs is for
+ * `crun exec --preserve-fds`) or `d:HEX` (a pipe that holds those bytes, at most 32 KiB, and
+ * then its end: a command's whole stdin, written here before the tool starts). An oom_score_adj is set for the tool as a privileged write (so
  * that it, and the command crun exec starts, cannot lower it again), the helper's own restored
  * after the spawn. The edge cannot receive file descriptors (Node has no SCM_RIGHTS),
  * so the helper makes the pipes, keeps the edge's ends open and says where:
@@ -73,6 +74,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "spawn-enter.h"
+#include "spawn-sandboxes.h"
 
 extern char **environ;
 
@@ -304,6 +306,41 @@ static int high_pipe(int p[2]) {
   return 0;
 }
 
+/* At most this many bytes in a `d:` plan: written without a reader, so well within a pipe's 64 KiB. */
+#define MAX_PLAN_DATA (32 << 10)
+
+/* A pipe (read end at 64 or above, in p[0]) holding the bytes `hex` spells, its write end closed. */
+static int pipe_with_data(const char *hex, int p[2]) {
+  size_t n = strlen(hex);
+  if (n % 2 != 0 || n / 2 > MAX_PLAN_DATA) return -1;
+  static char data[MAX_PLAN_DATA];
+  for (size_t i = 0; i < n / 2; i++) {
+    int v = 0;
+    for (int k = 0; k < 2; k++) {
+      char c = hex[2 * i + (size_t)k];
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    data[i] = (char)v;
+  }
+  if (high_pipe(p) != 0) return -1;
+  size_t done = 0;
+  while (done < n / 2) {
+    ssize_t w = write(p[1], data + done, n / 2 - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  close(p[1]);
+  p[1] = -1;
+  if (done != n / 2) {
+    close(p[0]);
+    return -1;
+  }
+  return 0;
+}
+
 /*
  * `stream`: the plan of each fd, then the argv; the edge opens its pipe ends through /proc.
  * `enter` (`enter` set): the plan of each fd, then a command for a sandbox, started by a fork of
@@ -342,6 +379,15 @@ static void start_stream(unsigned long long id, char *body, size_t len, int ente
       held[2 * fd] = edge_fd[fd];
       if (in) held[2 * fd + 1] = p[0];
       posix_spawn_file_actions_adddup2(&fa, child_end[fd], fd);
+    } else if (strncmp(plan[fd], "d:", 2) == 0) {
+      /* A pipe holding the given bytes (hex in the request), already at its end: written here,
+       * before the tool starts, so it reads them without waiting for the edge. */
+      if (pipe_with_data(plan[fd] + 2, p) != 0) {
+        bad = "dsec-spawn: malformed or too long data for a pipe";
+        break;
+      }
+      child_end[fd] = p[0];
+      posix_spawn_file_actions_adddup2(&fa, child_end[fd], fd);
     } else if (strncmp(plan[fd], "w:", 2) == 0 && plan[fd][2] == '/') {
       /* Opened here rather than in the tool, so that a failure says which file. */
       int file = open(plan[fd] + 2, O_WRONLY | O_CLOEXEC);
@@ -363,6 +409,10 @@ static void start_stream(unsigned long long id, char *body, size_t len, int ente
   if (!bad && enter) {
     /* Where the enter request begins in the body (split_fields cut it into fields in place). */
     size_t at = (size_t)(argv[0] - body);
+    /* The sandbox's files, opened and checked at its first command and kept (spawn-sandboxes.c). */
+    int noptions = 0;
+    while (argv[noptions] && strcmp(argv[noptions], "--") != 0) noptions++;
+    const struct enter_sandbox *prepared = argv[noptions] ? spawn_sandbox_for(argv, noptions) : NULL;
     pid = fork();
     if (pid == 0) {
       if (strcmp(oom, "-") != 0 && set_oom_score_adj(oom) != 0) {
@@ -370,7 +420,7 @@ static void start_stream(unsigned long long id, char *body, size_t len, int ente
         _exit(255);
       }
       /* split_fields left the body's NULs as they were: the child reads it whole again. */
-      spawn_enter_child(body + at, len - at, child_end, (int)nfds, null_path, title, title_room);
+      spawn_enter_child(body + at, len - at, child_end, (int)nfds, null_path, title, title_room, prepared);
     }
     if (pid < 0) {
       snprintf(text, sizeof text, "dsec-spawn: fork: %s", strerror(errno));
@@ -697,7 +747,7 @@ int main(int argc, char **argv) {
   char *in = malloc(cap);
   int stdin_open = 1;
   while (stdin_open) {
-    static struct pollfd pfd[2 + 2 * MAX_CHILDREN];
+    static struct pollfd pfd[2 + 2 * MAX_CHILDREN + SPAWN_MAX_SANDBOXES];
     static struct { int child, stream; } who[2 + 2 * MAX_CHILDREN];
     int np = 0;
     pfd[np] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
@@ -712,7 +762,9 @@ int main(int argc, char **argv) {
         who[np++].stream = s;
       }
     }
-    if (poll(pfd, (nfds_t)np, -1) < 0) {
+    /* The kept sandboxes' inits, last: one that exits is dropped with its files. */
+    int nsandboxes = spawn_sandboxes_poll(pfd + np, SPAWN_MAX_SANDBOXES);
+    if (poll(pfd, (nfds_t)(np + nsandboxes), -1) < 0) {
       if (errno == EINTR) continue;
       perror("dsec-spawn: poll");
       return 1;
@@ -729,6 +781,7 @@ int main(int argc, char **argv) {
         c->fds[who[p].stream] = -1;
       }
     }
+    spawn_sandboxes_ended(pfd + np, nsandboxes);
     if (pfd[1].revents) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) == sizeof si) {

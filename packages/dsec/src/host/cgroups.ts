@@ -229,14 +229,16 @@ export function readNumber(file: string): number | undefined {
 /** How many processes the kernel's OOM killer has ended in the sandbox (read before and after every command). */
 export function sandboxOomKills(id: string): number {
   const rel = join(CGROUP_PARENT, id);
-  try {
-    // v1: memory.oom_control has "oom_kill N"; v2: memory.events has "oom_kill N".
-    const v1 = join(CGROUP_ROOT, 'memory', rel, 'memory.oom_control');
-    const text = existsSync(v1) ? readFileSync(v1, 'utf8') : readFileSync(join(CGROUP_ROOT, rel, 'memory.events'), 'utf8');
-    return Number(/oom_kill (\d+)/.exec(text)?.[1] ?? 0);
-  } catch {
-    return 0; // no memory cgroup (sandbox gone)
+  // v1: memory.oom_control has "oom_kill N"; v2: memory.events has "oom_kill N". Read, not first
+  // looked up (a stat of a cgroup file on each side of every command): a missing v1 file says v2.
+  for (const file of [join(CGROUP_ROOT, 'memory', rel, 'memory.oom_control'), join(CGROUP_ROOT, rel, 'memory.events')]) {
+    try {
+      return Number(/oom_kill (\d+)/.exec(readFileSync(file, 'utf8'))?.[1] ?? 0);
+    } catch {
+      // the other layout, or no memory cgroup (sandbox gone)
+    }
   }
+  return 0;
 }
 
 /**

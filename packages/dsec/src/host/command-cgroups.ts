@@ -3,6 +3,21 @@ import { join } from 'node:path';
 import { CGROUP_PARENT, CGROUP_ROOT, cgroup2CpuUsec } from './cgroups.js';
 
 /**
+ * Whether the cgroup2 hierarchy at `root` kills by cgroup (cgroup.kill, kernel ≥ 5.14), as seen on
+ * dsec's parent cgroup there: a property of the kernel and the mount, so looked up once per root,
+ * not once per command. A root without dsec's parent yet is looked at again next time.
+ */
+const killRoots = new Map<string, boolean>();
+function canKill(root: string): boolean {
+  let yes = killRoots.get(root);
+  if (yes === undefined) {
+    if (!existsSync(join(root, CGROUP_PARENT))) return false;
+    killRoots.set(root, (yes = existsSync(join(root, CGROUP_PARENT, 'cgroup.kill'))));
+  }
+  return yes;
+}
+
+/**
  * A command's own cgroup: a cgroup2 directory under the sandbox's, with no controllers (the
  * sandbox's limits stay where they are, in its own cgroups), used for membership alone. Every
  * process the command starts is born in it and cannot leave (cgroupfs is read-only inside), so
@@ -14,7 +29,11 @@ import { CGROUP_PARENT, CGROUP_ROOT, cgroup2CpuUsec } from './cgroups.js';
  * layout it moves the process out of the sandbox's v1 cgroups (its memory limit) too.
  */
 export class CommandCgroup {
-  private constructor(readonly dir: string) {}
+  private constructor(
+    readonly dir: string,
+    /** Made by this open (so nothing has run in it yet), not one a session's earlier command made. */
+    readonly fresh: boolean,
+  ) {}
 
   /**
    * The command cgroup `name` of a sandbox (created, or reused by a session's later commands), or
@@ -22,16 +41,23 @@ export class CommandCgroup {
    */
   static open(sandboxId: string, name: string, opts: { create: boolean } = { create: true }): CommandCgroup | undefined {
     for (const root of [join(CGROUP_ROOT, 'unified'), CGROUP_ROOT]) {
+      if (!canKill(root)) continue;
       const sandbox = join(root, CGROUP_PARENT, sandboxId);
-      if (!existsSync(join(sandbox, 'cgroup.kill'))) continue;
       const dir = join(sandbox, name);
-      if (!opts.create) return existsSync(dir) ? new CommandCgroup(dir) : undefined;
+      if (!opts.create) {
+        if (existsSync(dir)) return new CommandCgroup(dir, false);
+        continue;
+      }
+      // Made without first looking (a stat per command): a root without the sandbox fails ENOENT.
       try {
         mkdirSync(dir);
+        return new CommandCgroup(dir, true);
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') return undefined;
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'EEXIST') return new CommandCgroup(dir, false);
+        if (code === 'ENOENT') continue;
+        return undefined;
       }
-      return new CommandCgroup(dir);
     }
     return undefined;
   }

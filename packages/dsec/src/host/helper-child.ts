@@ -5,15 +5,22 @@ import { constants as osConstants } from 'node:os';
 import { PassThrough, type Readable, type Writable } from 'node:stream';
 
 /**
- * What a streamed tool's fd is: /dev/null, a pipe the edge writes (`in`) or reads (`out`), or a
+ * What a streamed tool's fd is: /dev/null, a pipe the edge writes (`in`) or reads (`out`), a
  * host file opened for writing in the tool (`{ write: path }`, e.g. a command cgroup's
- * cgroup.procs for `crun exec --preserve-fds`).
+ * cgroup.procs for `crun exec --preserve-fds`), or a pipe that holds `data` and is at its end
+ * after it (`{ data }`, at most PLAN_DATA_MAX bytes: a command's whole stdin, known at its start,
+ * which the helper writes before the tool starts, so the tool need not wait for the edge to open
+ * the pipe).
  */
-export type FdPlan = 'null' | 'in' | 'out' | { write: string };
+export type FdPlan = 'null' | 'in' | 'out' | { write: string } | { data: Buffer };
+
+/** The most a `{ data }` plan holds: what a pipe takes without a reader (its default size is 64 KiB). */
+export const PLAN_DATA_MAX = 32 << 10;
 
 /** How dsec-spawn is told about one planned fd (see native/spawn-helper.c). */
 export function planWord(p: FdPlan): string {
-  return typeof p === 'string' ? p : `w:${p.write}`;
+  if (typeof p === 'string') return p;
+  return 'write' in p ? `w:${p.write}` : `d:${p.data.toString('hex')}`;
 }
 
 /** The calls a HelperChild makes back to its helper. */

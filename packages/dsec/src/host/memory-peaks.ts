@@ -37,16 +37,16 @@ export class MemoryPeaks {
 
   /** A window from now on, or undefined where the sandbox has no memory cgroup this can read. */
   open(sandboxId: string): MemoryWindow | undefined {
-    const v2 = v2PeakFile(sandboxId);
-    if (v2) return openV2Window(v2);
-    const file = v1MarkFile(sandboxId);
-    if (!file) return undefined;
+    // Opened, not first looked up (two stats of cgroup files per command): a missing v2 file says v1.
+    const v2 = openV2Window(join(CGROUP_ROOT, CGROUP_PARENT, sandboxId, 'memory.peak'));
+    if (v2) return v2;
+    const file = join(CGROUP_ROOT, 'memory', CGROUP_PARENT, sandboxId, 'memory.max_usage_in_bytes');
     const state = this.#state(sandboxId);
     this.#credit(state, file);
     try {
       writeFileSync(file, '0');
     } catch {
-      return undefined; // the sandbox is going
+      return undefined; // no v1 memory cgroup either, or the sandbox is going
     }
     const window = { peak: 0 };
     state.open.add(window);

@@ -39,6 +39,10 @@ export class ResidentHelper<A> {
   /** In request order (a Map iterates in insertion order): the oldest is first. */
   readonly #pending = new Map<number, Pending<A>>();
   #next = 1;
+  /** Messages waiting for the next request (notifyLater), for the helper whose pid is #laterPid. */
+  #later: (string | Buffer)[] = [];
+  #laterPid: number | undefined;
+  #laterTimer: NodeJS.Timeout | undefined;
   #buf = Buffer.alloc(0);
   #stderr = '';
 
@@ -58,8 +62,42 @@ export class ResidentHelper<A> {
     return new Promise<A>((resolve, reject) => {
       if (this.#pending.size === 0) this.#hold(child, true);
       this.#pending.set(id, { resolve, reject, onProgress });
-      child.stdin.write(joined(encode(id)));
+      child.stdin.write(joined([...this.#takeLater(child), ...encode(id)]));
     });
+  }
+
+  /**
+   * As notify(), for a message that may wait up to `maxDelayMs`: it goes out with the next request
+   * (in the same write), or alone when none comes in time. Each write wakes the helper, which on a
+   * small host takes the CPU from the edge; a command's `release` sent alone was a second wake-up
+   * of every exec.
+   */
+  notifyLater(pid: number | undefined, parts: readonly (string | Buffer)[], maxDelayMs: number): void {
+    const child = this.#child;
+    if (!child || pid === undefined || child.pid !== pid) return;
+    if (this.#laterPid !== pid) this.#later = []; // for a helper gone since: moot
+    this.#laterPid = pid;
+    this.#later.push(...parts);
+    if (this.#laterTimer) return;
+    this.#laterTimer = setTimeout(() => {
+      this.#laterTimer = undefined;
+      const c = this.#child;
+      if (c) {
+        const parts = this.#takeLater(c);
+        if (parts.length) c.stdin.write(joined(parts));
+      }
+    }, maxDelayMs);
+    this.#laterTimer.unref();
+  }
+
+  /** The waiting messages for `child` (dropped when they were for another helper), no longer waiting. */
+  #takeLater(child: ChildProcessWithoutNullStreams): (string | Buffer)[] {
+    if (this.#later.length === 0) return [];
+    const parts = this.#laterPid === child.pid ? this.#later : [];
+    this.#later = [];
+    clearTimeout(this.#laterTimer);
+    this.#laterTimer = undefined;
+    return parts;
   }
 
   /**
@@ -76,6 +114,8 @@ export class ResidentHelper<A> {
   async close(): Promise<void> {
     const child = this.#child;
     if (!child) return;
+    const later = this.#takeLater(child);
+    if (later.length) child.stdin.write(joined(later));
     const exited = new Promise<void>((res) => child.once('exit', () => res()));
     child.stdin.end();
     const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);

@@ -6,7 +6,7 @@ import { after, describe, test } from 'node:test';
 import { SPAWN_HELPER_BINARY } from './native-helpers.js';
 import { SpawnHelper, SpawnHelperError } from './spawn-helper.js';
 import { ToolError, runTool, runToolOrThrow, startToolsThrough } from './run-tool.js';
-import type { HelperChild, FdPlan } from './helper-child.js';
+import { PLAN_DATA_MAX, type HelperChild, type FdPlan } from './helper-child.js';
 
 const skip = existsSync(SPAWN_HELPER_BINARY) ? false : `${SPAWN_HELPER_BINARY} is not built (run scripts/setup)`;
 
@@ -123,6 +123,20 @@ describe('dsec-spawn: host tools started by a resident helper', { skip }, () => 
       (await collect(helper.stream('true', [], ['null', 'out', 'out', { write: join(dir, 'no', 'such') }]))).error ?? '',
       /cannot open .*no\/such: No such file or directory/,
     );
+  });
+
+  test('streamed: a stdin given whole at the start ({ data }) is what the tool reads, to its end, bytes as they are', async () => {
+    const data = Buffer.concat([Buffer.from('line one\n\0two\xff'), Buffer.alloc(PLAN_DATA_MAX - 16, 0x61)]);
+    for (const bytes of [data, Buffer.alloc(0), Buffer.from('x')]) {
+      const child = helper.stream('sh', ['-c', 'od -An -v -tx1 | tr -d " \\n"'], [{ data: bytes }, 'out', 'out']);
+      assert.equal(child.stdin, null, 'the edge has no stdin pipe to write');
+      const r = await collect(child);
+      assert.equal(r.code, 0, r.out[2]);
+      assert.equal(r.out[1], bytes.toString('hex'));
+    }
+    // More than a pipe takes without a reader is refused (the edge sends it through an `in` pipe).
+    const tooLong = await collect(helper.stream('cat', [], [{ data: Buffer.alloc(PLAN_DATA_MAX + 1) }, 'out', 'out']));
+    assert.match(tooLong.error ?? '', /too long data/);
   });
 
   test('streamed: the edge holds no fd of a tool once it has exited, even a stdin it never ended (as a ChildProcess)', async () => {

@@ -14,6 +14,12 @@ interface Started {
  */
 export const SPAWN_MAX_REQUEST = 4 << 20;
 
+/**
+ * How long a `release` may wait for a request to ride with (ResidentHelper.notifyLater): the
+ * helper meanwhile keeps two pipe ends and a table entry of a command, nothing the command waits on.
+ */
+const RELEASE_DELAY_MS = 20;
+
 /** How a tool's stdio is set up: all /dev/null, or stdout and stderr collected. */
 export type SpawnStdio = 'ignore' | 'pipe';
 
@@ -135,8 +141,15 @@ export class SpawnHelper {
     ];
     let id = 0;
     let helperPid: number | undefined;
+    // The helper holds each pipe's ends until `release` (so no output is lost before the edge has
+    // them open): it may ride with the next request, but not where the helper holds the write
+    // end of the command's stdin, whose end of file waits for it.
+    const withStdin = plan.includes('in');
     const control = {
-      release: (i: number) => this.#helper.notify(helperPid, [`${i} release 0\n`]),
+      release: (i: number) =>
+        withStdin
+          ? this.#helper.notify(helperPid, [`${i} release 0\n`])
+          : this.#helper.notifyLater(helperPid, [`${i} release 0\n`], RELEASE_DELAY_MS),
       kill: (i: number, sig: number) => this.#helper.notify(helperPid, [`${i} kill ${String(sig).length}\n${sig}`]),
     };
     const refuse = (why: string): HelperChild => {

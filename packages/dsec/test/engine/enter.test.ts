@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { type Sandbox } from '@dsec/sdk';
+import { Sandbox } from '@dsec/sdk';
 import { processBlock } from '../../src/edge/backends/container/oci-config.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { SANDBOX_OOM_SCORE_ADJ } from '../../src/host/node-memory.js';
@@ -211,6 +211,33 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     } finally {
       await running.release();
       await helper.close();
+    }
+  });
+
+  test("dsec-spawn opens a sandbox's files once, at its first command, and closes them when the sandbox ends", async () => {
+    // native/spawn-sandboxes.c: the init's pidfd, /dev/null and the sandbox's cgroup.procs in every
+    // hierarchy are kept open by the edge's dsec-spawn between commands (no open per command), and
+    // dropped when the init exits. Counted in a sandbox of its own, on the edge's own helper.
+    const spawner = server.dsec.edge.crun.spawner!;
+    const helperFds = (): string[] => readdirSync(`/proc/${spawner.pid}/fd`).map((fd) => readlinkSync(`/proc/${spawner.pid}/fd/${fd}`));
+    const other = await Sandbox.create({ ...server.conn });
+    let killed = false;
+    try {
+      assert.equal((await other.commands.run(['true'])).exitCode, 0);
+      const cgroupFiles = (): number => helperFds().filter((f) => f.includes(`/dsec/${other.id}/cgroup.procs`)).length;
+      const kept = cgroupFiles();
+      assert.ok(kept >= 2, `the sandbox's cgroup files are kept open after its first command (${kept})`);
+      const before = helperFds().length;
+      for (let i = 0; i < 20; i++) assert.equal((await other.commands.run(['true'])).exitCode, 0);
+      assert.equal(cgroupFiles(), kept, 'each command opened its sandbox files again');
+      assert.ok(helperFds().length <= before, `dsec-spawn holds more fds after 20 commands: ${helperFds().length} > ${before}`);
+      // A command still lands in its own cgroup and the sandbox's (from the kept files).
+      assert.match((await other.commands.run(['/bin/cat', '/proc/self/cgroup'])).stdout, /^0::\/cmd-[0-9a-f]+$/m);
+      await other.kill();
+      killed = true;
+      assert.ok(await pollUntil(() => cgroupFiles() === 0), `dsec-spawn still holds ${cgroupFiles()} cgroup files of a killed sandbox`);
+    } finally {
+      if (!killed) await other.kill();
     }
   });
 

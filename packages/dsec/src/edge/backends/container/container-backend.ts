@@ -47,6 +47,7 @@ import { teardownContainer } from './container-teardown.js';
 import { containerUsage } from './container-usage.js';
 import { crunSpawner } from './crun-spawner.js';
 import type { ExecTarget } from './exec/exec-target.js';
+import { forgetSpareCgroup } from './exec/sandbox-process.js';
 import { newLiveSandbox, toEdgeSandbox, type LiveSandbox } from './live-sandbox.js';
 import { prepareMountStubs, type MountStubs } from './mount-stubs.js';
 import { cgroupNames } from './oci-config.js';
@@ -411,6 +412,7 @@ export class ContainerBackend implements SandboxBackend {
     }
     this.#live.delete(id);
     memoryPeaks.forget(id);
+    forgetSpareCgroup(id);
     this.links.release(live.record.network?.link);
   }
 

@@ -1,7 +1,7 @@
 import type { EdgeSessionCarry } from '../../../protocol/schemas.js';
 import type { OpenSessionRequest } from '@dsec/sdk/schema';
 import { isRegularFileInRoot } from '../sandbox-files.js';
-import { sandboxUsage } from '../../../../host/cgroups.js';
+import { sandboxOomKills } from '../../../../host/cgroups.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { killTagged, SandboxProcess } from './sandbox-process.js';
 import { ShellSession, type SessionHost } from '../../shared/shell-session.js';
@@ -20,7 +20,8 @@ function containerSessionHost(target: ExecTarget): SessionHost {
         fd3MaxBytes: o.fd3MaxBytes,
       });
     },
-    oomKills: () => sandboxUsage(target.id).oomKills,
+    // The OOM counter alone (before and after every command), not the sandbox's whole usage.
+    oomKills: () => sandboxOomKills(target.id),
     endTagged: (tag) => void killTagged(target.id, tag),
   };
 }

@@ -25,6 +25,8 @@ export interface EnterOptions {
   process: Pick<ProcessSpec, 'args' | 'env' | 'cwd' | 'user'>;
   /** A pipe for stdin (else /dev/null). */
   stdin: boolean;
+  /** The command's whole stdin, known at its start (at most PLAN_DATA_MAX bytes): in a pipe the helper fills, instead of `stdin`'s. */
+  stdinData?: Buffer | undefined;
   /** A third output pipe as the command's fd 3. */
   fd3: boolean;
   /** The command's own cgroup2 directory (command-cgroups.ts), where it starts instead of the sandbox's cgroup2 one. */
@@ -73,10 +75,18 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
   const { landlock, args } = splitLandlock(opts.process.args);
   // The command's cgroup2 directory is below the sandbox's: the command goes there instead (in
   // the v1 hierarchies, to the sandbox's own), so it starts in it as dsec-landlock's move put it.
+  // The sandbox's own list is sent as it is (dsec-spawn keeps those files open from the sandbox's
+  // first command on: native/spawn-sandboxes.c) and the command's directory beside it.
   const own = opts.commandCgroup;
-  const sandboxV2 = own === undefined ? undefined : dirname(own);
-  const cgroupDirs = opts.enter.cgroupDirs.map((d) => (d === sandboxV2 ? own! : d));
-  if (own !== undefined && !cgroupDirs.includes(own)) cgroupDirs.push(own);
+  const cgroupDirs = opts.enter.cgroupDirs;
+  const ownPlace =
+    own === undefined
+      ? []
+      : cgroupDirs.includes(dirname(own))
+        ? ['--command-cgroup', own]
+        : cgroupDirs.includes(own)
+          ? []
+          : ['--cgroup-dir', own];
   const options = [
     '--pid',
     String(opts.enter.initPid),
@@ -96,8 +106,9 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     opts.enter.seccompFile,
     ...landlock,
     ...cgroupDirs.flatMap((d) => ['--cgroup-dir', d]),
+    ...ownPlace,
   ];
-  const plan: FdPlan[] = [opts.stdin ? 'in' : 'null', 'out', 'out'];
+  const plan: FdPlan[] = [opts.stdinData ? { data: opts.stdinData } : opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');
   return spawner.enter(options, { args, env: opts.process.env }, plan, { oomScoreAdj: opts.oomScoreAdj });
 }

@@ -11,7 +11,7 @@ import { CommandCgroup } from '../../../../host/command-cgroups.js';
 import { memoryPeaks } from '../../../../host/memory-peaks.js';
 import { killTree } from '../../../../host/process-tree.js';
 import { CappedOutput } from '../../shared/capped-output.js';
-import type { HelperChild } from '../../../../host/helper-child.js';
+import { PLAN_DATA_MAX, type HelperChild } from '../../../../host/helper-child.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
 import { commandPid, startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
@@ -34,6 +34,25 @@ export const EXEC_TAG_VAR = 'DSEC_EXEC_ID';
 /** The name of the command cgroup of the commands that share `tag` (see command-cgroups.ts). */
 export function commandCgroupName(tag: string): string {
   return `cmd-${tag}`;
+}
+
+/**
+ * One command cgroup made ahead per sandbox, after a command has finished, for its next one
+ * (with its tag): a cgroup's mkdir is ~0.08 ms that the next command's start then does not wait
+ * for. A spare that no command takes goes with the sandbox's cgroup tree at its teardown.
+ */
+const spareCgroups = new Map<string, { tag: string; cgroup: CommandCgroup }>();
+
+function makeSpareCgroup(sandboxId: string): void {
+  if (spareCgroups.has(sandboxId)) return;
+  const tag = randomBytes(6).toString('hex');
+  const cgroup = CommandCgroup.open(sandboxId, commandCgroupName(tag));
+  if (cgroup) spareCgroups.set(sandboxId, { tag, cgroup });
+}
+
+/** Drops what is kept of a sandbox's spare command cgroup (its directory goes with the sandbox's cgroups). */
+export function forgetSpareCgroup(sandboxId: string): void {
+  spareCgroups.delete(sandboxId);
 }
 
 /**
@@ -95,19 +114,19 @@ export class SandboxProcess implements CommandProcess {
   readonly #figures: (end: boolean) => ProcessFigures;
 
   constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
-    const tag = opts.tag ?? randomBytes(6).toString('hex');
-    // crun's spec and pid files are this process's own, even when commands share a tag (a
-    // session's): the next session command starts as soon as this one's markers are in, before
-    // this one has finished, and a shared pid file handed it this command's pid, dead by then.
-    const fileId = randomBytes(6).toString('hex');
+    // A command with a Landlock domain (every one with writablePaths, and every one where the
+    // kernel has Landlock ABI 2) starts in its own command cgroup, so that kill() reaches
+    // everything it starts (command-cgroups.ts): one made ahead when there is one (a command of
+    // its own, not a session's shared one).
+    const ownCgroup = spec.args[0] === LANDLOCK_PATH;
+    const spare = ownCgroup && opts.tag === undefined ? spareCgroups.get(target.id) : undefined;
+    if (spare) spareCgroups.delete(target.id);
+    const tag = opts.tag ?? spare?.tag ?? randomBytes(6).toString('hex');
     // The tag is inherited by everything the command starts, so kill() finds descendants that
     // were reparented to the sandbox's init (a double fork) and left the process tree.
     this.#tag = tag;
     this.#sandboxId = target.id;
-    // A command with a Landlock domain (every one with writablePaths, and every one where the
-    // kernel has Landlock ABI 2) starts in its own command cgroup, so that kill() reaches
-    // everything it starts (command-cgroups.ts).
-    this.#cgroup = spec.args[0] === LANDLOCK_PATH ? CommandCgroup.open(target.id, commandCgroupName(tag)) : undefined;
+    this.#cgroup = ownCgroup ? (spare?.cgroup ?? CommandCgroup.open(target.id, commandCgroupName(tag))) : undefined;
     const fd3 = opts.fd3MaxBytes !== undefined;
     const env = [...spec.env, `${EXEC_TAG_VAR}=${tag}`];
     this.stdout = new CappedOutput(opts.maxOutputBytes);
@@ -123,8 +142,13 @@ export class SandboxProcess implements CommandProcess {
     if (target.enter && spawner) {
       // dsec-spawn starts it (enter-child.ts): the starter moves it into its command cgroup and
       // applies its Landlock domain itself, the argv and environment sent in the helper's pipe.
+      // A stdin known whole at the start (a session command's program, an exec's `stdin`) is in
+      // its pipe before the command runs: the command does not wait for the edge to open the
+      // pipe after the helper's `started` and write it.
+      const upFront = opts.input !== undefined && !opts.stdin && opts.input.length <= PLAN_DATA_MAX ? opts.input : undefined;
       child = startEnter(spawner, {
         ...io,
+        stdinData: upFront,
         sandboxId: target.id,
         enter: target.enter,
         process: { ...spec, env },
@@ -137,6 +161,10 @@ export class SandboxProcess implements CommandProcess {
       const args = this.#cgroup
         ? [LANDLOCK_PATH, '--cgroup-fd', String(writeFileFd({ fd3 })), this.#cgroup.name, ...spec.args.slice(1)]
         : spec.args;
+      // crun's spec and pid files are this process's own, even when commands share a tag (a
+      // session's): the next session command starts as soon as this one's markers are in, before
+      // this one has finished, and a shared pid file handed it this command's pid, dead by then.
+      const fileId = randomBytes(6).toString('hex');
       specFile = join(target.scratchDir, `exec-${fileId}.spec`);
       pidFile = join(target.scratchDir, `exec-${fileId}.pid`);
       const crunPidFile = pidFile;
@@ -152,7 +180,8 @@ export class SandboxProcess implements CommandProcess {
     // Read once its starter is asked for (a throw before leaves no memory window open) and before
     // the command's first process runs (crun exec or the starter has its own work first). A
     // session's shared cgroup has its earlier commands' CPU time in it: the command's is the difference.
-    const cpuBefore = this.#cgroup?.cpuUsec() ?? 0;
+    // A cgroup this command made has run nothing yet: 0, without a read of its cpu.stat.
+    const cpuBefore = this.#cgroup && !this.#cgroup.fresh ? (this.#cgroup.cpuUsec() ?? 0) : 0;
     const memory = memoryPeaks.open(target.id);
     this.#figures = (end) => {
       const figures: ProcessFigures = {};
@@ -208,7 +237,10 @@ export class SandboxProcess implements CommandProcess {
           }
           // A shared tag's cgroup belongs to whoever shares it (a session removes it at close,
           // killTagged): removed here, it could vanish under the next command before its move.
-          if (opts.tag === undefined) cgroup?.remove();
+          if (opts.tag === undefined && cgroup) {
+            cgroup.remove();
+            makeSpareCgroup(target.id);
+          }
         });
         this.#exit = {
           exitCode: this.#timedOut ? 137 : (code ?? 1),
