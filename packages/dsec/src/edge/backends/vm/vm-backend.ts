@@ -42,6 +42,7 @@ import { openGuestPort } from './vm-port.js';
 import { readJson, readRecord, saveRecord, toEdgeSandbox, type LiveVm, type SnapshotRecord, type VmRecord } from './vm-record.js';
 import { VmSnapshots } from './vm-snapshot.js';
 import { loadVmState } from './vm-state.js';
+import { PhaseClock } from './phase-clock.js';
 import { fetchStateBlob, STATE_DISK, STATE_MEMORY } from './vm-state-blob.js';
 
 /** A saved VM a create starts from: its disk, its memory and device state, what it was made with. */
@@ -306,12 +307,15 @@ export class VmBackend implements SandboxBackend {
     const record: VmRecord = { id: req.id, phase: 'creating', ...made, createdAt: new Date().toISOString() };
     saveRecord(paths, record);
     let agent: AgentClient | undefined;
+    const clock = new PhaseClock();
     try {
       const layerFiles: string[] = [];
       for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
+      clock.mark('layers');
       if (source?.own) renameSync(source.disk, paths.disk);
       else if (source) await copySparse(source.disk, paths.disk);
       else await makeDisk(paths.disk, record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
+      clock.mark('disk');
       record.accel = await this.accel();
       const cgroupProcs = makeVmCgroup(req.id, record.limits);
       const pid = launchQemu({
@@ -327,6 +331,7 @@ export class VmBackend implements SandboxBackend {
       });
       record.pid = pid;
       saveRecord(paths, record);
+      clock.mark('launch');
       let qmp: QmpClient;
       if (source) {
         qmp = await loadVmState(
@@ -334,6 +339,7 @@ export class VmBackend implements SandboxBackend {
           source.memory,
           () => QmpClient.open(paths.qmpSocket),
           () => isQemuOf(pid, paths),
+          clock,
         );
         agent = await reconnectAgent(paths, agentKey).catch((err: Error) => {
           qmp.close();
@@ -344,8 +350,11 @@ export class VmBackend implements SandboxBackend {
         agent = await bootAgent(pid, paths, record.limits.memoryMiB, agentKey);
         qmp = await QmpClient.open(paths.qmpSocket);
       }
+      clock.mark('agent');
       await prepareVmNetns(pid);
       record.network = await this.opts.links.apply(req.id, pid, undefined, policy, vmRuleset);
+      clock.mark('network');
+      record.createPhases = { ...clock.phases, total: clock.totalMs };
       record.phase = 'running';
       saveRecord(paths, record);
       this.#adopt(record, paths, agent, qmp);

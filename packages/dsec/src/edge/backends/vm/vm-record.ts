@@ -35,6 +35,8 @@ export interface VmRecord {
    * Records written before keys have none, and such a VM is not adopted.
    */
   agentKey?: string;
+  /** How long each step of its create took, ms (phase-clock.ts). */
+  createPhases?: Record<string, number>;
 }
 
 export interface LiveVm {

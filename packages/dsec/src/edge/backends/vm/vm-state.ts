@@ -2,6 +2,7 @@ import { createReadStream, createWriteStream, existsSync, renameSync, rmSync, st
 import { connect, createServer, type Socket } from 'node:net';
 import { pipeline } from 'node:stream/promises';
 import type { QmpClient } from './qmp-client.js';
+import type { PhaseClock } from './phase-clock.js';
 
 /**
  * A VM's memory and device state through QEMU's migration stream, kept in a file. QEMU 7.2 has no
@@ -68,6 +69,7 @@ export async function loadVmState(
   file: string,
   qmpOpen: () => Promise<QmpClient>,
   alive: () => boolean,
+  phases?: PhaseClock,
 ): Promise<QmpClient> {
   const deadline = Date.now() + MIGRATION_TIMEOUT_MS;
   let socket: Socket | undefined;
@@ -77,6 +79,7 @@ export async function loadVmState(
     if (existsSync(socketPath)) socket = await connectUnix(socketPath).catch(() => undefined);
     if (!socket) await sleep(20);
   }
+  phases?.mark('qemuListening');
   // QEMU closes the socket as soon as it has read the stream's end marker, which can beat the
   // socket's own 'finish': whether the load worked is QEMU's to say (query-migrate), not the pipe's.
   const source = createReadStream(file);
@@ -86,6 +89,7 @@ export async function loadVmState(
     socket.destroy();
   });
   socket.on('error', () => undefined);
+  source.once('end', () => phases?.mark('streamRead'));
   source.pipe(socket);
   let qmp: QmpClient;
   try {
@@ -97,7 +101,10 @@ export async function loadVmState(
   }
   for (;;) {
     const st = (await qmp.execute('query-status')) as { status?: string };
-    if (st.status === 'running') return qmp;
+    if (st.status === 'running') {
+      phases?.mark('running');
+      return qmp;
+    }
     const m = (await qmp.execute('query-migrate')) as { status?: string; 'error-desc'?: string };
     // The stream carries the run state the source had: saved stopped (as snapshots are), the
     // guest arrives paused and is started here.
