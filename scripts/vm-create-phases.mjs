@@ -32,7 +32,8 @@ try {
     );
   }
   const t0 = performance.now();
-  const { sandboxes } = await made[0].fork(1);
+  const { sandboxes, result } = await made[0].fork(1);
+  if (!sandboxes.length) throw new Error(`fork failed: ${JSON.stringify(result.failures)}`);
   const t1 = performance.now();
   await sandboxes[0].commands.run(['true']);
   const t2 = performance.now();

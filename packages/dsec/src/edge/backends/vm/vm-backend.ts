@@ -34,7 +34,8 @@ import { AgentClient, AgentError, newAgentKey } from './agent-client.js';
 import { guestAssets, type GuestAssets } from './guest-assets.js';
 import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
 import { QmpClient } from './qmp-client.js';
-import { bootAgent, copySparse, makeDisk, reconnectAgent, sleep } from './vm-boot.js';
+import { bootAgent, copySparse, keyRestoredAgent, makeDisk, reconnectAgent, sleep } from './vm-boot.js';
+import { vcpusOf, VmImageSnapshots, type ImageSnapshot } from './vm-image-snapshot.js';
 import { makeVmCgroup, removeVmCgroup, vmCgroupBusy, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
 import { VmCommands } from './vm-commands.js';
 import { VmFiles } from './vm-files.js';
@@ -114,6 +115,7 @@ export class VmBackend implements SandboxBackend {
   readonly #commands = new VmCommands({ running: (id) => this.#running(id), vm: (id) => this.#vm(id) });
   readonly #files = new VmFiles({ running: (id) => this.#running(id), find: (id) => this.#live.get(id) });
   readonly #snapshots: VmSnapshots;
+  readonly #images: VmImageSnapshots;
   #accel: Promise<AccelChoice> | undefined;
 
   constructor(
@@ -130,6 +132,7 @@ export class VmBackend implements SandboxBackend {
       log: opts.log,
     });
     mkdirSync(this.dir, { recursive: true });
+    this.#images = new VmImageSnapshots({ nodeDir: opts.nodeDir, guest, log: opts.log });
   }
 
   /** A backend when the guest was built, else undefined and why (VM creates are then refused). */
@@ -312,47 +315,22 @@ export class VmBackend implements SandboxBackend {
       const layerFiles: string[] = [];
       for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
       clock.mark('layers');
-      if (source?.own) renameSync(source.disk, paths.disk);
-      else if (source) await copySparse(source.disk, paths.disk);
-      else await makeDisk(paths.disk, record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
-      clock.mark('disk');
       record.accel = await this.accel();
-      const cgroupProcs = makeVmCgroup(req.id, record.limits);
-      const pid = launchQemu({
-        machine: record.backend as VmMachine,
-        accel: record.accel.accel,
-        guest: this.guest,
-        paths,
-        layers: layerFiles,
-        vcpus: Math.max(1, Math.ceil(record.limits.cpu)),
-        memoryMiB: record.limits.memoryMiB,
-        cgroupProcs,
-        ...(source ? { incoming: paths.migrationSocket } : {}),
-      });
-      record.pid = pid;
-      saveRecord(paths, record);
-      clock.mark('launch');
+      const image = source ? undefined : await this.#imageSnapshot(record, layerFiles, clock);
       let qmp: QmpClient;
-      if (source) {
-        qmp = await loadVmState(
-          paths.migrationSocket,
-          source.memory,
-          () => QmpClient.open(paths.qmpSocket),
-          () => isQemuOf(pid, paths),
-          clock,
-        );
-        agent = await reconnectAgent(paths, agentKey).catch((err: Error) => {
-          qmp.close();
-          throw err;
-        });
-        if (source.own) rmSync(dirname(source.memory), { recursive: true, force: true });
-      } else {
-        agent = await bootAgent(pid, paths, record.limits.memoryMiB, agentKey);
-        qmp = await QmpClient.open(paths.qmpSocket);
+      try {
+        ({ agent, qmp } = await this.#start(record, paths, layerFiles, clock, source, image));
+      } catch (err) {
+        if (!image) throw err;
+        // A snapshot this QEMU cannot restore is not used again: the guest boots, as with none.
+        this.opts.log.warn({ sandbox: req.id, err: (err as Error).message }, 'could not restore the image snapshot; booting instead');
+        this.#images.drop(image.dir);
+        await this.#endQemu(req.id, record.pid);
+        for (const f of [paths.disk, paths.agentSocket, paths.qmpSocket, paths.migrationSocket]) rmSync(f, { force: true });
+        ({ agent, qmp } = await this.#start(record, paths, layerFiles, clock, undefined, undefined));
       }
-      clock.mark('agent');
-      await prepareVmNetns(pid);
-      record.network = await this.opts.links.apply(req.id, pid, undefined, policy, vmRuleset);
+      await prepareVmNetns(record.pid ?? 0);
+      record.network = await this.opts.links.apply(req.id, record.pid ?? 0, undefined, policy, vmRuleset);
       clock.mark('network');
       record.createPhases = { ...clock.phases, total: clock.totalMs };
       record.phase = 'running';
@@ -367,6 +345,100 @@ export class VmBackend implements SandboxBackend {
       if (err instanceof ToolError)
         throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
       throw new ApiError('SANDBOX_CREATE_FAILED', `the ${kind} did not start: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * Starts the VM's QEMU and reaches its agent: a restore of a saved VM (`source`: a fork or a
+   * move, which keeps its key; its clock and RNG are renewed), of the image's snapshot (`image`:
+   * RAM mapped from the snapshot, the guest takes its own key, clock and seed), or a boot.
+   */
+  async #start(
+    record: VmRecord,
+    paths: VmPaths,
+    layerFiles: string[],
+    clock: PhaseClock,
+    source: RestoreSource | undefined,
+    image: ImageSnapshot | undefined,
+  ): Promise<{ agent: AgentClient; qmp: QmpClient }> {
+    const agentKey = record.agentKey ?? '';
+    if (source?.own) renameSync(source.disk, paths.disk);
+    else if (source) await copySparse(source.disk, paths.disk);
+    else if (image) await copySparse(image.disk, paths.disk);
+    else await makeDisk(paths.disk, record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
+    clock.mark('disk');
+    // A guest born of an image snapshot has its RAM in the backend `mem`; so do its forks.
+    record.memoryBackend = image ? true : source?.record.memoryBackend;
+    const pid = launchQemu({
+      machine: record.backend as VmMachine,
+      accel: (record.accel ?? (await this.accel())).accel,
+      guest: this.guest,
+      paths,
+      layers: layerFiles,
+      vcpus: vcpusOf(record.limits),
+      memoryMiB: record.limits.memoryMiB,
+      cgroupProcs: makeVmCgroup(record.id, record.limits),
+      ...(image ? { memory: { file: image.ram } } : record.memoryBackend ? { memory: {} } : {}),
+      ...(source || image ? { incoming: paths.migrationSocket } : {}),
+    });
+    record.pid = pid;
+    saveRecord(paths, record);
+    clock.mark('launch');
+    if (!source && !image) {
+      const agent = await bootAgent(pid, paths, record.limits.memoryMiB, agentKey);
+      clock.mark('agent');
+      return { agent, qmp: await QmpClient.open(paths.qmpSocket) };
+    }
+    const qmp = await loadVmState(
+      paths.migrationSocket,
+      source?.memory ?? image!.state,
+      () => QmpClient.open(paths.qmpSocket),
+      () => isQemuOf(pid, paths),
+      clock,
+      { ignoreShared: image !== undefined },
+    );
+    try {
+      const agent = image ? await keyRestoredAgent(paths, agentKey) : await reconnectAgent(paths, agentKey);
+      // A fork's guest keeps its source's key; its clock is the save's and its RNG its source's.
+      if (source)
+        await agent
+          .renew()
+          .catch((err: Error) =>
+            this.opts.log.warn({ sandbox: record.id, err: err.message }, "could not renew a restored guest's clock and RNG"),
+          );
+      clock.mark('agent');
+      if (source?.own) rmSync(dirname(source.memory), { recursive: true, force: true });
+      return { agent, qmp };
+    } catch (err) {
+      qmp.close();
+      throw err;
+    }
+  }
+
+  /**
+   * The image's snapshot to restore (vm-image-snapshot.ts), made now when there is none (the
+   * first create of an image on this node boots the guest it is made of); undefined when
+   * snapshots are off (DSEC_VM_SNAPSHOTS=0) or the build failed (the create boots instead).
+   */
+  async #imageSnapshot(record: VmRecord, layerFiles: string[], clock: PhaseClock): Promise<ImageSnapshot | undefined> {
+    if (process.env['DSEC_VM_SNAPSHOTS'] === '0' || !record.accel) return undefined;
+    const spec = {
+      backend: record.backend as VmMachine,
+      layers: record.layers,
+      limits: record.limits,
+      diskMiB: record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB,
+      accel: record.accel.accel,
+    };
+    try {
+      const found = await this.#images.find(spec);
+      clock.mark('findSnapshot');
+      if (found) return found;
+      const made = await this.#images.make(spec, layerFiles);
+      clock.mark('makeSnapshot');
+      return made;
+    } catch (err) {
+      this.opts.log.warn({ sandbox: record.id, err: (err as Error).message }, 'could not make the image snapshot; booting instead');
+      return undefined;
     }
   }
 
@@ -425,6 +497,15 @@ export class VmBackend implements SandboxBackend {
   /** Ends QEMU (if it still runs) and removes the VM's directory: disk, sockets, logs. */
   async #teardown(id: string, pid: number | undefined): Promise<void> {
     const paths = new VmPaths(join(this.dir, id));
+    await this.#endQemu(id, pid);
+    await removeVmCgroup(id);
+    await detachLink(id); // gone with QEMU's netns; a crash between veth and netns may leave the host end
+    rmSync(paths.dir, { recursive: true, force: true });
+  }
+
+  /** Ends the VM's QEMU if it still runs: SIGTERM, then SIGKILL. */
+  async #endQemu(id: string, pid: number | undefined): Promise<void> {
+    const paths = new VmPaths(join(this.dir, id));
     if (pid) {
       for (let i = 0; i < 100 && isQemuOf(pid, paths); i++) {
         if (i === 20 || i === 0) {
@@ -438,9 +519,6 @@ export class VmBackend implements SandboxBackend {
       }
       if (isQemuOf(pid, paths)) this.opts.log.error({ sandbox: id, pid }, 'QEMU did not exit after SIGKILL');
     }
-    await removeVmCgroup(id);
-    await detachLink(id); // gone with QEMU's netns; a crash between veth and netns may leave the host end
-    rmSync(paths.dir, { recursive: true, force: true });
   }
 
   async shutdown(opts: { killAll?: boolean } = {}): Promise<void> {
