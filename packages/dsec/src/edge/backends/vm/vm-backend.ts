@@ -369,6 +369,7 @@ export class VmBackend implements SandboxBackend {
     clock.mark('disk');
     // A guest born of an image snapshot has its RAM in the backend `mem`; so do its forks.
     record.memoryBackend = image ? true : source?.record.memoryBackend;
+    record.started = source ? 'saved-state' : image ? 'image-snapshot' : 'boot';
     const pid = launchQemu({
       machine: record.backend as VmMachine,
       accel: (record.accel ?? (await this.accel())).accel,

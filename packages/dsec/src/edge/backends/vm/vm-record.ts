@@ -40,6 +40,8 @@ export interface VmRecord {
    * image's snapshot, or a fork of one. A restore of its state must be started the same way.
    */
   memoryBackend?: boolean | undefined;
+  /** How its guest came up: booted, restored from its image's snapshot, or from a saved VM (fork, move). */
+  started?: 'boot' | 'image-snapshot' | 'saved-state';
   /** How long each step of its create took, ms (phase-clock.ts). */
   createPhases?: Record<string, number>;
 }
