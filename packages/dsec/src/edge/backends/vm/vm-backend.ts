@@ -111,7 +111,10 @@ export class VmBackend implements SandboxBackend {
   readonly #creating = new Map<string, Promise<unknown>>();
   /** The limits of creates in flight: their memory is committed from the start. */
   readonly #creatingLimits = new Map<string, SandboxLimits>();
-  readonly slots = maxVms();
+  /** VMs this edge runs at most (read at each create, so a benchmark can raise it in process). */
+  get slots(): number {
+    return maxVms();
+  }
   readonly #commands = new VmCommands({ running: (id) => this.#running(id), vm: (id) => this.#vm(id) });
   readonly #files = new VmFiles({ running: (id) => this.#running(id), find: (id) => this.#live.get(id) });
   readonly #snapshots: VmSnapshots;

@@ -1,5 +1,18 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  createReadStream,
+  existsSync,
+  fsyncSync,
+  openSync,
+  mkdirSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { which } from '../../../host/doctor.js';
@@ -108,12 +121,17 @@ export class VmImageSnapshots {
 
   async #build(slot: string, spec: ImageSnapshotSpec, layerFiles: string[]): Promise<ImageSnapshot> {
     const t0 = performance.now();
-    const build = join(this.dir, `${slot}.build-${randomBytes(4).toString('hex')}`);
+    // Short: the build's sockets live in it, and a unix socket's path has at most 107 bytes.
+    const build = join(this.dir, `${slot}.build-${randomBytes(2).toString('hex')}`);
     mkdirSync(build, { mode: 0o700 });
     const paths = new VmPaths(build);
     const snap = files(build);
+    if (Buffer.byteLength(paths.migrationSocket) > 107) {
+      rmSync(build, { recursive: true, force: true });
+      throw new Error(`the data dir's path is too long for a unix socket in ${build}`);
+    }
     // The guest's cgroups are the node's, named after the slot (no sandbox id has this form).
-    const cgroup = `snapshot-${slot.slice(0, 16)}`;
+    const cgroup = `snapshot-${slot}`;
     let pid: number | undefined;
     let qmp: QmpClient | undefined;
     try {
@@ -140,6 +158,8 @@ export class VmImageSnapshots {
       await qmp.execute('quit').catch(() => undefined);
       await ended(launched, paths);
       for (const f of [paths.agentSocket, paths.qmpSocket, paths.migrationSocket]) rmSync(f, { force: true });
+      // On disk before it has its name: a crash must not leave a snapshot whose RAM is partly holes.
+      for (const f of [snap.ram, snap.state, paths.disk]) fsyncFile(f);
       const meta: SnapshotMeta = {
         fingerprint: await this.#fingerprint(spec.accel),
         spec,
@@ -188,11 +208,20 @@ function slotOf(spec: ImageSnapshotSpec): string {
     vcpus: vcpusOf(spec.limits),
     diskMiB: spec.diskMiB,
   };
-  return createHash('sha256').update(JSON.stringify(key)).digest('hex').slice(0, 32);
+  return createHash('sha256').update(JSON.stringify(key)).digest('hex').slice(0, 20);
 }
 
 function files(dir: string): ImageSnapshot {
   return { dir, ram: join(dir, 'ram'), state: join(dir, 'state.bin'), disk: join(dir, 'upper.img') };
+}
+
+function fsyncFile(file: string): void {
+  const fd = openSync(file, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** Ends QEMU (it was asked to quit; SIGKILL if it lingers). */
