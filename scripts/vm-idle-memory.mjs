@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Idle host memory of N microVMs held at once: each one's cgroup charge, QEMU's RSS and PSS
 // (shared pages split between the processes mapping them), and MemAvailable's drop over the N.
-// Usage: node scripts/vm-idle-memory.mjs [held=10] [settle s=5]; DSEC_VM_SNAPSHOTS=0 boots each.
+// Usage: node scripts/vm-idle-memory.mjs [held=10] [settle s=5] [guest MiB=256]; DSEC_VM_SNAPSHOTS=0 boots each.
 import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +10,7 @@ import { startTestServer } from '../packages/dsec/dist/test/helpers/server.js';
 
 const held = Number(process.argv[2] ?? 10);
 const settle = Number(process.argv[3] ?? 5);
+const resources = { memoryMiB: Number(process.argv[4] ?? 256), cpu: 1 };
 process.env['DSEC_MAX_VMS'] ??= String(held + 2);
 const server = await startTestServer();
 const mib = (b) => Math.round((b / 1048576) * 10) / 10;
@@ -26,12 +27,12 @@ try {
       .join(' ')}`,
   );
   // The first create of the image makes its snapshot: not counted among the held.
-  const warm = await Sandbox.create({ ...server.conn, backend: 'microvm', resources: { memoryMiB: 256, cpu: 1 } });
+  const warm = await Sandbox.create({ ...server.conn, backend: 'microvm', resources });
   await warm.kill();
   const before = avail();
   const vms = [];
   for (let i = 0; i < held; i++) {
-    const sb = await Sandbox.create({ ...server.conn, backend: 'microvm', resources: { memoryMiB: 256, cpu: 1 } });
+    const sb = await Sandbox.create({ ...server.conn, backend: 'microvm', resources });
     await sb.commands.run(['true']);
     vms.push(sb);
   }

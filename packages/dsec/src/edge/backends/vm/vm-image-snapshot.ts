@@ -11,6 +11,7 @@ import {
   rmSync,
   statSync,
   truncateSync,
+  utimesSync,
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
@@ -93,6 +94,7 @@ export class VmImageSnapshots {
       this.drop(dir);
       return undefined;
     }
+    touch(join(dir, 'meta.json')); // the least recently used go first (#prune)
     return files(dir);
   }
 
@@ -170,6 +172,7 @@ export class VmImageSnapshots {
       const dir = join(this.dir, slot);
       this.drop(dir);
       renameSync(build, dir);
+      this.#prune();
       this.opts.log.info({ slot, ms: meta.bootMs }, 'made a VM image snapshot');
       return files(dir);
     } catch (err) {
@@ -180,6 +183,26 @@ export class VmImageSnapshots {
       qmp?.close();
       await removeVmCgroup(cgroup);
     }
+  }
+
+  /**
+   * Keeps at most DSEC_VM_SNAPSHOTS_MAX snapshots (default 8; each holds the guest RAM its boot
+   * touched, a sparse file on disk), dropping the least recently used: every image and guest
+   * shape a node ever started would stay otherwise.
+   */
+  #prune(): void {
+    const max = Number(process.env['DSEC_VM_SNAPSHOTS_MAX']) || 8;
+    const slots = readdirSync(this.dir)
+      .filter((n) => !n.includes('.build-'))
+      .map((n) => {
+        try {
+          return { dir: join(this.dir, n), used: statSync(join(this.dir, n, 'meta.json')).mtimeMs };
+        } catch {
+          return { dir: join(this.dir, n), used: 0 };
+        }
+      })
+      .sort((a, b) => b.used - a.used);
+    for (const s of slots.slice(max)) this.drop(s.dir);
   }
 
   /** What a snapshot depends on besides its slot: the guest's kernel and initramfs, QEMU, the accelerator. */
@@ -209,6 +232,15 @@ function slotOf(spec: ImageSnapshotSpec): string {
     diskMiB: spec.diskMiB,
   };
   return createHash('sha256').update(JSON.stringify(key)).digest('hex').slice(0, 20);
+}
+
+function touch(file: string): void {
+  const now = new Date();
+  try {
+    utimesSync(file, now, now);
+  } catch {
+    // removed meanwhile: the create that found it still has its files open soon, or fails and boots
+  }
 }
 
 function files(dir: string): ImageSnapshot {
