@@ -1,7 +1,7 @@
 import type { Duplex } from 'node:stream';
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ApiError } from '../../../api-error.js';
 import { sandboxUsage } from '../../../host/cgroups.js';
@@ -32,28 +32,19 @@ import { SessionTable } from '../shared/session-table.js';
 import { chooseAccel, type AccelChoice } from './accel-probe.js';
 import { AgentClient, AgentError, newAgentKey } from './agent-client.js';
 import { guestAssets, type GuestAssets } from './guest-assets.js';
-import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
+import { isQemuOf, VmPaths, type VmMachine } from './qemu-launch.js';
 import { QmpClient } from './qmp-client.js';
-import { bootAgent, copySparse, keyRestoredAgent, makeDisk, reconnectAgent, sleep } from './vm-boot.js';
-import { vcpusOf, VmImageSnapshots, type ImageSnapshot } from './vm-image-snapshot.js';
-import { makeVmCgroup, removeVmCgroup, vmCgroupBusy, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
+import { sleep } from './vm-boot.js';
+import { VmImageSnapshots } from './vm-image-snapshot.js';
+import { removeVmCgroup, vmCgroupBusy, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
 import { VmCommands } from './vm-commands.js';
 import { VmFiles } from './vm-files.js';
 import { openGuestPort } from './vm-port.js';
 import { readJson, readRecord, saveRecord, toEdgeSandbox, type LiveVm, type SnapshotRecord, type VmRecord } from './vm-record.js';
 import { VmSnapshots } from './vm-snapshot.js';
-import { loadVmState } from './vm-state.js';
 import { PhaseClock } from './phase-clock.js';
+import { imageSnapshotFor, startVm, type RestoreSource, type StartContext } from './vm-start.js';
 import { fetchStateBlob, STATE_DISK, STATE_MEMORY } from './vm-state-blob.js';
-
-/** A saved VM a create starts from: its disk, its memory and device state, what it was made with. */
-interface RestoreSource {
-  disk: string;
-  memory: string;
-  record: SnapshotRecord;
-  /** The files are this VM's own (fetched for it): the disk is moved, not copied, and the state removed once loaded. */
-  own?: boolean;
-}
 
 /**
  * The agent and QMP of a VM a previous edge process started. A stopped guest (paused, or stopped
@@ -77,8 +68,6 @@ async function reattach(paths: VmPaths, agentKey: string): Promise<{ agent: Agen
   }
 }
 
-/** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
-export const DEFAULT_VM_DISK_MIB = 2048;
 /**
  * VM sandboxes a node takes at most: DSEC_MAX_VMS, else 4 per CPU (an idle guest's timer ticks
  * still cost host CPU under TCG; the sandbox budget, maxSandboxes, holds as well).
@@ -119,6 +108,7 @@ export class VmBackend implements SandboxBackend {
   readonly #files = new VmFiles({ running: (id) => this.#running(id), find: (id) => this.#live.get(id) });
   readonly #snapshots: VmSnapshots;
   readonly #images: VmImageSnapshots;
+  readonly #startContext: StartContext;
   #accel: Promise<AccelChoice> | undefined;
 
   constructor(
@@ -136,6 +126,7 @@ export class VmBackend implements SandboxBackend {
     });
     mkdirSync(this.dir, { recursive: true });
     this.#images = new VmImageSnapshots({ nodeDir: opts.nodeDir, guest, log: opts.log });
+    this.#startContext = { guest, accel: () => this.accel(), log: opts.log };
   }
 
   /** A backend when the guest was built, else undefined and why (VM creates are then refused). */
@@ -183,6 +174,7 @@ export class VmBackend implements SandboxBackend {
 
   /** Adopts VMs whose QEMU still runs; removes whatever else a previous run left. */
   async start(): Promise<{ adopted: string[]; cleaned: string[] }> {
+    await this.#images.cleanup();
     const adopted: string[] = [];
     const cleaned: string[] = [];
     for (const id of readdirSync(this.dir)) {
@@ -319,10 +311,10 @@ export class VmBackend implements SandboxBackend {
       for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
       clock.mark('layers');
       record.accel = await this.accel();
-      const image = source ? undefined : await this.#imageSnapshot(record, layerFiles, clock);
+      const image = source ? undefined : await imageSnapshotFor(this.#images, this.opts.log, record, layerFiles, clock);
       let qmp: QmpClient;
       try {
-        ({ agent, qmp } = await this.#start(record, paths, layerFiles, clock, source, image));
+        ({ agent, qmp } = await startVm(this.#startContext, record, paths, layerFiles, clock, source, image));
       } catch (err) {
         if (!image) throw err;
         // A snapshot this QEMU cannot restore is not used again: the guest boots, as with none.
@@ -330,7 +322,7 @@ export class VmBackend implements SandboxBackend {
         this.#images.drop(image.dir);
         await this.#endQemu(req.id, record.pid);
         for (const f of [paths.disk, paths.agentSocket, paths.qmpSocket, paths.migrationSocket]) rmSync(f, { force: true });
-        ({ agent, qmp } = await this.#start(record, paths, layerFiles, clock, undefined, undefined));
+        ({ agent, qmp } = await startVm(this.#startContext, record, paths, layerFiles, clock, undefined, undefined));
       }
       await prepareVmNetns(record.pid ?? 0);
       record.network = await this.opts.links.apply(req.id, record.pid ?? 0, undefined, policy, vmRuleset);
@@ -348,101 +340,6 @@ export class VmBackend implements SandboxBackend {
       if (err instanceof ToolError)
         throw new ApiError('SANDBOX_CREATE_FAILED', `could not make the VM's disk: ${err.result.stderr.trim()}`, { tool: err.tool });
       throw new ApiError('SANDBOX_CREATE_FAILED', `the ${kind} did not start: ${(err as Error).message}`);
-    }
-  }
-
-  /**
-   * Starts the VM's QEMU and reaches its agent: a restore of a saved VM (`source`: a fork or a
-   * move, which keeps its key; its clock and RNG are renewed), of the image's snapshot (`image`:
-   * RAM mapped from the snapshot, the guest takes its own key, clock and seed), or a boot.
-   */
-  async #start(
-    record: VmRecord,
-    paths: VmPaths,
-    layerFiles: string[],
-    clock: PhaseClock,
-    source: RestoreSource | undefined,
-    image: ImageSnapshot | undefined,
-  ): Promise<{ agent: AgentClient; qmp: QmpClient }> {
-    const agentKey = record.agentKey ?? '';
-    if (source?.own) renameSync(source.disk, paths.disk);
-    else if (source) await copySparse(source.disk, paths.disk);
-    else if (image) await copySparse(image.disk, paths.disk);
-    else await makeDisk(paths.disk, record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
-    clock.mark('disk');
-    // A guest born of an image snapshot has its RAM in the backend `mem`; so do its forks.
-    record.memoryBackend = image ? true : source?.record.memoryBackend;
-    record.started = source ? 'saved-state' : image ? 'image-snapshot' : 'boot';
-    const pid = launchQemu({
-      machine: record.backend as VmMachine,
-      accel: (record.accel ?? (await this.accel())).accel,
-      guest: this.guest,
-      paths,
-      layers: layerFiles,
-      vcpus: vcpusOf(record.limits),
-      memoryMiB: record.limits.memoryMiB,
-      cgroupProcs: makeVmCgroup(record.id, record.limits),
-      ...(image ? { memory: { file: image.ram } } : record.memoryBackend ? { memory: {} } : {}),
-      ...(source || image ? { incoming: paths.migrationSocket } : {}),
-    });
-    record.pid = pid;
-    saveRecord(paths, record);
-    clock.mark('launch');
-    if (!source && !image) {
-      const agent = await bootAgent(pid, paths, record.limits.memoryMiB, agentKey);
-      clock.mark('agent');
-      return { agent, qmp: await QmpClient.open(paths.qmpSocket) };
-    }
-    const qmp = await loadVmState(
-      paths.migrationSocket,
-      source?.memory ?? image!.state,
-      () => QmpClient.open(paths.qmpSocket),
-      () => isQemuOf(pid, paths),
-      clock,
-      { ignoreShared: image !== undefined },
-    );
-    try {
-      const agent = image ? await keyRestoredAgent(paths, agentKey) : await reconnectAgent(paths, agentKey);
-      // A fork's guest keeps its source's key; its clock is the save's and its RNG its source's.
-      if (source)
-        await agent
-          .renew()
-          .catch((err: Error) =>
-            this.opts.log.warn({ sandbox: record.id, err: err.message }, "could not renew a restored guest's clock and RNG"),
-          );
-      clock.mark('agent');
-      if (source?.own) rmSync(dirname(source.memory), { recursive: true, force: true });
-      return { agent, qmp };
-    } catch (err) {
-      qmp.close();
-      throw err;
-    }
-  }
-
-  /**
-   * The image's snapshot to restore (vm-image-snapshot.ts), made now when there is none (the
-   * first create of an image on this node boots the guest it is made of); undefined when
-   * snapshots are off (DSEC_VM_SNAPSHOTS=0) or the build failed (the create boots instead).
-   */
-  async #imageSnapshot(record: VmRecord, layerFiles: string[], clock: PhaseClock): Promise<ImageSnapshot | undefined> {
-    if (process.env['DSEC_VM_SNAPSHOTS'] === '0' || !record.accel) return undefined;
-    const spec = {
-      backend: record.backend as VmMachine,
-      layers: record.layers,
-      limits: record.limits,
-      diskMiB: record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB,
-      accel: record.accel.accel,
-    };
-    try {
-      const found = await this.#images.find(spec);
-      clock.mark('findSnapshot');
-      if (found) return found;
-      const made = await this.#images.make(spec, layerFiles);
-      clock.mark('makeSnapshot');
-      return made;
-    } catch (err) {
-      this.opts.log.warn({ sandbox: record.id, err: (err as Error).message }, 'could not make the image snapshot; booting instead');
-      return undefined;
     }
   }
 

@@ -79,8 +79,28 @@ export class VmImageSnapshots {
   constructor(private readonly opts: { nodeDir: string; guest: GuestAssets; log: Logger }) {
     this.dir = join(opts.nodeDir, 'vm-snapshots');
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    // A build an edge crash interrupted leaves a directory no snapshot is read from.
-    for (const name of readdirSync(this.dir)) if (name.includes('.build-')) rmSync(join(this.dir, name), { recursive: true, force: true });
+  }
+
+  /**
+   * What a build an edge crash interrupted left: its directory, its QEMU (detached, so it outlives
+   * the edge; its pid is in the directory) and its cgroups. Called once at the edge's start.
+   */
+  async cleanup(): Promise<void> {
+    for (const name of readdirSync(this.dir)) {
+      if (!name.includes('.build-')) continue;
+      const build = join(this.dir, name);
+      const pid = Number(readJson<number>(join(build, 'pid')));
+      if (pid > 0 && isQemuOf(pid, new VmPaths(build), { adopting: true })) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone
+        }
+        await ended(pid, new VmPaths(build));
+      }
+      rmSync(build, { recursive: true, force: true });
+      await removeVmCgroup(`snapshot-${name.slice(0, name.indexOf('.'))}`);
+    }
   }
 
   /** The snapshot for `spec` when there is one and it is fresh; a stale one is removed. */
@@ -152,6 +172,7 @@ export class VmImageSnapshots {
         memory: { file: snap.ram, shared: true },
       });
       pid = launched;
+      writeFileSync(join(build, 'pid'), String(launched)); // for cleanup after an edge crash
       const agent = await bootAgent(launched, paths, spec.limits.memoryMiB, undefined);
       qmp = await QmpClient.open(paths.qmpSocket);
       await qmp.execute('stop');
