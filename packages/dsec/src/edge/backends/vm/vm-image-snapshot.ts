@@ -108,7 +108,7 @@ export class VmImageSnapshots {
     const dir = join(this.dir, slotOf(spec));
     const meta = readJson<SnapshotMeta>(join(dir, 'meta.json'));
     if (!meta) return undefined;
-    const fingerprint = await this.#fingerprint(spec.accel);
+    const fingerprint = await this.fingerprint(spec.accel);
     if (meta.fingerprint !== fingerprint) {
       this.opts.log.info({ slot: dir }, 'VM image snapshot is stale (kernel, agent, QEMU or format changed): removing it');
       this.drop(dir);
@@ -184,7 +184,7 @@ export class VmImageSnapshots {
       // On disk before it has its name: a crash must not leave a snapshot whose RAM is partly holes.
       for (const f of [snap.ram, snap.state, paths.disk]) fsyncFile(f);
       const meta: SnapshotMeta = {
-        fingerprint: await this.#fingerprint(spec.accel),
+        fingerprint: await this.fingerprint(spec.accel),
         spec,
         createdAt: new Date().toISOString(),
         bootMs: Math.round(performance.now() - t0),
@@ -227,7 +227,7 @@ export class VmImageSnapshots {
   }
 
   /** What a snapshot depends on besides its slot: the guest's kernel and initramfs, QEMU, the accelerator. */
-  async #fingerprint(accel: Accel): Promise<string> {
+  async fingerprint(accel: Accel): Promise<string> {
     const qemu = which(QEMU_BINARY) ?? QEMU_BINARY;
     const parts = [
       String(FORMAT),
@@ -244,7 +244,8 @@ export function vcpusOf(limits: SandboxLimits): number {
   return Math.max(1, Math.ceil(limits.cpu));
 }
 
-function slotOf(spec: ImageSnapshotSpec): string {
+/** The directory name of a spec's snapshot: the image and the guest's shape. */
+export function slotOf(spec: ImageSnapshotSpec): string {
   const key = {
     backend: spec.backend,
     layers: spec.layers,
