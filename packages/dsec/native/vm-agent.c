@@ -38,6 +38,7 @@
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/random.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
 #include <net/route.h>
@@ -1934,9 +1935,62 @@ static int nonce_ok(const char *n) {
   return 1;
 }
 
+/* Parses 64 hex digits into 32 bytes; 0 when the string is not that. */
+static int hex32(const char *s, unsigned char out[32]) {
+  if (!s || strlen(s) != 64) return 0;
+  for (int i = 0; i < 32; i++) {
+    unsigned v;
+    if (sscanf(s + 2 * i, "%2x", &v) != 1) return 0;
+    out[i] = (unsigned char)v;
+  }
+  return 1;
+}
+
 /*
- * `key` {key: 64 hex digits}: the channel's MAC key (see mac_set_key), once per boot; the answer
- * is the first frame with a MAC. A restored guest keeps the key it was saved with.
+ * What makes a guest restored from a saved state its own (`timeMs`, `seed`, given with `key` or
+ * `renew`): every guest restored from one image's snapshot wakes up with the same kernel RNG state
+ * and the clock of the moment it was saved. The seed (32 bytes the edge drew for this VM) is
+ * mixed into the kernel's pool and the RNG reseeded at once (RNDRESEEDCRNG), so no two siblings
+ * draw the same bytes from then on; the wall clock is set to the edge's. Returns 0, or an errno
+ * with `why` set.
+ */
+static int apply_identity(struct jobj *o, const char **why) {
+  struct jval *seed = jget(o, "seed", 's');
+  if (seed) {
+    struct { struct rand_pool_info info; unsigned char buf[32]; } pool = {.info = {.entropy_count = 256, .buf_size = 32}};
+    int ok = hex32(seed->str, pool.buf);
+    explicit_bzero(seed->str, strlen(seed->str));
+    if (!ok) { *why = "seed: 64 hex digits expected"; return EINVAL; }
+    int fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
+    int err = fd < 0 || ioctl(fd, RNDADDENTROPY, &pool) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0 ? errno : 0;
+    explicit_bzero(&pool, sizeof pool);
+    if (fd >= 0) close(fd);
+    if (err) { *why = "seed: the kernel refused it"; return err; }
+  }
+  long long ms = jnum(o, "timeMs", -1);
+  if (ms >= 0) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    if (clock_settime(CLOCK_REALTIME, &ts) < 0) { *why = "timeMs: clock_settime failed"; return errno; }
+  }
+  return 0;
+}
+
+/*
+ * `renew` {timeMs, seed}: apply_identity for a guest that has its key already (restored from a
+ * fork's snapshot, which keeps its source's key).
+ */
+static void op_renew(long long id, struct jobj *o) {
+  const char *why = NULL;
+  int err = apply_identity(o, &why);
+  if (err) send_err(id, req_nonce, err, why);
+  else send_ev(id, req_nonce, "ok", NULL, NULL, 0);
+}
+
+/*
+ * `key` {key: 64 hex digits, timeMs?, seed?}: the channel's MAC key (see mac_set_key), once per
+ * boot; the answer is the first frame with a MAC. A restored guest keeps the key it was saved
+ * with; a guest restored from an image's snapshot (saved before it had one) takes its own here,
+ * with its own clock and RNG seed (apply_identity).
  */
 static void op_key(long long id, struct jobj *o) {
   struct jval *k = jget(o, "key", 's');
@@ -1950,6 +2004,9 @@ static void op_key(long long id, struct jobj *o) {
   if (k) explicit_bzero(k->str, strlen(k->str));
   if (have_key) { explicit_bzero(key, sizeof key); send_err(id, req_nonce, EEXIST, "key: the channel has its key already"); return; }
   if (!ok) { explicit_bzero(key, sizeof key); send_err(id, req_nonce, EINVAL, "key: 64 hex digits expected"); return; }
+  const char *why = NULL;
+  int err = apply_identity(o, &why);
+  if (err) { explicit_bzero(key, sizeof key); send_err(id, req_nonce, err, why); return; }
   mac_set_key(key);
   explicit_bzero(key, sizeof key);
   send_ev(id, req_nonce, "ok", NULL, NULL, 0);
@@ -1975,6 +2032,7 @@ static void handle(const char *header, const char *payload, size_t plen) {
   else if (!strcmp(op, "write")) jstr(&o, "path") ? op_write(id, jstr(&o, "path"), jnum(&o, "mode", 0644), payload, plen) : send_err(id, req_nonce, EINVAL, "path is missing");
   else if (!strcmp(op, "stat")) jstr(&o, "path") ? op_stat(id, jstr(&o, "path")) : send_err(id, req_nonce, EINVAL, "path is missing");
   else if (!strcmp(op, "list")) jstr(&o, "path") ? op_list(id, jstr(&o, "path"), jnum(&o, "max", 10000)) : send_err(id, req_nonce, EINVAL, "path is missing");
+  else if (!strcmp(op, "renew")) op_renew(id, &o);
   else if (!strcmp(op, "ping")) send_ev(id, req_nonce, "ok", NULL, NULL, 0);
   else if (!strcmp(op, "kill_group")) op_kill_group(id, &o);
   else if (!strcmp(op, "connect")) op_connect(id, &o);

@@ -666,7 +666,7 @@ describe('vm (q35) sandbox boots and serves exec and files', { skip, timeout: 60
     const sb = await Sandbox.create({ ...server.conn, backend: 'vm', resources: { memoryMiB: 256, cpu: 2 } });
     const pid = (await server.dsec.vms!.listSandboxes())[0]!.pid;
     const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    assert.equal(cmd[cmd.indexOf('-M') + 1], 'q35');
+    assert.ok(cmd[cmd.indexOf('-M') + 1]!.startsWith('q35'), cmd.join(' '));
     const r = await sb.commands.run('grep -c ^processor /proc/cpuinfo; ls /sys/bus/pci/devices | wc -l');
     const [cpus, pci] = r.stdout.trim().split('\n').map(Number);
     assert.equal(cpus, 2, 'cpu: 2 gives two vCPUs');

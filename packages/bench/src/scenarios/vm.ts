@@ -10,6 +10,7 @@ import { chartSubtitle, renderCommon } from '../report-common.js';
 import type { TargetCheck } from '../targets.js';
 import { vmCheck } from 'dsec/runtime';
 import { msOf } from './one-sandbox-rounds.js';
+import { HELD_GUEST_MIB, holdAndMeasure, type HeldFigures } from './vm-held.js';
 import type { BenchScenarioDef, ScenarioContext } from './scenario.js';
 
 export interface VmOptions {
@@ -19,9 +20,21 @@ export interface VmOptions {
   count: number;
   /** Seconds an idle sandbox settles before its memory is read. */
   settle: number;
+  /** Sandboxes held at once for the idle memory series (vm-held.ts); absent in older results. */
+  held?: number[];
 }
 
-const BACKENDS: SandboxBackend[] = ['container', 'microvm', 'vm'];
+/**
+ * What is timed: each backend, and a microVM twice: created from its image's snapshot (the
+ * edge's default: the first create of the image makes it, outside the timing) and cold-booted
+ * (the edge's snapshots off for those creates).
+ */
+const VARIANTS: { label: string; backend: SandboxBackend; cold?: boolean }[] = [
+  { label: 'container', backend: 'container' },
+  { label: 'microvm', backend: 'microvm' },
+  { label: 'microvm cold boot', backend: 'microvm', cold: true },
+  { label: 'vm', backend: 'vm' },
+];
 
 /** The change each sandbox makes before its snapshot as an image: 100 files of 4 KiB and one of 8 MiB. */
 /** Bytes a server in the sandbox sends through the port route (`sb.ports.connect`), timed as throughput. */
@@ -52,6 +65,10 @@ const IMAGE_CHANGE =
 
 export interface BackendFigures {
   backend: SandboxBackend;
+  /** Which variant (VARIANTS); older results have only the backend. */
+  label?: string;
+  /** A VM's first create of the image on the edge, which makes the image's snapshot (not in create). */
+  firstCreateMs?: number;
   /** Sandbox.create until it returns (for a VM: QEMU start → guest agent ready). */
   create: LatencySummary;
   /** The first `true` after create. */
@@ -81,6 +98,8 @@ export interface VmPeerResult extends PeerResultBase {
 
 export interface VmResult extends ScenarioResult {
   peers: VmPeerResult[];
+  /** Idle memory per sandbox with 1, 10, … held (vm-held.ts). */
+  held?: HeldFigures[];
 }
 
 /** dsec's three backends side by side in one run, all through the SDK on the same server. */
@@ -94,7 +113,9 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
     }));
   if (!dsec) throw new Error('the vm scenario needs the dsec peer');
   const out: BackendFigures[] = [];
-  for (const backend of BACKENDS) {
+  for (const { label, backend, cold } of VARIANTS) {
+    const previous = process.env['DSEC_VM_SNAPSHOTS'];
+    if (cold) process.env['DSEC_VM_SNAPSHOTS'] = '0'; // read at each create by the in-process edge
     const f = {
       create: [] as number[],
       firstExec: [] as number[],
@@ -108,7 +129,17 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
     const errors: string[] = [];
     let idleMemoryMiB = NaN;
     let portMiBps = NaN;
-    ctx.say(`${backend}: ${opts.boots} boots, ${opts.count} execs`);
+    ctx.say(`${label}: ${opts.boots} boots, ${opts.count} execs`);
+    let firstCreateMs: number | undefined;
+    if (backend !== 'container' && !cold) {
+      try {
+        const t0 = performance.now();
+        await (await Sandbox.create({ ...dsec.conn, backend, resources: { memoryMiB: 256, cpu: 1 }, labels: { bench: 'vm' } })).kill();
+        firstCreateMs = Math.round(performance.now() - t0);
+      } catch (err) {
+        errors.push(`first create: ${(err as Error).message}`);
+      }
+    }
     for (let i = 0; i < opts.boots && !ctx.signal.aborted; i++) {
       let sb: Sandbox | undefined;
       try {
@@ -154,8 +185,14 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
         await sb?.kill().catch((e: Error) => errors.push(`kill: ${e.message}`));
       }
     }
+    if (cold) {
+      if (previous === undefined) delete process.env['DSEC_VM_SNAPSHOTS'];
+      else process.env['DSEC_VM_SNAPSHOTS'] = previous;
+    }
     out.push({
       backend,
+      label,
+      ...(firstCreateMs !== undefined ? { firstCreateMs } : {}),
       create: summarizeLatency(f.create),
       firstExec: summarizeLatency(f.firstExec),
       bootToFirstCommand: summarizeLatency(f.boot),
@@ -169,15 +206,27 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
       errors,
     });
   }
+  const held: HeldFigures[] = [];
+  for (const n of opts.held ?? []) {
+    for (const kind of ['container', 'microvm', 'microvm-cold'] as const) {
+      if (ctx.signal.aborted) break;
+      ctx.say(`idle memory: ${n} ${kind} held`);
+      held.push(await holdAndMeasure(dsec.conn, kind, n, opts.settle, ctx));
+    }
+  }
   const accel = (await vmCheck()).detail;
   return {
+    held,
     peers: [
       {
         name: 'dsec',
         description:
           'Sandbox.create({ backend }) then commands.run(["true"]) through the SDK; container: crun; microvm: QEMU -M microvm; vm: QEMU q35',
         version: dsec.version,
-        errors: out.flatMap((b) => b.errors.map((e) => `${b.backend}: ${e}`)),
+        errors: [
+          ...out.flatMap((b) => b.errors.map((e) => `${b.label ?? b.backend}: ${e}`)),
+          ...held.flatMap((h) => h.errors.map((e) => `${h.held} ${h.kind} held: ${e}`)),
+        ],
         backends: out,
         accel,
       },
@@ -189,14 +238,15 @@ export async function runVm(peers: Peer[], opts: VmOptions, ctx: ScenarioContext
 function rows(r: VmResult): (string | number)[][] {
   const b = r.peers[0]?.backends ?? [];
   const c = b.find((x) => x.backend === 'container');
-  const metric = (name: string, get: (x: BackendFigures) => number): (string | number)[] => [
+  const metric = (name: string, get: (x: BackendFigures) => number | undefined): (string | number)[] => [
     name,
-    ...b.map(get),
-    ...b.filter((x) => x.backend !== 'container').map((x) => (c ? ratio(get(x), get(c)) : 'n/a')),
+    ...b.map((x) => get(x) ?? 'n/a'),
+    ...b.filter((x) => x.backend !== 'container').map((x) => (c ? ratio(get(x) ?? NaN, get(c) ?? NaN) : 'n/a')),
   ];
   return [
     metric('boot to first command p50 (ms)', (x) => x.bootToFirstCommand.p50),
     metric('boot to first command max (ms)', (x) => x.bootToFirstCommand.max),
+    metric("first create of the image (makes a VM's snapshot) (ms)", (x) => x.firstCreateMs),
     metric('create p50 (ms)', (x) => x.create.p50),
     metric('first exec p50 (ms)', (x) => x.firstExec.p50),
     metric('exec `true` p50 (ms)', (x) => x.exec.p50),
@@ -210,6 +260,22 @@ function rows(r: VmResult): (string | number)[][] {
   ];
 }
 
+/** The idle memory series: per sandbox, at each number held. */
+function renderHeld(held: HeldFigures[]): string[] {
+  if (held.length === 0) return [];
+  return [
+    `Idle host memory per sandbox with N held at once (microVMs of ${HELD_GUEST_MIB} MiB guest RAM, 1 CPU; each ran \`true\`, then ` +
+      'the settle): the cgroup charge (a page shared by siblings is charged once) and the drop of MemAvailable over the N ' +
+      '(also what lies outside the cgroups, and whatever else the host did meanwhile).',
+    '',
+    mdTable(
+      ['sandbox', 'held', 'cgroup charge per sandbox (MiB)', 'MemAvailable drop per sandbox (MiB)', 'made'],
+      held.map((h) => [h.kind === 'microvm-cold' ? 'microvm cold boot' : h.kind, h.held, h.cgroupMiB, h.memAvailableDropMiB, h.made]),
+    ),
+    '',
+  ];
+}
+
 export function renderVm(report: BenchReport<VmResult>, svgName: string): { markdown: string; svg: string } {
   const { result } = report;
   const o = report.options as unknown as VmOptions;
@@ -219,14 +285,14 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
       title: 'boot to first command p50',
       unit: 'ms',
       better: 'lower',
-      bars: b.map((x) => ({ label: x.backend, value: x.bootToFirstCommand.p50 })),
+      bars: b.map((x) => ({ label: x.label ?? x.backend, value: x.bootToFirstCommand.p50 })),
     },
-    { title: 'exec true p50', unit: 'ms', better: 'lower', bars: b.map((x) => ({ label: x.backend, value: x.exec.p50 })) },
+    { title: 'exec true p50', unit: 'ms', better: 'lower', bars: b.map((x) => ({ label: x.label ?? x.backend, value: x.exec.p50 })) },
     {
       title: 'host memory per idle sandbox',
       unit: 'MiB',
       better: 'lower',
-      bars: b.map((x) => ({ label: x.backend, value: x.idleMemoryMiB })),
+      bars: b.map((x) => ({ label: x.label ?? x.backend, value: x.idleMemoryMiB })),
     },
   ]);
   const md = [
@@ -241,10 +307,15 @@ export function renderVm(report: BenchReport<VmResult>, svgName: string): { mark
       '(guest RAM it touched, guest kernel, TCG cache, device state, page cache of its disks).',
     '',
     mdTable(
-      ['metric', ...b.map((x) => x.backend), ...b.filter((x) => x.backend !== 'container').map((x) => `${x.backend} ÷ container`)],
+      [
+        'metric',
+        ...b.map((x) => x.label ?? x.backend),
+        ...b.filter((x) => x.backend !== 'container').map((x) => `${x.label ?? x.backend} ÷ container`),
+      ],
       rows(result),
     ),
     '',
+    ...renderHeld(result.held ?? []),
     ...renderCommon(report, svgName),
   ];
   return { markdown: md.join('\n'), svg };
@@ -258,21 +329,33 @@ export const vmScenario: BenchScenarioDef<VmOptions, VmResult> = {
     { key: 'boots', long: 'boots', description: 'sandboxes booted per backend', default: 5, min: 1 },
     { key: 'count', long: 'count', short: 'n', description: 'timed execs per backend', default: 50, min: 1 },
     { key: 'settle', long: 'settle', description: 'seconds idle before memory is read', default: 5, min: 0 },
+    {
+      key: 'held',
+      long: 'held',
+      description: 'sandboxes held at once for idle memory per sandbox (e.g. 1,10,50; 0 skips it)',
+      default: [1, 10],
+      min: 0,
+      list: true,
+    },
   ],
-  maxSandboxes: () => 4,
+  maxSandboxes: (o) => Math.max(4, ...(o.held ?? []).map((n) => n + 1)),
   run: runVm,
   targets: (): TargetCheck[] => [],
   render: renderVm,
   lines: (r) =>
     (r.peers[0]?.backends ?? []).map(
       (b) =>
-        `${b.backend.padEnd(9)} boot→first command p50 ${b.bootToFirstCommand.p50} ms  fork→first command p50 ${b.forkToFirstCommand.p50} ms (frozen ${b.forkFrozen.p50} ms)  exec p50 ${b.exec.p50} ms  idle ${b.idleMemoryMiB} MiB`,
+        `${(b.label ?? b.backend).padEnd(17)} boot→first command p50 ${b.bootToFirstCommand.p50} ms  fork→first command p50 ${b.forkToFirstCommand.p50} ms (frozen ${b.forkFrozen.p50} ms)  exec p50 ${b.exec.p50} ms  idle ${b.idleMemoryMiB} MiB`,
     ),
   headline: (r) =>
     (r.peers[0]?.backends ?? [])
       .filter((b) => b.backend !== 'container')
       .flatMap((b) => [
-        { metric: `${b.backend} boot to first command p50 (ms)`, better: 'lower' as const, values: { dsec: b.bootToFirstCommand.p50 } },
-        { metric: `${b.backend} exec p50 (ms)`, better: 'lower' as const, values: { dsec: b.exec.p50 } },
+        {
+          metric: `${b.label ?? b.backend} boot to first command p50 (ms)`,
+          better: 'lower' as const,
+          values: { dsec: b.bootToFirstCommand.p50 },
+        },
+        { metric: `${b.label ?? b.backend} exec p50 (ms)`, better: 'lower' as const, values: { dsec: b.exec.p50 } },
       ]),
 };

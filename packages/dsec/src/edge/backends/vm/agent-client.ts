@@ -18,6 +18,15 @@ type Listener = (frame: AgentFrame) => void;
 /** Bytes of the channel's key (HMAC-SHA256): the edge makes one per VM, see AgentClient.giveKey. */
 export const AGENT_KEY_BYTES = 32;
 
+/**
+ * What a guest takes with its key (or `renew`) to be its own after a restore: the edge's wall
+ * clock, and 32 random bytes the guest kernel mixes into its RNG and reseeds from (vm-agent.c,
+ * apply_identity). Guests restored from one saved state share its RNG state and clock otherwise.
+ */
+function guestIdentity(): { timeMs: number; seed: string } {
+  return { timeMs: Date.now(), seed: randomBytes(32).toString('hex') };
+}
+
 /** A new key for a VM's channel, as stored in its record (hex). */
 export function newAgentKey(): string {
   return randomBytes(AGENT_KEY_BYTES).toString('hex');
@@ -97,7 +106,15 @@ export class AgentClient {
     if (k.length !== AGENT_KEY_BYTES) throw new Error(`an agent key is ${AGENT_KEY_BYTES} bytes`);
     if (this.#key) throw new Error('this channel has its key already');
     this.#key = k;
-    await this.call('key', { key });
+    await this.call('key', { key, ...guestIdentity() });
+  }
+
+  /**
+   * Gives a guest restored with its key (a fork's) the edge's wall clock and a fresh RNG seed
+   * (op `renew`): a saved state wakes up with the clock and RNG of the moment it was saved.
+   */
+  async renew(): Promise<void> {
+    await this.call('renew', guestIdentity());
   }
 
   /** Frames refused so far (no valid MAC, or not carrying their request's nonce). */

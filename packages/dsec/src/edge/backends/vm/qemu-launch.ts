@@ -61,6 +61,25 @@ export interface LaunchSpec {
   cgroupProcs: string[];
   /** Restore: QEMU waits for a saved state on this unix socket (vm-state.ts) instead of booting. */
   incoming?: string;
+  /** Guest RAM as a memory backend of its own (GuestMemory); without it, QEMU's default anonymous RAM. */
+  memory?: GuestMemory;
+}
+
+/**
+ * Guest RAM as the memory backend `mem` (vm-image-snapshot.ts): `file` maps a file (`shared`: the
+ * guest writes into it, as the booting guest an image's snapshot is made of does; otherwise a
+ * private copy-on-write mapping, so the guests restored from one snapshot share its unchanged
+ * pages in the host's page cache), else anonymous RAM (a fork of such a guest: its saved state
+ * names the RAM block `mem`). Such a guest has no free page reporting: QEMU 7.2 gives a reported
+ * page back by punching a hole in the backing file (ram_block_discard_range: fallocate on any
+ * fd-backed block, private or not), which would zero the page in the snapshot every sibling
+ * maps; and a restore's balloon must be the one its state was saved with. The snapshot's save and
+ * restore skip RAM in a shared file (x-ignore-shared): its pages stay in the file, only devices
+ * are streamed.
+ */
+export interface GuestMemory {
+  file?: string;
+  shared?: boolean;
 }
 
 /**
@@ -93,11 +112,12 @@ export function qemuArgs(s: LaunchSpec): string[] {
     const khz = hostTscKhz();
     append.push(`tsc_early_khz=${khz}`, `lpj=${Math.round((khz * 1000) / 250)}`);
   }
+  const machine = mmio ? 'microvm,x-option-roms=off,rtc=on' : 'q35';
   const args = [
     '-name',
     `dsec-${s.paths.dir.split('/').pop()}`,
     '-M',
-    mmio ? 'microvm,x-option-roms=off,rtc=on' : 'q35',
+    s.memory ? `${machine},memory-backend=mem` : machine,
     // TCG's translated-code cache defaults to 1 GiB and is resident once filled; 64 MiB is
     // plenty for one guest kernel plus a workload and keeps an idle VM's host memory down.
     '-accel',
@@ -125,6 +145,15 @@ export function qemuArgs(s: LaunchSpec): string[] {
     '-serial',
     `file:${s.paths.console}`,
   ];
+  if (s.memory) {
+    const size = `size=${s.memoryMiB}M`;
+    args.push(
+      '-object',
+      s.memory.file
+        ? `memory-backend-file,id=mem,${size},mem-path=${s.memory.file},share=${s.memory.shared ? 'on' : 'off'}`
+        : `memory-backend-ram,id=mem,${size}`,
+    );
+  }
   s.layers.forEach((file, i) => {
     args.push('-drive', `id=l${i},file=${file},format=raw,if=none,readonly=on`, '-device', `${blk},drive=l${i},serial=layer${i}`);
   });
@@ -136,7 +165,7 @@ export function qemuArgs(s: LaunchSpec): string[] {
   );
   // Free page reporting: the guest hands pages it freed back to the host (QEMU discards them),
   // so what boot touched and the guest no longer uses does not stay resident on the host.
-  args.push('-device', `${mmio ? 'virtio-balloon-device' : 'virtio-balloon-pci'},free-page-reporting=on`);
+  args.push('-device', `${mmio ? 'virtio-balloon-device' : 'virtio-balloon-pci'},free-page-reporting=${s.memory ? 'off' : 'on'}`);
   // QEMU makes the tap in its netns (the edge addresses it once the guest is up); vhost is off
   // (not every host has vhost-net, and TCG gains nothing from it).
   args.push('-netdev', `tap,id=net0,ifname=${VM_TAP.name},script=no,downscript=no,vhost=off`);
@@ -151,7 +180,9 @@ export function qemuArgs(s: LaunchSpec): string[] {
     '-qmp',
     `unix:${s.paths.qmpSocket},server=on,wait=off`,
   );
-  if (s.incoming) args.push('-incoming', `unix:${s.incoming}`);
+  // A restore of an image's snapshot sets x-ignore-shared first (QEMU 7.2 has no property for
+  // it, only QMP), so the incoming migration waits for migrate-incoming (vm-state.ts).
+  if (s.incoming) args.push('-incoming', s.memory?.file ? 'defer' : `unix:${s.incoming}`);
   return args;
 }
 

@@ -1,7 +1,7 @@
 import type { Duplex } from 'node:stream';
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ApiError } from '../../../api-error.js';
 import { sandboxUsage } from '../../../host/cgroups.js';
@@ -32,26 +32,19 @@ import { SessionTable } from '../shared/session-table.js';
 import { chooseAccel, type AccelChoice } from './accel-probe.js';
 import { AgentClient, AgentError, newAgentKey } from './agent-client.js';
 import { guestAssets, type GuestAssets } from './guest-assets.js';
-import { isQemuOf, launchQemu, VmPaths, type VmMachine } from './qemu-launch.js';
+import { isQemuOf, VmPaths, type VmMachine } from './qemu-launch.js';
 import { QmpClient } from './qmp-client.js';
-import { bootAgent, copySparse, makeDisk, reconnectAgent, sleep } from './vm-boot.js';
-import { makeVmCgroup, removeVmCgroup, vmCgroupBusy, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
+import { sleep } from './vm-boot.js';
+import { VmImageSnapshots } from './vm-image-snapshot.js';
+import { removeVmCgroup, vmCgroupBusy, VM_MEMORY_OVERHEAD_MIB } from './vm-cgroup.js';
 import { VmCommands } from './vm-commands.js';
 import { VmFiles } from './vm-files.js';
 import { openGuestPort } from './vm-port.js';
 import { readJson, readRecord, saveRecord, toEdgeSandbox, type LiveVm, type SnapshotRecord, type VmRecord } from './vm-record.js';
 import { VmSnapshots } from './vm-snapshot.js';
-import { loadVmState } from './vm-state.js';
+import { PhaseClock } from './phase-clock.js';
+import { imageSnapshotFor, startVm, type RestoreSource, type StartContext } from './vm-start.js';
 import { fetchStateBlob, STATE_DISK, STATE_MEMORY } from './vm-state-blob.js';
-
-/** A saved VM a create starts from: its disk, its memory and device state, what it was made with. */
-interface RestoreSource {
-  disk: string;
-  memory: string;
-  record: SnapshotRecord;
-  /** The files are this VM's own (fetched for it): the disk is moved, not copied, and the state removed once loaded. */
-  own?: boolean;
-}
 
 /**
  * The agent and QMP of a VM a previous edge process started. A stopped guest (paused, or stopped
@@ -75,8 +68,6 @@ async function reattach(paths: VmPaths, agentKey: string): Promise<{ agent: Agen
   }
 }
 
-/** Size of a VM's writable disk when the request sets no diskMiB (sparse: unused space costs nothing). */
-export const DEFAULT_VM_DISK_MIB = 2048;
 /**
  * VM sandboxes a node takes at most: DSEC_MAX_VMS, else 4 per CPU (an idle guest's timer ticks
  * still cost host CPU under TCG; the sandbox budget, maxSandboxes, holds as well).
@@ -109,10 +100,15 @@ export class VmBackend implements SandboxBackend {
   readonly #creating = new Map<string, Promise<unknown>>();
   /** The limits of creates in flight: their memory is committed from the start. */
   readonly #creatingLimits = new Map<string, SandboxLimits>();
-  readonly slots = maxVms();
+  /** VMs this edge runs at most (read at each create, so a benchmark can raise it in process). */
+  get slots(): number {
+    return maxVms();
+  }
   readonly #commands = new VmCommands({ running: (id) => this.#running(id), vm: (id) => this.#vm(id) });
   readonly #files = new VmFiles({ running: (id) => this.#running(id), find: (id) => this.#live.get(id) });
   readonly #snapshots: VmSnapshots;
+  readonly #images: VmImageSnapshots;
+  readonly #startContext: StartContext;
   #accel: Promise<AccelChoice> | undefined;
 
   constructor(
@@ -129,6 +125,8 @@ export class VmBackend implements SandboxBackend {
       log: opts.log,
     });
     mkdirSync(this.dir, { recursive: true });
+    this.#images = new VmImageSnapshots({ nodeDir: opts.nodeDir, guest, log: opts.log });
+    this.#startContext = { guest, accel: () => this.accel(), log: opts.log };
   }
 
   /** A backend when the guest was built, else undefined and why (VM creates are then refused). */
@@ -176,6 +174,7 @@ export class VmBackend implements SandboxBackend {
 
   /** Adopts VMs whose QEMU still runs; removes whatever else a previous run left. */
   async start(): Promise<{ adopted: string[]; cleaned: string[] }> {
+    await this.#images.cleanup();
     const adopted: string[] = [];
     const cleaned: string[] = [];
     for (const id of readdirSync(this.dir)) {
@@ -306,46 +305,29 @@ export class VmBackend implements SandboxBackend {
     const record: VmRecord = { id: req.id, phase: 'creating', ...made, createdAt: new Date().toISOString() };
     saveRecord(paths, record);
     let agent: AgentClient | undefined;
+    const clock = new PhaseClock();
     try {
       const layerFiles: string[] = [];
       for (const l of record.layers) layerFiles.push(await this.opts.layerCache.ensure(l));
-      if (source?.own) renameSync(source.disk, paths.disk);
-      else if (source) await copySparse(source.disk, paths.disk);
-      else await makeDisk(paths.disk, record.limits.diskMiB ?? DEFAULT_VM_DISK_MIB);
+      clock.mark('layers');
       record.accel = await this.accel();
-      const cgroupProcs = makeVmCgroup(req.id, record.limits);
-      const pid = launchQemu({
-        machine: record.backend as VmMachine,
-        accel: record.accel.accel,
-        guest: this.guest,
-        paths,
-        layers: layerFiles,
-        vcpus: Math.max(1, Math.ceil(record.limits.cpu)),
-        memoryMiB: record.limits.memoryMiB,
-        cgroupProcs,
-        ...(source ? { incoming: paths.migrationSocket } : {}),
-      });
-      record.pid = pid;
-      saveRecord(paths, record);
+      const image = source ? undefined : await imageSnapshotFor(this.#images, this.opts.log, record, layerFiles, clock);
       let qmp: QmpClient;
-      if (source) {
-        qmp = await loadVmState(
-          paths.migrationSocket,
-          source.memory,
-          () => QmpClient.open(paths.qmpSocket),
-          () => isQemuOf(pid, paths),
-        );
-        agent = await reconnectAgent(paths, agentKey).catch((err: Error) => {
-          qmp.close();
-          throw err;
-        });
-        if (source.own) rmSync(dirname(source.memory), { recursive: true, force: true });
-      } else {
-        agent = await bootAgent(pid, paths, record.limits.memoryMiB, agentKey);
-        qmp = await QmpClient.open(paths.qmpSocket);
+      try {
+        ({ agent, qmp } = await startVm(this.#startContext, record, paths, layerFiles, clock, source, image));
+      } catch (err) {
+        if (!image) throw err;
+        // A snapshot this QEMU cannot restore is not used again: the guest boots, as with none.
+        this.opts.log.warn({ sandbox: req.id, err: (err as Error).message }, 'could not restore the image snapshot; booting instead');
+        this.#images.drop(image.dir);
+        await this.#endQemu(req.id, record.pid);
+        for (const f of [paths.disk, paths.agentSocket, paths.qmpSocket, paths.migrationSocket]) rmSync(f, { force: true });
+        ({ agent, qmp } = await startVm(this.#startContext, record, paths, layerFiles, clock, undefined, undefined));
       }
-      await prepareVmNetns(pid);
-      record.network = await this.opts.links.apply(req.id, pid, undefined, policy, vmRuleset);
+      await prepareVmNetns(record.pid ?? 0);
+      record.network = await this.opts.links.apply(req.id, record.pid ?? 0, undefined, policy, vmRuleset);
+      clock.mark('network');
+      record.createPhases = { ...clock.phases, total: clock.totalMs };
       record.phase = 'running';
       saveRecord(paths, record);
       this.#adopt(record, paths, agent, qmp);
@@ -416,6 +398,15 @@ export class VmBackend implements SandboxBackend {
   /** Ends QEMU (if it still runs) and removes the VM's directory: disk, sockets, logs. */
   async #teardown(id: string, pid: number | undefined): Promise<void> {
     const paths = new VmPaths(join(this.dir, id));
+    await this.#endQemu(id, pid);
+    await removeVmCgroup(id);
+    await detachLink(id); // gone with QEMU's netns; a crash between veth and netns may leave the host end
+    rmSync(paths.dir, { recursive: true, force: true });
+  }
+
+  /** Ends the VM's QEMU if it still runs: SIGTERM, then SIGKILL. */
+  async #endQemu(id: string, pid: number | undefined): Promise<void> {
+    const paths = new VmPaths(join(this.dir, id));
     if (pid) {
       for (let i = 0; i < 100 && isQemuOf(pid, paths); i++) {
         if (i === 20 || i === 0) {
@@ -429,9 +420,6 @@ export class VmBackend implements SandboxBackend {
       }
       if (isQemuOf(pid, paths)) this.opts.log.error({ sandbox: id, pid }, 'QEMU did not exit after SIGKILL');
     }
-    await removeVmCgroup(id);
-    await detachLink(id); // gone with QEMU's netns; a crash between veth and netns may leave the host end
-    rmSync(paths.dir, { recursive: true, force: true });
   }
 
   async shutdown(opts: { killAll?: boolean } = {}): Promise<void> {

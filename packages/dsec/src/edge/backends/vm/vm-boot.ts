@@ -8,9 +8,10 @@ const BOOT_TIMEOUT_MS = Number(process.env['DSEC_VM_BOOT_TIMEOUT_MS'] ?? 180_000
 
 /**
  * Connects to the agent's socket once QEMU has made it, waits for the guest's ready and gives
- * it the channel's key (before any command can run in the guest).
+ * it the channel's key (before any command can run in the guest). Without a key (the guest an
+ * image's snapshot is made of: each guest restored from it takes its own), it stops at ready.
  */
-export async function bootAgent(pid: number, paths: VmPaths, memoryMiB: number, agentKey: string): Promise<AgentClient> {
+export async function bootAgent(pid: number, paths: VmPaths, memoryMiB: number, agentKey: string | undefined): Promise<AgentClient> {
   const deadline = Date.now() + BOOT_TIMEOUT_MS;
   const dead = (): Error =>
     new Error(
@@ -38,7 +39,7 @@ export async function bootAgent(pid: number, paths: VmPaths, memoryMiB: number, 
   });
   try {
     const booted = agent;
-    await Promise.race([booted.ready().then(() => booted.giveKey(agentKey)), watch]);
+    await Promise.race([booted.ready().then(() => (agentKey ? booted.giveKey(agentKey) : undefined)), watch]);
     return booted;
   } catch (err) {
     agent.close();
@@ -61,6 +62,29 @@ export async function reconnectAgent(paths: VmPaths, agentKey: string): Promise<
       agent.call('ping', {}),
       new Promise<never>(
         (_, reject) => (timer = setTimeout(() => reject(new Error("the restored guest's agent did not answer within 60 s")), 60_000)),
+      ),
+    ]);
+    return agent;
+  } catch (err) {
+    agent.close();
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * The agent of a guest restored from an image's snapshot: saved before it had a key, so it is
+ * given this VM's own (with its clock and RNG seed: AgentClient.giveKey), as after a boot.
+ */
+export async function keyRestoredAgent(paths: VmPaths, agentKey: string): Promise<AgentClient> {
+  const agent = await AgentClient.open(paths.agentSocket);
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      agent.giveKey(agentKey),
+      new Promise<never>(
+        (_, reject) => (timer = setTimeout(() => reject(new Error("the restored guest's agent took no key within 60 s")), 60_000)),
       ),
     ]);
     return agent;

@@ -35,6 +35,15 @@ export interface VmRecord {
    * Records written before keys have none, and such a VM is not adopted.
    */
   agentKey?: string;
+  /**
+   * Its RAM is QEMU's memory backend `mem` (qemu-launch.ts, GuestMemory): a guest restored from an
+   * image's snapshot, or a fork of one. A restore of its state must be started the same way.
+   */
+  memoryBackend?: boolean | undefined;
+  /** How its guest came up: booted, restored from its image's snapshot, or from a saved VM (fork, move). */
+  started?: 'boot' | 'image-snapshot' | 'saved-state';
+  /** How long each step of its create took, ms (phase-clock.ts). */
+  createPhases?: Record<string, number>;
 }
 
 export interface LiveVm {
@@ -57,7 +66,7 @@ export interface LiveVm {
 }
 
 /** What a restore needs of the VM a snapshot was taken of (`snapshot/record.json`). */
-export type SnapshotRecord = Pick<VmRecord, 'backend' | 'layers' | 'config' | 'env' | 'limits' | 'agentKey'>;
+export type SnapshotRecord = Pick<VmRecord, 'backend' | 'layers' | 'config' | 'env' | 'limits' | 'agentKey' | 'memoryBackend'>;
 
 export function readJson<T>(file: string): T | undefined {
   try {

@@ -237,10 +237,10 @@ async function saveStateInto(v: LiveVm, dir: string, opts: { copyDisk: boolean }
   try {
     if (opts.copyDisk) await copySparse(v.paths.disk, join(dir, STATE_DISK));
     await saveVmState(v.qmp, v.paths.migrationSocket, join(dir, STATE_MEMORY));
-    const { backend, layers, config, env, limits, agentKey } = v.record;
+    const { backend, layers, config, env, limits, agentKey, memoryBackend } = v.record;
     writeFileAtomic(
       join(dir, STATE_RECORD),
-      JSON.stringify({ backend, layers, config, env, limits, agentKey } satisfies SnapshotRecord),
+      JSON.stringify({ backend, layers, config, env, limits, agentKey, memoryBackend } satisfies SnapshotRecord),
       0o600,
     );
   } catch (err) {

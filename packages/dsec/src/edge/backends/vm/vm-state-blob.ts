@@ -46,6 +46,8 @@ const StateRecord = Type.Object({
   env: Type.Record(Type.String(), Type.String()),
   limits: SandboxLimits,
   agentKey: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+  /** Saved from a guest whose RAM is the memory backend `mem` (vm-record.ts): restored the same way. */
+  memoryBackend: Type.Optional(Type.Boolean()),
 });
 
 /**

@@ -2,6 +2,7 @@ import { createReadStream, createWriteStream, existsSync, renameSync, rmSync, st
 import { connect, createServer, type Socket } from 'node:net';
 import { pipeline } from 'node:stream/promises';
 import type { QmpClient } from './qmp-client.js';
+import type { PhaseClock } from './phase-clock.js';
 
 /**
  * A VM's memory and device state through QEMU's migration stream, kept in a file. QEMU 7.2 has no
@@ -10,6 +11,8 @@ import type { QmpClient } from './qmp-client.js';
  * or QEMU listens on (`-incoming unix:…`, restore), and the edge copies it to or from the file.
  */
 
+const IGNORE_SHARED = { capability: 'x-ignore-shared', state: true };
+
 /** How long a migration may take (TCG, a loaded host, a guest of a few GiB). */
 const MIGRATION_TIMEOUT_MS = 10 * 60_000;
 
@@ -17,7 +20,12 @@ const MIGRATION_TIMEOUT_MS = 10 * 60_000;
  * Writes the state of a stopped VM to `file` (atomically: a partial file never has the name).
  * The VM stays stopped afterwards (QEMU's postmigrate); QMP `cont` runs it again.
  */
-export async function saveVmState(qmp: QmpClient, socketPath: string, file: string): Promise<{ bytes: number }> {
+export async function saveVmState(
+  qmp: QmpClient,
+  socketPath: string,
+  file: string,
+  opts: { ignoreShared?: boolean } = {},
+): Promise<{ bytes: number }> {
   rmSync(socketPath, { force: true });
   const tmp = `${file}.partial`;
   let accept!: (s: Socket) => void;
@@ -28,6 +36,8 @@ export async function saveVmState(qmp: QmpClient, socketPath: string, file: stri
     server.listen(socketPath, () => resolve());
   });
   try {
+    // RAM in a shared file (an image's snapshot, vm-image-snapshot.ts) is left out of the stream.
+    if (opts.ignoreShared) await qmp.execute('migrate-set-capabilities', { capabilities: [IGNORE_SHARED] });
     await qmp.execute('migrate', { uri: `unix:${socketPath}` });
     const socket = await withTimeout(connected, 30_000, 'QEMU did not connect to the migration socket');
     const written = pipeline(socket, createWriteStream(tmp));
@@ -61,15 +71,30 @@ async function waitMigration(qmp: QmpClient): Promise<void> {
 
 /**
  * Feeds `file` to a QEMU started with `-incoming unix:<socketPath>` and runs the guest once the
- * state is loaded. `alive` says whether QEMU still runs.
+ * state is loaded. `alive` says whether QEMU still runs. `ignoreShared`: QEMU was started with
+ * `-incoming defer`; the state was saved with x-ignore-shared (its RAM is in a file QEMU maps),
+ * which the incoming side must set too before the migration starts.
  */
 export async function loadVmState(
   socketPath: string,
   file: string,
   qmpOpen: () => Promise<QmpClient>,
   alive: () => boolean,
+  phases?: PhaseClock,
+  opts: { ignoreShared?: boolean } = {},
 ): Promise<QmpClient> {
   const deadline = Date.now() + MIGRATION_TIMEOUT_MS;
+  let early: QmpClient | undefined;
+  if (opts.ignoreShared) {
+    early = await qmpWhenUp(qmpOpen, alive, deadline);
+    try {
+      await early.execute('migrate-set-capabilities', { capabilities: [IGNORE_SHARED] });
+      await early.execute('migrate-incoming', { uri: `unix:${socketPath}` });
+    } catch (err) {
+      early.close();
+      throw err;
+    }
+  }
   let socket: Socket | undefined;
   while (!socket) {
     if (!alive()) throw new Error('QEMU exited before it took the saved state');
@@ -77,6 +102,7 @@ export async function loadVmState(
     if (existsSync(socketPath)) socket = await connectUnix(socketPath).catch(() => undefined);
     if (!socket) await sleep(20);
   }
+  phases?.mark('qemuListening');
   // QEMU closes the socket as soon as it has read the stream's end marker, which can beat the
   // socket's own 'finish': whether the load worked is QEMU's to say (query-migrate), not the pipe's.
   const source = createReadStream(file);
@@ -86,10 +112,11 @@ export async function loadVmState(
     socket.destroy();
   });
   socket.on('error', () => undefined);
+  source.once('end', () => phases?.mark('streamRead'));
   source.pipe(socket);
   let qmp: QmpClient;
   try {
-    qmp = await qmpOpen();
+    qmp = early ?? (await qmpOpen());
   } catch (err) {
     source.destroy();
     socket.destroy();
@@ -97,7 +124,12 @@ export async function loadVmState(
   }
   for (;;) {
     const st = (await qmp.execute('query-status')) as { status?: string };
-    if (st.status === 'running') return qmp;
+    if (st.status === 'running') {
+      // The capability would stay set for this VM's own saves (a fork of it), whose RAM is its own.
+      if (opts.ignoreShared) await qmp.execute('migrate-set-capabilities', { capabilities: [{ ...IGNORE_SHARED, state: false }] });
+      phases?.mark('running');
+      return qmp;
+    }
     const m = (await qmp.execute('query-migrate')) as { status?: string; 'error-desc'?: string };
     // The stream carries the run state the source had: saved stopped (as snapshots are), the
     // guest arrives paused and is started here.
@@ -119,6 +151,17 @@ export async function loadVmState(
       throw new Error(`the restored VM was not running within ${MIGRATION_TIMEOUT_MS} ms (status ${st.status ?? '?'})`);
     }
     await sleep(20);
+  }
+}
+
+/** QMP of a QEMU that has just been started (its socket appears once it is up). */
+async function qmpWhenUp(qmpOpen: () => Promise<QmpClient>, alive: () => boolean, deadline: number): Promise<QmpClient> {
+  for (;;) {
+    const qmp = await qmpOpen().catch(() => undefined);
+    if (qmp) return qmp;
+    if (!alive()) throw new Error('QEMU exited before it took the saved state');
+    if (Date.now() > deadline) throw new Error('QEMU made no QMP socket');
+    await sleep(10);
   }
 }
 
