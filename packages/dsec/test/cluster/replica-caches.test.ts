@@ -4,6 +4,7 @@
  * one real PostgreSQL database, as two replicas have them.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { StateStore } from '../../src/control/state-store.js';
 import { postgresSkipReason, testPostgres } from '../helpers/postgres.js';
@@ -15,9 +16,10 @@ describe(
   () => {
     let a: StateStore;
     let b: StateStore;
+    let url: string;
 
     before(async () => {
-      const url = await (await testPostgres()).database(`dsec_caches_${Date.now()}`);
+      url = await (await testPostgres()).database(`dsec_caches_${Date.now()}`);
       a = await StateStore.open(url);
       b = await StateStore.open(url);
     });
@@ -52,6 +54,24 @@ describe(
       await b.projects.setQuota('cachedproj', { maxSandboxes: 7 });
       await until(async () => ((await a.projects.get('cachedproj'))?.quota.maxSandboxes === 7 ? true : undefined));
       assert.deepEqual((await b.projects.get('cachedproj'))?.quota, { maxSandboxes: 7 }, 'at once at the changing replica');
+    });
+
+    test('a store left open does not keep its process alive by its LISTEN connection', async () => {
+      // The pool's idle connections end after 10 s; the feed's must not hold the process past that.
+      const storeModule = new URL('../../src/control/state-store.js', import.meta.url).href;
+      const script = `const { StateStore } = await import(${JSON.stringify(storeModule)}); await StateStore.open(${JSON.stringify(url)}); console.log('open');`;
+      const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      const code = await new Promise<number | null>((res) => {
+        const stop = setTimeout(() => child.kill('SIGKILL'), 45_000);
+        child.once('exit', (c) => {
+          clearTimeout(stop);
+          res(c);
+        });
+      });
+      assert.equal(out.trim(), 'open');
+      assert.equal(code, 0, 'exited by itself (killed after 45 s otherwise)');
     });
   },
 );

@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import pg from 'pg';
 import type { Sql } from './sql.js';
 
@@ -52,7 +53,12 @@ export class PostgresChangeFeed implements ChangeFeed {
   async close(): Promise<void> {
     this.#closed = true;
     this.#live = false;
-    await this.#client?.end().catch(() => undefined);
+    const client = this.#client;
+    if (!client) return;
+    // Held again while it closes: an unreferenced socket alone would let the process's loop end
+    // with this close still waiting.
+    (client.connection.stream as Partial<Socket>).ref?.();
+    await client.end().catch(() => undefined);
   }
 
   async #connect(): Promise<void> {
@@ -71,6 +77,9 @@ export class PostgresChangeFeed implements ChangeFeed {
       if (n.channel === CHANNEL && n.payload) this.#emit(n.payload);
     });
     await client.connect();
+    // Listening never keeps the process alive by itself (a server's sockets and timers do): a
+    // store a tool or test opens and never closes must not hold its process open for ever.
+    (client.connection.stream as Partial<Socket>).unref?.();
     await client.query(`LISTEN ${CHANNEL}`);
     // What changed while nothing listened is unknown: everything kept goes as the feed comes back.
     this.#setLive(true);
