@@ -46,7 +46,7 @@ test('a snapshot is used while its fingerprint holds; once the kernel (or agent,
 
 test("the edge's start removes what an interrupted build left, and kills only that build's QEMU", async () => {
   const s = snapshots('cleanup');
-  const build = join(s.dir, `${'1'.repeat(20)}.build-abcd`);
+  const build = join(s.dir, `${'1'.repeat(12)}.build-abcd`);
   mkdirSync(build);
   // A pid that is no QEMU of this build (a recycled pid): it must live on.
   const other = spawn('sleep', ['30'], { stdio: 'ignore' });

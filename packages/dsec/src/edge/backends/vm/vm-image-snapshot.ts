@@ -107,7 +107,8 @@ export class VmImageSnapshots {
   async find(spec: ImageSnapshotSpec): Promise<ImageSnapshot | undefined> {
     const dir = join(this.dir, slotOf(spec));
     const meta = readJson<SnapshotMeta>(join(dir, 'meta.json'));
-    if (!meta) return undefined;
+    // Another shape whose digest starts alike (48 bits) is not this one's: boot instead.
+    if (!meta || slotKey(meta.spec) !== slotKey(spec)) return undefined;
     const fingerprint = await this.fingerprint(spec.accel);
     if (meta.fingerprint !== fingerprint) {
       this.opts.log.info({ slot: dir }, 'VM image snapshot is stale (kernel, agent, QEMU or format changed): removing it');
@@ -245,7 +246,18 @@ export function vcpusOf(limits: SandboxLimits): number {
 }
 
 /** The directory name of a spec's snapshot: the image and the guest's shape. */
+/**
+ * The slot of a guest shape: 12 hex digits of its key's digest. Short, because a build's sockets
+ * live under it and a unix socket's path has at most 107 bytes: with 20 digits a test's data dir on
+ * an overlay root (dsec-test-root-…/dsec-test-…, fresh-machine's) put the build's migration socket
+ * at 110, so no snapshot could be made there. find() checks the whole digest against the one kept.
+ */
 export function slotOf(spec: ImageSnapshotSpec): string {
+  return slotKey(spec).slice(0, 12);
+}
+
+/** The whole digest of a guest shape's key. */
+function slotKey(spec: ImageSnapshotSpec): string {
   const key = {
     backend: spec.backend,
     layers: spec.layers,
@@ -253,7 +265,7 @@ export function slotOf(spec: ImageSnapshotSpec): string {
     vcpus: vcpusOf(spec.limits),
     diskMiB: spec.diskMiB,
   };
-  return createHash('sha256').update(JSON.stringify(key)).digest('hex').slice(0, 20);
+  return createHash('sha256').update(JSON.stringify(key)).digest('hex');
 }
 
 function touch(file: string): void {
