@@ -8,9 +8,10 @@
  *   hear the refusal) becomes failed with the reason. Without the takeover both would stay
  *   `creating` for ever. About 20 s, most of it the 10 s lease.
  * - With a real crun edge (and the cluster's registry as the blob store, so B reads every layer
- *   without A): a burst of creates at A, A killed once B sees some of them `creating`; each one
- *   ends running (and answers an exec) or failed with the reason, the edge holds exactly the
- *   running ones, and once they are killed nothing of any is left on the edge. About 20 s.
+ *   without A): a burst of creates at A, held at the edge until A is killed once B sees some of
+ *   them `creating`; each one ends running (and answers an exec) or failed with the reason, the
+ *   edge holds exactly the running ones, and once they are killed nothing of any is left on the
+ *   edge. About 20 s.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -140,6 +141,21 @@ describe(
     test('each ends running or failed with the reason; the edge holds exactly the running ones, and nothing once they are killed', async (t) => {
       const label = `crun-${randomBytes(3).toString('hex')}`;
       const burst = 12;
+      // The edge's creates wait at a gate until A is dead, so their rows are `creating` and their
+      // creates in flight at A when it dies, however fast this host is: without it, A settled all
+      // twelve between B's look and the kill once an edge answers each create as it settles.
+      let open!: () => void;
+      const gate = new Promise<void>((res) => (open = res));
+      const backend = edge!.edge;
+      const create = backend.createSandbox.bind(backend);
+      backend.createSandbox = async (req) => {
+        await gate;
+        return create(req);
+      };
+      t.after(() => {
+        backend.createSandbox = create;
+        open();
+      });
       const answers = Array.from({ length: burst }, () =>
         api(pair.a, 'POST', '/v1/sandboxes', { image: 'busybox', labels: { case: label } }).then(
           () => 'answered',
@@ -149,6 +165,7 @@ describe(
       // A dies once some rows are written and not yet settled: their creates are in flight at A.
       await until(async () => ((await listed(pair.b, label)).filter((s) => s.status === 'creating').length >= 3 ? true : undefined));
       await pair.killA();
+      open();
       await Promise.all(answers);
       const atDeath = await listed(pair.b, label);
       const inFlight = atDeath.filter((s) => s.status === 'creating').map((s) => s.id);
