@@ -54,37 +54,32 @@ export async function bootAgent(pid: number, paths: VmPaths, memoryMiB: number, 
 }
 
 /** The agent of a restored guest: it runs already (no ready event comes) and has its key, so it is pinged. */
-export async function reconnectAgent(paths: VmPaths, agentKey: string): Promise<AgentClient> {
-  const agent = await AgentClient.open(paths.agentSocket, agentKey);
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([
-      agent.call('ping', {}),
-      new Promise<never>(
-        (_, reject) => (timer = setTimeout(() => reject(new Error("the restored guest's agent did not answer within 60 s")), 60_000)),
-      ),
-    ]);
-    return agent;
-  } catch (err) {
-    agent.close();
-    throw err;
-  } finally {
-    clearTimeout(timer);
-  }
+export function reconnectAgent(paths: VmPaths, agentKey: string): Promise<AgentClient> {
+  return restoredAgent(paths, agentKey, (agent) => agent.call('ping', {}), 'did not answer');
 }
 
 /**
  * The agent of a guest restored from an image's snapshot: saved before it had a key, so it is
  * given this VM's own (with its clock and RNG seed: AgentClient.giveKey), as after a boot.
  */
-export async function keyRestoredAgent(paths: VmPaths, agentKey: string): Promise<AgentClient> {
-  const agent = await AgentClient.open(paths.agentSocket);
+export function keyRestoredAgent(paths: VmPaths, agentKey: string): Promise<AgentClient> {
+  return restoredAgent(paths, undefined, (agent) => agent.giveKey(agentKey), 'took no key');
+}
+
+/** A restored guest's agent once `first` (its first call) answers within 60 s; closed when it does not. */
+async function restoredAgent(
+  paths: VmPaths,
+  agentKey: string | undefined,
+  first: (agent: AgentClient) => Promise<unknown>,
+  failed: string,
+): Promise<AgentClient> {
+  const agent = await AgentClient.open(paths.agentSocket, agentKey);
   let timer: NodeJS.Timeout | undefined;
   try {
     await Promise.race([
-      agent.giveKey(agentKey),
+      first(agent),
       new Promise<never>(
-        (_, reject) => (timer = setTimeout(() => reject(new Error("the restored guest's agent took no key within 60 s")), 60_000)),
+        (_, reject) => (timer = setTimeout(() => reject(new Error(`the restored guest's agent ${failed} within 60 s`)), 60_000)),
       ),
     ]);
     return agent;
