@@ -327,7 +327,7 @@ async function startDsecProcess(
   chmodSync(clientTmp, 0o600);
   renameSync(clientTmp, clientFilePath(opts.dataDir));
 
-  let closed = false;
+  let closing: Promise<void> | undefined;
   const running: RunningControl & { edge?: ContainerBackend; node?: Edge; vms?: VmBackend | undefined } = {
     url,
     apiKey,
@@ -342,24 +342,26 @@ async function startDsecProcess(
     log,
     doctor,
     vms: node?.vms,
-    async close(closeOpts = {}) {
-      if (closed) return;
-      closed = true;
-      stopExpiryLoop();
-      stopBurstLoop();
-      stopBatchOwner();
-      stopEdgeWatcher();
-      stopImageRefresh();
-      await control.pools.stop();
-      await control.batches.stop();
-      await app.close();
-      await portsApp.close();
-      await images.flush().catch((err: unknown) => log.error({ err }, 'writing image records to the store failed'));
-      if (closeOpts.killAll) await control.sandboxes.killAll(SYSTEM);
-      await node?.shutdown({ killAll: closeOpts.killAll ?? false });
-      await blobThread?.close();
-      await store.close();
-      releaseLock();
+    close(closeOpts = {}) {
+      // A second close (a signal during a stop) waits for the first, never cuts it short.
+      closing ??= (async () => {
+        stopExpiryLoop();
+        stopBurstLoop();
+        stopBatchOwner();
+        stopEdgeWatcher();
+        stopImageRefresh();
+        await control.pools.stop();
+        await control.batches.stop();
+        await app.close();
+        await portsApp.close();
+        await images.flush().catch((err: unknown) => log.error({ err }, 'writing image records to the store failed'));
+        if (closeOpts.killAll) await control.sandboxes.killAll(SYSTEM);
+        await node?.shutdown({ killAll: closeOpts.killAll ?? false });
+        await blobThread?.close();
+        await store.close();
+        releaseLock();
+      })();
+      return closing;
     },
   };
   if (edge) running.edge = edge;

@@ -211,21 +211,25 @@ export async function startEdgeDaemon(opts: EdgeDaemonOptions, extra: { log?: Lo
     }
   }
 
-  let closed = false;
+  // A second close (SIGTERM while a drained edge is leaving) waits for the first: returning at
+  // once let the caller's process.exit cut the first short, leaving the pool's namespace binds.
+  let closing: Promise<void> | undefined;
+  const close = async (closeOpts: { killAll?: boolean }): Promise<void> => {
+    await joined.stop();
+    await server.close();
+    await node.shutdown({ killAll: closeOpts.killAll ?? false });
+    await chunkProxy?.close();
+    releaseLock();
+  };
   return {
     id,
     url,
     edge: node.containers,
     chunkProxy,
     left: joined.left,
-    async close(closeOpts = {}) {
-      if (closed) return;
-      closed = true;
-      await joined.stop();
-      await server.close();
-      await node.shutdown({ killAll: closeOpts.killAll ?? false });
-      await chunkProxy?.close();
-      releaseLock();
+    close(closeOpts = {}) {
+      closing ??= close(closeOpts);
+      return closing;
     },
   };
 }

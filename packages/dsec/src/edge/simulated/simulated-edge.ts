@@ -344,18 +344,20 @@ export async function startSimulatedEdge(opts: SimulatedEdgeOptions): Promise<Ru
     await server.close();
     throw err;
   }
-  let closed = false;
+  let closing: Promise<void> | undefined;
   return {
     id: opts.id,
     url,
     edge,
     server,
-    async close() {
-      if (closed) return;
-      closed = true;
-      edge.stop();
-      await joined.stop();
-      await server.close();
+    close() {
+      // A second close waits for the first, as an edge daemon's does.
+      closing ??= (async () => {
+        edge.stop();
+        await joined.stop();
+        await server.close();
+      })();
+      return closing;
     },
   };
 }
