@@ -6,11 +6,8 @@ import Fastify, { LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { Type } from 'typebox';
 import {
-  DirListing,
-  ErrorBody,
   ExecRequest,
   ExecResult,
-  FileStat,
   FnRunResult,
   MAX_FILE_BYTES,
   OpenSessionRequest,
@@ -51,56 +48,9 @@ import {
 } from '../protocol/schemas.js';
 import { requestIdOptions, useRequestLog } from '../../http/request-log.js';
 import { eventToLine } from '../protocol/exec-lines.js';
-import { servePortChannel } from '../protocol/port-stream.js';
-import { ACTOR_QUERY_PATTERN, actorFromQuery, type FileActor, type FileMetadataWrite } from '../protocol/file-options.js';
-
-export const NDJSON = 'application/x-ndjson';
-export const OCTETS = 'application/octet-stream';
-
-const Id = Type.Object({ id: Type.String({ pattern: '^sb-[a-z0-9]{1,32}-[a-z0-9]{6,32}$' }) });
-const IdPid = Type.Object({ id: Id.properties.id, pid: Type.String({ minLength: 1, maxLength: 64 }) });
-const IdSid = Type.Object({ id: Id.properties.id, sid: Type.String({ minLength: 1, maxLength: 64 }) });
-const PathQ = Type.Object({ path: Type.String({ minLength: 1, maxLength: 4096 }) }, { additionalProperties: false });
-const errors = {
-  400: ErrorBody,
-  401: ErrorBody,
-  403: ErrorBody,
-  404: ErrorBody,
-  409: ErrorBody,
-  413: ErrorBody,
-  500: ErrorBody,
-  503: ErrorBody,
-};
-/** Who a file call acts as (edge/protocol/file-options.ts): in a query `uid:gid:groups`, in a body an object. */
-const AsQ = Type.Optional(Type.String({ pattern: ACTOR_QUERY_PATTERN, description: "uid:gid:g1,g2 (the sandbox's ids)" }));
-const Id32 = Type.Integer({ minimum: 0, maximum: 2 ** 32 - 2 });
-const AsBody = Type.Optional(
-  Type.Object({ uid: Id32, gid: Id32, groups: Type.Array(Id32, { maxItems: 65536 }) }, { additionalProperties: false }),
-);
-const MetadataPrefixQ = Type.Optional(Type.String({ minLength: 1, maxLength: 255 }));
-const StatQ = Type.Object({ path: PathQ.properties.path, as: AsQ, metadataPrefix: MetadataPrefixQ }, { additionalProperties: false });
-/** The call's options from its query, without keys for what is absent. */
-function fileQueryOptions(q: { as?: string | undefined; metadataPrefix?: string | undefined }): {
-  as?: FileActor;
-  metadataPrefix?: string;
-} {
-  return {
-    ...(q.as !== undefined ? { as: actorFromQuery(q.as) } : {}),
-    ...(q.metadataPrefix !== undefined ? { metadataPrefix: q.metadataPrefix } : {}),
-  };
-}
-function bodyAs(b: { as?: FileActor | undefined }): { as?: FileActor } {
-  return b.as ? { as: b.as } : {};
-}
-/** `metadata` of a write, as JSON in its query (the body is the file's bytes). */
-function metadataFromQuery(q: string | undefined): FileMetadataWrite | undefined {
-  if (q === undefined) return undefined;
-  try {
-    return JSON.parse(q) as FileMetadataWrite;
-  } catch {
-    throw new ApiError('INVALID_REQUEST', 'metadata: not JSON ({"prefix": "user.…", "values": {…}})', { field: 'metadata' });
-  }
-}
+import { channelRoutes } from './edge-channel-routes.js';
+import { fileRoutes } from './edge-file-routes.js';
+import { errors, Id, IdPid, IdSid, NDJSON, OCTETS } from './edge-route-schemas.js';
 
 /**
  * The edge protocol over HTTP: what `dsec edge` serves to its control plane. Every route needs the
@@ -366,170 +316,9 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
     },
   );
 
-  // --- files ---
-  app.get(
-    `${S}/files`,
-    {
-      config: access.cluster,
-      schema: {
-        params: Id,
-        querystring: Type.Object({ path: PathQ.properties.path, maxBytes: Type.Integer({ minimum: 0 }), as: AsQ }),
-        response: errors,
-      },
-    },
-    async (req, reply) =>
-      reply
-        .type(OCTETS)
-        .send((await edge.readFile(req.params.id, req.query.path, req.query.maxBytes, fileQueryOptions(req.query))) as never),
-  );
-  app.put(
-    `${S}/files`,
-    {
-      config: access.cluster,
-      schema: {
-        params: Id,
-        querystring: Type.Object({
-          path: PathQ.properties.path,
-          mode: Type.Integer({ minimum: 0, maximum: 0o7777 }),
-          as: AsQ,
-          metadata: Type.Optional(Type.String({ description: 'JSON: {"prefix": "user.…", "values": {name: value}}' })),
-        }),
-        response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors },
-      },
-    },
-    async (req) => {
-      if (!Buffer.isBuffer(req.body)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `send the file as ${OCTETS}`);
-      const metadata = metadataFromQuery(req.query.metadata);
-      const opts = { ...fileQueryOptions(req.query), ...(metadata ? { metadata } : {}) };
-      return { bytes: await edge.writeFile(req.params.id, req.query.path, req.body, req.query.mode, opts) };
-    },
-  );
-  app.get(
-    `${S}/files/stat`,
-    { config: access.cluster, schema: { params: Id, querystring: StatQ, response: { 200: FileStat, ...errors } } },
-    async (req) => edge.statPath(req.params.id, req.query.path, fileQueryOptions(req.query)),
-  );
-  app.get(
-    `${S}/files/list`,
-    { config: access.cluster, schema: { params: Id, querystring: StatQ, response: { 200: DirListing, ...errors } } },
-    async (req) => ({ path: req.query.path, ...(await edge.listDir(req.params.id, req.query.path, fileQueryOptions(req.query))) }),
-  );
-  app.post(
-    `${S}/files/mkdir`,
-    {
-      config: access.cluster,
-      schema: {
-        params: Id,
-        body: Type.Object({ path: PathQ.properties.path, parents: Type.Boolean(), as: AsBody }),
-        response: { 204: Type.Null(), ...errors },
-      },
-    },
-    async (req, reply) => {
-      await edge.makeDir(req.params.id, req.body.path, req.body.parents, bodyAs(req.body));
-      return reply.status(204).send(null);
-    },
-  );
-  app.post(
-    `${S}/files/remove`,
-    {
-      config: access.cluster,
-      schema: {
-        params: Id,
-        body: Type.Object({ path: PathQ.properties.path, recursive: Type.Boolean(), as: AsBody }),
-        response: { 204: Type.Null(), ...errors },
-      },
-    },
-    async (req, reply) => {
-      await edge.removePath(req.params.id, req.body.path, req.body.recursive, bodyAs(req.body));
-      return reply.status(204).send(null);
-    },
-  );
-  app.post(
-    `${S}/files/rename`,
-    {
-      config: access.cluster,
-      schema: {
-        params: Id,
-        body: Type.Object({ from: PathQ.properties.path, to: PathQ.properties.path, as: AsBody }),
-        response: { 204: Type.Null(), ...errors },
-      },
-    },
-    async (req, reply) => {
-      await edge.renamePath(req.params.id, req.body.from, req.body.to, bodyAs(req.body));
-      return reply.status(204).send(null);
-    },
-  );
-  app.get(`${S}/files/tar`, { config: access.cluster, schema: { params: Id, querystring: PathQ, response: errors } }, async (req, reply) =>
-    reply.type('application/x-tar').send(Readable.from(await edge.downloadTar(req.params.id, req.query.path)) as never),
-  );
-  app.put(
-    `${S}/files/tar`,
-    {
-      config: access.cluster,
-      schema: { params: Id, querystring: PathQ, response: { 200: Type.Object({ bytes: Type.Integer() }), ...errors } },
-    },
-    async (req) => {
-      if (!(req.body instanceof Readable)) throw new ApiError('UNSUPPORTED_MEDIA_TYPE', 'send the archive as application/x-tar');
-      return { bytes: await edge.uploadTar(req.params.id, req.query.path, req.body) };
-    },
-  );
+  await app.register(fileRoutes(edge));
+  await app.register(channelRoutes(edge));
 
-  // --- terminals: binary frames both ways; text frames: resize in; ready (first) or error, then exit, out ---
-  app.get(
-    `${S}/pty`,
-    {
-      config: access.cluster,
-      websocket: true,
-      schema: {
-        params: Id,
-        querystring: Type.Object({
-          cmd: Type.Optional(Type.Array(Type.String())),
-          cols: Type.Integer({ minimum: 1, maximum: 1000, default: 80 }),
-          rows: Type.Integer({ minimum: 1, maximum: 1000, default: 24 }),
-          cwd: Type.Optional(Type.String()),
-          env: Type.Optional(Type.String({ description: 'JSON object of environment variables' })),
-        }),
-      },
-    },
-    async (socket, req) => {
-      let term;
-      try {
-        const env = req.query.env === undefined ? undefined : (JSON.parse(req.query.env) as Record<string, string>);
-        term = await edge.openPty(req.params.id, {
-          cmd: req.query.cmd,
-          cols: req.query.cols,
-          rows: req.query.rows,
-          cwd: req.query.cwd,
-          env,
-        });
-      } catch (err) {
-        const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
-        socket.send(JSON.stringify({ type: 'error', error: { code: e.code, message: e.message, details: e.details } }));
-        socket.close(1011, e.code);
-        return;
-      }
-      const t = term;
-      socket.send(JSON.stringify({ type: 'ready' }));
-      t.onData((data) => {
-        if (socket.readyState === socket.OPEN) socket.send(data);
-      });
-      socket.on('message', (msg: Buffer, isBinary: boolean) => {
-        if (isBinary) return t.write(msg);
-        try {
-          const m = JSON.parse(msg.toString('utf8')) as { type?: string; cols?: number; rows?: number };
-          if (m.type === 'resize' && Number.isInteger(m.cols) && Number.isInteger(m.rows)) t.resize(m.cols!, m.rows!);
-        } catch {
-          // not JSON: ignore
-        }
-      });
-      socket.on('close', () => t.kill());
-      const exitCode = await t.exit;
-      if (socket.readyState === socket.OPEN) {
-        socket.send(JSON.stringify({ type: 'exit', exitCode }));
-        socket.close(1000, 'exited');
-      }
-    },
-  );
   // --- volumes ---
   const VolumeName = Type.Object({ name: Type.String({ pattern: '^[a-z0-9][a-z0-9._-]{0,62}$' }) });
   app.put(
@@ -554,16 +343,6 @@ export async function buildEdgeServer(edge: EdgeApi, opts: { token: string; log:
     async (req) => edge.volumeUsage(req.params.name),
   );
 
-  // --- ports: a TCP connection into the sandbox as a byte stream (framing: protocol/port-stream.ts) ---
-  app.get(
-    `${S}/ports/:port`,
-    {
-      config: access.cluster,
-      websocket: true,
-      schema: { params: Type.Object({ id: Id.properties.id, port: Type.Integer({ minimum: 1, maximum: 65535 }) }) },
-    },
-    async (socket, req) => servePortChannel(socket, () => edge.openPort(req.params.id, req.params.port)),
-  );
   app.get(`${P}/openapi.json`, { config: access.cluster, schema: { hide: true } }, async () => app.swagger());
   await app.ready();
   return app as unknown as App;
