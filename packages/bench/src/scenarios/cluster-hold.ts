@@ -24,9 +24,15 @@ export const PAGE = 1000;
 export const OVERVIEW_REQUESTS = ['/v1/nodes', '/v1/sandboxes/counts', '/metrics', '/v1/pools'];
 const NDJSON = 'application/x-ndjson';
 
-function statusMiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+function statusMiB(pid: number, field: 'VmRSS' | 'VmHWM' | 'RssAnon' | 'RssFile' | 'RssShmem'): number {
   const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? round(Number(m[1]) / 1024, 1) : NaN;
+}
+
+/** A gauge of the control plane's /metrics text, in MiB (NaN when it is not there). */
+function metricMiB(text: string, name: string): number {
+  const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
+  return m ? round(Number(m[1]) / 1048576, 1) : NaN;
 }
 
 async function timed(n: number, f: (i: number) => Promise<void>): Promise<number[]> {
@@ -154,10 +160,12 @@ export async function runHold(
   const largeMs = performance.now() - tl;
   for (let i = 0; i < 2; i++) large.lat.push(...(await listPaged(http, largeLabel)).lat);
   let metricsBytes = 0;
+  let metricsText = '';
   const metrics = await timed(20, async () => {
     const r = await http.call('GET', '/metrics');
     ok(r, 'GET /metrics');
-    metricsBytes = String(r.body).length;
+    metricsText = String(r.body);
+    metricsBytes = metricsText.length;
   });
   const overview = await timed(10, async () => {
     await Promise.all(OVERVIEW_REQUESTS.map(async (p) => ok(await http.call('GET', p), `GET ${p}`)));
@@ -166,6 +174,16 @@ export async function runHold(
   const batchInfo = await timed(20, async () => ok(await http.call('GET', `/v1/batches/${lastBatch}`), 'GET batch'));
   const rssMiB = statusMiB(ctl.pid, 'VmRSS');
   const peakRssMiB = statusMiB(ctl.pid, 'VmHWM');
+  // Where the resident memory is: anonymous (V8's heap and the rest of the process's own) or
+  // file-backed (SQLite's memory-mapped database pages, code), and V8's own figures from /metrics.
+  const memory = {
+    anonMiB: statusMiB(ctl.pid, 'RssAnon'),
+    fileMiB: statusMiB(ctl.pid, 'RssFile'),
+    shmemMiB: statusMiB(ctl.pid, 'RssShmem'),
+    heapUsedMiB: metricMiB(metricsText, 'nodejs_heap_size_used_bytes'),
+    heapTotalMiB: metricMiB(metricsText, 'nodejs_heap_size_total_bytes'),
+    externalMiB: metricMiB(metricsText, 'nodejs_external_memory_bytes'),
+  };
   say(`  get p99 ${round(summarizeLatency(get).p99, 1)} ms; /metrics p50 ${summarizeLatency(metrics).p50} ms; RSS ${rssMiB} MiB`);
 
   // The first batch: a whole one of HOLD_BATCH (issue 31's kill by label of 32,000) when the hold is that large; the last is what is left over.
@@ -186,6 +204,7 @@ export async function runHold(
     batchInfo: { ...summarizeLatency(batchInfo), batchSize: sizes[sizes.length - 1] ?? 0 },
     rssMiB,
     peakRssMiB,
+    memory,
     kill,
   };
 }

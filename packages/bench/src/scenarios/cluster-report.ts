@@ -122,6 +122,14 @@ function holdTable(h: HoldPhase): string {
       [`dashboard overview (${h.overview.requests.join(', ')} at once), p50 / p99 ms`, l(h.overview)],
       [`GET /v1/batches/{id}, a finished batch of ${h.batchInfo.batchSize}, p50 / p99 ms`, l(h.batchInfo)],
       ['control plane RSS / peak RSS (MiB)', `${h.rssMiB} / ${h.peakRssMiB}`],
+      ...(h.memory
+        ? [
+            [
+              'of the RSS: anonymous / file-backed / shared (MiB); V8 heap used / total, external (MiB)',
+              `${h.memory.anonMiB} / ${h.memory.fileMiB} / ${h.memory.shmemMiB}; ${h.memory.heapUsedMiB} / ${h.memory.heapTotalMiB}, ${h.memory.externalMiB}`,
+            ],
+          ]
+        : []),
       [
         `kill by label: ${h.kill.selected} selected; killed / failed; seconds`,
         `${h.kill.killed} / ${h.kill.failures}; ${h.kill.seconds} s`,

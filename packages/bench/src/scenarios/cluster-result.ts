@@ -123,6 +123,8 @@ export interface HoldPhase {
   /** The control plane's resident memory (VmRSS) holding them, and its peak (VmHWM), MiB. */
   rssMiB: number;
   peakRssMiB: number;
+  /** The RSS's parts (/proc/PID/status) and V8's heap (from /metrics) at the same time, MiB; absent in older results. */
+  memory?: { anonMiB: number; fileMiB: number; shmemMiB: number; heapUsedMiB: number; heapTotalMiB: number; externalMiB: number };
   /** POST /v1/sandboxes/kill of one batch's label. */
   kill: {
     selected: number;

@@ -153,8 +153,10 @@ export class SqlSandboxRecords implements SandboxRecords {
     }
     if (filter.after) {
       const [createdAt, afterId] = decodeCursor(filter.after);
-      where.push(`(${at} > ? OR (${at} = ? AND ${id} > ?))`);
-      params.push(createdAt, createdAt, afterId);
+      // A row value: both engines read it as the start of the index range, where an OR of the
+      // two cases was a filter over every entry before the cursor (PostgreSQL).
+      where.push(`(${at}, ${id}) > (?, ?)`);
+      params.push(createdAt, afterId);
     }
     if (filter.status) {
       where.push('s.status = ?');
