@@ -1,4 +1,4 @@
-import { chmodSync, chownSync, existsSync, lstatSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, lstatSync, openSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 
 /** The null device's numbers (Linux: char 1:3). */
@@ -34,6 +34,29 @@ export function ensurePrivateNull(): { path: string } | { path: undefined; why: 
   if (r.status !== 0 || !isNullDevice(PRIVATE_NULL))
     return { path: undefined, why: `mknod ${PRIVATE_NULL}: ${(r.stderr ?? '').trim() || `exit ${r.status}`}` };
   return { path: PRIVATE_NULL };
+}
+
+/** The fd of nullStdio(): undefined until asked for, null where the node cannot be had. */
+let nullFd: number | null | undefined;
+
+/**
+ * What a tool this process spawns itself gets for a stdio it does not use, instead of Node's
+ * 'ignore' (which opens the host's /dev/null): an fd on dsec's own null node, opened once and kept
+ * for the process's life (Node opens it close-on-exec; spawn dups it onto the child's 0, 1 or 2).
+ * For the same reason as ensurePrivateNull: a `crun run` or `crun exec` of a user-namespaced
+ * container spawned with the host's /dev/null chowned it to that container's root (the bench's raw
+ * crun peers, an edge without its dsec-spawn). 'ignore' where the node cannot be made.
+ */
+export function nullStdio(): number | 'ignore' {
+  if (nullFd === undefined) {
+    const made = process.getuid?.() === 0 ? ensurePrivateNull() : { path: isNullDevice(PRIVATE_NULL) ? PRIVATE_NULL : undefined };
+    try {
+      nullFd = made.path ? openSync(made.path, 'r+') : null;
+    } catch {
+      nullFd = null;
+    }
+  }
+  return nullFd ?? 'ignore';
 }
 
 /**

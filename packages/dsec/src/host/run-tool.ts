@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { constants } from 'node:os';
+import { nullStdio } from './private-null.js';
 
 /** The outcome of running a host tool (crun, mkfs.erofs, mount, apt-get…). */
 export interface ToolResult {
@@ -75,7 +76,7 @@ export function runTool(tool: string, args: readonly string[], opts: RunToolOpti
     const child = spawn(tool, args, {
       cwd: opts.cwd,
       env: opts.env ?? process.env,
-      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      stdio: [opts.input === undefined ? nullStdio() : 'pipe', 'pipe', 'pipe'],
     });
     let stdout = '';
     let stderr = '';

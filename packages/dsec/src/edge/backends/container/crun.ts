@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { nullStdio } from '../../../host/private-null.js';
 import { runTool, ToolError, signalNumber } from '../../../host/run-tool.js';
 import type { SpawnHelper } from '../../../host/spawn-helper.js';
 
@@ -58,7 +59,8 @@ export class Crun {
     const code = this.spawner
       ? (await this.spawner.runCarried('crun', args, carry, { stdio: 'ignore' })).code
       : await new Promise<number>((resolve) => {
-          const child = spawn('crun', args, { stdio: 'ignore' });
+          const none = nullStdio(); // not the host's /dev/null (private-null.ts)
+          const child = spawn('crun', args, { stdio: [none, none, none] });
           child.on('error', () => resolve(127));
           child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
         });

@@ -4,6 +4,7 @@ import type { EventEmitter } from 'node:events';
 import type { Readable, Writable } from 'node:stream';
 import type { FdPlan } from '../../../../host/helper-child.js';
 import type { SpawnHelper } from '../../../../host/spawn-helper.js';
+import { nullStdio } from '../../../../host/private-null.js';
 
 /** The `crun exec` process of one command, as the exec engine drives it (a ChildProcess or a dsec-spawn HelperChild). */
 export interface ExecChild extends EventEmitter {
@@ -54,7 +55,7 @@ export function startCrunExec(spawner: SpawnHelper | undefined, opts: CrunExecOp
   try {
     const child = spawn('crun', args, {
       stdio: [
-        opts.stdin ? 'pipe' : 'ignore',
+        opts.stdin ? 'pipe' : nullStdio(), // not the host's /dev/null (private-null.ts)
         'pipe',
         'pipe',
         ...(opts.fd3 ? ['pipe' as const] : []),
