@@ -1,6 +1,6 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { chunked, multiInsert } from './multi-row.js';
+import { chunked, flatValues, jsonOnce, multiInsert } from './multi-row.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
 /** Which item of which batch a sandbox is. */
@@ -50,7 +50,7 @@ const SANDBOX_COLUMNS = [
   'access_token',
 ] as const;
 
-function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined): SqlValue[] {
+function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined, json: (value: object) => string = JSON.stringify): SqlValue[] {
   const s = r.info;
   return [
     s.id,
@@ -58,11 +58,11 @@ function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined): SqlVal
     s.status,
     s.image,
     s.imageId,
-    JSON.stringify(s.resources),
+    json(s.resources),
     JSON.stringify(s.labels),
     s.createdAt,
     s.reason ?? null,
-    JSON.stringify(s.layers),
+    json(s.layers),
     s.ttlSeconds ?? null,
     s.idleTimeoutSeconds ?? null,
     s.onExpiry,
@@ -125,10 +125,11 @@ export async function writeNewSandboxes(db: SqlDb, rows: readonly NewSandboxRow[
  * Run it inside a transaction.
  */
 async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
+  const json = jsonOnce();
   await chunked(rows, (c) =>
     tx.run(
       multiInsert('sandboxes', SANDBOX_COLUMNS, c.length),
-      c.flatMap((r) => sandboxValues(r, lease)),
+      flatValues(c, (r) => sandboxValues(r, lease, json)),
     ),
   );
   await insertLabelRows(
@@ -149,8 +150,14 @@ export async function insertLabelRows(
   tx: Sql,
   sandboxes: readonly { id: string; labels: Record<string, string>; createdAt: string }[],
 ): Promise<void> {
-  const rows = sandboxes.flatMap((s) => Object.entries(s.labels).map(([k, v]) => [s.id, k, v, s.createdAt] as SqlValue[]));
-  await chunked(rows, (c) => tx.run(multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length), c.flat()));
+  const rows: SqlValue[][] = [];
+  for (const s of sandboxes) for (const [k, v] of Object.entries(s.labels)) rows.push([s.id, k, v, s.createdAt]);
+  await chunked(rows, (c) =>
+    tx.run(
+      multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length),
+      flatValues(c, (r) => r),
+    ),
+  );
 }
 
 /** Specs as [id, JSON text] rows and the [volume, sandbox id] rows of the volumes they mount. */
@@ -175,10 +182,16 @@ function specRows(specs: readonly { id: string; spec: unknown }[]): { texts: [st
 export async function saveSpecRows(tx: Sql, specs: readonly { id: string; spec: unknown }[]): Promise<void> {
   const { texts, mounts } = specRows(specs);
   await chunked(texts, (c) =>
-    tx.run(multiInsert('sandbox_specs', ['id', 'spec'], c.length, ' ON CONFLICT (id) DO UPDATE SET spec = excluded.spec'), c.flat()),
+    tx.run(
+      multiInsert('sandbox_specs', ['id', 'spec'], c.length, ' ON CONFLICT (id) DO UPDATE SET spec = excluded.spec'),
+      flatValues(c, (r) => r),
+    ),
   );
   await chunked(mounts, (c) =>
-    tx.run(multiInsert('volume_mounts', ['volume', 'sandbox_id'], c.length, ' ON CONFLICT DO NOTHING'), c.flat()),
+    tx.run(
+      multiInsert('volume_mounts', ['volume', 'sandbox_id'], c.length, ' ON CONFLICT DO NOTHING'),
+      flatValues(c, (r) => r),
+    ),
   );
 }
 
@@ -214,7 +227,7 @@ async function settleChunk(tx: Sql, c: readonly Settle[], others: SettledElsewhe
   const rows = c.map((_, i) => (i === 0 ? 'SELECT ? AS sid, ? AS st, ? AS why' : 'SELECT ?, ?, ?')).join(' UNION ALL ');
   const changed = await tx.all<{ id: string }>(
     `UPDATE sandboxes SET status = u.st, reason = u.why FROM (${rows}) AS u WHERE id = u.sid AND status = 'creating' RETURNING id`,
-    c.flatMap((u) => [u.id, u.status, u.reason ?? null]),
+    flatValues(c, (u) => [u.id, u.status, u.reason ?? null]),
   );
   if (changed.length < c.length) await readOthers(tx, c, changed, others);
 }
