@@ -47,8 +47,12 @@ async function startReplica(store: string): Promise<Replica> {
   const child = spawn(process.execPath, [...childNodeArgs, replicaScript, JSON.stringify({ dataDir, store, layerDir })], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  // The line with its URL; a log line may come first (at level warn, doctor says what it fixed on the host).
   const line = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once('line', resolve);
+    const lines = createInterface({ input: child.stdout! });
+    lines.on('line', (l) => {
+      if (l.startsWith('{"url":')) resolve(l);
+    });
     child.once('exit', (code) => reject(new Error(`replica exited (${code})`)));
   });
   return { ...(JSON.parse(line) as { url: string; apiKey: string; joinToken: string }), child, dataDir };

@@ -9,6 +9,7 @@ import { SYSTEM } from './callers.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StateStore, StoredBatch } from '../state-store.js';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import { isoTime } from '../iso-time.js';
 
 /** Label on every sandbox a batch made: list or kill them by it. */
 export const BATCH_LABEL = 'dsec.batch';
@@ -428,7 +429,7 @@ export class BatchService {
 
   #emit(b: LiveBatch, e: Emitted): void {
     if (b.handedOver) return; // the new owner reports it
-    const ev = { ...e, seq: b.events.length, at: new Date().toISOString() } as BatchEvent;
+    const ev = { ...e, seq: b.events.length, at: isoTime() } as BatchEvent;
     b.events.push(ev);
     this.#count(b, ev);
     b.unflushed.push(ev);

@@ -5,7 +5,7 @@ import type { EdgeApi, SandboxLimits } from '../../edge/protocol/edge-api.js';
 import type { ImageStore } from '../../image/image-store.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import { CreateCoalescer } from '../edges/create-coalescer.js';
-import { TurnBatcher } from '../turn-batcher.js';
+import { CreateWrites } from './create-writes.js';
 import type { Metrics } from '../metrics.js';
 import { infeasible, place, poolUtilisation } from '../placement.js';
 import type { CreateLease, StateStore } from '../state-store.js';
@@ -64,19 +64,16 @@ export class SandboxCreation {
   readonly #specs: SandboxSpecs;
   /** Concurrent single creates for one remote edge go as one group request. */
   readonly #creates: CreateCoalescer;
-  /** The rows of concurrent creates (of projects without a quota to check), written in one transaction. */
-  readonly #inserts: TurnBatcher<{ info: SandboxInfo; batch?: { id: string; index: number }; spec: unknown; accessToken?: string }, true>;
-  /** The rows of concurrent creates that succeeded, marked running in one transaction. */
-  readonly #running: TurnBatcher<string, SandboxStatus | null>;
+  /**
+   * The rows of concurrent creates (of projects without a quota to check) and the running marks of
+   * those that succeeded, a turn's worth in one write (create-writes.ts).
+   */
+  readonly #writes: CreateWrites;
 
   constructor(private readonly deps: SandboxCreationDeps) {
     this.#specs = new SandboxSpecs(deps);
     this.#creates = new CreateCoalescer(deps.edges);
-    this.#inserts = new TurnBatcher(async (_, rows) => {
-      await deps.store.sandboxes.insertMany(rows, deps.createLease());
-      return rows.map(() => true as const);
-    });
-    this.#running = new TurnBatcher((_, ids) => deps.store.sandboxes.settleCreates(ids.map((id) => ({ id, status: 'running' }))));
+    this.#writes = new CreateWrites(deps.store, deps.createLease);
   }
 
   #edge(id: string): EdgeApi {
@@ -193,7 +190,7 @@ export class SandboxCreation {
             };
             // Under the project's lock the next create waits for this insert: it goes alone.
             if (locked) await this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease(), opts.accessToken);
-            else await this.#inserts.add('', row);
+            else await this.#writes.insert(row);
           },
           { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true },
         );
@@ -244,7 +241,7 @@ export class SandboxCreation {
       }
       this.deps.edges.release(edgeId, limits, false);
       this.inflight.delete(info.id);
-      const settled = (await this.#running.add('', info.id)) ?? undefined;
+      const settled = (await this.#writes.running(info.id)) ?? undefined;
       // The edge was declared lost while this create was in flight: the caller gets an error, so
       // the row becomes failed (a lost row would be revived if the edge came back, owned by nobody).
       if (settled === 'lost') {

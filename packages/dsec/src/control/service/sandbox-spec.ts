@@ -7,6 +7,7 @@ import { isLayerDigest, type LayerDigest } from '../../image/layer-store.js';
 import { allowEntryError } from '../../net/policy.js';
 import type { ProjectImages } from '../project-images.js';
 import { DEFAULT_LIMITS, newSandboxId } from '../sandbox-ids.js';
+import { isoTime } from '../iso-time.js';
 import { checkVolumeMounts } from './volumes.js';
 
 /** A create's limits: the defaults for every one not given. */
@@ -85,9 +86,9 @@ export function newSandboxInfo(
     resources: limits,
     labels: { ...(req.labels ?? {}), ...extraLabels },
     layers,
-    createdAt: new Date(now).toISOString(),
+    createdAt: isoTime(now),
     onExpiry: req.onExpiry ?? 'stop',
-    lastActivityAt: new Date(now).toISOString(),
+    lastActivityAt: isoTime(now),
   };
   if (req.ttlSeconds !== undefined) {
     info.ttlSeconds = req.ttlSeconds;

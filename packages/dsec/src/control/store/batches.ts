@@ -1,6 +1,6 @@
 import type { BatchEvent } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { chunked, multiInsert } from './multi-row.js';
+import { chunked, flatValues, multiInsert } from './multi-row.js';
 import type { SqlDb } from './sql.js';
 
 export interface StoredBatch {
@@ -140,7 +140,7 @@ export class SqlBatchRecords implements BatchRecords {
           // Only rows written now come back: one written before (a replay after a restart) was counted then.
           const added = await tx.all<{ seq: number }>(
             multiInsert('batch_events', ['batch_id', 'seq', 'event'], c.length, ' ON CONFLICT DO NOTHING RETURNING seq'),
-            c.flatMap((e) => [g.id, e.seq, JSON.stringify(e)]),
+            flatValues(c, (e) => [g.id, e.seq, JSON.stringify(e)]),
           );
           for (const { seq } of added) {
             const type = typeOf.get(Number(seq));

@@ -1,6 +1,6 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { chunked, multiInsert } from './multi-row.js';
+import { chunked, flatValues, jsonOnce, multiInsert } from './multi-row.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
 /** Which item of which batch a sandbox is. */
@@ -50,7 +50,7 @@ const SANDBOX_COLUMNS = [
   'access_token',
 ] as const;
 
-function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined): SqlValue[] {
+function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined, json: (value: object) => string = JSON.stringify): SqlValue[] {
   const s = r.info;
   return [
     s.id,
@@ -58,11 +58,11 @@ function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined): SqlVal
     s.status,
     s.image,
     s.imageId,
-    JSON.stringify(s.resources),
+    json(s.resources),
     JSON.stringify(s.labels),
     s.createdAt,
     s.reason ?? null,
-    JSON.stringify(s.layers),
+    json(s.layers),
     s.ttlSeconds ?? null,
     s.idleTimeoutSeconds ?? null,
     s.onExpiry,
@@ -89,34 +89,72 @@ function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined): SqlVal
  */
 export async function writeNewSandboxes(db: SqlDb, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
   if (db.dialect === 'sqlite') return db.transaction((tx) => insertSandboxRows(tx, rows, lease));
+  await db.run(`WITH ${NEW_ROWS_WITH} ${NEW_MOUNTS_INSERT}`, newRowsParams(rows, lease));
+}
+
+/**
+ * New rows (writeNewSandboxes) and settles (settleCreates) in one write: what a turn of single
+ * creates asks of the store, the inserts of the creates that came and the settles of those their
+ * edges answered. SQLite: one transaction. PostgreSQL: one statement (the settles' UPDATE one
+ * more WITH clause; it sees the rows as they were before the statement, and a settled row was
+ * written by an earlier one), one round trip where there were two: with two replicas each forms
+ * smaller groups, and each group's round trips were most of the CPU the second replica added
+ * (`test/bench/replicas.ts`). All or nothing: when it fails, neither part was written.
+ */
+export async function writeNewAndSettle(
+  db: SqlDb,
+  rows: readonly NewSandboxRow[],
+  lease: CreateLease | undefined,
+  updates: readonly Settle[],
+): Promise<SettledElsewhere> {
+  const others: SettledElsewhere = new Map();
+  if (db.dialect === 'sqlite') {
+    await db.transaction(async (tx) => {
+      await insertSandboxRows(tx, rows, lease);
+      await chunked(updates, (c) => settleChunk(tx, c, others));
+    });
+    return others;
+  }
+  const changed = await db.all<{ id: string }>(
+    `WITH ${NEW_ROWS_WITH}, v AS (${NEW_MOUNTS_INSERT}), settled AS (${SETTLE_UPDATE}) SELECT id FROM settled`,
+    [...newRowsParams(rows, lease), settleParam(updates)],
+  );
+  if (changed.length < updates.length) await readOthers(db, updates, changed, others);
+  return others;
+}
+
+/**
+ * PostgreSQL: each table's rows are one JSON parameter that json_populate_recordset reads as rows
+ * of the table's own type, so the text is the same for any number of rows (prepared once), and
+ * the data-modifying WITH clauses make the inserts one statement: atomic without a transaction
+ * (the foreign keys are checked at the statement's end, when the sandboxes' rows are in).
+ */
+const NEW_ROWS_WITH = `s AS (INSERT INTO sandboxes (${SANDBOX_COLUMNS.join(', ')})
+        SELECT ${SANDBOX_COLUMNS.join(', ')} FROM json_populate_recordset(NULL::sandboxes, ?::json)),
+      l AS (INSERT INTO sandbox_labels (sandbox_id, key, value, created_at)
+        SELECT sandbox_id, key, value, created_at FROM json_populate_recordset(NULL::sandbox_labels, ?::json)),
+      p AS (INSERT INTO sandbox_specs (id, spec) SELECT id, spec FROM json_populate_recordset(NULL::sandbox_specs, ?::json)
+        ON CONFLICT (id) DO UPDATE SET spec = excluded.spec)`;
+const NEW_MOUNTS_INSERT = `INSERT INTO volume_mounts (volume, sandbox_id) SELECT volume, sandbox_id FROM json_populate_recordset(NULL::volume_mounts, ?::json)
+      ON CONFLICT DO NOTHING`;
+
+/** The four JSON parameters of NEW_ROWS_WITH and NEW_MOUNTS_INSERT. */
+function newRowsParams(rows: readonly NewSandboxRow[], lease: CreateLease | undefined): string[] {
+  const json = jsonOnce();
   const sandboxes = rows.map((r) => {
-    const values = sandboxValues(r, lease);
+    const values = sandboxValues(r, lease, json);
     return Object.fromEntries(SANDBOX_COLUMNS.map((c, i) => [c, values[i]]));
   });
   const labels = rows.flatMap((r) =>
     Object.entries(r.info.labels).map(([key, value]) => ({ sandbox_id: r.info.id, key, value, created_at: r.info.createdAt })),
   );
   const specs = specRows(rows.filter((r) => r.spec !== undefined).map((r) => ({ id: r.info.id, spec: r.spec })));
-  // Each table's rows are one JSON parameter that json_populate_recordset reads as rows of the
-  // table's own type, so the text is the same for any number of rows (prepared once), and the
-  // data-modifying WITH clauses make the four inserts one statement: atomic without a transaction
-  // (the foreign keys are checked at the statement's end, when the sandboxes' rows are in).
-  await db.run(
-    `WITH s AS (INSERT INTO sandboxes (${SANDBOX_COLUMNS.join(', ')})
-        SELECT ${SANDBOX_COLUMNS.join(', ')} FROM json_populate_recordset(NULL::sandboxes, ?::json)),
-      l AS (INSERT INTO sandbox_labels (sandbox_id, key, value, created_at)
-        SELECT sandbox_id, key, value, created_at FROM json_populate_recordset(NULL::sandbox_labels, ?::json)),
-      p AS (INSERT INTO sandbox_specs (id, spec) SELECT id, spec FROM json_populate_recordset(NULL::sandbox_specs, ?::json)
-        ON CONFLICT (id) DO UPDATE SET spec = excluded.spec)
-    INSERT INTO volume_mounts (volume, sandbox_id) SELECT volume, sandbox_id FROM json_populate_recordset(NULL::volume_mounts, ?::json)
-      ON CONFLICT DO NOTHING`,
-    [
-      JSON.stringify(sandboxes),
-      JSON.stringify(labels),
-      JSON.stringify(specs.texts.map(([id, spec]) => ({ id, spec }))),
-      JSON.stringify(specs.mounts.map(([volume, sandbox_id]) => ({ volume, sandbox_id }))),
-    ],
-  );
+  return [
+    JSON.stringify(sandboxes),
+    JSON.stringify(labels),
+    JSON.stringify(specs.texts.map(([id, spec]) => ({ id, spec }))),
+    JSON.stringify(specs.mounts.map(([volume, sandbox_id]) => ({ volume, sandbox_id }))),
+  ];
 }
 
 /**
@@ -125,10 +163,11 @@ export async function writeNewSandboxes(db: SqlDb, rows: readonly NewSandboxRow[
  * Run it inside a transaction.
  */
 async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
+  const json = jsonOnce();
   await chunked(rows, (c) =>
     tx.run(
       multiInsert('sandboxes', SANDBOX_COLUMNS, c.length),
-      c.flatMap((r) => sandboxValues(r, lease)),
+      flatValues(c, (r) => sandboxValues(r, lease, json)),
     ),
   );
   await insertLabelRows(
@@ -149,8 +188,14 @@ export async function insertLabelRows(
   tx: Sql,
   sandboxes: readonly { id: string; labels: Record<string, string>; createdAt: string }[],
 ): Promise<void> {
-  const rows = sandboxes.flatMap((s) => Object.entries(s.labels).map(([k, v]) => [s.id, k, v, s.createdAt] as SqlValue[]));
-  await chunked(rows, (c) => tx.run(multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length), c.flat()));
+  const rows: SqlValue[][] = [];
+  for (const s of sandboxes) for (const [k, v] of Object.entries(s.labels)) rows.push([s.id, k, v, s.createdAt]);
+  await chunked(rows, (c) =>
+    tx.run(
+      multiInsert('sandbox_labels', ['sandbox_id', 'key', 'value', 'created_at'], c.length),
+      flatValues(c, (r) => r),
+    ),
+  );
 }
 
 /** Specs as [id, JSON text] rows and the [volume, sandbox id] rows of the volumes they mount. */
@@ -175,10 +220,16 @@ function specRows(specs: readonly { id: string; spec: unknown }[]): { texts: [st
 export async function saveSpecRows(tx: Sql, specs: readonly { id: string; spec: unknown }[]): Promise<void> {
   const { texts, mounts } = specRows(specs);
   await chunked(texts, (c) =>
-    tx.run(multiInsert('sandbox_specs', ['id', 'spec'], c.length, ' ON CONFLICT (id) DO UPDATE SET spec = excluded.spec'), c.flat()),
+    tx.run(
+      multiInsert('sandbox_specs', ['id', 'spec'], c.length, ' ON CONFLICT (id) DO UPDATE SET spec = excluded.spec'),
+      flatValues(c, (r) => r),
+    ),
   );
   await chunked(mounts, (c) =>
-    tx.run(multiInsert('volume_mounts', ['volume', 'sandbox_id'], c.length, ' ON CONFLICT DO NOTHING'), c.flat()),
+    tx.run(
+      multiInsert('volume_mounts', ['volume', 'sandbox_id'], c.length, ' ON CONFLICT DO NOTHING'),
+      flatValues(c, (r) => r),
+    ),
   );
 }
 
@@ -199,13 +250,17 @@ export async function settleCreates(db: SqlDb, updates: readonly Settle[]): Prom
     await db.transaction((tx) => chunked(updates, (c) => settleChunk(tx, c, others)));
     return others;
   }
-  const changed = await db.all<{ id: string }>(
-    `UPDATE sandboxes SET status = u.st, reason = u.why FROM json_to_recordset(?::json) AS u(sid text, st text, why text)
-      WHERE id = u.sid AND status = 'creating' RETURNING id`,
-    [JSON.stringify(updates.map((u) => ({ sid: u.id, st: u.status, why: u.reason ?? null })))],
-  );
+  const changed = await db.all<{ id: string }>(SETTLE_UPDATE, [settleParam(updates)]);
   if (changed.length < updates.length) await readOthers(db, updates, changed, others);
   return others;
+}
+
+/** PostgreSQL: a group's settles in one UPDATE, its rows one JSON parameter (settleParam). */
+const SETTLE_UPDATE = `UPDATE sandboxes SET status = u.st, reason = u.why FROM json_to_recordset(?::json) AS u(sid text, st text, why text)
+      WHERE id = u.sid AND status = 'creating' RETURNING id`;
+
+function settleParam(updates: readonly Settle[]): string {
+  return JSON.stringify(updates.map((u) => ({ sid: u.id, st: u.status, why: u.reason ?? null })));
 }
 
 async function settleChunk(tx: Sql, c: readonly Settle[], others: SettledElsewhere): Promise<void> {
@@ -214,7 +269,7 @@ async function settleChunk(tx: Sql, c: readonly Settle[], others: SettledElsewhe
   const rows = c.map((_, i) => (i === 0 ? 'SELECT ? AS sid, ? AS st, ? AS why' : 'SELECT ?, ?, ?')).join(' UNION ALL ');
   const changed = await tx.all<{ id: string }>(
     `UPDATE sandboxes SET status = u.st, reason = u.why FROM (${rows}) AS u WHERE id = u.sid AND status = 'creating' RETURNING id`,
-    c.flatMap((u) => [u.id, u.status, u.reason ?? null]),
+    flatValues(c, (u) => [u.id, u.status, u.reason ?? null]),
   );
   if (changed.length < c.length) await readOthers(tx, c, changed, others);
 }

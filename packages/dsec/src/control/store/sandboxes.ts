@@ -2,7 +2,15 @@ import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
-import { insertLabelRows, saveSpecRows, settleCreates, writeNewSandboxes, type BatchItem, type CreateLease } from './sandbox-rows.js';
+import {
+  insertLabelRows,
+  saveSpecRows,
+  settleCreates,
+  writeNewAndSettle,
+  writeNewSandboxes,
+  type BatchItem,
+  type CreateLease,
+} from './sandbox-rows.js';
 
 export type { BatchItem, CreateLease } from './sandbox-rows.js';
 
@@ -106,6 +114,15 @@ export interface SandboxRecords {
   settleCreate(id: string, status: SandboxStatus, reason?: string): Promise<SandboxStatus | undefined>;
   /** settleCreate of many, at once: each one's status afterwards, null for a row that is gone. */
   settleCreates(updates: readonly { id: string; status: SandboxStatus; reason?: string }[]): Promise<(SandboxStatus | null)[]>;
+  /**
+   * insertMany(rows, lease) and settleCreates(updates) in one write (one round trip on
+   * PostgreSQL), all or nothing: when it throws, neither part was written.
+   */
+  insertAndSettle(
+    rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[],
+    lease: CreateLease | undefined,
+    updates: readonly { id: string; status: SandboxStatus; reason?: string }[],
+  ): Promise<(SandboxStatus | null)[]>;
 }
 
 export class SqlSandboxRecords implements SandboxRecords {
@@ -328,6 +345,15 @@ export class SqlSandboxRecords implements SandboxRecords {
 
   async settleCreates(updates: readonly { id: string; status: SandboxStatus; reason?: string }[]): Promise<(SandboxStatus | null)[]> {
     const others = await settleCreates(this.db, updates);
+    return updates.map((u) => (others.has(u.id) ? (others.get(u.id)?.status ?? null) : u.status));
+  }
+
+  async insertAndSettle(
+    rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[],
+    lease: CreateLease | undefined,
+    updates: readonly { id: string; status: SandboxStatus; reason?: string }[],
+  ): Promise<(SandboxStatus | null)[]> {
+    const others = await writeNewAndSettle(this.db, rows, lease, updates);
     return updates.map((u) => (others.has(u.id) ? (others.get(u.id)?.status ?? null) : u.status));
   }
 

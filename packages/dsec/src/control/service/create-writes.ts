@@ -1,0 +1,73 @@
+import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import type { CreateLease, StateStore } from '../state-store.js';
+import { TurnBatcher } from '../turn-batcher.js';
+
+/** A single create's new row (written before its edge is asked). */
+export interface NewRow {
+  info: SandboxInfo;
+  batch?: { id: string; index: number };
+  spec: unknown;
+  accessToken?: string;
+}
+
+type Write = { row: NewRow } | { running: string };
+type Answer = true | SandboxStatus | null;
+
+/**
+ * The store writes of concurrent single creates, a turn's worth at a time (turn-batcher.ts): the
+ * rows of the creates that came in the turn and the settles (running) of those whose edges
+ * answered go in one write, SandboxRecords.insertAndSettle: one round trip on PostgreSQL where a
+ * turn with both made two. A replica with half the load forms groups half the size, and each group
+ * cost its round trips whatever its size (issue 31: two replicas spent 1.47× one's CPU per create).
+ * Should the one write fail, each part is written alone, so an insert that fails (its caller hears
+ * why) does not fail the settles with it, nor they it.
+ */
+export class CreateWrites {
+  readonly #batcher: TurnBatcher<Write, Answer>;
+
+  constructor(store: Pick<StateStore, 'sandboxes'>, lease: () => CreateLease) {
+    this.#batcher = new TurnBatcher((_, writes) => writeTurn(store, lease, writes));
+  }
+
+  /** Writes a create's row; resolves once it is in the store. */
+  async insert(row: NewRow): Promise<void> {
+    await this.#batcher.add('', { row });
+  }
+
+  /** Marks a create running if its row is still `creating`: the row's status afterwards (null: gone). */
+  async running(id: string): Promise<SandboxStatus | null> {
+    return (await this.#batcher.add('', { running: id })) as SandboxStatus | null;
+  }
+}
+
+async function writeTurn(store: Pick<StateStore, 'sandboxes'>, lease: () => CreateLease, writes: Write[]): Promise<(Answer | Error)[]> {
+  const rows: NewRow[] = [];
+  const settles: { id: string; status: SandboxStatus }[] = [];
+  for (const w of writes) {
+    if ('row' in w) rows.push(w.row);
+    else settles.push({ id: w.running, status: 'running' });
+  }
+  let inserted: true | Error = true;
+  let statuses: (SandboxStatus | null)[] | Error = [];
+  if (rows.length === 0) statuses = await store.sandboxes.settleCreates(settles);
+  else if (settles.length === 0) await store.sandboxes.insertMany(rows, lease());
+  else {
+    try {
+      statuses = await store.sandboxes.insertAndSettle(rows, lease(), settles);
+    } catch {
+      // Neither part was written: each alone, so one part's failure is only its own callers'.
+      const [ins, set] = await Promise.allSettled([store.sandboxes.insertMany(rows, lease()), store.sandboxes.settleCreates(settles)]);
+      inserted = ins.status === 'fulfilled' ? true : asError(ins.reason);
+      statuses = set.status === 'fulfilled' ? set.value : asError(set.reason);
+    }
+  }
+  let next = 0;
+  return writes.map((w) => {
+    if ('row' in w) return inserted;
+    return statuses instanceof Error ? statuses : (statuses[next++] ?? null);
+  });
+}
+
+function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
+}
