@@ -287,14 +287,20 @@ export class ShellSession {
 
 /**
  * The command itself, with stdin at EOF (so it cannot read the rest of the program) and without
- * fd 3 (so its jobs do not hold the state pipe). sh (dash, busybox) exits on a syntax error
+ * fd 3 (so its jobs do not hold the state pipe). sh (dash, busybox ash) exits on a syntax error
  * inside eval, so its syntax is checked first; bash does not.
+ *
+ * The check is the same eval in a subshell (a fork of this shell, no exec: a `/bin/sh -n -c` was
+ * a second program started for every command) with `set -n` in front of the command: the eval
+ * runs `set -n` and only parses the rest, which no later `set +n` of the command undoes (nothing
+ * runs once it is set, that `set` neither). A syntax error ends the subshell with status 2 and
+ * its message, as `sh -n` did; the command itself runs once, in the eval after it.
  */
 function commandScript(bash: boolean, cmd: string): string {
   const quoted = shellQuote(cmd);
-  return bash
-    ? `builtin eval ${quoted} </dev/null 3>&-`
-    : `if /bin/sh -n -c ${quoted} 2>/dev/null 3>&-; then eval ${quoted} </dev/null 3>&-; else /bin/sh -n -c ${quoted} 3>&-; fi`;
+  if (bash) return `builtin eval ${quoted} </dev/null 3>&-`;
+  const parsed = `(eval ${shellQuote(`set -n; ${cmd}`)}) </dev/null 3>&-`;
+  return `if ${parsed} 2>/dev/null; then eval ${quoted} </dev/null 3>&-; else ${parsed}; fi`;
 }
 
 export class SessionClosedError extends Error {
