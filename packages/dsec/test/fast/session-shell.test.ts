@@ -1,8 +1,8 @@
 /**
  * The program a sh session feeds each command's shell (shell-session.ts), run by real shells of
  * the host that play the sandbox's /bin/sh: busybox ash (the busybox images') and dash (Debian's).
- * The syntax check before the command parses it without running any of it, so each command runs
- * exactly once, and a syntax error fails that command without ending the session.
+ * Each command runs exactly once, and a syntax error or a special builtin's error fails that
+ * command without ending the session (`command eval`, where a plain eval would end the shell).
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -37,7 +37,7 @@ for (const [name, binary] of shells)
       await run(`cd ${dir}`);
     });
 
-    test('every command runs once: the syntax check before it runs none of it, a `set +n` in it neither', async () => {
+    test('every command runs once', async () => {
       for (const [i, cmd] of [
         'echo plain >> ran',
         'echo $(echo substitution) >> ran; X=$(echo x)',
@@ -60,15 +60,31 @@ for (const [name, binary] of shells)
       ]);
     });
 
-    test('a syntax error fails that command with the shell’s message, runs nothing of it and leaves the session', async () => {
+    test('a syntax error fails that command with the shell’s message and leaves the session', async () => {
       await run('BEFORE=set');
-      for (const bad of ['echo (', 'if then fi', 'echo "unterminated', 'done', 'echo ok >> never\necho (', '; echo ok >> never']) {
+      for (const bad of ['echo (', 'if then fi', 'echo "unterminated', 'done', '; echo ok >> never']) {
         const r = await run(bad);
         assert.equal(r.exitCode, 2, `${bad}: ${JSON.stringify(r)}`);
         assert.match(r.stderr, /syntax error/i, bad);
         assert.equal(r.sessionAlive, true, `${bad} ended the session`);
       }
-      assert.throws(() => readFileSync(join(dir, 'never')), /ENOENT/, 'a command with a syntax error ran in part');
+      assert.throws(() => readFileSync(join(dir, 'never')), /ENOENT/, 'a command that does not parse ran');
+      assert.equal((await run('echo $BEFORE')).stdout, 'set\n');
+    });
+
+    test('the lines before a syntax error have run, as in bash or a script, and the session goes on', async () => {
+      const r = await run('echo first-line > partial\necho (');
+      assert.equal(r.exitCode, 2);
+      assert.equal(readFileSync(join(dir, 'partial'), 'utf8'), 'first-line\n');
+      assert.equal(r.sessionAlive, true);
+    });
+
+    test("a special builtin's error (which ends a shell in a plain eval) fails the command, not the session", async () => {
+      for (const bad of ['readonly R=1; R=2', 'shift 5', 'export 1bad=2', 'set -o bogus']) {
+        const r = await run(bad);
+        assert.notEqual(r.exitCode, 0, `${bad}: ${JSON.stringify(r)}`);
+        assert.equal(r.sessionAlive, true, `${bad} ended the session: ${r.stderr}`);
+      }
       assert.equal((await run('echo $BEFORE')).stdout, 'set\n');
     });
 

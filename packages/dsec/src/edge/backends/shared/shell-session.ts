@@ -287,20 +287,17 @@ export class ShellSession {
 
 /**
  * The command itself, with stdin at EOF (so it cannot read the rest of the program) and without
- * fd 3 (so its jobs do not hold the state pipe). sh (dash, busybox ash) exits on a syntax error
- * inside eval, so its syntax is checked first; bash does not.
+ * fd 3 (so its jobs do not hold the state pipe).
  *
- * The check is the same eval in a subshell (a fork of this shell, no exec: a `/bin/sh -n -c` was
- * a second program started for every command) with `set -n` in front of the command: the eval
- * runs `set -n` and only parses the rest, which no later `set +n` of the command undoes (nothing
- * runs once it is set, that `set` neither). A syntax error ends the subshell with status 2 and
- * its message, as `sh -n` did; the command itself runs once, in the eval after it.
+ * sh (dash, busybox ash) exits on a syntax error inside a plain eval, and on an error of a special
+ * builtin in it (`readonly R=1; R=2`, `shift 5`, `set -o bogus`): the state would not be saved and
+ * the session would end. `command eval` is eval without those special properties (POSIX), so
+ * such an error fails the command (status 2, the shell's message on stderr) and the session goes
+ * on, as bash's `eval` does. Like bash, and like any shell script, the lines before a syntax error
+ * have run. (It replaced a syntax check that started `/bin/sh -n -c` for every command.)
  */
 function commandScript(bash: boolean, cmd: string): string {
-  const quoted = shellQuote(cmd);
-  if (bash) return `builtin eval ${quoted} </dev/null 3>&-`;
-  const parsed = `(eval ${shellQuote(`set -n; ${cmd}`)}) </dev/null 3>&-`;
-  return `if ${parsed} 2>/dev/null; then eval ${quoted} </dev/null 3>&-; else ${parsed}; fi`;
+  return `${bash ? 'builtin' : 'command'} eval ${shellQuote(cmd)} </dev/null 3>&-`;
 }
 
 export class SessionClosedError extends Error {
