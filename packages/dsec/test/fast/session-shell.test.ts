@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { which } from '../../src/host/doctor.js';
 import { ShellSession } from '../../src/edge/backends/shared/shell-session.js';
+import { withoutBashOwn } from '../../src/edge/backends/shared/session-state.js';
 import { hostShellSessionHost } from './support/host-shell.js';
 
 const shells: [string, string[]][] = [
@@ -95,3 +96,80 @@ for (const [name, binary] of shells)
       assert.equal(r.sessionAlive, false, 'exit ends the session');
     });
   });
+
+describe('bash session commands on the host’s bash', { skip: which('bash') ? undefined : 'no bash on this host' }, () => {
+  let dir: string;
+  let session: ShellSession;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'dsec-session-bash-'));
+    session = new ShellSession(hostShellSessionHost({ '/bin/bash': [which('bash')!] }), { cwd: dir }, true);
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  const run = (cmd: string) => session.exec({ cmd });
+  const tricky = `$'a\\ndeclare -i RANDOM\\ndeclare -r UID="7"\\ndeclare -- _="x"\\nz'`;
+
+  test('values that look like the statements of bash’s own variables, arrays, attributes and cwd carry over whole', async () => {
+    assert.equal(session.shell, '/bin/bash');
+    const set = await run(
+      `TRICKY=${tricky}; Q='say "hi" \\ $HOME \`x\`'; A=(1 "two words" $'t\\tab'); declare -A M=([k]=v ["a b"]=$'c\\nd'); ` +
+        `declare -i N=41; export E=1; PS4='++ '; cd /tmp`,
+    );
+    assert.equal(set.exitCode, 0, set.stderr);
+    const r = await run(`N+=1; printf '%s|' "$TRICKY" "$Q" "\${A[@]}" "\${M[k]}" "\${M[a b]}" "$N" "$E" "$PS4" "$PWD"`);
+    assert.equal(
+      r.stdout,
+      `a\ndeclare -i RANDOM\ndeclare -r UID="7"\ndeclare -- _="x"\nz|say "hi" \\ $HOME \`x\`|1|two words|t\tab|v|c\nd|42|1|++ |/tmp|`,
+    );
+  });
+
+  test('the restore leaves out what a fresh bash has of its own (read-only, dynamic, emptied) and keeps what the session set', () => {
+    const script = session.carry().state!.script;
+    const restored = withoutBashOwn(script);
+    for (const own of [
+      'declare -ar BASH_VERSINFO=',
+      'declare -i RANDOM\n',
+      'declare -a BASH_SOURCE=()',
+      'declare -ir EUID=',
+      'declare -a PIPESTATUS=',
+    ])
+      assert.ok(script.includes(own) && !restored.replaceAll(`TRICKY=${tricky}`, '').includes(own), own);
+    for (const kept of [`declare -- TRICKY=${tricky}`, 'declare -i N="42"', 'declare -x E="1"', 'declare -- PS4="++ "', 'declare -A M='])
+      assert.ok(restored.includes(kept), `${kept} in ${restored.slice(0, 2000)}`);
+    assert.ok(script.length - restored.length > 800, `${restored.length} of ${script.length} bytes`);
+  });
+});
+
+test('a value bash printed with newlines inside its quotes (bash before 5.2 did) is kept whole, however its lines read', () => {
+  const script = [
+    'declare -- X="one',
+    'declare -i RANDOM',
+    'declare -r UID=\\"0\\"',
+    'two"',
+    "declare -- Y='three",
+    "declare -a FUNCNAME'",
+    'declare -i RANDOM',
+    "declare -a A=([0]=\"x\" [1]=$'it\\'s\\ndeclare -- _')",
+    'declare -ir UID="0"',
+    'f () ',
+    '{ ',
+    '    echo declare -i RANDOM',
+    '}',
+  ].join('\n');
+  assert.equal(
+    withoutBashOwn(script),
+    [
+      'declare -- X="one',
+      'declare -i RANDOM',
+      'declare -r UID=\\"0\\"',
+      'two"',
+      "declare -- Y='three",
+      "declare -a FUNCNAME'",
+      "declare -a A=([0]=\"x\" [1]=$'it\\'s\\ndeclare -- _')",
+      'f () ',
+      '{ ',
+      '    echo declare -i RANDOM',
+      '}',
+    ].join('\n'),
+  );
+});
