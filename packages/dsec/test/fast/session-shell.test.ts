@@ -123,6 +123,21 @@ describe('bash session commands on the host’s bash', { skip: which('bash') ? u
     );
   });
 
+  test('options carry over, turned on and off (shopt and set -o), and errexit from the last of them', async () => {
+    const set = await run('shopt -s extglob nullglob; shopt -u checkwinsize sourcepath; set -o pipefail -o noglob; set +o braceexpand');
+    assert.equal(set.exitCode, 0, set.stderr);
+    const r = await run(
+      'shopt -q extglob && shopt -q nullglob && ! shopt -q checkwinsize && ! shopt -q sourcepath && [[ -o pipefail && -o noglob && ! -o braceexpand ]] && echo same; ' +
+        'f() { [[ x == @(x|y) ]] && echo extglob-parsed; }; f',
+    );
+    assert.equal(r.stdout, 'same\nextglob-parsed\n', r.stderr);
+    assert.equal((await run('f')).stdout, 'extglob-parsed\n', 'a function using extglob, restored with extglob on');
+    await run('shopt -u extglob nullglob; shopt -s checkwinsize sourcepath; set +o pipefail +o noglob; set -o braceexpand; set -e');
+    const e = await run('false; echo not-reached');
+    assert.equal(e.stdout, '', 'errexit restored');
+    assert.notEqual(e.exitCode, 0);
+  });
+
   test('the restore leaves out what a fresh bash has of its own (read-only, dynamic, emptied) and keeps what the session set', () => {
     const script = session.carry().state!.script;
     const restored = withoutBashOwn(script);
