@@ -287,14 +287,17 @@ export class ShellSession {
 
 /**
  * The command itself, with stdin at EOF (so it cannot read the rest of the program) and without
- * fd 3 (so its jobs do not hold the state pipe). sh (dash, busybox) exits on a syntax error
- * inside eval, so its syntax is checked first; bash does not.
+ * fd 3 (so its jobs do not hold the state pipe).
+ *
+ * sh (dash, busybox ash) exits on a syntax error inside a plain eval, and on an error of a special
+ * builtin in it (`readonly R=1; R=2`, `shift 5`, `set -o bogus`): the state would not be saved and
+ * the session would end. `command eval` is eval without those special properties (POSIX), so
+ * such an error fails the command (status 2, the shell's message on stderr) and the session goes
+ * on, as bash's `eval` does. Like bash, and like any shell script, the lines before a syntax error
+ * have run. (It replaced a syntax check that started `/bin/sh -n -c` for every command.)
  */
 function commandScript(bash: boolean, cmd: string): string {
-  const quoted = shellQuote(cmd);
-  return bash
-    ? `builtin eval ${quoted} </dev/null 3>&-`
-    : `if /bin/sh -n -c ${quoted} 2>/dev/null 3>&-; then eval ${quoted} </dev/null 3>&-; else /bin/sh -n -c ${quoted} 3>&-; fi`;
+  return `${bash ? 'builtin' : 'command'} eval ${shellQuote(cmd)} </dev/null 3>&-`;
 }
 
 export class SessionClosedError extends Error {
