@@ -36,6 +36,12 @@ export function ensurePrivateNull(): { path: string } | { path: undefined; why: 
   return { path: PRIVATE_NULL };
 }
 
+/** The private node for a helper's "null" stdio (SpawnHelper's default), or undefined where it cannot be had. */
+export function defaultNullDevice(): string | undefined {
+  if (process.getuid?.() === 0) return ensurePrivateNull().path;
+  return isNullDevice(PRIVATE_NULL) ? PRIVATE_NULL : undefined;
+}
+
 /** The fd of nullStdio(): undefined until asked for, null where the node cannot be had. */
 let nullFd: number | null | undefined;
 
@@ -49,9 +55,9 @@ let nullFd: number | null | undefined;
  */
 export function nullStdio(): number | 'ignore' {
   if (nullFd === undefined) {
-    const made = process.getuid?.() === 0 ? ensurePrivateNull() : { path: isNullDevice(PRIVATE_NULL) ? PRIVATE_NULL : undefined };
+    const path = defaultNullDevice();
     try {
-      nullFd = made.path ? openSync(made.path, 'r+') : null;
+      nullFd = path ? openSync(path, 'r+') : null;
     } catch {
       nullFd = null;
     }

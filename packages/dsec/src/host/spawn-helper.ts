@@ -1,5 +1,6 @@
 import { HelperChild, planWord, type FdPlan } from './helper-child.js';
 import { SPAWN_HELPER_BINARY } from './native-helpers.js';
+import { defaultNullDevice } from './private-null.js';
 import { ResidentHelper, type DecodedAnswer } from './resident-helper.js';
 import type { ToolResult } from './run-tool.js';
 
@@ -51,13 +52,15 @@ export class SpawnHelper {
    */
   /**
    * `nullDevice`: the node the helper opens where a tool's stdio is "null" (host/private-null.ts:
-   * not the host's /dev/null, which crun would chown to a sandbox's root). Default /dev/null.
+   * not the host's /dev/null, which crun would chown to a sandbox's root). Default: that private
+   * node where this process can have it (the bench's own helpers too), else /dev/null.
    */
   constructor(
     binary = SPAWN_HELPER_BINARY,
     opts: { template?: readonly string[]; onCarryFailed?: (why: string) => void; nullDevice?: string } = {},
   ) {
-    const args = [...(opts.nullDevice ? ['--null', opts.nullDevice] : []), ...(opts.template ? ['--template', ...opts.template] : [])];
+    const nullDevice = opts.nullDevice ?? defaultNullDevice();
+    const args = [...(nullDevice ? ['--null', nullDevice] : []), ...(opts.template ? ['--template', ...opts.template] : [])];
     this.#helper = new ResidentHelper(binary, { name: 'dsec-spawn', error: (m) => new SpawnHelperError(m), decode: decodeAnswer }, args);
     this.#onCarryFailed = opts.onCarryFailed;
   }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, mock, test } from 'node:test';
@@ -54,4 +54,17 @@ test('a session closed before its count is noted stays forgotten (the pending no
     journal.read().some((e) => e.id === s.id),
     false,
   );
+});
+
+test("an edge's stop notes the pending counts at once and leaves no timer to write after it (vm.test: a restarted edge removed the VM's dir, the old edge's timer made it again)", async () => {
+  const s = new ShellSession(hostShellSessionHost(), {}, false);
+  table.add(s);
+  await table.exec(s.id, { cmd: 'true' });
+  await table.exec(s.id, { cmd: 'true' });
+  table.flushNotes();
+  assert.equal(notedCount(s.id), 2, 'the count noted at the stop');
+  rmSync(journal.dir, { recursive: true, force: true }); // what the next edge does with a sandbox gone
+  mock.timers.tick(SESSION_COUNT_NOTE_DELAY_MS);
+  assert.equal(existsSync(journal.dir), false, 'nothing wrote the journal after the stop');
+  await s.close();
 });

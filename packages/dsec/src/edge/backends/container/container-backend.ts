@@ -577,6 +577,7 @@ export class ContainerBackend implements SandboxBackend {
         this.opts.log.error({ err: err.message }, 'could not remove the pooled user namespaces; the next start clears them'),
       );
     this.#freezerPin?.release();
+    for (const l of this.#live.values()) l.sessions.flushNotes(); // sandboxes outlive the edge; no note may come after it
     if (opts.killAll) {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
       removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent

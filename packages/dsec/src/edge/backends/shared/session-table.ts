@@ -99,6 +99,19 @@ export class SessionTable {
     for (const s of this.#sessions.values()) void s.close();
   }
 
+  /**
+   * The edge is stopping (its sandboxes live on): the counts not yet noted are noted now, and no
+   * timer is left to write into a journal a restarted edge may have removed with its sandbox.
+   */
+  flushNotes(): void {
+    for (const [sid, timer] of this.#countNotes) {
+      clearTimeout(timer);
+      const s = this.#sessions.get(sid);
+      if (s instanceof ShellSession) this.#note(s);
+    }
+    this.#countNotes.clear();
+  }
+
   #get(sid: string): ShellSession | EndedSession {
     const s = this.#sessions.get(sid);
     if (!s) throw new ApiError('SESSION_NOT_FOUND', `no session ${sid} in sandbox ${this.sandboxId}`, { sessionId: sid });

@@ -426,6 +426,7 @@ export class VmBackend implements SandboxBackend {
     await Promise.allSettled([...this.#creating.values()]);
     if (opts.killAll) await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
     for (const v of this.#live.values()) {
+      v.sessions.flushNotes();
       v.agent.close();
       v.qmp.close();
     }
