@@ -4,27 +4,12 @@ import type { SandboxInfo } from '@dsec/sdk/schema';
 import { EndedSandboxes } from './ended-sandboxes.js';
 import { StateStore } from './state-store.js';
 import { testStoreLocation } from '../../test/helpers/postgres.js';
+import { sandboxRow } from '../../test/helpers/sandbox-row.js';
 import { TrajectoryLog } from './trajectory-log.js';
 
 const HOUR = 3600_000;
 
-function sandbox(id: string): SandboxInfo {
-  const at = '2025-01-01T00:00:00.000Z';
-  return {
-    id,
-    edge: 'local',
-    backend: 'container',
-    status: 'running',
-    image: 'busybox',
-    imageId: `sha256:${'0'.repeat(64)}`,
-    resources: { cpu: 1, memoryMiB: 64, pids: 64 },
-    labels: {},
-    layers: [],
-    onExpiry: 'stop',
-    lastActivityAt: at,
-    createdAt: at,
-  } as unknown as SandboxInfo;
-}
+const sandbox = (id: string): SandboxInfo => sandboxRow(id);
 
 /** A store holding one sandbox with a two-step trajectory. */
 async function storeWithLog(id: string): Promise<{ store: StateStore; log: TrajectoryLog }> {

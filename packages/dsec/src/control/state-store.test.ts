@@ -7,30 +7,13 @@ import type { SandboxInfo } from '@dsec/sdk/schema';
 import { StateStore } from './state-store.js';
 import Database from 'better-sqlite3';
 import { TEST_STORE_POSTGRES, testStoreLocation } from '../../test/helpers/postgres.js';
+import { sandboxRow } from '../../test/helpers/sandbox-row.js';
 import { MIGRATIONS, migrate } from './store/migrations.js';
 import { SqliteDb } from './store/sqlite-db.js';
 
-/**
- * A sandbox record. Built loosely (cast) so the test does not break each time SandboxInfo gains a
- * field; fields newer schemas require (layers, onExpiry, lastActivityAt) are filled in too.
- */
+/** A sandbox record with these labels (test/helpers/sandbox-row.ts). */
 function info(id: string, labels: Record<string, string>, extra: Record<string, unknown> = {}): SandboxInfo {
-  const createdAt = (extra['createdAt'] as string | undefined) ?? '2025-01-01T00:00:00.000Z';
-  return {
-    id,
-    edge: 'local',
-    backend: 'container',
-    status: 'running',
-    image: 'busybox',
-    imageId: `sha256:${'0'.repeat(64)}`,
-    resources: { cpu: 1, memoryMiB: 64, pids: 64 },
-    labels,
-    layers: [],
-    onExpiry: 'stop',
-    lastActivityAt: createdAt,
-    createdAt,
-    ...extra,
-  } as unknown as SandboxInfo;
+  return sandboxRow(id, { labels, ...extra });
 }
 
 /** The fields this test is about. */

@@ -6,25 +6,10 @@ import { after, before, describe, test } from 'node:test';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { StateStore } from './state-store.js';
 import { TEST_STORE_POSTGRES, testStoreLocation } from '../../test/helpers/postgres.js';
+import { sandboxRow } from '../../test/helpers/sandbox-row.js';
 import { MAX_ENTRIES, TrajectoryLog } from './trajectory-log.js';
 
-function info(id: string): SandboxInfo {
-  const at = '2025-01-01T00:00:00.000Z';
-  return {
-    id,
-    edge: 'local',
-    backend: 'container',
-    status: 'running',
-    image: 'busybox',
-    imageId: `sha256:${'0'.repeat(64)}`,
-    resources: { cpu: 1, memoryMiB: 64, pids: 64 },
-    labels: {},
-    layers: [],
-    onExpiry: 'stop',
-    lastActivityAt: at,
-    createdAt: at,
-  } as unknown as SandboxInfo;
-}
+const info = (id: string): SandboxInfo => sandboxRow(id);
 
 describe('TrajectoryLog', () => {
   let dir: string;

@@ -6,28 +6,14 @@ import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import type { SandboxInfo } from '@dsec/sdk/schema';
 import { testStoreLocation } from '../../../test/helpers/postgres.js';
+import { sandboxRow } from '../../../test/helpers/sandbox-row.js';
 import type { EdgeApi } from '../../edge/protocol/edge-api.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import { StateStore } from '../state-store.js';
 import { MigrationService } from './migration.js';
 
-/** A running sandbox's row on edge `a` (cast: the fields this test is not about are filled loosely). */
-function row(id: string): SandboxInfo {
-  return {
-    id,
-    edge: 'a',
-    backend: 'container',
-    status: 'running',
-    image: 'busybox',
-    imageId: `sha256:${'0'.repeat(64)}`,
-    resources: { cpu: 1, memoryMiB: 64, pids: 64 },
-    labels: {},
-    layers: ['sha256:base'],
-    onExpiry: 'stop',
-    lastActivityAt: '2025-01-01T00:00:00.000Z',
-    createdAt: '2025-01-01T00:00:00.000Z',
-  } as unknown as SandboxInfo;
-}
+/** A running sandbox's row on edge `a`. */
+const row = (id: string): SandboxInfo => sandboxRow(id, { edge: 'a', layers: ['sha256:base'] });
 
 /** Edges as recoverAbandoned asks them: what each runs, and what it was told; `down` ones cannot be listed. */
 class FakeEdges {

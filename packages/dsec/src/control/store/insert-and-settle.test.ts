@@ -7,24 +7,11 @@ import type { SandboxInfo } from '@dsec/sdk/schema';
 import { StateStore } from '../state-store.js';
 import { CreateWrites } from '../service/create-writes.js';
 import { testStoreLocation } from '../../../test/helpers/postgres.js';
+import { sandboxRow } from '../../../test/helpers/sandbox-row.js';
 
-/** A new create's row (status creating), built loosely as state-store.test.ts does. */
+/** A new create's row (status creating). */
 function info(id: string, labels: Record<string, string> = {}): SandboxInfo {
-  const at = '2025-01-01T00:00:00.000Z';
-  return {
-    id,
-    edge: 'ias',
-    backend: 'container',
-    status: 'creating',
-    image: 'busybox',
-    imageId: `sha256:${'0'.repeat(64)}`,
-    resources: { cpu: 1, memoryMiB: 64, pids: 64 },
-    labels,
-    layers: [],
-    onExpiry: 'stop',
-    lastActivityAt: at,
-    createdAt: at,
-  } as unknown as SandboxInfo;
+  return sandboxRow(id, { edge: 'ias', status: 'creating', labels });
 }
 
 const LEASE = { owner: 'replica-a', until: Date.now() + 60_000 };
