@@ -36,8 +36,8 @@ export function flatValues<T, V>(items: readonly T[], values: (item: T) => reado
  * their resources and layers objects (found by identity, so an object must not change while the
  * group is written).
  */
-export function jsonOnce(): (value: object) => string {
-  const texts = new Map<object, string>();
+export function jsonOnce(): (value: unknown) => string {
+  const texts = new Map<unknown, string>();
   return (value) => {
     let text = texts.get(value);
     if (text === undefined) texts.set(value, (text = JSON.stringify(value)));

@@ -200,13 +200,8 @@ export async function insertLabelRows(
 
 /** Specs as [id, JSON text] rows and the [volume, sandbox id] rows of the volumes they mount. */
 function specRows(specs: readonly { id: string; spec: unknown }[]): { texts: [string, string][]; mounts: [string, string][] } {
-  // A batch's items share one spec object: it is serialized once.
-  const serialized = new Map<unknown, string>();
-  const texts = specs.map(({ id, spec }): [string, string] => {
-    let text = serialized.get(spec);
-    if (text === undefined) serialized.set(spec, (text = JSON.stringify(spec)));
-    return [id, text];
-  });
+  const json = jsonOnce(); // a batch's items share one spec object: it is serialized once
+  const texts = specs.map(({ id, spec }): [string, string] => [id, json(spec)]);
   const mounts = specs.flatMap(({ id, spec }) =>
     ((spec as { volumes?: { name: string }[] } | null | undefined)?.volumes ?? []).map((v): [string, string] => [v.name, id]),
   );
