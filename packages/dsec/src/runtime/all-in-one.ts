@@ -253,6 +253,15 @@ async function startDsecProcess(
   const stopBatchOwner = control.batches.startOwnerLoop();
   const stopEdgeWatcher = control.edges.startWatcher();
   const stopImageRefresh = startImageRefresh(images, log);
+  /** The background work started above, stopped at close or when the start-up fails after it. */
+  const stopBackgroundWork = async (): Promise<void> => {
+    stopExpiryLoop();
+    stopBurstLoop();
+    stopBatchOwner();
+    stopEdgeWatcher();
+    stopImageRefresh();
+    await control.pools.stop();
+  };
 
   // Port links are served on an origin of their own (ports-server.ts); links made here name it.
   const links = new PortLinks(clusterToken);
@@ -285,12 +294,7 @@ async function startDsecProcess(
     portsPort = typeof pa === 'object' && pa ? pa.port : ports.port;
   } catch (err) {
     // Undo the start-up so far; the sandboxes the edge adopted keep running for the next start.
-    stopExpiryLoop();
-    stopBurstLoop();
-    stopBatchOwner();
-    stopEdgeWatcher();
-    stopImageRefresh();
-    await control.pools.stop();
+    await stopBackgroundWork();
     await app.close();
     await portsApp.close();
     await node?.shutdown({ killAll: false });
@@ -345,12 +349,7 @@ async function startDsecProcess(
     close(closeOpts = {}) {
       // A second close (a signal during a stop) waits for the first, never cuts it short.
       closing ??= (async () => {
-        stopExpiryLoop();
-        stopBurstLoop();
-        stopBatchOwner();
-        stopEdgeWatcher();
-        stopImageRefresh();
-        await control.pools.stop();
+        await stopBackgroundWork();
         await control.batches.stop();
         await app.close();
         await portsApp.close();
