@@ -24,9 +24,13 @@ export const PAGE = 1000;
 export const OVERVIEW_REQUESTS = ['/v1/nodes', '/v1/sandboxes/counts', '/metrics', '/v1/pools'];
 const NDJSON = 'application/x-ndjson';
 
-function statusMiB(pid: number, field: 'VmRSS' | 'VmHWM' | 'RssAnon' | 'RssFile' | 'RssShmem'): number {
-  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? round(Number(m[1]) / 1024, 1) : NaN;
+/** Fields of /proc/PID/status in MiB, from one read (so the RSS and its parts are of one instant). */
+function statusMiB(pid: number): (field: 'VmRSS' | 'VmHWM' | 'RssAnon' | 'RssFile' | 'RssShmem') => number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return (field) => {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status);
+    return m ? round(Number(m[1]) / 1024, 1) : NaN;
+  };
 }
 
 /** A gauge of the control plane's /metrics text, in MiB (NaN when it is not there). */
@@ -172,14 +176,15 @@ export async function runHold(
   });
   const lastBatch = batchIds[batchIds.length - 1]!;
   const batchInfo = await timed(20, async () => ok(await http.call('GET', `/v1/batches/${lastBatch}`), 'GET batch'));
-  const rssMiB = statusMiB(ctl.pid, 'VmRSS');
-  const peakRssMiB = statusMiB(ctl.pid, 'VmHWM');
+  const status = statusMiB(ctl.pid);
+  const rssMiB = status('VmRSS');
+  const peakRssMiB = status('VmHWM');
   // Where the resident memory is: anonymous (V8's heap and the rest of the process's own) or
   // file-backed (SQLite's memory-mapped database pages, code), and V8's own figures from /metrics.
   const memory = {
-    anonMiB: statusMiB(ctl.pid, 'RssAnon'),
-    fileMiB: statusMiB(ctl.pid, 'RssFile'),
-    shmemMiB: statusMiB(ctl.pid, 'RssShmem'),
+    anonMiB: status('RssAnon'),
+    fileMiB: status('RssFile'),
+    shmemMiB: status('RssShmem'),
     heapUsedMiB: metricMiB(metricsText, 'nodejs_heap_size_used_bytes'),
     heapTotalMiB: metricMiB(metricsText, 'nodejs_heap_size_total_bytes'),
     externalMiB: metricMiB(metricsText, 'nodejs_external_memory_bytes'),
