@@ -91,6 +91,10 @@ export interface VmBackendOptions {
  * agent as PID 1; the image's EROFS layers are read-only virtio-blk disks, the writable layer an
  * ext4 disk of its own, composed with overlayfs inside the guest. Every call goes to the agent
  * over the VM's virtio-serial port. QEMU runs detached, so an edge restart adopts running VMs.
+ * Why over 500 lines: ~30 of them are the one-line delegations SandboxBackend asks for, to
+ * vm-commands.ts, vm-files.ts and vm-snapshot.ts; ports and network are short adapters to
+ * vm-port.ts and the node's links; the rest is one concept, a VM's life (adopt, create or
+ * restore, pause, quiesce, kill).
  */
 export class VmBackend implements SandboxBackend {
   readonly dir: string;
