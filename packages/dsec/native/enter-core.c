@@ -121,6 +121,11 @@ int enter_parse_options(int argc, char **argv, struct enter_options *o, char *wh
     else if (!strcmp(f, "--gid")) bad = number(f, v, 0, 0xfffffffe, &o->gid, why, size);
     else if (!strcmp(f, "--nofile")) bad = number(f, v, 1, 1 << 30, &o->nofile, why, size);
     else if (!strcmp(f, "--preserve-fds")) bad = number(f, v, 0, 64, &o->preserve, why, size);
+    else if (!strcmp(f, "--standby")) {
+      long on;
+      bad = number(f, v, 0, 1, &on, why, size);
+      o->standby = (int)on;
+    }
     else if (!strcmp(f, "--cgroup")) o->cgroup = v;
     else if (!strcmp(f, "--spec")) o->spec = v;
     else if (!strcmp(f, "--pid-file")) o->pid_file = v;
@@ -157,7 +162,7 @@ int enter_parse_options(int argc, char **argv, struct enter_options *o, char *wh
     if (bad) return -1;
   }
   if (o->pid < 0 || o->uid < 0 || o->gid < 0 || o->nofile < 0 || !have_caps || !o->cgroup || !o->cwd || o->ncgroup_dirs == 0) {
-    return fail_with(why, size, "usage: --pid PID --cgroup /dsec/ID [--pid-file FILE] --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--landlock isolate|rw [--rw PATH]...] --cgroup-dir DIR [--cgroup-dir DIR]... [--command-cgroup DIR]", NULL, 0);
+    return fail_with(why, size, "usage: --pid PID --cgroup /dsec/ID [--pid-file FILE] --uid UID --gid GID --cwd DIR --caps MASK --nofile N [--seccomp FILE] [--preserve-fds N] [--standby 0|1] [--landlock isolate|rw [--rw PATH]...] --cgroup-dir DIR [--cgroup-dir DIR]... [--command-cgroup DIR]", NULL, 0);
   }
   if (o->nrw > 0 && o->landlock != ENTER_LANDLOCK_RW) return fail_with(why, size, "--rw goes with --landlock rw", NULL, 0);
   if (o->command_cgroup) {
@@ -384,6 +389,51 @@ static char *home_of(long uid) {
   return home;
 }
 
+/* env with HOME from the sandbox's /etc/passwd added when it has none (as crun does). */
+static char **with_home(char **env, long uid) {
+  if (has_env(env, "HOME")) return env;
+  size_t n = 0;
+  while (env[n]) n++;
+  char **more = calloc(n + 2, sizeof *more);
+  if (!more) die_plain("out of memory");
+  memcpy(more, env, n * sizeof *more);
+  more[n] = home_of(uid);
+  return more;
+}
+
+/*
+ * A standby's command (--standby): its cwd, argv and environment, read whole from fd until end of
+ * file; the fd is closed before the exec. Nothing at all (the edge let the standby go) ends it.
+ */
+static void standby_command(int fd, long uid, char ***args, char ***env) {
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap + 1);
+  if (!buf) die_plain("out of memory");
+  for (;;) {
+    if (len == cap) {
+      if (cap >= (size_t)64 << 20) die_plain("the command's spec is too large");
+      cap *= 2;
+      char *more = realloc(buf, cap + 1);
+      if (!more) die_plain("out of memory");
+      buf = more;
+    }
+    ssize_t n = read(fd, buf + len, cap - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die("reading the command's spec", NULL);
+    if (n == 0) break;
+    len += (size_t)n;
+  }
+  close(fd);
+  if (len == 0) _exit(0);
+  buf[len] = 0;
+  const char *cwd = buf;
+  size_t off = strlen(buf) + 1;
+  *args = enter_strings(buf, len, &off, "argv");
+  *env = with_home(enter_strings(buf, len, &off, "environment"), uid);
+  if (!(*args)[0]) die_plain("the spec has an empty argv");
+  if (chdir(cwd) != 0) die("chdir", cwd);
+}
+
 static void set_capabilities(unsigned long long mask) {
   struct __user_cap_header_struct head = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
   struct __user_cap_data_struct data[2];
@@ -432,18 +482,12 @@ static void become_command(const struct enter_options *o, int last_cap, char **a
    * process of the sandbox with the same uid could open its /proc/<pid>/mem and run code here
    * before the seccomp filter is loaded. Until the exec it stays the host's binary. */
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die("PR_SET_DUMPABLE", NULL);
-  if (!has_env(env, "HOME")) {
-    size_t n = 0;
-    while (env[n]) n++;
-    char **more = calloc(n + 2, sizeof *more);
-    if (!more) die_plain("out of memory");
-    memcpy(more, env, n * sizeof *more);
-    more[n] = home_of(o->uid);
-    env = more;
-  }
+  if (!o->standby) env = with_home(env, o->uid);
   if (chdir(o->cwd) != 0) die("chdir", o->cwd);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("PR_SET_NO_NEW_PRIVS", NULL);
-  if (syscall(SYS_close_range, 3 + (unsigned)o->preserve, ~0U, 0) != 0) die("close_range", NULL);
+  /* A standby keeps the fd its command comes on, right after the preserved ones. */
+  unsigned spec_fd = 3 + (unsigned)o->preserve;
+  if (syscall(SYS_close_range, spec_fd + (o->standby ? 1 : 0), ~0U, 0) != 0) die("close_range", NULL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -462,6 +506,13 @@ static void become_command(const struct enter_options *o, int last_cap, char **a
   environ = env;
   /* Last: the sandbox's filter may refuse what the steps above need. */
   if (filter && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, filter) != 0) die("loading the sandbox's seccomp filter", NULL);
+  if (o->standby) {
+    /* Everything above is done: the command is all that is left to know. This process is the
+     * sandbox's user, in the command's Landlock domain, under the sandbox's filter, and still not
+     * dumpable, so nothing in the sandbox can trace it or open its fds while it waits. */
+    standby_command((int)spec_fd, o->uid, &args, &env);
+    environ = env;
+  }
   execvp(args[0], args);
   /* As a shell says it (127 not found, 126 not runnable): the command's stderr is an agent's
    * observation, with no helper's name in it. */
@@ -591,7 +642,7 @@ int enter_run(const struct enter_options *o, char **args, char **env, const stru
    * own errors), so a command that closes its stdin is not kept alive by a reader here. */
   dup2(s->null_fd, STDIN_FILENO);
   dup2(s->null_fd, STDOUT_FILENO);
-  for (long fd = 3; fd < 3 + o->preserve; fd++) close((int)fd);
+  for (long fd = 3; fd < 3 + o->preserve + o->standby; fd++) close((int)fd);
   if (pid_out >= 0) {
     if (write(pid_out, text, (size_t)n) != n) fprintf(stderr, "%s: writing the pid file: %s\n", enter_name, strerror(errno));
     close(pid_out);

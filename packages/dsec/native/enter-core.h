@@ -27,6 +27,10 @@ struct enter_options {
   enum enter_landlock landlock;
   char *rw[ENTER_MAX_RW];
   int nrw;
+  /* --standby 1: the command is set up but waits for its cwd, argv and environment, read from the
+   * fd after the preserved ones (`<cwd>\0<argc>\0<arg>\0...<envc>\0<KEY=VALUE>\0...`, then end of
+   * file), before its exec; end of file with nothing read ends it (status 0). */
+  int standby;
 };
 
 /*

@@ -15,6 +15,8 @@ import { describe, test } from 'node:test';
 import { type Sandbox } from '@dsec/sdk';
 import { LANDLOCK_PATH, processBlock } from '../../src/edge/backends/container/oci-config.js';
 import { runTool } from '../../src/host/run-tool.js';
+import { dropExecStandby, execStandbyWaiting } from '../../src/edge/backends/container/exec/exec-standby.js';
+import { pollUntil } from './support/sandbox-procs.js';
 import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
 
 /** Everything of a process's own view that crun exec sets up, from its own /proc and a few tries. */
@@ -84,11 +86,18 @@ describe('engine: a command started by the edge sees what one started by crun ex
     assert.match(edge.stdout, /^Max open files\s+20000\s+20000/m);
   });
 
-  test(`without writablePaths (the --isolate domain): equal, but for ${SAME_BUT.join(' and ')}`, async () => {
+  test(`without writablePaths (the --isolate domain): equal, but for ${SAME_BUT.join(' and ')}; the same from the process made ahead`, async () => {
+    // Started on demand (no standby waits), then from the sandbox's standby (exec-standby.ts):
+    // set up before its command was known, it must end up exactly as the one started on demand.
+    dropExecStandby(sb.id);
     const edge = await sb.commands.run(['/bin/sh', '-c', VIEW]);
     assert.equal(edge.exitCode, 0, edge.stderr);
+    assert.ok(await pollUntil(() => execStandbyWaiting(sb.id)), 'no exec standby was made after the command');
+    const fromStandby = await sb.commands.run(['/bin/sh', '-c', VIEW]);
+    assert.equal(fromStandby.exitCode, 0, fromStandby.stderr);
     const crun = await viaCrun(['--isolate']);
     assert.equal(edge.stdout, crun);
+    assert.equal(fromStandby.stdout, crun, 'the command run by the standby sees another view');
     assert.match(edge.stdout, /^outside-ok$/m, 'the isolate domain refuses no ordinary write');
     assert.doesNotMatch(edge.stdout, /^mknod-ok$/m, 'a block device node was made');
   });

@@ -28,6 +28,7 @@ import { attack, must } from './support/harness.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { runTool, type ToolResult } from '../../src/host/run-tool.js';
 import { enterSpec } from '../../src/edge/backends/container/exec/enter-child.js';
+import { execStandbyWaiting } from '../../src/edge/backends/container/exec/exec-standby.js';
 
 /** The attacker's program (see its modes in main). */
 const ATTACKER_C = String.raw`
@@ -266,6 +267,23 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     const hits = Number(/^hits (\d+)/m.exec(out)?.[1] ?? 0);
     t.diagnostic(out.trim());
     assert.ok(hits > 0, `the racer never caught a process in the window, so nothing was tried: ${out}`);
+  });
+
+  test("the exec process made ahead, waiting for its command, gives the sandbox no host binary, fd or memory, and runs only what the edge sends it", async (t) => {
+    if (skipReason) return t.skip(skipReason);
+    // The attacker's own exec takes the sandbox's standby, and the next one is made as it starts
+    // (exec-standby.ts): that one waits, still dsec-spawn's binary, its command's spec pipe open,
+    // for as long as the sandbox is between commands. The attacker catches it there (stopped
+    // while attacked, then let go), and tries every way in, the spec pipe (its fd 3) included.
+    const r = await sb.commands.run([ATTACKER, 'race', '1', `/tmp/stop-${randomBytes(4).toString('hex')}`], { timeoutMs: 60_000 });
+    t.diagnostic(r.stdout.trim());
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.doesNotMatch(r.stdout, /BROKE/, r.stdout);
+    assert.match(r.stdout, /^hits 1 broke 0$/m, `the attacker caught no process waiting: ${r.stdout}`);
+    assert.ok(await pollUntil(() => execStandbyWaiting(sb.id)), 'the standby did not survive being stopped and let go');
+    const next = await sb.commands.run(['/bin/sh', '-c', 'echo own; exit 42']);
+    assert.equal(next.exitCode, 42, next.stderr);
+    assert.equal(next.stdout, 'own\n');
   });
 
   /**

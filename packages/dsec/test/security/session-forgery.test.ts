@@ -16,6 +16,7 @@ import { Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 import { attack, must } from './support/harness.js';
 import { NR, buildProbe } from './support/raw-syscall.js';
+import { ISOLATE_COMMANDS } from '../../src/edge/backends/container/exec/exec-target.js';
 
 /**
  * The job an earlier command leaves behind: wait for the next command to write its pid to
@@ -38,6 +39,31 @@ fi
 echo done >> /tmp/forge.log
 `;
 
+/**
+ * The job an earlier session command leaves behind, aimed at the shell started ahead for the next
+ * command (ShellSession.prepare), which waits for its program on a pipe: find it (a shell whose
+ * argv is a session shell's, not the job's parent: the command that started it), then try to write a forged program into
+ * its stdin through /proc, and to read its stdin. Each attempt is logged.
+ */
+const REACH_INTO_WAITING = `
+me=$$
+i=0; p=
+while [ -z "$p" ] && [ $i -lt 200 ]; do
+  for d in /proc/[0-9]*; do
+    q=\${d#/proc/}
+    [ "$q" = "$me" ] || [ "$q" = "$PPID" ] && continue
+    case "$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)" in "/bin/sh -s "|"/bin/bash --noprofile --norc -s ") p=$q;; esac
+  done
+  [ -z "$p" ] && sleep 0.05; i=$((i+1))
+done
+echo "waiting shell: \${p:-none}" >> /tmp/wait.log
+if [ -n "$p" ]; then
+  if (echo 'echo forged; exit 0' > /proc/$p/fd/0) 2>>/tmp/wait.log; then echo "write: done" >> /tmp/wait.log; else echo "write: refused" >> /tmp/wait.log; fi
+  if timeout 1 cat /proc/$p/fd/0 >/tmp/wait.read 2>>/tmp/wait.log; then echo "read: done" >> /tmp/wait.log; else echo "read: refused" >> /tmp/wait.log; fi
+fi
+echo done >> /tmp/wait.log
+`;
+
 describe('red team: forged command results', { skip: integrationSkipReason(), timeout: 300_000 }, () => {
   let server: TestServer;
   let sb: Sandbox;
@@ -49,6 +75,36 @@ describe('red team: forged command results', { skip: integrationSkipReason(), ti
   });
   after(async () => {
     await server?.close();
+  });
+
+  test("a job left by one session command cannot write into, or read, the stdin of the next command's shell waiting ahead", async (t) => {
+    await must(server, sb, 'rm -f /tmp/wait.log /tmp/wait.read');
+    await sb.files.write('/tmp/reach-into-waiting.sh', REACH_INTO_WAITING);
+    const s = await sb.sessions.create();
+    try {
+      const r1 = await s.run('sh /tmp/reach-into-waiting.sh >/dev/null 2>&1 & echo started');
+      assert.equal(r1.exitCode, 0, JSON.stringify(r1));
+      let log = '';
+      for (let i = 0; i < 400 && !/done/.test(log); i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        log = (await attack(server, sb, 'cat /tmp/wait.log 2>/dev/null')).stdout;
+      }
+      assert.match(log, /done/, `the job did not finish its attempts: ${log}`);
+      t.diagnostic(`job log: ${log.trim().replace(/\n/g, ' | ')}`);
+      if (!ISOLATE_COMMANDS) {
+        assert.match(log, /waiting shell: none/, `no shell may wait between commands without a Landlock domain of its own: ${log}`);
+        t.skip('this kernel has no Landlock ABI 2: no session shell is started ahead');
+        return;
+      }
+      assert.match(log, /waiting shell: \d+/, `the job never found the shell waiting ahead: ${log}`);
+      assert.match(log, /write: refused/, `the job wrote into the waiting shell's stdin: ${log}`);
+      assert.match(log, /read: refused/, `the job read the waiting shell's stdin: ${log}`);
+      const r2 = await s.run('echo own; exit 42');
+      assert.equal(r2.exitCode, 42, `${JSON.stringify(r2)}; job log: ${log}`);
+      assert.equal(r2.stdout, 'own\n', `the next command's output is not its own: ${JSON.stringify(r2.stdout)}; job log: ${log}`);
+    } finally {
+      await s.close().catch(() => undefined);
+    }
   });
 
   async function forgeLog(): Promise<string> {

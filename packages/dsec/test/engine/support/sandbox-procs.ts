@@ -98,7 +98,7 @@ export function hostExecStarters(sandboxId: string): number[] {
     .sort((a, b) => a - b);
 }
 
-/** The command lines of the dsec-enter processes of a sandbox now running (one per running command). */
+/** The command lines of the dsec-enter processes of a sandbox's running commands (one per command; not an exec's standby, exec-standby.ts). */
 export function enterArgvs(sandboxId: string): string[][] {
   return hostExecStarters(sandboxId)
     .map((pid) => {
@@ -108,7 +108,7 @@ export function enterArgvs(sandboxId: string): string[][] {
         return [];
       }
     })
-    .filter((argv) => argv[0]?.endsWith('dsec-enter'));
+    .filter((argv) => argv[0]?.endsWith('dsec-enter') && !argv.includes('--standby')); // a process made ahead runs no command yet
 }
 
 /** The value of option `name` in a dsec-enter command line (asserting it is there). */

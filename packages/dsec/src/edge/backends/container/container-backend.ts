@@ -48,7 +48,8 @@ import { containerUsage } from './container-usage.js';
 import { crunSpawner } from './crun-spawner.js';
 import type { ExecTarget } from './exec/exec-target.js';
 import { forgetSpareCgroup } from './exec/sandbox-process.js';
-import { newLiveSandbox, toEdgeSandbox, type LiveSandbox } from './live-sandbox.js';
+import { dropExecStandby } from './exec/exec-standby.js';
+import { newLiveSandbox, standbyAllowed, toEdgeSandbox, type LiveSandbox } from './live-sandbox.js';
 import { prepareMountStubs, type MountStubs } from './mount-stubs.js';
 import { cgroupNames } from './oci-config.js';
 import { releaseSandboxesDir, secureSandboxesDir } from './sandboxes-mount.js';
@@ -353,9 +354,9 @@ export class ContainerBackend implements SandboxBackend {
     const pooled = this.userns ? this.usernsPool.take(req.id) : undefined;
     try {
       const made = await createContainer(this.#createContext(), req, network, record, pooled);
-      // A moved sandbox's sessions, reopened with their ids and state (they run no process between commands).
+      // A moved sandbox's sessions, reopened with their ids and state (nothing of theirs moves but the state).
       const l = this.#live.get(req.id);
-      if (l) for (const c of req.sessions ?? []) l.sessions.add(openContainerSession(l.target, c.request, c));
+      if (l) for (const c of req.sessions ?? []) l.sessions.add(openContainerSession(l.target, c.request, standbyAllowed(l), c));
       return made;
     } finally {
       if (pooled) this.usernsPool.done(pooled); // its bind in the pool's dir is removed right after, off this create's path
@@ -396,6 +397,7 @@ export class ContainerBackend implements SandboxBackend {
     live.journal.close(); // before the processes it notes end: their exits must not write into a dir being removed
     live.processes.killAll();
     live.sessions.closeAll();
+    dropExecStandby(id); // the teardown's kill of the sandbox's cgroups ends it anyway
     for (const p of live.ptys) p.kill();
     for (const s of live.ports) s.destroy();
     if (live.record.network) await this.links.forget(live.record.pid);
@@ -578,6 +580,11 @@ export class ContainerBackend implements SandboxBackend {
       );
     this.#freezerPin?.release();
     for (const l of this.#live.values()) l.sessions.flushNotes(); // sandboxes outlive the edge; no note may come after it
+    // Nor a process of this edge's waiting in one for a command that will not come.
+    for (const l of this.#live.values()) {
+      l.sessions.dropStandbys();
+      dropExecStandby(l.record.id);
+    }
     if (opts.killAll) {
       await Promise.allSettled([...this.#live.keys()].map((id) => this.killSandbox(id)));
       removeEmptyCgroup(CGROUP_PARENT); // other dsec instances may share the parent

@@ -16,7 +16,7 @@ import { openContainerSession } from './exec/container-session.js';
 import { PtyProcess, type PtyOptions } from './exec/pty-process.js';
 import { runCommand, streamCommand } from './exec/run-command.js';
 import { startProcess } from './exec/start-process.js';
-import type { LiveSandbox } from './live-sandbox.js';
+import { standbyAllowed, type LiveSandbox } from './live-sandbox.js';
 import { isRegularFileInRoot } from './sandbox-files.js';
 
 /**
@@ -35,11 +35,13 @@ export class ContainerCommands {
   // --- commands ------------------------------------------------------------------------------
 
   async exec(id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
-    return runCommand(this.#running(id).target, req, signal);
+    const l = this.#running(id);
+    return runCommand(l.target, req, signal, standbyAllowed(l));
   }
 
   execStream(id: string, req: ExecRequest, signal?: AbortSignal): AsyncIterable<ExecEvent> {
-    return streamCommand(this.#running(id).target, req, signal);
+    const l = this.#running(id);
+    return streamCommand(l.target, req, signal, standbyAllowed(l));
   }
 
   // --- background processes ------------------------------------------------------------------
@@ -82,7 +84,7 @@ export class ContainerCommands {
   async openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
     const l = this.#running(id);
     l.sessions.checkRoom();
-    return l.sessions.add(openContainerSession(l.target, req));
+    return l.sessions.add(openContainerSession(l.target, req, standbyAllowed(l)));
   }
 
   async listSessions(id: string): Promise<SessionInfo[]> {

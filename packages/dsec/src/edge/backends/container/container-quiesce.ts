@@ -4,6 +4,7 @@ import { freeze, thaw } from '../../../host/freezer.js';
 import type { EdgeQuiesce } from '../../protocol/edge-api.js';
 import type { EdgeSessionCarry } from '../../protocol/schemas.js';
 import type { LiveSandbox } from './live-sandbox.js';
+import { execStandbyPid } from './exec/exec-standby.js';
 
 /** How long ended processes get to be gone before the move is refused (they were SIGKILLed: milliseconds). */
 const END_WAIT_MS = 5_000;
@@ -58,8 +59,14 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
   const dirs = sandboxCgroupDirs(id);
   // Its processes by both of what makes one its own: its cgroups (with its commands' own below
   // them) and its pid namespace (what every command joins), so none is missed by either alone.
+  // The processes made ahead for its next exec and its sessions' next commands are the edge's,
+  // not the sandbox's work: they run nothing yet, need not move and go with the sandbox (none is
+  // made while it is quiesced: live-sandbox.ts standbyAllowed), or serve it on if it stays.
+  const ahead = new Set([...l.sessions.standbyPids(), ...[execStandbyPid(id)].filter((p) => p !== undefined)]);
   const others = (): number[] =>
-    [...new Set([...cgroupTreePids(dirs), ...pidNamespaceMembers(l.record.pid)])].filter((pid) => pid !== l.record.pid && !isZombie(pid));
+    [...new Set([...cgroupTreePids(dirs), ...pidNamespaceMembers(l.record.pid)])].filter(
+      (pid) => pid !== l.record.pid && !ahead.has(pid) && !isZombie(pid),
+    );
   const pids = others();
   const processes = pids.map((pid) => ({ pid: innerPid(pid) ?? pid, cmd: commandLine(pid) }));
   if (processes.length === 0) return { processes, ended: false, wasPaused, frozen: true, ...carriedSessions(l) };

@@ -91,3 +91,8 @@ export async function endExecsOfOldEdge(live: LiveSandbox): Promise<void> {
   live.processes.restore(new Date(), (tag) => killTagged(live.record.id, tag));
   await live.sessions.endNotedByOldEdge((tag) => void killTagged(live.record.id, tag));
 }
+
+/** Whether a session's next shell may be started ahead in it now: not while paused, held for a move, or going. */
+export function standbyAllowed(l: LiveSandbox): () => boolean {
+  return () => !l.quiesced && !l.killing && l.record.paused !== true;
+}

@@ -44,7 +44,23 @@ export class SessionTable {
     this.checkRoom();
     this.#sessions.set(s.id, s);
     this.#note(s);
+    // Its first command's shell, started ahead, after the open's answer.
+    setImmediate(() => s.prepare());
     return s.info();
+  }
+
+  /**
+   * Ends the shells started ahead for the sessions' next commands (ShellSession.prepare): when the
+   * edge stops (its sandboxes live on, and nothing of its own may wait in them). A later command
+   * starts its shell itself.
+   */
+  dropStandbys(): void {
+    for (const s of this.#sessions.values()) if (s instanceof ShellSession) s.dropStandby();
+  }
+
+  /** The host pids of the shells started ahead (a move's look at the sandbox's processes leaves them out). */
+  standbyPids(): number[] {
+    return [...this.#sessions.values()].flatMap((s) => (s instanceof ShellSession ? (s.standbyPid() ?? []) : []));
   }
 
   /**

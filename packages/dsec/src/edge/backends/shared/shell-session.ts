@@ -1,5 +1,6 @@
 import type { EdgeSessionCarry } from '../../protocol/schemas.js';
 import { randomBytes } from 'node:crypto';
+import { ApiError } from '../../../api-error.js';
 import type { ExecResult, OpenSessionRequest, SessionExecRequest, SessionInfo } from '@dsec/sdk/schema';
 import { CappedOutput } from './capped-output.js';
 import { rejectNul } from '../../protocol/reject-nul.js';
@@ -42,6 +43,21 @@ export interface SessionShellStart {
   fd3MaxBytes: number;
 }
 
+/** How the shell of a session's next command starts ahead, before its command is known. */
+export type SessionStandbyStart = Omit<SessionShellStart, 'input' | 'timeoutMs'>;
+
+/** A shell started ahead: running, its stdin a pipe, a command only from begin(). */
+export interface SessionStandbyShell extends SessionShellProcess {
+  /** Gives it its whole program on stdin (then closed) and starts its timeout: it is the command from now. */
+  begin(input: Buffer, timeoutMs: number): void;
+  /** Still waiting for begin(), its process alive. */
+  readonly standing: boolean;
+  /** Ends it, not yet begun: its own process only (never the session's jobs, which share its tag). */
+  retire(): void;
+  /** Its process's pid as the host sees it, once started. */
+  readonly hostPid: number | undefined;
+}
+
 /**
  * What a session needs of its sandbox: a container's (exec/container-session.ts: crun exec) or a
  * VM's (edge/backends/vm/vm-session.ts: the guest agent). Each command must start in a Landlock
@@ -53,6 +69,13 @@ export interface SessionHost {
   oomKills(): number | Promise<number>;
   /** Ends every process left by the commands that share `tag`. */
   endTagged(tag: string): void | Promise<void>;
+  /**
+   * Starts the next command's shell ahead (ShellSession.prepare), or says no (undefined): where a
+   * command would not start in a Landlock domain of its own, a shell waiting between commands
+   * could be reached by what an earlier command left running; and while the sandbox is paused
+   * or being moved. Hosts without it start every shell on demand.
+   */
+  standby?(argv: string[], opts: SessionStandbyStart): SessionStandbyShell | undefined;
 }
 
 /** Single-quotes a string for a POSIX shell. */
@@ -136,6 +159,8 @@ export class ShellSession {
   /** What the last completed command left (undefined before the first: the open request's env and cwd apply). */
   #state: SessionState | undefined;
   #current: SessionShellProcess | undefined;
+  /** The next command's shell, started ahead (prepare()). */
+  #standby: { proc: SessionStandbyShell; clearEnv: boolean } | undefined;
   /** The exec tag shared by every command of the session, so close() finds their background jobs. */
   readonly tag = randomBytes(6).toString('hex');
   readonly #host: SessionHost;
@@ -149,6 +174,11 @@ export class ShellSession {
     this.#host = host;
     this.#req = req;
     this.id = carried?.id ?? `ss-${randomBytes(6).toString('hex')}`;
+    if (req.shell === 'bash' && !hasBash && !carried) {
+      throw new ApiError('INVALID_REQUEST', "shell 'bash' was asked for but the sandbox has no /bin/bash; use 'sh', or 'auto' (bash where there is one)", {
+        field: 'shell',
+      });
+    }
     const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && hasBash);
     this.shell = carried?.shell ?? (wantBash ? '/bin/bash' : '/bin/sh');
     if (carried) {
@@ -185,6 +215,64 @@ export class ShellSession {
     };
   }
 
+  /**
+   * Starts the next command's shell now, where the host can (SessionHost.standby), so the
+   * command does not wait for a process to be made: entering the sandbox, the exec and the
+   * shell's own start-up are most of a short command's time. It is a fresh process all the same,
+   * started after the previous command ended, in a Landlock domain of its own, its environment
+   * and cwd restored from the state only when its program comes. Called after open and after
+   * each command; a shell already waiting is kept.
+   */
+  prepare(): void {
+    // Not while a command runs (queued ones run first): it prepares again when it ends.
+    if (!this.alive || this.#busy || this.#standby || !this.#host.standby) return;
+    const start = this.#shellStart();
+    const proc = this.#host.standby(this.#argv(), start);
+    if (proc) this.#standby = { proc, clearEnv: start.clearEnv };
+  }
+
+  /**
+   * Ends the shell started ahead, if any (the session closes, the edge stops). Not waited for: in
+   * a paused sandbox it goes at the thaw (a frozen task dies only then).
+   */
+  dropStandby(): void {
+    const s = this.#standby;
+    this.#standby = undefined;
+    s?.proc.retire();
+  }
+
+  /** The host pid of the shell started ahead, if one waits: the edge's, not the sandbox's work (a move does not count it). */
+  standbyPid(): number | undefined {
+    return this.#standby?.proc.hostPid;
+  }
+
+  #argv(): string[] {
+    return [this.shell, ...(this.shell === '/bin/bash' ? ['--noprofile', '--norc'] : []), '-s'];
+  }
+
+  /** How the next command's shell starts: the open request's cwd and env until a state was saved. */
+  #shellStart(): SessionStandbyStart {
+    return {
+      cwd: this.#state ? '/' : this.#req.cwd,
+      env: this.#req.env,
+      // After the first command the environment is the state's (exports and unsets included).
+      clearEnv: this.#state !== undefined,
+      writablePaths: this.#req.writablePaths,
+      tag: this.tag,
+      fd3MaxBytes: MAX_STATE_BYTES,
+    };
+  }
+
+  /** The shell started ahead if it still waits and starts as this command's would; else none (and it is ended). */
+  #takeStandby(clearEnv: boolean): SessionStandbyShell | undefined {
+    const s = this.#standby;
+    this.#standby = undefined;
+    if (!s) return undefined;
+    if (s.proc.standing && s.clearEnv === clearEnv) return s.proc;
+    s.proc.retire();
+    return undefined;
+  }
+
   /** Runs one command in the session; concurrent calls queue in order. */
   exec(req: SessionExecRequest, signal?: AbortSignal): Promise<ExecResult & { sessionAlive: boolean }> {
     const received = performance.now();
@@ -207,18 +295,12 @@ export class ShellSession {
     const stderr = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
     const bash = this.shell === '/bin/bash';
     const oomBefore = await this.#host.oomKills();
-    const program = [restoreScript(bash, this.#state), commandScript(bash, req.cmd), saveScript(bash, marker, stateEnd), ''].join('\n');
-    const proc = this.#host.startShell([this.shell, ...(bash ? ['--noprofile', '--norc'] : []), '-s'], {
-      cwd: this.#state ? '/' : this.#req.cwd,
-      env: this.#req.env,
-      // After the first command the environment is the state's (exports and unsets included).
-      clearEnv: this.#state !== undefined,
-      writablePaths: this.#req.writablePaths,
-      input: Buffer.from(program),
-      timeoutMs: req.timeoutMs ?? 60_000,
-      tag: this.tag,
-      fd3MaxBytes: MAX_STATE_BYTES,
-    });
+    const program = Buffer.from([restoreScript(bash, this.#state), commandScript(bash, req.cmd), saveScript(bash, marker, stateEnd), ''].join('\n'));
+    const timeoutMs = req.timeoutMs ?? 60_000;
+    const start = this.#shellStart();
+    const standby = this.#takeStandby(start.clearEnv);
+    standby?.begin(program, timeoutMs);
+    const proc = standby ?? this.#host.startShell(this.#argv(), { ...start, input: program, timeoutMs });
     this.#current = proc;
     const onAbort = (): void => proc.kill();
     signal?.addEventListener('abort', onAbort, { once: true });
@@ -255,6 +337,8 @@ export class ShellSession {
     else if (!timedOut && !killed) this.#ended = true; // the shell exited (`exit`, a fatal error) before saving
     const encoding = req.encoding ?? 'utf8';
     const oomAfter = await this.#host.oomKills();
+    // The next command's shell, off this answer's path (the answer is written first).
+    setImmediate(() => this.prepare());
     return {
       exitCode: timedOut ? 137 : exitCode,
       stdout: stdout.output.encode(encoding),
@@ -275,6 +359,7 @@ export class ShellSession {
 
   async close(): Promise<void> {
     this.#ended = true;
+    this.dropStandby();
     const current = this.#current;
     if (current) {
       current.kill({ now: true });

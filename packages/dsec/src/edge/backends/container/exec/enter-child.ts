@@ -32,6 +32,17 @@ export interface EnterOptions {
   /** The command's own cgroup2 directory (command-cgroups.ts), where it starts instead of the sandbox's cgroup2 one. */
   commandCgroup?: string | undefined;
   oomScoreAdj: number;
+  /**
+   * Set up everything but the command, then wait for its cwd, argv and environment on a pipe of
+   * their own after the others (the ExecChild's last stdio entry; standbySpec() writes it): an
+   * exec's process made ahead (exec-standby.ts). `process.args` and `env` are not used then.
+   */
+  standby?: boolean;
+}
+
+/** What a standby (EnterOptions.standby) is sent to become its command: `<cwd>\0` then enterSpec's. */
+export function standbySpec(cwd: string, args: readonly string[], env: readonly string[]): Buffer {
+  return Buffer.concat([Buffer.from(`${cwd}\0`), enterSpec(args, env)]);
 }
 
 const CAPS = capabilityMask(DEFAULT_CAPABILITIES);
@@ -107,10 +118,15 @@ export function startEnter(spawner: SpawnHelper, opts: EnterOptions): ExecChild 
     ...landlock,
     ...cgroupDirs.flatMap((d) => ['--cgroup-dir', d]),
     ...ownPlace,
+    ...(opts.standby ? ['--standby', '1'] : []),
   ];
   const plan: FdPlan[] = [opts.stdinData ? { data: opts.stdinData } : opts.stdin ? 'in' : 'null', 'out', 'out'];
   if (opts.fd3) plan.push('out');
-  return spawner.enter(options, { args, env: opts.process.env }, plan, { oomScoreAdj: opts.oomScoreAdj });
+  if (opts.standby) plan.push('in');
+  // A standby's argv is sent later (standbySpec); the request's own must not be empty.
+  return spawner.enter(options, { args: opts.standby ? ['-'] : args, env: opts.standby ? [] : opts.process.env }, plan, {
+    oomScoreAdj: opts.oomScoreAdj,
+  });
 }
 
 /**

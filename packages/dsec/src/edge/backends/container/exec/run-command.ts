@@ -3,15 +3,26 @@ import { sandboxOomKills } from '../../../../host/cgroups.js';
 import { processSpecFor, type ExecTarget } from './exec-target.js';
 import { iterateOutput } from '../../shared/output-stream.js';
 import { SandboxProcess } from './sandbox-process.js';
+import { prepareExecStandby, takeExecStandby } from './exec-standby.js';
 import { processFigures, type ProcessExit } from '../../shared/command-process.js';
 import type { ExecEvent } from '../../../protocol/exec-event.js';
 
-export function startCommand(target: ExecTarget, req: ExecRequest): SandboxProcess {
-  return new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
+/**
+ * Starts an exec's command: in the sandbox's process made ahead where one fits (exec-standby.ts),
+ * else a process of its own. `standbyAllowed`: whether the next one may be made ahead now (not
+ * while the sandbox is paused or held for a move).
+ */
+export function startCommand(target: ExecTarget, req: ExecRequest, standbyAllowed: () => boolean = () => false): SandboxProcess {
+  const spec = processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths });
+  const opts = {
     input: req.stdin === undefined ? undefined : Buffer.from(req.stdin, req.stdinEncoding ?? 'utf8'),
     maxOutputBytes: req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
     timeoutMs: req.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
-  });
+  };
+  const proc = takeExecStandby(target, spec, opts) ?? new SandboxProcess(target, spec, opts);
+  // The next exec's, after this one has begun (off its path: its answer is not waited on).
+  setImmediate(() => prepareExecStandby(target, spec, standbyAllowed()));
+  return proc;
 }
 
 /** Kills the command when the caller goes away (an aborted signal: e.g. the HTTP client hung up). */
@@ -48,10 +59,10 @@ function exitStatus(
 
 const round2 = (ms: number): number => Math.round(ms * 100) / 100;
 
-export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal, standbyAllowed?: () => boolean): Promise<ExecResult> {
   const received = performance.now();
   const oomBefore = sandboxOomKills(target.id);
-  const proc = startCommand(target, req);
+  const proc = startCommand(target, req, standbyAllowed);
   killOnAbort(proc, signal);
   const exit = await proc.done;
   const status = exitStatus(proc, exit, req, sandboxOomKills(target.id) > oomBefore, received);
@@ -62,10 +73,15 @@ export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: 
  * Runs a command and yields its output as it comes (within the cap, or all of it when the request
  * says `uncapped`), then its exit.
  */
-export async function* streamCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+export async function* streamCommand(
+  target: ExecTarget,
+  req: ExecRequest,
+  signal?: AbortSignal,
+  standbyAllowed?: () => boolean,
+): AsyncGenerator<ExecEvent> {
   const received = performance.now();
   const oomBefore = sandboxOomKills(target.id);
-  const proc = startCommand(target, req);
+  const proc = startCommand(target, req, standbyAllowed);
   killOnAbort(proc, signal);
   for await (const { stream, data } of iterateOutput(proc, req.uncapped ? 'raw' : 'kept')) yield { type: stream, data };
   const exit = await proc.done;

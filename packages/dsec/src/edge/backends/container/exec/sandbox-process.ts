@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { signalNumber } from '../../../../host/run-tool.js';
 import { readPidFile } from '../crun.js';
 import { CGROUP_PARENT, cgroupPids } from '../../../../host/cgroups.js';
@@ -13,7 +13,7 @@ import { killTree } from '../../../../host/process-tree.js';
 import { CappedOutput } from '../../shared/capped-output.js';
 import { PLAN_DATA_MAX, type HelperChild } from '../../../../host/helper-child.js';
 import { startCrunExec, writeFileFd, type ExecChild } from './crun-exec-child.js';
-import { commandPid, startEnter } from './enter-child.js';
+import { commandPid, standbySpec, startEnter } from './enter-child.js';
 import type { ExecTarget } from './exec-target.js';
 import {
   processFigures,
@@ -86,8 +86,9 @@ export function killTagged(sandboxId: string, tag: string): number {
  * is untouched.
  */
 export class SandboxProcess implements CommandProcess {
-  readonly stdout: CappedOutput;
-  readonly stderr: CappedOutput;
+  // Set again by beginCommand() (a standby's cap is its command's): nothing is written before.
+  stdout: CappedOutput;
+  stderr: CappedOutput;
   readonly done: Promise<ProcessExit>;
   /** The starter's own exit (the command's status), before its pipes have drained. */
   readonly exited: Promise<number>;
@@ -99,8 +100,8 @@ export class SandboxProcess implements CommandProcess {
    */
   readonly fd3Ended: Promise<void>;
   readonly startedAt = new Date();
-  /** performance.now() when its first process was asked for: the end of the command's wait. */
-  readonly spawnedAt: number;
+  /** performance.now() when its first process was asked for (a standby's: when begin() gave it its input): the end of the command's wait. */
+  spawnedAt: number;
   #exit: ProcessExit | undefined;
   readonly #child: ExecChild;
   /** The command's host pid once known: crun's pid file, or the child of dsec-spawn's starter. */
@@ -111,9 +112,24 @@ export class SandboxProcess implements CommandProcess {
   readonly #tag: string;
   readonly #sandboxId: string;
   readonly #cgroup: CommandCgroup | undefined;
-  readonly #figures: (end: boolean) => ProcessFigures;
+  #figures: (end: boolean) => ProcessFigures = () => ({});
+  #timer: NodeJS.Timeout | undefined;
+  /** performance.now() at the command's start (a standby's: at begin()), for its duration. */
+  #started: number;
+  readonly #target: ExecTarget;
+  /** Started as a standby (`standby`), not yet begun. */
+  #waiting: boolean;
+  readonly #standby: 'input' | 'command' | undefined;
+  readonly #user: ProcessSpec['user'];
 
-  constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions) {
+  /**
+   * `standby`: start the process now, but as a command only from begin() or beginCommand(), which
+   * start its timeout, duration and figures. 'input': its stdin is a pipe that begin() fills with
+   * its whole input (a session's next shell, started ahead: shell-session.ts). 'command': set up
+   * by dsec-spawn as far as the exec, it waits for the command itself, which beginCommand() sends
+   * (an exec's process made ahead: exec-standby.ts); only where dsec-spawn starts commands.
+   */
+  constructor(target: ExecTarget, spec: ProcessSpec, opts: StartOptions & { standby?: 'input' | 'command' }) {
     // A command with a Landlock domain (every one with writablePaths, and every one where the
     // kernel has Landlock ABI 2) starts in its own command cgroup, so that kill() reaches
     // everything it starts (command-cgroups.ts): one made ahead when there is one (a command of
@@ -131,9 +147,13 @@ export class SandboxProcess implements CommandProcess {
     const env = [...spec.env, `${EXEC_TAG_VAR}=${tag}`];
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
-    const started = performance.now();
-    this.spawnedAt = started;
-    const withStdin = opts.stdin || opts.input !== undefined;
+    this.#target = target;
+    this.#waiting = opts.standby !== undefined;
+    this.#standby = opts.standby;
+    this.#user = spec.user;
+    this.#started = performance.now();
+    this.spawnedAt = this.#started;
+    const withStdin = opts.stdin || opts.input !== undefined || this.#waiting;
     const io = { stdin: withStdin, fd3, oomScoreAdj: SANDBOX_OOM_SCORE_ADJ };
     const spawner = target.crun.spawner;
     let specFile: string | undefined;
@@ -153,8 +173,11 @@ export class SandboxProcess implements CommandProcess {
         enter: target.enter,
         process: { ...spec, env },
         commandCgroup: this.#cgroup?.dir,
+        standby: opts.standby === 'command',
       });
       this.#commandPid = () => commandPid((child as HelperChild).pid);
+    } else if (opts.standby === 'command') {
+      throw new Error('a command standby needs dsec-spawn and the sandbox\'s enter target');
     } else {
       // crun exec starts dsec-landlock, which first moves itself into its command cgroup through
       // that cgroup's cgroup.procs, opened here and handed in as an fd (landlock-exec.c).
@@ -178,19 +201,8 @@ export class SandboxProcess implements CommandProcess {
       });
     }
     // Read once its starter is asked for (a throw before leaves no memory window open) and before
-    // the command's first process runs (crun exec or the starter has its own work first). A
-    // session's shared cgroup has its earlier commands' CPU time in it: the command's is the difference.
-    // A cgroup this command made has run nothing yet: 0, without a read of its cpu.stat.
-    const cpuBefore = this.#cgroup && !this.#cgroup.fresh ? (this.#cgroup.cpuUsec() ?? 0) : 0;
-    const memory = memoryPeaks.open(target.id);
-    this.#figures = (end) => {
-      const figures: ProcessFigures = {};
-      const cpu = this.#cgroup?.cpuUsec();
-      if (cpu !== undefined) figures.cpuMs = Math.round((cpu - cpuBefore) / 10) / 100;
-      const peak = end ? memory?.close() : memory?.peek();
-      if (peak !== undefined) figures.peakMemoryBytes = peak;
-      return figures;
-    };
+    // the command's first process runs (crun exec or the starter has its own work first).
+    if (!this.#waiting) this.#openFigures(this.#cgroup !== undefined && !this.#cgroup.fresh);
     const fd3Stream = fd3 ? (child.stdio[3] as Readable) : undefined;
     this.fd3 = fd3 ? new CappedOutput(opts.fd3MaxBytes!) : undefined;
     fd3Stream?.on('data', (d: Buffer) => {
@@ -205,17 +217,13 @@ export class SandboxProcess implements CommandProcess {
       : Promise.resolve();
     this.#child = child;
     child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
-    if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
+    if (this.#waiting) {
+      // begin() writes it
+    } else if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
     else if (opts.input !== undefined) child.stdin?.write(opts.input);
     child.stdout!.on('data', (d: Buffer) => this.#emit('stdout', d, this.stdout.push(d)));
     child.stderr!.on('data', (d: Buffer) => this.#emit('stderr', d, this.stderr.push(d)));
-    const timer =
-      opts.timeoutMs === undefined
-        ? undefined
-        : setTimeout(() => {
-            this.#timedOut = true;
-            this.kill();
-          }, opts.timeoutMs);
+    if (!this.#waiting) this.#armTimeout(opts.timeoutMs);
     this.exited = new Promise<number>((resolve) => {
       child.on('error', () => resolve(127));
       child.on('exit', (c, s) => resolve(c ?? 128 + signalNumber(s)));
@@ -224,7 +232,7 @@ export class SandboxProcess implements CommandProcess {
       let code: number | undefined;
       const finish = (): void => {
         if (this.#exit) return;
-        if (timer) clearTimeout(timer);
+        if (this.#timer) clearTimeout(this.#timer);
         // Cleaned up off the answer's path (the caller gets the result first); the sandbox's
         // teardown removes whatever is left if it comes sooner.
         const cgroup = this.#cgroup;
@@ -246,7 +254,7 @@ export class SandboxProcess implements CommandProcess {
           exitCode: this.#timedOut ? 137 : (code ?? 1),
           timedOut: this.#timedOut,
           killed: this.#killed,
-          durationMs: Math.round((performance.now() - started) * 100) / 100,
+          durationMs: Math.round((performance.now() - this.#started) * 100) / 100,
         };
         Object.assign(this.#exit, this.#figures(true));
         resolve(this.#exit);
@@ -306,6 +314,102 @@ export class SandboxProcess implements CommandProcess {
 
   get exit(): ProcessExit | undefined {
     return this.#exit;
+  }
+
+  /**
+   * A standby's start as a command: its whole input on stdin (then closed), and from now its
+   * timeout, its duration, and the CPU and memory figures of its answer. Once only.
+   */
+  begin(input: Buffer, timeoutMs: number | undefined): void {
+    if (!this.#waiting || this.#standby !== 'input') throw new Error('begin() is for an input standby, once');
+    this.#go(timeoutMs, () => this.#child.stdin?.end(input));
+  }
+
+  /** Whether beginCommand() can make this standby run `spec`: the user it was set up as is the spec's. */
+  fits(spec: ProcessSpec): boolean {
+    return this.#standby === 'command' && spec.user.uid === this.#user.uid && spec.user.gid === this.#user.gid;
+  }
+
+  /**
+   * A command standby's start as `spec`'s command (its Landlock flags stripped: the standby is in
+   * its domain already, and fits() said the user is the same): its cwd, argv and environment on
+   * its spec pipe, its stdin (`input`, else an empty pipe at its end), its output cap. Once only.
+   */
+  beginCommand(spec: ProcessSpec, args: string[], opts: { input?: Buffer | undefined; maxOutputBytes: number; timeoutMs?: number | undefined }): void {
+    if (!this.#waiting || this.#standby !== 'command') throw new Error('beginCommand() is for a command standby, once');
+    this.stdout = new CappedOutput(opts.maxOutputBytes);
+    this.stderr = new CappedOutput(opts.maxOutputBytes);
+    const specPipe = this.#child.stdio[this.#child.stdio.length - 1] as Writable;
+    this.#go(opts.timeoutMs, () => {
+      specPipe.end(standbySpec(spec.cwd, args, [...spec.env, `${EXEC_TAG_VAR}=${this.#tag}`]));
+      this.#child.stdin?.end(opts.input);
+    });
+  }
+
+  /** A standby becomes its command: `send` gives it what it waits for; its clocks start now. */
+  #go(timeoutMs: number | undefined, send: () => void): void {
+    this.#waiting = false;
+    this.#started = performance.now();
+    this.spawnedAt = this.#started;
+    send();
+    // Its cgroup has run the standby's start-up already (and, a session's, earlier commands): the
+    // command's CPU is what it adds from here. Read after the command is on its way (three cgroup
+    // files, ~0.3 ms on the bench host, the command meanwhile starting on another CPU): what it
+    // runs before the read is not counted, tens of microseconds at most.
+    this.#openFigures(this.#cgroup !== undefined);
+    this.#armTimeout(timeoutMs);
+  }
+
+  /**
+   * Ends a standby not yet begun: its own process only (SIGKILL to its pid), never what shares
+   * its tag (a session's jobs: kill() would end those too). Before its pid is known, its stdin's
+   * end does it: the shell reads an empty program and exits.
+   */
+  retire(): void {
+    if (!this.#waiting) return;
+    this.#waiting = false;
+    // A command standby reads its spec pipe's end with nothing on it and exits (status 0).
+    if (this.#standby === 'command') (this.#child.stdio[this.#child.stdio.length - 1] as Writable | null)?.end();
+    const pid = this.hostPid;
+    if (pid) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    this.#child.stdin?.end();
+  }
+
+  /** Whether this standby still waits for begin() with its process alive. */
+  get standing(): boolean {
+    return this.#waiting && this.#exit === undefined && this.#child.exitCode === null && this.#child.signalCode === null;
+  }
+
+  /**
+   * The CPU and memory figures from now. `cpuSoFar`: the cgroup has run something already (a
+   * session's shared one, a standby's start-up), so the command's CPU is the difference; a
+   * cgroup this command made has run nothing yet: 0, without a read of its cpu.stat.
+   */
+  #openFigures(cpuSoFar: boolean): void {
+    const cpuBefore = cpuSoFar ? (this.#cgroup?.cpuUsec() ?? 0) : 0;
+    const memory = memoryPeaks.open(this.#target.id);
+    this.#figures = (end) => {
+      const figures: ProcessFigures = {};
+      const cpu = this.#cgroup?.cpuUsec();
+      if (cpu !== undefined) figures.cpuMs = Math.round((cpu - cpuBefore) / 10) / 100;
+      const peak = end ? memory?.close() : memory?.peek();
+      if (peak !== undefined) figures.peakMemoryBytes = peak;
+      return figures;
+    };
+  }
+
+  #armTimeout(timeoutMs: number | undefined): void {
+    if (timeoutMs === undefined || this.#exit) return;
+    this.#timer = setTimeout(() => {
+      this.#timedOut = true;
+      this.kill();
+    }, timeoutMs);
   }
 
   /** The command's pid as the host sees it, once its starter has started it. */
