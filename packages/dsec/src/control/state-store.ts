@@ -57,7 +57,7 @@ export class StateStore {
   ) {
     this.#feed = feed;
     this.projects = new SqlProjectRecords(db, feed);
-    this.imageOwners = new SqlImageOwnerRecords(db);
+    this.imageOwners = new SqlImageOwnerRecords(db, feed);
     this.batches = new SqlBatchRecords(db);
     this.pools = new SqlPoolRecords(db);
     this.edges = new SqlEdgeRecords(db);

@@ -11,6 +11,11 @@
  *     replica: one replica on SQLite, one on PostgreSQL, two on PostgreSQL, replicas sharing one
  *     layer dir, each setup run twice (ABC CBA); sandboxes are killed after each setup; the load
  *     average is recorded around each setup; writes bench/results/replicas-real-<time>.json and .md.
+ *   node packages/dsec/dist/test/bench/replicas.js [creates=2000] [concurrency=32] control
+ *     as the first, with a fourth setup: two independent replicas (each on a database of its own,
+ *     with two simulated edges of its own), each given half the load. They share nothing, so what
+ *     they spend per create above one replica is what splitting the load over two processes costs
+ *     on this machine, not what replicas do to work together; writes replicas-control-<time>.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,6 +29,7 @@ import { testPostgres } from '../helpers/postgres.js';
 import { makeDataDir, newEdgeId } from '../helpers/server.js';
 
 const real = process.argv[4] === 'real';
+const control = process.argv[4] === 'control';
 const creates = Number(process.argv[2] ?? (real ? 100 : 2000));
 const concurrency = Number(process.argv[3] ?? (real ? 8 : 32));
 /** Replicas of one run share this layer dir (as replicas on a shared mount would). */
@@ -40,6 +46,8 @@ interface Replica {
   joinToken: string;
   child: ChildProcess;
   dataDir: string;
+  /** Replicas of one cluster share their edges; the control setup has two clusters. @default 0 */
+  cluster?: number;
 }
 
 async function startReplica(store: string): Promise<Replica> {
@@ -90,14 +98,23 @@ async function load(
   return { seconds: (performance.now() - t0) / 1000, ms: ms.sort((a, b) => a - b) };
 }
 
-/** Two edges joined to every replica: simulated, or real `dsec edge` daemons. */
+/** Two edges joined to every replica of each cluster: simulated, or real `dsec edge` daemons. */
 async function startEdges(replicas: Replica[], label: string): Promise<{ close(): Promise<void> }[]> {
+  const out: { close(): Promise<void> }[] = [];
+  for (const cluster of new Set(replicas.map((r) => r.cluster ?? 0))) {
+    const members = replicas.filter((r) => (r.cluster ?? 0) === cluster);
+    out.push(...(await startClusterEdges(members, `${label.length}${cluster || ''}`)));
+  }
+  return out;
+}
+
+async function startClusterEdges(replicas: Replica[], suffix: string): Promise<{ close(): Promise<void> }[]> {
   const join = replicas.map((r) => r.url).join(',');
   const token = replicas[0]!.joinToken;
   const out: { close(): Promise<void> }[] = [];
   for (const id of ['benchone', 'benchtwo']) {
     if (!real) {
-      out.push(await startSimulatedEdge({ join, token, id: `${id}${label.length}` }));
+      out.push(await startSimulatedEdge({ join, token, id: `${id}${suffix}` }));
       continue;
     }
     const dataDir = makeDataDir();
@@ -148,7 +165,7 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
   const loadBefore = load1();
   const edges = await startEdges(replicas, label);
   try {
-    // Every replica sees both edges before the load starts.
+    // Every replica sees both edges (of its cluster) before the load starts.
     for (const r of replicas) {
       for (;;) {
         const res = await fetch(`${r.url}/v1/nodes`, { headers: { authorization: `Bearer ${r.apiKey}` } });
@@ -163,6 +180,8 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
     await new Promise((res) => setTimeout(res, IDLE_SAMPLE_MS));
     const idleCpuMsPerSecond = Math.round(((replicasCpuMs(replicas) - idleFrom) * 1000) / IDLE_SAMPLE_MS);
     const ids: string[] = [];
+    /** The cluster each sandbox was made in: the control setup's two clusters know only their own. */
+    const madeIn = new Map<string, Replica>();
     const cpuBefore = replicasCpuMs(replicas);
     const made = await load(replicas, creates, async (r) => {
       const res = await fetch(`${r.url}/v1/sandboxes`, {
@@ -171,11 +190,17 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
         body: JSON.stringify({ image: 'busybox', resources: { memoryMiB: 16 } }),
       });
       if (res.status !== 201) throw new Error(`create: HTTP ${res.status} ${await res.text()}`);
-      ids.push(((await res.json()) as { id: string }).id);
+      const id = ((await res.json()) as { id: string }).id;
+      ids.push(id);
+      madeIn.set(id, r);
     });
     const cpuUsPerCreate = Math.round(((replicasCpuMs(replicas) - cpuBefore) * 1000) / creates);
     const read = await load(replicas, creates, async (r, i) => {
-      const res = await fetch(`${r.url}/v1/sandboxes/${ids[i % ids.length]}`, { headers: { authorization: `Bearer ${r.apiKey}` } });
+      const id = ids[i % ids.length]!;
+      const by = madeIn.get(id)!;
+      // Any replica of the sandbox's cluster answers (round-robin, as the creates were).
+      const at = (by.cluster ?? 0) === (r.cluster ?? 0) ? r : by;
+      const res = await fetch(`${at.url}/v1/sandboxes/${id}`, { headers: { authorization: `Bearer ${at.apiKey}` } });
       if (res.status !== 200) throw new Error(`inspect: HTTP ${res.status}`);
       await res.arrayBuffer();
     });
@@ -229,6 +254,16 @@ const setups: { label: string; start(): Promise<Replica[]> }[] = [
     },
   },
 ];
+/** The control setup's label (see the file's opening comment). */
+const INDEPENDENT = '2 independent replicas, PostgreSQL (a database and edges each)';
+if (control && !real)
+  setups.push({
+    label: INDEPENDENT,
+    start: async () => [
+      await startReplica(await pg.database(`dsec_bench_indep_a_${Date.now()}`)),
+      { ...(await startReplica(await pg.database(`dsec_bench_indep_b_${Date.now()}`))), cluster: 1 },
+    ],
+  });
 for (const [round, order] of [setups, [...setups].reverse()].entries()) {
   for (const setup of order) {
     const replicas = await setup.start();
@@ -244,7 +279,7 @@ const stamp = new Date()
   .toISOString()
   .replace(/[-:]/g, '')
   .replace(/\.\d+Z$/, 'Z');
-const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}${real ? ' real' : ''}`;
+const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}${real ? ' real' : control ? ' control' : ''}`;
 const dir = join(here, '..', '..', '..', '..', '..', 'bench', 'results');
 mkdirSync(dir, { recursive: true });
 const byLabel = (r: Record<string, number | string>): Record<string, number> => r as Record<string, number>;
@@ -260,7 +295,9 @@ const mean = (label: string): Record<string, number | string> => {
 };
 const summary = setups.map((x) => mean(x.label));
 const first = summary[0]!;
-const last = summary[summary.length - 1]!;
+/** Two replicas on one store: the third setup. */
+const last = summary[2] ?? summary[summary.length - 1]!;
+const independent = summary.find((r) => r['setup'] === INDEPENDENT);
 const md = [
   real
     ? '# Control-plane replicas with real edges: 2 on PostgreSQL vs 1 on SQLite (and 1 on PostgreSQL)'
@@ -303,9 +340,16 @@ const md = [
         `Control-plane CPU per create, ${last['setup']} (all replicas together) ÷ ${summary[1]!['setup']}: ${(Number(last['cpuUsPerCreate']) / Number(summary[1]!['cpuUsPerCreate'])).toFixed(2)}× (issue 31's target: ≤ 1.10×).`,
       ]
     : []),
+  ...(independent
+    ? [
+        '',
+        // The control: replicas that share nothing, so their excess is the split's, not the sharing's.
+        `Control: ${INDEPENDENT} ÷ ${summary[1]!['setup']}: ${(Number(independent['cpuUsPerCreate']) / Number(summary[1]!['cpuUsPerCreate'])).toFixed(2)}×; ${last['setup']} ÷ ${INDEPENDENT}: ${(Number(last['cpuUsPerCreate']) / Number(independent['cpuUsPerCreate'])).toFixed(2)}× (what sharing a store adds to splitting the load).`,
+      ]
+    : []),
   '',
 ].join('\n');
-const base = real ? `replicas-real-${stamp}` : `replicas-${stamp}`;
+const base = real ? `replicas-real-${stamp}` : control ? `replicas-control-${stamp}` : `replicas-${stamp}`;
 writeFileSync(join(dir, `${base}.json`), JSON.stringify({ command, results }, null, 2) + '\n');
 writeFileSync(join(dir, `${base}.md`), md);
 process.stdout.write(md);

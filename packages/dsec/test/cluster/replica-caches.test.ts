@@ -1,7 +1,7 @@
 /**
- * What a control plane on PostgreSQL keeps in memory (API keys, projects: store/read-cache.ts)
- * follows every other replica's changes through the change feed (LISTEN/NOTIFY): two stores on
- * one real PostgreSQL database, as two replicas have them.
+ * What a control plane on PostgreSQL keeps in memory (API keys, projects, image owners:
+ * store/read-cache.ts) follows every other replica's changes through the change feed
+ * (LISTEN/NOTIFY): two stores on one real PostgreSQL database, as two replicas have them.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -11,7 +11,7 @@ import { postgresSkipReason, testPostgres } from '../helpers/postgres.js';
 import { until } from './support/replica-pair.js';
 
 describe(
-  'replicas keep keys and projects in memory only while they hear each other',
+  'replicas keep keys, projects and image owners in memory only while they hear each other',
   { skip: postgresSkipReason(), timeout: 60_000 },
   () => {
     let a: StateStore;
@@ -54,6 +54,34 @@ describe(
       await b.projects.setQuota('cachedproj', { maxSandboxes: 7 });
       await until(async () => ((await a.projects.get('cachedproj'))?.quota.maxSandboxes === 7 ? true : undefined));
       assert.deepEqual((await b.projects.get('cachedproj'))?.quota, { maxSandboxes: 7 }, 'at once at the changing replica');
+    });
+
+    test("an image made private, or a name taken, at one replica is another project's no more at the other", async () => {
+      assert.deepEqual(await a.imageOwners.owners('cachedimg:1', 'sha256:cached1'), { nameOwner: undefined, idOwners: [] }, 'shared');
+      // A change no one announces (not one dsec makes) shows that A answers from memory.
+      await b.db.run('INSERT INTO image_owners (image_id, project) VALUES (?, ?)', ['sha256:cached1', 'unannounced']);
+      assert.deepEqual((await a.imageOwners.owners('cachedimg:1', 'sha256:cached1')).idOwners, [], 'kept in memory');
+      const added = Date.now();
+      await b.imageOwners.add('sha256:cached1', 'owner1');
+      await until(async () =>
+        (await a.imageOwners.owners('cachedimg:1', 'sha256:cached1')).idOwners.includes('owner1') ? true : undefined,
+      );
+      // Heard through the feed: A's copy would otherwise stand for its 10 s.
+      assert.ok(Date.now() - added < 5_000, `seen after ${Date.now() - added} ms`);
+      assert.deepEqual([...(await b.imageOwners.owners(undefined, 'sha256:cached1')).idOwners].sort(), ['owner1', 'unannounced']);
+      await b.imageOwners.setNameOwner('cachedimg:1', 'owner1');
+      await until(async () => ((await a.imageOwners.owners('cachedimg:1', 'sha256:cached1')).nameOwner === 'owner1' ? true : undefined));
+      await b.imageOwners.removeNameOwner('cachedimg:1');
+      await b.imageOwners.removeAll('sha256:cached1');
+      await until(async () => {
+        const o = await a.imageOwners.owners('cachedimg:1', 'sha256:cached1');
+        return o.nameOwner === undefined && o.idOwners.length === 0 ? true : undefined;
+      });
+      assert.deepEqual(
+        await b.imageOwners.owners('cachedimg:1', 'sha256:cached1'),
+        { nameOwner: undefined, idOwners: [] },
+        'at once at the changing replica',
+      );
     });
 
     test('a store left open does not keep its process alive by its LISTEN connection', async () => {
