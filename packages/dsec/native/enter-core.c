@@ -507,6 +507,13 @@ static void become_command(const struct enter_options *o, int last_cap, char **a
   /* Last: the sandbox's filter may refuse what the steps above need. */
   if (filter && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, filter) != 0) die("loading the sandbox's seccomp filter", NULL);
   if (o->standby) {
+    /* What the sandbox's `ps` shows while it waits: not the options, which name host paths (the
+     * starter, outside the sandbox, keeps them for the host's listings). */
+    static const char words[] = "dsec-enter\0standby";
+    if (o->title && o->title_room > sizeof words) {
+      memset(o->title, 0, o->title_room);
+      memcpy(o->title, words, sizeof words);
+    }
     /* Everything above is done: the command is all that is left to know. This process is the
      * sandbox's user, in the command's Landlock domain, under the sandbox's filter, and still not
      * dumpable, so nothing in the sandbox can trace it or open its fds while it waits. */

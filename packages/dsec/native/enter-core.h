@@ -31,6 +31,10 @@ struct enter_options {
    * fd after the preserved ones (`<cwd>\0<argc>\0<arg>\0...<envc>\0<KEY=VALUE>\0...`, then end of
    * file), before its exec; end of file with nothing read ends it (status 0). */
   int standby;
+  /* The process's command line as `ps` reads it (dsec-spawn's argv strings, `room` bytes), where
+   * the caller set one: a standby overwrites it in its own copy (no host paths while it waits). */
+  char *title;
+  size_t title_room;
 };
 
 /*

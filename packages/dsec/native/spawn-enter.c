@@ -125,6 +125,8 @@ void spawn_enter_child(char *req, size_t len, const int *ends, int nfds, const c
   struct enter_options o;
   enter_parse(argc, argv, &o);
   show_options(argc, argv, title, room);
+  o.title = title;
+  o.title_room = room;
   /* A standby's last fd is the one its command comes on, not one the command keeps. */
   o.preserve = nfds > 3 + o.standby ? nfds - 3 - o.standby : 0;
   char **args = enter_strings(req, len, &off, "argv");
