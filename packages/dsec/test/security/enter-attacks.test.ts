@@ -271,16 +271,26 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
 
   test("the exec process made ahead, waiting for its command, gives the sandbox no host binary, fd or memory, and runs only what the edge sends it", async (t) => {
     if (skipReason) return t.skip(skipReason);
-    // The attacker's own exec takes the sandbox's standby, and the next one is made as it starts
-    // (exec-standby.ts): that one waits, still dsec-spawn's binary, its command's spec pipe open,
-    // for as long as the sandbox is between commands. The attacker catches it there (stopped
-    // while attacked, then let go), and tries every way in, the spec pipe (its fd 3) included.
-    const r = await sb.commands.run([ATTACKER, 'race', '1', `/tmp/stop-${randomBytes(4).toString('hex')}`], { timeoutMs: 60_000 });
-    t.diagnostic(r.stdout.trim());
-    assert.equal(r.exitCode, 0, r.stderr);
-    assert.doesNotMatch(r.stdout, /BROKE/, r.stdout);
-    assert.match(r.stdout, /^hits 1 broke 0$/m, `the attacker caught no process waiting: ${r.stdout}`);
-    assert.ok(await pollUntil(() => execStandbyWaiting(sb.id)), 'the standby did not survive being stopped and let go');
+    // After an exec's answer the sandbox's next one is made ahead (exec-standby.ts) and waits,
+    // still dsec-spawn's binary with its command's spec pipe open, for as long as the sandbox is
+    // between commands. The attacker (a background process: those are never started from a
+    // standby nor make one) catches it there, stopped while attacked, then let go, and tries
+    // every way in, the spec pipe (its fd 3) included.
+    await sb.commands.run(['true']);
+    assert.ok(await pollUntil(() => execStandbyWaiting(sb.id)), 'no exec standby was made after a command');
+    const stop = `/tmp/stop-${randomBytes(4).toString('hex')}`;
+    const racer = await sb.commands.start([ATTACKER, 'race', '1', stop]);
+    const ended = await racer.wait({ waitMs: 60_000 });
+    if (ended.status !== 'exited') {
+      await sb.files.write(stop, '');
+      await racer.wait();
+    }
+    const out = (await racer.output()).stdout;
+    t.diagnostic(out.trim());
+    assert.equal(ended.status, 'exited', `the attacker caught nothing in a minute: ${out}`);
+    assert.doesNotMatch(out, /BROKE/, out);
+    assert.match(out, /^hits 1 broke 0$/m, out);
+    assert.ok(execStandbyWaiting(sb.id), 'the standby did not survive being stopped and let go');
     const next = await sb.commands.run(['/bin/sh', '-c', 'echo own; exit 42']);
     assert.equal(next.exitCode, 42, next.stderr);
     assert.equal(next.stdout, 'own\n');
