@@ -32,6 +32,9 @@ import { parseLabels } from './labels.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
 import { access } from '../../http/access.js';
 
+/** The Content-Type Fastify gives a serialized answer. */
+const JSON_UTF8 = 'application/json; charset=utf-8';
+
 /** A project key's snapshots are its project's own images; an admin key's are shared (docs/PROJECTS.md). */
 /** Sandbox lifecycle: thin handlers over the sandbox and snapshot services, as the caller. */
 export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsync {
@@ -57,13 +60,15 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         config: access.key,
         schema: { tags, summary: 'List sandboxes', querystring: ListSandboxesQuery, response: { 200: SandboxList, ...errors } },
       },
-      async (req) => {
+      async (req, reply) => {
         const filter: Parameters<SandboxService['page']>[1] = { labels: parseLabels(req.query.label) };
         if (req.query.project) filter.project = req.query.project;
         if (req.query.status) filter.status = req.query.status;
         if (req.query.limit) filter.limit = req.query.limit;
         if (req.query.after) filter.after = req.query.after;
-        return control.sandboxes.page(req.caller, filter);
+        // The SandboxList's JSON text, written from the store's rows (store/sandbox-info-row.ts):
+        // Fastify sends a JSON string as it is, where objects would be built and then serialized.
+        return reply.type(JSON_UTF8).send((await control.sandboxes.pageJson(req.caller, filter)) as never);
       },
     );
 

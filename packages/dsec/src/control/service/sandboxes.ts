@@ -9,7 +9,7 @@ import type { ProjectImages } from '../project-images.js';
 import type { ProjectQuotas } from '../project-quotas.js';
 import type { CreateOptions, SandboxCreation } from './sandbox-creation.js';
 import type { SnapshotImages } from '../snapshot-images.js';
-import type { StateStore } from '../state-store.js';
+import type { SandboxFilter, StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import { WarmPools } from './pools.js';
 import { sees, type Caller } from './callers.js';
@@ -17,6 +17,16 @@ import type { SandboxLookup } from './sandbox-lookup.js';
 
 /** The reason of a sandbox whose kill left resources on its node; a kill retries it. */
 const KILL_FAILED_REASON = 'kill failed, resources remain: ';
+
+/** What a caller may narrow a page of the list by (the edge is the control plane's own filter). */
+type PageFilter = Omit<SandboxFilter, 'edge'>;
+
+/** The filter as the store applies it: a caller's own project, whatever it asked; an admin key's, the one it names or all. */
+function scoped(caller: Caller, filter: PageFilter): SandboxFilter {
+  const project = caller.admin ? filter.project : caller.project;
+  const { project: _asked, ...rest } = filter;
+  return project === undefined ? rest : { ...rest, project };
+}
 
 export interface SandboxServiceDeps {
   store: StateStore;
@@ -127,13 +137,13 @@ export class SandboxService {
   }
 
   /** One page of list() (`limit`, `after`): `next` when there are more. */
-  page(
-    caller: Caller,
-    filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string; limit?: number; after?: string },
-  ): Promise<{ sandboxes: SandboxInfo[]; next?: string }> {
-    const project = caller.admin ? filter.project : caller.project;
-    const { project: _asked, ...rest } = filter;
-    return this.deps.store.sandboxes.page(project === undefined ? rest : { ...rest, project });
+  page(caller: Caller, filter: PageFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }> {
+    return this.deps.store.sandboxes.page(scoped(caller, filter));
+  }
+
+  /** page() as the JSON text of its SandboxList: what GET /v1/sandboxes sends. */
+  pageJson(caller: Caller, filter: PageFilter): Promise<string> {
+    return this.deps.store.sandboxes.pageJson(scoped(caller, filter));
   }
 
   /** The caller's project's sandboxes by status (an admin key: every project's, or the one it names): what the dashboard's overview shows. */
@@ -143,9 +153,7 @@ export class SandboxService {
 
   /** The caller's project's sandboxes (an admin key: every project's, or the one it names). */
   list(caller: Caller, filter: { labels?: Record<string, string>; status?: SandboxStatus; project?: string }): Promise<SandboxInfo[]> {
-    const project = caller.admin ? filter.project : caller.project;
-    const { project: _asked, ...rest } = filter;
-    return this.deps.store.sandboxes.list(project === undefined ? rest : { ...rest, project });
+    return this.deps.store.sandboxes.list(scoped(caller, filter));
   }
 
   /**

@@ -1,6 +1,7 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
+import { ROW_COLUMNS, ROW_COLUMNS_S, fromRow, rowOfValues, sandboxListJson, type SandboxRow } from './sandbox-info-row.js';
 
 import {
   insertLabelRows,
@@ -52,6 +53,8 @@ export interface SandboxRecords {
   list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
   /** One page of list(): with `filter.limit`, `next` when there are more. */
   page(filter: SandboxFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }>;
+  /** page() as the JSON text of its SandboxList, written from the rows (GET /v1/sandboxes answers with it). */
+  pageJson(filter: SandboxFilter): Promise<string>;
   /** Rows by status, of one project or of all: from the counts kept as rows change (sandbox_counts, migration 17). */
   countByStatus(project?: string): Promise<Record<string, number>>;
   /**
@@ -155,6 +158,16 @@ export class SqlSandboxRecords implements SandboxRecords {
    * sandboxes in created order. Never every row's JSON, never all matches for one page.
    */
   async page(filter: SandboxFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }> {
+    const { rows, next } = await this.#pageRows(filter);
+    return next === undefined ? { sandboxes: rows.map(fromRow) } : { sandboxes: rows.map(fromRow), next };
+  }
+
+  async pageJson(filter: SandboxFilter): Promise<string> {
+    const { rows, next } = await this.#pageRows(filter);
+    return sandboxListJson(rows, next);
+  }
+
+  async #pageRows(filter: SandboxFilter): Promise<{ rows: SandboxRow[]; next?: string }> {
     const where: string[] = [];
     const params: SqlValue[] = [];
     const [first, ...more] = Object.entries(filter.labels ?? {});
@@ -193,10 +206,10 @@ export class SqlSandboxRecords implements SandboxRecords {
     // As arrays, not objects: better-sqlite3 names each row's 19 columns in C++ at a cost that was
     // half of a 1,000-row page's time; the same object built here costs a fraction of it.
     const rows = (await this.db.values(sql, params)).map(rowOfValues);
-    if (!limit || rows.length <= limit) return { sandboxes: rows.map(fromRow) };
+    if (!limit || rows.length <= limit) return { rows };
     rows.length = limit;
     const last = rows[limit - 1]!;
-    return { sandboxes: rows.map(fromRow), next: encodeCursor(last.created_at, last.id) };
+    return { rows, next: encodeCursor(last.created_at, last.id) };
   }
 
   async countByStatus(project?: string): Promise<Record<string, number>> {
@@ -396,34 +409,6 @@ function decodeCursor(cursor: string): [string, string] {
 }
 
 /**
- * The columns fromRow reads, named: `SELECT *` also brings the create lease, the access token and
- * the move's owner, and at 1,000 rows a page that cost a third of the list's time in SQLite.
- */
-const ROW_NAMES = [
-  'id',
-  'edge',
-  'status',
-  'image',
-  'image_id',
-  'resources',
-  'labels',
-  'created_at',
-  'reason',
-  'layers',
-  'ttl_seconds',
-  'idle_timeout_seconds',
-  'on_expiry',
-  'expires_at',
-  'last_activity',
-  'backend',
-  'project',
-  'move_to',
-  'move_since',
-] as const satisfies readonly (keyof SandboxRow)[];
-const ROW_COLUMNS = ROW_NAMES.join(', ');
-const ROW_COLUMNS_S = ROW_NAMES.map((c) => `s.${c}`).join(', ');
-
-/**
  * Brings sandbox_counts up to date. On SQLite its triggers keep it so as rows change; on
  * PostgreSQL they append to sandbox_count_deltas (no two writers share a row), folded in here:
  * the deltas committed so far are deleted and added to their groups in one statement, so two
@@ -438,57 +423,4 @@ export async function foldCounts(db: Sql): Promise<void> {
      ON CONFLICT (status, edge, project) DO UPDATE SET n = sandbox_counts.n + excluded.n, cpu = sandbox_counts.cpu + excluded.cpu,
        memory_mib = sandbox_counts.memory_mib + excluded.memory_mib`,
   );
-}
-
-interface SandboxRow {
-  id: string;
-  edge: string;
-  status: SandboxStatus;
-  image: string;
-  image_id: string;
-  resources: string;
-  labels: string;
-  created_at: string;
-  reason: string | null;
-  layers: string;
-  ttl_seconds: number | null;
-  idle_timeout_seconds: number | null;
-  on_expiry: 'stop' | 'pause';
-  expires_at: number | null;
-  last_activity: number;
-  backend: SandboxInfo['backend'];
-  project: string;
-  move_to?: string | null;
-  move_since?: number | string | null;
-}
-
-/** A row read with `values` (its columns in ROW_NAMES' order) as the SandboxRow fromRow reads. */
-function rowOfValues(v: unknown[]): SandboxRow {
-  const r: Record<string, unknown> = {};
-  for (let i = 0; i < ROW_NAMES.length; i++) r[ROW_NAMES[i]!] = v[i];
-  return r as unknown as SandboxRow;
-}
-
-function fromRow(r: SandboxRow): SandboxInfo {
-  const info: SandboxInfo = {
-    id: r.id,
-    edge: r.edge,
-    project: r.project,
-    backend: r.backend,
-    status: r.status,
-    image: r.image,
-    imageId: r.image_id,
-    resources: JSON.parse(r.resources) as SandboxInfo['resources'],
-    labels: JSON.parse(r.labels) as Record<string, string>,
-    layers: JSON.parse(r.layers) as string[],
-    createdAt: r.created_at,
-    onExpiry: r.on_expiry,
-    lastActivityAt: new Date(r.last_activity || Date.parse(r.created_at)).toISOString(),
-  };
-  if (r.reason !== null) info.reason = r.reason;
-  if (r.ttl_seconds !== null) info.ttlSeconds = r.ttl_seconds;
-  if (r.idle_timeout_seconds !== null) info.idleTimeoutSeconds = r.idle_timeout_seconds;
-  if (r.expires_at !== null) info.expiresAt = new Date(r.expires_at).toISOString();
-  if (r.move_to) info.migration = { to: r.move_to, since: new Date(Number(r.move_since)).toISOString() };
-  return info;
 }
