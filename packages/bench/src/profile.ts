@@ -67,8 +67,21 @@ function timeUntilClose(obj: object | undefined, key: string, step: string, span
   const original = target?.[key];
   if (!target || typeof original !== 'function') return false;
   target[key] = function (this: unknown, ...args: unknown[]): unknown {
-    const started = performance.now();
-    const child = (original as (...a: unknown[]) => unknown).apply(obj, args) as { once?: (ev: string, f: () => void) => void };
+    let started = performance.now();
+    const child = (original as (...a: unknown[]) => unknown).apply(obj, args) as {
+      once?: (ev: string, f: () => void) => void;
+      stdio?: ({ end?: (...a: unknown[]) => unknown } | null)[];
+    };
+    // An exec's process made ahead (`--standby`, exec-standby.ts) waits for its command: its
+    // time counts from when the command is sent on its last pipe, not from when it was made.
+    const specPipe = Array.isArray(args[0]) && args[0].includes('--standby') ? child.stdio?.[child.stdio.length - 1] : undefined;
+    if (specPipe?.end) {
+      const end = specPipe.end.bind(specPipe);
+      specPipe.end = (...a: unknown[]) => {
+        started = performance.now();
+        return end(...a);
+      };
+    }
     child.once?.('close', () => spans.record(step, performance.now() - started));
     return child;
   };
