@@ -296,6 +296,23 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     assert.equal(next.stdout, 'own\n');
   });
 
+  test('an exec standby killed from inside the sandbox costs the next exec nothing: it starts on its own, and the edge runs on', async () => {
+    await sb.commands.run(['true']);
+    assert.ok(await pollUntil(() => execStandbyWaiting(sb.id)), 'no exec standby was made after a command');
+    // Its command line in the sandbox reads `dsec-enter standby` (exec-standby.ts).
+    const killed = await sb.commands.start([
+      '/bin/sh',
+      '-c',
+      'for d in /proc/[0-9]*; do case "$(tr "\\0" " " < $d/cmdline 2>/dev/null)" in "dsec-enter standby "*) kill -9 ${d#/proc/} && echo killed;; esac; done; true',
+    ]);
+    await killed.wait();
+    assert.match((await killed.output()).stdout, /killed/, 'the standby was not found from inside');
+    assert.ok(await pollUntil(() => !execStandbyWaiting(sb.id)), 'the edge still counts the killed standby as waiting');
+    const next = await sb.commands.run(['/bin/sh', '-c', 'echo own; exit 42']);
+    assert.equal(next.exitCode, 42, next.stderr);
+    assert.equal(next.stdout, 'own\n');
+  });
+
   /**
    * Runs dsec-enter for the sandbox straight from the host, as the edge does, with an environment
    * without HOME (the images here set HOME, so the edge's commands never look it up) and `cwd`.

@@ -217,6 +217,9 @@ export class SandboxProcess implements CommandProcess {
       : Promise.resolve();
     this.#child = child;
     child.stdin?.on('error', () => {}); // the command may exit without reading its stdin
+    // A command standby may be gone before its spec is written (killed by what runs in the
+    // sandbox, its sandbox ending): the write's EPIPE is that exit's, reported through it.
+    if (opts.standby === 'command') (child.stdio[child.stdio.length - 1] as Writable).on('error', () => {});
     if (this.#waiting) {
       // begin() writes it
     } else if (opts.input !== undefined && !opts.stdin) child.stdin?.end(opts.input);
