@@ -310,7 +310,10 @@ for (const { backend, skip, memoryMiB } of engineBackends())
           assert.ok(await pollUntil(() => hostExecStarters(own.id).length === idle), 'after it, the next one waits again');
           await s.close();
           // The shell waiting ahead is let go at close, not waited for (a frozen one goes at the thaw).
-          assert.ok(await pollUntil(() => hostExecStarters(own.id).length === 0), `a closed session holds no starter: ${hostExecStarters(own.id).join(',')}`);
+          assert.ok(
+            await pollUntil(() => hostExecStarters(own.id).length === 0),
+            `a closed session holds no starter: ${hostExecStarters(own.id).join(',')}`,
+          );
         } finally {
           await own.kill();
         }
@@ -361,7 +364,7 @@ for (const { backend, skip, memoryMiB } of engineBackends())
       assert.deepEqual(await waitGone(sb, /^sleep 305[12]$/), [], 'processes of a closed session must not outlive it');
     });
 
-    test("a session that asks for bash in a sandbox without /bin/bash is refused at open (400), not ended by its first command", async (t) => {
+    test('a session that asks for bash in a sandbox without /bin/bash is refused at open (400), not ended by its first command', async (t) => {
       if (await sb.files.exists('/bin/bash')) return t.skip("this backend's test image has bash");
       const r = await callJson(server, 'POST', `/v1/sandboxes/${sb.id}/sessions`, { shell: 'bash' });
       assert.equal(r.status, 400, JSON.stringify(r.body));

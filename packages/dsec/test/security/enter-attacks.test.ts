@@ -269,7 +269,7 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
     assert.ok(hits > 0, `the racer never caught a process in the window, so nothing was tried: ${out}`);
   });
 
-  test("the exec process made ahead, waiting for its command, gives the sandbox no host binary, fd or memory, and runs only what the edge sends it", async (t) => {
+  test('the exec process made ahead, waiting for its command, gives the sandbox no host binary, fd or memory, and runs only what the edge sends it', async (t) => {
     if (skipReason) return t.skip(skipReason);
     // After an exec's answer the sandbox's next one is made ahead (exec-standby.ts) and waits,
     // still dsec-spawn's binary with its command's spec pipe open, for as long as the sandbox is

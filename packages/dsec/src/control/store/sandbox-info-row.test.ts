@@ -47,7 +47,12 @@ describe('sandbox rows as SandboxList JSON', () => {
       { info: sandboxRow('sb-local-moves2', { labels: { run: 'r' }, createdAt: at(3) }), spec: {} },
       { info: sandboxRow('sb-local-other3', { labels: { run: 'x' }, createdAt: at(4), status: 'failed', reason: 'boom' }), spec: {} },
     ]);
-    await store.moves.begin('sb-local-moves2', 'edge-b', { owner: 'r1', until: Date.now() + 60_000 }, Date.parse('2025-01-01T00:00:05.500Z'));
+    await store.moves.begin(
+      'sb-local-moves2',
+      'edge-b',
+      { owner: 'r1', until: Date.now() + 60_000 },
+      Date.parse('2025-01-01T00:00:05.500Z'),
+    );
     // A row whose last activity was never recorded (0): lastActivityAt is its creation.
     await store.db.run('UPDATE sandboxes SET last_activity = 0 WHERE id = ?', ['sb-local-plain0']);
 

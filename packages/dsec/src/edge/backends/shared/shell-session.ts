@@ -175,9 +175,13 @@ export class ShellSession {
     this.#req = req;
     this.id = carried?.id ?? `ss-${randomBytes(6).toString('hex')}`;
     if (req.shell === 'bash' && !hasBash && !carried) {
-      throw new ApiError('INVALID_REQUEST', "shell 'bash' was asked for but the sandbox has no /bin/bash; use 'sh', or 'auto' (bash where there is one)", {
-        field: 'shell',
-      });
+      throw new ApiError(
+        'INVALID_REQUEST',
+        "shell 'bash' was asked for but the sandbox has no /bin/bash; use 'sh', or 'auto' (bash where there is one)",
+        {
+          field: 'shell',
+        },
+      );
     }
     const wantBash = req.shell === 'bash' || ((req.shell ?? 'auto') === 'auto' && hasBash);
     this.shell = carried?.shell ?? (wantBash ? '/bin/bash' : '/bin/sh');
@@ -295,7 +299,9 @@ export class ShellSession {
     const stderr = new MarkerScanner(Buffer.from(`\n${marker}\n`), cap);
     const bash = this.shell === '/bin/bash';
     const oomBefore = await this.#host.oomKills();
-    const program = Buffer.from([restoreScript(bash, this.#state), commandScript(bash, req.cmd), saveScript(bash, marker, stateEnd), ''].join('\n'));
+    const program = Buffer.from(
+      [restoreScript(bash, this.#state), commandScript(bash, req.cmd), saveScript(bash, marker, stateEnd), ''].join('\n'),
+    );
     const timeoutMs = req.timeoutMs ?? 60_000;
     const start = this.#shellStart();
     const standby = this.#takeStandby(start.clearEnv);

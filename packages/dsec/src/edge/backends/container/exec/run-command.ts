@@ -64,7 +64,12 @@ function exitStatus(
 
 const round2 = (ms: number): number => Math.round(ms * 100) / 100;
 
-export async function runCommand(target: ExecTarget, req: ExecRequest, signal?: AbortSignal, standbyAllowed?: () => boolean): Promise<ExecResult> {
+export async function runCommand(
+  target: ExecTarget,
+  req: ExecRequest,
+  signal?: AbortSignal,
+  standbyAllowed?: () => boolean,
+): Promise<ExecResult> {
   const received = performance.now();
   const oomBefore = sandboxOomKills(target.id);
   const { proc, prepareNext } = startCommand(target, req, standbyAllowed);

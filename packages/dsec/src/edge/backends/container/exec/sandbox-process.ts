@@ -177,7 +177,7 @@ export class SandboxProcess implements CommandProcess {
       });
       this.#commandPid = () => commandPid((child as HelperChild).pid);
     } else if (opts.standby === 'command') {
-      throw new Error('a command standby needs dsec-spawn and the sandbox\'s enter target');
+      throw new Error("a command standby needs dsec-spawn and the sandbox's enter target");
     } else {
       // crun exec starts dsec-landlock, which first moves itself into its command cgroup through
       // that cgroup's cgroup.procs, opened here and handed in as an fd (landlock-exec.c).
@@ -338,7 +338,11 @@ export class SandboxProcess implements CommandProcess {
    * its domain already, and fits() said the user is the same): its cwd, argv and environment on
    * its spec pipe, its stdin (`input`, else an empty pipe at its end), its output cap. Once only.
    */
-  beginCommand(spec: ProcessSpec, args: string[], opts: { input?: Buffer | undefined; maxOutputBytes: number; timeoutMs?: number | undefined }): void {
+  beginCommand(
+    spec: ProcessSpec,
+    args: string[],
+    opts: { input?: Buffer | undefined; maxOutputBytes: number; timeoutMs?: number | undefined },
+  ): void {
     if (!this.#waiting || this.#standby !== 'command') throw new Error('beginCommand() is for a command standby, once');
     this.stdout = new CappedOutput(opts.maxOutputBytes);
     this.stderr = new CappedOutput(opts.maxOutputBytes);
