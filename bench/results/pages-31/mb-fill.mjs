@@ -12,9 +12,24 @@ for (let b = 0; made < n; b++) {
     for (let j = i; j < Math.min(size, i + 2000); j++) {
       const k = made + j;
       const edge = `benchedge${String(k % 100).padStart(3, '0')}`;
-      rows.push({ info: { id: `sb-${edge}-${k.toString(36).padStart(12, '0')}`, edge, project: 'default', backend: 'container', status: 'running', image: 'busybox', imageId: 'sha256:' + 'b'.repeat(64),
-        resources: { cpu: 0.1, memoryMiB: 64, pids: 512 }, labels: { 'hold-batch': String(b) }, layers: [digest], createdAt: new Date(t0 + k).toISOString(), onExpiry: 'stop', lastActivityAt: new Date(t0 + k).toISOString() },
-        spec: { image: 'busybox', resources: { memoryMiB: 64, cpu: 0.1 }, labels: { 'hold-batch': String(b) } } });
+      rows.push({
+        info: {
+          id: `sb-${edge}-${k.toString(36).padStart(12, '0')}`,
+          edge,
+          project: 'default',
+          backend: 'container',
+          status: 'running',
+          image: 'busybox',
+          imageId: 'sha256:' + 'b'.repeat(64),
+          resources: { cpu: 0.1, memoryMiB: 64, pids: 512 },
+          labels: { 'hold-batch': String(b) },
+          layers: [digest],
+          createdAt: new Date(t0 + k).toISOString(),
+          onExpiry: 'stop',
+          lastActivityAt: new Date(t0 + k).toISOString(),
+        },
+        spec: { image: 'busybox', resources: { memoryMiB: 64, cpu: 0.1 }, labels: { 'hold-batch': String(b) } },
+      });
     }
     await store.sandboxes.insertMany(rows);
   }

@@ -11,8 +11,12 @@
  * a symlink out must neither hang the start nor let the command out of the sandbox's root. And a
  * command gains nothing through set-user-ID binaries or file capabilities.
  *
+ * The same attacks go at an exec's process made ahead (exec-standby.ts), which waits in that
+ * window, still dsec-spawn's binary, for as long as the sandbox is between commands.
+ *
  * The attacker's tool is a small static C program compiled here (the test images have no
- * compiler); a host without `gcc -static` skips with the reason.
+ * compiler); a host without `gcc -static` skips with the reason. One file over 500 lines because
+ * it is one attacker against one start path: every test shares the compiled tool and its sandbox.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
