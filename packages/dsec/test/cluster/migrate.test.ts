@@ -131,7 +131,7 @@ describe('migration: sandboxes move between two edge daemons', { skip: skipReaso
     assert.equal((await sb.commands.run('echo still')).stdout, 'still\n');
     const r = await sb.migrate({ restartProcesses: true });
     assert.equal(r.to, other(from));
-    assert.equal(r.endedProcesses.length, 1);
+    assert.equal(r.endedProcesses.length, 1, JSON.stringify(r.endedProcesses));
     assert.match(r.endedProcesses[0]!.cmd, /sleep 1000/);
     assert.equal((await sb.commands.run('cat /root/kept.txt; pgrep sleep || echo none')).stdout, 'kept\nnone\n');
     await sb.kill();

@@ -4,7 +4,7 @@ import { freeze, thaw } from '../../../host/freezer.js';
 import type { EdgeQuiesce } from '../../protocol/edge-api.js';
 import type { EdgeSessionCarry } from '../../protocol/schemas.js';
 import type { LiveSandbox } from './live-sandbox.js';
-import { execStandbyPid } from './exec/exec-standby.js';
+import { execStandbyPid, execStandbyStarting } from './exec/exec-standby.js';
 
 /** How long ended processes get to be gone before the move is refused (they were SIGKILLed: milliseconds). */
 const END_WAIT_MS = 5_000;
@@ -45,7 +45,10 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
   // Calls that got in before: what a file call writes must be in the pack, and a command still
   // starting is a process not yet to be seen. A short wait; a command that runs on makes the
   // sandbox busy, as its process would.
-  for (const until = Date.now() + CALLS_WAIT_MS; (l.calls ?? 0) > 0 && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
+  // The processes made ahead that are still on their way (none is begun from here on) are waited
+  // for too, until their pids are known: they are the edge's and must not be counted as the sandbox's.
+  const settling = (): boolean => (l.calls ?? 0) > 0 || execStandbyStarting(id) || l.sessions.standbysStarting();
+  for (const until = Date.now() + CALLS_WAIT_MS; settling() && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
   if ((l.calls ?? 0) > 0 && !endProcesses) {
     l.quiesced = false;
     const busy = { pid: 0, cmd: `${l.calls} call(s) of the API still running (a command, a file call)` };

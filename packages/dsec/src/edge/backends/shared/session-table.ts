@@ -58,6 +58,11 @@ export class SessionTable {
     for (const s of this.#sessions.values()) if (s instanceof ShellSession) s.dropStandby();
   }
 
+  /** Whether a shell started ahead is on its way with its pid not yet known (see execStandbyStarting). */
+  standbysStarting(): boolean {
+    return [...this.#sessions.values()].some((s) => s instanceof ShellSession && s.standbyStarting());
+  }
+
   /** The host pids of the shells started ahead (a move's look at the sandbox's processes leaves them out). */
   standbyPids(): number[] {
     return [...this.#sessions.values()].flatMap((s) => (s instanceof ShellSession ? (s.standbyPid() ?? []) : []));

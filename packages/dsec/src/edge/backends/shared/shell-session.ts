@@ -250,6 +250,12 @@ export class ShellSession {
     return this.#standby?.proc.hostPid;
   }
 
+  /** Whether the shell started ahead is on its way, its pid not yet known. */
+  standbyStarting(): boolean {
+    const proc = this.#standby?.proc;
+    return proc !== undefined && proc.standing && proc.hostPid === undefined;
+  }
+
   #argv(): string[] {
     return [this.shell, ...(this.shell === '/bin/bash' ? ['--noprofile', '--norc'] : []), '-s'];
   }

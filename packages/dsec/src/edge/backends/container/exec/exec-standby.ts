@@ -95,6 +95,17 @@ export function execStandbyPid(sandboxId: string): number | undefined {
   return s?.proc.standing ? s.proc.hostPid : undefined;
 }
 
+/**
+ * Whether the sandbox's standby is on its way and its pid not yet known: dsec-spawn reports its
+ * starter's pid a moment after the fork, and by then the standby may already be in the sandbox's
+ * pid namespace. A move's look at the sandbox's processes waits for this to pass, or it would
+ * count (and, with `restartProcesses`, end) the edge's own process as the sandbox's.
+ */
+export function execStandbyStarting(sandboxId: string): boolean {
+  const s = standbys.get(sandboxId);
+  return s !== undefined && s.proc.standing && s.proc.hostPid === undefined;
+}
+
 /** Whether the sandbox has an exec standby waiting now (tests, and what the edge reports of itself). */
 export function execStandbyWaiting(sandboxId: string): boolean {
   return standbys.get(sandboxId)?.proc.standing === true;
