@@ -51,7 +51,10 @@ function cmdline(pid: number): string {
 function initPid(id: string): number {
   for (const pid of cgroupTreePids(sandboxCgroupDirs(id))) {
     try {
-      const nspid = /^NSpid:\s+(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]?.trim().split(/\s+/);
+      const nspid = /^NSpid:\s+(.*)$/m
+        .exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]
+        ?.trim()
+        .split(/\s+/);
       if (nspid?.at(-1) === '1') return pid;
     } catch {
       // gone
