@@ -3,8 +3,8 @@
  * Persistent shell sessions: cwd, env and shell variables persist; each command gets its own
  * output and exit code; a timed-out or abandoned command is interrupted and the session answers
  * the next one; a syntax error (sh and bash) does not end the session; commands queue; and each
- * session command is a crun exec of its own (its exit status is the kernel's, see
- * test/security/session-forgery.test.ts), the idle session holding no process.
+ * session command is a shell of its own (its status comes on the shell's own fd 3, see
+ * test/security/session-forgery.test.ts), the idle session holding only its next shell.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -353,6 +353,30 @@ for (const { backend, skip, memoryMiB } of engineBackends())
       assert.equal(jobs.length, 1, `the job: ${JSON.stringify(jobs)}`);
       await s.close();
     });
+
+    test(
+      "the answer comes with the command's markers, not at its shell's exit: a shell still in its EXIT trap does not hold it",
+      containerOnly(
+        backend,
+        "the guest agent reports the end of a command's fd 3 with its exit (vm-process.ts): a VM session waits for it",
+      ),
+      async () => {
+        const s = await sb.sessions.create();
+        // The shell's exit runs the trap, a foreground sleep holding the output pipes: an answer
+        // that waited for the shell's exit would wait for it (and time out at 60 s, 137).
+        const r = await s.run("trap 'sleep 3061' EXIT; echo hi; (exit 5)");
+        assert.equal(r.exitCode, 5, r.stderr);
+        assert.equal(r.stdout, 'hi\n');
+        assert.equal(r.timedOut, false);
+        let trapped: string[] = [];
+        await pollUntil(async () => (trapped = await liveProcesses(sb, /^sleep 3061$/)).length === 1, { tries: 20 });
+        assert.equal(trapped.length, 1, 'the shell answered for was not in its EXIT trap');
+        // The next command is a shell of its own, with the state the first one saved.
+        assert.equal(await ok(s, 'echo next'), 'next\n');
+        await s.close();
+        assert.deepEqual(await waitGone(sb, /^sleep 3061$/), [], "the trap's process outlived its session");
+      },
+    );
 
     test('closing a session kills what it left running in the background', async () => {
       const s = await sb.sessions.create();

@@ -36,6 +36,15 @@ if [ -n "$a" ] && dd if=/proc/$p/mem bs=1 skip=$((0x$a)) count=1 2>>/tmp/forge.l
 else
   echo "mem: refused" >> /tmp/forge.log
 fi
+# A session command's status comes on its shell's fd 3 (session-state.ts saveScript): a status of
+# 0 written there first would be read as the command's. While the command runs, the shell keeps
+# that pipe on a higher fd (the command's own redirection 3>&-): every fd up to 63 is tried.
+w=refused
+for f in $(seq 3 63); do
+  if (printf '0\\0/\\0' > /proc/$p/fd/$f) 2>/dev/null; then w="written (fd $f)"; fi
+done
+echo "fds: $(ls /proc/$p/fd 2>&1 | tr '\\n' ' ')" >> /tmp/forge.log
+echo "fd3: $w" >> /tmp/forge.log
 echo done >> /tmp/forge.log
 `;
 
@@ -112,7 +121,7 @@ describe('red team: forged command results', { skip: integrationSkipReason(), ti
   }
 
   for (const where of ['session', 'exec'] as const) {
-    test(`a job left by one command cannot forge the next command's output or exit status, nor read its memory (${where})`, async () => {
+    test(`a job left by one command cannot forge the next command's output or exit status, nor read its memory (${where})`, async (t) => {
       await must(server, sb, 'rm -f /tmp/forge.log /tmp/victim.pid /tmp/probe.bin /tmp/probe.out');
       // As in the red team's repro: a session confined with writablePaths (it changes nothing here).
       const s = where === 'session' ? await sb.sessions.create({ writablePaths: ['/tmp'] }) : undefined;
@@ -121,8 +130,10 @@ describe('red team: forged command results', { skip: integrationSkipReason(), ti
         const r1 = s ? await s.run(first) : await attack(server, sb, first);
         assert.equal(r1.exitCode, 0, JSON.stringify(r1));
         // The victim (a grader's check, say) holds still while the job tries, then says "own" and exits 42.
+        // In a session `(exit 42)`: the shell lives on and sends the status on its fd 3.
         const victim =
-          'echo $$ > /tmp/victim.pid; i=0; while ! grep -q done /tmp/forge.log 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo own; exit 42';
+          'echo $$ > /tmp/victim.pid; i=0; while ! grep -q done /tmp/forge.log 2>/dev/null && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo own; ' +
+          (s ? '(exit 42)' : 'exit 42');
         const pending = s ? s.run(victim, { timeoutMs: 60_000 }) : attack(server, sb, victim, { timeoutMs: 60_000 });
         let pid = '';
         for (let i = 0; i < 400 && !/^\d+$/.test(pid); i++) {
@@ -138,12 +149,14 @@ describe('red team: forged command results', { skip: integrationSkipReason(), ti
         await sb.files.write('/tmp/probe.bin', probe, { mode: 0o755 });
         const r2 = await pending;
         const log = await forgeLog();
+        t.diagnostic(`job log: ${log.trim().replace(/\n/g, ' | ')}`);
         assert.match(log, /victim \d+/, `the job never saw the victim: ${log}`);
         assert.match(log, /done/, `the job did not finish its attempts: ${log}`);
         assert.equal(r2.exitCode, 42, `${JSON.stringify(r2)}; job log: ${log}`);
         assert.equal(r2.stdout, 'own\n', `the job wrote into the victim's output: ${JSON.stringify(r2.stdout)}; job log: ${log}`);
         assert.match(log, /pidfd_getfd\+write: exit 1 steps AB$/m, `pidfd_getfd must be refused (EPERM): ${log}`);
         assert.match(log, /mem: refused/, log);
+        assert.match(log, /fd3: refused/, `the job wrote into the victim's fd 3: ${log}`);
       } finally {
         await s?.close().catch(() => undefined);
       }

@@ -46,8 +46,9 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
   // starting is a process not yet to be seen. A short wait; a command that runs on makes the
   // sandbox busy, as its process would.
   // The processes made ahead that are still on their way (none is begun from here on) are waited
-  // for too, until their pids are known: they are the edge's and must not be counted as the sandbox's.
-  const settling = (): boolean => (l.calls ?? 0) > 0 || execStandbyStarting(id) || l.sessions.standbysStarting();
+  // for too, until their pids are known: they are the edge's and must not be counted as the
+  // sandbox's. So are answered session commands' shells still exiting (answered from fd 3).
+  const settling = (): boolean => (l.calls ?? 0) > 0 || execStandbyStarting(id) || l.sessions.settling();
   for (const until = Date.now() + CALLS_WAIT_MS; settling() && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
   if ((l.calls ?? 0) > 0 && !endProcesses) {
     l.quiesced = false;

@@ -15,9 +15,13 @@ function q(s: string): string {
 }
 
 /**
- * Printed by the command's shell after the command: its state on fd 3, closed with `stateEnd`,
- * then the end markers on stdout and stderr, then the command's own status as the shell's exit
- * status. Everything is a builtin (bash: `builtin`, so a function named like one is not run).
+ * Printed by the command's shell after the command: on fd 3 the command's status and the state,
+ * closed with `stateEnd`, then the end markers on stdout and stderr, then the command's status
+ * again as the shell's exit status. The edge answers from fd 3 as soon as the markers are in
+ * (shell-session.ts): the shell's exit, and its starter's after it, are off the answer's path.
+ * fd 3 is the shell's alone (the command runs without it, in a Landlock domain of its own), so
+ * what it says is as much the shell's word as its exit status. Everything is a builtin (bash:
+ * `builtin`, so a function named like one is not run).
  */
 export function saveScript(bash: boolean, marker: string, stateEnd: string): string {
   if (bash) {
@@ -26,7 +30,7 @@ export function saveScript(bash: boolean, marker: string, stateEnd: string): str
       // The options are in declare -p's BASHOPTS and SHELLOPTS (restoreBashOptions), not listed
       // one a line by shopt -p and set +o: bash writes each line of a builtin's output alone, and
       // those 84 writes and their 84 statements took ~1 ms of the command's CPU.
-      `{ builtin printf '%s\\0' "$PWD"; builtin declare -p; builtin declare -f; builtin alias -p; builtin printf '\\n%s\\n' ${q(stateEnd)}; } >&3 2>/dev/null`,
+      `{ builtin printf '%s\\0%s\\0' "$1" "$PWD"; builtin declare -p; builtin declare -f; builtin alias -p; builtin printf '\\n%s\\n' ${q(stateEnd)}; } >&3 2>/dev/null`,
       'builtin exec 3>&-',
       `builtin printf '\\n%s\\n' ${q(marker)}; builtin printf '\\n%s\\n' ${q(marker)} >&2`,
       'builtin exit "$1"',
@@ -34,7 +38,7 @@ export function saveScript(bash: boolean, marker: string, stateEnd: string): str
   }
   return [
     'set -- "$?"',
-    `{ printf '%s\\0' "$PWD"; set; export -p; printf '\\n%s\\n' ${q(stateEnd)}; } >&3 2>/dev/null`,
+    `{ printf '%s\\0%s\\0' "$1" "$PWD"; set; export -p; printf '\\n%s\\n' ${q(stateEnd)}; } >&3 2>/dev/null`,
     'exec 3>&-',
     `printf '\\n%s\\n' ${q(marker)}; printf '\\n%s\\n' ${q(marker)} >&2`,
     'exit "$1"',
@@ -218,12 +222,15 @@ export function restoreScript(bash: boolean, state: SessionState | undefined): s
   ].join('\n');
 }
 
-/** The state a command's shell wrote on fd 3, if it got as far as writing all of it. */
-export function parseSavedState(raw: Buffer, stateEnd: string): SessionState | undefined {
+/** The command's status and the state its shell wrote on fd 3, if it got as far as writing all of it. */
+export function parseSavedState(raw: Buffer, stateEnd: string): { state: SessionState; exitCode: number } | undefined {
   const text = raw.toString('utf8');
   const end = text.lastIndexOf(`\n${stateEnd}\n`);
   if (end < 0) return undefined;
-  const nul = text.indexOf('\0');
-  if (nul < 0 || nul > end) return undefined;
-  return { cwd: text.slice(0, nul), script: text.slice(nul + 1, end) };
+  const afterStatus = text.indexOf('\0');
+  const afterCwd = afterStatus < 0 ? -1 : text.indexOf('\0', afterStatus + 1);
+  if (afterCwd < 0 || afterCwd > end) return undefined;
+  const status = text.slice(0, afterStatus);
+  if (!/^\d{1,3}$/.test(status)) return undefined;
+  return { exitCode: Number(status), state: { cwd: text.slice(afterStatus + 1, afterCwd), script: text.slice(afterCwd + 1, end) } };
 }

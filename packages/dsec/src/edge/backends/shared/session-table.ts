@@ -58,9 +58,9 @@ export class SessionTable {
     for (const s of this.#sessions.values()) if (s instanceof ShellSession) s.dropStandby();
   }
 
-  /** Whether a shell started ahead is on its way with its pid not yet known (see execStandbyStarting). */
-  standbysStarting(): boolean {
-    return [...this.#sessions.values()].some((s) => s instanceof ShellSession && s.standbyStarting());
+  /** Whether a session's process is starting or ending where a move's look would count it (ShellSession.settling). */
+  settling(): boolean {
+    return [...this.#sessions.values()].some((s) => s instanceof ShellSession && s.settling());
   }
 
   /** The host pids of the shells started ahead (a move's look at the sandbox's processes leaves them out). */

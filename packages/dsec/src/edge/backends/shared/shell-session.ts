@@ -161,6 +161,8 @@ export class ShellSession {
   #current: SessionShellProcess | undefined;
   /** The next command's shell, started ahead (prepare()). */
   #standby: { proc: SessionStandbyShell; clearEnv: boolean } | undefined;
+  /** Shells of answered commands still on their way out (answered from fd 3, before their exit). */
+  #exiting = 0;
   /** The exec tag shared by every command of the session, so close() finds their background jobs. */
   readonly tag = randomBytes(6).toString('hex');
   readonly #host: SessionHost;
@@ -250,10 +252,13 @@ export class ShellSession {
     return this.#standby?.proc.hostPid;
   }
 
-  /** Whether the shell started ahead is on its way, its pid not yet known. */
-  standbyStarting(): boolean {
+  /**
+   * Whether a process of the session's is between states a move's look must not catch: the shell
+   * started ahead on its way, its pid not yet known, or an answered command's shell not yet gone.
+   */
+  settling(): boolean {
     const proc = this.#standby?.proc;
-    return proc !== undefined && proc.standing && proc.hostPid === undefined;
+    return this.#exiting > 0 || (proc !== undefined && proc.standing && proc.hostPid === undefined);
   }
 
   #argv(): string[] {
@@ -316,17 +321,17 @@ export class ShellSession {
     this.#current = proc;
     const onAbort = (): void => proc.kill();
     signal?.addEventListener('abort', onAbort, { once: true });
-    let exitCode: number;
     let exit;
+    let saved: ReturnType<typeof parseSavedState>;
     try {
       proc.onOutput((stream: StreamName, raw: Buffer) => {
         (stream === 'stdout' ? stdout : stderr).push(raw);
       });
-      exitCode = await proc.exited;
-      // The command's shell printed its markers before it exited, so they are already in the
-      // pipes; a background job holding the pipes open does not delay the answer. The state on
-      // fd 3 was written and closed before the markers, but its pipe is read on its own: wait
-      // for its end too, or a state not yet read would end the session.
+      // The shell writes the command's status and its state on fd 3 and closes it, then prints
+      // its markers: with both markers in and fd 3 at its end, the answer is complete. The
+      // shell's exit, and its starter's after it, are not waited for (~0.2–0.5 ms of two process
+      // exits); a background job holding the pipes open does not delay the answer either. A shell
+      // that ends without its markers (`exit`, a fatal error, the timeout) is answered at its end.
       const marked = new Promise<void>((resolve) => {
         const check = (): void => {
           if (stdout.found && stderr.found) resolve();
@@ -335,17 +340,24 @@ export class ShellSession {
         proc.onOutput(check);
       }).then(() => proc.fd3Ended);
       exit = await Promise.race([proc.done, marked.then(() => undefined)]);
+      saved = stdout.found ? parseSavedState(proc.fd3!.bytes(), stateEnd) : undefined;
+      if (!saved) await proc.exited;
     } finally {
       signal?.removeEventListener('abort', onAbort);
       this.#current = undefined;
       this.#busy = false;
     }
+    // Until it is gone, the shell is still the session's (a move waits for it: settling()).
+    if (saved && proc.exit === undefined) {
+      this.#exiting++;
+      void proc.exited.then(() => this.#exiting--);
+    }
     const timedOut = exit?.timedOut ?? proc.exit?.timedOut ?? false;
     const killed = exit?.killed ?? proc.exit?.killed ?? false;
     if (!stdout.found) stdout.flush();
     if (!stderr.found) stderr.flush();
-    const saved = stdout.found ? parseSavedState(proc.fd3!.bytes(), stateEnd) : undefined;
-    if (saved) this.#state = saved;
+    const exitCode = saved?.exitCode ?? (await proc.exited);
+    if (saved) this.#state = saved.state;
     else if (!timedOut && !killed) this.#ended = true; // the shell exited (`exit`, a fatal error) before saving
     const encoding = req.encoding ?? 'utf8';
     const oomAfter = await this.#host.oomKills();
