@@ -1,18 +1,20 @@
 /**
  * `dsec bench cluster --hold N`: one control plane holding N sandboxes on simulated edges (issue 31),
- * filled with batches of at most 32,000, then every read measured alone, with nothing else in flight:
- * a sandbox by id, lists by label (a small selection and a whole batch, paged), /metrics, the
- * dashboard's overview, a finished batch's status, the control plane's RSS, and a kill by label of
- * one whole batch with its progress.
+ * filled with batches of at most 32,000, then every read measured alone, with nothing else in flight,
+ * from a client process of its own (hold-reads.ts): a sandbox by id, lists by label (a small
+ * selection and a whole batch, paged), /metrics, the dashboard's overview, a finished batch's
+ * status; then the control plane's RSS, and a kill by label of one whole batch with its progress.
  */
 import { readFileSync } from 'node:fs';
 import { BENCH_IMAGE } from '../fixture.js';
-import type { HttpLoadClient } from '../http-load.js';
 import { summarizeLatency } from '../latency.js';
 import { round } from '../stats.js';
 import { runBatchApi } from './cluster-batch-api.js';
 import type { HoldPhase } from './cluster-result.js';
 import { ndjsonLines } from '../ndjson-lines.js';
+import { fileURLToPath } from 'node:url';
+import { LineChild } from './rollout-child.js';
+import type { HoldReadsInput, HoldReadsOutput } from './hold-reads.js';
 
 /** The batch API's largest batch: the hold is filled with these, and one of them is killed by label at the end. */
 export const HOLD_BATCH = 32_000;
@@ -37,42 +39,6 @@ function statusMiB(pid: number): (field: 'VmRSS' | 'VmHWM' | 'RssAnon' | 'RssFil
 function metricMiB(text: string, name: string): number {
   const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
   return m ? round(Number(m[1]) / 1048576, 1) : NaN;
-}
-
-async function timed(n: number, f: (i: number) => Promise<void>): Promise<number[]> {
-  const lat: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    await f(i);
-    lat.push(performance.now() - t0);
-  }
-  return lat;
-}
-
-function ok(r: { status: number; body: unknown }, what: string): void {
-  if (r.status !== 200) throw new Error(`${what}: HTTP ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
-}
-
-/** Every page of a list by label: each page's latency, and how many it selected. */
-async function listPaged(http: HttpLoadClient, label: string): Promise<{ lat: number[]; selected: number; pages: number }> {
-  const lat: number[] = [];
-  let selected = 0;
-  let after: string | undefined;
-  let paged = true;
-  for (;;) {
-    const q = `/v1/sandboxes?label=${encodeURIComponent(label)}${paged ? `&limit=${PAGE}` : ''}${after ? `&after=${encodeURIComponent(after)}` : ''}`;
-    const r = await http.call('GET', q);
-    if (r.status === 400 && paged && lat.length === 0 && JSON.stringify(r.body).includes('limit')) {
-      paged = false; // a build whose list does not page: all in one answer
-      continue;
-    }
-    ok(r, `GET ${q}`);
-    lat.push(r.ms);
-    const body = r.body as { sandboxes: unknown[]; next?: string };
-    selected += body.sandboxes.length;
-    if (!body.next) return { lat, selected, pages: lat.length };
-    after = body.next;
-  }
 }
 
 /** POST /v1/sandboxes/kill, asking for its progress as NDJSON; counts the progress lines before the result. */
@@ -118,12 +84,11 @@ async function killByLabel(url: string, apiKey: string, labels: Record<string, s
 }
 
 export async function runHold(
-  ctl: { url: string; apiKey: string; pid: number; http: HttpLoadClient; edges: number },
+  ctl: { url: string; apiKey: string; pid: number; edges: number },
   n: number,
   say: (s: string) => void,
   signal: AbortSignal,
 ): Promise<HoldPhase> {
-  const { http } = ctl;
   if (n <= SMALL) throw new Error(`--hold ${n}: hold more than ${SMALL} (a selection of ${SMALL}, then at least one batch)`);
   const sizes: number[] = [];
   for (let left = n - Math.min(SMALL, n); left > 0; left -= HOLD_BATCH) sizes.push(Math.min(HOLD_BATCH, left));
@@ -148,34 +113,25 @@ export async function runHold(
   const fillSeconds = round((performance.now() - t0) / 1000, 1);
   signal.throwIfAborted();
 
-  say('  reads, one at a time, nothing else in flight…');
-  const get = await timed(1000, async () =>
-    ok(await http.call('GET', `/v1/sandboxes/${ids[Math.floor(Math.random() * ids.length)]!}`), 'GET sandbox'),
-  );
-  let smallSelected = 0;
-  const listSmall = await timed(50, async () => {
-    const r = await http.call('GET', `/v1/sandboxes?label=${encodeURIComponent('hold-probe=small')}`);
-    ok(r, 'GET /v1/sandboxes?label=hold-probe=small');
-    smallSelected = (r.body as { sandboxes: unknown[] }).sandboxes.length;
-  });
-  const largeLabel = 'hold-batch=0';
-  const tl = performance.now();
-  const large = await listPaged(http, largeLabel);
-  const largeMs = performance.now() - tl;
-  for (let i = 0; i < 2; i++) large.lat.push(...(await listPaged(http, largeLabel)).lat);
-  let metricsBytes = 0;
-  let metricsText = '';
-  const metrics = await timed(20, async () => {
-    const r = await http.call('GET', '/metrics');
-    ok(r, 'GET /metrics');
-    metricsText = String(r.body);
-    metricsBytes = metricsText.length;
-  });
-  const overview = await timed(10, async () => {
-    await Promise.all(OVERVIEW_REQUESTS.map(async (p) => ok(await http.call('GET', p), `GET ${p}`)));
-  });
-  const lastBatch = batchIds[batchIds.length - 1]!;
-  const batchInfo = await timed(20, async () => ok(await http.call('GET', `/v1/batches/${lastBatch}`), 'GET batch'));
+  say('  reads, one at a time, nothing else in flight, from a client process of its own…');
+  const reader = new LineChild(process.execPath, [fileURLToPath(new URL('./hold-reads-child.js', import.meta.url))]);
+  const input: HoldReadsInput = {
+    url: ctl.url,
+    apiKey: ctl.apiKey,
+    ids: Array.from({ length: 1000 }, () => ids[Math.floor(Math.random() * ids.length)]!),
+    smallLabel: 'hold-probe=small',
+    largeLabel: 'hold-batch=0',
+    page: PAGE,
+    batchId: batchIds[batchIds.length - 1]!,
+    overview: OVERVIEW_REQUESTS,
+  };
+  let reads: HoldReadsOutput;
+  try {
+    reads = (await reader.ask(input)) as unknown as HoldReadsOutput;
+  } finally {
+    await reader.close();
+  }
+  const { get, listSmall, metrics, overview, batchInfo, metricsText } = reads;
   const status = statusMiB(ctl.pid);
   const rssMiB = status('VmRSS');
   const peakRssMiB = status('VmHWM');
@@ -202,9 +158,15 @@ export async function runHold(
     fillSeconds,
     fillFailed: failed,
     get: summarizeLatency(get),
-    listSmall: { ...summarizeLatency(listSmall), selected: smallSelected },
-    listLarge: { ...summarizeLatency(large.lat), selected: large.selected, pages: large.pages, pageSize: PAGE, totalMs: round(largeMs, 1) },
-    metrics: { ...summarizeLatency(metrics), bytes: metricsBytes },
+    listSmall: { ...summarizeLatency(listSmall), selected: reads.smallSelected },
+    listLarge: {
+      ...summarizeLatency(reads.listLarge),
+      selected: reads.largeSelected,
+      pages: reads.largePages,
+      pageSize: PAGE,
+      totalMs: round(reads.largeMs, 1),
+    },
+    metrics: { ...summarizeLatency(metrics), bytes: metricsText.length },
     overview: { ...summarizeLatency(overview), requests: OVERVIEW_REQUESTS },
     batchInfo: { ...summarizeLatency(batchInfo), batchSize: sizes[sizes.length - 1] ?? 0 },
     rssMiB,

@@ -294,7 +294,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     if (opts.hold > 0) {
       say(`hold: ${opts.hold} sandboxes on ${opts.edges} simulated edges, then each read alone…`);
       hold = await runHold(
-        { url: control.url, apiKey: control.apiKey, pid: control.child.proc.pid!, http, edges: opts.edges },
+        { url: control.url, apiKey: control.apiKey, pid: control.child.proc.pid!, edges: opts.edges },
         opts.hold,
         say,
         signal,
