@@ -16,6 +16,16 @@ interface Started {
 export const SPAWN_MAX_REQUEST = 4 << 20;
 
 /**
+ * The bytes `fields` take as NUL-ended strings, as a start request's body carries them (and an exec
+ * standby's spec pipe: exec-standby.ts holds a command to the same limit as a start).
+ */
+export function spawnFieldsBytes(fields: Iterable<string>): number {
+  let n = 0;
+  for (const s of fields) n += Buffer.byteLength(s) + 1;
+  return n;
+}
+
+/**
  * How long a `release` may wait for a request to ride with (ResidentHelper.notifyLater): the
  * helper meanwhile keeps two pipe ends and a table entry of a command, nothing the command waits on.
  */

@@ -18,6 +18,7 @@ import type { SandboxRecord } from '../../src/edge/backends/container/sandbox-re
 import { DEFAULT_USERNS_POOL, UsernsPool } from '../../src/edge/backends/container/userns-pool.js';
 import { hostRangeClaims, UidRangePool } from '../../src/host/uid-ranges.js';
 import { pino } from 'pino';
+import { spawnSync } from 'node:child_process';
 import {
   assertCleanAndRemove,
   integrationSkipReason,
@@ -311,5 +312,34 @@ describe('a pooled namespace whose hand-over fails', { skip, timeout: 60_000 }, 
       assert.deepEqual(uidRangesOf(edgeId), []);
       await assertCleanAndRemove(dataDir, edgeId);
     }
+  });
+});
+
+describe('a bind in the pool dir that the pool lost track of', { skip, timeout: 60_000 }, () => {
+  test("is removed at the pool's close, with the pool's own namespaces: no bind, file or claim left", async () => {
+    const dataDir = makeDataDir();
+    const edgeId = newEdgeId();
+    const dir = join(dataDir, 'pool');
+    const ranges = new UidRangePool(edgeId, hostRangeClaims);
+    const pool = new UsernsPool({ dir, size: 1, ranges, spawner: undefined, log: pino({ level: 'silent' }) });
+    try {
+      pool.clearLeftovers();
+      pool.refill();
+      await pool.settled();
+      assert.equal(pool.ready, 1);
+      // What a dsec-idmap left running by a killed dsec-spawn would leave: a namespace bound on a
+      // file of the pool's dir that is none of its ready ones (here this process's own namespace).
+      const stray = join(dir, 'userns-pool.stray-1');
+      closeSync(openSync(stray, 'w', 0o400));
+      const r = spawnSync('mount', ['--bind', '/proc/self/ns/user', stray], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(mountsBelow(dir).length, 2, 'the stray bind and the ready namespace');
+    } finally {
+      await pool.close();
+    }
+    assert.deepEqual(mountsBelow(dir), [], 'a bind was left in the pool dir');
+    assert.equal(existsSync(dir), false);
+    assert.deepEqual(uidRangesOf(edgeId), []);
+    await assertCleanAndRemove(dataDir, edgeId);
   });
 });

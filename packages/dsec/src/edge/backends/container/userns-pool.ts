@@ -191,12 +191,23 @@ export class UsernsPool {
     rmSync(e.file, { force: true });
   }
 
-  /** An edge's graceful stop: waits for a namespace being made, then removes every one and the dir. */
+  /**
+   * An edge's graceful stop: waits for a namespace being made, then removes every one and the dir.
+   * Any bind still in the dir after that is one the pool lost track of (a suite run once found
+   * one there at a stop, after a test had killed dsec-spawn while the pool was refilling: a tool
+   * outlives the helper that started it): nothing in the dir is a sandbox's (a create's taken
+   * namespace is bound in its own dir), so it is removed too, and named in the log.
+   */
   async close(): Promise<void> {
     this.#closed = true;
     await this.#fill;
     this.#dropSpent();
     for (let e = this.#ready.shift(); e; e = this.#ready.shift()) this.#discard(e);
+    const strays = mountsUnder(this.o.dir).reverse();
+    for (const m of strays) {
+      this.o.log.warn({ mountPoint: m.mountPoint }, 'a bind in the user namespace pool that the pool had lost track of; removed');
+      tryUnmount(m.mountPoint);
+    }
     rmSync(this.o.dir, { recursive: true, force: true });
   }
 }

@@ -1,7 +1,7 @@
 import { ISOLATE_COMMANDS, type ExecTarget } from './exec-target.js';
 import { LANDLOCK_PATH, type ProcessSpec } from '../oci-config.js';
 import { SandboxProcess } from './sandbox-process.js';
-import { SPAWN_MAX_REQUEST } from '../../../../host/spawn-helper.js';
+import { SPAWN_MAX_REQUEST, spawnFieldsBytes } from '../../../../host/spawn-helper.js';
 
 /** How long a sandbox that runs no command keeps its exec standby: an idle sandbox holds no process of the edge's. */
 export const EXEC_STANDBY_IDLE_MS = 30_000;
@@ -33,14 +33,6 @@ function isolatedArgs(spec: ProcessSpec): string[] | undefined {
   return landlock === LANDLOCK_PATH && flag === '--isolate' && end === '--' && args.length > 0 ? args : undefined;
 }
 
-/** About what a command's argv and environment take in a start request (a standby is held to the same limit as a start). */
-function specBytes(args: readonly string[], env: readonly string[]): number {
-  let n = 0;
-  for (const s of args) n += Buffer.byteLength(s) + 1;
-  for (const s of env) n += Buffer.byteLength(s) + 1;
-  return n;
-}
-
 /**
  * The sandbox's standby started as `spec`'s command, when there is one that fits and still waits;
  * else undefined (the caller starts the command itself). A standby that does not fit is let go.
@@ -55,7 +47,7 @@ export function takeExecStandby(
   standbys.delete(target.id);
   clearTimeout(s.idle);
   const args = isolatedArgs(spec);
-  if (!args || !s.proc.standing || !s.proc.fits(spec) || specBytes(args, spec.env) > SPAWN_MAX_REQUEST) {
+  if (!args || !s.proc.standing || !s.proc.fits(spec) || spawnFieldsBytes(args) + spawnFieldsBytes(spec.env) > SPAWN_MAX_REQUEST) {
     s.proc.retire();
     return undefined;
   }
