@@ -30,6 +30,8 @@ export class SqliteDb implements SqlDb {
   readonly #direct: Sql;
   /** Checkpoints off the event loop (sqlite-checkpointer.ts); none for an in-memory database. */
   readonly #checkpointer: SqliteCheckpointer | undefined;
+  /** `PRAGMA data_version`, prepared once (dataVersion). */
+  readonly #dataVersion: Database.Statement;
 
   constructor(file: string) {
     this.#db = new Database(file);
@@ -54,6 +56,7 @@ export class SqliteDb implements SqlDb {
       this.#db.pragma(`wal_autocheckpoint = ${BACKSTOP_PAGES}`);
       this.#checkpointer = SqliteCheckpointer.start(file);
     }
+    this.#dataVersion = this.#db.prepare('PRAGMA data_version').pluck();
     this.#direct = {
       dialect: this.dialect,
       all: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).all(...bind(params)) as T[],
@@ -108,6 +111,16 @@ export class SqliteDb implements SqlDb {
       this.#open = undefined;
       end();
     }
+  }
+
+  /**
+   * SQLite's count of commits made by other connections to this database (another process, such
+   * as the CLI's tools on a live server's store, or another connection in this one): it changes
+   * whenever one of them committed since it was last asked, and never for this connection's own
+   * commits. Synchronous and cheap (no table is read): what SqliteChangeFeed looks at.
+   */
+  dataVersion(): number {
+    return this.#dataVersion.get() as number;
   }
 
   async close(): Promise<void> {
