@@ -1,7 +1,7 @@
 import { migrate } from './store/migrations.js';
 import type { SqlDb } from './store/sql.js';
 import { PostgresDb } from './store/postgres-db.js';
-import { PostgresChangeFeed, type ChangeFeed } from './store/change-feed.js';
+import { PostgresChangeFeed, SqliteChangeFeed, type ChangeFeed } from './store/change-feed.js';
 import { SqliteDb } from './store/sqlite-db.js';
 import { type KeyRecords, SqlKeyRecords } from './store/api-keys.js';
 import { type BatchRecords, SqlBatchRecords } from './store/batches.js';
@@ -48,7 +48,7 @@ export class StateStore {
   readonly moves: SandboxMoveRecords;
   readonly volumes: VolumeRecords;
 
-  /** Replicas' changes to what the records keep in memory (PostgreSQL only). */
+  /** Changes to what the records keep in memory, by other replicas (PostgreSQL) or other connections (SQLite). */
   readonly #feed: ChangeFeed | undefined;
 
   private constructor(
@@ -85,8 +85,9 @@ export class StateStore {
       await db.close();
       throw err;
     }
-    // PostgreSQL's replicas keep keys and projects in memory while they hear each other's changes.
-    return new StateStore(db, isPostgresUrl(location) ? await PostgresChangeFeed.start(location) : undefined);
+    // Keys, projects and image owners are kept in memory while changes are heard: PostgreSQL's
+    // replicas hear each other's; SQLite looks for other connections' commits before each read.
+    return new StateStore(db, db instanceof SqliteDb ? new SqliteChangeFeed(db) : await PostgresChangeFeed.start(location));
   }
 
   async close(): Promise<void> {

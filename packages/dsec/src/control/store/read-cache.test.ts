@@ -39,7 +39,7 @@ test('while the feed is live a key is read once; its topic or a lost feed (*) em
   assert.equal(r.calls(), 3);
 });
 
-test('without a live feed (or none: SQLite) every get reads', async () => {
+test('without a live feed (or none) every get reads', async () => {
   const feed = fakeFeed();
   feed.live = false;
   for (const cache of [

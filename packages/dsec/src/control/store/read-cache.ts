@@ -3,7 +3,8 @@ import type { ChangeFeed } from './change-feed.js';
 /**
  * Reads of one kind of record kept in memory while a change feed is live, so a request's lookups
  * (its API key, its project's quota) are not a database round trip each: on PostgreSQL every
- * read is one, a socket write and a wake-up at both ends. A change announced by any replica
+ * read is one, a socket write and a wake-up at both ends; on SQLite a statement each, where a
+ * create's reads share one check of the feed (change-feed.ts, SqliteChangeFeed). A change announced by any replica
  * (change-feed.ts) empties the cache; so does a write of this process (at once, before its
  * notification comes back) and a lost feed, while which nothing is kept. `ttlMs` bounds what a
  * feed that failed silently could leave. A read that was in flight while the cache was emptied is
@@ -26,6 +27,7 @@ export class ReadCache<V> {
 
   async get(key: string, read: () => Promise<V>): Promise<V> {
     if (!this.feed?.live) return read();
+    this.feed.catchUp?.();
     const hit = this.#entries.get(key);
     if (hit && Date.now() - hit.at < this.opts.ttlMs) return hit.value;
     const generation = this.#generation;

@@ -7,6 +7,17 @@ import { BACKSTOP_PAGES, SqliteCheckpointer } from './sqlite-checkpointer.js';
 const MAX_CACHED_STATEMENTS = 500;
 
 /**
+ * Statements run by every SqliteDb of this process (any connection), counted as they start:
+ * SqliteChangeFeed's check of data_version stands only while none ran since (sqliteStatements).
+ */
+let statements = 0;
+
+/** How many statements this process's SQLite connections have run (see `statements`). */
+export function sqliteStatements(): number {
+  return statements;
+}
+
+/**
  * SQLite through better-sqlite3 (synchronous, embedded, the fastest SQLite binding for Node; v12
  * because v13 needs Node 22), behind the async SqlDb interface. WAL with synchronous=NORMAL: a
  * committed transaction survives a process crash, and writers don't block readers.
@@ -30,6 +41,8 @@ export class SqliteDb implements SqlDb {
   readonly #direct: Sql;
   /** Checkpoints off the event loop (sqlite-checkpointer.ts); none for an in-memory database. */
   readonly #checkpointer: SqliteCheckpointer | undefined;
+  /** `PRAGMA data_version`, prepared once (dataVersion). */
+  readonly #dataVersion: Database.Statement;
 
   constructor(file: string) {
     this.#db = new Database(file);
@@ -54,13 +67,23 @@ export class SqliteDb implements SqlDb {
       this.#db.pragma(`wal_autocheckpoint = ${BACKSTOP_PAGES}`);
       this.#checkpointer = SqliteCheckpointer.start(file);
     }
+    this.#dataVersion = this.#db.prepare('PRAGMA data_version').pluck();
     this.#direct = {
       dialect: this.dialect,
-      all: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).all(...bind(params)) as T[],
-      values: async (sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql, true).all(...bind(params)) as unknown[][],
-      get: async <T>(sql: string, params: readonly SqlValue[] = []) => this.#prepared(sql).get(...bind(params)) as T | undefined,
-      run: async (sql: string, params: readonly SqlValue[] = []) => ({ changes: this.#prepared(sql).run(...bind(params)).changes }),
-      exec: async (script: string) => void this.#db.exec(script),
+      all: async <T>(sql: string, params: readonly SqlValue[] = []) => (statements++, this.#prepared(sql).all(...bind(params)) as T[]),
+      values: async (sql: string, params: readonly SqlValue[] = []) => (
+        statements++,
+        this.#prepared(sql, true).all(...bind(params)) as unknown[][]
+      ),
+      get: async <T>(sql: string, params: readonly SqlValue[] = []) => (
+        statements++,
+        this.#prepared(sql).get(...bind(params)) as T | undefined
+      ),
+      run: async (sql: string, params: readonly SqlValue[] = []) => (
+        statements++,
+        { changes: this.#prepared(sql).run(...bind(params)).changes }
+      ),
+      exec: async (script: string) => (statements++, void this.#db.exec(script)),
     };
   }
 
@@ -95,9 +118,11 @@ export class SqliteDb implements SqlDb {
     this.#open = new Promise((resolve) => (end = resolve));
     try {
       // IMMEDIATE takes the write lock up front: a deferred one upgrading later can fail busy.
+      statements++;
       this.#db.exec('BEGIN IMMEDIATE');
       try {
         const result = await fn(this.#direct);
+        statements++;
         this.#db.exec('COMMIT');
         return result;
       } catch (err) {
@@ -108,6 +133,17 @@ export class SqliteDb implements SqlDb {
       this.#open = undefined;
       end();
     }
+  }
+
+  /**
+   * SQLite's count of commits made by other connections to this database (another process, such
+   * as the CLI's tools on a live server's store, or another connection in this one): it changes
+   * whenever one of them committed since it was last asked, and never for this connection's own
+   * commits. Synchronous, no table read (it begins a read transaction, as any statement does): what
+   * SqliteChangeFeed looks at.
+   */
+  dataVersion(): number {
+    return this.#dataVersion.get() as number;
   }
 
   async close(): Promise<void> {
