@@ -90,8 +90,8 @@ function dsecArm(
 
 /**
  * A dsec arm whose exec is one command in a shell session (one per sandbox): since issue 10 each
- * session command is a crun exec of its own that restores the session's state, instead of a line
- * fed to one long-lived shell.
+ * session command is a shell of its own that restores the session's state, instead of a line fed
+ * to one long-lived shell (since issue 32 started ahead, and answered at its markers).
  */
 function dsecSessionArm(peer: DsecApiPeer, label: string, what: string): Arm & { close(): Promise<void> } {
   const inner = dsecArm(peer, label, what, {}, {});
@@ -245,7 +245,7 @@ export async function runHardening(peers: Peer[], opts: HardeningOptions, ctx: S
   const dsecSession = dsecSessionArm(
     dsec,
     'dsec session',
-    'one `true` in a shell session: a crun exec per command restoring the session state (was: a line fed to one shell)',
+    'one `true` in a shell session: a fresh shell per command (started ahead, in a Landlock domain of its own) restoring the session state; answered at its markers, its status on its own fd 3',
   );
   const result: Partial<HardeningResult> = {};
   try {

@@ -219,7 +219,16 @@ describe('engine: commands start through dsec-enter', { timeout: 180_000 }, () =
     // hierarchy are kept open by the edge's dsec-spawn between commands (no open per command), and
     // dropped when the init exits. Counted in a sandbox of its own, on the edge's own helper.
     const spawner = server.dsec.edge.crun.spawner!;
-    const helperFds = (): string[] => readdirSync(`/proc/${spawner.pid}/fd`).map((fd) => readlinkSync(`/proc/${spawner.pid}/fd/${fd}`));
+    // An fd listed may be closed before it is read (the helper serves the next exec's standby
+    // meanwhile, exec-standby.ts): one gone is not counted.
+    const helperFds = (): string[] =>
+      readdirSync(`/proc/${spawner.pid}/fd`).flatMap((fd) => {
+        try {
+          return [readlinkSync(`/proc/${spawner.pid}/fd/${fd}`)];
+        } catch {
+          return [];
+        }
+      });
     const other = await Sandbox.create({ ...server.conn });
     let killed = false;
     try {
