@@ -32,7 +32,7 @@ import { attack, must } from './support/harness.js';
 import { ENTER_BINARY } from '../../src/host/native-helpers.js';
 import { runTool, type ToolResult } from '../../src/host/run-tool.js';
 import { enterSpec } from '../../src/edge/backends/container/exec/enter-child.js';
-import { execStandbyWaiting } from '../../src/edge/backends/container/exec/exec-standby.js';
+import { execStandbyPid, execStandbyWaiting } from '../../src/edge/backends/container/exec/exec-standby.js';
 
 /** The attacker's program (see its modes in main). */
 const ATTACKER_C = String.raw`
@@ -302,8 +302,17 @@ describe('red team: dsec-enter', { skip: integrationSkipReason(), timeout: 240_0
 
   test('an exec standby killed from inside the sandbox costs the next exec nothing: it starts on its own, and the edge runs on', async () => {
     await sb.commands.run(['true']);
-    assert.ok(await pollUntil(() => execStandbyWaiting(sb.id)), 'no exec standby was made after a command');
-    // Its command line in the sandbox reads `dsec-enter standby` (exec-standby.ts).
+    // Its command line in the sandbox reads `dsec-enter standby` (exec-standby.ts) once it is set
+    // up and waits for its spec; the edge counts it as waiting from the moment it asks for it.
+    const retitled = (): boolean => {
+      const pid = execStandbyPid(sb.id);
+      try {
+        return pid !== undefined && readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('dsec-enter\0standby\0');
+      } catch {
+        return false; // gone
+      }
+    };
+    assert.ok(await pollUntil(retitled), 'no exec standby was made after a command, or it never came to wait for its spec');
     const killed = await sb.commands.start([
       '/bin/sh',
       '-c',
