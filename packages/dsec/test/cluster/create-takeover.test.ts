@@ -72,6 +72,10 @@ describe('a create in flight on a replica that dies', { skip, timeout: 120_000 }
     });
     assert.equal(kept.edge, 'keeper');
     assert.equal(dropped.edge, 'dropper');
+    // A writes a row before it asks the edge: killed between the two, the keeper would never have
+    // made its sandbox (and B would rightly fail it). Both edges must have the creates in hand.
+    const reached = (e: RunningSimulatedEdge): boolean => e.edge.making + e.edge.size > 0;
+    await until(async () => (reached(keeper) && reached(dropper) ? true : undefined));
     // The dropper's create fails when its delay ends; A, which would have recorded that, is dead by then.
     dropper.edge.stop();
     await pair.killA();

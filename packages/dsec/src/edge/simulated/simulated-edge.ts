@@ -149,6 +149,11 @@ export class SimulatedEdge implements EdgeApi {
     return createEach((r) => this.createSandbox(r), reqs, reqs.length, listener);
   }
 
+  /** Creates it is working on now (tests: a create has reached it, not only its row the store). */
+  get making(): number {
+    return this.#making.size;
+  }
+
   /** Sandboxes it holds now. */
   get size(): number {
     return this.#sandboxes.size;
