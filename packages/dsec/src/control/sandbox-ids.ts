@@ -1,4 +1,4 @@
-import { randomFillSync } from 'node:crypto';
+import { randomBits64 } from '../host/random-bits.js';
 import type { SandboxLimits } from '../edge/protocol/edge-api.js';
 
 /** Limits of a sandbox whose spec gives none. */
@@ -16,25 +16,8 @@ export function newSandboxId(edge: string): string {
   const second = Math.floor(Date.now() / 1000)
     .toString(36)
     .padStart(7, '0');
-  const random = (randomId64() >> 8n).toString(36).padStart(11, '0');
+  const random = (randomBits64() >> 8n).toString(36).padStart(11, '0');
   return `sb-${edge}-${second}${random}`;
-}
-
-/**
- * 64 random bits from a pool refilled 512 ids at a time: a call to the system's random source per
- * id was 2 % of the control plane's time placing a batch (dsec bench cluster's profile), as
- * crypto.randomUUID pools its bytes for the same reason. Each id's bytes are used once.
- */
-const POOL = Buffer.alloc(8 * 512);
-let poolOffset = POOL.length;
-function randomId64(): bigint {
-  if (poolOffset === POOL.length) {
-    randomFillSync(POOL);
-    poolOffset = 0;
-  }
-  const bits = POOL.readBigUInt64BE(poolOffset);
-  poolOffset += 8;
-  return bits;
 }
 
 export function edgeOf(id: string): string | undefined {

@@ -1,8 +1,8 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { randomFillSync } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify';
 import pino, { type DestinationStream, type Logger } from 'pino';
+import { randomBits64 } from '../host/random-bits.js';
 
 /** The header that carries a request's id, in both directions. */
 export const REQUEST_ID_HEADER = 'x-request-id';
@@ -49,24 +49,7 @@ export function currentRequestId(): string | undefined {
 export function requestIdFor(req: IncomingMessage): string {
   const given = req.headers[REQUEST_ID_HEADER];
   if (typeof given === 'string' && CALLER_ID.test(given)) return given;
-  return `req-${randomHex8()}`;
-}
-
-/**
- * 8 random bytes as hex from a pool refilled 512 ids at a time (as control/sandbox-ids.ts and
- * crypto.randomUUID pool theirs): randomBytes(8) for each request was 2 % of the control plane's
- * profile under `dsec bench cluster`'s single creates. Each id's bytes are used once.
- */
-const ID_POOL = Buffer.alloc(8 * 512);
-let idPoolOffset = ID_POOL.length;
-function randomHex8(): string {
-  if (idPoolOffset === ID_POOL.length) {
-    randomFillSync(ID_POOL);
-    idPoolOffset = 0;
-  }
-  const hex = ID_POOL.toString('hex', idPoolOffset, idPoolOffset + 8);
-  idPoolOffset += 8;
-  return hex;
+  return `req-${randomBits64().toString(16).padStart(16, '0')}`;
 }
 
 /** Fastify options for request ids: ours, echoed in the response, bound to the request's logger. */
