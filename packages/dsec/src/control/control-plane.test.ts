@@ -10,8 +10,8 @@ import { testStoreLocation } from '../../test/helpers/postgres.js';
 const ID_PATTERN = new RegExp((SandboxIdParams.properties.id as { pattern?: string }).pattern!);
 
 describe('sandbox ids', () => {
-  test('newSandboxId gives sb-<edge>-<18 base-36 characters: the second, then 56 random bits>', () => {
-    assert.match(newSandboxId('local'), /^sb-local-[0-9a-z]{18}$/);
+  test('newSandboxId gives sb-<edge>-<20 base-36 characters: the millisecond, then 56 random bits>', () => {
+    assert.match(newSandboxId('local'), /^sb-local-[0-9a-z]{20}$/);
   });
 
   test('every new id matches the id pattern the HTTP API accepts', () => {
@@ -21,11 +21,11 @@ describe('sandbox ids', () => {
     }
   });
 
-  test("ids sort by their creation second (the store's id indexes take new rows at their end)", (t) => {
+  test("ids sort by their creation millisecond (the store's id indexes take new rows at their end)", (t) => {
     const now = Date.now();
     t.mock.method(Date, 'now', () => now);
     const earlier = Array.from({ length: 50 }, () => newSandboxId('local'));
-    t.mock.method(Date, 'now', () => now + 1000);
+    t.mock.method(Date, 'now', () => now + 1);
     const later = Array.from({ length: 50 }, () => newSandboxId('local'));
     for (const a of earlier) for (const b of later) assert.ok(a < b, `${a} < ${b}`);
   });

@@ -197,6 +197,27 @@ describe('StateStore sandboxes', () => {
   });
 
   test(
+    'the creates in flight are found by index, not by a scan of every sandbox (SQLite plans)',
+    { skip: TEST_STORE_POSTGRES && 'SQLite plans' },
+    async () => {
+      // The lookups of create leases (create-leases.ts) run every second; at 400,000 rows a scan of
+      // the table would be a stall every request meets. sandboxes_counts leads with status.
+      for (const [sql, params] of [
+        ["UPDATE sandboxes SET create_lease_until = ? WHERE create_owner = ? AND status = 'creating'", [1, 'r1']],
+        ["SELECT id FROM sandboxes WHERE edge = ? AND status = 'creating' AND create_lease_until >= ?", ['local', 1]],
+        [
+          "SELECT id, edge, create_owner AS owner FROM sandboxes WHERE status = 'creating' AND create_lease_until IS NOT NULL AND create_lease_until < ? ORDER BY created_at",
+          [1],
+        ],
+      ] as const) {
+        const plan = (await store.db.all<{ detail: string }>(`EXPLAIN QUERY PLAN ${sql}`, [...params])).map((r) => r.detail).join('; ');
+        assert.match(plan, /USING (COVERING )?INDEX sandboxes_counts/, `${sql}: ${plan}`);
+        assert.doesNotMatch(plan, /SCAN s(andboxes)?\b(?! USING)/, `${sql}: ${plan}`);
+      }
+    },
+  );
+
+  test(
     'a create lease renewal skips a row another transaction holds (PostgreSQL: no wait, so no cycle with a group settle)',
     { skip: TEST_STORE_POSTGRES ? undefined : 'SQLite has one writer at a time: a renewal never meets a held row', timeout: 30_000 },
     async () => {
