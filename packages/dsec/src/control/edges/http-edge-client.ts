@@ -21,6 +21,7 @@ import type {
   SandboxUsage,
 } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
+import { EdgeCalls, type EdgeCall } from './edge-calls.js';
 import type {
   EdgeApi,
   EdgeCreateOutcome,
@@ -95,8 +96,10 @@ export class HttpEdgeClient implements EdgeApi {
    * for node:http, and the control plane makes one such call per create. Streams keep fetch.
    */
   readonly #agent: HttpAgent;
-  /** Aborted when the edge is declared lost: calls hung on a partitioned link end then. */
+  /** Aborted when the edge is declared lost: streams hung on a partitioned link end then. */
   #lost = new AbortController();
+  /** The JSON calls in flight, ended by their timeout, their caller or the edge's loss. */
+  readonly #calls = new EdgeCalls();
 
   constructor(
     readonly edgeId: string,
@@ -155,26 +158,27 @@ export class HttpEdgeClient implements EdgeApi {
     opts: { signal?: AbortSignal | undefined; timeout?: boolean; onLine?: (line: string) => void } = {},
   ): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-    const lost = this.#lost.signal;
-    const timeout = opts.timeout === false ? undefined : AbortSignal.timeout(this.callTimeoutMs);
-    const signal = AbortSignal.any([opts.signal, lost, timeout].filter((s): s is AbortSignal => !!s));
+    const call = this.#calls.start(opts.timeout === false ? undefined : this.callTimeoutMs, opts.signal);
     let res: { status: number; text: string };
     try {
-      res = await this.#send(method, path, payload, signal, opts.onLine);
+      res = await this.#send(method, path, payload, call, opts.onLine);
     } catch (err) {
-      if (opts.signal?.aborted) throw opts.signal.reason;
-      if (lost.aborted)
+      const ended = call.ended;
+      if (ended?.why === 'caller') throw ended.reason;
+      if (ended?.why === 'lost')
         throw new ApiError(
           'EDGE_UNAVAILABLE',
           `edge ${this.edgeId} was lost during the call (no heartbeat); the outcome on the edge is unknown`,
           { edge: this.edgeId, retryable: false },
         );
-      const cause = timeout?.aborted ? 'TimeoutError' : ((err as NodeJS.ErrnoException).code ?? (err as Error).name);
+      const cause = ended?.why === 'timeout' ? 'TimeoutError' : ((err as NodeJS.ErrnoException).code ?? (err as Error).name);
       throw new ApiError('EDGE_UNAVAILABLE', `edge ${this.edgeId} at ${this.url} did not answer: ${cause}`, {
         edge: this.edgeId,
         cause,
         retryable: NEVER_SENT.has(cause),
       });
+    } finally {
+      call.done();
     }
     if (res.status >= 200 && res.status < 300) return (res.status === 204 || res.text === '' ? undefined : JSON.parse(res.text)) as T;
     let parsed: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
@@ -192,12 +196,13 @@ export class HttpEdgeClient implements EdgeApi {
    * once with ECONNRESET on reuse (the request never reached a handler): that one is sent again on
    * a fresh connection, as Node's documentation advises. With `onLine` the call asks for NDJSON, and
    * a successful NDJSON answer goes to it a line at a time as it arrives (the text is then '').
+   * `call` ends the request early (edge-calls.ts).
    */
   #send(
     method: string,
     path: string,
     payload: Buffer | undefined,
-    signal: AbortSignal,
+    call: EdgeCall,
     onLine?: (line: string) => void,
     retried = false,
   ): Promise<{ status: number; text: string }> {
@@ -221,7 +226,6 @@ export class HttpEdgeClient implements EdgeApi {
           path: `${u.pathname}${path}`,
           headers,
           agent: this.#agent,
-          signal,
         },
         (res: IncomingMessage) => {
           const status = res.statusCode ?? 0;
@@ -236,10 +240,11 @@ export class HttpEdgeClient implements EdgeApi {
         },
       );
       req.on('error', (err: NodeJS.ErrnoException) => {
-        if (!retried && req.reusedSocket && err.code === 'ECONNRESET' && !signal.aborted)
-          this.#send(method, path, payload, signal, onLine, true).then(resolve, reject);
+        if (!retried && req.reusedSocket && err.code === 'ECONNRESET' && !call.ended)
+          this.#send(method, path, payload, call, onLine, true).then(resolve, reject);
         else reject(err);
       });
+      call.attach(req);
       req.end(payload);
     });
   }
@@ -252,6 +257,7 @@ export class HttpEdgeClient implements EdgeApi {
   abortInflight(): void {
     this.#lost.abort();
     this.#lost = new AbortController();
+    this.#calls.endAll();
   }
 
   /** A function call: as long as the call's own timeout (the edge enforces it), so no transport timeout. */
