@@ -14,7 +14,7 @@ import type { HoldPhase } from './cluster-result.js';
 import { ndjsonLines } from '../ndjson-lines.js';
 import { fileURLToPath } from 'node:url';
 import { LineChild } from './rollout-child.js';
-import type { HoldReadsInput, HoldReadsOutput } from './hold-reads.js';
+import { STATUS_PAGE, type HoldReadsInput, type HoldReadsOutput } from './hold-reads.js';
 
 /** The batch API's largest batch: the hold is filled with these, and one of them is killed by label at the end. */
 export const HOLD_BATCH = 32_000;
@@ -166,6 +166,7 @@ export async function runHold(
       pageSize: PAGE,
       totalMs: round(reads.largeMs, 1),
     },
+    listStatus: { ...summarizeLatency(reads.listStatus), pageSize: STATUS_PAGE },
     metrics: { ...summarizeLatency(metrics), bytes: metricsText.length },
     overview: { ...summarizeLatency(overview), requests: OVERVIEW_REQUESTS },
     batchInfo: { ...summarizeLatency(batchInfo), batchSize: sizes[sizes.length - 1] ?? 0 },

@@ -118,6 +118,14 @@ function holdTable(h: HoldPhase): string {
         `GET /v1/sandboxes?label= selecting ${h.listLarge.selected}, per page of ≤ ${h.listLarge.pageSize}, p50 / p99 ms`,
         `${l(h.listLarge)}; ${h.listLarge.pages} page(s), ${h.listLarge.totalMs} ms for all`,
       ],
+      ...(h.listStatus
+        ? [
+            [
+              `GET /v1/sandboxes?status=running, pages of ${h.listStatus.pageSize} by cursor (the dashboard's tiles), p50 / p99 ms`,
+              l(h.listStatus),
+            ],
+          ]
+        : []),
       ['GET /metrics, p50 / p99 ms', `${l(h.metrics)}; ${h.metrics.bytes} bytes`],
       [`dashboard overview (${h.overview.requests.join(', ')} at once), p50 / p99 ms`, l(h.overview)],
       [`GET /v1/batches/{id}, a finished batch of ${h.batchInfo.batchSize}, p50 / p99 ms`, l(h.batchInfo)],

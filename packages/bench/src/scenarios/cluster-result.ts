@@ -114,6 +114,8 @@ export interface HoldPhase {
   listSmall: LatencySummary & { selected: number };
   /** The same selecting a whole batch (32,000 at full size), page by page (`pageSize`; one page when the API does not page). */
   listLarge: LatencySummary & { selected: number; pages: number; pageSize: number; totalMs: number };
+  /** GET /v1/sandboxes?status=running, pages of `pageSize` one after another by cursor (absent before this field was measured). */
+  listStatus?: LatencySummary & { pageSize: number };
   /** GET /metrics, ~20 scrapes. */
   metrics: LatencySummary & { bytes: number };
   /** The dashboard's overview: every request its page makes, at once (as the browser does), until the last answers. */

@@ -1,7 +1,8 @@
 /**
  * The reads of `dsec bench cluster --hold` (cluster-hold.ts), each alone with nothing else in
- * flight: a sandbox by id, lists by label (a small selection, and a whole batch in pages),
- * /metrics, the dashboard's overview and a finished batch's status.
+ * flight: a sandbox by id, lists by label (a small selection, and a whole batch in pages), pages
+ * of the running sandboxes (the dashboard's tiles link there), /metrics, the dashboard's overview
+ * and a finished batch's status.
  *
  * They run in a client process of their own (hold-reads-child.ts), as a user's tool or the
  * dashboard would: the bench's own process filled the hold and keeps its 400,000 ids and the
@@ -38,6 +39,8 @@ export interface HoldReadsOutput {
   largePages: number;
   /** The first paging of the whole batch, end to end. */
   largeMs: number;
+  /** Pages of STATUS_PAGE running sandboxes: the first, and the ones after it by cursor. */
+  listStatus: number[];
   metrics: number[];
   metricsText: string;
   overview: number[];
@@ -80,6 +83,23 @@ async function listPaged(http: HttpLoadClient, label: string, page: number): Pro
   }
 }
 
+/** A page of a list by status: what the dashboard's tiles link to (`?status=running`), and E2B's list by state. */
+export const STATUS_PAGE = 100;
+
+/** `pages` pages of a list by status, one after another by cursor (from the first again at the end): each page's latency. */
+async function listByStatus(http: HttpLoadClient, status: string, page: number, pages: number): Promise<number[]> {
+  const lat: number[] = [];
+  let after: string | undefined;
+  while (lat.length < pages) {
+    const q = `/v1/sandboxes?status=${status}&limit=${page}${after ? `&after=${encodeURIComponent(after)}` : ''}`;
+    const r = await http.call('GET', q);
+    ok(r, `GET ${q}`);
+    lat.push(r.ms);
+    after = (r.body as { next?: string }).next;
+  }
+  return lat;
+}
+
 export async function measureHoldReads(input: HoldReadsInput): Promise<HoldReadsOutput> {
   const http = new HttpLoadClient(input.url, input.apiKey, input.overview.length + 1);
   try {
@@ -98,6 +118,7 @@ export async function measureHoldReads(input: HoldReadsInput): Promise<HoldReads
     const largeMs = performance.now() - tl;
     const largePages = large.lat.length;
     for (let i = 0; i < 2; i++) large.lat.push(...(await listPaged(http, input.largeLabel, input.page)).lat);
+    const listStatus = await listByStatus(http, 'running', STATUS_PAGE, 40);
     let metricsText = '';
     const metrics = await timed(20, async () => {
       const r = await http.call('GET', '/metrics');
@@ -116,6 +137,7 @@ export async function measureHoldReads(input: HoldReadsInput): Promise<HoldReads
       largeSelected: large.selected,
       largePages,
       largeMs,
+      listStatus,
       metrics,
       metricsText,
       overview,
