@@ -10,8 +10,8 @@ import { testStoreLocation } from '../../test/helpers/postgres.js';
 const ID_PATTERN = new RegExp((SandboxIdParams.properties.id as { pattern?: string }).pattern!);
 
 describe('sandbox ids', () => {
-  test('newSandboxId gives sb-<edge>-<20 base-36 characters: the millisecond, then 56 random bits>', () => {
-    assert.match(newSandboxId('local'), /^sb-local-[0-9a-z]{20}$/);
+  test('newSandboxId gives sb-<edge>-z<20 base-36 characters: the millisecond, then 56 random bits>', () => {
+    assert.match(newSandboxId('local'), /^sb-local-z[0-9a-z]{20}$/);
   });
 
   test('every new id matches the id pattern the HTTP API accepts', () => {
@@ -28,6 +28,8 @@ describe('sandbox ids', () => {
     t.mock.method(Date, 'now', () => now + 1);
     const later = Array.from({ length: 50 }, () => newSandboxId('local'));
     for (const a of earlier) for (const b of later) assert.ok(a < b, `${a} < ${b}`);
+    // Ids of an older dsec (the creation second first) sort before every new one.
+    assert.ok('sb-local-0tpnq5p0123456789a' < newSandboxId('local'));
   });
 
   test('ids are unique', () => {

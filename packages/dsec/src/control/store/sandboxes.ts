@@ -189,7 +189,12 @@ export class SqlSandboxRecords implements SandboxRecords {
       params.push(createdAt, afterId);
     }
     if (filter.status) {
-      where.push('s.status = ?');
+      // SQLite has no statistics to choose by: given a project or an edge too, it took the status's
+      // index and read every sandbox of that status in the cluster (54–86 ms at 400,000 for a
+      // project of 5). The unary + keeps it off that index, on the project's or edge's, which
+      // reads that project's or edge's rows in list order. PostgreSQL chooses by its statistics.
+      const narrower = filter.project !== undefined || filter.edge !== undefined;
+      where.push(narrower && this.db.dialect === 'sqlite' ? '+s.status = ?' : 's.status = ?');
       params.push(filter.status);
     }
     if (filter.edge) {

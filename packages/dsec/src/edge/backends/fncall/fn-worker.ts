@@ -24,7 +24,7 @@ const ANSWER_GRACE_MS = 5_000;
 /** A call's killed processes are reaped by the sandbox's init at once; a check waits this many 2 ms rounds for that before it calls one a leftover. */
 const SETTLE_TRIES = 50;
 
-/** A worker sandbox id: `sb-<edge>-fn` + 20 base36 characters. Ordinary sandbox ids end in 13, so the two never meet. */
+/** A worker sandbox id: `sb-<edge>-fn` + 20 base36 characters. Ordinary sandbox ids (sandbox-ids.ts) never begin with `fn` after the edge, so the two never meet. */
 export function newWorkerId(edge: string): string {
   let s = '';
   while (s.length < 20) s += randomBytes(8).readBigUInt64BE().toString(36);
