@@ -90,9 +90,8 @@ export class SqliteChangeFeed implements ChangeFeed {
     // Asked again after any I/O and any statement: until the event loop's callback (its ticks and
     // promise jobs) is done no new I/O is read, so no request sent after another process's commit
     // is served meanwhile, and another connection of this process commits only by a statement.
-    // Measured under `dsec bench cluster`: a create's three reads look twice, not three times (its
-    // key is read in the tick before its body's end event, which a tick of its own follows), and
-    // a look reads the WAL-index header; data_version is asked after a commit only.
+    // Measured under `dsec bench cluster`: a create's three reads ask twice, not three times (its
+    // key is read in the tick before its body's end event, which a tick of its own follows).
     if (this.#asked && this.#askedAt === sqliteStatements()) return;
     if (!this.#asked) process.nextTick(this.#askAgain);
     this.#asked = true;
