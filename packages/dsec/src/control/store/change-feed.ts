@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import pg from 'pg';
 import type { Sql } from './sql.js';
-import { sqliteStatements, WAL_INDEX_HEADER_BYTES, type SqliteDb } from './sqlite-db.js';
+import { sqliteStatements, type SqliteDb } from './sqlite-db.js';
 
 /**
  * Tells a control plane when any replica changed a kind of record that it keeps in memory
@@ -44,38 +44,8 @@ export class SqliteChangeFeed implements ChangeFeed {
   };
   readonly #listeners: ((topic: string) => void)[] = [];
 
-  /**
-   * The WAL-index header as read just before the last look at data_version, and a buffer for the
-   * next read: while the header reads the same, no connection has committed since that look, and
-   * data_version need not be asked (SqliteDb.walIndexHeader). This connection's own commits change
-   * it too: the look after one asks data_version once more.
-   */
-  #seenHeader: Buffer | undefined;
-  #header: Buffer = Buffer.alloc(WAL_INDEX_HEADER_BYTES);
-  #looks = 0;
-
-  constructor(private readonly db: Pick<SqliteDb, 'dataVersion' | 'walIndexHeader'>) {
-    this.#version = this.#look();
-  }
-
-  /** How many times data_version was asked (tests). */
-  get looks(): number {
-    return this.#looks;
-  }
-
-  /** data_version, with the WAL-index header read just before it remembered (or forgotten, if it could not be read). */
-  #look(): number {
-    this.#looks++;
-    const read = this.db.walIndexHeader(this.#header);
-    const version = this.db.dataVersion();
-    if (read) [this.#seenHeader, this.#header] = [this.#header, this.#seenHeader ?? Buffer.alloc(WAL_INDEX_HEADER_BYTES)];
-    else this.#seenHeader = undefined;
-    return version;
-  }
-
-  /** Whether the WAL-index header still reads as it did before the last look: then nothing was committed since. */
-  #unchanged(): boolean {
-    return this.#seenHeader !== undefined && this.db.walIndexHeader(this.#header) && this.#header.equals(this.#seenHeader);
+  constructor(private readonly db: Pick<SqliteDb, 'dataVersion'>) {
+    this.#version = db.dataVersion();
   }
 
   get live(): boolean {
@@ -96,8 +66,7 @@ export class SqliteChangeFeed implements ChangeFeed {
     if (!this.#asked) process.nextTick(this.#askAgain);
     this.#asked = true;
     this.#askedAt = sqliteStatements();
-    if (this.#unchanged()) return;
-    const version = this.#look();
+    const version = this.db.dataVersion();
     if (version === this.#version) return;
     this.#version = version;
     for (const l of this.#listeners) l('*');

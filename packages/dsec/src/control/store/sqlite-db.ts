@@ -1,4 +1,4 @@
-import { chmodSync, closeSync, existsSync, openSync, readSync } from 'node:fs';
+import { chmodSync, existsSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 import { BACKSTOP_PAGES, SqliteCheckpointer } from './sqlite-checkpointer.js';
@@ -11,9 +11,6 @@ const MAX_CACHED_STATEMENTS = 500;
  * SqliteChangeFeed's check of data_version stands only while none ran since (sqliteStatements).
  */
 let statements = 0;
-
-/** The WAL-index header's size: two copies of its 48 bytes (SqliteDb.walIndexHeader). */
-export const WAL_INDEX_HEADER_BYTES = 96;
 
 /** How many statements this process's SQLite connections have run (see `statements`). */
 export function sqliteStatements(): number {
@@ -46,8 +43,6 @@ export class SqliteDb implements SqlDb {
   readonly #checkpointer: SqliteCheckpointer | undefined;
   /** `PRAGMA data_version`, prepared once (dataVersion). */
   readonly #dataVersion: Database.Statement;
-  /** The WAL-index (-shm) file, read by walIndexHeader; undefined for an in-memory database or one it could not open. */
-  #shm: number | undefined;
 
   constructor(file: string) {
     this.#db = new Database(file);
@@ -80,14 +75,6 @@ export class SqliteDb implements SqlDb {
       this.#checkpointer = SqliteCheckpointer.start(file);
     }
     this.#dataVersion = this.#db.prepare('PRAGMA data_version').pluck();
-    if (file !== ':memory:') {
-      try {
-        this.#dataVersion.get(); // a read: SQLite makes the -shm file at its first
-        this.#shm = openSync(`${file}-shm`, 'r');
-      } catch {
-        this.#shm = undefined; // walIndexHeader then says so, and data_version is asked every time
-      }
-    }
     this.#direct = {
       dialect: this.dialect,
       all: async <T>(sql: string, params: readonly SqlValue[] = []) => (statements++, this.#prepared(sql).all(...bind(params)) as T[]),
@@ -166,29 +153,10 @@ export class SqliteDb implements SqlDb {
     return this.#dataVersion.get() as number;
   }
 
-  /**
-   * Reads the WAL-index header (the first WAL_INDEX_HEADER_BYTES of the -shm file: SQLite's two
-   * copies of it, sqlite.org/fileformat2.html#walindexformat) into `into`; false when it cannot.
-   * Every commit, by any connection, rewrites it (its change counter, the WAL's last frame) before
-   * readers can see the commit, so while it reads the same as before a data_version, nothing was
-   * committed since. One pread, where data_version is a read transaction: two fcntl lock calls and
-   * a statement, ~12 µs here, looked at once or twice per create (SqliteChangeFeed).
-   */
-  walIndexHeader(into: Buffer): boolean {
-    if (this.#shm === undefined) return false;
-    try {
-      return readSync(this.#shm, into, 0, WAL_INDEX_HEADER_BYTES, 0) === WAL_INDEX_HEADER_BYTES;
-    } catch {
-      return false;
-    }
-  }
-
   async close(): Promise<void> {
     while (this.#open) await this.#open;
     await this.#checkpointer?.close();
     this.#db.close();
-    if (this.#shm !== undefined) closeSync(this.#shm);
-    this.#shm = undefined;
   }
 
   #prepared(sql: string, raw = false): Database.Statement {
