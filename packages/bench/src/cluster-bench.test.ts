@@ -160,13 +160,17 @@ describe('bench cluster targets and rendering', () => {
     const [rate, batch, spread] = clusterScenario.targets(result());
     assert.equal(rate!.ok, false);
     assert.match(rate!.note, /missed by 2500 creates\/s/);
-    assert.equal(batch!.ok, false, '2000/s is short of 3200/s');
+    assert.equal(batch!.ok, false, '2000/s is short of 16000/s');
     assert.match(batch!.measured, /32000 would take 16 s/);
     assert.equal(spread!.ok, true);
     const full = clusterScenario.targets(
-      result({ batch: { ...result().batch, count: 32000, placed: 32000, placedSeconds: 9.5, placedPerSecond: 3368, spreadPct: 12 } }),
+      result({ batch: { ...result().batch, count: 32000, placed: 32000, placedSeconds: 1.9, placedPerSecond: 16842, spreadPct: 12 } }),
     );
     assert.equal(full[1]!.ok, true);
+    const slow = clusterScenario.targets(
+      result({ batch: { ...result().batch, count: 32000, placed: 32000, placedSeconds: 4.2, placedPerSecond: 7619 } }),
+    );
+    assert.equal(slow[1]!.ok, false, "4.2 s is over issue 31's 2 s");
     assert.equal(full[2]!.ok, false);
   });
 
