@@ -326,6 +326,13 @@ describe('sandbox lifecycle', { skip: integrationSkipReason(), timeout: 120_000 
       const iterated: string[] = [];
       for await (const s of Sandbox.iterate({ ...server.conn, labels, pageSize: 2 })) iterated.push(s.id);
       assert.deepEqual(iterated, paged, 'iterate pages in list order');
+      const newest = await Sandbox.listPage({ ...server.conn, labels, limit: 3, order: 'newest' });
+      const older = await Sandbox.listPage({ ...server.conn, labels, limit: 3, order: 'newest', after: newest.next! });
+      assert.deepEqual(
+        [...newest.sandboxes, ...older.sandboxes].map((s) => s.id),
+        [...paged].reverse(),
+        'newest first, page by page',
+      );
       const counts = await Sandbox.counts(server.conn);
       assert.ok((counts.counts['running'] ?? 0) >= 5);
       assert.equal(

@@ -24,13 +24,20 @@ export type ListOptions = ConnectionOptions & CallOptions & ListFilter;
 /** The largest page the server gives (ListSandboxesQuery's limit). */
 export const MAX_PAGE = 10_000;
 
-function listQuery(f: ListFilter, page?: { limit: number; after?: string | undefined }): Record<string, string | string[] | undefined> {
+/** The order of a page: oldest first (the server's default) or newest first. */
+export type ListOrder = 'oldest' | 'newest';
+
+function listQuery(
+  f: ListFilter,
+  page?: { limit: number; after?: string | undefined; order?: ListOrder | undefined },
+): Record<string, string | string[] | undefined> {
   return {
     label: Object.entries(f.labels ?? {}).map(([k, v]) => `${k}=${v}`),
     status: f.status,
     project: f.project,
     limit: page ? String(page.limit) : undefined,
     after: page?.after,
+    order: page?.order,
   };
 }
 
@@ -45,15 +52,15 @@ export async function listSandboxes(opts: ListOptions): Promise<SandboxInfo[]> {
   return res.sandboxes;
 }
 
-/** One page (oldest first) and the cursor of the next, absent on the last. */
-export async function listPage(opts: ListOptions & { limit: number; after?: string }): Promise<SandboxList> {
-  const { signal, timeoutMs, labels, status, project, limit, after, ...connOpts } = opts;
+/** One page (oldest first, or newest with `order: 'newest'`) and the cursor of the next, absent on the last. */
+export async function listPage(opts: ListOptions & { limit: number; after?: string; order?: ListOrder }): Promise<SandboxList> {
+  const { signal, timeoutMs, labels, status, project, limit, after, order, ...connOpts } = opts;
   if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE)
     throw new InvalidRequestError(`limit must be an integer from 1 to ${MAX_PAGE}, got ${String(limit)}`, 'INVALID_REQUEST', undefined, {
       field: 'limit',
     });
   return new Connection(connOpts).json<SandboxList>('GET', '/v1/sandboxes', {
-    query: listQuery({ labels, status, project }, { limit, after }),
+    query: listQuery({ labels, status, project }, { limit, after, order }),
     signal,
     timeoutMs,
   });

@@ -27,7 +27,16 @@ import { InvalidRequestError, UnreachableError } from './errors.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
-import { bulk, type BulkOptions, countSandboxes, iterateSandboxes, listPage, listSandboxes, type ListOptions } from './listing.js';
+import {
+  bulk,
+  type BulkOptions,
+  countSandboxes,
+  iterateSandboxes,
+  listPage,
+  listSandboxes,
+  type ListOptions,
+  type ListOrder,
+} from './listing.js';
 import { Image } from './image.js';
 import { Ports } from './ports.js';
 import { Sessions } from './sessions.js';
@@ -193,10 +202,10 @@ export class Sandbox {
   }
 
   /**
-   * One page of a listing, oldest first, with the cursor of the next (`next`, absent on the last).
+   * One page of a listing, oldest first (`order: 'newest'`: newest first), with the cursor of the next (`next`, absent on the last).
    * @example let page = await Sandbox.listPage({ labels: { run: 'r1' }, limit: 1000 }); page = await Sandbox.listPage({ labels: { run: 'r1' }, limit: 1000, after: page.next });
    */
-  static async listPage(opts: ListOptions & { limit: number; after?: string }): Promise<SandboxList> {
+  static async listPage(opts: ListOptions & { limit: number; after?: string; order?: ListOrder }): Promise<SandboxList> {
     return listPage(opts);
   }
 

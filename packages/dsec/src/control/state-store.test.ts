@@ -235,6 +235,8 @@ describe('StateStore sandboxes', () => {
         [{ edge: 'local', limit: 1, after: first.next }, 'edge'],
         [{ edge: 'local', status: 'running', limit: 1 }, 'edge'],
         [{ status: 'running', limit: 1, after: first.next }, 'status'],
+        [{ project: 'default', order: 'newest', limit: 1, after: first.next }, 'project'],
+        [{ status: 'running', order: 'newest', limit: 1 }, 'status'],
       ];
       try {
         plans.length = 0;
@@ -415,6 +417,51 @@ describe('StateStore sandboxes', () => {
       await s.sandboxes.delete('sb-local-page00');
       assert.equal((await s.db.all('SELECT * FROM sandbox_labels WHERE sandbox_id = ?', ['sb-local-page00'])).length, 0);
       assert.equal((await s.sandboxes.list({ labels: { run: 'r' } })).length, 3);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('list pages newest first (order: newest): every filter, page by page with its cursor, the oldest-first list backwards', async () => {
+    const file = join(dir, 'pages-newest.db');
+    const s = await StateStore.open(await testStoreLocation(file));
+    try {
+      for (let i = 0; i < 7; i++)
+        await s.sandboxes.insert(
+          info(
+            `sb-local-newest${i}`,
+            { run: i % 2 === 0 ? 'even' : 'odd' },
+            { createdAt: `2025-01-01T00:00:0${i}.000Z`, edge: i < 5 ? 'local' : 'other' },
+          ),
+        );
+      await s.sandboxes.setStatus('sb-local-newest3', 'paused');
+      const all = async (filter: SandboxFilter): Promise<string[]> => {
+        const ids: string[] = [];
+        let after: string | undefined;
+        do {
+          const p = await s.sandboxes.page({ ...filter, limit: 2, ...(after ? { after } : {}) });
+          ids.push(...p.sandboxes.map((x) => x.id));
+          after = p.next;
+        } while (after);
+        return ids;
+      };
+      for (const filter of [
+        {},
+        { labels: { run: 'even' } },
+        { edge: 'local' },
+        { project: 'default' },
+        { status: 'running' as const },
+        { edge: 'local', status: 'running' as const },
+      ]) {
+        const oldest = (await s.sandboxes.list(filter)).map((x) => x.id);
+        assert.ok(oldest.length >= 2, JSON.stringify(filter));
+        assert.deepEqual(await all({ ...filter, order: 'newest' }), [...oldest].reverse(), JSON.stringify(filter));
+        assert.deepEqual(await all(filter), oldest, JSON.stringify(filter));
+      }
+      assert.deepEqual(
+        (await s.sandboxes.page({ order: 'newest', limit: 2 })).sandboxes.map((x) => x.id),
+        ['sb-local-newest6', 'sb-local-newest5'],
+      );
     } finally {
       await s.close();
     }

@@ -118,7 +118,12 @@ describe('web dashboard in headless Chromium', { skip: skipReason(), timeout: 18
   });
 
   test('filters by label and by state', async () => {
+    // The list is asked for as a page of the newest, never whole (400,000 every 2 s).
+    const asked = page.waitForRequest((r) => r.url().includes('/v1/sandboxes?'));
     await go('#/sandboxes');
+    const url = new URL((await asked).url());
+    assert.equal(url.searchParams.get('order'), 'newest');
+    assert.equal(url.searchParams.get('limit'), '500');
     await page.getByLabel('labels').fill(`suite=ui-${run} role=first`);
     await page.getByRole('button', { name: 'Filter' }).click();
     await page.locator('[data-testid=sandbox-count]').getByText('1 sandbox', { exact: true }).waitFor();

@@ -221,10 +221,18 @@ export const ListSandboxesQuery = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: 10_000,
-        description: 'At most this many, oldest first, and `next` when there are more (default: all).',
+        description: 'At most this many, in `order`, and `next` when there are more (default: all).',
       }),
     ),
-    after: Type.Optional(Type.String({ minLength: 1, description: "The page after this cursor (a previous page's `next`)." })),
+    after: Type.Optional(
+      Type.String({ minLength: 1, description: "The page after this cursor (a previous page's `next`, of the same filters and order)." }),
+    ),
+    order: Type.Optional(
+      Type.Union([Type.Literal('oldest'), Type.Literal('newest')], {
+        description:
+          'Oldest first (the default) or newest first: `limit` with `newest` is the latest sandboxes, read as one range of an index.',
+      }),
+    ),
   },
   { additionalProperties: false },
 );

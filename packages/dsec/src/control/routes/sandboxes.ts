@@ -66,6 +66,7 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         if (req.query.status) filter.status = req.query.status;
         if (req.query.limit) filter.limit = req.query.limit;
         if (req.query.after) filter.after = req.query.after;
+        if (req.query.order) filter.order = req.query.order;
         // The SandboxList's JSON text, written from the store's rows (store/sandbox-info-row.ts):
         // Fastify sends a JSON string as it is, where objects would be built and then serialized.
         return reply.type(JSON_UTF8).send((await control.sandboxes.pageJson(req.caller, filter)) as never);

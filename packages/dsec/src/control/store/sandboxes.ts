@@ -21,10 +21,12 @@ export interface SandboxFilter {
   status?: SandboxStatus;
   edge?: string;
   project?: string;
-  /** At most this many (oldest first), and the cursor of the next page when there are more. */
+  /** At most this many (in `order`), and the cursor of the next page when there are more. */
   limit?: number;
-  /** The page after this cursor (a previous page's `next`). */
+  /** The page after this cursor (a previous page's `next`, of the same filters and order). */
   after?: string;
+  /** Oldest first (the default) or newest first: the same index ranges read backwards. */
+  order?: 'oldest' | 'newest';
 }
 
 /** One group of countGroups(): the rows of one status on one edge in one project. */
@@ -152,7 +154,7 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   /**
-   * A page of sandboxes in list order (created_at, id). With labels, the first pair's rows of the
+   * A page of sandboxes in list order (created_at, id; `order: 'newest'` backwards). With labels, the first pair's rows of the
    * label index (sandbox_labels_page: key, value, created_at, id) are the page, read as one range
    * from the cursor on, and each further pair is a lookup in the same index; without, the
    * sandboxes in created order. Never every row's JSON, never all matches for one page.
@@ -173,6 +175,7 @@ export class SqlSandboxRecords implements SandboxRecords {
     const [first, ...more] = Object.entries(filter.labels ?? {});
     // The columns the order and the cursor are on: the label rows' copy when a label leads.
     const [at, id] = first ? ['l.created_at', 'l.sandbox_id'] : ['s.created_at', 's.id'];
+    const newest = filter.order === 'newest';
     if (first) {
       where.push('l.key = ? AND l.value = ?');
       params.push(first[0], first[1]);
@@ -185,7 +188,7 @@ export class SqlSandboxRecords implements SandboxRecords {
       const [createdAt, afterId] = decodeCursor(filter.after);
       // A row value: both engines read it as the start of the index range, where an OR of the
       // two cases was a filter over every entry before the cursor (PostgreSQL).
-      where.push(`(${at}, ${id}) > (?, ?)`);
+      where.push(`(${at}, ${id}) ${newest ? '<' : '>'} (?, ?)`);
       params.push(createdAt, afterId);
     }
     if (filter.status) {
@@ -207,7 +210,7 @@ export class SqlSandboxRecords implements SandboxRecords {
     }
     const limit = filter.limit;
     const from = first ? 'sandbox_labels l JOIN sandboxes s ON s.id = l.sandbox_id' : 'sandboxes s';
-    const sql = `SELECT ${ROW_COLUMNS_S} FROM ${from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${at}, ${id}${limit ? ` LIMIT ${limit + 1}` : ''}`;
+    const sql = `SELECT ${ROW_COLUMNS_S} FROM ${from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${at}${newest ? ' DESC' : ''}, ${id}${newest ? ' DESC' : ''}${limit ? ` LIMIT ${limit + 1}` : ''}`;
     // As arrays, not objects: better-sqlite3 names each row's 19 columns in C++ at a cost that was
     // half of a 1,000-row page's time; the same object built here costs a fraction of it.
     const rows = (await this.db.values(sql, params)).map(rowOfValues);
