@@ -341,12 +341,13 @@ class AsyncSandbox(client.SandboxCore["AsyncSandbox"]):
         after: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
         status: Optional[str] = None,
+        order: Optional[str] = None,
         timeout: Optional[float] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
     ) -> listing.SandboxPage:
         """See ``Sandbox.list_page``."""
-        return await transport_for(url, api_key).run(listing.list_page(labels, status, limit, after, timeout))
+        return await transport_for(url, api_key).run(listing.list_page(labels, status, limit, after, timeout, order))
 
     @classmethod
     async def iterate(

@@ -18,7 +18,7 @@ MAX_PAGE = 10_000
 
 @dataclass
 class SandboxPage:
-    """One page of a listing, oldest first; ``next`` is the cursor of the next page (None on the last)."""
+    """One page of a listing, oldest first (or newest, as asked); ``next`` is the cursor of the next page (None on the last)."""
 
     sandboxes: List[m.SandboxInfo] = field(default_factory=list)
     next: Optional[str] = None
@@ -40,12 +40,23 @@ class SandboxCounts:
         return cls(dict(d["counts"]), int(d["total"]))
 
 
+#: The orders a page may come in: oldest first (the server's default) or newest first.
+ORDERS = ("oldest", "newest")
+
+
 def list_page(
-    labels: Optional[Mapping[str, str]], status: Optional[str], limit: int, after: Optional[str], timeout: Optional[float]
+    labels: Optional[Mapping[str, str]],
+    status: Optional[str],
+    limit: int,
+    after: Optional[str],
+    timeout: Optional[float],
+    order: Optional[str] = None,
 ) -> Op[SandboxPage]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise _invalid("limit", f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
-    q = _query(label=[f"{k}={v}" for k, v in (labels or {}).items()] or None, status=status, limit=limit, after=after)
+    if order is not None and order not in ORDERS:
+        raise _invalid("order", f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    q = _query(label=[f"{k}={v}" for k, v in (labels or {}).items()] or None, status=status, limit=limit, after=after, order=order)
     return Op(Call("GET", "/v1/sandboxes", query=q, timeout=timeout), SandboxPage.from_wire)
 
 

@@ -394,15 +394,16 @@ class Sandbox(client.SandboxCore["Sandbox"]):
         after: Optional[str] = None,
         labels: Optional[Mapping[str, str]] = None,
         status: Optional[str] = None,
+        order: Optional[str] = None,
         timeout: Optional[float] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
     ) -> listing.SandboxPage:
-        """One page of a listing, oldest first, and the cursor of the next (``next``, None on the last).
+        """One page of a listing, oldest first (``order="newest"``: newest first), and the cursor of the next (``next``, None on the last).
 
         Example: ``page = dsec.Sandbox.list_page(labels={"run": "r7"}, limit=1000); page = dsec.Sandbox.list_page(labels={"run": "r7"}, limit=1000, after=page.next)``
         """
-        return transport_for(url, api_key).run(listing.list_page(labels, status, limit, after, timeout))
+        return transport_for(url, api_key).run(listing.list_page(labels, status, limit, after, timeout, order))
 
     @classmethod
     def iterate(

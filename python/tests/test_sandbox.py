@@ -316,6 +316,11 @@ class ListingTest(unittest.TestCase):
             paged = [s.id for p in (first, second, third) for s in p.sandboxes]
             self.assertEqual(sorted(paged), sorted(ids))
             self.assertEqual([s.id for s in dsec.Sandbox.iterate(labels={"py-test": "pages"}, page_size=2, **conn())], paged)
+            newest = dsec.Sandbox.list_page(labels={"py-test": "pages"}, limit=3, order="newest", **conn())
+            older = dsec.Sandbox.list_page(labels={"py-test": "pages"}, limit=3, order="newest", after=newest.next, **conn())
+            self.assertEqual([s.id for p in (newest, older) for s in p.sandboxes], paged[::-1])
+            with self.assertRaises(dsec.InvalidRequestError):
+                dsec.Sandbox.list_page(limit=2, order="sideways", **conn())
             counts = dsec.Sandbox.counts(**conn())
             self.assertGreaterEqual(counts.counts.get("running", 0), 5)
             self.assertEqual(counts.total, sum(counts.counts.values()))
