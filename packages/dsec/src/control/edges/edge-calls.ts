@@ -23,9 +23,12 @@ export class EdgeCalls {
 
   /** A call that ends after `timeoutMs` (none: no limit) or when `signal` aborts; `done` it when it settles. */
   start(timeoutMs: number | undefined, signal: AbortSignal | undefined): EdgeCall {
-    const call = new EdgeCall(this.#calls, timeoutMs, signal);
-    this.#calls.add(call);
-    return call;
+    return new EdgeCall(this.#calls, timeoutMs, signal);
+  }
+
+  /** Calls in flight (tests: none is left behind once settled). */
+  get size(): number {
+    return this.#calls.size;
   }
 
   /** Ends every call in flight (the edge was declared lost); calls started later are not affected. */
@@ -45,6 +48,9 @@ export class EdgeCall {
     timeoutMs: number | undefined,
     private readonly signal: AbortSignal | undefined,
   ) {
+    // In the set before anything can end it: a call whose caller had already aborted ends here,
+    // and its done() must find it there to take it out.
+    calls.add(this);
     if (timeoutMs !== undefined) this.#timer = setTimeout(() => this.end('timeout'), timeoutMs).unref();
     if (signal?.aborted) this.end('caller', signal.reason);
     else if (signal) {

@@ -154,10 +154,11 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   /**
-   * A page of sandboxes in list order (created_at, id; `order: 'newest'` backwards). With labels, the first pair's rows of the
-   * label index (sandbox_labels_page: key, value, created_at, id) are the page, read as one range
-   * from the cursor on, and each further pair is a lookup in the same index; without, the
-   * sandboxes in created order. Never every row's JSON, never all matches for one page.
+   * A page of sandboxes in list order (created_at, id; `order: 'newest'` backwards). With labels,
+   * the first pair's rows of the label index (sandbox_labels_page: key, value, created_at, id) are
+   * the page, read as one range from the cursor on, and each further pair is a lookup in the same
+   * index; without, the sandboxes in created order. Never every row's JSON, never all matches for
+   * one page.
    */
   async page(filter: SandboxFilter): Promise<{ sandboxes: SandboxInfo[]; next?: string }> {
     const { rows, next } = await this.#pageRows(filter);
@@ -176,6 +177,7 @@ export class SqlSandboxRecords implements SandboxRecords {
     // The columns the order and the cursor are on: the label rows' copy when a label leads.
     const [at, id] = first ? ['l.created_at', 'l.sandbox_id'] : ['s.created_at', 's.id'];
     const newest = filter.order === 'newest';
+    const dir = newest ? ' DESC' : '';
     if (first) {
       where.push('l.key = ? AND l.value = ?');
       params.push(first[0], first[1]);
@@ -210,7 +212,7 @@ export class SqlSandboxRecords implements SandboxRecords {
     }
     const limit = filter.limit;
     const from = first ? 'sandbox_labels l JOIN sandboxes s ON s.id = l.sandbox_id' : 'sandboxes s';
-    const sql = `SELECT ${ROW_COLUMNS_S} FROM ${from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${at}${newest ? ' DESC' : ''}, ${id}${newest ? ' DESC' : ''}${limit ? ` LIMIT ${limit + 1}` : ''}`;
+    const sql = `SELECT ${ROW_COLUMNS_S} FROM ${from} ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${at}${dir}, ${id}${dir}${limit ? ` LIMIT ${limit + 1}` : ''}`;
     // As arrays, not objects: better-sqlite3 names each row's 19 columns in C++ at a cost that was
     // half of a 1,000-row page's time; the same object built here costs a fraction of it.
     const rows = (await this.db.values(sql, params)).map(rowOfValues);
