@@ -3,7 +3,9 @@
 Every method takes a keyword ``timeout`` in seconds: the deadline of the HTTP call (for
 commands it is the command's own timeout, and ``request_timeout`` bounds the call). The asyncio
 client (``aio.py``) has the same surface with ``await``. Both are faces over ``client.py``,
-which holds what each call does; this module runs it over the blocking transport.
+which holds what each call does; this module runs it over the blocking transport. It is one
+file because it is one surface: each method is a few lines handing a ``client.py`` call to the
+transport, in the order the TypeScript SDK's ``Sandbox`` has them.
 """
 
 from __future__ import annotations

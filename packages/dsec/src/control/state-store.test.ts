@@ -12,6 +12,12 @@ import { MIGRATIONS, migrate } from './store/migrations.js';
 import { SqliteDb } from './store/sqlite-db.js';
 import type { SqlValue } from './store/sql.js';
 
+/*
+ * The state store's records on either engine (DSEC_TEST_STORE=postgres runs this file on
+ * PostgreSQL): one file because its tests share one store and its rows (the `before` below), and
+ * each record's tests read that store after the others wrote it, as the control plane does.
+ */
+
 /** A sandbox record with these labels (test/helpers/sandbox-row.ts). */
 function info(id: string, labels: Record<string, string>, extra: Record<string, unknown> = {}): SandboxInfo {
   return sandboxRow(id, { labels, ...extra });

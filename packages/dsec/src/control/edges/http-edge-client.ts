@@ -86,6 +86,11 @@ const NEVER_SENT = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOT
  * ApiErrors with the same code, so callers cannot tell an in-process edge from a remote one. An
  * edge that cannot be reached is EDGE_UNAVAILABLE (with `retryable: true` when the request never
  * left, e.g. connection refused).
+ *
+ * One file for one concept, the client side of the edge protocol: each EdgeApi method is a few
+ * lines mapping to a route, and they share the transport (#json, #send, #fetch) that the file's
+ * length is mostly made of. What stands alone is in files of its own (edge-calls.ts: how a call
+ * ends early; the protocol's schemas, exec lines and port streams under edge/protocol/).
  */
 export class HttpEdgeClient implements EdgeApi {
   readonly #base: string;

@@ -1,7 +1,8 @@
 import type { Dialect, Sql, SqlDb } from './sql.js';
 
 /**
- * Every change to the control plane's schema, in order, for both engines: a store applies the ones
+ * Every change to the control plane's schema, in order, for both engines (one file: the schema's
+ * history, read top to bottom, which a split would scatter): a store applies the ones
  * it has not yet (recorded in schema_migrations), in one transaction. Add a new entry at the end
  * for a new table or column; never edit one that has shipped. Types are ones both engines know
  * (BIGINT for epoch milliseconds, DOUBLE PRECISION for fractions); `blob` is the one that differs.
