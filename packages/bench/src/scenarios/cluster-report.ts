@@ -225,6 +225,14 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
       ['metric', 'value'],
       [
         [`creates/s (${rate.ok} creates, ${rate.clients} concurrent clients)`, rate.createsPerSecond],
+        ...(rate.warmup
+          ? [
+              [
+                `creates/s of the warm-up just before (${rate.warmup.ok} creates, a fresh control plane's first)`,
+                rate.warmup.createsPerSecond,
+              ],
+            ]
+          : []),
         ['create latency under that load, p50 / p90 / p99 (ms)', `${rate.latency.p50} / ${rate.latency.p90} / ${rate.latency.p99}`],
         [`batch of ${batch.count}: how`, batch.note],
         ['batch: accepted after (s)', batch.mode === 'batch-api' ? batch.acceptedSeconds : 'n/a (each create is accepted as it is placed)'],
@@ -330,7 +338,8 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
 
 export function clusterLines(r: ClusterResult): string[] {
   const out = [
-    `rate    ${r.rate.ok} creates in ${r.rate.seconds} s = ${r.rate.createsPerSecond}/s (${r.rate.clients} clients, ${r.edges.length} simulated edges), create p50 ${r.rate.latency.p50} ms p99 ${r.rate.latency.p99} ms`,
+    `rate    ${r.rate.ok} creates in ${r.rate.seconds} s = ${r.rate.createsPerSecond}/s (${r.rate.clients} clients, ${r.edges.length} simulated edges), create p50 ${r.rate.latency.p50} ms p99 ${r.rate.latency.p99} ms` +
+      (r.rate.warmup ? `; warm-up before it ${r.rate.warmup.ok} at ${r.rate.warmup.createsPerSecond}/s` : ''),
     `batch   ${r.batch.placed}/${r.batch.count} placed in ${r.batch.placedSeconds} s = ${r.batch.placedPerSecond}/s (${r.batch.mode}), spread ${r.batch.spreadPct} % (${perEdgeText(r.batch.perEdge)}), GET p50 ${r.batch.readLatency.p50} ms`,
     `cost    control plane ${r.rate.cpu[0]?.usPerCreate} µs CPU per create; sqlite writes ${r.costs.sqliteWritesUs} µs; edge call ${r.costs.edgeCallUs} µs`,
   ];

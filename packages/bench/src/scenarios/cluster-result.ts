@@ -9,6 +9,8 @@ export interface ClusterOptions {
   clients: number;
   /** Creates in the rate phase. @default 5000 */
   creates: number;
+  /** Creates just before the rate phase, timed apart (RatePhase.warmup). @default 5000 */
+  warmup: number;
   /** Sandboxes in the batch phase (32000: the issue's job size). @default 2000 */
   batchCount: number;
   /** The batch's creates in flight (its `concurrency`). @default 64 */
@@ -41,6 +43,12 @@ export interface RatePhase {
   perEdge: PerEdge;
   /** CPU seconds each process spent in the phase, and per create (µs). */
   cpu: { process: string; seconds: number; usPerCreate: number }[];
+  /**
+   * The creates made just before, unmeasured but timed: a fresh control plane's first creates run
+   * through code V8 has not yet compiled (its JIT), and the simulated edges' too. Absent in
+   * results from before the tenth stop (a 1,000-create warm-up, not timed).
+   */
+  warmup?: { creates: number; ok: number; seconds: number; createsPerSecond: number };
 }
 
 export interface BatchPhase {
