@@ -225,6 +225,10 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
       ['metric', 'value'],
       [
         [`creates/s (${rate.ok} creates, ${rate.clients} concurrent clients)`, rate.createsPerSecond],
+        ...(rate.controlLoopBusy !== undefined
+          ? [["the control plane's event loop busy in the rate phase (its one thread; 1 = saturated)", rate.controlLoopBusy]]
+          : []),
+        ...(batch.controlLoopBusy !== undefined ? [["the control plane's event loop busy in the batch", batch.controlLoopBusy]] : []),
         ...(rate.warmup
           ? [
               [
@@ -341,7 +345,7 @@ export function clusterLines(r: ClusterResult): string[] {
     `rate    ${r.rate.ok} creates in ${r.rate.seconds} s = ${r.rate.createsPerSecond}/s (${r.rate.clients} clients, ${r.edges.length} simulated edges), create p50 ${r.rate.latency.p50} ms p99 ${r.rate.latency.p99} ms` +
       (r.rate.warmup ? `; warm-up before it ${r.rate.warmup.ok} at ${r.rate.warmup.createsPerSecond}/s` : ''),
     `batch   ${r.batch.placed}/${r.batch.count} placed in ${r.batch.placedSeconds} s = ${r.batch.placedPerSecond}/s (${r.batch.mode}), spread ${r.batch.spreadPct} % (${perEdgeText(r.batch.perEdge)}), GET p50 ${r.batch.readLatency.p50} ms`,
-    `cost    control plane ${r.rate.cpu[0]?.usPerCreate} µs CPU per create; sqlite writes ${r.costs.sqliteWritesUs} µs; edge call ${r.costs.edgeCallUs} µs`,
+    `cost    control plane ${r.rate.cpu[0]?.usPerCreate} µs CPU per create${r.rate.controlLoopBusy !== undefined ? ` (its event loop ${Math.round(r.rate.controlLoopBusy * 100)} % busy)` : ''}; sqlite writes ${r.costs.sqliteWritesUs} µs; edge call ${r.costs.edgeCallUs} µs`,
   ];
   if (r.hold)
     out.push(

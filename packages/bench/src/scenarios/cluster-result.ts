@@ -44,6 +44,11 @@ export interface RatePhase {
   /** CPU seconds each process spent in the phase, and per create (µs). */
   cpu: { process: string; seconds: number; usPerCreate: number }[];
   /**
+   * The share of the phase's wall time the control plane's event loop was busy (0–1, its
+   * dsec_event_loop_busy_seconds_total): near 1 its one thread is the limit, not the machine.
+   */
+  controlLoopBusy?: number | undefined;
+  /**
    * The creates made just before, unmeasured but timed: a fresh control plane's first creates run
    * through code V8 has not yet compiled (its JIT), and the simulated edges' too. Absent in
    * results from before the tenth stop (a 1,000-create warm-up, not timed).
@@ -75,6 +80,8 @@ export interface BatchPhase {
   createLatency: LatencySummary;
   /** CPU each process spent from the request to the last event, per sandbox placed (absent in results from before it was measured). */
   cpu?: { process: string; seconds: number; usPerCreate: number }[];
+  /** As RatePhase.controlLoopBusy, over the batch (batch-api mode). */
+  controlLoopBusy?: number | undefined;
 }
 
 /** Where a create's time goes, each part measured alone in the benchmark's process. */

@@ -100,6 +100,22 @@ async function createMany(
   return { ok: lat.length, errors, lat, perEdge, ids };
 }
 
+/**
+ * The control plane's event loop's busy seconds so far (its dsec_event_loop_busy_seconds_total;
+ * undefined from a build without it): over a phase, busy ÷ wall time is how near its one thread
+ * was to saturation.
+ */
+async function loopBusySeconds(http: HttpLoadClient): Promise<{ busy: number; at: number } | undefined> {
+  const r = await http.call('GET', '/metrics');
+  const m = r.status === 200 && typeof r.body === 'string' ? /^dsec_event_loop_busy_seconds_total (\S+)$/m.exec(r.body) : null;
+  return m ? { busy: Number(m[1]), at: performance.now() } : undefined;
+}
+
+/** The share of a phase's wall time the control plane's event loop was busy (0–1), from two loopBusySeconds. */
+function loopShare(a: { busy: number; at: number } | undefined, b: { busy: number; at: number } | undefined): number | undefined {
+  return a && b && b.at > a.at ? round((b.busy - a.busy) / ((b.at - a.at) / 1000), 3) : undefined;
+}
+
 /** Reads one URL over and over (10 ms apart) until stopped: the API's latency while the load runs. */
 function probe(http: HttpLoadClient, path: string): { stop: () => Promise<number[]> } {
   const lat: number[] = [];
@@ -218,11 +234,13 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     const warmSeconds = (performance.now() - w0) / 1000;
     accepted += warm.ok;
     const pids = { control: control.child.proc.pid!, edges: edges.child.proc.pid! };
+    const loop0 = await loopBusySeconds(http);
     const cpu0 = { control: cpuSeconds(pids.control), edges: cpuSeconds(pids.edges), self: selfCpuSeconds() };
     const t0 = performance.now();
     const a = await createMany(http, opts.creates, opts.clients, signal);
     const seconds = (performance.now() - t0) / 1000;
     const cpu1 = { control: cpuSeconds(pids.control), edges: cpuSeconds(pids.edges), self: selfCpuSeconds() };
+    const loop1 = await loopBusySeconds(http);
     accepted += a.ok;
     const per = (s: number): number => round((s * 1e6) / Math.max(1, a.ok), 1);
     const rate: RatePhase = {
@@ -247,6 +265,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
         },
         { process: 'load generator (this process)', seconds: round(cpu1.self - cpu0.self, 2), usPerCreate: per(cpu1.self - cpu0.self) },
       ],
+      controlLoopBusy: loopShare(loop0, loop1),
       warmup: { creates: opts.warmup, ok: warm.ok, seconds: round(warmSeconds, 3), createsPerSecond: round(warm.ok / warmSeconds, 1) },
     };
     say(
@@ -256,6 +275,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     say(`batch: ${opts.batchCount} sandboxes from accepted to all placed…`);
     const probed = probe(http, '/v1/nodes');
     let batch: BatchPhase;
+    const batchLoop0 = await loopBusySeconds(http);
     const batchCpu0 = { control: cpuSeconds(pids.control), edges: cpuSeconds(pids.edges), self: selfCpuSeconds() };
     const viaApi = await runBatchApi(
       control.url,
@@ -264,8 +284,10 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
       signal,
     );
     if (viaApi) {
+      const batchLoop1 = await loopBusySeconds(http);
       const readLatency = summarizeLatency(await probed.stop());
       batch = {
+        controlLoopBusy: loopShare(batchLoop0, batchLoop1),
         mode: 'batch-api',
         note: `one POST /v1/batches {count: ${opts.batchCount}, concurrency: ${opts.batchConcurrency}}; times from its NDJSON events`,
         ...viaApi,

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { ClusterMetrics, type ClusterView } from './cluster-metrics.js';
 import { RecentEvents } from './recent-events.js';
@@ -117,7 +118,10 @@ export class Metrics {
 
   constructor(opts: { processMetrics?: boolean } = {}) {
     // process_cpu_seconds_total, process_resident_memory_bytes, nodejs_eventloop_lag_seconds, …
-    if (opts.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    if (opts.processMetrics !== false) {
+      collectDefaultMetrics({ register: this.registry });
+      eventLoopBusy(this.registry);
+    }
     const recent = this.#recent;
     new Gauge({
       name: 'dsec_events_last_minute',
@@ -189,4 +193,27 @@ export class Metrics {
     await this.#cluster?.refresh();
     return { contentType: this.registry.contentType, text: await this.registry.metrics() };
   }
+}
+
+/**
+ * dsec_event_loop_busy_seconds_total: the time the process's event loop spent running callbacks
+ * rather than waiting for I/O (Node's event-loop utilization, read at each scrape). A control
+ * plane does its work on that one thread (HTTP, placement, store statements), so rate() of this
+ * counter is how near the replica is to its ceiling: at 1 more creates only queue, and another
+ * replica is what adds throughput. process_cpu_seconds_total cannot say it: it counts every
+ * thread (the store's checkpointer, V8's compiler and collector), and lag says it only once requests
+ * already wait.
+ */
+function eventLoopBusy(registry: Registry): void {
+  let counted = 0;
+  new Counter({
+    name: 'dsec_event_loop_busy_seconds_total',
+    help: "Time the control plane's event loop (its one JavaScript thread: HTTP, placement, store statements) spent running rather than waiting; rate() of it is the loop's utilization, from 0 to 1 (near 1: this replica is saturated, add one).",
+    registers: [registry],
+    collect() {
+      const busy = performance.eventLoopUtilization().active / 1000;
+      if (busy > counted) this.inc(busy - counted);
+      counted = busy;
+    },
+  });
 }
