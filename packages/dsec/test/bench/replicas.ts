@@ -16,6 +16,12 @@
  *     with two simulated edges of its own), each given half the load. They share nothing, so what
  *     they spend per create above one replica is what splitting the load over two processes costs
  *     on this machine, not what replicas do to work together; writes replicas-control-<time>.
+ *   --warmup=N (anywhere after the script): creates each replica makes before the measured ones,
+ *     not measured (default: `creates` with simulated edges, 0 with real ones). A fresh process's
+ *     first thousands of creates run through code V8 has not compiled yet, and a process pays that
+ *     once: measured cold, two replicas given half the creates each paid it twice for the same
+ *     work, and that, not sharing a store, was most of what two replicas spent per create above
+ *     one (the tenth stop's runs, docs/BENCHMARKS.md).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -23,15 +29,22 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { Pool } from 'undici';
 import { startSimulatedEdge } from '../../src/edge/simulated/simulated-edge.js';
 import { startEdgeDaemon } from '../../src/runtime/edge-daemon.js';
 import { testPostgres } from '../helpers/postgres.js';
 import { makeDataDir, newEdgeId } from '../helpers/server.js';
 
-const real = process.argv[4] === 'real';
-const control = process.argv[4] === 'control';
-const creates = Number(process.argv[2] ?? (real ? 100 : 2000));
-const concurrency = Number(process.argv[3] ?? (real ? 8 : 32));
+const flags = process.argv.slice(2).filter((a) => a.startsWith('--'));
+const args = process.argv.slice(2).filter((a) => !a.startsWith('--'));
+const real = args[2] === 'real';
+const control = args[2] === 'control';
+const creates = Number(args[0] ?? (real ? 100 : 2000));
+const concurrency = Number(args[1] ?? (real ? 8 : 32));
+const warmupFlag = flags.find((f) => f.startsWith('--warmup='));
+/** Creates each replica makes before the measured ones (see the opening comment). */
+const warmup = warmupFlag ? Number(warmupFlag.slice('--warmup='.length)) : real ? 0 : creates;
+if (!Number.isInteger(warmup) || warmup < 0) throw new Error(`--warmup=N: a whole number of creates per replica, got ${warmupFlag}`);
 /** Replicas of one run share this layer dir (as replicas on a shared mount would). */
 const layerDir = makeDataDir();
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -66,7 +79,30 @@ async function startReplica(store: string): Promise<Replica> {
   return { ...(JSON.parse(line) as { url: string; apiKey: string; joinToken: string }), child, dataDir };
 }
 
+/**
+ * Keep-alive HTTP to each replica, as `dsec bench cluster`'s load generator: undici's Pool, since
+ * the load generator shares this machine's 2 cores with the replicas it measures and fetch spends
+ * several times the Pool's CPU per request.
+ */
+const pools = new Map<string, Pool>();
+
+async function call(
+  r: Replica,
+  method: 'GET' | 'POST' | 'DELETE',
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; text: string }> {
+  let pool = pools.get(r.url);
+  if (!pool) pools.set(r.url, (pool = new Pool(r.url, { connections: concurrency })));
+  const headers: Record<string, string> = { authorization: `Bearer ${r.apiKey}` };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const res = await pool.request({ method, path, headers, body: body === undefined ? null : JSON.stringify(body) });
+  return { status: res.statusCode, text: await res.body.text() };
+}
+
 async function stopReplica(r: Replica): Promise<void> {
+  await pools.get(r.url)?.close();
+  pools.delete(r.url);
   r.child.kill('SIGTERM');
   await new Promise((res) => r.child.once('exit', res));
   rmSync(r.dataDir, { recursive: true, force: true });
@@ -168,12 +204,24 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
     // Every replica sees both edges (of its cluster) before the load starts.
     for (const r of replicas) {
       for (;;) {
-        const res = await fetch(`${r.url}/v1/nodes`, { headers: { authorization: `Bearer ${r.apiKey}` } });
+        const res = await call(r, 'GET', '/v1/nodes');
         // Edges of an earlier setup on the same store are lost by now, or soon: not counted.
-        if (((await res.json()) as { nodes: { state: string }[] }).nodes.filter((n) => n.state === 'ready').length === 2) break;
+        if ((JSON.parse(res.text) as { nodes: { state: string }[] }).nodes.filter((n) => n.state === 'ready').length === 2) break;
         await new Promise((res2) => setTimeout(res2, 100));
       }
     }
+    const create = async (r: Replica): Promise<string> => {
+      const res = await call(r, 'POST', '/v1/sandboxes', { image: 'busybox', resources: { memoryMiB: 16 } });
+      if (res.status !== 201) throw new Error(`create: HTTP ${res.status} ${res.text}`);
+      return (JSON.parse(res.text) as { id: string }).id;
+    };
+    // Each replica makes `warmup` creates first, not measured (round-robin: the same number each).
+    // Their sandboxes stay: simulated ones hold nothing; real ones are killed with the rest below.
+    const warmIds: string[] = [];
+    if (warmup > 0)
+      await load(replicas, warmup * replicas.length, async (r) => {
+        warmIds.push(await create(r));
+      });
     // What the replicas spend with nothing asked of them (heartbeats, lease renewals, sweeps): a
     // cost per second, not per create, that a short run puts on each create.
     const idleFrom = replicasCpuMs(replicas);
@@ -184,13 +232,7 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
     const madeIn = new Map<string, Replica>();
     const cpuBefore = replicasCpuMs(replicas);
     const made = await load(replicas, creates, async (r) => {
-      const res = await fetch(`${r.url}/v1/sandboxes`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${r.apiKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ image: 'busybox', resources: { memoryMiB: 16 } }),
-      });
-      if (res.status !== 201) throw new Error(`create: HTTP ${res.status} ${await res.text()}`);
-      const id = ((await res.json()) as { id: string }).id;
+      const id = await create(r);
       ids.push(id);
       madeIn.set(id, r);
     });
@@ -200,20 +242,21 @@ async function measure(label: string, replicas: Replica[]): Promise<Record<strin
       const by = madeIn.get(id)!;
       // Any replica of the sandbox's cluster answers (round-robin, as the creates were).
       const at = (by.cluster ?? 0) === (r.cluster ?? 0) ? r : by;
-      const res = await fetch(`${at.url}/v1/sandboxes/${id}`, { headers: { authorization: `Bearer ${at.apiKey}` } });
+      const res = await call(at, 'GET', `/v1/sandboxes/${id}`);
       if (res.status !== 200) throw new Error(`inspect: HTTP ${res.status}`);
-      await res.arrayBuffer();
     });
     if (real) {
       // Real sandboxes hold mounts and cgroups: killed before the next setup (not timed).
-      await load(replicas, ids.length, async (r, i) => {
-        const res = await fetch(`${r.url}/v1/sandboxes/${ids[i]}`, { method: 'DELETE', headers: { authorization: `Bearer ${r.apiKey}` } });
+      const all = [...warmIds, ...ids];
+      await load(replicas, all.length, async (r, i) => {
+        const res = await call(r, 'DELETE', `/v1/sandboxes/${all[i]}`);
         if (res.status !== 204) throw new Error(`kill: HTTP ${res.status}`);
       });
     }
     return {
       setup: label,
       creates,
+      warmupPerReplica: warmup,
       concurrency,
       createsPerSecond: Math.round((creates / made.seconds) * 100) / 100,
       createP50Ms: percentile(made.ms, 50),
@@ -279,7 +322,7 @@ const stamp = new Date()
   .toISOString()
   .replace(/[-:]/g, '')
   .replace(/\.\d+Z$/, 'Z');
-const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}${real ? ' real' : control ? ' control' : ''}`;
+const command = `node packages/dsec/dist/test/bench/replicas.js ${creates} ${concurrency}${real ? ' real' : control ? ' control' : ''}${warmupFlag ? ` ${warmupFlag}` : ''}`;
 const dir = join(here, '..', '..', '..', '..', '..', 'bench', 'results');
 mkdirSync(dir, { recursive: true });
 const byLabel = (r: Record<string, number | string>): Record<string, number> => r as Record<string, number>;
@@ -310,6 +353,9 @@ const md = [
   'round-robin over the replicas; on a shared 2-core machine (noisy: read the ratios, not the absolute numbers).',
   '',
   'Each setup ran twice, forward then backward (ABC CBA), so a load that drifts through the run weighs on each alike.',
+  warmup > 0
+    ? `Each replica made ${warmup} creates first, not measured (a fresh process's first creates run through code V8 has not compiled yet, a cost each process pays once).`
+    : 'No warm-up: each replica was measured from its first create.',
   '',
   '| setup | round | creates/s | create p50 ms | create p99 ms | control-plane CPU per create (µs, all replicas) | idle CPU (ms per s, all replicas) | inspect p50 ms | inspect p99 ms | load avg (1 min) before → after |',
   '|---|---|---|---|---|---|---|---|---|---|',
