@@ -190,6 +190,26 @@ describe('bench cluster targets and rendering', () => {
     assert.match(withReal, /MISMATCH/);
     assert.equal(clusterScenario.lines(result()).length, 4);
   });
+
+  test("the warm-up's rate and the control plane's event-loop share are shown when measured, and left out when not", () => {
+    const measured = result();
+    measured.rate = {
+      ...measured.rate,
+      controlLoopBusy: 0.96,
+      warmup: { creates: 5000, ok: 5000, seconds: 2.5, createsPerSecond: 2000 },
+    };
+    measured.batch = { ...measured.batch, controlLoopBusy: 0.85 };
+    const md = clusterScenario.render(report(measured, {}), 'x.svg').markdown;
+    assert.match(md, /event loop busy in the rate phase \(its one thread; 1 = saturated\) \| 0\.96 \|/);
+    assert.match(md, /event loop busy in the batch \| 0\.85 \|/);
+    assert.match(md, /warm-up just before \(5000 creates, a fresh control plane's first\) \| 2000 \|/);
+    const lines = clusterScenario.lines(measured).join('\n');
+    assert.match(lines, /warm-up before it 5000 at 2000\/s/);
+    assert.match(lines, /its event loop 96 % busy/);
+    const plain = clusterScenario.render(report(result(), {}), 'x.svg').markdown;
+    assert.doesNotMatch(plain, /event loop busy|warm-up just before/);
+    assert.doesNotMatch(clusterScenario.lines(result()).join('\n'), /warm-up|event loop/);
+  });
 });
 
 function side(p50: number): RealSide {

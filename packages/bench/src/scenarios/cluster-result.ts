@@ -53,7 +53,7 @@ export interface RatePhase {
    * through code V8 has not yet compiled (its JIT), and the simulated edges' too. Absent in
    * results from before the tenth stop (a 1,000-create warm-up, not timed).
    */
-  warmup?: { creates: number; ok: number; seconds: number; createsPerSecond: number };
+  warmup?: { creates: number; ok: number; seconds: number; createsPerSecond: number } | undefined;
 }
 
 export interface BatchPhase {

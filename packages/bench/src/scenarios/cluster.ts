@@ -266,10 +266,14 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
         { process: 'load generator (this process)', seconds: round(cpu1.self - cpu0.self, 2), usPerCreate: per(cpu1.self - cpu0.self) },
       ],
       controlLoopBusy: loopShare(loop0, loop1),
-      warmup: { creates: opts.warmup, ok: warm.ok, seconds: round(warmSeconds, 3), createsPerSecond: round(warm.ok / warmSeconds, 1) },
+      warmup:
+        opts.warmup > 0
+          ? { creates: opts.warmup, ok: warm.ok, seconds: round(warmSeconds, 3), createsPerSecond: round(warm.ok / warmSeconds, 1) }
+          : undefined,
     };
     say(
-      `  ${a.ok} in ${round(seconds, 2)} s = ${rate.createsPerSecond}/s, p50 ${rate.latency.p50} ms (after a warm-up of ${warm.ok} at ${rate.warmup?.createsPerSecond}/s)`,
+      `  ${a.ok} in ${round(seconds, 2)} s = ${rate.createsPerSecond}/s, p50 ${rate.latency.p50} ms` +
+        (rate.warmup ? ` (after a warm-up of ${rate.warmup.ok} at ${rate.warmup.createsPerSecond}/s)` : ' (no warm-up)'),
     );
 
     say(`batch: ${opts.batchCount} sandboxes from accepted to all placed…`);
