@@ -32,6 +32,15 @@ function core(s: SandboxInfo | undefined): Record<string, unknown> | undefined {
 
 describe('StateStore sandboxes', () => {
   let dir: string;
+  /** A store of the test's own in a file of `name` (the shared one's rows would change its counts), closed after `use`. */
+  const withOwnStore = async (name: string, use: (s: StateStore) => Promise<void>): Promise<void> => {
+    const s = await StateStore.open(await testStoreLocation(join(dir, name)));
+    try {
+      await use(s);
+    } finally {
+      await s.close();
+    }
+  };
   let store: StateStore;
 
   before(async () => {
@@ -399,9 +408,7 @@ describe('StateStore sandboxes', () => {
   );
 
   test('list pages oldest first with limit and the cursor it gives; by label from the label rows, which go with the row', async () => {
-    const file = join(dir, 'pages.db');
-    const s = await StateStore.open(await testStoreLocation(file));
-    try {
+    await withOwnStore('pages.db', async (s) => {
       for (let i = 0; i < 5; i++)
         await s.sandboxes.insert(info(`sb-local-page0${i}`, { run: i < 4 ? 'r' : 'x' }, { createdAt: `2025-01-01T00:00:0${i}.000Z` }));
       const p1 = await s.sandboxes.page({ labels: { run: 'r' }, limit: 3 });
@@ -423,15 +430,11 @@ describe('StateStore sandboxes', () => {
       await s.sandboxes.delete('sb-local-page00');
       assert.equal((await s.db.all('SELECT * FROM sandbox_labels WHERE sandbox_id = ?', ['sb-local-page00'])).length, 0);
       assert.equal((await s.sandboxes.list({ labels: { run: 'r' } })).length, 3);
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test('list pages newest first (order: newest): every filter, page by page with its cursor, the oldest-first list backwards', async () => {
-    const file = join(dir, 'pages-newest.db');
-    const s = await StateStore.open(await testStoreLocation(file));
-    try {
+    await withOwnStore('pages-newest.db', async (s) => {
       for (let i = 0; i < 7; i++)
         await s.sandboxes.insert(
           info(
@@ -468,9 +471,7 @@ describe('StateStore sandboxes', () => {
         (await s.sandboxes.page({ order: 'newest', limit: 2 })).sandboxes.map((x) => x.id),
         ['sb-local-newest6', 'sb-local-newest5'],
       );
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test("a batch's counts are kept on its row as its events are written (once each), and survive a reopen", async () => {
@@ -600,18 +601,17 @@ describe('StateStore sandboxes', () => {
   });
 
   test('sandbox counts are kept as rows are inserted, change status, edge or size, and go; they agree with a recount', async () => {
-    const s = await StateStore.open(await testStoreLocation(join(dir, 'counts.db')));
-    const recount = async (): Promise<string[]> =>
-      (
-        await s.db.all<{ status: string; edge: string; project: string; n: number }>(
-          'SELECT status, edge, project, count(*) AS n FROM sandboxes GROUP BY status, edge, project',
+    await withOwnStore('counts.db', async (s) => {
+      const recount = async (): Promise<string[]> =>
+        (
+          await s.db.all<{ status: string; edge: string; project: string; n: number }>(
+            'SELECT status, edge, project, count(*) AS n FROM sandboxes GROUP BY status, edge, project',
+          )
         )
-      )
-        .map((r) => `${r.status}/${r.edge}/${r.project}=${Number(r.n)}`)
-        .sort();
-    const kept = async (): Promise<string[]> =>
-      (await s.sandboxes.countGroups()).map((g) => `${g.status}/${g.edge}/${g.project}=${g.count}`).sort();
-    try {
+          .map((r) => `${r.status}/${r.edge}/${r.project}=${Number(r.n)}`)
+          .sort();
+      const kept = async (): Promise<string[]> =>
+        (await s.sandboxes.countGroups()).map((g) => `${g.status}/${g.edge}/${g.project}=${g.count}`).sort();
       await s.sandboxes.insert(info('sb-a-count01', {}, { edge: 'a' }));
       await s.sandboxes.insert(info('sb-a-count02', {}, { edge: 'a', project: 'p2', resources: { cpu: 0.5, memoryMiB: 128, pids: 64 } }));
       await s.sandboxes.insertMany([
@@ -637,16 +637,13 @@ describe('StateStore sandboxes', () => {
       assert.deepEqual(await kept(), await recount());
       assert.deepEqual(await s.sandboxes.countByStatus(), { running: 2 });
       assert.deepEqual(await s.projects.usage('p2'), { sandboxes: 0, cpu: 0, memoryMiB: 0 });
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test('expiry finds running sandboxes past their TTL or idle timeout, and paused ones past a TTL that stops them; nothing else', async () => {
-    const s = await StateStore.open(await testStoreLocation(join(dir, 'expiry.db')));
-    const now = Date.parse('2025-06-01T00:00:00.000Z');
-    const at = (ms: number): string => new Date(ms).toISOString();
-    try {
+    await withOwnStore('expiry.db', async (s) => {
+      const now = Date.parse('2025-06-01T00:00:00.000Z');
+      const at = (ms: number): string => new Date(ms).toISOString();
       await s.sandboxes.insert(info('sb-e-ttl-past', {}, { ttlSeconds: 60, expiresAt: at(now - 1) }));
       await s.sandboxes.insert(info('sb-e-ttl-later', {}, { ttlSeconds: 60, expiresAt: at(now + 60_000) }));
       await s.sandboxes.insert(info('sb-e-idle-past', {}, { idleTimeoutSeconds: 10, lastActivityAt: at(now - 11_000) }));
@@ -668,9 +665,7 @@ describe('StateStore sandboxes', () => {
           ['sb-e-ttl-past', 'stop', 'ttl expired'],
         ],
       );
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   test('a store from before the kept counts gets them counted from its rows at its upgrade', async () => {
