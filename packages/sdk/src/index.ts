@@ -7,7 +7,7 @@ export {
   type TrajectoryOptions,
 } from './sandbox.js';
 export { batchEvents, batchInfo, type BatchProgress } from './batch.js';
-export { type BulkAction, type BulkOptions, type ListFilter, type ListOptions, type ListOrder, MAX_PAGE } from './listing.js';
+export { type BulkAction, type BulkOptions, type ListFilter, type ListOptions, MAX_PAGE } from './listing.js';
 export { Image } from './image.js';
 export { Pool } from './pool.js';
 export { fn, type FnOutcome } from './fn.js';

@@ -7,6 +7,7 @@ import {
   type BulkResult,
   type SandboxCounts,
   type SandboxInfo,
+  type ListOrder,
   type SandboxList,
   type SandboxStatus,
 } from './schema/index.js';
@@ -23,9 +24,6 @@ export type ListOptions = ConnectionOptions & CallOptions & ListFilter;
 
 /** The largest page the server gives (ListSandboxesQuery's limit). */
 export const MAX_PAGE = 10_000;
-
-/** The order of a page: oldest first (the server's default) or newest first. */
-export type ListOrder = 'oldest' | 'newest';
 
 function listQuery(
   f: ListFilter,

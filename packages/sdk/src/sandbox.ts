@@ -5,6 +5,7 @@ import {
   CreateBatchRequest,
   type BatchEvent,
   type BatchInfo,
+  type ListOrder,
   CreateSandboxRequest,
   type ForkResult,
   NetworkPolicyRequest,
@@ -27,16 +28,7 @@ import { InvalidRequestError, UnreachableError } from './errors.js';
 import { Commands } from './commands.js';
 import { type CallOptions, Connection, type ConnectionOptions } from './connection.js';
 import { Files } from './files.js';
-import {
-  bulk,
-  type BulkOptions,
-  countSandboxes,
-  iterateSandboxes,
-  listPage,
-  listSandboxes,
-  type ListOptions,
-  type ListOrder,
-} from './listing.js';
+import { bulk, type BulkOptions, countSandboxes, iterateSandboxes, listPage, listSandboxes, type ListOptions } from './listing.js';
 import { Image } from './image.js';
 import { Ports } from './ports.js';
 import { Sessions } from './sessions.js';

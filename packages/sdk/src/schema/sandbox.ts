@@ -206,6 +206,10 @@ export const SandboxIdParams = Type.Object({
   id: Type.String({ pattern: '^sb-[a-z0-9]{1,32}-[a-z0-9]{6,32}$', description: 'Sandbox id.' }),
 });
 
+/** The order of a list's pages: oldest first (the default) or newest first. */
+export const ListOrder = Type.Union([Type.Literal('oldest'), Type.Literal('newest')]);
+export type ListOrder = Static<typeof ListOrder>;
+
 export const ListSandboxesQuery = Type.Object(
   {
     label: Type.Optional(
@@ -228,7 +232,7 @@ export const ListSandboxesQuery = Type.Object(
       Type.String({ minLength: 1, description: "The page after this cursor (a previous page's `next`, of the same filters and order)." }),
     ),
     order: Type.Optional(
-      Type.Union([Type.Literal('oldest'), Type.Literal('newest')], {
+      Type.Union(ListOrder.anyOf, {
         description:
           'Oldest first (the default) or newest first: `limit` with `newest` is the latest sandboxes, read as one range of an index.',
       }),

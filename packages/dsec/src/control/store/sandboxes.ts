@@ -1,4 +1,4 @@
-import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
+import type { ListOrder, SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 import { ROW_COLUMNS, ROW_COLUMNS_S, fromRow, rowOfValues, sandboxListJson, type SandboxRow } from './sandbox-info-row.js';
@@ -26,7 +26,7 @@ export interface SandboxFilter {
   /** The page after this cursor (a previous page's `next`, of the same filters and order). */
   after?: string;
   /** Oldest first (the default) or newest first: the same index ranges read backwards. */
-  order?: 'oldest' | 'newest';
+  order?: ListOrder;
 }
 
 /** One group of countGroups(): the rows of one status on one edge in one project. */
