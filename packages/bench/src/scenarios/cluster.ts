@@ -288,6 +288,8 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
       signal,
     );
     if (viaApi) {
+      // The CPU first: the scrape of the event loop's share is not the batch's work.
+      const cpu = cpuPerProcess(batchCpu0, pids, viaApi.placed, opts.edges);
       const batchLoop1 = await loopBusySeconds(http);
       const readLatency = summarizeLatency(await probed.stop());
       batch = {
@@ -298,7 +300,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
         spreadPct: spreadPct(viaApi.perEdge, edgeIds),
         readLatency,
         createLatency: summarizeLatency([]),
-        cpu: cpuPerProcess(batchCpu0, pids, viaApi.placed, opts.edges),
+        cpu,
       };
     } else {
       const tb = performance.now();
