@@ -7,6 +7,7 @@ import type { HostInfo } from './host-info.js';
 import type { LatencySummary } from './latency.js';
 import type { BenchReport } from './result-types.js';
 import { clusterScenario } from './scenarios/cluster.js';
+import { machineCeiling } from './scenarios/cluster-report.js';
 import { type ClusterResult, type RealSide } from './scenarios/cluster-result.js';
 import { SCENARIOS } from './scenarios/index.js';
 
@@ -155,6 +156,16 @@ function result(over: Partial<ClusterResult> = {}): ClusterResult {
 }
 
 describe('bench cluster targets and rendering', () => {
+  test("the machine's ceiling: the processes' CPU per create together, against what the target allows on the host's cores", () => {
+    const line = machineCeiling([{ usPerCreate: 300 }, { usPerCreate: 100 }, { usPerCreate: 100 }], 2, 'create', 5000, '5000 creates/s');
+    assert.match(line, /spent 500 µs of CPU per create: 2 cores running only them would top out near 4000 creates\/s/);
+    assert.match(line, /5000 creates\/s needs them at 400 µs per create or less/);
+    assert.match(
+      machineCeiling([{ usPerCreate: 150 }], 2, 'sandbox', 16000, '32000 in 2 s'),
+      /near 13333 sandboxes\/s\. 32000 in 2 s needs them at 125 µs/,
+    );
+    assert.equal(machineCeiling([], 2, 'create', 5000, 'x'), '', 'nothing measured: no line');
+  });
   test('registered; rate, batch (as a rate below 32,000) and spread are judged', () => {
     assert.ok(SCENARIOS.includes(clusterScenario as never));
     const [rate, batch, spread] = clusterScenario.targets(result());

@@ -281,6 +281,8 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
       ? `At ${controlCpu.usPerCreate} µs of CPU per create, one core running only the control plane would top out near ${Math.round(1e6 / controlCpu.usPerCreate)} creates/s (Node runs the control plane's JavaScript on one thread).`
       : '',
     '',
+    machineCeiling(rate.cpu, report.host.cpus, 'create', TARGETS.clusterCreatesPerSecond, `${TARGETS.clusterCreatesPerSecond} creates/s`),
+    '',
     ...(batch.cpu
       ? [
           `CPU time each process spent on the batch of ${batch.count}, from its request to its last event, per sandbox placed:`,
@@ -288,6 +290,14 @@ export function renderCluster(report: BenchReport<ClusterResult>, svgName: strin
           mdTable(
             ['process', 'CPU s', 'CPU µs per sandbox'],
             batch.cpu.map((c) => [c.process, c.seconds, c.usPerCreate]),
+          ),
+          '',
+          machineCeiling(
+            batch.cpu,
+            report.host.cpus,
+            'sandbox',
+            TARGETS.clusterBatchCount / TARGETS.clusterBatchSeconds,
+            `${TARGETS.clusterBatchCount} in ${TARGETS.clusterBatchSeconds} s`,
           ),
           '',
         ]
@@ -365,4 +375,24 @@ export function clusterHeadline(r: ClusterResult): HeadlineMetric[] {
     { metric: 'cluster: creates/s against simulated edges', better: 'higher', values: { dsec: r.rate.createsPerSecond } },
     { metric: `cluster: batch of ${r.batch.count}, all placed (s)`, better: 'lower', values: { dsec: r.batch.placedSeconds } },
   ];
+}
+
+/**
+ * What the machine allows whatever the control plane's thread does: the three processes share its
+ * cores, so their CPU per create together bounds the rate (every core busy with nothing else), and
+ * the target asks for at most cores ÷ rate of it. Empty when nothing was measured.
+ */
+export function machineCeiling(
+  cpu: readonly { usPerCreate: number }[],
+  cores: number,
+  unit: 'create' | 'sandbox',
+  targetPerSecond: number,
+  target: string,
+): string {
+  const us = cpu.reduce((t, c) => t + c.usPerCreate, 0);
+  if (!(us > 0)) return '';
+  return (
+    `The three together spent ${round(us, 1)} µs of CPU per ${unit}: ${cores} cores running only them would top out near ${Math.round((cores * 1e6) / us)} ${unit === 'create' ? 'creates' : 'sandboxes'}/s. ` +
+    `${target} needs them at ${round((cores * 1e6) / targetPerSecond, 1)} µs per ${unit} or less, with every core theirs.`
+  );
 }
