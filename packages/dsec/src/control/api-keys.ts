@@ -2,6 +2,8 @@ import * as crypto from 'node:crypto';
 import { createHash, randomBytes } from 'node:crypto';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
+import type { ActiveKey } from './store/api-keys.js';
+import type { MaybePromise } from './store/read-cache.js';
 
 import type { Caller } from '../http/access.js';
 
@@ -56,9 +58,13 @@ export async function createE2bApiKey(
   return { id, key };
 }
 
-/** The caller when the key is a known key that is not revoked. */
-export async function authenticate(store: Pick<StateStore, 'keys'>, key: string | undefined): Promise<Caller | undefined> {
+/** The caller when the key is a known key that is not revoked: at once when the key is kept in memory (store/read-cache.ts). */
+export function authenticate(store: Pick<StateStore, 'keys'>, key: string | undefined): MaybePromise<Caller | undefined> {
   if (!key) return undefined;
-  const k = await store.keys.byHash(hashKey(key));
+  const k = store.keys.byHash(hashKey(key));
+  return k instanceof Promise ? k.then(callerOf) : callerOf(k);
+}
+
+function callerOf(k: ActiveKey | undefined): Caller | undefined {
   return k && { keyId: k.id, project: k.project, admin: k.admin };
 }

@@ -167,7 +167,7 @@ export class ControlPlane {
     );
     this.fn = new FnService({
       edges: this.edges,
-      compose: (req, project) => creation.composeLayers(req, project ?? SHARED_IMAGES_ONLY),
+      compose: async (req, project) => creation.composeLayers(req, project ?? SHARED_IMAGES_ONLY),
       metrics: this.metrics,
       log: log.child({ component: 'fn' }),
     });

@@ -2,6 +2,7 @@ import type { ImageInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import { type ImageId, type ImageStore, isImageName, normalizeName } from '../image/image-store.js';
 import type { StateStore } from './state-store.js';
+import type { MaybePromise } from './store/read-cache.js';
 
 /**
  * Which images a project may use (docs/PROJECTS.md). An image id or name with owner rows in the
@@ -23,18 +24,31 @@ export class ProjectImages {
     private readonly images: ImageStore,
   ) {}
 
-  /** Resolves a name or id the project may use; undefined when there is none it can see. */
-  async resolve(project: string | undefined, ref: string): Promise<ImageId | undefined> {
-    let id = this.images.resolve(ref);
-    if (!id) {
-      // Made at another replica a moment ago, perhaps: the store has the answer.
-      await this.images.refresh();
-      id = this.images.resolve(ref);
-    }
-    if (!id || project === undefined) return id;
-    const { nameOwner, idOwners } = await this.store.imageOwners.owners(isImageName(ref) ? normalizeName(ref) : undefined, id);
-    if (nameOwner !== undefined && nameOwner !== project) return undefined;
-    return idOwners.length === 0 || idOwners.includes(project) ? id : undefined;
+  /**
+   * Resolves a name or id the project may use; undefined when there is none it can see. At once
+   * when the image is known here and its owners are kept in memory (store/read-cache.ts): every
+   * create resolves its image.
+   */
+  resolve(project: string | undefined, ref: string): MaybePromise<ImageId | undefined> {
+    const id = this.images.resolve(ref);
+    return id ? this.#visible(project, ref, id) : this.#resolveAfterRefresh(project, ref);
+  }
+
+  async #resolveAfterRefresh(project: string | undefined, ref: string): Promise<ImageId | undefined> {
+    // Made at another replica a moment ago, perhaps: the store has the answer.
+    await this.images.refresh();
+    const id = this.images.resolve(ref);
+    return id && this.#visible(project, ref, id);
+  }
+
+  #visible(project: string | undefined, ref: string, id: ImageId): MaybePromise<ImageId | undefined> {
+    if (project === undefined) return id;
+    const seen = ({ nameOwner, idOwners }: { nameOwner: string | undefined; idOwners: string[] }): ImageId | undefined => {
+      if (nameOwner !== undefined && nameOwner !== project) return undefined;
+      return idOwners.length === 0 || idOwners.includes(project) ? id : undefined;
+    };
+    const owners = this.store.imageOwners.owners(isImageName(ref) ? normalizeName(ref) : undefined, id);
+    return owners instanceof Promise ? owners.then(seen) : seen(owners);
   }
 
   /** The images a project sees, each with only the names it sees. */

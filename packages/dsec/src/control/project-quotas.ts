@@ -2,6 +2,15 @@ import type { ProjectQuota, ProjectUsage } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import type { SandboxLimits } from '../edge/protocol/edge-api.js';
 import type { StateStore } from './state-store.js';
+import type { MaybePromise } from './store/read-cache.js';
+
+/** How a create is admitted (ProjectQuotas.admit). */
+export interface AdmitOptions {
+  pace?: boolean;
+  fit?: boolean;
+  rate?: boolean;
+  onShort?: (err: ApiError) => void;
+}
 
 /**
  * Per-project quotas, enforced where sandboxes are admitted (SandboxCreation, so every path that
@@ -17,8 +26,10 @@ export class ProjectQuotas {
 
   constructor(private readonly store: Pick<StateStore, 'projects'>) {}
 
-  async quotaOf(project: string): Promise<ProjectQuota> {
-    return (await this.store.projects.get(project))?.quota ?? {};
+  /** At once when the project is kept in memory (store/read-cache.ts). */
+  quotaOf(project: string): MaybePromise<ProjectQuota> {
+    const p = this.store.projects.get(project);
+    return p instanceof Promise ? p.then((found) => found?.quota ?? {}) : (p?.quota ?? {});
   }
 
   /**
@@ -28,18 +39,42 @@ export class ProjectQuotas {
    * the tokens, as a batch does). `fit`: admit as many of the n as fit (at least one) instead of
    * refusing them all; the number admitted is passed to insert, with whether the project's lock
    * is held meanwhile (then the insert must not wait for other creates: they wait for it).
+   * A project without quotas, kept in memory, costs no promise of its own: `insert`'s answer is
+   * returned as it is (most creates).
    */
-  async admit<T>(
+  admit<T>(
     project: string,
     limits: SandboxLimits,
     n: number,
     insert: (admitted: number, locked: boolean) => T | Promise<T>,
-    opts: { pace?: boolean; fit?: boolean; rate?: boolean; onShort?: (err: ApiError) => void } = {},
-  ): Promise<T> {
-    const quota = await this.quotaOf(project);
+    opts: AdmitOptions = {},
+  ): Promise<T> | T {
+    try {
+      const quota = this.quotaOf(project);
+      return quota instanceof Promise
+        ? quota.then((q) => this.#admit(q, project, limits, n, insert, opts))
+        : this.#admit(quota, project, limits, n, insert, opts);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  #admit<T>(
+    quota: ProjectQuota,
+    project: string,
+    limits: SandboxLimits,
+    n: number,
+    insert: (admitted: number, locked: boolean) => T | Promise<T>,
+    opts: AdmitOptions,
+  ): Promise<T> | T {
     if (quota.createsPerSecond !== undefined && opts.rate !== false) {
-      if (opts.pace) await this.#pace(project, quota.createsPerSecond, n);
-      else this.#take(project, quota.createsPerSecond, n);
+      if (opts.pace) {
+        const rate = quota.createsPerSecond;
+        return this.#pace(project, rate, n).then(() =>
+          this.#admit({ ...quota, createsPerSecond: undefined }, project, limits, n, insert, opts),
+        );
+      }
+      this.#take(project, quota.createsPerSecond, n);
     }
     if (quota.maxSandboxes === undefined && quota.maxCpu === undefined && quota.maxMemoryMiB === undefined) return insert(n, false);
     return this.#locked(project, async () => {

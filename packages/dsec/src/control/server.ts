@@ -102,9 +102,14 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
   projectScope(app, deps);
   // An answer about an image (built, imported, pulled, snapshotted, tagged, removed) is given once
   // the store has it, so the caller's next call at any replica sees it.
-  app.addHook('onSend', async (_req, _reply, payload) => {
-    if (deps.images.dirty) await deps.images.flush();
-    return payload;
+  // Hooks every request passes take a callback rather than being async: an async hook is a promise
+  // and a turn of microtasks per request (a create made ~60 promises, read-cache.ts).
+  app.addHook('onSend', (_req, _reply, payload, done) => {
+    if (!deps.images.dirty) return done(null, payload);
+    deps.images.flush().then(
+      () => done(null, payload),
+      (err: unknown) => done(err as Error),
+    );
   });
 
   await app.register(systemRoutes(deps));
@@ -150,7 +155,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
  */
 function observeRequests(app: App, control: ControlPlane): void {
   const errorCodes = new WeakMap<object, string>();
-  app.addHook('onSend', async (req, reply, payload) => {
+  app.addHook('onSend', (req, reply, payload, done) => {
     if (reply.statusCode >= 400 && typeof payload === 'string' && payload.startsWith('{"error"')) {
       const code = /^\{"error":\{"code":"([A-Z_]+)"/.exec(payload)?.[1];
       if (code) {
@@ -160,17 +165,20 @@ function observeRequests(app: App, control: ControlPlane): void {
         void reply.header(DSEC_ERROR_HEADER, code);
       }
     }
-    return payload;
+    done(null, payload);
   });
-  app.addHook('onResponse', async (req, reply) => {
+  app.addHook('onResponse', (req, reply, done) => {
     const route = req.routeOptions.url ?? 'unmatched';
     const seconds = reply.elapsedTime / 1000;
     control.metrics.observeRequest(req.method, route, reply.statusCode, seconds);
     const code = errorCodes.get(req);
     if (code) control.metrics.apiError(code, route);
-    req.log.debug(
-      { method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, ...(code ? { code } : {}) },
-      'request done',
-    );
+    // Its fields only when the line is written: most servers log at info.
+    if (req.log.level === 'debug' || req.log.level === 'trace')
+      req.log.debug(
+        { method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100, ...(code ? { code } : {}) },
+        'request done',
+      );
+    done();
   });
 }

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
 import { ApiError } from '../api-error.js';
 import { checkRequestTarget } from './request-target.js';
 
@@ -61,7 +61,7 @@ export const access = {
 /** How each kind of credential is checked: the daemon that serves the routes supplies these. */
 export interface Gatekeeper {
   /** The caller a request's API key names (Authorization: Bearer, X-API-Key, or a WebSocket subprotocol). */
-  apiKey?(req: FastifyRequest): Promise<Caller | undefined>;
+  apiKey?(req: FastifyRequest): Caller | undefined | Promise<Caller | undefined>;
   /** Whether the request carries the cluster token. */
   clusterToken(req: FastifyRequest): boolean;
   /** Checks a port link's signature and expiry (and records its claims for the route); throws when it does not hold. */
@@ -125,59 +125,82 @@ export function enforceAccess(app: FastifyInstance<any, any, any, any, any>, gat
       throw new Error(`routes without an access declaration (config.access, see http/access.ts): ${undeclared.join(', ')}`);
   });
 
-  app.addHook('onRequest', async (req) => {
+  const check = (req: FastifyRequest): void | Promise<void> => {
     // A request no route matched goes to the 404 handler. The public API's routes are public
     // knowledge (its OpenAPI document), so that 404 reveals nothing; an edge answers strangers
     // 401 whatever they ask (opts.unmatched), so it does not even tell which routes it serves.
-    if (req.is404) {
-      if (opts.unmatched) await admit(req, opts.unmatched, gate);
-      return;
-    }
+    if (req.is404) return opts.unmatched ? admit(req, opts.unmatched, gate) : undefined;
     const declared = accessOf(req);
     if (!declared) throw new ApiError('ROUTE_NOT_FOUND', `no route ${req.method} ${req.url.split('?')[0]}`);
     checkRequestTarget(req);
-    await admit(req, declared, gate);
+    return admit(req, declared, gate);
+  };
+
+  // A callback hook with the key's check answered at once when its key is kept in memory
+  // (control/store/read-cache.ts): an async hook is a promise and a turn of microtasks for every
+  // request, and an API key's check is in front of every request of the public API.
+  app.addHook('onRequest', (req, _reply, done) => {
+    let pending: void | Promise<void>;
+    try {
+      pending = check(req);
+    } catch (err) {
+      done(err as FastifyError);
+      return;
+    }
+    if (pending)
+      pending.then(
+        () => done(),
+        (err: unknown) => done(err as FastifyError),
+      );
+    else done();
   });
 }
 
-async function admit(req: FastifyRequest, declared: Access, gate: Gatekeeper): Promise<void> {
-  const withKey = async (): Promise<Caller | undefined> => {
-    const caller = gate.apiKey ? await gate.apiKey(req) : undefined;
+/**
+ * The caller the request's API key names, kept on the request, then `check`ed: at once when the
+ * key's check answered at once.
+ */
+function withCaller(req: FastifyRequest, gate: Gatekeeper, check: (caller: Caller | undefined) => void): void | Promise<void> {
+  const found = gate.apiKey?.(req);
+  const done = (caller: Caller | undefined): void => {
     if (caller) (req as unknown as WithCaller)[CALLER] = caller;
-    return caller;
+    check(caller);
   };
+  return found instanceof Promise ? found.then(done) : done(found);
+}
+
+function admit(req: FastifyRequest, declared: Access, gate: Gatekeeper): void | Promise<void> {
   switch (declared.kind) {
     case 'public':
       return;
     case 'key':
-      if (!(await withKey()))
-        throw unauthorized('missing, unknown or revoked API key: send Authorization: Bearer <key> (see client.json in the data dir)');
-      return;
-    case 'admin': {
-      const caller = await withKey();
-      if (!caller) throw unauthorized(`${declared.what} takes an admin key: send Authorization: Bearer <admin key>`);
-      if (!caller.admin)
-        throw new ApiError(
-          'FORBIDDEN',
-          `${declared.what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`,
-          { project: caller.project },
-        );
-      return;
-    }
+      return withCaller(req, gate, (caller) => {
+        if (!caller)
+          throw unauthorized('missing, unknown or revoked API key: send Authorization: Bearer <key> (see client.json in the data dir)');
+      });
+    case 'admin':
+      return withCaller(req, gate, (caller) => {
+        if (!caller) throw unauthorized(`${declared.what} takes an admin key: send Authorization: Bearer <admin key>`);
+        if (!caller.admin)
+          throw new ApiError(
+            'FORBIDDEN',
+            `${declared.what} takes an admin key; this key is project ${caller.project}'s (see docs/PROJECTS.md)`,
+            { project: caller.project },
+          );
+      });
     case 'cluster':
       if (!gate.clusterToken(req))
         throw unauthorized('this route is for the cluster: send the cluster token (Authorization: Bearer <token>)');
       return;
-    case 'clusterOrAdmin': {
+    case 'clusterOrAdmin':
       if (gate.clusterToken(req)) return;
-      const caller = await withKey();
-      if (!caller) throw unauthorized('this route takes the cluster token or an admin key (Authorization: Bearer …)');
-      if (!caller.admin)
-        throw new ApiError('FORBIDDEN', `this route takes the cluster token or an admin key; this key is project ${caller.project}'s`, {
-          project: caller.project,
-        });
-      return;
-    }
+      return withCaller(req, gate, (caller) => {
+        if (!caller) throw unauthorized('this route takes the cluster token or an admin key (Authorization: Bearer …)');
+        if (!caller.admin)
+          throw new ApiError('FORBIDDEN', `this route takes the cluster token or an admin key; this key is project ${caller.project}'s`, {
+            project: caller.project,
+          });
+      });
     case 'link':
       if (!gate.link) throw unauthorized('this server serves no port links');
       return gate.link(req);

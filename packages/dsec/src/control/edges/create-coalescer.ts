@@ -22,7 +22,7 @@ export class CreateCoalescer {
     });
   }
 
-  async create(edgeId: string, req: EdgeCreateRequest): Promise<EdgeSandbox> {
+  create(edgeId: string, req: EdgeCreateRequest): Promise<EdgeSandbox> {
     if (this.edges.isLocal(edgeId)) return this.edges.api(edgeId).createSandbox(req);
     return this.#batcher.add(edgeId, req);
   }

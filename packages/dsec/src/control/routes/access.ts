@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../../api-error.js';
 import type { Caller } from '../api-keys.js';
 import type { ControlPlane } from '../control-plane.js';
@@ -16,10 +16,19 @@ export function projectScope(
   app: FastifyInstance<any, any, any, any, any>,
   deps: { control: ControlPlane; store: Pick<StateStore, 'batches'> },
 ): void {
-  app.addHook('preHandler', async (req, reply) => {
+  // A callback hook: most routes are not scoped, and an async hook would be a promise and a turn
+  // of microtasks for each of their requests (a create's among them).
+  app.addHook('preHandler', (req, reply, done) => {
     const url = req.routeOptions.url ?? '';
     const scoped = url.startsWith('/v1/sandboxes/:id') || url.startsWith('/v1/batches/:id');
-    if (!scoped) return;
+    if (!scoped) return done();
+    scopeCheck(req, reply, url).then(
+      () => done(),
+      (err: unknown) => done(err as FastifyError),
+    );
+  });
+
+  const scopeCheck = async (req: FastifyRequest, reply: FastifyReply, url: string): Promise<void> => {
     // These routes are declared for API keys: reading the caller throws UNAUTHORIZED if none came.
     const caller = req.caller;
     if (caller.admin) return;
@@ -30,15 +39,19 @@ export function projectScope(
         await deps.control.sandboxes.assertVisible(caller, id);
       } catch (err) {
         // A kill of an unknown id succeeds (kills are idempotent), so a kill of another
-        // project's sandbox answers the same 204, and does nothing.
-        if (req.method === 'DELETE' && url === '/v1/sandboxes/:id') return reply.status(204).send(null);
+        // project's sandbox answers the same 204, and does nothing (the handler does not run
+        // once the reply is sent).
+        if (req.method === 'DELETE' && url === '/v1/sandboxes/:id') {
+          void reply.status(204).send(null);
+          return;
+        }
         throw err;
       }
     } else if (url.startsWith('/v1/batches/:id')) {
       const batch = await deps.store.batches.get(id);
       if (batch && batch.project !== caller.project) throw new ApiError('BATCH_NOT_FOUND', `no batch ${id}`, { id });
     }
-  });
+  };
 }
 
 /** The project a list is narrowed to: the caller's own; an admin key sees all (or one it names). */

@@ -49,9 +49,11 @@ export function sandboxRoutes(deps: { control: ControlPlane }): FastifyPluginAsy
         config: access.key,
         schema: { tags, summary: 'Create a sandbox', body: CreateSandboxRequest, response: { 201: SandboxInfo, ...errors } },
       },
-      async (req, reply) => {
-        return reply.status(201).send(await control.sandboxes.create(req.caller, req.body));
-      },
+      // The create's own promise, not an async handler's around it (one promise less per create).
+      (req, reply) =>
+        control.sandboxes.create(req.caller, req.body).then((info) => {
+          void reply.status(201).send(info);
+        }),
     );
 
     app.get(

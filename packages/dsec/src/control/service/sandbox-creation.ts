@@ -148,10 +148,14 @@ export class SandboxCreation {
 
   async #create(req: CreateSandboxRequest, extraLabels: Record<string, string>, opts: CreateOptions): Promise<SandboxInfo> {
     const project = opts.project ?? DEFAULT_PROJECT;
-    const { imageId, layers, config } = await this.composeLayers(req, project);
+    // Answered at once in the common case (read-cache.ts): awaited only when they are promises,
+    // since an await of a value is one more promise and a turn of microtasks.
+    const composed = this.composeLayers(req, project);
+    const { imageId, layers, config } = composed instanceof Promise ? await composed : composed;
     const limits = this.limitsFor(req);
     const network = req.network ? checkPolicy(req.network) : undefined;
-    const volumes = await this.deps.volumes.resolve(req, project);
+    const resolved = this.deps.volumes.resolve(req, project);
+    const volumes = resolved instanceof Promise ? await resolved : resolved;
     const exclude = new Set<string>();
     // An edge that refused at admission for a full disk or short memory: what the caller gets when no other edge can take it.
     let refusal: ApiError | undefined;
@@ -181,17 +185,16 @@ export class SandboxCreation {
           project,
           limits,
           1,
-          async (_, locked) => {
-            const row = {
-              info,
-              spec: req,
-              ...(opts.batch ? { batch: opts.batch } : {}),
-              ...(opts.accessToken ? { accessToken: opts.accessToken } : {}),
-            };
-            // Under the project's lock the next create waits for this insert: it goes alone.
-            if (locked) await this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease(), opts.accessToken);
-            else await this.#writes.insert(row);
-          },
+          // Under the project's lock the next create waits for this insert: it goes alone.
+          (_, locked) =>
+            locked
+              ? this.deps.store.sandboxes.insert(info, opts.batch, req, this.deps.createLease(), opts.accessToken)
+              : this.#writes.insert({
+                  info,
+                  spec: req,
+                  ...(opts.batch ? { batch: opts.batch } : {}),
+                  ...(opts.accessToken ? { accessToken: opts.accessToken } : {}),
+                }),
           { rate: exclude.size === 0 && opts.rateTaken !== true, pace: opts.pace === true },
         );
       } catch (err) {
@@ -201,7 +204,8 @@ export class SandboxCreation {
       }
       opts.onPlaced?.(edgeId, info.id);
       try {
-        await this.deps.layersReady?.(layers);
+        const ready = this.deps.layersReady?.(layers);
+        if (ready) await ready;
         await this.#creates.create(edgeId, {
           id: info.id,
           layers,
@@ -361,8 +365,8 @@ export class SandboxCreation {
       const admitted =
         placed.length === 0
           ? 0
-          : await this.deps.quotas
-              .admit(
+          : await Promise.resolve(
+              this.deps.quotas.admit(
                 hooks.project,
                 limits,
                 placed.length,
@@ -374,12 +378,12 @@ export class SandboxCreation {
                   return n;
                 },
                 { fit: true, pace: true, rate: fresh > 0, onShort: (err) => (refused = err) },
-              )
-              .catch((err: unknown) => {
-                if (!(err instanceof ApiError)) throw err;
-                refused = err;
-                return 0;
-              });
+              ),
+            ).catch((err: unknown) => {
+              if (!(err instanceof ApiError)) throw err;
+              refused = err;
+              return 0;
+            });
       for (const p of placed.splice(admitted)) {
         this.inflight.delete(p.info.id);
         this.deps.edges.release(p.info.edge, limits, true);

@@ -6,6 +6,7 @@ import type { ImageId, ImageStore } from '../../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../../image/layer-store.js';
 import { allowEntryError } from '../../net/policy.js';
 import type { ProjectImages } from '../project-images.js';
+import type { MaybePromise } from '../store/read-cache.js';
 import { DEFAULT_LIMITS, newSandboxId } from '../sandbox-ids.js';
 import { isoTime } from '../iso-time.js';
 import { checkVolumeMounts } from './volumes.js';
@@ -15,6 +16,21 @@ export function limitsFor(req: CreateSandboxRequest): SandboxLimits {
   return { ...DEFAULT_LIMITS, ...req.resources };
 }
 
+/** A create's image resolved: its id, its layers bottom first, its config. */
+export interface ComposedSpec {
+  imageId: ImageId;
+  layers: LayerDigest[];
+  config: ImageConfig;
+}
+
+function notFound(ref: string): ApiError {
+  return new ApiError(
+    'IMAGE_NOT_FOUND',
+    `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``,
+    { image: ref },
+  );
+}
+
 /**
  * What a create request resolves to before it is placed: its image and layers (only those the
  * project may use), and the checks a spec passes before any sandbox is made for it.
@@ -22,24 +38,24 @@ export function limitsFor(req: CreateSandboxRequest): SandboxLimits {
 export class SandboxSpecs {
   constructor(private readonly deps: { images: ImageStore; projectImages: ProjectImages }) {}
 
-  /** Base image plus stacked images or layer digests, bottom first; shared layers appear once. */
-  async composeLayers(
-    req: CreateSandboxRequest,
-    project: string,
-  ): Promise<{ imageId: ImageId; layers: LayerDigest[]; config: ImageConfig }> {
-    const notFound = (ref: string): ApiError =>
-      new ApiError(
-        'IMAGE_NOT_FOUND',
-        `no image ${JSON.stringify(ref)}; list images with \`dsec image ls\` or build one with \`dsec image build busybox\``,
-        {
-          image: ref,
-        },
-      );
-    // Only images the project may use (its own and shared ones: docs/PROJECTS.md).
-    const imageId = await this.deps.projectImages.resolve(project, req.image);
-    const manifest = imageId && this.deps.images.get(imageId);
-    if (!imageId || !manifest) throw notFound(req.image);
-    const layers: LayerDigest[] = [...manifest.layers];
+  /**
+   * Base image plus stacked images or layer digests, bottom first; shared layers appear once. At
+   * once for the common create (an image known here, its owners kept in memory, no layers
+   * stacked): every create composes. Never throws: a refusal is a rejected promise.
+   */
+  composeLayers(req: CreateSandboxRequest, project: string): MaybePromise<ComposedSpec> {
+    try {
+      const imageId = this.deps.projectImages.resolve(project, req.image);
+      if (imageId instanceof Promise || req.layers?.length) return this.#composeStacked(req, project, imageId);
+      return this.#base(req.image, imageId);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  async #composeStacked(req: CreateSandboxRequest, project: string, resolving: MaybePromise<ImageId | undefined>): Promise<ComposedSpec> {
+    const base = this.#base(req.image, await resolving);
+    const layers = base.layers;
     for (const ref of req.layers ?? []) {
       let extra: LayerDigest[];
       // A digest that only other projects' private images hold answers as an unknown one.
@@ -53,7 +69,14 @@ export class SandboxSpecs {
       }
       for (const l of extra) if (!layers.includes(l)) layers.push(l);
     }
-    return { imageId, layers, config: manifest.config };
+    return base;
+  }
+
+  /** The image's own layers and config (a copy of its layer list, which stacked layers extend). */
+  #base(ref: string, imageId: ImageId | undefined): ComposedSpec {
+    const manifest = imageId && this.deps.images.get(imageId);
+    if (!imageId || !manifest) throw notFound(ref);
+    return { imageId, layers: [...manifest.layers], config: manifest.config };
   }
 
   /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */

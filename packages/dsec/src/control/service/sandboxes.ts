@@ -55,31 +55,48 @@ export class SandboxService {
    * callers: a fork's or replay's parent project), or claims a ready one from the warm pool the
    * request names or matches (a batch's items are always created).
    */
-  async create(
+  create(
     caller: Caller,
     req: CreateSandboxRequest,
     extraLabels: Record<string, string> = {},
     opts: CreateOptions = {},
   ): Promise<SandboxInfo> {
-    if (opts.project !== undefined && !sees(caller, opts.project))
-      throw new ApiError('FORBIDDEN', `a create in project ${opts.project} takes that project's key or an admin key`, {
-        project: opts.project,
-      });
-    opts = { ...opts, project: opts.project ?? caller.project };
-    const pools = this.deps.pools();
-    const pool = opts.batch ? undefined : pools.poolFor(req);
-    if (pool !== undefined) {
-      // A claim is a create for the project's quotas: it moves a ready sandbox into the project.
-      const project = opts.project!;
-      const claimed = await this.deps.quotas.admit(project, this.limitsFor(req), 1, () => pools.claim(req, project, opts.accessToken), {
-        pace: opts.pace === true,
-      });
-      if (claimed) {
-        this.deps.metrics.poolClaim(project, pool);
-        return claimed;
-      }
-      opts = { ...opts, rateTaken: true };
+    // Not async: a create that names no pool returns SandboxCreation's promise as it is (one
+    // promise less per create; a refusal is a rejected promise all the same).
+    try {
+      if (opts.project !== undefined && !sees(caller, opts.project))
+        throw new ApiError('FORBIDDEN', `a create in project ${opts.project} takes that project's key or an admin key`, {
+          project: opts.project,
+        });
+      opts = { ...opts, project: opts.project ?? caller.project };
+      const pool = opts.batch ? undefined : this.deps.pools().poolFor(req);
+      if (pool !== undefined) return this.#claimOrCreate(req, pool, extraLabels, opts);
+      return this.#create(req, extraLabels, opts);
+    } catch (err) {
+      return Promise.reject(err as Error);
     }
+  }
+
+  async #claimOrCreate(
+    req: CreateSandboxRequest,
+    pool: string,
+    extraLabels: Record<string, string>,
+    opts: CreateOptions,
+  ): Promise<SandboxInfo> {
+    // A claim is a create for the project's quotas: it moves a ready sandbox into the project.
+    const project = opts.project!;
+    const pools = this.deps.pools();
+    const claimed = await this.deps.quotas.admit(project, this.limitsFor(req), 1, () => pools.claim(req, project, opts.accessToken), {
+      pace: opts.pace === true,
+    });
+    if (claimed) {
+      this.deps.metrics.poolClaim(project, pool);
+      return claimed;
+    }
+    return this.#create(req, extraLabels, { ...opts, rateTaken: true });
+  }
+
+  #create(req: CreateSandboxRequest, extraLabels: Record<string, string>, opts: CreateOptions): Promise<SandboxInfo> {
     const { pool: _pool, ...spec } = req;
     return this.deps.creation.create(spec, { ...extraLabels, ...WarmPools.missLabels(req) }, opts);
   }

@@ -5,6 +5,7 @@ import type { EdgeCreateRequest } from '../../edge/protocol/edge-api.js';
 import { volumeMountsError } from '../../edge/protocol/volume-paths.js';
 import type { Caller } from '../api-keys.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
+import type { MaybePromise } from '../store/read-cache.js';
 import type { StateStore, StoredVolume } from '../state-store.js';
 
 /** The volumes of a create request, resolved: the one edge that holds them all, and the mounts to ask it for. */
@@ -100,9 +101,13 @@ export class Volumes {
    * The volumes a create asks for: each must exist, all on one edge (the sandbox runs there), at
    * paths the sandbox can take. Containers only.
    */
-  async resolve(req: CreateSandboxRequest, project: string): Promise<ResolvedVolumes> {
-    const list = req.volumes ?? [];
-    if (list.length === 0) return { mounts: [] };
+  resolve(req: CreateSandboxRequest, project: string): MaybePromise<ResolvedVolumes> {
+    // Most creates mount none: answered at once, no promise.
+    if (!req.volumes?.length) return { mounts: [] };
+    return this.#resolve(req, req.volumes, project);
+  }
+
+  async #resolve(req: CreateSandboxRequest, list: NonNullable<CreateSandboxRequest['volumes']>, project: string): Promise<ResolvedVolumes> {
     checkVolumeMounts(req);
     let holder: StoredVolume | undefined;
     for (const m of list) {

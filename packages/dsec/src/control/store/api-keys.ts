@@ -1,7 +1,7 @@
 import type { ApiKeyInfo } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { announceChange, type ChangeFeed } from './change-feed.js';
-import { ReadCache } from './read-cache.js';
+import { ReadCache, type MaybePromise } from './read-cache.js';
 import type { SqlDb } from './sql.js';
 
 /** A key that authenticates: what a request made with it may do. */
@@ -17,8 +17,8 @@ export interface KeyRecords {
   count(): Promise<number>;
   /** `mintedBy`: the key that made this one (an E2B key a project key minted): revoked with it. */
   insert(id: string, hash: string, name: string, project?: string, admin?: boolean, mintedBy?: string): Promise<void>;
-  /** A key that is not revoked, by the hash of its secret. */
-  byHash(hash: string): Promise<ActiveKey | undefined>;
+  /** A key that is not revoked, by the hash of its secret (at once when kept in memory: read-cache.ts). */
+  byHash(hash: string): MaybePromise<ActiveKey | undefined>;
   list(project?: string): Promise<ApiKeyInfo[]>;
   /**
    * Revokes a key at once (the next request with it is a 401), and every key minted from it, at
@@ -63,7 +63,7 @@ export class SqlKeyRecords implements KeyRecords {
     ]);
   }
 
-  byHash(hash: string): Promise<ActiveKey | undefined> {
+  byHash(hash: string): MaybePromise<ActiveKey | undefined> {
     return this.#active.get(hash, async () => {
       const r = await this.db.get<{ id: string; name: string; project: string; admin: number }>(
         'SELECT id, name, project, admin FROM api_keys WHERE hash = ? AND revoked_at IS NULL',

@@ -1,5 +1,5 @@
 import { announceChange, type ChangeFeed } from './change-feed.js';
-import { ReadCache } from './read-cache.js';
+import { ReadCache, type MaybePromise } from './read-cache.js';
 import type { Sql, SqlDb } from './sql.js';
 
 /**
@@ -16,9 +16,9 @@ export interface ImageOwnerRecords {
   nameOwner(name: string): Promise<string | undefined>;
   /**
    * nameOwner(name) and projects(imageId) in one read: what a create checks, and on PostgreSQL
-   * every read is a round trip.
+   * every read is a round trip. At once when kept in memory (read-cache.ts).
    */
-  owners(name: string | undefined, imageId: string): Promise<{ nameOwner: string | undefined; idOwners: string[] }>;
+  owners(name: string | undefined, imageId: string): MaybePromise<{ nameOwner: string | undefined; idOwners: string[] }>;
   /** The first owner of a name stays. */
   setNameOwner(name: string, project: string): Promise<void>;
   removeNameOwner(name: string): Promise<void>;
@@ -68,7 +68,7 @@ export class SqlImageOwnerRecords implements ImageOwnerRecords {
     return (await this.db.get<{ project: string }>('SELECT project FROM image_name_owners WHERE name = ?', [name]))?.project;
   }
 
-  owners(name: string | undefined, imageId: string): Promise<Owners> {
+  owners(name: string | undefined, imageId: string): MaybePromise<Owners> {
     // No image name is empty (nor holds a NUL): an id alone matches no name row.
     return this.#owners.get(`${name ?? ''}\0${imageId}`, async () => {
       const rows = await this.db.all<{ kind: string; project: string }>(

@@ -1,7 +1,7 @@
 import type { ProjectQuota, ProjectUsage } from '@dsec/sdk/schema';
 import { foldCounts } from './sandboxes.js';
 import { announceChange, type ChangeFeed } from './change-feed.js';
-import { ReadCache } from './read-cache.js';
+import { ReadCache, type MaybePromise } from './read-cache.js';
 import type { Sql, SqlDb } from './sql.js';
 
 export interface StoredProject {
@@ -14,7 +14,8 @@ export interface StoredProject {
 export interface ProjectRecords {
   /** False when a project of that name exists already. */
   insert(name: string, quota: ProjectQuota): Promise<boolean>;
-  get(name: string): Promise<StoredProject | undefined>;
+  /** At once when kept in memory (read-cache.ts). */
+  get(name: string): MaybePromise<StoredProject | undefined>;
   list(): Promise<StoredProject[]>;
   setQuota(name: string, quota: ProjectQuota): Promise<void>;
   /** What a project's live sandboxes (creating, running, paused) hold: what its quotas count. */
@@ -61,7 +62,7 @@ export class SqlProjectRecords implements ProjectRecords {
     return changes === 1;
   }
 
-  get(name: string): Promise<StoredProject | undefined> {
+  get(name: string): MaybePromise<StoredProject | undefined> {
     return this.#byName.get(name, async () => {
       const r = await this.db.get<ProjectRow>('SELECT name, quota, created_at FROM projects WHERE name = ?', [name]);
       return r && fromRow(r);
