@@ -23,7 +23,10 @@ export function checkRequestTarget(req: FastifyRequest): void {
   const pattern = req.routeOptions.url;
   if (!pattern) return;
   // The URL as routed (after the E2B rewrite, whose prefix is itself static), without its query.
-  const path = req.url.split('?')[0]!;
+  const q = req.url.indexOf('?');
+  const path = q < 0 ? req.url : req.url.slice(0, q);
+  // Written as the route is (a route without parameters, such as a create's): nothing to compare.
+  if (path === pattern) return;
   const want = pattern.split('/');
   const got = path.split('/');
   for (let i = 0; i < want.length; i++) {

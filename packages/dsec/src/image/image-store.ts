@@ -19,6 +19,15 @@ export interface ImageManifest {
 
 export type ImageId = `sha256:${string}`;
 
+/** `value` frozen with everything it holds: a change to any part throws (modules run in strict mode). */
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object' && !Object.isFrozen(value)) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}
+
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}(:[a-z0-9][a-z0-9._-]{0,62})?$/;
 
 export function isImageName(s: string): boolean {
@@ -135,6 +144,8 @@ export class ImageStore {
    * RECENT_MS, as another replica's shows at the next catalog sync. Misses are not kept.
    */
   readonly #recent = new Map<string, { at: number; value: string }>();
+  /** manifest()'s frozen manifests, each with the text it was parsed from. */
+  readonly #frozen = new Map<ImageId, { text: string; manifest: Readonly<ImageManifest> }>();
 
   #remembered(key: string, read: () => string | undefined): string | undefined {
     const now = Date.now();
@@ -382,8 +393,32 @@ export class ImageStore {
     }
   }
 
+  /**
+   * The manifest to read, not to change: one object shared by every caller, deep-frozen (a change
+   * to any part throws; its type does not say so, since the edge protocol's types it flows into
+   * are mutable), parsed once from the text get() reads, where get() parses a copy per call. A
+   * create's spec is composed from its image's manifest on every create (SandboxSpecs).
+   */
+  manifest(id: ImageId): Readonly<ImageManifest> | undefined {
+    const text = this.#text(id);
+    if (text === undefined) return undefined;
+    const kept = this.#frozen.get(id);
+    // The same text as when it was parsed (the very string #recent holds): the same manifest.
+    if (kept?.text === text) return kept.manifest;
+    const manifest = deepFreeze(this.#parse(id, text));
+    if (this.#frozen.size >= RECENT_MAX) this.#frozen.clear();
+    this.#frozen.set(id, { text, manifest });
+    return manifest;
+  }
+
   /** The manifest, or undefined when there is none; a manifest that cannot be read throws, naming the file. */
   get(id: ImageId): ImageManifest | undefined {
+    const text = this.#text(id);
+    return text === undefined ? undefined : this.#parse(id, text);
+  }
+
+  /** A manifest's text (through #recent), or undefined when there is none; one that cannot be read throws, naming the file. */
+  #text(id: ImageId): string | undefined {
     const file = this.#file(id);
     let text: string | undefined;
     try {
@@ -393,11 +428,14 @@ export class ImageStore {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return undefined;
       throw new CorruptManifestError(id, file, (err as Error).message);
     }
-    if (text === undefined) return undefined;
+    return text;
+  }
+
+  #parse(id: ImageId, text: string): ImageManifest {
     try {
       return JSON.parse(text) as ImageManifest;
     } catch (err) {
-      throw new CorruptManifestError(id, file, (err as Error).message);
+      throw new CorruptManifestError(id, this.#file(id), (err as Error).message);
     }
   }
 

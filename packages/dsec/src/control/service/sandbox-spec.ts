@@ -20,6 +20,7 @@ export function limitsFor(req: CreateSandboxRequest): SandboxLimits {
 export interface ComposedSpec {
   imageId: ImageId;
   layers: LayerDigest[];
+  /** Frozen (ImageStore.manifest): shared by every create of the image. */
   config: ImageConfig;
 }
 
@@ -72,9 +73,12 @@ export class SandboxSpecs {
     return base;
   }
 
-  /** The image's own layers and config (a copy of its layer list, which stacked layers extend). */
+  /**
+   * The image's own layers and config: a copy of its layer list, which stacked layers extend, and
+   * its config as the image store keeps it (frozen, shared by every create of the image).
+   */
   #base(ref: string, imageId: ImageId | undefined): ComposedSpec {
-    const manifest = imageId && this.deps.images.get(imageId);
+    const manifest = imageId && this.deps.images.manifest(imageId);
     if (!imageId || !manifest) throw notFound(ref);
     return { imageId, layers: [...manifest.layers], config: manifest.config };
   }
