@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { IncomingMessage } from 'node:http';
-import type { FastifyBaseLogger, FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import pino, { type DestinationStream, type Logger } from 'pino';
 import { randomBits64 } from '../host/random-bits.js';
 
@@ -20,8 +20,19 @@ interface RequestScope {
  */
 const scope = new AsyncLocalStorage<RequestScope>();
 
-/** Loggers that already bind reqId (a request's and its children): the mixin leaves them alone. */
-const bound = new WeakSet<object>();
+/**
+ * Whether a logger binds reqId itself (a request's, Fastify's child, and children of it): the
+ * mixin leaves those alone. Asked of a logger when it writes a line in a request's scope, and
+ * kept: Fastify's own child logger factory makes a request's logger, where one of ours that
+ * marked each child cost every request a call and a check of the child it made.
+ */
+const bindsReqId = new WeakMap<object, boolean>();
+
+function hasReqId(logger: object): boolean {
+  let has = bindsReqId.get(logger);
+  if (has === undefined) bindsReqId.set(logger, (has = (logger as Logger).bindings()['reqId'] !== undefined));
+  return has;
+}
 
 /**
  * The process's one logger (pino: structured JSON lines, Fastify's own). Every line written while
@@ -34,7 +45,7 @@ export function createLogger(opts: { level: string; destination?: DestinationStr
     base: undefined,
     mixin: (_obj, _level, logger) => {
       const s = scope.getStore();
-      return s && !bound.has(logger) ? { reqId: s.reqId } : {};
+      return s && !hasReqId(logger) ? { reqId: s.reqId } : {};
     },
   };
   return opts.destination ? pino(options, opts.destination) : pino(options);
@@ -52,14 +63,9 @@ export function requestIdFor(req: IncomingMessage): string {
   return `req-${randomBits64().toString(16).padStart(16, '0')}`;
 }
 
-/** Fastify options for request ids: ours, echoed in the response, bound to the request's logger. */
+/** Fastify options for request ids: ours, echoed in the response, bound to the request's logger (by Fastify). */
 export const requestIdOptions = {
   genReqId: requestIdFor,
-  childLoggerFactory: ((logger: FastifyBaseLogger, bindings: pino.Bindings, opts: pino.ChildLoggerOptions) => {
-    const child = logger.child(bindings, opts);
-    bound.add(child);
-    return child;
-  }) as NonNullable<FastifyServerOptions['childLoggerFactory']>,
 };
 
 type AnyFastify = FastifyInstance<any, any, any, any, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -80,7 +86,6 @@ export function useRequestLog(app: AnyFastify, edgeOf: (sandboxId: string) => st
     if (id) {
       const edge = edgeOf(id);
       req.log = req.log.child(edge ? { sandbox: id, edge } : { sandbox: id });
-      bound.add(req.log);
     }
     done();
   });
