@@ -419,16 +419,13 @@ export class ImageStore {
 
   /** A manifest's text (through #recent), or undefined when there is none; one that cannot be read throws, naming the file. */
   #text(id: ImageId): string | undefined {
-    const file = this.#file(id);
-    let text: string | undefined;
     try {
-      // The text is kept, not the object: each caller gets a manifest of its own to change.
-      text = this.#remembered(`manifest:${id}`, () => readFileSync(file, 'utf8'));
+      // The text is kept, not the object: each caller of get() gets a manifest of its own to change.
+      return this.#remembered(`manifest:${id}`, () => readFileSync(this.#file(id), 'utf8'));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return undefined;
-      throw new CorruptManifestError(id, file, (err as Error).message);
+      throw new CorruptManifestError(id, this.#file(id), (err as Error).message);
     }
-    return text;
   }
 
   #parse(id: ImageId, text: string): ImageManifest {
