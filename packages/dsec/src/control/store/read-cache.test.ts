@@ -85,3 +85,20 @@ test('keep filters what is kept; entries expire after ttlMs; the cache starts ov
   await brief.get('k', b.read);
   assert.equal(b.calls(), 2, 'an entry past its ttl is read again');
 });
+
+test('a value kept is answered at once, not as a promise; a read is a promise; without a live feed every get reads', async () => {
+  const feed = fakeFeed();
+  const cache = new ReadCache<string | undefined>(feed, 'projects', { ttlMs: 60_000, maxEntries: 10 });
+  const r = counted<string | undefined>(() => 'p');
+  const first = cache.get('k', r.read);
+  assert.ok(first instanceof Promise, 'a miss reads');
+  assert.equal(await first, 'p');
+  assert.equal(cache.get('k', r.read), 'p', 'a hit is the value itself');
+  const none = counted<string | undefined>(() => undefined);
+  await cache.get('absent', none.read);
+  assert.equal(cache.get('absent', none.read), undefined, 'an absent record kept is answered at once too');
+  assert.equal(none.calls(), 1);
+  feed.live = false;
+  assert.ok(cache.get('k', r.read) instanceof Promise, 'not live: read');
+  assert.equal(r.calls(), 2);
+});
