@@ -110,3 +110,23 @@ test('a batch that releases its place lets the next batch go while it is still o
   for (const f of finish) f();
   assert.deepEqual(await Promise.all([a, d]), ['a', 'd']);
 });
+
+test('with turns, items of the turns between go in one batch; a lone item still goes without a timer', async () => {
+  const batches: string[][] = [];
+  const b = new TurnBatcher<string, string>(
+    async (_, items) => {
+      batches.push(items);
+      return items;
+    },
+    { turns: 3 },
+  );
+  const first = b.add('k', 'a');
+  await turn();
+  const second = b.add('k', 'b');
+  await turn();
+  const third = b.add('k', 'c');
+  assert.deepEqual(await Promise.all([first, second, third]), ['a', 'b', 'c']);
+  assert.deepEqual(batches, [['a', 'b', 'c']], 'what came in the two turns after the first item joined its batch');
+  assert.equal(await b.add('k', 'lone'), 'lone');
+  assert.deepEqual(batches.at(-1), ['lone']);
+});

@@ -10,14 +10,17 @@
  * earlier through `settle` (its index in the batch): its caller then has it at once, and what
  * `run` returns or throws later for that item is not heard. `run` may also `release` its place
  * among the batches in flight before it ends (the other side has the batch and works on it), so
- * the next batch need not wait for this one's slowest item.
+ * the next batch need not wait for this one's slowest item. With `turns`, a batch goes after that
+ * many check phases of the event loop rather than one: what comes in the turns between joins it.
+ * Still no timer: an idle loop goes round at once, so a lone item waits for a few empty turns
+ * (microseconds); a busy one gathers a few turns' worth of work into each batch.
  */
 export class TurnBatcher<I, O> {
   readonly #keys = new Map<string, KeyState<I, O>>();
 
   constructor(
     private readonly run: (key: string, items: I[], hooks: BatchHooks<O>) => Promise<(O | Error)[]>,
-    private readonly opts: { maxBatch?: number; maxInflight?: number } = {},
+    private readonly opts: { maxBatch?: number; maxInflight?: number; turns?: number } = {},
   ) {}
 
   add(key: string, item: I): Promise<O> {
@@ -32,7 +35,12 @@ export class TurnBatcher<I, O> {
   #schedule(key: string, k: KeyState<I, O>): void {
     if (k.scheduled) return;
     k.scheduled = true;
-    setImmediate(() => this.#flush(key, k));
+    let left = this.opts.turns ?? 1;
+    const next = (): void => {
+      if (--left > 0) setImmediate(next);
+      else this.#flush(key, k);
+    };
+    setImmediate(next);
   }
 
   #flush(key: string, k: KeyState<I, O>): void {
