@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
 import type { ActiveKey } from './store/api-keys.js';
-import type { MaybePromise } from './store/read-cache.js';
+import { thenOrNow, type MaybePromise } from '../maybe-promise.js';
 
 import type { Caller } from '../http/access.js';
 
@@ -61,8 +61,7 @@ export async function createE2bApiKey(
 /** The caller when the key is a known key that is not revoked: at once when the key is kept in memory (store/read-cache.ts). */
 export function authenticate(store: Pick<StateStore, 'keys'>, key: string | undefined): MaybePromise<Caller | undefined> {
   if (!key) return undefined;
-  const k = store.keys.byHash(hashKey(key));
-  return k instanceof Promise ? k.then(callerOf) : callerOf(k);
+  return thenOrNow(store.keys.byHash(hashKey(key)), callerOf);
 }
 
 function callerOf(k: ActiveKey | undefined): Caller | undefined {

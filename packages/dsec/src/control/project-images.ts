@@ -2,7 +2,7 @@ import type { ImageInfo } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import { type ImageId, type ImageStore, isImageName, normalizeName } from '../image/image-store.js';
 import type { StateStore } from './state-store.js';
-import type { MaybePromise } from './store/read-cache.js';
+import { thenOrNow, type MaybePromise } from '../maybe-promise.js';
 
 /**
  * Which images a project may use (docs/PROJECTS.md). An image id or name with owner rows in the
@@ -47,8 +47,7 @@ export class ProjectImages {
       if (nameOwner !== undefined && nameOwner !== project) return undefined;
       return idOwners.length === 0 || idOwners.includes(project) ? id : undefined;
     };
-    const owners = this.store.imageOwners.owners(isImageName(ref) ? normalizeName(ref) : undefined, id);
-    return owners instanceof Promise ? owners.then(seen) : seen(owners);
+    return thenOrNow(this.store.imageOwners.owners(isImageName(ref) ? normalizeName(ref) : undefined, id), seen);
   }
 
   /** The images a project sees, each with only the names it sees. */

@@ -2,7 +2,7 @@ import type { ProjectQuota, ProjectUsage } from '@dsec/sdk/schema';
 import { ApiError } from '../api-error.js';
 import type { SandboxLimits } from '../edge/protocol/edge-api.js';
 import type { StateStore } from './state-store.js';
-import type { MaybePromise } from './store/read-cache.js';
+import { thenOrNow, type MaybePromise } from '../maybe-promise.js';
 
 /** How a create is admitted (ProjectQuotas.admit). */
 export interface AdmitOptions {
@@ -28,8 +28,7 @@ export class ProjectQuotas {
 
   /** At once when the project is kept in memory (store/read-cache.ts). */
   quotaOf(project: string): MaybePromise<ProjectQuota> {
-    const p = this.store.projects.get(project);
-    return p instanceof Promise ? p.then((found) => found?.quota ?? {}) : (p?.quota ?? {});
+    return thenOrNow(this.store.projects.get(project), (found) => found?.quota ?? {});
   }
 
   /**
@@ -50,16 +49,17 @@ export class ProjectQuotas {
     opts: AdmitOptions = {},
   ): Promise<T> | T {
     try {
-      const quota = this.quotaOf(project);
-      return quota instanceof Promise
-        ? quota.then((q) => this.#admit(q, project, limits, n, insert, opts))
-        : this.#admit(quota, project, limits, n, insert, opts);
+      return thenOrNow(this.quotaOf(project), (quota) => this.#rated(quota, project, limits, n, insert, opts));
     } catch (err) {
       return Promise.reject(err as Error);
     }
   }
 
-  #admit<T>(
+  /**
+   * The create rate's tokens taken (or waited for, with `pace`), then `insert`: at once when the
+   * project has no count, CPU or memory quota, else under its lock with the room checked.
+   */
+  #rated<T>(
     quota: ProjectQuota,
     project: string,
     limits: SandboxLimits,
@@ -67,30 +67,28 @@ export class ProjectQuotas {
     insert: (admitted: number, locked: boolean) => T | Promise<T>,
     opts: AdmitOptions,
   ): Promise<T> | T {
+    const within = (): Promise<T> | T => {
+      if (quota.maxSandboxes === undefined && quota.maxCpu === undefined && quota.maxMemoryMiB === undefined) return insert(n, false);
+      return this.#locked(project, async () => {
+        const usage = await this.store.projects.usage(project);
+        let admitted = n;
+        if (opts.fit) admitted = Math.min(n, room(quota, usage, limits));
+        if (admitted < 1 || !opts.fit) checkFits(project, quota, usage, limits, opts.fit ? 1 : n);
+        if (admitted < n) {
+          try {
+            checkFits(project, quota, usage, limits, admitted + 1);
+          } catch (err) {
+            opts.onShort?.(err as ApiError);
+          }
+        }
+        return insert(admitted, true);
+      });
+    };
     if (quota.createsPerSecond !== undefined && opts.rate !== false) {
-      if (opts.pace) {
-        const rate = quota.createsPerSecond;
-        return this.#pace(project, rate, n).then(() =>
-          this.#admit({ ...quota, createsPerSecond: undefined }, project, limits, n, insert, opts),
-        );
-      }
+      if (opts.pace) return this.#pace(project, quota.createsPerSecond, n).then(within);
       this.#take(project, quota.createsPerSecond, n);
     }
-    if (quota.maxSandboxes === undefined && quota.maxCpu === undefined && quota.maxMemoryMiB === undefined) return insert(n, false);
-    return this.#locked(project, async () => {
-      const usage = await this.store.projects.usage(project);
-      let admitted = n;
-      if (opts.fit) admitted = Math.min(n, room(quota, usage, limits));
-      if (admitted < 1 || !opts.fit) checkFits(project, quota, usage, limits, opts.fit ? 1 : n);
-      if (admitted < n) {
-        try {
-          checkFits(project, quota, usage, limits, admitted + 1);
-        } catch (err) {
-          opts.onShort?.(err as ApiError);
-        }
-      }
-      return insert(admitted, true);
-    });
+    return within();
   }
 
   /**

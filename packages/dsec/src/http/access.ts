@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
 import { ApiError } from '../api-error.js';
 import { checkRequestTarget } from './request-target.js';
+import { thenOrNow, type MaybePromise } from '../maybe-promise.js';
 
 /**
  * Who may call a route. Every route dsec serves declares one in its options
@@ -61,7 +62,7 @@ export const access = {
 /** How each kind of credential is checked: the daemon that serves the routes supplies these. */
 export interface Gatekeeper {
   /** The caller a request's API key names (Authorization: Bearer, X-API-Key, or a WebSocket subprotocol). */
-  apiKey?(req: FastifyRequest): Caller | undefined | Promise<Caller | undefined>;
+  apiKey?(req: FastifyRequest): MaybePromise<Caller | undefined>;
   /** Whether the request carries the cluster token. */
   clusterToken(req: FastifyRequest): boolean;
   /** Checks a port link's signature and expiry (and records its claims for the route); throws when it does not hold. */
@@ -161,12 +162,10 @@ export function enforceAccess(app: FastifyInstance<any, any, any, any, any>, gat
  * key's check answered at once.
  */
 function withCaller(req: FastifyRequest, gate: Gatekeeper, check: (caller: Caller | undefined) => void): void | Promise<void> {
-  const found = gate.apiKey?.(req);
-  const done = (caller: Caller | undefined): void => {
+  return thenOrNow(gate.apiKey?.(req), (caller) => {
     if (caller) (req as unknown as WithCaller)[CALLER] = caller;
     check(caller);
-  };
-  return found instanceof Promise ? found.then(done) : done(found);
+  });
 }
 
 function admit(req: FastifyRequest, declared: Access, gate: Gatekeeper): void | Promise<void> {

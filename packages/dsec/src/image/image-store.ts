@@ -107,6 +107,11 @@ export interface ImagePublisher {
  * before it answers), and refresh() imports files the catalog has not seen (from before the
  * catalog, or written by a tool) and then brings the files in line with the catalog: images,
  * names and builds made at another replica are written here, and those deleted there go here.
+ *
+ * One file for one concept, the image records of this host: the files, the catalog sync and the
+ * reads kept in memory (#recent, the frozen manifests) share one state, since every write must
+ * empty what is kept and mark what is synced; the catalog's and the publisher's contracts above
+ * are what other modules implement.
  */
 export class ImageStore {
   readonly dir: string;

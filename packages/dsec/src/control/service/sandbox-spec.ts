@@ -6,7 +6,7 @@ import type { ImageId, ImageStore } from '../../image/image-store.js';
 import { isLayerDigest, type LayerDigest } from '../../image/layer-store.js';
 import { allowEntryError } from '../../net/policy.js';
 import type { ProjectImages } from '../project-images.js';
-import type { MaybePromise } from '../store/read-cache.js';
+import type { MaybePromise } from '../../maybe-promise.js';
 import { DEFAULT_LIMITS, newSandboxId } from '../sandbox-ids.js';
 import { isoTime } from '../iso-time.js';
 import { checkVolumeMounts } from './volumes.js';

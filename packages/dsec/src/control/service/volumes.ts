@@ -5,7 +5,7 @@ import type { EdgeCreateRequest } from '../../edge/protocol/edge-api.js';
 import { volumeMountsError } from '../../edge/protocol/volume-paths.js';
 import type { Caller } from '../api-keys.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
-import type { MaybePromise } from '../store/read-cache.js';
+import type { MaybePromise } from '../../maybe-promise.js';
 import type { StateStore, StoredVolume } from '../state-store.js';
 
 /** The volumes of a create request, resolved: the one edge that holds them all, and the mounts to ask it for. */

@@ -1,7 +1,8 @@
 import type { ApiKeyInfo } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { announceChange, type ChangeFeed } from './change-feed.js';
-import { ReadCache, type MaybePromise } from './read-cache.js';
+import type { MaybePromise } from '../../maybe-promise.js';
+import { ReadCache } from './read-cache.js';
 import type { SqlDb } from './sql.js';
 
 /** A key that authenticates: what a request made with it may do. */

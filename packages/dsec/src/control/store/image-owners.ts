@@ -1,5 +1,6 @@
 import { announceChange, type ChangeFeed } from './change-feed.js';
-import { ReadCache, type MaybePromise } from './read-cache.js';
+import type { MaybePromise } from '../../maybe-promise.js';
+import { ReadCache } from './read-cache.js';
 import type { Sql, SqlDb } from './sql.js';
 
 /**

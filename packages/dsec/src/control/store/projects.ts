@@ -1,7 +1,8 @@
 import type { ProjectQuota, ProjectUsage } from '@dsec/sdk/schema';
 import { foldCounts } from './sandboxes.js';
 import { announceChange, type ChangeFeed } from './change-feed.js';
-import { ReadCache, type MaybePromise } from './read-cache.js';
+import type { MaybePromise } from '../../maybe-promise.js';
+import { ReadCache } from './read-cache.js';
 import type { Sql, SqlDb } from './sql.js';
 
 export interface StoredProject {

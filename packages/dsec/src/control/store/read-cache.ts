@@ -1,13 +1,5 @@
+import type { MaybePromise } from '../../maybe-promise.js';
 import type { ChangeFeed } from './change-feed.js';
-
-/**
- * A value now, or a promise of it: what a read from memory answers, so that its callers on a
- * request's path (an API key's check, a project's quota, an image's owners: every create makes
- * all three) need not make a promise and wait a turn of microtasks for a value they have. Under
- * `dsec bench cluster` a create made ~60 promises, each one more object and, with the request's
- * log scope (AsyncLocalStorage), one more call of the async hooks.
- */
-export type MaybePromise<T> = T | Promise<T>;
 
 /**
  * Reads of one kind of record kept in memory while a change feed is live, so a request's lookups
