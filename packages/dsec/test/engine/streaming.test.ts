@@ -10,7 +10,7 @@ import { type Sandbox, type StreamEvent } from '@dsec/sdk';
 import { useServerAndSandbox, type TestServer } from '../helpers/server.js';
 import { engineBackends } from '../helpers/vm.js';
 import { execNdjson, ndjsonLines, type NdjsonEvent } from './support/http.js';
-import { liveProcesses, waitGone } from './support/sandbox-procs.js';
+import { liveProcesses, pollUntil, waitGone } from './support/sandbox-procs.js';
 
 /** Every byte value, several times over, in a shuffled order. */
 const ALL_BYTES = Buffer.concat([
@@ -223,7 +223,12 @@ for (const { backend, skip, memoryMiB } of engineBackends())
       const it = ndjsonLines(res.body!);
       const first = await it.next();
       assert.equal(first.value?.type, 'stdout', 'the command started');
-      assert.ok((await liveProcesses(sb, /^sleep 1001$/)).length > 0, 'sleep 1001 runs while the stream is open');
+      // Looked for until seen: "ready" is written by the shell before it forks and execs sleep, so
+      // a listing at once can find only the shell (it did, once, under a full suite's load).
+      assert.ok(
+        await pollUntil(async () => (await liveProcesses(sb, /^sleep 1001$/)).length > 0),
+        'sleep 1001 runs while the stream is open',
+      );
       ctrl.abort();
       await it.return(undefined).catch(() => undefined);
       assert.deepEqual(await waitGone(sb, /^sleep 1001$/), [], 'sleep 1001 must be killed when the client goes away');
