@@ -9,6 +9,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@dsec/sdk';
+import { pollUntil } from '../engine/support/sandbox-procs.js';
 import { integrationSkipReason, startTestServer, type TestServer } from '../helpers/server.js';
 
 /** The parent pid and argv of a process. */
@@ -110,6 +111,10 @@ describe("crun through the edge's resident spawn helper", { skip: integrationSki
             return false;
           }
         });
+      // The start call answers with the process's handle before dsec-spawn has forked its starter
+      // (start-process.ts queues the spawn), and the fork wears dsec-spawn's argv until it
+      // writes its own: look until it is there, then check where it is.
+      await pollUntil(() => starters(helper).length > 0);
       assert.equal(starters(helper).length, 1, "the background command's starter runs under dsec-spawn");
       assert.deepEqual(starters(process.pid), [], 'and not under the edge');
       const cg = await sb.commands.run(['sh', '-c', 'grep ^0:: /proc/self/cgroup']);
