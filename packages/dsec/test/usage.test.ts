@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
 import { describe, test } from 'node:test';
 import type { Sandbox } from '@dsec/sdk';
+import { pollUntil } from './engine/support/sandbox-procs.js';
 import { integrationSkipReason, useServerAndSandbox } from './helpers/server.js';
 
 const MiB = 1 << 20;
@@ -84,10 +85,17 @@ describe('usage and per-command figures', { skip: integrationSkipReason(), timeo
     const udp = createSocket('udp4');
     for (let i = 0; i < 2; i++) await new Promise<void>((r, j) => udp.send(Buffer.alloc(100), 9, address!, (e) => (e ? j(e) : r())));
     udp.close();
-    // A small upper's size is measured again after 1 s (container-usage.ts).
-    await new Promise((r) => setTimeout(r, 1100));
-    const after = (await sb.refresh()).usage!;
-    assert.ok(after.diskBytes! >= before.diskBytes! + 8 * MiB, `the upper grew by the file: ${before.diskBytes} → ${after.diskBytes}`);
+    await new Promise((r) => setTimeout(r, 1100)); // the host's ARP and the datagrams on the link
+    // The upper's size is measured again once its last measure is max(1 s, 20 walks) old, at most
+    // 10 s (container-usage.ts): a walk slowed by a busy host keeps the old figure longer.
+    let after = (await sb.refresh()).usage!;
+    assert.ok(
+      await pollUntil(async () => (after = (await sb.refresh()).usage!).diskBytes! >= before.diskBytes! + 8 * MiB, {
+        tries: 150,
+        intervalMs: 100,
+      }),
+      `the upper grew by the file: ${before.diskBytes} → ${after.diskBytes}`,
+    );
     assert.ok(after.netRxBytes! >= before.netRxBytes! + 2 * 128, `two datagrams reached it: ${before.netRxBytes} → ${after.netRxBytes}`);
     assert.ok(after.netTxBytes! > before.netTxBytes!, `it answered the host's ARP at least: ${before.netTxBytes} → ${after.netTxBytes}`);
     assert.ok(after.cpuMs! > before.cpuMs!, `CPU time grows: ${before.cpuMs} → ${after.cpuMs}`);

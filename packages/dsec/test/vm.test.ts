@@ -296,7 +296,8 @@ describe('microvm sandbox: exec, files, processes, pause, network, isolation, ki
     await sb.files.write('/www/index.html', '<h1>hello from a vm</h1>\n');
     await sb.commands.start(['httpd', '-f', '-p', '127.0.0.1:8080', '-h', '/www']);
     await sb.commands.start(['nc', '-ll', '-p', '7000', '-e', 'cat']);
-    await sb.ports.wait(8080);
+    // Both: the start answers once the exec frame is sent, and a port nobody listens on yet is PORT_NOT_LISTENING at once.
+    await Promise.all([sb.ports.wait(8080), sb.ports.wait(7000)]);
     const page = await sb.ports.fetch(8080, '/index.html');
     assert.equal(page.status, 200);
     assert.equal(await page.text(), '<h1>hello from a vm</h1>\n');

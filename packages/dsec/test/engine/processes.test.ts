@@ -124,7 +124,12 @@ for (const { backend, skip, memoryMiB } of engineBackends())
       const p = await sb.commands.start(['sleep', '4021']);
       const info = await p.wait({ waitMs: 100 });
       assert.equal(info.status, 'running');
-      assert.equal((await liveProcesses(sb, /^sleep 4021$/)).length, 1);
+      // The start answers before the command is forked and exec'd (start-process.ts; a VM's, once
+      // the exec frame is sent): look until sleep is there. A wait that ended it would never let it be.
+      assert.ok(
+        await pollUntil(async () => (await liveProcesses(sb, /^sleep 4021$/)).length === 1),
+        'sleep 4021 runs after the short wait',
+      );
       await p.kill();
     });
 

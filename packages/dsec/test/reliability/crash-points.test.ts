@@ -152,7 +152,9 @@ describe(
         await new Promise((r) => setTimeout(r, delayMs));
         await crash();
         const answer = await inflight;
+        const restarted = performance.now();
         await up();
+        const upMs = performance.now() - restarted;
 
         // A create in flight at the crash stays `creating` until its lease runs out (10 s, see
         // control/create-leases.ts); then it is taken over: running, or failed with the reason.
@@ -162,6 +164,7 @@ describe(
           if (!list.some((s) => s.status === 'creating') || t >= 600) break;
           await new Promise((r) => setTimeout(r, 100));
         }
+        const settledMs = performance.now() - restarted;
         const bad = list.filter((s) => !running(s) && !(s.status === 'failed' && s.reason) && s.status !== 'stopped');
         assert.deepEqual(
           bad.map((s) => [s.id, s.status, s.reason]),
@@ -185,7 +188,7 @@ describe(
           assert.equal(r.status, 200, `point ${i}: adopted sandbox ${s.id} does not run commands: ${JSON.stringify(r.body)}`);
         }
         report.push(
-          `${i}: ${op} killed after ${delayMs} ms (answer before the crash: ${answer.status || 'none'}); after restart ${live.size} running, ${list.length - live.size} failed/other`,
+          `${i}: ${op} killed after ${delayMs} ms (answer before the crash: ${answer.status || 'none'}); after restart ${live.size} running, ${list.length - live.size} failed/other; up again in ${(upMs / 1000).toFixed(1)} s, nothing creating after ${(settledMs / 1000).toFixed(1)} s, point done after ${((performance.now() - restarted) / 1000).toFixed(1)} s`,
         );
         // Keep the node small: the next point starts from few sandboxes.
         for (const s of list) if (!running(s) || rand() < 0.5) await api('DELETE', `/v1/sandboxes/${s.id}`);

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
+import { ApiError } from '../../../../api-error.js';
 import { signalNumber } from '../../../../host/run-tool.js';
 import { readPidFile } from '../crun.js';
 import { CGROUP_PARENT, cgroupPids } from '../../../../host/cgroups.js';
@@ -27,6 +28,9 @@ import {
 
 /** After the command exits, how long the pipes may stay silent before they are closed. */
 const QUIET_MS = 500;
+
+/** How long a signal waits for a just-started command's pid (normally milliseconds: dsec-spawn's fork and the starter's). */
+const SIGNAL_PID_WAIT_MS = 30_000;
 
 /** Environment variable that marks every process a command started (see killTagged). */
 export const EXEC_TAG_VAR = 'DSEC_EXEC_ID';
@@ -457,17 +461,27 @@ export class SandboxProcess implements CommandProcess {
   }
 
   /**
-   * Sends a signal to the command (SIGKILL: to its whole process tree). Right after start, crun
-   * may not have reported the pid yet: wait for it briefly rather than lose the signal.
+   * Sends a signal to the command (SIGKILL: to its whole process tree). Right after start the pid
+   * may not be known yet (the start answers before dsec-spawn has forked the starter, and the
+   * starter reports the command's pid once it has forked it): a signal waits for it, or for the
+   * command's end, never answering as sent when it was not. A SIGKILL stops waiting after 1 s and
+   * kills the command's cgroup, its tagged processes and its starter instead.
    */
   async signal(sig: NodeJS.Signals, opts: { now?: boolean } = {}): Promise<void> {
     if (sig === 'SIGKILL') this.#killed = true;
     let pid = this.hostPid;
-    for (let i = 0; !pid && !this.#exit && i < 200; i++) {
+    const waitMs = sig === 'SIGKILL' ? 1000 : SIGNAL_PID_WAIT_MS;
+    for (const t0 = performance.now(); !pid && !this.#exit && performance.now() - t0 < waitMs;) {
       await new Promise((r) => setTimeout(r, 5));
       pid = this.hostPid;
     }
     if (this.#exit) return;
+    if (!pid && sig !== 'SIGKILL')
+      throw new ApiError(
+        'EXEC_FAILED',
+        `the command has not started after ${SIGNAL_PID_WAIT_MS / 1000} s (its starter reported no pid); ${sig} was not sent`,
+        { signal: sig },
+      );
     if (sig === 'SIGKILL') {
       this.#cgroup?.kill();
       if (pid) killTree(pid);
