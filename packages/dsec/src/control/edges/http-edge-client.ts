@@ -51,6 +51,17 @@ import { currentRequestId, REQUEST_ID_HEADER } from '../../http/request-log.js';
 import type { NetworkPolicy } from '../../net/policy.js';
 
 const NDJSON = 'application/x-ndjson';
+const OCTETS = 'application/octet-stream';
+const EMPTY = Buffer.alloc(0);
+
+/** How a call ends early and how its answer comes (see #call). */
+interface CallOptions {
+  signal?: AbortSignal | undefined;
+  /** false: no time limit (a create fetching layers, a command running); otherwise callTimeoutMs. */
+  timeout?: boolean;
+  /** A successful NDJSON answer's lines, as they arrive. */
+  onLine?: (line: string) => void;
+}
 
 /** `res`'s body a line at a time (empty lines skipped), then `end`; a line `onLine` throws on fails the call. */
 function splitLines(res: IncomingMessage, onLine: (line: string) => void, end: () => void, fail: (err: unknown) => void): void {
@@ -96,9 +107,12 @@ export class HttpEdgeClient implements EdgeApi {
   readonly #base: string;
   readonly #baseUrl: URL;
   /**
-   * JSON calls (create, kill, info, …) go over node:http with keep-alive, not fetch: measured by
-   * `dsec bench cluster`, a fetch costs the caller ~360-780 µs of CPU per call against ~60-145 µs
-   * for node:http, and the control plane makes one such call per create. Streams keep fetch.
+   * Calls answered whole (create, kill, info, exec, a file read or write, …) go over node:http
+   * with keep-alive, not fetch: measured by `dsec bench cluster`, a fetch costs the caller ~360-780
+   * µs of CPU per call against ~60-145 µs for node:http, and the control plane makes one such call
+   * per create. Streams keep fetch. (undici's Pool costs ~40 µs, bench/results/cpu-31/edge-client.mjs,
+   * but importing undici 7 makes its Agent the global dispatcher of Node 20's own fetch, an undici
+   * 6, whose uploads with a streamed body it then refuses: UND_ERR_INVALID_ARG on registry pushes.)
    */
   readonly #agent: HttpAgent;
   /** Aborted when the edge is declared lost: streams hung on a partitioned link end then. */
@@ -156,15 +170,20 @@ export class HttpEdgeClient implements EdgeApi {
     throw new ApiError(code, body?.error?.message ?? `edge ${this.edgeId} answered HTTP ${res.status}`, body?.error?.details ?? {});
   }
 
-  async #json<T>(
-    method: string,
-    path: string,
-    body?: unknown,
-    opts: { signal?: AbortSignal | undefined; timeout?: boolean; onLine?: (line: string) => void } = {},
-  ): Promise<T> {
-    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  /** A JSON call: `body` sent as JSON (none when undefined), the answer parsed (undefined when empty). */
+  async #json<T>(method: string, path: string, body?: unknown, opts: CallOptions = {}): Promise<T> {
+    const payload = body === undefined ? undefined : { bytes: Buffer.from(JSON.stringify(body)), type: 'application/json' };
+    const answer = await this.#call(method, path, payload, opts);
+    return (answer.length === 0 ? undefined : JSON.parse(answer.toString('utf8'))) as T;
+  }
+
+  /**
+   * One call of any body, answered with its bytes (none when its NDJSON lines went to `onLine`).
+   * An error status is thrown as the edge's ApiError; no answer is EDGE_UNAVAILABLE, saying why.
+   */
+  async #call(method: string, path: string, payload: { bytes: Buffer; type: string } | undefined, opts: CallOptions = {}): Promise<Buffer> {
     const call = this.#calls.start(opts.timeout === false ? undefined : this.callTimeoutMs, opts.signal);
-    let res: { status: number; text: string };
+    let res: { status: number; bytes: Buffer };
     try {
       res = await this.#send(method, path, payload, call, opts.onLine);
     } catch (err) {
@@ -185,10 +204,10 @@ export class HttpEdgeClient implements EdgeApi {
     } finally {
       call.done();
     }
-    if (res.status >= 200 && res.status < 300) return (res.status === 204 || res.text === '' ? undefined : JSON.parse(res.text)) as T;
+    if (res.status >= 200 && res.status < 300) return res.bytes;
     let parsed: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } | undefined;
     try {
-      parsed = JSON.parse(res.text) as typeof parsed;
+      parsed = JSON.parse(res.bytes.toString('utf8')) as typeof parsed;
     } catch {
       parsed = undefined;
     }
@@ -200,24 +219,24 @@ export class HttpEdgeClient implements EdgeApi {
    * One request on a kept-alive connection. A connection the edge closed while it idled fails at
    * once with ECONNRESET on reuse (the request never reached a handler): that one is sent again on
    * a fresh connection, as Node's documentation advises. With `onLine` the call asks for NDJSON, and
-   * a successful NDJSON answer goes to it a line at a time as it arrives (the text is then '').
+   * a successful NDJSON answer goes to it a line at a time as it arrives (the bytes are then none).
    * `call` ends the request early (edge-calls.ts).
    */
   #send(
     method: string,
     path: string,
-    payload: Buffer | undefined,
+    payload: { bytes: Buffer; type: string } | undefined,
     call: EdgeCall,
     onLine?: (line: string) => void,
     retried = false,
-  ): Promise<{ status: number; text: string }> {
+  ): Promise<{ status: number; bytes: Buffer }> {
     const headers: Record<string, string | number> = { authorization: `Bearer ${this.token}` };
     if (onLine) headers['accept'] = NDJSON;
     const reqId = currentRequestId();
     if (reqId) headers[REQUEST_ID_HEADER] = reqId;
     if (payload) {
-      headers['content-type'] = 'application/json';
-      headers['content-length'] = payload.length;
+      headers['content-type'] = payload.type;
+      headers['content-length'] = payload.bytes.length;
     }
     const u = this.#baseUrl;
     const request = u.protocol === 'https:' ? httpsRequest : httpRequest;
@@ -235,12 +254,12 @@ export class HttpEdgeClient implements EdgeApi {
         (res: IncomingMessage) => {
           const status = res.statusCode ?? 0;
           if (onLine && status >= 200 && status < 300 && (res.headers['content-type'] ?? '').includes(NDJSON)) {
-            splitLines(res, onLine, () => resolve({ status, text: '' }), reject);
+            splitLines(res, onLine, () => resolve({ status, bytes: EMPTY }), reject);
             return;
           }
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => resolve({ status, text: Buffer.concat(chunks).toString('utf8') }));
+          res.on('end', () => resolve({ status, bytes: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) }));
           res.on('error', reject);
         },
       );
@@ -250,7 +269,7 @@ export class HttpEdgeClient implements EdgeApi {
         else reject(err);
       });
       call.attach(req);
-      req.end(payload);
+      req.end(payload?.bytes);
     });
   }
 
@@ -383,11 +402,7 @@ export class HttpEdgeClient implements EdgeApi {
   }
 
   async writeProcessStdin(id: string, pid: string, data: Buffer, eof: boolean): Promise<void> {
-    await this.#fetch(this.#sb(id, `/processes/${encodeURIComponent(pid)}/stdin?eof=${eof}`), {
-      method: 'POST',
-      body: data,
-      headers: { 'content-type': 'application/octet-stream' },
-    });
+    await this.#call('POST', this.#sb(id, `/processes/${encodeURIComponent(pid)}/stdin?eof=${eof}`), { bytes: data, type: OCTETS });
   }
 
   openSession(id: string, req: OpenSessionRequest): Promise<SessionInfo> {
@@ -525,19 +540,17 @@ export class HttpEdgeClient implements EdgeApi {
     return stream;
   }
 
-  async readFile(id: string, path: string, maxBytes: number, opts: FileCallOptions = {}): Promise<Buffer> {
-    const res = await this.#fetch(this.#sb(id, `/files?${fileQuery({ path, maxBytes: String(maxBytes) }, opts)}`));
-    return Buffer.from(await res.arrayBuffer());
+  readFile(id: string, path: string, maxBytes: number, opts: FileCallOptions = {}): Promise<Buffer> {
+    return this.#call('GET', this.#sb(id, `/files?${fileQuery({ path, maxBytes: String(maxBytes) }, opts)}`), undefined);
   }
 
   async writeFile(id: string, path: string, data: Buffer, mode: number, opts: WriteFileOptions = {}): Promise<number> {
     const meta: Record<string, string> = opts.metadata ? { metadata: JSON.stringify(opts.metadata) } : {};
-    const res = await this.#fetch(this.#sb(id, `/files?${fileQuery({ path, mode: String(mode), ...meta }, opts)}`), {
-      method: 'PUT',
-      body: data,
-      headers: { 'content-type': 'application/octet-stream' },
+    const answer = await this.#call('PUT', this.#sb(id, `/files?${fileQuery({ path, mode: String(mode), ...meta }, opts)}`), {
+      bytes: data,
+      type: OCTETS,
     });
-    return ((await res.json()) as { bytes: number }).bytes;
+    return (JSON.parse(answer.toString('utf8')) as { bytes: number }).bytes;
   }
 
   statPath(id: string, path: string, opts: StatOptions = {}): Promise<FileStat> {
