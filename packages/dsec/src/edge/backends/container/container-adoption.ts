@@ -45,13 +45,14 @@ export async function adoptOrClean(
     // A paused sandbox is adopted too (crun reports its frozen cgroup as paused): the kernel's
     // freezer, not state.json, says whether it is paused.
     if (record?.phase === 'running' && !lostLayer && (c?.status === 'running' || c?.status === 'paused')) {
-      const marker = ctx.records.paths(id, record).quiesced;
+      const marker = ctx.records.paths(id, record).held;
       let paused = c.status === 'paused';
       if (paused && existsSync(marker)) {
-        // Frozen for a move that did not finish (the edge went down mid-move): it runs on here.
+        // Frozen by the edge for a move or a snapshot that did not finish (the edge went down
+        // meanwhile): it runs on here, as its control plane has it.
         await thaw(id);
         paused = false;
-        ctx.log.warn({ sandbox: id }, 'thawed a sandbox held still for a move that did not finish');
+        ctx.log.warn({ sandbox: id }, 'thawed a sandbox held still for a move or a snapshot that did not finish');
       }
       rmSync(marker, { force: true });
       const live = newLiveSandbox({ ...record, pid: c.pid, paused }, ctx.records, ctx.crun);

@@ -533,13 +533,13 @@ export class ContainerBackend implements SandboxBackend {
     await thaw(id);
     l.record.paused = false;
     l.quiesced = false; // a move that did not happen
-    rmSync(this.records.paths(id, l.record).quiesced, { force: true });
+    rmSync(this.records.paths(id, l.record).held, { force: true });
   }
 
   /** Frozen for a move, its other processes listed or ended (container-quiesce.ts). */
   async quiesceSandbox(id: string, opts: { endProcesses: boolean }): Promise<EdgeQuiesce> {
     const l = this.#running(id);
-    return quiesceContainer(l, opts.endProcesses, this.records.paths(id, l.record).quiesced);
+    return quiesceContainer(l, opts.endProcesses, this.records.paths(id, l.record).held);
   }
 
   /** pack_diff (container-snapshot.ts). */

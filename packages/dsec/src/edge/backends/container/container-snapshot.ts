@@ -1,4 +1,4 @@
-import { closeSync, mkdtempSync, openSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ApiError } from '../../../api-error.js';
 import { freeze, thaw } from '../../../host/freezer.js';
@@ -36,7 +36,14 @@ export async function snapshotContainer(
   try {
     const wasPaused = l.record.paused === true;
     const t0 = performance.now();
-    if (!wasPaused) await freeze(id);
+    if (!wasPaused) {
+      // Marked first, as a move's freeze is: an edge that dies while the sandbox is frozen for this
+      // copy thaws it when it adopts it at its restart (container-adoption.ts). Unmarked, the
+      // freezer said "paused" and the sandbox was adopted so, while its control plane had it
+      // running: every exec then hung until its timeout (found by crash-points.test.ts).
+      writeFileSync(paths.held, '');
+      await freeze(id);
+    }
     let stats: DiffStats;
     try {
       const fd = openSync(paths.upper, 'r');
@@ -59,7 +66,10 @@ export async function snapshotContainer(
         throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
       throw err;
     } finally {
-      if (!wasPaused) await thaw(id);
+      if (!wasPaused) {
+        await thaw(id);
+        rmSync(paths.held, { force: true });
+      }
     }
     const frozenMs = performance.now() - t0;
     if (stats.entries === 0) return { layer: null, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };

@@ -45,11 +45,14 @@ export class SandboxPaths {
     return join(this.dir, 'state.json');
   }
   /**
-   * Present while the sandbox is frozen for a move it was running before (container-quiesce.ts):
-   * an edge that restarts meanwhile thaws it at adoption, since a move its control plane could not
-   * finish left the sandbox here, to run on (one that finished removed it, marker and all).
+   * Present while the edge holds a running sandbox frozen for its own work: a move
+   * (container-quiesce.ts) or a snapshot's copy (container-snapshot.ts). An edge that restarts
+   * meanwhile thaws it at adoption: a move its control plane could not finish left the sandbox
+   * here, to run on (one that finished removed it, marker and all), and a snapshot in flight died
+   * with the edge. A pause by its user is not marked and stays a pause. (The file keeps the name
+   * it had when only moves made it, so an edge upgraded mid-move still finds it.)
    */
-  get quiesced(): string {
+  get held(): string {
     return join(this.dir, 'quiesced');
   }
   get config(): string {
