@@ -23,6 +23,8 @@ import { Mirror } from './security/support/net-lab.js';
 import { hostVeth } from '../src/net/sandbox-network.js';
 import type { Duplex } from 'node:stream';
 import { PORT_WINDOW_BYTES } from '../src/edge/backends/vm/vm-port.js';
+import { QmpClient } from '../src/edge/backends/vm/qmp-client.js';
+import { VmPaths } from '../src/edge/backends/vm/qemu-launch.js';
 
 const skip = vmSkipReason();
 
@@ -731,9 +733,16 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     const pid = (await first.vms!.listSandboxes())[0]!.pid;
     await first.close(); // the VM keeps running
     assert.ok(alive(pid));
+    // As an edge that died inside a fork's state save leaves it (vm-snapshot.ts): its vCPUs stopped
+    // over QMP, its record untouched. Not a pause of its user's, so it must run on. (Stopped before
+    // a graceful close, the close waits on the stopped guest's agent.)
+    const qmp = await QmpClient.open(new VmPaths(join(dataDir, 'node', 'vms', sb.id)).qmpSocket);
+    await qmp.execute('stop');
+    qmp.close();
 
     second = await startDsec(dataDir, { edgeId });
     const again = await Sandbox.connect(sb.id, { url: second.url, apiKey: second.apiKey });
+    assert.equal((await again.refresh()).status, 'running', 'adopted running: its vCPUs were stopped by the edge, not by a pause');
     assert.equal((await again.commands.run('cat /kept')).stdout, 'before restart', 'adopted: same guest, same disk');
     // The session's state lived in the edge that ended: reported ended, its job killed in the guest.
     const ended = (await again.sessions.list()).find((x) => x.id === session.id);

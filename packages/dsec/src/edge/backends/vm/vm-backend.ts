@@ -188,7 +188,15 @@ export class VmBackend implements SandboxBackend {
         try {
           if (!record.agentKey) throw new Error('its record predates keyed agent channels');
           const { agent, qmp, paused } = await reattach(paths, record.agentKey);
-          record.paused = paused;
+          if (paused && record.paused !== true) {
+            // Stopped by the edge for its own work (a fork's state save, a move's save before its
+            // record says paused) when it went down: not a pause its user asked for, which the
+            // record keeps. It runs on, as its control plane has it; adopted paused, every call
+            // was refused as a paused VM's while the control plane said running.
+            await qmp.execute('cont');
+            await agent.call('ping', {});
+            this.opts.log.warn({ sandbox: id }, 'ran on a VM the edge had stopped for a save that did not finish');
+          } else record.paused = paused;
           if (record.network?.link && !this.opts.links.adopt(record.network.link)) {
             this.opts.log.error({ sandbox: id, link: record.network.link }, "another edge on this host claims this VM's link block");
           }
