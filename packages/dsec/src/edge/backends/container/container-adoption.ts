@@ -49,10 +49,15 @@ export async function adoptOrClean(
       let paused = c.status === 'paused';
       if (paused && existsSync(marker)) {
         // Frozen by the edge for a move or a snapshot that did not finish (the edge went down
-        // meanwhile): it runs on here, as its control plane has it.
-        await thaw(id);
-        paused = false;
-        ctx.log.warn({ sandbox: id }, 'thawed a sandbox held still for a move or a snapshot that did not finish');
+        // meanwhile): it runs on here, as its control plane has it. A thaw that fails leaves this
+        // one sandbox paused (a resume retries it), not the edge down with every other sandbox.
+        try {
+          await thaw(id);
+          paused = false;
+          ctx.log.warn({ sandbox: id }, 'thawed a sandbox held still for a move or a snapshot that did not finish');
+        } catch (err) {
+          ctx.log.error({ sandbox: id, err: (err as Error).message }, 'could not thaw a sandbox held still by the edge; adopted paused');
+        }
       }
       rmSync(marker, { force: true });
       const live = newLiveSandbox({ ...record, pid: c.pid, paused }, ctx.records, ctx.crun);

@@ -36,16 +36,16 @@ export async function snapshotContainer(
   try {
     const wasPaused = l.record.paused === true;
     const t0 = performance.now();
-    if (!wasPaused) {
-      // Marked first, as a move's freeze is: an edge that dies while the sandbox is frozen for this
-      // copy thaws it when it adopts it at its restart (container-adoption.ts). Unmarked, the
-      // freezer said "paused" and the sandbox was adopted so, while its control plane had it
-      // running: every exec then hung until its timeout (found by crash-points.test.ts).
-      writeFileSync(paths.held, '');
-      await freeze(id);
-    }
     let stats: DiffStats;
     try {
+      if (!wasPaused) {
+        // Marked first, as a move's freeze is: an edge that dies while the sandbox is frozen for
+        // this copy thaws it when it adopts it at its restart (container-adoption.ts). Unmarked,
+        // the freezer said "paused" and the sandbox was adopted so, while its control plane had
+        // it running: every exec then hung until its timeout (found by crash-points.test.ts).
+        writeFileSync(paths.held, '');
+        await freeze(id);
+      }
       const fd = openSync(paths.upper, 'r');
       try {
         syncfs(fd);
@@ -66,10 +66,7 @@ export async function snapshotContainer(
         throw new ApiError('SANDBOX_NOT_RUNNING', `sandbox ${id} was killed during its snapshot`, { id });
       throw err;
     } finally {
-      if (!wasPaused) {
-        await thaw(id);
-        rmSync(paths.held, { force: true });
-      }
+      if (!wasPaused) await endHold(l, paths.held);
     }
     const frozenMs = performance.now() - t0;
     if (stats.entries === 0) return { layer: null, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
@@ -83,5 +80,20 @@ export async function snapshotContainer(
     return { layer, stats, frozenMs, baseLayers: l.record.layers, config: l.record.config };
   } finally {
     await removeTree(stage);
+  }
+}
+
+/**
+ * The end of a snapshot's freeze (also when the freeze itself failed): thawed and unmarked,
+ * unless another hold began meanwhile. A move that quiesced the sandbox during the copy owns the
+ * freeze and the marker now (container-quiesce.ts); a pause its user asked for meanwhile keeps it
+ * frozen, and unmarked, since a pause is not thawed at a restart.
+ */
+async function endHold(l: LiveSandbox, marker: string): Promise<void> {
+  if (l.quiesced) return;
+  try {
+    if (l.record.paused !== true) await thaw(l.record.id);
+  } finally {
+    rmSync(marker, { force: true });
   }
 }

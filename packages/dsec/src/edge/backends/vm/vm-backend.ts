@@ -46,6 +46,30 @@ import { PhaseClock } from './phase-clock.js';
 import { imageSnapshotFor, startVm, type RestoreSource, type StartContext } from './vm-start.js';
 import { fetchStateBlob, STATE_DISK, STATE_MEMORY } from './vm-state-blob.js';
 
+/** How long a guest run again at adoption gets to answer its agent's ping. */
+const RUN_ON_PING_MS = 10_000;
+
+/**
+ * Runs a stopped guest again (`cont`) and pings its agent; whether it answered within
+ * RUN_ON_PING_MS. One that did not is stopped again: adopted paused, a resume retries it.
+ */
+async function runOn(qmp: QmpClient, agent: AgentClient): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await qmp.execute('cont');
+    await Promise.race([
+      agent.call('ping', {}),
+      new Promise((_, reject) => (timer = setTimeout(() => reject(new Error('no ping')), RUN_ON_PING_MS))),
+    ]);
+    return true;
+  } catch {
+    await qmp.execute('stop').catch(() => undefined);
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * The agent and QMP of a VM a previous edge process started. A stopped guest (paused, or stopped
  * after a portable save, QEMU's `postmigrate`) cannot answer a ping: its agent is reached once it
@@ -188,15 +212,22 @@ export class VmBackend implements SandboxBackend {
         try {
           if (!record.agentKey) throw new Error('its record predates keyed agent channels');
           const { agent, qmp, paused } = await reattach(paths, record.agentKey);
-          if (paused && record.paused !== true) {
-            // Stopped by the edge for its own work (a fork's state save, a move's save before its
-            // record says paused) when it went down: not a pause its user asked for, which the
-            // record keeps. It runs on, as its control plane has it; adopted paused, every call
-            // was refused as a paused VM's while the control plane said running.
-            await qmp.execute('cont');
-            await agent.call('ping', {});
-            this.opts.log.warn({ sandbox: id }, 'ran on a VM the edge had stopped for a save that did not finish');
-          } else record.paused = paused;
+          const heldByRecord = record.paused === true;
+          record.paused = paused;
+          if (paused && !heldByRecord) {
+            // Stopped by the edge for a fork's state save (vm-snapshot.ts) when it went down: not
+            // a pause its user asked for, nor a move's hold, which the record keeps. It runs on, as
+            // its control plane has it; adopted paused, every call was refused as a paused VM's
+            // while the control plane said running. A guest that does not answer in time is
+            // stopped again and adopted paused (a resume retries), never removed for it.
+            record.paused = !(await runOn(qmp, agent));
+            this.opts.log.warn(
+              { sandbox: id, paused: record.paused },
+              record.paused
+                ? 'a VM the edge had stopped for a save did not answer when run again; adopted paused'
+                : 'ran on a VM the edge had stopped for a save that did not finish',
+            );
+          }
           if (record.network?.link && !this.opts.links.adopt(record.network.link)) {
             this.opts.log.error({ sandbox: id, link: record.network.link }, "another edge on this host claims this VM's link block");
           }

@@ -29,8 +29,12 @@ import {
 /** After the command exits, how long the pipes may stay silent before they are closed. */
 const QUIET_MS = 500;
 
-/** How long a signal waits for a just-started command's pid (normally milliseconds: dsec-spawn's fork and the starter's). */
-const SIGNAL_PID_WAIT_MS = 30_000;
+/**
+ * How long a signal waits for a just-started command's pid (normally milliseconds: dsec-spawn's
+ * fork and the starter's); well inside the control plane's 30 s call timeout, so a remote caller
+ * is told why rather than that its edge did not answer.
+ */
+const SIGNAL_PID_WAIT_MS = 10_000;
 
 /** Environment variable that marks every process a command started (see killTagged). */
 export const EXEC_TAG_VAR = 'DSEC_EXEC_ID';
@@ -471,11 +475,14 @@ export class SandboxProcess implements CommandProcess {
     if (sig === 'SIGKILL') this.#killed = true;
     let pid = this.hostPid;
     const waitMs = sig === 'SIGKILL' ? 1000 : SIGNAL_PID_WAIT_MS;
-    for (const t0 = performance.now(); !pid && !this.#exit && performance.now() - t0 < waitMs;) {
+    // The starter reaps the command and ends after it: once it has ended there is nothing to
+    // signal, even while the output pipes, held by what the command left behind, keep #exit off.
+    const starterEnded = (): boolean => this.#child.exitCode !== null || this.#child.signalCode !== null;
+    for (const t0 = performance.now(); !pid && !this.#exit && !starterEnded() && performance.now() - t0 < waitMs;) {
       await new Promise((r) => setTimeout(r, 5));
       pid = this.hostPid;
     }
-    if (this.#exit) return;
+    if (this.#exit || (!pid && starterEnded())) return;
     if (!pid && sig !== 'SIGKILL')
       throw new ApiError(
         'EXEC_FAILED',
