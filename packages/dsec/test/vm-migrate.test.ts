@@ -195,6 +195,14 @@ describe('a running microVM moves between edges with its memory, processes and d
     blobs.push(again.state!.digest as LayerDigest);
     await servedB.client.resumeSandbox(id);
     await probe(servedB.client, pid!, Number(count), shmSum);
+    // A move whose source edge restarts while it holds the VM (quiesced, the control plane's move
+    // failing with it): the VM runs on there, as its control plane has it, not adopted paused.
+    assert.equal((await servedB.client.quiesceSandbox(id, { endProcesses: false })).frozen, true);
+    await servedB.app.close();
+    await edgeB.shutdown();
+    await startB();
+    assert.equal((await servedB.client.listSandboxes()).find((s) => s.id === id)?.status, 'running', "a move's hold is not a pause");
+    await probe(servedB.client, pid!, Number(count), shmSum);
 
     // Back again, with more of its memory written: A restores from its own store, as a failed
     // move's way back would.

@@ -212,20 +212,23 @@ export class VmBackend implements SandboxBackend {
         try {
           if (!record.agentKey) throw new Error('its record predates keyed agent channels');
           const { agent, qmp, paused } = await reattach(paths, record.agentKey);
-          const heldByRecord = record.paused === true;
+          const pausedByUser = record.paused === true && record.held !== true;
           record.paused = paused;
-          if (paused && !heldByRecord) {
-            // Stopped by the edge for a fork's state save (vm-snapshot.ts) when it went down: not
-            // a pause its user asked for, nor a move's hold, which the record keeps. It runs on, as
-            // its control plane has it; adopted paused, every call was refused as a paused VM's
-            // while the control plane said running. A guest that does not answer in time is
-            // stopped again and adopted paused (a resume retries), never removed for it.
+          delete record.held;
+          if (paused && !pausedByUser) {
+            // Stopped by the edge for its own work when it went down: a fork's state save
+            // (vm-snapshot.ts; the record does not say paused) or a move (quiesceSandbox: `held`),
+            // which its control plane could not finish. It runs on, as the control plane has it;
+            // adopted paused, every call was refused as a paused VM's while the control plane said
+            // running, and a resume there was a no-op. A portable save alone (no move) and a
+            // user's pause stay paused. A guest that does not answer in time is stopped again and
+            // adopted paused (a resume retries), never removed for it.
             record.paused = !(await runOn(qmp, agent));
             this.opts.log.warn(
               { sandbox: id, paused: record.paused },
               record.paused
-                ? 'a VM the edge had stopped for a save did not answer when run again; adopted paused'
-                : 'ran on a VM the edge had stopped for a save that did not finish',
+                ? 'a VM the edge had stopped for a save or a move did not answer when run again; adopted paused'
+                : 'ran on a VM the edge had stopped for a save or a move that did not finish',
             );
           }
           if (record.network?.link && !this.opts.links.adopt(record.network.link)) {
@@ -607,13 +610,19 @@ export class VmBackend implements SandboxBackend {
     const v = this.#vm(id);
     await v.qmp.execute('cont');
     v.record.paused = false;
+    delete v.record.held;
     saveRecord(v.paths, v.record);
   }
 
   /** A VM's processes move with its memory: quiescing it is pausing its vCPUs. */
   async quiesceSandbox(id: string): Promise<EdgeQuiesce> {
-    const wasPaused = this.#vm(id).record.paused === true;
-    if (!wasPaused) await this.pauseSandbox(id);
+    const v = this.#vm(id);
+    const wasPaused = v.record.paused === true;
+    if (!wasPaused) {
+      await this.pauseSandbox(id);
+      v.record.held = true;
+      saveRecord(v.paths, v.record);
+    }
     return { processes: [], ended: false, wasPaused, frozen: true };
   }
 }

@@ -27,6 +27,11 @@ export interface VmRecord {
   accel?: AccelChoice;
   pid?: number;
   paused?: boolean;
+  /**
+   * Paused by the edge for a move (quiesceSandbox), not by its user: an edge that restarts
+   * before the move is done runs it on, as its control plane has it (vm-backend.ts start).
+   */
+  held?: boolean;
   /** The egress policy in force in the VM's netns, and its link once a policy other than none gave it one. */
   network?: SandboxNetwork;
   /**
