@@ -734,8 +734,8 @@ describe('VMs across an edge restart and a QEMU crash', { skip, timeout: 600_000
     await first.close(); // the VM keeps running
     assert.ok(alive(pid));
     // As an edge that died inside a fork's state save leaves it (vm-snapshot.ts): its vCPUs stopped
-    // over QMP, its record untouched. Not a pause of its user's, so it must run on. (Stopped before
-    // a graceful close, the close waits on the stopped guest's agent.)
+    // over QMP, its record untouched. Not a pause of its user's, so it must run on. (After the
+    // close: QEMU serves one QMP client at a time, and the edge held the VM's until then.)
     const qmp = await QmpClient.open(new VmPaths(join(dataDir, 'node', 'vms', sb.id)).qmpSocket);
     await qmp.execute('stop');
     qmp.close();
