@@ -45,6 +45,7 @@ import { VmSnapshots } from './vm-snapshot.js';
 import { PhaseClock } from './phase-clock.js';
 import { imageSnapshotFor, startVm, type RestoreSource, type StartContext } from './vm-start.js';
 import { fetchStateBlob, STATE_DISK, STATE_MEMORY } from './vm-state-blob.js';
+import { withTimeout } from './vm-state.js';
 
 /** How long a guest run again at adoption gets to answer its agent's ping. */
 const RUN_ON_PING_MS = 10_000;
@@ -54,19 +55,13 @@ const RUN_ON_PING_MS = 10_000;
  * RUN_ON_PING_MS. One that did not is stopped again: adopted paused, a resume retries it.
  */
 async function runOn(qmp: QmpClient, agent: AgentClient): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
   try {
     await qmp.execute('cont');
-    await Promise.race([
-      agent.call('ping', {}),
-      new Promise((_, reject) => (timer = setTimeout(() => reject(new Error('no ping')), RUN_ON_PING_MS))),
-    ]);
+    await withTimeout(agent.call('ping', {}), RUN_ON_PING_MS, 'no ping');
     return true;
   } catch {
     await qmp.execute('stop').catch(() => undefined);
     return false;
-  } finally {
-    clearTimeout(timer);
   }
 }
 

@@ -92,6 +92,11 @@ export function killTagged(sandboxId: string, tag: string): number {
  * the edge's for crun) so nothing is inherited by accident. kill() ends the process's whole tree,
  * found from the host through /proc starting at the pid its starter reports; the sandbox itself
  * is untouched.
+ *
+ * One file for one concept, a command's life on the host side: its start, output, stdin, timeout,
+ * signals and kill share its state (its pid, its exit, its command cgroup). How it is started is
+ * elsewhere (enter-child.ts, crun-exec-child.ts, exec-standby.ts); the helpers above it are the
+ * pieces of kill() that stand alone.
  */
 export class SandboxProcess implements CommandProcess {
   // Set again by beginCommand() (a standby's cap is its command's): nothing is written before.
@@ -482,7 +487,9 @@ export class SandboxProcess implements CommandProcess {
       await new Promise((r) => setTimeout(r, 5));
       pid = this.hostPid;
     }
-    if (this.#exit || (!pid && starterEnded())) return;
+    if (this.#exit) return;
+    // A SIGKILL goes on to the command's cgroup and tagged processes: what it left behind.
+    if (!pid && starterEnded() && sig !== 'SIGKILL') return;
     if (!pid && sig !== 'SIGKILL')
       throw new ApiError(
         'EXEC_FAILED',
