@@ -26,14 +26,18 @@ export class EndedSandboxes {
       // Its create request and exact image go too (the spec's row goes with the sandbox's), so the
       // killed sandbox can still be replayed from its trajectory. A second retire (its row gone
       // by then) keeps the first one's request rather than the poorer one it can rebuild.
-      const row = await tx.get<{ batch_id: string | null; spec: string | null }>(
-        'SELECT s.batch_id AS batch_id, p.spec AS spec FROM sandboxes s LEFT JOIN sandbox_specs p ON p.id = s.id WHERE s.id = ?',
+      // A batch's item keeps no spec of its own: its batch's row has it (store/sandbox-rows.ts).
+      const row = await tx.get<{ batch_id: string | null; spec: string | null; batch_spec: string | null }>(
+        `SELECT s.batch_id AS batch_id, p.spec AS spec, b.spec AS batch_spec FROM sandboxes s
+           LEFT JOIN sandbox_specs p ON p.id = s.id LEFT JOIN batches b ON b.id = s.batch_id WHERE s.id = ?`,
         [s.id],
       );
-      const replayFrom = JSON.stringify({
-        imageId: s.imageId,
-        spec: row?.spec ? (JSON.parse(row.spec) as CreateSandboxRequest) : { image: s.imageId, resources: s.resources, labels: s.labels },
-      } satisfies ReplaySource);
+      const spec = row?.spec
+        ? (JSON.parse(row.spec) as CreateSandboxRequest)
+        : row?.batch_spec
+          ? (JSON.parse(row.batch_spec) as { spec: CreateSandboxRequest }).spec
+          : { image: s.imageId, resources: s.resources, labels: s.labels };
+      const replayFrom = JSON.stringify({ imageId: s.imageId, spec } satisfies ReplaySource);
       await tx.run(
         `INSERT INTO ended_sandboxes (id, ended_at, reason, project, labels, batch_id, replay_from) VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, reason = excluded.reason, project = excluded.project,

@@ -172,6 +172,43 @@ describe('StateStore sandboxes', () => {
     for (const id of ids) if (id !== ids[33]) await store.sandboxes.delete(id);
   });
 
+  test("a batch's items keep no spec row: the spec is read from the batch's row; one saved later for an item wins; mounts stay per item", async () => {
+    const spec = { image: 'busybox', volumes: [{ name: 'batchvol', path: '/data' }] };
+    await store.batches.insert('batch-specs1', 2, { count: 2, spec }, '2025-01-01T00:00:00.000Z');
+    const ids = ['sb-bspec-000000', 'sb-bspec-000001'];
+    await store.sandboxes.insertMany(
+      ids.map((id, i) => ({ info: info(id, { grp: 'bspec' }), batch: { id: 'batch-specs1', index: i }, spec, specOnBatch: true })),
+    );
+    const own = await store.db.all<{ id: string }>('SELECT id FROM sandbox_specs WHERE id IN (?, ?)', ids);
+    assert.deepEqual(own, [], 'no spec row per item');
+    assert.deepEqual(await store.sandboxes.spec(ids[0]!), spec);
+    assert.deepEqual(await store.volumes.users('batchvol'), ids, 'each item mounts the volume');
+    const moved = { ...spec, env: { A: '1' } };
+    await store.sandboxes.saveSpec(ids[1]!, moved);
+    assert.deepEqual(await store.sandboxes.spec(ids[1]!), moved);
+    assert.deepEqual(await store.sandboxes.spec(ids[0]!), spec);
+    for (const id of ids) await store.sandboxes.delete(id);
+    assert.equal(await store.sandboxes.spec(ids[0]!), undefined, 'none once the row is gone');
+  });
+
+  test("a batch's events are kept as runs, one per write: a read after any seq gets exactly the later ones, in order", async () => {
+    await store.batches.insert('batch-runs1', 5, {}, '2025-01-01T00:00:00.000Z');
+    const ev = (seq: number) => ({ seq, type: seq % 2 ? 'placed' : 'running', at: '2025-01-01T00:00:00.000Z' });
+    const runs = [[0, 1, 2], [3], [4, 5, 6, 7], [8, 9]];
+    for (const r of runs) await store.batches.appendEvents([{ id: 'batch-runs1', events: r.map(ev) }]);
+    const rows = await store.db.all<{ n: number }>('SELECT count(*) AS n FROM batch_event_runs WHERE batch_id = ?', ['batch-runs1']);
+    assert.equal(Number(rows[0]?.n), runs.length);
+    for (let after = -1; after <= 9; after++) {
+      assert.deepEqual(
+        (await store.batches.events('batch-runs1', after)).map((e) => e.seq),
+        Array.from({ length: 9 - after }, (_, i) => after + 1 + i),
+        `after ${after}`,
+      );
+    }
+    const row = await store.batches.get('batch-runs1');
+    assert.deepEqual({ placed: row?.placed, running: row?.running, lastSeq: row?.lastSeq }, { placed: 5, running: 5, lastSeq: 9 });
+  });
+
   test('setStatus changes status and reason; a later setStatus without reason clears it', async () => {
     await store.sandboxes.insert(info('sb-local-dddddd', {}, { status: 'creating' }));
     await store.sandboxes.setStatus('sb-local-dddddd', 'failed', 'why');

@@ -71,6 +71,8 @@ export class BatchService {
   readonly #live = new Map<string, LiveBatch>();
   readonly #drivers = new Set<Promise<void>>();
   #flushTimer: NodeJS.Timeout | undefined;
+  /** The last flush started (flush()). */
+  #flushing: Promise<void> = Promise.resolve();
   #stopped = false;
   readonly #edgeLists = new Map<string, { at: number; ids: Promise<Set<string>> }>();
 
@@ -451,8 +453,18 @@ export class BatchService {
     this.#live.delete(b.id);
   }
 
-  /** Writes buffered events, one transaction for all batches. */
-  async flush(): Promise<void> {
+  /**
+   * Writes buffered events, one transaction for all batches. Flushes run one after another: the
+   * store keeps a batch's events only above the last seq it has (store/batches.ts), so a later
+   * run committed first would drop an earlier one.
+   */
+  flush(): Promise<void> {
+    const run = this.#flushing.then(() => this.#flushNow());
+    this.#flushing = run.catch(() => undefined);
+    return run;
+  }
+
+  async #flushNow(): Promise<void> {
     if (this.#flushTimer) clearTimeout(this.#flushTimer);
     this.#flushTimer = undefined;
     const pending: { id: string; events: BatchEvent[] }[] = [];

@@ -372,7 +372,13 @@ export class SandboxCreation {
                 placed.length,
                 async (n) => {
                   await this.deps.store.sandboxes.insertMany(
-                    placed.slice(0, n).map((p) => ({ info: p.info, batch: { id: hooks.batchId, index: p.item.index }, spec: req })),
+                    placed.slice(0, n).map((p) => ({
+                      info: p.info,
+                      batch: { id: hooks.batchId, index: p.item.index },
+                      spec: req,
+                      // the batch's row has it (hooks.batchId is a batch of the store's)
+                      specOnBatch: true,
+                    })),
                     this.deps.createLease(),
                   );
                   return n;

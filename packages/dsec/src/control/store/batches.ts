@@ -1,6 +1,5 @@
 import type { BatchEvent } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { chunked, flatValues, multiInsert } from './multi-row.js';
 import type { SqlDb } from './sql.js';
 
 export interface StoredBatch {
@@ -123,49 +122,59 @@ export class SqlBatchRecords implements BatchRecords {
   }
 
   async appendEvents(groups: { id: string; events: { seq: number; type?: string }[] }[], owner?: string): Promise<string[]> {
-    const greatest = this.db.dialect === 'postgres' ? 'GREATEST' : 'max';
+    // PostgreSQL: the batch's row is locked until the commit, so an owner's change or another
+    // writer's run is seen whole. SQLite has one writer at a time.
+    const lock = this.db.dialect === 'postgres' ? ' FOR UPDATE' : '';
     return this.db.transaction(async (tx) => {
       const lost: string[] = [];
       for (const g of groups) {
-        if (owner !== undefined) {
-          const row = await tx.get<{ owner: string | null }>('SELECT owner FROM batches WHERE id = ?', [g.id]);
-          if (row && row.owner !== null && row.owner !== owner) {
-            lost.push(g.id);
-            continue;
-          }
+        const row = await tx.get<{ owner: string | null; last_seq: number }>(`SELECT owner, last_seq FROM batches WHERE id = ?${lock}`, [
+          g.id,
+        ]);
+        if (!row) continue; // gone: its events have nowhere to go
+        if (owner !== undefined && row.owner !== null && row.owner !== owner) {
+          lost.push(g.id);
+          continue;
         }
-        const n = { placed: 0, running: 0, failed: 0, last: -1 };
-        const typeOf = new Map(g.events.map((e) => [e.seq, e.type]));
-        await chunked(g.events, async (c) => {
-          // Only rows written now come back: one written before (a replay after a restart) was counted then.
-          const added = await tx.all<{ seq: number }>(
-            multiInsert('batch_events', ['batch_id', 'seq', 'event'], c.length, ' ON CONFLICT DO NOTHING RETURNING seq'),
-            flatValues(c, (e) => [g.id, e.seq, JSON.stringify(e)]),
-          );
-          for (const { seq } of added) {
-            const type = typeOf.get(Number(seq));
-            if (type === 'placed') n.placed++;
-            else if (type === 'running') n.running++;
-            else if (type === 'failed') n.failed++;
-            n.last = Math.max(n.last, Number(seq));
-          }
-        });
-        if (n.last < 0) continue;
-        await tx.run(
-          `UPDATE batches SET placed = placed + ?, running = running + ?, failed = failed + ?, last_seq = ${greatest}(last_seq, ?) WHERE id = ?`,
-          [n.placed, n.running, n.failed, n.last, g.id],
-        );
+        // Events are numbered in order and written in order (BatchService.flush): one at or below
+        // the last written is there already (written again after a restart) and is not counted twice.
+        const fresh = g.events.filter((e) => e.seq > Number(row.last_seq)).sort((a, b) => a.seq - b.seq);
+        if (fresh.length === 0) continue;
+        const n = { placed: 0, running: 0, failed: 0 };
+        for (const e of fresh) {
+          if (e.type === 'placed') n.placed++;
+          else if (e.type === 'running') n.running++;
+          else if (e.type === 'failed') n.failed++;
+        }
+        const last = fresh[fresh.length - 1]!.seq;
+        await tx.run('INSERT INTO batch_event_runs (batch_id, last_seq, first_seq, events) VALUES (?, ?, ?, ?)', [
+          g.id,
+          last,
+          fresh[0]!.seq,
+          JSON.stringify(fresh),
+        ]);
+        await tx.run('UPDATE batches SET placed = placed + ?, running = running + ?, failed = failed + ?, last_seq = ? WHERE id = ?', [
+          n.placed,
+          n.running,
+          n.failed,
+          last,
+          g.id,
+        ]);
       }
       return lost;
     });
   }
 
   async events(id: string, after: number): Promise<BatchEvent[]> {
-    const rows = await this.db.all<{ event: string }>('SELECT event FROM batch_events WHERE batch_id = ? AND seq > ? ORDER BY seq', [
-      id,
-      after,
-    ]);
-    return rows.map((r) => JSON.parse(r.event) as BatchEvent);
+    // Runs end in order of their keys: those ending after `after` are one range of the key, and
+    // only the first of them may begin at or before it.
+    const runs = await this.db.all<{ events: string }>(
+      'SELECT events FROM batch_event_runs WHERE batch_id = ? AND last_seq > ? ORDER BY last_seq',
+      [id, after],
+    );
+    const out: BatchEvent[] = [];
+    for (const r of runs) for (const e of JSON.parse(r.events) as BatchEvent[]) if (e.seq > after) out.push(e);
+    return out;
   }
 
   async sandboxes(batchId: string): Promise<{ index: number; id: string }[]> {

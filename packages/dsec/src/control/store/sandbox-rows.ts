@@ -20,6 +20,11 @@ export interface NewSandboxRow {
   batch?: BatchItem | undefined;
   /** The create request as the caller sent it (undefined: none kept). */
   spec?: unknown;
+  /**
+   * The spec is its batch's, kept on the batch's row (SandboxRecords.spec reads it there): no row
+   * of its own. A batch of 32,000 wrote 32,000 copies of one spec.
+   */
+  specOnBatch?: boolean | undefined;
   accessToken?: string | undefined;
 }
 
@@ -148,7 +153,7 @@ function newRowsParams(rows: readonly NewSandboxRow[], lease: CreateLease | unde
   const labels = rows.flatMap((r) =>
     Object.entries(r.info.labels).map(([key, value]) => ({ sandbox_id: r.info.id, key, value, created_at: r.info.createdAt })),
   );
-  const specs = specRows(rows.filter((r) => r.spec !== undefined).map((r) => ({ id: r.info.id, spec: r.spec })));
+  const specs = specRows(specsOf(rows));
   return [
     JSON.stringify(sandboxes),
     JSON.stringify(labels),
@@ -174,10 +179,12 @@ async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?
     tx,
     rows.map((r) => ({ id: r.info.id, labels: r.info.labels, createdAt: r.info.createdAt })),
   );
-  await saveSpecRows(
-    tx,
-    rows.filter((r) => r.spec !== undefined).map((r) => ({ id: r.info.id, spec: r.spec })),
-  );
+  await saveSpecRows(tx, specsOf(rows));
+}
+
+/** The specs of new rows, for specRows. */
+function specsOf(rows: readonly NewSandboxRow[]): SpecRow[] {
+  return rows.filter((r) => r.spec !== undefined).map((r) => ({ id: r.info.id, spec: r.spec, onBatch: r.specOnBatch === true }));
 }
 
 /**
@@ -198,10 +205,20 @@ export async function insertLabelRows(
   );
 }
 
-/** Specs as [id, JSON text] rows and the [volume, sandbox id] rows of the volumes they mount. */
-function specRows(specs: readonly { id: string; spec: unknown }[]): { texts: [string, string][]; mounts: [string, string][] } {
-  const json = jsonOnce(); // a batch's items share one spec object: it is serialized once
-  const texts = specs.map(({ id, spec }): [string, string] => [id, json(spec)]);
+/** A sandbox's spec; `onBatch`: its batch's row has it (NewSandboxRow.specOnBatch). */
+interface SpecRow {
+  id: string;
+  spec: unknown;
+  onBatch?: boolean;
+}
+
+/**
+ * Specs as [id, JSON text] rows (none for a spec its batch's row has) and the [volume, sandbox id]
+ * rows of the volumes they mount (for every one).
+ */
+function specRows(specs: readonly SpecRow[]): { texts: [string, string][]; mounts: [string, string][] } {
+  const json = jsonOnce(); // a group's items may share one spec object: it is serialized once
+  const texts = specs.filter((s) => s.onBatch !== true).map(({ id, spec }): [string, string] => [id, json(spec)]);
   const mounts = specs.flatMap(({ id, spec }) =>
     ((spec as { volumes?: { name: string }[] } | null | undefined)?.volumes ?? []).map((v): [string, string] => [v.name, id]),
   );
@@ -212,7 +229,7 @@ function specRows(specs: readonly { id: string; spec: unknown }[]): { texts: [st
  * Create requests as the callers sent them (replacing any kept), and the volumes each mounts, so
  * that a volume in use is found without reading every spec (those rows go with the sandbox's).
  */
-export async function saveSpecRows(tx: Sql, specs: readonly { id: string; spec: unknown }[]): Promise<void> {
+export async function saveSpecRows(tx: Sql, specs: readonly SpecRow[]): Promise<void> {
   const { texts, mounts } = specRows(specs);
   await chunked(texts, (c) =>
     tx.run(

@@ -49,7 +49,10 @@ export interface SandboxRecords {
    */
   insert(s: SandboxInfo, batch?: BatchItem, spec?: unknown, lease?: CreateLease, accessToken?: string): Promise<void>;
   /** Many rows (a batch's group) in one transaction: one commit instead of one per sandbox. */
-  insertMany(rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[], lease?: CreateLease): Promise<void>;
+  insertMany(
+    rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; specOnBatch?: boolean; accessToken?: string }[],
+    lease?: CreateLease,
+  ): Promise<void>;
   get(id: string): Promise<SandboxInfo | undefined>;
   /** Sandboxes that match every field of `filter`, oldest first. */
   list(filter?: SandboxFilter): Promise<SandboxInfo[]>;
@@ -138,7 +141,7 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async insertMany(
-    rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; accessToken?: string }[],
+    rows: { info: SandboxInfo; batch?: BatchItem; spec: unknown; specOnBatch?: boolean; accessToken?: string }[],
     lease?: CreateLease,
   ): Promise<void> {
     await writeNewSandboxes(this.db, rows, lease);
@@ -328,7 +331,13 @@ export class SqlSandboxRecords implements SandboxRecords {
 
   async spec<T>(id: string): Promise<T | undefined> {
     const row = await this.db.get<{ spec: string }>('SELECT spec FROM sandbox_specs WHERE id = ?', [id]);
-    return row && (JSON.parse(row.spec) as T);
+    if (row) return JSON.parse(row.spec) as T;
+    // A batch's item: the spec is its batch's (NewSandboxRow.specOnBatch).
+    const batch = await this.db.get<{ spec: string }>(
+      'SELECT b.spec AS spec FROM sandboxes s JOIN batches b ON b.id = s.batch_id WHERE s.id = ?',
+      [id],
+    );
+    return batch && (JSON.parse(batch.spec) as { spec: T }).spec;
   }
 
   async renewCreates(owner: string, until: number): Promise<number> {
