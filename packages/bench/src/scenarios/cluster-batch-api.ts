@@ -19,7 +19,7 @@ export interface BatchEvent {
 export async function runBatchApi(
   url: string,
   apiKey: string,
-  req: { count: number; spec: unknown; concurrency: number },
+  req: { count: number; spec: unknown; concurrency?: number },
   signal: AbortSignal,
   /** Collects the id of each sandbox that runs. */
   ids?: string[],

@@ -9,7 +9,7 @@ import { round } from '../stats.js';
 import { TARGETS } from '../targets.js';
 import { HttpEdgeClient, serveSimulatedEdge, SimulatedEdge, type EdgeCreateRequest } from 'dsec/cluster';
 import { StateStore } from 'dsec/runtime';
-import type { SandboxInfo } from '@dsec/sdk/schema';
+import { BATCH_CONCURRENCY_PER_EDGE, type SandboxInfo } from '@dsec/sdk/schema';
 import { startControlChild, startSimulatedEdgesChild, waitForEdges } from '../cluster-processes.js';
 import { BENCH_IMAGE } from '../fixture.js';
 import { HttpLoadClient } from '../http-load.js';
@@ -284,7 +284,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
     const viaApi = await runBatchApi(
       control.url,
       control.apiKey,
-      { count: opts.batchCount, spec: SPEC, concurrency: opts.batchConcurrency },
+      { count: opts.batchCount, spec: SPEC, ...(opts.batchConcurrency > 0 ? { concurrency: opts.batchConcurrency } : {}) },
       signal,
     );
     if (viaApi) {
@@ -295,7 +295,7 @@ export async function runCluster(peers: Peer[], opts: ClusterOptions, ctx: Scena
       batch = {
         controlLoopBusy: loopShare(batchLoop0, batchLoop1),
         mode: 'batch-api',
-        note: `one POST /v1/batches {count: ${opts.batchCount}, concurrency: ${opts.batchConcurrency}}; times from its NDJSON events`,
+        note: `one POST /v1/batches {count: ${opts.batchCount}${opts.batchConcurrency > 0 ? `, concurrency: ${opts.batchConcurrency}` : ''}}${opts.batchConcurrency > 0 ? '' : ` (the API's default concurrency: ${BATCH_CONCURRENCY_PER_EDGE} per edge)`}; times from its NDJSON events`,
         ...viaApi,
         spreadPct: spreadPct(viaApi.perEdge, edgeIds),
         readLatency,
@@ -386,9 +386,9 @@ export const clusterScenario: BenchScenarioDef<ClusterOptions, ClusterResult> = 
     {
       key: 'batchConcurrency',
       long: 'batch-concurrency',
-      description: "the batch's creates in flight (its concurrency)",
-      default: 64,
-      min: 1,
+      description: "the batch's creates in flight (its concurrency; 0: the API's default, 64 per edge)",
+      default: 0,
+      min: 0,
     },
     {
       key: 'realCount',

@@ -87,4 +87,27 @@ describe('simulated edge under a real control plane', { skip }, () => {
     }
     assert.ok(back, 'simtwo did not re-join');
   });
+
+  test('a batch that names no concurrency has 64 creates in flight per edge (2 edges: 128), not 64 across the cluster', async () => {
+    for (const e of edges) e.edge.createDelayMs = 1000;
+    try {
+      const r = await api('POST', '/v1/batches', { count: 256, spec: { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } } });
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const id = (r.body as { id: string }).id;
+      let peak = 0;
+      for (let state = 'running'; state === 'running';) {
+        peak = Math.max(
+          peak,
+          edges.reduce((n, e) => n + e.edge.making, 0),
+        );
+        await new Promise((res) => setTimeout(res, 20));
+        state = ((await api('GET', `/v1/batches/${id}`)).body as { state: string }).state;
+      }
+      const done = (await api('GET', `/v1/batches/${id}`)).body as { running: number; failed: number };
+      assert.deepEqual([done.running, done.failed], [256, 0]);
+      assert.ok(peak > 64 && peak <= 128, `creates in flight at most ${peak}`);
+    } finally {
+      for (const e of edges) e.edge.createDelayMs = 0;
+    }
+  });
 });

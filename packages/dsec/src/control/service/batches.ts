@@ -8,7 +8,7 @@ import type { ProjectQuotas } from '../project-quotas.js';
 import { SYSTEM } from './callers.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StateStore, StoredBatch } from '../state-store.js';
-import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
+import { BATCH_CONCURRENCY_PER_EDGE, DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { isoTime } from '../iso-time.js';
 
 /** Label on every sandbox a batch made: list or kill them by it. */
@@ -102,8 +102,13 @@ export class BatchService {
     const b = new LiveBatch(id, req.count, req.spec, createdAt, project);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
-    this.#start(b, req.concurrency ?? 64);
+    this.#start(b, req.concurrency ?? this.#defaultConcurrency());
     return this.info(id);
+  }
+
+  /** Creates in flight when the request names none: BATCH_CONCURRENCY_PER_EDGE per joined edge, at most 1024. */
+  #defaultConcurrency(): number {
+    return Math.min(1024, BATCH_CONCURRENCY_PER_EDGE * Math.max(1, this.edges.ids().length));
   }
 
   /** Batches this process drives that have not finished, with their counts so far (for /metrics). */
@@ -161,7 +166,7 @@ export class BatchService {
         { batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId },
         'resuming a batch its driver left (a restart, or a replica that died)',
       );
-      this.#start(b, req.concurrency ?? 64);
+      this.#start(b, req.concurrency ?? this.#defaultConcurrency());
     }
   }
 
