@@ -298,7 +298,7 @@ class Sandbox(client.SandboxCore["Sandbox"]):
         """Creates ``count`` sandboxes of one spec (the keywords of ``create``) as one batch on the
         server (``POST /v1/batches``, up to 32,000), and yields its progress as it happens: each
         event with the counts so far, a ``Sandbox`` as each one runs, an error as each one fails.
-        ``concurrency`` bounds the creates in flight across the cluster (server default 64). A
+        ``concurrency`` bounds the creates in flight across the cluster (server default: 64 per edge). A
         dropped progress stream is resumed after the last event seen. Stopping before the batch
         is done cancels it, which kills every sandbox it made.
 

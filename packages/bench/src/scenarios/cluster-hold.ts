@@ -104,7 +104,8 @@ export async function runHold(
   for (const [k, f] of fills.entries()) {
     const spec = { image: BENCH_IMAGE, resources: { memoryMiB: 64, cpu: 0.1 }, labels: f.labels };
     const tb = performance.now();
-    const r = await runBatchApi(ctl.url, ctl.apiKey, { count: f.count, spec, concurrency: 64 }, signal, ids);
+    // The API's default concurrency (64 per edge): the fill is set-up, not what is measured.
+    const r = await runBatchApi(ctl.url, ctl.apiKey, { count: f.count, spec }, signal, ids);
     if (!r) throw new Error('POST /v1/batches is not on this build: the hold phase fills with batches');
     failed += r.failed;
     batchIds.push(r.id);
