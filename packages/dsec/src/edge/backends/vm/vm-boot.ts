@@ -2,6 +2,7 @@ import { existsSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { runToolOrThrow } from '../../../host/run-tool.js';
 import { AgentClient } from './agent-client.js';
 import { isQemuOf, type VmPaths } from './qemu-launch.js';
+import { withTimeout } from './vm-state.js';
 
 /** How long a guest may take from QEMU's start to the agent's ready (TCG on a loaded host is slow). */
 const BOOT_TIMEOUT_MS = Number(process.env['DSEC_VM_BOOT_TIMEOUT_MS'] ?? 180_000);
@@ -74,20 +75,12 @@ async function restoredAgent(
   failed: string,
 ): Promise<AgentClient> {
   const agent = await AgentClient.open(paths.agentSocket, agentKey);
-  let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([
-      first(agent),
-      new Promise<never>(
-        (_, reject) => (timer = setTimeout(() => reject(new Error(`the restored guest's agent ${failed} within 60 s`)), 60_000)),
-      ),
-    ]);
+    await withTimeout(first(agent), 60_000, `the restored guest's agent ${failed} within 60 s`);
     return agent;
   } catch (err) {
     agent.close();
     throw err;
-  } finally {
-    clearTimeout(timer);
   }
 }
 
