@@ -13,7 +13,7 @@ export interface ClusterOptions {
   warmup: number;
   /** Sandboxes in the batch phase (32000: the issue's job size). @default 2000 */
   batchCount: number;
-  /** The batch's creates in flight (its `concurrency`). @default 64 */
+  /** The batch's creates in flight (its `concurrency`); 0 sends none, so the API's default (64 per edge) applies. @default 0 */
   batchConcurrency: number;
   /** Sandboxes each way in the real run (three crun edges vs the all-in-one); 0 skips it. @default 60 */
   realCount: number;

@@ -1,5 +1,6 @@
 import type { CreateSandboxRequest, SandboxInfo } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
+import { batchItemSpec } from './store/sandboxes.js';
 
 /** How long a killed sandbox's trajectory stays readable, unless configured. */
 export const DEFAULT_TRAJECTORY_RETENTION_HOURS = 24;
@@ -34,9 +35,11 @@ export class EndedSandboxes {
       );
       const spec = row?.spec
         ? (JSON.parse(row.spec) as CreateSandboxRequest)
-        : row?.batch_spec
-          ? (JSON.parse(row.batch_spec) as { spec: CreateSandboxRequest }).spec
-          : { image: s.imageId, resources: s.resources, labels: s.labels };
+        : ((row?.batch_spec ? batchItemSpec<CreateSandboxRequest>(row.batch_spec) : undefined) ?? {
+            image: s.imageId,
+            resources: s.resources,
+            labels: s.labels,
+          });
       const replayFrom = JSON.stringify({ imageId: s.imageId, spec } satisfies ReplaySource);
       await tx.run(
         `INSERT INTO ended_sandboxes (id, ended_at, reason, project, labels, batch_id, replay_from) VALUES (?, ?, ?, ?, ?, ?, ?)

@@ -106,6 +106,67 @@ describe('simulated edge under a real control plane', { skip }, () => {
       const done = (await api('GET', `/v1/batches/${id}`)).body as { running: number; failed: number };
       assert.deepEqual([done.running, done.failed], [256, 0]);
       assert.ok(peak > 64 && peak <= 128, `creates in flight at most ${peak}`);
+      // Kept with the batch's request, so a batch resumed after a restart keeps it.
+      const row = await control.store.batches.get(id);
+      assert.equal((JSON.parse(row!.spec) as { concurrency?: number }).concurrency, 128);
+    } finally {
+      for (const e of edges) e.edge.createDelayMs = 0;
+    }
+  });
+
+  test("a batch's event write that fails is tried again: the store ends with every event, once, in order", async () => {
+    const records = control.store.batches;
+    const append = records.appendEvents.bind(records);
+    let failures = 0;
+    records.appendEvents = async (...args) => {
+      if (failures < 2) {
+        failures++;
+        throw new Error('injected: the store is away');
+      }
+      return append(...args);
+    };
+    try {
+      const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
+      const r = await api('POST', '/v1/batches', { count: 40, spec });
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const id = (r.body as { id: string }).id;
+      // The store's row says done only once its events are written.
+      for (let i = 0; i < 200 && (await control.store.batches.get(id))?.state !== 'done'; i++)
+        await new Promise((res) => setTimeout(res, 50));
+      const info = (await api('GET', `/v1/batches/${id}`)).body as { state: string; lastSeq: number; running: number };
+      assert.equal(failures, 2, 'the writes failed twice');
+      // Finished: served from the store now, which must have had every event written.
+      const stored = await control.store.batches.events(id, -1);
+      assert.deepEqual(
+        stored.map((e) => e.seq),
+        Array.from({ length: stored.length }, (_, i) => i),
+      );
+      assert.equal(stored.length, 1 + 40 + 40 + 1, 'accepted, 40 placed, 40 running, done');
+      assert.deepEqual([info.state, info.running, info.lastSeq], ['done', 40, stored.length - 1]);
+    } finally {
+      records.appendEvents = append;
+    }
+  });
+
+  test('a concurrency above one group (256) is split evenly into groups: 320 in flight at most, not two groups of 256', async () => {
+    for (const e of edges) e.edge.createDelayMs = 1000;
+    try {
+      const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
+      const r = await api('POST', '/v1/batches', { count: 640, spec, concurrency: 320 });
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const id = (r.body as { id: string }).id;
+      let peak = 0;
+      for (let state = 'running'; state === 'running';) {
+        peak = Math.max(
+          peak,
+          edges.reduce((n, e) => n + e.edge.making, 0),
+        );
+        await new Promise((res) => setTimeout(res, 20));
+        state = ((await api('GET', `/v1/batches/${id}`)).body as { state: string }).state;
+      }
+      const done = (await api('GET', `/v1/batches/${id}`)).body as { running: number; failed: number };
+      assert.deepEqual([done.running, done.failed], [640, 0]);
+      assert.ok(peak > 256 && peak <= 320, `creates in flight at most ${peak}`);
     } finally {
       for (const e of edges) e.edge.createDelayMs = 0;
     }

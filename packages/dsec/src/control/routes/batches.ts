@@ -25,11 +25,7 @@ export function batchRoutes(deps: { batches: BatchService }): FastifyPluginAsync
       const lines = async function* (): AsyncGenerator<string> {
         try {
           // A run of events in one write: one line per event, one socket write per run.
-          for await (const run of batches.eventChunks(id, after, follow, hangup.signal)) {
-            let text = '';
-            for (const e of run) text += `${JSON.stringify(e)}\n`;
-            yield text;
-          }
+          yield* batches.eventText(id, after, follow, hangup.signal);
         } finally {
           hangup.done();
         }

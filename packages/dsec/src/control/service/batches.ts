@@ -32,6 +32,8 @@ type Emitted = Omit<BatchEvent, 'seq' | 'at'>;
 /** A batch this process drives: its events in memory (served to streams) and its counts. */
 class LiveBatch {
   readonly events: BatchEvent[] = [];
+  /** Each event's JSON, made once at its emit: the store's runs and the streams' lines are built from it. */
+  readonly texts: string[] = [];
   readonly bus = new EventEmitter();
   readonly done = new Set<number>();
   placed = 0;
@@ -44,7 +46,8 @@ class LiveBatch {
    * driving it and writes none of its events, which the new owner numbers from where it began.
    */
   handedOver = false;
-  unflushed: BatchEvent[] = [];
+  /** Indexes into events (and texts) not yet written to the store. */
+  unflushed: number[] = [];
   /** Settles when the driver stops (done, cancelled, or this process stopping). */
   driver: Promise<void> = Promise.resolve();
   constructor(
@@ -98,17 +101,32 @@ export class BatchService {
     await this.quotas.precheck(project, this.sandboxes.limitsFor(req.spec), req.count, false);
     const id = `batch-${randomBytes(8).toString('hex')}`;
     const createdAt = new Date().toISOString();
-    await this.store.batches.insert(id, req.count, req, createdAt, project, { id: this.replicaId, until: Date.now() + BATCH_LEASE_MS });
+    // Resolved now and kept with the request: a batch resumed after a restart keeps it.
+    const concurrency = req.concurrency ?? (await this.#defaultConcurrency(req.spec, project));
+    await this.store.batches.insert(id, req.count, { ...req, concurrency }, createdAt, project, {
+      id: this.replicaId,
+      until: Date.now() + BATCH_LEASE_MS,
+    });
     const b = new LiveBatch(id, req.count, req.spec, createdAt, project);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
-    this.#start(b, req.concurrency ?? this.#defaultConcurrency());
+    this.#start(b, concurrency);
     return this.info(id);
   }
 
-  /** Creates in flight when the request names none: BATCH_CONCURRENCY_PER_EDGE per joined edge, at most 1024. */
-  #defaultConcurrency(): number {
-    return Math.min(1024, BATCH_CONCURRENCY_PER_EDGE * Math.max(1, this.edges.ids().length));
+  /**
+   * Creates in flight when the request names none: BATCH_CONCURRENCY_PER_EDGE per ready edge of
+   * the spec's pool (at least one edge's worth, at most 1024). A project with a create rate gets no
+   * more than that rate's second of creates beyond the old 64: each is placed, and holds its
+   * edge's room, while it waits for its token.
+   */
+  async #defaultConcurrency(spec: CreateSandboxRequest, project: string): Promise<number> {
+    const pool = spec.placement?.pool ?? 'default';
+    const edges = this.edges.candidates().filter((c) => c.state === 'ready' && c.pool === pool).length;
+    let n = Math.min(1024, BATCH_CONCURRENCY_PER_EDGE * Math.max(1, edges));
+    const rate = (await this.quotas.quotaOf(project)).createsPerSecond;
+    if (rate !== undefined) n = Math.min(n, Math.max(BATCH_CONCURRENCY_PER_EDGE, Math.ceil(rate)));
+    return n;
   }
 
   /** Batches this process drives that have not finished, with their counts so far (for /metrics). */
@@ -159,6 +177,7 @@ export class BatchService {
       const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt, row.project);
       for (const e of await this.store.batches.events(row.id, -1)) {
         b.events.push(e);
+        b.texts.push(JSON.stringify(e));
         this.#count(b, e);
       }
       this.#live.set(row.id, b);
@@ -166,7 +185,8 @@ export class BatchService {
         { batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId },
         'resuming a batch its driver left (a restart, or a replica that died)',
       );
-      this.#start(b, req.concurrency ?? this.#defaultConcurrency());
+      // Batches accepted before the default was kept with the request had 64.
+      this.#start(b, req.concurrency ?? BATCH_CONCURRENCY_PER_EDGE);
     }
   }
 
@@ -225,6 +245,26 @@ export class BatchService {
    * control plane's time placing it).
    */
   async *eventChunks(id: string, after: number, follow: boolean, signal?: AbortSignal): AsyncGenerator<BatchEvent[]> {
+    for await (const run of this.#runs(id, after, follow, signal)) yield run.events;
+  }
+
+  /** eventChunks() as NDJSON text, one line per event, from the JSON each event was given at its emit. */
+  async *eventText(id: string, after: number, follow: boolean, signal?: AbortSignal): AsyncGenerator<string> {
+    for await (const run of this.#runs(id, after, follow, signal)) {
+      let text = '';
+      if (run.texts) for (const t of run.texts) text += `${t}\n`;
+      else for (const e of run.events) text += `${JSON.stringify(e)}\n`;
+      yield text;
+    }
+  }
+
+  /** The runs of eventChunks(), with their JSON texts while this process drives the batch. */
+  async *#runs(
+    id: string,
+    after: number,
+    follow: boolean,
+    signal?: AbortSignal,
+  ): AsyncGenerator<{ events: BatchEvent[]; texts?: string[] }> {
     const b = this.#live.get(id);
     if (!b) {
       // Driven by another replica (or finished): its events as they reach the store.
@@ -232,20 +272,21 @@ export class BatchService {
       for (;;) {
         const stored = await this.store.batches.events(id, after);
         if (stored.length) {
-          yield stored;
+          yield { events: stored };
           after = stored[stored.length - 1]!.seq;
         }
         if (!follow || last !== 'running' || signal?.aborted) return;
         await sleep(FOLLOW_POLL_MS, signal);
-        if (this.#live.has(id)) return yield* this.eventChunks(id, after, follow, signal); // taken over here meanwhile
+        if (this.#live.has(id)) return yield* this.#runs(id, after, follow, signal); // taken over here meanwhile
         last = (await this.store.batches.get(id))?.state ?? 'done';
       }
     }
     let next = after + 1;
     for (;;) {
       if (next < b.events.length) {
-        const run = b.events.slice(next);
-        next = b.events.length;
+        const end = b.events.length;
+        const run = { events: b.events.slice(next, end), texts: b.texts.slice(next, end) };
+        next = end;
         yield run;
         continue; // more may have come while the consumer wrote this run
       }
@@ -321,8 +362,10 @@ export class BatchService {
       if (row) settling.push(this.#settleExisting(b, index, row.id));
       else todo.push(index);
     }
-    const size = Math.min(MAX_GROUP, concurrency);
-    const lanes = Math.max(1, Math.ceil(concurrency / size));
+    // As few lanes as keep each group within MAX_GROUP, the concurrency split evenly among them:
+    // lanes of MAX_GROUP each would put up to one group too many in flight (320 as 2 × 256).
+    const lanes = Math.max(1, Math.ceil(concurrency / MAX_GROUP));
+    const size = Math.ceil(concurrency / lanes);
     let next = 0;
     const lane = async (): Promise<void> => {
       while (!b.cancelled && !this.#stopped && !b.handedOver && next < todo.length) {
@@ -437,25 +480,52 @@ export class BatchService {
   #emit(b: LiveBatch, e: Emitted): void {
     if (b.handedOver) return; // the new owner reports it
     const ev = { ...e, seq: b.events.length, at: isoTime() } as BatchEvent;
+    b.unflushed.push(b.events.length);
     b.events.push(ev);
+    b.texts.push(JSON.stringify(ev));
     this.#count(b, ev);
-    b.unflushed.push(ev);
     b.bus.emit('event');
-    if (!this.#stopped)
-      this.#flushTimer ??= setTimeout(
-        () => void this.flush().catch((err: unknown) => this.log.error({ err }, 'writing batch events failed')),
-        FLUSH_EVERY_MS,
-      );
+    this.#flushSoon();
+  }
+
+  /** A flush in FLUSH_EVERY_MS, unless one is due already; one that fails is tried again as long as there is more to write. */
+  #flushSoon(): void {
+    if (this.#stopped) return;
+    this.#flushTimer ??= setTimeout(
+      () =>
+        void this.flush().catch((err: unknown) => {
+          this.log.error({ err }, 'writing batch events failed; trying again');
+          if ([...this.#live.values()].some((b) => b.unflushed.length > 0)) this.#flushSoon();
+        }),
+      FLUSH_EVERY_MS,
+    );
   }
 
   async #finish(b: LiveBatch, how: 'done' | 'cancelled'): Promise<void> {
     this.#emit(b, { type: how });
-    await this.flush();
-    await this.store.batches.finish(b.id, how, new Date().toISOString());
+    // Until the store has it: a batch that is done here but running in the store would be driven
+    // again at the next start, and its stream would lack what the store missed.
+    await this.#untilWritten(`finishing batch ${b.id}`, async () => {
+      await this.flush();
+      await this.store.batches.finish(b.id, how, new Date().toISOString());
+    });
     // Its status and events are in the store now (counts on its row): a finished batch's ~2 events
     // per sandbox do not stay in memory (400,000 sandboxes made by batches would be 800,000 events).
     // Streams already following it keep their reference and end with its last event.
     this.#live.delete(b.id);
+  }
+
+  /** `write`, again with backoff (50 ms to 5 s) while it fails, until it succeeds or this process stops. */
+  async #untilWritten(what: string, write: () => Promise<void>): Promise<void> {
+    for (let delay = FLUSH_EVERY_MS; ; delay = Math.min(delay * 2, 5000)) {
+      try {
+        return await write();
+      } catch (err) {
+        if (this.#stopped) throw err;
+        this.log.warn({ err }, `${what} failed; trying again`);
+        await sleep(delay);
+      }
+    }
   }
 
   /**
@@ -472,13 +542,27 @@ export class BatchService {
   async #flushNow(): Promise<void> {
     if (this.#flushTimer) clearTimeout(this.#flushTimer);
     this.#flushTimer = undefined;
-    const pending: { id: string; events: BatchEvent[] }[] = [];
+    const pending: { id: string; events: BatchEvent[]; texts: string[] }[] = [];
+    const taken: { b: LiveBatch; at: number[] }[] = [];
     for (const b of this.#live.values()) {
-      if (b.unflushed.length) pending.push({ id: b.id, events: b.unflushed.splice(0) });
+      if (b.unflushed.length) {
+        const at = b.unflushed.splice(0);
+        taken.push({ b, at });
+        pending.push({ id: b.id, events: at.map((i) => b.events[i]!), texts: at.map((i) => b.texts[i]!) });
+      }
     }
     if (!pending.length) return;
+    let lost: string[];
+    try {
+      lost = await this.store.batches.appendEvents(pending, this.replicaId);
+    } catch (err) {
+      // Kept for the next flush, ahead of any since: the store keeps only events above a batch's
+      // last seq, so one written after them would drop them, and a retry writes each once.
+      for (const { b, at } of taken) b.unflushed = at.concat(b.unflushed);
+      throw err;
+    }
     // A batch another replica took over since the last renewal gets none of them (store/batches.ts).
-    for (const id of await this.store.batches.appendEvents(pending, this.replicaId)) this.#handOver(id);
+    for (const id of lost) this.#handOver(id);
   }
 
   /**

@@ -36,9 +36,10 @@ export interface BatchRecords {
    * Appends events, one transaction for many (a 32,000-sandbox batch makes ~64,000); each batch's
    * counts on its row move with them. With `owner`, a batch another replica owns now (it took the
    * batch over) gets none of them: its ids are returned, and their events dropped, since the new
-   * owner numbers its events from where it took over.
+   * owner numbers its events from where it took over. `texts`, when given, is each event's JSON
+   * (the caller made it already for its streams), in the order of `events`, which is seq order.
    */
-  appendEvents(groups: { id: string; events: { seq: number; type?: string }[] }[], owner?: string): Promise<string[]>;
+  appendEvents(groups: EventGroup[], owner?: string): Promise<string[]>;
   /** A batch's events after sequence number `after`, in order. */
   events(id: string, after: number): Promise<BatchEvent[]>;
   /** The sandbox rows a batch made, by item index (whatever their status). */
@@ -55,6 +56,13 @@ export interface BatchRecords {
   claim(owner: string, until: number, now: number, all?: boolean): Promise<StoredBatch[]>;
   /** Asks the batch's owner (maybe another replica) to cancel it; it sees this at its next renew. */
   requestCancel(id: string): Promise<void>;
+}
+
+/** A batch's events to append, in seq order; `texts[i]`, when given, is `events[i]` as JSON. */
+export interface EventGroup {
+  id: string;
+  events: { seq: number; type?: string }[];
+  texts?: string[];
 }
 
 interface BatchRow {
@@ -121,7 +129,7 @@ export class SqlBatchRecords implements BatchRecords {
     await this.db.run('UPDATE batches SET state = ?, finished_at = ? WHERE id = ?', [state, at, id]);
   }
 
-  async appendEvents(groups: { id: string; events: { seq: number; type?: string }[] }[], owner?: string): Promise<string[]> {
+  async appendEvents(groups: EventGroup[], owner?: string): Promise<string[]> {
     // PostgreSQL: the batch's row is locked until the commit, so an owner's change or another
     // writer's run is seen whole. SQLite has one writer at a time.
     const lock = this.db.dialect === 'postgres' ? ' FOR UPDATE' : '';
@@ -138,20 +146,24 @@ export class SqlBatchRecords implements BatchRecords {
         }
         // Events are numbered in order and written in order (BatchService.flush): one at or below
         // the last written is there already (written again after a restart) and is not counted twice.
-        const fresh = g.events.filter((e) => e.seq > Number(row.last_seq)).sort((a, b) => a.seq - b.seq);
-        if (fresh.length === 0) continue;
+        const lastSeq = Number(row.last_seq);
+        const from = g.events.findIndex((e) => e.seq > lastSeq);
+        if (from < 0) continue;
         const n = { placed: 0, running: 0, failed: 0 };
-        for (const e of fresh) {
+        let json = '[';
+        for (let i = from; i < g.events.length; i++) {
+          const e = g.events[i]!;
           if (e.type === 'placed') n.placed++;
           else if (e.type === 'running') n.running++;
           else if (e.type === 'failed') n.failed++;
+          json += `${i > from ? ',' : ''}${g.texts?.[i] ?? JSON.stringify(e)}`;
         }
-        const last = fresh[fresh.length - 1]!.seq;
+        const last = g.events[g.events.length - 1]!.seq;
         await tx.run('INSERT INTO batch_event_runs (batch_id, last_seq, first_seq, events) VALUES (?, ?, ?, ?)', [
           g.id,
           last,
-          fresh[0]!.seq,
-          JSON.stringify(fresh),
+          g.events[from]!.seq,
+          `${json}]`,
         ]);
         await tx.run('UPDATE batches SET placed = placed + ?, running = running + ?, failed = failed + ?, last_seq = ? WHERE id = ?', [
           n.placed,

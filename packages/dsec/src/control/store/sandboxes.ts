@@ -330,14 +330,14 @@ export class SqlSandboxRecords implements SandboxRecords {
   }
 
   async spec<T>(id: string): Promise<T | undefined> {
-    const row = await this.db.get<{ spec: string }>('SELECT spec FROM sandbox_specs WHERE id = ?', [id]);
-    if (row) return JSON.parse(row.spec) as T;
-    // A batch's item: the spec is its batch's (NewSandboxRow.specOnBatch).
-    const batch = await this.db.get<{ spec: string }>(
-      'SELECT b.spec AS spec FROM sandboxes s JOIN batches b ON b.id = s.batch_id WHERE s.id = ?',
-      [id],
+    // A batch's item has no row of its own: the spec is its batch's (NewSandboxRow.specOnBatch).
+    const row = await this.db.get<{ spec: string | null; batch_spec: string | null }>(
+      `SELECT (SELECT spec FROM sandbox_specs WHERE id = ?) AS spec,
+         (SELECT b.spec FROM sandboxes s JOIN batches b ON b.id = s.batch_id WHERE s.id = ?) AS batch_spec`,
+      [id, id],
     );
-    return batch && (JSON.parse(batch.spec) as { spec: T }).spec;
+    if (row?.spec) return JSON.parse(row.spec) as T;
+    return row?.batch_spec ? batchItemSpec<T>(row.batch_spec) : undefined;
   }
 
   async renewCreates(owner: string, until: number): Promise<number> {
@@ -442,4 +442,9 @@ export async function foldCounts(db: Sql): Promise<void> {
      ON CONFLICT (status, edge, project) DO UPDATE SET n = sandbox_counts.n + excluded.n, cpu = sandbox_counts.cpu + excluded.cpu,
        memory_mib = sandbox_counts.memory_mib + excluded.memory_mib`,
   );
+}
+
+/** The spec of a batch's item, from its batch's stored request (`{count, spec, …}`); undefined when it has none. */
+export function batchItemSpec<T>(batchRequest: string): T | undefined {
+  return (JSON.parse(batchRequest) as { spec?: T }).spec;
 }
