@@ -27,6 +27,31 @@ describe('simulated edge under a real control plane', { skip }, () => {
     });
     return { status: res.status, body: res.status === 204 ? undefined : await res.json() };
   };
+  /**
+   * Runs a batch with every create taking 1 s on the edges; answers its id, the most creates the
+   * edges were making at once, and its counts at the end.
+   */
+  const slowBatch = async (body: object): Promise<{ id: string; peak: number; running: number; failed: number }> => {
+    for (const e of edges) e.edge.createDelayMs = 1000;
+    try {
+      const r = await api('POST', '/v1/batches', body);
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const id = (r.body as { id: string }).id;
+      let peak = 0;
+      for (let state = 'running'; state === 'running';) {
+        peak = Math.max(
+          peak,
+          edges.reduce((n, e) => n + e.edge.making, 0),
+        );
+        await new Promise((res) => setTimeout(res, 20));
+        state = ((await api('GET', `/v1/batches/${id}`)).body as { state: string }).state;
+      }
+      const done = (await api('GET', `/v1/batches/${id}`)).body as { running: number; failed: number };
+      return { id, peak, running: done.running, failed: done.failed };
+    } finally {
+      for (const e of edges) e.edge.createDelayMs = 0;
+    }
+  };
   const nodes = async (): Promise<{ id: string; state: string; sandboxes: number }[]> =>
     ((await api('GET', '/v1/nodes')).body as { nodes: { id: string; state: string; sandboxes: number }[] }).nodes;
 
@@ -89,29 +114,13 @@ describe('simulated edge under a real control plane', { skip }, () => {
   });
 
   test('a batch that names no concurrency has 64 creates in flight per edge (2 edges: 128), not 64 across the cluster', async () => {
-    for (const e of edges) e.edge.createDelayMs = 1000;
-    try {
-      const r = await api('POST', '/v1/batches', { count: 256, spec: { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } } });
-      assert.equal(r.status, 202, JSON.stringify(r.body));
-      const id = (r.body as { id: string }).id;
-      let peak = 0;
-      for (let state = 'running'; state === 'running';) {
-        peak = Math.max(
-          peak,
-          edges.reduce((n, e) => n + e.edge.making, 0),
-        );
-        await new Promise((res) => setTimeout(res, 20));
-        state = ((await api('GET', `/v1/batches/${id}`)).body as { state: string }).state;
-      }
-      const done = (await api('GET', `/v1/batches/${id}`)).body as { running: number; failed: number };
-      assert.deepEqual([done.running, done.failed], [256, 0]);
-      assert.ok(peak > 64 && peak <= 128, `creates in flight at most ${peak}`);
-      // Kept with the batch's request, so a batch resumed after a restart keeps it.
-      const row = await control.store.batches.get(id);
-      assert.equal((JSON.parse(row!.spec) as { concurrency?: number }).concurrency, 128);
-    } finally {
-      for (const e of edges) e.edge.createDelayMs = 0;
-    }
+    const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
+    const { id, peak, running, failed } = await slowBatch({ count: 256, spec });
+    assert.deepEqual([running, failed], [256, 0]);
+    assert.ok(peak > 64 && peak <= 128, `creates in flight at most ${peak}`);
+    // Kept with the batch's request, so a batch resumed after a restart keeps it.
+    const row = await control.store.batches.get(id);
+    assert.equal((JSON.parse(row!.spec) as { concurrency?: number }).concurrency, 128);
   });
 
   test("a batch's event write that fails is tried again: the store ends with every event, once, in order", async () => {
@@ -149,26 +158,9 @@ describe('simulated edge under a real control plane', { skip }, () => {
   });
 
   test('a concurrency above one group (256) is split evenly into groups: 320 in flight at most, not two groups of 256', async () => {
-    for (const e of edges) e.edge.createDelayMs = 1000;
-    try {
-      const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
-      const r = await api('POST', '/v1/batches', { count: 640, spec, concurrency: 320 });
-      assert.equal(r.status, 202, JSON.stringify(r.body));
-      const id = (r.body as { id: string }).id;
-      let peak = 0;
-      for (let state = 'running'; state === 'running';) {
-        peak = Math.max(
-          peak,
-          edges.reduce((n, e) => n + e.edge.making, 0),
-        );
-        await new Promise((res) => setTimeout(res, 20));
-        state = ((await api('GET', `/v1/batches/${id}`)).body as { state: string }).state;
-      }
-      const done = (await api('GET', `/v1/batches/${id}`)).body as { running: number; failed: number };
-      assert.deepEqual([done.running, done.failed], [640, 0]);
-      assert.ok(peak > 256 && peak <= 320, `creates in flight at most ${peak}`);
-    } finally {
-      for (const e of edges) e.edge.createDelayMs = 0;
-    }
+    const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
+    const { peak, running, failed } = await slowBatch({ count: 640, spec, concurrency: 320 });
+    assert.deepEqual([running, failed], [640, 0]);
+    assert.ok(peak > 256 && peak <= 320, `creates in flight at most ${peak}`);
   });
 });
