@@ -48,7 +48,7 @@ export type CreateOptions = Omit<CreateSandboxRequest, 'image'> & { image?: stri
 
 /** createMany's options: the sandbox spec, plus how many creates run at once and a progress callback. */
 export type CreateManyOptions = CreateOptions & {
-  /** Creates in flight at once across the cluster. Default: 64 per edge joined when the batch starts, at most 1024. */
+  /** Creates in flight at once across the cluster. Default: the server's, 64 per ready edge of the spec's pool (see CreateBatchRequest). */
   concurrency?: number;
   onProgress?: (event: BatchEvent, progress: BatchProgress) => void;
 };

@@ -1,6 +1,6 @@
 import type { CreateSandboxRequest, SandboxInfo } from '@dsec/sdk/schema';
 import type { StateStore } from './state-store.js';
-import { batchItemSpec } from './store/sandboxes.js';
+import { keptSpec } from './store/sandboxes.js';
 
 /** How long a killed sandbox's trajectory stays readable, unless configured. */
 export const DEFAULT_TRAJECTORY_RETENTION_HOURS = 24;
@@ -33,13 +33,7 @@ export class EndedSandboxes {
            LEFT JOIN sandbox_specs p ON p.id = s.id LEFT JOIN batches b ON b.id = s.batch_id WHERE s.id = ?`,
         [s.id],
       );
-      const spec = row?.spec
-        ? (JSON.parse(row.spec) as CreateSandboxRequest)
-        : ((row?.batch_spec ? batchItemSpec<CreateSandboxRequest>(row.batch_spec) : undefined) ?? {
-            image: s.imageId,
-            resources: s.resources,
-            labels: s.labels,
-          });
+      const spec = keptSpec<CreateSandboxRequest>(row) ?? { image: s.imageId, resources: s.resources, labels: s.labels };
       const replayFrom = JSON.stringify({ imageId: s.imageId, spec } satisfies ReplaySource);
       await tx.run(
         `INSERT INTO ended_sandboxes (id, ended_at, reason, project, labels, batch_id, replay_from) VALUES (?, ?, ?, ?, ?, ?, ?)

@@ -336,8 +336,7 @@ export class SqlSandboxRecords implements SandboxRecords {
          (SELECT b.spec FROM sandboxes s JOIN batches b ON b.id = s.batch_id WHERE s.id = ?) AS batch_spec`,
       [id, id],
     );
-    if (row?.spec) return JSON.parse(row.spec) as T;
-    return row?.batch_spec ? batchItemSpec<T>(row.batch_spec) : undefined;
+    return keptSpec<T>(row);
   }
 
   async renewCreates(owner: string, until: number): Promise<number> {
@@ -444,7 +443,12 @@ export async function foldCounts(db: Sql): Promise<void> {
   );
 }
 
-/** The spec of a batch's item, from its batch's stored request (`{count, spec, …}`); undefined when it has none. */
-export function batchItemSpec<T>(batchRequest: string): T | undefined {
-  return (JSON.parse(batchRequest) as { spec?: T }).spec;
+/**
+ * A sandbox's kept create request: its spec row's, or for a batch's item (which has none, see
+ * NewSandboxRow.specOnBatch) the spec in its batch's stored request (`{count, spec, …}`);
+ * undefined when neither has one.
+ */
+export function keptSpec<T>(row: { spec: string | null; batch_spec: string | null } | undefined): T | undefined {
+  if (row?.spec) return JSON.parse(row.spec) as T;
+  return row?.batch_spec ? (JSON.parse(row.batch_spec) as { spec?: T }).spec : undefined;
 }
