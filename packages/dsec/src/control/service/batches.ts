@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { BatchEvent, BatchInfo, CreateBatchRequest, CreateSandboxRequest } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
@@ -9,7 +8,7 @@ import { SYSTEM } from './callers.js';
 import type { SandboxService } from './sandboxes.js';
 import type { StateStore, StoredBatch } from '../state-store.js';
 import { BATCH_CONCURRENCY_PER_EDGE, DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { isoTime } from '../iso-time.js';
+import { LiveBatch, type Emitted } from './live-batch.js';
 
 /** Label on every sandbox a batch made: list or kill them by it. */
 export const BATCH_LABEL = 'dsec.batch';
@@ -27,40 +26,6 @@ const BATCH_LEASE_MS = 10_000;
 /** How often a replica that does not drive a batch reads its new events from the store. */
 const FOLLOW_POLL_MS = 250;
 
-type Emitted = Omit<BatchEvent, 'seq' | 'at'>;
-
-/** A batch this process drives: its events in memory (served to streams) and its counts. */
-class LiveBatch {
-  readonly events: BatchEvent[] = [];
-  /** Each event's JSON, made once at its emit: the store's runs and the streams' lines are built from it. */
-  readonly texts: string[] = [];
-  readonly bus = new EventEmitter();
-  readonly done = new Set<number>();
-  placed = 0;
-  running = 0;
-  failed = 0;
-  cancelled = false;
-  finished = false;
-  /**
-   * Another replica took it over (this one's lease ran out: a stall, not a death): this one stops
-   * driving it and writes none of its events, which the new owner numbers from where it began.
-   */
-  handedOver = false;
-  /** Indexes into events (and texts) not yet written to the store. */
-  unflushed: number[] = [];
-  /** Settles when the driver stops (done, cancelled, or this process stopping). */
-  driver: Promise<void> = Promise.resolve();
-  constructor(
-    readonly id: string,
-    readonly count: number,
-    readonly spec: CreateSandboxRequest,
-    readonly createdAt: string,
-    readonly project: string,
-  ) {
-    this.bus.setMaxListeners(0);
-  }
-}
-
 /**
  * Batches: N sandboxes of one spec as one job (up to 32,000). The driver creates them through the
  * control plane's own create (placement, admission retries, the state store), with a bounded
@@ -69,6 +34,10 @@ class LiveBatch {
  * reconnects resumes after the last one it saw, and a restarted control plane finishes a batch it
  * was driving: items that already have a sandbox row are not created again (the store's unique
  * (batch, index) says so), the rest are.
+ *
+ * One file for one concept, a batch's life as a job: accepting it, driving it, its ownership
+ * among replicas, its streams and its writes to the store all act on the same live batches and
+ * their leases. A live batch's own state and event log are in live-batch.ts.
  */
 export class BatchService {
   readonly #live = new Map<string, LiveBatch>();
@@ -175,11 +144,7 @@ export class BatchService {
     for (const row of rows) {
       const req = JSON.parse(row.spec) as CreateBatchRequest;
       const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt, row.project);
-      for (const e of await this.store.batches.events(row.id, -1)) {
-        b.events.push(e);
-        b.texts.push(JSON.stringify(e));
-        this.#count(b, e);
-      }
+      for (const e of await this.store.batches.events(row.id, -1)) b.load(e);
       this.#live.set(row.id, b);
       this.log.warn(
         { batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId },
@@ -284,22 +249,13 @@ export class BatchService {
     let next = after + 1;
     for (;;) {
       if (next < b.events.length) {
-        const end = b.events.length;
-        const run = { events: b.events.slice(next, end), texts: b.texts.slice(next, end) };
-        next = end;
+        const run = b.runFrom(next);
+        next += run.events.length;
         yield run;
         continue; // more may have come while the consumer wrote this run
       }
       if (!follow || b.finished || signal?.aborted) return;
-      await new Promise<void>((resolve) => {
-        const wake = (): void => {
-          b.bus.off('event', wake);
-          signal?.removeEventListener('abort', wake);
-          resolve();
-        };
-        b.bus.on('event', wake);
-        signal?.addEventListener('abort', wake, { once: true });
-      });
+      await b.nextEvent(signal);
     }
   }
 
@@ -343,7 +299,7 @@ export class BatchService {
     const b = this.#live.get(id);
     if (!b || b.handedOver || b.finished) return;
     b.handedOver = true;
-    b.unflushed = [];
+    b.dropUnflushed();
     this.log.warn(
       { batch: id, replica: this.replicaId },
       'another replica took this batch over (its lease here ran out); stopping driving it',
@@ -465,26 +421,9 @@ export class BatchService {
     return (await seen.ids).has(sandboxId);
   }
 
-  #count(b: LiveBatch, e: BatchEvent): void {
-    if (e.type === 'placed') b.placed++;
-    if (e.type === 'running') b.running++;
-    if (e.type === 'failed') b.failed++;
-    if ((e.type === 'running' || e.type === 'failed') && e.index !== undefined) b.done.add(e.index);
-    if (e.type === 'done') b.finished = true;
-    if (e.type === 'cancelled') {
-      b.finished = true;
-      b.cancelled = true;
-    }
-  }
-
   #emit(b: LiveBatch, e: Emitted): void {
     if (b.handedOver) return; // the new owner reports it
-    const ev = { ...e, seq: b.events.length, at: isoTime() } as BatchEvent;
-    b.unflushed.push(b.events.length);
-    b.events.push(ev);
-    b.texts.push(JSON.stringify(ev));
-    this.#count(b, ev);
-    b.bus.emit('event');
+    b.record(e);
     this.#flushSoon();
   }
 
@@ -495,7 +434,7 @@ export class BatchService {
       () =>
         void this.flush().catch((err: unknown) => {
           this.log.error({ err }, 'writing batch events failed; trying again');
-          if ([...this.#live.values()].some((b) => b.unflushed.length > 0)) this.#flushSoon();
+          if ([...this.#live.values()].some((b) => b.hasUnflushed)) this.#flushSoon();
         }),
       FLUSH_EVERY_MS,
     );
@@ -542,23 +481,21 @@ export class BatchService {
   async #flushNow(): Promise<void> {
     if (this.#flushTimer) clearTimeout(this.#flushTimer);
     this.#flushTimer = undefined;
-    const pending: { id: string; events: BatchEvent[]; texts: string[] }[] = [];
-    const taken: { b: LiveBatch; at: number[] }[] = [];
-    for (const b of this.#live.values()) {
-      if (b.unflushed.length) {
-        const at = b.unflushed.splice(0);
-        taken.push({ b, at });
-        pending.push({ id: b.id, events: at.map((i) => b.events[i]!), texts: at.map((i) => b.texts[i]!) });
-      }
-    }
-    if (!pending.length) return;
+    const taken = [...this.#live.values()].flatMap((b) => {
+      const t = b.takeUnflushed();
+      return t ? [{ b, t }] : [];
+    });
+    if (!taken.length) return;
     let lost: string[];
     try {
-      lost = await this.store.batches.appendEvents(pending, this.replicaId);
+      lost = await this.store.batches.appendEvents(
+        taken.map(({ b, t }) => ({ id: b.id, events: t.events, texts: t.texts })),
+        this.replicaId,
+      );
     } catch (err) {
       // Kept for the next flush, ahead of any since: the store keeps only events above a batch's
       // last seq, so one written after them would drop them, and a retry writes each once.
-      for (const { b, at } of taken) b.unflushed = at.concat(b.unflushed);
+      for (const { b, t } of taken) b.putBack(t.at);
       throw err;
     }
     // A batch another replica took over since the last renewal gets none of them (store/batches.ts).
