@@ -56,6 +56,10 @@ export interface CreateOptions {
  * defaults, network syntax), an edge chosen from the capacity edges report (placement.ts), its
  * row written, and the edge asked, with refusals placed again elsewhere. One sandbox at a time
  * (create) or a batch's group at once (createGroup). `inflight` is what reconcile must leave alone.
+ *
+ * One file for one concept: the two ways share placement, admission under the project's quota,
+ * an edge's refusal placed again, and the kill of creates that got no answer. What is written
+ * and how (create-writes.ts, the store) and the spec's checks (sandbox-spec.ts) are apart.
  */
 export class SandboxCreation {
   /** Sandboxes whose create is in flight here: reconcile leaves them to their create. */
