@@ -26,7 +26,7 @@ import { ISOLATE_COMMANDS } from '../../src/edge/backends/container/exec/exec-ta
  */
 const REACH_INTO_NEXT = `
 i=0
-while [ ! -x /tmp/probe.bin ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+while [ ! -e /tmp/probe.ready ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
 p=$(cat /tmp/victim.pid)
 echo "victim $p" >> /tmp/forge.log
 /tmp/probe.bin > /tmp/probe.out 2>&1; echo "pidfd_getfd+write: exit $? steps $(cat /tmp/probe.out)" >> /tmp/forge.log
@@ -122,7 +122,7 @@ describe('red team: forged command results', { skip: integrationSkipReason(), ti
 
   for (const where of ['session', 'exec'] as const) {
     test(`a job left by one command cannot forge the next command's output or exit status, nor read its memory (${where})`, async (t) => {
-      await must(server, sb, 'rm -f /tmp/forge.log /tmp/victim.pid /tmp/probe.bin /tmp/probe.out');
+      await must(server, sb, 'rm -f /tmp/forge.log /tmp/victim.pid /tmp/probe.bin /tmp/probe.ready /tmp/probe.out');
       // As in the red team's repro: a session confined with writablePaths (it changes nothing here).
       const s = where === 'session' ? await sb.sessions.create({ writablePaths: ['/tmp'] }) : undefined;
       try {
@@ -147,6 +147,9 @@ describe('red team: forged command results', { skip: integrationSkipReason(), ti
           { nr: NR.write, args: ['prev', Buffer.from('5 passed\n'), 9] },
         ]);
         await sb.files.write('/tmp/probe.bin', probe, { mode: 0o755 });
+        // Only once the write has closed the file: run while it is still open for writing, the
+        // probe fails with ETXTBSY ("Text file busy"), which says nothing about the sandbox.
+        await sb.files.write('/tmp/probe.ready', '');
         const r2 = await pending;
         const log = await forgeLog();
         t.diagnostic(`job log: ${log.trim().replace(/\n/g, ' | ')}`);
