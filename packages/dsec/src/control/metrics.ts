@@ -140,10 +140,22 @@ export class Metrics {
   }
 
   observeCreate(backend: string, project: string, ms: number): void {
-    this.#creates.inc({ backend });
-    this.#recent.create.add();
-    this.#projectCreates.inc({ project });
-    this.#createSeconds.observe({ backend }, ms / 1000);
+    this.observeCreates(backend, project, ms, 1);
+  }
+
+  /**
+   * `n` creates of one backend and project that took `ms` each (a batch's group on one edge): the
+   * counters once, by n. Each prom-client call checks and hashes its labels, and a batch of 32,000
+   * made four of them per sandbox (2 % of the control plane's thread placing it).
+   */
+  observeCreates(backend: string, project: string, ms: number, n: number): void {
+    if (n <= 0) return;
+    this.#creates.inc({ backend }, n);
+    this.#recent.create.add(n);
+    this.#projectCreates.inc({ project }, n);
+    const labels = { backend };
+    const seconds = ms / 1000;
+    for (let i = 0; i < n; i++) this.#createSeconds.observe(labels, seconds);
   }
 
   /** `outcome`: 'ok' when the call ran (whatever its exit code), else the error code the caller got. */

@@ -462,6 +462,7 @@ export class SandboxCreation {
       for (const f of failed) done.push({ id: f.p.info.id, status: 'failed', reason: f.reason });
       const settledElsewhere = await this.deps.store.sandboxes.setStatuses(done);
       for (const u of unanswered) this.#killUnanswered(u.edgeId, u.ids);
+      let ran = 0;
       for (const p of running) {
         const other = settledElsewhere.get(p.info.id);
         // The edge was declared lost while this create was in flight: the row says lost.
@@ -479,10 +480,11 @@ export class SandboxCreation {
         else if (other)
           hooks.onFailed(p.item.index, 'SANDBOX_CREATE_FAILED', other.reason ?? `settled as ${other.status} by another replica`, p.info.id);
         else {
-          this.deps.metrics.observeCreate(backend, hooks.project, performance.now() - started);
+          ran++;
           hooks.onRunning(p.item.index, p.info.edge, p.info.id);
         }
       }
+      this.deps.metrics.observeCreates(backend, hooks.project, performance.now() - started, ran);
       for (const f of failed) hooks.onFailed(f.p.item.index, f.code, f.reason, f.p.info.id);
       if (full) {
         refreshed = true;
