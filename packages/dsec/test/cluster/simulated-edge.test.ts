@@ -157,6 +157,45 @@ describe('simulated edge under a real control plane', { skip }, () => {
     }
   });
 
+  test("a store that stays away is asked for a batch's events less and less often, and gets them all once it is back", async () => {
+    const records = control.store.batches;
+    const append = records.appendEvents.bind(records);
+    let away = true;
+    let tries = 0;
+    records.appendEvents = async (...args) => {
+      if (away) {
+        tries++;
+        throw new Error('injected: the store is away');
+      }
+      return append(...args);
+    };
+    // Creates that take 1.5 s: the batch is still running, and its events still coming, while the store is away.
+    for (const e of edges) e.edge.createDelayMs = 1500;
+    try {
+      const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
+      const r = await api('POST', '/v1/batches', { count: 10, spec });
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const id = (r.body as { id: string }).id;
+      await new Promise((res) => setTimeout(res, 2500));
+      // The timed flush waits twice as long after each failure (50 ms, 100, 200, 400, 800, 1600:
+      // ~6 tries in 2.5 s), then the batch's finish the same way (~4 more). A fixed 50 ms wait
+      // tried ~30 times while the creates ran.
+      assert.ok(tries >= 2 && tries <= 16, `the store was asked ${tries} times in 2.5 s`);
+      away = false;
+      for (let i = 0; i < 200 && (await control.store.batches.get(id))?.state !== 'done'; i++)
+        await new Promise((res) => setTimeout(res, 50));
+      const stored = await control.store.batches.events(id, -1);
+      assert.deepEqual(
+        stored.map((e) => e.seq),
+        Array.from({ length: 1 + 10 + 10 + 1 }, (_, i) => i),
+        'accepted, 10 placed, 10 running, done: each once, in order',
+      );
+    } finally {
+      records.appendEvents = append;
+      for (const e of edges) e.edge.createDelayMs = 0;
+    }
+  });
+
   test('a concurrency above one group (256) is split evenly into groups: 320 in flight at most, not two groups of 256', async () => {
     const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
     const { peak, running, failed } = await slowBatch({ count: 640, spec, concurrency: 320 });

@@ -18,6 +18,8 @@ const MAX_GROUP = 256;
 
 /** Events are written to the store in groups: one transaction per group, not per event. */
 const FLUSH_EVERY_MS = 50;
+/** A timed flush that failed is tried again after twice the last wait, up to this. */
+const FLUSH_RETRY_MAX_MS = 5000;
 /**
  * A batch is driven by one control-plane replica, its owner, which renews its lease on it every
  * second; a running batch whose lease ran out (its owner died) is taken over by another replica.
@@ -43,6 +45,8 @@ export class BatchService {
   readonly #live = new Map<string, LiveBatch>();
   readonly #drivers = new Set<Promise<void>>();
   #flushTimer: NodeJS.Timeout | undefined;
+  /** The wait before the next timed flush: FLUSH_EVERY_MS, longer after failed ones (#flushSoon). */
+  #flushDelay = FLUSH_EVERY_MS;
   /** The last flush started (flush()). */
   #flushing: Promise<void> = Promise.resolve();
   #stopped = false;
@@ -427,16 +431,22 @@ export class BatchService {
     this.#flushSoon();
   }
 
-  /** A flush in FLUSH_EVERY_MS, unless one is due already; one that fails is tried again as long as there is more to write. */
+  /**
+   * A flush in FLUSH_EVERY_MS, unless one is due already. One that fails is tried again as long as
+   * there is more to write, after twice the last wait (up to FLUSH_RETRY_MAX_MS): a store that is
+   * away was asked, and its failure logged, 20 times a second. A flush that succeeds (timed or
+   * not) brings the wait back to FLUSH_EVERY_MS.
+   */
   #flushSoon(): void {
     if (this.#stopped) return;
     this.#flushTimer ??= setTimeout(
       () =>
         void this.flush().catch((err: unknown) => {
-          this.log.error({ err }, 'writing batch events failed; trying again');
+          this.#flushDelay = Math.min(this.#flushDelay * 2, FLUSH_RETRY_MAX_MS);
+          this.log.error({ err, retryInMs: this.#flushDelay }, 'writing batch events failed; trying again');
           if ([...this.#live.values()].some((b) => b.hasUnflushed)) this.#flushSoon();
         }),
-      FLUSH_EVERY_MS,
+      this.#flushDelay,
     );
   }
 
@@ -492,6 +502,7 @@ export class BatchService {
         taken.map(({ b, t }) => ({ id: b.id, events: t.events, texts: t.texts })),
         this.replicaId,
       );
+      this.#flushDelay = FLUSH_EVERY_MS;
     } catch (err) {
       // Kept for the next flush, ahead of any since: the store keeps only events above a batch's
       // last seq, so one written after them would drop them, and a retry writes each once.
