@@ -123,6 +123,34 @@ describe('simulated edge under a real control plane', { skip }, () => {
     assert.equal((JSON.parse(row!.spec) as { concurrency?: number }).concurrency, 128);
   });
 
+  test("a project's create rate bounds a batch's concurrency, the one it asks for too: rate or 64, whichever is more", async () => {
+    const post = async (key: string, path: string, body: unknown): Promise<Record<string, unknown>> => {
+      const res = await fetch(`${control.url}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      const answer = (await res.json()) as Record<string, unknown>;
+      assert.ok(res.status < 300, `POST ${path}: ${res.status} ${JSON.stringify(answer)}`);
+      return answer;
+    };
+    await post(control.apiKey, '/v1/projects', { name: 'paced', quota: { createsPerSecond: 100 } });
+    const key = (await post(control.apiKey, '/v1/keys', { project: 'paced', name: 'paced key' }))['key'] as string;
+    const spec = { image: 'busybox', resources: { memoryMiB: 16, cpu: 0.05 } };
+    // The concurrency the batch runs with is kept with its request (a resumed batch keeps it).
+    const kept = async (body: object): Promise<unknown> => {
+      const id = (await post(key, '/v1/batches', body))['id'] as string;
+      for (let i = 0; i < 200 && (await control.store.batches.get(id))?.state === 'running'; i++)
+        await new Promise((res) => setTimeout(res, 50));
+      return (JSON.parse((await control.store.batches.get(id))!.spec) as { concurrency?: number }).concurrency;
+    };
+    // 512 asked: each create waiting for its token would hold its edge's room, 100 a second get one.
+    assert.equal(await kept({ count: 4, spec, concurrency: 512 }), 100);
+    assert.equal(await kept({ count: 4, spec, concurrency: 8 }), 8, 'less than the rate: as asked');
+    // No concurrency: 64 per ready edge (2 here), then the rate's bound.
+    assert.equal(await kept({ count: 4, spec }), 100);
+  });
+
   test("a batch's event write that fails is tried again: the store ends with every event, once, in order", async () => {
     const records = control.store.batches;
     const append = records.appendEvents.bind(records);

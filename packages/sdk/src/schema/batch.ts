@@ -18,7 +18,7 @@ export const CreateBatchRequest = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: 1024,
-        description: `Creates in flight at once across the cluster. Default: ${BATCH_CONCURRENCY_PER_EDGE} per ready edge of the spec's pool when the batch starts, at most 1024, and for a project with a create rate at most that rate or ${BATCH_CONCURRENCY_PER_EDGE}, whichever is more.`,
+        description: `Creates in flight at once across the cluster. Default: ${BATCH_CONCURRENCY_PER_EDGE} per ready edge of the spec's pool when the batch starts, at most 1024. For a project with a create rate, at most that rate or ${BATCH_CONCURRENCY_PER_EDGE}, whichever is more, whatever the request asks.`,
       }),
     ),
   },

@@ -75,7 +75,7 @@ export class BatchService {
     const id = `batch-${randomBytes(8).toString('hex')}`;
     const createdAt = new Date().toISOString();
     // Resolved now and kept with the request: a batch resumed after a restart keeps it.
-    const concurrency = req.concurrency ?? (await this.#defaultConcurrency(req.spec, project));
+    const concurrency = await this.#concurrency(req, project);
     await this.store.batches.insert(id, req.count, { ...req, concurrency }, createdAt, project, {
       id: this.replicaId,
       until: Date.now() + BATCH_LEASE_MS,
@@ -88,15 +88,19 @@ export class BatchService {
   }
 
   /**
-   * Creates in flight when the request names none: BATCH_CONCURRENCY_PER_EDGE per ready edge of
-   * the spec's pool (at least one edge's worth, at most 1024). A project with a create rate gets no
-   * more than that rate's second of creates beyond the old 64: each is placed, and holds its
-   * edge's room, while it waits for its token.
+   * Creates in flight: the request's, else BATCH_CONCURRENCY_PER_EDGE per ready edge of the spec's
+   * pool (at least one edge's worth, at most 1024). Either way a project with a create rate gets no
+   * more than that rate's second of creates, or BATCH_CONCURRENCY_PER_EDGE if that is more: each
+   * create is placed, and holds its edge's room, while it waits for its token, so more in flight
+   * would not go faster, only keep that room from every other create.
    */
-  async #defaultConcurrency(spec: CreateSandboxRequest, project: string): Promise<number> {
-    const pool = spec.placement?.pool ?? 'default';
-    const edges = this.edges.candidates().filter((c) => c.state === 'ready' && c.pool === pool).length;
-    let n = Math.min(1024, BATCH_CONCURRENCY_PER_EDGE * Math.max(1, edges));
+  async #concurrency(req: CreateBatchRequest, project: string): Promise<number> {
+    let n = req.concurrency;
+    if (n === undefined) {
+      const pool = req.spec.placement?.pool ?? 'default';
+      const edges = this.edges.candidates().filter((c) => c.state === 'ready' && c.pool === pool).length;
+      n = Math.min(1024, BATCH_CONCURRENCY_PER_EDGE * Math.max(1, edges));
+    }
     const rate = (await this.quotas.quotaOf(project)).createsPerSecond;
     if (rate !== undefined) n = Math.min(n, Math.max(BATCH_CONCURRENCY_PER_EDGE, Math.ceil(rate)));
     return n;
