@@ -205,9 +205,9 @@ describe('simulated edge under a real control plane', { skip }, () => {
       assert.equal(r.status, 202, JSON.stringify(r.body));
       const id = (r.body as { id: string }).id;
       await new Promise((res) => setTimeout(res, 2500));
-      // The timed flush waits twice as long after each failure (50 ms, 100, 200, 400, 800, 1600:
-      // ~6 tries in 2.5 s), then the batch's finish the same way (~4 more). A fixed 50 ms wait
-      // tried ~30 times while the creates ran.
+      // The timed flush waits twice as long after each failure (50 ms, 100, 200, 400, 800: ~5
+      // tries while the creates run), then the batch's finish retries with its own backoff
+      // (#untilWritten: ~4 more). A fixed 50 ms wait made ~30 timed tries while the creates ran.
       assert.ok(tries >= 2 && tries <= 16, `the store was asked ${tries} times in 2.5 s`);
       away = false;
       for (let i = 0; i < 200 && (await control.store.batches.get(id))?.state !== 'done'; i++)

@@ -20,7 +20,8 @@ export function groupBody(reqs: readonly EdgeCreateRequest[]): string {
   for (let i = 0; i < reqs.length; i++) {
     let item = '';
     const req = reqs[i] as unknown as Record<string, unknown>;
-    for (const key in req) {
+    // Own enumerable keys in order, as JSON.stringify takes them (for…in would add inherited ones).
+    for (const key of Object.keys(req)) {
       // As JSON.stringify: a property whose value has no JSON (undefined, a function) is left out.
       const text = json(req[key]);
       if (text === undefined) continue;

@@ -320,11 +320,12 @@ export class HttpEdgeClient implements EdgeApi {
     const answer = await this.#call('POST', path, body, {
       timeout: false,
       onLine: (line) => {
-        // The line is the outcome, with its index: not copied without it (an object rest is a copy
-        // made a property at a time by V8's runtime, for every create of a group).
-        const outcome = JSON.parse(line) as EdgeCreateOutcome & { index?: number; accepted?: number };
-        if (outcome.accepted !== undefined) accept();
-        else heard(outcome.index ?? -1, outcome);
+        const parsed = JSON.parse(line) as EdgeCreateOutcome & { index?: number; accepted?: number };
+        if (parsed.accepted !== undefined) return accept();
+        // The outcome without the line's index, as a literal: an object rest (`{ index, ...outcome }`)
+        // is a copy V8's runtime makes a property at a time, for every create of a group.
+        const { id, sandbox, error } = parsed;
+        heard(parsed.index ?? -1, error ? { id, error } : sandbox ? { id, sandbox } : { id });
       },
     });
     const whole = answer.length === 0 ? undefined : (JSON.parse(answer.toString('utf8')) as { results: EdgeCreateOutcome[] });

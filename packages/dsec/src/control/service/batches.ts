@@ -470,7 +470,7 @@ export class BatchService {
 
   /** `write`, again with backoff (50 ms to 5 s) while it fails, until it succeeds or this process stops. */
   async #untilWritten(what: string, write: () => Promise<void>): Promise<void> {
-    for (let delay = FLUSH_EVERY_MS; ; delay = Math.min(delay * 2, 5000)) {
+    for (let delay = FLUSH_EVERY_MS; ; delay = Math.min(delay * 2, FLUSH_RETRY_MAX_MS)) {
       try {
         return await write();
       } catch (err) {
@@ -499,7 +499,11 @@ export class BatchService {
       const t = b.takeUnflushed();
       return t ? [{ b, t }] : [];
     });
-    if (!taken.length) return;
+    // Nothing to write (a hand-over dropped what a failed flush kept): nothing is failing either.
+    if (!taken.length) {
+      this.#flushDelay = FLUSH_EVERY_MS;
+      return;
+    }
     let lost: string[];
     try {
       lost = await this.store.batches.appendEvents(
