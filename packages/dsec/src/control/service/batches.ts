@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { BatchEvent, BatchInfo, CreateBatchRequest, CreateSandboxRequest } from '@dsec/sdk/schema';
+import type { BatchEvent, BatchInfo, CreateBatchRequest } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { ProjectQuotas } from '../project-quotas.js';
