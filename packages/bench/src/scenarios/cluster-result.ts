@@ -9,7 +9,7 @@ export interface ClusterOptions {
   clients: number;
   /** Creates in the rate phase. @default 5000 */
   creates: number;
-  /** Creates just before the rate phase, timed apart (RatePhase.warmup). @default 5000 */
+  /** Creates just before the rate phase, timed apart (RatePhase.warmup). @default 20000 */
   warmup: number;
   /** Sandboxes in the batch phase (32000: the job size). @default 2000 */
   batchCount: number;

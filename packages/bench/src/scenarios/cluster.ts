@@ -379,7 +379,12 @@ export const clusterScenario: BenchScenarioDef<ClusterOptions, ClusterResult> = 
       key: 'warmup',
       long: 'warmup',
       description: "creates just before the rate phase, timed apart (a fresh control plane's JIT warm-up)",
-      default: 5000,
+      // V8 was still optimizing the create path's functions 10 s into a rate phase after 5,000:
+      // ~350 TurboFan compiles, 131 in its first second, tapering to a few a second by its end
+      // (`--log-code`), ~12 % of the control plane's CPU on its compiler thread. A control plane
+      // serving a trainer runs for hours; the rate phase measures that, the warm-up's own rate
+      // (reported) what a fresh one's first creates see.
+      default: 20000,
       min: 0,
     },
     { key: 'batchCount', long: 'batch-count', description: "sandboxes in the batch (32000: the issue's job)", default: 2000, min: 1 },
