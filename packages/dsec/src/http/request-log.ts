@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { IncomingMessage } from 'node:http';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify';
 import pino, { type DestinationStream, type Logger } from 'pino';
 import { randomBits64 } from '../host/random-bits.js';
 
@@ -21,10 +21,10 @@ interface RequestScope {
 const scope = new AsyncLocalStorage<RequestScope>();
 
 /**
- * Whether a logger binds reqId itself (a request's, Fastify's child, and children of it): the
- * mixin leaves those alone. Asked of a logger when it writes a line in a request's scope, and
- * kept: Fastify's own child logger factory makes a request's logger, where one of ours that
- * marked each child cost every request a call and a check of the child it made.
+ * Whether a logger binds reqId itself: the mixin leaves those alone, so no line has the key twice.
+ * A request's logger is the server's own (requestIdOptions), so dsec's bind none; a child some
+ * code makes with a reqId of its own would. Asked of a logger when it writes a line in a
+ * request's scope, and kept.
  */
 const bindsReqId = new WeakMap<object, boolean>();
 
@@ -63,9 +63,17 @@ export function requestIdFor(req: IncomingMessage): string {
   return `req-${randomBits64().toString(16).padStart(16, '0')}`;
 }
 
-/** Fastify options for request ids: ours, echoed in the response, bound to the request's logger (by Fastify). */
+/**
+ * Fastify options for request ids (ours, echoed in the response) and a request's logger: the
+ * server's own, not a child of it binding reqId. The log scope that useRequestLog's onRequest
+ * enters, before any other hook or handler runs, gives each line written in the request its reqId
+ * (createLogger's mixin), as it does a component's. A pino child per request, its bindings
+ * serialized as it is made, cost every request ~1 % of the control plane's CPU per create under
+ * `dsec bench cluster`, and most requests write no line.
+ */
 export const requestIdOptions = {
   genReqId: requestIdFor,
+  childLoggerFactory: (logger: FastifyBaseLogger): FastifyBaseLogger => logger,
 };
 
 type AnyFastify = FastifyInstance<any, any, any, any, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
