@@ -7,9 +7,19 @@ const layers = [`sha256:${'a'.repeat(64)}`];
 const config = { env: ['PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'], cmd: ['sh'], workingDir: '/' };
 const limits = { cpu: 0.1, memoryMiB: 64, pids: 512 };
 const env = {};
-const reqs = Array.from({ length: 64 }, (_, i) => ({ id: `sb-edge1-z${i.toString(36).padStart(20, '0')}`, layers, config, env, limits, backend: 'container' }));
+const reqs = Array.from({ length: 64 }, (_, i) => ({
+  id: `sb-edge1-z${i.toString(36).padStart(20, '0')}`,
+  layers,
+  config,
+  env,
+  limits,
+  backend: 'container',
+}));
 if (groupBody(reqs) !== JSON.stringify({ sandboxes: reqs })) throw new Error('groupBody differs from JSON.stringify');
-for (const [name, f] of [['JSON.stringify', (r) => JSON.stringify({ sandboxes: r })], ['groupBody', groupBody]]) {
+for (const [name, f] of [
+  ['JSON.stringify', (r) => JSON.stringify({ sandboxes: r })],
+  ['groupBody', groupBody],
+]) {
   for (let w = 0; w < 2000; w++) f(reqs);
   const t = process.cpuUsage();
   for (let w = 0; w < 20000; w++) f(reqs);
