@@ -142,7 +142,11 @@ describe('simulated edge under a real control plane', { skip }, () => {
       const id = (await post(key, '/v1/batches', body))['id'] as string;
       for (let i = 0; i < 200 && (await control.store.batches.get(id))?.state === 'running'; i++)
         await new Promise((res) => setTimeout(res, 50));
-      return (JSON.parse((await control.store.batches.get(id))!.spec) as { concurrency?: number }).concurrency;
+      const stored = (JSON.parse((await control.store.batches.get(id))!.spec) as { concurrency?: number }).concurrency;
+      // The batch's status says it too, so a client that asked for more can tell.
+      const res = await fetch(`${control.url}/v1/batches/${id}`, { headers: { authorization: `Bearer ${key}` } });
+      assert.equal(((await res.json()) as { concurrency?: number }).concurrency, stored, 'GET /v1/batches/{id} says the concurrency');
+      return stored;
     };
     // 512 asked: each create waiting for its token would hold its edge's room, 100 a second get one.
     assert.equal(await kept({ count: 4, spec, concurrency: 512 }), 100);

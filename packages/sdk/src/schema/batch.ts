@@ -41,6 +41,12 @@ export const BatchInfo = Type.Object({
   createdAt: Type.String({ format: 'date-time' }),
   finishedAt: Type.Optional(Type.String({ format: 'date-time' })),
   lastSeq: Type.Integer({ description: 'Sequence number of the last event; GET …/events?after=N resumes after N.' }),
+  concurrency: Type.Optional(
+    Type.Integer({
+      description:
+        "Creates in flight the batch runs with: the request's or the default, bounded by the project's create rate (see CreateBatchRequest.concurrency).",
+    }),
+  ),
 });
 export type BatchInfo = Static<typeof BatchInfo>;
 

@@ -80,7 +80,7 @@ export class BatchService {
       id: this.replicaId,
       until: Date.now() + BATCH_LEASE_MS,
     });
-    const b = new LiveBatch(id, req.count, req.spec, createdAt, project);
+    const b = new LiveBatch(id, req.count, req.spec, createdAt, project, concurrency);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
     this.#start(b, concurrency);
@@ -151,15 +151,14 @@ export class BatchService {
   async #adopt(rows: StoredBatch[]): Promise<void> {
     for (const row of rows) {
       const req = JSON.parse(row.spec) as CreateBatchRequest;
-      const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt, row.project);
+      const b = new LiveBatch(row.id, row.count, req.spec, row.createdAt, row.project, storedConcurrency(req));
       for (const e of await this.store.batches.events(row.id, -1)) b.load(e);
       this.#live.set(row.id, b);
       this.log.warn(
         { batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId },
         'resuming a batch its driver left (a restart, or a replica that died)',
       );
-      // Batches accepted before the default was kept with the request had 64.
-      this.#start(b, req.concurrency ?? BATCH_CONCURRENCY_PER_EDGE);
+      this.#start(b, b.concurrency);
     }
   }
 
@@ -175,6 +174,7 @@ export class BatchService {
         failed: b.failed,
         createdAt: b.createdAt,
         lastSeq: b.events.length - 1,
+        concurrency: b.concurrency,
       };
       return info;
     }
@@ -190,6 +190,7 @@ export class BatchService {
       failed: row.failed,
       createdAt: row.createdAt,
       lastSeq: row.lastSeq,
+      concurrency: storedConcurrency(JSON.parse(row.spec) as CreateBatchRequest),
     };
     if (row.finishedAt) info.finishedAt = row.finishedAt;
     return info;
@@ -530,6 +531,11 @@ export class BatchService {
     await Promise.allSettled([...this.#drivers]);
     await this.flush();
   }
+}
+
+/** The concurrency kept with a stored batch's request; batches accepted before it was kept ran with 64. */
+function storedConcurrency(req: CreateBatchRequest): number {
+  return req.concurrency ?? BATCH_CONCURRENCY_PER_EDGE;
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -37,6 +37,8 @@ export class LiveBatch {
     readonly spec: CreateSandboxRequest,
     readonly createdAt: string,
     readonly project: string,
+    /** Creates in flight at most (BatchService's #concurrency, kept with the batch's request). */
+    readonly concurrency: number,
   ) {
     this.#bus.setMaxListeners(0);
   }
