@@ -434,6 +434,8 @@ class BatchInfo:
     created_at: str = ""
     finished_at: Optional[str] = None
     last_seq: int = -1
+    #: Creates in flight the batch runs with (what was asked, or the server's default, bounded by the project's create rate).
+    concurrency: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
