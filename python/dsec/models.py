@@ -2,6 +2,9 @@
 
 Each class is built from the server's JSON by ``from_wire``; ``raw`` keeps the JSON as received,
 so a field the server adds later is readable before this package learns its name.
+
+One file for one concept, the wire's shapes: each class is a few lines of fields mirroring one
+schema, and they share ``_build``. What calls the server with them is in calls.py.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ export class HttpEdgeClient implements EdgeApi {
   async #json<T>(method: string, path: string, body?: unknown, opts: CallOptions = {}): Promise<T> {
     const payload = body === undefined ? undefined : { bytes: Buffer.from(JSON.stringify(body)), type: 'application/json' };
     const answer = await this.#call(method, path, payload, opts);
-    return (answer.length === 0 ? undefined : JSON.parse(answer.toString('utf8'))) as T;
+    return parsed<T>(answer);
   }
 
   /**
@@ -302,9 +302,7 @@ export class HttpEdgeClient implements EdgeApi {
   async createSandboxes(reqs: EdgeCreateRequest[], listener?: GroupCreateListener): Promise<EdgeCreateOutcome[]> {
     const path = '/sandboxes/group';
     const body = { bytes: Buffer.from(groupBody(reqs)), type: 'application/json' };
-    if (!listener)
-      return (JSON.parse((await this.#call('POST', path, body, { timeout: false })).toString('utf8')) as { results: EdgeCreateOutcome[] })
-        .results;
+    if (!listener) return parsed<{ results: EdgeCreateOutcome[] }>(await this.#call('POST', path, body, { timeout: false })).results;
     const out = new Array<EdgeCreateOutcome | undefined>(reqs.length);
     let accepted = false;
     const accept = (): void => {
@@ -328,7 +326,7 @@ export class HttpEdgeClient implements EdgeApi {
         heard(parsed.index ?? -1, error ? { id, error } : sandbox ? { id, sandbox } : { id });
       },
     });
-    const whole = answer.length === 0 ? undefined : (JSON.parse(answer.toString('utf8')) as { results: EdgeCreateOutcome[] });
+    const whole = parsed<{ results: EdgeCreateOutcome[] } | undefined>(answer);
     // An edge that answers a group in one piece (before streamed answers) is heard all at once.
     whole?.results.forEach((o, i) => heard(i, o));
     return reqs.map(
@@ -593,6 +591,11 @@ export class HttpEdgeClient implements EdgeApi {
 }
 
 /** A file call's query string: its own fields, then `as` and `metadataPrefix` when given (edge-server.ts). */
+/** A JSON answer's value (undefined when the answer is empty). */
+function parsed<T>(answer: Buffer): T {
+  return (answer.length === 0 ? undefined : JSON.parse(answer.toString('utf8'))) as T;
+}
+
 function fileQuery(fields: Record<string, string>, opts: StatOptions): string {
   const q = new URLSearchParams(fields);
   if (opts.as) q.set('as', actorToQuery(opts.as));

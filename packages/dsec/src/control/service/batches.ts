@@ -83,7 +83,7 @@ export class BatchService {
     const b = new LiveBatch(id, req.count, req.spec, createdAt, project, concurrency);
     this.#live.set(id, b);
     this.#emit(b, { type: 'accepted', count: req.count });
-    this.#start(b, concurrency);
+    this.#start(b);
     return this.info(id);
   }
 
@@ -158,7 +158,7 @@ export class BatchService {
         { batch: row.id, done: b.done.size, count: row.count, replica: this.replicaId },
         'resuming a batch its driver left (a restart, or a replica that died)',
       );
-      this.#start(b, b.concurrency);
+      this.#start(b);
     }
   }
 
@@ -292,8 +292,8 @@ export class BatchService {
     return this.info(id);
   }
 
-  #start(b: LiveBatch, concurrency: number): void {
-    const p = this.#drive(b, concurrency).catch((err: unknown) => this.log.error({ err, batch: b.id }, 'batch driver failed'));
+  #start(b: LiveBatch): void {
+    const p = this.#drive(b).catch((err: unknown) => this.log.error({ err, batch: b.id }, 'batch driver failed'));
     b.driver = p;
     this.#drivers.add(p);
     void p.finally(() => {
@@ -315,7 +315,7 @@ export class BatchService {
     );
   }
 
-  async #drive(b: LiveBatch, concurrency: number): Promise<void> {
+  async #drive(b: LiveBatch): Promise<void> {
     // Items a previous run got to are settled from their sandbox rows; the rest are created in
     // groups (rows in one transaction, one request per edge: see SandboxService.createGroup).
     const rows = new Map((await this.store.batches.sandboxes(b.id)).map((r) => [r.index, r]));
@@ -329,8 +329,8 @@ export class BatchService {
     }
     // As few lanes as keep each group within MAX_GROUP, the concurrency split evenly among them:
     // lanes of MAX_GROUP each would put up to one group too many in flight (320 as 2 × 256).
-    const lanes = Math.max(1, Math.ceil(concurrency / MAX_GROUP));
-    const size = Math.ceil(concurrency / lanes);
+    const lanes = Math.max(1, Math.ceil(b.concurrency / MAX_GROUP));
+    const size = Math.ceil(b.concurrency / lanes);
     let next = 0;
     const lane = async (): Promise<void> => {
       while (!b.cancelled && !this.#stopped && !b.handedOver && next < todo.length) {
