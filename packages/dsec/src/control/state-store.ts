@@ -1,7 +1,7 @@
 import { migrate } from './store/migrations.js';
 import type { SqlDb } from './store/sql.js';
 import { PostgresDb } from './store/postgres-db.js';
-import { PostgresChangeFeed, SqliteChangeFeed, type ChangeFeed } from './store/change-feed.js';
+import { PostgresChangeFeed, SqliteChangeFeed, type ChangeFeed, type RequestArrivals } from './store/change-feed.js';
 import { SqliteDb } from './store/sqlite-db.js';
 import { type KeyRecords, SqlKeyRecords } from './store/api-keys.js';
 import { type BatchRecords, SqlBatchRecords } from './store/batches.js';
@@ -72,7 +72,7 @@ export class StateStore {
    * Opens (and migrates) the store at `location`: a `postgres://` or `postgresql://` URL
    * (PostgreSQL, which several control-plane replicas may share), else a file path (SQLite).
    */
-  static async open(location: string, opts: { onError?: (err: Error) => void } = {}): Promise<StateStore> {
+  static async open(location: string, opts: { onError?: (err: Error) => void; arrivals?: RequestArrivals } = {}): Promise<StateStore> {
     const db: SqlDb = isPostgresUrl(location) ? new PostgresDb(location, opts) : new SqliteDb(location);
     try {
       await migrate(db);
@@ -87,7 +87,8 @@ export class StateStore {
     }
     // Keys, projects and image owners are kept in memory while changes are heard: PostgreSQL's
     // replicas hear each other's; SQLite looks for other connections' commits before each read.
-    return new StateStore(db, db instanceof SqliteDb ? new SqliteChangeFeed(db) : await PostgresChangeFeed.start(location));
+    // `arrivals`: the server's requests, so that a request's reads share one look (SqliteChangeFeed).
+    return new StateStore(db, db instanceof SqliteDb ? new SqliteChangeFeed(db, opts.arrivals) : await PostgresChangeFeed.start(location));
   }
 
   async close(): Promise<void> {

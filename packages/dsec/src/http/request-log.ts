@@ -12,7 +12,12 @@ const CALLER_ID = /^[A-Za-z0-9._:-]{1,64}$/;
 
 interface RequestScope {
   reqId: string;
+  /** Its number among the requests this process has taken in (requestArrivals). */
+  arrival: number;
 }
+
+/** Requests taken in by this process's servers so far (useRequestLog numbers each as it arrives). */
+let arrivals = 0;
 
 /**
  * The request being served, for log lines written by code that was handed no request logger:
@@ -56,6 +61,16 @@ export function currentRequestId(): string | undefined {
   return scope.getStore()?.reqId;
 }
 
+/**
+ * The requests this process has taken in, numbered as they arrive, and the one being served: the
+ * state store's SQLite feed lets a request's reads share a check for other connections' commits
+ * made after it arrived (control/store/change-feed.ts, RequestArrivals).
+ */
+export const requestArrivals = {
+  count: (): number => arrivals,
+  current: (): number | undefined => scope.getStore()?.arrival,
+};
+
 /** The id of an incoming request: the caller's X-Request-Id when it is a plain token, else a new one. */
 export function requestIdFor(req: IncomingMessage): string {
   const given = req.headers[REQUEST_ID_HEADER];
@@ -86,7 +101,7 @@ type AnyFastify = FastifyInstance<any, any, any, any, any>; // eslint-disable-li
 export function useRequestLog(app: AnyFastify, edgeOf: (sandboxId: string) => string | undefined): void {
   app.addHook('onRequest', (req: FastifyRequest, reply, done) => {
     void reply.header(REQUEST_ID_HEADER, req.id);
-    scope.run({ reqId: req.id }, done);
+    scope.run({ reqId: req.id, arrival: ++arrivals }, done);
   });
   // Before validation, so a request refused for a bad body still logs with its sandbox.
   app.addHook('preValidation', (req: FastifyRequest, _reply, done) => {

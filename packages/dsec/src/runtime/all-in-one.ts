@@ -27,7 +27,7 @@ import { parseListen, parseRegistryAllow, portsListenOf, type ServerOptions } fr
 import type { FastifyRequest } from 'fastify';
 import { PortLinkGate, PortLinks } from '../control/ports/port-links.js';
 import { buildPortsServer } from '../control/ports/ports-server.js';
-import { createLogger } from '../http/request-log.js';
+import { createLogger, requestArrivals } from '../http/request-log.js';
 
 export interface ClientFile {
   url: string;
@@ -149,6 +149,7 @@ async function startDsecProcess(
   try {
     store = await StateStore.open(opts.store || join(opts.dataDir, 'state.db'), {
       onError: (err) => log.error({ err }, 'state store connection failed'),
+      arrivals: requestArrivals,
     });
   } catch (err) {
     releaseLock();

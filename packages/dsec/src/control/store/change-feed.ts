@@ -25,26 +25,44 @@ export interface ChangeFeed {
 }
 
 /**
+ * The requests a process has taken in, numbered as they arrive (http/request-log.ts keeps them):
+ * a check made after a request arrived is fresh enough for everything that request reads.
+ */
+export interface RequestArrivals {
+  /** How many requests have arrived so far. */
+  count(): number;
+  /** The number of the request the running code serves (undefined: none, background work). */
+  current(): number | undefined;
+}
+
+/**
  * SQLite's feed. This process's own changes empty the caches as they are written (the records'
  * writes do that on either engine); another connection's commit (the CLI's tools on a live
  * server's store, a test's second store) moves the database's data_version, which catchUp looks
  * at before each read from memory: any change by another connection empties every cache (`*`).
  * The reads it saves are a create's three (its API key, its project, its image's owners): each a
  * statement through the async wrapper, and a check of data_version costs about as much (it
- * begins a read transaction too), so reads share a check while they can (catchUp).
+ * begins a read transaction, with its file locks: two fcntl calls), so reads share a check
+ * while they can (catchUp).
  */
 export class SqliteChangeFeed implements ChangeFeed {
   #live = true;
   #version: number;
-  /** Whether data_version was looked at in this callback of the event loop already, and when (sqliteStatements). */
+  /** Whether data_version was looked at in this callback of the event loop already (reset at its next tick). */
   #asked = false;
-  #askedAt = 0;
+  /** Statements other connections of this process had run at the last check. */
+  #othersAt = -1;
+  /** Requests that had arrived at the last check. */
+  #arrivedAt = 0;
   readonly #askAgain = (): void => {
     this.#asked = false;
   };
   readonly #listeners: ((topic: string) => void)[] = [];
 
-  constructor(private readonly db: Pick<SqliteDb, 'dataVersion'>) {
+  constructor(
+    private readonly db: Pick<SqliteDb, 'dataVersion' | 'statements'>,
+    private readonly arrivals?: RequestArrivals,
+  ) {
     this.#version = db.dataVersion();
   }
 
@@ -57,15 +75,25 @@ export class SqliteChangeFeed implements ChangeFeed {
   }
 
   catchUp(): void {
-    // Asked again after any I/O and any statement: until the event loop's callback (its ticks and
-    // promise jobs) is done no new I/O is read, so no request sent after another process's commit
-    // is served meanwhile, and another connection of this process commits only by a statement.
-    // Measured under `dsec bench cluster`: a create's three reads ask twice, not three times (its
-    // key is read in the tick before its body's end event, which a tick of its own follows).
-    if (this.#asked && this.#askedAt === sqliteStatements()) return;
+    // A check stands while no other connection of this process ran a statement since (one commits
+    // only by a statement; this connection's own never move data_version) and either:
+    // - the event loop is still in the callback that checked (its ticks): no new I/O is read
+    //   meanwhile, so no request sent after another process's commit is served;
+    // - or the code runs for a request that had arrived when the check was made: a commit made
+    //   before that request was sent was made before the check, which saw it. A create's reads
+    //   (its key in the onRequest hook, its project and image owners after its body) share one
+    //   check this way, where the callback rule made them two; `dsec bench cluster` with
+    //   --perf-basic-prof had the checks at ~4 % of the control plane's thread.
+    const others = sqliteStatements() - this.db.statements;
+    if (others === this.#othersAt) {
+      if (this.#asked) return;
+      const request = this.arrivals?.current();
+      if (request !== undefined && request <= this.#arrivedAt) return;
+    }
     if (!this.#asked) process.nextTick(this.#askAgain);
     this.#asked = true;
-    this.#askedAt = sqliteStatements();
+    this.#othersAt = others;
+    this.#arrivedAt = this.arrivals?.count() ?? 0;
     const version = this.db.dataVersion();
     if (version === this.#version) return;
     this.#version = version;

@@ -8,7 +8,8 @@ const MAX_CACHED_STATEMENTS = 500;
 
 /**
  * Statements run by every SqliteDb of this process (any connection), counted as they start:
- * SqliteChangeFeed's check of data_version stands only while none ran since (sqliteStatements).
+ * SqliteChangeFeed's check of data_version stands only while no other connection ran one since
+ * (sqliteStatements less the connection's own, SqliteDb.statements).
  */
 let statements = 0;
 
@@ -43,6 +44,8 @@ export class SqliteDb implements SqlDb {
   readonly #checkpointer: SqliteCheckpointer | undefined;
   /** `PRAGMA data_version`, prepared once (dataVersion). */
   readonly #dataVersion: Database.Statement;
+  /** Statements this connection ran (of `statements`, every connection's). */
+  #own = 0;
 
   constructor(file: string) {
     this.#db = new Database(file);
@@ -77,20 +80,20 @@ export class SqliteDb implements SqlDb {
     this.#dataVersion = this.#db.prepare('PRAGMA data_version').pluck();
     this.#direct = {
       dialect: this.dialect,
-      all: async <T>(sql: string, params: readonly SqlValue[] = []) => (statements++, this.#prepared(sql).all(...bind(params)) as T[]),
+      all: async <T>(sql: string, params: readonly SqlValue[] = []) => (this.#count(), this.#prepared(sql).all(...bind(params)) as T[]),
       values: async (sql: string, params: readonly SqlValue[] = []) => (
-        statements++,
+        this.#count(),
         this.#prepared(sql, true).all(...bind(params)) as unknown[][]
       ),
       get: async <T>(sql: string, params: readonly SqlValue[] = []) => (
-        statements++,
+        this.#count(),
         this.#prepared(sql).get(...bind(params)) as T | undefined
       ),
       run: async (sql: string, params: readonly SqlValue[] = []) => (
-        statements++,
+        this.#count(),
         { changes: this.#prepared(sql).run(...bind(params)).changes }
       ),
-      exec: async (script: string) => (statements++, void this.#db.exec(script)),
+      exec: async (script: string) => (this.#count(), void this.#db.exec(script)),
     };
   }
 
@@ -125,11 +128,11 @@ export class SqliteDb implements SqlDb {
     this.#open = new Promise((resolve) => (end = resolve));
     try {
       // IMMEDIATE takes the write lock up front: a deferred one upgrading later can fail busy.
-      statements++;
+      this.#count();
       this.#db.exec('BEGIN IMMEDIATE');
       try {
         const result = await fn(this.#direct);
-        statements++;
+        this.#count();
         this.#db.exec('COMMIT');
         return result;
       } catch (err) {
@@ -151,6 +154,16 @@ export class SqliteDb implements SqlDb {
    */
   dataVersion(): number {
     return this.#dataVersion.get() as number;
+  }
+
+  /** How many statements this connection has run: those of the process's others are sqliteStatements() less these. */
+  get statements(): number {
+    return this.#own;
+  }
+
+  #count(): void {
+    statements++;
+    this.#own++;
   }
 
   async close(): Promise<void> {
