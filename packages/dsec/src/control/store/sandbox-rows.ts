@@ -1,6 +1,6 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { chunked, flatValues, jsonOnce, multiInsert } from './multi-row.js';
+import { chunked, flatValues, jsonOnce, multiInsert, multiInsertShared } from './multi-row.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
 /** Which item of which batch a sandbox is. */
@@ -54,6 +54,31 @@ const SANDBOX_COLUMNS = [
   'create_lease_until',
   'access_token',
 ] as const;
+
+/**
+ * The columns a group's rows usually all give the same value (one spec, one project, one write's
+ * lease), bound once per statement when they do (multiInsertShared); ids, edges, times and batch
+ * indexes differ, and so do an expiry time and an E2B access token where there are any.
+ */
+const GROUP_SHARED_COLUMNS: ReadonlySet<string> = new Set<(typeof SANDBOX_COLUMNS)[number]>([
+  'status',
+  'image',
+  'image_id',
+  'resources',
+  'labels',
+  'reason',
+  'layers',
+  'ttl_seconds',
+  'idle_timeout_seconds',
+  'on_expiry',
+  'batch_id',
+  'backend',
+  'project',
+  'cpu',
+  'memory_mib',
+  'create_owner',
+  'create_lease_until',
+]);
 
 function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined, json: (value: object) => string = JSON.stringify): SqlValue[] {
   const s = r.info;
@@ -169,12 +194,15 @@ function newRowsParams(rows: readonly NewSandboxRow[], lease: CreateLease | unde
  */
 async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?: CreateLease): Promise<void> {
   const json = jsonOnce();
-  await chunked(rows, (c) =>
-    tx.run(
-      multiInsert('sandboxes', SANDBOX_COLUMNS, c.length),
-      flatValues(c, (r) => sandboxValues(r, lease, json)),
-    ),
-  );
+  await chunked(rows, (c) => {
+    const { sql, params } = multiInsertShared(
+      'sandboxes',
+      SANDBOX_COLUMNS,
+      GROUP_SHARED_COLUMNS,
+      c.map((r) => sandboxValues(r, lease, json)),
+    );
+    return tx.run(sql, params);
+  });
   await insertLabelRows(
     tx,
     rows.map((r) => ({ id: r.info.id, labels: r.info.labels, createdAt: r.info.createdAt })),
