@@ -10,25 +10,10 @@ import { DSEC_OOM_SCORE_ADJ, SANDBOX_OOM_SCORE_ADJ, protectFromOomKiller } from 
 import { credentialsFromEnv, type RegistryCredentials } from '../../image/registry/registry-auth.js';
 import { parseRegistryRef, RegistryRefError, type RegistryRef } from '../../image/registry/registry-ref.js';
 import { collectKv, printTable } from '../output.js';
+import { stopOnSignals } from '../stop-signals.js';
 
-function stopOn(
-  signals: NodeJS.Signals[],
-  close: () => Promise<void>,
-  log: { info: (m: string) => void; error: (o: object, m: string) => void },
-): void {
-  for (const sig of signals) {
-    process.once(sig, () => {
-      log.info(`${sig}: stopping; sandboxes keep running and are adopted at the next start`);
-      close().then(
-        () => process.exit(0),
-        (err: unknown) => {
-          log.error({ err }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
-    });
-  }
-}
+/** What a stopping daemon of the cluster says: its sandboxes outlive it. */
+const ADOPTED = 'stopping; sandboxes keep running and are adopted at the next start';
 
 function wholeNumber(name: string, v: string | undefined, dflt: number): number {
   if (v === undefined) return dflt;
@@ -103,14 +88,15 @@ export function registerClusterCommands(program: Command): void {
         if (!(threshold > 0 && threshold <= 1))
           throw new OptionsError(`--burst-threshold ${flags.burstThreshold}: give a fraction above 0 and at most 1, e.g. 0.8`);
         const burst = { pool: flags.burstPool, threshold, returnHome: flags.burstReturn === true };
+        const signals = stopOnSignals(ADOPTED);
         const dsec = await startControlPlane({ ...opts, edgeLostAfterMs: lost, burst });
+        signals.running(() => dsec.close(), dsec.log);
         if (!oom.ok)
           dsec.log.warn(`cannot lower the control plane's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE)`);
         process.stdout.write(`dsec control plane is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
         if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
         process.stdout.write(`join token (also in client.json): ${dsec.joinToken}\n`);
         process.stdout.write(`on each node: dsec edge --join ${dsec.url} --token ${dsec.joinToken} --listen <node-address>:7071\n`);
-        stopOn(['SIGTERM', 'SIGINT'], () => dsec.close(), dsec.log);
       },
     );
 
@@ -191,6 +177,7 @@ export function registerClusterCommands(program: Command): void {
           process.stderr.write(
             `cannot lower the edge's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}\n`,
           );
+        const signals = stopOnSignals(ADOPTED);
         const daemon = await startEdgeDaemon({
           join: flags.join,
           token,
@@ -211,17 +198,16 @@ export function registerClusterCommands(program: Command): void {
           registry: registryOption(flags.registry ?? process.env['DSEC_REGISTRY']),
           logLevel: base.logLevel,
         });
-        process.stdout.write(`dsec edge ${daemon.id} serves ${daemon.url} and joined ${flags.join}\n`);
-        const log = {
+        signals.running(() => daemon.close(), {
           info: (m: string) => process.stderr.write(`${m}\n`),
           error: (_o: object, m: string) => process.stderr.write(`${m}\n`),
-        };
-        stopOn(['SIGTERM', 'SIGINT'], () => daemon.close(), log);
+        });
         void daemon.left.then(async () => {
           await daemon.close();
           process.stdout.write(`edge ${daemon.id} drained and left the cluster\n`);
           process.exit(0);
         });
+        process.stdout.write(`dsec edge ${daemon.id} serves ${daemon.url} and joined ${flags.join}\n`);
       },
     );
 

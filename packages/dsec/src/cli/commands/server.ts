@@ -11,6 +11,7 @@ import { doctorPassed, formatChecks, runDoctor } from '../../host/doctor.js';
 import { vmCheck } from '../../runtime/vm-check.js';
 import { startAllInOne } from '../../runtime/all-in-one.js';
 import { DSEC_OOM_SCORE_ADJ, SANDBOX_OOM_SCORE_ADJ, protectFromOomKiller } from '../../host/node-memory.js';
+import { stopOnSignals } from '../stop-signals.js';
 
 export function registerServerCommands(program: Command): void {
   program
@@ -103,7 +104,9 @@ export function registerServerCommands(program: Command): void {
           minAvailableMemoryMiB: minAvailableMemoryMib,
         });
         const oom = protectFromOomKiller();
+        const signals = stopOnSignals('draining; sandboxes keep running and are adopted at the next start');
         const dsec = await startAllInOne(opts);
+        signals.running(() => dsec.close(), dsec.log);
         if (!oom.ok)
           dsec.log.warn(
             `cannot lower dsec's OOM score to ${DSEC_OOM_SCORE_ADJ} (${oom.why}; it needs CAP_SYS_RESOURCE): the kernel still kills sandboxes' processes first, which run at +${SANDBOX_OOM_SCORE_ADJ}`,
@@ -111,18 +114,6 @@ export function registerServerCommands(program: Command): void {
         process.stdout.write(`dsec is up at ${dsec.url} (data dir ${opts.dataDir})\n`);
         if (dsec.newKey) process.stdout.write(`API key (shown once; also in ${opts.dataDir}/client.json, mode 0600): ${dsec.apiKey}\n`);
         process.stdout.write(`client config: ${opts.dataDir}/client.json\n`);
-        const stop = (signal: string): void => {
-          dsec.log.info(`${signal}: draining; sandboxes keep running and are adopted at the next start`);
-          dsec.close().then(
-            () => process.exit(0),
-            (err: unknown) => {
-              dsec.log.error({ err }, 'shutdown failed');
-              process.exit(1);
-            },
-          );
-        };
-        process.once('SIGTERM', () => stop('SIGTERM'));
-        process.once('SIGINT', () => stop('SIGINT'));
       },
     );
 

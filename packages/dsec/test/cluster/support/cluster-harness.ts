@@ -314,8 +314,11 @@ export class ClusterHarness {
 
   /** Everything down: sandboxes killed through the API, processes stopped, namespaces and bridge removed. */
   async close(): Promise<void> {
+    // An edge that is down is started again so that its sandboxes are killed through the API and
+    // it stops cleanly; one that drained and left the cluster has none, and stays down.
+    const left = (e: HarnessEdge): boolean => e.proc?.exitCode === 0 && e.log.join('').includes('drained and left the cluster');
     for (const e of this.edges)
-      if (!e.proc || e.proc.exitCode !== null || e.proc.signalCode !== null) await this.startEdge(e).catch(() => undefined);
+      if ((!e.proc || e.proc.exitCode !== null || e.proc.signalCode !== null) && !left(e)) await this.startEdge(e).catch(() => undefined);
     if (this.control && this.control.exitCode === null && this.control.signalCode === null) {
       const conn = new Connection(this.conn);
       const { sandboxes } = await conn.json<{ sandboxes: { id: string }[] }>('GET', '/v1/sandboxes').catch(() => ({ sandboxes: [] }));
