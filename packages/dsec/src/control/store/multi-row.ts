@@ -11,10 +11,44 @@ import type { SqlValue } from './sql.js';
  */
 export const CHUNK = 32;
 
+/**
+ * Statement texts by their shape. A group's is thousands of characters (32 rows of 24 columns),
+ * built again for every chunk, and the shapes are few (a table's columns, a row count up to
+ * CHUNK): each is built once. Bounded all the same, as the prepared statements are.
+ */
+const texts = new Map<string, string>();
+
+function text(key: string, build: () => string): string {
+  let t = texts.get(key);
+  if (t === undefined) {
+    if (texts.size >= 1_000) texts.clear();
+    texts.set(key, (t = build()));
+  }
+  return t;
+}
+
 /** `INSERT INTO table (cols) VALUES (?, …), (?, …)` of `rows` rows, with `suffix` after. */
 export function multiInsert(table: string, columns: readonly string[], rows: number, suffix = ''): string {
-  const one = `(${columns.map(() => '?').join(', ')})`;
-  return `INSERT INTO ${table} (${columns.join(', ')}) VALUES ${Array.from({ length: rows }, () => one).join(', ')}${suffix}`;
+  return text(`${table}(${columns.join()})${rows}${suffix}`, () => {
+    const one = `(${columns.map(() => '?').join(', ')})`;
+    return `INSERT INTO ${table} (${columns.join(', ')}) VALUES ${Array.from({ length: rows }, () => one).join(', ')}${suffix}`;
+  });
+}
+
+/**
+ * Which of a table's columns a multiInsertShared call binds once, as indexes: found once per set
+ * of shared columns (a caller's constant), not per group.
+ */
+const layouts = new WeakMap<ReadonlySet<string>, { columns: readonly string[]; fixed: number[]; varying: number[] }>();
+
+function layoutOf(columns: readonly string[], shared: ReadonlySet<string>): { fixed: number[]; varying: number[] } {
+  let l = layouts.get(shared);
+  if (l?.columns !== columns) {
+    l = { columns, fixed: [], varying: [] };
+    for (let c = 0; c < columns.length; c++) (shared.has(columns[c]!) ? l.fixed : l.varying).push(c);
+    layouts.set(shared, l);
+  }
+  return l;
 }
 
 /**
@@ -23,7 +57,7 @@ export function multiInsert(table: string, columns: readonly string[], rows: num
  * FROM (VALUES (?, …), …) v`; else multiInsert's statement. A group's rows share most of their
  * columns (a batch's: all but the id, the edge, the times and the index), and binding each value
  * costs the binding's work on both sides: a group of 32 sandbox rows took ~13 % less CPU to insert
- * with 19 columns bound once (SQLite, the store's own schema). The shared columns are named by
+ * with its 19 shared columns bound once (SQLite, the store's own schema). The shared columns are named by
  * the caller, not found per group, so a group's statement is one of two texts for its size (each
  * prepared once). The values keep their order and their columns' affinity.
  */
@@ -33,18 +67,28 @@ export function multiInsertShared(
   shared: ReadonlySet<string>,
   rows: readonly (readonly SqlValue[])[],
 ): { sql: string; params: SqlValue[] } {
-  const fixed = columns.flatMap((name, c) => (shared.has(name) ? [c] : []));
-  const first = rows[0];
-  const same = rows.length > 1 && fixed.every((c) => rows.every((r) => r[c] === first?.[c]));
-  if (!same || fixed.length === 0 || fixed.length === columns.length)
-    return { sql: multiInsert(table, columns, rows.length), params: flatValues(rows, (r) => r) };
-  const varying = columns.flatMap((name, c) => (shared.has(name) ? [] : [c]));
-  const one = `(${varying.map(() => '?').join(', ')})`;
-  const sql =
-    `INSERT INTO ${table} (${[...varying, ...fixed].map((c) => columns[c]).join(', ')}) ` +
-    `SELECT v.*, ${fixed.map(() => '?').join(', ')} FROM (VALUES ${Array.from({ length: rows.length }, () => one).join(', ')}) v`;
+  const { fixed, varying } = layoutOf(columns, shared);
+  const first = rows[0]!;
+  let same = rows.length > 1 && fixed.length > 0 && varying.length > 0;
+  for (let i = 1; same && i < rows.length; i++) {
+    const r = rows[i]!;
+    for (const c of fixed)
+      if (r[c] !== first[c]) {
+        same = false;
+        break;
+      }
+  }
+  if (!same) return { sql: multiInsert(table, columns, rows.length), params: flatValues(rows, (r) => r) };
+  const sql = text(`${table}(${columns.join()})${rows.length}/${fixed.join()}`, () => {
+    const one = `(${varying.map(() => '?').join(', ')})`;
+    return (
+      `INSERT INTO ${table} (${[...varying, ...fixed].map((c) => columns[c]).join(', ')}) ` +
+      `SELECT v.*, ${fixed.map(() => '?').join(', ')} FROM (VALUES ${Array.from({ length: rows.length }, () => one).join(', ')}) v`
+    );
+  });
   // The shared values first: parameters are numbered in the order they appear in the text.
-  const params: SqlValue[] = fixed.map((c) => first![c]!);
+  const params: SqlValue[] = [];
+  for (const c of fixed) params.push(first[c]!);
   for (const r of rows) for (const c of varying) params.push(r[c]!);
   return { sql, params };
 }
