@@ -18,7 +18,8 @@ export const CHUNK = 32;
  */
 const texts = new Map<string, string>();
 
-function text(key: string, build: () => string): string {
+/** The statement text of shape `key` (a string that tells the shapes apart), built by `build` the first time. */
+export function statementText(key: string, build: () => string): string {
   let t = texts.get(key);
   if (t === undefined) {
     if (texts.size >= 1_000) texts.clear();
@@ -29,7 +30,7 @@ function text(key: string, build: () => string): string {
 
 /** `INSERT INTO table (cols) VALUES (?, …), (?, …)` of `rows` rows, with `suffix` after. */
 export function multiInsert(table: string, columns: readonly string[], rows: number, suffix = ''): string {
-  return text(`${table}(${columns.join()})${rows}${suffix}`, () => {
+  return statementText(`${table}(${columns.join()})${rows}${suffix}`, () => {
     const one = `(${columns.map(() => '?').join(', ')})`;
     return `INSERT INTO ${table} (${columns.join(', ')}) VALUES ${Array.from({ length: rows }, () => one).join(', ')}${suffix}`;
   });
@@ -79,7 +80,7 @@ export function multiInsertShared(
       }
   }
   if (!same) return { sql: multiInsert(table, columns, rows.length), params: flatValues(rows, (r) => r) };
-  const sql = text(`${table}(${columns.join()})${rows.length}/${fixed.join()}`, () => {
+  const sql = statementText(`${table}(${columns.join()})${rows.length}/${fixed.join()}`, () => {
     const one = `(${varying.map(() => '?').join(', ')})`;
     return (
       `INSERT INTO ${table} (${[...varying, ...fixed].map((c) => columns[c]).join(', ')}) ` +

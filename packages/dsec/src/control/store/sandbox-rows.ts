@@ -1,6 +1,6 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { chunked, flatValues, jsonOnce, multiInsert, multiInsertShared } from './multi-row.js';
+import { chunked, flatValues, jsonOnce, multiInsert, multiInsertShared, statementText } from './multi-row.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
 /** Which item of which batch a sandbox is. */
@@ -306,9 +306,12 @@ function settleParam(updates: readonly Settle[]): string {
 async function settleChunk(tx: Sql, c: readonly Settle[], others: SettledElsewhere): Promise<void> {
   // A derived table both engines read alike (SQLite names no VALUES columns); its column names
   // are none of the table's, so neither engine finds one ambiguous.
-  const rows = c.map((_, i) => (i === 0 ? 'SELECT ? AS sid, ? AS st, ? AS why' : 'SELECT ?, ?, ?')).join(' UNION ALL ');
+  const sql = statementText(`settle${c.length}`, () => {
+    const rows = c.map((_, i) => (i === 0 ? 'SELECT ? AS sid, ? AS st, ? AS why' : 'SELECT ?, ?, ?')).join(' UNION ALL ');
+    return `UPDATE sandboxes SET status = u.st, reason = u.why FROM (${rows}) AS u WHERE id = u.sid AND status = 'creating' RETURNING id`;
+  });
   const changed = await tx.all<{ id: string }>(
-    `UPDATE sandboxes SET status = u.st, reason = u.why FROM (${rows}) AS u WHERE id = u.sid AND status = 'creating' RETURNING id`,
+    sql,
     flatValues(c, (u) => [u.id, u.status, u.reason ?? null]),
   );
   if (changed.length < c.length) await readOthers(tx, c, changed, others);
