@@ -396,6 +396,32 @@ describe('bad input', { skip: integrationSkipReason(), timeout: 180_000 }, () =>
     }
   });
 
+  // Ajv's coercion made `1e999` Infinity, which passed integer, minimum and maximum: the list
+  // answered 500 (its SQL said LIMIT Infinity), the trajectory page too (a red-team pass).
+  test('a query number that is not finite (1e999, -1e999, Infinity) → 400 naming it, never a 500', async () => {
+    for (const v of ['1e999', '-1e999', 'Infinity']) {
+      expectInvalidField(await call(server, 'GET', `/v1/sandboxes?limit=${v}`), 'limit');
+      expectInvalidField(await call(server, 'GET', `/v1/sandboxes/${sb.id}/trajectory?limit=${v}`), 'limit');
+    }
+    assert.equal((await call(server, 'GET', '/v1/sandboxes?limit=2')).status, 200, 'a finite limit still answers');
+  });
+
+  // Labels dsec sets and trusts: a batch's spec got past the pool label's check (only single
+  // creates made it), and dsec.batch passed anywhere (a red-team pass).
+  test('a reserved label (dsec.pool-ready, dsec.batch) in a create or a batch spec → 400 naming it; nothing is made', async () => {
+    const before = ((await call(server, 'GET', '/v1/sandboxes')).json as { sandboxes: unknown[] }).sandboxes.length;
+    for (const label of ['dsec.pool-ready', 'dsec.batch']) {
+      const labels = { [label]: 'p1' };
+      expectInvalidField(await create({ image: 'busybox', labels }), `labels.${label}`);
+      expectInvalidField(
+        await call(server, 'POST', '/v1/batches', { json: { count: 1, spec: { image: 'busybox', labels } } }),
+        `labels.${label}`,
+      );
+    }
+    const after = ((await call(server, 'GET', '/v1/sandboxes')).json as { sandboxes: unknown[] }).sandboxes.length;
+    assert.equal(after, before, 'no sandbox was made');
+  });
+
   // --- routes ---------------------------------------------------------------------------------
 
   test('an unknown route → 404 ROUTE_NOT_FOUND', async () => {

@@ -15,7 +15,8 @@ export type ErrorBody = Static<typeof ErrorBody>;
 
 /** Labels: short keys and values a caller filters sandboxes by. */
 export const Labels = Type.Record(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$' }), Type.String({ maxLength: 256 }), {
-  description: 'Key/value labels; list filters on them with ?label=k=v.',
+  description:
+    "Key/value labels; list filters on them with ?label=k=v. dsec.batch and dsec.pool-ready are dsec's own: a spec that sets them is refused (400).",
   maxProperties: 64,
   additionalProperties: false,
 });

@@ -4,9 +4,9 @@ import type { CreatePoolRequest, CreateSandboxRequest, PoolInfo, PoolSpec, Sandb
 import { ApiError } from '../../api-error.js';
 import { DEFAULT_LIMITS } from '../sandbox-ids.js';
 import type { StateStore } from '../state-store.js';
+import { POOL_READY_LABEL, refuseReservedLabels } from './reserved-labels.js';
 
-/** Label of an unclaimed pool sandbox (value: the pool). Reserved: a caller's create may not set it. */
-export const POOL_READY_LABEL = 'dsec.pool-ready';
+export { POOL_READY_LABEL };
 /** Label of a sandbox that came from a pool (value: the pool), kept after the claim. */
 export const POOL_LABEL = 'dsec.pool';
 
@@ -165,14 +165,10 @@ export class WarmPools {
    */
   /**
    * The pool a create would claim from (the one it names, or whose spec it matches), if any.
-   * Every create asks, so the reserved label is refused here.
+   * Every single create asks, so the reserved labels are refused here (a batch's, at its check).
    */
   poolFor(req: CreateSandboxRequest): string | undefined {
-    if (req.labels?.[POOL_READY_LABEL] !== undefined) {
-      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, {
-        field: `labels.${POOL_READY_LABEL}`,
-      });
-    }
+    refuseReservedLabels(req.labels);
     return (req.pool === undefined ? this.#matching(req) : this.#named(req))?.name;
   }
 
@@ -181,11 +177,7 @@ export class WarmPools {
    * envd token for it, when an E2B create claims it.
    */
   async claim(req: CreateSandboxRequest, project: string = DEFAULT_PROJECT, accessToken?: string): Promise<SandboxInfo | undefined> {
-    if (req.labels?.[POOL_READY_LABEL] !== undefined) {
-      throw new ApiError('INVALID_REQUEST', `label ${POOL_READY_LABEL} is reserved for unclaimed pool sandboxes`, {
-        field: `labels.${POOL_READY_LABEL}`,
-      });
-    }
+    refuseReservedLabels(req.labels);
     const pool = req.pool === undefined ? this.#matching(req) : this.#named(req);
     if (!pool) return undefined;
     const started = performance.now();

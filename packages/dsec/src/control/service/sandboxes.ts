@@ -14,6 +14,7 @@ import type { TrajectoryLog } from '../trajectory-log.js';
 import { WarmPools } from './pools.js';
 import { sees, type Caller } from './callers.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
+import { refuseReservedLabels } from './reserved-labels.js';
 
 /** The reason of a sandbox whose kill left resources on its node; a kill retries it. */
 const KILL_FAILED_REASON = 'kill failed, resources remain: ';
@@ -110,8 +111,9 @@ export class SandboxService {
     return this.deps.creation.limitsFor(req);
   }
 
-  /** Everything about a spec that can be checked without placing it: image, layers, network syntax. */
+  /** Everything about a spec that can be checked without placing it: labels, image, layers, network syntax. */
   async checkSpec(req: CreateSandboxRequest, project: string): Promise<void> {
+    refuseReservedLabels(req.labels);
     await this.deps.creation.checkSpec(req, project);
   }
 
