@@ -172,9 +172,11 @@ describe('fast tier: trajectories in bulk and a fork lineage, in process', () =>
     ).sandboxes.map((s) => s.id);
     assert.equal(items.length, 3);
     for (const [i, id] of items.entries()) await steps(id, i + 1);
-    // Not of the batch, though it carries its label by hand: the batch is the store's, not a label.
-    const impostor = await create(keys.a, { 'dsec.batch': batch.id, job: 'b1' });
-    await steps(impostor.id, 1);
+    // The batch's label cannot be set by hand (it is dsec's own): no impostor joins the batch's
+    // sandboxes by label; the batch filter reads the store's batch in any case.
+    const impostor = await call('POST', '/v1/sandboxes', keys.a, { image: 'busybox', labels: { 'dsec.batch': batch.id, job: 'b1' } });
+    assert.equal(impostor.statusCode, 400, impostor.body);
+    assert.equal((impostor.json() as { error: { details: { field: string } } }).error.details.field, 'labels.dsec.batch');
     assert.equal((await call('DELETE', `/v1/sandboxes/${items[0]}`, keys.a)).statusCode, 204);
     const want = expected(Object.fromEntries(items.map((id, i) => [id, i + 1])));
     assert.deepEqual(keysOf(await bulk(`batch=${batch.id}`, keys.a)), want);
