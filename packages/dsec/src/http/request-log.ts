@@ -14,7 +14,12 @@ interface RequestScope {
   reqId: string;
   /** Its number among the requests this process has taken in (requestArrivals). */
   arrival: number;
+  /** Its response is sent (or the client went away): work it started and left running is no longer "serving it". */
+  over?: boolean;
 }
+
+/** Each request's scope, to mark it over when its response is done (hooks that run outside it). */
+const scopes = new WeakMap<object, RequestScope>();
 
 /** Requests taken in by this process's servers so far (useRequestLog numbers each as it arrives). */
 let arrivals = 0;
@@ -68,7 +73,10 @@ export function currentRequestId(): string | undefined {
  */
 export const requestArrivals = {
   count: (): number => arrivals,
-  current: (): number | undefined => scope.getStore()?.arrival,
+  current: (): number | undefined => {
+    const s = scope.getStore();
+    return s && !s.over ? s.arrival : undefined;
+  },
 };
 
 /** The id of an incoming request: the caller's X-Request-Id when it is a plain token, else a new one. */
@@ -101,8 +109,17 @@ type AnyFastify = FastifyInstance<any, any, any, any, any>; // eslint-disable-li
 export function useRequestLog(app: AnyFastify, edgeOf: (sandboxId: string) => string | undefined): void {
   app.addHook('onRequest', (req: FastifyRequest, reply, done) => {
     void reply.header(REQUEST_ID_HEADER, req.id);
-    scope.run({ reqId: req.id, arrival: ++arrivals }, done);
+    const s: RequestScope = { reqId: req.id, arrival: ++arrivals };
+    scopes.set(req, s);
+    scope.run(s, done);
   });
+  const over = (req: FastifyRequest, _reply: unknown, done: () => void): void => {
+    const s = scopes.get(req);
+    if (s) s.over = true;
+    done();
+  };
+  app.addHook('onResponse', over);
+  app.addHook('onRequestAbort', (req: FastifyRequest, done: () => void) => over(req, undefined, done));
   // Before validation, so a request refused for a bad body still logs with its sandbox.
   app.addHook('preValidation', (req: FastifyRequest, _reply, done) => {
     const id = sandboxIdOf(req);

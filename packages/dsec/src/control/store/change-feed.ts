@@ -31,7 +31,11 @@ export interface ChangeFeed {
 export interface RequestArrivals {
   /** How many requests have arrived so far. */
   count(): number;
-  /** The number of the request the running code serves (undefined: none, background work). */
+  /**
+   * The number of the request the running code serves while that request is being served;
+   * undefined for work of no request, and for work a request started that outlives its response
+   * (a batch's driver, a pool's refill), which looks again as background work does.
+   */
   current(): number | undefined;
 }
 
@@ -90,11 +94,13 @@ export class SqliteChangeFeed implements ChangeFeed {
       const request = this.arrivals?.current();
       if (request !== undefined && request <= this.#arrivedAt) return;
     }
+    // Read first: a look that throws (SQLITE_BUSY, an I/O error) must not count as made.
+    const arrived = this.arrivals?.count() ?? 0;
+    const version = this.db.dataVersion();
     if (!this.#asked) process.nextTick(this.#askAgain);
     this.#asked = true;
     this.#othersAt = others;
-    this.#arrivedAt = this.arrivals?.count() ?? 0;
-    const version = this.db.dataVersion();
+    this.#arrivedAt = arrived;
     if (version === this.#version) return;
     this.#version = version;
     for (const l of this.#listeners) l('*');

@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { hashKey } from '../api-keys.js';
 import { StateStore } from '../state-store.js';
+import { SqliteChangeFeed } from './change-feed.js';
 
 /**
  * SQLite keeps keys, projects and image owners in memory (read-cache.ts): a change another
@@ -90,4 +91,35 @@ test("SQLite: a request's reads share one check; a request sent after another pr
     await server.close();
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+/** A look at data_version that fails (SQLITE_BUSY, an I/O error) is not counted as made: the next read looks again. */
+test('SQLite feed: a look that throws does not stand for later reads', async () => {
+  let version = 1;
+  let failNext = false;
+  const db = {
+    statements: 0,
+    dataVersion: (): number => {
+      if (failNext) {
+        failNext = false;
+        throw new Error('SQLITE_BUSY: database is locked');
+      }
+      return version;
+    },
+  };
+  let count = 0;
+  let current: number | undefined;
+  const feed = new SqliteChangeFeed(db, { count: () => count, current: () => current });
+  const heard: string[] = [];
+  feed.subscribe((t) => heard.push(t));
+  current = ++count;
+  feed.catchUp(); // request 1 looks: nothing changed
+  await nextTurn();
+  version = 2; // another process commits
+  current = ++count; // request 2 arrives after it
+  failNext = true;
+  assert.throws(() => feed.catchUp(), /SQLITE_BUSY/);
+  await nextTurn();
+  feed.catchUp(); // request 2's next read, a later callback
+  assert.deepEqual(heard, ['*'], 'the read after the failed look looked again and saw the commit');
 });
