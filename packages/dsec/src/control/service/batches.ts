@@ -11,9 +11,6 @@ import { BATCH_CONCURRENCY_PER_EDGE, DEFAULT_PROJECT } from '@dsec/sdk/schema';
 import { LiveBatch, type Emitted } from './live-batch.js';
 import { BATCH_LABEL } from './reserved-labels.js';
 
-/** Label on every sandbox a batch made: list or kill them by it. */
-export { BATCH_LABEL };
-
 /** Items created in one group: one transaction for their rows, one request per edge. */
 const MAX_GROUP = 256;
 

@@ -7,7 +7,7 @@ import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { SandboxCreation } from './sandbox-creation.js';
 import type { StateStore } from '../state-store.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
-import { POOL_READY_LABEL } from './pools.js';
+import { POOL_READY_LABEL } from './reserved-labels.js';
 
 /** Moves a drain runs at once: each holds its sandbox still for a pack, a fetch and a start. */
 const DRAIN_MOVES = 4;

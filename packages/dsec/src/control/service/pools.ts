@@ -6,7 +6,6 @@ import { DEFAULT_LIMITS } from '../sandbox-ids.js';
 import type { StateStore } from '../state-store.js';
 import { POOL_READY_LABEL, refuseReservedLabels } from './reserved-labels.js';
 
-export { POOL_READY_LABEL };
 /** Label of a sandbox that came from a pool (value: the pool), kept after the claim. */
 export const POOL_LABEL = 'dsec.pool';
 

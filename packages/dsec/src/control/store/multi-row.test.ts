@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { multiInsert, multiInsertShared } from './multi-row.js';
+import { multiInsert, multiInsertShared, sharedInsert } from './multi-row.js';
 import type { SqlValue } from './sql.js';
 import { SqliteDb } from './sqlite-db.js';
 
 const COLUMNS = ['id', 'kind', 'size', 'note', 'at'] as const;
-const SHARED = new Set(['kind', 'size', 'note']);
+const INSERT = sharedInsert('t', COLUMNS, new Set(['id', 'at']));
 
 async function table(): Promise<SqliteDb> {
   const db = new SqliteDb(':memory:');
@@ -24,7 +24,7 @@ test('multiInsertShared: shared columns bound once write the rows multiInsert wr
     ['b', 'busybox', 0.5, null, 1],
     ['c', 'busybox', 0.5, null, 2],
   ];
-  const shared = multiInsertShared('t', COLUMNS, SHARED, rows);
+  const shared = multiInsertShared(INSERT, rows);
   assert.match(
     shared.sql,
     /^INSERT INTO t \(id, at, kind, size, note\) SELECT v\.\*, \?, \?, \? FROM \(VALUES \(\?, \?\), \(\?, \?\), \(\?, \?\)\) v$/,
@@ -48,8 +48,8 @@ test('multiInsertShared: shared columns bound once write the rows multiInsert wr
     await other.close();
   }
 
-  const differing = multiInsertShared('t', COLUMNS, SHARED, [rows[0]!, ['d', 'alpine', 0.5, null, 4]]);
+  const differing = multiInsertShared(INSERT, [rows[0]!, ['d', 'alpine', 0.5, null, 4]]);
   assert.equal(differing.sql, multiInsert('t', COLUMNS, 2));
   assert.deepEqual(differing.params, [...rows[0]!, 'd', 'alpine', 0.5, null, 4]);
-  assert.equal(multiInsertShared('t', COLUMNS, SHARED, [rows[0]!]).sql, multiInsert('t', COLUMNS, 1));
+  assert.equal(multiInsertShared(INSERT, [rows[0]!]).sql, multiInsert('t', COLUMNS, 1));
 });

@@ -36,39 +36,35 @@ export function multiInsert(table: string, columns: readonly string[], rows: num
   });
 }
 
-/**
- * Which of a table's columns a multiInsertShared call binds once, as indexes: found once per set
- * of shared columns (a caller's constant), not per group.
- */
-const layouts = new WeakMap<ReadonlySet<string>, { columns: readonly string[]; fixed: number[]; varying: number[] }>();
+/** A table's columns split for multiInsertShared: made once per table (sharedInsert), not per group. */
+export interface SharedInsert {
+  readonly table: string;
+  readonly columns: readonly string[];
+  /** Indexes of the columns a group's rows may share, bound once. */
+  readonly fixed: readonly number[];
+  /** Indexes of the columns each row gives its own value. */
+  readonly varying: readonly number[];
+}
 
-function layoutOf(columns: readonly string[], shared: ReadonlySet<string>): { fixed: number[]; varying: number[] } {
-  let l = layouts.get(shared);
-  if (l?.columns !== columns) {
-    l = { columns, fixed: [], varying: [] };
-    for (let c = 0; c < columns.length; c++) (shared.has(columns[c]!) ? l.fixed : l.varying).push(c);
-    layouts.set(shared, l);
-  }
-  return l;
+/** `table`'s `columns`, all but the `varying` ones bound once per group when its rows agree on them. */
+export function sharedInsert(table: string, columns: readonly string[], varying: ReadonlySet<string>): SharedInsert {
+  const split: { fixed: number[]; varying: number[] } = { fixed: [], varying: [] };
+  for (let c = 0; c < columns.length; c++) (varying.has(columns[c]!) ? split.varying : split.fixed).push(c);
+  return { table, columns, ...split };
 }
 
 /**
- * A multi-row INSERT of `rows` (each a value per column) with the `shared` columns bound once when
+ * A multi-row INSERT of `rows` (each a value per column) with the shared columns bound once when
  * every row gives each of them the same value: `INSERT INTO t (others…, shared…) SELECT v.*, ?, …
  * FROM (VALUES (?, …), …) v`; else multiInsert's statement. A group's rows share most of their
  * columns (a batch's: all but the id, the edge, the times and the index), and binding each value
  * costs the binding's work on both sides: a group of 32 sandbox rows took ~13 % less CPU to insert
- * with its 19 shared columns bound once (SQLite, the store's own schema). The shared columns are named by
- * the caller, not found per group, so a group's statement is one of two texts for its size (each
- * prepared once). The values keep their order and their columns' affinity.
+ * with its 19 shared columns bound once (SQLite, the store's own schema). The shared columns are
+ * the caller's (sharedInsert), not found per group, so a group's statement is one of two texts for
+ * its size (each prepared once). The values keep their order and their columns' affinity.
  */
-export function multiInsertShared(
-  table: string,
-  columns: readonly string[],
-  shared: ReadonlySet<string>,
-  rows: readonly (readonly SqlValue[])[],
-): { sql: string; params: SqlValue[] } {
-  const { fixed, varying } = layoutOf(columns, shared);
+export function multiInsertShared(insert: SharedInsert, rows: readonly (readonly SqlValue[])[]): { sql: string; params: SqlValue[] } {
+  const { table, columns, fixed, varying } = insert;
   const first = rows[0]!;
   let same = rows.length > 1 && fixed.length > 0 && varying.length > 0;
   for (let i = 1; same && i < rows.length; i++) {

@@ -1,6 +1,6 @@
 import type { SandboxInfo, SandboxStatus } from '@dsec/sdk/schema';
 import { DEFAULT_PROJECT } from '@dsec/sdk/schema';
-import { chunked, flatValues, jsonOnce, multiInsert, multiInsertShared, statementText } from './multi-row.js';
+import { chunked, flatValues, jsonOnce, multiInsert, multiInsertShared, sharedInsert, statementText } from './multi-row.js';
 import type { Sql, SqlDb, SqlValue } from './sql.js';
 
 /** Which item of which batch a sandbox is. */
@@ -56,29 +56,16 @@ const SANDBOX_COLUMNS = [
 ] as const;
 
 /**
- * The columns a group's rows usually all give the same value (one spec, one project, one write's
- * lease), bound once per statement when they do (multiInsertShared); ids, edges, times and batch
- * indexes differ, and so do an expiry time and an E2B access token where there are any.
+ * A group's sandbox rows, with the columns they usually all give the same value (one spec, one
+ * project, one write's lease) bound once per statement when they do (multiInsertShared). These
+ * differ from row to row: ids, edges, times and batch indexes, and an expiry time and an E2B
+ * access token where there are any.
  */
-const GROUP_SHARED_COLUMNS: ReadonlySet<string> = new Set<(typeof SANDBOX_COLUMNS)[number]>([
-  'status',
-  'image',
-  'image_id',
-  'resources',
-  'labels',
-  'reason',
-  'layers',
-  'ttl_seconds',
-  'idle_timeout_seconds',
-  'on_expiry',
-  'batch_id',
-  'backend',
-  'project',
-  'cpu',
-  'memory_mib',
-  'create_owner',
-  'create_lease_until',
-]);
+const SANDBOX_INSERT = sharedInsert(
+  'sandboxes',
+  SANDBOX_COLUMNS,
+  new Set<(typeof SANDBOX_COLUMNS)[number]>(['id', 'edge', 'created_at', 'expires_at', 'last_activity', 'batch_index', 'access_token']),
+);
 
 function sandboxValues(r: NewSandboxRow, lease: CreateLease | undefined, json: (value: object) => string = JSON.stringify): SqlValue[] {
   const s = r.info;
@@ -196,9 +183,7 @@ async function insertSandboxRows(tx: Sql, rows: readonly NewSandboxRow[], lease?
   const json = jsonOnce();
   await chunked(rows, (c) => {
     const { sql, params } = multiInsertShared(
-      'sandboxes',
-      SANDBOX_COLUMNS,
-      GROUP_SHARED_COLUMNS,
+      SANDBOX_INSERT,
       c.map((r) => sandboxValues(r, lease, json)),
     );
     return tx.run(sql, params);
