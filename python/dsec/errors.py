@@ -47,7 +47,8 @@ class InvalidRequestError(DsecError):
 
 
 class CapacityError(DsecError):
-    """No room on the nodes right now (CAPACITY_EXCEEDED, NODE_MEMORY_PRESSURE); retry later or with fewer sandboxes."""
+    """No room right now (CAPACITY_EXCEEDED, NODE_MEMORY_PRESSURE: on the nodes; OUTPUT_BUDGET_EXCEEDED: in the
+    control plane's budget of buffered output); retry later, or ask for less."""
 
     retryable = True
 
@@ -141,6 +142,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "VOLUME_IN_USE": ConflictError,
     "CAPACITY_EXCEEDED": CapacityError,
     "NODE_MEMORY_PRESSURE": CapacityError,
+    "OUTPUT_BUDGET_EXCEEDED": CapacityError,
     "EDGE_UNAVAILABLE": UnavailableError,
     "SANDBOX_MIGRATING": UnavailableError,
     "REGISTRY_UNAVAILABLE": UnavailableError,

@@ -153,6 +153,7 @@ class ErrorMappingTest(unittest.TestCase):
         expected = {
             "CAPACITY_EXCEEDED",
             "NODE_MEMORY_PRESSURE",
+            "OUTPUT_BUDGET_EXCEEDED",
             "EDGE_UNAVAILABLE",
             "SANDBOX_MIGRATING",
             "REGISTRY_UNAVAILABLE",

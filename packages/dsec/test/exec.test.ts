@@ -199,6 +199,41 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     assert.equal(r.truncated, false);
   });
 
+  test('large output caps reserve the output budget: a 5th 64 MiB exec of a project is refused before it runs, default caps never are', async () => {
+    // The default budget is 1024 MiB, half of it per project; a 64 MiB cap reserves 2 × 63 MiB,
+    // so one project holds four such commands at once (504 MiB) and not a fifth.
+    await sb.commands.run('rm -rf /tmp/budget && mkdir /tmp/budget');
+    const big = { maxOutputBytes: 64 << 20, timeoutMs: 60_000 };
+    const held = [0, 1, 2, 3].map((i) =>
+      sb.commands.run(`touch /tmp/budget/started-${i}; while [ ! -e /tmp/budget/go ]; do sleep 0.05; done; echo done-${i}`, big),
+    );
+    for (;;) {
+      const started = await sb.commands.run('ls /tmp/budget');
+      if (started.stdout.split('\n').filter((f) => f.startsWith('started-')).length === 4) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const refused = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, {
+      json: { cmd: ['touch', '/tmp/budget/fifth-ran'], ...big },
+    });
+    assert.equal(refused.status, 503, JSON.stringify(refused.json));
+    const error = (refused.json as { error: { code: string; message: string; details: Record<string, unknown> } }).error;
+    assert.equal(error.code, 'OUTPUT_BUDGET_EXCEEDED');
+    assert.match(error.message, /stream the output/);
+    assert.equal(error.details['projectHeldBytes'], 4 * 126 * 2 ** 20);
+    // A default cap needs no reservation: it runs, and lets the four finish.
+    assert.equal(
+      (await sb.commands.run('ls /tmp/budget/fifth-ran 2>&1; touch /tmp/budget/go')).stdout,
+      'ls: /tmp/budget/fifth-ran: No such file or directory\n',
+    );
+    assert.deepEqual(
+      (await Promise.all(held)).map((r) => r.stdout),
+      ['done-0\n', 'done-1\n', 'done-2\n', 'done-3\n'],
+    );
+    // Their reservations came back with their answers.
+    const again = await sb.commands.run('touch /tmp/budget/fifth-ran; echo ran', big);
+    assert.equal(again.stdout, 'ran\n');
+  });
+
   test('commands see only the sandbox processes (own PID namespace)', async () => {
     const r = await sb.commands.run(['ps', '-o', 'pid,args']);
     const pids = r.stdout.split('\n').slice(1).filter(Boolean);

@@ -67,7 +67,7 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
       'VOLUME_IN_USE',
     ],
   ],
-  [CapacityError, ['CAPACITY_EXCEEDED', 'NODE_MEMORY_PRESSURE']],
+  [CapacityError, ['CAPACITY_EXCEEDED', 'NODE_MEMORY_PRESSURE', 'OUTPUT_BUDGET_EXCEEDED']],
   [UnavailableError, ['EDGE_UNAVAILABLE', 'SANDBOX_MIGRATING', 'REGISTRY_UNAVAILABLE']],
   [TimeoutError, ['PORT_WAIT_TIMEOUT']],
   [
@@ -89,6 +89,7 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
 const RETRYABLE = [
   'CAPACITY_EXCEEDED',
   'NODE_MEMORY_PRESSURE',
+  'OUTPUT_BUDGET_EXCEEDED',
   'EDGE_UNAVAILABLE',
   'SANDBOX_MIGRATING',
   'REGISTRY_UNAVAILABLE',

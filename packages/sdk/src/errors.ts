@@ -69,6 +69,12 @@ export const ERROR_CODES = {
    * --max-memory-pressure) and took no new sandbox: nothing was made; retry later or elsewhere.
    */
   NODE_MEMORY_PRESSURE: 503,
+  /**
+   * A buffered result (exec, session exec, fn call) with maxOutputBytes above the default reserves
+   * its worst case of the control plane's output budget; this one did not fit (the project's half,
+   * or the whole). Nothing ran: stream the output, lower maxOutputBytes, or retry.
+   */
+  OUTPUT_BUDGET_EXCEEDED: 503,
   EDGE_UNAVAILABLE: 503,
   /** The sandbox is moving to another edge (`details.retryable`): the same call succeeds once it has moved. */
   SANDBOX_MIGRATING: 503,
@@ -132,7 +138,10 @@ export class ConflictError extends DsecError {
 export class InvalidRequestError extends DsecError {
   override readonly name = 'InvalidRequestError';
 }
-/** No room on the nodes right now (CAPACITY_EXCEEDED, NODE_MEMORY_PRESSURE): retry later or with fewer sandboxes. */
+/**
+ * No room right now (CAPACITY_EXCEEDED, NODE_MEMORY_PRESSURE: on the nodes; OUTPUT_BUDGET_EXCEEDED:
+ * in the control plane's budget of buffered output): retry later, or ask for less.
+ */
 export class CapacityError extends DsecError {
   override readonly name = 'CapacityError';
   override readonly retryable = true;
@@ -252,6 +261,7 @@ export const ERROR_CLASSES = {
   VOLUME_IN_USE: ConflictError,
   CAPACITY_EXCEEDED: CapacityError,
   NODE_MEMORY_PRESSURE: CapacityError,
+  OUTPUT_BUDGET_EXCEEDED: CapacityError,
   EDGE_UNAVAILABLE: UnavailableError,
   SANDBOX_MIGRATING: UnavailableError,
   REGISTRY_UNAVAILABLE: UnavailableError,

@@ -105,6 +105,13 @@ export const ServerOptions = Type.Object(
      * this; 0: never.
      */
     maxMemoryPressure: Type.Integer({ default: 40, minimum: 0, maximum: 100 }),
+    /**
+     * DSEC_OUTPUT_BUDGET_MIB: output the control plane may hold for buffered results at once
+     * (control/service/output-budget.ts). A command whose maxOutputBytes is above the default 1 MiB
+     * reserves 2 × (maxOutputBytes − 1 MiB) before it starts; one that does not fit, or takes a
+     * project past half of it, is refused (503 OUTPUT_BUDGET_EXCEEDED). Default-cap commands reserve nothing.
+     */
+    outputBudgetMiB: Type.Integer({ default: 1024, minimum: 0 }),
     /** DSEC_TRAJECTORY_RETENTION_HOURS: how long a killed sandbox's trajectory stays readable by id; 0 deletes it at kill. */
     trajectoryRetentionHours: Type.Integer({ default: 24, minimum: 0 }),
     /** DSEC_LOG_LEVEL */
@@ -138,6 +145,7 @@ const ENV: Record<keyof ServerOptions, string> = {
   minFreeDiskMiB: 'DSEC_MIN_FREE_DISK_MIB',
   minAvailableMemoryMiB: 'DSEC_MIN_AVAILABLE_MEMORY_MIB',
   maxMemoryPressure: 'DSEC_MAX_MEMORY_PRESSURE',
+  outputBudgetMiB: 'DSEC_OUTPUT_BUDGET_MIB',
   trajectoryRetentionHours: 'DSEC_TRAJECTORY_RETENTION_HOURS',
   logLevel: 'DSEC_LOG_LEVEL',
 };
@@ -162,6 +170,7 @@ export function compileOptions(flags: Partial<Record<keyof ServerOptions, unknow
     'minFreeDiskMiB',
     'minAvailableMemoryMiB',
     'maxMemoryPressure',
+    'outputBudgetMiB',
     'trajectoryRetentionHours',
   ] as const) {
     if (merged[key] !== undefined && !/^\d+$/.test(String(merged[key]))) {

@@ -19,6 +19,7 @@ import { ProjectImages, SHARED_IMAGES_ONLY } from './project-images.js';
 import { ProjectQuotas } from './project-quotas.js';
 import { SYSTEM } from './service/callers.js';
 import { ExecService } from './service/exec.js';
+import { DEFAULT_OUTPUT_BUDGET_MIB, OutputBudget } from './service/output-budget.js';
 import { ExpiryService } from './service/expiry.js';
 import { FileService } from './service/files.js';
 import { NetworkService } from './service/network.js';
@@ -52,6 +53,8 @@ export interface ControlPlaneOptions {
    * the edge watcher, batch drivers) runs on the one holding its lease. @default 'only'
    */
   replicaId?: string;
+  /** Output buffered results may hold at once past the default cap (OutputBudget). @default 1 GiB */
+  outputBudgetBytes?: number;
 }
 
 /** Above 80 % of a pool's slots or memory, burstable sandboxes go to the burst pool. */
@@ -165,8 +168,10 @@ export class ControlPlane {
       },
       log.child({ component: 'pools' }),
     );
+    const outputBudget = new OutputBudget(opts.outputBudgetBytes ?? DEFAULT_OUTPUT_BUDGET_MIB * 2 ** 20);
     this.fn = new FnService({
       edges: this.edges,
+      outputBudget,
       compose: async (req, project) => creation.composeLayers(req, project ?? SHARED_IMAGES_ONLY),
       metrics: this.metrics,
       log: log.child({ component: 'fn' }),
@@ -192,7 +197,7 @@ export class ControlPlane {
       projectImages: this.projectImages,
       snapshotImages: this.snapshotImages,
     });
-    this.exec = new ExecService(sandboxDeps);
+    this.exec = new ExecService({ ...sandboxDeps, outputBudget });
     this.files = new FileService(sandboxDeps);
     this.replays = new ReplayService({ ...sandboxDeps, sandboxes: this.sandboxes, ended: this.ended });
     this.trajectories = new TrajectoryService({

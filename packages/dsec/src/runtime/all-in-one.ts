@@ -198,6 +198,7 @@ async function startDsecProcess(
   const control = new ControlPlane(store, images, log.child({ component: 'control' }), {
     edges: registry,
     trajectoryRetentionHours: opts.trajectoryRetentionHours,
+    outputBudgetBytes: opts.outputBudgetMiB * 2 ** 20,
     replicaId,
     ...(opts.burst ? { burstPool: opts.burst.pool, burstThreshold: opts.burst.threshold, burstReturn: opts.burst.returnHome } : {}),
     ...(clusterRegistry ? { registry: clusterRegistry } : {}),

@@ -46,6 +46,10 @@ export function registerClusterCommands(program: Command): void {
       '--registry-allow <hosts>',
       "registries (comma-separated HOST[:PORT]) project keys may name in image push and pull, besides the cluster's; admin keys may name any; the registry account goes only to the cluster's registry (env DSEC_REGISTRY_ALLOW)",
     )
+    .option(
+      '--output-budget-mib <n>',
+      'output buffered results (exec, session exec, fn calls) may hold at once past the default 1 MiB per stream; a larger maxOutputBytes reserves its worst case or is refused (env DSEC_OUTPUT_BUDGET_MIB, default 1024)',
+    )
     .option('--edge-lost-after <ms>', 'an edge silent this long is marked lost and its sandboxes lost', '10000')
     .option(
       '--burst-pool <name>',
@@ -65,6 +69,7 @@ export function registerClusterCommands(program: Command): void {
         registryAllow?: string;
         portsListen?: string;
         portsUrl?: string;
+        outputBudgetMib?: string;
         edgeLostAfter: string;
         burstPool: string;
         burstThreshold: string;
@@ -80,6 +85,7 @@ export function registerClusterCommands(program: Command): void {
           registryAllow: flags.registryAllow,
           portsListen: flags.portsListen,
           portsUrl: flags.portsUrl,
+          outputBudgetMiB: flags.outputBudgetMib,
           logLevel: flags.logLevel,
         });
         const lost = wholeNumber('--edge-lost-after', flags.edgeLostAfter, 10_000);

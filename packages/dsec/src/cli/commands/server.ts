@@ -57,6 +57,10 @@ export function registerServerCommands(program: Command): void {
       `how long a killed sandbox's trajectory stays readable (dsec log ID); 0: deleted at kill (env DSEC_TRAJECTORY_RETENTION_HOURS, default ${dflt('trajectoryRetentionHours')})`,
     )
     .option(
+      '--output-budget-mib <n>',
+      `output buffered results (exec, session exec, fn calls) may hold at once past the default 1 MiB per stream; a larger maxOutputBytes reserves its worst case or is refused (env DSEC_OUTPUT_BUDGET_MIB, default ${dflt('outputBudgetMiB')})`,
+    )
+    .option(
       '--ports-listen <host:port>',
       "address of the port-link origin: pages sandboxes serve through signed links run there, never on the API's origin (env DSEC_PORTS_LISTEN, default the API's host at its port + 8)",
     )
@@ -90,18 +94,20 @@ export function registerServerCommands(program: Command): void {
         userns?: boolean;
         usernsPool?: string;
         trajectoryRetentionHours?: string;
+        outputBudgetMib?: string;
         registryAllow?: string;
         portsListen?: string;
         portsUrl?: string;
         logLevel?: string;
       }) => {
-        const { layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib
+        const { layerCacheMib, layerChunkKib, minFreeDiskMib, minAvailableMemoryMib, outputBudgetMib, ...rest } = flags; // commander spells the flags' keys layerCacheMib, …
         const opts = compileOptions({
           ...rest,
           layerCacheMiB: layerCacheMib,
           layerChunkKiB: layerChunkKib,
           minFreeDiskMiB: minFreeDiskMib,
           minAvailableMemoryMiB: minAvailableMemoryMib,
+          outputBudgetMiB: outputBudgetMib,
         });
         const oom = protectFromOomKiller();
         const signals = stopOnSignals('draining; sandboxes keep running and are adopted at the next start');

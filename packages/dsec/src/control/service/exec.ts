@@ -17,6 +17,7 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
 import { MAX_LOGGED_OUTPUT, type TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
+import { outputReservation, type OutputBudget } from './output-budget.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 
 /**
@@ -25,7 +26,9 @@ import type { SandboxLookup } from './sandbox-lookup.js';
  * replay can run it again; reads (process lists, output, waits) are not.
  */
 export class ExecService {
-  constructor(private readonly deps: { lookup: SandboxLookup; trajectory: TrajectoryLog; metrics: Metrics; log: Logger }) {}
+  constructor(
+    private readonly deps: { lookup: SandboxLookup; trajectory: TrajectoryLog; metrics: Metrics; log: Logger; outputBudget: OutputBudget },
+  ) {}
 
   #edge(caller: Caller, id: string): Promise<EdgeApi> {
     return this.deps.lookup.runningOn(caller, id);
@@ -40,20 +43,30 @@ export class ExecService {
         { field: 'uncapped' },
       );
     }
-    const accepted = performance.now();
-    const edge = await this.#edge(caller, id);
-    const lookupMs = performance.now() - accepted; // taken before the command runs, not after
-    const result = withQueue(await edge.exec(id, req, signal), lookupMs);
-    this.deps.metrics.observeExec('exec', result.durationMs);
-    await this.deps.trajectory.append(id, {
-      kind: 'exec',
-      request: withoutStdin(req),
-      result,
-      durationMs: result.durationMs,
-      exitCode: result.exitCode,
-      payload: stdinPayload(req),
-    });
-    return result;
+    const release = this.#reserveOutput(caller, req.maxOutputBytes);
+    try {
+      const accepted = performance.now();
+      const edge = await this.#edge(caller, id);
+      const lookupMs = performance.now() - accepted; // taken before the command runs, not after
+      const result = withQueue(await edge.exec(id, req, signal), lookupMs);
+      this.deps.metrics.observeExec('exec', result.durationMs);
+      await this.deps.trajectory.append(id, {
+        kind: 'exec',
+        request: withoutStdin(req),
+        result,
+        durationMs: result.durationMs,
+        exitCode: result.exitCode,
+        payload: stdinPayload(req),
+      });
+      return result;
+    } finally {
+      release(); // the answer is made: what is left of it is the reply's body on its way out
+    }
+  }
+
+  /** A buffered result's reservation of output (none at the default cap); see OutputBudget. */
+  #reserveOutput(caller: Caller, maxOutputBytes: number | undefined): () => void {
+    return maxOutputBytes === undefined ? () => {} : this.deps.outputBudget.reserve(caller.project, outputReservation(maxOutputBytes));
   }
 
   /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
@@ -193,19 +206,24 @@ export class ExecService {
     req: SessionExecRequest,
     signal?: AbortSignal,
   ): Promise<ExecResult & { sessionAlive: boolean }> {
-    const accepted = performance.now();
-    const edge = await this.#edge(caller, id);
-    const lookupMs = performance.now() - accepted; // taken before the command runs, not after
-    const result = withQueue(await edge.sessionExec(id, sid, req, signal), lookupMs);
-    this.deps.metrics.observeExec('session', result.durationMs);
-    await this.deps.trajectory.append(id, {
-      kind: 'session.exec',
-      request: { sessionId: sid, ...req },
-      result,
-      durationMs: result.durationMs,
-      exitCode: result.exitCode,
-    });
-    return result;
+    const release = this.#reserveOutput(caller, req.maxOutputBytes);
+    try {
+      const accepted = performance.now();
+      const edge = await this.#edge(caller, id);
+      const lookupMs = performance.now() - accepted; // taken before the command runs, not after
+      const result = withQueue(await edge.sessionExec(id, sid, req, signal), lookupMs);
+      this.deps.metrics.observeExec('session', result.durationMs);
+      await this.deps.trajectory.append(id, {
+        kind: 'session.exec',
+        request: { sessionId: sid, ...req },
+        result,
+        durationMs: result.durationMs,
+        exitCode: result.exitCode,
+      });
+      return result;
+    } finally {
+      release();
+    }
   }
 
   /** Idempotent like kill: closing a session that is already closed (or gone) succeeds. */

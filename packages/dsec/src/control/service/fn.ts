@@ -20,6 +20,7 @@ import { rejectNul } from '../../edge/protocol/reject-nul.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { Metrics } from '../metrics.js';
 import { place } from '../placement.js';
+import { outputReservation, type OutputBudget } from './output-budget.js';
 
 /** An image name is resolved at most this often per name: a burst of calls reads the image store once. */
 const IMAGE_CACHE_MS = 2000;
@@ -32,6 +33,8 @@ export interface FnServiceDeps {
   /** Calls are counted per project (dsec_project_fn_calls_total). */
   metrics: Pick<Metrics, 'fnCall'>;
   log: Logger;
+  /** A call's result is buffered whole: caps above the default reserve their worst case here. */
+  outputBudget: OutputBudget;
 }
 
 /**
@@ -51,13 +54,17 @@ export class FnService {
    */
   async run(call: FnRunRequest, opts: { project?: string | undefined; signal?: AbortSignal | undefined } = {}): Promise<FnRunResult> {
     const project = opts.project ?? DEFAULT_PROJECT;
+    let release: (() => void) | undefined;
     try {
+      release = this.deps.outputBudget.reserve(project, outputReservation(call.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES));
       const result = await this.#run(call, opts);
       this.deps.metrics.fnCall(project, 'ok');
       return result;
     } catch (err) {
       this.deps.metrics.fnCall(project, err instanceof ApiError ? err.code : 'INTERNAL');
       throw err;
+    } finally {
+      release?.();
     }
   }
 

@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { ApiError } from '../../api-error.js';
+import { OutputBudget, outputReservation, UNRESERVED_OUTPUT_BYTES } from './output-budget.js';
+
+const MiB = 2 ** 20;
+
+function refusal(fn: () => unknown): ApiError {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof ApiError, String(err));
+    return err;
+  }
+  assert.fail('expected OUTPUT_BUDGET_EXCEEDED');
+}
+
+describe('OutputBudget', () => {
+  test('a command at the default cap (or below) reserves nothing; above it, both streams past the first MiB', () => {
+    assert.equal(outputReservation(0), 0);
+    assert.equal(outputReservation(UNRESERVED_OUTPUT_BYTES), 0);
+    assert.equal(outputReservation(UNRESERVED_OUTPUT_BYTES + 1), 2);
+    assert.equal(outputReservation(64 * MiB), 126 * MiB);
+  });
+
+  test('a project holds at most half the budget; another project still gets its half', () => {
+    const budget = new OutputBudget(400 * MiB);
+    const a1 = budget.reserve('a', 126 * MiB);
+    budget.reserve('a', 40 * MiB);
+    const err = refusal(() => budget.reserve('a', 126 * MiB));
+    assert.equal(err.code, 'OUTPUT_BUDGET_EXCEEDED');
+    assert.equal(err.status, 503);
+    assert.match(err.message, /this project's share \(200 MiB/);
+    assert.match(err.message, /stream the output/);
+    assert.equal(err.details['projectHeldBytes'], 166 * MiB);
+    assert.equal(err.details['field'], 'maxOutputBytes');
+    assert.equal(budget.heldBytes, 166 * MiB, 'a refusal holds nothing');
+    budget.reserve('b', 126 * MiB);
+    a1();
+    budget.reserve('a', 126 * MiB); // a's first reservation came back
+    assert.equal(budget.heldBytes, (40 + 126 + 126) * MiB); // a: 40 + 126, b: 126
+  });
+
+  test('the whole budget bounds every project together', () => {
+    const budget = new OutputBudget(400 * MiB);
+    for (const p of ['a', 'b', 'c']) budget.reserve(p, 126 * MiB);
+    const err = refusal(() => budget.reserve('d', 126 * MiB));
+    assert.match(err.message, /the control plane's budget \(400 MiB\)/);
+    assert.equal(err.details['heldBytes'], 378 * MiB);
+    budget.reserve('d', 22 * MiB); // what is left still fits
+    assert.equal(budget.heldBytes, 400 * MiB);
+  });
+
+  test('a release gives back exactly once; a zero reservation is free even on a spent budget', () => {
+    const budget = new OutputBudget(10 * MiB);
+    const release = budget.reserve('a', 5 * MiB);
+    release();
+    release();
+    assert.equal(budget.heldBytes, 0);
+    budget.reserve('a', 5 * MiB);
+    budget.reserve('b', 5 * MiB);
+    assert.doesNotThrow(() => budget.reserve('a', 0)());
+    const none = new OutputBudget(0);
+    assert.doesNotThrow(() => none.reserve('a', outputReservation(UNRESERVED_OUTPUT_BYTES)));
+    assert.equal(refusal(() => none.reserve('a', 2)).code, 'OUTPUT_BUDGET_EXCEEDED');
+  });
+});
