@@ -219,7 +219,7 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     const error = (refused.json as { error: { code: string; message: string; details: Record<string, unknown> } }).error;
     assert.equal(error.code, 'OUTPUT_BUDGET_EXCEEDED');
     assert.match(error.message, /stream the output/);
-    assert.equal(error.details['projectHeldBytes'], 4 * 126 * 2 ** 20);
+    assert.equal(error.details['ownerHeldBytes'], 4 * 126 * 2 ** 20);
     // A default cap needs no reservation: it runs, and lets the four finish.
     assert.equal(
       (await sb.commands.run('ls /tmp/budget/fifth-ran 2>&1; touch /tmp/budget/go')).stdout,
@@ -232,6 +232,27 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     // Their reservations came back with their answers.
     const again = await sb.commands.run('touch /tmp/budget/fifth-ran; echo ran', big);
     assert.equal(again.stdout, 'ran\n');
+  });
+
+  test("a sandbox's background processes keep at most two at the largest cap; a third is refused before it starts, room comes back at exit", async () => {
+    const big = { maxOutputBytes: 64 << 20 };
+    const running = [await sb.commands.start('sleep 600', big), await sb.commands.start('sleep 600', big)];
+    const refused = await call(server, 'POST', `/v1/sandboxes/${sb.id}/processes`, {
+      json: { cmd: ['sh', '-c', 'touch /tmp/third-ran; sleep 600'], ...big },
+    });
+    assert.equal(refused.status, 503, JSON.stringify(refused.json));
+    const error = (refused.json as { error: { code: string; message: string } }).error;
+    assert.equal(error.code, 'OUTPUT_BUDGET_EXCEEDED');
+    assert.match(error.message, /background processes may keep/);
+    assert.equal((await sb.commands.run('ls /tmp/third-ran 2>&1')).stdout, 'ls: /tmp/third-ran: No such file or directory\n');
+    // A default cap needs no room; an exited process's room is taken back by the next start.
+    const small = await sb.commands.start('echo small', {});
+    await small.wait();
+    await running[0]!.kill();
+    await running[0]!.wait();
+    const third = await sb.commands.start('echo third', big);
+    assert.equal((await third.wait()).exitCode, 0);
+    await running[1]!.kill();
   });
 
   test('commands see only the sandbox processes (own PID namespace)', async () => {

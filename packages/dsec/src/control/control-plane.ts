@@ -19,7 +19,7 @@ import { ProjectImages, SHARED_IMAGES_ONLY } from './project-images.js';
 import { ProjectQuotas } from './project-quotas.js';
 import { SYSTEM } from './service/callers.js';
 import { ExecService } from './service/exec.js';
-import { DEFAULT_OUTPUT_BUDGET_MIB, OutputBudget } from './service/output-budget.js';
+import { OutputBudget } from '../output-budget.js';
 import { ExpiryService } from './service/expiry.js';
 import { FileService } from './service/files.js';
 import { NetworkService } from './service/network.js';
@@ -56,6 +56,9 @@ export interface ControlPlaneOptions {
   /** Output buffered results may hold at once past the default cap (OutputBudget). @default 1 GiB */
   outputBudgetBytes?: number;
 }
+
+/** Buffered results' output budget when none is given (DSEC_OUTPUT_BUDGET_MIB's default). */
+export const DEFAULT_OUTPUT_BUDGET_MIB = 1024;
 
 /** Above 80 % of a pool's slots or memory, burstable sandboxes go to the burst pool. */
 export const DEFAULT_BURST_THRESHOLD = 0.8;
@@ -168,7 +171,15 @@ export class ControlPlane {
       },
       log.child({ component: 'pools' }),
     );
-    const outputBudget = new OutputBudget(opts.outputBudgetBytes ?? DEFAULT_OUTPUT_BUDGET_MIB * 2 ** 20);
+    const outputBudget = new OutputBudget(
+      opts.outputBudgetBytes ?? DEFAULT_OUTPUT_BUDGET_MIB * 2 ** 20,
+      {
+        whole: "the control plane's output budget (--output-budget-mib)",
+        owner: "this project's half of the control plane's output budget",
+        otherwise: "retry when this project's running commands have answered",
+      },
+      0.5,
+    );
     this.fn = new FnService({
       edges: this.edges,
       outputBudget,

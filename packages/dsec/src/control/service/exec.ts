@@ -17,7 +17,7 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
 import { MAX_LOGGED_OUTPUT, type TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
-import { outputReservation, type OutputBudget } from './output-budget.js';
+import { outputReservation, type OutputBudget } from '../../output-budget.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 
 /**

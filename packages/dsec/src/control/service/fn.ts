@@ -20,7 +20,7 @@ import { rejectNul } from '../../edge/protocol/reject-nul.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { Metrics } from '../metrics.js';
 import { place } from '../placement.js';
-import { outputReservation, type OutputBudget } from './output-budget.js';
+import { outputReservation, type OutputBudget } from '../../output-budget.js';
 
 /** An image name is resolved at most this often per name: a burst of calls reads the image store once. */
 const IMAGE_CACHE_MS = 2000;

@@ -24,12 +24,20 @@ export class CappedOutput {
   }
 
   bytes(): Buffer {
-    return this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks);
+    return this.since(0);
   }
 
-  /** Kept bytes from `offset` on (for polling a background process). */
+  /**
+   * Kept bytes from `offset` on (for polling a background process). Only the chunks from there on
+   * are joined: a poll of a process that kept 64 MiB copies what is new, not all 64 MiB again.
+   */
   since(offset: number): Buffer {
-    return this.bytes().subarray(Math.min(offset, this.#kept));
+    let skip = Math.min(offset, this.#kept);
+    let first = 0;
+    while (first < this.#chunks.length && skip >= this.#chunks[first]!.length) skip -= this.#chunks[first++]!.length;
+    if (first === this.#chunks.length) return EMPTY;
+    const head = this.#chunks[first]!.subarray(skip);
+    return first === this.#chunks.length - 1 ? head : Buffer.concat([head, ...this.#chunks.slice(first + 1)]);
   }
 
   encode(encoding: 'utf8' | 'base64'): string {

@@ -3,15 +3,26 @@ import type { Encoding, ProcessInfo, ProcessOutput, StartProcessRequest } from '
 import { ApiError } from '../../../api-error.js';
 import { EndedProcess, restartReason, type ExecJournal } from './exec-journal.js';
 import type { CommandProcess } from './command-process.js';
+import { OutputBudget, outputReservation } from '../../../output-budget.js';
 
 interface Entry {
   id: string;
   cmd: StartProcessRequest['cmd'];
   proc: CommandProcess;
+  /** Gives back the output it reserved past the default cap (none at the default). */
+  release?: (() => void) | undefined;
 }
 
 /** How many finished processes a sandbox remembers (running ones are never dropped). */
 const KEEP_EXITED = 64;
+
+/**
+ * Output a sandbox's background processes may keep past the default cap, together: two at the
+ * largest cap (64 MiB a stream). A process keeps its output in the edge's memory while it runs and
+ * after it exits (until one of the KEEP_EXITED), so without it one sandbox's 320 processes at the
+ * largest cap could hold 40 GiB.
+ */
+export const PROCESS_OUTPUT_BUDGET_BYTES = 256 * 2 ** 20;
 
 /**
  * Background processes of one sandbox: started detached from any HTTP request (a web server, a
@@ -20,6 +31,7 @@ const KEEP_EXITED = 64;
  */
 export class ProcessTable {
   readonly #entries = new Map<string, Entry>();
+  readonly #output: OutputBudget;
 
   /**
    * `sandboxId` names the sandbox in PROCESS_NOT_FOUND errors. With a `journal`, each process is
@@ -28,11 +40,34 @@ export class ProcessTable {
   constructor(
     readonly sandboxId: string,
     private readonly journal?: ExecJournal,
-  ) {}
+  ) {
+    this.#output = new OutputBudget(PROCESS_OUTPUT_BUDGET_BYTES, {
+      whole: `what sandbox ${sandboxId}'s background processes may keep past the default cap`,
+      owner: 'this sandbox',
+      otherwise: 'end (or wait for) its processes with large caps',
+    });
+  }
 
-  /** Tracks a started command (a SandboxProcess in a container, the guest agent's exec in a VM). `tag`: its exec tag. */
-  add(cmd: StartProcessRequest['cmd'], proc: CommandProcess, tag?: string): ProcessInfo {
-    const entry: Entry = { id: `p-${randomBytes(6).toString('hex')}`, cmd, proc };
+  /**
+   * Reserves a new process's output past the default cap (outputReservation), before it starts.
+   * Exited processes' output is forgotten, oldest first, to make room; running ones' never is.
+   * Throws OUTPUT_BUDGET_EXCEEDED when their reservations leave no room.
+   */
+  reserveOutput(maxOutputBytes: number): () => void {
+    const bytes = outputReservation(maxOutputBytes);
+    for (const e of this.#entries.values()) {
+      if (this.#output.fits(this.sandboxId, bytes)) break;
+      if (e.proc.exit && e.release) this.#forget(e);
+    }
+    return this.#output.reserve(this.sandboxId, bytes);
+  }
+
+  /**
+   * Tracks a started command (a SandboxProcess in a container, the guest agent's exec in a VM).
+   * `tag`: its exec tag; `release`: its reserveOutput, given back when it is forgotten.
+   */
+  add(cmd: StartProcessRequest['cmd'], proc: CommandProcess, tag?: string, release?: () => void): ProcessInfo {
+    const entry: Entry = { id: `p-${randomBytes(6).toString('hex')}`, cmd, proc, release };
     this.#entries.set(entry.id, entry);
     const noted = { kind: 'process' as const, id: entry.id, cmd, startedAt: proc.startedAt.toISOString(), ...(tag ? { tag } : {}) };
     this.journal?.note(noted);
@@ -136,9 +171,12 @@ export class ProcessTable {
 
   #prune(): void {
     const exited = [...this.#entries.values()].filter((e) => e.proc.exit);
-    for (const e of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED))) {
-      this.#entries.delete(e.id);
-      this.journal?.forget(e.id);
-    }
+    for (const e of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED))) this.#forget(e);
+  }
+
+  #forget(e: Entry): void {
+    this.#entries.delete(e.id);
+    this.journal?.forget(e.id);
+    e.release?.();
   }
 }

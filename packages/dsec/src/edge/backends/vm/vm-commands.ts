@@ -103,12 +103,20 @@ export class VmCommands {
   async startProcess(id: string, req: StartProcessRequest): Promise<ProcessInfo> {
     const v = this.#ctx.running(id);
     await checkWritablePaths(v.agent, req.writablePaths);
-    const proc = new VmProcess(v.agent, this.#command(v, req.cmd, req), {
-      stdin: req.stdin ?? false,
-      maxOutputBytes: req.maxOutputBytes ?? 1 << 20,
-      timeoutMs: req.timeoutMs,
-    });
-    return v.processes.add(req.cmd, proc);
+    const maxOutputBytes = req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    const release = v.processes.reserveOutput(maxOutputBytes); // before it starts: a refusal runs nothing
+    let proc: VmProcess;
+    try {
+      proc = new VmProcess(v.agent, this.#command(v, req.cmd, req), {
+        stdin: req.stdin ?? false,
+        maxOutputBytes,
+        timeoutMs: req.timeoutMs,
+      });
+    } catch (err) {
+      release();
+      throw err;
+    }
+    return v.processes.add(req.cmd, proc, undefined, release);
   }
 
   async listProcesses(id: string): Promise<ProcessInfo[]> {

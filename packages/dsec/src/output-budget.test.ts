@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ApiError } from '../../api-error.js';
+import { ApiError } from './api-error.js';
 import { OutputBudget, outputReservation, UNRESERVED_OUTPUT_BYTES } from './output-budget.js';
+
+const NAMES = { whole: 'the whole', owner: "this project's half", otherwise: 'wait' };
 
 const MiB = 2 ** 20;
 
@@ -24,15 +26,15 @@ describe('OutputBudget', () => {
   });
 
   test('a project holds at most half the budget; another project still gets its half', () => {
-    const budget = new OutputBudget(400 * MiB);
+    const budget = new OutputBudget(400 * MiB, NAMES, 0.5);
     const a1 = budget.reserve('a', 126 * MiB);
     budget.reserve('a', 40 * MiB);
     const err = refusal(() => budget.reserve('a', 126 * MiB));
     assert.equal(err.code, 'OUTPUT_BUDGET_EXCEEDED');
     assert.equal(err.status, 503);
-    assert.match(err.message, /this project's share \(200 MiB/);
+    assert.match(err.message, /this project's half \(200 MiB\)/);
     assert.match(err.message, /stream the output/);
-    assert.equal(err.details['projectHeldBytes'], 166 * MiB);
+    assert.equal(err.details['ownerHeldBytes'], 166 * MiB);
     assert.equal(err.details['field'], 'maxOutputBytes');
     assert.equal(budget.heldBytes, 166 * MiB, 'a refusal holds nothing');
     budget.reserve('b', 126 * MiB);
@@ -42,17 +44,17 @@ describe('OutputBudget', () => {
   });
 
   test('the whole budget bounds every project together', () => {
-    const budget = new OutputBudget(400 * MiB);
+    const budget = new OutputBudget(400 * MiB, NAMES, 0.5);
     for (const p of ['a', 'b', 'c']) budget.reserve(p, 126 * MiB);
     const err = refusal(() => budget.reserve('d', 126 * MiB));
-    assert.match(err.message, /the control plane's budget \(400 MiB\)/);
+    assert.match(err.message, /the whole \(400 MiB\)/);
     assert.equal(err.details['heldBytes'], 378 * MiB);
     budget.reserve('d', 22 * MiB); // what is left still fits
     assert.equal(budget.heldBytes, 400 * MiB);
   });
 
   test('a release gives back exactly once; a zero reservation is free even on a spent budget', () => {
-    const budget = new OutputBudget(10 * MiB);
+    const budget = new OutputBudget(10 * MiB, NAMES, 0.5);
     const release = budget.reserve('a', 5 * MiB);
     release();
     release();
@@ -60,7 +62,7 @@ describe('OutputBudget', () => {
     budget.reserve('a', 5 * MiB);
     budget.reserve('b', 5 * MiB);
     assert.doesNotThrow(() => budget.reserve('a', 0)());
-    const none = new OutputBudget(0);
+    const none = new OutputBudget(0, NAMES, 0.5);
     assert.doesNotThrow(() => none.reserve('a', outputReservation(UNRESERVED_OUTPUT_BYTES)));
     assert.equal(refusal(() => none.reserve('a', 2)).code, 'OUTPUT_BUDGET_EXCEEDED');
   });

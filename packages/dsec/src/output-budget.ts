@@ -1,0 +1,99 @@
+import { DEFAULT_MAX_OUTPUT_BYTES } from '@dsec/sdk/schema';
+import { ApiError } from './api-error.js';
+
+/** Output each stream of a command may keep without a reservation: the default cap. */
+export const UNRESERVED_OUTPUT_BYTES = DEFAULT_MAX_OUTPUT_BYTES;
+
+/** What a command with this cap per stream reserves: its stdout and stderr past the unreserved part. */
+export function outputReservation(maxOutputBytes: number): number {
+  return 2 * Math.max(0, maxOutputBytes - UNRESERVED_OUTPUT_BYTES);
+}
+
+/** How a budget names itself and its owners in a refusal's message. */
+export interface BudgetNames {
+  /** The whole, e.g. "the control plane's budget (--output-budget-mib)". */
+  whole: string;
+  /** One owner's part, e.g. "this project's share". */
+  owner: string;
+  /** What else the caller can do, after "stream the output, lower maxOutputBytes, or …". */
+  otherwise: string;
+}
+
+/**
+ * Output that commands may keep in memory past the default cap, as reservations of their worst
+ * case made before they start: a command whose cap is above the default reserves both streams past
+ * the first 1 MiB each (outputReservation) and gives it back when its output is dropped. One that
+ * does not fit is refused with 503 OUTPUT_BUDGET_EXCEEDED before anything runs, so a refusal changes
+ * nothing in the sandbox. Commands at the default cap reserve nothing and are never refused: they are
+ * the common case, and a trainer runs thousands at once.
+ *
+ * One owner (a project, a sandbox) may hold at most `ownerShare` of the whole, so one tenant's large
+ * outputs cannot refuse every other's.
+ *
+ * Used twice: the control plane's for buffered results (ExecService, FnService: each result is
+ * held several times over on its way out, so one exec of 2 × 64 MiB raised `dsec up`'s RSS by
+ * ~760 MiB), and each sandbox's for its background processes' kept output (ProcessTable).
+ */
+export class OutputBudget {
+  #held = 0;
+  readonly #byOwner = new Map<string, number>();
+
+  constructor(
+    readonly totalBytes: number,
+    readonly names: BudgetNames,
+    readonly ownerShare = 1,
+  ) {}
+
+  get heldBytes(): number {
+    return this.#held;
+  }
+
+  get perOwnerBytes(): number {
+    return Math.floor(this.totalBytes * this.ownerShare);
+  }
+
+  /** Whether `bytes` more would fit for `owner` now. */
+  fits(owner: string, bytes: number): boolean {
+    return bytes <= 0 || ((this.#byOwner.get(owner) ?? 0) + bytes <= this.perOwnerBytes && this.#held + bytes <= this.totalBytes);
+  }
+
+  /** Reserves `bytes` for `owner`; returns the release (safe to call twice), or throws OUTPUT_BUDGET_EXCEEDED. */
+  reserve(owner: string, bytes: number): () => void {
+    if (bytes <= 0) return NOTHING;
+    const mine = this.#byOwner.get(owner) ?? 0;
+    if (!this.fits(owner, bytes)) {
+      const mib = (n: number): number => Math.ceil(n / 2 ** 20);
+      const ownerFull = mine + bytes > this.perOwnerBytes;
+      const whose =
+        ownerFull && this.ownerShare < 1
+          ? `${this.names.owner} (${mib(this.perOwnerBytes)} MiB)`
+          : `${this.names.whole} (${mib(this.totalBytes)} MiB)`;
+      throw new ApiError(
+        'OUTPUT_BUDGET_EXCEEDED',
+        `maxOutputBytes this large reserves ${mib(bytes)} MiB (2 streams past the first ${UNRESERVED_OUTPUT_BYTES >> 20} MiB each), more than is left of ${whose}: stream the output (Accept: application/x-ndjson), lower maxOutputBytes, or ${this.names.otherwise}`,
+        {
+          field: 'maxOutputBytes',
+          reservedBytes: bytes,
+          ownerHeldBytes: mine,
+          ownerLimitBytes: this.perOwnerBytes,
+          heldBytes: this.#held,
+          budgetBytes: this.totalBytes,
+          retryable: true,
+        },
+      );
+    }
+    this.#held += bytes;
+    this.#byOwner.set(owner, mine + bytes);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#held -= bytes;
+      const left = (this.#byOwner.get(owner) ?? 0) - bytes;
+      if (left > 0) this.#byOwner.set(owner, left);
+      else this.#byOwner.delete(owner);
+    };
+  }
+}
+
+const NOTHING = (): void => {};
