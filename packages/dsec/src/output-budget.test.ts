@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ApiError } from './api-error.js';
-import { OutputBudget, outputReservation, UNRESERVED_OUTPUT_BYTES } from './output-budget.js';
+import { holdAnswer, jsonBodyBytes, OutputBudget, outputReservation, UNRESERVED_OUTPUT_BYTES } from './output-budget.js';
 
 const NAMES = { whole: 'the whole', owner: "this project's half", otherwise: 'wait' };
 
@@ -65,5 +65,27 @@ describe('OutputBudget', () => {
     const none = new OutputBudget(0, NAMES, 0.5);
     assert.doesNotThrow(() => none.reserve('a', outputReservation(UNRESERVED_OUTPUT_BYTES)));
     assert.equal(refusal(() => none.reserve('a', 2)).code, 'OUTPUT_BUDGET_EXCEEDED');
+  });
+
+  test('jsonBodyBytes bounds what a string takes in JSON: UTF-8 bytes, 6 for a control character', () => {
+    for (const text of ['plain', 'é€𝄞', 'a"b\\c', '\n\t', '\u0001\u001f', '']) {
+      assert.ok(jsonBodyBytes(text) >= Buffer.byteLength(JSON.stringify(text)) - 2, JSON.stringify(text));
+    }
+    assert.equal(jsonBodyBytes('\u0001'.repeat(10)), 60);
+    assert.equal(jsonBodyBytes('abc'), 3);
+  });
+
+  test('holdAnswer reserves what an answer holds past the free 2 MiB, for as long as its hold keeps it', () => {
+    const budget = new OutputBudget(100 * MiB, NAMES, 0.5);
+    const held: (() => void)[] = [];
+    holdAnswer(budget, 'a', 2 * MiB, 'small', (r) => held.push(r));
+    assert.equal(held.length, 0, 'within the free part nothing is held');
+    holdAnswer(budget, 'a', 42 * MiB, 'read 1', (r) => held.push(r));
+    assert.equal(budget.heldBytes, 40 * MiB);
+    assert.throws(() => holdAnswer(budget, 'a', 22 * MiB, 'read 2', (r) => held.push(r)), /read 2 is 22 MiB/);
+    holdAnswer(budget, 'a', 50 * MiB, 'no hold', undefined);
+    assert.equal(budget.heldBytes, 40 * MiB, 'without a hold nothing is reserved');
+    held.forEach((r) => r());
+    assert.equal(budget.heldBytes, 0);
   });
 });

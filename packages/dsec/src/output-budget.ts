@@ -9,6 +9,21 @@ export function outputReservation(maxOutputBytes: number): number {
   return 2 * Math.max(0, maxOutputBytes - UNRESERVED_OUTPUT_BYTES);
 }
 
+/**
+ * The bytes a string takes in a JSON body, at most: UTF-8's, plus 5 for each character JSON escapes
+ * (a control character goes as \u00XX, 6 bytes for 1; a quote or backslash as 2). Output of
+ * control bytes is 6 times its size in a buffered result; reservations are made for bytes kept, so
+ * a result tops its reservation up by this much past it before it is sent (ExecService).
+ */
+export function jsonBodyBytes(s: string): number {
+  let escaped = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x20 || c === 0x22 || c === 0x5c) escaped++;
+  }
+  return Buffer.byteLength(s) + 5 * escaped;
+}
+
 /** How a budget names itself and its owners in a refusal's message. */
 export interface BudgetNames {
   /** The whole, e.g. "the control plane's budget (--output-budget-mib)". */
@@ -57,8 +72,12 @@ export class OutputBudget {
     return bytes <= 0 || ((this.#byOwner.get(owner) ?? 0) + bytes <= this.perOwnerBytes && this.#held + bytes <= this.totalBytes);
   }
 
-  /** Reserves `bytes` for `owner`; returns the release (safe to call twice), or throws OUTPUT_BUDGET_EXCEEDED. */
-  reserve(owner: string, bytes: number): () => void {
+  /**
+   * Reserves `bytes` for `owner`; returns the release (safe to call twice), or throws
+   * OUTPUT_BUDGET_EXCEEDED. `what` starts the refusal's message (default: a maxOutputBytes's
+   * reservation), `details` are added to it.
+   */
+  reserve(owner: string, bytes: number, refusal: { what?: string; hint?: string; details?: Record<string, unknown> } = {}): () => void {
     if (bytes <= 0) return NOTHING;
     const mine = this.#byOwner.get(owner) ?? 0;
     if (!this.fits(owner, bytes)) {
@@ -70,8 +89,9 @@ export class OutputBudget {
           : `${this.names.whole} (${mib(this.totalBytes)} MiB)`;
       throw new ApiError(
         'OUTPUT_BUDGET_EXCEEDED',
-        `maxOutputBytes this large reserves ${mib(bytes)} MiB (2 streams past the first ${UNRESERVED_OUTPUT_BYTES >> 20} MiB each), more than is left of ${whose}: stream the output (Accept: application/x-ndjson), lower maxOutputBytes, or ${this.names.otherwise}`,
+        `${refusal.what ?? `maxOutputBytes this large reserves ${mib(bytes)} MiB (2 streams past the first ${UNRESERVED_OUTPUT_BYTES >> 20} MiB each)`}, more than is left of ${whose}: ${refusal.hint ?? 'stream the output (Accept: application/x-ndjson), lower maxOutputBytes'}, or ${this.names.otherwise}`,
         {
+          ...refusal.details,
           field: 'maxOutputBytes',
           reservedBytes: bytes,
           ownerHeldBytes: mine,
@@ -97,3 +117,22 @@ export class OutputBudget {
 }
 
 const NOTHING = (): void => {};
+
+/** Takes a reservation, to give back later: once an answer is sent (http/release-when-sent.ts). */
+export type Hold = (release: () => void) => void;
+
+/**
+ * An answer that holds a read's bytes (a background process's output, a file) until it is sent:
+ * what it takes past the free 2 MiB is reserved from `budget`, and `hold` gives it back. A client
+ * that does not read its answers holds its project's share, then is refused, not the host's memory.
+ */
+export function holdAnswer(budget: OutputBudget, owner: string, bytes: number, what: string, hold: Hold | undefined): void {
+  const over = bytes - 2 * UNRESERVED_OUTPUT_BYTES;
+  if (!hold || over <= 0) return;
+  hold(
+    budget.reserve(owner, over, {
+      what: `${what} is ${Math.ceil(bytes / 2 ** 20)} MiB`,
+      hint: 'read later offsets in parts as the output grows',
+    }),
+  );
+}

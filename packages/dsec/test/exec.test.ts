@@ -4,6 +4,7 @@ import { describe, test } from 'node:test';
 import { CommandExitError, InvalidRequestError, type Sandbox, type ExecResult } from '@dsec/sdk';
 import { integrationSkipReason, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call } from './helpers/wire.js';
+import { connect, type Socket } from 'node:net';
 
 /** Processes in the sandbox that are still alive (zombies excluded) whose args start with `prefix`. */
 async function liveProcesses(sb: Sandbox, prefix: string): Promise<string[]> {
@@ -232,6 +233,67 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
     // Their reservations came back with their answers.
     const again = await sb.commands.run('touch /tmp/budget/fifth-ran; echo ran', big);
     assert.equal(again.stdout, 'ran\n');
+  });
+
+  test('a client that does not read its answer holds its reservation until the connection goes', async () => {
+    const big = { maxOutputBytes: 64 << 20, timeoutMs: 60_000 };
+    const url = new URL(server.url);
+    // Four 64 MiB-cap execs of 24 MiB each, on sockets that read only the answer's first bytes:
+    // past what the kernel's buffers take, each body waits in the server for its client.
+    const sockets = await Promise.all(
+      [0, 1, 2, 3].map(
+        (i) =>
+          new Promise<Socket>((resolve, reject) => {
+            const body = JSON.stringify({ cmd: ['sh', '-c', `head -c ${24 << 20} /dev/zero | tr '\\0' ${'abcd'[i]}`], ...big });
+            const s = connect(Number(url.port), url.hostname, () =>
+              s.write(
+                `POST /v1/sandboxes/${sb.id}/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.apiKey}\r\n` +
+                  `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+              ),
+            );
+            s.once('data', (first) => {
+              s.pause(); // the answer has been made and is being sent: read no more
+              if (!first.toString('latin1').startsWith('HTTP/1.1 200')) reject(new Error(first.toString('latin1', 0, 300)));
+              else resolve(s);
+            });
+            s.once('error', reject);
+          }),
+      ),
+    );
+    try {
+      const refused = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: ['true'], ...big } });
+      assert.equal(refused.status, 503, 'the four answers, made but unread, still hold 4 × 126 MiB');
+      assert.equal((refused.json as { error: { code: string } }).error.code, 'OUTPUT_BUDGET_EXCEEDED');
+    } finally {
+      for (const s of sockets) s.destroy();
+    }
+    for (let tries = 0; ; tries++) {
+      const r = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, { json: { cmd: ['echo', 'ok'], ...big } });
+      if (r.status === 200) break;
+      assert.ok(tries < 200, `still refused after the clients went: ${JSON.stringify(r.json)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  });
+
+  test('a result whose JSON is far larger than its output (control bytes) is refused with how the command ended', async () => {
+    const r = await call(server, 'POST', `/v1/sandboxes/${sb.id}/exec`, {
+      json: {
+        cmd: ['sh', '-c', `for fd in 1 2; do head -c ${48 << 20} /dev/zero | tr '\\0' '\\001' >&$fd; done; exit 3`],
+        maxOutputBytes: 64 << 20,
+      },
+    });
+    assert.equal(r.status, 503, JSON.stringify(r.json).slice(0, 300));
+    const error = (r.json as { error: { code: string; message: string; details: Record<string, unknown> } }).error;
+    assert.equal(error.code, 'OUTPUT_BUDGET_EXCEEDED');
+    assert.match(error.message, /the command ran \(exit code 3\)/);
+    assert.match(error.message, /encoding base64/);
+    assert.deepEqual([error.details['ran'], error.details['exitCode'], error.details['stdoutBytes']], [true, 3, 48 << 20]);
+    // Nothing stays reserved: four large commands fit again.
+    const four = await Promise.all([0, 1, 2, 3].map(() => sb.commands.run('echo ok', { maxOutputBytes: 64 << 20 })));
+    assert.deepEqual(
+      four.map((x) => x.stdout),
+      ['ok\n', 'ok\n', 'ok\n', 'ok\n'],
+    );
   });
 
   test("a sandbox's background processes keep at most two at the largest cap; a third is refused before it starts, room comes back at exit", async () => {

@@ -209,7 +209,7 @@ export class ControlPlane {
       snapshotImages: this.snapshotImages,
     });
     this.exec = new ExecService({ ...sandboxDeps, outputBudget });
-    this.files = new FileService(sandboxDeps);
+    this.files = new FileService({ ...sandboxDeps, outputBudget });
     this.replays = new ReplayService({ ...sandboxDeps, sandboxes: this.sandboxes, ended: this.ended });
     this.trajectories = new TrajectoryService({
       store,

@@ -23,6 +23,9 @@ function fieldOf(issue: ValidationIssue): string {
 /** 5xx codes that report what the sandbox's own programs do, logged without a stack trace. */
 const SANDBOX_STATE_CODES = new Set<string>(['PORT_NOT_LISTENING', 'PORT_BAD_RESPONSE', 'PORT_WAIT_TIMEOUT']);
 
+/** Codes that mean no room right now: logged as one line, not an error report. */
+const NO_ROOM_CODES: ReadonlySet<string> = new Set(['CAPACITY_EXCEEDED', 'NODE_MEMORY_PRESSURE', 'OUTPUT_BUDGET_EXCEEDED']);
+
 /** Every failure leaves as `{error:{code,message,details}}` with the registry's status. */
 export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyRequest, reply: FastifyReply): void {
   // A call that failed before its body was read to the end (an upload meeting a full disk, a
@@ -47,6 +50,9 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
     // A port nothing listens on (or a server there that answered badly) is the sandbox's state,
     // not dsec's fault: one line without a stack, not an error report.
     if (SANDBOX_STATE_CODES.has(err.code)) req.log.info({ code: err.code, msg: err.message }, 'request refused');
+    // No room now (nodes full, an output budget spent) is load, not a fault, and cheap to ask for
+    // again and again: one line without a stack.
+    else if (NO_ROOM_CODES.has(err.code)) req.log.warn({ code: err.code, msg: err.message }, 'request refused: no room');
     else if (err.status >= 500) req.log.error({ err }, 'request failed');
     void reply.status(err.status).send({ error: { code: err.code, message: err.message, details: err.details } });
     return;
@@ -111,6 +117,20 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
   }
   if (fe.statusCode !== undefined && fe.statusCode >= 400 && fe.statusCode < 500) {
     void reply.status(fe.statusCode).send({ error: { code: 'INVALID_REQUEST', message: fe.message, details: { cause: fe.code } } });
+    return;
+  }
+  if (err instanceof RangeError && /Invalid string length/.test(err.message)) {
+    // An answer past V8's longest string (~512 MiB of JSON: output of control bytes, each sent as
+    // \u00XX) cannot be serialised; the budgets' checks should refuse it first (output-budget.ts).
+    req.log.warn({ msg: err.message }, 'an answer too large to serialise');
+    void reply.status(503).send({
+      error: {
+        code: 'OUTPUT_BUDGET_EXCEEDED',
+        message:
+          'the answer is too large to send as JSON (past the longest string this server can make): ask for encoding base64, a smaller maxOutputBytes, or stream the output',
+        details: {},
+      },
+    });
     return;
   }
   req.log.error({ err }, 'unhandled error');

@@ -23,6 +23,7 @@ import {
 import type { ControlPlane } from '../control-plane.js';
 import type { ExecEvent } from '../../edge/protocol/exec-event.js';
 import { abortOnHangup } from '../../http/abort-on-hangup.js';
+import { releaseWhenSent } from '../../http/release-when-sent.js';
 import { errorResponses as errors } from './error-responses.js';
 import { access } from '../../http/access.js';
 
@@ -75,7 +76,7 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         }
         const hangup = abortOnHangup(reply);
         try {
-          return await control.exec.exec(req.caller, id, req.body, hangup.signal);
+          return await control.exec.exec(req.caller, id, req.body, hangup.signal, (release) => releaseWhenSent(reply, release));
         } finally {
           hangup.done();
         }
@@ -123,7 +124,9 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          return await control.exec.sessionExec(req.caller, req.params.id, req.params.sid, req.body, hangup.signal);
+          return await control.exec.sessionExec(req.caller, req.params.id, req.params.sid, req.body, hangup.signal, (release) =>
+            releaseWhenSent(reply, release),
+          );
         } finally {
           hangup.done();
         }
@@ -179,13 +182,14 @@ export function execRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           response: { 200: ProcessOutput, ...errors },
         },
       },
-      async (req) =>
+      async (req, reply) =>
         control.exec.processOutput(
           req.caller,
           req.params.id,
           req.params.pid,
           { stdout: req.query.stdoutOffset ?? 0, stderr: req.query.stderrOffset ?? 0 },
           req.query.encoding ?? 'utf8',
+          (release) => releaseWhenSent(reply, release),
         ),
     );
     app.post(

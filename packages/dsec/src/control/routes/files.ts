@@ -1,3 +1,4 @@
+import { releaseWhenSent } from '../../http/release-when-sent.js';
 import { Readable, Transform } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -62,7 +63,9 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
         },
       },
       async (req, reply) => {
-        const data = await control.files.readFile(req.caller, req.params.id, req.query.path, MAX_FILE_BYTES);
+        const data = await control.files.readFile(req.caller, req.params.id, req.query.path, MAX_FILE_BYTES, {
+          hold: (release) => releaseWhenSent(reply, release),
+        });
         return reply.type('application/octet-stream').send(data as never); // raw bytes: no response schema applies
       },
     );

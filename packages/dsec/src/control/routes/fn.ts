@@ -1,3 +1,4 @@
+import { releaseWhenSent } from '../../http/release-when-sent.js';
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -30,7 +31,11 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
       async (req, reply) => {
         const hangup = abortOnHangup(reply);
         try {
-          return await fn.run(req.body, { project: req.caller?.project, signal: hangup.signal });
+          return await fn.run(req.body, {
+            project: req.caller?.project,
+            signal: hangup.signal,
+            hold: (release) => releaseWhenSent(reply, release),
+          });
         } finally {
           hangup.done();
         }

@@ -17,7 +17,14 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
 import { MAX_LOGGED_OUTPUT, type TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
-import { outputReservation, type OutputBudget } from '../../output-budget.js';
+import {
+  holdAnswer,
+  jsonBodyBytes,
+  outputReservation,
+  UNRESERVED_OUTPUT_BYTES,
+  type Hold,
+  type OutputBudget,
+} from '../../output-budget.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 
 /**
@@ -34,7 +41,11 @@ export class ExecService {
     return this.deps.lookup.runningOn(caller, id);
   }
 
-  async exec(caller: Caller, id: string, req: ExecRequest, signal?: AbortSignal): Promise<ExecResult> {
+  /**
+   * `hold` takes the result's output reservation, to give back once its answer is sent
+   * (releaseWhenSent): a client that does not read its answer holds the budget, not only memory.
+   */
+  async exec(caller: Caller, id: string, req: ExecRequest, signal?: AbortSignal, hold?: Hold): Promise<ExecResult> {
     checkCommand(req);
     if (req.uncapped) {
       throw new ApiError(
@@ -43,7 +54,7 @@ export class ExecService {
         { field: 'uncapped' },
       );
     }
-    const release = this.#reserveOutput(caller, req.maxOutputBytes);
+    let release: (() => void) | undefined = this.#reserveOutput(caller, req.maxOutputBytes);
     try {
       const accepted = performance.now();
       const edge = await this.#edge(caller, id);
@@ -58,15 +69,45 @@ export class ExecService {
         exitCode: result.exitCode,
         payload: stdinPayload(req),
       });
+      release = this.#toppedUp(caller, req.maxOutputBytes, result, release);
+      hold?.(release);
+      if (hold) release = undefined;
       return result;
     } finally {
-      release(); // the answer is made: what is left of it is the reply's body on its way out
+      release?.();
     }
   }
 
   /** A buffered result's reservation of output (none at the default cap); see OutputBudget. */
   #reserveOutput(caller: Caller, maxOutputBytes: number | undefined): () => void {
     return maxOutputBytes === undefined ? () => {} : this.deps.outputBudget.reserve(caller.project, outputReservation(maxOutputBytes));
+  }
+
+  /**
+   * A reserved result's body can be larger than the output it keeps (control bytes go as \u00XX,
+   * 6 bytes for 1): what it takes past its reservation is reserved too before it is sent. When that
+   * does not fit, the answer is a 503 that says the command ran and how it ended, not the body.
+   */
+  #toppedUp(caller: Caller, maxOutputBytes: number | undefined, result: ExecResult, release: () => void): () => void {
+    const reserved = outputReservation(maxOutputBytes ?? 0);
+    if (reserved === 0) return release;
+    const more = jsonBodyBytes(result.stdout) + jsonBodyBytes(result.stderr) - 2 * UNRESERVED_OUTPUT_BYTES - reserved;
+    if (more <= 0) return release;
+    let extra: () => void;
+    try {
+      extra = this.deps.outputBudget.reserve(caller.project, more, {
+        what: `the command ran (exit code ${result.exitCode}), but its result is ${Math.ceil((more + reserved) / 2 ** 20)} MiB of JSON past the free 2 MiB, most of it escapes of control characters (each byte sent as \\u00XX)`,
+        hint: 'ask for encoding base64 (4/3 of the bytes), stream the output (Accept: application/x-ndjson)',
+        details: { ran: true, exitCode: result.exitCode, stdoutBytes: result.stdoutBytes, stderrBytes: result.stderrBytes },
+      });
+    } catch (err) {
+      release();
+      throw err;
+    }
+    return () => {
+      release();
+      extra();
+    };
   }
 
   /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
@@ -148,8 +189,17 @@ export class ExecService {
     pid: string,
     offsets: { stdout: number; stderr: number },
     encoding: Encoding,
+    hold?: Hold,
   ): Promise<ProcessOutput> {
-    return (await this.#edge(caller, id)).processOutput(id, pid, offsets, encoding);
+    const out = await (await this.#edge(caller, id)).processOutput(id, pid, offsets, encoding);
+    holdAnswer(
+      this.deps.outputBudget,
+      caller.project,
+      jsonBodyBytes(out.stdout) + jsonBodyBytes(out.stderr),
+      `process ${pid}'s output from these offsets`,
+      hold,
+    );
+    return out;
   }
 
   /**
@@ -205,8 +255,9 @@ export class ExecService {
     sid: string,
     req: SessionExecRequest,
     signal?: AbortSignal,
+    hold?: Hold,
   ): Promise<ExecResult & { sessionAlive: boolean }> {
-    const release = this.#reserveOutput(caller, req.maxOutputBytes);
+    let release: (() => void) | undefined = this.#reserveOutput(caller, req.maxOutputBytes);
     try {
       const accepted = performance.now();
       const edge = await this.#edge(caller, id);
@@ -220,9 +271,12 @@ export class ExecService {
         durationMs: result.durationMs,
         exitCode: result.exitCode,
       });
+      release = this.#toppedUp(caller, req.maxOutputBytes, result, release);
+      hold?.(release);
+      if (hold) release = undefined;
       return result;
     } finally {
-      release();
+      release?.();
     }
   }
 

@@ -4,6 +4,7 @@ import type { FileActor, FileMetadataWrite } from '../../edge/protocol/edge-api.
 import { MAX_PAYLOAD, type TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
+import { holdAnswer, type Hold, type OutputBudget } from '../../output-budget.js';
 
 /**
  * A running sandbox's files. Writes are written to the trajectory (with their bytes, up to
@@ -15,10 +16,13 @@ import type { SandboxLookup } from './sandbox-lookup.js';
  * `metadata` (writes) and `metadataPrefix` (stat, list) are the file's user xattrs under a prefix.
  */
 export class FileService {
-  constructor(private readonly deps: { lookup: SandboxLookup; trajectory: TrajectoryLog }) {}
+  constructor(private readonly deps: { lookup: SandboxLookup; trajectory: TrajectoryLog; outputBudget: OutputBudget }) {}
 
-  async readFile(caller: Caller, id: string, path: string, maxBytes: number, opts: { as?: FileActor } = {}): Promise<Buffer> {
-    return (await this.deps.lookup.runningOn(caller, id)).readFile(id, path, maxBytes, actorOnly(opts));
+  /** `opts.hold`: the answer holds the file's bytes until it is sent (holdAnswer). */
+  async readFile(caller: Caller, id: string, path: string, maxBytes: number, opts: { as?: FileActor; hold?: Hold } = {}): Promise<Buffer> {
+    const data = await (await this.deps.lookup.runningOn(caller, id)).readFile(id, path, maxBytes, actorOnly(opts));
+    holdAnswer(this.deps.outputBudget, caller.project, data.length, `the file ${path}`, opts.hold);
+    return data;
   }
 
   async stat(caller: Caller, id: string, path: string, opts: { as?: FileActor; metadataPrefix?: string } = {}): Promise<FileStat> {

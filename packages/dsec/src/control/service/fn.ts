@@ -37,6 +37,14 @@ export interface FnServiceDeps {
   outputBudget: OutputBudget;
 }
 
+export interface FnRunOptions {
+  /** The caller's project; undefined: the default project. */
+  project?: string | undefined;
+  signal?: AbortSignal | undefined;
+  /** Takes the result's output reservation, to give back once the answer is sent (releaseWhenSent); else it goes back with the result. */
+  hold?: ((release: () => void) => void) | undefined;
+}
+
 /**
  * Function calls (POST /v1/fn/run, /v1/fn/batch): fills a call's defaults, resolves its image, picks
  * an edge (placement, as for a sandbox of the worker's size) and hands the call to that edge's
@@ -52,13 +60,17 @@ export class FnService {
    * `project`: the caller's; its calls get workers of their own (a worker never serves two
    * projects) and may use the project's own images.
    */
-  async run(call: FnRunRequest, opts: { project?: string | undefined; signal?: AbortSignal | undefined } = {}): Promise<FnRunResult> {
+  async run(call: FnRunRequest, opts: FnRunOptions = {}): Promise<FnRunResult> {
     const project = opts.project ?? DEFAULT_PROJECT;
     let release: (() => void) | undefined;
     try {
       release = this.deps.outputBudget.reserve(project, outputReservation(call.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES));
       const result = await this.#run(call, opts);
       this.deps.metrics.fnCall(project, 'ok');
+      if (opts.hold) {
+        opts.hold(release);
+        release = undefined;
+      }
       return result;
     } catch (err) {
       this.deps.metrics.fnCall(project, err instanceof ApiError ? err.code : 'INTERNAL');
@@ -126,8 +138,10 @@ export class FnService {
     let next = 0;
     let running = 0;
     let stopped = false;
+    // Results waiting to be sent count against the concurrency with the calls running: a client that
+    // stops reading stops the batch's calls, rather than results piling up here (each up to its cap).
     const start = (): void => {
-      while (!stopped && running < (req.concurrency ?? 32) && next < req.calls.length) {
+      while (!stopped && running + ready.length < (req.concurrency ?? 32) && next < req.calls.length) {
         const index = next++;
         running++;
         void this.run(req.calls[index]!, opts)
@@ -152,6 +166,7 @@ export class FnService {
         const line = ready.shift();
         if (line) {
           sent++;
+          start(); // its room goes to the next call
           yield line;
           continue;
         }
