@@ -31,6 +31,41 @@ describe('TrajectoryLog', () => {
     await store.close();
   });
 
+  test("a sandbox's payloads are kept up to their total; past it a step is logged without its payload, unreplayable, and a copy counts its own", async () => {
+    const store = await StateStore.open(await testStoreLocation(join(dir, 'payloads.db')));
+    const log = new TrajectoryLog(store, 10);
+    await store.sandboxes.insert(info('sb-p'));
+    const write = (n: number): Promise<void> =>
+      log.append('sb-p', { kind: 'files.write', request: { path: `/f${n}` }, payload: Buffer.alloc(n, 1) });
+    await write(4);
+    await write(6); // 10: at the total
+    await write(1); // past it
+    await log.append('sb-p', { kind: 'exec', request: { cmd: ['true'] } }); // no payload: replayable as ever
+    const kept = await store.db.all<{ seq: number; n: number | null; replayable: number }>(
+      'SELECT seq, length(payload) AS n, replayable FROM trajectory WHERE sandbox_id = ? ORDER BY seq',
+      ['sb-p'],
+    );
+    assert.deepEqual(
+      kept.map((r) => [r.seq, r.n === null ? null : Number(r.n), r.replayable]),
+      [
+        [1, 4, 1],
+        [2, 6, 1],
+        [3, null, 0],
+        [4, null, 1],
+      ],
+    );
+    await store.sandboxes.insert(info('sb-q'));
+    await log.copy('sb-p', 'sb-q');
+    await log.append('sb-q', { kind: 'files.write', request: { path: '/g' }, payload: Buffer.alloc(1) });
+    const last = (await log.list('sb-q', 4)).entries;
+    assert.deepEqual(
+      last.map((e) => [e.seq, e.replayable]),
+      [[5, false]],
+      'the copy holds 10 bytes of payloads already',
+    );
+    await store.close();
+  });
+
   test('orphan rows an older dsec left are removed when the store opens', async () => {
     const file = join(dir, 'old.db');
     const first = await StateStore.open(await testStoreLocation(file));

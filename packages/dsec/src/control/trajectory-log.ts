@@ -7,6 +7,12 @@ export const MAX_ENTRIES = 10_000;
 export const MAX_LOGGED_OUTPUT = 64 << 10;
 /** File and tar payloads kept for replay; larger ones make the step unreplayable. */
 export const MAX_PAYLOAD = 8 << 20;
+/**
+ * Payloads kept per sandbox, together: past it a step's payload is not kept (the step is
+ * unreplayable, as a larger one is). Without it, 10,000 uploads of 8 MiB could keep 78 GiB of one
+ * sandbox's state in the store, whatever its own disk limit.
+ */
+export const MAX_PAYLOAD_TOTAL = 256 << 20;
 
 export interface NewEntry {
   kind: TrajectoryKind;
@@ -39,7 +45,11 @@ function capOutput(result: Record<string, unknown> | undefined): Record<string, 
  * on: a sandbox lost with its node can still be rebuilt elsewhere.
  */
 export class TrajectoryLog {
-  constructor(private readonly store: StateStore) {}
+  /** `maxPayloadTotal`: MAX_PAYLOAD_TOTAL but in tests. */
+  constructor(
+    private readonly store: StateStore,
+    private readonly maxPayloadTotal = MAX_PAYLOAD_TOTAL,
+  ) {}
 
   /**
    * Appends a step of a sandbox that still has its row. A step that finishes after the sandbox was
@@ -47,12 +57,17 @@ export class TrajectoryLog {
    * Steps past MAX_ENTRIES are counted in the sandbox's row, so the count survives a restart.
    */
   async append(sandboxId: string, e: NewEntry): Promise<void> {
-    const keepPayload = e.payload !== undefined && e.payload.length <= MAX_PAYLOAD;
     // The sequence number is allocated in the transaction that writes it; on PostgreSQL the
     // sandbox's row is locked so that replicas appending to one sandbox take turns.
     await this.store.db.transaction(async (tx) => {
       const lock = tx.dialect === 'postgres' ? ' FOR UPDATE' : '';
-      if (!(await tx.get(`SELECT id FROM sandboxes WHERE id = ?${lock}`, [sandboxId]))) return;
+      const sandbox = await tx.get<{ kept: number | string }>(
+        `SELECT trajectory_payload_bytes AS kept FROM sandboxes WHERE id = ?${lock}`,
+        [sandboxId],
+      );
+      if (!sandbox) return;
+      const size = e.payload?.length ?? 0;
+      const keepPayload = e.payload !== undefined && size <= MAX_PAYLOAD && Number(sandbox.kept) + size <= this.maxPayloadTotal;
       // Seqs run 1, 2, … with no gaps (entries are appended, copied whole, never removed one by
       // one): the last is the count, read from the index's end where count(*) walks every entry.
       const row = (await tx.get<{ last: number }>('SELECT coalesce(max(seq), 0) AS last FROM trajectory WHERE sandbox_id = ?', [
@@ -77,6 +92,8 @@ export class TrajectoryLog {
           e.replayable === false ? 0 : e.payload === undefined || keepPayload ? 1 : 0,
         ],
       );
+      if (keepPayload && size > 0)
+        await tx.run('UPDATE sandboxes SET trajectory_payload_bytes = trajectory_payload_bytes + ? WHERE id = ?', [size, sandboxId]);
     });
   }
 
@@ -142,10 +159,17 @@ export class TrajectoryLog {
 
   /** Copies a sandbox's log to another (the replayed sandbox starts with its history). */
   async copy(from: string, to: string): Promise<void> {
-    await this.store.db.run(
-      'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) SELECT ?, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ?',
-      [to, from],
-    );
+    await this.store.db.transaction(async (tx) => {
+      await tx.run(
+        'INSERT INTO trajectory (sandbox_id, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable) SELECT ?, seq, at, kind, request, result, payload, duration_ms, exit_code, replayable FROM trajectory WHERE sandbox_id = ?',
+        [to, from],
+      );
+      // The copy's payloads count against its own total (the original may be gone: count them).
+      await tx.run(
+        'UPDATE sandboxes SET trajectory_payload_bytes = (SELECT coalesce(sum(length(payload)), 0) FROM trajectory WHERE sandbox_id = ?) WHERE id = ?',
+        [to, to],
+      );
+    });
   }
 }
 

@@ -464,6 +464,17 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    id: 20,
+    name: "the bytes of payloads a sandbox's trajectory keeps, bounded per sandbox (trajectory-log.ts)",
+    up: async (db) => {
+      await db.exec(`
+        ALTER TABLE sandboxes ADD COLUMN trajectory_payload_bytes BIGINT NOT NULL DEFAULT 0;
+        UPDATE sandboxes SET trajectory_payload_bytes = (SELECT coalesce(sum(length(t.payload)), 0) FROM trajectory t WHERE t.sandbox_id = sandboxes.id)
+          WHERE id IN (SELECT sandbox_id FROM trajectory WHERE payload IS NOT NULL);
+      `);
+    },
+  },
 ];
 
 /**
