@@ -122,17 +122,20 @@ const NOTHING = (): void => {};
 export type Hold = (release: () => void) => void;
 
 /**
- * An answer that holds a read's bytes (a background process's output, a file) until it is sent:
+ * An answer that holds a read's bytes (a background process's output, a file) until it is sent,
+ * or an upload's body read whole before its call (until its answer is sent):
  * what it takes past the free 2 MiB is reserved from `budget`, and `hold` gives it back. A client
  * that does not read its answers holds its project's share, then is refused, not the host's memory.
  */
-export function holdAnswer(budget: OutputBudget, owner: string, bytes: number, what: string, hold: Hold | undefined): void {
+export function holdAnswer(
+  budget: OutputBudget,
+  owner: string,
+  bytes: number,
+  what: string,
+  hold: Hold | undefined,
+  hint = 'read later offsets in parts as the output grows',
+): void {
   const over = bytes - 2 * UNRESERVED_OUTPUT_BYTES;
   if (!hold || over <= 0) return;
-  hold(
-    budget.reserve(owner, over, {
-      what: `${what} is ${Math.ceil(bytes / 2 ** 20)} MiB`,
-      hint: 'read later offsets in parts as the output grows',
-    }),
-  );
+  hold(budget.reserve(owner, over, { what: `${what} is ${Math.ceil(bytes / 2 ** 20)} MiB`, hint }));
 }

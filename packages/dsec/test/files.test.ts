@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, test } from 'node:test';
+import { connect, type Socket } from 'node:net';
 import { ConflictError, NotFoundError, Sandbox } from '@dsec/sdk';
 import { integrationSkipReason, useServerAndSandbox, type TestServer } from './helpers/server.js';
 import { call, expectSdkError, expectWireError } from './helpers/wire.js';
@@ -13,6 +14,49 @@ describe('files', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
   useServerAndSandbox({ resources: { memoryMiB: 128 } }, (s, b) => {
     server = s;
     sb = b;
+  });
+
+  test('uploads sent slowly hold the output budget from their headers on: one of nine of 64 MiB is refused before its body is read', async () => {
+    const url = new URL(server.url);
+    /** An upload of 64 MiB that sends its headers and 1 KiB of its body, then stalls; `answer`: its first bytes back. */
+    const stalled = (name: string): Promise<{ socket: Socket; answer: Promise<string> }> =>
+      new Promise((resolve, reject) => {
+        const s = connect(Number(url.port), url.hostname, () => {
+          s.write(
+            `PUT /v1/sandboxes/${sb.id}/files?path=/tmp/${name} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${server.apiKey}\r\n` +
+              `Content-Type: application/octet-stream\r\nContent-Length: ${64 << 20}\r\n\r\n` +
+              'x'.repeat(1024),
+          );
+          resolve({ socket: s, answer: new Promise((r) => s.once('data', (d) => r(d.toString('latin1')))) });
+        });
+        s.once('error', reject);
+      });
+    // A project holds half of the 1024 MiB budget: eight uploads of 64 MiB (62 MiB each past the
+    // free 2) fit, not nine. Whichever of nine stalled ones the server reads last is refused at
+    // its headers, while the other eight wait for their bodies.
+    const nine = await Promise.all(Array.from({ length: 9 }, (_, i) => stalled(`slow-${i}`)));
+    try {
+      // (a guard against a hang, not a timing: without the budget none of them is answered)
+      const answer = await Promise.race([
+        ...nine.map((n) => n.answer),
+        new Promise<string>((r) => setTimeout(() => r('no upload was answered in 30 s'), 30_000).unref()),
+      ]);
+      assert.match(answer, /^HTTP\/1\.1 503/, answer.slice(0, 300));
+      assert.match(answer, /OUTPUT_BUDGET_EXCEEDED/);
+      assert.match(answer, /this upload is 64 MiB/);
+    } finally {
+      for (const n of nine) n.socket.destroy();
+    }
+    for (let tries = 0; ; tries++) {
+      const r = await call(server, 'PUT', `/v1/sandboxes/${sb.id}/files?path=/tmp/ninth`, {
+        body: Buffer.alloc(64 << 20),
+        contentType: 'application/octet-stream',
+      });
+      if (r.status === 200) break;
+      assert.ok(tries < 200, `still refused after the slow senders went: ${JSON.stringify(r.json)}`);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    await sb.commands.run('rm -f /tmp/ninth');
   });
 
   test('write then read returns the same bytes, every byte value included (NUL, 0xff)', async () => {
