@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { ApiError } from './api-error.js';
-import { holdAnswer, jsonBodyBytes, OutputBudget, outputReservation, UNRESERVED_OUTPUT_BYTES } from './output-budget.js';
+import { holdAnswer, jsonBodyBytes, OutputBudget, outputReservation, UNRESERVED_OUTPUT_BYTES, withBodyReserved } from './output-budget.js';
 
 const NAMES = { whole: 'the whole', owner: "this project's half", otherwise: 'wait' };
 
@@ -86,6 +86,30 @@ describe('OutputBudget', () => {
     holdAnswer(budget, 'a', 50 * MiB, 'no hold', undefined);
     assert.equal(budget.heldBytes, 40 * MiB, 'without a hold nothing is reserved');
     held.forEach((r) => r());
+    assert.equal(budget.heldBytes, 0);
+  });
+
+  test("withBodyReserved: a result's JSON past the free 2 MiB and its reservation is reserved too, even at the default cap; a refusal says how the command ended", () => {
+    const budget = new OutputBudget(100 * MiB, NAMES, 0.5);
+    const ran = (stdout: string) => ({ exitCode: 7, stdout, stderr: '', stdoutBytes: stdout.length, stderrBytes: 0 });
+    const plain = withBodyReserved(budget, 'a', 0, ran('x'.repeat(MiB)), () => {});
+    assert.equal(budget.heldBytes, 0, 'plain output within the free part holds nothing');
+    plain();
+    const control = withBodyReserved(budget, 'a', 0, ran('\u0001'.repeat(MiB)), () => {}); // 6 MiB of JSON at the default cap
+    assert.equal(budget.heldBytes, 4 * MiB);
+    let base = 0;
+    const err = (() => {
+      try {
+        withBodyReserved(budget, 'a', 0, ran('\u0001'.repeat(10 * MiB)), () => base++);
+      } catch (e) {
+        return e as ApiError;
+      }
+      assert.fail('expected a refusal');
+    })();
+    assert.equal(base, 1, 'the reservation it came with is given back');
+    assert.match(err.message, /the command ran \(exit code 7\)/);
+    assert.deepEqual([err.details['ran'], err.details['exitCode']], [true, 7]);
+    control();
     assert.equal(budget.heldBytes, 0);
   });
 });

@@ -139,3 +139,46 @@ export function holdAnswer(
   if (!hold || over <= 0) return;
   hold(budget.reserve(owner, over, { what: `${what} is ${Math.ceil(bytes / 2 ** 20)} MiB`, hint }));
 }
+
+/** What a command's result says of how it ran, for a refusal made after it ran. */
+export interface RanResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  stdoutBytes: number;
+  stderrBytes: number;
+}
+
+/**
+ * A buffered result's JSON can take more than its reservation: control bytes go as \u00XX, 6
+ * bytes for 1, and a command at the default cap reserved nothing. What it takes past the free
+ * 2 MiB and `reserved` is reserved too before it is sent. Returns the release of both; when the
+ * rest does not fit, gives `release` back and throws OUTPUT_BUDGET_EXCEEDED saying the command ran
+ * and how it ended (`details.ran`, `details.exitCode`).
+ */
+export function withBodyReserved(
+  budget: OutputBudget,
+  owner: string,
+  reserved: number,
+  result: RanResult,
+  release: () => void,
+): () => void {
+  const body = jsonBodyBytes(result.stdout) + jsonBodyBytes(result.stderr);
+  const more = body - 2 * UNRESERVED_OUTPUT_BYTES - reserved;
+  if (more <= 0) return release;
+  let extra: () => void;
+  try {
+    extra = budget.reserve(owner, more, {
+      what: `the command ran (exit code ${result.exitCode}), but its result is ${Math.ceil(body / 2 ** 20)} MiB of JSON (control characters are sent as \\u00XX, 6 bytes each)`,
+      hint: 'ask for encoding base64 (4/3 of the bytes), stream the output (Accept: application/x-ndjson), read the answers already sent for',
+      details: { ran: true, exitCode: result.exitCode, stdoutBytes: result.stdoutBytes, stderrBytes: result.stderrBytes },
+    });
+  } catch (err) {
+    release();
+    throw err;
+  }
+  return () => {
+    release();
+    extra();
+  };
+}

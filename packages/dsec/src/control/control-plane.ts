@@ -217,6 +217,7 @@ export class ControlPlane {
       trajectory: this.trajectory,
       ended: this.ended,
       export: new TrajectoryExport({ store, trajectory: this.trajectory, ended: this.ended }),
+      outputBudget,
     });
     this.projects = new ProjectService({ store, quotas: this.quotas });
     this.migration = new MigrationService({

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { connect, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { before, describe, test } from 'node:test';
 import { decodeEnvelopes, FLAG_END_STREAM, messageEnvelope } from '../../src/control/e2b/connect-protocol.js';
@@ -188,6 +189,41 @@ export function wireProtocolTests(getServer: () => TestServer): void {
       assert.ok((messages[0]!['event'] as Record<string, unknown>)['start']);
       const list = (await (await unary('process.Process/List', {})).json()) as { processes: { tag?: string }[] };
       assert.ok(!list.processes.some((p) => p.tag === 'sleeper'), JSON.stringify(list));
+    });
+
+    test('a stream whose client stops reading is cut off once 16 MiB wait for it, not held in the server', async () => {
+      const url = new URL(server.url);
+      const body = messageEnvelope({ process: { cmd: '/bin/sh', args: ['-c', 'yes >&2 & yes'] }, tag: 'flooder' });
+      // The server's side of this connection, found by its port: a paused client sees no hang-up.
+      const accepted: Socket[] = [];
+      const onConnection = (s: Socket): void => void accepted.push(s);
+      server.dsec.app.server.on('connection', onConnection);
+      const socket = connect(Number(url.port), url.hostname, () =>
+        socket.write(
+          `POST /process.Process/Start HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nConnect-Protocol-Version: 1\r\n` +
+            `E2b-Sandbox-Id: ${sandboxId}\r\nX-Access-Token: ${token}\r\nAuthorization: ${ROOT}\r\nContent-Length: ${body.length}\r\n\r\n`,
+        ),
+      );
+      socket.once('connect', () => socket.write(body));
+      const started = new Promise<void>((r) => socket.once('data', () => r()));
+      socket.once('data', () => socket.pause()); // read nothing past the first bytes
+      try {
+        await started;
+        const ours = accepted.find((s) => s.remotePort === socket.localPort);
+        assert.ok(ours, 'the server accepted this connection');
+        // Two streams of output (16 MiB each, as base64) are more than may wait unread: the server
+        // hangs up (a guard against a hang, not a timing: without the cut it never does).
+        const outcome = await Promise.race([
+          new Promise<string>((r) => (ours.destroyed ? r('closed') : ours.once('close', () => r('closed')))),
+          new Promise<string>((r) => setTimeout(() => r('still open after 60 s'), 60_000).unref()),
+        ]);
+        assert.equal(outcome, 'closed');
+      } finally {
+        server.dsec.app.server.off('connection', onConnection);
+        socket.destroy();
+        // A client that only went away leaves its process running (E2B's rule): end it here.
+        await unary('process.Process/SendSignal', { process: { tag: 'flooder' }, signal: 'SIGNAL_SIGKILL' });
+      }
     });
 
     test('bad input to the REST side is a 4xx with {code, message}; unsupported calls are 501', async () => {

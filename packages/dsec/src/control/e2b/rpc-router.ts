@@ -15,6 +15,8 @@ import {
 } from './connect-protocol.js';
 import type { Caller } from '../service/callers.js';
 
+/** Bytes of a server stream waiting for its client at most (serveStream cuts a client that leaves more unread). */
+export const MAX_UNREAD_BYTES = 16 << 20;
 /** Why a call's signal fired: the client went away, or its Connect-Timeout-Ms passed. */
 export type AbortReason = 'hangup' | 'deadline';
 
@@ -165,6 +167,16 @@ async function serveStream(
     if (ended) return;
     lastSent = Date.now();
     out.write(messageEnvelope(msg));
+    // What is pushed here (a PTY's or a process's output, a watch's events) does not wait for the
+    // client: one that stops reading is cut off once MAX_UNREAD_BYTES wait for it, as if it had
+    // hung up (its call is aborted), rather than this process holding its stream without end.
+    if (out.readableLength + out.writableLength > MAX_UNREAD_BYTES) {
+      ended = true;
+      for (const t of timers) clearTimeout(t);
+      timers = [];
+      out.destroy();
+      reply.raw.destroy(); // its close aborts the call ('hangup')
+    }
   };
   const finish = (err?: ConnectError): void => {
     if (ended) return;

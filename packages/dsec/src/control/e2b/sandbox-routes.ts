@@ -1,3 +1,4 @@
+import { releaseWhenSent } from '../../http/release-when-sent.js';
 import { posix } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -129,6 +130,7 @@ export function registerSandboxRoutes(
       const a = await files.acting(admittedSide(req), queryString(req.query, 'username'));
       const data = await control.files.readFile(a.caller, a.sandboxId, resolvePath(rawPath, a.user), MAX_FILE_BYTES, {
         as: fileActor(a.user),
+        hold: (release) => releaseWhenSent(reply, release),
       });
       void reply
         .type('application/octet-stream')

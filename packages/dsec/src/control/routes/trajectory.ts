@@ -1,3 +1,4 @@
+import { releaseWhenSent } from '../../http/release-when-sent.js';
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -27,7 +28,8 @@ export function trajectoryRoutes(deps: { control: ControlPlane }): FastifyPlugin
           response: { 200: Trajectory, ...errors },
         },
       },
-      async (req) => control.trajectories.read(req.caller, req.params.id, req.query), // also readable for a while after a kill
+      // also readable for a while after a kill
+      async (req, reply) => control.trajectories.read(req.caller, req.params.id, req.query, (release) => releaseWhenSent(reply, release)),
     );
     app.get(
       '/v1/trajectories',

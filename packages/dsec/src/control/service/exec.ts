@@ -17,14 +17,7 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
 import { MAX_LOGGED_OUTPUT, type TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
-import {
-  holdAnswer,
-  jsonBodyBytes,
-  outputReservation,
-  UNRESERVED_OUTPUT_BYTES,
-  type Hold,
-  type OutputBudget,
-} from '../../output-budget.js';
+import { holdAnswer, jsonBodyBytes, outputReservation, withBodyReserved, type Hold, type OutputBudget } from '../../output-budget.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 
 /**
@@ -54,7 +47,8 @@ export class ExecService {
         { field: 'uncapped' },
       );
     }
-    let release: (() => void) | undefined = this.#reserveOutput(caller, req.maxOutputBytes);
+    const reservation = this.#reserveOutput(caller, req.maxOutputBytes);
+    let release: (() => void) | undefined = reservation;
     try {
       const accepted = performance.now();
       const edge = await this.#edge(caller, id);
@@ -69,7 +63,7 @@ export class ExecService {
         exitCode: result.exitCode,
         payload: stdinPayload(req),
       });
-      release = this.#toppedUp(caller, req.maxOutputBytes, result, release);
+      release = withBodyReserved(this.deps.outputBudget, caller.project, outputReservation(req.maxOutputBytes ?? 0), result, reservation);
       hold?.(release);
       if (hold) release = undefined;
       return result;
@@ -81,33 +75,6 @@ export class ExecService {
   /** A buffered result's reservation of output (none at the default cap); see OutputBudget. */
   #reserveOutput(caller: Caller, maxOutputBytes: number | undefined): () => void {
     return maxOutputBytes === undefined ? () => {} : this.deps.outputBudget.reserve(caller.project, outputReservation(maxOutputBytes));
-  }
-
-  /**
-   * A reserved result's body can be larger than the output it keeps (control bytes go as \u00XX,
-   * 6 bytes for 1): what it takes past its reservation is reserved too before it is sent. When that
-   * does not fit, the answer is a 503 that says the command ran and how it ended, not the body.
-   */
-  #toppedUp(caller: Caller, maxOutputBytes: number | undefined, result: ExecResult, release: () => void): () => void {
-    const reserved = outputReservation(maxOutputBytes ?? 0);
-    if (reserved === 0) return release;
-    const more = jsonBodyBytes(result.stdout) + jsonBodyBytes(result.stderr) - 2 * UNRESERVED_OUTPUT_BYTES - reserved;
-    if (more <= 0) return release;
-    let extra: () => void;
-    try {
-      extra = this.deps.outputBudget.reserve(caller.project, more, {
-        what: `the command ran (exit code ${result.exitCode}), but its result is ${Math.ceil((more + reserved) / 2 ** 20)} MiB of JSON past the free 2 MiB, most of it escapes of control characters (each byte sent as \\u00XX)`,
-        hint: 'ask for encoding base64 (4/3 of the bytes), stream the output (Accept: application/x-ndjson)',
-        details: { ran: true, exitCode: result.exitCode, stdoutBytes: result.stdoutBytes, stderrBytes: result.stderrBytes },
-      });
-    } catch (err) {
-      release();
-      throw err;
-    }
-    return () => {
-      release();
-      extra();
-    };
   }
 
   /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
@@ -257,7 +224,8 @@ export class ExecService {
     signal?: AbortSignal,
     hold?: Hold,
   ): Promise<ExecResult & { sessionAlive: boolean }> {
-    let release: (() => void) | undefined = this.#reserveOutput(caller, req.maxOutputBytes);
+    const reservation = this.#reserveOutput(caller, req.maxOutputBytes);
+    let release: (() => void) | undefined = reservation;
     try {
       const accepted = performance.now();
       const edge = await this.#edge(caller, id);
@@ -271,7 +239,7 @@ export class ExecService {
         durationMs: result.durationMs,
         exitCode: result.exitCode,
       });
-      release = this.#toppedUp(caller, req.maxOutputBytes, result, release);
+      release = withBodyReserved(this.deps.outputBudget, caller.project, outputReservation(req.maxOutputBytes ?? 0), result, reservation);
       hold?.(release);
       if (hold) release = undefined;
       return result;

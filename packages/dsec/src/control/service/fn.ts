@@ -20,7 +20,7 @@ import { rejectNul } from '../../edge/protocol/reject-nul.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { Metrics } from '../metrics.js';
 import { place } from '../placement.js';
-import { outputReservation, type OutputBudget } from '../../output-budget.js';
+import { outputReservation, withBodyReserved, type OutputBudget } from '../../output-budget.js';
 
 /** An image name is resolved at most this often per name: a burst of calls reads the image store once. */
 const IMAGE_CACHE_MS = 2000;
@@ -64,9 +64,12 @@ export class FnService {
     const project = opts.project ?? DEFAULT_PROJECT;
     let release: (() => void) | undefined;
     try {
-      release = this.deps.outputBudget.reserve(project, outputReservation(call.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES));
+      const reserved = outputReservation(call.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES);
+      const reservation = this.deps.outputBudget.reserve(project, reserved);
+      release = reservation;
       const result = await this.#run(call, opts);
       this.deps.metrics.fnCall(project, 'ok');
+      release = withBodyReserved(this.deps.outputBudget, project, reserved, result, reservation);
       if (opts.hold) {
         opts.hold(release);
         release = undefined;

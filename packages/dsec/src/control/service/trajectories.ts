@@ -6,6 +6,7 @@ import type { TrajectoryExport } from '../trajectory-export.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import { sees, type Caller } from './callers.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
+import { holdAnswer, jsonBodyBytes, type Hold, type OutputBudget } from '../../output-budget.js';
 
 /** The sandbox a fork was made from (set by SnapshotService.fork). */
 export const FORK_OF_LABEL = 'dsec.fork-of';
@@ -37,6 +38,7 @@ export class TrajectoryService {
       trajectory: TrajectoryLog;
       ended: EndedSandboxes;
       export: TrajectoryExport;
+      outputBudget: OutputBudget;
     },
   ) {}
 
@@ -46,17 +48,47 @@ export class TrajectoryService {
    * entry carrying the sandbox it ran in; `afterSeq` and `limit` page the sandbox's own steps, and
    * the ancestors' come on the first page (afterSeq 0) only.
    */
-  async read(caller: Caller, id: string, q: { afterSeq?: number; limit?: number; lineage?: boolean } = {}): Promise<Trajectory> {
+  async read(
+    caller: Caller,
+    id: string,
+    q: { afterSeq?: number; limit?: number; lineage?: boolean } = {},
+    hold?: Hold,
+  ): Promise<Trajectory> {
     await this.#assertReadable(caller, id);
     const afterSeq = q.afterSeq ?? 0;
     const own = await this.deps.trajectory.list(id, afterSeq, q.limit ?? 1000);
-    if (!q.lineage) return { sandboxId: id, ...own };
+    if (!q.lineage) return this.#held(caller, { sandboxId: id, ...own }, hold);
     const { ancestors, missing } = await this.lineage(caller, id);
     const entries: TrajectoryEntry[] = [];
     if (afterSeq === 0)
       for (const a of ancestors) for (const e of await this.deps.trajectory.upTo(a.id, a.upTo)) entries.push({ ...e, sandboxId: a.id });
     for (const e of own.entries) entries.push({ ...e, sandboxId: id });
-    return { sandboxId: id, entries, dropped: own.dropped, lineageMissing: missing };
+    return this.#held(caller, { sandboxId: id, entries, dropped: own.dropped, lineageMissing: missing }, hold);
+  }
+
+  /**
+   * A page is answered as one JSON body: each step's output (64 KiB a stream, 6 times that as JSON
+   * for control bytes) makes 10,000 steps several GiB. What it holds past the free 2 MiB is held
+   * from the output budget until it is sent (holdAnswer).
+   */
+  #held(caller: Caller, page: Trajectory, hold: Hold | undefined): Trajectory {
+    let bytes = 0;
+    for (const e of page.entries) {
+      const r = e.result as { stdout?: unknown; stderr?: unknown } | undefined;
+      bytes +=
+        1024 +
+        (typeof r?.stdout === 'string' ? jsonBodyBytes(r.stdout) : 0) +
+        (typeof r?.stderr === 'string' ? jsonBodyBytes(r.stderr) : 0);
+    }
+    holdAnswer(
+      this.deps.outputBudget,
+      caller.project,
+      bytes,
+      `this page of ${page.entries.length} steps`,
+      hold,
+      'ask for fewer steps a page (limit), read the pages already sent for',
+    );
+    return page;
   }
 
   /**
