@@ -150,6 +150,7 @@ CODE_CLASSES: Dict[str, Type[DsecError]] = {
     "PORT_BAD_RESPONSE": ServerError,
     "PORT_WAIT_TIMEOUT": TimeoutError,
     "NODE_DISK_FULL": ServerError,
+    "RESULT_TOO_LARGE": ServerError,
     "SANDBOX_CREATE_FAILED": ServerError,
     "SANDBOX_KILL_FAILED": ServerError,
     "SANDBOX_MIGRATE_FAILED": ServerError,

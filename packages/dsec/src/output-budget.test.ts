@@ -107,6 +107,8 @@ describe('OutputBudget', () => {
       assert.fail('expected a refusal');
     })();
     assert.equal(base, 1, 'the reservation it came with is given back');
+    assert.equal(err.code, 'RESULT_TOO_LARGE');
+    assert.equal(err.status, 507);
     assert.match(err.message, /the command ran \(exit code 7\)/);
     assert.deepEqual([err.details['ran'], err.details['exitCode']], [true, 7]);
     control();

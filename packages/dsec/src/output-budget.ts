@@ -153,8 +153,8 @@ export interface RanResult {
  * A buffered result's JSON can take more than its reservation: control bytes go as \u00XX, 6
  * bytes for 1, and a command at the default cap reserved nothing. What it takes past the free
  * 2 MiB and `reserved` is reserved too before it is sent. Returns the release of both; when the
- * rest does not fit, gives `release` back and throws OUTPUT_BUDGET_EXCEEDED saying the command ran
- * and how it ended (`details.ran`, `details.exitCode`).
+ * rest does not fit, gives `release` back and throws RESULT_TOO_LARGE (507, not retryable) saying the
+ * command ran and how it ended (`details.ran`, `details.exitCode`).
  */
 export function withBodyReserved(
   budget: OutputBudget,
@@ -175,6 +175,8 @@ export function withBodyReserved(
     });
   } catch (err) {
     release();
+    // Not the retryable refusal of a command that has not run: running it again runs it again.
+    if (err instanceof ApiError) throw new ApiError('RESULT_TOO_LARGE', err.message, { ...err.details, retryable: false });
     throw err;
   }
   return () => {

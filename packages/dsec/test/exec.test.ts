@@ -282,12 +282,15 @@ describe('exec', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
         maxOutputBytes: 64 << 20,
       },
     });
-    assert.equal(r.status, 503, JSON.stringify(r.json).slice(0, 300));
+    assert.equal(r.status, 507, JSON.stringify(r.json).slice(0, 300));
     const error = (r.json as { error: { code: string; message: string; details: Record<string, unknown> } }).error;
-    assert.equal(error.code, 'OUTPUT_BUDGET_EXCEEDED');
+    assert.equal(error.code, 'RESULT_TOO_LARGE'); // not retryable: it ran
     assert.match(error.message, /the command ran \(exit code 3\)/);
     assert.match(error.message, /encoding base64/);
-    assert.deepEqual([error.details['ran'], error.details['exitCode'], error.details['stdoutBytes']], [true, 3, 48 << 20]);
+    assert.deepEqual(
+      [error.details['ran'], error.details['exitCode'], error.details['stdoutBytes'], error.details['retryable']],
+      [true, 3, 48 << 20, false],
+    );
     // Nothing stays reserved: four large commands fit again.
     const four = await Promise.all([0, 1, 2, 3].map(() => sb.commands.run('echo ok', { maxOutputBytes: 64 << 20 })));
     assert.deepEqual(

@@ -43,7 +43,7 @@ describe('files', { skip: integrationSkipReason(), timeout: 120_000 }, () => {
       ]);
       assert.match(answer, /^HTTP\/1\.1 503/, answer.slice(0, 300));
       assert.match(answer, /OUTPUT_BUDGET_EXCEEDED/);
-      assert.match(answer, /this upload is 64 MiB/);
+      assert.match(answer, /this request's body is 64 MiB/);
     } finally {
       for (const n of nine) n.socket.destroy();
     }

@@ -76,6 +76,7 @@ const EXPECTED: [DsecErrorClass, ErrorCode[]][] = [
       'PORT_NOT_LISTENING',
       'PORT_BAD_RESPONSE',
       'NODE_DISK_FULL',
+      'RESULT_TOO_LARGE',
       'SANDBOX_CREATE_FAILED',
       'SANDBOX_KILL_FAILED',
       'SANDBOX_MIGRATE_FAILED',

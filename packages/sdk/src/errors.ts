@@ -65,6 +65,12 @@ export const ERROR_CODES = {
    */
   NODE_DISK_FULL: 507,
   /**
+   * The command ran (`details.ran`, `details.exitCode`), but its result's JSON is more than the
+   * control plane's output budget has room for (control bytes go as \u00XX, 6 bytes each): not
+   * retryable as it is, since running it again runs it again; ask for encoding base64 or stream.
+   */
+  RESULT_TOO_LARGE: 507,
+  /**
    * The node is short of memory (below the edge's --min-available-memory-mib, or thrashing past its
    * --max-memory-pressure) and took no new sandbox: nothing was made; retry later or elsewhere.
    */
@@ -269,6 +275,7 @@ export const ERROR_CLASSES = {
   PORT_BAD_RESPONSE: ServerError,
   PORT_WAIT_TIMEOUT: TimeoutError,
   NODE_DISK_FULL: ServerError,
+  RESULT_TOO_LARGE: ServerError,
   SANDBOX_CREATE_FAILED: ServerError,
   SANDBOX_KILL_FAILED: ServerError,
   SANDBOX_MIGRATE_FAILED: ServerError,

@@ -110,6 +110,7 @@ export const ServerOptions = Type.Object(
      * (control/service/output-budget.ts). A command whose maxOutputBytes is above the default 1 MiB
      * reserves 2 × (maxOutputBytes − 1 MiB) before it starts; one that does not fit, or takes a
      * project past half of it, is refused (503 OUTPUT_BUDGET_EXCEEDED). Default-cap commands reserve nothing.
+     * 0 is no room (every reservation refused), not the budget turned off.
      */
     outputBudgetMiB: Type.Integer({ default: 1024, minimum: 0 }),
     /** DSEC_TRAJECTORY_RETENTION_HOURS: how long a killed sandbox's trajectory stays readable by id; 0 deletes it at kill. */

@@ -71,6 +71,8 @@ export const DEFAULT_BURST_THRESHOLD = 0.8;
 export class ControlPlane {
   readonly edges: EdgeRegistry;
   readonly replicaId: string;
+  /** What buffered answers and bodies read whole may hold at once (output-budget.ts). */
+  readonly outputBudget: OutputBudget;
   /** Named volumes (control/volumes.ts). */
   readonly volumes: Volumes;
   readonly trajectory: TrajectoryLog;
@@ -171,7 +173,7 @@ export class ControlPlane {
       },
       log.child({ component: 'pools' }),
     );
-    const outputBudget = new OutputBudget(
+    const outputBudget = (this.outputBudget = new OutputBudget(
       opts.outputBudgetBytes ?? DEFAULT_OUTPUT_BUDGET_MIB * 2 ** 20,
       {
         whole: "the control plane's output budget (--output-budget-mib)",
@@ -179,7 +181,7 @@ export class ControlPlane {
         otherwise: "retry when this project's running commands have answered",
       },
       0.5,
-    );
+    ));
     this.fn = new FnService({
       edges: this.edges,
       outputBudget,

@@ -37,6 +37,7 @@ import { projectScope } from './routes/access.js';
 import { projectRoutes } from './routes/projects.js';
 import { selectSubprotocol } from './websocket-bearer.js';
 import { e2bSandboxGate } from './e2b/sandbox-access.js';
+import { holdBodiesReadWhole } from './body-hold.js';
 
 export interface ServerDeps extends ImageRouteDeps {
   control: ControlPlane;
@@ -100,6 +101,7 @@ export async function buildServer(deps: ServerDeps): Promise<App> {
     sandboxToken: e2bSandboxGate(deps.control),
   });
   projectScope(app, deps);
+  holdBodiesReadWhole(app, deps.control.outputBudget);
   // An answer about an image (built, imported, pulled, snapshotted, tagged, removed) is given once
   // the store has it, so the caller's next call at any replica sees it.
   // Hooks every request passes take a callback rather than being async: an async hook is a promise

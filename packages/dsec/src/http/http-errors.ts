@@ -24,7 +24,12 @@ function fieldOf(issue: ValidationIssue): string {
 const SANDBOX_STATE_CODES = new Set<string>(['PORT_NOT_LISTENING', 'PORT_BAD_RESPONSE', 'PORT_WAIT_TIMEOUT']);
 
 /** Codes that mean no room right now: logged as one line, not an error report. */
-const NO_ROOM_CODES: ReadonlySet<string> = new Set(['CAPACITY_EXCEEDED', 'NODE_MEMORY_PRESSURE', 'OUTPUT_BUDGET_EXCEEDED']);
+const NO_ROOM_CODES: ReadonlySet<string> = new Set([
+  'CAPACITY_EXCEEDED',
+  'NODE_MEMORY_PRESSURE',
+  'OUTPUT_BUDGET_EXCEEDED',
+  'RESULT_TOO_LARGE',
+]);
 
 /** Every failure leaves as `{error:{code,message,details}}` with the registry's status. */
 export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyRequest, reply: FastifyReply): void {
@@ -119,16 +124,16 @@ export function errorHandler(err: FastifyError | ApiError | Error, req: FastifyR
     void reply.status(fe.statusCode).send({ error: { code: 'INVALID_REQUEST', message: fe.message, details: { cause: fe.code } } });
     return;
   }
-  if (err instanceof RangeError && /Invalid string length/.test(err.message)) {
+  if (err instanceof RangeError && /Invalid string length/.test(err.message) && reply.statusCode < 300) {
     // An answer past V8's longest string (~512 MiB of JSON: output of control bytes, each sent as
     // \u00XX) cannot be serialised; the budgets' checks should refuse it first (output-budget.ts).
     req.log.warn({ msg: err.message }, 'an answer too large to serialise');
-    void reply.status(503).send({
+    void reply.status(507).send({
       error: {
-        code: 'OUTPUT_BUDGET_EXCEEDED',
+        code: 'RESULT_TOO_LARGE',
         message:
-          'the answer is too large to send as JSON (past the longest string this server can make): ask for encoding base64, a smaller maxOutputBytes, or stream the output',
-        details: {},
+          'the answer is too large to send as JSON (past the longest string this server can make); what it asked for may have run: ask for encoding base64, a smaller maxOutputBytes, fewer steps, or stream',
+        details: { retryable: false },
       },
     });
     return;

@@ -1,7 +1,7 @@
 import { releaseWhenSent } from '../../http/release-when-sent.js';
 import { posix } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
-import type { FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { ApiError } from '../../api-error.js';
 import { SYSTEM } from '../service/callers.js';
@@ -144,23 +144,7 @@ export function registerSandboxRoutes(
     }
   });
 
-  // Its body is read whole (up to 65 MiB) before the handler: what it declares past 2 MiB holds its
-  // part of the output budget until answered, as the native upload's does (FileService.holdUpload).
-  const holdBody: preParsingHookHandler = (req, reply, payload, done) => {
-    const declared = Number(req.headers['content-length'] ?? BODY_LIMIT);
-    try {
-      control.files.holdUpload(
-        admittedSide(req).caller,
-        Math.min(Number.isFinite(declared) ? declared : BODY_LIMIT, BODY_LIMIT),
-        (release) => releaseWhenSent(reply, release),
-      );
-    } catch (err) {
-      done(err as Error);
-      return;
-    }
-    done(null, payload);
-  };
-  app.post(`${SANDBOX_PREFIX}/files`, { ...opts, preParsing: holdBody }, async (req, reply) => {
+  app.post(`${SANDBOX_PREFIX}/files`, opts, async (req, reply) => {
     try {
       const queryPath = queryString(req.query, 'path');
       const metadata = metadataOf(req.headers);

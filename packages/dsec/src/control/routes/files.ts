@@ -81,21 +81,6 @@ export function fileRoutes(deps: { control: ControlPlane }): FastifyPluginAsync 
           querystring: FilePathQuery,
           response: { 200: WriteFileResult, ...errors },
         },
-        // Before the body is read: a body past 2 MiB holds its part of the output budget until answered.
-        preParsing: (req, reply, payload, done) => {
-          const declared = Number(req.headers['content-length'] ?? MAX_FILE_BYTES);
-          try {
-            control.files.holdUpload(
-              req.caller,
-              Math.min(Number.isFinite(declared) ? declared : MAX_FILE_BYTES, MAX_FILE_BYTES),
-              (release) => releaseWhenSent(reply, release),
-            );
-          } catch (err) {
-            done(err as Error);
-            return;
-          }
-          done(null, payload);
-        },
       },
       async (req) => {
         const mode = req.query.mode === undefined ? 0o644 : parseInt(req.query.mode, 8);

@@ -66,7 +66,9 @@ export function fnRoutes(deps: { fn: FnService }): FastifyPluginAsync {
             hangup.done();
           }
         };
-        return reply.type(NDJSON).send(Readable.from(body()) as never);
+        // One line read ahead, not Readable.from's 16: a line past a reader that stopped is memory
+        // the batch's output reservations no longer hold.
+        return reply.type(NDJSON).send(Readable.from(body(), { objectMode: true, highWaterMark: 1 }) as never);
       },
     );
   };

@@ -18,22 +18,6 @@ import { holdAnswer, type Hold, type OutputBudget } from '../../output-budget.js
 export class FileService {
   constructor(private readonly deps: { lookup: SandboxLookup; trajectory: TrajectoryLog; outputBudget: OutputBudget }) {}
 
-  /**
-   * An upload's body is read whole before its call: what it declares (Content-Length, else the
-   * limit) past the free 2 MiB is held from the output budget until its answer is sent, so slow
-   * senders cannot hold the host's memory 64 MiB at a time without limit.
-   */
-  holdUpload(caller: Caller, declaredBytes: number, hold: Hold): void {
-    holdAnswer(
-      this.deps.outputBudget,
-      caller.project,
-      declaredBytes,
-      'this upload',
-      hold,
-      "send it as a tar stream (PUT …/files/tar), or retry once this project's earlier uploads have been answered",
-    );
-  }
-
   /** `opts.hold`: the answer holds the file's bytes until it is sent (holdAnswer). */
   async readFile(caller: Caller, id: string, path: string, maxBytes: number, opts: { as?: FileActor; hold?: Hold } = {}): Promise<Buffer> {
     const data = await (await this.deps.lookup.runningOn(caller, id)).readFile(id, path, maxBytes, actorOnly(opts));

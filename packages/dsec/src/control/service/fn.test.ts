@@ -18,8 +18,15 @@ describe('FnService.batch', () => {
       outputBudget: new OutputBudget(1 << 30, { whole: 'w', owner: 'o', otherwise: 'x' }),
     });
     let started = 0;
-    svc.run = async () => {
+    let held = 0;
+    svc.run = async (_call, opts) => {
       started++;
+      held++;
+      let once = false;
+      opts?.hold?.(() => {
+        if (!once) held--;
+        once = true;
+      });
       return { exitCode: 0 } as FnRunResult;
     };
     const calls = Array.from({ length: 50 }, () => ({ runtime: 'bash' as const, code: 'true' }));
@@ -31,9 +38,11 @@ describe('FnService.batch', () => {
     );
     for (let i = 0; i < 20; i++) await settle(); // every call that could start has
     assert.ok(started <= 2 + 4 + 1, `${started} of 50 calls started for a reader that took 2 lines (concurrency 4)`);
+    assert.equal(held, started - 1, 'each result keeps its reservation until the reader takes the line after it');
     let rest = 0;
     for await (const _ of lines) rest++;
     assert.equal(rest, 48);
     assert.equal(started, 50);
+    assert.equal(held, 0, 'all given back once read');
   });
 });

@@ -68,8 +68,8 @@ export class FnService {
       const reservation = this.deps.outputBudget.reserve(project, reserved);
       release = reservation;
       const result = await this.#run(call, opts);
-      this.deps.metrics.fnCall(project, 'ok');
       release = withBodyReserved(this.deps.outputBudget, project, reserved, result, reservation);
+      this.deps.metrics.fnCall(project, 'ok');
       if (opts.hold) {
         opts.hold(release);
         release = undefined;
@@ -136,7 +136,8 @@ export class FnService {
         throw err;
       }
     }
-    const ready: FnBatchLine[] = [];
+    // Each waiting line keeps its call's output reservation until the reader has taken it.
+    const ready: { line: FnBatchLine; release: () => void }[] = [];
     let wake: (() => void) | undefined;
     let next = 0;
     let running = 0;
@@ -147,16 +148,18 @@ export class FnService {
       while (!stopped && running + ready.length < (req.concurrency ?? 32) && next < req.calls.length) {
         const index = next++;
         running++;
-        void this.run(req.calls[index]!, opts)
+        let release: () => void = () => {};
+        void this.run(req.calls[index]!, { ...opts, hold: (r) => (release = r) })
           .then(
-            (result) => ready.push({ index, result }),
+            (result) => ready.push({ line: { index, result }, release }),
             (err: unknown) => {
               const e = err instanceof ApiError ? err : new ApiError('INTERNAL', (err as Error).message);
-              ready.push({ index, error: { code: e.code, message: e.message } });
+              ready.push({ line: { index, error: { code: e.code, message: e.message } }, release });
             },
           )
           .finally(() => {
             running--;
+            if (stopped) for (const r of ready.splice(0)) r.release();
             start();
             wake?.();
           });
@@ -166,11 +169,15 @@ export class FnService {
       start();
       let sent = 0;
       while (sent < req.calls.length) {
-        const line = ready.shift();
-        if (line) {
+        const taken = ready.shift();
+        if (taken) {
           sent++;
           start(); // its room goes to the next call
-          yield line;
+          try {
+            yield taken.line;
+          } finally {
+            taken.release(); // the reader asked for the next line (or left): this one is theirs
+          }
           continue;
         }
         await new Promise<void>((r) => (wake = r));
@@ -178,6 +185,7 @@ export class FnService {
       }
     } finally {
       stopped = true;
+      for (const r of ready.splice(0)) r.release();
     }
   }
 

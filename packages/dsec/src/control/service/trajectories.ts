@@ -6,7 +6,7 @@ import type { TrajectoryExport } from '../trajectory-export.js';
 import type { TrajectoryLog } from '../trajectory-log.js';
 import { sees, type Caller } from './callers.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
-import { holdAnswer, jsonBodyBytes, type Hold, type OutputBudget } from '../../output-budget.js';
+import { holdAnswer, type Hold, type OutputBudget } from '../../output-budget.js';
 
 /** The sandbox a fork was made from (set by SnapshotService.fork). */
 export const FORK_OF_LABEL = 'dsec.fork-of';
@@ -68,18 +68,14 @@ export class TrajectoryService {
 
   /**
    * A page is answered as one JSON body: each step's output (64 KiB a stream, 6 times that as JSON
-   * for control bytes) makes 10,000 steps several GiB. What it holds past the free 2 MiB is held
+   * for control bytes) and its request make 10,000 steps several GiB. What it holds past the free 2 MiB is held
    * from the output budget until it is sent (holdAnswer).
    */
   #held(caller: Caller, page: Trajectory, hold: Hold | undefined): Trajectory {
+    // Each entry as it will be sent: a request is kept whole (a session command of 128 KiB, an
+    // exec's argv), a result's output up to 64 KiB a stream, escapes and all.
     let bytes = 0;
-    for (const e of page.entries) {
-      const r = e.result as { stdout?: unknown; stderr?: unknown } | undefined;
-      bytes +=
-        1024 +
-        (typeof r?.stdout === 'string' ? jsonBodyBytes(r.stdout) : 0) +
-        (typeof r?.stderr === 'string' ? jsonBodyBytes(r.stderr) : 0);
-    }
+    for (const e of page.entries) bytes += Buffer.byteLength(JSON.stringify(e)) + 1;
     holdAnswer(
       this.deps.outputBudget,
       caller.project,

@@ -15,10 +15,10 @@ const SESSIONS_CARRY_BYTES = 8 << 20;
 /** How long a quiesce waits for callers' calls in flight to end. */
 const CALLS_WAIT_MS = 2_000;
 /**
- * How long it waits for the edge's own processes on their way to be known (an exec standby whose
- * pid dsec-spawn has not reported yet, a session command's shell still exiting). They take
- * milliseconds, but seconds on a loaded node; they are not the caller's work, so the caller's
- * move must not be refused (or, with `endProcesses`, their work counted) for them.
+ * How long it waits for an exec standby on its way (the edge's own process, its pid not yet
+ * reported by dsec-spawn) to be known. It takes milliseconds, but seconds on a loaded node; it is
+ * not the caller's work, so the caller's move must not be refused (or, with `endProcesses`, the
+ * standby counted and ended) for it.
  */
 const OWN_WAIT_MS = 30_000;
 /** A command line is named this long at most in the answer. */
@@ -55,10 +55,12 @@ async function quiesce(l: LiveSandbox, endProcesses: boolean, marker: string): P
   // The processes made ahead that are still on their way (none is begun from here on) are waited
   // for too, until their pids are known: they are the edge's and must not be counted as the
   // sandbox's. So are answered session commands' shells still exiting (answered from fd 3).
-  const callsInFlight = (): boolean => (l.calls ?? 0) > 0;
-  const ownStarting = (): boolean => execStandbyStarting(id) || l.sessions.settling();
-  for (const until = Date.now() + CALLS_WAIT_MS; callsInFlight() && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
-  for (const until = Date.now() + OWN_WAIT_MS; ownStarting() && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
+  // A session's shell still exiting gets the callers' 2 s, not more: what it runs on exit (a trap)
+  // is the sandbox's to decide. A frozen sandbox's standby cannot finish starting: no wait then.
+  const settling = (): boolean => (l.calls ?? 0) > 0 || l.sessions.settling();
+  for (const until = Date.now() + CALLS_WAIT_MS; settling() && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
+  const ownWait = wasPaused ? 0 : OWN_WAIT_MS;
+  for (const until = Date.now() + ownWait; execStandbyStarting(id) && Date.now() < until;) await new Promise((r) => setTimeout(r, 5));
   if ((l.calls ?? 0) > 0 && !endProcesses) {
     l.quiesced = false;
     const busy = { pid: 0, cmd: `${l.calls} call(s) of the API still running (a command, a file call)` };

@@ -35,9 +35,9 @@ function fakeProcess(cap: number): CommandProcess & { end(): Promise<void> } {
 }
 
 function start(table: ProcessTable, cap: number): { id: string; proc: ReturnType<typeof fakeProcess> } {
-  const release = table.reserveOutput(cap);
+  const reservation = table.reserveOutput(cap);
   const proc = fakeProcess(cap);
-  return { id: table.add(['yes'], proc, undefined, release).id, proc };
+  return { id: table.add(['yes'], proc, undefined, reservation).id, proc };
 }
 
 describe('ProcessTable output reservations', () => {
@@ -71,7 +71,7 @@ describe('ProcessTable output reservations', () => {
     assert.equal(table.entry(small.id).id, small.id, 'a process that reserved nothing is not forgotten for room');
     assert.throws(() => table.reserveOutput(64 * MiB), /OUTPUT_BUDGET_EXCEEDED|maxOutputBytes/);
     await a.proc.end();
-    table.reserveOutput(64 * MiB)();
+    table.reserveOutput(64 * MiB).release();
   });
 
   test('a process pruned past the 64 exited gives its reservation back', async () => {
@@ -82,5 +82,19 @@ describe('ProcessTable output reservations', () => {
     assert.throws(() => table.entry(big.id), /no process/);
     start(table, 64 * MiB);
     start(table, 64 * MiB);
+  });
+
+  test('a start that cannot fit even so forgets nothing: exited processes that reserved nothing, or too little, stay', async () => {
+    const table = new ProcessTable('sb-t');
+    const smalls = [start(table, 1 * MiB), start(table, 1 * MiB)];
+    for (const p of smalls) await p.proc.end();
+    const big = start(table, 16 * MiB); // 30 MiB
+    await big.proc.end();
+    start(table, 64 * MiB); // 126 MiB, running
+    start(table, 40 * MiB); // 78 MiB, running: 234 held
+    // A 64 MiB start needs 126: forgetting every exited one frees 30, not enough.
+    assert.throws(() => table.reserveOutput(64 * MiB), /OUTPUT_BUDGET_EXCEEDED|maxOutputBytes/);
+    for (const p of [...smalls, big])
+      assert.equal(table.entry(p.id).id, p.id, 'forgetting the exited one would not have made room: it stays');
   });
 });

@@ -9,8 +9,9 @@ interface Entry {
   id: string;
   cmd: StartProcessRequest['cmd'];
   proc: CommandProcess;
-  /** Gives back the output it reserved past the default cap (none at the default). */
+  /** Gives back the output it reserved past the default cap, `reserved` bytes (0 at the default). */
   release?: (() => void) | undefined;
+  reserved?: number;
 }
 
 /** How many finished processes a sandbox remembers (running ones are never dropped). */
@@ -53,21 +54,38 @@ export class ProcessTable {
    * Exited processes' output is forgotten, oldest first, to make room; running ones' never is.
    * Throws OUTPUT_BUDGET_EXCEEDED when their reservations leave no room.
    */
-  reserveOutput(maxOutputBytes: number): () => void {
+  reserveOutput(maxOutputBytes: number): { bytes: number; release: () => void } {
     const bytes = outputReservation(maxOutputBytes);
-    for (const e of this.#entries.values()) {
-      if (this.#output.fits(this.sandboxId, bytes)) break;
-      if (e.proc.exit && e.release) this.#forget(e);
+    if (!this.#output.fits(this.sandboxId, bytes)) {
+      // Forgotten only when that makes room, and only those that hold some: oldest first.
+      const holding = [...this.#entries.values()].filter((e) => e.proc.exit && (e.reserved ?? 0) > 0);
+      const freeable = holding.reduce((n, e) => n + (e.reserved ?? 0), 0);
+      if (this.#output.heldBytes - freeable + bytes <= this.#output.totalBytes)
+        for (const e of holding) {
+          if (this.#output.fits(this.sandboxId, bytes)) break;
+          this.#forget(e);
+        }
     }
-    return this.#output.reserve(this.sandboxId, bytes);
+    return { bytes, release: this.#output.reserve(this.sandboxId, bytes) };
   }
 
   /**
    * Tracks a started command (a SandboxProcess in a container, the guest agent's exec in a VM).
    * `tag`: its exec tag; `release`: its reserveOutput, given back when it is forgotten.
    */
-  add(cmd: StartProcessRequest['cmd'], proc: CommandProcess, tag?: string, release?: () => void): ProcessInfo {
-    const entry: Entry = { id: `p-${randomBytes(6).toString('hex')}`, cmd, proc, release };
+  add(
+    cmd: StartProcessRequest['cmd'],
+    proc: CommandProcess,
+    tag?: string,
+    reservation?: { bytes: number; release: () => void },
+  ): ProcessInfo {
+    const entry: Entry = {
+      id: `p-${randomBytes(6).toString('hex')}`,
+      cmd,
+      proc,
+      release: reservation?.release,
+      reserved: reservation?.bytes ?? 0,
+    };
     this.#entries.set(entry.id, entry);
     const noted = { kind: 'process' as const, id: entry.id, cmd, startedAt: proc.startedAt.toISOString(), ...(tag ? { tag } : {}) };
     this.journal?.note(noted);

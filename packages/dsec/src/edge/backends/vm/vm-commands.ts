@@ -104,7 +104,7 @@ export class VmCommands {
     const v = this.#ctx.running(id);
     await checkWritablePaths(v.agent, req.writablePaths);
     const maxOutputBytes = req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-    const release = v.processes.reserveOutput(maxOutputBytes); // before it starts: a refusal runs nothing
+    const reservation = v.processes.reserveOutput(maxOutputBytes); // before it starts: a refusal runs nothing
     let proc: VmProcess;
     try {
       proc = new VmProcess(v.agent, this.#command(v, req.cmd, req), {
@@ -113,10 +113,10 @@ export class VmCommands {
         timeoutMs: req.timeoutMs,
       });
     } catch (err) {
-      release();
+      reservation.release();
       throw err;
     }
-    return v.processes.add(req.cmd, proc, undefined, release);
+    return v.processes.add(req.cmd, proc, undefined, reservation);
   }
 
   async listProcesses(id: string): Promise<ProcessInfo[]> {

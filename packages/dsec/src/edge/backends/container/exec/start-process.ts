@@ -8,7 +8,7 @@ import { SandboxProcess } from './sandbox-process.js';
 export function startProcess(table: ProcessTable, target: ExecTarget, req: StartProcessRequest): ProcessInfo {
   const tag = randomBytes(6).toString('hex');
   const maxOutputBytes = req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-  const release = table.reserveOutput(maxOutputBytes); // before it starts: a refusal runs nothing
+  const reservation = table.reserveOutput(maxOutputBytes); // before it starts: a refusal runs nothing
   let proc: SandboxProcess;
   try {
     proc = new SandboxProcess(target, processSpecFor(target, req.cmd, { cwd: req.cwd, env: req.env, writablePaths: req.writablePaths }), {
@@ -18,8 +18,8 @@ export function startProcess(table: ProcessTable, target: ExecTarget, req: Start
       tag,
     });
   } catch (err) {
-    release();
+    reservation.release();
     throw err;
   }
-  return table.add(req.cmd, proc, tag, release);
+  return table.add(req.cmd, proc, tag, reservation);
 }
