@@ -118,9 +118,6 @@ export class OutputBudget {
 
 const NOTHING = (): void => {};
 
-/** Takes a reservation, to give back later: once an answer is sent (http/release-when-sent.ts). */
-export type Hold = (release: () => void) => void;
-
 /**
  * An answer that holds a read's bytes (a background process's output, a file) until it is sent,
  * or an upload's body read whole before its call (until its answer is sent):
@@ -139,6 +136,9 @@ export function holdAnswer(
   if (!hold || over <= 0) return;
   hold(budget.reserve(owner, over, { what: `${what} is ${Math.ceil(bytes / 2 ** 20)} MiB`, hint }));
 }
+
+/** Takes a reservation, to give back later: once an answer is sent (http/release-when-sent.ts). */
+export type Hold = (release: () => void) => void;
 
 /** What a command's result says of how it ran, for a refusal made after it ran. */
 export interface RanResult {
@@ -183,4 +183,32 @@ export function withBodyReserved(
     release();
     extra();
   };
+}
+
+/**
+ * A buffered command's whole life under the output budget: its cap's reservation (outputReservation)
+ * made before `run` starts it, its JSON's excess reserved once it ran (withBodyReserved), and both
+ * handed to `hold` (given back once the answer is sent) or, without one, given back at its return.
+ */
+export async function withOutputReserved<R extends RanResult>(
+  budget: OutputBudget,
+  owner: string,
+  maxOutputBytes: number,
+  run: () => Promise<R>,
+  hold?: Hold,
+): Promise<R> {
+  const reserved = outputReservation(maxOutputBytes);
+  const reservation = budget.reserve(owner, reserved);
+  let release: (() => void) | undefined = reservation;
+  try {
+    const result = await run();
+    release = withBodyReserved(budget, owner, reserved, result, reservation);
+    if (hold) {
+      hold(release);
+      release = undefined;
+    }
+    return result;
+  } finally {
+    release?.();
+  }
 }

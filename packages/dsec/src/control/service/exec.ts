@@ -17,7 +17,7 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
 import { MAX_LOGGED_OUTPUT, type TrajectoryLog } from '../trajectory-log.js';
 import type { Caller } from './callers.js';
-import { holdAnswer, jsonBodyBytes, outputReservation, withBodyReserved, type Hold, type OutputBudget } from '../../output-budget.js';
+import { holdAnswer, jsonBodyBytes, withOutputReserved, type Hold, type OutputBudget } from '../../output-budget.js';
 import type { SandboxLookup } from './sandbox-lookup.js';
 
 /**
@@ -34,6 +34,23 @@ export class ExecService {
     return this.deps.lookup.runningOn(caller, id);
   }
 
+  /** The sandbox's edge and how long finding it took: taken before the command runs, it is part of queuedMs. */
+  async #edgeTimed(caller: Caller, id: string): Promise<{ edge: EdgeApi; lookupMs: number }> {
+    const accepted = performance.now();
+    const edge = await this.#edge(caller, id);
+    return { edge, lookupMs: performance.now() - accepted };
+  }
+
+  /** A buffered command of the caller's project under the output budget (withOutputReserved). */
+  #buffered<R extends ExecResult>(
+    caller: Caller,
+    maxOutputBytes: number | undefined,
+    run: () => Promise<R>,
+    hold: Hold | undefined,
+  ): Promise<R> {
+    return withOutputReserved(this.deps.outputBudget, caller.project, maxOutputBytes ?? 0, run, hold);
+  }
+
   /**
    * `hold` takes the result's output reservation, to give back once its answer is sent
    * (releaseWhenSent): a client that does not read its answer holds the budget, not only memory.
@@ -47,43 +64,33 @@ export class ExecService {
         { field: 'uncapped' },
       );
     }
-    const reservation = this.#reserveOutput(caller, req.maxOutputBytes);
-    let release: (() => void) | undefined = reservation;
-    try {
-      const accepted = performance.now();
-      const edge = await this.#edge(caller, id);
-      const lookupMs = performance.now() - accepted; // taken before the command runs, not after
-      const result = withQueue(await edge.exec(id, req, signal), lookupMs);
-      this.deps.metrics.observeExec('exec', result.durationMs);
-      await this.deps.trajectory.append(id, {
-        kind: 'exec',
-        request: withoutStdin(req),
-        result,
-        durationMs: result.durationMs,
-        exitCode: result.exitCode,
-        payload: stdinPayload(req),
-      });
-      release = withBodyReserved(this.deps.outputBudget, caller.project, outputReservation(req.maxOutputBytes ?? 0), result, reservation);
-      hold?.(release);
-      if (hold) release = undefined;
-      return result;
-    } finally {
-      release?.();
-    }
-  }
-
-  /** A buffered result's reservation of output (none at the default cap); see OutputBudget. */
-  #reserveOutput(caller: Caller, maxOutputBytes: number | undefined): () => void {
-    return maxOutputBytes === undefined ? () => {} : this.deps.outputBudget.reserve(caller.project, outputReservation(maxOutputBytes));
+    return this.#buffered(
+      caller,
+      req.maxOutputBytes,
+      async () => {
+        const { edge, lookupMs } = await this.#edgeTimed(caller, id);
+        const result = withQueue(await edge.exec(id, req, signal), lookupMs);
+        this.deps.metrics.observeExec('exec', result.durationMs);
+        await this.deps.trajectory.append(id, {
+          kind: 'exec',
+          request: withoutStdin(req),
+          result,
+          durationMs: result.durationMs,
+          exitCode: result.exitCode,
+          payload: stdinPayload(req),
+        });
+        return result;
+      },
+      hold,
+    );
   }
 
   /** Streams a command's output; the log gets the exit and the output that passed through (capped). */
   async execStream(caller: Caller, id: string, req: ExecRequest, signal?: AbortSignal): Promise<AsyncGenerator<ExecEvent>> {
     // Checked now, not at the first next(): a bad request fails before any response is streamed.
     checkCommand(req);
-    const accepted = performance.now();
-    const edge = await this.#edge(caller, id);
-    return this.#logStream(id, edge, req, performance.now() - accepted, signal);
+    const { edge, lookupMs } = await this.#edgeTimed(caller, id);
+    return this.#logStream(id, edge, req, lookupMs, signal);
   }
 
   async *#logStream(id: string, edge: EdgeApi, req: ExecRequest, lookupMs: number, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
@@ -224,28 +231,24 @@ export class ExecService {
     signal?: AbortSignal,
     hold?: Hold,
   ): Promise<ExecResult & { sessionAlive: boolean }> {
-    const reservation = this.#reserveOutput(caller, req.maxOutputBytes);
-    let release: (() => void) | undefined = reservation;
-    try {
-      const accepted = performance.now();
-      const edge = await this.#edge(caller, id);
-      const lookupMs = performance.now() - accepted; // taken before the command runs, not after
-      const result = withQueue(await edge.sessionExec(id, sid, req, signal), lookupMs);
-      this.deps.metrics.observeExec('session', result.durationMs);
-      await this.deps.trajectory.append(id, {
-        kind: 'session.exec',
-        request: { sessionId: sid, ...req },
-        result,
-        durationMs: result.durationMs,
-        exitCode: result.exitCode,
-      });
-      release = withBodyReserved(this.deps.outputBudget, caller.project, outputReservation(req.maxOutputBytes ?? 0), result, reservation);
-      hold?.(release);
-      if (hold) release = undefined;
-      return result;
-    } finally {
-      release?.();
-    }
+    return this.#buffered(
+      caller,
+      req.maxOutputBytes,
+      async () => {
+        const { edge, lookupMs } = await this.#edgeTimed(caller, id);
+        const result = withQueue(await edge.sessionExec(id, sid, req, signal), lookupMs);
+        this.deps.metrics.observeExec('session', result.durationMs);
+        await this.deps.trajectory.append(id, {
+          kind: 'session.exec',
+          request: { sessionId: sid, ...req },
+          result,
+          durationMs: result.durationMs,
+          exitCode: result.exitCode,
+        });
+        return result;
+      },
+      hold,
+    );
   }
 
   /** Idempotent like kill: closing a session that is already closed (or gone) succeeds. */

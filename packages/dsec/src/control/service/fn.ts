@@ -20,7 +20,7 @@ import { rejectNul } from '../../edge/protocol/reject-nul.js';
 import type { EdgeRegistry } from '../edges/edge-registry.js';
 import type { Metrics } from '../metrics.js';
 import { place } from '../placement.js';
-import { outputReservation, withBodyReserved, type OutputBudget } from '../../output-budget.js';
+import { withOutputReserved, type OutputBudget } from '../../output-budget.js';
 
 /** An image name is resolved at most this often per name: a burst of calls reads the image store once. */
 const IMAGE_CACHE_MS = 2000;
@@ -62,24 +62,19 @@ export class FnService {
    */
   async run(call: FnRunRequest, opts: FnRunOptions = {}): Promise<FnRunResult> {
     const project = opts.project ?? DEFAULT_PROJECT;
-    let release: (() => void) | undefined;
     try {
-      const reserved = outputReservation(call.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES);
-      const reservation = this.deps.outputBudget.reserve(project, reserved);
-      release = reservation;
-      const result = await this.#run(call, opts);
-      release = withBodyReserved(this.deps.outputBudget, project, reserved, result, reservation);
+      const result = await withOutputReserved(
+        this.deps.outputBudget,
+        project,
+        call.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
+        () => this.#run(call, opts),
+        opts.hold,
+      );
       this.deps.metrics.fnCall(project, 'ok');
-      if (opts.hold) {
-        opts.hold(release);
-        release = undefined;
-      }
       return result;
     } catch (err) {
       this.deps.metrics.fnCall(project, err instanceof ApiError ? err.code : 'INTERNAL');
       throw err;
-    } finally {
-      release?.();
     }
   }
 
