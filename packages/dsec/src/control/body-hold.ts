@@ -2,15 +2,16 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { releaseWhenSent } from '../http/release-when-sent.js';
 import { holdAnswer, UNRESERVED_OUTPUT_BYTES, type OutputBudget } from '../output-budget.js';
 import { admittedSandbox } from './e2b/sandbox-access.js';
-import { MAX_FILE_BYTES } from '@dsec/sdk/schema';
 import { JSON_BODY_LIMIT } from '../http/http-errors.js';
+import { BODY_LIMIT as LARGEST_BODY } from './e2b/sandbox-routes.js';
 
 /** Content types the API's routes read whole into memory before their handler (the rest stream: tar, layers, archives). */
 const READ_WHOLE = /^(application\/(json|octet-stream|connect\+json|x-www-form-urlencoded)|multipart\/form-data|text\/)/i;
 
 /**
  * A body read whole holds what it declares past the free 2 MiB of the output budget from its headers
- * until its answer is sent (its Content-Length, else the route's body limit): slow senders cannot
+ * until its answer is sent (its Content-Length, else its type's limit; no more than the largest
+ * body any route reads, E2B's uploads'): slow senders cannot
  * hold the routes' 16–65 MiB each without end. Every route, not only uploads: a JSON route sent
  * 64 MiB of octet-stream buffers it before validation refuses it, as a process's stdin does.
  */
@@ -20,8 +21,8 @@ export function holdBodiesReadWhole(app: FastifyInstance<any, any, any, any, any
     const type = req.headers['content-type'] ?? 'application/json';
     const length = Number(req.headers['content-length']);
     // A chunked body declares nothing: it may be as large as its type's limit.
-    const limit = /^(application\/octet-stream|multipart\/)/i.test(type) ? MAX_FILE_BYTES + (1 << 20) : JSON_BODY_LIMIT;
-    const declared = Number.isFinite(length) ? Math.min(length, MAX_FILE_BYTES + (1 << 20)) : req.headers['transfer-encoding'] ? limit : 0;
+    const limit = /^(application\/octet-stream|multipart\/)/i.test(type) ? LARGEST_BODY : JSON_BODY_LIMIT;
+    const declared = Number.isFinite(length) ? Math.min(length, LARGEST_BODY) : req.headers['transfer-encoding'] ? limit : 0;
     if (declared <= 2 * UNRESERVED_OUTPUT_BYTES || !READ_WHOLE.test(type)) {
       done(null, payload);
       return;

@@ -20,7 +20,7 @@ export { SANDBOX_PREFIX };
 const GZIP_MIN_BYTES = 1024;
 
 /** Multipart framing around a file of MAX_FILE_BYTES. */
-const BODY_LIMIT = MAX_FILE_BYTES + (1 << 20);
+export const BODY_LIMIT = MAX_FILE_BYTES + (1 << 20);
 
 function httpError(reply: FastifyReply, err: unknown): FastifyReply {
   const e = connectErrorOf(err);

@@ -9,9 +9,8 @@ interface Entry {
   id: string;
   cmd: StartProcessRequest['cmd'];
   proc: CommandProcess;
-  /** Gives back the output it reserved past the default cap, `reserved` bytes (0 at the default). */
-  release?: (() => void) | undefined;
-  reserved?: number;
+  /** The output it reserved past the default cap (0 bytes at the default), given back when it is forgotten. */
+  reservation?: { bytes: number; release: () => void } | undefined;
 }
 
 /** How many finished processes a sandbox remembers (running ones are never dropped). */
@@ -58,8 +57,8 @@ export class ProcessTable {
     const bytes = outputReservation(maxOutputBytes);
     if (!this.#output.fits(this.sandboxId, bytes)) {
       // Forgotten only when that makes room, and only those that hold some: oldest first.
-      const holding = [...this.#entries.values()].filter((e) => e.proc.exit && (e.reserved ?? 0) > 0);
-      const freeable = holding.reduce((n, e) => n + (e.reserved ?? 0), 0);
+      const holding = [...this.#entries.values()].filter((e) => e.proc.exit && (e.reservation?.bytes ?? 0) > 0);
+      const freeable = holding.reduce((n, e) => n + e.reservation!.bytes, 0);
       if (this.#output.heldBytes - freeable + bytes <= this.#output.totalBytes)
         for (const e of holding) {
           if (this.#output.fits(this.sandboxId, bytes)) break;
@@ -83,8 +82,7 @@ export class ProcessTable {
       id: `p-${randomBytes(6).toString('hex')}`,
       cmd,
       proc,
-      release: reservation?.release,
-      reserved: reservation?.bytes ?? 0,
+      reservation,
     };
     this.#entries.set(entry.id, entry);
     const noted = { kind: 'process' as const, id: entry.id, cmd, startedAt: proc.startedAt.toISOString(), ...(tag ? { tag } : {}) };
@@ -195,6 +193,6 @@ export class ProcessTable {
   #forget(e: Entry): void {
     this.#entries.delete(e.id);
     this.journal?.forget(e.id);
-    e.release?.();
+    e.reservation?.release();
   }
 }
